@@ -1,0 +1,59 @@
+/**
+ * Durations as operators write them in config ("500ms", "5s", "2m", "1h30m"),
+ * as milliseconds in code.
+ */
+
+const UNIT_MS: Record<string, number> = {
+  ms: 1,
+  s: 1000,
+  m: 60_000,
+  h: 3_600_000,
+};
+
+const DURATION = /^(?:\d+(?:\.\d+)?(?:ms|s|m|h))+$/;
+const PART = /(\d+(?:\.\d+)?)(ms|s|m|h)/g;
+
+/** Parses "1h30m", "500ms", "2.5s"; undefined when the text is not a duration. */
+export function parseDuration(text: string): number | undefined {
+  const s = text.trim();
+  if (s === '0') return 0;
+  if (!DURATION.test(s)) return undefined;
+  let ms = 0;
+  for (const [, n, unit] of s.matchAll(PART)) {
+    ms += Number(n) * (UNIT_MS[unit as string] as number);
+  }
+  return Math.round(ms);
+}
+
+/** Renders milliseconds the way config writes them: 1500 → "1.5s", 120000 → "2m". */
+export function formatDuration(ms: number): string {
+  if (ms === 0) return '0s';
+  if (ms % 3_600_000 === 0) return `${ms / 3_600_000}h`;
+  if (ms % 60_000 === 0) return `${ms / 60_000}m`;
+  if (ms >= 1000) return `${Number((ms / 1000).toFixed(3))}s`;
+  return `${ms}ms`;
+}
+
+const SIZE_UNITS: Record<string, number> = {
+  '': 1,
+  b: 1,
+  k: 1024,
+  kb: 1000,
+  kib: 1024,
+  m: 1024 ** 2,
+  mb: 1000 ** 2,
+  mib: 1024 ** 2,
+  g: 1024 ** 3,
+  gb: 1000 ** 3,
+  gib: 1024 ** 3,
+};
+
+/** Parses a byte size: 67108864, "64MiB", "64MB", "1g"; undefined when it is not one. */
+export function parseByteSize(text: string | number): number | undefined {
+  if (typeof text === 'number') return Number.isSafeInteger(text) && text >= 0 ? text : undefined;
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$/.exec(text);
+  if (!m) return undefined;
+  const unit = SIZE_UNITS[(m[2] as string).toLowerCase()];
+  if (unit === undefined) return undefined;
+  return Math.round(Number(m[1]) * unit);
+}

@@ -1,0 +1,55 @@
+/**
+ * One error type for every expected failure, with a kind that maps to the
+ * process exit status. An operator sees the message, one line, never a stack.
+ */
+
+/** Exit statuses, as DESIGN.md fixes them (78 is systemd's "do not restart"). */
+export const ExitCode = {
+  success: 0,
+  failure: 1,
+  usage: 2,
+  unreachable: 69,
+  permission: 77,
+  config: 78,
+} as const;
+
+export type ErrorKind = Exclude<keyof typeof ExitCode, 'success'>;
+
+export class LlmgwError extends Error {
+  override readonly name = 'LlmgwError';
+  readonly kind: ErrorKind;
+
+  /**
+   * @param message lowercase; says what failed and what to do about it.
+   */
+  constructor(kind: ErrorKind, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.kind = kind;
+  }
+
+  get exitCode(): number {
+    return ExitCode[this.kind];
+  }
+}
+
+export const configError = (message: string, options?: { cause?: unknown }) =>
+  new LlmgwError('config', message, options);
+
+export const usageError = (message: string) => new LlmgwError('usage', message);
+
+export const failure = (message: string, options?: { cause?: unknown }) =>
+  new LlmgwError('failure', message, options);
+
+/** The errno code of a Node system error, if it is one. */
+export function errnoCode(err: unknown): string | undefined {
+  if (err && typeof err === 'object' && 'code' in err && typeof err.code === 'string') {
+    return err.code;
+  }
+  return undefined;
+}
+
+/** The message of anything thrown, for logs and one-line reports. */
+export function errorMessage(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}

@@ -1,0 +1,248 @@
+import { mkdtempSync, writeFileSync, chmodSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { loadAgentConfig } from '../../../src/agent/config/load-agent-config.js';
+import { LlmgwError } from '../../../src/lib/errors.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'llmgw-config-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+let n = 0;
+function file(text: string): string {
+  const p = join(dir, `agent-${n++}.yaml`);
+  writeFileSync(p, text);
+  return p;
+}
+
+const MINIMAL = 'node_id: gpu-01\nserver: http://cp:8443\n';
+
+function configErrorOf(fn: () => unknown): LlmgwError {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(LlmgwError);
+    const e = err as LlmgwError;
+    expect(e.exitCode).toBe(78);
+    expect(e.message).not.toContain('\n');
+    return e;
+  }
+  throw new Error('expected a configuration error');
+}
+
+describe('loadAgentConfig', () => {
+  it('fills every default when the file gives only the required keys', () => {
+    const { config } = loadAgentConfig({ configPath: file(MINIMAL), env: {} });
+    expect(config.nodeId).toBe('gpu-01');
+    expect(config.protocol).toBe('connect');
+    expect(config.heartbeatIntervalMs).toBe(5000);
+    expect(config.reconnectBaseMs).toBe(1000);
+    expect(config.reconnectMaxMs).toBe(30_000);
+    expect(config.adoptReadyTimeoutMs).toBe(60_000);
+    expect(config.mgmtInterface).toBe('eth0');
+    expect(config.discovery).toEqual({ nvidiaSmi: 'nvidia-smi', sysfsRoot: '/', preferNvml: false, intervalMs: 60_000, timeoutMs: 10_000 });
+    expect(config.supervisor).toEqual({
+      stateDir: '/var/lib/llmgw',
+      logDir: '/var/log/llmgw',
+      stopGraceMs: 30_000,
+      workerSettleMs: 10_000,
+      healthIntervalMs: 10_000,
+      logMaxBytes: 64 * 1024 * 1024,
+      launcher: 'direct',
+    });
+    expect(config.admin).toEqual({ socket: '/run/llmgw/agent.sock', group: '' });
+    expect(config.engines).toEqual({});
+  });
+
+  it('takes flags over env over file over defaults, and says where each came from', () => {
+    const path = file(`${MINIMAL}heartbeat_interval: 7s\nreconnect_base: 2s\nsupervisor:\n  stop_grace: 9s\n`);
+    const loaded = loadAgentConfig({
+      configPath: path,
+      env: { LLMGW_HEARTBEAT_INTERVAL: '3s', LLMGW_RECONNECT_BASE: '4s' },
+      flags: { heartbeat_interval: '1s' },
+    });
+    expect(loaded.config.heartbeatIntervalMs).toBe(1000);
+    expect(loaded.config.reconnectBaseMs).toBe(4000);
+    expect(loaded.config.supervisor.stopGraceMs).toBe(9000);
+    expect(loaded.config.supervisor.workerSettleMs).toBe(10_000);
+    expect(loaded.sources.get('heartbeat_interval')).toEqual({ kind: 'flag', name: 'heartbeat-interval' });
+    expect(loaded.sources.get('reconnect_base')).toEqual({ kind: 'env', name: 'LLMGW_RECONNECT_BASE' });
+    expect(loaded.sources.get('supervisor.stop_grace')).toEqual({ kind: 'file', path, line: 6 });
+    expect(loaded.sources.get('reconnect_max')).toEqual({ kind: 'default' });
+  });
+
+  it('reads maps and lists from the environment', () => {
+    const { config } = loadAgentConfig({
+      configPath: file(MINIMAL),
+      env: { LLMGW_LABELS: 'rack=r1,zone=z', LLMGW_FABRICS: 'mlx5_0=a,mlx5_1=b', LLMGW_SOCKET: '/tmp/s.sock' },
+    });
+    expect(config.labels).toEqual({ rack: 'r1', zone: 'z' });
+    expect(config.fabrics).toEqual([
+      { hca: 'mlx5_0', fabric: 'a' },
+      { hca: 'mlx5_1', fabric: 'b' },
+    ]);
+    expect(config.admin.socket).toBe('/tmp/s.sock');
+  });
+
+  it('gives a bare server address the scheme that matches the TLS settings', () => {
+    expect(loadAgentConfig({ configPath: file('node_id: a\nserver: cp:8443\n'), env: {} }).config.server).toBe('http://cp:8443');
+  });
+
+  it('reads engine settings as argv lists', () => {
+    const { config } = loadAgentConfig({
+      configPath: file(`${MINIMAL}engines:\n  vllm:\n    command: [/opt/vllm/bin/vllm, serve]\n    env: {HF_HOME: /models}\n    extra_args: [--enforce-eager]\n`),
+      env: {},
+    });
+    expect(config.engines.vllm).toEqual({ command: ['/opt/vllm/bin/vllm', 'serve'], env: { HF_HOME: '/models' }, extraArgs: ['--enforce-eager'] });
+  });
+
+  describe('refuses, with exit 78 and one line naming the key and the file', () => {
+    it('a missing required key', () => {
+      const path = file('server: http://cp:1\n');
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(`node_id is required (${path})`);
+    });
+
+    it('a missing server', () => {
+      const path = file('node_id: a\n');
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(`server is required (${path})`);
+    });
+
+    it('an unknown key, with the nearest valid name', () => {
+      const path = file(`${MINIMAL}heartbeat_intervl: 5s\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `unknown key heartbeat_intervl (${path}:3); did you mean heartbeat_interval?`,
+      );
+    });
+
+    it('an unknown key inside a section', () => {
+      const path = file(`${MINIMAL}supervisor:\n  stop_grase: 5s\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `unknown key supervisor.stop_grase (${path}:4); did you mean supervisor.stop_grace?`,
+      );
+    });
+
+    it('a key written at the wrong level', () => {
+      const path = file(`${MINIMAL}state_dir: /x\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toContain('did you mean supervisor.state_dir?');
+    });
+
+    it('a bad duration, showing the value', () => {
+      const path = file(`${MINIMAL}heartbeat_interval: 5 seconds\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `heartbeat_interval: "5 seconds" is not a duration; write it like 500ms, 5s, 2m or 1h (${path}:3)`,
+      );
+    });
+
+    it('a duration written as a bare number', () => {
+      const path = file(`${MINIMAL}supervisor:\n  stop_grace: 30\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `supervisor.stop_grace: must be a duration string such as 500ms, 5s or 2m, got number 30 (write 30s?) (${path}:4)`,
+      );
+    });
+
+    it('a bad duration from the environment, naming the variable', () => {
+      const path = file(MINIMAL);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: { LLMGW_RECONNECT_MAX: 'soon' } })).message).toBe(
+        'reconnect_max: "soon" is not a duration; write it like 500ms, 5s, 2m or 1h (env LLMGW_RECONNECT_MAX)',
+      );
+    });
+
+    it('a wrong type', () => {
+      const path = file(`${MINIMAL}labels: [a, b]\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `labels: must be a map of strings, got a list (${path}:3)`,
+      );
+    });
+
+    it('a value outside an enum', () => {
+      const path = file(`${MINIMAL}protocol: http3\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `protocol: must be one of connect, grpc, got string "http3" (${path}:3)`,
+      );
+    });
+
+    it('an engine command given as a shell string', () => {
+      const path = file(`${MINIMAL}engines:\n  vllm:\n    command: "vllm serve; rm -rf /"\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toMatch(/engines: vllm.command .* looks like a shell string; give an argv list/);
+    });
+
+    it('an unknown engine, with the nearest name', () => {
+      const path = file(`${MINIMAL}engines:\n  vlm: {}\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `engines: unknown engine vlm; did you mean vllm? (${path}:3)`,
+      );
+    });
+
+    it('an unparseable file, with the line', () => {
+      const path = file(`${MINIMAL}labels: {a: b\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toMatch(new RegExp(`^cannot parse config ${path}:\\d+: `));
+    });
+
+    it('a file that is not a map', () => {
+      const path = file('- node_id\n');
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `config ${path} must be a map of keys (node_id: ..., server: ...), not a list`,
+      );
+    });
+
+    it('a missing file named by --config', () => {
+      expect(configErrorOf(() => loadAgentConfig({ configPath: join(dir, 'nope.yaml'), env: {} })).message).toBe(
+        `cannot read config ${join(dir, 'nope.yaml')}: no such file`,
+      );
+    });
+
+    it.runIf(process.getuid?.() !== 0)('an unreadable file', () => {
+      const path = file(MINIMAL);
+      chmodSync(path, 0o000);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(`cannot read config ${path}: permission denied`);
+    });
+
+    it('a directory given as the file', () => {
+      expect(configErrorOf(() => loadAgentConfig({ configPath: dir, env: {} })).message).toBe(`cannot read config ${dir}: it is a directory`);
+    });
+
+    it('an https:// server without certificates', () => {
+      const path = file('node_id: a\nserver: https://cp:8443\n');
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `server is an https:// address but no tls certificates are configured; set tls.cert, tls.key and tls.ca (${path}:2)`,
+      );
+    });
+
+    it('certificates with an http:// server', () => {
+      const cert = file('x');
+      const path = file(`node_id: a\nserver: http://cp:8443\ntls:\n  cert: ${cert}\n  key: ${cert}\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `tls is configured but server is an http:// address; use https:// (${path}:2)`,
+      );
+    });
+
+    it('a scheme other than http and https', () => {
+      const path = file('node_id: a\nserver: grpc://cp:8443\n');
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `server "grpc://cp:8443" must be an http:// or https:// address (${path}:2)`,
+      );
+    });
+
+    it('a client certificate without its key', () => {
+      const cert = file('x');
+      const path = file(`node_id: a\nserver: https://cp:8443\ntls:\n  cert: ${cert}\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `tls.key is required with tls.cert: mutual TLS needs both (${path}:4)`,
+      );
+    });
+
+    it('a certificate file that cannot be read', () => {
+      const path = file(`node_id: a\nserver: https://cp:8443\ntls:\n  cert: /nonexistent/c.pem\n  key: /nonexistent/k.pem\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `tls.cert: cannot read /nonexistent/c.pem: no such file (${path}:4)`,
+      );
+    });
+
+    it('reconnect_max below reconnect_base', () => {
+      const path = file(`${MINIMAL}reconnect_base: 10s\nreconnect_max: 1s\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+        `reconnect_max must not be less than reconnect_base (${path}:4)`,
+      );
+    });
+  });
+});

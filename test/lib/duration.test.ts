@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import { formatDuration, parseByteSize, parseDuration } from '../../src/lib/duration.js';
+
+describe('parseDuration', () => {
+  it.each([
+    ['500ms', 500],
+    ['5s', 5000],
+    ['2m', 120_000],
+    ['1h', 3_600_000],
+    ['1h30m', 5_400_000],
+    ['1.5s', 1500],
+    ['0', 0],
+  ])('reads %s as %d ms', (text, ms) => {
+    expect(parseDuration(text)).toBe(ms);
+  });
+
+  it.each(['5', '5 seconds', 's', '-1s', '5d', '', '1s2'])('refuses %j', (text) => {
+    expect(parseDuration(text)).toBeUndefined();
+  });
+
+  it('round-trips through formatDuration', () => {
+    for (const ms of [250, 1500, 5000, 120_000, 3_600_000]) {
+      expect(parseDuration(formatDuration(ms))).toBe(ms);
+    }
+  });
+});
+
+describe('parseByteSize', () => {
+  it('reads plain numbers and binary and decimal units', () => {
+    expect(parseByteSize(67108864)).toBe(67108864);
+    expect(parseByteSize('64MiB')).toBe(64 * 1024 * 1024);
+    expect(parseByteSize('64MB')).toBe(64_000_000);
+    expect(parseByteSize('1g')).toBe(1024 ** 3);
+  });
+
+  it('refuses what is not a size', () => {
+    expect(parseByteSize('lots')).toBeUndefined();
+    expect(parseByteSize('5 parsecs')).toBeUndefined();
+    expect(parseByteSize(-3)).toBeUndefined();
+  });
+});

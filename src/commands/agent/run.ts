@@ -3,7 +3,8 @@ import { BaseCommand } from '../../cli/base-command.js';
 import { DEFAULT_CONFIG_PATH } from '../../agent/config/config-keys.js';
 import { loadAgentConfig, type LoadedConfig } from '../../agent/config/load-agent-config.js';
 import { renderConfigTable, configAsJson } from '../../agent/config/print-config.js';
-import { failure } from '../../lib/errors.js';
+import { createLogger } from '../../lib/logger.js';
+import { runAgent } from '../../agent/run-agent.js';
 
 export default class AgentRun extends BaseCommand {
   static override summary = 'Run the node agent: discover hardware, hold the control-plane stream, supervise engines.';
@@ -57,6 +58,11 @@ value came from. Exits 78 on a configuration error (systemd: RestartPreventExitS
       this.log(renderConfigTable(loaded));
       return undefined;
     }
-    throw failure('the agent itself is not built yet; only --print-config works in this version');
+    const config = loaded.config;
+    const logger = await createLogger({ level: config.logLevel as 'info', name: 'llmgw-agent' });
+    await runAgent({ config, version: this.config.version, logger });
+    // Engines are detached and keep running; leftover HTTP/2 sessions must
+    // not hold the process open past an orderly stop.
+    this.exit(0);
   }
 }

@@ -1,0 +1,100 @@
+import { createClient, type Transport } from '@connectrpc/connect';
+import { createWritableIterable } from '@connectrpc/connect/protocol';
+import {
+  AgentService,
+  type AgentMessage,
+  type ControlMessage,
+  type Heartbeat,
+  type Register,
+} from '../gen/llmgw/v1/agent_pb.js';
+import type { Logger } from '../lib/logger.js';
+import { Outbox } from './outbox.js';
+
+export interface SessionCallbacks {
+  /** Built fresh for every session: it must list what runs now. */
+  register(): Register;
+  /** Called once Register is queued, with the outbox of this session. */
+  onOpen(outbox: Outbox): void;
+  onControlMessage(message: ControlMessage, outbox: Outbox): void;
+  heartbeat(): Heartbeat;
+  /** The control plane answered for the first time in this session. */
+  onEstablished(): void;
+}
+
+export type SessionOutcome =
+  /** The agent is shutting down; the stream ending is the consequence. */
+  | { kind: 'stopped' }
+  /** The control plane closed the stream cleanly (it restarts, or moves us): reconnect at once. */
+  | { kind: 'closed' }
+  /** Anything else: report it and back off. */
+  | { kind: 'failed'; error: unknown };
+
+export interface SessionOptions {
+  transport: Transport;
+  heartbeatIntervalMs: number;
+  nextMessageId: () => bigint;
+  callbacks: SessionCallbacks;
+  /** The agent's shutdown scope. Aborting it ends the stream and nothing else. */
+  signal: AbortSignal;
+  logger: Logger;
+}
+
+export interface SessionResult {
+  outcome: SessionOutcome;
+  /** Whether the control plane ever answered in this session. */
+  established: boolean;
+}
+
+/**
+ * One Connect stream to the control plane, from Register until it breaks.
+ *
+ * Shutdown is told apart from failure by the caller's signal, not by the
+ * error: a client sees a server that died and its own abort as the same code
+ * (Canceled), and reading every error after an abort as a clean stop is what
+ * lets SIGTERM end the agent without a warning.
+ */
+export async function runSession(opts: SessionOptions): Promise<SessionResult> {
+  const { callbacks, signal } = opts;
+  const client = createClient(AgentService, opts.transport);
+  const requests = createWritableIterable<AgentMessage>();
+  const outbox = new Outbox(requests, opts.nextMessageId);
+  const abort = new AbortController();
+  const onShutdown = () => abort.abort();
+  signal.addEventListener('abort', onShutdown, { once: true });
+  let established = false;
+  let heartbeats: NodeJS.Timeout | undefined;
+
+  try {
+    if (signal.aborted) return { outcome: { kind: 'stopped' }, established };
+    const responses = client.connect(requests, { signal: abort.signal });
+    // Failures of individual writes surface as the stream's own error below.
+    outbox.send({ case: 'register', value: callbacks.register() }).catch(() => {});
+    callbacks.onOpen(outbox);
+    heartbeats = setInterval(() => {
+      outbox.send({ case: 'heartbeat', value: callbacks.heartbeat() }).catch(() => {});
+    }, opts.heartbeatIntervalMs);
+
+    for await (const message of responses) {
+      if (!established) {
+        established = true;
+        callbacks.onEstablished();
+      }
+      try {
+        callbacks.onControlMessage(message, outbox);
+      } catch (err) {
+        // A bad command must not take the whole node's stream down with it.
+        opts.logger.error({ err, messageId: String(message.messageId) }, 'handling a control message failed');
+      }
+    }
+    return { outcome: signal.aborted ? { kind: 'stopped' } : { kind: 'closed' }, established };
+  } catch (error) {
+    if (signal.aborted) return { outcome: { kind: 'stopped' }, established };
+    return { outcome: { kind: 'failed', error }, established };
+  } finally {
+    clearInterval(heartbeats);
+    outbox.close();
+    requests.close();
+    abort.abort();
+    signal.removeEventListener('abort', onShutdown);
+  }
+}

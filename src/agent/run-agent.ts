@@ -1,0 +1,72 @@
+import type { Server } from 'node:http';
+import { errorMessage } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import { onShutdownSignals } from '../lib/shutdown-signals.js';
+import { sdNotify, startWatchdog } from '../lib/systemd-notify.js';
+import { Agent } from './agent.js';
+import { AgentMetrics } from './agent-metrics.js';
+import type { AgentConfig } from './config/agent-config.js';
+import { discover } from './discovery/discover.js';
+import { GpuMemorySampler } from './discovery/gpu-memory-sampler.js';
+import { EngineRegistry } from './engines/engine-registry.js';
+import { Supervisor } from './supervisor/supervisor.js';
+
+export interface RunAgentOptions {
+  config: AgentConfig;
+  version: string;
+  logger: Logger;
+}
+
+/**
+ * Assembles the agent from its parts and runs it until SIGTERM or SIGINT.
+ * Resolves when the stream is closed; every engine is still running then.
+ */
+export async function runAgent({ config: c, version, logger }: RunAgentOptions): Promise<void> {
+  const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
+  const supervisor = new Supervisor({ config: c.supervisor, logger });
+  const engines = new EngineRegistry({ engines: c.engines, mgmtInterface: c.mgmtInterface });
+  const sampler = new GpuMemorySampler({ nvidiaSmi: c.discovery.nvidiaSmi, timeoutMs: c.discovery.timeoutMs, logger });
+  const metrics = c.metricsAddr ? new AgentMetrics() : undefined;
+  const agent = new Agent({
+    config: c,
+    version,
+    logger,
+    supervisor,
+    engines,
+    sampler,
+    metrics,
+    discover: (signal) =>
+      discover({
+        nvidiaSmi: c.discovery.nvidiaSmi,
+        sysfsRoot: c.discovery.sysfsRoot,
+        timeoutMs: c.discovery.timeoutMs,
+        fabrics: c.fabrics,
+        signal,
+        logger,
+      }),
+  });
+
+  const servers: Server[] = [];
+  let stopWatchdog = () => {};
+  try {
+    if (metrics) {
+      metrics.trackShards(() => supervisor.list());
+      servers.push(await metrics.serve(c.metricsAddr));
+    }
+    logger.info({ node: c.nodeId, server: c.server, protocol: c.protocol, version }, 'agent starting');
+    await agent.run(shutdown.signal, {
+      onFirstAttempt: () => {
+        void sdNotify('READY=1');
+        stopWatchdog = startWatchdog(() => agent.connectionStatus().phase !== 'stopped');
+      },
+    });
+  } finally {
+    stopWatchdog();
+    // The agent's scope only: timers and probes stop, engines are not touched.
+    supervisor.close();
+    for (const s of servers) s.close();
+    shutdown.dispose();
+    void sdNotify('STOPPING=1').catch((err: unknown) => logger.debug({ err: errorMessage(err) }, 'sd_notify'));
+    logger.info('agent stopped');
+  }
+}

@@ -1,0 +1,24 @@
+/**
+ * SIGTERM and SIGINT, in one place. The first asks for an orderly stop (the
+ * returned signal aborts); a second one means the operator will not wait, and
+ * the process exits at once with 128 + the signal number.
+ */
+export function onShutdownSignals(onFirst?: (signal: NodeJS.Signals) => void): { signal: AbortSignal; dispose: () => void } {
+  const controller = new AbortController();
+  const handler = (sig: NodeJS.Signals) => {
+    if (controller.signal.aborted) {
+      process.exit(128 + (sig === 'SIGINT' ? 2 : 15));
+    }
+    onFirst?.(sig);
+    controller.abort(new Error(`received ${sig}`));
+  };
+  process.on('SIGTERM', handler);
+  process.on('SIGINT', handler);
+  return {
+    signal: controller.signal,
+    dispose: () => {
+      process.off('SIGTERM', handler);
+      process.off('SIGINT', handler);
+    },
+  };
+}

@@ -71,11 +71,17 @@ export function cellMarker(cell: string): string | undefined {
   return m ? (m[1] as string).trim() : undefined;
 }
 
-/** Markers that mean "this GPU has no such value", not "this GPU is broken". */
-const BENIGN_MARKERS = new Set(['n/a', 'not supported', 'insufficient permissions']);
+/**
+ * Markers that say the GPU is broken, as opposed to "no such value here"
+ * ([N/A], [Not Supported], [Insufficient Permissions], and newer drivers'
+ * [Requested functionality has been deprecated] on a few fields of every
+ * healthy GPU). Matched by what faults say, so a new harmless marker does not
+ * take a healthy GPU out of service.
+ */
+const FAULT_MARKER = /reset|error|lost|fail|fallen off|timeout/i;
 
 export function isFaultMarker(marker: string): boolean {
-  return !BENIGN_MARKERS.has(marker.toLowerCase());
+  return FAULT_MARKER.test(marker);
 }
 
 const MIB_PER_UNIT: Record<string, number> = { '': 1, mib: 1, mb: 1, gib: 1024, gb: 1024, kib: 1 / 1024, kb: 1 / 1024 };

@@ -46,7 +46,8 @@ export function parseQueryGpu(text: string, fields?: readonly string[]): ParsedQ
 
   csv.lines.forEach((line, position) => {
     if (line.kind === 'stray') {
-      gpus.push(strayGpu(line.text));
+      const lost = strayGpu(line.text);
+      if (lost) gpus.push(lost);
       return;
     }
     const c = line.cells;
@@ -92,12 +93,15 @@ export function parseQueryGpu(text: string, fields?: readonly string[]): ParsedQ
  * A line such as "Unable to determine the device handle for GPU
  * 0000:5D:00.0: Unknown Error": the GPU exists (it has a bus id) but the
  * driver has lost it. It has no index nvidia-smi would accept, hence -1.
+ * Lines that name no bus id are not GPUs and are left out.
  */
-function strayGpu(text: string): Gpu {
+function strayGpu(text: string): Gpu | undefined {
+  // Other stray text (a driver banner, "No devices were found") names no GPU.
   const bus = /\b([0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f])\b/.exec(text);
+  if (!bus) return undefined;
   return create(GpuSchema, {
     index: -1,
-    pciBusId: bus ? (bus[1] as string) : '',
+    pciBusId: bus[1] as string,
     numaNode: -1,
     healthy: false,
     error: text,

@@ -69,7 +69,7 @@ export async function probeGpus(opts: ProbeGpusOptions): Promise<GpuProbe> {
   if (!result.ok) {
     // A failing nvidia-smi may still have printed the GPUs it could reach.
     const partial = result.kind === 'exit' ? parseQueryGpu(result.stdout, fields) : undefined;
-    if (partial && partial.gpus.length > 0) {
+    if (partial?.gpus.some((g) => g.index >= 0)) {
       parsed = partial;
       warnings.push(`nvidia-smi reported an error: ${result.reason}`);
     } else {

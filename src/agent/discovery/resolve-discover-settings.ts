@@ -1,0 +1,65 @@
+import { parseDuration } from '../../lib/duration.js';
+import { usageError } from '../../lib/errors.js';
+import type { FabricAttachmentConfig } from '../config/agent-config.js';
+import { CONFIG_KEYS } from '../config/config-keys.js';
+import { loadAgentConfig } from '../config/load-agent-config.js';
+
+export interface DiscoverSettings {
+  nvidiaSmi: string;
+  sysfsRoot: string;
+  timeoutMs: number;
+  fabrics: FabricAttachmentConfig[];
+  mgmtInterface: string;
+  /** True when a config file was given: it says what the node is supposed to have. */
+  fromConfig: boolean;
+}
+
+export interface DiscoverFlags {
+  config?: string;
+  nvidiaSmi?: string;
+  sysfsRoot?: string;
+  /** A duration string, e.g. "10s". */
+  timeout?: string;
+}
+
+const defaultOf = (key: string): string => String(CONFIG_KEYS.find((k) => k.key === key)?.default ?? '');
+
+/**
+ * What `llmgw discover` probes with: the agent's own config when --config
+ * is given (so an operator sees exactly what the agent would), else the
+ * agent's defaults; flags win either way. Without --config no file is read,
+ * not even /etc/llmgw/agent.yaml: discover is used on nodes before the agent
+ * is configured, and must not fail for want of node_id.
+ */
+export function resolveDiscoverSettings(flags: DiscoverFlags): DiscoverSettings {
+  if (flags.timeout !== undefined) {
+    const ms = parseDuration(flags.timeout);
+    if (ms === undefined || ms <= 0) throw usageError(`--timeout ${JSON.stringify(flags.timeout)} is not a duration; write it like 500ms, 5s or 2m`);
+  }
+  if (flags.config !== undefined) {
+    const { config } = loadAgentConfig({
+      configPath: flags.config,
+      flags: {
+        'discovery.nvidia_smi': flags.nvidiaSmi,
+        'discovery.sysfs_root': flags.sysfsRoot,
+        'discovery.timeout': flags.timeout,
+      },
+    });
+    return {
+      nvidiaSmi: config.discovery.nvidiaSmi,
+      sysfsRoot: config.discovery.sysfsRoot,
+      timeoutMs: config.discovery.timeoutMs,
+      fabrics: config.fabrics,
+      mgmtInterface: config.mgmtInterface,
+      fromConfig: true,
+    };
+  }
+  return {
+    nvidiaSmi: flags.nvidiaSmi ?? defaultOf('discovery.nvidia_smi'),
+    sysfsRoot: flags.sysfsRoot ?? defaultOf('discovery.sysfs_root'),
+    timeoutMs: parseDuration(flags.timeout ?? defaultOf('discovery.timeout')) as number,
+    fabrics: [],
+    mgmtInterface: defaultOf('mgmt_interface'),
+    fromConfig: false,
+  };
+}

@@ -1,0 +1,78 @@
+import { Listr, ListrLogger, ProcessOutput } from 'listr2';
+import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
+import { assembleInventory } from './assemble-inventory.js';
+import type { DiscoverOptions } from './discover.js';
+import { type GpuProbe, probeGpus } from './probe-gpus.js';
+import { type HcaProbe, probeHcas } from './probe-hcas.js';
+import { type NetworkProbe, probeNetwork } from './probe-network.js';
+import { type TopologyProbe, probeTopology } from './probe-topology.js';
+
+/** default: spinners (both streams are terminals); simple: one line per task; silent: nothing (--json). */
+export type DiscoverRenderer = 'default' | 'simple' | 'silent';
+
+interface Ctx {
+  gpus?: GpuProbe;
+  topology?: TopologyProbe;
+  hcas?: HcaProbe;
+  network?: NetworkProbe;
+}
+
+/**
+ * discover(), as a listr2 task list an operator can watch: one task per
+ * probe. Progress goes to stderr so that stdout carries only the report,
+ * and a pipe or a --json consumer sees no spinner.
+ */
+export async function runDiscoverTasks(opts: DiscoverOptions & { renderer: DiscoverRenderer }): Promise<Inventory> {
+  const base = { nvidiaSmi: opts.nvidiaSmi, timeoutMs: opts.timeoutMs, signal: opts.signal, logger: opts.logger };
+  const logger = new ListrLogger({ processOutput: new ProcessOutput(process.stderr, process.stderr) });
+  const tasks = new Listr<Ctx, 'default' | 'simple' | 'silent', 'simple'>(
+    [
+      {
+        title: 'GPUs (nvidia-smi)',
+        task: async (ctx, task) => {
+          ctx.gpus = await probeGpus({ ...base, sysfsRoot: opts.sysfsRoot });
+          const n = ctx.gpus.gpus.length;
+          task.title = n > 0 ? `GPUs: ${n} found` : `GPUs: none (${ctx.gpus.warnings[0] ?? 'nvidia-smi listed none'})`;
+        },
+      },
+      {
+        title: 'Topology (nvidia-smi topo -m)',
+        skip: (ctx) => (ctx.gpus?.driverAvailable && (ctx.gpus.gpus.length ?? 0) > 0 ? false : 'Topology: skipped, no GPUs'),
+        task: async (ctx, task) => {
+          ctx.topology = await probeTopology(base);
+          task.title = ctx.topology.warnings.length > 0 ? 'Topology: unavailable' : `Topology: ${ctx.topology.links.length} links`;
+        },
+      },
+      {
+        title: 'HCAs (sysfs)',
+        task: async (ctx, task) => {
+          ctx.hcas = await probeHcas({ sysfsRoot: opts.sysfsRoot, fabrics: opts.fabrics, logger: opts.logger });
+          task.title = `HCAs: ${ctx.hcas.hcas.length} ports`;
+        },
+      },
+      {
+        title: 'Network interfaces',
+        task: async (ctx, task) => {
+          ctx.network = await probeNetwork({ sysfsRoot: opts.sysfsRoot });
+          task.title = `Network: ${ctx.network.interfaces.length} interfaces`;
+        },
+      },
+    ],
+    {
+      renderer: opts.renderer,
+      fallbackRenderer: 'simple',
+      rendererOptions: { logger },
+      fallbackRendererOptions: { logger },
+      // Ctrl-C should end the command the usual way, not through listr.
+      registerSignalListeners: false,
+      exitOnError: true,
+    },
+  );
+  const ctx = await tasks.run({});
+  return assembleInventory({
+    gpus: ctx.gpus as GpuProbe,
+    topology: ctx.topology,
+    hcas: ctx.hcas as HcaProbe,
+    network: ctx.network as NetworkProbe,
+  });
+}

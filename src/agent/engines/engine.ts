@@ -1,0 +1,35 @@
+import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import type { EngineName } from '../config/agent-config.js';
+
+/** How to start one rank of a shard. */
+export interface LaunchPlan {
+  /** argv[0] is the executable; never a shell string, so nothing in it is interpreted. */
+  argv: string[];
+  /** Variables to set on top of the agent's environment. */
+  env: Record<string, string>;
+}
+
+/** What validation judges a shard against: this node as it is now. */
+export interface ValidationContext {
+  inventory: Inventory;
+  /** GPU index → shard id of ANOTHER live shard holding it. */
+  heldGpus: ReadonlyMap<number, string>;
+  /** Compute processes no shard owns. */
+  foreignProcesses: readonly GpuProcess[];
+  isPortFree(port: number): Promise<boolean>;
+}
+
+export interface Engine {
+  readonly name: EngineName;
+  /**
+   * Throws LlmgwError('failure', '<one line naming the problem>') before
+   * anything is launched: a refusal after minutes of model loading is the
+   * failure validation exists to prevent.
+   */
+  validate(spec: StartShard, ctx: ValidationContext): Promise<void>;
+  command(spec: StartShard): LaunchPlan;
+  /** Whether this rank opens the HTTP API: every single-node shard, rank 0 only for multi-node. */
+  servesHttp(spec: StartShard): boolean;
+  /** Prometheus gauge of running requests, read while draining. */
+  readonly inFlightMetric: string;
+}

@@ -1,0 +1,90 @@
+import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { failure } from '../../lib/errors.js';
+import { compareComputeCapability, parseComputeCapability } from './compare-compute-capability.js';
+import type { ValidationContext } from './engine.js';
+import { resolveExecutable } from './resolve-executable.js';
+import { parallelism, servesHttp } from './shard-launch.js';
+
+export interface ValidateShardOptions {
+  /** argv[0] the engine would run. */
+  executable: string;
+  /** What to change when it is not found, e.g. "set engines.vllm.command". */
+  executableHint: string;
+}
+
+const validPort = (p: number) => Number.isInteger(p) && p >= 1 && p <= 65535;
+
+/**
+ * The checks every engine makes before launching, each refusing with one
+ * line that names the problem. Ordered cheap to dear: the spec itself, then
+ * this node's GPUs, then the file system, then the network.
+ */
+export async function validateShard(spec: StartShard, ctx: ValidationContext, opts: ValidateShardOptions): Promise<void> {
+  const profile = spec.profile;
+  if (spec.replicaId === '') throw failure(`shard ${spec.shardId}: replica_id is empty`);
+  if (!profile) throw failure(`shard ${spec.shardId} has no profile`);
+  if (profile.model === '') throw failure(`shard ${spec.shardId}: profile ${profile.name || '(unnamed)'} has no model`);
+  if (profile.env.CUDA_VISIBLE_DEVICES !== undefined) {
+    throw failure(`profile ${profile.name || '(unnamed)'} sets CUDA_VISIBLE_DEVICES; the agent assigns GPUs from gpu_indices`);
+  }
+
+  const { tp, pp, nnodes } = parallelism(spec);
+  if (nnodes > 1) {
+    if (spec.leaderAddr === '') throw failure(`shard ${spec.shardId}: nnodes ${nnodes} requires leader_addr`);
+    if (!validPort(spec.leaderPort)) throw failure(`shard ${spec.shardId}: leader_port ${spec.leaderPort} is not in 1..65535`);
+    if (spec.rank < 0 || spec.rank >= nnodes) throw failure(`shard ${spec.shardId}: rank ${spec.rank} is not in [0, ${nnodes})`);
+  } else if (spec.rank !== 0) {
+    throw failure(`shard ${spec.shardId}: rank ${spec.rank} with nnodes ${spec.nnodes}; a single-node shard is rank 0`);
+  }
+
+  const gpus = spec.gpuIndices;
+  if (gpus.length === 0) throw failure(`shard ${spec.shardId} lists no GPUs (gpu_indices is empty)`);
+  const seen = new Set<number>();
+  for (const i of gpus) {
+    if (seen.has(i)) throw failure(`GPU ${i} is listed twice in gpu_indices [${gpus.join(', ')}]`);
+    seen.add(i);
+  }
+  if (tp * pp !== gpus.length * nnodes) {
+    throw failure(
+      `tensor_parallel_size ${tp} × pipeline_parallel_size ${pp} = ${tp * pp} does not match ${gpus.length} GPUs × ${nnodes} node${nnodes === 1 ? '' : 's'} = ${gpus.length * nnodes}`,
+    );
+  }
+
+  const minCc = profile.minComputeCapability;
+  if (minCc !== '' && !parseComputeCapability(minCc)) {
+    throw failure(`profile ${profile.name || '(unnamed)'}: min_compute_capability ${JSON.stringify(minCc)} is not major.minor, e.g. 8.0`);
+  }
+  const byIndex = new Map(ctx.inventory.gpus.map((g) => [g.index, g]));
+  const known = ctx.inventory.gpus.map((g) => g.index).filter((i) => i >= 0);
+  for (const i of gpus) {
+    const gpu = byIndex.get(i);
+    if (!gpu) throw failure(`GPU ${i} does not exist on this node (GPUs: ${known.length > 0 ? known.join(', ') : 'none'})`);
+    const holder = ctx.heldGpus.get(i);
+    if (holder !== undefined) throw failure(`GPU ${i} is held by shard ${holder}`);
+    const squatter = ctx.foreignProcesses.find((p) => p.gpuUuid !== '' && p.gpuUuid === gpu.uuid);
+    if (squatter) {
+      throw failure(
+        `GPU ${i} is in use by pid ${squatter.pid}${squatter.processName ? ` (${squatter.processName})` : ''}, which no shard owns; stop it first`,
+      );
+    }
+    if (!gpu.healthy) throw failure(`GPU ${i} is unhealthy: ${gpu.error || 'unknown error'}`);
+    if (minCc !== '') {
+      if (gpu.computeCapability === '' || !parseComputeCapability(gpu.computeCapability)) {
+        throw failure(`GPU ${i} compute capability is unknown (nvidia-smi too old to report it); the profile requires ${minCc}`);
+      }
+      if (compareComputeCapability(gpu.computeCapability, minCc) < 0) {
+        throw failure(`GPU ${i} (${gpu.name}) has compute capability ${gpu.computeCapability}, below the profile's min_compute_capability ${minCc}`);
+      }
+    }
+  }
+
+  if ((await resolveExecutable(opts.executable)) === undefined) {
+    const where = opts.executable.includes('/') ? 'is not an executable file' : 'is not found on PATH';
+    throw failure(`engine executable ${JSON.stringify(opts.executable)} ${where}; ${opts.executableHint}`);
+  }
+
+  if (servesHttp(spec)) {
+    if (!validPort(spec.httpPort)) throw failure(`shard ${spec.shardId}: http_port ${spec.httpPort} is not in 1..65535`);
+    if (!(await ctx.isPortFree(spec.httpPort))) throw failure(`http_port ${spec.httpPort} is already in use on this node`);
+  }
+}

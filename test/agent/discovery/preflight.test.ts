@@ -1,0 +1,72 @@
+import { create } from '@bufbuild/protobuf';
+import { describe, expect, it } from 'vitest';
+import { runPreflight } from '../../../src/agent/discovery/preflight.js';
+import { GpuProcessSchema, GpuSchema, HcaSchema, InventorySchema, NetInterfaceSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+
+const inventory = () =>
+  create(InventorySchema, {
+    driverVersion: '550.54.15',
+    cudaVersion: '12.4',
+    gpus: [0, 1].map((i) => create(GpuSchema, { index: i, uuid: `GPU-${i}`, healthy: true })),
+    hcas: [
+      create(HcaSchema, { name: 'mlx5_0', port: 1, state: 'ACTIVE', rateGbps: 400, linkLayer: 'InfiniBand' }),
+      create(HcaSchema, { name: 'mlx5_1', port: 1, state: 'DOWN', physState: 'Disabled' }),
+    ],
+    interfaces: [create(NetInterfaceSchema, { name: 'eth0', addresses: ['10.0.0.5/24', 'fe80::1/64'] }), create(NetInterfaceSchema, { name: 'eth1', addresses: ['fe80::2/64'] })],
+  });
+const byName = (checks: { name: string; ok: boolean; detail: string }[]) => Object.fromEntries(checks.map((c) => [c.name, c]));
+
+describe('runPreflight', () => {
+  it('passes a node that has everything its config asks for', () => {
+    const checks = runPreflight(inventory(), { fabrics: [{ hca: 'mlx5_0', fabric: 'ib-a' }], mgmtInterface: 'eth0' });
+    expect(checks.map((c) => [c.name, c.ok])).toEqual([
+      ['driver', true],
+      ['gpu-health', true],
+      ['foreign-processes', true],
+      ['fabric ib-a', true],
+      ['mgmt-interface', true],
+    ]);
+    expect(byName(checks)['mgmt-interface']?.detail).toBe('eth0 10.0.0.5/24');
+  });
+
+  it('fails the driver and GPU checks on a node without a driver, quoting why', () => {
+    const inv = create(InventorySchema, { warnings: ['no NVIDIA driver: nvidia-smi not found'] });
+    const c = byName(runPreflight(inv, { fabrics: [], mgmtInterface: '' }));
+    expect(c.driver).toEqual({ name: 'driver', ok: false, detail: 'no NVIDIA driver: nvidia-smi not found' });
+    expect(c['gpu-health']?.ok).toBe(false);
+    expect(c['mgmt-interface']).toBeUndefined();
+  });
+
+  it('names an unhealthy GPU and its reason', () => {
+    const inv = inventory();
+    Object.assign(inv.gpus[1] as object, { healthy: false, error: 'GPU requires reset' });
+    expect(byName(runPreflight(inv, { fabrics: [], mgmtInterface: '' }))['gpu-health']).toMatchObject({
+      ok: false,
+      detail: expect.stringContaining('GPU 1: GPU requires reset'),
+    });
+  });
+
+  it('names a foreign compute process, and accepts the ones shards own', () => {
+    const inv = inventory();
+    inv.processes = [create(GpuProcessSchema, { pid: 4242, gpuUuid: 'GPU-1', usedMemoryMb: 10240, processName: 'python3' })];
+    expect(byName(runPreflight(inv, { fabrics: [], mgmtInterface: '' }))['foreign-processes']).toMatchObject({
+      ok: false,
+      detail: expect.stringContaining('pid 4242 (python3) holds 10240 MB on GPU 1'),
+    });
+    expect(byName(runPreflight(inv, { fabrics: [], mgmtInterface: '', ownedPids: new Set([4242]) }))['foreign-processes']?.ok).toBe(true);
+  });
+
+  it('fails a fabric whose HCA is missing or not ACTIVE', () => {
+    const c = byName(runPreflight(inventory(), { fabrics: [{ hca: 'mlx5_1', fabric: 'ib-b' }, { hca: 'mlx5_7', fabric: 'ib-c' }], mgmtInterface: '' }));
+    expect(c['fabric ib-b']).toMatchObject({ ok: false, detail: expect.stringContaining('mlx5_1 is not ACTIVE: port 1 DOWN (Disabled)') });
+    expect(c['fabric ib-c']).toMatchObject({ ok: false, detail: 'HCA mlx5_7 not found (HCAs here: mlx5_0, mlx5_1)' });
+  });
+
+  it('fails a management interface that is missing or has no IPv4 address', () => {
+    expect(byName(runPreflight(inventory(), { fabrics: [], mgmtInterface: 'eth1' }))['mgmt-interface']).toMatchObject({
+      ok: false,
+      detail: 'eth1 has no IPv4 address; NCCL and Gloo bootstrap over it',
+    });
+    expect(byName(runPreflight(inventory(), { fabrics: [], mgmtInterface: 'bond0' }))['mgmt-interface']?.detail).toMatch(/^bond0 not found/);
+  });
+});

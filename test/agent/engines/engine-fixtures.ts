@@ -1,0 +1,43 @@
+import { create } from '@bufbuild/protobuf';
+import type { ValidationContext } from '../../../src/agent/engines/engine.js';
+import { GpuSchema, InventorySchema, type Profile, ProfileSchema, type StartShard, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+
+type ShardFields = 'shardId' | 'replicaId' | 'rank' | 'nnodes' | 'gpuIndices' | 'hcas' | 'httpPort' | 'leaderAddr' | 'leaderPort';
+type ProfileFields = 'model' | 'servedModelName' | 'tensorParallelSize' | 'pipelineParallelSize' | 'args' | 'env' | 'minComputeCapability' | 'engine';
+
+/** Eight healthy H100s, as the fake hgx-h100x8 data set describes them. */
+export function h100Inventory() {
+  return create(InventorySchema, {
+    gpus: Array.from({ length: 8 }, (_, i) =>
+      create(GpuSchema, { index: i, uuid: `GPU-${i}`, name: 'NVIDIA H100 80GB HBM3', computeCapability: '9.0', healthy: true }),
+    ),
+  });
+}
+
+export function shard(
+  over: Partial<Pick<StartShard, ShardFields>> & { profile?: Partial<Pick<Profile, ProfileFields>> } = {},
+): StartShard {
+  const { profile, ...rest } = over;
+  return create(StartShardSchema, {
+    shardId: 's1',
+    replicaId: 'r1',
+    rank: 0,
+    nnodes: 1,
+    gpuIndices: [0, 1],
+    httpPort: 8000,
+    ...rest,
+    profile: create(ProfileSchema, {
+      name: 'llama-70b-tp2',
+      engine: 'vllm',
+      model: 'meta-llama/Llama-3.1-70B-Instruct',
+      servedModelName: 'llama-70b',
+      tensorParallelSize: 2,
+      pipelineParallelSize: 1,
+      ...profile,
+    }),
+  });
+}
+
+export function context(over: Partial<ValidationContext> = {}): ValidationContext {
+  return { inventory: h100Inventory(), heldGpus: new Map(), foreignProcesses: [], isPortFree: async () => true, ...over };
+}

@@ -1,0 +1,119 @@
+import { create } from '@bufbuild/protobuf';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import type { ValidationContext } from '../../../src/agent/engines/engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { GpuProcessSchema, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { LlmgwError } from '../../../src/lib/errors.js';
+import { context, shard } from './engine-fixtures.js';
+
+const tmp = mkdtempSync(join(tmpdir(), 'llmgw-validate-'));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+// An executable that certainly exists, so only the check under test fails.
+const engine = new VllmEngine({ command: [process.execPath], env: {}, extraArgs: [] }, 'eth0');
+
+async function refusal(spec: StartShard, ctx: ValidationContext = context(), e = engine): Promise<string> {
+  try {
+    await e.validate(spec, ctx);
+  } catch (err) {
+    expect(err).toBeInstanceOf(LlmgwError);
+    expect((err as LlmgwError).kind).toBe('failure');
+    const message = (err as LlmgwError).message;
+    expect(message).not.toContain('\n');
+    return message;
+  }
+  throw new Error('validation passed');
+}
+
+describe('engine validation', () => {
+  it('accepts a shard that fits the node', async () => {
+    await expect(engine.validate(shard(), context())).resolves.toBeUndefined();
+  });
+
+  it('refuses GPU indices that do not exist, repeat, or are missing', async () => {
+    expect(await refusal(shard({ gpuIndices: [7, 8] }))).toBe('GPU 8 does not exist on this node (GPUs: 0, 1, 2, 3, 4, 5, 6, 7)');
+    expect(await refusal(shard({ gpuIndices: [3, 3] }))).toBe('GPU 3 is listed twice in gpu_indices [3, 3]');
+    expect(await refusal(shard({ gpuIndices: [] }))).toBe('shard s1 lists no GPUs (gpu_indices is empty)');
+  });
+
+  it('refuses a GPU held by another live shard, naming it', async () => {
+    expect(await refusal(shard(), context({ heldGpus: new Map([[1, 'llama-8b-r0']]) }))).toBe('GPU 1 is held by shard llama-8b-r0');
+  });
+
+  it('refuses a GPU used by a foreign compute process, naming the pid', async () => {
+    const foreignProcesses = [create(GpuProcessSchema, { pid: 4242, gpuUuid: 'GPU-0', usedMemoryMb: 10240, processName: 'python3' })];
+    expect(await refusal(shard(), context({ foreignProcesses }))).toBe('GPU 0 is in use by pid 4242 (python3), which no shard owns; stop it first');
+  });
+
+  it('refuses parallelism that does not match the GPUs of all ranks', async () => {
+    expect(await refusal(shard({ profile: { tensorParallelSize: 4 } }))).toBe(
+      'tensor_parallel_size 4 × pipeline_parallel_size 1 = 4 does not match 2 GPUs × 1 node = 2',
+    );
+    expect(await refusal(shard({ nnodes: 2, leaderAddr: '10.0.0.1', leaderPort: 29500, profile: { tensorParallelSize: 2 } }))).toBe(
+      'tensor_parallel_size 2 × pipeline_parallel_size 1 = 2 does not match 2 GPUs × 2 nodes = 4',
+    );
+    // 0 means 1.
+    await expect(engine.validate(shard({ gpuIndices: [0], profile: { tensorParallelSize: 0, pipelineParallelSize: 0 } }), context())).resolves.toBeUndefined();
+  });
+
+  it('compares compute capability numerically and refuses unknown or unhealthy GPUs', async () => {
+    expect(await refusal(shard({ profile: { minComputeCapability: '10.0' } }))).toBe(
+      "GPU 0 (NVIDIA H100 80GB HBM3) has compute capability 9.0, below the profile's min_compute_capability 10.0",
+    );
+    await expect(engine.validate(shard({ profile: { minComputeCapability: '8.0' } }), context())).resolves.toBeUndefined();
+    const old = context();
+    for (const g of old.inventory.gpus) g.computeCapability = '';
+    expect(await refusal(shard({ profile: { minComputeCapability: '8.0' } }), old)).toBe(
+      'GPU 0 compute capability is unknown (nvidia-smi too old to report it); the profile requires 8.0',
+    );
+    expect(await refusal(shard({ profile: { minComputeCapability: 'hopper' } }))).toBe(
+      'profile llama-70b-tp2: min_compute_capability "hopper" is not major.minor, e.g. 8.0',
+    );
+    const sick = context();
+    Object.assign(sick.inventory.gpus[1] as object, { healthy: false, error: 'GPU requires reset' });
+    expect(await refusal(shard(), sick)).toBe('GPU 1 is unhealthy: GPU requires reset');
+  });
+
+  it('refuses an engine executable that does not resolve', async () => {
+    const missing = new VllmEngine({ command: ['vllm-not-installed-here', 'serve'], env: {}, extraArgs: [] }, 'eth0');
+    expect(await refusal(shard(), context(), missing)).toBe(
+      'engine executable "vllm-not-installed-here" is not found on PATH; set engines.vllm.command',
+    );
+    const notExec = join(tmp, 'vllm');
+    writeFileSync(notExec, '#!/bin/sh\n', { mode: 0o644 });
+    const plain = new VllmEngine({ command: [notExec], env: {}, extraArgs: [] }, 'eth0');
+    expect(await refusal(shard(), context(), plain)).toBe(`engine executable "${notExec}" is not an executable file; set engines.vllm.command`);
+    const onPath = new VllmEngine({ command: ['sh'], env: {}, extraArgs: [] }, 'eth0');
+    await expect(onPath.validate(shard(), context())).resolves.toBeUndefined();
+  });
+
+  it('requires a leader address, a leader port and a rank in range for multi-node shards', async () => {
+    const multi = { nnodes: 2, leaderAddr: '10.0.0.1', leaderPort: 29500, profile: { tensorParallelSize: 4 } };
+    expect(await refusal(shard({ ...multi, leaderAddr: '' }))).toBe('shard s1: nnodes 2 requires leader_addr');
+    expect(await refusal(shard({ ...multi, leaderPort: 0 }))).toBe('shard s1: leader_port 0 is not in 1..65535');
+    expect(await refusal(shard({ ...multi, leaderPort: 70000 }))).toBe('shard s1: leader_port 70000 is not in 1..65535');
+    expect(await refusal(shard({ ...multi, rank: 2 }))).toBe('shard s1: rank 2 is not in [0, 2)');
+    expect(await refusal(shard({ rank: 1 }))).toBe('shard s1: rank 1 with nnodes 1; a single-node shard is rank 0');
+  });
+
+  it('checks the HTTP port only on a rank that serves HTTP', async () => {
+    expect(await refusal(shard({ httpPort: 0 }))).toBe('shard s1: http_port 0 is not in 1..65535');
+    expect(await refusal(shard(), context({ isPortFree: async () => false }))).toBe('http_port 8000 is already in use on this node');
+    const worker = shard({ nnodes: 2, rank: 1, httpPort: 0, leaderAddr: '10.0.0.1', leaderPort: 29500, profile: { tensorParallelSize: 4 } });
+    await expect(engine.validate(worker, context({ isPortFree: async () => false }))).resolves.toBeUndefined();
+  });
+
+  it('refuses a shard without replica, profile or model, and a profile that assigns its own GPUs', async () => {
+    expect(await refusal(shard({ replicaId: '' }))).toBe('shard s1: replica_id is empty');
+    expect(await refusal(shard({ profile: { model: '' } }))).toBe('shard s1: profile llama-70b-tp2 has no model');
+    const bare = shard();
+    bare.profile = undefined;
+    expect(await refusal(bare)).toBe('shard s1 has no profile');
+    expect(await refusal(shard({ profile: { env: { CUDA_VISIBLE_DEVICES: '0' } } }))).toBe(
+      'profile llama-70b-tp2 sets CUDA_VISIBLE_DEVICES; the agent assigns GPUs from gpu_indices',
+    );
+  });
+});

@@ -1,0 +1,35 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT } from './run-cli.js';
+
+/** The fake nvidia-smi that ships with the package (runs dist/, so the build must be current). */
+export const FAKE_NVIDIA_SMI = join(REPO_ROOT, 'bin/fake-nvidia-smi');
+export const GPU_FIXTURES = join(REPO_ROOT, 'fixtures/gpu');
+export const SYSFS_FIXTURE = join(REPO_ROOT, 'fixtures/sysfs/hgx-h100x8');
+
+/** A file of a GPU data set, e.g. gpuFixture('hgx-h100x8', 'topo-m.txt'). */
+export function gpuFixture(dataset: string, file: string): string {
+  return readFileSync(join(GPU_FIXTURES, dataset, file), 'utf8');
+}
+
+/** Pids of live processes whose environment contains `marker` (children keep the env they were started with). */
+export function processesWithEnvMarker(marker: string): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSafe('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    try {
+      if (readFileSync(`/proc/${entry}/environ`, 'latin1').includes(marker)) out.push(Number(entry));
+    } catch {
+      // Gone meanwhile, or not ours.
+    }
+  }
+  return out;
+}
+
+function readdirSafe(dir: string): string[] {
+  try {
+    return readdirSync(dir);
+  } catch {
+    return [];
+  }
+}

@@ -1,0 +1,56 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, describe, expect, it } from 'vitest';
+import { FAKE_NVIDIA_SMI, gpuFixture } from '../helpers/fake-gpus.js';
+
+const tmp = mkdtempSync(join(tmpdir(), 'llmgw-fake-smi-'));
+afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+const smi = (args: string[], env: Record<string, string> = {}) =>
+  execa(FAKE_NVIDIA_SMI, args, { reject: false, timeout: 20_000, stripFinalNewline: false, env: { LLMGW_FAKE_GPUS: '', ...env } });
+
+describe('bin/fake-nvidia-smi', () => {
+  it('answers any field list in the order asked, without header and units', async () => {
+    const r = await smi(['--query-gpu=memory.used,index,name', '--format=csv,noheader,nounits'], { LLMGW_FAKE_GPUS: 'pcie-l40sx4' });
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toBe('0, 0, NVIDIA L40S\n412, 1, NVIDIA L40S\n0, 2, NVIDIA L40S\n0, 3, NVIDIA L40S\n');
+  });
+
+  it('prints the header with units for --format=csv', async () => {
+    const r = await smi(['--query-gpu=index,memory.total', '--format=csv']);
+    expect(r.stdout.split('\n').slice(0, 2)).toEqual(['index, memory.total [MiB]', '0, 81559 MiB']);
+  });
+
+  it('refuses compute_cap on the old driver the way nvidia-smi does', async () => {
+    const r = await smi(['--query-gpu=index,compute_cap', '--format=csv,noheader,nounits'], { LLMGW_FAKE_GPUS: 'old-driver' });
+    expect(r.exitCode).toBe(2);
+    expect(r.stdout).toBe('Field "compute_cap" is not a valid field to query.\n\n');
+  });
+
+  it('answers -L and topo -m from the data set', async () => {
+    expect((await smi(['-L'], { LLMGW_FAKE_GPUS: 'a100-mig' })).stdout).toBe(gpuFixture('a100-mig', 'list-L.txt'));
+    expect((await smi(['topo', '-m'])).stdout).toBe(gpuFixture('hgx-h100x8', 'topo-m.txt'));
+    const failed = await smi(['topo', '-m'], { LLMGW_FAKE_GPUS: 'fault' });
+    expect(failed.exitCode).toBe(255);
+  });
+
+  it('lists compute processes from LLMGW_FAKE_GPU_PROCS, and none without it', async () => {
+    const procs = join(tmp, 'procs');
+    writeFileSync(procs, '4242,GPU-9a7e55c2-1d04-4b8e-a3f0-000000000001,412,python3\n');
+    const args = ['--query-compute-apps=pid,gpu_uuid,used_memory,process_name', '--format=csv,noheader,nounits'];
+    expect((await smi(args, { LLMGW_FAKE_GPUS: 'pcie-l40sx4', LLMGW_FAKE_GPU_PROCS: procs })).stdout).toBe(
+      '4242, GPU-9a7e55c2-1d04-4b8e-a3f0-000000000001, 412, python3\n',
+    );
+    expect((await smi(args, { LLMGW_FAKE_GPUS: 'pcie-l40sx4' })).stdout).toBe('');
+  });
+
+  it('fails every call with LLMGW_FAKE_NVIDIA_SMI_EXIT, and takes a data set by absolute path', async () => {
+    const r = await smi(['-L'], { LLMGW_FAKE_NVIDIA_SMI_EXIT: '9' });
+    expect(r.exitCode).toBe(9);
+    expect(r.stdout).toContain("couldn't communicate with the NVIDIA driver");
+    const missing = await smi(['-L'], { LLMGW_FAKE_GPUS: join(tmp, 'nothing-here') });
+    expect([missing.exitCode, missing.stdout]).toEqual([6, 'No devices were found\n']);
+  });
+});

@@ -76,6 +76,11 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
     process.on('SIGTERM', onTerm);
     process.on('SIGINT', onTerm);
 
+    // An engine that is loading forever or a worker rank has no other handle:
+    // without this one Node would find nothing left to do and exit (13).
+    const keepAlive = setInterval(() => {}, 1 << 30);
+    timers.push(keepAlive);
+
     const later = (ms: number, fn: () => void) => {
       const t = setTimeout(fn, ms);
       timers.push(t);

@@ -91,13 +91,13 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
 
     if (opts.spawnChild) {
       // Same process group (not detached): what a stop must reach through the group.
-      const script = opts.ignoreSigterm
-        ? "process.on('SIGTERM',()=>{});setInterval(()=>{},1<<30)"
-        : 'setInterval(()=>{},1<<30)';
+      // It says it is ready only once its SIGTERM disposition is set, so a
+      // test that waits for the line knows which signal will end it.
+      const ignore = opts.ignoreSigterm ? "process.on('SIGTERM',()=>{});" : '';
+      const script = `${ignore}console.log('INFO [multiproc_worker_utils.py:215] Worker process ' + process.pid + ' ready');setInterval(()=>{},1<<30)`;
       child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'inherit', 'inherit'] });
       child.on('error', () => {});
       child.unref();
-      logLine('INFO', 'multiproc_worker_utils.py:215', `Worker ready; pid ${child.pid}`);
     }
 
     if (opts.failAfterMs !== undefined) {

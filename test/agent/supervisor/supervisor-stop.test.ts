@@ -43,13 +43,10 @@ async function readySim(sup: Supervisor, id: string, args: string[]) {
   return { shard, baseUrl };
 }
 
-const grandchildOf = async (pgid: number) => {
-  let others: number[] = [];
-  await until(() => {
-    others = groupMembers(pgid).filter((p) => p !== pgid);
-    return others.length > 0;
-  }, 'the grandchild to start');
-  return others;
+/** The sim's grandchild, once it says it is ready (its SIGTERM disposition set). */
+const grandchildOf = async (sup: Supervisor, id: string, pgid: number) => {
+  await until(async () => (await sup.tailLog(id, 50)).some((l) => /Worker process \d+ ready/.test(l)), 'the grandchild to start');
+  return groupMembers(pgid).filter((p) => p !== pgid);
 };
 
 describe('Supervisor.stop', () => {
@@ -59,7 +56,8 @@ describe('Supervisor.stop', () => {
     const seen: ShardTransition[] = [];
     sup.on('transition', (t) => seen.push(t));
     const { shard } = await readySim(sup, 'stubborn', ['--ignore-sigterm', '--spawn-child']);
-    const grandchildren = await grandchildOf(shard.pid);
+    const grandchildren = await grandchildOf(sup, 'stubborn', shard.pid);
+    expect(grandchildren).toHaveLength(1);
 
     const t0 = Date.now();
     const stopped = await sup.stop('stubborn');
@@ -92,7 +90,7 @@ describe('Supervisor.stop', () => {
   it('kills what a crashed leader left behind when a FAILED shard is stopped', async () => {
     const sup = newSupervisor({ stopGraceMs: 500 });
     const { shard } = await readySim(sup, 'leftover', ['--ignore-sigterm', '--spawn-child']);
-    const [grandchild] = await grandchildOf(shard.pid);
+    const [grandchild] = await grandchildOf(sup, 'leftover', shard.pid);
     process.kill(shard.pid, 'SIGKILL'); // the leader only: its worker keeps the GPUs
     await until(() => sup.get('leftover')?.state === ShardState.FAILED, 'FAILED');
     expect(isRunning(grandchild as number)).toBe(true);

@@ -42,7 +42,13 @@ function identityOf(pid: number): { pgid: number; identity: ProcessIdentity } {
  * being slow) can neither block the engine on a full pipe nor SIGPIPE it.
  */
 export async function launchDirect(plan: LaunchPlan, logPath: string): Promise<LaunchedEngine> {
-  const fd = openSync(logPath, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644);
+  let fd: number;
+  try {
+    // O_NOFOLLOW: a symlink planted at the log path would have the engine append to any file.
+    fd = openSync(logPath, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644);
+  } catch (err) {
+    throw failure(`cannot open the shard log ${logPath}: ${errorMessage(err)}`, { cause: err });
+  }
   let child: ChildProcess;
   try {
     child = spawn(plan.argv[0] as string, plan.argv.slice(1), {

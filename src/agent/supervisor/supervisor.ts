@@ -11,6 +11,7 @@ import { errnoCode, errorMessage, failure, usageError } from '../../lib/errors.j
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import { assertShardId, isValidShardId } from '../../lib/shard-id.js';
 import { PROBE_TIMEOUT_MS, httpGet, probeHealth, probeReady } from './http-probe.js';
+import { followFile } from './follow-file.js';
 import { defaultInFlightMetric } from './in-flight-metric.js';
 import { launchEngine } from './launch-engine.js';
 import type { LaunchPlan } from './launch-plan.js';
@@ -31,8 +32,13 @@ import {
   writeStateFile,
 } from './state-file.js';
 import { tailFile } from './tail-file.js';
-import { followFile } from './follow-file.js';
 import { terminateProcessGroup } from './terminate-process-group.js';
+
+// The contract's types, importable from here as well as from their own files.
+export type { LaunchPlan } from './launch-plan.js';
+export type { Orphan } from './orphan.js';
+export type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
+export { ShardFailedError } from './shard-failed-error.js';
 
 const S = ShardState;
 
@@ -157,7 +163,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     };
     if (to === S.FAILED || to === S.UNHEALTHY) this.log.warn(fields, 'shard state changed');
     else this.log.info(fields, 'shard state changed');
-    this.emit('transition', { shard: snapshotOf(rec), from, to });
+    try {
+      this.emit('transition', { shard: snapshotOf(rec), from, to });
+    } catch (err) {
+      // A listener's bug must not leave the shard half-way through a change
+      // (an exit handled, a timer not cleared).
+      this.log.error({ shard: rec.shardId, err: errorMessage(err) }, 'a transition listener threw');
+    }
   }
 
   // ---------------------------------------------------------------- start

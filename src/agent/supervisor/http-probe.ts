@@ -23,6 +23,11 @@ export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSi
       res.on('data', (c: Buffer) => chunks.push(c));
       res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
       res.on('error', reject);
+      // A response cut off mid-body (engine stopped, probe timed out) may end
+      // with 'close' alone; without this the probe would wait forever.
+      res.on('close', () => {
+        if (!res.complete) reject(new Error('response closed before it was complete'));
+      });
     });
     req.on('error', reject);
     req.end();

@@ -443,8 +443,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
         // Never longer than an interval, so one hung probe cannot hide the next ones.
         timeoutMs: Math.min(PROBE_TIMEOUT_MS, Math.max(500, intervalMs)),
         signal: this.closing.signal,
-      }).catch(() => undefined);
-      if (!result || this.closing.signal.aborted || this.shards.get(rec.shardId) !== rec || isTerminal(rec.state)) return;
+      }).catch((err: unknown) => ({ ok: false as const, loading: false, reason: errorMessage(err) }));
+      if (this.closing.signal.aborted || this.shards.get(rec.shardId) !== rec || isTerminal(rec.state)) return;
       if (rec.state === S.STOPPING) return;
       if (result.ok) {
         rec.healthFailures = 0;

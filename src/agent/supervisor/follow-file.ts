@@ -1,0 +1,111 @@
+import { open, stat } from 'node:fs/promises';
+import { StringDecoder } from 'node:string_decoder';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { rotatedLogPath } from './rotate-log.js';
+
+/** How often a followed file is looked at. Polling, because fs.watch loses track across truncation. */
+export const FOLLOW_POLL_MS = 250;
+const READ_MAX_BYTES = 1024 * 1024;
+
+export interface FollowFileOptions {
+  signal: AbortSignal;
+  /** Checked every poll; when true the rest of the file is read and the follow ends. */
+  isDone: () => boolean;
+  pollMs?: number;
+}
+
+async function inode(path: string): Promise<number | undefined> {
+  try {
+    return (await stat(path)).ino;
+  } catch {
+    return undefined;
+  }
+}
+
+async function readRange(path: string, from: number, to: number): Promise<Buffer> {
+  const fh = await open(path, 'r');
+  try {
+    const len = Math.max(0, Math.min(to - from, READ_MAX_BYTES));
+    const buf = Buffer.alloc(len);
+    const { bytesRead } = await fh.read(buf, 0, len, from);
+    return buf.subarray(0, bytesRead);
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * Lines appended to `path` from now on, in batches, across rotation: when the
+ * file is copied to `<path>.1` and truncated, what was written since the last
+ * read is taken from the copy, then reading restarts at the top of the file.
+ */
+export async function* followFile(path: string, opts: FollowFileOptions): AsyncGenerator<string[]> {
+  const pollMs = opts.pollMs ?? FOLLOW_POLL_MS;
+  const rotated = rotatedLogPath(path);
+  const decoder = new StringDecoder('utf8');
+  let partial = '';
+  let pos = 0;
+  let ino: number | undefined;
+  try {
+    const st = await stat(path);
+    pos = st.size;
+    ino = st.ino;
+  } catch {
+    // Not there yet; everything written once it appears is new.
+  }
+  let rotatedIno = await inode(rotated);
+
+  const take = (buf: Buffer): string[] => {
+    const text = partial + decoder.write(buf);
+    const parts = text.split('\n');
+    partial = parts.pop() as string;
+    return parts;
+  };
+
+  for (;;) {
+    const done = opts.isDone();
+    const batch: string[] = [];
+    const st = await stat(path).catch(() => undefined);
+    if (st) {
+      const nowRotatedIno = await inode(rotated);
+      if (st.ino !== ino) {
+        // A different file now: read it from its start.
+        ino = st.ino;
+        pos = 0;
+      } else if (nowRotatedIno !== rotatedIno || st.size < pos) {
+        // Rotated (or truncated by someone): the bytes we had not read yet are
+        // at the end of the copy, if there is a new copy.
+        if (nowRotatedIno !== rotatedIno && nowRotatedIno !== undefined) {
+          const rst = await stat(rotated).catch(() => undefined);
+          while (rst && pos < rst.size) {
+            const buf = await readRange(rotated, pos, rst.size).catch(() => Buffer.alloc(0));
+            if (buf.length === 0) break;
+            pos += buf.length;
+            batch.push(...take(buf));
+          }
+        }
+        pos = 0;
+      }
+      rotatedIno = nowRotatedIno;
+      while (pos < st.size) {
+        const buf = await readRange(path, pos, st.size);
+        if (buf.length === 0) break;
+        pos += buf.length;
+        batch.push(...take(buf));
+      }
+    }
+    if (done) {
+      const rest = partial + decoder.end();
+      if (rest !== '') batch.push(rest);
+      if (batch.length > 0) yield batch;
+      return;
+    }
+    if (batch.length > 0) yield batch;
+    if (opts.signal.aborted) return;
+    try {
+      await sleep(pollMs, undefined, { signal: opts.signal });
+    } catch {
+      return;
+    }
+  }
+}

@@ -1,0 +1,103 @@
+import { request } from 'node:http';
+import { errnoCode, errorMessage } from '../../lib/errors.js';
+
+/** Limit for one probe request; a hung engine must not stall the probe loop. */
+export const PROBE_TIMEOUT_MS = 3000;
+
+export interface HttpResult {
+  status: number;
+  body: string;
+}
+
+/**
+ * GET with a hard limit and no connection reuse: a probe must see the engine
+ * as a new client would, and a pooled socket to a hung engine would hide it.
+ */
+export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<HttpResult> {
+  const signals = [AbortSignal.timeout(opts.timeoutMs)];
+  if (opts.signal) signals.push(opts.signal);
+  const signal = AbortSignal.any(signals);
+  return new Promise((resolve, reject) => {
+    const req = request(url, { method: 'GET', agent: false, signal }, (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (c: Buffer) => chunks.push(c));
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+      res.on('error', reject);
+      // A response cut off mid-body (engine stopped, probe timed out) may end
+      // with 'close' alone; without this the probe would wait forever.
+      res.on('close', () => {
+        if (!res.complete) reject(new Error('response closed before it was complete'));
+      });
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+export type ProbeResult =
+  | { ok: true }
+  /** Not ready; `loading` when the port is not open yet, which is how vLLM says it is still loading. */
+  | { ok: false; loading: boolean; reason: string };
+
+/** Turns a transport error into a probe result, by what the errno means for an engine. */
+function probeFailure(what: string, err: unknown): ProbeResult {
+  const code = errnoCode(err);
+  // ECONNREFUSED: nothing listens yet. vLLM opens its port only once the
+  // model is loaded, so this is the normal state of a loading engine.
+  if (code === 'ECONNREFUSED') return { ok: false, loading: true, reason: `${what}: connection refused (still loading)` };
+  // An abort from the timeout: the process is there but does not answer,
+  // the signature of a hung collective.
+  if (err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError')) {
+    return { ok: false, loading: false, reason: `${what}: no answer in time` };
+  }
+  // ECONNRESET and the rest: answered badly; not ready, try again.
+  return { ok: false, loading: false, reason: `${what}: ${code ?? errorMessage(err)}` };
+}
+
+/** GET /health answers 200. */
+export async function probeHealth(baseUrl: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<ProbeResult> {
+  try {
+    const r = await httpGet(`${baseUrl}/health`, opts);
+    if (r.status === 200) return { ok: true };
+    return { ok: false, loading: false, reason: `GET /health answered ${r.status}` };
+  } catch (err) {
+    opts.signal?.throwIfAborted();
+    return probeFailure('GET /health', err);
+  }
+}
+
+/**
+ * Ready means serving this model: /health alone turns 200 in some engines
+ * before the model is registered, and a router sent there gets 404s.
+ */
+export async function probeReady(
+  baseUrl: string,
+  servedModelName: string,
+  opts: { timeoutMs: number; signal?: AbortSignal },
+): Promise<ProbeResult> {
+  const health = await probeHealth(baseUrl, opts);
+  if (!health.ok) return health;
+  try {
+    const r = await httpGet(`${baseUrl}/v1/models`, opts);
+    if (r.status !== 200) return { ok: false, loading: false, reason: `GET /v1/models answered ${r.status}` };
+    const ids = modelIds(r.body);
+    if (ids.includes(servedModelName)) return { ok: true };
+    return {
+      ok: false,
+      loading: false,
+      reason: `GET /v1/models does not list ${JSON.stringify(servedModelName)} (it lists ${JSON.stringify(ids)})`,
+    };
+  } catch (err) {
+    opts.signal?.throwIfAborted();
+    return probeFailure('GET /v1/models', err);
+  }
+}
+
+function modelIds(body: string): string[] {
+  try {
+    const parsed = JSON.parse(body) as { data?: { id?: unknown }[] };
+    return (parsed.data ?? []).map((m) => m.id).filter((id): id is string => typeof id === 'string');
+  } catch {
+    return [];
+  }
+}

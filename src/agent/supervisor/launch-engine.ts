@@ -1,0 +1,116 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { closeSync, constants, openSync } from 'node:fs';
+import { once } from 'node:events';
+import { execa } from 'execa';
+import type { Launcher } from '../config/agent-config.js';
+import { errorMessage, failure } from '../../lib/errors.js';
+import type { LaunchPlan } from './launch-plan.js';
+import { type ProcessIdentity, readBootId, readProcStat } from './process-identity.js';
+import { buildSystemdRunArgv, systemdUnitName } from './systemd-run-argv.js';
+
+/** Limit for systemd-run and systemctl, which answer in milliseconds when systemd is healthy. */
+export const SYSTEMD_TIMEOUT_MS = 30_000;
+
+export interface LaunchedEngine {
+  pid: number;
+  pgid: number;
+  identity: ProcessIdentity;
+  /** Present when the engine is our own child, whose exit status we will be told. */
+  child?: ChildProcess;
+}
+
+/** plan.env exactly, plus PATH and HOME when the plan leaves them out: without PATH most engines cannot find their own tools. */
+function engineEnv(plan: LaunchPlan): Record<string, string> {
+  const env = { ...plan.env };
+  for (const key of ['PATH', 'HOME']) {
+    const value = process.env[key];
+    if (env[key] === undefined && value !== undefined) env[key] = value;
+  }
+  return env;
+}
+
+function identityOf(pid: number): { pgid: number; identity: ProcessIdentity } {
+  const stat = readProcStat(pid);
+  if (!stat) throw failure(`engine process ${pid} vanished before it could be identified; see its log`);
+  return { pgid: stat.pgrp, identity: { startTime: stat.startTime, bootId: readBootId() } };
+}
+
+/**
+ * Starts the engine as our child in its own session and process group, stdin
+ * closed, stdout and stderr appended to its log by file descriptor. Nothing
+ * of the agent sits between the engine and its log, so the agent dying (or
+ * being slow) can neither block the engine on a full pipe nor SIGPIPE it.
+ */
+export async function launchDirect(plan: LaunchPlan, logPath: string): Promise<LaunchedEngine> {
+  let fd: number;
+  try {
+    // O_NOFOLLOW: a symlink planted at the log path would have the engine append to any file.
+    fd = openSync(logPath, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644);
+  } catch (err) {
+    throw failure(`cannot open the shard log ${logPath}: ${errorMessage(err)}`, { cause: err });
+  }
+  let child: ChildProcess;
+  try {
+    child = spawn(plan.argv[0] as string, plan.argv.slice(1), {
+      detached: true,
+      stdio: ['ignore', fd, fd],
+      env: engineEnv(plan),
+    });
+  } finally {
+    // The child has its own copy; ours would only keep the file open.
+    closeSync(fd);
+  }
+  if (child.pid === undefined) {
+    // exec failed (ENOENT, EACCES): Node reports it as an 'error' event.
+    const [err] = (await once(child, 'error')) as [Error];
+    throw failure(`cannot launch engine ${JSON.stringify(plan.argv[0])}: ${errorMessage(err)}`, { cause: err });
+  }
+  // A later 'error' (a failed kill) must not crash the agent.
+  child.on('error', () => {});
+  // The agent's event loop must not wait for engines: they outlive it.
+  child.unref();
+  // Read synchronously, before the event loop can reap a child that exited at once.
+  const { pgid, identity } = identityOf(child.pid);
+  return { pid: child.pid, pgid, identity, child };
+}
+
+/**
+ * Starts the engine as a transient systemd unit. The engine is then
+ * systemd's child, not ours: its exit is noticed by polling, like an adopted
+ * engine's, and its exit status is not known here.
+ */
+export async function launchSystemdRun(
+  shardId: string,
+  plan: LaunchPlan,
+  logPath: string,
+  signal?: AbortSignal,
+): Promise<LaunchedEngine> {
+  const [cmd, ...args] = buildSystemdRunArgv(shardId, { ...plan, env: engineEnv(plan) }, logPath);
+  const unit = `${systemdUnitName(shardId)}.service`;
+  try {
+    await execa(cmd as string, args, { timeout: SYSTEMD_TIMEOUT_MS, cancelSignal: signal, stdin: 'ignore' });
+    const { stdout } = await execa('systemctl', ['show', '-p', 'MainPID', '--value', unit], {
+      timeout: SYSTEMD_TIMEOUT_MS,
+      cancelSignal: signal,
+      stdin: 'ignore',
+    });
+    const pid = Number(String(stdout).trim());
+    if (!Number.isInteger(pid) || pid <= 1) {
+      throw failure(`systemd unit ${unit} has no main process (MainPID ${JSON.stringify(String(stdout).trim())}); see journalctl -u ${unit}`);
+    }
+    return { pid, ...identityOf(pid) };
+  } catch (err) {
+    if (err instanceof Error && err.name === 'LlmgwError') throw err;
+    throw failure(`cannot launch engine through systemd-run: ${errorMessage(err)}`, { cause: err });
+  }
+}
+
+export function launchEngine(
+  launcher: Launcher,
+  shardId: string,
+  plan: LaunchPlan,
+  logPath: string,
+  signal?: AbortSignal,
+): Promise<LaunchedEngine> {
+  return launcher === 'systemd-run' ? launchSystemdRun(shardId, plan, logPath, signal) : launchDirect(plan, logPath);
+}

@@ -1,0 +1,187 @@
+import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
+import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
+import { open, rename, unlink } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { Launcher } from '../config/agent-config.js';
+import { type StartShard, StartShardSchema } from '../../gen/llmgw/v1/agent_pb.js';
+import { errnoCode, errorMessage } from '../../lib/errors.js';
+import type { ProcessIdentity } from './process-identity.js';
+
+/** Bump when a field changes meaning; readers refuse versions they do not know. */
+export const STATE_SCHEMA_VERSION = 1;
+
+/** What survives the agent about one shard: enough to find, identify and describe its engine. */
+export interface ShardStateFile {
+  schemaVersion: number;
+  shardId: string;
+  replicaId: string;
+  spec: StartShard;
+  servesHttp: boolean;
+  inFlightMetric: string;
+  pid: number;
+  pgid: number;
+  identity: ProcessIdentity;
+  launcher: Launcher;
+  logPath: string;
+  createdAtMs: number;
+}
+
+export function stateFilePath(shardsDir: string, shardId: string): string {
+  return join(shardsDir, `${shardId}.json`);
+}
+
+function toDisk(s: ShardStateFile): JsonValue {
+  return {
+    schemaVersion: s.schemaVersion,
+    shardId: s.shardId,
+    replicaId: s.replicaId,
+    spec: toJson(StartShardSchema, s.spec),
+    servesHttp: s.servesHttp,
+    inFlightMetric: s.inFlightMetric,
+    pid: s.pid,
+    pgid: s.pgid,
+    identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
+    launcher: s.launcher,
+    logPath: s.logPath,
+    createdAtMs: s.createdAtMs,
+  };
+}
+
+/**
+ * Writes the state file so that a crash at any moment leaves either the old
+ * file or the new one, never half of one: temp file, fsync, rename, fsync of
+ * the directory. A half-written file would make a healthy engine
+ * unidentifiable after a power cut, and unidentifiable engines are killed.
+ * rename() replaces a symlink at the target rather than writing through it.
+ */
+export async function writeStateFile(shardsDir: string, s: ShardStateFile): Promise<void> {
+  const target = stateFilePath(shardsDir, s.shardId);
+  const tmp = `${target}.tmp-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
+  const fh = await open(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
+  try {
+    await fh.writeFile(`${JSON.stringify(toDisk(s), null, 2)}\n`);
+    await fh.sync();
+  } catch (err) {
+    await fh.close();
+    await unlink(tmp).catch(() => {});
+    throw err;
+  }
+  await fh.close();
+  await rename(tmp, target);
+  const dir = await open(shardsDir, constants.O_RDONLY | constants.O_DIRECTORY);
+  try {
+    await dir.sync();
+  } finally {
+    await dir.close();
+  }
+}
+
+export type StateFileRead = { ok: true; file: ShardStateFile } | { ok: false; reason: string };
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Reads and validates a state file. Opened with O_NOFOLLOW: a symlink planted
+ * in the state directory could otherwise make the agent adopt (and later
+ * signal) whatever the link points at. Anything short of a complete, valid,
+ * current-version file is a reason, never a guess.
+ */
+export async function readStateFile(path: string, expectedShardId: string): Promise<StateFileRead> {
+  let text: string;
+  try {
+    const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      if (!(await fh.stat()).isFile()) return { ok: false, reason: 'state file is not a regular file' };
+      text = await fh.readFile('utf8');
+    } finally {
+      await fh.close();
+    }
+  } catch (err) {
+    if (errnoCode(err) === 'ELOOP') return { ok: false, reason: 'state file is a symlink; refused' };
+    return { ok: false, reason: `state file unreadable: ${errorMessage(err)}` };
+  }
+
+  return parseStateText(text, expectedShardId);
+}
+
+/** Validates the text of a state file; a reason for anything short of a complete, current-version file. */
+export function parseStateText(text: string, expectedShardId: string): StateFileRead {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(text);
+  } catch (err) {
+    return { ok: false, reason: `state file is not valid JSON (truncated or corrupt): ${errorMessage(err)}` };
+  }
+  if (!isObject(raw)) return { ok: false, reason: 'state file does not hold a JSON object' };
+  if (raw.schemaVersion !== STATE_SCHEMA_VERSION) {
+    return {
+      ok: false,
+      reason: `state file schema version ${JSON.stringify(raw.schemaVersion)} is not supported (this agent reads ${STATE_SCHEMA_VERSION})`,
+    };
+  }
+  const identity = raw.identity;
+  const bad = (field: string) => ({ ok: false as const, reason: `state file field ${field} is missing or invalid` });
+  if (raw.shardId !== expectedShardId) return bad('shardId');
+  if (typeof raw.replicaId !== 'string') return bad('replicaId');
+  if (typeof raw.servesHttp !== 'boolean') return bad('servesHttp');
+  if (typeof raw.inFlightMetric !== 'string') return bad('inFlightMetric');
+  if (!Number.isInteger(raw.pid) || (raw.pid as number) <= 1) return bad('pid');
+  if (!Number.isInteger(raw.pgid) || (raw.pgid as number) <= 1) return bad('pgid');
+  if (!isObject(identity) || typeof identity.startTime !== 'string' || !/^\d+$/.test(identity.startTime)) {
+    return bad('identity.startTime');
+  }
+  if (typeof identity.bootId !== 'string' || identity.bootId === '') return bad('identity.bootId');
+  if (raw.launcher !== 'direct' && raw.launcher !== 'systemd-run') return bad('launcher');
+  if (typeof raw.logPath !== 'string') return bad('logPath');
+  if (typeof raw.createdAtMs !== 'number') return bad('createdAtMs');
+  let spec: StartShard;
+  try {
+    spec = fromJson(StartShardSchema, raw.spec as JsonValue);
+  } catch (err) {
+    return { ok: false, reason: `state file field spec is invalid: ${errorMessage(err)}` };
+  }
+  return {
+    ok: true,
+    file: {
+      schemaVersion: STATE_SCHEMA_VERSION,
+      shardId: raw.shardId,
+      replicaId: raw.replicaId,
+      spec,
+      servesHttp: raw.servesHttp,
+      inFlightMetric: raw.inFlightMetric,
+      pid: raw.pid as number,
+      pgid: raw.pgid as number,
+      identity: { startTime: identity.startTime, bootId: identity.bootId },
+      launcher: raw.launcher,
+      logPath: raw.logPath,
+      createdAtMs: raw.createdAtMs,
+    },
+  };
+}
+
+/** readStateFile for callers that must stay synchronous. */
+export function readStateFileSync(path: string, expectedShardId: string): StateFileRead {
+  let text: string;
+  try {
+    const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+    try {
+      if (!fstatSync(fd).isFile()) return { ok: false, reason: 'state file is not a regular file' };
+      text = readFileSync(fd, 'utf8');
+    } finally {
+      closeSync(fd);
+    }
+  } catch (err) {
+    if (errnoCode(err) === 'ELOOP') return { ok: false, reason: 'state file is a symlink; refused' };
+    return { ok: false, reason: `state file unreadable: ${errorMessage(err)}` };
+  }
+  return parseStateText(text, expectedShardId);
+}
+
+/** unlink() removes a symlink itself, never its target. Missing is fine. */
+export async function removeStateFile(path: string): Promise<void> {
+  try {
+    await unlink(path);
+  } catch (err) {
+    if (errnoCode(err) !== 'ENOENT') throw err;
+  }
+}

@@ -1,0 +1,55 @@
+import { open } from 'node:fs/promises';
+import { errnoCode } from '../../lib/errors.js';
+
+const CHUNK_BYTES = 64 * 1024;
+/**
+ * Most bytes read for one tail. Without a limit a log without newlines (a
+ * progress bar, a binary dump) would be read whole; the first line returned
+ * is then cut short instead.
+ */
+export const TAIL_MAX_BYTES = 16 * 1024 * 1024;
+
+/**
+ * The last `lines` lines of a file, read backwards from its end in chunks, so
+ * a 1 GiB log costs what a 1 KiB one does. A missing file has no lines.
+ */
+export async function tailFile(path: string, lines: number): Promise<string[]> {
+  if (lines <= 0) return [];
+  let fh: Awaited<ReturnType<typeof open>>;
+  try {
+    fh = await open(path, 'r');
+  } catch (err) {
+    if (errnoCode(err) === 'ENOENT') return [];
+    throw err;
+  }
+  try {
+    const size = (await fh.stat()).size;
+    const chunks: Buffer[] = [];
+    let pos = size;
+    let newlines = 0;
+    let skipFinalNewline = true;
+    // One more newline than lines wanted: it marks where the first wanted line starts.
+    while (pos > 0 && newlines <= lines && size - pos < TAIL_MAX_BYTES) {
+      const len = Math.min(CHUNK_BYTES, pos);
+      pos -= len;
+      const buf = Buffer.alloc(len);
+      const { bytesRead } = await fh.read(buf, 0, len, pos);
+      const chunk = buf.subarray(0, bytesRead);
+      chunks.unshift(chunk);
+      for (let i = chunk.length - 1; i >= 0; i--) {
+        if (chunk[i] !== 0x0a) continue;
+        // The newline that ends the last line does not start a new one.
+        if (skipFinalNewline && pos + i === size - 1) continue;
+        newlines++;
+      }
+      skipFinalNewline = false;
+    }
+    let text = Buffer.concat(chunks).toString('utf8');
+    if (text.endsWith('\n')) text = text.slice(0, -1);
+    if (text === '' && size === 0) return [];
+    const all = text.split('\n');
+    return all.slice(Math.max(0, all.length - lines));
+  } finally {
+    await fh.close();
+  }
+}

@@ -1,0 +1,69 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { errnoCode } from '../../lib/errors.js';
+import { listProcessGroup } from './process-table.js';
+
+/** How often the group is looked at while waiting for it to go. */
+export const GROUP_POLL_MS = 50;
+
+export interface TerminateProcessGroupOptions {
+  pgid: number;
+  /**
+   * Asked right before every signal. False means the group is no longer the
+   * one we launched (its leader's pid now names another process), and nothing
+   * is sent: signalling a reused pid kills an innocent process.
+   */
+  stillOurs: () => boolean;
+  /** Time between SIGTERM and SIGKILL. */
+  graceMs: number;
+  /** Aborts the wait (the processes may then still be running). */
+  signal?: AbortSignal;
+}
+
+export type TerminateOutcome =
+  /** Nothing of the group was running. */
+  | 'gone'
+  /** Exited within the grace period after SIGTERM. */
+  | 'terminated'
+  /** Needed SIGKILL. */
+  | 'killed'
+  /** Refused: the group is no longer ours. */
+  | 'not-ours';
+
+function signalGroup(pgid: number, sig: NodeJS.Signals): void {
+  try {
+    process.kill(-pgid, sig);
+  } catch (err) {
+    // ESRCH: the whole group went between our look and the signal.
+    if (errnoCode(err) !== 'ESRCH') throw err;
+  }
+}
+
+async function waitGone(pgid: number, deadlineMs: number, signal?: AbortSignal): Promise<boolean> {
+  for (;;) {
+    if (listProcessGroup(pgid).length === 0) return true;
+    if (Date.now() >= deadlineMs) return false;
+    await sleep(Math.min(GROUP_POLL_MS, Math.max(1, deadlineMs - Date.now())), undefined, { signal });
+  }
+}
+
+/**
+ * SIGTERM to the whole process group, `graceMs`, then SIGKILL; resolves only
+ * when no process of the group is running. The group, not the leader: an
+ * engine's workers (and the CUDA memory they hold) outlive a leader that is
+ * signalled alone.
+ */
+export async function terminateProcessGroup(opts: TerminateProcessGroupOptions): Promise<TerminateOutcome> {
+  const { pgid, signal } = opts;
+  signal?.throwIfAborted();
+  if (listProcessGroup(pgid).length === 0) return 'gone';
+  if (!opts.stillOurs()) return 'not-ours';
+  signalGroup(pgid, 'SIGTERM');
+  if (await waitGone(pgid, Date.now() + opts.graceMs, signal)) return 'terminated';
+  if (!opts.stillOurs()) return 'not-ours';
+  signalGroup(pgid, 'SIGKILL');
+  // No limit here: SIGKILL cannot be ignored, and a process in uninterruptible
+  // sleep (a GPU driver call) still holds its memory until it is really gone.
+  // Reporting STOPPED before that would let the GPUs be handed out twice.
+  await waitGone(pgid, Number.POSITIVE_INFINITY, signal);
+  return 'killed';
+}

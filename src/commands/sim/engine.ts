@@ -1,0 +1,80 @@
+import { Flags } from '@oclif/core';
+import { BaseCommand } from '../../cli/base-command.js';
+import { parseDuration } from '../../lib/duration.js';
+import { usageError } from '../../lib/errors.js';
+import { SIM_DEFAULTS } from '../../sim/sim-engine-options.js';
+
+const duration = Flags.custom<number>({
+  parse: async (text) => {
+    const ms = parseDuration(text);
+    if (ms === undefined) throw usageError(`${JSON.stringify(text)} is not a duration: use e.g. 500ms, 5s, 2m`);
+    return ms;
+  },
+});
+
+export default class SimEngine extends BaseCommand {
+  static override summary = "Run a simulated inference engine that behaves like vLLM's OpenAI server.";
+
+  static override description = `Serves GET /health, GET /v1/models, POST /v1/chat/completions and
+/v1/completions (stream: true gives SSE) and GET /metrics with vLLM's gauge
+names. The port stays closed while "loading", as vLLM's does. SIGTERM stops
+accepting, finishes in-flight requests and exits 0. Fault switches
+(--fail-after, --never-ready, --ignore-sigterm, --hang-after, --spawn-child)
+reproduce the failures the agent must handle.`;
+
+  static override examples = [
+    '<%= config.bin %> sim engine --port 8000 --model llama-3-8b',
+    '<%= config.bin %> sim engine --port 8000 --load-time 5s --token-latency 50ms',
+    '# crashes while loading, like a CUDA error would',
+    '<%= config.bin %> sim engine --port 8000 --load-time 30s --fail-after 2s --exit-code 3',
+    '# stops answering (health included) after 10s; the process stays',
+    '<%= config.bin %> sim engine --port 8000 --hang-after 10s',
+    '# a worker rank: no HTTP, just stays alive',
+    '<%= config.bin %> sim engine --worker --log-rate 5',
+  ];
+
+  // An engine, not a reporting command: there is no result to print as JSON.
+  static override enableJsonFlag = false;
+
+  static override flags = {
+    host: Flags.string({ summary: 'Address to listen on.', default: SIM_DEFAULTS.host }),
+    port: Flags.integer({ summary: 'Port to listen on (0 picks a free one).', default: SIM_DEFAULTS.port, min: 0, max: 65535 }),
+    model: Flags.string({ summary: 'Served model name, as /v1/models lists it.', default: SIM_DEFAULTS.model }),
+    'load-time': duration({ summary: 'Time spent "loading" with the port closed, e.g. 5s.', default: SIM_DEFAULTS.loadTimeMs }),
+    'token-latency': duration({ summary: 'Time per generated token, e.g. 20ms.', default: SIM_DEFAULTS.tokenLatencyMs }),
+    'max-tokens': Flags.integer({ summary: 'Tokens generated when a request does not say.', default: SIM_DEFAULTS.maxTokens, min: 0 }),
+    'fail-after': duration({ summary: 'Crash this long after start (with --exit-code), printing an error first.' }),
+    'exit-code': Flags.integer({ summary: 'Exit status for --fail-after.', default: SIM_DEFAULTS.exitCode, min: 0, max: 255 }),
+    'never-ready': Flags.boolean({ summary: 'Never open the port: load forever.', default: false }),
+    'ignore-sigterm': Flags.boolean({ summary: 'Log SIGTERM and keep running (also in the --spawn-child grandchild).', default: false }),
+    'hang-after': duration({ summary: 'From this long after start, answer nothing (health included); the process stays.' }),
+    'log-rate': Flags.integer({ summary: 'Write this many log lines per second to stdout.', min: 1 }),
+    'spawn-child': Flags.boolean({ summary: 'Start a grandchild in the same process group that sleeps until killed.', default: false }),
+    worker: Flags.boolean({ summary: 'A non-zero rank: serve no HTTP, stay alive and log.', default: false }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(SimEngine);
+    // Imported here so that `--help` and flag errors do not pay for the server.
+    const { runSimEngine } = await import('../../sim/sim-engine.js');
+    const code = await runSimEngine({
+      host: flags.host,
+      port: flags.port,
+      model: flags.model,
+      loadTimeMs: flags['load-time'],
+      tokenLatencyMs: flags['token-latency'],
+      maxTokens: flags['max-tokens'],
+      failAfterMs: flags['fail-after'],
+      exitCode: flags['exit-code'],
+      neverReady: flags['never-ready'],
+      ignoreSigterm: flags['ignore-sigterm'],
+      hangAfterMs: flags['hang-after'],
+      logRate: flags['log-rate'],
+      spawnChild: flags['spawn-child'],
+      worker: flags.worker,
+    });
+    // Exits now rather than when the last handle closes: a crash simulated
+    // with --fail-after must exit even with requests still open.
+    this.exit(code);
+  }
+}

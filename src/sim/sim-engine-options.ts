@@ -1,0 +1,38 @@
+/** How `llmgw sim engine` behaves; every duration in milliseconds. */
+export interface SimEngineOptions {
+  host: string;
+  port: number;
+  /** The served model name: what /v1/models lists and requests must name. */
+  model: string;
+  /** The port stays closed this long, as vLLM's does while loading weights. */
+  loadTimeMs: number;
+  /** Time per generated token, so tests can hold requests in flight. */
+  tokenLatencyMs: number;
+  /** Tokens generated when a request does not say. */
+  maxTokens: number;
+  /** Crash (exit with exitCode) this long after start. */
+  failAfterMs?: number;
+  exitCode: number;
+  /** Never open the port: loading forever. */
+  neverReady: boolean;
+  /** Log SIGTERM and carry on, like an engine stuck in a collective. */
+  ignoreSigterm: boolean;
+  /** From this long after start, answer nothing (health included); the process stays. */
+  hangAfterMs?: number;
+  /** Lines per second written to stdout, to grow the log. */
+  logRate?: number;
+  /** Start a grandchild in the same process group that sleeps until killed. */
+  spawnChild: boolean;
+  /** A non-zero rank: no HTTP, just stays alive and logs. */
+  worker: boolean;
+}
+
+export const SIM_DEFAULTS = {
+  host: '127.0.0.1',
+  port: 8000,
+  model: 'sim-model',
+  loadTimeMs: 0,
+  tokenLatencyMs: 5,
+  maxTokens: 16,
+  exitCode: 1,
+} as const;

@@ -1,0 +1,264 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
+import { setTimeout as sleep } from 'node:timers/promises';
+import {
+  type CompletionKind,
+  completionBody,
+  completionChunk,
+  countPromptTokens,
+  errorBody,
+  modelList,
+  simToken,
+} from './openai-responses.js';
+import type { SimEngineOptions } from './sim-engine-options.js';
+
+/** Largest request body read; a simulator has no use for more. */
+const MAX_BODY_BYTES = 1024 * 1024;
+
+/** A vLLM-like log line ("INFO 05-12 10:00:00 [api_server.py:1] …"), written synchronously: stdout is the shard's log file. */
+function logLine(level: 'INFO' | 'WARNING' | 'ERROR', where: string, message: string): void {
+  const d = new Date();
+  const p = (n: number) => String(n).padStart(2, '0');
+  const stamp = `${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
+  const line = `${level} ${stamp} [${where}] ${message}\n`;
+  if (level === 'ERROR') process.stderr.write(line);
+  else process.stdout.write(line);
+}
+
+/**
+ * Runs a simulated inference engine until it is told to stop or a fault
+ * switch ends it; resolves with the exit status the process should have.
+ */
+export function runSimEngine(opts: SimEngineOptions): Promise<number> {
+  return new Promise<number>((resolveExit) => {
+    const startedS = Math.floor(Date.now() / 1000);
+    const timers: NodeJS.Timeout[] = [];
+    let running = 0;
+    let hung = false;
+    let draining = false;
+    let finished = false;
+    let server: Server | undefined;
+    let child: ChildProcess | undefined;
+
+    const finish = (code: number) => {
+      if (finished) return;
+      finished = true;
+      for (const t of timers) clearTimeout(t);
+      process.off('SIGTERM', onTerm);
+      process.off('SIGINT', onTerm);
+      // A real engine takes its workers down with it when it exits on its own.
+      if (child?.exitCode === null) child.kill('SIGKILL');
+      server?.closeAllConnections();
+      server?.close();
+      resolveExit(code);
+    };
+
+    const maybeFinishDrain = () => {
+      if (draining && running === 0) {
+        logLine('INFO', 'launcher.py:80', 'Shutting down FastAPI HTTP server.');
+        finish(0);
+      }
+    };
+
+    const onTerm = (sig: NodeJS.Signals) => {
+      if (opts.ignoreSigterm) {
+        logLine('WARNING', 'api_server.py:900', `received ${sig}; ignoring it (--ignore-sigterm)`);
+        return;
+      }
+      if (draining) return;
+      draining = true;
+      logLine('INFO', 'launcher.py:74', `received ${sig}; finishing ${running} in-flight request(s), accepting no more`);
+      server?.close();
+      server?.closeIdleConnections();
+      maybeFinishDrain();
+    };
+    process.on('SIGTERM', onTerm);
+    process.on('SIGINT', onTerm);
+
+    // An engine that is loading forever or a worker rank has no other handle:
+    // without this one Node would find nothing left to do and exit (13).
+    const keepAlive = setInterval(() => {}, 1 << 30);
+    timers.push(keepAlive);
+
+    const later = (ms: number, fn: () => void) => {
+      const t = setTimeout(fn, ms);
+      timers.push(t);
+    };
+
+    logLine('INFO', 'api_server.py:1000', `vLLM API server version 0.0.0-sim (llmgw sim engine), pid ${process.pid}`);
+    logLine('INFO', 'api_server.py:1001', `args: model=${opts.model} host=${opts.host} port=${opts.port} worker=${opts.worker}`);
+
+    if (opts.spawnChild) {
+      // Same process group (not detached): what a stop must reach through the group.
+      // It says it is ready only once its SIGTERM disposition is set, so a
+      // test that waits for the line knows which signal will end it.
+      const ignore = opts.ignoreSigterm ? "process.on('SIGTERM',()=>{});" : '';
+      const script = `${ignore}console.log('INFO [multiproc_worker_utils.py:215] Worker process ' + process.pid + ' ready');setInterval(()=>{},1<<30)`;
+      child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'inherit', 'inherit'] });
+      child.on('error', () => {});
+      child.unref();
+    }
+
+    if (opts.failAfterMs !== undefined) {
+      later(opts.failAfterMs, () => {
+        logLine('ERROR', 'engine.py:165', 'RuntimeError: CUDA error: an illegal memory access was encountered');
+        logLine('ERROR', 'engine.py:166', `Engine core died unexpectedly; exiting with ${opts.exitCode}`);
+        finish(opts.exitCode);
+      });
+    }
+
+    if (opts.hangAfterMs !== undefined) {
+      later(opts.hangAfterMs, () => {
+        hung = true;
+        logLine('WARNING', 'shm_broadcast.py:396', 'No available shared memory broadcast block found in 60 second.');
+      });
+    }
+
+    if (opts.logRate !== undefined && opts.logRate > 0) {
+      const rate = opts.logRate;
+      // Ticks of at least 20 ms, several lines per tick at high rates.
+      const tickMs = Math.max(20, 1000 / rate);
+      let owed = 0;
+      let n = 0;
+      const tick = () => {
+        owed += (rate * tickMs) / 1000;
+        let text = '';
+        for (; owed >= 1; owed--) {
+          n++;
+          text += `INFO [metrics.py:455] Avg prompt throughput: 0.0 tokens/s, Running: ${running} reqs, Waiting: 0 reqs, line ${n}\n`;
+        }
+        if (text) process.stdout.write(text);
+        const t = setTimeout(tick, tickMs);
+        timers.push(t);
+      };
+      tick();
+    }
+
+    if (opts.worker) {
+      logLine('INFO', 'worker.py:120', 'worker rank started; serving no HTTP, waiting for collectives');
+      return;
+    }
+
+    const handle = (req: IncomingMessage, res: ServerResponse) => {
+      // A hung engine accepts the connection and then says nothing, as one
+      // stuck in a collective does: only a probe with a timeout notices.
+      if (hung) return;
+      if (draining) {
+        sendJson(res, 503, errorBody('server is shutting down', 'ServiceUnavailableError', 503), true);
+        return;
+      }
+      const path = (req.url ?? '/').split('?')[0];
+      if (req.method === 'GET' && path === '/health') {
+        res.writeHead(200, { 'content-length': '0' }).end();
+      } else if (req.method === 'GET' && path === '/v1/models') {
+        sendJson(res, 200, modelList(opts.model, startedS));
+      } else if (req.method === 'GET' && path === '/metrics') {
+        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText(opts.model, running));
+      } else if (req.method === 'POST' && (path === '/v1/chat/completions' || path === '/v1/completions')) {
+        running++;
+        void complete(req, res, path === '/v1/chat/completions' ? 'chat' : 'text').finally(() => {
+          running--;
+          maybeFinishDrain();
+        });
+      } else {
+        sendJson(res, 404, { detail: 'Not Found' });
+      }
+    };
+
+    const complete = async (req: IncomingMessage, res: ServerResponse, kind: CompletionKind) => {
+      let body: Record<string, unknown>;
+      try {
+        body = JSON.parse(await readBody(req)) as Record<string, unknown>;
+        if (!body || typeof body !== 'object') throw new Error('not an object');
+      } catch (err) {
+        sendJson(res, 400, errorBody(`invalid JSON body: ${(err as Error).message}`, 'BadRequestError', 400));
+        return;
+      }
+      if (body.model !== undefined && body.model !== opts.model) {
+        sendJson(res, 404, errorBody(`The model \`${String(body.model)}\` does not exist.`, 'NotFoundError', 404));
+        return;
+      }
+      const requested = body.max_tokens ?? body.max_completion_tokens;
+      const n = typeof requested === 'number' && requested >= 0 ? Math.floor(requested) : opts.maxTokens;
+      const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`;
+      // The request stream ends (and is destroyed) once its body is read; a
+      // client that went away shows on the response.
+      let clientGone = false;
+      res.on('close', () => {
+        if (!res.writableFinished) clientGone = true;
+      });
+      const gone = () => clientGone;
+      if (body.stream === true) {
+        res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+        for (let i = 0; i < n && !gone(); i++) {
+          await sleep(opts.tokenLatencyMs);
+          res.write(`data: ${JSON.stringify(completionChunk(kind, id, opts.model, simToken(i), i === 0, i === n - 1 ? 'length' : null))}\n\n`);
+        }
+        res.end('data: [DONE]\n\n');
+        return;
+      }
+      let text = '';
+      for (let i = 0; i < n && !gone(); i++) {
+        await sleep(opts.tokenLatencyMs);
+        text += simToken(i);
+      }
+      sendJson(res, 200, completionBody(kind, id, opts.model, text, countPromptTokens(body), n));
+    };
+
+    logLine('INFO', 'model_runner.py:1000', `Starting to load model ${opts.model}...`);
+    if (opts.neverReady) return; // loading forever: the port never opens
+
+    later(opts.loadTimeMs, () => {
+      logLine('INFO', 'model_runner.py:1012', `Loading model weights took ${(opts.loadTimeMs / 1000).toFixed(2)} seconds`);
+      server = createServer(handle);
+      server.on('error', (err) => {
+        logLine('ERROR', 'api_server.py:1100', `cannot listen on ${opts.host}:${opts.port}: ${err.message}`);
+        finish(1);
+      });
+      server.listen(opts.port, opts.host, () => {
+        const addr = server?.address();
+        const port = addr && typeof addr === 'object' ? addr.port : opts.port;
+        logLine('INFO', 'launcher.py:28', 'Available routes are: /health, /v1/models, /v1/completions, /v1/chat/completions, /metrics');
+        logLine('INFO', 'server.py:83', `Uvicorn running on http://${opts.host}:${port} (Press CTRL+C to quit)`);
+      });
+    });
+  });
+}
+
+function sendJson(res: ServerResponse, status: number, body: unknown, close = false): void {
+  const text = JSON.stringify(body);
+  const headers: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) };
+  if (close) headers.connection = 'close';
+  res.writeHead(status, headers).end(text);
+}
+
+function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > MAX_BODY_BYTES) {
+        reject(new Error(`body larger than ${MAX_BODY_BYTES} bytes`));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+/** vLLM's gauge names and label, so drain and dashboards read the sim as they read vLLM. */
+function metricsText(model: string, running: number): string {
+  const label = `{model_name="${model}"}`;
+  const gauge = (name: string, help: string, value: number) =>
+    `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${label} ${value.toFixed(1)}\n`;
+  return (
+    gauge('vllm:num_requests_running', 'Number of requests currently running on GPU.', running) +
+    gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', 0) +
+    gauge('vllm:gpu_cache_usage_perc', 'GPU KV-cache usage. 1 means 100 percent usage.', Math.min(1, running * 0.05))
+  );
+}

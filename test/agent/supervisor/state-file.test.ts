@@ -1,0 +1,82 @@
+import { create } from '@bufbuild/protobuf';
+import { mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import {
+  type ShardStateFile,
+  readStateFile,
+  readStateFileSync,
+  stateFilePath,
+  writeStateFile,
+} from '../../../src/agent/supervisor/state-file.js';
+import { StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'llmgw-state-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+const sample = (): ShardStateFile => ({
+  schemaVersion: 1,
+  shardId: 's0',
+  replicaId: 'r0',
+  spec: create(StartShardSchema, { shardId: 's0', replicaId: 'r0', gpuIndices: [0, 1], profile: { engine: 'vllm', args: ['--x'] } }),
+  servesHttp: true,
+  inFlightMetric: 'vllm:num_requests_running',
+  pid: 1234,
+  pgid: 1234,
+  identity: { startTime: '99', bootId: 'b' },
+  launcher: 'direct',
+  logPath: '/var/log/llmgw/shards/s0.log',
+  createdAtMs: 1,
+});
+
+describe('state files', () => {
+  it('round-trips, written 0600 with no temp file left behind', async () => {
+    await writeStateFile(dir, sample());
+    expect(readdirSync(dir)).toEqual(['s0.json']);
+    expect(statSync(stateFilePath(dir, 's0')).mode & 0o777).toBe(0o600);
+    const read = await readStateFile(stateFilePath(dir, 's0'), 's0');
+    expect(read.ok).toBe(true);
+    if (read.ok) {
+      expect(read.file.spec.gpuIndices).toEqual([0, 1]);
+      expect(read.file.spec.profile?.args).toEqual(['--x']);
+      expect({ ...read.file, spec: undefined }).toEqual({ ...sample(), spec: undefined });
+    }
+  });
+
+  it('replaces a planted symlink on write instead of writing through it', async () => {
+    const victim = join(dir, 'victim');
+    writeFileSync(victim, 'precious');
+    symlinkSync(victim, stateFilePath(dir, 's0'));
+    await writeStateFile(dir, sample());
+    expect(statSync(victim).size).toBe('precious'.length);
+    expect((await readStateFile(stateFilePath(dir, 's0'), 's0')).ok).toBe(true);
+  });
+
+  it.each([
+    ['truncated', (t: string) => t.slice(0, 40), /not valid JSON/],
+    ['not an object', () => '[1]', /does not hold a JSON object/],
+    ['an unknown schema version', (t: string) => t.replace('"schemaVersion": 1', '"schemaVersion": 7'), /schema version 7 is not supported/],
+    ['another shard id', (t: string) => t.replace('"shardId": "s0"', '"shardId": "s9"'), /field shardId/],
+    ['a bad pid', (t: string) => t.replace('"pid": 1234', '"pid": -1'), /field pid/],
+    ['no start time', (t: string) => t.replace('"startTime": "99"', '"startTime": ""'), /identity.startTime/],
+  ])('refuses a file that is %s, with a reason', async (_what, mangle, reason) => {
+    await writeStateFile(dir, sample());
+    const path = stateFilePath(dir, 's0');
+    const { readFileSync } = await import('node:fs');
+    writeFileSync(path, mangle(readFileSync(path, 'utf8')));
+    const read = await readStateFile(path, 's0');
+    expect(read).toEqual({ ok: false, reason: expect.stringMatching(reason) });
+    expect(readStateFileSync(path, 's0')).toEqual(read);
+  });
+
+  it('refuses to follow a symlinked state file', async () => {
+    await writeStateFile(dir, { ...sample(), shardId: 'real', spec: create(StartShardSchema, { shardId: 'real' }) });
+    symlinkSync(stateFilePath(dir, 'real'), stateFilePath(dir, 's0'));
+    expect(await readStateFile(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file is a symlink; refused' });
+    expect(readStateFileSync(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file is a symlink; refused' });
+  });
+});

@@ -1,0 +1,188 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
+import { ShardFailedError } from '../../../src/agent/supervisor/shard-failed-error.js';
+import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
+import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
+import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import {
+  freePort,
+  isRunning,
+  killEverything,
+  removeDir,
+  shardSpec,
+  simPlan,
+  tempDirs,
+  testConfig,
+  until,
+} from '../../helpers/engine-processes.js';
+
+let dirs: ReturnType<typeof tempDirs>;
+const supervisors: Supervisor[] = [];
+const stoppedPids: number[] = [];
+const newSupervisor = (over: Partial<SupervisorConfig> = {}) => {
+  const s = new Supervisor({ config: testConfig(dirs, over) });
+  supervisors.push(s);
+  return s;
+};
+
+beforeEach(() => {
+  dirs = tempDirs();
+});
+afterEach(async () => {
+  for (const pid of stoppedPids.splice(0)) {
+    try {
+      process.kill(pid, 'SIGCONT');
+    } catch {}
+  }
+  for (const s of supervisors.splice(0)) s.close();
+  await killEverything(dirs.logDir);
+  removeDir(dirs.root);
+});
+
+async function startSim(sup: Supervisor, id: string, args: string[], model = 'm-a') {
+  const port = await freePort();
+  const { shard } = await sup.start(shardSpec(id, port, model), simPlan(['--port', String(port), '--model', model, ...args]), {
+    servesHttp: true,
+  });
+  return { shard, port, baseUrl: `http://127.0.0.1:${port}` };
+}
+
+function recordTransitions(sup: Supervisor): ShardTransition[] {
+  const seen: ShardTransition[] = [];
+  sup.on('transition', (t) => seen.push(t));
+  return seen;
+}
+
+describe('Supervisor.waitReady', () => {
+  it('becomes READY once /health is 200 and /v1/models lists the served model', async () => {
+    const sup = newSupervisor();
+    const { baseUrl } = await startSim(sup, 'ready', ['--load-time', '500ms']);
+    await sup.waitReady('ready', { baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    expect(sup.get('ready')?.state).toBe(ShardState.READY);
+  });
+
+  it('does not call an engine ready that serves another model', async () => {
+    const sup = newSupervisor();
+    const { baseUrl } = await startSim(sup, 'wrong', [], 'other-model');
+    const err = await sup.waitReady('wrong', { baseUrl, servedModelName: 'm-a', timeoutMs: 1500 }).catch((e) => e);
+    expect(err).toBeInstanceOf(ShardFailedError);
+    expect(err.message).toMatch(/not ready after 1\.5s: GET \/v1\/models does not list "m-a"/);
+    const shard = sup.get('wrong');
+    expect(shard?.state).toBe(ShardState.FAILED);
+    // Reported, not killed: the control plane decides.
+    expect(isRunning(shard?.pid ?? 0)).toBe(true);
+  });
+
+  it('fails within 1 s of an engine exiting while loading, with its exit code and last log lines', async () => {
+    const sup = newSupervisor();
+    const { shard, baseUrl } = await startSim(sup, 'dies', ['--load-time', '60s', '--fail-after', '1500ms', '--exit-code', '3']);
+    let exitSeenAt = 0;
+    const watcher = until(() => !isRunning(shard.pid), 'the engine to exit', 30_000).then(() => {
+      exitSeenAt = Date.now();
+    });
+    const err = await sup
+      .waitReady('dies', { baseUrl, servedModelName: 'm-a', timeoutMs: 600_000 })
+      .catch((e: unknown) => e);
+    const rejectedAt = Date.now();
+    await watcher;
+    expect(err).toBeInstanceOf(ShardFailedError);
+    const failed = err as ShardFailedError;
+    expect(failed.message).toMatch(/exited with code 3 while starting/);
+    expect(failed.exitCode).toBe(3);
+    expect(failed.signal).toBeNull();
+    expect(failed.lastOutput.join('\n')).toMatch(/CUDA error: an illegal memory access/);
+    expect(failed.lastOutput.join('\n')).toMatch(/Starting to load model/);
+    // The bound from the issue: within 1 s of the exit (seen here no earlier than it happened).
+    expect(rejectedAt - exitSeenAt).toBeLessThan(1000);
+    const snap = sup.get('dies');
+    expect(snap).toMatchObject({ state: ShardState.FAILED, exitCode: 3, signal: null });
+    expect(snap?.lastOutput.length).toBeGreaterThan(0);
+  });
+
+  it('reports a signal as 128+n and the signal name', async () => {
+    const sup = newSupervisor();
+    const { shard, baseUrl } = await startSim(sup, 'killed', ['--never-ready']);
+    const waiting = sup.waitReady('killed', { baseUrl, servedModelName: 'm-a', timeoutMs: 600_000 }).catch((e) => e);
+    await until(() => sup.tailLog('killed', 5).then((l) => l.some((x) => x.includes('Starting to load'))), 'the engine to log');
+    process.kill(shard.pid, 'SIGKILL');
+    const err = (await waiting) as ShardFailedError;
+    expect(err).toMatchObject({ exitCode: 137, signal: 'SIGKILL' });
+    expect(err.message).toMatch(/was killed by SIGKILL while starting/);
+  });
+
+  it('is aborted by its signal without deciding the shard failed', async () => {
+    const sup = newSupervisor();
+    const { baseUrl } = await startSim(sup, 'abort', ['--never-ready']);
+    const ac = new AbortController();
+    const waiting = sup.waitReady('abort', { baseUrl, servedModelName: 'm-a', timeoutMs: 600_000, signal: ac.signal });
+    setTimeout(() => ac.abort(new Error('agent shutting down')), 300);
+    await expect(waiting).rejects.toThrow(/agent shutting down/);
+    expect(sup.get('abort')?.state).toBe(ShardState.STARTING);
+  });
+});
+
+describe('Supervisor.waitAlive', () => {
+  it('makes a worker rank READY after it stays alive for the settle time', async () => {
+    const sup = newSupervisor();
+    await sup.start(shardSpec('w'), simPlan(['--worker']), { servesHttp: false });
+    await sup.waitAlive('w', { settleMs: 300 });
+    expect(sup.get('w')?.state).toBe(ShardState.READY);
+  });
+
+  it('fails a worker that dies while settling, at once', async () => {
+    const sup = newSupervisor();
+    await sup.start(shardSpec('w2'), simPlan(['--worker', '--fail-after', '200ms', '--exit-code', '7']), { servesHttp: false });
+    const err = (await sup.waitAlive('w2', { settleMs: 600_000 }).catch((e) => e)) as ShardFailedError;
+    expect(err).toBeInstanceOf(ShardFailedError);
+    expect(err.exitCode).toBe(7);
+    expect(sup.get('w2')?.state).toBe(ShardState.FAILED);
+  });
+});
+
+describe('after READY', () => {
+  it('reports EXITED when the engine exits 0 by itself, and FAILED with 137 when it is killed', async () => {
+    const sup = newSupervisor();
+    const a = await startSim(sup, 'clean', []);
+    const b = await startSim(sup, 'crash', []);
+    await sup.waitReady('clean', { baseUrl: a.baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    await sup.waitReady('crash', { baseUrl: b.baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    process.kill(a.shard.pid, 'SIGTERM'); // the sim finishes in-flight work and exits 0
+    process.kill(b.shard.pid, 'SIGKILL');
+    await until(() => sup.get('clean')?.state === ShardState.EXITED, 'EXITED');
+    await until(() => sup.get('crash')?.state === ShardState.FAILED, 'FAILED');
+    expect(sup.get('clean')).toMatchObject({ exitCode: 0, signal: null });
+    expect(sup.get('clean')?.lastOutput.join('\n')).toMatch(/received SIGTERM/);
+    expect(sup.get('crash')).toMatchObject({ exitCode: 137, signal: 'SIGKILL', error: 'engine was killed by SIGKILL' });
+    // Terminal shards stay listed until removed.
+    expect(sup.list().map((s) => s.shardId).sort()).toEqual(['clean', 'crash']);
+  });
+
+  it('goes UNHEALTHY when /health stops answering, stays so while it hangs, and is not killed', async () => {
+    const sup = newSupervisor({ healthIntervalMs: 200 });
+    const seen = recordTransitions(sup);
+    const { shard, baseUrl } = await startSim(sup, 'hang', ['--hang-after', '2s']);
+    await sup.waitReady('hang', { baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    await until(() => sup.get('hang')?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
+    // Several more probe intervals: still hung, so never READY again.
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(sup.get('hang')?.state).toBe(ShardState.UNHEALTHY);
+    expect(seen.filter((t) => t.shard.shardId === 'hang').map((t) => ShardState[t.to])).toEqual([
+      'STARTING',
+      'READY',
+      'UNHEALTHY',
+    ]);
+    expect(isRunning(shard.pid)).toBe(true);
+  });
+
+  it('goes back to READY when an UNHEALTHY engine answers again', async () => {
+    const sup = newSupervisor({ healthIntervalMs: 200 });
+    const { shard, baseUrl } = await startSim(sup, 'stall', []);
+    await sup.waitReady('stall', { baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    // A stopped process keeps its port open and answers nothing: a hang, made with a real signal.
+    process.kill(shard.pid, 'SIGSTOP');
+    stoppedPids.push(shard.pid);
+    await until(() => sup.get('stall')?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
+    process.kill(shard.pid, 'SIGCONT');
+    await until(() => sup.get('stall')?.state === ShardState.READY, 'READY again', 30_000);
+  });
+});

@@ -1,0 +1,151 @@
+import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
+import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
+import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
+import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { LlmgwError } from '../../../src/lib/errors.js';
+import {
+  freePort,
+  killEverything,
+  procInfo,
+  processesWritingUnder,
+  removeDir,
+  shardSpec,
+  simPlan,
+  tempDirs,
+  testConfig,
+} from '../../helpers/engine-processes.js';
+
+let dirs: ReturnType<typeof tempDirs>;
+const supervisors: Supervisor[] = [];
+const newSupervisor = (over: Partial<SupervisorConfig> = {}) => {
+  const s = new Supervisor({ config: testConfig(dirs, over) });
+  supervisors.push(s);
+  return s;
+};
+
+beforeEach(() => {
+  dirs = tempDirs();
+});
+afterEach(async () => {
+  for (const s of supervisors.splice(0)) s.close();
+  await killEverything(dirs.logDir);
+  removeDir(dirs.root);
+});
+
+const sleeper = (extra = '') => ({
+  argv: [process.execPath, '-e', `${extra};setInterval(()=>{},1<<30)`],
+  env: { MARKER: 'x' },
+});
+
+describe('Supervisor.start', () => {
+  it.each(['../x', 'a/b', '', 'x'.repeat(200)])('refuses shard id %j before any file is touched', async (id) => {
+    const sup = newSupervisor();
+    await expect(sup.start(shardSpec(id), simPlan([]), { servesHttp: true })).rejects.toThrow(/invalid shard id/);
+    await expect(sup.start(shardSpec(id), simPlan([]), { servesHttp: true })).rejects.toBeInstanceOf(LlmgwError);
+    expect(existsSync(dirs.stateDir)).toBe(false);
+    expect(existsSync(dirs.logDir)).toBe(false);
+    expect(processesWritingUnder(dirs.root)).toEqual([]);
+  });
+
+  it('makes exactly one process when the same start arrives 5 times', async () => {
+    const sup = newSupervisor();
+    const spec = shardSpec('r1-s0', await freePort());
+    const concurrent = await Promise.all(
+      [1, 2, 3].map(() => sup.start(spec, simPlan(['--worker']), { servesHttp: false })),
+    );
+    const later = [];
+    for (let i = 0; i < 2; i++) later.push(await sup.start(spec, simPlan(['--worker']), { servesHttp: false }));
+    const all = [...concurrent, ...later];
+    expect(all.filter((r) => r.created)).toHaveLength(1);
+    expect(new Set(all.map((r) => r.shard.pid)).size).toBe(1);
+    expect(processesWritingUnder(dirs.logDir)).toEqual([all[0]?.shard.pid]);
+    expect(sup.list()).toHaveLength(1);
+  });
+
+  it('writes an atomic, identity-bearing state file in a 0700 directory before reporting STARTING', async () => {
+    const sup = newSupervisor();
+    const seen: ShardTransition[] = [];
+    sup.on('transition', (t) => {
+      // The state file must already be on disk when STARTING is reported.
+      expect(existsSync(join(dirs.stateDir, 'shards', 's1.json'))).toBe(true);
+      seen.push(t);
+    });
+    const { shard, created } = await sup.start(shardSpec('s1'), sleeper(), { servesHttp: false, inFlightMetric: 'x:y' });
+    expect(created).toBe(true);
+    expect(shard.state).toBe(ShardState.STARTING);
+    expect(seen.map((t) => [t.from, t.to])).toEqual([[ShardState.UNSPECIFIED, ShardState.STARTING]]);
+
+    const shardsDir = join(dirs.stateDir, 'shards');
+    expect(statSync(shardsDir).mode & 0o777).toBe(0o700);
+    expect(statSync(join(dirs.logDir, 'shards')).mode & 0o777).toBe(0o755);
+    expect(readdirSync(shardsDir)).toEqual(['s1.json']);
+    const file = JSON.parse(readFileSync(join(shardsDir, 's1.json'), 'utf8'));
+    expect(file).toMatchObject({
+      schemaVersion: 1,
+      shardId: 's1',
+      replicaId: 'replica-of-s1',
+      servesHttp: false,
+      inFlightMetric: 'x:y',
+      pid: shard.pid,
+      pgid: shard.pid,
+      launcher: 'direct',
+      logPath: shard.logPath,
+      spec: { shardId: 's1', profile: { engine: 'sim' } },
+    });
+    expect(file.identity.startTime).toBe(procInfo(shard.pid)?.startTime);
+    expect(file.identity.bootId).toBe(readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim());
+    expect(statSync(join(shardsDir, 's1.json')).mode & 0o777).toBe(0o600);
+  });
+
+  it('runs the engine in its own session and group, stdin closed, output appended to its log', async () => {
+    const sup = newSupervisor();
+    const { shard } = await sup.start(shardSpec('s2'), sleeper(), { servesHttp: false });
+    const stat = readFileSync(`/proc/${shard.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    expect(Number(fields[2])).toBe(shard.pid); // process group
+    expect(Number(fields[3])).toBe(shard.pid); // session
+    expect(readlinkSync(`/proc/${shard.pid}/fd/0`)).toBe('/dev/null');
+    expect(readlinkSync(`/proc/${shard.pid}/fd/1`)).toBe(shard.logPath);
+    expect(readlinkSync(`/proc/${shard.pid}/fd/2`)).toBe(shard.logPath);
+    const flags = /flags:\s+(\d+)/.exec(readFileSync(`/proc/${shard.pid}/fdinfo/1`, 'utf8'))?.[1] ?? '0';
+    expect(Number.parseInt(flags, 8) & 0o2000).toBe(0o2000); // O_APPEND
+  });
+
+  it('passes exactly the plan environment, plus PATH and HOME', async () => {
+    const sup = newSupervisor();
+    const { shard } = await sup.start(
+      shardSpec('env'),
+      sleeper('console.log(JSON.stringify(Object.keys(process.env).sort()))'),
+      { servesHttp: false },
+    );
+    let lines: string[] = [];
+    for (let i = 0; i < 200 && lines.length === 0; i++) {
+      lines = await sup.tailLog('env', 1);
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    expect(JSON.parse(lines[0] as string)).toEqual(['HOME', 'MARKER', 'PATH'].filter((k) => k !== 'HOME' || process.env.HOME));
+    expect(shard.pid).toBeGreaterThan(1);
+  });
+
+  it('reports a missing executable without keeping a shard', async () => {
+    const sup = newSupervisor();
+    await expect(
+      sup.start(shardSpec('nope'), { argv: ['/nonexistent/engine'], env: {} }, { servesHttp: false }),
+    ).rejects.toThrow(/cannot launch engine "\/nonexistent\/engine".*ENOENT/);
+    expect(sup.get('nope')).toBeUndefined();
+    expect(existsSync(join(dirs.stateDir, 'shards', 'nope.json'))).toBe(false);
+  });
+
+  it('relaunches a shard whose engine failed, as a new process', async () => {
+    const sup = newSupervisor();
+    const first = await sup.start(shardSpec('again'), simPlan(['--worker', '--fail-after', '100ms']), { servesHttp: false });
+    await expect(sup.waitAlive('again', { settleMs: 20_000 })).rejects.toThrow(/exited with code 1 while starting/);
+    const second = await sup.start(shardSpec('again'), sleeper(), { servesHttp: false });
+    expect(second.created).toBe(true);
+    expect(second.shard.pid).not.toBe(first.shard.pid);
+    expect(second.shard.state).toBe(ShardState.STARTING);
+  });
+});

@@ -1,0 +1,158 @@
+import { existsSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
+import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
+import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
+import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import {
+  freePort,
+  groupMembers,
+  isRunning,
+  killEverything,
+  removeDir,
+  shardSpec,
+  simPlan,
+  tempDirs,
+  testConfig,
+  until,
+} from '../../helpers/engine-processes.js';
+
+let dirs: ReturnType<typeof tempDirs>;
+const supervisors: Supervisor[] = [];
+const newSupervisor = (over: Partial<SupervisorConfig> = {}) => {
+  const s = new Supervisor({ config: testConfig(dirs, over) });
+  supervisors.push(s);
+  return s;
+};
+
+beforeEach(() => {
+  dirs = tempDirs();
+});
+afterEach(async () => {
+  for (const s of supervisors.splice(0)) s.close();
+  await killEverything(dirs.logDir);
+  removeDir(dirs.root);
+});
+
+async function readySim(sup: Supervisor, id: string, args: string[]) {
+  const port = await freePort();
+  const { shard } = await sup.start(shardSpec(id, port), simPlan(['--port', String(port), ...args]), { servesHttp: true });
+  const baseUrl = `http://127.0.0.1:${port}`;
+  await sup.waitReady(id, { baseUrl, servedModelName: 'sim-model', timeoutMs: 30_000 });
+  return { shard, baseUrl };
+}
+
+/** The sim's grandchild, once it says it is ready (its SIGTERM disposition set). */
+const grandchildOf = async (sup: Supervisor, id: string, pgid: number) => {
+  await until(async () => (await sup.tailLog(id, 50)).some((l) => /Worker process \d+ ready/.test(l)), 'the grandchild to start');
+  return groupMembers(pgid).filter((p) => p !== pgid);
+};
+
+describe('Supervisor.stop', () => {
+  it('takes an --ignore-sigterm --spawn-child engine down, grandchild included, within stop_grace + 1 s', async () => {
+    const graceMs = 1000;
+    const sup = newSupervisor({ stopGraceMs: graceMs });
+    const seen: ShardTransition[] = [];
+    sup.on('transition', (t) => seen.push(t));
+    const { shard } = await readySim(sup, 'stubborn', ['--ignore-sigterm', '--spawn-child']);
+    const grandchildren = await grandchildOf(sup, 'stubborn', shard.pid);
+    expect(grandchildren).toHaveLength(1);
+
+    const t0 = Date.now();
+    const stopped = await sup.stop('stubborn');
+    const elapsed = Date.now() - t0;
+
+    expect(stopped.state).toBe(ShardState.STOPPED);
+    expect(isRunning(shard.pid)).toBe(false);
+    for (const pid of grandchildren) expect(isRunning(pid)).toBe(false);
+    expect(groupMembers(shard.pid)).toEqual([]);
+    expect(elapsed).toBeLessThan(graceMs + 1000);
+    // It did get SIGTERM first, and ignored it.
+    expect(readFileSync(shard.logPath, 'utf8')).toMatch(/received SIGTERM; ignoring it/);
+    expect(existsSync(join(dirs.stateDir, 'shards', 'stubborn.json'))).toBe(false);
+    expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY', 'STOPPING', 'STOPPED']);
+  });
+
+  it('lets a well-behaved engine finish on SIGTERM alone', async () => {
+    const sup = newSupervisor({ stopGraceMs: 20_000 });
+    const { shard } = await readySim(sup, 'polite', []);
+    const t0 = Date.now();
+    await sup.stop('polite');
+    // Far inside the grace period: no SIGKILL was needed (a generous bound, not a speed test).
+    expect(Date.now() - t0).toBeLessThan(15_000);
+    expect(readFileSync(shard.logPath, 'utf8')).toMatch(/received SIGTERM; finishing 0 in-flight/);
+    expect(sup.get('polite')?.state).toBe(ShardState.STOPPED);
+    // Exited by itself with 0 after SIGTERM: a graceful shutdown, not a kill.
+    expect(sup.get('polite')).toMatchObject({ exitCode: 0, signal: null });
+  });
+
+  it('kills what a crashed leader left behind when a FAILED shard is stopped', async () => {
+    const sup = newSupervisor({ stopGraceMs: 500 });
+    const { shard } = await readySim(sup, 'leftover', ['--ignore-sigterm', '--spawn-child']);
+    const [grandchild] = await grandchildOf(sup, 'leftover', shard.pid);
+    process.kill(shard.pid, 'SIGKILL'); // the leader only: its worker keeps the GPUs
+    await until(() => sup.get('leftover')?.state === ShardState.FAILED, 'FAILED');
+    expect(isRunning(grandchild as number)).toBe(true);
+    const after = await sup.stop('leftover');
+    expect(isRunning(grandchild as number)).toBe(false);
+    expect(after).toMatchObject({ state: ShardState.FAILED, exitCode: 137 });
+  });
+
+  it('is shared by concurrent callers and idempotent afterwards', async () => {
+    const sup = newSupervisor({ stopGraceMs: 5000 });
+    await readySim(sup, 'twice', []);
+    const [a, b] = await Promise.all([sup.stop('twice'), sup.stop('twice')]);
+    expect(a.state).toBe(ShardState.STOPPED);
+    expect(b.state).toBe(ShardState.STOPPED);
+    expect((await sup.stop('twice')).state).toBe(ShardState.STOPPED);
+  });
+});
+
+describe('Supervisor.drain and inFlight', () => {
+  it('reports DRAINING and counts requests in flight from the engine metrics', async () => {
+    const sup = newSupervisor();
+    const { baseUrl } = await readySim(sup, 'drain', ['--token-latency', '100ms']);
+    expect(await sup.inFlight('drain')).toBe(0);
+    const request = fetch(`${baseUrl}/v1/completions`, {
+      method: 'POST',
+      body: JSON.stringify({ prompt: 'hello', max_tokens: 20 }),
+    }).then((r) => r.json());
+    await until(async () => (await sup.inFlight('drain')) === 1, 'one request in flight');
+    expect(sup.drain('drain').state).toBe(ShardState.DRAINING);
+    expect(sup.drain('drain').state).toBe(ShardState.DRAINING); // idempotent
+    await request;
+    await until(async () => (await sup.inFlight('drain')) === 0, 'no request in flight');
+  });
+
+  it('refuses to drain a shard that is not serving', async () => {
+    const sup = newSupervisor();
+    await sup.start(shardSpec('early'), simPlan(['--never-ready']), { servesHttp: true });
+    expect(() => sup.drain('early')).toThrow(/shard early is STARTING: only a READY or UNHEALTHY shard can be drained/);
+  });
+});
+
+describe('Supervisor.close and remove', () => {
+  it('close() stops watching but never signals an engine', async () => {
+    const sup = newSupervisor();
+    const { shard, baseUrl } = await readySim(sup, 'keeps', []);
+    sup.close();
+    await new Promise((r) => setTimeout(r, 500));
+    expect(isRunning(shard.pid)).toBe(true);
+    expect((await fetch(`${baseUrl}/health`)).status).toBe(200);
+    expect(existsSync(join(dirs.stateDir, 'shards', 'keeps.json'))).toBe(true);
+  });
+
+  it('remove() forgets a terminal shard and deletes its state file, and refuses a running one', async () => {
+    const sup = newSupervisor();
+    await readySim(sup, 'rm', []);
+    expect(() => sup.remove('rm')).toThrow(/shard rm is READY: stop it before removing it/);
+    const { shard } = await sup.start(shardSpec('rm2'), simPlan(['--worker', '--fail-after', '100ms']), { servesHttp: false });
+    await until(() => sup.get('rm2')?.state === ShardState.FAILED, 'FAILED');
+    expect(existsSync(join(dirs.stateDir, 'shards', 'rm2.json'))).toBe(true);
+    sup.remove('rm2');
+    expect(sup.get('rm2')).toBeUndefined();
+    expect(existsSync(join(dirs.stateDir, 'shards', 'rm2.json'))).toBe(false);
+    expect(shard.pid).toBeGreaterThan(1);
+  });
+});

@@ -1,0 +1,152 @@
+import { create } from '@bufbuild/protobuf';
+import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
+import type { SupervisorConfig } from '../../src/agent/config/agent-config.js';
+import type { LaunchPlan } from '../../src/agent/supervisor/launch-plan.js';
+import { type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { BIN } from './run-cli.js';
+
+/**
+ * Helpers for tests that start real engine processes. Every process a test
+ * starts writes into its own temporary log directory, so cleanup can find
+ * them all (grandchildren included) by what their stdout points at, even when
+ * the test failed before it learned their pids.
+ */
+
+export function tempDirs(): { root: string; stateDir: string; logDir: string } {
+  const root = mkdtempSync(join(tmpdir(), 'llmgw-sup-'));
+  return { root, stateDir: join(root, 'state'), logDir: join(root, 'log') };
+}
+
+export function testConfig(dirs: { stateDir: string; logDir: string }, over: Partial<SupervisorConfig> = {}): SupervisorConfig {
+  return {
+    stateDir: dirs.stateDir,
+    logDir: dirs.logDir,
+    stopGraceMs: 2000,
+    workerSettleMs: 300,
+    healthIntervalMs: 200,
+    logMaxBytes: 64 * 1024 * 1024,
+    launcher: 'direct',
+    ...over,
+  };
+}
+
+/** The sim engine as the registry's `sim` engine launches it. */
+export function simPlan(args: string[]): LaunchPlan {
+  return { argv: [process.execPath, BIN, 'sim', 'engine', ...args], env: { NO_COLOR: '1' } };
+}
+
+export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): StartShard {
+  return create(StartShardSchema, {
+    shardId,
+    replicaId: `replica-of-${shardId}`,
+    rank: 0,
+    nnodes: 1,
+    httpPort,
+    profile: { name: 'sim-small', engine: 'sim', model, servedModelName: model },
+  });
+}
+
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.on('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+interface ProcInfo {
+  pid: number;
+  pgid: number;
+  state: string;
+  startTime: string;
+}
+
+export function procInfo(pid: number): ProcInfo | undefined {
+  try {
+    const text = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const rest = text.slice(text.lastIndexOf(')') + 2).split(' ');
+    return { pid, state: rest[0] as string, pgid: Number(rest[2]), startTime: rest[19] as string };
+  } catch {
+    return undefined;
+  }
+}
+
+/** Running (not zombie) — what "the process is gone" is judged by. */
+export function isRunning(pid: number): boolean {
+  const p = procInfo(pid);
+  return p !== undefined && p.state !== 'Z' && p.state !== 'X';
+}
+
+export function groupMembers(pgid: number): number[] {
+  return readdirSync('/proc')
+    .filter((n) => /^\d+$/.test(n))
+    .map(Number)
+    .filter((pid) => {
+      const p = procInfo(pid);
+      return p !== undefined && p.pgid === pgid && p.state !== 'Z';
+    });
+}
+
+/** Pids of running processes whose stdout or stderr is a file under `dir`. */
+export function processesWritingUnder(dir: string): number[] {
+  const pids: number[] = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    for (const fd of [1, 2]) {
+      try {
+        if (readlinkSync(`/proc/${name}/fd/${fd}`).startsWith(`${dir}/`)) {
+          if (isRunning(Number(name))) pids.push(Number(name));
+          break;
+        }
+      } catch {}
+    }
+  }
+  return pids;
+}
+
+/** SIGKILLs the process groups of everything writing under `dir`, plus `extraGroups`, and waits until they are gone. */
+export async function killEverything(dir: string, extraGroups: number[] = []): Promise<void> {
+  const ownGroup = procInfo(process.pid)?.pgid;
+  for (let attempt = 0; attempt < 50; attempt++) {
+    const groups = new Set(extraGroups.filter((g) => g > 1 && isRunning(g) && g !== ownGroup));
+    for (const pid of processesWritingUnder(dir)) {
+      const pgid = procInfo(pid)?.pgid;
+      if (pgid && pgid > 1 && pgid !== ownGroup) groups.add(pgid);
+      else {
+        try {
+          process.kill(pid, 'SIGKILL');
+        } catch {}
+      }
+    }
+    const live = [...groups].filter((g) => groupMembers(g).length > 0);
+    if (live.length === 0 && processesWritingUnder(dir).length === 0) return;
+    for (const g of live) {
+      try {
+        process.kill(-g, 'SIGKILL');
+      } catch {}
+    }
+    await sleep(50);
+  }
+  throw new Error(`processes under ${dir} survived SIGKILL`);
+}
+
+export function removeDir(dir: string): void {
+  rmSync(dir, { recursive: true, force: true });
+}
+
+/** Polls `check` until it returns true; a safety net, not a speed assertion. */
+export async function until(check: () => boolean | Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await sleep(25);
+  }
+}

@@ -1,0 +1,163 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { afterEach, describe, expect, it } from 'vitest';
+import { freePort, groupMembers, isRunning, until } from '../helpers/engine-processes.js';
+import { BIN } from '../helpers/run-cli.js';
+
+interface Sim {
+  child: ChildProcess;
+  port: number;
+  url: string;
+  output: () => string;
+  exited: Promise<{ code: number | null; signal: NodeJS.Signals | null }>;
+}
+
+const running: ChildProcess[] = [];
+afterEach(async () => {
+  for (const child of running.splice(0)) {
+    try {
+      process.kill(-(child.pid as number), 'SIGKILL');
+    } catch {}
+    await until(() => groupMembers(child.pid as number).length === 0, 'the sim to be gone', 10_000);
+  }
+});
+
+async function startSim(args: string[], waitFor = /Uvicorn running/): Promise<Sim> {
+  const port = await freePort();
+  const child = spawn(process.execPath, [BIN, 'sim', 'engine', '--port', String(port), ...args], {
+    detached: true,
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  running.push(child);
+  let out = '';
+  child.stdout?.on('data', (c) => {
+    out += c;
+  });
+  child.stderr?.on('data', (c) => {
+    out += c;
+  });
+  const exited = once(child, 'exit').then(([code, signal]) => ({ code, signal }));
+  await until(() => waitFor.test(out), `sim output ${waitFor}`);
+  return { child, port, url: `http://127.0.0.1:${port}`, output: () => out, exited };
+}
+
+const post = (url: string, body: unknown) =>
+  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+const running_ = async (url: string) => {
+  const text = await (await fetch(`${url}/metrics`)).text();
+  return Number(/^vllm:num_requests_running\{model_name="m"\} (\S+)$/m.exec(text)?.[1]);
+};
+
+describe('llmgw sim engine', () => {
+  it('answers /health with an empty 200 and lists its model on /v1/models', async () => {
+    const sim = await startSim(['--model', 'm']);
+    const health = await fetch(`${sim.url}/health`);
+    expect(health.status).toBe(200);
+    expect(await health.text()).toBe('');
+    const models = await (await fetch(`${sim.url}/v1/models`)).json();
+    expect(models).toMatchObject({ object: 'list', data: [{ id: 'm', object: 'model' }] });
+    expect(sim.output()).toMatch(/Starting to load model m/);
+  });
+
+  it('keeps its port closed while loading, as vLLM does', async () => {
+    const sim = await startSim(['--model', 'm', '--load-time', '1500ms'], /Starting to load model/);
+    await expect(fetch(`${sim.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+    await until(() => /Uvicorn running/.test(sim.output()), 'loaded');
+    expect((await fetch(`${sim.url}/health`)).status).toBe(200);
+  });
+
+  it('answers chat and text completions in the OpenAI shape', async () => {
+    const sim = await startSim(['--model', 'm', '--max-tokens', '4']);
+    const chat = await (await post(`${sim.url}/v1/chat/completions`, { model: 'm', messages: [{ role: 'user', content: 'hi you' }] })).json();
+    expect(chat).toMatchObject({
+      object: 'chat.completion',
+      model: 'm',
+      choices: [{ index: 0, message: { role: 'assistant', content: 'the model is simulated' }, finish_reason: 'length' }],
+      usage: { prompt_tokens: 2, completion_tokens: 4, total_tokens: 6 },
+    });
+    const text = await (await post(`${sim.url}/v1/completions`, { model: 'm', prompt: 'x', max_tokens: 2 })).json();
+    expect(text).toMatchObject({ object: 'text_completion', choices: [{ text: 'the model' }] });
+    const wrong = await post(`${sim.url}/v1/completions`, { model: 'nope', prompt: 'x' });
+    expect(wrong.status).toBe(404);
+    expect(await wrong.json()).toMatchObject({ object: 'error', message: 'The model `nope` does not exist.' });
+  });
+
+  it('streams SSE chunks and ends with data: [DONE]', async () => {
+    const sim = await startSim(['--model', 'm']);
+    const res = await post(`${sim.url}/v1/chat/completions`, { model: 'm', messages: [], max_tokens: 3, stream: true });
+    expect(res.headers.get('content-type')).toBe('text/event-stream');
+    const events = (await res.text()).split('\n\n').filter(Boolean);
+    expect(events.at(-1)).toBe('data: [DONE]');
+    const chunks = events.slice(0, -1).map((e) => JSON.parse(e.replace(/^data: /, '')));
+    expect(chunks).toHaveLength(3);
+    expect(chunks.every((c) => c.object === 'chat.completion.chunk')).toBe(true);
+    expect(chunks[0].choices[0].delta).toEqual({ role: 'assistant', content: 'the' });
+    expect(chunks.map((c) => c.choices[0].delta.content).join('')).toBe('the model is');
+    expect(chunks[2].choices[0].finish_reason).toBe('length');
+  });
+
+  it('counts requests in flight in vllm:num_requests_running', async () => {
+    const sim = await startSim(['--model', 'm', '--token-latency', '100ms']);
+    expect(await running_(sim.url)).toBe(0);
+    const metrics = await (await fetch(`${sim.url}/metrics`)).text();
+    expect(metrics).toMatch(/# TYPE vllm:num_requests_waiting gauge/);
+    expect(metrics).toMatch(/vllm:gpu_cache_usage_perc\{model_name="m"\} /);
+    const a = post(`${sim.url}/v1/completions`, { prompt: 'x', max_tokens: 10 });
+    const b = post(`${sim.url}/v1/completions`, { prompt: 'x', max_tokens: 10, stream: true }).then((r) => r.text());
+    await until(async () => (await running_(sim.url)) === 2, 'two in flight');
+    await Promise.all([a, b]);
+    expect(await running_(sim.url)).toBe(0);
+  });
+
+  it('on SIGTERM finishes in-flight requests, accepts no more, and exits 0', async () => {
+    const sim = await startSim(['--model', 'm', '--token-latency', '100ms']);
+    const inFlight = post(`${sim.url}/v1/completions`, { prompt: 'x', max_tokens: 10 }).then(
+      (r) => r.json() as Promise<{ choices: { text: string }[] }>,
+    );
+    await until(async () => (await running_(sim.url)) === 1, 'one in flight');
+    sim.child.kill('SIGTERM');
+    await until(() => /received SIGTERM; finishing 1 in-flight/.test(sim.output()), 'the SIGTERM to land');
+    await expect(fetch(`${sim.url}/health`)).rejects.toThrow();
+    const done = await inFlight;
+    expect(done.choices[0].text.split(' ')).toHaveLength(10);
+    expect(await sim.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it('crashes after --fail-after with --exit-code and a plausible error line', async () => {
+    const sim = await startSim(['--fail-after', '300ms', '--exit-code', '9', '--load-time', '1m'], /Starting to load/);
+    expect(await sim.exited).toEqual({ code: 9, signal: null });
+    expect(sim.output()).toMatch(/ERROR .*CUDA error/);
+  });
+
+  it('stops answering everything after --hang-after, and stays alive', async () => {
+    const sim = await startSim(['--model', 'm', '--hang-after', '500ms']);
+    await until(() => /shared memory broadcast/.test(sim.output()), 'the hang');
+    await expect(fetch(`${sim.url}/health`, { signal: AbortSignal.timeout(1000) })).rejects.toThrow();
+    expect(isRunning(sim.child.pid as number)).toBe(true);
+  });
+
+  it('ignores SIGTERM with --ignore-sigterm, and its --spawn-child grandchild shares its group', async () => {
+    const sim = await startSim(['--ignore-sigterm', '--spawn-child'], /Worker process \d+ ready/);
+    const pgid = sim.child.pid as number;
+    expect(groupMembers(pgid)).toHaveLength(2);
+    process.kill(-pgid, 'SIGTERM');
+    await until(() => /received SIGTERM; ignoring it/.test(sim.output()), 'the SIGTERM to land');
+    await new Promise((r) => setTimeout(r, 300));
+    expect(groupMembers(pgid)).toHaveLength(2);
+  });
+
+  it('as --worker serves no HTTP, stays alive and logs at --log-rate', async () => {
+    const sim = await startSim(['--worker', '--log-rate', '50'], /worker rank started/);
+    await until(() => (sim.output().match(/Avg prompt throughput/g) ?? []).length >= 10, 'log lines');
+    await expect(fetch(`${sim.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+    expect(isRunning(sim.child.pid as number)).toBe(true);
+  });
+
+  it('with --never-ready stays alive and never opens its port', async () => {
+    const sim = await startSim(['--never-ready'], /Starting to load/);
+    await new Promise((r) => setTimeout(r, 500));
+    await expect(fetch(`${sim.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+    expect(isRunning(sim.child.pid as number)).toBe(true);
+  });
+});

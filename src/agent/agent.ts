@@ -304,7 +304,7 @@ export class Agent {
     const id = spec.shardId;
     const log = this.log.child({ shard: id, replica: spec.replicaId });
     if (!isValidShardId(id)) {
-      this.report(refusedStatus(this.nodeId, spec, `invalid shard id ${JSON.stringify(id.slice(0, 40))}: use 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit`));
+      this.report(refusedStatus(this.nodeId, spec, `invalid shard id ${JSON.stringify(String(id).slice(0, 40))}: use 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit`));
       return;
     }
     const pending = this.launching.get(id);
@@ -391,7 +391,7 @@ export class Agent {
   async stopShard(m: Pick<StopShard, 'shardId' | 'grace'>): Promise<void> {
     const id = m.shardId;
     if (!isValidShardId(id)) {
-      this.report(refusedStatus(this.nodeId, { shardId: id, replicaId: '' }, `stop refused: invalid shard id ${JSON.stringify(id.slice(0, 40))}`));
+      this.report(refusedStatus(this.nodeId, { shardId: id, replicaId: '' }, `stop refused: invalid shard id ${JSON.stringify(String(id).slice(0, 40))}`));
       return;
     }
     // A start still validating or launching finishes first, so that a stop

@@ -1,13 +1,8 @@
 import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineName } from '../config/agent-config.js';
+import type { LaunchPlan } from '../supervisor/launch-plan.js';
 
-/** How to start one rank of a shard. */
-export interface LaunchPlan {
-  /** argv[0] is the executable; never a shell string, so nothing in it is interpreted. */
-  argv: string[];
-  /** Variables to set on top of the agent's environment. */
-  env: Record<string, string>;
-}
+export type { LaunchPlan };
 
 /** What validation judges a shard against: this node as it is now. */
 export interface ValidationContext {

@@ -19,14 +19,23 @@ export interface LaunchedEngine {
   child?: ChildProcess;
 }
 
-/** plan.env exactly, plus PATH and HOME when the plan leaves them out: without PATH most engines cannot find their own tools. */
-function engineEnv(plan: LaunchPlan): Record<string, string> {
-  const env = { ...plan.env };
-  for (const key of ['PATH', 'HOME']) {
-    const value = process.env[key];
-    if (env[key] === undefined && value !== undefined) env[key] = value;
+/**
+ * Variables of the agent's own that an engine must not inherit: systemd's
+ * notify and watchdog sockets (an engine speaking sd_notify would report for
+ * the agent's unit) and socket activation, which belongs to the agent alone.
+ */
+const AGENT_ONLY_ENV = /^(NOTIFY_SOCKET|WATCHDOG_USEC|WATCHDOG_PID|LISTEN_FDS|LISTEN_PID|LISTEN_FDNAMES|LLMGW_.*)$/;
+
+/**
+ * The agent's environment (engines need its PATH, LD_LIBRARY_PATH, HF_HOME,
+ * proxies…) without the agent-only variables, with the plan's on top.
+ */
+export function engineEnv(plan: LaunchPlan, base: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [key, value] of Object.entries(base)) {
+    if (value !== undefined && !AGENT_ONLY_ENV.test(key)) env[key] = value;
   }
-  return env;
+  return Object.assign(env, plan.env);
 }
 
 function identityOf(pid: number): { pgid: number; identity: ProcessIdentity } {

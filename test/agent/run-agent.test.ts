@@ -1,0 +1,219 @@
+import { mkdtempSync, readdirSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { describe, expect, it } from 'vitest';
+import {
+  type AgentMessage,
+  ShardState,
+  type ShardStatus,
+  StartShardSchema,
+  type StartShard,
+} from '../../src/gen/llmgw/v1/agent_pb.js';
+import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess, type AgentDirs } from '../helpers/agent-process.js';
+import { freePort, isRunning, processesWritingUnder, until } from '../helpers/engine-processes.js';
+import { startControlPlane } from '../helpers/start-control-plane.js';
+import { makeTestCerts } from '../helpers/make-test-certs.js';
+import { runCli } from '../helpers/run-cli.js';
+
+function newDirs(): AgentDirs {
+  const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-agent-')));
+  cleanUpEnginesAfterTest(dirs);
+  return dirs;
+}
+
+function simStart(shardId: string, port: number, args: string[] = ['--load-time', '200ms']): StartShard {
+  return create(StartShardSchema, {
+    shardId,
+    replicaId: `r-${shardId}`,
+    rank: 0,
+    nnodes: 1,
+    gpuIndices: [0],
+    httpPort: port,
+    profile: { name: 'sim-small', engine: 'sim', model: 'sim/m', servedModelName: 'm', tensorParallelSize: 1, args },
+  });
+}
+
+const isRegister = (m: AgentMessage) => m.msg.case === 'register';
+const shardIs = (id: string, ...states: ShardState[]) => (m: AgentMessage) =>
+  m.msg.case === 'shard' && m.msg.value.shardId === id && states.includes(m.msg.value.state);
+const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;
+
+async function health(port: number): Promise<number> {
+  const res = await fetch(`http://127.0.0.1:${port}/health`);
+  return res.status;
+}
+
+describe.each(['connect', 'grpc'] as const)('llmgw agent run over %s', (protocol) => {
+  it('registers with its inventory, starts a sim shard to READY and stops it leaving no process', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const registered = cp.waitFor('node-a', isRegister, 20_000);
+    startAgentProcess({ server: url, dirs, protocol });
+    const reg = (await registered).msg.value as { inventory?: { gpus: unknown[] }; nodeId: string };
+    expect(reg.nodeId).toBe('node-a');
+    expect(reg.inventory?.gpus).toHaveLength(8);
+
+    const port = await freePort();
+    const starting = cp.waitFor('node-a', shardIs('s1', ShardState.STARTING), 20_000);
+    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
+    expect(statusOf(await starting).pid).toBeGreaterThan(0);
+    await ready;
+    expect(await health(port)).toBe(200);
+
+    const stopped = cp.waitFor('node-a', shardIs('s1', ShardState.STOPPED), 20_000);
+    cp.send('node-a', { case: 'stop', value: { shardId: 's1' } });
+    await stopped;
+    expect(processesWritingUnder(dirs.logDir)).toEqual([]);
+    expect(readdirSync(join(dirs.stateDir, 'shards'))).toEqual([]);
+  });
+});
+
+describe('llmgw agent run', () => {
+  it('is found again after kill -9: listed in Register, READY soon after start, same pid, one engine', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const port = await freePort();
+    const first = startAgentProcess({ server: url, dirs });
+    await cp.waitFor('node-a', isRegister, 20_000);
+    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
+    const pid = statusOf(await ready).pid;
+
+    first.kill('SIGKILL');
+    await first.exited;
+    expect(isRunning(pid)).toBe(true);
+
+    const reRegistered = cp.waitFor('node-a', isRegister, 20_000);
+    const second = startAgentProcess({ server: url, dirs });
+    const reg = (await reRegistered).msg.value as { runningShards: { shardId: string; pid: number; state: ShardState }[] };
+    expect(reg.runningShards.map((s) => [s.shardId, s.pid])).toEqual([['s1', pid]]);
+    // READY either in Register itself or in a status right after it.
+    const readyAt = reg.runningShards[0]?.state === ShardState.READY
+      ? Date.now()
+      : (await cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000), Date.now());
+    const sinceStart = readyAt - second.startedAtMs;
+    console.info(`adopted shard READY ${sinceStart} ms after the agent process started`);
+    expect(sinceStart).toBeLessThan(10_000);
+    expect(await health(port)).toBe(200);
+    expect(processesWritingUnder(dirs.logDir)).toEqual([pid]);
+  });
+
+  it('re-registers with its running shards after the control plane is gone for 10 s; the engine never restarts', async () => {
+    const started = await startControlPlane();
+    const dirs = newDirs();
+    const port = await freePort();
+    startAgentProcess({ server: started.url, dirs });
+    await started.cp.waitFor('node-a', isRegister, 20_000);
+    const ready = started.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    started.cp.send('node-a', { case: 'start', value: simStart('s1', port) });
+    const pid = statusOf(await ready).pid;
+
+    await started.close();
+    await new Promise((r) => setTimeout(r, 10_000));
+    expect(await health(port)).toBe(200);
+
+    const again = await startControlPlane({ port: started.port });
+    const reg = (await again.cp.waitFor('node-a', isRegister, 20_000)).msg.value as { runningShards: { shardId: string; pid: number }[] };
+    expect(reg.runningShards.map((s) => [s.shardId, s.pid])).toEqual([['s1', pid]]);
+    expect(processesWritingUnder(dirs.logDir)).toEqual([pid]);
+  });
+
+  it('reports an engine killed from outside as FAILED with its exit code and log tail', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const port = await freePort();
+    startAgentProcess({ server: url, dirs });
+    await cp.waitFor('node-a', isRegister, 20_000);
+    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
+    const pid = statusOf(await ready).pid;
+
+    const died = cp.waitFor('node-a', shardIs('s1', ShardState.FAILED, ShardState.EXITED), 10_000);
+    const killedAt = Date.now();
+    process.kill(pid, 'SIGKILL');
+    const status = statusOf(await died);
+    console.info(`engine death reported ${Date.now() - killedAt} ms after SIGKILL`);
+    expect(status.state).toBe(ShardState.FAILED);
+    expect(status.exitCode).toBe(137);
+    expect(status.signal).toBe('SIGKILL');
+    expect(status.lastOutput.join('\n')).toContain('Uvicorn running');
+  });
+
+  it('makes one process of a StartShard repeated 5 times', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const port = await freePort();
+    startAgentProcess({ server: url, dirs });
+    await cp.waitFor('node-a', isRegister, 20_000);
+    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    for (let i = 0; i < 5; i++) cp.send('node-a', { case: 'start', value: simStart('s1', port) });
+    await ready;
+    await new Promise((r) => setTimeout(r, 500));
+    expect(processesWritingUnder(dirs.logDir)).toHaveLength(1);
+    const failures = cp.messages('node-a').filter(shardIs('s1', ShardState.FAILED));
+    expect(failures).toEqual([]);
+  });
+
+  it('exits at once on SIGTERM and leaves its engines serving', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const port = await freePort();
+    const agent = startAgentProcess({ server: url, dirs });
+    await cp.waitFor('node-a', isRegister, 20_000);
+    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
+    const pid = statusOf(await ready).pid;
+
+    const sentAt = Date.now();
+    agent.kill('SIGTERM');
+    const exit = await agent.exited;
+    console.info(`agent exited ${exit.atMs - sentAt} ms after SIGTERM`);
+    expect(exit.exitCode).toBe(0);
+    expect(exit.atMs - sentAt).toBeLessThan(5000);
+    expect(isRunning(pid)).toBe(true);
+    expect(await health(port)).toBe(200);
+  });
+
+  it('refuses to start with certificates and an http:// server (exit 78)', async () => {
+    const certs = await makeTestCerts();
+    const dirs = newDirs();
+    const r = await runCli([
+      'agent', 'run', '--node-id', 'n', '--server', 'http://127.0.0.1:1', '--state-dir', dirs.stateDir,
+    ], { env: { LLMGW_TLS_CERT: certs.clientCert, LLMGW_TLS_KEY: certs.clientKey, LLMGW_TLS_CA: certs.ca, LLMGW_CONFIG: '/nonexistent-default' } });
+    expect(r.exitCode).toBe(78);
+    expect(r.stderr).toContain('tls is configured but server is an http:// address; use https://');
+  });
+});
+
+describe('llmgw agent run with mutual TLS', () => {
+  it('connects with the right certificates', async () => {
+    const certs = await makeTestCerts();
+    const { cp, url } = await startControlPlane({ tls: { cert: certs.serverCert, key: certs.serverKey, ca: certs.ca } });
+    const dirs = newDirs();
+    const registered = cp.waitFor('node-a', isRegister, 20_000);
+    startAgentProcess({
+      server: url.replace('http://', 'https://'),
+      dirs,
+      extraYaml: `tls:\n  cert: ${certs.clientCert}\n  key: ${certs.clientKey}\n  ca: ${certs.ca}\n`,
+    });
+    expect((await registered).msg.case).toBe('register');
+  });
+
+  it('is refused with a client certificate from another CA, and logs why', async () => {
+    const certs = await makeTestCerts();
+    const { cp, url } = await startControlPlane({ tls: { cert: certs.serverCert, key: certs.serverKey, ca: certs.ca } });
+    const dirs = newDirs();
+    const agent = startAgentProcess({
+      server: url.replace('http://', 'https://'),
+      dirs,
+      extraYaml: `tls:\n  cert: ${certs.otherClientCert}\n  key: ${certs.otherClientKey}\n  ca: ${certs.ca}\n`,
+    });
+    await until(
+      () => agent.logs().some((r) => r.msg === 'cannot reach the control plane; retrying' && /certificate/i.test(String(r.err))),
+      'a retry log that names the certificate problem',
+    );
+    expect(cp.nodes().find((n) => n.id === 'node-a')).toBeUndefined();
+  });
+});

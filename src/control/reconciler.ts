@@ -156,14 +156,14 @@ export class Reconciler {
     const replica = this.#replicas.get(rs.replicaId);
     if (!replica) {
       log.info('stopping running shard of a replica not in the deployment');
-      this.#sendStop(nodeId, rs.shardId);
+      this.#stopRunning(nodeId, rs);
       return;
     }
     const current = replica.shards.find((s) => s.shardId === rs.shardId);
     if (current) {
       if (current.nodeId !== nodeId) {
         log.warn({ placedOn: current.nodeId }, 'shard reported by a node it was not placed on; stopping that copy');
-        this.#sendStop(nodeId, rs.shardId);
+        this.#stopRunning(nodeId, rs);
         return;
       }
       // An agent restart: the engine kept running, and so does our record.
@@ -171,7 +171,7 @@ export class Reconciler {
       return;
     }
     if (TERMINAL.has(rs.state)) return;
-    const generation = Number(SHARD_GENERATION.exec(rs.shardId)?.[1] ?? replica.generation);
+    const generation = generationOf(rs.shardId) ?? replica.generation;
     const spec = replica.spec;
     const conflict =
       rs.nnodes !== spec.nnodes || rs.rank < 0 || rs.rank >= spec.nnodes
@@ -183,7 +183,7 @@ export class Reconciler {
             : undefined;
     if (conflict) {
       log.info({ why: conflict }, 'stopping running shard that does not fit the desired state');
-      this.#sendStop(nodeId, rs.shardId);
+      this.#stopRunning(nodeId, rs);
       return;
     }
 
@@ -191,22 +191,7 @@ export class Reconciler {
     // running is worth more than any placement we would make instead.
     clearTimeout(replica.retryTimer);
     replica.retryTimer = undefined;
-    const shard: ShardRecord = {
-      shardId: rs.shardId,
-      replicaId: rs.replicaId,
-      rank: rs.rank,
-      nnodes: rs.nnodes,
-      nodeId,
-      gpuIndices: [...rs.gpuIndices],
-      httpPort: rs.httpPort,
-      leaderAddr: rs.leaderAddr,
-      leaderPort: rs.leaderPort,
-      generation,
-      state: rs.state === ShardState.UNSPECIFIED ? ShardState.STARTING : rs.state,
-      error: '',
-      exitCode: 0,
-      adopted: true,
-    };
+    const shard = shardFromRunning(nodeId, rs, generation);
     if (shard.httpPort > 0) this.#ports.reserve(shard.httpPort);
     if (shard.rank === 0 && shard.leaderPort > 0) this.#ports.reserve(shard.leaderPort);
     replica.generation = Math.max(replica.generation, generation);
@@ -324,6 +309,19 @@ export class Reconciler {
     if (s.rank === 0 && s.leaderPort > 0) this.#ports.release(s.leaderPort);
   }
 
+  /**
+   * Stops a reported shard we do not want, and books its GPUs and ports until
+   * the node reports it gone: placing on GPUs an engine still holds is a
+   * start that fails with out-of-memory minutes later.
+   */
+  #stopRunning(nodeId: string, rs: RunningShard): void {
+    const s = shardFromRunning(nodeId, rs, generationOf(rs.shardId) ?? 0);
+    if (s.httpPort > 0) this.#ports.reserve(s.httpPort);
+    if (s.rank === 0 && s.leaderPort > 0) this.#ports.reserve(s.leaderPort);
+    this.#stopping.set(s.shardId, s);
+    this.#sendStop(nodeId, s.shardId);
+  }
+
   #sendStop(nodeId: string, shardId: string): void {
     this.#host.send(nodeId, { case: 'stop', value: create(StopShardSchema, { shardId }) });
   }
@@ -378,7 +376,6 @@ export class Reconciler {
     for (const s of shards) if (!isValidShardId(s.shardId)) throw new Error(`internal: invalid shard id ${s.shardId}`);
     replica.generation = generation;
     replica.shards = shards;
-    replica.lastError = undefined;
     this.#setPhase(replica, 'starting', `placed generation ${generation}`);
     for (const s of shards) {
       log.info({ shard: s.shardId, node: s.nodeId, gpus: s.gpuIndices, port: s.httpPort, rank: s.rank }, 'starting shard');
@@ -474,6 +471,30 @@ export class Reconciler {
     if (r.lastError) view.lastError = r.lastError;
     return view;
   }
+}
+
+function generationOf(shardId: string): number | undefined {
+  const m = SHARD_GENERATION.exec(shardId);
+  return m ? Number(m[1]) : undefined;
+}
+
+function shardFromRunning(nodeId: string, rs: RunningShard, generation: number): ShardRecord {
+  return {
+    shardId: rs.shardId,
+    replicaId: rs.replicaId,
+    rank: rs.rank,
+    nnodes: rs.nnodes,
+    nodeId,
+    gpuIndices: [...rs.gpuIndices],
+    httpPort: rs.httpPort,
+    leaderAddr: rs.leaderAddr,
+    leaderPort: rs.leaderPort,
+    generation,
+    state: rs.state === ShardState.UNSPECIFIED ? ShardState.STARTING : rs.state,
+    error: '',
+    exitCode: 0,
+    adopted: true,
+  };
 }
 
 function shardView(s: ShardRecord): ShardView {

@@ -2,7 +2,7 @@ import { EventEmitter } from 'node:events';
 import type http2 from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
 import { create } from '@bufbuild/protobuf';
-import type { ConnectRouter, HandlerContext } from '@connectrpc/connect';
+import { Code, ConnectError, type ConnectRouter, createContextKey, createContextValues, type HandlerContext } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import {
   AckSchema,
@@ -16,6 +16,7 @@ import {
 } from '../gen/llmgw/v1/agent_pb.js';
 import { errnoCode, errorMessage, failure } from '../lib/errors.js';
 import { type Logger, silentLogger } from '../lib/logger.js';
+import { clientCertificateProblem } from './client-certificate-problem.js';
 import { createAgentServer, type AgentServerTls } from './create-agent-server.js';
 import type { Deployment } from './deployment.js';
 import { NodeSession } from './node-session.js';
@@ -62,6 +63,9 @@ export interface ControlPlaneEvents {
 
 /** new → listening → closing → closed; changed only in #setState. */
 export type ControlPlaneState = 'new' | 'listening' | 'closing' | 'closed';
+
+/** Why the peer's client certificate is refused, set per request; undefined when acceptable. */
+const CERTIFICATE_PROBLEM = createContextKey<string | undefined>(undefined, { description: 'client certificate problem' });
 
 interface Waiter {
   nodeId: string;
@@ -141,7 +145,11 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     const routes = (router: ConnectRouter) => {
       router.service(AgentService, { connect: (requests, ctx) => this.#stream(requests, ctx) });
     };
-    const server = createAgentServer(connectNodeAdapter({ routes }), this.#tls);
+    const handler = connectNodeAdapter({
+      routes,
+      contextValues: (req) => createContextValues().set(CERTIFICATE_PROBLEM, clientCertificateProblem(req)),
+    });
+    const server = createAgentServer(handler, this.#tls);
     server.on('connection', (socket: Socket) => {
       this.#sockets.add(socket);
       socket.once('close', () => this.#sockets.delete(socket));
@@ -271,6 +279,11 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
 
   /** One agent stream: what it sends is read in #read; what we send is yielded from its session's outbox. */
   async *#stream(requests: AsyncIterable<AgentMessage>, ctx: HandlerContext): AsyncIterable<ControlMessage> {
+    const refused = ctx.values.get(CERTIFICATE_PROBLEM);
+    if (refused !== undefined) {
+      this.#log.warn({ err: refused }, 'refused an agent stream');
+      throw new ConnectError(refused, Code.Unauthenticated);
+    }
     this.#nextSessionId += 1;
     const session = new NodeSession(this.#nextSessionId);
     this.#sessions.add(session);

@@ -16,9 +16,14 @@ type RequestHandler = (req: http2.Http2ServerRequest, res: http2.Http2ServerResp
 
 /**
  * The HTTP/2 server the agent service runs on: h2c without `tls`, otherwise
- * TLS that demands a client certificate from `tls.ca`. A node that cannot
- * prove who it is must not be able to register and be handed models, so a
- * missing or foreign client certificate fails the handshake itself.
+ * TLS that asks for a client certificate and verifies it against `tls.ca`.
+ * A node that cannot prove who it is must not register and be handed models.
+ *
+ * The verdict is enforced per request (clientCertificateProblem) rather than
+ * by failing the handshake: under TLS 1.3 a handshake refusal reaches the
+ * client only as a cancelled HTTP/2 stream, and an agent that cannot say why
+ * it is refused is one an operator cannot fix. Refused here, the agent gets
+ * Unauthenticated with the reason.
  */
 export function createAgentServer(handler: RequestHandler, tls?: AgentServerTls): http2.Http2Server | http2.Http2SecureServer {
   if (!tls) return http2.createServer(handler);
@@ -28,7 +33,8 @@ export function createAgentServer(handler: RequestHandler, tls?: AgentServerTls)
       key: readPem(tls.key, 'key'),
       ca: readPem(tls.ca, 'ca'),
       requestCert: true,
-      rejectUnauthorized: true,
+      // Verified, then enforced on every request by the control plane; see above.
+      rejectUnauthorized: false,
       // gRPC-web and Connect unary clients may speak HTTP/1.1 over TLS.
       allowHTTP1: true,
     },

@@ -191,6 +191,39 @@ describe('ControlPlane', () => {
     expect(stopOf(await a.waitFor(isStop)).shardId).toBe(r0.shardId);
   });
 
+  it('keeps a 2-node replica across an agent restart of rank 1 and across its own restart', async () => {
+    const before = await startControlPlane({ deployment: TWO_NODE });
+    const a = agent({ baseUrl: before.url, nodeId: 'node-a', mgmtAddr: '10.0.0.1', gpus: 1 });
+    const b = agent({ baseUrl: before.url, nodeId: 'node-b', mgmtAddr: '10.0.0.2', gpus: 1 });
+    const r0 = startOf(await a.waitFor(isStart));
+    const r1 = startOf(await b.waitFor(isStart));
+    report(a, r0, ShardState.READY);
+    report(b, r1, ShardState.READY);
+    await handled(before.cp, 'node-b', r1.shardId, ShardState.READY);
+
+    // kill -9 of rank 1's agent, then it comes back with its engine still running.
+    const aSeen = a.received.length;
+    await b.kill();
+    const b2 = agent({ baseUrl: before.url, nodeId: 'node-b', mgmtAddr: '10.0.0.2', gpus: 1, runningShards: [runningFrom(r1, ShardState.READY)] });
+    await b2.sync();
+    await a.sync();
+    expect([...a.received.slice(aSeen), ...b2.received].filter((m) => isStart(m) || isStop(m))).toEqual([]);
+    expect(before.cp.replicas()[0]).toMatchObject({ phase: 'ready', generation: 1 });
+    await before.close();
+
+    // A new control plane: rank 0's node registers first; the replica waits for rank 1 instead of being placed again.
+    const after = await startControlPlane({ deployment: TWO_NODE });
+    const a2 = agent({ baseUrl: after.url, nodeId: 'node-a', mgmtAddr: '10.0.0.1', gpus: 1, runningShards: [runningFrom(r0, ShardState.READY)] });
+    await a2.sync();
+    expect(after.cp.replicas()[0]).toMatchObject({ phase: 'waiting', shards: [{ shardId: r0.shardId }] });
+    const ready = new Promise<ReplicaView>((resolve) => after.cp.once('replica-ready', resolve));
+    const b3 = agent({ baseUrl: after.url, nodeId: 'node-b', mgmtAddr: '10.0.0.2', gpus: 1, runningShards: [runningFrom(r1, ShardState.READY)] });
+    expect((await ready).shards.map((s) => s.shardId)).toEqual([r0.shardId, r1.shardId]);
+    await b3.sync();
+    await a2.sync();
+    expect([...a2.received, ...b3.received].filter((m) => isStart(m) || isStop(m))).toEqual([]);
+  });
+
   it("keeps a disconnected node's shards and places nothing elsewhere within the grace", async () => {
     const { cp, url } = await startControlPlane({ deployment: tiny(), nodeGraceMs: 60_000 });
     const a = agent({ baseUrl: url, nodeId: 'node-a', gpus: 1 });

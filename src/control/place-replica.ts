@@ -1,0 +1,65 @@
+import type { Gpu } from '../gen/llmgw/v1/agent_pb.js';
+import type { DeploymentReplica } from './deployment.js';
+
+/** A connected node as placement sees it. */
+export interface PlacementNode {
+  id: string;
+  labels: Readonly<Record<string, string>>;
+  gpus: readonly Gpu[];
+  /** GPU indices held by shards placed here, including ones still stopping. */
+  usedGpus: ReadonlySet<number>;
+}
+
+export interface ShardPlacement {
+  nodeId: string;
+  gpuIndices: number[];
+}
+
+export type PlacementResult = { ok: true; shards: ShardPlacement[] } | { ok: false; reason: string };
+
+/**
+ * Chooses nodes and GPUs for one replica: one shard on each of `nnodes`
+ * distinct nodes, each with `gpusPerShard` free healthy GPUs of at least the
+ * profile's compute capability. The fullest node that still fits goes first
+ * (best fit), so that large replicas later still find whole empty nodes; ties
+ * go by node id so that a placement is reproducible. The first node chosen
+ * hosts rank 0, the leader.
+ */
+export function placeReplica(replica: DeploymentReplica, nodes: readonly PlacementNode[]): PlacementResult {
+  const min = replica.profile.minComputeCapability;
+  const fits: { id: string; free: number[] }[] = [];
+  for (const node of nodes) {
+    if (replica.pool !== '' && node.labels.pool !== replica.pool) continue;
+    const free = node.gpus
+      .filter((g) => g.healthy && !node.usedGpus.has(g.index) && meetsCapability(g.computeCapability, min))
+      .map((g) => g.index)
+      .sort((a, b) => a - b);
+    if (free.length >= replica.gpusPerShard) fits.push({ id: node.id, free });
+  }
+  if (fits.length < replica.nnodes) {
+    const where = replica.pool === '' ? 'connected nodes' : `connected nodes of pool ${replica.pool}`;
+    const what = replica.gpusPerShard === 0 ? 'a node' : `${replica.gpusPerShard} free healthy GPU(s)${min ? ` of compute capability ${min} or more` : ''}`;
+    return {
+      ok: false,
+      reason: `needs ${replica.nnodes} node(s) with ${what}; ${fits.length} of the ${where} have that`,
+    };
+  }
+  fits.sort((a, b) => a.free.length - b.free.length || a.id.localeCompare(b.id));
+  return {
+    ok: true,
+    shards: fits.slice(0, replica.nnodes).map((n) => ({ nodeId: n.id, gpuIndices: n.free.slice(0, replica.gpusPerShard) })),
+  };
+}
+
+/**
+ * Whether a GPU's "major.minor" meets a minimum. A GPU whose driver does not
+ * say is given the benefit of the doubt: the agent validates the profile
+ * against the real device before launching and reports FAILED if it does not
+ * fit, which is a clearer error than a replica that never places.
+ */
+export function meetsCapability(actual: string, min: string): boolean {
+  if (min === '' || actual === '') return true;
+  const [aMajor = 0, aMinor = 0] = actual.split('.').map(Number);
+  const [mMajor = 0, mMinor = 0] = min.split('.').map(Number);
+  return aMajor > mMajor || (aMajor === mMajor && aMinor >= mMinor);
+}

@@ -1,0 +1,44 @@
+import { toProtoJson } from '../lib/proto-json.js';
+import { RegisterSchema, ShardStatusSchema } from '../gen/llmgw/v1/agent_pb.js';
+import { ControlPlane, type ControlPlaneOptions } from './control-plane.js';
+
+export interface ServeControlPlaneOptions extends ControlPlaneOptions {
+  listen: { host: string; port: number };
+  /** Aborting it closes the control plane; serveControlPlane then resolves. */
+  signal: AbortSignal;
+  /** Called once listening, with the URL agents connect to. */
+  onListening?: (url: string) => void;
+  /** With it, every event is passed on as one JSON-ready object (`--json-events`). */
+  onEvent?: (event: Record<string, unknown>) => void;
+}
+
+/** Runs a control plane until `signal` aborts, then closes it; `llmgw dev control-plane` is this. */
+export async function serveControlPlane(opts: ServeControlPlaneOptions): Promise<{ url: string }> {
+  const { listen, signal, onListening, onEvent, ...cpOptions } = opts;
+  const cp = new ControlPlane(cpOptions);
+  if (onEvent) forwardEvents(cp, onEvent);
+  const closed = new Promise<void>((resolve) => {
+    const close = () => void cp.close().then(resolve);
+    if (signal.aborted) close();
+    else signal.addEventListener('abort', close, { once: true });
+  });
+  let url: string;
+  try {
+    url = (await cp.listen(listen)).url;
+  } catch (err) {
+    await cp.close();
+    throw err;
+  }
+  onListening?.(url);
+  onEvent?.({ event: 'listening', url });
+  await closed;
+  return { url };
+}
+
+function forwardEvents(cp: ControlPlane, onEvent: (event: Record<string, unknown>) => void): void {
+  const at = () => new Date().toISOString();
+  cp.on('node-registered', (nodeId, register) => onEvent({ event: 'node-registered', at: at(), nodeId, register: toProtoJson(RegisterSchema, register) }));
+  cp.on('node-disconnected', (nodeId, reason) => onEvent({ event: 'node-disconnected', at: at(), nodeId, reason }));
+  cp.on('shard-status', (nodeId, status) => onEvent({ event: 'shard-status', at: at(), nodeId, status: toProtoJson(ShardStatusSchema, status) }));
+  cp.on('replica-ready', (replica) => onEvent({ event: 'replica-ready', at: at(), replica }));
+}

@@ -1,0 +1,42 @@
+import { create } from '@bufbuild/protobuf';
+import { describe, expect, it } from 'vitest';
+import { parseDeployment } from '../../src/control/load-deployment.js';
+import { meetsCapability, placeReplica, type PlacementNode } from '../../src/control/place-replica.js';
+import { GpuSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+
+const replica = (extra = '', profileExtra = '') =>
+  parseDeployment(`profiles:\n  p:\n    engine: sim\n    model: m\n    tensor_parallel_size: 2\n${profileExtra}replicas:\n  - name: r\n    profile: p\n${extra}`, 'p.yaml').replicas[0]!;
+
+const node = (id: string, gpus: { cc?: string; healthy?: boolean }[], used: number[] = [], labels: Record<string, string> = {}): PlacementNode => ({
+  id,
+  labels,
+  gpus: gpus.map((g, index) => create(GpuSchema, { index, computeCapability: g.cc ?? '9.0', healthy: g.healthy ?? true })),
+  usedGpus: new Set(used),
+});
+
+describe('placeReplica', () => {
+  it('skips unhealthy and used GPUs and takes the lowest free indices', () => {
+    const r = placeReplica(replica(), [node('a', [{ healthy: false }, {}, {}, {}], [2])]);
+    expect(r).toEqual({ ok: true, shards: [{ nodeId: 'a', gpuIndices: [1, 3] }] });
+  });
+
+  it('prefers the fullest node that fits, so whole nodes stay free', () => {
+    const r = placeReplica(replica(), [node('a', [{}, {}, {}, {}]), node('b', [{}, {}, {}, {}], [0, 1])]);
+    expect(r).toMatchObject({ ok: true, shards: [{ nodeId: 'b', gpuIndices: [2, 3] }] });
+  });
+
+  it('honours the pool label and the minimum compute capability, and says why nothing fits', () => {
+    const r = replica('    pool: h100\n', '    min_compute_capability: "9.0"\n');
+    expect(placeReplica(r, [node('a', [{}, {}], [], { pool: 'a100' }), node('b', [{ cc: '8.0' }, { cc: '8.0' }], [], { pool: 'h100' })])).toEqual({
+      ok: false,
+      reason: 'needs 1 node(s) with 2 free healthy GPU(s) of compute capability 9.0 or more; 0 of the connected nodes of pool h100 have that',
+    });
+    expect(placeReplica(r, [node('c', [{}, {}], [], { pool: 'h100' })])).toMatchObject({ ok: true });
+  });
+
+  it('compares compute capabilities by major, then minor', () => {
+    expect(meetsCapability('8.6', '8.0')).toBe(true);
+    expect(meetsCapability('10.0', '9.0')).toBe(true);
+    expect(meetsCapability('7.5', '8.0')).toBe(false);
+  });
+});

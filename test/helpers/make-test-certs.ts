@@ -1,0 +1,72 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+
+export interface TestCerts {
+  dir: string;
+  /** The CA the control plane trusts, and that signed the server and client certificates. */
+  ca: string;
+  serverCert: string;
+  serverKey: string;
+  clientCert: string;
+  clientKey: string;
+  /** A second, unrelated CA, and a client certificate it signed: must be refused. */
+  otherCa: string;
+  otherClientCert: string;
+  otherClientKey: string;
+  /** Removes every generated file. */
+  cleanup(): void;
+}
+
+/**
+ * A throwaway PKI for mutual-TLS tests, made with the openssl binary (EC
+ * P-256, valid one day): a CA, a server certificate for 127.0.0.1 and
+ * localhost, a client certificate, and a second CA with its own client
+ * certificate. Needs `openssl` on PATH.
+ */
+export async function makeTestCerts(clientName = 'node-a'): Promise<TestCerts> {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-certs-'));
+  const p = (name: string) => join(dir, name);
+  const openssl = (args: string[]) => execa('openssl', args, { cwd: dir, stdin: 'ignore', timeout: 30_000 });
+  try {
+    const makeCa = async (name: string) => {
+      await openssl([
+        'req', '-x509', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+        '-keyout', p(`${name}.key`), '-out', p(`${name}.pem`), '-days', '1', '-subj', `/CN=llmgw test ${name}`,
+        '-addext', 'basicConstraints=critical,CA:TRUE', '-addext', 'keyUsage=critical,keyCertSign,cRLSign',
+      ]);
+    };
+    const makeLeaf = async (name: string, ca: string, cn: string, ext: string) => {
+      writeFileSync(p(`${name}.ext`), ext);
+      await openssl([
+        'req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+        '-keyout', p(`${name}.key`), '-out', p(`${name}.csr`), '-subj', `/CN=${cn}`,
+      ]);
+      await openssl([
+        'x509', '-req', '-in', p(`${name}.csr`), '-CA', p(`${ca}.pem`), '-CAkey', p(`${ca}.key`),
+        '-CAcreateserial', '-out', p(`${name}.pem`), '-days', '1', '-extfile', p(`${name}.ext`),
+      ]);
+    };
+    await makeCa('ca');
+    await makeCa('other-ca');
+    await makeLeaf('server', 'ca', 'localhost', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n');
+    await makeLeaf('client', 'ca', clientName, 'extendedKeyUsage=clientAuth\n');
+    await makeLeaf('other-client', 'other-ca', clientName, 'extendedKeyUsage=clientAuth\n');
+  } catch (err) {
+    rmSync(dir, { recursive: true, force: true });
+    throw err;
+  }
+  return {
+    dir,
+    ca: p('ca.pem'),
+    serverCert: p('server.pem'),
+    serverKey: p('server.key'),
+    clientCert: p('client.pem'),
+    clientKey: p('client.key'),
+    otherCa: p('other-ca.pem'),
+    otherClientCert: p('other-client.pem'),
+    otherClientKey: p('other-client.key'),
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+  };
+}

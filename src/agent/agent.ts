@@ -250,7 +250,7 @@ export class Agent {
     sampler.refresh(signal).catch(() => {});
     const latest = sampler.latest();
     const used = latest.length > 0 ? latest : this.inventory.gpus.map((g) => g.memoryUsedMb);
-    used.forEach((mb, i) => this.opts.metrics?.gpuMemoryUsed.set({ gpu: String(i) }, mb));
+    for (const [i, mb] of used.entries()) this.opts.metrics?.gpuMemoryUsed.set({ gpu: String(i) }, mb);
     return create(HeartbeatSchema, { nodeId: this.nodeId, gpuMemoryUsedMb: used });
   }
 

@@ -1,7 +1,7 @@
 import type { Server } from 'node:http';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
-import { onShutdownSignals } from '../lib/shutdown-signals.js';
+import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
 import { sdNotify, startWatchdog } from '../lib/systemd-notify.js';
 import { Agent } from './agent.js';
 import { AgentMetrics } from './agent-metrics.js';

@@ -1,13 +1,14 @@
-import { mkdtempSync, readdirSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import {
   type AgentMessage,
   ShardState,
   type ShardStatus,
   StartShardSchema,
+  StopShardSchema,
   type StartShard,
 } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess, type AgentDirs } from '../helpers/agent-process.js';
@@ -63,7 +64,7 @@ describe.each(['connect', 'grpc'] as const)('llmgw agent run over %s', (protocol
     expect(await health(port)).toBe(200);
 
     const stopped = cp.waitFor('node-a', shardIs('s1', ShardState.STOPPED), 20_000);
-    cp.send('node-a', { case: 'stop', value: { shardId: 's1' } });
+    cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: 's1' }) });
     await stopped;
     expect(processesWritingUnder(dirs.logDir)).toEqual([]);
     expect(readdirSync(join(dirs.stateDir, 'shards'))).toEqual([]);
@@ -90,9 +91,10 @@ describe('llmgw agent run', () => {
     const reg = (await reRegistered).msg.value as { runningShards: { shardId: string; pid: number; state: ShardState }[] };
     expect(reg.runningShards.map((s) => [s.shardId, s.pid])).toEqual([['s1', pid]]);
     // READY either in Register itself or in a status right after it.
-    const readyAt = reg.runningShards[0]?.state === ShardState.READY
-      ? Date.now()
-      : (await cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000), Date.now());
+    if (reg.runningShards[0]?.state !== ShardState.READY) {
+      await cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
+    }
+    const readyAt = Date.now();
     const sinceStart = readyAt - second.startedAtMs;
     console.info(`adopted shard READY ${sinceStart} ms after the agent process started`);
     expect(sinceStart).toBeLessThan(10_000);
@@ -178,10 +180,14 @@ describe('llmgw agent run', () => {
 
   it('refuses to start with certificates and an http:// server (exit 78)', async () => {
     const certs = await makeTestCerts();
+    onTestFinished(() => certs.cleanup());
     const dirs = newDirs();
-    const r = await runCli([
-      'agent', 'run', '--node-id', 'n', '--server', 'http://127.0.0.1:1', '--state-dir', dirs.stateDir,
-    ], { env: { LLMGW_TLS_CERT: certs.clientCert, LLMGW_TLS_KEY: certs.clientKey, LLMGW_TLS_CA: certs.ca, LLMGW_CONFIG: '/nonexistent-default' } });
+    const config = join(dirs.root, 'agent.yaml');
+    mkdirSync(dirs.root, { recursive: true });
+    writeFileSync(config, 'node_id: n\nserver: http://127.0.0.1:1\n');
+    const r = await runCli(['agent', 'run', '--config', config], {
+      env: { LLMGW_TLS_CERT: certs.clientCert, LLMGW_TLS_KEY: certs.clientKey, LLMGW_TLS_CA: certs.ca },
+    });
     expect(r.exitCode).toBe(78);
     expect(r.stderr).toContain('tls is configured but server is an http:// address; use https://');
   });
@@ -190,6 +196,7 @@ describe('llmgw agent run', () => {
 describe('llmgw agent run with mutual TLS', () => {
   it('connects with the right certificates', async () => {
     const certs = await makeTestCerts();
+    onTestFinished(() => certs.cleanup());
     const { cp, url } = await startControlPlane({ tls: { cert: certs.serverCert, key: certs.serverKey, ca: certs.ca } });
     const dirs = newDirs();
     const registered = cp.waitFor('node-a', isRegister, 20_000);
@@ -203,6 +210,7 @@ describe('llmgw agent run with mutual TLS', () => {
 
   it('is refused with a client certificate from another CA, and logs why', async () => {
     const certs = await makeTestCerts();
+    onTestFinished(() => certs.cleanup());
     const { cp, url } = await startControlPlane({ tls: { cert: certs.serverCert, key: certs.serverKey, ca: certs.ca } });
     const dirs = newDirs();
     const agent = startAgentProcess({

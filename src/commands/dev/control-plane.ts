@@ -7,7 +7,7 @@ import { serveControlPlane } from '../../control/serve-control-plane.js';
 import { formatDuration, parseDuration } from '../../lib/duration.js';
 import { usageError } from '../../lib/errors.js';
 import { createLogger } from '../../lib/logger.js';
-import { shutdownSignal } from '../../lib/shutdown-signal.js';
+import { onShutdownSignals } from '../../lib/on-shutdown-signals.js';
 
 export default class DevControlPlane extends BaseCommand {
   static override summary = 'Run the reference control plane (local runs, demos and tests only; production runs the llmgw control plane).';
@@ -54,7 +54,7 @@ exits 0. Exits 78 on a bad deployment file.`;
     }
     const deployment = flags.deployment === undefined ? undefined : loadDeployment(flags.deployment);
     const logger = await createLogger({ level: flags['log-level'], name: 'control-plane' });
-    const signal = shutdownSignal();
+    const { signal } = onShutdownSignals();
     const write = (line: string) => process.stdout.write(`${line}\n`);
     return serveControlPlane({
       listen,

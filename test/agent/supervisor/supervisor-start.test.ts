@@ -1,6 +1,6 @@
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
 import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
@@ -114,20 +114,27 @@ describe('Supervisor.start', () => {
     expect(Number.parseInt(flags, 8) & 0o2000).toBe(0o2000); // O_APPEND
   });
 
-  it('passes exactly the plan environment, plus PATH and HOME', async () => {
+  it("gives the engine the agent's environment without systemd's and llmgw's own variables, the plan's on top", async () => {
+    const saved = { ...process.env };
+    Object.assign(process.env, { NOTIFY_SOCKET: '/run/systemd/notify', WATCHDOG_USEC: '1', LLMGW_NODE_ID: 'n', HF_HOME: '/models', MARKER: 'agent' });
+    onTestFinished(() => {
+      for (const k of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'LLMGW_NODE_ID', 'HF_HOME', 'MARKER']) {
+        if (saved[k] === undefined) delete process.env[k];
+        else process.env[k] = saved[k];
+      }
+    });
     const sup = newSupervisor();
-    const { shard } = await sup.start(
-      shardSpec('env'),
-      sleeper('console.log(JSON.stringify(Object.keys(process.env).sort()))'),
-      { servesHttp: false },
-    );
+    await sup.start(shardSpec('env'), sleeper('console.log(JSON.stringify(process.env))'), { servesHttp: false });
     let lines: string[] = [];
     for (let i = 0; i < 200 && lines.length === 0; i++) {
       lines = await sup.tailLog('env', 1);
       await new Promise((r) => setTimeout(r, 25));
     }
-    expect(JSON.parse(lines[0] as string)).toEqual(['HOME', 'MARKER', 'PATH'].filter((k) => k !== 'HOME' || process.env.HOME));
-    expect(shard.pid).toBeGreaterThan(1);
+    const env = JSON.parse(lines[0] as string) as Record<string, string>;
+    expect(env.HF_HOME).toBe('/models');
+    expect(env.MARKER).toBe('x');
+    expect(env.PATH).toBe(process.env.PATH);
+    expect(Object.keys(env).filter((k) => /^(NOTIFY_SOCKET|WATCHDOG_|LLMGW_)/.test(k))).toEqual([]);
   });
 
   it('reports a missing executable without keeping a shard', async () => {

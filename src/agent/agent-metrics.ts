@@ -13,7 +13,7 @@ export class AgentMetrics {
   readonly engineExits = new Counter({ name: 'llmgw_agent_engine_exits_total', help: 'Engines that ended on their own, by the state reported.', labelNames: ['state'], registers: [this.registry] });
   readonly heartbeatSendSeconds = new Histogram({
     name: 'llmgw_agent_heartbeat_send_seconds',
-    help: 'Time from queueing a heartbeat to the stream taking it.',
+    help: 'Time for the stream to take a heartbeat once it is written to it.',
     buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
     registers: [this.registry],
   });

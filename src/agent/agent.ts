@@ -167,6 +167,10 @@ export class Agent {
           onOpen: (outbox) => this.onSessionOpen(outbox),
           onControlMessage: (m, outbox) => this.onControlMessage(m, outbox),
           heartbeat: () => this.buildHeartbeat(signal),
+          onSent: (message, queuedMs) => {
+            this.opts.metrics?.messagesSent.inc({ type: message.msg.case ?? 'unknown' });
+            if (message.msg.case === 'heartbeat') this.opts.metrics?.heartbeatSendSeconds.observe(queuedMs / 1000);
+          },
           onEstablished: () => {
             this.connection.attempt = 0;
             this.connection.lastError = '';
@@ -255,7 +259,8 @@ export class Agent {
   }
 
   private send(outbox: Outbox, msg: Parameters<Outbox['send']>[0]): void {
-    this.opts.metrics?.messagesSent.inc({ type: msg.case ?? 'unknown' });
+    // A failed write needs no handling here: the session ends with the
+    // stream's error, and the next Register carries what matters.
     outbox.send(msg).catch(() => {});
   }
 

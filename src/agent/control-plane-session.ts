@@ -19,6 +19,8 @@ export interface SessionCallbacks {
   heartbeat(): Heartbeat;
   /** The control plane answered for the first time in this session. */
   onEstablished(): void;
+  /** The stream took a message, `queuedMs` after it was queued. */
+  onSent?(message: AgentMessage, queuedMs: number): void;
 }
 
 export type SessionOutcome =
@@ -57,7 +59,15 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
   const { callbacks, signal } = opts;
   const client = createClient(AgentService, opts.transport);
   const requests = createWritableIterable<AgentMessage>();
-  const outbox = new Outbox(requests, opts.nextMessageId);
+  // Every message passes here, so this is where sends are counted and timed.
+  const sink = {
+    write: async (message: AgentMessage) => {
+      const queuedAt = performance.now();
+      await requests.write(message);
+      callbacks.onSent?.(message, performance.now() - queuedAt);
+    },
+  };
+  const outbox = new Outbox(sink, opts.nextMessageId);
   const abort = new AbortController();
   const onShutdown = () => abort.abort();
   signal.addEventListener('abort', onShutdown, { once: true });

@@ -28,6 +28,8 @@ export interface AgentProcessOptions {
   extraYaml?: string;
   env?: Record<string, string>;
   heartbeat?: string;
+  /** discovery.interval; long by default so tests see one inventory. */
+  discoveryInterval?: string;
 }
 
 export interface AgentProcess {
@@ -56,6 +58,7 @@ export function agentConfigYaml(o: AgentProcessOptions): string {
     `  nvidia_smi: ${FAKE_NVIDIA_SMI}`,
     `  sysfs_root: ${FIXTURE_SYSFS}`,
     '  timeout: 5s',
+    `  interval: ${o.discoveryInterval ?? '60s'}`,
     'supervisor:',
     `  state_dir: ${o.dirs.stateDir}`,
     `  log_dir: ${o.dirs.logDir}`,

@@ -1,0 +1,73 @@
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import type { AgentMessage, Inventory } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { freePort, until } from '../helpers/engine-processes.js';
+import { listenNotifySocket } from '../helpers/notify-socket.js';
+import { REPO_ROOT } from '../helpers/run-cli.js';
+import { startControlPlane } from '../helpers/start-control-plane.js';
+
+const isRegister = (m: AgentMessage) => m.msg.case === 'register';
+
+function newDirs() {
+  const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-obs-')));
+  cleanUpEnginesAfterTest(dirs);
+  return dirs;
+}
+
+describe('llmgw agent run, as systemd and Prometheus see it', () => {
+  it('tells systemd READY=1 once it is up', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const sock = listenNotifySocket(dirs.root);
+    await sock.ready;
+    startAgentProcess({ server: url, dirs, env: { NOTIFY_SOCKET: sock.path } });
+    await cp.waitFor('node-a', isRegister, 20_000);
+    await until(() => sock.received().some((d) => d.split('\n').includes('READY=1')), 'READY=1 from the agent');
+  });
+
+  it('serves its metrics when metrics_addr is set', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const port = await freePort();
+    startAgentProcess({ server: url, dirs, extraYaml: `metrics_addr: 127.0.0.1:${port}\n` });
+    await cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat', 20_000);
+    let text = '';
+    await until(async () => {
+      text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+      return /^llmgw_agent_connected 1$/m.test(text);
+    }, 'llmgw_agent_connected 1');
+    expect(text).toMatch(/^llmgw_agent_messages_sent_total\{type="heartbeat"\} \d+/m);
+    expect(text).toMatch(/^llmgw_gpu_memory_used_mb\{gpu="7"\} \d+/m);
+    expect(text).toContain('# TYPE llmgw_agent_shards gauge');
+  });
+
+  it('sends a new inventory when a GPU appears after boot, without a restart', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    // A copy of the 8-GPU box with its last GPU not yet visible.
+    const box = join(dirs.root, 'gpus');
+    cpSync(join(REPO_ROOT, 'fixtures/gpu/hgx-h100x8'), box, { recursive: true });
+    const csv = join(box, 'query-gpu.csv');
+    const full = readFileSync(csv, 'utf8');
+    const lines = full.trimEnd().split('\n');
+    writeFileSync(csv, `${lines.slice(0, -1).join('\n')}\n`);
+
+    const registered = cp.waitFor('node-a', isRegister, 20_000);
+    startAgentProcess({
+      server: url,
+      dirs,
+      env: { LLMGW_FAKE_GPUS: box },
+      discoveryInterval: '300ms',
+    });
+    const reg = (await registered).msg.value as { inventory: Inventory };
+    expect(reg.inventory.gpus).toHaveLength(7);
+
+    const update = cp.waitFor('node-a', (m) => m.msg.case === 'inventory', 20_000);
+    writeFileSync(csv, full);
+    const inv = (await update).msg.value as Inventory;
+    expect(inv.gpus.map((g) => g.index)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
+  });
+});

@@ -32,6 +32,7 @@ import { isTerminal, refusedStatus, runningShardFromSnapshot, statusFromSnapshot
 import type { Orphan, ShardSnapshot, ShardTransition, Supervisor } from './supervisor/supervisor.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import { isPortFree } from './engines/is-port-free.js';
+import { readInventoryCache, writeInventoryCache } from './inventory-cache.js';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -135,8 +136,15 @@ export class Agent {
     // Recovery first and without waiting on hardware discovery: adopted
     // engines settle in the background and must not wait for nvidia-smi.
     await this.recoverOrphans();
-    this.inventory = await this.opts.discover(signal);
-    for (const w of this.inventory.warnings) this.log.warn({ warning: w }, 'discovery');
+    const cached = readInventoryCache(c.supervisor.stateDir);
+    if (cached) {
+      // Register now with what this node was a moment ago; the fresh scan
+      // runs alongside and is sent as an update if anything changed.
+      this.inventory = cached;
+      void this.rediscover(signal);
+    } else {
+      await this.rediscover(signal);
+    }
     this.opts.sampler.refresh(signal).catch(() => {});
     this.timers.push(setInterval(() => void this.rediscover(signal), c.discovery.intervalMs));
 
@@ -410,8 +418,14 @@ export class Agent {
       return;
     }
     try {
-      await sup.stop(id, { graceMs: m.grace ? durationMs(m.grace) : undefined });
+      const after = await sup.stop(id, { graceMs: m.grace ? durationMs(m.grace) : undefined });
       sup.remove(id);
+      // A shard that had already FAILED or EXITED keeps that state through a
+      // stop, so no transition reports it; the control plane still waits to
+      // hear that every process of it is gone.
+      if (after.state !== ShardState.STOPPED) {
+        this.report(create(ShardStatusSchema, { ...statusFromSnapshot(this.nodeId, after), state: ShardState.STOPPED }));
+      }
     } catch (err) {
       this.log.error({ shard: id, err: errorMessage(err) }, 'stopping a shard failed');
       this.report(refusedStatus(this.nodeId, shard, `stop failed: ${errorMessage(err)}`));
@@ -477,6 +491,10 @@ export class Agent {
       const changed = !equals(InventorySchema, comparable(next), comparable(this.inventory));
       this.inventory = next;
       if (changed) {
+        for (const w of next.warnings) this.log.warn({ warning: w }, 'discovery');
+        writeInventoryCache(this.opts.config.supervisor.stateDir, next).catch((err: unknown) =>
+          this.log.debug({ err: errorMessage(err) }, 'cannot cache the inventory; the next start scans in full'),
+        );
         this.log.info({ gpus: next.gpus.length, hcas: next.hcas.length }, 'hardware changed; sending the new inventory');
         if (this.outbox) this.send(this.outbox, { case: 'inventory', value: next });
       }

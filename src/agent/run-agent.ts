@@ -4,7 +4,7 @@ import type { Logger } from '../lib/logger.js';
 import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
 import { sdNotify, startWatchdog } from '../lib/systemd-notify.js';
 import { Agent } from './agent.js';
-import { AgentMetrics } from './agent-metrics.js';
+import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
 import { GpuMemorySampler } from './discovery/gpu-memory-sampler.js';
@@ -26,7 +26,8 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const supervisor = new Supervisor({ config: c.supervisor, logger });
   const engines = new EngineRegistry({ engines: c.engines, mgmtInterface: c.mgmtInterface });
   const sampler = new GpuMemorySampler({ nvidiaSmi: c.discovery.nvidiaSmi, timeoutMs: c.discovery.timeoutMs, logger });
-  const metrics = c.metricsAddr ? new AgentMetrics() : undefined;
+  // prom-client is loaded only when metrics are asked for.
+  const metrics: AgentMetrics | undefined = c.metricsAddr ? new (await import('./agent-metrics.js')).AgentMetrics() : undefined;
   const agent = new Agent({
     config: c,
     version,

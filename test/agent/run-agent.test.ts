@@ -122,7 +122,7 @@ describe('llmgw agent run', () => {
     expect(processesWritingUnder(dirs.logDir)).toEqual([pid]);
   });
 
-  it('reports an engine killed from outside as FAILED with its exit code and log tail', async () => {
+  it('reports an engine killed from outside as FAILED with its exit code and log tail, and STOPPED once told to stop', async () => {
     const { cp, url } = await startControlPlane();
     const dirs = newDirs();
     const port = await freePort();
@@ -141,6 +141,11 @@ describe('llmgw agent run', () => {
     expect(status.exitCode).toBe(137);
     expect(status.signal).toBe('SIGKILL');
     expect(status.lastOutput.join('\n')).toContain('Uvicorn running');
+
+    // The control plane then stops it; a shard that already failed still reports STOPPED.
+    const stopped = cp.waitFor('node-a', shardIs('s1', ShardState.STOPPED), 10_000);
+    cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: 's1' }) });
+    await stopped;
   });
 
   it('makes one process of a StartShard repeated 5 times', async () => {

@@ -1,4 +1,3 @@
-import { execa } from 'execa';
 import { formatDuration } from '../../lib/duration.js';
 
 export type NvidiaSmiFailureKind = 'not-found' | 'timeout' | 'exit' | 'spawn';
@@ -40,6 +39,9 @@ const MAX_OUTPUT_BYTES = 8 * 1024 * 1024;
 export async function runNvidiaSmi(nvidiaSmi: string, args: readonly string[], opts: RunNvidiaSmiOptions): Promise<NvidiaSmiResult> {
   opts.signal?.throwIfAborted();
   const what = ['nvidia-smi', ...args.map(shorten)].join(' ');
+  // Loaded on first use: the agent registers from its cached inventory
+  // before discovery runs, and should not pay for execa before then.
+  const { execa } = await import('execa');
   const sub = execa(nvidiaSmi, args, {
     reject: false,
     stdin: 'ignore',

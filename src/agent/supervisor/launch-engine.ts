@@ -1,7 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, constants, openSync } from 'node:fs';
 import { once } from 'node:events';
-import { execa } from 'execa';
 import type { Launcher } from '../config/agent-config.js';
 import { errorMessage, failure } from '../../lib/errors.js';
 import type { LaunchPlan } from './launch-plan.js';
@@ -97,6 +96,8 @@ export async function launchSystemdRun(
   const [cmd, ...args] = buildSystemdRunArgv(shardId, { ...plan, env: engineEnv(plan) }, logPath);
   const unit = `${systemdUnitName(shardId)}.service`;
   try {
+    // Only the systemd-run launcher needs execa; direct launches do not load it.
+    const { execa } = await import('execa');
     await execa(cmd as string, args, { timeout: SYSTEMD_TIMEOUT_MS, cancelSignal: signal, stdin: 'ignore' });
     const { stdout } = await execa('systemctl', ['show', '-p', 'MainPID', '--value', unit], {
       timeout: SYSTEMD_TIMEOUT_MS,

@@ -1,6 +1,7 @@
 import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
-import { open, rename, unlink } from 'node:fs/promises';
+import { open, unlink } from 'node:fs/promises';
+import { writeFileAtomic } from '../../lib/write-file-atomic.js';
 import { join } from 'node:path';
 import type { Launcher } from '../config/agent-config.js';
 import { type StartShard, StartShardSchema } from '../../gen/llmgw/v1/agent_pb.js';
@@ -49,31 +50,11 @@ function toDisk(s: ShardStateFile): JsonValue {
 
 /**
  * Writes the state file so that a crash at any moment leaves either the old
- * file or the new one, never half of one: temp file, fsync, rename, fsync of
- * the directory. A half-written file would make a healthy engine
+ * file or the new one, never half of one (see writeFileAtomic). A half-written file would make a healthy engine
  * unidentifiable after a power cut, and unidentifiable engines are killed.
- * rename() replaces a symlink at the target rather than writing through it.
  */
 export async function writeStateFile(shardsDir: string, s: ShardStateFile): Promise<void> {
-  const target = stateFilePath(shardsDir, s.shardId);
-  const tmp = `${target}.tmp-${process.pid}-${Math.random().toString(36).slice(2, 10)}`;
-  const fh = await open(tmp, constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW, 0o600);
-  try {
-    await fh.writeFile(`${JSON.stringify(toDisk(s), null, 2)}\n`);
-    await fh.sync();
-  } catch (err) {
-    await fh.close();
-    await unlink(tmp).catch(() => {});
-    throw err;
-  }
-  await fh.close();
-  await rename(tmp, target);
-  const dir = await open(shardsDir, constants.O_RDONLY | constants.O_DIRECTORY);
-  try {
-    await dir.sync();
-  } finally {
-    await dir.close();
-  }
+  await writeFileAtomic(stateFilePath(shardsDir, s.shardId), `${JSON.stringify(toDisk(s), null, 2)}\n`);
 }
 
 export type StateFileRead = { ok: true; file: ShardStateFile } | { ok: false; reason: string };

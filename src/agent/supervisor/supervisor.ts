@@ -559,9 +559,11 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     if (outcome === 'not-ours') {
       this.log.warn({ shard: rec.shardId, pid: rec.pid }, 'engine pid now names another process; nothing was signalled');
     }
-    if (rec.state === S.STOPPING) this.transition(rec, S.STOPPED, `process group ${outcome}`);
     this.detach(rec);
+    // Gone from disk before STOPPED is announced: whoever hears STOPPED may
+    // rely on nothing of the shard being left, here or after a restart.
     await removeStateFile(rec.statePath);
+    if (rec.state === S.STOPPING) this.transition(rec, S.STOPPED, `process group ${outcome}`);
     return snapshotOf(rec);
   }
 

@@ -2,7 +2,6 @@ import { Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { DEFAULT_CONFIG_PATH } from '../../agent/config/config-keys.js';
 import { loadAgentConfig, type LoadedConfig } from '../../agent/config/load-agent-config.js';
-import { renderConfigTable, configAsJson } from '../../agent/config/print-config.js';
 import { createLogger } from '../../lib/logger.js';
 import { runAgent } from '../../agent/run-agent.js';
 
@@ -54,6 +53,7 @@ value came from. Exits 78 on a configuration error (systemd: RestartPreventExitS
     });
 
     if (flags['print-config']) {
+      const { renderConfigTable, configAsJson } = await import('../../agent/config/print-config.js');
       if (this.jsonEnabled()) return configAsJson(loaded);
       this.log(renderConfigTable(loaded));
       return undefined;

@@ -1,0 +1,121 @@
+/**
+ * What the benchmarks share: real agent processes, an in-process reference
+ * control plane, sim shards, and small statistics. Everything started is
+ * recorded so one cleanup at the end (or on Ctrl-C) kills it.
+ */
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { execa, type ResultPromise } from 'execa';
+import { ControlPlane } from '../src/control/control-plane.js';
+import { type AgentMessage, ShardState, StartShardSchema, type StartShard } from '../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentDirs, agentConfigYaml, agentDirs } from '../test/helpers/agent-config-yaml.js';
+import { freePort, killEverything } from '../test/helpers/engine-processes.js';
+import { BIN } from '../test/helpers/run-cli.js';
+
+export { freePort };
+
+const roots: string[] = [];
+const children: ResultPromise[] = [];
+const planes: ControlPlane[] = [];
+
+export function newRoot(tag: string): AgentDirs {
+  const dirs = agentDirs(mkdtempSync(join(tmpdir(), `llmgw-bench-${tag}-`)));
+  roots.push(dirs.root);
+  return dirs;
+}
+
+export async function cleanup(): Promise<void> {
+  for (const c of children.splice(0)) c.kill('SIGKILL');
+  for (const root of roots.splice(0)) {
+    await killEverything(join(root, 'log'));
+    rmSync(root, { recursive: true, force: true });
+  }
+  for (const cp of planes.splice(0)) await cp.close();
+}
+
+export async function controlPlane(): Promise<{ cp: ControlPlane; url: string }> {
+  const cp = new ControlPlane({ placementDelayMs: 0 });
+  planes.push(cp);
+  const { url } = await cp.listen({ host: '127.0.0.1', port: 0 });
+  return { cp, url };
+}
+
+export interface BenchAgent {
+  pid: number;
+  spawnedAtMs: number;
+  exited: Promise<number>;
+  kill(signal?: NodeJS.Signals): void;
+}
+
+export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: string; extraYaml?: string } = {}): BenchAgent {
+  mkdirSync(dirs.root, { recursive: true });
+  const config = join(dirs.root, 'agent.yaml');
+  writeFileSync(
+    config,
+    agentConfigYaml({ server, dirs, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml }).replace('log_level: debug', 'log_level: warn'),
+  );
+  const spawnedAtMs = Date.now();
+  const child = execa(process.execPath, [BIN, 'agent', 'run', '--config', config], {
+    reject: false,
+    stdin: 'ignore',
+    stdout: 'ignore',
+    stderr: 'ignore',
+    env: { LLMGW_FAKE_GPUS: 'hgx-h100x8' },
+  });
+  children.push(child);
+  return {
+    pid: child.pid as number,
+    spawnedAtMs,
+    exited: child.then(() => Date.now()),
+    kill: (signal = 'SIGTERM') => child.kill(signal),
+  };
+}
+
+export function simStart(shardId: string, gpu: number, port: number, args: string[] = []): StartShard {
+  return create(StartShardSchema, {
+    shardId,
+    replicaId: `r-${shardId}`,
+    rank: 0,
+    nnodes: 1,
+    gpuIndices: [gpu],
+    httpPort: port,
+    profile: { name: 'sim', engine: 'sim', model: 'sim/m', servedModelName: 'm', tensorParallelSize: 1, args: ['--load-time', '0s', ...args] },
+  });
+}
+
+export const isRegister = (m: AgentMessage) => m.msg.case === 'register';
+export const shardIn = (id: string, ...states: ShardState[]) => (m: AgentMessage) =>
+  m.msg.case === 'shard' && m.msg.value.shardId === id && states.includes(m.msg.value.state);
+
+/** Starts `n` sim shards s0..s(n-1) on GPUs 0..n-1 and waits until all are READY; returns their pids. */
+export async function startShards(cp: ControlPlane, nodeId: string, n: number): Promise<{ ids: string[]; pids: number[]; ports: number[] }> {
+  const ids = Array.from({ length: n }, (_, i) => `s${i}`);
+  const ports: number[] = [];
+  for (let i = 0; i < n; i++) ports.push(await freePort());
+  const ready = ids.map((id) => cp.waitFor(nodeId, shardIn(id, ShardState.READY), 60_000));
+  for (const [i, id] of ids.entries()) cp.send(nodeId, { case: 'start', value: simStart(id, i, ports[i] as number) });
+  const msgs = await Promise.all(ready);
+  return { ids, ports, pids: msgs.map((m) => (m.msg.value as { pid: number }).pid) };
+}
+
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}
+
+export function rssMb(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'));
+  return m ? Number(m[1]) / 1024 : Number.NaN;
+}
+
+/** utime + stime of a process, in seconds. */
+export function cpuSeconds(pid: number): number {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return (Number(f[11]) + Number(f[12])) / 100;
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,0 +1,388 @@
+/**
+ * `npm run bench`: the figures of issue 8, each measured side by side with its
+ * reference in the same run, printed as a table and written with the machine,
+ * Node version and date to bench/RESULTS.md.
+ *
+ *   npx tsx bench/run.ts [--quick] [--only 1,3,9]
+ *
+ * --quick shortens the long figures (5: 15 s instead of 60 s, 2,000 instead
+ * of 10,000 heartbeats; 8: 96 instead of 500 shards) for a trial run.
+ */
+import { spawnSync } from 'node:child_process';
+import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
+import { cpus, totalmem } from 'node:os';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { ShardState, StopShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
+import { Supervisor } from '../src/agent/supervisor/supervisor.js';
+import { BIN, REPO_ROOT } from '../test/helpers/run-cli.js';
+import { FAKE_NVIDIA_SMI, FIXTURE_SYSFS } from '../test/helpers/agent-config-yaml.js';
+import {
+  cleanup,
+  controlPlane,
+  cpuSeconds,
+  isRegister,
+  median,
+  newRoot,
+  rssMb,
+  shardIn,
+  simStart,
+  sleep,
+  spawnAgent,
+  startShards,
+  freePort,
+} from './bench-support.js';
+
+interface Row {
+  figure: string;
+  measured: string;
+  reference: string;
+  target: string;
+  met: boolean | undefined;
+}
+
+const args = process.argv.slice(2);
+const quick = args.includes('--quick');
+const onlyArg = args[args.indexOf('--only') + 1];
+const only = args.includes('--only') && onlyArg ? new Set(onlyArg.split(',')) : undefined;
+const rows: Row[] = [];
+const notes: string[] = [];
+
+const ms = (x: number) => `${x.toFixed(0)} ms`;
+
+function timeCommand(argv: string[], runs: number): number {
+  const times: number[] = [];
+  for (let i = 0; i < runs; i++) {
+    const t0 = performance.now();
+    const r = spawnSync(argv[0] as string, argv.slice(1), { stdio: 'ignore' });
+    times.push(performance.now() - t0);
+    if (r.status !== 0 && !argv.includes('ctl')) throw new Error(`${argv.join(' ')} exited ${r.status}`);
+  }
+  return median(times);
+}
+
+/** Alternates the commands run by run, so load on a shared machine falls on both alike. */
+function timeSideBySide(cmds: string[][], runs: number): number[] {
+  const times: number[][] = cmds.map(() => []);
+  for (let i = 0; i < runs; i++) {
+    for (const [j, c] of cmds.entries()) (times[j] as number[]).push(timeCommand(c, 1));
+  }
+  return times.map(median);
+}
+
+async function fig1(): Promise<void> {
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot('f1');
+  spawnAgent(url, dirs);
+  await cp.waitFor('node-a', isRegister, 30_000);
+  await sleep(300);
+  const node = process.execPath;
+  const [base, version, status] = timeSideBySide(
+    [[node, '-e', '0'], [node, BIN, '--version'], [node, BIN, 'ctl', 'status', '--socket', dirs.socket]],
+    quick ? 8 : 20,
+  ) as [number, number, number];
+  rows.push({ figure: '1a cold start `llmgw --version`', measured: ms(version), reference: `node -e 0: ${ms(base)}`, target: '<= 2.5x', met: version / base <= 2.5 });
+  rows[rows.length - 1]!.measured += ` (${(version / base).toFixed(2)}x)`;
+  rows.push({ figure: '1b cold start `llmgw ctl status`', measured: `${ms(status)} (${(status / base).toFixed(2)}x)`, reference: `node -e 0: ${ms(base)}`, target: '<= 3x', met: status / base <= 3 });
+}
+
+async function adoptedReady(n: number, rounds: number): Promise<number[]> {
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot(`f2-${n}`);
+  let agent = spawnAgent(url, dirs);
+  await cp.waitFor('node-a', isRegister, 30_000);
+  const { ids } = await startShards(cp, 'node-a', n);
+  const results: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    agent.kill('SIGKILL');
+    await agent.exited;
+    const pending = new Set(ids);
+    let doneAt = 0;
+    const done = new Promise<void>((resolve) => {
+      const onMessage = (nodeId: string, m: import('../src/gen/llmgw/v1/agent_pb.js').AgentMessage) => {
+        if (nodeId !== 'node-a') return;
+        if (m.msg.case === 'register') {
+          for (const s of m.msg.value.runningShards) if (s.state === ShardState.READY) pending.delete(s.shardId);
+        } else if (m.msg.case === 'shard' && m.msg.value.state === ShardState.READY) {
+          pending.delete(m.msg.value.shardId);
+        }
+        if (pending.size === 0) {
+          doneAt = Date.now();
+          cp.off('message', onMessage);
+          resolve();
+        }
+      };
+      cp.on('message', onMessage);
+    });
+    agent = spawnAgent(url, dirs);
+    await done;
+    results.push(doneAt - agent.spawnedAtMs);
+  }
+  return results;
+}
+
+async function fig2(): Promise<void> {
+  // Reference: the engine's own /health latency.
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot('f2ref');
+  spawnAgent(url, dirs);
+  await cp.waitFor('node-a', isRegister, 30_000);
+  const { ports } = await startShards(cp, 'node-a', 1);
+  const lat: number[] = [];
+  for (let i = 0; i < 20; i++) {
+    const t0 = performance.now();
+    await fetch(`http://127.0.0.1:${ports[0]}/health`);
+    lat.push(performance.now() - t0);
+  }
+  const ref = `sim /health: ${median(lat).toFixed(1)} ms`;
+  const one = median(await adoptedReady(1, 3));
+  rows.push({ figure: '2a agent start → READY, 1 adopted shard', measured: ms(one), reference: ref, target: '<= 1.0 s', met: one <= 1000 });
+  const eight = median(await adoptedReady(8, 3));
+  rows.push({ figure: '2b agent start → READY, 8 adopted shards', measured: ms(eight), reference: ref, target: '<= 1.5 s', met: eight <= 1500 });
+}
+
+async function deathReport(adopted: boolean, rounds: number): Promise<number[]> {
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot(`f3-${adopted}`);
+  let agent = spawnAgent(url, dirs);
+  await cp.waitFor('node-a', isRegister, 30_000);
+  const out: number[] = [];
+  for (let r = 0; r < rounds; r++) {
+    const id = `d${r}`;
+    const port = await freePort();
+    const ready = cp.waitFor('node-a', shardIn(id, ShardState.READY), 60_000);
+    cp.send('node-a', { case: 'start', value: simStart(id, 0, port) });
+    let pid = ((await ready).msg.value as { pid: number }).pid;
+    if (adopted) {
+      agent.kill('SIGKILL');
+      await agent.exited;
+      const again = cp.waitFor('node-a', (m) => shardIn(id, ShardState.READY)(m) || (m.msg.case === 'register' && m.msg.value.runningShards.some((s) => s.shardId === id && s.state === ShardState.READY)), 60_000);
+      agent = spawnAgent(url, dirs);
+      const m = await again;
+      pid = m.msg.case === 'register' ? (m.msg.value.runningShards.find((s) => s.shardId === id)?.pid ?? pid) : pid;
+    }
+    const dead = cp.waitFor('node-a', shardIn(id, ShardState.FAILED, ShardState.EXITED), 30_000);
+    const t0 = Date.now();
+    process.kill(pid, 'SIGKILL');
+    await dead;
+    out.push(Date.now() - t0);
+    const stopped = cp.waitFor('node-a', shardIn(id, ShardState.STOPPED), 30_000);
+    cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: id }) });
+    await stopped;
+  }
+  return out;
+}
+
+async function fig3(): Promise<void> {
+  const own = median(await deathReport(false, 5));
+  rows.push({ figure: '3a engine SIGKILL → FAILED on the stream, own child', measured: ms(own), reference: '-', target: '<= 100 ms', met: own <= 100 });
+  const adopted = median(await deathReport(true, 3));
+  rows.push({ figure: '3b engine SIGKILL → FAILED on the stream, adopted', measured: ms(adopted), reference: '-', target: '<= 600 ms', met: adopted <= 600 });
+}
+
+async function fig4(): Promise<void> {
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot('f4');
+  let agent = spawnAgent(url, dirs);
+  await cp.waitFor('node-a', isRegister, 30_000);
+  await startShards(cp, 'node-a', 8);
+  const times: number[] = [];
+  for (let r = 0; r < 5; r++) {
+    const t0 = Date.now();
+    agent.kill('SIGTERM');
+    times.push((await agent.exited) - t0);
+    const reg = cp.waitFor('node-a', isRegister, 30_000);
+    agent = spawnAgent(url, dirs);
+    await reg;
+    await sleep(500);
+  }
+  const m = median(times);
+  rows.push({ figure: '4 SIGTERM → agent exit, 8 engines running', measured: ms(m), reference: '-', target: '<= 300 ms', met: m <= 300 });
+}
+
+async function fig5(): Promise<void> {
+  const idle = spawnSync(process.execPath, ['-e', 'setTimeout(()=>{console.log(require("fs").readFileSync("/proc/self/status","utf8").match(/VmRSS:\\s+(\\d+)/)[1])},1500);setInterval(()=>{},1000)'], { encoding: 'utf8', timeout: 5000 });
+  const idleMb = Number(idle.stdout.trim()) / 1024;
+
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot('f5');
+  const agent = spawnAgent(url, dirs, { heartbeat: '1s' });
+  await cp.waitFor('node-a', isRegister, 30_000);
+  await startShards(cp, 'node-a', 8);
+  await sleep(2000);
+  const seconds = quick ? 15 : 60;
+  const cpu0 = cpuSeconds(agent.pid);
+  const samples: number[] = [];
+  for (let i = 0; i < seconds; i++) {
+    await sleep(1000);
+    samples.push(rssMb(agent.pid));
+  }
+  const cpuPct = ((cpuSeconds(agent.pid) - cpu0) / seconds) * 100;
+  const maxRss = Math.max(...samples);
+  rows.push({ figure: `5a agent RSS over ${seconds} s, 8 shards, heartbeat 1 s`, measured: `max ${maxRss.toFixed(1)} MB`, reference: `idle node: ${idleMb.toFixed(1)} MB`, target: '<= 80 MB', met: maxRss <= 80 });
+  rows.push({ figure: `5b agent CPU over ${seconds} s`, measured: `${cpuPct.toFixed(2)} %`, reference: '-', target: '<= 1 %', met: cpuPct <= 1 });
+
+  // RSS growth over many heartbeats: a fast heartbeat, RSS read at each tenth.
+  const beats = quick ? 2000 : 10_000;
+  const { cp: cp2, url: url2 } = await controlPlane();
+  const dirs2 = newRoot('f5b');
+  const fast = spawnAgent(url2, dirs2, { heartbeat: '5ms' });
+  await cp2.waitFor('node-a', isRegister, 30_000);
+  const marks: number[] = [];
+  let seen = 0;
+  await new Promise<void>((resolve) => {
+    cp2.on('message', (_n, m) => {
+      if (m.msg.case !== 'heartbeat') return;
+      seen++;
+      if (seen % (beats / 10) === 0) marks.push(rssMb(fast.pid));
+      if (seen >= beats) resolve();
+    });
+  });
+  const firstHalf = median(marks.slice(1, 5));
+  const secondHalf = median(marks.slice(6));
+  const growth = secondHalf - firstHalf;
+  rows.push({
+    figure: `5c agent RSS after ${beats} heartbeats`,
+    measured: `${(marks.at(-1) as number).toFixed(1)} MB (trend ${growth >= 0 ? '+' : ''}${growth.toFixed(1)} MB between halves)`,
+    reference: `idle node: ${idleMb.toFixed(1)} MB`,
+    target: 'no growth trend',
+    met: growth < 5,
+  });
+  notes.push(`5c RSS at each tenth of the heartbeats (MB): ${marks.map((x) => x.toFixed(1)).join(', ')}`);
+}
+
+async function fig6(): Promise<void> {
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot('f6');
+  spawnAgent(url, dirs, { extraYaml: '' });
+  await cp.waitFor('node-a', isRegister, 30_000);
+  // Two shards; one log is grown to 1 GiB with lines appended as an engine would.
+  await startShards(cp, 'node-a', 2);
+  const big = join(dirs.logDir, 'shards', 's0.log');
+  const fd = openSync(big, 'a');
+  const line = `${'x'.repeat(119)}\n`;
+  const chunk = Buffer.from(line.repeat(8192));
+  for (let written = 0; written < 1024 ** 3; written += chunk.length) writeSync(fd, chunk);
+  closeSync(fd);
+  const node = process.execPath;
+  const [bigMs, smallMs] = timeSideBySide(
+    [
+      [node, BIN, 'ctl', 'logs', 's0', '-n', '100', '--socket', dirs.socket],
+      [node, BIN, 'ctl', 'logs', 's1', '-n', '100', '--socket', dirs.socket],
+    ],
+    quick ? 5 : 11,
+  ) as [number, number];
+  rows.push({ figure: '6 `ctl logs -n 100` on a 1 GiB log', measured: `${ms(bigMs)} (${(bigMs / smallMs).toFixed(2)}x)`, reference: `1 KiB log: ${ms(smallMs)}`, target: '<= 1.5x', met: bigMs / smallMs <= 1.5 });
+}
+
+async function fig7(): Promise<void> {
+  const dirs = newRoot('f7');
+  const seconds = 3;
+  const counter = join(dirs.root, 'count');
+  const writer = (out: string) =>
+    `const line='${'y'.repeat(99)}\\n';let n=0;const end=Date.now()+${seconds * 1000};while(Date.now()<end){for(let i=0;i<1000;i++)process.stdout.write(line);n+=1000}require('fs').writeFileSync(${JSON.stringify(out)},String(n))`;
+  // Reference: the same engine, stdout to /dev/null.
+  const ref = spawnSync(process.execPath, ['-e', writer(`${counter}.ref`)], { stdio: ['ignore', openSync('/dev/null', 'w'), 'inherit'] });
+  if (ref.status !== 0) throw new Error('reference writer failed');
+  const refLines = Number(readFileSync(`${counter}.ref`, 'utf8'));
+
+  const sup = new Supervisor({
+    config: { stateDir: dirs.stateDir, logDir: dirs.logDir, stopGraceMs: 2000, workerSettleMs: 100, healthIntervalMs: 10_000, logMaxBytes: 64 * 1024 ** 2, launcher: 'direct' },
+  });
+  const { create: createMsg } = await import('@bufbuild/protobuf');
+  const { StartShardSchema } = await import('../src/gen/llmgw/v1/agent_pb.js');
+  const spec = createMsg(StartShardSchema, { shardId: 'writer', replicaId: 'r', profile: { engine: 'sim' } });
+  await sup.start(spec, { argv: [process.execPath, '-e', writer(`${counter}.sup`)], env: {} }, { servesHttp: false });
+  for (let i = 0; i < 100 && !existsSync(`${counter}.sup`); i++) await sleep(100);
+  const supLines = Number(readFileSync(`${counter}.sup`, 'utf8'));
+  sup.close();
+  const ratio = supLines / refLines;
+  rows.push({ figure: '7 engine logging flat out through the log file (rotation on)', measured: `${(supLines / seconds / 1e6).toFixed(2)} M lines/s (${ratio.toFixed(2)}x)`, reference: `/dev/null: ${(refLines / seconds / 1e6).toFixed(2)} M lines/s`, target: '>= 0.9x', met: ratio >= 0.9 });
+}
+
+async function fig8(): Promise<void> {
+  const total = quick ? 96 : 500;
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot('f8');
+  spawnAgent(url, dirs);
+  await cp.waitFor('node-a', isRegister, 30_000);
+  let ready = 0;
+  let stopped = 0;
+  let failed = 0;
+  cp.on('shard-status', (_n, s) => {
+    if (s.state === ShardState.READY) ready++;
+    if (s.state === ShardState.STOPPED) stopped++;
+    if (s.state === ShardState.FAILED) failed++;
+  });
+  // The node has 8 GPUs and a shard needs one, so shards go in waves of 8.
+  const t0 = Date.now();
+  let startMs = 0;
+  let stopMs = 0;
+  for (let base = 0; base < total; base += 8) {
+    const ids = Array.from({ length: Math.min(8, total - base) }, (_, i) => `w${base + i}`);
+    const ports = await Promise.all(ids.map(() => freePort()));
+    const a = Date.now();
+    const readies = ids.map((id) => cp.waitFor('node-a', shardIn(id, ShardState.READY, ShardState.FAILED), 60_000));
+    for (const [i, id] of ids.entries()) cp.send('node-a', { case: 'start', value: simStart(id, i, ports[i] as number) });
+    await Promise.all(readies);
+    const b = Date.now();
+    const stops = ids.map((id) => cp.waitFor('node-a', shardIn(id, ShardState.STOPPED), 60_000));
+    for (const id of ids) cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: id }) });
+    await Promise.all(stops);
+    startMs += b - a;
+    stopMs += Date.now() - b;
+  }
+  const lost = total - ready + (total - stopped);
+  rows.push({
+    figure: `8 ${total} StartShard then StopShard (waves of 8)`,
+    measured: `${ready} READY, ${stopped} STOPPED, ${failed} FAILED, ${lost} lost; ${((Date.now() - t0) / 1000).toFixed(1)} s (start ${(startMs / total).toFixed(0)} ms, stop ${(stopMs / total).toFixed(0)} ms per shard)`,
+    reference: '-',
+    target: 'all reported, 0 lost',
+    met: lost === 0 && failed === 0,
+  });
+}
+
+async function fig9(): Promise<void> {
+  const m = timeCommand([process.execPath, BIN, 'discover', '--json', '--nvidia-smi', FAKE_NVIDIA_SMI, '--sysfs-root', FIXTURE_SYSFS], 5);
+  rows.push({ figure: '9 `llmgw discover --json` on the 8-GPU fixtures', measured: ms(m), reference: '-', target: 'recorded', met: undefined });
+}
+
+const FIGURES: Record<string, () => Promise<void>> = { '1': fig1, '2': fig2, '3': fig3, '4': fig4, '5': fig5, '6': fig6, '7': fig7, '8': fig8, '9': fig9 };
+
+function table(): string {
+  const head = '| # | figure | measured | reference | target | met |\n|---|---|---|---|---|---|';
+  return [head, ...rows.map((r, i) => `| ${i + 1} | ${r.figure} | ${r.measured} | ${r.reference} | ${r.target} | ${r.met === undefined ? '-' : r.met ? 'yes' : '**no**'} |`)].join('\n');
+}
+
+async function main(): Promise<void> {
+  process.on('SIGINT', () => void cleanup().then(() => process.exit(130)));
+  for (const [n, fn] of Object.entries(FIGURES)) {
+    if (only && !only.has(n)) continue;
+    process.stderr.write(`figure ${n}…\n`);
+    try {
+      await fn();
+    } catch (err) {
+      rows.push({ figure: `${n} (did not complete)`, measured: String(err instanceof Error ? err.message : err), reference: '-', target: '-', met: false });
+    } finally {
+      await cleanup();
+    }
+  }
+  const cpu = cpus()[0]?.model ?? 'unknown CPU';
+  const header = [
+    `## ${new Date().toISOString().slice(0, 10)} — ${cpus().length} × ${cpu}, ${(totalmem() / 1024 ** 3).toFixed(0)} GiB, Node ${process.version}${quick ? ' (--quick)' : ''}`,
+    '',
+    table(),
+    '',
+    ...notes.map((n) => `- ${n}`),
+    '',
+  ].join('\n');
+  process.stdout.write(`${header}\n`);
+  const results = join(REPO_ROOT, 'bench/RESULTS.md');
+  if (!existsSync(results)) {
+    mkdirSync(join(REPO_ROOT, 'bench'), { recursive: true });
+    writeFileSync(results, '# Benchmark results\n\nWritten by `npm run bench` (bench/run.ts); newest run last. What each figure measures and what was changed when one missed is under "Notes".\n\n');
+  }
+  appendFileSync(results, `${header}\n`);
+}
+
+await main();

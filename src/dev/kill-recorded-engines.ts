@@ -31,6 +31,7 @@ export function killRecordedEngines(dirs: { stateDir: string; logDir: string }):
   const own = new Set([process.pid]);
   // Never our own group: a state file naming it would take dev up down with the engines.
   const ownGroup = readProcStat(process.pid)?.pgrp;
+  const killedGroups = new Set<number>();
   const logs = new Map<string, string>(); // shard id → log path
   const shardsDir = join(dirs.stateDir, 'shards');
   for (const name of listDir(shardsDir)) {
@@ -40,7 +41,10 @@ export function killRecordedEngines(dirs: { stateDir: string; logDir: string }):
     const read = readStateFileSync(join(shardsDir, name), shardId);
     if (!read.ok) continue;
     const { pid, pgid, identity } = read.file;
-    if (pgid !== ownGroup && checkIdentity(pid, identity).alive && kill(-pgid)) killed.push({ shardId, pgid, evidence: 'state-file' });
+    if (pgid !== ownGroup && checkIdentity(pid, identity).alive && kill(-pgid)) {
+      killedGroups.add(pgid);
+      killed.push({ shardId, pgid, evidence: 'state-file' });
+    }
   }
   // Engines whose state file is gone or unreadable, and members of a group
   // whose leader already died, still write to their shard's log.
@@ -49,7 +53,8 @@ export function killRecordedEngines(dirs: { stateDir: string; logDir: string }):
   }
   for (const [shardId, logPath] of logs) {
     for (const p of findProcessesLoggingTo(logPath)) {
-      if (own.has(p.pid)) continue;
+      // A SIGKILLed group's members are listed until the kernel has reaped them.
+      if (own.has(p.pid) || killedGroups.has(p.pgid)) continue;
       if (kill(p.pid)) killed.push({ shardId, pid: p.pid, evidence: 'shard-log' });
     }
   }

@@ -34,6 +34,8 @@ export interface DevClusterOptions {
   dirs: DevDirs;
   /** The control plane's port on 127.0.0.1; 0 picks a free one. */
   port: number;
+  /** Ports the control plane hands to shards (see findShardPorts). */
+  shardPorts: [number, number];
   /** Level of the control plane's and the agent's log files. */
   logLevel: string;
   logger: Logger;
@@ -72,7 +74,7 @@ export class DevCluster {
     this.#log = opts.logger;
     // One node: nothing to wait for before placing, and a replica that
     // failed is retried soon, so a newcomer sees it recover.
-    this.#cp = new ControlPlane({ deployment: opts.deployment, placementDelayMs: 0, retryBackoffMs: 2_000, logger: opts.logger });
+    this.#cp = new ControlPlane({ deployment: opts.deployment, placementDelayMs: 0, retryBackoffMs: 2_000, portRange: opts.shardPorts, logger: opts.logger });
   }
 
   get phase(): DevClusterPhase {

@@ -12,6 +12,7 @@ import { checkDeploymentFitsOneNode, type DevEngine, devDeploymentYaml } from '.
 import { createDevDirs, type DevDirs } from './dev-dirs.js';
 import { buildDevUpSummary, type DevUpSummary } from './dev-up-summary.js';
 import { describeGpuSource, findGpuSource, type GpuSource } from './find-gpu-source.js';
+import { findShardPorts } from './find-shard-ports.js';
 
 /** Discovery against nvidia-smi (or the fake) and a first Register; the agent's discovery timeout is 5 s per command. */
 export const REGISTER_TIMEOUT_MS = 60_000;
@@ -75,12 +76,14 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
     const gpus = await findGpuSource({ signal, nvidiaSmi: opts.nvidiaSmi });
     const deployment = opts.deploymentFile ? loadDeployment(opts.deploymentFile) : generatedDeployment(opts, gpus);
     checkDeploymentFitsOneNode(deployment, gpus.gpuCount, opts.deploymentFile ?? 'the generated deployment');
+    // One HTTP port per shard; no leader ports, every replica is on one node.
+    const shardPorts = await findShardPorts(deployment.replicas.length);
 
     dirs = createDevDirs();
     const deploymentPath = opts.deploymentFile ?? dirs.deployment;
     if (!opts.deploymentFile) writeFileSync(dirs.deployment, devDeploymentYaml(opts));
     const logger = await createLogger({ level: opts.logLevel as 'info', name: 'control-plane', file: dirs.controlPlaneLog });
-    cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, logLevel: opts.logLevel, logger });
+    cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, shardPorts, logLevel: opts.logLevel, logger });
 
     let summary: DevUpSummary | undefined;
     let failed: unknown;

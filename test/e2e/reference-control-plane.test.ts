@@ -54,6 +54,17 @@ replicas:
   'one-node.yaml',
 );
 
+/**
+ * Shard ports for one test: a block of its own, away from the default
+ * 18000-18999 that `llmgw dev up` and other suites on this machine use. A
+ * clash would make an engine fail to bind, and a retried start is exactly
+ * what these tests count.
+ */
+function portRange(): [number, number] {
+  const first = 20_000 + Math.floor(Math.random() * 400) * 20;
+  return [first, first + 19];
+}
+
 /** Safety net for a test that brings up agents and engines; never reached when things work. */
 const E2E_TIMEOUT_MS = 120_000;
 
@@ -123,7 +134,7 @@ describe('the reference control plane with real agents', () => {
     'keeps a 2-node replica across a kill -9 of rank 1’s agent: same engine pids, no new StartShard, both ranks READY, answering throughout',
     async () => {
       const { logger, records } = captureLogger();
-      const { cp, url } = await startControlPlane({ deployment: TWO_NODE, logger });
+      const { cp, url } = await startControlPlane({ deployment: TWO_NODE, portRange: portRange(), logger });
       const dirs: Record<string, AgentDirs> = { 'node-a': newDirs(), 'node-b': newDirs() };
       const agents: Record<string, AgentProcess> = {
         'node-a': startAgentProcess({ server: url, dirs: dirs['node-a'] as AgentDirs, nodeId: 'node-a' }),
@@ -175,7 +186,8 @@ describe('the reference control plane with real agents', () => {
   it(
     'keeps a shard across its own restart on the same port: the agent re-registers it, same engine pid, no StartShard',
     async () => {
-      const first = await startControlPlane({ deployment: ONE_NODE });
+      const ports = portRange();
+      const first = await startControlPlane({ deployment: ONE_NODE, portRange: ports });
       const dirs = newDirs();
       startAgentProcess({ server: first.url, dirs });
       await until(() => allReady(first.cp), 'the replica to be READY', 60_000);
@@ -189,7 +201,7 @@ describe('the reference control plane with real agents', () => {
       // plane from placing a second copy before the node has re-registered.
       const placementDelayMs = 1_000;
       const { logger, records } = captureLogger();
-      const second = await startControlPlane({ deployment: ONE_NODE, port: first.port, placementDelayMs, logger });
+      const second = await startControlPlane({ deployment: ONE_NODE, portRange: ports, port: first.port, placementDelayMs, logger });
       const registered = second.cp.waitFor('node-a', isRegister, 30_000);
       const reg = await reReportedReady(second.cp, 'node-a', shardId, registered);
       expect(reg.runningShards.map((s) => [s.shardId, s.pid])).toEqual([[shardId, pid]]);

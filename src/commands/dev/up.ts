@@ -9,21 +9,23 @@ export default class DevUp extends BaseCommand {
   static override summary = 'Run a whole llmgw cluster on this machine: the reference control plane, one agent, sim engines.';
 
   static override description = `Starts the reference control plane on 127.0.0.1 with a deployment of
---replicas sim replicas (one GPU each) or --deployment FILE, and one real agent
-(llmgw agent run) as a child process with temporary state, log and socket
-directories. Without NVIDIA GPUs the agent discovers a fake 8-GPU box
+--replicas sim replicas (one GPU each) or --deployment FILE, and one real
+agent (llmgw agent run) as a child process with temporary state, log and
+socket directories. Without NVIDIA GPUs the agent discovers a fake 8-GPU box
 (bin/fake-nvidia-smi, LLMGW_FAKE_GPUS=hgx-h100x8); the output says which.
 
 Once every replica is ready it prints each replica's URL, a curl line for a
-chat completion, the llmgw ctl commands to try (with the agent's --socket) and
-where the logs are, then stays up until Ctrl-C. Ctrl-C (SIGINT or SIGTERM)
-stops every shard through the control plane, then the agent, kills any engine
-still recorded in the state directory, and removes the temporary directory
-(unless --keep): nothing is left running. A second Ctrl-C kills at once.
+chat completion, the llmgw ctl commands to try (with the agent's --socket)
+and where the logs are, then stays up until Ctrl-C. Ctrl-C (SIGINT or
+SIGTERM) stops every shard through the control plane, then the agent, kills
+any engine still recorded in the state directory, and removes the temporary
+directory (unless --keep): nothing is left running. A second Ctrl-C kills at
+once. --log-level sets the level of the agent's and control plane's log
+files; progress goes to stderr, the summary (or --json) to stdout.
 
-The control plane here is a reference for local runs, demos and tests. It is
-NOT the production control plane: production runs the llmgw control plane, a
-separate service that speaks the same contract.`;
+The control plane here is a reference for local runs, demos and tests,
+NOT the production control plane. Production runs the llmgw control plane,
+a separate service that speaks the same contract.`;
 
   static override examples = [
     { description: 'One sim replica; prints its URL and a curl line once it answers.', command: '<%= config.bin %> dev up' },

@@ -1,8 +1,8 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import type { ControlPlane } from '../../src/control/control-plane.js';
 import { parseDeployment } from '../../src/control/load-deployment.js';
 import type { ReplicaView } from '../../src/control/replica-view.js';
@@ -68,8 +68,15 @@ function portRange(): [number, number] {
 /** Safety net for a test that brings up agents and engines; never reached when things work. */
 const E2E_TIMEOUT_MS = 120_000;
 
+const roots: string[] = [];
+// After every test's own cleanup (agents and engines killed) has run.
+afterAll(() => {
+  for (const root of roots) rmSync(root, { recursive: true, force: true });
+});
+
 function newDirs(): AgentDirs {
   const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-e2e-')));
+  roots.push(dirs.root);
   cleanUpEnginesAfterTest(dirs);
   return dirs;
 }

@@ -12,7 +12,9 @@ import {
   ControlMessageSchema,
   InventorySchema,
   type Register,
+  ShardState,
   type ShardStatus,
+  StopShardSchema,
 } from '../gen/llmgw/v1/agent_pb.js';
 import { errnoCode, errorMessage, failure } from '../lib/errors.js';
 import { type Logger, silentLogger } from '../lib/logger.js';
@@ -33,6 +35,16 @@ export const DEFAULT_PLACEMENT_DELAY_MS = 3_000;
 export const CLOSE_TIMEOUT_MS = 2_000;
 /** Messages kept per node for messages(); a long dev run must not grow without bound. */
 export const MESSAGE_HISTORY_LIMIT = 10_000;
+
+/** States after which a shard has no process left on its node. */
+const GONE = new Set([ShardState.STOPPED, ShardState.FAILED, ShardState.EXITED]);
+
+export interface StopAllShardsResult {
+  /** Reported STOPPED, FAILED or EXITED after the stop. */
+  stopped: string[];
+  /** Not reported gone within the timeout, or on a node that is not connected: processes may be left. */
+  remaining: string[];
+}
 
 export interface ControlPlaneOptions {
   /** Desired state; absent = manual mode: nodes are only recorded, and callers send commands themselves. */
@@ -241,6 +253,56 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     if (!session.send(create(ControlMessageSchema, { messageId, msg }))) return undefined;
     this.#log.debug({ node: nodeId, messageId, kind: msg.case }, 'sent control message');
     return messageId;
+  }
+
+  /**
+   * Scale to zero, for an orderly end of a whole local cluster (`llmgw dev
+   * up` on Ctrl-C): places nothing from now on, sends StopShard for every
+   * shard a node reports or was told to start, and resolves once each is
+   * reported gone, or after `timeoutMs` (or when `signal` aborts) with the
+   * rest in `remaining`. Placement stops first: without that, the reconciler
+   * treats each STOPPED as a failure and starts the replica again after its
+   * backoff. Only close() ends it; the control plane does not place again.
+   */
+  async stopAllShards(opts: { timeoutMs: number; signal?: AbortSignal }): Promise<StopAllShardsResult> {
+    this.#reconciler?.dispose();
+    const pending = new Map<string, string>(); // shard id → node id
+    for (const n of this.#nodes.values()) for (const [id, s] of n.shards) if (!GONE.has(s.state)) pending.set(id, n.id);
+    for (const r of this.replicas()) for (const s of r.shards) if (!GONE.has(s.state)) pending.set(s.shardId, s.nodeId);
+    const stopped: string[] = [];
+    const remaining: string[] = [];
+    const onStatus = (nodeId: string, st: ShardStatus) => {
+      if (pending.get(st.shardId) !== nodeId || !GONE.has(st.state)) return;
+      pending.delete(st.shardId);
+      stopped.push(st.shardId);
+      if (pending.size === 0) done();
+    };
+    let done = () => {};
+    const finished = new Promise<void>((resolve) => {
+      done = resolve;
+    });
+    const onAbort = () => done();
+    this.on('shard-status', onStatus);
+    const timer = setTimeout(onAbort, opts.timeoutMs);
+    opts.signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      for (const [shardId, nodeId] of [...pending]) {
+        if (this.#sendTo(nodeId, { case: 'stop', value: create(StopShardSchema, { shardId }) }) === undefined) {
+          // A node that is away cannot be told; its engines outlive this call.
+          pending.delete(shardId);
+          remaining.push(shardId);
+        }
+      }
+      this.#log.info({ shards: [...pending.keys()], unreachable: remaining }, 'stopping every shard');
+      if (pending.size > 0 && !opts.signal?.aborted) await finished;
+    } finally {
+      clearTimeout(timer);
+      opts.signal?.removeEventListener('abort', onAbort);
+      this.off('shard-status', onStatus);
+    }
+    remaining.push(...pending.keys());
+    if (remaining.length > 0) this.#log.warn({ remaining, timeoutMs: opts.timeoutMs }, 'shards not reported stopped');
+    return { stopped, remaining };
   }
 
   nodes(): NodeView[] {

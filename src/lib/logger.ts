@@ -10,6 +10,8 @@ export interface LoggerOptions {
   /** Human-readable lines; the default is to pretty-print when stderr is a TTY. */
   pretty?: boolean;
   name?: string;
+  /** Append JSON lines to this file instead of writing to stderr (`llmgw dev up` keeps stderr for its progress). */
+  file?: string;
 }
 
 /**
@@ -21,6 +23,9 @@ export async function createLogger(options: LoggerOptions = {}): Promise<Logger>
   const level = options.level ?? DEFAULT_LOG_LEVEL;
   const pretty = options.pretty ?? process.stderr.isTTY === true;
   const base = options.name ? { name: options.name } : {};
+  if (options.file !== undefined) {
+    return pino({ level, base, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ dest: options.file, sync: true, append: true, mkdir: true }));
+  }
   if (pretty) {
     // Loaded only for a terminal, so that start-up under systemd does not pay for it.
     const { default: pinoPretty } = await import('pino-pretty');

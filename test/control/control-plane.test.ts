@@ -224,6 +224,30 @@ describe('ControlPlane', () => {
     expect([...a2.received, ...b3.received].filter((m) => isStart(m) || isStop(m))).toEqual([]);
   });
 
+  it('stops every shard when told to stop all, and places none of them again', async () => {
+    const { cp, url } = await startControlPlane({ deployment: tiny(), retryBackoffMs: 50 });
+    const a = agent({ baseUrl: url, nodeId: 'node-a', gpus: 1 });
+    const start = startOf(await a.waitFor(isStart));
+    report(a, start, ShardState.READY);
+    await handled(cp, 'node-a', start.shardId, ShardState.READY);
+
+    const stopping = cp.stopAllShards({ timeoutMs: 10_000 });
+    expect(stopOf(await a.waitFor(isStop)).shardId).toBe(start.shardId);
+    report(a, start, ShardState.STOPPED);
+    await expect(stopping).resolves.toEqual({ stopped: [start.shardId], remaining: [] });
+    // Well past the retry backoff: a STOPPED here is the end, not a failure to retry.
+    await new Promise((r) => setTimeout(r, 300));
+    await a.sync();
+    expect(a.received.filter(isStart)).toHaveLength(1);
+  });
+
+  it('reports the shards not stopped within the timeout as remaining', async () => {
+    const { cp, url } = await startControlPlane({ deployment: tiny() });
+    const a = agent({ baseUrl: url, nodeId: 'node-a', gpus: 1 });
+    const start = startOf(await a.waitFor(isStart));
+    await expect(cp.stopAllShards({ timeoutMs: 200 })).resolves.toEqual({ stopped: [], remaining: [start.shardId] });
+  });
+
   it("keeps a disconnected node's shards and places nothing elsewhere within the grace", async () => {
     const { cp, url } = await startControlPlane({ deployment: tiny(), nodeGraceMs: 60_000 });
     const a = agent({ baseUrl: url, nodeId: 'node-a', gpus: 1 });

@@ -1,0 +1,67 @@
+import { Flags } from '@oclif/core';
+import { BaseCommand } from '../../cli/base-command.js';
+import { DEV_ENGINES } from '../../dev/dev-deployment-yaml.js';
+import { renderDevUpSummary } from '../../dev/render-dev-up-summary.js';
+import { type DevUpRenderer, runDevUp } from '../../dev/run-dev-up.js';
+import { usageError } from '../../lib/errors.js';
+
+export default class DevUp extends BaseCommand {
+  static override summary = 'Run a whole llmgw cluster on this machine: the reference control plane, one agent, sim engines.';
+
+  static override description = `Starts the reference control plane on 127.0.0.1 with a deployment of
+--replicas sim replicas (one GPU each) or --deployment FILE, and one real
+agent (llmgw agent run) as a child process with temporary state, log and
+socket directories. Without NVIDIA GPUs the agent discovers a fake 8-GPU box
+(bin/fake-nvidia-smi, LLMGW_FAKE_GPUS=hgx-h100x8); the output says which.
+
+Once every replica is ready it prints each replica's URL, a curl line for a
+chat completion, the llmgw ctl commands to try (with the agent's --socket)
+and where the logs are, then stays up until Ctrl-C. Ctrl-C (SIGINT or
+SIGTERM) stops every shard through the control plane, then the agent, kills
+any engine still recorded in the state directory, and removes the temporary
+directory (unless --keep): nothing is left running. A second Ctrl-C kills at
+once. --log-level sets the level of the agent's and control plane's log
+files; progress goes to stderr, the summary (or --json) to stdout.
+
+The control plane here is a reference for local runs, demos and tests,
+NOT the production control plane. Production runs the llmgw control plane,
+a separate service that speaks the same contract.`;
+
+  static override examples = [
+    { description: 'One sim replica; prints its URL and a curl line once it answers.', command: '<%= config.bin %> dev up' },
+    { description: 'Three replicas on three (fake or real) GPUs, control plane on a fixed port.', command: '<%= config.bin %> dev up --replicas 3 --port 8443' },
+    { description: 'Your own deployment (one node; see examples/deployment.yaml); keep the logs afterwards.', command: '<%= config.bin %> dev up --deployment examples/deployment.yaml --keep' },
+    { description: 'For scripts: one JSON object (URLs, socket, log paths) once ready.', command: '<%= config.bin %> dev up --json' },
+  ];
+
+  static override flags = {
+    replicas: Flags.integer({ char: 'n', summary: 'Sim replicas to run, one GPU each [default: 1].', min: 1 }),
+    engine: Flags.option({ options: DEV_ENGINES, summary: 'Engine of the generated deployment.', default: 'sim' as const })(),
+    deployment: Flags.string({ char: 'd', summary: 'Deployment YAML to run instead of the generated one (replicas of one node only).' }),
+    port: Flags.integer({ summary: 'Control-plane port on 127.0.0.1 [default: a free one].', min: 0, max: 65535, default: 0 }),
+    keep: Flags.boolean({ summary: 'Keep the temporary directory (state, logs, configuration) after stopping.' }),
+  };
+
+  async run(): Promise<void> {
+    const { flags } = await this.parse(DevUp);
+    if (flags.deployment !== undefined && flags.replicas !== undefined) {
+      throw usageError('--replicas and --deployment exclude each other: the deployment says how many replicas run');
+    }
+    const json = this.jsonEnabled();
+    const renderer: DevUpRenderer = json ? 'silent' : process.stderr.isTTY ? 'default' : 'simple';
+    await runDevUp({
+      replicas: flags.replicas ?? 1,
+      engine: flags.engine,
+      deploymentFile: flags.deployment,
+      port: flags.port,
+      keep: flags.keep,
+      logLevel: flags['log-level'] ?? 'info',
+      renderer,
+      onReady: (summary) => (json ? this.logJson(summary) : this.log(renderDevUpSummary(summary))),
+      onProgress: (line) => process.stderr.write(`${line}\n`),
+    });
+    // Stopped in order; an HTTP/2 session the control plane has not yet
+    // destroyed must not hold the process (and the terminal) past that.
+    this.exit(0);
+  }
+}

@@ -1,0 +1,222 @@
+import { rmSync, writeFileSync } from 'node:fs';
+import { Listr, ListrLogger, ProcessOutput } from 'listr2';
+import type { Deployment } from '../control/deployment.js';
+import { loadDeployment, parseDeployment } from '../control/load-deployment.js';
+import type { ReplicaView } from '../control/replica-view.js';
+import { usageError } from '../lib/errors.js';
+import { createLogger } from '../lib/logger.js';
+import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
+import { DEV_NODE_ID } from './dev-agent-config-yaml.js';
+import { DevCluster, type DevStopReport } from './dev-cluster.js';
+import { checkDeploymentFitsOneNode, type DevEngine, devDeploymentYaml } from './dev-deployment-yaml.js';
+import { createDevDirs, type DevDirs } from './dev-dirs.js';
+import { buildDevUpSummary, type DevUpSummary } from './dev-up-summary.js';
+import { describeGpuSource, findGpuSource, type GpuSource } from './find-gpu-source.js';
+import { findShardPorts } from './find-shard-ports.js';
+
+/** Discovery against nvidia-smi (or the fake) and a first Register; the agent's discovery timeout is 5 s per command. */
+export const REGISTER_TIMEOUT_MS = 60_000;
+/** A replica not placed by then never will be: the node has no free GPU that fits. */
+export const PLACE_TIMEOUT_MS = 30_000;
+/** From StartShard to the agent's first report: validation and a spawn. */
+export const START_TIMEOUT_MS = 60_000;
+/** Beyond the longest profile startup_timeout, so the control plane's own retry is seen first. */
+export const READY_SLACK_MS = 30_000;
+
+/** default: spinners on a terminal; simple: one line per step (pipes, CI); silent: nothing (--json). */
+export type DevUpRenderer = 'default' | 'simple' | 'silent';
+
+export interface RunDevUpOptions {
+  /** Replicas of the generated sim deployment; ignored with `deploymentFile`. */
+  replicas: number;
+  engine: DevEngine;
+  /** Run this deployment instead of the generated one. */
+  deploymentFile?: string;
+  /** The control plane's port on 127.0.0.1; 0 picks a free one. */
+  port: number;
+  /** Leave the temp directory (state, logs, configuration) behind. */
+  keep: boolean;
+  /** Level of the control plane's and the agent's log files. */
+  logLevel: string;
+  renderer: DevUpRenderer;
+  /** Called once, when every replica is ready. */
+  onReady: (summary: DevUpSummary) => void;
+  /** One line per step of stopping, for a person watching (stderr). */
+  onProgress: (line: string) => void;
+  /** nvidia-smi to look for real GPUs with (tests point it at something that fails). */
+  nvidiaSmi?: string;
+}
+
+export interface DevUpOutcome {
+  /** Absent when stopped before everything was ready. */
+  summary?: DevUpSummary;
+  stop: DevStopReport;
+}
+
+/**
+ * `llmgw dev up`: a control plane, one agent and its engines on this
+ * machine, until SIGINT or SIGTERM; then everything is stopped and nothing
+ * is left running. A second signal kills what is left at once and exits.
+ * Throws (after stopping everything) when the cluster cannot come up or the
+ * agent dies; the temp directory is then kept for its logs.
+ */
+export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
+  let cluster: DevCluster | undefined;
+  let dirs: DevDirs | undefined;
+  const shutdown = onShutdownSignals(
+    (sig) => opts.onProgress(`${sig}: stopping everything (again to kill at once)`),
+    (sig) => {
+      const killed = cluster?.killNow() ?? [];
+      opts.onProgress(`${sig} again: killed the agent and ${killed.length} engine process(es); exiting`);
+      if (dirs && !opts.keep) rmSync(dirs.root, { recursive: true, force: true });
+    },
+  );
+  const { signal } = shutdown;
+  try {
+    const gpus = await findGpuSource({ signal, nvidiaSmi: opts.nvidiaSmi });
+    const deployment = opts.deploymentFile ? loadDeployment(opts.deploymentFile) : generatedDeployment(opts, gpus);
+    checkDeploymentFitsOneNode(deployment, gpus.gpuCount, opts.deploymentFile ?? 'the generated deployment');
+    // One HTTP port per shard; no leader ports, every replica is on one node.
+    const shardPorts = await findShardPorts(deployment.replicas.length);
+
+    dirs = createDevDirs();
+    const deploymentPath = opts.deploymentFile ?? dirs.deployment;
+    if (!opts.deploymentFile) writeFileSync(dirs.deployment, devDeploymentYaml(opts));
+    const logger = await createLogger({ level: opts.logLevel as 'info', name: 'control-plane', file: dirs.controlPlaneLog });
+    cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, shardPorts, logLevel: opts.logLevel, logger });
+
+    let summary: DevUpSummary | undefined;
+    let failed: unknown;
+    try {
+      await startTasks(cluster, deployment, gpus, opts.renderer, signal);
+      cluster.markReady();
+      summary = buildDevUpSummary({
+        url: cluster.url as string,
+        gpus,
+        agentPid: cluster.agent?.pid ?? 0,
+        nodeId: DEV_NODE_ID,
+        replicas: cluster.controlPlane.replicas(),
+        dirs,
+        deploymentPath,
+      });
+      opts.onReady(summary);
+      const agentExit = await untilAbortedOrExit(signal, cluster);
+      if (agentExit) failed = new Error(`the agent exited on its own (${agentExit}); its log: ${dirs.agentLog}`);
+    } catch (err) {
+      // Ctrl-C while starting is a stop like any other, not a failure.
+      if (!signal.aborted) failed = err;
+    }
+    const stop = await cluster.stop(opts.onProgress);
+    if (failed !== undefined || opts.keep) {
+      opts.onProgress(`kept ${dirs.root} (state, logs, configuration)`);
+    } else {
+      rmSync(dirs.root, { recursive: true, force: true });
+      opts.onProgress(`removed ${dirs.root}`);
+    }
+    if (failed !== undefined) throw failed;
+    return { summary, stop };
+  } finally {
+    shutdown.dispose();
+  }
+}
+
+function generatedDeployment(opts: RunDevUpOptions, gpus: GpuSource): Deployment {
+  if (opts.replicas > gpus.gpuCount) {
+    throw usageError(`--replicas ${opts.replicas}: each replica takes one GPU and this node has ${gpus.gpuCount}; use at most ${gpus.gpuCount}`);
+  }
+  return parseDeployment(devDeploymentYaml(opts), 'the generated deployment');
+}
+
+/** Resolves with undefined on the first Ctrl-C, or with how the agent ended when it dies on its own first. */
+async function untilAbortedOrExit(signal: AbortSignal, cluster: DevCluster): Promise<string | undefined> {
+  if (signal.aborted) return undefined;
+  const agent = cluster.agent;
+  let onAbort = () => {};
+  const aborted = new Promise<undefined>((resolve) => {
+    onAbort = () => resolve(undefined);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    const exited = agent ? agent.exited.then((e) => (e.signal ? `signal ${e.signal}` : `exit code ${e.exitCode}`)) : new Promise<string>(() => {});
+    return await Promise.race([aborted, exited]);
+  } finally {
+    signal.removeEventListener('abort', onAbort);
+  }
+}
+
+const shardsOf = (rs: ReplicaView[]) => rs.flatMap((r) => r.shards);
+
+/**
+ * Registering, placing, starting, ready: each a wait on what the control
+ * plane has been told, so the steps a newcomer watches are the ones a
+ * production node goes through. Progress goes to stderr; stdout carries
+ * only the summary.
+ */
+async function startTasks(cluster: DevCluster, deployment: Deployment, gpus: GpuSource, renderer: DevUpRenderer, signal: AbortSignal): Promise<void> {
+  const n = deployment.replicas.length;
+  const readyTimeoutMs = Math.max(...deployment.replicas.map((r) => r.profile.startupTimeoutMs)) + READY_SLACK_MS;
+  const logger = new ListrLogger({ processOutput: new ProcessOutput(process.stderr, process.stderr) });
+  const tasks = new Listr<object, DevUpRenderer, 'simple'>(
+    [
+      {
+        title: 'Starting the reference control plane',
+        task: async (_, task) => {
+          task.title = `Control plane listening on ${await cluster.startControlPlane()}`;
+        },
+      },
+      {
+        title: `Registering the agent: ${describeGpuSource(gpus)}`,
+        task: async (_, task) => {
+          const agent = cluster.startAgent();
+          const node = await cluster.waitForNode(signal, REGISTER_TIMEOUT_MS);
+          task.title = `Agent ${node.id} (pid ${agent.pid}) registered with ${node.inventory.gpuCount} GPUs (${gpus.kind === 'fake' ? 'fake' : 'real'})`;
+        },
+      },
+      {
+        title: `Placing ${n} replica(s)`,
+        task: async (_, task) => {
+          const rs = await cluster.waitForReplicas((r) => r.every((x) => x.phase !== 'pending'), 'placement', signal, PLACE_TIMEOUT_MS);
+          task.title = `Placed ${rs.map((r) => `${r.id} on GPU ${shardsOf([r]).flatMap((s) => s.gpuIndices).join(',')}`).join(', ')}`;
+        },
+      },
+      {
+        title: 'Starting engines',
+        task: async (_, task) => {
+          const rs = await cluster.waitForReplicas(
+            (r) => {
+              const reported = cluster.reportedShards();
+              return shardsOf(r).length > 0 && shardsOf(r).every((s) => reported.has(s.shardId));
+            },
+            'the agent to start the engines',
+            signal,
+            START_TIMEOUT_MS,
+          );
+          task.title = `Started ${shardsOf(rs).length} engine(s): ${shardsOf(rs)
+            .map((s) => s.shardId)
+            .join(', ')}`;
+        },
+      },
+      {
+        title: 'Waiting for every replica to be ready',
+        task: async (_, task) => {
+          const rs = await cluster.waitForReplicas((r) => r.every((x) => x.phase === 'ready'), 'every replica to be ready', signal, readyTimeoutMs);
+          task.title = `Ready: ${rs.map((r) => r.url).join(', ')}`;
+        },
+      },
+    ],
+    {
+      renderer,
+      fallbackRenderer: 'simple',
+      rendererOptions: { logger },
+      fallbackRendererOptions: { logger },
+      // Ctrl-C is onShutdownSignals', which stops the cluster in order.
+      registerSignalListeners: false,
+      exitOnError: true,
+    },
+  );
+  try {
+    await tasks.run({});
+  } catch (err) {
+    throw signal.aborted ? signal.reason : err;
+  }
+}

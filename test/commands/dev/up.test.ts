@@ -1,0 +1,171 @@
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa, type ResultPromise } from 'execa';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { isRunning, killEverything, processesWritingUnder, until } from '../../helpers/engine-processes.js';
+import { BIN, REPO_ROOT, runCli } from '../../helpers/run-cli.js';
+
+/** The issue's bound: a chat completion answers within 60 s of `dev up` starting. */
+const FIRST_ANSWER_BOUND_MS = 60_000;
+/** Safety net for tests that bring a cluster up and down; never reached when things work. */
+const CLUSTER_TEST_TIMEOUT_MS = 150_000;
+
+/**
+ * Starts `llmgw dev up` as a newcomer would, from the repository root, with
+ * TMPDIR pointing at a directory of this test's own: whatever dev up starts
+ * writes its output under it (the agent's log, the engines' logs), so the
+ * test finds, and on failure kills, every process by that, never by name.
+ */
+function devUp(args: string[]) {
+  const parent = mkdtempSync(join(tmpdir(), 'llmgw-devup-test-'));
+  const startedAt = Date.now();
+  const child: ResultPromise = execa(process.execPath, [BIN, 'dev', 'up', ...args], {
+    cwd: REPO_ROOT,
+    reject: false,
+    stdin: 'ignore',
+    env: { TMPDIR: parent, NO_COLOR: '1' },
+    timeout: 180_000,
+  });
+  let stdout = '';
+  let stderr = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  child.stderr?.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString();
+  });
+  onTestFinished(async () => {
+    child.kill('SIGKILL');
+    await child;
+    await killEverything(parent);
+    rmSync(parent, { recursive: true, force: true });
+  });
+  return {
+    child,
+    parent,
+    startedAt,
+    stdout: () => stdout,
+    /** Resolves with the first match of `re` in stdout (or stderr) so far or to come. */
+    async waitFor(re: RegExp, timeoutMs: number, stream: 'stdout' | 'stderr' = 'stdout'): Promise<RegExpExecArray> {
+      let m: RegExpExecArray | null = null;
+      const text = () => (stream === 'stdout' ? stdout : stderr);
+      await until(
+        () => {
+          m = re.exec(text());
+          return m !== null || child.exitCode !== null;
+        },
+        `${re} in dev up's ${stream}`,
+        timeoutMs,
+      );
+      if (!m) throw new Error(`dev up exited (${child.exitCode}) before printing ${re}:\n${stdout}\n${stderr}`);
+      return m;
+    },
+  };
+}
+
+describe('llmgw dev up', () => {
+  it('prints a URL that answers the printed curl line within 60 s, and leaves no process behind on SIGINT', async () => {
+    const run = devUp(['--replicas', '1']);
+    const [, url] = await run.waitFor(/^ {2}tiny-0 +(http:\/\/127\.0\.0\.1:\d+) /m, FIRST_ANSWER_BOUND_MS);
+    const [curl] = await run.waitFor(/^ {2}curl -s .*$/m, 5_000);
+    expect(curl).toContain(`${url}/v1/chat/completions`);
+    const answer = await execa('sh', ['-c', curl], { timeout: 10_000 });
+    expect(Date.now() - run.startedAt).toBeLessThan(FIRST_ANSWER_BOUND_MS);
+    const body = JSON.parse(answer.stdout) as { object: string; model: string; choices: { message: { content: string } }[] };
+    expect(body).toMatchObject({ object: 'chat.completion', model: 'tiny-chat' });
+    expect(body.choices[0]?.message.content.length).toBeGreaterThan(0);
+
+    const [, socket] = await run.waitFor(/ctl status --socket '([^']+)'$/m, 5_000);
+    const [, agentPid] = await run.waitFor(/^Agent dev-node \(pid (\d+)\)/m, 5_000);
+    const tempDir = readdirSync(run.parent).map((d) => join(run.parent, d));
+    expect(tempDir).toEqual([socket?.replace(/\/agent\.sock$/, '')]);
+    const started = processesWritingUnder(run.parent);
+    // The agent (its log) and the one engine (its shard log).
+    expect(started).toContain(Number(agentPid));
+    expect(started).toHaveLength(2);
+
+    run.child.kill('SIGINT');
+    const result = await run.child;
+    expect(result.exitCode).toBe(0);
+    expect(result.stderr).toContain('stopped tiny-0-g1-r0');
+    expect(started.filter(isRunning)).toEqual([]);
+    expect(processesWritingUnder(run.parent)).toEqual([]);
+    expect(readdirSync(run.parent)).toEqual([]);
+  }, CLUSTER_TEST_TIMEOUT_MS);
+
+  it('prints one JSON object once ready with --json, and a second SIGINT kills everything at once', async () => {
+    // Engines that ignore SIGTERM: the orderly stop then takes the agent's
+    // whole stop grace, and the second SIGINT surely lands inside it.
+    const deployment = join(mkdtempSync(join(tmpdir(), 'llmgw-devup-deployment-')), 'deployment.yaml');
+    onTestFinished(() => rmSync(deployment.replace(/\/deployment\.yaml$/, ''), { recursive: true, force: true }));
+    writeFileSync(
+      deployment,
+      'profiles:\n  stubborn:\n    engine: sim\n    model: sim/stubborn\n    args: [--load-time, 500ms, --ignore-sigterm]\nreplicas:\n  - name: tiny\n    profile: stubborn\n    count: 2\n',
+    );
+    const run = devUp(['--deployment', deployment, '--json']);
+    await run.waitFor(/^\}$/m, FIRST_ANSWER_BOUND_MS);
+    const summary = JSON.parse(run.stdout()) as {
+      replicas: { id: string; url: string; model: string }[];
+      socket: string;
+      tempDir: string;
+      gpus: { source: string; count: number };
+      logs: { agent: string; controlPlane: string; engines: string };
+    };
+    expect(summary.gpus).toMatchObject({ source: 'fake', count: 8 });
+    expect(summary.replicas.map((r) => r.id)).toEqual(['tiny-0', 'tiny-1']);
+    expect(new Set(summary.replicas.map((r) => r.url)).size).toBe(2);
+    for (const r of summary.replicas) {
+      const res = await fetch(`${r.url}/v1/models`);
+      expect(((await res.json()) as { data: { id: string }[] }).data.map((m) => m.id)).toEqual([r.model]);
+    }
+    expect(summary.socket).toBe(join(summary.tempDir, 'agent.sock'));
+    for (const path of [summary.logs.agent, summary.logs.controlPlane, summary.logs.engines]) expect(existsSync(path)).toBe(true);
+    const started = processesWritingUnder(run.parent);
+    expect(started).toHaveLength(3);
+
+    run.child.kill('SIGINT');
+    await run.waitFor(/^stopping 2 shard\(s\) through the control plane$/m, 10_000, 'stderr');
+    run.child.kill('SIGINT');
+    const result = await run.child;
+    expect(result.exitCode).toBe(130);
+    expect(result.stderr).toMatch(/SIGINT again: killed the agent and \d+ engine process\(es\); exiting/);
+    // SIGKILL was sent before the exit; the kernel may take a moment to finish them.
+    await until(() => started.every((pid) => !isRunning(pid)), 'every process dev up started to be gone', 10_000);
+    expect(processesWritingUnder(run.parent)).toEqual([]);
+    expect(readdirSync(run.parent)).toEqual([]);
+  }, CLUSTER_TEST_TIMEOUT_MS);
+
+  it('kills the engines the agent recorded when the agent dies, exits 1 and keeps the logs', async () => {
+    const run = devUp(['--replicas', '1']);
+    const [, agentPid] = await run.waitFor(/^Agent dev-node \(pid (\d+)\)/m, FIRST_ANSWER_BOUND_MS);
+    const engines = processesWritingUnder(join(readdirSync(run.parent).map((d) => join(run.parent, d))[0] as string, 'log'));
+    expect(engines).toHaveLength(1);
+
+    process.kill(Number(agentPid), 'SIGKILL');
+    const result = await run.child;
+    expect(result.exitCode).toBe(1);
+    expect(result.stderr).toMatch(/error: the agent exited on its own \(signal SIGKILL\); its log: .*agent\.log/);
+    expect(result.stderr).toContain('killed 1 engine process(es) the agent left: tiny-0-g1-r0');
+    expect(engines.filter(isRunning)).toEqual([]);
+    expect(processesWritingUnder(run.parent)).toEqual([]);
+    const [kept] = readdirSync(run.parent);
+    expect(readdirSync(join(run.parent, kept as string))).toContain('agent.log');
+  }, CLUSTER_TEST_TIMEOUT_MS);
+
+  it('refuses more replicas than the node has GPUs, before starting anything (exit 2)', async () => {
+    const parent = mkdtempSync(join(tmpdir(), 'llmgw-devup-test-'));
+    onTestFinished(() => rmSync(parent, { recursive: true, force: true }));
+    const r = await runCli(['dev', 'up', '--replicas', '9'], { env: { TMPDIR: parent } });
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toContain('error: --replicas 9: each replica takes one GPU and this node has 8; use at most 8');
+    expect(readdirSync(parent)).toEqual([]);
+  });
+
+  it('says in its help that its control plane is a reference and production runs the llmgw control plane', async () => {
+    const r = await runCli(['dev', 'up', '--help']);
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toMatch(/reference for local runs, demos and tests/);
+    expect(r.stdout).toMatch(/production runs the llmgw control plane/);
+  });
+});

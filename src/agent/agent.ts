@@ -499,6 +499,7 @@ export class Agent {
         if (this.outbox) this.send(this.outbox, { case: 'inventory', value: next });
       }
     } catch (err) {
+      if (signal.aborted) return; // shutting down: nothing failed
       this.log.warn({ err: errorMessage(err) }, 'rediscovery failed; keeping the last inventory');
     }
   }

@@ -30,6 +30,8 @@ export const shardIs =
 
 export interface CtlFixture {
   cp: ControlPlane;
+  /** The control plane's address, for another agent. */
+  url: string;
   dirs: AgentDirs;
   agent: AgentProcess;
   socket: string;
@@ -66,6 +68,7 @@ export async function startCtlFixture(opts: { heartbeat?: string; env?: Record<s
   }
   return {
     cp: started.cp,
+    url: started.url,
     dirs,
     agent,
     socket: dirs.socket,

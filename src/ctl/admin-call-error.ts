@@ -32,7 +32,7 @@ export function operatorError(err: AdminCallError, socket: string): LlmgwError {
     case 'invalid_argument':
       return usageError(err.message);
     case 'unavailable':
-      return agentUnreachable(socket, `the agent went away (${err.message})`);
+      return new LlmgwError('unreachable', `the agent on ${socket} went away: ${err.message}; check \`${AGENT_UNIT_HINT}\``);
     case 'deadline_exceeded':
       return new LlmgwError('unreachable', `the agent on ${socket} did not answer in time (${err.message}); check \`${AGENT_UNIT_HINT}\``);
     case 'permission_denied':

@@ -3,7 +3,7 @@ import { type Client, Code, ConnectError, createClient } from '@connectrpc/conne
 import { Http2SessionManager, createConnectTransport } from '@connectrpc/connect-node';
 import { codeToString } from '@connectrpc/connect/protocol-connect';
 import { AdminService } from '../gen/llmgw/v1/admin_pb.js';
-import { AdminCallError, agentUnreachable, operatorError } from './admin-call-error.js';
+import { AdminCallError, operatorError } from './admin-call-error.js';
 import { dialAdminSocket } from './dial-admin-socket.js';
 
 export interface AdminClient {
@@ -32,7 +32,7 @@ export async function openAdminClient(socketPath: string): Promise<AdminClient> 
     explain: (err) => {
       if (!(err instanceof ConnectError)) return err;
       // The agent stopping mid-stream, or its connection dropping, reads as Unavailable or Aborted.
-      if (err.code === Code.Aborted) return agentUnreachable(socketPath, `the agent went away (${err.rawMessage})`);
+      if (err.code === Code.Aborted) return operatorError(new AdminCallError('unavailable', err.rawMessage), socketPath);
       return operatorError(new AdminCallError(codeToString(err.code), err.rawMessage), socketPath);
     },
     close: () => sessionManager.abort(),

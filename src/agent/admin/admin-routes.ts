@@ -87,6 +87,11 @@ async function* streamLogs(backend: AdminBackend, req: LogsRequest, ctx: Handler
     for (let next = await first; !next.done; next = await follow.next()) {
       if (next.value.length > 0) yield create(LogsResponseSchema, { lines: next.value });
     }
+    // A follow ends quietly both when the shard is removed and when the agent
+    // stops; the client must not be told "removed" for the second.
+    if (backend.shard(req.shardId)) {
+      throw new ConnectError('the agent is stopping; the log can still be read from its file', Code.Unavailable);
+    }
   } finally {
     // Wakes a pending read at once: return() on a generator waits for it.
     stop.abort();

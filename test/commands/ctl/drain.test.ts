@@ -57,7 +57,8 @@ describe('llmgw ctl drain', () => {
   });
 
   it('--wait shows the in-flight count going to zero and exits 0; the requests complete', async () => {
-    const requests = holdRequests('busy', 3, 20);
+    // About 5 s each: long enough to still be running when a CLI started on a loaded machine first looks.
+    const requests = holdRequests('busy', 3, 50);
     await until(async () => (await running('busy')) === 3, 'three requests in flight on busy');
     const r = await runCli(['ctl', 'drain', 'busy', '--wait', '--timeout', '1m', '--socket', fx.socket]);
     expect(r.exitCode).toBe(0);

@@ -22,16 +22,19 @@ export function dialAdminSocket(path: string, timeoutMs = DIAL_TIMEOUT_MS): Prom
       sock.destroy();
       reject(agentUnreachable(path, `nothing accepted a connection within ${timeoutMs / 1000}s`));
     }, timeoutMs);
-    sock.once('connect', () => {
-      clearTimeout(timer);
-      sock.removeAllListeners('error');
-      resolve(sock);
-    });
-    sock.once('error', (err) => {
+    const onError = (err: Error) => {
       clearTimeout(timer);
       sock.destroy();
       reject(dialError(path, err));
+    };
+    sock.once('connect', () => {
+      clearTimeout(timer);
+      sock.off('error', onError);
+      // Until the HTTP/2 session takes the socket over (and reports its errors), an error must not go unhandled.
+      sock.on('error', () => {});
+      resolve(sock);
     });
+    sock.once('error', onError);
   });
 }
 

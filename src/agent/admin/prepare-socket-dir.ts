@@ -19,17 +19,21 @@ export const SOCKET_DIR_MODE = 0o750;
  */
 export function prepareSocketDir(socketPath: string, gid: number | undefined, log: Logger): string {
   const dir = dirname(socketPath);
-  let created = false;
+  let first: string | undefined;
   try {
-    created = mkdirSync(dir, { recursive: true, mode: SOCKET_DIR_MODE }) !== undefined;
+    first = mkdirSync(dir, { recursive: true, mode: SOCKET_DIR_MODE });
   } catch (err) {
     throw failure(`cannot create the admin socket directory ${dir}: ${errorMessage(err)}`);
   }
   try {
-    if (created) {
-      // mkdir's mode passes through the umask; the mode must not depend on it.
-      chmodSync(dir, SOCKET_DIR_MODE);
-      if (gid !== undefined) chownSync(dir, -1, gid);
+    if (first !== undefined) {
+      // Every level created here, not only the last: the group must get through all of them.
+      for (let d = dir; ; d = dirname(d)) {
+        // mkdir's mode passes through the umask; the mode must not depend on it.
+        chmodSync(d, SOCKET_DIR_MODE);
+        if (gid !== undefined) chownSync(d, -1, gid);
+        if (d === first || d === dirname(d)) break;
+      }
       return dir;
     }
     if (gid === undefined) return dir;

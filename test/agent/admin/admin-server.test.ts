@@ -64,6 +64,15 @@ describe('AdminServer', () => {
     expect(dir.gid).toBe(gid);
   });
 
+  it('gives every directory level it creates mode 0750 and the admin group', async () => {
+    const dirs = newDirs();
+    await startAdmin({ ...dirs, socket: join(dirs.root, 'a', 'b', 'agent.sock') }, { group: ADMIN_GROUP });
+    const gid = findGroup({ name: ADMIN_GROUP })?.gid;
+    for (const d of [join(dirs.root, 'a'), join(dirs.root, 'a', 'b')]) {
+      expect([(statSync(d).mode & 0o777).toString(8), statSync(d).gid]).toEqual(['750', gid]);
+    }
+  });
+
   it('creates the socket 0660 even under a umask of 0, and restores the umask', async () => {
     const dirs = newDirs();
     const before = process.umask(0);

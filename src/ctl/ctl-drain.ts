@@ -4,8 +4,6 @@ import { assertShardId } from '../lib/shard-id.js';
 import { openAdminClient } from './open-admin-client.js';
 import { type DrainRenderer, runDrainTasks } from './run-drain-tasks.js';
 
-/** `ctl drain --timeout`'s default. */
-export const DEFAULT_CTL_DRAIN_TIMEOUT_MS = 5 * 60_000;
 /** Past the drain's own timeout, how long the client waits for the agent to say so. */
 const CLIENT_DEADLINE_SLACK_MS = 30_000;
 

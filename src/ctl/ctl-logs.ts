@@ -7,9 +7,6 @@ import { assertShardId } from '../lib/shard-id.js';
 import { isUnreachable } from './admin-call-error.js';
 import { openAdminClient } from './open-admin-client.js';
 
-/** `ctl logs` without -n. */
-export const DEFAULT_CTL_LOG_LINES = 100;
-
 export interface CtlLogsOptions {
   socket: string;
   /** Read directly from here when the agent is not running. */

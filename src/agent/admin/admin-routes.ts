@@ -68,8 +68,9 @@ async function* streamLogs(backend: AdminBackend, req: LogsRequest, ctx: Handler
   requireShardId(req.shardId);
   if (!backend.shard(req.shardId)) throw unknownShardError(req.shardId, backend.nodeId, backend.shards());
   if (req.lines < 0) throw new ConnectError(`lines must be 0 or more, got ${req.lines}`, Code.InvalidArgument);
-  // Following starts before the tail is read, so no line written in between is
-  // lost; one written exactly then may show twice, which is the lesser harm.
+  // The follow takes its starting point before the tail is read, so that a
+  // line written in between shows twice rather than never (both reads go
+  // through the thread pool, so this is near certain, not guaranteed).
   const stop = new AbortController();
   const follow = req.follow ? backend.followLog(req.shardId, AbortSignal.any([ctx.signal, stop.signal]))[Symbol.asyncIterator]() : undefined;
   const first = follow?.next();

@@ -1,6 +1,8 @@
 import { Args, Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { ctlFlags, durationFlag } from '../../cli/ctl-flags.js';
+import { DEFAULT_CTL_DRAIN_TIMEOUT_MS } from '../../ctl/ctl-defaults.js';
+import { formatDuration } from '../../lib/duration.js';
 
 export default class CtlDrain extends BaseCommand {
   static override summary = 'Mark a shard (or every serving one) DRAINING; --wait until its requests finish.';
@@ -27,7 +29,7 @@ prints the last DrainResponse as proto JSON.`;
     ...ctlFlags,
     all: Flags.boolean({ summary: 'Every READY or UNHEALTHY shard on this node.', default: false }),
     wait: Flags.boolean({ summary: 'Show the in-flight count until it reaches zero (exit 0) or --timeout passes (exit 1).', default: false }),
-    timeout: durationFlag({ summary: 'How long --wait waits, e.g. 30s, 10m.', default: 5 * 60_000, defaultHelp: async () => '5m' }),
+    timeout: durationFlag({ summary: 'How long --wait waits, e.g. 30s, 10m.', default: DEFAULT_CTL_DRAIN_TIMEOUT_MS, defaultHelp: async () => formatDuration(DEFAULT_CTL_DRAIN_TIMEOUT_MS) }),
   };
 
   async run(): Promise<unknown> {

@@ -2,6 +2,7 @@ import { Args, Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
 import { DEFAULT_LOG_DIR } from '../../agent/config/config-keys.js';
+import { DEFAULT_CTL_LOG_LINES } from '../../ctl/ctl-defaults.js';
 
 export default class CtlLogs extends BaseCommand {
   static override summary = "Print a shard's log; -f follows it.";
@@ -28,7 +29,7 @@ shard is removed. With the agent down, the log file is read directly from
 
   static override flags = {
     ...ctlFlags,
-    lines: Flags.integer({ char: 'n', summary: 'How many lines from the end.', default: 100, min: 1 }),
+    lines: Flags.integer({ char: 'n', summary: 'How many lines from the end.', default: DEFAULT_CTL_LOG_LINES, min: 1 }),
     follow: Flags.boolean({ char: 'f', summary: 'Keep printing new lines until Ctrl-C or the shard is removed.', default: false }),
     'log-dir': Flags.string({
       summary: `Where logs are read from when the agent is down [default: supervisor.log_dir from --config, else ${DEFAULT_LOG_DIR}].`,

@@ -84,6 +84,8 @@ export class Agent {
   private readonly hostname: string;
   private readonly mgmtAddr: string;
   private timers: NodeJS.Timeout[] = [];
+  /** The orphan scan in progress, if any; scans queue behind it. */
+  private adopting: Promise<void> = Promise.resolve();
 
   constructor(private readonly opts: AgentOptions) {
     this.log = opts.logger;
@@ -120,6 +122,26 @@ export class Agent {
 
   shards(): ShardSnapshot[] {
     return this.opts.supervisor.list();
+  }
+
+  /** One supervised shard; undefined for an unknown or invalid id. */
+  shard(id: string): ShardSnapshot | undefined {
+    return isValidShardId(id) ? this.opts.supervisor.get(id) : undefined;
+  }
+
+  /** The last lines of a shard's log. */
+  tailLog(id: string, lines: number): Promise<string[]> {
+    return this.opts.supervisor.tailLog(id, lines);
+  }
+
+  /** A supervised shard's new log lines; ends when it is removed, on `signal`, or when the agent stops. */
+  followLog(id: string, signal: AbortSignal): AsyncIterable<string[]> {
+    return this.opts.supervisor.followLog(id, signal);
+  }
+
+  /** Requests a shard's engine is working on; undefined when it cannot tell. */
+  inFlight(id: string): Promise<number | undefined> {
+    return this.opts.supervisor.inFlight(id);
   }
 
   /**
@@ -449,7 +471,32 @@ export class Agent {
    * (placement would hand those GPUs out again); identified ones are adopted
    * and settled in the background, so that registration is not delayed.
    */
-  async recoverOrphans(): Promise<AdoptResultView[]> {
+  recoverOrphans(): Promise<AdoptResultView[]> {
+    // One scan at a time: `ctl adopt` during the start-up scan would judge the
+    // same state files twice and try to adopt an engine already taken.
+    const scan = this.adopting.then(() => this.scanOrphans());
+    this.adopting = scan.then(
+      () => {},
+      () => {},
+    );
+    return scan;
+  }
+
+  /**
+   * `ctl adopt`: rescans now, and lists the shards already supervised too, so
+   * that the operator sees every engine the state directory describes.
+   */
+  async adoptNow(): Promise<AdoptResultView[]> {
+    const results = await this.recoverOrphans();
+    const taken = new Set(results.map((r) => r.shardId));
+    for (const s of this.opts.supervisor.list()) {
+      if (isTerminal(s.state) || taken.has(s.shardId)) continue;
+      results.push({ shardId: s.shardId, outcome: 'already-supervised', pid: s.pid, reason: '' });
+    }
+    return results.sort((a, b) => a.shardId.localeCompare(b.shardId));
+  }
+
+  private async scanOrphans(): Promise<AdoptResultView[]> {
     const sup = this.opts.supervisor;
     let orphans: Orphan[];
     try {

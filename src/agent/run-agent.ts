@@ -3,6 +3,7 @@ import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
 import { sdNotify, startWatchdog } from '../lib/systemd-notify.js';
+import { AdminServer } from './admin/admin-server.js';
 import { Agent } from './agent.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
@@ -48,8 +49,14 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   });
 
   const servers: Server[] = [];
+  let admin: AdminServer | undefined;
   let stopWatchdog = () => {};
   try {
+    // First of all, before any engine is adopted or killed: a second agent
+    // started by mistake finds the first one answering here and exits, instead
+    // of fighting it over the same engines. Listening before the first
+    // connection attempt also makes READY=1 mean "ctl works".
+    admin = await AdminServer.listen({ socketPath: c.admin.socket, group: c.admin.group, backend: agent, logger });
     if (metrics) {
       metrics.trackShards(() => supervisor.list());
       servers.push(await metrics.serve(c.metricsAddr));
@@ -66,8 +73,11 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     // The agent's scope only: timers and probes stop, engines are not touched.
     supervisor.close();
     for (const s of servers) s.close();
+    // Bounded (CLOSE_GRACE_MS): SIGTERM must still end the agent within a second.
+    await admin?.close();
     shutdown.dispose();
     void sdNotify('STOPPING=1').catch((err: unknown) => logger.debug({ err: errorMessage(err) }, 'sd_notify'));
-    logger.info('agent stopped');
+    // An agent that never got its socket never started: its one line is the error.
+    if (admin) logger.info('agent stopped');
   }
 }

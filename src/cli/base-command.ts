@@ -1,6 +1,6 @@
 import { Command, Errors, Flags, type Interfaces } from '@oclif/core';
 import { ExitCode, LlmgwError } from '../lib/errors.js';
-import { LOG_LEVELS } from '../lib/logger.js';
+import { LOG_LEVELS } from '../lib/log-levels.js';
 
 /**
  * The base of every llmgw command: `--json` (oclif's, printed from the

@@ -2,7 +2,7 @@ import { pino, type Logger, type LevelWithSilent } from 'pino';
 
 export type { Logger } from 'pino';
 
-export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+export { LOG_LEVELS } from './log-levels.js';
 export const DEFAULT_LOG_LEVEL = 'info';
 
 export interface LoggerOptions {

@@ -17,12 +17,14 @@ export interface AgentProcess {
   /** Resolves with the exit code (or signal) once the process has exited. */
   exited: Promise<{ exitCode: number | undefined; signal: string | undefined; atMs: number }>;
   kill(signal?: NodeJS.Signals): void;
+  /** SIGKILLs the agent and waits for it; for agents started in beforeAll. */
+  stop(): Promise<void>;
 }
 
 /**
  * Starts the real `llmgw agent run` as systemd would, with JSON logs on
- * stderr. The agent and every engine under the test's log directory are
- * killed when the test finishes, pass or fail.
+ * stderr. Inside a test, the agent is killed when the test finishes, pass or
+ * fail; in beforeAll, call stop() in afterAll.
  */
 export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
   mkdirSync(o.dirs.root, { recursive: true });
@@ -50,10 +52,15 @@ export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
     }
   });
   const exited = child.then((r) => ({ exitCode: r.exitCode, signal: r.signal, atMs: Date.now() }));
-  onTestFinished(async () => {
+  const stop = async () => {
     child.kill('SIGKILL');
     await exited;
-  });
+  };
+  try {
+    onTestFinished(stop);
+  } catch {
+    // Started in beforeAll: the caller stops it in afterAll.
+  }
   return {
     pid: child.pid as number,
     configPath,
@@ -63,6 +70,7 @@ export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
     kill: (signal = 'SIGTERM') => {
       child.kill(signal);
     },
+    stop,
   };
 }
 

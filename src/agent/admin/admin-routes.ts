@@ -1,0 +1,143 @@
+import { create } from '@bufbuild/protobuf';
+import type { Duration } from '@bufbuild/protobuf/wkt';
+import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
+import {
+  AdminService,
+  AdoptOutcome,
+  AdoptResponseSchema,
+  AdoptResultSchema,
+  type DrainRequest,
+  type DrainResponse,
+  type LogsRequest,
+  type LogsResponse,
+  LogsResponseSchema,
+} from '../../gen/llmgw/v1/admin_pb.js';
+import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
+import { errorMessage, LlmgwError } from '../../lib/errors.js';
+import { isValidShardId, SHARD_ID_PATTERN } from '../../lib/shard-id.js';
+import type { AdoptOutcomeKind } from '../agent.js';
+import { isTerminal, stateName } from '../supervisor/shard-transitions.js';
+import type { AdminBackend } from './admin-backend.js';
+import { buildStatusResponse } from './build-status-response.js';
+import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
+import { unknownShardError } from './unknown-shard-error.js';
+
+/** `ctl logs` without -n. */
+export const DEFAULT_LOG_LINES = 100;
+/** Lines per LogsResponse: a 100,000-line tail is sent as many small messages, not one huge one. */
+export const LOG_LINES_PER_MESSAGE = 1000;
+
+export interface AdminRoutesOptions {
+  drainPollMs?: number;
+}
+
+const ADOPT_OUTCOMES: Record<AdoptOutcomeKind, AdoptOutcome> = {
+  adopted: AdoptOutcome.ADOPTED,
+  killed: AdoptOutcome.KILLED,
+  cleaned: AdoptOutcome.CLEANED,
+  'already-supervised': AdoptOutcome.ALREADY_SUPERVISED,
+  error: AdoptOutcome.ERROR,
+};
+
+/** AdminService over an agent. Handlers watch ctx.signal: it aborts when the client goes away and when the server shuts down. */
+export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}): (router: ConnectRouter) => void {
+  return (router) =>
+    router.service(AdminService, {
+      status: () => buildStatusResponse(backend),
+
+      logs: (req, ctx) => streamLogs(backend, req, ctx),
+
+      adopt: async () => {
+        const results = await backend.adoptNow();
+        return create(AdoptResponseSchema, {
+          results: results.map((r) => create(AdoptResultSchema, { ...r, outcome: ADOPT_OUTCOMES[r.outcome] })),
+        });
+      },
+
+      drain: (req, ctx) => drain(backend, req, ctx, opts),
+    });
+}
+
+function requireShardId(id: string): void {
+  if (!isValidShardId(id)) {
+    throw new ConnectError(`invalid shard id ${JSON.stringify(String(id).slice(0, 40))}: it must match ${SHARD_ID_PATTERN.source}`, Code.InvalidArgument);
+  }
+}
+
+async function* streamLogs(backend: AdminBackend, req: LogsRequest, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
+  requireShardId(req.shardId);
+  if (!backend.shard(req.shardId)) throw unknownShardError(req.shardId, backend.nodeId, backend.shards());
+  if (req.lines < 0) throw new ConnectError(`lines must be 0 or more, got ${req.lines}`, Code.InvalidArgument);
+  // The follow takes its starting point before the tail is read, so that a
+  // line written in between shows twice rather than never (both reads go
+  // through the thread pool, so this is near certain, not guaranteed).
+  const stop = new AbortController();
+  const follow = req.follow ? backend.followLog(req.shardId, AbortSignal.any([ctx.signal, stop.signal]))[Symbol.asyncIterator]() : undefined;
+  const first = follow?.next();
+  // Handled here as well as awaited below: if the tail fails first, a rejected
+  // follow must not become an unhandled rejection that takes the agent down.
+  first?.catch(() => {});
+  try {
+    const tail = await backend.tailLog(req.shardId, req.lines === 0 ? DEFAULT_LOG_LINES : req.lines);
+    for (let i = 0; i < tail.length; i += LOG_LINES_PER_MESSAGE) {
+      yield create(LogsResponseSchema, { lines: tail.slice(i, i + LOG_LINES_PER_MESSAGE) });
+    }
+    if (!follow || !first) return;
+    // Something goes out now even for an empty log, so the client knows the follow has started.
+    if (tail.length === 0) yield create(LogsResponseSchema, { lines: [] });
+    for (let next = await first; !next.done; next = await follow.next()) {
+      if (next.value.length > 0) yield create(LogsResponseSchema, { lines: next.value });
+    }
+    // A follow ends quietly both when the shard is removed and when the agent
+    // stops; the client must not be told "removed" for the second.
+    if (backend.shard(req.shardId)) {
+      throw new ConnectError('the agent is stopping; the log can still be read from its file', Code.Unavailable);
+    }
+  } finally {
+    // Wakes a pending read at once: return() on a generator waits for it.
+    stop.abort();
+    await follow?.return?.(undefined).catch(() => {});
+  }
+}
+
+async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerContext, opts: AdminRoutesOptions): AsyncGenerator<DrainResponse> {
+  if (req.all === (req.shardId !== '')) {
+    throw new ConnectError('name one shard or set all, not both and not neither', Code.InvalidArgument);
+  }
+  let ids: string[];
+  if (req.all) {
+    // Only what serves: a STARTING shard has no traffic to move, a terminal one no process.
+    ids = backend
+      .shards()
+      .filter((s) => s.state === ShardState.READY || s.state === ShardState.UNHEALTHY || s.state === ShardState.DRAINING)
+      .map((s) => s.shardId)
+      .sort();
+  } else {
+    requireShardId(req.shardId);
+    const shard = backend.shard(req.shardId);
+    if (!shard) throw unknownShardError(req.shardId, backend.nodeId, backend.shards());
+    if (isTerminal(shard.state)) {
+      throw new ConnectError(`shard ${req.shardId} is ${stateName(shard.state)}: there is nothing to drain`, Code.FailedPrecondition);
+    }
+    ids = [req.shardId];
+  }
+  for (const id of ids) {
+    try {
+      // Reported to the control plane by the supervisor's transition, so it routes elsewhere.
+      backend.drainShard(id);
+    } catch (err) {
+      throw err instanceof LlmgwError ? new ConnectError(err.message, Code.FailedPrecondition) : new ConnectError(errorMessage(err), Code.Internal);
+    }
+  }
+  yield* streamDrainProgress(backend, {
+    shardIds: ids,
+    wait: req.wait,
+    timeoutMs: req.timeout ? durationMs(req.timeout) : DEFAULT_DRAIN_TIMEOUT_MS,
+    signal: ctx.signal,
+    pollMs: opts.drainPollMs,
+  });
+}
+
+function durationMs(d: Duration): number {
+  return Number(d.seconds) * 1000 + Math.round(d.nanos / 1e6);
+}

@@ -1,0 +1,71 @@
+import { create } from '@bufbuild/protobuf';
+import { timestampFromMs } from '@bufbuild/protobuf/wkt';
+import {
+  ConnectionState,
+  ControlPlaneConnectionSchema,
+  type ShardInfo,
+  ShardInfoSchema,
+  type StatusResponse,
+  StatusResponseSchema,
+} from '../../gen/llmgw/v1/admin_pb.js';
+import type { ConnectionPhase, ConnectionStatus } from '../connection-state.js';
+import type { ShardSnapshot } from '../supervisor/shard-snapshot.js';
+import type { AdminBackend } from './admin-backend.js';
+
+const CONNECTION_STATES: Record<ConnectionPhase, ConnectionState> = {
+  starting: ConnectionState.STARTING,
+  connecting: ConnectionState.CONNECTING,
+  connected: ConnectionState.CONNECTED,
+  retrying: ConnectionState.RETRYING,
+  stopping: ConnectionState.STOPPED,
+  stopped: ConnectionState.STOPPED,
+};
+
+/** What `ctl status` shows: the agent, its control-plane connection, its hardware and its shards. */
+export function buildStatusResponse(backend: AdminBackend): StatusResponse {
+  return create(StatusResponseSchema, {
+    nodeId: backend.nodeId,
+    version: backend.version,
+    connection: connectionOf(backend.connectionStatus()),
+    inventory: backend.currentInventory(),
+    shards: backend
+      .shards()
+      .sort((a, b) => a.shardId.localeCompare(b.shardId))
+      .map(shardInfoOf),
+    startedAt: timestampFromMs(backend.startedAtMs),
+    pid: process.pid,
+  });
+}
+
+function connectionOf(c: ConnectionStatus) {
+  return create(ControlPlaneConnectionSchema, {
+    server: c.server,
+    protocol: c.protocol,
+    state: CONNECTION_STATES[c.phase],
+    connectedSince: c.connectedSinceMs > 0 ? timestampFromMs(c.connectedSinceMs) : undefined,
+    attempt: c.attempt,
+    nextAttemptAt: c.nextAttemptAtMs > 0 ? timestampFromMs(c.nextAttemptAtMs) : undefined,
+    lastError: c.lastError,
+  });
+}
+
+export function shardInfoOf(s: ShardSnapshot): ShardInfo {
+  const spec = s.spec;
+  return create(ShardInfoSchema, {
+    shardId: s.shardId,
+    replicaId: s.replicaId,
+    engine: spec.profile?.engine ?? '',
+    model: spec.profile?.model ?? '',
+    state: s.state,
+    pid: s.pid,
+    httpPort: spec.httpPort,
+    gpuIndices: spec.gpuIndices,
+    startedAt: timestampFromMs(s.startedAtMs),
+    adopted: s.adopted,
+    error: s.error,
+    exitCode: s.exitCode ?? 0,
+    rank: spec.rank,
+    nnodes: spec.nnodes,
+    logPath: s.logPath,
+  });
+}

@@ -1,0 +1,52 @@
+import { chmodSync, chownSync, mkdirSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
+import { errnoCode, errorMessage, failure } from '../../lib/errors.js';
+import type { Logger } from '../../lib/logger.js';
+
+/** Mode of a socket directory the agent creates: the admin group may reach the socket, others may not even list it. */
+export const SOCKET_DIR_MODE = 0o750;
+
+/**
+ * Makes sure the socket's directory exists and that members of the admin
+ * group can reach the socket in it.
+ *
+ * A missing directory is created 0750 with the admin group. An existing one
+ * is left alone, with one exception: a directory that belongs to the agent's
+ * user and lets its group, but not others, through (systemd's
+ * RuntimeDirectory=llmgw, mode 0750, root:root) gets the admin group.
+ * Without that, the socket's own 0660 is useless: operators in the group are
+ * stopped one level up, with an EACCES that names no group.
+ */
+export function prepareSocketDir(socketPath: string, gid: number | undefined, log: Logger): string {
+  const dir = dirname(socketPath);
+  let first: string | undefined;
+  try {
+    first = mkdirSync(dir, { recursive: true, mode: SOCKET_DIR_MODE });
+  } catch (err) {
+    throw failure(`cannot create the admin socket directory ${dir}: ${errorMessage(err)}`);
+  }
+  try {
+    if (first !== undefined) {
+      // Every level created here, not only the last: the group must get through all of them.
+      for (let d = dir; ; d = dirname(d)) {
+        // mkdir's mode passes through the umask; the mode must not depend on it.
+        chmodSync(d, SOCKET_DIR_MODE);
+        if (gid !== undefined) chownSync(d, -1, gid);
+        if (d === first || d === dirname(d)) break;
+      }
+      return dir;
+    }
+    if (gid === undefined) return dir;
+    const st = statSync(dir);
+    const ownedByUs = st.uid === process.getuid?.();
+    const groupOnly = (st.mode & 0o010) !== 0 && (st.mode & 0o001) === 0;
+    if (ownedByUs && groupOnly && st.gid !== gid) {
+      chownSync(dir, -1, gid);
+      log.info({ dir, gid }, 'gave the admin socket directory the admin group, so its members can reach the socket');
+    }
+  } catch (err) {
+    if (errnoCode(err) === 'EPERM') throw failure(`cannot give ${dir} the admin group (gid ${gid}): ${errorMessage(err)}; run the agent as root or create ${dir} yourself`);
+    throw failure(`cannot prepare the admin socket directory ${dir}: ${errorMessage(err)}`);
+  }
+  return dir;
+}

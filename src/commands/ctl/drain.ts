@@ -1,0 +1,74 @@
+import { Args, Flags } from '@oclif/core';
+import { BaseCommand } from '../../cli/base-command.js';
+import { ctlFlags, durationFlag } from '../../cli/ctl-flags.js';
+import { DEFAULT_CTL_DRAIN_TIMEOUT_MS } from '../../ctl/ctl-defaults.js';
+import { formatDuration } from '../../lib/duration.js';
+
+export default class CtlDrain extends BaseCommand {
+  static override summary = 'Mark a shard (or every serving one) DRAINING; --wait until its requests finish.';
+
+  static override description = `DRAINING is reported to the control plane, which routes new requests
+elsewhere; the engine keeps serving the ones it has. With --wait, the
+in-flight count of each shard is shown going to zero: exit 0 when every shard
+reaches zero, exit 1 at --timeout with the count left. The shards stay
+DRAINING either way; stopping them is the control plane's decision. --json
+prints the last DrainResponse as proto JSON.`;
+
+  static override examples = [
+    '<%= config.bin %> ctl drain llama-70b-r0-s0',
+    '<%= config.bin %> ctl drain llama-70b-r0-s0 --wait --timeout 10m',
+    '# before maintenance: everything on this node',
+    '<%= config.bin %> ctl drain --all --wait && sudo systemctl stop llmgw-agent',
+  ];
+
+  static override args = {
+    shard: Args.string({ description: 'Shard id, as `ctl status` lists it (or --all).', required: false }),
+  };
+
+  static override flags = {
+    ...ctlFlags,
+    all: Flags.boolean({ summary: 'Every READY or UNHEALTHY shard on this node.', default: false }),
+    wait: Flags.boolean({ summary: 'Show the in-flight count until it reaches zero (exit 0) or --timeout passes (exit 1).', default: false }),
+    timeout: durationFlag({ summary: 'How long --wait waits, e.g. 30s, 10m.', default: DEFAULT_CTL_DRAIN_TIMEOUT_MS, defaultHelp: async () => formatDuration(DEFAULT_CTL_DRAIN_TIMEOUT_MS) }),
+  };
+
+  async run(): Promise<unknown> {
+    const { args, flags } = await this.parse(CtlDrain);
+    const { resolveCtlPaths } = await import('../../ctl/resolve-ctl-paths.js');
+    const { ctlDrain } = await import('../../ctl/ctl-drain.js');
+    const { renderDrainSummary } = await import('../../ctl/render-drain-summary.js');
+    const { onShutdownSignals } = await import('../../lib/on-shutdown-signals.js');
+    const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config });
+    const json = this.jsonEnabled();
+    const interrupt = onShutdownSignals();
+    try {
+      const last = await ctlDrain({
+        socket,
+        shardId: args.shard,
+        all: flags.all,
+        wait: flags.wait,
+        timeoutMs: flags.timeout,
+        signal: interrupt.signal,
+        renderer: json ? 'silent' : process.stderr.isTTY ? 'default' : 'simple',
+      });
+      const summary = renderDrainSummary(last, { wait: flags.wait, timeoutMs: flags.timeout });
+      if (json) {
+        const { toProtoJson } = await import('../../lib/proto-json.js');
+        const { DrainResponseSchema } = await import('../../gen/llmgw/v1/admin_pb.js');
+        const out = toProtoJson(DrainResponseSchema, last);
+        if (!last.timedOut) return out;
+        this.logJson(out);
+        process.stderr.write(`error: ${summary.error}\n`);
+        return this.exit(1);
+      }
+      if (summary.error) {
+        const { failure } = await import('../../lib/errors.js');
+        throw failure(summary.error);
+      }
+      this.log(summary.text);
+      return undefined;
+    } finally {
+      interrupt.dispose();
+    }
+  }
+}

@@ -1,0 +1,48 @@
+import { ExitCode, LlmgwError, failure, usageError } from '../lib/errors.js';
+
+/** `systemctl status llmgw-agent`: what an operator runs next when the agent does not answer. */
+export const AGENT_UNIT_HINT = 'systemctl status llmgw-agent';
+
+/**
+ * An error the agent answered with: a Connect code in its wire spelling
+ * ("not_found") and its message. Both clients (the lean unary one and the
+ * Connect one for streams) produce it, so errors are mapped in one place.
+ */
+export class AdminCallError extends Error {
+  override readonly name = 'AdminCallError';
+  constructor(
+    readonly code: string,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+export function agentUnreachable(socket: string, why: string): LlmgwError {
+  return new LlmgwError('unreachable', `the agent is not running: ${why} on ${socket}; check \`${AGENT_UNIT_HINT}\` (or pass --socket / LLMGW_SOCKET if it listens elsewhere)`);
+}
+
+/**
+ * What an operator is told for an error the agent answered with. The
+ * agent's messages already say what failed (an unknown shard lists the known
+ * ones); the code decides the exit status.
+ */
+export function operatorError(err: AdminCallError, socket: string): LlmgwError {
+  switch (err.code) {
+    case 'invalid_argument':
+      return usageError(err.message);
+    case 'unavailable':
+      return new LlmgwError('unreachable', `the agent on ${socket} went away: ${err.message}; check \`${AGENT_UNIT_HINT}\``);
+    case 'deadline_exceeded':
+      return new LlmgwError('unreachable', `the agent on ${socket} did not answer in time (${err.message}); check \`${AGENT_UNIT_HINT}\``);
+    case 'permission_denied':
+      return new LlmgwError('permission', err.message);
+    default:
+      // not_found (an unknown shard), failed_precondition (a shard that cannot be drained), internal.
+      return failure(err.message);
+  }
+}
+
+export function isUnreachable(err: unknown): boolean {
+  return err instanceof LlmgwError && err.exitCode === ExitCode.unreachable;
+}

@@ -1,0 +1,63 @@
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import { followFile } from '../agent/supervisor/follow-file.js';
+import { tailFile } from '../agent/supervisor/tail-file.js';
+import { failure } from '../lib/errors.js';
+import { assertShardId } from '../lib/shard-id.js';
+import { isUnreachable } from './admin-call-error.js';
+import { openAdminClient } from './open-admin-client.js';
+
+export interface CtlLogsOptions {
+  socket: string;
+  /** Read directly from here when the agent is not running. */
+  logDir: string;
+  shardId: string;
+  lines: number;
+  follow: boolean;
+  /** Ctrl-C: ends a follow, which is then a success. */
+  signal: AbortSignal;
+  /** Lines to stdout. */
+  write: (lines: readonly string[]) => void;
+  /** One-line notes to stderr. */
+  note: (text: string) => void;
+}
+
+/**
+ * A shard's last lines, and with `follow` its new ones until Ctrl-C, the
+ * shard's removal, or the agent stopping. With the agent down the log file
+ * is read directly (engines write it themselves, so it is there and current
+ * whether or not the agent runs), and a note on stderr says so.
+ */
+export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
+  // Before any call: an id like "../x" would name a file outside the log directory.
+  assertShardId(o.shardId);
+  let admin: Awaited<ReturnType<typeof openAdminClient>>;
+  try {
+    admin = await openAdminClient(o.socket);
+  } catch (err) {
+    if (!isUnreachable(err)) throw err;
+    return readLogDirectly(o, err instanceof Error ? err.message : String(err));
+  }
+  try {
+    for await (const res of admin.client.logs({ shardId: o.shardId, lines: o.lines, follow: o.follow }, { signal: o.signal })) {
+      if (res.lines.length > 0) o.write(res.lines);
+    }
+    if (o.follow && !o.signal.aborted) o.note(`shard ${o.shardId} is no longer supervised; stopped following`);
+  } catch (err) {
+    if (o.signal.aborted) return;
+    throw admin.explain(err);
+  } finally {
+    admin.close();
+  }
+}
+
+async function readLogDirectly(o: CtlLogsOptions, why: string): Promise<void> {
+  const path = join(o.logDir, 'shards', `${o.shardId}.log`);
+  if (!existsSync(path)) {
+    throw failure(`no log for shard ${o.shardId} at ${path} (pass --log-dir if logs are elsewhere), and ${why}`);
+  }
+  o.note(`the agent is not running; reading ${path} directly`);
+  o.write(await tailFile(path, o.lines));
+  if (!o.follow) return;
+  for await (const batch of followFile(path, { signal: o.signal, isDone: () => false })) o.write(batch);
+}

@@ -1,0 +1,92 @@
+import type { ControlPlaneConnectionJson, ShardInfoJson, StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
+import type { InventoryJson } from '../gen/llmgw/v1/agent_pb.js';
+import { formatAge } from '../lib/format-age.js';
+import { renderTable } from '../lib/table.js';
+import { enumLabel } from './enum-label.js';
+
+export const SHARD_TABLE_HEADER = ['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED'] as const;
+
+/**
+ * The human form of `ctl status`, from the response's proto JSON (what
+ * `--json` prints): the agent, its control-plane connection, an inventory
+ * summary, and a table of shards. `nowMs` makes ages testable.
+ */
+export function renderStatus(s: StatusResponseJson, nowMs: number): string {
+  const started = Date.parse(s.startedAt ?? '');
+  const lines = [
+    `node       ${s.nodeId ?? '?'}  (llmgw ${s.version ?? '?'}, pid ${s.pid ?? '?'}, up ${Number.isNaN(started) ? '?' : formatAge(nowMs - started)})`,
+    `control    ${describeConnection(s.connection ?? {}, nowMs)}`,
+    `inventory  ${describeInventory(s.inventory ?? {})}`,
+  ];
+  for (const w of s.inventory?.warnings ?? []) lines.push(`warning    ${w}`);
+  const shards = s.shards ?? [];
+  lines.push('');
+  if (shards.length === 0) {
+    lines.push('no shards');
+    return lines.join('\n');
+  }
+  lines.push(renderTable(SHARD_TABLE_HEADER, shards.map((sh) => shardRow(sh, nowMs))));
+  for (const sh of shards) {
+    if (sh.error) lines.push(`${sh.shardId}: ${sh.error}${sh.exitCode ? ` (exit code ${sh.exitCode})` : ''}`);
+  }
+  return lines.join('\n');
+}
+
+export function describeConnection(c: ControlPlaneConnectionJson, nowMs: number): string {
+  const to = `${c.server ?? '?'} (${c.protocol || 'connect'})`;
+  const state = enumLabel(c.state, 'CONNECTION_STATE_');
+  switch (state) {
+    case 'CONNECTED': {
+      const since = Date.parse(c.connectedSince ?? '');
+      return Number.isNaN(since)
+        ? `connected to ${to}`
+        : `connected to ${to} since ${new Date(since).toISOString()} (${formatAge(nowMs - since)})`;
+    }
+    case 'RETRYING': {
+      const next = Date.parse(c.nextAttemptAt ?? '');
+      const when = Number.isNaN(next) ? '' : `, next try in ${formatAge(Math.max(0, next - nowMs))}`;
+      return `retrying ${to}: attempt ${c.attempt ?? 0}${when}; last error: ${c.lastError || 'none'}`;
+    }
+    case 'CONNECTING':
+      return `connecting to ${to}${c.attempt ? ` (attempt ${c.attempt + 1}; last error: ${c.lastError || 'none'})` : ''}`;
+    case 'STARTING':
+      return `starting (recovering engines, reading the hardware); will connect to ${to}`;
+    case 'STOPPED':
+      return `stopped (the agent is shutting down); was ${to}`;
+    default:
+      return `${state.toLowerCase()} ${to}`;
+  }
+}
+
+export function describeInventory(inv: InventoryJson): string {
+  const gpus = inv.gpus ?? [];
+  const names = new Map<string, number>();
+  for (const g of gpus) names.set(g.name || 'unknown GPU', (names.get(g.name || 'unknown GPU') ?? 0) + 1);
+  const unhealthy = gpus.filter((g) => !g.healthy).length;
+  const parts = [
+    gpus.length === 0 ? 'no GPUs' : `${gpus.length} GPUs (${[...names].map(([n, k]) => `${k} × ${n}`).join(', ')})${unhealthy ? `, ${unhealthy} unhealthy` : ''}`,
+    inv.driverVersion ? `driver ${inv.driverVersion}${inv.cudaVersion ? `, CUDA ${inv.cudaVersion}` : ''}` : 'no NVIDIA driver',
+  ];
+  const hcas = inv.hcas ?? [];
+  if (hcas.length > 0) {
+    const active = hcas.filter((h) => h.state === 'ACTIVE').length;
+    parts.push(`${hcas.length} HCA ports (${active} active)`);
+  }
+  return parts.join('; ');
+}
+
+function shardRow(sh: ShardInfoJson, nowMs: number): string[] {
+  const started = Date.parse(sh.startedAt ?? '');
+  return [
+    sh.shardId ?? '?',
+    sh.replicaId || '-',
+    sh.engine || '-',
+    sh.model || '-',
+    enumLabel(sh.state, 'SHARD_STATE_'),
+    sh.pid ? String(sh.pid) : '-',
+    sh.httpPort ? String(sh.httpPort) : '-',
+    (sh.gpuIndices ?? []).length > 0 ? (sh.gpuIndices ?? []).join(',') : '-',
+    Number.isNaN(started) ? '-' : formatAge(nowMs - started),
+    sh.adopted ? 'yes' : 'no',
+  ];
+}

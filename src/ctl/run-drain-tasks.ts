@@ -1,0 +1,75 @@
+import { Listr, ListrLogger, ProcessOutput } from 'listr2';
+import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
+import { describeDrainProgress, isDrainDone } from './describe-drain-progress.js';
+
+/** default: spinners (a terminal); simple: one line per change, for pipes and logs. */
+export type DrainRenderer = 'default' | 'simple';
+
+/** The drain stream as it arrives: the latest message, change notices, and the end of the stream. */
+export interface DrainWatch {
+  latest(): DrainResponse;
+  subscribe(onChange: () => void): () => void;
+  /** Resolves when the stream ends, rejects when it fails. */
+  ended: Promise<void>;
+}
+
+/**
+ * One listr2 task per draining shard, its title the in-flight count, done at
+ * zero, failed when the agent says the timeout passed. Progress goes to
+ * stderr; stdout keeps the summary the command prints after.
+ */
+export async function runDrainTasks(watch: DrainWatch, renderer: DrainRenderer): Promise<void> {
+  const logger = new ListrLogger({ processOutput: new ProcessOutput(process.stderr, process.stderr) });
+  const tasks = new Listr(
+    watch.latest().shards.map((initial) => ({
+      title: `${initial.shardId}: ${describeDrainProgress(initial)}`,
+      task: (_ctx: unknown, task: { title: string; output: string }) =>
+        new Promise<void>((resolve, reject) => {
+          const id = initial.shardId;
+          let shown = '';
+          const check = () => {
+            const r = watch.latest();
+            const p = r.shards.find((s) => s.shardId === id) ?? initial;
+            const text = `${id}: ${describeDrainProgress(p)}`;
+            if (text !== shown) {
+              // The title is what a terminal shows; output is what the plain renderer prints, once per change.
+              task.title = text;
+              task.output = text;
+              shown = text;
+            }
+            if (isDrainDone(p)) {
+              unsubscribe();
+              resolve();
+            } else if (r.timedOut) {
+              unsubscribe();
+              reject(new Error(`${text} at the timeout`));
+            }
+          };
+          const unsubscribe = watch.subscribe(check);
+          watch.ended.then(
+            () => {
+              check();
+              unsubscribe();
+              reject(new Error(`${id}: the agent ended the drain before it finished`));
+            },
+            (err: unknown) => {
+              unsubscribe();
+              reject(err);
+            },
+          );
+          check();
+        }),
+    })),
+    {
+      concurrent: true,
+      exitOnError: false,
+      renderer,
+      fallbackRenderer: 'simple',
+      rendererOptions: { logger },
+      fallbackRendererOptions: { logger },
+      // Ctrl-C should end the command the usual way, not through listr.
+      registerSignalListeners: false,
+    },
+  );
+  await tasks.run();
+}

@@ -1,0 +1,114 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { ShardState, StopShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { type CtlFixture, NODE_ID, shardIs, startCtlFixture } from '../../helpers/ctl-fixture.js';
+import { until } from '../../helpers/engine-processes.js';
+import { BIN, runCli } from '../../helpers/run-cli.js';
+
+let fx: CtlFixture;
+
+beforeAll(async () => {
+  fx = await startCtlFixture();
+  await fx.startShard('quiet');
+  // Ten numbered lines a second: "... line 42".
+  await fx.startShard('chatty', ['--load-time', '200ms', '--log-rate', '10']);
+}, 60_000);
+afterAll(() => fx?.close());
+
+const logPath = (id: string) => join(fx.dirs.logDir, 'shards', `${id}.log`);
+const fileLines = (id: string) => readFileSync(logPath(id), 'utf8').trimEnd().split('\n');
+const lineNumbers = (text: string) => [...text.matchAll(/ line (\d+)$/gm)].map((m) => Number(m[1]));
+
+/** `ctl logs` as a long-running process, killed when the test ends. */
+function spawnLogs(args: string[]) {
+  const child = execa(process.execPath, [BIN, 'ctl', 'logs', ...args], { reject: false, stdin: 'ignore', env: { NO_COLOR: '1' } });
+  let stdout = '';
+  child.stdout?.on('data', (d: Buffer) => {
+    stdout += d.toString();
+  });
+  onTestFinished(async () => {
+    child.kill('SIGKILL');
+    await child;
+  });
+  return { child, stdout: () => stdout };
+}
+
+describe('llmgw ctl logs', () => {
+  it('prints the whole log of a shard that wrote fewer than 100 lines', async () => {
+    const r = await runCli(['ctl', 'logs', 'quiet', '--socket', fx.socket]);
+    expect(r.exitCode).toBe(0);
+    expect(r.stderr).toBe('');
+    expect(r.stdout.split('\n')).toEqual(fileLines('quiet'));
+    expect(r.stdout).toContain('Uvicorn running on');
+  });
+
+  it('prints the last N lines with -n', async () => {
+    const r = await runCli(['ctl', 'logs', 'chatty', '-n', '5', '--socket', fx.socket]);
+    expect(r.exitCode).toBe(0);
+    const numbers = lineNumbers(r.stdout);
+    expect(numbers).toHaveLength(5);
+    expect(numbers).toEqual(numbers.map((_, i) => (numbers[0] as number) + i));
+  });
+
+  it('-f prints lines the engine writes after the command started, and Ctrl-C ends it with 0', async () => {
+    const before = Math.max(...lineNumbers(fileLines('chatty').join('\n')));
+    const logs = spawnLogs(['chatty', '-f', '-n', '1', '--socket', fx.socket]);
+    await until(() => lineNumbers(logs.stdout()).some((n) => n > before + 5), 'a line written after ctl logs -f started');
+    logs.child.kill('SIGINT');
+    const r = await logs.child;
+    expect(r.exitCode).toBe(0);
+    const numbers = lineNumbers(logs.stdout());
+    // No line lost between the tail and the follow (one written at that very moment may show twice).
+    const steps = new Set(numbers.slice(1).map((n, i) => n - (numbers[i] as number)));
+    expect([...steps].filter((d) => d !== 1 && d !== 0)).toEqual([]);
+  });
+
+  it('-f ends (exit 0) when the shard is stopped and removed, saying why', async () => {
+    await fx.startShard('short');
+    const logs = spawnLogs(['short', '-f', '--socket', fx.socket]);
+    await until(() => logs.stdout().includes('Uvicorn running on'), 'the tail of the short shard');
+    const stopped = fx.cp.waitFor(NODE_ID, shardIs('short', ShardState.STOPPED), 20_000);
+    fx.cp.send(NODE_ID, { case: 'stop', value: create(StopShardSchema, { shardId: 'short' }) });
+    await stopped;
+    const r = await logs.child;
+    expect(r.exitCode).toBe(0);
+    expect(r.stderr).toBe('shard short is no longer supervised; stopped following');
+  });
+
+  it('exits 1 for an unknown shard, listing the known ones', async () => {
+    const r = await runCli(['ctl', 'logs', 'nope', '--socket', fx.socket]);
+    expect(r.exitCode).toBe(1);
+    expect(r.stderr).toBe('error: no shard "nope" on node node-a; known shards: chatty, quiet');
+  });
+
+  it('exits 2 for an invalid shard id before calling anything', async () => {
+    // Not a socket at all: a call would exit 69.
+    const r = await runCli(['ctl', 'logs', '../../etc/passwd', '--socket', '/nonexistent/agent.sock']);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toMatch(/^error: invalid shard id "\.\.\/\.\.\/etc\/passwd"/);
+  });
+
+  it('reads the log file directly when the agent is not running, and says so on stderr', async () => {
+    const r = await runCli(['ctl', 'logs', 'quiet', '--socket', '/nonexistent/agent.sock', '--log-dir', fx.dirs.logDir]);
+    expect(r.exitCode).toBe(0);
+    expect(r.stderr).toBe(`the agent is not running; reading ${logPath('quiet')} directly`);
+    expect(r.stdout.split('\n')).toEqual(fileLines('quiet'));
+  });
+
+  it('takes the log directory from --config when the agent is not running', async () => {
+    const r = await runCli(['ctl', 'logs', 'quiet', '-n', '2', '--socket', '/nonexistent/agent.sock', '--config', fx.agent.configPath]);
+    expect(r.exitCode).toBe(0);
+    expect(r.stderr).toBe(`the agent is not running; reading ${logPath('quiet')} directly`);
+    expect(r.stdout.split('\n')).toEqual(fileLines('quiet').slice(-2));
+  });
+
+  it('exits 1 when the agent is not running and there is no such log', async () => {
+    const r = await runCli(['ctl', 'logs', 'nope', '--socket', '/nonexistent/agent.sock', '--log-dir', fx.dirs.logDir]);
+    expect(r.exitCode).toBe(1);
+    expect(r.stderr).toContain(`error: no log for shard nope at ${logPath('nope')}`);
+    expect(r.stderr).toContain('the agent is not running');
+  });
+});

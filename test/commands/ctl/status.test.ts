@@ -1,0 +1,165 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { callUnaryJson } from '../../../src/ctl/call-unary-json.js';
+import type { StatusResponseJson } from '../../../src/gen/llmgw/v1/admin_pb.js';
+import type { AgentMessage } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { findGroup } from '../../../src/lib/find-group.js';
+import { type CtlFixture, NODE_ID, startCtlFixture } from '../../helpers/ctl-fixture.js';
+import { REPO_ROOT, runCli } from '../../helpers/run-cli.js';
+
+const ADMIN_GROUP = 'adm';
+// Production beats every 5s; 1s keeps the bound (5×) tight and the test honest on a loaded 2-core machine.
+const HEARTBEAT_MS = 1000;
+const NOBODY = { uid: 65534, gid: 65534 };
+
+let fx: CtlFixture;
+let shard: { pid: number; port: number; gpu: number };
+
+beforeAll(async () => {
+  fx = await startCtlFixture({ heartbeat: `${HEARTBEAT_MS}ms`, env: { LLMGW_ADMIN_GROUP: ADMIN_GROUP } });
+  shard = await fx.startShard('s1');
+}, 60_000);
+afterAll(() => fx?.close());
+
+/** Cells of a table row: columns are separated by two spaces or more. */
+const cells = (line: string) => line.trim().split(/\s{2,}/);
+
+describe('llmgw ctl status', () => {
+  it('prints the node, the control-plane connection, an inventory summary and a table of shards', async () => {
+    const r = await runCli(['ctl', 'status', '--socket', fx.socket]);
+    expect(r.stderr).toBe('');
+    expect(r.exitCode).toBe(0);
+    const lines = r.stdout.split('\n');
+    expect(lines[0]).toMatch(new RegExp(`^node +${NODE_ID} +\\(llmgw \\d+\\.\\d+\\.\\d+, pid ${fx.agent.pid}, up \\d+s\\)$`));
+    expect(lines[1]).toMatch(/^control +connected to http:\/\/127\.0\.0\.1:\d+ \(connect\) since \d{4}-\d\d-\d\dT[\d:.]+Z \(\d+[smh]/);
+    expect(lines[2]).toBe('inventory  8 GPUs (8 × NVIDIA H100 80GB HBM3); driver 550.54.15, CUDA 12.4; 4 HCA ports (3 active)');
+    const header = lines.findIndex((l) => l.startsWith('SHARD'));
+    expect(cells(lines[header] as string)).toEqual(['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED']);
+    const row = cells(lines[header + 1] as string);
+    expect(row.slice(0, 8)).toEqual(['s1', 'r-s1', 'sim', 'sim/m', 'READY', String(shard.pid), String(shard.port), '0']);
+    expect(row[8]).toMatch(/^\d+[smh]/);
+    expect(row[9]).toBe('no');
+  });
+
+  it('--json prints the StatusResponse as proto JSON, zeros and falses included', async () => {
+    const r = await runCli(['ctl', 'status', '--json', '--socket', fx.socket]);
+    expect(r.exitCode).toBe(0);
+    const s = JSON.parse(r.stdout) as StatusResponseJson;
+    expect(s.nodeId).toBe(NODE_ID);
+    expect(s.pid).toBe(fx.agent.pid);
+    expect(s.connection).toMatchObject({ state: 'CONNECTION_STATE_CONNECTED', protocol: 'connect', attempt: 0, lastError: '' });
+    expect(s.inventory?.gpus).toHaveLength(8);
+    expect(s.shards).toEqual([
+      {
+        shardId: 's1',
+        replicaId: 'r-s1',
+        engine: 'sim',
+        model: 'sim/m',
+        state: 'SHARD_STATE_READY',
+        pid: shard.pid,
+        httpPort: shard.port,
+        gpuIndices: [0],
+        startedAt: expect.stringMatching(/Z$/),
+        adopted: false,
+        error: '',
+        exitCode: 0,
+        rank: 0,
+        nnodes: 1,
+        logPath: join(fx.dirs.logDir, 'shards', 's1.log'),
+      },
+    ]);
+  });
+
+  it('finds the socket from LLMGW_SOCKET, and from admin.socket in --config', async () => {
+    const byEnv = await runCli(['ctl', 'status', '--json'], { env: { LLMGW_SOCKET: fx.socket } });
+    expect(JSON.parse(byEnv.stdout).nodeId).toBe(NODE_ID);
+    const byConfig = await runCli(['ctl', 'status', '--json', '--config', fx.agent.configPath]);
+    expect(JSON.parse(byConfig.stdout).nodeId).toBe(NODE_ID);
+  });
+
+  it("answers the README's buf curl command (a Connect client nobody here wrote) with the node id", async () => {
+    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+    const line = readme.split('\n').find((l) => l.startsWith('buf curl ') && l.includes('AdminService/Status'));
+    expect(line, 'README has a buf curl line for AdminService/Status').toBeDefined();
+    const args = (line as string).split(/\s+/).slice(1).map((a) => (a === '/run/llmgw/agent.sock' ? fx.socket : a));
+    expect(args).toContain(fx.socket);
+    const r = await execa('npx', ['buf', ...args], { cwd: REPO_ROOT, reject: false, timeout: 60_000 });
+    expect(r.stderr).toBe('');
+    expect(JSON.parse(r.stdout)).toMatchObject({ nodeId: NODE_ID, shards: [{ shardId: 's1', state: 'SHARD_STATE_READY' }] });
+  });
+
+  it('answers 200 concurrent calls (and real ctl processes among them) while heartbeats stay on time', async () => {
+    const beats: number[] = [];
+    const onMessage = (nodeId: string, m: AgentMessage) => {
+      if (nodeId === NODE_ID && m.msg.case === 'heartbeat') beats.push(Date.now());
+    };
+    fx.cp.on('message', onMessage);
+    onTestFinished(() => {
+      fx.cp.off('message', onMessage);
+    });
+    // A heartbeat before the burst, so the first gap is measured from it.
+    await fx.cp.waitFor(NODE_ID, (m) => m.msg.case === 'heartbeat', 10_000);
+    const burstStart = Date.now();
+    const calls = Array.from({ length: 200 }, () => callUnaryJson<StatusResponseJson>(fx.socket, 'Status', {}, { timeoutMs: 60_000 }));
+    const processes = Array.from({ length: 4 }, () => runCli(['ctl', 'status', '--json', '--socket', fx.socket]));
+    const results = await Promise.allSettled(calls);
+    const cli = await Promise.all(processes);
+    const burstEnd = Date.now();
+    // One more heartbeat after the burst closes the last gap.
+    await fx.cp.waitFor(NODE_ID, (m) => m.msg.case === 'heartbeat', 10_000);
+
+    expect(results.filter((r) => r.status === 'rejected')).toEqual([]);
+    expect(results.every((r) => r.status === 'fulfilled' && r.value.nodeId === NODE_ID)).toBe(true);
+    expect(cli.map((r) => [r.exitCode, JSON.parse(r.stdout).nodeId])).toEqual(Array(4).fill([0, NODE_ID]));
+
+    const window = beats.filter((t) => t >= burstStart - 5 * HEARTBEAT_MS);
+    const gaps = window.slice(1).map((t, i) => t - (window[i] as number));
+    console.info(`burst of 204 status calls took ${burstEnd - burstStart} ms; heartbeat gaps ${gaps.join(', ')} ms`);
+    expect(window.length).toBeGreaterThanOrEqual(2);
+    expect(Math.max(...gaps)).toBeLessThanOrEqual(5 * HEARTBEAT_MS);
+  }, 120_000);
+
+  describe('as nobody, who is not in the admin group', () => {
+    const asNobody = { ...NOBODY, env: { HOME: tmpdir() } };
+
+    it('is refused by the socket itself (EACCES), while a member of the group gets in', async () => {
+      const probe = `require('net').connect(${JSON.stringify(fx.socket)}).on('connect', () => { console.log('connected'); process.exit(0); }).on('error', (e) => { console.log(e.code); process.exit(0); })`;
+      const refused = await execa(process.execPath, ['-e', probe], { ...asNobody, reject: false });
+      expect(refused.stdout).toBe('EACCES');
+      const gid = findGroup({ name: ADMIN_GROUP })?.gid as number;
+      const member = await execa(process.execPath, ['-e', probe], { uid: NOBODY.uid, gid, env: { HOME: tmpdir() }, reject: false });
+      expect(member.stdout).toBe('connected');
+    });
+
+    it('gets exit 77 from ctl status, naming the group to join', async () => {
+      const r = await runCli(['ctl', 'status', '--socket', fx.socket], asNobody);
+      expect(r.exitCode).toBe(77);
+      expect(r.stderr).toContain(`error: permission denied on the agent's socket ${fx.socket}: join group ${ADMIN_GROUP} (sudo usermod -aG ${ADMIN_GROUP} $USER`);
+    });
+  });
+});
+
+describe('llmgw ctl status without an agent', () => {
+  it('exits 69 naming the socket and systemctl status llmgw-agent, with no socket', async () => {
+    const missing = join(tmpdir(), 'llmgw-no-such-dir', 'agent.sock');
+    const r = await runCli(['ctl', 'status', '--socket', missing]);
+    expect(r.exitCode).toBe(69);
+    expect(r.stderr).toBe(
+      `error: the agent is not running: no socket on ${missing}; check \`systemctl status llmgw-agent\` (or pass --socket / LLMGW_SOCKET if it listens elsewhere)`,
+    );
+  });
+
+  it('exits 69 when a socket file is left but nothing listens', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'llmgw-stale-'));
+    onTestFinished(() => rmSync(root, { recursive: true, force: true }));
+    const sock = join(root, 'agent.sock');
+    await execa(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(sock)}, () => process.kill(process.pid, 'SIGKILL'))`], { reject: false });
+    const r = await runCli(['ctl', 'status', '--json', '--socket', sock]);
+    expect(r.exitCode).toBe(69);
+    expect(r.stderr).toContain(`nothing listens on ${sock}`);
+    expect(JSON.parse(r.stdout)).toMatchObject({ error: { kind: 'unreachable', exitCode: 69 } });
+  });
+});

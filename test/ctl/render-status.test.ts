@@ -1,0 +1,79 @@
+import { describe, expect, it } from 'vitest';
+import { describeConnection, renderStatus } from '../../src/ctl/render-status.js';
+import type { StatusResponseJson } from '../../src/gen/llmgw/v1/admin_pb.js';
+
+const NOW = Date.parse('2026-01-02T10:00:00Z');
+
+describe('renderStatus', () => {
+  it('says when the agent retries: attempt, next try and last error', () => {
+    expect(
+      describeConnection(
+        {
+          server: 'https://cp:8443',
+          protocol: 'grpc',
+          state: 'CONNECTION_STATE_RETRYING',
+          attempt: 3,
+          nextAttemptAt: '2026-01-02T10:00:04Z',
+          lastError: 'connect ECONNREFUSED 10.0.0.1:8443',
+        },
+        NOW,
+      ),
+    ).toBe('retrying https://cp:8443 (grpc): attempt 3, next try in 4s; last error: connect ECONNREFUSED 10.0.0.1:8443');
+  });
+
+  it('says since when the agent is connected', () => {
+    expect(describeConnection({ server: 'http://cp:8443', protocol: 'connect', state: 'CONNECTION_STATE_CONNECTED', connectedSince: '2026-01-02T09:57:00Z' }, NOW)).toBe(
+      'connected to http://cp:8443 (connect) since 2026-01-02T09:57:00.000Z (3m)',
+    );
+  });
+
+  it('renders an agent without GPUs or shards, with its warnings', () => {
+    const s: StatusResponseJson = {
+      nodeId: 'n1',
+      version: '1.2.3',
+      pid: 42,
+      startedAt: '2026-01-02T09:00:00Z',
+      connection: { server: 'http://cp:1', protocol: 'connect', state: 'CONNECTION_STATE_STARTING' },
+      inventory: { warnings: ['nvidia-smi not found: no NVIDIA driver'] },
+      shards: [],
+    };
+    expect(renderStatus(s, NOW)).toBe(
+      [
+        'node       n1  (llmgw 1.2.3, pid 42, up 1h)',
+        'control    starting (recovering engines, reading the hardware); will connect to http://cp:1 (connect)',
+        'inventory  no GPUs; no NVIDIA driver',
+        'warning    nvidia-smi not found: no NVIDIA driver',
+        '',
+        'no shards',
+      ].join('\n'),
+    );
+  });
+
+  it('lists a failed shard in the table and its error below it', () => {
+    const out = renderStatus(
+      {
+        nodeId: 'n1',
+        shards: [
+          {
+            shardId: 's1',
+            replicaId: 'r1',
+            engine: 'vllm',
+            model: 'meta/llama',
+            state: 'SHARD_STATE_FAILED',
+            pid: 0,
+            httpPort: 8000,
+            gpuIndices: [0, 1],
+            startedAt: '2026-01-02T09:59:30Z',
+            adopted: true,
+            error: 'engine exited with code 1 while starting',
+            exitCode: 1,
+          },
+        ],
+      },
+      NOW,
+    );
+    const lines = out.split('\n');
+    expect(lines.at(-2)?.trim().split(/\s{2,}/)).toEqual(['s1', 'r1', 'vllm', 'meta/llama', 'FAILED', '-', '8000', '0,1', '30s', 'yes']);
+    expect(lines.at(-1)).toBe('s1: engine exited with code 1 while starting (exit code 1)');
+  });
+});

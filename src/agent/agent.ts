@@ -14,11 +14,11 @@ import {
   type StopShard,
   FabricAttachmentSchema,
 } from '../gen/llmgw/v1/agent_pb.js';
-import { errorMessage } from '../lib/errors.js';
+import { errorMessage, failure } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { resolveHostname, resolveMgmtAddr } from '../lib/node-identity.js';
 import { readProcStat } from '../lib/proc-stat.js';
-import { isValidShardId } from '../lib/shard-id.js';
+import { assertShardId, isValidShardId } from '../lib/shard-id.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionPhase, ConnectionStatus } from './connection-state.js';
 import { runSession } from './control-plane-session.js';
@@ -318,7 +318,7 @@ export class Agent {
         void this.stopShard(m.msg.value);
         return;
       case 'drain':
-        this.drainShard(m.msg.value.shardId);
+        this.handleDrainCommand(m.msg.value.shardId);
         return;
       case 'ack':
         if (!m.msg.value.ok) {
@@ -454,14 +454,33 @@ export class Agent {
     }
   }
 
-  drainShard(id: string): ShardSnapshot | undefined {
-    const shard = isValidShardId(id) ? this.opts.supervisor.get(id) : undefined;
-    if (!shard || isTerminal(shard.state)) {
-      this.log.warn({ shard: id }, 'drain for a shard that is not running here');
-      this.report(refusedStatus(this.nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, `drain refused: no running shard ${JSON.stringify(id.slice(0, 40))} on this node`));
-      return undefined;
-    }
+  /**
+   * Marks a running shard DRAINING (reported through its transition, so the
+   * control plane routes elsewhere). Throws when the shard cannot be drained.
+   */
+  drainShard(id: string): ShardSnapshot {
+    assertShardId(id);
+    const shard = this.opts.supervisor.get(id);
+    if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${id} on this node`);
     return this.opts.supervisor.drain(id);
+  }
+
+  /**
+   * A DrainShard from the control plane. A refusal leaves the shard as it is
+   * and says why in a status report: a shard still loading is reported with
+   * its own state, never as FAILED, which would get a healthy engine replaced.
+   */
+  private handleDrainCommand(id: string): void {
+    try {
+      this.drainShard(id);
+    } catch (err) {
+      const why = `drain refused: ${errorMessage(err)}`;
+      const shard = isValidShardId(id) ? this.opts.supervisor.get(id) : undefined;
+      this.log.warn({ shard: id, err: why }, 'refused a drain');
+      if (shard) this.report(create(ShardStatusSchema, { ...statusFromSnapshot(this.nodeId, shard), error: why }));
+      else if (isValidShardId(id)) this.report(create(ShardStatusSchema, { nodeId: this.nodeId, shardId: id, state: ShardState.STOPPED, error: why }));
+      else this.report(refusedStatus(this.nodeId, { shardId: id, replicaId: '' }, why));
+    }
   }
 
   /**

@@ -9,6 +9,7 @@ import {
   type ShardStatus,
   StartShardSchema,
   StopShardSchema,
+  DrainShardSchema,
   type StartShard,
 } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess, type AgentDirs } from '../helpers/agent-process.js';
@@ -161,6 +162,23 @@ describe('llmgw agent run', () => {
     expect(processesWritingUnder(dirs.logDir)).toHaveLength(1);
     const failures = cp.messages('node-a').filter(shardIs('s1', ShardState.FAILED));
     expect(failures).toEqual([]);
+  });
+
+  it('refuses a drain of a shard still loading without calling it FAILED, and the shard still becomes READY', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const port = await freePort();
+    startAgentProcess({ server: url, dirs });
+    await cp.waitFor('node-a', isRegister, 20_000);
+    const starting = cp.waitFor('node-a', shardIs('s1', ShardState.STARTING), 20_000);
+    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    cp.send('node-a', { case: 'start', value: simStart('s1', port, ['--load-time', '2s']) });
+    await starting;
+    const refused = cp.waitFor('node-a', (m) => shardIs('s1', ShardState.STARTING)(m) && statusOf(m).error !== '', 10_000);
+    cp.send('node-a', { case: 'drain', value: create(DrainShardSchema, { shardId: 's1' }) });
+    expect(statusOf(await refused).error).toMatch(/^drain refused: /);
+    await ready;
+    expect(cp.messages('node-a').filter(shardIs('s1', ShardState.FAILED))).toEqual([]);
   });
 
   it('exits at once on SIGTERM and leaves its engines serving', async () => {

@@ -168,6 +168,6 @@ describe('llmgw dev up', () => {
     // Help wraps at the terminal width, which differs between machines.
     const help = r.stdout.replace(/\s+/g, ' ');
     expect(help).toMatch(/reference for local runs, demos and tests/);
-    expect(help).toMatch(/production runs the llmgw control plane/);
+    expect(help).toMatch(/production runs the llmgw control plane/i);
   });
 });

@@ -1,0 +1,61 @@
+import { join } from 'node:path';
+import { REPO_ROOT } from './run-cli.js';
+
+/*
+ * The test agent's configuration, free of vitest so that the fault campaign's
+ * soak driver (plain tsx, no test runner) builds agents exactly as tests do.
+ */
+
+export const FAKE_NVIDIA_SMI = join(REPO_ROOT, 'bin/fake-nvidia-smi');
+export const FIXTURE_SYSFS = join(REPO_ROOT, 'fixtures/sysfs/hgx-h100x8');
+
+export interface AgentDirs {
+  root: string;
+  stateDir: string;
+  logDir: string;
+  socket: string;
+}
+
+export function agentDirs(root: string): AgentDirs {
+  return { root, stateDir: join(root, 'state'), logDir: join(root, 'log'), socket: join(root, 'agent.sock') };
+}
+
+export interface AgentProcessOptions {
+  server: string;
+  dirs: AgentDirs;
+  nodeId?: string;
+  protocol?: 'connect' | 'grpc';
+  /** More YAML appended to the generated config (top-level keys not set below). */
+  extraYaml?: string;
+  env?: Record<string, string>;
+  heartbeat?: string;
+}
+
+/** The config a test agent runs with: fast timers, fake GPUs, everything under `dirs`. */
+export function agentConfigYaml(o: AgentProcessOptions): string {
+  return [
+    `node_id: ${o.nodeId ?? 'node-a'}`,
+    `server: ${o.server}`,
+    `protocol: ${o.protocol ?? 'connect'}`,
+    `heartbeat_interval: ${o.heartbeat ?? '200ms'}`,
+    'reconnect_base: 100ms',
+    'reconnect_max: 1s',
+    'adopt_ready_timeout: 20s',
+    'mgmt_interface: lo',
+    'discovery:',
+    `  nvidia_smi: ${FAKE_NVIDIA_SMI}`,
+    `  sysfs_root: ${FIXTURE_SYSFS}`,
+    '  timeout: 5s',
+    'supervisor:',
+    `  state_dir: ${o.dirs.stateDir}`,
+    `  log_dir: ${o.dirs.logDir}`,
+    '  stop_grace: 3s',
+    '  worker_settle: 1s',
+    '  health_interval: 500ms',
+    'admin:',
+    `  socket: ${o.dirs.socket}`,
+    'log_level: debug',
+    o.extraYaml ?? '',
+  ].join('\n');
+}
+

@@ -97,11 +97,18 @@ export async function readStateFile(path: string, expectedShardId: string): Prom
       await fh.close();
     }
   } catch (err) {
-    if (errnoCode(err) === 'ELOOP') return { ok: false, reason: 'state file is a symlink; refused' };
-    return { ok: false, reason: `state file unreadable: ${errorMessage(err)}` };
+    return { ok: false, reason: openFailureReason(err) };
   }
 
   return parseStateText(text, expectedShardId);
+}
+
+function openFailureReason(err: unknown): string {
+  const code = errnoCode(err);
+  if (code === 'ELOOP') return 'state file is a symlink; refused';
+  // An engine running with no state file: the agent died between launching it and recording it.
+  if (code === 'ENOENT') return 'no state file records this engine';
+  return `state file unreadable: ${errorMessage(err)}`;
 }
 
 /** Validates the text of a state file; a reason for anything short of a complete, current-version file. */
@@ -171,8 +178,7 @@ export function readStateFileSync(path: string, expectedShardId: string): StateF
       closeSync(fd);
     }
   } catch (err) {
-    if (errnoCode(err) === 'ELOOP') return { ok: false, reason: 'state file is a symlink; refused' };
-    return { ok: false, reason: `state file unreadable: ${errorMessage(err)}` };
+    return { ok: false, reason: openFailureReason(err) };
   }
   return parseStateText(text, expectedShardId);
 }

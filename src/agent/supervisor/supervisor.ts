@@ -2,7 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { chmodSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
@@ -17,7 +17,7 @@ import { launchEngine } from './launch-engine.js';
 import type { LaunchPlan } from './launch-plan.js';
 import type { Orphan } from './orphan.js';
 import { type ProcessIdentity, checkIdentity, readBootId, readProcStat } from './process-identity.js';
-import { findProcessesLoggingTo } from './process-table.js';
+import { findProcessesLoggingTo, findProcessesLoggingUnder } from './process-table.js';
 import { readGauge } from './read-gauge.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from './rotate-log.js';
 import { ShardFailedError } from './shard-failed-error.js';
@@ -639,23 +639,42 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
 
   // ---------------------------------------------------------------- orphans
 
-  /** State files of shards this instance does not supervise, each judged alive or dead and identified or not. */
+  /**
+   * Shards this instance does not supervise but a previous agent left
+   * behind, each judged alive or dead and identified or not: every state
+   * file, and every shard log that a running process still writes although
+   * no state file names it.
+   *
+   * The second kind is an agent killed between launching an engine and
+   * writing its state file. Nothing else records that engine: without this
+   * scan it would serve on, holding its GPUs and port, invisible to the
+   * agent, and every later start of the shard would be refused because its
+   * port is taken (found by the fault campaign, issue 9).
+   */
   async findOrphans(): Promise<Orphan[]> {
     let names: string[];
     try {
       names = readdirSync(this.shardsStateDir);
     } catch (err) {
-      if (errnoCode(err) === 'ENOENT') return [];
-      throw err;
+      if (errnoCode(err) !== 'ENOENT') throw err;
+      names = [];
     }
-    const orphans: Orphan[] = [];
-    for (const name of names.sort()) {
+    const ids = new Set<string>();
+    for (const name of names) {
       if (!name.endsWith('.json')) continue;
       const id = name.slice(0, -'.json'.length);
       if (!isValidShardId(id)) {
         this.log.warn({ file: name }, 'ignoring a state file whose name is not a shard id');
         continue;
       }
+      ids.add(id);
+    }
+    for (const [logPath] of findProcessesLoggingUnder(this.shardsLogDir)) {
+      const id = basename(logPath).replace(/\.log$/, '');
+      if (logPath === this.logPathFor(id) && isValidShardId(id)) ids.add(id);
+    }
+    const orphans: Orphan[] = [];
+    for (const id of [...ids].sort()) {
       if (this.shards.has(id)) continue;
       orphans.push(await this.judgeOrphan(id));
     }

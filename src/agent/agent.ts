@@ -56,6 +56,21 @@ export interface AdoptResultView {
 
 /** The shortest HTTP/2 ping period and timeout, whatever the heartbeat. */
 const PING_FLOOR_MS = 1000;
+/** A session answered and open this long was a working one: its end starts the backoff afresh. */
+const STABLE_SESSION_MS = 5000;
+/** The least time a control plane gets to answer Register, whatever the heartbeat. */
+const REGISTER_TIMEOUT_FLOOR_MS = 2000;
+
+/**
+ * How long a new stream may go without a single message from the control
+ * plane. Five heartbeats: a control plane answers Register at once, and one
+ * that has not after that long is stuck mid-message (garbage on the wire) or
+ * not a control plane at all.
+ */
+export function registerTimeoutMs(heartbeatIntervalMs: number): number {
+  return Math.max(REGISTER_TIMEOUT_FLOOR_MS, 5 * heartbeatIntervalMs);
+}
+
 /** A profile without startup_timeout gets this long to load (large models take minutes). */
 export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
 
@@ -149,6 +164,10 @@ export class Agent {
     });
 
     let first = true;
+    /** Failed attempts since the last stable session: what the backoff grows with. */
+    let backoffAttempt = 0;
+    /** Clean closes in a row of sessions that did not get stable. */
+    let quickCloses = 0;
     while (!signal.aborted) {
       this.setConnection('connecting');
       if (first) {
@@ -159,6 +178,7 @@ export class Agent {
       const result = await runSession({
         transport,
         heartbeatIntervalMs: c.heartbeatIntervalMs,
+        registerTimeoutMs: registerTimeoutMs(c.heartbeatIntervalMs),
         nextMessageId: () => ++this.messageId,
         signal,
         logger: this.log,
@@ -181,21 +201,37 @@ export class Agent {
       if (outcome.kind === 'stopped' || signal.aborted) break;
       this.opts.metrics?.reconnects.inc();
 
-      // A session that got answers, or lived past the longest backoff, was
-      // healthy: the next failure starts the backoff again from the base.
-      const healthy = result.established || Date.now() - startedMs > c.reconnectMaxMs;
+      // Stable: answered and lived a while, or outlived the longest backoff.
+      // Only that resets the backoff; an answer alone does not, or a control
+      // plane that acks every Register and then drops the stream would be
+      // retried at the base rate for ever.
+      const livedMs = Date.now() - startedMs;
+      const stable = (result.established && livedMs >= STABLE_SESSION_MS) || livedMs > c.reconnectMaxMs;
+      let error: unknown;
       if (outcome.kind === 'closed') {
-        // The control plane closed the stream on purpose, as a restart does: come straight back.
-        this.log.info('control plane closed the stream; reconnecting now');
-        this.connection.attempt = 0;
-        continue;
+        quickCloses = stable ? 1 : quickCloses + 1;
+        if (quickCloses === 1) {
+          // The control plane closed the stream on purpose, as a restart does: come straight back.
+          this.log.info('control plane closed the stream; reconnecting now');
+          backoffAttempt = 0;
+          this.connection.attempt = 0;
+          continue;
+        }
+        // Closed again before the session got stable: a control plane that
+        // ends every stream at once. Coming straight back each time was a
+        // hot loop (about 240 streams a second, found by the fault campaign).
+        error = new Error(`the control plane ended ${quickCloses} streams in a row soon after they opened`);
+      } else {
+        quickCloses = 0;
+        error = outcome.error;
       }
-      this.connection.attempt = healthy ? 1 : this.connection.attempt + 1;
-      const delayMs = reconnectDelayMs(this.connection.attempt, c.reconnectBaseMs, c.reconnectMaxMs);
-      const why = describeStreamError(outcome.error);
+      backoffAttempt = stable ? 1 : backoffAttempt + 1;
+      this.connection.attempt = backoffAttempt;
+      const delayMs = reconnectDelayMs(backoffAttempt, c.reconnectBaseMs, c.reconnectMaxMs);
+      const why = describeStreamError(error);
       this.connection.lastError = why;
       this.setConnection('retrying', { nextAttemptAtMs: Date.now() + delayMs, connectedSinceMs: 0 });
-      this.log.warn({ err: why, attempt: this.connection.attempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');
+      this.log.warn({ err: why, attempt: backoffAttempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');
       await sleep(delayMs, signal);
     }
     this.setConnection('stopping');

@@ -13,7 +13,8 @@ import { assertShardId, isValidShardId } from '../../lib/shard-id.js';
 import { PROBE_TIMEOUT_MS, httpGet, probeHealth, probeReady } from './http-probe.js';
 import { followFile } from './follow-file.js';
 import { defaultInFlightMetric } from './in-flight-metric.js';
-import { launchEngine } from './launch-engine.js';
+import { checkLaunchPlan } from './check-launch-plan.js';
+import { engineEnv, launchEngine } from './launch-engine.js';
 import type { LaunchPlan } from './launch-plan.js';
 import type { Orphan } from './orphan.js';
 import { type ProcessIdentity, checkIdentity, readBootId, readProcStat } from './process-identity.js';
@@ -183,6 +184,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     assertShardId(spec.shardId);
     if (this.closing.signal.aborted) throw failure('the supervisor is closed');
     if (plan.argv.length === 0 || plan.argv[0] === '') throw usageError(`shard ${spec.shardId}: the launch plan has no command`);
+    checkLaunchPlan(plan, engineEnv(plan));
     const id = spec.shardId;
 
     const existing = this.shards.get(id);

@@ -18,7 +18,7 @@ import { engineEnv, launchEngine } from './launch-engine.js';
 import type { LaunchPlan } from './launch-plan.js';
 import type { Orphan } from './orphan.js';
 import { type ProcessIdentity, checkIdentity, readBootId, readProcStat } from './process-identity.js';
-import { findProcessesLoggingTo, findProcessesLoggingUnder } from './process-table.js';
+import { findProcessesLoggingTo, findProcessesLoggingUnder, listProcessGroup } from './process-table.js';
 import { readGauge } from './read-gauge.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from './rotate-log.js';
 import { ShardFailedError } from './shard-failed-error.js';
@@ -50,6 +50,8 @@ export const READY_POLL_MAX_MS = 2000;
 export const IDENTITY_POLL_MS = 500;
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
 export const UNHEALTHY_AFTER_FAILURES = 3;
+/** SIGTERM to SIGKILL for what survives a dead engine leader: its work is lost already. */
+export const LEFTOVER_GRACE_MS = 2000;
 /** Log lines kept in lastOutput when a shard fails or exits. */
 export const LAST_OUTPUT_LINES = 20;
 
@@ -494,6 +496,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     // Read before the state changes, so the report carries the engine's own last words.
     const lastOutput = await this.lastLines(rec);
     if (this.closing.signal.aborted || this.shards.get(rec.shardId) !== rec) return;
+    if (rec.state !== S.STOPPING && !isTerminal(rec.state)) await this.reapLeftovers(rec);
+    if (this.closing.signal.aborted || this.shards.get(rec.shardId) !== rec) return;
     const state = rec.state;
     if (state === S.STARTING) {
       rec.error = `engine ${how} while starting`;
@@ -506,6 +510,29 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       this.transition(rec, clean ? S.EXITED : S.FAILED, rec.error);
     }
     // STOPPING: stop() reports it. Terminal: already reported.
+  }
+
+  /**
+   * The leader is gone, but its process group may not be: workers of a
+   * crashed engine, or the server a launcher forked before it exited. They
+   * are ended before FAILED or EXITED is reported, because those states tell
+   * the control plane the GPUs are free: left running, they held GPU memory
+   * and the port while a new shard was placed on them (found by the fault
+   * campaign, engine-fork-and-exit).
+   */
+  private async reapLeftovers(rec: ShardRecord): Promise<void> {
+    if (listProcessGroup(rec.pgid).length === 0) return;
+    try {
+      const outcome = await terminateProcessGroup({
+        pgid: rec.pgid,
+        stillOurs: () => this.groupStillOurs(rec),
+        graceMs: Math.min(LEFTOVER_GRACE_MS, this.config.stopGraceMs),
+        signal: this.closing.signal,
+      });
+      this.log.warn({ shard: rec.shardId, replica: rec.replicaId, pid: rec.pid, outcome }, 'engine leader gone; ended the rest of its process group');
+    } catch (err) {
+      this.log.warn({ shard: rec.shardId, pid: rec.pid, err: errorMessage(err) }, 'ending the rest of a dead engine\'s process group failed');
+    }
   }
 
   private async lastLines(rec: ShardRecord): Promise<string[]> {
@@ -561,6 +588,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     if (outcome === 'not-ours') {
       this.log.warn({ shard: rec.shardId, pid: rec.pid }, 'engine pid now names another process; nothing was signalled');
     }
+    // Gone either way: terminated, or its pid names another process now.
+    rec.dead = true;
     if (rec.state === S.STOPPING) this.transition(rec, S.STOPPED, `process group ${outcome}`);
     this.detach(rec);
     await removeStateFile(rec.statePath);
@@ -812,5 +841,6 @@ function snapshotOf(rec: ShardRecord): ShardSnapshot {
     lastOutput: [...rec.lastOutput],
     startedAtMs: rec.startedAtMs,
     logPath: rec.logPath,
+    running: !rec.dead,
   };
 }

@@ -410,10 +410,13 @@ export class Agent {
   }
 
   private validationContext(shardId: string): ValidationContext {
-    const live = this.opts.supervisor.list().filter((s) => s.shardId !== shardId && !isTerminal(s.state));
+    // A shard holds its GPUs while its engine may run, whatever its state: a
+    // FAILED one that never became ready is left running until it is stopped,
+    // and a second engine on its GPUs would fail after minutes of loading.
+    const holding = this.opts.supervisor.list().filter((s) => !isTerminal(s.state) || s.running);
     const heldGpus = new Map<number, string>();
-    for (const s of live) for (const g of s.spec.gpuIndices) heldGpus.set(g, s.shardId);
-    const shardGroups = new Set(this.opts.supervisor.list().filter((s) => !isTerminal(s.state)).map((s) => s.pid));
+    for (const s of holding) if (s.shardId !== shardId) for (const g of s.spec.gpuIndices) heldGpus.set(g, s.shardId);
+    const shardGroups = new Set(holding.map((s) => s.pid));
     // A compute process is ours when it is in the process group of one of our
     // engines (the GPU is usually held by a worker child, not the pid we started).
     const foreignProcesses = this.inventory.processes.filter((p) => {
@@ -441,8 +444,13 @@ export class Agent {
       return;
     }
     try {
-      await sup.stop(id, { graceMs: m.grace ? durationMs(m.grace) : undefined });
+      const after = await sup.stop(id, { graceMs: m.grace ? durationMs(m.grace) : undefined });
       sup.remove(id);
+      // A shard already FAILED or EXITED makes no transition when stopped, but
+      // the control plane waits for STOPPED before it hands out its GPUs.
+      if (after.state !== ShardState.STOPPED) {
+        this.report(create(ShardStatusSchema, { nodeId: this.nodeId, replicaId: after.replicaId, shardId: id, state: ShardState.STOPPED, pid: after.pid }));
+      }
     } catch (err) {
       this.log.error({ shard: id, err: errorMessage(err) }, 'stopping a shard failed');
       this.report(refusedStatus(this.nodeId, shard, `stop failed: ${errorMessage(err)}`));

@@ -487,14 +487,19 @@ export class Agent {
     for (const o of orphans) {
       const log = this.log.child({ shard: o.shardId, pid: o.pid });
       try {
+        // Either way the control plane is told, with the reason: Register
+        // lists only what runs, and a shard that vanished from the list
+        // without a word leaves an operator nothing to go on.
         if (!o.alive) {
           await sup.killOrphan(o);
           log.info({ why: o.reason }, 'cleaned the state of an engine that is gone');
           results.push({ shardId: o.shardId, outcome: 'cleaned', pid: o.pid, reason: o.reason });
+          this.report(refusedStatus(this.nodeId, o, `engine ended while the agent was down: ${o.reason}`));
         } else if (!o.identified) {
           log.warn({ why: o.reason }, 'killing an engine that cannot be identified');
           await sup.killOrphan(o);
           results.push({ shardId: o.shardId, outcome: 'killed', pid: o.pid, reason: o.reason });
+          this.report(refusedStatus(this.nodeId, o, `engine killed after an agent restart: it could not be identified (${o.reason})`));
         } else {
           const shard = sup.adopt(o);
           log.info({ replica: o.replicaId }, 'adopted a running engine');
@@ -504,6 +509,7 @@ export class Agent {
       } catch (err) {
         log.warn({ err: errorMessage(err) }, 'recovering an engine failed');
         results.push({ shardId: o.shardId, outcome: 'error', pid: o.pid, reason: errorMessage(err) });
+        this.report(refusedStatus(this.nodeId, o, `recovering the engine after an agent restart failed: ${errorMessage(err)}`));
       }
     }
     return results;

@@ -183,11 +183,20 @@ export function readStateFileSync(path: string, expectedShardId: string): StateF
   return parseStateText(text, expectedShardId);
 }
 
-/** unlink() removes a symlink itself, never its target. Missing is fine. */
+/**
+ * unlink() removes a symlink itself, never its target. Missing is fine.
+ * Something that unlink() cannot remove (a directory where a state file
+ * should be) is renamed aside with a `.refused-<ms>` suffix, which is no
+ * state file name: left in place, it made every later start of the shard
+ * fail on it (found by the fault campaign).
+ */
 export async function removeStateFile(path: string): Promise<void> {
   try {
     await unlink(path);
   } catch (err) {
-    if (errnoCode(err) !== 'ENOENT') throw err;
+    const code = errnoCode(err);
+    if (code === 'ENOENT') return;
+    if (code !== 'EISDIR' && code !== 'EPERM') throw err;
+    await rename(path, `${path}.refused-${Date.now()}`);
   }
 }

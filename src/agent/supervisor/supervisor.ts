@@ -592,7 +592,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     rec.dead = true;
     if (rec.state === S.STOPPING) this.transition(rec, S.STOPPED, `process group ${outcome}`);
     this.detach(rec);
-    await removeStateFile(rec.statePath);
+    await this.forgetStateFile(rec);
     return snapshotOf(rec);
   }
 
@@ -628,7 +628,24 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     try {
       unlinkSync(rec.statePath);
     } catch (err) {
-      if (errnoCode(err) !== 'ENOENT') throw err;
+      // Same reasoning as forgetStateFile: the shard is gone whatever the disk says.
+      if (errnoCode(err) !== 'ENOENT') this.log.warn({ shard: shardId, file: rec.statePath, err: errorMessage(err) }, 'shard removed but its state file could not be');
+    }
+  }
+
+  /**
+   * Removes the state file of an engine that is gone. Failing to is logged,
+   * not thrown: the engine is stopped whatever the disk says, and a stale
+   * file names a process that no longer matches its identity, which the next
+   * agent start judges dead and cleans. Throwing here once turned a
+   * successful stop on a read-only state directory into "stop failed" after
+   * STOPPED had been reported (found by the fault campaign).
+   */
+  private async forgetStateFile(rec: ShardRecord): Promise<void> {
+    try {
+      await removeStateFile(rec.statePath);
+    } catch (err) {
+      this.log.warn({ shard: rec.shardId, file: rec.statePath, err: errorMessage(err) }, 'engine is gone but its state file could not be removed');
     }
   }
 

@@ -394,6 +394,14 @@ export async function runScenario(
     const outcome = await scenario.run(h);
     const leaked = await h.assertInvariants();
     return { outcome, leaked };
+  } catch (err) {
+    // What the agent said last is usually the explanation.
+    const tail = (h.agent?.logs() ?? [])
+      .filter((r) => r.level === undefined || Number(r.level) >= 30)
+      .slice(-15)
+      .map((r) => `  ${String(r.msg)}${r.shard ? ` shard=${String(r.shard)}` : ''}${r.err ? ` err=${String(r.err)}` : ''}${r.why ? ` why=${String(r.why)}` : ''}`);
+    if (err instanceof Error && tail.length > 0) err.message += `\nagent log (last lines):\n${tail.join('\n')}`;
+    throw err;
   } finally {
     await h.close();
   }

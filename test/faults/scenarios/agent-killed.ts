@@ -194,6 +194,10 @@ export const agentKilledWhileStopping: Scenario = {
   },
 };
 
+/** The window hit depends on timing: validate and launch run twice in `npm test`. */
+agentKilledDuringValidate.testRuns = 2;
+agentKilledDuringLaunch.testRuns = 2;
+
 export const agentKilledScenarios: Scenario[] = [
   agentKilledDuringValidate,
   agentKilledDuringLaunch,
@@ -201,4 +205,4 @@ export const agentKilledScenarios: Scenario[] = [
   agentKilledWhileReady,
   agentKilledWhileDraining,
   agentKilledWhileStopping,
-];
+].map((s) => Object.assign(s, { soakWeight: 2.5 }));

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { DrainShardSchema, ShardState, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { DrainShardSchema, ShardState, type ShardStatus, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import {
   type FaultHarness,
   type Scenario,
@@ -46,7 +46,13 @@ async function restartAndConverge(h: FaultHarness, spec: StartShard): Promise<{ 
     assert.equal(S[st.state], 'READY', `adopted shard ${id} did not become READY: ${st.error}`);
     return { pid: st.pid, adopted: true };
   }
-  const ready = h.waitShard(id, [S.READY, S.FAILED]);
+  // A FAILED about the engine recovery ended (sent right after Register) is
+  // about the old engine, not the start below.
+  const ready = h.cp.waitFor(
+    'node-a',
+    (m) => m.msg.case === 'shard' && m.msg.value.shardId === id && (m.msg.value.state === S.READY || (m.msg.value.state === S.FAILED && !/after an agent restart|while the agent was down/.test(m.msg.value.error))),
+    30_000,
+  ).then((m) => m.msg.value as ShardStatus);
   h.start(spec);
   const st = await ready;
   assert.equal(S[st.state], 'READY', `shard ${id} started again after the restart did not become READY: ${st.error}`);

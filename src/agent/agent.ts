@@ -57,6 +57,21 @@ export interface AdoptResultView {
 
 /** The shortest HTTP/2 ping period and timeout, whatever the heartbeat. */
 const PING_FLOOR_MS = 1000;
+/** A session answered and open this long was a working one: its end starts the backoff afresh. */
+const STABLE_SESSION_MS = 5000;
+/** The least time a control plane gets to answer Register, whatever the heartbeat. */
+const REGISTER_TIMEOUT_FLOOR_MS = 2000;
+
+/**
+ * How long a new stream may go without a single message from the control
+ * plane. Five heartbeats: a control plane answers Register at once, and one
+ * that has not after that long is stuck mid-message (garbage on the wire) or
+ * not a control plane at all.
+ */
+export function registerTimeoutMs(heartbeatIntervalMs: number): number {
+  return Math.max(REGISTER_TIMEOUT_FLOOR_MS, 5 * heartbeatIntervalMs);
+}
+
 /** A profile without startup_timeout gets this long to load (large models take minutes). */
 export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
 
@@ -179,6 +194,10 @@ export class Agent {
     });
 
     let first = true;
+    /** Failed attempts since the last stable session: what the backoff grows with. */
+    let backoffAttempt = 0;
+    /** Clean closes in a row of sessions that did not get stable. */
+    let quickCloses = 0;
     while (!signal.aborted) {
       this.setConnection('connecting');
       if (first) {
@@ -189,6 +208,7 @@ export class Agent {
       const result = await runSession({
         transport,
         heartbeatIntervalMs: c.heartbeatIntervalMs,
+        registerTimeoutMs: registerTimeoutMs(c.heartbeatIntervalMs),
         nextMessageId: () => ++this.messageId,
         signal,
         logger: this.log,
@@ -215,21 +235,37 @@ export class Agent {
       if (outcome.kind === 'stopped' || signal.aborted) break;
       this.opts.metrics?.reconnects.inc();
 
-      // A session that got answers, or lived past the longest backoff, was
-      // healthy: the next failure starts the backoff again from the base.
-      const healthy = result.established || Date.now() - startedMs > c.reconnectMaxMs;
+      // Stable: answered and lived a while, or outlived the longest backoff.
+      // Only that resets the backoff; an answer alone does not, or a control
+      // plane that acks every Register and then drops the stream would be
+      // retried at the base rate for ever.
+      const livedMs = Date.now() - startedMs;
+      const stable = (result.established && livedMs >= STABLE_SESSION_MS) || livedMs > c.reconnectMaxMs;
+      let error: unknown;
       if (outcome.kind === 'closed') {
-        // The control plane closed the stream on purpose, as a restart does: come straight back.
-        this.log.info('control plane closed the stream; reconnecting now');
-        this.connection.attempt = 0;
-        continue;
+        quickCloses = stable ? 1 : quickCloses + 1;
+        if (quickCloses === 1) {
+          // The control plane closed the stream on purpose, as a restart does: come straight back.
+          this.log.info('control plane closed the stream; reconnecting now');
+          backoffAttempt = 0;
+          this.connection.attempt = 0;
+          continue;
+        }
+        // Closed again before the session got stable: a control plane that
+        // ends every stream at once. Coming straight back each time was a
+        // hot loop (about 240 streams a second, found by the fault campaign).
+        error = new Error(`the control plane ended ${quickCloses} streams in a row soon after they opened`);
+      } else {
+        quickCloses = 0;
+        error = outcome.error;
       }
-      this.connection.attempt = healthy ? 1 : this.connection.attempt + 1;
-      const delayMs = reconnectDelayMs(this.connection.attempt, c.reconnectBaseMs, c.reconnectMaxMs);
-      const why = describeStreamError(outcome.error);
+      backoffAttempt = stable ? 1 : backoffAttempt + 1;
+      this.connection.attempt = backoffAttempt;
+      const delayMs = reconnectDelayMs(backoffAttempt, c.reconnectBaseMs, c.reconnectMaxMs);
+      const why = describeStreamError(error);
       this.connection.lastError = why;
       this.setConnection('retrying', { nextAttemptAtMs: Date.now() + delayMs, connectedSinceMs: 0 });
-      this.log.warn({ err: why, attempt: this.connection.attempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');
+      this.log.warn({ err: why, attempt: backoffAttempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');
       await sleep(delayMs, signal);
     }
     this.setConnection('stopping');
@@ -409,10 +445,13 @@ export class Agent {
   }
 
   private validationContext(shardId: string): ValidationContext {
-    const live = this.opts.supervisor.list().filter((s) => s.shardId !== shardId && !isTerminal(s.state));
+    // A shard holds its GPUs while its engine may run, whatever its state: a
+    // FAILED one that never became ready is left running until it is stopped,
+    // and a second engine on its GPUs would fail after minutes of loading.
+    const holding = this.opts.supervisor.list().filter((s) => !isTerminal(s.state) || s.running);
     const heldGpus = new Map<number, string>();
-    for (const s of live) for (const g of s.spec.gpuIndices) heldGpus.set(g, s.shardId);
-    const shardGroups = new Set(this.opts.supervisor.list().filter((s) => !isTerminal(s.state)).map((s) => s.pid));
+    for (const s of holding) if (s.shardId !== shardId) for (const g of s.spec.gpuIndices) heldGpus.set(g, s.shardId);
+    const shardGroups = new Set(holding.map((s) => s.pid));
     // A compute process is ours when it is in the process group of one of our
     // engines (the GPU is usually held by a worker child, not the pid we started).
     const foreignProcesses = this.inventory.processes.filter((p) => {
@@ -442,11 +481,10 @@ export class Agent {
     try {
       const after = await sup.stop(id, { graceMs: m.grace ? durationMs(m.grace) : undefined });
       sup.remove(id);
-      // A shard that had already FAILED or EXITED keeps that state through a
-      // stop, so no transition reports it; the control plane still waits to
-      // hear that every process of it is gone.
+      // A shard already FAILED or EXITED makes no transition when stopped, but
+      // the control plane waits for STOPPED before it hands out its GPUs.
       if (after.state !== ShardState.STOPPED) {
-        this.report(create(ShardStatusSchema, { ...statusFromSnapshot(this.nodeId, after), state: ShardState.STOPPED }));
+        this.report(create(ShardStatusSchema, { nodeId: this.nodeId, replicaId: after.replicaId, shardId: id, state: ShardState.STOPPED, pid: after.pid }));
       }
     } catch (err) {
       this.log.error({ shard: id, err: errorMessage(err) }, 'stopping a shard failed');
@@ -528,14 +566,19 @@ export class Agent {
     for (const o of orphans) {
       const log = this.log.child({ shard: o.shardId, pid: o.pid });
       try {
+        // Either way the control plane is told, with the reason: Register
+        // lists only what runs, and a shard that vanished from the list
+        // without a word leaves an operator nothing to go on.
         if (!o.alive) {
           await sup.killOrphan(o);
           log.info({ why: o.reason }, 'cleaned the state of an engine that is gone');
           results.push({ shardId: o.shardId, outcome: 'cleaned', pid: o.pid, reason: o.reason });
+          this.report(refusedStatus(this.nodeId, o, `engine ended while the agent was down: ${o.reason}`));
         } else if (!o.identified) {
           log.warn({ why: o.reason }, 'killing an engine that cannot be identified');
           await sup.killOrphan(o);
           results.push({ shardId: o.shardId, outcome: 'killed', pid: o.pid, reason: o.reason });
+          this.report(refusedStatus(this.nodeId, o, `engine killed after an agent restart: it could not be identified (${o.reason})`));
         } else {
           const shard = sup.adopt(o);
           log.info({ replica: o.replicaId }, 'adopted a running engine');
@@ -545,6 +588,7 @@ export class Agent {
       } catch (err) {
         log.warn({ err: errorMessage(err) }, 'recovering an engine failed');
         results.push({ shardId: o.shardId, outcome: 'error', pid: o.pid, reason: errorMessage(err) });
+        this.report(refusedStatus(this.nodeId, o, `recovering the engine after an agent restart failed: ${errorMessage(err)}`));
       }
     }
     return results;

@@ -7,6 +7,7 @@ import {
   type Heartbeat,
   type Register,
 } from '../gen/llmgw/v1/agent_pb.js';
+import { formatDuration } from '../lib/duration.js';
 import type { Logger } from '../lib/logger.js';
 import { Outbox } from './outbox.js';
 
@@ -34,6 +35,13 @@ export type SessionOutcome =
 export interface SessionOptions {
   transport: Transport;
   heartbeatIntervalMs: number;
+  /**
+   * The stream fails when the control plane has sent no message this long
+   * after it opened. HTTP/2 pings prove the connection, not the stream: a
+   * peer that answers pings while the stream carries half a message (or
+   * nothing) would otherwise hold the agent's only stream for ever.
+   */
+  registerTimeoutMs: number;
   nextMessageId: () => bigint;
   callbacks: SessionCallbacks;
   /** The agent's shutdown scope. Aborting it ends the stream and nothing else. */
@@ -73,6 +81,7 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
   signal.addEventListener('abort', onShutdown, { once: true });
   let established = false;
   let heartbeats: NodeJS.Timeout | undefined;
+  let unanswered: NodeJS.Timeout | undefined;
 
   try {
     if (signal.aborted) return { outcome: { kind: 'stopped' }, established };
@@ -83,10 +92,14 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
     heartbeats = setInterval(() => {
       outbox.send({ case: 'heartbeat', value: callbacks.heartbeat() }).catch(() => {});
     }, opts.heartbeatIntervalMs);
+    unanswered = setTimeout(() => {
+      abort.abort(new Error(`the control plane sent nothing within ${formatDuration(opts.registerTimeoutMs)} of the stream opening`));
+    }, opts.registerTimeoutMs);
 
     for await (const message of responses) {
       if (!established) {
         established = true;
+        clearTimeout(unanswered);
         callbacks.onEstablished();
       }
       try {
@@ -99,9 +112,12 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
     return { outcome: signal.aborted ? { kind: 'stopped' } : { kind: 'closed' }, established };
   } catch (error) {
     if (signal.aborted) return { outcome: { kind: 'stopped' }, established };
+    // Our own deadline, not the transport's Canceled, is the reason to report.
+    if (abort.signal.aborted) return { outcome: { kind: 'failed', error: abort.signal.reason }, established };
     return { outcome: { kind: 'failed', error }, established };
   } finally {
     clearInterval(heartbeats);
+    clearTimeout(unanswered);
     outbox.close();
     requests.close();
     abort.abort();

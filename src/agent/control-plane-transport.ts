@@ -4,6 +4,9 @@ import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect
 import { configError, errnoCode } from '../lib/errors.js';
 import { type Protocol, type TlsConfig, tlsEnabled } from './config/agent-config.js';
 
+/** Largest control message accepted: far above a StartShard with a 1 MiB env value, far below memory trouble. */
+export const CONTROL_MESSAGE_MAX_BYTES = 16 * 1024 * 1024;
+
 export interface TransportOptions {
   server: string;
   protocol: Protocol;
@@ -44,6 +47,10 @@ export function createControlPlaneTransport(opts: TransportOptions): Transport {
     pingTimeoutMs: opts.pingTimeoutMs,
     // Heartbeats keep the stream busy, but a quiet stream must be checked too.
     pingIdleConnection: true,
+    // A control message is a few KiB. Without a bound, garbage on the wire
+    // reads as a length prefix of up to 4 GiB, and the client waits (and
+    // buffers) for that many bytes instead of failing the stream.
+    readMaxBytes: CONTROL_MESSAGE_MAX_BYTES,
   };
   return opts.protocol === 'grpc' ? createGrpcTransport(common) : createConnectTransport(common);
 }

@@ -1,7 +1,10 @@
 import { join } from 'node:path';
 import { REPO_ROOT } from './run-cli.js';
 
-// Free of vitest, so benchmarks and soak drivers can use it too.
+/*
+ * The test agent's configuration, free of vitest so that the fault campaign's
+ * soak driver (plain tsx, no test runner) builds agents exactly as tests do.
+ */
 
 export const FAKE_NVIDIA_SMI = join(REPO_ROOT, 'bin/fake-nvidia-smi');
 export const FIXTURE_SYSFS = join(REPO_ROOT, 'fixtures/sysfs/hgx-h100x8');

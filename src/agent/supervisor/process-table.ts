@@ -55,3 +55,33 @@ export function findProcessesLoggingTo(logPath: string): LoggingProcess[] {
   }
   return found;
 }
+
+/**
+ * Running processes whose stdout or stderr is a file directly in `dir`, by
+ * that file's path: one scan of /proc for every shard log at once.
+ */
+export function findProcessesLoggingUnder(dir: string): Map<string, LoggingProcess[]> {
+  const found = new Map<string, LoggingProcess[]>();
+  const prefix = `${dir}/`;
+  for (const pid of allPids()) {
+    if (pid === process.pid) continue;
+    const files = new Set<string>();
+    for (const fd of [1, 2]) {
+      try {
+        const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+        if (target.startsWith(prefix) && !target.slice(prefix.length).includes('/')) files.add(target);
+      } catch {
+        // Gone, or not ours to inspect: either way not evidence.
+      }
+    }
+    if (files.size === 0) continue;
+    const stat = readProcStat(pid);
+    if (!isRunningStat(stat)) continue;
+    for (const file of files) {
+      const list = found.get(file) ?? [];
+      list.push({ pid, pgid: stat.pgrp });
+      found.set(file, list);
+    }
+  }
+  return found;
+}

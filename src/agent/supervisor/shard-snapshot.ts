@@ -21,6 +21,13 @@ export interface ShardSnapshot {
   lastOutput: string[];
   startedAtMs: number;
   logPath: string;
+  /**
+   * The engine may still be running: false once its leader was seen gone or
+   * a stop finished. A FAILED shard can still be running (not ready within
+   * its startup timeout, left for the control plane to stop), and until it
+   * is stopped it holds its GPUs.
+   */
+  running: boolean;
 }
 
 export interface ShardTransition {

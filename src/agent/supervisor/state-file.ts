@@ -1,6 +1,6 @@
 import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
-import { open, unlink } from 'node:fs/promises';
+import { open, rename, unlink } from 'node:fs/promises';
 import { writeFileAtomic } from '../../lib/write-file-atomic.js';
 import { join } from 'node:path';
 import type { Launcher } from '../config/agent-config.js';
@@ -78,11 +78,18 @@ export async function readStateFile(path: string, expectedShardId: string): Prom
       await fh.close();
     }
   } catch (err) {
-    if (errnoCode(err) === 'ELOOP') return { ok: false, reason: 'state file is a symlink; refused' };
-    return { ok: false, reason: `state file unreadable: ${errorMessage(err)}` };
+    return { ok: false, reason: openFailureReason(err) };
   }
 
   return parseStateText(text, expectedShardId);
+}
+
+function openFailureReason(err: unknown): string {
+  const code = errnoCode(err);
+  if (code === 'ELOOP') return 'state file is a symlink; refused';
+  // An engine running with no state file: the agent died between launching it and recording it.
+  if (code === 'ENOENT') return 'no state file records this engine';
+  return `state file unreadable: ${errorMessage(err)}`;
 }
 
 /** Validates the text of a state file; a reason for anything short of a complete, current-version file. */
@@ -152,17 +159,25 @@ export function readStateFileSync(path: string, expectedShardId: string): StateF
       closeSync(fd);
     }
   } catch (err) {
-    if (errnoCode(err) === 'ELOOP') return { ok: false, reason: 'state file is a symlink; refused' };
-    return { ok: false, reason: `state file unreadable: ${errorMessage(err)}` };
+    return { ok: false, reason: openFailureReason(err) };
   }
   return parseStateText(text, expectedShardId);
 }
 
-/** unlink() removes a symlink itself, never its target. Missing is fine. */
+/**
+ * unlink() removes a symlink itself, never its target. Missing is fine.
+ * Something that unlink() cannot remove (a directory where a state file
+ * should be) is renamed aside with a `.refused-<ms>` suffix, which is no
+ * state file name: left in place, it made every later start of the shard
+ * fail on it (found by the fault campaign).
+ */
 export async function removeStateFile(path: string): Promise<void> {
   try {
     await unlink(path);
   } catch (err) {
-    if (errnoCode(err) !== 'ENOENT') throw err;
+    const code = errnoCode(err);
+    if (code === 'ENOENT') return;
+    if (code !== 'EISDIR' && code !== 'EPERM') throw err;
+    await rename(path, `${path}.refused-${Date.now()}`);
   }
 }

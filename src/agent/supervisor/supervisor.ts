@@ -2,7 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import { EventEmitter } from 'node:events';
 import { chmodSync, mkdirSync, readdirSync, unlinkSync } from 'node:fs';
 import { constants as osConstants } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
@@ -13,11 +13,12 @@ import { assertShardId, isValidShardId } from '../../lib/shard-id.js';
 import { PROBE_TIMEOUT_MS, httpGet, probeHealth, probeReady } from './http-probe.js';
 import { followFile } from './follow-file.js';
 import { defaultInFlightMetric } from './in-flight-metric.js';
-import { launchEngine } from './launch-engine.js';
+import { checkLaunchPlan } from './check-launch-plan.js';
+import { engineEnv, launchEngine } from './launch-engine.js';
 import type { LaunchPlan } from './launch-plan.js';
 import type { Orphan } from './orphan.js';
 import { type ProcessIdentity, checkIdentity, readBootId, readProcStat } from './process-identity.js';
-import { findProcessesLoggingTo } from './process-table.js';
+import { findProcessesLoggingTo, findProcessesLoggingUnder, listProcessGroup } from './process-table.js';
 import { readGauge } from './read-gauge.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from './rotate-log.js';
 import { ShardFailedError } from './shard-failed-error.js';
@@ -49,6 +50,8 @@ export const READY_POLL_MAX_MS = 2000;
 export const IDENTITY_POLL_MS = 500;
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
 export const UNHEALTHY_AFTER_FAILURES = 3;
+/** SIGTERM to SIGKILL for what survives a dead engine leader: its work is lost already. */
+export const LEFTOVER_GRACE_MS = 2000;
 /** Log lines kept in lastOutput when a shard fails or exits. */
 export const LAST_OUTPUT_LINES = 20;
 
@@ -183,6 +186,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     assertShardId(spec.shardId);
     if (this.closing.signal.aborted) throw failure('the supervisor is closed');
     if (plan.argv.length === 0 || plan.argv[0] === '') throw usageError(`shard ${spec.shardId}: the launch plan has no command`);
+    checkLaunchPlan(plan, engineEnv(plan));
     const id = spec.shardId;
 
     const existing = this.shards.get(id);
@@ -492,6 +496,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     // Read before the state changes, so the report carries the engine's own last words.
     const lastOutput = await this.lastLines(rec);
     if (this.closing.signal.aborted || this.shards.get(rec.shardId) !== rec) return;
+    if (rec.state !== S.STOPPING && !isTerminal(rec.state)) await this.reapLeftovers(rec);
+    if (this.closing.signal.aborted || this.shards.get(rec.shardId) !== rec) return;
     const state = rec.state;
     if (state === S.STARTING) {
       rec.error = `engine ${how} while starting`;
@@ -504,6 +510,29 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       this.transition(rec, clean ? S.EXITED : S.FAILED, rec.error);
     }
     // STOPPING: stop() reports it. Terminal: already reported.
+  }
+
+  /**
+   * The leader is gone, but its process group may not be: workers of a
+   * crashed engine, or the server a launcher forked before it exited. They
+   * are ended before FAILED or EXITED is reported, because those states tell
+   * the control plane the GPUs are free: left running, they held GPU memory
+   * and the port while a new shard was placed on them (found by the fault
+   * campaign, engine-fork-and-exit).
+   */
+  private async reapLeftovers(rec: ShardRecord): Promise<void> {
+    if (listProcessGroup(rec.pgid).length === 0) return;
+    try {
+      const outcome = await terminateProcessGroup({
+        pgid: rec.pgid,
+        stillOurs: () => this.groupStillOurs(rec),
+        graceMs: Math.min(LEFTOVER_GRACE_MS, this.config.stopGraceMs),
+        signal: this.closing.signal,
+      });
+      this.log.warn({ shard: rec.shardId, replica: rec.replicaId, pid: rec.pid, outcome }, 'engine leader gone; ended the rest of its process group');
+    } catch (err) {
+      this.log.warn({ shard: rec.shardId, pid: rec.pid, err: errorMessage(err) }, 'ending the rest of a dead engine\'s process group failed');
+    }
   }
 
   private async lastLines(rec: ShardRecord): Promise<string[]> {
@@ -559,10 +588,12 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     if (outcome === 'not-ours') {
       this.log.warn({ shard: rec.shardId, pid: rec.pid }, 'engine pid now names another process; nothing was signalled');
     }
+    // Gone either way: terminated, or its pid names another process now.
+    rec.dead = true;
     this.detach(rec);
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
-    await removeStateFile(rec.statePath);
+    await this.forgetStateFile(rec);
     if (rec.state === S.STOPPING) this.transition(rec, S.STOPPED, `process group ${outcome}`);
     return snapshotOf(rec);
   }
@@ -599,7 +630,24 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     try {
       unlinkSync(rec.statePath);
     } catch (err) {
-      if (errnoCode(err) !== 'ENOENT') throw err;
+      // Same reasoning as forgetStateFile: the shard is gone whatever the disk says.
+      if (errnoCode(err) !== 'ENOENT') this.log.warn({ shard: shardId, file: rec.statePath, err: errorMessage(err) }, 'shard removed but its state file could not be');
+    }
+  }
+
+  /**
+   * Removes the state file of an engine that is gone. Failing to is logged,
+   * not thrown: the engine is stopped whatever the disk says, and a stale
+   * file names a process that no longer matches its identity, which the next
+   * agent start judges dead and cleans. Throwing here once turned a
+   * successful stop on a read-only state directory into "stop failed" after
+   * STOPPED had been reported (found by the fault campaign).
+   */
+  private async forgetStateFile(rec: ShardRecord): Promise<void> {
+    try {
+      await removeStateFile(rec.statePath);
+    } catch (err) {
+      this.log.warn({ shard: rec.shardId, file: rec.statePath, err: errorMessage(err) }, 'engine is gone but its state file could not be removed');
     }
   }
 
@@ -641,23 +689,42 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
 
   // ---------------------------------------------------------------- orphans
 
-  /** State files of shards this instance does not supervise, each judged alive or dead and identified or not. */
+  /**
+   * Shards this instance does not supervise but a previous agent left
+   * behind, each judged alive or dead and identified or not: every state
+   * file, and every shard log that a running process still writes although
+   * no state file names it.
+   *
+   * The second kind is an agent killed between launching an engine and
+   * writing its state file. Nothing else records that engine: without this
+   * scan it would serve on, holding its GPUs and port, invisible to the
+   * agent, and every later start of the shard would be refused because its
+   * port is taken (found by the fault campaign, issue 9).
+   */
   async findOrphans(): Promise<Orphan[]> {
     let names: string[];
     try {
       names = readdirSync(this.shardsStateDir);
     } catch (err) {
-      if (errnoCode(err) === 'ENOENT') return [];
-      throw err;
+      if (errnoCode(err) !== 'ENOENT') throw err;
+      names = [];
     }
-    const orphans: Orphan[] = [];
-    for (const name of names.sort()) {
+    const ids = new Set<string>();
+    for (const name of names) {
       if (!name.endsWith('.json')) continue;
       const id = name.slice(0, -'.json'.length);
       if (!isValidShardId(id)) {
         this.log.warn({ file: name }, 'ignoring a state file whose name is not a shard id');
         continue;
       }
+      ids.add(id);
+    }
+    for (const [logPath] of findProcessesLoggingUnder(this.shardsLogDir)) {
+      const id = basename(logPath).replace(/\.log$/, '');
+      if (logPath === this.logPathFor(id) && isValidShardId(id)) ids.add(id);
+    }
+    const orphans: Orphan[] = [];
+    for (const id of [...ids].sort()) {
       if (this.shards.has(id)) continue;
       orphans.push(await this.judgeOrphan(id));
     }
@@ -793,5 +860,6 @@ function snapshotOf(rec: ShardRecord): ShardSnapshot {
     lastOutput: [...rec.lastOutput],
     startedAtMs: rec.startedAtMs,
     logPath: rec.logPath,
+    running: !rec.dead,
   };
 }

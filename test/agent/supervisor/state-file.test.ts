@@ -1,5 +1,5 @@
 import { create } from '@bufbuild/protobuf';
-import { mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -7,6 +7,7 @@ import {
   type ShardStateFile,
   readStateFile,
   readStateFileSync,
+  removeStateFile,
   stateFilePath,
   writeStateFile,
 } from '../../../src/agent/supervisor/state-file.js';
@@ -78,5 +79,19 @@ describe('state files', () => {
     symlinkSync(stateFilePath(dir, 'real'), stateFilePath(dir, 's0'));
     expect(await readStateFile(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file is a symlink; refused' });
     expect(readStateFileSync(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file is a symlink; refused' });
+  });
+});
+
+describe('removeStateFile', () => {
+  it('moves a directory found where a state file should be aside, so the shard id is usable again', async () => {
+    const path = stateFilePath(dir, 'dir');
+    mkdirSync(path);
+    await removeStateFile(path);
+    expect(existsSync(path)).toBe(false);
+    expect(readdirSync(dir)).toEqual([expect.stringMatching(/^dir\.json\.refused-\d+$/)]);
+  });
+
+  it('says nothing about a file that is already gone', async () => {
+    await expect(removeStateFile(stateFilePath(dir, 'none'))).resolves.toBeUndefined();
   });
 });

@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process';
-import { existsSync, readFileSync, renameSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, renameSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
@@ -139,6 +139,21 @@ describe('orphans that cannot be adopted', () => {
     await second.killOrphan(o!);
     expect(groupMembers(pid)).toEqual([]);
     expect(existsSync(statePath('torn'))).toBe(false);
+  });
+
+  it('finds an engine that has no state file (agent killed mid-launch) by the log it writes, and kills it', async () => {
+    const { pid, logPath } = await leftBehind('unrecorded', ['--spawn-child']);
+    // The agent died after the spawn and before the state file was written.
+    unlinkSync(statePath('unrecorded'));
+    const second = newSupervisor({ stopGraceMs: 1000 });
+    const orphans = await second.findOrphans();
+    expect(orphans).toHaveLength(1);
+    expect(orphans[0]).toMatchObject({ shardId: 'unrecorded', pid, alive: true, identified: false });
+    expect(orphans[0]?.reason).toMatch(/no state file records this engine.*still write the shard's log/);
+    await second.killOrphan(orphans[0]!);
+    expect(groupMembers(pid)).toEqual([]);
+    expect(existsSync(logPath)).toBe(true);
+    expect(await second.findOrphans()).toEqual([]);
   });
 
   it('cleans the corrupt state file of a dead engine without signalling anything', async () => {

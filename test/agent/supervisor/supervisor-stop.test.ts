@@ -87,13 +87,14 @@ describe('Supervisor.stop', () => {
     expect(sup.get('polite')).toMatchObject({ exitCode: 0, signal: null });
   });
 
-  it('kills what a crashed leader left behind when a FAILED shard is stopped', async () => {
+  it('has nothing left to kill when a FAILED shard is stopped: what a crashed leader left went with it', async () => {
     const sup = newSupervisor({ stopGraceMs: 500 });
     const { shard } = await readySim(sup, 'leftover', ['--ignore-sigterm', '--spawn-child']);
     const [grandchild] = await grandchildOf(sup, 'leftover', shard.pid);
-    process.kill(shard.pid, 'SIGKILL'); // the leader only: its worker keeps the GPUs
+    process.kill(shard.pid, 'SIGKILL'); // the leader only: its worker would keep the GPUs
     await until(() => sup.get('leftover')?.state === ShardState.FAILED, 'FAILED');
-    expect(isRunning(grandchild as number)).toBe(true);
+    // Ended before FAILED was reported, even though it ignores SIGTERM.
+    expect(isRunning(grandchild as number)).toBe(false);
     const after = await sup.stop('leftover');
     expect(isRunning(grandchild as number)).toBe(false);
     expect(after).toMatchObject({ state: ShardState.FAILED, exitCode: 137 });
@@ -154,5 +155,24 @@ describe('Supervisor.close and remove', () => {
     expect(sup.get('rm2')).toBeUndefined();
     expect(existsSync(join(dirs.stateDir, 'shards', 'rm2.json'))).toBe(false);
     expect(shard.pid).toBeGreaterThan(1);
+  });
+});
+
+describe('a dead engine leader', () => {
+  it('has the rest of its process group ended before FAILED is reported, so nothing holds its GPUs after', async () => {
+    const sup = newSupervisor();
+    const { shard } = await sup.start(shardSpec('leftover'), simPlan(['--worker', '--spawn-child']), { servesHttp: false });
+    await until(() => groupMembers(shard.pid).length === 2, 'the worker child to start');
+    const [child] = groupMembers(shard.pid).filter((p) => p !== shard.pid);
+    const atFailed = new Promise<number[]>((resolve) => {
+      sup.on('transition', (t: ShardTransition) => {
+        if (t.to === ShardState.FAILED) resolve(groupMembers(shard.pid));
+      });
+    });
+    // The leader alone, as the OOM killer picks one process.
+    process.kill(shard.pid, 'SIGKILL');
+    expect(await atFailed).toEqual([]);
+    expect(isRunning(child as number)).toBe(false);
+    expect(sup.get('leftover')?.error).toBe('engine was killed by SIGKILL while starting');
   });
 });

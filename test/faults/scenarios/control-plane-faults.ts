@@ -1,0 +1,193 @@
+import assert from 'node:assert/strict';
+import { execa } from 'execa';
+import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { BIN } from '../../helpers/run-cli.js';
+import { type BadControlPlaneKind, startBadControlPlane } from './bad-control-plane.js';
+import { type FaultHarness, NODE, type Scenario, freePort, simStart, sleep, startTraffic, until } from './fault-harness.js';
+
+/**
+ * The control plane dies, restarts, hangs, hangs up, or talks nonsense.
+ * Through all of it the agent keeps its engines serving (same pid, no
+ * failed request), retries with backoff instead of spinning or waiting for
+ * ever, and re-registers with its running shards once a real control plane
+ * is back.
+ */
+
+const S = ShardState;
+
+async function bootWithShard(h: FaultHarness): Promise<{ pid: number; port: number; cpPort: number }> {
+  await h.boot();
+  const port = await freePort();
+  const ready = h.waitShard('s1', [S.READY, S.FAILED]);
+  h.start(simStart('s1', port));
+  const st = await ready;
+  assert.equal(S[st.state], 'READY', st.error);
+  return { pid: st.pid, port, cpPort: h.cpHandle?.port as number };
+}
+
+/** A real control plane back on the port: the agent must re-register listing the engine, unchanged. */
+async function expectRecovery(h: FaultHarness, cpPort: number, pid: number): Promise<void> {
+  await h.startControlPlane(cpPort);
+  const reg = await h.waitRegister(20_000);
+  assert.deepEqual(
+    reg.runningShards.map((r) => [r.shardId, r.pid, S[r.state]]),
+    [['s1', pid, 'READY']],
+    'the agent came back without its engine, or with another one',
+  );
+}
+
+export const controlPlaneRestartedDuringTraffic: Scenario = {
+  name: 'cp-killed-and-restarted',
+  title: 'the control plane closed, then SIGKILLed, during traffic: the agent re-registers each time and no request fails',
+  timeoutMs: 90_000,
+  async run(h) {
+    const { pid, port, cpPort } = await bootWithShard(h);
+    const traffic = startTraffic(port);
+    // A restart: streams closed cleanly.
+    await h.cpHandle?.close();
+    await sleep(1000);
+    await expectRecovery(h, cpPort, pid);
+
+    // A crash: the control plane process is SIGKILLed with the stream open.
+    await h.cpHandle?.close();
+    const proc = execa(process.execPath, [BIN, 'dev', 'control-plane', '--listen', `127.0.0.1:${cpPort}`, '--json-events'], {
+      reject: false,
+      stdin: 'ignore',
+      buffer: false,
+    });
+    h.defer(() => proc.kill('SIGKILL'));
+    let out = '';
+    proc.stdout?.on('data', (c: Buffer) => {
+      out += c.toString();
+    });
+    await until(() => out.includes(`"node":"${NODE}"`) || out.includes(NODE), 'the agent to register with the control-plane process', 20_000);
+    proc.kill('SIGKILL');
+    await proc;
+    await sleep(500);
+    await expectRecovery(h, cpPort, pid);
+
+    // Commands flow again on the recovered stream.
+    const port2 = await freePort();
+    const ready = h.waitShard('s2', [S.READY, S.FAILED]);
+    h.start(simStart('s2', port2, undefined, (s) => { s.gpuIndices = [1]; }));
+    const st = await ready;
+    assert.equal(S[st.state], 'READY', st.error);
+    h.keepsServing('s2', st.pid, port2);
+
+    const t = await traffic.stop();
+    assert.ok(t.ok > 0);
+    h.keepsServing('s1', pid, port);
+    return { dataLost: t.failed };
+  },
+};
+
+function misbehavingControlPlane(kind: BadControlPlaneKind, title: string, check: (c: { connections: number; streams: number; windowMs: number }) => void): Scenario {
+  return {
+    name: `cp-${kind}`,
+    title,
+    timeoutMs: 60_000,
+    async run(h) {
+      const { pid, port, cpPort } = await bootWithShard(h);
+      const traffic = startTraffic(port);
+      const before = h.agent?.logs().length ?? 0;
+      await h.cpHandle?.close();
+      const bad = await startBadControlPlane(kind, cpPort);
+      h.defer(() => bad.close());
+      const windowMs = 5000;
+      await sleep(windowMs);
+      const seen = { connections: bad.connections(), streams: bad.streams(), windowMs };
+      await bad.close();
+      check(seen);
+      const retries = (h.agent?.logs() ?? []).slice(before).filter((r) => r.msg === 'cannot reach the control plane; retrying');
+      assert.ok(h.agent && (await isAlive(h.agent.pid)), 'the agent died');
+      await expectRecovery(h, cpPort, pid);
+      const t = await traffic.stop();
+      h.keepsServing('s1', pid, port);
+      return { dataLost: t.failed, hit: `${seen.connections} connections, ${seen.streams} streams, ${retries.length} retries in ${windowMs} ms` };
+    },
+  };
+}
+
+async function isAlive(pid: number): Promise<boolean> {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export const silentControlPlane = misbehavingControlPlane(
+  'silent',
+  'a control plane that accepts TCP and never answers is detected (HTTP/2 ping) and retried, not waited on for ever',
+  ({ connections }) => {
+    // Ping timeout 1 s in the test config: several attempts fit in the window.
+    assert.ok(connections >= 2, `the agent waited on a silent control plane: ${connections} connection(s) in 5 s`);
+    assert.ok(connections <= 25, `the agent hammered a silent control plane: ${connections} connections in 5 s`);
+  },
+);
+
+export const closeAfterRegister = misbehavingControlPlane(
+  'close-after-register',
+  'a control plane that cleanly ends every stream right after Register is retried with backoff, not in a hot loop',
+  ({ streams }) => {
+    assert.ok(streams >= 2, `the agent gave up: ${streams} stream(s)`);
+    assert.ok(streams <= 25, `the agent reconnected in a hot loop: ${streams} streams in 5 s`);
+  },
+);
+
+export const resetAfterRegister = misbehavingControlPlane(
+  'reset-after-register',
+  'a control plane that resets every stream right after Register is retried with backoff',
+  ({ streams }) => {
+    assert.ok(streams >= 2, `the agent gave up: ${streams} stream(s)`);
+    assert.ok(streams <= 25, `the agent reconnected in a hot loop: ${streams} streams in 5 s`);
+  },
+);
+
+export const garbageBody = misbehavingControlPlane(
+  'garbage-body',
+  'a control plane that answers with garbage frames is retried with backoff; the agent neither crashes nor spins',
+  ({ streams }) => {
+    assert.ok(streams >= 2, `the agent gave up: ${streams} stream(s)`);
+    assert.ok(streams <= 25, `the agent reconnected in a hot loop: ${streams} streams in 5 s`);
+  },
+);
+
+export const garbageTcp = misbehavingControlPlane(
+  'garbage-tcp',
+  'a control plane that sends random bytes instead of HTTP/2 is retried with backoff',
+  ({ connections }) => {
+    assert.ok(connections >= 2, `the agent gave up: ${connections} connection(s)`);
+    assert.ok(connections <= 25, `the agent reconnected in a hot loop: ${connections} connections in 5 s`);
+  },
+);
+
+export const silentStream = misbehavingControlPlane(
+  'silent-stream',
+  'a control plane that opens the stream and never sends a message is given up on and retried, though it answers pings',
+  ({ streams }) => {
+    assert.ok(streams >= 2, `the agent waited for ever on a stream that never said anything: ${streams} stream(s) in 5 s`);
+    assert.ok(streams <= 25, `the agent reconnected in a hot loop: ${streams} streams in 5 s`);
+  },
+);
+
+export const hugeFrameAfterAck = misbehavingControlPlane(
+  'huge-frame-after-ack',
+  'a control plane that acks Register and then announces a 2 GiB message is refused at once and retried',
+  ({ streams }) => {
+    assert.ok(streams >= 2, `the agent waited for ever for a 2 GiB message: ${streams} stream(s) in 5 s`);
+    assert.ok(streams <= 25, `the agent reconnected in a hot loop: ${streams} streams in 5 s`);
+  },
+);
+
+export const controlPlaneScenarios: Scenario[] = [
+  controlPlaneRestartedDuringTraffic,
+  silentControlPlane,
+  closeAfterRegister,
+  resetAfterRegister,
+  garbageBody,
+  garbageTcp,
+  silentStream,
+  hugeFrameAfterAck,
+];

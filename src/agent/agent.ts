@@ -499,14 +499,15 @@ export class Agent {
   drainShard(id: string): ShardSnapshot {
     assertShardId(id);
     const shard = this.opts.supervisor.get(id);
-    if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${id} on this node`);
+    if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
     return this.opts.supervisor.drain(id);
   }
 
   /**
-   * A DrainShard from the control plane. A refusal leaves the shard as it is
-   * and says why in a status report: a shard still loading is reported with
-   * its own state, never as FAILED, which would get a healthy engine replaced.
+   * A DrainShard from the control plane. A refusal says why in a status
+   * report: FAILED for a shard that is not here, but a shard still loading is
+   * reported with its own state, never as FAILED, which would get a healthy
+   * engine replaced.
    */
   private handleDrainCommand(id: string): void {
     try {
@@ -515,9 +516,8 @@ export class Agent {
       const why = `drain refused: ${errorMessage(err)}`;
       const shard = isValidShardId(id) ? this.opts.supervisor.get(id) : undefined;
       this.log.warn({ shard: id, err: why }, 'refused a drain');
-      if (shard) this.report(create(ShardStatusSchema, { ...statusFromSnapshot(this.nodeId, shard), error: why }));
-      else if (isValidShardId(id)) this.report(create(ShardStatusSchema, { nodeId: this.nodeId, shardId: id, state: ShardState.STOPPED, error: why }));
-      else this.report(refusedStatus(this.nodeId, { shardId: id, replicaId: '' }, why));
+      if (shard && !isTerminal(shard.state)) this.report(create(ShardStatusSchema, { ...statusFromSnapshot(this.nodeId, shard), error: why }));
+      else this.report(refusedStatus(this.nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
     }
   }
 

@@ -99,6 +99,7 @@ export class Agent {
   private readonly hostname: string;
   private readonly mgmtAddr: string;
   private timers: NodeJS.Timeout[] = [];
+  private scanning: Promise<void> | undefined;
   /** The orphan scan in progress, if any; scans queue behind it. */
   private adopting: Promise<void> = Promise.resolve();
 
@@ -594,7 +595,19 @@ export class Agent {
     return results;
   }
 
-  private async rediscover(signal: AbortSignal): Promise<void> {
+  /**
+   * One scan at a time: a timer firing while nvidia-smi is still running (a
+   * slow or hung driver, an interval shorter than the timeout) joins the scan
+   * under way instead of starting another beside it.
+   */
+  private rediscover(signal: AbortSignal): Promise<void> {
+    this.scanning ??= this.scan(signal).finally(() => {
+      this.scanning = undefined;
+    });
+    return this.scanning;
+  }
+
+  private async scan(signal: AbortSignal): Promise<void> {
     try {
       const next = await this.opts.discover(signal);
       if (signal.aborted) return;

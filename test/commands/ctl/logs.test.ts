@@ -61,9 +61,14 @@ describe('llmgw ctl logs', () => {
     const r = await logs.child;
     expect(r.exitCode).toBe(0);
     const numbers = lineNumbers(logs.stdout());
-    // No line lost between the tail and the follow (one written at that very moment may show twice).
-    const steps = new Set(numbers.slice(1).map((n, i) => n - (numbers[i] as number)));
-    expect([...steps].filter((d) => d !== 1 && d !== 0)).toEqual([]);
+    // No line lost between the tail and the follow: every number up to the
+    // last one printed is there. (Lines written at the very moment the follow
+    // starts may show twice; that is a known seam, not a loss.)
+    const seen = new Set(numbers);
+    const first = numbers[0] as number;
+    const last = Math.max(...numbers);
+    const missing = Array.from({ length: last - first + 1 }, (_, i) => first + i).filter((n) => !seen.has(n));
+    expect(missing).toEqual([]);
   });
 
   it('-f ends (exit 0) when the shard is stopped and removed, saying why', async () => {

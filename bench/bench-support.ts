@@ -49,20 +49,32 @@ export interface BenchAgent {
   kill(signal?: NodeJS.Signals): void;
 }
 
-export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: string; extraYaml?: string } = {}): BenchAgent {
+/**
+ * The agent runs with the runtime flags its systemd unit gives it, read from
+ * the unit so that the benchmark measures the agent as deployed.
+ */
+export function unitNodeOptions(): string {
+  const unit = readFileSync(new URL('../packaging/llmgw-agent.service', import.meta.url), 'utf8');
+  return /^Environment=NODE_OPTIONS=(.*)$/m.exec(unit)?.[1]?.trim() ?? '';
+}
+
+export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: string; extraYaml?: string; env?: Record<string, string> } = {}): BenchAgent {
   mkdirSync(dirs.root, { recursive: true });
   const config = join(dirs.root, 'agent.yaml');
-  writeFileSync(
-    config,
-    agentConfigYaml({ server, dirs, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml }).replace('log_level: debug', 'log_level: warn'),
-  );
+  // The test config's fast timers (health probes every 500 ms) suit tests,
+  // not a measurement of what the agent costs: production defaults here.
+  const yaml = agentConfigYaml({ server, dirs, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml })
+    .replace('log_level: debug', 'log_level: warn')
+    .replace(/^ {2}health_interval: .*$/m, '  health_interval: 10s')
+    .replace(/^ {2}worker_settle: .*$/m, '  worker_settle: 10s');
+  writeFileSync(config, yaml);
   const spawnedAtMs = Date.now();
   const child = execa(process.execPath, [BIN, 'agent', 'run', '--config', config], {
     reject: false,
     stdin: 'ignore',
     stdout: 'ignore',
     stderr: 'ignore',
-    env: { LLMGW_FAKE_GPUS: 'hgx-h100x8' },
+    env: { LLMGW_FAKE_GPUS: 'hgx-h100x8', NODE_OPTIONS: unitNodeOptions(), ...opts.env },
   });
   children.push(child);
   return {

@@ -26,3 +26,13 @@ describe('help', () => {
     expect(r.stdout).toContain('EXAMPLES');
   });
 });
+
+describe('--version', () => {
+  it('prints what oclif prints as the VERSION in --help', async () => {
+    const [version, help] = await Promise.all([runCli(['--version']), runCli(['--help'])]);
+    expect(version.exitCode).toBe(0);
+    const fromHelp = /^VERSION\n\s+(.+)$/m.exec(help.stdout)?.[1];
+    expect(fromHelp).toMatch(/^llmgw\/\d+\.\d+\.\d+ linux-\w+ node-v\d+/);
+    expect(version.stdout.trim()).toBe(fromHelp);
+  });
+});

@@ -21,9 +21,10 @@ export interface LaunchedEngine {
 /**
  * Variables of the agent's own that an engine must not inherit: systemd's
  * notify and watchdog sockets (an engine speaking sd_notify would report for
- * the agent's unit) and socket activation, which belongs to the agent alone.
+ * the agent's unit), socket activation, which belongs to the agent alone, and
+ * the agent's Node runtime flags (the unit tunes its heap for the agent).
  */
-const AGENT_ONLY_ENV = /^(NOTIFY_SOCKET|WATCHDOG_USEC|WATCHDOG_PID|LISTEN_FDS|LISTEN_PID|LISTEN_FDNAMES|LLMGW_.*)$/;
+const AGENT_ONLY_ENV = /^(NOTIFY_SOCKET|WATCHDOG_USEC|WATCHDOG_PID|LISTEN_FDS|LISTEN_PID|LISTEN_FDNAMES|NODE_OPTIONS|LLMGW_.*)$/;
 
 /**
  * The agent's environment (engines need its PATH, LD_LIBRARY_PATH, HF_HOME,

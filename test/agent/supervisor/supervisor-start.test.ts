@@ -116,9 +116,9 @@ describe('Supervisor.start', () => {
 
   it("gives the engine the agent's environment without systemd's and llmgw's own variables, the plan's on top", async () => {
     const saved = { ...process.env };
-    Object.assign(process.env, { NOTIFY_SOCKET: '/run/systemd/notify', WATCHDOG_USEC: '1', LLMGW_NODE_ID: 'n', HF_HOME: '/models', MARKER: 'agent' });
+    Object.assign(process.env, { NOTIFY_SOCKET: '/run/systemd/notify', WATCHDOG_USEC: '1', LLMGW_NODE_ID: 'n', NODE_OPTIONS: '--max-semi-space-size=1', HF_HOME: '/models', MARKER: 'agent' });
     onTestFinished(() => {
-      for (const k of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'LLMGW_NODE_ID', 'HF_HOME', 'MARKER']) {
+      for (const k of ['NOTIFY_SOCKET', 'WATCHDOG_USEC', 'LLMGW_NODE_ID', 'NODE_OPTIONS', 'HF_HOME', 'MARKER']) {
         if (saved[k] === undefined) delete process.env[k];
         else process.env[k] = saved[k];
       }
@@ -134,7 +134,7 @@ describe('Supervisor.start', () => {
     expect(env.HF_HOME).toBe('/models');
     expect(env.MARKER).toBe('x');
     expect(env.PATH).toBe(process.env.PATH);
-    expect(Object.keys(env).filter((k) => /^(NOTIFY_SOCKET|WATCHDOG_|LLMGW_)/.test(k))).toEqual([]);
+    expect(Object.keys(env).filter((k) => /^(NOTIFY_SOCKET|WATCHDOG_|LLMGW_|NODE_OPTIONS)/.test(k))).toEqual([]);
   });
 
   it('reports a missing executable without keeping a shard', async () => {

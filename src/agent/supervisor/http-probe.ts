@@ -12,24 +12,40 @@ export interface HttpResult {
 /**
  * GET with a hard limit and no connection reuse: a probe must see the engine
  * as a new client would, and a pooled socket to a hung engine would hide it.
+ *
+ * The limit is a plain timer that destroys the request, not
+ * AbortSignal.timeout() combined with AbortSignal.any(): on Node 20 a timeout
+ * signal that only the combined signal refers to can be garbage-collected
+ * before it fires, and the probe of a hung engine then waits for ever, which
+ * silently ends health checking for that shard (seen as a flaky test under
+ * load).
  */
 export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<HttpResult> {
-  const signals = [AbortSignal.timeout(opts.timeoutMs)];
-  if (opts.signal) signals.push(opts.signal);
-  const signal = AbortSignal.any(signals);
   return new Promise((resolve, reject) => {
-    const req = request(url, { method: 'GET', agent: false, signal }, (res) => {
+    let timer: NodeJS.Timeout | undefined;
+    const settle = <T>(fn: (v: T) => void) => (v: T) => {
+      clearTimeout(timer);
+      fn(v);
+    };
+    const ok = settle(resolve);
+    const fail = settle(reject);
+    const req = request(url, { method: 'GET', agent: false, signal: opts.signal }, (res) => {
       const chunks: Buffer[] = [];
       res.on('data', (c: Buffer) => chunks.push(c));
-      res.on('end', () => resolve({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      res.on('error', reject);
+      res.on('end', () => ok({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+      res.on('error', fail);
       // A response cut off mid-body (engine stopped, probe timed out) may end
       // with 'close' alone; without this the probe would wait forever.
       res.on('close', () => {
-        if (!res.complete) reject(new Error('response closed before it was complete'));
+        if (!res.complete) fail(new Error('response closed before it was complete'));
       });
     });
-    req.on('error', reject);
+    timer = setTimeout(() => {
+      const err = new Error(`no answer in ${opts.timeoutMs} ms`);
+      err.name = 'TimeoutError';
+      req.destroy(err);
+    }, opts.timeoutMs);
+    req.on('error', fail);
     req.end();
   });
 }

@@ -1,10 +1,9 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { execa, type ResultPromise } from 'execa';
+import { spawnAgentProcess } from './spawn-agent-process.js';
 import { onTestFinished } from 'vitest';
 import { killEverything } from './engine-processes.js';
 import { type AgentDirs, type AgentProcessOptions, agentConfigYaml } from './agent-config-yaml.js';
-import { BIN } from './run-cli.js';
 
 export { type AgentDirs, type AgentProcessOptions, agentDirs, agentConfigYaml, FAKE_NVIDIA_SMI, FIXTURE_SYSFS } from './agent-config-yaml.js';
 
@@ -31,26 +30,7 @@ export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
   const configPath = join(o.dirs.root, `${o.nodeId ?? 'node-a'}.yaml`);
   writeFileSync(configPath, agentConfigYaml(o));
   const startedAtMs = Date.now();
-  const child: ResultPromise = execa(process.execPath, [BIN, 'agent', 'run', '--config', configPath], {
-    reject: false,
-    stdin: 'ignore',
-    env: { LLMGW_FAKE_GPUS: 'hgx-h100x8', ...o.env },
-    buffer: false,
-  });
-  const records: Record<string, unknown>[] = [];
-  let partial = '';
-  child.stderr?.on('data', (chunk: Buffer) => {
-    partial += chunk.toString();
-    const lines = partial.split('\n');
-    partial = lines.pop() ?? '';
-    for (const line of lines) {
-      try {
-        records.push(JSON.parse(line));
-      } catch {
-        records.push({ msg: line });
-      }
-    }
-  });
+  const { child, records } = spawnAgentProcess(configPath, o.env);
   const exited = child.then((r) => ({ exitCode: r.exitCode, signal: r.signal, atMs: Date.now() }));
   const stop = async () => {
     child.kill('SIGKILL');

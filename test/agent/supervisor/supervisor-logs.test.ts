@@ -1,44 +1,26 @@
 import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
-import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import {
   isRunning,
-  killEverything,
-  removeDir,
   shardSpec,
   simPlan,
-  tempDirs,
-  testConfig,
   until,
 } from '../../helpers/engine-processes.js';
 
-let dirs: ReturnType<typeof tempDirs>;
-const supervisors: Supervisor[] = [];
-const newSupervisor = (over: Partial<SupervisorConfig> = {}, logCheckIntervalMs = 200) => {
-  const s = new Supervisor({ config: testConfig(dirs, over), logCheckIntervalMs });
-  supervisors.push(s);
-  return s;
-};
-
-beforeEach(() => {
-  dirs = tempDirs();
-});
-afterEach(async () => {
-  for (const s of supervisors.splice(0)) s.close();
-  await killEverything(dirs.logDir);
-  removeDir(dirs.root);
-});
+const harness = useSupervisors();
+const newSupervisor = (over: Partial<SupervisorConfig> = {}, logCheckIntervalMs = 200) => harness.newSupervisor(over, { logCheckIntervalMs });
 
 describe('shard logs', () => {
   it('tails a 1 GiB log from its end', async () => {
     // A sparse 1 GiB log (no disk used) whose engine appends its lines after
     // the hole. Reading it whole would need a 1 GiB string, which Node
     // refuses, so passing at all shows the tail reads from the end.
-    const logPath = join(dirs.logDir, 'shards', 'big.log');
-    mkdirSync(join(dirs.logDir, 'shards'), { recursive: true });
+    const logPath = join(harness.dirs.logDir, 'shards', 'big.log');
+    mkdirSync(join(harness.dirs.logDir, 'shards'), { recursive: true });
     const fd = openSync(logPath, 'w');
     ftruncateSync(fd, 1024 ** 3);
     closeSync(fd);

@@ -1,42 +1,23 @@
 import { spawn } from 'node:child_process';
 import { existsSync, readFileSync, renameSync, statSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
-import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import {
   freePort,
   groupMembers,
   isRunning,
-  killEverything,
   procInfo,
-  removeDir,
   shardSpec,
   simPlan,
-  tempDirs,
-  testConfig,
   until,
 } from '../../helpers/engine-processes.js';
 
-let dirs: ReturnType<typeof tempDirs>;
-const supervisors: Supervisor[] = [];
-const extraGroups: number[] = [];
-const newSupervisor = (over: Partial<SupervisorConfig> = {}) => {
-  const s = new Supervisor({ config: testConfig(dirs, over) });
-  supervisors.push(s);
-  return s;
-};
-const statePath = (id: string) => join(dirs.stateDir, 'shards', `${id}.json`);
-
-beforeEach(() => {
-  dirs = tempDirs();
-});
-afterEach(async () => {
-  for (const s of supervisors.splice(0)) s.close();
-  await killEverything(dirs.root, extraGroups.splice(0));
-  removeDir(dirs.root);
-});
+const harness = useSupervisors();
+const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
+const statePath = (id: string) => join(harness.dirs.stateDir, 'shards', `${id}.json`);
 
 /** A serving sim shard left behind by a first supervisor instance, which is then discarded (as an agent restart does). */
 async function leftBehind(id: string, args: string[] = []) {
@@ -105,13 +86,13 @@ describe('orphans that cannot be adopted', () => {
     process.kill(-pid, 'SIGKILL');
     await until(() => !isRunning(pid), 'the engine to die');
     // An unrelated process that would record any SIGTERM it got, and dies of SIGKILL.
-    const marker = join(dirs.root, 'signalled');
+    const marker = join(harness.dirs.root, 'signalled');
     const bystander = spawn(
       process.execPath,
       ['-e', `process.on('SIGTERM',()=>require('fs').writeFileSync(${JSON.stringify(marker)},'x'));setInterval(()=>{},1<<30)`],
       { detached: true, stdio: 'ignore' },
     );
-    extraGroups.push(bystander.pid!);
+    harness.extraGroups.push(bystander.pid!);
     await until(() => procInfo(bystander.pid!) !== undefined, 'the bystander');
     // As if the pid had been reused: the file names it, with the engine's start time.
     writeFileSync(statePath('reused'), JSON.stringify({ ...file, pid: bystander.pid, pgid: bystander.pid }));
@@ -170,7 +151,7 @@ describe('orphans that cannot be adopted', () => {
 
   it('refuses a symlinked state file: never followed, the engine behind it killed, the target untouched', async () => {
     const { pid } = await leftBehind('link');
-    const elsewhere = join(dirs.root, 'elsewhere.json');
+    const elsewhere = join(harness.dirs.root, 'elsewhere.json');
     renameSync(statePath('link'), elsewhere);
     symlinkSync(elsewhere, statePath('link'));
     const second = newSupervisor({ stopGraceMs: 1000 });

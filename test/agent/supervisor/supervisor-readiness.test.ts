@@ -1,43 +1,20 @@
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
 import { ShardFailedError } from '../../../src/agent/supervisor/shard-failed-error.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
-import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
+import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import {
   freePort,
   isRunning,
-  killEverything,
-  removeDir,
   shardSpec,
   simPlan,
-  tempDirs,
-  testConfig,
   until,
 } from '../../helpers/engine-processes.js';
 
-let dirs: ReturnType<typeof tempDirs>;
-const supervisors: Supervisor[] = [];
-const stoppedPids: number[] = [];
-const newSupervisor = (over: Partial<SupervisorConfig> = {}) => {
-  const s = new Supervisor({ config: testConfig(dirs, over) });
-  supervisors.push(s);
-  return s;
-};
-
-beforeEach(() => {
-  dirs = tempDirs();
-});
-afterEach(async () => {
-  for (const pid of stoppedPids.splice(0)) {
-    try {
-      process.kill(pid, 'SIGCONT');
-    } catch {}
-  }
-  for (const s of supervisors.splice(0)) s.close();
-  await killEverything(dirs.logDir);
-  removeDir(dirs.root);
-});
+const harness = useSupervisors();
+const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
 
 async function startSim(sup: Supervisor, id: string, args: string[], model = 'm-a') {
   const port = await freePort();
@@ -180,7 +157,7 @@ describe('after READY', () => {
     await sup.waitReady('stall', { baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
     // A stopped process keeps its port open and answers nothing: a hang, made with a real signal.
     process.kill(shard.pid, 'SIGSTOP');
-    stoppedPids.push(shard.pid);
+    harness.stoppedPids.push(shard.pid);
     await until(() => sup.get('stall')?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
     process.kill(shard.pid, 'SIGCONT');
     await until(() => sup.get('stall')?.state === ShardState.READY, 'READY again', 30_000);

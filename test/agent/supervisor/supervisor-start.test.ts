@@ -1,39 +1,21 @@
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
-import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 import {
   freePort,
-  killEverything,
   procInfo,
   processesWritingUnder,
-  removeDir,
   shardSpec,
   simPlan,
-  tempDirs,
-  testConfig,
-} from '../../helpers/engine-processes.js';
+  } from '../../helpers/engine-processes.js';
 
-let dirs: ReturnType<typeof tempDirs>;
-const supervisors: Supervisor[] = [];
-const newSupervisor = (over: Partial<SupervisorConfig> = {}) => {
-  const s = new Supervisor({ config: testConfig(dirs, over) });
-  supervisors.push(s);
-  return s;
-};
-
-beforeEach(() => {
-  dirs = tempDirs();
-});
-afterEach(async () => {
-  for (const s of supervisors.splice(0)) s.close();
-  await killEverything(dirs.logDir);
-  removeDir(dirs.root);
-});
+const harness = useSupervisors();
+const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
 
 const sleeper = (extra = '') => ({
   argv: [process.execPath, '-e', `${extra};setInterval(()=>{},1<<30)`],
@@ -45,9 +27,9 @@ describe('Supervisor.start', () => {
     const sup = newSupervisor();
     await expect(sup.start(shardSpec(id), simPlan([]), { servesHttp: true })).rejects.toThrow(/invalid shard id/);
     await expect(sup.start(shardSpec(id), simPlan([]), { servesHttp: true })).rejects.toBeInstanceOf(LlmgwError);
-    expect(existsSync(dirs.stateDir)).toBe(false);
-    expect(existsSync(dirs.logDir)).toBe(false);
-    expect(processesWritingUnder(dirs.root)).toEqual([]);
+    expect(existsSync(harness.dirs.stateDir)).toBe(false);
+    expect(existsSync(harness.dirs.logDir)).toBe(false);
+    expect(processesWritingUnder(harness.dirs.root)).toEqual([]);
   });
 
   it('makes exactly one process when the same start arrives 5 times', async () => {
@@ -61,7 +43,7 @@ describe('Supervisor.start', () => {
     const all = [...concurrent, ...later];
     expect(all.filter((r) => r.created)).toHaveLength(1);
     expect(new Set(all.map((r) => r.shard.pid)).size).toBe(1);
-    expect(processesWritingUnder(dirs.logDir)).toEqual([all[0]?.shard.pid]);
+    expect(processesWritingUnder(harness.dirs.logDir)).toEqual([all[0]?.shard.pid]);
     expect(sup.list()).toHaveLength(1);
   });
 
@@ -70,7 +52,7 @@ describe('Supervisor.start', () => {
     const seen: ShardTransition[] = [];
     sup.on('transition', (t) => {
       // The state file must already be on disk when STARTING is reported.
-      expect(existsSync(join(dirs.stateDir, 'shards', 's1.json'))).toBe(true);
+      expect(existsSync(join(harness.dirs.stateDir, 'shards', 's1.json'))).toBe(true);
       seen.push(t);
     });
     const { shard, created } = await sup.start(shardSpec('s1'), sleeper(), { servesHttp: false, inFlightMetric: 'x:y' });
@@ -78,9 +60,9 @@ describe('Supervisor.start', () => {
     expect(shard.state).toBe(ShardState.STARTING);
     expect(seen.map((t) => [t.from, t.to])).toEqual([[ShardState.UNSPECIFIED, ShardState.STARTING]]);
 
-    const shardsDir = join(dirs.stateDir, 'shards');
+    const shardsDir = join(harness.dirs.stateDir, 'shards');
     expect(statSync(shardsDir).mode & 0o777).toBe(0o700);
-    expect(statSync(join(dirs.logDir, 'shards')).mode & 0o777).toBe(0o755);
+    expect(statSync(join(harness.dirs.logDir, 'shards')).mode & 0o777).toBe(0o755);
     expect(readdirSync(shardsDir)).toEqual(['s1.json']);
     const file = JSON.parse(readFileSync(join(shardsDir, 's1.json'), 'utf8'));
     expect(file).toMatchObject({
@@ -143,7 +125,7 @@ describe('Supervisor.start', () => {
       sup.start(shardSpec('nope'), { argv: ['/nonexistent/engine'], env: {} }, { servesHttp: false }),
     ).rejects.toThrow(/cannot launch engine "\/nonexistent\/engine".*ENOENT/);
     expect(sup.get('nope')).toBeUndefined();
-    expect(existsSync(join(dirs.stateDir, 'shards', 'nope.json'))).toBe(false);
+    expect(existsSync(join(harness.dirs.stateDir, 'shards', 'nope.json'))).toBe(false);
   });
 
   it('relaunches a shard whose engine failed, as a new process', async () => {

@@ -1,39 +1,22 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
+import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
-import { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
+import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import {
   freePort,
   groupMembers,
   isRunning,
-  killEverything,
-  removeDir,
   shardSpec,
   simPlan,
-  tempDirs,
-  testConfig,
   until,
 } from '../../helpers/engine-processes.js';
 
-let dirs: ReturnType<typeof tempDirs>;
-const supervisors: Supervisor[] = [];
-const newSupervisor = (over: Partial<SupervisorConfig> = {}) => {
-  const s = new Supervisor({ config: testConfig(dirs, over) });
-  supervisors.push(s);
-  return s;
-};
-
-beforeEach(() => {
-  dirs = tempDirs();
-});
-afterEach(async () => {
-  for (const s of supervisors.splice(0)) s.close();
-  await killEverything(dirs.logDir);
-  removeDir(dirs.root);
-});
+const harness = useSupervisors();
+const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
 
 async function readySim(sup: Supervisor, id: string, args: string[]) {
   const port = await freePort();
@@ -70,7 +53,7 @@ describe('Supervisor.stop', () => {
     expect(elapsed).toBeLessThan(graceMs + 1000);
     // It did get SIGTERM first, and ignored it.
     expect(readFileSync(shard.logPath, 'utf8')).toMatch(/received SIGTERM; ignoring it/);
-    expect(existsSync(join(dirs.stateDir, 'shards', 'stubborn.json'))).toBe(false);
+    expect(existsSync(join(harness.dirs.stateDir, 'shards', 'stubborn.json'))).toBe(false);
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY', 'STOPPING', 'STOPPED']);
   });
 
@@ -141,7 +124,7 @@ describe('Supervisor.close and remove', () => {
     await new Promise((r) => setTimeout(r, 500));
     expect(isRunning(shard.pid)).toBe(true);
     expect((await fetch(`${baseUrl}/health`)).status).toBe(200);
-    expect(existsSync(join(dirs.stateDir, 'shards', 'keeps.json'))).toBe(true);
+    expect(existsSync(join(harness.dirs.stateDir, 'shards', 'keeps.json'))).toBe(true);
   });
 
   it('remove() forgets a terminal shard and deletes its state file, and refuses a running one', async () => {
@@ -150,10 +133,10 @@ describe('Supervisor.close and remove', () => {
     expect(() => sup.remove('rm')).toThrow(/shard rm is READY: stop it before removing it/);
     const { shard } = await sup.start(shardSpec('rm2'), simPlan(['--worker', '--fail-after', '100ms']), { servesHttp: false });
     await until(() => sup.get('rm2')?.state === ShardState.FAILED, 'FAILED');
-    expect(existsSync(join(dirs.stateDir, 'shards', 'rm2.json'))).toBe(true);
+    expect(existsSync(join(harness.dirs.stateDir, 'shards', 'rm2.json'))).toBe(true);
     sup.remove('rm2');
     expect(sup.get('rm2')).toBeUndefined();
-    expect(existsSync(join(dirs.stateDir, 'shards', 'rm2.json'))).toBe(false);
+    expect(existsSync(join(harness.dirs.stateDir, 'shards', 'rm2.json'))).toBe(false);
     expect(shard.pid).toBeGreaterThan(1);
   });
 });

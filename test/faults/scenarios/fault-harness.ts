@@ -4,7 +4,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { create } from '@bufbuild/protobuf';
-import { execa, type ResultPromise } from 'execa';
 import { ControlPlane } from '../../../src/control/control-plane.js';
 import {
   type AgentMessage,
@@ -17,7 +16,7 @@ import {
 } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, agentConfigYaml, agentDirs } from '../../helpers/agent-config-yaml.js';
 import { freePort, isRunning, killEverything, procInfo, processesWritingUnder, until } from '../../helpers/engine-processes.js';
-import { BIN } from '../../helpers/run-cli.js';
+import { spawnAgentProcess } from '../../helpers/spawn-agent-process.js';
 
 /**
  * What the fault campaign runs scenarios in: a temporary directory that
@@ -120,26 +119,7 @@ export class FaultHarness {
     const dirs = o.dirs ?? this.dirs;
     const configPath = join(this.root, `${NODE}.yaml`);
     writeFileSync(configPath, agentConfigYaml({ server: o.server ?? this.url, dirs, extraYaml: o.extraYaml, heartbeat: o.heartbeat }));
-    const child: ResultPromise = execa(process.execPath, [BIN, 'agent', 'run', '--config', configPath], {
-      reject: false,
-      stdin: 'ignore',
-      env: { LLMGW_FAKE_GPUS: 'hgx-h100x8' },
-      buffer: false,
-    });
-    const records: Record<string, unknown>[] = [];
-    let partial = '';
-    child.stderr?.on('data', (chunk: Buffer) => {
-      partial += chunk.toString();
-      const lines = partial.split('\n');
-      partial = lines.pop() ?? '';
-      for (const line of lines) {
-        try {
-          records.push(JSON.parse(line));
-        } catch {
-          records.push({ msg: line });
-        }
-      }
-    });
+    const { child, records } = spawnAgentProcess(configPath);
     const exited = child.then((r) => ({ exitCode: r.exitCode, signal: r.signal }));
     this.defer(async () => {
       child.kill('SIGKILL');

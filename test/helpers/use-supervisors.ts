@@ -1,0 +1,46 @@
+import { afterEach, beforeEach } from 'vitest';
+import type { SupervisorConfig } from '../../src/agent/config/agent-config.js';
+import { Supervisor, type SupervisorOptions } from '../../src/agent/supervisor/supervisor.js';
+import { killEverything, removeDir, tempDirs, testConfig } from './engine-processes.js';
+
+/**
+ * The setup every supervisor test file shares: fresh state and log
+ * directories per test, and after each test every supervisor closed, every
+ * process writing under the directories killed (plus `extraGroups`, and
+ * `stoppedPids` continued first so they can die), and the directories removed.
+ */
+export function useSupervisors() {
+  let dirs: ReturnType<typeof tempDirs> | undefined;
+  const supervisors: Supervisor[] = [];
+  const extraGroups: number[] = [];
+  const stoppedPids: number[] = [];
+
+  beforeEach(() => {
+    dirs = tempDirs();
+  });
+  afterEach(async () => {
+    for (const pid of stoppedPids.splice(0)) {
+      try {
+        process.kill(pid, 'SIGCONT');
+      } catch {}
+    }
+    for (const s of supervisors.splice(0)) s.close();
+    if (!dirs) return;
+    await killEverything(dirs.root, extraGroups.splice(0));
+    removeDir(dirs.root);
+  });
+
+  return {
+    get dirs(): ReturnType<typeof tempDirs> {
+      if (!dirs) throw new Error('useSupervisors: dirs exist only inside a test');
+      return dirs;
+    },
+    extraGroups,
+    stoppedPids,
+    newSupervisor(over: Partial<SupervisorConfig> = {}, opts: Omit<Partial<SupervisorOptions>, 'config'> = {}): Supervisor {
+      const s = new Supervisor({ config: testConfig(this.dirs, over), ...opts });
+      supervisors.push(s);
+      return s;
+    },
+  };
+}

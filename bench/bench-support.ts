@@ -19,6 +19,16 @@ export { freePort };
 const roots: string[] = [];
 const children: ResultPromise[] = [];
 const planes: ControlPlane[] = [];
+let agentNodeArgs: string[] = [];
+
+/**
+ * `--cpu-prof` for every agent started from now on, profiles written to
+ * `dir`. Node writes a profile only on a clean exit, so cleanup() then stops
+ * agents with SIGTERM before SIGKILL.
+ */
+export function profileAgentsInto(dir: string): void {
+  agentNodeArgs = ['--cpu-prof', `--cpu-prof-dir=${dir}`];
+}
 
 export function newRoot(tag: string): AgentDirs {
   const dirs = agentDirs(mkdtempSync(join(tmpdir(), `llmgw-bench-${tag}-`)));
@@ -27,7 +37,12 @@ export function newRoot(tag: string): AgentDirs {
 }
 
 export async function cleanup(): Promise<void> {
-  for (const c of children.splice(0)) c.kill('SIGKILL');
+  const started = children.splice(0);
+  if (agentNodeArgs.length > 0) {
+    for (const c of started) c.kill('SIGTERM');
+    await Promise.race([Promise.all(started), sleep(5000)]);
+  }
+  for (const c of started) c.kill('SIGKILL');
   for (const root of roots.splice(0)) {
     await killEverything(join(root, 'log'));
     rmSync(root, { recursive: true, force: true });
@@ -69,7 +84,7 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: 
     .replace(/^ {2}worker_settle: .*$/m, '  worker_settle: 10s');
   writeFileSync(config, yaml);
   const spawnedAtMs = Date.now();
-  const child = execa(process.execPath, [BIN, 'agent', 'run', '--config', config], {
+  const child = execa(process.execPath, [...agentNodeArgs, BIN, 'agent', 'run', '--config', config], {
     reject: false,
     stdin: 'ignore',
     stdout: 'ignore',

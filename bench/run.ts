@@ -3,15 +3,18 @@
  * reference in the same run, printed as a table and written with the machine,
  * Node version and date to bench/RESULTS.md.
  *
- *   npx tsx bench/run.ts [--quick] [--only 1,3,9]
+ *   npx tsx bench/run.ts [--quick] [--only 1,3,9] [--cpu-prof DIR]
  *
  * --quick shortens the long figures (5: 15 s instead of 60 s, 2,000 instead
  * of 10,000 heartbeats; 8: 96 instead of 500 shards) for a trial run.
+ * --cpu-prof runs every agent under `node --cpu-prof`, writing .cpuprofile
+ * files to DIR (open them in Chrome DevTools); such a run's figures are
+ * printed but not written to RESULTS.md, as profiling slows the agent.
  */
 import { spawnSync } from 'node:child_process';
 import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
 import { cpus, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { ShardState, StopShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
 import { Supervisor } from '../src/agent/supervisor/supervisor.js';
@@ -19,6 +22,7 @@ import { BIN, REPO_ROOT } from '../test/helpers/run-cli.js';
 import { FAKE_NVIDIA_SMI, FIXTURE_SYSFS } from '../test/helpers/agent-config-yaml.js';
 import {
   cleanup,
+  profileAgentsInto,
   controlPlane,
   cpuSeconds,
   isRegister,
@@ -45,6 +49,9 @@ const args = process.argv.slice(2);
 const quick = args.includes('--quick');
 const onlyArg = args[args.indexOf('--only') + 1];
 const only = args.includes('--only') && onlyArg ? new Set(onlyArg.split(',')) : undefined;
+const profileDir = args.includes('--cpu-prof') ? args[args.indexOf('--cpu-prof') + 1] : undefined;
+if (args.includes('--cpu-prof') && !profileDir) throw new Error('--cpu-prof needs a directory: --cpu-prof /tmp/prof');
+if (profileDir) profileAgentsInto(resolve(profileDir));
 const rows: Row[] = [];
 const notes: string[] = [];
 
@@ -377,6 +384,10 @@ async function main(): Promise<void> {
     '',
   ].join('\n');
   process.stdout.write(`${header}\n`);
+  if (profileDir) {
+    process.stderr.write(`profiled run: not written to bench/RESULTS.md; profiles in ${resolve(profileDir)}\n`);
+    return;
+  }
   const results = join(REPO_ROOT, 'bench/RESULTS.md');
   if (!existsSync(results)) {
     mkdirSync(join(REPO_ROOT, 'bench'), { recursive: true });

@@ -183,7 +183,7 @@ export class Agent {
     } else {
       await this.rediscover(signal);
     }
-    this.opts.sampler.refresh(signal).catch(() => {});
+    this.opts.sampler.start();
     this.timers.push(setInterval(() => void this.rediscover(signal), c.discovery.intervalMs));
 
     const transport = createControlPlaneTransport({
@@ -217,7 +217,7 @@ export class Agent {
           register: () => this.buildRegister(),
           onOpen: (outbox) => this.onSessionOpen(outbox),
           onControlMessage: (m, outbox) => this.onControlMessage(m, outbox),
-          heartbeat: () => this.buildHeartbeat(signal),
+          heartbeat: () => this.buildHeartbeat(),
           onSent: (message, queuedMs) => {
             this.opts.metrics?.messagesSent.inc({ type: message.msg.case ?? 'unknown' });
             if (message.msg.case === 'heartbeat') this.opts.metrics?.heartbeatSendSeconds.observe(queuedMs / 1000);
@@ -272,6 +272,7 @@ export class Agent {
     this.setConnection('stopping');
     for (const t of this.timers) clearInterval(t);
     this.timers = [];
+    this.opts.sampler.close();
     this.setConnection('stopped');
   }
 
@@ -314,12 +315,10 @@ export class Agent {
     this.unsent.clear();
   }
 
-  private buildHeartbeat(signal: AbortSignal) {
-    const sampler = this.opts.sampler;
-    // Never waits: the reading is the last one taken, and the next is taken now
-    // in the background. A slow nvidia-smi must not delay the stream.
-    sampler.refresh(signal).catch(() => {});
-    const latest = sampler.latest();
+  private buildHeartbeat() {
+    // Never waits: the sampler's nvidia-smi loop reports once per heartbeat
+    // interval, and a slow one must not delay the stream.
+    const latest = this.opts.sampler.latest();
     const used = latest.length > 0 ? latest : this.inventory.gpus.map((g) => g.memoryUsedMb);
     for (const [i, mb] of used.entries()) this.opts.metrics?.gpuMemoryUsed.set({ gpu: String(i) }, mb);
     return create(HeartbeatSchema, { nodeId: this.nodeId, gpuMemoryUsedMb: used });

@@ -8,7 +8,7 @@ import { Agent } from './agent.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
-import { GpuMemorySampler } from './discovery/gpu-memory-sampler.js';
+import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './discovery/gpu-memory-sampler.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { Supervisor } from './supervisor/supervisor.js';
 
@@ -26,7 +26,14 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
   const supervisor = new Supervisor({ config: c.supervisor, logger });
   const engines = new EngineRegistry({ engines: c.engines, mgmtInterface: c.mgmtInterface });
-  const sampler = new GpuMemorySampler({ nvidiaSmi: c.discovery.nvidiaSmi, timeoutMs: c.discovery.timeoutMs, logger });
+  // A reading per heartbeat, but not more than one a second: faster heartbeats
+  // (tests, benchmarks) would only make nvidia-smi query NVML for nothing.
+  const sampler = new GpuMemorySampler({
+    nvidiaSmi: c.discovery.nvidiaSmi,
+    intervalMs: Math.max(c.heartbeatIntervalMs, MIN_GPU_MEMORY_INTERVAL_MS),
+    timeoutMs: c.discovery.timeoutMs,
+    logger,
+  });
   // prom-client is loaded only when metrics are asked for.
   const metrics: AgentMetrics | undefined = c.metricsAddr ? new (await import('./agent-metrics.js')).AgentMetrics() : undefined;
   const agent = new Agent({

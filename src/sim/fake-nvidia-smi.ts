@@ -14,6 +14,10 @@
  *   version.txt     `--version` output; absent for drivers that predate it.
  *   banner.txt      plain `nvidia-smi` output (at least its banner).
  *
+ * `-l N`/`--loop=N` (seconds) and `-lms N`/`--loop-ms=N` repeat a query every
+ * interval, reading the data set afresh each time, until killed or its
+ * reader goes away, as nvidia-smi's loop does.
+ *
  * Environment:
  *   LLMGW_FAKE_GPUS               data set: a name under fixtures/gpu or an
  *                                 absolute directory (default hgx-h100x8).
@@ -174,11 +178,49 @@ export function answer(args: string[], env: NodeJS.ProcessEnv): Reply {
 /** setTimeout's limit; a longer sleep is "forever" for every purpose here. */
 const MAX_SLEEP_MS = 2 ** 31 - 1;
 
+/** The loop interval asked for, and the arguments without it; no interval without a loop option. */
+export function loopOption(args: string[]): { intervalMs?: number; rest: string[] } {
+  const rest: string[] = [];
+  let intervalMs: number | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i] as string;
+    const m = /^(--loop|--loop-ms)=(.*)$/.exec(a);
+    if (m) {
+      intervalMs = Number(m[2]) * (m[1] === '--loop' ? 1000 : 1);
+    } else if (a === '-l' || a === '-lms') {
+      intervalMs = Number(args[++i]) * (a === '-l' ? 1000 : 1);
+    } else {
+      rest.push(a);
+    }
+  }
+  return { intervalMs, rest };
+}
+
 async function main(): Promise<void> {
   const sleepS = Number(process.env.LLMGW_FAKE_NVIDIA_SMI_SLEEP ?? '0');
   if (sleepS > 0) await new Promise((r) => setTimeout(r, Math.min(sleepS * 1000, MAX_SLEEP_MS)));
-  const reply = answer(process.argv.slice(2), process.env);
-  process.stdout.write(reply.stdout, () => process.exit(reply.code));
+  const { intervalMs, rest } = loopOption(process.argv.slice(2));
+  if (intervalMs === undefined) {
+    const reply = answer(rest, process.env);
+    process.stdout.write(reply.stdout, () => process.exit(reply.code));
+    return;
+  }
+  if (!(intervalMs > 0)) {
+    process.stdout.write(BAD_ARGS, () => process.exit(2));
+    return;
+  }
+  // A reader that went away ends the loop, as SIGPIPE ends nvidia-smi's.
+  process.stdout.on('error', () => process.exit(141));
+  const tick = () => {
+    const reply = answer(rest, process.env);
+    if (reply.code !== 0) {
+      process.stdout.write(reply.stdout, () => process.exit(reply.code));
+      return;
+    }
+    process.stdout.write(reply.stdout);
+    setTimeout(tick, intervalMs);
+  };
+  tick();
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) await main();

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -42,6 +43,28 @@ describe('llmgw agent run, as systemd and Prometheus see it', () => {
     expect(text).toMatch(/^llmgw_agent_messages_sent_total\{type="heartbeat"\} \d+/m);
     expect(text).toMatch(/^llmgw_gpu_memory_used_mb\{gpu="7"\} \d+/m);
     expect(text).toContain('# TYPE llmgw_agent_shards gauge');
+  });
+
+  it('sends GPU memory as nvidia-smi reports it now, from one long-lived nvidia-smi loop', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const box = join(dirs.root, 'gpus');
+    cpSync(join(REPO_ROOT, 'fixtures/gpu/hgx-h100x8'), box, { recursive: true });
+    const agent = startAgentProcess({ server: url, dirs, env: { LLMGW_FAKE_GPUS: box } });
+    await cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat', 20_000);
+
+    // Every GPU's memory.used changes to 1000 + its index.
+    const csv = join(box, 'query-gpu.csv');
+    const [header = '', ...rows] = readFileSync(csv, 'utf8').trimEnd().split('\n');
+    const col = header.split(', ').indexOf('memory.used [MiB]');
+    const changed = rows.map((r, i) => r.split(', ').map((cell, c) => (c === col ? `${1000 + i} MiB` : cell)).join(', '));
+    writeFileSync(csv, `${[header, ...changed].join('\n')}\n`);
+    const want = rows.map((_, i) => 1000 + i);
+    await cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat' && m.msg.value.gpuMemoryUsedMb.join() === want.join(), 20_000);
+
+    // One loop, started by the agent, not one nvidia-smi per heartbeat.
+    const loops = execFileSync('pgrep', ['-f', '-P', String(agent.pid), 'fake-nvidia-smi.*--loop-ms'], { encoding: 'utf8' }).trim().split('\n');
+    expect(loops).toHaveLength(1);
   });
 
   it('sends a new inventory when a GPU appears after boot, without a restart', async () => {

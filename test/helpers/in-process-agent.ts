@@ -28,7 +28,7 @@ export function createInProcessAgent(dirs: AgentDirs, nodeId = 'node-in-process'
     logger: silentLogger,
     supervisor,
     engines: new EngineRegistry({ engines: config.engines, mgmtInterface: config.mgmtInterface }),
-    sampler: new GpuMemorySampler({ nvidiaSmi: config.discovery.nvidiaSmi, timeoutMs: config.discovery.timeoutMs, logger: silentLogger }),
+    sampler: new GpuMemorySampler({ nvidiaSmi: config.discovery.nvidiaSmi, intervalMs: config.heartbeatIntervalMs, timeoutMs: config.discovery.timeoutMs, logger: silentLogger }),
     discover: (signal) =>
       discover({
         nvidiaSmi: config.discovery.nvidiaSmi,

@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
+import { loopOption } from '../../src/sim/fake-nvidia-smi.js';
 import { FAKE_NVIDIA_SMI, gpuFixture } from '../helpers/fake-gpus.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-fake-smi-'));
@@ -21,6 +22,33 @@ describe('bin/fake-nvidia-smi', () => {
   it('prints the header with units for --format=csv', async () => {
     const r = await smi(['--query-gpu=index,memory.total', '--format=csv']);
     expect(r.stdout.split('\n').slice(0, 2)).toEqual(['index, memory.total [MiB]', '0, 81559 MiB']);
+  });
+
+  it('repeats a query every --loop-ms until its reader goes away, as SIGPIPE ends nvidia-smi', async () => {
+    const sub = execa(FAKE_NVIDIA_SMI, ['--query-gpu=index', '--format=csv,noheader', '--loop-ms=50'], {
+      reject: false,
+      timeout: 20_000,
+      env: { LLMGW_FAKE_GPUS: 'pcie-l40sx4' },
+    });
+    let seen = '';
+    await new Promise<void>((resolve) => {
+      sub.stdout.on('data', (d: Buffer) => {
+        seen += d.toString();
+        if (seen.split('\n').length > 8) resolve();
+      });
+    });
+    expect(seen.startsWith('0\n1\n2\n3\n0\n1\n2\n3\n')).toBe(true);
+    sub.stdout.destroy();
+    const r = await sub;
+    expect(r.exitCode).toBe(141);
+  });
+
+  it('takes the loop interval in every spelling nvidia-smi does', () => {
+    expect(loopOption(['-q', '-l', '2'])).toEqual({ intervalMs: 2000, rest: ['-q'] });
+    expect(loopOption(['--loop=3', '-q'])).toEqual({ intervalMs: 3000, rest: ['-q'] });
+    expect(loopOption(['-lms', '250'])).toEqual({ intervalMs: 250, rest: [] });
+    expect(loopOption(['--loop-ms=100', '--query-gpu=index'])).toEqual({ intervalMs: 100, rest: ['--query-gpu=index'] });
+    expect(loopOption(['--query-gpu=index'])).toEqual({ intervalMs: undefined, rest: ['--query-gpu=index'] });
   });
 
   it('refuses compute_cap on the old driver the way nvidia-smi does', async () => {

@@ -2,8 +2,9 @@ import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
-import { afterAll, afterEach, describe, expect, it, vi } from 'vitest';
+import { afterAll, afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { GpuMemorySampler } from '../../../src/agent/discovery/gpu-memory-sampler.js';
+import { isRunning } from '../../helpers/engine-processes.js';
 import { FAKE_NVIDIA_SMI, GPU_FIXTURES } from '../../helpers/fake-gpus.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-sampler-'));
@@ -12,67 +13,99 @@ afterEach(() => {
   vi.unstubAllEnvs();
 });
 
-/** A data set this test may rewrite, and a logger whose lines it can read. */
-function setup() {
+const INTERVAL_MS = 100;
+const WAIT = { timeout: 15_000, interval: 20 };
+
+/** A data set this test may rewrite, a sampler on it (closed after the test), and a logger whose lines it can read. */
+function setup(opts: { timeoutMs?: number } = {}) {
   const dir = mkdtempSync(join(tmp, 'ds-'));
   cpSync(join(GPU_FIXTURES, 'pcie-l40sx4'), dir, { recursive: true });
   vi.stubEnv('LLMGW_FAKE_GPUS', dir);
-  const lines: { level: number; msg: string }[] = [];
+  const lines: { level: number; msg: string; err?: string }[] = [];
   const logger = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s)) });
-  const sampler = new GpuMemorySampler({ nvidiaSmi: FAKE_NVIDIA_SMI, timeoutMs: 1500, logger });
+  const sampler = new GpuMemorySampler({ nvidiaSmi: FAKE_NVIDIA_SMI, intervalMs: INTERVAL_MS, timeoutMs: opts.timeoutMs ?? 5000, logger });
+  onTestFinished(() => sampler.close());
   const setUsed = (mb: number[]) =>
-    writeFileSync(
-      join(dir, 'query-gpu.csv'),
-      `index, memory.used [MiB]\n${mb.map((m, i) => `${i}, ${m} MiB`).join('\n')}\n`,
-    );
-  return { sampler, lines, setUsed, dir };
+    writeFileSync(join(dir, 'query-gpu.csv'), `index, memory.used [MiB]\n${mb.map((m, i) => `${i}, ${m} MiB`).join('\n')}\n`);
+  const messages = () => lines.map((l) => l.msg);
+  return { sampler, lines, messages, setUsed, dir };
 }
 
 describe('GpuMemorySampler', () => {
-  it('has no reading before the first refresh, then one per GPU in order', async () => {
-    const { sampler } = setup();
+  it('has no reading before start, then one per GPU in order, kept fresh by one long-lived nvidia-smi', async () => {
+    const { sampler, setUsed } = setup();
     expect(sampler.latest()).toEqual([]);
-    await sampler.refresh();
-    expect(sampler.latest()).toEqual([0, 412, 0, 0]);
-  });
-
-  it('keeps the last reading through failures, logs once, and logs the recovery', async () => {
-    const { sampler, lines, setUsed, dir } = setup();
-    await sampler.refresh();
-    rmSync(join(dir, 'query-gpu.csv'));
-    await sampler.refresh();
-    await sampler.refresh();
-    expect(sampler.latest()).toEqual([0, 412, 0, 0]);
-    expect(lines.filter((l) => l.msg.startsWith('GPU memory refresh failed'))).toHaveLength(1);
+    sampler.start();
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    const pid = sampler.pid;
+    expect(pid).toBeGreaterThan(0);
     setUsed([1, 2, 3, 4]);
-    await sampler.refresh();
-    expect(sampler.latest()).toEqual([1, 2, 3, 4]);
-    expect(lines.map((l) => l.msg)).toContain('GPU memory refresh recovered');
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([1, 2, 3, 4]), WAIT);
+    setUsed([5, 6, 7, 8]);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([5, 6, 7, 8]), WAIT);
+    // The same process reported all three: no nvidia-smi per reading.
+    expect(sampler.pid).toBe(pid);
   });
 
-  it('keeps the last reading when nvidia-smi hangs past the timeout', async () => {
+  it('start is idempotent and close kills the loop for good', async () => {
     const { sampler } = setup();
-    await sampler.refresh();
-    vi.stubEnv('LLMGW_FAKE_NVIDIA_SMI_SLEEP', '600');
-    await sampler.refresh();
+    sampler.start();
+    sampler.start();
+    await vi.waitFor(() => expect(sampler.latest()).toHaveLength(4), WAIT);
+    const pid = sampler.pid as number;
+    sampler.close();
+    await vi.waitFor(() => expect(isRunning(pid)).toBe(false), WAIT);
+    expect(sampler.pid).toBeUndefined();
+    sampler.start();
+    expect(sampler.pid).toBeUndefined();
+  });
+
+  it('keeps the last reading while nvidia-smi fails, logs once with the reason, restarts it and logs the recovery', async () => {
+    const { sampler, lines, messages, setUsed, dir } = setup();
+    sampler.start();
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    // The driver goes away: the loop exits, and every restart fails the same way.
+    rmSync(join(dir, 'query-gpu.csv'));
+    await vi.waitFor(() => expect(messages()).toContain('GPU memory readings stopped; heartbeats repeat the last reading until they resume'), WAIT);
+    const warning = lines.find((l) => l.msg.startsWith('GPU memory readings stopped'));
+    expect(warning?.err).toBe('nvidia-smi exited with code 6: No devices were found');
+    await new Promise((r) => setTimeout(r, 5 * INTERVAL_MS));
     expect(sampler.latest()).toEqual([0, 412, 0, 0]);
+    expect(messages().filter((m) => m.startsWith('GPU memory readings stopped'))).toHaveLength(1);
+    setUsed([1, 2, 3, 4]);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([1, 2, 3, 4]), WAIT);
+    expect(messages()).toContain('GPU memory readings resumed');
+  });
+
+  it('kills a loop that goes silent past the timeout and starts a new one', async () => {
+    const { sampler, lines } = setup({ timeoutMs: 300 });
+    vi.stubEnv('LLMGW_FAKE_NVIDIA_SMI_SLEEP', '600');
+    sampler.start();
+    const hung = sampler.pid as number;
+    await vi.waitFor(() => expect(lines.find((l) => l.msg.startsWith('GPU memory readings stopped'))?.err).toBe('nvidia-smi gave no reading for 400ms'), WAIT);
+    await vi.waitFor(() => expect(isRunning(hung)).toBe(false), WAIT);
+    vi.unstubAllEnvs();
+    vi.stubEnv('LLMGW_FAKE_GPUS', join(GPU_FIXTURES, 'pcie-l40sx4'));
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    expect(sampler.pid).not.toBe(hung);
+  });
+
+  it('says so when nvidia-smi is not installed', async () => {
+    const lines: { msg: string; err?: string }[] = [];
+    const logger = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s)) });
+    const sampler = new GpuMemorySampler({ nvidiaSmi: join(tmp, 'no-such-nvidia-smi'), intervalMs: INTERVAL_MS, timeoutMs: 1000, logger });
+    onTestFinished(() => sampler.close());
+    sampler.start();
+    await vi.waitFor(() => expect(lines[0]?.err).toBe(`${join(tmp, 'no-such-nvidia-smi')} not found`), WAIT);
+    expect(sampler.latest()).toEqual([]);
   });
 
   it('keeps the slot of a GPU that answers with a fault marker', async () => {
     const { sampler, setUsed, dir } = setup();
     setUsed([5, 6]);
-    await sampler.refresh();
+    sampler.start();
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([5, 6]), WAIT);
     writeFileSync(join(dir, 'query-gpu.csv'), 'index, memory.used [MiB]\n0, 7 MiB\n1, [GPU requires reset]\n');
-    await sampler.refresh();
-    expect(sampler.latest()).toEqual([7, 6]);
-  });
-
-  it('shares one refresh between concurrent callers', async () => {
-    const { sampler } = setup();
-    const a = sampler.refresh();
-    const b = sampler.refresh();
-    expect(a).toBe(b);
-    await a;
-    expect(sampler.refresh()).not.toBe(a);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([7, 6]), WAIT);
   });
 });

@@ -17,6 +17,9 @@ Exit 69 when the agent is not running, 77 when the socket refuses you.`;
     'LLMGW_SOCKET=/tmp/agent.sock <%= config.bin %> ctl status',
   ];
 
+  // bin/run.js answers the plain forms (--json, --socket, --config) without
+  // loading oclif, through src/cli/fast-ctl-status.ts, which mirrors these
+  // flags (and ctl-flags.ts): change them together.
   static override flags = { ...ctlFlags };
 
   async run(): Promise<unknown> {

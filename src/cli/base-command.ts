@@ -1,11 +1,12 @@
 import { Command, Errors, Flags, type Interfaces } from '@oclif/core';
-import { ExitCode, LlmgwError } from '../lib/errors.js';
+import { ExitCode } from '../lib/errors.js';
 import { LOG_LEVELS } from '../lib/log-levels.js';
+import { type ErrorReport, errorReport } from './error-report.js';
 
 /**
  * The base of every llmgw command: `--json` (oclif's, printed from the
- * returned value), `--log-level`, and the one place where an error becomes an
- * exit status and a single line on stderr.
+ * returned value), `--log-level`, and where an error becomes an exit status
+ * and a single line on stderr (see errorReport).
  */
 export abstract class BaseCommand extends Command {
   static override enableJsonFlag = true;
@@ -20,27 +21,16 @@ export abstract class BaseCommand extends Command {
   };
 
   override async catch(err: Error & { oclif?: { exit?: number } }): Promise<never> {
-    let exitCode: number;
-    let kind: string;
-    let message = err.message;
-    if (err instanceof LlmgwError) {
-      exitCode = err.exitCode;
-      kind = err.kind;
-    } else if (err instanceof Errors.ExitError) {
-      throw err;
-    } else if (err instanceof Errors.CLIError && err.oclif?.exit === ExitCode.usage) {
-      // Flag and argument parsing errors from oclif.
-      exitCode = ExitCode.usage;
-      kind = 'usage';
-    } else {
-      exitCode = ExitCode.failure;
-      kind = 'failure';
-      // Unexpected: the stack helps a developer, and only with LLMGW_DEBUG.
-      if (process.env.LLMGW_DEBUG) message = err.stack ?? message;
-    }
-    if (this.jsonEnabled()) this.logJson({ error: { kind, message, exitCode } });
-    process.stderr.write(`error: ${message}\n`);
-    return this.exit(exitCode);
+    if (err instanceof Errors.ExitError) throw err;
+    // Flag and argument parsing errors from oclif are usage errors; the rest
+    // are reported as they are without oclif (bin/run.js's fast paths).
+    const report: ErrorReport =
+      err instanceof Errors.CLIError && err.oclif?.exit === ExitCode.usage
+        ? { kind: 'usage', message: err.message, exitCode: ExitCode.usage }
+        : errorReport(err);
+    if (this.jsonEnabled()) this.logJson({ error: report });
+    process.stderr.write(`error: ${report.message}\n`);
+    return this.exit(report.exitCode);
   }
 }
 

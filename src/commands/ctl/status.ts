@@ -17,18 +17,17 @@ Exit 69 when the agent is not running, 77 when the socket refuses you.`;
     'LLMGW_SOCKET=/tmp/agent.sock <%= config.bin %> ctl status',
   ];
 
+  // bin/run.js answers the plain forms (--json, --socket, --config) without
+  // loading oclif, through src/cli/fast-ctl-status.ts, which mirrors these
+  // flags (and ctl-flags.ts): change them together.
   static override flags = { ...ctlFlags };
 
   async run(): Promise<unknown> {
     const { flags } = await this.parse(CtlStatus);
     // Imported here, not above: `--help` and the manifest need none of it.
-    const { resolveCtlPaths } = await import('../../ctl/resolve-ctl-paths.js');
-    const { ctlStatus } = await import('../../ctl/ctl-status.js');
-    const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config });
-    const status = await ctlStatus(socket);
-    if (this.jsonEnabled()) return status;
-    const { renderStatus } = await import('../../ctl/render-status.js');
-    this.log(renderStatus(status, Date.now()));
+    const { runCtlStatus } = await import('../../ctl/run-ctl-status.js');
+    const { status, text } = await runCtlStatus({ socket: flags.socket, configPath: flags.config }, this.jsonEnabled());
+    if (text !== undefined) this.log(text);
     return status;
   }
 }

@@ -1,6 +1,7 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { callUnaryJson } from '../../../src/ctl/call-unary-json.js';
@@ -8,7 +9,7 @@ import type { StatusResponseJson } from '../../../src/gen/llmgw/v1/admin_pb.js';
 import type { AgentMessage } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { findGroup } from '../../../src/lib/find-group.js';
 import { type CtlFixture, NODE_ID, startCtlFixture } from '../../helpers/ctl-fixture.js';
-import { REPO_ROOT, runCli } from '../../helpers/run-cli.js';
+import { type CliResult, REPO_ROOT, runCli } from '../../helpers/run-cli.js';
 
 const ADMIN_GROUP = 'adm';
 // Production beats every 5s; 1s keeps the bound (5×) tight and the test honest on a loaded 2-core machine.
@@ -26,6 +27,19 @@ afterAll(() => fx?.close());
 
 /** Cells of a table row: columns are separated by two spaces or more. */
 const cells = (line: string) => line.trim().split(/\s{2,}/);
+
+/**
+ * bin/run.js answers the plain forms of ctl status without loading oclif;
+ * `--log-level` is a flag it leaves to oclif, so appending it runs the oclif
+ * command with the same meaning.
+ */
+const VIA_OCLIF = ['--log-level', 'warn'];
+
+/** Both ways of running `args`, for output that must not differ, final newline included. */
+async function fastAndOclif(args: string[]): Promise<[CliResult, CliResult]> {
+  const exact = { stripFinalNewline: false };
+  return [await runCli(args, exact), await runCli([...args, ...VIA_OCLIF], exact)];
+}
 
 describe('llmgw ctl status', () => {
   it('prints the node, the control-plane connection, an inventory summary and a table of shards', async () => {
@@ -71,6 +85,22 @@ describe('llmgw ctl status', () => {
         logPath: join(fx.dirs.logDir, 'shards', 's1.log'),
       },
     ]);
+  });
+
+  it('prints the same with and without oclif, as text and as --json', async () => {
+    // Times tick between two calls; in the table, ages (42s, 1m3s) and the
+    // column widths with them.
+    const steady = (s: string) => s.replace(/\d+/g, '#');
+    const steadyTable = (s: string) => steady(s.replace(/\b(\d+[smhd])+\b/g, 'AGE')).replace(/ {2,}/g, '  ');
+    for (const json of [false, true]) {
+      const [fast, oclif] = await fastAndOclif(['ctl', 'status', ...(json ? ['--json'] : []), '--socket', fx.socket]);
+      expect(fast.exitCode).toBe(0);
+      expect(fast.stdout).toContain(NODE_ID);
+      if (json) expect(steady(fast.stdout)).toBe(steady(oclif.stdout));
+      else expect(steadyTable(fast.stdout)).toBe(steadyTable(oclif.stdout));
+      expect(fast.stderr).toBe(oclif.stderr);
+      expect(fast.exitCode).toBe(oclif.exitCode);
+    }
   });
 
   it('finds the socket from LLMGW_SOCKET, and from admin.socket in --config', async () => {
@@ -161,5 +191,48 @@ describe('llmgw ctl status without an agent', () => {
     expect(r.exitCode).toBe(69);
     expect(r.stderr).toContain(`nothing listens on ${sock}`);
     expect(JSON.parse(r.stdout)).toMatchObject({ error: { kind: 'unreachable', exitCode: 69 } });
+  });
+
+  describe('with and without oclif', () => {
+    let root: string;
+    let missing: string;
+    beforeAll(() => {
+      root = mkdtempSync(join(tmpdir(), 'llmgw-no-agent-'));
+      missing = join(root, 'agent.sock');
+    });
+    afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+    it('exits 69 with the same line on stderr, and with --json the same error on stdout', async () => {
+      for (const json of [false, true]) {
+        const [fast, oclif] = await fastAndOclif(['ctl', 'status', ...(json ? ['--json'] : []), '--socket', missing]);
+        expect([fast.exitCode, oclif.exitCode]).toEqual([69, 69]);
+        expect(fast.stderr).toBe(`error: the agent is not running: no socket on ${missing}; check \`systemctl status llmgw-agent\` (or pass --socket / LLMGW_SOCKET if it listens elsewhere)\n`);
+        expect(oclif.stderr).toBe(fast.stderr);
+        expect(fast.stdout).toBe(oclif.stdout);
+        if (json) expect(JSON.parse(fast.stdout)).toEqual({ error: { kind: 'unreachable', message: expect.stringContaining(missing), exitCode: 69 } });
+        else expect(fast.stdout).toBe('');
+      }
+    });
+
+    it('answers without loading oclif at all, which --log-level still loads', async () => {
+      // On exit, @oclif/core (CommonJS) is in the require cache however it was imported.
+      const preload = join(root, 'report-oclif.mjs');
+      writeFileSync(
+        preload,
+        [
+          "import { createRequire } from 'node:module';",
+          'const { cache } = createRequire(import.meta.url);',
+          "const loaded = () => Object.keys(cache).some((p) => p.includes('/@oclif/core/'));",
+          "process.on('exit', () => process.stderr.write('\\n@oclif/core loaded: ' + loaded() + '\\n'));",
+        ].join('\n'),
+      );
+      const env = { NODE_OPTIONS: `--import=${pathToFileURL(preload).href}` };
+      const fast = await runCli(['ctl', 'status', '--socket', missing], { env });
+      expect(fast.exitCode).toBe(69);
+      expect(fast.stderr).toMatch(/\n@oclif\/core loaded: false$/);
+      const oclif = await runCli(['ctl', 'status', '--socket', missing, ...VIA_OCLIF], { env });
+      expect(oclif.exitCode).toBe(69);
+      expect(oclif.stderr).toMatch(/\n@oclif\/core loaded: true$/);
+    });
   });
 });

@@ -1,0 +1,23 @@
+import type { StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
+import { ctlStatus } from './ctl-status.js';
+import { resolveCtlPaths } from './resolve-ctl-paths.js';
+
+export interface CtlStatusOutput {
+  /** What `--json` prints. */
+  status: StatusResponseJson;
+  /** The human form; absent with `--json`, which never needs it. */
+  text?: string;
+}
+
+/**
+ * All of `llmgw ctl status` but parsing and printing: find the socket, ask
+ * the agent, render. Both the oclif command and bin/run.js's fast path (which
+ * answers without loading oclif) call it, so they cannot drift apart.
+ */
+export async function runCtlStatus(where: { socket?: string; configPath?: string }, json: boolean): Promise<CtlStatusOutput> {
+  const { socket } = await resolveCtlPaths(where);
+  const status = await ctlStatus(socket);
+  if (json) return { status };
+  const { renderStatus } = await import('./render-status.js');
+  return { status, text: renderStatus(status, Date.now()) };
+}

@@ -59,18 +59,6 @@ export interface AdoptResultView {
 const PING_FLOOR_MS = 1000;
 /** A session answered and open this long was a working one: its end starts the backoff afresh. */
 const STABLE_SESSION_MS = 5000;
-/** The least time a control plane gets to answer Register, whatever the heartbeat. */
-const REGISTER_TIMEOUT_FLOOR_MS = 2000;
-
-/**
- * How long a new stream may go without a single message from the control
- * plane. Five heartbeats: a control plane answers Register at once, and one
- * that has not after that long is stuck mid-message (garbage on the wire) or
- * not a control plane at all.
- */
-export function registerTimeoutMs(heartbeatIntervalMs: number): number {
-  return Math.max(REGISTER_TIMEOUT_FLOOR_MS, 5 * heartbeatIntervalMs);
-}
 
 /** A profile without startup_timeout gets this long to load (large models take minutes). */
 export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
@@ -209,7 +197,7 @@ export class Agent {
       const result = await runSession({
         transport,
         heartbeatIntervalMs: c.heartbeatIntervalMs,
-        registerTimeoutMs: registerTimeoutMs(c.heartbeatIntervalMs),
+        registerTimeoutMs: c.registerTimeoutMs,
         nextMessageId: () => ++this.messageId,
         signal,
         logger: this.log,

@@ -39,7 +39,8 @@ export interface SessionOptions {
    * The stream fails when the control plane has sent no message this long
    * after it opened. HTTP/2 pings prove the connection, not the stream: a
    * peer that answers pings while the stream carries half a message (or
-   * nothing) would otherwise hold the agent's only stream for ever.
+   * nothing) would otherwise hold the agent's only stream for ever. 0: never,
+   * for a control plane that sends nothing until it has a command.
    */
   registerTimeoutMs: number;
   nextMessageId: () => bigint;
@@ -86,22 +87,32 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
   try {
     if (signal.aborted) return { outcome: { kind: 'stopped' }, established };
     const responses = client.connect(requests, { signal: abort.signal });
+    const establish = () => {
+      if (established || abort.signal.aborted) return;
+      established = true;
+      clearTimeout(unanswered);
+      callbacks.onEstablished();
+    };
+    const registered = outbox.send({ case: 'register', value: callbacks.register() });
     // Failures of individual writes surface as the stream's own error below.
-    outbox.send({ case: 'register', value: callbacks.register() }).catch(() => {});
+    registered.catch(() => {});
     callbacks.onOpen(outbox);
     heartbeats = setInterval(() => {
       outbox.send({ case: 'heartbeat', value: callbacks.heartbeat() }).catch(() => {});
     }, opts.heartbeatIntervalMs);
-    unanswered = setTimeout(() => {
-      abort.abort(new Error(`the control plane sent nothing within ${formatDuration(opts.registerTimeoutMs)} of the stream opening`));
-    }, opts.registerTimeoutMs);
+    if (opts.registerTimeoutMs > 0) {
+      unanswered = setTimeout(() => {
+        abort.abort(
+          new Error(`the control plane sent nothing within ${formatDuration(opts.registerTimeoutMs)} of the stream opening (register_timeout; 0s waits for ever)`),
+        );
+      }, opts.registerTimeoutMs);
+    } else {
+      // Nothing need come back to prove the stream: Register written is the most there is.
+      registered.then(establish, () => {});
+    }
 
     for await (const message of responses) {
-      if (!established) {
-        established = true;
-        clearTimeout(unanswered);
-        callbacks.onEstablished();
-      }
+      establish();
       try {
         callbacks.onControlMessage(message, outbox);
       } catch (err) {

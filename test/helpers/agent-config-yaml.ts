@@ -29,6 +29,8 @@ export interface AgentProcessOptions {
   extraYaml?: string;
   env?: Record<string, string>;
   heartbeat?: string;
+  /** register_timeout; 2s by default. */
+  registerTimeout?: string;
   /** discovery.interval; long by default so tests see one inventory. */
   discoveryInterval?: string;
 }
@@ -42,6 +44,7 @@ export function agentConfigYaml(o: AgentProcessOptions): string {
     `heartbeat_interval: ${o.heartbeat ?? '200ms'}`,
     'reconnect_base: 100ms',
     'reconnect_max: 1s',
+    `register_timeout: ${o.registerTimeout ?? '2s'}`,
     'adopt_ready_timeout: 20s',
     'mgmt_interface: lo',
     'discovery:',

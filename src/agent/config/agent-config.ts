@@ -71,6 +71,8 @@ export interface AgentConfig {
   heartbeatIntervalMs: number;
   reconnectBaseMs: number;
   reconnectMaxMs: number;
+  /** 0: a silent stream is never given up on. */
+  registerTimeoutMs: number;
   adoptReadyTimeoutMs: number;
   tls: TlsConfig;
   discovery: DiscoveryConfig;

@@ -47,6 +47,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'heartbeat_interval', type: 'duration', default: '5s', flag: 'heartbeat-interval', doc: 'How often a heartbeat with fresh GPU memory readings is sent.' },
   { key: 'reconnect_base', type: 'duration', default: '1s', doc: 'First reconnect delay; doubles per failed attempt, with jitter.' },
   { key: 'reconnect_max', type: 'duration', default: '30s', doc: 'Longest reconnect delay.' },
+  { key: 'register_timeout', type: 'duration', default: '30s', doc: 'How long a new stream may carry no message at all from the control plane before it is dropped and retried: a control plane that accepted the stream but is stuck or is not one. The reference control plane acknowledges Register at once. 0s waits for ever, for a control plane that sends nothing until it has a command.' },
   { key: 'adopt_ready_timeout', type: 'duration', default: '60s', doc: 'How long an engine adopted after an agent restart gets to answer its health check. It is reported, never killed, when it does not.' },
   { key: 'tls.cert', type: 'string', default: '', doc: 'Client certificate (PEM) for mutual TLS; needs tls.key and an https:// server.' },
   { key: 'tls.key', type: 'string', default: '', doc: 'Private key (PEM) of tls.cert.' },

@@ -38,21 +38,8 @@ export interface ReconcilerOptions {
   logger: Logger;
 }
 
-interface ShardRecord {
-  shardId: string;
-  replicaId: string;
-  rank: number;
-  nnodes: number;
-  nodeId: string;
-  gpuIndices: number[];
-  httpPort: number;
-  leaderAddr: string;
-  leaderPort: number;
-  generation: number;
-  state: ShardState;
-  error: string;
-  exitCode: number;
-  adopted: boolean;
+/** A shard as the reconciler keeps it: what its view shows (less the derived stateName), and its startup timer. */
+interface ShardRecord extends Omit<ShardView, 'stateName'> {
   startupTimer?: NodeJS.Timeout;
 }
 
@@ -498,23 +485,9 @@ function shardFromRunning(nodeId: string, rs: RunningShard, generation: number):
 }
 
 function shardView(s: ShardRecord): ShardView {
-  return {
-    shardId: s.shardId,
-    replicaId: s.replicaId,
-    rank: s.rank,
-    nnodes: s.nnodes,
-    nodeId: s.nodeId,
-    gpuIndices: [...s.gpuIndices],
-    httpPort: s.httpPort,
-    leaderAddr: s.leaderAddr,
-    leaderPort: s.leaderPort,
-    generation: s.generation,
-    state: s.state,
-    stateName: shardStateName(s.state),
-    adopted: s.adopted,
-    error: s.error,
-    exitCode: s.exitCode,
-  };
+  // Copied without the timer, which is the reconciler's own business.
+  const { startupTimer: _, ...fields } = s;
+  return { ...fields, gpuIndices: [...s.gpuIndices], stateName: shardStateName(s.state) };
 }
 
 /** Where other ranks reach the leader: its management address, else its hostname, else loopback (one-machine clusters). */

@@ -3,20 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import {
-  type AgentMessage,
-  ShardState,
-  type ShardStatus,
-  StartShardSchema,
-  StopShardSchema,
-  DrainShardSchema,
-  type StartShard,
-} from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, ShardState, type ShardStatus, StopShardSchema, DrainShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess, type AgentDirs } from '../helpers/agent-process.js';
 import { freePort, isRunning, processesWritingUnder, until } from '../helpers/engine-processes.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { makeTestCerts } from '../helpers/make-test-certs.js';
 import { runCli } from '../helpers/run-cli.js';
+import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 
 function newDirs(): AgentDirs {
   const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-agent-')));
@@ -24,21 +17,6 @@ function newDirs(): AgentDirs {
   return dirs;
 }
 
-function simStart(shardId: string, port: number, args: string[] = ['--load-time', '200ms']): StartShard {
-  return create(StartShardSchema, {
-    shardId,
-    replicaId: `r-${shardId}`,
-    rank: 0,
-    nnodes: 1,
-    gpuIndices: [0],
-    httpPort: port,
-    profile: { name: 'sim-small', engine: 'sim', model: 'sim/m', servedModelName: 'm', tensorParallelSize: 1, args },
-  });
-}
-
-const isRegister = (m: AgentMessage) => m.msg.case === 'register';
-const shardIs = (id: string, ...states: ShardState[]) => (m: AgentMessage) =>
-  m.msg.case === 'shard' && m.msg.value.shardId === id && states.includes(m.msg.value.state);
 const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;
 
 async function health(port: number): Promise<number> {
@@ -172,7 +150,7 @@ describe('llmgw agent run', () => {
     await cp.waitFor('node-a', isRegister, 20_000);
     const starting = cp.waitFor('node-a', shardIs('s1', ShardState.STARTING), 20_000);
     const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    cp.send('node-a', { case: 'start', value: simStart('s1', port, ['--load-time', '2s']) });
+    cp.send('node-a', { case: 'start', value: simStart('s1', port, { args: ['--load-time', '2s'] }) });
     await starting;
     const refused = cp.waitFor('node-a', (m) => shardIs('s1', ShardState.STARTING)(m) && statusOf(m).error !== '', 10_000);
     cp.send('node-a', { case: 'drain', value: create(DrainShardSchema, { shardId: 's1' }) });

@@ -24,6 +24,27 @@ async function health(port: number): Promise<number> {
   return res.status;
 }
 
+/** A control plane and a real agent registered with it, and a free `port` for a shard. */
+async function registeredAgent() {
+  const plane = await startControlPlane();
+  const { cp, url } = plane;
+  const dirs = newDirs();
+  const port = await freePort();
+  const agent = startAgentProcess({ server: url, dirs });
+  await cp.waitFor('node-a', isRegister, 20_000);
+  return { plane, cp, url, dirs, port, agent };
+}
+
+/** Where most tests here begin: registeredAgent() with sim shard s1 READY on `port`, its engine's pid `pid`. */
+async function agentWithReadyShard() {
+  const started = await registeredAgent();
+  const { cp, port } = started;
+  const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+  cp.send('node-a', { case: 'start', value: simStart('s1', port) });
+  const pid = statusOf(await ready).pid;
+  return { ...started, pid };
+}
+
 describe.each(['connect', 'grpc'] as const)('llmgw agent run over %s', (protocol) => {
   it('registers with its inventory, starts a sim shard to READY and stops it leaving no process', async () => {
     const { cp, url } = await startControlPlane();
@@ -52,14 +73,7 @@ describe.each(['connect', 'grpc'] as const)('llmgw agent run over %s', (protocol
 
 describe('llmgw agent run', () => {
   it('is found again after kill -9: listed in Register, READY soon after start, same pid, one engine', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    const first = startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
-    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
-    const pid = statusOf(await ready).pid;
+    const { cp, url, dirs, port, agent: first, pid } = await agentWithReadyShard();
 
     first.kill('SIGKILL');
     await first.exited;
@@ -82,14 +96,7 @@ describe('llmgw agent run', () => {
   });
 
   it('re-registers with its running shards after the control plane is gone for 10 s; the engine never restarts', async () => {
-    const started = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: started.url, dirs });
-    await started.cp.waitFor('node-a', isRegister, 20_000);
-    const ready = started.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    started.cp.send('node-a', { case: 'start', value: simStart('s1', port) });
-    const pid = statusOf(await ready).pid;
+    const { plane: started, dirs, port, pid } = await agentWithReadyShard();
 
     await started.close();
     await new Promise((r) => setTimeout(r, 10_000));
@@ -102,14 +109,7 @@ describe('llmgw agent run', () => {
   });
 
   it('reports an engine killed from outside as FAILED with its exit code and log tail, and STOPPED once told to stop', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
-    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
-    const pid = statusOf(await ready).pid;
+    const { cp, pid } = await agentWithReadyShard();
 
     const died = cp.waitFor('node-a', shardIs('s1', ShardState.FAILED, ShardState.EXITED), 10_000);
     const killedAt = Date.now();
@@ -128,11 +128,7 @@ describe('llmgw agent run', () => {
   });
 
   it('makes one process of a StartShard repeated 5 times', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
+    const { cp, dirs, port } = await registeredAgent();
     const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
     for (let i = 0; i < 5; i++) cp.send('node-a', { case: 'start', value: simStart('s1', port) });
     await ready;
@@ -143,11 +139,7 @@ describe('llmgw agent run', () => {
   });
 
   it('refuses a drain of a shard still loading without calling it FAILED, and the shard still becomes READY', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
+    const { cp, port } = await registeredAgent();
     const starting = cp.waitFor('node-a', shardIs('s1', ShardState.STARTING), 20_000);
     const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
     cp.send('node-a', { case: 'start', value: simStart('s1', port, { args: ['--load-time', '2s'] }) });
@@ -160,14 +152,7 @@ describe('llmgw agent run', () => {
   });
 
   it('exits at once on SIGTERM and leaves its engines serving', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    const agent = startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
-    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
-    const pid = statusOf(await ready).pid;
+    const { port, agent, pid } = await agentWithReadyShard();
 
     const sentAt = Date.now();
     agent.kill('SIGTERM');

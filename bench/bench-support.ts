@@ -6,13 +6,13 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { create } from '@bufbuild/protobuf';
 import { execa, type ResultPromise } from 'execa';
 import { ControlPlane } from '../src/control/control-plane.js';
-import { type AgentMessage, ShardState, StartShardSchema, type StartShard } from '../src/gen/llmgw/v1/agent_pb.js';
+import { ShardState } from '../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, agentConfigYaml, agentDirs } from '../test/helpers/agent-config-yaml.js';
 import { freePort, killEverything } from '../test/helpers/engine-processes.js';
 import { BIN } from '../test/helpers/run-cli.js';
+import { shardIs, simStart } from '../test/helpers/sim-shards.js';
 
 export { freePort };
 
@@ -100,29 +100,13 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: 
   };
 }
 
-export function simStart(shardId: string, gpu: number, port: number, args: string[] = []): StartShard {
-  return create(StartShardSchema, {
-    shardId,
-    replicaId: `r-${shardId}`,
-    rank: 0,
-    nnodes: 1,
-    gpuIndices: [gpu],
-    httpPort: port,
-    profile: { name: 'sim', engine: 'sim', model: 'sim/m', servedModelName: 'm', tensorParallelSize: 1, args: ['--load-time', '0s', ...args] },
-  });
-}
-
-export const isRegister = (m: AgentMessage) => m.msg.case === 'register';
-export const shardIn = (id: string, ...states: ShardState[]) => (m: AgentMessage) =>
-  m.msg.case === 'shard' && m.msg.value.shardId === id && states.includes(m.msg.value.state);
-
 /** Starts `n` sim shards s0..s(n-1) on GPUs 0..n-1 and waits until all are READY; returns their pids. */
 export async function startShards(cp: ControlPlane, nodeId: string, n: number): Promise<{ ids: string[]; pids: number[]; ports: number[] }> {
   const ids = Array.from({ length: n }, (_, i) => `s${i}`);
   const ports: number[] = [];
   for (let i = 0; i < n; i++) ports.push(await freePort());
-  const ready = ids.map((id) => cp.waitFor(nodeId, shardIn(id, ShardState.READY), 60_000));
-  for (const [i, id] of ids.entries()) cp.send(nodeId, { case: 'start', value: simStart(id, i, ports[i] as number) });
+  const ready = ids.map((id) => cp.waitFor(nodeId, shardIs(id, ShardState.READY), 60_000));
+  for (const [i, id] of ids.entries()) cp.send(nodeId, { case: 'start', value: simStart(id, ports[i] as number, { gpu: i, args: ['--load-time', '0s'] }) });
   const msgs = await Promise.all(ready);
   return { ids, ports, pids: msgs.map((m) => (m.msg.value as { pid: number }).pid) };
 }

@@ -20,17 +20,15 @@ import { ShardState, StopShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
 import { Supervisor } from '../src/agent/supervisor/supervisor.js';
 import { BIN, REPO_ROOT } from '../test/helpers/run-cli.js';
 import { FAKE_NVIDIA_SMI, FIXTURE_SYSFS } from '../test/helpers/agent-config-yaml.js';
+import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
 import {
   cleanup,
   profileAgentsInto,
   controlPlane,
   cpuSeconds,
-  isRegister,
   median,
   newRoot,
   rssMb,
-  shardIn,
-  simStart,
   sleep,
   spawnAgent,
   startShards,
@@ -157,23 +155,23 @@ async function deathReport(adopted: boolean, rounds: number): Promise<number[]> 
   for (let r = 0; r < rounds; r++) {
     const id = `d${r}`;
     const port = await freePort();
-    const ready = cp.waitFor('node-a', shardIn(id, ShardState.READY), 60_000);
-    cp.send('node-a', { case: 'start', value: simStart(id, 0, port) });
+    const ready = cp.waitFor('node-a', shardIs(id, ShardState.READY), 60_000);
+    cp.send('node-a', { case: 'start', value: simStart(id, port, { args: ['--load-time', '0s'] }) });
     let pid = ((await ready).msg.value as { pid: number }).pid;
     if (adopted) {
       agent.kill('SIGKILL');
       await agent.exited;
-      const again = cp.waitFor('node-a', (m) => shardIn(id, ShardState.READY)(m) || (m.msg.case === 'register' && m.msg.value.runningShards.some((s) => s.shardId === id && s.state === ShardState.READY)), 60_000);
+      const again = cp.waitFor('node-a', (m) => shardIs(id, ShardState.READY)(m) || (m.msg.case === 'register' && m.msg.value.runningShards.some((s) => s.shardId === id && s.state === ShardState.READY)), 60_000);
       agent = spawnAgent(url, dirs);
       const m = await again;
       pid = m.msg.case === 'register' ? (m.msg.value.runningShards.find((s) => s.shardId === id)?.pid ?? pid) : pid;
     }
-    const dead = cp.waitFor('node-a', shardIn(id, ShardState.FAILED, ShardState.EXITED), 30_000);
+    const dead = cp.waitFor('node-a', shardIs(id, ShardState.FAILED, ShardState.EXITED), 30_000);
     const t0 = Date.now();
     process.kill(pid, 'SIGKILL');
     await dead;
     out.push(Date.now() - t0);
-    const stopped = cp.waitFor('node-a', shardIn(id, ShardState.STOPPED), 30_000);
+    const stopped = cp.waitFor('node-a', shardIs(id, ShardState.STOPPED), 30_000);
     cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: id }) });
     await stopped;
   }
@@ -376,11 +374,11 @@ async function fig8(): Promise<void> {
     const ids = Array.from({ length: Math.min(8, total - base) }, (_, i) => `w${base + i}`);
     const ports = await Promise.all(ids.map(() => freePort()));
     const a = Date.now();
-    const readies = ids.map((id) => cp.waitFor('node-a', shardIn(id, ShardState.READY, ShardState.FAILED), 60_000));
-    for (const [i, id] of ids.entries()) cp.send('node-a', { case: 'start', value: simStart(id, i, ports[i] as number) });
+    const readies = ids.map((id) => cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 60_000));
+    for (const [i, id] of ids.entries()) cp.send('node-a', { case: 'start', value: simStart(id, ports[i] as number, { gpu: i, args: ['--load-time', '0s'] }) });
     await Promise.all(readies);
     const b = Date.now();
-    const stops = ids.map((id) => cp.waitFor('node-a', shardIn(id, ShardState.STOPPED), 60_000));
+    const stops = ids.map((id) => cp.waitFor('node-a', shardIs(id, ShardState.STOPPED), 60_000));
     for (const id of ids) cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: id }) });
     await Promise.all(stops);
     startMs += b - a;

@@ -3,14 +3,13 @@ import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import type { AgentMessage, Inventory } from '../../src/gen/llmgw/v1/agent_pb.js';
+import type { Inventory } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { listenNotifySocket } from '../helpers/notify-socket.js';
 import { REPO_ROOT } from '../helpers/run-cli.js';
+import { isRegister } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
-
-const isRegister = (m: AgentMessage) => m.msg.case === 'register';
 
 function newDirs() {
   const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-obs-')));

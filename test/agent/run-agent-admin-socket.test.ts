@@ -6,9 +6,9 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { ctlStatus } from '../../src/ctl/ctl-status.js';
 import { type AgentDirs, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { shardIs, simStart } from '../helpers/ctl-fixture.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { BIN, runCli } from '../helpers/run-cli.js';
+import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 
 function newDirs(): AgentDirs {
@@ -17,8 +17,6 @@ function newDirs(): AgentDirs {
   cleanUpEnginesAfterTest(dirs);
   return dirs;
 }
-
-const isRegister = (m: { msg: { case?: string } }) => m.msg.case === 'register';
 
 describe('llmgw agent run and its admin socket', () => {
   it('answers on the socket by the time it first registers', async () => {

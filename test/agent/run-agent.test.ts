@@ -3,20 +3,13 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import {
-  type AgentMessage,
-  ShardState,
-  type ShardStatus,
-  StartShardSchema,
-  StopShardSchema,
-  DrainShardSchema,
-  type StartShard,
-} from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, ShardState, type ShardStatus, StopShardSchema, DrainShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess, type AgentDirs } from '../helpers/agent-process.js';
 import { freePort, isRunning, processesWritingUnder, until } from '../helpers/engine-processes.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { makeTestCerts } from '../helpers/make-test-certs.js';
 import { runCli } from '../helpers/run-cli.js';
+import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 
 function newDirs(): AgentDirs {
   const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-agent-')));
@@ -24,26 +17,32 @@ function newDirs(): AgentDirs {
   return dirs;
 }
 
-function simStart(shardId: string, port: number, args: string[] = ['--load-time', '200ms']): StartShard {
-  return create(StartShardSchema, {
-    shardId,
-    replicaId: `r-${shardId}`,
-    rank: 0,
-    nnodes: 1,
-    gpuIndices: [0],
-    httpPort: port,
-    profile: { name: 'sim-small', engine: 'sim', model: 'sim/m', servedModelName: 'm', tensorParallelSize: 1, args },
-  });
-}
-
-const isRegister = (m: AgentMessage) => m.msg.case === 'register';
-const shardIs = (id: string, ...states: ShardState[]) => (m: AgentMessage) =>
-  m.msg.case === 'shard' && m.msg.value.shardId === id && states.includes(m.msg.value.state);
 const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;
 
 async function health(port: number): Promise<number> {
   const res = await fetch(`http://127.0.0.1:${port}/health`);
   return res.status;
+}
+
+/** A control plane and a real agent registered with it, and a free `port` for a shard. */
+async function registeredAgent() {
+  const plane = await startControlPlane();
+  const { cp, url } = plane;
+  const dirs = newDirs();
+  const port = await freePort();
+  const agent = startAgentProcess({ server: url, dirs });
+  await cp.waitFor('node-a', isRegister, 20_000);
+  return { plane, cp, url, dirs, port, agent };
+}
+
+/** Where most tests here begin: registeredAgent() with sim shard s1 READY on `port`, its engine's pid `pid`. */
+async function agentWithReadyShard() {
+  const started = await registeredAgent();
+  const { cp, port } = started;
+  const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+  cp.send('node-a', { case: 'start', value: simStart('s1', port) });
+  const pid = statusOf(await ready).pid;
+  return { ...started, pid };
 }
 
 describe.each(['connect', 'grpc'] as const)('llmgw agent run over %s', (protocol) => {
@@ -74,14 +73,7 @@ describe.each(['connect', 'grpc'] as const)('llmgw agent run over %s', (protocol
 
 describe('llmgw agent run', () => {
   it('is found again after kill -9: listed in Register, READY soon after start, same pid, one engine', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    const first = startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
-    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
-    const pid = statusOf(await ready).pid;
+    const { cp, url, dirs, port, agent: first, pid } = await agentWithReadyShard();
 
     first.kill('SIGKILL');
     await first.exited;
@@ -104,14 +96,7 @@ describe('llmgw agent run', () => {
   });
 
   it('re-registers with its running shards after the control plane is gone for 10 s; the engine never restarts', async () => {
-    const started = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: started.url, dirs });
-    await started.cp.waitFor('node-a', isRegister, 20_000);
-    const ready = started.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    started.cp.send('node-a', { case: 'start', value: simStart('s1', port) });
-    const pid = statusOf(await ready).pid;
+    const { plane: started, dirs, port, pid } = await agentWithReadyShard();
 
     await started.close();
     await new Promise((r) => setTimeout(r, 10_000));
@@ -124,14 +109,7 @@ describe('llmgw agent run', () => {
   });
 
   it('reports an engine killed from outside as FAILED with its exit code and log tail, and STOPPED once told to stop', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
-    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
-    const pid = statusOf(await ready).pid;
+    const { cp, pid } = await agentWithReadyShard();
 
     const died = cp.waitFor('node-a', shardIs('s1', ShardState.FAILED, ShardState.EXITED), 10_000);
     const killedAt = Date.now();
@@ -150,11 +128,7 @@ describe('llmgw agent run', () => {
   });
 
   it('makes one process of a StartShard repeated 5 times', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
+    const { cp, dirs, port } = await registeredAgent();
     const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
     for (let i = 0; i < 5; i++) cp.send('node-a', { case: 'start', value: simStart('s1', port) });
     await ready;
@@ -165,14 +139,10 @@ describe('llmgw agent run', () => {
   });
 
   it('refuses a drain of a shard still loading without calling it FAILED, and the shard still becomes READY', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
+    const { cp, port } = await registeredAgent();
     const starting = cp.waitFor('node-a', shardIs('s1', ShardState.STARTING), 20_000);
     const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    cp.send('node-a', { case: 'start', value: simStart('s1', port, ['--load-time', '2s']) });
+    cp.send('node-a', { case: 'start', value: simStart('s1', port, { args: ['--load-time', '2s'] }) });
     await starting;
     const refused = cp.waitFor('node-a', (m) => shardIs('s1', ShardState.STARTING)(m) && statusOf(m).error !== '', 10_000);
     cp.send('node-a', { case: 'drain', value: create(DrainShardSchema, { shardId: 's1' }) });
@@ -182,14 +152,7 @@ describe('llmgw agent run', () => {
   });
 
   it('exits at once on SIGTERM and leaves its engines serving', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    const agent = startAgentProcess({ server: url, dirs });
-    await cp.waitFor('node-a', isRegister, 20_000);
-    const ready = cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    cp.send('node-a', { case: 'start', value: simStart('s1', port) });
-    const pid = statusOf(await ready).pid;
+    const { port, agent, pid } = await agentWithReadyShard();
 
     const sentAt = Date.now();
     agent.kill('SIGTERM');

@@ -10,6 +10,7 @@ import { type AgentMessage, type Register, ShardState } from '../../src/gen/llmg
 import { type AgentDirs, type AgentProcess, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { captureLogger, sentCommands } from '../helpers/capture-logger.js';
 import { isRunning, processesWritingUnder, until } from '../helpers/engine-processes.js';
+import { isRegister } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 
 /**
@@ -81,7 +82,6 @@ function newDirs(): AgentDirs {
   return dirs;
 }
 
-const isRegister = (m: AgentMessage) => m.msg.case === 'register';
 const readyStatus = (shardId: string) => (m: AgentMessage) => m.msg.case === 'shard' && m.msg.value.shardId === shardId && m.msg.value.state === ShardState.READY;
 
 function replica(cp: ControlPlane): ReplicaView {

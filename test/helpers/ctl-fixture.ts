@@ -1,32 +1,14 @@
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { create } from '@bufbuild/protobuf';
 import type { ControlPlane } from '../../src/control/control-plane.js';
-import { type AgentMessage, ShardState, type ShardStatus, type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, type AgentProcess, agentDirs, startAgentProcess } from './agent-process.js';
 import { freePort, killEverything } from './engine-processes.js';
+import { isRegister, shardIs, simStart } from './sim-shards.js';
 import { startControlPlane } from './start-control-plane.js';
 
 export const NODE_ID = 'node-a';
-
-/** A sim shard as the control plane would start it (run-agent.test.ts's simStart). */
-export function simStart(shardId: string, port: number, args: string[] = ['--load-time', '200ms'], gpu = 0): StartShard {
-  return create(StartShardSchema, {
-    shardId,
-    replicaId: `r-${shardId}`,
-    rank: 0,
-    nnodes: 1,
-    gpuIndices: [gpu],
-    httpPort: port,
-    profile: { name: 'sim-small', engine: 'sim', model: 'sim/m', servedModelName: 'm', tensorParallelSize: 1, args },
-  });
-}
-
-export const shardIs =
-  (id: string, ...states: ShardState[]) =>
-  (m: AgentMessage) =>
-    m.msg.case === 'shard' && m.msg.value.shardId === id && states.includes(m.msg.value.state);
 
 export interface CtlFixture {
   cp: ControlPlane;
@@ -51,7 +33,7 @@ export async function startCtlFixture(opts: { heartbeat?: string; env?: Record<s
   const root = mkdtempSync(join(tmpdir(), 'llmgw-ctl-'));
   chmodSync(root, 0o755);
   const dirs = agentDirs(root);
-  const registered = started.cp.waitFor(NODE_ID, (m) => m.msg.case === 'register', 20_000);
+  const registered = started.cp.waitFor(NODE_ID, isRegister, 20_000);
   const agent = startAgentProcess({ server: started.url, dirs, nodeId: NODE_ID, heartbeat: opts.heartbeat, env: opts.env });
   const close = async () => {
     await agent.stop();
@@ -77,7 +59,7 @@ export async function startCtlFixture(opts: { heartbeat?: string; env?: Record<s
       // Each shard its own GPU (the fake node has 8): the agent refuses a GPU another shard holds.
       const gpu = nextGpu++ % 8;
       const settled = started.cp.waitFor(NODE_ID, shardIs(id, ShardState.READY, ShardState.FAILED), 30_000);
-      started.cp.send(NODE_ID, { case: 'start', value: simStart(id, port, args, gpu) });
+      started.cp.send(NODE_ID, { case: 'start', value: simStart(id, port, { args, gpu }) });
       const status = (await settled).msg.value as ShardStatus;
       if (status.state !== ShardState.READY) throw new Error(`shard ${id} failed to start: ${status.error}`);
       return { pid: status.pid, port, gpu };

@@ -6,9 +6,10 @@ import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vites
 import type { AdoptResponseJson } from '../../../src/gen/llmgw/v1/admin_pb.js';
 import { ShardState, type ShardStatus } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../../helpers/agent-process.js';
-import { type CtlFixture, NODE_ID, shardIs, simStart, startCtlFixture } from '../../helpers/ctl-fixture.js';
+import { type CtlFixture, NODE_ID, startCtlFixture } from '../../helpers/ctl-fixture.js';
 import { freePort, isRunning, until } from '../../helpers/engine-processes.js';
 import { runCli } from '../../helpers/run-cli.js';
+import { isRegister, shardIs, simStart } from '../../helpers/sim-shards.js';
 
 let fx: CtlFixture;
 let s1: { pid: number };
@@ -48,9 +49,9 @@ async function leaveIdentifiedEngine(id: string): Promise<number> {
   onTestFinished(() => rmSync(dirsB.root, { recursive: true, force: true }));
   cleanUpEnginesAfterTest(dirsB);
   const b = startAgentProcess({ server: fx.url, dirs: dirsB, nodeId: 'node-b' });
-  await fx.cp.waitFor('node-b', (m) => m.msg.case === 'register', 20_000);
+  await fx.cp.waitFor('node-b', isRegister, 20_000);
   const ready = fx.cp.waitFor('node-b', shardIs(id, ShardState.READY), 30_000);
-  fx.cp.send('node-b', { case: 'start', value: simStart(id, await freePort(), undefined, 7) });
+  fx.cp.send('node-b', { case: 'start', value: simStart(id, await freePort(), { gpu: 7 }) });
   const pid = ((await ready).msg.value as ShardStatus).pid;
   b.kill('SIGKILL');
   await b.exited;

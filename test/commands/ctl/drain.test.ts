@@ -1,8 +1,9 @@
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { type CtlFixture, NODE_ID, shardIs, simStart, startCtlFixture } from '../../helpers/ctl-fixture.js';
+import { type CtlFixture, NODE_ID, startCtlFixture } from '../../helpers/ctl-fixture.js';
 import { freePort, until } from '../../helpers/engine-processes.js';
 import { runCli } from '../../helpers/run-cli.js';
+import { shardIs, simStart } from '../../helpers/sim-shards.js';
 
 let fx: CtlFixture;
 const ports: Record<string, number> = {};
@@ -96,7 +97,7 @@ describe('llmgw ctl drain', () => {
 
   it('exits 1 for a shard that is still STARTING, saying why', async () => {
     const starting = fx.cp.waitFor(NODE_ID, shardIs('loading', ShardState.STARTING), 20_000);
-    fx.cp.send(NODE_ID, { case: 'start', value: simStart('loading', await freePort(), ['--load-time', '60s'], 7) });
+    fx.cp.send(NODE_ID, { case: 'start', value: simStart('loading', await freePort(), { args: ['--load-time', '60s'], gpu: 7 }) });
     await starting;
     const r = await runCli(['ctl', 'drain', 'loading', '--socket', fx.socket]);
     expect(r.exitCode).toBe(1);

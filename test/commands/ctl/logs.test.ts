@@ -4,9 +4,10 @@ import { create } from '@bufbuild/protobuf';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { ShardState, StopShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { type CtlFixture, NODE_ID, shardIs, startCtlFixture } from '../../helpers/ctl-fixture.js';
+import { type CtlFixture, NODE_ID, startCtlFixture } from '../../helpers/ctl-fixture.js';
 import { until } from '../../helpers/engine-processes.js';
 import { BIN, runCli } from '../../helpers/run-cli.js';
+import { shardIs } from '../../helpers/sim-shards.js';
 
 let fx: CtlFixture;
 

@@ -3,6 +3,7 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { DrainShardSchema, ShardState, type ShardStatus, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { simStart } from '../../helpers/sim-shards.js';
 import {
   type FaultHarness,
   type Scenario,
@@ -11,7 +12,6 @@ import {
   health,
   isRunning,
   processesWritingUnder,
-  simStart,
   sleep,
   startTraffic,
 } from './fault-harness.js';
@@ -62,7 +62,7 @@ async function restartAndConverge(h: FaultHarness, spec: StartShard): Promise<{ 
 async function bootWithShard(h: FaultHarness, args?: string[]): Promise<{ spec: StartShard; pid: number; port: number }> {
   await h.boot();
   const port = await freePort();
-  const spec = simStart('s1', port, args);
+  const spec = simStart('s1', port, { args });
   const ready = h.waitShard('s1', [S.READY, S.FAILED]);
   h.start(spec);
   const st = await ready;
@@ -96,7 +96,7 @@ export const agentKilledDuringLaunch: Scenario = {
   async run(h) {
     await h.boot();
     const port = await freePort();
-    const spec = simStart('s1', port, ['--load-time', '1s']);
+    const spec = simStart('s1', port, { args: ['--load-time', '1s'] });
     h.start(spec);
     // As soon as the engine exists: the state file may or may not be written yet.
     const deadline = Date.now() + 20_000;
@@ -119,7 +119,7 @@ export const agentKilledWhileLoading: Scenario = {
   async run(h) {
     await h.boot();
     const port = await freePort();
-    const spec = simStart('s1', port, ['--load-time', '2s']);
+    const spec = simStart('s1', port, { args: ['--load-time', '2s'] });
     const starting = h.waitShard('s1', [S.STARTING]);
     h.start(spec);
     const { pid } = await starting;

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { create } from '@bufbuild/protobuf';
 import { DrainShardSchema, ShardState, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { type FaultHarness, type Scenario, freePort, processesWritingUnder, readCmdline, simStart } from './fault-harness.js';
+import { simStart } from '../../helpers/sim-shards.js';
+import { type FaultHarness, type Scenario, freePort, processesWritingUnder, readCmdline } from './fault-harness.js';
 
 /**
  * Bad commands from the control plane. Each is answered with FAILED and a
@@ -138,8 +139,7 @@ export const badControlMessages: Scenario = {
     const model = 'モデル/Llama-3-🦙-ßig';
     const uniReady = h.waitShard('unicode', [S.READY, S.FAILED]);
     h.start(
-      simStart('unicode', uniPort, undefined, (s) => {
-        s.gpuIndices = [1];
+      withSpec(simStart('unicode', uniPort, { gpu: 1 }), (s) => {
         if (s.profile) {
           s.profile.model = model;
           s.profile.servedModelName = model;
@@ -158,8 +158,7 @@ export const badControlMessages: Scenario = {
     const metaPort = await freePort();
     const metaReady = h.waitShard('meta', [S.READY, S.FAILED]);
     h.start(
-      simStart('meta', metaPort, nasty, (s) => {
-        s.gpuIndices = [2];
+      withSpec(simStart('meta', metaPort, { args: nasty, gpu: 2 }), (s) => {
         if (s.profile) s.profile.engine = 'vllm';
       }),
     );

@@ -2,8 +2,9 @@ import assert from 'node:assert/strict';
 import { execa } from 'execa';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { BIN } from '../../helpers/run-cli.js';
+import { simStart } from '../../helpers/sim-shards.js';
 import { type BadControlPlaneKind, startBadControlPlane } from './bad-control-plane.js';
-import { type FaultHarness, NODE, type Scenario, freePort, simStart, sleep, startTraffic, until } from './fault-harness.js';
+import { type FaultHarness, NODE, type Scenario, freePort, sleep, startTraffic, until } from './fault-harness.js';
 
 /**
  * The control plane dies, restarts, hangs, hangs up, or talks nonsense.
@@ -69,7 +70,7 @@ export const controlPlaneRestartedDuringTraffic: Scenario = {
     // Commands flow again on the recovered stream.
     const port2 = await freePort();
     const ready = h.waitShard('s2', [S.READY, S.FAILED]);
-    h.start(simStart('s2', port2, undefined, (s) => { s.gpuIndices = [1]; }));
+    h.start(simStart('s2', port2, { gpu: 1 }));
     const st = await ready;
     assert.equal(S[st.state], 'READY', st.error);
     h.keepsServing('s2', st.pid, port2);

@@ -3,7 +3,8 @@ import { create } from '@bufbuild/protobuf';
 import { DurationSchema } from '@bufbuild/protobuf/wkt';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { VLLM_FIXTURE_YAML } from './control-messages.js';
-import { type Scenario, freePort, health, isRunning, processesWritingUnder, simStart, sleep, until } from './fault-harness.js';
+import { simStart } from '../../helpers/sim-shards.js';
+import { type Scenario, freePort, health, isRunning, processesWritingUnder, sleep, until } from './fault-harness.js';
 
 /**
  * Engines that misbehave: crash over and over, daemonize, or never open
@@ -20,7 +21,7 @@ export const crashLoop: Scenario = {
   async run(h) {
     await h.boot();
     const port = await freePort();
-    const spec = simStart('loop', port, ['--load-time', '10s', '--fail-after', '300ms', '--exit-code', '3']);
+    const spec = simStart('loop', port, { args: ['--load-time', '10s', '--fail-after', '300ms', '--exit-code', '3'] });
     const pids = new Set<number>();
     for (let round = 0; round < 3; round++) {
       const failed = h.waitShard('loop', [S.FAILED, S.READY]);
@@ -50,11 +51,9 @@ export const forkAndExit: Scenario = {
     await h.boot({ extraYaml: VLLM_FIXTURE_YAML });
     const port = await freePort();
     const failed = h.waitShard('forky', [S.FAILED, S.READY]);
-    h.start(
-      simStart('forky', port, ['--fork-and-exit'], (s) => {
-        if (s.profile) s.profile.engine = 'vllm';
-      }),
-    );
+    const forky = simStart('forky', port, { args: ['--fork-and-exit'] });
+    if (forky.profile) forky.profile.engine = 'vllm';
+    h.start(forky);
     const st = await failed;
     assert.equal(S[st.state], 'FAILED');
     assert.match(st.error, /engine exited with code 0 while starting/);
@@ -79,11 +78,9 @@ export const neverOpensPort: Scenario = {
     await h.boot();
     const port = await freePort();
     const failed = h.waitShard('mute', [S.FAILED, S.READY]);
-    h.start(
-      simStart('mute', port, ['--never-ready'], (s) => {
-        if (s.profile) s.profile.startupTimeout = create(DurationSchema, { seconds: 2n });
-      }),
-    );
+    const mute = simStart('mute', port, { args: ['--never-ready'] });
+    if (mute.profile) mute.profile.startupTimeout = create(DurationSchema, { seconds: 2n });
+    h.start(mute);
     const st = await failed;
     assert.equal(S[st.state], 'FAILED');
     assert.match(st.error, /not ready after 2s/);

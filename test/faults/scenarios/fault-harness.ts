@@ -11,11 +11,11 @@ import {
   ShardState,
   type ShardStatus,
   type StartShard,
-  StartShardSchema,
   StopShardSchema,
 } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, agentConfigYaml, agentDirs } from '../../helpers/agent-config-yaml.js';
 import { freePort, isRunning, killEverything, procInfo, processesWritingUnder, until } from '../../helpers/engine-processes.js';
+import { isRegister, shardIs } from '../../helpers/sim-shards.js';
 import { spawnAgentProcess } from '../../helpers/spawn-agent-process.js';
 
 /**
@@ -141,7 +141,7 @@ export class FaultHarness {
   /** Starts a control plane and an agent and waits for the agent to register. */
   async boot(o: { extraYaml?: string } = {}): Promise<Register> {
     if (!this.cpHandle) await this.startControlPlane();
-    const registered = this.cp.waitFor(NODE, (m) => m.msg.case === 'register', 30_000);
+    const registered = this.cp.waitFor(NODE, isRegister, 30_000);
     this.startAgent(o);
     return (await registered).msg.value as Register;
   }
@@ -168,16 +168,16 @@ export class FaultHarness {
 
   /** Resolves with the first status for `shardId` in one of `states` from now on. */
   async waitShard(shardId: string, states: ShardState[], timeoutMs = 30_000): Promise<ShardStatus> {
-    const m = await this.cp.waitFor(NODE, (x) => x.msg.case === 'shard' && x.msg.value.shardId === shardId && states.includes(x.msg.value.state), timeoutMs);
+    const m = await this.cp.waitFor(NODE, shardIs(shardId, ...states), timeoutMs);
     return m.msg.value as ShardStatus;
   }
 
   async waitRegister(timeoutMs = 30_000): Promise<Register> {
-    return (await this.cp.waitFor(NODE, (m) => m.msg.case === 'register', timeoutMs)).msg.value as Register;
+    return (await this.cp.waitFor(NODE, isRegister, timeoutMs)).msg.value as Register;
   }
 
   registrations(): number {
-    return this.cp.messages(NODE).filter((m) => m.msg.case === 'register').length;
+    return this.cp.messages(NODE).filter(isRegister).length;
   }
 
   /** Records an engine that must survive the scenario untouched. */
@@ -306,21 +306,6 @@ export function readCmdline(pid: number): string[] {
   const parts = readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0');
   if (parts.at(-1) === '') parts.pop();
   return parts;
-}
-
-/** A sim shard on one GPU, as the reference control plane would send it. */
-export function simStart(shardId: string, port: number, args: string[] = ['--load-time', '200ms'], tweak?: (s: StartShard) => void): StartShard {
-  const spec = create(StartShardSchema, {
-    shardId,
-    replicaId: `r-${shardId}`,
-    rank: 0,
-    nnodes: 1,
-    gpuIndices: [0],
-    httpPort: port,
-    profile: { name: 'sim-small', engine: 'sim', model: 'sim/m', servedModelName: 'm', tensorParallelSize: 1, args },
-  });
-  tweak?.(spec);
-  return spec;
 }
 
 export async function health(port: number): Promise<number> {

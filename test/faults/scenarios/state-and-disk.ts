@@ -3,7 +3,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ShardState, type ShardStatus } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { type FaultHarness, type Scenario, freePort, isRunning, processesWritingUnder, simStart, sleep } from './fault-harness.js';
+import { simStart } from '../../helpers/sim-shards.js';
+import { type FaultHarness, type Scenario, freePort, isRunning, processesWritingUnder, sleep } from './fault-harness.js';
 
 /**
  * The state directory and the disks under it go bad: state files that
@@ -39,7 +40,7 @@ function fill(dir: string): string {
 async function startReady(h: FaultHarness, id: string, gpu: number, args?: string[]): Promise<{ pid: number; port: number }> {
   const port = await freePort();
   const ready = h.waitShard(id, [S.READY, S.FAILED]);
-  h.start(simStart(id, port, args, (s) => { s.gpuIndices = [gpu]; }));
+  h.start(simStart(id, port, { args, gpu }));
   const st = await ready;
   assert.equal(S[st.state], 'READY', `${id}: ${st.error}`);
   return { pid: st.pid, port };
@@ -158,7 +159,7 @@ export const readOnlyStateDir: Scenario = {
 
     const refused = h.waitShard('after', [S.FAILED, S.STARTING, S.READY]);
     h.expectFailed.add('after');
-    h.start(simStart('after', await freePort(), undefined, (s) => { s.gpuIndices = [1]; }));
+    h.start(simStart('after', await freePort(), { gpu: 1 }));
     const st = await refused;
     assert.equal(S[st.state], 'FAILED');
     assert.match(st.error, /read-only file system/);
@@ -213,14 +214,14 @@ export const fullDiskUnderLogs: Scenario = {
     // One shard serving and logging fast, so the disk fills under it and rotation fails.
     const port = await freePort();
     const first = h.waitShard('chatty', [S.READY, S.FAILED]);
-    h.start(simStart('chatty', port, ['--load-time', '100ms', '--log-rate', '2000']));
+    h.start(simStart('chatty', port, { args: ['--load-time', '100ms', '--log-rate', '2000'] }));
     const st = await first;
     assert.ok(st.state === S.READY || st.error !== '', 'chatty ended without a reason');
     mkdirSync(join(h.dirs.logDir, 'shards'), { recursive: true });
     fill(h.dirs.logDir);
     // A start with the disk already full.
     const second = h.waitShard('late', [S.READY, S.FAILED]);
-    h.start(simStart('late', await freePort(), undefined, (s) => { s.gpuIndices = [1]; }));
+    h.start(simStart('late', await freePort(), { gpu: 1 }));
     const late = await second;
     assert.ok(late.state === S.READY || late.error !== '', 'late ended without a reason');
     await sleep(2500); // a log-rotation check or two on the full disk

@@ -319,13 +319,16 @@ async function fig7(): Promise<void> {
   };
   const rotating = supervisedBy('rotating', 64 * 1024 ** 2);
   const unrotated = supervisedBy('unrotated', 2 ** 50);
+  // A file in RAM (tmpfs), where there is no disk or journal: what any file costs over /dev/null.
+  const ramLog = existsSync('/dev/shm') ? join('/dev/shm', `llmgw-bench-${process.pid}.log`) : join(dirs.root, 'ram.log');
   const kinds = {
     devNull: (i: number) => direct(openSync('/dev/null', 'w'), join(dirs.root, `null-${i}`)),
+    ramFile: (i: number) => direct(openSync(ramLog, 'a'), join(dirs.root, `ram-${i}`)),
     plainFile: (i: number) => direct(openSync(join(dirs.root, 'plain.log'), 'a'), join(dirs.root, `plain-${i}`)),
     unrotated: unrotated.run,
     rotating: rotating.run,
   };
-  const lines: Record<keyof typeof kinds, number[]> = { devNull: [], plainFile: [], unrotated: [], rotating: [] };
+  const lines: Record<keyof typeof kinds, number[]> = { devNull: [], ramFile: [], plainFile: [], unrotated: [], rotating: [] };
   const order = Object.keys(kinds) as (keyof typeof kinds)[];
   // Interleaved run by run, so that load on this shared machine falls on all
   // alike; in a rotating order, each after a `sync` with the logs of the run
@@ -333,7 +336,7 @@ async function fig7(): Promise<void> {
   // writeback of its dirty pages (it once made the supervisor look 12 % slower).
   for (let i = 0; i < runs; i++) {
     for (let k = 0; k < order.length; k++) {
-      rmSync(join(dirs.root, 'plain.log'), { force: true });
+      for (const file of [join(dirs.root, 'plain.log'), ramLog]) rmSync(file, { force: true });
       for (const dir of [rotating.logDir, unrotated.logDir]) rmSync(join(dir, 'shards'), { recursive: true, force: true });
       spawnSync('sync');
       const kind = order[(i + k) % order.length] as keyof typeof kinds;
@@ -342,13 +345,14 @@ async function fig7(): Promise<void> {
   }
   rotating.close();
   unrotated.close();
+  rmSync(ramLog, { force: true });
   const ref = median(lines.devNull);
   const rate = (n: number) => `${(n / seconds / 1e6).toFixed(2)} M lines/s`;
   const vsRef = (xs: number[]) => `${rate(median(xs))} (${(median(xs) / ref).toFixed(2)}x)`;
   const ratio = median(lines.rotating) / ref;
   rows.push({ figure: '7 engine logging flat out through the log file (rotation on)', measured: vsRef(lines.rotating), reference: `/dev/null: ${rate(ref)}`, target: '>= 0.9x', met: ratio >= 0.9 });
   notes.push(
-    `7 medians of ${runs} interleaved runs of ${seconds} s, beside /dev/null: the same writer appending to a plain file on the same disk, no supervisor, ${vsRef(lines.plainFile)}; through the supervisor with rotation off, ${vsRef(lines.unrotated)}; with rotation at 64 MiB, ${vsRef(lines.rotating)}`,
+    `7 medians of ${runs} interleaved runs of ${seconds} s, beside /dev/null: the same writer appending to a file in RAM (tmpfs), no supervisor, ${vsRef(lines.ramFile)}; to a plain file on the log's disk, ${vsRef(lines.plainFile)}; through the supervisor with rotation off, ${vsRef(lines.unrotated)}; with rotation at 64 MiB, ${vsRef(lines.rotating)}`,
   );
 }
 

@@ -28,12 +28,15 @@ const MAX_REASON_CHARS = 200;
  *
  * One process for the agent's life instead of one per heartbeat: starting
  * nvidia-smi initialises NVML for every GPU, which costs far more than a
- * reading, and the agent paid for a fork per heartbeat besides: with it the
- * agent's CPU at a 1 s heartbeat went from 1.38 % to 0.27 % (bench/RESULTS.md,
- * figure 5b).
+ * reading, and the agent paid for a fork per heartbeat besides. The change
+ * took the agent's CPU at a 1 s heartbeat from 1.38 % to 0.70 %
+ * (bench/RESULTS.md, figure 5b).
  *
  * A loop that exits, cannot start, or goes silent for longer than the timeout
  * is killed and started again with backoff (interval doubling to a minute).
+ * The next one starts only once the last has exited, so an nvidia-smi stuck
+ * in the kernel (a wedged driver ignores even SIGKILL) is never joined by
+ * another.
  * Meanwhile heartbeats repeat the last reading; the failure is logged once,
  * and so is the recovery, so the log says when readings were stale. If the
  * agent dies without closing the sampler, nvidia-smi's next write to the

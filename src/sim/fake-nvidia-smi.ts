@@ -26,6 +26,8 @@
  *   LLMGW_FAKE_NVIDIA_SMI_SLEEP   seconds to hang before answering.
  *   LLMGW_FAKE_NVIDIA_SMI_EXIT    fail every call with this exit code, as
  *                                 nvidia-smi does without a working driver.
+ *   LLMGW_FAKE_NVIDIA_SMI_LOOP_SILENT  in loop mode, print nothing, as a
+ *                                 tool whose piped output sits in a buffer.
  */
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
@@ -207,6 +209,10 @@ async function main(): Promise<void> {
   }
   if (!(intervalMs > 0)) {
     process.stdout.write(BAD_ARGS, () => process.exit(2));
+    return;
+  }
+  if (process.env.LLMGW_FAKE_NVIDIA_SMI_LOOP_SILENT) {
+    setInterval(() => {}, MAX_SLEEP_MS);
     return;
   }
   // A reader that went away ends the loop, as SIGPIPE ends nvidia-smi's.

@@ -18,6 +18,12 @@ export const MIN_GPU_MEMORY_INTERVAL_MS = 1000;
 
 /** The longest wait between attempts to start a failing nvidia-smi. */
 const MAX_RESTART_DELAY_MS = 60_000;
+/**
+ * Loops killed for silence without a single reading, in a row, after which
+ * nvidia-smi is taken not to report in loop mode at all (one whose output
+ * sits in a buffer until it fills, say) and is run once per interval instead.
+ */
+const SILENT_LOOPS_BEFORE_ONE_SHOT = 3;
 /** A line of output kept as the reason of a failure: nvidia-smi explains itself in one. */
 const MAX_REASON_CHARS = 200;
 
@@ -41,7 +47,8 @@ const MAX_REASON_CHARS = 200;
  * and so is the recovery, so the log says when readings were stale. If the
  * agent dies without closing the sampler, nvidia-smi's next write to the
  * dead pipe ends it (SIGPIPE): no loop outlives its agent by more than an
- * interval.
+ * interval. Should loops keep going silent without a single reading,
+ * nvidia-smi is run once per interval instead, and the log says so.
  */
 export class GpuMemorySampler {
   readonly #opts: GpuMemorySamplerOptions;
@@ -59,6 +66,11 @@ export class GpuMemorySampler {
   #watchdog: NodeJS.Timeout | undefined;
   #restartTimer: NodeJS.Timeout | undefined;
   #closed = false;
+  /** Readings the running nvidia-smi has given. */
+  #readingsThisRun = 0;
+  #silentLoopsInARow = 0;
+  /** One `--query-gpu` per interval instead of a loop: see SILENT_LOOPS_BEFORE_ONE_SHOT. */
+  #oneShot = false;
 
   constructor(opts: GpuMemorySamplerOptions) {
     this.#opts = opts;
@@ -70,7 +82,7 @@ export class GpuMemorySampler {
     return [...this.#latest];
   }
 
-  /** The pid of the running nvidia-smi loop, if one runs. */
+  /** The pid of the running nvidia-smi, if one runs. */
   get pid(): number | undefined {
     return this.#child?.pid;
   }
@@ -94,7 +106,8 @@ export class GpuMemorySampler {
   }
 
   #spawn(): void {
-    const args = ['--query-gpu=index,memory.used', '--format=csv,noheader,nounits', `--loop-ms=${this.#opts.intervalMs}`];
+    const args = ['--query-gpu=index,memory.used', '--format=csv,noheader,nounits'];
+    if (!this.#oneShot) args.push(`--loop-ms=${this.#opts.intervalMs}`);
     // Its own process group, killed whole: a wrapper script named nvidia-smi
     // (a container shim) must not leave the real one behind.
     const child = spawn(this.#opts.nvidiaSmi, args, {
@@ -111,12 +124,18 @@ export class GpuMemorySampler {
     this.#startedAtMs = Date.now();
     this.#killReason = undefined;
     this.#lastOutput = '';
+    this.#readingsThisRun = 0;
     child.on('error', (err) => {
       const code = errnoCode(err);
       const reason = code === 'ENOENT' ? `${this.#opts.nvidiaSmi} not found` : code === 'EACCES' ? `${this.#opts.nvidiaSmi} is not executable` : err.message;
       this.#gone(child, reason);
     });
-    child.on('exit', (code, signal) => {
+    // 'close', not 'exit': only then has all its output been read.
+    child.on('close', (code, signal) => {
+      if (code === 0 && this.#oneShot && this.#readingsThisRun > 0 && !this.#killReason) {
+        this.#answered(child);
+        return;
+      }
       const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
       this.#gone(child, `nvidia-smi ${how}${this.#lastOutput ? `: ${this.#lastOutput}` : ''}`);
     });
@@ -147,6 +166,8 @@ export class GpuMemorySampler {
     for (let i = this.#latest.length; i < index; i++) this.#latest[i] = 0;
     this.#latest[index] = mb ?? this.#latest[index] ?? 0;
     this.#lastReadingAtMs = Date.now();
+    this.#readingsThisRun++;
+    this.#silentLoopsInARow = 0;
     this.#failuresInARow = 0;
     if (this.#failing) this.#log.info('GPU memory readings resumed');
     this.#failing = false;
@@ -162,18 +183,40 @@ export class GpuMemorySampler {
     killGroup(child);
   }
 
+  /** A one-shot nvidia-smi answered: the next one runs an interval later. */
+  #answered(child: ChildProcess): void {
+    if (child !== this.#child) return;
+    this.#child = undefined;
+    if (this.#closed) return;
+    this.#restartAfter(this.#opts.intervalMs);
+  }
+
   /** The loop ended (or never started): say so once, and start it again after a backoff. */
   #gone(child: ChildProcess, reason: string): void {
     if (child !== this.#child) return; // already handled, or closed
     this.#child = undefined;
     killGroup(child); // a wrapper's children, if the wrapper alone exited
     if (this.#closed) return;
+    if (!this.#oneShot && this.#killReason && this.#readingsThisRun === 0) {
+      this.#silentLoopsInARow++;
+      if (this.#silentLoopsInARow >= SILENT_LOOPS_BEFORE_ONE_SHOT) {
+        this.#oneShot = true;
+        this.#log.warn(
+          { err: this.#killReason, loops: this.#silentLoopsInARow },
+          'nvidia-smi gave no reading in loop mode; running it once per interval instead',
+        );
+      }
+    }
     if (!this.#failing) {
       this.#log.warn({ err: this.#killReason ?? reason }, 'GPU memory readings stopped; heartbeats repeat the last reading until they resume');
     }
     this.#failing = true;
     const delayMs = Math.min(MAX_RESTART_DELAY_MS, this.#opts.intervalMs * 2 ** this.#failuresInARow);
     this.#failuresInARow++;
+    this.#restartAfter(delayMs);
+  }
+
+  #restartAfter(delayMs: number): void {
     this.#restartTimer = setTimeout(() => {
       this.#restartTimer = undefined;
       if (!this.#closed) this.#spawn();

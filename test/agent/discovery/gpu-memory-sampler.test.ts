@@ -90,6 +90,23 @@ describe('GpuMemorySampler', () => {
     expect(sampler.pid).not.toBe(hung);
   });
 
+  it('runs nvidia-smi once per interval when its loop never reports, and says so', async () => {
+    const { sampler, messages, setUsed } = setup({ timeoutMs: 100 });
+    vi.stubEnv('LLMGW_FAKE_NVIDIA_SMI_LOOP_SILENT', '1');
+    sampler.start();
+    await vi.waitFor(() => expect(messages()).toContain('nvidia-smi gave no reading in loop mode; running it once per interval instead'), WAIT);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    setUsed([1, 2, 3, 4]);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([1, 2, 3, 4]), WAIT);
+    // One process per reading now, each gone when it has answered.
+    const pids = new Set<number>();
+    await vi.waitFor(() => {
+      if (sampler.pid) pids.add(sampler.pid);
+      expect(pids.size).toBeGreaterThanOrEqual(2);
+    }, WAIT);
+    expect(messages().filter((m) => m.startsWith('GPU memory readings stopped'))).toHaveLength(1);
+  });
+
   it('says so when nvidia-smi is not installed', async () => {
     const lines: { msg: string; err?: string }[] = [];
     const logger = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s)) });

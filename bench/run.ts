@@ -227,6 +227,10 @@ async function fig5(): Promise<void> {
     samples.push(rssMb(agent.pid));
   }
   const cpuPct = ((cpuSeconds(agent.pid) - cpu0) / seconds) * 100;
+  const memory = memoryKinds(agent.pid);
+  notes.push(
+    `5a of the agent's RSS at the end: ${memory.sharedClean.toFixed(1)} MB clean file pages shared with every other node process (the node binary and its libraries), ${memory.anonymous.toFixed(1)} MB of its own (heap, stacks)`,
+  );
   if (loop) notes.push(`5b the nvidia-smi loop beside the agent (the fake, a Node process): ${(((cpuSeconds(loop) - loopCpu0) / seconds) * 100).toFixed(2)} % CPU`);
   const maxRss = Math.max(...samples);
   rows.push({ figure: `5a agent RSS over ${seconds} s, 8 shards, heartbeat 1 s`, measured: `max ${maxRss.toFixed(1)} MB`, reference: `idle node: ${idleMb.toFixed(1)} MB`, target: '<= 80 MB', met: maxRss <= 80 });
@@ -259,6 +263,13 @@ async function fig5(): Promise<void> {
     met: growth < 5,
   });
   notes.push(`5c RSS at each tenth of the heartbeats (MB): ${marks.map((x) => x.toFixed(1)).join(', ')}`);
+}
+
+/** Where a process's resident memory is, from /proc/<pid>/smaps_rollup, in MB. */
+function memoryKinds(pid: number): { sharedClean: number; anonymous: number } {
+  const text = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+  const kb = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? Number.NaN);
+  return { sharedClean: kb('Shared_Clean') / 1024, anonymous: kb('Anonymous') / 1024 };
 }
 
 async function fig6(): Promise<void> {

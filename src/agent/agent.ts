@@ -138,9 +138,12 @@ export class Agent {
     return this.opts.supervisor.tailLog(id, lines);
   }
 
-  /** A supervised shard's new log lines; ends when it is removed, on `signal`, or when the agent stops. */
-  followLog(id: string, signal: AbortSignal): AsyncIterable<string[]> {
-    return this.opts.supervisor.followLog(id, signal);
+  /**
+   * A supervised shard's last `backlogLines` log lines (the first batch), then
+   * its new ones; ends when it is removed, on `signal`, or when the agent stops.
+   */
+  followLog(id: string, signal: AbortSignal, backlogLines = 0): AsyncIterable<string[]> {
+    return this.opts.supervisor.followLog(id, signal, backlogLines);
   }
 
   /** Requests a shard's engine is working on; undefined when it cannot tell. */

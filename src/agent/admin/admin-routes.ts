@@ -68,25 +68,24 @@ async function* streamLogs(backend: AdminBackend, req: LogsRequest, ctx: Handler
   requireShardId(req.shardId);
   if (!backend.shard(req.shardId)) throw unknownShardError(req.shardId, backend.nodeId, backend.shards());
   if (req.lines < 0) throw new ConnectError(`lines must be 0 or more, got ${req.lines}`, Code.InvalidArgument);
-  // The follow takes its starting point before the tail is read, so that a
-  // line written in between shows twice rather than never (both reads go
-  // through the thread pool, so this is near certain, not guaranteed).
+  const lines = req.lines === 0 ? DEFAULT_LOG_LINES : req.lines;
+  // With follow, the tail is the follow's first batch, read at the same point
+  // the follow starts from: no line shows twice or goes missing in between.
   const stop = new AbortController();
-  const follow = req.follow ? backend.followLog(req.shardId, AbortSignal.any([ctx.signal, stop.signal]))[Symbol.asyncIterator]() : undefined;
-  const first = follow?.next();
-  // Handled here as well as awaited below: if the tail fails first, a rejected
-  // follow must not become an unhandled rejection that takes the agent down.
-  first?.catch(() => {});
+  const follow = req.follow ? backend.followLog(req.shardId, AbortSignal.any([ctx.signal, stop.signal]), lines)[Symbol.asyncIterator]() : undefined;
   try {
-    const tail = await backend.tailLog(req.shardId, req.lines === 0 ? DEFAULT_LOG_LINES : req.lines);
+    const first = follow ? await follow.next() : undefined;
+    const tail = follow ? (first?.done ? [] : (first?.value ?? [])) : await backend.tailLog(req.shardId, lines);
     for (let i = 0; i < tail.length; i += LOG_LINES_PER_MESSAGE) {
       yield create(LogsResponseSchema, { lines: tail.slice(i, i + LOG_LINES_PER_MESSAGE) });
     }
-    if (!follow || !first) return;
-    // Something goes out now even for an empty log, so the client knows the follow has started.
-    if (tail.length === 0) yield create(LogsResponseSchema, { lines: [] });
-    for (let next = await first; !next.done; next = await follow.next()) {
-      if (next.value.length > 0) yield create(LogsResponseSchema, { lines: next.value });
+    if (!follow) return;
+    if (!first?.done) {
+      // Something goes out now even for an empty log, so the client knows the follow has started.
+      if (tail.length === 0) yield create(LogsResponseSchema, { lines: [] });
+      for (let next = await follow.next(); !next.done; next = await follow.next()) {
+        if (next.value.length > 0) yield create(LogsResponseSchema, { lines: next.value });
+      }
     }
     // A follow ends quietly both when the shard is removed and when the agent
     // stops; the client must not be told "removed" for the second.

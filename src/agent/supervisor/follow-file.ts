@@ -2,6 +2,7 @@ import { open, stat } from 'node:fs/promises';
 import { StringDecoder } from 'node:string_decoder';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { rotatedLogPath } from './rotate-log.js';
+import { completeLinesEnd, tailFile } from './tail-file.js';
 
 /** How often a followed file is looked at. Polling, because fs.watch loses track across truncation. */
 export const FOLLOW_POLL_MS = 250;
@@ -12,6 +13,13 @@ export interface FollowFileOptions {
   /** Checked every poll; when true the rest of the file is read and the follow ends. */
   isDone: () => boolean;
   pollMs?: number;
+  /**
+   * Lines already in the file to start with: the first batch is always the
+   * last `backlogLines` complete lines (possibly none), and what follows
+   * starts right after them. One snapshot for both, so no line is shown twice
+   * or missed between them; a line still being written comes whole, later.
+   */
+  backlogLines?: number;
 }
 
 async function inode(path: string): Promise<number | undefined> {
@@ -35,9 +43,10 @@ async function readRange(path: string, from: number, to: number): Promise<Buffer
 }
 
 /**
- * Lines appended to `path` from now on, in batches, across rotation: when the
- * file is copied to `<path>.1` and truncated, what was written since the last
- * read is taken from the copy, then reading restarts at the top of the file.
+ * Lines appended to `path` from now on (after a backlog, if asked), in
+ * batches, across rotation: when the file is copied to `<path>.1` and
+ * truncated, what was written since the last read is taken from the copy,
+ * then reading restarts at the top of the file.
  */
 export async function* followFile(path: string, opts: FollowFileOptions): AsyncGenerator<string[]> {
   const pollMs = opts.pollMs ?? FOLLOW_POLL_MS;
@@ -54,6 +63,15 @@ export async function* followFile(path: string, opts: FollowFileOptions): AsyncG
     // Not there yet; everything written once it appears is new.
   }
   let rotatedIno = await inode(rotated);
+  if (opts.backlogLines !== undefined && opts.backlogLines > 0) {
+    let backlog: string[] = [];
+    if (ino !== undefined) {
+      const end = await completeLinesEnd(path, pos);
+      backlog = await tailFile(path, opts.backlogLines, end);
+      pos = end;
+    }
+    yield backlog;
+  }
 
   const take = (buf: Buffer): string[] => {
     const text = partial + decoder.write(buf);

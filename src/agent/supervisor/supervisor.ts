@@ -659,10 +659,15 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     return tailFile(this.logPathFor(shardId), lines);
   }
 
-  /** New log lines as they are written, across rotation; ends when the shard is removed, on `signal`, or on close(). */
-  async *followLog(shardId: string, signal: AbortSignal): AsyncIterable<string[]> {
+  /**
+   * New log lines as they are written, across rotation, after the last
+   * `backlogLines` already written (the first batch); ends when the shard is
+   * removed, on `signal`, or on close().
+   */
+  async *followLog(shardId: string, signal: AbortSignal, backlogLines = 0): AsyncIterable<string[]> {
     const rec = this.mustGet(shardId);
     yield* followFile(rec.logPath, {
+      backlogLines,
       signal: AbortSignal.any([signal, this.closing.signal]),
       isDone: () => this.shards.get(shardId) !== rec || this.closing.signal.aborted,
     });

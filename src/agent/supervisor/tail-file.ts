@@ -10,10 +10,11 @@ const CHUNK_BYTES = 64 * 1024;
 export const TAIL_MAX_BYTES = 16 * 1024 * 1024;
 
 /**
- * The last `lines` lines of a file, read backwards from its end in chunks, so
- * a 1 GiB log costs what a 1 KiB one does. A missing file has no lines.
+ * The last `lines` lines of a file, read backwards from its end (or from
+ * `endAt`, if that comes first) in chunks, so a 1 GiB log costs what a 1 KiB
+ * one does. A missing file has no lines.
  */
-export async function tailFile(path: string, lines: number): Promise<string[]> {
+export async function tailFile(path: string, lines: number, endAt = Number.POSITIVE_INFINITY): Promise<string[]> {
   if (lines <= 0) return [];
   let fh: Awaited<ReturnType<typeof open>>;
   try {
@@ -23,7 +24,7 @@ export async function tailFile(path: string, lines: number): Promise<string[]> {
     throw err;
   }
   try {
-    const size = (await fh.stat()).size;
+    const size = Math.min((await fh.stat()).size, endAt);
     const chunks: Buffer[] = [];
     let pos = size;
     let newlines = 0;
@@ -49,6 +50,29 @@ export async function tailFile(path: string, lines: number): Promise<string[]> {
     if (text === '' && size === 0) return [];
     const all = text.split('\n');
     return all.slice(Math.max(0, all.length - lines));
+  } finally {
+    await fh.close();
+  }
+}
+
+/**
+ * Where the last complete line before `before` ends: the offset just past its
+ * newline, 0 when there is none. A line with no newline within TAIL_MAX_BYTES
+ * is given up on: `before` comes back.
+ */
+export async function completeLinesEnd(path: string, before: number): Promise<number> {
+  const fh = await open(path, 'r');
+  try {
+    let pos = before;
+    while (pos > 0 && before - pos < TAIL_MAX_BYTES) {
+      const len = Math.min(CHUNK_BYTES, pos);
+      pos -= len;
+      const buf = Buffer.alloc(len);
+      const { bytesRead } = await fh.read(buf, 0, len, pos);
+      const nl = buf.subarray(0, bytesRead).lastIndexOf(0x0a);
+      if (nl !== -1) return pos + nl + 1;
+    }
+    return pos === 0 ? 0 : before;
   } finally {
     await fh.close();
   }

@@ -77,24 +77,14 @@ export interface WaitReadyOptions {
 
 type DeathInfo = { known: true; code: number | null; signal: NodeJS.Signals | null } | { known: false; reason: string };
 
-/** Everything the supervisor knows about one shard. Snapshots are copies of it. */
-interface ShardRecord {
-  shardId: string;
-  replicaId: string;
-  spec: StartShard;
-  state: ShardState;
-  pid: number;
+/**
+ * Everything the supervisor knows about one shard: what a snapshot shows
+ * (`running` is derived from `dead`), and what only the supervisor needs.
+ */
+interface ShardRecord extends Omit<ShardSnapshot, 'running'> {
   pgid: number;
   identity: ProcessIdentity;
-  adopted: boolean;
-  servesHttp: boolean;
   inFlightMetric: string;
-  error: string;
-  exitCode: number | null;
-  signal: string | null;
-  lastOutput: string[];
-  startedAtMs: number;
-  logPath: string;
   statePath: string;
   /** Our own child: its exit event tells us at once, with the status. */
   child?: ChildProcess;

@@ -48,7 +48,10 @@ const quick = args.includes('--quick');
 const onlyArg = args[args.indexOf('--only') + 1];
 const only = args.includes('--only') && onlyArg ? new Set(onlyArg.split(',')) : undefined;
 const profileDir = args.includes('--cpu-prof') ? args[args.indexOf('--cpu-prof') + 1] : undefined;
-if (args.includes('--cpu-prof') && !profileDir) throw new Error('--cpu-prof needs a directory: --cpu-prof /tmp/prof');
+if (args.includes('--cpu-prof') && (!profileDir || profileDir.startsWith('--'))) {
+  process.stderr.write('error: --cpu-prof needs a directory, e.g. --cpu-prof /tmp/prof\n');
+  process.exit(2);
+}
 if (profileDir) profileAgentsInto(resolve(profileDir));
 const rows: Row[] = [];
 const notes: string[] = [];

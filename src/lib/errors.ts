@@ -40,13 +40,8 @@ export const usageError = (message: string) => new LlmgwError('usage', message);
 export const failure = (message: string, options?: { cause?: unknown }) =>
   new LlmgwError('failure', message, options);
 
-/** The errno code of a Node system error, if it is one. */
-export function errnoCode(err: unknown): string | undefined {
-  if (err && typeof err === 'object' && 'code' in err && typeof err.code === 'string') {
-    return err.code;
-  }
-  return undefined;
-}
+/** @deprecated import from './errno.js'; kept while callers move. */
+export { errnoCode } from './errno.js';
 
 /** The message of anything thrown, for logs and one-line reports. */
 export function errorMessage(err: unknown): string {

@@ -1,5 +1,4 @@
 import { clone, create, equals } from '@bufbuild/protobuf';
-import type { Duration } from '@bufbuild/protobuf/wkt';
 import { ConnectError } from '@connectrpc/connect';
 import {
   type ControlMessage,
@@ -9,29 +8,28 @@ import {
   RegisterSchema,
   ShardState,
   type ShardStatus,
-  ShardStatusSchema,
   type StartShard,
   type StopShard,
   FabricAttachmentSchema,
 } from '../gen/llmgw/v1/agent_pb.js';
-import { errorMessage, failure } from '../lib/errors.js';
+import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { resolveHostname, resolveMgmtAddr } from '../lib/node-identity.js';
-import { readProcStat } from '../lib/proc-stat.js';
-import { assertShardId, isValidShardId } from '../lib/shard-id.js';
+import { isValidShardId } from '../lib/shard-id.js';
+import { isTerminal } from '../lib/shard-states.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionPhase, ConnectionStatus } from './connection-state.js';
 import { runSession } from './control-plane-session.js';
 import { createControlPlaneTransport } from './control-plane-transport.js';
 import type { GpuMemorySampler } from './discovery/gpu-memory-sampler.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
-import type { ValidationContext } from './engines/engine.js';
 import type { Outbox } from './outbox.js';
 import { reconnectDelayMs } from './reconnect-delay.js';
-import { isTerminal, refusedStatus, runningShardFromSnapshot, statusFromSnapshot } from './shard-report.js';
-import type { Orphan, ShardSnapshot, ShardTransition, Supervisor } from './supervisor/supervisor.js';
+import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
+import { ShardCommands } from './shard-commands.js';
+import { runningShardFromSnapshot, statusFromSnapshot } from './shard-report.js';
+import type { ShardSnapshot, ShardTransition, Supervisor } from './supervisor/supervisor.js';
 import type { AgentMetrics } from './agent-metrics.js';
-import { isPortFree } from './engines/is-port-free.js';
 import { readInventoryCache, writeInventoryCache } from './inventory-cache.js';
 
 export interface AgentOptions {
@@ -46,22 +44,12 @@ export interface AgentOptions {
   metrics?: AgentMetrics;
 }
 
-export type AdoptOutcomeKind = 'adopted' | 'killed' | 'cleaned' | 'already-supervised' | 'error';
-
-export interface AdoptResultView {
-  shardId: string;
-  outcome: AdoptOutcomeKind;
-  pid: number;
-  reason: string;
-}
+export type { AdoptOutcomeKind, AdoptResultView } from './recover-engines.js';
 
 /** The shortest HTTP/2 ping period and timeout, whatever the heartbeat. */
 const PING_FLOOR_MS = 1000;
 /** A session answered and open this long was a working one: its end starts the backoff afresh. */
 const STABLE_SESSION_MS = 5000;
-
-/** A profile without startup_timeout gets this long to load (large models take minutes). */
-export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
 
 /**
  * The node agent: hardware discovery, engine recovery, and one Connect
@@ -82,14 +70,12 @@ export class Agent {
   private connection: ConnectionStatus;
   /** Reports produced while no stream was open, latest per shard, sent after the next Register. */
   private readonly unsent = new Map<string, ShardStatus>();
-  /** Starts between receipt and launch: a repeat or a stop waits for them. */
-  private readonly launching = new Map<string, Promise<void>>();
+  private readonly commands: ShardCommands;
+  private readonly recovery: RecoverEngines;
   private readonly hostname: string;
   private readonly mgmtAddr: string;
   private timers: NodeJS.Timeout[] = [];
   private scanning: Promise<void> | undefined;
-  /** The orphan scan in progress, if any; scans queue behind it. */
-  private adopting: Promise<void> = Promise.resolve();
 
   constructor(private readonly opts: AgentOptions) {
     this.log = opts.logger;
@@ -106,6 +92,23 @@ export class Agent {
       lastError: '',
     };
     opts.supervisor.on('transition', (t) => this.onTransition(t));
+    const report = (status: ShardStatus) => this.report(status);
+    this.commands = new ShardCommands({
+      nodeId: c.nodeId,
+      supervisor: opts.supervisor,
+      engines: opts.engines,
+      inventory: () => this.inventory,
+      report,
+      logger: this.log,
+    });
+    this.recovery = new RecoverEngines({
+      nodeId: c.nodeId,
+      supervisor: opts.supervisor,
+      adoptReadyTimeoutMs: c.adoptReadyTimeoutMs,
+      settle: (shard, timeoutMs) => this.commands.settle(shard, timeoutMs),
+      report,
+      logger: this.log,
+    });
   }
 
   get nodeId(): string {
@@ -357,232 +360,33 @@ export class Agent {
     }
   }
 
-  /**
-   * Validates, launches, and waits for a shard to serve. Idempotent by shard
-   * id: the control plane retries, and a repeat must never make a second
-   * process, so it only reports the current state.
-   */
-  async startShard(spec: StartShard): Promise<void> {
-    const id = spec.shardId;
-    const log = this.log.child({ shard: id, replica: spec.replicaId });
-    if (!isValidShardId(id)) {
-      this.report(refusedStatus(this.nodeId, spec, `invalid shard id ${JSON.stringify(String(id).slice(0, 40))}: use 1-128 characters of A-Z a-z 0-9 . _ - starting with a letter or digit`));
-      return;
-    }
-    const pending = this.launching.get(id);
-    const existing = this.opts.supervisor.get(id);
-    if (pending || (existing && !isTerminal(existing.state))) {
-      log.info('start repeated for a shard that is already here; reporting its state');
-      if (pending) await pending;
-      const now = this.opts.supervisor.get(id);
-      if (now) this.report(statusFromSnapshot(this.nodeId, now));
-      return;
-    }
-
-    let launched: ShardSnapshot | undefined;
-    const launch = (async () => {
-      try {
-        const engine = this.opts.engines.get(spec.profile?.engine ?? '');
-        // Validate before launching: an engine that refuses a profile does so
-        // after minutes of model loading; here it costs nothing.
-        await engine.validate(spec, this.validationContext(id));
-        const plan = engine.command(spec);
-        const { shard, created } = await this.opts.supervisor.start(spec, plan, {
-          servesHttp: engine.servesHttp(spec),
-          inFlightMetric: engine.inFlightMetric,
-        });
-        if (!created) {
-          this.report(statusFromSnapshot(this.nodeId, shard));
-          return;
-        }
-        launched = shard;
-      } catch (err) {
-        log.warn({ err: errorMessage(err) }, 'refused to start a shard');
-        this.report(refusedStatus(this.nodeId, spec, errorMessage(err)));
-      }
-    })();
-    this.launching.set(id, launch);
-    try {
-      await launch;
-    } finally {
-      this.launching.delete(id);
-    }
-    if (launched) await this.settle(launched, spec.profile?.startupTimeout ? durationMs(spec.profile.startupTimeout) : DEFAULT_STARTUP_TIMEOUT_MS);
+  /** StartShard: see ShardCommands.start. */
+  startShard(spec: StartShard): Promise<void> {
+    return this.commands.start(spec);
   }
 
-  /**
-   * Brings a launched or adopted shard to READY, by the same two paths for
-   * both: a rank that serves HTTP is health-checked, a worker is judged by
-   * staying alive. Failures are reported by the supervisor's transitions; an
-   * engine that will not answer is never killed here, because the control
-   * plane owns that decision and already has a timeout for it.
-   */
-  private async settle(shard: ShardSnapshot, timeoutMs: number): Promise<void> {
-    const sup = this.opts.supervisor;
-    const profile = shard.spec.profile;
-    try {
-      if (shard.servesHttp) {
-        await sup.waitReady(shard.shardId, {
-          baseUrl: `http://127.0.0.1:${shard.spec.httpPort}`,
-          servedModelName: profile?.servedModelName || profile?.model || '',
-          timeoutMs,
-        });
-      } else {
-        await sup.waitAlive(shard.shardId);
-      }
-    } catch (err) {
-      this.log.warn({ shard: shard.shardId, replica: shard.replicaId, adopted: shard.adopted, err: errorMessage(err) }, 'shard did not become ready');
-    }
+  /** StopShard: see ShardCommands.stop. */
+  stopShard(m: Pick<StopShard, 'shardId' | 'grace'>): Promise<void> {
+    return this.commands.stop(m);
   }
 
-  private validationContext(shardId: string): ValidationContext {
-    // A shard holds its GPUs while its engine may run, whatever its state: a
-    // FAILED one that never became ready is left running until it is stopped,
-    // and a second engine on its GPUs would fail after minutes of loading.
-    const holding = this.opts.supervisor.list().filter((s) => !isTerminal(s.state) || s.running);
-    const heldGpus = new Map<number, string>();
-    for (const s of holding) if (s.shardId !== shardId) for (const g of s.spec.gpuIndices) heldGpus.set(g, s.shardId);
-    const shardGroups = new Set(holding.map((s) => s.pid));
-    // A compute process is ours when it is in the process group of one of our
-    // engines (the GPU is usually held by a worker child, not the pid we started).
-    const foreignProcesses = this.inventory.processes.filter((p) => {
-      const stat = readProcStat(p.pid);
-      return !(stat && shardGroups.has(stat.pgrp)) && !shardGroups.has(p.pid);
-    });
-    return { inventory: this.inventory, heldGpus, foreignProcesses, isPortFree: (port) => isPortFree(port) };
-  }
-
-  /** Stops a shard: every process of it gone, then STOPPED is reported and its state forgotten. */
-  async stopShard(m: Pick<StopShard, 'shardId' | 'grace'>): Promise<void> {
-    const id = m.shardId;
-    if (!isValidShardId(id)) {
-      this.report(refusedStatus(this.nodeId, { shardId: id, replicaId: '' }, `stop refused: invalid shard id ${JSON.stringify(String(id).slice(0, 40))}`));
-      return;
-    }
-    // A start still validating or launching finishes first, so that a stop
-    // never races it and leaves an engine behind.
-    await this.launching.get(id);
-    const sup = this.opts.supervisor;
-    const shard = sup.get(id);
-    if (!shard) {
-      // Nothing runs under that id: report it stopped, which is the truth.
-      this.report(create(ShardStatusSchema, { nodeId: this.nodeId, shardId: id, state: ShardState.STOPPED }));
-      return;
-    }
-    try {
-      const after = await sup.stop(id, { graceMs: m.grace ? durationMs(m.grace) : undefined });
-      sup.remove(id);
-      // A shard already FAILED or EXITED makes no transition when stopped, but
-      // the control plane waits for STOPPED before it hands out its GPUs.
-      if (after.state !== ShardState.STOPPED) {
-        this.report(create(ShardStatusSchema, { nodeId: this.nodeId, replicaId: after.replicaId, shardId: id, state: ShardState.STOPPED, pid: after.pid }));
-      }
-    } catch (err) {
-      this.log.error({ shard: id, err: errorMessage(err) }, 'stopping a shard failed');
-      this.report(refusedStatus(this.nodeId, shard, `stop failed: ${errorMessage(err)}`));
-    }
-  }
-
-  /**
-   * Marks a running shard DRAINING (reported through its transition, so the
-   * control plane routes elsewhere). Throws when the shard cannot be drained.
-   */
+  /** `ctl drain`: see ShardCommands.drain. */
   drainShard(id: string): ShardSnapshot {
-    assertShardId(id);
-    const shard = this.opts.supervisor.get(id);
-    if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
-    return this.opts.supervisor.drain(id);
+    return this.commands.drain(id);
   }
 
-  /**
-   * A DrainShard from the control plane. A refusal says why in a status
-   * report: FAILED for a shard that is not here, but a shard still loading is
-   * reported with its own state, never as FAILED, which would get a healthy
-   * engine replaced.
-   */
   private handleDrainCommand(id: string): void {
-    try {
-      this.drainShard(id);
-    } catch (err) {
-      const why = `drain refused: ${errorMessage(err)}`;
-      const shard = isValidShardId(id) ? this.opts.supervisor.get(id) : undefined;
-      this.log.warn({ shard: id, err: why }, 'refused a drain');
-      if (shard && !isTerminal(shard.state)) this.report(create(ShardStatusSchema, { ...statusFromSnapshot(this.nodeId, shard), error: why }));
-      else this.report(refusedStatus(this.nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
-    }
+    this.commands.drainCommand(id);
   }
 
-  /**
-   * Takes back engines a previous agent left running. Dead ones have their
-   * state cleaned; live ones that cannot be identified are killed, because a
-   * process holding GPUs that nothing can describe is worse than none
-   * (placement would hand those GPUs out again); identified ones are adopted
-   * and settled in the background, so that registration is not delayed.
-   */
+  /** Engines a previous agent left: see RecoverEngines.recover. */
   recoverOrphans(): Promise<AdoptResultView[]> {
-    // One scan at a time: `ctl adopt` during the start-up scan would judge the
-    // same state files twice and try to adopt an engine already taken.
-    const scan = this.adopting.then(() => this.scanOrphans());
-    this.adopting = scan.then(
-      () => {},
-      () => {},
-    );
-    return scan;
+    return this.recovery.recover();
   }
 
-  /**
-   * `ctl adopt`: rescans now, and lists the shards already supervised too, so
-   * that the operator sees every engine the state directory describes.
-   */
-  async adoptNow(): Promise<AdoptResultView[]> {
-    const results = await this.recoverOrphans();
-    const taken = new Set(results.map((r) => r.shardId));
-    for (const s of this.opts.supervisor.list()) {
-      if (isTerminal(s.state) || taken.has(s.shardId)) continue;
-      results.push({ shardId: s.shardId, outcome: 'already-supervised', pid: s.pid, reason: '' });
-    }
-    return results.sort((a, b) => a.shardId.localeCompare(b.shardId));
-  }
-
-  private async scanOrphans(): Promise<AdoptResultView[]> {
-    const sup = this.opts.supervisor;
-    let orphans: Orphan[];
-    try {
-      orphans = await sup.findOrphans();
-    } catch (err) {
-      this.log.warn({ err: errorMessage(err) }, 'scanning for engines left by a previous agent failed');
-      return [{ shardId: '', outcome: 'error', pid: 0, reason: errorMessage(err) }];
-    }
-    const results: AdoptResultView[] = [];
-    for (const o of orphans) {
-      const log = this.log.child({ shard: o.shardId, pid: o.pid });
-      try {
-        // Either way the control plane is told, with the reason: Register
-        // lists only what runs, and a shard that vanished from the list
-        // without a word leaves an operator nothing to go on.
-        if (!o.alive) {
-          await sup.killOrphan(o);
-          log.info({ why: o.reason }, 'cleaned the state of an engine that is gone');
-          results.push({ shardId: o.shardId, outcome: 'cleaned', pid: o.pid, reason: o.reason });
-          this.report(refusedStatus(this.nodeId, o, `engine ended while the agent was down: ${o.reason}`));
-        } else if (!o.identified) {
-          log.warn({ why: o.reason }, 'killing an engine that cannot be identified');
-          await sup.killOrphan(o);
-          results.push({ shardId: o.shardId, outcome: 'killed', pid: o.pid, reason: o.reason });
-          this.report(refusedStatus(this.nodeId, o, `engine killed after an agent restart: it could not be identified (${o.reason})`));
-        } else {
-          const shard = sup.adopt(o);
-          log.info({ replica: o.replicaId }, 'adopted a running engine');
-          results.push({ shardId: o.shardId, outcome: 'adopted', pid: o.pid, reason: '' });
-          void this.settle(shard, this.opts.config.adoptReadyTimeoutMs);
-        }
-      } catch (err) {
-        log.warn({ err: errorMessage(err) }, 'recovering an engine failed');
-        results.push({ shardId: o.shardId, outcome: 'error', pid: o.pid, reason: errorMessage(err) });
-        this.report(refusedStatus(this.nodeId, o, `recovering the engine after an agent restart failed: ${errorMessage(err)}`));
-      }
-    }
-    return results;
+  /** `ctl adopt`: see RecoverEngines.adoptNow. */
+  adoptNow(): Promise<AdoptResultView[]> {
+    return this.recovery.adoptNow();
   }
 
   /**
@@ -616,10 +420,6 @@ export class Agent {
       this.log.warn({ err: errorMessage(err) }, 'rediscovery failed; keeping the last inventory');
     }
   }
-}
-
-function durationMs(d: Duration): number {
-  return Number(d.seconds) * 1000 + Math.round(d.nanos / 1e6);
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {

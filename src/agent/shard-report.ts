@@ -7,12 +7,7 @@ import {
   type ShardStatus,
   type StartShard,
 } from '../gen/llmgw/v1/agent_pb.js';
-import type { ShardSnapshot } from './supervisor/supervisor.js';
-
-/** States after which the shard's process is gone or was never started. */
-export function isTerminal(state: ShardState): boolean {
-  return state === ShardState.STOPPED || state === ShardState.FAILED || state === ShardState.EXITED;
-}
+import type { ShardSnapshot } from './supervisor/shard-snapshot.js';
 
 /** The ShardStatus message that reports a snapshot. */
 export function statusFromSnapshot(nodeId: string, s: ShardSnapshot): ShardStatus {

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
-import { followFile } from '../agent/supervisor/follow-file.js';
-import { tailFile } from '../agent/supervisor/tail-file.js';
+import { followFile } from '../lib/files/follow-file.js';
+import { tailFile } from '../lib/files/tail-file.js';
 import { failure } from '../lib/errors.js';
 import { assertShardId } from '../lib/shard-id.js';
 import { isUnreachable } from './admin-call-error.js';

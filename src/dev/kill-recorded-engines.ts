@@ -1,10 +1,9 @@
-import { readdirSync } from 'node:fs';
-import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { checkIdentity, isRunningStat, readProcStat } from '../agent/supervisor/process-identity.js';
-import { findProcessesLoggingTo, listProcessGroup } from '../agent/supervisor/process-table.js';
-import { readStateFileSync } from '../agent/supervisor/state-file.js';
-import { errnoCode } from '../lib/errors.js';
+import { readProcStat } from '../lib/process/proc-stat.js';
+import { isNoSuchProcess } from '../lib/errno.js';
+import { type ShardDirs, findRecordedShardIds, judgeOrphan } from '../lib/process/judge-orphan.js';
+import { isRunningStat } from '../lib/process/process-identity.js';
+import { listProcessGroup } from '../lib/process/process-table.js';
 
 export interface KilledEngine {
   shardId: string;
@@ -26,35 +25,22 @@ export interface KilledEngine {
  * another), and any other process only when its stdout is one of our shard
  * logs, which live in a fresh mkdtemp directory nothing else writes to.
  */
-export function killRecordedEngines(dirs: { stateDir: string; logDir: string }): KilledEngine[] {
+export function killRecordedEngines(dirs: ShardDirs): KilledEngine[] {
   const killed: KilledEngine[] = [];
-  const own = new Set([process.pid]);
   // Never our own group: a state file naming it would take dev up down with the engines.
   const ownGroup = readProcStat(process.pid)?.pgrp;
   const killedGroups = new Set<number>();
-  const logs = new Map<string, string>(); // shard id → log path
-  const shardsDir = join(dirs.stateDir, 'shards');
-  for (const name of listDir(shardsDir)) {
-    if (!name.endsWith('.json')) continue;
-    const shardId = name.slice(0, -'.json'.length);
-    logs.set(shardId, join(dirs.logDir, 'shards', `${shardId}.log`));
-    const read = readStateFileSync(join(shardsDir, name), shardId);
-    if (!read.ok) continue;
-    const { pid, pgid, identity } = read.file;
-    if (pgid !== ownGroup && checkIdentity(pid, identity).alive && kill(-pgid)) {
-      killedGroups.add(pgid);
-      killed.push({ shardId, pgid, evidence: 'state-file' });
+  for (const shardId of findRecordedShardIds(dirs)) {
+    const o = judgeOrphan(dirs, shardId);
+    if (o.identified && o.pgid !== ownGroup && kill(-o.pgid)) {
+      killedGroups.add(o.pgid);
+      killed.push({ shardId, pgid: o.pgid, evidence: 'state-file' });
     }
-  }
-  // Engines whose state file is gone or unreadable, and members of a group
-  // whose leader already died, still write to their shard's log.
-  for (const name of listDir(join(dirs.logDir, 'shards'))) {
-    if (name.endsWith('.log')) logs.set(name.slice(0, -'.log'.length), join(dirs.logDir, 'shards', name));
-  }
-  for (const [shardId, logPath] of logs) {
-    for (const p of findProcessesLoggingTo(logPath)) {
+    // Engines whose state file is gone or unreadable, and members of a group
+    // whose leader already died, still write to their shard's log.
+    for (const p of o.holders) {
       // A SIGKILLed group's members are listed until the kernel has reaped them.
-      if (own.has(p.pid) || killedGroups.has(p.pgid)) continue;
+      if (p.pid === process.pid || killedGroups.has(p.pgid)) continue;
       if (kill(p.pid)) killed.push({ shardId, pid: p.pid, evidence: 'shard-log' });
     }
   }
@@ -77,15 +63,7 @@ function kill(target: number): boolean {
     process.kill(target, 'SIGKILL');
     return true;
   } catch (err) {
-    if (errnoCode(err) === 'ESRCH') return false;
+    if (isNoSuchProcess(err)) return false;
     throw err;
-  }
-}
-
-function listDir(dir: string): string[] {
-  try {
-    return readdirSync(dir);
-  } catch {
-    return [];
   }
 }

@@ -4,10 +4,11 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { readProcessIdentity } from '../../src/agent/supervisor/process-identity.js';
-import { writeStateFile } from '../../src/agent/supervisor/state-file.js';
+import { readProcessIdentity } from '../../src/lib/process/process-identity.js';
+import { writeStateFile } from '../../src/lib/files/state-file.js';
 import { killRecordedEngines, waitEnginesGone } from '../../src/dev/kill-recorded-engines.js';
 import { StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { shardStatePath } from '../../src/lib/shard-layout.js';
 import { isRunning } from '../helpers/engine-processes.js';
 
 function dirs() {
@@ -34,7 +35,7 @@ function engine(stdoutFile?: string): number {
 }
 
 async function record(stateDir: string, shardId: string, pid: number, startTime: string): Promise<void> {
-  await writeStateFile(join(stateDir, 'shards'), {
+  await writeStateFile(shardStatePath(stateDir, shardId), {
     schemaVersion: 1,
     shardId,
     replicaId: 'r',

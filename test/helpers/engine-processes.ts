@@ -5,7 +5,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SupervisorConfig } from '../../src/agent/config/agent-config.js';
-import type { LaunchPlan } from '../../src/agent/supervisor/launch-plan.js';
+import type { LaunchPlan } from '../../src/agent/engines/launch-plan.js';
+import { SimEngine } from '../../src/agent/engines/sim-engine.js';
 import { type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { BIN } from './run-cli.js';
 
@@ -38,6 +39,9 @@ export function testConfig(dirs: { stateDir: string; logDir: string }, over: Par
 export function simPlan(args: string[]): LaunchPlan {
   return { argv: [process.execPath, BIN, 'sim', 'engine', ...args], env: { NO_COLOR: '1' } };
 }
+
+/** The sim's in-flight gauge, as its engine declares it: what the agent passes to a start. */
+export const SIM_IN_FLIGHT_METRIC = new SimEngine(undefined, 'lo').inFlightMetric;
 
 export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): StartShard {
   return create(StartShardSchema, {

@@ -1,6 +1,6 @@
 import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineName } from '../config/agent-config.js';
-import type { LaunchPlan } from '../supervisor/launch-plan.js';
+import type { LaunchPlan } from './launch-plan.js';
 
 export type { LaunchPlan };
 

@@ -1,5 +1,5 @@
 import { usageError } from '../../lib/errors.js';
-import type { LaunchPlan } from './launch-plan.js';
+import type { LaunchPlan } from '../engines/launch-plan.js';
 
 /**
  * Most arguments an engine command may have. A real vLLM or SGLang command

@@ -3,8 +3,9 @@ import { closeSync, constants, openSync } from 'node:fs';
 import { once } from 'node:events';
 import type { Launcher } from '../config/agent-config.js';
 import { errorMessage, failure } from '../../lib/errors.js';
-import type { LaunchPlan } from './launch-plan.js';
-import { type ProcessIdentity, readBootId, readProcStat } from './process-identity.js';
+import type { LaunchPlan } from '../engines/launch-plan.js';
+import { readProcStat } from '../../lib/process/proc-stat.js';
+import { type ProcessIdentity, readBootId } from '../../lib/process/process-identity.js';
 import { buildSystemdRunArgv, systemdUnitName } from './systemd-run-argv.js';
 
 /** Limit for systemd-run and systemctl, which answer in milliseconds when systemd is healthy. */

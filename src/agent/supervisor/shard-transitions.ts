@@ -28,10 +28,8 @@ export function isTransitionAllowed(from: ShardState, to: ShardState): boolean {
   return ALLOWED.get(from)?.includes(to) ?? false;
 }
 
-/** No process of this shard is expected to be running. */
-export function isTerminal(state: ShardState): boolean {
-  return state === S.STOPPED || state === S.FAILED || state === S.EXITED;
-}
+// Defined once, in lib (terminal states are shared with ctl and the control plane).
+export { isTerminal } from '../../lib/shard-states.js';
 
 export function stateName(state: ShardState): string {
   return S[state] ?? String(state);

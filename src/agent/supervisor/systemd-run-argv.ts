@@ -1,4 +1,4 @@
-import type { LaunchPlan } from './launch-plan.js';
+import type { LaunchPlan } from '../engines/launch-plan.js';
 
 /** The slice every engine unit is placed in, so operators can see and limit them together. */
 export const SYSTEMD_SLICE = 'llmgw.slice';

@@ -35,7 +35,7 @@ describe('Supervisor.start with a plan the kernel would refuse', () => {
     try {
       const plan = simPlan(['--worker']);
       plan.env.HUGE = 'y'.repeat(1024 * 1024);
-      await expect(sup.start(shardSpec('huge-env'), plan, { servesHttp: false })).rejects.toThrow(/environment variable HUGE is 1048576 bytes/);
+      await expect(sup.start(shardSpec('huge-env'), { plan: plan, servesHttp: false })).rejects.toThrow(/environment variable HUGE is 1048576 bytes/);
       expect(sup.list()).toEqual([]);
       expect(processesWritingUnder(dirs.root)).toEqual([]);
     } finally {

@@ -26,7 +26,7 @@ describe('shard logs', () => {
     closeSync(fd);
     const sup = newSupervisor({ logMaxBytes: 4 * 1024 ** 3 });
     const script = "for(let i=1;i<=500;i++)console.log('line '+i);setInterval(()=>{},1<<30)";
-    await sup.start(shardSpec('big'), { argv: [process.execPath, '-e', script], env: {} }, { servesHttp: false });
+    await sup.start(shardSpec('big'), { plan: { argv: [process.execPath, '-e', script], env: {} }, servesHttp: false });
     await until(async () => (await sup.tailLog('big', 1))[0] === 'line 500', 'the engine to write');
     expect(statSync(logPath).size).toBeGreaterThan(1024 ** 3);
     expect(await sup.tailLog('big', 3)).toEqual(['line 498', 'line 499', 'line 500']);
@@ -35,7 +35,7 @@ describe('shard logs', () => {
   it('rotates at logMaxBytes by copy-then-truncate, and the O_APPEND engine keeps writing', async () => {
     const maxBytes = 16 * 1024;
     const sup = newSupervisor({ logMaxBytes: maxBytes });
-    const { shard } = await sup.start(shardSpec('chatty'), simPlan(['--worker', '--log-rate', '400']), { servesHttp: false });
+    const { shard } = await sup.start(shardSpec('chatty'), { plan: simPlan(['--worker', '--log-rate', '400']), servesHttp: false });
     const rotated = `${shard.logPath}.1`;
     await until(() => existsSync(rotated), 'a rotation', 30_000);
     const firstRotation = statSync(rotated).ino;
@@ -53,8 +53,7 @@ describe('shard logs', () => {
 
   it('follows a log across rotation, and ends when the shard is removed', async () => {
     const sup = newSupervisor({ logMaxBytes: 8 * 1024, stopGraceMs: 1000 });
-    const { shard } = await sup.start(shardSpec('tailing'), simPlan(['--worker', '--log-rate', '200']), {
-      servesHttp: false,
+    const { shard } = await sup.start(shardSpec('tailing'), { plan: simPlan(['--worker', '--log-rate', '200']), servesHttp: false,
     });
     const ac = new AbortController();
     const numbers: number[] = [];

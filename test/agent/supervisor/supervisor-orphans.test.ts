@@ -23,12 +23,11 @@ const statePath = (id: string) => join(harness.dirs.stateDir, 'shards', `${id}.j
 async function leftBehind(id: string, args: string[] = []) {
   const first = newSupervisor();
   const port = await freePort();
-  const { shard } = await first.start(shardSpec(id, port), simPlan(['--port', String(port), ...args]), {
-    servesHttp: true,
+  const { shard } = await first.start(shardSpec(id, port), { plan: simPlan(['--port', String(port), ...args]), servesHttp: true,
     inFlightMetric: 'vllm:num_requests_running',
   });
   const baseUrl = `http://127.0.0.1:${port}`;
-  await first.waitReady(id, { baseUrl, servedModelName: 'sim-model', timeoutMs: 30_000 });
+  await first.settle(id, { timeoutMs: 30_000 });
   first.close();
   return { pid: shard.pid, logPath: shard.logPath, baseUrl };
 }
@@ -47,7 +46,7 @@ describe('adoption after an agent restart', () => {
     const adopted = second.adopt(o!);
     expect(adopted).toMatchObject({ shardId: 'keep', pid, adopted: true, state: ShardState.STARTING });
     // Settled exactly like a fresh start.
-    await second.waitReady('keep', { baseUrl, servedModelName: 'sim-model', timeoutMs: 30_000 });
+    await second.settle('keep', { timeoutMs: 30_000 });
     expect(second.get('keep')?.state).toBe(ShardState.READY);
     expect(isRunning(pid)).toBe(true);
     expect((await fetch(`${baseUrl}/v1/models`)).status).toBe(200);
@@ -62,7 +61,7 @@ describe('adoption after an agent restart', () => {
     const second = newSupervisor();
     const [o] = await second.findOrphans();
     second.adopt(o!);
-    await second.waitAlive('goes', { settleMs: 100 });
+    await second.settle('goes', { settleMs: 100 });
     process.kill(pid, 'SIGKILL');
     await until(() => second.get('goes')?.state === ShardState.FAILED, 'FAILED', 10_000);
     expect(second.get('goes')?.error).toMatch(/is gone .*exit status is unknown/);
@@ -72,7 +71,7 @@ describe('adoption after an agent restart', () => {
   it('refuses a fresh start of a shard a previous agent still runs, instead of launching a second engine', async () => {
     const { pid } = await leftBehind('busy');
     const second = newSupervisor();
-    await expect(second.start(shardSpec('busy'), simPlan(['--worker']), { servesHttp: false })).rejects.toThrow(
+    await expect(second.start(shardSpec('busy'), { plan: simPlan(['--worker']), servesHttp: false })).rejects.toThrow(
       /shard busy is already running \(pid \d+\) from a previous agent; adopt it/,
     );
     expect(groupMembers(pid)).toEqual([pid]);

@@ -16,12 +16,14 @@ import {
 const harness = useSupervisors();
 const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
 
-async function startSim(sup: Supervisor, id: string, args: string[], model = 'm-a') {
+/** A sim asked to serve 'm-a' (the spec's served model), that really serves `simModel`. */
+async function startSim(sup: Supervisor, id: string, args: string[], simModel = 'm-a') {
   const port = await freePort();
-  const { shard } = await sup.start(shardSpec(id, port, model), simPlan(['--port', String(port), '--model', model, ...args]), {
+  const { shard } = await sup.start(shardSpec(id, port, 'm-a'), {
+    plan: simPlan(['--port', String(port), '--model', simModel, ...args]),
     servesHttp: true,
   });
-  return { shard, port, baseUrl: `http://127.0.0.1:${port}` };
+  return { shard, port };
 }
 
 function recordTransitions(sup: Supervisor): ShardTransition[] {
@@ -30,18 +32,18 @@ function recordTransitions(sup: Supervisor): ShardTransition[] {
   return seen;
 }
 
-describe('Supervisor.waitReady', () => {
+describe('Supervisor.settle of a rank that serves HTTP', () => {
   it('becomes READY once /health is 200 and /v1/models lists the served model', async () => {
     const sup = newSupervisor();
-    const { baseUrl } = await startSim(sup, 'ready', ['--load-time', '500ms']);
-    await sup.waitReady('ready', { baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    await startSim(sup, 'ready', ['--load-time', '500ms']);
+    await sup.settle('ready', { timeoutMs: 30_000 });
     expect(sup.get('ready')?.state).toBe(ShardState.READY);
   });
 
   it('does not call an engine ready that serves another model', async () => {
     const sup = newSupervisor();
-    const { baseUrl } = await startSim(sup, 'wrong', [], 'other-model');
-    const err = await sup.waitReady('wrong', { baseUrl, servedModelName: 'm-a', timeoutMs: 1500 }).catch((e) => e);
+    await startSim(sup, 'wrong', [], 'other-model');
+    const err = await sup.settle('wrong', { timeoutMs: 1500 }).catch((e) => e);
     expect(err).toBeInstanceOf(ShardFailedError);
     expect(err.message).toMatch(/not ready after 1\.5s: GET \/v1\/models does not list "m-a"/);
     const shard = sup.get('wrong');
@@ -52,13 +54,13 @@ describe('Supervisor.waitReady', () => {
 
   it('fails within 1 s of an engine exiting while loading, with its exit code and last log lines', async () => {
     const sup = newSupervisor();
-    const { shard, baseUrl } = await startSim(sup, 'dies', ['--load-time', '60s', '--fail-after', '1500ms', '--exit-code', '3']);
+    const { shard } = await startSim(sup, 'dies', ['--load-time', '60s', '--fail-after', '1500ms', '--exit-code', '3']);
     let exitSeenAt = 0;
     const watcher = until(() => !isRunning(shard.pid), 'the engine to exit', 30_000).then(() => {
       exitSeenAt = Date.now();
     });
     const err = await sup
-      .waitReady('dies', { baseUrl, servedModelName: 'm-a', timeoutMs: 600_000 })
+      .settle('dies', { timeoutMs: 600_000 })
       .catch((e: unknown) => e);
     const rejectedAt = Date.now();
     await watcher;
@@ -78,8 +80,8 @@ describe('Supervisor.waitReady', () => {
 
   it('reports a signal as 128+n and the signal name', async () => {
     const sup = newSupervisor();
-    const { shard, baseUrl } = await startSim(sup, 'killed', ['--never-ready']);
-    const waiting = sup.waitReady('killed', { baseUrl, servedModelName: 'm-a', timeoutMs: 600_000 }).catch((e) => e);
+    const { shard } = await startSim(sup, 'killed', ['--never-ready']);
+    const waiting = sup.settle('killed', { timeoutMs: 600_000 }).catch((e) => e);
     await until(() => sup.tailLog('killed', 5).then((l) => l.some((x) => x.includes('Starting to load'))), 'the engine to log');
     process.kill(shard.pid, 'SIGKILL');
     const err = (await waiting) as ShardFailedError;
@@ -89,27 +91,27 @@ describe('Supervisor.waitReady', () => {
 
   it('is aborted by its signal without deciding the shard failed', async () => {
     const sup = newSupervisor();
-    const { baseUrl } = await startSim(sup, 'abort', ['--never-ready']);
+    await startSim(sup, 'abort', ['--never-ready']);
     const ac = new AbortController();
-    const waiting = sup.waitReady('abort', { baseUrl, servedModelName: 'm-a', timeoutMs: 600_000, signal: ac.signal });
+    const waiting = sup.settle('abort', { timeoutMs: 600_000, signal: ac.signal });
     setTimeout(() => ac.abort(new Error('agent shutting down')), 300);
     await expect(waiting).rejects.toThrow(/agent shutting down/);
     expect(sup.get('abort')?.state).toBe(ShardState.STARTING);
   });
 });
 
-describe('Supervisor.waitAlive', () => {
+describe('Supervisor.settle of a worker rank', () => {
   it('makes a worker rank READY after it stays alive for the settle time', async () => {
     const sup = newSupervisor();
-    await sup.start(shardSpec('w'), simPlan(['--worker']), { servesHttp: false });
-    await sup.waitAlive('w', { settleMs: 300 });
+    await sup.start(shardSpec('w'), { plan: simPlan(['--worker']), servesHttp: false });
+    await sup.settle('w', { settleMs: 300 });
     expect(sup.get('w')?.state).toBe(ShardState.READY);
   });
 
   it('fails a worker that dies while settling, at once', async () => {
     const sup = newSupervisor();
-    await sup.start(shardSpec('w2'), simPlan(['--worker', '--fail-after', '200ms', '--exit-code', '7']), { servesHttp: false });
-    const err = (await sup.waitAlive('w2', { settleMs: 600_000 }).catch((e) => e)) as ShardFailedError;
+    await sup.start(shardSpec('w2'), { plan: simPlan(['--worker', '--fail-after', '200ms', '--exit-code', '7']), servesHttp: false });
+    const err = (await sup.settle('w2', { settleMs: 600_000 }).catch((e) => e)) as ShardFailedError;
     expect(err).toBeInstanceOf(ShardFailedError);
     expect(err.exitCode).toBe(7);
     expect(sup.get('w2')?.state).toBe(ShardState.FAILED);
@@ -121,8 +123,8 @@ describe('after READY', () => {
     const sup = newSupervisor();
     const a = await startSim(sup, 'clean', []);
     const b = await startSim(sup, 'crash', []);
-    await sup.waitReady('clean', { baseUrl: a.baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
-    await sup.waitReady('crash', { baseUrl: b.baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    await sup.settle('clean', { timeoutMs: 30_000 });
+    await sup.settle('crash', { timeoutMs: 30_000 });
     process.kill(a.shard.pid, 'SIGTERM'); // the sim finishes in-flight work and exits 0
     process.kill(b.shard.pid, 'SIGKILL');
     await until(() => sup.get('clean')?.state === ShardState.EXITED, 'EXITED');
@@ -137,8 +139,8 @@ describe('after READY', () => {
   it('goes UNHEALTHY when /health stops answering, stays so while it hangs, and is not killed', async () => {
     const sup = newSupervisor({ healthIntervalMs: 200 });
     const seen = recordTransitions(sup);
-    const { shard, baseUrl } = await startSim(sup, 'hang', ['--hang-after', '2s']);
-    await sup.waitReady('hang', { baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    const { shard } = await startSim(sup, 'hang', ['--hang-after', '2s']);
+    await sup.settle('hang', { timeoutMs: 30_000 });
     await until(() => sup.get('hang')?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
     // Several more probe intervals: still hung, so never READY again.
     await new Promise((r) => setTimeout(r, 2500));
@@ -153,8 +155,8 @@ describe('after READY', () => {
 
   it('goes back to READY when an UNHEALTHY engine answers again', async () => {
     const sup = newSupervisor({ healthIntervalMs: 200 });
-    const { shard, baseUrl } = await startSim(sup, 'stall', []);
-    await sup.waitReady('stall', { baseUrl, servedModelName: 'm-a', timeoutMs: 30_000 });
+    const { shard } = await startSim(sup, 'stall', []);
+    await sup.settle('stall', { timeoutMs: 30_000 });
     // A stopped process keeps its port open and answers nothing: a hang, made with a real signal.
     process.kill(shard.pid, 'SIGSTOP');
     harness.stoppedPids.push(shard.pid);

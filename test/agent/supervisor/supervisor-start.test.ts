@@ -25,8 +25,8 @@ const sleeper = (extra = '') => ({
 describe('Supervisor.start', () => {
   it.each(['../x', 'a/b', '', 'x'.repeat(200)])('refuses shard id %j before any file is touched', async (id) => {
     const sup = newSupervisor();
-    await expect(sup.start(shardSpec(id), simPlan([]), { servesHttp: true })).rejects.toThrow(/invalid shard id/);
-    await expect(sup.start(shardSpec(id), simPlan([]), { servesHttp: true })).rejects.toBeInstanceOf(LlmgwError);
+    await expect(sup.start(shardSpec(id), { plan: simPlan([]), servesHttp: true })).rejects.toThrow(/invalid shard id/);
+    await expect(sup.start(shardSpec(id), { plan: simPlan([]), servesHttp: true })).rejects.toBeInstanceOf(LlmgwError);
     expect(existsSync(harness.dirs.stateDir)).toBe(false);
     expect(existsSync(harness.dirs.logDir)).toBe(false);
     expect(processesWritingUnder(harness.dirs.root)).toEqual([]);
@@ -36,10 +36,10 @@ describe('Supervisor.start', () => {
     const sup = newSupervisor();
     const spec = shardSpec('r1-s0', await freePort());
     const concurrent = await Promise.all(
-      [1, 2, 3].map(() => sup.start(spec, simPlan(['--worker']), { servesHttp: false })),
+      [1, 2, 3].map(() => sup.start(spec, { plan: simPlan(['--worker']), servesHttp: false })),
     );
     const later = [];
-    for (let i = 0; i < 2; i++) later.push(await sup.start(spec, simPlan(['--worker']), { servesHttp: false }));
+    for (let i = 0; i < 2; i++) later.push(await sup.start(spec, { plan: simPlan(['--worker']), servesHttp: false }));
     const all = [...concurrent, ...later];
     expect(all.filter((r) => r.created)).toHaveLength(1);
     expect(new Set(all.map((r) => r.shard.pid)).size).toBe(1);
@@ -55,7 +55,7 @@ describe('Supervisor.start', () => {
       expect(existsSync(join(harness.dirs.stateDir, 'shards', 's1.json'))).toBe(true);
       seen.push(t);
     });
-    const { shard, created } = await sup.start(shardSpec('s1'), sleeper(), { servesHttp: false, inFlightMetric: 'x:y' });
+    const { shard, created } = await sup.start(shardSpec('s1'), { plan: sleeper(), servesHttp: false, inFlightMetric: 'x:y' });
     expect(created).toBe(true);
     expect(shard.state).toBe(ShardState.STARTING);
     expect(seen.map((t) => [t.from, t.to])).toEqual([[ShardState.UNSPECIFIED, ShardState.STARTING]]);
@@ -84,7 +84,7 @@ describe('Supervisor.start', () => {
 
   it('runs the engine in its own session and group, stdin closed, output appended to its log', async () => {
     const sup = newSupervisor();
-    const { shard } = await sup.start(shardSpec('s2'), sleeper(), { servesHttp: false });
+    const { shard } = await sup.start(shardSpec('s2'), { plan: sleeper(), servesHttp: false });
     const stat = readFileSync(`/proc/${shard.pid}/stat`, 'utf8');
     const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
     expect(Number(fields[2])).toBe(shard.pid); // process group
@@ -106,7 +106,7 @@ describe('Supervisor.start', () => {
       }
     });
     const sup = newSupervisor();
-    await sup.start(shardSpec('env'), sleeper('console.log(JSON.stringify(process.env))'), { servesHttp: false });
+    await sup.start(shardSpec('env'), { plan: sleeper('console.log(JSON.stringify(process.env))'), servesHttp: false });
     let lines: string[] = [];
     for (let i = 0; i < 200 && lines.length === 0; i++) {
       lines = await sup.tailLog('env', 1);
@@ -122,7 +122,7 @@ describe('Supervisor.start', () => {
   it('reports a missing executable without keeping a shard', async () => {
     const sup = newSupervisor();
     await expect(
-      sup.start(shardSpec('nope'), { argv: ['/nonexistent/engine'], env: {} }, { servesHttp: false }),
+      sup.start(shardSpec('nope'), { plan: { argv: ['/nonexistent/engine'], env: {} }, servesHttp: false }),
     ).rejects.toThrow(/cannot launch engine "\/nonexistent\/engine".*ENOENT/);
     expect(sup.get('nope')).toBeUndefined();
     expect(existsSync(join(harness.dirs.stateDir, 'shards', 'nope.json'))).toBe(false);
@@ -130,9 +130,9 @@ describe('Supervisor.start', () => {
 
   it('relaunches a shard whose engine failed, as a new process', async () => {
     const sup = newSupervisor();
-    const first = await sup.start(shardSpec('again'), simPlan(['--worker', '--fail-after', '100ms']), { servesHttp: false });
-    await expect(sup.waitAlive('again', { settleMs: 20_000 })).rejects.toThrow(/exited with code 1 while starting/);
-    const second = await sup.start(shardSpec('again'), sleeper(), { servesHttp: false });
+    const first = await sup.start(shardSpec('again'), { plan: simPlan(['--worker', '--fail-after', '100ms']), servesHttp: false });
+    await expect(sup.settle('again', { settleMs: 20_000 })).rejects.toThrow(/exited with code 1 while starting/);
+    const second = await sup.start(shardSpec('again'), { plan: sleeper(), servesHttp: false });
     expect(second.created).toBe(true);
     expect(second.shard.pid).not.toBe(first.shard.pid);
     expect(second.shard.state).toBe(ShardState.STARTING);

@@ -9,6 +9,7 @@ import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import {
   freePort,
   groupMembers,
+  SIM_IN_FLIGHT_METRIC,
   isRunning,
   shardSpec,
   simPlan,
@@ -20,9 +21,13 @@ const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSuper
 
 async function readySim(sup: Supervisor, id: string, args: string[]) {
   const port = await freePort();
-  const { shard } = await sup.start(shardSpec(id, port), simPlan(['--port', String(port), ...args]), { servesHttp: true });
+  const { shard } = await sup.start(shardSpec(id, port), {
+    plan: simPlan(['--port', String(port), ...args]),
+    servesHttp: true,
+    inFlightMetric: SIM_IN_FLIGHT_METRIC,
+  });
   const baseUrl = `http://127.0.0.1:${port}`;
-  await sup.waitReady(id, { baseUrl, servedModelName: 'sim-model', timeoutMs: 30_000 });
+  await sup.settle(id, { timeoutMs: 30_000 });
   return { shard, baseUrl };
 }
 
@@ -111,7 +116,7 @@ describe('Supervisor.drain and inFlight', () => {
 
   it('refuses to drain a shard that is not serving', async () => {
     const sup = newSupervisor();
-    await sup.start(shardSpec('early'), simPlan(['--never-ready']), { servesHttp: true });
+    await sup.start(shardSpec('early'), { plan: simPlan(['--never-ready']), servesHttp: true });
     expect(() => sup.drain('early')).toThrow(/shard early is STARTING: only a READY or UNHEALTHY shard can be drained/);
   });
 });
@@ -131,7 +136,7 @@ describe('Supervisor.close and remove', () => {
     const sup = newSupervisor();
     await readySim(sup, 'rm', []);
     expect(() => sup.remove('rm')).toThrow(/shard rm is READY: stop it before removing it/);
-    const { shard } = await sup.start(shardSpec('rm2'), simPlan(['--worker', '--fail-after', '100ms']), { servesHttp: false });
+    const { shard } = await sup.start(shardSpec('rm2'), { plan: simPlan(['--worker', '--fail-after', '100ms']), servesHttp: false });
     await until(() => sup.get('rm2')?.state === ShardState.FAILED, 'FAILED');
     expect(existsSync(join(harness.dirs.stateDir, 'shards', 'rm2.json'))).toBe(true);
     sup.remove('rm2');
@@ -144,7 +149,7 @@ describe('Supervisor.close and remove', () => {
 describe('a dead engine leader', () => {
   it('has the rest of its process group ended before FAILED is reported, so nothing holds its GPUs after', async () => {
     const sup = newSupervisor();
-    const { shard } = await sup.start(shardSpec('leftover'), simPlan(['--worker', '--spawn-child']), { servesHttp: false });
+    const { shard } = await sup.start(shardSpec('leftover'), { plan: simPlan(['--worker', '--spawn-child']), servesHttp: false });
     await until(() => groupMembers(shard.pid).length === 2, 'the worker child to start');
     const [child] = groupMembers(shard.pid).filter((p) => p !== shard.pid);
     const atFailed = new Promise<number[]>((resolve) => {

@@ -8,9 +8,8 @@ import {
   readStateFile,
   readStateFileSync,
   removeStateFile,
-  stateFilePath,
   writeStateFile,
-} from '../../../src/agent/supervisor/state-file.js';
+} from '../../../src/lib/files/state-file.js';
 import { StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 
 let dir: string;
@@ -18,6 +17,9 @@ beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), 'llmgw-state-'));
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+/** Where the agent keeps shard `id`'s state file, in a `shards` directory. */
+const stateFilePath = (shardsDir: string, id: string): string => join(shardsDir, `${id}.json`);
 
 const sample = (): ShardStateFile => ({
   schemaVersion: 1,
@@ -36,7 +38,7 @@ const sample = (): ShardStateFile => ({
 
 describe('state files', () => {
   it('round-trips, written 0600 with no temp file left behind', async () => {
-    await writeStateFile(dir, sample());
+    await writeStateFile(stateFilePath(dir, 's0'), sample());
     expect(readdirSync(dir)).toEqual(['s0.json']);
     expect(statSync(stateFilePath(dir, 's0')).mode & 0o777).toBe(0o600);
     const read = await readStateFile(stateFilePath(dir, 's0'), 's0');
@@ -52,7 +54,7 @@ describe('state files', () => {
     const victim = join(dir, 'victim');
     writeFileSync(victim, 'precious');
     symlinkSync(victim, stateFilePath(dir, 's0'));
-    await writeStateFile(dir, sample());
+    await writeStateFile(stateFilePath(dir, 's0'), sample());
     expect(statSync(victim).size).toBe('precious'.length);
     expect((await readStateFile(stateFilePath(dir, 's0'), 's0')).ok).toBe(true);
   });
@@ -65,7 +67,7 @@ describe('state files', () => {
     ['a bad pid', (t: string) => t.replace('"pid": 1234', '"pid": -1'), /field pid/],
     ['no start time', (t: string) => t.replace('"startTime": "99"', '"startTime": ""'), /identity.startTime/],
   ])('refuses a file that is %s, with a reason', async (_what, mangle, reason) => {
-    await writeStateFile(dir, sample());
+    await writeStateFile(stateFilePath(dir, 's0'), sample());
     const path = stateFilePath(dir, 's0');
     const { readFileSync } = await import('node:fs');
     writeFileSync(path, mangle(readFileSync(path, 'utf8')));
@@ -75,7 +77,7 @@ describe('state files', () => {
   });
 
   it('refuses to follow a symlinked state file', async () => {
-    await writeStateFile(dir, { ...sample(), shardId: 'real', spec: create(StartShardSchema, { shardId: 'real' }) });
+    await writeStateFile(stateFilePath(dir, 'real'), { ...sample(), shardId: 'real', spec: create(StartShardSchema, { shardId: 'real' }) });
     symlinkSync(stateFilePath(dir, 'real'), stateFilePath(dir, 's0'));
     expect(await readStateFile(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file is a symlink; refused' });
     expect(readStateFileSync(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file is a symlink; refused' });

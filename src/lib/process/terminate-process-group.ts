@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { errnoCode } from '../../lib/errors.js';
+import { errnoCode } from '../errno.js';
 import { listProcessGroup } from './process-table.js';
 
 /** How often the group is looked at while waiting for it to go. */

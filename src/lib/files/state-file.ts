@@ -1,12 +1,11 @@
 import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
 import { open, rename, unlink } from 'node:fs/promises';
-import { writeFileAtomic } from '../../lib/write-file-atomic.js';
-import { join } from 'node:path';
-import type { Launcher } from '../config/agent-config.js';
+import { writeFileAtomic } from '../write-file-atomic.js';
 import { type StartShard, StartShardSchema } from '../../gen/llmgw/v1/agent_pb.js';
-import { errnoCode, errorMessage } from '../../lib/errors.js';
-import type { ProcessIdentity } from './process-identity.js';
+import { errnoCode } from '../errno.js';
+import { errorMessage } from '../errors.js';
+import type { ProcessIdentity } from '../process/process-identity.js';
 
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
@@ -22,13 +21,10 @@ export interface ShardStateFile {
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
-  launcher: Launcher;
+  /** How the engine was launched; the agent config's `launcher`, spelled out here because lib sits below the agent. */
+  launcher: 'direct' | 'systemd-run';
   logPath: string;
   createdAtMs: number;
-}
-
-export function stateFilePath(shardsDir: string, shardId: string): string {
-  return join(shardsDir, `${shardId}.json`);
 }
 
 function toDisk(s: ShardStateFile): JsonValue {
@@ -53,8 +49,8 @@ function toDisk(s: ShardStateFile): JsonValue {
  * file or the new one, never half of one (see writeFileAtomic). A half-written file would make a healthy engine
  * unidentifiable after a power cut, and unidentifiable engines are killed.
  */
-export async function writeStateFile(shardsDir: string, s: ShardStateFile): Promise<void> {
-  await writeFileAtomic(stateFilePath(shardsDir, s.shardId), `${JSON.stringify(toDisk(s), null, 2)}\n`);
+export async function writeStateFile(path: string, s: ShardStateFile): Promise<void> {
+  await writeFileAtomic(path, `${JSON.stringify(toDisk(s), null, 2)}\n`);
 }
 
 export type StateFileRead = { ok: true; file: ShardStateFile } | { ok: false; reason: string };

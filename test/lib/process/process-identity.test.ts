@@ -3,13 +3,8 @@ import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import {
-  checkIdentity,
-  parseProcStat,
-  readBootId,
-  readProcessIdentity,
-  readProcStat,
-} from '../../../src/agent/supervisor/process-identity.js';
+import { parseProcStat, readProcStat } from '../../../src/lib/process/proc-stat.js';
+import { checkIdentity, readBootId, readProcessIdentity } from '../../../src/lib/process/process-identity.js';
 import { until } from '../../helpers/engine-processes.js';
 
 const started: number[] = [];

@@ -2,8 +2,8 @@ import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { followFile } from '../../../src/agent/supervisor/follow-file.js';
-import { completeLinesEnd, tailFile } from '../../../src/agent/supervisor/tail-file.js';
+import { followFile } from '../../../src/lib/files/follow-file.js';
+import { completeLinesEnd, tailFile } from '../../../src/lib/files/tail-file.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'llmgw-follow-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,5 +1,5 @@
 import { open } from 'node:fs/promises';
-import { errnoCode } from '../../lib/errors.js';
+import { errnoCode } from '../errno.js';
 
 const CHUNK_BYTES = 64 * 1024;
 /**

@@ -1,5 +1,5 @@
 import { copyFile, open, rename, stat, truncate } from 'node:fs/promises';
-import { errnoCode } from '../../lib/errors.js';
+import { errnoCode } from '../errno.js';
 
 /** How often each running shard's log size is checked. */
 export const LOG_CHECK_INTERVAL_MS = 2000;

@@ -1,5 +1,6 @@
 import { readdirSync, readlinkSync } from 'node:fs';
-import { isRunningStat, readProcStat } from './process-identity.js';
+import { readProcStat } from './proc-stat.js';
+import { isRunningStat } from './process-identity.js';
 
 /**
  * Questions answered by scanning /proc. Both are needed where a single pid

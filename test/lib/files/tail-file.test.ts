@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { tailFile } from '../../../src/agent/supervisor/tail-file.js';
+import { tailFile } from '../../../src/lib/files/tail-file.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'llmgw-tail-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

@@ -1,10 +1,13 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import type { LoggingProcess } from './process-table.js';
 
-/** A state file left by another supervisor instance (normally a previous agent). */
+/** A shard a previous agent left on disk or running: judged by judgeOrphan. */
 export interface Orphan {
   shardId: string;
   /** The recorded pid when it is still ours, else a live process found holding the shard's log, else 0. */
   pid: number;
+  /** The recorded process group when the state file's identity still matches its leader; 0 otherwise. */
+  pgid: number;
   /** Some process of the shard is still running. */
   alive: boolean;
   /** State file readable, valid, and its identity (start time + boot id) matches the live pid. */
@@ -14,4 +17,6 @@ export interface Orphan {
   spec?: StartShard;
   replicaId: string;
   servesHttp: boolean;
+  /** Processes writing the shard's log when judged: whatever the state file says, these are the shard's. */
+  holders: LoggingProcess[];
 }

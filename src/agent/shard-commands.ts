@@ -1,0 +1,173 @@
+import { create } from '@bufbuild/protobuf';
+import { durationMs } from '@bufbuild/protobuf/wkt';
+import { type Inventory, ShardState, type ShardStatus, ShardStatusSchema, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
+import { errorMessage, failure } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import { readProcStat } from '../lib/process/proc-stat.js';
+import { assertShardId, isValidShardId } from '../lib/shard-id.js';
+import { isTerminal } from '../lib/shard-states.js';
+import type { ValidationContext } from './engines/engine.js';
+import type { EngineRegistry } from './engines/engine-registry.js';
+import { isPortFree } from './engines/is-port-free.js';
+import { refusedStatus, statusFromSnapshot } from './shard-report.js';
+import { RepeatedStartError, type ShardSnapshot, type Supervisor } from './supervisor/supervisor.js';
+
+export interface ShardCommandsOptions {
+  nodeId: string;
+  supervisor: Supervisor;
+  engines: EngineRegistry;
+  /** The node's hardware as last read: what validation judges a shard against. */
+  inventory: () => Inventory;
+  /** Sends a status to the control plane now, or after the next Register. */
+  report: (status: ShardStatus) => void;
+  logger: Logger;
+}
+
+/**
+ * StartShard, StopShard and DrainShard, from the control plane or an
+ * operator: the shard id is validated once here, then the supervisor's
+ * registry does the rest. Every outcome is reported; nothing here throws at
+ * the stream.
+ */
+export class ShardCommands {
+  private readonly sup: Supervisor;
+  private readonly log: Logger;
+
+  constructor(private readonly opts: ShardCommandsOptions) {
+    this.sup = opts.supervisor;
+    this.log = opts.logger;
+  }
+
+  /**
+   * Validates, launches, and waits for a shard to serve. Idempotent by shard
+   * id (the registry's one check): the control plane retries, and a repeat
+   * must never make a second process, so it only reports the current state.
+   */
+  async start(spec: StartShard): Promise<void> {
+    const id = spec.shardId;
+    const { nodeId, report } = this.opts;
+    // The id is validated once, by the registry's reservation: an invalid one
+    // is refused there, before anything is validated or launched.
+    const log = this.log.child({ shard: id, replica: spec.replicaId });
+    let started: { shard: ShardSnapshot; created: boolean };
+    try {
+      started = await this.sup.start(spec, async () => {
+        const engine = this.opts.engines.get(spec.profile?.engine ?? '');
+        // Validate before launching: an engine that refuses a profile does so
+        // after minutes of model loading; here it costs nothing.
+        await engine.validate(spec, this.validationContext(id));
+        return { plan: engine.command(spec), servesHttp: engine.servesHttp(spec), inFlightMetric: engine.inFlightMetric };
+      });
+    } catch (err) {
+      if (err instanceof RepeatedStartError) return;
+      log.warn({ err: errorMessage(err) }, 'refused to start a shard');
+      report(refusedStatus(nodeId, spec, errorMessage(err)));
+      return;
+    }
+    if (!started.created) {
+      log.info('start repeated for a shard that is already here; reporting its state');
+      report(statusFromSnapshot(nodeId, started.shard));
+      return;
+    }
+    const timeoutMs = spec.profile?.startupTimeout ? durationMs(spec.profile.startupTimeout) : undefined;
+    await this.settle(started.shard, timeoutMs);
+  }
+
+  /**
+   * Brings a launched or adopted shard to READY through its runner, which
+   * chooses how. Failures are reported by the runner's transitions; an
+   * engine that will not answer is never killed here, because the control
+   * plane owns that decision and already has a timeout for it.
+   */
+  async settle(shard: ShardSnapshot, timeoutMs: number | undefined): Promise<void> {
+    try {
+      await this.sup.settle(shard.shardId, { timeoutMs });
+    } catch (err) {
+      this.log.warn({ shard: shard.shardId, replica: shard.replicaId, adopted: shard.adopted, err: errorMessage(err) }, 'shard did not become ready');
+    }
+  }
+
+  private validationContext(shardId: string): ValidationContext {
+    const inventory = this.opts.inventory();
+    // A shard holds its GPUs while its engine may run, whatever its state: a
+    // FAILED one that never became ready is left running until it is stopped,
+    // and a second engine on its GPUs would fail after minutes of loading.
+    const holding = this.sup.list().filter((s) => !isTerminal(s.state) || s.running);
+    const heldGpus = new Map<number, string>();
+    for (const s of holding) if (s.shardId !== shardId) for (const g of s.spec.gpuIndices) heldGpus.set(g, s.shardId);
+    const shardGroups = new Set(holding.map((s) => s.pid));
+    // A compute process is ours when it is in the process group of one of our
+    // engines (the GPU is usually held by a worker child, not the pid we started).
+    const foreignProcesses = inventory.processes.filter((p) => {
+      const stat = readProcStat(p.pid);
+      return !(stat && shardGroups.has(stat.pgrp)) && !shardGroups.has(p.pid);
+    });
+    return { inventory, heldGpus, foreignProcesses, isPortFree: (port) => isPortFree(port) };
+  }
+
+  /** Stops a shard: every process of it gone, then STOPPED is reported and its state forgotten. */
+  async stop(m: Pick<StopShard, 'shardId' | 'grace'>): Promise<void> {
+    const id = m.shardId;
+    const { nodeId, report } = this.opts;
+    if (!isValidShardId(id)) {
+      report(refusedStatus(nodeId, { shardId: id, replicaId: '' }, `stop refused: invalid shard id ${quoteId(id)}`));
+      return;
+    }
+    // A start still validating or launching finishes first, so that a stop
+    // never races it and leaves an engine behind.
+    await this.sup.launchSettled(id);
+    const shard = this.sup.get(id);
+    if (!shard) {
+      // Nothing runs under that id: report it stopped, which is the truth.
+      report(create(ShardStatusSchema, { nodeId, shardId: id, state: ShardState.STOPPED }));
+      return;
+    }
+    try {
+      const after = await this.sup.stop(id, { graceMs: m.grace ? durationMs(m.grace) : undefined });
+      this.sup.remove(id);
+      // A shard already FAILED or EXITED makes no transition when stopped, but
+      // the control plane waits for STOPPED before it hands out its GPUs.
+      if (after.state !== ShardState.STOPPED) {
+        report(create(ShardStatusSchema, { nodeId, replicaId: after.replicaId, shardId: id, state: ShardState.STOPPED, pid: after.pid }));
+      }
+    } catch (err) {
+      this.log.error({ shard: id, err: errorMessage(err) }, 'stopping a shard failed');
+      report(refusedStatus(nodeId, shard, `stop failed: ${errorMessage(err)}`));
+    }
+  }
+
+  /**
+   * Marks a running shard DRAINING (reported through its transition, so the
+   * control plane routes elsewhere). Throws when the shard cannot be drained.
+   */
+  drain(id: string): ShardSnapshot {
+    assertShardId(id);
+    const shard = this.sup.get(id);
+    if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
+    return this.sup.drain(id);
+  }
+
+  /**
+   * A DrainShard from the control plane. A refusal says why in a status
+   * report: FAILED for a shard that is not here, but a shard still loading is
+   * reported with its own state, never as FAILED, which would get a healthy
+   * engine replaced.
+   */
+  drainCommand(id: string): void {
+    try {
+      this.drain(id);
+    } catch (err) {
+      const { nodeId, report } = this.opts;
+      const why = `drain refused: ${errorMessage(err)}`;
+      const shard = isValidShardId(id) ? this.sup.get(id) : undefined;
+      this.log.warn({ shard: id, err: why }, 'refused a drain');
+      if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
+      else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
+    }
+  }
+}
+
+/** An untrusted id as it may appear in a report: quoted, and cut short. */
+function quoteId(id: string): string {
+  return JSON.stringify(String(id).slice(0, 40));
+}

@@ -1,0 +1,125 @@
+import { chmodSync, mkdirSync } from 'node:fs';
+import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { STATE_SCHEMA_VERSION, readStateFile, removeStateFile, writeStateFile } from '../../lib/files/state-file.js';
+import { checkIdentity } from '../../lib/process/process-identity.js';
+import { findProcessesLoggingTo } from '../../lib/process/process-table.js';
+import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
+import { shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../lib/shard-layout.js';
+import type { LaunchPlan } from '../engines/launch-plan.js';
+import { checkLaunchPlan } from './check-launch-plan.js';
+import { engineEnv, launchEngine } from './launch-engine.js';
+import { ShardRunner, type ShardRunnerContext } from './shard-runner.js';
+
+/** What an engine makes of a shard spec: the command, and how its rank is judged. */
+export interface ShardLaunch {
+  plan: LaunchPlan;
+  /** Whether this rank opens the HTTP API (readiness by probe) or is a worker (readiness by staying alive). */
+  servesHttp: boolean;
+  /** The engine's gauge of running requests, read while draining; none when omitted. */
+  inFlightMetric?: string;
+}
+
+/**
+ * Launches one shard's engine and records it on disk, returning its runner
+ * (not yet begun). `previous` is the runner of an earlier engine under the
+ * same id, whose group is ended first.
+ */
+export async function launchShard(
+  ctx: ShardRunnerContext,
+  spec: StartShard,
+  launch: ShardLaunch,
+  previous: ShardRunner | undefined,
+  signal: AbortSignal,
+): Promise<ShardRunner> {
+  const { plan } = launch;
+  const id = spec.shardId;
+  const c = ctx.config;
+  if (plan.argv.length === 0 || plan.argv[0] === '') throw usageError(`shard ${id}: the launch plan has no command`);
+  checkLaunchPlan(plan, engineEnv(plan));
+  ensureDirs(c.stateDir, c.logDir);
+  const statePath = shardStatePath(c.stateDir, id);
+  const logPath = shardLogPath(c.logDir, id);
+
+  if (previous) {
+    // A relaunch. The old engine may have left processes behind (a worker
+    // of a leader that crashed, or an engine that timed out while loading):
+    // they hold the GPUs the new one is about to ask for.
+    previous.detach();
+    await terminateProcessGroup({ pgid: previous.pgid, stillOurs: () => previous.groupStillOurs(), graceMs: c.stopGraceMs, signal });
+  } else {
+    await refuseUnsupervisedEngine(id, statePath, logPath);
+  }
+
+  const launched = await launchEngine(c.launcher, id, plan, logPath, signal);
+  const runner = new ShardRunner(
+    ctx,
+    {
+      spec,
+      replicaId: spec.replicaId,
+      pid: launched.pid,
+      pgid: launched.pgid,
+      identity: launched.identity,
+      child: launched.child,
+      adopted: false,
+      servesHttp: launch.servesHttp,
+      inFlightMetric: launch.inFlightMetric ?? '',
+      startedAtMs: Date.now(),
+      logPath,
+      statePath,
+    },
+    previous?.currentState,
+  );
+  try {
+    await writeStateFile(statePath, {
+      schemaVersion: STATE_SCHEMA_VERSION,
+      shardId: id,
+      replicaId: spec.replicaId,
+      spec,
+      servesHttp: launch.servesHttp,
+      inFlightMetric: launch.inFlightMetric ?? '',
+      pid: launched.pid,
+      pgid: launched.pgid,
+      identity: launched.identity,
+      launcher: c.launcher,
+      logPath,
+      createdAtMs: runner.startedAtMs,
+    });
+  } catch (err) {
+    // Without its state file this engine could not be found after an agent
+    // restart, and would hold its GPUs with nothing able to describe it.
+    runner.detach();
+    await terminateProcessGroup({ pgid: launched.pgid, stillOurs: () => runner.groupStillOurs(), graceMs: 0 });
+    throw failure(`cannot write the state file ${statePath}: ${errorMessage(err)}; the engine was stopped`, { cause: err });
+  }
+  return runner;
+}
+
+/**
+ * No runner here, but maybe a state file from a previous agent whose engine
+ * still runs: starting a second engine on the same GPUs would fail after
+ * minutes of loading, or worse, succeed beside it.
+ */
+async function refuseUnsupervisedEngine(id: string, statePath: string, logPath: string): Promise<void> {
+  const read = await readStateFile(statePath, id);
+  if (read.ok && checkIdentity(read.file.pid, read.file.identity).alive) {
+    throw failure(
+      `shard ${id} is already running (pid ${read.file.pid}) from a previous agent; adopt it (findOrphans/adopt) instead of starting it again`,
+    );
+  }
+  const holders = findProcessesLoggingTo(logPath);
+  if (holders.length > 0) {
+    throw failure(
+      `processes ${holders.map((p) => p.pid).join(', ')} still write shard ${id}'s log but nothing identifies them; kill them (killOrphan) before starting it again`,
+    );
+  }
+  await removeStateFile(statePath);
+}
+
+function ensureDirs(stateDir: string, logDir: string): void {
+  const states = shardStateDir(stateDir);
+  mkdirSync(states, { recursive: true, mode: 0o700 });
+  // State files name pids this agent will signal: nobody else may write here.
+  chmodSync(states, 0o700);
+  mkdirSync(shardLogDir(logDir), { recursive: true, mode: 0o755 });
+}

@@ -1,0 +1,42 @@
+import { failure } from '../../lib/errors.js';
+import { readStateFileSync } from '../../lib/files/state-file.js';
+import type { Orphan } from '../../lib/process/orphan.js';
+import { checkIdentity } from '../../lib/process/process-identity.js';
+import { shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
+import { ShardRunner, type ShardRunnerContext } from './shard-runner.js';
+
+/**
+ * A runner for an engine a previous agent launched and that still runs
+ * (Nomad's reattach): built from its state file, not yet begun. The caller
+ * then begins it and settles it exactly like a fresh start: leaving it in
+ * STARTING once made the control plane time out and replace a healthy
+ * engine after every agent restart.
+ *
+ * The state file is read again, synchronously: the orphan was judged a
+ * moment ago, and the engine may have died (and its pid been reused) since.
+ */
+export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: ShardRunner | undefined): ShardRunner {
+  const { stateDir, logDir } = ctx.config;
+  const statePath = shardStatePath(stateDir, o.shardId);
+  const f = readStateFileSync(statePath, o.shardId);
+  if (!f.ok) throw failure(`cannot adopt shard ${o.shardId}: ${f.reason}`);
+  const check = checkIdentity(f.file.pid, f.file.identity);
+  if (!check.alive) throw failure(`cannot adopt shard ${o.shardId}: ${check.reason}`);
+  return new ShardRunner(
+    ctx,
+    {
+      spec: f.file.spec,
+      replicaId: f.file.replicaId,
+      pid: f.file.pid,
+      pgid: f.file.pgid,
+      identity: f.file.identity,
+      adopted: true,
+      servesHttp: f.file.servesHttp,
+      inFlightMetric: f.file.inFlightMetric,
+      startedAtMs: f.file.createdAtMs,
+      logPath: shardLogPath(logDir, o.shardId),
+      statePath,
+    },
+    previous?.currentState,
+  );
+}

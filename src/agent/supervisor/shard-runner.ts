@@ -1,0 +1,426 @@
+import type { ChildProcess } from 'node:child_process';
+import { constants as osConstants } from 'node:os';
+import type { SupervisorConfig } from '../config/agent-config.js';
+import { servedModelName } from '../engines/shard-launch.js';
+import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { formatDuration } from '../../lib/duration.js';
+import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { removeStateFile } from '../../lib/files/state-file.js';
+import { tailFile } from '../../lib/files/tail-file.js';
+import type { Logger } from '../../lib/logger.js';
+import { readProcStat } from '../../lib/process/proc-stat.js';
+import { type ProcessIdentity, readBootId } from '../../lib/process/process-identity.js';
+import { listProcessGroup } from '../../lib/process/process-table.js';
+import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
+import { isTerminal } from '../../lib/shard-states.js';
+import { type DeathInfo, watchDeath } from './death-watch.js';
+import { watchHealth } from './health-watch.js';
+import { PROBE_TIMEOUT_MS, httpGet } from './http-probe.js';
+import { readGauge } from './read-gauge.js';
+import { waitStaysAlive, waitUntilServing } from './readiness-wait.js';
+import { ShardFailedError } from './shard-failed-error.js';
+import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
+import { isTransitionAllowed, stateName } from './shard-transitions.js';
+
+const S = ShardState;
+
+/** SIGTERM to SIGKILL for what survives a dead engine leader: its work is lost already. */
+export const LEFTOVER_GRACE_MS = 2000;
+/** Log lines kept in lastOutput when a shard fails or exits. */
+export const LAST_OUTPUT_LINES = 20;
+
+/** What every runner of one supervisor shares. */
+export interface ShardRunnerContext {
+  config: SupervisorConfig;
+  log: Logger;
+  /** Hears every transition of the shard, after it is made and logged. */
+  onTransition: (t: ShardTransition) => void;
+}
+
+/** One engine as launched or found: what the runner needs to watch, settle and stop it. */
+export interface RunnerEngine {
+  spec: StartShard;
+  replicaId: string;
+  pid: number;
+  pgid: number;
+  identity: ProcessIdentity;
+  /** Our own child: its exit event tells us at once, with the status. Absent for an adopted engine. */
+  child?: ChildProcess;
+  adopted: boolean;
+  servesHttp: boolean;
+  /** The engine's Prometheus gauge of running requests ('' when it has none), read while draining. */
+  inFlightMetric: string;
+  startedAtMs: number;
+  logPath: string;
+  statePath: string;
+}
+
+/** A profile without startup_timeout gets this long to load (large models take minutes). */
+export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
+
+export interface SettleOptions {
+  /** How long an HTTP rank may take to serve its model; default DEFAULT_STARTUP_TIMEOUT_MS (10 min). */
+  timeoutMs?: number;
+  /** How long a worker rank must stay alive; default config.workerSettleMs. */
+  settleMs?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * Owns one shard's life: readiness, the health watch after READY, death,
+ * drain and stop. Every timer, probe and wait hangs off its own signal.
+ *
+ * Two scopes end it, and they must not be confused (Nomad's task runner
+ * keeps the same two). detach() is the agent going away or the runner being
+ * replaced: watching stops, the engine keeps serving. stop() is the shard
+ * being stopped: its whole process group is terminated.
+ */
+export class ShardRunner {
+  readonly shardId: string;
+  readonly replicaId: string;
+  readonly spec: StartShard;
+  readonly pid: number;
+  readonly pgid: number;
+  readonly adopted: boolean;
+  readonly servesHttp: boolean;
+  readonly logPath: string;
+  readonly statePath: string;
+  readonly startedAtMs: number;
+  private state: ShardState;
+  private error = '';
+  private exitCode: number | null = null;
+  private signal: NodeJS.Signals | null = null;
+  private lastOutput: string[] = [];
+  /** The engine process is gone (its group may not be). */
+  private dead = false;
+  private readonly identity: ProcessIdentity;
+  private readonly child: ChildProcess | undefined;
+  private readonly inFlightMetric: string;
+  /** Where the rank serves, derived once: nothing above the runner builds it again. */
+  private readonly baseUrl: string | undefined;
+  private readonly servedModelName: string;
+  /** detach(): ends every wait, probe and watch of this shard; touches no process. */
+  private readonly life = new AbortController();
+  /** Aborted when the shard leaves STARTING, so a readiness wait wakes at once. */
+  private readonly leftStarting = new AbortController();
+  /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
+  private readonly serving = new AbortController();
+  private stopping: Promise<ShardSnapshot> | undefined;
+
+  constructor(
+    private readonly ctx: ShardRunnerContext,
+    engine: RunnerEngine,
+    /** The state of the runner this one replaces (a relaunch), so the first transition is checked from it. */
+    previousState: ShardState = S.UNSPECIFIED,
+  ) {
+    this.shardId = engine.spec.shardId;
+    this.replicaId = engine.replicaId;
+    this.spec = engine.spec;
+    this.pid = engine.pid;
+    this.pgid = engine.pgid;
+    this.identity = engine.identity;
+    this.child = engine.child;
+    this.adopted = engine.adopted;
+    this.servesHttp = engine.servesHttp;
+    this.inFlightMetric = engine.inFlightMetric;
+    this.startedAtMs = engine.startedAtMs;
+    this.logPath = engine.logPath;
+    this.statePath = engine.statePath;
+    this.state = previousState;
+    this.baseUrl = engine.servesHttp && engine.spec.httpPort > 0 ? `http://127.0.0.1:${engine.spec.httpPort}` : undefined;
+    this.servedModelName = servedModelName(engine.spec);
+    this.life.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
+  }
+
+  /** Whether the engine's leader may still run. */
+  get running(): boolean {
+    return !this.dead;
+  }
+
+  get currentState(): ShardState {
+    return this.state;
+  }
+
+  /**
+   * Enters STARTING and starts watching for the engine's death. Called once
+   * the engine is recorded on disk and in the registry: a death before that
+   * is seen here, since a child's exit status stays readable on it.
+   */
+  begin(why: string): void {
+    this.transition(S.STARTING, why);
+    watchDeath({
+      child: this.child,
+      pid: this.pid,
+      identity: this.identity,
+      signal: this.life.signal,
+      onDeath: (info) => void this.onDeath(info),
+    });
+  }
+
+  snapshot(): ShardSnapshot {
+    return {
+      shardId: this.shardId,
+      replicaId: this.replicaId,
+      spec: this.spec,
+      state: this.state,
+      pid: this.pid,
+      adopted: this.adopted,
+      servesHttp: this.servesHttp,
+      error: this.error,
+      exitCode: this.exitCode,
+      signal: this.signal,
+      lastOutput: [...this.lastOutput],
+      startedAtMs: this.startedAtMs,
+      logPath: this.logPath,
+      running: !this.dead,
+    };
+  }
+
+  /**
+   * The one place the shard changes state: validated against the allowed
+   * transitions, logged with the shard's fields, and told. A refused
+   * transition is a bug and throws.
+   */
+  private transition(to: ShardState, why: string): void {
+    const from = this.state;
+    if (!isTransitionAllowed(from, to)) {
+      throw new Error(`shard ${this.shardId}: transition ${stateName(from)} → ${stateName(to)} is not allowed (${why})`);
+    }
+    this.state = to;
+    if (from === S.STARTING) this.leftStarting.abort();
+    const fields = { shard: this.shardId, replica: this.replicaId, pid: this.pid, from: stateName(from), to: stateName(to), why };
+    if (to === S.FAILED || to === S.UNHEALTHY) this.ctx.log.warn(fields, 'shard state changed');
+    else this.ctx.log.info(fields, 'shard state changed');
+    try {
+      this.ctx.onTransition({ shard: this.snapshot(), from, to });
+    } catch (err) {
+      // A listener's bug must not leave the shard half-way through a change
+      // (an exit handled, a timer not cleared).
+      this.ctx.log.error({ shard: this.shardId, err: errorMessage(err) }, 'a transition listener threw');
+    }
+  }
+
+  // ---------------------------------------------------------------- readiness
+
+  /**
+   * Brings the shard from STARTING to READY, by the same path for a fresh
+   * launch and an adopted engine: a rank that serves HTTP must answer
+   * /health and list its served model; a worker must stay alive for the
+   * settle time. Throws ShardFailedError when it cannot become ready. An
+   * engine that will not answer is reported FAILED and left running: the
+   * control plane owns the decision to stop it, and stop() (or a new start
+   * of this id) takes its whole group down.
+   */
+  async settle(opts: SettleOptions): Promise<void> {
+    if (!this.enterWait()) return;
+    const wake = AbortSignal.any([this.life.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
+    if (!this.baseUrl) {
+      const settleMs = opts.settleMs ?? this.ctx.config.workerSettleMs;
+      await waitStaysAlive(settleMs, wake);
+      this.throwUnlessStarting(opts.signal);
+      this.becomeReady(`stayed alive ${formatDuration(settleMs)}`);
+      return;
+    }
+    const timeoutMs = opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS;
+    const outcome = await waitUntilServing({ baseUrl: this.baseUrl, servedModelName: this.servedModelName, timeoutMs, signal: wake });
+    this.throwUnlessStarting(opts.signal);
+    if (outcome.ready) {
+      this.becomeReady(`answers /health and lists ${JSON.stringify(this.servedModelName)}`);
+      return;
+    }
+    const message = `not ready after ${formatDuration(timeoutMs)}: ${outcome.reason}`;
+    this.error = message;
+    this.lastOutput = await this.lastLines();
+    if (this.state === S.STARTING) this.transition(S.FAILED, message);
+    throw this.failedError();
+  }
+
+  private becomeReady(why: string): void {
+    this.transition(S.READY, why);
+    // UNHEALTHY is reported, not acted on: killing here would race the
+    // control plane, which owns the decision to replace an engine.
+    if (!this.baseUrl || this.life.signal.aborted) return;
+    watchHealth({
+      baseUrl: this.baseUrl,
+      intervalMs: this.ctx.config.healthIntervalMs,
+      signal: this.serving.signal,
+      onChange: (healthy, reason) => {
+        if (healthy && this.state === S.UNHEALTHY) this.transition(S.READY, reason);
+        else if (!healthy && this.state === S.READY) this.transition(S.UNHEALTHY, reason);
+      },
+    });
+  }
+
+  /** False when already past STARTING and serving (nothing to wait for); throws when it cannot become ready. */
+  private enterWait(): boolean {
+    if (this.state === S.STARTING) return true;
+    if (this.state === S.READY || this.state === S.UNHEALTHY || this.state === S.DRAINING) return false;
+    if (this.state === S.STOPPING) throw failure(`shard ${this.shardId} is being stopped`);
+    throw this.failedError();
+  }
+
+  private throwUnlessStarting(signal?: AbortSignal): void {
+    signal?.throwIfAborted();
+    // stop() detaches too once the group is gone: that is a stop, not the agent going away.
+    if (this.state === S.STOPPING || this.state === S.STOPPED) throw failure(`shard ${this.shardId} was stopped while starting`);
+    if (this.life.signal.aborted) throw failure('the supervisor is closed');
+    if (this.state === S.STARTING) return;
+    throw this.failedError();
+  }
+
+  private failedError(): ShardFailedError {
+    return new ShardFailedError(this.shardId, `shard ${this.shardId}: ${this.error || stateName(this.state)}`, {
+      exitCode: this.exitCode,
+      signal: this.signal,
+      lastOutput: this.lastOutput,
+    });
+  }
+
+  // ---------------------------------------------------------------- death
+
+  private async onDeath(info: DeathInfo): Promise<void> {
+    if (this.dead || this.life.signal.aborted) return;
+    this.dead = true;
+    this.serving.abort();
+    if (info.known) {
+      this.signal = info.signal;
+      this.exitCode = info.code ?? (info.signal ? 128 + (osConstants.signals[info.signal] ?? 0) : null);
+    }
+    const how = info.known
+      ? info.signal
+        ? `was killed by ${info.signal}`
+        : `exited with code ${info.code}`
+      : `is gone (${info.reason}; not a child of this agent, so its exit status is unknown)`;
+    // Read before the state changes, so the report carries the engine's own last words.
+    const lastOutput = await this.lastLines();
+    if (this.life.signal.aborted) return;
+    if (this.state !== S.STOPPING && !isTerminal(this.state)) await this.reapLeftovers();
+    if (this.life.signal.aborted) return;
+    if (this.state === S.STARTING) {
+      this.error = `engine ${how} while starting`;
+      this.lastOutput = lastOutput;
+      this.transition(S.FAILED, this.error);
+    } else if (this.state === S.READY || this.state === S.UNHEALTHY || this.state === S.DRAINING) {
+      this.error = `engine ${how}`;
+      this.lastOutput = lastOutput;
+      const clean = info.known && info.code === 0;
+      this.transition(clean ? S.EXITED : S.FAILED, this.error);
+    }
+    // STOPPING: stop() reports it. Terminal: already reported.
+  }
+
+  /**
+   * The leader is gone, but its process group may not be: workers of a
+   * crashed engine, or the server a launcher forked before it exited. They
+   * are ended before FAILED or EXITED is reported, because those states tell
+   * the control plane the GPUs are free: left running, they held GPU memory
+   * and the port while a new shard was placed on them (found by the fault
+   * campaign, engine-fork-and-exit).
+   */
+  private async reapLeftovers(): Promise<void> {
+    if (listProcessGroup(this.pgid).length === 0) return;
+    try {
+      const outcome = await terminateProcessGroup({
+        pgid: this.pgid,
+        stillOurs: () => this.groupStillOurs(),
+        graceMs: Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs),
+        signal: this.life.signal,
+      });
+      this.ctx.log.warn({ shard: this.shardId, replica: this.replicaId, pid: this.pid, outcome }, 'engine leader gone; ended the rest of its process group');
+    } catch (err) {
+      this.ctx.log.warn({ shard: this.shardId, pid: this.pid, err: errorMessage(err) }, "ending the rest of a dead engine's process group failed");
+    }
+  }
+
+  private async lastLines(): Promise<string[]> {
+    return tailFile(this.logPath, LAST_OUTPUT_LINES).catch(() => []);
+  }
+
+  /**
+   * Whether signalling the shard's process group still reaches the engine we
+   * launched. Our unreaped child cannot have had its pid reused. Otherwise
+   * the leader's start time must match; and when the leader is gone entirely,
+   * Linux keeps its pid reserved for as long as it names a live process
+   * group, so surviving members are still that group.
+   */
+  groupStillOurs(): boolean {
+    if (this.child && this.child.exitCode === null && this.child.signalCode === null) return true;
+    if (this.identity.bootId !== readBootId()) return false;
+    const stat = readProcStat(this.pid);
+    if (!stat) return true;
+    return stat.startTime === this.identity.startTime;
+  }
+
+  // ---------------------------------------------------------------- stop, drain
+
+  /** Terminates the whole process group (SIGTERM, `graceMs`, SIGKILL); concurrent calls share one stop. */
+  stop(opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<ShardSnapshot> {
+    this.stopping ??= this.doStop(opts).finally(() => {
+      this.stopping = undefined;
+    });
+    return this.stopping;
+  }
+
+  private async doStop(opts: { graceMs?: number; signal?: AbortSignal }): Promise<ShardSnapshot> {
+    const graceMs = opts.graceMs ?? this.ctx.config.stopGraceMs;
+    if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, `stop requested (grace ${formatDuration(graceMs)})`);
+    this.serving.abort();
+    const outcome = await terminateProcessGroup({ pgid: this.pgid, stillOurs: () => this.groupStillOurs(), graceMs, signal: opts.signal });
+    if (outcome === 'not-ours') {
+      this.ctx.log.warn({ shard: this.shardId, pid: this.pid }, 'engine pid now names another process; nothing was signalled');
+    }
+    // Gone either way: terminated, or its pid names another process now.
+    this.dead = true;
+    this.detach();
+    // Gone from disk before STOPPED is announced: whoever hears STOPPED may
+    // rely on nothing of the shard being left, here or after a restart.
+    await this.forgetStateFile();
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, `process group ${outcome}`);
+    return this.snapshot();
+  }
+
+  /** READY or UNHEALTHY → DRAINING (the control plane routes elsewhere); a repeat is a no-op. */
+  drain(): ShardSnapshot {
+    if (this.state === S.READY || this.state === S.UNHEALTHY) this.transition(S.DRAINING, 'drain requested');
+    else if (this.state !== S.DRAINING) {
+      throw usageError(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
+    }
+    return this.snapshot();
+  }
+
+  /** Requests the engine is working on, from the engine's own gauge; undefined when it cannot tell. */
+  async inFlight(): Promise<number | undefined> {
+    if (!this.baseUrl || this.inFlightMetric === '') return undefined;
+    try {
+      const r = await httpGet(`${this.baseUrl}/metrics`, { timeoutMs: PROBE_TIMEOUT_MS, signal: this.life.signal });
+      return r.status === 200 ? readGauge(r.body, this.inFlightMetric) : undefined;
+    } catch {
+      return undefined;
+    }
+  }
+
+  /**
+   * Removes the state file of an engine that is gone. Failing to is logged,
+   * not thrown: the engine is stopped whatever the disk says, and a stale
+   * file names a process that no longer matches its identity, which the next
+   * agent start judges dead and cleans. Throwing here once turned a
+   * successful stop on a read-only state directory into "stop failed" after
+   * STOPPED had been reported (found by the fault campaign).
+   */
+  async forgetStateFile(): Promise<void> {
+    try {
+      await removeStateFile(this.statePath);
+    } catch (err) {
+      this.ctx.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err) }, 'engine is gone but its state file could not be removed');
+    }
+  }
+
+  /** The agent going away, or this runner replaced: every watch and wait ends; no process is touched. */
+  detach(): void {
+    this.life.abort(failure('the supervisor is closed'));
+  }
+
+  get detached(): boolean {
+    return this.life.signal.aborted;
+  }
+}

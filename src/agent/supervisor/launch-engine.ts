@@ -64,7 +64,7 @@ export async function launchDirect(plan: LaunchPlan, logPath: string): Promise<L
     child = spawn(plan.argv[0] as string, plan.argv.slice(1), {
       detached: true,
       stdio: ['ignore', fd, fd],
-      env: engineEnv(plan),
+      env: plan.env,
     });
   } finally {
     // The child has its own copy; ours would only keep the file open.
@@ -95,7 +95,7 @@ export async function launchSystemdRun(
   logPath: string,
   signal?: AbortSignal,
 ): Promise<LaunchedEngine> {
-  const [cmd, ...args] = buildSystemdRunArgv(shardId, { ...plan, env: engineEnv(plan) }, logPath);
+  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath);
   const unit = `${systemdUnitName(shardId)}.service`;
   try {
     // Only the systemd-run launcher needs execa; direct launches do not load it.
@@ -117,6 +117,11 @@ export async function launchSystemdRun(
   }
 }
 
+/**
+ * Starts `plan`, whose env is already the engine's whole environment
+ * (engineEnv, built once by the caller, which also checked it against the
+ * kernel's limits): building it again here was a second, drifting copy.
+ */
 export function launchEngine(
   launcher: Launcher,
   shardId: string,

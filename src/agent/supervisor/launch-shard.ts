@@ -32,11 +32,12 @@ export async function launchShard(
   previous: ShardRunner | undefined,
   signal: AbortSignal,
 ): Promise<ShardRunner> {
-  const { plan } = launch;
+  // The engine's whole environment, built once: checked, then launched as is.
+  const plan = { ...launch.plan, env: engineEnv(launch.plan) };
   const id = spec.shardId;
   const c = ctx.config;
   if (plan.argv.length === 0 || plan.argv[0] === '') throw usageError(`shard ${id}: the launch plan has no command`);
-  checkLaunchPlan(plan, engineEnv(plan));
+  checkLaunchPlan(launch.plan, plan.env);
   ensureDirs(c.stateDir, c.logDir);
   const statePath = shardStatePath(c.stateDir, id);
   const logPath = shardLogPath(c.logDir, id);

@@ -8,12 +8,11 @@ import { errorMessage, failure, usageError } from '../../lib/errors.js';
 import { removeStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import type { Logger } from '../../lib/logger.js';
-import { readProcStat } from '../../lib/process/proc-stat.js';
-import { type ProcessIdentity, readBootId } from '../../lib/process/process-identity.js';
-import { listProcessGroup } from '../../lib/process/process-table.js';
+import type { ProcessIdentity } from '../../lib/process/process-identity.js';
 import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type DeathInfo, watchDeath } from './death-watch.js';
+import { type EngineGroup, groupStillOurs, reapLeftovers } from './engine-group.js';
 import { watchHealth } from './health-watch.js';
 import { PROBE_TIMEOUT_MS, httpGet } from './http-probe.js';
 import { readGauge } from './read-gauge.js';
@@ -309,46 +308,22 @@ export class ShardRunner {
     // STOPPING: stop() reports it. Terminal: already reported.
   }
 
-  /**
-   * The leader is gone, but its process group may not be: workers of a
-   * crashed engine, or the server a launcher forked before it exited. They
-   * are ended before FAILED or EXITED is reported, because those states tell
-   * the control plane the GPUs are free: left running, they held GPU memory
-   * and the port while a new shard was placed on them (found by the fault
-   * campaign, engine-fork-and-exit).
-   */
   private async reapLeftovers(): Promise<void> {
-    if (listProcessGroup(this.pgid).length === 0) return;
-    try {
-      const outcome = await terminateProcessGroup({
-        pgid: this.pgid,
-        stillOurs: () => this.groupStillOurs(),
-        graceMs: Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs),
-        signal: this.life.signal,
-      });
-      this.ctx.log.warn({ shard: this.shardId, replica: this.replicaId, pid: this.pid, outcome }, 'engine leader gone; ended the rest of its process group');
-    } catch (err) {
-      this.ctx.log.warn({ shard: this.shardId, pid: this.pid, err: errorMessage(err) }, "ending the rest of a dead engine's process group failed");
-    }
+    const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
+    await reapLeftovers(this.group(), { graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
   }
 
   private async lastLines(): Promise<string[]> {
     return tailFile(this.logPath, LAST_OUTPUT_LINES).catch(() => []);
   }
 
-  /**
-   * Whether signalling the shard's process group still reaches the engine we
-   * launched. Our unreaped child cannot have had its pid reused. Otherwise
-   * the leader's start time must match; and when the leader is gone entirely,
-   * Linux keeps its pid reserved for as long as it names a live process
-   * group, so surviving members are still that group.
-   */
+  /** Whether signalling the shard's process group still reaches the engine it names (see groupStillOurs). */
   groupStillOurs(): boolean {
-    if (this.child && this.child.exitCode === null && this.child.signalCode === null) return true;
-    if (this.identity.bootId !== readBootId()) return false;
-    const stat = readProcStat(this.pid);
-    if (!stat) return true;
-    return stat.startTime === this.identity.startTime;
+    return groupStillOurs(this.group());
+  }
+
+  private group(): EngineGroup {
+    return { pid: this.pid, pgid: this.pgid, identity: this.identity, child: this.child };
   }
 
   // ---------------------------------------------------------------- stop, drain
@@ -418,9 +393,5 @@ export class ShardRunner {
   /** The agent going away, or this runner replaced: every watch and wait ends; no process is touched. */
   detach(): void {
     this.life.abort(failure('the supervisor is closed'));
-  }
-
-  get detached(): boolean {
-    return this.life.signal.aborted;
   }
 }

@@ -1,5 +1,5 @@
 import { copyFile, open, rename, stat, truncate } from 'node:fs/promises';
-import { errnoCode } from '../errno.js';
+import { isNotFound } from '../errno.js';
 
 /** How often each running shard's log size is checked. */
 export const LOG_CHECK_INTERVAL_MS = 2000;
@@ -24,7 +24,7 @@ export async function rotateLogIfNeeded(logPath: string, maxBytes: number): Prom
   try {
     size = (await stat(logPath)).size;
   } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return false;
+    if (isNotFound(err)) return false;
     throw err;
   }
   if (size <= maxBytes) return false;

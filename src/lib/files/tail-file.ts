@@ -1,5 +1,5 @@
 import { open } from 'node:fs/promises';
-import { errnoCode } from '../errno.js';
+import { isNotFound } from '../errno.js';
 
 const CHUNK_BYTES = 64 * 1024;
 /**
@@ -20,7 +20,7 @@ export async function tailFile(path: string, lines: number, endAt = Number.POSIT
   try {
     fh = await open(path, 'r');
   } catch (err) {
-    if (errnoCode(err) === 'ENOENT') return [];
+    if (isNotFound(err)) return [];
     throw err;
   }
   try {

@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { errnoCode } from '../errno.js';
+import { isNoSuchProcess } from '../errno.js';
 import { listProcessGroup } from './process-table.js';
 
 /** How often the group is looked at while waiting for it to go. */
@@ -34,7 +34,7 @@ function signalGroup(pgid: number, sig: NodeJS.Signals): void {
     process.kill(-pgid, sig);
   } catch (err) {
     // ESRCH: the whole group went between our look and the signal.
-    if (errnoCode(err) !== 'ESRCH') throw err;
+    if (!isNoSuchProcess(err)) throw err;
   }
 }
 

@@ -100,10 +100,6 @@ export class ConnectionState {
     return { ...this.current };
   }
 
-  get phase(): ConnectionPhase {
-    return this.current.phase;
-  }
-
   transition(change: ConnectionChange): void {
     const from = this.current.phase;
     this.current = nextConnectionStatus(this.current, change);

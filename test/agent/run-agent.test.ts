@@ -121,9 +121,10 @@ describe('llmgw agent run', () => {
     const failed = await again.cp.waitFor('node-a', shardIs('s1', ShardState.FAILED), 20_000);
     const seen = again.cp.messages('node-a');
     const reg = seen.find(isRegister);
+    if (!reg) throw new Error('no Register before the status');
     // Register lists only what runs: the ended shard is told of after it, with its exit.
-    expect((reg?.msg.value as { runningShards: unknown[] }).runningShards).toEqual([]);
-    expect(seen.indexOf(reg as AgentMessage)).toBeLessThan(seen.indexOf(failed));
+    expect((reg.msg.value as { runningShards: unknown[] }).runningShards).toEqual([]);
+    expect(seen.indexOf(reg)).toBeLessThan(seen.indexOf(failed));
     expect(statusOf(failed).exitCode).toBe(137);
     expect(seen.filter(shardIs('s1', ShardState.FAILED))).toHaveLength(1);
   });

@@ -7,7 +7,7 @@ import type { AgentConfig } from './config/agent-config.js';
 import { type ConnectionChange, ConnectionState, type ConnectionStatus } from './connection-state.js';
 import { runSession, type SessionCallbacks } from './control-plane-session.js';
 import { createControlPlaneTransport } from './control-plane-transport.js';
-import { reconnectDelayMs } from './reconnect-delay.js';
+import { cleanCloseDelayMs, jitterSource, reconnectDelayMs } from './reconnect-delay.js';
 
 /** The shortest HTTP/2 ping period and timeout, whatever the heartbeat. */
 export const PING_FLOOR_MS = 1000;
@@ -25,6 +25,11 @@ export interface ControlPlaneConnectionOptions {
   logger: Logger;
   metrics?: AgentMetrics;
   session: SessionHandlers;
+  /**
+   * Where the reconnect delays draw their jitter (each returns [0, 1)).
+   * Default: Math.random, or none with LLMGW_INTERNAL_RECONNECT_JITTER=off.
+   */
+  random?: { backoff: () => number; cleanClose: () => number };
 }
 
 export interface ConnectionHooks {
@@ -70,6 +75,7 @@ export class ControlPlaneConnection {
       pingTimeoutMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
     });
     const session = this.opts.session;
+    const random = this.opts.random ?? jitterSource();
 
     let first = true;
     let next: ConnectionChange = { phase: 'connecting' };
@@ -122,9 +128,18 @@ export class ControlPlaneConnection {
       if (outcome.kind === 'closed') {
         quickCloses = stable ? 1 : quickCloses + 1;
         if (quickCloses === 1) {
-          // The control plane closed the stream on purpose, as a restart does: come straight back.
-          this.log.info('control plane closed the stream; reconnecting now');
+          // The control plane closed the stream on purpose, as a restart
+          // does: come back without a backoff, but not all at once. A restart
+          // closes every agent's stream in the same instant, and a fleet that
+          // answers in the same instant is a thundering herd of handshakes
+          // against a process that has just started (cleanCloseDelayMs).
           backoffAttempt = 0;
+          const delayMs = cleanCloseDelayMs(c.reconnectBaseMs, random.cleanClose);
+          this.log.info({ retryInMs: delayMs }, 'control plane closed the stream; reconnecting');
+          if (delayMs > 0) {
+            this.state.transition({ phase: 'retrying', attempt: 0, error: 'the control plane closed the stream', nextAttemptAtMs: Date.now() + delayMs });
+            await sleep(delayMs, signal);
+          }
           next = { phase: 'connecting', cleanClose: true };
           continue;
         }
@@ -137,7 +152,7 @@ export class ControlPlaneConnection {
         error = outcome.error;
       }
       backoffAttempt = stable ? 1 : backoffAttempt + 1;
-      const delayMs = reconnectDelayMs(backoffAttempt, c.reconnectBaseMs, c.reconnectMaxMs);
+      const delayMs = reconnectDelayMs(backoffAttempt, c.reconnectBaseMs, c.reconnectMaxMs, random.backoff);
       const why = describeStreamError(error);
       this.state.transition({ phase: 'retrying', attempt: backoffAttempt, error: why, nextAttemptAtMs: Date.now() + delayMs });
       this.log.warn({ err: why, attempt: backoffAttempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');

@@ -14,7 +14,7 @@ const NODE = describeNode({ nodeId: 'node-conn', hostname: 'h', mgmtAddr: '127.0
 const INVENTORY = create(InventorySchema, {});
 
 /** A real connection to `server`, run until the test ends, with what it did recorded. */
-function connect(server: string, overrides: { registerTimeoutMs?: number } = {}) {
+function connect(server: string, overrides: { registerTimeoutMs?: number; random?: { backoff: () => number; cleanClose: () => number } } = {}) {
   const { logger, records } = captureLogger();
   const events: string[] = [];
   const connection = new ControlPlaneConnection({
@@ -28,6 +28,7 @@ function connect(server: string, overrides: { registerTimeoutMs?: number } = {})
       reconnectMaxMs: 400,
     },
     logger,
+    random: overrides.random,
     session: {
       register: () => buildRegister(NODE, INVENTORY, []),
       heartbeat: () => buildHeartbeat(NODE.nodeId, [], INVENTORY),
@@ -104,17 +105,49 @@ describe('ControlPlaneConnection', () => {
     expect(s.connectedSinceMs).toBe(0);
   });
 
-  it('comes straight back after one clean close, and backs off when every stream is closed at once', async () => {
+  it('with jitter off, comes straight back after one clean close, and backs off when every stream is closed at once', async () => {
     const port = await freePort();
     const bad = await startBadControlPlane('close-after-register', port);
     onTestFinished(() => bad.close());
-    const c = connect(`http://127.0.0.1:${port}`);
+    const c = connect(`http://127.0.0.1:${port}`, { random: { backoff: () => 1, cleanClose: () => 0 } });
     await until(() => c.connection.status().attempt >= 2, 'backoff after repeated clean closes');
-    expect(c.records.filter((r) => r.msg === 'control plane closed the stream; reconnecting now')).toHaveLength(1);
+    const closes = c.records.filter((r) => r.msg === 'control plane closed the stream; reconnecting');
+    expect(closes.map((r) => r.retryInMs)).toEqual([0]);
     // The stream closed before the control plane answered: dialled again, never connected.
     expect(c.changes().slice(0, 3)).toEqual(['starting→connecting', 'connecting→connecting', 'connecting→retrying']);
     const retry = c.records.find((r) => r.msg === 'cannot reach the control plane; retrying');
     expect(retry?.err).toBe('the control plane ended 2 streams in a row soon after they opened');
+    // Jitter off: the whole backoff, 50 ms then 100 ms.
+    expect(c.records.filter((r) => r.msg === 'cannot reach the control plane; retrying').slice(0, 2).map((r) => r.retryInMs)).toEqual([50, 100]);
+  });
+
+  it('waits a jittered part of reconnect_base after a clean close, counted as no failed attempt', async () => {
+    const port = await freePort();
+    const bad = await startBadControlPlane('close-after-register', port);
+    onTestFinished(() => bad.close());
+    // 0.5 of the 50 ms base: 25 ms, shown as retrying with attempt 0.
+    const c = connect(`http://127.0.0.1:${port}`, { random: { backoff: () => 1, cleanClose: () => 0.5 } });
+    await until(() => c.connection.status().attempt >= 2, 'backoff after repeated clean closes');
+    const closes = c.records.filter((r) => r.msg === 'control plane closed the stream; reconnecting');
+    expect(closes.map((r) => r.retryInMs)).toEqual([25]);
+    expect(c.changes().slice(0, 4)).toEqual(['starting→connecting', 'connecting→retrying', 'retrying→connecting', 'connecting→retrying']);
+    const waits = c.records.filter((r) => r.msg === 'control-plane connection' && r.to === 'retrying');
+    expect(waits[0]?.attempt).toBe(0);
+  });
+
+  it('spreads the reconnects of many connections closed at once over reconnect_base', async () => {
+    const port = await freePort();
+    const bad = await startBadControlPlane('close-after-register', port);
+    onTestFinished(() => bad.close());
+    // Real Math.random: ten connections, each closed once; their delays cannot all be the same.
+    const cs = Array.from({ length: 10 }, () => connect(`http://127.0.0.1:${port}`));
+    await until(() => cs.every((c) => c.records.some((r) => r.msg === 'control plane closed the stream; reconnecting')), 'a clean close on every connection');
+    const delays = cs.map((c) => c.records.find((r) => r.msg === 'control plane closed the stream; reconnecting')?.retryInMs as number);
+    for (const d of delays) {
+      expect(d).toBeGreaterThanOrEqual(0);
+      expect(d).toBeLessThan(50);
+    }
+    expect(new Set(delays).size).toBeGreaterThan(1);
   });
 });
 

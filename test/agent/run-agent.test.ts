@@ -108,6 +108,27 @@ describe('llmgw agent run', () => {
     expect(processesWritingUnder(dirs.logDir)).toEqual([pid]);
   });
 
+  it('tells a control plane that was away why a shard ended meanwhile, right after it registers again', async () => {
+    const { plane: started, agent, pid } = await agentWithReadyShard();
+    await started.close();
+    process.kill(pid, 'SIGKILL');
+    await until(
+      () => agent.logs().some((r) => r.msg === 'shard state changed' && r.shard === 's1' && /FAILED/.test(String(r.to))),
+      's1 FAILED while no control plane is there',
+    );
+
+    const again = await startControlPlane({ port: started.port });
+    const failed = await again.cp.waitFor('node-a', shardIs('s1', ShardState.FAILED), 20_000);
+    const seen = again.cp.messages('node-a');
+    const reg = seen.find(isRegister);
+    if (!reg) throw new Error('no Register before the status');
+    // Register lists only what runs: the ended shard is told of after it, with its exit.
+    expect((reg.msg.value as { runningShards: unknown[] }).runningShards).toEqual([]);
+    expect(seen.indexOf(reg)).toBeLessThan(seen.indexOf(failed));
+    expect(statusOf(failed).exitCode).toBe(137);
+    expect(seen.filter(shardIs('s1', ShardState.FAILED))).toHaveLength(1);
+  });
+
   it('reports an engine killed from outside as FAILED with its exit code and log tail, and STOPPED once told to stop', async () => {
     const { cp, pid } = await agentWithReadyShard();
 

@@ -1,0 +1,170 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { inventoryCachePath, writeInventoryCache } from '../../src/agent/inventory-cache.js';
+import { InventoryWatcher } from '../../src/agent/inventory-watcher.js';
+import { GpuSchema, type Inventory, InventorySchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { captureLogger } from '../helpers/capture-logger.js';
+import { until } from '../helpers/engine-processes.js';
+
+const box = (gpus: number, usedMb = 0): Inventory =>
+  create(InventorySchema, { driverVersion: '550.54', gpus: Array.from({ length: gpus }, (_, index) => create(GpuSchema, { index, uuid: `GPU-${index}`, memoryUsedMb: usedMb })) });
+
+function stateDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-invwatch-'));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+/**
+ * Stands in for nvidia-smi and sysfs (no GPU here): each scan answers with
+ * what the test says the box is now, or waits until the test releases it.
+ */
+function hardware(initial: Inventory) {
+  let now = initial;
+  let gate: Promise<void> | undefined;
+  let open = () => {};
+  let inFlight = 0;
+  let maxInFlight = 0;
+  let calls = 0;
+  let failWith: Error | undefined;
+  return {
+    discover: async (_signal: AbortSignal) => {
+      calls++;
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      try {
+        await gate;
+        if (failWith) throw failWith;
+        return now;
+      } finally {
+        inFlight--;
+      }
+    },
+    become: (inv: Inventory) => {
+      now = inv;
+    },
+    hang: () => {
+      gate = new Promise<void>((r) => {
+        open = r;
+      });
+    },
+    release: () => {
+      gate = undefined;
+      open();
+    },
+    fail: (err: Error | undefined) => {
+      failWith = err;
+    },
+    calls: () => calls,
+    maxInFlight: () => maxInFlight,
+  };
+}
+
+function watcher(hw: ReturnType<typeof hardware>, dir: string, intervalMs = 60_000) {
+  const changes: Inventory[] = [];
+  const { logger, records } = captureLogger();
+  const w = new InventoryWatcher({ discover: hw.discover, stateDir: dir, intervalMs, logger, onChange: (inv) => changes.push(inv) });
+  onTestFinished(() => w.stop());
+  return { w, changes, records };
+}
+
+describe('InventoryWatcher', () => {
+  it('without a cache, waits for the first scan, announces it and caches it for the next start', async () => {
+    const dir = stateDir();
+    const hw = hardware(box(8));
+    const { w, changes } = watcher(hw, dir);
+    await w.start(new AbortController().signal);
+    expect(w.current().gpus).toHaveLength(8);
+    expect(changes.map((c) => c.gpus.length)).toEqual([8]);
+    await until(() => existsSync(inventoryCachePath(dir)), 'the inventory cache file');
+    expect(JSON.parse(readFileSync(inventoryCachePath(dir), 'utf8')).gpus).toHaveLength(8);
+  });
+
+  it('with a cache, is ready at once with it, and sends the fresh scan when the hardware changed meanwhile', async () => {
+    const dir = stateDir();
+    await writeInventoryCache(dir, box(7));
+    const hw = hardware(box(8));
+    hw.hang();
+    const { w, changes } = watcher(hw, dir);
+    await w.start(new AbortController().signal);
+    expect(w.current().gpus).toHaveLength(7);
+    expect(changes).toEqual([]);
+    hw.release();
+    await until(() => changes.length === 1, 'the fresh inventory');
+    expect(w.current().gpus).toHaveLength(8);
+  });
+
+  it('does not count readings that change every second as a change of hardware', async () => {
+    const dir = stateDir();
+    await writeInventoryCache(dir, box(8, 100));
+    const hw = hardware(box(8, 5000));
+    const { w, changes } = watcher(hw, dir);
+    await w.start(new AbortController().signal);
+    await w.rescan(new AbortController().signal);
+    expect(hw.calls()).toBeGreaterThanOrEqual(1);
+    expect(changes).toEqual([]);
+    // The readings are still taken: heartbeats fall back on them.
+    expect(w.current().gpus[0]?.memoryUsedMb).toBe(5000);
+  });
+
+  it('runs one scan at a time: timers firing during a hung scan join it instead of starting more', async () => {
+    const dir = stateDir();
+    await writeInventoryCache(dir, box(8));
+    const hw = hardware(box(8));
+    hw.hang();
+    const { w } = watcher(hw, dir, 10);
+    await w.start(new AbortController().signal);
+    // Many intervals pass while the first scan hangs.
+    await new Promise((r) => setTimeout(r, 200));
+    expect(hw.calls()).toBe(1);
+    hw.release();
+    await until(() => hw.calls() >= 3, 'scans after the hung one');
+    expect(hw.maxInFlight()).toBe(1);
+  });
+
+  it('keeps the last inventory when a scan fails, and says so', async () => {
+    const dir = stateDir();
+    const hw = hardware(box(8));
+    const { w, records } = watcher(hw, dir);
+    await w.start(new AbortController().signal);
+    hw.fail(new Error('nvidia-smi timed out after 10s'));
+    await w.rescan(new AbortController().signal);
+    expect(w.current().gpus).toHaveLength(8);
+    const warning = records.find((r) => r.msg === 'rediscovery failed; keeping the last inventory');
+    expect(warning?.err).toBe('nvidia-smi timed out after 10s');
+  });
+
+  it('says nothing of a scan ended by the agent shutting down', async () => {
+    const dir = stateDir();
+    const hw = hardware(box(8));
+    const { w, records, changes } = watcher(hw, dir);
+    await w.start(new AbortController().signal);
+    hw.become(box(4));
+    hw.hang();
+    const shutdown = new AbortController();
+    const scan = w.rescan(shutdown.signal);
+    shutdown.abort();
+    hw.fail(new Error('killed'));
+    hw.release();
+    await scan;
+    expect(records.filter((r) => r.level === 40)).toEqual([]);
+    expect(changes).toHaveLength(1);
+    expect(w.current().gpus).toHaveLength(8);
+  });
+
+  it('scans no more once stopped', async () => {
+    const dir = stateDir();
+    const hw = hardware(box(8));
+    const { w } = watcher(hw, dir, 10);
+    await w.start(new AbortController().signal);
+    await until(() => hw.calls() >= 2, 'a periodic scan');
+    w.stop();
+    await new Promise((r) => setTimeout(r, 20));
+    const after = hw.calls();
+    await new Promise((r) => setTimeout(r, 200));
+    expect(hw.calls()).toBe(after);
+  });
+});

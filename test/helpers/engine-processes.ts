@@ -28,6 +28,7 @@ export function testConfig(dirs: { stateDir: string; logDir: string }, over: Par
     stopGraceMs: 2000,
     workerSettleMs: 300,
     healthIntervalMs: 200,
+    stallTimeoutMs: 60_000,
     logMaxBytes: 64 * 1024 * 1024,
     launcher: 'direct',
     ...over,

@@ -10,6 +10,8 @@ export interface ValidateShardOptions {
   executable: string;
   /** What to change when it is not found, e.g. "set engines.vllm.command". */
   executableHint: string;
+  /** Data-parallel ranks the profile asks for (vLLM); each holds tp × pp GPUs. Default 1. */
+  dataParallelSize?: number;
 }
 
 const validPort = (p: number) => Number.isInteger(p) && p >= 1 && p <= 65535;
@@ -44,9 +46,11 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
     if (seen.has(i)) throw failure(`GPU ${i} is listed twice in gpu_indices [${gpus.join(', ')}]`);
     seen.add(i);
   }
-  if (tp * pp !== gpus.length * nnodes) {
+  const dp = opts.dataParallelSize ?? 1;
+  if (tp * pp * dp !== gpus.length * nnodes) {
+    const dpText = dp === 1 ? '' : ` × data_parallel_size ${dp}`;
     throw failure(
-      `tensor_parallel_size ${tp} × pipeline_parallel_size ${pp} = ${tp * pp} does not match ${gpus.length} GPUs × ${nnodes} node${nnodes === 1 ? '' : 's'} = ${gpus.length * nnodes}`,
+      `tensor_parallel_size ${tp} × pipeline_parallel_size ${pp}${dpText} = ${tp * pp * dp} does not match ${gpus.length} GPUs × ${nnodes} node${nnodes === 1 ? '' : 's'} = ${gpus.length * nnodes}`,
     );
   }
 

@@ -5,7 +5,7 @@ import { BIN } from '../../helpers/run-cli.js';
 import { context, shard } from './engine-fixtures.js';
 
 describe('SimEngine', () => {
-  it('runs this package\'s binary as `sim engine` on 127.0.0.1', () => {
+  it('runs this package\'s binary as `sim engine` on all interfaces, as vLLM binds', () => {
     expect(LLMGW_BIN).toBe(BIN);
     expect(existsSync(LLMGW_BIN)).toBe(true);
     const plan = new SimEngine({ command: [], env: { SIM: '1' }, extraArgs: ['--load-time', '1s'] }, 'lo').command(
@@ -17,7 +17,7 @@ describe('SimEngine', () => {
       'sim',
       'engine',
       '--host',
-      '127.0.0.1',
+      '0.0.0.0',
       '--port',
       '8000',
       '--model',
@@ -34,7 +34,7 @@ describe('SimEngine', () => {
     const engine = new SimEngine(undefined, 'lo');
     const spec = shard({ nnodes: 2, rank: 1, leaderAddr: '127.0.0.1', leaderPort: 29500, profile: { tensorParallelSize: 4 } });
     expect(engine.servesHttp(spec)).toBe(false);
-    expect(engine.command(spec).argv.slice(2)).toEqual(['sim', 'engine', '--host', '127.0.0.1', '--port', '8000', '--model', 'llama-70b', '--worker']);
+    expect(engine.command(spec).argv.slice(2)).toEqual(['sim', 'engine', '--host', '0.0.0.0', '--port', '8000', '--model', 'llama-70b', '--worker']);
   });
 
   it('validates GPUs against the inventory like a real engine', async () => {

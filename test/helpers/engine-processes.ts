@@ -7,6 +7,8 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { SupervisorConfig } from '../../src/agent/config/agent-config.js';
 import type { LaunchPlan } from '../../src/agent/supervisor/launch-plan.js';
 import { type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { DEFAULT_PORT_RANGE } from '../../src/control/port-pool.js';
+import { readEphemeralPortRange } from '../../src/lib/ephemeral-port-range.js';
 import { BIN } from './run-cli.js';
 
 /**
@@ -51,15 +53,28 @@ export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): S
   });
 }
 
+/**
+ * A port that is free now and outside this node's ephemeral range: the agent
+ * refuses an http_port inside it, and the kernel's own pick (port 0) is
+ * always inside it.
+ */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+  const range = (await readEphemeralPortRange()) ?? { low: 32768, high: 60999 };
+  // Above the well-known and registered ports tests might collide with, below the range (or above it when it starts low).
+  const [first, last] = range.low > 11_000 ? [10_000, range.low - 1] : [range.high + 1, 65_535];
+  for (;;) {
+    const port = first + Math.floor(Math.random() * (last - first + 1));
+    // The reference control plane hands these out to the shards it places.
+    if (port >= DEFAULT_PORT_RANGE[0] && port <= DEFAULT_PORT_RANGE[1]) continue;
+    if (await canBind(port)) return port;
+  }
+}
+
+function canBind(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const srv = createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
+    srv.on('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
   });
 }
 

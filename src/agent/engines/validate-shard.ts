@@ -1,4 +1,5 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { isInPortRange, readEphemeralPortRange } from '../../lib/ephemeral-port-range.js';
 import { failure } from '../../lib/errors.js';
 import { compareComputeCapability, parseComputeCapability } from './compare-compute-capability.js';
 import type { ValidationContext } from './engine.js';
@@ -12,6 +13,8 @@ export interface ValidateShardOptions {
   executableHint: string;
   /** Data-parallel ranks the profile asks for (vLLM); each holds tp × pp GPUs. Default 1. */
   dataParallelSize?: number;
+  /** The file the ephemeral port range is read from; /proc's except in tests. */
+  portRangePath?: string;
 }
 
 const validPort = (p: number) => Number.isInteger(p) && p >= 1 && p <= 65535;
@@ -89,6 +92,14 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
 
   if (servesHttp(spec)) {
     if (!validPort(spec.httpPort)) throw failure(`shard ${spec.shardId}: http_port ${spec.httpPort} is not in 1..65535`);
+    // An outgoing connection (NCCL, a model download) can take a port in this
+    // range between validation and the engine's bind (GPUStack issue 5181).
+    const range = await readEphemeralPortRange(opts.portRangePath);
+    if (range && isInPortRange(spec.httpPort, range)) {
+      throw failure(
+        `port ${spec.httpPort} is inside this node's ephemeral port range ${range.low}-${range.high} (net.ipv4.ip_local_port_range), where an outgoing connection can take it; use a port outside it`,
+      );
+    }
     if (!(await ctx.isPortFree(spec.httpPort))) throw failure(`http_port ${spec.httpPort} is already in use on this node`);
   }
 }

@@ -7,7 +7,6 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { SupervisorConfig } from '../../src/agent/config/agent-config.js';
 import type { LaunchPlan } from '../../src/agent/supervisor/launch-plan.js';
 import { type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { DEFAULT_PORT_RANGE } from '../../src/control/port-pool.js';
 import { readEphemeralPortRange } from '../../src/lib/ephemeral-port-range.js';
 import { BIN } from './run-cli.js';
 
@@ -60,12 +59,12 @@ export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): S
  */
 export async function freePort(): Promise<number> {
   const range = (await readEphemeralPortRange()) ?? { low: 32768, high: 60999 };
-  // Above the well-known and registered ports tests might collide with, below the range (or above it when it starts low).
-  const [first, last] = range.low > 11_000 ? [10_000, range.low - 1] : [range.high + 1, 65_535];
+  // 10000-17999: clear of the registered ports below, of the reference
+  // control plane's pool (18000-18999) and of the 20000+ ranges the e2e
+  // suites hand out; above the ephemeral range on a node where it starts low.
+  const [first, last] = range.low > 11_000 ? [10_000, Math.min(17_999, range.low - 1)] : [range.high + 1, 65_535];
   for (;;) {
     const port = first + Math.floor(Math.random() * (last - first + 1));
-    // The reference control plane hands these out to the shards it places.
-    if (port >= DEFAULT_PORT_RANGE[0] && port <= DEFAULT_PORT_RANGE[1]) continue;
     if (await canBind(port)) return port;
   }
 }

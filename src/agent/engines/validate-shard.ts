@@ -90,16 +90,19 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
     throw failure(`engine executable ${JSON.stringify(opts.executable)} ${where}; ${opts.executableHint}`);
   }
 
+  // An outgoing connection (NCCL, a model download) can take a port in this
+  // range between validation and the engine's bind (GPUStack issue 5181).
+  const range = await readEphemeralPortRange(opts.portRangePath);
+  const ephemeral = (what: string, port: number) =>
+    failure(
+      `${what} ${port} is inside this node's ephemeral port range ${range?.low}-${range?.high} (net.ipv4.ip_local_port_range), where an outgoing connection can take it; use a port outside it`,
+    );
   if (servesHttp(spec)) {
     if (!validPort(spec.httpPort)) throw failure(`shard ${spec.shardId}: http_port ${spec.httpPort} is not in 1..65535`);
-    // An outgoing connection (NCCL, a model download) can take a port in this
-    // range between validation and the engine's bind (GPUStack issue 5181).
-    const range = await readEphemeralPortRange(opts.portRangePath);
-    if (range && isInPortRange(spec.httpPort, range)) {
-      throw failure(
-        `port ${spec.httpPort} is inside this node's ephemeral port range ${range.low}-${range.high} (net.ipv4.ip_local_port_range), where an outgoing connection can take it; use a port outside it`,
-      );
-    }
+    if (range && isInPortRange(spec.httpPort, range)) throw ephemeral('port', spec.httpPort);
     if (!(await ctx.isPortFree(spec.httpPort))) throw failure(`http_port ${spec.httpPort} is already in use on this node`);
   }
+  // Rank 0 of a multi-node shard binds the leader port itself (vLLM's master
+  // or DP RPC port, SGLang's dist-init port).
+  if (nnodes > 1 && spec.rank === 0 && range && isInPortRange(spec.leaderPort, range)) throw ephemeral('leader_port', spec.leaderPort);
 }

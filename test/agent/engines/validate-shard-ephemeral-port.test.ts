@@ -33,6 +33,15 @@ describe('validateShard: ports in the ephemeral range', () => {
     await expect(validateShard(worker, context(), opts)).resolves.toBeUndefined();
   });
 
+  it('refuses a leader_port inside the range on rank 0, which binds it, and not on the ranks that connect to it', async () => {
+    const rank = (r: number) =>
+      shard({ nnodes: 2, rank: r, httpPort: r === 0 ? 18000 : 0, leaderAddr: '10.0.0.1', leaderPort: 45000, profile: { tensorParallelSize: 4 } });
+    await expect(validateShard(rank(0), context(), opts)).rejects.toThrow(
+      "leader_port 45000 is inside this node's ephemeral port range 32768-60999 (net.ipv4.ip_local_port_range), where an outgoing connection can take it; use a port outside it",
+    );
+    await expect(validateShard(rank(1), context(), opts)).resolves.toBeUndefined();
+  });
+
   it('refuses through an engine against this node\'s real range', async () => {
     const [low, high] = readFileSync(IP_LOCAL_PORT_RANGE, 'utf8').trim().split(/\s+/).map(Number) as [number, number];
     const engine = new VllmEngine({ command: [process.execPath], env: {}, extraArgs: [] }, 'eth0');

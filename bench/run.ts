@@ -319,7 +319,7 @@ async function fig7(): Promise<void> {
   const supervisedBy = (name: string, logMaxBytes: number) => {
     const logDir = join(dirs.root, name);
     const sup = new Supervisor({
-      config: { stateDir: join(dirs.root, `${name}-state`), logDir, stopGraceMs: 2000, workerSettleMs: 100, healthIntervalMs: 10_000, logMaxBytes, launcher: 'direct' },
+      config: { stateDir: join(dirs.root, `${name}-state`), logDir, stopGraceMs: 2000, workerSettleMs: 100, healthIntervalMs: 10_000, stallTimeoutMs: 0, logMaxBytes, launcher: 'direct' },
     });
     const run = async (i: number): Promise<number> => {
       const out = join(dirs.root, `${name}-${i}`);

@@ -25,7 +25,7 @@ export interface RunAgentOptions {
 export async function runAgent({ config: c, version, logger }: RunAgentOptions): Promise<void> {
   const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
   const supervisor = new Supervisor({ config: c.supervisor, logger });
-  const engines = new EngineRegistry({ engines: c.engines, mgmtInterface: c.mgmtInterface });
+  const engines = new EngineRegistry({ engines: c.engines, mgmtInterface: c.mgmtInterface, stopGraceMs: c.supervisor.stopGraceMs });
   // A reading per heartbeat, but not more than one a second: faster heartbeats
   // (tests, benchmarks) would only make nvidia-smi query NVML for nothing.
   const sampler = new GpuMemorySampler({

@@ -21,8 +21,21 @@ export interface SimEngineOptions {
   hangAfterMs?: number;
   /** Lines per second written to stdout, to grow the log. */
   logRate?: number;
+  /**
+   * From this long after start, generate nothing: /health stays 200 and
+   * requests are accepted and counted as running, but no token is produced and
+   * vllm:generation_tokens_total stays flat. An engine stuck in a collective,
+   * as vLLM issues 52319 and 39863 describe.
+   */
+  stallAfterMs?: number;
   /** Start a grandchild in the same process group that sleeps until killed. */
   spawnChild: boolean;
+  /**
+   * Start a grandchild that setsid()s out of the engine's session and process
+   * group and keeps running, as a worker that daemonizes does: a stop that
+   * signals the group cannot reach it, only a cgroup stop can.
+   */
+  spawnEscapingChild?: boolean;
   /** A non-zero rank: no HTTP, just stays alive and logs. */
   worker: boolean;
 }

@@ -16,6 +16,16 @@ import type { SimEngineOptions } from './sim-engine-options.js';
 /** Largest request body read; a simulator has no use for more. */
 const MAX_BODY_BYTES = 1024 * 1024;
 
+/** How often a stalled request looks again whether its client went away. */
+const STALL_POLL_MS = 100;
+
+/**
+ * The escaping grandchild's own limit: it exists to outlive a group kill, so
+ * nothing but a cgroup stop or its pid reaches it; a test that fails before
+ * killing it must not leave it running for ever.
+ */
+const ESCAPED_CHILD_LIFETIME_MS = 30 * 60_000;
+
 /** A vLLM-like log line ("INFO 05-12 10:00:00 [api_server.py:1] …"), written synchronously: stdout is the shard's log file. */
 function logLine(level: 'INFO' | 'WARNING' | 'ERROR', where: string, message: string): void {
   const d = new Date();
@@ -35,7 +45,10 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
     const startedS = Math.floor(Date.now() / 1000);
     const timers: NodeJS.Timeout[] = [];
     let running = 0;
+    let generatedTokens = 0;
+    let promptTokens = 0;
     let hung = false;
+    let stalled = false;
     let draining = false;
     let finished = false;
     let server: Server | undefined;
@@ -100,6 +113,23 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
       child.unref();
     }
 
+    if (opts.spawnEscapingChild) {
+      // detached: setsid(), a session and process group of its own. It is
+      // not remembered in `child`: the engine exiting does not take it down,
+      // which is the leak this switch reproduces.
+      const script = `console.log('INFO [multiproc_worker_utils.py:216] Escaped worker process ' + process.pid + ' ready (own session, pgid ' + process.pid + ')');setTimeout(()=>{},${ESCAPED_CHILD_LIFETIME_MS})`;
+      const escaped = spawn(process.execPath, ['-e', script], { detached: true, stdio: ['ignore', 'inherit', 'inherit'] });
+      escaped.on('error', () => {});
+      escaped.unref();
+    }
+
+    if (opts.stallAfterMs !== undefined) {
+      later(opts.stallAfterMs, () => {
+        stalled = true;
+        logLine('WARNING', 'core.py:1190', 'EngineCore step made no progress; requests running, no tokens produced (--stall-after)');
+      });
+    }
+
     if (opts.failAfterMs !== undefined) {
       later(opts.failAfterMs, () => {
         logLine('ERROR', 'engine.py:165', 'RuntimeError: CUDA error: an illegal memory access was encountered');
@@ -154,7 +184,7 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
       } else if (req.method === 'GET' && path === '/v1/models') {
         sendJson(res, 200, modelList(opts.model, startedS));
       } else if (req.method === 'GET' && path === '/metrics') {
-        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText(opts.model, running));
+        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText(opts.model, { running, generatedTokens, promptTokens }));
       } else if (req.method === 'POST' && (path === '/v1/chat/completions' || path === '/v1/completions')) {
         running++;
         void complete(req, res, path === '/v1/chat/completions' ? 'chat' : 'text').finally(() => {
@@ -189,10 +219,19 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
         if (!res.writableFinished) clientGone = true;
       });
       const gone = () => clientGone;
+      promptTokens += countPromptTokens(body);
+      // One token: after its latency, or never while stalled (until the client gives up).
+      const nextToken = async (): Promise<boolean> => {
+        await sleep(opts.tokenLatencyMs);
+        while (stalled && !gone()) await sleep(STALL_POLL_MS);
+        if (gone()) return false;
+        generatedTokens++;
+        return true;
+      };
       if (body.stream === true) {
         res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
         for (let i = 0; i < n && !gone(); i++) {
-          await sleep(opts.tokenLatencyMs);
+          if (!(await nextToken())) break;
           res.write(`data: ${JSON.stringify(completionChunk(kind, id, opts.model, simToken(i), i === 0, i === n - 1 ? 'length' : null))}\n\n`);
         }
         res.end('data: [DONE]\n\n');
@@ -200,7 +239,7 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
       }
       let text = '';
       for (let i = 0; i < n && !gone(); i++) {
-        await sleep(opts.tokenLatencyMs);
+        if (!(await nextToken())) break;
         text += simToken(i);
       }
       sendJson(res, 200, completionBody(kind, id, opts.model, text, countPromptTokens(body), n));
@@ -251,14 +290,25 @@ function readBody(req: IncomingMessage): Promise<string> {
   });
 }
 
-/** vLLM's gauge names and label, so drain and dashboards read the sim as they read vLLM. */
-function metricsText(model: string, running: number): string {
-  const label = `{model_name="${model}"}`;
-  const gauge = (name: string, help: string, value: number) =>
-    `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}${label} ${value.toFixed(1)}\n`;
+interface SimCounts {
+  running: number;
+  generatedTokens: number;
+  promptTokens: number;
+}
+
+/**
+ * vLLM's series names, types and labels (V:vllm/v1/metrics/loggers.py), so
+ * drain, stall detection and dashboards read the sim as they read vLLM.
+ */
+function metricsText(model: string, c: SimCounts): string {
+  const label = `{engine="0",model_name="${model}"}`;
+  const series = (type: 'gauge' | 'counter', name: string, help: string, value: number) =>
+    `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n${name}${label} ${value.toFixed(1)}\n`;
   return (
-    gauge('vllm:num_requests_running', 'Number of requests currently running on GPU.', running) +
-    gauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed.', 0) +
-    gauge('vllm:gpu_cache_usage_perc', 'GPU KV-cache usage. 1 means 100 percent usage.', Math.min(1, running * 0.05))
+    series('gauge', 'vllm:num_requests_running', 'Number of requests in model execution batches.', c.running) +
+    series('gauge', 'vllm:num_requests_waiting', 'Number of requests waiting to be processed.', 0) +
+    series('gauge', 'vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', Math.min(1, c.running * 0.05)) +
+    series('counter', 'vllm:prompt_tokens_total', 'Number of prefill tokens processed.', c.promptTokens) +
+    series('counter', 'vllm:generation_tokens_total', 'Number of generation tokens processed.', c.generatedTokens)
   );
 }

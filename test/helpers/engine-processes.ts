@@ -8,6 +8,7 @@ import type { SupervisorConfig } from '../../src/agent/config/agent-config.js';
 import type { LaunchPlan } from '../../src/agent/engines/launch-plan.js';
 import { SimEngine } from '../../src/agent/engines/sim-engine.js';
 import { type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { readEphemeralPortRange } from '../../src/lib/ephemeral-port-range.js';
 import { BIN } from './run-cli.js';
 
 /**
@@ -29,6 +30,7 @@ export function testConfig(dirs: { stateDir: string; logDir: string }, over: Par
     stopGraceMs: 2000,
     workerSettleMs: 300,
     healthIntervalMs: 200,
+    stallTimeoutMs: 60_000,
     logMaxBytes: 64 * 1024 * 1024,
     launcher: 'direct',
     ...over,
@@ -54,15 +56,28 @@ export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): S
   });
 }
 
+/**
+ * A port that is free now and outside this node's ephemeral range: the agent
+ * refuses an http_port inside it, and the kernel's own pick (port 0) is
+ * always inside it.
+ */
 export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
+  const range = (await readEphemeralPortRange()) ?? { low: 32768, high: 60999 };
+  // 10000-17999: clear of the registered ports below, of the reference
+  // control plane's pool (18000-18999) and of the 20000+ ranges the e2e
+  // suites hand out; above the ephemeral range on a node where it starts low.
+  const [first, last] = range.low > 11_000 ? [10_000, Math.min(17_999, range.low - 1)] : [range.high + 1, 65_535];
+  for (;;) {
+    const port = first + Math.floor(Math.random() * (last - first + 1));
+    if (await canBind(port)) return port;
+  }
+}
+
+function canBind(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
     const srv = createServer();
-    srv.on('error', reject);
-    srv.listen(0, '127.0.0.1', () => {
-      const addr = srv.address();
-      const port = typeof addr === 'object' && addr ? addr.port : 0;
-      srv.close(() => resolve(port));
-    });
+    srv.on('error', () => resolve(false));
+    srv.listen(port, '127.0.0.1', () => srv.close(() => resolve(true)));
   });
 }
 

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { freePort, groupMembers, isRunning, until } from '../helpers/engine-processes.js';
+import { freePort, groupMembers, isRunning, procInfo, until } from '../helpers/engine-processes.js';
 import { BIN } from '../helpers/run-cli.js';
 
 interface Sim {
@@ -13,7 +13,15 @@ interface Sim {
 }
 
 const running: ChildProcess[] = [];
+/** Processes that left the sims' groups: the group kill below cannot reach them. */
+const escaped: number[] = [];
 afterEach(async () => {
+  for (const pid of escaped.splice(0)) {
+    try {
+      process.kill(pid, 'SIGKILL');
+    } catch {}
+    await until(() => !isRunning(pid), `escaped pid ${pid} to be gone`, 10_000);
+  }
   for (const child of running.splice(0)) {
     try {
       process.kill(-(child.pid as number), 'SIGKILL');
@@ -44,10 +52,13 @@ async function startSim(args: string[], waitFor = /Uvicorn running/): Promise<Si
 const post = (url: string, body: unknown) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
 
-const running_ = async (url: string) => {
+/** One series of the sim's /metrics, by its exposed name; NaN when absent. */
+const series = async (url: string, name: string) => {
   const text = await (await fetch(`${url}/metrics`)).text();
-  return Number(/^vllm:num_requests_running\{model_name="m"\} (\S+)$/m.exec(text)?.[1]);
+  return Number(new RegExp(`^${name}\\{engine="0",model_name="m"\\} (\\S+)$`, 'm').exec(text)?.[1]);
 };
+const running_ = (url: string) => series(url, 'vllm:num_requests_running');
+const tokens_ = (url: string) => series(url, 'vllm:generation_tokens_total');
 
 describe('llmgw sim engine', () => {
   it('answers /health with an empty 200 and lists its model on /v1/models', async () => {
@@ -102,12 +113,60 @@ describe('llmgw sim engine', () => {
     expect(await running_(sim.url)).toBe(0);
     const metrics = await (await fetch(`${sim.url}/metrics`)).text();
     expect(metrics).toMatch(/# TYPE vllm:num_requests_waiting gauge/);
-    expect(metrics).toMatch(/vllm:gpu_cache_usage_perc\{model_name="m"\} /);
+    expect(metrics).toMatch(/vllm:kv_cache_usage_perc\{engine="0",model_name="m"\} /);
     const a = post(`${sim.url}/v1/completions`, { prompt: 'x', max_tokens: 10 });
     const b = post(`${sim.url}/v1/completions`, { prompt: 'x', max_tokens: 10, stream: true }).then((r) => r.text());
     await until(async () => (await running_(sim.url)) === 2, 'two in flight');
     await Promise.all([a, b]);
     expect(await running_(sim.url)).toBe(0);
+  });
+
+  it('counts every generated token in the vllm:generation_tokens_total counter', async () => {
+    const sim = await startSim(['--model', 'm']);
+    expect(await (await fetch(`${sim.url}/metrics`)).text()).toMatch(/# TYPE vllm:generation_tokens_total counter\n/);
+    expect(await tokens_(sim.url)).toBe(0);
+    await (await post(`${sim.url}/v1/completions`, { prompt: 'x', max_tokens: 5 })).json();
+    await (await post(`${sim.url}/v1/chat/completions`, { messages: [], max_tokens: 3, stream: true })).text();
+    expect(await tokens_(sim.url)).toBe(8);
+    expect(await series(sim.url, 'vllm:prompt_tokens_total')).toBe(1);
+  });
+
+  it('after --stall-after keeps /health 200 and takes requests, but generates nothing: running up, counter flat', async () => {
+    const sim = await startSim(['--model', 'm', '--stall-after', '3s', '--token-latency', '10ms']);
+    await (await post(`${sim.url}/v1/completions`, { prompt: 'x', max_tokens: 4 })).json();
+    expect(await tokens_(sim.url)).toBe(4);
+    await until(() => /no progress; requests running, no tokens produced/.test(sim.output()), 'the stall');
+    const abort = new AbortController();
+    // Ends only when afterEach kills the sim.
+    void post(`${sim.url}/v1/completions`, { prompt: 'x', max_tokens: 4 }).catch(() => undefined);
+    const stuckStream = fetch(`${sim.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', max_tokens: 4, stream: true }),
+      signal: abort.signal,
+    }).catch(() => undefined);
+    await until(async () => (await running_(sim.url)) === 2, 'two requests running');
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(await running_(sim.url)).toBe(2);
+    expect(await tokens_(sim.url)).toBe(4);
+    expect((await fetch(`${sim.url}/health`)).status).toBe(200);
+    expect((await fetch(`${sim.url}/v1/models`)).status).toBe(200);
+    // A client that gives up is no longer running, as in vLLM.
+    abort.abort();
+    await stuckStream;
+    await until(async () => (await running_(sim.url)) === 1, 'the aborted request to end');
+  });
+
+  it('with --spawn-escaping-child starts a grandchild in a session of its own, which a group kill leaves running', async () => {
+    const sim = await startSim(['--model', 'm', '--spawn-escaping-child'], /Escaped worker process \d+ ready/);
+    const pid = Number(/Escaped worker process (\d+) ready/.exec(sim.output())?.[1]);
+    escaped.push(pid);
+    const pgid = sim.child.pid as number;
+    expect(procInfo(pid)?.pgid).toBe(pid);
+    expect(groupMembers(pgid)).not.toContain(pid);
+    process.kill(-pgid, 'SIGKILL');
+    await until(() => groupMembers(pgid).length === 0, 'the sim group to be gone');
+    expect(isRunning(pid)).toBe(true);
   });
 
   it('on SIGTERM finishes in-flight requests, accepts no more, and exits 0', async () => {

@@ -49,6 +49,8 @@ export interface SupervisorConfig {
   stopGraceMs: number;
   workerSettleMs: number;
   healthIntervalMs: number;
+  /** Requests running and no generation token for this long: UNHEALTHY ("stalled"). 0 is off. Default 60 s. */
+  stallTimeoutMs: number;
   logMaxBytes: number;
   launcher: Launcher;
 }

@@ -1,7 +1,8 @@
 import { readFileSync, accessSync, constants } from 'node:fs';
 import { LineCounter, parseDocument, isMap, isSeq, isScalar, type Node, type YAMLMap } from 'yaml';
 import { configError, errnoCode } from '../../lib/errors.js';
-import { parseDuration, parseByteSize } from '../../lib/duration.js';
+import { formatDuration, parseDuration, parseByteSize } from '../../lib/duration.js';
+import { MIN_STOP_GRACE_MS } from '../engines/shutdown-timeout.js';
 import { nearestName } from '../../lib/nearest-name.js';
 import { CONFIG_KEYS, DEFAULT_CONFIG_PATH, SECTIONS, envNames, type KeySpec } from './config-keys.js';
 import {
@@ -406,6 +407,13 @@ function checkCrossKeys(c: AgentConfig, where: (key: string) => string): void {
     let v: unknown = c;
     for (const p of path) v = (v as Record<string, unknown>)[p];
     if (v === 0) throw configError(`${key} must be greater than 0 (${where(key)})`);
+  }
+  // Below it vLLM's --shutdown-timeout would be 0, its default, which aborts
+  // in-flight requests instead of draining them.
+  if (c.supervisor.stopGraceMs < MIN_STOP_GRACE_MS) {
+    throw configError(
+      `supervisor.stop_grace ${formatDuration(c.supervisor.stopGraceMs)} leaves an engine no time to drain; set it to at least ${formatDuration(MIN_STOP_GRACE_MS)} (${where('supervisor.stop_grace')})`,
+    );
   }
   const seen = new Set<string>();
   for (const f of c.fabrics) {

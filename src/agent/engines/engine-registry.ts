@@ -10,6 +10,8 @@ export interface EngineRegistryOptions {
   engines: AgentConfig['engines'];
   /** NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME of every engine. */
   mgmtInterface: string;
+  /** supervisor.stop_grace, which vLLM's drain (--shutdown-timeout) must end before. */
+  stopGraceMs?: number;
 }
 
 /** The engines this agent can start, by the name a Profile gives. */
@@ -18,7 +20,7 @@ export class EngineRegistry {
 
   constructor(opts: EngineRegistryOptions) {
     this.#engines = new Map<EngineName, Engine>([
-      ['vllm', new VllmEngine(opts.engines.vllm, opts.mgmtInterface)],
+      ['vllm', new VllmEngine(opts.engines.vllm, opts.mgmtInterface, { stopGraceMs: opts.stopGraceMs })],
       ['sglang', new SglangEngine(opts.engines.sglang, opts.mgmtInterface)],
       ['sim', new SimEngine(opts.engines.sim, opts.mgmtInterface)],
     ]);

@@ -1,6 +1,7 @@
 import { fileURLToPath } from 'node:url';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { ConfiguredEngine } from './configured-engine.js';
+import type { EngineMetrics } from './engine-metrics.js';
 import { servedModelName, servesHttp } from './shard-launch.js';
 
 /** This package's bin/run.js: from dist/agent/engines/ (or src/ under tests) up three levels. */
@@ -11,18 +12,22 @@ export const LLMGW_BIN = fileURLToPath(new URL('../../../bin/run.js', import.met
  * real engine (GPU indices against the, usually fake, inventory; TP × PP;
  * ports) so tests of the agent exercise the same refusals. Workers of a
  * multi-node shard run the same command with --worker and serve no HTTP.
+ * It exports vLLM's metric names, generation-token counter included.
  */
 export class SimEngine extends ConfiguredEngine {
   readonly name = 'sim' as const;
   /** The sim exports vLLM's gauge names. */
   readonly inFlightMetric = 'vllm:num_requests_running';
+  readonly metrics: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
 
   protected defaultCommand(): readonly string[] {
     return [process.execPath, LLMGW_BIN, 'sim', 'engine'];
   }
 
   protected serverArgs(spec: StartShard): string[] {
-    const args = ['--host', '127.0.0.1', '--port', String(spec.httpPort), '--model', servedModelName(spec)];
+    // All interfaces, as vLLM and SGLang are started: the control plane
+    // publishes http://<mgmt_addr>:<port>, which a loopback bind would refuse.
+    const args = ['--host', '0.0.0.0', '--port', String(spec.httpPort), '--model', servedModelName(spec)];
     if (!servesHttp(spec)) args.push('--worker');
     return args;
   }

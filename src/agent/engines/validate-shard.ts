@@ -1,4 +1,5 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { isInPortRange, readEphemeralPortRange } from '../../lib/ephemeral-port-range.js';
 import { failure } from '../../lib/errors.js';
 import { compareComputeCapability, parseComputeCapability } from './compare-compute-capability.js';
 import type { ValidationContext } from './engine.js';
@@ -10,6 +11,10 @@ export interface ValidateShardOptions {
   executable: string;
   /** What to change when it is not found, e.g. "set engines.vllm.command". */
   executableHint: string;
+  /** Data-parallel ranks the profile asks for (vLLM); each holds tp × pp GPUs. Default 1. */
+  dataParallelSize?: number;
+  /** The file the ephemeral port range is read from; /proc's except in tests. */
+  portRangePath?: string;
 }
 
 const validPort = (p: number) => Number.isInteger(p) && p >= 1 && p <= 65535;
@@ -44,9 +49,11 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
     if (seen.has(i)) throw failure(`GPU ${i} is listed twice in gpu_indices [${gpus.join(', ')}]`);
     seen.add(i);
   }
-  if (tp * pp !== gpus.length * nnodes) {
+  const dp = opts.dataParallelSize ?? 1;
+  if (tp * pp * dp !== gpus.length * nnodes) {
+    const dpText = dp === 1 ? '' : ` × data_parallel_size ${dp}`;
     throw failure(
-      `tensor_parallel_size ${tp} × pipeline_parallel_size ${pp} = ${tp * pp} does not match ${gpus.length} GPUs × ${nnodes} node${nnodes === 1 ? '' : 's'} = ${gpus.length * nnodes}`,
+      `tensor_parallel_size ${tp} × pipeline_parallel_size ${pp}${dpText} = ${tp * pp * dp} does not match ${gpus.length} GPUs × ${nnodes} node${nnodes === 1 ? '' : 's'} = ${gpus.length * nnodes}`,
     );
   }
 
@@ -83,8 +90,19 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
     throw failure(`engine executable ${JSON.stringify(opts.executable)} ${where}; ${opts.executableHint}`);
   }
 
+  // An outgoing connection (NCCL, a model download) can take a port in this
+  // range between validation and the engine's bind (GPUStack issue 5181).
+  const range = await readEphemeralPortRange(opts.portRangePath);
+  const ephemeral = (what: string, port: number) =>
+    failure(
+      `${what} ${port} is inside this node's ephemeral port range ${range?.low}-${range?.high} (net.ipv4.ip_local_port_range), where an outgoing connection can take it; use a port outside it`,
+    );
   if (servesHttp(spec)) {
     if (!validPort(spec.httpPort)) throw failure(`shard ${spec.shardId}: http_port ${spec.httpPort} is not in 1..65535`);
+    if (range && isInPortRange(spec.httpPort, range)) throw ephemeral('port', spec.httpPort);
     if (!(await ctx.isPortFree(spec.httpPort))) throw failure(`http_port ${spec.httpPort} is already in use on this node`);
   }
+  // Rank 0 of a multi-node shard binds the leader port itself (vLLM's master
+  // or DP RPC port, SGLang's dist-init port).
+  if (nnodes > 1 && spec.rank === 0 && range && isInPortRange(spec.leaderPort, range)) throw ephemeral('leader_port', spec.leaderPort);
 }

@@ -1,20 +1,85 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { failure } from '../../lib/errors.js';
+import type { EngineConfig } from '../config/agent-config.js';
 import { ConfiguredEngine } from './configured-engine.js';
+import type { ValidationContext } from './engine.js';
+import type { EngineMetrics } from './engine-metrics.js';
 import { parallelism, servedModelName, servesHttp } from './shard-launch.js';
+import { shutdownTimeoutS } from './shutdown-timeout.js';
+import { validateShard } from './validate-shard.js';
 
 export const DEFAULT_VLLM_COMMAND: readonly string[] = ['vllm', 'serve'];
 
+/** supervisor.stop_grace's own default, for an engine built without the configured one. */
+const DEFAULT_STOP_GRACE_MS = 30_000;
+
+/** The option strings vLLM's parser takes for the data-parallel size (V:vllm/engine/arg_utils.py:1083). */
+const DP_SIZE_FLAGS = ['--data-parallel-size', '--data_parallel_size', '-dp'];
+
+export interface VllmEngineOptions {
+  /** supervisor.stop_grace: the drain vLLM is given (--shutdown-timeout) ends a margin before it. Default 30 s. */
+  stopGraceMs?: number;
+}
+
+/**
+ * The data-parallel size a profile asks for, through its args
+ * (`--data-parallel-size N`, `-dp N` or `--data-parallel-size=N`): 1 when it
+ * does not. The last one wins, as in argparse. Throws for a value that is not
+ * a positive integer, so validation refuses the shard before launch.
+ */
+export function dataParallelSize(args: readonly string[]): number {
+  let text: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i] as string;
+    const eq = a.indexOf('=');
+    const name = eq === -1 ? a : a.slice(0, eq);
+    if (!DP_SIZE_FLAGS.includes(name)) continue;
+    // A flag at the very end has no value: argparse would exit 2 at start-up.
+    text = eq === -1 ? (args[i + 1] ?? '') : a.slice(eq + 1);
+  }
+  if (text === undefined) return 1;
+  const n = Number(text);
+  if (!/^\d+$/.test(text) || n < 1) throw failure(`profile args: --data-parallel-size ${JSON.stringify(text)} is not a positive integer`);
+  return n;
+}
+
 /**
  * vLLM's OpenAI server. Multi-node the way vLLM does it without Ray: every
- * node runs `vllm serve` with --nnodes/--node-rank/--master-addr/--master-port;
- * rank 0 serves the API, the others run --headless and open no HTTP port.
+ * node runs `vllm serve` with --nnodes/--node-rank/--master-addr/--master-port
+ * (TP/PP across nodes); rank 0 serves the API, the others run --headless and
+ * open no HTTP port. A profile that asks for data parallelism in its args
+ * spreads the DP ranks over the nodes instead (--data-parallel-size-local,
+ * --data-parallel-start-rank, --data-parallel-address/-rpc-port: vLLM's
+ * docs/serving/data_parallel_deployment.md), each node's GPUs holding
+ * tp × pp × local DP ranks.
  */
 export class VllmEngine extends ConfiguredEngine {
   readonly name = 'vllm' as const;
   readonly inFlightMetric = 'vllm:num_requests_running';
+  /** ENGINES.md (b): V:vllm/v1/metrics/loggers.py:494 and :705; the counter is exposed with `_total`. */
+  readonly metrics: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
+  readonly #shutdownTimeoutS: number;
+
+  constructor(config: EngineConfig | undefined, mgmtInterface: string, opts: VllmEngineOptions = {}) {
+    super(config, mgmtInterface);
+    this.#shutdownTimeoutS = shutdownTimeoutS(opts.stopGraceMs ?? DEFAULT_STOP_GRACE_MS);
+  }
 
   protected defaultCommand(): readonly string[] {
     return DEFAULT_VLLM_COMMAND;
+  }
+
+  override async validate(spec: StartShard, ctx: ValidationContext): Promise<void> {
+    const dp = dataParallelSize(spec.profile?.args ?? []);
+    const { nnodes } = parallelism(spec);
+    if (nnodes > 1 && dp > 1 && dp % nnodes !== 0) {
+      throw failure(`shard ${spec.shardId}: --data-parallel-size ${dp} does not divide over ${nnodes} nodes; use a multiple of ${nnodes}`);
+    }
+    await validateShard(spec, ctx, {
+      executable: this.prefix()[0] as string,
+      executableHint: `set engines.${this.name}.command`,
+      dataParallelSize: dp,
+    });
   }
 
   protected serverArgs(spec: StartShard): string[] {
@@ -22,8 +87,21 @@ export class VllmEngine extends ConfiguredEngine {
     const args = [spec.profile?.model ?? ''];
     if (servesHttp(spec)) args.push('--host', '0.0.0.0', '--port', String(spec.httpPort));
     args.push('--served-model-name', servedModelName(spec), '--tensor-parallel-size', String(tp), '--pipeline-parallel-size', String(pp));
+    // Without it vLLM aborts in-flight requests on SIGTERM (its default is 0);
+    // headless ranks wait as long for their workers.
+    if (this.#shutdownTimeoutS > 0) args.push('--shutdown-timeout', String(this.#shutdownTimeoutS));
     if (nnodes > 1) {
-      args.push('--nnodes', String(nnodes), '--node-rank', String(spec.rank), '--master-addr', spec.leaderAddr, '--master-port', String(spec.leaderPort));
+      const dp = dataParallelSize(spec.profile?.args ?? []);
+      if (dp > 1) {
+        // The profile's own --data-parallel-size stays in its args; each node
+        // runs its share of the DP ranks, rank 0's coordinator at the leader.
+        const local = dp / nnodes;
+        args.push('--data-parallel-size-local', String(local));
+        if (spec.rank !== 0) args.push('--data-parallel-start-rank', String(spec.rank * local));
+        args.push('--data-parallel-address', spec.leaderAddr, '--data-parallel-rpc-port', String(spec.leaderPort));
+      } else {
+        args.push('--nnodes', String(nnodes), '--node-rank', String(spec.rank), '--master-addr', spec.leaderAddr, '--master-port', String(spec.leaderPort));
+      }
       if (spec.rank !== 0) args.push('--headless');
     }
     return args;

@@ -19,8 +19,9 @@ export default class SimEngine extends BaseCommand {
 /v1/completions (stream: true gives SSE) and GET /metrics with vLLM's gauge
 names. The port stays closed while "loading", as vLLM's does. SIGTERM stops
 accepting, finishes in-flight requests and exits 0. Fault switches
-(--fail-after, --never-ready, --ignore-sigterm, --hang-after, --spawn-child)
-reproduce the failures the agent must handle.`;
+(--fail-after, --never-ready, --ignore-sigterm, --hang-after, --stall-after,
+--spawn-child, --spawn-escaping-child) reproduce the failures the agent must
+handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`;
 
   static override examples = [
     '<%= config.bin %> sim engine --port 8000 --model llama-3-8b',
@@ -29,6 +30,10 @@ reproduce the failures the agent must handle.`;
     '<%= config.bin %> sim engine --port 8000 --load-time 30s --fail-after 2s --exit-code 3',
     '# stops answering (health included) after 10s; the process stays',
     '<%= config.bin %> sim engine --port 8000 --hang-after 10s',
+    '# answers /health and takes requests but generates nothing after 30s',
+    '<%= config.bin %> sim engine --port 8000 --stall-after 30s',
+    '# a grandchild that leaves the process group, which only a cgroup stop ends',
+    '<%= config.bin %> sim engine --port 8000 --spawn-escaping-child',
     '# a worker rank: no HTTP, just stays alive',
     '<%= config.bin %> sim engine --worker --log-rate 5',
   ];
@@ -49,6 +54,13 @@ reproduce the failures the agent must handle.`;
     'ignore-sigterm': Flags.boolean({ summary: 'Log SIGTERM and keep running (also in the --spawn-child grandchild).', default: false }),
     'hang-after': duration({ summary: 'From this long after start, answer nothing (health included); the process stays.' }),
     'log-rate': Flags.integer({ summary: 'Write this many log lines per second to stdout.', min: 1 }),
+    'stall-after': duration({
+      summary: 'From this long after start, generate no token: /health stays 200, requests are accepted and stay running, the token counter stays flat.',
+    }),
+    'spawn-escaping-child': Flags.boolean({
+      summary: 'Start a grandchild that setsid()s out of the process group and keeps running (ends on its own after 30m).',
+      default: false,
+    }),
     'spawn-child': Flags.boolean({ summary: 'Start a grandchild in the same process group that sleeps until killed.', default: false }),
     worker: Flags.boolean({ summary: 'A non-zero rank: serve no HTTP, stay alive and log.', default: false }),
   };
@@ -70,7 +82,9 @@ reproduce the failures the agent must handle.`;
       ignoreSigterm: flags['ignore-sigterm'],
       hangAfterMs: flags['hang-after'],
       logRate: flags['log-rate'],
+      stallAfterMs: flags['stall-after'],
       spawnChild: flags['spawn-child'],
+      spawnEscapingChild: flags['spawn-escaping-child'],
       worker: flags.worker,
     });
     // Exits now rather than when the last handle closes: a crash simulated

@@ -47,6 +47,7 @@ describe('loadAgentConfig', () => {
       stopGraceMs: 30_000,
       workerSettleMs: 10_000,
       healthIntervalMs: 10_000,
+      stallTimeoutMs: 60_000,
       logMaxBytes: 64 * 1024 * 1024,
       launcher: 'direct',
     });

@@ -23,6 +23,7 @@ describe('SglangEngine.command', () => {
       '2',
       '--pp-size',
       '1',
+      '--enable-metrics',
       '--trust-remote-code',
       '--mem-fraction-static',
       '0.85',
@@ -40,7 +41,18 @@ describe('SglangEngine.command', () => {
     expect(v6.argv).toContain('--port');
   });
 
-  it('names its in-flight gauge', () => {
-    expect(new SglangEngine(undefined, 'eth0').inFlightMetric).toBe('sglang:num_running_reqs');
+  it('names its in-flight gauge and the series stall detection reads', () => {
+    const engine = new SglangEngine(undefined, 'eth0');
+    expect(engine.inFlightMetric).toBe('sglang:num_running_reqs');
+    expect(engine.metrics).toEqual({ requestsRunning: 'sglang:num_running_reqs', generationTokens: 'sglang:generation_tokens_total' });
+  });
+
+  it('turns metrics on for every rank and never skips the warmup that installs its SIGTERM drain', () => {
+    const engine = new SglangEngine(undefined, 'eth0');
+    for (const rank of [0, 1]) {
+      const argv = engine.command(shard({ nnodes: 2, rank, leaderAddr: '10.0.0.1', leaderPort: 5000, profile: { tensorParallelSize: 4 } })).argv;
+      expect(argv).toContain('--enable-metrics');
+      expect(argv).not.toContain('--skip-server-warmup');
+    }
   });
 });

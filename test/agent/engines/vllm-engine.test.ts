@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
-import { shard } from './engine-fixtures.js';
+import { VllmEngine, dataParallelSize } from '../../../src/agent/engines/vllm-engine.js';
+import { context, shard } from './engine-fixtures.js';
 
 describe('VllmEngine.command', () => {
   it('builds vllm serve with the shard GPUs, interfaces, profile then configured env and args', () => {
-    const engine = new VllmEngine({ command: ['/opt/vllm/bin/vllm', 'serve'], env: { NCCL_DEBUG: 'WARN' }, extraArgs: ['--disable-log-requests'] }, 'bond0');
+    const engine = new VllmEngine({ command: ['/opt/vllm/bin/vllm', 'serve'], env: { NCCL_DEBUG: 'WARN' }, extraArgs: ['--enable-log-requests'] }, 'bond0');
     const plan = engine.command(
       shard({ gpuIndices: [2, 3], hcas: ['mlx5_0', 'mlx5_1'], profile: { args: ['--max-model-len', '8192'], env: { VLLM_USE_V1: '1' } } }),
     );
@@ -22,9 +22,11 @@ describe('VllmEngine.command', () => {
       '2',
       '--pipeline-parallel-size',
       '1',
+      '--shutdown-timeout',
+      '25',
       '--max-model-len',
       '8192',
-      '--disable-log-requests',
+      '--enable-log-requests',
     ]);
     expect(plan.env).toEqual({
       CUDA_VISIBLE_DEVICES: '2,3',
@@ -39,7 +41,16 @@ describe('VllmEngine.command', () => {
   it('defaults to vllm serve, pipeline size 1 and the model as served name, and sets no NCCL_IB_HCA without HCAs', () => {
     const plan = new VllmEngine(undefined, 'eth0').command(shard({ profile: { servedModelName: '', pipelineParallelSize: 0 } }));
     expect(plan.argv.slice(0, 3)).toEqual(['vllm', 'serve', 'meta-llama/Llama-3.1-70B-Instruct']);
-    expect(plan.argv.slice(7)).toEqual(['--served-model-name', 'meta-llama/Llama-3.1-70B-Instruct', '--tensor-parallel-size', '2', '--pipeline-parallel-size', '1']);
+    expect(plan.argv.slice(7)).toEqual([
+      '--served-model-name',
+      'meta-llama/Llama-3.1-70B-Instruct',
+      '--tensor-parallel-size',
+      '2',
+      '--pipeline-parallel-size',
+      '1',
+      '--shutdown-timeout',
+      '25',
+    ]);
     expect(plan.env.NCCL_IB_HCA).toBeUndefined();
   });
 
@@ -73,7 +84,105 @@ describe('VllmEngine.command', () => {
     expect(plan.env.CUDA_VISIBLE_DEVICES).toBe('5');
   });
 
-  it('names its in-flight gauge', () => {
-    expect(new VllmEngine(undefined, 'eth0').inFlightMetric).toBe('vllm:num_requests_running');
+  it('names its in-flight gauge and the series stall detection reads', () => {
+    const engine = new VllmEngine(undefined, 'eth0');
+    expect(engine.inFlightMetric).toBe('vllm:num_requests_running');
+    expect(engine.metrics).toEqual({ requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' });
+  });
+});
+
+describe('VllmEngine drain on stop', () => {
+  const timeoutOf = (stopGraceMs: number) => {
+    const argv = new VllmEngine(undefined, 'eth0', { stopGraceMs }).command(shard()).argv;
+    const i = argv.indexOf('--shutdown-timeout');
+    return i === -1 ? undefined : Number(argv[i + 1]);
+  };
+
+  it('asks vLLM to drain for the stop grace less a margin, so SIGKILL never lands mid-drain', () => {
+    expect(timeoutOf(30_000)).toBe(25);
+    expect(timeoutOf(60_000)).toBe(55);
+    expect(timeoutOf(10_000)).toBe(8);
+    expect(timeoutOf(3000)).toBe(2);
+    expect(timeoutOf(2000)).toBe(1);
+  });
+
+  it('emits no --shutdown-timeout when the grace leaves no room, rather than a drain the SIGKILL would cut', () => {
+    expect(timeoutOf(1500)).toBeUndefined();
+  });
+
+  it('gives headless ranks the same timeout, which they wait for their workers', () => {
+    const spec = shard({ nnodes: 2, rank: 1, httpPort: 0, leaderAddr: '10.0.0.1', leaderPort: 29500, profile: { tensorParallelSize: 4 } });
+    const argv = new VllmEngine(undefined, 'eth0', { stopGraceMs: 20_000 }).command(spec).argv;
+    expect(argv.slice(argv.indexOf('--shutdown-timeout'), argv.indexOf('--shutdown-timeout') + 2)).toEqual(['--shutdown-timeout', '16']);
+  });
+});
+
+describe('VllmEngine data parallelism', () => {
+  const engine = new VllmEngine({ command: [process.execPath], env: {}, extraArgs: [] }, 'eth0');
+  const eight = [0, 1, 2, 3, 4, 5, 6, 7];
+
+  it('reads the size from the profile args in every spelling argparse takes', () => {
+    expect(dataParallelSize([])).toBe(1);
+    expect(dataParallelSize(['--data-parallel-size', '4'])).toBe(4);
+    expect(dataParallelSize(['-dp', '2', '--enforce-eager'])).toBe(2);
+    expect(dataParallelSize(['--data-parallel-size=8'])).toBe(8);
+    expect(dataParallelSize(['--data_parallel_size', '2', '-dp', '4'])).toBe(4);
+    expect(() => dataParallelSize(['-dp', 'two'])).toThrow('profile args: --data-parallel-size "two" is not a positive integer');
+    expect(() => dataParallelSize(['-dp'])).toThrow('is not a positive integer');
+  });
+
+  it('on one node passes the profile\'s flag through and counts tp × pp × dp GPUs', async () => {
+    const spec = shard({ gpuIndices: eight, profile: { tensorParallelSize: 2, args: ['-dp', '4'] } });
+    await expect(engine.validate(spec, context())).resolves.toBeUndefined();
+    const argv = engine.command(spec).argv;
+    expect(argv.slice(-2)).toEqual(['-dp', '4']);
+    expect(argv).not.toContain('--data-parallel-size-local');
+    await expect(engine.validate(shard({ gpuIndices: [0, 1], profile: { tensorParallelSize: 2, args: ['-dp', '4'] } }), context())).rejects.toThrow(
+      'tensor_parallel_size 2 × pipeline_parallel_size 1 × data_parallel_size 4 = 8 does not match 2 GPUs × 1 node = 2',
+    );
+  });
+
+  it('over two nodes runs half the DP ranks on each, rank 1 headless from its start rank, no --nnodes', () => {
+    const on = (rank: number) =>
+      engine.command(
+        shard({
+          nnodes: 2,
+          rank,
+          gpuIndices: eight,
+          httpPort: rank === 0 ? 8000 : 0,
+          leaderAddr: '10.0.0.1',
+          leaderPort: 13345,
+          profile: { tensorParallelSize: 2, args: ['--data-parallel-size', '8'] },
+        }),
+      ).argv;
+    const rank0 = on(0);
+    expect(rank0).not.toContain('--nnodes');
+    expect(rank0.slice(rank0.indexOf('--data-parallel-size-local'), -2)).toEqual([
+      '--data-parallel-size-local',
+      '4',
+      '--data-parallel-address',
+      '10.0.0.1',
+      '--data-parallel-rpc-port',
+      '13345',
+    ]);
+    const rank1 = on(1);
+    expect(rank1).not.toContain('--port');
+    expect(rank1.slice(rank1.indexOf('--data-parallel-size-local'), -2)).toEqual([
+      '--data-parallel-size-local',
+      '4',
+      '--data-parallel-start-rank',
+      '4',
+      '--data-parallel-address',
+      '10.0.0.1',
+      '--data-parallel-rpc-port',
+      '13345',
+      '--headless',
+    ]);
+  });
+
+  it('refuses a DP size that does not divide over the nodes, before launch', async () => {
+    const spec = shard({ nnodes: 2, rank: 0, gpuIndices: [0, 1, 2], leaderAddr: '10.0.0.1', leaderPort: 13345, profile: { tensorParallelSize: 2, args: ['-dp', '3'] } });
+    await expect(engine.validate(spec, context())).rejects.toThrow('shard s1: --data-parallel-size 3 does not divide over 2 nodes; use a multiple of 2');
+    await expect(engine.validate(shard({ profile: { args: ['-dp', '0'] } }), context())).rejects.toThrow('"0" is not a positive integer');
   });
 });

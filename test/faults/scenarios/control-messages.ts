@@ -65,7 +65,9 @@ export const badControlMessages: Scenario = {
     h.keepsServing('holder', holder.pid, port);
 
     const busy = createServer();
-    await new Promise<void>((resolve) => busy.listen(0, '0.0.0.0', resolve));
+    // Not port 0: the kernel's pick is in the ephemeral range, which validation refuses first.
+    const strangerPort = await freePort();
+    await new Promise<void>((resolve) => busy.listen(strangerPort, '0.0.0.0', resolve));
     h.defer(() => busy.close());
     const busyPort = (busy.address() as { port: number }).port;
 

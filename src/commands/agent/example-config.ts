@@ -5,9 +5,10 @@ import { BaseCommand } from '../../cli/base-command.js';
 export default class AgentExampleConfig extends BaseCommand {
   static override summary = 'Print the example agent configuration, every key documented, from the installed package.';
 
-  static override description = `The installed package's examples/agent.yaml, for a node that has only the
-package: print it, or write it (mode 0640) with --output. An existing file is never
-replaced without --force.`;
+  static override description = [
+    "The installed package's examples/agent.yaml (in $(npm root -g)/llmgw/examples/), for a node that has only the package: print it, or write it (mode 0640) with --output.",
+    'An existing file is never replaced without --force: it is likely a configuration someone edited.',
+  ].join('\n\n');
 
   static override examples = [
     '<%= config.bin %> agent example-config --output /etc/llmgw/agent.yaml',

@@ -6,11 +6,10 @@ import { BaseCommand } from '../../cli/base-command.js';
 export default class AgentInstallUnit extends BaseCommand {
   static override summary = 'Write the systemd unit for the agent, with this installation\'s absolute paths.';
 
-  static override description = `Writes llmgw-agent.service to /etc/systemd/system with ExecStart naming this
-installation's node executable and bin/run.js by absolute path, so the unit starts
-wherever npm put the package (/usr/bin, /usr/local/bin, an nvm tree). Run it again
-after moving or upgrading Node. Replaces an earlier llmgw-agent.service; put local
-changes in a drop-in (systemctl edit llmgw-agent).`;
+  static override description = [
+    "Writes llmgw-agent.service to /etc/systemd/system with ExecStart naming this installation's node executable and bin/run.js by absolute path, so the unit starts wherever npm put the package (/usr/bin, /usr/local/bin, an nvm tree). Run it again after moving or upgrading Node.",
+    'It replaces an earlier llmgw-agent.service: put local changes in a drop-in (systemctl edit llmgw-agent), which it leaves alone.',
+  ].join('\n\n');
 
   static override examples = [
     '<%= config.bin %> agent install-unit && systemctl daemon-reload && systemctl enable --now llmgw-agent',

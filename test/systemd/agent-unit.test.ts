@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, type Register, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentConfigYaml, agentDirs, type AgentDirs } from '../helpers/agent-config-yaml.js';
-import { freePort } from '../helpers/engine-processes.js';
+import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
 import { BIN, runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
@@ -67,7 +67,12 @@ async function unitFixture(opts: { config?: (dirs: AgentDirs) => string } = {}):
   // The lab first, and every engine in it with it, then its files: nothing left writing into a removed dir.
   onTestFinished(async () => {
     await lab.stop();
-    rmSync(root, { recursive: true, force: true });
+    try {
+      // The lab's end must take every agent and engine with it: none may still write the test's logs.
+      expect(processesWritingUnder(root)).toEqual([]);
+    } finally {
+      rmSync(root, { recursive: true, force: true });
+    }
   });
   const cp = await startControlPlane();
   const dirs = agentDirs(root);

@@ -23,11 +23,12 @@ export default class AgentInstallUnit extends BaseCommand {
     output: Flags.string({ char: 'o', summary: 'Write exactly this file instead; - prints the unit.', exclusive: ['root'] }),
   };
 
-  async run(): Promise<Omit<InstalledAgentUnit, 'text'>> {
+  async run(): Promise<Omit<InstalledAgentUnit, 'text'> & { text?: string }> {
     const { flags } = await this.parse(AgentInstallUnit);
     const unit = await installAgentUnit({ configPath: flags.config, root: flags.root, output: flags.output });
     const { text, ...report } = unit;
-    if (this.jsonEnabled()) return report;
+    // The text only when nothing was written: otherwise it is in the file the report names.
+    if (this.jsonEnabled()) return unit.path === undefined ? unit : report;
     if (unit.path === undefined) {
       process.stdout.write(text);
       return report;

@@ -58,6 +58,8 @@ export async function bootLab(opts: { logFile?: string } = {}): Promise<SystemdL
     throw new Error(String(r.stderr).trim() || `systemd-lab-boot.sh exited ${r.exitCode}`);
   }
   const cgroup = labCgroupOf(pid);
+  // unshare, which forked PID 1 and waits for it: it ends right after, and is part of the lab too.
+  const parent = parentOf(pid);
   everBooted.push({ pid, cgroup });
   const run = (argv: string[], opts: { timeoutMs?: number } = {}) =>
     execa('nsenter', ['-t', String(pid), '-m', '-p', '--', ...argv], {
@@ -83,6 +85,7 @@ export async function bootLab(opts: { logFile?: string } = {}): Promise<SystemdL
     async stop() {
       booted.delete(lab);
       await killLab(pid, cgroup);
+      for (let i = 0; i < 100 && parent !== undefined && alive(parent); i++) await sleep(50);
     },
   };
   booted.add(lab);
@@ -146,6 +149,15 @@ function removeCgroupTree(dir: string): void {
     rmdirSync(dir);
   } catch {
     // Still busy (a process not yet reaped) or already gone: the caller retries.
+  }
+}
+
+function parentOf(pid: number): number | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+  } catch {
+    return undefined;
   }
 }
 

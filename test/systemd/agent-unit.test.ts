@@ -26,9 +26,10 @@ const S = ShardState;
 
 /**
  * Short timers for a test, in a drop-in as an operator would add one, so the shipped unit keeps
- * its production values. TimeoutAbortSec bounds the watchdog's SIGABRT of a stopped process.
+ * its production values. WatchdogSec 4s: pings every 2 s, slack for a loaded machine, short enough
+ * for a quick test. TimeoutAbortSec bounds the watchdog's SIGABRT of a stopped process.
  */
-const TEST_DROP_IN = ['[Service]', 'WatchdogSec=3s', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', 'TimeoutAbortSec=3s', ''].join('\n');
+const TEST_DROP_IN = ['[Service]', 'WatchdogSec=4s', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', 'TimeoutAbortSec=3s', ''].join('\n');
 
 const unavailable = await labUnavailableReason();
 const TMP_MARKER = join(tmpdir(), `llmgw-systemd-suite-marker-${process.pid}`);
@@ -106,7 +107,8 @@ function watchHealth(port: number): { stop(): Promise<{ ok: number; bad: string[
   const loop = (async () => {
     while (running) {
       try {
-        const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(2000) });
+        // 5 s: a loaded 2-core runner may be slow to answer; no answer at all is what this catches.
+        const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(5000) });
         if (res.status === 200) ok++;
         else bad.push(`HTTP ${res.status}`);
       } catch (err) {

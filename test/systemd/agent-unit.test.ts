@@ -43,7 +43,6 @@ interface UnitFixture {
   cp: StartedControlPlane;
   dirs: AgentDirs;
   configPath: string;
-  labLog: string;
   systemctl(...args: string[]): Promise<{ exitCode: number; stdout: string; stderr: string }>;
   mainPid(): Promise<number>;
 }
@@ -60,16 +59,16 @@ function later<T>(p: Promise<T>): Promise<T> {
 /** A fresh lab, control plane and temp dir with the unit installed; all torn down when the test ends. */
 async function unitFixture(opts: { config?: (dirs: AgentDirs) => string } = {}): Promise<UnitFixture> {
   const root = mkdtempSync(join(tmpdir(), 'llmgw-sdunit-'));
-  const labLog = join(root, 'systemd.log');
-  const lab = await bootLab({ logFile: labLog }).catch((err: unknown) => {
+  // The boot's own output, for when a lab does not come up.
+  const lab = await bootLab({ logFile: join(root, 'systemd-lab-boot.log') }).catch((err: unknown) => {
     rmSync(root, { recursive: true, force: true });
     throw err;
   });
-  // The lab first, and every engine in it with it, then its files: nothing left writing into a removed dir.
+  // The lab first, and every agent and engine with it, then its files.
   onTestFinished(async () => {
     await lab.stop();
     try {
-      // The lab's end must take every agent and engine with it: none may still write the test's logs.
+      // None may outlive it: a process still writing the test's logs is one left behind.
       expect(processesWritingUnder(root)).toEqual([]);
     } finally {
       rmSync(root, { recursive: true, force: true });
@@ -96,7 +95,7 @@ async function unitFixture(opts: { config?: (dirs: AgentDirs) => string } = {}):
     return { exitCode: r.exitCode ?? -1, stdout: String(r.stdout), stderr: String(r.stderr) };
   };
   const mainPid = async () => Number(await lab.show(UNIT, 'MainPID'));
-  return { lab, cp, dirs, configPath, labLog, systemctl, mainPid };
+  return { lab, cp, dirs, configPath, systemctl, mainPid };
 }
 
 /** /health of an engine every 50 ms until stop(); every answer that was not 200 is a failure a router saw. */

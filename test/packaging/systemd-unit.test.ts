@@ -22,7 +22,8 @@ const haveAnalyze = await execa('systemd-analyze', ['--version'], { reject: fals
 describe('packaging/llmgw-agent.service', () => {
   it('is a notify service that is restarted, except after a configuration error', () => {
     expect(directive('Type')).toEqual(['notify']);
-    expect(directive('NotifyAccess')).toEqual(['all']);
+    // main: engines share the agent's cgroup under the direct launcher and must not speak for it.
+    expect(directive('NotifyAccess')).toEqual(['main']);
     expect(directive('Restart')).toEqual(['always']);
     expect(directive('RestartPreventExitStatus')).toEqual(['78']);
     expect(directive('WatchdogSec').length).toBe(1);
@@ -32,6 +33,12 @@ describe('packaging/llmgw-agent.service', () => {
     expect(directive('KillMode')).toEqual(['process']);
     const i = text.indexOf('KillMode=process');
     expect(text.slice(Math.max(0, i - 600), i)).toMatch(/outlive an agent restart/);
+  });
+
+  it('keeps state, logs and the runtime directory from other users', () => {
+    expect(directive('StateDirectoryMode')).toEqual(['0700']);
+    expect(directive('LogsDirectoryMode')).toEqual(['0750']);
+    expect(directive('RuntimeDirectoryMode')).toEqual(['0750']);
   });
 
   it.runIf(haveAnalyze)('is accepted by systemd-analyze verify', async () => {

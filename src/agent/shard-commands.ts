@@ -56,7 +56,7 @@ export class ShardCommands {
         // Validate before launching: an engine that refuses a profile does so
         // after minutes of model loading; here it costs nothing.
         await engine.validate(spec, this.validationContext(id));
-        return { plan: engine.command(spec), servesHttp: engine.servesHttp(spec), inFlightMetric: engine.inFlightMetric };
+        return { plan: engine.command(spec), servesHttp: engine.servesHttp(spec), inFlightMetric: engine.metrics.requestsRunning };
       });
     } catch (err) {
       if (err instanceof RepeatedStartError) return;

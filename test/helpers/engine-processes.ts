@@ -43,7 +43,7 @@ export function simPlan(args: string[]): LaunchPlan {
 }
 
 /** The sim's in-flight gauge, as its engine declares it: what the agent passes to a start. */
-export const SIM_IN_FLIGHT_METRIC = new SimEngine(undefined, 'lo').inFlightMetric;
+export const SIM_IN_FLIGHT_METRIC = new SimEngine(undefined, 'lo').metrics.requestsRunning;
 
 export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): StartShard {
   return create(StartShardSchema, {

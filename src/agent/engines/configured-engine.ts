@@ -1,3 +1,4 @@
+import type { EngineMetrics } from './engine-metrics.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineConfig, EngineName } from '../config/agent-config.js';
 import type { Engine, LaunchPlan, ValidationContext } from './engine.js';
@@ -15,7 +16,7 @@ import { validateShard } from './validate-shard.js';
  */
 export abstract class ConfiguredEngine implements Engine {
   abstract readonly name: EngineName;
-  abstract readonly inFlightMetric: string;
+  abstract readonly metrics: EngineMetrics;
   protected readonly config: EngineConfig;
 
   constructor(

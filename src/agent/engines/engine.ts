@@ -1,3 +1,4 @@
+import type { EngineMetrics } from './engine-metrics.js';
 import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineName } from '../config/agent-config.js';
 import type { LaunchPlan } from './launch-plan.js';
@@ -25,6 +26,6 @@ export interface Engine {
   command(spec: StartShard): LaunchPlan;
   /** Whether this rank opens the HTTP API: every single-node shard, rank 0 only for multi-node. */
   servesHttp(spec: StartShard): boolean;
-  /** Prometheus gauge of running requests, read while draining. */
-  readonly inFlightMetric: string;
+  /** The Prometheus series the supervisor reads (in-flight while draining, tokens for stalls). */
+  readonly metrics: EngineMetrics;
 }

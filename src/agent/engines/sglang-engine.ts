@@ -18,8 +18,6 @@ export const DEFAULT_SGLANG_COMMAND: readonly string[] = ['python3', '-m', 'sgla
  */
 export class SglangEngine extends ConfiguredEngine {
   readonly name = 'sglang' as const;
-  readonly inFlightMetric = 'sglang:num_running_reqs';
-  /** ENGINES.md (b): S:python/sglang/srt/observability/metrics_collector.py:269 and :1519. */
   readonly metrics: EngineMetrics = { requestsRunning: 'sglang:num_running_reqs', generationTokens: 'sglang:generation_tokens_total' };
 
   protected defaultCommand(): readonly string[] {

@@ -17,7 +17,6 @@ export const LLMGW_BIN = fileURLToPath(new URL('../../../bin/run.js', import.met
 export class SimEngine extends ConfiguredEngine {
   readonly name = 'sim' as const;
   /** The sim exports vLLM's gauge names. */
-  readonly inFlightMetric = 'vllm:num_requests_running';
   readonly metrics: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
 
   protected defaultCommand(): readonly string[] {

@@ -55,8 +55,6 @@ export function dataParallelSize(args: readonly string[]): number {
  */
 export class VllmEngine extends ConfiguredEngine {
   readonly name = 'vllm' as const;
-  readonly inFlightMetric = 'vllm:num_requests_running';
-  /** ENGINES.md (b): V:vllm/v1/metrics/loggers.py:494 and :705; the counter is exposed with `_total`. */
   readonly metrics: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
   readonly #shutdownTimeoutS: number;
 

@@ -43,7 +43,7 @@ describe('SglangEngine.command', () => {
 
   it('names its in-flight gauge and the series stall detection reads', () => {
     const engine = new SglangEngine(undefined, 'eth0');
-    expect(engine.inFlightMetric).toBe('sglang:num_running_reqs');
+    expect(engine.metrics.requestsRunning).toBe('sglang:num_running_reqs');
     expect(engine.metrics).toEqual({ requestsRunning: 'sglang:num_running_reqs', generationTokens: 'sglang:generation_tokens_total' });
   });
 

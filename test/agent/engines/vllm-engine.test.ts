@@ -86,7 +86,7 @@ describe('VllmEngine.command', () => {
 
   it('names its in-flight gauge and the series stall detection reads', () => {
     const engine = new VllmEngine(undefined, 'eth0');
-    expect(engine.inFlightMetric).toBe('vllm:num_requests_running');
+    expect(engine.metrics.requestsRunning).toBe('vllm:num_requests_running');
     expect(engine.metrics).toEqual({ requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' });
   });
 });

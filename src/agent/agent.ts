@@ -125,6 +125,11 @@ export class Agent {
     return this.opts.supervisor.tailLog(id, lines);
   }
 
+  /** `ctl logs --previous`: the run before the current one; undefined when none is kept. */
+  tailPreviousLog(id: string, lines: number): Promise<string[] | undefined> {
+    return this.opts.supervisor.tailPreviousLog(id, lines);
+  }
+
   /**
    * A supervised shard's last `backlogLines` log lines (the first batch), then
    * its new ones; ends when it is removed, on `signal`, or when the agent stops.
@@ -186,7 +191,7 @@ export class Agent {
         void this.commands.stop(m.msg.value);
         return;
       case 'drain':
-        this.commands.drainCommand(m.msg.value.shardId);
+        void this.commands.drainCommand(m.msg.value.shardId);
         return;
       case 'ack':
         if (!m.msg.value.ok) {
@@ -209,8 +214,13 @@ export class Agent {
   }
 
   /** `ctl drain`: see ShardCommands.drain. */
-  drainShard(id: string): ShardSnapshot {
+  drainShard(id: string): Promise<ShardSnapshot> {
     return this.commands.drain(id);
+  }
+
+  /** `ctl drain --cancel`: see ShardCommands.cancelDrain. */
+  cancelDrainShard(id: string): Promise<ShardSnapshot> {
+    return this.commands.cancelDrain(id);
   }
 
   /** Engines a previous agent left: see RecoverEngines.recover. */

@@ -56,7 +56,12 @@ export class ShardCommands {
         // Validate before launching: an engine that refuses a profile does so
         // after minutes of model loading; here it costs nothing.
         await engine.validate(spec, this.validationContext(id));
-        return { plan: engine.command(spec), servesHttp: engine.servesHttp(spec), inFlightMetric: engine.metrics.requestsRunning };
+        return {
+          plan: engine.command(spec),
+          servesHttp: engine.servesHttp(spec),
+          inFlightMetric: engine.metrics.requestsRunning,
+          generationTokensMetric: engine.metrics.generationTokens,
+        };
       });
     } catch (err) {
       if (err instanceof RepeatedStartError) return;
@@ -138,13 +143,26 @@ export class ShardCommands {
 
   /**
    * Marks a running shard DRAINING (reported through its transition, so the
-   * control plane routes elsewhere). Throws when the shard cannot be drained.
+   * control plane routes elsewhere) and records it, so that it outlives an
+   * agent restart. Throws when the shard cannot be drained.
    */
-  drain(id: string): ShardSnapshot {
+  drain(id: string): Promise<ShardSnapshot> {
     assertShardId(id);
     const shard = this.sup.get(id);
     if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
     return this.sup.drain(id);
+  }
+
+  /**
+   * `ctl drain --cancel`: DRAINING → READY, reported through the transition
+   * so the control plane routes to the shard again. Throws when the shard
+   * is not DRAINING.
+   */
+  cancelDrain(id: string): Promise<ShardSnapshot> {
+    assertShardId(id);
+    const shard = this.sup.get(id);
+    if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
+    return this.sup.cancelDrain(id);
   }
 
   /**
@@ -153,9 +171,9 @@ export class ShardCommands {
    * reported with its own state, never as FAILED, which would get a healthy
    * engine replaced.
    */
-  drainCommand(id: string): void {
+  async drainCommand(id: string): Promise<void> {
     try {
-      this.drain(id);
+      await this.drain(id);
     } catch (err) {
       const { nodeId, report } = this.opts;
       const why = `drain refused: ${errorMessage(err)}`;

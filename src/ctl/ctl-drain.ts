@@ -13,6 +13,8 @@ export interface CtlDrainOptions {
   shardId?: string;
   all: boolean;
   wait: boolean;
+  /** Undo the drain (DRAINING → READY) instead; not with wait. */
+  cancel?: boolean;
   timeoutMs: number;
   signal: AbortSignal;
   /** How progress is shown while waiting; none with 'silent' (--json). */
@@ -28,6 +30,7 @@ export interface CtlDrainOptions {
 export async function ctlDrain(o: CtlDrainOptions): Promise<DrainResponse> {
   if (o.all === (o.shardId !== undefined)) throw usageError('name one shard or give --all, not both and not neither');
   if (o.shardId !== undefined) assertShardId(o.shardId);
+  if (o.cancel && o.wait) throw usageError('--cancel and --wait do not go together: a cancelled drain has nothing to wait for');
   const admin = await openAdminClient(o.socket);
   try {
     const stream = admin.client
@@ -36,6 +39,7 @@ export async function ctlDrain(o: CtlDrainOptions): Promise<DrainResponse> {
           shardId: o.shardId ?? '',
           all: o.all,
           wait: o.wait,
+          cancel: o.cancel ?? false,
           timeout: { seconds: BigInt(Math.floor(o.timeoutMs / 1000)), nanos: (o.timeoutMs % 1000) * 1e6 },
         },
         { signal: o.signal, timeoutMs: o.wait ? o.timeoutMs + CLIENT_DEADLINE_SLACK_MS : CLIENT_DEADLINE_SLACK_MS },

@@ -15,8 +15,10 @@ export type AdminBackend = Pick<
   | 'shards'
   | 'shard'
   | 'tailLog'
+  | 'tailPreviousLog'
   | 'followLog'
   | 'inFlight'
   | 'adoptNow'
   | 'drainShard'
+  | 'cancelDrainShard'
 >;

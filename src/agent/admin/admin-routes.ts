@@ -66,6 +66,10 @@ function requireShardId(id: string): void {
 
 async function* streamLogs(backend: AdminBackend, req: LogsRequest, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
   requireShardId(req.shardId);
+  if (req.previous) {
+    yield* streamPreviousLog(backend, req);
+    return;
+  }
   if (!backend.shard(req.shardId)) throw unknownShardError(req.shardId, backend.nodeId, backend.shards());
   if (req.lines < 0) throw new ConnectError(`lines must be 0 or more, got ${req.lines}`, Code.InvalidArgument);
   const lines = req.lines === 0 ? DEFAULT_LOG_LINES : req.lines;
@@ -99,16 +103,34 @@ async function* streamLogs(backend: AdminBackend, req: LogsRequest, ctx: Handler
   }
 }
 
+/** A shard's previous run, also of a shard no longer supervised: its log outlives it. */
+async function* streamPreviousLog(backend: AdminBackend, req: LogsRequest): AsyncGenerator<LogsResponse> {
+  if (req.follow) throw new ConnectError('previous and follow do not go together: the previous run has ended', Code.InvalidArgument);
+  if (req.lines < 0) throw new ConnectError(`lines must be 0 or more, got ${req.lines}`, Code.InvalidArgument);
+  const tail = await backend.tailPreviousLog(req.shardId, req.lines === 0 ? DEFAULT_LOG_LINES : req.lines);
+  if (!tail) {
+    throw new ConnectError(
+      `no previous run of shard ${req.shardId} is kept: a run's log is kept when the same shard id is started again`,
+      Code.NotFound,
+    );
+  }
+  for (let i = 0; i < tail.length; i += LOG_LINES_PER_MESSAGE) {
+    yield create(LogsResponseSchema, { lines: tail.slice(i, i + LOG_LINES_PER_MESSAGE) });
+  }
+}
+
 async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerContext, opts: AdminRoutesOptions): AsyncGenerator<DrainResponse> {
   if (req.all === (req.shardId !== '')) {
     throw new ConnectError('name one shard or set all, not both and not neither', Code.InvalidArgument);
   }
+  if (req.cancel && req.wait) throw new ConnectError('cancel and wait do not go together: a cancelled drain has nothing to wait for', Code.InvalidArgument);
   let ids: string[];
   if (req.all) {
     // Only what serves: a STARTING shard has no traffic to move, a terminal one no process.
+    const serving = req.cancel ? [ShardState.DRAINING] : [ShardState.READY, ShardState.UNHEALTHY, ShardState.DRAINING];
     ids = backend
       .shards()
-      .filter((s) => s.state === ShardState.READY || s.state === ShardState.UNHEALTHY || s.state === ShardState.DRAINING)
+      .filter((s) => serving.includes(s.state))
       .map((s) => s.shardId)
       .sort();
   } else {
@@ -122,8 +144,9 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
   }
   for (const id of ids) {
     try {
-      // Reported to the control plane by the supervisor's transition, so it routes elsewhere.
-      backend.drainShard(id);
+      // Reported to the control plane by the supervisor's transition, so it routes elsewhere (or back, on cancel).
+      if (req.cancel) await backend.cancelDrainShard(id);
+      else await backend.drainShard(id);
     } catch (err) {
       throw err instanceof LlmgwError ? new ConnectError(err.message, Code.FailedPrecondition) : new ConnectError(errorMessage(err), Code.Internal);
     }

@@ -53,6 +53,8 @@ export interface SupervisorConfig {
   stallTimeoutMs: number;
   logMaxBytes: number;
   launcher: Launcher;
+  /** Earlier runs of a shard id whose log and failure record are kept (previous-runs/); DEFAULT_KEEP_PREVIOUS_RUNS (3) when absent, 0 keeps none. */
+  keepPreviousRuns?: number;
 }
 
 export interface AdminConfig {

@@ -1,6 +1,7 @@
 import { chmodSync, mkdirSync } from 'node:fs';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { DEFAULT_KEEP_PREVIOUS_RUNS, keepPreviousRun } from '../../lib/files/keep-previous-run.js';
 import { STATE_SCHEMA_VERSION, readStateFile, removeStateFile, writeStateFile } from '../../lib/files/state-file.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
 import { findProcessesLoggingTo } from '../../lib/process/process-table.js';
@@ -18,6 +19,8 @@ export interface ShardLaunch {
   servesHttp: boolean;
   /** The engine's gauge of running requests, read while draining; none when omitted. */
   inFlightMetric?: string;
+  /** The engine's generation-token counter, read with inFlightMetric for stall detection; none when omitted. */
+  generationTokensMetric?: string;
 }
 
 /**
@@ -51,6 +54,10 @@ export async function launchShard(
   } else {
     await refuseUnsupervisedEngine(id, statePath, logPath);
   }
+  // Nothing of the old run writes its log any more: keep it, so `ctl logs --previous` can show how it ended.
+  await keepPreviousRun(c.logDir, id, c.keepPreviousRuns ?? DEFAULT_KEEP_PREVIOUS_RUNS).catch((err: unknown) =>
+    ctx.log.warn({ shard: id, err: errorMessage(err) }, 'could not keep the previous run\'s log; the new run appends to it'),
+  );
 
   const launched = await launchEngine(c.launcher, id, plan, logPath, signal);
   const runner = new ShardRunner(
@@ -65,6 +72,7 @@ export async function launchShard(
       adopted: false,
       servesHttp: launch.servesHttp,
       inFlightMetric: launch.inFlightMetric ?? '',
+      generationTokensMetric: launch.generationTokensMetric ?? '',
       startedAtMs: Date.now(),
       logPath,
       statePath,
@@ -79,6 +87,7 @@ export async function launchShard(
       spec,
       servesHttp: launch.servesHttp,
       inFlightMetric: launch.inFlightMetric ?? '',
+      generationTokensMetric: launch.generationTokensMetric ?? '',
       pid: launched.pid,
       pgid: launched.pgid,
       identity: launched.identity,

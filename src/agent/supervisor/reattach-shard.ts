@@ -33,6 +33,8 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
       adopted: true,
       servesHttp: f.file.servesHttp,
       inFlightMetric: f.file.inFlightMetric,
+      generationTokensMetric: f.file.generationTokensMetric,
+      drainRequested: f.file.drainRequested,
       startedAtMs: f.file.createdAtMs,
       logPath: shardLogPath(logDir, o.shardId),
       statePath,

@@ -5,15 +5,17 @@ import { servedModelName } from '../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../lib/duration.js';
 import { errorMessage, failure, usageError } from '../../lib/errors.js';
-import { removeStateFile } from '../../lib/files/state-file.js';
+import { writeFailureRecord } from '../../lib/files/failure-record.js';
+import { removeStateFile, updateStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import type { Logger } from '../../lib/logger.js';
 import type { ProcessIdentity } from '../../lib/process/process-identity.js';
 import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
+import { shardFailurePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type DeathInfo, watchDeath } from './death-watch.js';
 import { type EngineGroup, groupStillOurs, reapLeftovers } from './engine-group.js';
-import { watchHealth } from './health-watch.js';
+import { type HealthVerdict, watchHealth } from './health-watch.js';
 import { PROBE_TIMEOUT_MS, httpGet } from './http-probe.js';
 import { readGauge } from './read-gauge.js';
 import { waitStaysAlive, waitUntilServing } from './readiness-wait.js';
@@ -49,6 +51,10 @@ export interface RunnerEngine {
   servesHttp: boolean;
   /** The engine's Prometheus gauge of running requests ('' when it has none), read while draining. */
   inFlightMetric: string;
+  /** The engine's generation-token counter ('' when it has none): with inFlightMetric, what stall detection reads. */
+  generationTokensMetric?: string;
+  /** A drain recorded in the state file by a previous agent: the shard settles to DRAINING, not READY. */
+  drainRequested?: boolean;
   startedAtMs: number;
   logPath: string;
   statePath: string;
@@ -95,6 +101,14 @@ export class ShardRunner {
   private readonly identity: ProcessIdentity;
   private readonly child: ChildProcess | undefined;
   private readonly inFlightMetric: string;
+  private readonly generationTokensMetric: string;
+  /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
+  private drainRequested: boolean;
+  /** Drain and cancel rewrite the state file one at a time, so the last request is the one on disk. */
+  private persisting: Promise<void> = Promise.resolve();
+  private healthWatched = false;
+  /** The latest verdict of the health watch; a DRAINING shard keeps it for when its drain is cancelled. */
+  private health: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
   /** Where the rank serves, derived once: nothing above the runner builds it again. */
   private readonly baseUrl: string | undefined;
   private readonly servedModelName: string;
@@ -122,6 +136,8 @@ export class ShardRunner {
     this.adopted = engine.adopted;
     this.servesHttp = engine.servesHttp;
     this.inFlightMetric = engine.inFlightMetric;
+    this.generationTokensMetric = engine.generationTokensMetric ?? '';
+    this.drainRequested = engine.drainRequested ?? false;
     this.startedAtMs = engine.startedAtMs;
     this.logPath = engine.logPath;
     this.statePath = engine.statePath;
@@ -172,6 +188,7 @@ export class ShardRunner {
       startedAtMs: this.startedAtMs,
       logPath: this.logPath,
       running: !this.dead,
+      drainRequested: this.drainRequested,
     };
   }
 
@@ -235,19 +252,48 @@ export class ShardRunner {
   }
 
   private becomeReady(why: string): void {
-    this.transition(S.READY, why);
-    // UNHEALTHY is reported, not acted on: killing here would race the
-    // control plane, which owns the decision to replace an engine.
-    if (!this.baseUrl || this.life.signal.aborted) return;
+    // A drain that survived the agent: READY first would tell the control
+    // plane to send traffic back to an engine an operator is emptying.
+    if (this.drainRequested) this.transition(S.DRAINING, `${why}; drained before the agent restarted`);
+    else this.transition(S.READY, why);
+    this.watchHealth();
+  }
+
+  /**
+   * The health watch of a serving rank: /health, and stall detection when
+   * the engine names its metrics. UNHEALTHY is reported, not acted on:
+   * killing here would race the control plane, which owns the decision to
+   * replace an engine (a stalled one included).
+   */
+  private watchHealth(): void {
+    if (!this.baseUrl || this.life.signal.aborted || this.healthWatched) return;
+    this.healthWatched = true;
     watchHealth({
       baseUrl: this.baseUrl,
       intervalMs: this.ctx.config.healthIntervalMs,
       signal: this.serving.signal,
-      onChange: (healthy, reason) => {
-        if (healthy && this.state === S.UNHEALTHY) this.transition(S.READY, reason);
-        else if (!healthy && this.state === S.READY) this.transition(S.UNHEALTHY, reason);
+      stall: {
+        requestsRunningMetric: this.inFlightMetric,
+        generationTokensMetric: this.generationTokensMetric,
+        stallTimeoutMs: this.ctx.config.stallTimeoutMs,
       },
+      onVerdict: (v) => this.applyHealth(v),
     });
+  }
+
+  /** Makes the state agree with the verdict; every tick calls it, so only a disagreement changes anything. */
+  private applyHealth(v: HealthVerdict): void {
+    this.health = v;
+    if (!v.healthy && this.state === S.READY) {
+      this.error = v.why;
+      this.transition(S.UNHEALTHY, v.why);
+    } else if (!v.healthy && this.state === S.UNHEALTHY) {
+      // Still unhealthy, maybe for another cause now: status shows the latest, without a new report each tick.
+      this.error = v.why;
+    } else if (v.healthy && this.state === S.UNHEALTHY) {
+      this.error = '';
+      this.transition(S.READY, v.why);
+    }
   }
 
   /** False when already past STARTING and serving (nothing to wait for); throws when it cannot become ready. */
@@ -298,14 +344,44 @@ export class ShardRunner {
     if (this.state === S.STARTING) {
       this.error = `engine ${how} while starting`;
       this.lastOutput = lastOutput;
+      await this.recordFailure();
+      // The record took a moment: a stop may have begun meanwhile.
+      if (this.life.signal.aborted || this.currentState !== S.STARTING) return;
       this.transition(S.FAILED, this.error);
     } else if (this.state === S.READY || this.state === S.UNHEALTHY || this.state === S.DRAINING) {
       this.error = `engine ${how}`;
       this.lastOutput = lastOutput;
       const clean = info.known && info.code === 0;
+      if (!clean) await this.recordFailure();
+      if (this.life.signal.aborted || this.currentState === S.STOPPING || isTerminal(this.currentState)) return;
       this.transition(clean ? S.EXITED : S.FAILED, this.error);
     }
     // STOPPING: stop() reports it. Terminal: already reported.
+  }
+
+  /**
+   * The failure record beside the log, written before FAILED is reported so
+   * that whoever hears FAILED (and restarts the shard, which moves both to
+   * previous-runs/) finds it. A failure to write is logged: the report
+   * carries the same facts.
+   */
+  private async recordFailure(): Promise<void> {
+    const path = shardFailurePath(this.ctx.config.logDir, this.shardId);
+    try {
+      await writeFailureRecord(path, {
+        shardId: this.shardId,
+        replicaId: this.replicaId,
+        pid: this.pid,
+        exitCode: this.exitCode,
+        signal: this.signal,
+        error: this.error,
+        at: new Date().toISOString(),
+        startedAt: new Date(this.startedAtMs).toISOString(),
+        lastOutput: this.lastOutput,
+      });
+    } catch (err) {
+      this.ctx.log.warn({ shard: this.shardId, file: path, err: errorMessage(err) }, 'could not write the failure record');
+    }
   }
 
   private async reapLeftovers(): Promise<void> {
@@ -354,13 +430,60 @@ export class ShardRunner {
     return this.snapshot();
   }
 
-  /** READY or UNHEALTHY → DRAINING (the control plane routes elsewhere); a repeat is a no-op. */
-  drain(): ShardSnapshot {
-    if (this.state === S.READY || this.state === S.UNHEALTHY) this.transition(S.DRAINING, 'drain requested');
-    else if (this.state !== S.DRAINING) {
+  /**
+   * READY or UNHEALTHY → DRAINING (the control plane routes elsewhere); a
+   * repeat is a no-op. The drain is recorded in the state file before this
+   * resolves, so an agent restart (kill -9 included) brings the shard back
+   * DRAINING: it once came back READY, and traffic returned to an engine
+   * being emptied for maintenance.
+   */
+  async drain(): Promise<ShardSnapshot> {
+    if (this.state === S.READY || this.state === S.UNHEALTHY) {
+      this.drainRequested = true;
+      this.transition(S.DRAINING, 'drain requested');
+    } else if (this.state !== S.DRAINING) {
       throw usageError(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
     }
+    await this.persistDrain(true);
     return this.snapshot();
+  }
+
+  /**
+   * Undoes a drain: DRAINING → READY (reported, so the control plane routes
+   * to it again), then UNHEALTHY at once if the health watch found the
+   * engine bad while it drained. Throws for a shard that is not DRAINING.
+   */
+  async cancelDrain(): Promise<ShardSnapshot> {
+    if (this.state !== S.DRAINING) {
+      throw usageError(`shard ${this.shardId} is ${stateName(this.state)}: only a DRAINING shard can have its drain cancelled`);
+    }
+    this.drainRequested = false;
+    this.error = '';
+    this.transition(S.READY, 'drain cancelled');
+    this.applyHealth(this.health);
+    await this.persistDrain(false);
+    return this.snapshot();
+  }
+
+  /**
+   * Records the drain in the state file. A failure is logged, not thrown:
+   * the drain holds in memory (refusing it would keep traffic on an engine
+   * an operator is taking away); only an agent restart would forget it.
+   */
+  private persistDrain(drainRequested: boolean): Promise<void> {
+    this.persisting = this.persisting.then(async () => {
+      try {
+        await updateStateFile(this.statePath, this.shardId, { drainRequested });
+      } catch (err) {
+        this.ctx.log.warn(
+          { shard: this.shardId, file: this.statePath, err: errorMessage(err) },
+          drainRequested
+            ? 'shard is DRAINING but the drain could not be recorded; an agent restart would bring it back READY'
+            : 'drain cancelled but the state file still records it; an agent restart would bring it back DRAINING',
+        );
+      }
+    });
+    return this.persisting;
   }
 
   /** Requests the engine is working on, from the engine's own gauge; undefined when it cannot tell. */

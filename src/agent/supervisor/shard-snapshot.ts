@@ -28,6 +28,12 @@ export interface ShardSnapshot {
    * is stopped it holds its GPUs.
    */
   running: boolean;
+  /**
+   * Drained (here, or before an agent restart, from the state file) and not
+   * cancelled. An adopted shard still settling is reported DRAINING in
+   * Register on its strength: traffic must not return to it.
+   */
+  drainRequested?: boolean;
 }
 
 export interface ShardTransition {

@@ -1,5 +1,5 @@
 import { EventEmitter } from 'node:events';
-import { unlinkSync } from 'node:fs';
+import { existsSync, unlinkSync } from 'node:fs';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
@@ -16,7 +16,7 @@ import { checkIdentity } from '../../lib/process/process-identity.js';
 import { findProcessesLoggingTo } from '../../lib/process/process-table.js';
 import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { assertShardId } from '../../lib/shard-id.js';
-import { shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
+import { previousRunLogPath, shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type ShardLaunch, launchShard } from './launch-shard.js';
 import { reattachShard } from './reattach-shard.js';
@@ -171,8 +171,12 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     return this.mustGet(shardId).stop(opts);
   }
 
-  drain(shardId: string): ShardSnapshot {
+  drain(shardId: string): Promise<ShardSnapshot> {
     return this.mustGet(shardId).drain();
+  }
+
+  cancelDrain(shardId: string): Promise<ShardSnapshot> {
+    return this.mustGet(shardId).cancelDrain();
   }
 
   /** Requests the engine is working on, from its metrics gauge; undefined when it cannot tell. */
@@ -201,6 +205,14 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   async tailLog(shardId: string, lines: number): Promise<string[]> {
     assertShardId(shardId);
     return tailFile(shardLogPath(this.config.logDir, shardId), lines);
+  }
+
+  /** The last lines of the run before the current one (see keepPreviousRun); undefined when none is kept. */
+  async tailPreviousLog(shardId: string, lines: number): Promise<string[] | undefined> {
+    assertShardId(shardId);
+    const path = previousRunLogPath(this.config.logDir, shardId, 1);
+    if (!existsSync(path)) return undefined;
+    return tailFile(path, lines);
   }
 
   /**

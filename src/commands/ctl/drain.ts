@@ -11,14 +11,17 @@ export default class CtlDrain extends BaseCommand {
 elsewhere; the engine keeps serving the ones it has. With --wait, the
 in-flight count of each shard is shown going to zero: exit 0 when every shard
 reaches zero, exit 1 at --timeout with the count left. The shards stay
-DRAINING either way; stopping them is the control plane's decision. --json
-prints the last DrainResponse as proto JSON.`;
+DRAINING either way, across agent restarts too (the drain is recorded in the
+shard's state file); stopping them is the control plane's decision, and
+--cancel undoes the drain. --json prints the last DrainResponse as proto JSON.`;
 
   static override examples = [
     '<%= config.bin %> ctl drain llama-70b-r0-s0',
     '<%= config.bin %> ctl drain llama-70b-r0-s0 --wait --timeout 10m',
     '# before maintenance: everything on this node',
     '<%= config.bin %> ctl drain --all --wait && sudo systemctl stop llmgw-agent',
+    '# after maintenance: traffic may return (the drain outlived the agent restart)',
+    '<%= config.bin %> ctl drain --cancel llama-70b-r0-s0',
   ];
 
   static override args = {
@@ -28,6 +31,11 @@ prints the last DrainResponse as proto JSON.`;
   static override flags = {
     ...ctlFlags,
     all: Flags.boolean({ summary: 'Every READY or UNHEALTHY shard on this node.', default: false }),
+    cancel: Flags.boolean({
+      summary: 'Undo the drain: the DRAINING shard (or every one, with --all) becomes READY, and the control plane is told.',
+      default: false,
+      exclusive: ['wait'],
+    }),
     wait: Flags.boolean({ summary: 'Show the in-flight count until it reaches zero (exit 0) or --timeout passes (exit 1).', default: false }),
     timeout: durationFlag({ summary: 'How long --wait waits, e.g. 30s, 10m.', default: DEFAULT_CTL_DRAIN_TIMEOUT_MS, defaultHelp: async () => formatDuration(DEFAULT_CTL_DRAIN_TIMEOUT_MS) }),
   };
@@ -47,11 +55,12 @@ prints the last DrainResponse as proto JSON.`;
         shardId: args.shard,
         all: flags.all,
         wait: flags.wait,
+        cancel: flags.cancel,
         timeoutMs: flags.timeout,
         signal: interrupt.signal,
         renderer: json ? 'silent' : process.stderr.isTTY ? 'default' : 'simple',
       });
-      const summary = renderDrainSummary(last, { wait: flags.wait, timeoutMs: flags.timeout });
+      const summary = renderDrainSummary(last, { wait: flags.wait, timeoutMs: flags.timeout, cancel: flags.cancel });
       if (json) {
         const { toProtoJson } = await import('../../lib/proto-json.js');
         const { DrainResponseSchema } = await import('../../gen/llmgw/v1/admin_pb.js');

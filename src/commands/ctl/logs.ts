@@ -16,6 +16,8 @@ shard is removed. With the agent down, the log file is read directly from
     '<%= config.bin %> ctl logs llama-70b-r0-s0',
     '<%= config.bin %> ctl logs llama-70b-r0-s0 -n 500 | grep -i error',
     '<%= config.bin %> ctl logs llama-70b-r0-s0 -f',
+    '# how the run before this one ended (after a crash and a restart under the same id)',
+    '<%= config.bin %> ctl logs llama-70b-r0-s0 --previous',
     '# the agent is stopped: read the file directly',
     '<%= config.bin %> ctl logs llama-70b-r0-s0 --log-dir /var/log/llmgw',
   ];
@@ -31,6 +33,12 @@ shard is removed. With the agent down, the log file is read directly from
     ...ctlFlags,
     lines: Flags.integer({ char: 'n', summary: 'How many lines from the end.', default: DEFAULT_CTL_LOG_LINES, min: 1 }),
     follow: Flags.boolean({ char: 'f', summary: 'Keep printing new lines until Ctrl-C or the shard is removed.', default: false }),
+    previous: Flags.boolean({
+      char: 'p',
+      summary: "The previous run's log: kept when the shard id is started again, at <log_dir>/previous-runs/<shard>.1.log.",
+      default: false,
+      exclusive: ['follow'],
+    }),
     'log-dir': Flags.string({
       summary: `Where logs are read from when the agent is down [default: supervisor.log_dir from --config, else ${DEFAULT_LOG_DIR}].`,
     }),
@@ -53,6 +61,7 @@ shard is removed. With the agent down, the log file is read directly from
         shardId: args.shard,
         lines: flags.lines,
         follow: flags.follow,
+        previous: flags.previous,
         signal: interrupt.signal,
         write: (lines) => {
           if (lines.length > 0) process.stdout.write(`${lines.join('\n')}\n`);

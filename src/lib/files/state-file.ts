@@ -18,6 +18,14 @@ export interface ShardStateFile {
   spec: StartShard;
   servesHttp: boolean;
   inFlightMetric: string;
+  /** The engine's generation-token counter ('' when it has none), read for stall detection. Absent in files of older agents: ''. */
+  generationTokensMetric?: string;
+  /**
+   * An operator or the control plane drained the shard: a restarted agent
+   * must bring it back DRAINING, not READY, or traffic returns to an engine
+   * that was being emptied for maintenance. Absent in files of older agents: false.
+   */
+  drainRequested?: boolean;
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
@@ -35,6 +43,8 @@ function toDisk(s: ShardStateFile): JsonValue {
     spec: toJson(StartShardSchema, s.spec),
     servesHttp: s.servesHttp,
     inFlightMetric: s.inFlightMetric,
+    generationTokensMetric: s.generationTokensMetric ?? '',
+    drainRequested: s.drainRequested ?? false,
     pid: s.pid,
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
@@ -51,6 +61,19 @@ function toDisk(s: ShardStateFile): JsonValue {
  */
 export async function writeStateFile(path: string, s: ShardStateFile): Promise<void> {
   await writeFileAtomic(path, `${JSON.stringify(toDisk(s), null, 2)}\n`);
+}
+
+/**
+ * Rewrites one shard's state file with `change` applied, atomically: the
+ * file is read and validated first, so a change never turns a file this
+ * agent could not read into one it can (nor writes a half-known one back).
+ * The shard's runner is the only writer after launch, so read-then-write
+ * cannot lose another writer's change.
+ */
+export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested'>>): Promise<void> {
+  const read = await readStateFile(path, shardId);
+  if (!read.ok) throw new Error(read.reason);
+  await writeStateFile(path, { ...read.file, ...change });
 }
 
 export type StateFileRead = { ok: true; file: ShardStateFile } | { ok: false; reason: string };
@@ -109,6 +132,9 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   if (typeof raw.replicaId !== 'string') return bad('replicaId');
   if (typeof raw.servesHttp !== 'boolean') return bad('servesHttp');
   if (typeof raw.inFlightMetric !== 'string') return bad('inFlightMetric');
+  // Optional, added without a version bump: an older agent's file lacks them and means ''/false.
+  if (raw.generationTokensMetric !== undefined && typeof raw.generationTokensMetric !== 'string') return bad('generationTokensMetric');
+  if (raw.drainRequested !== undefined && typeof raw.drainRequested !== 'boolean') return bad('drainRequested');
   if (!Number.isInteger(raw.pid) || (raw.pid as number) <= 1) return bad('pid');
   if (!Number.isInteger(raw.pgid) || (raw.pgid as number) <= 1) return bad('pgid');
   if (!isObject(identity) || typeof identity.startTime !== 'string' || !/^\d+$/.test(identity.startTime)) {
@@ -133,6 +159,8 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       spec,
       servesHttp: raw.servesHttp,
       inFlightMetric: raw.inFlightMetric,
+      generationTokensMetric: raw.generationTokensMetric ?? '',
+      drainRequested: raw.drainRequested ?? false,
       pid: raw.pid as number,
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },

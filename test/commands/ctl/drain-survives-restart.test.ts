@@ -1,7 +1,7 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, type RunningShard, ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../../helpers/agent-process.js';
 import { freePort, isRunning, until } from '../../helpers/engine-processes.js';
@@ -22,6 +22,7 @@ describe('a drained shard across an agent restart', () => {
   it('comes back DRAINING after kill -9, listed so in Register, until ctl drain --cancel makes it READY on the stream', async () => {
     const { cp, url } = await startControlPlane();
     const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-drain-')));
+    onTestFinished(() => rmSync(dirs.root, { recursive: true, force: true }));
     cleanUpEnginesAfterTest(dirs);
     const first = startAgentProcess({ server: url, dirs });
     await cp.waitFor('node-a', isRegister, 20_000);

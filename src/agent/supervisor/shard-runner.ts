@@ -506,6 +506,8 @@ export class ShardRunner {
    * STOPPED had been reported (found by the fault campaign).
    */
   async forgetStateFile(): Promise<void> {
+    // A drain being recorded would otherwise write the file back after it is gone.
+    await this.persisting;
     try {
       await removeStateFile(this.statePath);
     } catch (err) {

@@ -62,6 +62,8 @@ describe('stall detection of a READY shard', () => {
     const load = chatLoad(baseUrl, 3);
     await until(() => sup.get('stalls')?.state === ShardState.UNHEALTHY, 'the stall to be reported', 60_000);
     const unhealthy = sup.get('stalls');
+    const stalledAt = (await sup.tailLog('stalls', 200)).find((l) => /made no progress/.test(l));
+    console.info(`stall reported as "${unhealthy?.error}" (sim: ${stalledAt?.slice(0, 23)}; reported ${new Date().toISOString()})`);
     // The detector's own clock, from the last sample that saw tokens move:
     // it fires at the first tick past stall_timeout, so within stall_timeout
     // + 2 health intervals (3.0 s..4.0 s here, printed in whole seconds).

@@ -257,6 +257,11 @@ function parseValue(spec: KeySpec, r: RawValue): unknown {
       if (n === undefined || n <= 0) throw bad(`${describeValue(v)} is not a size; write it like 67108864, 64MiB or 1GiB`);
       return n;
     }
+    case 'count': {
+      const n = typeof v === 'number' ? v : typeof v === 'string' && /^\d+$/.test(v.trim()) ? Number(v) : Number.NaN;
+      if (!Number.isSafeInteger(n) || n < 0) throw bad(`must be a whole number of 0 or more, got ${describeValue(v)}`);
+      return n;
+    }
     case 'bool':
       if (typeof v === 'boolean') return v;
       if (fromText && typeof v === 'string' && /^(true|false|1|0|yes|no)$/i.test(v)) return /^(true|1|yes)$/i.test(v);

@@ -49,6 +49,7 @@ describe('loadAgentConfig', () => {
       healthIntervalMs: 10_000,
       stallTimeoutMs: 60_000,
       logMaxBytes: 64 * 1024 * 1024,
+      keepPreviousRuns: 3,
       launcher: 'direct',
     });
     expect(config.admin).toEqual({ socket: '/run/llmgw/agent.sock', group: '' });
@@ -120,6 +121,15 @@ describe('loadAgentConfig', () => {
       expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
         `unknown key supervisor.stop_grase (${path}:4); did you mean supervisor.stop_grace?`,
       );
+    });
+
+    it('a count that is not a whole number of 0 or more, and takes one from the environment', () => {
+      const path = file(`${MINIMAL}supervisor:\n  keep_previous_runs: -1\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toMatch(
+        /^supervisor\.keep_previous_runs: must be a whole number of 0 or more, got number -1 \(/,
+      );
+      const ok = loadAgentConfig({ configPath: file(MINIMAL), env: { LLMGW_SUPERVISOR_KEEP_PREVIOUS_RUNS: '0' } });
+      expect(ok.config.supervisor.keepPreviousRuns).toBe(0);
     });
 
     it('a key written at the wrong level', () => {

@@ -94,13 +94,14 @@ describe('stall detection of a READY shard', () => {
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
   });
 
-  it('raises no alarm on a slow engine that makes a token every 1.5 s', async () => {
-    const sup = harness.newSupervisor({ healthIntervalMs: 250, stallTimeoutMs: 4000 });
+  it('raises no alarm on a slow engine that makes a token every 2.5 s', async () => {
+    const sup = harness.newSupervisor({ healthIntervalMs: 250, stallTimeoutMs: 5000 });
     const seen = recordTransitions(sup);
-    const { baseUrl } = await readySim(sup, 'slow', ['--token-latency', '1500ms']);
+    const { baseUrl } = await readySim(sup, 'slow', ['--token-latency', '2500ms']);
     chatLoad(baseUrl, 2);
     await until(async () => (await sup.inFlight('slow')) === 2, 'two requests running');
-    await sleep(7000);
+    // Past stall_timeout twice over: a flat stretch of 2.5 s is slow, not stalled.
+    await sleep(10_000);
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
   });
 

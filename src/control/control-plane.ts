@@ -35,6 +35,13 @@ export const DEFAULT_PLACEMENT_DELAY_MS = 3_000;
 export const CLOSE_TIMEOUT_MS = 2_000;
 /** Messages kept per node for messages(); a long dev run must not grow without bound. */
 export const MESSAGE_HISTORY_LIMIT = 10_000;
+/**
+ * A node's stream that has sent something within this is live, and a second
+ * Register for the same node_id is a duplicate agent, refused; one silent for
+ * longer is taken for dead (a partition the server has not noticed) and
+ * replaced. Three of the agent's default 5s heartbeats.
+ */
+export const DEFAULT_DUPLICATE_LIVENESS_MS = 15_000;
 
 /** States after which a shard has no process left on its node. */
 const GONE = new Set([ShardState.STOPPED, ShardState.FAILED, ShardState.EXITED]);
@@ -62,12 +69,16 @@ export interface ControlPlaneOptions {
    * their running shards (default 3s). Tests with one node may set 0.
    */
   placementDelayMs?: number;
+  /** See DEFAULT_DUPLICATE_LIVENESS_MS (default 15s). */
+  duplicateLivenessMs?: number;
   logger?: Logger;
 }
 
 export interface ControlPlaneEvents {
   'node-registered': [nodeId: string, register: Register];
   'node-disconnected': [nodeId: string, reason: string];
+  /** A second agent registered with a node_id that has a live stream; it was refused. */
+  'node-refused': [nodeId: string, reason: string];
   message: [nodeId: string, message: AgentMessage];
   'shard-status': [nodeId: string, status: ShardStatus];
   'replica-ready': [replica: ReplicaView];
@@ -78,6 +89,8 @@ export type ControlPlaneState = 'new' | 'listening' | 'closing' | 'closed';
 
 /** Why the peer's client certificate is refused, set per request; undefined when acceptable. */
 const CERTIFICATE_PROBLEM = createContextKey<string | undefined>(undefined, { description: 'client certificate problem' });
+/** The stream's remote `address:port`, to name the agent that holds a node_id. */
+const PEER = createContextKey<string>('an unknown peer', { description: 'peer address' });
 
 interface Waiter {
   nodeId: string;
@@ -98,6 +111,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
   readonly #log: Logger;
   readonly #tls?: AgentServerTls;
   readonly #nodeGraceMs: number;
+  readonly #duplicateLivenessMs: number;
   readonly #reconciler?: Reconciler;
   readonly #nodes = new Map<string, NodeRecord>();
   /** The stream that carries commands to each node: the newest one it registered on. */
@@ -119,6 +133,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     this.#log = opts.logger ?? silentLogger;
     this.#tls = opts.tls;
     this.#nodeGraceMs = opts.nodeGraceMs ?? DEFAULT_NODE_GRACE_MS;
+    this.#duplicateLivenessMs = opts.duplicateLivenessMs ?? DEFAULT_DUPLICATE_LIVENESS_MS;
     if (opts.deployment) {
       this.#reconciler = new Reconciler(
         {
@@ -159,7 +174,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     };
     const handler = connectNodeAdapter({
       routes,
-      contextValues: (req) => createContextValues().set(CERTIFICATE_PROBLEM, clientCertificateProblem(req)),
+      contextValues: (req) => createContextValues().set(CERTIFICATE_PROBLEM, clientCertificateProblem(req)).set(PEER, peerOf(req)),
     });
     const server = createAgentServer(handler, this.#tls);
     server.on('connection', (socket: Socket) => {
@@ -347,7 +362,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
       throw new ConnectError(refused, Code.Unauthenticated);
     }
     this.#nextSessionId += 1;
-    const session = new NodeSession(this.#nextSessionId);
+    const session = new NodeSession(this.#nextSessionId, ctx.values.get(PEER));
     this.#sessions.add(session);
     if (this.#state !== 'listening') session.end('the control plane is closing');
     // connect-node does not tell a handler that its client went away; the
@@ -357,6 +372,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     void this.#read(session, requests);
     try {
       yield* session.outbox;
+      if (session.refusal) throw session.refusal;
     } finally {
       ctx.signal.removeEventListener('abort', onAbort);
       this.#sessionEnded(session, session.endReason ?? 'the response stream ended');
@@ -370,6 +386,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
         // A stream replaced by a newer one from the same node is history: what
         // it still says would overwrite fresher state.
         if (session.ended) break;
+        session.lastMessageAt = new Date();
         try {
           this.#receive(session, m);
         } catch (err) {
@@ -447,7 +464,12 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
       return;
     }
     const previous = this.#sessionOf.get(nodeId);
+    if (previous && previous !== session && !previous.ended && Date.now() - previous.lastMessageAt.getTime() < this.#duplicateLivenessMs) {
+      this.#refuseDuplicate(session, previous, nodeId);
+      return;
+    }
     session.nodeId = nodeId;
+    session.registeredAt = new Date();
     this.#sessionOf.set(nodeId, session);
     // The newest stream wins: an agent that reconnects after a network
     // partition opens a new stream while the server may not yet have noticed
@@ -487,6 +509,23 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     this.#reconciler?.onRegister(nodeId, reg);
     this.emit('node-registered', nodeId, reg);
     this.#delivered(nodeId, m);
+  }
+
+  /**
+   * Two agents with one node_id would take turns replacing each other's
+   * stream: replicas flap every second and both agents report an unreachable
+   * control plane. The live one keeps the node; the newcomer's stream ends
+   * with a reason it logs, and nothing of what it sent is recorded.
+   */
+  #refuseDuplicate(session: NodeSession, live: NodeSession, nodeId: string): void {
+    const since = (live.registeredAt ?? live.lastMessageAt).toISOString();
+    const reason =
+      `node ${nodeId} is already connected from ${live.peer}, since ${since}; ` +
+      `give this agent its own node_id (a stream silent for ${Math.round(this.#duplicateLivenessMs / 1000)} s is taken for dead and replaced)`;
+    this.#log.warn({ node: nodeId, peer: session.peer, livePeer: live.peer, err: reason }, 'refused a second agent with the same node_id');
+    this.emit('node-refused', nodeId, reason);
+    session.refuse(new ConnectError(reason, Code.AlreadyExists));
+    this.#sessions.delete(session);
   }
 
   /** Refuses one message and says why, to the agent (an Ack) and in our log; the stream stays open. */
@@ -596,4 +635,11 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     if (n.lastHeartbeatAt) view.lastHeartbeatAt = n.lastHeartbeatAt;
     return view;
   }
+}
+
+function peerOf(req: { socket?: unknown }): string {
+  const socket = req.socket as { remoteAddress?: string; remotePort?: number } | undefined;
+  if (!socket?.remoteAddress) return 'an unknown peer';
+  const host = socket.remoteAddress.includes(':') ? `[${socket.remoteAddress}]` : socket.remoteAddress;
+  return socket.remotePort ? `${host}:${socket.remotePort}` : host;
 }

@@ -8,13 +8,33 @@ import type { ControlMessage } from '../gen/llmgw/v1/agent_pb.js';
  */
 export class NodeSession {
   readonly id: number;
+  /** Where the stream comes from (`address:port`), for the operator reading a refusal. */
+  readonly peer: string;
   /** Set by the stream's first accepted Register. */
   nodeId?: string;
+  /** When that Register was accepted. */
+  registeredAt?: Date;
+  /** When the last message of any kind arrived: a live agent heartbeats, a dead stream goes quiet. */
+  lastMessageAt: Date = new Date();
   readonly #outbox: WritableIterable<ControlMessage> = createWritableIterable<ControlMessage>();
   #ended?: string;
+  #refusal?: Error;
 
-  constructor(id: number) {
+  constructor(id: number, peer = 'an unknown peer') {
     this.id = id;
+    this.peer = peer;
+  }
+
+  /** Set by refuse(): the error the response stream ends with, so the agent logs why. */
+  get refusal(): Error | undefined {
+    return this.#refusal;
+  }
+
+  /** Ends the stream with an error the agent receives, instead of a clean close it would retry at once. */
+  refuse(err: Error): boolean {
+    if (!this.end(err.message)) return false;
+    this.#refusal = err;
+    return true;
   }
 
   /** The response stream: everything sent, until end() is called. */

@@ -39,6 +39,7 @@ function forwardEvents(cp: ControlPlane, onEvent: (event: Record<string, unknown
   const at = () => new Date().toISOString();
   cp.on('node-registered', (nodeId, register) => onEvent({ event: 'node-registered', at: at(), nodeId, register: toProtoJson(RegisterSchema, register) }));
   cp.on('node-disconnected', (nodeId, reason) => onEvent({ event: 'node-disconnected', at: at(), nodeId, reason }));
+  cp.on('node-refused', (nodeId, reason) => onEvent({ event: 'node-refused', at: at(), nodeId, reason }));
   cp.on('shard-status', (nodeId, status) => onEvent({ event: 'shard-status', at: at(), nodeId, status: toProtoJson(ShardStatusSchema, status) }));
   cp.on('replica-ready', (replica) => onEvent({ event: 'replica-ready', at: at(), replica }));
 }

@@ -24,6 +24,7 @@ import type { Deployment } from './deployment.js';
 import { NodeSession } from './node-session.js';
 import type { NodeRecord, NodeView } from './node-view.js';
 import { DEFAULT_PORT_RANGE } from './port-pool.js';
+import { readEphemeralPortRange } from './read-ephemeral-port-range.js';
 import { Reconciler } from './reconciler.js';
 import type { ReplicaView } from './replica-view.js';
 import { shardStateName } from './shard-state-name.js';
@@ -62,6 +63,14 @@ export interface ControlPlaneOptions {
   nodeGraceMs?: number;
   /** HTTP and leader ports handed to shards (default 18000-18999). */
   portRange?: [number, number];
+  /**
+   * Ports never handed to shards; default: this machine's ephemeral range
+   * (/proc/sys/net/ipv4/ip_local_port_range), which is right wherever the
+   * agents run on this machine (dev up, several agents on one box, tests).
+   * The contract carries no node's range; a fleet keeps its shard ports
+   * outside every node's. null avoids nothing.
+   */
+  avoidPorts?: [number, number] | null;
   /** Wait before placing a failed replica again (default 5s). */
   retryBackoffMs?: number;
   /**
@@ -104,7 +113,7 @@ interface Waiter {
  * The reference control plane: serves AgentService (Connect, gRPC and
  * gRPC-web on one HTTP/2 port), keeps a registry of nodes, and, given a
  * deployment, places and supervises replicas on them. It is for local runs,
- * demos and tests; production runs the llmgw control plane (Go), which speaks
+ * demos and tests; production runs the llmgw control plane, a separate service that speaks
  * the same contract.
  */
 export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
@@ -139,6 +148,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
         {
           deployment: opts.deployment,
           portRange: opts.portRange ?? DEFAULT_PORT_RANGE,
+          avoidPorts: opts.avoidPorts === undefined ? readEphemeralPortRange() : (opts.avoidPorts ?? undefined),
           retryBackoffMs: opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS,
           nodeGraceMs: this.#nodeGraceMs,
           placementDelayMs: opts.placementDelayMs ?? DEFAULT_PLACEMENT_DELAY_MS,

@@ -1,5 +1,6 @@
 import { toProtoJson } from '../lib/proto-json.js';
 import { RegisterSchema, ShardStatusSchema } from '../gen/llmgw/v1/agent_pb.js';
+import { usageError } from '../lib/errors.js';
 import { ControlPlane, type ControlPlaneOptions } from './control-plane.js';
 
 export interface ServeControlPlaneOptions extends ControlPlaneOptions {
@@ -15,7 +16,14 @@ export interface ServeControlPlaneOptions extends ControlPlaneOptions {
 /** Runs a control plane until `signal` aborts, then closes it; `llmgw dev control-plane` is this. */
 export async function serveControlPlane(opts: ServeControlPlaneOptions): Promise<{ url: string }> {
   const { listen, signal, onListening, onEvent, ...cpOptions } = opts;
-  const cp = new ControlPlane(cpOptions);
+  let cp: ControlPlane;
+  try {
+    cp = new ControlPlane(cpOptions);
+  } catch (err) {
+    // A port range the options (flags) got wrong is the operator's to fix, not a crash.
+    if (err instanceof RangeError) throw usageError(err.message);
+    throw err;
+  }
   if (onEvent) forwardEvents(cp, onEvent);
   const closed = new Promise<void>((resolve) => {
     const close = () => void cp.close().then(resolve);

@@ -14,7 +14,7 @@ export default class DevControlPlane extends BaseCommand {
 
   static override description = `This is a reference control plane for local runs, demos and end-to-end tests.
 It is NOT the production control plane: production runs the llmgw control
-plane, a separate Go service that speaks the same contract.
+plane, a separate service that speaks the same contract.
 
 It serves AgentService (Connect, gRPC and gRPC-web on one HTTP/2 port; h2c, or
 TLS requiring client certificates with --tls-cert/--tls-key/--tls-ca), keeps a

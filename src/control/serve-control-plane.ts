@@ -11,11 +11,23 @@ export interface ServeControlPlaneOptions extends ControlPlaneOptions {
   onListening?: (url: string) => void;
   /** With it, every event is passed on as one JSON-ready object (`--json-events`). */
   onEvent?: (event: Record<string, unknown>) => void;
+  /**
+   * On abort, stop every shard through its agent (and wait up to
+   * STOP_ON_EXIT_TIMEOUT_MS for them to be reported gone) before closing:
+   * the teardown of a local cluster (`--stop-on-exit`). Off by default: a
+   * control plane that restarts must leave the fleet serving.
+   */
+  stopShardsOnExit?: boolean;
+  /** Lines for the operator while stopping shards (stdout of the command). */
+  onProgress?: (line: string) => void;
 }
+
+/** The agent's default stop_grace (30s) plus slack for the reports to arrive. */
+export const STOP_ON_EXIT_TIMEOUT_MS = 40_000;
 
 /** Runs a control plane until `signal` aborts, then closes it; `llmgw dev control-plane` is this. */
 export async function serveControlPlane(opts: ServeControlPlaneOptions): Promise<{ url: string }> {
-  const { listen, signal, onListening, onEvent, ...cpOptions } = opts;
+  const { listen, signal, onListening, onEvent, stopShardsOnExit, onProgress, ...cpOptions } = opts;
   let cp: ControlPlane;
   try {
     cp = new ControlPlane(cpOptions);
@@ -26,10 +38,18 @@ export async function serveControlPlane(opts: ServeControlPlaneOptions): Promise
   }
   if (onEvent) forwardEvents(cp, onEvent);
   const closed = new Promise<void>((resolve) => {
-    const close = () => void cp.close().then(resolve);
+    const close = () => void stopShards().then(() => cp.close().then(resolve));
     if (signal.aborted) close();
     else signal.addEventListener('abort', close, { once: true });
   });
+  async function stopShards(): Promise<void> {
+    if (!stopShardsOnExit || cp.state !== 'listening') return;
+    const r = await cp.stopAllShards({ timeoutMs: STOP_ON_EXIT_TIMEOUT_MS });
+    onProgress?.(`stopped ${r.stopped.length} shard(s)${r.stopped.length ? `: ${r.stopped.join(', ')}` : ''}`);
+    if (r.remaining.length > 0) {
+      onProgress?.(`not reported stopped (an agent away or slow; their engines may still run): ${r.remaining.join(', ')}`);
+    }
+  }
   let url: string;
   try {
     url = (await cp.listen(listen)).url;

@@ -1,5 +1,8 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, onTestFinished } from 'vitest';
 import { GpuProcessSchema, GpuSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../src/lib/foreign-memory-problem.js';
 import { FAKE_NVIDIA_SMI, SYSFS_FIXTURE } from '../helpers/fake-gpus.js';
@@ -48,5 +51,32 @@ describe('llmgw discover --strict on the fake 8-GPU box', () => {
     expect(check?.ok).toBe(false);
     expect(check?.detail).toMatch(/^GPU 3: 71480 of 81559 MiB used .*; GPU 4: 71480 of 81559 MiB used /);
     expect(check?.detail).not.toMatch(/GPU [0125-7]:/);
+  });
+});
+
+describe('discovery.foreign_memory_share', () => {
+  function config(share: string): string {
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-share-'));
+    onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+    const path = join(dir, 'agent.yaml');
+    const yaml = ['node_id: n1', 'server: http://127.0.0.1:1', 'mgmt_interface: lo', 'discovery:', `  nvidia_smi: ${FAKE_NVIDIA_SMI}`, `  sysfs_root: ${SYSFS_FIXTURE}`, `  foreign_memory_share: ${share}`];
+    writeFileSync(path, `${yaml.join('\n')}\n`);
+    return path;
+  }
+
+  it('lets discover --strict pass GPUs 3 and 4 at 90%, and names them at 5%', async () => {
+    const env = { LLMGW_FAKE_GPUS: 'hgx-h100x8' };
+    const loose = await runCli(['discover', '--strict', '--json', '--config', config('90%')], { env });
+    expect(loose.exitCode, loose.stderr).toBe(0);
+    expect(JSON.parse(loose.stdout).checks.find((c: { name: string }) => c.name === 'foreign-memory')).toMatchObject({ ok: true, detail: expect.stringContaining('90%') });
+    const strict = await runCli(['discover', '--strict', '--config', config('0.05')], { env });
+    expect(strict.exitCode).toBe(1);
+    expect(strict.stdout).toMatch(/^FAIL\s+foreign-memory\s+GPU 3: 71480 of 81559 MiB used/m);
+  });
+
+  it('refuses a bare number that would mean percent, naming the key and the fix (exit 78)', async () => {
+    const r = await runCli(['discover', '--config', config('5')]);
+    expect(r.exitCode).toBe(78);
+    expect(r.stderr).toMatch(/discovery\.foreign_memory_share: number 5 is not a share; write it like 5% or 0\.05/);
   });
 });

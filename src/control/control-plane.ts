@@ -37,10 +37,11 @@ export const CLOSE_TIMEOUT_MS = 2_000;
 /** Messages kept per node for messages(); a long dev run must not grow without bound. */
 export const MESSAGE_HISTORY_LIMIT = 10_000;
 /**
- * A node's stream that has sent something within this is live, and a second
- * Register for the same node_id is a duplicate agent, refused; one silent for
- * longer is taken for dead (a partition the server has not noticed) and
- * replaced. Three of the agent's default 5s heartbeats.
+ * A node's stream that heartbeats and has sent something within 2.5 of its
+ * heartbeat gaps (at most this) is live, and a second Register for the same
+ * node_id is a duplicate agent, refused. A stream silent for longer, or one
+ * that never heartbeated, is taken for dead (a partition the server has not
+ * noticed, an agent that reconnects) and replaced by the newer one.
  */
 export const DEFAULT_DUPLICATE_LIVENESS_MS = 15_000;
 
@@ -429,6 +430,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
           return;
         }
         node.lastHeartbeatAt = new Date();
+        session.noteHeartbeat();
         node.gpuMemoryUsedMb = [...msg.value.gpuMemoryUsedMb];
         break;
       case 'shard': {
@@ -474,8 +476,9 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
       return;
     }
     const previous = this.#sessionOf.get(nodeId);
-    if (previous && previous !== session && !previous.ended && Date.now() - previous.lastMessageAt.getTime() < this.#duplicateLivenessMs) {
-      this.#refuseDuplicate(session, previous, nodeId);
+    const liveMs = previous && previous !== session && !previous.ended ? previous.livenessMs(this.#duplicateLivenessMs) : 0;
+    if (previous && Date.now() - previous.lastMessageAt.getTime() < liveMs) {
+      this.#refuseDuplicate(session, previous, nodeId, liveMs);
       return;
     }
     session.nodeId = nodeId;
@@ -527,11 +530,11 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
    * control plane. The live one keeps the node; the newcomer's stream ends
    * with a reason it logs, and nothing of what it sent is recorded.
    */
-  #refuseDuplicate(session: NodeSession, live: NodeSession, nodeId: string): void {
+  #refuseDuplicate(session: NodeSession, live: NodeSession, nodeId: string, liveMs: number): void {
     const since = (live.registeredAt ?? live.lastMessageAt).toISOString();
     const reason =
       `node ${nodeId} is already connected from ${live.peer}, since ${since}; ` +
-      `give this agent its own node_id (a stream silent for ${Math.round(this.#duplicateLivenessMs / 1000)} s is taken for dead and replaced)`;
+      `give this agent its own node_id (the connected one is replaced once it has been silent for ${(liveMs / 1000).toFixed(1)} s)`;
     this.#log.warn({ node: nodeId, peer: session.peer, livePeer: live.peer, err: reason }, 'refused a second agent with the same node_id');
     this.emit('node-refused', nodeId, reason);
     session.refuse(new ConnectError(reason, Code.AlreadyExists));

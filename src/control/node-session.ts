@@ -1,6 +1,9 @@
 import { createWritableIterable, type WritableIterable } from '@connectrpc/connect/protocol';
 import type { ControlMessage } from '../gen/llmgw/v1/agent_pb.js';
 
+/** Shortest silence after which a heartbeating stream may be taken for dead; timers jitter by more than a fast heartbeat. */
+export const MIN_LIVENESS_MS = 1_000;
+
 /**
  * One Connect stream from an agent. A node id may have several over its
  * life (reconnects, a newer stream replacing a stale one); only the newest
@@ -16,6 +19,8 @@ export class NodeSession {
   registeredAt?: Date;
   /** When the last message of any kind arrived: a live agent heartbeats, a dead stream goes quiet. */
   lastMessageAt: Date = new Date();
+  #lastHeartbeatAtMs?: number;
+  #heartbeatGapMs?: number;
   readonly #outbox: WritableIterable<ControlMessage> = createWritableIterable<ControlMessage>();
   #ended?: string;
   #refusal?: Error;
@@ -23,6 +28,23 @@ export class NodeSession {
   constructor(id: number, peer = 'an unknown peer') {
     this.id = id;
     this.peer = peer;
+  }
+
+  /** Records a heartbeat's arrival; the gap between the last two is the stream's proven cadence. */
+  noteHeartbeat(nowMs: number = Date.now()): void {
+    if (this.#lastHeartbeatAtMs !== undefined) this.#heartbeatGapMs = nowMs - this.#lastHeartbeatAtMs;
+    this.#lastHeartbeatAtMs = nowMs;
+  }
+
+  /**
+   * How long this stream may stay silent and still count as alive: 2.5
+   * heartbeat gaps (one late heartbeat is not death), at least
+   * MIN_LIVENESS_MS, at most `capMs`. 0 until two heartbeats have arrived:
+   * a stream that never proved a cadence is not proof of a live agent.
+   */
+  livenessMs(capMs: number): number {
+    if (this.#heartbeatGapMs === undefined) return 0;
+    return Math.min(capMs, Math.max(MIN_LIVENESS_MS, 2.5 * this.#heartbeatGapMs));
   }
 
   /** Set by refuse(): the error the response stream ends with, so the agent logs why. */

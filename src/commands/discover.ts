@@ -54,6 +54,7 @@ when a check fails (without --config, the hardware checks only).`;
         ? runPreflight(inventory, {
             fabrics: settings.fabrics,
             mgmtInterface: settings.fromConfig ? settings.mgmtInterface : '',
+            foreignMemoryShare: settings.foreignMemoryShare,
           })
         : [];
     const failed = checks.filter((c) => !c.ok);

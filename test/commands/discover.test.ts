@@ -102,6 +102,7 @@ describe('llmgw discover', () => {
       ['driver', true],
       ['gpu-health', false],
       ['foreign-processes', true],
+      ['foreign-memory', true],
       ['fabric ib-a', true],
       ['fabric ib-b', false],
       ['mgmt-interface', true],

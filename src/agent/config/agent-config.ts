@@ -34,6 +34,8 @@ export interface DiscoveryConfig {
   intervalMs: number;
   /** Limit for every external command discovery runs. */
   timeoutMs: number;
+  /** 0..1: a GPU with more of its memory used by no listed process is flagged (foreignMemoryProblem). */
+  foreignMemoryShare: number;
 }
 
 export interface EngineConfig {

@@ -257,6 +257,13 @@ function parseValue(spec: KeySpec, r: RawValue): unknown {
       if (n === undefined || n <= 0) throw bad(`${describeValue(v)} is not a size; write it like 67108864, 64MiB or 1GiB`);
       return n;
     }
+    case 'share': {
+      // 5% or 0.05: both read naturally, and a bare 5 (meaning percent) is refused rather than read as 500%.
+      const m = typeof v === 'string' ? /^\s*(\d+(?:\.\d+)?)\s*%\s*$/.exec(v) : null;
+      const n = m ? Number(m[1]) / 100 : typeof v === 'number' || (typeof v === 'string' && fromText && /^\d*\.?\d+$/.test(v)) ? Number(v) : Number.NaN;
+      if (!(n >= 0 && n <= 1)) throw bad(`${describeValue(v)} is not a share; write it like 5% or 0.05 (between 0 and 1)`);
+      return n;
+    }
     case 'bool':
       if (typeof v === 'boolean') return v;
       if (fromText && typeof v === 'string' && /^(true|false|1|0|yes|no)$/i.test(v)) return /^(true|1|yes)$/i.test(v);

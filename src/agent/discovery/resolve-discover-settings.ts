@@ -1,5 +1,6 @@
 import { parseDuration } from '../../lib/duration.js';
 import { usageError } from '../../lib/errors.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE } from '../../lib/foreign-memory-problem.js';
 import type { FabricAttachmentConfig } from '../config/agent-config.js';
 import { CONFIG_KEYS } from '../config/config-keys.js';
 import { loadAgentConfig } from '../config/load-agent-config.js';
@@ -8,6 +9,8 @@ export interface DiscoverSettings {
   nvidiaSmi: string;
   sysfsRoot: string;
   timeoutMs: number;
+  /** discovery.foreign_memory_share: the foreign-memory check's limit. */
+  foreignMemoryShare: number;
   fabrics: FabricAttachmentConfig[];
   mgmtInterface: string;
   /** True when a config file was given: it says what the node is supposed to have. */
@@ -49,6 +52,7 @@ export function resolveDiscoverSettings(flags: DiscoverFlags): DiscoverSettings 
       nvidiaSmi: config.discovery.nvidiaSmi,
       sysfsRoot: config.discovery.sysfsRoot,
       timeoutMs: config.discovery.timeoutMs,
+      foreignMemoryShare: config.discovery.foreignMemoryShare,
       fabrics: config.fabrics,
       mgmtInterface: config.mgmtInterface,
       fromConfig: true,
@@ -58,6 +62,7 @@ export function resolveDiscoverSettings(flags: DiscoverFlags): DiscoverSettings 
     nvidiaSmi: flags.nvidiaSmi ?? defaultOf('discovery.nvidia_smi'),
     sysfsRoot: flags.sysfsRoot ?? defaultOf('discovery.sysfs_root'),
     timeoutMs: parseDuration(flags.timeout ?? defaultOf('discovery.timeout')) as number,
+    foreignMemoryShare: DEFAULT_FOREIGN_MEMORY_SHARE,
     fabrics: [],
     mgmtInterface: defaultOf('mgmt_interface'),
     fromConfig: false,

@@ -14,7 +14,7 @@ export default class DevControlPlane extends BaseCommand {
 
   static override description = `This is a reference control plane for local runs, demos and end-to-end tests.
 It is NOT the production control plane: production runs the llmgw control
-plane, a separate Go service that speaks the same contract.
+plane, a separate service that speaks the same contract.
 
 It serves AgentService (Connect, gRPC and gRPC-web on one HTTP/2 port; h2c, or
 TLS requiring client certificates with --tls-cert/--tls-key/--tls-ca), keeps a
@@ -24,7 +24,9 @@ restarted. Without --deployment it only records what agents send.
 
 Prints "listening on URL" on stdout once listening (--listen 127.0.0.1:0 picks
 a free port); logs go to stderr. SIGINT or SIGTERM closes every stream and
-exits 0. Exits 78 on a bad deployment file.`;
+exits 0; with --stop-on-exit it first stops every shard through its agent and
+waits for them to be reported stopped, so that Ctrl-C here, then on each
+agent, leaves nothing running. Exits 78 on a bad deployment file.`;
 
   static override examples = [
     '<%= config.bin %> dev control-plane --listen 127.0.0.1:8443 --deployment examples/deployment.yaml',
@@ -42,6 +44,9 @@ exits 0. Exits 78 on a bad deployment file.`;
     'node-grace': Flags.string({ summary: `How long a disconnected node's shards are kept before they are placed elsewhere [default: ${formatDuration(DEFAULT_NODE_GRACE_MS)}].` }),
     'retry-backoff': Flags.string({ summary: `Wait before placing a failed replica again [default: ${formatDuration(DEFAULT_RETRY_BACKOFF_MS)}].` }),
     'placement-delay': Flags.string({ summary: `Wait after start for nodes to report running shards before placing [default: ${formatDuration(DEFAULT_PLACEMENT_DELAY_MS)}].` }),
+    'stop-on-exit': Flags.boolean({
+      summary: 'On SIGINT/SIGTERM, stop every shard through its agent before exiting (the teardown of a local cluster; never in a fleet).',
+    }),
     'port-range': Flags.string({ summary: `Ports handed to shards, FIRST-LAST [default: ${DEFAULT_PORT_RANGE.join('-')}].` }),
   };
 
@@ -67,6 +72,7 @@ exits 0. Exits 78 on a bad deployment file.`;
       ...optionalMs('placement-delay', flags['placement-delay'], 'placementDelayMs'),
       ...(flags['port-range'] ? { portRange: parsePortRange(flags['port-range']) } : {}),
       onListening: (url) => write(`listening on ${url}`),
+      ...(flags['stop-on-exit'] ? { stopShardsOnExit: true, onProgress: (line: string) => process.stderr.write(`${line}\n`) } : {}),
       ...(flags['json-events'] ? { onEvent: (e: Record<string, unknown>) => write(JSON.stringify(e)) } : {}),
     });
   }

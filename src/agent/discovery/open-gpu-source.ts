@@ -1,8 +1,16 @@
 import type { Logger } from '../../lib/logger.js';
-import { NvmlLibrary } from './nvml/nvml-library.js';
+import { NVML_ERROR_LIBRARY_NOT_FOUND, NvmlLibrary } from './nvml/nvml-library.js';
 
 /** Where GPU facts come from, and the sentence that says why. */
-export type GpuSource = { kind: 'nvml'; nvml: NvmlLibrary; why: string } | { kind: 'nvidia-smi'; why: string; nvmlError?: string };
+export type GpuSource =
+  | { kind: 'nvml'; nvml: NvmlLibrary; why: string }
+  | {
+      kind: 'nvidia-smi';
+      why: string;
+      nvmlError?: string;
+      /** The library loaded but would not serve (init failed, an essential entry point missing): a broken driver, worth a warning. */
+      nvmlBroken?: boolean;
+    };
 
 export interface OpenGpuSourceOptions {
   preferNvml: boolean;
@@ -18,7 +26,12 @@ export function openGpuSource(opts: OpenGpuSourceOptions): GpuSource {
   if (!opts.preferNvml) return { kind: 'nvidia-smi', why: 'discovery.prefer_nvml is false' };
   const r = NvmlLibrary.open(opts.nvmlLibrary);
   if (r.ok) return { kind: 'nvml', nvml: r.value, why: `NVML from ${opts.nvmlLibrary}` };
-  return { kind: 'nvidia-smi', why: `NVML unavailable (${r.reason}); falling back to nvidia-smi`, nvmlError: r.reason };
+  return {
+    kind: 'nvidia-smi',
+    why: `NVML unavailable (${r.reason}); falling back to nvidia-smi`,
+    nvmlError: r.reason,
+    nvmlBroken: r.code !== NVML_ERROR_LIBRARY_NOT_FOUND,
+  };
 }
 
 /** The one log line an agent writes about its GPU source: a warning when NVML was wanted and failed. */

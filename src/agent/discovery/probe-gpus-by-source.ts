@@ -36,7 +36,10 @@ export async function probeGpusBySource(opts: GpuSourceOptions): Promise<GpuSour
     : openGpuSource({ preferNvml: opts.preferNvml, nvmlLibrary: opts.nvmlLibrary });
   if (source.kind === 'nvidia-smi') {
     const gpus = await probeGpus(opts);
-    if (source.nvmlError !== undefined) gpus.warnings.unshift(`NVML unavailable (${source.nvmlError}): GPUs read through nvidia-smi`);
+    // A node without the library says so in discover's source line and the
+    // agent's log; a library that loads but fails is a broken driver, and
+    // the Inventory says that too.
+    if (source.nvmlBroken) gpus.warnings.unshift(`NVML unavailable (${source.nvmlError}): GPUs read through nvidia-smi`);
     return { gpus, source: 'nvidia-smi', why: source.why };
   }
   try {

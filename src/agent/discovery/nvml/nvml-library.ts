@@ -9,6 +9,7 @@ export const NVML_SUCCESS = 0;
 export const NVML_ERROR_NOT_SUPPORTED = 3;
 export const NVML_ERROR_INSUFFICIENT_SIZE = 7;
 export const NVML_ERROR_TIMEOUT = 10;
+export const NVML_ERROR_LIBRARY_NOT_FOUND = 12;
 export const NVML_ERROR_FUNCTION_NOT_FOUND = 13;
 export const NVML_ERROR_GPU_IS_LOST = 15;
 
@@ -138,7 +139,7 @@ export class NvmlLibrary {
     try {
       lib = koffi.load(path);
     } catch (err) {
-      return { ok: false, code: 12, reason: `cannot load ${path}: ${firstLine(errorMessage(err))}` };
+      return { ok: false, code: NVML_ERROR_LIBRARY_NOT_FOUND, reason: `cannot load ${path}: ${firstLine(errorMessage(err))}` };
     }
     const nvml = new NvmlLibrary(path, lib);
     const missing = ESSENTIAL.filter((n) => !nvml.#fns.has(n));

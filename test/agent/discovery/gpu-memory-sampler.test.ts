@@ -106,7 +106,10 @@ describe('GpuMemorySampler', () => {
   });
 
   it('runs nvidia-smi once per interval when its loop never reports, and says so', async () => {
-    const { sampler, messages, setUsed } = setup({ timeoutMs: 100 });
+    // 1 s, not less: each one-shot nvidia-smi (a node process here) must
+    // answer within interval + timeout, and on a loaded machine starting
+    // node alone took longer than 200 ms, so every one-shot was killed too.
+    const { sampler, messages, setUsed } = setup({ timeoutMs: 1000 });
     vi.stubEnv('LLMGW_FAKE_NVIDIA_SMI_LOOP_SILENT', '1');
     sampler.start();
     await vi.waitFor(() => expect(messages()).toContain('nvidia-smi gave no reading in loop mode; running it once per interval instead'), WAIT);

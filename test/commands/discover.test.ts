@@ -173,6 +173,13 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('llmgw discover through NVM
     expect(absent.stderr).toMatch(/GPUs: 8 found via nvidia-smi: NVML unavailable \(cannot load .*libnvidia-ml\.so\.1.*\); falling back to nvidia-smi/);
   });
 
+  it('reads GPUs through nvidia-smi when the driver\'s NVML lacks the _v2 memory call, and says so', async () => {
+    const env = { LLMGW_DISCOVERY_NVML_LIBRARY: buildFakeNvml('old'), LLMGW_FAKE_GPUS: 'old-driver' };
+    const [text, json] = await Promise.all([runCli(['discover', ...fake], { env }), runCli(['discover', '--json', ...fake], { env })]);
+    expect(text.stderr).toContain('GPUs: 2 found via nvidia-smi: NVML of this driver lacks nvmlDeviceGetMemoryInfo_v2; reading GPUs through nvidia-smi');
+    expect(JSON.parse(json.stdout).inventory.gpus.map((g: { memoryTotalMb: number }) => g.memoryTotalMb)).toEqual([32510, 32510]);
+  });
+
   it('falls back to nvidia-smi with one warning when nvmlInit fails', async () => {
     const control = join(tmp, 'init-fails');
     writeFileSync(control, 'init 9\n');

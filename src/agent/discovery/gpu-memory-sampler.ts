@@ -11,7 +11,7 @@ export interface GpuMemorySamplerOptions {
   intervalMs: number;
   /** How late a report may be before nvidia-smi is taken for hung, killed and started again. */
   timeoutMs: number;
-  /** Open NVML: readings come from it in-process, and no nvidia-smi runs. */
+  /** Open NVML: readings come from it in-process, and no nvidia-smi runs (unless it lacks nvmlDeviceGetMemoryInfo_v2). */
   nvml?: NvmlLibrary;
   logger?: Logger;
 }
@@ -94,7 +94,8 @@ export class GpuMemorySampler {
   /** Starts the loop. Idempotent; does nothing after close(). */
   start(): void {
     if (this.#closed || this.#child || this.#restartTimer || this.#nvmlTimer) return;
-    if (this.#opts.nvml) {
+    // An NVML without the _v2 call would count reserved memory as used: nvidia-smi reads it then.
+    if (this.#opts.nvml?.has('nvmlDeviceGetMemoryInfo_v2')) {
       this.#readNvml();
       this.#nvmlTimer = setInterval(() => this.#readNvml(), this.#opts.intervalMs).unref();
       return;

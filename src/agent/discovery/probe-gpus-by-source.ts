@@ -8,6 +8,8 @@ import { fillNumaNodes, type GpuProbe, type ProbeGpusOptions, probeGpus } from '
 import type { TopologyProbe } from './probe-topology.js';
 import { runNvidiaSmi } from './run-nvidia-smi.js';
 
+const MEMORY_V2 = 'nvmlDeviceGetMemoryInfo_v2';
+
 export interface GpuSourceOptions extends ProbeGpusOptions {
   preferNvml: boolean;
   nvmlLibrary: string;
@@ -34,6 +36,14 @@ export async function probeGpusBySource(opts: GpuSourceOptions): Promise<GpuSour
   const source = opts.nvml
     ? ({ kind: 'nvml', nvml: opts.nvml, why: `NVML from ${opts.nvml.path}` } as const)
     : openGpuSource({ preferNvml: opts.preferNvml, nvmlLibrary: opts.nvmlLibrary });
+  // Memory is what placement needs most, and the v1 call counts the
+  // driver's reservation as used: a driver without _v2 reads memory through
+  // nvidia-smi, and so do the GPUs with it.
+  if (source.kind === 'nvml' && !source.nvml.has(MEMORY_V2)) {
+    if (!opts.nvml) source.nvml.close();
+    const gpus = await probeGpus(opts);
+    return { gpus, source: 'nvidia-smi', why: `NVML of this driver lacks ${MEMORY_V2}; reading GPUs through nvidia-smi` };
+  }
   if (source.kind === 'nvidia-smi') {
     const gpus = await probeGpus(opts);
     // A node without the library says so in discover's source line and the

@@ -174,3 +174,12 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuMemorySampler through N
     expect(messages().filter((m) => m.startsWith('GPU memory readings'))).toEqual([]);
   });
 });
+
+describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuMemorySampler with an old driver\'s NVML', () => {
+  it('reads through nvidia-smi when NVML lacks nvmlDeviceGetMemoryInfo_v2 (v1 would count reserved memory as used)', async () => {
+    const { sampler } = setup({ nvmlLibrary: buildFakeNvml('old') });
+    sampler.start();
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    expect(sampler.pid).toBeGreaterThan(0);
+  });
+});

@@ -12,7 +12,7 @@ import {
   ROW_REMAP_FAILURE_MESSAGE,
   ROW_REMAP_PENDING_MESSAGE,
 } from './nvml/describe-gpu-fault.js';
-import { NVML_ERROR_GPU_IS_LOST, NVML_EVENT_DOUBLE_BIT_ECC, NVML_EVENT_XID_CRITICAL, type NvmlEventSet, type NvmlLibrary } from './nvml/nvml-library.js';
+import { NVML_ERROR_GPU_IS_LOST, NVML_EVENT_DOUBLE_BIT_ECC, NVML_NVLINK_MAX_LINKS, NVML_EVENT_XID_CRITICAL, type NvmlEventSet, type NvmlLibrary } from './nvml/nvml-library.js';
 import { kmsgPciOf, parseKmsgXid } from './parse-kmsg-xid.js';
 
 /** A GPU the watch knows: index, uuid and bus id (to place kernel-log Xids). */
@@ -56,6 +56,8 @@ export interface GpuFault {
  * application's own faults: reported as events, never a GPU fault.
  */
 const FAULT_XIDS: ReadonlySet<number> = new Set([48, 62, 64, 74, 79, 92, 94, 95, 119, 120]);
+/** Xid 74: an NVLink error, reported as NVLINK_DOWN. */
+const NVLINK_XID = 74;
 const DEFAULT_EVENT_WAIT_MS = 100;
 /** Events kept per GPU for `ctl status`. */
 const RECENT_EVENTS = 10;
@@ -74,8 +76,9 @@ type Events = { event: [GpuEvent] };
  * Emits 'event' with a GpuEvent at once for every fault and for every fault
  * that clears (CLEARED). A lost GPU (NVML_ERROR_GPU_IS_LOST, Xid 79) stays
  * lost: only a reset clears it, and that restarts the agent's view. An Xid
- * fault lasts until the agent restarts (it needs a GPU reset); ECC and
- * row-remap faults clear when the poll reads the GPU clean.
+ * fault lasts until the agent restarts (it needs a GPU reset); ECC,
+ * row-remap and NVLink-down faults clear when the poll reads the GPU clean
+ * (an NVLink is down when one that was active at start is not).
  *
  * The agent wires it: `faultOf(i)` refuses StartShards on GPU i and marks
  * its shards UNHEALTHY with `describeFault(i)`; `markInventory(gpus)`
@@ -94,6 +97,8 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   #kmsg: KmsgReader | undefined;
   #closed = false;
   #started = false;
+  /** Per GPU, the NVLinks that were active when the watch started: one that goes inactive is down. */
+  readonly #linksAtStart = new Map<number, number[]>();
   /** Event waits that ended in a timeout: the thread-count test reads it. */
   waitTimeouts = 0;
 
@@ -111,6 +116,7 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     for (const g of this.#opts.gpus ?? this.#gpusFromNvml()) this.#gpus.set(g.index, g);
 
     if (nvml) {
+      for (const index of this.#gpus.keys()) this.#linksAtStart.set(index, activeLinks(nvml, index));
       const set = nvml.createEventSet(NVML_EVENT_XID_CRITICAL | NVML_EVENT_DOUBLE_BIT_ECC);
       if (set.ok) {
         this.#set = set.value.set;
@@ -188,6 +194,15 @@ export class GpuHealthWatch extends EventEmitter<Events> {
         if (rows.value.pending) this.#raise(index, 'remap-pending', { kind: GpuEventKind.ROW_REMAP_PENDING, xid: 0, message: ROW_REMAP_PENDING_MESSAGE, source: 'poll' });
         else this.#clear(index, 'remap-pending', 'poll');
       }
+      const wanted = this.#linksAtStart.get(index) ?? [];
+      if (wanted.length > 0) {
+        const now = new Set(activeLinks(nvml, index));
+        const down = wanted.filter((l) => !now.has(l));
+        if (down.length > 0) {
+          const message = `NVLink ${down.length === 1 ? 'link' : 'links'} ${down.join(', ')} down (${wanted.length - down.length} of ${wanted.length} active)`;
+          this.#raise(index, 'nvlink', { kind: GpuEventKind.NVLINK_DOWN, xid: 0, message, source: 'poll' });
+        } else this.#clear(index, 'nvlink', 'poll');
+      }
     }
   }
 
@@ -240,6 +255,8 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     const message = describeXid(xid);
     if (LOST_XIDS.has(xid)) {
       this.#raise(index, 'lost', { kind: GpuEventKind.XID, xid, message, source });
+    } else if (xid === NVLINK_XID) {
+      this.#raise(index, `xid:${xid}`, { kind: GpuEventKind.NVLINK_DOWN, xid, message, source });
     } else if (FAULT_XIDS.has(xid)) {
       this.#raise(index, `xid:${xid}`, { kind: GpuEventKind.XID, xid, message, source });
     } else {
@@ -298,4 +315,15 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     }
     return out;
   }
+}
+
+/** The GPU's active NVLinks; [] when it has none or NVML does not say. */
+function activeLinks(nvml: NvmlLibrary, index: number): number[] {
+  const links: number[] = [];
+  for (let link = 0; link < NVML_NVLINK_MAX_LINKS; link++) {
+    const r = nvml.nvLinkActive(index, link);
+    if (!r.ok) break;
+    if (r.value) links.push(link);
+  }
+  return links;
 }

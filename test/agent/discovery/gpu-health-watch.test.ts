@@ -148,6 +148,17 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch', () => {
     await vi.waitFor(() => expect(events.at(-1)).toMatchObject({ gpuIndex: 6, kind: GpuEventKind.ROW_REMAP_FAILURE }), WAIT);
   });
 
+  it('reports an NVLink that drops as NVLINK_DOWN, and CLEARED when it is back', async () => {
+    const { watch, events, inject } = setup({ kmsg: 'none' });
+    await watch.start();
+    inject('nvlink 4 7 down');
+    await vi.waitFor(() => expect(events).toHaveLength(1), WAIT);
+    expect(events[0]).toMatchObject({ gpuIndex: 4, kind: GpuEventKind.NVLINK_DOWN, message: 'NVLink link 7 down (17 of 18 active)', source: 'poll' });
+    inject('nvlink 4 7 up');
+    await vi.waitFor(() => expect(events.map((e) => e.kind)).toEqual([GpuEventKind.NVLINK_DOWN, GpuEventKind.CLEARED]), WAIT);
+    expect(watch.faultOf(4)).toBeUndefined();
+  });
+
   it('treats the entry points an old driver lacks as not supported: no events, the poll and the kernel log still work', async () => {
     const { watch, events, inject, lines, kmsgPath } = setup({ variant: 'old', kmsg: 'file' });
     await watch.start();

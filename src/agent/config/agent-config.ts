@@ -28,8 +28,12 @@ export interface DiscoveryConfig {
   nvidiaSmi: string;
   /** Root under which /sys is read; "/" except in tests. */
   sysfsRoot: string;
-  /** Accepted for compatibility with the Go agent; this build always reads nvidia-smi. */
+  /** Read GPUs through NVML, nvidia-smi being the fallback. */
   preferNvml: boolean;
+  /** NVML shared library: a name the dynamic loader finds, or a path. */
+  nvmlLibrary: string;
+  /** Kernel log read for NVRM Xid lines. */
+  kmsg: string;
   /** How often hardware is rediscovered. */
   intervalMs: number;
   /** Limit for every external command discovery runs. */

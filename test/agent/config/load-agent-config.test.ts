@@ -40,7 +40,7 @@ describe('loadAgentConfig', () => {
     expect(config.reconnectMaxMs).toBe(30_000);
     expect(config.adoptReadyTimeoutMs).toBe(60_000);
     expect(config.mgmtInterface).toBe('eth0');
-    expect(config.discovery).toEqual({ nvidiaSmi: 'nvidia-smi', sysfsRoot: '/', preferNvml: false, intervalMs: 60_000, foreignMemoryShare: 0.05, timeoutMs: 10_000 });
+    expect(config.discovery).toEqual({ nvidiaSmi: 'nvidia-smi', sysfsRoot: '/', preferNvml: true, nvmlLibrary: 'libnvidia-ml.so.1', kmsg: '/dev/kmsg', intervalMs: 60_000, foreignMemoryShare: 0.05, timeoutMs: 10_000 });
     expect(config.supervisor).toEqual({
       stateDir: '/var/lib/llmgw',
       logDir: '/var/log/llmgw',

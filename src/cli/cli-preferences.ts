@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
-import { isNotFound } from '../lib/errno.js';
+import { isNotFound, isPermissionDenied } from '../lib/errno.js';
 import { configError, errorMessage, usageError } from '../lib/errors.js';
 import { nearestName } from '../lib/nearest-name.js';
 
@@ -85,6 +85,8 @@ export function readPreferences(env: NodeJS.ProcessEnv = process.env): Preferenc
     text = readFileSync(file, 'utf8');
   } catch (err) {
     if (isNotFound(err)) return {};
+    // Not this user's file: HOME kept across setpriv/su to another user points at someone else's preferences.
+    if (isPermissionDenied(err)) return {};
     throw configError(`cannot read the CLI preferences ${file}: ${errorMessage(err)}`);
   }
   let doc: unknown;

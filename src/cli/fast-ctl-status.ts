@@ -1,6 +1,5 @@
 import { runCtlStatus } from '../ctl/run-ctl-status.js';
 import { LOG_LEVELS } from '../lib/log-levels.js';
-import { applyColorPreference } from './apply-color-preference.js';
 import { prefersJson, readPreferences, storedCtlPaths } from './cli-preferences.js';
 import { errorLine, errorReport } from './error-report.js';
 
@@ -24,7 +23,8 @@ export async function fastCtlStatus(args: readonly string[], env: NodeJS.Process
   try {
     const stored = readPreferences(env);
     json ||= prefersJson(stored, env);
-    if (!json) applyColorPreference(stored, env);
+    // chalk is loaded only for the human form; --json never needs it.
+    if (!json) (await import('./apply-color-preference.js')).applyColorPreference(stored, env);
     const { status, text } = await runCtlStatus({ socket: plain.socket, configPath: plain.configPath, stored: storedCtlPaths(stored) }, json);
     process.stdout.write(text === undefined ? prettyJson(status) : `${text}\n`);
   } catch (err) {

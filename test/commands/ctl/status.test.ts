@@ -226,6 +226,20 @@ describe('llmgw ctl status', () => {
 });
 
 describe('llmgw ctl status without an agent', () => {
+  it('exits 78 naming a --config file that does not exist, rather than trying the default socket', async () => {
+    for (const args of [['--config', '/nonexistent.yaml'], ['--config', '/nonexistent.yaml', '--log-level', 'warn']]) {
+      const r = await runCli(['ctl', 'status', ...args]);
+      expect(r.exitCode).toBe(78);
+      expect(r.stderr).toBe("error: agent config /nonexistent.yaml does not exist; pass the agent's config file with --config (or fix ctl.config with `llmgw config`)");
+    }
+  });
+
+  it('says a --socket that is a regular file is not a socket', async () => {
+    const r = await runCli(['ctl', 'status', '--socket', '/etc/passwd']);
+    expect(r.exitCode).toBe(69);
+    expect(r.stderr).toContain('error: /etc/passwd is not a socket (it is a regular file)');
+  });
+
   it('exits 69 naming the socket and systemctl status llmgw-agent, with no socket', async () => {
     const missing = join(tmpdir(), 'llmgw-no-such-dir', 'agent.sock');
     const r = await runCli(['ctl', 'status', '--socket', missing]);

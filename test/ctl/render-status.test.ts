@@ -94,6 +94,7 @@ describe('renderStatus', () => {
       },
       NOW,
     );
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
     expect(out).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
     expect(out).toContain('r\\x1b[2J\\x1b[H\\x1b]0;owned-title\\x07');
     expect(out).toContain('m\\x1b[8m');

@@ -6,6 +6,7 @@ describe('printable', () => {
     const hostile = 'r\u001b[2J\u001b[H\u001b]0;owned-title\u0007';
     const out = printable(hostile);
     expect(out).toBe('r\\x1b[2J\\x1b[H\\x1b]0;owned-title\\x07');
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
     expect(out).not.toMatch(/[\u0000-\u001f\u007f-\u009f]/);
   });
 

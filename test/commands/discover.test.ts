@@ -129,7 +129,7 @@ describe('llmgw discover', () => {
   it('refuses --timeout 0s as a duration that must be more than 0, in one line, exit 2', async () => {
     const r = await runCli(['discover', '--timeout', '0s']);
     expect(r.exitCode).toBe(2);
-    expect(r.stderr).toBe('error: --timeout must be more than 0, got "0s"\n');
+    expect(r.stderr).toBe('error: --timeout must be more than 0, got "0s"');
   });
 
   it('reads data sets by absolute path', async () => {

@@ -87,6 +87,15 @@ describe('llmgw config', () => {
     expect(human.stdout).toBe('');
   });
 
+  it('color always colours output that is not a terminal; NO_COLOR still wins', async () => {
+    await cli(['config', 'set', 'color', 'always']);
+    const bold = '\u001b[1m';
+    expect((await cli(['config', 'list'], { NO_COLOR: undefined, FORCE_COLOR: undefined })).stdout).toContain(bold);
+    expect((await cli(['config', 'list'], { NO_COLOR: '1' })).stdout).not.toContain(bold);
+    await cli(['config', 'set', 'color', 'never']);
+    expect((await cli(['config', 'list'], { NO_COLOR: undefined, FORCE_COLOR: undefined, LLMGW_COLOR: 'always' })).stdout).toContain(bold);
+  });
+
   it('refuses an unknown key with exit 2 and the nearest name, in one line', async () => {
     const r = await cli(['config', 'set', 'ctl.sockt', '/x']);
     expect(r.exitCode).toBe(2);

@@ -1,6 +1,6 @@
 import { accessSync, constants, readFileSync, statSync } from 'node:fs';
-import { errnoCode, isNotFound, isPermissionDenied } from '../lib/errno.js';
-import { configError, errorMessage, LlmgwError } from '../lib/errors.js';
+import { describeErrno, isNotFound, isPermissionDenied } from '../lib/errno.js';
+import { configError, LlmgwError } from '../lib/errors.js';
 import { DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH, DEFAULT_LOG_DIR } from '../lib/default-paths.js';
 
 export interface CtlPaths {
@@ -69,7 +69,7 @@ function requireReadable(path: string): void {
     if (isPermissionDenied(err)) {
       throw new LlmgwError('permission', `cannot read the agent config ${path}: permission denied; run as root, or pass --socket instead of --config`);
     }
-    throw configError(`cannot read the agent config ${path}: ${errnoCode(err) ?? errorMessage(err)}`);
+    throw configError(`cannot read the agent config ${path}: ${describeErrno(err)}`);
   }
 }
 

@@ -1,5 +1,5 @@
 import { configError, errorMessage } from '../lib/errors.js';
-import { type PreferenceKey, type PreferenceValue, preferencesDir, readPreferences } from './cli-preferences.js';
+import { type PreferenceKey, type PreferenceValue, preferencesDir } from './cli-preferences.js';
 
 /**
  * Writes the operator's preferences through `conf` (atomic writes, the XDG
@@ -7,8 +7,8 @@ import { type PreferenceKey, type PreferenceValue, preferencesDir, readPreferenc
  * reading goes through cli-preferences.ts, which the ctl fast path can afford.
  */
 async function openStore(env: NodeJS.ProcessEnv) {
-  // Refuses a file that readPreferences would refuse before conf rewrites (and loses) it.
-  readPreferences(env);
+  // A file that is not JSON makes conf throw (it never clears it: clearInvalidConfig is off), so
+  // nothing is lost; a bad value in good JSON is what `config set` is there to repair.
   const { default: Conf } = await import('conf');
   try {
     return new Conf<Record<string, unknown>>({ projectName: 'llmgw', cwd: preferencesDir(env), configName: 'config' });

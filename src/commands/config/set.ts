@@ -18,6 +18,9 @@ ${PREFERENCE_KEYS.map((k) => `  ${k.key} (${k.accepts}; env ${k.env}): ${k.doc}`
     '<%= config.bin %> config set color never',
   ];
 
+  // Must work on a preferences file with a bad value in it: it is how that file is repaired.
+  static override honoursPreferences = false;
+
   static override args = {
     key: Args.string({ description: 'Preference key (see `llmgw config list`).', required: true }),
     value: Args.string({ description: 'Its value.', required: true }),

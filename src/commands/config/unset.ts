@@ -7,6 +7,9 @@ export default class ConfigUnset extends BaseCommand {
 
   static override examples = ['<%= config.bin %> config unset ctl.socket'];
 
+  // Must work on a preferences file with a bad value in it: it is how that file is repaired.
+  static override honoursPreferences = false;
+
   static override args = {
     key: Args.string({ description: 'Preference key (see `llmgw config list`).', required: true }),
   };

@@ -130,5 +130,14 @@ describe('llmgw config', () => {
     const r = await cli(['ctl', 'status']);
     expect(r.exitCode).toBe(78);
     expect(r.stderr).toBe(`error: ctl.socket in ${file} must be an absolute path, got "relative"; fix it with \`llmgw config set ctl.socket …\``);
+    // The advice works: set repairs the file.
+    expect((await cli(['config', 'set', 'ctl.socket', '/x'])).exitCode).toBe(0);
+    expect((await cli(['ctl', 'status'])).stderr).toContain('no socket on /x;');
+    // A file that is not JSON is refused by set as well, and left as it was.
+    writeFileSync(file, '{broken');
+    const set = await cli(['config', 'set', 'color', 'never']);
+    expect(set.exitCode).toBe(78);
+    expect(set.stderr).toContain(`cannot open the CLI preferences in ${join(home, 'llmgw')}`);
+    expect(readFileSync(file, 'utf8')).toBe('{broken');
   });
 });

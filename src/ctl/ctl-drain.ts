@@ -1,3 +1,4 @@
+import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
 import { failure, usageError } from '../lib/errors.js';
 import { assertShardId } from '../lib/shard-id.js';
@@ -36,7 +37,7 @@ export async function ctlDrain(o: CtlDrainOptions): Promise<DrainResponse> {
           shardId: o.shardId ?? '',
           all: o.all,
           wait: o.wait,
-          timeout: { seconds: BigInt(Math.floor(o.timeoutMs / 1000)), nanos: (o.timeoutMs % 1000) * 1e6 },
+          timeout: durationFromMs(o.timeoutMs),
         },
         { signal: o.signal, timeoutMs: o.wait ? o.timeoutMs + CLIENT_DEADLINE_SLACK_MS : CLIENT_DEADLINE_SLACK_MS },
       )

@@ -97,7 +97,9 @@ describe('llmgw discover', () => {
     );
     const r = await runCli(['discover', '--config', config, '--strict', '--json'], { env: { LLMGW_FAKE_GPUS: 'fault' } });
     expect(r.exitCode).toBe(1);
-    const { inventory, checks } = JSON.parse(r.stdout);
+    // A failed --strict is an error like any other (BaseCommand.catch): the report is in its details.
+    const { kind, message, inventory, checks } = JSON.parse(r.stdout).error;
+    expect([kind, message]).toEqual(['failure', 'preflight failed: gpu-health, fabric ib-b']);
     expect(inventory.hcas.find((h: { name: string }) => h.name === 'mlx5_0').fabric).toBe('ib-a');
     expect(checks.map((c: { name: string; ok: boolean }) => [c.name, c.ok])).toEqual([
       ['driver', true],
@@ -124,6 +126,12 @@ describe('llmgw discover', () => {
     const r = await runCli(['discover', '--timeout', 'soon']);
     expect(r.exitCode).toBe(2);
     expect(r.stderr).toContain('--timeout "soon" is not a duration');
+  });
+
+  it('refuses --timeout 0s as a duration that must be more than 0, in one line, exit 2', async () => {
+    const r = await runCli(['discover', '--timeout', '0s']);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe('error: --timeout must be more than 0, got "0s"');
   });
 
   it('reads data sets by absolute path', async () => {

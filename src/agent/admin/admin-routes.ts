@@ -1,5 +1,5 @@
 import { create } from '@bufbuild/protobuf';
-import type { Duration } from '@bufbuild/protobuf/wkt';
+import { durationMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
 import {
   AdminService,
@@ -13,10 +13,11 @@ import {
   LogsResponseSchema,
 } from '../../gen/llmgw/v1/admin_pb.js';
 import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
-import { errorMessage, LlmgwError } from '../../lib/errors.js';
+import { type ErrorKind, errorMessage, LlmgwError } from '../../lib/errors.js';
 import { isValidShardId, SHARD_ID_PATTERN } from '../../lib/shard-id.js';
 import type { AdoptOutcomeKind } from '../agent.js';
-import { isTerminal, stateName } from '../supervisor/shard-transitions.js';
+import { isTerminal } from '../../lib/shard-states.js';
+import { stateName } from '../supervisor/shard-transitions.js';
 import type { AdminBackend } from './admin-backend.js';
 import { buildStatusResponse } from './build-status-response.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
@@ -26,6 +27,30 @@ import { unknownShardError } from './unknown-shard-error.js';
 export const DEFAULT_LOG_LINES = 100;
 /** Lines per LogsResponse: a 100,000-line tail is sent as many small messages, not one huge one. */
 export const LOG_LINES_PER_MESSAGE = 1000;
+
+/** What a drain may name: the states that serve (DRAINING again is a no-op that shows progress). */
+const DRAINABLE: ReadonlySet<ShardState> = new Set([ShardState.READY, ShardState.UNHEALTHY, ShardState.DRAINING]);
+
+/**
+ * The Connect code for each kind of LlmgwError, so ctl maps it back to the
+ * right exit status (admin-call-error.ts): a bad request is InvalidArgument
+ * (exit 2), a runtime condition such as a shard in the wrong state is
+ * FailedPrecondition (exit 1), never a usage error. Anything that is not an
+ * LlmgwError is a bug: Internal.
+ */
+const CONNECT_CODE_BY_KIND: Record<ErrorKind, Code> = {
+  usage: Code.InvalidArgument,
+  failure: Code.FailedPrecondition,
+  config: Code.FailedPrecondition,
+  permission: Code.PermissionDenied,
+  unreachable: Code.Unavailable,
+};
+
+export function toConnectError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  if (err instanceof LlmgwError) return new ConnectError(err.message, CONNECT_CODE_BY_KIND[err.kind]);
+  return new ConnectError(errorMessage(err), Code.Internal);
+}
 
 export interface AdminRoutesOptions {
   drainPollMs?: number;
@@ -108,7 +133,7 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
     // Only what serves: a STARTING shard has no traffic to move, a terminal one no process.
     ids = backend
       .shards()
-      .filter((s) => s.state === ShardState.READY || s.state === ShardState.UNHEALTHY || s.state === ShardState.DRAINING)
+      .filter((s) => DRAINABLE.has(s.state))
       .map((s) => s.shardId)
       .sort();
   } else {
@@ -118,6 +143,11 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
     if (isTerminal(shard.state)) {
       throw new ConnectError(`shard ${req.shardId} is ${stateName(shard.state)}: there is nothing to drain`, Code.FailedPrecondition);
     }
+    // A runtime condition, not a bad request: decided here, so that it is
+    // FailedPrecondition (ctl exit 1) whatever kind the supervisor throws.
+    if (!DRAINABLE.has(shard.state)) {
+      throw new ConnectError(`shard ${req.shardId} is ${stateName(shard.state)}: only a READY or UNHEALTHY shard can be drained`, Code.FailedPrecondition);
+    }
     ids = [req.shardId];
   }
   for (const id of ids) {
@@ -125,7 +155,7 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
       // Reported to the control plane by the supervisor's transition, so it routes elsewhere.
       backend.drainShard(id);
     } catch (err) {
-      throw err instanceof LlmgwError ? new ConnectError(err.message, Code.FailedPrecondition) : new ConnectError(errorMessage(err), Code.Internal);
+      throw toConnectError(err);
     }
   }
   yield* streamDrainProgress(backend, {
@@ -135,8 +165,4 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
     signal: ctx.signal,
     pollMs: opts.drainPollMs,
   });
-}
-
-function durationMs(d: Duration): number {
-  return Number(d.seconds) * 1000 + Math.round(d.nanos / 1e6);
 }

@@ -4,6 +4,8 @@
  * hints and examples/agent.yaml's test all read this one table.
  */
 
+import { DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH, DEFAULT_LOG_DIR, DEFAULT_STATE_DIR } from '../../lib/default-paths.js';
+
 export type KeyType =
   | 'string'
   | 'duration'
@@ -31,10 +33,7 @@ export interface KeySpec {
   doc: string;
 }
 
-export const DEFAULT_CONFIG_PATH = '/etc/llmgw/agent.yaml';
-export const DEFAULT_STATE_DIR = '/var/lib/llmgw';
-export const DEFAULT_LOG_DIR = '/var/log/llmgw';
-export const DEFAULT_ADMIN_SOCKET = '/run/llmgw/agent.sock';
+export { DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH, DEFAULT_LOG_DIR, DEFAULT_STATE_DIR };
 
 export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'node_id', type: 'string', required: true, flag: 'node-id', doc: 'This node\'s id at the control plane; unique in the fleet.' },

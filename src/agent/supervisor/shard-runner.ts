@@ -4,7 +4,7 @@ import type { SupervisorConfig } from '../config/agent-config.js';
 import { servedModelName } from '../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../lib/duration.js';
-import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { errorMessage, failure } from '../../lib/errors.js';
 import { removeStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import type { Logger } from '../../lib/logger.js';
@@ -55,6 +55,9 @@ export interface RunnerEngine {
 }
 
 /** A profile without startup_timeout gets this long to load (large models take minutes). */
+/** How long a stop waits for Node to reap its own child after the group is gone, for its exit status. */
+const CHILD_REAP_WAIT_MS = 2000;
+
 export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
 
 export interface SettleOptions {
@@ -344,6 +347,10 @@ export class ShardRunner {
     if (outcome === 'not-ours') {
       this.ctx.log.warn({ shard: this.shardId, pid: this.pid }, 'engine pid now names another process; nothing was signalled');
     }
+    // A leader that is a zombie reads as gone before Node has reaped it: wait
+    // (briefly) for the exit event, or a clean SIGTERM exit would be recorded
+    // with no status at all.
+    await this.childExited(CHILD_REAP_WAIT_MS);
     // Gone either way: terminated, or its pid names another process now.
     this.dead = true;
     this.detach();
@@ -354,11 +361,32 @@ export class ShardRunner {
     return this.snapshot();
   }
 
+  /** Resolves once our own child's exit was seen (recording its status), or after `ms`; at once for an adopted engine. */
+  private async childExited(ms: number): Promise<void> {
+    const child = this.child;
+    if (!child || this.dead) return;
+    if (child.exitCode === null && child.signalCode === null) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, ms);
+        function done() {
+          clearTimeout(timer);
+          child?.off('exit', done);
+          resolve();
+        }
+        child.once('exit', done);
+      });
+    }
+    if (!this.dead && (child.exitCode !== null || child.signalCode !== null)) {
+      this.signal = child.signalCode;
+      this.exitCode = child.exitCode ?? (child.signalCode ? 128 + (osConstants.signals[child.signalCode] ?? 0) : null);
+    }
+  }
+
   /** READY or UNHEALTHY → DRAINING (the control plane routes elsewhere); a repeat is a no-op. */
   drain(): ShardSnapshot {
     if (this.state === S.READY || this.state === S.UNHEALTHY) this.transition(S.DRAINING, 'drain requested');
     else if (this.state !== S.DRAINING) {
-      throw usageError(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
+      throw failure(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
     }
     return this.snapshot();
   }

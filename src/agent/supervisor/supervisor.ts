@@ -3,7 +3,7 @@ import { unlinkSync } from 'node:fs';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
-import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { errorMessage, failure } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from '../../lib/files/rotate-log.js';
 import { readStateFile, removeStateFile } from '../../lib/files/state-file.js';
@@ -161,7 +161,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private mustGet(shardId: string): ShardRunner {
     assertShardId(shardId);
     const runner = this.runners.get(shardId);
-    if (!runner) throw usageError(`no shard ${shardId} is supervised here`);
+    if (!runner) throw failure(`no shard ${shardId} is supervised here`);
     return runner;
   }
 
@@ -183,7 +183,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   remove(shardId: string): void {
     const runner = this.mustGet(shardId);
     if (!isTerminal(runner.currentState)) {
-      throw usageError(`shard ${shardId} is ${stateName(runner.currentState)}: stop it before removing it`);
+      throw failure(`shard ${shardId} is ${stateName(runner.currentState)}: stop it before removing it`);
     }
     runner.detach();
     this.runners.delete(shardId);
@@ -255,7 +255,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    */
   async killOrphan(o: Orphan, opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<void> {
     assertShardId(o.shardId);
-    if (this.runners.has(o.shardId)) throw usageError(`shard ${o.shardId} is supervised here; stop it instead`);
+    if (this.runners.has(o.shardId)) throw failure(`shard ${o.shardId} is supervised here; stop it instead`);
     const statePath = shardStatePath(this.config.stateDir, o.shardId);
     const logPath = shardLogPath(this.config.logDir, o.shardId);
     const graceMs = opts.graceMs ?? this.config.stopGraceMs;
@@ -288,7 +288,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   adopt(o: Orphan): ShardSnapshot {
     assertShardId(o.shardId);
     const existing = this.runners.get(o.shardId);
-    if (existing && !isTerminal(existing.currentState)) throw usageError(`shard ${o.shardId} is already supervised here`);
+    if (existing && !isTerminal(existing.currentState)) throw failure(`shard ${o.shardId} is already supervised here`);
     const runner = reattachShard(this.ctx, o, existing);
     existing?.detach();
     this.runners.set(o.shardId, runner);

@@ -1,8 +1,17 @@
 import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import type { EngineName } from '../config/agent-config.js';
-import type { LaunchPlan } from '../supervisor/launch-plan.js';
+import type { EngineName, EngineUser } from '../config/agent-config.js';
+import type { LaunchPlan as SupervisorLaunchPlan } from '../supervisor/launch-plan.js';
 
-export type { LaunchPlan };
+/**
+ * The supervisor's plan plus the account the engine should run as. argv[0]
+ * is always an absolute path resolved at validation with the agent's PATH.
+ * The launcher does not read `user` yet: until it passes uid/gid to spawn
+ * (and chowns the log), engines still run as the agent's user.
+ */
+export interface LaunchPlan extends SupervisorLaunchPlan {
+  /** engines.<name>.user, looked up when the config was loaded; absent: the agent's own user. */
+  user?: EngineUser;
+}
 
 /** What validation judges a shard against: this node as it is now. */
 export interface ValidationContext {
@@ -19,9 +28,11 @@ export interface Engine {
   /**
    * Throws LlmgwError('failure', '<one line naming the problem>') before
    * anything is launched: a refusal after minutes of model loading is the
-   * failure validation exists to prevent.
+   * failure validation exists to prevent. Resolves the executable once, with
+   * the agent's PATH; command() of the same spec object runs that file.
    */
   validate(spec: StartShard, ctx: ValidationContext): Promise<void>;
+  /** Throws LlmgwError('failure') when the executable cannot be found. */
   command(spec: StartShard): LaunchPlan;
   /** Whether this rank opens the HTTP API: every single-node shard, rank 0 only for multi-node. */
   servesHttp(spec: StartShard): boolean;

@@ -42,7 +42,10 @@ export interface DiscoveryConfig {
 export interface EngineUser {
   name: string;
   uid: number;
+  /** Primary group. */
   gid: number;
+  /** HOME for the engine: the Hugging Face cache defaults to $HOME/.cache, which root's HOME would deny. */
+  home: string;
 }
 
 export interface EngineConfig {

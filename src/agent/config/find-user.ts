@@ -9,11 +9,11 @@ export const ETC_PASSWD = '/etc/passwd';
 const GETENT_TIMEOUT_MS = 5000;
 
 function parsePasswdLine(line: string): EngineUser | undefined {
-  const [name = '', , uidText = '', gidText = ''] = line.split(':');
+  const [name = '', , uidText = '', gidText = '', , home = '/'] = line.split(':');
   const uid = Number(uidText);
   const gid = Number(gidText);
   if (name === '' || uidText === '' || gidText === '' || !Number.isInteger(uid) || !Number.isInteger(gid)) return undefined;
-  return { name, uid, gid };
+  return { name, uid, gid, home: home || '/' };
 }
 
 /**

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, chmodSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -125,7 +126,8 @@ describe('loadAgentConfig', () => {
       env: {},
     });
     expect(config.engines.vllm?.allowedEnv).toEqual(['HF_TOKEN', 'MY_*']);
-    expect(config.engines.vllm?.user).toEqual({ name: 'nobody', uid: 65534, gid: 65534 });
+    expect(config.engines.vllm?.user).toMatchObject({ name: 'nobody', uid: 65534, gid: 65534 });
+    expect(config.engines.vllm?.user?.home).toBe(execFileSync('getent', ['passwd', 'nobody'], { encoding: 'utf8' }).split(':')[5]);
     expect(config.engines.sim?.enabled).toBe(true);
     expect(config.engines.sglang?.enabled).toBe(true);
     expect(config.engines.sglang?.allowedEnv).toContain('HF_*');

@@ -92,8 +92,8 @@ describe('VllmEngine.command', () => {
   });
 
   it('carries engines.vllm.user in the plan for the launcher', () => {
-    const plan = new VllmEngine({ user: { name: 'nobody', uid: 65534, gid: 65534 } }, 'eth0').command(shard());
-    expect(plan.user).toEqual({ name: 'nobody', uid: 65534, gid: 65534 });
+    const plan = new VllmEngine({ user: { name: 'nobody', uid: 65534, gid: 65534, home: '/nonexistent' } }, 'eth0').command(shard());
+    expect(plan.user).toEqual({ name: 'nobody', uid: 65534, gid: 65534, home: '/nonexistent' });
     expect(new VllmEngine(undefined, 'eth0').command(shard()).user).toBeUndefined();
   });
 

@@ -37,7 +37,7 @@ export const DEFAULT_ADMIN_SOCKET = '/run/llmgw/agent.sock';
 
 export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'node_id', type: 'string', required: true, flag: 'node-id', doc: 'This node\'s id at the control plane; unique in the fleet.' },
-  { key: 'server', type: 'string', required: true, flag: 'server', doc: 'Control-plane address: http://host:port (h2c) or https://host:port (TLS, needs tls).' },
+  { key: 'server', type: 'string', required: true, flag: 'server', doc: 'Control-plane address, with its scheme: https://host:port (mutual TLS: needs tls.cert and tls.key; server-only TLS is refused, the control plane must be able to authenticate this node) or http://host:port (h2c, loopback only unless insecure_plaintext).' },
   { key: 'protocol', type: 'enum', values: ['connect', 'grpc'], default: 'connect', flag: 'protocol', doc: 'Wire protocol: connect, or grpc for control planes behind gRPC-aware proxies.' },
   { key: 'hostname', type: 'string', default: '', doc: 'Hostname reported at registration; the system\'s when empty.' },
   { key: 'mgmt_addr', type: 'string', default: '', doc: 'Management address reported at registration (multi-node leaders are reached on it); the first IPv4 of mgmt_interface when empty.' },

@@ -45,6 +45,10 @@ supervisor:
   health_interval: 2s
 admin:
   socket: ${q(opts.dirs.socket)}
+# The simulated engine is off on production nodes; dev up runs nothing else.
+engines:
+  sim:
+    enabled: true
 log_level: ${opts.logLevel}
 `;
 }

@@ -21,6 +21,8 @@ export interface TlsConfig {
   key: string;
   /** CA bundle (PEM) the control plane's certificate must chain to; system roots when empty. */
   ca: string;
+  /** How long before the client certificate expires the agent starts warning. */
+  expiryWarningMs: number;
 }
 
 export interface DiscoveryConfig {
@@ -42,11 +44,28 @@ export interface DiscoveryConfig {
   foreignMemoryShare: number;
 }
 
+/** An account engines run as, resolved when the config is loaded so a typo fails at start, not at launch. */
+export interface EngineUser {
+  name: string;
+  uid: number;
+  /** Primary group. */
+  gid: number;
+  /** HOME for the engine: the Hugging Face cache defaults to $HOME/.cache, which root's HOME would deny. */
+  home: string;
+}
+
 export interface EngineConfig {
   /** argv prefix that starts the engine, e.g. ["/opt/vllm/bin/vllm", "serve"]; never a shell string. */
   command: string[];
+  /** Set by the operator (root): any name, unlike a profile's env. */
   env: Record<string, string>;
   extraArgs: string[];
+  /** Name patterns (exact, or a prefix ending in `*`) a control plane's profile.env may set. */
+  allowedEnv: string[];
+  /** Unprivileged account for the engine; undefined runs it as the agent's user. */
+  user?: EngineUser;
+  /** Whether the engine is registered at all; only `sim` is off by default. */
+  enabled: boolean;
 }
 
 export interface SupervisorConfig {
@@ -83,6 +102,8 @@ export interface AgentConfig {
   registerTimeoutMs: number;
   adoptReadyTimeoutMs: number;
   tls: TlsConfig;
+  /** Accept an http:// server that is not loopback: the stream, and every command on it, unauthenticated. */
+  insecurePlaintext: boolean;
   discovery: DiscoveryConfig;
   engines: Partial<Record<EngineName, EngineConfig>>;
   supervisor: SupervisorConfig;

@@ -34,6 +34,8 @@ import {
   startShards,
   freePort,
 } from './bench-support.js';
+import { fleetFigure } from './fleet-figure.js';
+import { floorFigures } from './floor-figures.js';
 
 interface Row {
   figure: string;
@@ -478,6 +480,8 @@ async function figNvml(): Promise<void> {
 }
 
 const FIGURES: Record<string, () => Promise<void>> = { nvml: figNvml, '1': fig1, '2': fig2, '3': fig3, '4': fig4, '5': fig5, '6': fig6, '7': fig7, '8': fig8, '9': fig9 };
+FIGURES.fleet = () => fleetFigure(rows, notes);
+FIGURES.floor = () => floorFigures(rows, notes, quick);
 
 function table(): string {
   const head = '| # | figure | measured | reference | target | met |\n|---|---|---|---|---|---|';

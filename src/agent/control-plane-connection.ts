@@ -75,6 +75,7 @@ export class ControlPlaneConnection {
       tls: c.tls,
       pingIntervalMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
       pingTimeoutMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
+      logger: this.log,
     });
     const session = this.opts.session;
     const random = this.opts.random ?? jitterSource();

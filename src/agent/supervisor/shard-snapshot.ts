@@ -28,6 +28,10 @@ export interface ShardSnapshot {
    * is stopped it holds its GPUs.
    */
   running: boolean;
+  /** direct or systemd-run. */
+  launcher?: string;
+  /** The engine's systemd unit (llmgw-shard-<id>.service); '' with the direct launcher. */
+  unit?: string;
 }
 
 export interface ShardTransition {

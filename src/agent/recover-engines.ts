@@ -86,6 +86,7 @@ export class RecoverEngines {
           const status = refusedStatus(nodeId, o, `engine ended while the agent was down: ${o.reason}`);
           // What systemd recorded for a unit engine; 0 (unknown) otherwise.
           status.exitCode = o.exitCode ?? 0;
+          status.signal = o.exitSignal ?? '';
           report(status);
         } else if (!o.identified) {
           log.warn({ why: o.reason }, 'killing an engine that cannot be identified');

@@ -380,7 +380,7 @@ export class ShardRunner {
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
     await this.forgetStateFile();
-    if (this.state === S.STOPPING) this.transition(S.STOPPED, `process group ${outcome}`);
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.unit ? `unit ${this.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
     return this.snapshot();
   }
 

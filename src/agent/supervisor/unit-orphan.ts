@@ -45,5 +45,5 @@ export async function judgeUnitOrphan(o: Orphan, file: ShardStateFile, log: Logg
   const how = exit.signal ? `killed by ${exit.signal}` : `exited with code ${exit.code}`;
   // 128+n, as a shell reports a death by signal n, and as the runner does for its own children.
   const exitCode = exit.signal ? 128 + (constants.signals[exit.signal] ?? 0) : (exit.code ?? 0);
-  return { ...o, reason: `${o.reason}; systemd recorded: ${how} (${unit.name} Result=${status.Result})`, exitCode };
+  return { ...o, reason: `${o.reason}; systemd recorded: ${how} (${unit.name} Result=${status.Result})`, exitCode, ...(exit.signal ? { exitSignal: exit.signal } : {}) };
 }

@@ -21,4 +21,6 @@ export interface Orphan {
   holders: LoggingProcess[];
   /** A dead engine's exit status, when its systemd unit recorded one (128+n for signal n). */
   exitCode?: number;
+  /** The signal that ended it, when its systemd unit recorded one. */
+  exitSignal?: string;
 }

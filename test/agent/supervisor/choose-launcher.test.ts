@@ -11,7 +11,12 @@ const probe = (over: Partial<LauncherProbe>): LauncherProbe => ({
 describe('chooseLauncher', () => {
   it('uses a configured launcher as it is, without asking systemd', async () => {
     const asked: string[] = [];
-    const p = probe({ booted: () => (asked.push('booted'), true) });
+    const p = probe({
+      booted: () => {
+        asked.push('booted');
+        return true;
+      },
+    });
     expect(await chooseLauncher('direct', p)).toEqual({ launcher: 'direct', why: 'supervisor.launcher is direct' });
     expect(await chooseLauncher('systemd-run', p)).toMatchObject({ launcher: 'systemd-run' });
     expect(asked).toEqual([]);

@@ -73,7 +73,12 @@ export function unitNodeOptions(): string {
   return /^Environment=NODE_OPTIONS=(.*)$/m.exec(unit)?.[1]?.trim() ?? '';
 }
 
-export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: string; extraYaml?: string; env?: Record<string, string> } = {}): BenchAgent {
+export function spawnAgent(
+  server: string,
+  dirs: AgentDirs,
+  /** `prefix`: argv the agent's command is run under, e.g. nsenter into a systemd lab. */
+  opts: { heartbeat?: string; extraYaml?: string; env?: Record<string, string>; prefix?: string[] } = {},
+): BenchAgent {
   mkdirSync(dirs.root, { recursive: true });
   const config = join(dirs.root, 'agent.yaml');
   // The test config's fast timers (health probes every 500 ms) suit tests,
@@ -84,7 +89,8 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: 
     .replace(/^ {2}worker_settle: .*$/m, '  worker_settle: 10s');
   writeFileSync(config, yaml);
   const spawnedAtMs = Date.now();
-  const child = execa(process.execPath, [...agentNodeArgs, BIN, 'agent', 'run', '--config', config], {
+  const argv = [...(opts.prefix ?? []), process.execPath, ...agentNodeArgs, BIN, 'agent', 'run', '--config', config];
+  const child = execa(argv[0] as string, argv.slice(1), {
     reject: false,
     stdin: 'ignore',
     stdout: 'ignore',

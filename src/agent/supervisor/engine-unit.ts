@@ -114,6 +114,24 @@ export async function forgetUnit(unit: EngineUnit, signal?: AbortSignal): Promis
   await runSystemctl(['reset-failed', '--', unit.name], { signal });
 }
 
+/**
+ * What a dead engine's unit may still hold, ended: nothing when the unit
+ * failed (systemd stopped its whole cgroup on the way), its leftovers when
+ * the engine exited cleanly (RemainAfterExit keeps the unit, and any worker
+ * in it, up). One `systemctl show` on the way to FAILED; unloading a failed
+ * unit is left to the background, since a death is reported as fast as a
+ * direct child's and clearEndedUnit unloads it before a relaunch anyway.
+ */
+export async function endUnitLeftovers(unit: EngineUnit, opts: { graceMs: number; signal?: AbortSignal }): Promise<void> {
+  const status = await readUnitStatus(unit.name, opts.signal);
+  if (!isSameRun(status, unit)) return;
+  if (ENDED.has(status.ActiveState)) {
+    void runSystemctl(['reset-failed', '--', unit.name]).catch(() => {});
+    return;
+  }
+  await stopEngineUnit(unit, opts);
+}
+
 async function waitEnded(unit: EngineUnit, deadlineMs: number, signal?: AbortSignal): Promise<boolean> {
   for (;;) {
     const s = await readUnitStatus(unit.name, signal);

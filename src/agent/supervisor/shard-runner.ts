@@ -12,7 +12,7 @@ import type { ProcessIdentity } from '../../lib/process/process-identity.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type DeathInfo, watchDeath } from './death-watch.js';
 import { type EngineGroup, groupStillOurs, reapLeftovers } from './engine-group.js';
-import type { EngineUnit } from './engine-unit.js';
+import { type EngineUnit, endUnitLeftovers } from './engine-unit.js';
 import { type EngineFence, endEngine } from './end-engine.js';
 import type { LauncherChoice } from './choose-launcher.js';
 import { watchHealth } from './health-watch.js';
@@ -329,7 +329,7 @@ export class ShardRunner {
     if (this.unit) {
       // The unit's cgroup holds whatever the engine left, in or out of its group.
       try {
-        await endEngine(this.fence(), { graceMs, signal: this.life.signal });
+        await endUnitLeftovers(this.unit, { graceMs, signal: this.life.signal });
       } catch (err) {
         this.ctx.log.warn({ shard: this.shardId, unit: this.unit.name, err: errorMessage(err) }, "ending the rest of a dead engine's unit failed");
       }

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import type { Launcher, LauncherSetting } from '../config/agent-config.js';
 import { errorMessage } from '../../lib/errors.js';
-import { runSystemctl } from '../../lib/systemd/systemctl.js';
+import { runSystemctl } from '../../lib/systemd/run-systemctl.js';
 
 /** The launcher in use and why, logged once when the supervisor starts. */
 export interface LauncherChoice {

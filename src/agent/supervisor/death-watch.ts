@@ -1,7 +1,8 @@
 import type { ChildProcess } from 'node:child_process';
 import { errorMessage } from '../../lib/errors.js';
 import { type ProcessIdentity, checkIdentity } from '../../lib/process/process-identity.js';
-import { type EngineUnit, readUnitExit } from './engine-unit.js';
+import type { EngineUnit } from './engine-unit.js';
+import { readUnitExit } from './read-unit-exit.js';
 
 /** How often an adopted engine (not our child: no exit event) is checked for being gone. The bound: at most every 500 ms. */
 export const IDENTITY_POLL_MS = 500;

@@ -1,5 +1,6 @@
 import { type TerminateOutcome, terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
-import { type EngineUnit, stopEngineUnit } from './engine-unit.js';
+import type { EngineUnit } from './engine-unit.js';
+import { stopEngineUnit } from './stop-engine-unit.js';
 
 /** An engine to end, by whichever fence its launcher gave it. */
 export interface EngineFence {

@@ -1,9 +1,5 @@
-import { setTimeout as sleep } from 'node:timers/promises';
 import { failure } from '../../lib/errors.js';
-import type { TerminateOutcome } from '../../lib/process/terminate-process-group.js';
-import { runSystemctl } from '../../lib/systemd/systemctl.js';
-import { type UnitExit, unitExitOf } from '../../lib/systemd/unit-exit.js';
-import { type UnitStatus, readUnitStatus } from '../../lib/systemd/unit-properties.js';
+import { type UnitStatus, readUnitStatus } from '../../lib/systemd/read-unit-status.js';
 
 /** The transient unit an engine runs in, as recorded in its state file. */
 export interface EngineUnit {
@@ -19,14 +15,8 @@ export interface EngineUnit {
 
 /** How often a unit is looked at while it stops, or while its exit status is awaited. */
 export const UNIT_POLL_MS = 20;
-/**
- * How long systemd may take to record a main process's exit after /proc says
- * it is gone (it reaps on SIGCHLD, within milliseconds when healthy).
- */
-export const UNIT_EXIT_WAIT_MS = 5000;
-
 /** States in which nothing of the unit runs any more. */
-const ENDED = new Set(['inactive', 'failed', '']);
+export const UNIT_ENDED_STATES = new Set(['inactive', 'failed', '']);
 
 /** Whether `status` is the run `unit` names; not-found and another invocation are not. */
 export function isSameRun(status: UnitStatus, unit: EngineUnit): boolean {
@@ -49,118 +39,4 @@ export async function readInvocation(name: string, signal?: AbortSignal): Promis
     throw failure(`systemd unit ${name} has no invocation id (LoadState ${status.LoadState}); see journalctl -u ${name}`);
   }
   return { unit: { name, invocationId: status.InvocationID }, mainPid: Number(status.MainPID) };
-}
-
-/**
- * How the unit's main process `pid` ended, as systemd recorded it: waited for
- * briefly, since the engine may be seen gone in /proc a moment before
- * systemd has reaped it. A description instead when systemd cannot say (the
- * unit was unloaded, or is another run).
- */
-export async function readUnitExit(unit: EngineUnit, pid: number, signal?: AbortSignal): Promise<{ exit: UnitExit; result: string } | { reason: string }> {
-  const deadline = Date.now() + UNIT_EXIT_WAIT_MS;
-  for (;;) {
-    const status = await readUnitStatus(unit.name, signal);
-    if (!isSameRun(status, unit)) return { reason: whyNotSameRun(status, unit) };
-    const exit = unitExitOf(status, pid);
-    if (exit) return { exit, result: status.Result };
-    if (Date.now() >= deadline) return { reason: `systemd recorded no exit for pid ${pid} of ${unit.name} within ${UNIT_EXIT_WAIT_MS} ms` };
-    await sleep(UNIT_POLL_MS, undefined, { signal });
-  }
-}
-
-/**
- * Ends every process of the unit's cgroup: a stop job (SIGTERM to all of
- * them, KillMode=control-group), `graceMs`, then SIGKILL to all of them.
- * The cgroup, not the process group: a worker that setsid()ed out of the
- * engine's group (vLLM's spawned workers can) is still in it, and a stop
- * that signalled only the group once left such workers holding GPU memory.
- * Resolves when systemd says nothing of the unit runs, and unloads a failed
- * unit so the shard id can be started again. Never touches another run.
- */
-export async function stopEngineUnit(unit: EngineUnit, opts: { graceMs: number; signal?: AbortSignal }): Promise<TerminateOutcome> {
-  const { signal } = opts;
-  signal?.throwIfAborted();
-  const first = await readUnitStatus(unit.name, signal);
-  if (!isSameRun(first, unit)) return first.LoadState === 'loaded' ? 'not-ours' : 'gone';
-  let outcome: TerminateOutcome = 'terminated';
-  if (ENDED.has(first.ActiveState)) {
-    outcome = 'gone';
-  } else {
-    await systemctlOrThrow(['stop', '--no-block', '--', unit.name], signal);
-    if (!(await waitEnded(unit, Date.now() + opts.graceMs, signal))) {
-      const again = await readUnitStatus(unit.name, signal);
-      if (!isSameRun(again, unit)) return 'terminated';
-      outcome = 'killed';
-      await systemctlOrThrow(['kill', '--kill-whom=all', '--signal=SIGKILL', '--', unit.name], signal);
-      // No limit, as for a process group: a process in uninterruptible sleep
-      // (a GPU driver call) holds its memory until it is really gone.
-      await waitEnded(unit, Number.POSITIVE_INFINITY, signal);
-    }
-  }
-  await forgetUnit(unit, signal);
-  return outcome;
-}
-
-/**
- * Unloads an ended unit (a failed one stays loaded, with its exit status,
- * until reset): once its status has been read and reported, it would only
- * make the next start of the shard id fail with "unit already exists".
- */
-export async function forgetUnit(unit: EngineUnit, signal?: AbortSignal): Promise<void> {
-  const status = await readUnitStatus(unit.name, signal);
-  if (!isSameRun(status, unit) || !ENDED.has(status.ActiveState)) return;
-  // Exits 1 when the unit is not failed (already unloaded): nothing to do then.
-  await runSystemctl(['reset-failed', '--', unit.name], { signal });
-}
-
-/**
- * What a dead engine's unit may still hold, ended: nothing when the unit
- * failed (systemd stopped its whole cgroup on the way), its leftovers when
- * the engine exited cleanly (RemainAfterExit keeps the unit, and any worker
- * in it, up). One `systemctl show` on the way to FAILED; unloading a failed
- * unit is left to the background, since a death is reported as fast as a
- * direct child's and clearEndedUnit unloads it before a relaunch anyway.
- */
-export async function endUnitLeftovers(unit: EngineUnit, opts: { graceMs: number; signal?: AbortSignal }): Promise<void> {
-  const status = await readUnitStatus(unit.name, opts.signal);
-  if (!isSameRun(status, unit)) return;
-  if (ENDED.has(status.ActiveState)) {
-    void runSystemctl(['reset-failed', '--', unit.name]).catch(() => {});
-    return;
-  }
-  await stopEngineUnit(unit, opts);
-}
-
-async function waitEnded(unit: EngineUnit, deadlineMs: number, signal?: AbortSignal): Promise<boolean> {
-  for (;;) {
-    const s = await readUnitStatus(unit.name, signal);
-    if (!isSameRun(s, unit) || ENDED.has(s.ActiveState)) return true;
-    if (Date.now() >= deadlineMs) return false;
-    await sleep(Math.min(UNIT_POLL_MS * 2.5, Math.max(1, deadlineMs - Date.now())), undefined, { signal });
-  }
-}
-
-async function systemctlOrThrow(argv: string[], signal?: AbortSignal): Promise<void> {
-  const r = await runSystemctl(argv, { signal });
-  if (r.exitCode !== 0) throw failure(`systemctl ${argv.join(' ')} exited ${r.exitCode}: ${r.stderr.trim() || 'no message'}`);
-}
-
-/**
- * Before a launch under a shard's unit name: a unit of that name left by an
- * earlier run whose engine has ended (failed, or exited with its leftovers)
- * is stopped and unloaded, since systemd-run refuses a name that is loaded.
- * One whose main process still runs is refused: that is an engine, and
- * nothing says it may be killed.
- */
-export async function clearEndedUnit(name: string, signal?: AbortSignal): Promise<void> {
-  const status = await readUnitStatus(name, signal);
-  if (status.LoadState !== 'loaded') return;
-  const mainPid = Number(status.MainPID);
-  if (!ENDED.has(status.ActiveState) && mainPid > 0) {
-    throw failure(
-      `systemd unit ${name} is ${status.ActiveState} with main pid ${mainPid}, but no state file of this agent describes it; stop it (systemctl stop ${name}) if nothing should run there, then start the shard again`,
-    );
-  }
-  await stopEngineUnit({ name, invocationId: status.InvocationID }, { graceMs: 0, signal });
 }

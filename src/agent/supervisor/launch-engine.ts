@@ -6,7 +6,8 @@ import { errorMessage, failure } from '../../lib/errors.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
 import { type ProcessIdentity, readBootId } from '../../lib/process/process-identity.js';
-import { type EngineUnit, clearEndedUnit, readInvocation } from './engine-unit.js';
+import { type EngineUnit, readInvocation } from './engine-unit.js';
+import { clearEndedUnit } from './stop-engine-unit.js';
 import { type SystemdRunOptions, buildSystemdRunArgv, systemdUnitName } from './systemd-run-argv.js';
 
 /** Limit for systemd-run and systemctl, which answer in milliseconds when systemd is healthy. */

@@ -4,7 +4,7 @@ import type { ShardStateFile } from '../../lib/files/state-file.js';
 import type { Logger } from '../../lib/logger.js';
 import type { Orphan } from '../../lib/process/orphan.js';
 import { unitExitOf } from '../../lib/systemd/unit-exit.js';
-import { readUnitStatus } from '../../lib/systemd/unit-properties.js';
+import { readUnitStatus } from '../../lib/systemd/read-unit-status.js';
 import { isSameRun, whyNotSameRun } from './engine-unit.js';
 
 /**
@@ -14,8 +14,8 @@ import { isSameRun, whyNotSameRun } from './engine-unit.js';
  * - alive and identified by pid and start time: its unit must be the run
  *   the state file recorded (same InvocationID, same main pid), or it is not
  *   adopted: the agent never takes over a unit it did not start;
- * - dead: the exit status systemd recorded for the engine is added to the
- *   reason, and as exitCode, so that the control plane hears how an engine
+ * - dead (or only its leftovers alive): the exit status systemd recorded for
+ *   the engine is added to the reason, and as exitCode, so that the control plane hears how an engine
  *   that died while the agent was down ended, not only that it is gone.
  *
  * systemctl not answering changes nothing: an engine identified by its pid
@@ -38,7 +38,8 @@ export async function judgeUnitOrphan(o: Orphan, file: ShardStateFile, log: Logg
     }
     return o;
   }
-  if (o.alive) return o;
+  // The engine is gone (or not the one recorded); what is alive, if anything, is what it left
+  // writing its log, which recovery kills. Either way, how the engine ended is systemd's to say.
   if (!isSameRun(status, unit)) return { ...o, reason: `${o.reason}; ${whyNotSameRun(status, unit)}` };
   const exit = unitExitOf(status, file.pid);
   if (!exit) return { ...o, reason: `${o.reason}; systemd recorded no exit status for it (${unit.name} is ${status.ActiveState})` };

@@ -1,5 +1,5 @@
 import { constants } from 'node:os';
-import type { UnitStatus } from './unit-properties.js';
+import type { UnitStatus } from './read-unit-status.js';
 
 /** How a unit's main process ended, as systemd recorded it (ExecMainCode, ExecMainStatus). */
 export type UnitExit = { code: number; signal: null } | { code: null; signal: NodeJS.Signals };

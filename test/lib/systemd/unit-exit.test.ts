@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { unitExitOf } from '../../../src/lib/systemd/unit-exit.js';
-import { parseShow, type UnitStatus } from '../../../src/lib/systemd/unit-properties.js';
+import { parseShow, type UnitStatus } from '../../../src/lib/systemd/read-unit-status.js';
 
 /** Properties as `systemctl show` printed them for real units in the lab (test/systemd). */
 const status = (text: string) => parseShow(text) as UnitStatus;

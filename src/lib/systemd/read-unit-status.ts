@@ -1,5 +1,5 @@
 import { failure } from '../errors.js';
-import { runSystemctl } from './systemctl.js';
+import { runSystemctl } from './run-systemctl.js';
 
 /** What the agent reads of an engine's unit (`systemctl show`). */
 export const UNIT_STATUS_PROPERTIES = [

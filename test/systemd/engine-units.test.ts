@@ -42,8 +42,9 @@ let f: Fixture;
 
 function configYaml(cpUrl: string, dirs: AgentDirs, launcher?: 'direct'): string {
   const yaml = agentConfigYaml({ server: cpUrl, dirs, nodeId: NODE, extraYaml: ['engines:', '  sim:', '    env: {}', '    extra_args: []'].join('\n') });
-  // No launcher line by default: what the lab proves is the default, auto.
-  return launcher ? yaml.replace('\nsupervisor:\n', `\nsupervisor:\n  launcher: ${launcher}\n`) : yaml;
+  // No launcher line by default: what the lab proves is the default, auto. Resource properties as an operator would set them.
+  const unitProperties = '  unit_properties:\n    CPUWeight: "150"\n    TasksMax: "512"\n';
+  return yaml.replace('\nsupervisor:\n', `\nsupervisor:\n${launcher ? `  launcher: ${launcher}\n` : ''}${unitProperties}`);
 }
 
 /** A wait set up before the event it waits for; marked handled so a test failing earlier leaves no unhandled rejection. */
@@ -155,7 +156,7 @@ describe.skipIf(unavailable !== undefined)(
       }
     });
 
-    it('auto picks systemd-run under systemd as PID 1: the shard is READY in llmgw-shard-<id>.service in llmgw.slice, and ctl status and the state file name its unit', async () => {
+    it('auto picks systemd-run under systemd as PID 1: the shard is READY in llmgw-shard-<id>.service in llmgw.slice with the configured resource properties, and ctl status and the state file name its unit', async () => {
       // The same decision the agent made, asked of this build inside the lab (outside it, choose-launcher.test.ts sees direct).
       const probe = await f.lab.run([
         process.execPath,
@@ -169,6 +170,9 @@ describe.skipIf(unavailable !== undefined)(
       const unit = unitOf('u1');
       expect(await f.lab.show(unit, 'ActiveState')).toBe('active');
       expect(await f.lab.show(unit, 'Slice')).toBe('llmgw.slice');
+      // supervisor.unit_properties, on the unit as systemd holds it.
+      expect(await f.lab.show(unit, 'CPUWeight')).toBe('150');
+      expect(await f.lab.show(unit, 'TasksMax')).toBe('512');
       expect(Number(await f.lab.show(unit, 'MainPID'))).toBe(engine.pid);
       // systemd, not the agent, appends the engine's output to the shard's log.
       expect(readFileSync(join(f.dirs.logDir, 'shards', 'u1.log'), 'utf8')).toContain('vLLM API server version');

@@ -82,6 +82,8 @@ export interface SpawnAgentOptions {
   nodeId?: string;
   /** reconnect_base and reconnect_max; the tests' fast 100ms and 1s by default. */
   reconnect?: { base: string; max: string };
+  /** argv the agent's command is run under, e.g. nsenter into a systemd lab. */
+  prefix?: string[];
 }
 
 export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOptions = {}): BenchAgent {
@@ -96,7 +98,8 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOpti
   if (opts.reconnect) yaml = yaml.replace(/^reconnect_base: .*$/m, `reconnect_base: ${opts.reconnect.base}`).replace(/^reconnect_max: .*$/m, `reconnect_max: ${opts.reconnect.max}`);
   writeFileSync(config, yaml);
   const spawnedAtMs = Date.now();
-  const child = execa(process.execPath, [...agentNodeArgs, BIN, 'agent', 'run', '--config', config], {
+  const argv = [...(opts.prefix ?? []), process.execPath, ...agentNodeArgs, BIN, 'agent', 'run', '--config', config];
+  const child = execa(argv[0] as string, argv.slice(1), {
     reject: false,
     stdin: 'ignore',
     stdout: 'ignore',

@@ -12,7 +12,19 @@
  * printed but not written to RESULTS.md, as profiling slows the agent.
  */
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  appendFileSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
@@ -21,6 +33,7 @@ import { Supervisor } from '../src/agent/supervisor/supervisor.js';
 import { BIN, REPO_ROOT } from '../test/helpers/run-cli.js';
 import { FAKE_NVIDIA_SMI, FIXTURE_SYSFS } from '../test/helpers/agent-config-yaml.js';
 import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
+import { bootLab, labUnavailableReason } from '../test/helpers/systemd-lab.js';
 import {
   cleanup,
   profileAgentsInto,
@@ -188,6 +201,70 @@ async function fig3(): Promise<void> {
   rows.push({ figure: '3a engine SIGKILL → FAILED on the stream, own child', measured: ms(own), reference: '-', target: '<= 100 ms', met: own <= 100 });
   const adopted = median(await deathReport(true, 3));
   rows.push({ figure: '3b engine SIGKILL → FAILED on the stream, adopted', measured: ms(adopted), reference: '-', target: '<= 600 ms', met: adopted <= 600 });
+}
+
+/**
+ * The host pid of the process that is `labPid` in the lab whose PID 1 is
+ * `labInit`, so the kill is sent from here at t0, with no nsenter in between.
+ */
+function hostPidOf(labInit: number, labPid: number): number {
+  const ns = readlinkSync(`/proc/${labInit}/ns/pid`);
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (readlinkSync(`/proc/${name}/ns/pid`) !== ns) continue;
+      const nspid = /^NSpid:\s+(.*)$/m.exec(readFileSync(`/proc/${name}/status`, 'utf8'))?.[1]?.trim().split(/\s+/);
+      if (Number(nspid?.at(-1)) === labPid) return Number(name);
+    } catch {
+      // Gone while scanned.
+    }
+  }
+  throw new Error(`no process is pid ${labPid} in the lab`);
+}
+
+/** Figure 3a's measurement, with the agent under a real systemd (the lab) and launcher auto: each engine in its own unit. */
+async function unitDeathReport(rounds: number): Promise<number[]> {
+  const why = await labUnavailableReason();
+  if (why) throw new Error(why);
+  const dirs = newRoot('f10');
+  const lab = await bootLab({ logFile: join(dirs.root, 'systemd-lab-boot.log') });
+  try {
+    const { cp, url } = await controlPlane();
+    spawnAgent(url, dirs, { prefix: ['nsenter', '-t', String(lab.pid), '-m', '-p', '--'] });
+    await cp.waitFor('node-a', isRegister, 30_000);
+    const out: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const id = `u${r}`;
+      const ready = cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 60_000);
+      cp.send('node-a', { case: 'start', value: simStart(id, await freePort(), { args: ['--load-time', '0s'] }) });
+      const st = (await ready).msg.value as { pid: number; state: ShardState; error: string };
+      if (st.state !== ShardState.READY) throw new Error(`shard ${id} did not start: ${st.error}`);
+      if ((await lab.show(`llmgw-shard-${id}.service`, 'MainPID')) !== String(st.pid)) throw new Error(`shard ${id} is not in its own unit: is the launcher systemd-run?`);
+      const hostPid = hostPidOf(lab.pid, st.pid);
+      const dead = cp.waitFor('node-a', shardIs(id, ShardState.FAILED, ShardState.EXITED), 30_000);
+      const t0 = Date.now();
+      process.kill(hostPid, 'SIGKILL');
+      const m = (await dead).msg.value as { error: string };
+      out.push(Date.now() - t0);
+      if (!m.error.includes('recorded by systemd')) throw new Error(`the death of ${id} was not read from systemd: ${m.error}`);
+    }
+    return out;
+  } finally {
+    await lab.stop();
+  }
+}
+
+async function fig10(): Promise<void> {
+  const direct = median(await deathReport(false, 5));
+  rows.push({ figure: '10a engine SIGKILL → FAILED on the stream, direct launcher (own child)', measured: ms(direct), reference: '-', target: '<= 300 ms', met: direct <= 300 });
+  const unit = median(await unitDeathReport(5));
+  rows.push({
+    figure: '10b engine SIGKILL → FAILED on the stream, systemd-run launcher (its own unit; status read from systemd)',
+    measured: ms(unit),
+    reference: `${ms(direct)} (10a)`,
+    target: '<= 300 ms',
+    met: unit <= 300,
+  });
 }
 
 async function fig4(): Promise<void> {
@@ -479,7 +556,7 @@ async function figNvml(): Promise<void> {
   }
 }
 
-const FIGURES: Record<string, () => Promise<void>> = { nvml: figNvml, '1': fig1, '2': fig2, '3': fig3, '4': fig4, '5': fig5, '6': fig6, '7': fig7, '8': fig8, '9': fig9 };
+const FIGURES: Record<string, () => Promise<void>> = { nvml: figNvml, '1': fig1, '2': fig2, '3': fig3, '4': fig4, '5': fig5, '6': fig6, '7': fig7, '8': fig8, '9': fig9, '10': fig10 };
 FIGURES.fleet = () => fleetFigure(rows, notes);
 FIGURES.floor = () => floorFigures(rows, notes, quick);
 

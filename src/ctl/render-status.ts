@@ -5,7 +5,7 @@ import { printable } from '../lib/printable.js';
 import { renderTable } from '../lib/table.js';
 import { enumLabel } from './enum-label.js';
 
-export const SHARD_TABLE_HEADER = ['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED'] as const;
+export const SHARD_TABLE_HEADER = ['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED', 'UNIT'] as const;
 
 /**
  * The human form of `ctl status`, from the response's proto JSON (what
@@ -89,5 +89,7 @@ function shardRow(sh: ShardInfoJson, nowMs: number): string[] {
     (sh.gpuIndices ?? []).length > 0 ? (sh.gpuIndices ?? []).join(',') : '-',
     Number.isNaN(started) ? '-' : formatAge(nowMs - started),
     sh.adopted ? 'yes' : 'no',
+    // The unit to give `systemctl status`; "(direct)" for an engine in a process group only.
+    sh.unit || (sh.launcher ? `(${sh.launcher})` : '-'),
   ];
 }

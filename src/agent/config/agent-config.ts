@@ -6,6 +6,8 @@
 
 export type Protocol = 'connect' | 'grpc';
 export type Launcher = 'direct' | 'systemd-run';
+/** The configured launcher: `auto` is decided at start (chooseLauncher). */
+export type LauncherSetting = Launcher | 'auto';
 export const ENGINE_NAMES = ['vllm', 'sglang', 'sim'] as const;
 export type EngineName = (typeof ENGINE_NAMES)[number];
 
@@ -77,7 +79,9 @@ export interface SupervisorConfig {
   /** Requests running and no generation token for this long: UNHEALTHY ("stalled"). 0 is off. Default 60 s. */
   stallTimeoutMs: number;
   logMaxBytes: number;
-  launcher: Launcher;
+  launcher: LauncherSetting;
+  /** Resource properties (MemoryMax, CPUWeight…) of every engine unit under systemd-run; see ALLOWED_UNIT_PROPERTIES. */
+  unitProperties?: Record<string, string>;
 }
 
 export interface AdminConfig {

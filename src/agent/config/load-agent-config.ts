@@ -5,6 +5,7 @@ import { configError, errnoCode } from '../../lib/errors.js';
 import { formatDuration, parseDuration, parseByteSize } from '../../lib/duration.js';
 import { MIN_STOP_GRACE_MS } from '../engines/shutdown-timeout.js';
 import { nearestName } from '../../lib/nearest-name.js';
+import { checkUnitProperties } from '../../lib/systemd/allowed-unit-properties.js';
 import { CONFIG_KEYS, DEFAULT_CONFIG_PATH, SECTIONS, envNames, type KeySpec } from './config-keys.js';
 import { defaultEngineConfig } from './default-engine-config.js';
 import { ENV_PATTERN } from './env-allowlist.js';
@@ -478,6 +479,8 @@ function checkCrossKeys(c: AgentConfig, where: (key: string) => string): void {
       `supervisor.stop_grace ${formatDuration(c.supervisor.stopGraceMs)} leaves an engine no time to drain; set it to at least ${formatDuration(MIN_STOP_GRACE_MS)} (${where('supervisor.stop_grace')})`,
     );
   }
+  const badProperty = checkUnitProperties(c.supervisor.unitProperties ?? {});
+  if (badProperty) throw configError(`supervisor.unit_properties: ${badProperty} (${where('supervisor.unit_properties')})`);
   const seen = new Set<string>();
   for (const f of c.fabrics) {
     if (seen.has(f.hca)) throw configError(`fabrics: hca ${f.hca} is listed twice (${where('fabrics')})`);

@@ -4,10 +4,11 @@ import { errorMessage, failure, usageError } from '../../lib/errors.js';
 import { STATE_SCHEMA_VERSION, readStateFile, removeStateFile, writeStateFile } from '../../lib/files/state-file.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
 import { findProcessesLoggingTo } from '../../lib/process/process-table.js';
-import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../lib/shard-layout.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { checkLaunchPlan } from './check-launch-plan.js';
+import { chooseLauncher } from './choose-launcher.js';
+import { endEngine } from './end-engine.js';
 import { engineEnv, launchEngine } from './launch-engine.js';
 import { ShardRunner, type ShardRunnerContext } from './shard-runner.js';
 
@@ -47,12 +48,13 @@ export async function launchShard(
     // of a leader that crashed, or an engine that timed out while loading):
     // they hold the GPUs the new one is about to ask for.
     previous.detach();
-    await terminateProcessGroup({ pgid: previous.pgid, stillOurs: () => previous.groupStillOurs(), graceMs: c.stopGraceMs, signal });
+    await endEngine(previous.fence(), { graceMs: c.stopGraceMs, signal });
   } else {
     await refuseUnsupervisedEngine(id, statePath, logPath);
   }
 
-  const launched = await launchEngine(c.launcher, id, plan, logPath, signal);
+  const { launcher } = await (ctx.launcher?.() ?? chooseLauncher(c.launcher));
+  const launched = await launchEngine(launcher, id, plan, logPath, signal, { properties: c.unitProperties, stopGraceMs: c.stopGraceMs });
   const runner = new ShardRunner(
     ctx,
     {
@@ -62,6 +64,8 @@ export async function launchShard(
       pgid: launched.pgid,
       identity: launched.identity,
       child: launched.child,
+      launcher,
+      unit: launched.unit,
       adopted: false,
       servesHttp: launch.servesHttp,
       inFlightMetric: launch.inFlightMetric ?? '',
@@ -82,7 +86,8 @@ export async function launchShard(
       pid: launched.pid,
       pgid: launched.pgid,
       identity: launched.identity,
-      launcher: c.launcher,
+      launcher,
+      ...(launched.unit ? { unit: launched.unit } : {}),
       logPath,
       createdAtMs: runner.startedAtMs,
     });
@@ -90,7 +95,7 @@ export async function launchShard(
     // Without its state file this engine could not be found after an agent
     // restart, and would hold its GPUs with nothing able to describe it.
     runner.detach();
-    await terminateProcessGroup({ pgid: launched.pgid, stillOurs: () => runner.groupStillOurs(), graceMs: 0 });
+    await endEngine(runner.fence(), { graceMs: 0 });
     throw failure(`cannot write the state file ${statePath}: ${errorMessage(err)}; the engine was stopped`, { cause: err });
   }
   return runner;

@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { constants as osConstants } from 'node:os';
-import type { SupervisorConfig } from '../config/agent-config.js';
+import type { Launcher, SupervisorConfig } from '../config/agent-config.js';
 import { servedModelName } from '../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../lib/duration.js';
@@ -9,10 +9,13 @@ import { removeStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import type { Logger } from '../../lib/logger.js';
 import type { ProcessIdentity } from '../../lib/process/process-identity.js';
-import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type DeathInfo, watchDeath } from './death-watch.js';
 import { type EngineGroup, groupStillOurs, reapLeftovers } from './engine-group.js';
+import type { EngineUnit } from './engine-unit.js';
+import { endUnitLeftovers } from './stop-engine-unit.js';
+import { type EngineFence, endEngine } from './end-engine.js';
+import type { LauncherChoice } from './choose-launcher.js';
 import { watchHealth } from './health-watch.js';
 import { PROBE_TIMEOUT_MS, httpGet } from './http-probe.js';
 import { readGauge } from './read-gauge.js';
@@ -34,6 +37,8 @@ export interface ShardRunnerContext {
   log: Logger;
   /** Hears every transition of the shard, after it is made and logged. */
   onTransition: (t: ShardTransition) => void;
+  /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
+  launcher?: () => Promise<LauncherChoice>;
 }
 
 /** One engine as launched or found: what the runner needs to watch, settle and stop it. */
@@ -45,6 +50,10 @@ export interface RunnerEngine {
   identity: ProcessIdentity;
   /** Our own child: its exit event tells us at once, with the status. Absent for an adopted engine. */
   child?: ChildProcess;
+  /** How it was launched; direct when not said (state files of version one). */
+  launcher?: Launcher;
+  /** Its systemd unit (systemd-run): its cgroup is what a stop ends, and systemd records its exit status. */
+  unit?: EngineUnit;
   adopted: boolean;
   servesHttp: boolean;
   /** The engine's Prometheus gauge of running requests ('' when it has none), read while draining. */
@@ -97,6 +106,8 @@ export class ShardRunner {
   private dead = false;
   private readonly identity: ProcessIdentity;
   private readonly child: ChildProcess | undefined;
+  private readonly launcher: Launcher;
+  private readonly unit: EngineUnit | undefined;
   private readonly inFlightMetric: string;
   /** Where the rank serves, derived once: nothing above the runner builds it again. */
   private readonly baseUrl: string | undefined;
@@ -122,6 +133,8 @@ export class ShardRunner {
     this.pgid = engine.pgid;
     this.identity = engine.identity;
     this.child = engine.child;
+    this.launcher = engine.launcher ?? 'direct';
+    this.unit = engine.unit;
     this.adopted = engine.adopted;
     this.servesHttp = engine.servesHttp;
     this.inFlightMetric = engine.inFlightMetric;
@@ -154,6 +167,7 @@ export class ShardRunner {
       child: this.child,
       pid: this.pid,
       identity: this.identity,
+      unit: this.unit,
       signal: this.life.signal,
       onDeath: (info) => void this.onDeath(info),
     });
@@ -175,6 +189,8 @@ export class ShardRunner {
       startedAtMs: this.startedAtMs,
       logPath: this.logPath,
       running: !this.dead,
+      launcher: this.launcher,
+      unit: this.unit?.name ?? '',
     };
   }
 
@@ -288,10 +304,11 @@ export class ShardRunner {
       this.signal = info.signal;
       this.exitCode = info.code ?? (info.signal ? 128 + (osConstants.signals[info.signal] ?? 0) : null);
     }
+    const recorded = info.known && info.recordedBy ? ` (recorded by ${info.recordedBy})` : '';
     const how = info.known
       ? info.signal
-        ? `was killed by ${info.signal}`
-        : `exited with code ${info.code}`
+        ? `was killed by ${info.signal}${recorded}`
+        : `exited with code ${info.code}${recorded}`
       : `is gone (${info.reason}; not a child of this agent, so its exit status is unknown)`;
     // Read before the state changes, so the report carries the engine's own last words.
     const lastOutput = await this.lastLines();
@@ -313,6 +330,15 @@ export class ShardRunner {
 
   private async reapLeftovers(): Promise<void> {
     const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
+    if (this.unit) {
+      // The unit's cgroup holds whatever the engine left, in or out of its group.
+      try {
+        await endUnitLeftovers(this.unit, { graceMs, signal: this.life.signal });
+      } catch (err) {
+        this.ctx.log.warn({ shard: this.shardId, unit: this.unit.name, err: errorMessage(err) }, "ending the rest of a dead engine's unit failed");
+      }
+      return;
+    }
     await reapLeftovers(this.group(), { graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
   }
 
@@ -329,6 +355,11 @@ export class ShardRunner {
     return { pid: this.pid, pgid: this.pgid, identity: this.identity, child: this.child };
   }
 
+  /** What ends everything of this engine: its unit's cgroup, or its process group. */
+  fence(): EngineFence {
+    return { pgid: this.pgid, unit: this.unit, stillOurs: () => this.groupStillOurs() };
+  }
+
   // ---------------------------------------------------------------- stop, drain
 
   /** Terminates the whole process group (SIGTERM, `graceMs`, SIGKILL); concurrent calls share one stop. */
@@ -343,7 +374,7 @@ export class ShardRunner {
     const graceMs = opts.graceMs ?? this.ctx.config.stopGraceMs;
     if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, `stop requested (grace ${formatDuration(graceMs)})`);
     this.serving.abort();
-    const outcome = await terminateProcessGroup({ pgid: this.pgid, stillOurs: () => this.groupStillOurs(), graceMs, signal: opts.signal });
+    const outcome = await endEngine(this.fence(), { graceMs, signal: opts.signal });
     if (outcome === 'not-ours') {
       this.ctx.log.warn({ shard: this.shardId, pid: this.pid }, 'engine pid now names another process; nothing was signalled');
     }
@@ -357,7 +388,7 @@ export class ShardRunner {
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
     await this.forgetStateFile();
-    if (this.state === S.STOPPING) this.transition(S.STOPPED, `process group ${outcome}`);
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.unit ? `unit ${this.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
     return this.snapshot();
   }
 

@@ -6,7 +6,7 @@ import { isNotFound } from '../../lib/errno.js';
 import { errorMessage, failure } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from '../../lib/files/rotate-log.js';
-import { readStateFile, removeStateFile } from '../../lib/files/state-file.js';
+import { readStateFile, readStateFileSync, removeStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import { findRecordedShardIds, judgeOrphan } from '../../lib/process/judge-orphan.js';
@@ -18,7 +18,12 @@ import { terminateProcessGroup } from '../../lib/process/terminate-process-group
 import { assertShardId } from '../../lib/shard-id.js';
 import { shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
+import { type LauncherChoice, chooseLauncher } from './choose-launcher.js';
+import { isSameRun } from './engine-unit.js';
+import { stopEngineUnit } from './stop-engine-unit.js';
+import { readUnitStatus } from '../../lib/systemd/read-unit-status.js';
 import { type ShardLaunch, launchShard } from './launch-shard.js';
+import { judgeUnitOrphan } from './unit-orphan.js';
 import { reattachShard } from './reattach-shard.js';
 import { RepeatedStartError } from './repeated-start-error.js';
 import type { SettleOptions, ShardRunner, ShardRunnerContext } from './shard-runner.js';
@@ -62,17 +67,33 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private readonly closing = new AbortController();
   private readonly logTimer: NodeJS.Timeout;
   private logCheckRunning = false;
+  private launcherChoice: Promise<LauncherChoice> | undefined;
 
   constructor(opts: SupervisorOptions) {
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t) };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), launcher: () => this.launcher() };
     this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
     this.logTimer.unref();
+    // Decided and logged now, at start, not at the first launch an operator may look for hours later.
+    void this.launcher();
   }
 
   // ---------------------------------------------------------------- start
+
+  /**
+   * The launcher new engines get: config.launcher, with `auto` decided once
+   * (chooseLauncher) and logged once with the reason, so an operator reading
+   * the journal knows whether stops fence by cgroup or by process group.
+   */
+  launcher(): Promise<LauncherChoice> {
+    this.launcherChoice ??= chooseLauncher(this.config.launcher).then((choice) => {
+      this.log.info({ launcher: choice.launcher, why: choice.why }, `engines are launched with ${choice.launcher}`);
+      return choice;
+    });
+    return this.launcherChoice;
+  }
 
   /**
    * Launches shard `spec.shardId` unless it already runs here or is being
@@ -244,7 +265,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    */
   async findOrphans(): Promise<Orphan[]> {
     const ids = findRecordedShardIds(this.config, (file) => this.log.warn({ file }, 'ignoring a state file whose name is not a shard id'));
-    return ids.filter((id) => !this.runners.has(id)).map((id) => judgeOrphan(this.config, id));
+    const orphans: Orphan[] = [];
+    for (const id of ids.filter((id) => !this.runners.has(id))) {
+      const o = judgeOrphan(this.config, id);
+      const read = readStateFileSync(shardStatePath(this.config.stateDir, id), id);
+      orphans.push(read.ok ? await judgeUnitOrphan(o, read.file, this.log) : o);
+    }
+    return orphans;
   }
 
   /**
@@ -262,6 +289,15 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     const ownGroup = readProcStat(process.pid)?.pgrp;
     const groups = new Set<number>();
     const read = await readStateFile(statePath, o.shardId);
+    const unit = read.ok ? read.file.unit : undefined;
+    if (unit) {
+      // Its cgroup first: that ends workers outside its process group too. Only the recorded run, never another unit of the name.
+      const status = await readUnitStatus(unit.name).catch(() => undefined);
+      if (status && isSameRun(status, unit)) {
+        this.log.warn({ shard: o.shardId, unit: unit.name, reason: o.reason }, 'stopping the unit of an engine left by a previous agent');
+        await stopEngineUnit(unit, { graceMs, signal: opts.signal });
+      }
+    }
     if (read.ok && checkIdentity(read.file.pid, read.file.identity).alive) groups.add(read.file.pgid);
     for (const p of findProcessesLoggingTo(logPath)) groups.add(p.pgid);
     for (const pgid of groups) {

@@ -50,7 +50,8 @@ describe('loadAgentConfig', () => {
       healthIntervalMs: 10_000,
       stallTimeoutMs: 60_000,
       logMaxBytes: 64 * 1024 * 1024,
-      launcher: 'direct',
+      launcher: 'auto',
+      unitProperties: {},
     });
     expect(config.admin).toEqual({ socket: '/run/llmgw/agent.sock', group: '' });
     expect(config.engines).toEqual({});

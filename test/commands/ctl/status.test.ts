@@ -69,11 +69,12 @@ describe('llmgw ctl status', () => {
     expect(lines[1]).toMatch(/^control +connected to http:\/\/127\.0\.0\.1:\d+ \(connect\) since \d{4}-\d\d-\d\dT[\d:.]+Z \(\d+[smh]/);
     expect(lines[2]).toBe('inventory  8 GPUs (8 × NVIDIA H100 80GB HBM3); driver 550.54.15, CUDA 12.4; 4 HCA ports (3 active)');
     const header = lines.findIndex((l) => l.startsWith('SHARD'));
-    expect(cells(lines[header] as string)).toEqual(['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED']);
+    expect(cells(lines[header] as string)).toEqual(['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED', 'UNIT']);
     const row = cells(lines[header + 1] as string);
     expect(row.slice(0, 8)).toEqual(['s1', 'r-s1', 'sim', 'sim/m', 'READY', String(shard.pid), String(shard.port), '0']);
     expect(row[8]).toMatch(/^\d+[smh]/);
     expect(row[9]).toBe('no');
+    expect(row[10]).toBe('(direct)');
   });
 
   it('--json prints the StatusResponse as proto JSON, zeros and falses included', async () => {
@@ -101,6 +102,8 @@ describe('llmgw ctl status', () => {
         rank: 0,
         nnodes: 1,
         logPath: join(fx.dirs.logDir, 'shards', 's1.log'),
+        launcher: 'direct',
+        unit: '',
       },
     ]);
   });

@@ -71,6 +71,7 @@ export class Agent {
         register: () => buildRegister(this.node, this.inventory, opts.supervisor.list()),
         heartbeat: () => this.heartbeat(),
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
+        onEstablished: () => this.reporter.onSessionEstablished(),
         onClosed: () => this.reporter.onSessionClosed(),
         onControlMessage: (m, outbox) => this.onControlMessage(m, outbox),
       },

@@ -3,6 +3,7 @@ import { durationMs } from '@bufbuild/protobuf/wkt';
 import { type Inventory, ShardState, type ShardStatus, ShardStatusSchema, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import { RateLimitedLog } from '../lib/rate-limited-log.js';
 import { readProcStat } from '../lib/process/proc-stat.js';
 import { assertShardId, isValidShardId } from '../lib/shard-id.js';
 import { isTerminal } from '../lib/shard-states.js';
@@ -32,10 +33,13 @@ export interface ShardCommandsOptions {
 export class ShardCommands {
   private readonly sup: Supervisor;
   private readonly log: Logger;
+  /** Refusals are logged a few times, not once per message: a flooding control plane must not fill the journal. */
+  private readonly refusals: RateLimitedLog;
 
   constructor(private readonly opts: ShardCommandsOptions) {
     this.sup = opts.supervisor;
     this.log = opts.logger;
+    this.refusals = new RateLimitedLog(opts.logger);
   }
 
   /**
@@ -65,7 +69,7 @@ export class ShardCommands {
       });
     } catch (err) {
       if (err instanceof RepeatedStartError) return;
-      log.warn({ err: errorMessage(err) }, 'refused to start a shard');
+      this.refusals.warn({ shard: id, replica: spec.replicaId, err: errorMessage(err) }, 'refused to start a shard');
       report(refusedStatus(nodeId, spec, errorMessage(err)));
       return;
     }
@@ -178,7 +182,7 @@ export class ShardCommands {
       const { nodeId, report } = this.opts;
       const why = `drain refused: ${errorMessage(err)}`;
       const shard = isValidShardId(id) ? this.sup.get(id) : undefined;
-      this.log.warn({ shard: id, err: why }, 'refused a drain');
+      this.refusals.warn({ shard: id, err: why }, 'refused a drain');
       if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
       else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
     }

@@ -1,3 +1,4 @@
+import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
 import { failure, usageError } from '../lib/errors.js';
 import { assertShardId } from '../lib/shard-id.js';
@@ -23,8 +24,9 @@ export interface CtlDrainOptions {
 
 /**
  * Marks one shard, or every serving one, DRAINING (the agent reports it to
- * the control plane, which routes elsewhere). With `wait`, follows the
- * in-flight counts to zero. Returns the agent's last message: `drained`
+ * the control plane, which routes elsewhere); with `cancel`, the named
+ * DRAINING shard (or every one) becomes READY again instead. With `wait`,
+ * follows the in-flight counts to zero. Returns the agent's last message: `drained`
  * when every shard reached zero, `timedOut` when the timeout passed first.
  */
 export async function ctlDrain(o: CtlDrainOptions): Promise<DrainResponse> {
@@ -40,7 +42,7 @@ export async function ctlDrain(o: CtlDrainOptions): Promise<DrainResponse> {
           all: o.all,
           wait: o.wait,
           cancel: o.cancel ?? false,
-          timeout: { seconds: BigInt(Math.floor(o.timeoutMs / 1000)), nanos: (o.timeoutMs % 1000) * 1e6 },
+          timeout: durationFromMs(o.timeoutMs),
         },
         { signal: o.signal, timeoutMs: o.wait ? o.timeoutMs + CLIENT_DEADLINE_SLACK_MS : CLIENT_DEADLINE_SLACK_MS },
       )

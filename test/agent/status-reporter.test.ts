@@ -51,6 +51,7 @@ describe('StatusReporter', () => {
     const reporter = new StatusReporter({ nodeId: 'n1' });
     const { outbox, sent, drained } = recordingOutbox();
     reporter.onSessionOpen(outbox);
+    reporter.onSessionEstablished();
     reporter.report(status('s1', ShardState.READY));
     await drained();
     expect(shardsOf(sent)).toEqual([['s1', 'READY', '']]);
@@ -85,6 +86,28 @@ describe('StatusReporter', () => {
       ['s1', 'FAILED', 'engine exited with code 1'],
       ['s3', 'EXITED', ''],
       ['s4', 'STOPPED', ''],
+    ]);
+    // Kept until the stream is known to work, then forgotten.
+    expect(reporter.pending.map((s) => s.shardId)).toEqual(['s1', 's3', 's4']);
+    reporter.onSessionEstablished();
+    expect(reporter.pending).toEqual([]);
+  });
+
+  it('sends a terminal status again after a session whose dial was refused: flushed into it, it never left the agent', async () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    reporter.report(status('s1', ShardState.FAILED, 'engine was killed by SIGKILL'));
+    const refused = recordingOutbox();
+    reporter.onSessionOpen(refused.outbox);
+    reporter.report(status('s2', ShardState.EXITED));
+    reporter.onSessionClosed();
+    refused.outbox.close();
+    const next = recordingOutbox();
+    reporter.onSessionOpen(next.outbox);
+    reporter.onSessionEstablished();
+    await next.drained();
+    expect(shardsOf(next.sent)).toEqual([
+      ['s1', 'FAILED', 'engine was killed by SIGKILL'],
+      ['s2', 'EXITED', ''],
     ]);
     expect(reporter.pending).toEqual([]);
   });

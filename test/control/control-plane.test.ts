@@ -1,7 +1,9 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { ControlPlane } from '../../src/control/control-plane.js';
 import { parseDeployment } from '../../src/control/load-deployment.js';
+import { MIN_LIVENESS_MS } from '../../src/control/node-session.js';
 import type { ReplicaView } from '../../src/control/replica-view.js';
 import { type ControlMessage, ShardState, ShardStatusSchema, type StartShard, type StopShard } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { FakeAgent, isStart, isStop } from '../helpers/fake-agent.js';
@@ -286,6 +288,33 @@ describe('ControlPlane', () => {
     await b.waitFor(isStart);
     const back = agent({ baseUrl: url, nodeId: 'node-a', gpus: 1, runningShards: [runningFrom(g1, ShardState.READY)] });
     expect(stopOf(await back.waitFor(isStop)).shardId).toBe(g1.shardId);
+  });
+
+  it('refuses a second stream for a node whose stream heartbeats, naming the peer, and lets one in once the first goes silent', async () => {
+    const { cp, url } = await startControlPlane({});
+    const refused: string[] = [];
+    cp.on('node-refused', (_id, reason) => refused.push(reason));
+    const live = agent({ baseUrl: url, nodeId: 'node-a' });
+    await live.sync();
+    const heartbeat = () => live.send({ case: 'heartbeat', value: { $typeName: 'llmgw.v1.Heartbeat', nodeId: 'node-a', gpuMemoryUsedMb: [] } });
+    heartbeat();
+    await sleep(100);
+    heartbeat();
+    await live.sync();
+
+    const dup = agent({ baseUrl: url, nodeId: 'node-a' });
+    await expect(dup.done).rejects.toThrow(/node node-a is already connected from 127\.0\.0\.1:\d+, since \d{4}-\d\d-\d\dT/);
+    expect(refused).toHaveLength(1);
+    expect(live.ended).toBe(false);
+    expect(cp.messages('node-a').filter((m) => m.msg.case === 'register')).toHaveLength(1);
+
+    // Silent for longer than its liveness window (at least MIN_LIVENESS_MS): taken for dead, replaced.
+    await sleep(MIN_LIVENESS_MS + 300);
+    const newer = agent({ baseUrl: url, nodeId: 'node-a' });
+    await newer.sync();
+    await live.done;
+    expect(live.ended).toBe(true);
+    expect(cp.nodes()).toMatchObject([{ id: 'node-a', connected: true }]);
   });
 
   it('replaces an older stream from the same node with a newer one', async () => {

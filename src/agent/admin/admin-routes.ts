@@ -1,5 +1,5 @@
 import { create } from '@bufbuild/protobuf';
-import type { Duration } from '@bufbuild/protobuf/wkt';
+import { durationMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
 import {
   AdminService,
@@ -13,10 +13,11 @@ import {
   LogsResponseSchema,
 } from '../../gen/llmgw/v1/admin_pb.js';
 import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
-import { errorMessage, LlmgwError } from '../../lib/errors.js';
+import { type ErrorKind, errorMessage, LlmgwError } from '../../lib/errors.js';
 import { isValidShardId, SHARD_ID_PATTERN } from '../../lib/shard-id.js';
 import type { AdoptOutcomeKind } from '../agent.js';
-import { isTerminal, stateName } from '../supervisor/shard-transitions.js';
+import { isTerminal } from '../../lib/shard-states.js';
+import { stateName } from '../supervisor/shard-transitions.js';
 import type { AdminBackend } from './admin-backend.js';
 import { buildStatusResponse } from './build-status-response.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
@@ -26,6 +27,32 @@ import { unknownShardError } from './unknown-shard-error.js';
 export const DEFAULT_LOG_LINES = 100;
 /** Lines per LogsResponse: a 100,000-line tail is sent as many small messages, not one huge one. */
 export const LOG_LINES_PER_MESSAGE = 1000;
+
+/** What a drain may name: the states that serve (DRAINING again is a no-op that shows progress). */
+const DRAINABLE: ReadonlySet<ShardState> = new Set([ShardState.READY, ShardState.UNHEALTHY, ShardState.DRAINING]);
+/** What a drain --cancel may name: only a drained shard has a drain to undo. */
+const CANCELLABLE: ReadonlySet<ShardState> = new Set([ShardState.DRAINING]);
+
+/**
+ * The Connect code for each kind of LlmgwError, so ctl maps it back to the
+ * right exit status (admin-call-error.ts): a bad request is InvalidArgument
+ * (exit 2), a runtime condition such as a shard in the wrong state is
+ * FailedPrecondition (exit 1), never a usage error. Anything that is not an
+ * LlmgwError is a bug: Internal.
+ */
+const CONNECT_CODE_BY_KIND: Record<ErrorKind, Code> = {
+  usage: Code.InvalidArgument,
+  failure: Code.FailedPrecondition,
+  config: Code.FailedPrecondition,
+  permission: Code.PermissionDenied,
+  unreachable: Code.Unavailable,
+};
+
+export function toConnectError(err: unknown): ConnectError {
+  if (err instanceof ConnectError) return err;
+  if (err instanceof LlmgwError) return new ConnectError(err.message, CONNECT_CODE_BY_KIND[err.kind]);
+  return new ConnectError(errorMessage(err), Code.Internal);
+}
 
 export interface AdminRoutesOptions {
   drainPollMs?: number;
@@ -124,13 +151,14 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
     throw new ConnectError('name one shard or set all, not both and not neither', Code.InvalidArgument);
   }
   if (req.cancel && req.wait) throw new ConnectError('cancel and wait do not go together: a cancelled drain has nothing to wait for', Code.InvalidArgument);
+  const allowed = req.cancel ? CANCELLABLE : DRAINABLE;
   let ids: string[];
   if (req.all) {
-    // Only what serves: a STARTING shard has no traffic to move, a terminal one no process.
-    const serving = req.cancel ? [ShardState.DRAINING] : [ShardState.READY, ShardState.UNHEALTHY, ShardState.DRAINING];
+    // Only what serves (with cancel, only what is drained): a STARTING shard
+    // has no traffic to move, a terminal one no process.
     ids = backend
       .shards()
-      .filter((s) => serving.includes(s.state))
+      .filter((s) => allowed.has(s.state))
       .map((s) => s.shardId)
       .sort();
   } else {
@@ -140,6 +168,12 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
     if (isTerminal(shard.state)) {
       throw new ConnectError(`shard ${req.shardId} is ${stateName(shard.state)}: there is nothing to drain`, Code.FailedPrecondition);
     }
+    // A runtime condition, not a bad request: decided here, so that it is
+    // FailedPrecondition (ctl exit 1) whatever kind the supervisor throws.
+    if (!allowed.has(shard.state)) {
+      const only = req.cancel ? 'only a DRAINING shard can have its drain cancelled' : 'only a READY or UNHEALTHY shard can be drained';
+      throw new ConnectError(`shard ${req.shardId} is ${stateName(shard.state)}: ${only}`, Code.FailedPrecondition);
+    }
     ids = [req.shardId];
   }
   for (const id of ids) {
@@ -148,7 +182,7 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
       if (req.cancel) await backend.cancelDrainShard(id);
       else await backend.drainShard(id);
     } catch (err) {
-      throw err instanceof LlmgwError ? new ConnectError(err.message, Code.FailedPrecondition) : new ConnectError(errorMessage(err), Code.Internal);
+      throw toConnectError(err);
     }
   }
   yield* streamDrainProgress(backend, {
@@ -158,8 +192,4 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
     signal: ctx.signal,
     pollMs: opts.drainPollMs,
   });
-}
-
-function durationMs(d: Duration): number {
-  return Number(d.seconds) * 1000 + Math.round(d.nanos / 1e6);
 }

@@ -67,5 +67,7 @@ export function shardInfoOf(s: ShardSnapshot): ShardInfo {
     rank: spec.rank,
     nnodes: spec.nnodes,
     logPath: s.logPath,
+    launcher: s.launcher ?? '',
+    unit: s.unit ?? '',
   });
 }

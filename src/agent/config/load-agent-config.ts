@@ -1,10 +1,15 @@
 import { readFileSync, accessSync, constants } from 'node:fs';
+import { isIP } from 'node:net';
 import { LineCounter, parseDocument, isMap, isSeq, isScalar, type Node, type YAMLMap } from 'yaml';
 import { configError, errnoCode } from '../../lib/errors.js';
 import { formatDuration, parseDuration, parseByteSize } from '../../lib/duration.js';
 import { MIN_STOP_GRACE_MS } from '../engines/shutdown-timeout.js';
 import { nearestName } from '../../lib/nearest-name.js';
+import { checkUnitProperties } from '../../lib/systemd/allowed-unit-properties.js';
 import { CONFIG_KEYS, DEFAULT_CONFIG_PATH, SECTIONS, envNames, type KeySpec } from './config-keys.js';
+import { defaultEngineConfig } from './default-engine-config.js';
+import { ENV_PATTERN } from './env-allowlist.js';
+import { findUser } from './find-user.js';
 import {
   ENGINE_NAMES,
   tlsEnabled,
@@ -262,6 +267,13 @@ function parseValue(spec: KeySpec, r: RawValue): unknown {
       if (!Number.isSafeInteger(n) || n < 0) throw bad(`must be a whole number of 0 or more, got ${describeValue(v)}`);
       return n;
     }
+    case 'share': {
+      // 5% or 0.05: both read naturally, and a bare 5 (meaning percent) is refused rather than read as 500%.
+      const m = typeof v === 'string' ? /^\s*(\d+(?:\.\d+)?)\s*%\s*$/.exec(v) : null;
+      const n = m ? Number(m[1]) / 100 : typeof v === 'number' || (typeof v === 'string' && fromText && /^\d*\.?\d+$/.test(v)) ? Number(v) : Number.NaN;
+      if (!(n >= 0 && n <= 1)) throw bad(`${describeValue(v)} is not a share; write it like 5% or 0.05 (between 0 and 1)`);
+      return n;
+    }
     case 'bool':
       if (typeof v === 'boolean') return v;
       if (fromText && typeof v === 'string' && /^(true|false|1|0|yes|no)$/i.test(v)) return /^(true|1|yes)$/i.test(v);
@@ -301,6 +313,8 @@ function parseValue(spec: KeySpec, r: RawValue): unknown {
   }
 }
 
+const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'user', 'enabled'] as const;
+
 function parseEngines(v: Record<string, unknown>, bad: (p: string) => Error): Partial<Record<EngineName, EngineConfig>> {
   const out: Partial<Record<EngineName, EngineConfig>> = {};
   for (const [name, settings] of Object.entries(v)) {
@@ -309,8 +323,8 @@ function parseEngines(v: Record<string, unknown>, bad: (p: string) => Error): Pa
       throw bad(`unknown engine ${name}${guess ? `; did you mean ${guess}?` : `; known engines: ${ENGINE_NAMES.join(', ')}`}`);
     }
     const s = settings ?? {};
-    if (!isRecord(s)) throw bad(`${name} must be a map of command, env, extra_args`);
-    const cfg: EngineConfig = { command: [], env: {}, extraArgs: [] };
+    if (!isRecord(s)) throw bad(`${name} must be a map of ${ENGINE_KEYS.join(', ')}`);
+    const cfg = defaultEngineConfig(name as EngineName);
     for (const [k, x] of Object.entries(s)) {
       if (k === 'command') {
         if (typeof x === 'string') {
@@ -331,14 +345,45 @@ function parseEngines(v: Record<string, unknown>, bad: (p: string) => Error): Pa
           throw bad(`${name}.extra_args must be a list of strings, got ${describeValue(x)}`);
         }
         cfg.extraArgs = x.map(String);
+      } else if (k === 'allowed_env') {
+        if (x === null) {
+          cfg.allowedEnv = [];
+          continue;
+        }
+        if (!Array.isArray(x) || !x.every((a) => typeof a === 'string')) {
+          throw bad(`${name}.allowed_env must be a list of variable names or NAME_* prefixes, got ${describeValue(x)}`);
+        }
+        const wrong = x.find((p) => !ENV_PATTERN.test(p));
+        if (wrong !== undefined) {
+          throw bad(`${name}.allowed_env: ${JSON.stringify(wrong)} is not a variable name or a NAME_* prefix (only a trailing * is a wildcard)`);
+        }
+        cfg.allowedEnv = x;
+      } else if (k === 'user') {
+        if (x === null || x === '') continue;
+        if (typeof x !== 'string') throw bad(`${name}.user must be an account name, got ${describeValue(x)}`);
+        const user = findUser(x);
+        if (!user) throw bad(`${name}.user: no account named ${JSON.stringify(x)} on this node; create it (useradd --system ${x}) or fix the name`);
+        cfg.user = user;
+      } else if (k === 'enabled') {
+        if (typeof x !== 'boolean') throw bad(`${name}.enabled must be true or false, got ${describeValue(x)}`);
+        cfg.enabled = x;
       } else {
-        const guess = nearestName(k, ['command', 'env', 'extra_args']);
+        const guess = nearestName(k, ENGINE_KEYS);
         throw bad(`unknown key ${name}.${k}${guess ? `; did you mean ${guess}?` : ''}`);
       }
     }
     out[name as EngineName] = cfg;
   }
   return out;
+}
+
+/** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: traffic that never leaves this node. */
+function isLoopbackHost(hostname: string): boolean {
+  const h = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost' || h.endsWith('.localhost')) return true;
+  if (isIP(h) === 4) return h.startsWith('127.');
+  if (isIP(h) === 6) return h === '::1' || /^::ffff:127\./.test(h) || /^(0+:){7}0*1$/.test(h);
+  return false;
 }
 
 /** "supervisor.stop_grace" (duration) → ["supervisor", "stopGraceMs"]. */
@@ -371,27 +416,46 @@ function assemble(parsed: Map<string, unknown>): AgentConfig {
 function checkCrossKeys(c: AgentConfig, where: (key: string) => string): void {
   const secure = tlsEnabled(c.tls);
   const server = c.server;
-  if (server.startsWith('https://')) {
-    if (!secure) throw configError(`server is an https:// address but no tls certificates are configured; set tls.cert, tls.key and tls.ca (${where('server')})`);
-  } else if (server.startsWith('http://')) {
-    if (secure) throw configError(`tls is configured but server is an http:// address; use https:// (${where('server')})`);
-  } else if (server.includes('://')) {
-    throw configError(`server ${JSON.stringify(server)} must be an http:// or https:// address (${where('server')})`);
-  } else {
-    c.server = `${secure ? 'https' : 'http'}://${server}`;
+  if (!server.includes('://')) {
+    // Guessing the scheme from the TLS settings once turned a typo in tls
+    // into a silent plaintext connection; the operator says which it is.
+    throw configError(
+      `server ${JSON.stringify(server)} has no scheme; write https://${server} (mutual TLS) or http://${server} (plaintext, loopback only unless insecure_plaintext: true) (${where('server')})`,
+    );
   }
+  let url: URL;
   try {
-    const url = new URL(c.server);
+    url = new URL(server);
     if (url.hostname === '') throw new Error('no host');
   } catch {
-    throw configError(`server ${JSON.stringify(server)} is not a valid address; write it like http://control-plane:8443 (${where('server')})`);
+    throw configError(`server ${JSON.stringify(server)} is not a valid address; write it like https://control-plane:8443 (${where('server')})`);
   }
-
-  if (secure) {
+  if (url.protocol === 'https:') {
+    if (!secure) throw configError(`server is an https:// address but no tls certificates are configured; set tls.cert, tls.key and tls.ca (${where('server')})`);
     if ((c.tls.cert === '') !== (c.tls.key === '')) {
       const missing = c.tls.cert === '' ? 'tls.cert' : 'tls.key';
       throw configError(`${missing} is required with ${missing === 'tls.cert' ? 'tls.key' : 'tls.cert'}: mutual TLS needs both (${where(missing === 'tls.cert' ? 'tls.key' : 'tls.cert')})`);
     }
+    // Server-only TLS (a CA alone) is refused: the control plane could not
+    // tell this node from any host that knows its address, which is not the
+    // mutual TLS the docs promise.
+    if (c.tls.cert === '') {
+      throw configError(`tls.cert and tls.key are required with an https:// server: the agent authenticates to the control plane with mutual TLS (${where('tls.ca')})`);
+    }
+  } else if (url.protocol === 'http:') {
+    if (secure) throw configError(`tls is configured but server is an http:// address; use https:// (${where('server')})`);
+    if (!isLoopbackHost(url.hostname) && !c.insecurePlaintext) {
+      // On h2c nothing authenticates the control plane, and it decides what
+      // runs as root here: whoever can spoof DNS or ARP on the way owns the node.
+      throw configError(
+        `server ${server} is plaintext http:// to a host that is not loopback; use https:// with tls, or set insecure_plaintext: true if this network is isolated (${where('server')})`,
+      );
+    }
+  } else {
+    throw configError(`server ${JSON.stringify(server)} must be an http:// or https:// address (${where('server')})`);
+  }
+
+  if (secure) {
     for (const key of ['tls.cert', 'tls.key', 'tls.ca'] as const) {
       const file = c.tls[key.slice(4) as 'cert' | 'key' | 'ca'];
       if (file === '') continue;
@@ -420,6 +484,8 @@ function checkCrossKeys(c: AgentConfig, where: (key: string) => string): void {
       `supervisor.stop_grace ${formatDuration(c.supervisor.stopGraceMs)} leaves an engine no time to drain; set it to at least ${formatDuration(MIN_STOP_GRACE_MS)} (${where('supervisor.stop_grace')})`,
     );
   }
+  const badProperty = checkUnitProperties(c.supervisor.unitProperties ?? {});
+  if (badProperty) throw configError(`supervisor.unit_properties: ${badProperty} (${where('supervisor.unit_properties')})`);
   const seen = new Set<string>();
   for (const f of c.fabrics) {
     if (seen.has(f.hca)) throw configError(`fabrics: hca ${f.hca} is listed twice (${where('fabrics')})`);

@@ -6,7 +6,9 @@ import { errorMessage, failure } from '../../lib/errors.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
 import { type ProcessIdentity, readBootId } from '../../lib/process/process-identity.js';
-import { buildSystemdRunArgv, systemdUnitName } from './systemd-run-argv.js';
+import { type EngineUnit, readInvocation } from './engine-unit.js';
+import { clearEndedUnit } from './stop-engine-unit.js';
+import { type SystemdRunOptions, buildSystemdRunArgv, systemdUnitName } from './systemd-run-argv.js';
 
 /** Limit for systemd-run and systemctl, which answer in milliseconds when systemd is healthy. */
 export const SYSTEMD_TIMEOUT_MS = 30_000;
@@ -17,6 +19,8 @@ export interface LaunchedEngine {
   identity: ProcessIdentity;
   /** Present when the engine is our own child, whose exit status we will be told. */
   child?: ChildProcess;
+  /** Present when the engine runs in its own systemd unit (systemd-run). */
+  unit?: EngineUnit;
 }
 
 /**
@@ -86,31 +90,30 @@ export async function launchDirect(plan: LaunchPlan, logPath: string): Promise<L
 
 /**
  * Starts the engine as a transient systemd unit. The engine is then
- * systemd's child, not ours: its exit is noticed by polling, like an adopted
- * engine's, and its exit status is not known here.
+ * systemd's child, not ours: its death is seen through /proc and its exit
+ * status read from the unit (death-watch), and its unit's InvocationID is
+ * what identifies it after an agent restart.
  */
 export async function launchSystemdRun(
   shardId: string,
   plan: LaunchPlan,
   logPath: string,
   signal?: AbortSignal,
+  opts: SystemdRunOptions = {},
 ): Promise<LaunchedEngine> {
-  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath);
-  const unit = `${systemdUnitName(shardId)}.service`;
+  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, opts);
+  const unit = systemdUnitName(shardId);
   try {
+    await clearEndedUnit(unit, signal);
     // Only the systemd-run launcher needs execa; direct launches do not load it.
     const { execa } = await import('execa');
     await execa(cmd as string, args, { timeout: SYSTEMD_TIMEOUT_MS, cancelSignal: signal, stdin: 'ignore' });
-    const { stdout } = await execa('systemctl', ['show', '-p', 'MainPID', '--value', unit], {
-      timeout: SYSTEMD_TIMEOUT_MS,
-      cancelSignal: signal,
-      stdin: 'ignore',
-    });
-    const pid = Number(String(stdout).trim());
+    const started = await readInvocation(unit, signal);
+    const pid = started.mainPid;
     if (!Number.isInteger(pid) || pid <= 1) {
-      throw failure(`systemd unit ${unit} has no main process (MainPID ${JSON.stringify(String(stdout).trim())}); see journalctl -u ${unit}`);
+      throw failure(`systemd unit ${unit} has no main process (MainPID ${pid}); see journalctl -u ${unit}`);
     }
-    return { pid, ...identityOf(pid) };
+    return { pid, ...identityOf(pid), unit: started.unit };
   } catch (err) {
     if (err instanceof Error && err.name === 'LlmgwError') throw err;
     throw failure(`cannot launch engine through systemd-run: ${errorMessage(err)}`, { cause: err });
@@ -128,6 +131,7 @@ export function launchEngine(
   plan: LaunchPlan,
   logPath: string,
   signal?: AbortSignal,
+  unitOptions: SystemdRunOptions = {},
 ): Promise<LaunchedEngine> {
-  return launcher === 'systemd-run' ? launchSystemdRun(shardId, plan, logPath, signal) : launchDirect(plan, logPath);
+  return launcher === 'systemd-run' ? launchSystemdRun(shardId, plan, logPath, signal, unitOptions) : launchDirect(plan, logPath);
 }

@@ -5,10 +5,11 @@ import { DEFAULT_KEEP_PREVIOUS_RUNS, keepPreviousRun } from '../../lib/files/kee
 import { STATE_SCHEMA_VERSION, readStateFile, removeStateFile, writeStateFile } from '../../lib/files/state-file.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
 import { findProcessesLoggingTo } from '../../lib/process/process-table.js';
-import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../lib/shard-layout.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { checkLaunchPlan } from './check-launch-plan.js';
+import { chooseLauncher } from './choose-launcher.js';
+import { endEngine } from './end-engine.js';
 import { engineEnv, launchEngine } from './launch-engine.js';
 import { ShardRunner, type ShardRunnerContext } from './shard-runner.js';
 
@@ -50,7 +51,7 @@ export async function launchShard(
     // of a leader that crashed, or an engine that timed out while loading):
     // they hold the GPUs the new one is about to ask for.
     previous.detach();
-    await terminateProcessGroup({ pgid: previous.pgid, stillOurs: () => previous.groupStillOurs(), graceMs: c.stopGraceMs, signal });
+    await endEngine(previous.fence(), { graceMs: c.stopGraceMs, signal });
   } else {
     await refuseUnsupervisedEngine(id, statePath, logPath);
   }
@@ -59,7 +60,8 @@ export async function launchShard(
     ctx.log.warn({ shard: id, err: errorMessage(err) }, 'could not keep the previous run\'s log; the new run appends to it'),
   );
 
-  const launched = await launchEngine(c.launcher, id, plan, logPath, signal);
+  const { launcher } = await (ctx.launcher?.() ?? chooseLauncher(c.launcher));
+  const launched = await launchEngine(launcher, id, plan, logPath, signal, { properties: c.unitProperties, stopGraceMs: c.stopGraceMs });
   const runner = new ShardRunner(
     ctx,
     {
@@ -69,6 +71,8 @@ export async function launchShard(
       pgid: launched.pgid,
       identity: launched.identity,
       child: launched.child,
+      launcher,
+      unit: launched.unit,
       adopted: false,
       servesHttp: launch.servesHttp,
       inFlightMetric: launch.inFlightMetric ?? '',
@@ -91,7 +95,8 @@ export async function launchShard(
       pid: launched.pid,
       pgid: launched.pgid,
       identity: launched.identity,
-      launcher: c.launcher,
+      launcher,
+      ...(launched.unit ? { unit: launched.unit } : {}),
       logPath,
       createdAtMs: runner.startedAtMs,
     });
@@ -99,7 +104,7 @@ export async function launchShard(
     // Without its state file this engine could not be found after an agent
     // restart, and would hold its GPUs with nothing able to describe it.
     runner.detach();
-    await terminateProcessGroup({ pgid: launched.pgid, stillOurs: () => runner.groupStillOurs(), graceMs: 0 });
+    await endEngine(runner.fence(), { graceMs: 0 });
     throw failure(`cannot write the state file ${statePath}: ${errorMessage(err)}; the engine was stopped`, { cause: err });
   }
   return runner;

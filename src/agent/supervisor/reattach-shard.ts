@@ -30,6 +30,9 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
       pid: f.file.pid,
       pgid: f.file.pgid,
       identity: f.file.identity,
+      launcher: f.file.launcher,
+      // Its run was checked against systemd's InvocationID when it was judged (Supervisor.findOrphans).
+      unit: f.file.unit,
       adopted: true,
       servesHttp: f.file.servesHttp,
       inFlightMetric: f.file.inFlightMetric,

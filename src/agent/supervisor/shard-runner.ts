@@ -1,20 +1,23 @@
 import type { ChildProcess } from 'node:child_process';
 import { constants as osConstants } from 'node:os';
-import type { SupervisorConfig } from '../config/agent-config.js';
+import type { Launcher, SupervisorConfig } from '../config/agent-config.js';
 import { servedModelName } from '../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../lib/duration.js';
-import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { errorMessage, failure } from '../../lib/errors.js';
 import { writeFailureRecord } from '../../lib/files/failure-record.js';
 import { removeStateFile, updateStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import type { Logger } from '../../lib/logger.js';
 import type { ProcessIdentity } from '../../lib/process/process-identity.js';
-import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { shardFailurePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type DeathInfo, watchDeath } from './death-watch.js';
 import { type EngineGroup, groupStillOurs, reapLeftovers } from './engine-group.js';
+import type { EngineUnit } from './engine-unit.js';
+import { endUnitLeftovers } from './stop-engine-unit.js';
+import { type EngineFence, endEngine } from './end-engine.js';
+import type { LauncherChoice } from './choose-launcher.js';
 import { type HealthVerdict, watchHealth } from './health-watch.js';
 import { PROBE_TIMEOUT_MS, httpGet } from './http-probe.js';
 import { readGauge } from './read-gauge.js';
@@ -36,6 +39,8 @@ export interface ShardRunnerContext {
   log: Logger;
   /** Hears every transition of the shard, after it is made and logged. */
   onTransition: (t: ShardTransition) => void;
+  /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
+  launcher?: () => Promise<LauncherChoice>;
 }
 
 /** One engine as launched or found: what the runner needs to watch, settle and stop it. */
@@ -47,6 +52,10 @@ export interface RunnerEngine {
   identity: ProcessIdentity;
   /** Our own child: its exit event tells us at once, with the status. Absent for an adopted engine. */
   child?: ChildProcess;
+  /** How it was launched; direct when not said (state files of version one). */
+  launcher?: Launcher;
+  /** Its systemd unit (systemd-run): its cgroup is what a stop ends, and systemd records its exit status. */
+  unit?: EngineUnit;
   adopted: boolean;
   servesHttp: boolean;
   /** The engine's Prometheus gauge of running requests ('' when it has none), read while draining. */
@@ -61,6 +70,9 @@ export interface RunnerEngine {
 }
 
 /** A profile without startup_timeout gets this long to load (large models take minutes). */
+/** How long a stop waits for Node to reap its own child after the group is gone, for its exit status. */
+const CHILD_REAP_WAIT_MS = 2000;
+
 export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
 
 export interface SettleOptions {
@@ -100,6 +112,8 @@ export class ShardRunner {
   private dead = false;
   private readonly identity: ProcessIdentity;
   private readonly child: ChildProcess | undefined;
+  private readonly launcher: Launcher;
+  private readonly unit: EngineUnit | undefined;
   private readonly inFlightMetric: string;
   private readonly generationTokensMetric: string;
   /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
@@ -133,6 +147,8 @@ export class ShardRunner {
     this.pgid = engine.pgid;
     this.identity = engine.identity;
     this.child = engine.child;
+    this.launcher = engine.launcher ?? 'direct';
+    this.unit = engine.unit;
     this.adopted = engine.adopted;
     this.servesHttp = engine.servesHttp;
     this.inFlightMetric = engine.inFlightMetric;
@@ -167,6 +183,7 @@ export class ShardRunner {
       child: this.child,
       pid: this.pid,
       identity: this.identity,
+      unit: this.unit,
       signal: this.life.signal,
       onDeath: (info) => void this.onDeath(info),
     });
@@ -189,6 +206,8 @@ export class ShardRunner {
       logPath: this.logPath,
       running: !this.dead,
       drainRequested: this.drainRequested,
+      launcher: this.launcher,
+      unit: this.unit?.name ?? '',
     };
   }
 
@@ -331,10 +350,11 @@ export class ShardRunner {
       this.signal = info.signal;
       this.exitCode = info.code ?? (info.signal ? 128 + (osConstants.signals[info.signal] ?? 0) : null);
     }
+    const recorded = info.known && info.recordedBy ? ` (recorded by ${info.recordedBy})` : '';
     const how = info.known
       ? info.signal
-        ? `was killed by ${info.signal}`
-        : `exited with code ${info.code}`
+        ? `was killed by ${info.signal}${recorded}`
+        : `exited with code ${info.code}${recorded}`
       : `is gone (${info.reason}; not a child of this agent, so its exit status is unknown)`;
     // Read before the state changes, so the report carries the engine's own last words.
     const lastOutput = await this.lastLines();
@@ -386,6 +406,15 @@ export class ShardRunner {
 
   private async reapLeftovers(): Promise<void> {
     const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
+    if (this.unit) {
+      // The unit's cgroup holds whatever the engine left, in or out of its group.
+      try {
+        await endUnitLeftovers(this.unit, { graceMs, signal: this.life.signal });
+      } catch (err) {
+        this.ctx.log.warn({ shard: this.shardId, unit: this.unit.name, err: errorMessage(err) }, "ending the rest of a dead engine's unit failed");
+      }
+      return;
+    }
     await reapLeftovers(this.group(), { graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
   }
 
@@ -402,6 +431,11 @@ export class ShardRunner {
     return { pid: this.pid, pgid: this.pgid, identity: this.identity, child: this.child };
   }
 
+  /** What ends everything of this engine: its unit's cgroup, or its process group. */
+  fence(): EngineFence {
+    return { pgid: this.pgid, unit: this.unit, stillOurs: () => this.groupStillOurs() };
+  }
+
   // ---------------------------------------------------------------- stop, drain
 
   /** Terminates the whole process group (SIGTERM, `graceMs`, SIGKILL); concurrent calls share one stop. */
@@ -416,18 +450,43 @@ export class ShardRunner {
     const graceMs = opts.graceMs ?? this.ctx.config.stopGraceMs;
     if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, `stop requested (grace ${formatDuration(graceMs)})`);
     this.serving.abort();
-    const outcome = await terminateProcessGroup({ pgid: this.pgid, stillOurs: () => this.groupStillOurs(), graceMs, signal: opts.signal });
+    const outcome = await endEngine(this.fence(), { graceMs, signal: opts.signal });
     if (outcome === 'not-ours') {
       this.ctx.log.warn({ shard: this.shardId, pid: this.pid }, 'engine pid now names another process; nothing was signalled');
     }
+    // A leader that is a zombie reads as gone before Node has reaped it: wait
+    // (briefly) for the exit event, or a clean SIGTERM exit would be recorded
+    // with no status at all.
+    await this.childExited(CHILD_REAP_WAIT_MS);
     // Gone either way: terminated, or its pid names another process now.
     this.dead = true;
     this.detach();
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
     await this.forgetStateFile();
-    if (this.state === S.STOPPING) this.transition(S.STOPPED, `process group ${outcome}`);
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.unit ? `unit ${this.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
     return this.snapshot();
+  }
+
+  /** Resolves once our own child's exit was seen (recording its status), or after `ms`; at once for an adopted engine. */
+  private async childExited(ms: number): Promise<void> {
+    const child = this.child;
+    if (!child || this.dead) return;
+    if (child.exitCode === null && child.signalCode === null) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, ms);
+        function done() {
+          clearTimeout(timer);
+          child?.off('exit', done);
+          resolve();
+        }
+        child.once('exit', done);
+      });
+    }
+    if (!this.dead && (child.exitCode !== null || child.signalCode !== null)) {
+      this.signal = child.signalCode;
+      this.exitCode = child.exitCode ?? (child.signalCode ? 128 + (osConstants.signals[child.signalCode] ?? 0) : null);
+    }
   }
 
   /**
@@ -442,7 +501,7 @@ export class ShardRunner {
       this.drainRequested = true;
       this.transition(S.DRAINING, 'drain requested');
     } else if (this.state !== S.DRAINING) {
-      throw usageError(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
+      throw failure(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
     }
     await this.persistDrain(true);
     return this.snapshot();
@@ -455,7 +514,7 @@ export class ShardRunner {
    */
   async cancelDrain(): Promise<ShardSnapshot> {
     if (this.state !== S.DRAINING) {
-      throw usageError(`shard ${this.shardId} is ${stateName(this.state)}: only a DRAINING shard can have its drain cancelled`);
+      throw failure(`shard ${this.shardId} is ${stateName(this.state)}: only a DRAINING shard can have its drain cancelled`);
     }
     this.drainRequested = false;
     this.error = '';

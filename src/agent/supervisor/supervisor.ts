@@ -3,10 +3,10 @@ import { existsSync, unlinkSync } from 'node:fs';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
-import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { errorMessage, failure } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from '../../lib/files/rotate-log.js';
-import { readStateFile, removeStateFile } from '../../lib/files/state-file.js';
+import { readStateFile, readStateFileSync, removeStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import { findRecordedShardIds, judgeOrphan } from '../../lib/process/judge-orphan.js';
@@ -18,7 +18,12 @@ import { terminateProcessGroup } from '../../lib/process/terminate-process-group
 import { assertShardId } from '../../lib/shard-id.js';
 import { previousRunLogPath, shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
+import { type LauncherChoice, chooseLauncher } from './choose-launcher.js';
+import { isSameRun } from './engine-unit.js';
+import { stopEngineUnit } from './stop-engine-unit.js';
+import { readUnitStatus } from '../../lib/systemd/read-unit-status.js';
 import { type ShardLaunch, launchShard } from './launch-shard.js';
+import { judgeUnitOrphan } from './unit-orphan.js';
 import { reattachShard } from './reattach-shard.js';
 import { RepeatedStartError } from './repeated-start-error.js';
 import type { SettleOptions, ShardRunner, ShardRunnerContext } from './shard-runner.js';
@@ -62,17 +67,33 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private readonly closing = new AbortController();
   private readonly logTimer: NodeJS.Timeout;
   private logCheckRunning = false;
+  private launcherChoice: Promise<LauncherChoice> | undefined;
 
   constructor(opts: SupervisorOptions) {
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t) };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), launcher: () => this.launcher() };
     this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
     this.logTimer.unref();
+    // Decided and logged now, at start, not at the first launch an operator may look for hours later.
+    void this.launcher();
   }
 
   // ---------------------------------------------------------------- start
+
+  /**
+   * The launcher new engines get: config.launcher, with `auto` decided once
+   * (chooseLauncher) and logged once with the reason, so an operator reading
+   * the journal knows whether stops fence by cgroup or by process group.
+   */
+  launcher(): Promise<LauncherChoice> {
+    this.launcherChoice ??= chooseLauncher(this.config.launcher).then((choice) => {
+      this.log.info({ launcher: choice.launcher, why: choice.why }, `engines are launched with ${choice.launcher}`);
+      return choice;
+    });
+    return this.launcherChoice;
+  }
 
   /**
    * Launches shard `spec.shardId` unless it already runs here or is being
@@ -161,7 +182,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private mustGet(shardId: string): ShardRunner {
     assertShardId(shardId);
     const runner = this.runners.get(shardId);
-    if (!runner) throw usageError(`no shard ${shardId} is supervised here`);
+    if (!runner) throw failure(`no shard ${shardId} is supervised here`);
     return runner;
   }
 
@@ -187,7 +208,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   remove(shardId: string): void {
     const runner = this.mustGet(shardId);
     if (!isTerminal(runner.currentState)) {
-      throw usageError(`shard ${shardId} is ${stateName(runner.currentState)}: stop it before removing it`);
+      throw failure(`shard ${shardId} is ${stateName(runner.currentState)}: stop it before removing it`);
     }
     runner.detach();
     this.runners.delete(shardId);
@@ -256,7 +277,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    */
   async findOrphans(): Promise<Orphan[]> {
     const ids = findRecordedShardIds(this.config, (file) => this.log.warn({ file }, 'ignoring a state file whose name is not a shard id'));
-    return ids.filter((id) => !this.runners.has(id)).map((id) => judgeOrphan(this.config, id));
+    const orphans: Orphan[] = [];
+    for (const id of ids.filter((id) => !this.runners.has(id))) {
+      const o = judgeOrphan(this.config, id);
+      const read = readStateFileSync(shardStatePath(this.config.stateDir, id), id);
+      orphans.push(read.ok ? await judgeUnitOrphan(o, read.file, this.log) : o);
+    }
+    return orphans;
   }
 
   /**
@@ -267,13 +294,22 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    */
   async killOrphan(o: Orphan, opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<void> {
     assertShardId(o.shardId);
-    if (this.runners.has(o.shardId)) throw usageError(`shard ${o.shardId} is supervised here; stop it instead`);
+    if (this.runners.has(o.shardId)) throw failure(`shard ${o.shardId} is supervised here; stop it instead`);
     const statePath = shardStatePath(this.config.stateDir, o.shardId);
     const logPath = shardLogPath(this.config.logDir, o.shardId);
     const graceMs = opts.graceMs ?? this.config.stopGraceMs;
     const ownGroup = readProcStat(process.pid)?.pgrp;
     const groups = new Set<number>();
     const read = await readStateFile(statePath, o.shardId);
+    const unit = read.ok ? read.file.unit : undefined;
+    if (unit) {
+      // Its cgroup first: that ends workers outside its process group too. Only the recorded run, never another unit of the name.
+      const status = await readUnitStatus(unit.name).catch(() => undefined);
+      if (status && isSameRun(status, unit)) {
+        this.log.warn({ shard: o.shardId, unit: unit.name, reason: o.reason }, 'stopping the unit of an engine left by a previous agent');
+        await stopEngineUnit(unit, { graceMs, signal: opts.signal });
+      }
+    }
     if (read.ok && checkIdentity(read.file.pid, read.file.identity).alive) groups.add(read.file.pgid);
     for (const p of findProcessesLoggingTo(logPath)) groups.add(p.pgid);
     for (const pgid of groups) {
@@ -300,7 +336,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   adopt(o: Orphan): ShardSnapshot {
     assertShardId(o.shardId);
     const existing = this.runners.get(o.shardId);
-    if (existing && !isTerminal(existing.currentState)) throw usageError(`shard ${o.shardId} is already supervised here`);
+    if (existing && !isTerminal(existing.currentState)) throw failure(`shard ${o.shardId} is already supervised here`);
     const runner = reattachShard(this.ctx, o, existing);
     existing?.detach();
     this.runners.set(o.shardId, runner);

@@ -6,6 +6,7 @@ import { type StartShard, StartShardSchema } from '../../gen/llmgw/v1/agent_pb.j
 import { errnoCode } from '../errno.js';
 import { errorMessage } from '../errors.js';
 import type { ProcessIdentity } from '../process/process-identity.js';
+import { systemdUnitName } from '../systemd/unit-name.js';
 
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
@@ -31,6 +32,8 @@ export interface ShardStateFile {
   identity: ProcessIdentity;
   /** How the engine was launched; the agent config's `launcher`, spelled out here because lib sits below the agent. */
   launcher: 'direct' | 'systemd-run';
+  /** The engine's systemd unit and the InvocationID of its run (systemd-run launcher only): what identifies it after a restart. */
+  unit?: { name: string; invocationId: string };
   logPath: string;
   createdAtMs: number;
 }
@@ -49,6 +52,7 @@ function toDisk(s: ShardStateFile): JsonValue {
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
     launcher: s.launcher,
+    ...(s.unit ? { unit: { name: s.unit.name, invocationId: s.unit.invocationId } } : {}),
     logPath: s.logPath,
     createdAtMs: s.createdAtMs,
   };
@@ -142,6 +146,10 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   }
   if (typeof identity.bootId !== 'string' || identity.bootId === '') return bad('identity.bootId');
   if (raw.launcher !== 'direct' && raw.launcher !== 'systemd-run') return bad('launcher');
+  const unit = raw.unit;
+  if (unit !== undefined && (!isObject(unit) || unit.name !== systemdUnitName(expectedShardId) || typeof unit.invocationId !== 'string' || !/^[0-9a-f]{32}$/.test(unit.invocationId))) {
+    return bad('unit');
+  }
   if (typeof raw.logPath !== 'string') return bad('logPath');
   if (typeof raw.createdAtMs !== 'number') return bad('createdAtMs');
   let spec: StartShard;
@@ -165,6 +173,7 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },
       launcher: raw.launcher,
+      ...(isObject(unit) ? { unit: { name: unit.name as string, invocationId: unit.invocationId as string } } : {}),
       logPath: raw.logPath,
       createdAtMs: raw.createdAtMs,
     },

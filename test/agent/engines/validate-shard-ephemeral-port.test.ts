@@ -12,7 +12,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const range = join(dir, 'ip_local_port_range');
 writeFileSync(range, '32768\t60999\n');
-const opts = { executable: process.execPath, executableHint: 'set engines.vllm.command', portRangePath: range };
+const opts = { engine: 'vllm', executable: process.execPath, executableHint: 'set engines.vllm.command', allowedEnv: [], portRangePath: range };
 
 describe('validateShard: ports in the ephemeral range', () => {
   it('refuses an http_port inside the range, naming it and what to do', async () => {

@@ -105,6 +105,10 @@ export class ShardRunner {
   /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
   private readonly serving = new AbortController();
   private stopping: Promise<ShardSnapshot> | undefined;
+  /** A fault of one of the shard's GPUs ("GPU 3: Xid 79: ..."), '' when they are sound. */
+  private gpuFault = '';
+  /** The health probe's last verdict: a cleared GPU fault returns the shard to READY only if it answers. */
+  private probeHealthy = true;
 
   constructor(
     private readonly ctx: ShardRunnerContext,
@@ -244,10 +248,40 @@ export class ShardRunner {
       intervalMs: this.ctx.config.healthIntervalMs,
       signal: this.serving.signal,
       onChange: (healthy, reason) => {
-        if (healthy && this.state === S.UNHEALTHY) this.transition(S.READY, reason);
+        this.probeHealthy = healthy;
+        // An engine answering again on a faulted GPU stays UNHEALTHY: the GPU, not the engine, is the cause.
+        if (healthy && this.state === S.UNHEALTHY && this.gpuFault === '') this.transition(S.READY, reason);
         else if (!healthy && this.state === S.READY) this.transition(S.UNHEALTHY, reason);
       },
     });
+    // A fault raised while the engine was loading: READY for a moment would send traffic to a dying GPU.
+    if (this.gpuFault !== '') this.becomeUnhealthyForGpu();
+  }
+
+  /**
+   * One of the shard's GPUs has a fault: a READY shard becomes UNHEALTHY with
+   * the fault as its error, and stays so while the fault lasts. The engine is
+   * not touched: the control plane decides whether to replace it.
+   */
+  markGpuFault(reason: string): void {
+    if (reason === '' || reason === this.gpuFault) return;
+    this.gpuFault = reason;
+    if (this.state === S.READY) this.becomeUnhealthyForGpu();
+    else if (this.state === S.UNHEALTHY || this.state === S.DRAINING) this.error = reason;
+  }
+
+  /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
+  clearGpuFault(): void {
+    if (this.gpuFault === '') return;
+    const was = this.gpuFault;
+    this.gpuFault = '';
+    if (this.error === was) this.error = '';
+    if (this.state === S.UNHEALTHY && this.probeHealthy) this.transition(S.READY, `GPU fault cleared (${was})`);
+  }
+
+  private becomeUnhealthyForGpu(): void {
+    this.error = this.gpuFault;
+    this.transition(S.UNHEALTHY, this.gpuFault);
   }
 
   /** False when already past STARTING and serving (nothing to wait for); throws when it cannot become ready. */

@@ -35,6 +35,12 @@ export interface AgentOptions {
 /** One GPU's health as `ctl status` shows it. */
 export interface GpuHealthView {
   index: number;
+  /** The latest reading (the heartbeats'), MiB. */
+  memoryUsedMb: number;
+  /** Discovery's verdict and the watch's together, as the next Inventory says. */
+  healthy: boolean;
+  /** Why not: the watch's fault first, then what discovery said. */
+  error: string;
   fault?: GpuFault;
   recentEvents: GpuEvent[];
 }
@@ -129,11 +135,18 @@ export class Agent {
     return this.inventory;
   }
 
-  /** Each GPU's unresolved fault and last events, from the health watch; [] before it starts. */
+  /** Each GPU of the inventory: its latest memory reading, unresolved fault and last events (none before the watch starts). */
   gpuHealth(): GpuHealthView[] {
     const watch = this.health;
-    if (!watch) return [];
-    return this.inventoryWatcher.current().gpus.map((g) => ({ index: g.index, fault: watch.faultOf(g.index), recentEvents: watch.recentEvents(g.index) }));
+    const used = this.heartbeat().gpuMemoryUsedMb;
+    return this.inventory.gpus.map((g) => ({
+      index: g.index,
+      memoryUsedMb: used[g.index] ?? g.memoryUsedMb,
+      healthy: g.healthy,
+      error: g.error,
+      fault: watch?.faultOf(g.index),
+      recentEvents: watch?.recentEvents(g.index) ?? [],
+    }));
   }
 
   shards(): ShardSnapshot[] {

@@ -3,13 +3,14 @@ import type { InventoryJson } from '../gen/llmgw/v1/agent_pb.js';
 import { formatAge } from '../lib/format-age.js';
 import { renderTable } from '../lib/table.js';
 import { enumLabel } from './enum-label.js';
+import { renderGpuStatus } from './render-gpu-status.js';
 
 export const SHARD_TABLE_HEADER = ['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED'] as const;
 
 /**
  * The human form of `ctl status`, from the response's proto JSON (what
  * `--json` prints): the agent, its control-plane connection, an inventory
- * summary, and a table of shards. `nowMs` makes ages testable.
+ * summary, a table of GPUs with their health, and a table of shards. `nowMs` makes ages testable.
  */
 export function renderStatus(s: StatusResponseJson, nowMs: number): string {
   const started = Date.parse(s.startedAt ?? '');
@@ -19,6 +20,8 @@ export function renderStatus(s: StatusResponseJson, nowMs: number): string {
     `inventory  ${describeInventory(s.inventory ?? {})}`,
   ];
   for (const w of s.inventory?.warnings ?? []) lines.push(`warning    ${w}`);
+  const gpuLines = renderGpuStatus(s, nowMs);
+  if (gpuLines.length > 0) lines.push('', ...gpuLines);
   const shards = s.shards ?? [];
   lines.push('');
   if (shards.length === 0) {

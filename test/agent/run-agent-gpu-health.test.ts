@@ -5,6 +5,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, type GpuEvent, GpuEventKind, type Heartbeat, type Inventory, type Register, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentConfigYaml, agentDirs, cleanUpEnginesAfterTest } from '../helpers/agent-process.js';
 import { freePort, isRunning } from '../helpers/engine-processes.js';
+import { runCli } from '../helpers/run-cli.js';
 import { GPU_FIXTURES } from '../helpers/fake-gpus.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { spawnAgentProcess } from '../helpers/spawn-agent-process.js';
@@ -63,7 +64,7 @@ async function gpuAgent(o: GpuAgentOptions = {}) {
     await exited;
   });
   const register = (await registered).msg.value as Register;
-  return { cp: plane.cp, child, exited, records, register, dataset, control, kmsg };
+  return { cp: plane.cp, child, exited, records, register, dataset, control, kmsg, socket: dirs.socket };
 }
 
 type Started = Awaited<ReturnType<typeof gpuAgent>>;
@@ -138,6 +139,16 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     const a = await gpuAgent();
     const ms = await expectFaultReported(a, () => appendFileSync(a.control, 'xid 2 79\n'), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
     console.info(`Xid 79 through NVML: shard UNHEALTHY on the stream ${ms} ms after the injection`);
+
+    const json = await runCli(['ctl', 'status', '--socket', a.socket, '--json']);
+    expect(json.exitCode).toBe(0);
+    const status = JSON.parse(json.stdout) as { gpus: { index: number; healthy: boolean; fault: string; recentEvents: { message: string; source: string }[] }[] };
+    expect(status.gpus[2]).toMatchObject({ index: 2, healthy: false, fault: 'Xid 79: GPU has fallen off the bus' });
+    expect(status.gpus[2]?.recentEvents.at(-1)).toMatchObject({ message: 'Xid 79: GPU has fallen off the bus', source: 'nvml' });
+    expect(status.gpus.filter((g) => g.healthy).map((g) => g.index)).toEqual([0, 1, 3, 4, 5, 6, 7]);
+    const text = (await runCli(['ctl', 'status', '--socket', a.socket])).stdout;
+    expect(text).toMatch(/^2 +NVIDIA H100 80GB HBM3 +\d+ \/ 81559 MiB +UNHEALTHY +Xid 79: GPU has fallen off the bus \(nvml, /m);
+    expect(text).toContain('GPU 2: Xid 79: GPU has fallen off the bus');
   });
 
   it.each([

@@ -33,10 +33,15 @@ export type PlacementResult = { ok: true; shards: ShardPlacement[] } | { ok: fal
 export function placeReplica(replica: DeploymentReplica, nodes: readonly PlacementNode[]): PlacementResult {
   const min = replica.profile.minComputeCapability;
   const fits: { id: string; free: number[] }[] = [];
+  /** "node-a GPU 3, 4": left out only for memory nobody listed holds, which the reason must say. */
+  const squatted: string[] = [];
   for (const node of nodes) {
     if (replica.pool !== '' && node.labels.pool !== replica.pool) continue;
-    const free = node.gpus
-      .filter((g) => g.healthy && !node.usedGpus.has(g.index) && meetsCapability(g.computeCapability, min) && !foreignMemoryProblem(g, node.processes ?? [], DEFAULT_FOREIGN_MEMORY_SHARE))
+    const candidates = node.gpus.filter((g) => g.healthy && !node.usedGpus.has(g.index) && meetsCapability(g.computeCapability, min));
+    const foreign = candidates.filter((g) => foreignMemoryProblem(g, node.processes ?? [], DEFAULT_FOREIGN_MEMORY_SHARE) !== undefined);
+    if (foreign.length > 0) squatted.push(`${node.id} GPU ${foreign.map((g) => g.index).join(', ')}`);
+    const free = candidates
+      .filter((g) => !foreign.includes(g))
       .map((g) => g.index)
       .sort((a, b) => a - b);
     if (free.length >= replica.gpusPerShard) fits.push({ id: node.id, free });
@@ -46,7 +51,9 @@ export function placeReplica(replica: DeploymentReplica, nodes: readonly Placeme
     const what = replica.gpusPerShard === 0 ? 'a node' : `${replica.gpusPerShard} free healthy GPU(s)${min ? ` of compute capability ${min} or more` : ''}`;
     return {
       ok: false,
-      reason: `needs ${replica.nnodes} node(s) with ${what}; ${fits.length} of the ${where} have that`,
+      reason:
+        `needs ${replica.nnodes} node(s) with ${what}; ${fits.length} of the ${where} have that` +
+        (squatted.length > 0 ? ` (left out, their memory used by no process the node lists: ${squatted.join('; ')})` : ''),
     };
   }
   fits.sort((a, b) => a.free.length - b.free.length || a.id.localeCompare(b.id));

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, type GpuEvent, GpuEventKind, type Heartbeat, type Inventory, type Register, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentConfigYaml, agentDirs, cleanUpEnginesAfterTest } from '../helpers/agent-process.js';
-import { freePort, isRunning } from '../helpers/engine-processes.js';
+import { freePort, isRunning, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 import { GPU_FIXTURES } from '../helpers/fake-gpus.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
@@ -172,6 +172,34 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     appendFileSync(a.control, 'remap 1 clear\n');
     await cleared;
     expect(((await ready).msg.value as ShardStatus).error).toBe('');
+  });
+
+  it('keeps the shard UNHEALTHY when the fault clears but its engine stopped answering meanwhile, READY once it answers', async () => {
+    const a = await gpuAgent({ interval: '500ms' });
+    const { pid } = await readyShard(a, 's1', 1);
+    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
+    appendFileSync(a.control, 'remap 1 pending\n');
+    await unhealthy;
+    // A hung engine: alive, silent. Its probes fail while the GPU is still faulted.
+    process.kill(pid, 'SIGSTOP');
+    onTestFinished(() => {
+      if (isRunning(pid)) process.kill(pid, 'SIGCONT');
+    });
+    await until(
+      () => a.records.some((r) => r.msg === 'health probe verdict' && r.shard === 's1' && r.healthy === false),
+      'the hung engine fails its health probes',
+      20_000,
+    );
+    const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED), 20_000);
+    appendFileSync(a.control, 'remap 1 clear\n');
+    await cleared;
+    const clearedAt = a.cp.messages('node-a').length;
+    // It answers again: READY, since its GPU is sound now, and not before.
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(a.cp.messages('node-a').slice(clearedAt).filter(shardIs('s1', ShardState.READY))).toEqual([]);
+    process.kill(pid, 'SIGCONT');
+    expect(((await ready).msg.value as ShardStatus).pid).toBe(pid);
   });
 
   it('refuses a StartShard on GPU 3, whose 71480 MiB in use belong to no process, with the numbers', async () => {

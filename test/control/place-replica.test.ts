@@ -31,7 +31,10 @@ describe('placeReplica', () => {
       processes: [create(GpuProcessSchema, { pid: 7, gpuUuid: 'GPU-1', usedMemoryMb: 71400 })],
     };
     expect(placeReplica(replica(), [n])).toEqual({ ok: true, shards: [{ nodeId: 'a', gpuIndices: [1, 2] }] });
-    expect(placeReplica(replica(), [{ ...n, gpus: n.gpus.filter((g) => g.index !== 2) }])).toMatchObject({ ok: false });
+    expect(placeReplica(replica(), [{ ...n, gpus: n.gpus.filter((g) => g.index !== 2) }])).toEqual({
+      ok: false,
+      reason: 'needs 1 node(s) with 2 free healthy GPU(s); 0 of the connected nodes have that (left out, their memory used by no process the node lists: a GPU 0, 3)',
+    });
   });
 
   it('prefers the fullest node that fits, so whole nodes stay free', () => {

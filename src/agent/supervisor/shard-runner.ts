@@ -249,6 +249,8 @@ export class ShardRunner {
       signal: this.serving.signal,
       onChange: (healthy, reason) => {
         this.probeHealthy = healthy;
+        // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.
+        this.ctx.log.debug({ shard: this.shardId, replica: this.replicaId, healthy, why: reason }, 'health probe verdict');
         // An engine answering again on a faulted GPU stays UNHEALTHY: the GPU, not the engine, is the cause.
         if (healthy && this.state === S.UNHEALTHY && this.gpuFault === '') this.transition(S.READY, reason);
         else if (!healthy && this.state === S.READY) this.transition(S.UNHEALTHY, reason);

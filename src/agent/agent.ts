@@ -138,7 +138,7 @@ export class Agent {
   /** Each GPU of the inventory: its latest memory reading, unresolved fault and last events (none before the watch starts). */
   gpuHealth(): GpuHealthView[] {
     const watch = this.health;
-    const used = this.heartbeat().gpuMemoryUsedMb;
+    const used = buildHeartbeat(this.nodeId, this.opts.sampler.latest(), this.inventoryWatcher.current()).gpuMemoryUsedMb;
     return this.inventory.gpus.map((g) => ({
       index: g.index,
       memoryUsedMb: used[g.index] ?? g.memoryUsedMb,

@@ -256,7 +256,8 @@ export class ShardRunner {
         else if (!healthy && this.state === S.READY) this.transition(S.UNHEALTHY, reason);
       },
     });
-    // A fault raised while the engine was loading: READY for a moment would send traffic to a dying GPU.
+    // A fault raised while the engine was loading (STARTING cannot become
+    // UNHEALTHY): UNHEALTHY at once, so no traffic stays on a failing GPU.
     if (this.gpuFault !== '') this.becomeUnhealthyForGpu();
   }
 

@@ -18,7 +18,10 @@ export interface StatusReporterOptions {
  * one is superseded by the next). Once the next session has queued Register,
  * the terminal ones are sent; the others are already in Register's running
  * shards. Register lists only what runs, so without the terminal ones a
- * control plane would never learn why a shard vanished from the list.
+ * control plane would never learn why a shard vanished from the list. An
+ * UNHEALTHY one with its cause is sent too: Register's running shards carry
+ * the state but not the error, and "GPU 3: Xid 79" decides what the control
+ * plane does with the replica.
  */
 export class StatusReporter {
   private outbox: Outbox | undefined;
@@ -35,7 +38,7 @@ export class StatusReporter {
   onSessionOpen(outbox: Outbox): void {
     this.outbox = outbox;
     for (const status of this.unsent.values()) {
-      if (isTerminal(status.state)) this.send({ case: 'shard', value: status });
+      if (isTerminal(status.state) || (status.state === ShardState.UNHEALTHY && status.error !== '')) this.send({ case: 'shard', value: status });
     }
     this.unsent.clear();
   }

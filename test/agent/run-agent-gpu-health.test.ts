@@ -56,15 +56,19 @@ async function gpuAgent(o: GpuAgentOptions = {}) {
     .replace(/^ {2}nvidia_smi: .*$/m, (line) => (o.nvidiaSmi ? `  nvidia_smi: ${o.nvidiaSmi}` : line));
   const configPath = join(root, 'agent.yaml');
   writeFileSync(configPath, yaml);
-  const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
-  const { child, records } = spawnAgentProcess(configPath, { LLMGW_FAKE_GPUS: dataset, LLMGW_FAKE_NVML_CONTROL: control });
-  const exited = child.then((r) => ({ exitCode: r.exitCode, atMs: Date.now() }));
-  onTestFinished(async () => {
-    child.kill('SIGKILL');
-    await exited;
-  });
-  const register = (await registered).msg.value as Register;
-  return { cp: plane.cp, child, exited, records, register, dataset, control, kmsg, socket: dirs.socket };
+  /** Starts the agent (again, after a kill) and waits for its Register. */
+  const spawn = async () => {
+    const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
+    const { child, records } = spawnAgentProcess(configPath, { LLMGW_FAKE_GPUS: dataset, LLMGW_FAKE_NVML_CONTROL: control });
+    const exited = child.then((r) => ({ exitCode: r.exitCode, atMs: Date.now() }));
+    onTestFinished(async () => {
+      child.kill('SIGKILL');
+      await exited;
+    });
+    const register = (await registered).msg.value as Register;
+    return { child, exited, records, register };
+  };
+  return { cp: plane.cp, ...(await spawn()), spawn, dataset, control, kmsg, socket: dirs.socket };
 }
 
 type Started = Awaited<ReturnType<typeof gpuAgent>>;
@@ -201,6 +205,22 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     process.kill(pid, 'SIGCONT');
     expect(((await ready).msg.value as ShardStatus).pid).toBe(pid);
   });
+
+  it('after a restart, registers a GPU lost meanwhile as unhealthy and reports the adopted shard on it UNHEALTHY, same engine', async () => {
+    const a = await gpuAgent();
+    const { pid } = await readyShard(a, 's1', 1);
+    a.child.kill('SIGKILL');
+    await a.exited;
+    appendFileSync(a.control, 'lost 1\n');
+    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 30_000);
+    const again = await a.spawn();
+    expect(again.register.runningShards.map((r) => [r.shardId, r.pid])).toEqual([['s1', pid]]);
+    // UNHEALTHY in Register already when the fault was found before the session; its cause follows it either way.
+    expect(again.register.inventory?.gpus[1]).toMatchObject({ healthy: false, error: expect.stringMatching(/GPU is lost/) });
+    const status = (await unhealthy).msg.value as ShardStatus;
+    expect(status).toMatchObject({ pid, error: expect.stringMatching(/^GPU 1: GPU is lost/) });
+    expect(isRunning(pid)).toBe(true);
+  }, 90_000);
 
   it('refuses a StartShard on GPU 3, whose 71480 MiB in use belong to no process, with the numbers', async () => {
     const a = await gpuAgent();

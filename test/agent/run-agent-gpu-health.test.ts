@@ -31,6 +31,8 @@ interface GpuAgentOptions {
   interval?: string;
   /** Lines the fake NVML's control file starts with. */
   control?: string;
+  /** The fake library's variant: 'old' lacks the optional entry points an old driver lacks. */
+  variant?: 'current' | 'old';
 }
 
 /** A control plane, and a real agent on a copy of the hgx-h100x8 data set with the fake NVML and a kernel-log file. */
@@ -48,7 +50,7 @@ async function gpuAgent(o: GpuAgentOptions = {}) {
   writeFileSync(kmsg, '');
   const discovery = [
     'discovery:',
-    ...(o.nvml === false ? [] : [`  nvml_library: ${buildFakeNvml()}`]),
+    ...(o.nvml === false ? [] : [`  nvml_library: ${buildFakeNvml(o.variant)}`]),
     `  kmsg: ${kmsg}`,
   ].join('\n');
   const yaml = agentConfigYaml({ server: plane.url, dirs, discoveryInterval: o.interval ?? '60s' })
@@ -227,6 +229,14 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     const refusal = await refusalOn(a, 'on-3', 3);
     expect(refusal).toContain('GPU 3: 71480 of 81559 MiB used and no process listed on it');
     expect(refusal).toContain('more than the 5% allowed');
+  });
+
+  it("runs on an old driver's NVML without its optional entry points, and still finds a lost GPU by the poll", async () => {
+    const a = await gpuAgent({ variant: 'old', interval: '500ms' });
+    expect(a.register.inventory?.gpus).toHaveLength(8);
+    const ms = await expectFaultReported(a, () => appendFileSync(a.control, 'lost 1\n'), 1, /GPU is lost/, GpuEventKind.GPU_LOST);
+    console.info(`old driver, lost GPU: shard UNHEALTHY ${ms} ms after the injection`);
+    expect(a.records.filter((r) => r.level === 'error' || r.level === 'fatal' || r.level === 50 || r.level === 60)).toEqual([]);
   });
 
   it('falls back to nvidia-smi with one warning when NVML fails to initialise', async () => {

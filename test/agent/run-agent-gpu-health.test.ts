@@ -1,4 +1,4 @@
-import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -40,6 +40,8 @@ async function gpuAgent(o: GpuAgentOptions = {}) {
   const plane = await startControlPlane();
   const root = mkdtempSync(join(tmpdir(), 'llmgw-gpuhealth-'));
   const dirs = agentDirs(root);
+  // Registered first, so it runs last (after hooks run as a stack): once agent and engines are gone.
+  onTestFinished(() => rmSync(root, { recursive: true, force: true }));
   cleanUpEnginesAfterTest(dirs);
   mkdirSync(root, { recursive: true });
   const dataset = join(root, 'gpus');

@@ -59,7 +59,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'discovery.nvml_library', type: 'string', default: 'libnvidia-ml.so.1', doc: 'NVML shared library: a name the dynamic loader finds, or a path.' },
   { key: 'discovery.kmsg', type: 'string', default: '/dev/kmsg', doc: 'Kernel log read for NVRM Xid lines, which NVML does not always deliver; a FIFO or file in tests.' },
   { key: 'discovery.interval', type: 'duration', default: '60s', doc: 'How often hardware is rediscovered (GPUs that appear after boot, ports that go down).' },
-  { key: 'discovery.foreign_memory_share', type: 'share', default: '5%', doc: 'Share of a GPU\'s memory that may be in use with no process listed on it (another container, a leaked CUDA context) before discover\'s foreign-memory check fails; 5% or 0.05.' },
+  { key: 'discovery.foreign_memory_share', type: 'share', default: '5%', doc: 'Share of a GPU\'s memory that may be in use with no process listed on it (another container, a leaked CUDA context) before discover\'s foreign-memory check fails and the agent refuses StartShards on that GPU; 5% or 0.05.' },
   { key: 'discovery.timeout', type: 'duration', default: '10s', doc: 'Limit for each command discovery runs; a hung nvidia-smi gives a warning, not a hung agent.' },
   { key: 'engines', type: 'engines', default: '', doc: 'Per engine (vllm, sglang, sim): command (argv list), env (map), extra_args (list).' },
   { key: 'supervisor.state_dir', type: 'string', default: DEFAULT_STATE_DIR, flag: 'state-dir', doc: 'Shard state files (mode 0700); they let a restarted agent find its engines.' },

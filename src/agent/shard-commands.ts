@@ -2,6 +2,7 @@ import { create } from '@bufbuild/protobuf';
 import { durationMs } from '@bufbuild/protobuf/wkt';
 import { type Inventory, ShardState, type ShardStatus, ShardStatusSchema, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure } from '../lib/errors.js';
+import { foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
 import { readProcStat } from '../lib/process/proc-stat.js';
@@ -19,6 +20,10 @@ export interface ShardCommandsOptions {
   engines: EngineRegistry;
   /** The node's hardware as last read: what validation judges a shard against. */
   inventory: () => Inventory;
+  /** The fault of a GPU ("GPU 3: Xid 79: ..."), from the health watch; undefined when it is sound. */
+  gpuFault?: (gpuIndex: number) => string | undefined;
+  /** discovery.foreign_memory_share: a GPU with more memory used by no listed process is refused. */
+  foreignMemoryShare?: number;
   /** Sends a status to the control plane now, or after the next Register. */
   report: (status: ShardStatus) => void;
   logger: Logger;
@@ -56,6 +61,7 @@ export class ShardCommands {
     let started: { shard: ShardSnapshot; created: boolean };
     try {
       started = await this.sup.start(spec, async () => {
+        this.refuseUnfitGpus(spec);
         const engine = this.opts.engines.get(spec.profile?.engine ?? '');
         // Validate before launching: an engine that refuses a profile does so
         // after minutes of model loading; here it costs nothing.
@@ -93,6 +99,23 @@ export class ShardCommands {
       await this.sup.settle(shard.shardId, { timeoutMs });
     } catch (err) {
       this.log.warn({ shard: shard.shardId, replica: shard.replicaId, adopted: shard.adopted, err: errorMessage(err) }, 'shard did not become ready');
+    }
+  }
+
+  /**
+   * GPUs no engine should be put on, whatever the engine: one with a fault
+   * (checked before "held by", which would name the shard and hide the
+   * cause), and one whose memory is used by something this node cannot see
+   * (the engine would run out of memory minutes into loading).
+   */
+  private refuseUnfitGpus(spec: StartShard): void {
+    const inventory = this.opts.inventory();
+    for (const i of spec.gpuIndices) {
+      const fault = this.opts.gpuFault?.(i);
+      if (fault !== undefined) throw failure(`${fault}; no shard starts on it until the fault clears (a lost GPU needs a reset)`);
+      const gpu = inventory.gpus.find((g) => g.index === i);
+      const foreign = gpu && foreignMemoryProblem(gpu, inventory.processes, this.opts.foreignMemoryShare);
+      if (foreign) throw failure(foreign);
     }
   }
 

@@ -18,7 +18,10 @@ export interface StatusReporterOptions {
  * one is superseded by the next). Once the next session has queued Register,
  * the terminal ones are sent; the others are already in Register's running
  * shards. Register lists only what runs, so without the terminal ones a
- * control plane would never learn why a shard vanished from the list.
+ * control plane would never learn why a shard vanished from the list. An
+ * UNHEALTHY one with its cause is sent too: Register's running shards carry
+ * the state but not the error, and "GPU 3: Xid 79" decides what the control
+ * plane does with the replica.
  */
 export class StatusReporter {
   private outbox: Outbox | undefined;
@@ -42,7 +45,8 @@ export class StatusReporter {
     this.outbox = outbox;
     this.established = false;
     for (const [id, status] of this.unsent) {
-      if (isTerminal(status.state)) this.send({ case: 'shard', value: status });
+      // Terminal ones, and an UNHEALTHY one with its cause: Register lists the state but not why.
+      if (isTerminal(status.state) || (status.state === ShardState.UNHEALTHY && status.error !== '')) this.send({ case: 'shard', value: status });
       // A running shard's state is in the Register just queued.
       else this.unsent.delete(id);
     }

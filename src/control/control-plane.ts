@@ -10,6 +10,7 @@ import {
   AgentService,
   type ControlMessage,
   ControlMessageSchema,
+  GpuEventKind,
   InventorySchema,
   type Register,
   ShardState,
@@ -457,8 +458,19 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
         this.#reconciler?.placeAll();
         this.#delivered(nodeId, m);
         return;
+      case 'gpuEvent': {
+        const e = msg.value;
+        // Placement learns the GPU's health from the Inventory that follows; the event says why, for whoever reads this log.
+        this.#log.warn(
+          { node: nodeId, gpu: e.gpuIndex, kind: GpuEventKind[e.kind] ?? String(e.kind), xid: e.xid || undefined, source: e.source, shards: e.shardIds, err: e.message },
+          'gpu event',
+        );
+        this.#record(nodeId, m);
+        this.#delivered(nodeId, m);
+        return;
+      }
       default:
-        this.#reject(session, m, 'empty message: none of register, heartbeat, shard or inventory is set');
+        this.#reject(session, m, 'empty message: none of register, heartbeat, shard, inventory or gpu_event is set');
         return;
     }
     this.#record(nodeId, m);

@@ -395,7 +395,7 @@ export class Reconciler {
     const out: PlacementNode[] = [];
     for (const node of this.#host.nodes()) {
       if (!node.connected) continue;
-      out.push({ id: node.id, labels: node.register.labels, gpus: node.inventory.gpus, usedGpus: new Set(this.gpuOwners(node.id).keys()) });
+      out.push({ id: node.id, labels: node.register.labels, gpus: node.inventory.gpus, usedGpus: new Set(this.gpuOwners(node.id).keys()), processes: node.inventory.processes });
     }
     return out;
   }

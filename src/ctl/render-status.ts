@@ -4,13 +4,14 @@ import { formatAge } from '../lib/format-age.js';
 import { printable } from '../lib/printable.js';
 import { renderTable } from '../lib/table.js';
 import { enumLabel } from './enum-label.js';
+import { renderGpuStatus } from './render-gpu-status.js';
 
 export const SHARD_TABLE_HEADER = ['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED', 'UNIT'] as const;
 
 /**
  * The human form of `ctl status`, from the response's proto JSON (what
  * `--json` prints): the agent, its control-plane connection, an inventory
- * summary, and a table of shards. `nowMs` makes ages testable.
+ * summary, a table of GPUs with their health, and a table of shards. `nowMs` makes ages testable.
  */
 export function renderStatus(s: StatusResponseJson, nowMs: number): string {
   const started = Date.parse(s.startedAt ?? '');
@@ -20,6 +21,8 @@ export function renderStatus(s: StatusResponseJson, nowMs: number): string {
     `inventory  ${printable(describeInventory(s.inventory ?? {}))}`,
   ];
   for (const w of s.inventory?.warnings ?? []) lines.push(`warning    ${printable(w)}`);
+  const gpuLines = renderGpuStatus(s, nowMs);
+  if (gpuLines.length > 0) lines.push('', ...gpuLines);
   const shards = s.shards ?? [];
   lines.push('');
   if (shards.length === 0) {

@@ -112,6 +112,17 @@ describe('StatusReporter', () => {
     expect(reporter.pending).toEqual([]);
   });
 
+  it('sends an UNHEALTHY status that says why after the next Register too, since running shards carry no error', async () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    reporter.report(status('s1', ShardState.UNHEALTHY, 'GPU 1: Xid 79: GPU has fallen off the bus'));
+    reporter.report(status('s2', ShardState.UNHEALTHY));
+    const { outbox, sent, drained } = recordingOutbox();
+    void outbox.send({ case: 'register', value: create(RegisterSchema, { nodeId: 'n1' }) });
+    reporter.onSessionOpen(outbox);
+    await drained();
+    expect(shardsOf(sent)).toEqual([['s1', 'UNHEALTHY', 'GPU 1: Xid 79: GPU has fallen off the bus']]);
+  });
+
   it('keeps reports again once the session closes, for the session after it', async () => {
     const reporter = new StatusReporter({ nodeId: 'n1' });
     const first = recordingOutbox();

@@ -12,6 +12,7 @@ export type AdminBackend = Pick<
   | 'startedAtMs'
   | 'connectionStatus'
   | 'currentInventory'
+  | 'gpuHealth'
   | 'shards'
   | 'shard'
   | 'tailLog'

@@ -178,11 +178,12 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     for (const index of this.#gpus.keys()) {
       if (this.#faults.get(index)?.has('lost')) continue;
       const mem = nvml.memory(index);
-      if (!mem.ok && mem.code === NVML_ERROR_GPU_IS_LOST) {
+      const ecc = nvml.doubleBitEccErrors(index);
+      // Either call will do: an old driver has no memory _v2 and answers "not supported" to it, lost GPU or not.
+      if ([mem, ecc].some((r) => !r.ok && r.code === NVML_ERROR_GPU_IS_LOST)) {
         this.#raise(index, 'lost', { kind: GpuEventKind.GPU_LOST, xid: 0, message: GPU_LOST_MESSAGE, source: 'poll' });
         continue;
       }
-      const ecc = nvml.doubleBitEccErrors(index);
       if (ecc.ok) {
         if (ecc.value > 0) this.#raise(index, 'ecc', { kind: GpuEventKind.ECC_DOUBLE_BIT, xid: 0, message: describeDoubleBitEcc(ecc.value), source: 'poll' });
         else this.#clear(index, 'ecc', 'poll');

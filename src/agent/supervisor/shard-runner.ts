@@ -133,6 +133,10 @@ export class ShardRunner {
   /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
   private readonly serving = new AbortController();
   private stopping: Promise<ShardSnapshot> | undefined;
+  /** A fault of one of the shard's GPUs ("GPU 3: Xid 79: ..."), '' when they are sound. */
+  private gpuFault = '';
+  /** The health probe's last verdict: a cleared GPU fault returns the shard to READY only if it answers. */
+  private probeHealthy = true;
 
   constructor(
     private readonly ctx: ShardRunnerContext,
@@ -298,18 +302,52 @@ export class ShardRunner {
       },
       onVerdict: (v) => this.applyHealth(v),
     });
+    // A fault raised while the engine was loading (STARTING cannot become
+    // UNHEALTHY): UNHEALTHY at once, so no traffic stays on a failing GPU.
+    if (this.gpuFault !== '') this.becomeUnhealthyForGpu();
+  }
+
+  /**
+   * One of the shard's GPUs has a fault: a READY shard becomes UNHEALTHY with
+   * the fault as its error, and stays so while the fault lasts. The engine is
+   * not touched: the control plane decides whether to replace it.
+   */
+  markGpuFault(reason: string): void {
+    if (reason === '' || reason === this.gpuFault) return;
+    this.gpuFault = reason;
+    if (this.state === S.READY) this.becomeUnhealthyForGpu();
+    else if (this.state === S.UNHEALTHY || this.state === S.DRAINING) this.error = reason;
+  }
+
+  /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
+  clearGpuFault(): void {
+    if (this.gpuFault === '') return;
+    const was = this.gpuFault;
+    this.gpuFault = '';
+    if (this.error === was) this.error = '';
+    if (this.state === S.UNHEALTHY && this.probeHealthy) this.transition(S.READY, `GPU fault cleared (${was})`);
+  }
+
+  private becomeUnhealthyForGpu(): void {
+    this.error = this.gpuFault;
+    this.transition(S.UNHEALTHY, this.gpuFault);
   }
 
   /** Makes the state agree with the verdict; every tick calls it, so only a disagreement changes anything. */
   private applyHealth(v: HealthVerdict): void {
     this.health = v;
+    this.probeHealthy = v.healthy;
+    // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.
+    this.ctx.log.debug({ shard: this.shardId, replica: this.replicaId, healthy: v.healthy, why: v.why }, 'health probe verdict');
     if (!v.healthy && this.state === S.READY) {
       this.error = v.why;
       this.transition(S.UNHEALTHY, v.why);
     } else if (!v.healthy && this.state === S.UNHEALTHY) {
       // Still unhealthy, maybe for another cause now: status shows the latest, without a new report each tick.
-      this.error = v.why;
-    } else if (v.healthy && this.state === S.UNHEALTHY) {
+      // A GPU fault stays the cause while it lasts.
+      if (this.gpuFault === '') this.error = v.why;
+    } else if (v.healthy && this.state === S.UNHEALTHY && this.gpuFault === '') {
+      // An engine answering again on a faulted GPU stays UNHEALTHY: the GPU, not the engine, is the cause.
       this.error = '';
       this.transition(S.READY, v.why);
     }

@@ -200,6 +200,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     return this.mustGet(shardId).cancelDrain();
   }
 
+  /** A fault of the shard's GPUs (ShardRunner.markGpuFault), or undefined once they are sound; an unknown shard is ignored. */
+  setGpuFault(shardId: string, reason: string | undefined): void {
+    const runner = this.runners.get(shardId);
+    if (reason === undefined) runner?.clearGpuFault();
+    else runner?.markGpuFault(reason);
+  }
+
   /** Requests the engine is working on, from its metrics gauge; undefined when it cannot tell. */
   inFlight(shardId: string): Promise<number | undefined> {
     return this.mustGet(shardId).inFlight();

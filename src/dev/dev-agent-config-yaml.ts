@@ -26,8 +26,8 @@ export function devAgentConfigYaml(opts: {
 node_id: ${q(opts.nodeId ?? DEV_NODE_ID)}
 server: ${q(opts.server)}
 protocol: connect
-# The sim engine binds 127.0.0.1, and the control plane publishes a replica
-# at http://<mgmt_addr>:<port>: with lo, that address is 127.0.0.1 as well.
+# The control plane publishes a replica at http://<mgmt_addr>:<port>: with
+# lo, that is 127.0.0.1, where the sim (bound to all addresses) answers.
 mgmt_interface: lo
 heartbeat_interval: 1s
 reconnect_base: 200ms

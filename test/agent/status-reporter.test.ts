@@ -164,7 +164,11 @@ describe('StatusReporter', () => {
     const reporter = new StatusReporter({ nodeId: 'n1', metrics });
     const { outbox, sent, drained } = recordingOutbox();
     reporter.onSessionOpen(outbox);
+    reporter.onSessionEstablished();
     reporter.onTransition({ shard: snapshot('s1', ShardState.READY), from: ShardState.STARTING, to: ShardState.READY });
+    // The stream takes READY before the engine dies: a status still waiting in
+    // the outbox would be replaced by the newer one of its shard.
+    await drained();
     reporter.onTransition({ shard: snapshot('s1', ShardState.FAILED), from: ShardState.READY, to: ShardState.FAILED });
     await drained();
     expect(shardsOf(sent)).toEqual([

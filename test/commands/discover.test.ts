@@ -205,7 +205,8 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('llmgw discover through NVM
     writeFileSync(control, 'remap 2 pending\nlost 6\n');
     const r = await runCli(['discover', '--json', '--strict', ...fake], { env: nvmlEnv({ LLMGW_FAKE_NVML_CONTROL: control }) });
     expect(r.exitCode).toBe(1);
-    const { inventory, checks } = JSON.parse(r.stdout);
+    // A failed --strict is an error like any other (BaseCommand.catch): the report is in its details.
+    const { inventory, checks } = JSON.parse(r.stdout).error;
     expect(inventory.gpus[2]).toMatchObject({ healthy: false, error: 'row remap pending: a memory row awaits remapping, which needs a GPU reset' });
     expect(inventory.gpus[6]).toMatchObject({ healthy: false, error: expect.stringMatching(/^GPU is lost \(NVML_ERROR_GPU_IS_LOST\)/) });
     const health = checks.find((c: { name: string }) => c.name === 'gpu-health');

@@ -73,7 +73,7 @@ describe('renderStatus', () => {
       NOW,
     );
     const lines = out.split('\n');
-    expect(lines.at(-2)?.trim().split(/\s{2,}/)).toEqual(['s1', 'r1', 'vllm', 'meta/llama', 'FAILED', '-', '8000', '0,1', '30s', 'yes']);
+    expect(lines.at(-2)?.trim().split(/\s{2,}/)).toEqual(['s1', 'r1', 'vllm', 'meta/llama', 'FAILED', '-', '8000', '0,1', '30s', 'yes', '-']);
     expect(lines.at(-1)).toBe('s1: engine exited with code 1 while starting (exit code 1)');
   });
 

@@ -46,7 +46,9 @@ describe('llmgw discover --strict on the fake 8-GPU box', () => {
       env: { LLMGW_FAKE_GPUS: 'hgx-h100x8' },
     });
     expect(r.exitCode).toBe(1);
-    const { checks } = JSON.parse(r.stdout) as { checks: { name: string; ok: boolean; detail: string }[] };
+    // A failed --strict is an error like any other (BaseCommand.catch): the report is in its details.
+    const { message, checks } = JSON.parse(r.stdout).error as { message: string; checks: { name: string; ok: boolean; detail: string }[] };
+    expect(message).toBe('preflight failed: foreign-memory');
     const check = checks.find((c) => c.name === 'foreign-memory');
     expect(check?.ok).toBe(false);
     expect(check?.detail).toMatch(/^GPU 3: 71480 of 81559 MiB used .*; GPU 4: 71480 of 81559 MiB used /);

@@ -8,6 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { METRICS_BODY_MAX_BYTES, PROBE_BODY_MAX_BYTES, httpGet, probeReady } from '../../src/agent/supervisor/http-probe.js';
 import { ShardState, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { freePort } from '../helpers/engine-processes.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 
 /*
@@ -88,10 +89,8 @@ describe('answers on an engine port are size-capped', () => {
     cleanUpEnginesAfterTest(dirs);
     const agent = startAgentProcess({ server: cp.url, dirs, nodeId: 'probe-node' });
     await cp.waitFor((m) => m.msg.case === 'register');
-    // A free port, released again so validation finds it free.
-    const probe = await floodingServer(0);
-    const port = probe.port;
-    await new Promise<void>((r) => servers.pop()?.close(() => r()));
+    // A free port outside the ephemeral range, which the agent refuses as an http_port.
+    const port = await freePort();
 
     cp.send({
       case: 'start',

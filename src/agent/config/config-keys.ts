@@ -81,6 +81,9 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'log_level', type: 'enum', values: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], default: 'info', flag: 'log-level', doc: 'Least severe level logged.' },
 ];
 
+/** CONFIG_KEYS by dotted key, for the file reader, the flags and the cross-key checks. */
+export const SPEC_BY_KEY: ReadonlyMap<string, KeySpec> = new Map(CONFIG_KEYS.map((s) => [s.key, s]));
+
 /** The top-level YAML keys that hold sections of other keys. */
 export const SECTIONS = ['tls', 'discovery', 'supervisor', 'admin'] as const;
 

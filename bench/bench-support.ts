@@ -91,7 +91,9 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOpti
   const config = join(dirs.root, 'agent.yaml');
   // The test config's fast timers (health probes every 500 ms) suit tests,
   // not a measurement of what the agent costs: production defaults here.
-  let yaml = agentConfigYaml({ server, dirs, nodeId: opts.nodeId, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml })
+  // Figures start up to 8 shards, one per fake GPU: GPUs 3 and 4 carry the data
+  // set's foreign memory, which is a validation test's subject, not the bench's.
+  let yaml = agentConfigYaml({ server, dirs, nodeId: opts.nodeId, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml, foreignMemoryShare: '100%' })
     .replace('log_level: debug', 'log_level: warn')
     .replace(/^ {2}health_interval: .*$/m, '  health_interval: 10s')
     .replace(/^ {2}worker_settle: .*$/m, '  worker_settle: 10s');

@@ -29,7 +29,6 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   // One NVML for the agent's life (discovery, memory readings, the health
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });
-  logGpuSource(logger, gpuSource);
   const nvml = gpuSource.kind === 'nvml' ? gpuSource.nvml : undefined;
   const engines = new EngineRegistry({ engines: c.engines, mgmtInterface: c.mgmtInterface, stopGraceMs: c.supervisor.stopGraceMs });
   // A reading per heartbeat, but not more than one a second: faster heartbeats
@@ -77,6 +76,11 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     // of fighting it over the same engines. Listening before the first
     // connection attempt also makes READY=1 mean "ctl works".
     admin = await AdminServer.listen({ socketPath: c.admin.socket, group: c.admin.group, backend: agent, logger });
+    // Said once this agent is the one that runs (a second agent refused above
+    // says only why), and at start, not at the first launch an operator may
+    // look for hours later.
+    logGpuSource(logger, gpuSource);
+    await supervisor.launcher();
     if (metrics) {
       metrics.trackShards(() => supervisor.list());
       servers.push(await metrics.serve(c.metricsAddr));

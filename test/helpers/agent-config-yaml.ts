@@ -35,6 +35,8 @@ export interface AgentProcessOptions {
   discoveryInterval?: string;
   /** engines.sim.enabled; true by default, false to see the agent as a production node. */
   simEnabled?: boolean;
+  /** discovery.foreign_memory_share; the default (5%) refuses the fake box's GPUs 3 and 4. */
+  foreignMemoryShare?: string;
 }
 
 /** The engines block every test agent has: the sim, which production nodes do not register, enabled. */
@@ -68,6 +70,7 @@ export function agentConfigYaml(o: AgentProcessOptions): string {
     `  sysfs_root: ${FIXTURE_SYSFS}`,
     '  timeout: 5s',
     `  interval: ${o.discoveryInterval ?? '60s'}`,
+    ...(o.foreignMemoryShare ? [`  foreign_memory_share: ${o.foreignMemoryShare}`] : []),
     'supervisor:',
     `  state_dir: ${o.dirs.stateDir}`,
     `  log_dir: ${o.dirs.logDir}`,

@@ -1,3 +1,4 @@
+import { freeFakeGpu } from './fake-gpus.js';
 import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -57,7 +58,7 @@ export async function startCtlFixture(opts: { heartbeat?: string; env?: Record<s
     startShard: async (id, args) => {
       const port = await freePort();
       // Each shard its own GPU (the fake node has 8): the agent refuses a GPU another shard holds.
-      const gpu = nextGpu++ % 8;
+      const gpu = freeFakeGpu(nextGpu++);
       const settled = started.cp.waitFor(NODE_ID, shardIs(id, ShardState.READY, ShardState.FAILED), 30_000);
       started.cp.send(NODE_ID, { case: 'start', value: simStart(id, port, { args, gpu }) });
       const status = (await settled).msg.value as ShardStatus;

@@ -99,8 +99,8 @@ describe('a hostile control plane cannot run code through profile.env', () => {
       [start('inj-node', 'sim', { NODE_OPTIONS: `--import=data:text/javascript,${encodeURIComponent(nodePayload)}` }, 0), 'NODE_OPTIONS'],
       [start('inj-py-vllm', 'vllm', { PYTHONWARNINGS: 'ignore::antigravity.x', BROWSER: browser }, 1), 'PYTHONWARNINGS'],
       [start('inj-py-sglang', 'sglang', { BROWSER: browser, PYTHONWARNINGS: 'ignore::antigravity.x' }, 2), 'BROWSER'],
-      [start('inj-path', 'vllm', { PATH: `${evilBin}:/usr/bin:/bin` }, 3), 'PATH'],
-      [start('inj-preload', 'vllm', { LD_PRELOAD: join(root, 'evil.so') }, 4), 'LD_PRELOAD'],
+      [start('inj-path', 'vllm', { PATH: `${evilBin}:/usr/bin:/bin` }, 1), 'PATH'],
+      [start('inj-preload', 'vllm', { LD_PRELOAD: join(root, 'evil.so') }, 2), 'LD_PRELOAD'],
       [start('inj-order', 'vllm', { CUDA_DEVICE_ORDER: 'FASTEST_FIRST' }, 5), 'CUDA_DEVICE_ORDER'],
     ];
     for (const [spec, name] of cases) {

@@ -1,3 +1,4 @@
+import { freeFakeGpu } from '../helpers/fake-gpus.js';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -79,7 +80,7 @@ const gpus = new Map<string, number>();
 /** Starts sim shard `id` and waits for READY. */
 async function startShard(id: string, args: string[] = ['--load-time', '200ms']): Promise<{ pid: number; port: number }> {
   const port = await freePort();
-  if (!gpus.has(id)) gpus.set(id, gpus.size % 8);
+  if (!gpus.has(id)) gpus.set(id, freeFakeGpu(gpus.size));
   const ready = f.cp.cp.waitFor(NODE, shardIs(id, S.READY, S.FAILED, S.EXITED), 30_000);
   f.cp.cp.send(NODE, { case: 'start', value: simStart(id, port, { args, gpu: gpus.get(id) }) });
   const st = (await ready).msg.value as ShardStatus;

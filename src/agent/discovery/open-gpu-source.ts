@@ -34,9 +34,14 @@ export function openGpuSource(opts: OpenGpuSourceOptions): GpuSource {
   };
 }
 
-/** The one log line an agent writes about its GPU source: a warning when NVML was wanted and failed. */
+/**
+ * The one log line an agent writes about its GPU source: a warning only when
+ * the library loaded but would not serve (a broken driver). A library that is
+ * simply absent (a node without the driver, every test machine) is said at
+ * info: a warning there on every start would teach operators to ignore it.
+ */
 export function logGpuSource(log: Logger, source: GpuSource): void {
   if (source.kind === 'nvml') log.info({ library: source.nvml.path }, 'GPUs read through NVML');
-  else if (source.nvmlError !== undefined) log.warn({ err: source.nvmlError }, 'NVML unavailable; GPUs read through nvidia-smi');
+  else if (source.nvmlBroken) log.warn({ err: source.nvmlError }, 'NVML unavailable; GPUs read through nvidia-smi');
   else log.info({ why: source.why }, 'GPUs read through nvidia-smi');
 }

@@ -76,8 +76,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), launcher: () => this.launcher() };
     this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
     this.logTimer.unref();
-    // Decided and logged now, at start, not at the first launch an operator may look for hours later.
-    void this.launcher();
   }
 
   // ---------------------------------------------------------------- start

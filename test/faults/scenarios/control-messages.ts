@@ -93,8 +93,8 @@ export const badControlMessages: Scenario = {
     add('GPU index 2^31-1', /GPU 2147483647 does not exist on this node/, (s) => {
       s.gpuIndices = [2147483647];
     });
-    add('GPU listed twice', /GPU 3 is listed twice/, (s) => {
-      s.gpuIndices = [3, 3];
+    add('GPU listed twice', /GPU 2 is listed twice/, (s) => {
+      s.gpuIndices = [2, 2];
       if (s.profile) s.profile.tensorParallelSize = 2;
     });
     add('GPU held by another shard', /GPU 0 is held by shard holder/, (s) => {
@@ -108,11 +108,11 @@ export const badControlMessages: Scenario = {
     });
     add('port in use by another shard', /http_port \d+ is already in use/, (s) => {
       s.httpPort = port;
-      s.gpuIndices = [4];
+      s.gpuIndices = [5];
     });
     add('port in use by a stranger', /http_port \d+ is already in use/, (s) => {
       s.httpPort = busyPort;
-      s.gpuIndices = [4];
+      s.gpuIndices = [5];
     });
     add('nnodes 2 without a leader', /nnodes 2 requires leader_addr/, (s) => {
       s.nnodes = 2;

@@ -1,3 +1,4 @@
+import { freeFakeGpu } from '../../helpers/fake-gpus.js';
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -57,7 +58,7 @@ async function restartWithDamagedState(
 ): Promise<void> {
   await h.boot();
   const engines = new Map<string, number>();
-  for (const [i, c] of cases.entries()) engines.set(c.id, (await startReady(h, c.id, i)).pid);
+  for (const [i, c] of cases.entries()) engines.set(c.id, (await startReady(h, c.id, freeFakeGpu(i))).pid);
   await h.killAgent();
   for (const c of cases) c.damage(statePath(h, c.id));
   const failures = new Map<string, Promise<ShardStatus>>(cases.map((c) => [c.id, h.waitShard(c.id, [S.FAILED])]));
@@ -72,7 +73,7 @@ async function restartWithDamagedState(
   }
   // The control plane starts them again, and the agent can.
   for (const [i, c] of cases.entries()) {
-    const { pid, port } = await startReady(h, c.id, i);
+    const { pid, port } = await startReady(h, c.id, freeFakeGpu(i));
     h.keepsServing(c.id, pid, port);
   }
 }

@@ -52,7 +52,6 @@ export class ShardCommands {
     const { nodeId, report } = this.opts;
     // The id is validated once, by the registry's reservation: an invalid one
     // is refused there, before anything is validated or launched.
-    const log = this.log.child({ shard: id, replica: spec.replicaId });
     let started: { shard: ShardSnapshot; created: boolean };
     try {
       started = await this.sup.start(spec, async () => {
@@ -69,7 +68,8 @@ export class ShardCommands {
       return;
     }
     if (!started.created) {
-      log.info('start repeated for a shard that is already here; reporting its state');
+      // Rate-limited: a flood of repeats of a running shard's start is read at full speed, each coalesced in the outbox.
+      this.refusals.info({ shard: id, replica: spec.replicaId }, 'start repeated for a shard that is already here; reporting its state');
       report(statusFromSnapshot(nodeId, started.shard));
       return;
     }

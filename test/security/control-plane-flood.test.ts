@@ -33,6 +33,7 @@ const MAX_LOG_BYTES = 2 * 1024 * 1024;
 const FLOOD = 200_000;
 const FLOOD_READ = 100_000;
 const FLOOD_SILENT = 30_000;
+const FLOOD_STOPS = 50_000;
 /** Well within a control message's 16 MiB limit, and 8 000 times a valid shard id. */
 const HUGE = 'z'.repeat(1_000_000);
 
@@ -239,6 +240,34 @@ describe('a flooding control plane cannot grow the agent or its log', () => {
       await provesNormalSession(cp, 'after-huge');
       rss.stop();
       report('huge ids', agent, rss, { taken, streams: cp.streams });
+      expect(rss.max).toBeLessThan(MAX_RSS_KB);
+      expect(logBytes(agent)).toBeLessThan(MAX_LOG_BYTES);
+    } finally {
+      rss.stop();
+    }
+  });
+
+  it('stops a shard once under a flood of repeated StopShards, and STOPPED is the last word about it', { timeout: 180_000 }, async () => {
+    cp = await startHostileControlPlane({ keep: keepAllButFlood });
+    const agent = bootAgent('flood-stops');
+    await cp.waitFor((m) => m.msg.case === 'register');
+    const rss = sampleRss(agent.pid);
+    try {
+      cp.send({ case: 'start', value: simStart('repeated') });
+      await cp.waitFor(stateOf('repeated', ShardState.READY), 60_000);
+      const taken = await cp.flood(FLOOD_STOPS, () => ({ case: 'stop', value: { shardId: 'repeated' } }));
+      expect(taken).toBe(FLOOD_STOPS);
+      await cp.waitFor(stateOf('repeated', ShardState.STOPPED), 60_000);
+      // A marker after the flood: once it is answered, every stop before it has been answered too.
+      cp.send({ case: 'stop', value: { shardId: 'marker' } });
+      await cp.waitFor(stateOf('marker', ShardState.STOPPED), 60_000);
+      const about = cp.received.flatMap((m) => (m.msg.case === 'shard' && m.msg.value.shardId === 'repeated' ? [m.msg.value] : []));
+      // A repeat that found the shard gone once reported FAILED "stop failed" after STOPPED, and logged it.
+      expect(about.filter((st) => st.state === ShardState.FAILED).map((st) => st.error)).toEqual([]);
+      expect(ShardState[about.at(-1)?.state ?? ShardState.UNSPECIFIED]).toBe('STOPPED');
+      expect(agent.logs().filter((r) => r.msg === 'stopping a shard failed')).toEqual([]);
+      rss.stop();
+      report('repeated stops', agent, rss, { taken, statuses: about.length });
       expect(rss.max).toBeLessThan(MAX_RSS_KB);
       expect(logBytes(agent)).toBeLessThan(MAX_LOG_BYTES);
     } finally {

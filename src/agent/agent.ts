@@ -1,6 +1,7 @@
 import { clone } from '@bufbuild/protobuf';
 import { type ControlMessage, type GpuEvent, type Inventory, InventorySchema, type ShardStatus, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
+import { RateLimitedLog } from '../lib/rate-limited-log.js';
 import { isValidShardId } from '../lib/shard-id.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
@@ -62,6 +63,12 @@ export type { AdoptOutcomeKind, AdoptResultView } from './recover-engines.js';
 export class Agent {
   readonly startedAtMs = Date.now();
   private readonly log: Logger;
+  /**
+   * Warnings about control messages themselves: one per message let 20k empty
+   * messages and rejected acks write 23 MB of log in seconds, with no status
+   * sent to slow the flood down (finding 6, control-plane-flood.test.ts).
+   */
+  private readonly wireWarnings: RateLimitedLog;
   private readonly node: NodeDescription;
   private readonly reporter: StatusReporter;
   private readonly inventoryWatcher: InventoryWatcher;
@@ -75,6 +82,7 @@ export class Agent {
 
   constructor(private readonly opts: AgentOptions) {
     this.log = opts.logger;
+    this.wireWarnings = new RateLimitedLog(this.log);
     const c = opts.config;
     this.node = describeNode(c, opts.version);
     this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics });
@@ -291,11 +299,11 @@ export class Agent {
         return;
       case 'ack':
         if (!m.msg.value.ok) {
-          this.log.warn({ messageId: String(m.msg.value.messageId), err: m.msg.value.error }, 'control plane rejected a message');
+          this.wireWarnings.warn({ messageId: String(m.msg.value.messageId), err: m.msg.value.error }, 'control plane rejected a message');
         }
         return;
       default:
-        this.log.warn({ messageId: String(m.messageId) }, 'control message with no command; ignored');
+        this.wireWarnings.warn({ messageId: String(m.messageId) }, 'control message with no command; ignored');
     }
   }
 

@@ -9,6 +9,7 @@ import {
 } from '../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../lib/duration.js';
 import type { Logger } from '../lib/logger.js';
+import { RateLimitedLog } from '../lib/rate-limited-log.js';
 import { Outbox } from './outbox.js';
 import { setTimeout as delay } from 'node:timers/promises';
 
@@ -99,6 +100,8 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
   let established = false;
   let heartbeats: NodeJS.Timeout | undefined;
   let unanswered: NodeJS.Timeout | undefined;
+  // One line per failing message would let a control plane that finds a failing command fill the journal (finding 6).
+  const failures = new RateLimitedLog(opts.logger);
 
   try {
     if (signal.aborted) return { outcome: { kind: 'stopped' }, established };
@@ -143,7 +146,7 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
         callbacks.onControlMessage(message, outbox);
       } catch (err) {
         // A bad command must not take the whole node's stream down with it.
-        opts.logger.error({ err, messageId: String(message.messageId) }, 'handling a control message failed');
+        failures.error({ err, messageId: String(message.messageId) }, 'handling a control message failed');
       }
     }
     return { outcome: signal.aborted ? { kind: 'stopped' } : { kind: 'closed' }, established };

@@ -40,6 +40,8 @@ export class ShardCommands {
   private readonly log: Logger;
   /** Refusals are logged a few times, not once per message: a flooding control plane must not fill the journal. */
   private readonly refusals: RateLimitedLog;
+  /** Stops in progress, by shard id. */
+  private readonly stopping = new Map<string, Promise<void>>();
 
   constructor(private readonly opts: ShardCommandsOptions) {
     this.sup = opts.supervisor;
@@ -57,7 +59,6 @@ export class ShardCommands {
     const { nodeId, report } = this.opts;
     // The id is validated once, by the registry's reservation: an invalid one
     // is refused there, before anything is validated or launched.
-    const log = this.log.child({ shard: id, replica: spec.replicaId });
     let started: { shard: ShardSnapshot; created: boolean };
     try {
       started = await this.sup.start(spec, async () => {
@@ -80,7 +81,8 @@ export class ShardCommands {
       return;
     }
     if (!started.created) {
-      log.info('start repeated for a shard that is already here; reporting its state');
+      // Rate-limited: a flood of repeats of a running shard's start is read at full speed, each coalesced in the outbox.
+      this.refusals.info({ shard: id, replica: spec.replicaId }, 'start repeated for a shard that is already here; reporting its state');
       report(statusFromSnapshot(nodeId, started.shard));
       return;
     }
@@ -145,6 +147,19 @@ export class ShardCommands {
       report(refusedStatus(nodeId, { shardId: id, replicaId: '' }, `stop refused: invalid shard id ${quoteId(id)}`));
       return;
     }
+    // Repeats while a stop is in progress wait for it: each would otherwise
+    // find the shard already removed by the first and report FAILED ("stop
+    // failed") after its STOPPED, and log it (4,372 of 50k repeated stops;
+    // finding 6, test/security/control-plane-flood.test.ts).
+    const stopping = this.stopping.get(id);
+    if (stopping) return stopping;
+    const done = this.stopOnce(id, m.grace).finally(() => this.stopping.delete(id));
+    this.stopping.set(id, done);
+    return done;
+  }
+
+  private async stopOnce(id: string, grace: StopShard['grace']): Promise<void> {
+    const { nodeId, report } = this.opts;
     // A start still validating or launching finishes first, so that a stop
     // never races it and leaves an engine behind.
     await this.sup.launchSettled(id);
@@ -155,7 +170,7 @@ export class ShardCommands {
       return;
     }
     try {
-      const after = await this.sup.stop(id, { graceMs: m.grace ? durationMs(m.grace) : undefined });
+      const after = await this.sup.stop(id, { graceMs: grace ? durationMs(grace) : undefined });
       this.sup.remove(id);
       // A shard already FAILED or EXITED makes no transition when stopped, but
       // the control plane waits for STOPPED before it hands out its GPUs.

@@ -5,6 +5,11 @@ import type { Outbox } from './outbox.js';
 import { statusFromSnapshot } from './shard-report.js';
 import type { ShardTransition } from './supervisor/supervisor.js';
 
+/** Longest shard or replica id sent back: a valid shard id has at most 128 characters. */
+export const MAX_REPORTED_ID_CHARS = 256;
+/** Longest error sent back; refusals quote what the control plane sent. */
+export const MAX_REPORTED_ERROR_CHARS = 4096;
+
 export interface StatusReporterOptions {
   nodeId: string;
   metrics?: AgentMetrics;
@@ -74,7 +79,8 @@ export class StatusReporter {
     this.outbox?.send(msg).catch(() => {});
   }
 
-  report(status: ShardStatus): void {
+  report(reported: ShardStatus): void {
+    const status = boundedStatus(reported);
     if (this.outbox) this.send({ case: 'shard', value: status });
     if (!this.outbox || !this.established) this.unsent.set(status.shardId, status);
   }
@@ -84,4 +90,31 @@ export class StatusReporter {
     if (t.to === ShardState.FAILED || t.to === ShardState.EXITED) this.opts.metrics?.engineExits.inc({ state: ShardState[t.to] });
     this.report(statusFromSnapshot(this.opts.nodeId, t.shard));
   }
+}
+
+/**
+ * A status whose strings fit a message of a few KiB. A refusal echoes the id
+ * and text of the command it refuses, and a control message may be 16 MiB:
+ * 60 drains of 4 MB invalid ids held 570 MB in the outbox, whose cap counts
+ * messages, not bytes (finding 6, control-plane-flood.test.ts). A valid id is
+ * never cut; two invalid ones cut to the same prefix coalesce, which is fine.
+ */
+function boundedStatus(status: ShardStatus): ShardStatus {
+  const { shardId, replicaId, error } = status;
+  if (shardId.length <= MAX_REPORTED_ID_CHARS && replicaId.length <= MAX_REPORTED_ID_CHARS && error.length <= MAX_REPORTED_ERROR_CHARS) return status;
+  return {
+    ...status,
+    shardId: cut(shardId, MAX_REPORTED_ID_CHARS),
+    replicaId: cut(replicaId, MAX_REPORTED_ID_CHARS),
+    error: cut(error, MAX_REPORTED_ERROR_CHARS),
+  };
+}
+
+/**
+ * `s` cut to `max` characters, as a copy: V8's slice() of a long string is a
+ * view that keeps the whole original alive, so a sliced 4 MB id still held
+ * 4 MB (1.2 GB for 174 refusals waiting in the outbox of a stuck stream).
+ */
+function cut(s: string, max: number): string {
+  return s.length <= max ? s : `${Buffer.from(s.slice(0, max - 1)).toString()}…`;
 }

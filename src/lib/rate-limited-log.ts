@@ -10,6 +10,13 @@ export interface RateLimitedLogOptions {
 /** One line per message per 10 s: a human reads that, and a flood of 400k refusals cannot write 167 MB of log. */
 export const DEFAULT_RATE_LIMIT_INTERVAL_MS = 10_000;
 
+/**
+ * Longest string field written. The fields of a refusal come from the wire,
+ * and a control message may be 16 MiB: one drain of a 4 MB invalid id wrote a
+ * 4 MB log line (finding 6, found by test/security/control-plane-flood.test.ts).
+ */
+export const MAX_LOGGED_FIELD_CHARS = 512;
+
 /** Distinct messages remembered; past it the oldest is forgotten, so hostile message text cannot grow this map. */
 const MAX_TRACKED_MESSAGES = 256;
 
@@ -67,7 +74,19 @@ export class RateLimitedLog {
       const oldest = this.#last.keys().next().value as string;
       this.#last.delete(oldest);
     }
-    this.#log[level](suppressed > 0 ? { ...fields, suppressed } : fields, msg);
+    const shown = boundedFields(fields);
+    this.#log[level](suppressed > 0 ? { ...shown, suppressed } : shown, msg);
     return true;
   }
+}
+
+/** `fields` with every string longer than MAX_LOGGED_FIELD_CHARS cut short, saying how long it was. */
+function boundedFields(fields: Record<string, unknown>): Record<string, unknown> {
+  let out: Record<string, unknown> | undefined;
+  for (const [k, v] of Object.entries(fields)) {
+    if (typeof v !== 'string' || v.length <= MAX_LOGGED_FIELD_CHARS) continue;
+    out ??= { ...fields };
+    out[k] = `${v.slice(0, MAX_LOGGED_FIELD_CHARS)}… (${v.length} characters)`;
+  }
+  return out ?? fields;
 }

@@ -6,6 +6,8 @@ import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { type AgentMessage, AgentService, type ControlMessage, ControlMessageSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 
+type ControlMsg = MessageInitShape<typeof ControlMessageSchema>['msg'];
+
 /**
  * The review's evil-cp: a bare AgentService that sends whatever a test
  * scripts once Register arrives, and validates nothing. The agent must
@@ -13,50 +15,111 @@ import { type AgentMessage, AgentService, type ControlMessage, ControlMessageSch
  */
 export interface HostileControlPlane {
   url: string;
-  /** Every AgentMessage received, across streams, in order. */
+  /** Every AgentMessage received and kept (see `keep`), across streams, in order. */
   received: AgentMessage[];
+  /** Streams the agent has opened so far. */
+  readonly streams: number;
   /** Sends to the newest stream (after its Register). */
-  send(msg: MessageInitShape<typeof ControlMessageSchema>['msg']): void;
-  /** Resolves with the first message from now or earlier that matches. */
+  send(msg: ControlMsg): void;
+  /** Resolves with the first message from now or earlier that matches; only kept messages are seen. */
   waitFor(pred: (m: AgentMessage) => boolean, timeoutMs?: number): Promise<AgentMessage>;
+  /** Calls `fn` with every message received from now, kept or not; returns the unsubscribe. */
+  onMessage(fn: (m: AgentMessage) => void): () => void;
+  /**
+   * The newest stream reads nothing more from the agent (the message in hand
+   * excepted) until it closes; HTTP/2 still answers pings. Later streams read.
+   */
+  stopReading(): void;
+  /**
+   * Writes `make(0..n-1)` to the newest stream (after its Register), each once
+   * the stream has taken the previous one: as fast as the agent reads, never
+   * faster. Stops when that stream closes; resolves with how many it took.
+   */
+  flood(n: number, make: (i: number) => ControlMsg): Promise<number>;
   close(): Promise<void>;
 }
 
-export async function startHostileControlPlane(): Promise<HostileControlPlane> {
+export interface HostileControlPlaneOptions {
+  /** Which messages `received` keeps (default all): a flood's answers would hold hundreds of MB in the test. */
+  keep?: (m: AgentMessage) => boolean;
+}
+
+interface Stream {
+  out: ReturnType<typeof createWritableIterable<ControlMessage>>;
+  registered: Promise<void>;
+  closed: Promise<void>;
+  stalled: boolean;
+}
+
+export async function startHostileControlPlane(opts: HostileControlPlaneOptions = {}): Promise<HostileControlPlane> {
+  const keep = opts.keep ?? (() => true);
   const received: AgentMessage[] = [];
   const waiters = new Set<() => void>();
-  let current: ReturnType<typeof createWritableIterable<ControlMessage>> | undefined;
-  let registered: Promise<void> = new Promise(() => {});
-  let onRegister = () => {};
-  const resetRegister = () => {
-    registered = new Promise((r) => {
-      onRegister = r;
+  const listeners = new Set<(m: AgentMessage) => void>();
+  let current: Stream | undefined;
+  let streams = 0;
+  // Resolves with the newest stream once its Register has arrived.
+  let nextRegistered: Promise<Stream>;
+  let onFirstRegister: (s: Stream) => void = () => {};
+  const awaitNextStream = () => {
+    nextRegistered = new Promise((r) => {
+      onFirstRegister = r;
     });
   };
-  resetRegister();
+  awaitNextStream();
   let nextId = 1n;
+  const message = (msg: ControlMsg) => create(ControlMessageSchema, { messageId: nextId++, msg });
 
   const routes = (router: ConnectRouter) => {
     router.service(AgentService, {
       connect: async function* (requests, ctx) {
-        const out = createWritableIterable<ControlMessage>();
-        current = out;
-        resetRegister();
+        streams += 1;
+        let onRegister = () => {};
+        let onClosed = () => {};
+        const stream: Stream = {
+          out: createWritableIterable<ControlMessage>(),
+          registered: new Promise<void>((r) => {
+            onRegister = r;
+          }),
+          closed: new Promise<void>((r) => {
+            onClosed = r;
+          }),
+          stalled: false,
+        };
+        current = stream;
+        const close = () => {
+          stream.out.close();
+          onClosed();
+        };
         void (async () => {
+          const it = requests[Symbol.asyncIterator]();
           try {
-            for await (const m of requests) {
-              received.push(m);
-              if (m.msg.case === 'register') onRegister();
+            for (;;) {
+              if (stream.stalled) {
+                // Not pulling is what stops the reads: HTTP/2 flow control then stalls the agent's writes.
+                await stream.closed;
+                return;
+              }
+              const r = await it.next();
+              if (r.done) return;
+              const m = r.value;
+              if (keep(m)) received.push(m);
+              for (const l of listeners) l(m);
+              if (m.msg.case === 'register') {
+                onRegister();
+                onFirstRegister(stream);
+                awaitNextStream();
+              }
               for (const w of waiters) w();
             }
           } catch {
             // The agent went away; the test sees it through what it waits for.
           } finally {
-            out.close();
+            close();
           }
         })();
-        ctx.signal.addEventListener('abort', () => out.close(), { once: true });
-        yield* out;
+        ctx.signal.addEventListener('abort', close, { once: true });
+        yield* stream.out;
       },
     });
   };
@@ -68,12 +131,17 @@ export async function startHostileControlPlane(): Promise<HostileControlPlane> {
   });
   await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
   const port = (server.address() as AddressInfo).port;
+  // The stream the next send or flood goes to: the newest, once registered.
+  const registeredStream = (): Promise<Stream> => (current ? current.registered.then(() => current as Stream) : nextRegistered);
 
   return {
     url: `http://127.0.0.1:${port}`,
     received,
+    get streams() {
+      return streams;
+    },
     send(msg) {
-      void registered.then(() => current?.write(create(ControlMessageSchema, { messageId: nextId++, msg })));
+      void registeredStream().then((s) => s.out.write(message(msg)).catch(() => {}));
     },
     waitFor(pred, timeoutMs = 30_000) {
       return new Promise((resolve, reject) => {
@@ -91,6 +159,27 @@ export async function startHostileControlPlane(): Promise<HostileControlPlane> {
         waiters.add(check);
         check();
       });
+    },
+    onMessage(fn) {
+      listeners.add(fn);
+      return () => listeners.delete(fn);
+    },
+    stopReading() {
+      if (current) current.stalled = true;
+    },
+    async flood(n, make) {
+      const s = await registeredStream();
+      let closed = false;
+      void s.closed.then(() => {
+        closed = true;
+      });
+      for (let i = 0; i < n; i++) {
+        if (closed) return i;
+        // A write pending when the stream closes never settles: the close ends the wait instead.
+        const took = await Promise.race([s.out.write(message(make(i))).then(() => true, () => false), s.closed.then(() => false)]);
+        if (!took) return i;
+      }
+      return n;
     },
     async close() {
       for (const s of sessions) s.destroy();

@@ -1,23 +1,22 @@
-import { create } from '@bufbuild/protobuf';
-import { DurationSchema } from '@bufbuild/protobuf/wkt';
-import {
-  type ControlMessage,
-  ProfileSchema,
-  type Register,
-  type RunningShard,
-  ShardState,
-  type ShardStatus,
-  StartShardSchema,
-  StopShardSchema,
-} from '../gen/llmgw/v1/agent_pb.js';
-import { isValidShardId } from '../lib/shard-id.js';
+import { type ControlMessage, type Register, type RunningShard, ShardState, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
-import type { Deployment, DeploymentProfile, DeploymentReplica } from './deployment.js';
+import { isValidShardId } from '../lib/shard-id.js';
+import { TERMINAL_SHARD_STATES } from '../lib/shard-states.js';
+import { adoptionConflict } from './adoption-conflict.js';
+import type { Deployment } from './deployment.js';
 import type { NodeRecord } from './node-view.js';
-import { placeReplica, type PlacementNode } from './place-replica.js';
+import { type PlacementNode, placeReplica } from './place-replica.js';
 import { PortPool } from './port-pool.js';
-import type { ReplicaPhase, ReplicaView, ShardView } from './replica-view.js';
+import { ReplicaLifecycle } from './replica-lifecycle.js';
+import type { ReplicaRecord, ShardRecord } from './replica-record.js';
+import { generationOf, replicaShardId } from './replica-shard-id.js';
+import type { ReplicaView } from './replica-view.js';
+import { shardFromRunning } from './shard-from-running.js';
+import { reserveShardPorts } from './shard-ports.js';
 import { shardStateName } from './shard-state-name.js';
+import { startShardMessage } from './start-shard-message.js';
+import { StoppingShards } from './stopping-shards.js';
+import { toReplicaView } from './to-replica-view.js';
 
 /** What the reconciler needs from the control plane around it. */
 export interface ReconcilerHost {
@@ -40,30 +39,11 @@ export interface ReconcilerOptions {
   logger: Logger;
 }
 
-/** A shard as the reconciler keeps it: what its view shows (less the derived stateName), and its startup timer. */
-interface ShardRecord extends Omit<ShardView, 'stateName'> {
-  startupTimer?: NodeJS.Timeout;
-}
-
-interface ReplicaRecord {
-  spec: DeploymentReplica;
-  phase: ReplicaPhase;
-  generation: number;
-  /** Shards of the current generation, by rank order once complete. */
-  shards: ShardRecord[];
-  lastError?: string;
-  retryTimer?: NodeJS.Timeout;
-  waitTimer?: NodeJS.Timeout;
-}
-
-const TERMINAL = new Set([ShardState.STOPPED, ShardState.FAILED, ShardState.EXITED]);
-const SHARD_GENERATION = /-g(\d+)-r\d+$/;
-
 /**
  * Desired state against what nodes report: places replicas on free GPUs,
  * times out startups, replaces failed replicas, and adopts what is already
- * running. Crash loops are decided here, with a backoff between attempts,
- * never on the node: a node only ever sees start and stop.
+ * running. How a replica's phase moves, and the backoff between attempts,
+ * is ReplicaLifecycle's.
  */
 export class Reconciler {
   readonly #opts: ReconcilerOptions;
@@ -71,8 +51,8 @@ export class Reconciler {
   readonly #log: Logger;
   readonly #ports: PortPool;
   readonly #replicas = new Map<string, ReplicaRecord>();
-  /** Shards told to stop, kept until reported gone: their GPUs and ports are not free before that. */
-  readonly #stopping = new Map<string, ShardRecord>();
+  readonly #stopping: StoppingShards;
+  readonly #lifecycle: ReplicaLifecycle;
   #settled = false;
   #settleTimer?: NodeJS.Timeout;
   #disposed = false;
@@ -82,6 +62,16 @@ export class Reconciler {
     this.#host = host;
     this.#log = opts.logger;
     this.#ports = new PortPool(opts.portRange, opts.avoidPorts);
+    this.#stopping = new StoppingShards(this.#ports, (nodeId, msg) => host.send(nodeId, msg));
+    this.#lifecycle = new ReplicaLifecycle({
+      log: this.#log,
+      ports: this.#ports,
+      stopping: this.#stopping,
+      retryBackoffMs: opts.retryBackoffMs,
+      nodeGraceMs: opts.nodeGraceMs,
+      placeAll: () => this.placeAll(),
+      ready: (replica) => host.replicaReady(this.#view(replica)),
+    });
     if (this.#ports.avoidedCount > 0) {
       this.#log.warn(
         { portRange: opts.portRange, ephemeral: opts.avoidPorts, skipped: this.#ports.avoidedCount },
@@ -128,11 +118,11 @@ export class Reconciler {
     // Ours, on this node, but no longer reported: the agent restarted without
     // it (or never received the start). Nothing will ever report it again.
     for (const replica of this.#replicas.values()) {
-      const lost = this.#forgetShards(replica, (s) => s.nodeId === nodeId && !reported.has(s.shardId));
-      if (lost[0]) this.#failReplica(replica, `shard ${lost[0].shardId} is no longer running on node ${nodeId}`, this.#opts.retryBackoffMs);
+      const lost = this.#lifecycle.forgetShards(replica, (s) => s.nodeId === nodeId && !reported.has(s.shardId));
+      if (lost[0]) this.#lifecycle.fail(replica, `shard ${lost[0].shardId} is no longer running on node ${nodeId}`, this.#opts.retryBackoffMs);
     }
-    for (const [id, s] of this.#stopping) {
-      if (s.nodeId === nodeId && !reported.has(id)) this.#dropStopping(s);
+    for (const s of this.#stopping.values()) {
+      if (s.nodeId === nodeId && !reported.has(s.shardId)) this.#stopping.drop(s);
     }
 
     for (const rs of register.runningShards) this.#reconcileRunning(nodeId, rs);
@@ -145,40 +135,32 @@ export class Reconciler {
     if (stopping) {
       // The stop may have been lost with the previous stream; saying it again is harmless.
       log.info('shard told to stop is still running; stopping it again');
-      this.#sendStop(nodeId, rs.shardId);
+      this.#stopping.sendStop(nodeId, rs.shardId);
       return;
     }
     const replica = this.#replicas.get(rs.replicaId);
     if (!replica) {
       log.info('stopping running shard of a replica not in the deployment');
-      this.#stopRunning(nodeId, rs);
+      this.#stopping.stopRunning(nodeId, rs);
       return;
     }
     const current = replica.shards.find((s) => s.shardId === rs.shardId);
     if (current) {
       if (current.nodeId !== nodeId) {
         log.warn({ placedOn: current.nodeId }, 'shard reported by a node it was not placed on; stopping that copy');
-        this.#stopRunning(nodeId, rs);
+        this.#stopping.stopRunning(nodeId, rs);
         return;
       }
       // An agent restart: the engine kept running, and so does our record.
-      if (rs.state !== ShardState.UNSPECIFIED) this.#updateShardState(replica, current, rs.state, '', 0);
+      if (rs.state !== ShardState.UNSPECIFIED) this.#lifecycle.updateShardState(replica, current, rs.state, '', 0);
       return;
     }
-    if (TERMINAL.has(rs.state)) return;
+    if (TERMINAL_SHARD_STATES.has(rs.state)) return;
     const generation = generationOf(rs.shardId) ?? replica.generation;
-    const spec = replica.spec;
-    const conflict =
-      rs.nnodes !== spec.nnodes || rs.rank < 0 || rs.rank >= spec.nnodes
-        ? `it spans ${rs.nnodes} node(s) as rank ${rs.rank}, the deployment says ${spec.nnodes}`
-        : replica.shards.some((s) => s.rank === rs.rank)
-          ? `replica ${spec.id} already has rank ${rs.rank} (${replica.shards.find((s) => s.rank === rs.rank)?.shardId})`
-          : replica.shards.length > 0 && replica.shards[0]?.generation !== generation
-            ? `its other ranks belong to generation ${replica.shards[0]?.generation}; ranks of different generations never join one collective`
-            : undefined;
+    const conflict = adoptionConflict(replica, rs, generation);
     if (conflict) {
       log.info({ why: conflict }, 'stopping running shard that does not fit the desired state');
-      this.#stopRunning(nodeId, rs);
+      this.#stopping.stopRunning(nodeId, rs);
       return;
     }
 
@@ -187,8 +169,7 @@ export class Reconciler {
     clearTimeout(replica.retryTimer);
     replica.retryTimer = undefined;
     const shard = shardFromRunning(nodeId, rs, generation);
-    if (shard.httpPort > 0) this.#ports.reserve(shard.httpPort);
-    if (shard.rank === 0 && shard.leaderPort > 0) this.#ports.reserve(shard.leaderPort);
+    reserveShardPorts(this.#ports, shard);
     replica.generation = Math.max(replica.generation, generation);
     replica.shards.push(shard);
     replica.shards.sort((a, b) => a.rank - b.rank);
@@ -196,14 +177,14 @@ export class Reconciler {
     // An adopted shard still loading gets a full startup timeout from now:
     // when it was launched is not known here, and cutting it short would kill
     // a model that may be seconds from ready.
-    if (shard.state !== ShardState.READY) this.#armStartupTimer(replica, shard);
-    this.#refreshPhase(replica);
+    if (shard.state !== ShardState.READY) this.#lifecycle.armStartupTimer(replica, shard);
+    this.#lifecycle.refreshPhase(replica);
   }
 
   onShardStatus(nodeId: string, st: ShardStatus): void {
     const stopping = this.#stopping.get(st.shardId);
     if (stopping) {
-      if (TERMINAL.has(st.state)) this.#dropStopping(stopping);
+      if (TERMINAL_SHARD_STATES.has(st.state)) this.#stopping.drop(stopping);
       else stopping.state = st.state;
       this.placeAll();
       return;
@@ -214,111 +195,19 @@ export class Reconciler {
       this.#log.debug({ node: nodeId, shard: st.shardId, state: shardStateName(st.state) }, 'status of a shard not in the desired state; ignored');
       return;
     }
-    this.#updateShardState(replica, shard, st.state, st.error, st.exitCode);
+    this.#lifecycle.updateShardState(replica, shard, st.state, st.error, st.exitCode);
     this.placeAll();
-  }
-
-  #updateShardState(replica: ReplicaRecord, shard: ShardRecord, state: ShardState, error: string, exitCode: number): void {
-    shard.state = state;
-    shard.error = error;
-    shard.exitCode = exitCode;
-    if (state === ShardState.READY) {
-      clearTimeout(shard.startupTimer);
-      shard.startupTimer = undefined;
-    }
-    if (TERMINAL.has(state)) {
-      const why = `shard ${shard.shardId} on node ${shard.nodeId} is ${shardStateName(state)}${error ? `: ${error}` : ''}${exitCode ? ` (exit code ${exitCode})` : ''}`;
-      this.#failReplica(replica, why, this.#opts.retryBackoffMs);
-      return;
-    }
-    this.#refreshPhase(replica);
   }
 
   /** A node stayed away longer than the grace: its shards are gone for placement purposes. */
   onNodeLost(nodeId: string): void {
-    for (const s of [...this.#stopping.values()]) if (s.nodeId === nodeId) this.#dropStopping(s);
+    for (const s of [...this.#stopping.values()]) if (s.nodeId === nodeId) this.#stopping.drop(s);
     for (const replica of this.#replicas.values()) {
-      if (this.#forgetShards(replica, (s) => s.nodeId === nodeId).length > 0) {
-        this.#failReplica(replica, `node ${nodeId} has been disconnected longer than the grace period`, this.#opts.retryBackoffMs);
+      if (this.#lifecycle.forgetShards(replica, (s) => s.nodeId === nodeId).length > 0) {
+        this.#lifecycle.fail(replica, `node ${nodeId} has been disconnected longer than the grace period`, this.#opts.retryBackoffMs);
       }
     }
     this.placeAll();
-  }
-
-  /**
-   * Removes shards known to be gone from a replica without stopping them:
-   * there is nothing left to stop, and a stop record for them would hold
-   * their GPUs until a report that never comes.
-   */
-  #forgetShards(replica: ReplicaRecord, gone: (s: ShardRecord) => boolean): ShardRecord[] {
-    const forgotten = replica.shards.filter(gone);
-    for (const s of forgotten) {
-      clearTimeout(s.startupTimer);
-      s.startupTimer = undefined;
-      this.#releasePorts(s);
-    }
-    replica.shards = replica.shards.filter((s) => !gone(s));
-    return forgotten;
-  }
-
-  /**
-   * Ends the current generation of a replica: the surviving shards are
-   * stopped (a multi-node replica with a missing rank serves nothing), and a
-   * new placement is tried after `backoffMs`.
-   */
-  #failReplica(replica: ReplicaRecord, why: string, backoffMs: number): void {
-    const log = this.#log.child({ replica: replica.spec.id });
-    for (const s of replica.shards) {
-      clearTimeout(s.startupTimer);
-      s.startupTimer = undefined;
-      if (TERMINAL.has(s.state)) {
-        this.#releasePorts(s);
-        continue;
-      }
-      this.#stopping.set(s.shardId, s);
-      // A node that is away gets the stop when it re-registers with the shard.
-      this.#sendStop(s.nodeId, s.shardId);
-    }
-    replica.shards = [];
-    replica.lastError = why;
-    clearTimeout(replica.waitTimer);
-    replica.waitTimer = undefined;
-    this.#setPhase(replica, 'backoff', why);
-    log.warn({ err: why, retryInMs: backoffMs }, 'replica failed; placing it again after the backoff');
-    clearTimeout(replica.retryTimer);
-    replica.retryTimer = setTimeout(() => {
-      replica.retryTimer = undefined;
-      if (replica.phase !== 'backoff') return;
-      this.#setPhase(replica, 'pending', 'backoff over');
-      this.placeAll();
-    }, backoffMs);
-  }
-
-  #dropStopping(s: ShardRecord): void {
-    this.#stopping.delete(s.shardId);
-    this.#releasePorts(s);
-  }
-
-  #releasePorts(s: ShardRecord): void {
-    if (s.httpPort > 0) this.#ports.release(s.httpPort);
-    if (s.rank === 0 && s.leaderPort > 0) this.#ports.release(s.leaderPort);
-  }
-
-  /**
-   * Stops a reported shard we do not want, and books its GPUs and ports until
-   * the node reports it gone: placing on GPUs an engine still holds is a
-   * start that fails with out-of-memory minutes later.
-   */
-  #stopRunning(nodeId: string, rs: RunningShard): void {
-    const s = shardFromRunning(nodeId, rs, generationOf(rs.shardId) ?? 0);
-    if (s.httpPort > 0) this.#ports.reserve(s.httpPort);
-    if (s.rank === 0 && s.leaderPort > 0) this.#ports.reserve(s.leaderPort);
-    this.#stopping.set(s.shardId, s);
-    this.#sendStop(nodeId, s.shardId);
-  }
-
-  #sendStop(nodeId: string, shardId: string): void {
-    this.#host.send(nodeId, { case: 'stop', value: create(StopShardSchema, { shardId }) });
   }
 
   /** Places every pending replica that fits, in deployment order. */
@@ -351,7 +240,7 @@ export class Reconciler {
     const leaderAddr = spec.nnodes > 1 ? nodeAddress(leaderNode) : '';
     const shards = result.shards.map(
       (p, rank): ShardRecord => ({
-        shardId: `${spec.id}-g${generation}-r${rank}`,
+        shardId: replicaShardId(spec.id, generation, rank),
         replicaId: spec.id,
         rank,
         nnodes: spec.nnodes,
@@ -371,24 +260,12 @@ export class Reconciler {
     for (const s of shards) if (!isValidShardId(s.shardId)) throw new Error(`internal: invalid shard id ${s.shardId}`);
     replica.generation = generation;
     replica.shards = shards;
-    this.#setPhase(replica, 'starting', `placed generation ${generation}`);
+    this.#lifecycle.setPhase(replica, 'starting', `placed generation ${generation}`);
     for (const s of shards) {
       log.info({ shard: s.shardId, node: s.nodeId, gpus: s.gpuIndices, port: s.httpPort, rank: s.rank }, 'starting shard');
       this.#host.send(s.nodeId, { case: 'start', value: startShardMessage(s, spec) });
-      this.#armStartupTimer(replica, s);
+      this.#lifecycle.armStartupTimer(replica, s);
     }
-  }
-
-  #armStartupTimer(replica: ReplicaRecord, shard: ShardRecord): void {
-    clearTimeout(shard.startupTimer);
-    const ms = replica.spec.profile.startupTimeoutMs;
-    shard.startupTimer = setTimeout(() => {
-      shard.startupTimer = undefined;
-      if (!replica.shards.includes(shard) || shard.state === ShardState.READY) return;
-      // Retried at once: the startup timeout was the wait, and the stopped
-      // shard's GPUs stay booked until its node reports it gone.
-      this.#failReplica(replica, `shard ${shard.shardId} on node ${shard.nodeId} was not ready within the startup timeout (${ms} ms)`, 0);
-    }, ms);
   }
 
   #placementNodes(): PlacementNode[] {
@@ -407,40 +284,8 @@ export class Reconciler {
       if (s.nodeId === nodeId) for (const g of s.gpuIndices) owners.set(g, s.shardId);
     };
     for (const r of this.#replicas.values()) r.shards.forEach(add);
-    this.#stopping.forEach(add);
+    for (const s of this.#stopping.values()) add(s);
     return owners;
-  }
-
-  #refreshPhase(replica: ReplicaRecord): void {
-    const { shards, spec } = replica;
-    if (shards.length === 0) return;
-    let phase: ReplicaPhase;
-    if (shards.length < spec.nnodes) phase = 'waiting';
-    else if (shards.every((s) => s.state === ShardState.READY)) phase = 'ready';
-    else if (shards.some((s) => s.state === ShardState.UNHEALTHY)) phase = 'unhealthy';
-    else phase = 'starting';
-    if (phase === 'waiting' && !replica.waitTimer) {
-      replica.waitTimer = setTimeout(() => {
-        replica.waitTimer = undefined;
-        if (replica.phase === 'waiting') {
-          this.#failReplica(replica, `the other ranks of replica ${spec.id} did not come back within the node grace period`, 0);
-          this.placeAll();
-        }
-      }, this.#opts.nodeGraceMs);
-    } else if (phase !== 'waiting') {
-      clearTimeout(replica.waitTimer);
-      replica.waitTimer = undefined;
-    }
-    this.#setPhase(replica, phase);
-  }
-
-  /** The one place a replica's phase changes; logged, and 'replica-ready' is raised here. */
-  #setPhase(replica: ReplicaRecord, phase: ReplicaPhase, why?: string): void {
-    const from = replica.phase;
-    if (from === phase) return;
-    replica.phase = phase;
-    this.#log.info({ replica: replica.spec.id, from, to: phase, ...(why ? { why } : {}) }, 'replica phase changed');
-    if (phase === 'ready') this.#host.replicaReady(this.#view(replica));
   }
 
   replicaViews(): ReplicaView[] {
@@ -448,91 +293,11 @@ export class Reconciler {
   }
 
   #view(r: ReplicaRecord): ReplicaView {
-    const leader = r.shards.find((s) => s.rank === 0);
-    const view: ReplicaView = {
-      id: r.spec.id,
-      group: r.spec.group,
-      profile: r.spec.profile.name,
-      engine: r.spec.profile.engine,
-      servedModelName: r.spec.profile.servedModelName,
-      phase: r.phase,
-      generation: r.generation,
-      nnodes: r.spec.nnodes,
-      gpusPerShard: r.spec.gpusPerShard,
-      pool: r.spec.pool,
-      shards: r.shards.map(shardView),
-    };
-    if (r.phase === 'ready' && leader) view.url = `http://${this.#host.node(leader.nodeId)?.register.mgmtAddr || '127.0.0.1'}:${leader.httpPort}`;
-    if (r.lastError) view.lastError = r.lastError;
-    return view;
+    return toReplicaView(r, (nodeId) => this.#host.node(nodeId));
   }
-}
-
-function generationOf(shardId: string): number | undefined {
-  const m = SHARD_GENERATION.exec(shardId);
-  return m ? Number(m[1]) : undefined;
-}
-
-function shardFromRunning(nodeId: string, rs: RunningShard, generation: number): ShardRecord {
-  return {
-    shardId: rs.shardId,
-    replicaId: rs.replicaId,
-    rank: rs.rank,
-    nnodes: rs.nnodes,
-    nodeId,
-    gpuIndices: [...rs.gpuIndices],
-    httpPort: rs.httpPort,
-    leaderAddr: rs.leaderAddr,
-    leaderPort: rs.leaderPort,
-    generation,
-    state: rs.state === ShardState.UNSPECIFIED ? ShardState.STARTING : rs.state,
-    error: '',
-    exitCode: 0,
-    adopted: true,
-  };
-}
-
-function shardView(s: ShardRecord): ShardView {
-  // Copied without the timer, which is the reconciler's own business.
-  const { startupTimer: _, ...fields } = s;
-  return { ...fields, gpuIndices: [...s.gpuIndices], stateName: shardStateName(s.state) };
 }
 
 /** Where other ranks reach the leader: its management address, else its hostname, else loopback (one-machine clusters). */
 function nodeAddress(node: NodeRecord | undefined): string {
   return node?.register.mgmtAddr || node?.register.hostname || '127.0.0.1';
-}
-
-function startShardMessage(s: ShardRecord, spec: DeploymentReplica) {
-  return create(StartShardSchema, {
-    shardId: s.shardId,
-    replicaId: s.replicaId,
-    rank: s.rank,
-    nnodes: s.nnodes,
-    gpuIndices: s.gpuIndices,
-    httpPort: s.httpPort,
-    leaderAddr: s.leaderAddr,
-    leaderPort: s.leaderPort,
-    pool: spec.pool,
-    fabric: spec.fabric,
-    profile: profileMessage(spec.profile),
-  });
-}
-
-function profileMessage(p: DeploymentProfile) {
-  return create(ProfileSchema, {
-    name: p.name,
-    engine: p.engine,
-    model: p.model,
-    servedModelName: p.servedModelName,
-    tensorParallelSize: p.tensorParallelSize,
-    pipelineParallelSize: p.pipelineParallelSize,
-    args: p.args,
-    env: p.env,
-    startupTimeout: create(DurationSchema, {
-      seconds: BigInt(Math.floor(p.startupTimeoutMs / 1000)),
-      nanos: (p.startupTimeoutMs % 1000) * 1_000_000,
-    }),
-    minComputeCapability: p.minComputeCapability,
-  });
 }

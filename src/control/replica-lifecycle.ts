@@ -1,0 +1,145 @@
+import { ShardState } from '../gen/llmgw/v1/agent_pb.js';
+import type { Logger } from '../lib/logger.js';
+import { TERMINAL_SHARD_STATES } from '../lib/shard-states.js';
+import type { PortPool } from './port-pool.js';
+import type { ReplicaRecord, ShardRecord } from './replica-record.js';
+import type { ReplicaPhase } from './replica-view.js';
+import { shardStateName } from './shard-state-name.js';
+import { releaseShardPorts } from './shard-ports.js';
+import type { StoppingShards } from './stopping-shards.js';
+
+export interface ReplicaLifecycleParts {
+  log: Logger;
+  ports: PortPool;
+  stopping: StoppingShards;
+  retryBackoffMs: number;
+  /** How long adopted shards of a multi-node replica wait for their other ranks' nodes. */
+  nodeGraceMs: number;
+  /** Places every pending replica that fits; called when a backoff or a wait ends. */
+  placeAll: () => void;
+  /** Told each time a replica becomes ready. */
+  ready: (replica: ReplicaRecord) => void;
+}
+
+/**
+ * A replica's phase and the timers that move it: startup timeouts, the wait
+ * for other ranks, and the backoff after a failed generation. Crash loops
+ * are decided here, with a backoff between attempts, never on the node: a
+ * node only ever sees start and stop.
+ */
+export class ReplicaLifecycle {
+  readonly #p: ReplicaLifecycleParts;
+  readonly #log: Logger;
+
+  constructor(parts: ReplicaLifecycleParts) {
+    this.#p = parts;
+    this.#log = parts.log;
+  }
+
+  updateShardState(replica: ReplicaRecord, shard: ShardRecord, state: ShardState, error: string, exitCode: number): void {
+    shard.state = state;
+    shard.error = error;
+    shard.exitCode = exitCode;
+    if (state === ShardState.READY) {
+      clearTimeout(shard.startupTimer);
+      shard.startupTimer = undefined;
+    }
+    if (TERMINAL_SHARD_STATES.has(state)) {
+      const why = `shard ${shard.shardId} on node ${shard.nodeId} is ${shardStateName(state)}${error ? `: ${error}` : ''}${exitCode ? ` (exit code ${exitCode})` : ''}`;
+      this.fail(replica, why, this.#p.retryBackoffMs);
+      return;
+    }
+    this.refreshPhase(replica);
+  }
+
+  /**
+   * Removes shards known to be gone from a replica without stopping them:
+   * there is nothing left to stop, and a stop record for them would hold
+   * their GPUs until a report that never comes.
+   */
+  forgetShards(replica: ReplicaRecord, gone: (s: ShardRecord) => boolean): ShardRecord[] {
+    const forgotten = replica.shards.filter(gone);
+    for (const s of forgotten) {
+      clearTimeout(s.startupTimer);
+      s.startupTimer = undefined;
+      releaseShardPorts(this.#p.ports, s);
+    }
+    replica.shards = replica.shards.filter((s) => !gone(s));
+    return forgotten;
+  }
+
+  /**
+   * Ends the current generation of a replica: the surviving shards are
+   * stopped (a multi-node replica with a missing rank serves nothing), and a
+   * new placement is tried after `backoffMs`.
+   */
+  fail(replica: ReplicaRecord, why: string, backoffMs: number): void {
+    const log = this.#log.child({ replica: replica.spec.id });
+    for (const s of replica.shards) {
+      clearTimeout(s.startupTimer);
+      s.startupTimer = undefined;
+      if (TERMINAL_SHARD_STATES.has(s.state)) {
+        releaseShardPorts(this.#p.ports, s);
+        continue;
+      }
+      this.#p.stopping.stop(s);
+    }
+    replica.shards = [];
+    replica.lastError = why;
+    clearTimeout(replica.waitTimer);
+    replica.waitTimer = undefined;
+    this.setPhase(replica, 'backoff', why);
+    log.warn({ err: why, retryInMs: backoffMs }, 'replica failed; placing it again after the backoff');
+    clearTimeout(replica.retryTimer);
+    replica.retryTimer = setTimeout(() => {
+      replica.retryTimer = undefined;
+      if (replica.phase !== 'backoff') return;
+      this.setPhase(replica, 'pending', 'backoff over');
+      this.#p.placeAll();
+    }, backoffMs);
+  }
+
+  armStartupTimer(replica: ReplicaRecord, shard: ShardRecord): void {
+    clearTimeout(shard.startupTimer);
+    const ms = replica.spec.profile.startupTimeoutMs;
+    shard.startupTimer = setTimeout(() => {
+      shard.startupTimer = undefined;
+      if (!replica.shards.includes(shard) || shard.state === ShardState.READY) return;
+      // Retried at once: the startup timeout was the wait, and the stopped
+      // shard's GPUs stay booked until its node reports it gone.
+      this.fail(replica, `shard ${shard.shardId} on node ${shard.nodeId} was not ready within the startup timeout (${ms} ms)`, 0);
+    }, ms);
+  }
+
+  refreshPhase(replica: ReplicaRecord): void {
+    const { shards, spec } = replica;
+    if (shards.length === 0) return;
+    let phase: ReplicaPhase;
+    if (shards.length < spec.nnodes) phase = 'waiting';
+    else if (shards.every((s) => s.state === ShardState.READY)) phase = 'ready';
+    else if (shards.some((s) => s.state === ShardState.UNHEALTHY)) phase = 'unhealthy';
+    else phase = 'starting';
+    if (phase === 'waiting' && !replica.waitTimer) {
+      replica.waitTimer = setTimeout(() => {
+        replica.waitTimer = undefined;
+        if (replica.phase === 'waiting') {
+          this.fail(replica, `the other ranks of replica ${spec.id} did not come back within the node grace period`, 0);
+          this.#p.placeAll();
+        }
+      }, this.#p.nodeGraceMs);
+    } else if (phase !== 'waiting') {
+      clearTimeout(replica.waitTimer);
+      replica.waitTimer = undefined;
+    }
+    this.setPhase(replica, phase);
+  }
+
+  /** The one place a replica's phase changes; logged, and readiness is reported here. */
+  setPhase(replica: ReplicaRecord, phase: ReplicaPhase, why?: string): void {
+    const from = replica.phase;
+    if (from === phase) return;
+    replica.phase = phase;
+    this.#log.info({ replica: replica.spec.id, from, to: phase, ...(why ? { why } : {}) }, 'replica phase changed');
+    if (phase === 'ready') this.#p.ready(replica);
+  }
+}

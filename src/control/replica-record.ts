@@ -1,0 +1,19 @@
+import type { DeploymentReplica } from './deployment.js';
+import type { ReplicaPhase, ShardView } from './replica-view.js';
+
+/** A shard as the reconciler keeps it: what its view shows (less the derived stateName), and its startup timer. */
+export interface ShardRecord extends Omit<ShardView, 'stateName'> {
+  startupTimer?: NodeJS.Timeout;
+}
+
+/** A replica as the reconciler keeps it; ReplicaView is its public face. */
+export interface ReplicaRecord {
+  spec: DeploymentReplica;
+  phase: ReplicaPhase;
+  generation: number;
+  /** Shards of the current generation, by rank order once complete. */
+  shards: ShardRecord[];
+  lastError?: string;
+  retryTimer?: NodeJS.Timeout;
+  waitTimer?: NodeJS.Timeout;
+}

@@ -23,7 +23,10 @@ async function answeredWithoutOclif() {
   if (argv[0] === 'agent' && argv[1] === 'run') {
     // Only the forms systemd and scripts use (--config and the override
     // flags); false for help, --print-config, --json, --log-level and errors.
-    const { fastAgentRun } = await import('../dist/cli/fast-agent-run.js');
+    // From one bundled file (scripts/bundle-agent-run.mjs, part of `npm run
+    // build`): loading the agent's ~300 modules one by one cost more than
+    // everything else before Register.
+    const { fastAgentRun } = await import('../dist/agent-run.bundle.js');
     return fastAgentRun(argv.slice(2));
   }
   return false;

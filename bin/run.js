@@ -17,7 +17,8 @@ async function answeredWithoutOclif() {
   }
   if (argv[0] === 'ctl' && argv[1] === 'status') {
     // Only the plain forms (--json, --socket, --config); false for help, errors and the rest.
-    const { fastCtlStatus } = await import('../dist/cli/fast-ctl-status.js');
+    // Bundled into one file, as agent run is (scripts/bundle-agent-run.mjs).
+    const { fastCtlStatus } = await import('../dist/ctl-status.bundle.js');
     return fastCtlStatus(argv.slice(2));
   }
   if (argv[0] === 'agent' && argv[1] === 'run') {

@@ -1,8 +1,8 @@
 #!/usr/bin/env node
 /**
  * Bundles `agent run`'s path without oclif (dist/cli/fast-agent-run.js and
- * everything it imports) into one file, dist/agent-run.bundle.js, which
- * bin/run.js loads. Resolving and loading ~300 ES modules one by one was the
+ * everything it imports) into one file, dist/agent-run.bundle.js, and `ctl
+ * status`'s into dist/ctl-status.bundle.js, which bin/run.js loads. Resolving and loading ~300 ES modules one by one was the
  * largest part of the agent's start before Register (bench/RESULTS.md, run
  * 6: ~0.2 s on this machine, the bundle starts at 0.9x the floor). Run by
  * `npm run build` after tsc; dist/ must be built.
@@ -21,36 +21,46 @@
  * installed.
  */
 import { readFile } from 'node:fs/promises';
-import { dirname, relative, sep } from 'node:path';
+import { relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
 
 const root = fileURLToPath(new URL('..', import.meta.url));
-const outfile = `${root}dist/agent-run.bundle.js`;
+const outdir = `${root}dist`;
 
 /** import.meta.url of the file being bundled, as an expression evaluated in the bundle. */
-const ownUrl = (file) => `new URL(${JSON.stringify(relative(dirname(outfile), file).split(sep).join('/'))}, import.meta.url).href`;
+const ownUrl = (file) => `new URL(${JSON.stringify(relative(outdir, file).split(sep).join('/'))}, import.meta.url).href`;
 
-await build({
-  entryPoints: [`${root}dist/cli/fast-agent-run.js`],
-  outfile,
-  bundle: true,
-  platform: 'node',
-  format: 'esm',
-  target: 'node20',
-  external: ['koffi', 'execa', 'prom-client', 'pino-pretty'],
-  // CommonJS dependencies (pino, yaml) call require() for Node's own modules.
-  banner: { js: "import { createRequire as __llmgwCreateRequire } from 'node:module'; const require = __llmgwCreateRequire(import.meta.url);" },
-  logLevel: 'warning',
-  plugins: [
-    {
-      name: 'own-import-meta-url',
-      setup(b) {
-        b.onLoad({ filter: /\/dist\/.*\.js$/ }, async (args) => {
-          const text = await readFile(args.path, 'utf8');
-          return { contents: text.includes('import.meta.url') ? text.replaceAll('import.meta.url', ownUrl(args.path)) : text, loader: 'js' };
-        });
+/** One entry and what it imports, in one file at `dist/<name>.js`; `external` resolved from node_modules at run time. */
+const bundle = (name, entry, external) =>
+  build({
+    entryPoints: { [name]: `${outdir}/${entry}` },
+    outdir,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    external,
+    // CommonJS dependencies (pino, yaml) call require() for Node's own modules.
+    banner: { js: "import { createRequire as __llmgwCreateRequire } from 'node:module'; const require = __llmgwCreateRequire(import.meta.url);" },
+    logLevel: 'warning',
+    plugins: [
+      {
+        name: 'own-import-meta-url',
+        setup(b) {
+          b.onLoad({ filter: /\/dist\/.*\.js$/ }, async (args) => {
+            const text = await readFile(args.path, 'utf8');
+            return { contents: text.includes('import.meta.url') ? text.replaceAll('import.meta.url', ownUrl(args.path)) : text, loader: 'js' };
+          });
+        },
       },
-    },
-  ],
-});
+    ],
+  });
+
+await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'execa', 'prom-client', 'pino-pretty']);
+// `ctl status`'s path without oclif too: its 20 modules cost about 10 ms of
+// a cold start that is 1.5x `node -e 0` (bench figure 1b). yaml is needed
+// only with a --config: left out of what every start parses. (Not chalk: an
+// external's static import is hoisted to the top of the bundle, so it would
+// load for --json too, which never colours anything.)
+await bundle('ctl-status.bundle', 'cli/fast-ctl-status.js', ['yaml']);

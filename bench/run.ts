@@ -219,10 +219,14 @@ async function figPidfd(): Promise<void> {
     const pid = Number(spawnSync('sh', ['-c', 'sleep 60 >/dev/null 2>&1 </dev/null & echo $!'], { encoding: 'utf8' }).stdout.trim());
     const controller = new AbortController();
     let t0 = 0;
+    // The watch does not keep a process alive (an agent has its stream for
+    // that); this timer does, and ends a watch that never fires.
+    let timer: NodeJS.Timeout | undefined;
     const seen = new Promise<number>((resolve, reject) => {
+      timer = setTimeout(() => reject(new Error(`pidfd: the death of ${pid} not seen within 10 s`)), 10_000);
       const watch = watchPidExit(pid, controller.signal, () => resolve(performance.now() - t0));
       if (watch.kind !== 'watching') reject(new Error(`pidfd: ${watch.kind === 'unsupported' ? watch.reason : 'gone'}`));
-    });
+    }).finally(() => clearTimeout(timer));
     t0 = performance.now();
     process.kill(pid, 'SIGKILL');
     times.push(await seen);

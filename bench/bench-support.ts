@@ -67,9 +67,13 @@ export interface BenchAgent {
 
 /**
  * The agent runs with the runtime flags its systemd unit gives it, read from
- * the unit so that the benchmark measures the agent as deployed.
+ * the unit so that the benchmark measures the agent as deployed, unless
+ * LLMGW_BENCH_NODE_OPTIONS says otherwise.
  */
 export function unitNodeOptions(): string {
+  // A trial of other runtime flags (the unit's --max-semi-space-size, say)
+  // without editing the unit: LLMGW_BENCH_NODE_OPTIONS replaces them, "" for none.
+  if (process.env.LLMGW_BENCH_NODE_OPTIONS !== undefined) return process.env.LLMGW_BENCH_NODE_OPTIONS;
   const unit = readFileSync(new URL('../packaging/llmgw-agent.service', import.meta.url), 'utf8');
   return /^Environment=NODE_OPTIONS=(.*)$/m.exec(unit)?.[1]?.trim() ?? '';
 }

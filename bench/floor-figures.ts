@@ -83,8 +83,13 @@ export async function floorFigures(rows: BenchRow[], notes: string[], quick: boo
     const { cp, url } = await controlPlane();
     const { cp: floorCp, url: floorUrl } = await controlPlane();
     const dirs = newRoot('floor-reg');
-    await timeAgent(cp, url, dirs, []);
-    for (let i = 0; i < 100 && !existsSync(join(dirs.stateDir, 'inventory.json')); i++) await sleep(100);
+    // A first boot registers before its scan ends and caches the inventory
+    // after it: the agent is kept until the cache is written.
+    const first = spawnAgent(url, dirs);
+    await cp.waitFor('node-a', isRegister, 30_000);
+    for (let i = 0; i < 300 && !existsSync(join(dirs.stateDir, 'inventory.json')); i++) await sleep(100);
+    first.kill('SIGKILL');
+    await first.exited;
     const floor: number[] = [];
     const agent: number[] = [];
     const slow: number[] = [];

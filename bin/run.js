@@ -1,8 +1,10 @@
 #!/usr/bin/env node
 
 // Fleet checks, operators and monitoring scripts run `--version` and
-// `ctl status` most. Loading oclif is most of a command's start-up time, so
-// these are answered without it when they can be; the rest goes to oclif.
+// `ctl status` most, and systemd runs `agent run`, whose start-up is time
+// before Register that the control plane cannot place replicas on the node.
+// Loading oclif is most of a command's start-up time, so these are answered
+// without it when they can be; the rest goes to oclif.
 const argv = process.argv.slice(2);
 
 async function answeredWithoutOclif() {
@@ -15,8 +17,18 @@ async function answeredWithoutOclif() {
   }
   if (argv[0] === 'ctl' && argv[1] === 'status') {
     // Only the plain forms (--json, --socket, --config); false for help, errors and the rest.
-    const { fastCtlStatus } = await import('../dist/cli/fast-ctl-status.js');
+    // Bundled into one file, as agent run is (scripts/bundle-agent-run.mjs).
+    const { fastCtlStatus } = await import('../dist/ctl-status.bundle.js');
     return fastCtlStatus(argv.slice(2));
+  }
+  if (argv[0] === 'agent' && argv[1] === 'run') {
+    // Only the forms systemd and scripts use (--config and the override
+    // flags); false for help, --print-config, --json, --log-level and errors.
+    // From one bundled file (scripts/bundle-agent-run.mjs, part of `npm run
+    // build`): loading the agent's ~300 modules one by one cost more than
+    // everything else before Register.
+    const { fastAgentRun } = await import('../dist/agent-run.bundle.js');
+    return fastAgentRun(argv.slice(2));
   }
   return false;
 }

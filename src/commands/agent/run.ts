@@ -1,9 +1,8 @@
 import { Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { DEFAULT_CONFIG_PATH } from '../../lib/default-paths.js';
-import { type LoadConfigOptions, loadAgentConfig, type LoadedConfig } from '../../agent/config/load-agent-config.js';
-import { createLogger } from '../../lib/logger.js';
-import { runAgent } from '../../agent/run-agent.js';
+import type { LoadConfigOptions } from '../../agent/config/load-agent-config.js';
+import { AGENT_RUN_OVERRIDES, startAgent } from '../../cli/fast-agent-run.js';
 
 export default class AgentRun extends BaseCommand {
   static override summary = 'Run the node agent: discover hardware, hold the control-plane stream, supervise engines.';
@@ -43,16 +42,7 @@ value came from. Exits 78 on a configuration error (systemd: RestartPreventExitS
     const options: LoadConfigOptions = {
       configPath: flags.config,
       flags: {
-        node_id: flags['node-id'],
-        server: flags.server,
-        protocol: flags.protocol,
-        'supervisor.state_dir': flags['state-dir'],
-        'supervisor.log_dir': flags['log-dir'],
-        'admin.socket': flags.socket,
-        heartbeat_interval: flags['heartbeat-interval'],
-        metrics_addr: flags['metrics-addr'],
-        'discovery.nvidia_smi': flags['nvidia-smi'],
-        'discovery.sysfs_root': flags['sysfs-root'],
+        ...Object.fromEntries(Object.entries(AGENT_RUN_OVERRIDES).map(([flag, key]) => [key, flags[flag as keyof typeof AGENT_RUN_OVERRIDES]])),
         log_level: flags['log-level'],
       },
     };
@@ -64,10 +54,8 @@ value came from. Exits 78 on a configuration error (systemd: RestartPreventExitS
       this.log(renderConfigTable(printable));
       return undefined;
     }
-    const loaded: LoadedConfig = loadAgentConfig(options);
-    const config = loaded.config;
-    const logger = await createLogger({ level: config.logLevel as 'info', name: 'llmgw-agent' });
-    await runAgent({ config, version: this.config.version, logger });
+    // The same start as bin/run.js's path without oclif (fast-agent-run.ts).
+    await startAgent(options, this.config.version);
     // Engines are detached and keep running; leftover HTTP/2 sessions must
     // not hold the process open past an orderly stop.
     this.exit(0);

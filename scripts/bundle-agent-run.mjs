@@ -1,0 +1,66 @@
+#!/usr/bin/env node
+/**
+ * Bundles `agent run`'s path without oclif (dist/cli/fast-agent-run.js and
+ * everything it imports) into one file, dist/agent-run.bundle.js, and `ctl
+ * status`'s into dist/ctl-status.bundle.js, which bin/run.js loads. Resolving and loading ~300 ES modules one by one was the
+ * largest part of the agent's start before Register (bench/RESULTS.md, run
+ * 6: ~0.2 s on this machine, the bundle starts at 0.9x the floor). Run by
+ * `npm run build` after tsc; dist/ must be built.
+ *
+ * Kept out of the bundle, and resolved from node_modules as before: koffi
+ * (its prebuilt native binary), and what is imported lazily after Register
+ * or only on request (execa, for engines and nvidia-smi; prom-client, with
+ * metrics_addr; pino-pretty, on a terminal): in the bundle V8 would still
+ * parse them at every start.
+ *
+ * A module that finds files relative to itself (`new URL('../../bin/run.js',
+ * import.meta.url)`: the sim engine's command) would resolve them from the
+ * bundle's directory instead and point at nothing. Each `import.meta.url`
+ * in a bundled file is rewritten to that file's own URL, computed from the
+ * bundle's at run time, so such paths stay right wherever the package is
+ * installed.
+ */
+import { readFile } from 'node:fs/promises';
+import { relative, sep } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { build } from 'esbuild';
+
+const root = fileURLToPath(new URL('..', import.meta.url));
+const outdir = `${root}dist`;
+
+/** import.meta.url of the file being bundled, as an expression evaluated in the bundle. */
+const ownUrl = (file) => `new URL(${JSON.stringify(relative(outdir, file).split(sep).join('/'))}, import.meta.url).href`;
+
+/** One entry and what it imports, in one file at `dist/<name>.js`; `external` resolved from node_modules at run time. */
+const bundle = (name, entry, external) =>
+  build({
+    entryPoints: { [name]: `${outdir}/${entry}` },
+    outdir,
+    bundle: true,
+    platform: 'node',
+    format: 'esm',
+    target: 'node20',
+    external,
+    // CommonJS dependencies (pino, yaml) call require() for Node's own modules.
+    banner: { js: "import { createRequire as __llmgwCreateRequire } from 'node:module'; const require = __llmgwCreateRequire(import.meta.url);" },
+    logLevel: 'warning',
+    plugins: [
+      {
+        name: 'own-import-meta-url',
+        setup(b) {
+          b.onLoad({ filter: /\/dist\/.*\.js$/ }, async (args) => {
+            const text = await readFile(args.path, 'utf8');
+            return { contents: text.includes('import.meta.url') ? text.replaceAll('import.meta.url', ownUrl(args.path)) : text, loader: 'js' };
+          });
+        },
+      },
+    ],
+  });
+
+await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'execa', 'prom-client', 'pino-pretty']);
+// `ctl status`'s path without oclif too: its 20 modules cost about 10 ms of
+// a cold start that is 1.5x `node -e 0` (bench figure 1b). yaml is needed
+// only with a --config: left out of what every start parses. (Not chalk: an
+// external's static import is hoisted to the top of the bundle, so it would
+// load for --json too, which never colours anything.)
+await bundle('ctl-status.bundle', 'cli/fast-ctl-status.js', ['yaml']);

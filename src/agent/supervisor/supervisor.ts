@@ -38,6 +38,22 @@ export interface SupervisorOptions {
   logger?: Logger;
   /** How often logs are checked against config.logMaxBytes; default LOG_CHECK_INTERVAL_MS (2 s). */
   logCheckIntervalMs?: number;
+  /** Most launches (validation, launch, state file) in progress at once; default DEFAULT_MAX_CONCURRENT_LAUNCHES (8). */
+  maxConcurrentLaunches?: number;
+}
+
+/**
+ * One launch per GPU of an 8-GPU node at once. Each launch costs an
+ * executable lookup, a port probe and a fork: a control plane sending
+ * thousands of starts must not turn them into thousands of concurrent
+ * forks (finding 5 of the security review launched 20 with no bound).
+ */
+export const DEFAULT_MAX_CONCURRENT_LAUNCHES = 8;
+
+/** What shards hold exclusively, each with the id of the shard holding it. */
+export interface Reservations {
+  gpus: ReadonlyMap<number, string>;
+  ports: ReadonlyMap<number, string>;
 }
 
 /** A launch, or how to make one: validation runs after the shard id is reserved, so a repeat never validates beside it. */
@@ -58,6 +74,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private readonly runners = new Map<string, ShardRunner>();
   /** Launches in progress: the one place concurrent starts of an id become one process. Undefined when it was refused. */
   private readonly launching = new Map<string, Promise<ShardRunner | undefined>>();
+  /**
+   * The specs of launches in progress, claimed in reserve() before any
+   * await: what they will hold is held from that moment, not from when
+   * their runner reaches the table.
+   */
+  private readonly claims = new Map<string, StartShard>();
+  private readonly maxConcurrentLaunches: number;
   /** Aborted by close(): ends launches in progress, touches no engine. */
   private readonly closing = new AbortController();
   private readonly logTimer: NodeJS.Timeout;
@@ -68,6 +91,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
     this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t) };
+    this.maxConcurrentLaunches = opts.maxConcurrentLaunches ?? DEFAULT_MAX_CONCURRENT_LAUNCHES;
     this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
     this.logTimer.unref();
   }
@@ -87,29 +111,29 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       if (!runner) throw new RepeatedStartError(spec.shardId);
       return { shard: runner.snapshot(), created: false };
     }
-    const { launch } = reserved;
+    const { launch, settled } = reserved;
     const id = spec.shardId;
-    // Repeats wait for this one; only its own caller hears why it was refused.
-    const settled = launch.then(
-      (r) => r,
-      () => undefined,
-    );
-    this.launching.set(id, settled);
     try {
       const r = await launch;
       return { shard: r.snapshot(), created: true };
     } finally {
-      // Only after the runner is in the table, so that no repeat finds neither.
-      if (this.launching.get(id) === settled) this.launching.delete(id);
+      // Only after the runner is in the table, so that no repeat finds neither,
+      // and no other start finds the GPUs free between claim and runner.
+      if (this.launching.get(id) === settled) {
+        this.launching.delete(id);
+        this.claims.delete(id);
+      }
     }
   }
 
   /**
    * The synchronous step before any `await` of a start: validates the id (it
-   * names files), finds a shard already running or being launched, and
-   * otherwise claims the id by starting the launch. Whatever a shard must
-   * hold exclusively (GPUs, its port) belongs here too, so that two starts
-   * can never both pass.
+   * names files), finds a shard already running or being launched, refuses
+   * GPUs or a port another shard holds or is launching on, and otherwise
+   * claims the id, its GPUs and its port by starting the launch. One step
+   * with no await in it, so that two starts can never both pass: checked
+   * across awaits, 20 concurrent starts on one GPU and one port all passed
+   * and launched 20 engines (finding 5 of the security review).
    */
   private reserve(
     spec: StartShard,
@@ -117,7 +141,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   ):
     | { kind: 'running'; runner: ShardRunner }
     | { kind: 'pending'; launch: Promise<ShardRunner | undefined> }
-    | { kind: 'new'; launch: Promise<ShardRunner> } {
+    | { kind: 'new'; launch: Promise<ShardRunner>; settled: Promise<ShardRunner | undefined> } {
     // First, before any path is built from it: "../x" names a file elsewhere.
     assertShardId(spec.shardId);
     if (this.closing.signal.aborted) throw failure('the supervisor is closed');
@@ -126,7 +150,45 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     if (existing && !isTerminal(existing.currentState)) return { kind: 'running', runner: existing };
     const pending = this.launching.get(id);
     if (pending) return { kind: 'pending', launch: pending };
-    return { kind: 'new', launch: this.launch(spec, source, existing) };
+    const held = this.reservations(id);
+    for (const g of spec.gpuIndices) {
+      const holder = held.gpus.get(g);
+      if (holder !== undefined) throw failure(`GPU ${g} is held by shard ${holder}; stop it first or place this shard elsewhere`);
+    }
+    const portHolder = spec.httpPort > 0 ? held.ports.get(spec.httpPort) : undefined;
+    if (portHolder !== undefined) throw failure(`http_port ${spec.httpPort} is held by shard ${portHolder}; use another port`);
+    if (this.launching.size >= this.maxConcurrentLaunches) {
+      throw failure(`${this.launching.size} shard launches are in progress already, the most this agent runs at once; retry once one has settled`);
+    }
+    this.claims.set(id, spec);
+    const launch = this.launch(spec, source, existing);
+    // Repeats wait for this one; only its own caller hears why it was refused.
+    const settled = launch.then(
+      (r) => r,
+      () => undefined,
+    );
+    this.launching.set(id, settled);
+    return { kind: 'new', launch, settled };
+  }
+
+  /**
+   * GPUs and ports held by shards other than `exceptShardId`: every launch in
+   * progress, and every shard whose engine may still run, whatever its state
+   * (a FAILED one that never became ready is left running until stopped, and
+   * a second engine on its GPUs would fail after minutes of loading). Read
+   * synchronously, so it agrees with reserve().
+   */
+  reservations(exceptShardId = ''): Reservations {
+    const gpus = new Map<number, string>();
+    const ports = new Map<number, string>();
+    const hold = (id: string, spec: StartShard) => {
+      if (id === exceptShardId) return;
+      for (const g of spec.gpuIndices) gpus.set(g, id);
+      if (spec.httpPort > 0) ports.set(spec.httpPort, id);
+    };
+    for (const r of this.runners.values()) if (!isTerminal(r.currentState) || r.running) hold(r.shardId, r.spec);
+    for (const [id, spec] of this.claims) hold(id, spec);
+    return { gpus, ports };
   }
 
   private async launch(spec: StartShard, source: LaunchSource, previous: ShardRunner | undefined): Promise<ShardRunner> {

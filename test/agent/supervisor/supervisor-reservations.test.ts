@@ -18,7 +18,11 @@ function gated() {
   const gate = new Promise<void>((r) => {
     open = r;
   });
-  return { open, source: async () => (await gate, worker()) };
+  const source = async () => {
+    await gate;
+    return worker();
+  };
+  return { open, source };
 }
 
 describe('Supervisor reservations', () => {

@@ -103,7 +103,7 @@ export async function launchShard(
  */
 async function refuseUnsupervisedEngine(id: string, statePath: string, logPath: string): Promise<void> {
   const read = await readStateFile(statePath, id);
-  if (read.ok && checkIdentity(read.file.pid, read.file.identity).alive) {
+  if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) {
     throw failure(
       `shard ${id} is already running (pid ${read.file.pid}) from a previous agent; adopt it (findOrphans/adopt) instead of starting it again`,
     );

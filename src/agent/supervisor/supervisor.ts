@@ -324,7 +324,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     const ownGroup = readProcStat(process.pid)?.pgrp;
     const groups = new Set<number>();
     const read = await readStateFile(statePath, o.shardId);
-    if (read.ok && checkIdentity(read.file.pid, read.file.identity).alive) groups.add(read.file.pgid);
+    if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) groups.add(read.file.pgid);
     for (const p of findProcessesLoggingTo(logPath)) groups.add(p.pgid);
     for (const pgid of groups) {
       // Never our own group: that would be the agent killing itself.
@@ -335,7 +335,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
         // Still ours while a member of the group writes this shard's log, or the identified leader lives.
         stillOurs: () =>
           findProcessesLoggingTo(logPath).some((p) => p.pgid === pgid) ||
-          (read.ok && read.file.pgid === pgid && checkIdentity(read.file.pid, read.file.identity).alive),
+          (read.ok && read.file.pgid === pgid && checkIdentity(read.file.pid, read.file.identity, pgid).alive),
         graceMs,
         signal: opts.signal,
       });

@@ -82,7 +82,7 @@ export function judgeOrphan(dirs: ShardDirs, id: string): Orphan {
   }
   const f = read.file;
   const described = { shardId: id, spec: f.spec, replicaId: f.replicaId, servesHttp: f.servesHttp, holders };
-  const check = checkIdentity(f.pid, f.identity);
+  const check = checkIdentity(f.pid, f.identity, f.pgid);
   if (check.alive) return { ...described, pid: f.pid, pgid: f.pgid, alive: true, identified: true, reason: '' };
   return { ...described, pid: holderPid || f.pid, pgid: 0, alive: holders.length > 0, identified: false, reason: check.reason + stray };
 }

@@ -4,6 +4,7 @@ import { once } from 'node:events';
 import type { Launcher } from '../config/agent-config.js';
 import { errorMessage, failure } from '../../lib/errors.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
+import { LOG_FILE_MODE } from '../../lib/files/log-file-modes.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
 import { type ProcessIdentity, readBootId } from '../../lib/process/process-identity.js';
 import { buildSystemdRunArgv, systemdUnitName } from './systemd-run-argv.js';
@@ -55,7 +56,8 @@ export async function launchDirect(plan: LaunchPlan, logPath: string): Promise<L
   let fd: number;
   try {
     // O_NOFOLLOW: a symlink planted at the log path would have the engine append to any file.
-    fd = openSync(logPath, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, 0o644);
+    // 0640: engine output (prompts, tokens) is for root and the admin group (LOG_FILE_MODE).
+    fd = openSync(logPath, constants.O_WRONLY | constants.O_APPEND | constants.O_CREAT | constants.O_NOFOLLOW, LOG_FILE_MODE);
   } catch (err) {
     throw failure(`cannot open the shard log ${logPath}: ${errorMessage(err)}`, { cause: err });
   }

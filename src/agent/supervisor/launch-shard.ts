@@ -1,9 +1,9 @@
-import { chmodSync, mkdirSync } from 'node:fs';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { LOG_DIR_MODE, ensureDirectory, prepareLogFile } from '../../lib/files/log-file-modes.js';
 import { STATE_SCHEMA_VERSION, readStateFile, removeStateFile, writeStateFile } from '../../lib/files/state-file.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
-import { findProcessesLoggingTo } from '../../lib/process/process-table.js';
+import { type EngineUids, agentUids, findProcessesLoggingTo } from '../../lib/process/process-table.js';
 import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../lib/shard-layout.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
@@ -20,6 +20,14 @@ export interface ShardLaunch {
   inFlightMetric?: string;
 }
 
+/** Who may write and read a shard's files: what the supervisor was configured with. */
+export interface ShardFileOwnership {
+  /** The uids a process must run as to count as a writer of a shard's log. */
+  engineUids: EngineUids;
+  /** Group given the log directory and logs (admin.group); unchanged when undefined. */
+  logGid?: number;
+}
+
 /**
  * Launches one shard's engine and records it on disk, returning its runner
  * (not yet begun). `previous` is the runner of an earlier engine under the
@@ -31,6 +39,7 @@ export async function launchShard(
   launch: ShardLaunch,
   previous: ShardRunner | undefined,
   signal: AbortSignal,
+  files: ShardFileOwnership = { engineUids: agentUids() },
 ): Promise<ShardRunner> {
   // The engine's whole environment, built once: checked, then launched as is.
   const plan = { ...launch.plan, env: engineEnv(launch.plan) };
@@ -38,7 +47,7 @@ export async function launchShard(
   const c = ctx.config;
   if (plan.argv.length === 0 || plan.argv[0] === '') throw usageError(`shard ${id}: the launch plan has no command`);
   checkLaunchPlan(launch.plan, plan.env);
-  ensureDirs(c.stateDir, c.logDir);
+  ensureDirs(c.stateDir, c.logDir, files.logGid);
   const statePath = shardStatePath(c.stateDir, id);
   const logPath = shardLogPath(c.logDir, id);
 
@@ -49,8 +58,9 @@ export async function launchShard(
     previous.detach();
     await terminateProcessGroup({ pgid: previous.pgid, stillOurs: () => previous.groupStillOurs(), graceMs: c.stopGraceMs, signal });
   } else {
-    await refuseUnsupervisedEngine(id, statePath, logPath);
+    await refuseUnsupervisedEngine(id, statePath, logPath, files.engineUids);
   }
+  prepareLogFile(logPath, files.logGid);
 
   const launched = await launchEngine(c.launcher, id, plan, logPath, signal);
   const runner = new ShardRunner(
@@ -101,14 +111,14 @@ export async function launchShard(
  * still runs: starting a second engine on the same GPUs would fail after
  * minutes of loading, or worse, succeed beside it.
  */
-async function refuseUnsupervisedEngine(id: string, statePath: string, logPath: string): Promise<void> {
+async function refuseUnsupervisedEngine(id: string, statePath: string, logPath: string, engineUids: EngineUids): Promise<void> {
   const read = await readStateFile(statePath, id);
   if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) {
     throw failure(
       `shard ${id} is already running (pid ${read.file.pid}) from a previous agent; adopt it (findOrphans/adopt) instead of starting it again`,
     );
   }
-  const holders = findProcessesLoggingTo(logPath);
+  const holders = findProcessesLoggingTo(logPath, engineUids);
   if (holders.length > 0) {
     throw failure(
       `processes ${holders.map((p) => p.pid).join(', ')} still write shard ${id}'s log but nothing identifies them; kill them (killOrphan) before starting it again`,
@@ -117,10 +127,8 @@ async function refuseUnsupervisedEngine(id: string, statePath: string, logPath: 
   await removeStateFile(statePath);
 }
 
-function ensureDirs(stateDir: string, logDir: string): void {
-  const states = shardStateDir(stateDir);
-  mkdirSync(states, { recursive: true, mode: 0o700 });
+function ensureDirs(stateDir: string, logDir: string, logGid: number | undefined): void {
   // State files name pids this agent will signal: nobody else may write here.
-  chmodSync(states, 0o700);
-  mkdirSync(shardLogDir(logDir), { recursive: true, mode: 0o755 });
+  ensureDirectory(shardStateDir(stateDir), 0o700);
+  ensureDirectory(shardLogDir(logDir), LOG_DIR_MODE, logGid);
 }

@@ -3,6 +3,7 @@ import { unlinkSync } from 'node:fs';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
+import { formatDuration } from '../../lib/duration.js';
 import { errorMessage, failure, usageError } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from '../../lib/files/rotate-log.js';
@@ -13,12 +14,12 @@ import { findRecordedShardIds, judgeOrphan } from '../../lib/process/judge-orpha
 import type { Orphan } from '../../lib/process/orphan.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
-import { findProcessesLoggingTo } from '../../lib/process/process-table.js';
+import { type EngineUids, agentUids, findProcessesLoggingTo } from '../../lib/process/process-table.js';
 import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { assertShardId } from '../../lib/shard-id.js';
 import { shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
-import { type ShardLaunch, launchShard } from './launch-shard.js';
+import { type ShardFileOwnership, type ShardLaunch, launchShard } from './launch-shard.js';
 import { reattachShard } from './reattach-shard.js';
 import { RepeatedStartError } from './repeated-start-error.js';
 import type { SettleOptions, ShardRunner, ShardRunnerContext } from './shard-runner.js';
@@ -40,6 +41,17 @@ export interface SupervisorOptions {
   logCheckIntervalMs?: number;
   /** Most launches (validation, launch, state file) in progress at once; default DEFAULT_MAX_CONCURRENT_LAUNCHES (8). */
   maxConcurrentLaunches?: number;
+  /** The uids engines run as: only their processes count as a shard's log writers. Default: the agent's own uid. */
+  engineUids?: EngineUids;
+  /** Group of the log directory and logs (admin.group's gid); unchanged when omitted. */
+  logGid?: number;
+  /**
+   * Sends a signal to the process group of an engine a previous agent left
+   * (killOrphan); process.kill(-pgid) by default. Tests intercept SIGKILL
+   * here to stand in for a process in uninterruptible sleep, which this
+   * machine cannot make on demand.
+   */
+  signalOrphanGroup?: (pgid: number, sig: NodeJS.Signals) => void;
 }
 
 /**
@@ -81,6 +93,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    */
   private readonly claims = new Map<string, StartShard>();
   private readonly maxConcurrentLaunches: number;
+  private readonly files: ShardFileOwnership;
+  private readonly signalOrphanGroup: ((pgid: number, sig: NodeJS.Signals) => void) | undefined;
   /** Aborted by close(): ends launches in progress, touches no engine. */
   private readonly closing = new AbortController();
   private readonly logTimer: NodeJS.Timeout;
@@ -92,6 +106,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     this.log = opts.logger ?? silentLogger;
     this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t) };
     this.maxConcurrentLaunches = opts.maxConcurrentLaunches ?? DEFAULT_MAX_CONCURRENT_LAUNCHES;
+    this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };
+    this.signalOrphanGroup = opts.signalOrphanGroup;
     this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
     this.logTimer.unref();
   }
@@ -194,7 +210,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private async launch(spec: StartShard, source: LaunchSource, previous: ShardRunner | undefined): Promise<ShardRunner> {
     const launch = typeof source === 'function' ? await source() : source;
     if (this.closing.signal.aborted) throw failure('the supervisor is closed');
-    const runner = await launchShard(this.ctx, spec, launch, previous, this.closing.signal);
+    const runner = await launchShard(this.ctx, spec, launch, previous, this.closing.signal, this.files);
     this.runners.set(spec.shardId, runner);
     runner.begin(previous ? `relaunched after ${stateName(previous.currentState)}` : 'launched');
     return runner;
@@ -305,8 +321,9 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    * behind, each judged alive or dead and identified or not (judgeOrphan).
    */
   async findOrphans(): Promise<Orphan[]> {
-    const ids = findRecordedShardIds(this.config, (file) => this.log.warn({ file }, 'ignoring a state file whose name is not a shard id'));
-    return ids.filter((id) => !this.runners.has(id)).map((id) => judgeOrphan(this.config, id));
+    const dirs = { ...this.config, engineUids: this.files.engineUids };
+    const ids = findRecordedShardIds(dirs, (file) => this.log.warn({ file }, 'ignoring a state file whose name is not a shard id'));
+    return ids.filter((id) => !this.runners.has(id)).map((id) => judgeOrphan(dirs, id));
   }
 
   /**
@@ -314,8 +331,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    * process group still writing the shard's log (and the recorded group, if
    * its identity still matches) is terminated, then the file is removed.
    * A pid that merely appears in the file is never a reason to signal it.
+   *
+   * The groups are terminated together, not one after the other, and with
+   * `killWaitMs` the wait after SIGKILL is bounded: a group still running
+   * then (uninterruptible sleep) is left, its state file kept, and this
+   * throws saying so.
    */
-  async killOrphan(o: Orphan, opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<void> {
+  async killOrphan(o: Orphan, opts: { graceMs?: number; signal?: AbortSignal; killWaitMs?: number } = {}): Promise<void> {
     assertShardId(o.shardId);
     if (this.runners.has(o.shardId)) throw usageError(`shard ${o.shardId} is supervised here; stop it instead`);
     const statePath = shardStatePath(this.config.stateDir, o.shardId);
@@ -325,20 +347,31 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     const groups = new Set<number>();
     const read = await readStateFile(statePath, o.shardId);
     if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) groups.add(read.file.pgid);
-    for (const p of findProcessesLoggingTo(logPath)) groups.add(p.pgid);
-    for (const pgid of groups) {
-      // Never our own group: that would be the agent killing itself.
-      if (pgid <= 1 || pgid === ownGroup) continue;
-      this.log.warn({ shard: o.shardId, pgid, reason: o.reason }, 'killing an engine nothing can describe');
-      await terminateProcessGroup({
-        pgid,
-        // Still ours while a member of the group writes this shard's log, or the identified leader lives.
-        stillOurs: () =>
-          findProcessesLoggingTo(logPath).some((p) => p.pgid === pgid) ||
-          (read.ok && read.file.pgid === pgid && checkIdentity(read.file.pid, read.file.identity, pgid).alive),
-        graceMs,
-        signal: opts.signal,
-      });
+    for (const p of findProcessesLoggingTo(logPath, this.files.engineUids)) groups.add(p.pgid);
+    // Never our own group: that would be the agent killing itself.
+    const targets = [...groups].filter((pgid) => pgid > 1 && pgid !== ownGroup);
+    const outcomes = await Promise.all(
+      targets.map((pgid) => {
+        this.log.warn({ shard: o.shardId, pgid, reason: o.reason }, 'killing an engine nothing can describe');
+        return terminateProcessGroup({
+          pgid,
+          // Still ours while a member of the group writes this shard's log, or the identified leader lives.
+          stillOurs: () =>
+            findProcessesLoggingTo(logPath, this.files.engineUids).some((p) => p.pgid === pgid) ||
+            (read.ok && read.file.pgid === pgid && checkIdentity(read.file.pid, read.file.identity, pgid).alive),
+          graceMs,
+          signal: opts.signal,
+          killWaitMs: opts.killWaitMs,
+          sendSignal: this.signalOrphanGroup,
+        });
+      }),
+    );
+    const stuck = targets.filter((_, i) => outcomes[i] === 'unkillable');
+    if (stuck.length > 0) {
+      // The state file stays: the next recovery (or `ctl adopt`) looks again.
+      throw failure(
+        `shard ${o.shardId}: process group ${stuck.join(', ')} still runs ${formatDuration(opts.killWaitMs ?? 0)} after SIGKILL (uninterruptible sleep, such as a hung GPU driver call); left running, its GPUs may still be in use: see ps -o pid,stat,wchan -g ${stuck[0]}`,
+      );
     }
     await removeStateFile(statePath);
   }

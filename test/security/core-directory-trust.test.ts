@@ -42,7 +42,7 @@ describe('directories others can write to are refused at start (security review,
     expect(result.stderr).toMatch(`supervisor.state_dir: directory ${dirs.stateDir} is writable by group or others (mode 0777`);
   });
 
-  it('exits 78 naming a group-writable parent of the agent's directories', async () => {
+  it('exits 78 naming a group-writable parent of the agent directories', async () => {
     const { result } = await runAgentWith((d) => {
       chmodSync(d.root, 0o770);
     });

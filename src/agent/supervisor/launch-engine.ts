@@ -1,13 +1,15 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, constants, openSync } from 'node:fs';
 import { once } from 'node:events';
+import { rm } from 'node:fs/promises';
 import type { Launcher } from '../config/agent-config.js';
 import { errorMessage, failure } from '../../lib/errors.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { LOG_FILE_MODE } from '../../lib/files/log-file-modes.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
 import { type ProcessIdentity, readBootId } from '../../lib/process/process-identity.js';
-import { buildSystemdRunArgv, systemdUnitName } from './systemd-run-argv.js';
+import { writeFileAtomic } from '../../lib/write-file-atomic.js';
+import { buildSystemdRunArgv, environmentFileText, systemdUnitName } from './systemd-run-argv.js';
 
 /** Limit for systemd-run and systemctl, which answer in milliseconds when systemd is healthy. */
 export const SYSTEMD_TIMEOUT_MS = 30_000;
@@ -86,36 +88,93 @@ export async function launchDirect(plan: LaunchPlan, logPath: string): Promise<L
   return { pid: child.pid, pgid, identity, child };
 }
 
+/** Names of the agent's own variables a systemd unit gets: what any program needs to run, nothing secret. */
+const SYSTEMD_AGENT_ENV = /^(PATH|LANG|LANGUAGE|LC_[A-Z]+|TZ)$/;
+
+/**
+ * The environment of an engine launched through systemd-run: the plan's
+ * variables plus a small allowlist of the agent's own (PATH, LANG, LC_*,
+ * TZ). A unit does not inherit the agent's environment, and must not be
+ * handed it either: the agent's own secrets (AWS_SECRET_ACCESS_KEY) went
+ * to every engine unit this way (finding 7 of the security review).
+ */
+export function systemdEngineEnv(plan: LaunchPlan, base: NodeJS.ProcessEnv = process.env): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const [key, value] of Object.entries(base)) {
+    if (value !== undefined && SYSTEMD_AGENT_ENV.test(key)) env[key] = value;
+  }
+  return Object.assign(env, plan.env);
+}
+
+/** The engine environment each launcher starts from (engineEnv or systemdEngineEnv), with the plan's on top. */
+export function engineEnvFor(launcher: Launcher, plan: LaunchPlan): Record<string, string> {
+  return launcher === 'systemd-run' ? systemdEngineEnv(plan) : engineEnv(plan);
+}
+
+/**
+ * Why a systemd command failed, without its command line: execa's message
+ * holds the whole argv, which held every environment value and went to the
+ * agent's log and to the control plane as the FAILED reason (finding 7).
+ */
+function describeSystemdFailure(what: string, err: unknown): string {
+  const e = err as { timedOut?: boolean; isCanceled?: boolean; exitCode?: number; stderr?: unknown; code?: string };
+  if (e.timedOut) return `${what} did not answer within ${SYSTEMD_TIMEOUT_MS / 1000}s`;
+  if (e.isCanceled) return `${what} was cancelled`;
+  if (e.code === 'ENOENT') return `${what} is not installed (not found on PATH)`;
+  const stderr = typeof e.stderr === 'string' ? e.stderr.trim().split('\n').at(-1)?.slice(0, 200) : '';
+  return `${what} exited with code ${e.exitCode ?? 'unknown'}${stderr ? `: ${stderr}` : ''}`;
+}
+
 /**
  * Starts the engine as a transient systemd unit. The engine is then
  * systemd's child, not ours: its exit is noticed by polling, like an adopted
  * engine's, and its exit status is not known here.
+ *
+ * Its environment goes through `envFile`, written root-only (0600) here,
+ * never argv (buildSystemdRunArgv); the file stays for the unit's life and
+ * goes with the shard. Once systemd-run has succeeded the unit exists: any
+ * later failure stops it, or it would run on with no state file, holding
+ * its GPUs, invisible to the agent (finding 15 of the security review).
  */
 export async function launchSystemdRun(
   shardId: string,
   plan: LaunchPlan,
   logPath: string,
-  signal?: AbortSignal,
+  signal: AbortSignal | undefined,
+  envFile: string,
 ): Promise<LaunchedEngine> {
-  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath);
-  const unit = `${systemdUnitName(shardId)}.service`;
+  const unit = systemdUnitName(shardId);
+  await writeFileAtomic(envFile, environmentFileText(plan.env), 0o600);
+  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, envFile);
+  // Only the systemd-run launcher needs execa; direct launches do not load it.
+  const { execa } = await import('execa');
+  const run = { timeout: SYSTEMD_TIMEOUT_MS, cancelSignal: signal, stdin: 'ignore' as const };
   try {
-    // Only the systemd-run launcher needs execa; direct launches do not load it.
-    const { execa } = await import('execa');
-    await execa(cmd as string, args, { timeout: SYSTEMD_TIMEOUT_MS, cancelSignal: signal, stdin: 'ignore' });
-    const { stdout } = await execa('systemctl', ['show', '-p', 'MainPID', '--value', unit], {
-      timeout: SYSTEMD_TIMEOUT_MS,
-      cancelSignal: signal,
-      stdin: 'ignore',
-    });
-    const pid = Number(String(stdout).trim());
+    await execa(cmd as string, args, run);
+  } catch (err) {
+    // Not stopped: a unit of that name that already ran may be a healthy engine.
+    await rm(envFile, { force: true });
+    throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${describeSystemdFailure('systemd-run', err)}; see journalctl -u ${unit}`, { cause: err });
+  }
+  try {
+    let stdout: string;
+    try {
+      stdout = String((await execa('systemctl', ['show', '-p', 'MainPID', '--value', unit], run)).stdout).trim();
+    } catch (err) {
+      throw failure(`cannot find the main process of systemd unit ${unit}: ${describeSystemdFailure('systemctl show', err)}`, { cause: err });
+    }
+    const pid = Number(stdout);
     if (!Number.isInteger(pid) || pid <= 1) {
-      throw failure(`systemd unit ${unit} has no main process (MainPID ${JSON.stringify(String(stdout).trim())}); see journalctl -u ${unit}`);
+      throw failure(`systemd unit ${unit} has no main process (MainPID ${JSON.stringify(stdout.slice(0, 40))}); see journalctl -u ${unit}`);
     }
     return { pid, ...identityOf(pid) };
   } catch (err) {
-    if (err instanceof Error && err.name === 'LlmgwError') throw err;
-    throw failure(`cannot launch engine through systemd-run: ${errorMessage(err)}`, { cause: err });
+    const stopped = await execa('systemctl', ['stop', unit], { ...run, cancelSignal: undefined }).then(
+      () => 'the unit was stopped',
+      (e: unknown) => `stopping the unit failed too (${describeSystemdFailure('systemctl stop', e)}): stop it by hand`,
+    );
+    await rm(envFile, { force: true });
+    throw failure(`${errorMessage(err)}; ${stopped}`, { cause: err });
   }
 }
 
@@ -129,7 +188,8 @@ export function launchEngine(
   shardId: string,
   plan: LaunchPlan,
   logPath: string,
-  signal?: AbortSignal,
+  signal: AbortSignal | undefined,
+  envFile: string,
 ): Promise<LaunchedEngine> {
-  return launcher === 'systemd-run' ? launchSystemdRun(shardId, plan, logPath, signal) : launchDirect(plan, logPath);
+  return launcher === 'systemd-run' ? launchSystemdRun(shardId, plan, logPath, signal, envFile) : launchDirect(plan, logPath);
 }

@@ -8,7 +8,8 @@ import { terminateProcessGroup } from '../../lib/process/terminate-process-group
 import { shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../lib/shard-layout.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { checkLaunchPlan } from './check-launch-plan.js';
-import { engineEnv, launchEngine } from './launch-engine.js';
+import { join } from 'node:path';
+import { engineEnvFor, launchEngine } from './launch-engine.js';
 import { ShardRunner, type ShardRunnerContext } from './shard-runner.js';
 
 /** What an engine makes of a shard spec: the command, and how its rank is judged. */
@@ -19,6 +20,13 @@ export interface ShardLaunch {
   /** The engine's gauge of running requests, read while draining; none when omitted. */
   inFlightMetric?: string;
 }
+
+/**
+ * Where a systemd-run engine's environment is kept for its unit: beside its
+ * state file, in the root-only (0700) state directory. Not a state file
+ * name (.json), so recovery never reads it as one.
+ */
+export const shardEnvFilePath = (stateDir: string, shardId: string): string => join(shardStateDir(stateDir), `${shardId}.env`);
 
 /** Who may write and read a shard's files: what the supervisor was configured with. */
 export interface ShardFileOwnership {
@@ -42,7 +50,7 @@ export async function launchShard(
   files: ShardFileOwnership = { engineUids: agentUids() },
 ): Promise<ShardRunner> {
   // The engine's whole environment, built once: checked, then launched as is.
-  const plan = { ...launch.plan, env: engineEnv(launch.plan) };
+  const plan = { ...launch.plan, env: engineEnvFor(ctx.config.launcher, launch.plan) };
   const id = spec.shardId;
   const c = ctx.config;
   if (plan.argv.length === 0 || plan.argv[0] === '') throw usageError(`shard ${id}: the launch plan has no command`);
@@ -62,7 +70,7 @@ export async function launchShard(
   }
   prepareLogFile(logPath, files.logGid);
 
-  const launched = await launchEngine(c.launcher, id, plan, logPath, signal);
+  const launched = await launchEngine(c.launcher, id, plan, logPath, signal, shardEnvFilePath(c.stateDir, id));
   const runner = new ShardRunner(
     ctx,
     {

@@ -19,7 +19,7 @@ import { terminateProcessGroup } from '../../lib/process/terminate-process-group
 import { assertShardId } from '../../lib/shard-id.js';
 import { shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
-import { type ShardFileOwnership, type ShardLaunch, launchShard } from './launch-shard.js';
+import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePath } from './launch-shard.js';
 import { reattachShard } from './reattach-shard.js';
 import { RepeatedStartError } from './repeated-start-error.js';
 import type { SettleOptions, ShardRunner, ShardRunnerContext } from './shard-runner.js';
@@ -265,11 +265,14 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     }
     runner.detach();
     this.runners.delete(shardId);
-    try {
-      unlinkSync(runner.statePath);
-    } catch (err) {
-      // Same reasoning as ShardRunner.forgetStateFile: the shard is gone whatever the disk says.
-      if (!isNotFound(err)) this.log.warn({ shard: shardId, file: runner.statePath, err: errorMessage(err) }, 'shard removed but its state file could not be');
+    // The environment file of a systemd-run engine holds its secrets: it goes with the shard.
+    for (const file of [runner.statePath, shardEnvFilePath(this.config.stateDir, shardId)]) {
+      try {
+        unlinkSync(file);
+      } catch (err) {
+        // Same reasoning as ShardRunner.forgetStateFile: the shard is gone whatever the disk says.
+        if (!isNotFound(err)) this.log.warn({ shard: shardId, file, err: errorMessage(err) }, 'shard removed but one of its files could not be');
+      }
     }
   }
 

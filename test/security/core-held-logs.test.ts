@@ -61,7 +61,7 @@ describe('a local user holding old shard logs open on fd 1 (security review, fin
     const ports = await Promise.all(ids.map(() => freePort()));
     // Waiting from before the starts: a status that arrived earlier is not seen.
     const settled = Promise.all(ids.map((id) => h?.waitShard(id, [S.READY, S.FAILED], 60_000)));
-    ids.forEach((id, i) => h?.start(simStart(id, ports[i] as number, { gpu: i })));
+    for (const [i, id] of ids.entries()) h.start(simStart(id, ports[i] as number, { gpu: i }));
     const final = await settled;
     expect(final.map((s) => [s?.shardId, S[s?.state ?? 0], s?.error])).toEqual(ids.map((id) => [id, 'READY', '']));
     for (const c of holders) expect(isRunning(c.pid as number)).toBe(true);

@@ -65,6 +65,8 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'supervisor.health_interval', type: 'duration', default: '10s', doc: 'Health probe period of a ready shard; 3 failures in a row make it UNHEALTHY.' },
   { key: 'supervisor.stall_timeout', type: 'duration', default: '60s', doc: 'A ready engine with requests running whose generation-token counter has not moved for this long is reported UNHEALTHY ("stalled"), never killed; 0s turns it off.' },
   { key: 'supervisor.log_max_bytes', type: 'bytes', default: '64MiB', doc: 'Size at which an engine log is rotated (one old generation kept).' },
+  { key: 'supervisor.log_retention', type: 'duration', default: '168h', doc: 'Logs of shards no longer supervised (every generation, .log.1 and .log.prev included) are removed once not written for this long; 0s keeps them.' },
+  { key: 'supervisor.log_retention_bytes', type: 'bytes', default: '1GiB', doc: 'Logs of shards no longer supervised are cut, oldest first, to this total size. Logs of supervised shards are never removed.' },
   { key: 'supervisor.launcher', type: 'enum', values: ['direct', 'systemd-run'], default: 'direct', doc: 'direct: engines in their own session; systemd-run: each engine in its own transient unit and cgroup.' },
   { key: 'admin.socket', type: 'string', default: DEFAULT_ADMIN_SOCKET, env: ['LLMGW_ADMIN_SOCKET', 'LLMGW_SOCKET'], flag: 'socket', doc: 'Unix socket that llmgw ctl talks to (mode 0660).' },
   { key: 'admin.group', type: 'string', default: '', doc: 'Group owning the admin socket; operators in it may use llmgw ctl.' },

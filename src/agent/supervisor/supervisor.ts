@@ -14,10 +14,11 @@ import { findRecordedShardIds, judgeOrphan } from '../../lib/process/judge-orpha
 import type { Orphan } from '../../lib/process/orphan.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
-import { type EngineUids, agentUids, findProcessesLoggingTo } from '../../lib/process/process-table.js';
+import { type EngineUids, agentUids, findProcessesLoggingTo, findProcessesLoggingUnder } from '../../lib/process/process-table.js';
+import { pruneShardLogs, shardIdOfAnyLog } from '../../lib/files/prune-shard-logs.js';
 import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { assertShardId } from '../../lib/shard-id.js';
-import { shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
+import { shardLogDir, shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePath } from './launch-shard.js';
 import { reattachShard } from './reattach-shard.js';
@@ -39,6 +40,8 @@ export interface SupervisorOptions {
   logger?: Logger;
   /** How often logs are checked against config.logMaxBytes; default LOG_CHECK_INTERVAL_MS (2 s). */
   logCheckIntervalMs?: number;
+  /** How often logs of shards no longer here are pruned (pruneLogs); default LOG_PRUNE_INTERVAL_MS (10 min). */
+  logPruneIntervalMs?: number;
   /** Most launches (validation, launch, state file) in progress at once; default DEFAULT_MAX_CONCURRENT_LAUNCHES (8). */
   maxConcurrentLaunches?: number;
   /** The uids engines run as: only their processes count as a shard's log writers. Default: the agent's own uid. */
@@ -61,6 +64,13 @@ export interface SupervisorOptions {
  * forks (finding 5 of the security review launched 20 with no bound).
  */
 export const DEFAULT_MAX_CONCURRENT_LAUNCHES = 8;
+
+/** How often logs of shards no longer supervised are pruned: they only grow when shards come and go. */
+export const LOG_PRUNE_INTERVAL_MS = 10 * 60_000;
+/** supervisor.log_retention's default: a week of evidence for an operator to look at. */
+export const DEFAULT_LOG_RETENTION_MS = 168 * 3_600_000;
+/** supervisor.log_retention_bytes's default. */
+export const DEFAULT_LOG_RETENTION_BYTES = 1024 ** 3;
 
 /** What shards hold exclusively, each with the id of the shard holding it. */
 export interface Reservations {
@@ -98,6 +108,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   /** Aborted by close(): ends launches in progress, touches no engine. */
   private readonly closing = new AbortController();
   private readonly logTimer: NodeJS.Timeout;
+  private readonly pruneTimer: NodeJS.Timeout;
   private logCheckRunning = false;
 
   constructor(opts: SupervisorOptions) {
@@ -110,6 +121,10 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     this.signalOrphanGroup = opts.signalOrphanGroup;
     this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
     this.logTimer.unref();
+    this.pruneTimer = setInterval(() => {
+      this.pruneLogs().catch((err: unknown) => this.log.warn({ err: errorMessage(err) }, 'pruning old shard logs failed'));
+    }, opts.logPruneIntervalMs ?? LOG_PRUNE_INTERVAL_MS);
+    this.pruneTimer.unref();
   }
 
   // ---------------------------------------------------------------- start
@@ -317,6 +332,31 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     }
   }
 
+  /**
+   * Removes logs of shards no longer here, by supervisor.log_retention and
+   * log_retention_bytes (pruneShardLogs). Kept: every shard in the table or
+   * being launched, every shard a state file still records (an engine a
+   * previous agent left, not yet recovered) and every log an engine writes.
+   * Returns the file names removed.
+   */
+  async pruneLogs(): Promise<string[]> {
+    const dir = shardLogDir(this.config.logDir);
+    const written = new Set<string>();
+    for (const path of findProcessesLoggingUnder(dir, this.files.engineUids).keys()) {
+      const id = shardIdOfAnyLog(path.slice(dir.length + 1));
+      if (id !== undefined) written.add(id);
+    }
+    const recorded = new Set(findRecordedShardIds(this.config));
+    const removed = await pruneShardLogs({
+      dir,
+      maxAgeMs: this.config.logRetentionMs ?? DEFAULT_LOG_RETENTION_MS,
+      maxTotalBytes: this.config.logRetentionBytes ?? DEFAULT_LOG_RETENTION_BYTES,
+      keep: (id) => this.runners.has(id) || this.claims.has(id) || recorded.has(id) || written.has(id),
+    });
+    if (removed.length > 0) this.log.info({ files: removed.length, first: removed[0] }, 'removed logs of shards no longer here');
+    return removed;
+  }
+
   // ---------------------------------------------------------------- engines a previous agent left
 
   /**
@@ -399,6 +439,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     if (this.closing.signal.aborted) return;
     this.closing.abort(failure('the supervisor is closed'));
     clearInterval(this.logTimer);
+    clearInterval(this.pruneTimer);
     for (const r of this.runners.values()) r.detach();
   }
 }

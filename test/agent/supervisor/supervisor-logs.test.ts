@@ -1,4 +1,4 @@
-import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync, statSync } from 'node:fs';
+import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
@@ -85,5 +85,29 @@ describe('shard logs', () => {
     const sup = newSupervisor();
     expect(await sup.tailLog('never-started', 10)).toEqual([]);
     await expect(sup.tailLog('../etc/passwd', 10)).rejects.toThrow(/invalid shard id/);
+  });
+});
+
+describe('Supervisor.pruneLogs (security review, finding 17)', () => {
+  it('removes old logs of removed shards by the retention, never the log of a supervised shard', async () => {
+    const sup = harness.newSupervisor({ logRetentionMs: 60_000, logRetentionBytes: 1 });
+    const { shard } = await sup.start(shardSpec('kept'), { plan: { argv: [process.execPath, '-e', 'setInterval(()=>{},1<<30)'], env: {} }, servesHttp: false });
+    const logs = join(harness.dirs.logDir, 'shards');
+    const aged = (name: string) => {
+      writeFileSync(join(logs, name), 'old output\n');
+      const t = (Date.now() - 3_600_000) / 1000;
+      utimesSync(join(logs, name), t, t);
+    };
+    aged('kept.log.1');
+    aged('kept.log.prev');
+    aged('removed-g1-r0.log');
+    aged('removed-g1-r0.log.1');
+    aged('removed-g1-r0.log.prev');
+    const t = (Date.now() - 3_600_000) / 1000;
+    utimesSync(shard.logPath, t, t);
+
+    const removed = await sup.pruneLogs();
+    expect(removed.sort()).toEqual(['removed-g1-r0.log', 'removed-g1-r0.log.1', 'removed-g1-r0.log.prev']);
+    expect(readdirSync(logs).sort()).toEqual(['kept.log', 'kept.log.1', 'kept.log.prev']);
   });
 });

@@ -42,8 +42,10 @@ export interface SupervisorOptions {
   logCheckIntervalMs?: number;
   /** How often logs of shards no longer here are pruned (pruneLogs); default LOG_PRUNE_INTERVAL_MS (10 min). */
   logPruneIntervalMs?: number;
-  /** Most launches (validation, launch, state file) in progress at once; default DEFAULT_MAX_CONCURRENT_LAUNCHES (8). */
+  /** Most launches validating or launching at once, the rest waiting their turn; default DEFAULT_MAX_CONCURRENT_LAUNCHES (8). */
   maxConcurrentLaunches?: number;
+  /** Most launches in progress, waiting ones included; a start beyond is refused. Default MAX_PENDING_LAUNCHES (64). */
+  maxPendingLaunches?: number;
   /** The uids engines run as: only their processes count as a shard's log writers. Default: the agent's own uid. */
   engineUids?: EngineUids;
   /** Group of the log directory and logs (admin.group's gid); unchanged when omitted. */
@@ -58,12 +60,18 @@ export interface SupervisorOptions {
 }
 
 /**
- * One launch per GPU of an 8-GPU node at once. Each launch costs an
- * executable lookup, a port probe and a fork: a control plane sending
- * thousands of starts must not turn them into thousands of concurrent
- * forks (finding 5 of the security review launched 20 with no bound).
+ * One launch per GPU of an 8-GPU node at once; more wait their turn. Each
+ * launch costs an executable lookup, a port probe and a fork: a control
+ * plane sending thousands of starts must not turn them into thousands of
+ * concurrent forks (finding 5 of the security review launched 20 with no
+ * bound).
  */
 export const DEFAULT_MAX_CONCURRENT_LAUNCHES = 8;
+/**
+ * Starts in progress (each holding its reservation) beyond which a start is
+ * refused: far more than any node has shards, so only a flood reaches it.
+ */
+export const MAX_PENDING_LAUNCHES = 64;
 
 /** How often logs of shards no longer supervised are pruned: they only grow when shards come and go. */
 export const LOG_PRUNE_INTERVAL_MS = 10 * 60_000;
@@ -103,6 +111,10 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    */
   private readonly claims = new Map<string, StartShard>();
   private readonly maxConcurrentLaunches: number;
+  private readonly maxPendingLaunches: number;
+  /** Launches past the concurrency bound, waiting for a slot, first come first served. */
+  private readonly slotWaiters: (() => void)[] = [];
+  private activeLaunches = 0;
   private readonly files: ShardFileOwnership;
   private readonly signalOrphanGroup: ((pgid: number, sig: NodeJS.Signals) => void) | undefined;
   /** Aborted by close(): ends launches in progress, touches no engine. */
@@ -117,6 +129,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     this.log = opts.logger ?? silentLogger;
     this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t) };
     this.maxConcurrentLaunches = opts.maxConcurrentLaunches ?? DEFAULT_MAX_CONCURRENT_LAUNCHES;
+    this.maxPendingLaunches = opts.maxPendingLaunches ?? MAX_PENDING_LAUNCHES;
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };
     this.signalOrphanGroup = opts.signalOrphanGroup;
     this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
@@ -188,8 +201,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     }
     const portHolder = spec.httpPort > 0 ? held.ports.get(spec.httpPort) : undefined;
     if (portHolder !== undefined) throw failure(`http_port ${spec.httpPort} is held by shard ${portHolder}; use another port`);
-    if (this.launching.size >= this.maxConcurrentLaunches) {
-      throw failure(`${this.launching.size} shard launches are in progress already, the most this agent runs at once; retry once one has settled`);
+    if (this.launching.size >= this.maxPendingLaunches) {
+      throw failure(`${this.launching.size} shard starts are in progress already, the most this agent takes at once; retry once some have settled`);
     }
     this.claims.set(id, spec);
     const launch = this.launch(spec, source, existing);
@@ -223,12 +236,32 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   }
 
   private async launch(spec: StartShard, source: LaunchSource, previous: ShardRunner | undefined): Promise<ShardRunner> {
-    const launch = typeof source === 'function' ? await source() : source;
-    if (this.closing.signal.aborted) throw failure('the supervisor is closed');
-    const runner = await launchShard(this.ctx, spec, launch, previous, this.closing.signal, this.files);
-    this.runners.set(spec.shardId, runner);
-    runner.begin(previous ? `relaunched after ${stateName(previous.currentState)}` : 'launched');
-    return runner;
+    await this.takeLaunchSlot();
+    try {
+      if (this.closing.signal.aborted) throw failure('the supervisor is closed');
+      const launch = typeof source === 'function' ? await source() : source;
+      if (this.closing.signal.aborted) throw failure('the supervisor is closed');
+      const runner = await launchShard(this.ctx, spec, launch, previous, this.closing.signal, this.files);
+      this.runners.set(spec.shardId, runner);
+      runner.begin(previous ? `relaunched after ${stateName(previous.currentState)}` : 'launched');
+      return runner;
+    } finally {
+      this.activeLaunches--;
+      this.slotWaiters.shift()?.();
+    }
+  }
+
+  /**
+   * Waits until fewer than maxConcurrentLaunches launches validate or
+   * launch, and counts this one in; throws (taking nothing) once close()
+   * has been called, so that no start waits for ever.
+   */
+  private async takeLaunchSlot(): Promise<void> {
+    while (this.activeLaunches >= this.maxConcurrentLaunches) {
+      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+      if (this.closing.signal.aborted) throw failure('the supervisor is closed');
+    }
+    this.activeLaunches++;
   }
 
   /** Resolves once a start of `shardId` in progress has launched or been refused, so that a stop never races it. */
@@ -440,6 +473,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     this.closing.abort(failure('the supervisor is closed'));
     clearInterval(this.logTimer);
     clearInterval(this.pruneTimer);
+    for (const wake of this.slotWaiters.splice(0)) wake();
     for (const r of this.runners.values()) r.detach();
   }
 }

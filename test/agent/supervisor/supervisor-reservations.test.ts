@@ -69,15 +69,36 @@ describe('Supervisor reservations', () => {
     expect(sup.reservations().gpus.get(4)).toBeUndefined();
   });
 
-  it('bounds the launches in progress at once and refuses the one over the bound', async () => {
+  it('runs at most maxConcurrentLaunches launches at once; the next waits its turn, holding its reservation', async () => {
     const sup = harness.newSupervisor({}, { maxConcurrentLaunches: 2 });
     const g = [gated(), gated()];
     const a = sup.start(spec('a', [0]), g[0]?.source as () => Promise<ShardLaunch>);
     const b = sup.start(spec('b', [1]), g[1]?.source as () => Promise<ShardLaunch>);
-    await expect(sup.start(spec('c', [2]), async () => worker())).rejects.toThrow(/2 shard launches are in progress already/);
-    for (const x of g) x.open();
+    let validated = false;
+    const c = sup.start(spec('c', [2]), async () => {
+      validated = true;
+      return worker();
+    });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(validated).toBe(false);
+    // Waiting, it still holds GPU 2.
+    await expect(sup.start(spec('d', [2]), async () => worker())).rejects.toThrow('GPU 2 is held by shard c');
+    g[0]?.open();
+    expect((await c).created).toBe(true);
+    expect(validated).toBe(true);
+    g[1]?.open();
     await Promise.all([a, b]);
-    // Once settled, the bound no longer stands in the way.
-    expect((await sup.start(spec('c', [2]), async () => worker())).created).toBe(true);
+  });
+
+  it('refuses a start beyond maxPendingLaunches, and a waiting start ends when the supervisor closes', async () => {
+    const sup = harness.newSupervisor({}, { maxConcurrentLaunches: 1, maxPendingLaunches: 2 });
+    const first = gated();
+    const a = sup.start(spec('a', [0]), first.source);
+    const b = sup.start(spec('b', [1]), async () => worker());
+    await expect(sup.start(spec('c', [2]), async () => worker())).rejects.toThrow(/2 shard starts are in progress already/);
+    sup.close();
+    await expect(b).rejects.toThrow('the supervisor is closed');
+    first.open();
+    await expect(a).rejects.toThrow('the supervisor is closed');
   });
 });

@@ -31,7 +31,7 @@ describe('concurrent StartShards of different ids on one GPU and one port (secur
     const winner = ready[0]?.shardId as string;
     const refused = final.filter((s) => s?.state === S.FAILED);
     expect(refused).toHaveLength(STARTS - 1);
-    for (const r of refused) expect(r?.error).toMatch(new RegExp(`(GPU 2|http_port ${port}) is held by shard ${winner}`));
+    for (const r of refused) expect(r?.error).toMatch(new RegExp(`(GPU 2 is held|http_port ${port} is already in use on this node) by shard ${winner}`));
 
     // "Ever": a launch opens the shard's log and writes its state file, so
     // one file of each means no other engine was started, even briefly.

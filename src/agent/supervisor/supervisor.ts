@@ -200,7 +200,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       if (holder !== undefined) throw failure(`GPU ${g} is held by shard ${holder}; stop it first or place this shard elsewhere`);
     }
     const portHolder = spec.httpPort > 0 ? held.ports.get(spec.httpPort) : undefined;
-    if (portHolder !== undefined) throw failure(`http_port ${spec.httpPort} is held by shard ${portHolder}; use another port`);
+    if (portHolder !== undefined) throw failure(`http_port ${spec.httpPort} is already in use on this node by shard ${portHolder}; use another port`);
     if (this.launching.size >= this.maxPendingLaunches) {
       throw failure(`${this.launching.size} shard starts are in progress already, the most this agent takes at once; retry once some have settled`);
     }

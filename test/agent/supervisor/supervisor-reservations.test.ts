@@ -40,7 +40,7 @@ describe('Supervisor reservations', () => {
     const sup = harness.newSupervisor();
     const first = gated();
     const a = sup.start(spec('a', [0], 18777), first.source);
-    await expect(sup.start(spec('b', [1], 18777), async () => worker())).rejects.toThrow('http_port 18777 is held by shard a');
+    await expect(sup.start(spec('b', [1], 18777), async () => worker())).rejects.toThrow('http_port 18777 is already in use on this node by shard a');
     first.open();
     await a;
   });

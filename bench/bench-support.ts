@@ -6,6 +6,7 @@
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { execa, type ResultPromise } from 'execa';
 import { ControlPlane } from '../src/control/control-plane.js';
 import { ShardState } from '../src/gen/llmgw/v1/agent_pb.js';
@@ -73,18 +74,32 @@ export function unitNodeOptions(): string {
   return /^Environment=NODE_OPTIONS=(.*)$/m.exec(unit)?.[1]?.trim() ?? '';
 }
 
-export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: string; extraYaml?: string; env?: Record<string, string> } = {}): BenchAgent {
+export interface SpawnAgentOptions {
+  heartbeat?: string;
+  extraYaml?: string;
+  env?: Record<string, string>;
+  /** node_id; node-a by default. */
+  nodeId?: string;
+  /** reconnect_base and reconnect_max; the tests' fast 100ms and 1s by default. */
+  reconnect?: { base: string; max: string };
+  /** argv the agent's command is run under, e.g. nsenter into a systemd lab. */
+  prefix?: string[];
+}
+
+export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOptions = {}): BenchAgent {
   mkdirSync(dirs.root, { recursive: true });
   const config = join(dirs.root, 'agent.yaml');
   // The test config's fast timers (health probes every 500 ms) suit tests,
   // not a measurement of what the agent costs: production defaults here.
-  const yaml = agentConfigYaml({ server, dirs, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml })
+  let yaml = agentConfigYaml({ server, dirs, nodeId: opts.nodeId, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml })
     .replace('log_level: debug', 'log_level: warn')
     .replace(/^ {2}health_interval: .*$/m, '  health_interval: 10s')
     .replace(/^ {2}worker_settle: .*$/m, '  worker_settle: 10s');
+  if (opts.reconnect) yaml = yaml.replace(/^reconnect_base: .*$/m, `reconnect_base: ${opts.reconnect.base}`).replace(/^reconnect_max: .*$/m, `reconnect_max: ${opts.reconnect.max}`);
   writeFileSync(config, yaml);
   const spawnedAtMs = Date.now();
-  const child = execa(process.execPath, [...agentNodeArgs, BIN, 'agent', 'run', '--config', config], {
+  const argv = [...(opts.prefix ?? []), process.execPath, ...agentNodeArgs, BIN, 'agent', 'run', '--config', config];
+  const child = execa(argv[0] as string, argv.slice(1), {
     reject: false,
     stdin: 'ignore',
     stdout: 'ignore',
@@ -98,6 +113,24 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: { heartbeat?: 
     exited: child.then(() => Date.now()),
     kill: (signal = 'SIGTERM') => child.kill(signal),
   };
+}
+
+/**
+ * bench/floor.mjs for `nodeId` against `server`, with the agent's runtime
+ * flags; killed by cleanup() like the agents.
+ */
+export function spawnFloor(server: string, nodeId: string, stateDir: string): BenchAgent {
+  const spawnedAtMs = Date.now();
+  // Never profiled: a profile is written only on a clean exit, and the floor is killed.
+  const child = execa(process.execPath, [fileURLToPath(new URL('./floor.mjs', import.meta.url)), server, nodeId, stateDir], {
+    reject: false,
+    stdin: 'ignore',
+    stdout: 'ignore',
+    stderr: 'inherit',
+    env: { NODE_OPTIONS: unitNodeOptions() },
+  });
+  children.push(child);
+  return { pid: child.pid as number, spawnedAtMs, exited: child.then(() => Date.now()), kill: (signal = 'SIGTERM') => child.kill(signal) };
 }
 
 /** Starts `n` sim shards s0..s(n-1) on GPUs 0..n-1 and waits until all are READY; returns their pids. */

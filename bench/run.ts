@@ -12,7 +12,19 @@
  * printed but not written to RESULTS.md, as profiling slows the agent.
  */
 import { spawnSync } from 'node:child_process';
-import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import {
+  appendFileSync,
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  readdirSync,
+  readlinkSync,
+  rmSync,
+  writeFileSync,
+  writeSync,
+} from 'node:fs';
 import { cpus, totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
 import { create } from '@bufbuild/protobuf';
@@ -21,6 +33,7 @@ import { Supervisor } from '../src/agent/supervisor/supervisor.js';
 import { BIN, REPO_ROOT } from '../test/helpers/run-cli.js';
 import { FAKE_NVIDIA_SMI, FIXTURE_SYSFS } from '../test/helpers/agent-config-yaml.js';
 import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
+import { bootLab, labUnavailableReason } from '../test/helpers/systemd-lab.js';
 import {
   cleanup,
   profileAgentsInto,
@@ -34,6 +47,8 @@ import {
   startShards,
   freePort,
 } from './bench-support.js';
+import { fleetFigure } from './fleet-figure.js';
+import { floorFigures } from './floor-figures.js';
 
 interface Row {
   figure: string;
@@ -186,6 +201,70 @@ async function fig3(): Promise<void> {
   rows.push({ figure: '3a engine SIGKILL → FAILED on the stream, own child', measured: ms(own), reference: '-', target: '<= 100 ms', met: own <= 100 });
   const adopted = median(await deathReport(true, 3));
   rows.push({ figure: '3b engine SIGKILL → FAILED on the stream, adopted', measured: ms(adopted), reference: '-', target: '<= 600 ms', met: adopted <= 600 });
+}
+
+/**
+ * The host pid of the process that is `labPid` in the lab whose PID 1 is
+ * `labInit`, so the kill is sent from here at t0, with no nsenter in between.
+ */
+function hostPidOf(labInit: number, labPid: number): number {
+  const ns = readlinkSync(`/proc/${labInit}/ns/pid`);
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (readlinkSync(`/proc/${name}/ns/pid`) !== ns) continue;
+      const nspid = /^NSpid:\s+(.*)$/m.exec(readFileSync(`/proc/${name}/status`, 'utf8'))?.[1]?.trim().split(/\s+/);
+      if (Number(nspid?.at(-1)) === labPid) return Number(name);
+    } catch {
+      // Gone while scanned.
+    }
+  }
+  throw new Error(`no process is pid ${labPid} in the lab`);
+}
+
+/** Figure 3a's measurement, with the agent under a real systemd (the lab) and launcher auto: each engine in its own unit. */
+async function unitDeathReport(rounds: number): Promise<number[]> {
+  const why = await labUnavailableReason();
+  if (why) throw new Error(why);
+  const dirs = newRoot('f10');
+  const lab = await bootLab({ logFile: join(dirs.root, 'systemd-lab-boot.log') });
+  try {
+    const { cp, url } = await controlPlane();
+    spawnAgent(url, dirs, { prefix: ['nsenter', '-t', String(lab.pid), '-m', '-p', '--'] });
+    await cp.waitFor('node-a', isRegister, 30_000);
+    const out: number[] = [];
+    for (let r = 0; r < rounds; r++) {
+      const id = `u${r}`;
+      const ready = cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 60_000);
+      cp.send('node-a', { case: 'start', value: simStart(id, await freePort(), { args: ['--load-time', '0s'] }) });
+      const st = (await ready).msg.value as { pid: number; state: ShardState; error: string };
+      if (st.state !== ShardState.READY) throw new Error(`shard ${id} did not start: ${st.error}`);
+      if ((await lab.show(`llmgw-shard-${id}.service`, 'MainPID')) !== String(st.pid)) throw new Error(`shard ${id} is not in its own unit: is the launcher systemd-run?`);
+      const hostPid = hostPidOf(lab.pid, st.pid);
+      const dead = cp.waitFor('node-a', shardIs(id, ShardState.FAILED, ShardState.EXITED), 30_000);
+      const t0 = Date.now();
+      process.kill(hostPid, 'SIGKILL');
+      const m = (await dead).msg.value as { error: string };
+      out.push(Date.now() - t0);
+      if (!m.error.includes('recorded by systemd')) throw new Error(`the death of ${id} was not read from systemd: ${m.error}`);
+    }
+    return out;
+  } finally {
+    await lab.stop();
+  }
+}
+
+async function fig10(): Promise<void> {
+  const direct = median(await deathReport(false, 5));
+  rows.push({ figure: '10a engine SIGKILL → FAILED on the stream, direct launcher (own child)', measured: ms(direct), reference: '-', target: '<= 300 ms', met: direct <= 300 });
+  const unit = median(await unitDeathReport(5));
+  rows.push({
+    figure: '10b engine SIGKILL → FAILED on the stream, systemd-run launcher (its own unit; status read from systemd)',
+    measured: ms(unit),
+    reference: `${ms(direct)} (10a)`,
+    target: '<= 300 ms',
+    met: unit <= 300,
+  });
 }
 
 async function fig4(): Promise<void> {
@@ -417,7 +496,69 @@ async function fig9(): Promise<void> {
   rows.push({ figure: '9 `llmgw discover --json` on the 8-GPU fixtures', measured: ms(m), reference: '-', target: 'recorded', met: undefined });
 }
 
-const FIGURES: Record<string, () => Promise<void>> = { '1': fig1, '2': fig2, '3': fig3, '4': fig4, '5': fig5, '6': fig6, '7': fig7, '8': fig8, '9': fig9 };
+/**
+ * GPUs through NVML beside nvidia-smi, in the same run: `discover --json`
+ * (the fake libnvidia-ml.so and the fake nvidia-smi answer from the same data
+ * set), one heartbeat memory reading of 8 GPUs (in-process NVML calls
+ * against one nvidia-smi query), and how long the health watch's close()
+ * takes with an NVML event wait pending (SIGTERM budget 300 ms).
+ */
+async function figNvml(): Promise<void> {
+  const { buildFakeNvml } = await import('../test/agent/discovery/fake-nvml.js');
+  const { NvmlLibrary } = await import('../src/agent/discovery/nvml/nvml-library.js');
+  const { GpuHealthWatch } = await import('../src/agent/discovery/gpu-health-watch.js');
+  const lib = buildFakeNvml();
+  const discover = [BIN, 'discover', '--json', '--nvidia-smi', FAKE_NVIDIA_SMI, '--sysfs-root', FIXTURE_SYSFS];
+  const viaNvml = ['/usr/bin/env', `LLMGW_DISCOVERY_NVML_LIBRARY=${lib}`, process.execPath, ...discover];
+  const viaSmi = ['/usr/bin/env', 'LLMGW_DISCOVERY_PREFER_NVML=false', process.execPath, ...discover];
+  const [nvmlMs, smiMs] = timeSideBySide([viaNvml, viaSmi], quick ? 3 : 7);
+  rows.push({ figure: 'nvml `discover --json`, 8 GPUs: NVML (reference: nvidia-smi)', measured: ms(nvmlMs as number), reference: ms(smiMs as number), target: 'recorded', met: undefined });
+
+  const opened = NvmlLibrary.open(lib);
+  if (!opened.ok) throw new Error(opened.reason);
+  const nvml = opened.value;
+  try {
+    const reads: number[] = [];
+    for (let r = 0; r < (quick ? 200 : 1000); r++) {
+      const t0 = performance.now();
+      for (let i = 0; i < nvml.gpuCount; i++) nvml.memory(i);
+      reads.push(performance.now() - t0);
+    }
+    const smiRead = timeCommand([FAKE_NVIDIA_SMI, '--query-gpu=index,memory.used', '--format=csv,noheader,nounits'], quick ? 3 : 7);
+    const nvmlRead = median(reads);
+    rows.push({
+      figure: 'nvml one heartbeat memory reading, 8 GPUs: NVML in-process (reference: one nvidia-smi query)',
+      measured: `${(nvmlRead * 1000).toFixed(0)} µs`,
+      reference: ms(smiRead),
+      target: 'no process per reading',
+      met: nvmlRead < smiRead,
+    });
+
+    const closes: number[] = [];
+    for (let r = 0; r < (quick ? 5 : 15); r++) {
+      const watch = new GpuHealthWatch({ nvml, kmsgPath: '', pollIntervalMs: 60_000 });
+      await watch.start();
+      // Mid-wait: half the default 100 ms wait has passed.
+      await new Promise((resolve) => setTimeout(resolve, 50 + r * 7));
+      const t0 = performance.now();
+      await watch.close();
+      closes.push(performance.now() - t0);
+    }
+    rows.push({
+      figure: 'nvml health watch close() with an NVML event wait pending',
+      measured: `${ms(median(closes))} median, ${ms(Math.max(...closes))} max`,
+      reference: '-',
+      target: '≤ 300 ms',
+      met: Math.max(...closes) <= 300,
+    });
+  } finally {
+    nvml.close();
+  }
+}
+
+const FIGURES: Record<string, () => Promise<void>> = { nvml: figNvml, '1': fig1, '2': fig2, '3': fig3, '4': fig4, '5': fig5, '6': fig6, '7': fig7, '8': fig8, '9': fig9, '10': fig10 };
+FIGURES.fleet = () => fleetFigure(rows, notes);
+FIGURES.floor = () => floorFigures(rows, notes, quick);
 
 function table(): string {
   const head = '| # | figure | measured | reference | target | met |\n|---|---|---|---|---|---|';

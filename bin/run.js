@@ -22,10 +22,24 @@ async function answeredWithoutOclif() {
 }
 
 if (!(await answeredWithoutOclif())) {
-  const { execute, settings } = await import('@oclif/core');
+  const { Config, flush, handle, run, settings } = await import('@oclif/core');
   // This binary always runs the compiled dist/. Without this, oclif looks for
   // TypeScript sources whenever NODE_ENV is "test" or "development" (as it is
   // under vitest) and warns on stderr that it cannot find them.
   settings.enableAutoTranspile = false;
-  await execute({ dir: import.meta.url });
+  try {
+    await run(argv, import.meta.url);
+    await flush();
+  } catch (err) {
+    // oclif reports an unknown command in its own boxed style; say it as every
+    // other llmgw error is said, with a suggestion, exit 2 (usage).
+    const unknown = /^command (\S+) not found$/.exec(err instanceof Error ? err.message : '');
+    if (!unknown) await handle(err);
+    else {
+      const { commandNotFoundMessage } = await import('../dist/cli/command-not-found.js');
+      const config = await Config.load(import.meta.url);
+      process.stderr.write(`error: ${commandNotFoundMessage(unknown[1], config.commandIDs)}\n`);
+      process.exitCode = 2;
+    }
+  }
 }

@@ -1,11 +1,14 @@
-import type { ControlMessage, Inventory, ShardStatus, StartShard, StopShard } from '../gen/llmgw/v1/agent_pb.js';
+import { clone } from '@bufbuild/protobuf';
+import { type ControlMessage, type GpuEvent, type Inventory, InventorySchema, type ShardStatus, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
 import { isValidShardId } from '../lib/shard-id.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionStatus } from './connection-state.js';
 import { ControlPlaneConnection } from './control-plane-connection.js';
+import { type GpuFault, GpuHealthWatch } from './discovery/gpu-health-watch.js';
 import type { GpuMemorySampler } from './discovery/gpu-memory-sampler.js';
+import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { InventoryWatcher } from './inventory-watcher.js';
 import type { Outbox } from './outbox.js';
@@ -25,6 +28,21 @@ export interface AgentOptions {
   /** Reads the node's hardware; never throws for hardware problems. */
   discover: (signal: AbortSignal) => Promise<Inventory>;
   metrics?: AgentMetrics;
+  /** The NVML the agent keeps open (GPU source "nvml"): the health watch's events and poll. Without it only the kernel log is watched. */
+  nvml?: NvmlLibrary;
+}
+
+/** One GPU's health as `ctl status` shows it. */
+export interface GpuHealthView {
+  index: number;
+  /** The latest reading (the heartbeats'), MiB. */
+  memoryUsedMb: number;
+  /** Discovery's verdict and the watch's together, as the next Inventory says. */
+  healthy: boolean;
+  /** Why not: the watch's fault first, then what discovery said. */
+  error: string;
+  fault?: GpuFault;
+  recentEvents: GpuEvent[];
 }
 
 export type { AdoptOutcomeKind, AdoptResultView } from './recover-engines.js';
@@ -50,6 +68,10 @@ export class Agent {
   private readonly connection: ControlPlaneConnection;
   private readonly commands: ShardCommands;
   private readonly recovery: RecoverEngines;
+  private health: GpuHealthWatch | undefined;
+  private healthClosed: Promise<void> | undefined;
+  /** Per GPU, the fault the last Inventory sent carried: a new Inventory goes out when it changes. */
+  private readonly sentFaults = new Map<number, string | undefined>();
 
   constructor(private readonly opts: AgentOptions) {
     this.log = opts.logger;
@@ -61,7 +83,7 @@ export class Agent {
       stateDir: c.supervisor.stateDir,
       intervalMs: c.discovery.intervalMs,
       logger: this.log,
-      onChange: (inventory) => this.reporter.send({ case: 'inventory', value: inventory }),
+      onChange: () => this.reporter.send({ case: 'inventory', value: this.inventory }),
     });
     this.connection = new ControlPlaneConnection({
       config: c,
@@ -71,6 +93,7 @@ export class Agent {
         register: () => buildRegister(this.node, this.inventory, opts.supervisor.list()),
         heartbeat: () => this.heartbeat(),
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
+        onEstablished: () => this.reporter.onSessionEstablished(),
         onClosed: () => this.reporter.onSessionClosed(),
         onControlMessage: (m, outbox) => this.onControlMessage(m, outbox),
       },
@@ -82,6 +105,8 @@ export class Agent {
       supervisor: opts.supervisor,
       engines: opts.engines,
       inventory: () => this.inventory,
+      gpuFault: (gpuIndex) => this.health?.describeFault(gpuIndex),
+      foreignMemoryShare: c.discovery.foreignMemoryShare,
       report,
       logger: this.log,
     });
@@ -108,7 +133,21 @@ export class Agent {
   }
 
   currentInventory(): Inventory {
-    return this.inventoryWatcher.current();
+    return this.inventory;
+  }
+
+  /** Each GPU of the inventory: its latest memory reading, unresolved fault and last events (none before the watch starts). */
+  gpuHealth(): GpuHealthView[] {
+    const watch = this.health;
+    const used = buildHeartbeat(this.nodeId, this.opts.sampler.latest(), this.inventoryWatcher.current()).gpuMemoryUsedMb;
+    return this.inventory.gpus.map((g) => ({
+      index: g.index,
+      memoryUsedMb: used[g.index] ?? g.memoryUsedMb,
+      healthy: g.healthy,
+      error: g.error,
+      fault: watch?.faultOf(g.index),
+      recentEvents: watch?.recentEvents(g.index) ?? [],
+    }));
   }
 
   shards(): ShardSnapshot[] {
@@ -123,6 +162,11 @@ export class Agent {
   /** The last lines of a shard's log. */
   tailLog(id: string, lines: number): Promise<string[]> {
     return this.opts.supervisor.tailLog(id, lines);
+  }
+
+  /** `ctl logs --previous`: the run before the current one; undefined when none is kept. */
+  tailPreviousLog(id: string, lines: number): Promise<string[] | undefined> {
+    return this.opts.supervisor.tailPreviousLog(id, lines);
   }
 
   /**
@@ -151,21 +195,78 @@ export class Agent {
     const stopWatching = () => {
       this.inventoryWatcher.stop();
       this.opts.sampler.close();
+      // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for.
+      this.healthClosed ??= this.health?.close();
     };
     try {
       await this.inventoryWatcher.start(signal);
       this.opts.sampler.start();
+      if (!signal.aborted) await this.startGpuHealth();
       await this.connection.run(signal, { onFirstAttempt: hooks.onFirstAttempt, onStopping: stopWatching });
     } finally {
       // Also when the connection could not start (an unreadable certificate):
       // a timer or an nvidia-smi loop left behind would keep the process alive.
       stopWatching();
+      // The caller closes NVML next: no event wait may still be running on its worker thread then.
+      await this.healthClosed;
     }
   }
 
-  /** The inventory as last scanned (validation checks a start against it). */
+  /**
+   * Watches the GPUs of the inventory for faults (NVML events and poll, the
+   * kernel log). Started before the first session so that a fault found at
+   * start (a GPU lost while the agent was down) is in the first Register.
+   */
+  private async startGpuHealth(): Promise<void> {
+    const c = this.opts.config;
+    const watch = new GpuHealthWatch({
+      nvml: this.opts.nvml,
+      gpus: this.inventoryWatcher.current().gpus.map((g) => ({ index: g.index, uuid: g.uuid, pciBusId: g.pciBusId })),
+      kmsgPath: c.discovery.kmsg,
+      pollIntervalMs: c.discovery.intervalMs,
+      shardsOn: (i) => this.shardsOnGpu(i).map((s) => s.shardId),
+      logger: this.log,
+    });
+    watch.on('event', (e) => this.onGpuEvent(e));
+    this.health = watch;
+    await watch.start();
+  }
+
+  private shardsOnGpu(gpuIndex: number): ShardSnapshot[] {
+    return this.opts.supervisor.list().filter((s) => s.spec.gpuIndices.includes(gpuIndex));
+  }
+
+  /**
+   * A GPU fault (or its clearing): the event goes out first, so the control
+   * plane reads the cause before the UNHEALTHY statuses it explains; then
+   * every shard on that GPU is marked (engines are left running: the control
+   * plane decides); then an Inventory with the GPU's new health, which
+   * placement reads.
+   */
+  private onGpuEvent(e: GpuEvent): void {
+    this.reporter.send({ case: 'gpuEvent', value: e });
+    const watch = this.health as GpuHealthWatch;
+    for (const s of this.shardsOnGpu(e.gpuIndex)) {
+      const faults = s.spec.gpuIndices.map((i) => watch.describeFault(i)).filter((f) => f !== undefined);
+      this.opts.supervisor.setGpuFault(s.shardId, faults.length > 0 ? faults.join('; ') : undefined);
+    }
+    const fault = watch.describeFault(e.gpuIndex);
+    if (this.sentFaults.get(e.gpuIndex) === fault) return;
+    this.sentFaults.set(e.gpuIndex, fault);
+    this.reporter.send({ case: 'inventory', value: this.inventory });
+  }
+
+  /**
+   * The inventory as last scanned, with each GPU's health from the watch
+   * (validation, Register and Inventory all judge by it). A copy: the
+   * watcher compares its own scans, which a fault must not make "changed".
+   */
   private get inventory(): Inventory {
-    return this.inventoryWatcher.current();
+    const scanned = this.inventoryWatcher.current();
+    if (!this.health) return scanned;
+    const marked = clone(InventorySchema, scanned);
+    this.health.markInventory(marked.gpus);
+    return marked;
   }
 
   private heartbeat() {
@@ -186,7 +287,7 @@ export class Agent {
         void this.commands.stop(m.msg.value);
         return;
       case 'drain':
-        this.commands.drainCommand(m.msg.value.shardId);
+        void this.commands.drainCommand(m.msg.value.shardId);
         return;
       case 'ack':
         if (!m.msg.value.ok) {
@@ -209,8 +310,13 @@ export class Agent {
   }
 
   /** `ctl drain`: see ShardCommands.drain. */
-  drainShard(id: string): ShardSnapshot {
+  drainShard(id: string): Promise<ShardSnapshot> {
     return this.commands.drain(id);
+  }
+
+  /** `ctl drain --cancel`: see ShardCommands.cancelDrain. */
+  cancelDrainShard(id: string): Promise<ShardSnapshot> {
+    return this.commands.cancelDrain(id);
   }
 
   /** Engines a previous agent left: see RecoverEngines.recover. */

@@ -16,6 +16,8 @@ export const STABLE_SESSION_MS = 5000;
 
 /** What each session asks of the agent; the connection owns the rest (numbering, metrics, phases). */
 export interface SessionHandlers extends Pick<SessionCallbacks, 'register' | 'heartbeat' | 'onOpen' | 'onControlMessage'> {
+  /** The control plane answered (or, with register_timeout 0s, took Register): what was sent on the outbox reached a stream. */
+  onEstablished?(): void;
   /** The session's stream is gone; nothing may be sent on its outbox any more. */
   onClosed(): void;
 }
@@ -73,6 +75,7 @@ export class ControlPlaneConnection {
       tls: c.tls,
       pingIntervalMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
       pingTimeoutMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
+      logger: this.log,
     });
     const session = this.opts.session;
     const random = this.opts.random ?? jitterSource();
@@ -108,6 +111,7 @@ export class ControlPlaneConnection {
           },
           onEstablished: () => {
             this.state.transition({ phase: 'connected', atMs: Date.now() });
+            session.onEstablished?.();
             metrics?.connected.set(1);
           },
         },

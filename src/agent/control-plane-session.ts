@@ -10,6 +10,22 @@ import {
 import { formatDuration } from '../lib/duration.js';
 import type { Logger } from '../lib/logger.js';
 import { Outbox } from './outbox.js';
+import { setTimeout as delay } from 'node:timers/promises';
+
+/**
+ * A stream whose outbox has taken nothing for this many heartbeats belongs to
+ * a control plane that stopped reading (HTTP/2 pings are still answered): it
+ * is dropped and redialled, and its backlog bounded meanwhile by the outbox.
+ */
+export const STALLED_OUTBOX_HEARTBEATS = 5;
+/** The least time a stalled outbox is waited out, whatever the heartbeat. */
+export const STALLED_OUTBOX_FLOOR_MS = 10_000;
+/**
+ * Control messages are not read while this many messages wait to be sent: a
+ * control plane that floods commands without reading the answers is slowed
+ * to the rate it reads, instead of growing the agent's memory.
+ */
+export const OUTBOX_HIGH_WATER = 256;
 
 export interface SessionCallbacks {
   /** Built fresh for every session: it must list what runs now. */
@@ -97,7 +113,15 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
     // Failures of individual writes surface as the stream's own error below.
     registered.catch(() => {});
     callbacks.onOpen(outbox);
+    const stalledLimitMs = Math.max(STALLED_OUTBOX_FLOOR_MS, STALLED_OUTBOX_HEARTBEATS * opts.heartbeatIntervalMs);
     heartbeats = setInterval(() => {
+      const stalledMs = outbox.stalledForMs();
+      if (stalledMs > stalledLimitMs) {
+        abort.abort(
+          new Error(`the control plane stopped reading the stream: ${outbox.pending} messages waited ${formatDuration(stalledMs)} (${outbox.dropped} dropped)`),
+        );
+        return;
+      }
       outbox.send({ case: 'heartbeat', value: callbacks.heartbeat() }).catch(() => {});
     }, opts.heartbeatIntervalMs);
     if (opts.registerTimeoutMs > 0) {
@@ -113,6 +137,8 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
 
     for await (const message of responses) {
       establish();
+      // Backpressure: answers the control plane is not reading stop its commands being read.
+      while (outbox.pending > OUTBOX_HIGH_WATER && !abort.signal.aborted) await delay(50);
       try {
         callbacks.onControlMessage(message, outbox);
       } catch (err) {

@@ -2,7 +2,10 @@ import { clone, create, equals } from '@bufbuild/protobuf';
 import { type Inventory, InventorySchema } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
-import { readInventoryCache, writeInventoryCache } from './inventory-cache.js';
+import { ensureStateDir, readInventoryCache, writeInventoryCache } from './inventory-cache.js';
+
+/** How long a first boot (no cache) waits for its hardware scan before registering without it. */
+export const FIRST_SCAN_WAIT_MS = 5000;
 
 export interface InventoryWatcherOptions {
   /** Reads the node's hardware; never throws for hardware problems. */
@@ -14,6 +17,8 @@ export interface InventoryWatcherOptions {
   logger: Logger;
   /** Called with a fresh inventory that differs from the last one in more than its readings. */
   onChange: (inventory: Inventory) => void;
+  /** Without a cache, how long start() waits for the first scan; FIRST_SCAN_WAIT_MS by default. */
+  firstScanWaitMs?: number;
 }
 
 /**
@@ -24,6 +29,10 @@ export class InventoryWatcher {
   private inventory: Inventory = create(InventorySchema, {});
   private scanning: Promise<void> | undefined;
   private timer: NodeJS.Timeout | undefined;
+  /** A scan has succeeded in this process: its result, not a placeholder, is current. */
+  private scanned = false;
+  /** The cache on disk holds the current hardware (read from it, or written since). */
+  private cacheCurrent = false;
 
   constructor(private readonly opts: InventoryWatcherOptions) {}
 
@@ -34,16 +43,47 @@ export class InventoryWatcher {
   /**
    * Resolves once there is an inventory to register with, then rescans every
    * interval until stop(); `signal` ends a scan under way.
+   *
+   * Register never waits on hardware once this node has been seen: with a
+   * cache, it goes at once with the cached inventory and the fresh scan
+   * follows as an Inventory update if anything changed. A slow check must not
+   * delay registration: a busy driver's nvidia-smi takes seconds a call, and
+   * the engines an agent restart adopts are reported only in Register.
+   *
+   * A truly first boot (no cache: a new node, or the first start of this
+   * version) waits for its scan, but at most firstScanWaitMs (5 s). A healthy
+   * nvidia-smi answers well within that, even on a loaded machine (a whole
+   * `llmgw discover` took 2.8 s on 2 cores at load 16), so a normal first boot
+   * registers once, with its GPUs, and the control plane never sees a
+   * GPU-less node. It happens once in a node's life now that every scan is
+   * cached, so the bound favours a complete first Register over speed. A
+   * slow one registers at the bound with an empty inventory whose warning
+   * says the scan is under way, and the inventory is sent when the scan ends:
+   * engines left running by an older agent are reported seconds sooner, and
+   * a control plane places nothing on a node with no GPUs listed meanwhile.
    */
   async start(signal: AbortSignal): Promise<void> {
+    const log = this.opts.logger;
+    try {
+      ensureStateDir(this.opts.stateDir);
+    } catch (err) {
+      log.warn({ err: errorMessage(err), dir: this.opts.stateDir }, 'cannot create the state directory; the inventory is not cached for the next start');
+    }
     const cached = readInventoryCache(this.opts.stateDir);
     if (cached) {
-      // Register now with what this node was a moment ago; the fresh scan
-      // runs alongside and is sent as an update if anything changed.
       this.inventory = cached;
+      this.cacheCurrent = true;
       void this.rescan(signal);
     } else {
-      await this.rescan(signal);
+      const waitMs = this.opts.firstScanWaitMs ?? FIRST_SCAN_WAIT_MS;
+      const inTime = await Promise.race([this.rescan(signal).then(() => true), delay(waitMs, signal).then(() => false)]);
+      // `scanned` and not `inTime` alone: a scan that ended in the same tick
+      // as the bound has set the real inventory, which must not be replaced.
+      if (!inTime && !this.scanned && !signal.aborted) {
+        const why = `the first hardware scan is still running after ${waitMs / 1000}s; the inventory follows when it ends`;
+        log.warn({ waitMs }, 'registering before the first hardware scan ended; the inventory follows');
+        this.inventory = create(InventorySchema, { warnings: [why] });
+      }
     }
     if (signal.aborted) return;
     this.timer = setInterval(() => void this.rescan(signal), this.opts.intervalMs);
@@ -66,6 +106,16 @@ export class InventoryWatcher {
     return this.scanning;
   }
 
+  /** Every scan's hardware is cached, not only a changed one: a write that failed once is retried. */
+  private cache(inventory: Inventory): void {
+    writeInventoryCache(this.opts.stateDir, inventory).then(
+      () => {
+        this.cacheCurrent = true;
+      },
+      (err: unknown) => this.opts.logger.debug({ err: errorMessage(err) }, 'cannot cache the inventory; the next start scans in full'),
+    );
+  }
+
   private async scan(signal: AbortSignal): Promise<void> {
     const log = this.opts.logger;
     try {
@@ -73,11 +123,10 @@ export class InventoryWatcher {
       if (signal.aborted) return;
       const changed = !equals(InventorySchema, comparable(next), comparable(this.inventory));
       this.inventory = next;
+      this.scanned = true;
+      if (changed || !this.cacheCurrent) this.cache(next);
       if (!changed) return;
       for (const w of next.warnings) log.warn({ warning: w }, 'discovery');
-      writeInventoryCache(this.opts.stateDir, next).catch((err: unknown) =>
-        log.debug({ err: errorMessage(err) }, 'cannot cache the inventory; the next start scans in full'),
-      );
       log.info({ gpus: next.gpus.length, hcas: next.hcas.length }, 'hardware changed; sending the new inventory');
       this.opts.onChange(next);
     } catch (err) {
@@ -85,6 +134,20 @@ export class InventoryWatcher {
       log.warn({ err: errorMessage(err) }, 'rediscovery failed; keeping the last inventory');
     }
   }
+}
+
+/** Resolves after `ms`, or at once when `signal` aborts; leaves no timer or listener behind. */
+function delay(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
 }
 
 /** The inventory without readings that change every second, for change detection. */

@@ -94,7 +94,11 @@ export class RecoverEngines {
           await sup.killOrphan(o);
           log.info({ why: o.reason }, 'cleaned the state of an engine that is gone');
           results.push({ shardId: o.shardId, outcome: 'cleaned', pid: o.pid, reason: o.reason });
-          report(refusedStatus(nodeId, o, `engine ended while the agent was down: ${o.reason}`));
+          const status = refusedStatus(nodeId, o, `engine ended while the agent was down: ${o.reason}`);
+          // What systemd recorded for a unit engine; 0 (unknown) otherwise.
+          status.exitCode = o.exitCode ?? 0;
+          status.signal = o.exitSignal ?? '';
+          report(status);
         } else if (!o.identified) {
           unidentified.push(o);
         } else {

@@ -6,6 +6,7 @@ import {
   type Inventory,
   type Register,
   RegisterSchema,
+  ShardState,
 } from '../gen/llmgw/v1/agent_pb.js';
 import { resolveHostname, resolveMgmtAddr } from '../lib/node-identity.js';
 import { isTerminal } from '../lib/shard-states.js';
@@ -48,7 +49,14 @@ export function buildRegister(node: NodeDescription, inventory: Inventory, shard
     labels: node.labels,
     inventory,
     fabrics: node.fabrics.map((f) => create(FabricAttachmentSchema, f)),
-    runningShards: shards.filter((s) => !isTerminal(s.state)).map((s) => runningShardFromSnapshot(s, node.mgmtAddr)),
+    runningShards: shards.filter((s) => !isTerminal(s.state)).map((s) => {
+      const running = runningShardFromSnapshot(s, node.mgmtAddr);
+      // An adopted shard whose drain outlived the previous agent may still be
+      // settling when the first Register goes out: the control plane must
+      // learn the drain now, not route traffic back until it settles.
+      if (s.drainRequested && s.state === ShardState.STARTING) running.state = ShardState.DRAINING;
+      return running;
+    }),
   });
 }
 

@@ -12,6 +12,7 @@ import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
 import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './discovery/gpu-memory-sampler.js';
+import { logGpuSource, openGpuSource } from './discovery/open-gpu-source.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { Supervisor } from './supervisor/supervisor.js';
 
@@ -34,6 +35,11 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   // An unknown group is the admin server's configuration error, reported when it listens.
   const logGid = c.admin.group === '' ? undefined : findGroup({ name: c.admin.group })?.gid;
   const supervisor = new Supervisor({ config: c.supervisor, logger, logGid });
+  // One NVML for the agent's life (discovery, memory readings, the health
+  // watch): initialising it walks every GPU, far dearer than a reading.
+  const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });
+  logGpuSource(logger, gpuSource);
+  const nvml = gpuSource.kind === 'nvml' ? gpuSource.nvml : undefined;
   const engines = new EngineRegistry({ engines: c.engines, mgmtInterface: c.mgmtInterface, stopGraceMs: c.supervisor.stopGraceMs });
   // A reading per heartbeat, but not more than one a second: faster heartbeats
   // (tests, benchmarks) would only make nvidia-smi query NVML for nothing.
@@ -41,6 +47,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     nvidiaSmi: c.discovery.nvidiaSmi,
     intervalMs: Math.max(c.heartbeatIntervalMs, MIN_GPU_MEMORY_INTERVAL_MS),
     timeoutMs: c.discovery.timeoutMs,
+    nvml,
     logger,
   });
   // prom-client is loaded only when metrics are asked for.
@@ -53,8 +60,14 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     engines,
     sampler,
     metrics,
+    nvml,
     discover: (signal) =>
       discover({
+        // NVML failed once and was said once (logGpuSource): rescans do not
+        // load it again, warning again each time, for the same answer.
+        preferNvml: nvml !== undefined,
+        nvmlLibrary: c.discovery.nvmlLibrary,
+        nvml,
         nvidiaSmi: c.discovery.nvidiaSmi,
         sysfsRoot: c.discovery.sysfsRoot,
         timeoutMs: c.discovery.timeoutMs,
@@ -89,6 +102,8 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     // The agent's scope only: timers and probes stop, engines are not touched.
     supervisor.close();
     for (const s of servers) s.close();
+    // After agent.run: the health watch has no NVML wait pending by then.
+    nvml?.close();
     // Bounded (CLOSE_GRACE_MS): SIGTERM must still end the agent within a second.
     await admin?.close();
     shutdown.dispose();

@@ -2,7 +2,9 @@ import { create } from '@bufbuild/protobuf';
 import { durationMs } from '@bufbuild/protobuf/wkt';
 import { type Inventory, ShardState, type ShardStatus, ShardStatusSchema, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure } from '../lib/errors.js';
+import { foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { Logger } from '../lib/logger.js';
+import { RateLimitedLog } from '../lib/rate-limited-log.js';
 import { readProcStat } from '../lib/process/proc-stat.js';
 import { assertShardId, isValidShardId } from '../lib/shard-id.js';
 import { isTerminal } from '../lib/shard-states.js';
@@ -18,6 +20,10 @@ export interface ShardCommandsOptions {
   engines: EngineRegistry;
   /** The node's hardware as last read: what validation judges a shard against. */
   inventory: () => Inventory;
+  /** The fault of a GPU ("GPU 3: Xid 79: ..."), from the health watch; undefined when it is sound. */
+  gpuFault?: (gpuIndex: number) => string | undefined;
+  /** discovery.foreign_memory_share: a GPU with more memory used by no listed process is refused. */
+  foreignMemoryShare?: number;
   /** Sends a status to the control plane now, or after the next Register. */
   report: (status: ShardStatus) => void;
   logger: Logger;
@@ -32,10 +38,13 @@ export interface ShardCommandsOptions {
 export class ShardCommands {
   private readonly sup: Supervisor;
   private readonly log: Logger;
+  /** Refusals are logged a few times, not once per message: a flooding control plane must not fill the journal. */
+  private readonly refusals: RateLimitedLog;
 
   constructor(private readonly opts: ShardCommandsOptions) {
     this.sup = opts.supervisor;
     this.log = opts.logger;
+    this.refusals = new RateLimitedLog(opts.logger);
   }
 
   /**
@@ -52,15 +61,21 @@ export class ShardCommands {
     let started: { shard: ShardSnapshot; created: boolean };
     try {
       started = await this.sup.start(spec, async () => {
+        this.refuseUnfitGpus(spec);
         const engine = this.opts.engines.get(spec.profile?.engine ?? '');
         // Validate before launching: an engine that refuses a profile does so
         // after minutes of model loading; here it costs nothing.
         await engine.validate(spec, this.validationContext(id));
-        return { plan: engine.command(spec), servesHttp: engine.servesHttp(spec), inFlightMetric: engine.metrics.requestsRunning };
+        return {
+          plan: engine.command(spec),
+          servesHttp: engine.servesHttp(spec),
+          inFlightMetric: engine.metrics.requestsRunning,
+          generationTokensMetric: engine.metrics.generationTokens,
+        };
       });
     } catch (err) {
       if (err instanceof RepeatedStartError) return;
-      log.warn({ err: errorMessage(err) }, 'refused to start a shard');
+      this.refusals.warn({ shard: id, replica: spec.replicaId, err: errorMessage(err) }, 'refused to start a shard');
       report(refusedStatus(nodeId, spec, errorMessage(err)));
       return;
     }
@@ -84,6 +99,23 @@ export class ShardCommands {
       await this.sup.settle(shard.shardId, { timeoutMs });
     } catch (err) {
       this.log.warn({ shard: shard.shardId, replica: shard.replicaId, adopted: shard.adopted, err: errorMessage(err) }, 'shard did not become ready');
+    }
+  }
+
+  /**
+   * GPUs no engine should be put on, whatever the engine: one with a fault
+   * (checked before "held by", which would name the shard and hide the
+   * cause), and one whose memory is used by something this node cannot see
+   * (the engine would run out of memory minutes into loading).
+   */
+  private refuseUnfitGpus(spec: StartShard): void {
+    const inventory = this.opts.inventory();
+    for (const i of spec.gpuIndices) {
+      const fault = this.opts.gpuFault?.(i);
+      if (fault !== undefined) throw failure(`${fault}; no shard starts on it until the fault clears (a lost GPU needs a reset)`);
+      const gpu = inventory.gpus.find((g) => g.index === i);
+      const foreign = gpu && foreignMemoryProblem(gpu, inventory.processes, this.opts.foreignMemoryShare);
+      if (foreign) throw failure(foreign);
     }
   }
 
@@ -137,13 +169,26 @@ export class ShardCommands {
 
   /**
    * Marks a running shard DRAINING (reported through its transition, so the
-   * control plane routes elsewhere). Throws when the shard cannot be drained.
+   * control plane routes elsewhere) and records it, so that it outlives an
+   * agent restart. Throws when the shard cannot be drained.
    */
-  drain(id: string): ShardSnapshot {
+  drain(id: string): Promise<ShardSnapshot> {
     assertShardId(id);
     const shard = this.sup.get(id);
     if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
     return this.sup.drain(id);
+  }
+
+  /**
+   * `ctl drain --cancel`: DRAINING → READY, reported through the transition
+   * so the control plane routes to the shard again. Throws when the shard
+   * is not DRAINING.
+   */
+  cancelDrain(id: string): Promise<ShardSnapshot> {
+    assertShardId(id);
+    const shard = this.sup.get(id);
+    if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
+    return this.sup.cancelDrain(id);
   }
 
   /**
@@ -152,14 +197,14 @@ export class ShardCommands {
    * reported with its own state, never as FAILED, which would get a healthy
    * engine replaced.
    */
-  drainCommand(id: string): void {
+  async drainCommand(id: string): Promise<void> {
     try {
-      this.drain(id);
+      await this.drain(id);
     } catch (err) {
       const { nodeId, report } = this.opts;
       const why = `drain refused: ${errorMessage(err)}`;
       const shard = isValidShardId(id) ? this.sup.get(id) : undefined;
-      this.log.warn({ shard: id, err: why }, 'refused a drain');
+      this.refusals.warn({ shard: id, err: why }, 'refused a drain');
       if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
       else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
     }

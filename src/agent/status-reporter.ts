@@ -18,10 +18,19 @@ export interface StatusReporterOptions {
  * one is superseded by the next). Once the next session has queued Register,
  * the terminal ones are sent; the others are already in Register's running
  * shards. Register lists only what runs, so without the terminal ones a
- * control plane would never learn why a shard vanished from the list.
+ * control plane would never learn why a shard vanished from the list. An
+ * UNHEALTHY one with its cause is sent too: Register's running shards carry
+ * the state but not the error, and "GPU 3: Xid 79" decides what the control
+ * plane does with the replica.
  */
 export class StatusReporter {
   private outbox: Outbox | undefined;
+  /**
+   * Whether the open session's stream is known to work. Until it is, what is
+   * sent on it is also kept: a session is opened (Register queued) before the
+   * dial, and a status flushed into one whose dial is then refused was lost.
+   */
+  private established = false;
   private readonly unsent = new Map<string, ShardStatus>();
 
   constructor(private readonly opts: StatusReporterOptions) {}
@@ -34,15 +43,25 @@ export class StatusReporter {
   /** A session has queued Register on `outbox`: what was kept goes after it. */
   onSessionOpen(outbox: Outbox): void {
     this.outbox = outbox;
-    for (const status of this.unsent.values()) {
-      if (isTerminal(status.state)) this.send({ case: 'shard', value: status });
+    this.established = false;
+    for (const [id, status] of this.unsent) {
+      // Terminal ones, and an UNHEALTHY one with its cause: Register lists the state but not why.
+      if (isTerminal(status.state) || (status.state === ShardState.UNHEALTHY && status.error !== '')) this.send({ case: 'shard', value: status });
+      // A running shard's state is in the Register just queued.
+      else this.unsent.delete(id);
     }
+  }
+
+  /** The stream works: what was kept for it has been handed to it. */
+  onSessionEstablished(): void {
+    this.established = true;
     this.unsent.clear();
   }
 
   /** The session's stream is gone: reports are kept until the next one. */
   onSessionClosed(): void {
     this.outbox = undefined;
+    this.established = false;
   }
 
   /**
@@ -57,7 +76,7 @@ export class StatusReporter {
 
   report(status: ShardStatus): void {
     if (this.outbox) this.send({ case: 'shard', value: status });
-    else this.unsent.set(status.shardId, status);
+    if (!this.outbox || !this.established) this.unsent.set(status.shardId, status);
   }
 
   /** A supervisor transition, reported as the shard's status. */

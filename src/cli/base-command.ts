@@ -1,7 +1,9 @@
 import { Command, Errors, Flags, type Interfaces } from '@oclif/core';
 import { ExitCode } from '../lib/errors.js';
 import { LOG_LEVELS } from '../lib/log-levels.js';
-import { type ErrorReport, errorReport } from './error-report.js';
+import { applyColorPreference } from './apply-color-preference.js';
+import { type Preferences, prefersJson, readPreferences } from './cli-preferences.js';
+import { type ErrorReport, errorLine, errorReport } from './error-report.js';
 
 /**
  * The base of every llmgw command: `--json` (oclif's, printed from the
@@ -20,6 +22,32 @@ export abstract class BaseCommand extends Command {
     })(),
   };
 
+  /**
+   * Whether the operator's stored preferences (`llmgw config`: output.json,
+   * color) apply. Off for what systemd or the agent runs (`agent run`,
+   * `sim engine`): a preference an operator set for their own terminal must
+   * not change a service's output.
+   */
+  static honoursPreferences = true;
+
+  /** The operator's stored preferences, read once in init; empty for commands that do not honour them. */
+  protected preferences: Preferences = {};
+
+  private preferredJson = false;
+
+  override async init(): Promise<void> {
+    await super.init();
+    if (!(this.ctor as typeof BaseCommand).honoursPreferences) return;
+    // A broken preferences file is reported (exit 78, naming it), not skipped.
+    this.preferences = readPreferences();
+    this.preferredJson = prefersJson(this.preferences);
+    applyColorPreference(this.preferences);
+  }
+
+  override jsonEnabled(): boolean {
+    return super.jsonEnabled() || (Boolean(this.ctor.enableJsonFlag) && this.preferredJson);
+  }
+
   override async catch(err: Error & { oclif?: { exit?: number } }): Promise<never> {
     if (err instanceof Errors.ExitError) throw err;
     // Flag and argument parsing errors from oclif are usage errors; the rest
@@ -28,10 +56,21 @@ export abstract class BaseCommand extends Command {
       err instanceof Errors.CLIError && err.oclif?.exit === ExitCode.usage
         ? { kind: 'usage', message: err.message, exitCode: ExitCode.usage }
         : errorReport(err);
+    report.message = withoutParsingWrapper(report.message);
     if (this.jsonEnabled()) this.logJson({ error: report });
-    process.stderr.write(`error: ${report.message}\n`);
+    process.stderr.write(errorLine(report));
     return this.exit(report.exitCode);
   }
+}
+
+/**
+ * oclif wraps what a flag's parser threw in "Parsing --x \n\t…\nSee more help
+ * with --help": three lines where llmgw promises one, and our parsers already
+ * name the flag.
+ */
+function withoutParsingWrapper(message: string): string {
+  const m = /^Parsing --\S+ \n\t([\s\S]*)\nSee more help with --help$/.exec(message);
+  return m ? (m[1] as string) : message;
 }
 
 export type InferredFlags<T extends typeof Command> = Interfaces.InferredFlags<T['flags'] & T['baseFlags']>;

@@ -1,10 +1,13 @@
 import { ExitCode, type ErrorKind, LlmgwError } from '../lib/errors.js';
+import { printable } from '../lib/printable.js';
 
 /** What an operator is told about a failed command: `error: <message>` on stderr, and with --json this object on stdout. */
 export interface ErrorReport {
   kind: ErrorKind;
   message: string;
   exitCode: number;
+  /** LlmgwError's details, for scripts (see LlmgwErrorOptions). */
+  [detail: string]: unknown;
 }
 
 /**
@@ -15,7 +18,17 @@ export interface ErrorReport {
  * errors exactly as BaseCommand does.
  */
 export function errorReport(err: unknown, env: NodeJS.ProcessEnv = process.env): ErrorReport {
-  if (err instanceof LlmgwError) return { kind: err.kind, message: err.message, exitCode: err.exitCode };
+  if (err instanceof LlmgwError) return { ...err.details, kind: err.kind, message: err.message, exitCode: err.exitCode };
   const message = err instanceof Error ? ((env.LLMGW_DEBUG && err.stack) || err.message) : String(err);
   return { kind: 'failure', message, exitCode: ExitCode.failure };
+}
+
+/**
+ * The `error: …` line for stderr. Messages can carry another party's text
+ * (an engine's error, a control plane's replica id): control characters are
+ * shown escaped, not emitted (printable.ts). Under LLMGW_DEBUG the stack is
+ * printed as it is, lines and all.
+ */
+export function errorLine(report: ErrorReport, env: NodeJS.ProcessEnv = process.env): string {
+  return `error: ${env.LLMGW_DEBUG ? report.message : printable(report.message)}\n`;
 }

@@ -1,6 +1,7 @@
 import { runCtlStatus } from '../ctl/run-ctl-status.js';
 import { LOG_LEVELS } from '../lib/log-levels.js';
-import { errorReport } from './error-report.js';
+import { prefersJson, readPreferences, storedCtlPaths } from './cli-preferences.js';
+import { errorLine, errorReport } from './error-report.js';
 
 /**
  * `llmgw ctl status` without loading oclif, which is about a third of the
@@ -17,13 +18,19 @@ import { errorReport } from './error-report.js';
 export async function fastCtlStatus(args: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<boolean> {
   const plain = plainInvocation(args, env);
   if (!plain) return false;
+  // As BaseCommand does: --json, else LLMGW_JSON, else the stored output.json.
+  let json = plain.json;
   try {
-    const { status, text } = await runCtlStatus({ socket: plain.socket, configPath: plain.configPath }, plain.json);
+    const stored = readPreferences(env);
+    json ||= prefersJson(stored, env);
+    // chalk is loaded only for the human form; --json never needs it.
+    if (!json) (await import('./apply-color-preference.js')).applyColorPreference(stored, env);
+    const { status, text } = await runCtlStatus({ socket: plain.socket, configPath: plain.configPath, stored: storedCtlPaths(stored) }, json);
     process.stdout.write(text === undefined ? prettyJson(status) : `${text}\n`);
   } catch (err) {
     const report = errorReport(err, env);
-    if (plain.json) process.stdout.write(prettyJson({ error: report }));
-    process.stderr.write(`error: ${report.message}\n`);
+    if (json) process.stdout.write(prettyJson({ error: report }));
+    process.stderr.write(errorLine(report, env));
     // Not process.exit(), which can cut off output still queued for a pipe.
     process.exitCode = report.exitCode;
   }
@@ -34,6 +41,7 @@ interface PlainInvocation {
   json: boolean;
   /** --socket, else a non-empty LLMGW_SOCKET, as the oclif flag reads it (ctl-flags.ts). */
   socket?: string;
+  /** --config, else a non-empty LLMGW_CONFIG. */
   configPath?: string;
 }
 
@@ -43,10 +51,10 @@ interface PlainInvocation {
  * --log-level, an argument, a flag oclif would refuse) is left to oclif,
  * whose help and usage errors are not worth copying; so is an environment
  * oclif reads differently: LLMGW_CONTENT_TYPE (its switch to JSON output), a
- * LLMGW_LOG_LEVEL it would reject, an empty LLMGW_SOCKET.
+ * LLMGW_LOG_LEVEL it would reject, an empty LLMGW_SOCKET or LLMGW_CONFIG.
  */
 function plainInvocation(args: readonly string[], env: NodeJS.ProcessEnv): PlainInvocation | undefined {
-  if (env.LLMGW_CONTENT_TYPE !== undefined || env.LLMGW_SOCKET === '') return undefined;
+  if (env.LLMGW_CONTENT_TYPE !== undefined || env.LLMGW_SOCKET === '' || env.LLMGW_CONFIG === '') return undefined;
   if (env.LLMGW_LOG_LEVEL !== undefined && !(LOG_LEVELS as readonly string[]).includes(env.LLMGW_LOG_LEVEL)) return undefined;
   const given = new Map<string, string>();
   for (let i = 0; i < args.length; i++) {
@@ -65,7 +73,7 @@ function plainInvocation(args: readonly string[], env: NodeJS.ProcessEnv): Plain
     if (given.has(name)) return undefined;
     given.set(name, value);
   }
-  return { json: given.has('--json'), socket: given.get('--socket') ?? env.LLMGW_SOCKET, configPath: given.get('--config') };
+  return { json: given.has('--json'), socket: given.get('--socket') ?? env.LLMGW_SOCKET, configPath: given.get('--config') ?? env.LLMGW_CONFIG };
 }
 
 /** As oclif's logJson prints without a theme: JSON indented by two spaces, and a newline. */

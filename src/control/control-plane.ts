@@ -10,6 +10,7 @@ import {
   AgentService,
   type ControlMessage,
   ControlMessageSchema,
+  GpuEventKind,
   InventorySchema,
   type Register,
   ShardState,
@@ -24,6 +25,7 @@ import type { Deployment } from './deployment.js';
 import { NodeSession } from './node-session.js';
 import type { NodeRecord, NodeView } from './node-view.js';
 import { DEFAULT_PORT_RANGE } from './port-pool.js';
+import { readEphemeralPortRange } from './read-ephemeral-port-range.js';
 import { Reconciler } from './reconciler.js';
 import type { ReplicaView } from './replica-view.js';
 import { shardStateName } from './shard-state-name.js';
@@ -35,6 +37,14 @@ export const DEFAULT_PLACEMENT_DELAY_MS = 3_000;
 export const CLOSE_TIMEOUT_MS = 2_000;
 /** Messages kept per node for messages(); a long dev run must not grow without bound. */
 export const MESSAGE_HISTORY_LIMIT = 10_000;
+/**
+ * A node's stream that heartbeats and has sent something within 2.5 of its
+ * heartbeat gaps (at most this) is live, and a second Register for the same
+ * node_id is a duplicate agent, refused. A stream silent for longer, or one
+ * that never heartbeated, is taken for dead (a partition the server has not
+ * noticed, an agent that reconnects) and replaced by the newer one.
+ */
+export const DEFAULT_DUPLICATE_LIVENESS_MS = 15_000;
 
 /** States after which a shard has no process left on its node. */
 const GONE = new Set([ShardState.STOPPED, ShardState.FAILED, ShardState.EXITED]);
@@ -55,6 +65,14 @@ export interface ControlPlaneOptions {
   nodeGraceMs?: number;
   /** HTTP and leader ports handed to shards (default 18000-18999). */
   portRange?: [number, number];
+  /**
+   * Ports never handed to shards; default: this machine's ephemeral range
+   * (/proc/sys/net/ipv4/ip_local_port_range), which is right wherever the
+   * agents run on this machine (dev up, several agents on one box, tests).
+   * The contract carries no node's range; a fleet keeps its shard ports
+   * outside every node's. null avoids nothing.
+   */
+  avoidPorts?: [number, number] | null;
   /** Wait before placing a failed replica again (default 5s). */
   retryBackoffMs?: number;
   /**
@@ -62,12 +80,16 @@ export interface ControlPlaneOptions {
    * their running shards (default 3s). Tests with one node may set 0.
    */
   placementDelayMs?: number;
+  /** See DEFAULT_DUPLICATE_LIVENESS_MS (default 15s). */
+  duplicateLivenessMs?: number;
   logger?: Logger;
 }
 
 export interface ControlPlaneEvents {
   'node-registered': [nodeId: string, register: Register];
   'node-disconnected': [nodeId: string, reason: string];
+  /** A second agent registered with a node_id that has a live stream; it was refused. */
+  'node-refused': [nodeId: string, reason: string];
   message: [nodeId: string, message: AgentMessage];
   'shard-status': [nodeId: string, status: ShardStatus];
   'replica-ready': [replica: ReplicaView];
@@ -78,6 +100,8 @@ export type ControlPlaneState = 'new' | 'listening' | 'closing' | 'closed';
 
 /** Why the peer's client certificate is refused, set per request; undefined when acceptable. */
 const CERTIFICATE_PROBLEM = createContextKey<string | undefined>(undefined, { description: 'client certificate problem' });
+/** The stream's remote `address:port`, to name the agent that holds a node_id. */
+const PEER = createContextKey<string>('an unknown peer', { description: 'peer address' });
 
 interface Waiter {
   nodeId: string;
@@ -91,13 +115,14 @@ interface Waiter {
  * The reference control plane: serves AgentService (Connect, gRPC and
  * gRPC-web on one HTTP/2 port), keeps a registry of nodes, and, given a
  * deployment, places and supervises replicas on them. It is for local runs,
- * demos and tests; production runs the llmgw control plane (Go), which speaks
+ * demos and tests; production runs the llmgw control plane, a separate service that speaks
  * the same contract.
  */
 export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
   readonly #log: Logger;
   readonly #tls?: AgentServerTls;
   readonly #nodeGraceMs: number;
+  readonly #duplicateLivenessMs: number;
   readonly #reconciler?: Reconciler;
   readonly #nodes = new Map<string, NodeRecord>();
   /** The stream that carries commands to each node: the newest one it registered on. */
@@ -119,11 +144,13 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     this.#log = opts.logger ?? silentLogger;
     this.#tls = opts.tls;
     this.#nodeGraceMs = opts.nodeGraceMs ?? DEFAULT_NODE_GRACE_MS;
+    this.#duplicateLivenessMs = opts.duplicateLivenessMs ?? DEFAULT_DUPLICATE_LIVENESS_MS;
     if (opts.deployment) {
       this.#reconciler = new Reconciler(
         {
           deployment: opts.deployment,
           portRange: opts.portRange ?? DEFAULT_PORT_RANGE,
+          avoidPorts: opts.avoidPorts === undefined ? readEphemeralPortRange() : (opts.avoidPorts ?? undefined),
           retryBackoffMs: opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS,
           nodeGraceMs: this.#nodeGraceMs,
           placementDelayMs: opts.placementDelayMs ?? DEFAULT_PLACEMENT_DELAY_MS,
@@ -159,7 +186,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     };
     const handler = connectNodeAdapter({
       routes,
-      contextValues: (req) => createContextValues().set(CERTIFICATE_PROBLEM, clientCertificateProblem(req)),
+      contextValues: (req) => createContextValues().set(CERTIFICATE_PROBLEM, clientCertificateProblem(req)).set(PEER, peerOf(req)),
     });
     const server = createAgentServer(handler, this.#tls);
     server.on('connection', (socket: Socket) => {
@@ -347,7 +374,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
       throw new ConnectError(refused, Code.Unauthenticated);
     }
     this.#nextSessionId += 1;
-    const session = new NodeSession(this.#nextSessionId);
+    const session = new NodeSession(this.#nextSessionId, ctx.values.get(PEER));
     this.#sessions.add(session);
     if (this.#state !== 'listening') session.end('the control plane is closing');
     // connect-node does not tell a handler that its client went away; the
@@ -357,6 +384,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     void this.#read(session, requests);
     try {
       yield* session.outbox;
+      if (session.refusal) throw session.refusal;
     } finally {
       ctx.signal.removeEventListener('abort', onAbort);
       this.#sessionEnded(session, session.endReason ?? 'the response stream ended');
@@ -370,6 +398,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
         // A stream replaced by a newer one from the same node is history: what
         // it still says would overwrite fresher state.
         if (session.ended) break;
+        session.lastMessageAt = new Date();
         try {
           this.#receive(session, m);
         } catch (err) {
@@ -402,6 +431,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
           return;
         }
         node.lastHeartbeatAt = new Date();
+        session.noteHeartbeat();
         node.gpuMemoryUsedMb = [...msg.value.gpuMemoryUsedMb];
         break;
       case 'shard': {
@@ -428,8 +458,19 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
         this.#reconciler?.placeAll();
         this.#delivered(nodeId, m);
         return;
+      case 'gpuEvent': {
+        const e = msg.value;
+        // Placement learns the GPU's health from the Inventory that follows; the event says why, for whoever reads this log.
+        this.#log.warn(
+          { node: nodeId, gpu: e.gpuIndex, kind: GpuEventKind[e.kind] ?? String(e.kind), xid: e.xid || undefined, source: e.source, shards: e.shardIds, err: e.message },
+          'gpu event',
+        );
+        this.#record(nodeId, m);
+        this.#delivered(nodeId, m);
+        return;
+      }
       default:
-        this.#reject(session, m, 'empty message: none of register, heartbeat, shard or inventory is set');
+        this.#reject(session, m, 'empty message: none of register, heartbeat, shard, inventory or gpu_event is set');
         return;
     }
     this.#record(nodeId, m);
@@ -447,7 +488,13 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
       return;
     }
     const previous = this.#sessionOf.get(nodeId);
+    const liveMs = previous && previous !== session && !previous.ended ? previous.livenessMs(this.#duplicateLivenessMs) : 0;
+    if (previous && Date.now() - previous.lastMessageAt.getTime() < liveMs) {
+      this.#refuseDuplicate(session, previous, nodeId, liveMs);
+      return;
+    }
     session.nodeId = nodeId;
+    session.registeredAt = new Date();
     this.#sessionOf.set(nodeId, session);
     // The newest stream wins: an agent that reconnects after a network
     // partition opens a new stream while the server may not yet have noticed
@@ -487,6 +534,23 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     this.#reconciler?.onRegister(nodeId, reg);
     this.emit('node-registered', nodeId, reg);
     this.#delivered(nodeId, m);
+  }
+
+  /**
+   * Two agents with one node_id would take turns replacing each other's
+   * stream: replicas flap every second and both agents report an unreachable
+   * control plane. The live one keeps the node; the newcomer's stream ends
+   * with a reason it logs, and nothing of what it sent is recorded.
+   */
+  #refuseDuplicate(session: NodeSession, live: NodeSession, nodeId: string, liveMs: number): void {
+    const since = (live.registeredAt ?? live.lastMessageAt).toISOString();
+    const reason =
+      `node ${nodeId} is already connected from ${live.peer}, since ${since}; ` +
+      `give this agent its own node_id (the connected one is replaced once it has been silent for ${(liveMs / 1000).toFixed(1)} s)`;
+    this.#log.warn({ node: nodeId, peer: session.peer, livePeer: live.peer, err: reason }, 'refused a second agent with the same node_id');
+    this.emit('node-refused', nodeId, reason);
+    session.refuse(new ConnectError(reason, Code.AlreadyExists));
+    this.#sessions.delete(session);
   }
 
   /** Refuses one message and says why, to the agent (an Ack) and in our log; the stream stays open. */
@@ -596,4 +660,11 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     if (n.lastHeartbeatAt) view.lastHeartbeatAt = n.lastHeartbeatAt;
     return view;
   }
+}
+
+function peerOf(req: { socket?: unknown }): string {
+  const socket = req.socket as { remoteAddress?: string; remotePort?: number } | undefined;
+  if (!socket?.remoteAddress) return 'an unknown peer';
+  const host = socket.remoteAddress.includes(':') ? `[${socket.remoteAddress}]` : socket.remoteAddress;
+  return socket.remotePort ? `${host}:${socket.remotePort}` : host;
 }

@@ -1,4 +1,5 @@
-import type { Gpu } from '../gen/llmgw/v1/agent_pb.js';
+import type { Gpu, GpuProcess } from '../gen/llmgw/v1/agent_pb.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { DeploymentReplica } from './deployment.js';
 
 /** A connected node as placement sees it. */
@@ -8,6 +9,8 @@ export interface PlacementNode {
   gpus: readonly Gpu[];
   /** GPU indices held by shards placed here, including ones still stopping. */
   usedGpus: ReadonlySet<number>;
+  /** The node's compute processes (Inventory.processes): memory they do not explain is someone else's. */
+  processes?: readonly GpuProcess[];
 }
 
 export interface ShardPlacement {
@@ -20,7 +23,9 @@ export type PlacementResult = { ok: true; shards: ShardPlacement[] } | { ok: fal
 /**
  * Chooses nodes and GPUs for one replica: one shard on each of `nnodes`
  * distinct nodes, each with `gpusPerShard` free healthy GPUs of at least the
- * profile's compute capability. The fullest node that still fits goes first
+ * profile's compute capability, and whose memory is not held by something
+ * the node cannot see (the agent refuses those: placing there again and
+ * again would loop on refusals). The fullest node that still fits goes first
  * (best fit), so that large replicas later still find whole empty nodes; ties
  * go by node id so that a placement is reproducible. The first node chosen
  * hosts rank 0, the leader.
@@ -28,10 +33,15 @@ export type PlacementResult = { ok: true; shards: ShardPlacement[] } | { ok: fal
 export function placeReplica(replica: DeploymentReplica, nodes: readonly PlacementNode[]): PlacementResult {
   const min = replica.profile.minComputeCapability;
   const fits: { id: string; free: number[] }[] = [];
+  /** "node-a GPU 3, 4": left out only for memory nobody listed holds, which the reason must say. */
+  const squatted: string[] = [];
   for (const node of nodes) {
     if (replica.pool !== '' && node.labels.pool !== replica.pool) continue;
-    const free = node.gpus
-      .filter((g) => g.healthy && !node.usedGpus.has(g.index) && meetsCapability(g.computeCapability, min))
+    const candidates = node.gpus.filter((g) => g.healthy && !node.usedGpus.has(g.index) && meetsCapability(g.computeCapability, min));
+    const foreign = candidates.filter((g) => foreignMemoryProblem(g, node.processes ?? [], DEFAULT_FOREIGN_MEMORY_SHARE) !== undefined);
+    if (foreign.length > 0) squatted.push(`${node.id} GPU ${foreign.map((g) => g.index).join(', ')}`);
+    const free = candidates
+      .filter((g) => !foreign.includes(g))
       .map((g) => g.index)
       .sort((a, b) => a - b);
     if (free.length >= replica.gpusPerShard) fits.push({ id: node.id, free });
@@ -41,7 +51,9 @@ export function placeReplica(replica: DeploymentReplica, nodes: readonly Placeme
     const what = replica.gpusPerShard === 0 ? 'a node' : `${replica.gpusPerShard} free healthy GPU(s)${min ? ` of compute capability ${min} or more` : ''}`;
     return {
       ok: false,
-      reason: `needs ${replica.nnodes} node(s) with ${what}; ${fits.length} of the ${where} have that`,
+      reason:
+        `needs ${replica.nnodes} node(s) with ${what}; ${fits.length} of the ${where} have that` +
+        (squatted.length > 0 ? ` (left out, their memory used by no process the node lists: ${squatted.join('; ')})` : ''),
     };
   }
   fits.sort((a, b) => a.free.length - b.free.length || a.id.localeCompare(b.id));

@@ -9,17 +9,39 @@ export const DEFAULT_PORT_RANGE: readonly [number, number] = [18000, 18999];
 export class PortPool {
   readonly #first: number;
   readonly #last: number;
+  readonly #avoid?: readonly [number, number];
   readonly #taken = new Set<number>();
   #next: number;
 
-  constructor(range: readonly [number, number] = DEFAULT_PORT_RANGE) {
+  /**
+   * `avoid` is the node's ephemeral port range (see readEphemeralPortRange):
+   * those ports are never handed out. A range that lies wholly inside it is
+   * refused, since every port in it could be taken by a client connection.
+   */
+  constructor(range: readonly [number, number] = DEFAULT_PORT_RANGE, avoid?: readonly [number, number]) {
     const [first, last] = range;
     if (!Number.isInteger(first) || !Number.isInteger(last) || first < 1 || last > 65535 || first > last) {
       throw new RangeError(`portRange must be two ports with first <= last, got [${first}, ${last}]`);
     }
+    if (avoid && avoid[0] <= first && last <= avoid[1]) {
+      throw new RangeError(
+        `port range ${first}-${last} lies inside the ephemeral port range ${avoid[0]}-${avoid[1]} (net.ipv4.ip_local_port_range), where the kernel picks ports for outgoing connections; choose shard ports outside it (e.g. ${DEFAULT_PORT_RANGE.join('-')})`,
+      );
+    }
     this.#first = first;
     this.#last = last;
+    this.#avoid = avoid;
     this.#next = first;
+  }
+
+  /** How many ports of the range the ephemeral range takes away (0 when they do not overlap). */
+  get avoidedCount(): number {
+    if (!this.#avoid) return 0;
+    return Math.max(0, Math.min(this.#last, this.#avoid[1]) - Math.max(this.#first, this.#avoid[0]) + 1);
+  }
+
+  #avoided(port: number): boolean {
+    return this.#avoid !== undefined && port >= this.#avoid[0] && port <= this.#avoid[1];
   }
 
   /**
@@ -31,7 +53,7 @@ export class PortPool {
     for (let i = 0; i < size; i++) {
       const port = this.#next;
       this.#next = port === this.#last ? this.#first : port + 1;
-      if (!this.#taken.has(port)) {
+      if (!this.#taken.has(port) && !this.#avoided(port)) {
         this.#taken.add(port);
         return port;
       }

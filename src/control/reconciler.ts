@@ -31,6 +31,8 @@ export interface ReconcilerHost {
 export interface ReconcilerOptions {
   deployment: Deployment;
   portRange: readonly [number, number];
+  /** Ports never handed out: the node's ephemeral range (undefined: none known). */
+  avoidPorts?: readonly [number, number];
   retryBackoffMs: number;
   /** How long adopted shards of a multi-node replica wait for their other ranks' nodes. */
   nodeGraceMs: number;
@@ -79,7 +81,13 @@ export class Reconciler {
     this.#opts = opts;
     this.#host = host;
     this.#log = opts.logger;
-    this.#ports = new PortPool(opts.portRange);
+    this.#ports = new PortPool(opts.portRange, opts.avoidPorts);
+    if (this.#ports.avoidedCount > 0) {
+      this.#log.warn(
+        { portRange: opts.portRange, ephemeral: opts.avoidPorts, skipped: this.#ports.avoidedCount },
+        'part of the shard port range is inside the ephemeral port range; those ports are not handed out',
+      );
+    }
     for (const spec of opts.deployment.replicas) {
       this.#replicas.set(spec.id, { spec, phase: 'pending', generation: 0, shards: [] });
     }
@@ -387,7 +395,7 @@ export class Reconciler {
     const out: PlacementNode[] = [];
     for (const node of this.#host.nodes()) {
       if (!node.connected) continue;
-      out.push({ id: node.id, labels: node.register.labels, gpus: node.inventory.gpus, usedGpus: new Set(this.gpuOwners(node.id).keys()) });
+      out.push({ id: node.id, labels: node.register.labels, gpus: node.inventory.gpus, usedGpus: new Set(this.gpuOwners(node.id).keys()), processes: node.inventory.processes });
     }
     return out;
   }

@@ -1,3 +1,4 @@
+import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
 import { failure, usageError } from '../lib/errors.js';
 import { assertShardId } from '../lib/shard-id.js';
@@ -13,6 +14,8 @@ export interface CtlDrainOptions {
   shardId?: string;
   all: boolean;
   wait: boolean;
+  /** Undo the drain (DRAINING → READY) instead; not with wait. */
+  cancel?: boolean;
   timeoutMs: number;
   signal: AbortSignal;
   /** How progress is shown while waiting; none with 'silent' (--json). */
@@ -21,13 +24,15 @@ export interface CtlDrainOptions {
 
 /**
  * Marks one shard, or every serving one, DRAINING (the agent reports it to
- * the control plane, which routes elsewhere). With `wait`, follows the
- * in-flight counts to zero. Returns the agent's last message: `drained`
+ * the control plane, which routes elsewhere); with `cancel`, the named
+ * DRAINING shard (or every one) becomes READY again instead. With `wait`,
+ * follows the in-flight counts to zero. Returns the agent's last message: `drained`
  * when every shard reached zero, `timedOut` when the timeout passed first.
  */
 export async function ctlDrain(o: CtlDrainOptions): Promise<DrainResponse> {
   if (o.all === (o.shardId !== undefined)) throw usageError('name one shard or give --all, not both and not neither');
   if (o.shardId !== undefined) assertShardId(o.shardId);
+  if (o.cancel && o.wait) throw usageError('--cancel and --wait do not go together: a cancelled drain has nothing to wait for');
   const admin = await openAdminClient(o.socket);
   try {
     const stream = admin.client
@@ -36,7 +41,8 @@ export async function ctlDrain(o: CtlDrainOptions): Promise<DrainResponse> {
           shardId: o.shardId ?? '',
           all: o.all,
           wait: o.wait,
-          timeout: { seconds: BigInt(Math.floor(o.timeoutMs / 1000)), nanos: (o.timeoutMs % 1000) * 1e6 },
+          cancel: o.cancel ?? false,
+          timeout: durationFromMs(o.timeoutMs),
         },
         { signal: o.signal, timeoutMs: o.wait ? o.timeoutMs + CLIENT_DEADLINE_SLACK_MS : CLIENT_DEADLINE_SLACK_MS },
       )

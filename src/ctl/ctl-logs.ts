@@ -2,7 +2,8 @@ import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { followFile } from '../lib/files/follow-file.js';
 import { tailFile } from '../lib/files/tail-file.js';
-import { failure } from '../lib/errors.js';
+import { failure, usageError } from '../lib/errors.js';
+import { previousRunLogPath } from '../lib/shard-layout.js';
 import { assertShardId } from '../lib/shard-id.js';
 import { isUnreachable } from './admin-call-error.js';
 import { openAdminClient } from './open-admin-client.js';
@@ -14,6 +15,8 @@ export interface CtlLogsOptions {
   shardId: string;
   lines: number;
   follow: boolean;
+  /** The previous run's log (kept when the shard id was started again); not with follow. */
+  previous?: boolean;
   /** Ctrl-C: ends a follow, which is then a success. */
   signal: AbortSignal;
   /** Lines to stdout. */
@@ -31,6 +34,7 @@ export interface CtlLogsOptions {
 export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
   // Before any call: an id like "../x" would name a file outside the log directory.
   assertShardId(o.shardId);
+  if (o.previous && o.follow) throw usageError('--previous and --follow do not go together: the previous run has ended');
   let admin: Awaited<ReturnType<typeof openAdminClient>>;
   try {
     admin = await openAdminClient(o.socket);
@@ -39,7 +43,7 @@ export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
     return readLogDirectly(o, err instanceof Error ? err.message : String(err));
   }
   try {
-    for await (const res of admin.client.logs({ shardId: o.shardId, lines: o.lines, follow: o.follow }, { signal: o.signal })) {
+    for await (const res of admin.client.logs({ shardId: o.shardId, lines: o.lines, follow: o.follow, previous: o.previous ?? false }, { signal: o.signal })) {
       if (res.lines.length > 0) o.write(res.lines);
     }
     if (o.follow && !o.signal.aborted) o.note(`shard ${o.shardId} is no longer supervised; stopped following`);
@@ -52,6 +56,13 @@ export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
 }
 
 async function readLogDirectly(o: CtlLogsOptions, why: string): Promise<void> {
+  if (o.previous) {
+    const previous = previousRunLogPath(o.logDir, o.shardId, 1);
+    if (!existsSync(previous)) throw failure(`no previous run of shard ${o.shardId} is kept at ${previous} (pass --log-dir if logs are elsewhere), and ${why}`);
+    o.note(`the agent is not running; reading ${previous} directly`);
+    o.write(await tailFile(previous, o.lines));
+    return;
+  }
   const path = join(o.logDir, 'shards', `${o.shardId}.log`);
   if (!existsSync(path)) {
     throw failure(`no log for shard ${o.shardId} at ${path} (pass --log-dir if logs are elsewhere), and ${why}`);

@@ -1,4 +1,5 @@
 import type { AdoptResultJson } from '../gen/llmgw/v1/admin_pb.js';
+import { printable } from '../lib/printable.js';
 import { enumLabel } from './enum-label.js';
 
 const VERBS: Record<string, string> = {
@@ -16,7 +17,7 @@ export function renderAdoptResults(results: readonly AdoptResultJson[]): string 
     const outcome = enumLabel(r.outcome, 'ADOPT_OUTCOME_');
     const pid = r.pid ? ` pid ${r.pid}` : '';
     const why = r.reason ? `: ${r.reason}` : '';
-    return `${r.shardId || '(scan)'}${pid}: ${VERBS[outcome] ?? outcome.toLowerCase()}${why}`;
+    return printable(`${r.shardId || '(scan)'}${pid}: ${VERBS[outcome] ?? outcome.toLowerCase()}${why}`);
   });
   return lines.join('\n');
 }

@@ -1,4 +1,5 @@
 import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
+import { ShardState } from '../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../lib/duration.js';
 import { describeDrainProgress, isDrainDone } from './describe-drain-progress.js';
 
@@ -6,7 +7,12 @@ import { describeDrainProgress, isDrainDone } from './describe-drain-progress.js
  * What `ctl drain` prints when the agent's last message is in: one line per
  * shard, or, when the timeout passed, the error naming what is left.
  */
-export function renderDrainSummary(last: DrainResponse, o: { wait: boolean; timeoutMs: number }): { text: string; error?: string } {
+export function renderDrainSummary(last: DrainResponse, o: { wait: boolean; timeoutMs: number; cancel?: boolean }): { text: string; error?: string } {
+  if (o.cancel) {
+    if (last.shards.length === 0) return { text: 'no DRAINING shards to cancel the drain of' };
+    const cancelled = last.shards.map((p) => `${p.shardId}: ${ShardState[p.state] ?? p.state}`);
+    return { text: `${cancelled.join('\n')}\ndrain cancelled: the control plane may route requests here again` };
+  }
   if (last.shards.length === 0) return { text: 'no READY or UNHEALTHY shards to drain' };
   const lines = last.shards.map((p) => `${p.shardId}: ${describeDrainProgress(p)}`);
   if (last.timedOut) {

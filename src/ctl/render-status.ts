@@ -1,33 +1,37 @@
 import type { ControlPlaneConnectionJson, ShardInfoJson, StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
 import type { InventoryJson } from '../gen/llmgw/v1/agent_pb.js';
 import { formatAge } from '../lib/format-age.js';
+import { printable } from '../lib/printable.js';
 import { renderTable } from '../lib/table.js';
 import { enumLabel } from './enum-label.js';
+import { renderGpuStatus } from './render-gpu-status.js';
 
-export const SHARD_TABLE_HEADER = ['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED'] as const;
+export const SHARD_TABLE_HEADER = ['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED', 'UNIT'] as const;
 
 /**
  * The human form of `ctl status`, from the response's proto JSON (what
  * `--json` prints): the agent, its control-plane connection, an inventory
- * summary, and a table of shards. `nowMs` makes ages testable.
+ * summary, a table of GPUs with their health, and a table of shards. `nowMs` makes ages testable.
  */
 export function renderStatus(s: StatusResponseJson, nowMs: number): string {
   const started = Date.parse(s.startedAt ?? '');
   const lines = [
-    `node       ${s.nodeId ?? '?'}  (llmgw ${s.version ?? '?'}, pid ${s.pid ?? '?'}, up ${Number.isNaN(started) ? '?' : formatAge(nowMs - started)})`,
-    `control    ${describeConnection(s.connection ?? {}, nowMs)}`,
-    `inventory  ${describeInventory(s.inventory ?? {})}`,
+    `node       ${printable(s.nodeId ?? '?')}  (llmgw ${s.version ?? '?'}, pid ${s.pid ?? '?'}, up ${Number.isNaN(started) ? '?' : formatAge(nowMs - started)})`,
+    `control    ${printable(describeConnection(s.connection ?? {}, nowMs))}`,
+    `inventory  ${printable(describeInventory(s.inventory ?? {}))}`,
   ];
-  for (const w of s.inventory?.warnings ?? []) lines.push(`warning    ${w}`);
+  for (const w of s.inventory?.warnings ?? []) lines.push(`warning    ${printable(w)}`);
+  const gpuLines = renderGpuStatus(s, nowMs);
+  if (gpuLines.length > 0) lines.push('', ...gpuLines);
   const shards = s.shards ?? [];
   lines.push('');
   if (shards.length === 0) {
     lines.push('no shards');
     return lines.join('\n');
   }
-  lines.push(renderTable(SHARD_TABLE_HEADER, shards.map((sh) => shardRow(sh, nowMs))));
+  lines.push(renderTable(SHARD_TABLE_HEADER, shards.map((sh) => shardRow(sh, nowMs).map(printable))));
   for (const sh of shards) {
-    if (sh.error) lines.push(`${sh.shardId}: ${sh.error}${sh.exitCode ? ` (exit code ${sh.exitCode})` : ''}`);
+    if (sh.error) lines.push(printable(`${sh.shardId}: ${sh.error}${sh.exitCode ? ` (exit code ${sh.exitCode})` : ''}`));
   }
   return lines.join('\n');
 }
@@ -88,5 +92,7 @@ function shardRow(sh: ShardInfoJson, nowMs: number): string[] {
     (sh.gpuIndices ?? []).length > 0 ? (sh.gpuIndices ?? []).join(',') : '-',
     Number.isNaN(started) ? '-' : formatAge(nowMs - started),
     sh.adopted ? 'yes' : 'no',
+    // The unit to give `systemctl status`; "(direct)" for an engine in a process group only.
+    sh.unit || (sh.launcher ? `(${sh.launcher})` : '-'),
   ];
 }

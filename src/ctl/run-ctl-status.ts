@@ -1,6 +1,6 @@
 import type { StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
 import { ctlStatus } from './ctl-status.js';
-import { resolveCtlPaths } from './resolve-ctl-paths.js';
+import { type ResolveCtlPathsOptions, resolveCtlPaths } from './resolve-ctl-paths.js';
 
 export interface CtlStatusOutput {
   /** What `--json` prints. */
@@ -14,7 +14,7 @@ export interface CtlStatusOutput {
  * the agent, render. Both the oclif command and bin/run.js's fast path (which
  * answers without loading oclif) call it, so they cannot drift apart.
  */
-export async function runCtlStatus(where: { socket?: string; configPath?: string }, json: boolean): Promise<CtlStatusOutput> {
+export async function runCtlStatus(where: ResolveCtlPathsOptions, json: boolean): Promise<CtlStatusOutput> {
   const { socket } = await resolveCtlPaths(where);
   const status = await ctlStatus(socket);
   if (json) return { status };

@@ -5,6 +5,7 @@ import type { Deployment } from '../control/deployment.js';
 import type { NodeView } from '../control/node-view.js';
 import type { ReplicaView } from '../control/replica-view.js';
 import { errorMessage, failure } from '../lib/errors.js';
+import { isTerminal } from '../lib/shard-states.js';
 import type { Logger } from '../lib/logger.js';
 import { DEV_NODE_ID, devAgentConfigYaml } from './dev-agent-config-yaml.js';
 import type { DevDirs } from './dev-dirs.js';
@@ -186,7 +187,8 @@ export class DevCluster {
     const report: DevStopReport = { stopped: [], notStopped: [], killed: [], survivors: false };
     try {
       if (this.#agent && !this.#agent.exit) {
-        const shards = this.reportedShards();
+        // Only what still runs: a crash loop leaves a FAILED record per generation.
+        const shards = new Set(this.#cp.nodes().flatMap((n) => n.shards.filter((s) => !isTerminal(s.state)).map((s) => s.shardId)));
         if (shards.size > 0) progress(`stopping ${shards.size} shard(s) through the control plane`);
         const r = await this.#cp.stopAllShards({ timeoutMs: STOP_SHARDS_TIMEOUT_MS });
         report.stopped = r.stopped;

@@ -46,6 +46,7 @@ export function renderDevUpSummary(s: DevUpSummary): string {
     `Agent ${s.agent.nodeId} (pid ${s.agent.pid}), deployment ${s.deployment}, temp dir ${s.tempDir}.`,
     '',
     h('Press Ctrl-C to stop everything') + ' (engines, agent, control plane; the temp dir is removed unless --keep).',
+    'Changes from now on (a replica on a new port, failures) are printed below.',
   ];
   return lines.join('\n');
 }

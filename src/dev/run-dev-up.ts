@@ -1,5 +1,6 @@
 import { rmSync, writeFileSync } from 'node:fs';
 import { Listr, ListrLogger, ProcessOutput } from 'listr2';
+import { shardLogDir } from '../lib/shard-layout.js';
 import type { Deployment } from '../control/deployment.js';
 import { loadDeployment, parseDeployment } from '../control/load-deployment.js';
 import type { ReplicaView } from '../control/replica-view.js';
@@ -12,7 +13,9 @@ import { checkDeploymentFitsOneNode, type DevEngine, devDeploymentYaml } from '.
 import { createDevDirs, type DevDirs } from './dev-dirs.js';
 import { buildDevUpSummary, type DevUpSummary } from './dev-up-summary.js';
 import { describeGpuSource, findGpuSource, type GpuSource } from './find-gpu-source.js';
+import { describeWaitingReplica } from './describe-waiting-replica.js';
 import { findShardPorts } from './find-shard-ports.js';
+import { watchReplicas } from './watch-replicas.js';
 
 /** Discovery against nvidia-smi (or the fake) and a first Register; the agent's discovery timeout is 5 s per command. */
 export const REGISTER_TIMEOUT_MS = 60_000;
@@ -41,8 +44,10 @@ export interface RunDevUpOptions {
   renderer: DevUpRenderer;
   /** Called once, when every replica is ready. */
   onReady: (summary: DevUpSummary) => void;
-  /** One line per step of stopping, for a person watching (stderr). */
+  /** One line per step of starting (plain renderer) and stopping, for a person watching (stderr). */
   onProgress: (line: string) => void;
+  /** After ready: a replica that moved (new URL and curl line), a failure, a crash loop; onProgress when unset. */
+  onUpdate?: (line: string) => void;
   /** nvidia-smi to look for real GPUs with (tests point it at something that fails). */
   nvidiaSmi?: string;
 }
@@ -63,12 +68,15 @@ export interface DevUpOutcome {
 export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
   let cluster: DevCluster | undefined;
   let dirs: DevDirs | undefined;
+  let summary: DevUpSummary | undefined;
   const shutdown = onShutdownSignals(
     (sig) => opts.onProgress(`${sig}: stopping everything (again to kill at once)`),
     (sig) => {
       const killed = cluster?.killNow() ?? [];
       opts.onProgress(`${sig} again: killed the agent and ${killed.length} engine process(es); exiting`);
-      if (dirs && !opts.keep) rmSync(dirs.root, { recursive: true, force: true });
+      if (!dirs) return;
+      if (summary && !opts.keep) rmSync(dirs.root, { recursive: true, force: true });
+      else opts.onProgress(`kept ${dirs.root} (state, logs, configuration)`);
     },
   );
   const { signal } = shutdown;
@@ -80,15 +88,20 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
     const shardPorts = await findShardPorts(deployment.replicas.length);
 
     dirs = createDevDirs();
+    // Said before anything can go wrong: a start that hangs or fails is
+    // exactly when the logs are needed, and their paths were only printed
+    // once everything was ready.
+    opts.onProgress(`temp dir ${dirs.root} (kept if dev up stops before every replica is ready, or anything fails)`);
+    opts.onProgress(`logs: agent ${dirs.agentLog}, control plane ${dirs.controlPlaneLog}, engines ${shardLogDir(dirs.logDir)}/`);
     const deploymentPath = opts.deploymentFile ?? dirs.deployment;
     if (!opts.deploymentFile) writeFileSync(dirs.deployment, devDeploymentYaml(opts));
     const logger = await createLogger({ level: opts.logLevel as 'info', name: 'control-plane', file: dirs.controlPlaneLog });
     cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, shardPorts, logLevel: opts.logLevel, logger });
 
-    let summary: DevUpSummary | undefined;
     let failed: unknown;
+    let unwatch = () => {};
     try {
-      await startTasks(cluster, deployment, gpus, opts.renderer, signal);
+      await startTasks(cluster, deployment, gpus, dirs, opts, signal);
       cluster.markReady();
       summary = buildDevUpSummary({
         url: cluster.url as string,
@@ -100,15 +113,21 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
         deploymentPath,
       });
       opts.onReady(summary);
+      unwatch = watchReplicas(cluster.controlPlane, { printed: cluster.controlPlane.replicas(), logDir: dirs.logDir, say: opts.onUpdate ?? opts.onProgress });
       const agentExit = await untilAbortedOrExit(signal, cluster);
       if (agentExit) failed = new Error(`the agent exited on its own (${agentExit}); its log: ${dirs.agentLog}`);
     } catch (err) {
       // Ctrl-C while starting is a stop like any other, not a failure.
       if (!signal.aborted) failed = err;
+    } finally {
+      unwatch();
     }
     const stop = await cluster.stop(opts.onProgress);
-    if (failed !== undefined || opts.keep) {
-      opts.onProgress(`kept ${dirs.root} (state, logs, configuration)`);
+    // Removed only after a clean run that got to ready: stopped while
+    // starting, the engine's log is the one thing that says why it hung.
+    if (failed !== undefined || opts.keep || summary === undefined) {
+      const why = opts.keep ? '--keep' : failed !== undefined ? 'something failed' : 'stopped before every replica was ready';
+      opts.onProgress(`kept ${dirs.root} (${why}): engine logs in ${shardLogDir(dirs.logDir)}/, agent log ${dirs.agentLog}, control plane log ${dirs.controlPlaneLog}`);
     } else {
       rmSync(dirs.root, { recursive: true, force: true });
       opts.onProgress(`removed ${dirs.root}`);
@@ -146,43 +165,55 @@ async function untilAbortedOrExit(signal: AbortSignal, cluster: DevCluster): Pro
 
 const shardsOf = (rs: ReplicaView[]) => rs.flatMap((r) => r.shards);
 
+/** A replica not ready this long after placement began gets its phase and engine log printed. */
+export const SLOW_REPLICA_MS = 2_000;
+/** A replica already described is described again only when that changed, and not more often than this. */
+export const SLOW_REPEAT_MS = 5_000;
+const SLOW_POLL_MS = 500;
+
+interface Step {
+  title: string;
+  /** Returns the title shown once done; `note` adds lines under the step. */
+  run: (note: (lines: string[]) => void) => Promise<string>;
+}
+
 /**
  * Registering, placing, starting, ready: each a wait on what the control
  * plane has been told, so the steps a newcomer watches are the ones a
  * production node goes through. Progress goes to stderr; stdout carries
  * only the summary.
  */
-async function startTasks(cluster: DevCluster, deployment: Deployment, gpus: GpuSource, renderer: DevUpRenderer, signal: AbortSignal): Promise<void> {
+async function startTasks(cluster: DevCluster, deployment: Deployment, gpus: GpuSource, dirs: DevDirs, opts: RunDevUpOptions, signal: AbortSignal): Promise<void> {
   const n = deployment.replicas.length;
   const readyTimeoutMs = Math.max(...deployment.replicas.map((r) => r.profile.startupTimeoutMs)) + READY_SLACK_MS;
-  const logger = new ListrLogger({ processOutput: new ProcessOutput(process.stderr, process.stderr) });
-  const tasks = new Listr<object, DevUpRenderer, 'simple'>(
-    [
-      {
-        title: 'Starting the reference control plane',
-        task: async (_, task) => {
-          task.title = `Control plane listening on ${await cluster.startControlPlane()}`;
-        },
+  // One clock and one memory of what was said for the three waits on replicas: a replica is slow since placement began.
+  const watch: WaitWatch = { startedAt: 0, said: new Map() };
+  const watched = <T>(note: (lines: string[]) => void, wait: () => Promise<T>) => watchedWait(cluster, dirs, watch, note, signal, wait);
+  const steps: Step[] = [
+    { title: 'Starting the reference control plane', run: async () => `Control plane listening on ${await cluster.startControlPlane()}` },
+    {
+      title: `Registering the agent: ${describeGpuSource(gpus)}`,
+      run: async () => {
+        const agent = cluster.startAgent();
+        const node = await cluster.waitForNode(signal, REGISTER_TIMEOUT_MS);
+        return `Agent ${node.id} (pid ${agent.pid}) registered with ${node.inventory.gpuCount} GPUs (${gpus.kind === 'fake' ? 'fake' : 'real'})`;
       },
-      {
-        title: `Registering the agent: ${describeGpuSource(gpus)}`,
-        task: async (_, task) => {
-          const agent = cluster.startAgent();
-          const node = await cluster.waitForNode(signal, REGISTER_TIMEOUT_MS);
-          task.title = `Agent ${node.id} (pid ${agent.pid}) registered with ${node.inventory.gpuCount} GPUs (${gpus.kind === 'fake' ? 'fake' : 'real'})`;
-        },
+    },
+    {
+      title: `Placing ${n} replica(s)`,
+      run: async (note) => {
+        watch.startedAt = Date.now();
+        const rs = await watched(note, () =>
+          cluster.waitForReplicas((r) => r.every((x) => x.phase !== 'pending'), 'placement', signal, PLACE_TIMEOUT_MS),
+        );
+        return `Placed ${rs.map((r) => `${r.id} on GPU ${shardsOf([r]).flatMap((s) => s.gpuIndices).join(',')}`).join(', ')}`;
       },
-      {
-        title: `Placing ${n} replica(s)`,
-        task: async (_, task) => {
-          const rs = await cluster.waitForReplicas((r) => r.every((x) => x.phase !== 'pending'), 'placement', signal, PLACE_TIMEOUT_MS);
-          task.title = `Placed ${rs.map((r) => `${r.id} on GPU ${shardsOf([r]).flatMap((s) => s.gpuIndices).join(',')}`).join(', ')}`;
-        },
-      },
-      {
-        title: 'Starting engines',
-        task: async (_, task) => {
-          const rs = await cluster.waitForReplicas(
+    },
+    {
+      title: 'Starting engines',
+      run: async (note) => {
+        const rs = await watched(note, () =>
+          cluster.waitForReplicas(
             (r) => {
               const reported = cluster.reportedShards();
               return shardsOf(r).length > 0 && shardsOf(r).every((s) => reported.has(s.shardId));
@@ -190,22 +221,51 @@ async function startTasks(cluster: DevCluster, deployment: Deployment, gpus: Gpu
             'the agent to start the engines',
             signal,
             START_TIMEOUT_MS,
-          );
-          task.title = `Started ${shardsOf(rs).length} engine(s): ${shardsOf(rs)
-            .map((s) => s.shardId)
-            .join(', ')}`;
-        },
+          ),
+        );
+        return `Started ${shardsOf(rs).length} engine(s): ${shardsOf(rs)
+          .map((s) => s.shardId)
+          .join(', ')}`;
       },
-      {
-        title: 'Waiting for every replica to be ready',
-        task: async (_, task) => {
-          const rs = await cluster.waitForReplicas((r) => r.every((x) => x.phase === 'ready'), 'every replica to be ready', signal, readyTimeoutMs);
-          task.title = `Ready: ${rs.map((r) => r.url).join(', ')}`;
-        },
-      },
-    ],
+    },
     {
-      renderer,
+      title: 'Waiting for every replica to be ready',
+      run: async (note) => {
+        const rs = await watched(note, () =>
+          cluster.waitForReplicas((r) => r.every((x) => x.phase === 'ready'), 'every replica to be ready', signal, readyTimeoutMs),
+        );
+        return `Ready: ${rs.map((r) => r.url).join(', ')}`;
+      },
+    },
+  ];
+  try {
+    if (opts.renderer === 'default') await runWithSpinners(steps);
+    else await runPlain(steps, opts.renderer === 'simple' ? opts.onProgress : () => {});
+  } catch (err) {
+    throw signal.aborted ? signal.reason : err;
+  }
+}
+
+/** Pipes and CI logs: one line per finished step and per note, no spinner frames, no glyphs. */
+async function runPlain(steps: Step[], say: (line: string) => void): Promise<void> {
+  for (const step of steps) say(await step.run((lines) => lines.forEach(say)));
+}
+
+/** A terminal: listr2's spinners, notes shown under their step. */
+async function runWithSpinners(steps: Step[]): Promise<void> {
+  const logger = new ListrLogger({ processOutput: new ProcessOutput(process.stderr, process.stderr) });
+  const tasks = new Listr(
+    steps.map((step) => ({
+      title: step.title,
+      task: async (_: object, task: { title: string; output: string }) => {
+        task.title = await step.run((lines) => {
+          task.output = lines.join('\n');
+        });
+      },
+      rendererOptions: { outputBar: Number.POSITIVE_INFINITY, persistentOutput: false },
+    })),
+    {
+      renderer: 'default',
       fallbackRenderer: 'simple',
       rendererOptions: { logger },
       fallbackRendererOptions: { logger },
@@ -214,9 +274,45 @@ async function startTasks(cluster: DevCluster, deployment: Deployment, gpus: Gpu
       exitOnError: true,
     },
   );
+  await tasks.run({});
+}
+
+/**
+ * Runs one wait while describing every replica that is still not ready
+ * SLOW_REPLICA_MS after placement began: its phase and its engine's last log lines, again
+ * whenever that changes. The wait goes on; this only explains it.
+ */
+interface WaitWatch {
+  startedAt: number;
+  said: Map<string, { text: string; at: number }>;
+}
+
+async function watchedWait<T>(
+  cluster: DevCluster,
+  dirs: DevDirs,
+  { startedAt, said }: WaitWatch,
+  note: (lines: string[]) => void,
+  signal: AbortSignal,
+  wait: () => Promise<T>,
+): Promise<T> {
+  const look = () => {
+    const now = Date.now();
+    if (now - startedAt < SLOW_REPLICA_MS || signal.aborted) return;
+    for (const r of cluster.controlPlane.replicas()) {
+      if (r.phase === 'ready') continue;
+      const lines = describeWaitingReplica(r, dirs.logDir, now - startedAt);
+      // The head line carries the waited seconds; compare what follows it and the phase.
+      const text = [r.phase, ...r.shards.map((s) => s.stateName), r.lastError ?? '', ...lines.slice(1)].join('\n');
+      const before = said.get(r.id);
+      if (before && (before.text === text || now - before.at < SLOW_REPEAT_MS)) continue;
+      said.set(r.id, { text, at: now });
+      note(lines);
+    }
+  };
+  const timer = setInterval(look, SLOW_POLL_MS);
   try {
-    await tasks.run({});
-  } catch (err) {
-    throw signal.aborted ? signal.reason : err;
+    return await wait();
+  } finally {
+    clearInterval(timer);
   }
 }

@@ -3,6 +3,8 @@
  * as milliseconds in code.
  */
 
+import { usageError } from './errors.js';
+
 const UNIT_MS: Record<string, number> = {
   ms: 1,
   s: 1000,
@@ -23,6 +25,22 @@ export function parseDuration(text: string): number | undefined {
     ms += Number(n) * (UNIT_MS[unit as string] as number);
   }
   return Math.round(ms);
+}
+
+/** How every duration error ends, so that flags and config say it alike. */
+export const DURATION_EXAMPLES = 'write it like 500ms, 5s or 2m';
+
+/**
+ * A duration given on the command line as `name` (e.g. "--timeout"), or a
+ * usage error in the one wording every command uses: what was given, and how
+ * to write it. With `positive`, zero is refused as well: a timeout of 0s is a
+ * duration, but one that could never be met.
+ */
+export function parseDurationArg(name: string, text: string, opts: { positive?: boolean } = {}): number {
+  const ms = parseDuration(text);
+  if (ms === undefined) throw usageError(`${name} ${JSON.stringify(text)} is not a duration; ${DURATION_EXAMPLES}`);
+  if (opts.positive && ms <= 0) throw usageError(`${name} must be more than 0, got ${JSON.stringify(text)}`);
+  return ms;
 }
 
 /** Renders milliseconds the way config writes them: 1500 → "1.5s", 120000 → "2m". */

@@ -15,16 +15,28 @@ export const ExitCode = {
 
 export type ErrorKind = Exclude<keyof typeof ExitCode, 'success'>;
 
+export interface LlmgwErrorOptions {
+  cause?: unknown;
+  /**
+   * What a script needs beside the message, added to the `--json` error
+   * report (e.g. a drain's last progress when it timed out); never shown to
+   * a human, whose one line must say it all.
+   */
+  details?: Readonly<Record<string, unknown>>;
+}
+
 export class LlmgwError extends Error {
   override readonly name = 'LlmgwError';
   readonly kind: ErrorKind;
+  readonly details?: Readonly<Record<string, unknown>>;
 
   /**
    * @param message lowercase; says what failed and what to do about it.
    */
-  constructor(kind: ErrorKind, message: string, options?: { cause?: unknown }) {
+  constructor(kind: ErrorKind, message: string, options?: LlmgwErrorOptions) {
     super(message, options);
     this.kind = kind;
+    this.details = options?.details;
   }
 
   get exitCode(): number {
@@ -37,7 +49,7 @@ export const configError = (message: string, options?: { cause?: unknown }) =>
 
 export const usageError = (message: string) => new LlmgwError('usage', message);
 
-export const failure = (message: string, options?: { cause?: unknown }) =>
+export const failure = (message: string, options?: LlmgwErrorOptions) =>
   new LlmgwError('failure', message, options);
 
 /** @deprecated import from './errno.js'; kept while callers move. */

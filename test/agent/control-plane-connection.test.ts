@@ -21,7 +21,7 @@ function connect(server: string, overrides: { registerTimeoutMs?: number; random
     config: {
       server,
       protocol: 'connect',
-      tls: { cert: '', key: '', ca: '' },
+      tls: { cert: '', key: '', ca: '', expiryWarningMs: 0 },
       heartbeatIntervalMs: 200,
       registerTimeoutMs: overrides.registerTimeoutMs ?? 5_000,
       reconnectBaseMs: 50,

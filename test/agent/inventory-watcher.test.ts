@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
@@ -63,10 +63,10 @@ function hardware(initial: Inventory) {
   };
 }
 
-function watcher(hw: ReturnType<typeof hardware>, dir: string, intervalMs = 60_000) {
+function watcher(hw: ReturnType<typeof hardware>, dir: string, intervalMs = 60_000, firstScanWaitMs?: number) {
   const changes: Inventory[] = [];
   const { logger, records } = captureLogger();
-  const w = new InventoryWatcher({ discover: hw.discover, stateDir: dir, intervalMs, logger, onChange: (inv) => changes.push(inv) });
+  const w = new InventoryWatcher({ discover: hw.discover, stateDir: dir, intervalMs, logger, firstScanWaitMs, onChange: (inv) => changes.push(inv) });
   onTestFinished(() => w.stop());
   return { w, changes, records };
 }
@@ -166,5 +166,60 @@ describe('InventoryWatcher', () => {
     const after = hw.calls();
     await new Promise((r) => setTimeout(r, 200));
     expect(hw.calls()).toBe(after);
+  });
+
+  it('creates a missing state directory with mode 0700 at start and caches the first scan in it', async () => {
+    const dir = join(stateDir(), 'var', 'lib', 'llmgw');
+    const hw = hardware(box(8));
+    hw.hang();
+    const { w } = watcher(hw, dir, 60_000, 10);
+    await w.start(new AbortController().signal);
+    // There before any scan has ended: nothing else creates it on a node without shards.
+    expect(statSync(dir).mode & 0o777).toBe(0o700);
+    hw.release();
+    await until(() => existsSync(inventoryCachePath(dir)), 'the inventory cache file');
+    expect(JSON.parse(readFileSync(inventoryCachePath(dir), 'utf8')).gpus).toHaveLength(8);
+  });
+
+  it('on a first boot whose scan outlasts the bound, is ready without GPUs, says why, and sends the inventory when the scan ends', async () => {
+    const dir = stateDir();
+    const hw = hardware(box(8));
+    hw.hang();
+    const { w, changes, records } = watcher(hw, dir, 60_000, 30);
+    await w.start(new AbortController().signal);
+    expect(w.current().gpus).toEqual([]);
+    expect(w.current().warnings).toEqual(['the first hardware scan is still running after 0.03s; the inventory follows when it ends']);
+    expect(records.some((r) => r.msg === 'registering before the first hardware scan ended; the inventory follows')).toBe(true);
+    expect(changes).toEqual([]);
+    hw.release();
+    await until(() => changes.length === 1, 'the inventory once the scan ended');
+    expect(changes[0]?.gpus).toHaveLength(8);
+    expect(w.current().warnings).toEqual([]);
+    await until(() => existsSync(inventoryCachePath(dir)), 'the inventory cache file');
+  });
+
+  it('on a first boot whose scan ends within the bound, waits for it and never shows the placeholder', async () => {
+    const dir = stateDir();
+    const hw = hardware(box(8));
+    const { w, records } = watcher(hw, dir, 60_000, 5000);
+    await w.start(new AbortController().signal);
+    expect(w.current().gpus).toHaveLength(8);
+    expect(w.current().warnings).toEqual([]);
+    expect(records.some((r) => r.msg === 'registering before the first hardware scan ended; the inventory follows')).toBe(false);
+  });
+
+  it('caches an unchanged scan when the last write failed, so a state directory fixed later gets its cache', async () => {
+    const dir = join(stateDir(), 'state');
+    // A file where the directory should be: creating it and writing the cache fail (root included).
+    writeFileSync(dir, 'not a directory');
+    const hw = hardware(box(8));
+    const { w, records } = watcher(hw, dir);
+    await w.start(new AbortController().signal);
+    expect(records.find((r) => r.msg === 'cannot create the state directory; the inventory is not cached for the next start')?.dir).toBe(dir);
+    await until(() => records.some((r) => r.msg === 'cannot cache the inventory; the next start scans in full'), 'the failed write');
+    rmSync(dir, { force: true });
+    // Same hardware as the first scan: only the failed write makes this one write.
+    await w.rescan(new AbortController().signal);
+    await until(() => existsSync(inventoryCachePath(dir)), 'the cache written after all');
   });
 });

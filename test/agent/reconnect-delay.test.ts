@@ -7,14 +7,16 @@ describe('reconnectDelayMs', () => {
     expect([1, 2, 3, 4, 5, 6, 7, 20].map(whole)).toEqual([1000, 2000, 4000, 8000, 16_000, 30_000, 30_000, 30_000]);
   });
 
-  it('jitters between half and the whole delay', () => {
-    expect(reconnectDelayMs(3, 1000, 30_000, () => 0)).toBe(2000);
-    expect(reconnectDelayMs(3, 1000, 30_000, () => 0.5)).toBe(3000);
-    for (let i = 0; i < 100; i++) {
-      const d = reconnectDelayMs(4, 1000, 30_000);
-      expect(d).toBeGreaterThanOrEqual(4000);
+  it('jitters over the whole delay, from none to all of it', () => {
+    expect(reconnectDelayMs(3, 1000, 30_000, () => 0)).toBe(0);
+    expect(reconnectDelayMs(3, 1000, 30_000, () => 0.5)).toBe(2000);
+    const draws = Array.from({ length: 2000 }, () => reconnectDelayMs(4, 1000, 30_000));
+    for (const d of draws) {
+      expect(d).toBeGreaterThanOrEqual(0);
       expect(d).toBeLessThanOrEqual(8000);
     }
+    // The lower half gets its share too: a fleet's retries are not bunched at the top.
+    expect(draws.filter((d) => d < 4000).length).toBeGreaterThan(800);
   });
 
   it('does not overflow on a very long outage', () => {

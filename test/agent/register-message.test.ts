@@ -72,6 +72,19 @@ describe('buildRegister', () => {
       ['s-draining', 'DRAINING', '10.1.2.3', 'tiny-chat'],
     ]);
   });
+
+  it('lists an adopted shard still settling after a drain that outlived the agent as DRAINING, so traffic does not return', () => {
+    const node = describeNode(CONFIG, '1.2.3');
+    const reg = buildRegister(node, create(InventorySchema, {}), [
+      { ...shard('s-drained', ShardState.STARTING), adopted: true, drainRequested: true },
+      { ...shard('s-fresh', ShardState.STARTING), adopted: true },
+      { ...shard('s-gone', ShardState.FAILED), drainRequested: true },
+    ]);
+    expect(reg.runningShards.map((s) => [s.shardId, ShardState[s.state]])).toEqual([
+      ['s-drained', 'DRAINING'],
+      ['s-fresh', 'STARTING'],
+    ]);
+  });
 });
 
 describe('buildHeartbeat', () => {

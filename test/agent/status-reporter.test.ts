@@ -51,6 +51,7 @@ describe('StatusReporter', () => {
     const reporter = new StatusReporter({ nodeId: 'n1' });
     const { outbox, sent, drained } = recordingOutbox();
     reporter.onSessionOpen(outbox);
+    reporter.onSessionEstablished();
     reporter.report(status('s1', ShardState.READY));
     await drained();
     expect(shardsOf(sent)).toEqual([['s1', 'READY', '']]);
@@ -86,7 +87,40 @@ describe('StatusReporter', () => {
       ['s3', 'EXITED', ''],
       ['s4', 'STOPPED', ''],
     ]);
+    // Kept until the stream is known to work, then forgotten.
+    expect(reporter.pending.map((s) => s.shardId)).toEqual(['s1', 's3', 's4']);
+    reporter.onSessionEstablished();
     expect(reporter.pending).toEqual([]);
+  });
+
+  it('sends a terminal status again after a session whose dial was refused: flushed into it, it never left the agent', async () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    reporter.report(status('s1', ShardState.FAILED, 'engine was killed by SIGKILL'));
+    const refused = recordingOutbox();
+    reporter.onSessionOpen(refused.outbox);
+    reporter.report(status('s2', ShardState.EXITED));
+    reporter.onSessionClosed();
+    refused.outbox.close();
+    const next = recordingOutbox();
+    reporter.onSessionOpen(next.outbox);
+    reporter.onSessionEstablished();
+    await next.drained();
+    expect(shardsOf(next.sent)).toEqual([
+      ['s1', 'FAILED', 'engine was killed by SIGKILL'],
+      ['s2', 'EXITED', ''],
+    ]);
+    expect(reporter.pending).toEqual([]);
+  });
+
+  it('sends an UNHEALTHY status that says why after the next Register too, since running shards carry no error', async () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    reporter.report(status('s1', ShardState.UNHEALTHY, 'GPU 1: Xid 79: GPU has fallen off the bus'));
+    reporter.report(status('s2', ShardState.UNHEALTHY));
+    const { outbox, sent, drained } = recordingOutbox();
+    void outbox.send({ case: 'register', value: create(RegisterSchema, { nodeId: 'n1' }) });
+    reporter.onSessionOpen(outbox);
+    await drained();
+    expect(shardsOf(sent)).toEqual([['s1', 'UNHEALTHY', 'GPU 1: Xid 79: GPU has fallen off the bus']]);
   });
 
   it('keeps reports again once the session closes, for the session after it', async () => {
@@ -130,7 +164,11 @@ describe('StatusReporter', () => {
     const reporter = new StatusReporter({ nodeId: 'n1', metrics });
     const { outbox, sent, drained } = recordingOutbox();
     reporter.onSessionOpen(outbox);
+    reporter.onSessionEstablished();
     reporter.onTransition({ shard: snapshot('s1', ShardState.READY), from: ShardState.STARTING, to: ShardState.READY });
+    // The stream takes READY before the engine dies: a status still waiting in
+    // the outbox would be replaced by the newer one of its shard.
+    await drained();
     reporter.onTransition({ shard: snapshot('s1', ShardState.FAILED), from: ShardState.READY, to: ShardState.FAILED });
     await drained();
     expect(shardsOf(sent)).toEqual([

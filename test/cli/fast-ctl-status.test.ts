@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type MockInstance, afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -52,6 +52,7 @@ describe('fastCtlStatus', () => {
     ['LLMGW_CONTENT_TYPE (oclif switches to JSON output)', { LLMGW_CONTENT_TYPE: 'json' }],
     ['a LLMGW_LOG_LEVEL oclif would refuse', { LLMGW_LOG_LEVEL: 'loud' }],
     ['an empty LLMGW_SOCKET', { LLMGW_SOCKET: '' }],
+    ['an empty LLMGW_CONFIG', { LLMGW_CONFIG: '' }],
   ])('leaves the command to oclif with %s', async (_, env) => {
     expect(await fastCtlStatus(['--socket', 'x'], env)).toBe(false);
     expect(stdout).not.toHaveBeenCalled();
@@ -60,6 +61,8 @@ describe('fastCtlStatus', () => {
   });
 
   it('answers --json, --socket=X and --config X itself, reporting an error as the oclif command does', async () => {
+    // A --config must exist (exit 78 otherwise); --socket still wins over its admin.socket.
+    writeFileSync(join(root, 'agent.yaml'), 'admin:\n  socket: /elsewhere/agent.sock\n');
     expect(await fastCtlStatus(['--config', join(root, 'agent.yaml'), '--socket=' + missing, '--json'], { LLMGW_LOG_LEVEL: 'warn' })).toBe(true);
     const message = `the agent is not running: no socket on ${missing}; check \`systemctl status llmgw-agent\` (or pass --socket / LLMGW_SOCKET if it listens elsewhere)`;
     expect(written(stdout)).toBe(`${JSON.stringify({ error: { kind: 'unreachable', message, exitCode: 69 } }, null, 2)}\n`);

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { FAKE_NVIDIA_SMI, GPU_FIXTURES, gpuFixture, SYSFS_FIXTURE } from '../helpers/fake-gpus.js';
 import { runCli } from '../helpers/run-cli.js';
+import { buildFakeNvml, fakeNvmlUnavailable } from '../agent/discovery/fake-nvml.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-discover-cli-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -96,12 +97,15 @@ describe('llmgw discover', () => {
     );
     const r = await runCli(['discover', '--config', config, '--strict', '--json'], { env: { LLMGW_FAKE_GPUS: 'fault' } });
     expect(r.exitCode).toBe(1);
-    const { inventory, checks } = JSON.parse(r.stdout);
+    // A failed --strict is an error like any other (BaseCommand.catch): the report is in its details.
+    const { kind, message, inventory, checks } = JSON.parse(r.stdout).error;
+    expect([kind, message]).toEqual(['failure', 'preflight failed: gpu-health, fabric ib-b']);
     expect(inventory.hcas.find((h: { name: string }) => h.name === 'mlx5_0').fabric).toBe('ib-a');
     expect(checks.map((c: { name: string; ok: boolean }) => [c.name, c.ok])).toEqual([
       ['driver', true],
       ['gpu-health', false],
       ['foreign-processes', true],
+      ['foreign-memory', true],
       ['fabric ib-a', true],
       ['fabric ib-b', false],
       ['mgmt-interface', true],
@@ -124,8 +128,91 @@ describe('llmgw discover', () => {
     expect(r.stderr).toContain('--timeout "soon" is not a duration');
   });
 
+  it('refuses --timeout 0s as a duration that must be more than 0, in one line, exit 2', async () => {
+    const r = await runCli(['discover', '--timeout', '0s']);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe('error: --timeout must be more than 0, got "0s"');
+  });
+
   it('reads data sets by absolute path', async () => {
     const r = await runCli(['discover', '--json', ...fake], { env: { LLMGW_FAKE_GPUS: join(GPU_FIXTURES, 'a100-mig') } });
     expect(JSON.parse(r.stdout).inventory.gpus[0].migDevices).toHaveLength(3);
   });
 });
+
+/**
+ * Fields only nvidia-smi gives: `migMode` (no entry point of the set llmgw
+ * uses reads MIG mode) and a process's `processName` (NVML names no
+ * process: llmgw reads /proc, where the fake's pids are not). Every other
+ * field must be equal, whichever source read it.
+ */
+function withoutSmiOnlyFields(report: { inventory: { gpus: { migMode?: string }[]; processes: { processName?: string }[] } }) {
+  for (const g of report.inventory.gpus) delete g.migMode;
+  for (const p of report.inventory.processes) delete p.processName;
+  return report;
+}
+
+describe.skipIf(fakeNvmlUnavailable() !== undefined)('llmgw discover through NVML', () => {
+  const nvmlEnv = (extra: Record<string, string> = {}) => ({ LLMGW_DISCOVERY_NVML_LIBRARY: buildFakeNvml(), ...extra });
+
+  it.each(['hgx-h100x8', 'pcie-l40sx4', 'a100-mig'])('gives the same --json as nvidia-smi on %s, field for field', async (dataset) => {
+    const procs = join(tmp, `procs-${dataset}`);
+    const uuid = gpuFixture(dataset, 'query-gpu.csv').split('\n')[1]?.split(', ')[1];
+    writeFileSync(procs, `4242, ${uuid}, 1024, /usr/bin/python3\n`);
+    const env = { LLMGW_FAKE_GPUS: dataset, LLMGW_FAKE_GPU_PROCS: procs };
+    const [viaNvml, viaSmi] = await Promise.all([
+      runCli(['discover', '--json', ...fake], { env: nvmlEnv(env) }),
+      runCli(['discover', '--json', ...fake], { env: { ...env, LLMGW_DISCOVERY_PREFER_NVML: 'false' } }),
+    ]);
+    expect(viaNvml.exitCode).toBe(0);
+    expect(viaSmi.exitCode).toBe(0);
+    const nvml = JSON.parse(viaNvml.stdout);
+    const smi = JSON.parse(viaSmi.stdout);
+    expect(nvml.inventory.gpus.length).toBeGreaterThan(0);
+    expect(nvml.inventory.processes).toEqual([expect.objectContaining({ pid: 4242, gpuUuid: uuid, usedMemoryMb: 1024 })]);
+    expect(withoutSmiOnlyFields(nvml)).toEqual(withoutSmiOnlyFields(smi));
+  });
+
+  it('says which source it used and why', async () => {
+    const lib = buildFakeNvml();
+    const r = await runCli(['discover', ...fake], { env: nvmlEnv() });
+    expect(r.exitCode).toBe(0);
+    expect(r.stderr).toContain(`GPUs: 8 found via NVML from ${lib}`);
+    const absent = await runCli(['discover', ...fake], { env: { LLMGW_DISCOVERY_NVML_LIBRARY: join(tmp, 'libnvidia-ml.so.1') } });
+    expect(absent.stderr).toMatch(/GPUs: 8 found via nvidia-smi: NVML unavailable \(cannot load .*libnvidia-ml\.so\.1.*\); falling back to nvidia-smi/);
+  });
+
+  it('reads GPUs through nvidia-smi when the driver\'s NVML lacks the _v2 memory call, and says so', async () => {
+    const env = { LLMGW_DISCOVERY_NVML_LIBRARY: buildFakeNvml('old'), LLMGW_FAKE_GPUS: 'old-driver' };
+    const [text, json] = await Promise.all([runCli(['discover', ...fake], { env }), runCli(['discover', '--json', ...fake], { env })]);
+    expect(text.stderr).toContain('GPUs: 2 found via nvidia-smi: NVML of this driver lacks nvmlDeviceGetMemoryInfo_v2; reading GPUs through nvidia-smi');
+    expect(JSON.parse(json.stdout).inventory.gpus.map((g: { memoryTotalMb: number }) => g.memoryTotalMb)).toEqual([32510, 32510]);
+  });
+
+  it('falls back to nvidia-smi with one warning when nvmlInit fails', async () => {
+    const control = join(tmp, 'init-fails');
+    writeFileSync(control, 'init 9\n');
+    const r = await runCli(['discover', '--json', ...fake], { env: nvmlEnv({ LLMGW_FAKE_NVML_CONTROL: control }) });
+    expect(r.exitCode).toBe(0);
+    const { inventory } = JSON.parse(r.stdout);
+    expect(inventory.gpus).toHaveLength(8);
+    expect(inventory.gpus[0].migMode).toBe('Disabled'); // nvidia-smi's field: the fallback ran
+    expect(inventory.warnings).toEqual(['NVML unavailable (nvmlInit_v2 failed: Driver Not Loaded (NVML 9)): GPUs read through nvidia-smi']);
+  });
+
+  it('fails --strict preflight on a GPU that NVML reports faulty, with the reason', async () => {
+    const control = join(tmp, 'faults');
+    writeFileSync(control, 'remap 2 pending\nlost 6\n');
+    const r = await runCli(['discover', '--json', '--strict', ...fake], { env: nvmlEnv({ LLMGW_FAKE_NVML_CONTROL: control }) });
+    expect(r.exitCode).toBe(1);
+    // A failed --strict is an error like any other (BaseCommand.catch): the report is in its details.
+    const { inventory, checks } = JSON.parse(r.stdout).error;
+    expect(inventory.gpus[2]).toMatchObject({ healthy: false, error: 'row remap pending: a memory row awaits remapping, which needs a GPU reset' });
+    expect(inventory.gpus[6]).toMatchObject({ healthy: false, error: expect.stringMatching(/^GPU is lost \(NVML_ERROR_GPU_IS_LOST\)/) });
+    const health = checks.find((c: { name: string }) => c.name === 'gpu-health');
+    expect(health.ok).toBe(false);
+    expect(health.detail).toContain('GPU 2: row remap pending');
+    expect(health.detail).toContain('GPU 6: GPU is lost');
+  });
+});
+

@@ -1,10 +1,13 @@
+import { setTimeout as sleep } from 'node:timers/promises';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import type { ControlPlane } from '../../src/control/control-plane.js';
 import { parseDeployment } from '../../src/control/load-deployment.js';
+import { MIN_LIVENESS_MS } from '../../src/control/node-session.js';
 import type { ReplicaView } from '../../src/control/replica-view.js';
-import { type ControlMessage, ShardState, ShardStatusSchema, type StartShard, type StopShard } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { FakeAgent, isStart, isStop } from '../helpers/fake-agent.js';
+import { type ControlMessage, GpuEventKind, GpuEventSchema, ShardState, ShardStatusSchema, type StartShard, type StopShard } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { captureLogger } from '../helpers/capture-logger.js';
+import { FakeAgent, fixtureInventory, isStart, isStop } from '../helpers/fake-agent.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 
 const TINY = `
@@ -288,6 +291,33 @@ describe('ControlPlane', () => {
     expect(stopOf(await back.waitFor(isStop)).shardId).toBe(g1.shardId);
   });
 
+  it('refuses a second stream for a node whose stream heartbeats, naming the peer, and lets one in once the first goes silent', async () => {
+    const { cp, url } = await startControlPlane({});
+    const refused: string[] = [];
+    cp.on('node-refused', (_id, reason) => refused.push(reason));
+    const live = agent({ baseUrl: url, nodeId: 'node-a' });
+    await live.sync();
+    const heartbeat = () => live.send({ case: 'heartbeat', value: { $typeName: 'llmgw.v1.Heartbeat', nodeId: 'node-a', gpuMemoryUsedMb: [] } });
+    heartbeat();
+    await sleep(100);
+    heartbeat();
+    await live.sync();
+
+    const dup = agent({ baseUrl: url, nodeId: 'node-a' });
+    await expect(dup.done).rejects.toThrow(/node node-a is already connected from 127\.0\.0\.1:\d+, since \d{4}-\d\d-\d\dT/);
+    expect(refused).toHaveLength(1);
+    expect(live.ended).toBe(false);
+    expect(cp.messages('node-a').filter((m) => m.msg.case === 'register')).toHaveLength(1);
+
+    // Silent for longer than its liveness window (at least MIN_LIVENESS_MS): taken for dead, replaced.
+    await sleep(MIN_LIVENESS_MS + 300);
+    const newer = agent({ baseUrl: url, nodeId: 'node-a' });
+    await newer.sync();
+    await live.done;
+    expect(live.ended).toBe(true);
+    expect(cp.nodes()).toMatchObject([{ id: 'node-a', connected: true }]);
+  });
+
   it('replaces an older stream from the same node with a newer one', async () => {
     const { cp, url } = await startControlPlane({});
     const old = agent({ baseUrl: url, nodeId: 'node-a' });
@@ -333,6 +363,30 @@ describe('ControlPlane in manual mode', () => {
     // A running shard nobody asked for is left alone without a deployment.
     expect(a.received.filter((m) => isStop(m) || isStart(m))).toEqual([]);
     expect(cp.replicas()).toEqual([]);
+  });
+
+  it('logs a gpu_event with its cause, and places the replica again on a healthy GPU once the inventory says the first is not', async () => {
+    const { logger, records } = captureLogger();
+    const { cp, url } = await startControlPlane({ deployment: tiny(), retryBackoffMs: 200, logger });
+    const a = agent({ baseUrl: url, nodeId: 'node-a', gpus: 2 });
+    const g1 = startOf(await a.waitFor(isStart));
+    expect(g1.gpuIndices).toEqual([0]);
+    const event = cp.waitFor('node-a', (m) => m.msg.case === 'gpuEvent', 15_000);
+    a.send({
+      case: 'gpuEvent',
+      value: create(GpuEventSchema, { gpuIndex: 0, kind: GpuEventKind.XID, xid: 79, message: 'Xid 79: GPU has fallen off the bus', source: 'nvml', shardIds: [g1.shardId] }),
+    });
+    await event;
+    expect(records.find((r) => r.msg === 'gpu event')).toMatchObject({ node: 'node-a', gpu: 0, kind: 'XID', xid: 79, source: 'nvml', shards: [g1.shardId], err: 'Xid 79: GPU has fallen off the bus' });
+    const inventory = fixtureInventory(2);
+    Object.assign(inventory.gpus[0] as object, { healthy: false, error: 'Xid 79: GPU has fallen off the bus' });
+    const updated = cp.waitFor('node-a', (m) => m.msg.case === 'inventory', 15_000);
+    a.send({ case: 'inventory', value: inventory });
+    await updated;
+    report(a, g1, ShardState.FAILED, { error: 'GPU 0: Xid 79: GPU has fallen off the bus' });
+    const g2 = startOf(await a.waitFor((m) => isStart(m) && startOf(m).shardId !== g1.shardId));
+    expect(g2.gpuIndices).toEqual([1]);
+    expect(a.received.filter((m) => m.msg.case === 'ack' && !m.msg.value.ok)).toEqual([]);
   });
 
   it('rejects waitFor on timeout', async () => {

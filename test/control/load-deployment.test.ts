@@ -2,6 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { DEFAULT_ALLOWED_ENV, refuseProfileEnv } from '../../src/agent/config/env-allowlist.js';
 import { loadDeployment, parseDeployment } from '../../src/control/load-deployment.js';
 import { LlmgwError } from '../../src/lib/errors.js';
 
@@ -32,6 +33,13 @@ describe('loadDeployment', () => {
     const d = loadDeployment('examples/deployment.yaml');
     expect(d.replicas.map((r) => r.id)).toEqual(['tiny-0', 'tiny-1']);
     expect(d.replicas[0]).toMatchObject({ gpusPerShard: 1, nnodes: 1, pool: '', profile: { engine: 'sim', servedModelName: 'tiny-chat', startupTimeoutMs: 120_000 } });
+  });
+
+  it("sets in examples/deployment.yaml only profile env that an agent's default allowlist lets through", () => {
+    const profiles = loadDeployment('examples/deployment.yaml').replicas.map((r) => r.profile);
+    const env = profiles.flatMap((p) => Object.keys(p.env).map((name) => [p.engine, name] as const));
+    expect(env.length).toBeGreaterThan(0);
+    expect(env.map(([engine, name]) => refuseProfileEnv(name, DEFAULT_ALLOWED_ENV, engine)).filter((why) => why !== undefined)).toEqual([]);
   });
 
   it('expands explicit ids and fills defaults', () => {

@@ -2,7 +2,7 @@ import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { parseDeployment } from '../../src/control/load-deployment.js';
 import { meetsCapability, placeReplica, type PlacementNode } from '../../src/control/place-replica.js';
-import { GpuSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { GpuProcessSchema, GpuSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 
 const replica = (extra = '', profileExtra = '') =>
   parseDeployment(`profiles:\n  p:\n    engine: sim\n    model: m\n    tensor_parallel_size: 2\n${profileExtra}replicas:\n  - name: r\n    profile: p\n${extra}`, 'p.yaml').replicas[0]!;
@@ -18,6 +18,23 @@ describe('placeReplica', () => {
   it('skips unhealthy and used GPUs and takes the lowest free indices', () => {
     const r = placeReplica(replica(), [node('a', [{ healthy: false }, {}, {}, {}], [2])]);
     expect(r).toEqual({ ok: true, shards: [{ nodeId: 'a', gpuIndices: [1, 3] }] });
+  });
+
+  it('skips a GPU whose memory is used by no listed process, and takes one whose memory a listed process explains', () => {
+    const gpu = (index: number, memoryUsedMb: number) =>
+      create(GpuSchema, { index, uuid: `GPU-${index}`, computeCapability: '9.0', healthy: true, memoryTotalMb: 81559, memoryUsedMb });
+    const n: PlacementNode = {
+      id: 'a',
+      labels: {},
+      gpus: [gpu(0, 71480), gpu(1, 71480), gpu(2, 3), gpu(3, 71480)],
+      usedGpus: new Set(),
+      processes: [create(GpuProcessSchema, { pid: 7, gpuUuid: 'GPU-1', usedMemoryMb: 71400 })],
+    };
+    expect(placeReplica(replica(), [n])).toEqual({ ok: true, shards: [{ nodeId: 'a', gpuIndices: [1, 2] }] });
+    expect(placeReplica(replica(), [{ ...n, gpus: n.gpus.filter((g) => g.index !== 2) }])).toEqual({
+      ok: false,
+      reason: 'needs 1 node(s) with 2 free healthy GPU(s); 0 of the connected nodes have that (left out, their memory used by no process the node lists: a GPU 0, 3)',
+    });
   });
 
   it('prefers the fullest node that fits, so whole nodes stay free', () => {

@@ -73,7 +73,31 @@ describe('renderStatus', () => {
       NOW,
     );
     const lines = out.split('\n');
-    expect(lines.at(-2)?.trim().split(/\s{2,}/)).toEqual(['s1', 'r1', 'vllm', 'meta/llama', 'FAILED', '-', '8000', '0,1', '30s', 'yes']);
+    expect(lines.at(-2)?.trim().split(/\s{2,}/)).toEqual(['s1', 'r1', 'vllm', 'meta/llama', 'FAILED', '-', '8000', '0,1', '30s', 'yes', '-']);
     expect(lines.at(-1)).toBe('s1: engine exited with code 1 while starting (exit code 1)');
+  });
+
+  it('shows control characters from the control plane escaped in the table and the error lines', () => {
+    const out = renderStatus(
+      {
+        nodeId: 'n1',
+        shards: [
+          {
+            shardId: 'ansi-g1-r0',
+            replicaId: 'r\u001b[2J\u001b[H\u001b]0;owned-title\u0007',
+            engine: 'sim',
+            model: 'm\u001b[8m',
+            state: 'SHARD_STATE_FAILED',
+            error: 'boom\u001b[31m\nsecond line',
+          },
+        ],
+      },
+      NOW,
+    );
+    // biome-ignore lint/suspicious/noControlCharactersInRegex: finding control characters is the point
+    expect(out).not.toMatch(/[\u0000-\u0009\u000b-\u001f\u007f-\u009f]/);
+    expect(out).toContain('r\\x1b[2J\\x1b[H\\x1b]0;owned-title\\x07');
+    expect(out).toContain('m\\x1b[8m');
+    expect(out.split('\n').at(-1)).toBe('ansi-g1-r0: boom\\x1b[31m\\x0asecond line');
   });
 });

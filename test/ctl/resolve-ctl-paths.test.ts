@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -16,7 +16,11 @@ function config(name: string, text: string): string {
 describe('resolveCtlPaths', () => {
   it('takes the socket and log directory from the agent config file', async () => {
     const path = config('agent.yaml', 'node_id: n\nadmin:\n  socket: /srv/llmgw.sock\nsupervisor:\n  log_dir: /srv/logs\n');
-    expect(await resolveCtlPaths({ configPath: path, needLogDir: true })).toEqual({ socket: '/srv/llmgw.sock', logDir: '/srv/logs' });
+    expect(await resolveCtlPaths({ configPath: path, needLogDir: true })).toEqual({
+      socket: '/srv/llmgw.sock',
+      logDir: '/srv/logs',
+      socketSource: `admin.socket in ${path}`,
+    });
   });
 
   it('lets a flag win over the config file', async () => {
@@ -24,9 +28,29 @@ describe('resolveCtlPaths', () => {
     expect((await resolveCtlPaths({ socket: '/tmp/x.sock', configPath: path })).socket).toBe('/tmp/x.sock');
   });
 
-  it('falls back to the defaults for a missing, unparsable or incomplete config', async () => {
-    const defaults = { socket: '/run/llmgw/agent.sock', logDir: '/var/log/llmgw' };
-    expect(await resolveCtlPaths({ configPath: join(dir, 'missing.yaml'), needLogDir: true })).toEqual(defaults);
+  it('puts a stored ctl.socket above the stored or default config file, below a --config the operator names', async () => {
+    const path = config('agent3.yaml', 'admin:\n  socket: /srv/three.sock\n');
+    expect(await resolveCtlPaths({ stored: { socket: '/x', configPath: path } })).toMatchObject({ socket: '/x', socketSource: 'llmgw config ctl.socket' });
+    expect((await resolveCtlPaths({ configPath: path, stored: { socket: '/x' } })).socket).toBe('/srv/three.sock');
+    expect((await resolveCtlPaths({ stored: { configPath: path } })).socket).toBe('/srv/three.sock');
+  });
+
+  it('refuses a named config file that does not exist with exit 78, naming it', async () => {
+    const missing = join(dir, 'missing.yaml');
+    for (const opts of [{ configPath: missing }, { stored: { configPath: missing } }, { socket: '/x', configPath: missing }]) {
+      await expect(resolveCtlPaths(opts)).rejects.toMatchObject({ exitCode: 78, message: expect.stringContaining(`agent config ${missing} does not exist`) });
+    }
+    await expect(resolveCtlPaths({ configPath: dir })).rejects.toMatchObject({ exitCode: 78, message: expect.stringContaining('is not a file') });
+  });
+
+  it.skipIf(process.getuid?.() === 0)('refuses a named config file it may not read with exit 77', async () => {
+    const path = config('closed.yaml', 'admin:\n  socket: /srv/x.sock\n');
+    chmodSync(path, 0o000);
+    await expect(resolveCtlPaths({ configPath: path })).rejects.toMatchObject({ exitCode: 77 });
+  });
+
+  it('falls back to the defaults for an unparsable or incomplete config', async () => {
+    const defaults = { socket: '/run/llmgw/agent.sock', logDir: '/var/log/llmgw', socketSource: 'default' };
     expect(await resolveCtlPaths({ configPath: config('bad.yaml', 'admin: [\n'), needLogDir: true })).toEqual(defaults);
     expect(await resolveCtlPaths({ configPath: config('empty.yaml', ''), needLogDir: true })).toEqual(defaults);
   });

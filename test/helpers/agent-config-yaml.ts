@@ -33,9 +33,25 @@ export interface AgentProcessOptions {
   registerTimeout?: string;
   /** discovery.interval; long by default so tests see one inventory. */
   discoveryInterval?: string;
+  /** engines.sim.enabled; true by default, false to see the agent as a production node. */
+  simEnabled?: boolean;
 }
 
-/** The config a test agent runs with: fast timers, fake GPUs, everything under `dirs`. */
+/** The engines block every test agent has: the sim, which production nodes do not register, enabled. */
+export const TEST_ENGINES_YAML = 'engines:\n  sim:\n    enabled: true\n';
+
+/**
+ * `extra` with engines.sim.enabled: true merged in. A test that brings its
+ * own engines: block (a vLLM fixture) keeps it, since YAML refuses a second
+ * top-level engines key.
+ */
+export function withSimEnabled(extra: string): string {
+  if (!/^engines:/m.test(extra)) return `${TEST_ENGINES_YAML}${extra}`;
+  if (/^ {2}sim:\s*\n/m.test(extra)) return extra.replace(/^ {2}sim:\s*\n/m, '  sim:\n    enabled: true\n');
+  return extra.replace(/^engines:\s*\n/m, 'engines:\n  sim:\n    enabled: true\n');
+}
+
+/** The config a test agent runs with: fast timers, fake GPUs, the sim engine, everything under `dirs`. */
 export function agentConfigYaml(o: AgentProcessOptions): string {
   return [
     `node_id: ${o.nodeId ?? 'node-a'}`,
@@ -61,7 +77,7 @@ export function agentConfigYaml(o: AgentProcessOptions): string {
     'admin:',
     `  socket: ${o.dirs.socket}`,
     'log_level: debug',
-    o.extraYaml ?? '',
+    o.simEnabled === false ? (o.extraYaml ?? '') : withSimEnabled(o.extraYaml ?? ''),
   ].join('\n');
 }
 

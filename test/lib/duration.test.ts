@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatDuration, parseByteSize, parseDuration } from '../../src/lib/duration.js';
+import { formatDuration, parseByteSize, parseDuration, parseDurationArg } from '../../src/lib/duration.js';
 
 describe('parseDuration', () => {
   it.each([
@@ -37,5 +37,17 @@ describe('parseByteSize', () => {
     expect(parseByteSize('lots')).toBeUndefined();
     expect(parseByteSize('5 parsecs')).toBeUndefined();
     expect(parseByteSize(-3)).toBeUndefined();
+  });
+});
+
+describe('parseDurationArg', () => {
+  it('says what was given and how to write it, in the one wording every command uses', () => {
+    expect(() => parseDurationArg('--timeout', 'forever')).toThrow('--timeout "forever" is not a duration; write it like 500ms, 5s or 2m');
+  });
+
+  it('refuses 0 where it must be more than 0, as a duration that is not allowed, not as a non-duration', () => {
+    expect(() => parseDurationArg('--timeout', '0s', { positive: true })).toThrow('--timeout must be more than 0, got "0s"');
+    expect(parseDurationArg('--load-time', '0s')).toBe(0);
+    expect(parseDurationArg('--timeout', '1m30s', { positive: true })).toBe(90_000);
   });
 });

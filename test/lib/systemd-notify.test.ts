@@ -34,9 +34,33 @@ describe('startWatchdog', () => {
     }
   });
 
-  it('stays silent when systemd asked for no watchdog', () => {
-    const stop = startWatchdog(() => true, { NOTIFY_SOCKET: '/nonexistent' });
+  it('sends nothing when systemd asked for no watchdog, or asked another pid, and a stopped one sends nothing more', async () => {
+    const sock = listenNotifySocket(mkdtempSync(join(dir, 'c-')));
+    await sock.ready;
+    const env = { PATH: process.env.PATH, NOTIFY_SOCKET: sock.path };
+    const stops = [
+      startWatchdog(() => true, env),
+      startWatchdog(() => true, { ...env, WATCHDOG_USEC: '0' }),
+      startWatchdog(() => true, { ...env, WATCHDOG_USEC: 'soon' }),
+      startWatchdog(() => true, { ...env, WATCHDOG_USEC: '1000000', WATCHDOG_PID: String(process.pid + 1) }),
+      // Asked for, but unhealthy: a wedged agent must not ping.
+      startWatchdog(() => false, { ...env, WATCHDOG_USEC: '1000000' }),
+    ];
+    // Three times the shortest ping interval (500 ms): a watchdog that ran would have pinged by now.
+    await new Promise((r) => setTimeout(r, 1500));
+    for (const stop of stops) stop();
+    expect(sock.received()).toEqual([]);
+    // The socket works: silence above was the watchdog's, not a deaf listener's.
+    await sdNotify('STATUS=probe', env);
+    await until(() => sock.received().some((d) => d.split('\n').includes('STATUS=probe')), 'STATUS=probe datagram');
+
+    const stop = startWatchdog(() => true, { ...env, WATCHDOG_USEC: '1000000' });
+    await until(() => sock.received().some((d) => d.includes('WATCHDOG=1')), 'a watchdog ping');
     stop();
-    expect(typeof stop).toBe('function');
+    // A ping already on its way (systemd-notify is a child process) may still land; give it time, then count.
+    await new Promise((r) => setTimeout(r, 300));
+    const after = sock.received().length;
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(sock.received().length).toBe(after);
   });
 });

@@ -62,7 +62,10 @@ describe('the package from npm pack, installed with npm install -g --prefix', ()
     for (const s of ['preinstall', 'install', 'postinstall', 'prepare']) expect(manifest.scripts[s], s).toBeUndefined();
     expect(manifest.scripts.prepack).toMatch(/npm run build/);
     expect(manifest.scripts.preprepare).toMatch(/npm run build/);
-    expect(installOutput).not.toMatch(/install-scripts|allowScripts|allow-scripts/);
+    // Only llmgw's own scripts matter here: npm also lists koffi's install script, which it skips
+    // and which koffi does not need (its prebuilt binary ships in an optional dependency; STACK.md).
+    const warned = [...installOutput.matchAll(/^npm warn install-scripts +(\S+)@\S+ \(/gm)].map((m) => m[1]);
+    expect(warned.filter((name) => name !== 'koffi')).toEqual([]);
   });
 
   it("runs README's production steps from the package alone, and writes a unit systemd-analyze verify accepts", async () => {

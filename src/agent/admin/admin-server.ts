@@ -1,10 +1,12 @@
 import { chmodSync, chownSync, statSync } from 'node:fs';
 import http2 from 'node:http2';
+import type { Socket } from 'node:net';
 import { Code, ConnectError } from '@connectrpc/connect';
 import { connectNodeAdapter } from '@connectrpc/connect-node';
 import { configError, errorMessage, failure } from '../../lib/errors.js';
 import { ETC_GROUP, findGroup } from '../../lib/find-group.js';
 import type { Logger } from '../../lib/logger.js';
+import { RateLimitedLog } from '../../lib/rate-limited-log.js';
 import type { AdminBackend } from './admin-backend.js';
 import { adminRoutes } from './admin-routes.js';
 import { claimSocketPath } from './claim-socket-path.js';
@@ -20,6 +22,32 @@ export const SILENT_CONNECTION_TIMEOUT_MS = 10_000;
 export const LISTEN_BACKLOG = 4096;
 /** After close(), how long streams get to end by themselves before their connections are cut. */
 export const CLOSE_GRACE_MS = 200;
+/**
+ * Largest admin request. The biggest real one (a Logs or Drain request) is a
+ * shard id and two numbers; Connect's default, 4 GiB, let one 1 MB gzip
+ * request to Status grow the agent to 7 GB and kill it (review finding 3).
+ */
+export const ADMIN_REQUEST_MAX_BYTES = 64 * 1024;
+/** How long a connection may stay open with no stream in progress, after its last call; ctl makes one call per connection. */
+export const IDLE_SESSION_TIMEOUT_MS = 10_000;
+/**
+ * Connections open at once. Operators and scripts on one node make a few
+ * ctl calls at a time, each on its own short connection; five thousand held
+ * open by one admin-group member cost 5,000 fds and 220 MB in the review.
+ * Past this, new connections are closed at once (measured: 1,024 open
+ * sessions put the agent's peak RSS at 166 MB, so the cap is well below).
+ */
+export const MAX_ADMIN_CONNECTIONS = 256;
+/** Streams in flight on one connection: ctl uses one. */
+export const MAX_STREAMS_PER_SESSION = 32;
+/**
+ * Deadline of a call that is not a follow or a wait: Status and Adopt answer
+ * from memory and the state directory in milliseconds. Logs (which may
+ * follow) and Drain (whose --wait the client bounds with --timeout) are
+ * exempt; both end when the agent stops.
+ */
+export const ADMIN_CALL_DEADLINE_MS = 60_000;
+const OPEN_ENDED_CALLS = new Set(['/llmgw.v1.AdminService/Logs', '/llmgw.v1.AdminService/Drain']);
 
 export interface AdminServerOptions {
   socketPath: string;
@@ -29,6 +57,12 @@ export interface AdminServerOptions {
   logger: Logger;
   /** Default SILENT_CONNECTION_TIMEOUT_MS. */
   silentConnectionTimeoutMs?: number;
+  /** Default IDLE_SESSION_TIMEOUT_MS. */
+  idleSessionTimeoutMs?: number;
+  /** Default MAX_ADMIN_CONNECTIONS. */
+  maxConnections?: number;
+  /** Default ADMIN_CALL_DEADLINE_MS. */
+  callDeadlineMs?: number;
   /** How often `drain --wait` reads in-flight counts; default DRAIN_POLL_MS. */
   drainPollMs?: number;
   /** For tests; default /etc/group. */
@@ -48,6 +82,9 @@ export class AdminServer {
   readonly socketPath: string;
   private readonly server: http2.Http2Server;
   private readonly sessions = new Set<http2.ServerHttp2Session>();
+  private readonly sockets = new Set<Socket>();
+  private refusedConnections = 0;
+  private readonly warnRefused: RateLimitedLog;
   private readonly shutdown = new AbortController();
   private readonly log: Logger;
   private closed?: Promise<void>;
@@ -55,27 +92,78 @@ export class AdminServer {
   private constructor(opts: AdminServerOptions) {
     this.socketPath = opts.socketPath;
     this.log = opts.logger.child({ socket: opts.socketPath });
+    this.warnRefused = new RateLimitedLog(this.log, { intervalMs: 10_000 });
     const handler = connectNodeAdapter({
+      readMaxBytes: ADMIN_REQUEST_MAX_BYTES,
+      // No request compression: a compressed request is how 1 MB on the
+      // wire became gigabytes in memory. Admin requests are tiny anyway.
+      acceptCompression: [],
       routes: adminRoutes(opts.backend, { drainPollMs: opts.drainPollMs }),
       // Proto JSON as every --json prints it: zeros and falses a script tests for are there.
       jsonOptions: { alwaysEmitImplicit: true },
       // Aborts every handler's ctx.signal: a `logs -f` or `drain --wait` ends at once on SIGTERM.
       shutdownSignal: this.shutdown.signal,
     });
-    this.server = http2.createServer({}, handler);
+    this.server = http2.createServer(
+      {
+        // What one ctl needs, many times over; a client cannot open
+        // thousands of streams on one connection to multiply the caps below.
+        settings: { maxConcurrentStreams: MAX_STREAMS_PER_SESSION },
+        peerMaxConcurrentStreams: MAX_STREAMS_PER_SESSION,
+        maxHeaderListPairs: 64,
+      },
+      handler,
+    );
     const silentMs = opts.silentConnectionTimeoutMs ?? SILENT_CONNECTION_TIMEOUT_MS;
+    const idleMs = opts.idleSessionTimeoutMs ?? IDLE_SESSION_TIMEOUT_MS;
+    const maxConnections = opts.maxConnections ?? MAX_ADMIN_CONNECTIONS;
+    const deadlineMs = opts.callDeadlineMs ?? ADMIN_CALL_DEADLINE_MS;
+    this.server.on('connection', (socket: Socket) => {
+      if (this.sockets.size >= maxConnections) {
+        this.refusedConnections += 1;
+        // One line per burst, not one per connection: the flood must not fill the journal.
+        this.warnRefused.warn({ open: this.sockets.size, refused: this.refusedConnections }, 'refused admin connections: too many are open');
+        socket.destroy();
+        return;
+      }
+      this.sockets.add(socket);
+      socket.once('close', () => this.sockets.delete(socket));
+    });
+    this.server.on('stream', (stream, headers) => {
+      if (OPEN_ENDED_CALLS.has(String(headers[':path']))) return;
+      // A handler that never answers must not hold its connection, and the
+      // memory of its request, for ever.
+      // destroy(), not close(): close() waits for pending writes, which a client that stopped reading never lets drain.
+      const deadline = setTimeout(() => stream.destroy(), deadlineMs);
+      deadline.unref();
+      stream.once('close', () => clearTimeout(deadline));
+    });
     this.server.on('session', (session) => {
       this.sessions.add(session);
-      // A client that connects and says nothing costs a file descriptor and
-      // nothing else (nothing here waits for it), but it must not hold one for ever.
-      const silent = setTimeout(() => {
-        this.log.debug('closed a connection that sent no request');
-        session.destroy();
-      }, silentMs);
-      silent.unref();
-      session.once('stream', () => clearTimeout(silent));
+      // A client that connects and says nothing, or keeps a connection after
+      // its call, costs a file descriptor and some memory; 5,000 of them
+      // were never closed before (review finding 3).
+      let idle: NodeJS.Timeout | undefined;
+      const arm = (ms: number, why: string) => {
+        clearTimeout(idle);
+        idle = setTimeout(() => {
+          this.log.debug(why);
+          session.destroy();
+        }, ms);
+        idle.unref();
+      };
+      let open = 0;
+      arm(silentMs, 'closed a connection that sent no request');
+      session.on('stream', (stream) => {
+        open += 1;
+        clearTimeout(idle);
+        stream.once('close', () => {
+          open -= 1;
+          if (open === 0 && !session.destroyed) arm(idleMs, 'closed an idle admin connection');
+        });
+      });
       session.once('close', () => {
-        clearTimeout(silent);
+        clearTimeout(idle);
         this.sessions.delete(session);
       });
       session.on('error', (err) => this.log.debug({ err: errorMessage(err) }, 'admin connection error'));

@@ -3,11 +3,14 @@ import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import {
   ConnectionState,
   ControlPlaneConnectionSchema,
+  type GpuStatus,
+  GpuStatusSchema,
   type ShardInfo,
   ShardInfoSchema,
   type StatusResponse,
   StatusResponseSchema,
 } from '../../gen/llmgw/v1/admin_pb.js';
+import type { GpuHealthView } from '../agent.js';
 import type { ConnectionPhase, ConnectionStatus } from '../connection-state.js';
 import type { ShardSnapshot } from '../supervisor/shard-snapshot.js';
 import type { AdminBackend } from './admin-backend.js';
@@ -21,13 +24,14 @@ const CONNECTION_STATES: Record<ConnectionPhase, ConnectionState> = {
   stopped: ConnectionState.STOPPED,
 };
 
-/** What `ctl status` shows: the agent, its control-plane connection, its hardware and its shards. */
+/** What `ctl status` shows: the agent, its control-plane connection, its hardware and its GPUs' health, and its shards. */
 export function buildStatusResponse(backend: AdminBackend): StatusResponse {
   return create(StatusResponseSchema, {
     nodeId: backend.nodeId,
     version: backend.version,
     connection: connectionOf(backend.connectionStatus()),
     inventory: backend.currentInventory(),
+    gpus: backend.gpuHealth().map(gpuStatusOf),
     shards: backend
       .shards()
       .sort((a, b) => a.shardId.localeCompare(b.shardId))
@@ -49,6 +53,16 @@ function connectionOf(c: ConnectionStatus) {
   });
 }
 
+function gpuStatusOf(g: GpuHealthView): GpuStatus {
+  return create(GpuStatusSchema, {
+    index: g.index,
+    memoryUsedMb: g.memoryUsedMb,
+    healthy: g.healthy,
+    fault: g.healthy ? '' : g.error,
+    recentEvents: g.recentEvents,
+  });
+}
+
 export function shardInfoOf(s: ShardSnapshot): ShardInfo {
   const spec = s.spec;
   return create(ShardInfoSchema, {
@@ -67,5 +81,7 @@ export function shardInfoOf(s: ShardSnapshot): ShardInfo {
     rank: spec.rank,
     nnodes: spec.nnodes,
     logPath: s.logPath,
+    launcher: s.launcher ?? '',
+    unit: s.unit ?? '',
   });
 }

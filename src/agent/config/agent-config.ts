@@ -6,6 +6,8 @@
 
 export type Protocol = 'connect' | 'grpc';
 export type Launcher = 'direct' | 'systemd-run';
+/** The configured launcher: `auto` is decided at start (chooseLauncher). */
+export type LauncherSetting = Launcher | 'auto';
 export const ENGINE_NAMES = ['vllm', 'sglang', 'sim'] as const;
 export type EngineName = (typeof ENGINE_NAMES)[number];
 
@@ -21,6 +23,8 @@ export interface TlsConfig {
   key: string;
   /** CA bundle (PEM) the control plane's certificate must chain to; system roots when empty. */
   ca: string;
+  /** How long before the client certificate expires the agent starts warning. */
+  expiryWarningMs: number;
 }
 
 export interface DiscoveryConfig {
@@ -28,19 +32,42 @@ export interface DiscoveryConfig {
   nvidiaSmi: string;
   /** Root under which /sys is read; "/" except in tests. */
   sysfsRoot: string;
-  /** Accepted for compatibility with the Go agent; this build always reads nvidia-smi. */
+  /** Read GPUs through NVML, nvidia-smi being the fallback. */
   preferNvml: boolean;
+  /** NVML shared library: a name the dynamic loader finds, or a path. */
+  nvmlLibrary: string;
+  /** Kernel log read for NVRM Xid lines. */
+  kmsg: string;
   /** How often hardware is rediscovered. */
   intervalMs: number;
   /** Limit for every external command discovery runs. */
   timeoutMs: number;
+  /** 0..1: a GPU with more of its memory used by no listed process is flagged (foreignMemoryProblem). */
+  foreignMemoryShare: number;
+}
+
+/** An account engines run as, resolved when the config is loaded so a typo fails at start, not at launch. */
+export interface EngineUser {
+  name: string;
+  uid: number;
+  /** Primary group. */
+  gid: number;
+  /** HOME for the engine: the Hugging Face cache defaults to $HOME/.cache, which root's HOME would deny. */
+  home: string;
 }
 
 export interface EngineConfig {
   /** argv prefix that starts the engine, e.g. ["/opt/vllm/bin/vllm", "serve"]; never a shell string. */
   command: string[];
+  /** Set by the operator (root): any name, unlike a profile's env. */
   env: Record<string, string>;
   extraArgs: string[];
+  /** Name patterns (exact, or a prefix ending in `*`) a control plane's profile.env may set. */
+  allowedEnv: string[];
+  /** Unprivileged account for the engine; undefined runs it as the agent's user. */
+  user?: EngineUser;
+  /** Whether the engine is registered at all; only `sim` is off by default. */
+  enabled: boolean;
 }
 
 export interface SupervisorConfig {
@@ -56,7 +83,11 @@ export interface SupervisorConfig {
   logRetentionMs?: number;
   /** Logs of shards no longer supervised are cut, oldest first, to this many bytes in total. Default 1 GiB. */
   logRetentionBytes?: number;
-  launcher: Launcher;
+  launcher: LauncherSetting;
+  /** Resource properties (MemoryMax, CPUWeight…) of every engine unit under systemd-run; see ALLOWED_UNIT_PROPERTIES. */
+  unitProperties?: Record<string, string>;
+  /** Earlier runs of a shard id whose log and failure record are kept (previous-runs/); DEFAULT_KEEP_PREVIOUS_RUNS (3) when absent, 0 keeps none. */
+  keepPreviousRuns?: number;
 }
 
 export interface AdminConfig {
@@ -81,6 +112,8 @@ export interface AgentConfig {
   registerTimeoutMs: number;
   adoptReadyTimeoutMs: number;
   tls: TlsConfig;
+  /** Accept an http:// server that is not loopback: the stream, and every command on it, unauthenticated. */
+  insecurePlaintext: boolean;
   discovery: DiscoveryConfig;
   engines: Partial<Record<EngineName, EngineConfig>>;
   supervisor: SupervisorConfig;

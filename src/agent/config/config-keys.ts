@@ -4,10 +4,15 @@
  * hints and examples/agent.yaml's test all read this one table.
  */
 
+import { DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH, DEFAULT_LOG_DIR, DEFAULT_STATE_DIR } from '../../lib/default-paths.js';
+
 export type KeyType =
   | 'string'
   | 'duration'
   | 'bytes'
+  /** A whole number of 0 or more, e.g. how many of something are kept. */
+  | 'count'
+  | 'share'
   | 'bool'
   | 'enum'
   | 'labels'
@@ -30,14 +35,11 @@ export interface KeySpec {
   doc: string;
 }
 
-export const DEFAULT_CONFIG_PATH = '/etc/llmgw/agent.yaml';
-export const DEFAULT_STATE_DIR = '/var/lib/llmgw';
-export const DEFAULT_LOG_DIR = '/var/log/llmgw';
-export const DEFAULT_ADMIN_SOCKET = '/run/llmgw/agent.sock';
+export { DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH, DEFAULT_LOG_DIR, DEFAULT_STATE_DIR };
 
 export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'node_id', type: 'string', required: true, flag: 'node-id', doc: 'This node\'s id at the control plane; unique in the fleet.' },
-  { key: 'server', type: 'string', required: true, flag: 'server', doc: 'Control-plane address: http://host:port (h2c) or https://host:port (TLS, needs tls).' },
+  { key: 'server', type: 'string', required: true, flag: 'server', doc: 'Control-plane address, with its scheme: https://host:port (mutual TLS: needs tls.cert and tls.key; server-only TLS is refused, the control plane must be able to authenticate this node) or http://host:port (h2c, loopback only unless insecure_plaintext).' },
   { key: 'protocol', type: 'enum', values: ['connect', 'grpc'], default: 'connect', flag: 'protocol', doc: 'Wire protocol: connect, or grpc for control planes behind gRPC-aware proxies.' },
   { key: 'hostname', type: 'string', default: '', doc: 'Hostname reported at registration; the system\'s when empty.' },
   { key: 'mgmt_addr', type: 'string', default: '', doc: 'Management address reported at registration (multi-node leaders are reached on it); the first IPv4 of mgmt_interface when empty.' },
@@ -47,17 +49,22 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'heartbeat_interval', type: 'duration', default: '5s', flag: 'heartbeat-interval', doc: 'How often a heartbeat with fresh GPU memory readings is sent.' },
   { key: 'reconnect_base', type: 'duration', default: '1s', doc: 'First reconnect delay; doubles per failed attempt, with jitter.' },
   { key: 'reconnect_max', type: 'duration', default: '30s', doc: 'Longest reconnect delay.' },
-  { key: 'register_timeout', type: 'duration', default: '30s', doc: 'How long a new stream may carry no message at all from the control plane before it is dropped and retried: a control plane that accepted the stream but is stuck or is not one. The reference control plane acknowledges Register at once. 0s waits for ever, for a control plane that sends nothing until it has a command.' },
+  { key: 'register_timeout', type: 'duration', default: '0s', doc: 'How long a new stream may carry no message at all from the control plane before it is dropped and retried: a control plane that accepted the stream but is stuck or is not one. 0s (the default) waits for ever: nothing obliges a control plane to send anything after Register, and HTTP/2 pings already find a dead peer.' },
   { key: 'adopt_ready_timeout', type: 'duration', default: '60s', doc: 'How long an engine adopted after an agent restart gets to answer its health check. It is reported, never killed, when it does not.' },
   { key: 'tls.cert', type: 'string', default: '', doc: 'Client certificate (PEM) for mutual TLS; needs tls.key and an https:// server.' },
   { key: 'tls.key', type: 'string', default: '', doc: 'Private key (PEM) of tls.cert.' },
-  { key: 'tls.ca', type: 'string', default: '', doc: 'CA bundle (PEM) that the control plane\'s certificate must chain to; system roots when empty.' },
+  { key: 'tls.ca', type: 'string', default: '', doc: 'CA bundle (PEM) that the control plane\'s certificate must chain to; the operating system\'s trust store (and NODE_EXTRA_CA_CERTS) when empty. Re-read at every connection, like tls.cert and tls.key.' },
+  { key: 'tls.expiry_warning', type: 'duration', default: '168h', doc: 'Warn this long (default 7 days) before the client certificate expires.' },
+  { key: 'insecure_plaintext', type: 'bool', default: false, doc: 'Allow an http:// server that is not loopback. Without TLS the control plane is not authenticated, and it decides what runs as root on this node: only for isolated test networks.' },
   { key: 'discovery.nvidia_smi', type: 'string', default: 'nvidia-smi', flag: 'nvidia-smi', doc: 'nvidia-smi executable (looked up on PATH, or a path).' },
   { key: 'discovery.sysfs_root', type: 'string', default: '/', flag: 'sysfs-root', doc: 'Root under which /sys/class/infiniband is read; "/" except in tests.' },
-  { key: 'discovery.prefer_nvml', type: 'bool', default: false, doc: 'Kept for compatibility with the Go agent; this build reads nvidia-smi.' },
+  { key: 'discovery.prefer_nvml', type: 'bool', default: true, doc: 'Read GPUs, memory and health through NVML (discovery.nvml_library); nvidia-smi is the fallback when the library cannot load or init fails.' },
+  { key: 'discovery.nvml_library', type: 'string', default: 'libnvidia-ml.so.1', doc: 'NVML shared library: a name the dynamic loader finds, or a path.' },
+  { key: 'discovery.kmsg', type: 'string', default: '/dev/kmsg', doc: 'Kernel log read for NVRM Xid lines, which NVML does not always deliver; a FIFO or file in tests.' },
   { key: 'discovery.interval', type: 'duration', default: '60s', doc: 'How often hardware is rediscovered (GPUs that appear after boot, ports that go down).' },
+  { key: 'discovery.foreign_memory_share', type: 'share', default: '5%', doc: 'Share of a GPU\'s memory that may be in use with no process listed on it (another container, a leaked CUDA context) before discover\'s foreign-memory check fails and the agent refuses StartShards on that GPU; 5% or 0.05.' },
   { key: 'discovery.timeout', type: 'duration', default: '10s', doc: 'Limit for each command discovery runs; a hung nvidia-smi gives a warning, not a hung agent.' },
-  { key: 'engines', type: 'engines', default: '', doc: 'Per engine (vllm, sglang, sim): command (argv list), env (map), extra_args (list).' },
+  { key: 'engines', type: 'engines', default: '', doc: 'Per engine (vllm, sglang, sim): command (argv list), env (map, set by the operator), extra_args (list), allowed_env (name patterns a control plane\'s profile may set; default HF_*, VLLM_*, SGLANG_*, NCCL_*, TORCH_*, OMP_NUM_THREADS, CUDA_LAUNCH_BLOCKING, TOKENIZERS_PARALLELISM), user (an account to run the engine as), enabled (sim only; false by default).' },
   { key: 'supervisor.state_dir', type: 'string', default: DEFAULT_STATE_DIR, flag: 'state-dir', doc: 'Shard state files (mode 0700); they let a restarted agent find its engines.' },
   { key: 'supervisor.log_dir', type: 'string', default: DEFAULT_LOG_DIR, flag: 'log-dir', doc: 'Engine logs, shards/<shard_id>.log.' },
   { key: 'supervisor.stop_grace', type: 'duration', default: '30s', doc: 'Time between SIGTERM and SIGKILL when a shard is stopped; vLLM is told to drain for up to this less a margin (--shutdown-timeout). At least 2s.' },
@@ -67,12 +74,17 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'supervisor.log_max_bytes', type: 'bytes', default: '64MiB', doc: 'Size at which an engine log is rotated (one old generation kept).' },
   { key: 'supervisor.log_retention', type: 'duration', default: '168h', doc: 'Logs of shards no longer supervised (every generation, .log.1 and .log.prev included) are removed once not written for this long; 0s keeps them.' },
   { key: 'supervisor.log_retention_bytes', type: 'bytes', default: '1GiB', doc: 'Logs of shards no longer supervised are cut, oldest first, to this total size. Logs of supervised shards are never removed.' },
-  { key: 'supervisor.launcher', type: 'enum', values: ['direct', 'systemd-run'], default: 'direct', doc: 'direct: engines in their own session; systemd-run: each engine in its own transient unit and cgroup.' },
+  { key: 'supervisor.keep_previous_runs', type: 'count', default: '3', doc: 'Earlier runs of a shard id whose log and failure record are kept in <log_dir>/previous-runs when the id is started again (ctl logs --previous); 0 keeps none.' },
+  { key: 'supervisor.launcher', type: 'enum', values: ['auto', 'direct', 'systemd-run'], default: 'auto', doc: 'auto: systemd-run when systemd is PID 1 and the agent is root, direct otherwise (the log says which and why). direct: engines in their own session and process group. systemd-run: each engine in its own transient unit llmgw-shard-<id>.service in llmgw.slice, whose cgroup a stop ends entirely.' },
+  { key: 'supervisor.unit_properties', type: 'labels', default: '', doc: 'Resource properties of every engine unit under systemd-run, a map such as {MemoryMax: 400G, CPUWeight: "200"}; only resource limits are allowed (CPUWeight, CPUQuota, AllowedCPUs, MemoryMax, MemoryHigh, TasksMax, LimitNOFILE, …). Env: MemoryMax=400G,CPUWeight=200.' },
   { key: 'admin.socket', type: 'string', default: DEFAULT_ADMIN_SOCKET, env: ['LLMGW_ADMIN_SOCKET', 'LLMGW_SOCKET'], flag: 'socket', doc: 'Unix socket that llmgw ctl talks to (mode 0660).' },
   { key: 'admin.group', type: 'string', default: '', doc: 'Group owning the admin socket; operators in it may use llmgw ctl.' },
   { key: 'metrics_addr', type: 'string', default: '', flag: 'metrics-addr', doc: 'host:port of a Prometheus /metrics endpoint; off when empty.' },
   { key: 'log_level', type: 'enum', values: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], default: 'info', flag: 'log-level', doc: 'Least severe level logged.' },
 ];
+
+/** CONFIG_KEYS by dotted key, for the file reader, the flags and the cross-key checks. */
+export const SPEC_BY_KEY: ReadonlyMap<string, KeySpec> = new Map(CONFIG_KEYS.map((s) => [s.key, s]));
 
 /** The top-level YAML keys that hold sections of other keys. */
 export const SECTIONS = ['tls', 'discovery', 'supervisor', 'admin'] as const;

@@ -1,6 +1,43 @@
-import { CONFIG_KEYS } from './config-keys.js';
-import { describeSource, type LoadedConfig } from './load-agent-config.js';
+import { LlmgwError } from '../../lib/errors.js';
 import { renderTable } from '../../lib/table.js';
+import { CONFIG_KEYS } from './config-keys.js';
+import { describeSource, type LoadConfigOptions, type LoadedConfig, loadAgentConfig } from './load-agent-config.js';
+
+/** A value wider than this is cut with "…" in the table (`--json` shows it whole): a long list must not push SOURCE off a terminal. */
+export const PRINT_CONFIG_VALUE_WIDTH = 60;
+
+/** What `--print-config` prints: the loaded configuration, and the required keys nothing set. */
+export interface PrintableConfig {
+  loaded: LoadedConfig;
+  /** Required keys set nowhere (file, environment, flag); their values in `loaded` are placeholders, never shown. */
+  missing: string[];
+}
+
+const REQUIRED = CONFIG_KEYS.filter((k) => k.required).map((k) => k.key);
+
+/**
+ * Loads the configuration for `--print-config`, which must show what it has
+ * even when required keys are missing (a new node has no config file yet):
+ * each missing required key is filled with a placeholder flag and the load
+ * retried, and the key reported as missing. Any other error (a bad value, an
+ * unknown key, a file that does not parse) is thrown as loadAgentConfig
+ * throws it: a config that is invalid still exits 78.
+ */
+export function loadConfigForPrint(options: LoadConfigOptions): PrintableConfig {
+  const missing: string[] = [];
+  const flags: Record<string, string | undefined> = { ...options.flags };
+  for (;;) {
+    try {
+      return { loaded: loadAgentConfig({ ...options, flags }), missing };
+    } catch (err) {
+      const key = err instanceof LlmgwError ? /^(\S+) is required \(/.exec(err.message)?.[1] : undefined;
+      if (!key || !REQUIRED.includes(key) || missing.includes(key)) throw err;
+      missing.push(key);
+      // Loopback http passes the server checks, so the rest of the file is still validated.
+      flags[key] = key === 'server' ? 'http://127.0.0.1:1' : 'placeholder';
+    }
+  }
+}
 
 function show(value: unknown): string {
   if (value === undefined || value === '') return '';
@@ -9,20 +46,27 @@ function show(value: unknown): string {
 }
 
 /** Every key with its effective value (as the file would spell it) and its source. */
-export function renderConfigTable(loaded: LoadedConfig): string {
+export function renderConfigTable({ loaded, missing }: PrintableConfig): string {
   const rows = CONFIG_KEYS.map((spec) => {
+    if (missing.includes(spec.key)) return [spec.key, '<missing>', 'required: set it in the file, the environment or a flag'];
     const source = loaded.sources.get(spec.key);
     return [spec.key, show(loaded.values.get(spec.key)), source ? describeSource(source) : 'unset'];
   });
-  const head = `config file: ${loaded.path}${loaded.fileFound ? '' : ' (not found)'}\nserver: ${loaded.config.server}`;
-  return `${head}\n\n${renderTable(['KEY', 'VALUE', 'SOURCE'], rows)}`;
+  const head = [`config file: ${loaded.path}${loaded.fileFound ? '' : ' (not found)'}`];
+  head.push(missing.length > 0 ? `missing required keys: ${missing.join(', ')} (the agent will not start without them)` : `server: ${loaded.config.server}`);
+  return `${head.join('\n')}\n\n${renderTable(['KEY', 'VALUE', 'SOURCE'], rows, { maxWidths: [undefined, PRINT_CONFIG_VALUE_WIDTH] })}`;
 }
 
-export function configAsJson(loaded: LoadedConfig) {
+export function configAsJson({ loaded, missing }: PrintableConfig) {
   const keys: Record<string, { value: unknown; source: string }> = {};
   for (const spec of CONFIG_KEYS) {
+    if (missing.includes(spec.key)) {
+      keys[spec.key] = { value: null, source: 'missing' };
+      continue;
+    }
     const source = loaded.sources.get(spec.key);
     keys[spec.key] = { value: loaded.values.get(spec.key) ?? null, source: source ? describeSource(source) : 'unset' };
   }
-  return { configFile: loaded.path, configFileFound: loaded.fileFound, keys, effective: loaded.config };
+  // The effective config holds the placeholders when keys are missing: not worth showing.
+  return { configFile: loaded.path, configFileFound: loaded.fileFound, missingRequired: missing, keys, effective: missing.length > 0 ? null : loaded.config };
 }

@@ -2,7 +2,8 @@ import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../../lib/logger.js';
 import type { FabricAttachmentConfig } from '../config/agent-config.js';
 import { assembleInventory } from './assemble-inventory.js';
-import { probeGpus } from './probe-gpus.js';
+import type { NvmlLibrary } from './nvml/nvml-library.js';
+import { mergeNvmlTopology, probeGpusBySource } from './probe-gpus-by-source.js';
 import { probeHcas } from './probe-hcas.js';
 import { probeNetwork } from './probe-network.js';
 import { probeTopology } from './probe-topology.js';
@@ -16,6 +17,12 @@ export interface DiscoverOptions {
   timeoutMs: number;
   /** HCA → fabric, from config only. */
   fabrics: readonly FabricAttachmentConfig[];
+  /** discovery.prefer_nvml: GPUs through NVML, nvidia-smi the fallback. */
+  preferNvml?: boolean;
+  /** discovery.nvml_library. */
+  nvmlLibrary?: string;
+  /** An NVML the agent keeps open across rediscoveries; opened and closed per call without it. */
+  nvml?: NvmlLibrary;
   signal?: AbortSignal;
   logger?: Logger;
 }
@@ -31,11 +38,18 @@ export interface DiscoverOptions {
  */
 export async function discover(opts: DiscoverOptions): Promise<Inventory> {
   const base = { nvidiaSmi: opts.nvidiaSmi, timeoutMs: opts.timeoutMs, signal: opts.signal, logger: opts.logger };
-  const [gpus, hcas, network] = await Promise.all([
-    probeGpus({ ...base, sysfsRoot: opts.sysfsRoot }),
+  const [bySource, hcas, network] = await Promise.all([
+    probeGpusBySource({ ...base, ...gpuSourceOptions(opts), sysfsRoot: opts.sysfsRoot }),
     probeHcas({ sysfsRoot: opts.sysfsRoot, fabrics: opts.fabrics, logger: opts.logger }),
     probeNetwork({ sysfsRoot: opts.sysfsRoot }),
   ]);
-  const topology = gpus.driverAvailable && gpus.gpus.length > 0 ? await probeTopology(base) : undefined;
+  const gpus = bySource.gpus;
+  let topology = gpus.driverAvailable && gpus.gpus.length > 0 ? await probeTopology(base) : undefined;
+  if (bySource.nvmlLinks) topology = mergeNvmlTopology(bySource.nvmlLinks, topology);
   return assembleInventory({ gpus, topology, hcas, network });
+}
+
+/** NVML is preferred unless the caller says otherwise, as discovery.prefer_nvml defaults to true. */
+export function gpuSourceOptions(opts: DiscoverOptions): { preferNvml: boolean; nvmlLibrary: string; nvml?: NvmlLibrary } {
+  return { preferNvml: opts.preferNvml ?? true, nvmlLibrary: opts.nvmlLibrary ?? 'libnvidia-ml.so.1', nvml: opts.nvml };
 }

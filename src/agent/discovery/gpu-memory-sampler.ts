@@ -2,6 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { formatDuration } from '../../lib/duration.js';
 import { errnoCode } from '../../lib/errors.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
+import type { NvmlLibrary } from './nvml/nvml-library.js';
 import { parseMib } from './parse-nvidia-csv.js';
 
 export interface GpuMemorySamplerOptions {
@@ -10,6 +11,8 @@ export interface GpuMemorySamplerOptions {
   intervalMs: number;
   /** How late a report may be before nvidia-smi is taken for hung, killed and started again. */
   timeoutMs: number;
+  /** Open NVML: readings come from it in-process, and no nvidia-smi runs (unless it lacks nvmlDeviceGetMemoryInfo_v2). */
+  nvml?: NvmlLibrary;
   logger?: Logger;
 }
 
@@ -71,6 +74,7 @@ export class GpuMemorySampler {
   #silentLoopsInARow = 0;
   /** One `--query-gpu` per interval instead of a loop: see SILENT_LOOPS_BEFORE_ONE_SHOT. */
   #oneShot = false;
+  #nvmlTimer: NodeJS.Timeout | undefined;
 
   constructor(opts: GpuMemorySamplerOptions) {
     this.#opts = opts;
@@ -89,7 +93,13 @@ export class GpuMemorySampler {
 
   /** Starts the loop. Idempotent; does nothing after close(). */
   start(): void {
-    if (this.#closed || this.#child || this.#restartTimer) return;
+    if (this.#closed || this.#child || this.#restartTimer || this.#nvmlTimer) return;
+    // An NVML without the _v2 call would count reserved memory as used: nvidia-smi reads it then.
+    if (this.#opts.nvml?.has('nvmlDeviceGetMemoryInfo_v2')) {
+      this.#readNvml();
+      this.#nvmlTimer = setInterval(() => this.#readNvml(), this.#opts.intervalMs).unref();
+      return;
+    }
     this.#watchdog ??= setInterval(() => this.#checkSilence(), this.#opts.intervalMs).unref();
     this.#spawn();
   }
@@ -97,6 +107,8 @@ export class GpuMemorySampler {
   /** Stops the loop for good: its process is killed and no restart is scheduled. */
   close(): void {
     this.#closed = true;
+    clearInterval(this.#nvmlTimer);
+    this.#nvmlTimer = undefined;
     clearInterval(this.#watchdog);
     clearTimeout(this.#restartTimer);
     this.#watchdog = this.#restartTimer = undefined;
@@ -136,6 +148,15 @@ export class GpuMemorySampler {
         this.#answered(child);
         return;
       }
+      if (code === 0 && !this.#oneShot && this.#readingsThisRun > 0 && !this.#killReason) {
+        // A loop that ends after one report is not a loop (a wrapper or a
+        // container shim that drops --loop-ms): taking each end for a failure
+        // logged "stopped" and "resumed" every interval for ever.
+        this.#oneShot = true;
+        this.#log.warn({ nvidiaSmi: this.#opts.nvidiaSmi }, 'nvidia-smi ignores --loop-ms (it printed one report and exited); running it once per interval instead');
+        this.#answered(child);
+        return;
+      }
       const how = signal ? `was killed by ${signal}` : `exited with code ${code}`;
       this.#gone(child, `nvidia-smi ${how}${this.#lastOutput ? `: ${this.#lastOutput}` : ''}`);
     });
@@ -171,6 +192,29 @@ export class GpuMemorySampler {
     this.#failuresInARow = 0;
     if (this.#failing) this.#log.info('GPU memory readings resumed');
     this.#failing = false;
+  }
+
+  /**
+   * One reading of every GPU through NVML, in-process: microseconds, not a
+   * process. A GPU that does not answer keeps its last value, and the
+   * failure is logged once, as for nvidia-smi.
+   */
+  #readNvml(): void {
+    const nvml = this.#opts.nvml as NvmlLibrary;
+    let failure: string | undefined;
+    for (let i = 0; i < nvml.gpuCount; i++) {
+      const m = nvml.memory(i);
+      for (let k = this.#latest.length; k < i; k++) this.#latest[k] = 0;
+      if (m.ok) this.#latest[i] = Math.floor(m.value.used / (1024 * 1024));
+      else {
+        this.#latest[i] ??= 0;
+        failure ??= `GPU ${i}: ${m.reason}`;
+      }
+    }
+    this.#lastReadingAtMs = Date.now();
+    if (failure !== undefined && !this.#failing) this.#log.warn({ err: failure }, 'GPU memory readings failed through NVML; heartbeats repeat the last reading');
+    else if (failure === undefined && this.#failing) this.#log.info('GPU memory readings resumed');
+    this.#failing = failure !== undefined;
   }
 
   #checkSilence(): void {

@@ -1,4 +1,5 @@
 import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
 import type { FabricAttachmentConfig } from '../config/agent-config.js';
 
 export interface PreflightCheck {
@@ -14,17 +15,25 @@ export interface PreflightOptions {
   mgmtInterface: string;
   /** Pids of engines the agent owns; every other compute process is foreign. */
   ownedPids?: ReadonlySet<number>;
+  /** Share (0..1) of a GPU's memory that may be used by no visible process; DEFAULT_FOREIGN_MEMORY_SHARE when unset. */
+  foreignMemoryShare?: number;
 }
 
 /**
  * Is this node fit to serve? Pure: judges an Inventory against config, so
  * `llmgw discover` and the agent give the same answers. Checks, in order:
  * driver present; every GPU healthy; no foreign compute process on any GPU;
+ * no GPU memory used by nothing visible;
  * each configured fabric's HCA exists and is ACTIVE; the management
  * interface exists with an IPv4 address.
  */
 export function runPreflight(inv: Inventory, opts: PreflightOptions): PreflightCheck[] {
-  const checks: PreflightCheck[] = [driverCheck(inv), gpuHealthCheck(inv), foreignProcessCheck(inv, opts.ownedPids ?? new Set())];
+  const checks: PreflightCheck[] = [
+    driverCheck(inv),
+    gpuHealthCheck(inv),
+    foreignProcessCheck(inv, opts.ownedPids ?? new Set()),
+    foreignMemoryCheck(inv, opts.foreignMemoryShare ?? DEFAULT_FOREIGN_MEMORY_SHARE),
+  ];
   for (const f of opts.fabrics) checks.push(fabricCheck(inv, f));
   if (opts.mgmtInterface !== '') checks.push(mgmtInterfaceCheck(inv, opts.mgmtInterface));
   return checks;
@@ -56,6 +65,15 @@ function foreignProcessCheck(inv: Inventory, owned: ReadonlySet<number>): Prefli
     return `pid ${p.pid}${p.processName ? ` (${p.processName})` : ''} holds ${p.usedMemoryMb} MB on ${gpu !== undefined ? `GPU ${gpu}` : p.gpuUuid}`;
   });
   return { name: 'foreign-processes', ok: false, detail: `${list.join('; ')}; stop it or it will collide with engines placed there` };
+}
+
+function foreignMemoryCheck(inv: Inventory, share: number): PreflightCheck {
+  const name = 'foreign-memory';
+  // Nothing to judge without GPUs; the driver and gpu-health checks fail and say why.
+  if (inv.gpus.length === 0) return { name, ok: true, detail: 'no GPUs to check (see driver)' };
+  const problems = inv.gpus.map((g) => foreignMemoryProblem(g, inv.processes, share)).filter((p) => p !== undefined);
+  if (problems.length === 0) return { name, ok: true, detail: `no GPU has more than ${Math.round(share * 100)}% of its memory used by nothing visible` };
+  return { name, ok: false, detail: problems.join('; ') };
 }
 
 function fabricCheck(inv: Inventory, f: FabricAttachmentConfig): PreflightCheck {

@@ -131,7 +131,7 @@ function noGpusWarning(r: Exclude<NvidiaSmiResult, { ok: true }>): string {
  * NUMA node of each GPU from sysfs. nvidia-smi prints bus ids with an 8-digit
  * domain ("00000000:18:00.0"); sysfs names devices with 4 ("0000:18:00.0").
  */
-async function fillNumaNodes(gpus: Gpu[], sysfsRoot: string): Promise<void> {
+export async function fillNumaNodes(gpus: Gpu[], sysfsRoot: string): Promise<void> {
   await Promise.all(
     gpus.map(async (gpu) => {
       const m = /^([0-9a-f]+):([0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f])$/i.exec(gpu.pciBusId);

@@ -1,15 +1,21 @@
 import { parseDuration } from '../../lib/duration.js';
-import { usageError } from '../../lib/errors.js';
+import { configError, usageError } from '../../lib/errors.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE } from '../../lib/foreign-memory-problem.js';
 import type { FabricAttachmentConfig } from '../config/agent-config.js';
-import { CONFIG_KEYS } from '../config/config-keys.js';
+import { CONFIG_KEYS, envNames } from '../config/config-keys.js';
 import { loadAgentConfig } from '../config/load-agent-config.js';
 
 export interface DiscoverSettings {
   nvidiaSmi: string;
   sysfsRoot: string;
   timeoutMs: number;
+  /** discovery.foreign_memory_share: the foreign-memory check's limit. */
+  foreignMemoryShare: number;
   fabrics: FabricAttachmentConfig[];
   mgmtInterface: string;
+  /** discovery.prefer_nvml and discovery.nvml_library. */
+  preferNvml: boolean;
+  nvmlLibrary: string;
   /** True when a config file was given: it says what the node is supposed to have. */
   fromConfig: boolean;
 }
@@ -23,6 +29,20 @@ export interface DiscoverFlags {
 }
 
 const defaultOf = (key: string): string => String(CONFIG_KEYS.find((k) => k.key === key)?.default ?? '');
+
+/** The key's LLMGW_* variable: honoured without --config too, as the agent honours it. */
+function envValue(key: string): string | undefined {
+  const spec = CONFIG_KEYS.find((k) => k.key === key);
+  return spec ? envNames(spec).map((n) => process.env[n]).find((v) => v !== undefined && v !== '') : undefined;
+}
+
+function envBool(key: string): boolean | undefined {
+  const v = envValue(key);
+  if (v === undefined) return undefined;
+  if (/^(true|1|yes)$/i.test(v)) return true;
+  if (/^(false|0|no)$/i.test(v)) return false;
+  throw configError(`${envNames(CONFIG_KEYS.find((k) => k.key === key) as (typeof CONFIG_KEYS)[number])[0]}=${JSON.stringify(v)} must be true or false`);
+}
 
 /**
  * What `llmgw discover` probes with: the agent's own config when --config
@@ -49,8 +69,11 @@ export function resolveDiscoverSettings(flags: DiscoverFlags): DiscoverSettings 
       nvidiaSmi: config.discovery.nvidiaSmi,
       sysfsRoot: config.discovery.sysfsRoot,
       timeoutMs: config.discovery.timeoutMs,
+      foreignMemoryShare: config.discovery.foreignMemoryShare,
       fabrics: config.fabrics,
       mgmtInterface: config.mgmtInterface,
+      preferNvml: config.discovery.preferNvml,
+      nvmlLibrary: config.discovery.nvmlLibrary,
       fromConfig: true,
     };
   }
@@ -58,8 +81,11 @@ export function resolveDiscoverSettings(flags: DiscoverFlags): DiscoverSettings 
     nvidiaSmi: flags.nvidiaSmi ?? defaultOf('discovery.nvidia_smi'),
     sysfsRoot: flags.sysfsRoot ?? defaultOf('discovery.sysfs_root'),
     timeoutMs: parseDuration(flags.timeout ?? defaultOf('discovery.timeout')) as number,
+    foreignMemoryShare: DEFAULT_FOREIGN_MEMORY_SHARE,
     fabrics: [],
     mgmtInterface: defaultOf('mgmt_interface'),
+    preferNvml: envBool('discovery.prefer_nvml') ?? defaultOf('discovery.prefer_nvml') === 'true',
+    nvmlLibrary: envValue('discovery.nvml_library') || defaultOf('discovery.nvml_library'),
     fromConfig: false,
   };
 }

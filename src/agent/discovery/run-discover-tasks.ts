@@ -1,8 +1,9 @@
 import { Listr, ListrLogger, ProcessOutput } from 'listr2';
 import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
 import { assembleInventory } from './assemble-inventory.js';
-import type { DiscoverOptions } from './discover.js';
-import { type GpuProbe, probeGpus } from './probe-gpus.js';
+import { type DiscoverOptions, gpuSourceOptions } from './discover.js';
+import { type GpuSourceProbe, mergeNvmlTopology, probeGpusBySource } from './probe-gpus-by-source.js';
+import type { GpuProbe } from './probe-gpus.js';
 import { type HcaProbe, probeHcas } from './probe-hcas.js';
 import { type NetworkProbe, probeNetwork } from './probe-network.js';
 import { type TopologyProbe, probeTopology } from './probe-topology.js';
@@ -12,6 +13,7 @@ export type DiscoverRenderer = 'default' | 'simple' | 'silent';
 
 interface Ctx {
   gpus?: GpuProbe;
+  bySource?: GpuSourceProbe;
   topology?: TopologyProbe;
   hcas?: HcaProbe;
   network?: NetworkProbe;
@@ -28,11 +30,14 @@ export async function runDiscoverTasks(opts: DiscoverOptions & { renderer: Disco
   const tasks = new Listr<Ctx, 'default' | 'simple' | 'silent', 'simple'>(
     [
       {
-        title: 'GPUs (nvidia-smi)',
+        title: 'GPUs',
         task: async (ctx, task) => {
-          ctx.gpus = await probeGpus({ ...base, sysfsRoot: opts.sysfsRoot });
+          ctx.bySource = await probeGpusBySource({ ...base, ...gpuSourceOptions(opts), sysfsRoot: opts.sysfsRoot });
+          ctx.gpus = ctx.bySource.gpus;
           const n = ctx.gpus.gpus.length;
-          task.title = n > 0 ? `GPUs: ${n} found` : `GPUs: none (${ctx.gpus.warnings[0] ?? 'nvidia-smi listed none'})`;
+          // Which source, and why, said once: NVML, or the reason it was not.
+          const via = ctx.bySource.source === 'nvml' ? `via ${ctx.bySource.why}` : `via nvidia-smi: ${ctx.bySource.why}`;
+          task.title = n > 0 ? `GPUs: ${n} found ${via}` : `GPUs: none (${ctx.gpus.warnings.at(-1) ?? 'nvidia-smi listed none'}; ${via})`;
         },
       },
       {
@@ -40,6 +45,8 @@ export async function runDiscoverTasks(opts: DiscoverOptions & { renderer: Disco
         skip: (ctx) => (ctx.gpus?.driverAvailable && (ctx.gpus.gpus.length ?? 0) > 0 ? false : 'Topology: skipped, no GPUs'),
         task: async (ctx, task) => {
           ctx.topology = await probeTopology(base);
+          const nvmlLinks = ctx.bySource?.nvmlLinks;
+          if (nvmlLinks) ctx.topology = mergeNvmlTopology(nvmlLinks, ctx.topology);
           task.title = ctx.topology.warnings.length > 0 ? 'Topology: unavailable' : `Topology: ${ctx.topology.links.length} links`;
         },
       },

@@ -1,9 +1,13 @@
+import { isAbsolute } from 'node:path';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { failure } from '../../lib/errors.js';
 import type { EngineConfig, EngineName } from '../config/agent-config.js';
+import { DEFAULT_ALLOWED_ENV, refuseProfileEnv } from '../config/env-allowlist.js';
 import type { Engine, LaunchPlan, ValidationContext } from './engine.js';
+import { resolveExecutableSync } from './resolve-executable.js';
 import { servesHttp, shardEnv } from './shard-launch.js';
-import { validateShard } from './validate-shard.js';
+import { type ValidateShardOptions, validateShard } from './validate-shard.js';
 
 /**
  * What every engine shares: the command from `engines.<name>.command` (or
@@ -11,19 +15,25 @@ import { validateShard } from './validate-shard.js';
  * is launched, and rank 0 being the one that serves HTTP. An engine says only
  * how its server's own arguments are spelled.
  *
- * argv is always [...command, ...server args, ...profile args, ...extra_args]:
- * an array handed to execve, so nothing in it is interpreted by a shell.
+ * argv is always [/absolute/executable, ...command[1:], ...server args,
+ * ...profile args, ...extra_args]: an array handed to execve, so nothing in
+ * it is interpreted by a shell and no PATH is consulted at launch.
  */
 export abstract class ConfiguredEngine implements Engine {
   abstract readonly name: EngineName;
   abstract readonly metrics: EngineMetrics;
   protected readonly config: EngineConfig;
+  /**
+   * The executable validate() resolved for a spec, so the file checked is the
+   * file run; keyed by the spec object, which the agent passes to both.
+   */
+  readonly #resolved = new WeakMap<StartShard, string>();
 
   constructor(
-    config: EngineConfig | undefined,
+    config: Partial<EngineConfig> | undefined,
     private readonly mgmtInterface: string,
   ) {
-    this.config = { command: [], env: {}, extraArgs: [], ...config };
+    this.config = { command: [], env: {}, extraArgs: [], allowedEnv: [...DEFAULT_ALLOWED_ENV], enabled: true, ...config };
   }
 
   /** The argv prefix that starts the engine when config does not say. */
@@ -36,8 +46,23 @@ export abstract class ConfiguredEngine implements Engine {
     return this.config.command.length > 0 ? [...this.config.command] : [...this.defaultCommand()];
   }
 
-  validate(spec: StartShard, ctx: ValidationContext): Promise<void> {
-    return validateShard(spec, ctx, { executable: this.prefix()[0] as string, executableHint: `set engines.${this.name}.command` });
+  async validate(spec: StartShard, ctx: ValidationContext): Promise<void> {
+    const executable = await validateShard(spec, ctx, {
+      engine: this.name,
+      executable: this.prefix()[0] as string,
+      executableHint: `set engines.${this.name}.command`,
+      allowedEnv: this.config.allowedEnv,
+      ...this.engineValidation(spec),
+    });
+    this.#resolved.set(spec, executable);
+  }
+
+  /**
+   * What only this engine checks (throwing to refuse), and the options it
+   * adds to the shared checks; nothing by default.
+   */
+  protected engineValidation(_spec: StartShard): Partial<ValidateShardOptions> {
+    return {};
   }
 
   servesHttp(spec: StartShard): boolean {
@@ -45,7 +70,17 @@ export abstract class ConfiguredEngine implements Engine {
   }
 
   command(spec: StartShard): LaunchPlan {
-    const argv = [...this.prefix(), ...this.serverArgs(spec), ...(spec.profile?.args ?? []), ...this.config.extraArgs];
-    return { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env) };
+    const [name = '', ...rest] = this.prefix();
+    // An absolute path is kept even when absent (execve fails, nothing is looked up); a bare name must resolve.
+    const executable = this.#resolved.get(spec) ?? (isAbsolute(name) ? name : resolveExecutableSync(name));
+    if (executable === undefined) throw failure(`engine executable ${JSON.stringify(name)} is not found on the agent's PATH; set engines.${this.name}.command`);
+    const argv = [executable, ...rest, ...this.serverArgs(spec), ...(spec.profile?.args ?? []), ...this.config.extraArgs];
+    // Validation refused these already; a caller that skipped it still must not pass them.
+    const profileEnv = Object.fromEntries(
+      Object.entries(spec.profile?.env ?? {}).filter(([k]) => refuseProfileEnv(k, this.config.allowedEnv, this.name) === undefined),
+    );
+    const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv) };
+    if (this.config.user) plan.user = { ...this.config.user };
+    return plan;
   }
 }

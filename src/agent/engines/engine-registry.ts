@@ -1,4 +1,4 @@
-import { ENGINE_NAMES, type AgentConfig, type EngineName } from '../config/agent-config.js';
+import type { AgentConfig, EngineName } from '../config/agent-config.js';
 import { failure } from '../../lib/errors.js';
 import type { Engine } from './engine.js';
 import { SglangEngine } from './sglang-engine.js';
@@ -6,7 +6,7 @@ import { SimEngine } from './sim-engine.js';
 import { VllmEngine } from './vllm-engine.js';
 
 export interface EngineRegistryOptions {
-  /** engines.<name> from config: command, env, extra_args. */
+  /** engines.<name> from config: command, env, extra_args, allowed_env, user, enabled. */
   engines: AgentConfig['engines'];
   /** NCCL_SOCKET_IFNAME / GLOO_SOCKET_IFNAME of every engine. */
   mgmtInterface: string;
@@ -14,22 +14,36 @@ export interface EngineRegistryOptions {
   stopGraceMs?: number;
 }
 
-/** The engines this agent can start, by the name a Profile gives. */
+/**
+ * The engines this agent can start, by the name a Profile gives. Only the
+ * enabled ones are registered: `sim` (a Node.js program, which a control
+ * plane could otherwise ask for on any production node) only with
+ * engines.sim.enabled: true.
+ */
 export class EngineRegistry {
   readonly #engines: ReadonlyMap<EngineName, Engine>;
 
   constructor(opts: EngineRegistryOptions) {
-    this.#engines = new Map<EngineName, Engine>([
-      ['vllm', new VllmEngine(opts.engines.vllm, opts.mgmtInterface, { stopGraceMs: opts.stopGraceMs })],
-      ['sglang', new SglangEngine(opts.engines.sglang, opts.mgmtInterface)],
-      ['sim', new SimEngine(opts.engines.sim, opts.mgmtInterface)],
-    ]);
+    const all: Engine[] = [];
+    if (opts.engines.vllm?.enabled !== false) all.push(new VllmEngine(opts.engines.vllm, opts.mgmtInterface, { stopGraceMs: opts.stopGraceMs }));
+    if (opts.engines.sglang?.enabled !== false) all.push(new SglangEngine(opts.engines.sglang, opts.mgmtInterface));
+    if (opts.engines.sim?.enabled === true) all.push(new SimEngine(opts.engines.sim, opts.mgmtInterface));
+    this.#engines = new Map(all.map((e) => [e.name, e]));
   }
 
-  /** Throws LlmgwError('failure') naming the known engines for an unknown name. */
+  /** The registered engines' names, in a stable order. */
+  names(): EngineName[] {
+    return [...this.#engines.keys()];
+  }
+
+  /** Throws LlmgwError('failure') naming the registered engines for an unknown or disabled name. */
   get(name: string): Engine {
     const engine = this.#engines.get(name as EngineName);
-    if (!engine) throw failure(`unknown engine ${JSON.stringify(name)}; known engines: ${ENGINE_NAMES.join(', ')}`);
-    return engine;
+    if (engine) return engine;
+    const known = `known engines: ${this.names().join(', ') || 'none'}`;
+    if (name === 'sim' || name === 'vllm' || name === 'sglang') {
+      throw failure(`engine ${JSON.stringify(name)} is not enabled on this node (set engines.${name}.enabled: true in the agent's config); ${known}`);
+    }
+    throw failure(`unknown engine ${JSON.stringify(name)}; ${known}`);
   }
 }

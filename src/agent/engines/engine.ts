@@ -20,9 +20,11 @@ export interface Engine {
   /**
    * Throws LlmgwError('failure', '<one line naming the problem>') before
    * anything is launched: a refusal after minutes of model loading is the
-   * failure validation exists to prevent.
+   * failure validation exists to prevent. Resolves the executable once, with
+   * the agent's PATH; command() of the same spec object runs that file.
    */
   validate(spec: StartShard, ctx: ValidationContext): Promise<void>;
+  /** Throws LlmgwError('failure') when the executable cannot be found. */
   command(spec: StartShard): LaunchPlan;
   /** Whether this rank opens the HTTP API: every single-node shard, rank 0 only for multi-node. */
   servesHttp(spec: StartShard): boolean;

@@ -21,18 +21,29 @@ export function servedModelName(spec: StartShard): string {
 }
 
 /**
- * The environment of one rank. Later layers win, except that
- * CUDA_VISIBLE_DEVICES is always the shard's own GPUs: a profile or config
- * that set it would put the engine on GPUs another shard holds.
+ * The environment of one rank, in layers, later winning: the agent's NCCL
+ * and Gloo interfaces, the profile's variables (validation has already
+ * refused every name outside the engine's allowed_env), the operator's
+ * engines.<name>.env, then what the agent owns. CUDA_VISIBLE_DEVICES is
+ * always the shard's own GPUs, in nvidia-smi's numbering, which is PCI bus
+ * order: CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA count the same way (its
+ * default, FASTEST_FIRST, would put the engine on another shard's GPU on a
+ * node with mixed GPUs).
  */
-export function shardEnv(spec: StartShard, mgmtInterface: string, configured: Record<string, string>): Record<string, string> {
+export function shardEnv(
+  spec: StartShard,
+  mgmtInterface: string,
+  configured: Record<string, string>,
+  profileEnv: Record<string, string> = spec.profile?.env ?? {},
+): Record<string, string> {
   const env: Record<string, string> = {
     NCCL_SOCKET_IFNAME: mgmtInterface,
     GLOO_SOCKET_IFNAME: mgmtInterface,
   };
   if (spec.hcas.length > 0) env.NCCL_IB_HCA = spec.hcas.join(',');
-  Object.assign(env, spec.profile?.env ?? {}, configured);
+  Object.assign(env, profileEnv, configured);
   env.CUDA_VISIBLE_DEVICES = spec.gpuIndices.join(',');
+  env.CUDA_DEVICE_ORDER = 'PCI_BUS_ID';
   return env;
 }
 

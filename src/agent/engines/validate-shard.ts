@@ -3,10 +3,13 @@ import { isInPortRange, readEphemeralPortRange } from '../../lib/ephemeral-port-
 import { failure } from '../../lib/errors.js';
 import { compareComputeCapability, parseComputeCapability } from './compare-compute-capability.js';
 import type { ValidationContext } from './engine.js';
+import { refuseProfileEnv } from '../config/env-allowlist.js';
 import { resolveExecutable } from './resolve-executable.js';
 import { parallelism, servesHttp } from './shard-launch.js';
 
 export interface ValidateShardOptions {
+  /** The engine's name in config, for messages: engines.<engine>.allowed_env. */
+  engine: string;
   /** argv[0] the engine would run. */
   executable: string;
   /** What to change when it is not found, e.g. "set engines.vllm.command". */
@@ -15,22 +18,35 @@ export interface ValidateShardOptions {
   dataParallelSize?: number;
   /** The file the ephemeral port range is read from; /proc's except in tests. */
   portRangePath?: string;
+  /** engines.<engine>.allowed_env: the names a profile may set. */
+  allowedEnv: readonly string[];
 }
+
+/** Longest profile env value: a token or a JSON blob fits; a megabyte of environment is an attack on execve's limits. */
+export const MAX_PROFILE_ENV_VALUE_BYTES = 64 * 1024;
 
 const validPort = (p: number) => Number.isInteger(p) && p >= 1 && p <= 65535;
 
 /**
  * The checks every engine makes before launching, each refusing with one
  * line that names the problem. Ordered cheap to dear: the spec itself, then
- * this node's GPUs, then the file system, then the network.
+ * this node's GPUs, then the file system, then the network. Returns the
+ * absolute path of the executable, found with the agent's PATH: that path,
+ * not the name, is what runs, so nothing in the engine's environment can
+ * choose another binary.
  */
-export async function validateShard(spec: StartShard, ctx: ValidationContext, opts: ValidateShardOptions): Promise<void> {
+export async function validateShard(spec: StartShard, ctx: ValidationContext, opts: ValidateShardOptions): Promise<string> {
   const profile = spec.profile;
   if (spec.replicaId === '') throw failure(`shard ${spec.shardId}: replica_id is empty`);
   if (!profile) throw failure(`shard ${spec.shardId} has no profile`);
   if (profile.model === '') throw failure(`shard ${spec.shardId}: profile ${profile.name || '(unnamed)'} has no model`);
-  if (profile.env.CUDA_VISIBLE_DEVICES !== undefined) {
-    throw failure(`profile ${profile.name || '(unnamed)'} sets CUDA_VISIBLE_DEVICES; the agent assigns GPUs from gpu_indices`);
+  for (const [name, value] of Object.entries(profile.env)) {
+    const why = refuseProfileEnv(name, opts.allowedEnv, opts.engine);
+    if (why !== undefined) throw failure(`shard ${spec.shardId}: ${why}`);
+    if (value.includes('\0')) throw failure(`shard ${spec.shardId}: profile env ${name} contains a NUL byte`);
+    if (Buffer.byteLength(value) > MAX_PROFILE_ENV_VALUE_BYTES) {
+      throw failure(`shard ${spec.shardId}: profile env ${name} is ${Buffer.byteLength(value)} bytes; at most ${MAX_PROFILE_ENV_VALUE_BYTES} are accepted`);
+    }
   }
 
   const { tp, pp, nnodes } = parallelism(spec);
@@ -85,8 +101,9 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
     }
   }
 
-  if ((await resolveExecutable(opts.executable)) === undefined) {
-    const where = opts.executable.includes('/') ? 'is not an executable file' : 'is not found on PATH';
+  const executable = await resolveExecutable(opts.executable);
+  if (executable === undefined) {
+    const where = opts.executable.includes('/') ? 'is not an executable file' : "is not found on the agent's PATH";
     throw failure(`engine executable ${JSON.stringify(opts.executable)} ${where}; ${opts.executableHint}`);
   }
 
@@ -105,4 +122,5 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
   // Rank 0 of a multi-node shard binds the leader port itself (vLLM's master
   // or DP RPC port, SGLang's dist-init port).
   if (nnodes > 1 && spec.rank === 0 && range && isInPortRange(spec.leaderPort, range)) throw ephemeral('leader_port', spec.leaderPort);
+  return executable;
 }

@@ -2,11 +2,10 @@ import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../lib/errors.js';
 import type { EngineConfig } from '../config/agent-config.js';
 import { ConfiguredEngine } from './configured-engine.js';
-import type { ValidationContext } from './engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import { parallelism, servedModelName, servesHttp } from './shard-launch.js';
 import { shutdownTimeoutS } from './shutdown-timeout.js';
-import { validateShard } from './validate-shard.js';
+import type { ValidateShardOptions } from './validate-shard.js';
 
 export const DEFAULT_VLLM_COMMAND: readonly string[] = ['vllm', 'serve'];
 
@@ -58,7 +57,7 @@ export class VllmEngine extends ConfiguredEngine {
   readonly metrics: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
   readonly #shutdownTimeoutS: number;
 
-  constructor(config: EngineConfig | undefined, mgmtInterface: string, opts: VllmEngineOptions = {}) {
+  constructor(config: Partial<EngineConfig> | undefined, mgmtInterface: string, opts: VllmEngineOptions = {}) {
     super(config, mgmtInterface);
     this.#shutdownTimeoutS = shutdownTimeoutS(opts.stopGraceMs ?? DEFAULT_STOP_GRACE_MS);
   }
@@ -67,17 +66,13 @@ export class VllmEngine extends ConfiguredEngine {
     return DEFAULT_VLLM_COMMAND;
   }
 
-  override async validate(spec: StartShard, ctx: ValidationContext): Promise<void> {
+  protected override engineValidation(spec: StartShard): Partial<ValidateShardOptions> {
     const dp = dataParallelSize(spec.profile?.args ?? []);
     const { nnodes } = parallelism(spec);
     if (nnodes > 1 && dp > 1 && dp % nnodes !== 0) {
       throw failure(`shard ${spec.shardId}: --data-parallel-size ${dp} does not divide over ${nnodes} nodes; use a multiple of ${nnodes}`);
     }
-    await validateShard(spec, ctx, {
-      executable: this.prefix()[0] as string,
-      executableHint: `set engines.${this.name}.command`,
-      dataParallelSize: dp,
-    });
+    return { dataParallelSize: dp };
   }
 
   protected serverArgs(spec: StartShard): string[] {

@@ -1,26 +1,41 @@
 import type { ChildProcess } from 'node:child_process';
+import { errorMessage } from '../../lib/errors.js';
 import { type ProcessIdentity, checkIdentity } from '../../lib/process/process-identity.js';
+import type { EngineUnit } from './engine-unit.js';
+import { readUnitExit } from './read-unit-exit.js';
 
 /** How often an adopted engine (not our child: no exit event) is checked for being gone. The issue's bound: at most every 500 ms. */
 export const IDENTITY_POLL_MS = 500;
+/**
+ * How often a unit engine's main pid is looked at. Its exit status is
+ * systemd's to read, but only once the death is seen: every 25 ms keeps
+ * kill → FAILED on the stream within the issue's 300 ms with the systemctl
+ * calls that follow (bench figure 10), for one read of /proc/<pid>/stat
+ * (microseconds) each time.
+ */
+export const UNIT_DEATH_POLL_MS = 25;
 
-/** How an engine leader ended: with its status (our child), or only seen gone (adopted). */
-export type DeathInfo = { known: true; code: number | null; signal: NodeJS.Signals | null } | { known: false; reason: string };
+/** How an engine leader ended: with its status (our child, or read from its unit), or only seen gone. */
+export type DeathInfo =
+  | { known: true; code: number | null; signal: NodeJS.Signals | null; /** Who recorded it, when not our own wait(). */ recordedBy?: string }
+  | { known: false; reason: string };
 
 /**
  * Calls `onDeath` once when the engine leader is gone, until `signal` aborts.
  * Our own child reports its exit at once, with the status. An engine that is
  * not our child sends no event: it is checked by identity, so a pid reused
- * after its death reads as dead, not as alive.
+ * after its death reads as dead, not as alive; under systemd-run its exit
+ * status is then read from its unit, as systemd recorded it.
  */
 export function watchDeath(opts: {
   child?: ChildProcess;
   pid: number;
   identity: ProcessIdentity;
+  unit?: EngineUnit;
   signal: AbortSignal;
   onDeath: (info: DeathInfo) => void;
 }): void {
-  const { child, signal } = opts;
+  const { child, signal, unit } = opts;
   if (signal.aborted) return;
   if (child) {
     const onExit = (code: number | null, sig: NodeJS.Signals | null) => opts.onDeath({ known: true, code, signal: sig });
@@ -33,13 +48,27 @@ export function watchDeath(opts: {
     signal.addEventListener('abort', () => child.off('exit', onExit), { once: true });
     return;
   }
-  const timer = setInterval(() => {
-    const check = checkIdentity(opts.pid, opts.identity);
-    if (!check.alive) {
+  const timer = setInterval(
+    () => {
+      const check = checkIdentity(opts.pid, opts.identity);
+      if (check.alive) return;
       clearInterval(timer);
-      opts.onDeath({ known: false, reason: check.reason });
-    }
-  }, IDENTITY_POLL_MS);
+      if (!unit) {
+        opts.onDeath({ known: false, reason: check.reason });
+        return;
+      }
+      void readUnitExit(unit, opts.pid, signal).then(
+        (r) =>
+          'exit' in r
+            ? opts.onDeath({ known: true, ...r.exit, recordedBy: `systemd, ${unit.name} Result=${r.result}` })
+            : opts.onDeath({ known: false, reason: `${check.reason}; ${r.reason}` }),
+        (err: unknown) => {
+          if (!signal.aborted) opts.onDeath({ known: false, reason: `${check.reason}; its unit's status could not be read: ${errorMessage(err)}` });
+        },
+      );
+    },
+    unit ? UNIT_DEATH_POLL_MS : IDENTITY_POLL_MS,
+  );
   timer.unref();
   signal.addEventListener('abort', () => clearInterval(timer), { once: true });
 }

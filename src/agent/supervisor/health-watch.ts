@@ -1,42 +1,105 @@
 import { errorMessage } from '../../lib/errors.js';
-import { PROBE_TIMEOUT_MS, probeHealth } from './http-probe.js';
+import { PROBE_TIMEOUT_MS, httpGet, probeHealth } from './http-probe.js';
+import { readCounter } from './read-counter.js';
+import { readGauge } from './read-gauge.js';
+import { StallDetector } from './stall-detector.js';
 
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
 export const UNHEALTHY_AFTER_FAILURES = 3;
 
+/** The one health judgement of a tick: what the shard should be, and why (ShardStatus.error when unhealthy). */
+export interface HealthVerdict {
+  healthy: boolean;
+  /** 'probes': /health failed UNHEALTHY_AFTER_FAILURES times in a row; 'stalled': requests running, no token. */
+  cause: 'probes' | 'stalled' | undefined;
+  why: string;
+}
+
+/** The series stall detection reads; both names must be known, or only /health is judged. */
+export interface StallWatch {
+  requestsRunningMetric: string;
+  generationTokensMetric: string;
+  /** supervisor.stall_timeout; 0 turns stall detection off. */
+  stallTimeoutMs: number;
+}
+
 /**
- * Probes `baseUrl`/health every `intervalMs` until `signal` aborts, and
- * tells `onChange` when the engine crosses UNHEALTHY_AFTER_FAILURES failures
- * in a row (`healthy: false`) or answers again after that (`healthy: true`).
- * A hung NCCL collective keeps the pid alive, so only a probe sees it.
+ * Every `intervalMs` until `signal` aborts: probes `baseUrl`/health and,
+ * when `stall` names the engine's series and /health answered, reads
+ * /metrics into one StallDetector; then calls `onVerdict` with the one
+ * verdict of that tick. Probe failures come first: an engine that does not
+ * answer /health cannot be judged by its metrics.
+ *
+ * A hung NCCL collective keeps the pid alive, so only a probe sees it; a
+ * deadlocked scheduler keeps /health at 200 too (vLLM 52319, 39863, 11996),
+ * so only the token counter sees that.
+ *
+ * A tick that learns nothing new (one or two probe misses, a /metrics read
+ * that failed) repeats the last verdict rather than calling the engine
+ * healthy: otherwise a stalled engine with one slow probe would flap to
+ * READY and back, and the control plane would see it recover.
  */
 export function watchHealth(opts: {
   baseUrl: string;
   intervalMs: number;
   signal: AbortSignal;
-  onChange: (healthy: boolean, why: string) => void;
+  stall?: StallWatch;
+  onVerdict: (v: HealthVerdict) => void;
 }): void {
-  const { baseUrl, intervalMs, signal } = opts;
+  const { baseUrl, intervalMs, signal, stall } = opts;
+  // Never longer than an interval, so one hung probe cannot hide the next ones.
+  const timeoutMs = Math.min(PROBE_TIMEOUT_MS, Math.max(500, intervalMs));
+  const detector =
+    stall && stall.stallTimeoutMs > 0 && stall.requestsRunningMetric !== '' && stall.generationTokensMetric !== ''
+      ? new StallDetector({ stallTimeoutMs: stall.stallTimeoutMs })
+      : undefined;
   let failures = 0;
+  let last: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
   let timer: NodeJS.Timeout | undefined;
-  const probe = async () => {
-    const result = await probeHealth(baseUrl, {
-      // Never longer than an interval, so one hung probe cannot hide the next ones.
-      timeoutMs: Math.min(PROBE_TIMEOUT_MS, Math.max(500, intervalMs)),
-      signal,
-    }).catch((err: unknown) => ({ ok: false as const, loading: false, reason: errorMessage(err) }));
-    if (signal.aborted) return;
-    if (result.ok) {
-      if (failures >= UNHEALTHY_AFTER_FAILURES) opts.onChange(true, '/health answers again');
-      failures = 0;
-    } else if (++failures === UNHEALTHY_AFTER_FAILURES) {
-      opts.onChange(false, `${failures} health probes failed in a row: ${result.reason}`);
+
+  const judge = async (): Promise<HealthVerdict> => {
+    const result = await probeHealth(baseUrl, { timeoutMs, signal }).catch((err: unknown) => ({
+      ok: false as const,
+      loading: false,
+      reason: errorMessage(err),
+    }));
+    if (!result.ok) {
+      if (++failures >= UNHEALTHY_AFTER_FAILURES) {
+        return { healthy: false, cause: 'probes', why: `${failures} health probes failed in a row: ${result.reason}` };
+      }
+      return last;
     }
+    const wasFailing = last.cause === 'probes';
+    failures = 0;
+    if (!detector || !stall) return { healthy: true, cause: undefined, why: wasFailing ? '/health answers again' : 'answers /health' };
+    let text: string;
+    try {
+      const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs, signal });
+      if (r.status !== 200) return wasFailing ? { healthy: true, cause: undefined, why: '/health answers again' } : last;
+      text = r.body;
+    } catch {
+      return wasFailing ? { healthy: true, cause: undefined, why: '/health answers again' } : last;
+    }
+    const v = detector.observe({
+      atMs: performance.now(),
+      requestsRunning: readGauge(text, stall.requestsRunningMetric),
+      generationTokens: readCounter(text, stall.generationTokensMetric),
+    });
+    if (v.state === 'stalled') return { healthy: false, cause: 'stalled', why: v.reason };
+    const again = last.cause === 'stalled' ? `generating again (${v.reason})` : wasFailing ? '/health answers again' : v.reason;
+    return { healthy: true, cause: undefined, why: again };
+  };
+
+  const tick = async () => {
+    const v = await judge();
     if (signal.aborted) return;
-    timer = setTimeout(probe, intervalMs);
+    last = v;
+    opts.onVerdict(v);
+    if (signal.aborted) return;
+    timer = setTimeout(tick, intervalMs);
     timer.unref();
   };
-  timer = setTimeout(probe, intervalMs);
+  timer = setTimeout(tick, intervalMs);
   timer.unref();
   signal.addEventListener('abort', () => clearTimeout(timer), { once: true });
 }

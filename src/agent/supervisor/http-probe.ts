@@ -3,6 +3,20 @@ import { errnoCode, errorMessage } from '../../lib/errors.js';
 
 /** Limit for one probe request; a hung engine must not stall the probe loop. */
 export const PROBE_TIMEOUT_MS = 3000;
+/** Largest /health or /v1/models answer read: a model list is a few KiB. */
+export const PROBE_BODY_MAX_BYTES = 64 * 1024;
+/** Largest /metrics answer read: vLLM's histograms for a busy engine are a few hundred KiB. */
+export const METRICS_BODY_MAX_BYTES = 4 * 1024 * 1024;
+
+/**
+ * The cap for a URL when the caller gives none. Whoever binds an engine's
+ * port first answers these requests, a local unprivileged user included: a
+ * 600 MB answer made Buffer.toString throw ERR_STRING_TOO_LONG outside any
+ * catch and killed the root agent (review finding 2).
+ */
+export function bodyCapFor(url: string): number {
+  return new URL(url).pathname.endsWith('/metrics') ? METRICS_BODY_MAX_BYTES : PROBE_BODY_MAX_BYTES;
+}
 
 export interface HttpResult {
   status: number;
@@ -20,7 +34,8 @@ export interface HttpResult {
  * silently ends health checking for that shard (seen as a flaky test under
  * load).
  */
-export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<HttpResult> {
+export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSignal; maxBytes?: number }): Promise<HttpResult> {
+  const maxBytes = opts.maxBytes ?? bodyCapFor(url);
   return new Promise((resolve, reject) => {
     let timer: NodeJS.Timeout | undefined;
     const settle = <T>(fn: (v: T) => void) => (v: T) => {
@@ -31,7 +46,22 @@ export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSi
     const fail = settle(reject);
     const req = request(url, { method: 'GET', agent: false, signal: opts.signal }, (res) => {
       const chunks: Buffer[] = [];
-      res.on('data', (c: Buffer) => chunks.push(c));
+      let bytes = 0;
+      const declared = Number(res.headers['content-length']);
+      if (Number.isFinite(declared) && declared > maxBytes) {
+        req.destroy(tooLarge(`${declared} bytes`, maxBytes));
+        return;
+      }
+      res.on('data', (c: Buffer) => {
+        bytes += c.length;
+        // Past the cap the rest is never read: destroying the request stops the transfer.
+        if (bytes > maxBytes) {
+          chunks.length = 0;
+          req.destroy(tooLarge(`over ${maxBytes} bytes`, maxBytes));
+          return;
+        }
+        chunks.push(c);
+      });
       res.on('end', () => ok({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
       res.on('error', fail);
       // A response cut off mid-body (engine stopped, probe timed out) may end
@@ -50,6 +80,12 @@ export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSi
   });
 }
 
+function tooLarge(size: string, maxBytes: number): Error {
+  const err = new Error(`the answer is ${size}; at most ${maxBytes} are read`);
+  err.name = 'ResponseTooLargeError';
+  return err;
+}
+
 export type ProbeResult =
   | { ok: true }
   /** Not ready; `loading` when the port is not open yet, which is how vLLM says it is still loading. */
@@ -66,6 +102,8 @@ function probeFailure(what: string, err: unknown): ProbeResult {
   if (err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError')) {
     return { ok: false, loading: false, reason: `${what}: no answer in time` };
   }
+  // Whatever answers with that much is not an engine answering a probe.
+  if (err instanceof Error && err.name === 'ResponseTooLargeError') return { ok: false, loading: false, reason: `${what}: ${err.message}` };
   // ECONNRESET and the rest: answered badly; not ready, try again.
   return { ok: false, loading: false, reason: `${what}: ${code ?? errorMessage(err)}` };
 }

@@ -9,7 +9,10 @@ import { LOG_FILE_MODE } from '../../lib/files/log-file-modes.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
 import { type ProcessIdentity, readBootId } from '../../lib/process/process-identity.js';
 import { writeFileAtomic } from '../../lib/write-file-atomic.js';
-import { buildSystemdRunArgv, environmentFileText, systemdUnitName } from './systemd-run-argv.js';
+import { systemdUnitName } from '../../lib/systemd/unit-name.js';
+import { type EngineUnit, readInvocation } from './engine-unit.js';
+import { clearEndedUnit, stopFailedLaunch } from './stop-engine-unit.js';
+import { type SystemdRunOptions, buildSystemdRunArgv, environmentFileText } from './systemd-run-argv.js';
 
 /** Limit for systemd-run and systemctl, which answer in milliseconds when systemd is healthy. */
 export const SYSTEMD_TIMEOUT_MS = 30_000;
@@ -20,6 +23,8 @@ export interface LaunchedEngine {
   identity: ProcessIdentity;
   /** Present when the engine is our own child, whose exit status we will be told. */
   child?: ChildProcess;
+  /** Present when the engine runs in its own systemd unit (systemd-run). */
+  unit?: EngineUnit;
 }
 
 /**
@@ -127,14 +132,17 @@ function describeSystemdFailure(what: string, err: unknown): string {
 
 /**
  * Starts the engine as a transient systemd unit. The engine is then
- * systemd's child, not ours: its exit is noticed by polling, like an adopted
- * engine's, and its exit status is not known here.
+ * systemd's child, not ours: its death is seen through /proc and its exit
+ * status read from the unit (death-watch), and its unit's InvocationID is
+ * what identifies it after an agent restart.
  *
  * Its environment goes through `envFile`, written root-only (0600) here,
  * never argv (buildSystemdRunArgv); the file stays for the unit's life and
- * goes with the shard. Once systemd-run has succeeded the unit exists: any
- * later failure stops it, or it would run on with no state file, holding
- * its GPUs, invisible to the agent (finding 15 of the security review).
+ * goes with the shard. It is written only once clearEndedUnit has found no
+ * engine running under the unit's name, whose file it would replace. Once
+ * systemd-run has succeeded the unit exists: any later failure stops it, or
+ * it would run on with no state file, holding its GPUs, invisible to the
+ * agent (finding 15 of the security review).
  */
 export async function launchSystemdRun(
   shardId: string,
@@ -142,36 +150,40 @@ export async function launchSystemdRun(
   logPath: string,
   signal: AbortSignal | undefined,
   envFile: string,
+  opts: SystemdRunOptions = {},
 ): Promise<LaunchedEngine> {
   const unit = systemdUnitName(shardId);
+  try {
+    await clearEndedUnit(unit, signal);
+  } catch (err) {
+    if (err instanceof Error && err.name === 'LlmgwError') throw err;
+    throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${errorMessage(err)}`, { cause: err });
+  }
   await writeFileAtomic(envFile, environmentFileText(plan.env), 0o600);
-  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, envFile);
+  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, envFile, opts);
   // Only the systemd-run launcher needs execa; direct launches do not load it.
   const { execa } = await import('execa');
-  const run = { timeout: SYSTEMD_TIMEOUT_MS, cancelSignal: signal, stdin: 'ignore' as const };
   try {
-    await execa(cmd as string, args, run);
+    await execa(cmd as string, args, { timeout: SYSTEMD_TIMEOUT_MS, cancelSignal: signal, stdin: 'ignore' });
   } catch (err) {
     // Not stopped: a unit of that name that already ran may be a healthy engine.
     await rm(envFile, { force: true });
     throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${describeSystemdFailure('systemd-run', err)}; see journalctl -u ${unit}`, { cause: err });
   }
+  let invocationId: string | undefined;
   try {
-    let stdout: string;
-    try {
-      stdout = String((await execa('systemctl', ['show', '-p', 'MainPID', '--value', unit], run)).stdout).trim();
-    } catch (err) {
-      throw failure(`cannot find the main process of systemd unit ${unit}: ${describeSystemdFailure('systemctl show', err)}`, { cause: err });
-    }
-    const pid = Number(stdout);
+    const started = await readInvocation(unit, signal);
+    invocationId = started.unit.invocationId;
+    const pid = started.mainPid;
     if (!Number.isInteger(pid) || pid <= 1) {
-      throw failure(`systemd unit ${unit} has no main process (MainPID ${JSON.stringify(stdout.slice(0, 40))}); see journalctl -u ${unit}`);
+      throw failure(`systemd unit ${unit} has no main process (MainPID ${pid}); see journalctl -u ${unit}`);
     }
-    return { pid, ...identityOf(pid) };
+    return { pid, ...identityOf(pid), unit: started.unit };
   } catch (err) {
-    const stopped = await execa('systemctl', ['stop', unit], { ...run, cancelSignal: undefined }).then(
+    // Not cancelled with the launch: the unit must go whatever stopped the launch.
+    const stopped = await stopFailedLaunch(unit, invocationId).then(
       () => 'the unit was stopped',
-      (e: unknown) => `stopping the unit failed too (${describeSystemdFailure('systemctl stop', e)}): stop it by hand`,
+      (e: unknown) => `stopping the unit failed too (${errorMessage(e)}): stop it by hand (systemctl stop ${unit})`,
     );
     await rm(envFile, { force: true });
     throw failure(`${errorMessage(err)}; ${stopped}`, { cause: err });
@@ -180,8 +192,9 @@ export async function launchSystemdRun(
 
 /**
  * Starts `plan`, whose env is already the engine's whole environment
- * (engineEnv, built once by the caller, which also checked it against the
- * kernel's limits): building it again here was a second, drifting copy.
+ * (engineEnv or systemdEngineEnv, built once by the caller, which also
+ * checked it against the kernel's limits): building it again here was a
+ * second, drifting copy. `envFile` is where systemd-run's environment goes.
  */
 export function launchEngine(
   launcher: Launcher,
@@ -190,6 +203,7 @@ export function launchEngine(
   logPath: string,
   signal: AbortSignal | undefined,
   envFile: string,
+  unitOptions: SystemdRunOptions = {},
 ): Promise<LaunchedEngine> {
-  return launcher === 'systemd-run' ? launchSystemdRun(shardId, plan, logPath, signal, envFile) : launchDirect(plan, logPath);
+  return launcher === 'systemd-run' ? launchSystemdRun(shardId, plan, logPath, signal, envFile, unitOptions) : launchDirect(plan, logPath);
 }

@@ -1,14 +1,16 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { join } from 'node:path';
+import { DEFAULT_KEEP_PREVIOUS_RUNS, keepPreviousRun } from '../../lib/files/keep-previous-run.js';
 import { LOG_DIR_MODE, ensureDirectory, prepareLogFile } from '../../lib/files/log-file-modes.js';
 import { STATE_SCHEMA_VERSION, readStateFile, removeStateFile, writeStateFile } from '../../lib/files/state-file.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
 import { type EngineUids, agentUids, findProcessesLoggingTo } from '../../lib/process/process-table.js';
-import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
-import { shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../lib/shard-layout.js';
+import { previousRunsDir, shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../lib/shard-layout.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { checkLaunchPlan } from './check-launch-plan.js';
-import { join } from 'node:path';
+import { chooseLauncher } from './choose-launcher.js';
+import { endEngine } from './end-engine.js';
 import { engineEnvFor, launchEngine } from './launch-engine.js';
 import { ShardRunner, type ShardRunnerContext } from './shard-runner.js';
 
@@ -19,6 +21,8 @@ export interface ShardLaunch {
   servesHttp: boolean;
   /** The engine's gauge of running requests, read while draining; none when omitted. */
   inFlightMetric?: string;
+  /** The engine's generation-token counter, read with inFlightMetric for stall detection; none when omitted. */
+  generationTokensMetric?: string;
 }
 
 /**
@@ -49,10 +53,12 @@ export async function launchShard(
   signal: AbortSignal,
   files: ShardFileOwnership = { engineUids: agentUids() },
 ): Promise<ShardRunner> {
-  // The engine's whole environment, built once: checked, then launched as is.
-  const plan = { ...launch.plan, env: engineEnvFor(ctx.config.launcher, launch.plan) };
   const id = spec.shardId;
   const c = ctx.config;
+  // First: which environment the engine starts from depends on the launcher.
+  const { launcher } = await (ctx.launcher?.() ?? chooseLauncher(c.launcher));
+  // The engine's whole environment, built once: checked, then launched as is.
+  const plan = { ...launch.plan, env: engineEnvFor(launcher, launch.plan) };
   if (plan.argv.length === 0 || plan.argv[0] === '') throw usageError(`shard ${id}: the launch plan has no command`);
   checkLaunchPlan(launch.plan, plan.env);
   ensureDirs(c.stateDir, c.logDir, files.logGid);
@@ -64,13 +70,20 @@ export async function launchShard(
     // of a leader that crashed, or an engine that timed out while loading):
     // they hold the GPUs the new one is about to ask for.
     previous.detach();
-    await terminateProcessGroup({ pgid: previous.pgid, stillOurs: () => previous.groupStillOurs(), graceMs: c.stopGraceMs, signal });
+    await endEngine(previous.fence(), { graceMs: c.stopGraceMs, signal });
   } else {
     await refuseUnsupervisedEngine(id, statePath, logPath, files.engineUids);
   }
+  // Nothing of the old run writes its log any more: keep it, so `ctl logs --previous` can show how it ended.
+  await keepPreviousRun(c.logDir, id, c.keepPreviousRuns ?? DEFAULT_KEEP_PREVIOUS_RUNS).catch((err: unknown) =>
+    ctx.log.warn({ shard: id, err: errorMessage(err) }, 'could not keep the previous run\'s log; the new run appends to it'),
+  );
   prepareLogFile(logPath, files.logGid);
 
-  const launched = await launchEngine(c.launcher, id, plan, logPath, signal, shardEnvFilePath(c.stateDir, id));
+  const launched = await launchEngine(launcher, id, plan, logPath, signal, shardEnvFilePath(c.stateDir, id), {
+    properties: c.unitProperties,
+    stopGraceMs: c.stopGraceMs,
+  });
   const runner = new ShardRunner(
     ctx,
     {
@@ -80,9 +93,12 @@ export async function launchShard(
       pgid: launched.pgid,
       identity: launched.identity,
       child: launched.child,
+      launcher,
+      unit: launched.unit,
       adopted: false,
       servesHttp: launch.servesHttp,
       inFlightMetric: launch.inFlightMetric ?? '',
+      generationTokensMetric: launch.generationTokensMetric ?? '',
       startedAtMs: Date.now(),
       logPath,
       statePath,
@@ -97,10 +113,12 @@ export async function launchShard(
       spec,
       servesHttp: launch.servesHttp,
       inFlightMetric: launch.inFlightMetric ?? '',
+      generationTokensMetric: launch.generationTokensMetric ?? '',
       pid: launched.pid,
       pgid: launched.pgid,
       identity: launched.identity,
-      launcher: c.launcher,
+      launcher,
+      ...(launched.unit ? { unit: launched.unit } : {}),
       logPath,
       createdAtMs: runner.startedAtMs,
     });
@@ -108,7 +126,7 @@ export async function launchShard(
     // Without its state file this engine could not be found after an agent
     // restart, and would hold its GPUs with nothing able to describe it.
     runner.detach();
-    await terminateProcessGroup({ pgid: launched.pgid, stillOurs: () => runner.groupStillOurs(), graceMs: 0 });
+    await endEngine(runner.fence(), { graceMs: 0 });
     throw failure(`cannot write the state file ${statePath}: ${errorMessage(err)}; the engine was stopped`, { cause: err });
   }
   return runner;
@@ -139,4 +157,6 @@ function ensureDirs(stateDir: string, logDir: string, logGid: number | undefined
   // State files name pids this agent will signal: nobody else may write here.
   ensureDirectory(shardStateDir(stateDir), 0o700);
   ensureDirectory(shardLogDir(logDir), LOG_DIR_MODE, logGid);
+  // Kept runs are engine output too (keepPreviousRun): the same mode and group.
+  ensureDirectory(previousRunsDir(logDir), LOG_DIR_MODE, logGid);
 }

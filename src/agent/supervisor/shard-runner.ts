@@ -1,19 +1,25 @@
 import type { ChildProcess } from 'node:child_process';
 import { constants as osConstants } from 'node:os';
-import type { SupervisorConfig } from '../config/agent-config.js';
+import { stat } from 'node:fs/promises';
+import type { Launcher, SupervisorConfig } from '../config/agent-config.js';
 import { servedModelName } from '../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../lib/duration.js';
-import { errorMessage, failure, usageError } from '../../lib/errors.js';
-import { removeStateFile } from '../../lib/files/state-file.js';
+import { errorMessage, failure } from '../../lib/errors.js';
+import { writeFailureRecord } from '../../lib/files/failure-record.js';
+import { removeStateFile, updateStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import type { Logger } from '../../lib/logger.js';
 import type { ProcessIdentity } from '../../lib/process/process-identity.js';
-import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
+import { shardFailurePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type DeathInfo, watchDeath } from './death-watch.js';
 import { type EngineGroup, groupStillOurs, reapLeftovers } from './engine-group.js';
-import { watchHealth } from './health-watch.js';
+import type { EngineUnit } from './engine-unit.js';
+import { endUnitLeftovers } from './stop-engine-unit.js';
+import { type EngineFence, endEngine } from './end-engine.js';
+import type { LauncherChoice } from './choose-launcher.js';
+import { type HealthVerdict, watchHealth } from './health-watch.js';
 import { PROBE_TIMEOUT_MS, httpGet } from './http-probe.js';
 import { readGauge } from './read-gauge.js';
 import { waitStaysAlive, waitUntilServing } from './readiness-wait.js';
@@ -34,6 +40,8 @@ export interface ShardRunnerContext {
   log: Logger;
   /** Hears every transition of the shard, after it is made and logged. */
   onTransition: (t: ShardTransition) => void;
+  /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
+  launcher?: () => Promise<LauncherChoice>;
 }
 
 /** One engine as launched or found: what the runner needs to watch, settle and stop it. */
@@ -45,16 +53,27 @@ export interface RunnerEngine {
   identity: ProcessIdentity;
   /** Our own child: its exit event tells us at once, with the status. Absent for an adopted engine. */
   child?: ChildProcess;
+  /** How it was launched; direct when not said (state files of version one). */
+  launcher?: Launcher;
+  /** Its systemd unit (systemd-run): its cgroup is what a stop ends, and systemd records its exit status. */
+  unit?: EngineUnit;
   adopted: boolean;
   servesHttp: boolean;
   /** The engine's Prometheus gauge of running requests ('' when it has none), read while draining. */
   inFlightMetric: string;
+  /** The engine's generation-token counter ('' when it has none): with inFlightMetric, what stall detection reads. */
+  generationTokensMetric?: string;
+  /** A drain recorded in the state file by a previous agent: the shard settles to DRAINING, not READY. */
+  drainRequested?: boolean;
   startedAtMs: number;
   logPath: string;
   statePath: string;
 }
 
 /** A profile without startup_timeout gets this long to load (large models take minutes). */
+/** How long a stop waits for Node to reap its own child after the group is gone, for its exit status. */
+const CHILD_REAP_WAIT_MS = 2000;
+
 export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
 
 export interface SettleOptions {
@@ -94,7 +113,17 @@ export class ShardRunner {
   private dead = false;
   private readonly identity: ProcessIdentity;
   private readonly child: ChildProcess | undefined;
+  private readonly launcher: Launcher;
+  private readonly unit: EngineUnit | undefined;
   private readonly inFlightMetric: string;
+  private readonly generationTokensMetric: string;
+  /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
+  private drainRequested: boolean;
+  /** Drain and cancel rewrite the state file one at a time, so the last request is the one on disk. */
+  private persisting: Promise<void> = Promise.resolve();
+  private healthWatched = false;
+  /** The latest verdict of the health watch; a DRAINING shard keeps it for when its drain is cancelled. */
+  private health: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
   /** Where the rank serves, derived once: nothing above the runner builds it again. */
   private readonly baseUrl: string | undefined;
   private readonly servedModelName: string;
@@ -105,6 +134,10 @@ export class ShardRunner {
   /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
   private readonly serving = new AbortController();
   private stopping: Promise<ShardSnapshot> | undefined;
+  /** A fault of one of the shard's GPUs ("GPU 3: Xid 79: ..."), '' when they are sound. */
+  private gpuFault = '';
+  /** The health probe's last verdict: a cleared GPU fault returns the shard to READY only if it answers. */
+  private probeHealthy = true;
 
   constructor(
     private readonly ctx: ShardRunnerContext,
@@ -119,9 +152,13 @@ export class ShardRunner {
     this.pgid = engine.pgid;
     this.identity = engine.identity;
     this.child = engine.child;
+    this.launcher = engine.launcher ?? 'direct';
+    this.unit = engine.unit;
     this.adopted = engine.adopted;
     this.servesHttp = engine.servesHttp;
     this.inFlightMetric = engine.inFlightMetric;
+    this.generationTokensMetric = engine.generationTokensMetric ?? '';
+    this.drainRequested = engine.drainRequested ?? false;
     this.startedAtMs = engine.startedAtMs;
     this.logPath = engine.logPath;
     this.statePath = engine.statePath;
@@ -151,6 +188,7 @@ export class ShardRunner {
       child: this.child,
       pid: this.pid,
       identity: this.identity,
+      unit: this.unit,
       signal: this.life.signal,
       onDeath: (info) => void this.onDeath(info),
     });
@@ -172,6 +210,9 @@ export class ShardRunner {
       startedAtMs: this.startedAtMs,
       logPath: this.logPath,
       running: !this.dead,
+      drainRequested: this.drainRequested,
+      launcher: this.launcher,
+      unit: this.unit?.name ?? '',
     };
   }
 
@@ -235,19 +276,82 @@ export class ShardRunner {
   }
 
   private becomeReady(why: string): void {
-    this.transition(S.READY, why);
-    // UNHEALTHY is reported, not acted on: killing here would race the
-    // control plane, which owns the decision to replace an engine.
-    if (!this.baseUrl || this.life.signal.aborted) return;
+    // A drain that survived the agent: READY first would tell the control
+    // plane to send traffic back to an engine an operator is emptying.
+    if (this.drainRequested) this.transition(S.DRAINING, `${why}; drained before the agent restarted`);
+    else this.transition(S.READY, why);
+    this.watchHealth();
+  }
+
+  /**
+   * The health watch of a serving rank: /health, and stall detection when
+   * the engine names its metrics. UNHEALTHY is reported, not acted on:
+   * killing here would race the control plane, which owns the decision to
+   * replace an engine (a stalled one included).
+   */
+  private watchHealth(): void {
+    if (!this.baseUrl || this.life.signal.aborted || this.healthWatched) return;
+    this.healthWatched = true;
     watchHealth({
       baseUrl: this.baseUrl,
       intervalMs: this.ctx.config.healthIntervalMs,
       signal: this.serving.signal,
-      onChange: (healthy, reason) => {
-        if (healthy && this.state === S.UNHEALTHY) this.transition(S.READY, reason);
-        else if (!healthy && this.state === S.READY) this.transition(S.UNHEALTHY, reason);
+      stall: {
+        requestsRunningMetric: this.inFlightMetric,
+        generationTokensMetric: this.generationTokensMetric,
+        stallTimeoutMs: this.ctx.config.stallTimeoutMs,
       },
+      onVerdict: (v) => this.applyHealth(v),
     });
+    // A fault raised while the engine was loading (STARTING cannot become
+    // UNHEALTHY): UNHEALTHY at once, so no traffic stays on a failing GPU.
+    if (this.gpuFault !== '') this.becomeUnhealthyForGpu();
+  }
+
+  /**
+   * One of the shard's GPUs has a fault: a READY shard becomes UNHEALTHY with
+   * the fault as its error, and stays so while the fault lasts. The engine is
+   * not touched: the control plane decides whether to replace it.
+   */
+  markGpuFault(reason: string): void {
+    if (reason === '' || reason === this.gpuFault) return;
+    this.gpuFault = reason;
+    if (this.state === S.READY) this.becomeUnhealthyForGpu();
+    else if (this.state === S.UNHEALTHY || this.state === S.DRAINING) this.error = reason;
+  }
+
+  /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
+  clearGpuFault(): void {
+    if (this.gpuFault === '') return;
+    const was = this.gpuFault;
+    this.gpuFault = '';
+    if (this.error === was) this.error = '';
+    if (this.state === S.UNHEALTHY && this.probeHealthy) this.transition(S.READY, `GPU fault cleared (${was})`);
+  }
+
+  private becomeUnhealthyForGpu(): void {
+    this.error = this.gpuFault;
+    this.transition(S.UNHEALTHY, this.gpuFault);
+  }
+
+  /** Makes the state agree with the verdict; every tick calls it, so only a disagreement changes anything. */
+  private applyHealth(v: HealthVerdict): void {
+    this.health = v;
+    this.probeHealthy = v.healthy;
+    // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.
+    this.ctx.log.debug({ shard: this.shardId, replica: this.replicaId, healthy: v.healthy, why: v.why }, 'health probe verdict');
+    if (!v.healthy && this.state === S.READY) {
+      this.error = v.why;
+      this.transition(S.UNHEALTHY, v.why);
+    } else if (!v.healthy && this.state === S.UNHEALTHY) {
+      // Still unhealthy, maybe for another cause now: status shows the latest, without a new report each tick.
+      // A GPU fault stays the cause while it lasts.
+      if (this.gpuFault === '') this.error = v.why;
+    } else if (v.healthy && this.state === S.UNHEALTHY && this.gpuFault === '') {
+      // An engine answering again on a faulted GPU stays UNHEALTHY: the GPU, not the engine, is the cause.
+      this.error = '';
+      this.transition(S.READY, v.why);
+    }
   }
 
   /** False when already past STARTING and serving (nothing to wait for); throws when it cannot become ready. */
@@ -285,10 +389,11 @@ export class ShardRunner {
       this.signal = info.signal;
       this.exitCode = info.code ?? (info.signal ? 128 + (osConstants.signals[info.signal] ?? 0) : null);
     }
+    const recorded = info.known && info.recordedBy ? ` (recorded by ${info.recordedBy})` : '';
     const how = info.known
       ? info.signal
-        ? `was killed by ${info.signal}`
-        : `exited with code ${info.code}`
+        ? `was killed by ${info.signal}${recorded}`
+        : `exited with code ${info.code}${recorded}`
       : `is gone (${info.reason}; not a child of this agent, so its exit status is unknown)`;
     // Read before the state changes, so the report carries the engine's own last words.
     const lastOutput = await this.lastLines();
@@ -298,18 +403,59 @@ export class ShardRunner {
     if (this.state === S.STARTING) {
       this.error = `engine ${how} while starting`;
       this.lastOutput = lastOutput;
+      await this.recordFailure();
+      // The record took a moment: a stop may have begun meanwhile.
+      if (this.life.signal.aborted || this.currentState !== S.STARTING) return;
       this.transition(S.FAILED, this.error);
     } else if (this.state === S.READY || this.state === S.UNHEALTHY || this.state === S.DRAINING) {
       this.error = `engine ${how}`;
       this.lastOutput = lastOutput;
       const clean = info.known && info.code === 0;
+      if (!clean) await this.recordFailure();
+      if (this.life.signal.aborted || this.currentState === S.STOPPING || isTerminal(this.currentState)) return;
       this.transition(clean ? S.EXITED : S.FAILED, this.error);
     }
     // STOPPING: stop() reports it. Terminal: already reported.
   }
 
+  /**
+   * The failure record beside the log, written before FAILED is reported so
+   * that whoever hears FAILED (and restarts the shard, which moves both to
+   * previous-runs/) finds it. A failure to write is logged: the report
+   * carries the same facts.
+   */
+  private async recordFailure(): Promise<void> {
+    const path = shardFailurePath(this.ctx.config.logDir, this.shardId);
+    try {
+      // The log's group (admin.group, set by prepareLogFile): whoever may read the log may read how it ended.
+      const gid = (await stat(this.logPath).catch(() => undefined))?.gid;
+      await writeFailureRecord(path, {
+        shardId: this.shardId,
+        replicaId: this.replicaId,
+        pid: this.pid,
+        exitCode: this.exitCode,
+        signal: this.signal,
+        error: this.error,
+        at: new Date().toISOString(),
+        startedAt: new Date(this.startedAtMs).toISOString(),
+        lastOutput: this.lastOutput,
+      }, gid);
+    } catch (err) {
+      this.ctx.log.warn({ shard: this.shardId, file: path, err: errorMessage(err) }, 'could not write the failure record');
+    }
+  }
+
   private async reapLeftovers(): Promise<void> {
     const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
+    if (this.unit) {
+      // The unit's cgroup holds whatever the engine left, in or out of its group.
+      try {
+        await endUnitLeftovers(this.unit, { graceMs, signal: this.life.signal });
+      } catch (err) {
+        this.ctx.log.warn({ shard: this.shardId, unit: this.unit.name, err: errorMessage(err) }, "ending the rest of a dead engine's unit failed");
+      }
+      return;
+    }
     await reapLeftovers(this.group(), { graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
   }
 
@@ -326,6 +472,11 @@ export class ShardRunner {
     return { pid: this.pid, pgid: this.pgid, identity: this.identity, child: this.child };
   }
 
+  /** What ends everything of this engine: its unit's cgroup, or its process group. */
+  fence(): EngineFence {
+    return { pgid: this.pgid, unit: this.unit, stillOurs: () => this.groupStillOurs() };
+  }
+
   // ---------------------------------------------------------------- stop, drain
 
   /** Terminates the whole process group (SIGTERM, `graceMs`, SIGKILL); concurrent calls share one stop. */
@@ -340,27 +491,99 @@ export class ShardRunner {
     const graceMs = opts.graceMs ?? this.ctx.config.stopGraceMs;
     if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, `stop requested (grace ${formatDuration(graceMs)})`);
     this.serving.abort();
-    const outcome = await terminateProcessGroup({ pgid: this.pgid, stillOurs: () => this.groupStillOurs(), graceMs, signal: opts.signal });
+    const outcome = await endEngine(this.fence(), { graceMs, signal: opts.signal });
     if (outcome === 'not-ours') {
       this.ctx.log.warn({ shard: this.shardId, pid: this.pid }, 'engine pid now names another process; nothing was signalled');
     }
+    // A leader that is a zombie reads as gone before Node has reaped it: wait
+    // (briefly) for the exit event, or a clean SIGTERM exit would be recorded
+    // with no status at all.
+    await this.childExited(CHILD_REAP_WAIT_MS);
     // Gone either way: terminated, or its pid names another process now.
     this.dead = true;
     this.detach();
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
     await this.forgetStateFile();
-    if (this.state === S.STOPPING) this.transition(S.STOPPED, `process group ${outcome}`);
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.unit ? `unit ${this.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
     return this.snapshot();
   }
 
-  /** READY or UNHEALTHY → DRAINING (the control plane routes elsewhere); a repeat is a no-op. */
-  drain(): ShardSnapshot {
-    if (this.state === S.READY || this.state === S.UNHEALTHY) this.transition(S.DRAINING, 'drain requested');
-    else if (this.state !== S.DRAINING) {
-      throw usageError(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
+  /** Resolves once our own child's exit was seen (recording its status), or after `ms`; at once for an adopted engine. */
+  private async childExited(ms: number): Promise<void> {
+    const child = this.child;
+    if (!child || this.dead) return;
+    if (child.exitCode === null && child.signalCode === null) {
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(done, ms);
+        function done() {
+          clearTimeout(timer);
+          child?.off('exit', done);
+          resolve();
+        }
+        child.once('exit', done);
+      });
     }
+    if (!this.dead && (child.exitCode !== null || child.signalCode !== null)) {
+      this.signal = child.signalCode;
+      this.exitCode = child.exitCode ?? (child.signalCode ? 128 + (osConstants.signals[child.signalCode] ?? 0) : null);
+    }
+  }
+
+  /**
+   * READY or UNHEALTHY → DRAINING (the control plane routes elsewhere); a
+   * repeat is a no-op. The drain is recorded in the state file before this
+   * resolves, so an agent restart (kill -9 included) brings the shard back
+   * DRAINING: it once came back READY, and traffic returned to an engine
+   * being emptied for maintenance.
+   */
+  async drain(): Promise<ShardSnapshot> {
+    if (this.state === S.READY || this.state === S.UNHEALTHY) {
+      this.drainRequested = true;
+      this.transition(S.DRAINING, 'drain requested');
+    } else if (this.state !== S.DRAINING) {
+      throw failure(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
+    }
+    await this.persistDrain(true);
     return this.snapshot();
+  }
+
+  /**
+   * Undoes a drain: DRAINING → READY (reported, so the control plane routes
+   * to it again), then UNHEALTHY at once if the health watch found the
+   * engine bad while it drained. Throws for a shard that is not DRAINING.
+   */
+  async cancelDrain(): Promise<ShardSnapshot> {
+    if (this.state !== S.DRAINING) {
+      throw failure(`shard ${this.shardId} is ${stateName(this.state)}: only a DRAINING shard can have its drain cancelled`);
+    }
+    this.drainRequested = false;
+    this.error = '';
+    this.transition(S.READY, 'drain cancelled');
+    this.applyHealth(this.health);
+    await this.persistDrain(false);
+    return this.snapshot();
+  }
+
+  /**
+   * Records the drain in the state file. A failure is logged, not thrown:
+   * the drain holds in memory (refusing it would keep traffic on an engine
+   * an operator is taking away); only an agent restart would forget it.
+   */
+  private persistDrain(drainRequested: boolean): Promise<void> {
+    this.persisting = this.persisting.then(async () => {
+      try {
+        await updateStateFile(this.statePath, this.shardId, { drainRequested });
+      } catch (err) {
+        this.ctx.log.warn(
+          { shard: this.shardId, file: this.statePath, err: errorMessage(err) },
+          drainRequested
+            ? 'shard is DRAINING but the drain could not be recorded; an agent restart would bring it back READY'
+            : 'drain cancelled but the state file still records it; an agent restart would bring it back DRAINING',
+        );
+      }
+    });
+    return this.persisting;
   }
 
   /** Requests the engine is working on, from the engine's own gauge; undefined when it cannot tell. */
@@ -383,6 +606,8 @@ export class ShardRunner {
    * STOPPED had been reported (found by the fault campaign).
    */
   async forgetStateFile(): Promise<void> {
+    // A drain being recorded would otherwise write the file back after it is gone.
+    await this.persisting;
     try {
       await removeStateFile(this.statePath);
     } catch (err) {

@@ -8,7 +8,7 @@ export interface ShardSnapshot {
   state: ShardState;
   /** Process group leader; the group id equals it for both launchers. */
   pid: number;
-  /** Taken over from a previous agent: not our child, so its exit status is unknown. */
+  /** Taken over from a previous agent: not our child, so its exit status is unknown unless its systemd unit recorded it. */
   adopted: boolean;
   servesHttp: boolean;
   /** Why the shard failed or exited; empty otherwise. */
@@ -28,6 +28,16 @@ export interface ShardSnapshot {
    * is stopped it holds its GPUs.
    */
   running: boolean;
+  /**
+   * Drained (here, or before an agent restart, from the state file) and not
+   * cancelled. An adopted shard still settling is reported DRAINING in
+   * Register on its strength: traffic must not return to it.
+   */
+  drainRequested?: boolean;
+  /** direct or systemd-run. */
+  launcher?: string;
+  /** The engine's systemd unit (llmgw-shard-<id>.service); '' with the direct launcher. */
+  unit?: string;
 }
 
 export interface ShardTransition {

@@ -12,11 +12,13 @@ const S = ShardState;
  */
 const ALLOWED: ReadonlyMap<ShardState, readonly ShardState[]> = new Map([
   [S.UNSPECIFIED, [S.STARTING]],
-  [S.STARTING, [S.READY, S.FAILED, S.STOPPING]],
+  // DRAINING: an adopted engine whose drain outlived the previous agent.
+  [S.STARTING, [S.READY, S.DRAINING, S.FAILED, S.STOPPING]],
   [S.READY, [S.UNHEALTHY, S.DRAINING, S.STOPPING, S.FAILED, S.EXITED]],
   // UNHEALTHY is still a running engine: it may recover, be drained or stopped.
   [S.UNHEALTHY, [S.READY, S.DRAINING, S.STOPPING, S.FAILED, S.EXITED]],
-  [S.DRAINING, [S.STOPPING, S.FAILED, S.EXITED]],
+  // READY: the drain was cancelled (ctl drain --cancel).
+  [S.DRAINING, [S.READY, S.STOPPING, S.FAILED, S.EXITED]],
   // The engine dying while we stop it is the point of stopping, not a failure.
   [S.STOPPING, [S.STOPPED]],
   [S.STOPPED, [S.STARTING]],

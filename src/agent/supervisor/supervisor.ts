@@ -1,13 +1,14 @@
 import { EventEmitter } from 'node:events';
-import { unlinkSync } from 'node:fs';
+import { existsSync, unlinkSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
 import { formatDuration } from '../../lib/duration.js';
-import { errorMessage, failure, usageError } from '../../lib/errors.js';
+import { errorMessage, failure } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from '../../lib/files/rotate-log.js';
-import { readStateFile, removeStateFile } from '../../lib/files/state-file.js';
+import { readStateFile, readStateFileSync, removeStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import { findRecordedShardIds, judgeOrphan } from '../../lib/process/judge-orphan.js';
@@ -18,9 +19,14 @@ import { type EngineUids, agentUids, findProcessesLoggingTo, findProcessesLoggin
 import { pruneShardLogs, shardIdOfAnyLog } from '../../lib/files/prune-shard-logs.js';
 import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { assertShardId } from '../../lib/shard-id.js';
-import { shardLogDir, shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
+import { previousRunLogPath, previousRunsDir, shardLogDir, shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
+import { readUnitStatus } from '../../lib/systemd/read-unit-status.js';
+import { type LauncherChoice, chooseLauncher } from './choose-launcher.js';
+import { isSameRun } from './engine-unit.js';
 import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePath } from './launch-shard.js';
+import { stopEngineUnit } from './stop-engine-unit.js';
+import { judgeUnitOrphan } from './unit-orphan.js';
 import { reattachShard } from './reattach-shard.js';
 import { RepeatedStartError } from './repeated-start-error.js';
 import type { SettleOptions, ShardRunner, ShardRunnerContext } from './shard-runner.js';
@@ -122,12 +128,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private readonly logTimer: NodeJS.Timeout;
   private readonly pruneTimer: NodeJS.Timeout;
   private logCheckRunning = false;
+  private launcherChoice: Promise<LauncherChoice> | undefined;
 
   constructor(opts: SupervisorOptions) {
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t) };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), launcher: () => this.launcher() };
     this.maxConcurrentLaunches = opts.maxConcurrentLaunches ?? DEFAULT_MAX_CONCURRENT_LAUNCHES;
     this.maxPendingLaunches = opts.maxPendingLaunches ?? MAX_PENDING_LAUNCHES;
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };
@@ -138,9 +145,24 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       this.pruneLogs().catch((err: unknown) => this.log.warn({ err: errorMessage(err) }, 'pruning old shard logs failed'));
     }, opts.logPruneIntervalMs ?? LOG_PRUNE_INTERVAL_MS);
     this.pruneTimer.unref();
+    // Decided and logged now, at start, not at the first launch an operator may look for hours later.
+    void this.launcher();
   }
 
   // ---------------------------------------------------------------- start
+
+  /**
+   * The launcher new engines get: config.launcher, with `auto` decided once
+   * (chooseLauncher) and logged once with the reason, so an operator reading
+   * the journal knows whether stops fence by cgroup or by process group.
+   */
+  launcher(): Promise<LauncherChoice> {
+    this.launcherChoice ??= chooseLauncher(this.config.launcher).then((choice) => {
+      this.log.info({ launcher: choice.launcher, why: choice.why }, `engines are launched with ${choice.launcher}`);
+      return choice;
+    });
+    return this.launcherChoice;
+  }
 
   /**
    * Launches shard `spec.shardId` unless it already runs here or is being
@@ -287,7 +309,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private mustGet(shardId: string): ShardRunner {
     assertShardId(shardId);
     const runner = this.runners.get(shardId);
-    if (!runner) throw usageError(`no shard ${shardId} is supervised here`);
+    if (!runner) throw failure(`no shard ${shardId} is supervised here`);
     return runner;
   }
 
@@ -297,8 +319,19 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     return this.mustGet(shardId).stop(opts);
   }
 
-  drain(shardId: string): ShardSnapshot {
+  drain(shardId: string): Promise<ShardSnapshot> {
     return this.mustGet(shardId).drain();
+  }
+
+  cancelDrain(shardId: string): Promise<ShardSnapshot> {
+    return this.mustGet(shardId).cancelDrain();
+  }
+
+  /** A fault of the shard's GPUs (ShardRunner.markGpuFault), or undefined once they are sound; an unknown shard is ignored. */
+  setGpuFault(shardId: string, reason: string | undefined): void {
+    const runner = this.runners.get(shardId);
+    if (reason === undefined) runner?.clearGpuFault();
+    else runner?.markGpuFault(reason);
   }
 
   /** Requests the engine is working on, from its metrics gauge; undefined when it cannot tell. */
@@ -309,7 +342,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   remove(shardId: string): void {
     const runner = this.mustGet(shardId);
     if (!isTerminal(runner.currentState)) {
-      throw usageError(`shard ${shardId} is ${stateName(runner.currentState)}: stop it before removing it`);
+      throw failure(`shard ${shardId} is ${stateName(runner.currentState)}: stop it before removing it`);
     }
     runner.detach();
     this.runners.delete(shardId);
@@ -330,6 +363,14 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   async tailLog(shardId: string, lines: number): Promise<string[]> {
     assertShardId(shardId);
     return tailFile(shardLogPath(this.config.logDir, shardId), lines);
+  }
+
+  /** The last lines of the run before the current one (see keepPreviousRun); undefined when none is kept. */
+  async tailPreviousLog(shardId: string, lines: number): Promise<string[] | undefined> {
+    assertShardId(shardId);
+    const path = previousRunLogPath(this.config.logDir, shardId, 1);
+    if (!existsSync(path)) return undefined;
+    return tailFile(path, lines);
   }
 
   /**
@@ -382,6 +423,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     const recorded = new Set(findRecordedShardIds(this.config));
     const removed = await pruneShardLogs({
       dir,
+      previousRunsDir: previousRunsDir(this.config.logDir),
       maxAgeMs: this.config.logRetentionMs ?? DEFAULT_LOG_RETENTION_MS,
       maxTotalBytes: this.config.logRetentionBytes ?? DEFAULT_LOG_RETENTION_BYTES,
       keep: (id) => this.runners.has(id) || this.claims.has(id) || recorded.has(id) || written.has(id),
@@ -399,7 +441,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   async findOrphans(): Promise<Orphan[]> {
     const dirs = { ...this.config, engineUids: this.files.engineUids };
     const ids = findRecordedShardIds(dirs, (file) => this.log.warn({ file }, 'ignoring a state file whose name is not a shard id'));
-    return ids.filter((id) => !this.runners.has(id)).map((id) => judgeOrphan(dirs, id));
+    const orphans: Orphan[] = [];
+    for (const id of ids.filter((id) => !this.runners.has(id))) {
+      const o = judgeOrphan(dirs, id);
+      const read = readStateFileSync(shardStatePath(this.config.stateDir, id), id);
+      orphans.push(read.ok ? await judgeUnitOrphan(o, read.file, this.log) : o);
+    }
+    return orphans;
   }
 
   /**
@@ -415,13 +463,23 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    */
   async killOrphan(o: Orphan, opts: { graceMs?: number; signal?: AbortSignal; killWaitMs?: number } = {}): Promise<void> {
     assertShardId(o.shardId);
-    if (this.runners.has(o.shardId)) throw usageError(`shard ${o.shardId} is supervised here; stop it instead`);
+    if (this.runners.has(o.shardId)) throw failure(`shard ${o.shardId} is supervised here; stop it instead`);
     const statePath = shardStatePath(this.config.stateDir, o.shardId);
     const logPath = shardLogPath(this.config.logDir, o.shardId);
     const graceMs = opts.graceMs ?? this.config.stopGraceMs;
     const ownGroup = readProcStat(process.pid)?.pgrp;
     const groups = new Set<number>();
     const read = await readStateFile(statePath, o.shardId);
+    const unit = read.ok ? read.file.unit : undefined;
+    let unitStuck = false;
+    if (unit) {
+      // Its cgroup first: that ends workers outside its process group too. Only the recorded run, never another unit of the name.
+      const status = await readUnitStatus(unit.name).catch(() => undefined);
+      if (status && isSameRun(status, unit)) {
+        this.log.warn({ shard: o.shardId, unit: unit.name, reason: o.reason }, 'stopping the unit of an engine left by a previous agent');
+        unitStuck = (await stopEngineUnit(unit, { graceMs, signal: opts.signal, killWaitMs: opts.killWaitMs })) === 'unkillable';
+      }
+    }
     if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) groups.add(read.file.pgid);
     for (const p of findProcessesLoggingTo(logPath, this.files.engineUids)) groups.add(p.pgid);
     // Never our own group: that would be the agent killing itself.
@@ -443,6 +501,11 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       }),
     );
     const stuck = targets.filter((_, i) => outcomes[i] === 'unkillable');
+    if (unitStuck) {
+      throw failure(
+        `shard ${o.shardId}: unit ${unit?.name} still runs ${formatDuration(opts.killWaitMs ?? 0)} after SIGKILL (uninterruptible sleep, such as a hung GPU driver call); left running, its GPUs may still be in use: see systemctl status ${unit?.name}`,
+      );
+    }
     if (stuck.length > 0) {
       // The state file stays: the next recovery (or `ctl adopt`) looks again.
       throw failure(
@@ -450,6 +513,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       );
     }
     await removeStateFile(statePath);
+    // Its systemd-run environment (secrets) goes with it, as with remove().
+    await rm(shardEnvFilePath(this.config.stateDir, o.shardId), { force: true });
   }
 
   /**
@@ -459,7 +524,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   adopt(o: Orphan): ShardSnapshot {
     assertShardId(o.shardId);
     const existing = this.runners.get(o.shardId);
-    if (existing && !isTerminal(existing.currentState)) throw usageError(`shard ${o.shardId} is already supervised here`);
+    if (existing && !isTerminal(existing.currentState)) throw failure(`shard ${o.shardId} is already supervised here`);
     const runner = reattachShard(this.ctx, o, existing);
     existing?.detach();
     this.runners.set(o.shardId, runner);

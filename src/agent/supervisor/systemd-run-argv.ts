@@ -1,25 +1,15 @@
-import type { LaunchPlan } from '../engines/launch-plan.js';
+import { systemdUnitName } from '../../lib/systemd/unit-name.js';
 import { failure } from '../../lib/errors.js';
+import type { LaunchPlan } from '../engines/launch-plan.js';
 
 /** The slice every engine unit is placed in, so operators can see and limit them together. */
 export const SYSTEMD_SLICE = 'llmgw.slice';
 
-/**
- * The full unit name of shard `shardId`'s engine, `.service` included: given
- * without its suffix, an id that itself ends in `.service` ("x.service") was
- * taken by systemd-run as the whole name, while the agent asked systemctl
- * about "llmgw-shard-x.service.service" and leaked the unit (finding 15 of
- * the security review). Characters a unit name cannot hold are escaped as
- * systemd-escape does (\xNN); shard ids today hold none (SHARD_ID_PATTERN),
- * so today's names are unchanged and stay what adoption looks for.
- */
-export function systemdUnitName(shardId: string): string {
-  const escaped = [...shardId].map((ch) => (/^[A-Za-z0-9:_.-]$/.test(ch) ? ch : escapeChar(ch))).join('');
-  return `llmgw-shard-${escaped}.service`;
-}
-
-function escapeChar(ch: string): string {
-  return [...Buffer.from(ch, 'utf8')].map((b) => `\\x${b.toString(16).padStart(2, '0')}`).join('');
+export interface SystemdRunOptions {
+  /** Resource properties from supervisor.unit_properties, already checked against the allowlist. */
+  properties?: Record<string, string>;
+  /** systemd's own stop timeout, a backstop for the agent's stop (which sends SIGKILL itself after the grace). */
+  stopGraceMs?: number;
 }
 
 /**
@@ -27,8 +17,13 @@ function escapeChar(ch: string): string {
  * service. KillMode=control-group makes systemd kill every process the engine
  * left behind when it stops, even ones that escaped its process group.
  * Output is appended by systemd straight to the shard's log: the agent is not
- * in the log path with this launcher either. --collect unloads a failed unit,
- * so the same shard id can be started again.
+ * in the log path with this launcher either.
+ *
+ * RemainAfterExit=yes and no --collect: the unit, and the exit status
+ * systemd recorded for the engine, stay loaded after the engine ends until
+ * the agent has read them; a collected unit vanished with its status, and
+ * an engine that died while the agent was down could only be reported as
+ * "gone". The agent unloads it once the status is reported (forgetUnit).
  *
  * The environment is NOT on this command line: every local user sees argv
  * in ps, and systemd copies --setenv into the unit's Environment=, which any
@@ -36,17 +31,20 @@ function escapeChar(ch: string): string {
  * the agent's own were there (finding 7 of the security review). It goes in
  * `envFile`, root-only (writeEnvironmentFile), which systemd reads.
  */
-export function buildSystemdRunArgv(shardId: string, plan: Pick<LaunchPlan, 'argv'>, logPath: string, envFile: string): string[] {
+export function buildSystemdRunArgv(shardId: string, plan: Pick<LaunchPlan, 'argv'>, logPath: string, envFile: string, opts: SystemdRunOptions = {}): string[] {
+  const properties = Object.entries(opts.properties ?? {}).map(([k, v]) => `--property=${k}=${v}`);
   return [
     'systemd-run',
     '--unit',
     systemdUnitName(shardId),
     '--slice',
     SYSTEMD_SLICE,
-    '--collect',
     '--property=KillMode=control-group',
+    '--property=RemainAfterExit=yes',
+    ...(opts.stopGraceMs === undefined ? [] : [`--property=TimeoutStopSec=${Math.ceil(opts.stopGraceMs)}ms`]),
     `--property=StandardOutput=append:${logPath}`,
     `--property=StandardError=append:${logPath}`,
+    ...properties,
     `--property=EnvironmentFile=${envFile}`,
     '--',
     ...plan.argv,

@@ -1,7 +1,7 @@
 import { Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
-import { DEFAULT_CONFIG_PATH } from '../../agent/config/config-keys.js';
-import { loadAgentConfig, type LoadedConfig } from '../../agent/config/load-agent-config.js';
+import { DEFAULT_CONFIG_PATH } from '../../lib/default-paths.js';
+import { type LoadConfigOptions, loadAgentConfig, type LoadedConfig } from '../../agent/config/load-agent-config.js';
 import { createLogger } from '../../lib/logger.js';
 import { runAgent } from '../../agent/run-agent.js';
 
@@ -15,8 +15,13 @@ value came from. Exits 78 on a configuration error (systemd: RestartPreventExitS
   static override examples = [
     '<%= config.bin %> agent run --config /etc/llmgw/agent.yaml',
     '<%= config.bin %> agent run --config examples/agent.yaml --print-config',
+    '# on a new node: what is set, and which required keys are missing',
+    '<%= config.bin %> agent run --print-config',
     'LLMGW_SERVER=http://cp:8443 <%= config.bin %> agent run --node-id gpu-node-01 --print-config --json',
   ];
+
+  // Run by systemd: an operator's `llmgw config` (output.json, color) must not change it.
+  static override honoursPreferences = false;
 
   static override flags = {
     config: Flags.string({ char: 'c', summary: `Configuration file [default: ${DEFAULT_CONFIG_PATH}].`, env: 'LLMGW_CONFIG' }),
@@ -35,7 +40,7 @@ value came from. Exits 78 on a configuration error (systemd: RestartPreventExitS
 
   async run(): Promise<unknown> {
     const { flags } = await this.parse(AgentRun);
-    const loaded: LoadedConfig = loadAgentConfig({
+    const options: LoadConfigOptions = {
       configPath: flags.config,
       flags: {
         node_id: flags['node-id'],
@@ -50,14 +55,16 @@ value came from. Exits 78 on a configuration error (systemd: RestartPreventExitS
         'discovery.sysfs_root': flags['sysfs-root'],
         log_level: flags['log-level'],
       },
-    });
+    };
 
     if (flags['print-config']) {
-      const { renderConfigTable, configAsJson } = await import('../../agent/config/print-config.js');
-      if (this.jsonEnabled()) return configAsJson(loaded);
-      this.log(renderConfigTable(loaded));
+      const { configAsJson, loadConfigForPrint, renderConfigTable } = await import('../../agent/config/print-config.js');
+      const printable = loadConfigForPrint(options);
+      if (this.jsonEnabled()) return configAsJson(printable);
+      this.log(renderConfigTable(printable));
       return undefined;
     }
+    const loaded: LoadedConfig = loadAgentConfig(options);
     const config = loaded.config;
     const logger = await createLogger({ level: config.logLevel as 'info', name: 'llmgw-agent' });
     await runAgent({ config, version: this.config.version, logger });

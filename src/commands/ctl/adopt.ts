@@ -1,4 +1,5 @@
 import { BaseCommand } from '../../cli/base-command.js';
+import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
 
 export default class CtlAdopt extends BaseCommand {
@@ -19,7 +20,7 @@ supervised. --json prints the AdoptResponse as proto JSON.`;
     const { flags } = await this.parse(CtlAdopt);
     const { resolveCtlPaths } = await import('../../ctl/resolve-ctl-paths.js');
     const { ctlAdopt } = await import('../../ctl/ctl-adopt.js');
-    const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config });
+    const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config, stored: storedCtlPaths(this.preferences) });
     const response = await ctlAdopt(socket);
     if (this.jsonEnabled()) return response;
     const { renderAdoptResults } = await import('../../ctl/render-adopt-results.js');

@@ -1,6 +1,8 @@
 import { Args, Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
-import { ctlFlags, durationFlag } from '../../cli/ctl-flags.js';
+import { storedCtlPaths } from '../../cli/cli-preferences.js';
+import { ctlFlags } from '../../cli/ctl-flags.js';
+import { positiveDurationFlag } from '../../cli/duration-flags.js';
 import { DEFAULT_CTL_DRAIN_TIMEOUT_MS } from '../../ctl/ctl-defaults.js';
 import { formatDuration } from '../../lib/duration.js';
 
@@ -11,14 +13,18 @@ export default class CtlDrain extends BaseCommand {
 elsewhere; the engine keeps serving the ones it has. With --wait, the
 in-flight count of each shard is shown going to zero: exit 0 when every shard
 reaches zero, exit 1 at --timeout with the count left. The shards stay
-DRAINING either way; stopping them is the control plane's decision. --json
-prints the last DrainResponse as proto JSON.`;
+DRAINING either way, across agent restarts too (the drain is recorded in the
+shard's state file); stopping them is the control plane's decision, and
+--cancel undoes the drain. --json prints the last DrainResponse as proto JSON;
+at --timeout, the error report with that response as error.drain.`;
 
   static override examples = [
-    '<%= config.bin %> ctl drain llama-70b-r0-s0',
-    '<%= config.bin %> ctl drain llama-70b-r0-s0 --wait --timeout 10m',
+    '<%= config.bin %> ctl drain llama-70b-0-g1-r0',
+    '<%= config.bin %> ctl drain llama-70b-0-g1-r0 --wait --timeout 10m',
     '# before maintenance: everything on this node',
     '<%= config.bin %> ctl drain --all --wait && sudo systemctl stop llmgw-agent',
+    '# after maintenance: traffic may return (the drain outlived the agent restart)',
+    '<%= config.bin %> ctl drain --cancel llama-70b-0-g1-r0',
   ];
 
   static override args = {
@@ -28,45 +34,37 @@ prints the last DrainResponse as proto JSON.`;
   static override flags = {
     ...ctlFlags,
     all: Flags.boolean({ summary: 'Every READY or UNHEALTHY shard on this node.', default: false }),
+    cancel: Flags.boolean({
+      summary: 'Undo the drain: the DRAINING shard (or every one, with --all) becomes READY, and the control plane is told.',
+      default: false,
+      exclusive: ['wait'],
+    }),
     wait: Flags.boolean({ summary: 'Show the in-flight count until it reaches zero (exit 0) or --timeout passes (exit 1).', default: false }),
-    timeout: durationFlag({ summary: 'How long --wait waits, e.g. 30s, 10m.', default: DEFAULT_CTL_DRAIN_TIMEOUT_MS, defaultHelp: async () => formatDuration(DEFAULT_CTL_DRAIN_TIMEOUT_MS) }),
+    timeout: positiveDurationFlag({ summary: 'How long --wait waits, e.g. 30s, 10m.', default: DEFAULT_CTL_DRAIN_TIMEOUT_MS, defaultHelp: async () => formatDuration(DEFAULT_CTL_DRAIN_TIMEOUT_MS) }),
   };
 
   async run(): Promise<unknown> {
     const { args, flags } = await this.parse(CtlDrain);
     const { resolveCtlPaths } = await import('../../ctl/resolve-ctl-paths.js');
-    const { ctlDrain } = await import('../../ctl/ctl-drain.js');
-    const { renderDrainSummary } = await import('../../ctl/render-drain-summary.js');
+    const { runCtlDrain } = await import('../../ctl/run-ctl-drain.js');
     const { onShutdownSignals } = await import('../../lib/on-shutdown-signals.js');
-    const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config });
+    const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config, stored: storedCtlPaths(this.preferences) });
     const json = this.jsonEnabled();
     const interrupt = onShutdownSignals();
     try {
-      const last = await ctlDrain({
+      // A timeout is thrown, and reported by BaseCommand.catch like every error (with --json, the drain's last progress as error.drain).
+      const { response, text } = await runCtlDrain({
         socket,
         shardId: args.shard,
         all: flags.all,
         wait: flags.wait,
+        cancel: flags.cancel,
         timeoutMs: flags.timeout,
         signal: interrupt.signal,
         renderer: json ? 'silent' : process.stderr.isTTY ? 'default' : 'simple',
       });
-      const summary = renderDrainSummary(last, { wait: flags.wait, timeoutMs: flags.timeout });
-      if (json) {
-        const { toProtoJson } = await import('../../lib/proto-json.js');
-        const { DrainResponseSchema } = await import('../../gen/llmgw/v1/admin_pb.js');
-        const out = toProtoJson(DrainResponseSchema, last);
-        if (!last.timedOut) return out;
-        this.logJson(out);
-        process.stderr.write(`error: ${summary.error}\n`);
-        return this.exit(1);
-      }
-      if (summary.error) {
-        const { failure } = await import('../../lib/errors.js');
-        throw failure(summary.error);
-      }
-      this.log(summary.text);
-      return undefined;
+      this.log(text);
+      return response;
     } finally {
       interrupt.dispose();
     }

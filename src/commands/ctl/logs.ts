@@ -1,7 +1,8 @@
 import { Args, Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
+import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
-import { DEFAULT_LOG_DIR } from '../../agent/config/config-keys.js';
+import { DEFAULT_LOG_DIR } from '../../lib/default-paths.js';
 import { DEFAULT_CTL_LOG_LINES } from '../../ctl/ctl-defaults.js';
 
 export default class CtlLogs extends BaseCommand {
@@ -13,11 +14,13 @@ shard is removed. With the agent down, the log file is read directly from
 <log_dir>/shards/<shard>.log, and a note on stderr says so.`;
 
   static override examples = [
-    '<%= config.bin %> ctl logs llama-70b-r0-s0',
-    '<%= config.bin %> ctl logs llama-70b-r0-s0 -n 500 | grep -i error',
-    '<%= config.bin %> ctl logs llama-70b-r0-s0 -f',
+    '<%= config.bin %> ctl logs llama-70b-0-g1-r0',
+    '<%= config.bin %> ctl logs llama-70b-0-g1-r0 -n 500 | grep -i error',
+    '<%= config.bin %> ctl logs llama-70b-0-g1-r0 -f',
+    '# how the run before this one ended (after a crash and a restart under the same id)',
+    '<%= config.bin %> ctl logs llama-70b-0-g1-r0 --previous',
     '# the agent is stopped: read the file directly',
-    '<%= config.bin %> ctl logs llama-70b-r0-s0 --log-dir /var/log/llmgw',
+    '<%= config.bin %> ctl logs llama-70b-0-g1-r0 --log-dir /var/log/llmgw',
   ];
 
   // Log lines are the output; there is no result to print as JSON.
@@ -31,6 +34,12 @@ shard is removed. With the agent down, the log file is read directly from
     ...ctlFlags,
     lines: Flags.integer({ char: 'n', summary: 'How many lines from the end.', default: DEFAULT_CTL_LOG_LINES, min: 1 }),
     follow: Flags.boolean({ char: 'f', summary: 'Keep printing new lines until Ctrl-C or the shard is removed.', default: false }),
+    previous: Flags.boolean({
+      char: 'p',
+      summary: "The previous run's log: kept when the shard id is started again, at <log_dir>/previous-runs/<shard>.1.log.",
+      default: false,
+      exclusive: ['follow'],
+    }),
     'log-dir': Flags.string({
       summary: `Where logs are read from when the agent is down [default: supervisor.log_dir from --config, else ${DEFAULT_LOG_DIR}].`,
     }),
@@ -41,7 +50,7 @@ shard is removed. With the agent down, the log file is read directly from
     const { onShutdownSignals } = await import('../../lib/on-shutdown-signals.js');
     const { resolveCtlPaths } = await import('../../ctl/resolve-ctl-paths.js');
     const { ctlLogs } = await import('../../ctl/ctl-logs.js');
-    const paths = await resolveCtlPaths({ socket: flags.socket, logDir: flags['log-dir'], configPath: flags.config, needLogDir: true });
+    const paths = await resolveCtlPaths({ socket: flags.socket, logDir: flags['log-dir'], configPath: flags.config, stored: storedCtlPaths(this.preferences), needLogDir: true });
     // Ctrl-C ends a follow as a success; a second one exits at once.
     const interrupt = onShutdownSignals();
     // `ctl logs | head` closes the pipe: stop quietly.
@@ -53,6 +62,7 @@ shard is removed. With the agent down, the log file is read directly from
         shardId: args.shard,
         lines: flags.lines,
         follow: flags.follow,
+        previous: flags.previous,
         signal: interrupt.signal,
         write: (lines) => {
           if (lines.length > 0) process.stdout.write(`${lines.join('\n')}\n`);

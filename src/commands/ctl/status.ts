@@ -1,4 +1,5 @@
 import { BaseCommand } from '../../cli/base-command.js';
+import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
 
 export default class CtlStatus extends BaseCommand {
@@ -26,7 +27,7 @@ Exit 69 when the agent is not running, 77 when the socket refuses you.`;
     const { flags } = await this.parse(CtlStatus);
     // Imported here, not above: `--help` and the manifest need none of it.
     const { runCtlStatus } = await import('../../ctl/run-ctl-status.js');
-    const { status, text } = await runCtlStatus({ socket: flags.socket, configPath: flags.config }, this.jsonEnabled());
+    const { status, text } = await runCtlStatus({ socket: flags.socket, configPath: flags.config, stored: storedCtlPaths(this.preferences) }, this.jsonEnabled());
     if (text !== undefined) this.log(text);
     return status;
   }

@@ -14,14 +14,30 @@ agent (llmgw agent run) as a child process with temporary state, log and
 socket directories. Without NVIDIA GPUs the agent discovers a fake 8-GPU box
 (bin/fake-nvidia-smi, LLMGW_FAKE_GPUS=hgx-h100x8); the output says which.
 
+It prints the temporary directory and the log paths first. A replica not
+ready after a few seconds is described on stderr: its phase, its shards'
+states and the last lines of its engine's log, again whenever they change.
 Once every replica is ready it prints each replica's URL, a curl line for a
 chat completion, the llmgw ctl commands to try (with the agent's --socket)
-and where the logs are, then stays up until Ctrl-C. Ctrl-C (SIGINT or
-SIGTERM) stops every shard through the control plane, then the agent, kills
-any engine still recorded in the state directory, and removes the temporary
-directory (unless --keep): nothing is left running. A second Ctrl-C kills at
-once. --log-level sets the level of the agent's and control plane's log
-files; progress goes to stderr, the summary (or --json) to stdout.
+and where the logs are, then keeps reporting until Ctrl-C: a replica placed
+again on another port gets its new URL and curl line, each engine failure
+its exit status, a crash loop its own line.
+
+Ctrl-C (SIGINT or SIGTERM) stops every shard through the control plane, then
+the agent, kills any engine still recorded in the state directory: nothing
+is left running. The temporary directory is removed only after a run that
+got to ready and stopped cleanly; it is kept (and the output says where)
+with --keep, when anything failed, or when Ctrl-C came before every replica
+was ready, since the engine's log is then what explains the hang. A second
+Ctrl-C kills at once. --log-level sets the level of the agent's and control
+plane's log files; progress goes to stderr, the summary to stdout.
+
+With --json, stdout carries exactly one JSON object, written once every
+replica is ready, and nothing else (later reports go to stderr). A script
+waits for it like this:
+  llmgw dev up --json > dev.json &
+  until jq -e .replicas dev.json >/dev/null 2>&1; do sleep 0.2; done
+  url=$(jq -r '.replicas[0].url' dev.json)
 
 The control plane here is a reference for local runs, demos and tests,
 NOT the production control plane. Production runs the llmgw control plane,
@@ -31,7 +47,7 @@ a separate service that speaks the same contract.`;
     { description: 'One sim replica; prints its URL and a curl line once it answers.', command: '<%= config.bin %> dev up' },
     { description: 'Three replicas on three (fake or real) GPUs, control plane on a fixed port.', command: '<%= config.bin %> dev up --replicas 3 --port 8443' },
     { description: 'Your own deployment (one node; see examples/deployment.yaml); keep the logs afterwards.', command: '<%= config.bin %> dev up --deployment examples/deployment.yaml --keep' },
-    { description: 'For scripts: one JSON object (URLs, socket, log paths) once ready.', command: '<%= config.bin %> dev up --json' },
+    { description: 'For scripts: one JSON object (URLs, socket, log paths) once ready; see the description for how to wait for it.', command: '<%= config.bin %> dev up --json > dev.json &' },
   ];
 
   static override flags = {
@@ -59,6 +75,8 @@ a separate service that speaks the same contract.`;
       renderer,
       onReady: (summary) => (json ? this.logJson(summary) : this.log(renderDevUpSummary(summary))),
       onProgress: (line) => process.stderr.write(`${line}\n`),
+      // stdout carries exactly the one JSON object with --json; a script reading it must not meet text after it.
+      onUpdate: (line) => (json ? process.stderr.write(`${line}\n`) : this.log(line)),
     });
     // Stopped in order; an HTTP/2 session the control plane has not yet
     // destroyed must not hold the process (and the terminal) past that.

@@ -1,16 +1,8 @@
 import { Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
-import { parseDuration } from '../../lib/duration.js';
-import { usageError } from '../../lib/errors.js';
+import { durationFlag as duration } from '../../cli/duration-flags.js';
+import { formatDuration } from '../../lib/duration.js';
 import { SIM_DEFAULTS } from '../../sim/sim-engine-options.js';
-
-const duration = Flags.custom<number>({
-  parse: async (text) => {
-    const ms = parseDuration(text);
-    if (ms === undefined) throw usageError(`${JSON.stringify(text)} is not a duration: use e.g. 500ms, 5s, 2m`);
-    return ms;
-  },
-});
 
 export default class SimEngine extends BaseCommand {
   static override summary = "Run a simulated inference engine that behaves like vLLM's OpenAI server.";
@@ -41,12 +33,15 @@ handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`
   // An engine, not a reporting command: there is no result to print as JSON.
   static override enableJsonFlag = false;
 
+  // Run by the agent as an engine: an operator's `llmgw config` must not change it.
+  static override honoursPreferences = false;
+
   static override flags = {
     host: Flags.string({ summary: 'Address to listen on.', default: SIM_DEFAULTS.host }),
     port: Flags.integer({ summary: 'Port to listen on (0 picks a free one).', default: SIM_DEFAULTS.port, min: 0, max: 65535 }),
     model: Flags.string({ summary: 'Served model name, as /v1/models lists it.', default: SIM_DEFAULTS.model }),
-    'load-time': duration({ summary: 'Time spent "loading" with the port closed, e.g. 5s.', default: SIM_DEFAULTS.loadTimeMs }),
-    'token-latency': duration({ summary: 'Time per generated token, e.g. 20ms.', default: SIM_DEFAULTS.tokenLatencyMs }),
+    'load-time': duration({ summary: 'Time spent "loading" with the port closed, e.g. 5s.', default: SIM_DEFAULTS.loadTimeMs, defaultHelp: async () => formatDuration(SIM_DEFAULTS.loadTimeMs) }),
+    'token-latency': duration({ summary: 'Time per generated token, e.g. 20ms.', default: SIM_DEFAULTS.tokenLatencyMs, defaultHelp: async () => formatDuration(SIM_DEFAULTS.tokenLatencyMs) }),
     'max-tokens': Flags.integer({ summary: 'Tokens generated when a request does not say.', default: SIM_DEFAULTS.maxTokens, min: 0 }),
     'fail-after': duration({ summary: 'Crash this long after start (with --exit-code), printing an error first.' }),
     'exit-code': Flags.integer({ summary: 'Exit status for --fail-after.', default: SIM_DEFAULTS.exitCode, min: 0, max: 255 }),

@@ -6,6 +6,7 @@ import { type StartShard, StartShardSchema } from '../../gen/llmgw/v1/agent_pb.j
 import { errnoCode } from '../errno.js';
 import { errorMessage } from '../errors.js';
 import type { ProcessIdentity } from '../process/process-identity.js';
+import { systemdUnitName } from '../systemd/unit-name.js';
 
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
@@ -18,11 +19,21 @@ export interface ShardStateFile {
   spec: StartShard;
   servesHttp: boolean;
   inFlightMetric: string;
+  /** The engine's generation-token counter ('' when it has none), read for stall detection. Absent in files of older agents: ''. */
+  generationTokensMetric?: string;
+  /**
+   * An operator or the control plane drained the shard: a restarted agent
+   * must bring it back DRAINING, not READY, or traffic returns to an engine
+   * that was being emptied for maintenance. Absent in files of older agents: false.
+   */
+  drainRequested?: boolean;
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
   /** How the engine was launched; the agent config's `launcher`, spelled out here because lib sits below the agent. */
   launcher: 'direct' | 'systemd-run';
+  /** The engine's systemd unit and the InvocationID of its run (systemd-run launcher only): what identifies it after a restart. */
+  unit?: { name: string; invocationId: string };
   logPath: string;
   createdAtMs: number;
 }
@@ -35,10 +46,13 @@ function toDisk(s: ShardStateFile): JsonValue {
     spec: toJson(StartShardSchema, s.spec),
     servesHttp: s.servesHttp,
     inFlightMetric: s.inFlightMetric,
+    generationTokensMetric: s.generationTokensMetric ?? '',
+    drainRequested: s.drainRequested ?? false,
     pid: s.pid,
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
     launcher: s.launcher,
+    ...(s.unit ? { unit: { name: s.unit.name, invocationId: s.unit.invocationId } } : {}),
     logPath: s.logPath,
     createdAtMs: s.createdAtMs,
   };
@@ -51,6 +65,19 @@ function toDisk(s: ShardStateFile): JsonValue {
  */
 export async function writeStateFile(path: string, s: ShardStateFile): Promise<void> {
   await writeFileAtomic(path, `${JSON.stringify(toDisk(s), null, 2)}\n`);
+}
+
+/**
+ * Rewrites one shard's state file with `change` applied, atomically: the
+ * file is read and validated first, so a change never turns a file this
+ * agent could not read into one it can (nor writes a half-known one back).
+ * The shard's runner is the only writer after launch, so read-then-write
+ * cannot lose another writer's change.
+ */
+export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested'>>): Promise<void> {
+  const read = await readStateFile(path, shardId);
+  if (!read.ok) throw new Error(read.reason);
+  await writeStateFile(path, { ...read.file, ...change });
 }
 
 export type StateFileRead = { ok: true; file: ShardStateFile } | { ok: false; reason: string };
@@ -109,6 +136,9 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   if (typeof raw.replicaId !== 'string') return bad('replicaId');
   if (typeof raw.servesHttp !== 'boolean') return bad('servesHttp');
   if (typeof raw.inFlightMetric !== 'string') return bad('inFlightMetric');
+  // Optional, added without a version bump: an older agent's file lacks them and means ''/false.
+  if (raw.generationTokensMetric !== undefined && typeof raw.generationTokensMetric !== 'string') return bad('generationTokensMetric');
+  if (raw.drainRequested !== undefined && typeof raw.drainRequested !== 'boolean') return bad('drainRequested');
   if (!Number.isInteger(raw.pid) || (raw.pid as number) <= 1) return bad('pid');
   if (!Number.isInteger(raw.pgid) || (raw.pgid as number) <= 1) return bad('pgid');
   // Both launchers make the engine the leader of its own group (setsid), so
@@ -123,6 +153,10 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   }
   if (typeof identity.bootId !== 'string' || identity.bootId === '') return bad('identity.bootId');
   if (raw.launcher !== 'direct' && raw.launcher !== 'systemd-run') return bad('launcher');
+  const unit = raw.unit;
+  if (unit !== undefined && (!isObject(unit) || unit.name !== systemdUnitName(expectedShardId) || typeof unit.invocationId !== 'string' || !/^[0-9a-f]{32}$/.test(unit.invocationId))) {
+    return bad('unit');
+  }
   if (typeof raw.logPath !== 'string') return bad('logPath');
   if (typeof raw.createdAtMs !== 'number') return bad('createdAtMs');
   let spec: StartShard;
@@ -140,10 +174,13 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       spec,
       servesHttp: raw.servesHttp,
       inFlightMetric: raw.inFlightMetric,
+      generationTokensMetric: raw.generationTokensMetric ?? '',
+      drainRequested: raw.drainRequested ?? false,
       pid: raw.pid as number,
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },
       launcher: raw.launcher,
+      ...(isObject(unit) ? { unit: { name: unit.name as string, invocationId: unit.invocationId as string } } : {}),
       logPath: raw.logPath,
       createdAtMs: raw.createdAtMs,
     },

@@ -19,4 +19,8 @@ export interface Orphan {
   servesHttp: boolean;
   /** Processes writing the shard's log when judged: whatever the state file says, these are the shard's. */
   holders: LoggingProcess[];
+  /** A dead engine's exit status, when its systemd unit recorded one (128+n for signal n). */
+  exitCode?: number;
+  /** The signal that ended it, when its systemd unit recorded one. */
+  exitSignal?: string;
 }

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { mkdtempSync, writeFileSync, chmodSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -15,7 +16,7 @@ function file(text: string): string {
   return p;
 }
 
-const MINIMAL = 'node_id: gpu-01\nserver: http://cp:8443\n';
+const MINIMAL = 'node_id: gpu-01\nserver: http://127.0.0.1:8443\n';
 
 function configErrorOf(fn: () => unknown): LlmgwError {
   try {
@@ -40,7 +41,7 @@ describe('loadAgentConfig', () => {
     expect(config.reconnectMaxMs).toBe(30_000);
     expect(config.adoptReadyTimeoutMs).toBe(60_000);
     expect(config.mgmtInterface).toBe('eth0');
-    expect(config.discovery).toEqual({ nvidiaSmi: 'nvidia-smi', sysfsRoot: '/', preferNvml: false, intervalMs: 60_000, timeoutMs: 10_000 });
+    expect(config.discovery).toEqual({ nvidiaSmi: 'nvidia-smi', sysfsRoot: '/', preferNvml: true, nvmlLibrary: 'libnvidia-ml.so.1', kmsg: '/dev/kmsg', intervalMs: 60_000, foreignMemoryShare: 0.05, timeoutMs: 10_000 });
     expect(config.supervisor).toEqual({
       stateDir: '/var/lib/llmgw',
       logDir: '/var/log/llmgw',
@@ -51,7 +52,9 @@ describe('loadAgentConfig', () => {
       logMaxBytes: 64 * 1024 * 1024,
       logRetentionMs: 168 * 3_600_000,
       logRetentionBytes: 1024 ** 3,
-      launcher: 'direct',
+      keepPreviousRuns: 3,
+      launcher: 'auto',
+      unitProperties: {},
     });
     expect(config.admin).toEqual({ socket: '/run/llmgw/agent.sock', group: '' });
     expect(config.engines).toEqual({});
@@ -87,8 +90,66 @@ describe('loadAgentConfig', () => {
     expect(config.admin.socket).toBe('/tmp/s.sock');
   });
 
-  it('gives a bare server address the scheme that matches the TLS settings', () => {
-    expect(loadAgentConfig({ configPath: file('node_id: a\nserver: cp:8443\n'), env: {} }).config.server).toBe('http://cp:8443');
+  it('refuses a server without a scheme, saying to write http:// or https://', () => {
+    const path = file('node_id: a\nserver: cp:8443\n');
+    expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+      `server "cp:8443" has no scheme; write https://cp:8443 (mutual TLS) or http://cp:8443 (plaintext, loopback only unless insecure_plaintext: true) (${path}:2)`,
+    );
+  });
+
+  it('refuses plaintext http:// beyond loopback unless insecure_plaintext is true', () => {
+    const path = file('node_id: a\nserver: http://cp:8443\n');
+    expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+      `server http://cp:8443 is plaintext http:// to a host that is not loopback; use https:// with tls, or set insecure_plaintext: true if this network is isolated (${path}:2)`,
+    );
+    expect(loadAgentConfig({ configPath: file('node_id: a\nserver: http://cp:8443\ninsecure_plaintext: true\n'), env: {} }).config.server).toBe('http://cp:8443');
+    for (const host of ['127.0.0.1', '127.9.9.9', 'localhost', '[::1]']) {
+      expect(loadAgentConfig({ configPath: file(`node_id: a\nserver: http://${host}:8443\n`), env: {} }).config.insecurePlaintext).toBe(false);
+    }
+    for (const host of ['10.0.0.1', '[::2]', '128.0.0.1', 'localhost.evil.com']) {
+      expect(() => loadAgentConfig({ configPath: file(`node_id: a\nserver: http://${host}:8443\n`), env: {} })).toThrow(/is plaintext http:\/\//);
+    }
+  });
+
+  it('refuses https:// with a CA but no client certificate: mutual TLS or nothing', () => {
+    const ca = file('x');
+    const path = file(`node_id: a\nserver: https://cp:8443\ntls:\n  ca: ${ca}\n`);
+    expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
+      `tls.cert and tls.key are required with an https:// server: the agent authenticates to the control plane with mutual TLS (${path}:4)`,
+    );
+  });
+
+  it('defaults register_timeout to off and tls.expiry_warning to 7 days', () => {
+    const { config } = loadAgentConfig({ configPath: file(MINIMAL), env: {} });
+    expect(config.registerTimeoutMs).toBe(0);
+    expect(config.tls.expiryWarningMs).toBe(7 * 24 * 3600 * 1000);
+  });
+
+  it('reads allowed_env, user and enabled per engine, with safe defaults', () => {
+    const { config } = loadAgentConfig({
+      configPath: file(`${MINIMAL}engines:\n  vllm:\n    allowed_env: [HF_TOKEN, MY_*]\n    user: nobody\n  sim:\n    enabled: true\n  sglang: {}\n`),
+      env: {},
+    });
+    expect(config.engines.vllm?.allowedEnv).toEqual(['HF_TOKEN', 'MY_*']);
+    expect(config.engines.vllm?.user).toMatchObject({ name: 'nobody', uid: 65534, gid: 65534 });
+    expect(config.engines.vllm?.user?.home).toBe(execFileSync('getent', ['passwd', 'nobody'], { encoding: 'utf8' }).split(':')[5]);
+    expect(config.engines.sim?.enabled).toBe(true);
+    expect(config.engines.sglang?.enabled).toBe(true);
+    expect(config.engines.sglang?.allowedEnv).toContain('HF_*');
+    expect(config.engines.sglang?.user).toBeUndefined();
+    const quiet = loadAgentConfig({ configPath: file(`${MINIMAL}engines:\n  sim: {}\n`), env: {} }).config;
+    expect(quiet.engines.sim?.enabled).toBe(false);
+  });
+
+  it('refuses an engine user that does not exist, and allowed_env patterns with a wildcard elsewhere than the end', () => {
+    const noUser = file(`${MINIMAL}engines:\n  vllm:\n    user: no-such-user-here\n`);
+    expect(configErrorOf(() => loadAgentConfig({ configPath: noUser, env: {} })).message).toBe(
+      `engines: vllm.user: no account named "no-such-user-here" on this node; create it (useradd --system no-such-user-here) or fix the name (${noUser}:3)`,
+    );
+    const glob = file(`${MINIMAL}engines:\n  vllm:\n    allowed_env: ["*_TOKEN"]\n`);
+    expect(configErrorOf(() => loadAgentConfig({ configPath: glob, env: {} })).message).toBe(
+      `engines: vllm.allowed_env: "*_TOKEN" is not a variable name or a NAME_* prefix (only a trailing * is a wildcard) (${glob}:3)`,
+    );
   });
 
   it('reads engine settings as argv lists', () => {
@@ -96,7 +157,7 @@ describe('loadAgentConfig', () => {
       configPath: file(`${MINIMAL}engines:\n  vllm:\n    command: [/opt/vllm/bin/vllm, serve]\n    env: {HF_HOME: /models}\n    extra_args: [--enforce-eager]\n`),
       env: {},
     });
-    expect(config.engines.vllm).toEqual({ command: ['/opt/vllm/bin/vllm', 'serve'], env: { HF_HOME: '/models' }, extraArgs: ['--enforce-eager'] });
+    expect(config.engines.vllm).toMatchObject({ command: ['/opt/vllm/bin/vllm', 'serve'], env: { HF_HOME: '/models' }, extraArgs: ['--enforce-eager'], enabled: true });
   });
 
   describe('refuses, with exit 78 and one line naming the key and the file', () => {
@@ -122,6 +183,15 @@ describe('loadAgentConfig', () => {
       expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
         `unknown key supervisor.stop_grase (${path}:4); did you mean supervisor.stop_grace?`,
       );
+    });
+
+    it('a count that is not a whole number of 0 or more, and takes one from the environment', () => {
+      const path = file(`${MINIMAL}supervisor:\n  keep_previous_runs: -1\n`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toMatch(
+        /^supervisor\.keep_previous_runs: must be a whole number of 0 or more, got number -1 \(/,
+      );
+      const ok = loadAgentConfig({ configPath: file(MINIMAL), env: { LLMGW_SUPERVISOR_KEEP_PREVIOUS_RUNS: '0' } });
+      expect(ok.config.supervisor.keepPreviousRuns).toBe(0);
     });
 
     it('a key written at the wrong level', () => {

@@ -11,7 +11,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 let n = 0;
 function file(supervisor: string): string {
   const p = join(dir, `agent-${n++}.yaml`);
-  writeFileSync(p, `node_id: gpu-01\nserver: http://cp:8443\nsupervisor:\n${supervisor}`);
+  writeFileSync(p, `node_id: gpu-01\nserver: http://127.0.0.1:8443\nsupervisor:\n${supervisor}`);
   return p;
 }
 

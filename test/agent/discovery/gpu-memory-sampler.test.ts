@@ -1,11 +1,13 @@
-import { cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { GpuMemorySampler } from '../../../src/agent/discovery/gpu-memory-sampler.js';
+import { NvmlLibrary } from '../../../src/agent/discovery/nvml/nvml-library.js';
 import { isRunning } from '../../helpers/engine-processes.js';
 import { FAKE_NVIDIA_SMI, GPU_FIXTURES } from '../../helpers/fake-gpus.js';
+import { buildFakeNvml, fakeNvmlUnavailable } from './fake-nvml.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-sampler-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
@@ -17,13 +19,26 @@ const INTERVAL_MS = 100;
 const WAIT = { timeout: 15_000, interval: 20 };
 
 /** A data set this test may rewrite, a sampler on it (closed after the test), and a logger whose lines it can read. */
-function setup(opts: { timeoutMs?: number } = {}) {
+function setup(opts: { timeoutMs?: number; nvidiaSmi?: string; nvmlLibrary?: string } = {}) {
   const dir = mkdtempSync(join(tmp, 'ds-'));
   cpSync(join(GPU_FIXTURES, 'pcie-l40sx4'), dir, { recursive: true });
   vi.stubEnv('LLMGW_FAKE_GPUS', dir);
+  let nvml: NvmlLibrary | undefined;
+  if (opts.nvmlLibrary !== undefined) {
+    const opened = NvmlLibrary.open(opts.nvmlLibrary);
+    if (!opened.ok) throw new Error(opened.reason);
+    nvml = opened.value;
+    onTestFinished(() => nvml?.close());
+  }
   const lines: { level: number; msg: string; err?: string }[] = [];
   const logger = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s)) });
-  const sampler = new GpuMemorySampler({ nvidiaSmi: FAKE_NVIDIA_SMI, intervalMs: INTERVAL_MS, timeoutMs: opts.timeoutMs ?? 5000, logger });
+  const sampler = new GpuMemorySampler({
+    nvidiaSmi: opts.nvidiaSmi ?? FAKE_NVIDIA_SMI,
+    intervalMs: INTERVAL_MS,
+    timeoutMs: opts.timeoutMs ?? 5000,
+    nvml,
+    logger,
+  });
   onTestFinished(() => sampler.close());
   const setUsed = (mb: number[]) =>
     writeFileSync(join(dir, 'query-gpu.csv'), `index, memory.used [MiB]\n${mb.map((m, i) => `${i}, ${m} MiB`).join('\n')}\n`);
@@ -91,7 +106,10 @@ describe('GpuMemorySampler', () => {
   });
 
   it('runs nvidia-smi once per interval when its loop never reports, and says so', async () => {
-    const { sampler, messages, setUsed } = setup({ timeoutMs: 100 });
+    // 1 s, not less: each one-shot nvidia-smi (a node process here) must
+    // answer within interval + timeout, and on a loaded machine starting
+    // node alone took longer than 200 ms, so every one-shot was killed too.
+    const { sampler, messages, setUsed } = setup({ timeoutMs: 1000 });
     vi.stubEnv('LLMGW_FAKE_NVIDIA_SMI_LOOP_SILENT', '1');
     sampler.start();
     await vi.waitFor(() => expect(messages()).toContain('nvidia-smi gave no reading in loop mode; running it once per interval instead'), WAIT);
@@ -124,5 +142,44 @@ describe('GpuMemorySampler', () => {
     await vi.waitFor(() => expect(sampler.latest()).toEqual([5, 6]), WAIT);
     writeFileSync(join(dir, 'query-gpu.csv'), 'index, memory.used [MiB]\n0, 7 MiB\n1, [GPU requires reset]\n');
     await vi.waitFor(() => expect(sampler.latest()).toEqual([7, 6]), WAIT);
+  });
+
+  it('falls back to one query per interval, said once, when nvidia-smi ignores --loop-ms and exits after one report', async () => {
+    // A wrapper that drops --loop-ms, as some container shims do.
+    const shim = join(tmp, 'no-loop-nvidia-smi');
+    writeFileSync(shim, `#!/bin/sh\nfor a; do shift; case "$a" in --loop-ms=*) ;; *) set -- "$@" "$a";; esac; done\nexec ${FAKE_NVIDIA_SMI} "$@"\n`);
+    chmodSync(shim, 0o755);
+    const { sampler, messages, setUsed } = setup({ nvidiaSmi: shim });
+    sampler.start();
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    setUsed([1, 2, 3, 4]);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([1, 2, 3, 4]), WAIT);
+    setUsed([5, 6, 7, 8]);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([5, 6, 7, 8]), WAIT);
+    expect(messages().filter((m) => m.startsWith('nvidia-smi ignores --loop-ms'))).toHaveLength(1);
+    expect(messages().filter((m) => m.startsWith('GPU memory readings stopped') || m === 'GPU memory readings resumed')).toEqual([]);
+  });
+});
+
+describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuMemorySampler through NVML', () => {
+  it('reads every GPU in-process, runs no nvidia-smi, and follows the data set', async () => {
+    // An nvidia-smi that does not exist: any process start would fail and be logged.
+    const { sampler, messages, setUsed } = setup({ nvmlLibrary: buildFakeNvml(), nvidiaSmi: join(tmp, 'no-such-nvidia-smi') });
+    sampler.start();
+    expect(sampler.latest()).toEqual([0, 412, 0, 0]);
+    expect(sampler.pid).toBeUndefined();
+    setUsed([1, 2, 3, 4]);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([1, 2, 3, 4]), WAIT);
+    expect(sampler.pid).toBeUndefined();
+    expect(messages().filter((m) => m.startsWith('GPU memory readings'))).toEqual([]);
+  });
+});
+
+describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuMemorySampler with an old driver\'s NVML', () => {
+  it('reads through nvidia-smi when NVML lacks nvmlDeviceGetMemoryInfo_v2 (v1 would count reserved memory as used)', async () => {
+    const { sampler } = setup({ nvmlLibrary: buildFakeNvml('old') });
+    sampler.start();
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    expect(sampler.pid).toBeGreaterThan(0);
   });
 });

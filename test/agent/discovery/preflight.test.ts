@@ -23,6 +23,7 @@ describe('runPreflight', () => {
       ['driver', true],
       ['gpu-health', true],
       ['foreign-processes', true],
+      ['foreign-memory', true],
       ['fabric ib-a', true],
       ['mgmt-interface', true],
     ]);

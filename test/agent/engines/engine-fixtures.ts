@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { delimiter, join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { ValidationContext } from '../../../src/agent/engines/engine.js';
 import { GpuSchema, InventorySchema, type Profile, ProfileSchema, type StartShard, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
@@ -40,4 +43,31 @@ export function shard(
 
 export function context(over: Partial<ValidationContext> = {}): ValidationContext {
   return { inventory: h100Inventory(), heldGpus: new Map(), foreignProcesses: [], isPortFree: async () => true, ...over };
+}
+
+export interface FakeExecutables {
+  dir: string;
+  /** Absolute path of one fake. */
+  path(name: string): string;
+  /** Puts PATH back and removes the directory. */
+  restore(): void;
+}
+
+/**
+ * Executable scripts that exit 0, in a temp directory put first on this
+ * process's PATH: the agent resolves bare engine names with its own PATH.
+ */
+export function fakeExecutablesOnPath(names: readonly string[]): FakeExecutables {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-fake-bin-'));
+  for (const name of names) writeFileSync(join(dir, name), '#!/bin/sh\nexit 0\n', { mode: 0o755 });
+  const saved = process.env.PATH;
+  process.env.PATH = `${dir}${delimiter}${saved ?? ''}`;
+  return {
+    dir,
+    path: (name) => join(dir, name),
+    restore: () => {
+      process.env.PATH = saved;
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
 }

@@ -1,10 +1,19 @@
 import { readFileSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfiguredEngine } from '../../../src/agent/engines/configured-engine.js';
 import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
 import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
 import type { StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { shard } from './engine-fixtures.js';
+import { type FakeExecutables, fakeExecutablesOnPath, shard } from './engine-fixtures.js';
+
+// argv[0] is the absolute path the bare default `vllm` resolves to on the
+// agent's PATH (a missing one is refused), so the default command needs a
+// `vllm` to find; `python3` for SGLang is the machine's own.
+let fake: FakeExecutables;
+beforeAll(() => {
+  fake = fakeExecutablesOnPath(['vllm']);
+});
+afterAll(() => fake.restore());
 
 /** A flag list from test/fixtures/engines/: one option string a line, after a `#` header. */
 function flagSet(file: string): ReadonlySet<string> {

@@ -2,22 +2,39 @@ import { describe, expect, it } from 'vitest';
 import { EngineRegistry } from '../../../src/agent/engines/engine-registry.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 
-describe('EngineRegistry', () => {
-  const registry = new EngineRegistry({ engines: { vllm: { command: ['/opt/vllm'], env: {}, extraArgs: [] } }, mgmtInterface: 'eth0' });
+function messageOf(fn: () => unknown): string {
+  try {
+    fn();
+  } catch (e) {
+    expect(e).toBeInstanceOf(LlmgwError);
+    expect((e as LlmgwError).kind).toBe('failure');
+    return (e as LlmgwError).message;
+  }
+  throw new Error('expected a refusal');
+}
 
-  it('returns each known engine by name, with its configuration', () => {
-    expect(['vllm', 'sglang', 'sim'].map((n) => registry.get(n).name)).toEqual(['vllm', 'sglang', 'sim']);
+describe('EngineRegistry', () => {
+  const registry = new EngineRegistry({ engines: { vllm: { command: ['/opt/vllm'], env: {}, extraArgs: [], allowedEnv: [], enabled: true } }, mgmtInterface: 'eth0' });
+
+  it('returns each enabled engine by name, with its configuration', () => {
+    expect(['vllm', 'sglang'].map((n) => registry.get(n).name)).toEqual(['vllm', 'sglang']);
   });
 
-  it('refuses an unknown engine, listing the known ones', () => {
-    let err: unknown;
-    try {
-      registry.get('tgi');
-    } catch (e) {
-      err = e;
-    }
-    expect(err).toBeInstanceOf(LlmgwError);
-    expect((err as LlmgwError).kind).toBe('failure');
-    expect((err as LlmgwError).message).toBe('unknown engine "tgi"; known engines: vllm, sglang, sim');
+  it('refuses an unknown engine, listing the registered ones', () => {
+    expect(messageOf(() => registry.get('tgi'))).toBe('unknown engine "tgi"; known engines: vllm, sglang');
+  });
+
+  it('does not register sim unless engines.sim.enabled is true', () => {
+    expect(messageOf(() => registry.get('sim'))).toBe(
+      'engine "sim" is not enabled on this node (set engines.sim.enabled: true in the agent\'s config); known engines: vllm, sglang',
+    );
+    const dev = new EngineRegistry({ engines: { sim: { command: [], env: {}, extraArgs: [], allowedEnv: [], enabled: true } }, mgmtInterface: 'lo' });
+    expect(dev.get('sim').name).toBe('sim');
+    expect(dev.names()).toEqual(['vllm', 'sglang', 'sim']);
+  });
+
+  it('leaves out an engine the operator disabled', () => {
+    const noVllm = new EngineRegistry({ engines: { vllm: { command: [], env: {}, extraArgs: [], allowedEnv: [], enabled: false } }, mgmtInterface: 'lo' });
+    expect(noVllm.names()).toEqual(['sglang']);
   });
 });

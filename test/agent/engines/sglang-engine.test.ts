@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { resolveExecutableSync } from '../../../src/agent/engines/resolve-executable.js';
 import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
 import { shard } from './engine-fixtures.js';
 
@@ -8,7 +9,7 @@ describe('SglangEngine.command', () => {
       shard({ gpuIndices: [0, 1], profile: { args: ['--trust-remote-code'] } }),
     );
     expect(plan.argv).toEqual([
-      'python3',
+      resolveExecutableSync('python3'),
       '-m',
       'sglang.launch_server',
       '--model-path',
@@ -28,7 +29,7 @@ describe('SglangEngine.command', () => {
       '--mem-fraction-static',
       '0.85',
     ]);
-    expect(plan.env).toEqual({ CUDA_VISIBLE_DEVICES: '0,1', NCCL_SOCKET_IFNAME: 'eth0', GLOO_SOCKET_IFNAME: 'eth0', SGLANG_X: '1' });
+    expect(plan.env).toEqual({ CUDA_VISIBLE_DEVICES: '0,1', CUDA_DEVICE_ORDER: 'PCI_BUS_ID', NCCL_SOCKET_IFNAME: 'eth0', GLOO_SOCKET_IFNAME: 'eth0', SGLANG_X: '1' });
   });
 
   it('joins a multi-node shard through --dist-init-addr, bracketing IPv6 leaders', () => {

@@ -12,7 +12,7 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 const range = join(dir, 'ip_local_port_range');
 writeFileSync(range, '32768\t60999\n');
-const opts = { executable: process.execPath, executableHint: 'set engines.vllm.command', portRangePath: range };
+const opts = { engine: 'vllm', executable: process.execPath, executableHint: 'set engines.vllm.command', allowedEnv: [], portRangePath: range };
 
 describe('validateShard: ports in the ephemeral range', () => {
   it('refuses an http_port inside the range, naming it and what to do', async () => {
@@ -23,14 +23,14 @@ describe('validateShard: ports in the ephemeral range', () => {
   });
 
   it('accepts ports outside it, and a node whose range cannot be read', async () => {
-    await expect(validateShard(shard({ httpPort: 18000 }), context(), opts)).resolves.toBeUndefined();
-    await expect(validateShard(shard({ httpPort: 61000 }), context(), opts)).resolves.toBeUndefined();
-    await expect(validateShard(shard({ httpPort: 40000 }), context(), { ...opts, portRangePath: join(dir, 'absent') })).resolves.toBeUndefined();
+    await expect(validateShard(shard({ httpPort: 18000 }), context(), opts)).resolves.toBe(process.execPath);
+    await expect(validateShard(shard({ httpPort: 61000 }), context(), opts)).resolves.toBe(process.execPath);
+    await expect(validateShard(shard({ httpPort: 40000 }), context(), { ...opts, portRangePath: join(dir, 'absent') })).resolves.toBe(process.execPath);
   });
 
   it('does not judge the port of a rank that serves no HTTP', async () => {
     const worker = shard({ nnodes: 2, rank: 1, httpPort: 40000, leaderAddr: '10.0.0.1', leaderPort: 29500, profile: { tensorParallelSize: 4 } });
-    await expect(validateShard(worker, context(), opts)).resolves.toBeUndefined();
+    await expect(validateShard(worker, context(), opts)).resolves.toBe(process.execPath);
   });
 
   it('refuses a leader_port inside the range on rank 0, which binds it, and not on the ranks that connect to it', async () => {
@@ -39,7 +39,7 @@ describe('validateShard: ports in the ephemeral range', () => {
     await expect(validateShard(rank(0), context(), opts)).rejects.toThrow(
       "leader_port 45000 is inside this node's ephemeral port range 32768-60999 (net.ipv4.ip_local_port_range), where an outgoing connection can take it; use a port outside it",
     );
-    await expect(validateShard(rank(1), context(), opts)).resolves.toBeUndefined();
+    await expect(validateShard(rank(1), context(), opts)).resolves.toBe(process.execPath);
   });
 
   it('refuses through an engine against this node\'s real range', async () => {

@@ -80,7 +80,7 @@ describe('engine validation', () => {
   it('refuses an engine executable that does not resolve', async () => {
     const missing = new VllmEngine({ command: ['vllm-not-installed-here', 'serve'], env: {}, extraArgs: [] }, 'eth0');
     expect(await refusal(shard(), context(), missing)).toBe(
-      'engine executable "vllm-not-installed-here" is not found on PATH; set engines.vllm.command',
+      `engine executable "vllm-not-installed-here" is not found on the agent's PATH; set engines.vllm.command`,
     );
     const notExec = join(tmp, 'vllm');
     writeFileSync(notExec, '#!/bin/sh\n', { mode: 0o644 });
@@ -113,7 +113,42 @@ describe('engine validation', () => {
     bare.profile = undefined;
     expect(await refusal(bare)).toBe('shard s1 has no profile');
     expect(await refusal(shard({ profile: { env: { CUDA_VISIBLE_DEVICES: '0' } } }))).toBe(
-      'profile llama-70b-tp2 sets CUDA_VISIBLE_DEVICES; the agent assigns GPUs from gpu_indices',
+      'shard s1: profile env sets CUDA_VISIBLE_DEVICES, which the agent owns (it assigns GPUs from gpu_indices)',
     );
+  });
+
+  it('refuses every profile env name outside allowed_env, naming it, and accepts the default families', async () => {
+    for (const name of ['NODE_OPTIONS', 'LD_PRELOAD', 'PATH', 'PYTHONWARNINGS', 'BROWSER', 'GCONV_PATH', 'PYTHONPATH']) {
+      expect(await refusal(shard({ profile: { env: { HF_TOKEN: 'x', [name]: 'v' } } }))).toBe(
+        `shard s1: profile env sets ${name}, which engines.vllm.allowed_env does not allow (allowed: HF_*, VLLM_*, SGLANG_*, NCCL_*, TORCH_*, OMP_NUM_THREADS, CUDA_LAUNCH_BLOCKING, TOKENIZERS_PARALLELISM)`,
+      );
+    }
+    for (const name of ['CUDA_DEVICE_ORDER', 'NVIDIA_VISIBLE_DEVICES']) {
+      expect(await refusal(shard({ profile: { env: { [name]: 'x' } } }))).toMatch(new RegExp(`^shard s1: profile env sets ${name}, which the agent owns`));
+    }
+    expect(await refusal(shard({ profile: { env: { NCCL_NET_PLUGIN: '/tmp/x.so' } } }))).toBe(
+      'shard s1: profile env sets NCCL_NET_PLUGIN, which loads a shared library; only the operator may set it, in engines.vllm.env',
+    );
+    expect(await refusal(shard({ profile: { env: { 'HF_X=1': 'v' } } }))).toBe('shard s1: profile env name "HF_X=1" is not a valid variable name');
+    expect(await refusal(shard({ profile: { env: { HF_X: 'a\0b' } } }))).toBe('shard s1: profile env HF_X contains a NUL byte');
+    const ok = { HF_TOKEN: 't', VLLM_USE_V1: '1', SGLANG_X: '1', NCCL_DEBUG: 'INFO', TORCH_CUDA_ARCH_LIST: '9.0', OMP_NUM_THREADS: '8' };
+    await expect(engine.validate(shard({ profile: { env: ok } }), context())).resolves.toBeUndefined();
+  });
+
+  it('takes engines.<name>.allowed_env as configured: exact names and NAME_* prefixes only', async () => {
+    const strict = new VllmEngine({ command: [process.execPath], allowedEnv: ['HF_TOKEN', 'MY_*'] }, 'eth0');
+    await expect(strict.validate(shard({ profile: { env: { HF_TOKEN: 't', MY_A: '1' } } }), context())).resolves.toBeUndefined();
+    expect(await refusal(shard({ profile: { env: { HF_HOME: '/x' } } }), context(), strict)).toBe(
+      'shard s1: profile env sets HF_HOME, which engines.vllm.allowed_env does not allow (allowed: HF_TOKEN, MY_*)',
+    );
+  });
+
+  it('runs the executable it validated, by its absolute path, whatever PATH the profile would give', async () => {
+    const onPath = new VllmEngine({ command: ['sh'] }, 'eth0');
+    const spec = shard();
+    await onPath.validate(spec, context());
+    const argv0 = onPath.command(spec).argv[0] as string;
+    expect(argv0.startsWith('/')).toBe(true);
+    expect(argv0.endsWith('/sh')).toBe(true);
   });
 });

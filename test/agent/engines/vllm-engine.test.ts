@@ -1,6 +1,12 @@
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { VllmEngine, dataParallelSize } from '../../../src/agent/engines/vllm-engine.js';
-import { context, shard } from './engine-fixtures.js';
+import { context, type FakeExecutables, fakeExecutablesOnPath, shard } from './engine-fixtures.js';
+
+let fake: FakeExecutables;
+beforeAll(() => {
+  fake = fakeExecutablesOnPath(['vllm']);
+});
+afterAll(() => fake.restore());
 
 describe('VllmEngine.command', () => {
   it('builds vllm serve with the shard GPUs, interfaces, profile then configured env and args', () => {
@@ -30,6 +36,7 @@ describe('VllmEngine.command', () => {
     ]);
     expect(plan.env).toEqual({
       CUDA_VISIBLE_DEVICES: '2,3',
+      CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
       NCCL_SOCKET_IFNAME: 'bond0',
       GLOO_SOCKET_IFNAME: 'bond0',
       NCCL_IB_HCA: 'mlx5_0,mlx5_1',
@@ -38,9 +45,9 @@ describe('VllmEngine.command', () => {
     });
   });
 
-  it('defaults to vllm serve, pipeline size 1 and the model as served name, and sets no NCCL_IB_HCA without HCAs', () => {
+  it('defaults to vllm serve (by its absolute path on the agent\'s PATH), pipeline size 1 and the model as served name, and sets no NCCL_IB_HCA without HCAs', () => {
     const plan = new VllmEngine(undefined, 'eth0').command(shard({ profile: { servedModelName: '', pipelineParallelSize: 0 } }));
-    expect(plan.argv.slice(0, 3)).toEqual(['vllm', 'serve', 'meta-llama/Llama-3.1-70B-Instruct']);
+    expect(plan.argv.slice(0, 3)).toEqual([fake.path('vllm'), 'serve', 'meta-llama/Llama-3.1-70B-Instruct']);
     expect(plan.argv.slice(7)).toEqual([
       '--served-model-name',
       'meta-llama/Llama-3.1-70B-Instruct',
@@ -82,6 +89,23 @@ describe('VllmEngine.command', () => {
   it('keeps CUDA_VISIBLE_DEVICES the shard GPUs even when configured env sets it', () => {
     const plan = new VllmEngine({ command: [], env: { CUDA_VISIBLE_DEVICES: '0,1,2,3,4,5,6,7' }, extraArgs: [] }, 'eth0').command(shard({ gpuIndices: [5] }));
     expect(plan.env.CUDA_VISIBLE_DEVICES).toBe('5');
+  });
+
+  it('sets CUDA_DEVICE_ORDER=PCI_BUS_ID over configured env, so CUDA numbers GPUs as nvidia-smi does', () => {
+    const plan = new VllmEngine({ env: { CUDA_DEVICE_ORDER: 'FASTEST_FIRST' } }, 'eth0').command(shard({ gpuIndices: [5] }));
+    expect(plan.env.CUDA_DEVICE_ORDER).toBe('PCI_BUS_ID');
+  });
+
+  it('leaves out profile env a skipped validation would have refused', () => {
+    const plan = new VllmEngine(undefined, 'eth0').command(shard({ profile: { env: { LD_PRELOAD: '/tmp/x.so', HF_TOKEN: 't' } } }));
+    expect(plan.env.LD_PRELOAD).toBeUndefined();
+    expect(plan.env.HF_TOKEN).toBe('t');
+  });
+
+  it('carries engines.vllm.user in the plan for the launcher', () => {
+    const plan = new VllmEngine({ user: { name: 'nobody', uid: 65534, gid: 65534, home: '/nonexistent' } }, 'eth0').command(shard());
+    expect(plan.user).toEqual({ name: 'nobody', uid: 65534, gid: 65534, home: '/nonexistent' });
+    expect(new VllmEngine(undefined, 'eth0').command(shard()).user).toBeUndefined();
   });
 
   it('names its in-flight gauge and the series stall detection reads', () => {

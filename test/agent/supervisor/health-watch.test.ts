@@ -1,7 +1,7 @@
 import { type Server, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { UNHEALTHY_AFTER_FAILURES, watchHealth } from '../../../src/agent/supervisor/health-watch.js';
+import { type HealthVerdict, UNHEALTHY_AFTER_FAILURES, watchHealth } from '../../../src/agent/supervisor/health-watch.js';
 import { until } from '../../helpers/engine-processes.js';
 
 const servers: Server[] = [];
@@ -11,10 +11,16 @@ afterEach(() => {
   for (const s of servers.splice(0)) s.close();
 });
 
-/** A real /health endpoint whose status the test sets. */
-async function healthServer() {
-  const state = { status: 200, probes: 0 };
-  const server = createServer((_req, res) => {
+/** A real engine endpoint whose /health status and /metrics series the test sets. */
+async function engineServer() {
+  const state = { status: 200, probes: 0, metricsReads: 0, running: 0, tokens: 0, metricsStatus: 200 };
+  const server = createServer((req, res) => {
+    if (req.url === '/metrics') {
+      state.metricsReads++;
+      res.writeHead(state.metricsStatus, { 'content-type': 'text/plain' });
+      res.end(`# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} ${state.running}\nvllm:generation_tokens_total{model_name="m"} ${state.tokens}\n`);
+      return;
+    }
     state.probes++;
     res.writeHead(state.status).end();
   });
@@ -23,29 +29,89 @@ async function healthServer() {
   return { state, baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
 }
 
+const stall = (stallTimeoutMs: number) => ({
+  requestsRunningMetric: 'vllm:num_requests_running',
+  generationTokensMetric: 'vllm:generation_tokens_total',
+  stallTimeoutMs,
+});
+
+function watch(baseUrl: string, opts: { stallTimeoutMs?: number } = {}) {
+  const ac = new AbortController();
+  aborts.push(ac);
+  const verdicts: HealthVerdict[] = [];
+  watchHealth({
+    baseUrl,
+    intervalMs: 50,
+    signal: ac.signal,
+    stall: opts.stallTimeoutMs === undefined ? undefined : stall(opts.stallTimeoutMs),
+    onVerdict: (v) => verdicts.push(v),
+  });
+  return { verdicts, ac, last: () => verdicts.at(-1) };
+}
+
 describe('watchHealth', () => {
   it(`calls an engine unhealthy after ${UNHEALTHY_AFTER_FAILURES} failed probes in a row, and healthy again when it answers`, async () => {
-    const { state, baseUrl } = await healthServer();
-    const ac = new AbortController();
-    aborts.push(ac);
-    const changes: boolean[] = [];
-    watchHealth({ baseUrl, intervalMs: 50, signal: ac.signal, onChange: (healthy) => changes.push(healthy) });
-    await until(() => state.probes >= 3, 'three healthy probes');
-    expect(changes).toEqual([]);
+    const { state, baseUrl } = await engineServer();
+    const w = watch(baseUrl);
+    await until(() => w.verdicts.length >= 3, 'three verdicts');
+    expect(w.verdicts.every((v) => v.healthy)).toBe(true);
     state.status = 503;
-    await until(() => changes.length === 1, 'the unhealthy call');
-    expect(changes).toEqual([false]);
+    await until(() => w.last()?.healthy === false, 'the unhealthy verdict');
+    expect(w.last()).toMatchObject({ cause: 'probes', why: expect.stringMatching(/^3 health probes failed in a row: GET \/health answered 503$/) });
+    // Two misses are noise: the verdicts right after the first 503s stayed healthy.
+    const firstBad = w.verdicts.findIndex((v) => !v.healthy);
+    expect(w.verdicts.slice(firstBad - 2, firstBad).every((v) => v.healthy)).toBe(true);
     state.status = 200;
-    await until(() => changes.length === 2, 'the healthy-again call');
-    expect(changes).toEqual([false, true]);
+    await until(() => w.last()?.healthy === true, 'the healthy-again verdict');
+    expect(w.last()?.why).toBe('/health answers again');
+  });
+
+  it('calls an engine with requests running and a flat token counter stalled, and healthy again when tokens move', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.running = 3;
+    state.tokens = 100;
+    const w = watch(baseUrl, { stallTimeoutMs: 300 });
+    await until(() => w.last()?.cause === 'stalled', 'the stalled verdict');
+    expect(w.last()?.healthy).toBe(false);
+    expect(w.last()?.why).toMatch(/^stalled: 3 requests running, no token generated for \d+ s$/);
+    state.tokens = 101;
+    await until(() => w.last()?.healthy === true, 'the generating-again verdict');
+    expect(w.last()?.why).toMatch(/^generating again \(3 requests running, tokens generated\)$/);
+  });
+
+  it('never calls an idle engine stalled, however long its counter is flat', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.tokens = 7;
+    const w = watch(baseUrl, { stallTimeoutMs: 100 });
+    await until(() => state.metricsReads >= 10, 'ten metrics reads');
+    expect(w.verdicts.every((v) => v.healthy)).toBe(true);
+  });
+
+  it('keeps a stalled verdict through a failed metrics read rather than calling the engine healthy', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.running = 2;
+    const w = watch(baseUrl, { stallTimeoutMs: 200 });
+    await until(() => w.last()?.cause === 'stalled', 'the stalled verdict');
+    state.metricsStatus = 500;
+    const reads = state.metricsReads;
+    await until(() => state.metricsReads >= reads + 3, 'three failed metrics reads');
+    expect(w.last()?.cause).toBe('stalled');
+  });
+
+  it('reads no metrics when stall detection is off (stall_timeout 0s)', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.running = 3;
+    const w = watch(baseUrl, { stallTimeoutMs: 0 });
+    await until(() => state.probes >= 5, 'five probes');
+    expect(state.metricsReads).toBe(0);
+    expect(w.verdicts.every((v) => v.healthy)).toBe(true);
   });
 
   it('stops probing when its signal aborts', async () => {
-    const { state, baseUrl } = await healthServer();
-    const ac = new AbortController();
-    watchHealth({ baseUrl, intervalMs: 50, signal: ac.signal, onChange: () => {} });
+    const { state, baseUrl } = await engineServer();
+    const w = watch(baseUrl);
     await until(() => state.probes >= 2, 'two probes');
-    ac.abort();
+    w.ac.abort();
     await new Promise((r) => setTimeout(r, 150));
     const after = state.probes;
     await new Promise((r) => setTimeout(r, 300));

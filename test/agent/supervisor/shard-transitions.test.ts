@@ -11,6 +11,10 @@ describe('shard transitions', () => {
     [S.UNHEALTHY, S.READY],
     [S.READY, S.DRAINING],
     [S.DRAINING, S.STOPPING],
+    // ctl drain --cancel.
+    [S.DRAINING, S.READY],
+    // An adopted engine whose drain outlived the previous agent.
+    [S.STARTING, S.DRAINING],
     [S.STOPPING, S.STOPPED],
     [S.READY, S.EXITED],
     [S.FAILED, S.STARTING],
@@ -23,7 +27,8 @@ describe('shard transitions', () => {
     [S.STARTING, S.EXITED],
     [S.STOPPED, S.READY],
     [S.STOPPING, S.FAILED],
-    [S.DRAINING, S.READY],
+    // Health is not judged while draining; a cancelled drain goes through READY.
+    [S.DRAINING, S.UNHEALTHY],
     [S.FAILED, S.READY],
   ])('refuses %s → %s', (from, to) => {
     expect(isTransitionAllowed(from, to)).toBe(false);

@@ -1,5 +1,5 @@
 import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
@@ -24,7 +24,8 @@ describe('shard logs', () => {
     const fd = openSync(logPath, 'w');
     ftruncateSync(fd, 1024 ** 3);
     closeSync(fd);
-    const sup = newSupervisor({ logMaxBytes: 4 * 1024 ** 3 });
+    // keepPreviousRuns 0: the planted log stays the engine's own instead of being kept as a previous run's.
+    const sup = newSupervisor({ logMaxBytes: 4 * 1024 ** 3, keepPreviousRuns: 0 });
     const script = "for(let i=1;i<=500;i++)console.log('line '+i);setInterval(()=>{},1<<30)";
     await sup.start(shardSpec('big'), { plan: { argv: [process.execPath, '-e', script], env: {} }, servesHttp: false });
     await until(async () => (await sup.tailLog('big', 1))[0] === 'line 500', 'the engine to write');
@@ -94,20 +95,31 @@ describe('Supervisor.pruneLogs (security review, finding 17)', () => {
     const { shard } = await sup.start(shardSpec('kept'), { plan: { argv: [process.execPath, '-e', 'setInterval(()=>{},1<<30)'], env: {} }, servesHttp: false });
     const logs = join(harness.dirs.logDir, 'shards');
     const aged = (name: string) => {
-      writeFileSync(join(logs, name), 'old output\n');
+      mkdirSync(dirname(join(harness.dirs.logDir, name)), { recursive: true });
+      writeFileSync(join(harness.dirs.logDir, name), 'old output\n');
       const t = (Date.now() - 3_600_000) / 1000;
-      utimesSync(join(logs, name), t, t);
+      utimesSync(join(harness.dirs.logDir, name), t, t);
     };
-    aged('kept.log.1');
-    aged('kept.log.prev');
-    aged('removed-g1-r0.log');
-    aged('removed-g1-r0.log.1');
-    aged('removed-g1-r0.log.prev');
+    aged('shards/kept.log.1');
+    aged('shards/kept.failure.json');
+    aged('previous-runs/kept.1.log');
+    aged('shards/removed-g1-r0.log');
+    aged('shards/removed-g1-r0.log.1');
+    aged('shards/removed-g1-r0.failure.json');
+    aged('previous-runs/removed-g1-r0.1.log');
+    aged('previous-runs/removed-g1-r0.1.failure.json');
     const t = (Date.now() - 3_600_000) / 1000;
     utimesSync(shard.logPath, t, t);
 
     const removed = await sup.pruneLogs();
-    expect(removed.sort()).toEqual(['removed-g1-r0.log', 'removed-g1-r0.log.1', 'removed-g1-r0.log.prev']);
-    expect(readdirSync(logs).sort()).toEqual(['kept.log', 'kept.log.1', 'kept.log.prev']);
+    expect(removed.sort()).toEqual([
+      'previous-runs/removed-g1-r0.1.failure.json',
+      'previous-runs/removed-g1-r0.1.log',
+      'removed-g1-r0.failure.json',
+      'removed-g1-r0.log',
+      'removed-g1-r0.log.1',
+    ]);
+    expect(readdirSync(logs).sort()).toEqual(['kept.failure.json', 'kept.log', 'kept.log.1']);
+    expect(readdirSync(join(harness.dirs.logDir, 'previous-runs'))).toEqual(['kept.1.log']);
   });
 });

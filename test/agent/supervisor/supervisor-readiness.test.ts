@@ -152,6 +152,8 @@ describe('after READY', () => {
       'UNHEALTHY',
     ]);
     expect(isRunning(shard.pid)).toBe(true);
+    // The error names the cause, so an operator can tell a hang from a stall.
+    expect(sup.get('hang')?.error).toMatch(/^\d+ health probes failed in a row: GET \/health/);
   });
 
   it('goes back to READY when an UNHEALTHY engine answers again', async () => {
@@ -164,5 +166,6 @@ describe('after READY', () => {
     await until(() => sup.get('stall')?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
     process.kill(shard.pid, 'SIGCONT');
     await until(() => sup.get('stall')?.state === ShardState.READY, 'READY again', 30_000);
+    expect(sup.get('stall')?.error).toBe('');
   });
 });

@@ -108,8 +108,8 @@ describe('Supervisor.drain and inFlight', () => {
       body: JSON.stringify({ prompt: 'hello', max_tokens: 20 }),
     }).then((r) => r.json());
     await until(async () => (await sup.inFlight('drain')) === 1, 'one request in flight');
-    expect(sup.drain('drain').state).toBe(ShardState.DRAINING);
-    expect(sup.drain('drain').state).toBe(ShardState.DRAINING); // idempotent
+    expect((await sup.drain('drain')).state).toBe(ShardState.DRAINING);
+    expect((await sup.drain('drain')).state).toBe(ShardState.DRAINING); // idempotent
     await request;
     await until(async () => (await sup.inFlight('drain')) === 0, 'no request in flight');
   });
@@ -117,7 +117,7 @@ describe('Supervisor.drain and inFlight', () => {
   it('refuses to drain a shard that is not serving', async () => {
     const sup = newSupervisor();
     await sup.start(shardSpec('early'), { plan: simPlan(['--never-ready']), servesHttp: true });
-    expect(() => sup.drain('early')).toThrow(/shard early is STARTING: only a READY or UNHEALTHY shard can be drained/);
+    await expect(sup.drain('early')).rejects.toThrow(/shard early is STARTING: only a READY or UNHEALTHY shard can be drained/);
   });
 });
 

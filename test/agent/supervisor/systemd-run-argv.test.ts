@@ -1,13 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import { buildSystemdRunArgv, environmentFileText, systemdUnitName } from '../../../src/agent/supervisor/systemd-run-argv.js';
+import { buildSystemdRunArgv, environmentFileText } from '../../../src/agent/supervisor/systemd-run-argv.js';
 
 describe('buildSystemdRunArgv', () => {
-  it('runs the engine argv as a transient unit in llmgw.slice, without a shell, its environment in a file', () => {
+  it('runs the engine argv as a transient unit in llmgw.slice, without a shell, keeping its status after it ends, its environment in a file', () => {
     const argv = buildSystemdRunArgv(
       'r1-s0',
       { argv: ['/opt/vllm/bin/vllm', 'serve', 'm; rm -rf /'] },
       '/var/log/llmgw/shards/r1-s0.log',
       '/var/lib/llmgw/shards/r1-s0.env',
+      { properties: { MemoryMax: '400G', CPUWeight: '200' }, stopGraceMs: 30_000 },
     );
     expect(argv).toEqual([
       'systemd-run',
@@ -15,27 +16,19 @@ describe('buildSystemdRunArgv', () => {
       'llmgw-shard-r1-s0.service',
       '--slice',
       'llmgw.slice',
-      '--collect',
       '--property=KillMode=control-group',
+      '--property=RemainAfterExit=yes',
+      '--property=TimeoutStopSec=30000ms',
       '--property=StandardOutput=append:/var/log/llmgw/shards/r1-s0.log',
       '--property=StandardError=append:/var/log/llmgw/shards/r1-s0.log',
+      '--property=MemoryMax=400G',
+      '--property=CPUWeight=200',
       '--property=EnvironmentFile=/var/lib/llmgw/shards/r1-s0.env',
       '--',
       '/opt/vllm/bin/vllm',
       'serve',
       'm; rm -rf /',
     ]);
-  });
-});
-
-describe('systemdUnitName', () => {
-  it('always carries the .service suffix, so an id ending in .service names the same unit everywhere (security review, finding 15)', () => {
-    expect(systemdUnitName('x.service')).toBe('llmgw-shard-x.service.service');
-    expect(systemdUnitName('a-b_c.1')).toBe('llmgw-shard-a-b_c.1.service');
-  });
-
-  it('escapes what a unit name cannot hold as systemd-escape does', () => {
-    expect(systemdUnitName('a b/é')).toBe('llmgw-shard-a\\x20b\\x2f\\xc3\\xa9.service');
   });
 });
 

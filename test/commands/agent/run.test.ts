@@ -1,7 +1,8 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { DEFAULT_CONFIG_PATH } from '../../../src/lib/default-paths.js';
 import { runCli } from '../../helpers/run-cli.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'llmgw-run-'));
@@ -44,6 +45,44 @@ describe('llmgw agent run --print-config', () => {
     const r = await runCli(['agent', 'run', '--config', path, '--server', 'http://cp:1', '--print-config']);
     expect(r.exitCode).toBe(78);
     expect(r.stderr.trim()).toBe('error: tls is configured but server is an http:// address; use https:// (flag --server)');
+  });
+
+  // The default file is what a new node lacks; an explicit --config that does not exist stays an error (78).
+  it.skipIf(existsSync(DEFAULT_CONFIG_PATH))('prints what it has with no config file, marking the missing required keys, exit 0', async () => {
+    const missing = DEFAULT_CONFIG_PATH;
+    const env = { LLMGW_CONFIG: undefined, LLMGW_NODE_ID: undefined, LLMGW_SERVER: undefined, LLMGW_HEARTBEAT_INTERVAL: '3s' };
+    const r = await runCli(['agent', 'run', '--print-config'], { env });
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toContain(`config file: ${missing} (not found)`);
+    expect(r.stdout).toContain('missing required keys: node_id, server');
+    expect(r.stdout).toMatch(/^node_id\s+<missing>\s+required: /m);
+    expect(r.stdout).toMatch(/^heartbeat_interval\s+3s\s+env LLMGW_HEARTBEAT_INTERVAL$/m);
+    const json = JSON.parse((await runCli(['agent', 'run', '--print-config', '--json'], { env })).stdout);
+    expect(json).toMatchObject({ configFileFound: false, missingRequired: ['node_id', 'server'], effective: null });
+    expect(json.keys.server).toEqual({ value: null, source: 'missing' });
+    // Without --print-config nothing has changed: the agent refuses to start.
+    expect((await runCli(['agent', 'run'], { env })).exitCode).toBe(78);
+    expect((await runCli(['agent', 'run', '--config', join(dir, 'no-such.yaml'), '--print-config'], { env })).exitCode).toBe(78);
+  });
+
+  it('still exits 78 for an invalid config when required keys are missing too', async () => {
+    const path = join(dir, 'bad-no-node.yaml');
+    writeFileSync(path, 'heartbeat_interval: fast\n');
+    const r = await runCli(['agent', 'run', '--config', path, '--print-config'], { env: { LLMGW_NODE_ID: undefined, LLMGW_SERVER: undefined } });
+    expect(r.exitCode).toBe(78);
+    expect(r.stderr).toContain('heartbeat_interval: "fast" is not a duration');
+  });
+
+  it('cuts long values in the table with an ellipsis; --json has them whole', async () => {
+    const path = join(dir, 'long.yaml');
+    const labels = Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`label-${i}`, 'v'.repeat(10)]));
+    writeFileSync(path, `node_id: a\nserver: http://127.0.0.1:1\nlabels: ${JSON.stringify(labels)}\n`);
+    const r = await runCli(['agent', 'run', '--config', path, '--print-config']);
+    const row = r.stdout.split('\n').find((l) => l.startsWith('labels')) as string;
+    expect(row).toMatch(/…\s+\S+:3$/);
+    expect(Math.max(...r.stdout.split('\n').map((l) => l.length))).toBeLessThan(160);
+    const json = JSON.parse((await runCli(['agent', 'run', '--config', path, '--print-config', '--json'])).stdout);
+    expect(json.keys.labels.value).toEqual(labels);
   });
 
   it('exits 2 on an unknown flag', async () => {

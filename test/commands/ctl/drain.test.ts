@@ -76,6 +76,27 @@ describe('llmgw ctl drain', () => {
     expect(r.exitCode).toBe(1);
     expect(r.stderr).toContain('slow: DRAINING, 1 in flight');
     expect(r.stderr.trimEnd().split('\n').at(-1)).toBe('error: timed out after 2s: slow has 1 requests in flight; the shards stay DRAINING');
+
+    // With --json the timeout is reported as every error is (BaseCommand.catch), the last DrainResponse with it.
+    const json = await runCli(['ctl', 'drain', 'slow', '--wait', '--timeout', '1s', '--json', '--socket', fx.socket]);
+    expect(json.exitCode).toBe(1);
+    expect(JSON.parse(json.stdout)).toEqual({
+      error: {
+        kind: 'failure',
+        message: 'timed out after 1s: slow has 1 requests in flight; the shards stay DRAINING',
+        exitCode: 1,
+        drain: { shards: [{ shardId: 'slow', state: 'SHARD_STATE_DRAINING', inFlight: 1, countable: true }], drained: false, timedOut: true },
+      },
+    });
+    expect(json.stderr).toBe('error: timed out after 1s: slow has 1 requests in flight; the shards stay DRAINING');
+  });
+
+  it('refuses --timeout 0s in the same words as every duration flag, exit 2', async () => {
+    const r = await runCli(['ctl', 'drain', 'slow', '--wait', '--timeout', '0s', '--socket', fx.socket]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe('error: --timeout must be more than 0, got "0s"');
+    const bad = await runCli(['ctl', 'drain', 'slow', '--wait', '--timeout', 'forever', '--socket', fx.socket]);
+    expect(bad.stderr).toBe('error: --timeout "forever" is not a duration; write it like 500ms, 5s or 2m');
   });
 
   it('--json prints the last DrainResponse as proto JSON', async () => {

@@ -1,4 +1,6 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { chmodSync, chownSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
@@ -24,6 +26,22 @@ beforeAll(async () => {
   shard = await fx.startShard('s1');
 }, 60_000);
 afterAll(() => fx?.close());
+
+/**
+ * A copy of the CLI that another user can read: a checkout under /root (mode
+ * 0700) is closed to nobody, who would fail with "Cannot find module" (exit
+ * 1) instead of reaching the socket. `ctl status --socket` is answered
+ * without oclif (bin/run.js's fast path), so bin/, dist/, package.json and
+ * the one package its human output loads (chalk) are all it needs.
+ */
+function copyCliForOtherUsers(): string {
+  const root = mkdtempSync(join(tmpdir(), 'llmgw-cli-copy-'));
+  for (const part of ['bin', 'dist', 'package.json']) cpSync(join(REPO_ROOT, part), join(root, part), { recursive: true });
+  cpSync(join(REPO_ROOT, 'node_modules', 'chalk'), join(root, 'node_modules', 'chalk'), { recursive: true, dereference: true });
+  // Every directory open to all, every file readable: what nobody needs, and nothing writable.
+  execFileSync('chmod', ['-R', 'a+rX,go-w', root]);
+  return root;
+}
 
 /** Cells of a table row: columns are separated by two spaces or more. */
 const cells = (line: string) => line.trim().split(/\s{2,}/);
@@ -51,11 +69,12 @@ describe('llmgw ctl status', () => {
     expect(lines[1]).toMatch(/^control +connected to http:\/\/127\.0\.0\.1:\d+ \(connect\) since \d{4}-\d\d-\d\dT[\d:.]+Z \(\d+[smh]/);
     expect(lines[2]).toBe('inventory  8 GPUs (8 × NVIDIA H100 80GB HBM3); driver 550.54.15, CUDA 12.4; 4 HCA ports (3 active)');
     const header = lines.findIndex((l) => l.startsWith('SHARD'));
-    expect(cells(lines[header] as string)).toEqual(['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED']);
+    expect(cells(lines[header] as string)).toEqual(['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE', 'PID', 'PORT', 'GPUS', 'AGE', 'ADOPTED', 'UNIT']);
     const row = cells(lines[header + 1] as string);
     expect(row.slice(0, 8)).toEqual(['s1', 'r-s1', 'sim', 'sim/m', 'READY', String(shard.pid), String(shard.port), '0']);
     expect(row[8]).toMatch(/^\d+[smh]/);
     expect(row[9]).toBe('no');
+    expect(row[10]).toBe('(direct)');
   });
 
   it('--json prints the StatusResponse as proto JSON, zeros and falses included', async () => {
@@ -83,6 +102,8 @@ describe('llmgw ctl status', () => {
         rank: 0,
         nnodes: 1,
         logPath: join(fx.dirs.logDir, 'shards', 's1.log'),
+        launcher: 'direct',
+        unit: '',
       },
     ]);
   });
@@ -154,6 +175,23 @@ describe('llmgw ctl status', () => {
 
   describe('as nobody, who is not in the admin group', () => {
     const asNobody = { ...NOBODY, env: { HOME: tmpdir() } };
+    let cli: string;
+    beforeAll(() => {
+      cli = copyCliForOtherUsers();
+    });
+    afterAll(() => rmSync(cli, { recursive: true, force: true }));
+
+    /** The copied CLI run as nobody, as runCli runs the checkout's. */
+    const runCliAsNobody = async (args: string[]): Promise<CliResult> => {
+      const r = await execa(process.execPath, [join(cli, 'bin', 'run.js'), ...args], { ...asNobody, env: { HOME: tmpdir(), NO_COLOR: '1' }, reject: false, timeout: 60_000, stdin: 'ignore' });
+      return { exitCode: r.exitCode ?? -1, stdout: String(r.stdout), stderr: String(r.stderr) };
+    };
+
+    it('runs from a copy that nobody can read, wherever the checkout lives', async () => {
+      const r = await runCliAsNobody(['--version']);
+      expect(r.stderr).toBe('');
+      expect(r.exitCode).toBe(0);
+    });
 
     it('is refused by the socket itself (EACCES), while a member of the group gets in', async () => {
       const probe = `require('net').connect(${JSON.stringify(fx.socket)}).on('connect', () => { console.log('connected'); process.exit(0); }).on('error', (e) => { console.log(e.code); process.exit(0); })`;
@@ -165,14 +203,46 @@ describe('llmgw ctl status', () => {
     });
 
     it('gets exit 77 from ctl status, naming the group to join', async () => {
-      const r = await runCli(['ctl', 'status', '--socket', fx.socket], asNobody);
+      const r = await runCliAsNobody(['ctl', 'status', '--socket', fx.socket]);
       expect(r.exitCode).toBe(77);
       expect(r.stderr).toContain(`error: permission denied on the agent's socket ${fx.socket}: join group ${ADMIN_GROUP} (sudo usermod -aG ${ADMIN_GROUP} $USER`);
+    });
+
+    it('is told to set admin.group, never to join group root, when the socket is group root', async () => {
+      const dir = mkdtempSync(join(tmpdir(), 'llmgw-rootgroup-'));
+      chmodSync(dir, 0o755);
+      const sock = join(dir, 'agent.sock');
+      const server = createServer();
+      onTestFinished(() => {
+        server.close();
+        rmSync(dir, { recursive: true, force: true });
+      });
+      await new Promise<void>((resolve) => server.listen(sock, resolve));
+      chownSync(sock, 0, 0);
+      chmodSync(sock, 0o660);
+      const r = await runCliAsNobody(['ctl', 'status', '--socket', sock]);
+      expect(r.exitCode).toBe(77);
+      expect(r.stderr).toContain('set admin.group in the agent config');
+      expect(r.stderr).not.toMatch(/group root|-aG root/);
     });
   });
 });
 
 describe('llmgw ctl status without an agent', () => {
+  it('exits 78 naming a --config file that does not exist, rather than trying the default socket', async () => {
+    for (const args of [['--config', '/nonexistent.yaml'], ['--config', '/nonexistent.yaml', '--log-level', 'warn']]) {
+      const r = await runCli(['ctl', 'status', ...args]);
+      expect(r.exitCode).toBe(78);
+      expect(r.stderr).toBe("error: agent config /nonexistent.yaml does not exist; pass the agent's config file with --config (or fix ctl.config with `llmgw config`)");
+    }
+  });
+
+  it('says a --socket that is a regular file is not a socket', async () => {
+    const r = await runCli(['ctl', 'status', '--socket', '/etc/passwd']);
+    expect(r.exitCode).toBe(69);
+    expect(r.stderr).toContain('error: /etc/passwd is not a socket (it is a regular file)');
+  });
+
   it('exits 69 naming the socket and systemctl status llmgw-agent, with no socket', async () => {
     const missing = join(tmpdir(), 'llmgw-no-such-dir', 'agent.sock');
     const r = await runCli(['ctl', 'status', '--socket', missing]);

@@ -1,6 +1,6 @@
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { isRunning, killEverything, processesWritingUnder, until } from '../../helpers/engine-processes.js';
@@ -46,6 +46,7 @@ function devUp(args: string[]) {
     parent,
     startedAt,
     stdout: () => stdout,
+    stderr: () => stderr,
     /** Resolves with the first match of `re` in stdout (or stderr) so far or to come. */
     async waitFor(re: RegExp, timeoutMs: number, stream: 'stdout' | 'stderr' = 'stdout'): Promise<RegExpExecArray> {
       let m: RegExpExecArray | null = null;
@@ -57,7 +58,9 @@ function devUp(args: string[]) {
         },
         `${re} in dev up's ${stream}`,
         timeoutMs,
-      );
+      ).catch((err: Error) => {
+        throw new Error(`${err.message}; it printed so far:\n${text()}`);
+      });
       if (!m) throw new Error(`dev up exited (${child.exitCode}) before printing ${re}:\n${stdout}\n${stderr}`);
       return m;
     },
@@ -170,4 +173,76 @@ describe('llmgw dev up', () => {
     expect(help).toMatch(/reference for local runs, demos and tests/);
     expect(help).toMatch(/production runs the llmgw control plane/i);
   });
+
+  it("shows a never-ready engine's phase and log lines within 10 s, and Ctrl-C keeps the logs where it says", async () => {
+    const deployment = writeDeployment('profiles:\n  stuck:\n    engine: sim\n    model: sim/stuck\n    args: [--never-ready]\n    startup_timeout: 1m\nreplicas:\n  - name: tiny\n    profile: stuck\n');
+    const run = devUp(['--deployment', deployment]);
+    // The issue's acceptance bound, from dev up's start.
+    const [, logPath] = await run.waitFor(/^ {2}the end of (\S+\/tiny-0-g1-r0\.log):\n(?: {4}.*\n)*? {4}.*Starting to load model sim\/stuck/m, 10_000, 'stderr');
+    const stderr = run.stderr();
+    expect(stderr).toMatch(/^tiny-0 not ready after \d+ s: starting, shard tiny-0-g1-r0 STARTING on GPU 0$/m);
+    // The paths came first, before anything could hang.
+    expect(stderr.indexOf('temp dir ')).toBeGreaterThanOrEqual(0);
+    expect(stderr.indexOf('temp dir ')).toBeLessThan(stderr.indexOf('not ready after'));
+    expect(stderr).toContain(`engines ${dirname(logPath as string)}/`);
+    // Plain lines on a pipe: no listr glyphs.
+    expect(stderr).not.toMatch(/[✔❯›⠋-⠿]/);
+
+    run.child.kill('SIGINT');
+    const result = await run.child;
+    // Ctrl-C is the stop asked for, as after ready.
+    expect(result.exitCode).toBe(0);
+    const [, kept, engineLogs] = /^kept (\S+) \(stopped before every replica was ready\): engine logs in (\S+)\//m.exec(run.stderr()) ?? [];
+    expect(kept).toBeDefined();
+    expect(engineLogs).toBe(dirname(logPath as string));
+    expect(readFileSync(logPath as string, 'utf8')).toContain('Starting to load model sim/stuck');
+    expect(existsSync(join(kept as string, 'agent.log'))).toBe(true);
+    expect(processesWritingUnder(run.parent)).toEqual([]);
+  }, CLUSTER_TEST_TIMEOUT_MS);
+
+  it('after ready, prints the new URL and curl line of an engine placed again on another port, and that line answers', async () => {
+    const run = devUp(['--replicas', '1']);
+    const [, url] = await run.waitFor(/^ {2}tiny-0 +(http:\/\/127\.0\.0\.1:\d+) /m, FIRST_ANSWER_BOUND_MS);
+    const [, tempDir] = await run.waitFor(/temp dir (\S+)\.$/m, 5_000);
+    const state = JSON.parse(readFileSync(join(tempDir as string, 'state/shards/tiny-0-g1-r0.json'), 'utf8')) as { pid: number };
+    process.kill(state.pid, 'SIGKILL');
+
+    await run.waitFor(/^tiny-0: shard tiny-0-g1-r0 FAILED \(exit status 137\)/m, 30_000);
+    const [, moved] = await run.waitFor(/^tiny-0 moved: now (http:\/\/127\.0\.0\.1:\d+) \(was (\S+)\), generation 2, shard tiny-0-g2-r0:$/m, 60_000);
+    expect(moved).not.toBe(url);
+    expect(run.stdout()).toContain(`(was ${url})`);
+    const [curl] = await run.waitFor(new RegExp(`^ {2}curl -s ${moved}/v1/chat/completions .*$`, 'm'), 5_000);
+    const answer = await execa('sh', ['-c', curl], { timeout: 10_000 });
+    expect(JSON.parse(answer.stdout)).toMatchObject({ object: 'chat.completion' });
+
+    run.child.kill('SIGINT');
+    await run.child;
+    expect(processesWritingUnder(run.parent)).toEqual([]);
+  }, CLUSTER_TEST_TIMEOUT_MS);
+
+  it('announces a crash loop after ready with the exit status', async () => {
+    const deployment = writeDeployment(
+      'profiles:\n  flaky:\n    engine: sim\n    model: sim/flaky\n    served_model_name: flaky\n    args: [--load-time, 100ms, --fail-after, 1s, --exit-code, "3"]\nreplicas:\n  - name: flaky\n    profile: flaky\n',
+    );
+    const run = devUp(['--deployment', deployment]);
+    await run.waitFor(/^1 replica\(s\) ready/m, FIRST_ANSWER_BOUND_MS);
+    await run.waitFor(/^flaky-0 is crash-looping: 3 failures in a row, the last with exit status 3; its log: \S+\/flaky-0-g\d+-r0\.log$/m, 90_000);
+    expect(run.stdout()).toMatch(/^flaky-0: shard flaky-0-g1-r0 (FAILED|EXITED) \(exit status 3\)/m);
+    // Said once per streak, not after every later failure.
+    expect(run.stdout().match(/is crash-looping/g)).toHaveLength(1);
+    run.child.kill('SIGINT');
+    const result = await run.child;
+    // Only the generation still running is stopped; the failed ones are gone already.
+    expect(result.stderr).not.toMatch(/^stopping ([2-9]|\d{2,}) shard\(s\)/m);
+    expect(processesWritingUnder(run.parent)).toEqual([]);
+  }, CLUSTER_TEST_TIMEOUT_MS);
 });
+
+/** A deployment file of the test's own, removed when the test finishes. */
+function writeDeployment(yaml: string): string {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-devup-deployment-'));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  const path = join(dir, 'deployment.yaml');
+  writeFileSync(path, yaml);
+  return path;
+}

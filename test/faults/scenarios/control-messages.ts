@@ -120,8 +120,8 @@ export const badControlMessages: Scenario = {
     add('10,000 args', /the engine command has 100\d\d arguments; at most 4096 are accepted/, (s) => {
       if (s.profile) s.profile.args = Array.from({ length: 10_000 }, (_, i) => `--arg-${i}`);
     });
-    add('a 1 MiB env value', /environment variable BIG_VALUE is 1048576 bytes/, (s) => {
-      if (s.profile) s.profile.env = { BIG_VALUE: 'x'.repeat(1024 * 1024) };
+    add('a 1 MiB env value', /HF_BIG_VALUE is 1048576 bytes/, (s) => {
+      if (s.profile) s.profile.env = { HF_BIG_VALUE: 'x'.repeat(1024 * 1024) };
     });
     for (const r of refusals) await expectRefused(h, r);
 

@@ -1,8 +1,8 @@
-import { existsSync, mkdtempSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { pruneShardLogs, shardIdOfAnyLog } from '../../../src/lib/files/prune-shard-logs.js';
+import { pruneShardLogs, shardIdOfAnyLog, shardIdOfPreviousRun } from '../../../src/lib/files/prune-shard-logs.js';
 
 const HOUR = 3_600_000;
 let dir: string;
@@ -22,8 +22,8 @@ describe('shardIdOfAnyLog', () => {
   it.each([
     ['a.log', 'a'],
     ['a.log.1', 'a'],
-    ['a.log.prev', 'a'],
-    ['a.log.prev.3', 'a'],
+    ['a.failure.json', 'a'],
+    ['a.1.log', 'a.1'],
     ['x.service.log', 'x.service'],
     ['a.log.1.tmp', undefined],
     ['notes.txt', undefined],
@@ -32,15 +32,39 @@ describe('shardIdOfAnyLog', () => {
   });
 });
 
+describe('shardIdOfPreviousRun', () => {
+  it.each([
+    ['a.1.log', 'a'],
+    ['a.3.failure.json', 'a'],
+    ['a.1.2.log', 'a.1'],
+    ['a.log', undefined],
+    ['a.x.log', undefined],
+  ])('%s is a kept run of %s', (name, id) => {
+    expect(shardIdOfPreviousRun(name)).toBe(id);
+  });
+});
+
 describe('pruneShardLogs', () => {
-  it('removes every generation of logs older than the retention, crash evidence included', async () => {
+  it('removes every generation of logs older than the retention, crash evidence and kept runs included', async () => {
     log('old.log', 10, 200);
     log('old.log.1', 10, 201);
-    log('old.log.prev', 10, 300);
+    log('old.failure.json', 10, 200);
     log('new.log', 10, 1);
-    const removed = await pruneShardLogs({ dir, maxAgeMs: 168 * HOUR, maxTotalBytes: 1e9, keep: () => false });
-    expect(removed.sort()).toEqual(['old.log', 'old.log.1', 'old.log.prev']);
-    expect(readdirSync(dir)).toEqual(['new.log']);
+    mkdirSync(join(dir, 'previous-runs'));
+    log('previous-runs/old.1.log', 10, 300);
+    log('previous-runs/old.1.failure.json', 10, 300);
+    log('previous-runs/new.1.log', 10, 2);
+    const removed = await pruneShardLogs({ dir, previousRunsDir: join(dir, 'previous-runs'), maxAgeMs: 168 * HOUR, maxTotalBytes: 1e9, keep: () => false });
+    expect(removed.sort()).toEqual(['old.failure.json', 'old.log', 'old.log.1', 'previous-runs/old.1.failure.json', 'previous-runs/old.1.log']);
+    expect(readdirSync(dir).sort()).toEqual(['new.log', 'previous-runs']);
+    expect(readdirSync(join(dir, 'previous-runs'))).toEqual(['new.1.log']);
+  });
+
+  it("never removes a kept shard's earlier runs", async () => {
+    mkdirSync(join(dir, 'previous-runs'));
+    log('previous-runs/live.1.log', 10, 999);
+    const removed = await pruneShardLogs({ dir, previousRunsDir: join(dir, 'previous-runs'), maxAgeMs: HOUR, maxTotalBytes: 1, keep: (id) => id === 'live' });
+    expect(removed).toEqual([]);
   });
 
   it('cuts the rest to the size bound, oldest first', async () => {

@@ -1,5 +1,5 @@
 import { create } from '@bufbuild/protobuf';
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -8,6 +8,7 @@ import {
   readStateFile,
   readStateFileSync,
   removeStateFile,
+  updateStateFile,
   writeStateFile,
 } from '../../../src/lib/files/state-file.js';
 import { StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
@@ -28,6 +29,8 @@ const sample = (): ShardStateFile => ({
   spec: create(StartShardSchema, { shardId: 's0', replicaId: 'r0', gpuIndices: [0, 1], profile: { engine: 'vllm', args: ['--x'] } }),
   servesHttp: true,
   inFlightMetric: 'vllm:num_requests_running',
+  generationTokensMetric: 'vllm:generation_tokens_total',
+  drainRequested: false,
   pid: 1234,
   pgid: 1234,
   identity: { startTime: '99', bootId: 'b' },
@@ -96,5 +99,38 @@ describe('removeStateFile', () => {
 
   it('says nothing about a file that is already gone', async () => {
     await expect(removeStateFile(stateFilePath(dir, 'none'))).resolves.toBeUndefined();
+  });
+});
+
+describe('the drain and token-counter fields', () => {
+  it('reads a file of an older agent without the drain and token-counter fields as not drained, with no counter', async () => {
+    const { drainRequested: _d, generationTokensMetric: _g, ...old } = sample();
+    const path = stateFilePath(dir, 's0');
+    await writeStateFile(path, old);
+    const text = JSON.parse(readFileSync(path, 'utf8'));
+    delete text.drainRequested;
+    delete text.generationTokensMetric;
+    writeFileSync(path, JSON.stringify(text));
+    const read = await readStateFile(path, 's0');
+    expect(read.ok && [read.file.drainRequested, read.file.generationTokensMetric]).toEqual([false, '']);
+  });
+
+  it('records a drain with updateStateFile, keeping every other field', async () => {
+    const path = stateFilePath(dir, 's0');
+    await writeStateFile(path, sample());
+    await updateStateFile(path, 's0', { drainRequested: true });
+    const read = await readStateFile(path, 's0');
+    expect(read.ok && { ...read.file, spec: undefined }).toEqual({ ...sample(), drainRequested: true, spec: undefined });
+    expect(readdirSync(dir)).toEqual(['s0.json']);
+  });
+
+  it('refuses to update a file it cannot read, and a drainRequested that is not a boolean', async () => {
+    const path = stateFilePath(dir, 's0');
+    writeFileSync(path, '{"schemaVersion": 1');
+    await expect(updateStateFile(path, 's0', { drainRequested: true })).rejects.toThrow(/not valid JSON/);
+    await writeStateFile(path, sample());
+    const text = JSON.parse(readFileSync(path, 'utf8'));
+    writeFileSync(path, JSON.stringify({ ...text, drainRequested: 'yes' }));
+    expect(await readStateFile(path, 's0')).toEqual({ ok: false, reason: 'state file field drainRequested is missing or invalid' });
   });
 });

@@ -8,7 +8,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, DurationJson, Timestamp, TimestampJson } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { Inventory, InventoryJson, ShardState, ShardStateJson } from "./agent_pb.js";
+import type { GpuEvent, GpuEventJson, Inventory, InventoryJson, ShardState, ShardStateJson } from "./agent_pb.js";
 import { file_llmgw_v1_agent } from "./agent_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCLyAQoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFIvMBChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJIr0CCglTaGFyZEluZm8SEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIOCgZlbmdpbmUYAyABKAkSDQoFbW9kZWwYBCABKAkSIwoFc3RhdGUYBSABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEgsKA3BpZBgGIAEoBRIRCglodHRwX3BvcnQYByABKAUSEwoLZ3B1X2luZGljZXMYCCADKAUSLgoKc3RhcnRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYWRvcHRlZBgKIAEoCBINCgVlcnJvchgLIAEoCRIRCglleGl0X2NvZGUYDCABKAUSDAoEcmFuaxgNIAEoBRIOCgZubm9kZXMYDiABKAUSEAoIbG9nX3BhdGgYDyABKAkiPgoLTG9nc1JlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSDQoFbGluZXMYAiABKAUSDgoGZm9sbG93GAMgASgIIh0KDExvZ3NSZXNwb25zZRINCgVsaW5lcxgBIAMoCSIOCgxBZG9wdFJlcXVlc3QiZQoLQWRvcHRSZXN1bHQSEAoIc2hhcmRfaWQYASABKAkSJwoHb3V0Y29tZRgCIAEoDjIWLmxsbWd3LnYxLkFkb3B0T3V0Y29tZRILCgNwaWQYAyABKAUSDgoGcmVhc29uGAQgASgJIjcKDUFkb3B0UmVzcG9uc2USJgoHcmVzdWx0cxgBIAMoCzIVLmxsbWd3LnYxLkFkb3B0UmVzdWx0ImcKDERyYWluUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRILCgNhbGwYAiABKAgSDAoEd2FpdBgDIAEoCBIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMvoBCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCKVAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IvMBChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJIt0CCglTaGFyZEluZm8SEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIOCgZlbmdpbmUYAyABKAkSDQoFbW9kZWwYBCABKAkSIwoFc3RhdGUYBSABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEgsKA3BpZBgGIAEoBRIRCglodHRwX3BvcnQYByABKAUSEwoLZ3B1X2luZGljZXMYCCADKAUSLgoKc3RhcnRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYWRvcHRlZBgKIAEoCBINCgVlcnJvchgLIAEoCRIRCglleGl0X2NvZGUYDCABKAUSDAoEcmFuaxgNIAEoBRIOCgZubm9kZXMYDiABKAUSEAoIbG9nX3BhdGgYDyABKAkSEAoIbGF1bmNoZXIYECABKAkSDAoEdW5pdBgRIAEoCSJQCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMvoBCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -75,6 +75,14 @@ export type StatusResponse = Message<"llmgw.v1.StatusResponse"> & {
    * @generated from field: int32 pid = 7;
    */
   pid: number;
+
+  /**
+   * Each GPU's health as the agent's watch sees it (NVML events and poll, the
+   * kernel log), with its latest memory reading; by index, as in inventory.
+   *
+   * @generated from field: repeated llmgw.v1.GpuStatus gpus = 8;
+   */
+  gpus: GpuStatus[];
 };
 
 /**
@@ -115,6 +123,14 @@ export type StatusResponseJson = {
    * @generated from field: int32 pid = 7;
    */
   pid?: number;
+
+  /**
+   * Each GPU's health as the agent's watch sees it (NVML events and poll, the
+   * kernel log), with its latest memory reading; by index, as in inventory.
+   *
+   * @generated from field: repeated llmgw.v1.GpuStatus gpus = 8;
+   */
+  gpus?: GpuStatusJson[];
 };
 
 /**
@@ -123,6 +139,87 @@ export type StatusResponseJson = {
  */
 export const StatusResponseSchema: GenMessage<StatusResponse, {jsonType: StatusResponseJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_admin, 1);
+
+/**
+ * @generated from message llmgw.v1.GpuStatus
+ */
+export type GpuStatus = Message<"llmgw.v1.GpuStatus"> & {
+  /**
+   * @generated from field: int32 index = 1;
+   */
+  index: number;
+
+  /**
+   * The latest reading (what heartbeats carry), MiB.
+   *
+   * @generated from field: int32 memory_used_mb = 2;
+   */
+  memoryUsedMb: number;
+
+  /**
+   * @generated from field: bool healthy = 3;
+   */
+  healthy: boolean;
+
+  /**
+   * Why it is unhealthy: the latest unresolved fault ("Xid 79: GPU has fallen off the bus"),
+   * then what discovery found; empty when healthy.
+   *
+   * @generated from field: string fault = 4;
+   */
+  fault: string;
+
+  /**
+   * The GPU's last events, faults and their clearing, oldest first.
+   *
+   * @generated from field: repeated llmgw.v1.GpuEvent recent_events = 5;
+   */
+  recentEvents: GpuEvent[];
+};
+
+/**
+ * @generated from message llmgw.v1.GpuStatus
+ */
+export type GpuStatusJson = {
+  /**
+   * @generated from field: int32 index = 1;
+   */
+  index?: number;
+
+  /**
+   * The latest reading (what heartbeats carry), MiB.
+   *
+   * @generated from field: int32 memory_used_mb = 2;
+   */
+  memoryUsedMb?: number;
+
+  /**
+   * @generated from field: bool healthy = 3;
+   */
+  healthy?: boolean;
+
+  /**
+   * Why it is unhealthy: the latest unresolved fault ("Xid 79: GPU has fallen off the bus"),
+   * then what discovery found; empty when healthy.
+   *
+   * @generated from field: string fault = 4;
+   */
+  fault?: string;
+
+  /**
+   * The GPU's last events, faults and their clearing, oldest first.
+   *
+   * @generated from field: repeated llmgw.v1.GpuEvent recent_events = 5;
+   */
+  recentEvents?: GpuEventJson[];
+};
+
+/**
+ * Describes the message llmgw.v1.GpuStatus.
+ * Use `create(GpuStatusSchema)` to create a new message.
+ */
+export const GpuStatusSchema: GenMessage<GpuStatus, {jsonType: GpuStatusJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 2);
 
 /**
  * @generated from message llmgw.v1.ControlPlaneConnection
@@ -213,7 +310,7 @@ export type ControlPlaneConnectionJson = {
  * Use `create(ControlPlaneConnectionSchema)` to create a new message.
  */
 export const ControlPlaneConnectionSchema: GenMessage<ControlPlaneConnection, {jsonType: ControlPlaneConnectionJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 2);
+  messageDesc(file_llmgw_v1_admin, 3);
 
 /**
  * @generated from message llmgw.v1.ShardInfo
@@ -293,6 +390,20 @@ export type ShardInfo = Message<"llmgw.v1.ShardInfo"> & {
    * @generated from field: string log_path = 15;
    */
   logPath: string;
+
+  /**
+   * How the engine was launched: "direct" (its own session and process group) or "systemd-run".
+   *
+   * @generated from field: string launcher = 16;
+   */
+  launcher: string;
+
+  /**
+   * Its transient systemd unit under systemd-run (llmgw-shard-<id>.service); empty with direct.
+   *
+   * @generated from field: string unit = 17;
+   */
+  unit: string;
 };
 
 /**
@@ -373,6 +484,20 @@ export type ShardInfoJson = {
    * @generated from field: string log_path = 15;
    */
   logPath?: string;
+
+  /**
+   * How the engine was launched: "direct" (its own session and process group) or "systemd-run".
+   *
+   * @generated from field: string launcher = 16;
+   */
+  launcher?: string;
+
+  /**
+   * Its transient systemd unit under systemd-run (llmgw-shard-<id>.service); empty with direct.
+   *
+   * @generated from field: string unit = 17;
+   */
+  unit?: string;
 };
 
 /**
@@ -380,7 +505,7 @@ export type ShardInfoJson = {
  * Use `create(ShardInfoSchema)` to create a new message.
  */
 export const ShardInfoSchema: GenMessage<ShardInfo, {jsonType: ShardInfoJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 3);
+  messageDesc(file_llmgw_v1_admin, 4);
 
 /**
  * @generated from message llmgw.v1.LogsRequest
@@ -402,6 +527,15 @@ export type LogsRequest = Message<"llmgw.v1.LogsRequest"> & {
    * @generated from field: bool follow = 3;
    */
   follow: boolean;
+
+  /**
+   * The previous run's log instead of the current one (the run before the
+   * engine was last started under this shard id), as kubectl logs --previous.
+   * Not with follow: that run has ended.
+   *
+   * @generated from field: bool previous = 4;
+   */
+  previous: boolean;
 };
 
 /**
@@ -424,6 +558,15 @@ export type LogsRequestJson = {
    * @generated from field: bool follow = 3;
    */
   follow?: boolean;
+
+  /**
+   * The previous run's log instead of the current one (the run before the
+   * engine was last started under this shard id), as kubectl logs --previous.
+   * Not with follow: that run has ended.
+   *
+   * @generated from field: bool previous = 4;
+   */
+  previous?: boolean;
 };
 
 /**
@@ -431,7 +574,7 @@ export type LogsRequestJson = {
  * Use `create(LogsRequestSchema)` to create a new message.
  */
 export const LogsRequestSchema: GenMessage<LogsRequest, {jsonType: LogsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 4);
+  messageDesc(file_llmgw_v1_admin, 5);
 
 /**
  * @generated from message llmgw.v1.LogsResponse
@@ -458,7 +601,7 @@ export type LogsResponseJson = {
  * Use `create(LogsResponseSchema)` to create a new message.
  */
 export const LogsResponseSchema: GenMessage<LogsResponse, {jsonType: LogsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 5);
+  messageDesc(file_llmgw_v1_admin, 6);
 
 /**
  * @generated from message llmgw.v1.AdoptRequest
@@ -477,7 +620,7 @@ export type AdoptRequestJson = {
  * Use `create(AdoptRequestSchema)` to create a new message.
  */
 export const AdoptRequestSchema: GenMessage<AdoptRequest, {jsonType: AdoptRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 6);
+  messageDesc(file_llmgw_v1_admin, 7);
 
 /**
  * @generated from message llmgw.v1.AdoptResult
@@ -534,7 +677,7 @@ export type AdoptResultJson = {
  * Use `create(AdoptResultSchema)` to create a new message.
  */
 export const AdoptResultSchema: GenMessage<AdoptResult, {jsonType: AdoptResultJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 7);
+  messageDesc(file_llmgw_v1_admin, 8);
 
 /**
  * @generated from message llmgw.v1.AdoptResponse
@@ -561,7 +704,7 @@ export type AdoptResponseJson = {
  * Use `create(AdoptResponseSchema)` to create a new message.
  */
 export const AdoptResponseSchema: GenMessage<AdoptResponse, {jsonType: AdoptResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 8);
+  messageDesc(file_llmgw_v1_admin, 9);
 
 /**
  * @generated from message llmgw.v1.DrainRequest
@@ -590,6 +733,14 @@ export type DrainRequest = Message<"llmgw.v1.DrainRequest"> & {
    * @generated from field: google.protobuf.Duration timeout = 4;
    */
   timeout?: Duration | undefined;
+
+  /**
+   * Undo a drain: the named DRAINING shard (or every one, with all) becomes
+   * READY again and the control plane is told. Not with wait.
+   *
+   * @generated from field: bool cancel = 5;
+   */
+  cancel: boolean;
 };
 
 /**
@@ -619,6 +770,14 @@ export type DrainRequestJson = {
    * @generated from field: google.protobuf.Duration timeout = 4;
    */
   timeout?: DurationJson;
+
+  /**
+   * Undo a drain: the named DRAINING shard (or every one, with all) becomes
+   * READY again and the control plane is told. Not with wait.
+   *
+   * @generated from field: bool cancel = 5;
+   */
+  cancel?: boolean;
 };
 
 /**
@@ -626,7 +785,7 @@ export type DrainRequestJson = {
  * Use `create(DrainRequestSchema)` to create a new message.
  */
 export const DrainRequestSchema: GenMessage<DrainRequest, {jsonType: DrainRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 9);
+  messageDesc(file_llmgw_v1_admin, 10);
 
 /**
  * @generated from message llmgw.v1.DrainProgress
@@ -695,7 +854,7 @@ export type DrainProgressJson = {
  * Use `create(DrainProgressSchema)` to create a new message.
  */
 export const DrainProgressSchema: GenMessage<DrainProgress, {jsonType: DrainProgressJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 10);
+  messageDesc(file_llmgw_v1_admin, 11);
 
 /**
  * @generated from message llmgw.v1.DrainResponse
@@ -750,7 +909,7 @@ export type DrainResponseJson = {
  * Use `create(DrainResponseSchema)` to create a new message.
  */
 export const DrainResponseSchema: GenMessage<DrainResponse, {jsonType: DrainResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 11);
+  messageDesc(file_llmgw_v1_admin, 12);
 
 /**
  * @generated from enum llmgw.v1.ConnectionState

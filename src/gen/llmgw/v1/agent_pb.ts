@@ -11,15 +11,15 @@
 
 import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobuf/codegenv2";
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
-import type { Duration, DurationJson } from "@bufbuild/protobuf/wkt";
-import { file_google_protobuf_duration } from "@bufbuild/protobuf/wkt";
+import type { Duration, DurationJson, Timestamp, TimestampJson } from "@bufbuild/protobuf/wkt";
+import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEizQEKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SABCBQoDbXNnIrwBCg5Db250cm9sTWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiUKBXN0YXJ0GAIgASgLMhQubGxtZ3cudjEuU3RhcnRTaGFyZEgAEiMKBHN0b3AYAyABKAsyEy5sbG1ndy52MS5TdG9wU2hhcmRIABIlCgVkcmFpbhgEIAEoCzIULmxsbWd3LnYxLkRyYWluU2hhcmRIABIcCgNhY2sYBSABKAsyDS5sbG1ndy52MS5BY2tIAEIFCgNtc2citQIKCFJlZ2lzdGVyEg8KB25vZGVfaWQYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSEQoJbWdtdF9hZGRyGAMgASgJEg8KB3ZlcnNpb24YBCABKAkSLgoGbGFiZWxzGAUgAygLMh4ubGxtZ3cudjEuUmVnaXN0ZXIuTGFiZWxzRW50cnkSJgoJaW52ZW50b3J5GAYgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5EisKB2ZhYnJpY3MYByADKAsyGi5sbG1ndy52MS5GYWJyaWNBdHRhY2htZW50Ei4KDnJ1bm5pbmdfc2hhcmRzGAggAygLMhYubGxtZ3cudjEuUnVubmluZ1NoYXJkGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijgIKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0ubGxtZ3cudjEuR3B1EiAKBWxpbmtzGAIgAygLMhEubGxtZ3cudjEuR3B1TGluaxIbCgRoY2FzGAMgAygLMg0ubGxtZ3cudjEuSGNhEioKCmludGVyZmFjZXMYBCADKAsyFi5sbG1ndy52MS5OZXRJbnRlcmZhY2USFgoOZHJpdmVyX3ZlcnNpb24YBSABKAkSFAoMY3VkYV92ZXJzaW9uGAYgASgJEhAKCHdhcm5pbmdzGAcgAygJEhAKCGhvc3RuYW1lGAggASgJEicKCXByb2Nlc3NlcxgJIAMoCzIULmxsbWd3LnYxLkdwdVByb2Nlc3MigAIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlIjkKCU1pZ0RldmljZRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkiawoKR3B1UHJvY2VzcxILCgNwaWQYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSFgoOdXNlZF9tZW1vcnlfbWIYAyABKAUSFAoMcHJvY2Vzc19uYW1lGAQgASgJEhAKCHNoYXJkX2lkGAUgASgJIkQKB0dwdUxpbmsSCQoBYRgBIAEoCRIJCgFiGAIgASgJEhIKCmNvbm5lY3Rpb24YAyABKAkSDwoHbnZsaW5rcxgEIAEoBSKeAQoDSGNhEgwKBG5hbWUYASABKAkSDAoEcG9ydBgCIAEoBRINCgVzdGF0ZRgDIAEoCRISCgpwaHlzX3N0YXRlGAQgASgJEhEKCXJhdGVfZ2JwcxgFIAEoARISCgpsaW5rX2xheWVyGAYgASgJEhEKCW51bWFfbm9kZRgHIAEoBRIOCgZmYWJyaWMYCCABKAkSDgoGbmV0ZGV2GAkgASgJIlUKDE5ldEludGVyZmFjZRIMCgRuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRILCgNtYWMYAyABKAkSCgoCdXAYBCABKAgSCwoDbXR1GAUgASgFIi8KEEZhYnJpY0F0dGFjaG1lbnQSCwoDaGNhGAEgASgJEg4KBmZhYnJpYxgCIAEoCSI4CglIZWFydGJlYXQSDwoHbm9kZV9pZBgBIAEoCRIaChJncHVfbWVtb3J5X3VzZWRfbWIYAiADKAUizgEKC1NoYXJkU3RhdHVzEg8KB25vZGVfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIjCgVzdGF0ZRgEIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFZXJyb3IYBSABKAkSEQoJZXhpdF9jb2RlGAYgASgFEhMKC2xhc3Rfb3V0cHV0GAcgAygJEgsKA3BpZBgIIAEoBRIOCgZzaWduYWwYCSABKAkSDwoHYWRvcHRlZBgKIAEoCCKyAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCSLyAQoKU3RhcnRTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2xlYWRlcl9hZGRyGAggASgJEhMKC2xlYWRlcl9wb3J0GAkgASgFEgwKBHBvb2wYCiABKAkSDgoGZmFicmljGAsgASgJEiIKB3Byb2ZpbGUYDCABKAsyES5sbG1ndy52MS5Qcm9maWxlIsYCCgdQcm9maWxlEgwKBG5hbWUYASABKAkSDgoGZW5naW5lGAIgASgJEg0KBW1vZGVsGAMgASgJEhkKEXNlcnZlZF9tb2RlbF9uYW1lGAQgASgJEhwKFHRlbnNvcl9wYXJhbGxlbF9zaXplGAUgASgFEh4KFnBpcGVsaW5lX3BhcmFsbGVsX3NpemUYBiABKAUSDAoEYXJncxgHIAMoCRInCgNlbnYYCCADKAsyGi5sbG1ndy52MS5Qcm9maWxlLkVudkVudHJ5EjIKD3N0YXJ0dXBfdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZtaW5fY29tcHV0ZV9jYXBhYmlsaXR5GAogASgJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRwoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEigKBWdyYWNlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KCkRyYWluU2hhcmQSEAoIc2hhcmRfaWQYASABKAkiNAoDQWNrEhIKCm1lc3NhZ2VfaWQYASABKAQSCgoCb2sYAiABKAgSDQoFZXJyb3IYAyABKAkq8gEKClNoYXJkU3RhdGUSGwoXU0hBUkRfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRTSEFSRF9TVEFURV9TVEFSVElORxABEhUKEVNIQVJEX1NUQVRFX1JFQURZEAISGQoVU0hBUkRfU1RBVEVfVU5IRUFMVEhZEAMSGAoUU0hBUkRfU1RBVEVfRFJBSU5JTkcQBBIYChRTSEFSRF9TVEFURV9TVE9QUElORxAFEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBhIWChJTSEFSRF9TVEFURV9GQUlMRUQQBxIWChJTSEFSRF9TVEFURV9FWElURUQQCDJPCgxBZ2VudFNlcnZpY2USPwoHQ29ubmVjdBIWLmxsbWd3LnYxLkFnZW50TWVzc2FnZRoYLmxsbWd3LnYxLkNvbnRyb2xNZXNzYWdlKAEwAWIGcHJvdG8z", [file_google_protobuf_duration]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEi9gEKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIAEIFCgNtc2civgEKCEdwdUV2ZW50EhEKCWdwdV9pbmRleBgBIAEoBRIQCghncHVfdXVpZBgCIAEoCRIkCgRraW5kGAMgASgOMhYubGxtZ3cudjEuR3B1RXZlbnRLaW5kEgsKA3hpZBgEIAEoDRIPCgdtZXNzYWdlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZzb3VyY2UYByABKAkSEQoJc2hhcmRfaWRzGAggAygJIrwBCg5Db250cm9sTWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiUKBXN0YXJ0GAIgASgLMhQubGxtZ3cudjEuU3RhcnRTaGFyZEgAEiMKBHN0b3AYAyABKAsyEy5sbG1ndy52MS5TdG9wU2hhcmRIABIlCgVkcmFpbhgEIAEoCzIULmxsbWd3LnYxLkRyYWluU2hhcmRIABIcCgNhY2sYBSABKAsyDS5sbG1ndy52MS5BY2tIAEIFCgNtc2citQIKCFJlZ2lzdGVyEg8KB25vZGVfaWQYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSEQoJbWdtdF9hZGRyGAMgASgJEg8KB3ZlcnNpb24YBCABKAkSLgoGbGFiZWxzGAUgAygLMh4ubGxtZ3cudjEuUmVnaXN0ZXIuTGFiZWxzRW50cnkSJgoJaW52ZW50b3J5GAYgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5EisKB2ZhYnJpY3MYByADKAsyGi5sbG1ndy52MS5GYWJyaWNBdHRhY2htZW50Ei4KDnJ1bm5pbmdfc2hhcmRzGAggAygLMhYubGxtZ3cudjEuUnVubmluZ1NoYXJkGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijgIKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0ubGxtZ3cudjEuR3B1EiAKBWxpbmtzGAIgAygLMhEubGxtZ3cudjEuR3B1TGluaxIbCgRoY2FzGAMgAygLMg0ubGxtZ3cudjEuSGNhEioKCmludGVyZmFjZXMYBCADKAsyFi5sbG1ndy52MS5OZXRJbnRlcmZhY2USFgoOZHJpdmVyX3ZlcnNpb24YBSABKAkSFAoMY3VkYV92ZXJzaW9uGAYgASgJEhAKCHdhcm5pbmdzGAcgAygJEhAKCGhvc3RuYW1lGAggASgJEicKCXByb2Nlc3NlcxgJIAMoCzIULmxsbWd3LnYxLkdwdVByb2Nlc3MigAIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlIjkKCU1pZ0RldmljZRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkiawoKR3B1UHJvY2VzcxILCgNwaWQYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSFgoOdXNlZF9tZW1vcnlfbWIYAyABKAUSFAoMcHJvY2Vzc19uYW1lGAQgASgJEhAKCHNoYXJkX2lkGAUgASgJIkQKB0dwdUxpbmsSCQoBYRgBIAEoCRIJCgFiGAIgASgJEhIKCmNvbm5lY3Rpb24YAyABKAkSDwoHbnZsaW5rcxgEIAEoBSKeAQoDSGNhEgwKBG5hbWUYASABKAkSDAoEcG9ydBgCIAEoBRINCgVzdGF0ZRgDIAEoCRISCgpwaHlzX3N0YXRlGAQgASgJEhEKCXJhdGVfZ2JwcxgFIAEoARISCgpsaW5rX2xheWVyGAYgASgJEhEKCW51bWFfbm9kZRgHIAEoBRIOCgZmYWJyaWMYCCABKAkSDgoGbmV0ZGV2GAkgASgJIlUKDE5ldEludGVyZmFjZRIMCgRuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRILCgNtYWMYAyABKAkSCgoCdXAYBCABKAgSCwoDbXR1GAUgASgFIi8KEEZhYnJpY0F0dGFjaG1lbnQSCwoDaGNhGAEgASgJEg4KBmZhYnJpYxgCIAEoCSI4CglIZWFydGJlYXQSDwoHbm9kZV9pZBgBIAEoCRIaChJncHVfbWVtb3J5X3VzZWRfbWIYAiADKAUizgEKC1NoYXJkU3RhdHVzEg8KB25vZGVfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIjCgVzdGF0ZRgEIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFZXJyb3IYBSABKAkSEQoJZXhpdF9jb2RlGAYgASgFEhMKC2xhc3Rfb3V0cHV0GAcgAygJEgsKA3BpZBgIIAEoBRIOCgZzaWduYWwYCSABKAkSDwoHYWRvcHRlZBgKIAEoCCKyAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCSLyAQoKU3RhcnRTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2xlYWRlcl9hZGRyGAggASgJEhMKC2xlYWRlcl9wb3J0GAkgASgFEgwKBHBvb2wYCiABKAkSDgoGZmFicmljGAsgASgJEiIKB3Byb2ZpbGUYDCABKAsyES5sbG1ndy52MS5Qcm9maWxlIsYCCgdQcm9maWxlEgwKBG5hbWUYASABKAkSDgoGZW5naW5lGAIgASgJEg0KBW1vZGVsGAMgASgJEhkKEXNlcnZlZF9tb2RlbF9uYW1lGAQgASgJEhwKFHRlbnNvcl9wYXJhbGxlbF9zaXplGAUgASgFEh4KFnBpcGVsaW5lX3BhcmFsbGVsX3NpemUYBiABKAUSDAoEYXJncxgHIAMoCRInCgNlbnYYCCADKAsyGi5sbG1ndy52MS5Qcm9maWxlLkVudkVudHJ5EjIKD3N0YXJ0dXBfdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZtaW5fY29tcHV0ZV9jYXBhYmlsaXR5GAogASgJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRwoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEigKBWdyYWNlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KCkRyYWluU2hhcmQSEAoIc2hhcmRfaWQYASABKAkiNAoDQWNrEhIKCm1lc3NhZ2VfaWQYASABKAQSCgoCb2sYAiABKAgSDQoFZXJyb3IYAyABKAkqjgIKDEdwdUV2ZW50S2luZBIeChpHUFVfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEhYKEkdQVV9FVkVOVF9LSU5EX1hJRBABEiEKHUdQVV9FVkVOVF9LSU5EX0VDQ19ET1VCTEVfQklUEAISJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX1BFTkRJTkcQAxIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfRkFJTFVSRRAEEhsKF0dQVV9FVkVOVF9LSU5EX0dQVV9MT1NUEAUSHgoaR1BVX0VWRU5UX0tJTkRfTlZMSU5LX0RPV04QBhIaChZHUFVfRVZFTlRfS0lORF9DTEVBUkVEEAcq8gEKClNoYXJkU3RhdGUSGwoXU0hBUkRfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRTSEFSRF9TVEFURV9TVEFSVElORxABEhUKEVNIQVJEX1NUQVRFX1JFQURZEAISGQoVU0hBUkRfU1RBVEVfVU5IRUFMVEhZEAMSGAoUU0hBUkRfU1RBVEVfRFJBSU5JTkcQBBIYChRTSEFSRF9TVEFURV9TVE9QUElORxAFEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBhIWChJTSEFSRF9TVEFURV9GQUlMRUQQBxIWChJTSEFSRF9TVEFURV9FWElURUQQCDJPCgxBZ2VudFNlcnZpY2USPwoHQ29ubmVjdBIWLmxsbWd3LnYxLkFnZW50TWVzc2FnZRoYLmxsbWd3LnYxLkNvbnRyb2xNZXNzYWdlKAEwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -62,6 +62,14 @@ export type AgentMessage = Message<"llmgw.v1.AgentMessage"> & {
      */
     value: Inventory;
     case: "inventory";
+  } | {
+    /**
+     * Sent at once when a GPU faults or a fault clears (GPU health).
+     *
+     * @generated from field: llmgw.v1.GpuEvent gpu_event = 6;
+     */
+    value: GpuEvent;
+    case: "gpuEvent";
   } | { case: undefined; value?: undefined };
 };
 
@@ -98,6 +106,13 @@ export type AgentMessageJson = {
    * @generated from field: llmgw.v1.Inventory inventory = 5;
    */
   inventory?: InventoryJson;
+
+  /**
+   * Sent at once when a GPU faults or a fault clears (GPU health).
+   *
+   * @generated from field: llmgw.v1.GpuEvent gpu_event = 6;
+   */
+  gpuEvent?: GpuEventJson;
 };
 
 /**
@@ -106,6 +121,123 @@ export type AgentMessageJson = {
  */
 export const AgentMessageSchema: GenMessage<AgentMessage, {jsonType: AgentMessageJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 0);
+
+/**
+ * A GPU fault, or its end, seen by the agent's health watch.
+ *
+ * @generated from message llmgw.v1.GpuEvent
+ */
+export type GpuEvent = Message<"llmgw.v1.GpuEvent"> & {
+  /**
+   * @generated from field: int32 gpu_index = 1;
+   */
+  gpuIndex: number;
+
+  /**
+   * @generated from field: string gpu_uuid = 2;
+   */
+  gpuUuid: string;
+
+  /**
+   * @generated from field: llmgw.v1.GpuEventKind kind = 3;
+   */
+  kind: GpuEventKind;
+
+  /**
+   * The Xid for GPU_EVENT_KIND_XID (79 is also GPU_LOST's usual cause); else 0.
+   *
+   * @generated from field: uint32 xid = 4;
+   */
+  xid: number;
+
+  /**
+   * The operator's sentence, e.g. "Xid 79: GPU has fallen off the bus".
+   *
+   * @generated from field: string message = 5;
+   */
+  message: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 6;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * "nvml" (an NVML event), "kmsg" (the kernel log) or "poll" (ECC counts, remapped rows, a lost GPU).
+   *
+   * @generated from field: string source = 7;
+   */
+  source: string;
+
+  /**
+   * The shards on that GPU when it happened.
+   *
+   * @generated from field: repeated string shard_ids = 8;
+   */
+  shardIds: string[];
+};
+
+/**
+ * A GPU fault, or its end, seen by the agent's health watch.
+ *
+ * @generated from message llmgw.v1.GpuEvent
+ */
+export type GpuEventJson = {
+  /**
+   * @generated from field: int32 gpu_index = 1;
+   */
+  gpuIndex?: number;
+
+  /**
+   * @generated from field: string gpu_uuid = 2;
+   */
+  gpuUuid?: string;
+
+  /**
+   * @generated from field: llmgw.v1.GpuEventKind kind = 3;
+   */
+  kind?: GpuEventKindJson;
+
+  /**
+   * The Xid for GPU_EVENT_KIND_XID (79 is also GPU_LOST's usual cause); else 0.
+   *
+   * @generated from field: uint32 xid = 4;
+   */
+  xid?: number;
+
+  /**
+   * The operator's sentence, e.g. "Xid 79: GPU has fallen off the bus".
+   *
+   * @generated from field: string message = 5;
+   */
+  message?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 6;
+   */
+  at?: TimestampJson;
+
+  /**
+   * "nvml" (an NVML event), "kmsg" (the kernel log) or "poll" (ECC counts, remapped rows, a lost GPU).
+   *
+   * @generated from field: string source = 7;
+   */
+  source?: string;
+
+  /**
+   * The shards on that GPU when it happened.
+   *
+   * @generated from field: repeated string shard_ids = 8;
+   */
+  shardIds?: string[];
+};
+
+/**
+ * Describes the message llmgw.v1.GpuEvent.
+ * Use `create(GpuEventSchema)` to create a new message.
+ */
+export const GpuEventSchema: GenMessage<GpuEvent, {jsonType: GpuEventJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 1);
 
 /**
  * @generated from message llmgw.v1.ControlMessage
@@ -181,7 +313,7 @@ export type ControlMessageJson = {
  * Use `create(ControlMessageSchema)` to create a new message.
  */
 export const ControlMessageSchema: GenMessage<ControlMessage, {jsonType: ControlMessageJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 1);
+  messageDesc(file_llmgw_v1_agent, 2);
 
 /**
  * Register is the first message of every session, including reconnects.
@@ -288,7 +420,7 @@ export type RegisterJson = {
  * Use `create(RegisterSchema)` to create a new message.
  */
 export const RegisterSchema: GenMessage<Register, {jsonType: RegisterJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 2);
+  messageDesc(file_llmgw_v1_agent, 3);
 
 /**
  * @generated from message llmgw.v1.Inventory
@@ -405,7 +537,7 @@ export type InventoryJson = {
  * Use `create(InventorySchema)` to create a new message.
  */
 export const InventorySchema: GenMessage<Inventory, {jsonType: InventoryJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 3);
+  messageDesc(file_llmgw_v1_agent, 4);
 
 /**
  * @generated from message llmgw.v1.Gpu
@@ -558,7 +690,7 @@ export type GpuJson = {
  * Use `create(GpuSchema)` to create a new message.
  */
 export const GpuSchema: GenMessage<Gpu, {jsonType: GpuJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 4);
+  messageDesc(file_llmgw_v1_agent, 5);
 
 /**
  * @generated from message llmgw.v1.MigDevice
@@ -609,7 +741,7 @@ export type MigDeviceJson = {
  * Use `create(MigDeviceSchema)` to create a new message.
  */
 export const MigDeviceSchema: GenMessage<MigDevice, {jsonType: MigDeviceJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 5);
+  messageDesc(file_llmgw_v1_agent, 6);
 
 /**
  * @generated from message llmgw.v1.GpuProcess
@@ -680,7 +812,7 @@ export type GpuProcessJson = {
  * Use `create(GpuProcessSchema)` to create a new message.
  */
 export const GpuProcessSchema: GenMessage<GpuProcess, {jsonType: GpuProcessJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 6);
+  messageDesc(file_llmgw_v1_agent, 7);
 
 /**
  * @generated from message llmgw.v1.GpuLink
@@ -749,7 +881,7 @@ export type GpuLinkJson = {
  * Use `create(GpuLinkSchema)` to create a new message.
  */
 export const GpuLinkSchema: GenMessage<GpuLink, {jsonType: GpuLinkJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 7);
+  messageDesc(file_llmgw_v1_agent, 8);
 
 /**
  * @generated from message llmgw.v1.Hca
@@ -876,7 +1008,7 @@ export type HcaJson = {
  * Use `create(HcaSchema)` to create a new message.
  */
 export const HcaSchema: GenMessage<Hca, {jsonType: HcaJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 8);
+  messageDesc(file_llmgw_v1_agent, 9);
 
 /**
  * @generated from message llmgw.v1.NetInterface
@@ -943,7 +1075,7 @@ export type NetInterfaceJson = {
  * Use `create(NetInterfaceSchema)` to create a new message.
  */
 export const NetInterfaceSchema: GenMessage<NetInterface, {jsonType: NetInterfaceJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 9);
+  messageDesc(file_llmgw_v1_agent, 10);
 
 /**
  * FabricAttachment says which fabric an HCA is cabled to. It comes from the
@@ -986,7 +1118,7 @@ export type FabricAttachmentJson = {
  * Use `create(FabricAttachmentSchema)` to create a new message.
  */
 export const FabricAttachmentSchema: GenMessage<FabricAttachment, {jsonType: FabricAttachmentJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 10);
+  messageDesc(file_llmgw_v1_agent, 11);
 
 /**
  * @generated from message llmgw.v1.Heartbeat
@@ -1027,7 +1159,7 @@ export type HeartbeatJson = {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat, {jsonType: HeartbeatJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 11);
+  messageDesc(file_llmgw_v1_agent, 12);
 
 /**
  * @generated from message llmgw.v1.ShardStatus
@@ -1152,7 +1284,7 @@ export type ShardStatusJson = {
  * Use `create(ShardStatusSchema)` to create a new message.
  */
 export const ShardStatusSchema: GenMessage<ShardStatus, {jsonType: ShardStatusJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 12);
+  messageDesc(file_llmgw_v1_agent, 13);
 
 /**
  * @generated from message llmgw.v1.RunningShard
@@ -1329,7 +1461,7 @@ export type RunningShardJson = {
  * Use `create(RunningShardSchema)` to create a new message.
  */
 export const RunningShardSchema: GenMessage<RunningShard, {jsonType: RunningShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 13);
+  messageDesc(file_llmgw_v1_agent, 14);
 
 /**
  * @generated from message llmgw.v1.StartShard
@@ -1466,7 +1598,7 @@ export type StartShardJson = {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard, {jsonType: StartShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 14);
+  messageDesc(file_llmgw_v1_agent, 15);
 
 /**
  * @generated from message llmgw.v1.Profile
@@ -1591,7 +1723,7 @@ export type ProfileJson = {
  * Use `create(ProfileSchema)` to create a new message.
  */
 export const ProfileSchema: GenMessage<Profile, {jsonType: ProfileJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 15);
+  messageDesc(file_llmgw_v1_agent, 16);
 
 /**
  * @generated from message llmgw.v1.StopShard
@@ -1634,7 +1766,7 @@ export type StopShardJson = {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard, {jsonType: StopShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 16);
+  messageDesc(file_llmgw_v1_agent, 17);
 
 /**
  * @generated from message llmgw.v1.DrainShard
@@ -1661,7 +1793,7 @@ export type DrainShardJson = {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard, {jsonType: DrainShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 17);
+  messageDesc(file_llmgw_v1_agent, 18);
 
 /**
  * @generated from message llmgw.v1.Ack
@@ -1712,7 +1844,65 @@ export type AckJson = {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack, {jsonType: AckJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 18);
+  messageDesc(file_llmgw_v1_agent, 19);
+
+/**
+ * @generated from enum llmgw.v1.GpuEventKind
+ */
+export enum GpuEventKind {
+  /**
+   * @generated from enum value: GPU_EVENT_KIND_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: GPU_EVENT_KIND_XID = 1;
+   */
+  XID = 1,
+
+  /**
+   * @generated from enum value: GPU_EVENT_KIND_ECC_DOUBLE_BIT = 2;
+   */
+  ECC_DOUBLE_BIT = 2,
+
+  /**
+   * @generated from enum value: GPU_EVENT_KIND_ROW_REMAP_PENDING = 3;
+   */
+  ROW_REMAP_PENDING = 3,
+
+  /**
+   * @generated from enum value: GPU_EVENT_KIND_ROW_REMAP_FAILURE = 4;
+   */
+  ROW_REMAP_FAILURE = 4,
+
+  /**
+   * @generated from enum value: GPU_EVENT_KIND_GPU_LOST = 5;
+   */
+  GPU_LOST = 5,
+
+  /**
+   * @generated from enum value: GPU_EVENT_KIND_NVLINK_DOWN = 6;
+   */
+  NVLINK_DOWN = 6,
+
+  /**
+   * The GPU's last fault has cleared; a lost GPU never sends this.
+   *
+   * @generated from enum value: GPU_EVENT_KIND_CLEARED = 7;
+   */
+  CLEARED = 7,
+}
+
+/**
+ * @generated from enum llmgw.v1.GpuEventKind
+ */
+export type GpuEventKindJson = "GPU_EVENT_KIND_UNSPECIFIED" | "GPU_EVENT_KIND_XID" | "GPU_EVENT_KIND_ECC_DOUBLE_BIT" | "GPU_EVENT_KIND_ROW_REMAP_PENDING" | "GPU_EVENT_KIND_ROW_REMAP_FAILURE" | "GPU_EVENT_KIND_GPU_LOST" | "GPU_EVENT_KIND_NVLINK_DOWN" | "GPU_EVENT_KIND_CLEARED";
+
+/**
+ * Describes the enum llmgw.v1.GpuEventKind.
+ */
+export const GpuEventKindSchema: GenEnum<GpuEventKind, GpuEventKindJson> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_agent, 0);
 
 /**
  * @generated from enum llmgw.v1.ShardState
@@ -1776,7 +1966,7 @@ export type ShardStateJson = "SHARD_STATE_UNSPECIFIED" | "SHARD_STATE_STARTING" 
  * Describes the enum llmgw.v1.ShardState.
  */
 export const ShardStateSchema: GenEnum<ShardState, ShardStateJson> = /*@__PURE__*/
-  enumDesc(file_llmgw_v1_agent, 0);
+  enumDesc(file_llmgw_v1_agent, 1);
 
 /**
  * AgentService is served by the control plane; every node agent holds one

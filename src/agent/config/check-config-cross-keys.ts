@@ -1,0 +1,103 @@
+import { accessSync, constants } from 'node:fs';
+import { isIP } from 'node:net';
+import { configError, errnoCode } from '../../lib/errors.js';
+import { formatDuration } from '../../lib/duration.js';
+import { MIN_STOP_GRACE_MS } from '../engines/shutdown-timeout.js';
+import { checkUnitProperties } from '../../lib/systemd/allowed-unit-properties.js';
+import { SPEC_BY_KEY, type KeySpec } from './config-keys.js';
+import { tlsEnabled, type AgentConfig } from './agent-config.js';
+import { camelPath } from './camel-path.js';
+
+/** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: traffic that never leaves this node. */
+function isLoopbackHost(hostname: string): boolean {
+  const h = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost' || h.endsWith('.localhost')) return true;
+  if (isIP(h) === 4) return h.startsWith('127.');
+  if (isIP(h) === 6) return h === '::1' || /^::ffff:127\./.test(h) || /^(0+:){7}0*1$/.test(h);
+  return false;
+}
+
+/**
+ * Rules that span keys. The TLS ones follow the Go agent: a scheme that says
+ * plaintext while certificates are configured would leave a cluster believing
+ * it has mutual authentication when it has none, so it is refused both ways.
+ */
+export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => string): void {
+  const secure = tlsEnabled(c.tls);
+  const server = c.server;
+  if (!server.includes('://')) {
+    // Guessing the scheme from the TLS settings once turned a typo in tls
+    // into a silent plaintext connection; the operator says which it is.
+    throw configError(
+      `server ${JSON.stringify(server)} has no scheme; write https://${server} (mutual TLS) or http://${server} (plaintext, loopback only unless insecure_plaintext: true) (${where('server')})`,
+    );
+  }
+  let url: URL;
+  try {
+    url = new URL(server);
+    if (url.hostname === '') throw new Error('no host');
+  } catch {
+    throw configError(`server ${JSON.stringify(server)} is not a valid address; write it like https://control-plane:8443 (${where('server')})`);
+  }
+  if (url.protocol === 'https:') {
+    if (!secure) throw configError(`server is an https:// address but no tls certificates are configured; set tls.cert, tls.key and tls.ca (${where('server')})`);
+    if ((c.tls.cert === '') !== (c.tls.key === '')) {
+      const missing = c.tls.cert === '' ? 'tls.cert' : 'tls.key';
+      throw configError(`${missing} is required with ${missing === 'tls.cert' ? 'tls.key' : 'tls.cert'}: mutual TLS needs both (${where(missing === 'tls.cert' ? 'tls.key' : 'tls.cert')})`);
+    }
+    // Server-only TLS (a CA alone) is refused: the control plane could not
+    // tell this node from any host that knows its address, which is not the
+    // mutual TLS the docs promise.
+    if (c.tls.cert === '') {
+      throw configError(`tls.cert and tls.key are required with an https:// server: the agent authenticates to the control plane with mutual TLS (${where('tls.ca')})`);
+    }
+  } else if (url.protocol === 'http:') {
+    if (secure) throw configError(`tls is configured but server is an http:// address; use https:// (${where('server')})`);
+    if (!isLoopbackHost(url.hostname) && !c.insecurePlaintext) {
+      // On h2c nothing authenticates the control plane, and it decides what
+      // runs as root here: whoever can spoof DNS or ARP on the way owns the node.
+      throw configError(
+        `server ${server} is plaintext http:// to a host that is not loopback; use https:// with tls, or set insecure_plaintext: true if this network is isolated (${where('server')})`,
+      );
+    }
+  } else {
+    throw configError(`server ${JSON.stringify(server)} must be an http:// or https:// address (${where('server')})`);
+  }
+
+  if (secure) {
+    for (const key of ['tls.cert', 'tls.key', 'tls.ca'] as const) {
+      const file = c.tls[key.slice(4) as 'cert' | 'key' | 'ca'];
+      if (file === '') continue;
+      try {
+        accessSync(file, constants.R_OK);
+      } catch (err) {
+        throw configError(`${key}: cannot read ${file}: ${errnoCode(err) === 'ENOENT' ? 'no such file' : 'permission denied'} (${where(key)})`);
+      }
+    }
+  }
+
+  if (c.reconnectMaxMs < c.reconnectBaseMs) {
+    throw configError(`reconnect_max must not be less than reconnect_base (${where('reconnect_max')})`);
+  }
+  for (const key of ['heartbeat_interval', 'reconnect_base', 'adopt_ready_timeout', 'discovery.interval', 'discovery.timeout', 'supervisor.health_interval'] as const) {
+    const spec = SPEC_BY_KEY.get(key) as KeySpec;
+    const path = camelPath(spec);
+    let v: unknown = c;
+    for (const p of path) v = (v as Record<string, unknown>)[p];
+    if (v === 0) throw configError(`${key} must be greater than 0 (${where(key)})`);
+  }
+  // Below it vLLM's --shutdown-timeout would be 0, its default, which aborts
+  // in-flight requests instead of draining them.
+  if (c.supervisor.stopGraceMs < MIN_STOP_GRACE_MS) {
+    throw configError(
+      `supervisor.stop_grace ${formatDuration(c.supervisor.stopGraceMs)} leaves an engine no time to drain; set it to at least ${formatDuration(MIN_STOP_GRACE_MS)} (${where('supervisor.stop_grace')})`,
+    );
+  }
+  const badProperty = checkUnitProperties(c.supervisor.unitProperties ?? {});
+  if (badProperty) throw configError(`supervisor.unit_properties: ${badProperty} (${where('supervisor.unit_properties')})`);
+  const seen = new Set<string>();
+  for (const f of c.fabrics) {
+    if (seen.has(f.hca)) throw configError(`fabrics: hca ${f.hca} is listed twice (${where('fabrics')})`);
+    seen.add(f.hca);
+  }
+}

@@ -1,0 +1,75 @@
+/**
+ * Which environment variables a control plane's `profile.env` may set on an
+ * engine. The agent runs as root and a profile comes from the network, so
+ * this is an allowlist, not a denylist: NODE_OPTIONS, LD_PRELOAD, PATH,
+ * PYTHONWARNINGS + BROWSER and GCONV_PATH each turn "set a variable" into
+ * "run my code as root", and nobody can list every such name of every
+ * runtime an engine loads. The operator's own `engines.<name>.env` is not
+ * filtered: the operator is root already.
+ */
+
+/**
+ * The default allowlist, per engine, when `engines.<name>.allowed_env` is
+ * not configured: the families vLLM, SGLang, NCCL, PyTorch and the Hugging
+ * Face libraries document for tuning, plus two single names real
+ * deployments set from the control plane:
+ * - CUDA_LAUNCH_BLOCKING: synchronous kernel launches, the first thing asked
+ *   for when an engine dies with an asynchronous CUDA error; it only slows
+ *   the engine.
+ * - TOKENIZERS_PARALLELISM: silences the HF tokenizers fork warning (and its
+ *   deadlock guard) that every vLLM worker otherwise prints; a boolean.
+ * Nothing here names a file that is loaded as code, except through a path
+ * the control plane cannot write; see PLUGIN_LOADING_ENV for the ones that do.
+ */
+export const DEFAULT_ALLOWED_ENV: readonly string[] = [
+  'HF_*',
+  'VLLM_*',
+  'SGLANG_*',
+  'NCCL_*',
+  'TORCH_*',
+  'OMP_NUM_THREADS',
+  'CUDA_LAUNCH_BLOCKING',
+  'TOKENIZERS_PARALLELISM',
+];
+
+/**
+ * Set by the agent alone, whatever a pattern allows: CUDA_VISIBLE_DEVICES is
+ * the shard's validated GPUs, and CUDA_DEVICE_ORDER must stay PCI_BUS_ID for
+ * nvidia-smi's indices to name the same GPUs in CUDA (the default,
+ * FASTEST_FIRST, reorders mixed-GPU nodes). NVIDIA_VISIBLE_DEVICES moves a
+ * containerised engine to other GPUs the same way.
+ */
+export const AGENT_OWNED_ENV: readonly string[] = ['CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'NVIDIA_VISIBLE_DEVICES'];
+
+/**
+ * Inside NCCL_*, but each names a shared library NCCL dlopen()s: a control
+ * plane that also chose the model (whose files land in the HF cache) could
+ * point one at a downloaded .so. Refused from a profile even when a pattern
+ * matches; an operator may still set them in engines.<name>.env.
+ */
+export const PLUGIN_LOADING_ENV: readonly string[] = ['NCCL_NET_PLUGIN', 'NCCL_TUNER_PLUGIN', 'NCCL_PROFILER_PLUGIN', 'NCCL_ENV_PLUGIN'];
+
+/** A POSIX-portable variable name; anything else (`=`, NUL, spaces) is refused before it reaches execve. */
+export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** An allowlist entry: a variable name, or a name prefix followed by one `*`. */
+export const ENV_PATTERN = /^[A-Za-z_][A-Za-z0-9_]*\*?$/;
+
+/** Whether `name` matches one pattern: exactly, or by prefix for a pattern ending in `*`. */
+export function matchesEnvPattern(name: string, pattern: string): boolean {
+  return pattern.endsWith('*') ? name.startsWith(pattern.slice(0, -1)) : name === pattern;
+}
+
+/**
+ * Why a profile may not set `name`, or undefined when it may. The sentence
+ * names the variable and what the operator can do about it.
+ */
+export function refuseProfileEnv(name: string, allowed: readonly string[], engine: string): string | undefined {
+  if (!ENV_NAME.test(name)) return `profile env name ${JSON.stringify(name)} is not a valid variable name`;
+  if (AGENT_OWNED_ENV.includes(name)) return `profile env sets ${name}, which the agent owns (it assigns GPUs from gpu_indices)`;
+  if (PLUGIN_LOADING_ENV.includes(name)) {
+    return `profile env sets ${name}, which loads a shared library; only the operator may set it, in engines.${engine}.env`;
+  }
+  if (allowed.some((p) => matchesEnvPattern(name, p))) return undefined;
+  return `profile env sets ${name}, which engines.${engine}.allowed_env does not allow (allowed: ${allowed.join(', ') || 'none'})`;
+}

@@ -1,0 +1,75 @@
+import { nearestName } from '../../lib/nearest-name.js';
+import { defaultEngineConfig } from './default-engine-config.js';
+import { ENV_PATTERN } from './env-allowlist.js';
+import { findUser } from './find-user.js';
+import { ENGINE_NAMES, type EngineConfig, type EngineName } from './agent-config.js';
+import { describeValue } from './describe-value.js';
+import { isRecord } from './is-record.js';
+
+const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'user', 'enabled'] as const;
+
+/**
+ * The `engines` map: per engine, its settings over the engine's defaults.
+ * `bad` makes the error, naming the key and where it was written.
+ */
+export function parseEnginesConfig(v: Record<string, unknown>, bad: (p: string) => Error): Partial<Record<EngineName, EngineConfig>> {
+  const out: Partial<Record<EngineName, EngineConfig>> = {};
+  for (const [name, settings] of Object.entries(v)) {
+    if (!(ENGINE_NAMES as readonly string[]).includes(name)) {
+      const guess = nearestName(name, ENGINE_NAMES);
+      throw bad(`unknown engine ${name}${guess ? `; did you mean ${guess}?` : `; known engines: ${ENGINE_NAMES.join(', ')}`}`);
+    }
+    const s = settings ?? {};
+    if (!isRecord(s)) throw bad(`${name} must be a map of ${ENGINE_KEYS.join(', ')}`);
+    const cfg = defaultEngineConfig(name as EngineName);
+    for (const [k, x] of Object.entries(s)) {
+      if (k === 'command') {
+        if (typeof x === 'string') {
+          // A string is one executable path, never split: engine commands are
+          // argv arrays so that nothing in them is interpreted by a shell.
+          if (/\s/.test(x)) throw bad(`${name}.command ${JSON.stringify(x)} looks like a shell string; give an argv list, e.g. [/opt/vllm/bin/vllm, serve]`);
+          cfg.command = [x];
+        } else if (Array.isArray(x) && x.length > 0 && x.every((a) => typeof a === 'string' && a !== '')) {
+          cfg.command = x as string[];
+        } else {
+          throw bad(`${name}.command must be a non-empty list of strings (argv), got ${describeValue(x)}`);
+        }
+      } else if (k === 'env') {
+        if (!isRecord(x)) throw bad(`${name}.env must be a map of strings, got ${describeValue(x)}`);
+        cfg.env = Object.fromEntries(Object.entries(x).map(([ek, ev]) => [ek, String(ev)]));
+      } else if (k === 'extra_args') {
+        if (!Array.isArray(x) || !x.every((a) => typeof a === 'string' || typeof a === 'number')) {
+          throw bad(`${name}.extra_args must be a list of strings, got ${describeValue(x)}`);
+        }
+        cfg.extraArgs = x.map(String);
+      } else if (k === 'allowed_env') {
+        if (x === null) {
+          cfg.allowedEnv = [];
+          continue;
+        }
+        if (!Array.isArray(x) || !x.every((a) => typeof a === 'string')) {
+          throw bad(`${name}.allowed_env must be a list of variable names or NAME_* prefixes, got ${describeValue(x)}`);
+        }
+        const wrong = x.find((p) => !ENV_PATTERN.test(p));
+        if (wrong !== undefined) {
+          throw bad(`${name}.allowed_env: ${JSON.stringify(wrong)} is not a variable name or a NAME_* prefix (only a trailing * is a wildcard)`);
+        }
+        cfg.allowedEnv = x;
+      } else if (k === 'user') {
+        if (x === null || x === '') continue;
+        if (typeof x !== 'string') throw bad(`${name}.user must be an account name, got ${describeValue(x)}`);
+        const user = findUser(x);
+        if (!user) throw bad(`${name}.user: no account named ${JSON.stringify(x)} on this node; create it (useradd --system ${x}) or fix the name`);
+        cfg.user = user;
+      } else if (k === 'enabled') {
+        if (typeof x !== 'boolean') throw bad(`${name}.enabled must be true or false, got ${describeValue(x)}`);
+        cfg.enabled = x;
+      } else {
+        const guess = nearestName(k, ENGINE_KEYS);
+        throw bad(`unknown key ${name}.${k}${guess ? `; did you mean ${guess}?` : ''}`);
+      }
+    }
+    out[name as EngineName] = cfg;
+  }
+  return out;
+}

@@ -1,0 +1,52 @@
+import { create } from '@bufbuild/protobuf';
+import { type DiscoverReportJson, DiscoverReportSchema } from '../../gen/llmgw/v1/discover_pb.js';
+import { failure } from '../../lib/errors.js';
+import { createLogger } from '../../lib/logger.js';
+import type { LOG_LEVELS } from '../../lib/log-levels.js';
+import { toProtoJson } from '../../lib/proto-json.js';
+import { runPreflight } from './preflight.js';
+import { renderDiscoverReport } from './render-discover-report.js';
+import { type DiscoverFlags, resolveDiscoverSettings } from './resolve-discover-settings.js';
+import { type DiscoverRenderer, runDiscoverTasks } from './run-discover-tasks.js';
+
+export interface DiscoverReportOptions extends DiscoverFlags {
+  /** Fail (exit 1) when a preflight check fails. */
+  strict: boolean;
+  /** Logs below this level are dropped; the report carries every finding, logs would only repeat it. */
+  logLevel?: (typeof LOG_LEVELS)[number];
+  /** Progress on stderr; 'silent' for --json. */
+  renderer: DiscoverRenderer;
+  /** Whether the human form is wanted (not with --json). */
+  text: boolean;
+}
+
+export interface DiscoverOutput {
+  /** What `--json` prints: the inventory and the preflight checks. */
+  report: DiscoverReportJson;
+  text?: string;
+}
+
+/**
+ * All of `llmgw discover` but parsing and printing: read the hardware, run
+ * the preflight checks (with --config, or --strict), render. Under --strict a
+ * failed check is a failure (exit 1) naming the checks; the human report is
+ * printed first, and `--json` gets the whole report in the error's details.
+ */
+export async function discoverReport(o: DiscoverReportOptions, print: (text: string) => void): Promise<DiscoverOutput> {
+  const settings = resolveDiscoverSettings(o);
+  const logger = await createLogger({ level: o.logLevel ?? 'error' });
+  const inventory = await runDiscoverTasks({ ...settings, renderer: o.renderer, logger });
+  const checks =
+    settings.fromConfig || o.strict
+      ? runPreflight(inventory, { fabrics: settings.fabrics, mgmtInterface: settings.fromConfig ? settings.mgmtInterface : '', foreignMemoryShare: settings.foreignMemoryShare })
+      : [];
+  const report = toProtoJson(DiscoverReportSchema, create(DiscoverReportSchema, { inventory, checks })) as DiscoverReportJson;
+  const text = o.text ? renderDiscoverReport(inventory, { mgmtInterface: settings.mgmtInterface, checks }) : undefined;
+  const failed = checks.filter((c) => !c.ok);
+  if (o.strict && failed.length > 0) {
+    // The report is what the operator needs to see the failures; it is printed before the one-line error.
+    if (text !== undefined) print(text);
+    throw failure(`preflight failed: ${failed.map((c) => c.name).join(', ')}`, { details: { ...report } });
+  }
+  return { report, text };
+}

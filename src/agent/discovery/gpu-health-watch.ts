@@ -1,0 +1,330 @@
+import { EventEmitter } from 'node:events';
+import { create } from '@bufbuild/protobuf';
+import { timestampNow } from '@bufbuild/protobuf/wkt';
+import { type Gpu, type GpuEvent, GpuEventKind, GpuEventSchema } from '../../gen/llmgw/v1/agent_pb.js';
+import { type Logger, silentLogger } from '../../lib/logger.js';
+import { KmsgReader } from './kmsg-reader.js';
+import {
+  describeDoubleBitEcc,
+  describeXid,
+  GPU_LOST_MESSAGE,
+  LOST_XIDS,
+  ROW_REMAP_FAILURE_MESSAGE,
+  ROW_REMAP_PENDING_MESSAGE,
+} from './nvml/describe-gpu-fault.js';
+import { NVML_ERROR_GPU_IS_LOST, NVML_EVENT_DOUBLE_BIT_ECC, NVML_NVLINK_MAX_LINKS, NVML_EVENT_XID_CRITICAL, type NvmlEventSet, type NvmlLibrary } from './nvml/nvml-library.js';
+import { kmsgPciOf, parseKmsgXid } from './parse-kmsg-xid.js';
+
+/** A GPU the watch knows: index, uuid and bus id (to place kernel-log Xids). */
+export interface WatchedGpu {
+  index: number;
+  uuid: string;
+  pciBusId: string;
+}
+
+export interface GpuHealthWatchOptions {
+  /** Open NVML: events and the poll. Without it only the kernel log is read. */
+  nvml?: NvmlLibrary;
+  /** The GPUs; read from NVML when omitted. */
+  gpus?: readonly WatchedGpu[];
+  /** discovery.kmsg; "" reads no kernel log. */
+  kmsgPath: string;
+  /** discovery.interval: how often ECC counts, remapped rows and lost GPUs are polled. */
+  pollIntervalMs: number;
+  /** Bound of one NVML event wait: close() waits at most this long for a pending one. */
+  eventWaitMs?: number;
+  /** How often the kernel log is looked at. */
+  kmsgPollMs?: number;
+  /** The shards on a GPU now, for GpuEvent.shard_ids. */
+  shardsOn?: (gpuIndex: number) => string[];
+  logger?: Logger;
+}
+
+/** One unresolved fault of a GPU. */
+export interface GpuFault {
+  kind: GpuEventKind;
+  xid: number;
+  /** The operator's sentence: "Xid 79: GPU has fallen off the bus". */
+  message: string;
+  source: 'nvml' | 'kmsg' | 'poll';
+  at: Date;
+}
+
+/**
+ * Xids that make a GPU unfit until it is reset (NVIDIA's Xid catalogue:
+ * "reset GPU" or "contact support"). Xids 13, 31, 43 and friends are the
+ * application's own faults: reported as events, never a GPU fault.
+ */
+const FAULT_XIDS: ReadonlySet<number> = new Set([48, 62, 64, 74, 79, 92, 94, 95, 119, 120]);
+/** Xid 74: an NVLink error, reported as NVLINK_DOWN. */
+const NVLINK_XID = 74;
+const DEFAULT_EVENT_WAIT_MS = 100;
+/** Events kept per GPU for `ctl status`. */
+const RECENT_EVENTS = 10;
+/** After an event wait fails (not a timeout), the next one waits this long. */
+const WAIT_RETRY_MS = 1000;
+
+type Events = { event: [GpuEvent] };
+
+/**
+ * The GPUs' health while the agent runs, from three sources: NVML events
+ * (Xid critical errors, double-bit ECC), waited for on a worker thread with
+ * a short timeout so close() is prompt; a poll every discovery.interval of
+ * ECC counts, remapped rows and lost GPUs; and the kernel log's NVRM Xid
+ * lines, because NVML does not deliver every Xid.
+ *
+ * Emits 'event' with a GpuEvent at once for every fault and for every fault
+ * that clears (CLEARED). A lost GPU (NVML_ERROR_GPU_IS_LOST, Xid 79) stays
+ * lost: only a reset clears it, and that restarts the agent's view. An Xid
+ * fault lasts until the agent restarts (it needs a GPU reset); ECC,
+ * row-remap and NVLink-down faults clear when the poll reads the GPU clean
+ * (an NVLink is down when one that was active at start is not).
+ *
+ * The agent wires it: `faultOf(i)` refuses StartShards on GPU i and marks
+ * its shards UNHEALTHY with `describeFault(i)`; `markInventory(gpus)`
+ * writes healthy/error into the next Inventory.
+ */
+export class GpuHealthWatch extends EventEmitter<Events> {
+  readonly #opts: GpuHealthWatchOptions;
+  readonly #log: Logger;
+  readonly #gpus = new Map<number, WatchedGpu>();
+  /** Per GPU, unresolved faults by key ("lost", "xid:79", "ecc", "remap-pending", "remap-failure"). */
+  readonly #faults = new Map<number, Map<string, GpuFault>>();
+  readonly #recent = new Map<number, GpuEvent[]>();
+  #set: NvmlEventSet | undefined;
+  #waiting: Promise<void> | undefined;
+  #pollTimer: NodeJS.Timeout | undefined;
+  #kmsg: KmsgReader | undefined;
+  #closed = false;
+  #started = false;
+  /** Per GPU, the NVLinks that were active when the watch started: one that goes inactive is down. */
+  readonly #linksAtStart = new Map<number, number[]>();
+  /** Event waits that ended in a timeout: the thread-count test reads it. */
+  waitTimeouts = 0;
+
+  constructor(opts: GpuHealthWatchOptions) {
+    super();
+    this.#opts = opts;
+    this.#log = opts.logger ?? silentLogger;
+  }
+
+  /** Starts every source there is; a missing source is logged once and the others run. */
+  async start(): Promise<void> {
+    if (this.#started || this.#closed) return;
+    this.#started = true;
+    const nvml = this.#opts.nvml;
+    for (const g of this.#opts.gpus ?? this.#gpusFromNvml()) this.#gpus.set(g.index, g);
+
+    if (nvml) {
+      for (const index of this.#gpus.keys()) this.#linksAtStart.set(index, activeLinks(nvml, index));
+      const set = nvml.createEventSet(NVML_EVENT_XID_CRITICAL | NVML_EVENT_DOUBLE_BIT_ECC);
+      if (set.ok) {
+        this.#set = set.value.set;
+        this.#waiting = this.#waitLoop(nvml);
+      } else {
+        this.#log.warn({ err: set.reason }, 'NVML events unavailable: GPU faults come from the poll and the kernel log only');
+      }
+      this.poll();
+      this.#pollTimer = setInterval(() => this.poll(), this.#opts.pollIntervalMs).unref();
+    }
+    if (this.#opts.kmsgPath !== '') {
+      this.#kmsg = new KmsgReader({ path: this.#opts.kmsgPath, onLine: (l) => this.#kmsgLine(l), pollMs: this.#opts.kmsgPollMs, logger: this.#log });
+      await this.#kmsg.start();
+    }
+  }
+
+  /** Stops every source; resolves once no NVML wait is pending and the event set is freed. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    clearInterval(this.#pollTimer);
+    await Promise.all([this.#waiting, this.#kmsg?.close()]);
+    if (this.#set !== undefined) this.#opts.nvml?.freeEventSet(this.#set);
+    this.#set = undefined;
+  }
+
+  /** The GPU's latest unresolved fault, or undefined when it is healthy. */
+  faultOf(gpuIndex: number): GpuFault | undefined {
+    const faults = this.#faults.get(gpuIndex);
+    if (!faults || faults.size === 0) return undefined;
+    return faults.get('lost') ?? [...faults.values()].sort((a, b) => b.at.getTime() - a.at.getTime())[0];
+  }
+
+  /** "GPU 3: Xid 79: GPU has fallen off the bus": for ShardStatus.error and StartShard refusals. */
+  describeFault(gpuIndex: number): string | undefined {
+    const f = this.faultOf(gpuIndex);
+    return f ? `GPU ${gpuIndex}: ${f.message}` : undefined;
+  }
+
+  /** Writes each GPU's health into an Inventory's GPUs: a fault the watch knows overrides discovery's "healthy". */
+  markInventory(gpus: Gpu[]): void {
+    for (const gpu of gpus) {
+      const f = this.faultOf(gpu.index);
+      if (!f) continue;
+      gpu.healthy = false;
+      gpu.error = gpu.error && !gpu.error.includes(f.message) ? `${f.message}; ${gpu.error}` : f.message;
+    }
+  }
+
+  /** The last events of a GPU, oldest first, for `ctl status`. */
+  recentEvents(gpuIndex: number): GpuEvent[] {
+    return [...(this.#recent.get(gpuIndex) ?? [])];
+  }
+
+  /** One poll of ECC counts, remapped rows and lost GPUs; runs every pollIntervalMs. */
+  poll(): void {
+    const nvml = this.#opts.nvml;
+    if (!nvml || this.#closed) return;
+    for (const index of this.#gpus.keys()) {
+      if (this.#faults.get(index)?.has('lost')) continue;
+      const mem = nvml.memory(index);
+      const ecc = nvml.doubleBitEccErrors(index);
+      // Either call will do: an old driver has no memory _v2 and answers "not supported" to it, lost GPU or not.
+      if ([mem, ecc].some((r) => !r.ok && r.code === NVML_ERROR_GPU_IS_LOST)) {
+        this.#raise(index, 'lost', { kind: GpuEventKind.GPU_LOST, xid: 0, message: GPU_LOST_MESSAGE, source: 'poll' });
+        continue;
+      }
+      if (ecc.ok) {
+        if (ecc.value > 0) this.#raise(index, 'ecc', { kind: GpuEventKind.ECC_DOUBLE_BIT, xid: 0, message: describeDoubleBitEcc(ecc.value), source: 'poll' });
+        else this.#clear(index, 'ecc', 'poll');
+      }
+      const rows = nvml.remappedRows(index);
+      if (rows.ok) {
+        if (rows.value.failure) this.#raise(index, 'remap-failure', { kind: GpuEventKind.ROW_REMAP_FAILURE, xid: 0, message: ROW_REMAP_FAILURE_MESSAGE, source: 'poll' });
+        else this.#clear(index, 'remap-failure', 'poll');
+        if (rows.value.pending) this.#raise(index, 'remap-pending', { kind: GpuEventKind.ROW_REMAP_PENDING, xid: 0, message: ROW_REMAP_PENDING_MESSAGE, source: 'poll' });
+        else this.#clear(index, 'remap-pending', 'poll');
+      }
+      const wanted = this.#linksAtStart.get(index) ?? [];
+      if (wanted.length > 0) {
+        const now = new Set(activeLinks(nvml, index));
+        const down = wanted.filter((l) => !now.has(l));
+        if (down.length > 0) {
+          const message = `NVLink ${down.length === 1 ? 'link' : 'links'} ${down.join(', ')} down (${wanted.length - down.length} of ${wanted.length} active)`;
+          this.#raise(index, 'nvlink', { kind: GpuEventKind.NVLINK_DOWN, xid: 0, message, source: 'poll' });
+        } else this.#clear(index, 'nvlink', 'poll');
+      }
+    }
+  }
+
+  async #waitLoop(nvml: NvmlLibrary): Promise<void> {
+    const waitMs = this.#opts.eventWaitMs ?? DEFAULT_EVENT_WAIT_MS;
+    let failedOnce = false;
+    while (!this.#closed && this.#set !== undefined) {
+      const r = await nvml.waitEvent(this.#set, waitMs);
+      if (this.#closed) return;
+      if (!r.ok) {
+        // A lost GPU can fail the wait itself: the poll finds out which one.
+        if (r.code === NVML_ERROR_GPU_IS_LOST) this.poll();
+        else if (!failedOnce) this.#log.warn({ err: r.reason }, 'NVML event wait failed; retrying');
+        failedOnce = true;
+        await new Promise((resolve) => setTimeout(resolve, Math.min(WAIT_RETRY_MS, waitMs * 10)).unref());
+        continue;
+      }
+      failedOnce = false;
+      if (r.value === undefined) {
+        this.waitTimeouts++;
+        continue;
+      }
+      const { gpuIndex, type, data } = r.value;
+      if (gpuIndex < 0) continue;
+      if (type & NVML_EVENT_XID_CRITICAL) this.#xid(gpuIndex, data, 'nvml');
+      else if (type & NVML_EVENT_DOUBLE_BIT_ECC) {
+        const count = nvml.doubleBitEccErrors(gpuIndex);
+        this.#raise(gpuIndex, 'ecc', {
+          kind: GpuEventKind.ECC_DOUBLE_BIT,
+          xid: 0,
+          message: describeDoubleBitEcc(count.ok && count.value > 0 ? count.value : 1),
+          source: 'nvml',
+        });
+      }
+    }
+  }
+
+  #kmsgLine(line: string): void {
+    const x = parseKmsgXid(line);
+    if (!x) return;
+    const gpu = [...this.#gpus.values()].find((g) => kmsgPciOf(g.pciBusId) === x.pci);
+    if (!gpu) {
+      this.#log.warn({ pci: x.pci, xid: x.xid }, 'kernel log reports an Xid for a PCI device that is no GPU of this node');
+      return;
+    }
+    this.#xid(gpu.index, x.xid, 'kmsg');
+  }
+
+  #xid(index: number, xid: number, source: GpuFault['source']): void {
+    const message = describeXid(xid);
+    if (LOST_XIDS.has(xid)) {
+      this.#raise(index, 'lost', { kind: GpuEventKind.XID, xid, message, source });
+    } else if (xid === NVLINK_XID) {
+      this.#raise(index, `xid:${xid}`, { kind: GpuEventKind.NVLINK_DOWN, xid, message, source });
+    } else if (FAULT_XIDS.has(xid)) {
+      this.#raise(index, `xid:${xid}`, { kind: GpuEventKind.XID, xid, message, source });
+    } else {
+      // The application's fault, not the GPU's: said, not held against the GPU.
+      this.#emit(index, { kind: GpuEventKind.XID, xid, message, source, at: new Date() });
+    }
+  }
+
+  /** Records a fault and emits it, unless the same fault is already held (NVML and the kernel log both report most Xids). */
+  #raise(index: number, key: string, f: Omit<GpuFault, 'at'>): void {
+    const faults = this.#faults.get(index) ?? new Map<string, GpuFault>();
+    this.#faults.set(index, faults);
+    const held = faults.get(key);
+    if (held && (held.message === f.message || key === 'lost')) return;
+    const fault = { ...f, at: new Date() };
+    faults.set(key, fault);
+    this.#log.warn({ gpu: index, fault: fault.message, source: fault.source }, 'GPU fault');
+    this.#emit(index, fault);
+  }
+
+  #clear(index: number, key: string, source: GpuFault['source']): void {
+    const faults = this.#faults.get(index);
+    const held = faults?.get(key);
+    if (!faults || !held) return;
+    faults.delete(key);
+    this.#log.info({ gpu: index, fault: held.message }, 'GPU fault cleared');
+    this.#emit(index, { kind: GpuEventKind.CLEARED, xid: 0, message: `cleared: ${held.message}`, source, at: new Date() });
+  }
+
+  #emit(index: number, f: GpuFault): void {
+    const event = create(GpuEventSchema, {
+      gpuIndex: index,
+      gpuUuid: this.#gpus.get(index)?.uuid ?? '',
+      kind: f.kind,
+      xid: f.xid,
+      message: f.message,
+      at: timestampNow(),
+      source: f.source,
+      shardIds: this.#opts.shardsOn?.(index) ?? [],
+    });
+    const recent = this.#recent.get(index) ?? [];
+    recent.push(event);
+    if (recent.length > RECENT_EVENTS) recent.shift();
+    this.#recent.set(index, recent);
+    this.emit('event', event);
+  }
+
+  #gpusFromNvml(): WatchedGpu[] {
+    const nvml = this.#opts.nvml;
+    if (!nvml) return [];
+    const out: WatchedGpu[] = [];
+    for (let i = 0; i < nvml.gpuCount; i++) {
+      const uuid = nvml.uuid(i);
+      const bus = nvml.pciBusId(i);
+      out.push({ index: i, uuid: uuid.ok ? uuid.value : '', pciBusId: bus.ok ? bus.value : '' });
+    }
+    return out;
+  }
+}
+
+/** The GPU's active NVLinks; [] when it has none or NVML does not say. */
+function activeLinks(nvml: NvmlLibrary, index: number): number[] {
+  const links: number[] = [];
+  for (let link = 0; link < NVML_NVLINK_MAX_LINKS; link++) {
+    const r = nvml.nvLinkActive(index, link);
+    if (!r.ok) break;
+    if (r.value) links.push(link);
+  }
+  return links;
+}

@@ -1,0 +1,23 @@
+import { Args } from '@oclif/core';
+import { BaseCommand } from '../../cli/base-command.js';
+import { preferenceSpec } from '../../cli/cli-preferences.js';
+import type { PreferenceEntry } from '../../cli/list-preferences.js';
+
+export default class ConfigGet extends BaseCommand {
+  static override summary = 'Print the value a CLI preference has now (without flags), and where it came from.';
+
+  static override examples = ['<%= config.bin %> config get ctl.socket', '<%= config.bin %> config get output.json --json'];
+
+  static override args = {
+    key: Args.string({ description: 'Preference key (see `llmgw config list`).', required: true }),
+  };
+
+  async run(): Promise<PreferenceEntry> {
+    const { args } = await this.parse(ConfigGet);
+    const spec = preferenceSpec(args.key);
+    const { listPreferences } = await import('../../cli/list-preferences.js');
+    const entry = (await listPreferences()).preferences.find((p) => p.key === spec.key) as PreferenceEntry;
+    this.log(`${String(entry.value)}  (${entry.source})`);
+    return entry;
+  }
+}

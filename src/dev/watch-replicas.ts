@@ -1,0 +1,58 @@
+import type { ControlPlane } from '../control/control-plane.js';
+import type { ReplicaView } from '../control/replica-view.js';
+import { ShardState, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
+import { shardLogPath } from '../lib/shard-layout.js';
+import { curlLine } from './render-dev-up-summary.js';
+
+/** Failures in a row, none after a stable run, that make a crash loop worth its own line. */
+export const CRASH_LOOP_FAILURES = 3;
+/**
+ * A generation that served this long before failing ends a streak. Being
+ * READY alone does not: an engine that answers for a second and then dies
+ * (a bad model file read lazily) is the crash loop the operator must see.
+ */
+export const STABLE_RUN_MS = 30_000;
+
+/**
+ * After `dev up` printed its banner, what changes it: a replica placed again
+ * after a failure gets a new port, so its URL and curl line are printed
+ * anew; each failure is a line with its exit status; a replica that keeps
+ * failing is announced as a crash loop. Returns the unsubscribe.
+ */
+export function watchReplicas(cp: ControlPlane, opts: { printed: ReplicaView[]; logDir: string; say: (line: string) => void }): () => void {
+  const url = new Map(opts.printed.map((r) => [r.id, r.url]));
+  const failures = new Map<string, number>();
+  const readyAt = new Map<string, number>(opts.printed.map((r) => [r.id, Date.now()]));
+  const onReady = (r: ReplicaView) => {
+    const n = failures.get(r.id) ?? 0;
+    readyAt.set(r.id, Date.now());
+    if (r.url === url.get(r.id)) {
+      if (n > 0) opts.say(`${r.id} is ready again at ${r.url} (generation ${r.generation}, after ${n} failure(s))`);
+      return;
+    }
+    opts.say(`${r.id} moved: now ${r.url} (was ${url.get(r.id) ?? 'not ready'}), generation ${r.generation}, shard ${r.shards.map((s) => s.shardId).join(', ')}:`);
+    opts.say(`  ${curlLine(r.url ?? '', r.servedModelName)}`);
+    url.set(r.id, r.url);
+  };
+  const onStatus = (_nodeId: string, st: ShardStatus) => {
+    // STOPPED is an orderly end (a stop sent, dev up's own teardown); only these are failures.
+    if (st.state !== ShardState.FAILED && st.state !== ShardState.EXITED) return;
+    const since = readyAt.get(st.replicaId);
+    const stable = since !== undefined && Date.now() - since >= STABLE_RUN_MS;
+    const n = stable ? 1 : (failures.get(st.replicaId) ?? 0) + 1;
+    failures.set(st.replicaId, n);
+    const status = st.exitCode ? `exit status ${st.exitCode}` : 'no exit status';
+    const inARow = n > 1 ? `, failure ${n} in a row` : '';
+    opts.say(`${st.replicaId}: shard ${st.shardId} ${ShardState[st.state]} (${status}${inARow})${st.error ? `: ${st.error}` : ''}; the control plane places it again`);
+    // Once per streak: a loop that runs all night must not print this every few seconds.
+    if (n === CRASH_LOOP_FAILURES) {
+      opts.say(`${st.replicaId} is crash-looping: ${n} failures in a row, the last with ${status}; its log: ${shardLogPath(opts.logDir, st.shardId)}`);
+    }
+  };
+  cp.on('replica-ready', onReady);
+  cp.on('shard-status', onStatus);
+  return () => {
+    cp.off('replica-ready', onReady);
+    cp.off('shard-status', onStatus);
+  };
+}

@@ -1,0 +1,278 @@
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { type AgentMessage, type GpuEvent, GpuEventKind, type Heartbeat, type Inventory, type Register, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { agentConfigYaml, agentDirs, cleanUpEnginesAfterTest } from '../helpers/agent-process.js';
+import { freePort, isRunning, until } from '../helpers/engine-processes.js';
+import { runCli } from '../helpers/run-cli.js';
+import { GPU_FIXTURES } from '../helpers/fake-gpus.js';
+import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
+import { spawnAgentProcess } from '../helpers/spawn-agent-process.js';
+import { startControlPlane } from '../helpers/start-control-plane.js';
+import { buildFakeNvml, fakeNvmlUnavailable } from './discovery/fake-nvml.js';
+
+/*
+ * The agent's side of GPU health, end to end: a real `llmgw agent run` reading
+ * the fake libnvidia-ml.so (fixtures/nvml/fake-nvml.c) and a fake kernel log,
+ * a real reference control plane, real sim engines. Faults are injected
+ * through the fake library's control file, as a driver would raise them.
+ */
+
+const unavailable = fakeNvmlUnavailable();
+const NOT_HERE = '/nonexistent/nvidia-smi';
+
+interface GpuAgentOptions {
+  /** Load the fake NVML (default); false leaves the default library name, which is not on this machine. */
+  nvml?: boolean;
+  /** nvidia-smi path; the fake one by default. NOT_HERE proves a reading came through NVML. */
+  nvidiaSmi?: string;
+  /** discovery.interval: the health poll's period too. */
+  interval?: string;
+  /** Lines the fake NVML's control file starts with. */
+  control?: string;
+  /** The fake library's variant: 'old' lacks the optional entry points an old driver lacks. */
+  variant?: 'current' | 'old';
+}
+
+/** A control plane, and a real agent on a copy of the hgx-h100x8 data set with the fake NVML and a kernel-log file. */
+async function gpuAgent(o: GpuAgentOptions = {}) {
+  const plane = await startControlPlane();
+  const root = mkdtempSync(join(tmpdir(), 'llmgw-gpuhealth-'));
+  const dirs = agentDirs(root);
+  // Registered first, so it runs last (after hooks run as a stack): once agent and engines are gone.
+  onTestFinished(() => rmSync(root, { recursive: true, force: true }));
+  cleanUpEnginesAfterTest(dirs);
+  mkdirSync(root, { recursive: true });
+  const dataset = join(root, 'gpus');
+  cpSync(join(GPU_FIXTURES, 'hgx-h100x8'), dataset, { recursive: true });
+  const control = join(root, 'nvml-control');
+  writeFileSync(control, o.control ?? '');
+  const kmsg = join(root, 'kmsg');
+  writeFileSync(kmsg, '');
+  const discovery = [
+    'discovery:',
+    ...(o.nvml === false ? [] : [`  nvml_library: ${buildFakeNvml(o.variant)}`]),
+    `  kmsg: ${kmsg}`,
+  ].join('\n');
+  const yaml = agentConfigYaml({ server: plane.url, dirs, discoveryInterval: o.interval ?? '60s' })
+    .replace(/^discovery:$/m, discovery)
+    .replace(/^ {2}nvidia_smi: .*$/m, (line) => (o.nvidiaSmi ? `  nvidia_smi: ${o.nvidiaSmi}` : line));
+  const configPath = join(root, 'agent.yaml');
+  writeFileSync(configPath, yaml);
+  /** Starts the agent (again, after a kill) and waits for its Register. */
+  const spawn = async () => {
+    const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
+    const { child, records } = spawnAgentProcess(configPath, { LLMGW_FAKE_GPUS: dataset, LLMGW_FAKE_NVML_CONTROL: control });
+    const exited = child.then((r) => ({ exitCode: r.exitCode, atMs: Date.now() }));
+    onTestFinished(async () => {
+      child.kill('SIGKILL');
+      await exited;
+    });
+    const register = (await registered).msg.value as Register;
+    return { child, exited, records, register };
+  };
+  return { cp: plane.cp, ...(await spawn()), spawn, dataset, control, kmsg, socket: dirs.socket };
+}
+
+type Started = Awaited<ReturnType<typeof gpuAgent>>;
+
+/** Starts sim shard `id` on `gpu` and waits for READY; the engine's pid and port. */
+async function readyShard(a: Started, id: string, gpu: number) {
+  const port = await freePort();
+  const ready = a.cp.waitFor('node-a', shardIs(id, ShardState.READY), 30_000);
+  a.cp.send('node-a', { case: 'start', value: simStart(id, port, { gpu }) });
+  const pid = ((await ready).msg.value as ShardStatus).pid;
+  return { pid, port };
+}
+
+const isGpuEvent = (gpu: number, kind?: GpuEventKind) => (m: AgentMessage) =>
+  m.msg.case === 'gpuEvent' && m.msg.value.gpuIndex === gpu && (kind === undefined || m.msg.value.kind === kind);
+
+/** A StartShard for another shard on `gpu`: the error of its refusal. */
+async function refusalOn(a: Started, id: string, gpu: number): Promise<string> {
+  const refused = a.cp.waitFor('node-a', shardIs(id, ShardState.FAILED), 20_000);
+  a.cp.send('node-a', { case: 'start', value: simStart(id, await freePort(), { gpu }) });
+  return ((await refused).msg.value as ShardStatus).error;
+}
+
+/**
+ * Injects a fault and checks what the control plane then hears: the
+ * GpuEvent, the READY shard on that GPU UNHEALTHY with the cause, its engine
+ * untouched, an Inventory with the GPU unhealthy, and a new StartShard on
+ * the GPU refused naming the fault. Returns the injection-to-UNHEALTHY time.
+ */
+async function expectFaultReported(a: Started, inject: () => void, gpu: number, cause: RegExp, kind?: GpuEventKind): Promise<number> {
+  const { pid, port } = await readyShard(a, 's1', gpu);
+  const event = a.cp.waitFor('node-a', isGpuEvent(gpu, kind), 20_000);
+  const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
+  const inventory = a.cp.waitFor('node-a', (m) => m.msg.case === 'inventory' && m.msg.value.gpus[gpu]?.healthy === false, 20_000);
+  const injectedAt = Date.now();
+  inject();
+  const e = (await event).msg.value as GpuEvent;
+  const status = (await unhealthy).msg.value as ShardStatus;
+  const latencyMs = Date.now() - injectedAt;
+  expect(e.message).toMatch(cause);
+  expect(e.shardIds).toEqual(['s1']);
+  expect(status.error).toMatch(cause);
+  expect(status.error).toContain(`GPU ${gpu}: `);
+  const gpuAfter = ((await inventory).msg.value as Inventory).gpus[gpu];
+  expect(gpuAfter?.error).toMatch(cause);
+  // The control plane decides what to do with the engine: it still runs and serves.
+  expect(status.pid).toBe(pid);
+  expect(isRunning(pid)).toBe(true);
+  expect((await fetch(`http://127.0.0.1:${port}/health`)).status).toBe(200);
+  const refusal = await refusalOn(a, 's2', gpu);
+  expect(refusal).toContain(`GPU ${gpu}: `);
+  expect(refusal).toMatch(cause);
+  expect(refusal).toContain('until the fault clears');
+  return latencyMs;
+}
+
+describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read through NVML', () => {
+  it('registers the inventory NVML gives, and its heartbeats follow the GPUs memory with no nvidia-smi at all', async () => {
+    const a = await gpuAgent({ nvidiaSmi: NOT_HERE });
+    expect(a.register.inventory?.gpus.map((g) => g.memoryUsedMb)).toEqual([0, 1, 52, 71480, 71480, 3, 0, 17]);
+    expect(a.register.inventory?.gpus[0]?.uuid).toBe('GPU-3f1c0a5e-8b2d-4c7a-9e61-000000000000');
+    expect(a.records.some((r) => r.msg === 'GPUs read through NVML')).toBe(true);
+
+    const csv = join(a.dataset, 'query-gpu.csv');
+    const changed = a.cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat' && (m.msg.value as Heartbeat).gpuMemoryUsedMb[0] === 12345, 20_000);
+    writeFileSync(csv, readFileSync(csv, 'utf8').replace(/(\n0, [^\n]*?81559 MiB, )0 MiB/, '$112345 MiB'));
+    const hb = (await changed).msg.value as Heartbeat;
+    expect(hb.gpuMemoryUsedMb.slice(1)).toEqual([1, 52, 71480, 71480, 3, 0, 17]);
+  });
+
+  it('reports an Xid 79 from NVML as a GpuEvent and the READY shard on that GPU UNHEALTHY, engine untouched, and refuses new starts there', async () => {
+    const a = await gpuAgent();
+    const ms = await expectFaultReported(a, () => appendFileSync(a.control, 'xid 2 79\n'), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
+    console.info(`Xid 79 through NVML: shard UNHEALTHY on the stream ${ms} ms after the injection`);
+
+    const json = await runCli(['ctl', 'status', '--socket', a.socket, '--json']);
+    expect(json.exitCode).toBe(0);
+    const status = JSON.parse(json.stdout) as { gpus: { index: number; healthy: boolean; fault: string; recentEvents: { message: string; source: string }[] }[] };
+    expect(status.gpus[2]).toMatchObject({ index: 2, healthy: false, fault: 'Xid 79: GPU has fallen off the bus' });
+    expect(status.gpus[2]?.recentEvents.at(-1)).toMatchObject({ message: 'Xid 79: GPU has fallen off the bus', source: 'nvml' });
+    expect(status.gpus.filter((g) => g.healthy).map((g) => g.index)).toEqual([0, 1, 3, 4, 5, 6, 7]);
+    const text = (await runCli(['ctl', 'status', '--socket', a.socket])).stdout;
+    expect(text).toMatch(/^2 +NVIDIA H100 80GB HBM3 +\d+ \/ 81559 MiB +UNHEALTHY +Xid 79: GPU has fallen off the bus \(nvml, /m);
+    expect(text).toContain('GPU 2: Xid 79: GPU has fallen off the bus');
+  });
+
+  it.each([
+    ['a lost GPU', 'lost 1', /GPU is lost \(NVML_ERROR_GPU_IS_LOST\)/, GpuEventKind.GPU_LOST],
+    ['a double-bit ECC error', 'dbe 1', /1 double-bit ECC error since the driver loaded/, GpuEventKind.ECC_DOUBLE_BIT],
+    ['a pending row remap', 'remap 1 pending', /row remap pending/, GpuEventKind.ROW_REMAP_PENDING],
+  ])('reports %s with its own reason, the shard UNHEALTHY and new starts refused', async (_what, directive, cause, kind) => {
+    const a = await gpuAgent({ interval: '500ms' });
+    const ms = await expectFaultReported(a, () => appendFileSync(a.control, `${directive}\n`), 1, cause, kind);
+    console.info(`${directive}: shard UNHEALTHY on the stream ${ms} ms after the injection (poll every 500 ms)`);
+  });
+
+  it('returns the shard to READY when a pending row remap clears', async () => {
+    const a = await gpuAgent({ interval: '500ms' });
+    await readyShard(a, 's1', 1);
+    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
+    appendFileSync(a.control, 'remap 1 pending\n');
+    await unhealthy;
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
+    const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED), 20_000);
+    appendFileSync(a.control, 'remap 1 clear\n');
+    await cleared;
+    expect(((await ready).msg.value as ShardStatus).error).toBe('');
+  });
+
+  it('keeps the shard UNHEALTHY when the fault clears but its engine stopped answering meanwhile, READY once it answers', async () => {
+    const a = await gpuAgent({ interval: '500ms' });
+    const { pid } = await readyShard(a, 's1', 1);
+    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
+    appendFileSync(a.control, 'remap 1 pending\n');
+    await unhealthy;
+    // A hung engine: alive, silent. Its probes fail while the GPU is still faulted.
+    process.kill(pid, 'SIGSTOP');
+    onTestFinished(() => {
+      if (isRunning(pid)) process.kill(pid, 'SIGCONT');
+    });
+    await until(
+      () => a.records.some((r) => r.msg === 'health probe verdict' && r.shard === 's1' && r.healthy === false),
+      'the hung engine fails its health probes',
+      20_000,
+    );
+    const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED), 20_000);
+    appendFileSync(a.control, 'remap 1 clear\n');
+    await cleared;
+    const clearedAt = a.cp.messages('node-a').length;
+    // It answers again: READY, since its GPU is sound now, and not before.
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(a.cp.messages('node-a').slice(clearedAt).filter(shardIs('s1', ShardState.READY))).toEqual([]);
+    process.kill(pid, 'SIGCONT');
+    expect(((await ready).msg.value as ShardStatus).pid).toBe(pid);
+  });
+
+  it('after a restart, registers a GPU lost meanwhile as unhealthy and reports the adopted shard on it UNHEALTHY, same engine', async () => {
+    const a = await gpuAgent();
+    const { pid } = await readyShard(a, 's1', 1);
+    a.child.kill('SIGKILL');
+    await a.exited;
+    appendFileSync(a.control, 'lost 1\n');
+    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 30_000);
+    const again = await a.spawn();
+    expect(again.register.runningShards.map((r) => [r.shardId, r.pid])).toEqual([['s1', pid]]);
+    // UNHEALTHY in Register already when the fault was found before the session; its cause follows it either way.
+    expect(again.register.inventory?.gpus[1]).toMatchObject({ healthy: false, error: expect.stringMatching(/GPU is lost/) });
+    const status = (await unhealthy).msg.value as ShardStatus;
+    expect(status).toMatchObject({ pid, error: expect.stringMatching(/^GPU 1: GPU is lost/) });
+    expect(isRunning(pid)).toBe(true);
+  }, 90_000);
+
+  it('refuses a StartShard on GPU 3, whose 71480 MiB in use belong to no process, with the numbers', async () => {
+    const a = await gpuAgent();
+    const refusal = await refusalOn(a, 'on-3', 3);
+    expect(refusal).toContain('GPU 3: 71480 of 81559 MiB used and no process listed on it');
+    expect(refusal).toContain('more than the 5% allowed');
+  });
+
+  it("runs on an old driver's NVML without its optional entry points, and still finds a lost GPU by the poll", async () => {
+    const a = await gpuAgent({ variant: 'old', interval: '500ms' });
+    expect(a.register.inventory?.gpus).toHaveLength(8);
+    const ms = await expectFaultReported(a, () => appendFileSync(a.control, 'lost 1\n'), 1, /GPU is lost/, GpuEventKind.GPU_LOST);
+    console.info(`old driver, lost GPU: shard UNHEALTHY ${ms} ms after the injection`);
+    expect(a.records.filter((r) => r.level === 'error' || r.level === 'fatal' || r.level === 50 || r.level === 60)).toEqual([]);
+  });
+
+  it('falls back to nvidia-smi with one warning when NVML fails to initialise', async () => {
+    const a = await gpuAgent({ control: 'init 9\n' });
+    expect(a.register.inventory?.gpus).toHaveLength(8);
+    const nvmlWarnings = a.records.filter((r) => r.level === 'warn' || (typeof r.level === 'number' && r.level === 40)).filter((r) => /nvml/i.test(JSON.stringify(r)));
+    expect(nvmlWarnings).toHaveLength(1);
+    expect(nvmlWarnings[0]?.msg).toBe('NVML unavailable; GPUs read through nvidia-smi');
+  });
+
+  it('exits promptly on SIGTERM while an NVML event wait is pending', async () => {
+    const a = await gpuAgent();
+    // Let the watch's event waits run for a while: one is always pending.
+    await new Promise((r) => setTimeout(r, 500));
+    const sentAt = Date.now();
+    a.child.kill('SIGTERM');
+    const exit = await a.exited;
+    console.info(`agent with an NVML event wait pending exited ${exit.atMs - sentAt} ms after SIGTERM`);
+    expect(exit.exitCode).toBe(0);
+    expect(exit.atMs - sentAt).toBeLessThan(10_000);
+  });
+});
+
+describe('llmgw agent run watching the kernel log', () => {
+  it('reports an NVRM Xid 79 line from the kernel log alone like the same Xid from NVML', async () => {
+    // No NVML here: the library name is the default, absent on this machine, so the kernel log is the only source.
+    const a = await gpuAgent({ nvml: false });
+    expect(a.records.some((r) => /GPUs read through nvidia-smi/.test(String(r.msg)))).toBe(true);
+    const line = `3,1234,${Math.floor(uptimeSeconds() * 1e6) + 1_000_000},-;NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n`;
+    const ms = await expectFaultReported(a, () => appendFileSync(a.kmsg, line), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
+    console.info(`Xid 79 through the kernel log: shard UNHEALTHY on the stream ${ms} ms after the line was written`);
+  });
+});
+
+function uptimeSeconds(): number {
+  return Number.parseFloat(readFileSync('/proc/uptime', 'utf8').split(' ')[0] ?? '0');
+}

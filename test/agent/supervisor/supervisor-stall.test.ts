@@ -1,0 +1,117 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { useSupervisors } from '../../helpers/use-supervisors.js';
+import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
+import { SimEngine } from '../../../src/agent/engines/sim-engine.js';
+import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
+import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
+import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { freePort, isRunning, shardSpec, simPlan, until } from '../../helpers/engine-processes.js';
+
+/*
+ * Issue 16's acceptance for stall detection, through the real path: a sim
+ * engine launched by the supervisor, its /metrics read by the shard
+ * runner's health watch by the names the sim engine class declares.
+ */
+
+const harness = useSupervisors();
+const { metrics } = new SimEngine(undefined, 'lo');
+const loads: AbortController[] = [];
+afterEach(() => {
+  for (const a of loads.splice(0)) a.abort();
+});
+
+async function readySim(sup: Supervisor, id: string, args: string[]) {
+  const port = await freePort();
+  const { shard } = await sup.start(shardSpec(id, port), {
+    plan: simPlan(['--port', String(port), ...args]),
+    servesHttp: true,
+    inFlightMetric: metrics.requestsRunning,
+    generationTokensMetric: metrics.generationTokens,
+  });
+  await sup.settle(id, { timeoutMs: 30_000 });
+  return { shard, baseUrl: `http://127.0.0.1:${port}` };
+}
+
+/** `n` concurrent streaming chat requests that run until the test ends (or `ac` aborts). */
+function chatLoad(baseUrl: string, n: number, ac = new AbortController()): AbortController {
+  loads.push(ac);
+  const body = JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 100_000, stream: true });
+  for (let i = 0; i < n; i++) {
+    void fetch(`${baseUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: ac.signal })
+      .then((r) => r.text())
+      .catch(() => undefined);
+  }
+  return ac;
+}
+
+function recordTransitions(sup: Supervisor): ShardTransition[] {
+  const seen: ShardTransition[] = [];
+  sup.on('transition', (t) => seen.push(t));
+  return seen;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+describe('stall detection of a READY shard', () => {
+  it('reports a sim that stalls under load UNHEALTHY with the stall as its error, keeps its pid, and READY again once idle', async () => {
+    const healthIntervalMs = 500;
+    const stallTimeoutMs = 3000;
+    const sup = harness.newSupervisor({ healthIntervalMs, stallTimeoutMs } satisfies Partial<SupervisorConfig>);
+    const seen = recordTransitions(sup);
+    const { shard, baseUrl } = await readySim(sup, 'stalls', ['--stall-after', '2s', '--token-latency', '20ms']);
+    const load = chatLoad(baseUrl, 3);
+    await until(() => sup.get('stalls')?.state === ShardState.UNHEALTHY, 'the stall to be reported', 60_000);
+    const unhealthy = sup.get('stalls');
+    const stalledAt = (await sup.tailLog('stalls', 200)).find((l) => /made no progress/.test(l));
+    console.info(`stall reported as "${unhealthy?.error}" (sim: ${stalledAt?.slice(0, 23)}; reported ${new Date().toISOString()})`);
+    // The detector's own clock, from the last sample that saw tokens move:
+    // it fires at the first tick past stall_timeout, so within stall_timeout
+    // + 2 health intervals (3.0 s..4.0 s here, printed in whole seconds).
+    const limitS = Math.floor((stallTimeoutMs + 2 * healthIntervalMs) / 1000);
+    const m = /^stalled: 3 requests running, no token generated for (\d+) s$/.exec(unhealthy?.error ?? '');
+    expect(m, unhealthy?.error).not.toBeNull();
+    expect(Number(m?.[1])).toBeGreaterThanOrEqual(stallTimeoutMs / 1000);
+    expect(Number(m?.[1])).toBeLessThanOrEqual(limitS);
+    const report = seen.find((t) => t.to === ShardState.UNHEALTHY);
+    expect(report?.shard.error).toMatch(/^stalled: /);
+    // Reported, never killed: the control plane decides.
+    expect(unhealthy?.pid).toBe(shard.pid);
+    expect(isRunning(shard.pid)).toBe(true);
+    expect((await fetch(`${baseUrl}/health`)).status).toBe(200);
+
+    // The requests give up: nothing running, nothing owed, READY again.
+    load.abort();
+    await until(() => sup.get('stalls')?.state === ShardState.READY, 'READY once idle', 30_000);
+    expect(sup.get('stalls')?.error).toBe('');
+    expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY', 'UNHEALTHY', 'READY']);
+  });
+
+  it('raises no alarm on an idle engine, however long its token counter is flat', async () => {
+    const sup = harness.newSupervisor({ healthIntervalMs: 200, stallTimeoutMs: 1000 });
+    const seen = recordTransitions(sup);
+    await readySim(sup, 'idle', []);
+    await sleep(4000);
+    expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
+  });
+
+  it('raises no alarm on a slow engine that makes a token every 2.5 s', async () => {
+    const sup = harness.newSupervisor({ healthIntervalMs: 250, stallTimeoutMs: 5000 });
+    const seen = recordTransitions(sup);
+    const { baseUrl } = await readySim(sup, 'slow', ['--token-latency', '2500ms']);
+    chatLoad(baseUrl, 2);
+    await until(async () => (await sup.inFlight('slow')) === 2, 'two requests running');
+    // Past stall_timeout twice over: a flat stretch of 2.5 s is slow, not stalled.
+    await sleep(10_000);
+    expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
+  });
+
+  it('never judges stalls with stall_timeout 0s', async () => {
+    const sup = harness.newSupervisor({ healthIntervalMs: 200, stallTimeoutMs: 0 });
+    const seen = recordTransitions(sup);
+    const { baseUrl } = await readySim(sup, 'off', ['--stall-after', '0s']);
+    chatLoad(baseUrl, 2);
+    await until(async () => (await sup.inFlight('off')) === 2, 'two requests running');
+    await sleep(2000);
+    expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
+  });
+});

@@ -1,0 +1,46 @@
+import { describe, expect, it } from 'vitest';
+import { renderGpuStatus } from '../../src/ctl/render-gpu-status.js';
+import type { StatusResponseJson } from '../../src/gen/llmgw/v1/admin_pb.js';
+
+const NOW = Date.parse('2026-01-02T10:00:00Z');
+const H100 = { name: 'NVIDIA H100 80GB HBM3', memoryTotalMb: 81559 };
+
+describe('renderGpuStatus', () => {
+  it('shows each GPU with its fresh memory, its health and its last event, and the whole reason of an unhealthy one below', () => {
+    const s: StatusResponseJson = {
+      inventory: {
+        gpus: [
+          { index: 0, ...H100, memoryUsedMb: 0, healthy: true },
+          { index: 1, ...H100, memoryUsedMb: 10, healthy: true },
+        ],
+      },
+      gpus: [
+        { index: 0, memoryUsedMb: 512, healthy: true, recentEvents: [] },
+        {
+          index: 1,
+          memoryUsedMb: 20480,
+          healthy: false,
+          fault: 'Xid 79: GPU has fallen off the bus',
+          recentEvents: [{ gpuIndex: 1, message: 'Xid 79: GPU has fallen off the bus', source: 'kmsg', at: '2026-01-02T09:58:00Z' }],
+        },
+      ],
+    };
+    expect(renderGpuStatus(s, NOW)).toEqual([
+      [
+        'GPU  NAME                   MEMORY             HEALTH     LAST EVENT',
+        '0    NVIDIA H100 80GB HBM3  512 / 81559 MiB    ok         -',
+        '1    NVIDIA H100 80GB HBM3  20480 / 81559 MiB  UNHEALTHY  Xid 79: GPU has fallen off the bus (kmsg, 2m ago)',
+      ].join('\n'),
+      'GPU 1: Xid 79: GPU has fallen off the bus',
+    ]);
+  });
+
+  it('falls back to the inventory for an agent that sends no GPU health, and says nothing for a node without GPUs', () => {
+    const s: StatusResponseJson = { inventory: { gpus: [{ index: 0, ...H100, memoryUsedMb: 7, healthy: false, error: 'GPU requires reset' }] } };
+    expect(renderGpuStatus(s, NOW)).toEqual([
+      ['GPU  NAME                   MEMORY         HEALTH     LAST EVENT', '0    NVIDIA H100 80GB HBM3  7 / 81559 MiB  UNHEALTHY  -'].join('\n'),
+      'GPU 0: GPU requires reset',
+    ]);
+    expect(renderGpuStatus({ inventory: {} }, NOW)).toEqual([]);
+  });
+});

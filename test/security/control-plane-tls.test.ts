@@ -1,0 +1,146 @@
+import { create } from '@bufbuild/protobuf';
+import { createClient } from '@connectrpc/connect';
+import { chmodSync, copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { createControlPlaneTransport } from '../../src/agent/control-plane-transport.js';
+import { type AgentMessage, AgentMessageSchema, AgentService, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { captureLogger } from '../helpers/capture-logger.js';
+import { freePort, until } from '../helpers/engine-processes.js';
+import { type TestCerts, makeTestCerts } from '../helpers/make-test-certs.js';
+import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
+import { startControlPlane } from '../helpers/start-control-plane.js';
+
+/*
+ * Finding 12 of the security review and issue 17's certificate items, with
+ * real TLS: a reference control plane requiring client certificates, the
+ * real agent or the agent's own transport, and a throwaway PKI.
+ */
+
+async function certs(name = 'node-a'): Promise<TestCerts> {
+  const c = await makeTestCerts(name);
+  onTestFinished(() => c.cleanup());
+  return c;
+}
+
+function tmp(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-sec-tls-'));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+const tlsYaml = (cert: string, key: string, ca: string) => `tls:\n  cert: ${cert}\n  key: ${key}\n  ca: ${JSON.stringify(ca)}\n`;
+
+/** One Register through the agent's transport: what the agent does at every (re)connection. */
+async function registerThrough(opts: Parameters<typeof createControlPlaneTransport>[0], nodeId: string): Promise<void> {
+  const client = createClient(AgentService, createControlPlaneTransport(opts));
+  const abort = new AbortController();
+  onTestFinished(() => abort.abort());
+  async function* requests(): AsyncIterable<AgentMessage> {
+    yield create(AgentMessageSchema, { messageId: 1n, msg: { case: 'register', value: { nodeId, hostname: 'h', version: 'test' } } });
+    await new Promise((r) => abort.signal.addEventListener('abort', r));
+  }
+  const responses = client.connect(requests(), { signal: abort.signal });
+  for await (const m of responses) {
+    if (m.msg.case === 'ack') return;
+  }
+}
+
+describe('TLS to the control plane', () => {
+  it('NODE_TLS_REJECT_UNAUTHORIZED=0 does not turn verification off', { timeout: 60_000 }, async () => {
+    const c = await certs();
+    const { cp, url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
+    const dirs = agentDirs(tmp());
+    // The agent trusts another CA than the one that signed the server: verification must fail.
+    const agent = startAgentProcess({
+      server: url.replace('http://', 'https://'),
+      dirs,
+      extraYaml: tlsYaml(c.clientCert, c.clientKey, c.otherCa),
+      env: { NODE_TLS_REJECT_UNAUTHORIZED: '0' },
+    });
+    await until(
+      () => agent.logs().some((r) => r.msg === 'cannot reach the control plane; retrying' && /certificate/i.test(String(r.err))),
+      'a retry log that names the certificate problem',
+    );
+    expect(cp.nodes().find((n) => n.id === 'node-a')).toBeUndefined();
+  });
+
+  it('uses a client certificate and CA replaced on disk at the next connection, without a restart and without touching engines', { timeout: 120_000 }, async () => {
+    const first = await certs();
+    const second = await certs();
+    const dir = tmp();
+    const files = { cert: join(dir, 'client.pem'), key: join(dir, 'client.key'), ca: join(dir, 'ca.pem') };
+    const install = (c: TestCerts) => {
+      copyFileSync(c.clientCert, files.cert);
+      copyFileSync(c.clientKey, files.key);
+      copyFileSync(c.ca, files.ca);
+      chmodSync(files.key, 0o600);
+    };
+    install(first);
+    const port = await freePort();
+    const one = await startControlPlane({ port, tls: { cert: first.serverCert, key: first.serverKey, ca: first.ca } });
+    const dirs = agentDirs(join(dir, 'agent'));
+    cleanUpEnginesAfterTest(dirs);
+    const agent = startAgentProcess({ server: `https://127.0.0.1:${port}`, dirs, extraYaml: tlsYaml(files.cert, files.key, files.ca) });
+    await one.cp.waitFor('node-a', isRegister, 30_000);
+    const enginePort = await freePort();
+    const ready = one.cp.waitFor('node-a', shardIs('s1', ShardState.READY, ShardState.FAILED), 30_000);
+    one.cp.send('node-a', { case: 'start', value: simStart('s1', enginePort) });
+    const st = (await ready).msg.value as { state: ShardState; pid: number; error: string };
+    expect(ShardState[st.state], st.error).toBe('READY');
+
+    // Rotation: new client certificate from a new CA, and a control plane that accepts only that CA.
+    install(second);
+    await one.close();
+    const two = await startControlPlane({ port, tls: { cert: second.serverCert, key: second.serverKey, ca: second.ca } });
+    const reg = (await two.cp.waitFor('node-a', isRegister, 60_000)).msg.value as { runningShards: { shardId: string; pid: number }[] };
+    expect(reg.runningShards.map((r) => [r.shardId, r.pid])).toEqual([['s1', st.pid]]);
+    process.kill(agent.pid, 0);
+    expect(agent.logs().some((r) => r.msg === 'agent starting' && Number(r.time) > agent.startedAtMs + 1000)).toBe(false);
+  });
+
+  it('trusts a CA given only in NODE_EXTRA_CA_CERTS when tls.ca is empty', { timeout: 60_000 }, async () => {
+    const c = await certs();
+    const { cp, url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
+    const dirs = agentDirs(tmp());
+    const registered = cp.waitFor('node-a', isRegister, 30_000);
+    startAgentProcess({ server: url.replace('http://', 'https://'), dirs, extraYaml: tlsYaml(c.clientCert, c.clientKey, ''), env: { NODE_EXTRA_CA_CERTS: c.ca } });
+    expect((await registered).msg.case).toBe('register');
+  });
+
+  it('trusts the operating system\'s bundle when tls.ca is empty, and not Node\'s own alone', { timeout: 60_000 }, async () => {
+    const c = await certs('node-os');
+    const { cp, url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
+    const base = { server: url.replace('http://', 'https://'), protocol: 'connect' as const, pingIntervalMs: 5000, pingTimeoutMs: 5000, env: {} };
+    const tls = { cert: c.clientCert, key: c.clientKey, ca: '' };
+    await registerThrough({ ...base, tls, systemCaBundles: [c.ca] }, 'node-os');
+    expect(cp.nodes().some((n) => n.id === 'node-os')).toBe(true);
+    // Without it in the OS bundle, the test CA is trusted by nothing.
+    await expect(registerThrough({ ...base, tls, systemCaBundles: ['/nonexistent/bundle.pem'] }, 'node-os')).rejects.toThrow(/certificate/i);
+  });
+
+  it('warns when the client certificate expires within tls.expiry_warning and when the key is readable by others', { timeout: 60_000 }, async () => {
+    const c = await certs('node-warn');
+    const { url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
+    chmodSync(c.clientKey, 0o644);
+    const { logger, records } = captureLogger();
+    const opts = {
+      server: url.replace('http://', 'https://'),
+      protocol: 'connect' as const,
+      pingIntervalMs: 5000,
+      pingTimeoutMs: 5000,
+      logger,
+      tls: { cert: c.clientCert, key: c.clientKey, ca: c.ca, expiryWarningMs: 2 * 24 * 3_600_000 },
+    };
+    await registerThrough(opts, 'node-warn');
+    expect(records.find((r) => String(r.msg).startsWith('the client certificate expires soon'))).toMatchObject({ subject: 'CN=node-warn' });
+    expect(records.find((r) => String(r.msg).startsWith('the TLS private key may be read'))).toMatchObject({ mode: '644' });
+    // A certificate valid for a day is not "soon" with a one-hour warning.
+    const quiet = captureLogger();
+    chmodSync(c.clientKey, 0o600);
+    await registerThrough({ ...opts, logger: quiet.logger, tls: { ...opts.tls, expiryWarningMs: 3_600_000 } }, 'node-warn');
+    expect(quiet.records.filter((r) => r.level === 40)).toEqual([]);
+  });
+});

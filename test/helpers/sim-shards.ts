@@ -7,6 +7,13 @@ import { type AgentMessage, type ShardState, type StartShard, StartShardSchema }
  * soak driver (plain tsx, no test runner) build the very same messages.
  */
 
+/**
+ * The GPUs of the fake 8-GPU box (hgx-h100x8) a shard can start on: 3 and 4
+ * carry memory no listed process holds, and a start on them is refused
+ * (foreign memory) before anything else is looked at.
+ */
+export const FREE_FAKE_GPUS: readonly number[] = [0, 1, 2, 5, 6, 7];
+
 export interface SimStartOptions {
   /** The sim engine's arguments; ['--load-time', '200ms'] by default. */
   args?: string[];

@@ -9,7 +9,7 @@ import type { ShardInfoJson, StatusResponseJson } from '../../src/gen/llmgw/v1/a
 import { agentConfigYaml, agentDirs, type AgentDirs } from '../helpers/agent-config-yaml.js';
 import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
 import { BIN, REPO_ROOT, runCli } from '../helpers/run-cli.js';
-import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
+import { FREE_FAKE_GPUS, isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 import { bootLab, labLeftovers, labUnavailableReason, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
 
@@ -73,13 +73,13 @@ function agentLog(): string {
   }
 }
 
-/** A GPU of the fake 8 for each shard id, so that shards of different tests never ask for the same one. */
+/** A GPU of the fake 8 a start is not refused on (FREE_FAKE_GPUS) for each shard id, so that shards of different tests never ask for the same one. */
 const gpus = new Map<string, number>();
 
 /** Starts sim shard `id` and waits for READY. */
 async function startShard(id: string, args: string[] = ['--load-time', '200ms']): Promise<{ pid: number; port: number }> {
   const port = await freePort();
-  if (!gpus.has(id)) gpus.set(id, gpus.size % 8);
+  if (!gpus.has(id)) gpus.set(id, FREE_FAKE_GPUS[gpus.size % FREE_FAKE_GPUS.length] as number);
   const ready = f.cp.cp.waitFor(NODE, shardIs(id, S.READY, S.FAILED, S.EXITED), 30_000);
   f.cp.cp.send(NODE, { case: 'start', value: simStart(id, port, { args, gpu: gpus.get(id) }) });
   const st = (await ready).msg.value as ShardStatus;

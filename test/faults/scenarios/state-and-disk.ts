@@ -3,7 +3,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ShardState, type ShardStatus } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { simStart } from '../../helpers/sim-shards.js';
+import { FREE_FAKE_GPUS, simStart } from '../../helpers/sim-shards.js';
 import { type FaultHarness, type Scenario, freePort, isRunning, processesWritingUnder, sleep } from './fault-harness.js';
 
 /**
@@ -57,7 +57,7 @@ async function restartWithDamagedState(
 ): Promise<void> {
   await h.boot();
   const engines = new Map<string, number>();
-  for (const [i, c] of cases.entries()) engines.set(c.id, (await startReady(h, c.id, i)).pid);
+  for (const [i, c] of cases.entries()) engines.set(c.id, (await startReady(h, c.id, FREE_FAKE_GPUS[i] as number)).pid);
   await h.killAgent();
   for (const c of cases) c.damage(statePath(h, c.id));
   const failures = new Map<string, Promise<ShardStatus>>(cases.map((c) => [c.id, h.waitShard(c.id, [S.FAILED])]));
@@ -72,7 +72,7 @@ async function restartWithDamagedState(
   }
   // The control plane starts them again, and the agent can.
   for (const [i, c] of cases.entries()) {
-    const { pid, port } = await startReady(h, c.id, i);
+    const { pid, port } = await startReady(h, c.id, FREE_FAKE_GPUS[i] as number);
     h.keepsServing(c.id, pid, port);
   }
 }

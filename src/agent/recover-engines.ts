@@ -14,6 +14,14 @@ export interface AdoptResultView {
   reason: string;
 }
 
+/**
+ * How long recovery waits for an unidentified engine to go after SIGKILL.
+ * One stuck in uninterruptible sleep (a GPU driver hang) would otherwise keep
+ * recovery, and so registration and READY=1, waiting for ever; under systemd
+ * that is a start-timeout restart loop (finding 14 of the security review).
+ */
+export const RECOVERY_KILL_WAIT_MS = 10_000;
+
 export interface RecoverEnginesOptions {
   nodeId: string;
   supervisor: Supervisor;
@@ -23,6 +31,8 @@ export interface RecoverEnginesOptions {
   settle: (shard: ShardSnapshot, timeoutMs: number) => Promise<void>;
   report: (status: ShardStatus) => void;
   logger: Logger;
+  /** The wait after SIGKILL for an unidentified engine; default RECOVERY_KILL_WAIT_MS (10 s). */
+  killWaitMs?: number;
 }
 
 /**
@@ -73,6 +83,7 @@ export class RecoverEngines {
       return [{ shardId: '', outcome: 'error', pid: 0, reason: errorMessage(err) }];
     }
     const results: AdoptResultView[] = [];
+    const unidentified: Orphan[] = [];
     for (const o of orphans) {
       const log = this.opts.logger.child({ shard: o.shardId, pid: o.pid });
       try {
@@ -89,10 +100,7 @@ export class RecoverEngines {
           status.signal = o.exitSignal ?? '';
           report(status);
         } else if (!o.identified) {
-          log.warn({ why: o.reason }, 'killing an engine that cannot be identified');
-          await sup.killOrphan(o);
-          results.push({ shardId: o.shardId, outcome: 'killed', pid: o.pid, reason: o.reason });
-          report(refusedStatus(nodeId, o, `engine killed after an agent restart: it could not be identified (${o.reason})`));
+          unidentified.push(o);
         } else {
           const shard = sup.adopt(o);
           log.info({ replica: o.replicaId }, 'adopted a running engine');
@@ -100,11 +108,34 @@ export class RecoverEngines {
           void this.opts.settle(shard, this.opts.adoptReadyTimeoutMs);
         }
       } catch (err) {
-        log.warn({ err: errorMessage(err) }, 'recovering an engine failed');
-        results.push({ shardId: o.shardId, outcome: 'error', pid: o.pid, reason: errorMessage(err) });
-        report(refusedStatus(nodeId, o, `recovering the engine after an agent restart failed: ${errorMessage(err)}`));
+        results.push(this.failed(o, err));
       }
     }
+    // Together, and bounded after SIGKILL: one at a time with the full
+    // stop_grace each, five held logs kept the agent from registering for
+    // 52 s (finding 4 of the security review), and one engine stuck in
+    // uninterruptible sleep kept it from ever registering (finding 14).
+    const killWaitMs = this.opts.killWaitMs ?? RECOVERY_KILL_WAIT_MS;
+    const killed = await Promise.all(
+      unidentified.map(async (o): Promise<AdoptResultView> => {
+        this.opts.logger.warn({ shard: o.shardId, pid: o.pid, why: o.reason }, 'killing an engine that cannot be identified');
+        try {
+          await sup.killOrphan(o, { killWaitMs });
+        } catch (err) {
+          return this.failed(o, err);
+        }
+        report(refusedStatus(nodeId, o, `engine killed after an agent restart: it could not be identified (${o.reason})`));
+        return { shardId: o.shardId, outcome: 'killed', pid: o.pid, reason: o.reason };
+      }),
+    );
+    results.push(...killed);
     return results;
+  }
+
+  /** An orphan recovery could not deal with: logged, and reported FAILED with the reason. */
+  private failed(o: Orphan, err: unknown): AdoptResultView {
+    this.opts.logger.warn({ shard: o.shardId, pid: o.pid, err: errorMessage(err) }, 'recovering an engine failed');
+    this.opts.report(refusedStatus(this.opts.nodeId, o, `recovering the engine after an agent restart failed: ${errorMessage(err)}`));
+    return { shardId: o.shardId, outcome: 'error', pid: o.pid, reason: errorMessage(err) };
   }
 }

@@ -1,5 +1,8 @@
 import type { Server } from 'node:http';
+import { dirname } from 'node:path';
 import { errorMessage } from '../lib/errors.js';
+import { assertTrustedDirectory } from '../lib/files/check-directory-trust.js';
+import { findGroup } from '../lib/find-group.js';
 import type { Logger } from '../lib/logger.js';
 import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
 import { sdNotify, startWatchdog } from '../lib/systemd-notify.js';
@@ -24,8 +27,14 @@ export interface RunAgentOptions {
  * Resolves when the stream is closed; every engine is still running then.
  */
 export async function runAgent({ config: c, version, logger }: RunAgentOptions): Promise<void> {
+  // Before anything is read from or written to them (exit 78, one line).
+  assertTrustedDirectory(c.supervisor.stateDir, 'supervisor.state_dir');
+  assertTrustedDirectory(c.supervisor.logDir, 'supervisor.log_dir');
+  assertTrustedDirectory(dirname(c.admin.socket), 'admin.socket');
   const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
-  const supervisor = new Supervisor({ config: c.supervisor, logger });
+  // An unknown group is the admin server's configuration error, reported when it listens.
+  const logGid = c.admin.group === '' ? undefined : findGroup({ name: c.admin.group })?.gid;
+  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid });
   // One NVML for the agent's life (discovery, memory readings, the health
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });

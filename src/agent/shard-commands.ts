@@ -123,12 +123,11 @@ export class ShardCommands {
 
   private validationContext(shardId: string): ValidationContext {
     const inventory = this.opts.inventory();
-    // A shard holds its GPUs while its engine may run, whatever its state: a
-    // FAILED one that never became ready is left running until it is stopped,
-    // and a second engine on its GPUs would fail after minutes of loading.
+    // The registry's reservations, the same ones its synchronous reserve()
+    // step refused against: a second list built here from snapshots would
+    // miss the launches still in progress.
+    const heldGpus = this.sup.reservations(shardId).gpus;
     const holding = this.sup.list().filter((s) => !isTerminal(s.state) || s.running);
-    const heldGpus = new Map<number, string>();
-    for (const s of holding) if (s.shardId !== shardId) for (const g of s.spec.gpuIndices) heldGpus.set(g, s.shardId);
     const shardGroups = new Set(holding.map((s) => s.pid));
     // A compute process is ours when it is in the process group of one of our
     // engines (the GPU is usually held by a worker child, not the pid we started).

@@ -95,6 +95,7 @@ describe('a hostile control plane cannot run code through profile.env', () => {
     await cp.waitFor((m) => m.msg.case === 'register');
     const nodePayload = `require('fs').writeFileSync(${JSON.stringify(join(markers, 'pwned-node'))}, 'x')`;
     const browser = `/bin/sh -c "id > ${join(markers, 'pwned-python')}" #%s`;
+    // Not GPUs 3 and 4 (FREE_FAKE_GPUS): a start there is refused for their foreign memory first.
     const cases: [StartShard, string][] = [
       [start('inj-node', 'sim', { NODE_OPTIONS: `--import=data:text/javascript,${encodeURIComponent(nodePayload)}` }, 0), 'NODE_OPTIONS'],
       [start('inj-py-vllm', 'vllm', { PYTHONWARNINGS: 'ignore::antigravity.x', BROWSER: browser }, 1), 'PYTHONWARNINGS'],
@@ -121,7 +122,7 @@ describe('a hostile control plane cannot run code through profile.env', () => {
 
     // Nothing a payload would have written exists, and no refused engine ever started.
     for (const f of ['pwned-node', 'pwned-python', 'pwned-path']) expect(existsSync(join(markers, f))).toBe(false);
-    for (const gpu of [1, 2, 3, 4, 5]) {
+    for (const gpu of [0, 1, 2, 5, 7]) {
       expect(existsSync(join(markers, `vllm-${gpu}.json`))).toBe(false);
       expect(existsSync(join(markers, `python3-${gpu}.json`))).toBe(false);
     }

@@ -74,7 +74,7 @@ function agentLog(): string {
   }
 }
 
-/** A GPU of the fake 8 for each shard id, so that shards of different tests never ask for the same one. */
+/** A GPU of the fake 8 a start is not refused on (FREE_FAKE_GPUS in test/helpers/fake-gpus.ts) for each shard id, so that shards of different tests never ask for the same one. */
 const gpus = new Map<string, number>();
 
 /** Starts sim shard `id` and waits for READY. */

@@ -79,6 +79,10 @@ export interface SupervisorConfig {
   /** Requests running and no generation token for this long: UNHEALTHY ("stalled"). 0 is off. Default 60 s. */
   stallTimeoutMs: number;
   logMaxBytes: number;
+  /** Logs of shards no longer supervised are removed once not written for this long; 0 keeps them. Default 168 h. */
+  logRetentionMs?: number;
+  /** Logs of shards no longer supervised are cut, oldest first, to this many bytes in total. Default 1 GiB. */
+  logRetentionBytes?: number;
   launcher: LauncherSetting;
   /** Resource properties (MemoryMax, CPUWeight…) of every engine unit under systemd-run; see ALLOWED_UNIT_PROPERTIES. */
   unitProperties?: Record<string, string>;

@@ -23,11 +23,15 @@ export interface EngineGroup {
  * members are still that group.
  */
 export function groupStillOurs(g: EngineGroup): boolean {
+  // Engines lead their own group; anything else was not launched by us (a
+  // forged or corrupt record), and its pgid is nobody's to signal.
+  if (g.pgid !== g.pid) return false;
   if (g.child && g.child.exitCode === null && g.child.signalCode === null) return true;
   if (g.identity.bootId !== readBootId()) return false;
   const stat = readProcStat(g.pid);
   if (!stat) return true;
-  return stat.startTime === g.identity.startTime;
+  // Before every group signal: the leader must still lead the recorded group.
+  return stat.startTime === g.identity.startTime && stat.pgrp === g.pgid;
 }
 
 /**

@@ -20,7 +20,9 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
   const statePath = shardStatePath(stateDir, o.shardId);
   const f = readStateFileSync(statePath, o.shardId);
   if (!f.ok) throw failure(`cannot adopt shard ${o.shardId}: ${f.reason}`);
-  const check = checkIdentity(f.file.pid, f.file.identity);
+  // With the group: adopting a pid that does not lead its recorded group would have
+  // every later stop signal whatever group that number names.
+  const check = checkIdentity(f.file.pid, f.file.identity, f.file.pgid);
   if (!check.alive) throw failure(`cannot adopt shard ${o.shardId}: ${check.reason}`);
   return new ShardRunner(
     ctx,

@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { constants as osConstants } from 'node:os';
+import { stat } from 'node:fs/promises';
 import type { Launcher, SupervisorConfig } from '../config/agent-config.js';
 import { servedModelName } from '../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
@@ -426,6 +427,8 @@ export class ShardRunner {
   private async recordFailure(): Promise<void> {
     const path = shardFailurePath(this.ctx.config.logDir, this.shardId);
     try {
+      // The log's group (admin.group, set by prepareLogFile): whoever may read the log may read how it ended.
+      const gid = (await stat(this.logPath).catch(() => undefined))?.gid;
       await writeFailureRecord(path, {
         shardId: this.shardId,
         replicaId: this.replicaId,
@@ -436,7 +439,7 @@ export class ShardRunner {
         at: new Date().toISOString(),
         startedAt: new Date(this.startedAtMs).toISOString(),
         lastOutput: this.lastOutput,
-      });
+      }, gid);
     } catch (err) {
       this.ctx.log.warn({ shard: this.shardId, file: path, err: errorMessage(err) }, 'could not write the failure record');
     }

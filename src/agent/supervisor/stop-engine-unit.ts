@@ -13,8 +13,10 @@ import { type EngineUnit, UNIT_ENDED_STATES, UNIT_POLL_MS, isSameRun } from './e
  * that signalled only the group once left such workers holding GPU memory.
  * Resolves when systemd says nothing of the unit runs, and unloads a failed
  * unit so the shard id can be started again. Never touches another run.
+ * With `killWaitMs`, a unit still running that long after SIGKILL is
+ * 'unkillable' (see terminateProcessGroup).
  */
-export async function stopEngineUnit(unit: EngineUnit, opts: { graceMs: number; signal?: AbortSignal }): Promise<TerminateOutcome> {
+export async function stopEngineUnit(unit: EngineUnit, opts: { graceMs: number; signal?: AbortSignal; killWaitMs?: number }): Promise<TerminateOutcome> {
   const { signal } = opts;
   signal?.throwIfAborted();
   const first = await readUnitStatus(unit.name, signal);
@@ -29,9 +31,11 @@ export async function stopEngineUnit(unit: EngineUnit, opts: { graceMs: number; 
       if (!isSameRun(again, unit)) return 'terminated';
       outcome = 'killed';
       await systemctlOrThrow(['kill', '--kill-whom=all', '--signal=SIGKILL', '--', unit.name], signal);
-      // No limit, as for a process group: a process in uninterruptible sleep
-      // (a GPU driver call) holds its memory until it is really gone.
-      await waitEnded(unit, Number.POSITIVE_INFINITY, signal);
+      // No limit by default, as for a process group: a process in
+      // uninterruptible sleep (a GPU driver call) holds its memory until it
+      // is really gone. Recovery gives one (killWaitMs): a stuck unit there
+      // is reported 'unkillable', left loaded, and recovery goes on.
+      if (!(await waitEnded(unit, Date.now() + (opts.killWaitMs ?? Number.POSITIVE_INFINITY), signal))) return 'unkillable';
     }
   }
   await forgetUnit(unit, signal);
@@ -66,6 +70,23 @@ export async function endUnitLeftovers(unit: EngineUnit, opts: { graceMs: number
     return;
   }
   await stopEngineUnit(unit, opts);
+}
+
+/**
+ * Stops the unit a launch of this agent just created and then could not
+ * take (no invocation id or main process read, the engine gone before it
+ * was identified): left running it would hold its GPUs with no state file,
+ * invisible to the agent (finding 15 of the security review). With its
+ * invocation id known only that run is stopped; without it the name is
+ * still the one systemd-run created a moment ago. systemd's own stop
+ * (SIGTERM, TimeoutStopSec, SIGKILL to the cgroup) bounds the wait; the
+ * unit is then unloaded so the shard id can be started again.
+ */
+export async function stopFailedLaunch(name: string, invocationId: string | undefined): Promise<void> {
+  if (invocationId !== undefined && !isSameRun(await readUnitStatus(name), { name, invocationId })) return;
+  await systemctlOrThrow(['stop', '--', name]);
+  // Exits 1 when the unit is not failed (already unloaded): nothing to do then.
+  await runSystemctl(['reset-failed', '--', name]);
 }
 
 async function waitEnded(unit: EngineUnit, deadlineMs: number, signal?: AbortSignal): Promise<boolean> {

@@ -1,8 +1,10 @@
 import { EventEmitter } from 'node:events';
 import { existsSync, unlinkSync } from 'node:fs';
+import { rm } from 'node:fs/promises';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
+import { formatDuration } from '../../lib/duration.js';
 import { errorMessage, failure } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
 import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from '../../lib/files/rotate-log.js';
@@ -13,16 +15,17 @@ import { findRecordedShardIds, judgeOrphan } from '../../lib/process/judge-orpha
 import type { Orphan } from '../../lib/process/orphan.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
-import { findProcessesLoggingTo } from '../../lib/process/process-table.js';
+import { type EngineUids, agentUids, findProcessesLoggingTo, findProcessesLoggingUnder } from '../../lib/process/process-table.js';
+import { pruneShardLogs, shardIdOfAnyLog } from '../../lib/files/prune-shard-logs.js';
 import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
 import { assertShardId } from '../../lib/shard-id.js';
-import { previousRunLogPath, shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
+import { previousRunLogPath, previousRunsDir, shardLogDir, shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
+import { readUnitStatus } from '../../lib/systemd/read-unit-status.js';
 import { type LauncherChoice, chooseLauncher } from './choose-launcher.js';
 import { isSameRun } from './engine-unit.js';
+import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePath } from './launch-shard.js';
 import { stopEngineUnit } from './stop-engine-unit.js';
-import { readUnitStatus } from '../../lib/systemd/read-unit-status.js';
-import { type ShardLaunch, launchShard } from './launch-shard.js';
 import { judgeUnitOrphan } from './unit-orphan.js';
 import { reattachShard } from './reattach-shard.js';
 import { RepeatedStartError } from './repeated-start-error.js';
@@ -43,6 +46,50 @@ export interface SupervisorOptions {
   logger?: Logger;
   /** How often logs are checked against config.logMaxBytes; default LOG_CHECK_INTERVAL_MS (2 s). */
   logCheckIntervalMs?: number;
+  /** How often logs of shards no longer here are pruned (pruneLogs); default LOG_PRUNE_INTERVAL_MS (10 min). */
+  logPruneIntervalMs?: number;
+  /** Most launches validating or launching at once, the rest waiting their turn; default DEFAULT_MAX_CONCURRENT_LAUNCHES (8). */
+  maxConcurrentLaunches?: number;
+  /** Most launches in progress, waiting ones included; a start beyond is refused. Default MAX_PENDING_LAUNCHES (64). */
+  maxPendingLaunches?: number;
+  /** The uids engines run as: only their processes count as a shard's log writers. Default: the agent's own uid. */
+  engineUids?: EngineUids;
+  /** Group of the log directory and logs (admin.group's gid); unchanged when omitted. */
+  logGid?: number;
+  /**
+   * Sends a signal to the process group of an engine a previous agent left
+   * (killOrphan); process.kill(-pgid) by default. Tests intercept SIGKILL
+   * here to stand in for a process in uninterruptible sleep, which this
+   * machine cannot make on demand.
+   */
+  signalOrphanGroup?: (pgid: number, sig: NodeJS.Signals) => void;
+}
+
+/**
+ * One launch per GPU of an 8-GPU node at once; more wait their turn. Each
+ * launch costs an executable lookup, a port probe and a fork: a control
+ * plane sending thousands of starts must not turn them into thousands of
+ * concurrent forks (finding 5 of the security review launched 20 with no
+ * bound).
+ */
+export const DEFAULT_MAX_CONCURRENT_LAUNCHES = 8;
+/**
+ * Starts in progress (each holding its reservation) beyond which a start is
+ * refused: far more than any node has shards, so only a flood reaches it.
+ */
+export const MAX_PENDING_LAUNCHES = 64;
+
+/** How often logs of shards no longer supervised are pruned: they only grow when shards come and go. */
+export const LOG_PRUNE_INTERVAL_MS = 10 * 60_000;
+/** supervisor.log_retention's default: a week of evidence for an operator to look at. */
+export const DEFAULT_LOG_RETENTION_MS = 168 * 3_600_000;
+/** supervisor.log_retention_bytes's default. */
+export const DEFAULT_LOG_RETENTION_BYTES = 1024 ** 3;
+
+/** What shards hold exclusively, each with the id of the shard holding it. */
+export interface Reservations {
+  gpus: ReadonlyMap<number, string>;
+  ports: ReadonlyMap<number, string>;
 }
 
 /** A launch, or how to make one: validation runs after the shard id is reserved, so a repeat never validates beside it. */
@@ -63,9 +110,23 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private readonly runners = new Map<string, ShardRunner>();
   /** Launches in progress: the one place concurrent starts of an id become one process. Undefined when it was refused. */
   private readonly launching = new Map<string, Promise<ShardRunner | undefined>>();
+  /**
+   * The specs of launches in progress, claimed in reserve() before any
+   * await: what they will hold is held from that moment, not from when
+   * their runner reaches the table.
+   */
+  private readonly claims = new Map<string, StartShard>();
+  private readonly maxConcurrentLaunches: number;
+  private readonly maxPendingLaunches: number;
+  /** Launches past the concurrency bound, waiting for a slot, first come first served. */
+  private readonly slotWaiters: (() => void)[] = [];
+  private activeLaunches = 0;
+  private readonly files: ShardFileOwnership;
+  private readonly signalOrphanGroup: ((pgid: number, sig: NodeJS.Signals) => void) | undefined;
   /** Aborted by close(): ends launches in progress, touches no engine. */
   private readonly closing = new AbortController();
   private readonly logTimer: NodeJS.Timeout;
+  private readonly pruneTimer: NodeJS.Timeout;
   private logCheckRunning = false;
   private launcherChoice: Promise<LauncherChoice> | undefined;
 
@@ -74,8 +135,16 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
     this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), launcher: () => this.launcher() };
+    this.maxConcurrentLaunches = opts.maxConcurrentLaunches ?? DEFAULT_MAX_CONCURRENT_LAUNCHES;
+    this.maxPendingLaunches = opts.maxPendingLaunches ?? MAX_PENDING_LAUNCHES;
+    this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };
+    this.signalOrphanGroup = opts.signalOrphanGroup;
     this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
     this.logTimer.unref();
+    this.pruneTimer = setInterval(() => {
+      this.pruneLogs().catch((err: unknown) => this.log.warn({ err: errorMessage(err) }, 'pruning old shard logs failed'));
+    }, opts.logPruneIntervalMs ?? LOG_PRUNE_INTERVAL_MS);
+    this.pruneTimer.unref();
   }
 
   // ---------------------------------------------------------------- start
@@ -106,29 +175,29 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       if (!runner) throw new RepeatedStartError(spec.shardId);
       return { shard: runner.snapshot(), created: false };
     }
-    const { launch } = reserved;
+    const { launch, settled } = reserved;
     const id = spec.shardId;
-    // Repeats wait for this one; only its own caller hears why it was refused.
-    const settled = launch.then(
-      (r) => r,
-      () => undefined,
-    );
-    this.launching.set(id, settled);
     try {
       const r = await launch;
       return { shard: r.snapshot(), created: true };
     } finally {
-      // Only after the runner is in the table, so that no repeat finds neither.
-      if (this.launching.get(id) === settled) this.launching.delete(id);
+      // Only after the runner is in the table, so that no repeat finds neither,
+      // and no other start finds the GPUs free between claim and runner.
+      if (this.launching.get(id) === settled) {
+        this.launching.delete(id);
+        this.claims.delete(id);
+      }
     }
   }
 
   /**
    * The synchronous step before any `await` of a start: validates the id (it
-   * names files), finds a shard already running or being launched, and
-   * otherwise claims the id by starting the launch. Whatever a shard must
-   * hold exclusively (GPUs, its port) belongs here too, so that two starts
-   * can never both pass.
+   * names files), finds a shard already running or being launched, refuses
+   * GPUs or a port another shard holds or is launching on, and otherwise
+   * claims the id, its GPUs and its port by starting the launch. One step
+   * with no await in it, so that two starts can never both pass: checked
+   * across awaits, 20 concurrent starts on one GPU and one port all passed
+   * and launched 20 engines (finding 5 of the security review).
    */
   private reserve(
     spec: StartShard,
@@ -136,7 +205,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   ):
     | { kind: 'running'; runner: ShardRunner }
     | { kind: 'pending'; launch: Promise<ShardRunner | undefined> }
-    | { kind: 'new'; launch: Promise<ShardRunner> } {
+    | { kind: 'new'; launch: Promise<ShardRunner>; settled: Promise<ShardRunner | undefined> } {
     // First, before any path is built from it: "../x" names a file elsewhere.
     assertShardId(spec.shardId);
     if (this.closing.signal.aborted) throw failure('the supervisor is closed');
@@ -145,16 +214,74 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     if (existing && !isTerminal(existing.currentState)) return { kind: 'running', runner: existing };
     const pending = this.launching.get(id);
     if (pending) return { kind: 'pending', launch: pending };
-    return { kind: 'new', launch: this.launch(spec, source, existing) };
+    const held = this.reservations(id);
+    for (const g of spec.gpuIndices) {
+      const holder = held.gpus.get(g);
+      if (holder !== undefined) throw failure(`GPU ${g} is held by shard ${holder}; stop it first or place this shard elsewhere`);
+    }
+    const portHolder = spec.httpPort > 0 ? held.ports.get(spec.httpPort) : undefined;
+    if (portHolder !== undefined) throw failure(`http_port ${spec.httpPort} is already in use on this node by shard ${portHolder}; use another port`);
+    if (this.launching.size >= this.maxPendingLaunches) {
+      throw failure(`${this.launching.size} shard starts are in progress already, the most this agent takes at once; retry once some have settled`);
+    }
+    this.claims.set(id, spec);
+    const launch = this.launch(spec, source, existing);
+    // Repeats wait for this one; only its own caller hears why it was refused.
+    const settled = launch.then(
+      (r) => r,
+      () => undefined,
+    );
+    this.launching.set(id, settled);
+    return { kind: 'new', launch, settled };
+  }
+
+  /**
+   * GPUs and ports held by shards other than `exceptShardId`: every launch in
+   * progress, and every shard whose engine may still run, whatever its state
+   * (a FAILED one that never became ready is left running until stopped, and
+   * a second engine on its GPUs would fail after minutes of loading). Read
+   * synchronously, so it agrees with reserve().
+   */
+  reservations(exceptShardId = ''): Reservations {
+    const gpus = new Map<number, string>();
+    const ports = new Map<number, string>();
+    const hold = (id: string, spec: StartShard) => {
+      if (id === exceptShardId) return;
+      for (const g of spec.gpuIndices) gpus.set(g, id);
+      if (spec.httpPort > 0) ports.set(spec.httpPort, id);
+    };
+    for (const r of this.runners.values()) if (!isTerminal(r.currentState) || r.running) hold(r.shardId, r.spec);
+    for (const [id, spec] of this.claims) hold(id, spec);
+    return { gpus, ports };
   }
 
   private async launch(spec: StartShard, source: LaunchSource, previous: ShardRunner | undefined): Promise<ShardRunner> {
-    const launch = typeof source === 'function' ? await source() : source;
-    if (this.closing.signal.aborted) throw failure('the supervisor is closed');
-    const runner = await launchShard(this.ctx, spec, launch, previous, this.closing.signal);
-    this.runners.set(spec.shardId, runner);
-    runner.begin(previous ? `relaunched after ${stateName(previous.currentState)}` : 'launched');
-    return runner;
+    await this.takeLaunchSlot();
+    try {
+      if (this.closing.signal.aborted) throw failure('the supervisor is closed');
+      const launch = typeof source === 'function' ? await source() : source;
+      if (this.closing.signal.aborted) throw failure('the supervisor is closed');
+      const runner = await launchShard(this.ctx, spec, launch, previous, this.closing.signal, this.files);
+      this.runners.set(spec.shardId, runner);
+      runner.begin(previous ? `relaunched after ${stateName(previous.currentState)}` : 'launched');
+      return runner;
+    } finally {
+      this.activeLaunches--;
+      this.slotWaiters.shift()?.();
+    }
+  }
+
+  /**
+   * Waits until fewer than maxConcurrentLaunches launches validate or
+   * launch, and counts this one in; throws (taking nothing) once close()
+   * has been called, so that no start waits for ever.
+   */
+  private async takeLaunchSlot(): Promise<void> {
+    while (this.activeLaunches >= this.maxConcurrentLaunches) {
+      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+      if (this.closing.signal.aborted) throw failure('the supervisor is closed');
+    }
+    this.activeLaunches++;
   }
 
   /** Resolves once a start of `shardId` in progress has launched or been refused, so that a stop never races it. */
@@ -217,11 +344,14 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     }
     runner.detach();
     this.runners.delete(shardId);
-    try {
-      unlinkSync(runner.statePath);
-    } catch (err) {
-      // Same reasoning as ShardRunner.forgetStateFile: the shard is gone whatever the disk says.
-      if (!isNotFound(err)) this.log.warn({ shard: shardId, file: runner.statePath, err: errorMessage(err) }, 'shard removed but its state file could not be');
+    // The environment file of a systemd-run engine holds its secrets: it goes with the shard.
+    for (const file of [runner.statePath, shardEnvFilePath(this.config.stateDir, shardId)]) {
+      try {
+        unlinkSync(file);
+      } catch (err) {
+        // Same reasoning as ShardRunner.forgetStateFile: the shard is gone whatever the disk says.
+        if (!isNotFound(err)) this.log.warn({ shard: shardId, file, err: errorMessage(err) }, 'shard removed but one of its files could not be');
+      }
     }
   }
 
@@ -274,6 +404,32 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     }
   }
 
+  /**
+   * Removes logs of shards no longer here, by supervisor.log_retention and
+   * log_retention_bytes (pruneShardLogs). Kept: every shard in the table or
+   * being launched, every shard a state file still records (an engine a
+   * previous agent left, not yet recovered) and every log an engine writes.
+   * Returns the file names removed.
+   */
+  async pruneLogs(): Promise<string[]> {
+    const dir = shardLogDir(this.config.logDir);
+    const written = new Set<string>();
+    for (const path of findProcessesLoggingUnder(dir, this.files.engineUids).keys()) {
+      const id = shardIdOfAnyLog(path.slice(dir.length + 1));
+      if (id !== undefined) written.add(id);
+    }
+    const recorded = new Set(findRecordedShardIds(this.config));
+    const removed = await pruneShardLogs({
+      dir,
+      previousRunsDir: previousRunsDir(this.config.logDir),
+      maxAgeMs: this.config.logRetentionMs ?? DEFAULT_LOG_RETENTION_MS,
+      maxTotalBytes: this.config.logRetentionBytes ?? DEFAULT_LOG_RETENTION_BYTES,
+      keep: (id) => this.runners.has(id) || this.claims.has(id) || recorded.has(id) || written.has(id),
+    });
+    if (removed.length > 0) this.log.info({ files: removed.length, first: removed[0] }, 'removed logs of shards no longer here');
+    return removed;
+  }
+
   // ---------------------------------------------------------------- engines a previous agent left
 
   /**
@@ -281,10 +437,11 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    * behind, each judged alive or dead and identified or not (judgeOrphan).
    */
   async findOrphans(): Promise<Orphan[]> {
-    const ids = findRecordedShardIds(this.config, (file) => this.log.warn({ file }, 'ignoring a state file whose name is not a shard id'));
+    const dirs = { ...this.config, engineUids: this.files.engineUids };
+    const ids = findRecordedShardIds(dirs, (file) => this.log.warn({ file }, 'ignoring a state file whose name is not a shard id'));
     const orphans: Orphan[] = [];
     for (const id of ids.filter((id) => !this.runners.has(id))) {
-      const o = judgeOrphan(this.config, id);
+      const o = judgeOrphan(dirs, id);
       const read = readStateFileSync(shardStatePath(this.config.stateDir, id), id);
       orphans.push(read.ok ? await judgeUnitOrphan(o, read.file, this.log) : o);
     }
@@ -296,8 +453,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
    * process group still writing the shard's log (and the recorded group, if
    * its identity still matches) is terminated, then the file is removed.
    * A pid that merely appears in the file is never a reason to signal it.
+   *
+   * The groups are terminated together, not one after the other, and with
+   * `killWaitMs` the wait after SIGKILL is bounded: a group still running
+   * then (uninterruptible sleep) is left, its state file kept, and this
+   * throws saying so.
    */
-  async killOrphan(o: Orphan, opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<void> {
+  async killOrphan(o: Orphan, opts: { graceMs?: number; signal?: AbortSignal; killWaitMs?: number } = {}): Promise<void> {
     assertShardId(o.shardId);
     if (this.runners.has(o.shardId)) throw failure(`shard ${o.shardId} is supervised here; stop it instead`);
     const statePath = shardStatePath(this.config.stateDir, o.shardId);
@@ -307,31 +469,50 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     const groups = new Set<number>();
     const read = await readStateFile(statePath, o.shardId);
     const unit = read.ok ? read.file.unit : undefined;
+    let unitStuck = false;
     if (unit) {
       // Its cgroup first: that ends workers outside its process group too. Only the recorded run, never another unit of the name.
       const status = await readUnitStatus(unit.name).catch(() => undefined);
       if (status && isSameRun(status, unit)) {
         this.log.warn({ shard: o.shardId, unit: unit.name, reason: o.reason }, 'stopping the unit of an engine left by a previous agent');
-        await stopEngineUnit(unit, { graceMs, signal: opts.signal });
+        unitStuck = (await stopEngineUnit(unit, { graceMs, signal: opts.signal, killWaitMs: opts.killWaitMs })) === 'unkillable';
       }
     }
-    if (read.ok && checkIdentity(read.file.pid, read.file.identity).alive) groups.add(read.file.pgid);
-    for (const p of findProcessesLoggingTo(logPath)) groups.add(p.pgid);
-    for (const pgid of groups) {
-      // Never our own group: that would be the agent killing itself.
-      if (pgid <= 1 || pgid === ownGroup) continue;
-      this.log.warn({ shard: o.shardId, pgid, reason: o.reason }, 'killing an engine nothing can describe');
-      await terminateProcessGroup({
-        pgid,
-        // Still ours while a member of the group writes this shard's log, or the identified leader lives.
-        stillOurs: () =>
-          findProcessesLoggingTo(logPath).some((p) => p.pgid === pgid) ||
-          (read.ok && read.file.pgid === pgid && checkIdentity(read.file.pid, read.file.identity).alive),
-        graceMs,
-        signal: opts.signal,
-      });
+    if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) groups.add(read.file.pgid);
+    for (const p of findProcessesLoggingTo(logPath, this.files.engineUids)) groups.add(p.pgid);
+    // Never our own group: that would be the agent killing itself.
+    const targets = [...groups].filter((pgid) => pgid > 1 && pgid !== ownGroup);
+    const outcomes = await Promise.all(
+      targets.map((pgid) => {
+        this.log.warn({ shard: o.shardId, pgid, reason: o.reason }, 'killing an engine nothing can describe');
+        return terminateProcessGroup({
+          pgid,
+          // Still ours while a member of the group writes this shard's log, or the identified leader lives.
+          stillOurs: () =>
+            findProcessesLoggingTo(logPath, this.files.engineUids).some((p) => p.pgid === pgid) ||
+            (read.ok && read.file.pgid === pgid && checkIdentity(read.file.pid, read.file.identity, pgid).alive),
+          graceMs,
+          signal: opts.signal,
+          killWaitMs: opts.killWaitMs,
+          sendSignal: this.signalOrphanGroup,
+        });
+      }),
+    );
+    const stuck = targets.filter((_, i) => outcomes[i] === 'unkillable');
+    if (unitStuck) {
+      throw failure(
+        `shard ${o.shardId}: unit ${unit?.name} still runs ${formatDuration(opts.killWaitMs ?? 0)} after SIGKILL (uninterruptible sleep, such as a hung GPU driver call); left running, its GPUs may still be in use: see systemctl status ${unit?.name}`,
+      );
+    }
+    if (stuck.length > 0) {
+      // The state file stays: the next recovery (or `ctl adopt`) looks again.
+      throw failure(
+        `shard ${o.shardId}: process group ${stuck.join(', ')} still runs ${formatDuration(opts.killWaitMs ?? 0)} after SIGKILL (uninterruptible sleep, such as a hung GPU driver call); left running, its GPUs may still be in use: see ps -o pid,stat,wchan -g ${stuck[0]}`,
+      );
     }
     await removeStateFile(statePath);
+    // Its systemd-run environment (secrets) goes with it, as with remove().
+    await rm(shardEnvFilePath(this.config.stateDir, o.shardId), { force: true });
   }
 
   /**
@@ -354,6 +535,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     if (this.closing.signal.aborted) return;
     this.closing.abort(failure('the supervisor is closed'));
     clearInterval(this.logTimer);
+    clearInterval(this.pruneTimer);
+    for (const wake of this.slotWaiters.splice(0)) wake();
     for (const r of this.runners.values()) r.detach();
   }
 }

@@ -1,10 +1,9 @@
 import { systemdUnitName } from '../../lib/systemd/unit-name.js';
+import { failure } from '../../lib/errors.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 
 /** The slice every engine unit is placed in, so operators can see and limit them together. */
 export const SYSTEMD_SLICE = 'llmgw.slice';
-
-export { systemdUnitName } from '../../lib/systemd/unit-name.js';
 
 export interface SystemdRunOptions {
   /** Resource properties from supervisor.unit_properties, already checked against the allowlist. */
@@ -25,9 +24,14 @@ export interface SystemdRunOptions {
  * the agent has read them; a collected unit vanished with its status, and
  * an engine that died while the agent was down could only be reported as
  * "gone". The agent unloads it once the status is reported (forgetUnit).
+ *
+ * The environment is NOT on this command line: every local user sees argv
+ * in ps, and systemd copies --setenv into the unit's Environment=, which any
+ * user can read with `systemctl show`; the engine's secrets (HF_TOKEN) and
+ * the agent's own were there (finding 7 of the security review). It goes in
+ * `envFile`, root-only (writeEnvironmentFile), which systemd reads.
  */
-export function buildSystemdRunArgv(shardId: string, plan: LaunchPlan, logPath: string, opts: SystemdRunOptions = {}): string[] {
-  const setenv = Object.entries(plan.env).map(([k, v]) => `--setenv=${k}=${v}`);
+export function buildSystemdRunArgv(shardId: string, plan: Pick<LaunchPlan, 'argv'>, logPath: string, envFile: string, opts: SystemdRunOptions = {}): string[] {
   const properties = Object.entries(opts.properties ?? {}).map(([k, v]) => `--property=${k}=${v}`);
   return [
     'systemd-run',
@@ -41,8 +45,27 @@ export function buildSystemdRunArgv(shardId: string, plan: LaunchPlan, logPath: 
     `--property=StandardOutput=append:${logPath}`,
     `--property=StandardError=append:${logPath}`,
     ...properties,
-    ...setenv,
+    `--property=EnvironmentFile=${envFile}`,
     '--',
     ...plan.argv,
   ];
+}
+
+/** What a systemd EnvironmentFile= name may be. */
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/**
+ * The text of a systemd EnvironmentFile= for `env`: one KEY="value" a line,
+ * with the four characters systemd unescapes inside double quotes (\ " ` $)
+ * escaped. A line break or NUL cannot be carried, and is refused naming the
+ * variable, never showing its value (it may be a secret).
+ */
+export function environmentFileText(env: Record<string, string>): string {
+  const lines: string[] = [];
+  for (const [key, value] of Object.entries(env)) {
+    if (!ENV_NAME.test(key)) throw failure(`environment variable ${JSON.stringify(key.slice(0, 64))} is not a valid name for a systemd unit; refused`);
+    if (/[\n\r\0]/.test(value)) throw failure(`environment variable ${key} holds a line break or NUL, which a systemd unit cannot be given; refused`);
+    lines.push(`${key}="${value.replace(/[\\"`$]/g, (c) => `\\${c}`)}"`);
+  }
+  return lines.length > 0 ? `${lines.join('\n')}\n` : '';
 }

@@ -1,4 +1,6 @@
+import { lchown } from 'node:fs/promises';
 import { writeFileAtomic } from '../write-file-atomic.js';
+import { LOG_FILE_MODE } from './log-file-modes.js';
 
 /**
  * How one run of a shard's engine failed, kept beside its log
@@ -21,7 +23,12 @@ export interface FailureRecord {
   lastOutput: string[];
 }
 
-/** Written atomically: a record cut short by a crash of the agent is worse than none. */
-export async function writeFailureRecord(path: string, record: FailureRecord): Promise<void> {
-  await writeFileAtomic(path, `${JSON.stringify(record, null, 2)}\n`, 0o644);
+/**
+ * Written atomically: a record cut short by a crash of the agent is worse
+ * than none. LOG_FILE_MODE and the log's group `gid`, as the log itself:
+ * lastOutput is engine output (prompts, tokens), not for every local user.
+ */
+export async function writeFailureRecord(path: string, record: FailureRecord, gid?: number): Promise<void> {
+  await writeFileAtomic(path, `${JSON.stringify(record, null, 2)}\n`, LOG_FILE_MODE);
+  if (gid !== undefined) await lchown(path, -1, gid);
 }

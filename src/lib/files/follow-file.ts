@@ -1,4 +1,5 @@
-import { open, stat } from 'node:fs/promises';
+import { lstat } from 'node:fs/promises';
+import { openRegularFile } from './open-regular-file.js';
 import { StringDecoder } from 'node:string_decoder';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { rotatedLogPath } from './rotate-log.js';
@@ -24,14 +25,15 @@ export interface FollowFileOptions {
 
 async function inode(path: string): Promise<number | undefined> {
   try {
-    return (await stat(path)).ino;
+    return (await lstat(path)).ino;
   } catch {
     return undefined;
   }
 }
 
 async function readRange(path: string, from: number, to: number): Promise<Buffer> {
-  const fh = await open(path, 'r');
+  // Never through a symlink or into a FIFO: the agent reads logs as root.
+  const fh = await openRegularFile(path);
   try {
     const len = Math.max(0, Math.min(to - from, READ_MAX_BYTES));
     const buf = Buffer.alloc(len);
@@ -56,7 +58,7 @@ export async function* followFile(path: string, opts: FollowFileOptions): AsyncG
   let pos = 0;
   let ino: number | undefined;
   try {
-    const st = await stat(path);
+    const st = await lstat(path);
     pos = st.size;
     ino = st.ino;
   } catch {
@@ -83,7 +85,8 @@ export async function* followFile(path: string, opts: FollowFileOptions): AsyncG
   for (;;) {
     const done = opts.isDone();
     const batch: string[] = [];
-    const st = await stat(path).catch(() => undefined);
+    // lstat: a symlink swapped in is a different file, and reading it is refused.
+    const st = await lstat(path).catch(() => undefined);
     if (st) {
       const nowRotatedIno = await inode(rotated);
       if (st.ino !== ino) {
@@ -94,7 +97,7 @@ export async function* followFile(path: string, opts: FollowFileOptions): AsyncG
         // Rotated (or truncated by someone): the bytes we had not read yet are
         // at the end of the copy, if there is a new copy.
         if (nowRotatedIno !== rotatedIno && nowRotatedIno !== undefined) {
-          const rst = await stat(rotated).catch(() => undefined);
+          const rst = await lstat(rotated).catch(() => undefined);
           while (rst && pos < rst.size) {
             const buf = await readRange(rotated, pos, rst.size).catch(() => Buffer.alloc(0));
             if (buf.length === 0) break;

@@ -31,7 +31,8 @@ export async function keepPreviousRun(logDir: string, shardId: string, keep: num
     await removeIfThere(failure);
     return false;
   }
-  await mkdir(previousRunsDir(logDir), { recursive: true, mode: 0o755 });
+  // 0750 as the shard log directory (LOG_DIR_MODE): kept logs hold engine output too.
+  await mkdir(previousRunsDir(logDir), { recursive: true, mode: 0o750 });
   await removeIfThere(previousRunLogPath(logDir, shardId, keep));
   await removeIfThere(previousRunFailurePath(logDir, shardId, keep));
   for (let n = keep - 1; n >= 1; n--) {

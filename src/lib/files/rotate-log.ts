@@ -1,10 +1,29 @@
-import { copyFile, open, rename, stat, truncate } from 'node:fs/promises';
-import { isNotFound } from '../errno.js';
+import { constants } from 'node:fs';
+import { type FileHandle, open, rename, unlink } from 'node:fs/promises';
+import { errnoCode, isNotFound } from '../errno.js';
+import { LOG_FILE_MODE } from './log-file-modes.js';
+import { openRegularFile } from './open-regular-file.js';
 
 /** How often each running shard's log size is checked. */
 export const LOG_CHECK_INTERVAL_MS = 2000;
 
 export const rotatedLogPath = (logPath: string) => `${logPath}.1`;
+
+/**
+ * The temp file of a rotation: created, never opened through a link. A stale
+ * one (a crash mid-rotation) is unlinked (unlink removes a link itself, not
+ * its target) and created again, once.
+ */
+async function createTemp(tmp: string): Promise<FileHandle> {
+  const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW;
+  try {
+    return await open(tmp, flags, 0o600);
+  } catch (err) {
+    if (errnoCode(err) !== 'EEXIST') throw err;
+    await unlink(tmp);
+    return open(tmp, flags, 0o600);
+  }
+}
 
 /**
  * Caps a log the engine is writing, keeping one older generation in
@@ -13,40 +32,50 @@ export const rotatedLogPath = (logPath: string) => `${logPath}.1`;
  * (offset 0) and it never notices. Renaming the file instead would leave the
  * engine writing into `.1` forever, and the cap would do nothing.
  *
- * Lines written between the last copy and the truncation are lost; the copy
- * is topped up once right before truncating to keep that window to
+ * Everything goes through file descriptors: the log is opened once
+ * (openRegularFile: no symlink, no FIFO), copied and ftruncate'd through
+ * that fd, and the copy is created O_EXCL|O_NOFOLLOW with the log's owner
+ * and LOG_FILE_MODE. By path, root truncated and copied whatever a symlink
+ * at the log path named (finding 9 of the security review).
+ *
+ * Lines written between the end of the copy and the truncation are lost;
+ * the copy reads until EOF right before truncating to keep that window to
  * microseconds.
  *
  * Returns true when it rotated.
  */
 export async function rotateLogIfNeeded(logPath: string, maxBytes: number): Promise<boolean> {
-  let size: number;
+  let src: FileHandle;
   try {
-    size = (await stat(logPath)).size;
+    src = await openRegularFile(logPath, constants.O_RDWR);
   } catch (err) {
     if (isNotFound(err)) return false;
     throw err;
   }
-  if (size <= maxBytes) return false;
-
   const rotated = rotatedLogPath(logPath);
   const tmp = `${rotated}.tmp`;
-  await copyFile(logPath, tmp);
-  const src = await open(logPath, 'r');
-  const dst = await open(tmp, 'a');
   try {
-    let pos = (await dst.stat()).size;
-    const buf = Buffer.alloc(64 * 1024);
-    for (;;) {
-      const { bytesRead } = await src.read(buf, 0, buf.length, pos);
-      if (bytesRead === 0) break;
-      await dst.write(buf, 0, bytesRead);
-      pos += bytesRead;
+    const st = await src.stat();
+    if (st.size <= maxBytes) return false;
+    const dst = await createTemp(tmp);
+    try {
+      await dst.chown(st.uid, st.gid);
+      // The old generation is as private as the log it came from, never more readable.
+      await dst.chmod(st.mode & LOG_FILE_MODE);
+      const buf = Buffer.alloc(64 * 1024);
+      let pos = 0;
+      for (;;) {
+        const { bytesRead } = await src.read(buf, 0, buf.length, pos);
+        if (bytesRead === 0) break;
+        await dst.write(buf, 0, bytesRead);
+        pos += bytesRead;
+      }
+      await src.truncate(0);
+    } finally {
+      await dst.close();
     }
-    await truncate(logPath, 0);
   } finally {
     await src.close();
-    await dst.close();
   }
   // Readers of `.1` (a follower catching up) see the old copy or the new one, never half.
   await rename(tmp, rotated);

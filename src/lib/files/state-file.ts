@@ -141,6 +141,13 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   if (raw.drainRequested !== undefined && typeof raw.drainRequested !== 'boolean') return bad('drainRequested');
   if (!Number.isInteger(raw.pid) || (raw.pid as number) <= 1) return bad('pid');
   if (!Number.isInteger(raw.pgid) || (raw.pgid as number) <= 1) return bad('pgid');
+  // Both launchers make the engine the leader of its own group (setsid), so
+  // a pgid that is not the pid was not written by this agent. Trusted apart
+  // from the identity-checked pid, a forged one had the agent SIGTERM an
+  // unrelated process group (finding 10 of the security review).
+  if (raw.pgid !== raw.pid) {
+    return { ok: false, reason: `state file field pgid ${raw.pgid} is not the engine's pid ${raw.pid} (engines lead their own process group); refused` };
+  }
   if (!isObject(identity) || typeof identity.startTime !== 'string' || !/^\d+$/.test(identity.startTime)) {
     return bad('identity.startTime');
   }

@@ -1,5 +1,6 @@
-import { open } from 'node:fs/promises';
+import type { FileHandle } from 'node:fs/promises';
 import { isNotFound } from '../errno.js';
+import { openRegularFile } from './open-regular-file.js';
 
 const CHUNK_BYTES = 64 * 1024;
 /**
@@ -16,9 +17,10 @@ export const TAIL_MAX_BYTES = 16 * 1024 * 1024;
  */
 export async function tailFile(path: string, lines: number, endAt = Number.POSITIVE_INFINITY): Promise<string[]> {
   if (lines <= 0) return [];
-  let fh: Awaited<ReturnType<typeof open>>;
+  let fh: FileHandle;
   try {
-    fh = await open(path, 'r');
+    // Never through a symlink or into a FIFO: the agent reads logs as root.
+    fh = await openRegularFile(path);
   } catch (err) {
     if (isNotFound(err)) return [];
     throw err;
@@ -61,7 +63,7 @@ export async function tailFile(path: string, lines: number, endAt = Number.POSIT
  * is given up on: `before` comes back.
  */
 export async function completeLinesEnd(path: string, before: number): Promise<number> {
-  const fh = await open(path, 'r');
+  const fh = await openRegularFile(path);
   try {
     let pos = before;
     while (pos > 0 && before - pos < TAIL_MAX_BYTES) {

@@ -5,7 +5,7 @@ import { isValidShardId } from '../shard-id.js';
 import { shardIdOfLogName, shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../shard-layout.js';
 import type { Orphan } from './orphan.js';
 import { checkIdentity } from './process-identity.js';
-import { findProcessesLoggingTo, findProcessesLoggingUnder } from './process-table.js';
+import { type EngineUids, findProcessesLoggingTo, findProcessesLoggingUnder } from './process-table.js';
 
 export type { Orphan } from './orphan.js';
 
@@ -13,6 +13,8 @@ export type { Orphan } from './orphan.js';
 export interface ShardDirs {
   stateDir: string;
   logDir: string;
+  /** The uids a shard's log writers may run as; the agent's own when omitted (see findProcessesLoggingTo). */
+  engineUids?: EngineUids;
 }
 
 /**
@@ -44,7 +46,7 @@ export function findRecordedShardIds(dirs: ShardDirs, onInvalidName: (file: stri
     }
     ids.add(id);
   }
-  for (const [logPath] of findProcessesLoggingUnder(shardLogDir(dirs.logDir))) {
+  for (const [logPath] of findProcessesLoggingUnder(shardLogDir(dirs.logDir), dirs.engineUids)) {
     const id = shardIdOfLogName(logPath.slice(logPath.lastIndexOf('/') + 1));
     if (id !== undefined && isValidShardId(id) && logPath === shardLogPath(dirs.logDir, id)) ids.add(id);
   }
@@ -64,7 +66,7 @@ export function judgeOrphan(dirs: ShardDirs, id: string): Orphan {
   const read = readStateFileSync(shardStatePath(dirs.stateDir, id), id);
   // Whatever the file says, a process writing this shard's log is this
   // shard's: that is how an engine with an unreadable state file is found.
-  const holders = findProcessesLoggingTo(shardLogPath(dirs.logDir, id));
+  const holders = findProcessesLoggingTo(shardLogPath(dirs.logDir, id), dirs.engineUids);
   const holderPid = holders.find((p) => p.pid === p.pgid)?.pid ?? holders[0]?.pid ?? 0;
   const stray = holders.length > 0 ? `; ${holders.length} process(es) still write the shard's log` : '';
   if (!read.ok) {
@@ -82,7 +84,7 @@ export function judgeOrphan(dirs: ShardDirs, id: string): Orphan {
   }
   const f = read.file;
   const described = { shardId: id, spec: f.spec, replicaId: f.replicaId, servesHttp: f.servesHttp, holders };
-  const check = checkIdentity(f.pid, f.identity);
+  const check = checkIdentity(f.pid, f.identity, f.pgid);
   if (check.alive) return { ...described, pid: f.pid, pgid: f.pgid, alive: true, identified: true, reason: '' };
   return { ...described, pid: holderPid || f.pid, pgid: 0, alive: holders.length > 0, identified: false, reason: check.reason + stray };
 }

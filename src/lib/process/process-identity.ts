@@ -36,8 +36,13 @@ export type IdentityCheck =
   | { alive: true }
   | { alive: false; reason: string };
 
-/** Whether `pid` is still the process `identity` describes, and if not, why. */
-export function checkIdentity(pid: number, identity: ProcessIdentity): IdentityCheck {
+/**
+ * Whether `pid` is still the process `identity` describes, and if not, why.
+ * With `pgid`, it must also still lead that process group: the group is what
+ * gets signalled, and a pid that left it (or never led it) names someone
+ * else's group.
+ */
+export function checkIdentity(pid: number, identity: ProcessIdentity, pgid?: number): IdentityCheck {
   if (identity.bootId !== readBootId()) {
     return { alive: false, reason: `recorded before a reboot (boot id ${identity.bootId})` };
   }
@@ -48,6 +53,9 @@ export function checkIdentity(pid: number, identity: ProcessIdentity): IdentityC
       alive: false,
       reason: `pid ${pid} now belongs to another process (start time ${stat.startTime}, recorded ${identity.startTime})`,
     };
+  }
+  if (pgid !== undefined && stat.pgrp !== pgid) {
+    return { alive: false, reason: `process ${pid} is in process group ${stat.pgrp}, not the recorded ${pgid}` };
   }
   return { alive: true };
 }

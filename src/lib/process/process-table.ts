@@ -1,4 +1,4 @@
-import { readdirSync, readlinkSync } from 'node:fs';
+import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
 import { readProcStat } from './proc-stat.js';
 import { isRunningStat } from './process-identity.js';
 
@@ -33,24 +33,83 @@ export interface LoggingProcess {
 }
 
 /**
- * Running processes whose stdout or stderr is the file `logPath`. An engine's
- * output goes straight to its shard's log, and its children inherit that, so
- * this finds a shard's processes by something no state file has to vouch
- * for. Copy-then-truncate rotation keeps the inode, so it holds after rotation.
+ * Whose processes may count as a shard's log writers: the uids engines run
+ * as. The agent's own (root) until engines get a user of their own; then the
+ * engine users, which the caller passes.
  */
-export function findProcessesLoggingTo(logPath: string): LoggingProcess[] {
+export type EngineUids = ReadonlySet<number>;
+
+/** The uid engines run as today: the agent's own, since engines inherit it. */
+export const agentUids = (): EngineUids => new Set([process.geteuid?.() ?? 0]);
+
+/** O_ACCMODE of a file descriptor's open flags (fdinfo "flags:", octal). */
+const O_ACCMODE = 0o3;
+const O_RDONLY = 0o0;
+
+/** The effective uid of `pid` (/proc/<pid>/status "Uid:", second field); undefined when gone. */
+function effectiveUid(pid: number): number | undefined {
+  try {
+    const line = readFileSync(`/proc/${pid}/status`, 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('Uid:'));
+    const euid = Number(line?.split(/\s+/)[2]);
+    return Number.isInteger(euid) ? euid : undefined;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Whether fd `fd` of `pid` was opened for writing (O_WRONLY or O_RDWR), by /proc/<pid>/fdinfo. */
+function openForWriting(pid: number, fd: number): boolean {
+  try {
+    const line = readFileSync(`/proc/${pid}/fdinfo/${fd}`, 'utf8')
+      .split('\n')
+      .find((l) => l.startsWith('flags:'));
+    if (!line) return false;
+    const flags = Number.parseInt(line.slice('flags:'.length).trim(), 8);
+    return Number.isInteger(flags) && (flags & O_ACCMODE) !== O_RDONLY;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The files `pid`'s stdout and stderr write to, when `pid` is a possible
+ * engine process: running as an engine uid, each fd open for writing. Any
+ * local user can point fd 1 of a process of their own at a log they can
+ * open, read-only; counted as writers, such processes blocked those shards
+ * from starting and, killed one at a time at start-up with the full
+ * stop_grace each, kept the agent from registering (finding 4 of the
+ * security review).
+ */
+function writtenLogs(pid: number, uids: EngineUids, wanted: (target: string) => boolean): string[] {
+  const candidates: { fd: number; target: string }[] = [];
+  for (const fd of [1, 2]) {
+    try {
+      const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
+      if (wanted(target)) candidates.push({ fd, target });
+    } catch {
+      // Gone, or not ours to inspect: either way not evidence.
+    }
+  }
+  if (candidates.length === 0) return [];
+  const uid = effectiveUid(pid);
+  if (uid === undefined || !uids.has(uid)) return [];
+  return [...new Set(candidates.filter((c) => openForWriting(pid, c.fd)).map((c) => c.target))];
+}
+
+/**
+ * Running processes writing the file `logPath` on their stdout or stderr,
+ * as an engine uid (see writtenLogs). An engine's output goes straight to
+ * its shard's log, and its children inherit that, so this finds a shard's
+ * processes by something no state file has to vouch for. Copy-then-truncate
+ * rotation keeps the inode, so it holds after rotation.
+ */
+export function findProcessesLoggingTo(logPath: string, uids: EngineUids = agentUids()): LoggingProcess[] {
   const found: LoggingProcess[] = [];
   for (const pid of allPids()) {
     if (pid === process.pid) continue;
-    let writesLog = false;
-    for (const fd of [1, 2]) {
-      try {
-        if (readlinkSync(`/proc/${pid}/fd/${fd}`) === logPath) writesLog = true;
-      } catch {
-        // Gone, or not ours to inspect: either way not evidence.
-      }
-    }
-    if (!writesLog) continue;
+    if (writtenLogs(pid, uids, (t) => t === logPath).length === 0) continue;
     const stat = readProcStat(pid);
     if (isRunningStat(stat)) found.push({ pid, pgid: stat.pgrp });
   }
@@ -58,24 +117,17 @@ export function findProcessesLoggingTo(logPath: string): LoggingProcess[] {
 }
 
 /**
- * Running processes whose stdout or stderr is a file directly in `dir`, by
- * that file's path: one scan of /proc for every shard log at once.
+ * Running processes writing a file directly in `dir` on their stdout or
+ * stderr, as an engine uid, by that file's path: one scan of /proc for
+ * every shard log at once.
  */
-export function findProcessesLoggingUnder(dir: string): Map<string, LoggingProcess[]> {
+export function findProcessesLoggingUnder(dir: string, uids: EngineUids = agentUids()): Map<string, LoggingProcess[]> {
   const found = new Map<string, LoggingProcess[]>();
   const prefix = `${dir}/`;
   for (const pid of allPids()) {
     if (pid === process.pid) continue;
-    const files = new Set<string>();
-    for (const fd of [1, 2]) {
-      try {
-        const target = readlinkSync(`/proc/${pid}/fd/${fd}`);
-        if (target.startsWith(prefix) && !target.slice(prefix.length).includes('/')) files.add(target);
-      } catch {
-        // Gone, or not ours to inspect: either way not evidence.
-      }
-    }
-    if (files.size === 0) continue;
+    const files = writtenLogs(pid, uids, (t) => t.startsWith(prefix) && !t.slice(prefix.length).includes('/'));
+    if (files.length === 0) continue;
     const stat = readProcStat(pid);
     if (!isRunningStat(stat)) continue;
     for (const file of files) {

@@ -17,6 +17,16 @@ export interface TerminateProcessGroupOptions {
   graceMs: number;
   /** Aborts the wait (the processes may then still be running). */
   signal?: AbortSignal;
+  /**
+   * How long to wait for the group to go after SIGKILL; no limit when
+   * omitted. A process in uninterruptible sleep (a hung GPU driver call)
+   * outlives SIGKILL for as long as the call hangs: a caller that must not
+   * hang with it (start-up recovery, before the agent registers) sets a
+   * limit and gets 'unkillable'.
+   */
+  killWaitMs?: number;
+  /** Sends `sig` to process group `pgid`; process.kill(-pgid) unless a test intercepts it. */
+  sendSignal?: (pgid: number, sig: NodeJS.Signals) => void;
 }
 
 export type TerminateOutcome =
@@ -27,7 +37,9 @@ export type TerminateOutcome =
   /** Needed SIGKILL. */
   | 'killed'
   /** Refused: the group is no longer ours. */
-  | 'not-ours';
+  | 'not-ours'
+  /** Still running killWaitMs after SIGKILL: it may hold GPU memory until it really goes. */
+  | 'unkillable';
 
 function signalGroup(pgid: number, sig: NodeJS.Signals): void {
   try {
@@ -54,16 +66,18 @@ async function waitGone(pgid: number, deadlineMs: number, signal?: AbortSignal):
  */
 export async function terminateProcessGroup(opts: TerminateProcessGroupOptions): Promise<TerminateOutcome> {
   const { pgid, signal } = opts;
+  const send = opts.sendSignal ?? signalGroup;
   signal?.throwIfAborted();
   if (listProcessGroup(pgid).length === 0) return 'gone';
   if (!opts.stillOurs()) return 'not-ours';
-  signalGroup(pgid, 'SIGTERM');
+  send(pgid, 'SIGTERM');
   if (await waitGone(pgid, Date.now() + opts.graceMs, signal)) return 'terminated';
   if (!opts.stillOurs()) return 'not-ours';
-  signalGroup(pgid, 'SIGKILL');
-  // No limit here: SIGKILL cannot be ignored, and a process in uninterruptible
-  // sleep (a GPU driver call) still holds its memory until it is really gone.
-  // Reporting STOPPED before that would let the GPUs be handed out twice.
-  await waitGone(pgid, Number.POSITIVE_INFINITY, signal);
-  return 'killed';
+  send(pgid, 'SIGKILL');
+  // No limit by default: SIGKILL cannot be ignored, and a process in
+  // uninterruptible sleep (a GPU driver call) still holds its memory until it
+  // is really gone. Reporting STOPPED before that would let the GPUs be
+  // handed out twice. A caller with a limit hears 'unkillable' instead.
+  const gone = await waitGone(pgid, Date.now() + (opts.killWaitMs ?? Number.POSITIVE_INFINITY), signal);
+  return gone ? 'killed' : 'unkillable';
 }

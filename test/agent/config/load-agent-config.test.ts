@@ -50,6 +50,8 @@ describe('loadAgentConfig', () => {
       healthIntervalMs: 10_000,
       stallTimeoutMs: 60_000,
       logMaxBytes: 64 * 1024 * 1024,
+      logRetentionMs: 168 * 3_600_000,
+      logRetentionBytes: 1024 ** 3,
       keepPreviousRuns: 3,
       launcher: 'auto',
       unitProperties: {},

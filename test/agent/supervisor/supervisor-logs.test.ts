@@ -1,5 +1,5 @@
-import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync, statSync } from 'node:fs';
-import { join } from 'node:path';
+import { closeSync, existsSync, ftruncateSync, mkdirSync, openSync, readFileSync, readdirSync, statSync, utimesSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
@@ -86,5 +86,40 @@ describe('shard logs', () => {
     const sup = newSupervisor();
     expect(await sup.tailLog('never-started', 10)).toEqual([]);
     await expect(sup.tailLog('../etc/passwd', 10)).rejects.toThrow(/invalid shard id/);
+  });
+});
+
+describe('Supervisor.pruneLogs (security review, finding 17)', () => {
+  it('removes old logs of removed shards by the retention, never the log of a supervised shard', async () => {
+    const sup = harness.newSupervisor({ logRetentionMs: 60_000, logRetentionBytes: 1 });
+    const { shard } = await sup.start(shardSpec('kept'), { plan: { argv: [process.execPath, '-e', 'setInterval(()=>{},1<<30)'], env: {} }, servesHttp: false });
+    const logs = join(harness.dirs.logDir, 'shards');
+    const aged = (name: string) => {
+      mkdirSync(dirname(join(harness.dirs.logDir, name)), { recursive: true });
+      writeFileSync(join(harness.dirs.logDir, name), 'old output\n');
+      const t = (Date.now() - 3_600_000) / 1000;
+      utimesSync(join(harness.dirs.logDir, name), t, t);
+    };
+    aged('shards/kept.log.1');
+    aged('shards/kept.failure.json');
+    aged('previous-runs/kept.1.log');
+    aged('shards/removed-g1-r0.log');
+    aged('shards/removed-g1-r0.log.1');
+    aged('shards/removed-g1-r0.failure.json');
+    aged('previous-runs/removed-g1-r0.1.log');
+    aged('previous-runs/removed-g1-r0.1.failure.json');
+    const t = (Date.now() - 3_600_000) / 1000;
+    utimesSync(shard.logPath, t, t);
+
+    const removed = await sup.pruneLogs();
+    expect(removed.sort()).toEqual([
+      'previous-runs/removed-g1-r0.1.failure.json',
+      'previous-runs/removed-g1-r0.1.log',
+      'removed-g1-r0.failure.json',
+      'removed-g1-r0.log',
+      'removed-g1-r0.log.1',
+    ]);
+    expect(readdirSync(logs).sort()).toEqual(['kept.failure.json', 'kept.log', 'kept.log.1']);
+    expect(readdirSync(join(harness.dirs.logDir, 'previous-runs'))).toEqual(['kept.1.log']);
   });
 });

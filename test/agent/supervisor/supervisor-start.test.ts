@@ -62,7 +62,9 @@ describe('Supervisor.start', () => {
 
     const shardsDir = join(harness.dirs.stateDir, 'shards');
     expect(statSync(shardsDir).mode & 0o777).toBe(0o700);
-    expect(statSync(join(harness.dirs.logDir, 'shards')).mode & 0o777).toBe(0o755);
+    // Engine output is for root and the admin group only (security review, finding 8).
+    expect(statSync(join(harness.dirs.logDir, 'shards')).mode & 0o777).toBe(0o750);
+    expect(statSync(join(harness.dirs.logDir, 'shards', 's1.log')).mode & 0o777).toBe(0o640);
     expect(readdirSync(shardsDir)).toEqual(['s1.json']);
     const file = JSON.parse(readFileSync(join(shardsDir, 's1.json'), 'utf8'));
     expect(file).toMatchObject({

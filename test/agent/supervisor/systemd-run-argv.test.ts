@@ -1,12 +1,13 @@
 import { describe, expect, it } from 'vitest';
-import { buildSystemdRunArgv, systemdUnitName } from '../../../src/agent/supervisor/systemd-run-argv.js';
+import { buildSystemdRunArgv, environmentFileText } from '../../../src/agent/supervisor/systemd-run-argv.js';
 
 describe('buildSystemdRunArgv', () => {
-  it('runs the engine argv as a transient unit in llmgw.slice, without a shell, keeping its status after it ends', () => {
+  it('runs the engine argv as a transient unit in llmgw.slice, without a shell, keeping its status after it ends, its environment in a file', () => {
     const argv = buildSystemdRunArgv(
       'r1-s0',
-      { argv: ['/opt/vllm/bin/vllm', 'serve', 'm; rm -rf /'], env: { CUDA_VISIBLE_DEVICES: '0,1', A: 'x y' } },
+      { argv: ['/opt/vllm/bin/vllm', 'serve', 'm; rm -rf /'] },
       '/var/log/llmgw/shards/r1-s0.log',
+      '/var/lib/llmgw/shards/r1-s0.env',
       { properties: { MemoryMax: '400G', CPUWeight: '200' }, stopGraceMs: 30_000 },
     );
     expect(argv).toEqual([
@@ -22,16 +23,24 @@ describe('buildSystemdRunArgv', () => {
       '--property=StandardError=append:/var/log/llmgw/shards/r1-s0.log',
       '--property=MemoryMax=400G',
       '--property=CPUWeight=200',
-      '--setenv=CUDA_VISIBLE_DEVICES=0,1',
-      '--setenv=A=x y',
+      '--property=EnvironmentFile=/var/lib/llmgw/shards/r1-s0.env',
       '--',
       '/opt/vllm/bin/vllm',
       'serve',
       'm; rm -rf /',
     ]);
   });
+});
 
-  it('always names a service, even for a shard id that ends like another unit type', () => {
-    expect(systemdUnitName('x.socket')).toBe('llmgw-shard-x.socket.service');
+describe('environmentFileText', () => {
+  it('quotes every value, escaping what systemd unescapes inside double quotes', () => {
+    expect(environmentFileText({ A: 'x y', B: 'a"b\\c$d`e', C: '' })).toBe('A="x y"\nB="a\\"b\\\\c\\$d\\`e"\nC=""\n');
+  });
+
+  it('refuses a value with a line break naming the variable, never showing the value', () => {
+    expect(() => environmentFileText({ HF_TOKEN: 'hf_secret\nEVIL=1' })).toThrow(
+      'environment variable HF_TOKEN holds a line break or NUL, which a systemd unit cannot be given; refused',
+    );
+    expect(() => environmentFileText({ 'A=B': 'x' })).toThrow(/not a valid name/);
   });
 });

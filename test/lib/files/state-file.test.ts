@@ -68,6 +68,7 @@ describe('state files', () => {
     ['an unknown schema version', (t: string) => t.replace('"schemaVersion": 1', '"schemaVersion": 7'), /schema version 7 is not supported/],
     ['another shard id', (t: string) => t.replace('"shardId": "s0"', '"shardId": "s9"'), /field shardId/],
     ['a bad pid', (t: string) => t.replace('"pid": 1234', '"pid": -1'), /field pid/],
+    ['a pgid that is not its pid', (t: string) => t.replace('"pgid": 1234', '"pgid": 4321'), /pgid 4321 is not the engine's pid 1234/],
     ['no start time', (t: string) => t.replace('"startTime": "99"', '"startTime": ""'), /identity.startTime/],
   ])('refuses a file that is %s, with a reason', async (_what, mangle, reason) => {
     await writeStateFile(stateFilePath(dir, 's0'), sample());

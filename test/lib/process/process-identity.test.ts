@@ -72,3 +72,29 @@ describe('process identity', () => {
     expect(readBootId()).toMatch(/^[0-9a-f-]{36}$/);
   });
 });
+
+describe('checkIdentity with a recorded process group', () => {
+  it('refuses a live, matching pid that does not lead the recorded group, naming the group it is in', async () => {
+    // Not detached: the child stays in this test's group, so it leads none.
+    const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+    started.push(child.pid as number);
+    await until(() => readProcessIdentity(child.pid as number) !== undefined, 'the child to run');
+    const identity = readProcessIdentity(child.pid as number);
+    if (!identity) throw new Error('no identity');
+    expect(checkIdentity(child.pid as number, identity)).toEqual({ alive: true });
+    const own = readProcStat(process.pid)?.pgrp;
+    expect(checkIdentity(child.pid as number, identity, child.pid)).toEqual({
+      alive: false,
+      reason: `process ${child.pid} is in process group ${own}, not the recorded ${child.pid}`,
+    });
+  });
+
+  it('accepts a group leader whose pgid is its pid', async () => {
+    const child = spawn('sleep', ['30'], { stdio: 'ignore', detached: true });
+    started.push(child.pid as number);
+    await until(() => readProcessIdentity(child.pid as number) !== undefined, 'the child to run');
+    const identity = readProcessIdentity(child.pid as number);
+    if (!identity) throw new Error('no identity');
+    expect(checkIdentity(child.pid as number, identity, child.pid)).toEqual({ alive: true });
+  });
+});

@@ -3,7 +3,7 @@ import { createClient } from '@connectrpc/connect';
 import { X509Certificate } from 'node:crypto';
 import { createSecureServer } from 'node:http2';
 import type { AddressInfo } from 'node:net';
-import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -243,5 +243,26 @@ describe('TLS to the control plane', () => {
     expect(withCertificateHint('alert bad certificate', early, 5000)).toMatch(/^the client certificate \/x.pem is not valid before 1970-01-01T00:00:10Z; check this node's clock/);
     const valid = { ...expired, cert: { ...expired.cert, notAfterMs: 20_000 } };
     expect(withCertificateHint('alert bad certificate', valid, 5000)).toBe('alert bad certificate');
+  });
+
+  it('refuses a client certificate file that holds no certificate, naming it, and reports what it loaded', { timeout: 60_000 }, async () => {
+    const c = await certs('node-pem');
+    const { url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
+    const loaded: unknown[] = [];
+    const opts = {
+      server: url.replace('http://', 'https://'),
+      protocol: 'connect' as const,
+      pingIntervalMs: 5000,
+      pingTimeoutMs: 5000,
+      tls: { cert: c.clientCert, key: c.clientKey, ca: '' },
+      systemCaBundles: [c.ca],
+      env: {},
+      onTlsLoaded: (l: unknown) => loaded.push(l),
+    };
+    await registerThrough(opts, 'node-pem');
+    expect(loaded.at(-1)).toMatchObject({ certPath: c.clientCert, ca: 'system trust store', cert: { subject: 'CN=node-pem' } });
+    // A half-written renewal.
+    writeFileSync(c.clientCert, '-----BEGIN CERTIFICATE-----\nMIIB\n');
+    await expect(registerThrough(opts, 'node-pem')).rejects.toThrow(`tls.cert: ${c.clientCert} is not a PEM certificate`);
   });
 });

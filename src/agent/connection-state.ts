@@ -1,4 +1,5 @@
 import type { Logger } from '../lib/logger.js';
+import type { LoadedTls } from './control-plane-transport.js';
 
 /**
  * Where the agent stands with the control plane. Changed only through
@@ -24,6 +25,8 @@ export interface ConnectionStatus {
   /** When the next attempt is due (ms since epoch), 0 when none is scheduled. */
   nextAttemptAtMs: number;
   lastError: string;
+  /** The TLS files as the last (re)connection loaded them; absent over h2c or before the first. */
+  tls?: LoadedTls;
 }
 
 /**

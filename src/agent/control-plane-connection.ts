@@ -6,7 +6,7 @@ import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { type ConnectionChange, ConnectionState, type ConnectionStatus } from './connection-state.js';
 import { runSession, type SessionCallbacks } from './control-plane-session.js';
-import { createControlPlaneTransport } from './control-plane-transport.js';
+import { certificateDateProblem, createControlPlaneTransport, type LoadedTls } from './control-plane-transport.js';
 import { cleanCloseDelayMs, jitterSource, reconnectDelayMs } from './reconnect-delay.js';
 
 /** The shortest HTTP/2 ping period and timeout, whatever the heartbeat. */
@@ -52,6 +52,8 @@ export class ControlPlaneConnection {
   private readonly log: Logger;
   /** One sequence for the agent process, across sessions: the control plane acks by these ids. */
   private messageId = 0n;
+  /** The TLS files as the last (re)connection loaded them. */
+  private tls: LoadedTls | undefined;
 
   constructor(private readonly opts: ControlPlaneConnectionOptions) {
     this.log = opts.logger;
@@ -59,7 +61,7 @@ export class ControlPlaneConnection {
   }
 
   status(): ConnectionStatus {
-    return this.state.status();
+    return { ...this.state.status(), tls: this.tls };
   }
 
   /**
@@ -76,6 +78,9 @@ export class ControlPlaneConnection {
       pingIntervalMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
       pingTimeoutMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
       logger: this.log,
+      onTlsLoaded: (loaded) => {
+        this.tls = loaded;
+      },
     });
     const session = this.opts.session;
     const random = this.opts.random ?? jitterSource();
@@ -157,7 +162,7 @@ export class ControlPlaneConnection {
       }
       backoffAttempt = stable ? 1 : backoffAttempt + 1;
       const delayMs = reconnectDelayMs(backoffAttempt, c.reconnectBaseMs, c.reconnectMaxMs, random.backoff);
-      const why = describeStreamError(error);
+      const why = withCertificateHint(describeStreamError(error), this.tls);
       this.state.transition({ phase: 'retrying', attempt: backoffAttempt, error: why, nextAttemptAtMs: Date.now() + delayMs });
       this.log.warn({ err: why, attempt: backoffAttempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');
       await sleep(delayMs, signal);
@@ -182,6 +187,26 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
     signal.addEventListener('abort', done, { once: true });
   });
 }
+
+/**
+ * `why`, led by what the client certificate's dates say when they explain a
+ * refused TLS handshake: the control plane's alert alone names no file, and
+ * an operator reading "socket hang up" would look at the network.
+ */
+export function withCertificateHint(why: string, loaded: LoadedTls | undefined, nowMs = Date.now()): string {
+  if (!TLS_REFUSAL.test(why)) return why;
+  const problem = certificateDateProblem(loaded, nowMs);
+  return problem ? `${problem} (${why})` : why;
+}
+
+/**
+ * What a refused client certificate looks like from the client: an alert
+ * during the handshake (TLS 1.2), or, with TLS 1.3, where the server checks
+ * the certificate after the client thinks the handshake is done, a reset or
+ * hang-up; a control plane that checks it itself names it. A refused or
+ * unreachable port never saw the certificate, so it gets no hint.
+ */
+const TLS_REFUSAL = /certificate|ssl|tls|alert|handshake|ECONNRESET|socket hang up/i;
 
 /**
  * One line for why a session failed, with the underlying cause: a refused

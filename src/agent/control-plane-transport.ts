@@ -4,7 +4,7 @@ import { rootCertificates } from 'node:tls';
 import type { Transport } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect-node';
 import { describeErrno } from '../lib/errno.js';
-import { configError } from '../lib/errors.js';
+import { configError, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { type Protocol, type TlsConfig, tlsEnabled } from './config/agent-config.js';
 
@@ -46,7 +46,22 @@ export interface TransportOptions {
   systemCaBundles?: readonly string[];
   env?: NodeJS.ProcessEnv;
   nowMs?: () => number;
+  /** Told what each (re)connection loaded, for `ctl status`. */
+  onTlsLoaded?: (loaded: LoadedTls) => void;
 }
+
+/** The TLS files as one (re)connection loaded them: what `ctl status` shows and what a refused handshake is explained by. */
+export interface LoadedTls {
+  /** tls.cert, or '' when the agent presents no client certificate. */
+  certPath: string;
+  /** The client certificate's facts; absent without one. */
+  cert?: { subject: string; notBeforeMs: number; notAfterMs: number; fingerprint256: string };
+  /** tls.ca, or SYSTEM_TRUST_STORE. */
+  ca: string;
+  expiryWarningMs: number;
+}
+
+export const SYSTEM_TRUST_STORE = 'system trust store';
 
 const DEFAULT_EXPIRY_WARNING_MS = 7 * 24 * 3_600_000;
 
@@ -93,13 +108,14 @@ export function createControlPlaneTransport(opts: TransportOptions): Transport {
     const digest = createHash('sha256');
     for (const part of [material.cert, material.key, ...material.ca]) digest.update(part ?? '').update('\0');
     const next = digest.digest('hex');
-    if (material.cert && now() - expiryWarnedAt >= EXPIRY_WARNING_REPEAT_MS) {
-      const leaf = new X509Certificate(material.cert);
-      const leftMs = Date.parse(leaf.validTo) - now();
-      if (leftMs <= (opts.tls.expiryWarningMs ?? DEFAULT_EXPIRY_WARNING_MS)) {
+    const loaded = describeLoadedTls(opts, material.cert);
+    opts.onTlsLoaded?.(loaded);
+    if (loaded.cert && now() - expiryWarnedAt >= EXPIRY_WARNING_REPEAT_MS) {
+      const leftMs = loaded.cert.notAfterMs - now();
+      if (leftMs <= loaded.expiryWarningMs) {
         expiryWarnedAt = now();
         opts.logger?.warn(
-          { cert: opts.tls.cert, subject: leaf.subject, notAfter: new Date(Date.parse(leaf.validTo)).toISOString() },
+          { cert: opts.tls.cert, subject: loaded.cert.subject, notAfter: new Date(loaded.cert.notAfterMs).toISOString() },
           leftMs <= 0
             ? 'the client certificate has expired; the control plane will refuse it until it is renewed on disk'
             : 'the client certificate expires soon; renew it on disk (the next connection uses the new one)',
@@ -123,6 +139,50 @@ export function createControlPlaneTransport(opts: TransportOptions): Transport {
     unary: (...args: Parameters<Transport['unary']>) => refresh().unary(...args),
     stream: (...args: Parameters<Transport['stream']>) => refresh().stream(...args),
   } as Transport;
+}
+
+function describeLoadedTls(opts: TransportOptions, certPem: Buffer | undefined): LoadedTls {
+  const loaded: LoadedTls = {
+    certPath: opts.tls.cert,
+    ca: opts.tls.ca || SYSTEM_TRUST_STORE,
+    expiryWarningMs: opts.tls.expiryWarningMs ?? DEFAULT_EXPIRY_WARNING_MS,
+  };
+  if (certPem) {
+    let leaf: X509Certificate;
+    try {
+      leaf = new X509Certificate(certPem);
+    } catch (err) {
+      // Without this, a half-written or wrong file surfaced as OpenSSL's bare "header too long" from deep in the TLS stack.
+      throw configError(`tls.cert: ${opts.tls.cert} is not a PEM certificate (${errorMessage(err)}); replace it with the node's client certificate`, { cause: err });
+    }
+    loaded.cert = {
+      // One line: OpenSSL separates subject parts with newlines.
+      subject: leaf.subject.split('\n').join(', '),
+      notBeforeMs: Date.parse(leaf.validFrom),
+      notAfterMs: Date.parse(leaf.validTo),
+      fingerprint256: leaf.fingerprint256,
+    };
+  }
+  return loaded;
+}
+
+/**
+ * Why the control plane refuses the client certificate `loaded` holds, if its
+ * dates alone explain it, else undefined. A server that rejects an expired
+ * certificate only sends an alert, which reaches the agent as a bare
+ * "alert certificate expired" or a reset connection, with no word of which
+ * file to renew.
+ */
+export function certificateDateProblem(loaded: LoadedTls | undefined, nowMs: number): string | undefined {
+  const cert = loaded?.cert;
+  if (!cert) return undefined;
+  const renew = 'renew it (the agent re-reads it at the next connection)';
+  const iso = (ms: number) => new Date(ms).toISOString().replace('.000Z', 'Z');
+  if (nowMs > cert.notAfterMs) return `the client certificate ${loaded.certPath} expired at ${iso(cert.notAfterMs)}; ${renew}`;
+  if (nowMs < cert.notBeforeMs) {
+    return `the client certificate ${loaded.certPath} is not valid before ${iso(cert.notBeforeMs)}; check this node's clock or ${renew}`;
+  }
+  return undefined;
 }
 
 function build(opts: TransportOptions, nodeOptions: Record<string, unknown>): Transport {
@@ -179,7 +239,6 @@ function readTlsMaterial(opts: TransportOptions): TlsMaterial {
   if (extra) out.ca.push(readPem(extra, 'NODE_EXTRA_CA_CERTS'));
   return out;
 }
-
 
 function readPem(path: string, key: string): Buffer {
   try {

@@ -1,4 +1,4 @@
-import type { ControlPlaneConnectionJson, ShardInfoJson, StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
+import type { ControlPlaneConnectionJson, ControlPlaneTlsJson, ShardInfoJson, StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
 import type { InventoryJson } from '../gen/llmgw/v1/agent_pb.js';
 import { formatAge } from '../lib/format-age.js';
 import { printable } from '../lib/printable.js';
@@ -18,6 +18,7 @@ export function renderStatus(s: StatusResponseJson, nowMs: number): string {
   const lines = [
     `node       ${printable(s.nodeId ?? '?')}  (llmgw ${s.version ?? '?'}, pid ${s.pid ?? '?'}, up ${Number.isNaN(started) ? '?' : formatAge(nowMs - started)})`,
     `control    ${printable(describeConnection(s.connection ?? {}, nowMs))}`,
+    ...(s.connection?.tls ? [`tls        ${printable(describeTls(s.connection.tls, nowMs))}`] : []),
     `inventory  ${printable(describeInventory(s.inventory ?? {}))}`,
   ];
   for (const w of s.inventory?.warnings ?? []) lines.push(`warning    ${printable(w)}`);
@@ -60,6 +61,20 @@ export function describeConnection(c: ControlPlaneConnectionJson, nowMs: number)
     default:
       return `${state.toLowerCase()} ${to}`;
   }
+}
+
+/** The client certificate and CA the last (re)connection used; one that expires within tls.expiry_warning says so. */
+export function describeTls(t: ControlPlaneTlsJson, nowMs: number): string {
+  const ca = `ca ${t.ca || 'system trust store'}`;
+  if (!t.certPath) return `no client certificate; ${ca}`;
+  const notAfter = Date.parse(t.certNotAfter ?? '');
+  let until = '';
+  if (!Number.isNaN(notAfter)) {
+    const leftMs = notAfter - nowMs;
+    const mark = leftMs <= 0 ? ` (EXPIRED ${formatAge(-leftMs)} ago)` : t.certExpiresSoon ? ` (expires in ${formatAge(leftMs)})` : '';
+    until = `, valid until ${new Date(notAfter).toISOString()}${mark}`;
+  }
+  return `cert ${t.certPath} (${t.certSubject || '?'})${until}; ${ca}`;
 }
 
 export function describeInventory(inv: InventoryJson): string {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { describeConnection, renderStatus } from '../../src/ctl/render-status.js';
+import { describeConnection, describeTls, renderStatus } from '../../src/ctl/render-status.js';
 import type { StatusResponseJson } from '../../src/gen/llmgw/v1/admin_pb.js';
 
 const NOW = Date.parse('2026-01-02T10:00:00Z');
@@ -25,6 +25,25 @@ describe('renderStatus', () => {
     expect(describeConnection({ server: 'http://cp:8443', protocol: 'connect', state: 'CONNECTION_STATE_CONNECTED', connectedSince: '2026-01-02T09:57:00Z' }, NOW)).toBe(
       'connected to http://cp:8443 (connect) since 2026-01-02T09:57:00.000Z (3m)',
     );
+  });
+
+  it('shows the client certificate, marks one expiring within tls.expiry_warning, and names the CA or the system trust store', () => {
+    const t = { certPath: '/etc/llmgw/tls/agent.crt', certSubject: 'CN=n1', certNotAfter: '2026-01-05T10:00:00Z', ca: '/etc/llmgw/tls/ca.crt' };
+    expect(describeTls(t, NOW)).toBe('cert /etc/llmgw/tls/agent.crt (CN=n1), valid until 2026-01-05T10:00:00.000Z; ca /etc/llmgw/tls/ca.crt');
+    expect(describeTls({ ...t, certExpiresSoon: true }, NOW)).toBe(
+      'cert /etc/llmgw/tls/agent.crt (CN=n1), valid until 2026-01-05T10:00:00.000Z (expires in 3d); ca /etc/llmgw/tls/ca.crt',
+    );
+    expect(describeTls({ ...t, certNotAfter: '2026-01-02T08:00:00Z', certExpiresSoon: true }, NOW)).toContain('(EXPIRED 2h ago)');
+    expect(describeTls({ ca: 'system trust store' }, NOW)).toBe('no client certificate; ca system trust store');
+    const s: StatusResponseJson = {
+      connection: { server: 'https://cp:1', state: 'CONNECTION_STATE_CONNECTED', tls: { ...t, certSubject: 'CN=n1\u001b[2J' } },
+      shards: [],
+    };
+    expect(renderStatus(s, NOW).split('\n')[2]).toBe(
+      'tls        cert /etc/llmgw/tls/agent.crt (CN=n1\\x1b[2J), valid until 2026-01-05T10:00:00.000Z; ca /etc/llmgw/tls/ca.crt',
+    );
+    // No line over h2c.
+    expect(renderStatus({ ...s, connection: { server: 'http://cp:1' } }, NOW)).not.toContain('tls ');
   });
 
   it('renders an agent without GPUs or shards, with its warnings', () => {

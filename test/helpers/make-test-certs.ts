@@ -15,6 +15,9 @@ export interface TestCerts {
   otherCa: string;
   otherClientCert: string;
   otherClientKey: string;
+  /** A client certificate the CA signed that expired at EXPIRED_CLIENT_NOT_AFTER (valid only 2026-01-01), with its key. */
+  expiredClientCert: string;
+  expiredClientKey: string;
   /** Removes every generated file. */
   cleanup(): void;
 }
@@ -23,8 +26,25 @@ export interface TestCerts {
  * A throwaway PKI for mutual-TLS tests, made with the openssl binary (EC
  * P-256, valid one day): a CA, a server certificate for 127.0.0.1 and
  * localhost, a client certificate, and a second CA with its own client
- * certificate. Needs `openssl` on PATH.
+ * certificate, and a client certificate that expired in January 2026. Needs
+ * `openssl` on PATH.
  */
+export const EXPIRED_CLIENT_NOT_AFTER = '2026-01-02T00:00:00Z';
+
+/** For `openssl ca`, the one openssl command that sets explicit validity dates (x509 -req only counts days from now). */
+const CA_CONFIG = `[ca]
+default_ca = test
+[test]
+database = index.txt
+new_certs_dir = .
+serial = ca.srl
+policy = any
+default_md = sha256
+unique_subject = no
+[any]
+commonName = supplied
+`;
+
 export async function makeTestCerts(clientName = 'node-a'): Promise<TestCerts> {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-certs-'));
   const p = (name: string) => join(dir, name);
@@ -53,6 +73,18 @@ export async function makeTestCerts(clientName = 'node-a'): Promise<TestCerts> {
     await makeLeaf('server', 'ca', 'localhost', 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n');
     await makeLeaf('client', 'ca', clientName, 'extendedKeyUsage=clientAuth\n');
     await makeLeaf('other-client', 'other-ca', clientName, 'extendedKeyUsage=clientAuth\n');
+    writeFileSync(p('ca.cnf'), CA_CONFIG);
+    writeFileSync(p('index.txt'), '');
+    writeFileSync(p('expired-client.ext'), 'extendedKeyUsage=clientAuth\n');
+    await openssl([
+      'req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes',
+      '-keyout', p('expired-client.key'), '-out', p('expired-client.csr'), '-subj', `/CN=${clientName}`,
+    ]);
+    await openssl([
+      'ca', '-batch', '-notext', '-config', p('ca.cnf'), '-cert', p('ca.pem'), '-keyfile', p('ca.key'),
+      '-in', p('expired-client.csr'), '-out', p('expired-client.pem'), '-extfile', p('expired-client.ext'),
+      '-startdate', '20260101000000Z', '-enddate', '20260102000000Z',
+    ]);
   } catch (err) {
     rmSync(dir, { recursive: true, force: true });
     throw err;
@@ -67,6 +99,8 @@ export async function makeTestCerts(clientName = 'node-a'): Promise<TestCerts> {
     otherCa: p('other-ca.pem'),
     otherClientCert: p('other-client.pem'),
     otherClientKey: p('other-client.key'),
+    expiredClientCert: p('expired-client.pem'),
+    expiredClientKey: p('expired-client.key'),
     cleanup: () => rmSync(dir, { recursive: true, force: true }),
   };
 }

@@ -1,15 +1,20 @@
 import { create } from '@bufbuild/protobuf';
 import { createClient } from '@connectrpc/connect';
-import { chmodSync, copyFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { X509Certificate } from 'node:crypto';
+import { createSecureServer } from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
+import { withCertificateHint } from '../../src/agent/control-plane-connection.js';
 import { createControlPlaneTransport } from '../../src/agent/control-plane-transport.js';
 import { type AgentMessage, AgentMessageSchema, AgentService, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { captureLogger } from '../helpers/capture-logger.js';
 import { freePort, until } from '../helpers/engine-processes.js';
-import { type TestCerts, makeTestCerts } from '../helpers/make-test-certs.js';
+import { EXPIRED_CLIENT_NOT_AFTER, type TestCerts, makeTestCerts } from '../helpers/make-test-certs.js';
+import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 
@@ -142,5 +147,122 @@ describe('TLS to the control plane', () => {
     chmodSync(c.clientKey, 0o600);
     await registerThrough({ ...opts, logger: quiet.logger, tls: { ...opts.tls, expiryWarningMs: 3_600_000 } }, 'node-warn');
     expect(quiet.records.filter((r) => r.level === 40)).toEqual([]);
+  });
+
+  it('ctl status shows the client certificate the connection loaded: subject, expiry, fingerprint and CA', { timeout: 60_000 }, async () => {
+    const c = await certs('node-show');
+    const { cp, url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
+    const dirs = agentDirs(tmp());
+    const registered = cp.waitFor('node-show', isRegister, 30_000);
+    startAgentProcess({
+      nodeId: 'node-show',
+      server: url.replace('http://', 'https://'),
+      dirs,
+      // Two days' warning for a certificate valid one day: marked as expiring.
+      extraYaml: `${tlsYaml(c.clientCert, c.clientKey, c.ca)}  expiry_warning: 48h\n`,
+    });
+    await registered;
+    const leaf = new X509Certificate(readFileSync(c.clientCert));
+    const r = await runCli(['ctl', 'status', '--json', '--socket', dirs.socket]);
+    expect(r.exitCode, r.stderr).toBe(0);
+    const tls = JSON.parse(r.stdout).connection.tls;
+    expect(tls).toEqual({
+      certPath: c.clientCert,
+      certSubject: 'CN=node-show',
+      certNotBefore: new Date(Date.parse(leaf.validFrom)).toISOString().replace('.000Z', 'Z'),
+      certNotAfter: new Date(Date.parse(leaf.validTo)).toISOString().replace('.000Z', 'Z'),
+      certFingerprintSha256: leaf.fingerprint256,
+      ca: c.ca,
+      certExpiresSoon: true,
+    });
+    const human = await runCli(['ctl', 'status', '--socket', dirs.socket]);
+    const line = human.stdout.split('\n').find((l) => l.startsWith('tls '));
+    expect(line).toContain(`cert ${c.clientCert} (CN=node-show), valid until ${new Date(Date.parse(leaf.validTo)).toISOString()} (expires in `);
+    expect(line).toContain(`; ca ${c.ca}`);
+  });
+
+  it('says plainly that the client certificate expired when the control plane refuses it, in the log and in ctl status', { timeout: 60_000 }, async () => {
+    const c = await certs('node-old');
+    const { cp, url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
+    const dirs = agentDirs(tmp());
+    const agent = startAgentProcess({
+      nodeId: 'node-old',
+      server: url.replace('http://', 'https://'),
+      dirs,
+      extraYaml: tlsYaml(c.expiredClientCert, c.expiredClientKey, c.ca),
+    });
+    const plain = `the client certificate ${c.expiredClientCert} expired at ${EXPIRED_CLIENT_NOT_AFTER}; renew it (the agent re-reads it at the next connection)`;
+    await until(
+      () => agent.logs().some((r) => r.msg === 'cannot reach the control plane; retrying' && String(r.err).startsWith(plain)),
+      'a retry log that says the client certificate expired',
+    );
+    const r = await runCli(['ctl', 'status', '--json', '--socket', dirs.socket]);
+    expect(r.exitCode, r.stderr).toBe(0);
+    const conn = JSON.parse(r.stdout).connection;
+    expect(conn.lastError.startsWith(plain), conn.lastError).toBe(true);
+    expect(conn.tls).toMatchObject({ certPath: c.expiredClientCert, certNotAfter: EXPIRED_CLIENT_NOT_AFTER, certExpiresSoon: true });
+    expect(cp.nodes().find((n) => n.id === 'node-old')).toBeUndefined();
+  });
+
+  it('names the expired certificate when the control plane refuses it in the handshake itself', { timeout: 60_000 }, async () => {
+    const c = await certs('node-old');
+    // What Envoy or a Go control plane does: verification in the handshake, so the agent sees only an alert or a reset.
+    const server = createSecureServer({
+      cert: readFileSync(c.serverCert),
+      key: readFileSync(c.serverKey),
+      ca: readFileSync(c.ca),
+      requestCert: true,
+      rejectUnauthorized: true,
+    });
+    const refusals: string[] = [];
+    server.on('tlsClientError', (err) => refusals.push(String((err as NodeJS.ErrnoException).code ?? err.message)));
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    onTestFinished(() => new Promise<void>((resolve) => server.close(() => resolve())));
+    const dirs = agentDirs(tmp());
+    const agent = startAgentProcess({
+      nodeId: 'node-old',
+      server: `https://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      dirs,
+      extraYaml: tlsYaml(c.expiredClientCert, c.expiredClientKey, c.ca),
+    });
+    const plain = `the client certificate ${c.expiredClientCert} expired at ${EXPIRED_CLIENT_NOT_AFTER}; renew it`;
+    await until(
+      () => agent.logs().some((r) => r.msg === 'cannot reach the control plane; retrying' && String(r.err).startsWith(plain)),
+      'a retry log that says the client certificate expired',
+    );
+    expect(refusals.length).toBeGreaterThan(0);
+  });
+
+  it('gives no certificate hint for a failure the certificate cannot explain', () => {
+    const expired = { certPath: '/x.pem', ca: '/ca.pem', expiryWarningMs: 0, cert: { subject: 'CN=a', notBeforeMs: 0, notAfterMs: 1000, fingerprint256: '' } };
+    expect(withCertificateHint('connect ECONNREFUSED 127.0.0.1:9', expired, 5000)).toBe('connect ECONNREFUSED 127.0.0.1:9');
+    expect(withCertificateHint('socket hang up (ECONNRESET)', expired, 5000)).toBe(
+      'the client certificate /x.pem expired at 1970-01-01T00:00:01Z; renew it (the agent re-reads it at the next connection) (socket hang up (ECONNRESET))',
+    );
+    const early = { ...expired, cert: { ...expired.cert, notBeforeMs: 10_000, notAfterMs: 20_000 } };
+    expect(withCertificateHint('alert bad certificate', early, 5000)).toMatch(/^the client certificate \/x.pem is not valid before 1970-01-01T00:00:10Z; check this node's clock/);
+    const valid = { ...expired, cert: { ...expired.cert, notAfterMs: 20_000 } };
+    expect(withCertificateHint('alert bad certificate', valid, 5000)).toBe('alert bad certificate');
+  });
+
+  it('refuses a client certificate file that holds no certificate, naming it, and reports what it loaded', { timeout: 60_000 }, async () => {
+    const c = await certs('node-pem');
+    const { url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
+    const loaded: unknown[] = [];
+    const opts = {
+      server: url.replace('http://', 'https://'),
+      protocol: 'connect' as const,
+      pingIntervalMs: 5000,
+      pingTimeoutMs: 5000,
+      tls: { cert: c.clientCert, key: c.clientKey, ca: '' },
+      systemCaBundles: [c.ca],
+      env: {},
+      onTlsLoaded: (l: unknown) => loaded.push(l),
+    };
+    await registerThrough(opts, 'node-pem');
+    expect(loaded.at(-1)).toMatchObject({ certPath: c.clientCert, ca: 'system trust store', cert: { subject: 'CN=node-pem' } });
+    // A half-written renewal.
+    writeFileSync(c.clientCert, '-----BEGIN CERTIFICATE-----\nMIIB\n');
+    await expect(registerThrough(opts, 'node-pem')).rejects.toThrow(`tls.cert: ${c.clientCert} is not a PEM certificate`);
   });
 });

@@ -3,6 +3,7 @@ import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import {
   ConnectionState,
   ControlPlaneConnectionSchema,
+  ControlPlaneTlsSchema,
   type GpuStatus,
   GpuStatusSchema,
   type ShardInfo,
@@ -12,6 +13,7 @@ import {
 } from '../../gen/llmgw/v1/admin_pb.js';
 import type { GpuHealthView } from '../agent.js';
 import type { ConnectionPhase, ConnectionStatus } from '../connection-state.js';
+import type { LoadedTls } from '../control-plane-transport.js';
 import type { ShardSnapshot } from '../supervisor/shard-snapshot.js';
 import type { AdminBackend } from './admin-backend.js';
 
@@ -50,6 +52,21 @@ function connectionOf(c: ConnectionStatus) {
     attempt: c.attempt,
     nextAttemptAt: c.nextAttemptAtMs > 0 ? timestampFromMs(c.nextAttemptAtMs) : undefined,
     lastError: c.lastError,
+    tls: c.tls ? tlsOf(c.tls) : undefined,
+  });
+}
+
+function tlsOf(t: LoadedTls) {
+  return create(ControlPlaneTlsSchema, {
+    certPath: t.certPath,
+    ca: t.ca,
+    ...(t.cert && {
+      certSubject: t.cert.subject,
+      certNotBefore: timestampFromMs(t.cert.notBeforeMs),
+      certNotAfter: timestampFromMs(t.cert.notAfterMs),
+      certFingerprintSha256: t.cert.fingerprint256,
+      certExpiresSoon: t.cert.notAfterMs - Date.now() <= t.expiryWarningMs,
+    }),
   });
 }
 

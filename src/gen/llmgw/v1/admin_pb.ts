@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCKVAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IvMBChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJIt0CCglTaGFyZEluZm8SEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIOCgZlbmdpbmUYAyABKAkSDQoFbW9kZWwYBCABKAkSIwoFc3RhdGUYBSABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEgsKA3BpZBgGIAEoBRIRCglodHRwX3BvcnQYByABKAUSEwoLZ3B1X2luZGljZXMYCCADKAUSLgoKc3RhcnRlZF9hdBgJIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYWRvcHRlZBgKIAEoCBINCgVlcnJvchgLIAEoCRIRCglleGl0X2NvZGUYDCABKAUSDAoEcmFuaxgNIAEoBRIOCgZubm9kZXMYDiABKAUSEAoIbG9nX3BhdGgYDyABKAkSEAoIbGF1bmNoZXIYECABKAkSDAoEdW5pdBgRIAEoCSJQCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMvoBCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCKVAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IpsCChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJEiYKA3RscxgIIAEoCzIZLmxsbWd3LnYxLkNvbnRyb2xQbGFuZVRscyLrAQoPQ29udHJvbFBsYW5lVGxzEhEKCWNlcnRfcGF0aBgBIAEoCRIUCgxjZXJ0X3N1YmplY3QYAiABKAkSMwoPY2VydF9ub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jZXJ0X25vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHwoXY2VydF9maW5nZXJwcmludF9zaGEyNTYYBSABKAkSCgoCY2EYBiABKAkSGQoRY2VydF9leHBpcmVzX3Nvb24YByABKAgi3QIKCVNoYXJkSW5mbxIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEg4KBmVuZ2luZRgDIAEoCRINCgVtb2RlbBgEIAEoCRIjCgVzdGF0ZRgFIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSCwoDcGlkGAYgASgFEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtncHVfaW5kaWNlcxgIIAMoBRIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhZG9wdGVkGAogASgIEg0KBWVycm9yGAsgASgJEhEKCWV4aXRfY29kZRgMIAEoBRIMCgRyYW5rGA0gASgFEg4KBm5ub2RlcxgOIAEoBRIQCghsb2dfcGF0aBgPIAEoCRIQCghsYXVuY2hlchgQIAEoCRIMCgR1bml0GBEgASgJIlAKC0xvZ3NSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEg0KBWxpbmVzGAIgASgFEg4KBmZvbGxvdxgDIAEoCBIQCghwcmV2aW91cxgEIAEoCCIdCgxMb2dzUmVzcG9uc2USDQoFbGluZXMYASADKAkiDgoMQWRvcHRSZXF1ZXN0ImUKC0Fkb3B0UmVzdWx0EhAKCHNoYXJkX2lkGAEgASgJEicKB291dGNvbWUYAiABKA4yFi5sbG1ndy52MS5BZG9wdE91dGNvbWUSCwoDcGlkGAMgASgFEg4KBnJlYXNvbhgEIAEoCSI3Cg1BZG9wdFJlc3BvbnNlEiYKB3Jlc3VsdHMYASADKAsyFS5sbG1ndy52MS5BZG9wdFJlc3VsdCJ3CgxEcmFpblJlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSCwoDYWxsGAIgASgIEgwKBHdhaXQYAyABKAgSKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZjYW5jZWwYBSABKAgibAoNRHJhaW5Qcm9ncmVzcxIQCghzaGFyZF9pZBgBIAEoCRIjCgVzdGF0ZRgCIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSEQoJaW5fZmxpZ2h0GAMgASgFEhEKCWNvdW50YWJsZRgEIAEoCCJcCg1EcmFpblJlc3BvbnNlEicKBnNoYXJkcxgBIAMoCzIXLmxsbWd3LnYxLkRyYWluUHJvZ3Jlc3MSDwoHZHJhaW5lZBgCIAEoCBIRCgl0aW1lZF9vdXQYAyABKAgq0AEKD0Nvbm5lY3Rpb25TdGF0ZRIgChxDT05ORUNUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASHwobQ09OTkVDVElPTl9TVEFURV9DT05ORUNUSU5HEAESHgoaQ09OTkVDVElPTl9TVEFURV9DT05ORUNURUQQAhIdChlDT05ORUNUSU9OX1NUQVRFX1JFVFJZSU5HEAMSHAoYQ09OTkVDVElPTl9TVEFURV9TVE9QUEVEEAQSHQoZQ09OTkVDVElPTl9TVEFURV9TVEFSVElORxAFKrwBCgxBZG9wdE91dGNvbWUSHQoZQURPUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFUFET1BUX09VVENPTUVfQURPUFRFRBABEhgKFEFET1BUX09VVENPTUVfS0lMTEVEEAISGQoVQURPUFRfT1VUQ09NRV9DTEVBTkVEEAMSJAogQURPUFRfT1VUQ09NRV9BTFJFQURZX1NVUEVSVklTRUQQBBIXChNBRE9QVF9PVVRDT01FX0VSUk9SEAUy+gEKDEFkbWluU2VydmljZRI7CgZTdGF0dXMSFy5sbG1ndy52MS5TdGF0dXNSZXF1ZXN0GhgubGxtZ3cudjEuU3RhdHVzUmVzcG9uc2USNwoETG9ncxIVLmxsbWd3LnYxLkxvZ3NSZXF1ZXN0GhYubGxtZ3cudjEuTG9nc1Jlc3BvbnNlMAESOAoFQWRvcHQSFi5sbG1ndy52MS5BZG9wdFJlcXVlc3QaFy5sbG1ndy52MS5BZG9wdFJlc3BvbnNlEjoKBURyYWluEhYubGxtZ3cudjEuRHJhaW5SZXF1ZXN0GhcubGxtZ3cudjEuRHJhaW5SZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -261,6 +261,13 @@ export type ControlPlaneConnection = Message<"llmgw.v1.ControlPlaneConnection"> 
    * @generated from field: string protocol = 7;
    */
   protocol: string;
+
+  /**
+   * The TLS files as the last (re)connection loaded them; unset over h2c.
+   *
+   * @generated from field: llmgw.v1.ControlPlaneTls tls = 8;
+   */
+  tls?: ControlPlaneTls | undefined;
 };
 
 /**
@@ -303,6 +310,13 @@ export type ControlPlaneConnectionJson = {
    * @generated from field: string protocol = 7;
    */
   protocol?: string;
+
+  /**
+   * The TLS files as the last (re)connection loaded them; unset over h2c.
+   *
+   * @generated from field: llmgw.v1.ControlPlaneTls tls = 8;
+   */
+  tls?: ControlPlaneTlsJson;
 };
 
 /**
@@ -311,6 +325,109 @@ export type ControlPlaneConnectionJson = {
  */
 export const ControlPlaneConnectionSchema: GenMessage<ControlPlaneConnection, {jsonType: ControlPlaneConnectionJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_admin, 3);
+
+/**
+ * @generated from message llmgw.v1.ControlPlaneTls
+ */
+export type ControlPlaneTls = Message<"llmgw.v1.ControlPlaneTls"> & {
+  /**
+   * tls.cert; empty when the agent presents no client certificate.
+   *
+   * @generated from field: string cert_path = 1;
+   */
+  certPath: string;
+
+  /**
+   * @generated from field: string cert_subject = 2;
+   */
+  certSubject: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp cert_not_before = 3;
+   */
+  certNotBefore?: Timestamp | undefined;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp cert_not_after = 4;
+   */
+  certNotAfter?: Timestamp | undefined;
+
+  /**
+   * SHA-256 of the DER certificate, colon-separated hex (what openssl x509 -fingerprint -sha256 prints).
+   *
+   * @generated from field: string cert_fingerprint_sha256 = 5;
+   */
+  certFingerprintSha256: string;
+
+  /**
+   * tls.ca, or "system trust store" when tls.ca is empty.
+   *
+   * @generated from field: string ca = 6;
+   */
+  ca: string;
+
+  /**
+   * True when the certificate expires within tls.expiry_warning (or has expired).
+   *
+   * @generated from field: bool cert_expires_soon = 7;
+   */
+  certExpiresSoon: boolean;
+};
+
+/**
+ * @generated from message llmgw.v1.ControlPlaneTls
+ */
+export type ControlPlaneTlsJson = {
+  /**
+   * tls.cert; empty when the agent presents no client certificate.
+   *
+   * @generated from field: string cert_path = 1;
+   */
+  certPath?: string;
+
+  /**
+   * @generated from field: string cert_subject = 2;
+   */
+  certSubject?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp cert_not_before = 3;
+   */
+  certNotBefore?: TimestampJson;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp cert_not_after = 4;
+   */
+  certNotAfter?: TimestampJson;
+
+  /**
+   * SHA-256 of the DER certificate, colon-separated hex (what openssl x509 -fingerprint -sha256 prints).
+   *
+   * @generated from field: string cert_fingerprint_sha256 = 5;
+   */
+  certFingerprintSha256?: string;
+
+  /**
+   * tls.ca, or "system trust store" when tls.ca is empty.
+   *
+   * @generated from field: string ca = 6;
+   */
+  ca?: string;
+
+  /**
+   * True when the certificate expires within tls.expiry_warning (or has expired).
+   *
+   * @generated from field: bool cert_expires_soon = 7;
+   */
+  certExpiresSoon?: boolean;
+};
+
+/**
+ * Describes the message llmgw.v1.ControlPlaneTls.
+ * Use `create(ControlPlaneTlsSchema)` to create a new message.
+ */
+export const ControlPlaneTlsSchema: GenMessage<ControlPlaneTls, {jsonType: ControlPlaneTlsJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 4);
 
 /**
  * @generated from message llmgw.v1.ShardInfo
@@ -505,7 +622,7 @@ export type ShardInfoJson = {
  * Use `create(ShardInfoSchema)` to create a new message.
  */
 export const ShardInfoSchema: GenMessage<ShardInfo, {jsonType: ShardInfoJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 4);
+  messageDesc(file_llmgw_v1_admin, 5);
 
 /**
  * @generated from message llmgw.v1.LogsRequest
@@ -574,7 +691,7 @@ export type LogsRequestJson = {
  * Use `create(LogsRequestSchema)` to create a new message.
  */
 export const LogsRequestSchema: GenMessage<LogsRequest, {jsonType: LogsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 5);
+  messageDesc(file_llmgw_v1_admin, 6);
 
 /**
  * @generated from message llmgw.v1.LogsResponse
@@ -601,7 +718,7 @@ export type LogsResponseJson = {
  * Use `create(LogsResponseSchema)` to create a new message.
  */
 export const LogsResponseSchema: GenMessage<LogsResponse, {jsonType: LogsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 6);
+  messageDesc(file_llmgw_v1_admin, 7);
 
 /**
  * @generated from message llmgw.v1.AdoptRequest
@@ -620,7 +737,7 @@ export type AdoptRequestJson = {
  * Use `create(AdoptRequestSchema)` to create a new message.
  */
 export const AdoptRequestSchema: GenMessage<AdoptRequest, {jsonType: AdoptRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 7);
+  messageDesc(file_llmgw_v1_admin, 8);
 
 /**
  * @generated from message llmgw.v1.AdoptResult
@@ -677,7 +794,7 @@ export type AdoptResultJson = {
  * Use `create(AdoptResultSchema)` to create a new message.
  */
 export const AdoptResultSchema: GenMessage<AdoptResult, {jsonType: AdoptResultJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 8);
+  messageDesc(file_llmgw_v1_admin, 9);
 
 /**
  * @generated from message llmgw.v1.AdoptResponse
@@ -704,7 +821,7 @@ export type AdoptResponseJson = {
  * Use `create(AdoptResponseSchema)` to create a new message.
  */
 export const AdoptResponseSchema: GenMessage<AdoptResponse, {jsonType: AdoptResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 9);
+  messageDesc(file_llmgw_v1_admin, 10);
 
 /**
  * @generated from message llmgw.v1.DrainRequest
@@ -785,7 +902,7 @@ export type DrainRequestJson = {
  * Use `create(DrainRequestSchema)` to create a new message.
  */
 export const DrainRequestSchema: GenMessage<DrainRequest, {jsonType: DrainRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 10);
+  messageDesc(file_llmgw_v1_admin, 11);
 
 /**
  * @generated from message llmgw.v1.DrainProgress
@@ -854,7 +971,7 @@ export type DrainProgressJson = {
  * Use `create(DrainProgressSchema)` to create a new message.
  */
 export const DrainProgressSchema: GenMessage<DrainProgress, {jsonType: DrainProgressJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 11);
+  messageDesc(file_llmgw_v1_admin, 12);
 
 /**
  * @generated from message llmgw.v1.DrainResponse
@@ -909,7 +1026,7 @@ export type DrainResponseJson = {
  * Use `create(DrainResponseSchema)` to create a new message.
  */
 export const DrainResponseSchema: GenMessage<DrainResponse, {jsonType: DrainResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 12);
+  messageDesc(file_llmgw_v1_admin, 13);
 
 /**
  * @generated from enum llmgw.v1.ConnectionState

@@ -61,8 +61,12 @@ export class ShardCommands {
     // is refused there, before anything is validated or launched.
     let started: { shard: ShardSnapshot; created: boolean };
     try {
+      // A faulty GPU is named before the registry's "held by shard X", which
+      // would hide the cause; a repeat of a shard already here is not judged
+      // (it reports its state, whatever its GPU does now).
+      const known = this.sup.get(id);
+      if (!known || isTerminal(known.state)) this.refuseUnfitGpus(spec);
       started = await this.sup.start(spec, async () => {
-        this.refuseUnfitGpus(spec);
         const engine = this.opts.engines.get(spec.profile?.engine ?? '');
         // Validate before launching: an engine that refuses a profile does so
         // after minutes of model loading; here it costs nothing.

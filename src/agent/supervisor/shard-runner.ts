@@ -6,14 +6,12 @@ import { errorMessage, failure } from '../../lib/errors.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { DeathInfo } from './death-watch.js';
-import type { EngineUnit } from './engine-unit.js';
 import type { EngineFence } from './end-engine.js';
 import { EngineProcess } from './engine-process.js';
+import { awaitReadiness } from './await-readiness.js';
 import { describeDeath, exitCodeOf } from './exit-status.js';
 import { type HealthVerdict, watchHealth } from './health-watch.js';
-import { PROBE_TIMEOUT_MS, httpGet } from './http-probe.js';
-import { readGauge } from './read-gauge.js';
-import { waitStaysAlive, waitUntilServing } from './readiness-wait.js';
+import { readInFlight } from './read-in-flight.js';
 import { recordShardFailure } from './record-shard-failure.js';
 import type { RunnerEngine } from './runner-engine.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS, type SettleOptions } from './settle-options.js';
@@ -69,7 +67,6 @@ export class ShardRunner {
   private dead = false;
   private readonly engine: EngineProcess;
   private readonly launcher: Launcher;
-  private readonly unit: EngineUnit | undefined;
   private readonly inFlightMetric: string;
   private readonly generationTokensMetric: string;
   /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
@@ -100,7 +97,6 @@ export class ShardRunner {
     this.pgid = engine.pgid;
     this.engine = new EngineProcess({ pid: engine.pid, pgid: engine.pgid, identity: engine.identity, child: engine.child }, engine.unit);
     this.launcher = engine.launcher ?? 'direct';
-    this.unit = engine.unit;
     this.adopted = engine.adopted;
     this.servesHttp = engine.servesHttp;
     this.inFlightMetric = engine.inFlightMetric;
@@ -153,7 +149,7 @@ export class ShardRunner {
       running: !this.dead,
       drainRequested: this.drainRequested,
       launcher: this.launcher,
-      unit: this.unit?.name ?? '',
+      unit: this.engine.unit?.name ?? '',
     };
   }
 
@@ -195,21 +191,19 @@ export class ShardRunner {
   async settle(opts: SettleOptions): Promise<void> {
     if (!this.enterWait()) return;
     const wake = AbortSignal.any([this.life.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
-    if (!this.baseUrl) {
-      const settleMs = opts.settleMs ?? this.ctx.config.workerSettleMs;
-      await waitStaysAlive(settleMs, wake);
-      this.throwUnlessStarting(opts.signal);
-      this.becomeReady(`stayed alive ${formatDuration(settleMs)}`);
-      return;
-    }
-    const timeoutMs = opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS;
-    const outcome = await waitUntilServing({ baseUrl: this.baseUrl, servedModelName: this.servedModelName, timeoutMs, signal: wake });
+    const outcome = await awaitReadiness({
+      baseUrl: this.baseUrl,
+      servedModelName: this.servedModelName,
+      settleMs: opts.settleMs ?? this.ctx.config.workerSettleMs,
+      timeoutMs: opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,
+      signal: wake,
+    });
     this.throwUnlessStarting(opts.signal);
     if (outcome.ready) {
-      this.becomeReady(`answers /health and lists ${JSON.stringify(this.servedModelName)}`);
+      this.becomeReady(outcome.why);
       return;
     }
-    const message = `not ready after ${formatDuration(timeoutMs)}: ${outcome.reason}`;
+    const message = outcome.message;
     this.error = message;
     this.lastOutput = await this.lastLines();
     if (this.state === S.STARTING) this.transition(S.FAILED, message);
@@ -389,7 +383,7 @@ export class ShardRunner {
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
     await this.forgetStateFile();
-    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.unit ? `unit ${this.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.engine.unit ? `unit ${this.engine.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
     return this.snapshot();
   }
 
@@ -445,12 +439,7 @@ export class ShardRunner {
   /** Requests the engine is working on, from the engine's own gauge; undefined when it cannot tell. */
   async inFlight(): Promise<number | undefined> {
     if (!this.baseUrl || this.inFlightMetric === '') return undefined;
-    try {
-      const r = await httpGet(`${this.baseUrl}/metrics`, { timeoutMs: PROBE_TIMEOUT_MS, signal: this.life.signal });
-      return r.status === 200 ? readGauge(r.body, this.inFlightMetric) : undefined;
-    } catch {
-      return undefined;
-    }
+    return readInFlight(this.baseUrl, this.inFlightMetric, this.life.signal);
   }
 
   /** Removes the state file of an engine that is gone (StateFileWriter.remove); never throws. */

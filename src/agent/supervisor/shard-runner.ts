@@ -1,31 +1,31 @@
-import type { ChildProcess } from 'node:child_process';
-import { constants as osConstants } from 'node:os';
-import { stat } from 'node:fs/promises';
-import type { Launcher, SupervisorConfig } from '../config/agent-config.js';
+import type { Launcher } from '../config/agent-config.js';
 import { servedModelName } from '../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../lib/duration.js';
 import { errorMessage, failure } from '../../lib/errors.js';
-import { writeFailureRecord } from '../../lib/files/failure-record.js';
-import { removeStateFile, updateStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
-import type { Logger } from '../../lib/logger.js';
-import type { ProcessIdentity } from '../../lib/process/process-identity.js';
-import { shardFailurePath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
-import { type DeathInfo, watchDeath } from './death-watch.js';
-import { type EngineGroup, groupStillOurs, reapLeftovers } from './engine-group.js';
-import type { EngineUnit } from './engine-unit.js';
-import { endUnitLeftovers } from './stop-engine-unit.js';
-import { type EngineFence, endEngine } from './end-engine.js';
-import type { LauncherChoice } from './choose-launcher.js';
+import type { DeathInfo } from './death-watch.js';
+import type { EngineFence } from './end-engine.js';
+import { EngineProcess } from './engine-process.js';
+import { awaitReadiness } from './await-readiness.js';
+import { describeDeath, exitCodeOf } from './exit-status.js';
 import { type HealthVerdict, watchHealth } from './health-watch.js';
-import { PROBE_TIMEOUT_MS, httpGet } from './http-probe.js';
-import { readGauge } from './read-gauge.js';
-import { waitStaysAlive, waitUntilServing } from './readiness-wait.js';
+import { readInFlight } from './read-in-flight.js';
+import { recordShardFailure } from './record-shard-failure.js';
+import type { RunnerEngine } from './runner-engine.js';
+import { DEFAULT_STARTUP_TIMEOUT_MS, type SettleOptions } from './settle-options.js';
 import { ShardFailedError } from './shard-failed-error.js';
-import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
+import { type HealthChange, ShardHealth } from './shard-health.js';
+import type { ShardRunnerContext } from './shard-runner-context.js';
+import type { ShardSnapshot } from './shard-snapshot.js';
 import { isTransitionAllowed, stateName } from './shard-transitions.js';
+import { StateFileWriter } from './state-file-writer.js';
+
+// Where they were first defined: callers import them from here.
+export type { RunnerEngine } from './runner-engine.js';
+export type { ShardRunnerContext } from './shard-runner-context.js';
+export { DEFAULT_STARTUP_TIMEOUT_MS, type SettleOptions } from './settle-options.js';
 
 const S = ShardState;
 
@@ -34,55 +34,9 @@ export const LEFTOVER_GRACE_MS = 2000;
 /** Log lines kept in lastOutput when a shard fails or exits. */
 export const LAST_OUTPUT_LINES = 20;
 
-/** What every runner of one supervisor shares. */
-export interface ShardRunnerContext {
-  config: SupervisorConfig;
-  log: Logger;
-  /** Hears every transition of the shard, after it is made and logged. */
-  onTransition: (t: ShardTransition) => void;
-  /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
-  launcher?: () => Promise<LauncherChoice>;
-}
-
-/** One engine as launched or found: what the runner needs to watch, settle and stop it. */
-export interface RunnerEngine {
-  spec: StartShard;
-  replicaId: string;
-  pid: number;
-  pgid: number;
-  identity: ProcessIdentity;
-  /** Our own child: its exit event tells us at once, with the status. Absent for an adopted engine. */
-  child?: ChildProcess;
-  /** How it was launched; direct when not said (state files of version one). */
-  launcher?: Launcher;
-  /** Its systemd unit (systemd-run): its cgroup is what a stop ends, and systemd records its exit status. */
-  unit?: EngineUnit;
-  adopted: boolean;
-  servesHttp: boolean;
-  /** The engine's Prometheus gauge of running requests ('' when it has none), read while draining. */
-  inFlightMetric: string;
-  /** The engine's generation-token counter ('' when it has none): with inFlightMetric, what stall detection reads. */
-  generationTokensMetric?: string;
-  /** A drain recorded in the state file by a previous agent: the shard settles to DRAINING, not READY. */
-  drainRequested?: boolean;
-  startedAtMs: number;
-  logPath: string;
-  statePath: string;
-}
-
-/** A profile without startup_timeout gets this long to load (large models take minutes). */
 /** How long a stop waits for Node to reap its own child after the group is gone, for its exit status. */
 const CHILD_REAP_WAIT_MS = 2000;
 
-export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
-
-export interface SettleOptions {
-  /** How long an HTTP rank may take to serve its model; default DEFAULT_STARTUP_TIMEOUT_MS (10 min). */
-  timeoutMs?: number;
-  /** How long a worker rank must stay alive; default config.workerSettleMs. */
-  settleMs?: number;
-  signal?: AbortSignal;
-}
 
 /**
  * Owns one shard's life: readiness, the health watch after READY, death,
@@ -111,19 +65,15 @@ export class ShardRunner {
   private lastOutput: string[] = [];
   /** The engine process is gone (its group may not be). */
   private dead = false;
-  private readonly identity: ProcessIdentity;
-  private readonly child: ChildProcess | undefined;
+  private readonly engine: EngineProcess;
   private readonly launcher: Launcher;
-  private readonly unit: EngineUnit | undefined;
   private readonly inFlightMetric: string;
   private readonly generationTokensMetric: string;
   /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
   private drainRequested: boolean;
-  /** Drain and cancel rewrite the state file one at a time, so the last request is the one on disk. */
-  private persisting: Promise<void> = Promise.resolve();
+  private readonly stateFile: StateFileWriter;
   private healthWatched = false;
-  /** The latest verdict of the health watch; a DRAINING shard keeps it for when its drain is cancelled. */
-  private health: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
+  private readonly health = new ShardHealth();
   /** Where the rank serves, derived once: nothing above the runner builds it again. */
   private readonly baseUrl: string | undefined;
   private readonly servedModelName: string;
@@ -134,11 +84,6 @@ export class ShardRunner {
   /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
   private readonly serving = new AbortController();
   private stopping: Promise<ShardSnapshot> | undefined;
-  /** A fault of one of the shard's GPUs ("GPU 3: Xid 79: ..."), '' when they are sound. */
-  private gpuFault = '';
-  /** The health probe's last verdict: a cleared GPU fault returns the shard to READY only if it answers. */
-  private probeHealthy = true;
-
   constructor(
     private readonly ctx: ShardRunnerContext,
     engine: RunnerEngine,
@@ -150,10 +95,8 @@ export class ShardRunner {
     this.spec = engine.spec;
     this.pid = engine.pid;
     this.pgid = engine.pgid;
-    this.identity = engine.identity;
-    this.child = engine.child;
+    this.engine = new EngineProcess({ pid: engine.pid, pgid: engine.pgid, identity: engine.identity, child: engine.child }, engine.unit);
     this.launcher = engine.launcher ?? 'direct';
-    this.unit = engine.unit;
     this.adopted = engine.adopted;
     this.servesHttp = engine.servesHttp;
     this.inFlightMetric = engine.inFlightMetric;
@@ -162,6 +105,7 @@ export class ShardRunner {
     this.startedAtMs = engine.startedAtMs;
     this.logPath = engine.logPath;
     this.statePath = engine.statePath;
+    this.stateFile = new StateFileWriter(engine.statePath, engine.spec.shardId, ctx.log);
     this.state = previousState;
     this.baseUrl = engine.servesHttp && engine.spec.httpPort > 0 ? `http://127.0.0.1:${engine.spec.httpPort}` : undefined;
     this.servedModelName = servedModelName(engine.spec);
@@ -184,14 +128,7 @@ export class ShardRunner {
    */
   begin(why: string): void {
     this.transition(S.STARTING, why);
-    watchDeath({
-      child: this.child,
-      pid: this.pid,
-      identity: this.identity,
-      unit: this.unit,
-      signal: this.life.signal,
-      onDeath: (info) => void this.onDeath(info),
-    });
+    this.engine.watchDeath(this.life.signal, (info) => void this.onDeath(info));
   }
 
   snapshot(): ShardSnapshot {
@@ -212,7 +149,7 @@ export class ShardRunner {
       running: !this.dead,
       drainRequested: this.drainRequested,
       launcher: this.launcher,
-      unit: this.unit?.name ?? '',
+      unit: this.engine.unit?.name ?? '',
     };
   }
 
@@ -254,21 +191,19 @@ export class ShardRunner {
   async settle(opts: SettleOptions): Promise<void> {
     if (!this.enterWait()) return;
     const wake = AbortSignal.any([this.life.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
-    if (!this.baseUrl) {
-      const settleMs = opts.settleMs ?? this.ctx.config.workerSettleMs;
-      await waitStaysAlive(settleMs, wake);
-      this.throwUnlessStarting(opts.signal);
-      this.becomeReady(`stayed alive ${formatDuration(settleMs)}`);
-      return;
-    }
-    const timeoutMs = opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS;
-    const outcome = await waitUntilServing({ baseUrl: this.baseUrl, servedModelName: this.servedModelName, timeoutMs, signal: wake });
+    const outcome = await awaitReadiness({
+      baseUrl: this.baseUrl,
+      servedModelName: this.servedModelName,
+      settleMs: opts.settleMs ?? this.ctx.config.workerSettleMs,
+      timeoutMs: opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,
+      signal: wake,
+    });
     this.throwUnlessStarting(opts.signal);
     if (outcome.ready) {
-      this.becomeReady(`answers /health and lists ${JSON.stringify(this.servedModelName)}`);
+      this.becomeReady(outcome.why);
       return;
     }
-    const message = `not ready after ${formatDuration(timeoutMs)}: ${outcome.reason}`;
+    const message = outcome.message;
     this.error = message;
     this.lastOutput = await this.lastLines();
     if (this.state === S.STARTING) this.transition(S.FAILED, message);
@@ -303,55 +238,29 @@ export class ShardRunner {
       },
       onVerdict: (v) => this.applyHealth(v),
     });
-    // A fault raised while the engine was loading (STARTING cannot become
-    // UNHEALTHY): UNHEALTHY at once, so no traffic stays on a failing GPU.
-    if (this.gpuFault !== '') this.becomeUnhealthyForGpu();
+    this.apply(this.health.serving());
   }
 
-  /**
-   * One of the shard's GPUs has a fault: a READY shard becomes UNHEALTHY with
-   * the fault as its error, and stays so while the fault lasts. The engine is
-   * not touched: the control plane decides whether to replace it.
-   */
+  /** One of the shard's GPUs has a fault (ShardHealth.markFault); the engine is not touched. */
   markGpuFault(reason: string): void {
-    if (reason === '' || reason === this.gpuFault) return;
-    this.gpuFault = reason;
-    if (this.state === S.READY) this.becomeUnhealthyForGpu();
-    else if (this.state === S.UNHEALTHY || this.state === S.DRAINING) this.error = reason;
+    this.apply(this.health.markFault(reason, this.state));
   }
 
   /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
   clearGpuFault(): void {
-    if (this.gpuFault === '') return;
-    const was = this.gpuFault;
-    this.gpuFault = '';
-    if (this.error === was) this.error = '';
-    if (this.state === S.UNHEALTHY && this.probeHealthy) this.transition(S.READY, `GPU fault cleared (${was})`);
+    this.apply(this.health.clearFault(this.state, this.error));
   }
 
-  private becomeUnhealthyForGpu(): void {
-    this.error = this.gpuFault;
-    this.transition(S.UNHEALTHY, this.gpuFault);
-  }
-
-  /** Makes the state agree with the verdict; every tick calls it, so only a disagreement changes anything. */
   private applyHealth(v: HealthVerdict): void {
-    this.health = v;
-    this.probeHealthy = v.healthy;
     // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.
     this.ctx.log.debug({ shard: this.shardId, replica: this.replicaId, healthy: v.healthy, why: v.why }, 'health probe verdict');
-    if (!v.healthy && this.state === S.READY) {
-      this.error = v.why;
-      this.transition(S.UNHEALTHY, v.why);
-    } else if (!v.healthy && this.state === S.UNHEALTHY) {
-      // Still unhealthy, maybe for another cause now: status shows the latest, without a new report each tick.
-      // A GPU fault stays the cause while it lasts.
-      if (this.gpuFault === '') this.error = v.why;
-    } else if (v.healthy && this.state === S.UNHEALTHY && this.gpuFault === '') {
-      // An engine answering again on a faulted GPU stays UNHEALTHY: the GPU, not the engine, is the cause.
-      this.error = '';
-      this.transition(S.READY, v.why);
-    }
+    this.apply(this.health.judge(v, this.state));
+  }
+
+  /** Carries out what the health judgement decided, through the one transition function. */
+  private apply(change: HealthChange | undefined): void {
+    if (change?.error !== undefined) this.error = change.error;
+    if (change?.to !== undefined) this.transition(change.to, change.why);
   }
 
   /** False when already past STARTING and serving (nothing to wait for); throws when it cannot become ready. */
@@ -387,14 +296,9 @@ export class ShardRunner {
     this.serving.abort();
     if (info.known) {
       this.signal = info.signal;
-      this.exitCode = info.code ?? (info.signal ? 128 + (osConstants.signals[info.signal] ?? 0) : null);
+      this.exitCode = exitCodeOf(info.code, info.signal);
     }
-    const recorded = info.known && info.recordedBy ? ` (recorded by ${info.recordedBy})` : '';
-    const how = info.known
-      ? info.signal
-        ? `was killed by ${info.signal}${recorded}`
-        : `exited with code ${info.code}${recorded}`
-      : `is gone (${info.reason}; not a child of this agent, so its exit status is unknown)`;
+    const how = describeDeath(info);
     // Read before the state changes, so the report carries the engine's own last words.
     const lastOutput = await this.lastLines();
     if (this.life.signal.aborted) return;
@@ -418,45 +322,23 @@ export class ShardRunner {
     // STOPPING: stop() reports it. Terminal: already reported.
   }
 
-  /**
-   * The failure record beside the log, written before FAILED is reported so
-   * that whoever hears FAILED (and restarts the shard, which moves both to
-   * previous-runs/) finds it. A failure to write is logged: the report
-   * carries the same facts.
-   */
-  private async recordFailure(): Promise<void> {
-    const path = shardFailurePath(this.ctx.config.logDir, this.shardId);
-    try {
-      // The log's group (admin.group, set by prepareLogFile): whoever may read the log may read how it ended.
-      const gid = (await stat(this.logPath).catch(() => undefined))?.gid;
-      await writeFailureRecord(path, {
-        shardId: this.shardId,
-        replicaId: this.replicaId,
-        pid: this.pid,
-        exitCode: this.exitCode,
-        signal: this.signal,
-        error: this.error,
-        at: new Date().toISOString(),
-        startedAt: new Date(this.startedAtMs).toISOString(),
-        lastOutput: this.lastOutput,
-      }, gid);
-    } catch (err) {
-      this.ctx.log.warn({ shard: this.shardId, file: path, err: errorMessage(err) }, 'could not write the failure record');
-    }
+  private recordFailure(): Promise<void> {
+    return recordShardFailure({ logDir: this.ctx.config.logDir, logPath: this.logPath, log: this.ctx.log }, {
+      shardId: this.shardId,
+      replicaId: this.replicaId,
+      pid: this.pid,
+      exitCode: this.exitCode,
+      signal: this.signal,
+      error: this.error,
+      at: new Date().toISOString(),
+      startedAt: new Date(this.startedAtMs).toISOString(),
+      lastOutput: this.lastOutput,
+    });
   }
 
   private async reapLeftovers(): Promise<void> {
     const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
-    if (this.unit) {
-      // The unit's cgroup holds whatever the engine left, in or out of its group.
-      try {
-        await endUnitLeftovers(this.unit, { graceMs, signal: this.life.signal });
-      } catch (err) {
-        this.ctx.log.warn({ shard: this.shardId, unit: this.unit.name, err: errorMessage(err) }, "ending the rest of a dead engine's unit failed");
-      }
-      return;
-    }
-    await reapLeftovers(this.group(), { graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
+    await this.engine.reapLeftovers({ graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
   }
 
   private async lastLines(): Promise<string[]> {
@@ -465,16 +347,12 @@ export class ShardRunner {
 
   /** Whether signalling the shard's process group still reaches the engine it names (see groupStillOurs). */
   groupStillOurs(): boolean {
-    return groupStillOurs(this.group());
-  }
-
-  private group(): EngineGroup {
-    return { pid: this.pid, pgid: this.pgid, identity: this.identity, child: this.child };
+    return this.engine.stillOurs();
   }
 
   /** What ends everything of this engine: its unit's cgroup, or its process group. */
   fence(): EngineFence {
-    return { pgid: this.pgid, unit: this.unit, stillOurs: () => this.groupStillOurs() };
+    return this.engine.fence();
   }
 
   // ---------------------------------------------------------------- stop, drain
@@ -491,7 +369,7 @@ export class ShardRunner {
     const graceMs = opts.graceMs ?? this.ctx.config.stopGraceMs;
     if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, `stop requested (grace ${formatDuration(graceMs)})`);
     this.serving.abort();
-    const outcome = await endEngine(this.fence(), { graceMs, signal: opts.signal });
+    const outcome = await this.engine.end({ graceMs, signal: opts.signal });
     if (outcome === 'not-ours') {
       this.ctx.log.warn({ shard: this.shardId, pid: this.pid }, 'engine pid now names another process; nothing was signalled');
     }
@@ -505,28 +383,17 @@ export class ShardRunner {
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
     await this.forgetStateFile();
-    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.unit ? `unit ${this.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.engine.unit ? `unit ${this.engine.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
     return this.snapshot();
   }
 
   /** Resolves once our own child's exit was seen (recording its status), or after `ms`; at once for an adopted engine. */
   private async childExited(ms: number): Promise<void> {
-    const child = this.child;
-    if (!child || this.dead) return;
-    if (child.exitCode === null && child.signalCode === null) {
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(done, ms);
-        function done() {
-          clearTimeout(timer);
-          child?.off('exit', done);
-          resolve();
-        }
-        child.once('exit', done);
-      });
-    }
-    if (!this.dead && (child.exitCode !== null || child.signalCode !== null)) {
-      this.signal = child.signalCode;
-      this.exitCode = child.exitCode ?? (child.signalCode ? 128 + (osConstants.signals[child.signalCode] ?? 0) : null);
+    if (this.dead) return;
+    const status = await this.engine.childExit(ms);
+    if (status && !this.dead) {
+      this.signal = status.signal;
+      this.exitCode = exitCodeOf(status.code, status.signal);
     }
   }
 
@@ -560,59 +427,24 @@ export class ShardRunner {
     this.drainRequested = false;
     this.error = '';
     this.transition(S.READY, 'drain cancelled');
-    this.applyHealth(this.health);
+    this.applyHealth(this.health.lastVerdict);
     await this.persistDrain(false);
     return this.snapshot();
   }
 
-  /**
-   * Records the drain in the state file. A failure is logged, not thrown:
-   * the drain holds in memory (refusing it would keep traffic on an engine
-   * an operator is taking away); only an agent restart would forget it.
-   */
   private persistDrain(drainRequested: boolean): Promise<void> {
-    this.persisting = this.persisting.then(async () => {
-      try {
-        await updateStateFile(this.statePath, this.shardId, { drainRequested });
-      } catch (err) {
-        this.ctx.log.warn(
-          { shard: this.shardId, file: this.statePath, err: errorMessage(err) },
-          drainRequested
-            ? 'shard is DRAINING but the drain could not be recorded; an agent restart would bring it back READY'
-            : 'drain cancelled but the state file still records it; an agent restart would bring it back DRAINING',
-        );
-      }
-    });
-    return this.persisting;
+    return this.stateFile.recordDrain(drainRequested);
   }
 
   /** Requests the engine is working on, from the engine's own gauge; undefined when it cannot tell. */
   async inFlight(): Promise<number | undefined> {
     if (!this.baseUrl || this.inFlightMetric === '') return undefined;
-    try {
-      const r = await httpGet(`${this.baseUrl}/metrics`, { timeoutMs: PROBE_TIMEOUT_MS, signal: this.life.signal });
-      return r.status === 200 ? readGauge(r.body, this.inFlightMetric) : undefined;
-    } catch {
-      return undefined;
-    }
+    return readInFlight(this.baseUrl, this.inFlightMetric, this.life.signal);
   }
 
-  /**
-   * Removes the state file of an engine that is gone. Failing to is logged,
-   * not thrown: the engine is stopped whatever the disk says, and a stale
-   * file names a process that no longer matches its identity, which the next
-   * agent start judges dead and cleans. Throwing here once turned a
-   * successful stop on a read-only state directory into "stop failed" after
-   * STOPPED had been reported (found by the fault campaign).
-   */
-  async forgetStateFile(): Promise<void> {
-    // A drain being recorded would otherwise write the file back after it is gone.
-    await this.persisting;
-    try {
-      await removeStateFile(this.statePath);
-    } catch (err) {
-      this.ctx.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err) }, 'engine is gone but its state file could not be removed');
-    }
+  /** Removes the state file of an engine that is gone (StateFileWriter.remove); never throws. */
+  forgetStateFile(): Promise<void> {
+    return this.stateFile.remove();
   }
 
   /** The agent going away, or this runner replaced: every watch and wait ends; no process is touched. */

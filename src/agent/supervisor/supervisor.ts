@@ -1,35 +1,27 @@
 import { EventEmitter } from 'node:events';
 import { existsSync, unlinkSync } from 'node:fs';
-import { rm } from 'node:fs/promises';
 import type { SupervisorConfig } from '../config/agent-config.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
-import { formatDuration } from '../../lib/duration.js';
 import { errorMessage, failure } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
-import { LOG_CHECK_INTERVAL_MS, rotateLogIfNeeded } from '../../lib/files/rotate-log.js';
-import { readStateFile, readStateFileSync, removeStateFile } from '../../lib/files/state-file.js';
 import { tailFile } from '../../lib/files/tail-file.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
-import { findRecordedShardIds, judgeOrphan } from '../../lib/process/judge-orphan.js';
 import type { Orphan } from '../../lib/process/orphan.js';
-import { readProcStat } from '../../lib/process/proc-stat.js';
-import { checkIdentity } from '../../lib/process/process-identity.js';
-import { type EngineUids, agentUids, findProcessesLoggingTo, findProcessesLoggingUnder } from '../../lib/process/process-table.js';
-import { pruneShardLogs, shardIdOfAnyLog } from '../../lib/files/prune-shard-logs.js';
-import { terminateProcessGroup } from '../../lib/process/terminate-process-group.js';
+import { type EngineUids, agentUids } from '../../lib/process/process-table.js';
 import { assertShardId } from '../../lib/shard-id.js';
-import { previousRunLogPath, previousRunsDir, shardLogDir, shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
+import { previousRunLogPath, shardLogPath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
-import { readUnitStatus } from '../../lib/systemd/read-unit-status.js';
 import { type LauncherChoice, chooseLauncher } from './choose-launcher.js';
-import { isSameRun } from './engine-unit.js';
+import { findOrphans } from './find-orphans.js';
+import { type KillOrphanOptions, killOrphan } from './kill-orphan.js';
+import { LaunchAdmission, type Reservations } from './launch-admission.js';
 import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePath } from './launch-shard.js';
-import { stopEngineUnit } from './stop-engine-unit.js';
-import { judgeUnitOrphan } from './unit-orphan.js';
+import type { OrphanContext } from './orphan-context.js';
 import { reattachShard } from './reattach-shard.js';
 import { RepeatedStartError } from './repeated-start-error.js';
 import type { SettleOptions, ShardRunner, ShardRunnerContext } from './shard-runner.js';
+import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
 import { stateName } from './shard-transitions.js';
 
@@ -40,6 +32,8 @@ export type { ShardLaunch } from './launch-shard.js';
 export type { SettleOptions } from './shard-runner.js';
 export { ShardFailedError } from './shard-failed-error.js';
 export { RepeatedStartError } from './repeated-start-error.js';
+export { DEFAULT_MAX_CONCURRENT_LAUNCHES, MAX_PENDING_LAUNCHES, type Reservations } from './launch-admission.js';
+export { DEFAULT_LOG_RETENTION_BYTES, DEFAULT_LOG_RETENTION_MS, LOG_PRUNE_INTERVAL_MS } from './shard-log-housekeeping.js';
 
 export interface SupervisorOptions {
   config: SupervisorConfig;
@@ -65,33 +59,6 @@ export interface SupervisorOptions {
   signalOrphanGroup?: (pgid: number, sig: NodeJS.Signals) => void;
 }
 
-/**
- * One launch per GPU of an 8-GPU node at once; more wait their turn. Each
- * launch costs an executable lookup, a port probe and a fork: a control
- * plane sending thousands of starts must not turn them into thousands of
- * concurrent forks (finding 5 of the security review launched 20 with no
- * bound).
- */
-export const DEFAULT_MAX_CONCURRENT_LAUNCHES = 8;
-/**
- * Starts in progress (each holding its reservation) beyond which a start is
- * refused: far more than any node has shards, so only a flood reaches it.
- */
-export const MAX_PENDING_LAUNCHES = 64;
-
-/** How often logs of shards no longer supervised are pruned: they only grow when shards come and go. */
-export const LOG_PRUNE_INTERVAL_MS = 10 * 60_000;
-/** supervisor.log_retention's default: a week of evidence for an operator to look at. */
-export const DEFAULT_LOG_RETENTION_MS = 168 * 3_600_000;
-/** supervisor.log_retention_bytes's default. */
-export const DEFAULT_LOG_RETENTION_BYTES = 1024 ** 3;
-
-/** What shards hold exclusively, each with the id of the shard holding it. */
-export interface Reservations {
-  gpus: ReadonlyMap<number, string>;
-  ports: ReadonlyMap<number, string>;
-}
-
 /** A launch, or how to make one: validation runs after the shard id is reserved, so a repeat never validates beside it. */
 export type LaunchSource = ShardLaunch | (() => Promise<ShardLaunch>);
 
@@ -108,26 +75,12 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   private readonly log: Logger;
   private readonly ctx: ShardRunnerContext;
   private readonly runners = new Map<string, ShardRunner>();
-  /** Launches in progress: the one place concurrent starts of an id become one process. Undefined when it was refused. */
-  private readonly launching = new Map<string, Promise<ShardRunner | undefined>>();
-  /**
-   * The specs of launches in progress, claimed in reserve() before any
-   * await: what they will hold is held from that moment, not from when
-   * their runner reaches the table.
-   */
-  private readonly claims = new Map<string, StartShard>();
-  private readonly maxConcurrentLaunches: number;
-  private readonly maxPendingLaunches: number;
-  /** Launches past the concurrency bound, waiting for a slot, first come first served. */
-  private readonly slotWaiters: (() => void)[] = [];
-  private activeLaunches = 0;
+  private readonly admission: LaunchAdmission;
   private readonly files: ShardFileOwnership;
-  private readonly signalOrphanGroup: ((pgid: number, sig: NodeJS.Signals) => void) | undefined;
+  private readonly orphans: OrphanContext;
   /** Aborted by close(): ends launches in progress, touches no engine. */
   private readonly closing = new AbortController();
-  private readonly logTimer: NodeJS.Timeout;
-  private readonly pruneTimer: NodeJS.Timeout;
-  private logCheckRunning = false;
+  private readonly logs: ShardLogHousekeeping;
   private launcherChoice: Promise<LauncherChoice> | undefined;
 
   constructor(opts: SupervisorOptions) {
@@ -135,16 +88,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
     this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), launcher: () => this.launcher() };
-    this.maxConcurrentLaunches = opts.maxConcurrentLaunches ?? DEFAULT_MAX_CONCURRENT_LAUNCHES;
-    this.maxPendingLaunches = opts.maxPendingLaunches ?? MAX_PENDING_LAUNCHES;
+    const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
+    this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };
-    this.signalOrphanGroup = opts.signalOrphanGroup;
-    this.logTimer = setInterval(() => void this.checkLogs(), opts.logCheckIntervalMs ?? LOG_CHECK_INTERVAL_MS);
-    this.logTimer.unref();
-    this.pruneTimer = setInterval(() => {
-      this.pruneLogs().catch((err: unknown) => this.log.warn({ err: errorMessage(err) }, 'pruning old shard logs failed'));
-    }, opts.logPruneIntervalMs ?? LOG_PRUNE_INTERVAL_MS);
-    this.pruneTimer.unref();
+    this.orphans = { config: this.config, log: this.log, engineUids: this.files.engineUids, signalOrphanGroup: opts.signalOrphanGroup };
+    const isClaimed = (id: string) => this.admission.isClaimed(id);
+    const { config, log, engineUids } = this.orphans;
+    this.logs = new ShardLogHousekeeping({ config, log, engineUids, runners: this.runners, isClaimed, logCheckIntervalMs, logPruneIntervalMs });
   }
 
   // ---------------------------------------------------------------- start
@@ -183,10 +133,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     } finally {
       // Only after the runner is in the table, so that no repeat finds neither,
       // and no other start finds the GPUs free between claim and runner.
-      if (this.launching.get(id) === settled) {
-        this.launching.delete(id);
-        this.claims.delete(id);
-      }
+      this.admission.release(id, settled);
     }
   }
 
@@ -212,51 +159,19 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     const id = spec.shardId;
     const existing = this.runners.get(id);
     if (existing && !isTerminal(existing.currentState)) return { kind: 'running', runner: existing };
-    const pending = this.launching.get(id);
+    const pending = this.admission.pending(id);
     if (pending) return { kind: 'pending', launch: pending };
-    const held = this.reservations(id);
-    for (const g of spec.gpuIndices) {
-      const holder = held.gpus.get(g);
-      if (holder !== undefined) throw failure(`GPU ${g} is held by shard ${holder}; stop it first or place this shard elsewhere`);
-    }
-    const portHolder = spec.httpPort > 0 ? held.ports.get(spec.httpPort) : undefined;
-    if (portHolder !== undefined) throw failure(`http_port ${spec.httpPort} is already in use on this node by shard ${portHolder}; use another port`);
-    if (this.launching.size >= this.maxPendingLaunches) {
-      throw failure(`${this.launching.size} shard starts are in progress already, the most this agent takes at once; retry once some have settled`);
-    }
-    this.claims.set(id, spec);
-    const launch = this.launch(spec, source, existing);
-    // Repeats wait for this one; only its own caller hears why it was refused.
-    const settled = launch.then(
-      (r) => r,
-      () => undefined,
-    );
-    this.launching.set(id, settled);
+    const { launch, settled } = this.admission.claim(spec, () => this.launch(spec, source, existing));
     return { kind: 'new', launch, settled };
   }
 
-  /**
-   * GPUs and ports held by shards other than `exceptShardId`: every launch in
-   * progress, and every shard whose engine may still run, whatever its state
-   * (a FAILED one that never became ready is left running until stopped, and
-   * a second engine on its GPUs would fail after minutes of loading). Read
-   * synchronously, so it agrees with reserve().
-   */
+  /** GPUs and ports held by shards other than `exceptShardId` (LaunchAdmission.reservations). */
   reservations(exceptShardId = ''): Reservations {
-    const gpus = new Map<number, string>();
-    const ports = new Map<number, string>();
-    const hold = (id: string, spec: StartShard) => {
-      if (id === exceptShardId) return;
-      for (const g of spec.gpuIndices) gpus.set(g, id);
-      if (spec.httpPort > 0) ports.set(spec.httpPort, id);
-    };
-    for (const r of this.runners.values()) if (!isTerminal(r.currentState) || r.running) hold(r.shardId, r.spec);
-    for (const [id, spec] of this.claims) hold(id, spec);
-    return { gpus, ports };
+    return this.admission.reservations(exceptShardId);
   }
 
   private async launch(spec: StartShard, source: LaunchSource, previous: ShardRunner | undefined): Promise<ShardRunner> {
-    await this.takeLaunchSlot();
+    await this.admission.takeSlot();
     try {
       if (this.closing.signal.aborted) throw failure('the supervisor is closed');
       const launch = typeof source === 'function' ? await source() : source;
@@ -266,27 +181,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
       runner.begin(previous ? `relaunched after ${stateName(previous.currentState)}` : 'launched');
       return runner;
     } finally {
-      this.activeLaunches--;
-      this.slotWaiters.shift()?.();
+      this.admission.releaseSlot();
     }
-  }
-
-  /**
-   * Waits until fewer than maxConcurrentLaunches launches validate or
-   * launch, and counts this one in; throws (taking nothing) once close()
-   * has been called, so that no start waits for ever.
-   */
-  private async takeLaunchSlot(): Promise<void> {
-    while (this.activeLaunches >= this.maxConcurrentLaunches) {
-      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
-      if (this.closing.signal.aborted) throw failure('the supervisor is closed');
-    }
-    this.activeLaunches++;
   }
 
   /** Resolves once a start of `shardId` in progress has launched or been refused, so that a stop never races it. */
   async launchSettled(shardId: string): Promise<void> {
-    await this.launching.get(shardId);
+    await this.admission.pending(shardId);
   }
 
   /** Brings a launched or adopted shard to READY (see ShardRunner.settle); throws ShardFailedError when it cannot. */
@@ -385,134 +286,23 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     });
   }
 
-  private async checkLogs(): Promise<void> {
-    if (this.logCheckRunning) return;
-    this.logCheckRunning = true;
-    try {
-      for (const r of this.runners.values()) {
-        if (isTerminal(r.currentState) && !r.running) continue;
-        try {
-          if (await rotateLogIfNeeded(r.logPath, this.config.logMaxBytes)) {
-            this.log.info({ shard: r.shardId, replica: r.replicaId, pid: r.pid }, 'rotated shard log');
-          }
-        } catch (err) {
-          this.log.warn({ shard: r.shardId, err: errorMessage(err) }, 'rotating shard log failed');
-        }
-      }
-    } finally {
-      this.logCheckRunning = false;
-    }
-  }
-
-  /**
-   * Removes logs of shards no longer here, by supervisor.log_retention and
-   * log_retention_bytes (pruneShardLogs). Kept: every shard in the table or
-   * being launched, every shard a state file still records (an engine a
-   * previous agent left, not yet recovered) and every log an engine writes.
-   * Returns the file names removed.
-   */
-  async pruneLogs(): Promise<string[]> {
-    const dir = shardLogDir(this.config.logDir);
-    const written = new Set<string>();
-    for (const path of findProcessesLoggingUnder(dir, this.files.engineUids).keys()) {
-      const id = shardIdOfAnyLog(path.slice(dir.length + 1));
-      if (id !== undefined) written.add(id);
-    }
-    const recorded = new Set(findRecordedShardIds(this.config));
-    const removed = await pruneShardLogs({
-      dir,
-      previousRunsDir: previousRunsDir(this.config.logDir),
-      maxAgeMs: this.config.logRetentionMs ?? DEFAULT_LOG_RETENTION_MS,
-      maxTotalBytes: this.config.logRetentionBytes ?? DEFAULT_LOG_RETENTION_BYTES,
-      keep: (id) => this.runners.has(id) || this.claims.has(id) || recorded.has(id) || written.has(id),
-    });
-    if (removed.length > 0) this.log.info({ files: removed.length, first: removed[0] }, 'removed logs of shards no longer here');
-    return removed;
+  /** Removes logs of shards no longer here (ShardLogHousekeeping.pruneLogs); returns the file names removed. */
+  pruneLogs(): Promise<string[]> {
+    return this.logs.pruneLogs();
   }
 
   // ---------------------------------------------------------------- engines a previous agent left
 
-  /**
-   * Shards this instance does not supervise but a previous agent left
-   * behind, each judged alive or dead and identified or not (judgeOrphan).
-   */
-  async findOrphans(): Promise<Orphan[]> {
-    const dirs = { ...this.config, engineUids: this.files.engineUids };
-    const ids = findRecordedShardIds(dirs, (file) => this.log.warn({ file }, 'ignoring a state file whose name is not a shard id'));
-    const orphans: Orphan[] = [];
-    for (const id of ids.filter((id) => !this.runners.has(id))) {
-      const o = judgeOrphan(dirs, id);
-      const read = readStateFileSync(shardStatePath(this.config.stateDir, id), id);
-      orphans.push(read.ok ? await judgeUnitOrphan(o, read.file, this.log) : o);
-    }
-    return orphans;
+  /** Shards this instance does not supervise but a previous agent left behind (see findOrphans). */
+  findOrphans(): Promise<Orphan[]> {
+    return findOrphans(this.orphans, (id) => this.runners.has(id));
   }
 
-  /**
-   * Dead: the state file is removed and nothing is signalled. Alive: every
-   * process group still writing the shard's log (and the recorded group, if
-   * its identity still matches) is terminated, then the file is removed.
-   * A pid that merely appears in the file is never a reason to signal it.
-   *
-   * The groups are terminated together, not one after the other, and with
-   * `killWaitMs` the wait after SIGKILL is bounded: a group still running
-   * then (uninterruptible sleep) is left, its state file kept, and this
-   * throws saying so.
-   */
-  async killOrphan(o: Orphan, opts: { graceMs?: number; signal?: AbortSignal; killWaitMs?: number } = {}): Promise<void> {
+  /** Ends an engine a previous agent left, never one supervised here (see killOrphan). */
+  async killOrphan(o: Orphan, opts: KillOrphanOptions = {}): Promise<void> {
     assertShardId(o.shardId);
     if (this.runners.has(o.shardId)) throw failure(`shard ${o.shardId} is supervised here; stop it instead`);
-    const statePath = shardStatePath(this.config.stateDir, o.shardId);
-    const logPath = shardLogPath(this.config.logDir, o.shardId);
-    const graceMs = opts.graceMs ?? this.config.stopGraceMs;
-    const ownGroup = readProcStat(process.pid)?.pgrp;
-    const groups = new Set<number>();
-    const read = await readStateFile(statePath, o.shardId);
-    const unit = read.ok ? read.file.unit : undefined;
-    let unitStuck = false;
-    if (unit) {
-      // Its cgroup first: that ends workers outside its process group too. Only the recorded run, never another unit of the name.
-      const status = await readUnitStatus(unit.name).catch(() => undefined);
-      if (status && isSameRun(status, unit)) {
-        this.log.warn({ shard: o.shardId, unit: unit.name, reason: o.reason }, 'stopping the unit of an engine left by a previous agent');
-        unitStuck = (await stopEngineUnit(unit, { graceMs, signal: opts.signal, killWaitMs: opts.killWaitMs })) === 'unkillable';
-      }
-    }
-    if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) groups.add(read.file.pgid);
-    for (const p of findProcessesLoggingTo(logPath, this.files.engineUids)) groups.add(p.pgid);
-    // Never our own group: that would be the agent killing itself.
-    const targets = [...groups].filter((pgid) => pgid > 1 && pgid !== ownGroup);
-    const outcomes = await Promise.all(
-      targets.map((pgid) => {
-        this.log.warn({ shard: o.shardId, pgid, reason: o.reason }, 'killing an engine nothing can describe');
-        return terminateProcessGroup({
-          pgid,
-          // Still ours while a member of the group writes this shard's log, or the identified leader lives.
-          stillOurs: () =>
-            findProcessesLoggingTo(logPath, this.files.engineUids).some((p) => p.pgid === pgid) ||
-            (read.ok && read.file.pgid === pgid && checkIdentity(read.file.pid, read.file.identity, pgid).alive),
-          graceMs,
-          signal: opts.signal,
-          killWaitMs: opts.killWaitMs,
-          sendSignal: this.signalOrphanGroup,
-        });
-      }),
-    );
-    const stuck = targets.filter((_, i) => outcomes[i] === 'unkillable');
-    if (unitStuck) {
-      throw failure(
-        `shard ${o.shardId}: unit ${unit?.name} still runs ${formatDuration(opts.killWaitMs ?? 0)} after SIGKILL (uninterruptible sleep, such as a hung GPU driver call); left running, its GPUs may still be in use: see systemctl status ${unit?.name}`,
-      );
-    }
-    if (stuck.length > 0) {
-      // The state file stays: the next recovery (or `ctl adopt`) looks again.
-      throw failure(
-        `shard ${o.shardId}: process group ${stuck.join(', ')} still runs ${formatDuration(opts.killWaitMs ?? 0)} after SIGKILL (uninterruptible sleep, such as a hung GPU driver call); left running, its GPUs may still be in use: see ps -o pid,stat,wchan -g ${stuck[0]}`,
-      );
-    }
-    await removeStateFile(statePath);
-    // Its systemd-run environment (secrets) goes with it, as with remove().
-    await rm(shardEnvFilePath(this.config.stateDir, o.shardId), { force: true });
+    await killOrphan(this.orphans, o, opts);
   }
 
   /**
@@ -534,9 +324,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
   close(): void {
     if (this.closing.signal.aborted) return;
     this.closing.abort(failure('the supervisor is closed'));
-    clearInterval(this.logTimer);
-    clearInterval(this.pruneTimer);
-    for (const wake of this.slotWaiters.splice(0)) wake();
+    this.logs.close();
+    this.admission.wakeAll();
     for (const r of this.runners.values()) r.detach();
   }
 }

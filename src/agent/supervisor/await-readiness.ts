@@ -1,0 +1,27 @@
+import { formatDuration } from '../../lib/duration.js';
+import { waitStaysAlive, waitUntilServing } from './readiness-wait.js';
+
+/** How a readiness wait ended, with the words the shard's transition or error carries. */
+export type Readiness = { ready: true; why: string } | { ready: false; message: string };
+
+/**
+ * Waits for the readiness test of the rank: with `baseUrl`, /health answers
+ * and the served model is listed within `timeoutMs`; without, the engine
+ * stays alive `settleMs`. Ends early on `signal`; the caller checks the
+ * shard's state after it, since a death or stop meanwhile decides instead.
+ */
+export async function awaitReadiness(opts: {
+  baseUrl: string | undefined;
+  servedModelName: string;
+  settleMs: number;
+  timeoutMs: number;
+  signal: AbortSignal;
+}): Promise<Readiness> {
+  if (!opts.baseUrl) {
+    await waitStaysAlive(opts.settleMs, opts.signal);
+    return { ready: true, why: `stayed alive ${formatDuration(opts.settleMs)}` };
+  }
+  const outcome = await waitUntilServing({ baseUrl: opts.baseUrl, servedModelName: opts.servedModelName, timeoutMs: opts.timeoutMs, signal: opts.signal });
+  if (outcome.ready) return { ready: true, why: `answers /health and lists ${JSON.stringify(opts.servedModelName)}` };
+  return { ready: false, message: `not ready after ${formatDuration(opts.timeoutMs)}: ${outcome.reason}` };
+}

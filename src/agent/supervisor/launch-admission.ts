@@ -1,0 +1,151 @@
+import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { failure } from '../../lib/errors.js';
+import { isTerminal } from '../../lib/shard-states.js';
+import type { ShardRunner } from './shard-runner.js';
+
+/**
+ * One launch per GPU of an 8-GPU node at once; more wait their turn. Each
+ * launch costs an executable lookup, a port probe and a fork: a control
+ * plane sending thousands of starts must not turn them into thousands of
+ * concurrent forks (finding 5 of the security review launched 20 with no
+ * bound).
+ */
+export const DEFAULT_MAX_CONCURRENT_LAUNCHES = 8;
+/**
+ * Starts in progress (each holding its reservation) beyond which a start is
+ * refused: far more than any node has shards, so only a flood reaches it.
+ */
+export const MAX_PENDING_LAUNCHES = 64;
+
+/** What shards hold exclusively, each with the id of the shard holding it. */
+export interface Reservations {
+  gpus: ReadonlyMap<number, string>;
+  ports: ReadonlyMap<number, string>;
+}
+
+export interface LaunchAdmissionOptions {
+  /** The registry's shard table: what its runners hold is held. */
+  runners: ReadonlyMap<string, ShardRunner>;
+  /** Aborted by the registry's close(): a launch waiting for a slot gives up. */
+  closed: AbortSignal;
+  /** Default DEFAULT_MAX_CONCURRENT_LAUNCHES (8). */
+  maxConcurrentLaunches?: number;
+  /** Default MAX_PENDING_LAUNCHES (64). */
+  maxPendingLaunches?: number;
+}
+
+/**
+ * Which launches may begin: the launches in progress by shard id (the one
+ * place concurrent starts of an id become one process), what they claim
+ * (GPUs, port) from before their first await, and the bound on launches
+ * validating or launching at once.
+ */
+export class LaunchAdmission {
+  /** Launches in progress; undefined when it was refused. */
+  private readonly launching = new Map<string, Promise<ShardRunner | undefined>>();
+  /**
+   * The specs of launches in progress, claimed before any await: what they
+   * will hold is held from that moment, not from when their runner reaches
+   * the table.
+   */
+  private readonly claims = new Map<string, StartShard>();
+  /** Launches past the concurrency bound, waiting for a slot, first come first served. */
+  private readonly slotWaiters: (() => void)[] = [];
+  private activeLaunches = 0;
+  private readonly maxConcurrentLaunches: number;
+  private readonly maxPendingLaunches: number;
+
+  constructor(private readonly opts: LaunchAdmissionOptions) {
+    this.maxConcurrentLaunches = opts.maxConcurrentLaunches ?? DEFAULT_MAX_CONCURRENT_LAUNCHES;
+    this.maxPendingLaunches = opts.maxPendingLaunches ?? MAX_PENDING_LAUNCHES;
+  }
+
+  /** The launch of `shardId` in progress, if any. */
+  pending(shardId: string): Promise<ShardRunner | undefined> | undefined {
+    return this.launching.get(shardId);
+  }
+
+  /** Whether a launch of `shardId` is in progress (its logs are kept). */
+  isClaimed(shardId: string): boolean {
+    return this.claims.has(shardId);
+  }
+
+  /**
+   * Refuses GPUs or a port another shard holds or is launching on, or one
+   * launch too many; otherwise claims them and starts `launch`. Synchronous,
+   * so that it agrees with the caller's checks made just before it.
+   */
+  claim(spec: StartShard, launch: () => Promise<ShardRunner>): { launch: Promise<ShardRunner>; settled: Promise<ShardRunner | undefined> } {
+    const id = spec.shardId;
+    const held = this.reservations(id);
+    for (const g of spec.gpuIndices) {
+      const holder = held.gpus.get(g);
+      if (holder !== undefined) throw failure(`GPU ${g} is held by shard ${holder}; stop it first or place this shard elsewhere`);
+    }
+    const portHolder = spec.httpPort > 0 ? held.ports.get(spec.httpPort) : undefined;
+    if (portHolder !== undefined) throw failure(`http_port ${spec.httpPort} is already in use on this node by shard ${portHolder}; use another port`);
+    if (this.launching.size >= this.maxPendingLaunches) {
+      throw failure(`${this.launching.size} shard starts are in progress already, the most this agent takes at once; retry once some have settled`);
+    }
+    this.claims.set(id, spec);
+    const launched = launch();
+    // Repeats wait for this one; only its own caller hears why it was refused.
+    const settled = launched.then(
+      (r) => r,
+      () => undefined,
+    );
+    this.launching.set(id, settled);
+    return { launch: launched, settled };
+  }
+
+  /** Ends the claim of `settled`, the launch claim() started (a newer one of the id keeps its own). */
+  release(shardId: string, settled: Promise<ShardRunner | undefined>): void {
+    if (this.launching.get(shardId) !== settled) return;
+    this.launching.delete(shardId);
+    this.claims.delete(shardId);
+  }
+
+  /**
+   * GPUs and ports held by shards other than `exceptShardId`: every launch in
+   * progress, and every shard whose engine may still run, whatever its state
+   * (a FAILED one that never became ready is left running until stopped, and
+   * a second engine on its GPUs would fail after minutes of loading). Read
+   * synchronously, so it agrees with claim().
+   */
+  reservations(exceptShardId = ''): Reservations {
+    const gpus = new Map<number, string>();
+    const ports = new Map<number, string>();
+    const hold = (id: string, spec: StartShard) => {
+      if (id === exceptShardId) return;
+      for (const g of spec.gpuIndices) gpus.set(g, id);
+      if (spec.httpPort > 0) ports.set(spec.httpPort, id);
+    };
+    for (const r of this.opts.runners.values()) if (!isTerminal(r.currentState) || r.running) hold(r.shardId, r.spec);
+    for (const [id, spec] of this.claims) hold(id, spec);
+    return { gpus, ports };
+  }
+
+  /**
+   * Waits until fewer than maxConcurrentLaunches launches validate or
+   * launch, and counts this one in; throws (taking nothing) once the
+   * registry is closed, so that no start waits for ever.
+   */
+  async takeSlot(): Promise<void> {
+    while (this.activeLaunches >= this.maxConcurrentLaunches) {
+      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
+      if (this.opts.closed.aborted) throw failure('the supervisor is closed');
+    }
+    this.activeLaunches++;
+  }
+
+  /** Gives back the slot takeSlot() took, to the launch waiting longest. */
+  releaseSlot(): void {
+    this.activeLaunches--;
+    this.slotWaiters.shift()?.();
+  }
+
+  /** Wakes every launch waiting for a slot, so that each sees the registry closed. */
+  wakeAll(): void {
+    for (const wake of this.slotWaiters.splice(0)) wake();
+  }
+}

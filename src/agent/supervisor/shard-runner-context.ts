@@ -1,0 +1,14 @@
+import type { SupervisorConfig } from '../config/agent-config.js';
+import type { Logger } from '../../lib/logger.js';
+import type { LauncherChoice } from './choose-launcher.js';
+import type { ShardTransition } from './shard-snapshot.js';
+
+/** What every runner of one supervisor shares. */
+export interface ShardRunnerContext {
+  config: SupervisorConfig;
+  log: Logger;
+  /** Hears every transition of the shard, after it is made and logged. */
+  onTransition: (t: ShardTransition) => void;
+  /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
+  launcher?: () => Promise<LauncherChoice>;
+}

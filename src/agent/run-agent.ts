@@ -15,6 +15,7 @@ import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './discovery/gpu-me
 import { logGpuSource, openGpuSource } from './discovery/open-gpu-source.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { Supervisor } from './supervisor/supervisor.js';
+import { engineUidsFor } from '../lib/process/process-table.js';
 
 export interface RunAgentOptions {
   config: AgentConfig;
@@ -34,7 +35,8 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
   // An unknown group is the admin server's configuration error, reported when it listens.
   const logGid = c.admin.group === '' ? undefined : findGroup({ name: c.admin.group })?.gid;
-  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid });
+  const engineUids = engineUidsFor(Object.values(c.engines).map((e) => e?.user));
+  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids });
   // One NVML for the agent's life (discovery, memory readings, the health
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });

@@ -1,11 +1,18 @@
 import type { ChildProcess } from 'node:child_process';
 import { errorMessage } from '../../lib/errors.js';
 import { type ProcessIdentity, checkIdentity } from '../../lib/process/process-identity.js';
+import { watchPidExit } from '../../lib/process/pidfd.js';
 import type { EngineUnit } from './engine-unit.js';
 import { readUnitExit } from './read-unit-exit.js';
 
 /** How often an adopted engine (not our child: no exit event) is checked for being gone. The issue's bound: at most every 500 ms. */
 export const IDENTITY_POLL_MS = 500;
+/**
+ * With a pidfd watching an adopted engine, the identity poll is only a
+ * backstop: it catches a watch that never fires (an fd closed under us), not
+ * the common death, which the pidfd reports at once (issue 18, bench 3b).
+ */
+export const PIDFD_BACKSTOP_MS = 5000;
 /**
  * How often a unit engine's main pid is looked at. Its exit status is
  * systemd's to read, but only once the death is seen: every 25 ms keeps
@@ -34,6 +41,9 @@ export function watchDeath(opts: {
   unit?: EngineUnit;
   signal: AbortSignal;
   onDeath: (info: DeathInfo) => void;
+  /** The identity poll's interval while a pidfd watches (tests make it long so only the pidfd can see a death). */
+  backstopMs?: number;
+  log?: { debug(obj: object, msg: string): void };
 }): void {
   const { child, signal, unit } = opts;
   if (signal.aborted) return;
@@ -48,27 +58,50 @@ export function watchDeath(opts: {
     signal.addEventListener('abort', () => child.off('exit', onExit), { once: true });
     return;
   }
-  const timer = setInterval(
-    () => {
-      const check = checkIdentity(opts.pid, opts.identity);
-      if (check.alive) return;
-      clearInterval(timer);
-      if (!unit) {
-        opts.onDeath({ known: false, reason: check.reason });
-        return;
+  let reported = false;
+  const check = () => {
+    if (reported || signal.aborted) return;
+    const seen = checkIdentity(opts.pid, opts.identity);
+    if (seen.alive) return;
+    reported = true;
+    clearInterval(timer);
+    if (!unit) {
+      opts.onDeath({ known: false, reason: seen.reason });
+      return;
+    }
+    void readUnitExit(unit, opts.pid, signal).then(
+      (r) =>
+        'exit' in r
+          ? opts.onDeath({ known: true, ...r.exit, recordedBy: `systemd, ${unit.name} Result=${r.result}` })
+          : opts.onDeath({ known: false, reason: `${seen.reason}; ${r.reason}` }),
+      (err: unknown) => {
+        if (!signal.aborted) opts.onDeath({ known: false, reason: `${seen.reason}; its unit's status could not be read: ${errorMessage(err)}` });
+      },
+    );
+  };
+  // A unit engine keeps its fast poll: its status is systemd's, read once
+  // the death is seen. A direct adopted engine is watched by pidfd, with the
+  // poll slowed to a backstop; without pidfd the poll is all there is.
+  let pollMs = unit ? UNIT_DEATH_POLL_MS : IDENTITY_POLL_MS;
+  if (!unit) {
+    const watch = watchPidExit(opts.pid, signal, check);
+    if (watch.kind === 'watching') {
+      pollMs = opts.backstopMs ?? PIDFD_BACKSTOP_MS;
+    } else if (watch.kind === 'unsupported') {
+      if (!unsupportedLogged) {
+        unsupportedLogged = true;
+        opts.log?.debug({ reason: watch.reason }, 'no pidfd: adopted engines are checked by polling /proc every 500 ms');
       }
-      void readUnitExit(unit, opts.pid, signal).then(
-        (r) =>
-          'exit' in r
-            ? opts.onDeath({ known: true, ...r.exit, recordedBy: `systemd, ${unit.name} Result=${r.result}` })
-            : opts.onDeath({ known: false, reason: `${check.reason}; ${r.reason}` }),
-        (err: unknown) => {
-          if (!signal.aborted) opts.onDeath({ known: false, reason: `${check.reason}; its unit's status could not be read: ${errorMessage(err)}` });
-        },
-      );
-    },
-    unit ? UNIT_DEATH_POLL_MS : IDENTITY_POLL_MS,
-  );
+    }
+  }
+  const timer = setInterval(check, pollMs);
   timer.unref();
   signal.addEventListener('abort', () => clearInterval(timer), { once: true });
+  // The pidfd names whatever has the pid when it was opened: the identity is
+  // checked again now, so a pid reused just before the open is seen as the
+  // engine's death, not watched as the engine; 'gone' is checked now too.
+  check();
 }
+
+/** Said once per agent, not once per adopted engine. */
+let unsupportedLogged = false;

@@ -74,6 +74,11 @@ export async function launchDirect(plan: LaunchPlan, logPath: string): Promise<L
       detached: true,
       stdio: ['ignore', fd, fd],
       env: plan.env,
+      // engines.<name>.user: libuv calls setgroups(0) before setgid/setuid
+      // in the child, so root's supplementary groups are dropped too. The
+      // log fd was opened above, as root, and is inherited: the engine user
+      // needs no write access to the log directory.
+      ...(plan.user ? { uid: plan.user.uid, gid: plan.user.gid } : {}),
     });
   } finally {
     // The child has its own copy; ours would only keep the file open.
@@ -113,7 +118,11 @@ export function systemdEngineEnv(plan: LaunchPlan, base: NodeJS.ProcessEnv = pro
 
 /** The engine environment each launcher starts from (engineEnv or systemdEngineEnv), with the plan's on top. */
 export function engineEnvFor(launcher: Launcher, plan: LaunchPlan): Record<string, string> {
-  return launcher === 'systemd-run' ? systemdEngineEnv(plan) : engineEnv(plan);
+  const env = launcher === 'systemd-run' ? systemdEngineEnv(plan) : engineEnv(plan);
+  // An engine run as its own user must not write caches (HF, torch, pip)
+  // under root's HOME, which it cannot, or find root's dotfiles: its HOME is its own.
+  if (plan.user) Object.assign(env, { HOME: plan.user.home, USER: plan.user.name, LOGNAME: plan.user.name });
+  return env;
 }
 
 /**
@@ -160,7 +169,10 @@ export async function launchSystemdRun(
     throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${errorMessage(err)}`, { cause: err });
   }
   await writeFileAtomic(envFile, environmentFileText(plan.env), 0o600);
-  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, envFile, opts);
+  // engines.<name>.user under systemd: the unit's User=/Group= (systemd drops
+  // supplementary groups and opens the log as root before switching).
+  const unitOpts = plan.user ? { ...opts, properties: { ...opts.properties, User: String(plan.user.uid), Group: String(plan.user.gid) } } : opts;
+  const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, envFile, unitOpts);
   // Only the systemd-run launcher needs execa; direct launches do not load it.
   const { execa } = await import('execa');
   try {

@@ -39,8 +39,20 @@ export interface LoggingProcess {
  */
 export type EngineUids = ReadonlySet<number>;
 
-/** The uid engines run as today: the agent's own, since engines inherit it. */
+/** The uid engines run as when none is configured: the agent's own, since engines inherit it. */
 export const agentUids = (): EngineUids => new Set([process.geteuid?.() ?? 0]);
+
+/**
+ * The uids a shard log's writer may run as: the agent's own (engines with no
+ * `user`) and every configured engine user's. Without the latter, an engine
+ * run as `nobody` would not count as its log's writer, and a live engine
+ * would be taken for no engine at all.
+ */
+export function engineUidsFor(users: Iterable<{ uid: number } | undefined>): EngineUids {
+  const uids = new Set(agentUids());
+  for (const u of users) if (u) uids.add(u.uid);
+  return uids;
+}
 
 /** O_ACCMODE of a file descriptor's open flags (fdinfo "flags:", octal). */
 const O_ACCMODE = 0o3;

@@ -2,6 +2,7 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type DeathInfo, watchDeath } from '../../../src/agent/supervisor/death-watch.js';
+import { watchPidExit } from '../../../src/lib/process/pidfd.js';
 import { readProcessIdentity } from '../../../src/lib/process/process-identity.js';
 import { until } from '../../helpers/engine-processes.js';
 
@@ -42,6 +43,40 @@ describe('watchDeath', () => {
     await until(() => seen.length > 0, 'the death report');
     await new Promise((r) => setTimeout(r, 1200));
     expect(seen).toEqual([{ known: false, reason: `process ${pid} is gone` }]);
+  });
+
+  it("sees a non-child's death through its pidfd, not the poll (the backstop is made too long to)", async () => {
+    const child = sleeper();
+    const pid = child.pid as number;
+    const identity = readProcessIdentity(pid)!;
+    const seen: DeathInfo[] = [];
+    const ac = new AbortController();
+    // Without pidfd the watch falls back to the 500 ms poll, which would also pass below: require it here.
+    const probe = new AbortController();
+    expect(watchPidExit(pid, probe.signal, () => {}).kind).toBe('watching');
+    probe.abort();
+    // An hour's backstop: if the pidfd path were not taken, nothing would report within the test's timeout.
+    watchDeath({ pid, identity, signal: ac.signal, backstopMs: 3_600_000, onDeath: (i) => seen.push(i) });
+    try {
+      expect(seen).toEqual([]);
+      child.kill('SIGKILL');
+      await once(child, 'exit');
+      await until(() => seen.length > 0, 'the death report through the pidfd');
+      expect(seen).toEqual([{ known: false, reason: `process ${pid} is gone` }]);
+    } finally {
+      ac.abort();
+    }
+  });
+
+  it('reports at once an engine already gone when the watch starts', () => {
+    const seen: DeathInfo[] = [];
+    // This process's pid with another start time, as a reused pid reads: the start check must say gone without waiting.
+    const identity = { ...readProcessIdentity(process.pid)!, startTime: '0' };
+    const ac = new AbortController();
+    watchDeath({ pid: process.pid, identity, signal: ac.signal, backstopMs: 3_600_000, onDeath: (i) => seen.push(i) });
+    ac.abort();
+    expect(seen).toHaveLength(1);
+    expect(seen[0]?.known).toBe(false);
   });
 
   it('says nothing once its signal is aborted (the agent going away)', async () => {

@@ -3,7 +3,7 @@ import { closeSync, constants, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { findProcessesLoggingTo, findProcessesLoggingUnder } from '../../../src/lib/process/process-table.js';
+import { engineUidsFor, findProcessesLoggingTo, findProcessesLoggingUnder } from '../../../src/lib/process/process-table.js';
 import { until } from '../../helpers/engine-processes.js';
 
 const NOBODY = 65534;
@@ -48,6 +48,18 @@ describe('findProcessesLoggingTo', () => {
     await running(w);
     expect(findProcessesLoggingTo(log).map((p) => p.pid)).toEqual([w.pid]);
     expect([...findProcessesLoggingUnder(dir).keys()]).toEqual([log]);
+  });
+
+  it('counts a writer running as a configured engine user only once that user is among the engine uids', async () => {
+    const log = join(dir, 's.log');
+    writeFileSync(log, '');
+    const w = holder(log, constants.O_WRONLY | constants.O_APPEND, NOBODY);
+    await running(w);
+    // The agent's own uid alone: a nobody writer is someone else's, as before engines.<name>.user.
+    expect(findProcessesLoggingTo(log)).toEqual([]);
+    const uids = engineUidsFor([undefined, { uid: NOBODY }]);
+    expect([...uids].sort()).toEqual([0, NOBODY]);
+    expect(findProcessesLoggingTo(log, uids).map((p) => p.pid)).toEqual([w.pid]);
   });
 
   it('does not count a process that has the log open read-only (security review, finding 4)', async () => {

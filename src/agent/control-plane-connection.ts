@@ -1,4 +1,5 @@
 import { ConnectError } from '@connectrpc/connect';
+import { abortableSleep } from '../lib/abortable-sleep.js';
 import { errnoCode } from '../lib/errno.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -147,7 +148,7 @@ export class ControlPlaneConnection {
           this.log.info({ retryInMs: delayMs }, 'control plane closed the stream; reconnecting');
           if (delayMs > 0) {
             this.state.transition({ phase: 'retrying', attempt: 0, error: 'the control plane closed the stream', nextAttemptAtMs: Date.now() + delayMs });
-            await sleep(delayMs, signal);
+            await abortableSleep(delayMs, signal);
           }
           next = { phase: 'connecting', cleanClose: true };
           continue;
@@ -165,27 +166,13 @@ export class ControlPlaneConnection {
       const why = withCertificateHint(describeStreamError(error), this.tls);
       this.state.transition({ phase: 'retrying', attempt: backoffAttempt, error: why, nextAttemptAtMs: Date.now() + delayMs });
       this.log.warn({ err: why, attempt: backoffAttempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');
-      await sleep(delayMs, signal);
+      await abortableSleep(delayMs, signal);
       next = { phase: 'connecting' };
     }
     this.state.transition({ phase: 'stopping' });
     hooks.onStopping?.();
     this.state.transition({ phase: 'stopped' });
   }
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts; never rejects, and leaves no listener behind. */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
 
 /**

@@ -1,4 +1,5 @@
 import { clone, create, equals } from '@bufbuild/protobuf';
+import { abortableSleep } from '../lib/abortable-sleep.js';
 import { type Inventory, InventorySchema } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -76,7 +77,7 @@ export class InventoryWatcher {
       void this.rescan(signal);
     } else {
       const waitMs = this.opts.firstScanWaitMs ?? FIRST_SCAN_WAIT_MS;
-      const inTime = await Promise.race([this.rescan(signal).then(() => true), delay(waitMs, signal).then(() => false)]);
+      const inTime = await Promise.race([this.rescan(signal).then(() => true), abortableSleep(waitMs, signal).then(() => false)]);
       // `scanned` and not `inTime` alone: a scan that ended in the same tick
       // as the bound has set the real inventory, which must not be replaced.
       if (!inTime && !this.scanned && !signal.aborted) {
@@ -134,20 +135,6 @@ export class InventoryWatcher {
       log.warn({ err: errorMessage(err) }, 'rediscovery failed; keeping the last inventory');
     }
   }
-}
-
-/** Resolves after `ms`, or at once when `signal` aborts; leaves no timer or listener behind. */
-function delay(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const done = () => {
-      clearTimeout(timer);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const timer = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
 
 /** The inventory without readings that change every second, for change detection. */

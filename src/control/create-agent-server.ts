@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
-import { configError, errnoCode } from '../lib/errors.js';
+import { describeErrno } from '../lib/errno.js';
+import { configError } from '../lib/errors.js';
 
 /** PEM file paths for mutual TLS. */
 export interface AgentServerTls {
@@ -46,7 +47,6 @@ function readPem(path: string, what: string): Buffer {
   try {
     return readFileSync(path);
   } catch (err) {
-    const why = errnoCode(err) === 'ENOENT' ? 'no such file' : errnoCode(err) === 'EACCES' ? 'permission denied' : String(err);
-    throw configError(`tls ${what}: cannot read ${path}: ${why}`, { cause: err });
+    throw configError(`tls ${what}: cannot read ${path}: ${describeErrno(err)}`, { cause: err });
   }
 }

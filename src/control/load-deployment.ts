@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Node, type YAMLMap } from 'yaml';
 import { parseDuration } from '../lib/duration.js';
-import { configError, errnoCode } from '../lib/errors.js';
+import { describeErrno } from '../lib/errno.js';
+import { configError } from '../lib/errors.js';
 import { nearestName } from '../lib/nearest-name.js';
 import {
   DEFAULT_STARTUP_TIMEOUT_MS,
@@ -43,9 +44,7 @@ export function loadDeployment(path: string): Deployment {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    const code = errnoCode(err);
-    const why = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'it is a directory' : String(err);
-    throw configError(`cannot read deployment ${path}: ${why}`, { cause: err });
+    throw configError(`cannot read deployment ${path}: ${describeErrno(err)}`, { cause: err });
   }
   return parseDeployment(text, path);
 }

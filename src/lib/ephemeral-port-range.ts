@@ -18,7 +18,7 @@ export interface PortRange {
  * the engine then fails to bind, minutes into loading a model.
  */
 export async function readEphemeralPortRange(path = IP_LOCAL_PORT_RANGE): Promise<PortRange | undefined> {
-  return parsePortRange(await readFile(path, 'utf8').catch(() => undefined));
+  return parseProcPortRange(await readFile(path, 'utf8').catch(() => undefined));
 }
 
 /** readEphemeralPortRange for a constructor that runs once (the control plane's): one small /proc file. */
@@ -29,10 +29,10 @@ export function readEphemeralPortRangeSync(path = IP_LOCAL_PORT_RANGE): PortRang
   } catch {
     text = undefined;
   }
-  return parsePortRange(text);
+  return parseProcPortRange(text);
 }
 
-function parsePortRange(text: string | undefined): PortRange | undefined {
+function parseProcPortRange(text: string | undefined): PortRange | undefined {
   const m = text === undefined ? null : /^\s*(\d+)\s+(\d+)\s*$/.exec(text);
   if (!m) return undefined;
   const low = Number(m[1]);

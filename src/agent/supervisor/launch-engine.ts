@@ -3,7 +3,7 @@ import { closeSync, constants, openSync } from 'node:fs';
 import { once } from 'node:events';
 import { rm } from 'node:fs/promises';
 import type { Launcher } from '../config/agent-config.js';
-import { errorMessage, failure } from '../../lib/errors.js';
+import { errorMessage, failure, LlmgwError } from '../../lib/errors.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { LOG_FILE_MODE } from '../../lib/files/log-file-modes.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
@@ -165,7 +165,7 @@ export async function launchSystemdRun(
   try {
     await clearEndedUnit(unit, signal);
   } catch (err) {
-    if (err instanceof Error && err.name === 'LlmgwError') throw err;
+    if (err instanceof LlmgwError) throw err;
     throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${errorMessage(err)}`, { cause: err });
   }
   await writeFileAtomic(envFile, environmentFileText(plan.env), 0o600);

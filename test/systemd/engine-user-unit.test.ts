@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
@@ -81,10 +81,12 @@ function runtimePackageDirs(): string[] {
  */
 function copyCliForNobody(): string {
   const root = mkdtempSync(join(tmpdir(), 'llmgw-unituser-cli-'));
-  for (const part of ['bin', 'dist', 'package.json', 'oclif.manifest.json']) {
-    if (existsSync(join(REPO_ROOT, part))) cpSync(join(REPO_ROOT, part), join(root, part), { recursive: true });
-  }
-  for (const dir of runtimePackageDirs()) cpSync(dir, join(root, relative(REPO_ROOT, dir)), { recursive: true, dereference: true });
+  const own = ['bin', 'dist', 'package.json', 'oclif.manifest.json'].filter((part) => existsSync(join(REPO_ROOT, part)));
+  // A package nested in another's node_modules comes with it.
+  const dirs = runtimePackageDirs().map((d) => relative(REPO_ROOT, d));
+  const outermost = dirs.filter((d) => !dirs.some((o) => d.startsWith(`${o}/`)));
+  // One cp, dereferencing the checkout's node_modules symlink: Node's cpSync took seconds over these files.
+  execFileSync('cp', ['-rL', '--parents', '--', ...own, ...outermost, root], { cwd: REPO_ROOT });
   execFileSync('chmod', ['-R', 'a+rX,go-w', root]);
   return root;
 }

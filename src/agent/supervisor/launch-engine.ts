@@ -169,8 +169,10 @@ export async function launchSystemdRun(
     throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${errorMessage(err)}`, { cause: err });
   }
   await writeFileAtomic(envFile, environmentFileText(plan.env), 0o600);
-  // engines.<name>.user under systemd: the unit's User=/Group= (systemd drops
-  // supplementary groups and opens the log as root before switching).
+  // engines.<name>.user under systemd: the unit's User=/Group=. systemd opens
+  // the log and reads envFile as root, before switching, so neither needs to be
+  // the user's; it gives the process the account's own groups from the group
+  // database (initgroups), never root's (test/systemd/engine-user-unit.test.ts).
   const unitOpts = plan.user ? { ...opts, properties: { ...opts.properties, User: String(plan.user.uid), Group: String(plan.user.gid) } } : opts;
   const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, envFile, unitOpts);
   // Only the systemd-run launcher needs execa; direct launches do not load it.

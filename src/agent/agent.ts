@@ -49,6 +49,13 @@ export interface GpuHealthView {
 export type { AdoptOutcomeKind, AdoptResultView } from './recover-engines.js';
 
 /**
+ * How long hardware reads (the cached-inventory rescan, the memory sampler)
+ * wait for the first Register to go out before they start anyway: a control
+ * plane that does not answer must not leave the inventory unchecked.
+ */
+export const HARDWARE_HEAD_START_MS = 2000;
+
+/**
  * The node agent: hardware discovery, engine recovery, and one Connect
  * stream to the control plane for as long as it runs. It assembles the parts
  * that do each (ControlPlaneConnection, StatusReporter, InventoryWatcher, the
@@ -75,6 +82,8 @@ export class Agent {
   private readonly connection: ControlPlaneConnection;
   private readonly commands: ShardCommands;
   private readonly recovery: RecoverEngines;
+  /** Set while the first session's Register is awaited (firstRegisterOut). */
+  private firstEstablished: (() => void) | undefined;
   private health: GpuHealthWatch | undefined;
   private healthClosed: Promise<void> | undefined;
   /** Per GPU, the fault the last Inventory sent carried: a new Inventory goes out when it changes. */
@@ -101,7 +110,10 @@ export class Agent {
         register: () => buildRegister(this.node, this.inventory, opts.supervisor.list()),
         heartbeat: () => this.heartbeat(),
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
-        onEstablished: () => this.reporter.onSessionEstablished(),
+        onEstablished: () => {
+          this.reporter.onSessionEstablished();
+          this.firstEstablished?.();
+        },
         onClosed: () => this.reporter.onSessionClosed(),
         onControlMessage: (m, outbox) => this.onControlMessage(m, outbox),
       },
@@ -207,8 +219,9 @@ export class Agent {
       this.healthClosed ??= this.health?.close();
     };
     try {
-      await this.inventoryWatcher.start(signal);
-      this.opts.sampler.start();
+      const registered = this.firstRegisterOut(signal);
+      await this.inventoryWatcher.start(signal, { rescanAfter: registered });
+      void registered.then(() => this.opts.sampler.start());
       if (!signal.aborted) await this.startGpuHealth();
       await this.connection.run(signal, { onFirstAttempt: hooks.onFirstAttempt, onStopping: stopWatching });
     } finally {
@@ -218,6 +231,30 @@ export class Agent {
       // The caller closes NVML next: no event wait may still be running on its worker thread then.
       await this.healthClosed;
     }
+  }
+
+  /**
+   * Resolves once the first session's Register has gone out and what was
+   * queued behind it (the adopted shards' READY) has had its turn, or after
+   * HARDWARE_HEAD_START_MS when no control plane answers; at once on abort.
+   * The cached-inventory rescan and the memory sampler start then: each
+   * spawns nvidia-smi, ~40 ms of the agent's CPU that an agent with 8
+   * adopted shards spent before READY reached the stream (bench floor-d).
+   */
+  private firstRegisterOut(signal: AbortSignal): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = () => {
+        clearTimeout(timer);
+        signal.removeEventListener('abort', done);
+        this.firstEstablished = undefined;
+        resolve();
+      };
+      const timer = setTimeout(done, HARDWARE_HEAD_START_MS);
+      timer.unref();
+      signal.addEventListener('abort', done, { once: true });
+      // setImmediate: the statuses queued behind Register are written in the turn that took it.
+      this.firstEstablished = () => setImmediate(done);
+    });
   }
 
   /**

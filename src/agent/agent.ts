@@ -49,9 +49,17 @@ export interface GpuHealthView {
 export type { AdoptOutcomeKind, AdoptResultView } from './recover-engines.js';
 
 /**
- * How long hardware reads (the cached-inventory rescan, the memory sampler)
- * wait for the first Register to go out before they start anyway: a control
- * plane that does not answer must not leave the inventory unchecked.
+ * How long after the first Register is out hardware reads (the
+ * cached-inventory rescan, the memory sampler) start: the adopted shards'
+ * READY follows Register at once, and an engine that dies then must reach
+ * the stream as fast as ever. Started right after Register, their nvidia-smi
+ * spawns took the CPU such a death waited for (bench 3b: 25 → 70 ms).
+ */
+export const HARDWARE_AFTER_REGISTER_MS = 1000;
+/**
+ * How long hardware reads wait for the first Register to go out before they
+ * start anyway: a control plane that does not answer must not leave the
+ * inventory unchecked.
  */
 export const HARDWARE_HEAD_START_MS = 2000;
 
@@ -234,26 +242,30 @@ export class Agent {
   }
 
   /**
-   * Resolves once the first session's Register has gone out and what was
-   * queued behind it (the adopted shards' READY) has had its turn, or after
-   * HARDWARE_HEAD_START_MS when no control plane answers; at once on abort.
-   * The cached-inventory rescan and the memory sampler start then: each
-   * spawns nvidia-smi, ~40 ms of the agent's CPU that an agent with 8
-   * adopted shards spent before READY reached the stream (bench floor-d).
+   * Resolves HARDWARE_AFTER_REGISTER_MS after the first session's Register
+   * has gone out, or HARDWARE_HEAD_START_MS after the start when no control
+   * plane answers; at once on abort. The cached-inventory rescan and the
+   * memory sampler start then: each spawns nvidia-smi, ~40 ms of the agent's
+   * CPU that an agent with 8 adopted shards spent before their READY reached
+   * the stream (bench floor-d). Nothing needs them sooner: Register carries
+   * the cached inventory, and heartbeats come every heartbeat_interval (5 s).
    */
   private firstRegisterOut(signal: AbortSignal): Promise<void> {
     return new Promise<void>((resolve) => {
-      const done = () => {
+      let timer = setTimeout(done, HARDWARE_HEAD_START_MS);
+      timer.unref();
+      function done() {
         clearTimeout(timer);
         signal.removeEventListener('abort', done);
-        this.firstEstablished = undefined;
         resolve();
-      };
-      const timer = setTimeout(done, HARDWARE_HEAD_START_MS);
-      timer.unref();
+      }
       signal.addEventListener('abort', done, { once: true });
-      // setImmediate: the statuses queued behind Register are written in the turn that took it.
-      this.firstEstablished = () => setImmediate(done);
+      this.firstEstablished = () => {
+        this.firstEstablished = undefined;
+        clearTimeout(timer);
+        timer = setTimeout(done, HARDWARE_AFTER_REGISTER_MS);
+        timer.unref();
+      };
     });
   }
 

@@ -215,8 +215,9 @@ async function deathReport(adopted: boolean, rounds: number): Promise<number[]> 
 async function fig3(): Promise<void> {
   const own = median(await deathReport(false, 5));
   rows.push({ figure: '3a engine SIGKILL → FAILED on the stream, own child', measured: ms(own), reference: '-', target: '<= 100 ms', met: own <= 100 });
-  const adopted = median(await deathReport(true, 3));
-  rows.push({ figure: '3b engine SIGKILL → FAILED on the stream, adopted', measured: ms(adopted), reference: '-', target: '<= 600 ms', met: adopted <= 600 });
+  const adopted = median(await deathReport(true, 5));
+  // Issue 18: an adopted engine's death as fast as a child's, through its pidfd.
+  rows.push({ figure: '3b engine SIGKILL → FAILED on the stream, adopted', measured: ms(adopted), reference: `${ms(own)} (3a)`, target: '<= 50 ms', met: adopted <= 50 });
 }
 
 /**

@@ -8,10 +8,20 @@
  * `npm run build` after tsc; dist/ must be built.
  *
  * Kept out of the bundle, and resolved from node_modules as before: koffi
- * (its prebuilt native binary), and what is imported lazily after Register
- * or only on request (execa, for engines and nvidia-smi; prom-client, with
- * metrics_addr; pino-pretty, on a terminal): in the bundle V8 would still
- * parse them at every start.
+ * (its prebuilt native binary), and what is loaded only on request
+ * (prom-client, with metrics_addr; pino-pretty, on a terminal): in the
+ * bundle V8 would still parse them at every start. execa is bundled: every
+ * agent runs nvidia-smi through it right after Register, and loading its ~50
+ * modules one by one then took 140–240 ms of the main thread, just when
+ * adopted shards are probed and reported READY and an adopted engine's
+ * death must reach the stream (bench 3b: 126 ms, 25–35 ms bundled); in the
+ * bundle it costs ~10 ms of parsing at start.
+ *
+ * An external's static import is hoisted to the top of the bundle, so it
+ * loads at every start even when the module importing it is loaded lazily:
+ * prom-client did so (with @opentelemetry/api and tdigest), ~60 ms of every
+ * start for an agent without metrics_addr. Such a CommonJS package is
+ * required instead (REQUIRED_WHERE_USED), where its importer runs.
  *
  * A module that finds files relative to itself (`new URL('../../bin/run.js',
  * import.meta.url)`: the sim engine's command) would resolve them from the
@@ -31,6 +41,18 @@ const outdir = `${root}dist`;
 /** import.meta.url of the file being bundled, as an expression evaluated in the bundle. */
 const ownUrl = (file) => `new URL(${JSON.stringify(relative(outdir, file).split(sep).join('/'))}, import.meta.url).href`;
 
+/** External CommonJS packages imported only by lazily loaded modules: required when the importer first runs. */
+const REQUIRED_WHERE_USED = ['prom-client'];
+
+/** `import { a, b as c } from 'pkg';` → `const { a, b: c } = require('pkg');` for the packages above. */
+function requireWhereUsed(text) {
+  let out = text;
+  for (const pkg of REQUIRED_WHERE_USED) {
+    out = out.replace(new RegExp(`^import \\{([^}]*)\\} from '${pkg}';$`, 'gm'), (_, names) => `const {${names.replaceAll(' as ', ': ')}} = require('${pkg}');`);
+  }
+  return out;
+}
+
 /** One entry and what it imports, in one file at `dist/<name>.js`; `external` resolved from node_modules at run time. */
 const bundle = (name, entry, external) =>
   build({
@@ -49,7 +71,7 @@ const bundle = (name, entry, external) =>
         name: 'own-import-meta-url',
         setup(b) {
           b.onLoad({ filter: /\/dist\/.*\.js$/ }, async (args) => {
-            const text = await readFile(args.path, 'utf8');
+            const text = requireWhereUsed(await readFile(args.path, 'utf8'));
             return { contents: text.includes('import.meta.url') ? text.replaceAll('import.meta.url', ownUrl(args.path)) : text, loader: 'js' };
           });
         },
@@ -57,7 +79,7 @@ const bundle = (name, entry, external) =>
     ],
   });
 
-await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'execa', 'prom-client', 'pino-pretty']);
+await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'prom-client', 'pino-pretty']);
 // `ctl status`'s path without oclif too: its 20 modules cost about 10 ms of
 // a cold start that is 1.5x `node -e 0` (bench figure 1b). yaml is needed
 // only with a --config: left out of what every start parses. (Not chalk: an

@@ -63,7 +63,7 @@ export class InventoryWatcher {
    * engines left running by an older agent are reported seconds sooner, and
    * a control plane places nothing on a node with no GPUs listed meanwhile.
    */
-  async start(signal: AbortSignal): Promise<void> {
+  async start(signal: AbortSignal, opts: { rescanAfter?: Promise<void> } = {}): Promise<void> {
     const log = this.opts.logger;
     try {
       ensureStateDir(this.opts.stateDir);
@@ -74,7 +74,11 @@ export class InventoryWatcher {
     if (cached) {
       this.inventory = cached;
       this.cacheCurrent = true;
-      void this.rescan(signal);
+      // The fresh scan once `rescanAfter` says (the agent's first Register
+      // out): its nvidia-smi costs the CPU that Register and the adopted
+      // shards' READY are waiting for.
+      if (opts.rescanAfter) void opts.rescanAfter.then(() => (signal.aborted ? undefined : this.rescan(signal)));
+      else void this.rescan(signal);
     } else {
       const waitMs = this.opts.firstScanWaitMs ?? FIRST_SCAN_WAIT_MS;
       const inTime = await Promise.race([this.rescan(signal).then(() => true), abortableSleep(waitMs, signal).then(() => false)]);

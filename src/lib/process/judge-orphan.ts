@@ -5,7 +5,7 @@ import { isValidShardId } from '../shard-id.js';
 import { shardIdOfLogName, shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../shard-layout.js';
 import type { Orphan } from './orphan.js';
 import { checkIdentity } from './process-identity.js';
-import { type EngineUids, findProcessesLoggingTo, findProcessesLoggingUnder } from './process-table.js';
+import { type EngineUids, type LoggingProcess, findProcessesLoggingTo, findProcessesLoggingUnder } from './process-table.js';
 
 export type { Orphan } from './orphan.js';
 
@@ -15,6 +15,19 @@ export interface ShardDirs {
   logDir: string;
   /** The uids a shard's log writers may run as; the agent's own when omitted (see findProcessesLoggingTo). */
   engineUids?: EngineUids;
+}
+
+/** The running processes writing each shard log, by the log's path. */
+export type ShardLogWriters = ReadonlyMap<string, readonly LoggingProcess[]>;
+
+/**
+ * Who writes each shard log, from one scan of /proc (3–4 ms on a node with
+ * ~130 processes). Recovery judges every shard from the same scan: one scan
+ * per shard made an agent with 8 adopted engines scan /proc nine times
+ * before it could register (bench floor-d).
+ */
+export function findShardLogWriters(dirs: ShardDirs): ShardLogWriters {
+  return findProcessesLoggingUnder(shardLogDir(dirs.logDir), dirs.engineUids);
 }
 
 /**
@@ -27,7 +40,11 @@ export interface ShardDirs {
  * agent, and every later start of the shard would be refused because its
  * port is taken (found by the fault campaign, issue 9).
  */
-export function findRecordedShardIds(dirs: ShardDirs, onInvalidName: (file: string) => void = () => {}): string[] {
+export function findRecordedShardIds(
+  dirs: ShardDirs,
+  onInvalidName: (file: string) => void = () => {},
+  writers: ShardLogWriters = findShardLogWriters(dirs),
+): string[] {
   let names: string[];
   try {
     names = readdirSync(shardStateDir(dirs.stateDir));
@@ -46,7 +63,7 @@ export function findRecordedShardIds(dirs: ShardDirs, onInvalidName: (file: stri
     }
     ids.add(id);
   }
-  for (const [logPath] of findProcessesLoggingUnder(shardLogDir(dirs.logDir), dirs.engineUids)) {
+  for (const [logPath] of writers) {
     const id = shardIdOfLogName(logPath.slice(logPath.lastIndexOf('/') + 1));
     if (id !== undefined && isValidShardId(id) && logPath === shardLogPath(dirs.logDir, id)) ids.add(id);
   }
@@ -62,11 +79,12 @@ export function findRecordedShardIds(dirs: ShardDirs, onInvalidName: (file: stri
  *
  * Synchronous: `dev up` runs it from a second Ctrl-C, before exiting.
  */
-export function judgeOrphan(dirs: ShardDirs, id: string): Orphan {
+export function judgeOrphan(dirs: ShardDirs, id: string, writers?: ShardLogWriters): Orphan {
   const read = readStateFileSync(shardStatePath(dirs.stateDir, id), id);
   // Whatever the file says, a process writing this shard's log is this
   // shard's: that is how an engine with an unreadable state file is found.
-  const holders = findProcessesLoggingTo(shardLogPath(dirs.logDir, id), dirs.engineUids);
+  const logPath = shardLogPath(dirs.logDir, id);
+  const holders = writers ? [...(writers.get(logPath) ?? [])] : findProcessesLoggingTo(logPath, dirs.engineUids);
   const holderPid = holders.find((p) => p.pid === p.pgid)?.pid ?? holders[0]?.pid ?? 0;
   const stray = holders.length > 0 ? `; ${holders.length} process(es) still write the shard's log` : '';
   if (!read.ok) {

@@ -1,4 +1,5 @@
 import { readFileSync, readdirSync, readlinkSync } from 'node:fs';
+import { isNoSuchProcess } from '../errno.js';
 import { readProcStat } from './proc-stat.js';
 import { isRunningStat } from './process-identity.js';
 
@@ -16,9 +17,27 @@ function allPids(): number[] {
   return pids;
 }
 
+/**
+ * Whether any process, a zombie included, is in group `pgid`: signal 0 to
+ * the group, which the kernel answers from its own table, without a scan of
+ * /proc. Only ESRCH means none; EPERM (members we may not signal) means some.
+ */
+function groupHasProcesses(pgid: number): boolean {
+  try {
+    process.kill(-pgid, 0);
+    return true;
+  } catch (err) {
+    return !isNoSuchProcess(err);
+  }
+}
+
 /** Running (non-zombie) members of process group `pgid`. */
 export function listProcessGroup(pgid: number): number[] {
   if (!Number.isInteger(pgid) || pgid <= 1) return [];
+  // The common answer when a dead engine's group is reaped, or a stop waits
+  // for its group to go: none at all. The scan it saves reads every process's
+  // stat, 3–7 ms on a loaded node, before FAILED or STOPPED can be reported.
+  if (!groupHasProcesses(pgid)) return [];
   const members: number[] = [];
   for (const pid of allPids()) {
     const stat = readProcStat(pid);

@@ -3,7 +3,7 @@ import { closeSync, constants, mkdtempSync, openSync, readFileSync, rmSync, writ
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { engineUidsFor, findProcessesLoggingTo, findProcessesLoggingUnder } from '../../../src/lib/process/process-table.js';
+import { engineUidsFor, findProcessesLoggingTo, findProcessesLoggingUnder, listProcessGroup } from '../../../src/lib/process/process-table.js';
 import { until } from '../../helpers/engine-processes.js';
 
 const NOBODY = 65534;
@@ -78,5 +78,26 @@ describe('findProcessesLoggingTo', () => {
     await running(n);
     expect(findProcessesLoggingTo(log)).toEqual([]);
     expect(findProcessesLoggingTo(log, new Set([NOBODY])).map((p) => p.pid)).toEqual([n.pid]);
+  });
+});
+
+describe('listProcessGroup', () => {
+  it('lists the running members of a group, and none once the whole group is gone', async () => {
+    // A leader of its own group with one child in it, as an engine and its worker.
+    const leader = spawn('sh', ['-c', 'sleep 30 & wait'], { detached: true, stdio: 'ignore' });
+    started.push(leader);
+    const pgid = leader.pid as number;
+    await until(() => listProcessGroup(pgid).length === 2, 'the leader and its sleep in one group');
+    expect(listProcessGroup(pgid)).toContain(pgid);
+    process.kill(-pgid, 'SIGKILL');
+    await until(() => listProcessGroup(pgid).length === 0, 'the group to be gone');
+    expect(listProcessGroup(pgid)).toEqual([]);
+  });
+
+  it('lists nothing for a group no process is in, and for ids that name no group', () => {
+    expect(listProcessGroup(2 ** 22 + 1)).toEqual([]);
+    expect(listProcessGroup(1)).toEqual([]);
+    expect(listProcessGroup(0)).toEqual([]);
+    expect(listProcessGroup(-5)).toEqual([]);
   });
 });

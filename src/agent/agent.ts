@@ -11,6 +11,7 @@ import { type GpuFault, GpuHealthWatch } from './discovery/gpu-health-watch.js';
 import type { GpuMemorySampler } from './discovery/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
+import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
 import type { Outbox } from './outbox.js';
 import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
@@ -49,21 +50,6 @@ export interface GpuHealthView {
 export type { AdoptOutcomeKind, AdoptResultView } from './recover-engines.js';
 
 /**
- * How long after the first Register is out hardware reads (the
- * cached-inventory rescan, the memory sampler) start: the adopted shards'
- * READY follows Register at once, and an engine that dies then must reach
- * the stream as fast as ever. Started right after Register, their nvidia-smi
- * spawns took the CPU such a death waited for (bench 3b: 25 → 70 ms).
- */
-export const HARDWARE_AFTER_REGISTER_MS = 1000;
-/**
- * How long hardware reads wait for the first Register to go out before they
- * start anyway: a control plane that does not answer must not leave the
- * inventory unchecked.
- */
-export const HARDWARE_HEAD_START_MS = 2000;
-
-/**
  * The node agent: hardware discovery, engine recovery, and one Connect
  * stream to the control plane for as long as it runs. It assembles the parts
  * that do each (ControlPlaneConnection, StatusReporter, InventoryWatcher, the
@@ -90,8 +76,8 @@ export class Agent {
   private readonly connection: ControlPlaneConnection;
   private readonly commands: ShardCommands;
   private readonly recovery: RecoverEngines;
-  /** Set while the first session's Register is awaited (firstRegisterOut). */
-  private firstEstablished: (() => void) | undefined;
+  /** Opens once the first Register is out: hardware reads wait for it. */
+  private hardwareGate: HardwareStartGate | undefined;
   private health: GpuHealthWatch | undefined;
   private healthClosed: Promise<void> | undefined;
   /** Per GPU, the fault the last Inventory sent carried: a new Inventory goes out when it changes. */
@@ -120,7 +106,7 @@ export class Agent {
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
         onEstablished: () => {
           this.reporter.onSessionEstablished();
-          this.firstEstablished?.();
+          this.hardwareGate?.established();
         },
         onClosed: () => this.reporter.onSessionClosed(),
         onControlMessage: (m, outbox) => this.onControlMessage(m, outbox),
@@ -227,7 +213,8 @@ export class Agent {
       this.healthClosed ??= this.health?.close();
     };
     try {
-      const registered = this.firstRegisterOut(signal);
+      this.hardwareGate = new HardwareStartGate(signal);
+      const registered = this.hardwareGate.opened;
       await this.inventoryWatcher.start(signal, { rescanAfter: registered });
       void registered.then(() => this.opts.sampler.start());
       if (!signal.aborted) await this.startGpuHealth();
@@ -239,34 +226,6 @@ export class Agent {
       // The caller closes NVML next: no event wait may still be running on its worker thread then.
       await this.healthClosed;
     }
-  }
-
-  /**
-   * Resolves HARDWARE_AFTER_REGISTER_MS after the first session's Register
-   * has gone out, or HARDWARE_HEAD_START_MS after the start when no control
-   * plane answers; at once on abort. The cached-inventory rescan and the
-   * memory sampler start then: each spawns nvidia-smi, ~40 ms of the agent's
-   * CPU that an agent with 8 adopted shards spent before their READY reached
-   * the stream (bench floor-d). Nothing needs them sooner: Register carries
-   * the cached inventory, and heartbeats come every heartbeat_interval (5 s).
-   */
-  private firstRegisterOut(signal: AbortSignal): Promise<void> {
-    return new Promise<void>((resolve) => {
-      let timer = setTimeout(done, HARDWARE_HEAD_START_MS);
-      timer.unref();
-      function done() {
-        clearTimeout(timer);
-        signal.removeEventListener('abort', done);
-        resolve();
-      }
-      signal.addEventListener('abort', done, { once: true });
-      this.firstEstablished = () => {
-        this.firstEstablished = undefined;
-        clearTimeout(timer);
-        timer = setTimeout(done, HARDWARE_AFTER_REGISTER_MS);
-        timer.unref();
-      };
-    });
   }
 
   /**

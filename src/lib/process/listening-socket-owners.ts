@@ -11,19 +11,33 @@ export interface ListeningSocketOwnersOptions {
   procRoot?: string;
 }
 
+/** One socket in LISTEN state, as /proc/net/tcp{,6} describes it. */
+export interface ListeningSocket {
+  port: number;
+  inode: string;
+  /** The socket's owner (effective uid of whoever created it): the kernel's word, readable by anyone. */
+  uid: number;
+  /** Local address as the table writes it (hex), e.g. 0100007F for 127.0.0.1. */
+  address: string;
+}
+
 /**
- * Inodes of the sockets listening on TCP `port`, over IPv4 and IPv6, on any
- * address: a squatter on 127.0.0.1:P answers the agent's probes just as an
- * engine on 0.0.0.0:P would.
+ * Every socket in LISTEN state, over IPv4 and IPv6, on any address. Throws
+ * only when neither table can be read (no /proc): then nobody can tell who
+ * listens, which is not the same as nobody listening.
  */
-export async function listeningSocketInodes(port: number, procRoot = '/proc'): Promise<Set<string>> {
-  const inodes = new Set<string>();
+export async function readListeningSockets(procRoot = '/proc'): Promise<ListeningSocket[]> {
+  const found: ListeningSocket[] = [];
+  let readOne = false;
+  let firstError: unknown;
   for (const table of ['net/tcp', 'net/tcp6']) {
     let text: string;
     try {
       text = await readFile(join(procRoot, table), 'utf8');
-    } catch {
+      readOne = true;
+    } catch (err) {
       // No IPv6 in this kernel or namespace: nothing listens there.
+      firstError ??= err;
       continue;
     }
     for (const line of text.split('\n').slice(1)) {
@@ -31,10 +45,54 @@ export async function listeningSocketInodes(port: number, procRoot = '/proc'): P
       const f = line.trim().split(/\s+/);
       const local = f[1];
       if (local === undefined || f[3] !== TCP_LISTEN) continue;
-      const portHex = local.slice(local.lastIndexOf(':') + 1);
+      const colon = local.lastIndexOf(':');
       const inode = f[9];
-      if (Number.parseInt(portHex, 16) === port && inode !== undefined && inode !== '0') inodes.add(inode);
+      const uid = Number(f[7]);
+      if (inode === undefined || inode === '0' || !Number.isInteger(uid)) continue;
+      found.push({ port: Number.parseInt(local.slice(colon + 1), 16), inode, uid, address: local.slice(0, colon) });
     }
+  }
+  if (!readOne) throw firstError;
+  return found;
+}
+
+/**
+ * The sockets listening on TCP `port`, on any address: a squatter on
+ * 127.0.0.1:P answers the agent's probes just as an engine on 0.0.0.0:P
+ * would. Throws as readListeningSockets does.
+ */
+export async function listeningSockets(port: number, procRoot = '/proc'): Promise<ListeningSocket[]> {
+  return (await readListeningSockets(procRoot)).filter((s) => s.port === port);
+}
+
+/** Inodes of the sockets listening on TCP `port` (see listeningSockets); empty when the tables cannot be read. */
+export async function listeningSocketInodes(port: number, procRoot = '/proc'): Promise<Set<string>> {
+  const sockets = await listeningSockets(port, procRoot).catch(() => []);
+  return new Set(sockets.map((s) => s.inode));
+}
+
+/**
+ * The inodes of the sockets `pid` holds open (`socket:[inode]` fd links);
+ * undefined when its fds cannot be read: gone, or another user's process
+ * and this one not root (or /proc mounted hidepid).
+ */
+export async function socketInodesOf(pid: number, procRoot = '/proc'): Promise<Set<string> | undefined> {
+  let fds: string[];
+  try {
+    fds = await readdir(join(procRoot, String(pid), 'fd'));
+  } catch {
+    return undefined;
+  }
+  const inodes = new Set<string>();
+  for (const fd of fds) {
+    let target: string;
+    try {
+      target = await readlink(join(procRoot, String(pid), 'fd', fd));
+    } catch {
+      continue; // closed meanwhile
+    }
+    const m = /^socket:\[(\d+)\]$/.exec(target);
+    if (m) inodes.add(m[1] as string);
   }
   return inodes;
 }
@@ -55,25 +113,8 @@ export async function listeningSocketOwners(port: number, opts: ListeningSocketO
   const pids = opts.candidates ?? (await readdir(procRoot)).filter((n) => /^\d+$/.test(n)).map(Number);
   const owners: number[] = [];
   for (const pid of pids) {
-    let fds: string[];
-    try {
-      fds = await readdir(join(procRoot, String(pid), 'fd'));
-    } catch {
-      continue;
-    }
-    for (const fd of fds) {
-      let target: string;
-      try {
-        target = await readlink(join(procRoot, String(pid), 'fd', fd));
-      } catch {
-        continue;
-      }
-      const m = /^socket:\[(\d+)\]$/.exec(target);
-      if (m && inodes.has(m[1] as string)) {
-        owners.push(pid);
-        break;
-      }
-    }
+    const held = await socketInodesOf(pid, procRoot);
+    if (held && [...held].some((i) => inodes.has(i))) owners.push(pid);
   }
   return owners.sort((a, b) => a - b);
 }

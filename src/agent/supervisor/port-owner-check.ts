@@ -1,0 +1,119 @@
+import { cgroupMembers } from '../../lib/process/cgroup-members.js';
+import { type ListeningSocket, listeningSocketOwners, readListeningSockets, socketInodesOf } from '../../lib/process/listening-socket-owners.js';
+import { effectiveUid, listProcessGroup } from '../../lib/process/process-table.js';
+
+/**
+ * Who listens on a shard's port. 'nobody': the engine is still loading (no
+ * packet need reach it to know). 'engine': a socket of the shard's processes,
+ * and no other. 'other': someone else's socket; `reason` is what the shard's
+ * status says. 'unknown': this host cannot tell (no /proc/net/tcp).
+ */
+export type PortOwner =
+  | { owner: 'nobody' }
+  | { owner: 'engine' }
+  | { owner: 'other'; pid: number | undefined; uid: number; reason: string }
+  | { owner: 'unknown'; why: string };
+
+/** The processes a shard's port must belong to. */
+export interface PortOwnerTarget {
+  port: number;
+  /** The engine's leader. */
+  pid: number;
+  /** Its process group: the candidates with the direct launcher. */
+  pgid: number;
+  /** Under systemd-run: the leader's cgroup (the unit's) is the candidates, workers outside the group included. */
+  unit?: { name: string };
+}
+
+/** One check of who listens on the port; each call reads the tables again (see LISTEN_TABLE_TTL_MS). */
+export type PortOwnerCheck = () => Promise<PortOwner>;
+
+/**
+ * How long one read of /proc/net/tcp{,6} serves every shard. Eight loading
+ * shards ticking 20 times a second would read the tables 320 times a second;
+ * shared, about 40. Shorter than the readiness tick, so no tick reads a
+ * table older than the previous tick.
+ */
+export const LISTEN_TABLE_TTL_MS = 20;
+
+let shared: { atMs: number; sockets: Promise<ListeningSocket[]> } | undefined;
+
+/** The LISTEN sockets of the host, read at most once per LISTEN_TABLE_TTL_MS whoever asks. */
+function listeningNow(): Promise<ListeningSocket[]> {
+  const now = performance.now();
+  if (shared && now - shared.atMs < LISTEN_TABLE_TTL_MS) return shared.sockets;
+  const sockets = readListeningSockets();
+  shared = { atMs: now, sockets };
+  // A failed read must not be served to the next callers for the TTL.
+  sockets.catch(() => {
+    if (shared?.sockets === sockets) shared = undefined;
+  });
+  return sockets;
+}
+
+/**
+ * A check of who listens on `target.port`, for the readiness wait, the
+ * health watch and drain's in-flight reading: whoever binds an engine's port
+ * first answers the agent's probes, a local unprivileged user included, and
+ * an answer from that socket made the shard READY (review finding 2).
+ *
+ * Cheap on purpose, since it runs on every readiness tick: while nothing
+ * listens it is one shared read of /proc/net/tcp{,6}; the processes and their
+ * fds are examined only when the set of listening sockets changes, and the
+ * verdict is kept for that set (a socket's inode is unique while it exists,
+ * so the same set means the same owners).
+ */
+export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
+  let known: { key: string; verdict: PortOwner } | undefined;
+  return async () => {
+    let sockets: ListeningSocket[];
+    try {
+      sockets = (await listeningNow()).filter((s) => s.port === target.port);
+    } catch (err) {
+      // No /proc/net/tcp (a restricted container, no procfs): nothing can be
+      // told, and refusing READY would fail every healthy engine on such a
+      // host. The probe then decides alone, as before the check existed;
+      // squatting is undetectable there, and the caller says so.
+      return { owner: 'unknown', why: `cannot read /proc/net/tcp: ${err instanceof Error ? err.message : String(err)}` };
+    }
+    if (sockets.length === 0) return { owner: 'nobody' };
+    const key = sockets
+      .map((s) => s.inode)
+      .sort()
+      .join(',');
+    if (known?.key === key) return known.verdict;
+    const verdict = await judge(target, sockets);
+    known = { key, verdict };
+    return verdict;
+  };
+}
+
+async function judge(target: PortOwnerTarget, sockets: ListeningSocket[]): Promise<PortOwner> {
+  const members = new Set((target.unit ? await cgroupMembers(target.pid) : undefined) ?? listProcessGroup(target.pgid));
+  members.add(target.pid);
+  const held = new Set<string>();
+  let unreadable = false;
+  for (const pid of members) {
+    const inodes = await socketInodesOf(pid);
+    if (inodes === undefined) unreadable = true;
+    else for (const i of inodes) held.add(i);
+  }
+  const engineUid = effectiveUid(target.pid);
+  // Every listener must be the engine's, not just one: the probe connects to
+  // 127.0.0.1, and a squatter on 127.0.0.1:P or [::1]:P beside an engine on
+  // another address is the one that answers it.
+  const foreign = sockets.filter((s) => {
+    if (held.has(s.inode)) return false;
+    // An engine process whose fds cannot be read (an agent that is not root,
+    // /proc mounted hidepid) cannot be ruled out as the holder: then the
+    // socket's uid decides. A squatter with the engine's own uid could do
+    // anything to the engine already; one with another uid is still caught.
+    return !(unreadable && engineUid !== undefined && s.uid === engineUid);
+  });
+  const first = foreign[0];
+  if (first === undefined) return { owner: 'engine' };
+  const all = await listeningSocketOwners(target.port).catch(() => []);
+  const pid = all.find((p) => !members.has(p));
+  const who = pid === undefined ? `uid ${first.uid}` : `pid ${pid}, uid ${first.uid}`;
+  return { owner: 'other', pid, uid: first.uid, reason: `port ${target.port} held by another process (${who})` };
+}

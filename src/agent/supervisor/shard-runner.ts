@@ -3,24 +3,29 @@ import { servedModelName } from '../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../lib/duration.js';
 import { errorMessage, failure } from '../../lib/errors.js';
-import { tailFile } from '../../lib/files/tail-file.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { DeathInfo } from './death-watch.js';
 import type { EngineFence } from './end-engine.js';
 import { EngineProcess } from './engine-process.js';
 import { awaitReadiness } from './await-readiness.js';
-import { describeDeath, exitCodeOf } from './exit-status.js';
-import { type HealthVerdict, watchHealth } from './health-watch.js';
+import { exitCodeOf } from './exit-status.js';
+import { type HealthVerdict, type StallWatch, watchHealth } from './health-watch.js';
+import { judgeDeath } from './judge-death.js';
+import { judgeDrain } from './judge-drain.js';
+import { judgeSettleStart, judgeSettleWake } from './judge-settle.js';
 import { readInFlight } from './read-in-flight.js';
+import { readLastOutput } from './read-last-output.js';
 import { recordShardFailure } from './record-shard-failure.js';
 import type { RunnerEngine } from './runner-engine.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS, type SettleOptions } from './settle-options.js';
 import { ShardFailedError } from './shard-failed-error.js';
+import { shardFailureRecord } from './shard-failure-record.js';
 import { type HealthChange, ShardHealth } from './shard-health.js';
 import type { ShardRunnerContext } from './shard-runner-context.js';
 import type { ShardSnapshot } from './shard-snapshot.js';
 import { isTransitionAllowed, stateName } from './shard-transitions.js';
 import { StateFileWriter } from './state-file-writer.js';
+import { stopShardEngine } from './stop-shard-engine.js';
 
 // Where they were first defined: callers import them from here.
 export type { RunnerEngine } from './runner-engine.js';
@@ -31,12 +36,6 @@ const S = ShardState;
 
 /** SIGTERM to SIGKILL for what survives a dead engine leader: its work is lost already. */
 export const LEFTOVER_GRACE_MS = 2000;
-/** Log lines kept in lastOutput when a shard fails or exits. */
-export const LAST_OUTPUT_LINES = 20;
-
-/** How long a stop waits for Node to reap its own child after the group is gone, for its exit status. */
-const CHILD_REAP_WAIT_MS = 2000;
-
 
 /**
  * Owns one shard's life: readiness, the health watch after READY, death,
@@ -67,8 +66,8 @@ export class ShardRunner {
   private dead = false;
   private readonly engine: EngineProcess;
   private readonly launcher: Launcher;
-  private readonly inFlightMetric: string;
-  private readonly generationTokensMetric: string;
+  /** The engine's series ('' when it has none): in-flight requests for a drain, both for stall detection. */
+  private readonly metrics: Pick<StallWatch, 'requestsRunningMetric' | 'generationTokensMetric'>;
   /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
   private drainRequested: boolean;
   private readonly stateFile: StateFileWriter;
@@ -91,20 +90,12 @@ export class ShardRunner {
     previousState: ShardState = S.UNSPECIFIED,
   ) {
     this.shardId = engine.spec.shardId;
-    this.replicaId = engine.replicaId;
-    this.spec = engine.spec;
-    this.pid = engine.pid;
-    this.pgid = engine.pgid;
+    ({ replicaId: this.replicaId, spec: this.spec, pid: this.pid, pgid: this.pgid, adopted: this.adopted } = engine);
+    ({ servesHttp: this.servesHttp, startedAtMs: this.startedAtMs, logPath: this.logPath, statePath: this.statePath } = engine);
     this.engine = new EngineProcess({ pid: engine.pid, pgid: engine.pgid, identity: engine.identity, child: engine.child }, engine.unit);
     this.launcher = engine.launcher ?? 'direct';
-    this.adopted = engine.adopted;
-    this.servesHttp = engine.servesHttp;
-    this.inFlightMetric = engine.inFlightMetric;
-    this.generationTokensMetric = engine.generationTokensMetric ?? '';
+    this.metrics = { requestsRunningMetric: engine.inFlightMetric, generationTokensMetric: engine.generationTokensMetric ?? '' };
     this.drainRequested = engine.drainRequested ?? false;
-    this.startedAtMs = engine.startedAtMs;
-    this.logPath = engine.logPath;
-    this.statePath = engine.statePath;
     this.stateFile = new StateFileWriter(engine.statePath, engine.spec.shardId, ctx.log);
     this.state = previousState;
     this.baseUrl = engine.servesHttp && engine.spec.httpPort > 0 ? `http://127.0.0.1:${engine.spec.httpPort}` : undefined;
@@ -177,8 +168,6 @@ export class ShardRunner {
     }
   }
 
-  // ---------------------------------------------------------------- readiness
-
   /**
    * Brings the shard from STARTING to READY, by the same path for a fresh
    * launch and an adopted engine: a rank that serves HTTP must answer
@@ -189,7 +178,9 @@ export class ShardRunner {
    * of this id) takes its whole group down.
    */
   async settle(opts: SettleOptions): Promise<void> {
-    if (!this.enterWait()) return;
+    const start = judgeSettleStart(this.shardId, this.state);
+    if (start === 'serving') return;
+    if (start === 'failed') throw this.failedError();
     const wake = AbortSignal.any([this.life.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
     const outcome = await awaitReadiness({
       baseUrl: this.baseUrl,
@@ -198,15 +189,15 @@ export class ShardRunner {
       timeoutMs: opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,
       signal: wake,
     });
-    this.throwUnlessStarting(opts.signal);
+    opts.signal?.throwIfAborted();
+    if (judgeSettleWake(this.shardId, this.state, this.life.signal.aborted) === 'failed') throw this.failedError();
     if (outcome.ready) {
       this.becomeReady(outcome.why);
       return;
     }
-    const message = outcome.message;
-    this.error = message;
-    this.lastOutput = await this.lastLines();
-    if (this.state === S.STARTING) this.transition(S.FAILED, message);
+    this.error = outcome.message;
+    this.lastOutput = await readLastOutput(this.logPath);
+    if (this.state === S.STARTING) this.transition(S.FAILED, outcome.message);
     throw this.failedError();
   }
 
@@ -227,17 +218,9 @@ export class ShardRunner {
   private watchHealth(): void {
     if (!this.baseUrl || this.life.signal.aborted || this.healthWatched) return;
     this.healthWatched = true;
-    watchHealth({
-      baseUrl: this.baseUrl,
-      intervalMs: this.ctx.config.healthIntervalMs,
-      signal: this.serving.signal,
-      stall: {
-        requestsRunningMetric: this.inFlightMetric,
-        generationTokensMetric: this.generationTokensMetric,
-        stallTimeoutMs: this.ctx.config.stallTimeoutMs,
-      },
-      onVerdict: (v) => this.applyHealth(v),
-    });
+    const { healthIntervalMs: intervalMs, stallTimeoutMs } = this.ctx.config;
+    const stall = { ...this.metrics, stallTimeoutMs };
+    watchHealth({ baseUrl: this.baseUrl, intervalMs, signal: this.serving.signal, stall, onVerdict: (v) => this.applyHealth(v) });
     this.apply(this.health.serving());
   }
 
@@ -263,33 +246,12 @@ export class ShardRunner {
     if (change?.to !== undefined) this.transition(change.to, change.why);
   }
 
-  /** False when already past STARTING and serving (nothing to wait for); throws when it cannot become ready. */
-  private enterWait(): boolean {
-    if (this.state === S.STARTING) return true;
-    if (this.state === S.READY || this.state === S.UNHEALTHY || this.state === S.DRAINING) return false;
-    if (this.state === S.STOPPING) throw failure(`shard ${this.shardId} is being stopped`);
-    throw this.failedError();
-  }
-
-  private throwUnlessStarting(signal?: AbortSignal): void {
-    signal?.throwIfAborted();
-    // stop() detaches too once the group is gone: that is a stop, not the agent going away.
-    if (this.state === S.STOPPING || this.state === S.STOPPED) throw failure(`shard ${this.shardId} was stopped while starting`);
-    if (this.life.signal.aborted) throw failure('the supervisor is closed');
-    if (this.state === S.STARTING) return;
-    throw this.failedError();
-  }
-
   private failedError(): ShardFailedError {
-    return new ShardFailedError(this.shardId, `shard ${this.shardId}: ${this.error || stateName(this.state)}`, {
-      exitCode: this.exitCode,
-      signal: this.signal,
-      lastOutput: this.lastOutput,
-    });
+    const details = { exitCode: this.exitCode, signal: this.signal, lastOutput: this.lastOutput };
+    return new ShardFailedError(this.shardId, `shard ${this.shardId}: ${this.error || stateName(this.state)}`, details);
   }
 
-  // ---------------------------------------------------------------- death
-
+  /** Carries out what a death means (judgeDeath), judged again after each await: the state may change meanwhile. */
   private async onDeath(info: DeathInfo): Promise<void> {
     if (this.dead || this.life.signal.aborted) return;
     this.dead = true;
@@ -298,64 +260,31 @@ export class ShardRunner {
       this.signal = info.signal;
       this.exitCode = exitCodeOf(info.code, info.signal);
     }
-    const how = describeDeath(info);
     // Read before the state changes, so the report carries the engine's own last words.
-    const lastOutput = await this.lastLines();
+    const lastOutput = await readLastOutput(this.logPath);
     if (this.life.signal.aborted) return;
-    if (this.state !== S.STOPPING && !isTerminal(this.state)) await this.reapLeftovers();
-    if (this.life.signal.aborted) return;
-    if (this.state === S.STARTING) {
-      this.error = `engine ${how} while starting`;
-      this.lastOutput = lastOutput;
-      await this.recordFailure();
-      // The record took a moment: a stop may have begun meanwhile.
-      if (this.life.signal.aborted || this.currentState !== S.STARTING) return;
-      this.transition(S.FAILED, this.error);
-    } else if (this.state === S.READY || this.state === S.UNHEALTHY || this.state === S.DRAINING) {
-      this.error = `engine ${how}`;
-      this.lastOutput = lastOutput;
-      const clean = info.known && info.code === 0;
-      if (!clean) await this.recordFailure();
-      if (this.life.signal.aborted || this.currentState === S.STOPPING || isTerminal(this.currentState)) return;
-      this.transition(clean ? S.EXITED : S.FAILED, this.error);
+    if (judgeDeath(this.state, info).reap) {
+      const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
+      await this.engine.reapLeftovers({ graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
     }
-    // STOPPING: stop() reports it. Terminal: already reported.
-  }
-
-  private recordFailure(): Promise<void> {
-    return recordShardFailure({ logDir: this.ctx.config.logDir, logPath: this.logPath, log: this.ctx.log }, {
-      shardId: this.shardId,
-      replicaId: this.replicaId,
-      pid: this.pid,
-      exitCode: this.exitCode,
-      signal: this.signal,
-      error: this.error,
-      at: new Date().toISOString(),
-      startedAt: new Date(this.startedAtMs).toISOString(),
-      lastOutput: this.lastOutput,
-    });
-  }
-
-  private async reapLeftovers(): Promise<void> {
-    const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
-    await this.engine.reapLeftovers({ graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
-  }
-
-  private async lastLines(): Promise<string[]> {
-    return tailFile(this.logPath, LAST_OUTPUT_LINES).catch(() => []);
-  }
-
-  /** Whether signalling the shard's process group still reaches the engine it names (see groupStillOurs). */
-  groupStillOurs(): boolean {
-    return this.engine.stillOurs();
+    if (this.life.signal.aborted) return;
+    const verdict = judgeDeath(this.state, info);
+    if (verdict.to === undefined || verdict.error === undefined) return;
+    this.error = verdict.error;
+    this.lastOutput = lastOutput;
+    if (verdict.record) {
+      const opts = { logDir: this.ctx.config.logDir, logPath: this.logPath, log: this.ctx.log };
+      await recordShardFailure(opts, shardFailureRecord(this.snapshot(), new Date()));
+    }
+    // The record took a moment: a stop may have begun meanwhile.
+    if (this.life.signal.aborted || judgeDeath(this.state, info).error !== verdict.error) return;
+    this.transition(verdict.to, verdict.error);
   }
 
   /** What ends everything of this engine: its unit's cgroup, or its process group. */
   fence(): EngineFence {
     return this.engine.fence();
   }
-
-  // ---------------------------------------------------------------- stop, drain
 
   /** Terminates the whole process group (SIGTERM, `graceMs`, SIGKILL); concurrent calls share one stop. */
   stop(opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<ShardSnapshot> {
@@ -369,32 +298,20 @@ export class ShardRunner {
     const graceMs = opts.graceMs ?? this.ctx.config.stopGraceMs;
     if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, `stop requested (grace ${formatDuration(graceMs)})`);
     this.serving.abort();
-    const outcome = await this.engine.end({ graceMs, signal: opts.signal });
-    if (outcome === 'not-ours') {
-      this.ctx.log.warn({ shard: this.shardId, pid: this.pid }, 'engine pid now names another process; nothing was signalled');
+    const log = this.ctx.log.child({ shard: this.shardId, pid: this.pid });
+    const stopped = await stopShardEngine(this.engine, { graceMs, signal: opts.signal, log, deathSeen: () => this.dead });
+    if (stopped.exit && !this.dead) {
+      this.signal = stopped.exit.signal;
+      this.exitCode = exitCodeOf(stopped.exit.code, stopped.exit.signal);
     }
-    // A leader that is a zombie reads as gone before Node has reaped it: wait
-    // (briefly) for the exit event, or a clean SIGTERM exit would be recorded
-    // with no status at all.
-    await this.childExited(CHILD_REAP_WAIT_MS);
     // Gone either way: terminated, or its pid names another process now.
     this.dead = true;
     this.detach();
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
-    await this.forgetStateFile();
-    if (this.state === S.STOPPING) this.transition(S.STOPPED, this.engine.unit ? `unit ${this.engine.unit.name}: cgroup ${outcome}` : `process group ${outcome}`);
+    await this.stateFile.remove();
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, stopped.why);
     return this.snapshot();
-  }
-
-  /** Resolves once our own child's exit was seen (recording its status), or after `ms`; at once for an adopted engine. */
-  private async childExited(ms: number): Promise<void> {
-    if (this.dead) return;
-    const status = await this.engine.childExit(ms);
-    if (status && !this.dead) {
-      this.signal = status.signal;
-      this.exitCode = exitCodeOf(status.code, status.signal);
-    }
   }
 
   /**
@@ -405,13 +322,12 @@ export class ShardRunner {
    * being emptied for maintenance.
    */
   async drain(): Promise<ShardSnapshot> {
-    if (this.state === S.READY || this.state === S.UNHEALTHY) {
+    const step = judgeDrain(this.shardId, this.state, false);
+    if (step.to !== undefined) {
       this.drainRequested = true;
-      this.transition(S.DRAINING, 'drain requested');
-    } else if (this.state !== S.DRAINING) {
-      throw failure(`shard ${this.shardId} is ${stateName(this.state)}: only a READY or UNHEALTHY shard can be drained`);
+      this.transition(step.to, step.why);
     }
-    await this.persistDrain(true);
+    await this.stateFile.recordDrain(true);
     return this.snapshot();
   }
 
@@ -421,30 +337,19 @@ export class ShardRunner {
    * engine bad while it drained. Throws for a shard that is not DRAINING.
    */
   async cancelDrain(): Promise<ShardSnapshot> {
-    if (this.state !== S.DRAINING) {
-      throw failure(`shard ${this.shardId} is ${stateName(this.state)}: only a DRAINING shard can have its drain cancelled`);
-    }
+    const step = judgeDrain(this.shardId, this.state, true);
     this.drainRequested = false;
     this.error = '';
-    this.transition(S.READY, 'drain cancelled');
+    if (step.to !== undefined) this.transition(step.to, step.why);
     this.applyHealth(this.health.lastVerdict);
-    await this.persistDrain(false);
+    await this.stateFile.recordDrain(false);
     return this.snapshot();
-  }
-
-  private persistDrain(drainRequested: boolean): Promise<void> {
-    return this.stateFile.recordDrain(drainRequested);
   }
 
   /** Requests the engine is working on, from the engine's own gauge; undefined when it cannot tell. */
   async inFlight(): Promise<number | undefined> {
-    if (!this.baseUrl || this.inFlightMetric === '') return undefined;
-    return readInFlight(this.baseUrl, this.inFlightMetric, this.life.signal);
-  }
-
-  /** Removes the state file of an engine that is gone (StateFileWriter.remove); never throws. */
-  forgetStateFile(): Promise<void> {
-    return this.stateFile.remove();
+    if (!this.baseUrl || this.metrics.requestsRunningMetric === '') return undefined;
+    return readInFlight(this.baseUrl, this.metrics.requestsRunningMetric, this.life.signal);
   }
 
   /** The agent going away, or this runner replaced: every watch and wait ends; no process is touched. */

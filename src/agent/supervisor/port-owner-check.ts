@@ -1,3 +1,5 @@
+import { connect } from 'node:net';
+import { errnoCode } from '../../lib/errno.js';
 import { cgroupMembers } from '../../lib/process/cgroup-members.js';
 import { type ListeningSocket, listeningSocketOwners, readListeningSockets, socketInodesOf } from '../../lib/process/listening-socket-owners.js';
 import { effectiveUid, listProcessGroup } from '../../lib/process/process-table.js';
@@ -38,6 +40,32 @@ export const LISTEN_TABLE_TTL_MS = 20;
 
 let shared: { atMs: number; sockets: Promise<ListeningSocket[]> } | undefined;
 
+/** Limit for the connect that asks whether anything listens; the kernel answers it, in microseconds, on loopback. */
+const ACCEPT_CHECK_TIMEOUT_MS = 1000;
+
+/**
+ * Whether anything accepts a TCP connection on 127.0.0.1:`port`, the
+ * address the probes dial. A refused connect is answered by the kernel:
+ * nothing reaches a loading engine, which has no socket yet. It costs the
+ * agent tens of microseconds, where reading /proc/net/tcp6 makes the kernel
+ * walk its whole established-socket hash (about 2 ms here, more on a node
+ * with more memory) even when it lists nothing. Anything but a refusal
+ * (accepted, timed out, another error) is "maybe": the tables decide.
+ */
+function somethingAccepts(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const socket = connect({ host: '127.0.0.1', port });
+    const done = (accepts: boolean) => {
+      clearTimeout(timer);
+      socket.destroy();
+      resolve(accepts);
+    };
+    const timer = setTimeout(() => done(true), ACCEPT_CHECK_TIMEOUT_MS);
+    socket.once('connect', () => done(true));
+    socket.once('error', (err) => done(errnoCode(err) !== 'ECONNREFUSED'));
+  });
+}
+
 /** The LISTEN sockets of the host, read at most once per LISTEN_TABLE_TTL_MS whoever asks. */
 function listeningNow(): Promise<ListeningSocket[]> {
   const now = performance.now();
@@ -58,14 +86,20 @@ function listeningNow(): Promise<ListeningSocket[]> {
  * an answer from that socket made the shard READY (review finding 2).
  *
  * Cheap on purpose, since it runs on every readiness tick: while nothing
- * listens it is one shared read of /proc/net/tcp{,6}; the processes and their
- * fds are examined only when the set of listening sockets changes, and the
- * verdict is kept for that set (a socket's inode is unique while it exists,
- * so the same set means the same owners).
+ * listens it is one refused connect (see somethingAccepts); once something
+ * does, a shared read of /proc/net/tcp{,6}. The processes and their fds are
+ * examined only when the set of listening sockets changes, and the verdict
+ * is kept for that set (a socket's inode is unique while it exists, so the
+ * same set means the same owners). A port found squatted is not connected
+ * to again: the tables alone say when the squatter is gone.
  */
 export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
   let known: { key: string; verdict: PortOwner } | undefined;
   return async () => {
+    if (known?.verdict.owner !== 'other' && !(await somethingAccepts(target.port))) {
+      // A squatter only on [::1]:P is not reached either: whatever the probes would talk to, nothing is there.
+      return { owner: 'nobody' };
+    }
     let sockets: ListeningSocket[];
     try {
       sockets = (await listeningNow()).filter((s) => s.port === target.port);

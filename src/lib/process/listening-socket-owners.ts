@@ -1,4 +1,5 @@
-import { readFile, readdir, readlink } from 'node:fs/promises';
+import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
+import { readdir, readlink } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /** TCP state LISTEN in /proc/net/tcp{,6} (include/net/tcp_states.h). */
@@ -21,35 +22,88 @@ export interface ListeningSocket {
   address: string;
 }
 
+/** Bytes asked of the kernel per read of a table: it generates about as many lines as fit. */
+const TABLE_CHUNK_BYTES = 8192;
+
+/**
+ * Whether the kernel lists LISTEN sockets before all others in
+ * /proc/net/tcp{,6}, learnt once from a full read. Linux walks its
+ * listening hash before the established one (net/ipv4/tcp_ipv4.c,
+ * tcp_seq_start), so a reader can stop at the first line in another
+ * state and never make the kernel write the rest: on a node with
+ * thousands of connections (the router's, to every engine) a full read
+ * costs milliseconds of kernel time, and the readiness wait reads it 20
+ * times a second per loading shard. Checked rather than assumed: a kernel
+ * that orders them otherwise gets full reads, so no listener is missed.
+ */
+let listenersComeFirst: boolean | undefined;
+
+function parseListeners(text: string, into: ListeningSocket[]): { sawOther: boolean; orderHeld: boolean } {
+  let sawOther = false;
+  let orderHeld = true;
+  for (const line of text.split('\n').slice(1)) {
+    // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+    const f = line.trim().split(/\s+/);
+    const local = f[1];
+    if (local === undefined || f[3] === undefined) continue;
+    if (f[3] !== TCP_LISTEN) {
+      sawOther = true;
+      continue;
+    }
+    if (sawOther) orderHeld = false;
+    const colon = local.lastIndexOf(':');
+    const inode = f[9];
+    const uid = Number(f[7]);
+    if (inode === undefined || inode === '0' || !Number.isInteger(uid)) continue;
+    into.push({ port: Number.parseInt(local.slice(colon + 1), 16), inode, uid, address: local.slice(0, colon) });
+  }
+  return { sawOther, orderHeld };
+}
+
+/** The LISTEN lines of one table: read in chunks up to the first line in another state, or whole (see listenersComeFirst). */
+function readTableListeners(path: string, into: ListeningSocket[]): void {
+  if (listenersComeFirst !== true) {
+    const { orderHeld } = parseListeners(readFileSync(path, 'utf8'), into);
+    listenersComeFirst ??= orderHeld;
+    if (!orderHeld) listenersComeFirst = false;
+    return;
+  }
+  const fd = openSync(path, 'r');
+  try {
+    const chunk = Buffer.allocUnsafe(TABLE_CHUNK_BYTES);
+    let text = '';
+    for (;;) {
+      const n = readSync(fd, chunk, 0, chunk.length, null);
+      if (n === 0) break;
+      text += chunk.toString('latin1', 0, n);
+      const complete = text.lastIndexOf('\n');
+      // Only whole lines are judged; a line in another state ends the LISTEN part.
+      if (complete >= 0 && /\n\s*\d+: \S+ \S+ (?!0A)[0-9A-F]{2} /.test(text.slice(0, complete + 1))) break;
+    }
+    parseListeners(text.slice(0, text.lastIndexOf('\n') + 1), into);
+  } finally {
+    closeSync(fd);
+  }
+}
+
 /**
  * Every socket in LISTEN state, over IPv4 and IPv6, on any address. Throws
  * only when neither table can be read (no /proc): then nobody can tell who
- * listens, which is not the same as nobody listening.
+ * listens, which is not the same as nobody listening. Synchronous: the
+ * LISTEN part of the tables is small and made by the kernel, which a
+ * thread-pool round trip would only add to.
  */
 export async function readListeningSockets(procRoot = '/proc'): Promise<ListeningSocket[]> {
   const found: ListeningSocket[] = [];
   let readOne = false;
   let firstError: unknown;
   for (const table of ['net/tcp', 'net/tcp6']) {
-    let text: string;
     try {
-      text = await readFile(join(procRoot, table), 'utf8');
+      readTableListeners(join(procRoot, table), found);
       readOne = true;
     } catch (err) {
       // No IPv6 in this kernel or namespace: nothing listens there.
       firstError ??= err;
-      continue;
-    }
-    for (const line of text.split('\n').slice(1)) {
-      // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
-      const f = line.trim().split(/\s+/);
-      const local = f[1];
-      if (local === undefined || f[3] !== TCP_LISTEN) continue;
-      const colon = local.lastIndexOf(':');
-      const inode = f[9];
-      const uid = Number(f[7]);
-      if (inode === undefined || inode === '0' || !Number.isInteger(uid)) continue;
-      found.push({ port: Number.parseInt(local.slice(colon + 1), 16), inode, uid, address: local.slice(0, colon) });
     }
   }
   if (!readOne) throw firstError;

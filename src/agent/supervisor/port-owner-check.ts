@@ -123,12 +123,18 @@ export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
 }
 
 async function judge(target: PortOwnerTarget, sockets: ListeningSocket[]): Promise<PortOwner> {
+  // The leader first: vLLM's and SGLang's API servers listen in it, and
+  // then the scan of every process for the group's members (milliseconds,
+  // on the way to READY) is not needed.
+  const leader = socketInodesOf(target.pid);
+  if (leader && sockets.every((s) => leader.has(s.inode))) return { owner: 'engine' };
   const members = new Set((target.unit ? await cgroupMembers(target.pid) : undefined) ?? listProcessGroup(target.pgid));
   members.add(target.pid);
-  const held = new Set<string>();
-  let unreadable = false;
+  const held = new Set<string>(leader);
+  let unreadable = leader === undefined;
   for (const pid of members) {
-    const inodes = await socketInodesOf(pid);
+    if (pid === target.pid) continue;
+    const inodes = socketInodesOf(pid);
     if (inodes === undefined) unreadable = true;
     else for (const i of inodes) held.add(i);
   }

@@ -1,5 +1,5 @@
-import { closeSync, openSync, readFileSync, readSync } from 'node:fs';
-import { readdir, readlink } from 'node:fs/promises';
+import { closeSync, openSync, readFileSync, readSync, readdirSync, readlinkSync } from 'node:fs';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 
 /** TCP state LISTEN in /proc/net/tcp{,6} (include/net/tcp_states.h). */
@@ -130,10 +130,13 @@ export async function listeningSocketInodes(port: number, procRoot = '/proc'): P
  * undefined when its fds cannot be read: gone, or another user's process
  * and this one not root (or /proc mounted hidepid).
  */
-export async function socketInodesOf(pid: number, procRoot = '/proc'): Promise<Set<string> | undefined> {
+export function socketInodesOf(pid: number, procRoot = '/proc'): Set<string> | undefined {
+  // Synchronous: links in /proc are made by the kernel on the spot, and a
+  // thread-pool round trip per fd (hundreds for an engine holding CUDA
+  // devices) would delay READY by more than the reads themselves take.
   let fds: string[];
   try {
-    fds = await readdir(join(procRoot, String(pid), 'fd'));
+    fds = readdirSync(join(procRoot, String(pid), 'fd'));
   } catch {
     return undefined;
   }
@@ -141,7 +144,7 @@ export async function socketInodesOf(pid: number, procRoot = '/proc'): Promise<S
   for (const fd of fds) {
     let target: string;
     try {
-      target = await readlink(join(procRoot, String(pid), 'fd', fd));
+      target = readlinkSync(join(procRoot, String(pid), 'fd', fd));
     } catch {
       continue; // closed meanwhile
     }
@@ -167,7 +170,7 @@ export async function listeningSocketOwners(port: number, opts: ListeningSocketO
   const pids = opts.candidates ?? (await readdir(procRoot)).filter((n) => /^\d+$/.test(n)).map(Number);
   const owners: number[] = [];
   for (const pid of pids) {
-    const held = await socketInodesOf(pid, procRoot);
+    const held = socketInodesOf(pid, procRoot);
     if (held && [...held].some((i) => inodes.has(i))) owners.push(pid);
   }
   return owners.sort((a, b) => a - b);

@@ -38,6 +38,18 @@ export type PortOwnerCheck = () => Promise<PortOwner>;
  */
 export const LISTEN_TABLE_TTL_MS = 20;
 
+/**
+ * How long a port found the engine's is taken to stay so while something
+ * still accepts on it, before the tables are read again. While the engine
+ * holds 0.0.0.0:P or 127.0.0.1:P nobody else can bind the address the
+ * probes dial (EADDRINUSE; SO_REUSEPORT only within one uid), so the
+ * verdict can only go stale if the engine closes its own listener, and a
+ * squatter that binds then is seen within this long. Without it, every
+ * health probe of a READY shard read both tables: 2 ms of kernel time per
+ * shard per health interval, a third of figure 5b's budget with 8 shards.
+ */
+export const ENGINE_RECHECK_MS = 30_000;
+
 let shared: { atMs: number; sockets: Promise<ListeningSocket[]> } | undefined;
 
 /** Limit for the connect that asks whether anything listens; the kernel answers it, in microseconds, on loopback. */
@@ -94,11 +106,16 @@ function listeningNow(): Promise<ListeningSocket[]> {
  * to again: the tables alone say when the squatter is gone.
  */
 export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
-  let known: { key: string; verdict: PortOwner } | undefined;
+  let known: { key: string; verdict: PortOwner; atMs: number } | undefined;
   return async () => {
-    if (known?.verdict.owner !== 'other' && !(await somethingAccepts(target.port))) {
+    if (known?.verdict.owner !== 'other') {
       // A squatter only on [::1]:P is not reached either: whatever the probes would talk to, nothing is there.
-      return { owner: 'nobody' };
+      if (!(await somethingAccepts(target.port))) {
+        // The sockets the verdict was about are gone: whoever binds next is judged afresh.
+        known = undefined;
+        return { owner: 'nobody' };
+      }
+      if (known?.verdict.owner === 'engine' && performance.now() - known.atMs < ENGINE_RECHECK_MS) return known.verdict;
     }
     let sockets: ListeningSocket[];
     try {
@@ -115,9 +132,12 @@ export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
       .map((s) => s.inode)
       .sort()
       .join(',');
-    if (known?.key === key) return known.verdict;
+    if (known?.key === key) {
+      known.atMs = performance.now();
+      return known.verdict;
+    }
     const verdict = await judge(target, sockets);
-    known = { key, verdict };
+    known = { key, verdict, atMs: performance.now() };
     return verdict;
   };
 }

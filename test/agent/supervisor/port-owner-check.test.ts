@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { type Server, createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { portOwnerCheck } from '../../../src/agent/supervisor/port-owner-check.js';
-import { freePort } from '../../helpers/engine-processes.js';
+import { freePort, until } from '../../helpers/engine-processes.js';
 
 const servers: Server[] = [];
 const children: ChildProcess[] = [];
@@ -93,5 +93,19 @@ describe('portOwnerCheck', () => {
     await new Promise<void>((r) => squatter.listen({ port, host: '::1', ipv6Only: true }, r));
     await engine.listen();
     expect((await portOwnerCheck({ port, pid: engine.pid, pgid: engine.pid })()).owner).toBe('other');
+  });
+
+  it('judges afresh whoever binds the port after the engine let it go, within the time a verdict is kept', async () => {
+    const port = await freePort();
+    const engine = await engineGroup(port);
+    const check = portOwnerCheck({ port, pid: engine.pid, pgid: engine.pid });
+    await engine.listen();
+    expect(await check()).toEqual({ owner: 'engine' });
+    process.kill(-engine.pid, 'SIGKILL');
+    await until(async () => (await check()).owner === 'nobody', 'the port closed');
+    const squatter = createServer();
+    servers.push(squatter);
+    await new Promise<void>((r) => squatter.listen(port, '127.0.0.1', r));
+    expect((await check()).owner).toBe('other');
   });
 });

@@ -155,6 +155,6 @@ export async function readinessFigure(rows: BenchRow[], notes: string[], quick: 
     met: undefined,
   });
   notes.push(
-    `Figure 11: the readiness wait ticks every ${READY_TICK_MS} ms instead of backing off to 2 s. While the engine loads, a tick only reads /proc/net/tcp{,6} (one read shared by all shards, at most every 20 ms): no packet reaches the engine. Only once a socket of the engine's own listens does it send GET /health and /v1/models. The lag is measured from the bench's own probe of the engine every ${BENCH_PROBE_MS} ms.`,
+    `11 is measured from the bench's own probe of each engine every ${BENCH_PROBE_MS} ms (so the first answer is seen up to ${BENCH_PROBE_MS} ms late, and the lag errs short by as much) to READY arriving at the in-process control plane; the shards of a row start together and finish loading together, so their readiness work coincides. "Agent CPU while loading" is the agent's utime + stime over the rows' waves (start, load, READY, stop) divided by their wall time.`,
   );
 }

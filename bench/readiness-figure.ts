@@ -126,13 +126,13 @@ async function probeCost(seconds: number): Promise<{ idlePct: number; probedPct:
 /**
  * `--only 11`: readiness reported as it happens (issue 18). From the
  * engine's first answer to READY on the stream, for sim loads of 1 s, 10 s
- * and 60 s; the 60 s one runs four at a time (--quick: 20 s).
+ * and 60 s; four at a time (the 60 s one shortened to 20 s with --quick).
  */
 export async function readinessFigure(rows: BenchRow[], notes: string[], quick: boolean): Promise<void> {
   const loads: { label: string; loadMs: number; samples: number; parallel: number }[] = [
     { label: '1 s', loadMs: 1000, samples: quick ? 8 : 20, parallel: 4 },
     { label: '10 s', loadMs: 10_000, samples: quick ? 4 : 8, parallel: 4 },
-    quick ? { label: '20 s (--quick: 60 s shortened)', loadMs: 20_000, samples: 4, parallel: 4 } : { label: '60 s', loadMs: 60_000, samples: 8, parallel: 8 },
+    quick ? { label: '20 s (--quick: 60 s shortened)', loadMs: 20_000, samples: 4, parallel: 4 } : { label: '60 s', loadMs: 60_000, samples: 8, parallel: 4 },
   ];
   for (const l of loads) {
     const { lagMs, agentCpuPct } = await engineAnswerToReady(l.loadMs, l.samples, l.parallel);

@@ -31,10 +31,10 @@ export interface PortOwnerTarget {
 export type PortOwnerCheck = () => Promise<PortOwner>;
 
 /**
- * How long one read of /proc/net/tcp{,6} serves every shard. Eight loading
- * shards ticking 20 times a second would read the tables 320 times a second;
- * shared, about 40. Shorter than the readiness tick, so no tick reads a
- * table older than the previous tick.
+ * How long one read of /proc/net/tcp{,6} serves every shard: shards that
+ * finish loading together (a replica's ranks, a node brought up at once)
+ * judge their ports from one read. Shorter than the readiness tick, so no
+ * tick reads a table older than the previous tick.
  */
 export const LISTEN_TABLE_TTL_MS = 20;
 

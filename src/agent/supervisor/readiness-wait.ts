@@ -6,9 +6,9 @@ import type { PortOwnerCheck } from './port-owner-check.js';
  * Time between readiness ticks. From the engine's first answer to READY on
  * the stream must be at most 100 ms (issue 18), so a tick has to come well
  * inside that. A tick costs the engine nothing while its port is closed (the
- * port-owner check reads /proc/net/tcp, no packet is sent), and once the
- * engine itself listens it costs two small GETs (see bench/RESULTS.md,
- * figure 11, for what that is to the engine).
+ * port-owner check's connect is refused by the kernel), and once the engine
+ * itself listens it costs two small GETs (see bench/RESULTS.md, figure 11,
+ * for what that is to the engine).
  */
 export const READY_TICK_MS = 50;
 /**

@@ -3,9 +3,9 @@ import { readFileSync, statSync } from 'node:fs';
 import { rootCertificates } from 'node:tls';
 import type { Transport } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect-node';
-import { describeErrno } from '../lib/errno.js';
 import { configError, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import { readPemFile } from '../lib/read-pem-file.js';
 import { type Protocol, type TlsConfig, tlsEnabled } from './config/agent-config.js';
 
 /** Largest control message accepted: far above a StartShard with a 1 MiB env value, far below memory trouble. */
@@ -220,10 +220,10 @@ interface TlsMaterial {
 function readTlsMaterial(opts: TransportOptions): TlsMaterial {
   const env = opts.env ?? process.env;
   const out: TlsMaterial = { ca: [] };
-  if (opts.tls.cert) out.cert = readPem(opts.tls.cert, 'tls.cert');
-  if (opts.tls.key) out.key = readPem(opts.tls.key, 'tls.key');
+  if (opts.tls.cert) out.cert = readPemFile(opts.tls.cert, 'tls.cert');
+  if (opts.tls.key) out.key = readPemFile(opts.tls.key, 'tls.key');
   if (opts.tls.ca) {
-    out.ca.push(readPem(opts.tls.ca, 'tls.ca'));
+    out.ca.push(readPemFile(opts.tls.ca, 'tls.ca'));
     return out;
   }
   for (const bundle of opts.systemCaBundles ?? SYSTEM_CA_BUNDLES) {
@@ -236,14 +236,6 @@ function readTlsMaterial(opts: TransportOptions): TlsMaterial {
   }
   if (out.ca.length === 0) out.ca.push(...rootCertificates.map((pem) => Buffer.from(pem)));
   const extra = env.NODE_EXTRA_CA_CERTS;
-  if (extra) out.ca.push(readPem(extra, 'NODE_EXTRA_CA_CERTS'));
+  if (extra) out.ca.push(readPemFile(extra, 'NODE_EXTRA_CA_CERTS'));
   return out;
-}
-
-function readPem(path: string, key: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    throw configError(`${key}: cannot read ${path}: ${describeErrno(err)}`, { cause: err });
-  }
 }

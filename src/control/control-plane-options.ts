@@ -1,4 +1,5 @@
 import type { Logger } from '../lib/logger.js';
+import type { PortRange } from '../lib/ephemeral-port-range.js';
 import type { AgentServerTls } from './create-agent-server.js';
 import type { Deployment } from './deployment.js';
 
@@ -30,7 +31,7 @@ export interface ControlPlaneOptions {
    * The contract carries no node's range; a fleet keeps its shard ports
    * outside every node's. null avoids nothing.
    */
-  avoidPorts?: [number, number] | null;
+  avoidPorts?: PortRange | null;
   /** Wait before placing a failed replica again (default 5s). */
   retryBackoffMs?: number;
   /**

@@ -19,7 +19,7 @@ import { MessageWaiters } from './message-waiters.js';
 import { NodeSessions } from './node-sessions.js';
 import type { NodeRecord, NodeView } from './node-view.js';
 import { DEFAULT_PORT_RANGE } from './port-pool.js';
-import { readEphemeralPortRange } from './read-ephemeral-port-range.js';
+import { readEphemeralPortRangeSync } from '../lib/ephemeral-port-range.js';
 import { Reconciler } from './reconciler.js';
 import type { ReplicaView } from './replica-view.js';
 import { type StopAllShardsResult, stopAllShards } from './stop-all-shards.js';
@@ -65,7 +65,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
         {
           deployment: opts.deployment,
           portRange: opts.portRange ?? DEFAULT_PORT_RANGE,
-          avoidPorts: opts.avoidPorts === undefined ? readEphemeralPortRange() : (opts.avoidPorts ?? undefined),
+          avoidPorts: opts.avoidPorts === undefined ? readEphemeralPortRangeSync() : (opts.avoidPorts ?? undefined),
           retryBackoffMs: opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS,
           nodeGraceMs,
           placementDelayMs: opts.placementDelayMs ?? DEFAULT_PLACEMENT_DELAY_MS,

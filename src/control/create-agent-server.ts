@@ -1,6 +1,5 @@
-import { readFileSync } from 'node:fs';
 import http2 from 'node:http2';
-import { configError, errnoCode } from '../lib/errors.js';
+import { readPemFile } from '../lib/read-pem-file.js';
 
 /** PEM file paths for mutual TLS. */
 export interface AgentServerTls {
@@ -29,9 +28,9 @@ export function createAgentServer(handler: RequestHandler, tls?: AgentServerTls)
   if (!tls) return http2.createServer(handler);
   return http2.createSecureServer(
     {
-      cert: readPem(tls.cert, 'cert'),
-      key: readPem(tls.key, 'key'),
-      ca: readPem(tls.ca, 'ca'),
+      cert: readPemFile(tls.cert, 'tls cert'),
+      key: readPemFile(tls.key, 'tls key'),
+      ca: readPemFile(tls.ca, 'tls ca'),
       requestCert: true,
       // Verified, then enforced on every request by the control plane; see above.
       rejectUnauthorized: false,
@@ -40,13 +39,4 @@ export function createAgentServer(handler: RequestHandler, tls?: AgentServerTls)
     },
     handler,
   );
-}
-
-function readPem(path: string, what: string): Buffer {
-  try {
-    return readFileSync(path);
-  } catch (err) {
-    const why = errnoCode(err) === 'ENOENT' ? 'no such file' : errnoCode(err) === 'EACCES' ? 'permission denied' : String(err);
-    throw configError(`tls ${what}: cannot read ${path}: ${why}`, { cause: err });
-  }
 }

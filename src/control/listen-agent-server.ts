@@ -1,6 +1,7 @@
 import type http2 from 'node:http2';
 import type { AddressInfo, Socket } from 'node:net';
-import { errnoCode, errorMessage, failure } from '../lib/errors.js';
+import { describeErrno } from '../lib/errno.js';
+import { failure } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { type AgentServerTls, createAgentServer } from './create-agent-server.js';
 
@@ -39,8 +40,7 @@ export async function listenAgentServer(handler: RequestHandler, tls: AgentServe
   });
   await new Promise<void>((resolve, reject) => {
     const onError = (err: Error) => {
-      const why = errnoCode(err) === 'EADDRINUSE' ? 'the address is in use' : errnoCode(err) === 'EACCES' ? 'permission denied' : errorMessage(err);
-      reject(failure(`cannot listen on ${addr.host}:${addr.port}: ${why}`, { cause: err }));
+      reject(failure(`cannot listen on ${addr.host}:${addr.port}: ${describeErrno(err)}`, { cause: err }));
     };
     server.once('error', onError);
     server.listen(addr.port, addr.host, () => {

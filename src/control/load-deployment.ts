@@ -1,7 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, isMap, isScalar, isSeq, parseDocument, type Node, type YAMLMap } from 'yaml';
 import { parseDuration } from '../lib/duration.js';
-import { configError, errnoCode } from '../lib/errors.js';
+import { describeValue } from '../lib/describe-value.js';
+import { describeErrno } from '../lib/errno.js';
+import { configError } from '../lib/errors.js';
 import { nearestName } from '../lib/nearest-name.js';
 import {
   DEFAULT_STARTUP_TIMEOUT_MS,
@@ -43,9 +45,7 @@ export function loadDeployment(path: string): Deployment {
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    const code = errnoCode(err);
-    const why = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'it is a directory' : String(err);
-    throw configError(`cannot read deployment ${path}: ${why}`, { cause: err });
+    throw configError(`cannot read deployment ${path}: ${describeErrno(err)}`, { cause: err });
   }
   return parseDeployment(text, path);
 }
@@ -138,23 +138,16 @@ function readString(e: Entry | undefined, key: string, bad: Bad, required: boole
   }
   if (typeof v === 'string') return v;
   if (typeof v === 'number' || typeof v === 'boolean') return String(v);
-  throw bad(key, `must be a string, got ${describe(v)}`, e?.value, e?.line);
+  throw bad(key, `must be a string, got ${describeValue(v)}`, e?.value, e?.line);
 }
 
 function readInt(e: Entry | undefined, key: string, bad: Bad, min: number, fallback: number): number {
   const v = scalarValue(e);
   if (v === undefined || v === null) return fallback;
   if (typeof v !== 'number' || !Number.isInteger(v) || v < min) {
-    throw bad(key, `must be a whole number of at least ${min}, got ${describe(v)}`, e?.value, e?.line);
+    throw bad(key, `must be a whole number of at least ${min}, got ${describeValue(v)}`, e?.value, e?.line);
   }
   return v;
-}
-
-function describe(v: unknown): string {
-  if (Array.isArray(v)) return 'a list';
-  if (v === null) return 'nothing';
-  if (typeof v === 'object') return 'a map';
-  return `${typeof v} ${JSON.stringify(v)}`;
 }
 
 function readProfile(name: string, map: YAMLMap, line: number, bad: Bad, lineOf: LineOf): DeploymentProfile {
@@ -173,12 +166,12 @@ function readProfile(name: string, map: YAMLMap, line: number, bad: Bad, lineOf:
   const argsEntry = e.get('args');
   const args = scalarValue(argsEntry) ?? [];
   if (!Array.isArray(args) || !args.every((a) => typeof a === 'string' || typeof a === 'number')) {
-    throw bad(`${p}args`, `must be a list of strings (argv, never a shell string), got ${describe(args)}`, argsEntry?.value, argsEntry?.line);
+    throw bad(`${p}args`, `must be a list of strings (argv, never a shell string), got ${describeValue(args)}`, argsEntry?.value, argsEntry?.line);
   }
   const envEntry = e.get('env');
   const env = scalarValue(envEntry) ?? {};
   if (typeof env !== 'object' || env === null || Array.isArray(env)) {
-    throw bad(`${p}env`, `must be a map of strings, got ${describe(env)}`, envEntry?.value, envEntry?.line);
+    throw bad(`${p}env`, `must be a map of strings, got ${describeValue(env)}`, envEntry?.value, envEntry?.line);
   }
 
   const timeoutEntry = e.get('startup_timeout');
@@ -187,7 +180,7 @@ function readProfile(name: string, map: YAMLMap, line: number, bad: Bad, lineOf:
   if (timeoutValue !== undefined) {
     const ms = typeof timeoutValue === 'string' ? parseDuration(timeoutValue) : undefined;
     if (ms === undefined || ms <= 0) {
-      throw bad(`${p}startup_timeout`, `${describe(timeoutValue)} is not a duration; write it like 90s or 10m`, timeoutEntry?.value, timeoutEntry?.line);
+      throw bad(`${p}startup_timeout`, `${describeValue(timeoutValue)} is not a duration; write it like 90s or 10m`, timeoutEntry?.value, timeoutEntry?.line);
     }
     startupTimeoutMs = ms;
   }
@@ -199,7 +192,7 @@ function readProfile(name: string, map: YAMLMap, line: number, bad: Bad, lineOf:
   if (ccValue !== undefined && ccValue !== '') {
     minComputeCapability = typeof ccValue === 'number' ? ccValue.toFixed(1) : String(ccValue);
     if (!/^\d+\.\d+$/.test(minComputeCapability)) {
-      throw bad(`${p}min_compute_capability`, `must be major.minor such as "8.0", got ${describe(ccValue)}`, ccEntry?.value, ccEntry?.line);
+      throw bad(`${p}min_compute_capability`, `must be major.minor such as "8.0", got ${describeValue(ccValue)}`, ccEntry?.value, ccEntry?.line);
     }
   }
 

@@ -1,3 +1,5 @@
+import { isInPortRange, type PortRange } from '../lib/ephemeral-port-range.js';
+
 /** The HTTP and leader ports handed to shards when none is configured. */
 export const DEFAULT_PORT_RANGE: readonly [number, number] = [18000, 18999];
 
@@ -9,7 +11,7 @@ export const DEFAULT_PORT_RANGE: readonly [number, number] = [18000, 18999];
 export class PortPool {
   readonly #first: number;
   readonly #last: number;
-  readonly #avoid?: readonly [number, number];
+  readonly #avoid?: PortRange;
   readonly #taken = new Set<number>();
   #next: number;
 
@@ -18,14 +20,14 @@ export class PortPool {
    * those ports are never handed out. A range that lies wholly inside it is
    * refused, since every port in it could be taken by a client connection.
    */
-  constructor(range: readonly [number, number] = DEFAULT_PORT_RANGE, avoid?: readonly [number, number]) {
+  constructor(range: readonly [number, number] = DEFAULT_PORT_RANGE, avoid?: PortRange) {
     const [first, last] = range;
     if (!Number.isInteger(first) || !Number.isInteger(last) || first < 1 || last > 65535 || first > last) {
       throw new RangeError(`portRange must be two ports with first <= last, got [${first}, ${last}]`);
     }
-    if (avoid && avoid[0] <= first && last <= avoid[1]) {
+    if (avoid && avoid.low <= first && last <= avoid.high) {
       throw new RangeError(
-        `port range ${first}-${last} lies inside the ephemeral port range ${avoid[0]}-${avoid[1]} (net.ipv4.ip_local_port_range), where the kernel picks ports for outgoing connections; choose shard ports outside it (e.g. ${DEFAULT_PORT_RANGE.join('-')})`,
+        `port range ${first}-${last} lies inside the ephemeral port range ${avoid.low}-${avoid.high} (net.ipv4.ip_local_port_range), where the kernel picks ports for outgoing connections; choose shard ports outside it (e.g. ${DEFAULT_PORT_RANGE.join('-')})`,
       );
     }
     this.#first = first;
@@ -37,11 +39,11 @@ export class PortPool {
   /** How many ports of the range the ephemeral range takes away (0 when they do not overlap). */
   get avoidedCount(): number {
     if (!this.#avoid) return 0;
-    return Math.max(0, Math.min(this.#last, this.#avoid[1]) - Math.max(this.#first, this.#avoid[0]) + 1);
+    return Math.max(0, Math.min(this.#last, this.#avoid.high) - Math.max(this.#first, this.#avoid.low) + 1);
   }
 
   #avoided(port: number): boolean {
-    return this.#avoid !== undefined && port >= this.#avoid[0] && port <= this.#avoid[1];
+    return this.#avoid !== undefined && isInPortRange(port, this.#avoid);
   }
 
   /**

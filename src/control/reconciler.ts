@@ -1,5 +1,6 @@
 import { type ControlMessage, type Register, type RunningShard, ShardState, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
+import type { PortRange } from '../lib/ephemeral-port-range.js';
 import { isValidShardId } from '../lib/shard-id.js';
 import { TERMINAL_SHARD_STATES } from '../lib/shard-states.js';
 import { adoptionConflict } from './adoption-conflict.js';
@@ -31,7 +32,7 @@ export interface ReconcilerOptions {
   deployment: Deployment;
   portRange: readonly [number, number];
   /** Ports never handed out: the node's ephemeral range (undefined: none known). */
-  avoidPorts?: readonly [number, number];
+  avoidPorts?: PortRange;
   retryBackoffMs: number;
   /** How long adopted shards of a multi-node replica wait for their other ranks' nodes. */
   nodeGraceMs: number;

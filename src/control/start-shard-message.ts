@@ -1,5 +1,5 @@
 import { create } from '@bufbuild/protobuf';
-import { DurationSchema } from '@bufbuild/protobuf/wkt';
+import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import { ProfileSchema, type StartShard, StartShardSchema } from '../gen/llmgw/v1/agent_pb.js';
 import type { DeploymentProfile, DeploymentReplica } from './deployment.js';
 import type { ShardRecord } from './replica-record.js';
@@ -31,10 +31,7 @@ function profileMessage(p: DeploymentProfile) {
     pipelineParallelSize: p.pipelineParallelSize,
     args: p.args,
     env: p.env,
-    startupTimeout: create(DurationSchema, {
-      seconds: BigInt(Math.floor(p.startupTimeoutMs / 1000)),
-      nanos: (p.startupTimeoutMs % 1000) * 1_000_000,
-    }),
+    startupTimeout: durationFromMs(p.startupTimeoutMs),
     minComputeCapability: p.minComputeCapability,
   });
 }

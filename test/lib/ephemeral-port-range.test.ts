@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { IP_LOCAL_PORT_RANGE, isInPortRange, readEphemeralPortRange } from '../../src/lib/ephemeral-port-range.js';
+import { IP_LOCAL_PORT_RANGE, isInPortRange, readEphemeralPortRange, readEphemeralPortRangeSync } from '../../src/lib/ephemeral-port-range.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'llmgw-portrange-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -30,6 +30,20 @@ describe('readEphemeralPortRange', () => {
     expect(await readEphemeralPortRange(rangeFile('60999 32768\n'))).toBeUndefined();
     expect(await readEphemeralPortRange(rangeFile('0 70000\n'))).toBeUndefined();
     expect(await readEphemeralPortRange(rangeFile('a b\n'))).toBeUndefined();
+  });
+});
+
+describe('readEphemeralPortRangeSync', () => {
+  it('reads what the async read reads, from the same parser', async () => {
+    for (const text of ['32768\t60999\n', '1024 65000', '', '60999 32768\n', '0 70000\n', 'a b\n']) {
+      const path = rangeFile(text);
+      expect(readEphemeralPortRangeSync(path)).toEqual(await readEphemeralPortRange(path));
+    }
+    expect(readEphemeralPortRangeSync(rangeFile('32768\t60999\n'))).toEqual({ low: 32768, high: 60999 });
+  });
+
+  it('gives undefined for a missing file instead of throwing', () => {
+    expect(readEphemeralPortRangeSync(join(dir, 'absent'))).toBeUndefined();
   });
 });
 

@@ -1,6 +1,7 @@
 import { accessSync, constants } from 'node:fs';
 import { isIP } from 'node:net';
-import { configError, errnoCode } from '../../lib/errors.js';
+import { describeErrno } from '../../lib/errno.js';
+import { configError } from '../../lib/errors.js';
 import { formatDuration } from '../../lib/duration.js';
 import { MIN_STOP_GRACE_MS } from '../engines/shutdown-timeout.js';
 import { checkUnitProperties } from '../../lib/systemd/allowed-unit-properties.js';
@@ -71,7 +72,7 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
       try {
         accessSync(file, constants.R_OK);
       } catch (err) {
-        throw configError(`${key}: cannot read ${file}: ${errnoCode(err) === 'ENOENT' ? 'no such file' : 'permission denied'} (${where(key)})`);
+        throw configError(`${key}: cannot read ${file}: ${describeErrno(err)} (${where(key)})`);
       }
     }
   }

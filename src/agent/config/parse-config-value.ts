@@ -2,7 +2,7 @@ import { configError } from '../../lib/errors.js';
 import { parseDuration, parseByteSize } from '../../lib/duration.js';
 import type { KeySpec } from './config-keys.js';
 import { ENGINE_NAMES, type FabricAttachmentConfig } from './agent-config.js';
-import { describeValue } from './describe-value.js';
+import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 import { parseEnginesConfig } from './parse-engines-config.js';
 import { describeSource, type RawValue } from './value-source.js';

@@ -3,7 +3,7 @@ import { defaultEngineConfig } from './default-engine-config.js';
 import { ENV_PATTERN } from './env-allowlist.js';
 import { findUser } from './find-user.js';
 import { ENGINE_NAMES, type EngineConfig, type EngineName } from './agent-config.js';
-import { describeValue } from './describe-value.js';
+import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 
 const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'user', 'enabled'] as const;

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { LineCounter, parseDocument, isMap, isSeq, isScalar, type Node, type YAMLMap } from 'yaml';
-import { configError, errnoCode } from '../../lib/errors.js';
+import { describeErrno, isNotFound } from '../../lib/errno.js';
+import { configError } from '../../lib/errors.js';
 import { nearestName } from '../../lib/nearest-name.js';
 import { CONFIG_KEYS, SECTIONS, SPEC_BY_KEY } from './config-keys.js';
 import type { RawValue } from './value-source.js';
@@ -15,11 +16,9 @@ export function readConfigFile(path: string, explicit: boolean, raw: Map<string,
   try {
     text = readFileSync(path, 'utf8');
   } catch (err) {
-    const code = errnoCode(err);
     // Without --config, a missing default file is fine: env and flags may say it all.
-    if (code === 'ENOENT' && !explicit) return false;
-    const why = code === 'ENOENT' ? 'no such file' : code === 'EACCES' ? 'permission denied' : code === 'EISDIR' ? 'it is a directory' : String(err);
-    throw configError(`cannot read config ${path}: ${why}`, { cause: err });
+    if (isNotFound(err) && !explicit) return false;
+    throw configError(`cannot read config ${path}: ${describeErrno(err)}`, { cause: err });
   }
 
   const lineCounter = new LineCounter();

@@ -1,8 +1,8 @@
-import { create } from '@bufbuild/protobuf';
-import { type GpuLink, MigDeviceSchema } from '../../gen/llmgw/v1/agent_pb.js';
+import type { GpuLink } from '../../gen/llmgw/v1/agent_pb.js';
 import { openGpuSource } from './open-gpu-source.js';
 import { probeGpusNvml } from './nvml/probe-gpus-nvml.js';
 import type { NvmlLibrary } from './nvml/nvml-library.js';
+import { mergeGpuList } from './merge-gpu-list.js';
 import { parseGpuList } from './parse-gpu-list.js';
 import { fillNumaNodes, type GpuProbe, type ProbeGpusOptions, probeGpus } from './probe-gpus.js';
 import type { TopologyProbe } from './probe-topology.js';
@@ -60,11 +60,7 @@ export async function probeGpusBySource(opts: GpuSourceOptions): Promise<GpuSour
       fillNumaNodes(gpus, opts.sysfsRoot),
     ]);
     if (list.ok) {
-      const listed = parseGpuList(list.stdout);
-      for (const gpu of gpus) {
-        const l = listed.find((x) => x.uuid === gpu.uuid);
-        if (l) gpu.migDevices = l.migDevices.map((m) => create(MigDeviceSchema, m));
-      }
+      mergeGpuList(gpus, parseGpuList(list.stdout));
     } else if (list.kind !== 'not-found') {
       probe.gpus.warnings.push(`MIG devices unknown: ${list.reason}`);
     }

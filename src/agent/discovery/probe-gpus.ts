@@ -1,9 +1,9 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { create } from '@bufbuild/protobuf';
-import { type Gpu, type GpuProcess, MigDeviceSchema } from '../../gen/llmgw/v1/agent_pb.js';
+import type { Gpu, GpuProcess } from '../../gen/llmgw/v1/agent_pb.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import { parseComputeApps, COMPUTE_APPS_FIELDS } from './parse-compute-apps.js';
+import { mergeGpuList } from './merge-gpu-list.js';
 import { parseGpuList } from './parse-gpu-list.js';
 import { parseNumaNode } from './parse-ib-port-values.js';
 import { GPU_QUERY_FIELDS, OPTIONAL_GPU_FIELDS, parseQueryGpu } from './parse-query-gpu.js';
@@ -88,13 +88,7 @@ export async function probeGpus(opts: ProbeGpusOptions): Promise<GpuProbe> {
   ]);
 
   if (list.ok) {
-    const listed = parseGpuList(list.stdout);
-    for (const gpu of gpus) {
-      const l = listed.find((x) => (gpu.uuid !== '' && x.uuid === gpu.uuid) || (gpu.uuid === '' && x.index === gpu.index));
-      if (!l) continue;
-      if (gpu.name === '') gpu.name = l.name;
-      gpu.migDevices = l.migDevices.map((m) => create(MigDeviceSchema, m));
-    }
+    mergeGpuList(gpus, parseGpuList(list.stdout));
   } else {
     warnings.push(`MIG devices unknown: ${list.reason}`);
   }

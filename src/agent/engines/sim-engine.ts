@@ -3,6 +3,7 @@ import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { ConfiguredEngine } from './configured-engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import { servedModelName, servesHttp } from './shard-launch.js';
+import { VLLM_METRICS } from './vllm-engine.js';
 
 /** This package's bin/run.js: from dist/agent/engines/ (or src/ under tests) up three levels. */
 export const LLMGW_BIN = fileURLToPath(new URL('../../../bin/run.js', import.meta.url));
@@ -17,7 +18,7 @@ export const LLMGW_BIN = fileURLToPath(new URL('../../../bin/run.js', import.met
 export class SimEngine extends ConfiguredEngine {
   readonly name = 'sim' as const;
   /** The sim exports vLLM's gauge names. */
-  readonly metrics: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
+  readonly metrics: EngineMetrics = VLLM_METRICS;
 
   protected defaultCommand(): readonly string[] {
     return [process.execPath, LLMGW_BIN, 'sim', 'engine'];

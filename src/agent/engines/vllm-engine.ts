@@ -52,9 +52,12 @@ export function dataParallelSize(args: readonly string[]): number {
  * docs/serving/data_parallel_deployment.md), each node's GPUs holding
  * tp × pp × local DP ranks.
  */
+/** vLLM's gauge of running requests and its generation-token counter (what a drain and stall detection read). */
+export const VLLM_METRICS: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
+
 export class VllmEngine extends ConfiguredEngine {
   readonly name = 'vllm' as const;
-  readonly metrics: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
+  readonly metrics: EngineMetrics = VLLM_METRICS;
   readonly #shutdownTimeoutS: number;
 
   constructor(config: Partial<EngineConfig> | undefined, mgmtInterface: string, opts: VllmEngineOptions = {}) {

@@ -3,7 +3,7 @@ import { closeSync, constants, openSync } from 'node:fs';
 import { once } from 'node:events';
 import { rm } from 'node:fs/promises';
 import type { Launcher } from '../config/agent-config.js';
-import { errorMessage, failure } from '../../lib/errors.js';
+import { errorMessage, failure, LlmgwError } from '../../lib/errors.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
 import { LOG_FILE_MODE } from '../../lib/files/log-file-modes.js';
 import { readProcStat } from '../../lib/process/proc-stat.js';
@@ -165,12 +165,14 @@ export async function launchSystemdRun(
   try {
     await clearEndedUnit(unit, signal);
   } catch (err) {
-    if (err instanceof Error && err.name === 'LlmgwError') throw err;
+    if (err instanceof LlmgwError) throw err;
     throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${errorMessage(err)}`, { cause: err });
   }
   await writeFileAtomic(envFile, environmentFileText(plan.env), 0o600);
-  // engines.<name>.user under systemd: the unit's User=/Group= (systemd drops
-  // supplementary groups and opens the log as root before switching).
+  // engines.<name>.user under systemd: the unit's User=/Group=. systemd opens
+  // the log and reads envFile as root, before switching, so neither needs to be
+  // the user's; it gives the process the account's own groups from the group
+  // database (initgroups), never root's (test/systemd/engine-user-unit.test.ts).
   const unitOpts = plan.user ? { ...opts, properties: { ...opts.properties, User: String(plan.user.uid), Group: String(plan.user.gid) } } : opts;
   const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, envFile, unitOpts);
   // Only the systemd-run launcher needs execa; direct launches do not load it.

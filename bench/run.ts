@@ -51,6 +51,7 @@ import {
 } from './bench-support.js';
 import { fleetFigure } from './fleet-figure.js';
 import { floorFigures } from './floor-figures.js';
+import { readinessFigure } from './readiness-figure.js';
 
 interface Row {
   figure: string;
@@ -634,6 +635,7 @@ const FIGURES: Record<string, () => Promise<void>> = { nvml: figNvml, '1': fig1,
 FIGURES.fleet = () => fleetFigure(rows, notes);
 FIGURES.pidfd = figPidfd;
 FIGURES.floor = () => floorFigures(rows, notes, quick);
+FIGURES['11'] = () => readinessFigure(rows, notes, quick);
 
 function table(): string {
   const head = '| # | figure | measured | reference | target | met |\n|---|---|---|---|---|---|';

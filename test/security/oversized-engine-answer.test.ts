@@ -106,9 +106,10 @@ describe('answers on an engine port are size-capped', () => {
     await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.state === ShardState.STARTING);
     const squatter = await floodingServer(600 * MB, port);
 
-    // Several probe rounds (health_interval is 500 ms in tests) against the squatter.
-    await expect.poll(() => squatter.sent(), { timeout: 30_000 }).toBeGreaterThan(0);
+    // The port is not the engine's (port-squatting.test.ts): the squatter is
+    // never asked, so its 600 MB never reach the agent. Many readiness ticks later:
     await new Promise((r) => setTimeout(r, 5000));
+    expect(squatter.sent()).toBe(0);
     process.kill(agent.pid, 0);
     const statuses = cp.received.filter((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted');
     expect(statuses.map((m) => (m.msg.case === 'shard' ? ShardState[m.msg.value.state] : ''))).not.toContain('READY');

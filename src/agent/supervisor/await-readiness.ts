@@ -1,4 +1,5 @@
 import { formatDuration } from '../../lib/duration.js';
+import type { PortOwnerCheck } from './port-owner-check.js';
 import { waitStaysAlive, waitUntilServing } from './readiness-wait.js';
 
 /** How a readiness wait ended, with the words the shard's transition or error carries. */
@@ -6,9 +7,11 @@ export type Readiness = { ready: true; why: string } | { ready: false; message: 
 
 /**
  * Waits for the readiness test of the rank: with `baseUrl`, /health answers
- * and the served model is listed within `timeoutMs`; without, the engine
- * stays alive `settleMs`. Ends early on `signal`; the caller checks the
- * shard's state after it, since a death or stop meanwhile decides instead.
+ * from the engine's own socket (`portOwner`) and the served model is listed
+ * within `timeoutMs`; without, the engine stays alive `settleMs`. Ends early
+ * on `signal`; the caller checks the shard's state after it, since a death
+ * or stop meanwhile decides instead. `onWaiting` hears a squatter on the
+ * port, and undefined once it is gone (see waitUntilServing).
  */
 export async function awaitReadiness(opts: {
   baseUrl: string | undefined;
@@ -16,12 +19,21 @@ export async function awaitReadiness(opts: {
   settleMs: number;
   timeoutMs: number;
   signal: AbortSignal;
+  portOwner?: PortOwnerCheck;
+  onWaiting?: (squatted: string | undefined) => void;
 }): Promise<Readiness> {
   if (!opts.baseUrl) {
     await waitStaysAlive(opts.settleMs, opts.signal);
     return { ready: true, why: `stayed alive ${formatDuration(opts.settleMs)}` };
   }
-  const outcome = await waitUntilServing({ baseUrl: opts.baseUrl, servedModelName: opts.servedModelName, timeoutMs: opts.timeoutMs, signal: opts.signal });
+  const outcome = await waitUntilServing({
+    baseUrl: opts.baseUrl,
+    servedModelName: opts.servedModelName,
+    timeoutMs: opts.timeoutMs,
+    signal: opts.signal,
+    portOwner: opts.portOwner,
+    onWaiting: opts.onWaiting,
+  });
   if (outcome.ready) return { ready: true, why: `answers /health and lists ${JSON.stringify(opts.servedModelName)}` };
   return { ready: false, message: `not ready after ${formatDuration(opts.timeoutMs)}: ${outcome.reason}` };
 }

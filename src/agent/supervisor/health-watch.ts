@@ -1,11 +1,20 @@
 import { errorMessage } from '../../lib/errors.js';
-import { PROBE_TIMEOUT_MS, httpGet, probeHealth } from './http-probe.js';
+import { PROBE_TIMEOUT_MS, type ProbeResult, httpGet, probeHealth } from './http-probe.js';
+import type { PortOwnerCheck } from './port-owner-check.js';
 import { readCounter } from './read-counter.js';
 import { readGauge } from './read-gauge.js';
 import { StallDetector } from './stall-detector.js';
 
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
 export const UNHEALTHY_AFTER_FAILURES = 3;
+/**
+ * Time between /health probes while a shard is UNHEALTHY for failed probes:
+ * its recovery must reach the control plane in about 100 ms (issue 18), not
+ * a full health interval later. Only then: a READY shard keeps the
+ * configured interval, and a stalled one too (its /health answers all along;
+ * only /metrics, far larger, would tell, and it is read at the interval).
+ */
+export const UNHEALTHY_PROBE_INTERVAL_MS = 50;
 
 /** The one health judgement of a tick: what the shard should be, and why (ShardStatus.error when unhealthy). */
 export interface HealthVerdict {
@@ -24,7 +33,9 @@ export interface StallWatch {
 }
 
 /**
- * Every `intervalMs` until `signal` aborts: probes `baseUrl`/health and,
+ * Every `intervalMs` (UNHEALTHY_PROBE_INTERVAL_MS while failed probes keep
+ * it unhealthy) until `signal` aborts: probes `baseUrl`/health, when its
+ * port is the engine's (`portOwner`), and,
  * when `stall` names the engine's series and /health answered, reads
  * /metrics into one StallDetector; then calls `onVerdict` with the one
  * verdict of that tick. Probe failures come first: an engine that does not
@@ -44,9 +55,11 @@ export function watchHealth(opts: {
   intervalMs: number;
   signal: AbortSignal;
   stall?: StallWatch;
+  /** Who listens on the port: an answer from a socket not the engine's is a failed probe, and is never asked for. */
+  portOwner?: PortOwnerCheck;
   onVerdict: (v: HealthVerdict) => void;
 }): void {
-  const { baseUrl, intervalMs, signal, stall } = opts;
+  const { baseUrl, intervalMs, signal, stall, portOwner } = opts;
   // Never longer than an interval, so one hung probe cannot hide the next ones.
   const timeoutMs = Math.min(PROBE_TIMEOUT_MS, Math.max(500, intervalMs));
   const detector =
@@ -57,8 +70,16 @@ export function watchHealth(opts: {
   let last: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
   let timer: NodeJS.Timeout | undefined;
 
+  const probe = async (): Promise<ProbeResult> => {
+    const owner = await portOwner?.();
+    // Nothing listening is what a refused connection says, learnt without one.
+    if (owner?.owner === 'nobody') return { ok: false, loading: false, reason: 'nothing listens on the port' };
+    if (owner?.owner === 'other') return { ok: false, loading: false, reason: owner.reason };
+    return probeHealth(baseUrl, { timeoutMs, signal });
+  };
+
   const judge = async (): Promise<HealthVerdict> => {
-    const result = await probeHealth(baseUrl, { timeoutMs, signal }).catch((err: unknown) => ({
+    const result = await probe().catch((err: unknown) => ({
       ok: false as const,
       loading: false,
       reason: errorMessage(err),
@@ -96,7 +117,7 @@ export function watchHealth(opts: {
     last = v;
     opts.onVerdict(v);
     if (signal.aborted) return;
-    timer = setTimeout(tick, intervalMs);
+    timer = setTimeout(tick, v.cause === 'probes' ? Math.min(intervalMs, UNHEALTHY_PROBE_INTERVAL_MS) : intervalMs);
     timer.unref();
   };
   timer = setTimeout(tick, intervalMs);

@@ -13,6 +13,7 @@ import { type HealthVerdict, type StallWatch, watchHealth } from './health-watch
 import { judgeDeath } from './judge-death.js';
 import { judgeDrain } from './judge-drain.js';
 import { judgeSettleStart, judgeSettleWake } from './judge-settle.js';
+import { type PortOwnerCheck, portOwnerCheck } from './port-owner-check.js';
 import { readInFlight } from './read-in-flight.js';
 import { readLastOutput } from './read-last-output.js';
 import { recordShardFailure } from './record-shard-failure.js';
@@ -76,6 +77,8 @@ export class ShardRunner {
   /** Where the rank serves, derived once: nothing above the runner builds it again. */
   private readonly baseUrl: string | undefined;
   private readonly servedModelName: string;
+  /** Who listens on the rank's port: only the engine's own socket is probed (review finding 2). */
+  private readonly portOwner: PortOwnerCheck | undefined;
   /** detach(): ends every wait, probe and watch of this shard; touches no process. */
   private readonly life = new AbortController();
   /** Aborted when the shard leaves STARTING, so a readiness wait wakes at once. */
@@ -100,6 +103,8 @@ export class ShardRunner {
     this.state = previousState;
     this.baseUrl = engine.servesHttp && engine.spec.httpPort > 0 ? `http://127.0.0.1:${engine.spec.httpPort}` : undefined;
     this.servedModelName = servedModelName(engine.spec);
+    const { pid, pgid, unit } = engine;
+    this.portOwner = this.baseUrl ? portOwnerCheck({ port: engine.spec.httpPort, pid, pgid, unit }) : undefined;
     this.life.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
   }
 
@@ -188,6 +193,8 @@ export class ShardRunner {
       settleMs: opts.settleMs ?? this.ctx.config.workerSettleMs,
       timeoutMs: opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,
       signal: wake,
+      portOwner: this.portOwner,
+      onWaiting: (squatted) => this.onSquatted(squatted),
     });
     opts.signal?.throwIfAborted();
     if (judgeSettleWake(this.shardId, this.state, this.life.signal.aborted) === 'failed') throw this.failedError();
@@ -199,6 +206,13 @@ export class ShardRunner {
     this.lastOutput = await readLastOutput(this.logPath);
     if (this.state === S.STARTING) this.transition(S.FAILED, outcome.message);
     throw this.failedError();
+  }
+
+  /** A process not the engine's holds the port while it starts: status and log say who, until it is gone. */
+  private onSquatted(squatted: string | undefined): void {
+    if (this.state !== S.STARTING) return;
+    this.error = squatted ?? '';
+    if (squatted) this.ctx.log.warn({ shard: this.shardId, replica: this.replicaId, pid: this.pid, why: squatted }, 'shard not ready: its port is not the engine\'s');
   }
 
   private becomeReady(why: string): void {
@@ -220,7 +234,8 @@ export class ShardRunner {
     this.healthWatched = true;
     const { healthIntervalMs: intervalMs, stallTimeoutMs } = this.ctx.config;
     const stall = { ...this.metrics, stallTimeoutMs };
-    watchHealth({ baseUrl: this.baseUrl, intervalMs, signal: this.serving.signal, stall, onVerdict: (v) => this.applyHealth(v) });
+    const portOwner = this.portOwner;
+    watchHealth({ baseUrl: this.baseUrl, intervalMs, signal: this.serving.signal, stall, portOwner, onVerdict: (v) => this.applyHealth(v) });
     this.apply(this.health.serving());
   }
 
@@ -349,7 +364,7 @@ export class ShardRunner {
   /** Requests the engine is working on, from the engine's own gauge; undefined when it cannot tell. */
   async inFlight(): Promise<number | undefined> {
     if (!this.baseUrl || this.metrics.requestsRunningMetric === '') return undefined;
-    return readInFlight(this.baseUrl, this.metrics.requestsRunningMetric, this.life.signal);
+    return readInFlight(this.baseUrl, this.metrics.requestsRunningMetric, this.life.signal, this.portOwner);
   }
 
   /** The agent going away, or this runner replaced: every watch and wait ends; no process is touched. */

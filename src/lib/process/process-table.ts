@@ -78,7 +78,7 @@ const O_ACCMODE = 0o3;
 const O_RDONLY = 0o0;
 
 /** The effective uid of `pid` (/proc/<pid>/status "Uid:", second field); undefined when gone. */
-function effectiveUid(pid: number): number | undefined {
+export function effectiveUid(pid: number): number | undefined {
   try {
     const line = readFileSync(`/proc/${pid}/status`, 'utf8')
       .split('\n')

@@ -2,6 +2,7 @@ import { type Server, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type HealthVerdict, UNHEALTHY_AFTER_FAILURES, watchHealth } from '../../../src/agent/supervisor/health-watch.js';
+import type { PortOwner } from '../../../src/agent/supervisor/port-owner-check.js';
 import { until } from '../../helpers/engine-processes.js';
 
 const servers: Server[] = [];
@@ -35,14 +36,15 @@ const stall = (stallTimeoutMs: number) => ({
   stallTimeoutMs,
 });
 
-function watch(baseUrl: string, opts: { stallTimeoutMs?: number } = {}) {
+function watch(baseUrl: string, opts: { stallTimeoutMs?: number; intervalMs?: number; owner?: () => PortOwner } = {}) {
   const ac = new AbortController();
   aborts.push(ac);
   const verdicts: HealthVerdict[] = [];
   watchHealth({
     baseUrl,
-    intervalMs: 50,
+    intervalMs: opts.intervalMs ?? 50,
     signal: ac.signal,
+    portOwner: opts.owner ? async () => (opts.owner as () => PortOwner)() : undefined,
     stall: opts.stallTimeoutMs === undefined ? undefined : stall(opts.stallTimeoutMs),
     onVerdict: (v) => verdicts.push(v),
   });
@@ -116,5 +118,34 @@ describe('watchHealth', () => {
     const after = state.probes;
     await new Promise((r) => setTimeout(r, 300));
     expect(state.probes).toBe(after);
+  });
+
+  it('probes an UNHEALTHY engine every 50 ms, so its recovery is seen at once, and a healthy one at its interval', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.status = 503;
+    // 400 ms apart: the three misses take a little over a second.
+    const w = watch(baseUrl, { intervalMs: 400 });
+    await until(() => w.last()?.healthy === false, 'the unhealthy verdict');
+    // Twenty probes at the 400 ms interval would take 8 s, beyond this wait's limit; at 50 ms, one second.
+    const atUnhealthy = state.probes;
+    await until(() => state.probes >= atUnhealthy + 20, 'twenty more probes while unhealthy', 5000);
+    state.status = 200;
+    await until(() => w.last()?.healthy === true, 'the healthy-again verdict');
+    // Healthy again: back to the interval, so 1.2 s see at most four probes.
+    const atHealthy = state.probes;
+    await new Promise((r) => setTimeout(r, 1200));
+    expect(state.probes - atHealthy).toBeLessThanOrEqual(4);
+  });
+
+  it('never probes a port held by another process: that is a failed probe, with the squatter named', async () => {
+    const { state, baseUrl } = await engineServer();
+    let owner: PortOwner = { owner: 'other', pid: 4242, uid: 65534, reason: 'port 1 held by another process (pid 4242, uid 65534)' };
+    const w = watch(baseUrl, { owner: () => owner });
+    await until(() => w.last()?.healthy === false, 'the unhealthy verdict');
+    expect(w.last()?.why).toBe('3 health probes failed in a row: port 1 held by another process (pid 4242, uid 65534)');
+    expect(state.probes).toBe(0);
+    owner = { owner: 'engine' };
+    await until(() => w.last()?.healthy === true, 'the healthy-again verdict');
+    expect(state.probes).toBeGreaterThan(0);
   });
 });

@@ -31,8 +31,12 @@ const outdir = `${root}dist`;
 /** import.meta.url of the file being bundled, as an expression evaluated in the bundle. */
 const ownUrl = (file) => `new URL(${JSON.stringify(relative(outdir, file).split(sep).join('/'))}, import.meta.url).href`;
 
-/** One entry and what it imports, in one file at `dist/<name>.js`; `external` resolved from node_modules at run time. */
-const bundle = (name, entry, external) =>
+/**
+ * One entry and what it imports, in one file at `dist/<name>.js`; `external`
+ * resolved from node_modules at run time. `cjs`: whether a bundled CommonJS
+ * dependency needs require(), given by a banner that loads node:module.
+ */
+const bundle = (name, entry, external, { cjs = true } = {}) =>
   build({
     entryPoints: { [name]: `${outdir}/${entry}` },
     outdir,
@@ -42,7 +46,7 @@ const bundle = (name, entry, external) =>
     target: 'node20',
     external,
     // CommonJS dependencies (pino, yaml) call require() for Node's own modules.
-    banner: { js: "import { createRequire as __llmgwCreateRequire } from 'node:module'; const require = __llmgwCreateRequire(import.meta.url);" },
+    banner: cjs ? { js: "import { createRequire as __llmgwCreateRequire } from 'node:module'; const require = __llmgwCreateRequire(import.meta.url);" } : {},
     logLevel: 'warning',
     plugins: [
       {
@@ -63,4 +67,6 @@ await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'execa', 'pr
 // only with a --config: left out of what every start parses. (Not chalk: an
 // external's static import is hoisted to the top of the bundle, so it would
 // load for --json too, which never colours anything.)
-await bundle('ctl-status.bundle', 'cli/fast-ctl-status.js', ['yaml']);
+// Nothing in it is CommonJS: node:module, which the banner would load, costs
+// a cold start a few ms of CPU for nothing.
+await bundle('ctl-status.bundle', 'cli/fast-ctl-status.js', ['yaml'], { cjs: false });

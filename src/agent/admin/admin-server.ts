@@ -129,7 +129,7 @@ export class AdminServer {
       },
       handler,
     );
-    this.h1 = http.createServer({}, handler);
+    this.h1 = http.createServer();
     this.h1.maxHeadersCount = MAX_HTTP1_HEADERS;
     // This server never listens, so Node's own HTTP/1.1 timers (headersTimeout,
     // requestTimeout, which run from listen()) never start; keepAliveTimeout
@@ -166,7 +166,10 @@ export class AdminServer {
       stream.once('close', () => clearTimeout(deadline));
     });
     this.h1.on('request', (req: IncomingMessage, res: ServerResponse) => {
-      this.http1Connections.get(req.socket)?.began(res);
+      // Node parses every pipelined request in a buffer at once; a
+      // connection past its calls is closed before any more handlers start.
+      if (!this.http1Connections.get(req.socket)?.began(res)) return;
+      handler(req, res);
       if (OPEN_ENDED_CALLS.has(req.url ?? '')) return;
       // As for HTTP/2; HTTP/1.1 has one call per connection at a time, so the connection goes with it.
       const deadline = setTimeout(() => req.socket.destroy(), deadlineMs);
@@ -260,12 +263,13 @@ export class AdminServer {
     arm(limits.silentMs, 'closed a connection that sent no request');
     this.http1Connections.set(socket, {
       began: (res) => {
+        if (socket.destroyed) return false;
         open += 1;
         clearTimeout(idle);
         if (open > MAX_STREAMS_PER_SESSION) {
           this.log.debug('closed an HTTP/1.1 admin connection that pipelined too many calls');
           socket.destroy();
-          return;
+          return false;
         }
         res.once('close', () => {
           open -= 1;
@@ -274,6 +278,7 @@ export class AdminServer {
           if (this.shutdown.signal.aborted) socket.destroy();
           else arm(limits.idleMs, 'closed an idle admin connection');
         });
+        return true;
       },
       closeIfIdle: () => {
         if (open === 0) socket.destroy();
@@ -357,8 +362,8 @@ export class AdminServer {
 
 /** What the server tracks of one HTTP/1.1 connection. */
 interface Http1Connection {
-  /** A request on it has begun; `res` closes when it ends. */
-  began(res: ServerResponse): void;
+  /** A request on it has begun (`res` closes when it ends); false when it must not be served. */
+  began(res: ServerResponse): boolean;
   /** Closes it unless a call is in progress (the server is stopping). */
   closeIfIdle(): void;
 }

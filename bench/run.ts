@@ -118,7 +118,7 @@ async function fig1(): Promise<void> {
   rows[rows.length - 1]!.measured += ` (${(version / base).toFixed(2)}x)`;
   rows.push({ figure: '1b cold start `llmgw ctl status`', measured: `${ms(status)} (${(status / base).toFixed(2)}x)`, reference: `node -e 0: ${ms(base)}`, target: '<= 1.3x', met: status / base <= 1.3 });
   rows.push({
-    figure: '1c cold start `llmgw ctl status --json` beside its floor (bench/ctl-floor.mjs: one Status call with node:http2 alone)',
+    figure: '1c cold start `llmgw ctl status --json` beside its floor (bench/ctl-floor.mjs: one Status call, HTTP/1.1 on node:net alone)',
     measured: `${ms(statusJson)} (${(statusJson / base).toFixed(2)}x node, ${(statusJson / floor).toFixed(2)}x floor)`,
     reference: `floor: ${ms(floor)} (${(floor / base).toFixed(2)}x node)`,
     target: 'recorded',

@@ -22,6 +22,14 @@ async function answeredWithoutOclif() {
     return fastCtlStatus(argv.slice(2));
   }
   if (argv[0] === 'agent' && argv[1] === 'run') {
+    // No TurboFan for the agent, which lives for months doing little: its
+    // optimized code and the compiler's own memory were most of the agent's
+    // growth to 96 MB RSS under fast heartbeats, against a flat 70 MB without,
+    // for no CPU measured (bench/RESULTS.md, figure 5). V8 refuses --no-opt
+    // in NODE_OPTIONS, and the unit's ExecStart is written by `agent
+    // install-unit`: set here, before the agent's code is loaded, it holds
+    // wherever `agent run` is started. Engines never inherit it.
+    (await import('node:v8')).setFlagsFromString('--no-opt');
     // Only the forms systemd and scripts use (--config and the override
     // flags); false for help, --print-config, --json, --log-level and errors.
     // From one bundled file (scripts/bundle-agent-run.mjs, part of `npm run

@@ -30,7 +30,7 @@
  * bundle's at run time, so such paths stay right wherever the package is
  * installed.
  */
-import { readFile } from 'node:fs/promises';
+import { readFile, writeFile } from 'node:fs/promises';
 import { relative, sep } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { build } from 'esbuild';
@@ -53,9 +53,34 @@ function requireWhereUsed(text) {
   return out;
 }
 
-/** One entry and what it imports, in one file at `dist/<name>.js`; `external` resolved from node_modules at run time. */
-const bundle = (name, entry, external) =>
-  build({
+const processGlobalPlugin = {
+  // `import process from 'node:process'` (chalk's supports-color) makes
+  // Node build the ES module namespace of every property of process,
+  // which runs its lazy getters (process.report loads the diagnostic
+  // report module): 8 ms of CPU at each start of `ctl status`, a tenth
+  // of `node -e 0`. The default export is the global process itself.
+  // A named import from it fails the build here, never silently.
+  // require('process') (yaml) is left alone: it must get the object
+  // itself, not a module namespace around it.
+  name: 'process-global',
+  setup(b) {
+    b.onResolve({ filter: /^(node:)?process$/ }, (args) => (args.kind === 'import-statement' ? { path: 'process', namespace: 'process-global' } : undefined));
+    b.onLoad({ filter: /.*/, namespace: 'process-global' }, () => ({ contents: 'export default globalThis.process;', loader: 'js' }));
+  },
+};
+
+/**
+ * One entry and what it imports, in one file at `dist/<name>.js`; `external`
+ * resolved from node_modules at run time. `cjs`: whether a bundled CommonJS
+ * dependency needs require(), given by a banner that loads node:module.
+ * `minifyWhitespace`: without comments and indentation (names are kept, so
+ * errors and logs read the same; stack traces point into one long line).
+ * `processGlobal`: `import process from 'node:process'` is the global (the
+ * plugin above); only where nothing imports names from it (execa, in the
+ * agent's bundle, does).
+ */
+const bundle = async (name, entry, external, { cjs = true, minifyWhitespace = false, processGlobal = false } = {}) => {
+  await build({
     entryPoints: { [name]: `${outdir}/${entry}` },
     outdir,
     bundle: true,
@@ -63,10 +88,12 @@ const bundle = (name, entry, external) =>
     format: 'esm',
     target: 'node20',
     external,
+    minifyWhitespace,
     // CommonJS dependencies (pino, yaml) call require() for Node's own modules.
-    banner: { js: "import { createRequire as __llmgwCreateRequire } from 'node:module'; const require = __llmgwCreateRequire(import.meta.url);" },
+    banner: cjs ? { js: "import { createRequire as __llmgwCreateRequire } from 'node:module'; const require = __llmgwCreateRequire(import.meta.url);" } : {},
     logLevel: 'warning',
     plugins: [
+      ...(processGlobal ? [processGlobalPlugin] : []),
       {
         name: 'own-import-meta-url',
         setup(b) {
@@ -78,11 +105,37 @@ const bundle = (name, entry, external) =>
       },
     ],
   });
+  await keepAscii(`${outdir}/${name}.js`);
+};
 
-await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'prom-client', 'pino-pretty']);
+/**
+ * V8 keeps a script's source in memory for as long as the process runs, and
+ * stores it in one byte a character only when every character fits: one
+ * arrow in a kept comment made the agent's 1.2 MB bundle a 2.4 MB string
+ * (bench figure 5a). esbuild escapes every non-ASCII character in strings,
+ * templates, regular expressions and names; what it leaves is in comments,
+ * where it is replaced. One anywhere else fails the build instead.
+ */
+async function keepAscii(file) {
+  const text = await readFile(file, 'utf8');
+  if (!/[^\x00-\x7f]/.test(text)) return;
+  const lines = text.split('\n').map((line, i) => {
+    if (!/[^\x00-\x7f]/.test(line)) return line;
+    if (!/^\s*(\/\/|\/\*|\*)/.test(line)) throw new Error(`${file}:${i + 1}: a non-ASCII character outside a comment: ${line.trim().slice(0, 120)}`);
+    return line.replaceAll('\u2192', '->').replaceAll('\u2014', '--').replace(/[^\x00-\x7f]/g, '?');
+  });
+  await writeFile(file, lines.join('\n'));
+}
+
+// Without whitespace: V8 keeps the agent's source for as long as it runs, and
+// an index of its line ends once a stack trace is formatted; 1.2 MB and 32,000
+// lines were 1.4 MB of the agent's heap (bench figure 5a, heap snapshot).
+await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'prom-client', 'pino-pretty'], { minifyWhitespace: true });
 // `ctl status`'s path without oclif too: its 20 modules cost about 10 ms of
 // a cold start that is 1.5x `node -e 0` (bench figure 1b). yaml is needed
 // only with a --config: left out of what every start parses. (Not chalk: an
 // external's static import is hoisted to the top of the bundle, so it would
 // load for --json too, which never colours anything.)
-await bundle('ctl-status.bundle', 'cli/fast-ctl-status.js', ['yaml']);
+// Nothing in it is CommonJS: node:module, which the banner would load, costs
+// a cold start a few ms of CPU for nothing.
+await bundle('ctl-status.bundle', 'cli/fast-ctl-status.js', ['yaml'], { cjs: false, processGlobal: true });

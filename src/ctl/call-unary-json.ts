@@ -1,74 +1,105 @@
-import http2 from 'node:http2';
-import { failure } from '../lib/errors.js';
+import type { Socket } from 'node:net';
 import { AdminCallError, agentUnreachable, operatorError } from './admin-call-error.js';
 import { dialAdminSocket } from './dial-admin-socket.js';
+import { parseHttp1Response } from './parse-http1-response.js';
+import { unaryAnswer } from './unary-answer.js';
 
 /** How long a unary call (status, adopt) may take before the agent counts as not answering. */
 export const UNARY_TIMEOUT_MS = 30_000;
+/** Largest answer read: a Status of a full node is a few tens of KB; a runaway one must not fill ctl's memory. */
+export const MAX_ANSWER_BYTES = 16 * 1024 * 1024;
 
 export interface UnaryCallOptions {
   timeoutMs?: number;
 }
 
+/** The agent's socket did not answer in HTTP/1.1: an agent older than HTTP/1.1 on its admin socket. */
+class NotHttp1 extends Error {}
+
 /**
  * One unary AdminService call in the Connect protocol's JSON form: a POST
  * whose body is the request's proto JSON, answered by the response's proto
- * JSON or by an error `{code, message}`. This is the form `curl` and
- * `buf curl` speak, spelled out with node:http2 on purpose: loading the
- * Connect and protobuf runtimes costs more than 100 ms, twice what Node
- * itself takes to start, and `ctl status` is typed by people waiting for it.
- * Streaming calls (logs, drain) use the Connect client instead.
+ * JSON or by an error `{code, message}`. This is the form `curl` speaks,
+ * written as HTTP/1.1 on node:net on purpose: `ctl status` is typed by people
+ * waiting for it, and loading the Connect and protobuf runtimes costs more
+ * than Node takes to start, node:http2 (or node:http) a tenth of its cold
+ * start more (bench/RESULTS.md, figure 1b). One request per connection
+ * (Connection: close). An agent that answers in HTTP/2 only (started before
+ * an upgrade) is asked again over HTTP/2. Streaming calls (logs, drain) use
+ * the Connect client instead.
  */
 export async function callUnaryJson<Res>(socketPath: string, method: string, request: object, opts: UnaryCallOptions = {}): Promise<Res> {
   const timeoutMs = opts.timeoutMs ?? UNARY_TIMEOUT_MS;
-  const socket = await dialAdminSocket(socketPath);
-  const session = http2.connect('http://localhost', { createConnection: () => socket });
   try {
-    return await new Promise<Res>((resolve, reject) => {
-      const timer = setTimeout(() => {
-        reject(new AdminCallError('deadline_exceeded', `no answer within ${timeoutMs / 1000}s`));
-      }, timeoutMs);
-      const settle = (fn: () => void) => {
-        clearTimeout(timer);
-        fn();
-      };
-      session.once('error', (err) => settle(() => reject(agentUnreachable(socketPath, `the connection failed (${err.message})`))));
-      const req = session.request({
-        ':method': 'POST',
-        ':path': `/llmgw.v1.AdminService/${method}`,
-        'content-type': 'application/json',
-        'connect-protocol-version': '1',
-        'connect-timeout-ms': String(timeoutMs),
-      });
-      let status = 0;
-      const chunks: Buffer[] = [];
-      req.once('response', (headers) => {
-        status = Number(headers[':status']);
-      });
-      req.on('data', (chunk: Buffer) => chunks.push(chunk));
-      req.once('error', (err) => settle(() => reject(agentUnreachable(socketPath, `the call failed (${err.message})`))));
-      req.once('end', () =>
-        settle(() => {
-          const text = Buffer.concat(chunks).toString('utf8');
-          let body: unknown;
-          try {
-            body = JSON.parse(text);
-          } catch {
-            reject(failure(`the agent answered ${method} with HTTP ${status} and a body that is not JSON: ${text.slice(0, 200)}`));
-            return;
-          }
-          if (status === 200) resolve(body as Res);
-          else {
-            const e = body as { code?: string; message?: string };
-            reject(new AdminCallError(e.code ?? 'unknown', e.message ?? `HTTP ${status}`));
-          }
-        }),
-      );
-      req.end(JSON.stringify(request));
-    });
+    const socket = await dialAdminSocket(socketPath);
+    try {
+      const { status, body } = await exchange(socket, socketPath, method, JSON.stringify(request), timeoutMs);
+      return unaryAnswer<Res>(method, status, body);
+    } catch (err) {
+      if (!(err instanceof NotHttp1)) throw err;
+      const { callUnaryJsonHttp2 } = await import('./call-unary-json-http2.js');
+      return await callUnaryJsonHttp2<Res>(socketPath, method, request, timeoutMs);
+    }
   } catch (err) {
     throw err instanceof AdminCallError ? operatorError(err, socketPath) : err;
-  } finally {
-    session.destroy();
   }
 }
+
+/** Writes the request and reads its whole response; the socket is destroyed when it settles. */
+function exchange(socket: Socket, socketPath: string, method: string, body: string, timeoutMs: number): Promise<{ status: number; body: Buffer }> {
+  return new Promise((resolve, reject) => {
+    const received: Buffer[] = [];
+    let size = 0;
+    const timer = setTimeout(() => done(() => reject(new AdminCallError('deadline_exceeded', `no answer within ${timeoutMs / 1000}s`))), timeoutMs);
+    const done = (fn: () => void) => {
+      clearTimeout(timer);
+      socket.removeAllListeners('data');
+      socket.destroy();
+      fn();
+    };
+    const read = (ended: boolean) => {
+      const data = Buffer.concat(received);
+      // What an HTTP/2-only server sends to an HTTP/1.1 request: its SETTINGS and a GOAWAY, or nothing.
+      const n = Math.min(HTTP1_START.length, data.length);
+      if (!data.subarray(0, n).equals(HTTP1_START.subarray(0, n)) || (ended && data.length === 0)) {
+        done(() => reject(new NotHttp1()));
+        return;
+      }
+      let res: ReturnType<typeof parseHttp1Response>;
+      try {
+        res = parseHttp1Response(data, ended);
+      } catch (err) {
+        done(() => reject(agentUnreachable(socketPath, `the answer to ${method} was cut or malformed (${(err as Error).message})`)));
+        return;
+      }
+      if (res) {
+        const answer = res;
+        done(() => resolve(answer));
+      }
+    };
+    socket.on('data', (chunk: Buffer) => {
+      size += chunk.length;
+      if (size > MAX_ANSWER_BYTES) {
+        done(() => reject(agentUnreachable(socketPath, `the answer to ${method} is larger than ${MAX_ANSWER_BYTES / 1024 / 1024} MiB`)));
+        return;
+      }
+      received.push(chunk);
+      read(false);
+    });
+    socket.once('end', () => read(true));
+    // Replaces dialAdminSocket's placeholder: an error now fails the call.
+    socket.removeAllListeners('error');
+    socket.once('error', (err) =>
+      // An HTTP/2-only agent may close before the request is written (EPIPE, ECONNRESET): HTTP/2 then says what is wrong.
+      done(() => reject(size === 0 ? new NotHttp1() : agentUnreachable(socketPath, `the call failed (${err.message})`))),
+    );
+    const payload = Buffer.from(body, 'utf8');
+    socket.write(
+      `POST /llmgw.v1.AdminService/${method} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nConnect-Protocol-Version: 1\r\nConnect-Timeout-Ms: ${timeoutMs}\r\nContent-Length: ${payload.length}\r\nConnection: close\r\n\r\n`,
+    );
+    // Not end(): a half-closed connection may be closed by the agent before it answers.
+    socket.write(payload);
+  });
+}
+
+const HTTP1_START = Buffer.from('HTTP/', 'latin1');

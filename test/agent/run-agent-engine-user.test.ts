@@ -1,16 +1,15 @@
-import { execFileSync, spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative, sep } from 'node:path';
+import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { shardLogPath } from '../../src/lib/shard-layout.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { copyCliForNobody } from '../helpers/copy-cli-for-nobody.js';
 import { freePort, isRunning, processesWritingUnder, until } from '../helpers/engine-processes.js';
-import { REPO_ROOT } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
-import { shardLogPath } from '../../src/lib/shard-layout.js';
 
 const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;
 
@@ -24,67 +23,6 @@ function procStatus(pid: number, field: string): string {
 }
 
 const environOf = (pid: number) => readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0');
-
-/**
- * The top-level node_modules entries (`chalk`, `@oclif/core`) that the
- * package's production dependencies need, transitively, resolved as Node
- * resolves them (nested node_modules first, then up to the checkout's): what
- * `llmgw sim engine` may load, and nothing of the dev tooling.
- */
-function productionPackages(): string[] {
-  const modules = join(REPO_ROOT, 'node_modules');
-  const top = new Set<string>();
-  const seen = new Set<string>();
-  const resolveFrom = (name: string, from: string): string | undefined => {
-    for (let d = from; ; d = dirname(d)) {
-      const candidate = join(d, 'node_modules', name);
-      if (existsSync(join(candidate, 'package.json'))) return candidate;
-      if (d === REPO_ROOT || d === dirname(d)) return undefined;
-    }
-  };
-  const visit = (dir: string) => {
-    if (seen.has(dir)) return;
-    seen.add(dir);
-    const parts = relative(modules, dir).split(sep);
-    top.add(parts[0]?.startsWith('@') ? `${parts[0]}/${parts[1]}` : (parts[0] as string));
-    const pkg = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')) as Record<string, Record<string, string> | undefined>;
-    for (const name of Object.keys({ ...pkg.dependencies, ...pkg.optionalDependencies })) {
-      const found = resolveFrom(name, dir);
-      if (found) visit(found);
-    }
-  };
-  const own = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
-  for (const name of Object.keys(own.dependencies)) {
-    const found = resolveFrom(name, REPO_ROOT);
-    if (!found) throw new Error(`dependency ${name} is not installed: run npm ci`);
-    visit(found);
-  }
-  return [...top];
-}
-
-/**
- * A copy of the CLI that nobody can read and run, wherever the checkout is:
- * under /root (0700, as CI's clone may be) nobody cannot even reach
- * bin/run.js, and the engine would die with "Cannot find module". bin/,
- * dist/, package.json, the manifest and the production dependencies (about
- * 30 MB, symlinks followed), every directory open to all, nothing writable.
- */
-function copyCliForNobody(): string {
-  const root = mkdtempSync(join(tmpdir(), 'llmgw-cli-nobody-'));
-  for (const part of ['bin', 'dist', 'package.json', 'oclif.manifest.json']) {
-    if (existsSync(join(REPO_ROOT, part))) cpSync(join(REPO_ROOT, part), join(root, part), { recursive: true, dereference: true });
-  }
-  for (const name of productionPackages()) {
-    cpSync(join(REPO_ROOT, 'node_modules', name), join(root, 'node_modules', name), { recursive: true, dereference: true });
-  }
-  execFileSync('chmod', ['-R', 'a+rX,go-w', root]);
-  const bin = join(root, 'bin', 'run.js');
-  // A TMPDIR that nobody cannot traverse would fail the test later, and obscurely.
-  if (spawnSync('setpriv', ['--reuid=65534', '--regid=65534', '--clear-groups', 'test', '-r', bin]).status !== 0) {
-    throw new Error(`nobody cannot read ${bin}: set TMPDIR to a directory every user can traverse`);
-  }
-  return root;
-}
 
 describe.skipIf(process.geteuid?.() !== 0)('engines.<name>.user (run as root)', () => {
   it('runs the engine as nobody with no supplementary group and its HOME, logs it, adopts it after kill -9 and stops it', async () => {

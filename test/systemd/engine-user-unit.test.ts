@@ -1,20 +1,20 @@
-import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
-import { dirname, join, relative } from 'node:path';
+import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ShardInfoJson, StatusResponseJson } from '../../src/gen/llmgw/v1/admin_pb.js';
 import { type AgentMessage, type Register, ShardState, type ShardStatus, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { shardLogPath } from '../../src/lib/shard-layout.js';
-import { agentConfigYaml, agentDirs, type AgentDirs } from '../helpers/agent-config-yaml.js';
+import { type AgentDirs, agentConfigYaml, agentDirs } from '../helpers/agent-config-yaml.js';
+import { copyCliForNobody } from '../helpers/copy-cli-for-nobody.js';
 import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
-import { BIN, REPO_ROOT, runCli } from '../helpers/run-cli.js';
+import { BIN, runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
-import { bootLab, labLeftovers, labUnavailableReason, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
+import { bootLab, labLeftovers, labUnavailableReason, type SystemdLab, stopAllLabs } from '../helpers/systemd-lab.js';
 
 /*
  * engines.<name>.user under the systemd-run launcher, in a real systemd (the
@@ -40,56 +40,6 @@ const dropIn = (log: string) =>
   ['[Service]', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', `StandardOutput=append:${log}`, `StandardError=append:${log}`, ''].join('\n');
 
 const unavailable = await labUnavailableReason();
-
-/**
- * A package's directory as Node resolves `name` from `fromDir`: the nearest
- * node_modules/<name> on the way up to the checkout.
- */
-function resolvePackageDir(name: string, fromDir: string): string | undefined {
-  for (let dir = fromDir; ; dir = dirname(dir)) {
-    const candidate = join(dir, 'node_modules', name);
-    if (existsSync(join(candidate, 'package.json'))) return candidate;
-    if (dir === REPO_ROOT || dir === dirname(dir)) return undefined;
-  }
-}
-
-/** The checkout's packages that its runtime dependencies need (dev tools left out), by walking their package.json files. */
-function runtimePackageDirs(): string[] {
-  const seen = new Set<string>();
-  const walk = (pkgDir: string, includeOwn: boolean) => {
-    if (includeOwn) {
-      if (seen.has(pkgDir)) return;
-      seen.add(pkgDir);
-    }
-    const pkg = JSON.parse(readFileSync(join(pkgDir, 'package.json'), 'utf8')) as Record<string, Record<string, string> | undefined>;
-    // Optional and peer dependencies absent from the checkout are absent from the copy too, as npm left them.
-    for (const name of Object.keys({ ...pkg.dependencies, ...pkg.optionalDependencies, ...pkg.peerDependencies })) {
-      const dir = resolvePackageDir(name, pkgDir);
-      if (dir) walk(dir, true);
-    }
-  };
-  walk(REPO_ROOT, false);
-  return [...seen];
-}
-
-/**
- * A copy of the CLI that nobody can read and run: the engine is this build's
- * `sim engine`, run as nobody, and a checkout under /root (mode 0700) is
- * closed to nobody, whose engine would die at once with "Cannot find module".
- * `sim engine` goes through oclif, so the copy holds bin/, dist/, the
- * manifest and the runtime packages; nothing in it is writable but by root.
- */
-function copyCliForNobody(): string {
-  const root = mkdtempSync(join(tmpdir(), 'llmgw-unituser-cli-'));
-  const own = ['bin', 'dist', 'package.json', 'oclif.manifest.json'].filter((part) => existsSync(join(REPO_ROOT, part)));
-  // A package nested in another's node_modules comes with it.
-  const dirs = runtimePackageDirs().map((d) => relative(REPO_ROOT, d));
-  const outermost = dirs.filter((d) => !dirs.some((o) => d.startsWith(`${o}/`)));
-  // One cp, dereferencing the checkout's node_modules symlink: Node's cpSync took seconds over these files.
-  execFileSync('cp', ['-rL', '--parents', '--', ...own, ...outermost, root], { cwd: REPO_ROOT });
-  execFileSync('chmod', ['-R', 'a+rX,go-w', root]);
-  return root;
-}
 
 interface Fixture {
   lab: SystemdLab;
@@ -162,7 +112,7 @@ describe.skipIf(unavailable !== undefined)(
   () => {
     beforeAll(async () => {
       const root = mkdtempSync(join(tmpdir(), 'llmgw-sduser-'));
-      const cli = copyCliForNobody();
+      const cli = copyCliForNobody('llmgw-unituser-cli-');
       const lab = await bootLab({ logFile: join(root, 'systemd-lab-boot.log') });
       const cp = await startControlPlane();
       const dirs = agentDirs(root);

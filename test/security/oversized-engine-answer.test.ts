@@ -1,14 +1,14 @@
-import { create } from '@bufbuild/protobuf';
 import { mkdtempSync, rmSync } from 'node:fs';
-import { type Server, createServer } from 'node:http';
+import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { METRICS_BODY_MAX_BYTES, PROBE_BODY_MAX_BYTES, httpGet, probeReady } from '../../src/agent/supervisor/http-probe.js';
-import { ShardState, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { httpGet, METRICS_BODY_MAX_BYTES, PROBE_BODY_MAX_BYTES, probeReady } from '../../src/agent/supervisor/http-probe.js';
+import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { freePort } from '../helpers/engine-processes.js';
+import { simStart } from '../helpers/sim-shards.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 
 /*
@@ -92,17 +92,7 @@ describe('answers on an engine port are size-capped', () => {
     // A free port outside the ephemeral range, which the agent refuses as an http_port.
     const port = await freePort();
 
-    cp.send({
-      case: 'start',
-      value: create(StartShardSchema, {
-        shardId: 'squatted',
-        replicaId: 'r-squatted',
-        nnodes: 1,
-        gpuIndices: [0],
-        httpPort: port,
-        profile: { name: 'p', engine: 'sim', model: 'm', servedModelName: 'm', tensorParallelSize: 1, args: ['--load-time', '120s'] },
-      }),
-    });
+    cp.send({ case: 'start', value: simStart('squatted', port, { args: ['--load-time', '120s'] }) });
     await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.state === ShardState.STARTING);
     const squatter = await floodingServer(600 * MB, port);
 

@@ -1,13 +1,13 @@
-import { create } from '@bufbuild/protobuf';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ShardState, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
+import { simStart } from '../helpers/sim-shards.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 
 /*
@@ -75,17 +75,7 @@ describe.skipIf(process.geteuid?.() !== 0)('a local user squatting a loading sha
     // The sim opens its port after 15 s, as vLLM does once its weights are
     // loaded; the squatter binds it long before and leaves before then
     // (a taken port makes the sim exit, as uvicorn does).
-    cp.send({
-      case: 'start',
-      value: create(StartShardSchema, {
-        shardId: 'squatted',
-        replicaId: 'r-squatted',
-        nnodes: 1,
-        gpuIndices: [0],
-        httpPort: port,
-        profile: { name: 'p', engine: 'sim', model: 'm', servedModelName: 'm', tensorParallelSize: 1, args: ['--load-time', '15s'] },
-      }),
-    });
+    cp.send({ case: 'start', value: simStart('squatted', port, { args: ['--load-time', '15s'] }) });
     await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.state === ShardState.STARTING);
     const squatter = startSquatter(port, 'm');
     await squatter.up;

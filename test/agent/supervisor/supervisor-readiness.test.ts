@@ -26,6 +26,15 @@ async function startSim(sup: Supervisor, id: string, args: string[], simModel = 
   return { shard, port };
 }
 
+async function healthAnswers(port: number): Promise<boolean> {
+  try {
+    const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(2000) });
+    return res.status === 200;
+  } catch {
+    return false;
+  }
+}
+
 function recordTransitions(sup: Supervisor): ShardTransition[] {
   const seen: ShardTransition[] = [];
   sup.on('transition', (t) => seen.push(t));
@@ -42,8 +51,10 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
 
   it('does not call an engine ready that serves another model', async () => {
     const sup = newSupervisor();
-    await startSim(sup, 'wrong', [], 'other-model');
-    // Long enough for the sim to open its port on a loaded machine (1.5 s was not, with eight test runs on two cores).
+    const { port } = await startSim(sup, 'wrong', [], 'other-model');
+    // The deadline must only be spent on the model check: on a loaded CI machine the sim took
+    // more than 5 s to answer /health at all, and the test then saw the wrong reason.
+    await until(() => healthAnswers(port), 'the sim to answer /health', 60_000);
     const err = await sup.settle('wrong', { timeoutMs: 5000 }).catch((e) => e);
     expect(err).toBeInstanceOf(ShardFailedError);
     expect(err.message).toMatch(/not ready after 5s: GET \/v1\/models does not list "m-a"/);

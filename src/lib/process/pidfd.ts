@@ -1,6 +1,5 @@
-import { closeSync } from 'node:fs';
 import { createRequire } from 'node:module';
-import { Socket } from 'node:net';
+import { openFdStream } from '../files/fd-stream.js';
 
 /**
  * Exit notification for any process, child or not, through a pidfd
@@ -9,11 +8,12 @@ import { Socket } from 'node:net';
  * nor waitpid see its death; without this the agent finds it by polling /proc
  * (bench figure 3b: 370–460 ms late).
  *
- * The fd is handed to libuv as a stream, so the agent's own event loop
- * (epoll) watches it: no thread is parked per engine, and the libuv thread
- * pool, which the agent's file I/O and DNS share with only four threads, is
- * never taken. libuv reads the fd when epoll says it is readable; read(2) on a
- * pidfd always fails with EINVAL, and that error is the exit notification.
+ * The fd is handed to libuv as a stream (lib/files/fd-stream.ts), so the
+ * agent's own event loop (epoll) watches it: no thread is parked per engine,
+ * and the libuv thread pool, which the agent's file I/O and DNS share with
+ * only four threads, is never taken. libuv reads the fd when epoll says it is
+ * readable; read(2) on a pidfd always fails with EINVAL, and that error is
+ * the exit notification.
  * (A koffi async poll(2) would block one pool thread per engine: eight
  * adopted engines would stall every fs call of the agent.)
  */
@@ -33,12 +33,8 @@ const SYS_PIDFD_OPEN = 434;
 const ENOSYS = 38;
 const ESRCH = 3;
 
-interface PipeHandle {
-  open(fd: number): number;
-}
 interface Backend {
   pidfdOpen(pid: number): { fd: number } | { errno: number };
-  newPipe(): PipeHandle;
 }
 
 let backend: Backend | { unsupported: string } | undefined;
@@ -56,12 +52,6 @@ function loadBackend(): Backend | { unsupported: string } {
 
 function openBackend(): Backend | { unsupported: string } {
   try {
-    // pipe_wrap is the only way to give libuv an fd that is neither a file,
-    // a pipe, a socket nor a tty: net.Socket({ fd }) refuses a pidfd's anon
-    // inode ("Unsupported fd type"). It is on Node's process.binding allow
-    // list; if a later Node drops it, watches report unsupported and the
-    // caller polls, rather than the agent failing.
-    const binding = (process as unknown as { binding(name: string): { Pipe: new (type: number) => PipeHandle; constants: { SOCKET: number } } }).binding('pipe_wrap');
     const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
     const libc = koffi.load('libc.so.6');
     const syscall = libc.func('long syscall(long number, int pid, unsigned int flags)');
@@ -70,7 +60,6 @@ function openBackend(): Backend | { unsupported: string } {
         const fd = Number(syscall(SYS_PIDFD_OPEN, pid, 0));
         return fd >= 0 ? { fd } : { errno: koffi.errno() };
       },
-      newPipe: () => new binding.Pipe(binding.constants.SOCKET),
     };
   } catch (err) {
     return { unsupported: `cannot load pidfd support: ${err instanceof Error ? err.message : String(err)}` };
@@ -100,15 +89,10 @@ export function watchPidExit(pid: number, signal: AbortSignal, onExit: () => voi
     const reason = opened.errno === ENOSYS ? 'pidfd_open is missing (kernel before 5.3)' : `pidfd_open failed with errno ${opened.errno}`;
     return { kind: 'unsupported', reason };
   }
-  const handle = b.newPipe();
-  const rc = handle.open(opened.fd);
-  if (rc !== 0) {
-    closeFd(opened.fd);
-    return { kind: 'unsupported', reason: `libuv cannot watch a pidfd (uv_pipe_open: ${rc})` };
-  }
   // From here the socket owns the fd: destroying it closes the pidfd.
-  const socket = new Socket({ handle, readable: true, writable: false } as unknown as ConstructorParameters<typeof Socket>[0]);
-  socket.unref();
+  const stream = openFdStream(opened.fd);
+  if ('unsupported' in stream) return { kind: 'unsupported', reason: `libuv cannot watch a pidfd: ${stream.unsupported}` };
+  const { socket } = stream;
   let done = false;
   const finish = (exited: boolean) => {
     if (done) return;
@@ -128,12 +112,4 @@ export function watchPidExit(pid: number, signal: AbortSignal, onExit: () => voi
   socket.on('end', () => finish(true));
   socket.on('data', () => finish(true));
   return { kind: 'watching' };
-}
-
-function closeFd(fd: number): void {
-  try {
-    closeSync(fd);
-  } catch {
-    // Already closed: nothing leaks.
-  }
 }

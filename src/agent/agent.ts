@@ -112,7 +112,7 @@ export class Agent {
         onControlMessage: (m, outbox) => this.onControlMessage(m, outbox),
       },
     });
-    opts.supervisor.on('transition', (t) => this.reporter.onTransition(t));
+    this.reporter.follow(opts.supervisor);
     const report = (status: ShardStatus) => this.reporter.report(status);
     this.commands = new ShardCommands({
       nodeId: c.nodeId,

@@ -3,7 +3,7 @@ import { isTerminal } from '../lib/shard-states.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { Outbox } from './outbox.js';
 import { statusFromSnapshot } from './shard-report.js';
-import type { ShardTransition } from './supervisor/supervisor.js';
+import type { ShardSnapshot, ShardTransition, Supervisor } from './supervisor/supervisor.js';
 
 /** Longest shard or replica id sent back: a valid shard id has at most 128 characters. */
 export const MAX_REPORTED_ID_CHARS = 256;
@@ -85,10 +85,21 @@ export class StatusReporter {
     if (!this.outbox || !this.established) this.unsent.set(status.shardId, status);
   }
 
+  /** Reports every transition of the supervisor's shards, and every other change of what a status says. */
+  follow(supervisor: Supervisor): void {
+    supervisor.on('transition', (t) => this.onTransition(t));
+    supervisor.on('status', (s) => this.onStatus(s));
+  }
+
   /** A supervisor transition, reported as the shard's status. */
   onTransition(t: ShardTransition): void {
     if (t.to === ShardState.FAILED || t.to === ShardState.EXITED) this.opts.metrics?.engineExits.inc({ state: ShardState[t.to] });
     this.report(statusFromSnapshot(this.opts.nodeId, t.shard));
+  }
+
+  /** The shard's status changed in its state (a STARTING shard's port squatted, then freed). */
+  onStatus(shard: ShardSnapshot): void {
+    this.report(statusFromSnapshot(this.opts.nodeId, shard));
   }
 }
 

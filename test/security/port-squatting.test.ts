@@ -3,7 +3,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
@@ -92,12 +92,18 @@ describe.skipIf(process.geteuid?.() !== 0)('a local user squatting a loading sha
       return seen?.error === why;
     }, `ctl status to say "${why}"`);
     expect(seen?.state).toBe('SHARD_STATE_STARTING');
+    // The control plane is told too, on the stream: still STARTING, and why it is not READY.
+    const told = await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.error !== '', 30_000);
+    expect(told.msg.case === 'shard' && [ShardState[told.msg.value.state], told.msg.value.error]).toEqual(['STARTING', why]);
     // A few more readiness ticks against the squatter: still not READY, and it was asked nothing.
     await new Promise((r) => setTimeout(r, 2000));
     expect(stateNames('squatted')).not.toContain('READY');
     expect(squatter.requests).toEqual([]);
 
     squatter.child.kill('SIGKILL');
+    // Once the squatter is gone, the stream hears the reason cleared (STARTING, no error), then READY.
+    const after = (m: AgentMessage) => cp.received.indexOf(m) > cp.received.indexOf(told);
+    await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.state === ShardState.STARTING && m.msg.value.error === '' && after(m), 60_000);
     const ready = await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.state !== ShardState.STARTING, 60_000);
     expect(ready.msg.case === 'shard' && [ShardState[ready.msg.value.state], ready.msg.value.error]).toEqual(['READY', '']);
     expect((await shardInfo())?.error).toBe('');

@@ -1,7 +1,7 @@
 import type { SupervisorConfig } from '../config/agent-config.js';
 import type { Logger } from '../../lib/logger.js';
 import type { LauncherChoice } from './choose-launcher.js';
-import type { ShardTransition } from './shard-snapshot.js';
+import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
 
 /** What every runner of one supervisor shares. */
 export interface ShardRunnerContext {
@@ -9,6 +9,8 @@ export interface ShardRunnerContext {
   log: Logger;
   /** Hears every transition of the shard, after it is made and logged. */
   onTransition: (t: ShardTransition) => void;
+  /** Hears a change of what the shard's status says without a change of state (a squatter on a STARTING shard's port). */
+  onStatus: (shard: ShardSnapshot) => void;
   /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
   launcher?: () => Promise<LauncherChoice>;
 }

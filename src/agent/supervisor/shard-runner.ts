@@ -213,6 +213,8 @@ export class ShardRunner {
     if (this.state !== S.STARTING) return;
     this.error = squatted ?? '';
     if (squatted) this.ctx.log.warn({ shard: this.shardId, replica: this.replicaId, pid: this.pid, why: squatted }, 'shard not ready: its port is not the engine\'s');
+    // The control plane hears it too: a replica stuck STARTING for a reason an operator can act on.
+    this.ctx.onStatus(this.snapshot());
   }
 
   private becomeReady(why: string): void {

@@ -70,7 +70,7 @@ export type LaunchSource = ShardLaunch | (() => Promise<ShardLaunch>);
  * close() is the agent going away: every runner is detached and every
  * engine keeps serving. Stopping an engine is stop(), one shard at a time.
  */
-export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> {
+export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; status: [ShardSnapshot] }> {
   private readonly config: SupervisorConfig;
   private readonly log: Logger;
   private readonly ctx: ShardRunnerContext;
@@ -87,7 +87,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition] }> 
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), launcher: () => this.launcher() };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher() };
     const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
     this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };

@@ -36,6 +36,7 @@ async function launchAlone(id: string, args: string[], servesHttp: boolean) {
     config: testConfig(dirs),
     log: silentLogger,
     onTransition: (t: ShardTransition) => seen.push(ShardState[t.to]),
+    onStatus: () => {},
   };
   const port = servesHttp ? await freePort() : 0;
   const plan = simPlan(servesHttp ? ['--port', String(port), ...args] : ['--worker', ...args]);

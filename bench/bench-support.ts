@@ -88,6 +88,10 @@ export interface SpawnAgentOptions {
   reconnect?: { base: string; max: string };
   /** argv the agent's command is run under, e.g. nsenter into a systemd lab. */
   prefix?: string[];
+  /** supervisor.health_interval; 10s (the default) unless a figure needs failures seen sooner. */
+  healthInterval?: string;
+  /** supervisor.worker_settle; 10s (the default). */
+  workerSettle?: string;
 }
 
 export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOptions = {}): BenchAgent {
@@ -99,8 +103,8 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOpti
   // set's foreign memory, which is a validation test's subject, not the bench's.
   let yaml = agentConfigYaml({ server, dirs, nodeId: opts.nodeId, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml, foreignMemoryShare: '100%' })
     .replace('log_level: debug', 'log_level: warn')
-    .replace(/^ {2}health_interval: .*$/m, '  health_interval: 10s')
-    .replace(/^ {2}worker_settle: .*$/m, '  worker_settle: 10s');
+    .replace(/^ {2}health_interval: .*$/m, `  health_interval: ${opts.healthInterval ?? '10s'}`)
+    .replace(/^ {2}worker_settle: .*$/m, `  worker_settle: ${opts.workerSettle ?? '10s'}`);
   if (opts.reconnect) yaml = yaml.replace(/^reconnect_base: .*$/m, `reconnect_base: ${opts.reconnect.base}`).replace(/^reconnect_max: .*$/m, `reconnect_max: ${opts.reconnect.max}`);
   writeFileSync(config, yaml);
   const spawnedAtMs = Date.now();

@@ -3,8 +3,10 @@ import { once } from 'node:events';
 import { request } from 'node:http';
 import { create } from '@bufbuild/protobuf';
 import { probeReady } from '../src/agent/supervisor/http-probe.js';
+import { UNHEALTHY_PROBE_INTERVAL_MS } from '../src/agent/supervisor/health-watch.js';
 import { READY_TICK_MS } from '../src/agent/supervisor/readiness-wait.js';
 import { type AgentMessage, ShardState, StopShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
+import { until } from '../test/helpers/engine-processes.js';
 import { BIN } from '../test/helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
 import { controlPlane, cpuSeconds, freePort, newRoot, sleep, spawnAgent } from './bench-support.js';
@@ -93,6 +95,86 @@ async function engineAnswerToReady(loadMs: number, samples: number, parallel: nu
 }
 
 /**
+ * A READY engine that stops answering (SIGSTOP: a long GC pause, a stuck
+ * collective) until the stream says UNHEALTHY, then answers again (SIGCONT):
+ * from its first answer, seen by the bench's own probe every BENCH_PROBE_MS,
+ * to READY on the stream. The agent probes /health every
+ * `healthInterval` while READY and every UNHEALTHY_PROBE_INTERVAL_MS while
+ * UNHEALTHY; the probe pending at SIGCONT is answered at once.
+ */
+async function unhealthyToReady(samples: number): Promise<number[]> {
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot('f11-recover');
+  // Three failed probes make UNHEALTHY: at 1 s, a sample takes seconds, not half a minute.
+  spawnAgent(url, dirs, { healthInterval: '1s' });
+  await cp.waitFor('node-a', isRegister, 30_000);
+  const lagMs: number[] = [];
+  for (let n = 0; n < samples; n++) {
+    const id = `recover-${n}`;
+    const port = await freePort();
+    cp.send('node-a', { case: 'start', value: simStart(id, port, { args: ['--load-time', '0s'] }) });
+    const ready = await cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 60_000);
+    if (ready.msg.case !== 'shard' || ready.msg.value.state !== ShardState.READY) throw new Error(`shard ${id} did not become READY`);
+    const pid = ready.msg.value.pid;
+    const unhealthy = cp.waitFor('node-a', (m) => shardIs(id, ShardState.UNHEALTHY)(m), 60_000);
+    process.kill(pid, 'SIGSTOP');
+    try {
+      await unhealthy;
+      let readyAt = Number.NaN;
+      const onMessage = (nodeId: string, m: AgentMessage) => {
+        if (nodeId === 'node-a' && shardIs(id, ShardState.READY)(m) && Number.isNaN(readyAt) && m.msg.case === 'shard' && m.msg.value.error === '') readyAt = performance.now();
+      };
+      // The READY before UNHEALTHY is in the history already: only a READY from now counts.
+      cp.on('message', onMessage);
+      const ac = new AbortController();
+      process.kill(pid, 'SIGCONT');
+      const answeredAt = await firstAnswer(port, ac.signal);
+      await until(() => !Number.isNaN(readyAt), 'READY after SIGCONT', 30_000);
+      cp.off('message', onMessage);
+      lagMs.push(Math.max(0, readyAt - answeredAt));
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    const stopped = cp.waitFor('node-a', shardIs(id, ShardState.STOPPED), 30_000);
+    cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: id }) });
+    await stopped;
+  }
+  return lagMs;
+}
+
+/**
+ * A worker rank (no HTTP API) is READY once it has stayed alive
+ * supervisor.worker_settle: from StartShard sent to READY on the stream,
+ * less that settle. The launch (state file, spawn) is inside the figure, so
+ * it bounds the decision's own lag from above.
+ */
+async function workerAliveToReady(samples: number, settleMs: number): Promise<number[]> {
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot('f11-worker');
+  spawnAgent(url, dirs, { workerSettle: `${settleMs}ms` });
+  await cp.waitFor('node-a', isRegister, 30_000);
+  const lagMs: number[] = [];
+  for (let n = 0; n < samples; n++) {
+    const id = `worker-${n}`;
+    const spec = simStart(id, 0, { gpu: n % 4, args: [] });
+    // Rank 1 of a replica across two nodes of one GPU each.
+    Object.assign(spec, { rank: 1, nnodes: 2, leaderAddr: '127.0.0.1', leaderPort: 29500 });
+    if (spec.profile) spec.profile.tensorParallelSize = 2;
+    const ready = cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), settleMs + 30_000);
+    const sentAt = performance.now();
+    cp.send('node-a', { case: 'start', value: spec });
+    const m = await ready;
+    const readyAt = performance.now();
+    if (m.msg.case !== 'shard' || m.msg.value.state !== ShardState.READY) throw new Error(`worker ${id} did not become READY: ${m.msg.case === 'shard' ? m.msg.value.error : m.msg.case}`);
+    lagMs.push(readyAt - sentAt - settleMs);
+    const stopped = cp.waitFor('node-a', shardIs(id, ShardState.STOPPED), 30_000);
+    cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: id }) });
+    await stopped;
+  }
+  return lagMs;
+}
+
+/**
  * What the agent's readiness probe costs a serving sim engine: its CPU
  * (utime + stime) over `seconds` idle, then over `seconds` with /health and
  * /v1/models asked every READY_TICK_MS, as the wait does once the engine
@@ -145,6 +227,23 @@ export async function readinessFigure(rows: BenchRow[], notes: string[], quick: 
       met: p95 <= 100,
     });
   }
+  const recovered = await unhealthyToReady(quick ? 3 : 10);
+  rows.push({
+    figure: `11 engine answers again → READY on the stream after UNHEALTHY (SIGSTOP, then SIGCONT), ${recovered.length} samples`,
+    measured: `p95 ${pct(recovered, 95).toFixed(0)} ms, max ${Math.max(...recovered).toFixed(0)} ms`,
+    reference: `UNHEALTHY probed every ${UNHEALTHY_PROBE_INTERVAL_MS} ms`,
+    target: '<= 100 ms p95',
+    met: pct(recovered, 95) <= 100,
+  });
+  const settleMs = 2000;
+  const alive = await workerAliveToReady(quick ? 4 : 12, settleMs);
+  rows.push({
+    figure: `11 worker rank: StartShard → READY on the stream, less worker_settle (${settleMs} ms), ${alive.length} samples`,
+    measured: `p95 ${pct(alive, 95).toFixed(0)} ms, max ${Math.max(...alive).toFixed(0)} ms`,
+    reference: 'the launch included',
+    target: '<= 100 ms p95',
+    met: pct(alive, 95) <= 100,
+  });
   const seconds = quick ? 5 : 15;
   const cost = await probeCost(seconds);
   rows.push({

@@ -1,4 +1,5 @@
-import { Listr, ListrLogger, ProcessOutput } from 'listr2';
+import { Listr } from 'listr2';
+import { progressListrOptions } from '../lib/listr-options.js';
 import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
 import { describeDrainProgress, isDrainDone } from './describe-drain-progress.js';
 
@@ -19,7 +20,6 @@ export interface DrainWatch {
  * stderr; stdout keeps the summary the command prints after.
  */
 export async function runDrainTasks(watch: DrainWatch, renderer: DrainRenderer): Promise<void> {
-  const logger = new ListrLogger({ processOutput: new ProcessOutput(process.stderr, process.stderr) });
   const tasks = new Listr(
     watch.latest().shards.map((initial) => ({
       title: `${initial.shardId}: ${describeDrainProgress(initial)}`,
@@ -60,16 +60,7 @@ export async function runDrainTasks(watch: DrainWatch, renderer: DrainRenderer):
           check();
         }),
     })),
-    {
-      concurrent: true,
-      exitOnError: false,
-      renderer,
-      fallbackRenderer: 'simple',
-      rendererOptions: { logger },
-      fallbackRendererOptions: { logger },
-      // Ctrl-C should end the command the usual way, not through listr.
-      registerSignalListeners: false,
-    },
+    { ...progressListrOptions(renderer), concurrent: true, exitOnError: false },
   );
   await tasks.run();
 }

@@ -1,5 +1,6 @@
 import { rmSync, writeFileSync } from 'node:fs';
-import { Listr, ListrLogger, ProcessOutput } from 'listr2';
+import { Listr } from 'listr2';
+import { progressListrOptions } from '../lib/listr-options.js';
 import { shardLogDir } from '../lib/shard-layout.js';
 import type { Deployment } from '../control/deployment.js';
 import { loadDeployment, parseDeployment } from '../control/load-deployment.js';
@@ -253,7 +254,6 @@ async function runPlain(steps: Step[], say: (line: string) => void): Promise<voi
 
 /** A terminal: listr2's spinners, notes shown under their step. */
 async function runWithSpinners(steps: Step[]): Promise<void> {
-  const logger = new ListrLogger({ processOutput: new ProcessOutput(process.stderr, process.stderr) });
   const tasks = new Listr(
     steps.map((step) => ({
       title: step.title,
@@ -264,15 +264,8 @@ async function runWithSpinners(steps: Step[]): Promise<void> {
       },
       rendererOptions: { outputBar: Number.POSITIVE_INFINITY, persistentOutput: false },
     })),
-    {
-      renderer: 'default',
-      fallbackRenderer: 'simple',
-      rendererOptions: { logger },
-      fallbackRendererOptions: { logger },
-      // Ctrl-C is onShutdownSignals', which stops the cluster in order.
-      registerSignalListeners: false,
-      exitOnError: true,
-    },
+    // Ctrl-C is onShutdownSignals', which stops the cluster in order.
+    { ...progressListrOptions('default'), exitOnError: true },
   );
   await tasks.run({});
 }

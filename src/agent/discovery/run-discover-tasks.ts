@@ -1,4 +1,5 @@
-import { Listr, ListrLogger, ProcessOutput } from 'listr2';
+import { Listr } from 'listr2';
+import { progressListrOptions } from '../../lib/listr-options.js';
 import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
 import { assembleInventory } from './assemble-inventory.js';
 import { type DiscoverOptions, gpuSourceOptions } from './discover.js';
@@ -26,7 +27,6 @@ interface Ctx {
  */
 export async function runDiscoverTasks(opts: DiscoverOptions & { renderer: DiscoverRenderer }): Promise<Inventory> {
   const base = { nvidiaSmi: opts.nvidiaSmi, timeoutMs: opts.timeoutMs, signal: opts.signal, logger: opts.logger };
-  const logger = new ListrLogger({ processOutput: new ProcessOutput(process.stderr, process.stderr) });
   const tasks = new Listr<Ctx, 'default' | 'simple' | 'silent', 'simple'>(
     [
       {
@@ -65,15 +65,7 @@ export async function runDiscoverTasks(opts: DiscoverOptions & { renderer: Disco
         },
       },
     ],
-    {
-      renderer: opts.renderer,
-      fallbackRenderer: 'simple',
-      rendererOptions: { logger },
-      fallbackRendererOptions: { logger },
-      // Ctrl-C should end the command the usual way, not through listr.
-      registerSignalListeners: false,
-      exitOnError: true,
-    },
+    { ...progressListrOptions(opts.renderer), exitOnError: true },
   );
   const ctx = await tasks.run({});
   return assembleInventory({

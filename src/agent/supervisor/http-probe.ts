@@ -70,21 +70,29 @@ export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSi
         if (!res.complete) fail(new Error('response closed before it was complete'));
       });
     });
-    timer = setTimeout(() => {
-      const err = new Error(`no answer in ${opts.timeoutMs} ms`);
-      err.name = 'TimeoutError';
-      req.destroy(err);
-    }, opts.timeoutMs);
+    timer = setTimeout(() => req.destroy(new ProbeTimeoutError(opts.timeoutMs)), opts.timeoutMs);
     req.on('error', fail);
     req.end();
   });
 }
 
-function tooLarge(size: string, maxBytes: number): Error {
-  const err = new Error(`the answer is ${size}; at most ${maxBytes} are read`);
-  err.name = 'ResponseTooLargeError';
-  return err;
+/** The engine did not answer within the probe's limit. */
+class ProbeTimeoutError extends Error {
+  constructor(timeoutMs: number) {
+    super(`no answer in ${timeoutMs} ms`);
+    this.name = 'TimeoutError';
+  }
 }
+
+/** Whatever answers with more than a probe reads is not an engine answering a probe. */
+class ResponseTooLargeError extends Error {
+  constructor(size: string, maxBytes: number) {
+    super(`the answer is ${size}; at most ${maxBytes} are read`);
+    this.name = 'ResponseTooLargeError';
+  }
+}
+
+const tooLarge = (size: string, maxBytes: number) => new ResponseTooLargeError(size, maxBytes);
 
 export type ProbeResult =
   | { ok: true }
@@ -99,11 +107,10 @@ function probeFailure(what: string, err: unknown): ProbeResult {
   if (code === 'ECONNREFUSED') return { ok: false, loading: true, reason: `${what}: connection refused (still loading)` };
   // An abort from the timeout: the process is there but does not answer,
   // the signature of a hung collective.
-  if (err instanceof Error && (err.name === 'AbortError' || err.name === 'TimeoutError')) {
+  if (err instanceof ProbeTimeoutError || (err instanceof Error && err.name === 'AbortError')) {
     return { ok: false, loading: false, reason: `${what}: no answer in time` };
   }
-  // Whatever answers with that much is not an engine answering a probe.
-  if (err instanceof Error && err.name === 'ResponseTooLargeError') return { ok: false, loading: false, reason: `${what}: ${err.message}` };
+  if (err instanceof ResponseTooLargeError) return { ok: false, loading: false, reason: `${what}: ${err.message}` };
   // ECONNRESET and the rest: answered badly; not ready, try again.
   return { ok: false, loading: false, reason: `${what}: ${code ?? errorMessage(err)}` };
 }

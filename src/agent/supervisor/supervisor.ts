@@ -97,8 +97,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     this.logs = new ShardLogHousekeeping({ config, log, engineUids, runners: this.runners, isClaimed, logCheckIntervalMs, logPruneIntervalMs });
   }
 
-  // ---------------------------------------------------------------- start
-
   /**
    * The launcher new engines get: config.launcher, with `auto` decided once
    * (chooseLauncher) and logged once with the reason, so an operator reading
@@ -195,8 +193,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return this.mustGet(shardId).settle(opts);
   }
 
-  // ---------------------------------------------------------------- queries
-
   get(shardId: string): ShardSnapshot | undefined {
     return this.runners.get(shardId)?.snapshot();
   }
@@ -211,8 +207,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     if (!runner) throw failure(`no shard ${shardId} is supervised here`);
     return runner;
   }
-
-  // ---------------------------------------------------------------- stop, drain
 
   stop(shardId: string, opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<ShardSnapshot> {
     return this.mustGet(shardId).stop(opts);
@@ -256,8 +250,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     }
   }
 
-  // ---------------------------------------------------------------- logs
-
   /** The last lines of a shard's log (also of one no longer supervised); none when there is no log. */
   async tailLog(shardId: string, lines: number): Promise<string[]> {
     assertShardId(shardId);
@@ -290,8 +282,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
   pruneLogs(): Promise<string[]> {
     return this.logs.pruneLogs();
   }
-
-  // ---------------------------------------------------------------- engines a previous agent left
 
   /** Shards this instance does not supervise but a previous agent left behind (see findOrphans). */
   findOrphans(): Promise<Orphan[]> {

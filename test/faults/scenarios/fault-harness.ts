@@ -241,8 +241,9 @@ export class FaultHarness {
     this.assertOneEnginePerShard();
     for (const e of this.healthy) {
       assert.ok(isRunning(e.pid), `healthy engine of ${e.shardId} (pid ${e.pid}) was killed`);
-      const res = await fetch(`http://127.0.0.1:${e.port}/health`).catch((err: unknown) => ({ status: String(err) }));
-      assert.equal(res.status, 200, `healthy engine of ${e.shardId} (pid ${e.pid}) stopped answering /health`);
+      // fetch says only "fetch failed"; its cause (ECONNREFUSED, ECONNRESET...) is what tells a port lost from a hung engine.
+      const res = await fetch(`http://127.0.0.1:${e.port}/health`).catch((err: unknown) => ({ status: `${String(err)} (${String((err as { cause?: unknown }).cause)})` }));
+      assert.equal(res.status, 200, `healthy engine of ${e.shardId} (pid ${e.pid}, port ${e.port}) stopped answering /health: ${res.status}`);
     }
     const reports = this.lastReports();
     for (const id of this.shards) {

@@ -181,27 +181,19 @@ export class AdminServer {
       // A client that connects and says nothing, or keeps a connection after
       // its call, costs a file descriptor and some memory; 5,000 of them
       // were never closed before (review finding 3).
-      let idle: NodeJS.Timeout | undefined;
-      const arm = (ms: number, why: string) => {
-        clearTimeout(idle);
-        idle = setTimeout(() => {
-          this.log.debug(why);
-          session.destroy();
-        }, ms);
-        idle.unref();
-      };
+      const idle = closeWhenIdle(this.log, () => session.destroy());
       let open = 0;
-      arm(silentMs, 'closed a connection that sent no request');
+      idle.arm(silentMs, 'closed a connection that sent no request');
       session.on('stream', (stream) => {
         open += 1;
-        clearTimeout(idle);
+        idle.clear();
         stream.once('close', () => {
           open -= 1;
-          if (open === 0 && !session.destroyed) arm(idleMs, 'closed an idle admin connection');
+          if (open === 0 && !session.destroyed) idle.arm(idleMs, 'closed an idle admin connection');
         });
       });
       session.once('close', () => {
-        clearTimeout(idle);
+        idle.clear();
         this.sessions.delete(session);
       });
       session.on('error', (err) => this.log.debug({ err: errorMessage(err) }, 'admin connection error'));
@@ -250,22 +242,14 @@ export class AdminServer {
    * when the server closes.
    */
   private serveHttp1(socket: Socket, limits: { silentMs: number; idleMs: number }): void {
-    let idle: NodeJS.Timeout | undefined;
-    const arm = (ms: number, why: string) => {
-      clearTimeout(idle);
-      idle = setTimeout(() => {
-        this.log.debug(why);
-        socket.destroy();
-      }, ms);
-      idle.unref();
-    };
+    const idle = closeWhenIdle(this.log, () => socket.destroy());
     let open = 0;
-    arm(limits.silentMs, 'closed a connection that sent no request');
+    idle.arm(limits.silentMs, 'closed a connection that sent no request');
     this.http1Connections.set(socket, {
       began: (res) => {
         if (socket.destroyed) return false;
         open += 1;
-        clearTimeout(idle);
+        idle.clear();
         if (open > MAX_STREAMS_PER_SESSION) {
           this.log.debug('closed an HTTP/1.1 admin connection that pipelined too many calls');
           socket.destroy();
@@ -276,7 +260,7 @@ export class AdminServer {
           if (open > 0 || socket.destroyed) return;
           // A stopping server lets a call in progress finish, then closes its connection.
           if (this.shutdown.signal.aborted) socket.destroy();
-          else arm(limits.idleMs, 'closed an idle admin connection');
+          else idle.arm(limits.idleMs, 'closed an idle admin connection');
         });
         return true;
       },
@@ -285,7 +269,7 @@ export class AdminServer {
       },
     });
     socket.once('close', () => {
-      clearTimeout(idle);
+      idle.clear();
       this.http1Connections.delete(socket);
     });
     this.h1.emit('connection', socket);
@@ -376,4 +360,20 @@ function resolveGroup(name: string, etcGroupPath: string): number | undefined {
     throw configError(`admin.group: no group named ${JSON.stringify(name)} in ${etcGroupPath}; create it (groupadd ${name}) or set admin.group to an existing group`);
   }
   return group.gid;
+}
+
+/** A connection's one timer: `arm` (re)starts it, and when it fires the connection is destroyed with `why` logged. */
+function closeWhenIdle(log: Logger, destroy: () => void): { arm: (ms: number, why: string) => void; clear: () => void } {
+  let timer: NodeJS.Timeout | undefined;
+  return {
+    arm(ms, why) {
+      clearTimeout(timer);
+      timer = setTimeout(() => {
+        log.debug(why);
+        destroy();
+      }, ms);
+      timer.unref();
+    },
+    clear: () => clearTimeout(timer),
+  };
 }

@@ -216,8 +216,11 @@ describe.skipIf(unavailable !== undefined)(
       expect(await alive(escaped1), 'a group signal reached the setsid()ed worker').toBe(true);
       expect(await f.lab.show(unitOf('u3'), 'SubState')).toBe('exited');
       // The next agent finds the engine gone and ends the rest of its unit's cgroup.
+      // Its FAILED report comes after its Register: waited for here, or the start below would take it for its own answer.
+      const recovered = f.cp.cp.waitFor(NODE, shardIs('u3', S.FAILED), 30_000);
       await startAgent();
       await untilTrue(async () => !(await alive(escaped1)), "the agent ended the rest of the dead engine's unit");
+      expect(((await recovered).msg.value as ShardStatus).error).toMatch(/could not be identified \(process \d+ is gone/);
 
       // The agent's stop: the whole cgroup, the escaped worker with it.
       const second = await startShard('u3', args);

@@ -1,8 +1,9 @@
 import { existsSync, readdirSync, readFileSync, rmdirSync } from 'node:fs';
+import { mkdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { execa, type Result } from 'execa';
-import { REPO_ROOT } from './run-cli.js';
+import { BIN, REPO_ROOT } from './run-cli.js';
 
 /*
  * A throwaway systemd as PID 1 of its own namespaces (test/helpers/systemd-lab-boot.sh says how,
@@ -169,4 +170,27 @@ function alive(pid: number): boolean {
   } catch {
     return false;
   }
+}
+
+/** The agent's unit, as README's production steps install it. */
+export const AGENT_UNIT = 'llmgw-agent.service';
+
+/** Short stop timers for a test, and the agent's output kept in `logFile` for a failing test to show. */
+export const agentLogDropIn = (logFile: string) =>
+  ['[Service]', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', `StandardOutput=append:${logFile}`, `StandardError=append:${logFile}`, ''].join('\n');
+
+/**
+ * Installs the agent's unit in `lab` as README's production steps do
+ * (`llmgw agent install-unit --config`), adds `dropIn` beside it as an
+ * operator would (so the shipped unit keeps its production values), and
+ * reloads systemd. Both results are returned for the caller to assert on.
+ */
+export async function installAgentUnit(lab: SystemdLab, opts: { configPath: string; dropIn: string; dropInName?: string }): Promise<{ installed: Result; reloaded: Result }> {
+  const installed = await lab.run([process.execPath, BIN, 'agent', 'install-unit', '--config', opts.configPath, '--output', `/run/systemd/system/${AGENT_UNIT}`]);
+  // The lab's /run is its own; the host reaches it through the lab's root.
+  const dropInDir = `/proc/${lab.pid}/root/run/systemd/system/${AGENT_UNIT}.d`;
+  await mkdir(dropInDir, { recursive: true });
+  await writeFile(join(dropInDir, opts.dropInName ?? 'test.conf'), opts.dropIn);
+  const reloaded = await lab.run(['systemctl', 'daemon-reload']);
+  return { installed, reloaded };
 }

@@ -1,5 +1,4 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,10 +6,10 @@ import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, type Register, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentConfigYaml, agentDirs, type AgentDirs } from '../helpers/agent-config-yaml.js';
 import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
-import { BIN, runCli } from '../helpers/run-cli.js';
+import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
-import { bootLab, labUnavailableReason, labLeftovers, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
+import { AGENT_UNIT, installAgentUnit, bootLab, labUnavailableReason, labLeftovers, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
 
 /*
  * The packaged unit (written by `llmgw agent install-unit`, as README's production steps do) under
@@ -20,7 +19,7 @@ import { bootLab, labUnavailableReason, labLeftovers, stopAllLabs, type SystemdL
  * are the lab's pid namespace's, as the agent reports them.
  */
 
-const UNIT = 'llmgw-agent.service';
+const UNIT = AGENT_UNIT;
 const NODE = 'node-a';
 const S = ShardState;
 
@@ -80,15 +79,10 @@ async function unitFixture(opts: { config?: (dirs: AgentDirs) => string } = {}):
   const extraYaml = ['engines:', '  sim:', '    env: {}', '    extra_args: []'].join('\n');
   writeFileSync(configPath, opts.config?.(dirs) ?? agentConfigYaml({ server: cp.url, dirs, nodeId: NODE, extraYaml }).replace('\nsupervisor:\n', '\nsupervisor:\n  launcher: direct\n'));
 
-  const unitPath = `/run/systemd/system/${UNIT}`;
-  const installed = await lab.run([process.execPath, BIN, 'agent', 'install-unit', '--config', configPath, '--output', unitPath]);
+  const { installed, reloaded } = await installAgentUnit(lab, { configPath, dropIn: TEST_DROP_IN, dropInName: 'test-timers.conf' });
   expect(installed.stderr).toBe('');
   expect(installed.exitCode).toBe(0);
-  // The lab's /run is its own; the host reaches it through the lab's root.
-  const dropInDir = `/proc/${lab.pid}/root/run/systemd/system/${UNIT}.d`;
-  await mkdir(dropInDir, { recursive: true });
-  await writeFile(join(dropInDir, 'test-timers.conf'), TEST_DROP_IN);
-  expect((await lab.run(['systemctl', 'daemon-reload'])).exitCode).toBe(0);
+  expect(reloaded.exitCode).toBe(0);
 
   const systemctl = async (...args: string[]) => {
     const r = await lab.run(['systemctl', ...args], { timeoutMs: 60_000 });

@@ -1,6 +1,5 @@
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -9,10 +8,10 @@ import { type AgentMessage, type Register, ShardState, type ShardStatus, StopSha
 import type { ShardInfoJson, StatusResponseJson } from '../../src/gen/llmgw/v1/admin_pb.js';
 import { agentConfigYaml, agentDirs, type AgentDirs } from '../helpers/agent-config-yaml.js';
 import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
-import { BIN, REPO_ROOT, runCli } from '../helpers/run-cli.js';
+import { REPO_ROOT, runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
-import { bootLab, labLeftovers, labUnavailableReason, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
+import { AGENT_UNIT, agentLogDropIn, installAgentUnit, bootLab, labLeftovers, labUnavailableReason, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
 
 /*
  * Engines in their own transient units (supervisor.launcher: auto, the default), under a real
@@ -22,14 +21,10 @@ import { bootLab, labLeftovers, labUnavailableReason, stopAllLabs, type SystemdL
  * the lab's pid namespace's, as the agent reports them; `lab.run` acts inside it.
  */
 
-const AGENT = 'llmgw-agent.service';
+const AGENT = AGENT_UNIT;
 const NODE = 'node-u';
 const S = ShardState;
 const unitOf = (id: string) => `llmgw-shard-${id}.service`;
-/** Short stop timers for the test, as in agent-unit.test.ts; the agent's output kept in a file for a failing test to show. */
-const dropIn = (log: string) =>
-  ['[Service]', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', `StandardOutput=append:${log}`, `StandardError=append:${log}`, ''].join('\n');
-
 const unavailable = await labUnavailableReason();
 
 interface Fixture {
@@ -136,12 +131,9 @@ describe.skipIf(unavailable !== undefined)(
       const configPath = join(root, 'agent.yaml');
       f = { lab, cp, root, dirs, configPath };
       writeFileSync(configPath, configYaml(cp.url, dirs));
-      const installed = await lab.run([process.execPath, BIN, 'agent', 'install-unit', '--config', configPath, '--output', `/run/systemd/system/${AGENT}`]);
+      const { installed, reloaded } = await installAgentUnit(lab, { configPath, dropIn: agentLogDropIn(join(root, 'agent.log')) });
       expect(installed.exitCode, String(installed.stderr)).toBe(0);
-      const dropInDir = `/proc/${lab.pid}/root/run/systemd/system/${AGENT}.d`;
-      await mkdir(dropInDir, { recursive: true });
-      await writeFile(join(dropInDir, 'test.conf'), dropIn(join(root, 'agent.log')));
-      expect((await lab.run(['systemctl', 'daemon-reload'])).exitCode).toBe(0);
+      expect(reloaded.exitCode).toBe(0);
       await startAgent();
     }, 60_000);
 

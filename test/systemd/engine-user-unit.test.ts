@@ -1,5 +1,4 @@
 import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
-import { mkdir, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
@@ -11,10 +10,10 @@ import { type AgentDirs, agentConfigYaml, agentDirs } from '../helpers/agent-con
 import { copyCliForNobody } from '../helpers/copy-cli-for-nobody.js';
 import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
-import { BIN, runCli } from '../helpers/run-cli.js';
+import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
-import { bootLab, labLeftovers, labUnavailableReason, type SystemdLab, stopAllLabs } from '../helpers/systemd-lab.js';
+import { AGENT_UNIT, agentLogDropIn, installAgentUnit, bootLab, labLeftovers, labUnavailableReason, type SystemdLab, stopAllLabs } from '../helpers/systemd-lab.js';
 
 /*
  * engines.<name>.user under the systemd-run launcher, in a real systemd (the
@@ -27,7 +26,7 @@ import { bootLab, labLeftovers, labUnavailableReason, type SystemdLab, stopAllLa
  * pid namespace's, as the agent reports them; `lab.run` reads /proc there.
  */
 
-const AGENT = 'llmgw-agent.service';
+const AGENT = AGENT_UNIT;
 const NODE = 'node-user';
 const SHARD = 'nu1';
 const UNIT = `llmgw-shard-${SHARD}.service`;
@@ -35,10 +34,6 @@ const NOBODY = 65534;
 /** A secret of the engine's (engines.sim.env): it must reach the engine, and no one else. */
 const SECRET = 'hf_unit_user_secret_4f1d';
 const S = ShardState;
-/** Short stop timers, as in engine-units.test.ts; the agent's output kept in a file for a failing test to show. */
-const dropIn = (log: string) =>
-  ['[Service]', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', `StandardOutput=append:${log}`, `StandardError=append:${log}`, ''].join('\n');
-
 const unavailable = await labUnavailableReason();
 
 interface Fixture {
@@ -119,12 +114,9 @@ describe.skipIf(unavailable !== undefined)(
       f = { lab, cp, root, cli, dirs };
       const configPath = join(root, 'agent.yaml');
       writeFileSync(configPath, configYaml(cp.url, dirs, cli));
-      const installed = await lab.run([process.execPath, BIN, 'agent', 'install-unit', '--config', configPath, '--output', `/run/systemd/system/${AGENT}`]);
+      const { installed, reloaded } = await installAgentUnit(lab, { configPath, dropIn: agentLogDropIn(join(root, 'agent.log')) });
       expect(installed.exitCode, String(installed.stderr)).toBe(0);
-      const dropInDir = `/proc/${lab.pid}/root/run/systemd/system/${AGENT}.d`;
-      await mkdir(dropInDir, { recursive: true });
-      await writeFile(join(dropInDir, 'test.conf'), dropIn(join(root, 'agent.log')));
-      expect((await lab.run(['systemctl', 'daemon-reload'])).exitCode).toBe(0);
+      expect(reloaded.exitCode).toBe(0);
       await startAgent();
     }, 60_000);
 

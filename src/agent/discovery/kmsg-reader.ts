@@ -33,7 +33,7 @@ const RECORD_PREFIX = /^\d+,(\d+),(\d+),[^;]*;/;
  * /dev/kmsg (a character device) is handed to libuv as a stream, so the
  * agent's event loop wakes only when the kernel logs a record: a poll every
  * 100 ms (an fs read on the thread pool and an EAGAIN error object each
- * time) was a third of the idle agent's CPU (bench figure 5b). A FIFO or a
+ * time) was half of the idle agent's CPU (bench figure 5b). A FIFO or a
  * regular file (tests) is opened non-blocking and read every `pollMs` until
  * it has nothing more. A blocking read would hold a libuv thread until the
  * next line, and close() could not end it.

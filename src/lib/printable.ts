@@ -16,3 +16,14 @@ export function printable(text: string): string {
     return code <= 0xff ? `\\x${code.toString(16).padStart(2, '0')}` : `\\u${code.toString(16).padStart(4, '0')}`;
   });
 }
+
+/**
+ * The first character `printable` would escape, itself escaped, or undefined
+ * when there is none: for refusing such text where it is taken in (a replica
+ * id, a model name from the control plane) rather than escaping it wherever
+ * it is shown.
+ */
+export function firstUnprintable(text: string): string | undefined {
+  const found = text.match(new RegExp(UNPRINTABLE.source));
+  return found ? printable(found[0]) : undefined;
+}

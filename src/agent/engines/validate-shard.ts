@@ -1,6 +1,7 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isInPortRange, readEphemeralPortRange } from '../../lib/ephemeral-port-range.js';
 import { failure } from '../../lib/errors.js';
+import { firstUnprintable } from '../../lib/printable.js';
 import { compareComputeCapability, parseComputeCapability } from './compare-compute-capability.js';
 import type { ValidationContext } from './engine.js';
 import { refuseProfileEnv } from '../config/env-allowlist.js';
@@ -40,6 +41,13 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
   if (spec.replicaId === '') throw failure(`shard ${spec.shardId}: replica_id is empty`);
   if (!profile) throw failure(`shard ${spec.shardId} has no profile`);
   if (profile.model === '') throw failure(`shard ${spec.shardId}: profile ${profile.name || '(unnamed)'} has no model`);
+  // Operators' terminals, the agent's log and ctl print these: a control
+  // character in one would be an escape sequence there (review finding 11).
+  const named = { replica_id: spec.replicaId, 'profile.name': profile.name, 'profile.model': profile.model, 'profile.served_model_name': profile.servedModelName };
+  for (const [field, text] of Object.entries(named)) {
+    const bad = firstUnprintable(text);
+    if (bad !== undefined) throw failure(`shard ${spec.shardId}: ${field} contains the control character ${bad}; use printable text`);
+  }
   for (const [name, value] of Object.entries(profile.env)) {
     const why = refuseProfileEnv(name, opts.allowedEnv, opts.engine);
     if (why !== undefined) throw failure(`shard ${spec.shardId}: ${why}`);

@@ -117,6 +117,17 @@ describe('engine validation', () => {
     );
   });
 
+  it('refuses control characters in the replica id, profile name and model names, and takes any printable unicode (finding 11)', async () => {
+    expect(await refusal(shard({ replicaId: 'r\u001b[2J' }))).toBe('shard s1: replica_id contains the control character \\x1b; use printable text');
+    expect(await refusal(shard({ profile: { name: 'p\u0007' } }))).toBe('shard s1: profile.name contains the control character \\x07; use printable text');
+    expect(await refusal(shard({ profile: { model: 'm\u009b8m' } }))).toBe('shard s1: profile.model contains the control character \\x9b; use printable text');
+    expect(await refusal(shard({ profile: { servedModelName: 'x\u202e' } }))).toBe(
+      'shard s1: profile.served_model_name contains the control character \\u202e; use printable text',
+    );
+    expect(await refusal(shard({ replicaId: 'two\nlines' }))).toBe('shard s1: replica_id contains the control character \\x0a; use printable text');
+    await expect(engine.validate(shard({ replicaId: 'réplica-模型', profile: { model: 'Qwen/通义千问-7B', servedModelName: 'qwen-ü' } }), context())).resolves.toBeUndefined();
+  });
+
   it('refuses every profile env name outside allowed_env, naming it, and accepts the default families', async () => {
     for (const name of ['NODE_OPTIONS', 'LD_PRELOAD', 'PATH', 'PYTHONWARNINGS', 'BROWSER', 'GCONV_PATH', 'PYTHONPATH']) {
       expect(await refusal(shard({ profile: { env: { HF_TOKEN: 'x', [name]: 'v' } } }))).toBe(

@@ -7,6 +7,7 @@ import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentProcess, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
+import { expectAgentUnharmed } from './agent-unharmed.js';
 
 /*
  * Finding 6 of the security review, against the real agent: a control plane
@@ -148,6 +149,7 @@ describe('a flooding control plane cannot grow the agent or its log', () => {
       rss.stop();
       report('stuck stream', agent, rss, { taken, streams: cp.streams });
       expect(rss.max).toBeLessThan(MAX_RSS_KB);
+      expectAgentUnharmed(agent.pid);
       expect(logBytes(agent)).toBeLessThan(MAX_LOG_BYTES);
       expect(vmRssKb(agent.pid)).toBeDefined();
     } finally {
@@ -174,6 +176,7 @@ describe('a flooding control plane cannot grow the agent or its log', () => {
       rss.stop();
       report('reading control plane', agent, rss, { taken, answered: answered.size });
       expect(rss.max).toBeLessThan(MAX_RSS_KB);
+      expectAgentUnharmed(agent.pid);
       expect(logBytes(agent)).toBeLessThan(MAX_LOG_BYTES);
       expect(vmRssKb(agent.pid)).toBeDefined();
     } finally {
@@ -206,6 +209,7 @@ describe('a flooding control plane cannot grow the agent or its log', () => {
       expect(agent.logs().filter((r) => r.msg === 'control plane rejected a message').length).toBeGreaterThanOrEqual(1);
       expect(logBytes(agent)).toBeLessThan(MAX_LOG_BYTES);
       expect(rss.max).toBeLessThan(MAX_RSS_KB);
+      expectAgentUnharmed(agent.pid);
       expect(cp.streams).toBe(1);
     } finally {
       rss.stop();
@@ -241,6 +245,7 @@ describe('a flooding control plane cannot grow the agent or its log', () => {
       rss.stop();
       report('huge ids', agent, rss, { taken, streams: cp.streams });
       expect(rss.max).toBeLessThan(MAX_RSS_KB);
+      expectAgentUnharmed(agent.pid);
       expect(logBytes(agent)).toBeLessThan(MAX_LOG_BYTES);
     } finally {
       rss.stop();
@@ -269,6 +274,7 @@ describe('a flooding control plane cannot grow the agent or its log', () => {
       rss.stop();
       report('repeated stops', agent, rss, { taken, statuses: about.length });
       expect(rss.max).toBeLessThan(MAX_RSS_KB);
+      expectAgentUnharmed(agent.pid);
       expect(logBytes(agent)).toBeLessThan(MAX_LOG_BYTES);
     } finally {
       rss.stop();

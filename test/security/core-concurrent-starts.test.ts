@@ -5,6 +5,7 @@ import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { FaultHarness, freePort, processesWritingUnder } from '../faults/scenarios/fault-harness.js';
 import { procInfo } from '../helpers/engine-processes.js';
 import { simStart } from '../helpers/sim-shards.js';
+import { expectAgentUnharmed } from './agent-unharmed.js';
 
 const S = ShardState;
 const STARTS = 20;
@@ -42,5 +43,6 @@ describe('concurrent StartShards of different ids on one GPU and one port (secur
     const groups = new Set(processesWritingUnder(h.dirs.logDir).map((pid) => procInfo(pid)?.pgid));
     expect(groups.size).toBe(1);
     h.assertOneEnginePerShard();
+    expectAgentUnharmed(h.agent?.pid ?? 0);
   }, 90_000);
 });

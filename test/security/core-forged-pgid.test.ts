@@ -9,6 +9,7 @@ import { readBootId } from '../../src/lib/process/process-identity.js';
 import { FaultHarness, until } from '../faults/scenarios/fault-harness.js';
 import { isRunning } from '../helpers/engine-processes.js';
 import { simStart } from '../helpers/sim-shards.js';
+import { expectAgentUnharmed } from './agent-unharmed.js';
 
 const S = ShardState;
 
@@ -68,5 +69,6 @@ describe('a forged state file naming an unrelated process group (security review
     await until(() => h?.agent?.logs().some((r) => r.msg === 'cleaned the state of an engine that is gone') ?? false, 'recovery');
     expect(isRunning(victim.pid as number)).toBe(true);
     expect(isRunning(decoy.pid as number)).toBe(true);
+    expectAgentUnharmed(h.agent?.pid ?? 0);
   }, 60_000);
 });

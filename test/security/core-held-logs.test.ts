@@ -7,6 +7,7 @@ import { readProcStat } from '../../src/lib/process/proc-stat.js';
 import { FaultHarness, freePort, until } from '../faults/scenarios/fault-harness.js';
 import { isRunning } from '../helpers/engine-processes.js';
 import { simStart } from '../helpers/sim-shards.js';
+import { expectAgentUnharmed } from './agent-unharmed.js';
 
 const S = ShardState;
 const NOBODY = '65534';
@@ -70,5 +71,6 @@ describe('a local user holding old shard logs open on fd 1 (security review, fin
     // The engines write the same logs, now root:0640 in a 0750 directory (findings 8, 9).
     expect(statSync(shards).mode & 0o777).toBe(0o750);
     for (const id of ids) expect(statSync(join(shards, `${id}.log`)).mode & 0o777).toBe(0o640);
+    expectAgentUnharmed(h.agent?.pid ?? 0);
   }, 120_000);
 });

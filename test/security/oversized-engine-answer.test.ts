@@ -10,6 +10,7 @@ import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helper
 import { freePort } from '../helpers/engine-processes.js';
 import { simStart } from '../helpers/sim-shards.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
+import { expectAgentUnharmed } from './agent-unharmed.js';
 
 /*
  * Finding 2 of the security review, the crash half: whoever binds a loading
@@ -100,7 +101,7 @@ describe('answers on an engine port are size-capped', () => {
     // never asked, so its 600 MB never reach the agent. Many readiness ticks later:
     await new Promise((r) => setTimeout(r, 5000));
     expect(squatter.sent()).toBe(0);
-    process.kill(agent.pid, 0);
+    expectAgentUnharmed(agent.pid);
     const statuses = cp.received.filter((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted');
     expect(statuses.map((m) => (m.msg.case === 'shard' ? ShardState[m.msg.value.state] : ''))).not.toContain('READY');
     expect(agent.logs().some((r) => /ERR_STRING_TOO_LONG|uncaught/i.test(JSON.stringify(r)))).toBe(false);

@@ -9,6 +9,7 @@ import { freePort, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 import { simStart } from '../helpers/sim-shards.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
+import { expectAgentUnharmed } from './agent-unharmed.js';
 
 /*
  * Finding 2 of the security review, the READY half: a local unprivileged
@@ -108,6 +109,7 @@ describe.skipIf(process.geteuid?.() !== 0)('a local user squatting a loading sha
     expect(ready.msg.case === 'shard' && [ShardState[ready.msg.value.state], ready.msg.value.error]).toEqual(['READY', '']);
     expect((await shardInfo())?.error).toBe('');
     expect(squatter.requests).toEqual([]);
+    expectAgentUnharmed(agent.pid);
     await agent.stop();
   });
 });

@@ -6,6 +6,7 @@ import { delimiter, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { expectAgentUnharmed } from './agent-unharmed.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 
 /*
@@ -126,16 +127,17 @@ describe('a hostile control plane cannot run code through profile.env', () => {
       expect(existsSync(join(markers, `vllm-${gpu}.json`))).toBe(false);
       expect(existsSync(join(markers, `python3-${gpu}.json`))).toBe(false);
     }
-    expect(agent.exited).toBeDefined();
+    expectAgentUnharmed(agent.pid);
   });
 
   it('does not register the sim engine unless engines.sim.enabled is true', { timeout: 60_000 }, async () => {
-    bootAgent('prod-node', { simEnabled: false });
+    const { agent } = bootAgent('prod-node', { simEnabled: false });
     await cp.waitFor((m) => m.msg.case === 'register' && m.msg.value.nodeId === 'prod-node');
     const nodePayload = `require('fs').writeFileSync(${JSON.stringify(join(markers, 'pwned-sim-prod'))}, 'x')`;
     const spec = start('prod-sim', 'sim', { NODE_OPTIONS: `--import=data:text/javascript,${encodeURIComponent(nodePayload)}` }, 7);
     spec.profile!.env = {};
     expect(await refusalOf(spec)).toMatch(/engine "sim" is not enabled on this node \(set engines\.sim\.enabled: true/);
     expect(existsSync(join(markers, 'pwned-sim-prod'))).toBe(false);
+    expectAgentUnharmed(agent.pid);
   });
 });

@@ -1,9 +1,9 @@
-import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { DEFAULT_CONFIG_PATH } from '../../../src/lib/default-paths.js';
-import { runCli } from '../../helpers/run-cli.js';
+import { REPO_ROOT, runCli } from '../../helpers/run-cli.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'llmgw-run-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -25,6 +25,21 @@ describe('llmgw agent run --print-config', () => {
     const out = JSON.parse(r.stdout);
     expect(out.keys.server).toEqual({ value: 'http://127.0.0.1:8443', source: 'examples/agent.yaml:10' });
     expect(out.effective.supervisor.stopGraceMs).toBe(30_000);
+  });
+
+  it("takes README's engine user and allowlist block as it is written (with nobody for the account README creates)", async () => {
+    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+    const block = /```yaml\n# \/etc\/llmgw\/agent\.yaml\n([\s\S]*?)```/.exec(readme)?.[1];
+    expect(block, "README's Running in production has the /etc/llmgw/agent.yaml block").toBeDefined();
+    const path = join(dir, 'readme-engines.yaml');
+    writeFileSync(path, `node_id: n1\nserver: http://127.0.0.1:8443\n${(block ?? '').replaceAll('llmgw-engine', 'nobody').replace('llmgw-ops', 'users')}`);
+    const r = await runCli(['agent', 'run', '--config', path, '--print-config', '--json']);
+    expect(r.exitCode, r.stderr).toBe(0);
+    const { vllm, sglang } = JSON.parse(r.stdout).effective.engines;
+    expect(vllm.user).toMatchObject({ name: 'nobody', uid: 65534 });
+    expect(vllm.allowedEnv).toEqual(['HF_TOKEN', 'VLLM_*', 'NCCL_*']);
+    expect(vllm.env).toEqual({ HF_HOME: '/var/lib/nobody/hf' });
+    expect(sglang.user).toMatchObject({ name: 'nobody' });
   });
 
   it('exits 78 with one line and no stack trace on a configuration error', async () => {

@@ -1,4 +1,4 @@
-import { createRequire } from 'node:module';
+import { loadLibc } from '../libc.js';
 import { openFdStream } from '../files/fd-stream.js';
 
 /**
@@ -39,31 +39,22 @@ interface Backend {
 
 let backend: Backend | { unsupported: string } | undefined;
 
-/**
- * koffi and libc are loaded on the first watch, not at import: the agent's
- * start before Register must not pay for an FFI it needs only once an engine
- * is adopted. Loaded with require, as the caller's shape is synchronous.
- */
+/** Loaded on the first watch (see loadLibc): an agent with no adopted engine never needs it. */
 function loadBackend(): Backend | { unsupported: string } {
   if (backend) return backend;
-  backend = process.platform === 'linux' ? openBackend() : { unsupported: `pidfd is Linux only, not ${process.platform}` };
-  return backend;
-}
-
-function openBackend(): Backend | { unsupported: string } {
-  try {
-    const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
-    const libc = koffi.load('libc.so.6');
-    const syscall = libc.func('long syscall(long number, int pid, unsigned int flags)');
-    return {
-      pidfdOpen(pid) {
-        const fd = Number(syscall(SYS_PIDFD_OPEN, pid, 0));
-        return fd >= 0 ? { fd } : { errno: koffi.errno() };
-      },
-    };
-  } catch (err) {
-    return { unsupported: `cannot load pidfd support: ${err instanceof Error ? err.message : String(err)}` };
+  const libc = loadLibc();
+  if ('unsupported' in libc) {
+    backend = { unsupported: `no pidfd: ${libc.unsupported}` };
+    return backend;
   }
+  const syscall = libc.func('long syscall(long number, int pid, unsigned int flags)');
+  backend = {
+    pidfdOpen(pid) {
+      const fd = Number(syscall(SYS_PIDFD_OPEN, pid, 0));
+      return fd >= 0 ? { fd } : { errno: libc.errno() };
+    },
+  };
+  return backend;
 }
 
 /**

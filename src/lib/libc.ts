@@ -1,0 +1,33 @@
+import { createRequire } from 'node:module';
+
+/** libc through koffi, for the few calls Node has no API for (pidfd_open, flock). */
+export interface Libc {
+  /** A libc function by its C prototype, e.g. 'int flock(int fd, int operation)'. */
+  func(prototype: string): (...args: number[]) => number | bigint;
+  /** errno of the calling thread, right after a failed call. */
+  errno(): number;
+}
+
+let loaded: Libc | { unsupported: string } | undefined;
+
+/**
+ * koffi and libc are loaded on first use, not at import: the agent's start
+ * before Register does not pay for an FFI (about 8 ms here) it may never
+ * need. Loaded with require, as callers are synchronous. Linux only; the
+ * reason is returned, never thrown, so each caller picks its fallback.
+ */
+export function loadLibc(): Libc | { unsupported: string } {
+  if (loaded) return loaded;
+  if (process.platform !== 'linux') {
+    loaded = { unsupported: `libc calls are made on Linux only, not ${process.platform}` };
+    return loaded;
+  }
+  try {
+    const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
+    const libc = koffi.load('libc.so.6');
+    loaded = { func: (prototype) => libc.func(prototype) as (...args: number[]) => number | bigint, errno: () => koffi.errno() };
+  } catch (err) {
+    loaded = { unsupported: `cannot load libc through koffi: ${err instanceof Error ? err.message : String(err)}` };
+  }
+  return loaded;
+}

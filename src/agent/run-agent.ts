@@ -8,6 +8,7 @@ import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
 import { sdNotify, startWatchdog } from '../lib/systemd-notify.js';
 import { AdminServer } from './admin/admin-server.js';
 import { Agent } from './agent.js';
+import { lockStateDirectory } from './lock-state-directory.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
@@ -81,11 +82,14 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const servers: Server[] = [];
   let admin: AdminServer | undefined;
   let stopWatchdog = () => {};
+  let unlock = () => {};
   try {
     // First of all, before any engine is adopted or killed: a second agent
-    // started by mistake finds the first one answering here and exits, instead
-    // of fighting it over the same engines. Listening before the first
-    // connection attempt also makes READY=1 mean "ctl works".
+    // started by mistake finds the first one holding the state directory (or
+    // answering on the socket) and exits, instead of fighting it over the
+    // same engines. Listening before the first connection attempt also makes
+    // READY=1 mean "ctl works".
+    unlock = await lockStateDirectory(c.supervisor.stateDir, logger);
     admin = await AdminServer.listen({ socketPath: c.admin.socket, group: c.admin.group, backend: agent, logger });
     // Said once this agent is the one that runs (a second agent refused above
     // says only why), and at start, not at the first launch an operator may
@@ -112,6 +116,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     nvml?.close();
     // Bounded (CLOSE_GRACE_MS): SIGTERM must still end the agent within a second.
     await admin?.close();
+    unlock();
     shutdown.dispose();
     void sdNotify('STOPPING=1').catch((err: unknown) => logger.debug({ err: errorMessage(err) }, 'sd_notify'));
     // An agent that never got its socket never started: its one line is the error.

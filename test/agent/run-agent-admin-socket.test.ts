@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -6,7 +6,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { ctlStatus } from '../../src/ctl/ctl-status.js';
 import { type AgentDirs, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { freePort, until } from '../helpers/engine-processes.js';
+import { freePort, isRunning, until } from '../helpers/engine-processes.js';
 import { BIN, runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
@@ -43,7 +43,7 @@ describe('llmgw agent run and its admin socket', () => {
     expect(agent.logs().some((r) => r.msg === 'removed a stale admin socket nobody was listening on')).toBe(true);
   });
 
-  it('refuses to start a second agent on the same socket: exit 1, one line saying so, the first keeps serving', async () => {
+  it('refuses to start a second agent on the same state directory: exit 1, one line naming the first, which keeps serving', async () => {
     const { cp, url } = await startControlPlane();
     const dirs = newDirs();
     const registered = cp.waitFor('node-a', isRegister, 20_000);
@@ -53,9 +53,67 @@ describe('llmgw agent run and its admin socket', () => {
     const second = await runCli(['agent', 'run', '--config', first.configPath]);
     expect(second.exitCode).toBe(1);
     expect(second.stderr).toBe(
+      `error: another agent (pid ${first.pid}) is running with supervisor.state_dir ${dirs.stateDir}; stop it first (systemctl stop llmgw-agent) or give this one its own state_dir`,
+    );
+    expect((await ctlStatus(dirs.socket)).pid).toBe(first.pid);
+  });
+
+  it('refuses a second agent with its own state directory on the same socket: exit 1, one line saying so', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const registered = cp.waitFor('node-a', isRegister, 20_000);
+    const first = startAgentProcess({ server: url, dirs });
+    await registered;
+    const other = { ...agentDirs(join(dirs.root, 'other')), socket: dirs.socket };
+    const config = readFileSync(first.configPath, 'utf8').replace(`state_dir: ${dirs.stateDir}`, `state_dir: ${other.stateDir}`).replace(`log_dir: ${dirs.logDir}`, `log_dir: ${other.logDir}`);
+    const configPath = join(dirs.root, 'other.yaml');
+    writeFileSync(configPath, config);
+    const second = await runCli(['agent', 'run', '--config', configPath]);
+    expect(second.exitCode).toBe(1);
+    expect(second.stderr).toBe(
       `error: another agent is already listening on ${dirs.socket}; stop it first (systemctl stop llmgw-agent) or give this one another admin.socket`,
     );
     expect((await ctlStatus(dirs.socket)).pid).toBe(first.pid);
+  });
+
+  it('lets exactly one of two agents started together over a stale socket run (review finding 13)', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    mkdirSync(dirs.root, { recursive: true });
+    // A socket nobody listens on, as an agent killed with -9 leaves: both starters find it stale.
+    await execa(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(dirs.socket)}, () => process.kill(process.pid, 'SIGKILL'))`], {
+      reject: false,
+    });
+    let registers = 0;
+    cp.on('message', (_node, m) => {
+      if (isRegister(m)) registers += 1;
+    });
+    const registered = cp.waitFor('node-a', isRegister, 20_000);
+    const a = startAgentProcess({ server: url, dirs });
+    const b = startAgentProcess({ server: url, dirs });
+    await registered;
+    const loser = await Promise.race([a.exited.then(() => a), b.exited.then(() => b)]);
+    const winner = loser === a ? b : a;
+    expect((await loser.exited).exitCode).toBe(1);
+    expect(loser.logs().some((r) => /is running with supervisor\.state_dir|already listening/.test(String(r.msg ?? r.err)))).toBe(true);
+    // The winner still runs, answers on the socket, and is the only one that registered.
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(isRunning(winner.pid)).toBe(true);
+    expect((await ctlStatus(dirs.socket)).pid).toBe(winner.pid);
+    expect(registers).toBe(1);
+  });
+
+  it('starts at once after the agent before it was sent SIGTERM, without waiting for it to be gone', async () => {
+    const { cp, url } = await startControlPlane();
+    const dirs = newDirs();
+    const first = startAgentProcess({ server: url, dirs });
+    await cp.waitFor('node-a', isRegister, 20_000);
+    const registeredAgain = cp.waitFor('node-a', isRegister, 20_000);
+    first.kill('SIGTERM');
+    const second = startAgentProcess({ server: url, dirs });
+    await registeredAgain;
+    expect((await first.exited).exitCode).toBe(0);
+    await until(async () => (await ctlStatus(dirs.socket).catch(() => undefined))?.pid === second.pid, 'the second agent to answer ctl status');
   });
 
   it('removes the socket and exits 0 on SIGTERM, also while a ctl logs -f and a silent client are connected', async () => {

@@ -1,4 +1,4 @@
-import { chmodSync, chownSync, statSync } from 'node:fs';
+import { lchownSync, lstatSync, type Stats } from 'node:fs';
 import http, { type IncomingMessage, type ServerResponse } from 'node:http';
 import http2 from 'node:http2';
 import net, { type Socket } from 'node:net';
@@ -303,15 +303,23 @@ export class AdminServer {
       try {
         this.server.listen({ path: this.socketPath, backlog: LISTEN_BACKLOG }, () => {
           this.server.off('error', onError);
+          // By the link itself, never through one (lchown; the directory is
+          // trusted, see assertTrustedDirectory, and the mode came from the
+          // umask at bind, so no chmod by path is needed: review finding 13).
+          let st: Stats;
           try {
-            if (gid !== undefined) chownSync(this.socketPath, -1, gid);
-            chmodSync(this.socketPath, SOCKET_MODE);
+            if (gid !== undefined) lchownSync(this.socketPath, -1, gid);
+            st = lstatSync(this.socketPath);
           } catch (err) {
             this.server.close();
-            reject(failure(`cannot set the owner or mode of admin socket ${this.socketPath}: ${errorMessage(err)}`));
+            reject(failure(`cannot set the group of admin socket ${this.socketPath}: ${errorMessage(err)}`));
             return;
           }
-          const st = statSync(this.socketPath);
+          if (!st.isSocket() || (st.mode & 0o777) !== SOCKET_MODE) {
+            this.server.close();
+            reject(failure(`admin socket ${this.socketPath} is not the socket this agent bound with mode ${SOCKET_MODE.toString(8)}; refused`));
+            return;
+          }
           this.log.info({ mode: (st.mode & 0o777).toString(8), gid: st.gid }, 'admin socket listening');
           resolve();
         });

@@ -1,9 +1,13 @@
 import { createRequire } from 'node:module';
 
-/** libc through koffi, for the few calls Node has no API for (pidfd_open, flock). */
+type Koffi = typeof import('koffi');
+
+/** libc through koffi, for the few calls Node has no API for (pidfd_open, flock, SO_PEERCRED). */
 export interface Libc {
+  /** koffi itself, for the structs a prototype names (koffi.struct). */
+  koffi: Koffi;
   /** A libc function by its C prototype, e.g. 'int flock(int fd, int operation)'. */
-  func(prototype: string): (...args: number[]) => number | bigint;
+  func(prototype: string): ReturnType<ReturnType<Koffi['load']>['func']>;
   /** errno of the calling thread, right after a failed call. */
   errno(): number;
 }
@@ -23,9 +27,9 @@ export function loadLibc(): Libc | { unsupported: string } {
     return loaded;
   }
   try {
-    const koffi = createRequire(import.meta.url)('koffi') as typeof import('koffi');
+    const koffi = createRequire(import.meta.url)('koffi') as Koffi;
     const libc = koffi.load('libc.so.6');
-    loaded = { func: (prototype) => libc.func(prototype) as (...args: number[]) => number | bigint, errno: () => koffi.errno() };
+    loaded = { koffi, func: (prototype) => libc.func(prototype), errno: () => koffi.errno() };
   } catch (err) {
     loaded = { unsupported: `cannot load libc through koffi: ${err instanceof Error ? err.message : String(err)}` };
   }

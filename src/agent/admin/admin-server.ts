@@ -12,6 +12,8 @@ import type { AdminBackend } from './admin-backend.js';
 import { adminRoutes } from './admin-routes.js';
 import { claimSocketPath } from './claim-socket-path.js';
 import { prepareSocketDir } from './prepare-socket-dir.js';
+import { ConnectionAdmission } from './connection-admission.js';
+import { peerCredentials } from '../../lib/process/peer-credentials.js';
 
 /** The socket's mode: owner and admin group read and write (connect), nobody else. */
 export const SOCKET_MODE = 0o660;
@@ -31,14 +33,6 @@ export const CLOSE_GRACE_MS = 200;
 export const ADMIN_REQUEST_MAX_BYTES = 64 * 1024;
 /** How long a connection may stay open with no stream in progress, after its last call; ctl makes one call per connection. */
 export const IDLE_SESSION_TIMEOUT_MS = 10_000;
-/**
- * Connections open at once. Operators and scripts on one node make a few
- * ctl calls at a time, each on its own short connection; five thousand held
- * open by one admin-group member cost 5,000 fds and 220 MB in the review.
- * Past this, new connections are closed at once (measured: 1,024 open
- * sessions put the agent's peak RSS at 166 MB, so the cap is well below).
- */
-export const MAX_ADMIN_CONNECTIONS = 256;
 /** Streams in flight on one connection: ctl uses one. */
 export const MAX_STREAMS_PER_SESSION = 32;
 /**
@@ -64,8 +58,10 @@ export interface AdminServerOptions {
   silentConnectionTimeoutMs?: number;
   /** Default IDLE_SESSION_TIMEOUT_MS. */
   idleSessionTimeoutMs?: number;
-  /** Default MAX_ADMIN_CONNECTIONS. */
+  /** Default MAX_ADMIN_CONNECTIONS (connection-admission.ts). */
   maxConnections?: number;
+  /** Default MAX_CONNECTIONS_PER_USER: what one uid other than root may hold. */
+  maxConnectionsPerUser?: number;
   /** Default ADMIN_CALL_DEADLINE_MS. */
   callDeadlineMs?: number;
   /** How often `drain --wait` reads in-flight counts; default DRAIN_POLL_MS. */
@@ -137,18 +133,23 @@ export class AdminServer {
     this.h1.keepAliveTimeout = 0;
     const silentMs = opts.silentConnectionTimeoutMs ?? SILENT_CONNECTION_TIMEOUT_MS;
     const idleMs = opts.idleSessionTimeoutMs ?? IDLE_SESSION_TIMEOUT_MS;
-    const maxConnections = opts.maxConnections ?? MAX_ADMIN_CONNECTIONS;
+    const admission = new ConnectionAdmission({ maxConnections: opts.maxConnections, perUser: opts.maxConnectionsPerUser });
     const deadlineMs = opts.callDeadlineMs ?? ADMIN_CALL_DEADLINE_MS;
     this.server = net.createServer((socket) => {
-      if (this.sockets.size >= maxConnections) {
+      const admitted = admission.admit(peerCredentials(socket));
+      if (!('release' in admitted)) {
         this.refusedConnections += 1;
+        const { peer, why } = admitted;
         // One line per burst, not one per connection: the flood must not fill the journal.
-        this.warnRefused.warn({ open: this.sockets.size, refused: this.refusedConnections }, 'refused admin connections: too many are open');
+        this.warnRefused.warn({ open: admission.size, refused: this.refusedConnections, uid: peer?.uid, pid: peer?.pid, why }, 'refused admin connections: too many are open');
         socket.destroy();
         return;
       }
       this.sockets.add(socket);
-      socket.once('close', () => this.sockets.delete(socket));
+      socket.once('close', () => {
+        this.sockets.delete(socket);
+        admitted.release();
+      });
       // An error before (or after) a protocol server takes the socket must not go unhandled and end the agent.
       socket.on('error', (err) => this.log.debug({ err: errorMessage(err) }, 'admin connection error'));
       this.sniffProtocol(socket, silentMs, (isHttp2) => {

@@ -18,6 +18,15 @@ function newDirs(): AgentDirs {
   return dirs;
 }
 
+/** A socket file nobody listens on, as an agent killed with -9 leaves it. */
+async function leaveStaleSocket(dirs: AgentDirs): Promise<void> {
+  mkdirSync(dirs.root, { recursive: true });
+  await execa(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(dirs.socket)}, () => process.kill(process.pid, 'SIGKILL'))`], {
+    reject: false,
+  });
+  expect(statSync(dirs.socket).isSocket()).toBe(true);
+}
+
 describe('llmgw agent run and its admin socket', () => {
   it('answers on the socket by the time it first registers', async () => {
     const { cp, url } = await startControlPlane();
@@ -31,11 +40,7 @@ describe('llmgw agent run and its admin socket', () => {
   it('replaces a stale socket file left by an agent killed with -9', async () => {
     const { cp, url } = await startControlPlane();
     const dirs = newDirs();
-    mkdirSync(dirs.root, { recursive: true });
-    await execa(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(dirs.socket)}, () => process.kill(process.pid, 'SIGKILL'))`], {
-      reject: false,
-    });
-    expect(statSync(dirs.socket).isSocket()).toBe(true);
+    await leaveStaleSocket(dirs);
     const registered = cp.waitFor('node-a', isRegister, 20_000);
     const agent = startAgentProcess({ server: url, dirs });
     await registered;
@@ -79,11 +84,8 @@ describe('llmgw agent run and its admin socket', () => {
   it('lets exactly one of two agents started together over a stale socket run (review finding 13)', async () => {
     const { cp, url } = await startControlPlane();
     const dirs = newDirs();
-    mkdirSync(dirs.root, { recursive: true });
-    // A socket nobody listens on, as an agent killed with -9 leaves: both starters find it stale.
-    await execa(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(dirs.socket)}, () => process.kill(process.pid, 'SIGKILL'))`], {
-      reject: false,
-    });
+    // Both starters find it stale.
+    await leaveStaleSocket(dirs);
     let registers = 0;
     cp.on('message', (_node, m) => {
       if (isRegister(m)) registers += 1;

@@ -2,6 +2,7 @@ import { connect } from 'node:net';
 import { errnoCode } from '../../lib/errno.js';
 import { cgroupMembers } from '../../lib/process/cgroup-members.js';
 import { type ListeningSocket, listeningSocketOwners, readListeningSockets, socketInodesOf } from '../../lib/process/listening-socket-owners.js';
+import { netlinkListeners } from '../../lib/process/netlink-listeners.js';
 import { effectiveUid, listProcessGroup } from '../../lib/process/process-table.js';
 
 /**
@@ -39,14 +40,16 @@ export type PortOwnerCheck = () => Promise<PortOwner>;
 export const LISTEN_TABLE_TTL_MS = 20;
 
 /**
- * How long a port found the engine's is taken to stay so while something
- * still accepts on it, before the tables are read again. While the engine
- * holds 0.0.0.0:P or 127.0.0.1:P nobody else can bind the address the
- * probes dial (EADDRINUSE; SO_REUSEPORT only within one uid), so the
- * verdict can only go stale if the engine closes its own listener, and a
- * squatter that binds then is seen within this long. Without it, every
- * health probe of a READY shard read both tables: 2 ms of kernel time per
- * shard per health interval, a third of figure 5b's budget with 8 shards.
+ * Only where netlink cannot be asked (see listenersOn) and the tables are
+ * read instead: how long a port found the engine's is taken to stay so
+ * while something still accepts on it. While the engine holds 0.0.0.0:P or
+ * 127.0.0.1:P nobody else can bind the address the probes dial
+ * (EADDRINUSE; SO_REUSEPORT only within one uid), so the verdict can only
+ * go stale if the engine closes its own listener, and a squatter that
+ * binds then is seen within this long. Reading both tables on every health
+ * probe of a READY shard cost 2 ms of kernel time per shard per health
+ * interval, a third of figure 5b's budget with 8 shards; netlink's answer
+ * costs 70 µs, so with it every probe is checked.
  */
 export const ENGINE_RECHECK_MS = 30_000;
 
@@ -78,6 +81,23 @@ function somethingAccepts(port: number): Promise<boolean> {
   });
 }
 
+/** Why netlink could not be asked, once it failed: the tables are read from then on. */
+let netlinkUnsupported: string | undefined;
+
+/**
+ * The sockets listening on `port`: netlink's LISTEN-only dump for that one
+ * port (netlink-listeners.ts) where the kernel answers it, else the
+ * tables, shared (listeningNow).
+ */
+async function listenersOn(port: number): Promise<ListeningSocket[]> {
+  if (netlinkUnsupported === undefined) {
+    const asked = netlinkListeners(port);
+    if (!('unsupported' in asked)) return asked;
+    netlinkUnsupported = asked.unsupported;
+  }
+  return (await listeningNow()).filter((s) => s.port === port);
+}
+
 /** The LISTEN sockets of the host, read at most once per LISTEN_TABLE_TTL_MS whoever asks. */
 function listeningNow(): Promise<ListeningSocket[]> {
   const now = performance.now();
@@ -97,13 +117,16 @@ function listeningNow(): Promise<ListeningSocket[]> {
  * first answers the agent's probes, a local unprivileged user included, and
  * an answer from that socket made the shard READY (review finding 2).
  *
- * Cheap on purpose, since it runs on every readiness tick: while nothing
- * listens it is one refused connect (see somethingAccepts); once something
- * does, a shared read of /proc/net/tcp{,6}. The processes and their fds are
- * examined only when the set of listening sockets changes, and the verdict
- * is kept for that set (a socket's inode is unique while it exists, so the
- * same set means the same owners). A port found squatted is not connected
- * to again: the tables alone say when the squatter is gone.
+ * Cheap on purpose, since it runs on every readiness tick and health
+ * probe: while nothing listens it is one refused connect (see
+ * somethingAccepts); once something does, the kernel's list of the port's
+ * listeners (listenersOn). The processes and their fds are examined only
+ * when the set of listening sockets changes, and the verdict is kept for
+ * that set (a socket's inode is unique while it exists, so the same set
+ * means the same owners): a READY engine that closes its listener and a
+ * squatter that binds after it are seen at the next probe. A port found
+ * squatted is not connected to again: the listeners alone say when the
+ * squatter is gone.
  */
 export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
   let known: { key: string; verdict: PortOwner; atMs: number } | undefined;
@@ -115,11 +138,12 @@ export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
         known = undefined;
         return { owner: 'nobody' };
       }
-      if (known?.verdict.owner === 'engine' && performance.now() - known.atMs < ENGINE_RECHECK_MS) return known.verdict;
+      const stale = performance.now() - (known?.atMs ?? 0) >= ENGINE_RECHECK_MS;
+      if (known?.verdict.owner === 'engine' && netlinkUnsupported !== undefined && !stale) return known.verdict;
     }
     let sockets: ListeningSocket[];
     try {
-      sockets = (await listeningNow()).filter((s) => s.port === target.port);
+      sockets = await listenersOn(target.port);
     } catch (err) {
       // No /proc/net/tcp (a restricted container, no procfs): nothing can be
       // told, and refusing READY would fail every healthy engine on such a

@@ -24,8 +24,8 @@ const isRoot = process.geteuid?.() === 0;
  * listens on `port` once told to (a line on stdin), as a vLLM API server
  * process below its launcher does. Resolves with the leader's pid (= pgid).
  */
-async function engineGroup(port: number): Promise<{ pid: number; listen: () => Promise<void> }> {
-  const listener = `process.stdin.once('data',()=>{require('net').createServer().listen(${port},'0.0.0.0',()=>console.log('up'))});setInterval(()=>{},1000)`;
+async function engineGroup(port: number): Promise<{ pid: number; listen: () => Promise<void>; closeListener: () => Promise<void> }> {
+  const listener = `let s;require('readline').createInterface({input:process.stdin}).on('line',(l)=>{if(l==='go')s=require('net').createServer().listen(${port},'0.0.0.0',()=>console.log('up'));else s.close(()=>console.log('closed'))});setInterval(()=>{},1000)`;
   const leader = `const c=require('child_process').spawn(process.execPath,['-e',${JSON.stringify(listener)}],{stdio:['pipe','inherit','inherit']});process.stdin.pipe(c.stdin);console.log('started');setInterval(()=>{},1000)`;
   const child = spawn(process.execPath, ['-e', leader], { detached: true, stdio: ['pipe', 'pipe', 'inherit'] });
   children.push(child);
@@ -40,6 +40,10 @@ async function engineGroup(port: number): Promise<{ pid: number; listen: () => P
     listen: async () => {
       child.stdin?.write('go\n');
       await seen('up');
+    },
+    closeListener: async () => {
+      child.stdin?.write('close\n');
+      await seen('closed');
     },
   };
 }
@@ -107,5 +111,19 @@ describe('portOwnerCheck', () => {
     servers.push(squatter);
     await new Promise<void>((r) => squatter.listen(port, '127.0.0.1', r));
     expect((await check()).owner).toBe('other');
+  });
+
+  it('sees a squatter at the next check when a READY engine closes its own listener and the squatter binds before any check saw the port free', async () => {
+    const port = await freePort();
+    const engine = await engineGroup(port);
+    const check = portOwnerCheck({ port, pid: engine.pid, pgid: engine.pid });
+    await engine.listen();
+    expect(await check()).toEqual({ owner: 'engine' });
+    // The engine lives on without its listener (a crashed HTTP thread); a stranger takes the port at once.
+    await engine.closeListener();
+    const squatter = createServer();
+    servers.push(squatter);
+    await new Promise<void>((r) => squatter.listen(port, '127.0.0.1', r));
+    expect(await check()).toMatchObject({ owner: 'other', pid: process.pid });
   });
 });

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -9,6 +9,7 @@ import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort, isRunning, until } from '../helpers/engine-processes.js';
 import { BIN, runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
+import { leaveStaleSocket } from '../helpers/stale-socket.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 
 function newDirs(): AgentDirs {
@@ -16,15 +17,6 @@ function newDirs(): AgentDirs {
   onTestFinished(() => rmSync(dirs.root, { recursive: true, force: true }));
   cleanUpEnginesAfterTest(dirs);
   return dirs;
-}
-
-/** A socket file nobody listens on, as an agent killed with -9 leaves it. */
-async function leaveStaleSocket(dirs: AgentDirs): Promise<void> {
-  mkdirSync(dirs.root, { recursive: true });
-  await execa(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(dirs.socket)}, () => process.kill(process.pid, 'SIGKILL'))`], {
-    reject: false,
-  });
-  expect(statSync(dirs.socket).isSocket()).toBe(true);
 }
 
 describe('llmgw agent run and its admin socket', () => {
@@ -40,7 +32,7 @@ describe('llmgw agent run and its admin socket', () => {
   it('replaces a stale socket file left by an agent killed with -9', async () => {
     const { cp, url } = await startControlPlane();
     const dirs = newDirs();
-    await leaveStaleSocket(dirs);
+    await leaveStaleSocket(dirs.socket);
     const registered = cp.waitFor('node-a', isRegister, 20_000);
     const agent = startAgentProcess({ server: url, dirs });
     await registered;
@@ -85,7 +77,7 @@ describe('llmgw agent run and its admin socket', () => {
     const { cp, url } = await startControlPlane();
     const dirs = newDirs();
     // Both starters find it stale.
-    await leaveStaleSocket(dirs);
+    await leaveStaleSocket(dirs.socket);
     let registers = 0;
     cp.on('message', (_node, m) => {
       if (isRegister(m)) registers += 1;

@@ -1,5 +1,5 @@
-import { chmodSync, chownSync, mkdirSync, statSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { chmodSync, chownSync, mkdirSync, readdirSync, statSync } from 'node:fs';
+import { basename, dirname } from 'node:path';
 import { errnoCode, errorMessage, failure } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 
@@ -13,7 +13,8 @@ export const SOCKET_DIR_MODE = 0o750;
  * A missing directory is created 0750 with the admin group. An existing one
  * is left alone, with one exception: a directory that belongs to the agent's
  * user and lets its group, but not others, through (systemd's
- * RuntimeDirectory=llmgw, mode 0750, root:root) gets the admin group.
+ * RuntimeDirectory=llmgw, mode 0750, root:root) and holds nothing but the
+ * socket gets the admin group.
  * Without that, the socket's own 0660 is useless: operators in the group are
  * stopped one level up, with an EACCES that names no group.
  */
@@ -41,6 +42,17 @@ export function prepareSocketDir(socketPath: string, gid: number | undefined, lo
     const ownedByUs = st.uid === process.getuid?.();
     const groupOnly = (st.mode & 0o010) !== 0 && (st.mode & 0o001) === 0;
     if (ownedByUs && groupOnly && st.gid !== gid) {
+      // Only a directory of the socket's own: a misplaced admin.socket
+      // (/etc/sudoers.d/agent.sock) must not open a directory of other
+      // files to the admin group (review finding 13).
+      const others = readdirSync(dir).filter((name) => name !== basename(socketPath));
+      if (others.length > 0) {
+        log.warn(
+          { dir, entries: others.slice(0, 5), gid },
+          'the admin socket directory holds other files, so its group is left as it is and admin.group members may not reach the socket; give the socket a directory of its own (/run/llmgw)',
+        );
+        return dir;
+      }
       chownSync(dir, -1, gid);
       log.info({ dir, gid }, 'gave the admin socket directory the admin group, so its members can reach the socket');
     }

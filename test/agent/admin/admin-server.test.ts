@@ -12,6 +12,8 @@ import { findGroup } from '../../../src/lib/find-group.js';
 import { silentLogger } from '../../../src/lib/logger.js';
 import { type AgentDirs, agentDirs } from '../../helpers/agent-process.js';
 import { until } from '../../helpers/engine-processes.js';
+import { captureLogger } from '../../helpers/capture-logger.js';
+import { leaveStaleSocket } from '../../helpers/stale-socket.js';
 import { createInProcessAgent } from '../../helpers/in-process-agent.js';
 
 /** A group every Debian-like system has, which root is not a member of by default. */
@@ -30,14 +32,6 @@ async function startAdmin(dirs: AgentDirs, over: Partial<Parameters<typeof Admin
   const admin = await AdminServer.listen({ socketPath: dirs.socket, group: '', backend: agent, logger: silentLogger, ...over });
   onTestFinished(() => admin.close());
   return admin;
-}
-
-/** A socket file left behind by a process killed before it could remove it. */
-async function leaveStaleSocket(path: string): Promise<void> {
-  await execa(process.execPath, ['-e', `require('net').createServer().listen(${JSON.stringify(path)}, () => process.kill(process.pid, 'SIGKILL'))`], {
-    reject: false,
-  });
-  expect(statSync(path).isSocket()).toBe(true);
 }
 
 async function expectLlmgwError(p: Promise<unknown>, exitCode: number, message: RegExp): Promise<void> {
@@ -130,6 +124,19 @@ describe('AdminServer', () => {
     chmodSync(join(dirs.root, 'run'), 0o750);
     await startAdmin(dirs, { group: ADMIN_GROUP });
     expect(statSync(join(dirs.root, 'run')).gid).toBe(findGroup({ name: ADMIN_GROUP })?.gid);
+  });
+
+  it('leaves the group of an existing 0750 directory that holds other files, and says so (review finding 13)', async () => {
+    const dirs = newDirs();
+    const dir = join(dirs.root, 'run');
+    await execa('mkdir', ['-p', dir]);
+    chmodSync(dir, 0o750);
+    writeFileSync(join(dir, 'not-ours'), 'x');
+    const before = statSync(dir).gid;
+    const logger = captureLogger();
+    await startAdmin(dirs, { group: ADMIN_GROUP, logger: logger.logger });
+    expect(statSync(dir).gid).toBe(before);
+    expect(logger.records.some((r) => String(r.msg).startsWith('the admin socket directory holds other files') && (r.entries as string[]).includes('not-ours'))).toBe(true);
   });
 
   it('removes the socket file when it closes', async () => {

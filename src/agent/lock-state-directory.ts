@@ -15,6 +15,7 @@ export const agentLockPath = (stateDir: string): string => join(stateDir, 'agent
  */
 export const AGENT_LOCK_WAIT_MS = 3000;
 const RETRY_MS = 100;
+const NO_LOCK = 'cannot lock the state directory; only the admin socket keeps a second agent out';
 
 /**
  * Makes this agent the only one using `stateDir`, before any engine is
@@ -34,7 +35,7 @@ export async function lockStateDirectory(stateDir: string, logger: Logger, waitM
   try {
     ensureStateDir(stateDir);
   } catch (err) {
-    logger.warn({ path, why: errorMessage(err) }, 'cannot lock the state directory; only the admin socket keeps a second agent out');
+    logger.warn({ path, why: errorMessage(err) }, NO_LOCK);
     return () => {};
   }
   const deadline = Date.now() + waitMs;
@@ -42,7 +43,7 @@ export async function lockStateDirectory(stateDir: string, logger: Logger, waitM
     const lock = tryLockFile(path);
     if (lock.kind === 'held') return lock.release;
     if (lock.kind === 'unsupported') {
-      logger.warn({ path, why: lock.reason }, 'cannot lock the state directory; only the admin socket keeps a second agent out');
+      logger.warn({ path, why: lock.reason }, NO_LOCK);
       return () => {};
     }
     if (Date.now() >= deadline) {

@@ -20,7 +20,7 @@ let loaded: Libc | { unsupported: string } | undefined;
  * need. Loaded with require, as callers are synchronous. Linux only; the
  * reason is returned, never thrown, so each caller picks its fallback.
  */
-export function loadLibc(): Libc | { unsupported: string } {
+function loadLibc(): Libc | { unsupported: string } {
   if (loaded) return loaded;
   if (process.platform !== 'linux') {
     loaded = { unsupported: `libc calls are made on Linux only, not ${process.platform}` };
@@ -34,4 +34,21 @@ export function loadLibc(): Libc | { unsupported: string } {
     loaded = { unsupported: `cannot load libc through koffi: ${err instanceof Error ? err.message : String(err)}` };
   }
   return loaded;
+}
+
+/**
+ * A libc binding made once, on first use: `bind` declares the functions
+ * (and structs) a caller needs, which koffi should not parse again on
+ * every call. The getter answers the same object each time, or why libc
+ * cannot be had.
+ */
+export function libcBinding<T extends object>(bind: (libc: Libc) => T): () => T | { unsupported: string } {
+  let bound: T | { unsupported: string } | undefined;
+  return () => {
+    if (bound === undefined) {
+      const libc = loadLibc();
+      bound = 'unsupported' in libc ? libc : bind(libc);
+    }
+    return bound;
+  };
 }

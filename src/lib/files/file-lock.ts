@@ -1,6 +1,6 @@
 import { closeSync, constants, fstatSync, ftruncateSync, openSync, readFileSync, writeSync } from 'node:fs';
 import { errorMessage } from '../errors.js';
-import { loadLibc } from '../libc.js';
+import { libcBinding } from '../libc.js';
 
 /** What trying to lock a file came to. */
 export type FileLock =
@@ -16,6 +16,11 @@ const LOCK_NB = 4;
 const EINTR = 4;
 const EWOULDBLOCK = 11;
 
+const flockCall = libcBinding((libc) => {
+  const flock = libc.func('int flock(int fd, int operation)');
+  return { flock: (fd: number, operation: number) => Number(flock(fd, operation)), errno: () => libc.errno() };
+});
+
 /**
  * Tries once to take an exclusive flock(2) on `path` (created 0600 if
  * missing). The kernel holds it for this process's open file description,
@@ -28,9 +33,8 @@ const EWOULDBLOCK = 11;
  * The holder writes its pid into the file, for the refusal to name it.
  */
 export function tryLockFile(path: string): FileLock {
-  const libc = loadLibc();
+  const libc = flockCall();
   if ('unsupported' in libc) return { kind: 'unsupported', reason: libc.unsupported };
-  const flock = libc.func('int flock(int fd, int operation)');
   let fd: number;
   try {
     fd = openSync(path, constants.O_RDWR | constants.O_CREAT | constants.O_NOFOLLOW | constants.O_NONBLOCK, 0o600);
@@ -44,7 +48,7 @@ export function tryLockFile(path: string): FileLock {
     }
     let errno = 0;
     do {
-      errno = Number(flock(fd, LOCK_EX | LOCK_NB)) === 0 ? 0 : libc.errno();
+      errno = libc.flock(fd, LOCK_EX | LOCK_NB) === 0 ? 0 : libc.errno();
     } while (errno === EINTR);
     if (errno === EWOULDBLOCK) {
       closeSync(fd);

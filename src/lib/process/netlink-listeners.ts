@@ -1,4 +1,4 @@
-import { loadLibc } from '../libc.js';
+import { libcBinding } from '../libc.js';
 import type { ListeningSocket } from './listening-socket-owners.js';
 
 /*
@@ -43,29 +43,20 @@ interface Calls {
   errno(): number;
 }
 
-let calls: Calls | { unsupported: string } | undefined;
-
-function load(): Calls | { unsupported: string } {
-  if (calls) return calls;
-  const libc = loadLibc();
-  if ('unsupported' in libc) {
-    calls = { unsupported: libc.unsupported };
-    return calls;
-  }
+const load = libcBinding<Calls>((libc) => {
   // Buffers are passed by pointer to their own memory, so recv writes straight into them.
   const socket = libc.func('int socket(int domain, int type, int protocol)');
   const send = libc.func('long send(int fd, void *buf, size_t len, int flags)');
   const recv = libc.func('long recv(int fd, void *buf, size_t len, int flags)');
   const close = libc.func('int close(int fd)');
-  calls = {
+  return {
     socket: (d, t, p) => Number(socket(d, t, p)),
     send: (fd, buf, len, flags) => Number(send(fd, buf, len, flags)),
     recv: (fd, buf, len, flags) => Number(recv(fd, buf, len, flags)),
     close: (fd) => Number(close(fd)),
     errno: () => libc.errno(),
   };
-  return calls;
-}
+});
 
 function request(family: number, port: number): Buffer {
   const b = Buffer.alloc(REQUEST_BYTES);

@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import { loadLibc } from '../libc.js';
+import { libcBinding } from '../libc.js';
 
 /** Who is at the other end of a Unix socket connection, as the kernel recorded it at connect(). */
 export interface PeerCredentials {
@@ -12,28 +12,19 @@ const SOL_SOCKET = 1;
 const SO_PEERCRED = 17;
 const UCRED_BYTES = 12;
 
-type GetPeerCred = (fd: number) => PeerCredentials | undefined;
-let getPeerCred: GetPeerCred | null | undefined;
-
-function load(): GetPeerCred | null {
-  if (getPeerCred !== undefined) return getPeerCred;
-  const libc = loadLibc();
-  if ('unsupported' in libc) {
-    getPeerCred = null;
-    return null;
-  }
-  const { koffi } = libc;
+const getPeerCred = libcBinding((libc) => {
   // struct ucred of <sys/socket.h>, under a name of our own in koffi's registry.
-  koffi.struct('llmgw_ucred', { pid: 'int32', uid: 'uint32', gid: 'uint32' });
+  libc.koffi.struct('llmgw_ucred', { pid: 'int32', uid: 'uint32', gid: 'uint32' });
   const getsockopt = libc.func('int getsockopt(int fd, int level, int name, _Out_ llmgw_ucred *value, _Inout_ uint32_t *length)');
-  getPeerCred = (fd) => {
-    const value = { pid: 0, uid: 0, gid: 0 };
-    const length = [UCRED_BYTES];
-    if (Number(getsockopt(fd, SOL_SOCKET, SO_PEERCRED, value, length)) !== 0) return undefined;
-    return { pid: value.pid, uid: value.uid, gid: value.gid };
+  return {
+    read(fd: number): PeerCredentials | undefined {
+      const value = { pid: 0, uid: 0, gid: 0 };
+      const length = [UCRED_BYTES];
+      if (Number(getsockopt(fd, SOL_SOCKET, SO_PEERCRED, value, length)) !== 0) return undefined;
+      return { pid: value.pid, uid: value.uid, gid: value.gid };
+    },
   };
-  return getPeerCred;
-}
+});
 
 /**
  * The peer's pid, uid and gid of an accepted Unix-socket connection
@@ -45,6 +36,6 @@ function load(): GetPeerCred | null {
 export function peerCredentials(socket: Socket): PeerCredentials | undefined {
   const fd = (socket as unknown as { _handle?: { fd?: number } })._handle?.fd;
   if (typeof fd !== 'number' || fd < 0) return undefined;
-  const read = load();
-  return read ? read(fd) : undefined;
+  const bound = getPeerCred();
+  return 'unsupported' in bound ? undefined : bound.read(fd);
 }

@@ -1,4 +1,4 @@
-import { loadLibc } from '../libc.js';
+import { libcBinding } from '../libc.js';
 import { openFdStream } from '../files/fd-stream.js';
 
 /**
@@ -37,25 +37,16 @@ interface Backend {
   pidfdOpen(pid: number): { fd: number } | { errno: number };
 }
 
-let backend: Backend | { unsupported: string } | undefined;
-
-/** Loaded on the first watch (see loadLibc): an agent with no adopted engine never needs it. */
-function loadBackend(): Backend | { unsupported: string } {
-  if (backend) return backend;
-  const libc = loadLibc();
-  if ('unsupported' in libc) {
-    backend = { unsupported: `no pidfd: ${libc.unsupported}` };
-    return backend;
-  }
+/** Bound on the first watch (see loadLibc): an agent with no adopted engine never needs it. */
+const loadBackend = libcBinding<Backend>((libc) => {
   const syscall = libc.func('long syscall(long number, int pid, unsigned int flags)');
-  backend = {
+  return {
     pidfdOpen(pid) {
       const fd = Number(syscall(SYS_PIDFD_OPEN, pid, 0));
       return fd >= 0 ? { fd } : { errno: libc.errno() };
     },
   };
-  return backend;
-}
+});
 
 /**
  * Calls onExit once when process `pid` exits, whether or not it is our child.
@@ -70,7 +61,7 @@ function loadBackend(): Backend | { unsupported: string } {
 export function watchPidExit(pid: number, signal: AbortSignal, onExit: () => void): PidWatch {
   if (!Number.isSafeInteger(pid) || pid <= 0) throw new RangeError(`pid must be a positive integer, not ${pid}`);
   const b = loadBackend();
-  if ('unsupported' in b) return { kind: 'unsupported', reason: b.unsupported };
+  if ('unsupported' in b) return { kind: 'unsupported', reason: `no pidfd: ${b.unsupported}` };
   if (signal.aborted) return { kind: 'watching' };
   const opened = b.pidfdOpen(pid);
   if ('errno' in opened) {

@@ -5,11 +5,11 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort } from '../faults/scenarios/fault-harness.js';
-import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { agentDirs } from '../helpers/agent-process.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
 import { runCli } from '../helpers/run-cli.js';
 import { expectAgentUnharmed } from './agent-unharmed.js';
-import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
+import { bootAgentAgainst, type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 
 /*
  * Finding 11 of the security review, against the real agent: a replica id
@@ -61,14 +61,11 @@ async function outcome(spec: StartShard): Promise<{ state: string; error: string
 
 describe('strings from the control plane and engines never reach the terminal raw (security review, finding 11)', () => {
   it("refuses control characters in replica ids and models, and an engine's escape sequences stay out of ctl status", { timeout: 120_000 }, async () => {
-    cleanUpEnginesAfterTest(dirs);
-    const agent = startAgentProcess({
-      server: cp.url,
+    const agent = await bootAgentAgainst(cp, {
       dirs,
       nodeId: 'strings-node',
       extraYaml: `engines:\n  vllm:\n    command: [${JSON.stringify(fakeVllm)}]\n`,
     });
-    await cp.waitFor((m) => m.msg.case === 'register');
 
     // The review's row: replica id and model carrying the sequences.
     const replica = await outcome(start('ansi-g1-r0', 'sim', `r${CLEAR_AND_TITLE}`, 'sim/m', freeFakeGpu(0), await freePort()));

@@ -5,11 +5,11 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort } from '../faults/scenarios/fault-harness.js';
-import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { agentDirs } from '../helpers/agent-process.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
 import { shardIs, simStart } from '../helpers/sim-shards.js';
 import { expectAgentUnharmed } from './agent-unharmed.js';
-import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
+import { bootAgentAgainst, type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 
 /*
  * Finding 8 of the security review, against the real agent: engine logs
@@ -50,15 +50,12 @@ const modeOf = (path: string) => statSync(path).mode & 0o7777;
 
 describe('engine logs are readable by root and admin.group only (security review, finding 8)', () => {
   it('writes the log 0640 and its rotated generation too, in a 0750 directory of admin.group; nobody cannot read either, a group member can', { timeout: 90_000 }, async () => {
-    cleanUpEnginesAfterTest(dirs);
-    const agent = startAgentProcess({
-      server: cp.url,
+    const agent = await bootAgentAgainst(cp, {
       dirs,
       nodeId: 'logs-node',
       // Rotation at 4 KiB, which a sim writing 200 lines a second passes in well under the 2 s rotation check.
       env: { LLMGW_ADMIN_GROUP: ADMIN_GROUP, LLMGW_SUPERVISOR_LOG_MAX_BYTES: '4KiB' },
     });
-    await cp.waitFor((m) => m.msg.case === 'register');
     const id = 'logs-g1-r0';
     cp.send({ case: 'start', value: simStart(id, await freePort(), { gpu: freeFakeGpu(0), args: ['--load-time', '100ms', '--log-rate', '200'] }) });
     await cp.waitFor(shardIs(id, ShardState.READY), 60_000);

@@ -5,6 +5,7 @@ import { createWritableIterable } from '@connectrpc/connect/protocol';
 import http2 from 'node:http2';
 import type { AddressInfo } from 'node:net';
 import { type AgentMessage, AgentService, type ControlMessage, ControlMessageSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentProcess, type AgentProcessOptions, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 
 type ControlMsg = MessageInitShape<typeof ControlMessageSchema>['msg'];
 
@@ -186,4 +187,16 @@ export async function startHostileControlPlane(opts: HostileControlPlaneOptions 
       await new Promise<void>((resolve) => server.close(() => resolve()));
     },
   };
+}
+
+/**
+ * The real agent pointed at `cp`, every engine it starts killed when the
+ * test ends; resolves once its Register (for its node id) has arrived.
+ */
+export async function bootAgentAgainst(cp: HostileControlPlane, o: Omit<AgentProcessOptions, 'server'>): Promise<AgentProcess> {
+  cleanUpEnginesAfterTest(o.dirs);
+  const agent = startAgentProcess({ ...o, server: cp.url });
+  const nodeId = o.nodeId ?? 'node-a';
+  await cp.waitFor((m) => m.msg.case === 'register' && m.msg.value.nodeId === nodeId);
+  return agent;
 }

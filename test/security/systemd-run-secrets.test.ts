@@ -6,11 +6,11 @@ import { fileURLToPath } from 'node:url';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentMessageSchema, ShardState, type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort } from '../faults/scenarios/fault-harness.js';
-import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { agentDirs } from '../helpers/agent-process.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
 import { shardIs } from '../helpers/sim-shards.js';
 import { expectAgentUnharmed } from './agent-unharmed.js';
-import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
+import { bootAgentAgainst, type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 
 /*
  * Finding 7 of the security review, against the real agent and as the
@@ -58,14 +58,11 @@ const recorded = (name: string) => readFileSync(join(record, name), 'utf8');
 
 describe('the systemd-run launcher keeps secrets off command lines and out of reports (security review, finding 7)', () => {
   it('hands the environment over in a 0600 file, and a failed launch reports no command line and no value', { timeout: 120_000 }, async () => {
-    cleanUpEnginesAfterTest(dirs);
-    const agent = startAgentProcess({
-      server: cp.url,
+    const agent = await bootAgentAgainst(cp, {
       dirs,
       nodeId: 'sdrun-node',
       env: { PATH: `${bin}:${process.env.PATH}`, FAKE_SYSTEMD_DIR: record, AWS_SECRET_ACCESS_KEY: AGENT_SECRET, LLMGW_SUPERVISOR_LAUNCHER: 'systemd-run' },
     });
-    await cp.waitFor((m) => m.msg.case === 'register');
 
     const id = 'sdrun-g1-r0';
     cp.send({ case: 'start', value: start(id, freeFakeGpu(0), await freePort()) });

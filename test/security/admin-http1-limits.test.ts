@@ -167,7 +167,7 @@ describe('the admin socket over HTTP/1.1', () => {
     expect(hung.received()).toBe('');
   });
 
-  it('counts HTTP/1.1 connections against the same cap as HTTP/2 ones, and serves again when they go', async () => {
+  it('counts HTTP/1.1 connections against the same cap as HTTP/2 ones, tells the one refused why, and serves again when they go', async () => {
     const dirs = newDirs();
     await startAdmin(dirs, { maxConnections: 4 });
     const held = await Promise.all(Array.from({ length: 4 }, () => rawConnect(dirs.socket)));
@@ -175,7 +175,13 @@ describe('the admin socket over HTTP/1.1', () => {
     for (const c of held) c.socket.write('POST /llmgw.v1.AdminService/Status HTTP/1.1\r\n');
     const refused = await rawConnect(dirs.socket);
     await refused.closed;
-    expect(refused.received()).toBe('');
+    // Answered before its request was read, then closed: a ctl prints the reason.
+    const [head, body] = refused.received().split('\r\n\r\n');
+    expect(head?.split('\r\n')[0]).toBe('HTTP/1.1 429 Too Many Requests');
+    expect(JSON.parse(body ?? '')).toEqual({
+      code: 'resource_exhausted',
+      message: 'the agent refused the connection: 4 connections are open, the most there may be; end other ctl calls or scripts on its socket and try again',
+    });
     for (const c of held) c.socket.destroy();
     await Promise.all(held.map((c) => c.closed));
     await until(async () => (await post(dirs.socket, { 'content-type': 'application/json' }, '{}').catch(() => ({ status: 0 }))).status === 200, 'a call to be answered again', 10_000);

@@ -39,11 +39,19 @@ const socks = Array.from({ length: ${ATTEMPTS} }, () => {
   s.closed = false;
   s.on('error', () => {});
   s.on('close', () => { s.closed = true; });
+  s.resume();
   return s;
 });
 setTimeout(() => {
   const open = socks.filter((s) => !s.closed).length;
   console.log(JSON.stringify({ open, closed: socks.length - open }));
+  // One more, as ctl status asks: what is it told?
+  const ask = net.connect(process.argv[1]);
+  let answer = '';
+  ask.on('data', (d) => { answer += d; });
+  ask.on('error', () => {});
+  ask.on('close', () => console.log(JSON.stringify({ answer })));
+  ask.write('POST /llmgw.v1.AdminService/Status HTTP/1.1\\r\\nHost: localhost\\r\\nContent-Type: application/json\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\n{}');
 }, 1500);
 setInterval(() => {}, 1000);
 `;
@@ -60,11 +68,20 @@ describe('an admin-group member flooding the admin socket', () => {
       cwd: '/',
     });
     try {
-      const line = await new Promise<string>((resolve, reject) => {
-        createInterface({ input: member.stdout }).once('line', resolve);
-        member.once('exit', (code) => reject(new Error(`the member's client exited with ${code}`)));
+      const lines = createInterface({ input: member.stdout })[Symbol.asyncIterator]();
+      const nextLine = async () => {
+        const next = await lines.next();
+        if (next.done) throw new Error("the member's client ended before saying it");
+        return JSON.parse(next.value) as Record<string, unknown>;
+      };
+      expect(await nextLine()).toEqual({ open: MAX_CONNECTIONS_PER_USER, closed: ATTEMPTS - MAX_CONNECTIONS_PER_USER });
+      // The next connection of that user is told why, in the Connect error ctl prints.
+      const { answer } = (await nextLine()) as { answer: string };
+      expect(answer.split('\r\n')[0]).toBe('HTTP/1.1 429 Too Many Requests');
+      expect(JSON.parse(answer.split('\r\n\r\n')[1] ?? '')).toEqual({
+        code: 'resource_exhausted',
+        message: `the agent refused the connection: uid ${NOBODY} holds ${MAX_CONNECTIONS_PER_USER} connections, the most one user other than root may; end other ctl calls or scripts on its socket and try again`,
       });
-      expect(JSON.parse(line)).toEqual({ open: MAX_CONNECTIONS_PER_USER, closed: ATTEMPTS - MAX_CONNECTIONS_PER_USER });
 
       // While the member holds its share: root gets in.
       const r = await runCli(['ctl', 'status', '--socket', dirs.socket, '--json']);

@@ -12,7 +12,7 @@ import type { AdminBackend } from './admin-backend.js';
 import { adminRoutes } from './admin-routes.js';
 import { claimSocketPath } from './claim-socket-path.js';
 import { prepareSocketDir } from './prepare-socket-dir.js';
-import { ConnectionAdmission } from './connection-admission.js';
+import { ConnectionAdmission, refuseConnection } from './connection-admission.js';
 import { peerCredentials } from '../../lib/process/peer-credentials.js';
 
 /** The socket's mode: owner and admin group read and write (connect), nobody else. */
@@ -142,7 +142,7 @@ export class AdminServer {
         const { peer, why } = admitted;
         // One line per burst, not one per connection: the flood must not fill the journal.
         this.warnRefused.warn({ open: admission.size, refused: this.refusedConnections, uid: peer?.uid, pid: peer?.pid, why }, 'refused admin connections: too many are open');
-        socket.destroy();
+        refuseConnection(socket, why);
         return;
       }
       this.sockets.add(socket);

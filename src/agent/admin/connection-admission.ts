@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net';
 import type { PeerCredentials } from '../../lib/process/peer-credentials.js';
 
 /**
@@ -83,4 +84,41 @@ export class ConnectionAdmission {
       },
     };
   }
+}
+
+/** How long a refused connection may take to read its answer and close before it is cut. */
+const REFUSAL_LINGER_MS = 1000;
+/** Refused connections being answered at once; past this, one is closed without a word, so a flood holds few fds. */
+const MAX_ANSWERING = 64;
+let answering = 0;
+
+/**
+ * Tells a refused client why, then closes: an HTTP/1.1 answer with the
+ * Connect error `resource_exhausted`, which ctl prints as it is (its unary
+ * calls, status and adopt, speak HTTP/1.1 first). Closed without a word,
+ * ctl said the agent "answered HTTP 0". The answer is written before the
+ * request is read and the write side shut (end), while what the client
+ * sends is read and dropped, so its request write does not fail before it
+ * has read the answer. The socket goes when the client closes, or after
+ * REFUSAL_LINGER_MS; at most MAX_ANSWERING linger at once.
+ */
+export function refuseConnection(socket: Socket, why: string): void {
+  if (answering >= MAX_ANSWERING) {
+    socket.destroy();
+    return;
+  }
+  answering += 1;
+  const body = JSON.stringify({
+    code: 'resource_exhausted',
+    message: `the agent refused the connection: ${why}; end other ctl calls or scripts on its socket and try again`,
+  });
+  const cut = setTimeout(() => socket.destroy(), REFUSAL_LINGER_MS);
+  cut.unref();
+  socket.once('close', () => {
+    answering -= 1;
+    clearTimeout(cut);
+  });
+  socket.on('error', () => {});
+  socket.resume();
+  socket.end(`HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
 }

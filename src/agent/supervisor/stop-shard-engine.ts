@@ -12,7 +12,8 @@ export interface StoppedEngine {
 
 /**
  * The stop sequence of one shard's engine: its whole group (or unit's
- * cgroup) terminated (SIGTERM, `graceMs`, SIGKILL), then our child's exit
+ * cgroup) terminated (SIGTERM to its main process, up to `graceMs`, SIGKILL
+ * to all: see endEngine), then our child's exit
  * status. It changes no shard state: the runner reports STOPPING before and
  * STOPPED after.
  */

@@ -31,6 +31,16 @@ export interface SimEngineOptions {
   /** Start a grandchild in the same process group that sleeps until killed. */
   spawnChild: boolean;
   /**
+   * With spawnChild: the grandchild is a worker the engine cannot lose, as
+   * vLLM's with TP > 1 are. It dies on SIGTERM (unless ignoreSigterm), and
+   * its death makes the engine abort every in-flight request and exit 1:
+   * vLLM's workers exit on SIGTERM (vllm/v1/executor/multiproc_executor.py:857-873)
+   * and the executor then fails the engine (:298-324). A stop that SIGTERMs
+   * the whole group aborts the requests; one that asks the engine alone
+   * lets it drain.
+   */
+  fragileWorker?: boolean;
+  /**
    * Start a grandchild that setsid()s out of the engine's session and process
    * group and keeps running, as a worker that daemonizes does: a stop that
    * signals the group cannot reach it, only a cgroup stop can.

@@ -110,6 +110,15 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
       const script = `${ignore}console.log('INFO [multiproc_worker_utils.py:215] Worker process ' + process.pid + ' ready');setInterval(()=>{},1<<30)`;
       child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'inherit', 'inherit'] });
       child.on('error', () => {});
+      if (opts.fragileWorker) {
+        const pid = child.pid;
+        child.on('exit', (code, sig) => {
+          // Its end on our own way out (finish kills it) is no failure.
+          if (finished) return;
+          logLine('ERROR', 'multiproc_executor.py:298', `Worker proc ${pid} died unexpectedly (${sig ?? `exit ${code}`}), shutting down executor; aborting ${running} in-flight request(s)`);
+          finish(1);
+        });
+      }
       child.unref();
     }
 

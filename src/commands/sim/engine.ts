@@ -12,7 +12,7 @@ export default class SimEngine extends BaseCommand {
 names. The port stays closed while "loading", as vLLM's does. SIGTERM stops
 accepting, finishes in-flight requests and exits 0. Fault switches
 (--fail-after, --never-ready, --ignore-sigterm, --hang-after, --stall-after,
---spawn-child, --spawn-escaping-child) reproduce the failures the agent must
+--spawn-child, --fragile-worker, --spawn-escaping-child) reproduce the failures the agent must
 handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`;
 
   static override examples = [
@@ -26,6 +26,8 @@ handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`
     '<%= config.bin %> sim engine --port 8000 --stall-after 30s',
     '# a grandchild that leaves the process group, which only a cgroup stop ends',
     '<%= config.bin %> sim engine --port 8000 --spawn-escaping-child',
+    '# a worker whose SIGTERM aborts the in-flight requests: only a stop that asks the engine alone drains',
+    '<%= config.bin %> sim engine --port 8000 --spawn-child --fragile-worker',
     '# a worker rank: no HTTP, just stays alive',
     '<%= config.bin %> sim engine --worker --log-rate 5',
   ];
@@ -57,6 +59,11 @@ handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`
       default: false,
     }),
     'spawn-child': Flags.boolean({ summary: 'Start a grandchild in the same process group that sleeps until killed.', default: false }),
+    'fragile-worker': Flags.boolean({
+      summary: "With --spawn-child: the grandchild dies on SIGTERM and its death aborts every in-flight request and exits 1, as vLLM's workers (TP > 1) make the engine do.",
+      default: false,
+      dependsOn: ['spawn-child'],
+    }),
     worker: Flags.boolean({ summary: 'A non-zero rank: serve no HTTP, stay alive and log.', default: false }),
   };
 
@@ -79,6 +86,7 @@ handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`
       logRate: flags['log-rate'],
       stallAfterMs: flags['stall-after'],
       spawnChild: flags['spawn-child'],
+      fragileWorker: flags['fragile-worker'],
       spawnEscapingChild: flags['spawn-escaping-child'],
       worker: flags.worker,
     });

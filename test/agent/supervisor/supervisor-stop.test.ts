@@ -9,7 +9,7 @@ import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import {
   freePort,
   groupMembers,
-  SIM_IN_FLIGHT_METRIC,
+  simWatch,
   isRunning,
   shardSpec,
   simPlan,
@@ -24,7 +24,7 @@ async function readySim(sup: Supervisor, id: string, args: string[]) {
   const { shard } = await sup.start(shardSpec(id, port), {
     plan: simPlan(['--port', String(port), ...args]),
     servesHttp: true,
-    inFlightMetric: SIM_IN_FLIGHT_METRIC,
+    watch: simWatch(port),
   });
   const baseUrl = `http://127.0.0.1:${port}`;
   await sup.settle(id, { timeoutMs: 30_000 });
@@ -73,6 +73,26 @@ describe('Supervisor.stop', () => {
     expect(sup.get('polite')?.state).toBe(ShardState.STOPPED);
     // Exited by itself with 0 after SIGTERM: a graceful shutdown, not a kill.
     expect(sup.get('polite')).toMatchObject({ exitCode: 0, signal: null });
+  });
+
+  it("SIGTERMs the engine alone, so an engine whose worker's death would abort its requests (vLLM with TP > 1) finishes its in-flight request, then exits 0 and takes its worker with it", async () => {
+    const sup = newSupervisor({ stopGraceMs: 10_000 });
+    const { shard, baseUrl } = await readySim(sup, 'drains', ['--token-latency', '100ms', '--spawn-child', '--fragile-worker']);
+    const [worker] = await grandchildOf(sup, 'drains', shard.pid);
+    const request = fetch(`${baseUrl}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: 'hello', max_tokens: 10 }) });
+    await until(async () => (await sup.inFlight('drains')) === 1, 'one request in flight');
+
+    const stopped = await sup.stop('drains');
+    // A SIGTERM to the whole group killed the worker at once, and the engine aborted the request.
+    const answer = await request;
+    expect(answer.status).toBe(200);
+    expect(((await answer.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(10);
+    const log = readFileSync(shard.logPath, 'utf8');
+    expect(log).toMatch(/received SIGTERM; finishing 1 in-flight request/);
+    expect(log).not.toMatch(/died unexpectedly/);
+    expect(stopped).toMatchObject({ state: ShardState.STOPPED, exitCode: 0, signal: null });
+    expect(isRunning(worker as number)).toBe(false);
+    expect(groupMembers(shard.pid)).toEqual([]);
   });
 
   it('has nothing left to kill when a FAILED shard is stopped: what a crashed leader left went with it', async () => {

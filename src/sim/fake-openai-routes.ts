@@ -1,0 +1,188 @@
+/**
+ * The OpenAI-compatible routes both engine doubles serve (completions, chat,
+ * embeddings), run through a FakeBatchScheduler, with the bodies of
+ * openai-responses.ts.
+ */
+import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { FakeBatchScheduler, FinishReason } from './fake-batch-scheduler.js';
+import { type CompletionKind, completionBody, completionChunk, countPromptTokens, errorBody, simToken } from './openai-responses.js';
+
+/** Largest request body read; a double has no use for more. */
+const MAX_BODY_BYTES = 1024 * 1024;
+
+/** Length of the vectors an embedding request gets. */
+const EMBEDDING_DIM = 8;
+
+export interface RouteContext {
+  /** Names a request may give as `model` (the first is reported back). */
+  servedNames: readonly string[];
+  scheduler: FakeBatchScheduler;
+  /** Tokens generated when a request gives no max_tokens. */
+  defaultMaxTokens: number;
+}
+
+export function sendJson(res: ServerResponse, status: number, body: unknown, close = false): void {
+  const text = JSON.stringify(body);
+  const headers: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) };
+  if (close) headers.connection = 'close';
+  res.writeHead(status, headers).end(text);
+}
+
+export function readBody(req: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const chunks: Buffer[] = [];
+    let size = 0;
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size > MAX_BODY_BYTES) {
+        reject(new Error(`body larger than ${MAX_BODY_BYTES} bytes`));
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
+    req.on('error', reject);
+  });
+}
+
+/** The body as a JSON object, or undefined after answering 400. */
+async function jsonObject(req: IncomingMessage, res: ServerResponse): Promise<Record<string, unknown> | undefined> {
+  try {
+    const body = JSON.parse(await readBody(req)) as unknown;
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw new Error('not an object');
+    return body as Record<string, unknown>;
+  } catch (err) {
+    sendJson(res, 400, errorBody(`invalid JSON body: ${(err as Error).message}`, 'BadRequestError', 400));
+    return undefined;
+  }
+}
+
+/** False after answering 404 for a model the engine does not serve. */
+function knownModel(body: Record<string, unknown>, ctx: RouteContext, res: ServerResponse): boolean {
+  if (body.model === undefined || ctx.servedNames.includes(String(body.model))) return true;
+  sendJson(res, 404, errorBody(`The model \`${String(body.model)}\` does not exist.`, 'NotFoundError', 404));
+  return false;
+}
+
+/**
+ * What an aborted request's client sees: a stream gets an error event and is
+ * cut (no `data: [DONE]`), a plain request a 500, and either way the
+ * connection closes, as when the engine's process goes away under it.
+ */
+function abortResponse(res: ServerResponse, streaming: boolean, why: string): void {
+  if (res.writableEnded || res.destroyed) return;
+  if (streaming && res.headersSent) {
+    res.write(`data: ${JSON.stringify({ error: errorBody(why, 'InternalServerError', 500) })}\n\n`);
+  } else if (!res.headersSent) {
+    res.writeHead(500, { 'content-type': 'application/json', connection: 'close' });
+    res.write(JSON.stringify(errorBody(why, 'InternalServerError', 500)));
+  }
+  res.socket?.destroySoon();
+  setImmediate(() => res.destroy());
+}
+
+/** POST /v1/completions and /v1/chat/completions; resolves when the answer is over. */
+export async function serveGeneration(req: IncomingMessage, res: ServerResponse, kind: CompletionKind, ctx: RouteContext): Promise<void> {
+  const body = await jsonObject(req, res);
+  if (!body || !knownModel(body, ctx, res)) return;
+  const requested = body.max_tokens ?? body.max_completion_tokens ?? body.max_new_tokens;
+  const given = typeof requested === 'number' && requested >= 0;
+  const n = given ? Math.floor(requested) : ctx.defaultMaxTokens;
+  // A request cut off by its max_tokens ends with "length"; one left to
+  // the model ends with "stop", as a model that emits its end token does.
+  const reason: FinishReason = given ? 'length' : 'stop';
+  const model = ctx.servedNames[0] as string;
+  const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`;
+  const promptTokens = countPromptTokens(body);
+  const streaming = body.stream === true;
+  if (streaming) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  let text = '';
+  await new Promise<void>((done) => {
+    const drop = ctx.scheduler.submit({
+      promptTokens,
+      maxTokens: n,
+      finishReason: reason,
+      pooling: false,
+      onToken: (i) => {
+        if (!streaming) {
+          text += simToken(i);
+          return;
+        }
+        res.write(`data: ${JSON.stringify(completionChunk(kind, id, model, simToken(i), i === 0, i === n - 1 ? reason : null))}\n\n`);
+      },
+      onFinish: () => {
+        if (streaming) res.end('data: [DONE]\n\n');
+        else {
+          const out = completionBody(kind, id, model, text, promptTokens, n);
+          out.choices[0]!.finish_reason = reason;
+          sendJson(res, 200, out);
+        }
+        done();
+      },
+      onAbort: (why) => {
+        abortResponse(res, streaming, why);
+        done();
+      },
+    });
+    // The request stream ends once its body is read; a client that went
+    // away shows on the response, and its request leaves the batch.
+    res.on('close', () => {
+      if (!res.writableFinished) {
+        drop();
+        done();
+      }
+    });
+  });
+}
+
+/** POST /v1/embeddings: one prefill step, no generated token. */
+export async function serveEmbedding(req: IncomingMessage, res: ServerResponse, ctx: RouteContext): Promise<void> {
+  const body = await jsonObject(req, res);
+  if (!body || !knownModel(body, ctx, res)) return;
+  const inputs = Array.isArray(body.input) ? body.input.map(String) : [String(body.input ?? '')];
+  const promptTokens = inputs.reduce((n, s) => n + countPromptTokens({ prompt: s }), 0);
+  await new Promise<void>((done) => {
+    const drop = ctx.scheduler.submit({
+      promptTokens,
+      maxTokens: 0,
+      finishReason: 'stop',
+      pooling: true,
+      onFinish: () => {
+        sendJson(res, 200, {
+          id: `embd-${randomUUID().replaceAll('-', '')}`,
+          object: 'list',
+          created: Math.floor(Date.now() / 1000),
+          model: ctx.servedNames[0],
+          data: inputs.map((s, index) => ({ index, object: 'embedding', embedding: embeddingOf(s) })),
+          usage: { prompt_tokens: promptTokens, total_tokens: promptTokens, completion_tokens: 0 },
+        });
+        done();
+      },
+      onAbort: (why) => {
+        abortResponse(res, false, why);
+        done();
+      },
+    });
+    res.on('close', () => {
+      if (!res.writableFinished) {
+        drop();
+        done();
+      }
+    });
+  });
+}
+
+/** A deterministic unit-ish vector from the text, so tests can compare answers. */
+function embeddingOf(text: string): number[] {
+  const v = Array.from({ length: EMBEDDING_DIM }, (_, i) => ((text.length + 1) * (i + 1)) % 7);
+  const norm = Math.hypot(...v) || 1;
+  return v.map((x) => Number((x / norm).toFixed(6)));
+}
+
+/** `Authorization: Bearer <key>` matches one of `keys`. */
+export function bearerOk(req: IncomingMessage, keys: readonly string[]): boolean {
+  const h = req.headers.authorization ?? '';
+  return keys.some((k) => h === `Bearer ${k}`);
+}

@@ -1,0 +1,107 @@
+/**
+ * The knobs of the engine doubles (bin/fake-vllm, bin/fake-sglang) that no
+ * real engine has. They ride in a profile's args next to the engine's own
+ * flags, so every one starts with `--sim-`, a prefix neither engine uses.
+ * Every duration is a string ("200ms", "5s") on the command line and
+ * milliseconds here.
+ */
+import { parseDuration } from '../lib/duration.js';
+import { type ArgSpec, ArgparseError, type ParsedArgv } from './engine-argv.js';
+
+export interface SimKnobs {
+  /** The port stays closed (connection refused) this long, as while loading weights. Default 0. */
+  loadTimeMs: number;
+  /** Time per generated token (and per prefill). Default 5 ms. */
+  tokenLatencyMs: number;
+  /** Tokens generated when a request does not say (it then finishes with "stop"). Default 16. */
+  maxTokens: number;
+  /** Requests in the batch at once; more wait in the queue (vLLM's max-num-seqs). Default: no limit. */
+  maxRunning: number;
+  /** From this long after start no token is produced; requests stay running. */
+  stallAfterMs?: number;
+  /** From this long after start nothing is answered, health included; the process stays. */
+  hangAfterMs?: number;
+  /** This long after start the engine fails (as a CUDA error would). */
+  failAfterMs?: number;
+  /** The engine version the double claims to be, e.g. "0.17" (changes which flags exist). */
+  version?: string;
+  /** Time an embedding request takes (its whole prefill). Default 5 ms. */
+  embedLatencyMs: number;
+  /** SGLang only: how often the SIGTERM drain loop looks for requests left. Default 5 s. */
+  drainPollMs: number;
+}
+
+export const SIM_KNOB_DEFAULTS = {
+  loadTimeMs: 0,
+  tokenLatencyMs: 5,
+  maxTokens: 16,
+  maxRunning: Number.POSITIVE_INFINITY,
+  embedLatencyMs: 5,
+  // S:python/sglang/srt/managers/tokenizer_manager.py:3114-3158 (the drain loop sleeps 5 s between looks).
+  drainPollMs: 5000,
+} as const;
+
+const DURATION_KNOBS = [
+  '--sim-load-time',
+  '--sim-token-latency',
+  '--sim-stall-after',
+  '--sim-hang-after',
+  '--sim-fail-after',
+  '--sim-embed-latency',
+  '--sim-drain-poll',
+] as const;
+
+export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
+  ...DURATION_KNOBS.map((n) => ({ names: [n], kind: 'string' as const })),
+  { names: ['--sim-max-tokens'], kind: 'int' },
+  { names: ['--sim-max-running'], kind: 'int' },
+  { names: ['--sim-version'], kind: 'string' },
+];
+
+function duration(parsed: ParsedArgv, name: (typeof DURATION_KNOBS)[number]): number | undefined {
+  const text = parsed.values.get(name);
+  if (text === undefined) return undefined;
+  const ms = parseDuration(String(text));
+  if (ms === undefined) throw new ArgparseError(`argument ${name}: invalid duration value: '${String(text)}' (write it like 200ms or 5s)`);
+  return ms;
+}
+
+function positiveInt(parsed: ParsedArgv, name: string): number | undefined {
+  const v = parsed.values.get(name);
+  if (v === undefined) return undefined;
+  if (typeof v !== 'number' || v < 1) throw new ArgparseError(`argument ${name}: must be at least 1, got '${String(v)}'`);
+  return v;
+}
+
+/** The knobs out of a parsed command line, defaults filled in; throws ArgparseError for a bad value. */
+export function simKnobs(parsed: ParsedArgv): SimKnobs {
+  const version = parsed.values.get('--sim-version');
+  if (version !== undefined && !/^\d+\.\d+(\.\d+)?$/.test(String(version))) {
+    throw new ArgparseError(`argument --sim-version: invalid version: '${String(version)}' (write it like 0.17)`);
+  }
+  const maxTokens = parsed.values.get('--sim-max-tokens');
+  if (typeof maxTokens === 'number' && maxTokens < 0) throw new ArgparseError(`argument --sim-max-tokens: must be at least 0, got '${maxTokens}'`);
+  return {
+    loadTimeMs: duration(parsed, '--sim-load-time') ?? SIM_KNOB_DEFAULTS.loadTimeMs,
+    tokenLatencyMs: duration(parsed, '--sim-token-latency') ?? SIM_KNOB_DEFAULTS.tokenLatencyMs,
+    maxTokens: typeof maxTokens === 'number' ? maxTokens : SIM_KNOB_DEFAULTS.maxTokens,
+    maxRunning: positiveInt(parsed, '--sim-max-running') ?? SIM_KNOB_DEFAULTS.maxRunning,
+    stallAfterMs: duration(parsed, '--sim-stall-after'),
+    hangAfterMs: duration(parsed, '--sim-hang-after'),
+    failAfterMs: duration(parsed, '--sim-fail-after'),
+    version: version === undefined ? undefined : String(version),
+    embedLatencyMs: duration(parsed, '--sim-embed-latency') ?? SIM_KNOB_DEFAULTS.embedLatencyMs,
+    drainPollMs: duration(parsed, '--sim-drain-poll') ?? SIM_KNOB_DEFAULTS.drainPollMs,
+  };
+}
+
+/** "0.17" < "0.18": compares dotted versions numerically. */
+export function versionBefore(version: string, than: string): boolean {
+  const a = version.split('.').map(Number);
+  const b = than.split('.').map(Number);
+  for (let i = 0; i < Math.max(a.length, b.length); i++) {
+    const d = (a[i] ?? 0) - (b[i] ?? 0);
+    if (d !== 0) return d < 0;
+  }
+  return false;
+}

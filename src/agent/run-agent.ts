@@ -10,6 +10,7 @@ import { AdminServer } from './admin/admin-server.js';
 import { Agent } from './agent.js';
 import { lockStateDirectory } from './lock-state-directory.js';
 import type { AgentMetrics } from './agent-metrics.js';
+import { resolveMgmtAddr } from '../lib/node-identity.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
 import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './discovery/gpu-memory-sampler.js';
@@ -42,7 +43,12 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });
   const nvml = gpuSource.kind === 'nvml' ? gpuSource.nvml : undefined;
-  const engines = new EngineRegistry({ engines: c.engines, mgmtInterface: c.mgmtInterface, stopGraceMs: c.supervisor.stopGraceMs });
+  const engines = new EngineRegistry({
+    engines: c.engines,
+    mgmtInterface: c.mgmtInterface,
+    stopGraceMs: c.supervisor.stopGraceMs,
+    mgmtAddr: resolveMgmtAddr(c.mgmtAddr, c.mgmtInterface),
+  });
   // A reading per heartbeat, but not more than one a second: faster heartbeats
   // (tests, benchmarks) would only make nvidia-smi query NVML for nothing.
   const sampler = new GpuMemorySampler({

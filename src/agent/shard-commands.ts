@@ -71,12 +71,8 @@ export class ShardCommands {
         // Validate before launching: an engine that refuses a profile does so
         // after minutes of model loading; here it costs nothing.
         await engine.validate(spec, this.validationContext(id));
-        return {
-          plan: engine.command(spec),
-          servesHttp: engine.servesHttp(spec),
-          inFlightMetric: engine.metrics.requestsRunning,
-          generationTokensMetric: engine.metrics.generationTokens,
-        };
+        const plan = engine.command(spec);
+        return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan) };
       });
     } catch (err) {
       if (err instanceof RepeatedStartError) return;

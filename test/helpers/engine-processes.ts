@@ -1,3 +1,4 @@
+import type { EngineWatch } from '../../src/lib/engine-watch.js';
 import { create } from '@bufbuild/protobuf';
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -42,8 +43,10 @@ export function simPlan(args: string[]): LaunchPlan {
   return { argv: [process.execPath, BIN, 'sim', 'engine', ...args], env: { NO_COLOR: '1' } };
 }
 
-/** The sim's in-flight gauge, as its engine declares it: what the agent passes to a start. */
-export const SIM_IN_FLIGHT_METRIC = new SimEngine(undefined, 'lo').metrics.requestsRunning;
+/** The sim's watch for an API rank on `port`, as its engine declares it: what the agent passes to a start. */
+export function simWatch(port: number): EngineWatch {
+  return new SimEngine(undefined, 'lo').watch(shardSpec('w', port), simPlan([]));
+}
 
 export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): StartShard {
   return create(StartShardSchema, {

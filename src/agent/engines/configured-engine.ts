@@ -1,4 +1,6 @@
 import { isAbsolute } from 'node:path';
+import type { EngineWatch } from '../../lib/engine-watch.js';
+import { engineApiKey } from './engine-api-key.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../lib/errors.js';
@@ -32,6 +34,8 @@ export abstract class ConfiguredEngine implements Engine {
   constructor(
     config: Partial<EngineConfig> | undefined,
     private readonly mgmtInterface: string,
+    /** This node's management address (mgmt_addr, else mgmt_interface's first IPv4); '' when unknown. */
+    protected readonly mgmtAddr = '',
   ) {
     this.config = { command: [], env: {}, extraArgs: [], allowedEnv: [...DEFAULT_ALLOWED_ENV], enabled: true, ...config };
   }
@@ -69,6 +73,58 @@ export abstract class ConfiguredEngine implements Engine {
     return servesHttp(spec);
   }
 
+  /** Path whose 200 says the API rank works; /health unless the engine says otherwise. */
+  protected apiHealthPath(): string {
+    return '/health';
+  }
+
+  /** Limit of one probe when the engine needs more than the interval gives; 0: derived from the interval. */
+  protected probeTimeoutMs(): number {
+    return 0;
+  }
+
+  /** The port a worker rank answers /health on; 0 (the default) when it has none and is judged by staying alive. */
+  protected workerHealthPort(_spec: StartShard): number {
+    return 0;
+  }
+
+  /** The environment variable that also sets the engine's API key, if there is one. */
+  protected apiKeyEnv(): string | undefined {
+    return undefined;
+  }
+
+  /** Variables of the node the engine needs, under the profile's and the operator's (which may override them). */
+  protected agentEnv(_spec: StartShard): Record<string, string> {
+    return {};
+  }
+
+  watch(spec: StartShard, plan: LaunchPlan): EngineWatch {
+    if (this.servesHttp(spec)) {
+      return {
+        healthPort: spec.httpPort,
+        healthPath: this.apiHealthPath(),
+        probeTimeoutMs: this.probeTimeoutMs(),
+        readiness: 'model-listed',
+        runningGauges: [...this.metrics.runningGauges],
+        inFlightGauges: [...this.metrics.inFlightGauges],
+        progressCounters: [...this.metrics.progressCounters],
+        apiKey: engineApiKey(plan.argv, plan.env, this.apiKeyEnv()),
+      };
+    }
+    // A worker rank serves no API: no model to list, no series of its own
+    // (rank 0's judge the shard), at most a /health of its own.
+    return {
+      healthPort: this.workerHealthPort(spec),
+      healthPath: '/health',
+      probeTimeoutMs: this.probeTimeoutMs(),
+      readiness: 'health',
+      runningGauges: [],
+      inFlightGauges: [],
+      progressCounters: [],
+      apiKey: '',
+    };
+  }
+
   command(spec: StartShard): LaunchPlan {
     const [name = '', ...rest] = this.prefix();
     // An absolute path is kept even when absent (execve fails, nothing is looked up); a bare name must resolve.
@@ -79,7 +135,7 @@ export abstract class ConfiguredEngine implements Engine {
     const profileEnv = Object.fromEntries(
       Object.entries(spec.profile?.env ?? {}).filter(([k]) => refuseProfileEnv(k, this.config.allowedEnv, this.name) === undefined),
     );
-    const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv) };
+    const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, this.agentEnv(spec)) };
     if (this.config.user) plan.user = { ...this.config.user };
     return plan;
   }

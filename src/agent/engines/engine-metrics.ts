@@ -1,12 +1,8 @@
+import type { EngineWatch } from '../../lib/engine-watch.js';
+
 /**
- * The Prometheus series an engine exports that the supervisor reads, by the
- * names the engine exposes on /metrics (counters with their `_total`).
- * Stall detection needs both: requests running with a flat token counter is
- * an engine that answers /health while generating nothing.
+ * The Prometheus series of an engine that the supervisor reads, by the
+ * names the engine exposes on /metrics (counters with their `_total`): the
+ * part of an EngineWatch that is the same for every shard of the engine.
  */
-export interface EngineMetrics {
-  /** Gauge: requests the engine is working on now. */
-  readonly requestsRunning: string;
-  /** Counter: generation tokens produced since the engine started. */
-  readonly generationTokens: string;
-}
+export type EngineMetrics = Pick<EngineWatch, 'runningGauges' | 'inFlightGauges' | 'progressCounters'>;

@@ -12,6 +12,8 @@ export interface EngineRegistryOptions {
   mgmtInterface: string;
   /** supervisor.stop_grace, which vLLM's drain (--shutdown-timeout) must end before. */
   stopGraceMs?: number;
+  /** This node's management address (VLLM_HOST_IP of every vLLM rank); '' when unknown. */
+  mgmtAddr?: string;
 }
 
 /**
@@ -25,8 +27,8 @@ export class EngineRegistry {
 
   constructor(opts: EngineRegistryOptions) {
     const all: Engine[] = [];
-    if (opts.engines.vllm?.enabled !== false) all.push(new VllmEngine(opts.engines.vllm, opts.mgmtInterface, { stopGraceMs: opts.stopGraceMs }));
-    if (opts.engines.sglang?.enabled !== false) all.push(new SglangEngine(opts.engines.sglang, opts.mgmtInterface));
+    if (opts.engines.vllm?.enabled !== false) all.push(new VllmEngine(opts.engines.vllm, opts.mgmtInterface, { stopGraceMs: opts.stopGraceMs, mgmtAddr: opts.mgmtAddr }));
+    if (opts.engines.sglang?.enabled !== false) all.push(new SglangEngine(opts.engines.sglang, opts.mgmtInterface, { mgmtAddr: opts.mgmtAddr }));
     if (opts.engines.sim?.enabled === true) all.push(new SimEngine(opts.engines.sim, opts.mgmtInterface));
     this.#engines = new Map(all.map((e) => [e.name, e]));
   }

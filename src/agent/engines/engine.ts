@@ -1,4 +1,4 @@
-import type { EngineMetrics } from './engine-metrics.js';
+import type { EngineWatch } from '../../lib/engine-watch.js';
 import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineName } from '../config/agent-config.js';
 import type { LaunchPlan } from './launch-plan.js';
@@ -28,6 +28,10 @@ export interface Engine {
   command(spec: StartShard): LaunchPlan;
   /** Whether this rank opens the HTTP API: every single-node shard, rank 0 only for multi-node. */
   servesHttp(spec: StartShard): boolean;
-  /** The Prometheus series the supervisor reads (in-flight while draining, tokens for stalls). */
-  readonly metrics: EngineMetrics;
+  /**
+   * How the supervisor judges this rank once `plan` (this engine's command()
+   * of the same spec) runs: probe port, path and limit, readiness test, the
+   * series a drain and stall detection read, the API key its probes send.
+   */
+  watch(spec: StartShard, plan: LaunchPlan): EngineWatch;
 }

@@ -1,4 +1,5 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import type { EngineConfig } from '../config/agent-config.js';
 import { ConfiguredEngine } from './configured-engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import { hostPort, parallelism, servedModelName, servesHttp } from './shard-launch.js';
@@ -6,28 +7,86 @@ import { hostPort, parallelism, servedModelName, servesHttp } from './shard-laun
 export const DEFAULT_SGLANG_COMMAND: readonly string[] = ['python3', '-m', 'sglang.launch_server'];
 
 /**
+ * Limit of one SGLang health probe. Its /health_generate submits a one-token
+ * generation and sleeps 1 s before it first looks for output, answering 200
+ * once any output arrived (S:python/sglang/srt/entrypoints/http_server.py:654-725
+ * at v0.5.18): every healthy answer takes at least a second, so a limit
+ * derived from a short health_interval (500 ms) failed every probe of a
+ * healthy engine. SGLang gives up by itself after 20 s without output (503,
+ * :192); 5 s is a healthy answer's time several times over, and still finds
+ * a hung engine in three probes.
+ */
+export const SGLANG_PROBE_TIMEOUT_MS = 5000;
+
+/**
+ * SGLang's series (S:python/sglang/srt/observability/metrics_collector.py at
+ * v0.5.18). In flight for a drain: the running batch, the waiting queue and
+ * the grammar queue (:268-285; metrics_reporter.py:1188-1209). Progress is
+ * `realtime_tokens_total{mode}`, which grows on every decode step and every
+ * prefill (:884-891; metrics_reporter.py:628-636, 726-733), and requests
+ * finishing. Not `generation_tokens_total`: it grows once per finished
+ * request by its whole count (:1740-1757, from tokenizer_manager.py:2908),
+ * so one long generation left it flat and a healthy replica was called stalled.
+ */
+export const SGLANG_METRICS: EngineMetrics = {
+  runningGauges: ['sglang:num_running_reqs'],
+  inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:num_grammar_queue_reqs'],
+  progressCounters: ['sglang:realtime_tokens_total', 'sglang:num_requests_total'],
+};
+
+export interface SglangEngineOptions {
+  /** This node's management address ('' when unknown). */
+  mgmtAddr?: string;
+}
+
+/**
  * SGLang's server. Multi-node: every node runs launch_server with --nnodes,
- * --node-rank and --dist-init-addr leader:port; only rank 0 serves HTTP.
+ * --node-rank and --dist-init-addr leader:port; rank 0 serves the API.
+ * A rank ≥ 1 serves /health too, on its own --host:--port (default
+ * 127.0.0.1:30000), once its schedulers are ready
+ * (S:python/sglang/srt/entrypoints/engine.py:1150-1169, utils/common.py:3273-3330):
+ * it is given the shard's http_port on 127.0.0.1, so two worker ranks on a
+ * node no longer fight over 30000, and that /health is its readiness.
  *
- * Stopping: SGLang has no shutdown-timeout flag. On SIGTERM it drains with no
- * time limit (ENGINES.md (c)), so the supervisor's SIGKILL after stop_grace is
- * the only bound, which is what stop already does. Its SIGTERM handler is
- * installed by the first generate request, which the built-in warmup sends:
- * llmgw never emits --skip-server-warmup, or a SIGTERM to an engine that has
- * served nothing yet would skip the drain.
+ * Stopping: SGLang has no shutdown-timeout flag. A SIGTERM to its main
+ * process alone drains with no time limit (tokenizer_manager.py:3114-3158),
+ * so the supervisor's SIGKILL after stop_grace is the only bound; its
+ * schedulers have no SIGTERM handler and must never get one from the agent
+ * (the stop signals the main process first). Its SIGTERM handler is
+ * installed by the first generate request, which the built-in warmup
+ * sends: llmgw never emits --skip-server-warmup, or a SIGTERM to an engine
+ * that has served nothing yet would skip the drain.
  */
 export class SglangEngine extends ConfiguredEngine {
   readonly name = 'sglang' as const;
-  readonly metrics: EngineMetrics = { requestsRunning: 'sglang:num_running_reqs', generationTokens: 'sglang:generation_tokens_total' };
+  readonly metrics: EngineMetrics = SGLANG_METRICS;
+
+  constructor(config: Partial<EngineConfig> | undefined, mgmtInterface: string, opts: SglangEngineOptions = {}) {
+    super(config, mgmtInterface, opts.mgmtAddr);
+  }
 
   protected defaultCommand(): readonly string[] {
     return DEFAULT_SGLANG_COMMAND;
+  }
+
+  /** The generating check whatever SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION says (environ.py:319 makes /health one by default). */
+  protected override apiHealthPath(): string {
+    return '/health_generate';
+  }
+
+  protected override probeTimeoutMs(): number {
+    return SGLANG_PROBE_TIMEOUT_MS;
+  }
+
+  protected override workerHealthPort(spec: StartShard): number {
+    return spec.httpPort;
   }
 
   protected serverArgs(spec: StartShard): string[] {
     const { tp, pp, nnodes } = parallelism(spec);
     const args = ['--model-path', spec.profile?.model ?? ''];
     if (servesHttp(spec)) args.push('--host', '0.0.0.0', '--port', String(spec.httpPort));
+    else if (spec.httpPort > 0) args.push('--host', '127.0.0.1', '--port', String(spec.httpPort));
     args.push('--served-model-name', servedModelName(spec), '--tp-size', String(tp), '--pp-size', String(pp));
     // Off by default in SGLang; without it /metrics is not even mounted, and
     // drain and stall detection have nothing to read.

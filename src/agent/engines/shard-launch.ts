@@ -22,7 +22,7 @@ export function servedModelName(spec: StartShard): string {
 
 /**
  * The environment of one rank, in layers, later winning: the agent's NCCL
- * and Gloo interfaces, the profile's variables (validation has already
+ * and Gloo interfaces (and what else the engine needs of the node, `agentEnv`), the profile's variables (validation has already
  * refused every name outside the engine's allowed_env), the operator's
  * engines.<name>.env, then what the agent owns. CUDA_VISIBLE_DEVICES is
  * always the shard's own GPUs, in nvidia-smi's numbering, which is PCI bus
@@ -35,10 +35,12 @@ export function shardEnv(
   mgmtInterface: string,
   configured: Record<string, string>,
   profileEnv: Record<string, string> = spec.profile?.env ?? {},
+  agentEnv: Record<string, string> = {},
 ): Record<string, string> {
   const env: Record<string, string> = {
     NCCL_SOCKET_IFNAME: mgmtInterface,
     GLOO_SOCKET_IFNAME: mgmtInterface,
+    ...agentEnv,
   };
   if (spec.hcas.length > 0) env.NCCL_IB_HCA = spec.hcas.join(',');
   Object.assign(env, profileEnv, configured);

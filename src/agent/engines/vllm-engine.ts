@@ -18,6 +18,8 @@ const DP_SIZE_FLAGS = ['--data-parallel-size', '--data_parallel_size', '-dp'];
 export interface VllmEngineOptions {
   /** supervisor.stop_grace: the drain vLLM is given (--shutdown-timeout) ends a margin before it. Default 30 s. */
   stopGraceMs?: number;
+  /** This node's management address: every rank's VLLM_HOST_IP. */
+  mgmtAddr?: string;
 }
 
 /**
@@ -52,8 +54,21 @@ export function dataParallelSize(args: readonly string[]): number {
  * docs/serving/data_parallel_deployment.md), each node's GPUs holding
  * tp × pp × local DP ranks.
  */
-/** vLLM's gauge of running requests and its generation-token counter (what a drain and stall detection read). */
-export const VLLM_METRICS: EngineMetrics = { requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' };
+/**
+ * vLLM's series (V:vllm/v1/metrics/loggers.py at 2f41c894). A drain counts
+ * the requests in the batch (:493-501) and those waiting for it (:503-511):
+ * the running gauge alone ended drains with requests queued. Progress is any
+ * token generated (per engine step, :1202-1204), any prefill completed
+ * (prompt tokens are counted when a prefill ends, V:vllm/v1/metrics/stats.py:386-391)
+ * and any request finished, which is all a pooling (embedding, rerank)
+ * request ever shows: generation tokens alone called a busy embedding
+ * model stalled.
+ */
+export const VLLM_METRICS: EngineMetrics = {
+  runningGauges: ['vllm:num_requests_running'],
+  inFlightGauges: ['vllm:num_requests_running', 'vllm:num_requests_waiting'],
+  progressCounters: ['vllm:generation_tokens_total', 'vllm:prompt_tokens_total', 'vllm:request_success_total'],
+};
 
 export class VllmEngine extends ConfiguredEngine {
   readonly name = 'vllm' as const;
@@ -61,12 +76,30 @@ export class VllmEngine extends ConfiguredEngine {
   readonly #shutdownTimeoutS: number;
 
   constructor(config: Partial<EngineConfig> | undefined, mgmtInterface: string, opts: VllmEngineOptions = {}) {
-    super(config, mgmtInterface);
+    super(config, mgmtInterface, opts.mgmtAddr);
     this.#shutdownTimeoutS = shutdownTimeoutS(opts.stopGraceMs ?? DEFAULT_STOP_GRACE_MS);
   }
 
   protected defaultCommand(): readonly string[] {
     return DEFAULT_VLLM_COMMAND;
+  }
+
+  /** `--api-key`, else VLLM_API_KEY (V:vllm/entrypoints/serve/middleware/register.py:33). */
+  protected override apiKeyEnv(): string {
+    return 'VLLM_API_KEY';
+  }
+
+  /**
+   * VLLM_HOST_IP: a multi-node leader binds the queue its followers read
+   * scheduler output from on get_ip(), which is VLLM_HOST_IP or else the
+   * source address of a route to 8.8.8.8 (V:vllm/v1/executor/multiproc_executor.py:148-169,
+   * V:vllm/utils/network_utils.py:34-73): on a node whose default route is
+   * another network than the management one, followers were told an address
+   * they cannot reach and start-up hung. Set on every rank, as NCCL's
+   * interface is, so each announces the address the others dial it on.
+   */
+  protected override agentEnv(_spec: StartShard): Record<string, string> {
+    return this.mgmtAddr ? { VLLM_HOST_IP: this.mgmtAddr } : {};
   }
 
   protected override engineValidation(spec: StartShard): Partial<ValidateShardOptions> {

@@ -1,4 +1,5 @@
 import { formatDuration } from '../../lib/duration.js';
+import type { EngineWatch } from '../../lib/engine-watch.js';
 import type { PortOwnerCheck } from './port-owner-check.js';
 import { waitStaysAlive, waitUntilServing } from './readiness-wait.js';
 
@@ -16,6 +17,7 @@ export type Readiness = { ready: true; why: string } | { ready: false; message: 
 export async function awaitReadiness(opts: {
   baseUrl: string | undefined;
   servedModelName: string;
+  watch: EngineWatch;
   settleMs: number;
   timeoutMs: number;
   signal: AbortSignal;
@@ -26,14 +28,20 @@ export async function awaitReadiness(opts: {
     await waitStaysAlive(opts.settleMs, opts.signal);
     return { ready: true, why: `stayed alive ${formatDuration(opts.settleMs)}` };
   }
+  const byModel = opts.watch.readiness === 'model-listed';
   const outcome = await waitUntilServing({
     baseUrl: opts.baseUrl,
-    servedModelName: opts.servedModelName,
+    servedModelName: byModel ? opts.servedModelName : undefined,
+    healthPath: opts.watch.healthPath,
+    apiKey: opts.watch.apiKey,
+    probeTimeoutMs: opts.watch.probeTimeoutMs,
     timeoutMs: opts.timeoutMs,
     signal: opts.signal,
     portOwner: opts.portOwner,
     onWaiting: opts.onWaiting,
   });
-  if (outcome.ready) return { ready: true, why: `answers /health and lists ${JSON.stringify(opts.servedModelName)}` };
+  if (outcome.ready) {
+    return { ready: true, why: byModel ? `answers ${opts.watch.healthPath} and lists ${JSON.stringify(opts.servedModelName)}` : `worker rank answers ${opts.watch.healthPath}` };
+  }
   return { ready: false, message: `not ready after ${formatDuration(opts.timeoutMs)}: ${outcome.reason}` };
 }

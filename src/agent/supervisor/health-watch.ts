@@ -1,8 +1,8 @@
 import { errorMessage } from '../../lib/errors.js';
 import { PROBE_TIMEOUT_MS, type ProbeResult, httpGet, probeHealth } from './http-probe.js';
 import type { PortOwnerCheck } from './port-owner-check.js';
-import { readCounter } from './read-counter.js';
-import { readGauge } from './read-gauge.js';
+import { readCounters } from './read-counter.js';
+import { readGauges } from './read-gauge.js';
 import { StallDetector } from './stall-detector.js';
 
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
@@ -24,12 +24,17 @@ export interface HealthVerdict {
   why: string;
 }
 
-/** The series stall detection reads; both names must be known, or only /health is judged. */
+/** The series stall detection reads; both lists must name some, or only /health is judged. */
 export interface StallWatch {
-  requestsRunningMetric: string;
-  generationTokensMetric: string;
+  runningGauges: readonly string[];
+  progressCounters: readonly string[];
   /** supervisor.stall_timeout; 0 turns stall detection off. */
   stallTimeoutMs: number;
+}
+
+/** Limit of one health probe: the engine's own when it needs more (SGLang), else never longer than an interval, so one hung probe cannot hide the next ones. */
+export function healthProbeTimeoutMs(intervalMs: number, engineMinimumMs = 0): number {
+  return engineMinimumMs > 0 ? engineMinimumMs : Math.min(PROBE_TIMEOUT_MS, Math.max(500, intervalMs));
 }
 
 /**
@@ -54,16 +59,19 @@ export function watchHealth(opts: {
   baseUrl: string;
   intervalMs: number;
   signal: AbortSignal;
+  /** The engine's health path; /health when not said. */
+  healthPath?: string;
+  /** The engine's least probe limit (EngineWatch.probeTimeoutMs); 0 or absent: derived from the interval. */
+  probeTimeoutMs?: number;
   stall?: StallWatch;
   /** Who listens on the port: an answer from a socket not the engine's is a failed probe, and is never asked for. */
   portOwner?: PortOwnerCheck;
   onVerdict: (v: HealthVerdict) => void;
 }): void {
-  const { baseUrl, intervalMs, signal, stall, portOwner } = opts;
-  // Never longer than an interval, so one hung probe cannot hide the next ones.
-  const timeoutMs = Math.min(PROBE_TIMEOUT_MS, Math.max(500, intervalMs));
+  const { baseUrl, intervalMs, signal, stall, portOwner, healthPath } = opts;
+  const timeoutMs = healthProbeTimeoutMs(intervalMs, opts.probeTimeoutMs);
   const detector =
-    stall && stall.stallTimeoutMs > 0 && stall.requestsRunningMetric !== '' && stall.generationTokensMetric !== ''
+    stall && stall.stallTimeoutMs > 0 && stall.runningGauges.length > 0 && stall.progressCounters.length > 0
       ? new StallDetector({ stallTimeoutMs: stall.stallTimeoutMs })
       : undefined;
   let failures = 0;
@@ -75,7 +83,7 @@ export function watchHealth(opts: {
     // Nothing listening is what a refused connection says, learnt without one.
     if (owner?.owner === 'nobody') return { ok: false, loading: false, reason: 'nothing listens on the port' };
     if (owner?.owner === 'other') return { ok: false, loading: false, reason: owner.reason };
-    return probeHealth(baseUrl, { timeoutMs, signal });
+    return probeHealth(baseUrl, { timeoutMs, signal, healthPath });
   };
 
   const judge = async (): Promise<HealthVerdict> => {
@@ -103,8 +111,8 @@ export function watchHealth(opts: {
     }
     const v = detector.observe({
       atMs: performance.now(),
-      requestsRunning: readGauge(text, stall.requestsRunningMetric),
-      generationTokens: readCounter(text, stall.generationTokensMetric),
+      requestsRunning: readGauges(text, stall.runningGauges),
+      progress: readCounters(text, stall.progressCounters),
     });
     if (v.state === 'stalled') return { healthy: false, cause: 'stalled', why: v.reason };
     const again = last.cause === 'stalled' ? `generating again (${v.reason})` : wasFailing ? '/health answers again' : v.reason;

@@ -34,7 +34,10 @@ export interface HttpResult {
  * silently ends health checking for that shard (seen as a flaky test under
  * load).
  */
-export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSignal; maxBytes?: number }): Promise<HttpResult> {
+export function httpGet(
+  url: string,
+  opts: { timeoutMs: number; signal?: AbortSignal; maxBytes?: number; headers?: Record<string, string> },
+): Promise<HttpResult> {
   const maxBytes = opts.maxBytes ?? bodyCapFor(url);
   return new Promise((resolve, reject) => {
     let timer: NodeJS.Timeout | undefined;
@@ -44,7 +47,7 @@ export function httpGet(url: string, opts: { timeoutMs: number; signal?: AbortSi
     };
     const ok = settle(resolve);
     const fail = settle(reject);
-    const req = request(url, { method: 'GET', agent: false, signal: opts.signal }, (res) => {
+    const req = request(url, { method: 'GET', agent: false, signal: opts.signal, headers: opts.headers }, (res) => {
       const chunks: Buffer[] = [];
       let bytes = 0;
       const declared = Number(res.headers['content-length']);
@@ -115,16 +118,34 @@ function probeFailure(what: string, err: unknown): ProbeResult {
   return { ok: false, loading: false, reason: `${what}: ${code ?? errorMessage(err)}` };
 }
 
-/** GET /health answers 200. */
-export async function probeHealth(baseUrl: string, opts: { timeoutMs: number; signal?: AbortSignal }): Promise<ProbeResult> {
+export interface ProbeOptions {
+  timeoutMs: number;
+  signal?: AbortSignal;
+  /** The engine's health path; /health when not said (SGLang's API rank: /health_generate). */
+  healthPath?: string;
+}
+
+/** GET <healthPath> answers 200. */
+export async function probeHealth(baseUrl: string, opts: ProbeOptions): Promise<ProbeResult> {
+  const what = `GET ${opts.healthPath ?? '/health'}`;
   try {
-    const r = await httpGet(`${baseUrl}/health`, opts);
+    const r = await httpGet(`${baseUrl}${opts.healthPath ?? '/health'}`, opts);
     if (r.status === 200) return { ok: true };
-    return { ok: false, loading: false, reason: `GET /health answered ${r.status}` };
+    return { ok: false, loading: false, reason: `${what} answered ${r.status}` };
   } catch (err) {
     opts.signal?.throwIfAborted();
-    return probeFailure('GET /health', err);
+    return probeFailure(what, err);
   }
+}
+
+/**
+ * The header that carries the engine's API key: both engines take a bearer
+ * token (V:vllm/entrypoints/serve/middleware/authenticate.py; S:python/sglang/srt/utils/auth.py).
+ * Only /v1 paths get it: /health and /metrics are open on both, and a key
+ * sent nowhere it is needed is a key that can leak nowhere.
+ */
+export function bearer(apiKey: string): Record<string, string> | undefined {
+  return apiKey ? { authorization: `Bearer ${apiKey}` } : undefined;
 }
 
 /**
@@ -134,11 +155,11 @@ export async function probeHealth(baseUrl: string, opts: { timeoutMs: number; si
 export async function probeReady(
   baseUrl: string,
   servedModelName: string,
-  opts: { timeoutMs: number; signal?: AbortSignal },
+  opts: ProbeOptions & { apiKey?: string },
 ): Promise<ProbeResult> {
   // Both at once: READY is reported one round trip sooner, and an engine
   // that answers /health is asked nothing it would not be asked anyway.
-  const models = httpGet(`${baseUrl}/v1/models`, opts).then(
+  const models = httpGet(`${baseUrl}/v1/models`, { ...opts, headers: bearer(opts.apiKey ?? '') }).then(
     (r) => ({ r }),
     (err: unknown) => ({ err }),
   );
@@ -150,6 +171,10 @@ export async function probeReady(
     return probeFailure('GET /v1/models', answer.err);
   }
   const r = answer.r;
+  if (r.status === 401) {
+    const sent = opts.apiKey ? "refused the profile's API key" : 'wants an API key the agent was not given (set it with --api-key in the profile args, or VLLM_API_KEY)';
+    return { ok: false, loading: false, reason: `GET /v1/models answered 401: the engine ${sent}` };
+  }
   if (r.status !== 200) return { ok: false, loading: false, reason: `GET /v1/models answered ${r.status}` };
   const ids = modelIds(r.body);
   if (ids.includes(servedModelName)) return { ok: true };

@@ -8,6 +8,7 @@ import { checkIdentity } from '../../lib/process/process-identity.js';
 import { type EngineUids, agentUids, findProcessesLoggingTo } from '../../lib/process/process-table.js';
 import { previousRunsDir, shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../lib/shard-layout.js';
 import type { LaunchPlan } from '../engines/launch-plan.js';
+import type { EngineWatch } from '../../lib/engine-watch.js';
 import { checkLaunchPlan } from './check-launch-plan.js';
 import { chooseLauncher } from './choose-launcher.js';
 import { endEngine } from './end-engine.js';
@@ -19,10 +20,27 @@ export interface ShardLaunch {
   plan: LaunchPlan;
   /** Whether this rank opens the HTTP API (readiness by probe) or is a worker (readiness by staying alive). */
   servesHttp: boolean;
-  /** The engine's gauge of running requests, read while draining; none when omitted. */
-  inFlightMetric?: string;
-  /** The engine's generation-token counter, read with inFlightMetric for stall detection; none when omitted. */
-  generationTokensMetric?: string;
+  /** How the rank is probed and what of its metrics is read (Engine.watch); without it, plainWatch. */
+  watch?: EngineWatch;
+}
+
+/**
+ * The watch of a launch that names none (a test's plan, a bench's): an API
+ * rank answers /health and lists its model on the shard's port, a worker
+ * stays alive; no series are read, so there is no drain count and no stall
+ * detection.
+ */
+export function plainWatch(spec: StartShard, servesHttp: boolean): EngineWatch {
+  return {
+    healthPort: servesHttp ? spec.httpPort : 0,
+    healthPath: '/health',
+    probeTimeoutMs: 0,
+    readiness: servesHttp ? 'model-listed' : 'health',
+    runningGauges: [],
+    inFlightGauges: [],
+    progressCounters: [],
+    apiKey: '',
+  };
 }
 
 /**
@@ -64,6 +82,7 @@ export async function launchShard(
   ensureDirs(c.stateDir, c.logDir, files.logGid);
   const statePath = shardStatePath(c.stateDir, id);
   const logPath = shardLogPath(c.logDir, id);
+  const watch = launch.watch ?? plainWatch(spec, launch.servesHttp);
 
   if (previous) {
     // A relaunch. The old engine may have left processes behind (a worker
@@ -97,8 +116,7 @@ export async function launchShard(
       unit: launched.unit,
       adopted: false,
       servesHttp: launch.servesHttp,
-      inFlightMetric: launch.inFlightMetric ?? '',
-      generationTokensMetric: launch.generationTokensMetric ?? '',
+      watch,
       startedAtMs: Date.now(),
       logPath,
       statePath,
@@ -112,8 +130,10 @@ export async function launchShard(
       replicaId: spec.replicaId,
       spec,
       servesHttp: launch.servesHttp,
-      inFlightMetric: launch.inFlightMetric ?? '',
-      generationTokensMetric: launch.generationTokensMetric ?? '',
+      // The first of each, for an older agent that reads this file after a downgrade.
+      inFlightMetric: watch.runningGauges[0] ?? '',
+      generationTokensMetric: watch.progressCounters[0] ?? '',
+      watch,
       pid: launched.pid,
       pgid: launched.pgid,
       identity: launched.identity,

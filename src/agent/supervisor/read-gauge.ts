@@ -1,17 +1,68 @@
-/**
- * The value of a gauge in Prometheus text exposition, summed over its label
- * sets (an engine serving one model has one); undefined when it is absent.
- */
-export function readGauge(text: string, name: string): number | undefined {
-  let sum: number | undefined;
+/** One sample line of a series: its labels and value. */
+interface Sample {
+  labels: Map<string, string>;
+  value: number;
+}
+
+const LABEL = /([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
+
+function samplesOf(text: string, name: string): Sample[] {
+  const out: Sample[] = [];
   for (const line of text.split('\n')) {
     if (line.startsWith('#') || !line.startsWith(name)) continue;
     const after = line.slice(name.length);
     // Exactly this metric: "name{…} v" or "name v", not "name_total …".
     if (!(after.startsWith('{') || after.startsWith(' '))) continue;
-    const valueText = after.startsWith('{') ? after.slice(after.lastIndexOf('}') + 1) : after;
-    const value = Number(valueText.trim().split(/\s+/)[0]);
-    if (Number.isFinite(value)) sum = (sum ?? 0) + value;
+    const close = after.startsWith('{') ? after.lastIndexOf('}') : -1;
+    const value = Number((close === -1 ? after : after.slice(close + 1)).trim().split(/\s+/)[0]);
+    if (!Number.isFinite(value)) continue;
+    const labels = new Map<string, string>();
+    if (close !== -1) for (const m of after.slice(1, close).matchAll(LABEL)) labels.set(m[1] as string, m[2] as string);
+    out.push({ labels, value });
+  }
+  return out;
+}
+
+/**
+ * The value of a gauge in Prometheus text exposition, over its label sets;
+ * undefined when it is absent. Label sets are added up (vLLM's one per
+ * engine, SGLang's per DP rank), except where the engine writes one count
+ * twice:
+ *
+ * - SGLang with --enable-priority-scheduling writes the total under
+ *   `priority=""` and again one series per priority
+ *   (S:python/sglang/srt/observability/metrics_collector.py:1131-1143 at
+ *   v0.5.18): when the total is there, it alone is read;
+ * - SGLang with PP > 1 has each pipeline stage's scheduler export the same
+ *   batch under its own `pp_rank` (:1080-1108): the stages of one set of
+ *   other labels count once, by their largest value.
+ *
+ * Summed blindly, `ctl drain` showed twice or PP times the requests in flight.
+ */
+export function readGauge(text: string, name: string): number | undefined {
+  let samples = samplesOf(text, name);
+  if (samples.length === 0) return undefined;
+  if (samples.some((s) => s.labels.get('priority') === '')) samples = samples.filter((s) => (s.labels.get('priority') ?? '') === '');
+  const stages = new Map<string, number>();
+  for (const s of samples) {
+    const key = [...s.labels]
+      .filter(([k]) => k !== 'pp_rank')
+      .sort(([a], [b]) => (a < b ? -1 : 1))
+      .map(([k, v]) => `${k}=${v}`)
+      .join(',');
+    stages.set(key, Math.max(stages.get(key) ?? Number.NEGATIVE_INFINITY, s.value));
+  }
+  let sum = 0;
+  for (const v of stages.values()) sum += v;
+  return sum;
+}
+
+/** The sum of several gauges (running and waiting); undefined when the engine exports none of them. */
+export function readGauges(text: string, names: readonly string[]): number | undefined {
+  let sum: number | undefined;
+  for (const name of names) {
+    const v = readGauge(text, name);
+    if (v !== undefined) sum = (sum ?? 0) + v;
   }
   return sum;
 }

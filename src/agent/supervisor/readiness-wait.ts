@@ -1,5 +1,5 @@
 import { setTimeout as sleep } from 'node:timers/promises';
-import { PROBE_TIMEOUT_MS, probeReady } from './http-probe.js';
+import { PROBE_TIMEOUT_MS, type ProbeResult, probeHealth, probeReady } from './http-probe.js';
 import type { PortOwnerCheck } from './port-owner-check.js';
 
 /**
@@ -34,7 +34,13 @@ export type ReadinessOutcome = { ready: true } | { ready: false; reason: string 
  */
 export async function waitUntilServing(opts: {
   baseUrl: string;
-  servedModelName: string;
+  /** The model /v1/models must list; undefined: /health alone decides (a worker rank's own /health). */
+  servedModelName: string | undefined;
+  /** The engine's health path (default /health) and API key for /v1 (default none). */
+  healthPath?: string;
+  apiKey?: string;
+  /** The least limit a probe needs (SGLang's health check takes over a second); the rest of the wait otherwise, at most PROBE_TIMEOUT_MS. */
+  probeTimeoutMs?: number;
   timeoutMs: number;
   signal: AbortSignal;
   /** Who listens on the port; without it, every tick probes (and backs off). */
@@ -65,9 +71,13 @@ export async function waitUntilServing(opts: {
       setSquatted(owner.reason);
     } else {
       setSquatted(undefined);
-      let result: Awaited<ReturnType<typeof probeReady>>;
+      let result: ProbeResult;
+      const probe = { timeoutMs: Math.min(Math.max(PROBE_TIMEOUT_MS, opts.probeTimeoutMs ?? 0), remaining), signal, healthPath: opts.healthPath };
       try {
-        result = await probeReady(opts.baseUrl, opts.servedModelName, { timeoutMs: Math.min(PROBE_TIMEOUT_MS, remaining), signal });
+        result =
+          opts.servedModelName === undefined
+            ? await probeHealth(opts.baseUrl, probe)
+            : await probeReady(opts.baseUrl, opts.servedModelName, { ...probe, apiKey: opts.apiKey });
       } catch {
         continue; // aborted: the loop head ends it
       }

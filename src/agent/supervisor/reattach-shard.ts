@@ -4,6 +4,7 @@ import type { Orphan } from '../../lib/process/orphan.js';
 import { checkIdentity } from '../../lib/process/process-identity.js';
 import { shardLogPath, shardStatePath } from '../../lib/shard-layout.js';
 import { ShardRunner, type ShardRunnerContext } from './shard-runner.js';
+import { legacyWatch } from './legacy-watch.js';
 
 /**
  * A runner for an engine a previous agent launched and that still runs
@@ -37,8 +38,7 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
       unit: f.file.unit,
       adopted: true,
       servesHttp: f.file.servesHttp,
-      inFlightMetric: f.file.inFlightMetric,
-      generationTokensMetric: f.file.generationTokensMetric,
+      watch: f.file.watch ?? legacyWatch(f.file),
       drainRequested: f.file.drainRequested,
       startedAtMs: f.file.createdAtMs,
       logPath: shardLogPath(logDir, o.shardId),

@@ -2,6 +2,7 @@ import type { ChildProcess } from 'node:child_process';
 import type { Launcher } from '../config/agent-config.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { ProcessIdentity } from '../../lib/process/process-identity.js';
+import type { EngineWatch } from '../../lib/engine-watch.js';
 import type { EngineUnit } from './engine-unit.js';
 
 /** One engine as launched or found: what the runner needs to watch, settle and stop it. */
@@ -19,10 +20,8 @@ export interface RunnerEngine {
   unit?: EngineUnit;
   adopted: boolean;
   servesHttp: boolean;
-  /** The engine's Prometheus gauge of running requests ('' when it has none), read while draining. */
-  inFlightMetric: string;
-  /** The engine's generation-token counter ('' when it has none): with inFlightMetric, what stall detection reads. */
-  generationTokensMetric?: string;
+  /** How the rank is probed, and the series a drain and stall detection read. */
+  watch: EngineWatch;
   /** A drain recorded in the state file by a previous agent: the shard settles to DRAINING, not READY. */
   drainRequested?: boolean;
   startedAtMs: number;

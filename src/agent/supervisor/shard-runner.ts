@@ -9,7 +9,8 @@ import type { EngineFence } from './end-engine.js';
 import { EngineProcess } from './engine-process.js';
 import { awaitReadiness } from './await-readiness.js';
 import { exitCodeOf } from './exit-status.js';
-import { type HealthVerdict, type StallWatch, watchHealth } from './health-watch.js';
+import { type HealthVerdict, watchHealth } from './health-watch.js';
+import type { EngineWatch } from '../../lib/engine-watch.js';
 import { judgeDeath } from './judge-death.js';
 import { judgeDrain } from './judge-drain.js';
 import { judgeSettleStart, judgeSettleWake } from './judge-settle.js';
@@ -67,8 +68,8 @@ export class ShardRunner {
   private dead = false;
   private readonly engine: EngineProcess;
   private readonly launcher: Launcher;
-  /** The engine's series ('' when it has none): in-flight requests for a drain, both for stall detection. */
-  private readonly metrics: Pick<StallWatch, 'requestsRunningMetric' | 'generationTokensMetric'>;
+  /** How the rank is probed, and its series: in flight for a drain, running and progress for stall detection. */
+  private readonly watch: EngineWatch;
   /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
   private drainRequested: boolean;
   private readonly stateFile: StateFileWriter;
@@ -97,14 +98,15 @@ export class ShardRunner {
     ({ servesHttp: this.servesHttp, startedAtMs: this.startedAtMs, logPath: this.logPath, statePath: this.statePath } = engine);
     this.engine = new EngineProcess({ pid: engine.pid, pgid: engine.pgid, identity: engine.identity, child: engine.child }, engine.unit);
     this.launcher = engine.launcher ?? 'direct';
-    this.metrics = { requestsRunningMetric: engine.inFlightMetric, generationTokensMetric: engine.generationTokensMetric ?? '' };
+    this.watch = engine.watch;
     this.drainRequested = engine.drainRequested ?? false;
     this.stateFile = new StateFileWriter(engine.statePath, engine.spec.shardId, ctx.log);
     this.state = previousState;
-    this.baseUrl = engine.servesHttp && engine.spec.httpPort > 0 ? `http://127.0.0.1:${engine.spec.httpPort}` : undefined;
+    // The API rank's port, or a worker rank's own /health port (SGLang's); none: judged by staying alive.
+    this.baseUrl = engine.watch.healthPort > 0 ? `http://127.0.0.1:${engine.watch.healthPort}` : undefined;
     this.servedModelName = servedModelName(engine.spec);
     const { pid, pgid, unit } = engine;
-    this.portOwner = this.baseUrl ? portOwnerCheck({ port: engine.spec.httpPort, pid, pgid, unit }) : undefined;
+    this.portOwner = this.baseUrl ? portOwnerCheck({ port: engine.watch.healthPort, pid, pgid, unit }) : undefined;
     this.life.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
   }
 
@@ -190,6 +192,7 @@ export class ShardRunner {
     const outcome = await awaitReadiness({
       baseUrl: this.baseUrl,
       servedModelName: this.servedModelName,
+      watch: this.watch,
       settleMs: opts.settleMs ?? this.ctx.config.workerSettleMs,
       timeoutMs: opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,
       signal: wake,
@@ -235,9 +238,19 @@ export class ShardRunner {
     if (!this.baseUrl || this.life.signal.aborted || this.healthWatched) return;
     this.healthWatched = true;
     const { healthIntervalMs: intervalMs, stallTimeoutMs } = this.ctx.config;
-    const stall = { ...this.metrics, stallTimeoutMs };
+    const { healthPath, probeTimeoutMs, runningGauges, progressCounters } = this.watch;
+    const stall = { runningGauges, progressCounters, stallTimeoutMs };
     const portOwner = this.portOwner;
-    watchHealth({ baseUrl: this.baseUrl, intervalMs, signal: this.serving.signal, stall, portOwner, onVerdict: (v) => this.applyHealth(v) });
+    watchHealth({
+      baseUrl: this.baseUrl,
+      intervalMs,
+      healthPath,
+      probeTimeoutMs,
+      signal: this.serving.signal,
+      stall,
+      portOwner,
+      onVerdict: (v) => this.applyHealth(v),
+    });
     this.apply(this.health.serving());
   }
 
@@ -363,10 +376,10 @@ export class ShardRunner {
     return this.snapshot();
   }
 
-  /** Requests the engine is working on, from the engine's own gauge; undefined when it cannot tell. */
+  /** Requests the engine holds, running and waiting, from the engine's own gauges; undefined when it cannot tell. */
   async inFlight(): Promise<number | undefined> {
-    if (!this.baseUrl || this.metrics.requestsRunningMetric === '') return undefined;
-    return readInFlight(this.baseUrl, this.metrics.requestsRunningMetric, this.life.signal, this.portOwner);
+    if (!this.baseUrl || this.watch.inFlightGauges.length === 0) return undefined;
+    return readInFlight(this.baseUrl, this.watch.inFlightGauges, this.life.signal, this.portOwner);
   }
 
   /** The agent going away, or this runner replaced: every watch and wait ends; no process is touched. */

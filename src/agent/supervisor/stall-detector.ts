@@ -17,7 +17,11 @@ export interface MetricSample {
   /** When it was read (any monotonic clock, in milliseconds). */
   atMs: number;
   requestsRunning: number | undefined;
-  generationTokens: number | undefined;
+  /**
+   * The engine's progress counters, summed (EngineWatch.progressCounters):
+   * tokens generated and prefilled, requests finished. Only its changes count.
+   */
+  progress: number | undefined;
 }
 
 /**
@@ -59,12 +63,12 @@ export class StallDetector {
 
   observe(sample: MetricSample): StallVerdict {
     if (this.#stallTimeoutMs === 0) return { state: 'off', reason: 'stall detection is off (supervisor.stall_timeout 0s)' };
-    const { atMs, requestsRunning: running, generationTokens: tokens } = sample;
+    const { atMs, requestsRunning: running, progress: tokens } = sample;
     if (running === undefined || tokens === undefined) {
       // Forget the baseline: a series that comes back may have restarted from 0.
       this.#lastTokens = undefined;
       this.#owedSinceMs = undefined;
-      const missing = running === undefined ? 'requests-running gauge' : 'generation-token counter';
+      const missing = running === undefined ? 'requests-running gauge' : 'progress counter (tokens, finished requests)';
       return { state: 'unknown', reason: `the engine exports no ${missing}` };
     }
 

@@ -7,6 +7,7 @@ import { errnoCode } from '../errno.js';
 import { errorMessage } from '../errors.js';
 import type { ProcessIdentity } from '../process/process-identity.js';
 import { systemdUnitName } from '../systemd/unit-name.js';
+import { type EngineWatch, parseEngineWatch } from '../engine-watch.js';
 
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
@@ -21,6 +22,12 @@ export interface ShardStateFile {
   inFlightMetric: string;
   /** The engine's generation-token counter ('' when it has none), read for stall detection. Absent in files of older agents: ''. */
   generationTokensMetric?: string;
+  /**
+   * How the engine is judged (probe port, path and limit, the series a drain
+   * and stall detection read). Absent in files of older agents, which kept
+   * only the two metric names above: the reader of the file derives it then.
+   */
+  watch?: EngineWatch;
   /**
    * An operator or the control plane drained the shard: a restarted agent
    * must bring it back DRAINING, not READY, or traffic returns to an engine
@@ -47,6 +54,7 @@ function toDisk(s: ShardStateFile): JsonValue {
     servesHttp: s.servesHttp,
     inFlightMetric: s.inFlightMetric,
     generationTokensMetric: s.generationTokensMetric ?? '',
+    ...(s.watch ? { watch: { ...s.watch } } : {}),
     drainRequested: s.drainRequested ?? false,
     pid: s.pid,
     pgid: s.pgid,
@@ -139,6 +147,8 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   // Optional, added without a version bump: an older agent's file lacks them and means ''/false.
   if (raw.generationTokensMetric !== undefined && typeof raw.generationTokensMetric !== 'string') return bad('generationTokensMetric');
   if (raw.drainRequested !== undefined && typeof raw.drainRequested !== 'boolean') return bad('drainRequested');
+  const watch = raw.watch === undefined ? undefined : parseEngineWatch(raw.watch);
+  if (watch && !watch.ok) return bad(watch.field);
   if (!Number.isInteger(raw.pid) || (raw.pid as number) <= 1) return bad('pid');
   if (!Number.isInteger(raw.pgid) || (raw.pgid as number) <= 1) return bad('pgid');
   // Both launchers make the engine the leader of its own group (setsid), so
@@ -175,6 +185,7 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       servesHttp: raw.servesHttp,
       inFlightMetric: raw.inFlightMetric,
       generationTokensMetric: raw.generationTokensMetric ?? '',
+      ...(watch?.ok ? { watch: watch.watch } : {}),
       drainRequested: raw.drainRequested ?? false,
       pid: raw.pid as number,
       pgid: raw.pgid as number,

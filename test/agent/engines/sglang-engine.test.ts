@@ -3,6 +3,31 @@ import { resolveExecutableSync } from '../../../src/agent/engines/resolve-execut
 import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
 import { shard } from './engine-fixtures.js';
 
+describe('SglangEngine.watch', () => {
+  it('probes the API rank with /health_generate under a limit past its 1 s sleep, and a worker rank on its own /health', () => {
+    const engine = new SglangEngine(undefined, 'eth0');
+    const api = shard({ profile: { args: ['--api-key', 'sk-1'] } });
+    expect(engine.watch(api, engine.command(api))).toMatchObject({
+      healthPort: 8000,
+      healthPath: '/health_generate',
+      probeTimeoutMs: 5000,
+      readiness: 'model-listed',
+      apiKey: 'sk-1',
+    });
+    const worker = shard({ nnodes: 2, rank: 1, leaderAddr: '10.0.0.1', leaderPort: 5000, httpPort: 31001, profile: { tensorParallelSize: 4 } });
+    expect(engine.watch(worker, engine.command(worker))).toEqual({
+      healthPort: 31001,
+      healthPath: '/health',
+      probeTimeoutMs: 5000,
+      readiness: 'health',
+      runningGauges: [],
+      inFlightGauges: [],
+      progressCounters: [],
+      apiKey: '',
+    });
+  });
+});
+
 describe('SglangEngine.command', () => {
   it('builds sglang.launch_server with --model-path, --tp-size and --pp-size', () => {
     const plan = new SglangEngine({ command: [], env: { SGLANG_X: '1' }, extraArgs: ['--mem-fraction-static', '0.85'] }, 'eth0').command(
@@ -36,7 +61,9 @@ describe('SglangEngine.command', () => {
     const engine = new SglangEngine(undefined, 'eth0');
     const v4 = engine.command(shard({ nnodes: 2, rank: 1, leaderAddr: '10.0.0.1', leaderPort: 5000, profile: { tensorParallelSize: 4 } }));
     expect(v4.argv.slice(-6)).toEqual(['--nnodes', '2', '--node-rank', '1', '--dist-init-addr', '10.0.0.1:5000']);
-    expect(v4.argv).not.toContain('--port');
+    // A worker rank serves /health on its own port, on loopback: given none, it took 127.0.0.1:30000 and two worker ranks collided (review §0 #3).
+    const at = v4.argv.indexOf('--host');
+    expect(v4.argv.slice(at, at + 4)).toEqual(['--host', '127.0.0.1', '--port', '8000']);
     const v6 = engine.command(shard({ nnodes: 2, rank: 0, leaderAddr: 'fd00::1', leaderPort: 5000, profile: { tensorParallelSize: 4 } }));
     expect(v6.argv.at(-1)).toBe('[fd00::1]:5000');
     expect(v6.argv).toContain('--port');
@@ -44,8 +71,12 @@ describe('SglangEngine.command', () => {
 
   it('names its in-flight gauge and the series stall detection reads', () => {
     const engine = new SglangEngine(undefined, 'eth0');
-    expect(engine.metrics.requestsRunning).toBe('sglang:num_running_reqs');
-    expect(engine.metrics).toEqual({ requestsRunning: 'sglang:num_running_reqs', generationTokens: 'sglang:generation_tokens_total' });
+    // Not generation_tokens_total: it moves once per finished request (review §0 #1).
+    expect(engine.metrics).toEqual({
+      runningGauges: ['sglang:num_running_reqs'],
+      inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:num_grammar_queue_reqs'],
+      progressCounters: ['sglang:realtime_tokens_total', 'sglang:num_requests_total'],
+    });
   });
 
   it('turns metrics on for every rank and never skips the warmup that installs its SIGTERM drain', () => {

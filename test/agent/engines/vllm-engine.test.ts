@@ -110,8 +110,39 @@ describe('VllmEngine.command', () => {
 
   it('names its in-flight gauge and the series stall detection reads', () => {
     const engine = new VllmEngine(undefined, 'eth0');
-    expect(engine.metrics.requestsRunning).toBe('vllm:num_requests_running');
-    expect(engine.metrics).toEqual({ requestsRunning: 'vllm:num_requests_running', generationTokens: 'vllm:generation_tokens_total' });
+    expect(engine.metrics).toEqual({
+      runningGauges: ['vllm:num_requests_running'],
+      inFlightGauges: ['vllm:num_requests_running', 'vllm:num_requests_waiting'],
+      progressCounters: ['vllm:generation_tokens_total', 'vllm:prompt_tokens_total', 'vllm:request_success_total'],
+    });
+  });
+});
+
+describe('VllmEngine.watch and the node environment', () => {
+  it('sends the key a profile gives with --api-key, --api-key= or VLLM_API_KEY, the command line winning', () => {
+    const engine = new VllmEngine({ env: {} }, 'eth0');
+    const keyOf = (profile: NonNullable<Parameters<typeof shard>[0]>['profile']) => {
+      const spec = shard({ profile });
+      return engine.watch(spec, engine.command(spec)).apiKey;
+    };
+    expect(keyOf({ args: ['--api-key', 'sk-a'] })).toBe('sk-a');
+    expect(keyOf({ args: ['--api-key=sk-b'] })).toBe('sk-b');
+    expect(keyOf({ env: { VLLM_API_KEY: 'sk-env' } })).toBe('sk-env');
+    expect(keyOf({ args: ['--api-key', 'sk-arg'], env: { VLLM_API_KEY: 'sk-env' } })).toBe('sk-arg');
+    expect(keyOf({})).toBe('');
+    // The operator's own engines.vllm.env counts too.
+    const keyed = new VllmEngine({ env: { VLLM_API_KEY: 'sk-op' } }, 'eth0');
+    expect(keyed.watch(shard(), keyed.command(shard())).apiKey).toBe('sk-op');
+  });
+
+  it("sets VLLM_HOST_IP to the node's management address on every rank, which the operator may override", () => {
+    const engine = new VllmEngine(undefined, 'eth0', { mgmtAddr: '10.1.2.3' });
+    const leader = shard({ nnodes: 2, rank: 0, leaderAddr: '10.1.2.3', leaderPort: 5000, profile: { tensorParallelSize: 8 } });
+    const follower = shard({ nnodes: 2, rank: 1, leaderAddr: '10.1.2.3', leaderPort: 5000, profile: { tensorParallelSize: 8 } });
+    expect(engine.command(leader).env.VLLM_HOST_IP).toBe('10.1.2.3');
+    expect(engine.command(follower).env.VLLM_HOST_IP).toBe('10.1.2.3');
+    expect(new VllmEngine({ env: { VLLM_HOST_IP: '192.168.0.9' } }, 'eth0', { mgmtAddr: '10.1.2.3' }).command(leader).env.VLLM_HOST_IP).toBe('192.168.0.9');
+    expect(new VllmEngine(undefined, 'eth0').command(leader).env.VLLM_HOST_IP).toBeUndefined();
   });
 });
 

@@ -31,8 +31,8 @@ async function engineServer() {
 }
 
 const stall = (stallTimeoutMs: number) => ({
-  requestsRunningMetric: 'vllm:num_requests_running',
-  generationTokensMetric: 'vllm:generation_tokens_total',
+  runningGauges: ['vllm:num_requests_running'],
+  progressCounters: ['vllm:generation_tokens_total'],
   stallTimeoutMs,
 });
 

@@ -6,7 +6,7 @@ import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapsh
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { silentLogger } from '../../../src/lib/logger.js';
 import {
-  SIM_IN_FLIGHT_METRIC,
+  simWatch,
   freePort,
   groupMembers,
   isRunning,
@@ -40,7 +40,7 @@ async function launchAlone(id: string, args: string[], servesHttp: boolean) {
   };
   const port = servesHttp ? await freePort() : 0;
   const plan = simPlan(servesHttp ? ['--port', String(port), ...args] : ['--worker', ...args]);
-  const runner = await launchShard(ctx, shardSpec(id, port), { plan, servesHttp, inFlightMetric: SIM_IN_FLIGHT_METRIC }, undefined, new AbortController().signal);
+  const runner = await launchShard(ctx, shardSpec(id, port), { plan, servesHttp, watch: servesHttp ? simWatch(port) : undefined }, undefined, new AbortController().signal);
   runners.push(runner);
   runner.begin('launched');
   return { runner, seen, port };

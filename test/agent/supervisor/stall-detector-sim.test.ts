@@ -2,8 +2,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SimEngine } from '../../../src/agent/engines/sim-engine.js';
-import { readCounter } from '../../../src/agent/supervisor/read-counter.js';
-import { readGauge } from '../../../src/agent/supervisor/read-gauge.js';
+import { readCounters } from '../../../src/agent/supervisor/read-counter.js';
+import { readGauges } from '../../../src/agent/supervisor/read-gauge.js';
 import { StallDetector, type StallVerdict } from '../../../src/agent/supervisor/stall-detector.js';
 import { freePort, groupMembers, until } from '../../helpers/engine-processes.js';
 import { BIN } from '../../helpers/run-cli.js';
@@ -63,8 +63,8 @@ async function watch(url: string, d: StallDetector, intervalMs: number, forMs: n
     const text = await (await fetch(`${url}/metrics`)).text();
     const v = d.observe({
       atMs: performance.now(),
-      requestsRunning: readGauge(text, metrics.requestsRunning),
-      generationTokens: readCounter(text, metrics.generationTokens),
+      requestsRunning: readGauges(text, metrics.runningGauges),
+      progress: readCounters(text, metrics.progressCounters),
     });
     verdicts.push(v);
     if (v.state === 'stalled') break;

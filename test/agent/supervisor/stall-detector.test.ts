@@ -1,10 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import { type MetricSample, StallDetector } from '../../../src/agent/supervisor/stall-detector.js';
 
-const at = (s: number, requestsRunning: number | undefined, generationTokens: number | undefined): MetricSample => ({
+const at = (s: number, requestsRunning: number | undefined, progress: number | undefined): MetricSample => ({
   atMs: s * 1000,
   requestsRunning,
-  generationTokens,
+  progress,
 });
 
 /** Feeds samples taken every `everyS` seconds; returns each verdict's state. */
@@ -65,7 +65,7 @@ describe('StallDetector', () => {
     const d = new StallDetector({ stallTimeoutMs: 10_000 });
     const verdicts = run(d, [[2, undefined], [2, undefined], [undefined, 5], [2, 5], [2, 5]]);
     expect(verdicts.map((v) => v.state)).toEqual(['unknown', 'unknown', 'unknown', 'flowing', 'stalled']);
-    expect(verdicts[0]?.reason).toBe('the engine exports no generation-token counter');
+    expect(verdicts[0]?.reason).toBe('the engine exports no progress counter (tokens, finished requests)');
     expect(verdicts[2]?.reason).toBe('the engine exports no requests-running gauge');
   });
 

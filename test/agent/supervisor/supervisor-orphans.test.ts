@@ -12,6 +12,7 @@ import {
   procInfo,
   shardSpec,
   simPlan,
+  simWatch,
   until,
 } from '../../helpers/engine-processes.js';
 
@@ -24,7 +25,7 @@ async function leftBehind(id: string, args: string[] = []) {
   const first = newSupervisor();
   const port = await freePort();
   const { shard } = await first.start(shardSpec(id, port), { plan: simPlan(['--port', String(port), ...args]), servesHttp: true,
-    inFlightMetric: 'vllm:num_requests_running',
+    watch: simWatch(port),
   });
   const baseUrl = `http://127.0.0.1:${port}`;
   await first.settle(id, { timeoutMs: 30_000 });

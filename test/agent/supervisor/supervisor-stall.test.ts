@@ -1,11 +1,10 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
-import { SimEngine } from '../../../src/agent/engines/sim-engine.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
 import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { freePort, isRunning, shardSpec, simPlan, until } from '../../helpers/engine-processes.js';
+import { freePort, isRunning, shardSpec, simPlan, simWatch, until } from '../../helpers/engine-processes.js';
 
 /*
  * Issue 16's acceptance for stall detection, through the real path: a sim
@@ -14,7 +13,6 @@ import { freePort, isRunning, shardSpec, simPlan, until } from '../../helpers/en
  */
 
 const harness = useSupervisors();
-const { metrics } = new SimEngine(undefined, 'lo');
 const loads: AbortController[] = [];
 afterEach(() => {
   for (const a of loads.splice(0)) a.abort();
@@ -25,8 +23,7 @@ async function readySim(sup: Supervisor, id: string, args: string[]) {
   const { shard } = await sup.start(shardSpec(id, port), {
     plan: simPlan(['--port', String(port), ...args]),
     servesHttp: true,
-    inFlightMetric: metrics.requestsRunning,
-    generationTokensMetric: metrics.generationTokens,
+    watch: simWatch(port),
   });
   await sup.settle(id, { timeoutMs: 30_000 });
   return { shard, baseUrl: `http://127.0.0.1:${port}` };

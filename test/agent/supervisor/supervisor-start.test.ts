@@ -1,3 +1,4 @@
+import { plainWatch } from '../../../src/agent/supervisor/launch-shard.js';
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -55,7 +56,7 @@ describe('Supervisor.start', () => {
       expect(existsSync(join(harness.dirs.stateDir, 'shards', 's1.json'))).toBe(true);
       seen.push(t);
     });
-    const { shard, created } = await sup.start(shardSpec('s1'), { plan: sleeper(), servesHttp: false, inFlightMetric: 'x:y' });
+    const { shard, created } = await sup.start(shardSpec('s1'), { plan: sleeper(), servesHttp: false, watch: { ...plainWatch(shardSpec('s1'), false), runningGauges: ['x:y'] } });
     expect(created).toBe(true);
     expect(shard.state).toBe(ShardState.STARTING);
     expect(seen.map((t) => [t.from, t.to])).toEqual([[ShardState.UNSPECIFIED, ShardState.STARTING]]);
@@ -73,6 +74,7 @@ describe('Supervisor.start', () => {
       replicaId: 'replica-of-s1',
       servesHttp: false,
       inFlightMetric: 'x:y',
+      watch: { healthPort: 0, readiness: 'health', runningGauges: ['x:y'], apiKey: '' },
       pid: shard.pid,
       pgid: shard.pid,
       launcher: 'direct',

@@ -99,6 +99,12 @@ async function alive(pid: number): Promise<boolean> {
   return (await f.lab.run(['kill', '-0', String(pid)])).exitCode === 0;
 }
 
+/** Whether the engine on `port` says `n` requests are running (vLLM's gauge, which the sim serves). */
+async function running(port: number, n: number): Promise<boolean> {
+  const text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+  return new RegExp(`^vllm:num_requests_running\\{[^}]*\\} ${n}\\.0$`, 'm').test(text);
+}
+
 async function untilTrue(check: () => Promise<boolean>, what: string, timeoutMs = 20_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!(await check())) {
@@ -222,6 +228,50 @@ describe.skipIf(unavailable !== undefined)(
       expect(await alive(second.pid)).toBe(false);
       expect(await alive(escaped2), 'the stop left the setsid()ed worker running').toBe(false);
       expect(await f.lab.show(unitOf('u3'), 'LoadState')).toBe('not-found');
+    });
+
+    it("a stop by the agent SIGTERMs the unit's main process alone: its in-flight request completes although a SIGTERM to its worker would abort it, then the engine exits 0, its worker with it, and the shard is STOPPED", async () => {
+      const engine = await startShard('m1', ['--load-time', '200ms', '--token-latency', '100ms', '--spawn-child', '--fragile-worker']);
+      expect(await f.lab.show(unitOf('m1'), 'KillMode')).toBe('mixed');
+      const request = fetch(`http://127.0.0.1:${engine.port}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: 'hi', max_tokens: 10 }) });
+      await untilTrue(() => running(engine.port, 1), 'one request in flight');
+      const stopped = await stopShard('m1');
+      const answer = await request;
+      expect(answer.status).toBe(200);
+      expect(((await answer.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(10);
+      const log = readFileSync(join(f.dirs.logDir, 'shards', 'm1.log'), 'utf8');
+      expect(log).toMatch(/received SIGTERM; finishing 1 in-flight request/);
+      expect(log).not.toMatch(/died unexpectedly/);
+      expect(S[stopped.state]).toBe('STOPPED');
+      expect(await alive(engine.pid)).toBe(false);
+      expect(await f.lab.show(unitOf('m1'), 'LoadState')).toBe('not-found');
+    });
+
+    it('a worker left in the unit after its engine exited on SIGTERM is given the rest of stop_grace, then SIGKILLed with the cgroup', async () => {
+      const engine = await startShard('m2', ['--load-time', '200ms', '--spawn-escaping-child']);
+      const escaped = await escapedChildOf('m2');
+      const t0 = Date.now();
+      expect(S[(await stopShard('m2')).state]).toBe('STOPPED');
+      // stop_grace is 3s (agentConfigYaml): the engine exited at once, its leftover was waited for.
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(3000);
+      expect(readFileSync(join(f.dirs.logDir, 'shards', 'm2.log'), 'utf8')).toMatch(/received SIGTERM; finishing 0 in-flight/);
+      expect(await alive(engine.pid)).toBe(false);
+      expect(await alive(escaped)).toBe(false);
+      expect(await f.lab.show(unitOf('m2'), 'LoadState')).toBe('not-found');
+    });
+
+    it("an operator's systemctl stop of a unit the agent started also goes main-first (KillMode=mixed): the in-flight request completes", async () => {
+      const engine = await startShard('m3', ['--load-time', '200ms', '--token-latency', '100ms', '--spawn-child', '--fragile-worker']);
+      const request = fetch(`http://127.0.0.1:${engine.port}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: 'hi', max_tokens: 10 }) });
+      await untilTrue(() => running(engine.port, 1), 'one request in flight');
+      const ended = f.cp.cp.waitFor(NODE, shardIs('m3', S.EXITED, S.FAILED, S.STOPPED), 30_000);
+      expect((await systemctl('stop', unitOf('m3'))).exitCode).toBe(0);
+      const answer = await request;
+      expect(answer.status).toBe(200);
+      expect(((await answer.json()) as { usage: { completion_tokens: number } }).usage.completion_tokens).toBe(10);
+      expect(readFileSync(join(f.dirs.logDir, 'shards', 'm3.log'), 'utf8')).not.toMatch(/died unexpectedly/);
+      await ended;
+      expect(await alive(engine.pid)).toBe(false);
     });
 
     it("an agent restart adopts the unit engine by its unit's invocation id; one whose engine died while the agent was down is reported FAILED with systemd's status", async () => {

@@ -14,8 +14,14 @@ export interface SystemdRunOptions {
 
 /**
  * The argv (never a shell string) that runs an engine as a transient systemd
- * service. KillMode=control-group makes systemd kill every process the engine
- * left behind when it stops, even ones that escaped its process group.
+ * service. KillMode=mixed: a stop SIGTERMs the main process alone, which
+ * drains and ends its own workers, then SIGKILLs whatever is left of the
+ * cgroup, even processes that escaped the engine's process group. So an
+ * operator's `systemctl stop llmgw-shard-<id>` drains as the agent's stop
+ * does. control-group (which this was) SIGTERMs every worker with the
+ * engine: vLLM's workers exit on it and fail the engine, SGLang's schedulers
+ * die on it, and the in-flight requests are aborted (review engine-fidelity
+ * §0 #2). The agent's own stop does not depend on it (stopEngineUnit).
  * Output is appended by systemd straight to the shard's log: the agent is not
  * in the log path with this launcher either.
  *
@@ -39,7 +45,7 @@ export function buildSystemdRunArgv(shardId: string, plan: Pick<LaunchPlan, 'arg
     systemdUnitName(shardId),
     '--slice',
     SYSTEMD_SLICE,
-    '--property=KillMode=control-group',
+    '--property=KillMode=mixed',
     '--property=RemainAfterExit=yes',
     ...(opts.stopGraceMs === undefined ? [] : [`--property=TimeoutStopSec=${Math.ceil(opts.stopGraceMs)}ms`]),
     `--property=StandardOutput=append:${logPath}`,

@@ -12,6 +12,8 @@ export const UNIT_STATUS_PROPERTIES = [
   'ExecMainPID',
   'ExecMainCode',
   'ExecMainStatus',
+  // Where the unit's processes are: what a stop waits to be empty once the main process is gone.
+  'ControlGroup',
 ] as const;
 
 export type UnitStatus = Record<(typeof UNIT_STATUS_PROPERTIES)[number], string>;

@@ -16,7 +16,7 @@ describe('buildSystemdRunArgv', () => {
       'llmgw-shard-r1-s0.service',
       '--slice',
       'llmgw.slice',
-      '--property=KillMode=control-group',
+      '--property=KillMode=mixed',
       '--property=RemainAfterExit=yes',
       '--property=TimeoutStopSec=30000ms',
       '--property=StandardOutput=append:/var/log/llmgw/shards/r1-s0.log',

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { FakeBatchScheduler, FinishReason } from './fake-batch-scheduler.js';
+import type { FinishReason, SchedRequest } from './fake-batch-scheduler.js';
 import { type CompletionKind, completionBody, completionChunk, countPromptTokens, errorBody, simToken } from './openai-responses.js';
 
 /** Largest request body read; a double has no use for more. */
@@ -17,7 +17,8 @@ const EMBEDDING_DIM = 8;
 export interface RouteContext {
   /** Names a request may give as `model` (the first is reported back). */
   servedNames: readonly string[];
-  scheduler: FakeBatchScheduler;
+  /** Queues a request in the engine's batch; returns a function that drops it. */
+  submit(req: SchedRequest): () => void;
   /** Tokens generated when a request gives no max_tokens. */
   defaultMaxTokens: number;
 }
@@ -100,11 +101,13 @@ export async function serveGeneration(req: IncomingMessage, res: ServerResponse,
   if (streaming) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   let text = '';
   await new Promise<void>((done) => {
-    const drop = ctx.scheduler.submit({
+    const drop = ctx.submit({
       promptTokens,
       maxTokens: n,
       finishReason: reason,
       pooling: false,
+      priority: typeof body.priority === 'number' ? body.priority : undefined,
+      streaming,
       onToken: (i) => {
         if (!streaming) {
           text += simToken(i);
@@ -144,7 +147,7 @@ export async function serveEmbedding(req: IncomingMessage, res: ServerResponse, 
   const inputs = Array.isArray(body.input) ? body.input.map(String) : [String(body.input ?? '')];
   const promptTokens = inputs.reduce((n, s) => n + countPromptTokens({ prompt: s }), 0);
   await new Promise<void>((done) => {
-    const drop = ctx.scheduler.submit({
+    const drop = ctx.submit({
       promptTokens,
       maxTokens: 0,
       finishReason: 'stop',

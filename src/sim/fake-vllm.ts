@@ -376,7 +376,7 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       return;
     }
 
-    const ctx: RouteContext = { servedNames: o.servedNames, scheduler, defaultMaxTokens: k.maxTokens };
+    const ctx: RouteContext = { servedNames: o.servedNames, submit: (r) => scheduler.submit(r), defaultMaxTokens: k.maxTokens };
 
     const handle = (req: IncomingMessage, res: ServerResponse) => {
       if (hung) return; // a hung engine accepts the connection and says nothing

@@ -73,9 +73,9 @@ describe('bin/fake-vllm', () => {
     const e = await vllm(['--disable-log-stats', '--enable-server-load-tracking', '--sim-token-latency', '50ms']);
     expect(await (await fetch(`${e.url}/metrics`)).text()).not.toMatch(/vllm:/);
     const s = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 10, stream: true }).then((r) => r.text());
-    await until(async () => (await (await fetch(`${e.url}/load`)).json()).server_load === 1, 'one in flight');
+    await until(async () => ((await (await fetch(`${e.url}/load`)).json()) as { server_load: number }).server_load === 1, 'one in flight');
     await s;
-    await until(async () => (await (await fetch(`${e.url}/load`)).json()).server_load === 0, 'none in flight');
+    await until(async () => ((await (await fetch(`${e.url}/load`)).json()) as { server_load: number }).server_load === 0, 'none in flight');
   });
 
   it('with --runner pooling serves embeddings: prompt tokens counted when they finish, no generation tokens', async () => {
@@ -90,7 +90,7 @@ describe('bin/fake-vllm', () => {
   });
 
   it('with TP=2 runs two workers in its own group; a group SIGTERM kills them and cuts a draining stream before [DONE]', async () => {
-    const e = await vllm(['--tensor-parallel-size', '2', '--shutdown-timeout', '10', '--sim-token-latency', '50ms'], {}, /Worker proc \d+ ready[^]*Worker proc \d+ ready/);
+    const e = await vllm(['--tensor-parallel-size', '2', '--shutdown-timeout', '10', '--sim-token-latency', '50ms'], {}, /Worker proc \d+ ready[\s\S]*Worker proc \d+ ready/);
     const workers = workerPids(e.output());
     expect(workers).toHaveLength(2);
     expect(groupMembers(e.pid).sort()).toEqual([e.pid, ...workers].sort());
@@ -109,7 +109,7 @@ describe('bin/fake-vllm', () => {
   });
 
   it('with --shutdown-timeout, a SIGTERM to the main process only drains: 503 to new work, every token arrives, workers ended, exit 0', async () => {
-    const e = await vllm(['--tensor-parallel-size', '2', '--shutdown-timeout', '10', '--sim-token-latency', '20ms'], {}, /Worker proc \d+ ready[^]*Worker proc \d+ ready/);
+    const e = await vllm(['--tensor-parallel-size', '2', '--shutdown-timeout', '10', '--sim-token-latency', '20ms'], {}, /Worker proc \d+ ready[\s\S]*Worker proc \d+ ready/);
     const workers = workerPids(e.output());
     const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 40, stream: true });
     const stream = consumeStream(res);
@@ -138,7 +138,7 @@ describe('bin/fake-vllm', () => {
   });
 
   it('fails the engine when a worker dies: in-flight aborted, /health 503, then exit 1', async () => {
-    const e = await vllm(['--pipeline-parallel-size', '2', '--sim-token-latency', '50ms'], {}, /Worker proc \d+ ready[^]*Worker proc \d+ ready/);
+    const e = await vllm(['--pipeline-parallel-size', '2', '--sim-token-latency', '50ms'], {}, /Worker proc \d+ ready[\s\S]*Worker proc \d+ ready/);
     const [w] = workerPids(e.output());
     const res = await post(`${e.url}/v1/chat/completions`, { messages: [], max_tokens: 100, stream: true });
     const stream = consumeStream(res);

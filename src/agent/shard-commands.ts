@@ -1,6 +1,6 @@
-import { create } from '@bufbuild/protobuf';
+import { clone, create } from '@bufbuild/protobuf';
 import { durationMs } from '@bufbuild/protobuf/wkt';
-import { type Inventory, ShardState, type ShardStatus, ShardStatusSchema, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
+import { type Inventory, ShardState, type ShardStatus, ShardStatusSchema, type StartShard, StartShardSchema, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure } from '../lib/errors.js';
 import { foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { Logger } from '../lib/logger.js';
@@ -11,6 +11,8 @@ import { isTerminal } from '../lib/shard-states.js';
 import type { ValidationContext } from './engines/engine.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { isPortFree } from './engines/is-port-free.js';
+import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines/choose-worker-port.js';
+import { readEphemeralPortRange } from '../lib/ephemeral-port-range.js';
 import { refusedStatus, statusFromSnapshot } from './shard-report.js';
 import { RepeatedStartError, type ShardSnapshot, type Supervisor } from './supervisor/supervisor.js';
 
@@ -54,8 +56,9 @@ export class ShardCommands {
    * id (the registry's one check): the control plane retries, and a repeat
    * must never make a second process, so it only reports the current state.
    */
-  async start(spec: StartShard): Promise<void> {
-    const id = spec.shardId;
+  async start(given: StartShard): Promise<void> {
+    const id = given.shardId;
+    let spec = given;
     const { nodeId, report } = this.opts;
     // The id is validated once, by the registry's reservation: an invalid one
     // is refused there, before anything is validated or launched.
@@ -65,7 +68,10 @@ export class ShardCommands {
       // would hide the cause; a repeat of a shard already here is not judged
       // (it reports its state, whatever its GPU does now).
       const known = this.sup.get(id);
-      if (!known || isTerminal(known.state)) this.refuseUnfitGpus(spec);
+      if (!known || isTerminal(known.state)) {
+        this.refuseUnfitGpus(spec);
+        spec = await this.withWorkerPort(spec);
+      }
       started = await this.sup.start(spec, async () => {
         const engine = this.opts.engines.get(spec.profile?.engine ?? '');
         // Validate before launching: an engine that refuses a profile does so
@@ -102,6 +108,25 @@ export class ShardCommands {
     } catch (err) {
       this.log.warn({ shard: shard.shardId, replica: shard.replicaId, adopted: shard.adopted, err: errorMessage(err) }, 'shard did not become ready');
     }
+  }
+
+  /**
+   * The spec with a port for a worker rank that listens and was given none
+   * (chooseWorkerPort); the spec itself otherwise. Chosen before the start
+   * is admitted, so the registry reserves it; a start racing this one for
+   * the same port is refused by that reservation and retried by its
+   * control plane.
+   */
+  private async withWorkerPort(spec: StartShard): Promise<StartShard> {
+    if (spec.httpPort !== 0 || !isValidShardId(spec.shardId)) return spec;
+    const engine = this.opts.engines.get(spec.profile?.engine ?? '');
+    if (!engine.workerListens(spec)) return spec;
+    const port = await chooseWorkerPort(this.sup.reservations(spec.shardId).ports, isPortFree, await readEphemeralPortRange());
+    if (port === undefined) throw failure(`no free port in ${WORKER_PORT_FIRST}-${WORKER_PORT_LAST} for worker rank ${spec.rank}'s /health; give the shard an http_port`);
+    this.log.info({ shard: spec.shardId, replica: spec.replicaId, port }, 'chose a port for a worker rank\'s /health');
+    const chosen = clone(StartShardSchema, spec);
+    chosen.httpPort = port;
+    return chosen;
   }
 
   /**

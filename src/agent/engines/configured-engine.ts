@@ -56,6 +56,7 @@ export abstract class ConfiguredEngine implements Engine {
       executable: this.prefix()[0] as string,
       executableHint: `set engines.${this.name}.command`,
       allowedEnv: this.config.allowedEnv,
+      workerListens: this.workerListens(spec),
       ...this.engineValidation(spec),
     });
     this.#resolved.set(spec, executable);
@@ -86,6 +87,11 @@ export abstract class ConfiguredEngine implements Engine {
   /** The port a worker rank answers /health on; 0 (the default) when it has none and is judged by staying alive. */
   protected workerHealthPort(_spec: StartShard): number {
     return 0;
+  }
+
+  /** Whether a worker rank of this engine listens (see Engine.workerListens); none does by default. */
+  workerListens(_spec: StartShard): boolean {
+    return false;
   }
 
   /** The environment variable that also sets the engine's API key, if there is one. */

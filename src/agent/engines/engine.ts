@@ -26,6 +26,12 @@ export interface Engine {
   validate(spec: StartShard, ctx: ValidationContext): Promise<void>;
   /** Throws LlmgwError('failure') when the executable cannot be found. */
   command(spec: StartShard): LaunchPlan;
+  /**
+   * Whether this worker rank listens on a port of its own (SGLang's /health
+   * on --host:--port): given none by the control plane (http_port 0), the
+   * agent chooses one before the start is admitted.
+   */
+  workerListens(spec: StartShard): boolean;
   /** Whether this rank opens the HTTP API: every single-node shard, rank 0 only for multi-node. */
   servesHttp(spec: StartShard): boolean;
   /**

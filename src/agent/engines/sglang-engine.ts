@@ -82,6 +82,24 @@ export class SglangEngine extends ConfiguredEngine {
     return spec.httpPort;
   }
 
+  override workerListens(spec: StartShard): boolean {
+    return !servesHttp(spec);
+  }
+
+  /**
+   * SGLANG_HOST_IP: the writer of the cross-node broadcast queue of a TP
+   * group binds its ZMQ socket on get_local_ip_auto(), which is
+   * SGLANG_HOST_IP, then HOST_IP, then the source address of a route to
+   * 8.8.8.8 (S:python/sglang/srt/utils/network.py:334-373;
+   * distributed/device_communicators/shm_broadcast.py:194-197, 235-246):
+   * on a node whose default route is another network, readers on the other
+   * nodes were given an address they cannot reach. Set on every rank; it
+   * must be this node's own address, since the writer binds it.
+   */
+  protected override agentEnv(_spec: StartShard): Record<string, string> {
+    return this.mgmtAddr ? { SGLANG_HOST_IP: this.mgmtAddr } : {};
+  }
+
   protected serverArgs(spec: StartShard): string[] {
     const { tp, pp, nnodes } = parallelism(spec);
     const args = ['--model-path', spec.profile?.model ?? ''];

@@ -21,6 +21,8 @@ export interface ValidateShardOptions {
   portRangePath?: string;
   /** engines.<engine>.allowed_env: the names a profile may set. */
   allowedEnv: readonly string[];
+  /** A worker rank that listens on http_port too (SGLang's /health): its port is checked like an API rank's. */
+  workerListens?: boolean;
 }
 
 /** Longest profile env value: a token or a JSON blob fits; a megabyte of environment is an attack on execve's limits. */
@@ -122,7 +124,7 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
     failure(
       `${what} ${port} is inside this node's ephemeral port range ${range?.low}-${range?.high} (net.ipv4.ip_local_port_range), where an outgoing connection can take it; use a port outside it`,
     );
-  if (servesHttp(spec)) {
+  if (servesHttp(spec) || opts.workerListens) {
     if (!validPort(spec.httpPort)) throw failure(`shard ${spec.shardId}: http_port ${spec.httpPort} is not in 1..65535`);
     if (range && isInPortRange(spec.httpPort, range)) throw ephemeral('port', spec.httpPort);
     if (!(await ctx.isPortFree(spec.httpPort))) throw failure(`http_port ${spec.httpPort} is already in use on this node`);

@@ -9,6 +9,7 @@ import type { EngineFence } from './end-engine.js';
 import { EngineProcess } from './engine-process.js';
 import { awaitReadiness } from './await-readiness.js';
 import { exitCodeOf } from './exit-status.js';
+import { explainEngineExit } from './explain-engine-exit.js';
 import { type HealthVerdict, watchHealth } from './health-watch.js';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { judgeDeath } from './judge-death.js';
@@ -300,7 +301,10 @@ export class ShardRunner {
     if (this.life.signal.aborted) return;
     const verdict = judgeDeath(this.state, info);
     if (verdict.to === undefined || verdict.error === undefined) return;
-    this.error = verdict.error;
+    // An engine that refused its command line says so in its last line, not in its exit code.
+    const why = this.state === S.STARTING ? explainEngineExit(lastOutput) : undefined;
+    const error = why ? `${verdict.error}: ${why}` : verdict.error;
+    this.error = error;
     this.lastOutput = lastOutput;
     if (verdict.record) {
       const opts = { logDir: this.ctx.config.logDir, logPath: this.logPath, log: this.ctx.log };
@@ -308,7 +312,7 @@ export class ShardRunner {
     }
     // The record took a moment: a stop may have begun meanwhile.
     if (this.life.signal.aborted || judgeDeath(this.state, info).error !== verdict.error) return;
-    this.transition(verdict.to, verdict.error);
+    this.transition(verdict.to, error);
   }
 
   /** What ends everything of this engine: its unit's cgroup, or its process group. */

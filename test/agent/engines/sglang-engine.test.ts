@@ -29,6 +29,13 @@ describe('SglangEngine.watch', () => {
 });
 
 describe('SglangEngine.command', () => {
+  it("sets SGLANG_HOST_IP to the node's management address, under the operator's own", () => {
+    const spec = shard({ nnodes: 2, rank: 1, leaderAddr: '10.0.0.1', leaderPort: 5000, profile: { tensorParallelSize: 4 } });
+    expect(new SglangEngine(undefined, 'eth0', { mgmtAddr: '10.0.0.7' }).command(spec).env.SGLANG_HOST_IP).toBe('10.0.0.7');
+    expect(new SglangEngine({ env: { SGLANG_HOST_IP: '10.9.9.9' } }, 'eth0', { mgmtAddr: '10.0.0.7' }).command(spec).env.SGLANG_HOST_IP).toBe('10.9.9.9');
+    expect(new SglangEngine(undefined, 'eth0').command(spec).env.SGLANG_HOST_IP).toBeUndefined();
+  });
+
   it('builds sglang.launch_server with --model-path, --tp-size and --pp-size', () => {
     const plan = new SglangEngine({ command: [], env: { SGLANG_X: '1' }, extraArgs: ['--mem-fraction-static', '0.85'] }, 'eth0').command(
       shard({ gpuIndices: [0, 1], profile: { args: ['--trust-remote-code'] } }),

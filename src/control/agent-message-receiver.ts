@@ -66,7 +66,7 @@ export class AgentMessageReceiver {
           this.#p.sessions.reject(session, m, `shard status names node ${st.nodeId}, but this stream registered as ${nodeId}`);
           return;
         }
-        node.shards.set(st.shardId, { replicaId: st.replicaId, state: st.state });
+        node.shards.set(st.shardId, { ...node.shards.get(st.shardId), replicaId: st.replicaId, state: st.state });
         this.#log.info(
           { node: nodeId, shard: st.shardId, replica: st.replicaId, state: shardStateName(st.state), ...(st.error ? { err: st.error } : {}), ...(st.exitCode ? { exitCode: st.exitCode } : {}) },
           'shard status',
@@ -126,7 +126,7 @@ export class AgentMessageReceiver {
       connectedSince: new Date(),
       lastHeartbeatAt: this.#p.nodes.get(nodeId)?.lastHeartbeatAt,
       gpuMemoryUsedMb: inventory.gpus.map((g) => g.memoryUsedMb),
-      shards: new Map(reg.runningShards.map((rs) => [rs.shardId, { replicaId: rs.replicaId, state: rs.state }])),
+      shards: new Map(reg.runningShards.map((rs) => [rs.shardId, { replicaId: rs.replicaId, state: rs.state, rank: rs.rank, nnodes: rs.nnodes }])),
     };
     this.#p.nodes.set(nodeId, node);
     this.#p.history.record(nodeId, m);

@@ -22,6 +22,12 @@ export interface ControlPlaneOptions {
   tls?: AgentServerTls;
   /** How long a disconnected node's shards are kept before they are placed elsewhere (default 60s). */
   nodeGraceMs?: number;
+  /**
+   * How long the worker ranks of a stopped multi-node replica wait for rank 0
+   * to be reported gone before they are stopped anyway (default 40s:
+   * DEFAULT_RANK_ZERO_STOP_WAIT_MS). Raise it with the agents' stop_grace.
+   */
+  rankZeroStopWaitMs?: number;
   /** HTTP and leader ports handed to shards (default 18000-18999). */
   portRange?: [number, number];
   /**

@@ -15,6 +15,7 @@ import {
 import type { AgentServerTls } from './create-agent-server.js';
 import { type ListeningAgentServer, listenAgentServer } from './listen-agent-server.js';
 import { MessageHistory } from './message-history.js';
+import { DEFAULT_RANK_ZERO_STOP_WAIT_MS } from './rank-ordered-stops.js';
 import { MessageWaiters } from './message-waiters.js';
 import { NodeSessions } from './node-sessions.js';
 import type { NodeRecord, NodeView } from './node-view.js';
@@ -51,6 +52,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
   readonly #history = new MessageHistory();
   readonly #waiters = new MessageWaiters();
   readonly #streams: AgentStreamHandler;
+  readonly #rankZeroStopWaitMs: number;
   #server?: ListeningAgentServer;
   #state: ControlPlaneState = 'new';
   #closed?: Promise<void>;
@@ -60,6 +62,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
     this.#log = opts.logger ?? silentLogger;
     this.#tls = opts.tls;
     const nodeGraceMs = opts.nodeGraceMs ?? DEFAULT_NODE_GRACE_MS;
+    this.#rankZeroStopWaitMs = opts.rankZeroStopWaitMs ?? DEFAULT_RANK_ZERO_STOP_WAIT_MS;
     if (opts.deployment) {
       this.#reconciler = new Reconciler(
         {
@@ -68,6 +71,7 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
           avoidPorts: opts.avoidPorts === undefined ? readEphemeralPortRangeSync() : (opts.avoidPorts ?? undefined),
           retryBackoffMs: opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS,
           nodeGraceMs,
+          rankZeroStopWaitMs: this.#rankZeroStopWaitMs,
           placementDelayMs: opts.placementDelayMs ?? DEFAULT_PLACEMENT_DELAY_MS,
           logger: this.#log,
         },
@@ -167,7 +171,14 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
   async stopAllShards(opts: { timeoutMs: number; signal?: AbortSignal }): Promise<StopAllShardsResult> {
     this.#reconciler?.dispose();
     return stopAllShards(
-      { nodes: this.#nodes.values(), replicas: this.replicas(), send: (nodeId, msg) => this.#sessions.sendTo(nodeId, msg) !== undefined, events: this, log: this.#log },
+      {
+        nodes: this.#nodes.values(),
+        shards: this.#reconciler?.shardRecords() ?? [],
+        send: (nodeId, msg) => this.#sessions.sendTo(nodeId, msg) !== undefined,
+        events: this,
+        rankZeroStopWaitMs: this.#rankZeroStopWaitMs,
+        log: this.#log,
+      },
       opts,
     );
   }

@@ -56,6 +56,6 @@ export interface NodeRecord {
   lastHeartbeatAt?: Date;
   /** Fresh readings from heartbeats, in inventory order. */
   gpuMemoryUsedMb: number[];
-  /** Every shard the node has told us about, by id. */
-  shards: Map<string, { replicaId: string; state: ShardState }>;
+  /** Every shard the node has told us about, by id; rank and nnodes when its running_shards entry gave them. */
+  shards: Map<string, { replicaId: string; state: ShardState; rank?: number; nnodes?: number }>;
 }

@@ -36,6 +36,8 @@ export interface ReconcilerOptions {
   retryBackoffMs: number;
   /** How long adopted shards of a multi-node replica wait for their other ranks' nodes. */
   nodeGraceMs: number;
+  /** How long a stopped multi-node replica's worker ranks wait for rank 0 to be reported gone. */
+  rankZeroStopWaitMs: number;
   placementDelayMs: number;
   logger: Logger;
 }
@@ -63,7 +65,12 @@ export class Reconciler {
     this.#host = host;
     this.#log = opts.logger;
     this.#ports = new PortPool(opts.portRange, opts.avoidPorts);
-    this.#stopping = new StoppingShards(this.#ports, (nodeId, msg) => host.send(nodeId, msg));
+    this.#stopping = new StoppingShards({
+      ports: this.#ports,
+      send: (nodeId, msg) => host.send(nodeId, msg),
+      rankZeroStopWaitMs: opts.rankZeroStopWaitMs,
+      log: this.#log,
+    });
     this.#lifecycle = new ReplicaLifecycle({
       log: this.#log,
       ports: this.#ports,
@@ -105,6 +112,9 @@ export class Reconciler {
   dispose(): void {
     this.#disposed = true;
     clearTimeout(this.#settleTimer);
+    // Stops still held behind a rank 0 are not sent: stopAllShards, or the
+    // next control plane on re-registration, stops those shards itself.
+    this.#stopping.dispose();
     for (const r of this.#replicas.values()) {
       clearTimeout(r.retryTimer);
       clearTimeout(r.waitTimer);
@@ -136,7 +146,7 @@ export class Reconciler {
     if (stopping) {
       // The stop may have been lost with the previous stream; saying it again is harmless.
       log.info('shard told to stop is still running; stopping it again');
-      this.#stopping.sendStop(nodeId, rs.shardId);
+      this.#stopping.resendStop(nodeId, rs.shardId);
       return;
     }
     const replica = this.#replicas.get(rs.replicaId);
@@ -287,6 +297,11 @@ export class Reconciler {
     for (const r of this.#replicas.values()) r.shards.forEach(add);
     for (const s of this.#stopping.values()) add(s);
     return owners;
+  }
+
+  /** Every shard placed or adopted (current generations) and every one still stopping. */
+  shardRecords(): ShardRecord[] {
+    return [...[...this.#replicas.values()].flatMap((r) => r.shards), ...this.#stopping.values()];
   }
 
   replicaViews(): ReplicaView[] {

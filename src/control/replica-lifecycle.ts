@@ -75,15 +75,15 @@ export class ReplicaLifecycle {
    */
   fail(replica: ReplicaRecord, why: string, backoffMs: number): void {
     const log = this.#log.child({ replica: replica.spec.id });
+    const live: ShardRecord[] = [];
     for (const s of replica.shards) {
       clearTimeout(s.startupTimer);
       s.startupTimer = undefined;
-      if (TERMINAL_SHARD_STATES.has(s.state)) {
-        releaseShardPorts(this.#p.ports, s);
-        continue;
-      }
-      this.#p.stopping.stop(s);
+      if (TERMINAL_SHARD_STATES.has(s.state)) releaseShardPorts(this.#p.ports, s);
+      else live.push(s);
     }
+    // All at once, so that rank 0 is stopped before the ranks that serve it.
+    this.#p.stopping.stop(live);
     replica.shards = [];
     replica.lastError = why;
     clearTimeout(replica.waitTimer);

@@ -2,6 +2,7 @@ import { toProtoJson } from '../lib/proto-json.js';
 import { RegisterSchema, ShardStatusSchema } from '../gen/llmgw/v1/agent_pb.js';
 import { usageError } from '../lib/errors.js';
 import { ControlPlane, type ControlPlaneOptions } from './control-plane.js';
+import { DEFAULT_AGENT_STOP_GRACE_MS } from './rank-ordered-stops.js';
 
 export interface ServeControlPlaneOptions extends ControlPlaneOptions {
   listen: { host: string; port: number };
@@ -22,8 +23,12 @@ export interface ServeControlPlaneOptions extends ControlPlaneOptions {
   onProgress?: (line: string) => void;
 }
 
-/** The agent's default stop_grace (30s) plus slack for the reports to arrive. */
-export const STOP_ON_EXIT_TIMEOUT_MS = 40_000;
+/**
+ * Rank 0's stop and then its worker ranks' (a multi-node replica is stopped
+ * in that order), each up to the agent's default stop_grace (30s), plus
+ * slack for the reports to arrive.
+ */
+export const STOP_ON_EXIT_TIMEOUT_MS = 2 * DEFAULT_AGENT_STOP_GRACE_MS + 10_000;
 
 /** Runs a control plane until `signal` aborts, then closes it; `llmgw dev control-plane` is this. */
 export async function serveControlPlane(opts: ServeControlPlaneOptions): Promise<{ url: string }> {

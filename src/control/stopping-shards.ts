@@ -1,20 +1,33 @@
 import { create } from '@bufbuild/protobuf';
 import { type ControlMessage, type RunningShard, StopShardSchema } from '../gen/llmgw/v1/agent_pb.js';
+import type { Logger } from '../lib/logger.js';
 import type { PortPool } from './port-pool.js';
+import { RankOrderedStops } from './rank-ordered-stops.js';
 import type { ShardRecord } from './replica-record.js';
 import { generationOf } from './replica-shard-id.js';
 import { shardFromRunning } from './shard-from-running.js';
 import { releaseShardPorts, reserveShardPorts } from './shard-ports.js';
+
+export interface StoppingShardsOptions {
+  ports: PortPool;
+  /** Sends to a node's current stream; false when the node is not connected. */
+  send: (nodeId: string, msg: ControlMessage['msg']) => boolean;
+  /** How long a multi-node replica's worker ranks wait for rank 0 to be reported gone (DEFAULT_RANK_ZERO_STOP_WAIT_MS). */
+  rankZeroStopWaitMs: number;
+  log: Logger;
+}
 
 /** Shards told to stop, kept until reported gone: their GPUs and ports are not free before that. */
 export class StoppingShards {
   readonly #shards = new Map<string, ShardRecord>();
   readonly #ports: PortPool;
   readonly #send: (nodeId: string, msg: ControlMessage['msg']) => boolean;
+  readonly #ordered: RankOrderedStops<ShardRecord>;
 
-  constructor(ports: PortPool, send: (nodeId: string, msg: ControlMessage['msg']) => boolean) {
-    this.#ports = ports;
-    this.#send = send;
+  constructor(opts: StoppingShardsOptions) {
+    this.#ports = opts.ports;
+    this.#send = opts.send;
+    this.#ordered = new RankOrderedStops({ rankZeroWaitMs: opts.rankZeroStopWaitMs, send: (s) => this.#sendStop(s.nodeId, s.shardId), log: opts.log });
   }
 
   get(shardId: string): ShardRecord | undefined {
@@ -25,11 +38,15 @@ export class StoppingShards {
     return this.#shards.values();
   }
 
-  /** Books s (whose ports are already booked) until it is reported gone, and tells its node to stop it. */
-  stop(s: ShardRecord): void {
-    this.#shards.set(s.shardId, s);
+  /**
+   * Books shards (whose ports are already booked) until each is reported
+   * gone, and tells their nodes to stop them: a multi-node replica's rank 0
+   * first, its other ranks once rank 0 is gone (RankOrderedStops).
+   */
+  stop(shards: readonly ShardRecord[]): void {
+    for (const s of shards) this.#shards.set(s.shardId, s);
     // A node that is away gets the stop when it re-registers with the shard.
-    this.sendStop(s.nodeId, s.shardId);
+    this.#ordered.stop(shards);
   }
 
   /**
@@ -40,16 +57,26 @@ export class StoppingShards {
   stopRunning(nodeId: string, rs: RunningShard): void {
     const s = shardFromRunning(nodeId, rs, generationOf(rs.shardId) ?? 0);
     reserveShardPorts(this.#ports, s);
-    this.stop(s);
+    this.stop([s]);
   }
 
-  sendStop(nodeId: string, shardId: string): void {
-    this.#send(nodeId, { case: 'stop', value: create(StopShardSchema, { shardId }) });
+  /** Says the stop again (it may have been lost with a node's previous stream), unless it is held behind rank 0. */
+  resendStop(nodeId: string, shardId: string): void {
+    if (!this.#ordered.isHeld(shardId)) this.#sendStop(nodeId, shardId);
   }
 
-  /** The shard is gone: its GPUs and ports are free again. */
+  #sendStop(nodeId: string, shardId: string): boolean {
+    return this.#send(nodeId, { case: 'stop', value: create(StopShardSchema, { shardId }) });
+  }
+
+  /** The shard is gone: its GPUs and ports are free again, and the ranks held behind it are stopped. */
   drop(s: ShardRecord): void {
     this.#shards.delete(s.shardId);
     releaseShardPorts(this.#ports, s);
+    this.#ordered.gone(s.shardId);
+  }
+
+  dispose(): void {
+    this.#ordered.dispose();
   }
 }

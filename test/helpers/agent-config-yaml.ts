@@ -37,6 +37,8 @@ export interface AgentProcessOptions {
   simEnabled?: boolean;
   /** discovery.foreign_memory_share; the default (5%) refuses the fake box's GPUs 3 and 4. */
   foreignMemoryShare?: string;
+  /** More supervisor keys, as YAML lines without their indent (`stall_timeout: 5s`). */
+  supervisor?: string[];
 }
 
 /** The engines block every test agent has: the sim, which production nodes do not register, enabled. */
@@ -77,6 +79,7 @@ export function agentConfigYaml(o: AgentProcessOptions): string {
     '  stop_grace: 3s',
     '  worker_settle: 1s',
     '  health_interval: 500ms',
+    ...(o.supervisor ?? []).map((line) => `  ${line}`),
     'admin:',
     `  socket: ${o.dirs.socket}`,
     'log_level: debug',

@@ -3,7 +3,7 @@ import { PROBE_TIMEOUT_MS, type ProbeResult, httpGet, probeHealth } from './http
 import type { PortOwnerCheck } from './port-owner-check.js';
 import { readCounters } from './read-counter.js';
 import { readGauges } from './read-gauge.js';
-import { StallDetector } from './stall-detector.js';
+import { StallDetector, type StallVerdict } from './stall-detector.js';
 
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
 export const UNHEALTHY_AFTER_FAILURES = 3;
@@ -78,12 +78,34 @@ export function watchHealth(opts: {
   let last: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
   let timer: NodeJS.Timeout | undefined;
 
+  /** Whether the last probe reached the engine's own socket: only then may its /metrics be read. */
+  let reachedEngine = false;
   const probe = async (): Promise<ProbeResult> => {
+    reachedEngine = false;
     const owner = await portOwner?.();
     // Nothing listening is what a refused connection says, learnt without one.
     if (owner?.owner === 'nobody') return { ok: false, loading: false, reason: 'nothing listens on the port' };
     if (owner?.owner === 'other') return { ok: false, loading: false, reason: owner.reason };
+    reachedEngine = true;
     return probeHealth(baseUrl, { timeoutMs, signal, healthPath });
+  };
+
+  /** The stall detector's verdict on the engine's /metrics now; undefined when there is none to read. */
+  const readStall = async (): Promise<StallVerdict | undefined> => {
+    if (!detector || !stall) return undefined;
+    let text: string;
+    try {
+      const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs, signal });
+      if (r.status !== 200) return undefined;
+      text = r.body;
+    } catch {
+      return undefined;
+    }
+    return detector.observe({
+      atMs: performance.now(),
+      requestsRunning: readGauges(text, stall.runningGauges),
+      progress: readCounters(text, stall.progressCounters),
+    });
   };
 
   const judge = async (): Promise<HealthVerdict> => {
@@ -93,7 +115,13 @@ export function watchHealth(opts: {
       reason: errorMessage(err),
     }));
     if (!result.ok) {
-      if (++failures >= UNHEALTHY_AFTER_FAILURES) {
+      failures++;
+      // A health check that is a generation (SGLang's /health_generate) hangs
+      // with a stalled engine, whose /metrics still answers: that says why,
+      // where "probes failed" would not.
+      const v = reachedEngine ? await readStall() : undefined;
+      if (v?.state === 'stalled') return { healthy: false, cause: 'stalled', why: v.reason };
+      if (failures >= UNHEALTHY_AFTER_FAILURES) {
         return { healthy: false, cause: 'probes', why: `${failures} health probes failed in a row: ${result.reason}` };
       }
       return last;
@@ -101,19 +129,8 @@ export function watchHealth(opts: {
     const wasFailing = last.cause === 'probes';
     failures = 0;
     if (!detector || !stall) return { healthy: true, cause: undefined, why: wasFailing ? '/health answers again' : 'answers /health' };
-    let text: string;
-    try {
-      const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs, signal });
-      if (r.status !== 200) return wasFailing ? { healthy: true, cause: undefined, why: '/health answers again' } : last;
-      text = r.body;
-    } catch {
-      return wasFailing ? { healthy: true, cause: undefined, why: '/health answers again' } : last;
-    }
-    const v = detector.observe({
-      atMs: performance.now(),
-      requestsRunning: readGauges(text, stall.runningGauges),
-      progress: readCounters(text, stall.progressCounters),
-    });
+    const v = await readStall();
+    if (v === undefined) return wasFailing ? { healthy: true, cause: undefined, why: '/health answers again' } : last;
     if (v.state === 'stalled') return { healthy: false, cause: 'stalled', why: v.reason };
     const again = last.cause === 'stalled' ? `generating again (${v.reason})` : wasFailing ? '/health answers again' : v.reason;
     return { healthy: true, cause: undefined, why: again };

@@ -1,0 +1,111 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
+import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
+import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { doubleStart, streamChat } from '../../helpers/double-shards.js';
+import { freePort, until } from '../../helpers/engine-processes.js';
+import { FAKE_SGLANG, FAKE_VLLM, consumeStream } from '../../helpers/fake-engines.js';
+import { useSupervisors } from '../../helpers/use-supervisors.js';
+
+/*
+ * The supervisor reading the engine doubles' series the way each engine's
+ * watch names them (VllmEngine.watch, SglangEngine.watch): what a drain
+ * counts, and what stall detection calls progress.
+ */
+
+const harness = useSupervisors();
+const loads: AbortController[] = [];
+afterEach(() => {
+  for (const a of loads.splice(0)) a.abort();
+});
+
+const engines = {
+  vllm: new VllmEngine({ command: [FAKE_VLLM, 'serve'] }, 'lo'),
+  sglang: new SglangEngine({ command: [FAKE_SGLANG, 'serve'] }, 'lo'),
+};
+
+async function readyDouble(engine: 'vllm' | 'sglang', id: string, args: string[], over: Partial<SupervisorConfig> = {}) {
+  const sup = harness.newSupervisor(over);
+  const seen: ShardTransition[] = [];
+  sup.on('transition', (t) => seen.push(t));
+  const port = await freePort();
+  const spec = doubleStart(engine, id, port, { args });
+  const plan = engines[engine].command(spec);
+  await sup.start(spec, { plan, servesHttp: true, watch: engines[engine].watch(spec, plan) });
+  await sup.settle(id, { timeoutMs: 30_000 });
+  return { sup, port, seen };
+}
+
+/** `n` streams that run until the test ends. */
+function streams(port: number, n: number, maxTokens: number): void {
+  const ac = new AbortController();
+  loads.push(ac);
+  const body = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: maxTokens, stream: true });
+  for (let i = 0; i < n; i++) {
+    void fetch(`http://127.0.0.1:${port}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: ac.signal })
+      .then((r) => r.text())
+      .catch(() => undefined);
+  }
+}
+
+const unhealthy = (seen: ShardTransition[]) => seen.filter((t) => t.to === ShardState.UNHEALTHY).map((t) => t.shard.error);
+
+describe('in flight for a drain (review §0 #5)', () => {
+  it.each(['vllm', 'sglang'] as const)('counts the requests %s holds waiting, not only those it runs', async (engine) => {
+    const { sup, port } = await readyDouble(engine, `drain-${engine}`, ['--sim-max-running', '1', '--sim-token-latency', '50ms']);
+    streams(port, 3, 10_000);
+    // One in the batch, two queued: a drain that saw 1 ended while two still waited.
+    await until(async () => (await sup.inFlight(`drain-${engine}`)) === 3, 'three requests in flight', 10_000);
+    expect(await sup.inFlight(`drain-${engine}`)).toBe(3);
+  });
+});
+
+describe('progress, per engine and per model kind (review §0 #1, #9)', () => {
+  it('never calls a vLLM embedding model under steady load stalled: its requests finish, it generates no token', async () => {
+    const { port, seen } = await readyDouble('vllm', 'embed', ['--runner', 'pooling', '--sim-embed-latency', '300ms'], {
+      stallTimeoutMs: 1500,
+      healthIntervalMs: 200,
+    });
+    const ac = new AbortController();
+    loads.push(ac);
+    // Two clients back to back: always a request running, never a generation token.
+    const client = async () => {
+      while (!ac.signal.aborted) {
+        await fetch(`http://127.0.0.1:${port}/v1/embeddings`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'm', input: 'a sentence to embed' }),
+          signal: ac.signal,
+        })
+          .then((r) => r.text())
+          .catch(() => undefined);
+      }
+    };
+    void client();
+    void client();
+    await new Promise((r) => setTimeout(r, 5000));
+    const metrics = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();
+    expect(metrics).toMatch(/vllm:generation_tokens_total\{[^}]*\} 0/);
+    expect(unhealthy(seen)).toEqual([]);
+  });
+
+  it('calls an SGLang engine that stops producing tokens stalled, as before', async () => {
+    const { port, seen } = await readyDouble('sglang', 'g-hung', ['--sim-stall-after', '1s', '--sim-token-latency', '20ms'], {
+      stallTimeoutMs: 2000,
+      healthIntervalMs: 300,
+    });
+    streams(port, 2, 100_000);
+    await until(() => unhealthy(seen).length > 0, 'UNHEALTHY', 20_000);
+    expect(unhealthy(seen)[0]).toMatch(/^stalled: 2 requests running, no token generated for \d+ s$/);
+  });
+
+  it('keeps an SGLang shard READY through one stream far longer than stall_timeout, though no request finishes', async () => {
+    const { port, seen } = await readyDouble('sglang', 'g-long', ['--sim-token-latency', '20ms'], { stallTimeoutMs: 2000, healthIntervalMs: 300 });
+    // 8 s of one generation: generation_tokens_total stays flat until it ends (metrics_collector.py:1740-1757).
+    const got = await consumeStream(await streamChat(port, 400));
+    expect(got).toEqual({ tokens: 400, done: true });
+    expect(unhealthy(seen)).toEqual([]);
+  });
+});

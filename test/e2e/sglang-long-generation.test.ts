@@ -1,0 +1,75 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type AgentMessage, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentDirs, type AgentProcess, agentDirs, startAgentProcess } from '../helpers/agent-process.js';
+import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
+import { freePort, killEverything, removeDir } from '../helpers/engine-processes.js';
+import { consumeStream } from '../helpers/fake-engines.js';
+import { isRegister, shardIs } from '../helpers/sim-shards.js';
+import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+
+/*
+ * Issue 25's acceptance, as stated: a 60 s healthy generation on SGLang with
+ * stall_timeout: 5s is never UNHEALTHY; a hung one is, "stalled". SGLang's
+ * sglang:generation_tokens_total grows once per finished request
+ * (S:python/sglang/srt/observability/metrics_collector.py:1740-1757 at
+ * v0.5.18), so one long stream left it flat for its whole length; the agent
+ * reads sglang:realtime_tokens_total, which grows every decode step. Its own
+ * file, so the minute it takes runs beside the other files.
+ */
+
+const NODE = 'node-long';
+const S = ShardState;
+let cp: StartedControlPlane;
+let agent: AgentProcess;
+let dirs: AgentDirs;
+
+beforeAll(async () => {
+  cp = await startControlPlane();
+  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-long-')));
+  const registered = cp.cp.waitFor(NODE, isRegister, 30_000);
+  agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, supervisor: ['stall_timeout: 5s'] });
+  await registered;
+});
+
+afterAll(async () => {
+  await agent?.stop();
+  await cp?.close();
+  if (dirs) {
+    await killEverything(dirs.logDir);
+    removeDir(dirs.root);
+  }
+});
+
+const statesOf = (id: string) =>
+  cp.cp
+    .messages(NODE)
+    .filter((m: AgentMessage) => m.msg.case === 'shard' && m.msg.value.shardId === id)
+    .map((m) => m.msg.value as ShardStatus);
+
+async function ready(id: string, port: number, args: string[], gpu: number): Promise<void> {
+  const settled = cp.cp.waitFor(NODE, shardIs(id, S.READY, S.FAILED, S.EXITED), 60_000);
+  cp.cp.send(NODE, { case: 'start', value: doubleStart('sglang', id, port, { gpus: [gpu], args }) });
+  const s = (await settled).msg.value as ShardStatus;
+  expect(s.state, s.error).toBe(S.READY);
+}
+
+describe('SGLang stall detection with stall_timeout 5s', () => {
+  it('never calls a 60 s generation UNHEALTHY, and calls a hung one stalled', { timeout: 150_000 }, async () => {
+    const [longPort, hungPort] = [await freePort(), await freePort()];
+    await ready('g-60s', longPort, ['--sim-token-latency', '50ms'], 0);
+    await ready('g-hung', hungPort, ['--sim-token-latency', '50ms', '--sim-stall-after', '3s'], 1);
+    void streamChat(hungPort, 100_000)
+      .then((r) => consumeStream(r))
+      .catch(() => undefined);
+    const stalled = cp.cp.waitFor(NODE, shardIs('g-hung', S.UNHEALTHY), 90_000);
+    const started = Date.now();
+    const got = await consumeStream(await streamChat(longPort, 1200));
+    expect(Date.now() - started).toBeGreaterThanOrEqual(60_000);
+    expect(got).toEqual({ tokens: 1200, done: true });
+    expect(statesOf('g-60s').map((s) => S[s.state])).toEqual(['STARTING', 'READY']);
+    expect(((await stalled).msg.value as ShardStatus).error).toMatch(/^stalled: 1 request running, no token generated for \d+ s$/);
+  });
+});

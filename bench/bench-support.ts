@@ -92,6 +92,8 @@ export interface SpawnAgentOptions {
   healthInterval?: string;
   /** supervisor.worker_settle; 10s (the default). */
   workerSettle?: string;
+  /** supervisor.stop_grace; the tests' 3s unless a figure needs an engine's own drain to end a stop. */
+  stopGrace?: string;
 }
 
 export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOptions = {}): BenchAgent {
@@ -104,7 +106,8 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOpti
   let yaml = agentConfigYaml({ server, dirs, nodeId: opts.nodeId, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml, foreignMemoryShare: '100%' })
     .replace('log_level: debug', 'log_level: warn')
     .replace(/^ {2}health_interval: .*$/m, `  health_interval: ${opts.healthInterval ?? '10s'}`)
-    .replace(/^ {2}worker_settle: .*$/m, `  worker_settle: ${opts.workerSettle ?? '10s'}`);
+    .replace(/^ {2}worker_settle: .*$/m, `  worker_settle: ${opts.workerSettle ?? '10s'}`)
+    .replace(/^ {2}stop_grace: .*$/m, `  stop_grace: ${opts.stopGrace ?? '3s'}`);
   if (opts.reconnect) yaml = yaml.replace(/^reconnect_base: .*$/m, `reconnect_base: ${opts.reconnect.base}`).replace(/^reconnect_max: .*$/m, `reconnect_max: ${opts.reconnect.max}`);
   writeFileSync(config, yaml);
   const spawnedAtMs = Date.now();

@@ -1,6 +1,5 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { request } from 'node:http';
 import { create } from '@bufbuild/protobuf';
 import { probeReady } from '../src/agent/supervisor/http-probe.js';
 import { UNHEALTHY_PROBE_INTERVAL_MS } from '../src/agent/supervisor/health-watch.js';
@@ -10,36 +9,8 @@ import { until } from '../test/helpers/engine-processes.js';
 import { BIN } from '../test/helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
 import { controlPlane, cpuSeconds, freePort, newRoot, sleep, spawnAgent } from './bench-support.js';
+import { BENCH_PROBE_MS, answers200, firstAnswer } from './first-answer.js';
 import type { BenchRow } from './fleet-figure.js';
-
-/** How often the bench itself asks a loading engine whether it answers: the resolution of "the engine's first answer". */
-const BENCH_PROBE_MS = 5;
-
-/** One GET to 127.0.0.1:`port``path`, true when it answered 200; false for a refused connection or anything else. */
-function answers200(port: number, path: string): Promise<boolean> {
-  return new Promise((resolve) => {
-    const req = request({ host: '127.0.0.1', port, path, agent: false, timeout: 1000 }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode === 200));
-    });
-    req.on('error', () => resolve(false));
-    req.on('timeout', () => req.destroy());
-    req.end();
-  });
-}
-
-/**
- * When the engine on `port` first answered /health 200 and listed its model,
- * seen from here every BENCH_PROBE_MS (so up to that much late: the figure
- * errs long, never short). A refused connection costs the engine nothing.
- */
-async function firstAnswer(port: number, signal: AbortSignal): Promise<number> {
-  while (!signal.aborted) {
-    if ((await answers200(port, '/health')) && (await answers200(port, '/v1/models'))) return performance.now();
-    await sleep(BENCH_PROBE_MS);
-  }
-  return Number.NaN;
-}
 
 const pct = (xs: number[], p: number) => {
   const s = [...xs].sort((a, b) => a - b);
@@ -78,7 +49,7 @@ async function engineAnswerToReady(loadMs: number, samples: number, parallel: nu
         const answered = firstAnswer(port, ac.signal);
         const m = await ready;
         ac.abort();
-        const answeredAt = await answered;
+        const { answeredAt } = await answered;
         cp.off('message', onMessage);
         if (m.msg.case !== 'shard' || m.msg.value.state !== ShardState.READY) throw new Error(`shard ${id} did not become READY: ${m.msg.value && 'error' in m.msg.value ? m.msg.value.error : ''}`);
         // READY before the bench saw an answer: the bench's own probe was late; the lag is then under its resolution.
@@ -128,7 +99,7 @@ async function unhealthyToReady(samples: number): Promise<number[]> {
       cp.on('message', onMessage);
       const ac = new AbortController();
       process.kill(pid, 'SIGCONT');
-      const answeredAt = await firstAnswer(port, ac.signal);
+      const { answeredAt } = await firstAnswer(port, ac.signal);
       await until(() => !Number.isNaN(readyAt), 'READY after SIGCONT', 30_000);
       cp.off('message', onMessage);
       lagMs.push(Math.max(0, readyAt - answeredAt));

@@ -6,7 +6,8 @@
  *   npx tsx bench/run.ts [--quick] [--only 1,3,9] [--cpu-prof DIR]
  *
  * --quick shortens the long figures (5: 15 s instead of 60 s, 2,000 instead
- * of 10,000 heartbeats; 8: 96 instead of 500 shards) for a trial run.
+ * of 10,000 heartbeats; 8: 96 instead of 500 shards; 12 and 13: 2 stops and
+ * 3 starts per engine instead of 5 and 10) for a trial run.
  * --cpu-prof runs every agent under `node --cpu-prof`, writing .cpuprofile
  * files to DIR (open them in Chrome DevTools); such a run's figures are
  * printed but not written to RESULTS.md, as profiling slows the agent.
@@ -49,6 +50,7 @@ import {
   startShards,
   freePort,
 } from './bench-support.js';
+import { readyAfterAnswerFigure, stopDrainFigure } from './engine-behaviour-figures.js';
 import { fleetFigure } from './fleet-figure.js';
 import { floorFigures } from './floor-figures.js';
 import { readinessFigure } from './readiness-figure.js';
@@ -649,6 +651,8 @@ FIGURES.fleet = () => fleetFigure(rows, notes);
 FIGURES.pidfd = figPidfd;
 FIGURES.floor = () => floorFigures(rows, notes, quick);
 FIGURES['11'] = () => readinessFigure(rows, notes, quick);
+FIGURES['12'] = () => stopDrainFigure(rows, notes, quick);
+FIGURES['13'] = () => readyAfterAnswerFigure(rows, notes, quick);
 
 function table(): string {
   const head = '| # | figure | measured | reference | target | met |\n|---|---|---|---|---|---|';

@@ -53,6 +53,26 @@ describe('state files', () => {
     }
   });
 
+  it('keeps the engine watch, and refuses a file whose watch is not one', async () => {
+    const watch = {
+      healthPort: 30001,
+      healthPath: '/health_generate',
+      probeTimeoutMs: 5000,
+      readiness: 'health' as const,
+      runningGauges: ['sglang:num_running_reqs'],
+      inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs'],
+      progressCounters: ['sglang:realtime_tokens_total'],
+      apiKey: 'k',
+    };
+    await writeStateFile(stateFilePath(dir, 's0'), { ...sample(), watch });
+    const read = await readStateFile(stateFilePath(dir, 's0'), 's0');
+    expect(read.ok && read.file.watch).toEqual(watch);
+    const text = JSON.parse(readFileSync(stateFilePath(dir, 's0'), 'utf8'));
+    text.watch.healthPath = 'health';
+    writeFileSync(stateFilePath(dir, 's0'), JSON.stringify(text));
+    expect(await readStateFile(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file field watch.healthPath is missing or invalid' });
+  });
+
   it('replaces a planted symlink on write instead of writing through it', async () => {
     const victim = join(dir, 'victim');
     writeFileSync(victim, 'precious');

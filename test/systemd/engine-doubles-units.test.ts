@@ -1,0 +1,272 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type AgentMessage, ShardState, type ShardStatus, type StartShard, StartShardSchema, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentDirs, agentConfigYaml, agentDirs } from '../helpers/agent-config-yaml.js';
+import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
+import { FAKE_SGLANG, FAKE_VLLM, consumeStream } from '../helpers/fake-engines.js';
+import { freeFakeGpu } from '../helpers/fake-gpus.js';
+import { isRegister, shardIs } from '../helpers/sim-shards.js';
+import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+import { AGENT_UNIT, type SystemdLab, agentLogDropIn, bootLab, installAgentUnit, labLeftovers, labUnavailableReason, stopAllLabs } from '../helpers/systemd-lab.js';
+
+/*
+ * The engine doubles (bin/fake-vllm, bin/fake-sglang: vLLM's and SGLang's own
+ * command lines, their workers' and schedulers' signal handling as their
+ * source has it) as the agent's vllm and sglang engines, each in its
+ * transient unit under a real systemd: the lab's, PID 1 of its own pid,
+ * mount and cgroup namespaces (test/helpers/systemd-lab-boot.sh). The agent
+ * runs as the packaged unit with launcher auto, so it picks systemd-run.
+ * A stop that SIGTERMs the unit's whole cgroup (what KillMode=control-group
+ * did) kills vLLM's TP workers and SGLang's schedulers under the draining
+ * engine and cuts every in-flight request (engine-fidelity review §0 #2);
+ * these tests stream through a StopShard to prove it goes to the main
+ * process only. The lab shares the host's network namespace, so the test
+ * reaches an engine on 127.0.0.1. The agent reports the lab's pids; a unit's
+ * cgroup, read on the host, lists host pids. The direct launcher's
+ * counterpart is test/e2e/engine-doubles.test.ts.
+ */
+
+const NODE = 'node-dd';
+const S = ShardState;
+const unitOf = (id: string) => `llmgw-shard-${id}.service`;
+const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;
+const unavailable = await labUnavailableReason();
+
+/**
+ * 10 s, not the test config's 3 s: SGLang's drain loop sleeps 5 s before its
+ * first look for requests left (tokenizer_manager.py:3114-3158), so a
+ * shorter grace SIGKILLs every SGLang stop. vLLM is then told
+ * --shutdown-timeout 8.
+ */
+const STOP_GRACE = '10s';
+
+/** Where systemd keeps unit cgroups on this host, looked up as the agent does (src/lib/systemd/unit-cgroup-procs.ts). */
+const CGROUP_ROOT = ['/sys/fs/cgroup', '/sys/fs/cgroup/unified', '/sys/fs/cgroup/systemd'].find((r) => existsSync(join(r, 'cgroup.procs')));
+
+/** The engines block of the brief: the agent's own vllm and sglang argv, run by the doubles. */
+const ENGINES_YAML = ['engines:', '  vllm:', `    command: [${FAKE_VLLM}, serve]`, '  sglang:', `    command: [${FAKE_SGLANG}, serve]`, ''].join('\n');
+
+interface Fixture {
+  lab: SystemdLab;
+  cp: StartedControlPlane;
+  root: string;
+  dirs: AgentDirs;
+}
+let f: Fixture;
+
+function configYaml(cpUrl: string, dirs: AgentDirs): string {
+  // No launcher line: the default, auto, picks systemd-run under the lab's systemd.
+  const yaml = agentConfigYaml({ server: cpUrl, dirs, nodeId: NODE, extraYaml: ENGINES_YAML });
+  if (!yaml.includes('\n  stop_grace: 3s\n')) throw new Error('agentConfigYaml no longer sets stop_grace: 3s; update configYaml');
+  return yaml.replace('\n  stop_grace: 3s\n', `\n  stop_grace: ${STOP_GRACE}\n`);
+}
+
+/** A StartShard of the vllm or sglang engine serving org/m as 'm' on `port`, one tensor-parallel rank per GPU. */
+function doubleStart(engine: 'vllm' | 'sglang', shardId: string, port: number, gpus: number[], args: string[]): StartShard {
+  return create(StartShardSchema, {
+    shardId,
+    replicaId: `r-${shardId}`,
+    rank: 0,
+    nnodes: 1,
+    gpuIndices: gpus,
+    httpPort: port,
+    profile: { name: `${engine}-double`, engine, model: 'org/m', servedModelName: 'm', tensorParallelSize: gpus.length, args },
+  });
+}
+
+function agentLog(): string {
+  try {
+    return readFileSync(join(f.root, 'agent.log'), 'utf8').split('\n').slice(-30).join('\n');
+  } catch {
+    return '(no agent log)';
+  }
+}
+
+const shardLog = (id: string) => readFileSync(join(f.dirs.logDir, 'shards', `${id}.log`), 'utf8');
+
+/** What the agent reported of shard `id` so far, in order. */
+const statesOf = (id: string) =>
+  f.cp.cp
+    .messages(NODE)
+    .filter((m) => m.msg.case === 'shard' && m.msg.value.shardId === id)
+    .map((m) => S[statusOf(m).state]);
+
+async function startShard(spec: StartShard): Promise<ShardStatus> {
+  const settled = f.cp.cp.waitFor(NODE, shardIs(spec.shardId, S.READY, S.FAILED, S.EXITED), 30_000);
+  f.cp.cp.send(NODE, { case: 'start', value: spec });
+  const st = statusOf(await settled);
+  expect(S[st.state], `${st.error}\n${agentLog()}`).toBe('READY');
+  return st;
+}
+
+/** Sends StopShard; resolves with the shard's STOPPED or FAILED status and when it arrived. */
+async function stopShard(id: string): Promise<{ status: ShardStatus; atMs: number }> {
+  const ended = f.cp.cp.waitFor(NODE, shardIs(id, S.STOPPED, S.FAILED), 30_000);
+  f.cp.cp.send(NODE, { case: 'stop', value: create(StopShardSchema, { shardId: id }) });
+  const status = statusOf(await ended);
+  return { status, atMs: Date.now() };
+}
+
+/**
+ * The pids in a unit's cgroup, read on the host (the lab's ControlGroup is
+ * the host's path), so they are host pids, not the lab's; [] once systemd
+ * removed the cgroup.
+ */
+function cgroupProcs(controlGroup: string): number[] {
+  if (!CGROUP_ROOT) throw new Error('no cgroup hierarchy with cgroup.procs on this host');
+  const file = join(CGROUP_ROOT, controlGroup, 'cgroup.procs');
+  if (!existsSync(file)) return [];
+  return readFileSync(file, 'utf8').split('\n').filter(Boolean).map(Number);
+}
+
+/** Whether host pid `pid` runs (a zombie does not). */
+function hostAlive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !['Z', 'X'].includes(stat.slice(stat.lastIndexOf(')') + 2, stat.lastIndexOf(')') + 3));
+  } catch {
+    return false;
+  }
+}
+
+/** POSTs a streamed completion of exactly `maxTokens` to the engine on `port`. */
+function streamCompletion(port: number, maxTokens: number): Promise<Response> {
+  return fetch(`http://127.0.0.1:${port}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ model: 'm', prompt: 'hi', max_tokens: maxTokens, stream: true }),
+  });
+}
+
+/**
+ * Starts a streamed completion of `tokens` on a READY shard, sends StopShard
+ * once a few tokens are in, and returns what the client got, how many tokens
+ * it had when the stop was sent, and the unit's pids and cgroup as they were
+ * before it.
+ */
+async function streamThroughStop(id: string, port: number, tokens: number) {
+  const unit = unitOf(id);
+  const controlGroup = await f.lab.show(unit, 'ControlGroup');
+  const before = cgroupProcs(controlGroup);
+  expect(before.filter(hostAlive)).toEqual(before);
+  const res = await streamCompletion(port, tokens);
+  expect(res.status).toBe(200);
+  let seen = 0;
+  let fifth: () => void = () => {};
+  const fifthToken = new Promise<void>((r) => {
+    fifth = r;
+  });
+  const stream = consumeStream(res, (n) => {
+    seen = n;
+    if (n === 5) fifth();
+  }).then((got) => ({ ...got, atMs: Date.now() }));
+  // A stream that ends short of five tokens fails below rather than hanging here.
+  void stream.then(fifth);
+  await fifthToken;
+  const tokensAtStop = seen;
+  const stopped = stopShard(id);
+  stopped.catch(() => {});
+  const got = await stream;
+  const { status, atMs: stoppedAtMs } = await stopped;
+  return { got, tokensAtStop, status, stoppedAtMs, controlGroup, before };
+}
+
+describe.skipIf(unavailable !== undefined)(
+  unavailable ? `vLLM and SGLang doubles in transient units under a real systemd (skipped: ${unavailable})` : 'vLLM and SGLang doubles in transient units under a real systemd',
+  { timeout: 40_000 },
+  () => {
+    beforeAll(async () => {
+      const root = mkdtempSync(join(tmpdir(), 'llmgw-sddoubles-'));
+      const lab = await bootLab({ logFile: join(root, 'systemd-lab-boot.log') });
+      const cp = await startControlPlane();
+      const dirs = agentDirs(root);
+      f = { lab, cp, root, dirs };
+      const configPath = join(root, 'agent.yaml');
+      writeFileSync(configPath, configYaml(cp.url, dirs));
+      const { installed, reloaded } = await installAgentUnit(lab, { configPath, dropIn: agentLogDropIn(join(root, 'agent.log')) });
+      expect(installed.exitCode, String(installed.stderr)).toBe(0);
+      expect(reloaded.exitCode).toBe(0);
+      const registered = f.cp.cp.waitFor(NODE, isRegister, 30_000);
+      registered.catch(() => {});
+      const r = await lab.run(['systemctl', 'start', AGENT_UNIT], { timeoutMs: 60_000 });
+      expect(r.exitCode, `${String(r.stderr)}\n${agentLog()}`).toBe(0);
+      await registered;
+    }, 60_000);
+
+    afterAll(async () => {
+      // The lab first, and the agent, every engine and every worker with it, then the files.
+      await stopAllLabs();
+      await f?.cp.close();
+      try {
+        expect(labLeftovers()).toEqual([]);
+        if (f) expect(processesWritingUnder(f.root)).toEqual([]);
+      } finally {
+        if (f) rmSync(f.root, { recursive: true, force: true });
+      }
+    });
+
+    it('a StopShard to a TP=2 vLLM shard in its unit lets a streamed completion send every token and [DONE], then reports STOPPED, with nothing left in the cgroup and the unit unloaded', async () => {
+      const port = await freePort();
+      const ready = await startShard(doubleStart('vllm', 'dv1', port, [freeFakeGpu(0), freeFakeGpu(1)], ['--sim-token-latency', '50ms']));
+      expect(await f.lab.show(unitOf('dv1'), 'MainPID')).toBe(String(ready.pid));
+      const run = await streamThroughStop('dv1', port, 40);
+      // The engine and its two TP workers were in the unit: what a SIGTERM to the cgroup reached.
+      expect(run.before).toHaveLength(3);
+      expect(run.tokensAtStop).toBeLessThan(40);
+      expect(run.got, shardLog('dv1')).toMatchObject({ tokens: 40, done: true });
+      expect(S[run.status.state], `${run.status.error}\n${agentLog()}`).toBe('STOPPED');
+      // The engine drained, exited, and only then was the shard STOPPED.
+      expect(run.stoppedAtMs).toBeGreaterThanOrEqual(run.got.atMs);
+      const log = shardLog('dv1');
+      expect(log).toContain('Received SIGTERM, shutting down: mode=drain timeout=8s');
+      expect(log).not.toContain('died unexpectedly');
+      expect(statesOf('dv1')).not.toContain('FAILED');
+      expect(cgroupProcs(run.controlGroup)).toEqual([]);
+      for (const pid of run.before) expect(hostAlive(pid), `host pid ${pid} of the unit still runs`).toBe(false);
+      expect(await f.lab.show(unitOf('dv1'), 'LoadState')).toBe('not-found');
+    });
+
+    it('a StopShard to a TP=2 SGLang shard in its unit waits out its 5 s drain poll: the streamed completion sends every token and [DONE], then STOPPED, with nothing left in the cgroup and the unit unloaded', async () => {
+      const port = await freePort();
+      // The default drain poll (5 s): no --sim-drain-poll.
+      const ready = await startShard(doubleStart('sglang', 'dg1', port, [freeFakeGpu(2), freeFakeGpu(3)], ['--sim-token-latency', '50ms']));
+      expect(await f.lab.show(unitOf('dg1'), 'MainPID')).toBe(String(ready.pid));
+      const t0 = Date.now();
+      const run = await streamThroughStop('dg1', port, 40);
+      // The server, two schedulers (no SIGTERM handler: a SIGTERM kills them) and the detokenizer.
+      expect(run.before).toHaveLength(4);
+      expect(run.tokensAtStop).toBeLessThan(40);
+      expect(run.got, shardLog('dg1')).toMatchObject({ tokens: 40, done: true });
+      expect(S[run.status.state], `${run.status.error}\n${agentLog()}`).toBe('STOPPED');
+      expect(run.stoppedAtMs).toBeGreaterThanOrEqual(run.got.atMs);
+      // Its drain loop's first look came 5 s after the SIGTERM, inside stop_grace: no SIGKILL cut it short.
+      expect(run.stoppedAtMs - t0).toBeGreaterThanOrEqual(5000);
+      const log = shardLog('dg1');
+      expect(log).toContain('Received SIGTERM; gracefully exiting');
+      expect(log).toContain('phase draining -> exiting: drained');
+      expect(log).not.toContain('exited unexpectedly');
+      expect(statesOf('dg1')).not.toContain('FAILED');
+      expect(cgroupProcs(run.controlGroup)).toEqual([]);
+      for (const pid of run.before) expect(hostAlive(pid), `host pid ${pid} of the unit still runs`).toBe(false);
+      expect(await f.lab.show(unitOf('dg1'), 'LoadState')).toBe('not-found');
+    });
+
+    it('an SGLang shard, whose /health_generate takes at least 1 s, becomes READY and stays READY through eight 500 ms probe intervals', async () => {
+      const port = await freePort();
+      // A short drain poll only to keep the stop at the end quick; the default is proven above.
+      await startShard(doubleStart('sglang', 'dg2', port, [freeFakeGpu(4)], ['--sim-drain-poll', '500ms']));
+      // What each probe meets: a healthy engine answering /health_generate after a second.
+      const t0 = Date.now();
+      const health = await fetch(`http://127.0.0.1:${port}/health_generate`);
+      expect(health.status).toBe(200);
+      expect(Date.now() - t0).toBeGreaterThanOrEqual(1000);
+      // Three failed probes in a row make a shard UNHEALTHY; a probe limit of the 500 ms interval fails every one.
+      await new Promise((r) => setTimeout(r, 4000));
+      expect(statesOf('dg2')).toEqual(['STARTING', 'READY']);
+      expect(S[(await stopShard('dg2')).status.state]).toBe('STOPPED');
+    });
+  },
+);

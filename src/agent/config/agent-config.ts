@@ -76,7 +76,7 @@ export interface SupervisorConfig {
   stopGraceMs: number;
   workerSettleMs: number;
   healthIntervalMs: number;
-  /** Requests running and no generation token for this long: UNHEALTHY ("stalled"). 0 is off. Default 60 s. */
+  /** Requests running and no progress (token, finished request) for this long: UNHEALTHY ("stalled"). 0 is off. Default 60 s. */
   stallTimeoutMs: number;
   logMaxBytes: number;
   /** Logs of shards no longer supervised are removed once not written for this long; 0 keeps them. Default 168 h. */

@@ -70,7 +70,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'supervisor.stop_grace', type: 'duration', default: '30s', doc: 'Time between SIGTERM and SIGKILL when a shard is stopped; vLLM is told to drain for up to this less a margin (--shutdown-timeout). At least 2s.' },
   { key: 'supervisor.worker_settle', type: 'duration', default: '10s', doc: 'How long a worker rank (no HTTP) must stay alive to count as ready.' },
   { key: 'supervisor.health_interval', type: 'duration', default: '10s', doc: 'Health probe period of a ready shard; 3 failures in a row make it UNHEALTHY.' },
-  { key: 'supervisor.stall_timeout', type: 'duration', default: '60s', doc: 'A ready engine with requests running whose generation-token counter has not moved for this long is reported UNHEALTHY ("stalled"), never killed; 0s turns it off.' },
+  { key: 'supervisor.stall_timeout', type: 'duration', default: '60s', doc: 'A ready engine with requests running whose progress counters (tokens generated and prefilled, requests finished) have not moved for this long is reported UNHEALTHY ("stalled"), never killed; 0s turns it off.' },
   { key: 'supervisor.log_max_bytes', type: 'bytes', default: '64MiB', doc: 'Size at which an engine log is rotated (one old generation kept).' },
   { key: 'supervisor.log_retention', type: 'duration', default: '168h', doc: 'Logs of shards no longer supervised (every generation, .log.1 and .log.prev included) are removed once not written for this long; 0s keeps them.' },
   { key: 'supervisor.log_retention_bytes', type: 'bytes', default: '1GiB', doc: 'Logs of shards no longer supervised are cut, oldest first, to this total size. Logs of supervised shards are never removed.' },

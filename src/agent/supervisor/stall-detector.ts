@@ -3,7 +3,7 @@
  * 52319, 39863 and 11996: an engine deadlocked in a collective or its
  * scheduler keeps /health at 200 (a proxy probing /v1/models missed one for
  * 85 minutes); only its metrics show it: requests running, and a
- * generation-token counter that no longer moves.
+ * progress counter (tokens, finished requests) that no longer moves.
  *
  * Pure: fed samples, it keeps only the last counter value and when tokens
  * last flowed, so the shard runner owns the timing and this owns the rule.

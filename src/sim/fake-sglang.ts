@@ -173,7 +173,8 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       },
     );
 
-    const exit = async (code: number, why: string) => {
+    /** Ends the server; `killSelf`: by SIGKILL to this process, as kill_process_tree(include_parent=True) does, not by an exit code. */
+    const exit = async (code: number, why: string, killSelf = false) => {
       if (phase === 'exiting') return;
       setPhase('exiting', why);
       for (const t of timers) clearTimeout(t);
@@ -182,6 +183,11 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
         server.closeIdleConnections();
         await Promise.race([closed, sleep(FLUSH_MS)]);
         server.closeAllConnections();
+      }
+      if (killSelf) {
+        sglangLog('INFO', 'Killing the process tree (include_parent=True)');
+        process.kill(process.pid, 'SIGKILL');
+        return;
       }
       resolveExit(code);
     };
@@ -247,7 +253,10 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       scheduler.abortAll('The server is shutting down.');
       children.expectExits();
       await children.terminate(SCHEDULER_SHUTDOWN_MS);
-      void exit(0, 'drained');
+      // The drain ends in kill_process_tree(include_parent=True), which SIGKILLs
+      // the main process itself (S:python/sglang/srt/utils/common.py:2259-2261):
+      // even a clean drain exits by signal 9.
+      void exit(0, 'drained', true);
     };
     /**
      * The handler is installed lazily, by the first generate request, in the

@@ -387,9 +387,10 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         sendJson(res, 401, { error: 'Unauthorized' });
         return;
       }
-      // /health is 503 once the engine is dead or shutting down (V:vllm/entrypoints/serve/instrumentator/health.py:22-33).
+      // /health is 503 once the engine is dead (V:vllm/entrypoints/serve/instrumentator/health.py:22-33):
+      // check_health looks only at `errored` (V:vllm/v1/engine/async_llm.py:940-943), so a drain keeps it 200.
       if (method === 'GET' && (path === '/health' || path === '/ping')) {
-        res.writeHead(phase === 'serving' ? 200 : 503, { 'content-length': '0' }).end();
+        res.writeHead(phase === 'serving' || phase === 'draining' ? 200 : 503, { 'content-length': '0' }).end();
         return;
       }
       if (method === 'GET' && path === '/metrics') {
@@ -417,7 +418,8 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         return;
       }
       if (phase === 'draining') {
-        // New requests are refused while shutting down (V:vllm/v1/engine/core.py:1555-1580; PR #36666).
+        // The API server still takes the request; the shutting-down EngineCore rejects it and it finishes
+        // aborted (V:vllm/v1/engine/core.py:1555-1568). Stood in for by an error answer: no token is made.
         sendJson(res, 503, errorBody('The server is shutting down.', 'ServiceUnavailableError', 503), true);
         return;
       }

@@ -127,7 +127,7 @@ describe('bin/fake-sglang', () => {
     expect(e.output()).toMatch(/Received sigquit from a child process/);
   });
 
-  it('on a SIGTERM to the main process only drains: /health 503, every token arrives, schedulers ended, exit 0', async () => {
+  it('on a SIGTERM to the main process only drains: /health 503, every token arrives, schedulers ended, then it SIGKILLs itself as kill_process_tree does', async () => {
     const e = await sglang(['--tp-size', '2', '--sim-drain-poll', '200ms', '--sim-token-latency', '20ms']);
     await until(() => schedulerPids(e.output()).length === 2, 'two schedulers');
     const schedulers = schedulerPids(e.output());
@@ -137,7 +137,7 @@ describe('bin/fake-sglang', () => {
     await outputMatches(e, /gracefully exiting/);
     expect((await fetch(`${e.url}/health`)).status).toBe(503);
     expect(await stream).toEqual({ tokens: 40, done: true });
-    expect(await e.exited).toEqual({ code: 0, signal: null });
+    expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
     expect(schedulers.filter(isRunning)).toEqual([]);
   });
 
@@ -147,7 +147,7 @@ describe('bin/fake-sglang', () => {
     const stream = consumeStream(res);
     process.kill(e.pid, 'SIGTERM');
     expect((await stream).done).toBe(false);
-    expect(await e.exited).toEqual({ code: 0, signal: null });
+    expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
   });
 
   it('as node rank 1 serves no API but a dummy /health on its port once loaded, and keeps running when that port is taken', async () => {

@@ -108,14 +108,14 @@ describe('bin/fake-vllm', () => {
     expect((await e.exited).code).toBe(1);
   });
 
-  it('with --shutdown-timeout, a SIGTERM to the main process only drains: 503 to new work, every token arrives, workers ended, exit 0', async () => {
+  it('with --shutdown-timeout, a SIGTERM to the main process only drains: /health stays 200, new work is refused, every token arrives, workers ended, exit 0', async () => {
     const e = await vllm(['--tensor-parallel-size', '2', '--shutdown-timeout', '10', '--sim-token-latency', '20ms'], {}, /Worker proc \d+ ready[\s\S]*Worker proc \d+ ready/);
     const workers = workerPids(e.output());
     const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 40, stream: true });
     const stream = consumeStream(res);
     process.kill(e.pid, 'SIGTERM');
     await outputMatches(e, /mode=drain timeout=10s/);
-    expect((await fetch(`${e.url}/health`)).status).toBe(503);
+    expect((await fetch(`${e.url}/health`)).status).toBe(200);
     expect((await post(`${e.url}/v1/completions`, { prompt: 'x' })).status).toBe(503);
     expect(await stream).toEqual({ tokens: 40, done: true });
     expect(await e.exited).toEqual({ code: 0, signal: null });

@@ -6,6 +6,7 @@ import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect
 import { configError, errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { readPemFile } from '../lib/read-pem-file.js';
+import { GuardedHttp2SessionManager } from './guarded-session-manager.js';
 import { type Protocol, type TlsConfig, tlsEnabled } from './config/agent-config.js';
 
 /** Largest control message accepted: far above a StartShard with a 1 MiB env value, far below memory trouble. */
@@ -186,17 +187,24 @@ export function certificateDateProblem(loaded: LoadedTls | undefined, nowMs: num
 }
 
 function build(opts: TransportOptions, nodeOptions: Record<string, unknown>): Transport {
+  const sessionManager = new GuardedHttp2SessionManager(
+    opts.server,
+    {
+      pingIntervalMs: opts.pingIntervalMs,
+      pingTimeoutMs: opts.pingTimeoutMs,
+      // Heartbeats keep the stream busy, but a quiet stream must be checked too.
+      pingIdleConnection: true,
+      // The connection of a transport replaced after a certificate rotation
+      // closes once idle instead of lingering for connect's default 15 minutes.
+      idleConnectionTimeoutMs: 30_000,
+    },
+    nodeOptions,
+    (err) => opts.logger?.debug({ err: errorMessage(err) }, 'an abandoned control-plane connection reported an error; ignored'),
+  );
   const common = {
     baseUrl: opts.server,
     httpVersion: '2' as const,
-    nodeOptions,
-    pingIntervalMs: opts.pingIntervalMs,
-    pingTimeoutMs: opts.pingTimeoutMs,
-    // Heartbeats keep the stream busy, but a quiet stream must be checked too.
-    pingIdleConnection: true,
-    // The connection of a transport replaced after a certificate rotation
-    // closes once idle instead of lingering for connect's default 15 minutes.
-    idleConnectionTimeoutMs: 30_000,
+    sessionManager,
     // A control message is a few KiB. Without a bound, garbage on the wire
     // reads as a length prefix of up to 4 GiB, and the client waits (and
     // buffers) for that many bytes instead of failing the stream.

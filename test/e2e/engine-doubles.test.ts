@@ -110,8 +110,8 @@ describe('probes that fit each engine', () => {
     const port = await freePort();
     const ready = await startAndWait(doubleStart('sglang', 'g-probe', port, { gpus: [5] }));
     expect(ready.state, ready.error).toBe(S.READY);
-    // Ten probe intervals: a 500 ms limit failed every probe, and three made it UNHEALTHY.
-    await new Promise((r) => setTimeout(r, 5000));
+    // Eight probe intervals: a 500 ms limit failed every probe, and three made it UNHEALTHY within about 3 s.
+    await new Promise((r) => setTimeout(r, 4000));
     expect(statesOf('g-probe').map((s) => S[s.state])).not.toContain('UNHEALTHY');
     await stop('g-probe');
   });

@@ -4,9 +4,9 @@ import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
 import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { doubleStart, streamChat } from '../../helpers/double-shards.js';
+import { doubleStart } from '../../helpers/double-shards.js';
 import { freePort, until } from '../../helpers/engine-processes.js';
-import { FAKE_SGLANG, FAKE_VLLM, consumeStream } from '../../helpers/fake-engines.js';
+import { FAKE_SGLANG, FAKE_VLLM } from '../../helpers/fake-engines.js';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
 
 /*
@@ -90,22 +90,5 @@ describe('progress, per engine and per model kind (review §0 #1, #9)', () => {
     expect(metrics).toMatch(/vllm:generation_tokens_total\{[^}]*\} 0/);
     expect(unhealthy(seen)).toEqual([]);
   });
-
-  it('calls an SGLang engine that stops producing tokens stalled, as before', async () => {
-    const { port, seen } = await readyDouble('sglang', 'g-hung', ['--sim-stall-after', '1s', '--sim-token-latency', '20ms'], {
-      stallTimeoutMs: 2000,
-      healthIntervalMs: 300,
-    });
-    streams(port, 2, 100_000);
-    await until(() => unhealthy(seen).length > 0, 'UNHEALTHY', 20_000);
-    expect(unhealthy(seen)[0]).toMatch(/^stalled: 2 requests running, no token generated for \d+ s$/);
-  });
-
-  it('keeps an SGLang shard READY through one stream far longer than stall_timeout, though no request finishes', async () => {
-    const { port, seen } = await readyDouble('sglang', 'g-long', ['--sim-token-latency', '20ms'], { stallTimeoutMs: 2000, healthIntervalMs: 300 });
-    // 8 s of one generation: generation_tokens_total stays flat until it ends (metrics_collector.py:1740-1757).
-    const got = await consumeStream(await streamChat(port, 400));
-    expect(got).toEqual({ tokens: 400, done: true });
-    expect(unhealthy(seen)).toEqual([]);
-  });
+  // SGLang's long generation and its hung twin are test/e2e/sglang-long-generation.test.ts, through the real agent.
 });

@@ -1,10 +1,9 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Inventory } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { listenNotifySocket } from '../helpers/notify-socket.js';
 import { REPO_ROOT } from '../helpers/run-cli.js';
@@ -12,9 +11,7 @@ import { isRegister } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 
 function newDirs() {
-  const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-obs-')));
-  cleanUpEnginesAfterTest(dirs);
-  return dirs;
+  return tempAgentDirs('llmgw-obs-');
 }
 
 describe('llmgw agent run, as systemd and Prometheus see it', () => {

@@ -1,19 +1,15 @@
-import { mkdtempSync, readFileSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { readFileSync, statSync } from 'node:fs';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { inventoryCachePath, writeInventoryCache } from '../../src/agent/inventory-cache.js';
 import { type AgentMessage, GpuSchema, InventorySchema, type Register } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { type AgentDirs, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { type AgentDirs, startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { until } from '../helpers/engine-processes.js';
 import { isRegister } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 
 function newDirs(): AgentDirs {
-  const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-regscan-')));
-  cleanUpEnginesAfterTest(dirs);
-  return dirs;
+  return tempAgentDirs('llmgw-regscan-');
 }
 
 const isInventory = (m: AgentMessage) => m.msg.case === 'inventory';

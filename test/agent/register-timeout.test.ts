@@ -1,9 +1,7 @@
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { startBadControlPlane } from '../faults/scenarios/bad-control-plane.js';
-import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { freePort } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 
@@ -12,8 +10,7 @@ async function streamsOnSilentControlPlane(registerTimeout: string, watchMs: num
   const port = await freePort();
   const cp = await startBadControlPlane('silent-stream', port);
   onTestFinished(() => cp.close());
-  const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-regtimeout-')));
-  cleanUpEnginesAfterTest(dirs);
+  const dirs = tempAgentDirs('llmgw-regtimeout-');
   startAgentProcess({ server: `http://127.0.0.1:${port}`, dirs, registerTimeout });
   const deadline = Date.now() + 20_000;
   while (cp.streams() === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));

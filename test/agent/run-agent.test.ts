@@ -1,10 +1,9 @@
-import { mkdirSync, mkdtempSync, readdirSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, StopShardSchema, DrainShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess, type AgentDirs } from '../helpers/agent-process.js';
+import { startAgentProcess, type AgentDirs, tempAgentDirs } from '../helpers/agent-process.js';
 import { freePort, isRunning, processesWritingUnder, until } from '../helpers/engine-processes.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { makeTestCerts } from '../helpers/make-test-certs.js';
@@ -12,9 +11,7 @@ import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 
 function newDirs(): AgentDirs {
-  const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-agent-')));
-  cleanUpEnginesAfterTest(dirs);
-  return dirs;
+  return tempAgentDirs('llmgw-agent-');
 }
 
 const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;

@@ -1,9 +1,10 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnAgentProcess } from './spawn-agent-process.js';
 import { onTestFinished } from 'vitest';
-import { killEverything } from './engine-processes.js';
-import { type AgentDirs, type AgentProcessOptions, agentConfigYaml } from './agent-config-yaml.js';
+import { killEverything, removeDir } from './engine-processes.js';
+import { type AgentDirs, type AgentProcessOptions, agentConfigYaml, agentDirs } from './agent-config-yaml.js';
 
 export { type AgentDirs, type AgentProcessOptions, agentDirs, agentConfigYaml, FAKE_NVIDIA_SMI, FIXTURE_SYSFS } from './agent-config-yaml.js';
 
@@ -57,4 +58,19 @@ export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
 /** Registers cleanup of every engine started under `dirs`, whatever the test's outcome. */
 export function cleanUpEnginesAfterTest(dirs: AgentDirs): void {
   onTestFinished(() => killEverything(dirs.logDir));
+}
+
+/**
+ * Fresh agent directories for one test, under the system's temp directory:
+ * when the test finishes, pass or fail, every engine under them is killed
+ * and then the directory removed (left behind, each run of the suite added
+ * dozens to /tmp).
+ */
+export function tempAgentDirs(prefix: string): AgentDirs {
+  const dirs = agentDirs(mkdtempSync(join(tmpdir(), prefix)));
+  onTestFinished(async () => {
+    await killEverything(dirs.logDir);
+    removeDir(dirs.root);
+  });
+  return dirs;
 }

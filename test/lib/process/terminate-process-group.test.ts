@@ -30,6 +30,8 @@ if(process.env.LEADER_EXITS)setTimeout(()=>process.exit(0),200);
 setInterval(()=>{},1e9)`;
 
 let dir = '';
+/** Every directory a test made: one test may start several engines, each with its own. */
+const dirs: string[] = [];
 const started: ChildProcess[] = [];
 
 afterEach(() => {
@@ -40,7 +42,7 @@ afterEach(() => {
       // Already gone.
     }
   }
-  if (dir) rmSync(dir, { recursive: true, force: true });
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
 const heard = () => (existsSync(join(dir, 'out')) ? readFileSync(join(dir, 'out'), 'utf8').trim().split('\n') : []);
@@ -56,6 +58,7 @@ async function until(pred: () => boolean, what: string): Promise<void> {
 /** Starts a leader in a group of its own and waits until its worker's SIGTERM handler is set. */
 async function startEngine(env: Record<string, string> = {}): Promise<number> {
   dir = mkdtempSync(join(tmpdir(), 'llmgw-tpg-'));
+  dirs.push(dir);
   const c = spawn(process.execPath, ['-e', LEADER], { detached: true, stdio: 'ignore', env: { ...process.env, OUT: join(dir, 'out'), ...env } });
   started.push(c);
   await until(() => heard().includes('worker ready'), 'the worker to be ready');

@@ -5,7 +5,7 @@ import { create } from '@bufbuild/protobuf';
 import type { ValidationContext } from '../../../src/agent/engines/engine.js';
 import { GpuSchema, InventorySchema, type Profile, ProfileSchema, type StartShard, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 
-type ShardFields = 'shardId' | 'replicaId' | 'rank' | 'nnodes' | 'gpuIndices' | 'hcas' | 'httpPort' | 'leaderAddr' | 'leaderPort';
+type ShardFields = 'shardId' | 'replicaId' | 'rank' | 'nnodes' | 'gpuIndices' | 'hcas' | 'httpPort' | 'leaderAddr' | 'leaderPort' | 'pool' | 'fabric';
 type ProfileFields = 'model' | 'servedModelName' | 'tensorParallelSize' | 'pipelineParallelSize' | 'args' | 'env' | 'minComputeCapability' | 'engine' | 'name';
 
 /** Eight healthy H100s, as the fake hgx-h100x8 data set describes them. */

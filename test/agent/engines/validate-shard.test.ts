@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { ValidationContext } from '../../../src/agent/engines/engine.js';
 import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
-import { GpuProcessSchema, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { GpuProcessSchema, HcaSchema, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 import { context, shard } from './engine-fixtures.js';
 
@@ -161,5 +161,36 @@ describe('engine validation', () => {
     const argv0 = onPath.command(spec).argv[0] as string;
     expect(argv0.startsWith('/')).toBe(true);
     expect(argv0.endsWith('/sh')).toBe(true);
+  });
+});
+
+describe('bounded control-plane fields (security review 2, finding N6)', () => {
+  const withHcas = () => {
+    const ctx = context();
+    ctx.inventory.hcas = [create(HcaSchema, { name: 'mlx5_0', port: 1 }), create(HcaSchema, { name: 'mlx5_1', port: 1 })];
+    return ctx;
+  };
+  it('refuses a pool, fabric or replica id past 256 bytes, naming the field and its size', async () => {
+    expect(await refusal(shard({ pool: 'p'.repeat(12 * 1024 * 1024) }))).toBe('shard s1: pool is 12582912 bytes; at most 256 are accepted');
+    expect(await refusal(shard({ fabric: 'f'.repeat(257) }))).toBe('shard s1: fabric is 257 bytes; at most 256 are accepted');
+    expect(await refusal(shard({ replicaId: 'r'.repeat(300) }))).toBe('shard s1: replica_id is 300 bytes; at most 256 are accepted');
+  });
+  it('refuses control characters in pool, fabric and hcas', async () => {
+    expect(await refusal(shard({ pool: '\u001b[2Jpool' }))).toBe('shard s1: pool contains the control character \\x1b; use printable text');
+    expect(await refusal(shard({ hcas: ['mlx5_0\u001b[31m'] }), withHcas())).toBe('shard s1: hcas[0] contains the control character \\x1b; use printable text');
+  });
+  it("takes only this node's HCAs, never NCCL selector syntax", async () => {
+    await expect(engine.validate(shard({ hcas: ['mlx5_0', 'mlx5_1:1'] }), withHcas())).resolves.toBeUndefined();
+    expect(await refusal(shard({ hcas: ['x,^=mlx5_1'] }), withHcas())).toBe('shard s1: hcas names "x,^=mlx5_1", which is not an HCA of this node (HCAs: mlx5_0, mlx5_1)');
+    expect(await refusal(shard({ hcas: ['mlx5_9'] }), withHcas())).toBe('shard s1: hcas names "mlx5_9", which is not an HCA of this node (HCAs: mlx5_0, mlx5_1)');
+    expect(await refusal(shard({ hcas: ['mlx5_0', 'mlx5_0'] }), withHcas())).toBe('shard s1: hcas lists mlx5_0 twice');
+  });
+  it('takes an IP or a hostname as leader_addr, nothing else', async () => {
+    const multi = (leaderAddr: string) => shard({ nnodes: 2, leaderAddr, leaderPort: 29500, profile: { tensorParallelSize: 4 } });
+    await expect(engine.validate(multi('10.0.0.1'), context())).resolves.toBeUndefined();
+    await expect(engine.validate(multi('fd00::1'), context())).resolves.toBeUndefined();
+    await expect(engine.validate(multi('gpu-node-01.fleet.example'), context())).resolves.toBeUndefined();
+    expect(await refusal(multi('a b'))).toBe('shard s1: leader_addr "a b" is neither an IP address nor a hostname');
+    expect(await refusal(multi('--evil'))).toBe('shard s1: leader_addr "--evil" is neither an IP address nor a hostname');
   });
 });

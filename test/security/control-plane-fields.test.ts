@@ -74,4 +74,22 @@ describe('bounded control-plane fields (security review 2, finding N6)', () => {
     expect(bytes).toBeLessThan(4 * 1024 * 1024);
     expectAgentUnharmed(second.pid);
   });
+
+  it('refuses profile env levers inside the allowed families, naming each (security review 2, N2)', { timeout: 60_000 }, async () => {
+    const agent = await bootAgentAgainst(cp, { dirs: agentDirs(join(root, 'levers')), nodeId: 'levers-node' });
+    const leverStart = (id: string, env: Record<string, string>) =>
+      start(id, { profile: { name: 'p', engine: 'sim', model: 'sim/m', servedModelName: 'm', tensorParallelSize: 1, env, args: [] } }, freeFakeGpu(3), 0);
+    for (const [id, name, value] of [
+      ['conf', 'NCCL_CONF_FILE', '/root/.cache/huggingface/evil.conf'],
+      ['endpoint', 'HF_ENDPOINT', 'http://collector.invalid'],
+      ['logcfg', 'VLLM_LOGGING_CONFIG_PATH', '/root/.cache/huggingface/x.json'],
+    ] as const) {
+      const r = await outcome(leverStart(id, { [name]: value }));
+      expect(r).toEqual({
+        state: 'FAILED',
+        error: `shard ${id}: profile env sets ${name}, which names a file, directory, endpoint, plugin or switch the engine acts on; a pattern does not allow it: list ${name} itself in engines.sim.allowed_env`,
+      });
+    }
+    expectAgentUnharmed(agent.pid);
+  });
 });

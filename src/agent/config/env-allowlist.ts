@@ -49,6 +49,32 @@ export const AGENT_OWNED_ENV: readonly string[] = ['CUDA_VISIBLE_DEVICES', 'CUDA
  */
 export const PLUGIN_LOADING_ENV: readonly string[] = ['NCCL_NET_PLUGIN', 'NCCL_TUNER_PLUGIN', 'NCCL_PROFILER_PLUGIN', 'NCCL_ENV_PLUGIN'];
 
+/**
+ * Names inside the allowed families that are levers rather than tuning:
+ * each names a file, directory, endpoint, plugin or config the engine reads,
+ * writes or sends to (security review 2, N2): NCCL_CONF_FILE sets the
+ * refused plugin variables from a file, NCCL_DEBUG_FILE has root write any
+ * path, HF_ENDPOINT sends the operator's HF_TOKEN anywhere,
+ * VLLM_LOGGING_CONFIG_PATH is fed to dictConfig (which calls any callable),
+ * HF_HOME=/etc, TORCH_EXTENSIONS_DIR, VLLM_PLUGINS. Refused from a profile
+ * unless the operator names the variable itself (not a pattern) in
+ * engines.<name>.allowed_env.
+ */
+export const LEVER_ENV_SHAPE = /(_FILE|_PATH|_DIR|_HOME|_ENDPOINT|_URL|_SOCKET)$|_PLUGINS?(_|$)|_CONF(IG)?(_|$)|_CACHE$/;
+
+/**
+ * Levers whose names do not say so: vLLM's insecure (pickle) serialization,
+ * its dev-mode endpoints (/collective_rpc, sleep, pause) and runtime LoRA
+ * loading, and SGLang's switch that changes what /health means (the agent
+ * probes /health_generate, but a router may not): engine-fidelity review §1.3.
+ */
+export const LEVER_ENV_NAMES: readonly string[] = [
+  'VLLM_ALLOW_INSECURE_SERIALIZATION',
+  'VLLM_SERVER_DEV_MODE',
+  'VLLM_ALLOW_RUNTIME_LORA_UPDATING',
+  'SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION',
+];
+
 /** A POSIX-portable variable name; anything else (`=`, NUL, spaces) is refused before it reaches execve. */
 export const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
@@ -69,6 +95,12 @@ export function refuseProfileEnv(name: string, allowed: readonly string[], engin
   if (AGENT_OWNED_ENV.includes(name)) return `profile env sets ${name}, which the agent owns (it assigns GPUs from gpu_indices)`;
   if (PLUGIN_LOADING_ENV.includes(name)) {
     return `profile env sets ${name}, which loads a shared library; only the operator may set it, in engines.${engine}.env`;
+  }
+  if ((LEVER_ENV_SHAPE.test(name) || LEVER_ENV_NAMES.includes(name)) && !allowed.includes(name)) {
+    if (!allowed.some((p) => matchesEnvPattern(name, p))) {
+      return `profile env sets ${name}, which engines.${engine}.allowed_env does not allow (allowed: ${allowed.join(', ') || 'none'})`;
+    }
+    return `profile env sets ${name}, which names a file, directory, endpoint, plugin or switch the engine acts on; a pattern does not allow it: list ${name} itself in engines.${engine}.allowed_env`;
   }
   if (allowed.some((p) => matchesEnvPattern(name, p))) return undefined;
   return `profile env sets ${name}, which engines.${engine}.allowed_env does not allow (allowed: ${allowed.join(', ') || 'none'})`;

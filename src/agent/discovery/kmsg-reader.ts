@@ -1,9 +1,10 @@
-import { constants, fstat, open, read, readFileSync } from 'node:fs';
+import { type Stats, constants, fstat, open, read, readFileSync, stat } from 'node:fs';
 import type { Socket } from 'node:net';
 import { promisify } from 'node:util';
 import { describeErrno, errnoCode } from '../../lib/errno.js';
 import { closeFd, openFdStream } from '../../lib/files/fd-stream.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
+import { type KmsgSource, classifyKmsgSource } from './classify-kmsg-source.js';
 
 export interface KmsgReaderOptions {
   /** /dev/kmsg, or a FIFO or file (tests). */
@@ -23,6 +24,17 @@ const FLAGS = constants.O_RDONLY | constants.O_NONBLOCK;
 const openFd = promisify(open);
 const fstatFd = promisify(fstat);
 const readFd = promisify(read);
+const statPath = promisify(stat);
+
+/** The action every "kernel log not read" warning ends with. */
+const FIX_HINT = 'set discovery.kmsg to /dev/kmsg or a file';
+
+interface Opened {
+  fd: number;
+  source: Exclude<KmsgSource, { kind: 'refused' }>;
+  /** The file's size when opened: a regular file is read from here on. */
+  size: number;
+}
 
 /** A /dev/kmsg record's prefix: priority, sequence number, µs since boot, flags. */
 const RECORD_PREFIX = /^\d+,(\d+),(\d+),[^;]*;/;
@@ -44,6 +56,11 @@ const RECORD_PREFIX = /^\d+,(\d+),(\d+),[^;]*;/;
  * reset since) does not fault a GPU again. When the kernel overwrites records
  * before they are read (EPIPE), the device is opened again and the records
  * already seen are skipped by their sequence number.
+ *
+ * Anything else the path names (/dev/null, where containers map /dev/kmsg;
+ * a directory; another device; a socket) is not read, with one warning that
+ * says what it is and what to set: streaming it could abort the agent
+ * (security review 2, N5; see classifyKmsgSource).
  */
 export class KmsgReader {
   readonly #opts: KmsgReaderOptions;
@@ -59,33 +76,83 @@ export class KmsgReader {
   #startUsec = 0;
   #lastSeq = -1;
   #warned = false;
+  /** The open warning (unreadable, or not a kernel log) is logged once, however often the device is reopened. */
+  #openWarned = false;
 
   constructor(opts: KmsgReaderOptions) {
     this.#opts = opts;
     this.#log = opts.logger ?? silentLogger;
   }
 
-  /** Opens the log; a log that cannot be opened is a warning (the other sources stand), and false. */
+  /**
+   * Opens the log; a log that cannot be opened, or is not one (see
+   * classifyKmsgSource), is a warning (the other sources stand), and false.
+   */
   async start(): Promise<boolean> {
-    let fd: number;
-    let isDevice: boolean;
-    try {
-      fd = await openFd(this.#opts.path, FLAGS);
-      const st = await fstatFd(fd);
-      this.#position = st.isFile() ? st.size : null;
-      isDevice = st.isCharacterDevice();
-      this.#startUsec = uptimeUsec();
-    } catch (err) {
-      this.#log.warn({ path: this.#opts.path, err: describeErrno(err) }, 'kernel log unreadable: Xids only NVML reports will be seen');
-      return false;
-    }
+    this.#startUsec = uptimeUsec();
+    const opened = await this.#open();
+    if (opened === undefined) return false;
     if (this.#closed) {
-      closeFd(fd);
+      closeFd(opened.fd);
       return false;
     }
-    if (isDevice && this.#stream(fd)) return true;
-    this.#poll(isDevice ? await openFd(this.#opts.path, FLAGS).catch(() => undefined) : fd);
+    if (opened.source.kind === 'file') this.#position = opened.size;
+    await this.#follow(opened);
     return true;
+  }
+
+  /**
+   * Opens the path when it is a kernel log this reader may follow; otherwise
+   * logs why not, once, and gives undefined.
+   *
+   * The path is classified twice. Before open(), because opening a device can
+   * act on it (a watchdog starts counting down, a tape rewinds), and only
+   * /dev/kmsg, a FIFO or a file is ever opened. After it, by fstat of the fd,
+   * because that fd is what libuv is handed: a path swapped between the two
+   * (a bind mount over /dev/kmsg) must not reach epoll. Streaming anything
+   * but 1:11 can abort the agent (security review 2, N5).
+   */
+  async #open(): Promise<Opened | undefined> {
+    const path = this.#opts.path;
+    try {
+      const before = classifyKmsgSource(await statPath(path));
+      if (before.kind === 'refused') return this.#refuse(before.what);
+      const fd = await openFd(path, FLAGS);
+      let st: Stats;
+      try {
+        st = await fstatFd(fd);
+      } catch (err) {
+        closeFd(fd);
+        throw err;
+      }
+      const source = classifyKmsgSource(st);
+      if (source.kind === 'refused') {
+        closeFd(fd);
+        return this.#refuse(source.what);
+      }
+      return { fd, source, size: st.size };
+    } catch (err) {
+      if (!this.#openWarned) this.#log.warn({ path, err: describeErrno(err) }, `kernel log unreadable: Xids only NVML reports will be seen; ${FIX_HINT}`);
+      this.#openWarned = true;
+      return undefined;
+    }
+  }
+
+  #refuse(what: string): undefined {
+    if (!this.#openWarned) this.#log.warn({ path: this.#opts.path, kind: what }, `kernel log not read: discovery.kmsg ${this.#opts.path} is ${what}, not /dev/kmsg (the character device 1:11); Xids only NVML reports will be seen; ${FIX_HINT}`);
+    this.#openWarned = true;
+    return undefined;
+  }
+
+  /** Streams the real device; polls a FIFO, a file, or the device when libuv cannot take it. */
+  async #follow(opened: Opened): Promise<void> {
+    if (opened.source.kind !== 'device') return this.#poll(opened.fd);
+    if (this.#stream(opened.fd)) return;
+    // openFdStream closed the fd it could not take: poll a new one.
+    const again = await this.#open();
+    if (again === undefined) return;
+    if (this.#closed) return closeFd(again.fd);
+    this.#poll(again.fd);
   }
 
   async close(): Promise<void> {
@@ -126,15 +193,15 @@ export class KmsgReader {
     this.#socket = undefined;
     this.#partial = '';
     this.#timer = setTimeout(async () => {
-      const fd = await openFd(this.#opts.path, FLAGS).catch(() => undefined);
-      if (fd === undefined) return this.#log.warn({ path: this.#opts.path }, 'kernel log could not be opened again: Xids only NVML reports will be seen');
-      if (this.#closed) return closeFd(fd);
-      if (!this.#stream(fd)) this.#poll(fd);
+      // Classified again: what the path names now is what would reach epoll.
+      const opened = await this.#open();
+      if (opened === undefined) return;
+      if (this.#closed) return closeFd(opened.fd);
+      await this.#follow(opened);
     }, delayMs).unref();
   }
 
-  #poll(fd: number | undefined): void {
-    if (fd === undefined) return;
+  #poll(fd: number): void {
     this.#fd = fd;
     this.#buf = Buffer.allocUnsafe(CHUNK);
     this.#timer = setInterval(() => {

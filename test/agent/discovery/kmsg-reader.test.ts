@@ -1,4 +1,7 @@
-import { accessSync, constants, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { accessSync, appendFileSync, closeSync, constants, mkdtempSync, openSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
 import { KmsgReader } from '../../../src/agent/discovery/kmsg-reader.js';
@@ -50,7 +53,69 @@ describe('KmsgReader on a file', () => {
     const logger = { warn, debug: vi.fn(), info: vi.fn(), error: vi.fn() };
     const reader = new KmsgReader({ path: '/nonexistent/kmsg', onLine: () => {}, logger: logger as never });
     expect(await reader.start()).toBe(false);
-    expect(warn.mock.calls[0]?.[1]).toMatch(/kernel log unreadable/);
+    expect(warn.mock.calls[0]?.[0]).toMatchObject({ path: '/nonexistent/kmsg', err: 'no such file' });
+    expect(warn.mock.calls[0]?.[1]).toMatch(/^kernel log unreadable: .*; set discovery\.kmsg to \/dev\/kmsg or a file$/);
     await reader.close();
+  });
+});
+
+function tempDir(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-kmsg-reader-'));
+  onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+  return dir;
+}
+
+function warnLogger() {
+  const warn = vi.fn();
+  return { warn, logger: { warn, debug: vi.fn(), info: vi.fn(), error: vi.fn() } as never };
+}
+
+describe('KmsgReader on what is not a kernel log', () => {
+  // Streamed, /dev/null made epoll_ctl fail and libuv abort(): this very test
+  // process would be killed with SIGABRT (security review 2, N5).
+  it.each([
+    ['/dev/null, where containers map /dev/kmsg', () => '/dev/null', 'the character device 1:3 (/dev/null)'],
+    ['/dev/zero', () => '/dev/zero', 'the character device 1:5 (/dev/zero)'],
+    ['a directory', () => tempDir(), 'a directory'],
+  ])('reads nothing from %s, and warns once with what it is and what to set', async (_name, path, what) => {
+    const { warn, logger } = warnLogger();
+    const lines: string[] = [];
+    const reader = new KmsgReader({ path: path(), onLine: (l) => lines.push(l), pollMs: 10, logger });
+    onTestFinished(() => reader.close());
+    expect(await reader.start()).toBe(false);
+    await new Promise((r) => setTimeout(r, 100));
+    expect(warn).toHaveBeenCalledTimes(1);
+    expect(warn.mock.calls[0]?.[0]).toMatchObject({ kind: what });
+    expect(warn.mock.calls[0]?.[1]).toMatch(/^kernel log not read: discovery\.kmsg \S+ is .*; set discovery\.kmsg to \/dev\/kmsg or a file$/);
+    expect(warn.mock.calls[0]?.[1]).toContain(what);
+    expect(lines).toEqual([]);
+  });
+});
+
+describe('KmsgReader on a FIFO or a file (tests)', () => {
+  it('delivers the lines written to a FIFO', async () => {
+    const fifo = join(tempDir(), 'kmsg.fifo');
+    execFileSync('mkfifo', [fifo]);
+    const { warn, logger } = warnLogger();
+    const lines: string[] = [];
+    const reader = new KmsgReader({ path: fifo, onLine: (l) => lines.push(l), pollMs: 10, logger });
+    onTestFinished(() => reader.close());
+    expect(await reader.start()).toBe(true);
+    const fd = openSync(fifo, constants.O_WRONLY);
+    onTestFinished(() => closeSync(fd));
+    writeSync(fd, 'one\ntwo\n');
+    await vi.waitFor(() => expect(lines).toEqual(['one', 'two']));
+    expect(warn).not.toHaveBeenCalled();
+  });
+
+  it('delivers the lines appended to a file after start, none from before', async () => {
+    const file = join(tempDir(), 'kmsg');
+    writeFileSync(file, 'before\n');
+    const lines: string[] = [];
+    const reader = new KmsgReader({ path: file, onLine: (l) => lines.push(l), pollMs: 10 });
+    onTestFinished(() => reader.close());
+    expect(await reader.start()).toBe(true);
+    appendFileSync(file, 'after\n');
+    await vi.waitFor(() => expect(lines).toEqual(['after']));
   });
 });

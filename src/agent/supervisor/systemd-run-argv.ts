@@ -36,6 +36,9 @@ export interface SystemdRunOptions {
  * user can read with `systemctl show`; the engine's secrets (HF_TOKEN) and
  * the agent's own were there (finding 7 of the security review). It goes in
  * `envFile`, root-only (writeEnvironmentFile), which systemd reads.
+ *
+ * The engine's arguments are escaped for systemd (literalForSystemd): they
+ * reach the engine byte for byte, as under the direct launcher.
  */
 export function buildSystemdRunArgv(shardId: string, plan: Pick<LaunchPlan, 'argv'>, logPath: string, envFile: string, opts: SystemdRunOptions = {}): string[] {
   const properties = Object.entries(opts.properties ?? {}).map(([k, v]) => `--property=${k}=${v}`);
@@ -53,8 +56,39 @@ export function buildSystemdRunArgv(shardId: string, plan: Pick<LaunchPlan, 'arg
     ...properties,
     `--property=EnvironmentFile=${envFile}`,
     '--',
-    ...plan.argv,
+    ...literalCommand(plan.argv),
   ];
+}
+
+/**
+ * `argv` with every argument after the executable made literal for systemd.
+ * The executable is left as it is: systemd-run looks it up as a file before
+ * systemd sees it ("Failed to find executable /a$$b/sh" when escaped), and it
+ * is the operator's engines.<name>.command, never the control plane's.
+ */
+function literalCommand(argv: readonly string[]): string[] {
+  const [exe, ...args] = argv;
+  return exe === undefined ? [] : [exe, ...args.map(literalForSystemd)];
+}
+
+/**
+ * `arg` with each `$` doubled. systemd substitutes `${VAR}` (and a whole-word
+ * `$VAR`) in ExecStart= arguments at exec time, from the unit's environment,
+ * which holds the operator's engines.<name>.env from the EnvironmentFile, and
+ * turns `$$` into `$` (systemd.service(5), "Command lines"). So a profile arg
+ * `${HF_TOKEN}` became the operator's secret on the engine's world-readable
+ * command line and in the log tail the control plane receives, and `$$` in a
+ * JSON `--hf-overrides` lost a byte (security review 2, finding N4). systemd
+ * 252 has no systemd-run --expand-environment=no (254), and takes the
+ * ExecStart= `:` prefix (no expansion) only in a unit file, not in
+ * systemd-run's command. `%` is left alone: systemd-run hands the command
+ * over D-Bus, where specifiers are not expanded (`%n` and `%%` reached the
+ * engine unchanged in the lab, so `%%` for `%` would arrive doubled;
+ * test/systemd/engine-argv-expansion.test.ts). The transient unit file
+ * systemd writes holds `\$\$` and `%%`, so a daemon-reload keeps the bytes.
+ */
+export function literalForSystemd(arg: string): string {
+  return arg.replace(/\$/g, () => '$$');
 }
 
 /** What a systemd EnvironmentFile= name may be. */

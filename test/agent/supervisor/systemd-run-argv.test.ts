@@ -1,5 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { buildSystemdRunArgv, environmentFileText } from '../../../src/agent/supervisor/systemd-run-argv.js';
+import { buildSystemdRunArgv, environmentFileText, literalForSystemd } from '../../../src/agent/supervisor/systemd-run-argv.js';
+
+// biome-ignore lint/suspicious/noTemplateCurlyInString: systemd's ${VAR}, the very text under test
+const BRACED = '${HF_TOKEN}';
 
 describe('buildSystemdRunArgv', () => {
   it('runs the engine argv as a transient unit in llmgw.slice, without a shell, keeping its status after it ends, its environment in a file', () => {
@@ -29,6 +32,18 @@ describe('buildSystemdRunArgv', () => {
       'serve',
       'm; rm -rf /',
     ]);
+  });
+
+  it('doubles every $ in the engine arguments, which systemd would expand, and leaves % and the executable as they are (security review 2, N4)', () => {
+    const argv = buildSystemdRunArgv('r1-s0', { argv: ['/opt/a$b/vllm', '--api-key', BRACED, 'a$HF_TOKEN', '$HF_TOKEN', '{"x":"$$"}', '%n%%', '$'] }, '/l', '/e');
+    expect(argv.slice(argv.indexOf('--') + 1)).toEqual(['/opt/a$b/vllm', '--api-key', `$${BRACED}`, 'a$$HF_TOKEN', '$$HF_TOKEN', '{"x":"$$$$"}', '%n%%', '$$']);
+  });
+});
+
+describe('literalForSystemd', () => {
+  it('gives systemd an argument it turns back into the same bytes: $ as $$, nothing else touched', () => {
+    expect(literalForSystemd(`${BRACED}$B$$C $`)).toBe(`$${BRACED}$$B$$$$C $$`);
+    expect(literalForSystemd('no dollar; %h "q" \\')).toBe('no dollar; %h "q" \\');
   });
 });
 

@@ -1,6 +1,7 @@
 import { isAbsolute } from 'node:path';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
+import type { OwnedArgs } from './owned-args.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../lib/errors.js';
@@ -57,6 +58,7 @@ export abstract class ConfiguredEngine implements Engine {
       executableHint: `set engines.${this.name}.command`,
       allowedEnv: this.config.allowedEnv,
       workerListens: this.workerListens(spec),
+      ownedArgs: this.ownedArgs(),
       ...this.engineValidation(spec),
     });
     this.#resolved.set(spec, executable);
@@ -88,6 +90,9 @@ export abstract class ConfiguredEngine implements Engine {
   protected workerHealthPort(_spec: StartShard): number {
     return 0;
   }
+
+  /** The flags serverArgs() sets, which a profile's args may not set again. */
+  protected abstract ownedArgs(): OwnedArgs;
 
   /** Whether a worker rank of this engine listens (see Engine.workerListens); none does by default. */
   workerListens(_spec: StartShard): boolean {

@@ -2,6 +2,7 @@ import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineConfig } from '../config/agent-config.js';
 import { ConfiguredEngine } from './configured-engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
+import type { OwnedArgs } from './owned-args.js';
 import { hostPort, parallelism, servedModelName, servesHttp } from './shard-launch.js';
 
 export const DEFAULT_SGLANG_COMMAND: readonly string[] = ['python3', '-m', 'sglang.launch_server'];
@@ -67,6 +68,13 @@ export class SglangEngine extends ConfiguredEngine {
 
   protected defaultCommand(): readonly string[] {
     return DEFAULT_SGLANG_COMMAND;
+  }
+
+  /** What serverArgs() emits, with the parser's aliases (S:python/sglang/srt/server_args.py, fixtures/engines/sglang-server-flags.txt). */
+  protected ownedArgs(): OwnedArgs {
+    return {
+      flags: ['--host', '--port', '--model-path', '--model', '--served-model-name', '--tp-size', '--tensor-parallel-size', '--pp-size', '--pipeline-parallel-size', '--nnodes', '--node-rank', '--dist-init-addr'],
+    };
   }
 
   /** The generating check whatever SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION says (environ.py:319 makes /health one by default). */

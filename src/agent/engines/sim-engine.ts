@@ -2,6 +2,7 @@ import { fileURLToPath } from 'node:url';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { ConfiguredEngine } from './configured-engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
+import type { OwnedArgs } from './owned-args.js';
 import { servedModelName, servesHttp } from './shard-launch.js';
 import { VLLM_METRICS } from './vllm-engine.js';
 
@@ -22,6 +23,10 @@ export class SimEngine extends ConfiguredEngine {
 
   protected defaultCommand(): readonly string[] {
     return [process.execPath, LLMGW_BIN, 'sim', 'engine'];
+  }
+
+  protected ownedArgs(): OwnedArgs {
+    return { flags: ['--host', '--port', '--model', '--worker'] };
   }
 
   protected serverArgs(spec: StartShard): string[] {

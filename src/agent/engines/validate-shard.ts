@@ -3,6 +3,7 @@ import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isInPortRange, readEphemeralPortRange } from '../../lib/ephemeral-port-range.js';
 import { failure } from '../../lib/errors.js';
 import { firstUnprintable } from '../../lib/printable.js';
+import { type OwnedArgs, ownedArgIn } from './owned-args.js';
 import { compareComputeCapability, parseComputeCapability } from './compare-compute-capability.js';
 import type { ValidationContext } from './engine.js';
 import { refuseProfileEnv } from '../config/env-allowlist.js';
@@ -24,6 +25,8 @@ export interface ValidateShardOptions {
   allowedEnv: readonly string[];
   /** A worker rank that listens on http_port too (SGLang's /health): its port is checked like an API rank's. */
   workerListens?: boolean;
+  /** The flags the agent sets on this engine's command line, which profile args may not. */
+  ownedArgs?: OwnedArgs;
 }
 
 /**
@@ -58,6 +61,13 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
   if (spec.replicaId === '') throw failure(`shard ${spec.shardId}: replica_id is empty`);
   if (!profile) throw failure(`shard ${spec.shardId} has no profile`);
   if (profile.model === '') throw failure(`shard ${spec.shardId}: profile ${profile.name || '(unnamed)'} has no model`);
+  // The model is the engine's first positional argument: one that begins
+  // with "-" is read as a flag (a model named --help, N1).
+  if (profile.model.startsWith('-')) throw failure(`shard ${spec.shardId}: profile.model ${JSON.stringify(profile.model.slice(0, 64))} begins with "-", which the engine would read as a flag`);
+  const owned = opts.ownedArgs ? ownedArgIn(profile.args, opts.ownedArgs) : undefined;
+  if (owned !== undefined) {
+    throw failure(`shard ${spec.shardId}: profile args set ${owned}, which the agent sets itself (ports, served name, parallelism, drain, multi-node); remove it from the profile`);
+  }
   // Operators' terminals, the agent's log and ctl print these: a control
   // character in one would be an escape sequence there (review finding 11).
   const named = {

@@ -6,6 +6,7 @@ import type { EngineMetrics } from './engine-metrics.js';
 import { parallelism, servedModelName, servesHttp } from './shard-launch.js';
 import { shutdownTimeoutS } from './shutdown-timeout.js';
 import type { ValidateShardOptions } from './validate-shard.js';
+import type { OwnedArgs } from './owned-args.js';
 
 export const DEFAULT_VLLM_COMMAND: readonly string[] = ['vllm', 'serve'];
 
@@ -70,6 +71,19 @@ export const VLLM_METRICS: EngineMetrics = {
   progressCounters: ['vllm:generation_tokens_total', 'vllm:prompt_tokens_total', 'vllm:request_success_total'],
 };
 
+export const VLLM_OWNED_ARGS: OwnedArgs = {
+  flags: [
+    '--host', '--port', '--uds', '--model', '--served-model-name',
+    '--tensor-parallel-size', '-tp', '--pipeline-parallel-size', '-pp', '--shutdown-timeout',
+    '--nnodes', '-n', '--node-rank', '-r', '--master-addr', '--master-port', '--headless',
+    '--data-parallel-size-local', '-dpl', '--data-parallel-start-rank', '-dpr', '--data-parallel-rank', '-dpn',
+    '--data-parallel-address', '-dpa', '--data-parallel-rpc-port', '-dpp',
+  ],
+  // The profile's own: it spreads DP ranks over the nodes (dataParallelSize).
+  mayPass: ['--data-parallel-size'],
+  underscores: true,
+};
+
 export class VllmEngine extends ConfiguredEngine {
   readonly name = 'vllm' as const;
   readonly metrics: EngineMetrics = VLLM_METRICS;
@@ -82,6 +96,11 @@ export class VllmEngine extends ConfiguredEngine {
 
   protected defaultCommand(): readonly string[] {
     return DEFAULT_VLLM_COMMAND;
+  }
+
+  /** What serverArgs() emits, with the parser's aliases (V:vllm/engine/arg_utils.py:845-1113, entrypoints/openai/cli_args.py:246-261, 379). */
+  protected ownedArgs(): OwnedArgs {
+    return VLLM_OWNED_ARGS;
   }
 
   /** `--api-key`, else VLLM_API_KEY (V:vllm/entrypoints/serve/middleware/register.py:33). */

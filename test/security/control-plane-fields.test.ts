@@ -92,4 +92,19 @@ describe('bounded control-plane fields (security review 2, finding N6)', () => {
     }
     expectAgentUnharmed(agent.pid);
   });
+
+  it("refuses profile args that set the agent's own flags, and a model that is a flag (security review 2, N1)", { timeout: 60_000 }, async () => {
+    const agent = await bootAgentAgainst(cp, { dirs: agentDirs(join(root, 'args')), nodeId: 'args-node' });
+    const args = (id: string, profileArgs: string[], model = 'sim/m') =>
+      start(id, { profile: { name: 'p', engine: 'sim', model, servedModelName: 'm', tensorParallelSize: 1, args: profileArgs } }, freeFakeGpu(4), 0);
+    expect(await outcome(args('port', ['--port', '9000']))).toEqual({
+      state: 'FAILED',
+      error: 'shard port: profile args set --port, which the agent sets itself (ports, served name, parallelism, drain, multi-node); remove it from the profile',
+    });
+    expect(await outcome(args('help', [], '--help'))).toEqual({
+      state: 'FAILED',
+      error: 'shard help: profile.model "--help" begins with "-", which the engine would read as a flag',
+    });
+    expectAgentUnharmed(agent.pid);
+  });
 });

@@ -60,7 +60,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'discovery.sysfs_root', type: 'string', default: '/', flag: 'sysfs-root', doc: 'Root under which /sys/class/infiniband is read; "/" except in tests.' },
   { key: 'discovery.prefer_nvml', type: 'bool', default: true, doc: 'Read GPUs, memory and health through NVML (discovery.nvml_library); nvidia-smi is the fallback when the library cannot load or init fails.' },
   { key: 'discovery.nvml_library', type: 'string', default: 'libnvidia-ml.so.1', doc: 'NVML shared library: a name the dynamic loader finds, or a path.' },
-  { key: 'discovery.kmsg', type: 'string', default: '/dev/kmsg', doc: 'Kernel log read for NVRM Xid lines, which NVML does not always deliver; a FIFO or file in tests.' },
+  { key: 'discovery.kmsg', type: 'string', default: '/dev/kmsg', doc: 'Kernel log read for NVRM Xid lines, which NVML does not always deliver: the kmsg device (character device 1:11) is streamed, a FIFO or regular file (tests) is polled; anything else (/dev/null, as containers map /dev/kmsg, a directory) is not read, with one warning.' },
   { key: 'discovery.interval', type: 'duration', default: '60s', doc: 'How often hardware is rediscovered (GPUs that appear after boot, ports that go down).' },
   { key: 'discovery.foreign_memory_share', type: 'share', default: '5%', doc: 'Share of a GPU\'s memory that may be in use with no process listed on it (another container, a leaked CUDA context) before discover\'s foreign-memory check fails and the agent refuses StartShards on that GPU; 5% or 0.05.' },
   { key: 'discovery.timeout', type: 'duration', default: '10s', doc: 'Limit for each command discovery runs; a hung nvidia-smi gives a warning, not a hung agent.' },

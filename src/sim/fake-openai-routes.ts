@@ -6,10 +6,8 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FinishReason, SchedRequest } from './fake-batch-scheduler.js';
+import { readBody, sendJson } from './sim-http.js';
 import { type CompletionKind, completionBody, completionChunk, countPromptTokens, errorBody, simToken } from './openai-responses.js';
-
-/** Largest request body read; a double has no use for more. */
-const MAX_BODY_BYTES = 1024 * 1024;
 
 /** Length of the vectors an embedding request gets. */
 const EMBEDDING_DIM = 8;
@@ -23,30 +21,6 @@ export interface RouteContext {
   defaultMaxTokens: number;
 }
 
-export function sendJson(res: ServerResponse, status: number, body: unknown, close = false): void {
-  const text = JSON.stringify(body);
-  const headers: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) };
-  if (close) headers.connection = 'close';
-  res.writeHead(status, headers).end(text);
-}
-
-export function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > MAX_BODY_BYTES) {
-        reject(new Error(`body larger than ${MAX_BODY_BYTES} bytes`));
-        req.destroy();
-        return;
-      }
-      chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
-}
 
 /** The body as a JSON object, or undefined after answering 400. */
 async function jsonObject(req: IncomingMessage, res: ServerResponse): Promise<Record<string, unknown> | undefined> {

@@ -13,7 +13,8 @@ import { EngineChildren } from './engine-children.js';
 import { ARGPARSE_EXIT, type ArgSpec, ArgparseError, parseArgv, printArgparseError } from './engine-argv.js';
 import { sglangLog } from './engine-log.js';
 import { FakeBatchScheduler, type SchedRequest } from './fake-batch-scheduler.js';
-import { type RouteContext, bearerOk, sendJson, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
+import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
+import { sendJson } from './sim-http.js';
 import { errorBody } from './openai-responses.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs } from './sim-knobs.js';
 

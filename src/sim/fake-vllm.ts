@@ -14,7 +14,8 @@ import { EngineChildren } from './engine-children.js';
 import { ARGPARSE_EXIT, type ArgSpec, ArgparseError, parseArgv, printArgparseError } from './engine-argv.js';
 import { vllmLog } from './engine-log.js';
 import { FakeBatchScheduler, type FinishReason } from './fake-batch-scheduler.js';
-import { type RouteContext, bearerOk, sendJson, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
+import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
+import { sendJson } from './sim-http.js';
 import { errorBody, modelList } from './openai-responses.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs, versionBefore } from './sim-knobs.js';
 

@@ -12,9 +12,7 @@ import {
   simToken,
 } from './openai-responses.js';
 import type { SimEngineOptions } from './sim-engine-options.js';
-
-/** Largest request body read; a simulator has no use for more. */
-const MAX_BODY_BYTES = 1024 * 1024;
+import { readBody, sendJson } from './sim-http.js';
 
 /** How often a stalled request looks again whether its client went away. */
 const STALL_POLL_MS = 100;
@@ -274,30 +272,6 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
   });
 }
 
-function sendJson(res: ServerResponse, status: number, body: unknown, close = false): void {
-  const text = JSON.stringify(body);
-  const headers: Record<string, string> = { 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) };
-  if (close) headers.connection = 'close';
-  res.writeHead(status, headers).end(text);
-}
-
-function readBody(req: IncomingMessage): Promise<string> {
-  return new Promise((resolve, reject) => {
-    const chunks: Buffer[] = [];
-    let size = 0;
-    req.on('data', (c: Buffer) => {
-      size += c.length;
-      if (size > MAX_BODY_BYTES) {
-        reject(new Error(`body larger than ${MAX_BODY_BYTES} bytes`));
-        req.destroy();
-        return;
-      }
-      chunks.push(c);
-    });
-    req.on('end', () => resolve(Buffer.concat(chunks).toString('utf8')));
-    req.on('error', reject);
-  });
-}
 
 interface SimCounts {
   running: number;

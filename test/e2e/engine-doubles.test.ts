@@ -1,15 +1,15 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { startDoubleAgent, stopDoubleAgent } from '../helpers/double-agent.js';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { type AgentDirs, type AgentProcess, agentDirs, startAgentProcess } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
-import { freePort, groupMembers, killEverything, removeDir } from '../helpers/engine-processes.js';
+import type { AgentDirs, AgentProcess } from '../helpers/agent-process.js';
+import { doubleStart, streamChat } from '../helpers/double-shards.js';
+import { freePort, groupMembers } from '../helpers/engine-processes.js';
 import { consumeStream } from '../helpers/fake-engines.js';
-import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+import { shardIs } from '../helpers/sim-shards.js';
+import type { StartedControlPlane } from '../helpers/start-control-plane.js';
 
 /*
  * The real agent (direct launcher) against the engine doubles, which take
@@ -29,21 +29,10 @@ let agent: AgentProcess;
 let dirs: AgentDirs;
 
 beforeAll(async () => {
-  cp = await startControlPlane();
-  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-doubles-')));
-  const registered = cp.cp.waitFor(NODE, isRegister, 30_000);
-  agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML });
-  await registered;
+  ({ cp, agent, dirs } = await startDoubleAgent(NODE, 'llmgw-doubles-'));
 });
 
-afterAll(async () => {
-  await agent?.stop();
-  await cp?.close();
-  if (dirs) {
-    await killEverything(dirs.logDir);
-    removeDir(dirs.root);
-  }
-});
+afterAll(() => stopDoubleAgent({ cp, agent, dirs }));
 
 async function startAndWait(spec: StartShard, ...states: ShardState[]): Promise<ShardStatus> {
   const settled = cp.cp.waitFor(NODE, shardIs(spec.shardId, ...(states.length > 0 ? states : [S.READY, S.FAILED, S.EXITED])), 60_000);

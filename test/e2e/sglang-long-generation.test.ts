@@ -1,14 +1,12 @@
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { startDoubleAgent, stopDoubleAgent } from '../helpers/double-agent.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { type AgentDirs, type AgentProcess, agentDirs, startAgentProcess } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
-import { freePort, killEverything, removeDir } from '../helpers/engine-processes.js';
+import type { AgentDirs, AgentProcess } from '../helpers/agent-process.js';
+import { doubleStart, streamChat } from '../helpers/double-shards.js';
+import { freePort } from '../helpers/engine-processes.js';
 import { consumeStream } from '../helpers/fake-engines.js';
-import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+import { shardIs } from '../helpers/sim-shards.js';
+import type { StartedControlPlane } from '../helpers/start-control-plane.js';
 
 /*
  * Issue 25's acceptance, as stated: a 60 s healthy generation on SGLang with
@@ -27,21 +25,10 @@ let agent: AgentProcess;
 let dirs: AgentDirs;
 
 beforeAll(async () => {
-  cp = await startControlPlane();
-  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-long-')));
-  const registered = cp.cp.waitFor(NODE, isRegister, 30_000);
-  agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, supervisor: ['stall_timeout: 5s'] });
-  await registered;
+  ({ cp, agent, dirs } = await startDoubleAgent(NODE, 'llmgw-long-', ['stall_timeout: 5s']));
 });
 
-afterAll(async () => {
-  await agent?.stop();
-  await cp?.close();
-  if (dirs) {
-    await killEverything(dirs.logDir);
-    removeDir(dirs.root);
-  }
-});
+afterAll(() => stopDoubleAgent({ cp, agent, dirs }));
 
 const statesOf = (id: string) =>
   cp.cp

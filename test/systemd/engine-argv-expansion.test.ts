@@ -1,15 +1,16 @@
+import { endLabFile } from '../helpers/end-lab-file.js';
 import { create, toJsonString } from '@bufbuild/protobuf';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AgentMessageSchema, ShardState, type ShardStatus, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentConfigYaml, agentDirs, type AgentDirs } from '../helpers/agent-config-yaml.js';
-import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
+import { freePort, } from '../helpers/engine-processes.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
-import { AGENT_UNIT, agentLogDropIn, bootLab, installAgentUnit, labLeftovers, labUnavailableReason, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
+import { AGENT_UNIT, agentLogDropIn, bootLab, installAgentUnit, labUnavailableReason, type SystemdLab } from '../helpers/systemd-lab.js';
 
 /*
  * Finding N4 of security review 2, under a real systemd (the lab's, PID 1 of its own namespaces):
@@ -86,17 +87,7 @@ describe.skipIf(unavailable !== undefined)(
       await registered;
     }, 60_000);
 
-    afterAll(async () => {
-      // The lab first, and the agent and every engine with it, then the files.
-      await stopAllLabs();
-      await f?.cp.close();
-      try {
-        expect(labLeftovers()).toEqual([]);
-        if (f) expect(processesWritingUnder(f.root)).toEqual([]);
-      } finally {
-        if (f) rmSync(f.root, { recursive: true, force: true });
-      }
-    });
+    afterAll(() => endLabFile(f));
 
     it(`a READY engine holds exactly the bytes the control plane sent: ${BRACED} not substituted, $$ not halved, %n not a specifier`, async () => {
       const name = `a${BRACED}b$$c%n%%d$`;

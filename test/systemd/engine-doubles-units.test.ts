@@ -1,16 +1,17 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { endLabFile } from '../helpers/end-lab-file.js';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, type StartShard, StartShardSchema, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, agentConfigYaml, agentDirs } from '../helpers/agent-config-yaml.js';
-import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
+import { freePort, } from '../helpers/engine-processes.js';
 import { FAKE_SGLANG, FAKE_VLLM, consumeStream } from '../helpers/fake-engines.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
-import { AGENT_UNIT, type SystemdLab, agentLogDropIn, bootLab, installAgentUnit, labLeftovers, labUnavailableReason, stopAllLabs } from '../helpers/systemd-lab.js';
+import { AGENT_UNIT, type SystemdLab, agentLogDropIn, bootLab, installAgentUnit, labUnavailableReason, } from '../helpers/systemd-lab.js';
 
 /*
  * The engine doubles (bin/fake-vllm, bin/fake-sglang: vLLM's and SGLang's own
@@ -196,17 +197,7 @@ describe.skipIf(unavailable !== undefined)(
       await registered;
     }, 60_000);
 
-    afterAll(async () => {
-      // The lab first, and the agent, every engine and every worker with it, then the files.
-      await stopAllLabs();
-      await f?.cp.close();
-      try {
-        expect(labLeftovers()).toEqual([]);
-        if (f) expect(processesWritingUnder(f.root)).toEqual([]);
-      } finally {
-        if (f) rmSync(f.root, { recursive: true, force: true });
-      }
-    });
+    afterAll(() => endLabFile(f));
 
     it('a StopShard to a TP=2 vLLM shard in its unit lets a streamed completion send every token and [DONE], then reports STOPPED, with nothing left in the cgroup and the unit unloaded', async () => {
       const port = await freePort();

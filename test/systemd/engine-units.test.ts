@@ -1,5 +1,6 @@
+import { endLabFile } from '../helpers/end-lab-file.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -7,11 +8,11 @@ import { create } from '@bufbuild/protobuf';
 import { type AgentMessage, type Register, ShardState, type ShardStatus, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import type { ShardInfoJson, StatusResponseJson } from '../../src/gen/llmgw/v1/admin_pb.js';
 import { agentConfigYaml, agentDirs, type AgentDirs } from '../helpers/agent-config-yaml.js';
-import { freePort, processesWritingUnder } from '../helpers/engine-processes.js';
+import { freePort, } from '../helpers/engine-processes.js';
 import { REPO_ROOT, runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
-import { AGENT_UNIT, agentLogDropIn, installAgentUnit, bootLab, labLeftovers, labUnavailableReason, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
+import { AGENT_UNIT, agentLogDropIn, installAgentUnit, bootLab, labUnavailableReason, type SystemdLab } from '../helpers/systemd-lab.js';
 
 /*
  * Engines in their own transient units (supervisor.launcher: auto, the default), under a real
@@ -143,17 +144,7 @@ describe.skipIf(unavailable !== undefined)(
       await startAgent();
     }, 60_000);
 
-    afterAll(async () => {
-      // The lab first, and every agent, engine and escaped worker with it, then the files.
-      await stopAllLabs();
-      await f?.cp.close();
-      try {
-        expect(labLeftovers()).toEqual([]);
-        if (f) expect(processesWritingUnder(f.root)).toEqual([]);
-      } finally {
-        if (f) rmSync(f.root, { recursive: true, force: true });
-      }
-    });
+    afterAll(() => endLabFile(f));
 
     it('auto picks systemd-run under systemd as PID 1: the shard is READY in llmgw-shard-<id>.service in llmgw.slice with the configured resource properties, and ctl status and the state file name its unit', async () => {
       // The same decision the agent made, asked of this build inside the lab (outside it, choose-launcher.test.ts sees direct).

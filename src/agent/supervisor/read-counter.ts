@@ -1,4 +1,4 @@
-import { readGauge } from './read-gauge.js';
+import { readGauge, sumOver } from './read-gauge.js';
 
 /**
  * The value of a counter in Prometheus text exposition, summed over its label
@@ -19,10 +19,5 @@ export function readCounter(text: string, name: string): number | undefined {
  * --disable-log-stats, SGLang without --enable-metrics).
  */
 export function readCounters(text: string, names: readonly string[]): number | undefined {
-  let sum: number | undefined;
-  for (const name of names) {
-    const v = readCounter(text, name);
-    if (v !== undefined) sum = (sum ?? 0) + v;
-  }
-  return sum;
+  return sumOver(names, (name) => readCounter(text, name));
 }

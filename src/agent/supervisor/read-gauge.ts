@@ -57,12 +57,17 @@ export function readGauge(text: string, name: string): number | undefined {
   return sum;
 }
 
-/** The sum of several gauges (running and waiting); undefined when the engine exports none of them. */
-export function readGauges(text: string, names: readonly string[]): number | undefined {
+/** The sum of several series, each read by `read`; undefined when none of them is there. */
+export function sumOver(names: readonly string[], read: (name: string) => number | undefined): number | undefined {
   let sum: number | undefined;
   for (const name of names) {
-    const v = readGauge(text, name);
+    const v = read(name);
     if (v !== undefined) sum = (sum ?? 0) + v;
   }
   return sum;
+}
+
+/** The sum of several gauges (running and waiting); undefined when the engine exports none of them. */
+export function readGauges(text: string, names: readonly string[]): number | undefined {
+  return sumOver(names, (name) => readGauge(text, name));
 }

@@ -24,12 +24,16 @@ export async function cgroupMembers(pid: number, opts: { procRoot?: string; cgro
   }
   if (path === undefined || path === '/' || path === '' || path.includes('..')) return undefined;
   try {
-    const procs = await readFile(join(cgroupRoot, path, 'cgroup.procs'), 'utf8');
-    return procs
-      .split('\n')
-      .filter((l) => /^\d+$/.test(l))
-      .map(Number);
+    return parseCgroupProcs(await readFile(join(cgroupRoot, path, 'cgroup.procs'), 'utf8'));
   } catch {
     return undefined;
   }
+}
+
+/** The pids a cgroup.procs file lists, one a line. */
+export function parseCgroupProcs(text: string): number[] {
+  return text
+    .split('\n')
+    .filter((l) => /^\d+$/.test(l))
+    .map(Number);
 }

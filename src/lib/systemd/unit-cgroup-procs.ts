@@ -2,6 +2,7 @@ import { existsSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isNotFound } from '../errno.js';
+import { parseCgroupProcs } from '../process/cgroup-members.js';
 
 /**
  * Where systemd's unit cgroups are, in the order looked at: the unified
@@ -28,11 +29,7 @@ export async function unitCgroupProcs(controlGroup: string, roots: readonly stri
   const root = roots.find((r) => existsSync(join(r, 'cgroup.procs')));
   if (root === undefined) return undefined;
   try {
-    const text = await readFile(join(root, controlGroup, 'cgroup.procs'), 'utf8');
-    return text
-      .split('\n')
-      .filter((l) => /^\d+$/.test(l))
-      .map(Number);
+    return parseCgroupProcs(await readFile(join(root, controlGroup, 'cgroup.procs'), 'utf8'));
   } catch (err) {
     // ENOENT: systemd removed the unit's cgroup, which it does once nothing is left in it.
     if (isNotFound(err)) return [];

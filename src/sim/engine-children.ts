@@ -45,7 +45,8 @@ export class EngineChildren {
       const script =
         `${sigterm}const parent=process.ppid;` +
         `setInterval(()=>{if(process.ppid!==parent)process.kill(process.pid,'SIGKILL')},${PARENT_POLL_MS});` +
-        `process.stdout.write(${JSON.stringify(spec.readyLine)}.replace('{pid}',String(process.pid))+'\\n');`;
+        // A line a full log disk refuses is dropped, as in engine-log.ts.
+        `try{require('fs').writeSync(1,${JSON.stringify(spec.readyLine)}.replace('{pid}',String(process.pid))+'\\n')}catch{}`;
       const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'inherit', 'inherit'] });
       child.on('error', () => {});
       child.on('exit', (code, signal) => {

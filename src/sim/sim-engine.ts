@@ -11,6 +11,7 @@ import {
   modelList,
   simToken,
 } from './openai-responses.js';
+import { droppedLogLines, vllmLog, writeEngineOutput } from './engine-log.js';
 import type { SimEngineOptions } from './sim-engine-options.js';
 import { readBody, sendJson } from './sim-http.js';
 
@@ -23,16 +24,6 @@ const STALL_POLL_MS = 100;
  * killing it must not leave it running for ever.
  */
 const ESCAPED_CHILD_LIFETIME_MS = 30 * 60_000;
-
-/** A vLLM-like log line ("INFO 05-12 10:00:00 [api_server.py:1] …"), written synchronously: stdout is the shard's log file. */
-function logLine(level: 'INFO' | 'WARNING' | 'ERROR', where: string, message: string): void {
-  const d = new Date();
-  const p = (n: number) => String(n).padStart(2, '0');
-  const stamp = `${p(d.getMonth() + 1)}-${p(d.getDate())} ${p(d.getHours())}:${p(d.getMinutes())}:${p(d.getSeconds())}`;
-  const line = `${level} ${stamp} [${where}] ${message}\n`;
-  if (level === 'ERROR') process.stderr.write(line);
-  else process.stdout.write(line);
-}
 
 /**
  * Runs a simulated inference engine until it is told to stop or a fault
@@ -67,19 +58,19 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
 
     const maybeFinishDrain = () => {
       if (draining && running === 0) {
-        logLine('INFO', 'launcher.py:80', 'Shutting down FastAPI HTTP server.');
+        vllmLog('INFO', 'launcher.py:80', 'Shutting down FastAPI HTTP server.');
         finish(0);
       }
     };
 
     const onTerm = (sig: NodeJS.Signals) => {
       if (opts.ignoreSigterm) {
-        logLine('WARNING', 'api_server.py:900', `received ${sig}; ignoring it (--ignore-sigterm)`);
+        vllmLog('WARNING', 'api_server.py:900', `received ${sig}; ignoring it (--ignore-sigterm)`);
         return;
       }
       if (draining) return;
       draining = true;
-      logLine('INFO', 'launcher.py:74', `received ${sig}; finishing ${running} in-flight request(s), accepting no more`);
+      vllmLog('INFO', 'launcher.py:74', `received ${sig}; finishing ${running} in-flight request(s), accepting no more`);
       server?.close();
       server?.closeIdleConnections();
       maybeFinishDrain();
@@ -97,8 +88,8 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
       timers.push(t);
     };
 
-    logLine('INFO', 'api_server.py:1000', `vLLM API server version 0.0.0-sim (llmgw sim engine), pid ${process.pid}`);
-    logLine('INFO', 'api_server.py:1001', `args: model=${opts.model} host=${opts.host} port=${opts.port} worker=${opts.worker}`);
+    vllmLog('INFO', 'api_server.py:1000', `vLLM API server version 0.0.0-sim (llmgw sim engine), pid ${process.pid}`);
+    vllmLog('INFO', 'api_server.py:1001', `args: model=${opts.model} host=${opts.host} port=${opts.port} worker=${opts.worker}`);
 
     if (opts.spawnChild) {
       // Same process group (not detached): what a stop must reach through the group.
@@ -113,7 +104,7 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
         child.on('exit', (code, sig) => {
           // Its end on our own way out (finish kills it) is no failure.
           if (finished) return;
-          logLine('ERROR', 'multiproc_executor.py:298', `Worker proc ${pid} died unexpectedly (${sig ?? `exit ${code}`}), shutting down executor; aborting ${running} in-flight request(s)`);
+          vllmLog('ERROR', 'multiproc_executor.py:298', `Worker proc ${pid} died unexpectedly (${sig ?? `exit ${code}`}), shutting down executor; aborting ${running} in-flight request(s)`);
           finish(1);
         });
       }
@@ -133,14 +124,14 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
     if (opts.stallAfterMs !== undefined) {
       later(opts.stallAfterMs, () => {
         stalled = true;
-        logLine('WARNING', 'core.py:1190', 'EngineCore step made no progress; requests running, no tokens produced (--stall-after)');
+        vllmLog('WARNING', 'core.py:1190', 'EngineCore step made no progress; requests running, no tokens produced (--stall-after)');
       });
     }
 
     if (opts.failAfterMs !== undefined) {
       later(opts.failAfterMs, () => {
-        logLine('ERROR', 'engine.py:165', 'RuntimeError: CUDA error: an illegal memory access was encountered');
-        logLine('ERROR', 'engine.py:166', `Engine core died unexpectedly; exiting with ${opts.exitCode}`);
+        vllmLog('ERROR', 'engine.py:165', 'RuntimeError: CUDA error: an illegal memory access was encountered');
+        vllmLog('ERROR', 'engine.py:166', `Engine core died unexpectedly; exiting with ${opts.exitCode}`);
         finish(opts.exitCode);
       });
     }
@@ -148,7 +139,7 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
     if (opts.hangAfterMs !== undefined) {
       later(opts.hangAfterMs, () => {
         hung = true;
-        logLine('WARNING', 'shm_broadcast.py:396', 'No available shared memory broadcast block found in 60 second.');
+        vllmLog('WARNING', 'shm_broadcast.py:396', 'No available shared memory broadcast block found in 60 second.');
       });
     }
 
@@ -165,7 +156,7 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
           n++;
           text += `INFO [metrics.py:455] Avg prompt throughput: 0.0 tokens/s, Running: ${running} reqs, Waiting: 0 reqs, line ${n}\n`;
         }
-        if (text) process.stdout.write(text);
+        if (text) writeEngineOutput(1, text);
         const t = setTimeout(tick, tickMs);
         timers.push(t);
       };
@@ -173,7 +164,7 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
     }
 
     if (opts.worker) {
-      logLine('INFO', 'worker.py:120', 'worker rank started; serving no HTTP, waiting for collectives');
+      vllmLog('INFO', 'worker.py:120', 'worker rank started; serving no HTTP, waiting for collectives');
       return;
     }
 
@@ -252,21 +243,21 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
       sendJson(res, 200, completionBody(kind, id, opts.model, text, countPromptTokens(body), n));
     };
 
-    logLine('INFO', 'model_runner.py:1000', `Starting to load model ${opts.model}...`);
+    vllmLog('INFO', 'model_runner.py:1000', `Starting to load model ${opts.model}...`);
     if (opts.neverReady) return; // loading forever: the port never opens
 
     later(opts.loadTimeMs, () => {
-      logLine('INFO', 'model_runner.py:1012', `Loading model weights took ${(opts.loadTimeMs / 1000).toFixed(2)} seconds`);
+      vllmLog('INFO', 'model_runner.py:1012', `Loading model weights took ${(opts.loadTimeMs / 1000).toFixed(2)} seconds`);
       server = createServer(handle);
       server.on('error', (err) => {
-        logLine('ERROR', 'api_server.py:1100', `cannot listen on ${opts.host}:${opts.port}: ${err.message}`);
+        vllmLog('ERROR', 'api_server.py:1100', `cannot listen on ${opts.host}:${opts.port}: ${err.message}`);
         finish(1);
       });
       server.listen(opts.port, opts.host, () => {
         const addr = server?.address();
         const port = addr && typeof addr === 'object' ? addr.port : opts.port;
-        logLine('INFO', 'launcher.py:28', 'Available routes are: /health, /v1/models, /v1/completions, /v1/chat/completions, /metrics');
-        logLine('INFO', 'server.py:83', `Uvicorn running on http://${opts.host}:${port} (Press CTRL+C to quit)`);
+        vllmLog('INFO', 'launcher.py:28', 'Available routes are: /health, /v1/models, /v1/completions, /v1/chat/completions, /metrics');
+        vllmLog('INFO', 'server.py:83', `Uvicorn running on http://${opts.host}:${port} (Press CTRL+C to quit)`);
       });
     });
   });
@@ -292,6 +283,8 @@ function metricsText(model: string, c: SimCounts): string {
     series('gauge', 'vllm:num_requests_waiting', 'Number of requests waiting to be processed.', 0) +
     series('gauge', 'vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', Math.min(1, c.running * 0.05)) +
     series('counter', 'vllm:prompt_tokens_total', 'Number of prefill tokens processed.', c.promptTokens) +
-    series('counter', 'vllm:generation_tokens_total', 'Number of generation tokens processed.', c.generatedTokens)
+    series('counter', 'vllm:generation_tokens_total', 'Number of generation tokens processed.', c.generatedTokens) +
+    // The sim's own, not vLLM's: log lines the kernel refused (a full log disk), dropped as Python's logging drops them.
+    `# HELP llmgw_sim_log_lines_dropped_total Log lines the sim could not write.\n# TYPE llmgw_sim_log_lines_dropped_total counter\nllmgw_sim_log_lines_dropped_total ${droppedLogLines()}\n`
   );
 }

@@ -1,5 +1,9 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { closeSync, mkdtempSync, openSync, rmSync, statSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePort, groupMembers, isRunning, procInfo, until } from '../helpers/engine-processes.js';
 import { BIN } from '../helpers/run-cli.js';
@@ -218,5 +222,45 @@ describe('llmgw sim engine', () => {
     await new Promise((r) => setTimeout(r, 500));
     await expect(fetch(`${sim.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
     expect(isRunning(sim.child.pid as number)).toBe(true);
+  });
+
+  it.skipIf(process.getuid?.() !== 0)('keeps serving when its log disk is full, drops and counts the lines, and logs again when space returns', async () => {
+    // A real full filesystem: a 64 KiB tmpfs holding the log, as a full /var/log/llmgw would.
+    const dir = mkdtempSync(join(tmpdir(), 'sim-full-'));
+    execFileSync('mount', ['-t', 'tmpfs', '-o', 'size=64k', 'tmpfs', dir]);
+    try {
+      const log = openSync(join(dir, 'engine.log'), 'a');
+      const port = await freePort();
+      const child = spawn(process.execPath, [BIN, 'sim', 'engine', '--port', String(port), '--model', 'm', '--log-rate', '2000'], {
+        detached: true,
+        stdio: ['ignore', log, log],
+      });
+      closeSync(log);
+      running.push(child);
+      const url = `http://127.0.0.1:${port}`;
+      const dropped = async () => {
+        const text = await (await fetch(`${url}/metrics`)).text();
+        return Number(/^llmgw_sim_log_lines_dropped_total (\S+)$/m.exec(text)?.[1]);
+      };
+      await until(async () => (await fetch(`${url}/health`).catch(() => undefined))?.status === 200, 'the sim to serve');
+      await until(async () => (await dropped()) > 0, 'the log disk to fill and lines to be dropped');
+      // Full for a while: still alive and still answering.
+      await sleep(1000);
+      expect(child.exitCode, 'the sim is still running').toBeNull();
+      const answer = await post(`${url}/v1/completions`, { model: 'm', prompt: 'x', max_tokens: 2 });
+      expect(answer.status).toBe(200);
+      const full = statSync(join(dir, 'engine.log')).size;
+      execFileSync('mount', ['-o', 'remount,size=4m', dir]);
+      await until(() => statSync(join(dir, 'engine.log')).size > full + 1024, 'the log to grow again once space returns');
+    } finally {
+      for (const child of running.splice(0)) {
+        try {
+          process.kill(-(child.pid as number), 'SIGKILL');
+        } catch {}
+        await until(() => groupMembers(child.pid as number).length === 0, 'the sim to be gone', 10_000);
+      }
+      execFileSync('umount', [dir]);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

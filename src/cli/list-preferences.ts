@@ -1,3 +1,5 @@
+import { requireReadable, resolveCtlPaths, STORED_CONFIG_FIX } from '../ctl/resolve-ctl-paths.js';
+import { LlmgwError } from '../lib/errors.js';
 import { DEFAULT_ADMIN_SOCKET, DEFAULT_CONFIG_PATH } from '../lib/default-paths.js';
 import { PREFERENCE_KEYS, type PreferenceKey, type PreferenceValue, preferenceFromEnv, preferencesFile, readPreferences } from './cli-preferences.js';
 
@@ -9,6 +11,12 @@ export interface PreferenceEntry {
   /** Where it came from: `env LLMGW_SOCKET`, `llmgw config (<file>)`, `admin.socket in <agent config>`, `default`. */
   source: string;
   doc: string;
+  /**
+   * Why ctl would refuse this value (ctl.config naming a file that does not exist, and ctl.socket
+   * when that is why it cannot be resolved); absent when the value is fine. `config list|get` show
+   * it rather than fail: they are how the operator finds a bad stored value.
+   */
+  problem?: string;
 }
 
 export interface PreferenceList {
@@ -36,16 +44,40 @@ export async function listPreferences(env: NodeJS.ProcessEnv = process.env): Pro
   const preferences: PreferenceEntry[] = [];
   for (const spec of PREFERENCE_KEYS) {
     const fromEnv = preferenceFromEnv(spec, env);
-    const entry = (value: PreferenceValue, source: string) => preferences.push({ key: spec.key, value, source, doc: spec.doc });
+    const entry = (value: PreferenceValue, source: string, problem?: string) =>
+      preferences.push({ key: spec.key, value, source, doc: spec.doc, ...(problem ? { problem } : {}) });
     if (spec.key === 'ctl.socket') {
-      const { resolveCtlPaths } = await import('../ctl/resolve-ctl-paths.js');
       const configPath = env.LLMGW_CONFIG || undefined;
       const stc = { socket: stored['ctl.socket'] as string | undefined, configPath: stored['ctl.config'] as string | undefined };
-      const { socket, socketSource } = await resolveCtlPaths({ socket: fromEnv as string | undefined, configPath, stored: stc });
-      entry(socket, fromEnv !== undefined ? `env ${spec.env}` : socketSource === 'llmgw config ctl.socket' ? `llmgw config (${file})` : socketSource);
+      const socketFromEnv = fromEnv as string | undefined;
+      const sourceOf = (socketSource: string) =>
+        socketFromEnv !== undefined ? `env ${spec.env}` : socketSource === 'llmgw config ctl.socket' ? `llmgw config (${file})` : socketSource;
+      try {
+        const { socket, socketSource } = await resolveCtlPaths({ socket: socketFromEnv, configPath, stored: stc });
+        entry(socket, sourceOf(socketSource));
+      } catch (err) {
+        if (!(err instanceof LlmgwError)) throw err;
+        // The agent config it would read is unusable: show what is left without it, and why ctl refuses.
+        const { socket, socketSource } = await resolveCtlPaths({ socket: socketFromEnv, stored: { socket: stc.socket } });
+        entry(socket, sourceOf(socketSource), `ctl refuses it: ${err.message}`);
+      }
+    } else if (spec.key === 'ctl.config' && (fromEnv !== undefined || stored[spec.key] !== undefined)) {
+      const value = (fromEnv ?? stored[spec.key]) as string;
+      entry(value, fromEnv !== undefined ? `env ${spec.env}` : `llmgw config (${file})`, configProblem(value, fromEnv !== undefined));
     } else if (fromEnv !== undefined) entry(fromEnv, `env ${spec.env}`);
     else if (stored[spec.key] !== undefined) entry(stored[spec.key] as PreferenceValue, `llmgw config (${file})`);
     else entry(DEFAULTS[spec.key], 'default');
   }
   return { file, preferences };
+}
+
+/** Why ctl would refuse `path` as its agent config, or undefined when it is a readable file. */
+function configProblem(path: string, fromEnv: boolean): string | undefined {
+  try {
+    requireReadable(path, fromEnv ? 'it is LLMGW_CONFIG: set it to an agent config, or unset it' : STORED_CONFIG_FIX);
+    return undefined;
+  } catch (err) {
+    if (err instanceof LlmgwError) return err.message;
+    throw err;
+  }
 }

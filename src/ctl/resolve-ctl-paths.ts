@@ -33,39 +33,53 @@ export interface ResolveCtlPathsOptions {
  * A config file the operator named (flag, environment or ctl.config) must
  * exist and be readable: falling back to the default socket would talk to
  * another agent, or report "not running" about the wrong one (exit 78 or 77,
- * naming the file). The default file may be absent. Only the two keys ctl
+ * naming the file). The stored ctl.config is checked only when it is read
+ * (--socket and a stored ctl.socket make it unneeded). The default file may
+ * be absent. Only the two keys ctl
  * needs are read, and a file that does not parse is the agent's problem, not
  * the operator's: its keys are skipped. YAML is loaded only when a file is
  * read, which keeps `ctl status --socket` lean.
  */
 export async function resolveCtlPaths(opts: ResolveCtlPathsOptions): Promise<CtlPaths> {
-  const named = opts.configPath || opts.stored?.configPath;
-  if (named) requireReadable(named);
-  if (opts.socket && (opts.logDir || !opts.needLogDir)) {
-    return { socket: opts.socket, logDir: opts.logDir || DEFAULT_LOG_DIR, socketSource: '--socket / LLMGW_SOCKET' };
-  }
-  const configPath = named ?? DEFAULT_CONFIG_PATH;
-  const fromFile = await readCtlKeys(configPath);
+  const stored = opts.stored ?? {};
+  const wantSocket = !opts.socket;
+  const wantLogDir = Boolean(opts.needLogDir && !opts.logDir);
+  // A file named now (--config / LLMGW_CONFIG) is checked whatever else is given: the operator meant it.
+  if (opts.configPath) requireReadable(opts.configPath, NAMED_FIX);
+  // The stored ctl.config only when it is consulted: a bad stored value must not stop a command that
+  // does not need it (`ctl status --socket …`), nor `llmgw config list`, the command that finds it
+  // (new-operator walkthrough 2, row 9). A stored ctl.socket beats it for the socket.
+  const fileNeeded = opts.configPath ? wantSocket || wantLogDir : (wantSocket && !stored.socket) || wantLogDir;
+  if (!opts.configPath && stored.configPath && fileNeeded) requireReadable(stored.configPath, STORED_CONFIG_FIX);
+  const configPath = opts.configPath || stored.configPath || DEFAULT_CONFIG_PATH;
+  const fromFile = fileNeeded ? await readCtlKeys(configPath) : {};
   const [socket, socketSource] = opts.socket
     ? [opts.socket, '--socket / LLMGW_SOCKET']
     : opts.configPath && fromFile.socket
       ? [fromFile.socket, `admin.socket in ${configPath}`]
-      : opts.stored?.socket
-        ? [opts.stored.socket, 'llmgw config ctl.socket']
+      : stored.socket
+        ? [stored.socket, 'llmgw config ctl.socket']
         : fromFile.socket
           ? [fromFile.socket, `admin.socket in ${configPath}`]
           : [DEFAULT_ADMIN_SOCKET, 'default'];
   return { socket, socketSource, logDir: opts.logDir || fromFile.logDir || DEFAULT_LOG_DIR };
 }
 
-function requireReadable(path: string): void {
+const NAMED_FIX = "pass the agent's config file with --config (or fix ctl.config with `llmgw config`)";
+export const STORED_CONFIG_FIX = 'it is your stored ctl.config: `llmgw config set ctl.config <agent config>` or `llmgw config unset ctl.config`, or pass --socket';
+
+/**
+ * Throws unless `path` is a readable file: exit 78 when it is missing or not a file, 77 when it may not
+ * be read. `fix` says how to name another one.
+ */
+export function requireReadable(path: string, fix: string = NAMED_FIX): void {
   try {
     // statSync first: reading a directory or a FIFO would fail late or hang.
-    if (!statSync(path).isFile()) throw configError(`agent config ${path} is not a file; pass the agent's config file with --config (or fix ctl.config with \`llmgw config\`)`);
+    if (!statSync(path).isFile()) throw configError(`agent config ${path} is not a file; ${fix}`);
     accessSync(path, constants.R_OK);
   } catch (err) {
     if (err instanceof LlmgwError) throw err;
-    if (isNotFound(err)) throw configError(`agent config ${path} does not exist; pass the agent's config file with --config (or fix ctl.config with \`llmgw config\`)`);
+    if (isNotFound(err)) throw configError(`agent config ${path} does not exist; ${fix}`);
     if (isPermissionDenied(err)) {
       throw new LlmgwError('permission', `cannot read the agent config ${path}: permission denied; run as root, or pass --socket instead of --config`);
     }

@@ -43,6 +43,18 @@ describe('resolveCtlPaths', () => {
     await expect(resolveCtlPaths({ configPath: dir })).rejects.toMatchObject({ exitCode: 78, message: expect.stringContaining('is not a file') });
   });
 
+  it('does not check a stored ctl.config it does not read: --socket, or a stored ctl.socket, makes it unneeded', async () => {
+    const missing = join(dir, 'gone.yaml');
+    expect(await resolveCtlPaths({ socket: '/s', stored: { configPath: missing } })).toMatchObject({ socket: '/s' });
+    expect(await resolveCtlPaths({ stored: { socket: '/t', configPath: missing } })).toMatchObject({ socket: '/t', socketSource: 'llmgw config ctl.socket' });
+    // ctl logs reads supervisor.log_dir from it, unless --log-dir is given; the error says it is the stored one.
+    await expect(resolveCtlPaths({ socket: '/s', stored: { configPath: missing }, needLogDir: true })).rejects.toMatchObject({
+      exitCode: 78,
+      message: expect.stringContaining('it is your stored ctl.config: `llmgw config set ctl.config <agent config>` or `llmgw config unset ctl.config`'),
+    });
+    expect(await resolveCtlPaths({ socket: '/s', logDir: '/l', stored: { configPath: missing }, needLogDir: true })).toMatchObject({ logDir: '/l' });
+  });
+
   it.skipIf(process.getuid?.() === 0)('refuses a named config file it may not read with exit 77', async () => {
     const path = config('closed.yaml', 'admin:\n  socket: /srv/x.sock\n');
     chmodSync(path, 0o000);

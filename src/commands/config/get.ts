@@ -18,6 +18,8 @@ export default class ConfigGet extends BaseCommand {
     const { listPreferences } = await import('../../cli/list-preferences.js');
     const entry = (await listPreferences()).preferences.find((p) => p.key === spec.key) as PreferenceEntry;
     this.log(`${String(entry.value)}  (${entry.source})`);
+    // Flagged on stderr, so that `$(llmgw config get …)` still captures the value alone.
+    if (entry.problem) this.logToStderr(`⚠ ${entry.problem}`);
     return entry;
   }
 }

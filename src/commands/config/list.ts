@@ -16,7 +16,14 @@ export default class ConfigList extends BaseCommand {
     const { printable } = await import('../../lib/printable.js');
     const list = await listPreferences();
     this.log(`preferences file: ${list.file}\n`);
-    this.log(renderTable(['KEY', 'VALUE', 'SOURCE'], list.preferences.map((p) => [p.key, printable(String(p.value)), printable(p.source)])));
+    this.log(renderTable(['KEY', 'VALUE', 'SOURCE'], list.preferences.map((p) => [p.key, printable(String(p.value)) + (p.problem ? ' ⚠' : ''), printable(p.source)])));
+    // Flagged, not fatal: this is the command that finds a bad stored value (walkthrough 2, row 9).
+    const problems = list.preferences.filter((p) => p.problem);
+    for (const p of problems) {
+      // ctl.socket's problem quotes ctl.config's when that is its cause: say it once.
+      const quoted = problems.find((q) => q !== p && p.problem?.includes(q.problem as string));
+      this.log(`\n⚠ ${p.key}: ${quoted ? `ctl refuses it until ${quoted.key} is fixed` : printable(p.problem as string)}`);
+    }
     return list;
   }
 }

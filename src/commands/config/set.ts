@@ -30,6 +30,14 @@ ${PREFERENCE_KEYS.map((k) => `  ${k.key} (${k.accepts}; env ${k.env}): ${k.doc}`
     const { args } = await this.parse(ConfigSet);
     const spec = preferenceSpec(args.key);
     const value = parsePreference(spec, args.value);
+    if (spec.key === 'ctl.config') {
+      // Refused now rather than found by every later ctl command (walkthrough 2, row 9).
+      const { requireReadable } = await import('../../ctl/resolve-ctl-paths.js');
+      requireReadable(
+        value as string,
+        `write it first (\`llmgw agent example-config --output ${value as string}\`) or give the path of the agent's config; nothing was stored`,
+      );
+    }
     const { setPreference } = await import('../../cli/preference-store.js');
     const file = await setPreference(spec.key, value);
     this.log(`${spec.key} = ${String(value)} (${file})`);

@@ -79,6 +79,41 @@ describe('llmgw config', () => {
     expect(JSON.parse(r.stdout)).toMatchObject({ key: 'ctl.socket', value: '/srv/b.sock', source: `admin.socket in ${agent}` });
   });
 
+  it('set ctl.config refuses a file that does not exist (exit 78, naming it), and stores nothing', async () => {
+    const missing = join(home, 'nope.yaml');
+    const r = await cli(['config', 'set', 'ctl.config', missing]);
+    expect(r.exitCode).toBe(78);
+    expect(r.stderr).toBe(
+      `error: agent config ${missing} does not exist; write it first (\`llmgw agent example-config --output ${missing}\`) or give the path of the agent's config; nothing was stored`,
+    );
+    expect(() => readFileSync(join(home, 'llmgw', 'config.json'))).toThrow(/ENOENT/);
+  });
+
+  it('a stored ctl.config whose file went away is shown and flagged by list and get, and does not stop ctl --socket', async () => {
+    const agent = join(home, 'agent.yaml');
+    writeFileSync(agent, 'admin:\n  socket: /srv/b.sock');
+    expect((await cli(['config', 'set', 'ctl.config', agent])).exitCode).toBe(0);
+    rmSync(agent);
+    const list = await cli(['config', 'list']);
+    expect(list.exitCode).toBe(0);
+    expect(list.stdout).toMatch(new RegExp(`^ctl\\.config +${agent.replace(/[.]/g, '\\.')} ⚠ +llmgw config \\(`, 'm'));
+    expect(list.stdout).toContain(`⚠ ctl.config: agent config ${agent} does not exist; it is your stored ctl.config`);
+    const json = JSON.parse((await cli(['config', 'list', '--json'])).stdout);
+    const bykey = Object.fromEntries(json.preferences.map((p: { key: string }) => [p.key, p]));
+    expect(bykey['ctl.config']).toMatchObject({ value: agent, problem: expect.stringContaining('does not exist') });
+    expect(bykey['ctl.socket']).toMatchObject({ value: '/run/llmgw/agent.sock', problem: expect.stringContaining('ctl refuses it: agent config') });
+    const get = await cli(['config', 'get', 'ctl.socket']);
+    expect(get.exitCode).toBe(0);
+    expect(get.stdout).toBe('/run/llmgw/agent.sock  (default)');
+    expect(get.stderr).toContain('⚠ ctl refuses it: agent config');
+    // ctl needs it only to find the socket: with --socket it is not read.
+    const status = await cli(['ctl', 'status', '--socket', '/x']);
+    expect(status.exitCode).toBe(69);
+    const without = await cli(['ctl', 'status']);
+    expect(without.exitCode).toBe(78);
+    expect(without.stderr).toContain('it is your stored ctl.config');
+  });
+
   it('output.json makes ctl print JSON without --json; LLMGW_JSON=false undoes it', async () => {
     await cli(['config', 'set', 'output.json', 'true']);
     const r = await cli(['ctl', 'status', '--socket', '/x']);

@@ -6,12 +6,15 @@ import { failure, usageError } from '../lib/errors.js';
 import { previousRunLogPath } from '../lib/shard-layout.js';
 import { assertShardId } from '../lib/shard-id.js';
 import { isUnreachable } from './admin-call-error.js';
+import { logAccessDenied } from './log-access-denied.js';
 import { openAdminClient } from './open-admin-client.js';
 
 export interface CtlLogsOptions {
   socket: string;
   /** Read directly from here when the agent is not running. */
   logDir: string;
+  /** admin.group from the agent config, when ctl read it: named in the advice when the log directory refuses us. */
+  adminGroup?: string;
   shardId: string;
   lines: number;
   follow: boolean;
@@ -56,19 +59,19 @@ export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
 }
 
 async function readLogDirectly(o: CtlLogsOptions, why: string): Promise<void> {
-  if (o.previous) {
-    const previous = previousRunLogPath(o.logDir, o.shardId, 1);
-    if (!existsSync(previous)) throw failure(`no previous run of shard ${o.shardId} is kept at ${previous} (pass --log-dir if logs are elsewhere), and ${why}`);
-    o.note(`the agent is not running; reading ${previous} directly`);
-    o.write(await tailFile(previous, o.lines));
-    return;
-  }
-  const path = join(o.logDir, 'shards', `${o.shardId}.log`);
+  const path = o.previous ? previousRunLogPath(o.logDir, o.shardId, 1) : join(o.logDir, 'shards', `${o.shardId}.log`);
+  // Before "no log": a directory this user may not search hides a file that is there (exit 77, what to do).
+  const denied = logAccessDenied(path, o.logDir, o.adminGroup);
+  if (denied) throw denied;
   if (!existsSync(path)) {
-    throw failure(`no log for shard ${o.shardId} at ${path} (pass --log-dir if logs are elsewhere), and ${why}`);
+    throw failure(
+      o.previous
+        ? `no previous run of shard ${o.shardId} is kept at ${path} (pass --log-dir if logs are elsewhere), and ${why}`
+        : `no log for shard ${o.shardId} at ${path} (pass --log-dir if logs are elsewhere), and ${why}`,
+    );
   }
   o.note(`the agent is not running; reading ${path} directly`);
   o.write(await tailFile(path, o.lines));
-  if (!o.follow) return;
+  if (o.previous || !o.follow) return;
   for await (const batch of followFile(path, { signal: o.signal, isDone: () => false })) o.write(batch);
 }

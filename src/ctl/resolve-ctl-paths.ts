@@ -8,6 +8,8 @@ export interface CtlPaths {
   logDir: string;
   /** Where `socket` came from, for `llmgw config list` and error messages. */
   socketSource: string;
+  /** admin.group of the agent config read, if any: the group an error tells the operator about. */
+  adminGroup?: string;
 }
 
 export interface ResolveCtlPathsOptions {
@@ -62,7 +64,7 @@ export async function resolveCtlPaths(opts: ResolveCtlPathsOptions): Promise<Ctl
         : fromFile.socket
           ? [fromFile.socket, `admin.socket in ${configPath}`]
           : [DEFAULT_ADMIN_SOCKET, 'default'];
-  return { socket, socketSource, logDir: opts.logDir || fromFile.logDir || DEFAULT_LOG_DIR };
+  return { socket, socketSource, logDir: opts.logDir || fromFile.logDir || DEFAULT_LOG_DIR, ...(fromFile.adminGroup ? { adminGroup: fromFile.adminGroup } : {}) };
 }
 
 const NAMED_FIX = "pass the agent's config file with --config (or fix ctl.config with `llmgw config`)";
@@ -87,7 +89,7 @@ export function requireReadable(path: string, fix: string = NAMED_FIX): void {
   }
 }
 
-async function readCtlKeys(path: string): Promise<{ socket?: string; logDir?: string }> {
+async function readCtlKeys(path: string): Promise<{ socket?: string; logDir?: string; adminGroup?: string }> {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -96,9 +98,10 @@ async function readCtlKeys(path: string): Promise<{ socket?: string; logDir?: st
   }
   try {
     const { parse } = await import('yaml');
-    const doc = parse(text) as { admin?: { socket?: unknown }; supervisor?: { log_dir?: unknown } } | null;
+    const doc = parse(text) as { admin?: { socket?: unknown; group?: unknown }; supervisor?: { log_dir?: unknown } } | null;
     const str = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);
-    return { socket: str(doc?.admin?.socket), logDir: str(doc?.supervisor?.log_dir) };
+    const keys = { socket: str(doc?.admin?.socket), logDir: str(doc?.supervisor?.log_dir), adminGroup: str(doc?.admin?.group) };
+    return Object.fromEntries(Object.entries(keys).filter(([, v]) => v !== undefined));
   } catch {
     return {};
   }

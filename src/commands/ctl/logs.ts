@@ -59,6 +59,7 @@ shard is removed. With the agent down, the log file is read directly from
       await ctlLogs({
         socket: paths.socket,
         logDir: paths.logDir,
+        adminGroup: paths.adminGroup,
         shardId: args.shard,
         lines: flags.lines,
         follow: flags.follow,

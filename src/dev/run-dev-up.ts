@@ -100,6 +100,9 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
     cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, shardPorts, logLevel: opts.logLevel, logger });
 
     let failed: unknown;
+    // Failures after ready: the lines that reported them named logs in the temp dir, which must outlive dev up.
+    const crashLooped = new Set<string>();
+    const failedShards = new Set<string>();
     let unwatch = () => {};
     try {
       await startTasks(cluster, deployment, gpus, dirs, opts, signal);
@@ -114,7 +117,15 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
         deploymentPath,
       });
       opts.onReady(summary);
-      unwatch = watchReplicas(cluster.controlPlane, { printed: cluster.controlPlane.replicas(), logDir: dirs.logDir, say: opts.onUpdate ?? opts.onProgress });
+      unwatch = watchReplicas(cluster.controlPlane, {
+        printed: cluster.controlPlane.replicas(),
+        logDir: dirs.logDir,
+        say: opts.onUpdate ?? opts.onProgress,
+        onFailure: (f) => {
+          failedShards.add(f.shardId);
+          if (f.crashLooping) crashLooped.add(f.replicaId);
+        },
+      });
       const agentExit = await untilAbortedOrExit(signal, cluster);
       if (agentExit) failed = new Error(`the agent exited on its own (${agentExit}); its log: ${dirs.agentLog}`);
     } catch (err) {
@@ -125,9 +136,20 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
     }
     const stop = await cluster.stop(opts.onProgress);
     // Removed only after a clean run that got to ready: stopped while
-    // starting, the engine's log is the one thing that says why it hung.
-    if (failed !== undefined || opts.keep || summary === undefined) {
-      const why = opts.keep ? '--keep' : failed !== undefined ? 'something failed' : 'stopped before every replica was ready';
+    // starting, the engine's log is the one thing that says why it hung; a
+    // shard that failed after ready (a crash loop) had its log path printed,
+    // and README promises the directory is kept "when anything failed"
+    // (new-operator walkthrough 2, row 12).
+    if (failed !== undefined || opts.keep || summary === undefined || failedShards.size > 0) {
+      const why = opts.keep
+        ? '--keep'
+        : failed !== undefined
+          ? 'something failed'
+          : summary === undefined
+            ? 'stopped before every replica was ready'
+            : crashLooped.size > 0
+              ? `${[...crashLooped].join(', ')} crash-looped`
+              : `shard(s) failed: ${[...failedShards].join(', ')}`;
       opts.onProgress(`kept ${dirs.root} (${why}): engine logs in ${shardLogDir(dirs.logDir)}/, agent log ${dirs.agentLog}, control plane log ${dirs.controlPlaneLog}`);
     } else {
       rmSync(dirs.root, { recursive: true, force: true });

@@ -19,7 +19,16 @@ export const STABLE_RUN_MS = 30_000;
  * anew; each failure is a line with its exit status; a replica that keeps
  * failing is announced as a crash loop. Returns the unsubscribe.
  */
-export function watchReplicas(cp: ControlPlane, opts: { printed: ReplicaView[]; logDir: string; say: (line: string) => void }): () => void {
+export function watchReplicas(
+  cp: ControlPlane,
+  opts: {
+    printed: ReplicaView[];
+    logDir: string;
+    say: (line: string) => void;
+    /** Each failure after ready, and whether it made a crash loop: dev up then keeps its temp dir for the logs it named. */
+    onFailure?: (failure: { replicaId: string; shardId: string; crashLooping: boolean }) => void;
+  },
+): () => void {
   const url = new Map(opts.printed.map((r) => [r.id, r.url]));
   const failures = new Map<string, number>();
   const readyAt = new Map<string, number>(opts.printed.map((r) => [r.id, Date.now()]));
@@ -48,6 +57,7 @@ export function watchReplicas(cp: ControlPlane, opts: { printed: ReplicaView[]; 
     if (n === CRASH_LOOP_FAILURES) {
       opts.say(`${st.replicaId} is crash-looping: ${n} failures in a row, the last with ${status}; its log: ${shardLogPath(opts.logDir, st.shardId)}`);
     }
+    opts.onFailure?.({ replicaId: st.replicaId, shardId: st.shardId, crashLooping: n >= CRASH_LOOP_FAILURES });
   };
   cp.on('replica-ready', onReady);
   cp.on('shard-status', onStatus);

@@ -235,6 +235,12 @@ describe('llmgw dev up', () => {
     // Only the generation still running is stopped; the failed ones are gone already.
     expect(result.stderr).not.toMatch(/^stopping ([2-9]|\d{2,}) shard\(s\)/m);
     expect(processesWritingUnder(run.parent)).toEqual([]);
+    // The log path it printed is still there: a crash loop is something that failed.
+    const stderr = String(result.stderr);
+    const [, kept] = /^kept (\S+) \(flaky-0 crash-looped\): engine logs in /m.exec(stderr) ?? [];
+    expect(kept, stderr).toBeDefined();
+    const [, loopLog] = /is crash-looping: .*; its log: (\S+)$/m.exec(run.stdout()) ?? [];
+    expect(existsSync(loopLog as string)).toBe(true);
   }, CLUSTER_TEST_TIMEOUT_MS);
 });
 

@@ -27,7 +27,7 @@ node_id: ${q(opts.nodeId ?? DEV_NODE_ID)}
 server: ${q(opts.server)}
 protocol: connect
 # The control plane publishes a replica at http://<mgmt_addr>:<port>: with
-# lo, that is 127.0.0.1, where the sim (bound to all addresses) answers.
+# lo, that is 127.0.0.1, where the sim answers (engines.sim.extra_args).
 mgmt_interface: lo
 heartbeat_interval: 1s
 reconnect_base: 200ms
@@ -46,9 +46,12 @@ supervisor:
 admin:
   socket: ${q(opts.dirs.socket)}
 # The simulated engine is off on production nodes; dev up runs nothing else.
+# The agent starts every engine with --host 0.0.0.0; this later --host keeps
+# an unauthenticated OpenAI endpoint off the machine's other interfaces.
 engines:
   sim:
     enabled: true
+    extra_args: ["--host", "127.0.0.1"]
 log_level: ${opts.logLevel}
 `;
 }

@@ -39,7 +39,9 @@ handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`
   static override honoursPreferences = false;
 
   static override flags = {
-    host: Flags.string({ summary: 'Address to listen on.', default: SIM_DEFAULTS.host }),
+    // Given twice, the last wins, as vLLM's argparse takes it: the agent passes --host 0.0.0.0 and an
+    // operator's engines.sim.extra_args (dev up's: 127.0.0.1) comes after it.
+    host: Flags.string({ summary: 'Address to listen on (the last one given wins).', default: [SIM_DEFAULTS.host], multiple: true, multipleNonGreedy: true }),
     port: Flags.integer({ summary: 'Port to listen on (0 picks a free one).', default: SIM_DEFAULTS.port, min: 0, max: 65535 }),
     model: Flags.string({ summary: 'Served model name, as /v1/models lists it.', default: SIM_DEFAULTS.model }),
     'load-time': duration({ summary: 'Time spent "loading" with the port closed, e.g. 5s.', default: SIM_DEFAULTS.loadTimeMs, defaultHelp: async () => formatDuration(SIM_DEFAULTS.loadTimeMs) }),
@@ -72,7 +74,7 @@ handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`
     // Imported here so that `--help` and flag errors do not pay for the server.
     const { runSimEngine } = await import('../../sim/sim-engine.js');
     const code = await runSimEngine({
-      host: flags.host,
+      host: flags.host.at(-1) ?? SIM_DEFAULTS.host,
       port: flags.port,
       model: flags.model,
       loadTimeMs: flags['load-time'],

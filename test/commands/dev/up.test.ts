@@ -79,6 +79,9 @@ describe('llmgw dev up', () => {
     expect(body).toMatchObject({ object: 'chat.completion', model: 'tiny-chat' });
     expect(body.choices[0]?.message.content.length).toBeGreaterThan(0);
 
+    // Loopback only, as README says: not an unauthenticated endpoint on every interface.
+    expect(listenAddresses(Number(new URL(url as string).port))).toEqual(['127.0.0.1']);
+
     const [, socket] = await run.waitFor(/ctl status --socket '([^']+)'$/m, 5_000);
     const [, agentPid] = await run.waitFor(/^Agent dev-node \(pid (\d+)\)/m, 5_000);
     const tempDir = readdirSync(run.parent).map((d) => join(run.parent, d));
@@ -251,4 +254,19 @@ function writeDeployment(yaml: string): string {
   const path = join(dir, 'deployment.yaml');
   writeFileSync(path, yaml);
   return path;
+}
+
+/** The IPv4 addresses something listens on at `port`, from /proc/net/tcp (state 0A is LISTEN). */
+function listenAddresses(port: number): string[] {
+  const hexPort = port.toString(16).toUpperCase().padStart(4, '0');
+  return readFileSync('/proc/net/tcp', 'utf8')
+    .split('\n')
+    .slice(1)
+    .map((line) => line.trim().split(/\s+/))
+    .filter((f) => f[3] === '0A' && f[1]?.endsWith(`:${hexPort}`))
+    .map((f) => {
+      const hex = (f[1] as string).split(':')[0] as string;
+      // Little-endian on x86 and arm64: the first byte of the address is the last pair.
+      return [6, 4, 2, 0].map((i) => Number.parseInt(hex.slice(i, i + 2), 16)).join('.');
+    });
 }

@@ -8,7 +8,8 @@ import { LLMGW_BIN } from './spawn-dev-agent.js';
 export interface DevUpSummary {
   /** The reference control plane agents connect to. */
   controlPlane: string;
-  gpus: { source: 'real' | 'fake'; count: number; name: string; nvidiaSmi: string };
+  /** dataset: the fake's LLMGW_FAKE_GPUS data set; absent for real GPUs. */
+  gpus: { source: 'real' | 'fake'; count: number; name: string; nvidiaSmi: string; dataset?: string };
   agent: { nodeId: string; pid: number; config: string };
   replicas: {
     id: string;
@@ -40,7 +41,7 @@ export function buildDevUpSummary(o: {
 }): DevUpSummary {
   return {
     controlPlane: o.url,
-    gpus: { source: o.gpus.kind, count: o.gpus.gpuCount, name: o.gpus.gpuName, nvidiaSmi: o.gpus.nvidiaSmi },
+    gpus: { source: o.gpus.kind, count: o.gpus.gpuCount, name: o.gpus.gpuName, nvidiaSmi: o.gpus.nvidiaSmi, ...(o.gpus.dataset ? { dataset: o.gpus.dataset } : {}) },
     agent: { nodeId: o.nodeId, pid: o.agentPid, config: o.dirs.agentConfig },
     replicas: o.replicas.map((r) => ({
       id: r.id,

@@ -24,7 +24,7 @@ export function renderDevUpSummary(s: DevUpSummary): string {
   const width = Math.max(...s.replicas.map((r) => r.id.length));
   const lines = [
     '',
-    h(`${s.replicas.length} replica(s) ready`) + ` on ${s.gpus.count} × ${s.gpus.name || 'GPU'} (${s.gpus.source === 'fake' ? 'fake GPUs: bin/fake-nvidia-smi' : `real GPUs, ${s.gpus.nvidiaSmi}`})`,
+    h(`${s.replicas.length} replica(s) ready`) + ` on ${s.gpus.count} × ${s.gpus.name || 'GPU'} (${s.gpus.source === 'fake' ? `fake GPUs: bin/fake-nvidia-smi, LLMGW_FAKE_GPUS=${s.gpus.dataset ?? 'hgx-h100x8'}` : `real GPUs, ${s.gpus.nvidiaSmi}`})`,
     ...s.replicas.map((r) => `  ${r.id.padEnd(width)}  ${chalk.cyan(r.url)}  model ${r.model}, shard ${r.shards.map((x) => `${x.shardId} on GPU ${x.gpus.join(',')}`).join('; ')}`),
     '',
     h('Send a chat completion:'),

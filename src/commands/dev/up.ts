@@ -13,6 +13,8 @@ export default class DevUp extends BaseCommand {
 agent (llmgw agent run) as a child process with temporary state, log and
 socket directories. Without NVIDIA GPUs the agent discovers a fake 8-GPU box
 (bin/fake-nvidia-smi, LLMGW_FAKE_GPUS=hgx-h100x8); the output says which.
+LLMGW_FAKE_GPUS=<data set> (fixtures/gpu: pcie-l40sx4, fault, …) gives it
+another fake box, even on a machine with GPUs.
 
 It prints the temporary directory and the log paths first. A replica not
 ready after a few seconds is described on stderr: its phase, its shards'

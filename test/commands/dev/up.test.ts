@@ -168,6 +168,18 @@ describe('llmgw dev up', () => {
     expect(readdirSync(parent)).toEqual([]);
   });
 
+  it('honours LLMGW_FAKE_GPUS: its GPU count bounds --replicas, and an unknown data set is refused with the known ones (exit 2)', async () => {
+    const parent = mkdtempSync(join(tmpdir(), 'llmgw-devup-test-'));
+    onTestFinished(() => rmSync(parent, { recursive: true, force: true }));
+    const four = await runCli(['dev', 'up', '--replicas', '5'], { env: { TMPDIR: parent, LLMGW_FAKE_GPUS: 'pcie-l40sx4' } });
+    expect(four.stderr).toContain('error: --replicas 5: each replica takes one GPU and this node has 4; use at most 4');
+    expect(four.exitCode).toBe(2);
+    const unknown = await runCli(['dev', 'up'], { env: { TMPDIR: parent, LLMGW_FAKE_GPUS: 'nosuch' } });
+    expect(unknown.exitCode).toBe(2);
+    expect(unknown.stderr).toMatch(/^error: LLMGW_FAKE_GPUS=nosuch: no such fake GPU data set; the known ones are .*hgx-h100x8/m);
+    expect(readdirSync(parent)).toEqual([]);
+  });
+
   it('says in its help that its control plane is a reference and production runs the llmgw control plane', async () => {
     const r = await runCli(['dev', 'up', '--help']);
     expect(r.exitCode).toBe(0);

@@ -52,13 +52,14 @@ export abstract class BaseCommand extends Command {
     if (err instanceof Errors.ExitError) throw err;
     // Flag and argument parsing errors from oclif are usage errors; the rest
     // are reported as they are without oclif (bin/run.js's fast paths).
-    const report: ErrorReport =
-      err instanceof Errors.CLIError && err.oclif?.exit === ExitCode.usage
-        ? { kind: 'usage', message: err.message, exitCode: ExitCode.usage }
-        : errorReport(err);
-    report.message = withoutParsingWrapper(report.message);
+    const fromOclif = err instanceof Errors.CLIError && err.oclif?.exit === ExitCode.usage;
+    const report: ErrorReport = fromOclif ? { kind: 'usage', message: err.message, exitCode: ExitCode.usage } : errorReport(err);
+    const unwrapped = withoutParsingWrapper(report.message);
+    // A flag parser's message is ours and may quote another party; oclif's own is the CLI's text.
+    const ownText = fromOclif && unwrapped === report.message;
+    report.message = unwrapped;
     if (this.jsonEnabled()) this.logJson({ error: report });
-    process.stderr.write(errorLine(report));
+    process.stderr.write(errorLine(report, process.env, { ownText }));
     return this.exit(report.exitCode);
   }
 }

@@ -29,6 +29,11 @@ export function errorReport(err: unknown, env: NodeJS.ProcessEnv = process.env):
  * shown escaped, not emitted (printable.ts). Under LLMGW_DEBUG the stack is
  * printed as it is, lines and all.
  */
-export function errorLine(report: ErrorReport, env: NodeJS.ProcessEnv = process.env): string {
-  return `error: ${env.LLMGW_DEBUG ? report.message : printable(report.message)}\n`;
+export function errorLine(report: ErrorReport, env: NodeJS.ProcessEnv = process.env, opts: { ownText?: boolean } = {}): string {
+  if (env.LLMGW_DEBUG) return `error: ${report.message}\n`;
+  // oclif's own parsing messages ("Missing 1 required arg:\nshard  …\nSee more help with --help") are
+  // the CLI's text, laid out in lines: escaping their line breaks printed \x0a where they were
+  // (new-operator walkthrough 2, row 15). Each line is still made printable: it quotes what was typed.
+  if (opts.ownText) return `error: ${report.message.split('\n').map(printable).join('\n')}\n`;
+  return `error: ${printable(report.message)}\n`;
 }

@@ -70,8 +70,11 @@ export abstract class BaseCommand extends Command {
  * name the flag.
  */
 function withoutParsingWrapper(message: string): string {
-  const m = /^Parsing --\S+ \n\t([\s\S]*)\nSee more help with --help$/.exec(message);
-  return m ? (m[1] as string) : message;
+  const m = /^Parsing (--\S+) \n\t([\s\S]*)\nSee more help with --help$/.exec(message);
+  if (!m) return message;
+  const [, flag, inner] = m as unknown as [string, string, string];
+  // oclif's own integer checks ("Expected an integer … but received: 0") do not say which flag.
+  return inner.includes(flag) ? inner : `${flag}: ${inner}`;
 }
 
 export type InferredFlags<T extends typeof Command> = Interfaces.InferredFlags<T['flags'] & T['baseFlags']>;

@@ -46,7 +46,15 @@ export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
     return readLogDirectly(o, err instanceof Error ? err.message : String(err));
   }
   try {
-    for await (const res of admin.client.logs({ shardId: o.shardId, lines: o.lines, follow: o.follow, previous: o.previous ?? false }, { signal: o.signal })) {
+    // The agent reads lines: 0 as its default (proto3 cannot tell 0 from unset), so -n 0 asks for
+    // one line and drops the tail, which is exactly the first message (it is sent even when empty).
+    let skipTail = o.lines === 0;
+    const lines = skipTail ? 1 : o.lines;
+    for await (const res of admin.client.logs({ shardId: o.shardId, lines, follow: o.follow, previous: o.previous ?? false }, { signal: o.signal })) {
+      if (skipTail) {
+        skipTail = false;
+        continue;
+      }
       if (res.lines.length > 0) o.write(res.lines);
     }
     if (o.follow && !o.signal.aborted) o.note(`shard ${o.shardId} is no longer supervised; stopped following`);
@@ -71,7 +79,7 @@ async function readLogDirectly(o: CtlLogsOptions, why: string): Promise<void> {
     );
   }
   o.note(`the agent is not running; reading ${path} directly`);
-  o.write(await tailFile(path, o.lines));
+  if (o.lines > 0) o.write(await tailFile(path, o.lines));
   if (o.previous || !o.follow) return;
   for await (const batch of followFile(path, { signal: o.signal, isDone: () => false })) o.write(batch);
 }

@@ -24,6 +24,12 @@ describe("oclif's own messages", () => {
     expect(flag.stderr).toBe('error: Nonexistent flag: --json\nSee more help with --help');
   });
 
+  it("name the flag in oclif's integer checks", async () => {
+    const r = await runCli(['ctl', 'logs', 'x', '-n', '-1']);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe('error: --lines: Expected an integer greater than or equal to 0 but received: -1');
+  });
+
   it("keep a flag parser's own message on one line", async () => {
     const r = await runCli(['ctl', 'drain', 'x', '--timeout', '5x']);
     expect(r.exitCode).toBe(2);

@@ -17,6 +17,8 @@ shard is removed. With the agent down, the log file is read directly from
     '<%= config.bin %> ctl logs llama-70b-0-g1-r0',
     '<%= config.bin %> ctl logs llama-70b-0-g1-r0 -n 500 | grep -i error',
     '<%= config.bin %> ctl logs llama-70b-0-g1-r0 -f',
+    '# only the lines written from now on',
+    '<%= config.bin %> ctl logs llama-70b-0-g1-r0 -f -n 0',
     '# how the run before this one ended (after a crash and a restart under the same id)',
     '<%= config.bin %> ctl logs llama-70b-0-g1-r0 --previous',
     '# the agent is stopped: read the file directly',
@@ -32,7 +34,8 @@ shard is removed. With the agent down, the log file is read directly from
 
   static override flags = {
     ...ctlFlags,
-    lines: Flags.integer({ char: 'n', summary: 'How many lines from the end.', default: DEFAULT_CTL_LOG_LINES, min: 1 }),
+    // 0 with -f: only what is written from now on, as `tail -n0 -f` and `kubectl logs --tail=0 -f`.
+    lines: Flags.integer({ char: 'n', summary: 'How many lines from the end (0: none; with -f, only new lines).', default: DEFAULT_CTL_LOG_LINES, min: 0 }),
     follow: Flags.boolean({ char: 'f', summary: 'Keep printing new lines until Ctrl-C or the shard is removed.', default: false }),
     previous: Flags.boolean({
       char: 'p',

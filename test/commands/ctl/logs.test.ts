@@ -72,6 +72,19 @@ describe('llmgw ctl logs', () => {
     expect(missing).toEqual([]);
   });
 
+  it('-f -n 0 prints only lines written after it started, as tail -n0 -f does', async () => {
+    const before = Math.max(...lineNumbers(fileLines('chatty').join('\n')));
+    const logs = spawnLogs(['chatty', '-f', '-n', '0', '--socket', fx.socket]);
+    await until(() => lineNumbers(logs.stdout()).length >= 3, 'three new lines from ctl logs -f -n 0');
+    logs.child.kill('SIGINT');
+    expect((await logs.child).exitCode).toBe(0);
+    // The first line printed is new: not the last one of the file when the follow began.
+    expect(lineNumbers(logs.stdout())[0]).toBeGreaterThan(before);
+    // Without -f, -n 0 prints nothing and succeeds.
+    const none = await runCli(['ctl', 'logs', 'chatty', '-n', '0', '--socket', fx.socket]);
+    expect(none).toMatchObject({ exitCode: 0, stdout: '' });
+  });
+
   it('-f ends (exit 0) when the shard is stopped and removed, saying why', async () => {
     await fx.startShard('short');
     const logs = spawnLogs(['short', '-f', '--socket', fx.socket]);

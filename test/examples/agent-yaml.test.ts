@@ -1,17 +1,36 @@
-import { readFileSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
 import { CONFIG_KEYS } from '../../src/agent/config/config-keys.js';
 import { loadAgentConfig } from '../../src/agent/config/load-agent-config.js';
 
 const PATH = 'examples/agent.yaml';
+const dir = mkdtempSync(join(tmpdir(), 'llmgw-example-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+/** The example as an operator edits it: node_id set, every line where it was. */
+function edited(): string {
+  const path = join(dir, 'agent.yaml');
+  const text = readFileSync(PATH, 'utf8');
+  expect(text).toMatch(/^node_id: ""$/m);
+  writeFileSync(path, text.replace(/^node_id: ""$/m, 'node_id: gpu-node-01'));
+  return path;
+}
 
 describe('examples/agent.yaml', () => {
-  it('loads without error', () => {
-    expect(loadAgentConfig({ configPath: PATH, env: {} }).config.nodeId).toBe('gpu-node-01');
+  it('refuses to start unedited (exit 78, saying to set node_id): a fleet of unedited copies would register as one node', () => {
+    expect(() => loadAgentConfig({ configPath: PATH, env: {} })).toThrow(
+      expect.objectContaining({ exitCode: 78, message: `node_id is required (set it in ${PATH}, LLMGW_NODE_ID, --node-id)` }),
+    );
+  });
+
+  it('loads without error once node_id is set', () => {
+    expect(loadAgentConfig({ configPath: edited(), env: {} }).config.nodeId).toBe('gpu-node-01');
   });
 
   it('sets every key the agent knows, each under a comment', () => {
-    const { sources } = loadAgentConfig({ configPath: PATH, env: {} });
+    const { sources } = loadAgentConfig({ configPath: edited(), env: {} });
     const lines = readFileSync(PATH, 'utf8').split('\n');
     for (const spec of CONFIG_KEYS) {
       const source = sources.get(spec.key);

@@ -71,7 +71,8 @@ export function loadAgentConfig(options: LoadConfigOptions = {}): LoadedConfig {
     if (r === undefined || r.value === '' || r.value === null) {
       const ways = [fileFound ? path : `${path} (not found)`, envNames(spec)[0]];
       if (spec.flag) ways.push(`--${spec.flag}`);
-      throw configError(`${spec.key} is required (${fileFound ? path : `set it in ${ways.join(', ')}`})`);
+      // Says how to set it either way: the example config ships node_id empty on purpose.
+      throw configError(`${spec.key} is required (set it in ${ways.join(', ')})`);
     }
   }
 

@@ -163,12 +163,12 @@ describe('loadAgentConfig', () => {
   describe('refuses, with exit 78 and one line naming the key and the file', () => {
     it('a missing required key', () => {
       const path = file('server: http://cp:1\n');
-      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(`node_id is required (${path})`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(`node_id is required (set it in ${path}, LLMGW_NODE_ID, --node-id)`);
     });
 
     it('a missing server', () => {
       const path = file('node_id: a\n');
-      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(`server is required (${path})`);
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(`server is required (set it in ${path}, LLMGW_SERVER, --server)`);
     });
 
     it('an unknown key, with the nearest valid name', () => {

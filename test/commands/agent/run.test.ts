@@ -11,19 +11,20 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 describe('llmgw agent run --print-config', () => {
   it('prints every effective value with its source', async () => {
     const r = await runCli(['agent', 'run', '--config', 'examples/agent.yaml', '--print-config', '--heartbeat-interval', '2s'], {
-      env: { LLMGW_RECONNECT_MAX: '45s' },
+      env: { LLMGW_RECONNECT_MAX: '45s', LLMGW_NODE_ID: 'gpu-node-01' },
     });
     expect(r.exitCode).toBe(0);
-    expect(r.stdout).toMatch(/^node_id\s+gpu-node-01\s+examples\/agent\.yaml:7$/m);
+    expect(r.stdout).toMatch(/^node_id\s+gpu-node-01\s+env LLMGW_NODE_ID$/m);
+    expect(r.stdout).toMatch(/^server\s+http:\/\/127\.0\.0\.1:8443\s+examples\/agent\.yaml:12$/m);
     expect(r.stdout).toMatch(/^heartbeat_interval\s+2s\s+flag --heartbeat-interval$/m);
     expect(r.stdout).toMatch(/^reconnect_max\s+45s\s+env LLMGW_RECONNECT_MAX$/m);
   });
 
   it('prints JSON with --json', async () => {
-    const r = await runCli(['agent', 'run', '--config', 'examples/agent.yaml', '--print-config', '--json']);
+    const r = await runCli(['agent', 'run', '--config', 'examples/agent.yaml', '--node-id', 'gpu-node-01', '--print-config', '--json']);
     expect(r.exitCode).toBe(0);
     const out = JSON.parse(r.stdout);
-    expect(out.keys.server).toEqual({ value: 'http://127.0.0.1:8443', source: 'examples/agent.yaml:10' });
+    expect(out.keys.server).toEqual({ value: 'http://127.0.0.1:8443', source: 'examples/agent.yaml:12' });
     expect(out.effective.supervisor.stopGraceMs).toBe(30_000);
   });
 

@@ -596,7 +596,7 @@ async function fig9(): Promise<void> {
 async function figNvml(): Promise<void> {
   const { buildFakeNvml } = await import('../test/agent/discovery/fake-nvml.js');
   const { NvmlLibrary } = await import('../src/agent/discovery/nvml/nvml-library.js');
-  const { GpuHealthWatch } = await import('../src/agent/discovery/gpu-health-watch.js');
+  const { GpuHealthWatch } = await import('../src/agent/health/gpu-health-watch.js');
   const lib = buildFakeNvml();
   const discover = [BIN, 'discover', '--json', '--nvidia-smi', FAKE_NVIDIA_SMI, '--sysfs-root', FIXTURE_SYSFS];
   const viaNvml = ['/usr/bin/env', `LLMGW_DISCOVERY_NVML_LIBRARY=${lib}`, process.execPath, ...discover];

@@ -13,7 +13,7 @@ import type { AgentMetrics } from './agent-metrics.js';
 import { resolveMgmtAddr } from '../lib/node-identity.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
-import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './discovery/gpu-memory-sampler.js';
+import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import { logGpuSource, openGpuSource } from './discovery/open-gpu-source.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { Supervisor } from './supervisor/supervisor.js';

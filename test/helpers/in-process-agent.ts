@@ -4,7 +4,7 @@ import { Agent } from '../../src/agent/agent.js';
 import type { AgentConfig } from '../../src/agent/config/agent-config.js';
 import { loadAgentConfig } from '../../src/agent/config/load-agent-config.js';
 import { discover } from '../../src/agent/discovery/discover.js';
-import { GpuMemorySampler } from '../../src/agent/discovery/gpu-memory-sampler.js';
+import { GpuMemorySampler } from '../../src/agent/health/gpu-memory-sampler.js';
 import { EngineRegistry } from '../../src/agent/engines/engine-registry.js';
 import { Supervisor } from '../../src/agent/supervisor/supervisor.js';
 import { silentLogger } from '../../src/lib/logger.js';

@@ -8,12 +8,13 @@ import {
   describeDoubleBitEcc,
   describeXid,
   GPU_LOST_MESSAGE,
+  kmsgPciOf,
   LOST_XIDS,
+  parseKmsgXid,
   ROW_REMAP_FAILURE_MESSAGE,
   ROW_REMAP_PENDING_MESSAGE,
-} from './nvml/describe-gpu-fault.js';
-import { NVML_ERROR_GPU_IS_LOST, NVML_EVENT_DOUBLE_BIT_ECC, NVML_NVLINK_MAX_LINKS, NVML_EVENT_XID_CRITICAL, type NvmlEventSet, type NvmlLibrary } from './nvml/nvml-library.js';
-import { kmsgPciOf, parseKmsgXid } from './parse-kmsg-xid.js';
+} from './xid-catalogue.js';
+import { NVML_ERROR_GPU_IS_LOST, NVML_EVENT_DOUBLE_BIT_ECC, NVML_NVLINK_MAX_LINKS, NVML_EVENT_XID_CRITICAL, type NvmlEventSet, type NvmlLibrary } from '../discovery/nvml/nvml-library.js';
 
 /** A GPU the watch knows: index, uuid and bus id (to place kernel-log Xids). */
 export interface WatchedGpu {

@@ -2,8 +2,8 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { formatDuration } from '../../lib/duration.js';
 import { errnoCode } from '../../lib/errors.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
-import type { NvmlLibrary } from './nvml/nvml-library.js';
-import { parseMib } from './parse-nvidia-csv.js';
+import type { NvmlLibrary } from '../discovery/nvml/nvml-library.js';
+import { parseMib } from '../discovery/parse-nvidia-csv.js';
 
 export interface GpuMemorySamplerOptions {
   nvidiaSmi: string;

@@ -4,7 +4,7 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { classifyKmsgSource, deviceNumbers } from '../../../src/agent/discovery/classify-kmsg-source.js';
+import { classifyKmsgSource, deviceNumbers } from '../../../src/agent/health/classify-kmsg-source.js';
 
 function tempDir(): string {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-kmsg-kind-'));

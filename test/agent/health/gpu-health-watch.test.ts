@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
 import { type GpuEvent, GpuEventKind } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { GpuHealthWatch, type GpuHealthWatchOptions } from '../../../src/agent/discovery/gpu-health-watch.js';
+import { GpuHealthWatch, type GpuHealthWatchOptions } from '../../../src/agent/health/gpu-health-watch.js';
 import { NvmlLibrary } from '../../../src/agent/discovery/nvml/nvml-library.js';
-import { buildFakeNvml, type FakeNvmlVariant, fakeNvmlUnavailable } from './fake-nvml.js';
+import { buildFakeNvml, type FakeNvmlVariant, fakeNvmlUnavailable } from '../discovery/fake-nvml.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-health-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));

@@ -3,11 +3,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
-import { GpuMemorySampler } from '../../../src/agent/discovery/gpu-memory-sampler.js';
+import { GpuMemorySampler } from '../../../src/agent/health/gpu-memory-sampler.js';
 import { NvmlLibrary } from '../../../src/agent/discovery/nvml/nvml-library.js';
 import { isRunning } from '../../helpers/engine-processes.js';
 import { FAKE_NVIDIA_SMI, GPU_FIXTURES } from '../../helpers/fake-gpus.js';
-import { buildFakeNvml, fakeNvmlUnavailable } from './fake-nvml.js';
+import { buildFakeNvml, fakeNvmlUnavailable } from '../discovery/fake-nvml.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-sampler-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it, onTestFinished, vi } from 'vitest';
-import { KmsgReader } from '../../../src/agent/discovery/kmsg-reader.js';
+import { KmsgReader } from '../../../src/agent/health/kmsg-reader.js';
 
 function deviceWritable(): boolean {
   try {

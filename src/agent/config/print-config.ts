@@ -1,6 +1,7 @@
 import { LlmgwError } from '../../lib/errors.js';
 import { renderTable } from '../../lib/table.js';
-import { CONFIG_KEYS } from './config-keys.js';
+import { checkAgentStart } from './check-agent-start.js';
+import { CONFIG_KEYS, envNames, SPEC_BY_KEY } from './config-keys.js';
 import { describeSource, type LoadConfigOptions, type LoadedConfig, loadAgentConfig } from './load-agent-config.js';
 
 /** A value wider than this is cut with "…" in the table (`--json` shows it whole): a long list must not push SOURCE off a terminal. */
@@ -11,6 +12,25 @@ export interface PrintableConfig {
   loaded: LoadedConfig;
   /** Required keys set nowhere (file, environment, flag); their values in `loaded` are placeholders, never shown. */
   missing: string[];
+  /** What else a start would refuse (checkAgentStart): each the message `agent run` would exit 78 with. */
+  startProblems: string[];
+}
+
+/** Whether `agent run` would start with this configuration; `--print-config` exits 78 when not. */
+export function wouldStart(p: PrintableConfig): boolean {
+  return p.missing.length === 0 && p.startProblems.length === 0;
+}
+
+/** The `error:` lines for stderr when it would not: one per reason, each as the start would say it. */
+export function startRefusals(p: PrintableConfig): string[] {
+  // As loadAgentConfig words it, which --print-config stepped over to show the rest.
+  const file = p.loaded.fileFound ? p.loaded.path : `${p.loaded.path} (not found)`;
+  const required = p.missing.map((key) => {
+    const spec = SPEC_BY_KEY.get(key);
+    const ways = [file, ...(spec ? [envNames(spec)[0]] : []), ...(spec?.flag ? [`--${spec.flag}`] : [])];
+    return `${key} is required (set it in ${ways.join(', ')})`;
+  });
+  return [...required, ...p.startProblems];
 }
 
 const REQUIRED = CONFIG_KEYS.filter((k) => k.required).map((k) => k.key);
@@ -28,7 +48,8 @@ export function loadConfigForPrint(options: LoadConfigOptions): PrintableConfig 
   const flags: Record<string, string | undefined> = { ...options.flags };
   for (;;) {
     try {
-      return { loaded: loadAgentConfig({ ...options, flags }), missing };
+      const loaded = loadAgentConfig({ ...options, flags });
+      return { loaded, missing, startProblems: checkAgentStart(loaded.config) };
     } catch (err) {
       const key = err instanceof LlmgwError ? /^(\S+) is required \(/.exec(err.message)?.[1] : undefined;
       if (!key || !REQUIRED.includes(key) || missing.includes(key)) throw err;
@@ -46,7 +67,7 @@ function show(value: unknown): string {
 }
 
 /** Every key with its effective value (as the file would spell it) and its source. */
-export function renderConfigTable({ loaded, missing }: PrintableConfig): string {
+export function renderConfigTable({ loaded, missing, startProblems }: PrintableConfig): string {
   const rows = CONFIG_KEYS.map((spec) => {
     if (missing.includes(spec.key)) return [spec.key, '<missing>', 'required: set it in the file, the environment or a flag'];
     const source = loaded.sources.get(spec.key);
@@ -54,10 +75,11 @@ export function renderConfigTable({ loaded, missing }: PrintableConfig): string 
   });
   const head = [`config file: ${loaded.path}${loaded.fileFound ? '' : ' (not found)'}`];
   head.push(missing.length > 0 ? `missing required keys: ${missing.join(', ')} (the agent will not start without them)` : `server: ${loaded.config.server}`);
+  for (const problem of startProblems) head.push(`would not start: ${problem}`);
   return `${head.join('\n')}\n\n${renderTable(['KEY', 'VALUE', 'SOURCE'], rows, { maxWidths: [undefined, PRINT_CONFIG_VALUE_WIDTH] })}`;
 }
 
-export function configAsJson({ loaded, missing }: PrintableConfig) {
+export function configAsJson({ loaded, missing, startProblems }: PrintableConfig) {
   const keys: Record<string, { value: unknown; source: string }> = {};
   for (const spec of CONFIG_KEYS) {
     if (missing.includes(spec.key)) {
@@ -68,5 +90,14 @@ export function configAsJson({ loaded, missing }: PrintableConfig) {
     keys[spec.key] = { value: loaded.values.get(spec.key) ?? null, source: source ? describeSource(source) : 'unset' };
   }
   // The effective config holds the placeholders when keys are missing: not worth showing.
-  return { configFile: loaded.path, configFileFound: loaded.fileFound, missingRequired: missing, keys, effective: missing.length > 0 ? null : loaded.config };
+  return {
+    configFile: loaded.path,
+    configFileFound: loaded.fileFound,
+    missingRequired: missing,
+    // startable: whether `agent run` would start (the command exits 78 when not); startProblems: why else not.
+    startable: missing.length === 0 && startProblems.length === 0,
+    startProblems,
+    keys,
+    effective: missing.length > 0 ? null : loaded.config,
+  };
 }

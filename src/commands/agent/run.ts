@@ -9,7 +9,9 @@ export default class AgentRun extends BaseCommand {
 
   static override description = `Configuration comes from the YAML file (--config), then LLMGW_* environment
 variables, then these flags; --print-config shows the result and where each
-value came from. Exits 78 on a configuration error (systemd: RestartPreventExitStatus=78).`;
+value came from, and checks what a start checks (required keys, admin.group,
+the trusted directories, the TLS files), exiting 78 when the agent would not
+start. Exits 78 on a configuration error (systemd: RestartPreventExitStatus=78).`;
 
   static override examples = [
     '<%= config.bin %> agent run --config /etc/llmgw/agent.yaml',
@@ -48,11 +50,18 @@ value came from. Exits 78 on a configuration error (systemd: RestartPreventExitS
     };
 
     if (flags['print-config']) {
-      const { configAsJson, loadConfigForPrint, renderConfigTable } = await import('../../agent/config/print-config.js');
+      const { configAsJson, loadConfigForPrint, renderConfigTable, startRefusals, wouldStart } = await import('../../agent/config/print-config.js');
       const printable = loadConfigForPrint(options);
-      if (this.jsonEnabled()) return configAsJson(printable);
-      this.log(renderConfigTable(printable));
-      return undefined;
+      // The table (or JSON) either way, then the exit `agent run` would give: it is the config's pre-flight check.
+      if (wouldStart(printable)) {
+        if (this.jsonEnabled()) return configAsJson(printable);
+        this.log(renderConfigTable(printable));
+        return undefined;
+      }
+      if (this.jsonEnabled()) this.logJson(configAsJson(printable));
+      else this.log(renderConfigTable(printable));
+      for (const line of startRefusals(printable)) process.stderr.write(`error: the agent would not start: ${line}\n`);
+      this.exit(78);
     }
     // The same start as bin/run.js's path without oclif (fast-agent-run.ts).
     await startAgent(options, this.config.version);

@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -64,21 +64,52 @@ describe('llmgw agent run --print-config', () => {
   });
 
   // The default file is what a new node lacks; an explicit --config that does not exist stays an error (78).
-  it.skipIf(existsSync(DEFAULT_CONFIG_PATH))('prints what it has with no config file, marking the missing required keys, exit 0', async () => {
+  it.skipIf(existsSync(DEFAULT_CONFIG_PATH))('prints what it has with no config file, marking the missing required keys, and exits 78 as the start would', async () => {
     const missing = DEFAULT_CONFIG_PATH;
     const env = { LLMGW_CONFIG: undefined, LLMGW_NODE_ID: undefined, LLMGW_SERVER: undefined, LLMGW_HEARTBEAT_INTERVAL: '3s' };
     const r = await runCli(['agent', 'run', '--print-config'], { env });
-    expect(r.exitCode).toBe(0);
+    expect(r.exitCode).toBe(78);
     expect(r.stdout).toContain(`config file: ${missing} (not found)`);
     expect(r.stdout).toContain('missing required keys: node_id, server');
     expect(r.stdout).toMatch(/^node_id\s+<missing>\s+required: /m);
     expect(r.stdout).toMatch(/^heartbeat_interval\s+3s\s+env LLMGW_HEARTBEAT_INTERVAL$/m);
-    const json = JSON.parse((await runCli(['agent', 'run', '--print-config', '--json'], { env })).stdout);
-    expect(json).toMatchObject({ configFileFound: false, missingRequired: ['node_id', 'server'], effective: null });
+    expect(r.stderr).toContain(`error: the agent would not start: node_id is required (set it in ${missing} (not found), LLMGW_NODE_ID, --node-id)`);
+    const printed = await runCli(['agent', 'run', '--print-config', '--json'], { env });
+    expect(printed.exitCode).toBe(78);
+    const json = JSON.parse(printed.stdout);
+    expect(json).toMatchObject({ configFileFound: false, missingRequired: ['node_id', 'server'], startable: false, effective: null });
     expect(json.keys.server).toEqual({ value: null, source: 'missing' });
     // Without --print-config nothing has changed: the agent refuses to start.
     expect((await runCli(['agent', 'run'], { env })).exitCode).toBe(78);
     expect((await runCli(['agent', 'run', '--config', join(dir, 'no-such.yaml'), '--print-config'], { env })).exitCode).toBe(78);
+  });
+
+  it('checks what a start checks: an admin.group that does not exist is exit 78, with the table still printed', async () => {
+    const path = join(dir, 'unstartable.yaml');
+    const state = mkdtempSync(join(dir, 'state-'));
+    writeFileSync(path, `node_id: a\nserver: http://127.0.0.1:1\nsupervisor:\n  state_dir: ${state}\n  log_dir: ${state}/log\nadmin:\n  socket: ${state}/agent.sock\n  group: llmgw-opz\n`);
+    const r = await runCli(['agent', 'run', '--config', path, '--print-config']);
+    expect(r.exitCode).toBe(78);
+    expect(r.stdout).toMatch(/^admin\.group\s+llmgw-opz\s+\S+:8$/m);
+    expect(r.stdout).toContain('would not start: admin.group: no group named "llmgw-opz" in /etc/group; create it (groupadd llmgw-opz)');
+    expect(r.stderr.trim().split('\n')).toEqual([
+      'error: the agent would not start: admin.group: no group named "llmgw-opz" in /etc/group; create it (groupadd llmgw-opz) or set admin.group to an existing group',
+    ]);
+    // The start itself agrees.
+    expect((await runCli(['agent', 'run', '--config', path])).exitCode).toBe(78);
+    const json = JSON.parse((await runCli(['agent', 'run', '--config', path, '--print-config', '--json'])).stdout);
+    expect(json).toMatchObject({ startable: false, missingRequired: [], startProblems: expect.arrayContaining([expect.stringContaining('admin.group')]) });
+  });
+
+  it('exits 78 for a state directory others may write to, as the start refuses it', async () => {
+    const open = join(dir, 'open-state');
+    mkdirSync(open, { mode: 0o777 });
+    chmodSync(open, 0o777);
+    const path = join(dir, 'open-state.yaml');
+    writeFileSync(path, `node_id: a\nserver: http://127.0.0.1:1\nsupervisor:\n  state_dir: ${open}\n`);
+    const r = await runCli(['agent', 'run', '--config', path, '--print-config']);
+    expect(r.exitCode).toBe(78);
+    expect(r.stderr).toContain(`error: the agent would not start: supervisor.state_dir: directory ${open} is writable by group or others`);
   });
 
   it('still exits 78 for an invalid config when required keys are missing too', async () => {

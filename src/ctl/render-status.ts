@@ -1,5 +1,6 @@
 import type { ControlPlaneConnectionJson, ControlPlaneTlsJson, ShardInfoJson, StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
 import type { InventoryJson } from '../gen/llmgw/v1/agent_pb.js';
+import { describeEngineAccount } from '../lib/describe-engine-account.js';
 import { formatAge } from '../lib/format-age.js';
 import { printable } from '../lib/printable.js';
 import { renderTable } from '../lib/table.js';
@@ -22,6 +23,8 @@ export function renderStatus(s: StatusResponseJson, nowMs: number): string {
     `inventory  ${printable(describeInventory(s.inventory ?? {}))}`,
   ];
   for (const w of s.inventory?.warnings ?? []) lines.push(`warning    ${printable(w)}`);
+  // Who each engine runs as: an engine that runs as root, or is refused for it, is seen before a start fails.
+  for (const a of s.engineAccounts ?? []) lines.push(`account    ${printable(describeEngineAccount(a))}`);
   const gpuLines = renderGpuStatus(s, nowMs);
   if (gpuLines.length > 0) lines.push('', ...gpuLines);
   const shards = s.shards ?? [];
@@ -74,7 +77,9 @@ export function describeTls(t: ControlPlaneTlsJson, nowMs: number): string {
     const mark = leftMs <= 0 ? ` (EXPIRED ${formatAge(-leftMs)} ago)` : t.certExpiresSoon ? ` (expires in ${formatAge(leftMs)})` : '';
     until = `, valid until ${new Date(notAfter).toISOString()}${mark}`;
   }
-  return `cert ${t.certPath} (${t.certSubject || '?'})${until}; ${ca}`;
+  // The fingerprint README promises: what `openssl x509 -noout -fingerprint -sha256` prints, to match a file or an issuer's record.
+  const sha = t.certFingerprintSha256 ? `, sha256 ${t.certFingerprintSha256}` : '';
+  return `cert ${t.certPath} (${t.certSubject || '?'})${until}${sha}; ${ca}`;
 }
 
 export function describeInventory(inv: InventoryJson): string {

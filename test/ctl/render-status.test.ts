@@ -21,6 +21,22 @@ describe('renderStatus', () => {
     ).toBe('retrying https://cp:8443 (grpc): attempt 3, next try in 4s; last error: connect ECONNREFUSED 10.0.0.1:8443');
   });
 
+  it('says which account each engine runs as, one line each (security review 2, N1)', () => {
+    const s: StatusResponseJson = {
+      engineAccounts: [
+        { engine: 'vllm', user: 'llmgw-engine', uid: 998, configured: true },
+        { engine: 'sglang', user: 'root', uid: 0, allowRoot: true },
+        { engine: 'sim', user: 'root', uid: 0, refused: true },
+      ],
+      shards: [],
+    };
+    expect(renderStatus(s, NOW).split('\n').filter((l) => l.startsWith('account'))).toEqual([
+      'account    vllm → llmgw-engine (uid 998)',
+      'account    sglang → root (allow_root)',
+      'account    sim → root: refused; set engines.sim.user to an unprivileged account (or engines.sim.allow_root: true)',
+    ]);
+  });
+
   it('says since when the agent is connected', () => {
     expect(describeConnection({ server: 'http://cp:8443', protocol: 'connect', state: 'CONNECTION_STATE_CONNECTED', connectedSince: '2026-01-02T09:57:00Z' }, NOW)).toBe(
       'connected to http://cp:8443 (connect) since 2026-01-02T09:57:00.000Z (3m)',
@@ -35,6 +51,11 @@ describe('renderStatus', () => {
     );
     expect(describeTls({ ...t, certNotAfter: '2026-01-02T08:00:00Z', certExpiresSoon: true }, NOW)).toContain('(EXPIRED 2h ago)');
     expect(describeTls({ ca: 'system trust store' }, NOW)).toBe('no client certificate; ca system trust store');
+    // README promises the SHA-256 fingerprint on this line.
+    const fingerprint = 'AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89';
+    expect(describeTls({ ...t, certFingerprintSha256: fingerprint }, NOW)).toBe(
+      `cert /etc/llmgw/tls/agent.crt (CN=n1), valid until 2026-01-05T10:00:00.000Z, sha256 ${fingerprint}; ca /etc/llmgw/tls/ca.crt`,
+    );
     const s: StatusResponseJson = {
       connection: { server: 'https://cp:1', state: 'CONNECTION_STATE_CONNECTED', tls: { ...t, certSubject: 'CN=n1\u001b[2J' } },
       shards: [],

@@ -178,7 +178,7 @@ describe('TLS to the control plane', () => {
     const human = await runCli(['ctl', 'status', '--socket', dirs.socket]);
     const line = human.stdout.split('\n').find((l) => l.startsWith('tls '));
     expect(line).toContain(`cert ${c.clientCert} (CN=node-show), valid until ${new Date(Date.parse(leaf.validTo)).toISOString()} (expires in `);
-    expect(line).toContain(`; ca ${c.ca}`);
+    expect(line).toContain(`, sha256 ${leaf.fingerprint256}; ca ${c.ca}`);
   });
 
   it('says plainly that the client certificate expired when the control plane refuses it, in the log and in ctl status', { timeout: 60_000 }, async () => {

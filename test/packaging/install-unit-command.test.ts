@@ -1,6 +1,6 @@
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { BIN, REPO_ROOT, runCli } from '../helpers/run-cli.js';
 
@@ -47,6 +47,21 @@ describe('llmgw agent install-unit', () => {
     const r = await runCli(['agent', 'install-unit', '--output', join(dir, 'missing-dir/llmgw-agent.service')]);
     expect(r.exitCode).toBe(1);
     expect(r.stderr).toMatch(/^error: cannot write .*missing-dir\/llmgw-agent\.service: /);
+  });
+
+  it("with --root, looks for the image's configuration, not this host's", async () => {
+    // A configuration this host has and the image does not.
+    const hostConfig = join(dir, 'host-agent.yaml');
+    writeFileSync(hostConfig, 'node_id: host\n');
+    const root = join(dir, 'imgroot');
+    const r = await runCli(['agent', 'install-unit', '--root', root, '--config', hostConfig, '--json']);
+    expect(r.exitCode, r.stderr).toBe(0);
+    expect(JSON.parse(r.stdout)).toMatchObject({ path: join(root, 'etc/systemd/system/llmgw-agent.service'), configExists: false, configChecked: join(root, hostConfig) });
+    const text = await runCli(['agent', 'install-unit', '--root', root, '--config', hostConfig]);
+    expect(text.stdout).toContain(`note: ${join(root, hostConfig)} does not exist yet`);
+    mkdirSync(dirname(join(root, hostConfig)), { recursive: true });
+    writeFileSync(join(root, hostConfig), 'node_id: image\n');
+    expect(JSON.parse((await runCli(['agent', 'install-unit', '--root', root, '--config', hostConfig, '--json'])).stdout)).toMatchObject({ configExists: true });
   });
 
   it('takes --root or --output, not both', async () => {

@@ -29,6 +29,8 @@ export interface InstalledAgentUnit {
   path: string | undefined;
   execStart: string;
   configPath: string;
+  /** Where configExists looked: configPath, under --root when given (the image's file, not this host's). */
+  configChecked: string;
   /** False when the configuration the unit names is not there yet (the agent would exit 78). */
   configExists: boolean;
   text: string;
@@ -47,11 +49,14 @@ export async function installAgentUnit(opts: InstallAgentUnitOptions = {}): Prom
   });
   const text = renderAgentUnit(template, { nodePath, binPath, configPath });
   const execStart = (text.split('\n').find((l) => l.startsWith('ExecStart=')) ?? '').slice('ExecStart='.length);
-  const configExists = await stat(configPath).then(
+  // The configuration the unit will read where it runs: under --root that is the image's, not this
+  // host's, which made an image without one look ready (new-operator walkthrough 2, row 20).
+  const configChecked = opts.root !== undefined ? join(resolve(opts.root), configPath) : configPath;
+  const configExists = await stat(configChecked).then(
     () => true,
     () => false,
   );
-  if (opts.output === '-') return { path: undefined, execStart, configPath, configExists, text };
+  if (opts.output === '-') return { path: undefined, execStart, configPath, configChecked, configExists, text };
 
   const path = opts.output !== undefined ? resolve(opts.output) : join(resolve(opts.root ?? '/'), SYSTEM_UNIT_DIR, UNIT_NAME);
   if (opts.root !== undefined) await mkdir(dirname(path), { recursive: true, mode: 0o755 });
@@ -60,7 +65,7 @@ export async function installAgentUnit(opts: InstallAgentUnitOptions = {}): Prom
   } catch (err) {
     throw failure(`cannot write ${path}: ${describeErrno(err)}${opts.output === undefined && opts.root === undefined ? ' (run as root, or pass --output FILE)' : ''}`);
   }
-  return { path, execStart, configPath, configExists, text };
+  return { path, execStart, configPath, configChecked, configExists, text };
 }
 
 async function mustBeRunnable(path: string, what: string): Promise<void> {

@@ -35,7 +35,7 @@ export default class AgentInstallUnit extends BaseCommand {
     }
     this.log(`wrote ${unit.path}`);
     this.log(`ExecStart=${unit.execStart}`);
-    if (!unit.configExists) this.log(`note: ${unit.configPath} does not exist yet: llmgw agent example-config --output ${unit.configPath}`);
+    if (!unit.configExists) this.log(`note: ${unit.configChecked} does not exist yet: llmgw agent example-config --output ${unit.configChecked}`);
     if (flags.root === undefined && flags.output === undefined) this.log('next: systemctl daemon-reload && systemctl enable --now llmgw-agent');
     return report;
   }

@@ -81,6 +81,8 @@ export class ShardRunner {
   private readonly servedModelName: string;
   /** Who listens on the rank's port: only the engine's own socket is probed (review finding 2). */
   private readonly portOwner: PortOwnerCheck | undefined;
+  /** Who held the port while the shard was STARTING, as its status said, until it was gone (onSquatted). */
+  private squatter: string | undefined;
   /** detach(): ends every wait, probe and watch of this shard; touches no process. */
   private readonly life = new AbortController();
   /** Aborted when the shard leaves STARTING, so a readiness wait wakes at once. */
@@ -214,7 +216,9 @@ export class ShardRunner {
 
   /** A process not the engine's holds the port while it starts: status and log say who, until it is gone. */
   private onSquatted(squatted: string | undefined): void {
-    if (this.state !== S.STARTING) return;
+    // Dead: onDeath is writing the FAILED reason, which names the squatter itself.
+    if (this.state !== S.STARTING || this.dead) return;
+    this.squatter = squatted;
     this.error = squatted ?? '';
     if (squatted) this.ctx.log.warn({ shard: this.shardId, replica: this.replicaId, pid: this.pid, why: squatted }, 'shard not ready: its port is not the engine\'s');
     // The control plane hears it too: a replica stuck STARTING for a reason an operator can act on.
@@ -303,7 +307,9 @@ export class ShardRunner {
     if (verdict.to === undefined || verdict.error === undefined) return;
     // An engine that refused its command line says so in its last line, not in its exit code.
     const why = this.state === S.STARTING ? explainEngineExit(lastOutput) : undefined;
-    const error = why ? `${verdict.error}: ${why}` : verdict.error;
+    const squatter = this.state === S.STARTING ? await this.squatterAtDeath() : undefined;
+    if (this.life.signal.aborted) return;
+    const error = [verdict.error, squatter, why].filter((part) => part !== undefined).join(': ');
     this.error = error;
     this.lastOutput = lastOutput;
     if (verdict.record) {
@@ -313,6 +319,20 @@ export class ShardRunner {
     // The record took a moment: a stop may have begun meanwhile.
     if (this.life.signal.aborted || judgeDeath(this.state, info).error !== verdict.error) return;
     this.transition(verdict.to, error);
+  }
+
+  /**
+   * Who holds the port of an engine that died while STARTING, when not the
+   * engine: vLLM and SGLang exit 1 when their bind or listen finds the port
+   * taken (uvicorn logs the errno and exits), and "exited with code 1" alone
+   * sent operators to the engine's log to find the squatter the agent had
+   * already seen (review N7). Asked after the reap, so no process of the
+   * engine's is left to hold it; the squatter last seen while STARTING
+   * answers for one that left between the engine's failed bind and now.
+   */
+  private async squatterAtDeath(): Promise<string | undefined> {
+    const owner = await this.portOwner?.().catch(() => undefined);
+    return owner?.owner === 'other' ? owner.reason : this.squatter;
   }
 
   /** What ends everything of this engine: its unit's cgroup, or its process group. */

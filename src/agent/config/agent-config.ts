@@ -66,6 +66,18 @@ export interface EngineConfig {
   allowedEnv: string[];
   /** Unprivileged account for the engine; undefined runs it as the agent's user. */
   user?: EngineUser;
+  /**
+   * Options of the engine that load code, open files or reach an endpoint
+   * (code-loading-args.ts) which a profile's args may set anyway, as
+   * `--flag`. Default none.
+   */
+  allowedArgs?: string[];
+  /**
+   * Absolute directories a local model may be under (profile.model, and
+   * options such as --tokenizer); realpath'd, so no symlink or `..` leads
+   * out. Default none: hub repo ids only.
+   */
+  modelRoots?: string[];
   /** Whether the engine is registered at all; only `sim` is off by default. */
   enabled: boolean;
 }

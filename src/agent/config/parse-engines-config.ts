@@ -1,3 +1,4 @@
+import { isAbsolute, normalize } from 'node:path';
 import { nearestName } from '../../lib/nearest-name.js';
 import { defaultEngineConfig } from './default-engine-config.js';
 import { ENV_PATTERN } from './env-allowlist.js';
@@ -6,7 +7,10 @@ import { ENGINE_NAMES, type EngineConfig, type EngineName } from './agent-config
 import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 
-const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'user', 'enabled'] as const;
+const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'enabled'] as const;
+
+/** An option as an operator lists it in allowed_args: `--name`, the long form the engine's parser declares. */
+const LONG_FLAG = /^--[A-Za-z0-9][A-Za-z0-9_-]*$/;
 
 /**
  * The `engines` map: per engine, its settings over the engine's defaults.
@@ -55,6 +59,34 @@ export function parseEnginesConfig(v: Record<string, unknown>, bad: (p: string) 
           throw bad(`${name}.allowed_env: ${JSON.stringify(wrong)} is not a variable name or a NAME_* prefix (only a trailing * is a wildcard)`);
         }
         cfg.allowedEnv = x;
+      } else if (k === 'allowed_args') {
+        if (x === null) {
+          cfg.allowedArgs = [];
+          continue;
+        }
+        if (!Array.isArray(x) || !x.every((a) => typeof a === 'string')) {
+          throw bad(`${name}.allowed_args must be a list of flags such as --trust-remote-code, got ${describeValue(x)}`);
+        }
+        const wrong = x.find((a) => !LONG_FLAG.test(a));
+        if (wrong !== undefined) {
+          throw bad(`${name}.allowed_args: ${JSON.stringify(wrong)} is not a flag; list each option by its long name, e.g. --trust-remote-code (no value, no =)`);
+        }
+        cfg.allowedArgs = x;
+      } else if (k === 'model_roots') {
+        if (x === null) {
+          cfg.modelRoots = [];
+          continue;
+        }
+        if (!Array.isArray(x) || !x.every((a) => typeof a === 'string')) {
+          throw bad(`${name}.model_roots must be a list of absolute directories, got ${describeValue(x)}`);
+        }
+        // A relative root would depend on the agent's working directory, and
+        // "/" would make every file of the node a model.
+        const wrong = x.find((r) => !isAbsolute(r) || normalize(r) === '/');
+        if (wrong !== undefined) {
+          throw bad(`${name}.model_roots: ${JSON.stringify(wrong)} is not an absolute directory below /; give the directories that hold the models, e.g. /models`);
+        }
+        cfg.modelRoots = x.map((r) => normalize(r).replace(/(.)\/$/, '$1'));
       } else if (k === 'user') {
         if (x === null || x === '') continue;
         if (typeof x !== 'string') throw bad(`${name}.user must be an account name, got ${describeValue(x)}`);

@@ -1,6 +1,7 @@
 import { isAbsolute } from 'node:path';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
+import { type CodeLoadingArgs, NO_CODE_LOADING_ARGS } from './code-loading-args.js';
 import type { OwnedArgs } from './owned-args.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
@@ -38,7 +39,7 @@ export abstract class ConfiguredEngine implements Engine {
     /** This node's management address (mgmt_addr, else mgmt_interface's first IPv4); '' when unknown. */
     protected readonly mgmtAddr = '',
   ) {
-    this.config = { command: [], env: {}, extraArgs: [], allowedEnv: [...DEFAULT_ALLOWED_ENV], enabled: true, ...config };
+    this.config = { command: [], env: {}, extraArgs: [], allowedEnv: [...DEFAULT_ALLOWED_ENV], allowedArgs: [], modelRoots: [], enabled: true, ...config };
   }
 
   /** The argv prefix that starts the engine when config does not say. */
@@ -59,9 +60,23 @@ export abstract class ConfiguredEngine implements Engine {
       allowedEnv: this.config.allowedEnv,
       workerListens: this.workerListens(spec),
       ownedArgs: this.ownedArgs(),
+      codeLoadingArgs: this.codeLoadingArgs(),
+      allowedArgs: this.config.allowedArgs ?? [],
+      modelRoots: this.config.modelRoots ?? [],
+      checkModelPath: this.loadsModel(),
       ...this.engineValidation(spec),
     });
     this.#resolved.set(spec, executable);
+  }
+
+  /** The engine's options that load code, open files or reach an endpoint (code-loading-args.ts); none by default. */
+  protected codeLoadingArgs(): CodeLoadingArgs {
+    return NO_CODE_LOADING_ARGS;
+  }
+
+  /** Whether the engine reads profile.model from the hub or the disk, so a local path must be under a model root; true by default. */
+  protected loadsModel(): boolean {
+    return true;
   }
 
   /**

@@ -3,6 +3,7 @@ import type { EngineConfig } from '../config/agent-config.js';
 import { ConfiguredEngine } from './configured-engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { OwnedArgs } from './owned-args.js';
+import { type CodeLoadingArgs, SGLANG_CODE_LOADING_ARGS } from './code-loading-args.js';
 import { hostPort, parallelism, servedModelName, servesHttp } from './shard-launch.js';
 
 export const DEFAULT_SGLANG_COMMAND: readonly string[] = ['python3', '-m', 'sglang.launch_server'];
@@ -75,6 +76,10 @@ export class SglangEngine extends ConfiguredEngine {
     return {
       flags: ['--host', '--port', '--model-path', '--model', '--served-model-name', '--tp-size', '--tensor-parallel-size', '--pp-size', '--pipeline-parallel-size', '--nnodes', '--node-rank', '--dist-init-addr'],
     };
+  }
+
+  protected override codeLoadingArgs(): CodeLoadingArgs {
+    return SGLANG_CODE_LOADING_ARGS;
   }
 
   /** The generating check whatever SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION says (environ.py:319 makes /health one by default). */

@@ -29,6 +29,11 @@ export class SimEngine extends ConfiguredEngine {
     return { flags: ['--host', '--port', '--model', '--worker'] };
   }
 
+  /** The sim only names its model (--model); it reads nothing of it. */
+  protected override loadsModel(): boolean {
+    return false;
+  }
+
   protected serverArgs(spec: StartShard): string[] {
     // All interfaces, as vLLM and SGLang are started: the control plane
     // publishes http://<mgmt_addr>:<port>, which a loopback bind would refuse.

@@ -4,6 +4,8 @@ import { isInPortRange, readEphemeralPortRange } from '../../lib/ephemeral-port-
 import { failure } from '../../lib/errors.js';
 import { firstUnprintable } from '../../lib/printable.js';
 import { type OwnedArgs, ownedArgIn } from './owned-args.js';
+import { type CodeLoadingArgs, codeLoadingArgsIn } from './code-loading-args.js';
+import { checkModelPath } from './check-model-path.js';
 import { compareComputeCapability, parseComputeCapability } from './compare-compute-capability.js';
 import type { ValidationContext } from './engine.js';
 import { refuseProfileEnv } from '../config/env-allowlist.js';
@@ -27,6 +29,14 @@ export interface ValidateShardOptions {
   workerListens?: boolean;
   /** The flags the agent sets on this engine's command line, which profile args may not. */
   ownedArgs?: OwnedArgs;
+  /** The engine's options that load code, open files or reach an endpoint, and those naming a model. */
+  codeLoadingArgs?: CodeLoadingArgs;
+  /** engines.<engine>.allowed_args: those of codeLoadingArgs a profile may set. */
+  allowedArgs?: readonly string[];
+  /** engines.<engine>.model_roots: where a local model may be. */
+  modelRoots?: readonly string[];
+  /** Whether profile.model must be a hub repo id or a path under modelRoots (not for the sim, which reads nothing of it). */
+  checkModelPath?: boolean;
 }
 
 /**
@@ -67,6 +77,13 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
   const owned = opts.ownedArgs ? ownedArgIn(profile.args, opts.ownedArgs) : undefined;
   if (owned !== undefined) {
     throw failure(`shard ${spec.shardId}: profile args set ${owned}, which the agent sets itself (ports, served name, parallelism, drain, multi-node); remove it from the profile`);
+  }
+  const codeArgs = opts.codeLoadingArgs ? codeLoadingArgsIn(profile.args, opts.codeLoadingArgs, opts.allowedArgs ?? []) : [];
+  const allowedKey = `engines.${opts.engine}.allowed_args`;
+  const flagText = (h: { given: string; flag: string }) => (h.given === h.flag ? h.flag : `${h.given} (${h.flag})`);
+  const refused = codeArgs.find((h) => h.kind === 'refused');
+  if (refused) {
+    throw failure(`shard ${spec.shardId}: profile args set ${flagText(refused)}, which loads code, opens files or reaches an endpoint on this node; list ${refused.flag} in ${allowedKey} to allow it`);
   }
   // Operators' terminals, the agent's log and ctl print these: a control
   // character in one would be an escape sequence there (review finding 11).
@@ -110,6 +127,20 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
     if (Buffer.byteLength(value) > MAX_PROFILE_ENV_VALUE_BYTES) {
       throw failure(`shard ${spec.shardId}: profile env ${name} is ${Buffer.byteLength(value)} bytes; at most ${MAX_PROFILE_ENV_VALUE_BYTES} are accepted`);
     }
+  }
+
+  // A local model is read as the engine's user from anywhere that user can
+  // read; the operator says where models may be (N1). After the printable
+  // check above: nothing unprintable is looked up on disk or echoed.
+  const roots = opts.modelRoots ?? [];
+  if (opts.checkModelPath) {
+    const why = await checkModelPath(profile.model, roots, opts.engine);
+    if (why !== undefined) throw failure(`shard ${spec.shardId}: profile.model ${JSON.stringify(profile.model)} ${why}`);
+  }
+  for (const h of codeArgs) {
+    if (h.kind !== 'model-path' || h.value === undefined) continue;
+    const why = await checkModelPath(h.value, roots, opts.engine);
+    if (why !== undefined) throw failure(`shard ${spec.shardId}: profile args set ${flagText(h)} ${JSON.stringify(h.value)}, which ${why}, or list ${h.flag} in ${allowedKey}`);
   }
 
   const { tp, pp, nnodes } = parallelism(spec);

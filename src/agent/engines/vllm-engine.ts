@@ -7,6 +7,7 @@ import { parallelism, servedModelName, servesHttp } from './shard-launch.js';
 import { shutdownTimeoutS } from './shutdown-timeout.js';
 import type { ValidateShardOptions } from './validate-shard.js';
 import type { OwnedArgs } from './owned-args.js';
+import { type CodeLoadingArgs, VLLM_CODE_LOADING_ARGS } from './code-loading-args.js';
 
 export const DEFAULT_VLLM_COMMAND: readonly string[] = ['vllm', 'serve'];
 
@@ -80,8 +81,8 @@ export const VLLM_OWNED_ARGS: OwnedArgs = {
     '--data-parallel-address', '-dpa', '--data-parallel-rpc-port', '-dpp',
   ],
   // The profile's own: it spreads DP ranks over the nodes (dataParallelSize).
-  mayPass: ['--data-parallel-size'],
-  underscores: true,
+  mayPass: ['--data-parallel-size', '-dp'],
+  flexible: true,
 };
 
 export class VllmEngine extends ConfiguredEngine {
@@ -101,6 +102,10 @@ export class VllmEngine extends ConfiguredEngine {
   /** What serverArgs() emits, with the parser's aliases (V:vllm/engine/arg_utils.py:845-1113, entrypoints/openai/cli_args.py:246-261, 379). */
   protected ownedArgs(): OwnedArgs {
     return VLLM_OWNED_ARGS;
+  }
+
+  protected override codeLoadingArgs(): CodeLoadingArgs {
+    return VLLM_CODE_LOADING_ARGS;
   }
 
   /** `--api-key`, else VLLM_API_KEY (V:vllm/entrypoints/serve/middleware/register.py:33). */

@@ -28,11 +28,15 @@ describe('flags the agent owns, in profile args (security review 2, N1)', () => 
     expect(await refusal(vllm, ['-tp', '8'])).toBe(owned('-tp'));
     expect(await refusal(vllm, ['--shutdown-t', '0'])).toBe(owned('--shutdown-t'));
     expect(await refusal(vllm, ['--uds', '/tmp/x.sock'])).toBe(owned('--uds'));
+    // argparse reads -n8 as -n 8 (nnodes), and -t as -tp, the only vLLM option beginning with -t.
+    expect(await refusal(vllm, ['-n8'])).toBe(owned('-n'));
+    expect(await refusal(vllm, ['-t', '8'])).toBe(owned('-t'));
+    expect(await refusal(vllm, ['--port.x', '1'])).toBe(owned('--port'));
   });
   it('lets a profile set what is its own: tuning flags, and vLLM\'s --data-parallel-size', async () => {
     expect(await refusal(vllm, ['--max-model-len', '8192', '--enforce-eager', '--gpu-memory-utilization=0.9'])).toBeUndefined();
     expect(await refusal(vllm, ['--data-parallel-size', '1'])).toBeUndefined();
-    expect(await refusal(sglang, ['--mem-fraction-static', '0.85', '--trust-remote-code'])).toBeUndefined();
+    expect(await refusal(sglang, ['--mem-fraction-static', '0.85', '--enable-metrics'])).toBeUndefined();
   });
   it('refuses SGLang\'s own spellings of the same flags', async () => {
     expect(await refusal(sglang, ['--tp-size', '4'])).toBe(owned('--tp-size'));

@@ -10,6 +10,7 @@ import { ControlPlaneConnection } from './control-plane-connection.js';
 import { type GpuFault, GpuHealthWatch } from './health/gpu-health-watch.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
+import type { EngineAccount } from './engines/engine-account.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
@@ -148,6 +149,11 @@ export class Agent {
 
   currentInventory(): Inventory {
     return this.inventory;
+  }
+
+  /** The account each registered engine runs as under this agent, and whether that refuses its starts. */
+  engineAccounts(): EngineAccount[] {
+    return this.opts.engines.accounts(process.getuid?.() ?? -1);
   }
 
   /** Each GPU of the inventory: its latest memory reading, unresolved fault and last events (none before the watch starts). */

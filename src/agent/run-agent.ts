@@ -15,6 +15,7 @@ import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
 import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import { logGpuSource, openGpuSource } from './discovery/open-gpu-source.js';
+import { logEngineAccounts } from './engines/engine-account.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { Supervisor } from './supervisor/supervisor.js';
 import { engineUidsFor } from '../lib/process/process-table.js';
@@ -101,6 +102,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     // says only why), and at start, not at the first launch an operator may
     // look for hours later.
     logGpuSource(logger, gpuSource);
+    logEngineAccounts(logger, agent.engineAccounts());
     await supervisor.launcher();
     if (metrics) {
       metrics.trackShards(() => supervisor.list());

@@ -160,7 +160,7 @@ export class ShardCommands {
       const stat = readProcStat(p.pid);
       return !(stat && shardGroups.has(stat.pgrp)) && !shardGroups.has(p.pid);
     });
-    return { inventory, heldGpus, foreignProcesses, isPortFree: (port) => isPortFree(port) };
+    return { inventory, heldGpus, foreignProcesses, isPortFree: (port) => isPortFree(port), agentUid: process.getuid?.() ?? -1 };
   }
 
   /** Stops a shard: every process of it gone, then STOPPED is reported and its state forgotten. */

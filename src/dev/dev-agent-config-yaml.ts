@@ -48,10 +48,13 @@ admin:
 # The simulated engine is off on production nodes; dev up runs nothing else.
 # The agent starts every engine with --host 0.0.0.0; this later --host keeps
 # an unauthenticated OpenAI endpoint off the machine's other interfaces.
+# The sim runs as whoever runs dev up: allow_root lets that be root (a node
+# gives engines their own account, engines.<name>.user).
 engines:
   sim:
     enabled: true
     extra_args: ["--host", "127.0.0.1"]
+    allow_root: true
 log_level: ${opts.logLevel}
 `;
 }

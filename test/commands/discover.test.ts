@@ -18,6 +18,11 @@ describe('llmgw discover', () => {
     expect(r.exitCode).toBe(0);
     expect(r.stdout).toContain('no NVIDIA driver');
     expect(r.stdout).toContain('GPUs: none');
+    // Progress marks it failed, not done, and says why once; the other probes still ran.
+    expect(r.stderr).toMatch(/^✖ GPUs: none \[FAILED: no NVIDIA driver: /m);
+    expect(r.stderr).not.toMatch(/^✔ GPUs/m);
+    expect(r.stderr).toMatch(/^↓ Topology \(nvidia-smi topo -m\) \[SKIPPED: no GPUs\]$/m);
+    expect(r.stderr).toMatch(/^✔ Network: \d+ interfaces$/m);
   });
 
   it('exits 1 with --strict when there is no driver, naming the failed checks', async () => {
@@ -92,6 +97,10 @@ describe('llmgw discover', () => {
         'discovery:',
         `  nvidia_smi: ${FAKE_NVIDIA_SMI}`,
         `  sysfs_root: ${SYSFS_FIXTURE}`,
+        // Who the engines run as is a check too; both may here (see the engine-account test).
+        'engines:',
+        '  vllm: {user: nobody}',
+        '  sglang: {allow_root: true}',
         '',
       ].join('\n'),
     );
@@ -109,11 +118,34 @@ describe('llmgw discover', () => {
       ['fabric ib-a', true],
       ['fabric ib-b', false],
       ['mgmt-interface', true],
+      ['engine-account vllm', true],
+      ['engine-account sglang', true],
     ]);
     const text = await runCli(['discover', '--config', config], { env: { LLMGW_FAKE_GPUS: 'fault' } });
     expect(text.exitCode).toBe(0);
     expect(text.stdout).toMatch(/^FAIL\s+gpu-health\s+GPU 2: GPU requires reset; GPU 3: Unknown Error/m);
     expect(text.stdout).toContain('topology unavailable: nvidia-smi topo -m exited with 255');
+  });
+
+  // As root, as the agent runs: only a root agent refuses an engine for its account.
+  it.skipIf(process.getuid?.() !== 0)('says with --config which account each engine runs as, and fails --strict for one a root agent refuses (security review 2, N1)', async () => {
+    const config = join(tmp, 'accounts.yaml');
+    writeFileSync(
+      config,
+      ['node_id: n1', 'server: http://127.0.0.1:1', 'mgmt_interface: lo', 'discovery:', `  nvidia_smi: ${FAKE_NVIDIA_SMI}`, `  sysfs_root: ${SYSFS_FIXTURE}`, '  foreign_memory_share: 100%', 'engines:', '  vllm: {user: nobody}', '  sglang: {}', '  sim: {enabled: true, allow_root: true}', ''].join('\n'),
+    );
+    const r = await runCli(['discover', '--config', config, '--strict', '--json']);
+    expect(r.exitCode).toBe(1);
+    const { message, checks } = JSON.parse(r.stdout).error;
+    expect(message).toBe('preflight failed: engine-account sglang');
+    expect(checks.filter((c: { name: string }) => c.name.startsWith('engine-account'))).toEqual([
+      { name: 'engine-account vllm', ok: true, detail: 'vllm → nobody (uid 65534)' },
+      { name: 'engine-account sglang', ok: false, detail: 'sglang → root: refused; set engines.sglang.user to an unprivileged account (or engines.sglang.allow_root: true)' },
+      { name: 'engine-account sim', ok: true, detail: 'sim → root (allow_root)' },
+    ]);
+    const text = await runCli(['discover', '--config', config]);
+    expect(text.stdout).toMatch(/^ok\s+engine-account vllm\s+vllm → nobody \(uid 65534\)$/m);
+    expect(text.stdout).toMatch(/^FAIL\s+engine-account sglang\s+sglang → root: refused; set engines\.sglang\.user/m);
   });
 
   it('gives up on a hung nvidia-smi at --timeout', async () => {

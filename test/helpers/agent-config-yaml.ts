@@ -1,4 +1,5 @@
 import { join } from 'node:path';
+import { isMap, parseDocument } from 'yaml';
 import { REPO_ROOT } from './run-cli.js';
 
 /*
@@ -39,6 +40,12 @@ export interface AgentProcessOptions {
   foreignMemoryShare?: string;
   /** More supervisor keys, as YAML lines without their indent (`stall_timeout: 5s`). */
   supervisor?: string[];
+  /**
+   * engines.<name>.allow_root: true on every engine with no user (the
+   * default): the suite runs as root, where an engine with neither is
+   * refused. False leaves the engines as written, to see that refusal.
+   */
+  allowRoot?: boolean;
 }
 
 /** The engines block every test agent has: the sim, which production nodes do not register, enabled. */
@@ -55,8 +62,31 @@ export function withSimEnabled(extra: string): string {
   return extra.replace(/^engines:\s*\n/m, 'engines:\n  sim:\n    enabled: true\n');
 }
 
+const ENGINE_NAMES = ['vllm', 'sglang', 'sim'] as const;
+
+/**
+ * `yaml` with engines.<name>.allow_root: true for each engine that sets
+ * neither a user nor allow_root itself, as a root test agent needs to start
+ * engines at all.
+ */
+export function withRootEngines(yaml: string): string {
+  const doc = parseDocument(yaml);
+  for (const name of ENGINE_NAMES) {
+    const engine = doc.getIn(['engines', name]);
+    if (isMap(engine) && ((engine.get('user') ?? '') !== '' || engine.has('allow_root'))) continue;
+    if (engine !== undefined && engine !== null && !isMap(engine)) continue;
+    doc.setIn(['engines', name, 'allow_root'], true);
+  }
+  return doc.toString();
+}
+
 /** The config a test agent runs with: fast timers, fake GPUs, the sim engine, everything under `dirs`. */
 export function agentConfigYaml(o: AgentProcessOptions): string {
+  const yaml = agentConfigLines(o);
+  return o.allowRoot === false ? yaml : withRootEngines(yaml);
+}
+
+function agentConfigLines(o: AgentProcessOptions): string {
   return [
     `node_id: ${o.nodeId ?? 'node-a'}`,
     `server: ${o.server}`,

@@ -13,6 +13,7 @@ export type AdminBackend = Pick<
   | 'connectionStatus'
   | 'currentInventory'
   | 'gpuHealth'
+  | 'engineAccounts'
   | 'shards'
   | 'shard'
   | 'tailLog'

@@ -4,6 +4,7 @@ import {
   ConnectionState,
   ControlPlaneConnectionSchema,
   ControlPlaneTlsSchema,
+  EngineAccountSchema,
   type GpuStatus,
   GpuStatusSchema,
   type ShardInfo,
@@ -34,6 +35,7 @@ export function buildStatusResponse(backend: AdminBackend): StatusResponse {
     connection: connectionOf(backend.connectionStatus()),
     inventory: backend.currentInventory(),
     gpus: backend.gpuHealth().map(gpuStatusOf),
+    engineAccounts: backend.engineAccounts().map((a) => create(EngineAccountSchema, a)),
     shards: backend
       .shards()
       .sort((a, b) => a.shardId.localeCompare(b.shardId))

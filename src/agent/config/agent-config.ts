@@ -67,6 +67,12 @@ export interface EngineConfig {
   /** Unprivileged account for the engine; undefined runs it as the agent's user. */
   user?: EngineUser;
   /**
+   * A root agent starts this engine as root when `user` is unset only with
+   * this true; otherwise such a start is refused, naming `user` and this key
+   * (security review 2, N1). Default false.
+   */
+  allowRoot?: boolean;
+  /**
    * Options of the engine that load code, open files or reach an endpoint
    * (code-loading-args.ts) which a profile's args may set anyway, as
    * `--flag`. Default none.

@@ -8,5 +8,5 @@ import { DEFAULT_ALLOWED_ENV } from './env-allowlist.js';
  * turn it on (`engines.sim.enabled: true`).
  */
 export function defaultEngineConfig(name: EngineName): EngineConfig {
-  return { command: [], env: {}, extraArgs: [], allowedEnv: [...DEFAULT_ALLOWED_ENV], allowedArgs: [], modelRoots: [], enabled: name !== 'sim' };
+  return { command: [], env: {}, extraArgs: [], allowedEnv: [...DEFAULT_ALLOWED_ENV], allowedArgs: [], modelRoots: [], allowRoot: false, enabled: name !== 'sim' };
 }

@@ -7,7 +7,7 @@ import { ENGINE_NAMES, type EngineConfig, type EngineName } from './agent-config
 import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 
-const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'enabled'] as const;
+const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'allow_root', 'enabled'] as const;
 
 /** An option as an operator lists it in allowed_args: `--name`, the long form the engine's parser declares. */
 const LONG_FLAG = /^--[A-Za-z0-9][A-Za-z0-9_-]*$/;
@@ -87,6 +87,9 @@ export function parseEnginesConfig(v: Record<string, unknown>, bad: (p: string) 
           throw bad(`${name}.model_roots: ${JSON.stringify(wrong)} is not an absolute directory below /; give the directories that hold the models, e.g. /models`);
         }
         cfg.modelRoots = x.map((r) => normalize(r).replace(/(.)\/$/, '$1'));
+      } else if (k === 'allow_root') {
+        if (typeof x !== 'boolean') throw bad(`${name}.allow_root must be true or false, got ${describeValue(x)}`);
+        cfg.allowRoot = x;
       } else if (k === 'user') {
         if (x === null || x === '') continue;
         if (typeof x !== 'string') throw bad(`${name}.user must be an account name, got ${describeValue(x)}`);

@@ -4,6 +4,7 @@ import { failure } from '../../lib/errors.js';
 import { createLogger } from '../../lib/logger.js';
 import type { LOG_LEVELS } from '../../lib/log-levels.js';
 import { toProtoJson } from '../../lib/proto-json.js';
+import { EngineRegistry } from '../engines/engine-registry.js';
 import { runPreflight } from './preflight.js';
 import { renderDiscoverReport } from './render-discover-report.js';
 import { type DiscoverFlags, resolveDiscoverSettings } from './resolve-discover-settings.js';
@@ -38,7 +39,13 @@ export async function discoverReport(o: DiscoverReportOptions, print: (text: str
   const inventory = await runDiscoverTasks({ ...settings, renderer: o.renderer, logger });
   const checks =
     settings.fromConfig || o.strict
-      ? runPreflight(inventory, { fabrics: settings.fabrics, mgmtInterface: settings.fromConfig ? settings.mgmtInterface : '', foreignMemoryShare: settings.foreignMemoryShare })
+      ? runPreflight(inventory, {
+          fabrics: settings.fabrics,
+          mgmtInterface: settings.fromConfig ? settings.mgmtInterface : '',
+          foreignMemoryShare: settings.foreignMemoryShare,
+          // Judged for this uid: `discover --config` runs as root, as the agent does.
+          engineAccounts: settings.engines ? new EngineRegistry({ engines: settings.engines, mgmtInterface: settings.mgmtInterface }).accounts(process.getuid?.() ?? -1) : [],
+        })
       : [];
   const report = toProtoJson(DiscoverReportSchema, create(DiscoverReportSchema, { inventory, checks })) as DiscoverReportJson;
   const text = o.text ? renderDiscoverReport(inventory, { mgmtInterface: settings.mgmtInterface, checks }) : undefined;

@@ -1,6 +1,7 @@
 import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
 import type { FabricAttachmentConfig } from '../config/agent-config.js';
+import { describeEngineAccount, type EngineAccount } from '../engines/engine-account.js';
 
 export interface PreflightCheck {
   name: string;
@@ -17,6 +18,8 @@ export interface PreflightOptions {
   ownedPids?: ReadonlySet<number>;
   /** Share (0..1) of a GPU's memory that may be used by no visible process; DEFAULT_FOREIGN_MEMORY_SHARE when unset. */
   foreignMemoryShare?: number;
+  /** Who each registered engine runs as (with a config); one whose starts are refused fails its check. */
+  engineAccounts?: readonly EngineAccount[];
 }
 
 /**
@@ -25,7 +28,8 @@ export interface PreflightOptions {
  * driver present; every GPU healthy; no foreign compute process on any GPU;
  * no GPU memory used by nothing visible;
  * each configured fabric's HCA exists and is ACTIVE; the management
- * interface exists with an IPv4 address.
+ * interface exists with an IPv4 address; each engine has an account it may
+ * run as (a root agent refuses an engine with neither a user nor allow_root).
  */
 export function runPreflight(inv: Inventory, opts: PreflightOptions): PreflightCheck[] {
   const checks: PreflightCheck[] = [
@@ -36,6 +40,7 @@ export function runPreflight(inv: Inventory, opts: PreflightOptions): PreflightC
   ];
   for (const f of opts.fabrics) checks.push(fabricCheck(inv, f));
   if (opts.mgmtInterface !== '') checks.push(mgmtInterfaceCheck(inv, opts.mgmtInterface));
+  for (const a of opts.engineAccounts ?? []) checks.push({ name: `engine-account ${a.engine}`, ok: !a.refused, detail: describeEngineAccount(a) });
   return checks;
 }
 

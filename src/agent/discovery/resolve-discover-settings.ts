@@ -1,7 +1,7 @@
 import { parseDuration } from '../../lib/duration.js';
 import { configError, usageError } from '../../lib/errors.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE } from '../../lib/foreign-memory-problem.js';
-import type { FabricAttachmentConfig } from '../config/agent-config.js';
+import type { AgentConfig, FabricAttachmentConfig } from '../config/agent-config.js';
 import { CONFIG_KEYS, envNames } from '../config/config-keys.js';
 import { loadAgentConfig } from '../config/load-agent-config.js';
 
@@ -18,6 +18,8 @@ export interface DiscoverSettings {
   nvmlLibrary: string;
   /** True when a config file was given: it says what the node is supposed to have. */
   fromConfig: boolean;
+  /** engines from the config (with --config): who each engine runs as is a preflight check. */
+  engines?: AgentConfig['engines'];
 }
 
 export interface DiscoverFlags {
@@ -75,6 +77,7 @@ export function resolveDiscoverSettings(flags: DiscoverFlags): DiscoverSettings 
       preferNvml: config.discovery.preferNvml,
       nvmlLibrary: config.discovery.nvmlLibrary,
       fromConfig: true,
+      engines: config.engines,
     };
   }
   return {

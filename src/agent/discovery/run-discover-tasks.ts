@@ -31,18 +31,26 @@ export async function runDiscoverTasks(opts: DiscoverOptions & { renderer: Disco
     [
       {
         title: 'GPUs',
+        // No GPUs is shown failed (✖), not done (✔), and the other probes still run: a node that
+        // finds none is useless to the control plane (new-operator walkthrough 2, row 21).
+        exitOnError: false,
         task: async (ctx, task) => {
           ctx.bySource = await probeGpusBySource({ ...base, ...gpuSourceOptions(opts), sysfsRoot: opts.sysfsRoot });
           ctx.gpus = ctx.bySource.gpus;
           const n = ctx.gpus.gpus.length;
           // Which source, and why, said once: NVML, or the reason it was not.
           const via = ctx.bySource.source === 'nvml' ? `via ${ctx.bySource.why}` : `via nvidia-smi: ${ctx.bySource.why}`;
-          task.title = n > 0 ? `GPUs: ${n} found ${via}` : `GPUs: none (${ctx.gpus.warnings.at(-1) ?? 'nvidia-smi listed none'}; ${via})`;
+          if (n > 0) {
+            task.title = `GPUs: ${n} found ${via}`;
+            return;
+          }
+          task.title = 'GPUs: none';
+          throw new Error(`${ctx.gpus.warnings.at(-1) ?? 'nvidia-smi listed none'}; ${via}`);
         },
       },
       {
         title: 'Topology (nvidia-smi topo -m)',
-        skip: (ctx) => (ctx.gpus?.driverAvailable && (ctx.gpus.gpus.length ?? 0) > 0 ? false : 'Topology: skipped, no GPUs'),
+        skip: (ctx) => (ctx.gpus?.driverAvailable && (ctx.gpus.gpus.length ?? 0) > 0 ? false : 'no GPUs'),
         task: async (ctx, task) => {
           ctx.topology = await probeTopology(base);
           const nvmlLinks = ctx.bySource?.nvmlLinks;

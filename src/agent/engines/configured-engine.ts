@@ -2,6 +2,7 @@ import { isAbsolute } from 'node:path';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
 import { type CodeLoadingArgs, NO_CODE_LOADING_ARGS } from './code-loading-args.js';
+import { type EngineAccount, engineAccount, rootEngineRefusal } from './engine-account.js';
 import type { OwnedArgs } from './owned-args.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
@@ -39,7 +40,7 @@ export abstract class ConfiguredEngine implements Engine {
     /** This node's management address (mgmt_addr, else mgmt_interface's first IPv4); '' when unknown. */
     protected readonly mgmtAddr = '',
   ) {
-    this.config = { command: [], env: {}, extraArgs: [], allowedEnv: [...DEFAULT_ALLOWED_ENV], allowedArgs: [], modelRoots: [], enabled: true, ...config };
+    this.config = { command: [], env: {}, extraArgs: [], allowedEnv: [...DEFAULT_ALLOWED_ENV], allowedArgs: [], modelRoots: [], allowRoot: false, enabled: true, ...config };
   }
 
   /** The argv prefix that starts the engine when config does not say. */
@@ -66,7 +67,13 @@ export abstract class ConfiguredEngine implements Engine {
       checkModelPath: this.loadsModel(),
       ...this.engineValidation(spec),
     });
+    // Last: what the control plane got wrong is named before this node's own configuration.
+    if (this.account(ctx.agentUid).refused) throw failure(`shard ${spec.shardId}: ${rootEngineRefusal(this.name)}`);
     this.#resolved.set(spec, executable);
+  }
+
+  account(agentUid: number): EngineAccount {
+    return engineAccount(this.name, this.config, agentUid);
   }
 
   /** The engine's options that load code, open files or reach an endpoint (code-loading-args.ts); none by default. */

@@ -1,6 +1,7 @@
 import type { AgentConfig, EngineName } from '../config/agent-config.js';
 import { failure } from '../../lib/errors.js';
 import type { Engine } from './engine.js';
+import type { EngineAccount } from './engine-account.js';
 import { SglangEngine } from './sglang-engine.js';
 import { SimEngine } from './sim-engine.js';
 import { VllmEngine } from './vllm-engine.js';
@@ -36,6 +37,11 @@ export class EngineRegistry {
   /** The registered engines' names, in a stable order. */
   names(): EngineName[] {
     return [...this.#engines.keys()];
+  }
+
+  /** Who each registered engine runs as under an agent running as `agentUid`, in names() order. */
+  accounts(agentUid: number): EngineAccount[] {
+    return [...this.#engines.values()].map((e) => e.account(agentUid));
   }
 
   /** Throws LlmgwError('failure') naming the registered engines for an unknown or disabled name. */

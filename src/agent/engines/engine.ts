@@ -1,6 +1,7 @@
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineName } from '../config/agent-config.js';
+import type { EngineAccount } from './engine-account.js';
 import type { LaunchPlan } from './launch-plan.js';
 
 export type { LaunchPlan };
@@ -13,6 +14,8 @@ export interface ValidationContext {
   /** Compute processes no shard owns. */
   foreignProcesses: readonly GpuProcess[];
   isPortFree(port: number): Promise<boolean>;
+  /** The agent's uid (process.getuid()): a root agent refuses an engine that would run as root without allow_root. */
+  agentUid: number;
 }
 
 export interface Engine {
@@ -26,6 +29,8 @@ export interface Engine {
   validate(spec: StartShard, ctx: ValidationContext): Promise<void>;
   /** Throws LlmgwError('failure') when the executable cannot be found. */
   command(spec: StartShard): LaunchPlan;
+  /** Who this engine's processes run as under an agent running as `agentUid`, and whether that refuses its starts. */
+  account(agentUid: number): EngineAccount;
   /**
    * Whether this worker rank listens on a port of its own (SGLang's /health
    * on --host:--port): given none by the control plane (http_port 0), the

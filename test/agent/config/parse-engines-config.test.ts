@@ -27,17 +27,17 @@ function configError(path: string): string {
   throw new Error(`${path} loaded`);
 }
 
-describe('engines.<name>.allowed_args and model_roots (security review 2, N1)', () => {
-  it('reads them, with the defaults that refuse: no flags, no roots', () => {
+describe('engines.<name>.allowed_args, model_roots and allow_root (security review 2, N1)', () => {
+  it('reads them, with the defaults that refuse: no flags, no roots, not as root', () => {
     const { config } = loadAgentConfig({
-      configPath: file('  vllm:\n    allowed_args: [--trust-remote-code, --chat-template]\n    model_roots: [/models/, /srv/hf]\n  sglang: {}\n'),
+      configPath: file('  vllm:\n    allowed_args: [--trust-remote-code, --chat-template]\n    model_roots: [/models/, /srv/hf]\n    allow_root: true\n  sglang: {}\n'),
       env: {},
     });
-    expect(config.engines.vllm).toMatchObject({ allowedArgs: ['--trust-remote-code', '--chat-template'], modelRoots: ['/models', '/srv/hf'] });
-    expect(config.engines.sglang).toMatchObject({ allowedArgs: [], modelRoots: [] });
+    expect(config.engines.vllm).toMatchObject({ allowedArgs: ['--trust-remote-code', '--chat-template'], modelRoots: ['/models', '/srv/hf'], allowRoot: true });
+    expect(config.engines.sglang).toMatchObject({ allowedArgs: [], modelRoots: [], allowRoot: false });
   });
 
-  it('refuses, with exit 78 and one line naming the key, what is not a flag or not an absolute directory', () => {
+  it('refuses, with exit 78 and one line naming the key, what is not a flag, not an absolute directory, not a boolean', () => {
     const value = file('  vllm:\n    allowed_args: [--trust-remote-code=1]\n');
     expect(configError(value)).toBe(
       `engines: vllm.allowed_args: "--trust-remote-code=1" is not a flag; list each option by its long name, e.g. --trust-remote-code (no value, no =) (${value}:3)`,
@@ -46,6 +46,7 @@ describe('engines.<name>.allowed_args and model_roots (security review 2, N1)', 
     expect(configError(file('  vllm:\n    allowed_args: --trust-remote-code\n'))).toMatch(/^engines: vllm\.allowed_args must be a list of flags such as --trust-remote-code, got /);
     expect(configError(file('  sglang:\n    model_roots: [models]\n'))).toMatch(/^engines: sglang\.model_roots: "models" is not an absolute directory below \/;/);
     expect(configError(file('  sglang:\n    model_roots: [/]\n'))).toMatch(/^engines: sglang\.model_roots: "\/" is not an absolute directory below \//);
+    expect(configError(file('  sim:\n    allow_root: "yes"\n'))).toMatch(/^engines: sim\.allow_root must be true or false, got /);
   });
 
   it('makes llmgw agent run exit 78 with that line', async () => {

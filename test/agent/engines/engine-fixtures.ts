@@ -41,8 +41,14 @@ export function shard(
   });
 }
 
+/**
+ * This node as validation sees it. The agent is taken as unprivileged
+ * (uid 1000) unless a test says otherwise: these tests judge profiles, and
+ * the suite runs as root, where every engine without a user is refused
+ * (engine-account.test.ts and the security suite prove that refusal).
+ */
 export function context(over: Partial<ValidationContext> = {}): ValidationContext {
-  return { inventory: h100Inventory(), heldGpus: new Map(), foreignProcesses: [], isPortFree: async () => true, ...over };
+  return { inventory: h100Inventory(), heldGpus: new Map(), foreignProcesses: [], isPortFree: async () => true, agentUid: 1000, ...over };
 }
 
 export interface FakeExecutables {

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCKVAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IpsCChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJEiYKA3RscxgIIAEoCzIZLmxsbWd3LnYxLkNvbnRyb2xQbGFuZVRscyLrAQoPQ29udHJvbFBsYW5lVGxzEhEKCWNlcnRfcGF0aBgBIAEoCRIUCgxjZXJ0X3N1YmplY3QYAiABKAkSMwoPY2VydF9ub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jZXJ0X25vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHwoXY2VydF9maW5nZXJwcmludF9zaGEyNTYYBSABKAkSCgoCY2EYBiABKAkSGQoRY2VydF9leHBpcmVzX3Nvb24YByABKAgi3QIKCVNoYXJkSW5mbxIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEg4KBmVuZ2luZRgDIAEoCRINCgVtb2RlbBgEIAEoCRIjCgVzdGF0ZRgFIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSCwoDcGlkGAYgASgFEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtncHVfaW5kaWNlcxgIIAMoBRIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhZG9wdGVkGAogASgIEg0KBWVycm9yGAsgASgJEhEKCWV4aXRfY29kZRgMIAEoBRIMCgRyYW5rGA0gASgFEg4KBm5ub2RlcxgOIAEoBRIQCghsb2dfcGF0aBgPIAEoCRIQCghsYXVuY2hlchgQIAEoCRIMCgR1bml0GBEgASgJIlAKC0xvZ3NSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEg0KBWxpbmVzGAIgASgFEg4KBmZvbGxvdxgDIAEoCBIQCghwcmV2aW91cxgEIAEoCCIdCgxMb2dzUmVzcG9uc2USDQoFbGluZXMYASADKAkiDgoMQWRvcHRSZXF1ZXN0ImUKC0Fkb3B0UmVzdWx0EhAKCHNoYXJkX2lkGAEgASgJEicKB291dGNvbWUYAiABKA4yFi5sbG1ndy52MS5BZG9wdE91dGNvbWUSCwoDcGlkGAMgASgFEg4KBnJlYXNvbhgEIAEoCSI3Cg1BZG9wdFJlc3BvbnNlEiYKB3Jlc3VsdHMYASADKAsyFS5sbG1ndy52MS5BZG9wdFJlc3VsdCJ3CgxEcmFpblJlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSCwoDYWxsGAIgASgIEgwKBHdhaXQYAyABKAgSKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZjYW5jZWwYBSABKAgibAoNRHJhaW5Qcm9ncmVzcxIQCghzaGFyZF9pZBgBIAEoCRIjCgVzdGF0ZRgCIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSEQoJaW5fZmxpZ2h0GAMgASgFEhEKCWNvdW50YWJsZRgEIAEoCCJcCg1EcmFpblJlc3BvbnNlEicKBnNoYXJkcxgBIAMoCzIXLmxsbWd3LnYxLkRyYWluUHJvZ3Jlc3MSDwoHZHJhaW5lZBgCIAEoCBIRCgl0aW1lZF9vdXQYAyABKAgq0AEKD0Nvbm5lY3Rpb25TdGF0ZRIgChxDT05ORUNUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASHwobQ09OTkVDVElPTl9TVEFURV9DT05ORUNUSU5HEAESHgoaQ09OTkVDVElPTl9TVEFURV9DT05ORUNURUQQAhIdChlDT05ORUNUSU9OX1NUQVRFX1JFVFJZSU5HEAMSHAoYQ09OTkVDVElPTl9TVEFURV9TVE9QUEVEEAQSHQoZQ09OTkVDVElPTl9TVEFURV9TVEFSVElORxAFKrwBCgxBZG9wdE91dGNvbWUSHQoZQURPUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFUFET1BUX09VVENPTUVfQURPUFRFRBABEhgKFEFET1BUX09VVENPTUVfS0lMTEVEEAISGQoVQURPUFRfT1VUQ09NRV9DTEVBTkVEEAMSJAogQURPUFRfT1VUQ09NRV9BTFJFQURZX1NVUEVSVklTRUQQBBIXChNBRE9QVF9PVVRDT01FX0VSUk9SEAUy+gEKDEFkbWluU2VydmljZRI7CgZTdGF0dXMSFy5sbG1ndy52MS5TdGF0dXNSZXF1ZXN0GhgubGxtZ3cudjEuU3RhdHVzUmVzcG9uc2USNwoETG9ncxIVLmxsbWd3LnYxLkxvZ3NSZXF1ZXN0GhYubGxtZ3cudjEuTG9nc1Jlc3BvbnNlMAESOAoFQWRvcHQSFi5sbG1ndy52MS5BZG9wdFJlcXVlc3QaFy5sbG1ndy52MS5BZG9wdFJlc3BvbnNlEjoKBURyYWluEhYubGxtZ3cudjEuRHJhaW5SZXF1ZXN0GhcubGxtZ3cudjEuRHJhaW5SZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCLdAgoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkiUAoLTG9nc1JlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSDQoFbGluZXMYAiABKAUSDgoGZm9sbG93GAMgASgIEhAKCHByZXZpb3VzGAQgASgIIh0KDExvZ3NSZXNwb25zZRINCgVsaW5lcxgBIAMoCSIOCgxBZG9wdFJlcXVlc3QiZQoLQWRvcHRSZXN1bHQSEAoIc2hhcmRfaWQYASABKAkSJwoHb3V0Y29tZRgCIAEoDjIWLmxsbWd3LnYxLkFkb3B0T3V0Y29tZRILCgNwaWQYAyABKAUSDgoGcmVhc29uGAQgASgJIjcKDUFkb3B0UmVzcG9uc2USJgoHcmVzdWx0cxgBIAMoCzIVLmxsbWd3LnYxLkFkb3B0UmVzdWx0IncKDERyYWluUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRILCgNhbGwYAiABKAgSDAoEd2FpdBgDIAEoCBIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmNhbmNlbBgFIAEoCCJsCg1EcmFpblByb2dyZXNzEhAKCHNoYXJkX2lkGAEgASgJEiMKBXN0YXRlGAIgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRIRCglpbl9mbGlnaHQYAyABKAUSEQoJY291bnRhYmxlGAQgASgIIlwKDURyYWluUmVzcG9uc2USJwoGc2hhcmRzGAEgAygLMhcubGxtZ3cudjEuRHJhaW5Qcm9ncmVzcxIPCgdkcmFpbmVkGAIgASgIEhEKCXRpbWVkX291dBgDIAEoCCrQAQoPQ29ubmVjdGlvblN0YXRlEiAKHENPTk5FQ1RJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIfChtDT05ORUNUSU9OX1NUQVRFX0NPTk5FQ1RJTkcQARIeChpDT05ORUNUSU9OX1NUQVRFX0NPTk5FQ1RFRBACEh0KGUNPTk5FQ1RJT05fU1RBVEVfUkVUUllJTkcQAxIcChhDT05ORUNUSU9OX1NUQVRFX1NUT1BQRUQQBBIdChlDT05ORUNUSU9OX1NUQVRFX1NUQVJUSU5HEAUqvAEKDEFkb3B0T3V0Y29tZRIdChlBRE9QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGQoVQURPUFRfT1VUQ09NRV9BRE9QVEVEEAESGAoUQURPUFRfT1VUQ09NRV9LSUxMRUQQAhIZChVBRE9QVF9PVVRDT01FX0NMRUFORUQQAxIkCiBBRE9QVF9PVVRDT01FX0FMUkVBRFlfU1VQRVJWSVNFRBAEEhcKE0FET1BUX09VVENPTUVfRVJST1IQBTL6AQoMQWRtaW5TZXJ2aWNlEjsKBlN0YXR1cxIXLmxsbWd3LnYxLlN0YXR1c1JlcXVlc3QaGC5sbG1ndy52MS5TdGF0dXNSZXNwb25zZRI3CgRMb2dzEhUubGxtZ3cudjEuTG9nc1JlcXVlc3QaFi5sbG1ndy52MS5Mb2dzUmVzcG9uc2UwARI4CgVBZG9wdBIWLmxsbWd3LnYxLkFkb3B0UmVxdWVzdBoXLmxsbWd3LnYxLkFkb3B0UmVzcG9uc2USOgoFRHJhaW4SFi5sbG1ndy52MS5EcmFpblJlcXVlc3QaFy5sbG1ndy52MS5EcmFpblJlc3BvbnNlMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -83,6 +83,14 @@ export type StatusResponse = Message<"llmgw.v1.StatusResponse"> & {
    * @generated from field: repeated llmgw.v1.GpuStatus gpus = 8;
    */
   gpus: GpuStatus[];
+
+  /**
+   * The account each registered engine runs as, by engine name: an engine
+   * that would run as root is named here before any start is refused.
+   *
+   * @generated from field: repeated llmgw.v1.EngineAccount engine_accounts = 9;
+   */
+  engineAccounts: EngineAccount[];
 };
 
 /**
@@ -131,6 +139,14 @@ export type StatusResponseJson = {
    * @generated from field: repeated llmgw.v1.GpuStatus gpus = 8;
    */
   gpus?: GpuStatusJson[];
+
+  /**
+   * The account each registered engine runs as, by engine name: an engine
+   * that would run as root is named here before any start is refused.
+   *
+   * @generated from field: repeated llmgw.v1.EngineAccount engine_accounts = 9;
+   */
+  engineAccounts?: EngineAccountJson[];
 };
 
 /**
@@ -139,6 +155,111 @@ export type StatusResponseJson = {
  */
 export const StatusResponseSchema: GenMessage<StatusResponse, {jsonType: StatusResponseJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_admin, 1);
+
+/**
+ * Who an engine's processes run as: engines.<name>.user, else the agent's
+ * own account. A root agent refuses to start an engine as root unless
+ * engines.<name>.allow_root is true.
+ *
+ * @generated from message llmgw.v1.EngineAccount
+ */
+export type EngineAccount = Message<"llmgw.v1.EngineAccount"> & {
+  /**
+   * vllm, sglang or sim.
+   *
+   * @generated from field: string engine = 1;
+   */
+  engine: string;
+
+  /**
+   * The account's name: engines.<name>.user, else the agent's ("root").
+   *
+   * @generated from field: string user = 2;
+   */
+  user: string;
+
+  /**
+   * @generated from field: int32 uid = 3;
+   */
+  uid: number;
+
+  /**
+   * True when engines.<name>.user is set.
+   *
+   * @generated from field: bool configured = 4;
+   */
+  configured: boolean;
+
+  /**
+   * The agent is root, user is empty and engines.<name>.allow_root is true: the engine runs as root.
+   *
+   * @generated from field: bool allow_root = 5;
+   */
+  allowRoot: boolean;
+
+  /**
+   * The agent is root, user is empty and allow_root is false: every start of this engine is refused.
+   *
+   * @generated from field: bool refused = 6;
+   */
+  refused: boolean;
+};
+
+/**
+ * Who an engine's processes run as: engines.<name>.user, else the agent's
+ * own account. A root agent refuses to start an engine as root unless
+ * engines.<name>.allow_root is true.
+ *
+ * @generated from message llmgw.v1.EngineAccount
+ */
+export type EngineAccountJson = {
+  /**
+   * vllm, sglang or sim.
+   *
+   * @generated from field: string engine = 1;
+   */
+  engine?: string;
+
+  /**
+   * The account's name: engines.<name>.user, else the agent's ("root").
+   *
+   * @generated from field: string user = 2;
+   */
+  user?: string;
+
+  /**
+   * @generated from field: int32 uid = 3;
+   */
+  uid?: number;
+
+  /**
+   * True when engines.<name>.user is set.
+   *
+   * @generated from field: bool configured = 4;
+   */
+  configured?: boolean;
+
+  /**
+   * The agent is root, user is empty and engines.<name>.allow_root is true: the engine runs as root.
+   *
+   * @generated from field: bool allow_root = 5;
+   */
+  allowRoot?: boolean;
+
+  /**
+   * The agent is root, user is empty and allow_root is false: every start of this engine is refused.
+   *
+   * @generated from field: bool refused = 6;
+   */
+  refused?: boolean;
+};
+
+/**
+ * Describes the message llmgw.v1.EngineAccount.
+ * Use `create(EngineAccountSchema)` to create a new message.
+ */
+export const EngineAccountSchema: GenMessage<EngineAccount, {jsonType: EngineAccountJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 2);
 
 /**
  * @generated from message llmgw.v1.GpuStatus
@@ -219,7 +340,7 @@ export type GpuStatusJson = {
  * Use `create(GpuStatusSchema)` to create a new message.
  */
 export const GpuStatusSchema: GenMessage<GpuStatus, {jsonType: GpuStatusJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 2);
+  messageDesc(file_llmgw_v1_admin, 3);
 
 /**
  * @generated from message llmgw.v1.ControlPlaneConnection
@@ -324,7 +445,7 @@ export type ControlPlaneConnectionJson = {
  * Use `create(ControlPlaneConnectionSchema)` to create a new message.
  */
 export const ControlPlaneConnectionSchema: GenMessage<ControlPlaneConnection, {jsonType: ControlPlaneConnectionJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 3);
+  messageDesc(file_llmgw_v1_admin, 4);
 
 /**
  * @generated from message llmgw.v1.ControlPlaneTls
@@ -427,7 +548,7 @@ export type ControlPlaneTlsJson = {
  * Use `create(ControlPlaneTlsSchema)` to create a new message.
  */
 export const ControlPlaneTlsSchema: GenMessage<ControlPlaneTls, {jsonType: ControlPlaneTlsJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 4);
+  messageDesc(file_llmgw_v1_admin, 5);
 
 /**
  * @generated from message llmgw.v1.ShardInfo
@@ -622,7 +743,7 @@ export type ShardInfoJson = {
  * Use `create(ShardInfoSchema)` to create a new message.
  */
 export const ShardInfoSchema: GenMessage<ShardInfo, {jsonType: ShardInfoJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 5);
+  messageDesc(file_llmgw_v1_admin, 6);
 
 /**
  * @generated from message llmgw.v1.LogsRequest
@@ -691,7 +812,7 @@ export type LogsRequestJson = {
  * Use `create(LogsRequestSchema)` to create a new message.
  */
 export const LogsRequestSchema: GenMessage<LogsRequest, {jsonType: LogsRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 6);
+  messageDesc(file_llmgw_v1_admin, 7);
 
 /**
  * @generated from message llmgw.v1.LogsResponse
@@ -718,7 +839,7 @@ export type LogsResponseJson = {
  * Use `create(LogsResponseSchema)` to create a new message.
  */
 export const LogsResponseSchema: GenMessage<LogsResponse, {jsonType: LogsResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 7);
+  messageDesc(file_llmgw_v1_admin, 8);
 
 /**
  * @generated from message llmgw.v1.AdoptRequest
@@ -737,7 +858,7 @@ export type AdoptRequestJson = {
  * Use `create(AdoptRequestSchema)` to create a new message.
  */
 export const AdoptRequestSchema: GenMessage<AdoptRequest, {jsonType: AdoptRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 8);
+  messageDesc(file_llmgw_v1_admin, 9);
 
 /**
  * @generated from message llmgw.v1.AdoptResult
@@ -794,7 +915,7 @@ export type AdoptResultJson = {
  * Use `create(AdoptResultSchema)` to create a new message.
  */
 export const AdoptResultSchema: GenMessage<AdoptResult, {jsonType: AdoptResultJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 9);
+  messageDesc(file_llmgw_v1_admin, 10);
 
 /**
  * @generated from message llmgw.v1.AdoptResponse
@@ -821,7 +942,7 @@ export type AdoptResponseJson = {
  * Use `create(AdoptResponseSchema)` to create a new message.
  */
 export const AdoptResponseSchema: GenMessage<AdoptResponse, {jsonType: AdoptResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 10);
+  messageDesc(file_llmgw_v1_admin, 11);
 
 /**
  * @generated from message llmgw.v1.DrainRequest
@@ -902,7 +1023,7 @@ export type DrainRequestJson = {
  * Use `create(DrainRequestSchema)` to create a new message.
  */
 export const DrainRequestSchema: GenMessage<DrainRequest, {jsonType: DrainRequestJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 11);
+  messageDesc(file_llmgw_v1_admin, 12);
 
 /**
  * @generated from message llmgw.v1.DrainProgress
@@ -971,7 +1092,7 @@ export type DrainProgressJson = {
  * Use `create(DrainProgressSchema)` to create a new message.
  */
 export const DrainProgressSchema: GenMessage<DrainProgress, {jsonType: DrainProgressJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 12);
+  messageDesc(file_llmgw_v1_admin, 13);
 
 /**
  * @generated from message llmgw.v1.DrainResponse
@@ -1026,7 +1147,7 @@ export type DrainResponseJson = {
  * Use `create(DrainResponseSchema)` to create a new message.
  */
 export const DrainResponseSchema: GenMessage<DrainResponse, {jsonType: DrainResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 13);
+  messageDesc(file_llmgw_v1_admin, 14);
 
 /**
  * @generated from enum llmgw.v1.ConnectionState

@@ -13,7 +13,7 @@ import { adminRoutes } from './admin-routes.js';
 import { claimSocketPath } from './claim-socket-path.js';
 import { prepareSocketDir } from './prepare-socket-dir.js';
 import { ConnectionAdmission, refuseConnection } from './connection-admission.js';
-import { peerCredentials } from '../../lib/process/peer-credentials.js';
+import { readPeerCredentials } from '../../lib/process/peer-credentials.js';
 
 /** The socket's mode: owner and admin group read and write (connect), nobody else. */
 export const SOCKET_MODE = 0o660;
@@ -96,6 +96,8 @@ export class AdminServer {
   private readonly sockets = new Set<Socket>();
   private refusedConnections = 0;
   private readonly warnRefused: RateLimitedLog;
+  /** Said once: why connections are refused for credentials the agent cannot read (the cause does not change while it runs). */
+  private unknownPeerLogged = false;
   private readonly shutdown = new AbortController();
   private readonly log: Logger;
   private closed?: Promise<void>;
@@ -136,13 +138,18 @@ export class AdminServer {
     const admission = new ConnectionAdmission({ maxConnections: opts.maxConnections, perUser: opts.maxConnectionsPerUser });
     const deadlineMs = opts.callDeadlineMs ?? ADMIN_CALL_DEADLINE_MS;
     this.server = net.createServer((socket) => {
-      const admitted = admission.admit(peerCredentials(socket));
+      const admitted = admission.admit(readPeerCredentials(socket));
       if (!('release' in admitted)) {
         this.refusedConnections += 1;
         const { peer, why } = admitted;
-        // One line per burst, not one per connection: the flood must not fill the journal.
-        this.warnRefused.warn({ open: admission.size, refused: this.refusedConnections, uid: peer?.uid, pid: peer?.pid, why }, 'refused admin connections: too many are open');
-        refuseConnection(socket, why);
+        if (admitted.code === 'permission_denied') {
+          if (!this.unknownPeerLogged) this.log.error({ why }, 'refusing every admin connection: the kernel\'s peer credentials (SO_PEERCRED) cannot be read, and without them no per-user limit holds');
+          this.unknownPeerLogged = true;
+        } else {
+          // One line per burst, not one per connection: the flood must not fill the journal.
+          this.warnRefused.warn({ open: admission.size, refused: this.refusedConnections, uid: peer?.uid, pid: peer?.pid, why }, 'refused admin connections: too many are open');
+        }
+        refuseConnection(socket, admitted);
         return;
       }
       this.sockets.add(socket);

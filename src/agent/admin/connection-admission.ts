@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import type { PeerCredentials } from '../../lib/process/peer-credentials.js';
+import type { PeerCredentials, UnknownPeer } from '../../lib/process/peer-credentials.js';
 
 /**
  * Connections open at once, whoever holds them. Operators and scripts on one
@@ -26,17 +26,24 @@ export interface Admitted {
   release(): void;
 }
 
-/** Why one was not. */
+/** Why one was not, as the client is told (the Connect code, and what failed then what to do). */
 export interface Refused {
   peer: PeerCredentials | undefined;
+  code: 'resource_exhausted' | 'permission_denied';
   why: string;
+  action: string;
 }
+
+/** What a client refused for the caps is told to do. */
+const FREE_A_SLOT = 'end other ctl calls or scripts on its socket and try again';
 
 /**
  * Who may open another admin connection, judged at accept by the peer's
  * uid as the kernel recorded it (SO_PEERCRED; nothing the client says).
- * Where the uid cannot be read (no FFI), every connection counts as another
- * user's, under the total cap only.
+ * Where the uid cannot be read, the connection is refused: counted under
+ * no uid, a member of admin.group could take every slot but root's and
+ * lock the other operators out, the per-user cap silently off (review 2,
+ * N8). Root is refused too, since nothing tells it from anyone else.
  */
 export class ConnectionAdmission {
   private open = 0;
@@ -57,19 +64,28 @@ export class ConnectionAdmission {
     return this.open;
   }
 
-  /** `peer`: peerCredentials of the accepted socket; undefined where they cannot be read. */
-  admit(peer: PeerCredentials | undefined): Admitted | Refused {
-    const uid = peer?.uid;
-    const privileged = uid !== undefined && this.privileged.has(uid);
-    if (privileged ? this.open >= this.max : this.open >= this.max - this.reserved) {
-      return { peer, why: `${this.open} connections are open, the most ${privileged ? 'there may be' : `users other than root may hold (${this.reserved} are kept for root)`}` };
+  /** `peer`: readPeerCredentials of the accepted socket. */
+  admit(peer: PeerCredentials | UnknownPeer): Admitted | Refused {
+    if ('unknown' in peer) {
+      return {
+        peer: undefined,
+        code: 'permission_denied',
+        why: `it cannot read which user connected (${peer.unknown}), so it lets no one in rather than run without its per-user limits`,
+        action: 'the agent logged why when it first refused one (journalctl -u llmgw-agent); README, "Peer credentials", says what the agent needs',
+      };
     }
-    const mine = uid === undefined ? 0 : (this.perUid.get(uid) ?? 0);
-    if (!privileged && uid !== undefined && mine >= this.perUser) {
-      return { peer, why: `uid ${uid} holds ${mine} connections, the most one user other than root may` };
+    const uid = peer.uid;
+    const privileged = this.privileged.has(uid);
+    if (privileged ? this.open >= this.max : this.open >= this.max - this.reserved) {
+      const why = `${this.open} connections are open, the most ${privileged ? 'there may be' : `users other than root may hold (${this.reserved} are kept for root)`}`;
+      return { peer, code: 'resource_exhausted', why, action: FREE_A_SLOT };
+    }
+    const mine = this.perUid.get(uid) ?? 0;
+    if (!privileged && mine >= this.perUser) {
+      return { peer, code: 'resource_exhausted', why: `uid ${uid} holds ${mine} connections, the most one user other than root may`, action: FREE_A_SLOT };
     }
     this.open += 1;
-    if (uid !== undefined) this.perUid.set(uid, mine + 1);
+    this.perUid.set(uid, mine + 1);
     let released = false;
     return {
       peer,
@@ -77,7 +93,6 @@ export class ConnectionAdmission {
         if (released) return;
         released = true;
         this.open -= 1;
-        if (uid === undefined) return;
         const left = (this.perUid.get(uid) ?? 1) - 1;
         if (left === 0) this.perUid.delete(uid);
         else this.perUid.set(uid, left);
@@ -92,9 +107,15 @@ const REFUSAL_LINGER_MS = 1000;
 const MAX_ANSWERING = 64;
 let answering = 0;
 
+/** The HTTP status of each Connect code a refusal carries (the Connect protocol's mapping). */
+const HTTP_STATUS: Readonly<Record<Refused['code'], string>> = {
+  resource_exhausted: '429 Too Many Requests',
+  permission_denied: '403 Forbidden',
+};
+
 /**
  * Tells a refused client why, then closes: an HTTP/1.1 answer with the
- * Connect error `resource_exhausted`, which ctl prints as it is (its unary
+ * refusal's Connect error, which ctl prints as it is (its unary
  * calls, status and adopt, speak HTTP/1.1 first). Closed without a word,
  * ctl said the agent "answered HTTP 0". The answer is written before the
  * request is read and the write side shut (end), while what the client
@@ -102,16 +123,13 @@ let answering = 0;
  * has read the answer. The socket goes when the client closes, or after
  * REFUSAL_LINGER_MS; at most MAX_ANSWERING linger at once.
  */
-export function refuseConnection(socket: Socket, why: string): void {
+export function refuseConnection(socket: Socket, refused: Pick<Refused, 'code' | 'why' | 'action'>): void {
   if (answering >= MAX_ANSWERING) {
     socket.destroy();
     return;
   }
   answering += 1;
-  const body = JSON.stringify({
-    code: 'resource_exhausted',
-    message: `the agent refused the connection: ${why}; end other ctl calls or scripts on its socket and try again`,
-  });
+  const body = JSON.stringify({ code: refused.code, message: `the agent refused the connection: ${refused.why}; ${refused.action}` });
   const cut = setTimeout(() => socket.destroy(), REFUSAL_LINGER_MS);
   cut.unref();
   socket.once('close', () => {
@@ -120,5 +138,5 @@ export function refuseConnection(socket: Socket, why: string): void {
   });
   socket.on('error', () => {});
   socket.resume();
-  socket.end(`HTTP/1.1 429 Too Many Requests\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+  socket.end(`HTTP/1.1 ${HTTP_STATUS[refused.code]}\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
 }

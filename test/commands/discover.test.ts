@@ -28,7 +28,9 @@ describe('llmgw discover', () => {
   it('exits 1 with --strict when there is no driver, naming the failed checks', async () => {
     const r = await runCli(['discover', '--strict', '--nvidia-smi', join(tmp, 'absent-nvidia-smi')]);
     expect(r.exitCode).toBe(1);
-    expect(r.stderr.trim().split('\n').at(-1)).toBe('error: preflight failed: driver, gpu-health');
+    expect(r.stderr.trim().split('\n').at(-1)).toBe(
+      'error: preflight failed: driver, gpu-health; install or repair the NVIDIA driver until nvidia-smi lists the GPUs; reset the unhealthy GPUs or drain the node (each FAIL line of the report says where)',
+    );
   });
 
   it('prints an Inventory that matches the fixture exactly with --json', async () => {
@@ -108,7 +110,8 @@ describe('llmgw discover', () => {
     expect(r.exitCode).toBe(1);
     // A failed --strict is an error like any other (BaseCommand.catch): the report is in its details.
     const { kind, message, inventory, checks } = JSON.parse(r.stdout).error;
-    expect([kind, message]).toEqual(['failure', 'preflight failed: gpu-health, fabric ib-b']);
+    expect(kind).toBe('failure');
+    expect(message).toMatch(/^preflight failed: gpu-health, fabric ib-b; reset the unhealthy GPUs or drain the node; bring fabric ib-b's HCA up /);
     expect(inventory.hcas.find((h: { name: string }) => h.name === 'mlx5_0').fabric).toBe('ib-a');
     expect(checks.map((c: { name: string; ok: boolean }) => [c.name, c.ok])).toEqual([
       ['driver', true],
@@ -137,7 +140,7 @@ describe('llmgw discover', () => {
     const r = await runCli(['discover', '--config', config, '--strict', '--json']);
     expect(r.exitCode).toBe(1);
     const { message, checks } = JSON.parse(r.stdout).error;
-    expect(message).toBe('preflight failed: engine-account sglang');
+    expect(message).toMatch(/^preflight failed: engine-account sglang; set engines\.sglang\.user to an account for it \(or allow_root: true\)/);
     expect(checks.filter((c: { name: string }) => c.name.startsWith('engine-account'))).toEqual([
       { name: 'engine-account vllm', ok: true, detail: 'vllm → nobody (uid 65534)' },
       { name: 'engine-account sglang', ok: false, detail: 'sglang → root: refused; set engines.sglang.user to an unprivileged account (or engines.sglang.allow_root: true)' },

@@ -48,7 +48,9 @@ describe('llmgw discover --strict on the fake 8-GPU box', () => {
     expect(r.exitCode).toBe(1);
     // A failed --strict is an error like any other (BaseCommand.catch): the report is in its details.
     const { message, checks } = JSON.parse(r.stdout).error as { message: string; checks: { name: string; ok: boolean; detail: string }[] };
-    expect(message).toBe('preflight failed: foreign-memory');
+    expect(message).toBe(
+      'preflight failed: foreign-memory; free the GPU memory no process accounts for (another container, a leaked CUDA context), or raise discovery.foreign_memory_share (each FAIL line of the report says where)',
+    );
     const check = checks.find((c) => c.name === 'foreign-memory');
     expect(check?.ok).toBe(false);
     expect(check?.detail).toMatch(/^GPU 3: 71480 of 81559 MiB used .*; GPU 4: 71480 of 81559 MiB used /);

@@ -53,7 +53,37 @@ export async function discoverReport(o: DiscoverReportOptions, print: (text: str
   if (o.strict && failed.length > 0) {
     // The report is what the operator needs to see the failures; it is printed before the one-line error.
     if (text !== undefined) print(text);
-    throw failure(`preflight failed: ${failed.map((c) => c.name).join(', ')}`, { details: { ...report } });
+    throw failure(`preflight failed: ${failed.map((c) => c.name).join(', ')}; ${failedChecksFix(failed.map((c) => c.name))}`, { details: { ...report } });
   }
   return { report, text };
+}
+
+/**
+ * The "what to do" of the --strict error, one short action per failed check
+ * (its FAIL line in the report says where), so the error has the shape
+ * README promises: `error: <what failed>; <what to do>`.
+ */
+export function failedChecksFix(names: readonly string[]): string {
+  const fixes = names.map((name) => {
+    const [kind, arg = ''] = name.split(' ');
+    switch (kind) {
+      case 'driver':
+        return 'install or repair the NVIDIA driver until nvidia-smi lists the GPUs';
+      case 'gpu-health':
+        return 'reset the unhealthy GPUs or drain the node';
+      case 'foreign-processes':
+        return 'stop the processes holding GPU memory that no shard owns';
+      case 'foreign-memory':
+        return 'free the GPU memory no process accounts for (another container, a leaked CUDA context), or raise discovery.foreign_memory_share';
+      case 'fabric':
+        return `bring ${arg ? `fabric ${arg}'s` : 'the'} HCA up (cable, subnet manager) or fix fabrics in the config`;
+      case 'mgmt-interface':
+        return 'set mgmt_interface to an interface with an IPv4 address';
+      case 'engine-account':
+        return `set engines.${arg || '<engine>'}.user to an account for it (or allow_root: true)`;
+      default:
+        return `fix ${name}`;
+    }
+  });
+  return `${[...new Set(fixes)].join('; ')} (each FAIL line of the report says where)`;
 }

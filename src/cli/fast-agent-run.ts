@@ -34,6 +34,9 @@ export async function startAgent(options: LoadConfigOptions, version: string): P
   const { config } = loadAgentConfig(options);
   const { createLogger } = await import('../lib/logger.js');
   const logger = await createLogger({ level: config.logLevel as 'info', name: 'llmgw-agent' });
+  // A misspelt LLMGW_* variable is otherwise ignored without a word.
+  const { describeMisspeltEnv, misspeltEnvNames } = await import('../agent/config/misspelt-env-names.js');
+  for (const m of misspeltEnvNames(options.env ?? process.env)) logger.warn({ env: m.name, meant: m.meant }, describeMisspeltEnv(m));
   const { runAgent } = await import('../agent/run-agent.js');
   await runAgent({ config, version, logger });
 }

@@ -2,6 +2,7 @@ import { LlmgwError } from '../../lib/errors.js';
 import { renderTable } from '../../lib/table.js';
 import { checkAgentStart } from './check-agent-start.js';
 import { CONFIG_KEYS, envNames, SPEC_BY_KEY } from './config-keys.js';
+import { describeMisspeltEnv, misspeltEnvNames } from './misspelt-env-names.js';
 import { describeSource, type LoadConfigOptions, type LoadedConfig, loadAgentConfig } from './load-agent-config.js';
 
 /** A value wider than this is cut with "…" in the table (`--json` shows it whole): a long list must not push SOURCE off a terminal. */
@@ -14,6 +15,8 @@ export interface PrintableConfig {
   missing: string[];
   /** What else a start would refuse (checkAgentStart): each the message `agent run` would exit 78 with. */
   startProblems: string[];
+  /** LLMGW_* variables that look like a configuration variable misspelt, and are ignored (a warning, not a refusal). */
+  envWarnings: string[];
 }
 
 /** Whether `agent run` would start with this configuration; `--print-config` exits 78 when not. */
@@ -49,7 +52,8 @@ export function loadConfigForPrint(options: LoadConfigOptions): PrintableConfig 
   for (;;) {
     try {
       const loaded = loadAgentConfig({ ...options, flags });
-      return { loaded, missing, startProblems: checkAgentStart(loaded.config) };
+      const envWarnings = misspeltEnvNames(options.env ?? process.env).map(describeMisspeltEnv);
+      return { loaded, missing, startProblems: checkAgentStart(loaded.config), envWarnings };
     } catch (err) {
       const key = err instanceof LlmgwError ? /^(\S+) is required \(/.exec(err.message)?.[1] : undefined;
       if (!key || !REQUIRED.includes(key) || missing.includes(key)) throw err;
@@ -67,7 +71,7 @@ function show(value: unknown): string {
 }
 
 /** Every key with its effective value (as the file would spell it) and its source. */
-export function renderConfigTable({ loaded, missing, startProblems }: PrintableConfig): string {
+export function renderConfigTable({ loaded, missing, startProblems, envWarnings }: PrintableConfig): string {
   const rows = CONFIG_KEYS.map((spec) => {
     if (missing.includes(spec.key)) return [spec.key, '<missing>', 'required: set it in the file, the environment or a flag'];
     const source = loaded.sources.get(spec.key);
@@ -76,10 +80,11 @@ export function renderConfigTable({ loaded, missing, startProblems }: PrintableC
   const head = [`config file: ${loaded.path}${loaded.fileFound ? '' : ' (not found)'}`];
   head.push(missing.length > 0 ? `missing required keys: ${missing.join(', ')} (the agent will not start without them)` : `server: ${loaded.config.server}`);
   for (const problem of startProblems) head.push(`would not start: ${problem}`);
+  for (const warning of envWarnings) head.push(`warning: ${warning}`);
   return `${head.join('\n')}\n\n${renderTable(['KEY', 'VALUE', 'SOURCE'], rows, { maxWidths: [undefined, PRINT_CONFIG_VALUE_WIDTH] })}`;
 }
 
-export function configAsJson({ loaded, missing, startProblems }: PrintableConfig) {
+export function configAsJson({ loaded, missing, startProblems, envWarnings }: PrintableConfig) {
   const keys: Record<string, { value: unknown; source: string }> = {};
   for (const spec of CONFIG_KEYS) {
     if (missing.includes(spec.key)) {
@@ -97,6 +102,7 @@ export function configAsJson({ loaded, missing, startProblems }: PrintableConfig
     // startable: whether `agent run` would start (the command exits 78 when not); startProblems: why else not.
     startable: missing.length === 0 && startProblems.length === 0,
     startProblems,
+    envWarnings,
     keys,
     effective: missing.length > 0 ? null : loaded.config,
   };

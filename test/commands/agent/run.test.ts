@@ -112,6 +112,24 @@ describe('llmgw agent run --print-config', () => {
     expect(r.stderr).toContain(`error: the agent would not start: supervisor.state_dir: directory ${open} is writable by group or others`);
   });
 
+  it('warns about a misspelt LLMGW_* variable it ignores, naming the one meant, in --print-config and in the agent log', async () => {
+    const path = join(dir, 'node-from-file.yaml');
+    writeFileSync(path, 'node_id: from-file\nserver: http://127.0.0.1:1\n');
+    const r = await runCli(['agent', 'run', '--config', path, '--print-config'], { env: { LLMGW_NODEID: 'x' } });
+    expect(r.exitCode).toBe(0);
+    expect(r.stdout).toContain('warning: LLMGW_NODEID is not a variable the agent reads, and is ignored; did you mean LLMGW_NODE_ID?');
+    expect(r.stdout).toMatch(/^node_id\s+from-file\s+\S+:1$/m);
+    const json = JSON.parse((await runCli(['agent', 'run', '--config', path, '--print-config', '--json'], { env: { LLMGW_NODEID: 'x' } })).stdout);
+    expect(json.envWarnings).toEqual(['LLMGW_NODEID is not a variable the agent reads, and is ignored; did you mean LLMGW_NODE_ID?']);
+    // The agent itself logs it before anything else can stop it (here: an admin group that does not exist).
+    const refused = join(dir, 'refused.yaml');
+    const state = mkdtempSync(join(dir, 'state-'));
+    writeFileSync(refused, `node_id: a\nserver: http://127.0.0.1:1\nsupervisor:\n  state_dir: ${state}\n  log_dir: ${state}/log\nadmin:\n  socket: ${state}/agent.sock\n  group: llmgw-opz\n`);
+    const run = await runCli(['agent', 'run', '--config', refused], { env: { LLMGW_NODEID: 'x' } });
+    expect(run.exitCode).toBe(78);
+    expect(run.stderr).toMatch(/"env":"LLMGW_NODEID","meant":"LLMGW_NODE_ID".*did you mean LLMGW_NODE_ID\?/);
+  });
+
   it('still exits 78 for an invalid config when required keys are missing too', async () => {
     const path = join(dir, 'bad-no-node.yaml');
     writeFileSync(path, 'heartbeat_interval: fast\n');

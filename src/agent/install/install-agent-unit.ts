@@ -33,7 +33,39 @@ export interface InstalledAgentUnit {
   configChecked: string;
   /** False when the configuration the unit names is not there yet (the agent would exit 78). */
   configExists: boolean;
+  /**
+   * Engines of that configuration with neither engines.<name>.user nor
+   * allow_root: the agent, root under this unit, refuses to start them until
+   * they are given the engine account (security review 2, N1).
+   */
+  rootEngines: string[];
   text: string;
+}
+
+/**
+ * The engines `configPath` leaves without an account, read from its engines
+ * block alone: a configuration still being written (node_id empty, as the
+ * example ships) says this as well as a finished one. Nothing when the file
+ * cannot be read or its engines block is wrong: the agent names that at start.
+ */
+async function rootEnginesOf(configPath: string): Promise<string[]> {
+  try {
+    const [{ parse }, { parseEnginesConfig }, { EngineRegistry }] = await Promise.all([
+      import('yaml'),
+      import('../config/parse-engines-config.js'),
+      import('../engines/engine-registry.js'),
+    ]);
+    const doc: unknown = parse(await readFile(configPath, 'utf8'));
+    const raw = doc !== null && typeof doc === 'object' ? (doc as Record<string, unknown>).engines : undefined;
+    const engines = parseEnginesConfig(raw !== null && typeof raw === 'object' ? (raw as Record<string, unknown>) : {}, (m) => new Error(m));
+    // The unit runs the agent as root.
+    return new EngineRegistry({ engines, mgmtInterface: '' })
+      .accounts(0)
+      .filter((a) => a.refused)
+      .map((a) => a.engine);
+  } catch {
+    return [];
+  }
 }
 
 /** Writes the agent's unit with this installation's absolute paths (see renderAgentUnit). */
@@ -56,7 +88,8 @@ export async function installAgentUnit(opts: InstallAgentUnitOptions = {}): Prom
     () => true,
     () => false,
   );
-  if (opts.output === '-') return { path: undefined, execStart, configPath, configChecked, configExists, text };
+  const rootEngines = configExists ? await rootEnginesOf(configChecked) : [];
+  if (opts.output === '-') return { path: undefined, execStart, configPath, configChecked, configExists, rootEngines, text };
 
   const path = opts.output !== undefined ? resolve(opts.output) : join(resolve(opts.root ?? '/'), SYSTEM_UNIT_DIR, UNIT_NAME);
   if (opts.root !== undefined) await mkdir(dirname(path), { recursive: true, mode: 0o755 });
@@ -65,7 +98,7 @@ export async function installAgentUnit(opts: InstallAgentUnitOptions = {}): Prom
   } catch (err) {
     throw failure(`cannot write ${path}: ${describeErrno(err)}${opts.output === undefined && opts.root === undefined ? ' (run as root, or pass --output FILE)' : ''}`);
   }
-  return { path, execStart, configPath, configChecked, configExists, text };
+  return { path, execStart, configPath, configChecked, configExists, rootEngines, text };
 }
 
 async function mustBeRunnable(path: string, what: string): Promise<void> {

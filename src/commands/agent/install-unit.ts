@@ -36,6 +36,13 @@ export default class AgentInstallUnit extends BaseCommand {
     this.log(`wrote ${unit.path}`);
     this.log(`ExecStart=${unit.execStart}`);
     if (!unit.configExists) this.log(`note: ${unit.configChecked} does not exist yet: llmgw agent example-config --output ${unit.configChecked}`);
+    if (unit.rootEngines.length > 0) {
+      const keys = unit.rootEngines.map((e) => `engines.${e}.user`).join(', ');
+      this.log(
+        `note: ${keys} ${unit.rootEngines.length === 1 ? 'is' : 'are'} empty in ${unit.configChecked}: the agent runs as root and refuses to start ${unit.rootEngines.length === 1 ? 'that engine' : 'those engines'} as root; ` +
+          `create their account (useradd --system --create-home --home-dir /var/lib/llmgw-engine --shell /usr/sbin/nologin llmgw-engine) and set ${unit.rootEngines.length === 1 ? 'it' : 'each'} to llmgw-engine`,
+      );
+    }
     if (flags.root === undefined && flags.output === undefined) this.log('next: systemctl daemon-reload && systemctl enable --now llmgw-agent');
     return report;
   }

@@ -3,7 +3,7 @@ import { progressListrOptions } from '../lib/listr-options.js';
 import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
 import { describeDrainProgress, isDrainDone } from './describe-drain-progress.js';
 
-/** default: spinners (a terminal); simple: one line per change, for pipes and logs. */
+/** default: spinners (a terminal); simple: one plain line per change, no glyphs, for pipes and logs. */
 export type DrainRenderer = 'default' | 'simple';
 
 /** The drain stream as it arrives: the latest message, change notices, and the end of the stream. */
@@ -19,7 +19,8 @@ export interface DrainWatch {
  * zero, failed when the agent says the timeout passed. Progress goes to
  * stderr; stdout keeps the summary the command prints after.
  */
-export async function runDrainTasks(watch: DrainWatch, renderer: DrainRenderer): Promise<void> {
+export async function runDrainTasks(watch: DrainWatch, renderer: DrainRenderer, say: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<void> {
+  if (renderer === 'simple') return runPlain(watch, say);
   const tasks = new Listr(
     watch.latest().shards.map((initial) => ({
       title: `${initial.shardId}: ${describeDrainProgress(initial)}`,
@@ -63,4 +64,41 @@ export async function runDrainTasks(watch: DrainWatch, renderer: DrainRenderer):
     { ...progressListrOptions(renderer), concurrent: true, exitOnError: false },
   );
   await tasks.run();
+}
+
+/**
+ * Pipes and logs: one line per shard whenever its progress changes, and
+ * nothing else. listr2's simple renderer put `❯ › ✔` before each (glyphs a
+ * log collector stores as noise, new-operator walkthrough 2, row 22), as
+ * `dev up` already avoids. Ends when every shard is drained, the agent says
+ * the timeout passed, or the stream ends; a failed stream is the caller's
+ * to report (it awaits `ended` itself), as with the spinners.
+ */
+async function runPlain(watch: DrainWatch, say: (line: string) => void): Promise<void> {
+  const shown = new Map<string, string>();
+  await new Promise<void>((resolve) => {
+    const check = () => {
+      const r = watch.latest();
+      for (const p of r.shards) {
+        const text = `${p.shardId}: ${describeDrainProgress(p)}`;
+        if (shown.get(p.shardId) === text) continue;
+        shown.set(p.shardId, text);
+        say(r.timedOut && !isDrainDone(p) ? `${text} at the timeout` : text);
+      }
+      if (r.timedOut || r.shards.every(isDrainDone)) finish();
+    };
+    const unsubscribe = watch.subscribe(check);
+    const finish = () => {
+      unsubscribe();
+      resolve();
+    };
+    watch.ended.then(
+      () => {
+        check();
+        finish();
+      },
+      () => finish(),
+    );
+    check();
+  });
 }

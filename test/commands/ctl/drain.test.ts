@@ -65,6 +65,9 @@ describe('llmgw ctl drain', () => {
     expect(r.exitCode).toBe(0);
     expect(r.stderr).toMatch(/busy: DRAINING, [123] in flight/);
     expect(r.stderr).toContain('busy: DRAINING, 0 in flight');
+    // stderr is a pipe here: plain lines, one per change, no listr glyphs.
+    expect(r.stderr).not.toMatch(/[✔❯›✖]/);
+    expect(r.stderr.trimEnd().split('\n').every((l) => /^busy: DRAINING, \d+ in flight$/.test(l))).toBe(true);
     expect(r.stdout).toBe('drained\nbusy: DRAINING, 0 in flight');
     expect(await requests).toEqual([200, 200, 200]);
   });
@@ -75,6 +78,7 @@ describe('llmgw ctl drain', () => {
     const r = await runCli(['ctl', 'drain', 'slow', '--wait', '--timeout', '2s', '--socket', fx.socket]);
     expect(r.exitCode).toBe(1);
     expect(r.stderr).toContain('slow: DRAINING, 1 in flight');
+    expect(r.stderr).not.toMatch(/[✔❯›✖]/);
     expect(r.stderr.trimEnd().split('\n').at(-1)).toBe('error: timed out after 2s: slow has 1 requests in flight; the shards stay DRAINING');
 
     // With --json the timeout is reported as every error is (BaseCommand.catch), the last DrainResponse with it.

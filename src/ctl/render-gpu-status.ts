@@ -19,8 +19,18 @@ export function renderGpuStatus(s: StatusResponseJson, nowMs: number): string[] 
   const lines = [renderTable(GPU_TABLE_HEADER, views.map((v) => gpuRow(v.gpu, v.health, nowMs)))];
   for (const { gpu, health: h } of views) {
     if (!isHealthy(gpu, h)) lines.push(`GPU ${gpu.index ?? 0}: ${h?.fault || gpu.error || 'unhealthy (no reason given)'}`);
+    // Healthy hardware the agent still will not start on (foreign memory): its whole reason too.
+    else if (h?.fault) lines.push(`GPU ${gpu.index ?? 0}: ${h.fault}`);
   }
   return lines;
+}
+
+/** The HEALTH cell: ok, UNHEALTHY, or what keeps healthy hardware from serving ("foreign memory 88%"). */
+function healthCell(gpu: GpuJson, h: GpuStatusJson | undefined): string {
+  if (!isHealthy(gpu, h)) return 'UNHEALTHY';
+  if (!h?.fault) return 'ok';
+  // The fault's head, before its sentence: "foreign memory 88% (no shard starts on it): GPU 3: …".
+  return h.fault.split(/ \(|:/)[0] as string;
 }
 
 /** The agent's watch, when the response has it, knows more than the inventory's last scan. */
@@ -35,7 +45,7 @@ function gpuRow(gpu: GpuJson, h: GpuStatusJson | undefined, nowMs: number): stri
     String(gpu.index ?? 0),
     gpu.name || '-',
     `${used} / ${gpu.memoryTotalMb ?? 0} MiB`,
-    isHealthy(gpu, h) ? 'ok' : 'UNHEALTHY',
+    healthCell(gpu, h),
     last ? describeGpuEvent(last, nowMs) : '-',
   ];
 }

@@ -35,6 +35,18 @@ describe('renderGpuStatus', () => {
     ]);
   });
 
+  it('shows foreign memory in HEALTH, not ok, for a healthy GPU the agent refuses starts on, with the whole reason below', () => {
+    const fault = 'foreign memory 88% (no shard starts on it): GPU 3: 71480 of 81559 MiB used and no process listed on it, so …';
+    const s: StatusResponseJson = {
+      inventory: { gpus: [{ index: 3, ...H100, memoryUsedMb: 71480, healthy: true }] },
+      gpus: [{ index: 3, memoryUsedMb: 71480, healthy: true, fault, recentEvents: [] }],
+    };
+    expect(renderGpuStatus(s, NOW)).toEqual([
+      ['GPU  NAME                   MEMORY             HEALTH              LAST EVENT', '3    NVIDIA H100 80GB HBM3  71480 / 81559 MiB  foreign memory 88%  -'].join('\n'),
+      `GPU 3: ${fault}`,
+    ]);
+  });
+
   it('falls back to the inventory for an agent that sends no GPU health, and says nothing for a node without GPUs', () => {
     const s: StatusResponseJson = { inventory: { gpus: [{ index: 0, ...H100, memoryUsedMb: 7, healthy: false, error: 'GPU requires reset' }] } };
     expect(renderGpuStatus(s, NOW)).toEqual([

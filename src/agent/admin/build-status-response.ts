@@ -12,6 +12,8 @@ import {
   type StatusResponse,
   StatusResponseSchema,
 } from '../../gen/llmgw/v1/admin_pb.js';
+import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
 import type { GpuHealthView } from '../agent.js';
 import type { ConnectionPhase, ConnectionStatus } from '../connection-state.js';
 import type { LoadedTls } from '../control-plane-transport.js';
@@ -27,14 +29,23 @@ const CONNECTION_STATES: Record<ConnectionPhase, ConnectionState> = {
   stopped: ConnectionState.STOPPED,
 };
 
+export interface StatusOptions {
+  /**
+   * discovery.foreign_memory_share, the share StartShard validation refuses a GPU at;
+   * DEFAULT_FOREIGN_MEMORY_SHARE (the reference control plane's) until the caller passes the agent's.
+   */
+  foreignMemoryShare?: number;
+}
+
 /** What `ctl status` shows: the agent, its control-plane connection, its hardware and its GPUs' health, and its shards. */
-export function buildStatusResponse(backend: AdminBackend): StatusResponse {
+export function buildStatusResponse(backend: AdminBackend, opts: StatusOptions = {}): StatusResponse {
+  const inventory = backend.currentInventory();
   return create(StatusResponseSchema, {
     nodeId: backend.nodeId,
     version: backend.version,
     connection: connectionOf(backend.connectionStatus()),
-    inventory: backend.currentInventory(),
-    gpus: backend.gpuHealth().map(gpuStatusOf),
+    inventory,
+    gpus: backend.gpuHealth().map((g) => gpuStatusOf(g, inventory, opts.foreignMemoryShare ?? DEFAULT_FOREIGN_MEMORY_SHARE)),
     engineAccounts: backend.engineAccounts().map((a) => create(EngineAccountSchema, a)),
     shards: backend
       .shards()
@@ -72,14 +83,34 @@ function tlsOf(t: LoadedTls) {
   });
 }
 
-function gpuStatusOf(g: GpuHealthView): GpuStatus {
+/**
+ * One GPU's row. A healthy GPU whose memory is used by nothing this node can
+ * see is refused for starts (StartShard validation), failed by discover's
+ * foreign-memory check and left out by the control plane, all through
+ * foreignMemoryProblem: its fault says so here too, `foreign memory 88%: …`,
+ * while `healthy` stays the hardware's verdict. ctl status said `ok` for such
+ * a GPU (new-operator walkthrough 2, row 4).
+ */
+function gpuStatusOf(g: GpuHealthView, inventory: Inventory, share: number): GpuStatus {
   return create(GpuStatusSchema, {
     index: g.index,
     memoryUsedMb: g.memoryUsedMb,
     healthy: g.healthy,
-    fault: g.healthy ? '' : g.error,
+    fault: g.healthy ? foreignMemoryFault(g.index, inventory, share) : g.error,
     recentEvents: g.recentEvents,
   });
+}
+
+/** "foreign memory 88%: <foreignMemoryProblem's sentence>", or "" when the GPU's memory is accounted for. */
+function foreignMemoryFault(index: number, inventory: Inventory, share: number): string {
+  const gpu = inventory.gpus.find((x) => x.index === index);
+  if (!gpu) return '';
+  // The inventory's reading, as StartShard validation judges it (not the fresher heartbeat's).
+  const problem = foreignMemoryProblem(gpu, inventory.processes, share);
+  if (!problem) return '';
+  const visible = inventory.processes.filter((p) => p.gpuUuid === gpu.uuid).reduce((sum, p) => sum + Math.max(0, p.usedMemoryMb), 0);
+  const pct = Math.round((100 * (gpu.memoryUsedMb - visible)) / gpu.memoryTotalMb);
+  return `foreign memory ${pct}% (no shard starts on it): ${problem}`;
 }
 
 export function shardInfoOf(s: ShardSnapshot): ShardInfo {

@@ -75,6 +75,12 @@ describe('llmgw ctl status', () => {
     expect(row[8]).toMatch(/^\d+[smh]/);
     expect(row[9]).toBe('no');
     expect(row[10]).toBe('(direct)');
+    // The fake box's GPUs 3 and 4 hold memory no process accounts for: what discover fails and the control plane leaves out.
+    const gpuRows = new Map(lines.filter((l) => /^\d+ {2,}NVIDIA/.test(l)).map((l) => [cells(l)[0], cells(l)]));
+    expect(gpuRows.get('3')?.[3]).toBe('foreign memory 88%');
+    expect(gpuRows.get('4')?.[3]).toBe('foreign memory 88%');
+    expect(gpuRows.get('0')?.[3]).toBe('ok');
+    expect(r.stdout).toMatch(/^GPU 3: foreign memory 88% \(no shard starts on it\): GPU 3: 71480 of 81559 MiB used/m);
   });
 
   it('--json prints the StatusResponse as proto JSON, zeros and falses included', async () => {

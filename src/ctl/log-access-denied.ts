@@ -39,7 +39,10 @@ function firstDenied(path: string, logDir: string): Denied | undefined {
   const chain = [...parentsOf(logDir), logDir];
   if (!below.startsWith('..')) {
     let at = logDir;
-    for (const part of below.split(sep).slice(0, -1)) chain.push((at = `${at}${sep}${part}`));
+    for (const part of below.split(sep).slice(0, -1)) {
+      at = `${at}${sep}${part}`;
+      chain.push(at);
+    }
   }
   for (const dir of chain) {
     try {

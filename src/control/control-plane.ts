@@ -21,6 +21,7 @@ import { NodeSessions } from './node-sessions.js';
 import type { NodeRecord, NodeView } from './node-view.js';
 import { DEFAULT_PORT_RANGE } from './port-pool.js';
 import { readEphemeralPortRangeSync } from '../lib/ephemeral-port-range.js';
+import type { Unplaceable } from './check-deployment-placeable.js';
 import { Reconciler } from './reconciler.js';
 import type { ReplicaView } from './replica-view.js';
 import { type StopAllShardsResult, stopAllShards } from './stop-all-shards.js';
@@ -189,6 +190,11 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
 
   replicas(): ReplicaView[] {
     return this.#reconciler?.replicaViews() ?? [];
+  }
+
+  /** The first replica of the deployment the connected nodes cannot hold even when empty; undefined when all fit (or no deployment). */
+  unplaceable(): Unplaceable | undefined {
+    return this.#reconciler?.unplaceable();
   }
 
   /** Resolves with the first message from nodeId, received from now on, that pred accepts. */

@@ -4,6 +4,7 @@ import type { PortRange } from '../lib/ephemeral-port-range.js';
 import { isValidShardId } from '../lib/shard-id.js';
 import { TERMINAL_SHARD_STATES } from '../lib/shard-states.js';
 import { adoptionConflict } from './adoption-conflict.js';
+import { checkDeploymentPlaceable, type Unplaceable } from './check-deployment-placeable.js';
 import type { Deployment } from './deployment.js';
 import type { NodeRecord } from './node-view.js';
 import { type PlacementNode, placeReplica } from './place-replica.js';
@@ -277,6 +278,14 @@ export class Reconciler {
       this.#host.send(s.nodeId, { case: 'start', value: startShardMessage(s, spec) });
       this.#lifecycle.armStartupTimer(replica, s);
     }
+  }
+
+  /** The first replica of the deployment the connected nodes cannot hold even empty (checkDeploymentPlaceable). */
+  unplaceable(): Unplaceable | undefined {
+    return checkDeploymentPlaceable(
+      [...this.#replicas.values()].map((r) => r.spec),
+      this.#placementNodes().map((n) => ({ ...n, usedGpus: new Set<number>() })),
+    );
   }
 
   #placementNodes(): PlacementNode[] {

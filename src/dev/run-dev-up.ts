@@ -5,7 +5,7 @@ import { shardLogDir } from '../lib/shard-layout.js';
 import type { Deployment } from '../control/deployment.js';
 import { loadDeployment, parseDeployment } from '../control/load-deployment.js';
 import type { ReplicaView } from '../control/replica-view.js';
-import { usageError } from '../lib/errors.js';
+import { configError, usageError } from '../lib/errors.js';
 import { createLogger } from '../lib/logger.js';
 import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
 import { DEV_NODE_ID } from './dev-agent-config-yaml.js';
@@ -225,6 +225,7 @@ async function startTasks(cluster: DevCluster, deployment: Deployment, gpus: Gpu
     {
       title: `Placing ${n} replica(s)`,
       run: async (note) => {
+        refuseUnplaceable(cluster, opts, n);
         watch.startedAt = Date.now();
         const rs = await watched(note, () =>
           cluster.waitForReplicas((r) => r.every((x) => x.phase !== 'pending'), 'placement', signal, PLACE_TIMEOUT_MS),
@@ -267,6 +268,24 @@ async function startTasks(cluster: DevCluster, deployment: Deployment, gpus: Gpu
   } catch (err) {
     throw signal.aborted ? signal.reason : err;
   }
+}
+
+/**
+ * Refuses at once a deployment the registered node cannot hold, by the
+ * control plane's own placement rule (unhealthy GPUs and GPUs whose memory
+ * no process accounts for are left out): with the one agent dev up runs,
+ * such a replica would wait at "pending" until the placement timeout
+ * (new-operator walkthrough 2, row 4). Exit 2 for --replicas, as a count
+ * over the GPU total is; 78 for a deployment file.
+ */
+function refuseUnplaceable(cluster: DevCluster, opts: RunDevUpOptions, n: number): void {
+  const stuck = cluster.controlPlane.unplaceable();
+  if (!stuck) return;
+  if (opts.deploymentFile) {
+    throw configError(`replica ${stuck.replicaId} in ${opts.deploymentFile} cannot be placed on this node: ${stuck.reason}; change the deployment to fit`);
+  }
+  const fix = stuck.placedBefore > 0 ? `use at most ${stuck.placedBefore}` : 'free or fix a GPU first';
+  throw usageError(`--replicas ${n}: this node can hold ${stuck.placedBefore} (replica ${stuck.replicaId} ${stuck.reason}); ${fix}`);
 }
 
 /** Pipes and CI logs: one line per finished step and per note, no spinner frames, no glyphs. */

@@ -4,6 +4,7 @@ import { dirname, join } from 'node:path';
 import { execa, type ResultPromise } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { isRunning, killEverything, processesWritingUnder, until } from '../../helpers/engine-processes.js';
+import { PLACE_TIMEOUT_MS } from '../../../src/dev/run-dev-up.js';
 import { BIN, REPO_ROOT, runCli } from '../../helpers/run-cli.js';
 
 /** The issue's bound: a chat completion answers within 60 s of `dev up` starting. */
@@ -179,6 +180,18 @@ describe('llmgw dev up', () => {
     expect(unknown.stderr).toMatch(/^error: LLMGW_FAKE_GPUS=nosuch: no such fake GPU data set; the known ones are .*hgx-h100x8/m);
     expect(readdirSync(parent)).toEqual([]);
   });
+
+  it('refuses at once, exit 2, replicas the control plane cannot place: the fake box leaves GPUs 3 and 4 out for foreign memory', async () => {
+    const run = devUp(['--replicas', '8']);
+    const result = await run.child;
+    expect(result.exitCode).toBe(2);
+    expect(String(result.stderr)).toMatch(
+      /^error: --replicas 8: this node can hold 6 \(replica tiny-6 needs 1 node\(s\) with 1 free healthy GPU\(s\); 0 of the connected nodes have that \(left out, their memory used by no process the node lists: dev-node GPU 3, 4\)\); use at most 6$/m,
+    );
+    // Well before the placement timeout, and nothing is left running.
+    expect(Date.now() - run.startedAt).toBeLessThan(PLACE_TIMEOUT_MS);
+    expect(processesWritingUnder(run.parent)).toEqual([]);
+  }, CLUSTER_TEST_TIMEOUT_MS);
 
   it('says in its help that its control plane is a reference and production runs the llmgw control plane', async () => {
     const r = await runCli(['dev', 'up', '--help']);

@@ -63,7 +63,9 @@ describe('discovery.foreign_memory_share', () => {
     const dir = mkdtempSync(join(tmpdir(), 'llmgw-share-'));
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const path = join(dir, 'agent.yaml');
-    const yaml = ['node_id: n1', 'server: http://127.0.0.1:1', 'mgmt_interface: lo', 'discovery:', `  nvidia_smi: ${FAKE_NVIDIA_SMI}`, `  sysfs_root: ${SYSFS_FIXTURE}`, `  foreign_memory_share: ${share}`];
+    // The engines run as root here, as the test does: allowed, so that only foreign memory is judged.
+    const engines = ['engines:', '  vllm: {allow_root: true}', '  sglang: {allow_root: true}'];
+    const yaml = ['node_id: n1', 'server: http://127.0.0.1:1', 'mgmt_interface: lo', 'discovery:', `  nvidia_smi: ${FAKE_NVIDIA_SMI}`, `  sysfs_root: ${SYSFS_FIXTURE}`, `  foreign_memory_share: ${share}`, ...engines];
     writeFileSync(path, `${yaml.join('\n')}\n`);
     return path;
   }

@@ -1,8 +1,7 @@
-import { isIP } from 'node:net';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isInPortRange, readEphemeralPortRange } from '../../lib/ephemeral-port-range.js';
 import { failure } from '../../lib/errors.js';
-import { firstUnprintable } from '../../lib/printable.js';
+import { shardFieldProblems } from '../../lib/shard-field-problems.js';
 import { type OwnedArgs, ownedArgIn } from './owned-args.js';
 import { type CodeLoadingArgs, codeLoadingArgsIn } from './code-loading-args.js';
 import { checkModelPath } from './check-model-path.js';
@@ -39,20 +38,6 @@ export interface ValidateShardOptions {
   checkModelPath?: boolean;
 }
 
-/**
- * Longest name-like field of a StartShard (replica id, pool, fabric, a
- * profile's names, an HCA, leader_addr). The spec is kept whole in the
- * state file and echoed in every Register: a 12 MiB pool once made every
- * later Register larger than a gRPC control plane takes (4 MiB), and the
- * node never registered again (security review 2, finding N6).
- */
-export const MAX_NAME_FIELD_BYTES = 256;
-/** A model is a hub id or a local path: PATH_MAX. */
-export const MAX_MODEL_BYTES = 4096;
-
-/** A DNS name as RFC 1123 spells one, or the caller checks for an IP first. */
-const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$/;
-
 /** Longest profile env value: a token or a JSON blob fits; a megabyte of environment is an attack on execve's limits. */
 export const MAX_PROFILE_ENV_VALUE_BYTES = 64 * 1024;
 
@@ -85,38 +70,13 @@ export async function validateShard(spec: StartShard, ctx: ValidationContext, op
   if (refused) {
     throw failure(`shard ${spec.shardId}: profile args set ${flagText(refused)}, which loads code, opens files or reaches an endpoint on this node; list ${refused.flag} in ${allowedKey} to allow it`);
   }
-  // Operators' terminals, the agent's log and ctl print these: a control
-  // character in one would be an escape sequence there (review finding 11).
-  const named = {
-    replica_id: spec.replicaId,
-    'profile.name': profile.name,
-    'profile.model': profile.model,
-    'profile.served_model_name': profile.servedModelName,
-    pool: spec.pool,
-    fabric: spec.fabric,
-    leader_addr: spec.leaderAddr,
-    ...Object.fromEntries(spec.hcas.map((h, i) => [`hcas[${i}]`, h])),
-  };
-  for (const [field, text] of Object.entries(named)) {
-    const bytes = Buffer.byteLength(text);
-    const limit = field === 'profile.model' ? MAX_MODEL_BYTES : MAX_NAME_FIELD_BYTES;
-    if (bytes > limit) throw failure(`shard ${spec.shardId}: ${field} is ${bytes} bytes; at most ${limit} are accepted`);
-    const bad = firstUnprintable(text);
-    if (bad !== undefined) throw failure(`shard ${spec.shardId}: ${field} contains the control character ${bad}; use printable text`);
-  }
-  if (spec.leaderAddr !== '' && isIP(spec.leaderAddr) === 0 && !HOSTNAME.test(spec.leaderAddr)) {
-    throw failure(`shard ${spec.shardId}: leader_addr ${JSON.stringify(spec.leaderAddr)} is neither an IP address nor a hostname`);
-  }
-  // NCCL_IB_HCA takes a selector language (",", "^", "=", ":port"): a name
-  // that is not one of this node's HCAs changed which HCAs NCCL used (N6).
-  const hcaNames = new Set(ctx.inventory.hcas.map((h) => h.name));
+  // One rule with the state file's reader (shardFieldProblems): the spec is
+  // kept there and echoed in every Register, so what is refused here is what
+  // a Register never carries (N6).
+  const fieldProblem = shardFieldProblems(spec, ctx.inventory.hcas)[0];
+  if (fieldProblem) throw failure(`shard ${spec.shardId}: ${fieldProblem.message}`);
   const seenHcas = new Set<string>();
   for (const hca of spec.hcas) {
-    const m = /^([A-Za-z0-9_.-]+)(?::(\d{1,3}))?$/.exec(hca);
-    if (!m || !hcaNames.has(m[1] as string)) {
-      const known = [...hcaNames].join(', ') || 'none';
-      throw failure(`shard ${spec.shardId}: hcas names ${JSON.stringify(hca)}, which is not an HCA of this node (HCAs: ${known})`);
-    }
     if (seenHcas.has(hca)) throw failure(`shard ${spec.shardId}: hcas lists ${hca} twice`);
     seenHcas.add(hca);
   }

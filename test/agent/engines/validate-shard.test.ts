@@ -185,6 +185,10 @@ describe('bounded control-plane fields (security review 2, finding N6)', () => {
     expect(await refusal(shard({ hcas: ['mlx5_9'] }), withHcas())).toBe('shard s1: hcas names "mlx5_9", which is not an HCA of this node (HCAs: mlx5_0, mlx5_1)');
     expect(await refusal(shard({ hcas: ['mlx5_0', 'mlx5_0'] }), withHcas())).toBe('shard s1: hcas lists mlx5_0 twice');
   });
+  it("takes no more HCAs than the node has ports, each port one of the node's (the list is echoed in every Register)", async () => {
+    expect(await refusal(shard({ hcas: ['mlx5_0:7'] }), withHcas())).toBe('shard s1: hcas names "mlx5_0:7", which is not an HCA of this node (HCAs: mlx5_0, mlx5_1)');
+    expect(await refusal(shard({ hcas: ['mlx5_0', 'mlx5_0:1', 'mlx5_1'] }), withHcas())).toBe('shard s1: hcas lists 3 entries; this node has 2 HCA ports');
+  });
   it('takes an IP or a hostname as leader_addr, nothing else', async () => {
     const multi = (leaderAddr: string) => shard({ nnodes: 2, leaderAddr, leaderPort: 29500, profile: { tensorParallelSize: 4 } });
     await expect(engine.validate(multi('10.0.0.1'), context())).resolves.toBeUndefined();

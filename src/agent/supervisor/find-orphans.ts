@@ -16,8 +16,8 @@ export async function findOrphans(ctx: OrphanContext, isSupervised: (shardId: st
   const ids = findRecordedShardIds(dirs, (file) => ctx.log.warn({ file }, 'ignoring a state file whose name is not a shard id'), writers);
   const orphans: Orphan[] = [];
   for (const id of ids.filter((id) => !isSupervised(id))) {
-    const o = judgeOrphan(dirs, id, writers);
     const read = readStateFileSync(shardStatePath(ctx.config.stateDir, id), id);
+    const o = judgeOrphan(dirs, id, writers, read);
     orphans.push(read.ok ? await judgeUnitOrphan(o, read.file, ctx.log) : o);
   }
   return orphans;

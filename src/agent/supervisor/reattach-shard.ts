@@ -25,6 +25,14 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
   // every later stop signal whatever group that number names.
   const check = checkIdentity(f.file.pid, f.file.identity, f.file.pgid);
   if (!check.alive) throw failure(`cannot adopt shard ${o.shardId}: ${check.reason}`);
+  if (f.refused.length > 0) {
+    // Once per adoption, at the read that takes the engine over; the scan's
+    // read (findOrphans) saw the same fields and says nothing of them.
+    ctx.log.warn(
+      { shard: o.shardId, file: statePath, fields: f.refused.map((p) => p.field).join(', '), why: f.refused.map((p) => p.message).join('; ') },
+      'state file of an older agent holds fields StartShard now refuses; the engine is adopted, and Register does not carry them',
+    );
+  }
   return new ShardRunner(
     ctx,
     {

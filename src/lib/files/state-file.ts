@@ -8,6 +8,7 @@ import { errorMessage } from '../errors.js';
 import type { ProcessIdentity } from '../process/process-identity.js';
 import { systemdUnitName } from '../systemd/unit-name.js';
 import { type EngineWatch, parseEngineWatch } from '../engine-watch.js';
+import { type ShardFieldProblem, shardFieldProblems, textFieldProblem } from '../shard-field-problems.js';
 
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
@@ -88,7 +89,13 @@ export async function updateStateFile(path: string, shardId: string, change: Par
   await writeStateFile(path, { ...read.file, ...change });
 }
 
-export type StateFileRead = { ok: true; file: ShardStateFile } | { ok: false; reason: string };
+/**
+ * A file is refused (ok: false) only when it cannot identify or describe its
+ * engine, which is then killed as unidentifiable. `refused` lists fields an
+ * older agent kept that StartShard now refuses: the file still identifies its
+ * engine, and `file` holds the spec without them (see dropRefusedFields).
+ */
+export type StateFileRead = { ok: true; file: ShardStateFile; refused: ShardFieldProblem[] } | { ok: false; reason: string };
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
@@ -175,12 +182,17 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   } catch (err) {
     return { ok: false, reason: `state file field spec is invalid: ${errorMessage(err)}` };
   }
+  const refused = dropRefusedFields(spec);
+  // The file keeps the replica id beside the spec's, the same but for a forged file: named once.
+  const replicaProblem = textFieldProblem('replica_id', raw.replicaId);
+  if (replicaProblem && !refused.some((p) => p.field === 'replica_id')) refused.unshift(replicaProblem);
   return {
     ok: true,
+    refused,
     file: {
       schemaVersion: STATE_SCHEMA_VERSION,
       shardId: raw.shardId,
-      replicaId: raw.replicaId,
+      replicaId: replicaProblem ? '' : raw.replicaId,
       spec,
       servesHttp: raw.servesHttp,
       inFlightMetric: raw.inFlightMetric,
@@ -196,6 +208,35 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       createdAtMs: raw.createdAtMs,
     },
   };
+}
+
+/**
+ * Empties, in `spec`, the fields StartShard refuses (shardFieldProblems) and
+ * returns them. An agent before that rule kept them: a 12 MiB pool made every
+ * later Register too large for a gRPC control plane (4 MiB), so the node
+ * never registered again (security review 2, N6). The file is not refused for
+ * them: its engine is still identified by pid, start time and boot id, and a
+ * refused file has a healthy engine killed as unidentifiable.
+ *
+ * pool, fabric, leader_addr, hcas (the whole list: an entry in NCCL's
+ * selector syntax made the list mean something else), replica_id and
+ * profile.name only describe the engine once it runs, so they are dropped.
+ * profile.model and profile.served_model_name are kept: the engine answers
+ * to them, and an adopted engine's readiness check asks /v1/models for the
+ * served name, so dropping them would fail a healthy engine. Register carries
+ * neither beyond the rule (runningShardFromSnapshot).
+ */
+function dropRefusedFields(spec: StartShard): ShardFieldProblem[] {
+  const problems = shardFieldProblems(spec);
+  for (const { field } of problems) {
+    if (field === 'replica_id') spec.replicaId = '';
+    else if (field === 'profile.name' && spec.profile) spec.profile.name = '';
+    else if (field === 'pool') spec.pool = '';
+    else if (field === 'fabric') spec.fabric = '';
+    else if (field === 'leader_addr') spec.leaderAddr = '';
+    else if (field.startsWith('hcas')) spec.hcas = [];
+  }
+  return problems;
 }
 
 /** readStateFile for callers that must stay synchronous. */

@@ -1,6 +1,6 @@
 import { readdirSync } from 'node:fs';
 import { isNotFound } from '../errno.js';
-import { readStateFileSync } from '../files/state-file.js';
+import { readStateFileSync, type StateFileRead } from '../files/state-file.js';
 import { isValidShardId } from '../shard-id.js';
 import { shardIdOfLogName, shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../shard-layout.js';
 import type { Orphan } from './orphan.js';
@@ -78,9 +78,16 @@ export function findRecordedShardIds(
  * process must be writing the shard's own log.
  *
  * Synchronous: `dev up` runs it from a second Ctrl-C, before exiting.
+ * `read` is the state file as the caller read it, so that one scan reads
+ * each file once: an older agent's file may hold a 12 MiB field, and each
+ * read of it held some 36 MB until collected (N6).
  */
-export function judgeOrphan(dirs: ShardDirs, id: string, writers?: ShardLogWriters): Orphan {
-  const read = readStateFileSync(shardStatePath(dirs.stateDir, id), id);
+export function judgeOrphan(
+  dirs: ShardDirs,
+  id: string,
+  writers?: ShardLogWriters,
+  read: StateFileRead = readStateFileSync(shardStatePath(dirs.stateDir, id), id),
+): Orphan {
   // Whatever the file says, a process writing this shard's log is this
   // shard's: that is how an engine with an unreadable state file is found.
   const logPath = shardLogPath(dirs.logDir, id);

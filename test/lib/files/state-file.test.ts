@@ -154,3 +154,50 @@ describe('the drain and token-counter fields', () => {
     expect(await readStateFile(path, 's0')).toEqual({ ok: false, reason: 'state file field drainRequested is missing or invalid' });
   });
 });
+
+describe("an older agent's file holding fields StartShard now refuses (security review 2, N6)", () => {
+  const oldFile = (): ShardStateFile => ({
+    ...sample(),
+    spec: create(StartShardSchema, {
+      shardId: 's0',
+      replicaId: 'r0',
+      gpuIndices: [0],
+      pool: 'p'.repeat(12 * 1024 * 1024),
+      fabric: '\u001b]0;owned\u0007',
+      leaderAddr: '$(reboot)',
+      hcas: ['mlx5_0\u001b[31m', 'x,^=mlx5_1'],
+      profile: { engine: 'sim', name: 'p', model: 'org/m', servedModelName: 's'.repeat(300) },
+    }),
+  });
+
+  it('still identifies the engine, and drops the fields that only describe it, naming each', async () => {
+    const path = stateFilePath(dir, 's0');
+    await writeStateFile(path, oldFile());
+    const read = await readStateFile(path, 's0');
+    expect(read.ok).toBe(true);
+    if (!read.ok) return;
+    expect([read.file.pid, read.file.identity]).toEqual([1234, { startTime: '99', bootId: 'b' }]);
+    const { pool, fabric, leaderAddr, hcas, replicaId } = read.file.spec;
+    expect({ pool, fabric, leaderAddr, hcas, replicaId }).toEqual({ pool: '', fabric: '', leaderAddr: '', hcas: [], replicaId: 'r0' });
+    expect(read.refused.map((p) => p.field)).toEqual(['profile.served_model_name', 'pool', 'fabric', 'hcas[0]', 'leader_addr', 'hcas[1]']);
+    expect(read.refused[1]?.message).toBe('pool is 12582912 bytes; at most 256 are accepted');
+    // The engine answers to its served name, and readiness asks for it: kept.
+    expect(read.file.spec.profile?.servedModelName).toBe('s'.repeat(300));
+    expect(readStateFileSync(path, 's0')).toEqual(read);
+  });
+
+  it('writes the file back without them when it next records a drain', async () => {
+    const path = stateFilePath(dir, 's0');
+    await writeStateFile(path, oldFile());
+    await updateStateFile(path, 's0', { drainRequested: true });
+    expect(statSync(path).size).toBeLessThan(4096);
+    const read = await readStateFile(path, 's0');
+    expect(read.ok && read.refused.map((p) => p.field)).toEqual(['profile.served_model_name']);
+  });
+
+  it('reads a clean file with nothing refused', async () => {
+    await writeStateFile(stateFilePath(dir, 's0'), sample());
+    const read = await readStateFile(stateFilePath(dir, 's0'), 's0');
+    expect(read.ok && read.refused).toEqual([]);
+  });
+});

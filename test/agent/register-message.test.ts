@@ -1,9 +1,23 @@
 import { hostname } from 'node:os';
-import { create } from '@bufbuild/protobuf';
+import { create, toBinary } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { buildHeartbeat, buildRegister, describeNode } from '../../src/agent/register-message.js';
 import type { ShardSnapshot } from '../../src/agent/supervisor/shard-snapshot.js';
-import { GpuSchema, InventorySchema, ProfileSchema, ShardState, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import {
+  AgentMessageSchema,
+  GpuLinkSchema,
+  GpuProcessSchema,
+  GpuSchema,
+  HcaSchema,
+  InventorySchema,
+  MigDeviceSchema,
+  NetInterfaceSchema,
+  ProfileSchema,
+  RunningShardSchema,
+  ShardState,
+  StartShardSchema,
+} from '../../src/gen/llmgw/v1/agent_pb.js';
+import { MAX_HCA_ENTRIES, MAX_MODEL_BYTES, MAX_NAME_FIELD_BYTES } from '../../src/lib/shard-field-problems.js';
 
 const CONFIG = {
   nodeId: 'gpu-node-7',
@@ -84,6 +98,93 @@ describe('buildRegister', () => {
       ['s-drained', 'DRAINING'],
       ['s-fresh', 'STARTING'],
     ]);
+  });
+});
+
+/** What a gRPC control plane takes by default (grpc's max receive message length). */
+const GRPC_MAX_MESSAGE_BYTES = 4 * 1024 * 1024;
+const registerBytes = (reg: ReturnType<typeof buildRegister>) => toBinary(AgentMessageSchema, create(AgentMessageSchema, { messageId: 1n, msg: { case: 'register', value: reg } })).length;
+
+describe('Register stays under 4 MiB by construction (security review 2, N6)', () => {
+  it('sends empty the fields of a spec that StartShard refuses, whatever kept them', () => {
+    const node = describeNode(CONFIG, '1.2.3');
+    const s = shard('s-old', ShardState.READY);
+    s.spec.pool = 'p'.repeat(12 * 1024 * 1024);
+    s.spec.fabric = '\u001b[2Jib';
+    s.spec.hcas = ['mlx5_0', 'x,^=mlx5_1'];
+    s.spec.leaderAddr = '$(reboot)';
+    if (s.spec.profile) s.spec.profile.servedModelName = 's'.repeat(300);
+    const reg = buildRegister(node, create(InventorySchema, {}), [s]);
+    const r = reg.runningShards[0];
+    expect([r?.pool, r?.fabric, r?.hcas, r?.leaderAddr, r?.model, r?.profile]).toEqual(['', '', [], '10.1.2.3', '', 'tiny']);
+    expect(registerBytes(reg)).toBeLessThan(4096);
+  });
+
+  it('stays under 4 MiB with every field at its bound for a shard on each GPU of a 64-GPU node with a large inventory', () => {
+    // Every running shard holds at least one GPU of the inventory, none held
+    // by another (LaunchAdmission), so a node has no more running shards
+    // than GPUs; 64 is eight times an HGX node.
+    const gpus = 64;
+    const hcaPorts = Array.from({ length: MAX_HCA_ENTRIES }, (_, i) => create(HcaSchema, { name: `mlx5_${i}`, port: 1, state: 'ACTIVE', physState: 'LinkUp', rateGbps: 400, linkLayer: 'InfiniBand', fabric: 'ib-a', netdev: `ibp${i}s0` }));
+    const label = (i: number) => `GPU${i}`;
+    const inventory = create(InventorySchema, {
+      gpus: Array.from({ length: gpus }, (_, i) =>
+        create(GpuSchema, {
+          index: i,
+          uuid: `GPU-${'f'.repeat(36)}`,
+          name: 'NVIDIA H100 80GB HBM3',
+          computeCapability: '9.0',
+          memoryTotalMb: 81559,
+          pciBusId: '00000000:18:00.0',
+          healthy: true,
+          migMode: 'Enabled',
+          migDevices: Array.from({ length: 7 }, (_, m) => create(MigDeviceSchema, { index: m, uuid: `MIG-${'e'.repeat(36)}`, profile: '1g.10gb' })),
+        }),
+      ),
+      // nvidia-smi topo -m: every pair of GPUs and HCAs.
+      links: Array.from({ length: (gpus + MAX_HCA_ENTRIES) ** 2 }, (_, i) => create(GpuLinkSchema, { a: label(i % 128), b: `mlx5_${i % 64}`, connection: 'NV18', nvlinks: 18 })),
+      hcas: hcaPorts,
+      interfaces: Array.from({ length: 512 }, (_, i) => create(NetInterfaceSchema, { name: `veth${i}abcdef`, addresses: ['10.244.1.1/24', 'fe80::1/64'], mac: '02:42:ac:11:00:02', up: true, mtu: 1500 })),
+      processes: Array.from({ length: 512 }, (_, i) => create(GpuProcessSchema, { pid: 100000 + i, gpuUuid: `GPU-${'f'.repeat(36)}`, usedMemoryMb: 500, processName: `/opt/${'p'.repeat(250)}` })),
+      warnings: Array.from({ length: 64 }, () => 'w'.repeat(512)),
+      driverVersion: '550.54.15',
+      cudaVersion: '12.4',
+      hostname: 'h'.repeat(64),
+    });
+    const at = (n: number, c: string) => c.repeat(n);
+    const hostname253 = Array.from({ length: 4 }, () => at(62, 'a')).join('.').slice(0, 253);
+    const shards: ShardSnapshot[] = Array.from({ length: gpus }, (_, i) => {
+      const id = `${i}`.padEnd(128, 'x');
+      return {
+        ...shard(id, ShardState.READY),
+        replicaId: at(MAX_NAME_FIELD_BYTES, 'r'),
+        spec: create(StartShardSchema, {
+          shardId: id,
+          replicaId: at(MAX_NAME_FIELD_BYTES, 'r'),
+          gpuIndices: [i],
+          hcas: Array.from({ length: MAX_HCA_ENTRIES }, (_, h) => `${at(MAX_NAME_FIELD_BYTES - 6, 'm')}${String(h).padStart(2, '0')}:999`),
+          httpPort: 65535,
+          leaderAddr: hostname253,
+          leaderPort: 65535,
+          rank: 0,
+          nnodes: 1,
+          pool: at(MAX_NAME_FIELD_BYTES, 'p'),
+          fabric: at(MAX_NAME_FIELD_BYTES, 'f'),
+          // An empty served name makes the model the one echoed: the longest.
+          profile: create(ProfileSchema, { name: at(MAX_NAME_FIELD_BYTES, 'n'), engine: at(MAX_NAME_FIELD_BYTES, 'e'), model: at(MAX_MODEL_BYTES, 'o'), servedModelName: '' }),
+        }),
+        pid: 2 ** 31 - 1,
+      };
+    });
+    const reg = buildRegister(describeNode(CONFIG, '1.2.3'), inventory, shards);
+    const one = reg.runningShards[0];
+    // Nothing was sent empty: this is the largest a running shard can be.
+    expect([one?.pool.length, one?.model.length, one?.hcas.length, one?.leaderAddr]).toEqual([MAX_NAME_FIELD_BYTES, MAX_MODEL_BYTES, MAX_HCA_ENTRIES, hostname253]);
+    const perShard = toBinary(RunningShardSchema, one ?? create(RunningShardSchema)).length;
+    expect(perShard, 'the largest RunningShard').toBeLessThan(24 * 1024);
+    const total = registerBytes(reg);
+    const inventoryBytes = toBinary(InventorySchema, inventory).length;
+    expect(total, `Register of ${gpus} maximal shards (${perShard} bytes each) and a ${inventoryBytes}-byte inventory`).toBeLessThan(GRPC_MAX_MESSAGE_BYTES);
   });
 });
 

@@ -43,6 +43,8 @@ export interface HostileControlPlane {
 export interface HostileControlPlaneOptions {
   /** Which messages `received` keeps (default all): a flood's answers would hold hundreds of MB in the test. */
   keep?: (m: AgentMessage) => boolean;
+  /** Largest message taken from the agent; a larger one ends the stream. Connect's default (~4 GiB) unless set: 4 MiB is a stock gRPC server's. */
+  readMaxBytes?: number;
 }
 
 interface Stream {
@@ -124,7 +126,7 @@ export async function startHostileControlPlane(opts: HostileControlPlaneOptions 
       },
     });
   };
-  const server = http2.createServer(connectNodeAdapter({ routes }));
+  const server = http2.createServer(connectNodeAdapter({ routes, ...(opts.readMaxBytes ? { readMaxBytes: opts.readMaxBytes } : {}) }));
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on('session', (s) => {
     sessions.add(s);

@@ -3,11 +3,17 @@ import { openRegularFile } from './open-regular-file.js';
 import { StringDecoder } from 'node:string_decoder';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { rotatedLogPath } from './rotate-log.js';
-import { completeLinesEnd, tailFile } from './tail-file.js';
+import { splitLines } from './split-lines.js';
+import { completeLinesEnd, TAIL_CHUNK_BYTES, tailLines } from './tail-file.js';
 
 /** How often a followed file is looked at. Polling, because fs.watch loses track across truncation. */
 export const FOLLOW_POLL_MS = 250;
-const READ_MAX_BYTES = 1024 * 1024;
+/**
+ * Most bytes read, and so about what one batch holds: a writer that got far
+ * ahead (or the rest of a rotated copy) comes in several batches, each
+ * handed out before the next is read, not as one batch of all of it.
+ */
+const READ_MAX_BYTES = TAIL_CHUNK_BYTES;
 
 export interface FollowFileOptions {
   signal: AbortSignal;
@@ -15,10 +21,11 @@ export interface FollowFileOptions {
   isDone: () => boolean;
   pollMs?: number;
   /**
-   * Lines already in the file to start with: the first batch is always the
-   * last `backlogLines` complete lines (possibly none), and what follows
-   * starts right after them. One snapshot for both, so no line is shown twice
-   * or missed between them; a line still being written comes whole, later.
+   * Lines already in the file to start with: the last `backlogLines`
+   * complete lines come first, in batches, and an empty batch says they have
+   * all come (it comes also when there are none); what follows starts right
+   * after them. One snapshot for both, so no line is shown twice or missed
+   * between them; a line still being written comes whole, later.
    */
   backlogLines?: number;
 }
@@ -66,25 +73,28 @@ export async function* followFile(path: string, opts: FollowFileOptions): AsyncG
   }
   let rotatedIno = await inode(rotated);
   if (opts.backlogLines !== undefined && opts.backlogLines > 0) {
-    let backlog: string[] = [];
     if (ino !== undefined) {
       const end = await completeLinesEnd(path, pos);
-      backlog = await tailFile(path, opts.backlogLines, end);
+      try {
+        yield* tailLines(path, opts.backlogLines, { endAt: end, signal: opts.signal });
+      } catch (err) {
+        // The follower has gone: as at any other point, the follow just ends.
+        if (opts.signal.aborted) return;
+        throw err;
+      }
       pos = end;
     }
-    yield backlog;
+    yield [];
   }
 
   const take = (buf: Buffer): string[] => {
-    const text = partial + decoder.write(buf);
-    const parts = text.split('\n');
+    const parts = splitLines(partial + decoder.write(buf));
     partial = parts.pop() as string;
     return parts;
   };
 
   for (;;) {
     const done = opts.isDone();
-    const batch: string[] = [];
     // lstat: a symlink swapped in is a different file, and reading it is refused.
     const st = await lstat(path).catch(() => undefined);
     if (st) {
@@ -98,30 +108,30 @@ export async function* followFile(path: string, opts: FollowFileOptions): AsyncG
         // at the end of the copy, if there is a new copy.
         if (nowRotatedIno !== rotatedIno && nowRotatedIno !== undefined) {
           const rst = await lstat(rotated).catch(() => undefined);
-          while (rst && pos < rst.size) {
+          while (rst && pos < rst.size && !opts.signal.aborted) {
             const buf = await readRange(rotated, pos, rst.size).catch(() => Buffer.alloc(0));
             if (buf.length === 0) break;
             pos += buf.length;
-            batch.push(...take(buf));
+            const lines = take(buf);
+            if (lines.length > 0) yield lines;
           }
         }
         pos = 0;
       }
       rotatedIno = nowRotatedIno;
-      while (pos < st.size) {
+      while (pos < st.size && !opts.signal.aborted) {
         const buf = await readRange(path, pos, st.size);
         if (buf.length === 0) break;
         pos += buf.length;
-        batch.push(...take(buf));
+        const lines = take(buf);
+        if (lines.length > 0) yield lines;
       }
     }
     if (done) {
       const rest = partial + decoder.end();
-      if (rest !== '') batch.push(rest);
-      if (batch.length > 0) yield batch;
+      if (rest !== '') yield [rest];
       return;
     }
-    if (batch.length > 0) yield batch;
     if (opts.signal.aborted) return;
     try {
       await sleep(pollMs, undefined, { signal: opts.signal });

@@ -179,19 +179,20 @@ export class Agent {
     return isValidShardId(id) ? this.opts.supervisor.get(id) : undefined;
   }
 
-  /** The last lines of a shard's log. */
-  tailLog(id: string, lines: number): Promise<string[]> {
-    return this.opts.supervisor.tailLog(id, lines);
+  /** The last lines of a shard's log, streamed a chunk's lines at a time; `signal` stops the read. */
+  logLines(id: string, lines: number, signal: AbortSignal): AsyncIterable<string[]> {
+    return this.opts.supervisor.logLines(id, lines, signal);
   }
 
-  /** `ctl logs --previous`: the run before the current one; undefined when none is kept. */
-  tailPreviousLog(id: string, lines: number): Promise<string[] | undefined> {
-    return this.opts.supervisor.tailPreviousLog(id, lines);
+  /** `ctl logs --previous`: the run before the current one, as logLines; undefined when none is kept. */
+  previousLogLines(id: string, lines: number, signal: AbortSignal): AsyncIterable<string[]> | undefined {
+    return this.opts.supervisor.previousLogLines(id, lines, signal);
   }
 
   /**
-   * A supervised shard's last `backlogLines` log lines (the first batch), then
-   * its new ones; ends when it is removed, on `signal`, or when the agent stops.
+   * A supervised shard's last `backlogLines` log lines (the batches before
+   * the first empty one), then its new ones; ends when it is removed, on
+   * `signal`, or when the agent stops.
    */
   followLog(id: string, signal: AbortSignal, backlogLines = 0): AsyncIterable<string[]> {
     return this.opts.supervisor.followLog(id, signal, backlogLines);

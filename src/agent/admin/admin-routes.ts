@@ -14,18 +14,21 @@ import {
 } from '../../gen/llmgw/v1/admin_pb.js';
 import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
 import { type ErrorKind, errorMessage, LlmgwError } from '../../lib/errors.js';
+import { MAX_LOG_LINES } from '../../lib/max-log-lines.js';
 import { isValidShardId, SHARD_ID_PATTERN } from '../../lib/shard-id.js';
 import type { AdoptOutcomeKind } from '../agent.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { stateName } from '../supervisor/shard-transitions.js';
 import type { AdminBackend } from './admin-backend.js';
+import { ADMIN_PEER } from './admin-peer.js';
 import { buildStatusResponse } from './build-status-response.js';
+import { type Claimed, LogCallAdmission, type LogSlotKind } from './log-call-admission.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
 import { unknownShardError } from './unknown-shard-error.js';
 
 /** `ctl logs` without -n. */
 export const DEFAULT_LOG_LINES = 100;
-/** Lines per LogsResponse: a 100,000-line tail is sent as many small messages, not one huge one. */
+/** Lines per LogsResponse: a long tail is sent as many small messages, not one huge one. */
 export const LOG_LINES_PER_MESSAGE = 1000;
 
 /** What a drain may name: the states that serve (DRAINING again is a no-op that shows progress). */
@@ -68,11 +71,13 @@ const ADOPT_OUTCOMES: Record<AdoptOutcomeKind, AdoptOutcome> = {
 
 /** AdminService over an agent. Handlers watch ctx.signal: it aborts when the client goes away and when the server shuts down. */
 export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}): (router: ConnectRouter) => void {
+  // One for all of the server's calls: the caps are on what runs at once.
+  const logCalls = new LogCallAdmission();
   return (router) =>
     router.service(AdminService, {
       status: () => buildStatusResponse(backend),
 
-      logs: (req, ctx) => streamLogs(backend, req, ctx),
+      logs: (req, ctx) => endedWithClient(streamLogs(backend, logCalls, req, ctx), ctx.signal),
 
       adopt: async () => {
         const results = await backend.adoptNow();
@@ -91,39 +96,106 @@ function requireShardId(id: string): void {
   }
 }
 
-async function* streamLogs(backend: AdminBackend, req: LogsRequest, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
+/** The lines a Logs request asks for: its number, or DEFAULT_LOG_LINES for 0 (proto3 cannot tell 0 from unset). */
+function requestedLines(lines: number): number {
+  if (lines < 0) throw new ConnectError(`lines must be 0 or more, got ${lines}`, Code.InvalidArgument);
+  if (lines > MAX_LOG_LINES) {
+    throw new ConnectError(`lines: at most ${MAX_LOG_LINES}, got ${lines}; read a longer history from the log file itself`, Code.InvalidArgument);
+  }
+  return lines === 0 ? DEFAULT_LOG_LINES : lines;
+}
+
+/**
+ * `stream`, ended (its finally blocks run) as soon as `signal` aborts, also
+ * while it waits for Connect to take its next message. Connect waits for a
+ * write to a client that left with data unsent for ever: Node 20 neither
+ * calls that write back nor emits an error when the HTTP/2 stream is reset,
+ * only 'close'. A Logs handler then kept its file, its buffer and its slot
+ * for every client that stopped reading and left.
+ */
+function endedWithClient<T>(stream: AsyncGenerator<T>, signal: AbortSignal): AsyncGenerator<T> {
+  // return() on a generator suspended at a yield resumes it there with a
+  // return; on one that is running, it takes effect at its next yield, and
+  // the signal makes every read it may be waiting on end first.
+  signal.addEventListener('abort', () => void stream.return(undefined).catch(() => {}), { once: true });
+  return stream;
+}
+
+/** A slot of `kind` for the caller, or the call refused naming the cap. */
+function claimLogSlot(logCalls: LogCallAdmission, kind: LogSlotKind, ctx: HandlerContext): Claimed {
+  const claimed = logCalls.claim(kind, ctx.values.get(ADMIN_PEER)?.uid);
+  if ('why' in claimed) {
+    const wait = kind === 'follow' ? 'end a `ctl logs -f` of this user' : 'wait for one to end';
+    throw new ConnectError(`the agent refused the Logs call: ${claimed.why}; ${wait} and try again`, Code.ResourceExhausted);
+  }
+  return claimed;
+}
+
+/** One batch of lines as messages of at most LOG_LINES_PER_MESSAGE lines. */
+function* messagesOf(lines: string[]): Generator<LogsResponse> {
+  for (let i = 0; i < lines.length; i += LOG_LINES_PER_MESSAGE) {
+    yield create(LogsResponseSchema, { lines: lines.slice(i, i + LOG_LINES_PER_MESSAGE) });
+  }
+}
+
+/**
+ * A Logs call, bounded (security review 2, N3): at most MAX_LOG_LINES
+ * lines, read and sent a chunk at a time (the read stops when the client
+ * leaves), and only a few at once per user (LogCallAdmission).
+ */
+async function* streamLogs(backend: AdminBackend, logCalls: LogCallAdmission, req: LogsRequest, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
   requireShardId(req.shardId);
+  if (req.previous && req.follow) throw new ConnectError('previous and follow do not go together: the previous run has ended', Code.InvalidArgument);
+  const lines = requestedLines(req.lines);
   if (req.previous) {
-    yield* streamPreviousLog(backend, req);
+    yield* streamPreviousLog(backend, logCalls, req.shardId, lines, ctx);
     return;
   }
   if (!backend.shard(req.shardId)) throw unknownShardError(req.shardId, backend.nodeId, backend.shards());
-  if (req.lines < 0) throw new ConnectError(`lines must be 0 or more, got ${req.lines}`, Code.InvalidArgument);
-  const lines = req.lines === 0 ? DEFAULT_LOG_LINES : req.lines;
-  // With follow, the tail is the follow's first batch, read at the same point
-  // the follow starts from: no line shows twice or goes missing in between.
-  const stop = new AbortController();
-  const follow = req.follow ? backend.followLog(req.shardId, AbortSignal.any([ctx.signal, stop.signal]), lines)[Symbol.asyncIterator]() : undefined;
+  if (req.follow) {
+    yield* followLog(backend, logCalls, req.shardId, lines, ctx);
+    return;
+  }
+  const read = claimLogSlot(logCalls, 'read', ctx);
   try {
-    const first = follow ? await follow.next() : undefined;
-    const tail = follow ? (first?.done ? [] : (first?.value ?? [])) : await backend.tailLog(req.shardId, lines);
-    for (let i = 0; i < tail.length; i += LOG_LINES_PER_MESSAGE) {
-      yield create(LogsResponseSchema, { lines: tail.slice(i, i + LOG_LINES_PER_MESSAGE) });
+    for await (const batch of backend.logLines(req.shardId, lines, ctx.signal)) yield* messagesOf(batch);
+  } finally {
+    read.release();
+  }
+}
+
+/** `logs -f`: the tail, then new lines until the shard is removed, the client leaves or the agent stops. */
+async function* followLog(backend: AdminBackend, logCalls: LogCallAdmission, shardId: string, lines: number, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
+  const following = claimLogSlot(logCalls, 'follow', ctx);
+  let read: Claimed | undefined;
+  const stop = new AbortController();
+  let follow: AsyncIterator<string[]> | undefined;
+  try {
+    read = claimLogSlot(logCalls, 'read', ctx);
+    // The tail is the follow's backlog, read at the same point the follow
+    // starts from: no line shows twice or goes missing in between. It is
+    // the batches before the first empty one.
+    follow = backend.followLog(shardId, AbortSignal.any([ctx.signal, stop.signal]), lines)[Symbol.asyncIterator]();
+    let sent = 0;
+    let next = await follow.next();
+    for (; !next.done && next.value.length > 0; next = await follow.next()) {
+      sent += next.value.length;
+      yield* messagesOf(next.value);
     }
-    if (!follow) return;
-    if (!first?.done) {
+    read.release();
+    if (!next.done) {
       // Something goes out now even for an empty log, so the client knows the follow has started.
-      if (tail.length === 0) yield create(LogsResponseSchema, { lines: [] });
-      for (let next = await follow.next(); !next.done; next = await follow.next()) {
-        if (next.value.length > 0) yield create(LogsResponseSchema, { lines: next.value });
-      }
+      if (sent === 0) yield create(LogsResponseSchema, { lines: [] });
+      for (next = await follow.next(); !next.done; next = await follow.next()) yield* messagesOf(next.value);
     }
     // A follow ends quietly both when the shard is removed and when the agent
     // stops; the client must not be told "removed" for the second.
-    if (backend.shard(req.shardId)) {
+    if (backend.shard(shardId)) {
       throw new ConnectError('the agent is stopping; the log can still be read from its file', Code.Unavailable);
     }
   } finally {
+    read?.release();
+    following.release();
     // Wakes a pending read at once: return() on a generator waits for it.
     stop.abort();
     await follow?.return?.(undefined).catch(() => {});
@@ -131,18 +203,16 @@ async function* streamLogs(backend: AdminBackend, req: LogsRequest, ctx: Handler
 }
 
 /** A shard's previous run, also of a shard no longer supervised: its log outlives it. */
-async function* streamPreviousLog(backend: AdminBackend, req: LogsRequest): AsyncGenerator<LogsResponse> {
-  if (req.follow) throw new ConnectError('previous and follow do not go together: the previous run has ended', Code.InvalidArgument);
-  if (req.lines < 0) throw new ConnectError(`lines must be 0 or more, got ${req.lines}`, Code.InvalidArgument);
-  const tail = await backend.tailPreviousLog(req.shardId, req.lines === 0 ? DEFAULT_LOG_LINES : req.lines);
+async function* streamPreviousLog(backend: AdminBackend, logCalls: LogCallAdmission, shardId: string, lines: number, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
+  const tail = backend.previousLogLines(shardId, lines, ctx.signal);
   if (!tail) {
-    throw new ConnectError(
-      `no previous run of shard ${req.shardId} is kept: a run's log is kept when the same shard id is started again`,
-      Code.NotFound,
-    );
+    throw new ConnectError(`no previous run of shard ${shardId} is kept: a run's log is kept when the same shard id is started again`, Code.NotFound);
   }
-  for (let i = 0; i < tail.length; i += LOG_LINES_PER_MESSAGE) {
-    yield create(LogsResponseSchema, { lines: tail.slice(i, i + LOG_LINES_PER_MESSAGE) });
+  const read = claimLogSlot(logCalls, 'read', ctx);
+  try {
+    for await (const batch of tail) yield* messagesOf(batch);
+  } finally {
+    read.release();
   }
 }
 

@@ -9,6 +9,7 @@ import { ETC_GROUP, findGroup } from '../../lib/find-group.js';
 import type { Logger } from '../../lib/logger.js';
 import { RateLimitedLog } from '../../lib/rate-limited-log.js';
 import type { AdminBackend } from './admin-backend.js';
+import { adminCallValues } from './admin-peer.js';
 import { adminRoutes } from './admin-routes.js';
 import { claimSocketPath } from './claim-socket-path.js';
 import { prepareSocketDir } from './prepare-socket-dir.js';
@@ -116,6 +117,8 @@ export class AdminServer {
       jsonOptions: { alwaysEmitImplicit: true },
       // Aborts every handler's ctx.signal: a `logs -f` or `drain --wait` ends at once on SIGTERM.
       shutdownSignal: this.shutdown.signal,
+      // Who called, for the handlers' own per-user caps (Logs).
+      contextValues: adminCallValues,
     });
     this.h2 = http2.createServer(
       {

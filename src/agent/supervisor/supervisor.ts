@@ -5,7 +5,7 @@ import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
 import { errorMessage, failure } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
-import { tailFile } from '../../lib/files/tail-file.js';
+import { tailFile, tailLines } from '../../lib/files/tail-file.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import type { Orphan } from '../../lib/process/orphan.js';
 import { type EngineUids, agentUids } from '../../lib/process/process-table.js';
@@ -265,9 +265,28 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
   }
 
   /**
+   * tailLog streamed, a chunk's lines at a time, for a client that reads
+   * many: what it holds stays one chunk however many lines are asked for, and
+   * `signal` (the client leaving) stops the read.
+   */
+  logLines(shardId: string, lines: number, signal: AbortSignal): AsyncIterable<string[]> {
+    assertShardId(shardId);
+    return tailLines(shardLogPath(this.config.logDir, shardId), lines, { signal });
+  }
+
+  /** tailPreviousLog streamed, as logLines; undefined when no previous run is kept. */
+  previousLogLines(shardId: string, lines: number, signal: AbortSignal): AsyncIterable<string[]> | undefined {
+    assertShardId(shardId);
+    const path = previousRunLogPath(this.config.logDir, shardId, 1);
+    if (!existsSync(path)) return undefined;
+    return tailLines(path, lines, { signal });
+  }
+
+  /**
    * New log lines as they are written, across rotation, after the last
-   * `backlogLines` already written (the first batch); ends when the shard is
-   * removed, on `signal`, or on close().
+   * `backlogLines` already written (the batches before the first empty one,
+   * see followFile); ends when the shard is removed, on `signal`, or on
+   * close().
    */
   async *followLog(shardId: string, signal: AbortSignal, backlogLines = 0): AsyncIterable<string[]> {
     const runner = this.mustGet(shardId);

@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import { followFile } from '../lib/files/follow-file.js';
 import { tailFile } from '../lib/files/tail-file.js';
 import { failure, usageError } from '../lib/errors.js';
+import { MAX_LOG_LINES } from '../lib/max-log-lines.js';
 import { previousRunLogPath } from '../lib/shard-layout.js';
 import { assertShardId } from '../lib/shard-id.js';
 import { isUnreachable } from './admin-call-error.js';
@@ -38,6 +39,10 @@ export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
   // Before any call: an id like "../x" would name a file outside the log directory.
   assertShardId(o.shardId);
   if (o.previous && o.follow) throw usageError('--previous and --follow do not go together: the previous run has ended');
+  if (o.lines > MAX_LOG_LINES) {
+    // The agent refuses more (it reads logs for every admin-group member); the file has them all.
+    throw usageError(`--lines: at most ${MAX_LOG_LINES}, got ${o.lines}; for a longer history read the file itself: tail -n ${o.lines} ${logPath(o)}`);
+  }
   let admin: Awaited<ReturnType<typeof openAdminClient>>;
   try {
     admin = await openAdminClient(o.socket);
@@ -66,8 +71,13 @@ export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
   }
 }
 
+/** The file ctl would read itself: the shard's log, or its previous run's. */
+function logPath(o: CtlLogsOptions): string {
+  return o.previous ? previousRunLogPath(o.logDir, o.shardId, 1) : join(o.logDir, 'shards', `${o.shardId}.log`);
+}
+
 async function readLogDirectly(o: CtlLogsOptions, why: string): Promise<void> {
-  const path = o.previous ? previousRunLogPath(o.logDir, o.shardId, 1) : join(o.logDir, 'shards', `${o.shardId}.log`);
+  const path = logPath(o);
   // Before "no log": a directory this user may not search hides a file that is there (exit 77, what to do).
   const denied = logAccessDenied(path, o.logDir, o.adminGroup);
   if (denied) throw denied;

@@ -4,14 +4,16 @@ import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
 import { DEFAULT_LOG_DIR } from '../../lib/default-paths.js';
 import { DEFAULT_CTL_LOG_LINES } from '../../ctl/ctl-defaults.js';
+import { MAX_LOG_LINES } from '../../lib/max-log-lines.js';
 
 export default class CtlLogs extends BaseCommand {
   static override summary = "Print a shard's log; -f follows it.";
 
-  static override description = `The last N lines (default 100) of the shard's engine log. With -f, new lines
-as the engine writes them, across log rotation, until Ctrl-C or until the
-shard is removed. With the agent down, the log file is read directly from
-<log_dir>/shards/<shard>.log, and a note on stderr says so.`;
+  static override description = `The last N lines (default 100, at most ${MAX_LOG_LINES}) of the shard's engine
+log; for a longer history read <log_dir>/shards/<shard>.log itself. With -f,
+new lines as the engine writes them, across log rotation, until Ctrl-C or
+until the shard is removed. With the agent down, the log file is read
+directly, and a note on stderr says so.`;
 
   static override examples = [
     '<%= config.bin %> ctl logs llama-70b-0-g1-r0',
@@ -35,7 +37,7 @@ shard is removed. With the agent down, the log file is read directly from
   static override flags = {
     ...ctlFlags,
     // 0 with -f: only what is written from now on, as `tail -n0 -f` and `kubectl logs --tail=0 -f`.
-    lines: Flags.integer({ char: 'n', summary: 'How many lines from the end (0: none; with -f, only new lines).', default: DEFAULT_CTL_LOG_LINES, min: 0 }),
+    lines: Flags.integer({ char: 'n', summary: `How many lines from the end, at most ${MAX_LOG_LINES} (0: none; with -f, only new lines).`, default: DEFAULT_CTL_LOG_LINES, min: 0 }),
     follow: Flags.boolean({ char: 'f', summary: 'Keep printing new lines until Ctrl-C or the shard is removed.', default: false }),
     previous: Flags.boolean({
       char: 'p',

@@ -103,6 +103,16 @@ describe('llmgw ctl logs', () => {
     expect(r.stderr).toBe('error: no shard "nope" on node node-a; known shards: chatty, quiet');
   });
 
+  it('exits 2 for more lines than the agent gives, before calling it, saying how to read more from the file', async () => {
+    const r = await runCli(['ctl', 'logs', 'chatty', '-n', '50000', '--socket', fx.socket, '--log-dir', fx.dirs.logDir]);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe(`error: --lines: at most 10000, got 50000; for a longer history read the file itself: tail -n 50000 ${logPath('chatty')}`);
+    // The most it gives, it gives.
+    const most = await runCli(['ctl', 'logs', 'chatty', '-n', '10000', '--socket', fx.socket]);
+    expect(most.exitCode, most.stderr).toBe(0);
+    expect(most.stdout.split('\n').length).toBeGreaterThan(10);
+  });
+
   it('exits 2 for an invalid shard id before calling anything', async () => {
     // Not a socket at all: a call would exit 69.
     const r = await runCli(['ctl', 'logs', '../../etc/passwd', '--socket', '/nonexistent/agent.sock']);

@@ -8,7 +8,7 @@
  */
 import { ControlPlane } from '../src/control/control-plane.js';
 import type { AgentMessage } from '../src/gen/llmgw/v1/agent_pb.js';
-import { JITTER_ENV } from '../src/agent/reconnect-delay.js';
+import { JITTER_ENV } from '../src/agent/connection/reconnect-delay.js';
 import { cleanup, freePort, newRoot, sleep, spawnAgent } from './bench-support.js';
 
 /** The window a burst is counted in. */

@@ -1,9 +1,9 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { create } from '@bufbuild/protobuf';
-import { probeReady } from '../src/agent/supervisor/http-probe.js';
-import { UNHEALTHY_PROBE_INTERVAL_MS } from '../src/agent/supervisor/health-watch.js';
-import { READY_TICK_MS } from '../src/agent/supervisor/readiness-wait.js';
+import { probeReady } from '../src/agent/supervisor/probes/http-probe.js';
+import { UNHEALTHY_PROBE_INTERVAL_MS } from '../src/agent/supervisor/probes/health-watch.js';
+import { READY_TICK_MS } from '../src/agent/supervisor/probes/readiness-wait.js';
 import { type AgentMessage, ShardState, StopShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
 import { until } from '../test/helpers/engine-processes.js';
 import { BIN } from '../test/helpers/run-cli.js';

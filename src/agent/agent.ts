@@ -5,8 +5,8 @@ import { RateLimitedLog } from '../lib/rate-limited-log.js';
 import { isValidShardId } from '../lib/shard-id.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
-import type { ConnectionStatus } from './connection-state.js';
-import { ControlPlaneConnection } from './control-plane-connection.js';
+import type { ConnectionStatus } from './connection/connection-state.js';
+import { ControlPlaneConnection } from './connection/control-plane-connection.js';
 import { type GpuFault, GpuHealthWatch } from './health/gpu-health-watch.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
@@ -14,11 +14,11 @@ import type { EngineAccount } from './engines/engine-account.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
-import type { Outbox } from './outbox.js';
-import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
-import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './register-message.js';
+import type { Outbox } from './connection/outbox.js';
+import { type AdoptResultView, RecoverEngines } from './supervisor/orphans/recover-engines.js';
+import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
 import { ShardCommands } from './shard-commands.js';
-import { StatusReporter } from './status-reporter.js';
+import { StatusReporter } from './connection/status-reporter.js';
 import type { ShardSnapshot, Supervisor } from './supervisor/supervisor.js';
 
 export interface AgentOptions {
@@ -48,7 +48,7 @@ export interface GpuHealthView {
   recentEvents: GpuEvent[];
 }
 
-export type { AdoptOutcomeKind, AdoptResultView } from './recover-engines.js';
+export type { AdoptOutcomeKind, AdoptResultView } from './supervisor/orphans/recover-engines.js';
 
 /**
  * The node agent: hardware discovery, engine recovery, and one Connect

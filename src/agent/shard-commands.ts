@@ -13,7 +13,7 @@ import type { EngineRegistry } from './engines/engine-registry.js';
 import { isPortFree } from './engines/is-port-free.js';
 import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines/choose-worker-port.js';
 import { readEphemeralPortRange } from '../lib/ephemeral-port-range.js';
-import { refusedStatus, statusFromSnapshot } from './shard-report.js';
+import { refusedStatus, statusFromSnapshot } from './connection/shard-report.js';
 import { RepeatedStartError, type ShardSnapshot, type Supervisor } from './supervisor/supervisor.js';
 
 export interface ShardCommandsOptions {

@@ -7,8 +7,8 @@ import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSy
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { withCertificateHint } from '../../src/agent/control-plane-connection.js';
-import { createControlPlaneTransport } from '../../src/agent/control-plane-transport.js';
+import { withCertificateHint } from '../../src/agent/connection/control-plane-connection.js';
+import { createControlPlaneTransport } from '../../src/agent/connection/control-plane-transport.js';
 import { type AgentMessage, AgentMessageSchema, AgentService, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { captureLogger } from '../helpers/capture-logger.js';

@@ -4,7 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { httpGet, METRICS_BODY_MAX_BYTES, PROBE_BODY_MAX_BYTES, probeReady } from '../../src/agent/supervisor/http-probe.js';
+import { httpGet, METRICS_BODY_MAX_BYTES, PROBE_BODY_MAX_BYTES, probeReady } from '../../src/agent/supervisor/probes/http-probe.js';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { freePort } from '../helpers/engine-processes.js';

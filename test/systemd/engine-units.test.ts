@@ -152,7 +152,7 @@ describe.skipIf(unavailable !== undefined)(
         process.execPath,
         '--input-type=module',
         '-e',
-        `const { chooseLauncher } = await import(${JSON.stringify(join(REPO_ROOT, 'dist/agent/supervisor/choose-launcher.js'))}); console.log(JSON.stringify(await chooseLauncher('auto')));`,
+        `const { chooseLauncher } = await import(${JSON.stringify(join(REPO_ROOT, 'dist/agent/supervisor/launch/choose-launcher.js'))}); console.log(JSON.stringify(await chooseLauncher('auto')));`,
       ]);
       expect(JSON.parse(String(probe.stdout))).toMatchObject({ launcher: 'systemd-run', why: expect.stringContaining('auto: systemd is PID 1') });
 

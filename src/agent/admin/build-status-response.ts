@@ -15,9 +15,9 @@ import {
 import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
 import type { GpuHealthView } from '../agent.js';
-import type { ConnectionPhase, ConnectionStatus } from '../connection-state.js';
-import type { LoadedTls } from '../control-plane-transport.js';
-import type { ShardSnapshot } from '../supervisor/shard-snapshot.js';
+import type { ConnectionPhase, ConnectionStatus } from '../connection/connection-state.js';
+import type { LoadedTls } from '../connection/control-plane-transport.js';
+import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import type { AdminBackend } from './admin-backend.js';
 
 const CONNECTION_STATES: Record<ConnectionPhase, ConnectionState> = {

@@ -1,5 +1,5 @@
 import { Code, ConnectError } from '@connectrpc/connect';
-import type { ShardSnapshot } from '../supervisor/shard-snapshot.js';
+import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 
 /**
  * NotFound for a shard this agent does not supervise, listing the ones it

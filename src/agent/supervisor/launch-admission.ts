@@ -1,7 +1,7 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../lib/errors.js';
 import { isTerminal } from '../../lib/shard-states.js';
-import type { ShardRunner } from './shard-runner.js';
+import type { ShardRunner } from './shard/shard-runner.js';
 
 /**
  * One launch per GPU of an 8-GPU node at once; more wait their turn. Each

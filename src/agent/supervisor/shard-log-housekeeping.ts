@@ -7,7 +7,7 @@ import { findRecordedShardIds } from '../../lib/process/judge-orphan.js';
 import { type EngineUids, findProcessesLoggingUnder } from '../../lib/process/process-table.js';
 import { previousRunsDir, shardLogDir } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
-import type { ShardRunner } from './shard-runner.js';
+import type { ShardRunner } from './shard/shard-runner.js';
 
 /** How often logs of shards no longer supervised are pruned: they only grow when shards come and go. */
 export const LOG_PRUNE_INTERVAL_MS = 10 * 60_000;

@@ -2,9 +2,9 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { SimEngine } from '../../../src/agent/engines/sim-engine.js';
-import { readCounters } from '../../../src/agent/supervisor/read-counter.js';
-import { readGauges } from '../../../src/agent/supervisor/read-gauge.js';
-import { StallDetector, type StallVerdict } from '../../../src/agent/supervisor/stall-detector.js';
+import { readCounters } from '../../../src/agent/supervisor/probes/read-counter.js';
+import { readGauges } from '../../../src/agent/supervisor/probes/read-gauge.js';
+import { StallDetector, type StallVerdict } from '../../../src/agent/supervisor/probes/stall-detector.js';
 import { freePort, groupMembers, until } from '../../helpers/engine-processes.js';
 import { BIN } from '../../helpers/run-cli.js';
 

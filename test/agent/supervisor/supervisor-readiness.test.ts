@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
-import { ShardFailedError } from '../../../src/agent/supervisor/shard-failed-error.js';
-import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
+import { ShardFailedError } from '../../../src/agent/supervisor/shard/shard-failed-error.js';
+import type { ShardTransition } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import {

@@ -1,10 +1,10 @@
-import { plainWatch } from '../../../src/agent/supervisor/launch-shard.js';
+import { plainWatch } from '../../../src/agent/supervisor/launch/launch-shard.js';
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
-import type { ShardTransition } from '../../../src/agent/supervisor/shard-snapshot.js';
+import type { ShardTransition } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 import {

@@ -1,0 +1,182 @@
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { errorMessage, failure, usageError } from '../../../lib/errors.js';
+import { join } from 'node:path';
+import { DEFAULT_KEEP_PREVIOUS_RUNS, keepPreviousRun } from '../../../lib/files/keep-previous-run.js';
+import { LOG_DIR_MODE, ensureDirectory, prepareLogFile } from '../../../lib/files/log-file-modes.js';
+import { STATE_SCHEMA_VERSION, readStateFile, removeStateFile, writeStateFile } from '../../../lib/files/state-file.js';
+import { checkIdentity } from '../../../lib/process/process-identity.js';
+import { type EngineUids, agentUids, findProcessesLoggingTo } from '../../../lib/process/process-table.js';
+import { previousRunsDir, shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../../lib/shard-layout.js';
+import type { LaunchPlan } from '../../engines/launch-plan.js';
+import type { EngineWatch } from '../../../lib/engine-watch.js';
+import { checkLaunchPlan } from './check-launch-plan.js';
+import { chooseLauncher } from './choose-launcher.js';
+import { endEngine } from './end-engine.js';
+import { engineEnvFor, launchEngine } from './launch-engine.js';
+import { ShardRunner, type ShardRunnerContext } from '../shard/shard-runner.js';
+
+/** What an engine makes of a shard spec: the command, and how its rank is judged. */
+export interface ShardLaunch {
+  plan: LaunchPlan;
+  /** Whether this rank opens the HTTP API (readiness by probe) or is a worker (readiness by staying alive). */
+  servesHttp: boolean;
+  /** How the rank is probed and what of its metrics is read (Engine.watch); without it, plainWatch. */
+  watch?: EngineWatch;
+}
+
+/**
+ * The watch of a launch that names none (a test's plan, a bench's): an API
+ * rank answers /health and lists its model on the shard's port, a worker
+ * stays alive; no series are read, so there is no drain count and no stall
+ * detection.
+ */
+export function plainWatch(spec: StartShard, servesHttp: boolean): EngineWatch {
+  return {
+    healthPort: servesHttp ? spec.httpPort : 0,
+    healthPath: '/health',
+    probeTimeoutMs: 0,
+    readiness: servesHttp ? 'model-listed' : 'health',
+    runningGauges: [],
+    inFlightGauges: [],
+    progressCounters: [],
+    apiKey: '',
+  };
+}
+
+/**
+ * Where a systemd-run engine's environment is kept for its unit: beside its
+ * state file, in the root-only (0700) state directory. Not a state file
+ * name (.json), so recovery never reads it as one.
+ */
+export const shardEnvFilePath = (stateDir: string, shardId: string): string => join(shardStateDir(stateDir), `${shardId}.env`);
+
+/** Who may write and read a shard's files: what the supervisor was configured with. */
+export interface ShardFileOwnership {
+  /** The uids a process must run as to count as a writer of a shard's log. */
+  engineUids: EngineUids;
+  /** Group given the log directory and logs (admin.group); unchanged when undefined. */
+  logGid?: number;
+}
+
+/**
+ * Launches one shard's engine and records it on disk, returning its runner
+ * (not yet begun). `previous` is the runner of an earlier engine under the
+ * same id, whose group is ended first.
+ */
+export async function launchShard(
+  ctx: ShardRunnerContext,
+  spec: StartShard,
+  launch: ShardLaunch,
+  previous: ShardRunner | undefined,
+  signal: AbortSignal,
+  files: ShardFileOwnership = { engineUids: agentUids() },
+): Promise<ShardRunner> {
+  const id = spec.shardId;
+  const c = ctx.config;
+  // First: which environment the engine starts from depends on the launcher.
+  const { launcher } = await (ctx.launcher?.() ?? chooseLauncher(c.launcher));
+  // The engine's whole environment, built once: checked, then launched as is.
+  const plan = { ...launch.plan, env: engineEnvFor(launcher, launch.plan) };
+  if (plan.argv.length === 0 || plan.argv[0] === '') throw usageError(`shard ${id}: the launch plan has no command`);
+  checkLaunchPlan(launch.plan, plan.env);
+  ensureDirs(c.stateDir, c.logDir, files.logGid);
+  const statePath = shardStatePath(c.stateDir, id);
+  const logPath = shardLogPath(c.logDir, id);
+  const watch = launch.watch ?? plainWatch(spec, launch.servesHttp);
+
+  if (previous) {
+    // A relaunch. The old engine may have left processes behind (a worker
+    // of a leader that crashed, or an engine that timed out while loading):
+    // they hold the GPUs the new one is about to ask for.
+    previous.detach();
+    await endEngine(previous.fence(), { graceMs: c.stopGraceMs, signal });
+  } else {
+    await refuseUnsupervisedEngine(id, statePath, logPath, files.engineUids);
+  }
+  // Nothing of the old run writes its log any more: keep it, so `ctl logs --previous` can show how it ended.
+  await keepPreviousRun(c.logDir, id, c.keepPreviousRuns ?? DEFAULT_KEEP_PREVIOUS_RUNS).catch((err: unknown) =>
+    ctx.log.warn({ shard: id, err: errorMessage(err) }, 'could not keep the previous run\'s log; the new run appends to it'),
+  );
+  prepareLogFile(logPath, files.logGid);
+
+  const launched = await launchEngine(launcher, id, plan, logPath, signal, shardEnvFilePath(c.stateDir, id), {
+    properties: c.unitProperties,
+    stopGraceMs: c.stopGraceMs,
+  });
+  const runner = new ShardRunner(
+    ctx,
+    {
+      spec,
+      replicaId: spec.replicaId,
+      pid: launched.pid,
+      pgid: launched.pgid,
+      identity: launched.identity,
+      child: launched.child,
+      launcher,
+      unit: launched.unit,
+      adopted: false,
+      servesHttp: launch.servesHttp,
+      watch,
+      startedAtMs: Date.now(),
+      logPath,
+      statePath,
+    },
+    previous?.currentState,
+  );
+  try {
+    await writeStateFile(statePath, {
+      schemaVersion: STATE_SCHEMA_VERSION,
+      shardId: id,
+      replicaId: spec.replicaId,
+      spec,
+      servesHttp: launch.servesHttp,
+      // The first of each, for an older agent that reads this file after a downgrade.
+      inFlightMetric: watch.runningGauges[0] ?? '',
+      generationTokensMetric: watch.progressCounters[0] ?? '',
+      watch,
+      pid: launched.pid,
+      pgid: launched.pgid,
+      identity: launched.identity,
+      launcher,
+      ...(launched.unit ? { unit: launched.unit } : {}),
+      logPath,
+      createdAtMs: runner.startedAtMs,
+    });
+  } catch (err) {
+    // Without its state file this engine could not be found after an agent
+    // restart, and would hold its GPUs with nothing able to describe it.
+    runner.detach();
+    await endEngine(runner.fence(), { graceMs: 0 });
+    throw failure(`cannot write the state file ${statePath}: ${errorMessage(err)}; the engine was stopped`, { cause: err });
+  }
+  return runner;
+}
+
+/**
+ * No runner here, but maybe a state file from a previous agent whose engine
+ * still runs: starting a second engine on the same GPUs would fail after
+ * minutes of loading, or worse, succeed beside it.
+ */
+async function refuseUnsupervisedEngine(id: string, statePath: string, logPath: string, engineUids: EngineUids): Promise<void> {
+  const read = await readStateFile(statePath, id);
+  if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) {
+    throw failure(
+      `shard ${id} is already running (pid ${read.file.pid}) from a previous agent; adopt it (findOrphans/adopt) instead of starting it again`,
+    );
+  }
+  const holders = findProcessesLoggingTo(logPath, engineUids);
+  if (holders.length > 0) {
+    throw failure(
+      `processes ${holders.map((p) => p.pid).join(', ')} still write shard ${id}'s log but nothing identifies them; kill them (killOrphan) before starting it again`,
+    );
+  }
+  await removeStateFile(statePath);
+}
+
+function ensureDirs(stateDir: string, logDir: string, logGid: number | undefined): void {
+  // State files name pids this agent will signal: nobody else may write here.
+  ensureDirectory(shardStateDir(stateDir), 0o700);
+  ensureDirectory(shardLogDir(logDir), LOG_DIR_MODE, logGid);
+  // Kept runs are engine output too (keepPreviousRun): the same mode and group.
+  ensureDirectory(previousRunsDir(logDir), LOG_DIR_MODE, logGid);
+}

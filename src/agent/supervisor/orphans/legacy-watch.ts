@@ -1,0 +1,38 @@
+import type { EngineWatch } from '../../../lib/engine-watch.js';
+import type { ShardStateFile } from '../../../lib/files/state-file.js';
+import { engineApiKey } from '../../engines/engine-api-key.js';
+import { SGLANG_METRICS, SGLANG_PROBE_TIMEOUT_MS } from '../../engines/sglang-engine.js';
+import { VLLM_METRICS } from '../../engines/vllm-engine.js';
+
+/**
+ * The watch of an engine whose state file an older agent wrote: it kept only
+ * a running gauge and a token counter. The engine is judged by what this
+ * agent knows of it (the profile names it), not by those two names: an
+ * SGLang shard adopted across the upgrade would otherwise keep the counter
+ * that called long generations stalls until its next restart. The API key
+ * is found in the recorded args; one from the operator's engines.<name>.env
+ * was not recorded, and readiness of such an engine answers 401 until it is
+ * started again by this agent.
+ */
+export function legacyWatch(f: Pick<ShardStateFile, 'spec' | 'servesHttp' | 'inFlightMetric' | 'generationTokensMetric'>): EngineWatch {
+  const engine = f.spec.profile?.engine ?? '';
+  const args = f.spec.profile?.args ?? [];
+  const known = engine === 'sglang' ? SGLANG_METRICS : engine === 'vllm' || engine === 'sim' ? VLLM_METRICS : undefined;
+  const recorded = {
+    runningGauges: f.inFlightMetric ? [f.inFlightMetric] : [],
+    inFlightGauges: f.inFlightMetric ? [f.inFlightMetric] : [],
+    progressCounters: f.generationTokensMetric ? [f.generationTokensMetric] : [],
+  };
+  const apiKey = engineApiKey(args, f.spec.profile?.env ?? {}, engine === 'sglang' ? undefined : 'VLLM_API_KEY');
+  if (!f.servesHttp) {
+    return { healthPort: 0, healthPath: '/health', probeTimeoutMs: 0, readiness: 'health', runningGauges: [], inFlightGauges: [], progressCounters: [], apiKey: '' };
+  }
+  return {
+    healthPort: f.spec.httpPort,
+    healthPath: engine === 'sglang' ? '/health_generate' : '/health',
+    probeTimeoutMs: engine === 'sglang' ? SGLANG_PROBE_TIMEOUT_MS : 0,
+    readiness: 'model-listed',
+    ...(known ? { runningGauges: [...known.runningGauges], inFlightGauges: [...known.inFlightGauges], progressCounters: [...known.progressCounters] } : recorded),
+    apiKey,
+  };
+}

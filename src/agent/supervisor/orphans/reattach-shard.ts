@@ -1,0 +1,57 @@
+import { failure } from '../../../lib/errors.js';
+import { readStateFileSync } from '../../../lib/files/state-file.js';
+import type { Orphan } from '../../../lib/process/orphan.js';
+import { checkIdentity } from '../../../lib/process/process-identity.js';
+import { shardLogPath, shardStatePath } from '../../../lib/shard-layout.js';
+import { ShardRunner, type ShardRunnerContext } from '../shard/shard-runner.js';
+import { legacyWatch } from './legacy-watch.js';
+
+/**
+ * A runner for an engine a previous agent launched and that still runs
+ * (Nomad's reattach): built from its state file, not yet begun. The caller
+ * then begins it and settles it exactly like a fresh start: leaving it in
+ * STARTING once made the control plane time out and replace a healthy
+ * engine after every agent restart.
+ *
+ * The state file is read again, synchronously: the orphan was judged a
+ * moment ago, and the engine may have died (and its pid been reused) since.
+ */
+export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: ShardRunner | undefined): ShardRunner {
+  const { stateDir, logDir } = ctx.config;
+  const statePath = shardStatePath(stateDir, o.shardId);
+  const f = readStateFileSync(statePath, o.shardId);
+  if (!f.ok) throw failure(`cannot adopt shard ${o.shardId}: ${f.reason}`);
+  // With the group: adopting a pid that does not lead its recorded group would have
+  // every later stop signal whatever group that number names.
+  const check = checkIdentity(f.file.pid, f.file.identity, f.file.pgid);
+  if (!check.alive) throw failure(`cannot adopt shard ${o.shardId}: ${check.reason}`);
+  if (f.refused.length > 0) {
+    // Once per adoption, at the read that takes the engine over; the scan's
+    // read (findOrphans) saw the same fields and says nothing of them.
+    ctx.log.warn(
+      { shard: o.shardId, file: statePath, fields: f.refused.map((p) => p.field).join(', '), why: f.refused.map((p) => p.message).join('; ') },
+      'state file of an older agent holds fields StartShard now refuses; the engine is adopted, and Register does not carry them',
+    );
+  }
+  return new ShardRunner(
+    ctx,
+    {
+      spec: f.file.spec,
+      replicaId: f.file.replicaId,
+      pid: f.file.pid,
+      pgid: f.file.pgid,
+      identity: f.file.identity,
+      launcher: f.file.launcher,
+      // Its run was checked against systemd's InvocationID when it was judged (Supervisor.findOrphans).
+      unit: f.file.unit,
+      adopted: true,
+      servesHttp: f.file.servesHttp,
+      watch: f.file.watch ?? legacyWatch(f.file),
+      drainRequested: f.file.drainRequested,
+      startedAtMs: f.file.createdAtMs,
+      logPath: shardLogPath(logDir, o.shardId),
+      statePath,
+    },
+    previous?.currentState,
+  );
+}

@@ -1,0 +1,151 @@
+import { errorMessage } from '../../../lib/errors.js';
+import { PROBE_TIMEOUT_MS, type ProbeResult, httpGet, probeHealth } from './http-probe.js';
+import type { PortOwnerCheck } from './port-owner-check.js';
+import { readCounters } from './read-counter.js';
+import { readGauges } from './read-gauge.js';
+import { StallDetector, type StallVerdict } from './stall-detector.js';
+
+/** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
+export const UNHEALTHY_AFTER_FAILURES = 3;
+/**
+ * Time between /health probes while a shard is UNHEALTHY for failed probes:
+ * its recovery must reach the control plane in about 100 ms (issue 18), not
+ * a full health interval later. Only then: a READY shard keeps the
+ * configured interval, and a stalled one too (its /health answers all along;
+ * only /metrics, far larger, would tell, and it is read at the interval).
+ */
+export const UNHEALTHY_PROBE_INTERVAL_MS = 50;
+
+/** The one health judgement of a tick: what the shard should be, and why (ShardStatus.error when unhealthy). */
+export interface HealthVerdict {
+  healthy: boolean;
+  /** 'probes': /health failed UNHEALTHY_AFTER_FAILURES times in a row; 'stalled': requests running, no token. */
+  cause: 'probes' | 'stalled' | undefined;
+  why: string;
+}
+
+/** The series stall detection reads; both lists must name some, or only /health is judged. */
+export interface StallWatch {
+  runningGauges: readonly string[];
+  progressCounters: readonly string[];
+  /** supervisor.stall_timeout; 0 turns stall detection off. */
+  stallTimeoutMs: number;
+}
+
+/** Limit of one health probe: the engine's own when it needs more (SGLang), else never longer than an interval, so one hung probe cannot hide the next ones. */
+export function healthProbeTimeoutMs(intervalMs: number, engineMinimumMs = 0): number {
+  return engineMinimumMs > 0 ? engineMinimumMs : Math.min(PROBE_TIMEOUT_MS, Math.max(500, intervalMs));
+}
+
+/**
+ * Every `intervalMs` (UNHEALTHY_PROBE_INTERVAL_MS while failed probes keep
+ * it unhealthy) until `signal` aborts: probes `baseUrl`/health, when its
+ * port is the engine's (`portOwner`), and,
+ * when `stall` names the engine's series and /health answered, reads
+ * /metrics into one StallDetector; then calls `onVerdict` with the one
+ * verdict of that tick. Probe failures come first: an engine that does not
+ * answer /health cannot be judged by its metrics.
+ *
+ * A hung NCCL collective keeps the pid alive, so only a probe sees it; a
+ * deadlocked scheduler keeps /health at 200 too (vLLM 52319, 39863, 11996),
+ * so only the token counter sees that.
+ *
+ * A tick that learns nothing new (one or two probe misses, a /metrics read
+ * that failed) repeats the last verdict rather than calling the engine
+ * healthy: otherwise a stalled engine with one slow probe would flap to
+ * READY and back, and the control plane would see it recover.
+ */
+export function watchHealth(opts: {
+  baseUrl: string;
+  intervalMs: number;
+  signal: AbortSignal;
+  /** The engine's health path; /health when not said. */
+  healthPath?: string;
+  /** The engine's least probe limit (EngineWatch.probeTimeoutMs); 0 or absent: derived from the interval. */
+  probeTimeoutMs?: number;
+  stall?: StallWatch;
+  /** Who listens on the port: an answer from a socket not the engine's is a failed probe, and is never asked for. */
+  portOwner?: PortOwnerCheck;
+  onVerdict: (v: HealthVerdict) => void;
+}): void {
+  const { baseUrl, intervalMs, signal, stall, portOwner, healthPath } = opts;
+  const timeoutMs = healthProbeTimeoutMs(intervalMs, opts.probeTimeoutMs);
+  const detector =
+    stall && stall.stallTimeoutMs > 0 && stall.runningGauges.length > 0 && stall.progressCounters.length > 0
+      ? new StallDetector({ stallTimeoutMs: stall.stallTimeoutMs })
+      : undefined;
+  let failures = 0;
+  let last: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
+  let timer: NodeJS.Timeout | undefined;
+
+  /** Whether the last probe reached the engine's own socket: only then may its /metrics be read. */
+  let reachedEngine = false;
+  const probe = async (): Promise<ProbeResult> => {
+    reachedEngine = false;
+    const owner = await portOwner?.();
+    // Nothing listening is what a refused connection says, learnt without one.
+    if (owner?.owner === 'nobody') return { ok: false, loading: false, reason: 'nothing listens on the port' };
+    if (owner?.owner === 'other') return { ok: false, loading: false, reason: owner.reason };
+    reachedEngine = true;
+    return probeHealth(baseUrl, { timeoutMs, signal, healthPath });
+  };
+
+  /** The stall detector's verdict on the engine's /metrics now; undefined when there is none to read. */
+  const readStall = async (): Promise<StallVerdict | undefined> => {
+    if (!detector || !stall) return undefined;
+    let text: string;
+    try {
+      const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs, signal });
+      if (r.status !== 200) return undefined;
+      text = r.body;
+    } catch {
+      return undefined;
+    }
+    return detector.observe({
+      atMs: performance.now(),
+      requestsRunning: readGauges(text, stall.runningGauges),
+      progress: readCounters(text, stall.progressCounters),
+    });
+  };
+
+  const judge = async (): Promise<HealthVerdict> => {
+    const result = await probe().catch((err: unknown) => ({
+      ok: false as const,
+      loading: false,
+      reason: errorMessage(err),
+    }));
+    if (!result.ok) {
+      failures++;
+      // A health check that is a generation (SGLang's /health_generate) hangs
+      // with a stalled engine, whose /metrics still answers: that says why,
+      // where "probes failed" would not.
+      const v = reachedEngine ? await readStall() : undefined;
+      if (v?.state === 'stalled') return { healthy: false, cause: 'stalled', why: v.reason };
+      if (failures >= UNHEALTHY_AFTER_FAILURES) {
+        return { healthy: false, cause: 'probes', why: `${failures} health probes failed in a row: ${result.reason}` };
+      }
+      return last;
+    }
+    const wasFailing = last.cause === 'probes';
+    failures = 0;
+    if (!detector || !stall) return { healthy: true, cause: undefined, why: wasFailing ? '/health answers again' : 'answers /health' };
+    const v = await readStall();
+    if (v === undefined) return wasFailing ? { healthy: true, cause: undefined, why: '/health answers again' } : last;
+    if (v.state === 'stalled') return { healthy: false, cause: 'stalled', why: v.reason };
+    const again = last.cause === 'stalled' ? `generating again (${v.reason})` : wasFailing ? '/health answers again' : v.reason;
+    return { healthy: true, cause: undefined, why: again };
+  };
+
+  const tick = async () => {
+    const v = await judge();
+    if (signal.aborted) return;
+    last = v;
+    opts.onVerdict(v);
+    if (signal.aborted) return;
+    timer = setTimeout(tick, v.cause === 'probes' ? Math.min(intervalMs, UNHEALTHY_PROBE_INTERVAL_MS) : intervalMs);
+    timer.unref();
+  };
+  timer = setTimeout(tick, intervalMs);
+  timer.unref();
+  signal.addEventListener('abort', () => clearTimeout(timer), { once: true });
+}

@@ -1,0 +1,413 @@
+import type { Launcher } from '../../config/agent-config.js';
+import { servedModelName } from '../../engines/shard-launch.js';
+import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { formatDuration } from '../../../lib/duration.js';
+import { errorMessage, failure } from '../../../lib/errors.js';
+import { isTerminal } from '../../../lib/shard-states.js';
+import type { DeathInfo } from '../launch/death-watch.js';
+import type { EngineFence } from '../launch/end-engine.js';
+import { EngineProcess } from '../launch/engine-process.js';
+import { awaitReadiness } from '../probes/await-readiness.js';
+import { exitCodeOf } from '../launch/exit-status.js';
+import { explainEngineExit } from './explain-engine-exit.js';
+import { type HealthVerdict, watchHealth } from '../probes/health-watch.js';
+import type { EngineWatch } from '../../../lib/engine-watch.js';
+import { judgeDeath } from './judge-death.js';
+import { judgeDrain } from './judge-drain.js';
+import { judgeSettleStart, judgeSettleWake } from './judge-settle.js';
+import { type PortOwnerCheck, portOwnerCheck } from '../probes/port-owner-check.js';
+import { readInFlight } from '../probes/read-in-flight.js';
+import { readLastOutput } from './read-last-output.js';
+import { recordShardFailure } from './record-shard-failure.js';
+import type { RunnerEngine } from './runner-engine.js';
+import { DEFAULT_STARTUP_TIMEOUT_MS, type SettleOptions } from './settle-options.js';
+import { ShardFailedError } from './shard-failed-error.js';
+import { shardFailureRecord } from './shard-failure-record.js';
+import { type HealthChange, ShardHealth } from './shard-health.js';
+import type { ShardRunnerContext } from './shard-runner-context.js';
+import type { ShardSnapshot } from './shard-snapshot.js';
+import { isTransitionAllowed, stateName } from './shard-transitions.js';
+import { StateFileWriter } from './state-file-writer.js';
+import { stopShardEngine } from './stop-shard-engine.js';
+
+// Where they were first defined: callers import them from here.
+export type { RunnerEngine } from './runner-engine.js';
+export type { ShardRunnerContext } from './shard-runner-context.js';
+export { DEFAULT_STARTUP_TIMEOUT_MS, type SettleOptions } from './settle-options.js';
+
+const S = ShardState;
+
+/** SIGTERM to SIGKILL for what survives a dead engine leader: its work is lost already. */
+export const LEFTOVER_GRACE_MS = 2000;
+
+/**
+ * Owns one shard's life: readiness, the health watch after READY, death,
+ * drain and stop. Every timer, probe and wait hangs off its own signal.
+ *
+ * Two scopes end it, and they must not be confused (Nomad's task runner
+ * keeps the same two). detach() is the agent going away or the runner being
+ * replaced: watching stops, the engine keeps serving. stop() is the shard
+ * being stopped: its whole process group is terminated.
+ */
+export class ShardRunner {
+  readonly shardId: string;
+  readonly replicaId: string;
+  readonly spec: StartShard;
+  readonly pid: number;
+  readonly pgid: number;
+  readonly adopted: boolean;
+  readonly servesHttp: boolean;
+  readonly logPath: string;
+  readonly statePath: string;
+  readonly startedAtMs: number;
+  private state: ShardState;
+  private error = '';
+  private exitCode: number | null = null;
+  private signal: NodeJS.Signals | null = null;
+  private lastOutput: string[] = [];
+  /** The engine process is gone (its group may not be). */
+  private dead = false;
+  private readonly engine: EngineProcess;
+  private readonly launcher: Launcher;
+  /** How the rank is probed, and its series: in flight for a drain, running and progress for stall detection. */
+  private readonly watch: EngineWatch;
+  /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
+  private drainRequested: boolean;
+  private readonly stateFile: StateFileWriter;
+  private healthWatched = false;
+  private readonly health = new ShardHealth();
+  /** Where the rank serves, derived once: nothing above the runner builds it again. */
+  private readonly baseUrl: string | undefined;
+  private readonly servedModelName: string;
+  /** Who listens on the rank's port: only the engine's own socket is probed (review finding 2). */
+  private readonly portOwner: PortOwnerCheck | undefined;
+  /** Who held the port while the shard was STARTING, as its status said, until it was gone (onSquatted). */
+  private squatter: string | undefined;
+  /** detach(): ends every wait, probe and watch of this shard; touches no process. */
+  private readonly life = new AbortController();
+  /** Aborted when the shard leaves STARTING, so a readiness wait wakes at once. */
+  private readonly leftStarting = new AbortController();
+  /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
+  private readonly serving = new AbortController();
+  private stopping: Promise<ShardSnapshot> | undefined;
+  constructor(
+    private readonly ctx: ShardRunnerContext,
+    engine: RunnerEngine,
+    /** The state of the runner this one replaces (a relaunch), so the first transition is checked from it. */
+    previousState: ShardState = S.UNSPECIFIED,
+  ) {
+    this.shardId = engine.spec.shardId;
+    ({ replicaId: this.replicaId, spec: this.spec, pid: this.pid, pgid: this.pgid, adopted: this.adopted } = engine);
+    ({ servesHttp: this.servesHttp, startedAtMs: this.startedAtMs, logPath: this.logPath, statePath: this.statePath } = engine);
+    this.engine = new EngineProcess({ pid: engine.pid, pgid: engine.pgid, identity: engine.identity, child: engine.child }, engine.unit);
+    this.launcher = engine.launcher ?? 'direct';
+    this.watch = engine.watch;
+    this.drainRequested = engine.drainRequested ?? false;
+    this.stateFile = new StateFileWriter(engine.statePath, engine.spec.shardId, ctx.log);
+    this.state = previousState;
+    // The API rank's port, or a worker rank's own /health port (SGLang's); none: judged by staying alive.
+    this.baseUrl = engine.watch.healthPort > 0 ? `http://127.0.0.1:${engine.watch.healthPort}` : undefined;
+    this.servedModelName = servedModelName(engine.spec);
+    const { pid, pgid, unit } = engine;
+    this.portOwner = this.baseUrl ? portOwnerCheck({ port: engine.watch.healthPort, pid, pgid, unit }) : undefined;
+    this.life.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
+  }
+
+  /** Whether the engine's leader may still run. */
+  get running(): boolean {
+    return !this.dead;
+  }
+
+  get currentState(): ShardState {
+    return this.state;
+  }
+
+  /**
+   * Enters STARTING and starts watching for the engine's death. Called once
+   * the engine is recorded on disk and in the registry: a death before that
+   * is seen here, since a child's exit status stays readable on it.
+   */
+  begin(why: string): void {
+    this.transition(S.STARTING, why);
+    this.engine.watchDeath(this.life.signal, (info) => void this.onDeath(info));
+  }
+
+  snapshot(): ShardSnapshot {
+    return {
+      shardId: this.shardId,
+      replicaId: this.replicaId,
+      spec: this.spec,
+      state: this.state,
+      pid: this.pid,
+      adopted: this.adopted,
+      servesHttp: this.servesHttp,
+      error: this.error,
+      exitCode: this.exitCode,
+      signal: this.signal,
+      lastOutput: [...this.lastOutput],
+      startedAtMs: this.startedAtMs,
+      logPath: this.logPath,
+      running: !this.dead,
+      drainRequested: this.drainRequested,
+      launcher: this.launcher,
+      unit: this.engine.unit?.name ?? '',
+    };
+  }
+
+  /**
+   * The one place the shard changes state: validated against the allowed
+   * transitions, logged with the shard's fields, and told. A refused
+   * transition is a bug and throws.
+   */
+  private transition(to: ShardState, why: string): void {
+    const from = this.state;
+    if (!isTransitionAllowed(from, to)) {
+      throw new Error(`shard ${this.shardId}: transition ${stateName(from)} → ${stateName(to)} is not allowed (${why})`);
+    }
+    this.state = to;
+    if (from === S.STARTING) this.leftStarting.abort();
+    const fields = { shard: this.shardId, replica: this.replicaId, pid: this.pid, from: stateName(from), to: stateName(to), why };
+    if (to === S.FAILED || to === S.UNHEALTHY) this.ctx.log.warn(fields, 'shard state changed');
+    else this.ctx.log.info(fields, 'shard state changed');
+    try {
+      this.ctx.onTransition({ shard: this.snapshot(), from, to });
+    } catch (err) {
+      // A listener's bug must not leave the shard half-way through a change
+      // (an exit handled, a timer not cleared).
+      this.ctx.log.error({ shard: this.shardId, err: errorMessage(err) }, 'a transition listener threw');
+    }
+  }
+
+  /**
+   * Brings the shard from STARTING to READY, by the same path for a fresh
+   * launch and an adopted engine: a rank that serves HTTP must answer
+   * /health and list its served model; a worker must stay alive for the
+   * settle time. Throws ShardFailedError when it cannot become ready. An
+   * engine that will not answer is reported FAILED and left running: the
+   * control plane owns the decision to stop it, and stop() (or a new start
+   * of this id) takes its whole group down.
+   */
+  async settle(opts: SettleOptions): Promise<void> {
+    const start = judgeSettleStart(this.shardId, this.state);
+    if (start === 'serving') return;
+    if (start === 'failed') throw this.failedError();
+    const wake = AbortSignal.any([this.life.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
+    const outcome = await awaitReadiness({
+      baseUrl: this.baseUrl,
+      servedModelName: this.servedModelName,
+      watch: this.watch,
+      settleMs: opts.settleMs ?? this.ctx.config.workerSettleMs,
+      timeoutMs: opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,
+      signal: wake,
+      portOwner: this.portOwner,
+      onWaiting: (squatted) => this.onSquatted(squatted),
+    });
+    opts.signal?.throwIfAborted();
+    if (judgeSettleWake(this.shardId, this.state, this.life.signal.aborted) === 'failed') throw this.failedError();
+    if (outcome.ready) {
+      this.becomeReady(outcome.why);
+      return;
+    }
+    this.error = outcome.message;
+    this.lastOutput = await readLastOutput(this.logPath);
+    if (this.state === S.STARTING) this.transition(S.FAILED, outcome.message);
+    throw this.failedError();
+  }
+
+  /** A process not the engine's holds the port while it starts: status and log say who, until it is gone. */
+  private onSquatted(squatted: string | undefined): void {
+    // Dead: onDeath is writing the FAILED reason, which names the squatter itself.
+    if (this.state !== S.STARTING || this.dead) return;
+    this.squatter = squatted;
+    this.error = squatted ?? '';
+    if (squatted) this.ctx.log.warn({ shard: this.shardId, replica: this.replicaId, pid: this.pid, why: squatted }, 'shard not ready: its port is not the engine\'s');
+    // The control plane hears it too: a replica stuck STARTING for a reason an operator can act on.
+    this.ctx.onStatus(this.snapshot());
+  }
+
+  private becomeReady(why: string): void {
+    // A drain that survived the agent: READY first would tell the control
+    // plane to send traffic back to an engine an operator is emptying.
+    if (this.drainRequested) this.transition(S.DRAINING, `${why}; drained before the agent restarted`);
+    else this.transition(S.READY, why);
+    this.watchHealth();
+  }
+
+  /**
+   * The health watch of a serving rank: /health, and stall detection when
+   * the engine names its metrics. UNHEALTHY is reported, not acted on:
+   * killing here would race the control plane, which owns the decision to
+   * replace an engine (a stalled one included).
+   */
+  private watchHealth(): void {
+    if (!this.baseUrl || this.life.signal.aborted || this.healthWatched) return;
+    this.healthWatched = true;
+    const { healthIntervalMs: intervalMs, stallTimeoutMs } = this.ctx.config;
+    const { healthPath, probeTimeoutMs, runningGauges, progressCounters } = this.watch;
+    const stall = { runningGauges, progressCounters, stallTimeoutMs };
+    const portOwner = this.portOwner;
+    watchHealth({
+      baseUrl: this.baseUrl,
+      intervalMs,
+      healthPath,
+      probeTimeoutMs,
+      signal: this.serving.signal,
+      stall,
+      portOwner,
+      onVerdict: (v) => this.applyHealth(v),
+    });
+    this.apply(this.health.serving());
+  }
+
+  /** One of the shard's GPUs has a fault (ShardHealth.markFault); the engine is not touched. */
+  markGpuFault(reason: string): void {
+    this.apply(this.health.markFault(reason, this.state));
+  }
+
+  /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
+  clearGpuFault(): void {
+    this.apply(this.health.clearFault(this.state, this.error));
+  }
+
+  private applyHealth(v: HealthVerdict): void {
+    // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.
+    this.ctx.log.debug({ shard: this.shardId, replica: this.replicaId, healthy: v.healthy, why: v.why }, 'health probe verdict');
+    this.apply(this.health.judge(v, this.state));
+  }
+
+  /** Carries out what the health judgement decided, through the one transition function. */
+  private apply(change: HealthChange | undefined): void {
+    if (change?.error !== undefined) this.error = change.error;
+    if (change?.to !== undefined) this.transition(change.to, change.why);
+  }
+
+  private failedError(): ShardFailedError {
+    const details = { exitCode: this.exitCode, signal: this.signal, lastOutput: this.lastOutput };
+    return new ShardFailedError(this.shardId, `shard ${this.shardId}: ${this.error || stateName(this.state)}`, details);
+  }
+
+  /** Carries out what a death means (judgeDeath), judged again after each await: the state may change meanwhile. */
+  private async onDeath(info: DeathInfo): Promise<void> {
+    if (this.dead || this.life.signal.aborted) return;
+    this.dead = true;
+    this.serving.abort();
+    if (info.known) {
+      this.signal = info.signal;
+      this.exitCode = exitCodeOf(info.code, info.signal);
+    }
+    // Read before the state changes, so the report carries the engine's own last words.
+    const lastOutput = await readLastOutput(this.logPath);
+    if (this.life.signal.aborted) return;
+    if (judgeDeath(this.state, info).reap) {
+      const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
+      await this.engine.reapLeftovers({ graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
+    }
+    if (this.life.signal.aborted) return;
+    const verdict = judgeDeath(this.state, info);
+    if (verdict.to === undefined || verdict.error === undefined) return;
+    // An engine that refused its command line says so in its last line, not in its exit code.
+    const why = this.state === S.STARTING ? explainEngineExit(lastOutput) : undefined;
+    const squatter = this.state === S.STARTING ? await this.squatterAtDeath() : undefined;
+    if (this.life.signal.aborted) return;
+    const error = [verdict.error, squatter, why].filter((part) => part !== undefined).join(': ');
+    this.error = error;
+    this.lastOutput = lastOutput;
+    if (verdict.record) {
+      const opts = { logDir: this.ctx.config.logDir, logPath: this.logPath, log: this.ctx.log };
+      await recordShardFailure(opts, shardFailureRecord(this.snapshot(), new Date()));
+    }
+    // The record took a moment: a stop may have begun meanwhile.
+    if (this.life.signal.aborted || judgeDeath(this.state, info).error !== verdict.error) return;
+    this.transition(verdict.to, error);
+  }
+
+  /**
+   * Who holds the port of an engine that died while STARTING, when not the
+   * engine: vLLM and SGLang exit 1 when their bind or listen finds the port
+   * taken (uvicorn logs the errno and exits), and "exited with code 1" alone
+   * sent operators to the engine's log to find the squatter the agent had
+   * already seen (review N7). Asked after the reap, so no process of the
+   * engine's is left to hold it; the squatter last seen while STARTING
+   * answers for one that left between the engine's failed bind and now.
+   */
+  private async squatterAtDeath(): Promise<string | undefined> {
+    const owner = await this.portOwner?.().catch(() => undefined);
+    return owner?.owner === 'other' ? owner.reason : this.squatter;
+  }
+
+  /** What ends everything of this engine: its unit's cgroup, or its process group. */
+  fence(): EngineFence {
+    return this.engine.fence();
+  }
+
+  /** Terminates the whole process group (SIGTERM, `graceMs`, SIGKILL); concurrent calls share one stop. */
+  stop(opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<ShardSnapshot> {
+    this.stopping ??= this.doStop(opts).finally(() => {
+      this.stopping = undefined;
+    });
+    return this.stopping;
+  }
+
+  private async doStop(opts: { graceMs?: number; signal?: AbortSignal }): Promise<ShardSnapshot> {
+    const graceMs = opts.graceMs ?? this.ctx.config.stopGraceMs;
+    if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, `stop requested (grace ${formatDuration(graceMs)})`);
+    this.serving.abort();
+    const log = this.ctx.log.child({ shard: this.shardId, pid: this.pid });
+    const stopped = await stopShardEngine(this.engine, { graceMs, signal: opts.signal, log, deathSeen: () => this.dead });
+    if (stopped.exit && !this.dead) {
+      this.signal = stopped.exit.signal;
+      this.exitCode = exitCodeOf(stopped.exit.code, stopped.exit.signal);
+    }
+    // Gone either way: terminated, or its pid names another process now.
+    this.dead = true;
+    this.detach();
+    // Gone from disk before STOPPED is announced: whoever hears STOPPED may
+    // rely on nothing of the shard being left, here or after a restart.
+    await this.stateFile.remove();
+    if (this.state === S.STOPPING) this.transition(S.STOPPED, stopped.why);
+    return this.snapshot();
+  }
+
+  /**
+   * READY or UNHEALTHY → DRAINING (the control plane routes elsewhere); a
+   * repeat is a no-op. The drain is recorded in the state file before this
+   * resolves, so an agent restart (kill -9 included) brings the shard back
+   * DRAINING: it once came back READY, and traffic returned to an engine
+   * being emptied for maintenance.
+   */
+  async drain(): Promise<ShardSnapshot> {
+    const step = judgeDrain(this.shardId, this.state, false);
+    if (step.to !== undefined) {
+      this.drainRequested = true;
+      this.transition(step.to, step.why);
+    }
+    await this.stateFile.recordDrain(true);
+    return this.snapshot();
+  }
+
+  /**
+   * Undoes a drain: DRAINING → READY (reported, so the control plane routes
+   * to it again), then UNHEALTHY at once if the health watch found the
+   * engine bad while it drained. Throws for a shard that is not DRAINING.
+   */
+  async cancelDrain(): Promise<ShardSnapshot> {
+    const step = judgeDrain(this.shardId, this.state, true);
+    this.drainRequested = false;
+    this.error = '';
+    if (step.to !== undefined) this.transition(step.to, step.why);
+    this.applyHealth(this.health.lastVerdict);
+    await this.stateFile.recordDrain(false);
+    return this.snapshot();
+  }
+
+  /** Requests the engine holds, running and waiting, from the engine's own gauges; undefined when it cannot tell. */
+  async inFlight(): Promise<number | undefined> {
+    if (!this.baseUrl || this.watch.inFlightGauges.length === 0) return undefined;
+    return readInFlight(this.baseUrl, this.watch.inFlightGauges, this.life.signal, this.portOwner);
+  }
+
+  /** The agent going away, or this runner replaced: every watch and wait ends; no process is touched. */
+  detach(): void {
+    this.life.abort(failure('the supervisor is closed'));
+  }
+}

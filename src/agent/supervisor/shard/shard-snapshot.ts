@@ -1,0 +1,47 @@
+import type { ShardState, StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+
+/** A copy of one supervised shard as it is now; changing it changes nothing. */
+export interface ShardSnapshot {
+  shardId: string;
+  replicaId: string;
+  spec: StartShard;
+  state: ShardState;
+  /** Process group leader; the group id equals it for both launchers. */
+  pid: number;
+  /** Taken over from a previous agent: not our child, so its exit status is unknown unless its systemd unit recorded it. */
+  adopted: boolean;
+  servesHttp: boolean;
+  /** Why the shard failed or exited; empty otherwise. */
+  error: string;
+  /** 128+n when killed by signal n, as a shell reports it. */
+  exitCode: number | null;
+  /** Signal name, e.g. 'SIGKILL'. */
+  signal: string | null;
+  /** Last log lines, filled when the shard becomes FAILED or EXITED. */
+  lastOutput: string[];
+  startedAtMs: number;
+  logPath: string;
+  /**
+   * The engine may still be running: false once its leader was seen gone or
+   * a stop finished. A FAILED shard can still be running (not ready within
+   * its startup timeout, left for the control plane to stop), and until it
+   * is stopped it holds its GPUs.
+   */
+  running: boolean;
+  /**
+   * Drained (here, or before an agent restart, from the state file) and not
+   * cancelled. An adopted shard still settling is reported DRAINING in
+   * Register on its strength: traffic must not return to it.
+   */
+  drainRequested?: boolean;
+  /** direct or systemd-run. */
+  launcher?: string;
+  /** The engine's systemd unit (llmgw-shard-<id>.service); '' with the direct launcher. */
+  unit?: string;
+}
+
+export interface ShardTransition {
+  shard: ShardSnapshot;
+  from: ShardState;
+  to: ShardState;
+}

@@ -1,0 +1,57 @@
+import { errorMessage } from '../../../lib/errors.js';
+import { removeStateFile, updateStateFile } from '../../../lib/files/state-file.js';
+import type { Logger } from '../../../lib/logger.js';
+
+/**
+ * The changes a runner makes to its shard's state file, one at a time, so
+ * the last request is the one on disk. Failures are logged, never thrown
+ * (each method says why).
+ */
+export class StateFileWriter {
+  private persisting: Promise<void> = Promise.resolve();
+
+  constructor(
+    private readonly statePath: string,
+    private readonly shardId: string,
+    private readonly log: Logger,
+  ) {}
+
+  /**
+   * Records a drain or its cancellation. A failure is logged, not thrown:
+   * the drain holds in memory (refusing it would keep traffic on an engine
+   * an operator is taking away); only an agent restart would forget it.
+   */
+  recordDrain(drainRequested: boolean): Promise<void> {
+    this.persisting = this.persisting.then(async () => {
+      try {
+        await updateStateFile(this.statePath, this.shardId, { drainRequested });
+      } catch (err) {
+        this.log.warn(
+          { shard: this.shardId, file: this.statePath, err: errorMessage(err) },
+          drainRequested
+            ? 'shard is DRAINING but the drain could not be recorded; an agent restart would bring it back READY'
+            : 'drain cancelled but the state file still records it; an agent restart would bring it back DRAINING',
+        );
+      }
+    });
+    return this.persisting;
+  }
+
+  /**
+   * Removes the state file of an engine that is gone. Failing to is logged,
+   * not thrown: the engine is stopped whatever the disk says, and a stale
+   * file names a process that no longer matches its identity, which the next
+   * agent start judges dead and cleans. Throwing here once turned a
+   * successful stop on a read-only state directory into "stop failed" after
+   * STOPPED had been reported (found by the fault campaign).
+   */
+  async remove(): Promise<void> {
+    // A drain being recorded would otherwise write the file back after it is gone.
+    await this.persisting;
+    try {
+      await removeStateFile(this.statePath);
+    } catch (err) {
+      this.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err) }, 'engine is gone but its state file could not be removed');
+    }
+  }
+}

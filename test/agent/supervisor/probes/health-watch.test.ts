@@ -1,0 +1,151 @@
+import { type Server, createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { afterEach, describe, expect, it } from 'vitest';
+import { type HealthVerdict, UNHEALTHY_AFTER_FAILURES, watchHealth } from '../../../../src/agent/supervisor/probes/health-watch.js';
+import type { PortOwner } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
+import { until } from '../../../helpers/engine-processes.js';
+
+const servers: Server[] = [];
+const aborts: AbortController[] = [];
+afterEach(() => {
+  for (const a of aborts.splice(0)) a.abort();
+  for (const s of servers.splice(0)) s.close();
+});
+
+/** A real engine endpoint whose /health status and /metrics series the test sets. */
+async function engineServer() {
+  const state = { status: 200, probes: 0, metricsReads: 0, running: 0, tokens: 0, metricsStatus: 200 };
+  const server = createServer((req, res) => {
+    if (req.url === '/metrics') {
+      state.metricsReads++;
+      res.writeHead(state.metricsStatus, { 'content-type': 'text/plain' });
+      res.end(`# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} ${state.running}\nvllm:generation_tokens_total{model_name="m"} ${state.tokens}\n`);
+      return;
+    }
+    state.probes++;
+    res.writeHead(state.status).end();
+  });
+  servers.push(server);
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return { state, baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+const stall = (stallTimeoutMs: number) => ({
+  runningGauges: ['vllm:num_requests_running'],
+  progressCounters: ['vllm:generation_tokens_total'],
+  stallTimeoutMs,
+});
+
+function watch(baseUrl: string, opts: { stallTimeoutMs?: number; intervalMs?: number; owner?: () => PortOwner } = {}) {
+  const ac = new AbortController();
+  aborts.push(ac);
+  const verdicts: HealthVerdict[] = [];
+  watchHealth({
+    baseUrl,
+    intervalMs: opts.intervalMs ?? 50,
+    signal: ac.signal,
+    portOwner: opts.owner ? async () => (opts.owner as () => PortOwner)() : undefined,
+    stall: opts.stallTimeoutMs === undefined ? undefined : stall(opts.stallTimeoutMs),
+    onVerdict: (v) => verdicts.push(v),
+  });
+  return { verdicts, ac, last: () => verdicts.at(-1) };
+}
+
+describe('watchHealth', () => {
+  it(`calls an engine unhealthy after ${UNHEALTHY_AFTER_FAILURES} failed probes in a row, and healthy again when it answers`, async () => {
+    const { state, baseUrl } = await engineServer();
+    const w = watch(baseUrl);
+    await until(() => w.verdicts.length >= 3, 'three verdicts');
+    expect(w.verdicts.every((v) => v.healthy)).toBe(true);
+    state.status = 503;
+    await until(() => w.last()?.healthy === false, 'the unhealthy verdict');
+    expect(w.last()).toMatchObject({ cause: 'probes', why: expect.stringMatching(/^3 health probes failed in a row: GET \/health answered 503$/) });
+    // Two misses are noise: the verdicts right after the first 503s stayed healthy.
+    const firstBad = w.verdicts.findIndex((v) => !v.healthy);
+    expect(w.verdicts.slice(firstBad - 2, firstBad).every((v) => v.healthy)).toBe(true);
+    state.status = 200;
+    await until(() => w.last()?.healthy === true, 'the healthy-again verdict');
+    expect(w.last()?.why).toBe('/health answers again');
+  });
+
+  it('calls an engine with requests running and a flat token counter stalled, and healthy again when tokens move', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.running = 3;
+    state.tokens = 100;
+    const w = watch(baseUrl, { stallTimeoutMs: 300 });
+    await until(() => w.last()?.cause === 'stalled', 'the stalled verdict');
+    expect(w.last()?.healthy).toBe(false);
+    expect(w.last()?.why).toMatch(/^stalled: 3 requests running, no token generated for \d+ s$/);
+    state.tokens = 101;
+    await until(() => w.last()?.healthy === true, 'the generating-again verdict');
+    expect(w.last()?.why).toMatch(/^generating again \(3 requests running, tokens generated\)$/);
+  });
+
+  it('never calls an idle engine stalled, however long its counter is flat', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.tokens = 7;
+    const w = watch(baseUrl, { stallTimeoutMs: 100 });
+    await until(() => state.metricsReads >= 10, 'ten metrics reads');
+    expect(w.verdicts.every((v) => v.healthy)).toBe(true);
+  });
+
+  it('keeps a stalled verdict through a failed metrics read rather than calling the engine healthy', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.running = 2;
+    const w = watch(baseUrl, { stallTimeoutMs: 200 });
+    await until(() => w.last()?.cause === 'stalled', 'the stalled verdict');
+    state.metricsStatus = 500;
+    const reads = state.metricsReads;
+    await until(() => state.metricsReads >= reads + 3, 'three failed metrics reads');
+    expect(w.last()?.cause).toBe('stalled');
+  });
+
+  it('reads no metrics when stall detection is off (stall_timeout 0s)', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.running = 3;
+    const w = watch(baseUrl, { stallTimeoutMs: 0 });
+    await until(() => state.probes >= 5, 'five probes');
+    expect(state.metricsReads).toBe(0);
+    expect(w.verdicts.every((v) => v.healthy)).toBe(true);
+  });
+
+  it('stops probing when its signal aborts', async () => {
+    const { state, baseUrl } = await engineServer();
+    const w = watch(baseUrl);
+    await until(() => state.probes >= 2, 'two probes');
+    w.ac.abort();
+    await new Promise((r) => setTimeout(r, 150));
+    const after = state.probes;
+    await new Promise((r) => setTimeout(r, 300));
+    expect(state.probes).toBe(after);
+  });
+
+  it('probes an UNHEALTHY engine every 50 ms, so its recovery is seen at once, and a healthy one at its interval', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.status = 503;
+    // 400 ms apart: the three misses take a little over a second.
+    const w = watch(baseUrl, { intervalMs: 400 });
+    await until(() => w.last()?.healthy === false, 'the unhealthy verdict');
+    // Twenty probes at the 400 ms interval would take 8 s, beyond this wait's limit; at 50 ms, one second.
+    const atUnhealthy = state.probes;
+    await until(() => state.probes >= atUnhealthy + 20, 'twenty more probes while unhealthy', 5000);
+    state.status = 200;
+    await until(() => w.last()?.healthy === true, 'the healthy-again verdict');
+    // Healthy again: back to the interval, so 1.2 s see at most four probes.
+    const atHealthy = state.probes;
+    await new Promise((r) => setTimeout(r, 1200));
+    expect(state.probes - atHealthy).toBeLessThanOrEqual(4);
+  });
+
+  it('never probes a port held by another process: that is a failed probe, with the squatter named', async () => {
+    const { state, baseUrl } = await engineServer();
+    let owner: PortOwner = { owner: 'other', pid: 4242, uid: 65534, reason: 'port 1 held by another process (pid 4242, uid 65534)' };
+    const w = watch(baseUrl, { owner: () => owner });
+    await until(() => w.last()?.healthy === false, 'the unhealthy verdict');
+    expect(w.last()?.why).toBe('3 health probes failed in a row: port 1 held by another process (pid 4242, uid 65534)');
+    expect(state.probes).toBe(0);
+    owner = { owner: 'engine' };
+    await until(() => w.last()?.healthy === true, 'the healthy-again verdict');
+    expect(state.probes).toBeGreaterThan(0);
+  });
+});

@@ -2,7 +2,7 @@ import { create } from '@bufbuild/protobuf';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type DrainProgress, DrainProgressSchema, type DrainResponse, DrainResponseSchema } from '../../gen/llmgw/v1/admin_pb.js';
 import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
-import { isTerminal } from '../supervisor/shard/shard-transitions.js';
+import { isTerminal } from '../../lib/shard-states.js';
 import type { AdminBackend } from './admin-backend.js';
 
 /** How often in-flight counts are read while a drain is waited for. */

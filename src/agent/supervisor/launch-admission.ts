@@ -1,5 +1,5 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import { failure } from '../../lib/errors.js';
+import { failure, LlmgwError } from '../../lib/errors.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { ShardRunner } from './shard/shard-runner.js';
 
@@ -147,5 +147,19 @@ export class LaunchAdmission {
   /** Wakes every launch waiting for a slot, so that each sees the registry closed. */
   wakeAll(): void {
     for (const wake of this.slotWaiters.splice(0)) wake();
+  }
+}
+
+/**
+ * A start that joined another start of the same shard id, which was refused.
+ * The first start's caller reports the refusal; this one has nothing to add,
+ * and a second FAILED report for one refusal would only be noise.
+ */
+export class RepeatedStartError extends LlmgwError {
+  readonly shardId: string;
+
+  constructor(shardId: string) {
+    super('failure', `shard ${shardId}: the start this repeat joined was refused`);
+    this.shardId = shardId;
   }
 }

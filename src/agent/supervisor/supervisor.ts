@@ -17,21 +17,22 @@ import { findOrphans } from './orphans/find-orphans.js';
 import { type KillOrphanOptions, killOrphan } from './orphans/kill-orphan.js';
 import { LaunchAdmission, type Reservations } from './launch-admission.js';
 import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePath } from './launch/launch-shard.js';
-import type { OrphanContext } from './orphans/orphan-context.js';
+import type { OrphanContext } from './orphans/find-orphans.js';
 import { reattachShard } from './orphans/reattach-shard.js';
-import { RepeatedStartError } from './repeated-start-error.js';
-import type { SettleOptions, ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
+import { RepeatedStartError } from './launch-admission.js';
+import type { SettleOptions } from './shard/shard-lifecycle.js';
+import type { ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
-import { stateName } from './shard/shard-transitions.js';
+import { stateName } from './shard/shard-lifecycle.js';
 
 // The contract's types, importable from here as well as from their own files.
 export type { Orphan } from '../../lib/process/orphan.js';
 export type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
 export type { ShardLaunch } from './launch/launch-shard.js';
-export type { SettleOptions } from './shard/shard-runner.js';
+export type { SettleOptions } from './shard/shard-lifecycle.js';
 export { ShardFailedError } from './shard/shard-failed-error.js';
-export { RepeatedStartError } from './repeated-start-error.js';
+export { RepeatedStartError } from './launch-admission.js';
 export { DEFAULT_MAX_CONCURRENT_LAUNCHES, MAX_PENDING_LAUNCHES, type Reservations } from './launch-admission.js';
 export { DEFAULT_LOG_RETENTION_BYTES, DEFAULT_LOG_RETENTION_MS, LOG_PRUNE_INTERVAL_MS } from './shard-log-housekeeping.js';
 

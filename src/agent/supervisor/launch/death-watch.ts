@@ -1,9 +1,10 @@
-import type { ChildProcess } from 'node:child_process';
 import { errorMessage } from '../../../lib/errors.js';
-import { type ProcessIdentity, checkIdentity } from '../../../lib/process/process-identity.js';
 import { watchPidExit } from '../../../lib/process/pidfd.js';
+import { checkIdentity, type ProcessIdentity } from '../../../lib/process/process-identity.js';
 import type { EngineUnit } from './engine-unit.js';
 import { readUnitExit } from './read-unit-exit.js';
+import type { ChildProcess } from 'node:child_process';
+import { constants as osConstants } from 'node:os';
 
 /** How often an adopted engine (not our child: no exit event) is checked for being gone. The issue's bound: at most every 500 ms. */
 export const IDENTITY_POLL_MS = 500;
@@ -104,3 +105,15 @@ export function watchDeath(opts: {
 
 /** Said once per agent, not once per adopted engine. */
 let unsupportedLogged = false;
+
+/** The exit code as a shell reports it: 128+n when killed by signal n. */
+export function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): number | null {
+  return code ?? (signal ? 128 + (osConstants.signals[signal] ?? 0) : null);
+}
+
+/** How the engine ended, as the shard's error says it ("exited with code 1", "was killed by SIGKILL", ...). */
+export function describeDeath(info: DeathInfo): string {
+  if (!info.known) return `is gone (${info.reason}; not a child of this agent, so its exit status is unknown)`;
+  const recorded = info.recordedBy ? ` (recorded by ${info.recordedBy})` : '';
+  return info.signal ? `was killed by ${info.signal}${recorded}` : `exited with code ${info.code}${recorded}`;
+}

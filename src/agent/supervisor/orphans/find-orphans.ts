@@ -1,8 +1,10 @@
 import { readStateFileSync } from '../../../lib/files/state-file.js';
+import type { Logger } from '../../../lib/logger.js';
 import { findRecordedShardIds, findShardLogWriters, judgeOrphan } from '../../../lib/process/judge-orphan.js';
 import type { Orphan } from '../../../lib/process/orphan.js';
+import type { EngineUids } from '../../../lib/process/process-table.js';
 import { shardStatePath } from '../../../lib/shard-layout.js';
-import type { OrphanContext } from './orphan-context.js';
+import type { SupervisorConfig } from '../../config/agent-config.js';
 import { judgeUnitOrphan } from './unit-orphan.js';
 
 /**
@@ -21,4 +23,14 @@ export async function findOrphans(ctx: OrphanContext, isSupervised: (shardId: st
     orphans.push(read.ok ? await judgeUnitOrphan(o, read.file, ctx.log) : o);
   }
   return orphans;
+}
+
+/** What finding and killing the engines a previous agent left needs of the registry. */
+export interface OrphanContext {
+  config: SupervisorConfig;
+  log: Logger;
+  /** Only their processes count as a shard's log writers. */
+  engineUids: EngineUids;
+  /** Signals an orphan's process group; process.kill(-pgid) when absent (see SupervisorOptions.signalOrphanGroup). */
+  signalOrphanGroup?: (pgid: number, sig: NodeJS.Signals) => void;
 }

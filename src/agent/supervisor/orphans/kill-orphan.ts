@@ -11,7 +11,7 @@ import { shardLogPath, shardStatePath } from '../../../lib/shard-layout.js';
 import { readUnitStatus } from '../../../lib/systemd/read-unit-status.js';
 import { isSameRun } from '../launch/engine-unit.js';
 import { shardEnvFilePath } from '../launch/launch-shard.js';
-import type { OrphanContext } from './orphan-context.js';
+import type { OrphanContext } from './find-orphans.js';
 import { stopEngineUnit } from '../launch/stop-engine-unit.js';
 
 export interface KillOrphanOptions {

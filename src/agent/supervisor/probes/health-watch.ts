@@ -1,7 +1,7 @@
 import { errorMessage } from '../../../lib/errors.js';
 import { PROBE_TIMEOUT_MS, type ProbeResult, httpGet, probeHealth } from './http-probe.js';
 import type { PortOwnerCheck } from './port-owner-check.js';
-import { readCounters } from './read-counter.js';
+import { readCounters } from './read-gauge.js';
 import { readGauges } from './read-gauge.js';
 import { StallDetector, type StallVerdict } from './stall-detector.js';
 

@@ -1,3 +1,6 @@
+import { httpGet, PROBE_TIMEOUT_MS } from './http-probe.js';
+import type { PortOwnerCheck } from './port-owner-check.js';
+
 /** One sample line of a series: its labels and value. */
 interface Sample {
   labels: Map<string, string>;
@@ -70,4 +73,44 @@ export function sumOver(names: readonly string[], read: (name: string) => number
 /** The sum of several gauges (running and waiting); undefined when the engine exports none of them. */
 export function readGauges(text: string, names: readonly string[]): number | undefined {
   return sumOver(names, (name) => readGauge(text, name));
+}
+
+/**
+ * The value of a counter in Prometheus text exposition, summed over its label
+ * sets (SGLang splits its token counters by `is_streaming` and `mode`, vLLM
+ * by engine and finished reason), or undefined when it is absent. `name` may
+ * be the counter's own name or its exposed sample name: prometheus_client
+ * exposes counter `x` as `x_total` (and `x_created`, which is a timestamp,
+ * never the count).
+ */
+export function readCounter(text: string, name: string): number | undefined {
+  if (name.endsWith('_total')) return readGauge(text, name);
+  return readGauge(text, `${name}_total`) ?? readGauge(text, name);
+}
+
+/**
+ * The sum of several counters, for progress: any change of it is work done.
+ * Undefined when the engine exports none of them (vLLM with
+ * --disable-log-stats, SGLang without --enable-metrics).
+ */
+export function readCounters(text: string, names: readonly string[]): number | undefined {
+  return sumOver(names, (name) => readCounter(text, name));
+}
+
+/**
+ * Requests the engine at `baseUrl` holds, running and waiting, from its own
+ * gauges `metrics` (summed); undefined when it cannot tell. A port held by
+ * another process (`portOwner`) cannot tell: a squatter's "0 in flight"
+ * would end a drain while the engine still serves.
+ */
+export async function readInFlight(baseUrl: string, metrics: readonly string[], signal: AbortSignal, portOwner?: PortOwnerCheck): Promise<number | undefined> {
+  if (metrics.length === 0) return undefined;
+  try {
+    const owner = await portOwner?.();
+    if (owner && owner.owner !== 'engine' && owner.owner !== 'unknown') return undefined;
+    const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs: PROBE_TIMEOUT_MS, signal });
+    return r.status === 200 ? readGauges(r.body, metrics) : undefined;
+  } catch {
+    return undefined;
+  }
 }

@@ -1,39 +1,28 @@
-import type { Launcher } from '../../config/agent-config.js';
-import { servedModelName } from '../../engines/shard-launch.js';
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../../lib/duration.js';
+import type { EngineWatch } from '../../../lib/engine-watch.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
+import type { Logger } from '../../../lib/logger.js';
 import { isTerminal } from '../../../lib/shard-states.js';
-import type { DeathInfo } from '../launch/death-watch.js';
+import type { Launcher, SupervisorConfig } from '../../config/agent-config.js';
+import { servedModelName } from '../../engines/shard-launch.js';
+import type { LauncherChoice } from '../launch/choose-launcher.js';
+import { type DeathInfo, exitCodeOf } from '../launch/death-watch.js';
 import type { EngineFence } from '../launch/end-engine.js';
 import { EngineProcess } from '../launch/engine-process.js';
 import { awaitReadiness } from '../probes/await-readiness.js';
-import { exitCodeOf } from '../launch/exit-status.js';
-import { explainEngineExit } from './explain-engine-exit.js';
 import { type HealthVerdict, watchHealth } from '../probes/health-watch.js';
-import type { EngineWatch } from '../../../lib/engine-watch.js';
-import { judgeDeath } from './judge-death.js';
-import { judgeDrain } from './judge-drain.js';
-import { judgeSettleStart, judgeSettleWake } from './judge-settle.js';
-import { type PortOwnerCheck, portOwnerCheck } from '../probes/port-owner-check.js';
-import { readInFlight } from '../probes/read-in-flight.js';
-import { readLastOutput } from './read-last-output.js';
-import { recordShardFailure } from './record-shard-failure.js';
+import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.js';
+import { readInFlight } from '../probes/read-gauge.js';
+import { explainEngineExit } from './explain-engine-exit.js';
 import type { RunnerEngine } from './runner-engine.js';
-import { DEFAULT_STARTUP_TIMEOUT_MS, type SettleOptions } from './settle-options.js';
 import { ShardFailedError } from './shard-failed-error.js';
-import { shardFailureRecord } from './shard-failure-record.js';
-import { type HealthChange, ShardHealth } from './shard-health.js';
-import type { ShardRunnerContext } from './shard-runner-context.js';
-import type { ShardSnapshot } from './shard-snapshot.js';
-import { isTransitionAllowed, stateName } from './shard-transitions.js';
+import { readLastOutput, recordShardFailure, shardFailureRecord } from './shard-failure.js';
+import { DEFAULT_STARTUP_TIMEOUT_MS, type HealthChange, isTransitionAllowed, judgeDeath, judgeDrain, judgeSettleStart, judgeSettleWake, type SettleOptions, ShardHealth, stateName } from './shard-lifecycle.js';
+import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
 
-// Where they were first defined: callers import them from here.
-export type { RunnerEngine } from './runner-engine.js';
-export type { ShardRunnerContext } from './shard-runner-context.js';
-export { DEFAULT_STARTUP_TIMEOUT_MS, type SettleOptions } from './settle-options.js';
 
 const S = ShardState;
 
@@ -410,4 +399,16 @@ export class ShardRunner {
   detach(): void {
     this.life.abort(failure('the supervisor is closed'));
   }
+}
+
+/** What every runner of one supervisor shares. */
+export interface ShardRunnerContext {
+  config: SupervisorConfig;
+  log: Logger;
+  /** Hears every transition of the shard, after it is made and logged. */
+  onTransition: (t: ShardTransition) => void;
+  /** Hears a change of what the shard's status says without a change of state (a squatter on a STARTING shard's port). */
+  onStatus: (shard: ShardSnapshot) => void;
+  /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
+  launcher?: () => Promise<LauncherChoice>;
 }

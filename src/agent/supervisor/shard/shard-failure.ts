@@ -1,8 +1,25 @@
-import { stat } from 'node:fs/promises';
 import { errorMessage } from '../../../lib/errors.js';
 import { type FailureRecord, writeFailureRecord } from '../../../lib/files/failure-record.js';
+import { tailFile } from '../../../lib/files/tail-file.js';
 import type { Logger } from '../../../lib/logger.js';
 import { shardFailurePath } from '../../../lib/shard-layout.js';
+import type { ShardSnapshot } from './shard-snapshot.js';
+import { stat } from 'node:fs/promises';
+
+/** The failure record of a shard as it is now (recordShardFailure writes it), seen at `at`. */
+export function shardFailureRecord(shard: ShardSnapshot, at: Date): FailureRecord {
+  return {
+    shardId: shard.shardId,
+    replicaId: shard.replicaId,
+    pid: shard.pid,
+    exitCode: shard.exitCode,
+    signal: shard.signal,
+    error: shard.error,
+    at: at.toISOString(),
+    startedAt: new Date(shard.startedAtMs).toISOString(),
+    lastOutput: shard.lastOutput,
+  };
+}
 
 /**
  * The failure record beside the shard's log, written before FAILED is
@@ -19,4 +36,12 @@ export async function recordShardFailure(opts: { logDir: string; logPath: string
   } catch (err) {
     opts.log.warn({ shard: record.shardId, file: path, err: errorMessage(err) }, 'could not write the failure record');
   }
+}
+
+/** Log lines kept in lastOutput when a shard fails or exits. */
+export const LAST_OUTPUT_LINES = 20;
+
+/** The engine's last words from its log, for a failure report; [] when the log cannot be read (a report without them beats none). */
+export function readLastOutput(logPath: string): Promise<string[]> {
+  return tailFile(logPath, LAST_OUTPUT_LINES).catch(() => []);
 }

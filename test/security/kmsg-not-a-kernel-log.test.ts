@@ -5,7 +5,7 @@ import { agentConfigYaml, tempAgentDirs } from '../helpers/agent-process.js';
 import { isRegister } from '../helpers/sim-shards.js';
 import { spawnAgentProcess } from '../helpers/spawn-agent-process.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
-import { MAX_AGENT_RSS_BYTES } from '../security/agent-unharmed.js';
+import { MAX_AGENT_RSS_BYTES } from './agent-unharmed.js';
 
 /*
  * The real `llmgw agent run` with a discovery.kmsg that is no kernel log.

@@ -1,8 +1,10 @@
+import { accessSync, constants } from 'node:fs';
 import { dirname } from 'node:path';
+import { errnoCode } from '../../lib/errno.js';
 import { LlmgwError } from '../../lib/errors.js';
 import { assertTrustedDirectory } from '../../lib/files/check-directory-trust.js';
 import { ETC_GROUP, findGroup } from '../../lib/find-group.js';
-import type { AgentConfig } from './agent-config.js';
+import { type AgentConfig, tlsEnabled } from './agent-config.js';
 
 /**
  * What `agent run` refuses at start (exit 78) beyond loading the
@@ -38,4 +40,24 @@ export function checkAgentStart(c: AgentConfig, etcGroupPath: string = ETC_GROUP
     problems.push(`admin.group: no group named ${JSON.stringify(group)} in ${etcGroupPath}; create it (groupadd ${group}) or set admin.group to an existing group`);
   }
   return problems;
+}
+
+/**
+ * What a start would not refuse but wait for, for `--print-config`: TLS
+ * files not written yet (loading passes them, and the connection waits for
+ * them; check-config-cross-keys.ts). Each one line.
+ */
+export function startNotes(c: AgentConfig): string[] {
+  if (!tlsEnabled(c.tls)) return [];
+  const notes: string[] = [];
+  for (const key of ['tls.cert', 'tls.key', 'tls.ca'] as const) {
+    const file = c.tls[key.slice(4) as 'cert' | 'key' | 'ca'];
+    if (file === '') continue;
+    try {
+      accessSync(file, constants.F_OK);
+    } catch (err) {
+      if (errnoCode(err) === 'ENOENT') notes.push(`${key} ${file} is not yet written; the agent will wait for it and connect once it is there`);
+    }
+  }
+  return notes;
 }

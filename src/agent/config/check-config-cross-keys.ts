@@ -1,6 +1,7 @@
-import { accessSync, constants } from 'node:fs';
+import { accessSync, constants, readFileSync } from 'node:fs';
 import { isIP } from 'node:net';
-import { describeErrno } from '../../lib/errno.js';
+import { describeErrno, errnoCode } from '../../lib/errno.js';
+import { keyPairProblem } from '../../lib/check-key-pair.js';
 import { configError } from '../../lib/errors.js';
 import { formatDuration } from '../../lib/duration.js';
 import { MIN_STOP_GRACE_MS } from '../engines/shutdown-timeout.js';
@@ -66,14 +67,31 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
   }
 
   if (secure) {
+    const present = new Set<string>();
     for (const key of ['tls.cert', 'tls.key', 'tls.ca'] as const) {
       const file = c.tls[key.slice(4) as 'cert' | 'key' | 'ca'];
       if (file === '') continue;
       try {
         accessSync(file, constants.R_OK);
+        present.add(key);
       } catch (err) {
+        // Not written yet (a Vault agent, cert-manager or SPIRE racing the
+        // boot): the connection waits for it. One that exists and cannot be
+        // read is a mistake no waiting fixes.
+        if (errnoCode(err) === 'ENOENT') continue;
         throw configError(`${key}: cannot read ${file}: ${describeErrno(err)} (${where(key)})`);
       }
+    }
+    if (present.has('tls.cert') && present.has('tls.key')) {
+      // A key that is not the certificate's is permanent: refused here
+      // (exit 78) rather than retried for ever with OpenSSL's bare mismatch.
+      let problem: string | undefined;
+      try {
+        problem = keyPairProblem(readFileSync(c.tls.cert), readFileSync(c.tls.key), c.tls.cert, c.tls.key);
+      } catch {
+        // Gone between the two calls: the connection reports it.
+      }
+      if (problem) throw configError(`${problem} (${where('tls.key')})`);
     }
   }
 

@@ -1,6 +1,6 @@
 import { LlmgwError } from '../../lib/errors.js';
 import { renderTable } from '../../lib/table.js';
-import { checkAgentStart } from './check-agent-start.js';
+import { checkAgentStart, startNotes } from './check-agent-start.js';
 import { CONFIG_KEYS, envNames, SPEC_BY_KEY } from './config-keys.js';
 import { describeMisspeltEnv, misspeltEnvNames } from './misspelt-env-names.js';
 import { describeSource, type LoadConfigOptions, type LoadedConfig, loadAgentConfig } from './load-agent-config.js';
@@ -17,6 +17,8 @@ export interface PrintableConfig {
   startProblems: string[];
   /** LLMGW_* variables that look like a configuration variable misspelt, and are ignored (a warning, not a refusal). */
   envWarnings: string[];
+  /** What the start would wait for rather than refuse (startNotes): TLS files not written yet. */
+  startNotes?: string[];
 }
 
 /** Whether `agent run` would start with this configuration; `--print-config` exits 78 when not. */
@@ -53,7 +55,7 @@ export function loadConfigForPrint(options: LoadConfigOptions): PrintableConfig 
     try {
       const loaded = loadAgentConfig({ ...options, flags });
       const envWarnings = misspeltEnvNames(options.env ?? process.env).map(describeMisspeltEnv);
-      return { loaded, missing, startProblems: checkAgentStart(loaded.config), envWarnings };
+      return { loaded, missing, startProblems: checkAgentStart(loaded.config), envWarnings, startNotes: startNotes(loaded.config) };
     } catch (err) {
       const key = err instanceof LlmgwError ? /^(\S+) is required \(/.exec(err.message)?.[1] : undefined;
       if (!key || !REQUIRED.includes(key) || missing.includes(key)) throw err;
@@ -71,7 +73,7 @@ function show(value: unknown): string {
 }
 
 /** Every key with its effective value (as the file would spell it) and its source. */
-export function renderConfigTable({ loaded, missing, startProblems, envWarnings }: PrintableConfig): string {
+export function renderConfigTable({ loaded, missing, startProblems, envWarnings, startNotes = [] }: PrintableConfig): string {
   const rows = CONFIG_KEYS.map((spec) => {
     if (missing.includes(spec.key)) return [spec.key, '<missing>', 'required: set it in the file, the environment or a flag'];
     const source = loaded.sources.get(spec.key);
@@ -81,10 +83,11 @@ export function renderConfigTable({ loaded, missing, startProblems, envWarnings 
   head.push(missing.length > 0 ? `missing required keys: ${missing.join(', ')} (the agent will not start without them)` : `server: ${loaded.config.server}`);
   for (const problem of startProblems) head.push(`would not start: ${problem}`);
   for (const warning of envWarnings) head.push(`warning: ${warning}`);
+  for (const note of startNotes) head.push(`note: ${note}`);
   return `${head.join('\n')}\n\n${renderTable(['KEY', 'VALUE', 'SOURCE'], rows, { maxWidths: [undefined, PRINT_CONFIG_VALUE_WIDTH] })}`;
 }
 
-export function configAsJson({ loaded, missing, startProblems, envWarnings }: PrintableConfig) {
+export function configAsJson({ loaded, missing, startProblems, envWarnings, startNotes = [] }: PrintableConfig) {
   const keys: Record<string, { value: unknown; source: string }> = {};
   for (const spec of CONFIG_KEYS) {
     if (missing.includes(spec.key)) {
@@ -103,6 +106,7 @@ export function configAsJson({ loaded, missing, startProblems, envWarnings }: Pr
     startable: missing.length === 0 && startProblems.length === 0,
     startProblems,
     envWarnings,
+    startNotes,
     keys,
     effective: missing.length > 0 ? null : loaded.config,
   };

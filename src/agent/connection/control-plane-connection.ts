@@ -3,6 +3,7 @@ import { abortableSleep } from '../../lib/abortable-sleep.js';
 import { errnoCode } from '../../lib/errno.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
+import { findTlsFileNotWritten } from '../../lib/read-pem-file.js';
 import type { AgentMetrics } from '../agent-metrics.js';
 import type { AgentConfig } from '../config/agent-config.js';
 import { type ConnectionChange, ConnectionState, type ConnectionStatus } from './connection-state.js';
@@ -14,6 +15,8 @@ import { cleanCloseDelayMs, jitterSource, reconnectDelayMs } from './reconnect-d
 export const PING_FLOOR_MS = 1000;
 /** A session answered and open this long was a working one: its end starts the backoff afresh. */
 export const STABLE_SESSION_MS = 5000;
+/** While a TLS file is not written yet, the wait is logged once, then again at most this often (the retries are silent in between). */
+export const TLS_WAIT_LOG_REPEAT_MS = 60_000;
 
 /** What each session asks of the agent; the connection owns the rest (numbering, metrics, phases). */
 export interface SessionHandlers extends Pick<SessionCallbacks, 'register' | 'heartbeat' | 'onOpen' | 'onControlMessage'> {
@@ -55,6 +58,8 @@ export class ControlPlaneConnection {
   private messageId = 0n;
   /** The TLS files as the last (re)connection loaded them. */
   private tls: LoadedTls | undefined;
+  /** What the last attempt waited for (a TLS file not written yet), until the files load. */
+  private waitingFor = '';
 
   constructor(private readonly opts: ControlPlaneConnectionOptions) {
     this.log = opts.logger;
@@ -81,6 +86,10 @@ export class ControlPlaneConnection {
       logger: this.log,
       onTlsLoaded: (loaded) => {
         this.tls = loaded;
+        if (this.waitingFor !== '') {
+          this.log.info({ waitedFor: this.waitingFor }, 'the TLS files are written; connecting with them');
+          this.waitingFor = '';
+        }
       },
     });
     const session = this.opts.session;
@@ -92,6 +101,8 @@ export class ControlPlaneConnection {
     let backoffAttempt = 0;
     /** Clean closes in a row of sessions that did not get stable. */
     let quickCloses = 0;
+    /** When the wait for a TLS file was last logged. */
+    let waitLoggedAtMs = Number.NEGATIVE_INFINITY;
     while (!signal.aborted) {
       this.state.transition(next);
       if (first) {
@@ -125,6 +136,7 @@ export class ControlPlaneConnection {
       session.onClosed();
       metrics?.connected.set(0);
       const outcome = result.outcome;
+      const waiting = outcome.kind === 'failed' ? findTlsFileNotWritten(outcome.error) : undefined;
       if (outcome.kind === 'stopped' || signal.aborted) break;
       metrics?.reconnects.inc();
 
@@ -163,9 +175,19 @@ export class ControlPlaneConnection {
       }
       backoffAttempt = stable ? 1 : backoffAttempt + 1;
       const delayMs = reconnectDelayMs(backoffAttempt, c.reconnectBaseMs, c.reconnectMaxMs, random.backoff);
-      const why = withCertificateHint(describeStreamError(error), this.tls);
+      const why = waiting ? waiting.message : withCertificateHint(describeStreamError(error), this.tls);
       this.state.transition({ phase: 'retrying', attempt: backoffAttempt, error: why, nextAttemptAtMs: Date.now() + delayMs });
-      this.log.warn({ err: why, attempt: backoffAttempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');
+      if (waiting) {
+        // Once per file, then at a bounded interval: a boot-time race, not a failure worth a line per retry.
+        const fresh = waiting.message !== this.waitingFor;
+        if (fresh || Date.now() - waitLoggedAtMs >= TLS_WAIT_LOG_REPEAT_MS) {
+          waitLoggedAtMs = Date.now();
+          this.log.warn({ file: waiting.path, key: waiting.key, attempt: backoffAttempt, retryInMs: delayMs }, `${why}; the agent connects once it is there`);
+        }
+        this.waitingFor = waiting.message;
+      } else {
+        this.log.warn({ err: why, attempt: backoffAttempt, retryInMs: delayMs }, 'cannot reach the control plane; retrying');
+      }
       await abortableSleep(delayMs, signal);
       next = { phase: 'connecting' };
     }

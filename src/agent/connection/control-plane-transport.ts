@@ -5,6 +5,7 @@ import type { Transport } from '@connectrpc/connect';
 import { createConnectTransport, createGrpcTransport } from '@connectrpc/connect-node';
 import { configError, errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
+import { keyPairProblem } from '../../lib/check-key-pair.js';
 import { readPemFile } from '../../lib/read-pem-file.js';
 import { GuardedHttp2SessionManager } from './guarded-session-manager.js';
 import { type Protocol, type TlsConfig, tlsEnabled } from '../config/agent-config.js';
@@ -124,6 +125,14 @@ export function createControlPlaneTransport(opts: TransportOptions): Transport {
       }
     }
     if (current === undefined || next !== fingerprint) {
+      // Checked whenever the files change: a rotation that replaced one of
+      // the two and not yet the other names both files until it is done,
+      // instead of OpenSSL's "key values mismatch". Retried, since the
+      // writer may be half-way (the start refuses a mismatch, exit 78).
+      if (material.cert && material.key) {
+        const problem = keyPairProblem(material.cert, material.key, opts.tls.cert, opts.tls.key);
+        if (problem) throw configError(problem);
+      }
       if (current !== undefined) opts.logger?.info({ cert: opts.tls.cert, ca: opts.tls.ca || '(system)' }, 'TLS files changed on disk; the new connection uses them');
       fingerprint = next;
       current = build(opts, {
@@ -228,10 +237,12 @@ interface TlsMaterial {
 function readTlsMaterial(opts: TransportOptions): TlsMaterial {
   const env = opts.env ?? process.env;
   const out: TlsMaterial = { ca: [] };
-  if (opts.tls.cert) out.cert = readPemFile(opts.tls.cert, 'tls.cert');
-  if (opts.tls.key) out.key = readPemFile(opts.tls.key, 'tls.key');
+  // A file not written yet is a TlsFileNotWritten: the connection retries it and says what it waits for.
+  const wait = { waitIfMissing: true };
+  if (opts.tls.cert) out.cert = readPemFile(opts.tls.cert, 'tls.cert', wait);
+  if (opts.tls.key) out.key = readPemFile(opts.tls.key, 'tls.key', wait);
   if (opts.tls.ca) {
-    out.ca.push(readPemFile(opts.tls.ca, 'tls.ca'));
+    out.ca.push(readPemFile(opts.tls.ca, 'tls.ca', wait));
     return out;
   }
   for (const bundle of opts.systemCaBundles ?? SYSTEM_CA_BUNDLES) {

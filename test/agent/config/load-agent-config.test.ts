@@ -304,10 +304,16 @@ describe('loadAgentConfig', () => {
       );
     });
 
-    it('a certificate file that cannot be read', () => {
+    it('a certificate file that is not written yet passes: the connection waits for it (issue 28)', () => {
       const path = file(`node_id: a\nserver: https://cp:8443\ntls:\n  cert: /nonexistent/c.pem\n  key: /nonexistent/k.pem\n`);
-      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(
-        `tls.cert: cannot read /nonexistent/c.pem: no such file (${path}:4)`,
+      expect(loadAgentConfig({ configPath: path, env: {} }).config.tls.cert).toBe('/nonexistent/c.pem');
+    });
+
+    it('a certificate file that cannot be read', () => {
+      const path = file(`node_id: a\nserver: https://cp:8443\ntls:\n  cert: ${dir}/not-a-dir.pem/c.pem\n  key: /nonexistent/k.pem\n`);
+      writeFileSync(join(dir, 'not-a-dir.pem'), 'x');
+      expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toMatch(
+        new RegExp(`^tls\\.cert: cannot read ${dir}/not-a-dir\\.pem/c\\.pem: .* \\(${path}:4\\)$`),
       );
     });
 

@@ -4,6 +4,7 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, readFileSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ShardState, type ShardStatus } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { killEverything } from '../../helpers/engine-processes.js';
 import { simStart } from '../../helpers/sim-shards.js';
 import { type FaultHarness, type Scenario, freePort, isRunning, processesWritingUnder, sleep } from './fault-harness.js';
 
@@ -23,7 +24,12 @@ const statePath = (h: FaultHarness, id: string) => join(h.dirs.stateDir, 'shards
 function mountTmpfs(h: FaultHarness, dir: string, size: string): void {
   mkdirSync(dir, { recursive: true });
   execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size},mode=0755`, 'tmpfs', dir]);
-  h.defer(() => execFileSync('umount', ['-l', dir]));
+  // Engines writing to the tmpfs first: once it is detached their files are no longer under the test's
+  // directory, where the harness's last sweep looks (a sim engine survives a full log disk now).
+  h.defer(async () => {
+    await killEverything(dir);
+    execFileSync('umount', ['-l', dir]);
+  });
 }
 
 /** Fills the file system holding `dir` until it refuses with ENOSPC; returns the filler's path. */

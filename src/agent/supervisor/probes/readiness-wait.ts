@@ -72,7 +72,8 @@ export async function waitUntilServing(opts: {
     } else {
       setSquatted(undefined);
       let result: ProbeResult;
-      const probe = { timeoutMs: Math.min(Math.max(PROBE_TIMEOUT_MS, opts.probeTimeoutMs ?? 0), remaining), signal, healthPath: opts.healthPath };
+      const limitMs = Math.max(PROBE_TIMEOUT_MS, opts.probeTimeoutMs ?? 0);
+      const probe = { timeoutMs: Math.min(limitMs, remaining), signal, healthPath: opts.healthPath };
       try {
         result =
           opts.servedModelName === undefined
@@ -83,7 +84,11 @@ export async function waitUntilServing(opts: {
       }
       if (signal.aborted) break;
       if (result.ok) return { ready: true };
-      lastReason = result.reason;
+      // A probe the deadline cut short says nothing of the engine: the reason
+      // is the last probe that had its full limit (a slow answer near the end
+      // must not hide "does not list the model").
+      const cutByDeadline = remaining < limitMs && Date.now() >= deadline;
+      if (!cutByDeadline || lastReason === 'not probed yet') lastReason = result.reason;
       if (owner === undefined || owner.owner === 'unknown') {
         delayMs = backoffMs;
         backoffMs = Math.min(backoffMs * 2, READY_POLL_MAX_MS);

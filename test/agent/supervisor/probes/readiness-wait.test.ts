@@ -91,4 +91,20 @@ describe('waitUntilServing with the port-owner check', () => {
     expect(outcome).toEqual({ ready: true });
     expect(s.requests()).toBe(2);
   });
+
+  it('gives the last full probe\'s reason, not that of a probe the deadline cut short', async () => {
+    // Answers at once, without the model, for 1.5 s; then hangs, so the probe running at the deadline is cut.
+    const port = await freePort();
+    const hangAfter = Date.now() + 1500;
+    const server = createServer((req, res) => {
+      if (Date.now() > hangAfter) return; // no answer: only the deadline ends this probe
+      if (req.url === '/v1/models') res.writeHead(200, { 'content-type': 'application/json' }).end('{"data":[{"id":"other"}]}');
+      else res.writeHead(200).end();
+    });
+    servers.push(server);
+    server.listen(port, '127.0.0.1');
+    await once(server, 'listening');
+    const outcome = await waitUntilServing({ baseUrl: `http://127.0.0.1:${port}`, servedModelName: 'm', timeoutMs: 2500, signal: new AbortController().signal });
+    expect(outcome).toEqual({ ready: false, reason: expect.stringMatching(/\/v1\/models does not list "m"/) });
+  });
 });

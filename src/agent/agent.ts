@@ -143,6 +143,11 @@ export class Agent {
     return this.opts.version;
   }
 
+  /** discovery.foreign_memory_share: ctl status judges a GPU's foreign memory by the share StartShard refuses at. */
+  get foreignMemoryShare(): number {
+    return this.opts.config.discovery.foreignMemoryShare;
+  }
+
   connectionStatus(): ConnectionStatus {
     return this.connection.status();
   }

@@ -14,6 +14,7 @@ export type AdminBackend = Pick<
   | 'currentInventory'
   | 'gpuHealth'
   | 'engineAccounts'
+  | 'foreignMemoryShare'
   | 'shards'
   | 'shard'
   | 'logLines'

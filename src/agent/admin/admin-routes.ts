@@ -75,7 +75,7 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
   const logCalls = new LogCallAdmission();
   return (router) =>
     router.service(AdminService, {
-      status: () => buildStatusResponse(backend),
+      status: () => buildStatusResponse(backend, { foreignMemoryShare: backend.foreignMemoryShare }),
 
       logs: (req, ctx) => endedWithClient(streamLogs(backend, logCalls, req, ctx), ctx.signal),
 

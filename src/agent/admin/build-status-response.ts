@@ -31,8 +31,8 @@ const CONNECTION_STATES: Record<ConnectionPhase, ConnectionState> = {
 
 export interface StatusOptions {
   /**
-   * discovery.foreign_memory_share, the share StartShard validation refuses a GPU at;
-   * DEFAULT_FOREIGN_MEMORY_SHARE (the reference control plane's) until the caller passes the agent's.
+   * discovery.foreign_memory_share, the share StartShard validation refuses a GPU at
+   * (the admin routes pass the agent's); DEFAULT_FOREIGN_MEMORY_SHARE when not given.
    */
   foreignMemoryShare?: number;
 }

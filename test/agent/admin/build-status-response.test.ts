@@ -1,5 +1,12 @@
 import { create } from '@bufbuild/protobuf';
-import { describe, expect, it } from 'vitest';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { AdminServer } from '../../../src/agent/admin/admin-server.js';
+import { callUnaryJson } from '../../../src/ctl/call-unary-json.js';
+import type { StatusResponseJson } from '../../../src/gen/llmgw/v1/admin_pb.js';
+import { silentLogger } from '../../../src/lib/logger.js';
 import type { AdminBackend } from '../../../src/agent/admin/admin-backend.js';
 import { buildStatusResponse } from '../../../src/agent/admin/build-status-response.js';
 import type { GpuHealthView } from '../../../src/agent/agent.js';
@@ -50,5 +57,23 @@ describe('buildStatusResponse', () => {
   it("judges at the agent's discovery.foreign_memory_share when given it", () => {
     const loose = buildStatusResponse(backend(), { foreignMemoryShare: 0.9 });
     expect(loose.gpus.find((g) => g.index === 3)?.fault).toBe('');
+  });
+
+  it('is given the agent\'s discovery.foreign_memory_share by the admin socket\'s Status call', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'llmgw-status-share-'));
+    onTestFinished(() => rmSync(root, { recursive: true, force: true }));
+    const socketPath = join(root, 'admin.sock');
+    const status = async (share: number) => {
+      const admin = await AdminServer.listen({ socketPath, group: '', backend: { ...backend(), foreignMemoryShare: share } as AdminBackend, logger: silentLogger });
+      try {
+        const res = await callUnaryJson<StatusResponseJson>(socketPath, 'Status', {});
+        return res.gpus?.find((g) => g.index === 3)?.fault ?? '';
+      } finally {
+        await admin.close();
+      }
+    };
+    // GPU 3 has 88% foreign memory: refused at a share of 0.05, served at 0.95, and ctl status says the same.
+    expect(await status(0.05)).toMatch(/^foreign memory 88%/);
+    expect(await status(0.95)).toBe('');
   });
 });

@@ -9,6 +9,7 @@ import { checkUnitProperties } from '../../lib/systemd/allowed-unit-properties.j
 import { SPEC_BY_KEY, type KeySpec } from './config-keys.js';
 import { tlsEnabled, type AgentConfig } from './agent-config.js';
 import { camelPath } from './camel-path.js';
+import { checkModelsConfig } from './check-models-config.js';
 
 /** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: traffic that never leaves this node. */
 function isLoopbackHost(hostname: string): boolean {
@@ -114,6 +115,7 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
   }
   const badProperty = checkUnitProperties(c.supervisor.unitProperties ?? {});
   if (badProperty) throw configError(`supervisor.unit_properties: ${badProperty} (${where('supervisor.unit_properties')})`);
+  checkModelsConfig(c.models, where);
   const seen = new Set<string>();
   for (const f of c.fabrics) {
     if (seen.has(f.hca)) throw configError(`fabrics: hca ${f.hca} is listed twice (${where('fabrics')})`);

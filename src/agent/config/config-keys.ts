@@ -77,6 +77,12 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'supervisor.keep_previous_runs', type: 'count', default: '3', doc: 'Earlier runs of a shard id whose log and failure record are kept in <log_dir>/previous-runs when the id is started again (ctl logs --previous); 0 keeps none.' },
   { key: 'supervisor.launcher', type: 'enum', values: ['auto', 'direct', 'systemd-run'], default: 'auto', doc: 'auto: systemd-run when systemd is PID 1 and the agent is root, direct otherwise (the log says which and why). direct: engines in their own session and process group. systemd-run: each engine in its own transient unit llmgw-shard-<id>.service in llmgw.slice, whose cgroup a stop ends entirely.' },
   { key: 'supervisor.unit_properties', type: 'labels', default: '', doc: 'Resource properties of every engine unit under systemd-run, a map such as {MemoryMax: 400G, CPUWeight: "200"}; only resource limits are allowed (CPUWeight, CPUQuota, AllowedCPUs, MemoryMax, MemoryHigh, TasksMax, LimitNOFILE, …). Env: MemoryMax=400G,CPUWeight=200.' },
+  { key: 'models.cache_dir', type: 'string', default: '', doc: 'Node-local model store (llmgw models pull|list|rm): an absolute directory on local disk, owned by the engine account (what llmgw creates in it is given to that owner). Laid out as the Hugging Face hub cache under <cache_dir>/hub, compile caches under <cache_dir>/compile. Off when empty.' },
+  { key: 'models.budget', type: 'bytes', default: '', doc: 'Disk the model store may use, e.g. 500GiB; required with models.cache_dir. A pull that would exceed it first evicts the least recently used models no shard pins.' },
+  { key: 'models.hub.endpoint', type: 'string', default: 'https://huggingface.co', doc: 'Hugging Face Hub (or mirror) models are pulled from: an http:// or https:// address. Never taken from the control plane.' },
+  { key: 'models.hub.token_file', type: 'string', default: '', doc: 'File holding the hub access token (sent as a Bearer token), read at each pull; no token when empty.' },
+  { key: 'models.max_concurrent', type: 'count', default: '4', doc: 'Files downloaded at once by one llmgw process; at least 1.' },
+  { key: 'models.bandwidth', type: 'bytes', default: '', doc: 'Bytes per second all downloads of one llmgw process share, e.g. 200MiB; unlimited when empty.' },
   { key: 'admin.socket', type: 'string', default: DEFAULT_ADMIN_SOCKET, env: ['LLMGW_ADMIN_SOCKET', 'LLMGW_SOCKET'], flag: 'socket', doc: 'Unix socket that llmgw ctl talks to (mode 0660).' },
   { key: 'admin.group', type: 'string', default: '', doc: 'Group owning the admin socket; operators in it may use llmgw ctl.' },
   { key: 'metrics_addr', type: 'string', default: '', flag: 'metrics-addr', doc: 'host:port of a Prometheus /metrics endpoint; off when empty.' },
@@ -87,7 +93,10 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
 export const SPEC_BY_KEY: ReadonlyMap<string, KeySpec> = new Map(CONFIG_KEYS.map((s) => [s.key, s]));
 
 /** The top-level YAML keys that hold sections of other keys. */
-export const SECTIONS = ['tls', 'discovery', 'supervisor', 'admin'] as const;
+export const SECTIONS = ['tls', 'discovery', 'supervisor', 'admin', 'models'] as const;
+
+/** Sections inside a section, by dotted path. */
+export const SUBSECTIONS = ['models.hub'] as const;
 
 export function envNames(spec: KeySpec): readonly string[] {
   return spec.env ?? [`LLMGW_${spec.key.replaceAll('.', '_').toUpperCase()}`];

@@ -52,6 +52,8 @@ export function parseConfigValue(spec: KeySpec, r: RawValue): unknown {
       return ms;
     }
     case 'bytes': {
+      // A size whose default is empty is optional (models.budget, models.bandwidth): empty leaves it unset.
+      if (spec.default === '' && (v === '' || v === null)) return undefined;
       const n = typeof v === 'string' || typeof v === 'number' ? parseByteSize(v) : undefined;
       if (n === undefined || n <= 0) throw bad(`${describeValue(v)} is not a size; write it like 67108864, 64MiB or 1GiB`);
       return n;

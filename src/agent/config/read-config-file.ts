@@ -3,7 +3,7 @@ import { LineCounter, parseDocument, isMap, isSeq, isScalar, type Node, type YAM
 import { describeErrno, isNotFound } from '../../lib/errno.js';
 import { configError } from '../../lib/errors.js';
 import { nearestName } from '../../lib/nearest-name.js';
-import { CONFIG_KEYS, SECTIONS, SPEC_BY_KEY } from './config-keys.js';
+import { CONFIG_KEYS, SECTIONS, SPEC_BY_KEY, SUBSECTIONS } from './config-keys.js';
 import type { RawValue } from './value-source.js';
 
 /**
@@ -43,12 +43,12 @@ export function readConfigFile(path: string, explicit: boolean, raw: Map<string,
       const full = prefix + name;
       const line = lineOf(lineCounter, keyNode?.range?.[0] ?? 0);
       const valueNode = pair.value as Node | null;
-      if (prefix === '' && (SECTIONS as readonly string[]).includes(name)) {
+      if ((prefix === '' && (SECTIONS as readonly string[]).includes(name)) || (SUBSECTIONS as readonly string[]).includes(full)) {
         if (valueNode === null || (isScalar(valueNode) && valueNode.value === null)) continue;
         if (!isMap(valueNode)) {
-          throw configError(`${name} must be a map of keys, not a ${describeNode(valueNode)} (${path}:${line})`);
+          throw configError(`${full} must be a map of keys, not a ${describeNode(valueNode)} (${path}:${line})`);
         }
-        visit(valueNode, `${name}.`);
+        visit(valueNode, `${full}.`);
         continue;
       }
       const spec = SPEC_BY_KEY.get(full);

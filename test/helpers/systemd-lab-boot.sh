@@ -12,7 +12,10 @@
 #   image's units, systemd-tmpfiles empties the shared /tmp ("D /tmp"): a checkout, a CI clone or
 #   another test's files there vanish; sysctl, timesyncd, apt timers or a database enabled in
 #   multi-user.target would run against the host. The targets a unit's default dependencies name
-#   (sysinit, basic, …) exist here, empty.
+#   (sysinit, basic, …) exist here, empty. The path starts with /run/systemd/transient, as a real
+#   host's does: without it `systemctl daemon-reload` forgets every systemd-run unit (LoadState
+#   not-found while its process still runs), which no real host does, and an agent restarted after
+#   the reload saw its engines' units gone (new-operator walkthrough 2, row 3).
 # - private tmpfs on /run and /var/tmp: the lab's notify socket, transient units and runtime
 #   directories never mix with the host's. /tmp stays shared, so a checkout and the test's files
 #   there are visible inside.
@@ -42,7 +45,7 @@ setsid unshare --pid --fork --mount --cgroup --propagation private -- bash -c '
   for t in lab sysinit basic sockets timers paths slices local-fs remote-fs network network-online nss-lookup multi-user default shutdown; do
     printf "[Unit]\nDescription=%s (empty, systemd-lab)\nDefaultDependencies=no\n" "$t" > /run/lab/units/$t.target
   done
-  export SYSTEMD_UNIT_PATH=/run/systemd/system:/run/lab/units SYSTEMD_GENERATOR_PATH=/run/lab/generators SYSTEMD_ENVIRONMENT_GENERATOR_PATH=/run/lab/generators
+  export SYSTEMD_UNIT_PATH=/run/systemd/transient:/run/systemd/system:/run/lab/units SYSTEMD_GENERATOR_PATH=/run/lab/generators SYSTEMD_ENVIRONMENT_GENERATOR_PATH=/run/lab/generators
   exec env container=systemd-lab '"$sd"' --system --unit=lab.target --log-target=console --log-level=notice
 ' >"$log" 2>&1 </dev/null &
 outer=$!

@@ -1,4 +1,5 @@
-import { pino, type Logger, type LevelWithSilent } from 'pino';
+import { pino, type DestinationStream, type Logger, type LevelWithSilent, type LoggerOptions as PinoOptions } from 'pino';
+import { isJournalStream, syslogPrefix } from './journal-stream.js';
 
 export type { Logger } from 'pino';
 
@@ -15,16 +16,23 @@ export interface LoggerOptions {
 }
 
 /**
+ * Levels by name ("level":"warn"), not pino's numbers: what an operator
+ * greps for and what `jq 'select(.level=="error")'` reads without a table.
+ */
+const LEVEL_NAMES: PinoOptions['formatters'] = { level: (label) => ({ level: label }) };
+
+/**
  * Structured logs go to stderr: JSON when stderr is not a terminal (journald
  * keeps the fields), readable lines when a person is watching. stdout is left
- * for command output only.
+ * for command output only. When stderr is the journal's stream, each line
+ * starts with its syslog priority (journalLines).
  */
 export async function createLogger(options: LoggerOptions = {}): Promise<Logger> {
   const level = options.level ?? DEFAULT_LOG_LEVEL;
   const pretty = options.pretty ?? process.stderr.isTTY === true;
   const base = options.name ? { name: options.name } : {};
   if (options.file !== undefined) {
-    return pino({ level, base, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ dest: options.file, sync: true, append: true, mkdir: true }));
+    return pino({ level, base, timestamp: pino.stdTimeFunctions.isoTime, formatters: LEVEL_NAMES }, pino.destination({ dest: options.file, sync: true, append: true, mkdir: true }));
   }
   if (pretty) {
     // Loaded only for a terminal, so that start-up under systemd does not pay for it.
@@ -34,7 +42,26 @@ export async function createLogger(options: LoggerOptions = {}): Promise<Logger>
   }
   // Synchronous writes: a log line written just before the process exits is
   // the one an operator needs most.
-  return pino({ level, base, timestamp: pino.stdTimeFunctions.isoTime }, pino.destination({ dest: 2, sync: true }));
+  const stderr = pino.destination({ dest: 2, sync: true });
+  const dest = isJournalStream(2) ? journalLines(stderr) : stderr;
+  return pino({ level, base, timestamp: pino.stdTimeFunctions.isoTime, formatters: LEVEL_NAMES }, dest);
+}
+
+/**
+ * `dest` with each line prefixed by its sd-daemon(3) priority, "<4>{...}",
+ * which journald strips and files as the record's PRIORITY. pino tells a
+ * stream that asks for it (the pino.metadata symbol, as its multistream
+ * does) the level of the line it is about to write.
+ */
+function journalLines(dest: DestinationStream): DestinationStream {
+  const stream = {
+    [pino.symbols.needsMetadataGsym]: true,
+    lastLevel: 30,
+    write(line: string): void {
+      dest.write(syslogPrefix(stream.lastLevel) + line);
+    },
+  };
+  return stream;
 }
 
 /** A logger that drops everything, for library calls made without one. */

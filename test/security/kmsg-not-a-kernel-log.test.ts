@@ -51,7 +51,7 @@ describe('the agent with a discovery.kmsg that is not a kernel log', () => {
     await Promise.race([new Promise((r) => setTimeout(r, ALIVE_MS)), died.catch(() => {})]);
     expect(exit, 'the agent is still running').toBeUndefined();
 
-    const kmsgWarnings = records.filter((r) => r.level === 40 && /^kernel log/.test(String(r.msg)));
+    const kmsgWarnings = records.filter((r) => r.level === 'warn' && /^kernel log/.test(String(r.msg)));
     expect(kmsgWarnings).toHaveLength(1);
     expect(kmsgWarnings[0]).toMatchObject({ path: kmsg });
     expect(String(kmsgWarnings[0]?.msg)).toMatch(warning);

@@ -368,7 +368,7 @@ export async function runScenario(
     if (err instanceof Error) Object.assign(err, { leaked: h.leakedProcesses().length });
     // What the agent said last is usually the explanation.
     const tail = (h.agent?.logs() ?? [])
-      .filter((r) => r.level === undefined || Number(r.level) >= 30)
+      .filter((r) => r.level !== 'debug' && r.level !== 'trace')
       .slice(-15)
       .map((r) => `  ${String(r.msg)}${r.shard ? ` shard=${String(r.shard)}` : ''}${r.err ? ` err=${String(r.err)}` : ''}${r.why ? ` why=${String(r.why)}` : ''}`);
     if (err instanceof Error && tail.length > 0) err.message += `\nagent log (last lines):\n${tail.join('\n')}`;

@@ -1,0 +1,29 @@
+import { Flags } from '@oclif/core';
+import { BaseCommand } from '../../cli/base-command.js';
+
+export default class ModelsList extends BaseCommand {
+  static override summary = 'List the models in the node-local store: revisions, complete or partial, size, last use, pins.';
+
+  static override description = `Reads models.cache_dir. A model is complete when every file its pulls
+listed was verified and linked; partial while a pull runs or after one that
+stopped (pull again to resume); one an engine fetched by itself has no
+record and shows as partial. PINNED BY names the shards using it, which
+eviction and rm never touch.`;
+
+  static override examples = ['<%= config.bin %> models list', '<%= config.bin %> models list --json | jq ".models[] | select(.complete)"'];
+
+  static override flags = {
+    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).' }),
+  };
+
+  async run(): Promise<unknown> {
+    const { flags } = await this.parse(ModelsList);
+    const { loadModelStore } = await import('../../models/load-model-store.js');
+    const { scanStore } = await import('../../models/scan-store.js');
+    const { renderModelsList } = await import('../../models/render-models-list.js');
+    const store = loadModelStore(flags.config);
+    const models = await scanStore(store.layout);
+    if (!this.jsonEnabled()) this.log(renderModelsList(models, store.budget));
+    return { cacheDir: store.layout.cacheDir, budget: store.budget, bytes: models.reduce((s, m) => s + m.bytes, 0), models };
+  }
+}

@@ -1,0 +1,63 @@
+import { readFile } from 'node:fs/promises';
+import { mkdir } from 'node:fs/promises';
+import { dirname } from 'node:path';
+import { isNotFound } from '../lib/errno.js';
+import { writeFileAtomic } from '../lib/write-file-atomic.js';
+import type { StoreLayout } from './store-layout.js';
+
+/** One file of a snapshot, as the hub described it. */
+export interface ManifestFile {
+  /** Path inside the repo, `/`-separated. */
+  path: string;
+  /** The blob's name: the LFS sha256, or the git blob sha1 of a small file. */
+  etag: string;
+  size: number;
+  /** Set for LFS files: what the content must hash to. */
+  sha256?: string;
+}
+
+export interface ManifestSnapshot {
+  files: ManifestFile[];
+  /** The --include patterns the pull chose files with; empty for the whole repo. */
+  include: string[];
+  /** Every file verified and linked. False while a pull runs, and after one that failed. */
+  complete: boolean;
+}
+
+/**
+ * llmgw's record of one model in the store. A snapshot is complete only once
+ * every blob was verified and renamed into place and every link made: the
+ * record is written incomplete before the first byte and complete after the
+ * last link, so a kill at any point leaves it saying incomplete.
+ */
+export interface ModelManifest {
+  repo: string;
+  /** Revision (branch, tag) → the commit it resolved to at the pull. */
+  refs: Record<string, string>;
+  snapshots: Record<string, ManifestSnapshot>;
+  /** Last pull or pin, for LRU eviction. */
+  lastUsedMs: number;
+}
+
+export async function readManifest(layout: StoreLayout, repo: string): Promise<ModelManifest | undefined> {
+  let text: string;
+  try {
+    text = await readFile(layout.manifestPath(repo), 'utf8');
+  } catch (err) {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  }
+  try {
+    const m = JSON.parse(text) as ModelManifest;
+    return m.repo === repo && typeof m.snapshots === 'object' ? m : undefined;
+  } catch {
+    // A torn or foreign file says nothing reliable: the model counts as not complete.
+    return undefined;
+  }
+}
+
+export async function writeManifest(layout: StoreLayout, manifest: ModelManifest): Promise<void> {
+  const path = layout.manifestPath(manifest.repo);
+  await mkdir(dirname(path), { recursive: true });
+  await writeFileAtomic(path, `${JSON.stringify(manifest, null, 2)}\n`, 0o644);
+}

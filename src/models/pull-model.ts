@@ -1,0 +1,257 @@
+import { lstat, readlink, rename, stat, symlink, unlink } from 'node:fs/promises';
+import { createReadStream } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { dirname } from 'node:path';
+import { formatBytes } from './format-bytes.js';
+import { failure, usageError } from '../lib/errors.js';
+import { writeFileAtomic } from '../lib/write-file-atomic.js';
+import type { BandwidthLimiter } from './bandwidth-limiter.js';
+import { chooseEvictions } from './choose-evictions.js';
+import type { ConcurrencyLimit } from './concurrency-limit.js';
+import { downloadBlob } from './download-blob.js';
+import { type HubFile, type HubOptions, fetchRevision, hubHeaders, resolveUrl } from './hub-client.js';
+import { includeMatcher } from './match-include.js';
+import { type ManifestFile, type ModelManifest, readManifest, writeManifest } from './model-manifest.js';
+import { lockModel } from './model-lock.js';
+import { removeModel } from './remove-model.js';
+import { checkRepoId, checkRevision } from './repo-id.js';
+import { scanStore } from './scan-store.js';
+import type { StoreLayout } from './store-layout.js';
+import { StoreOwner } from './store-owner.js';
+
+export interface PullRequest {
+  repo: string;
+  /** Branch, tag or commit; main by default. */
+  revision: string;
+  /** fnmatch patterns (match-include.ts); the whole repo when empty. */
+  include: readonly string[];
+  /** Hash blobs already in the store again, deleting any that no longer match. */
+  verify?: boolean;
+}
+
+export interface PullContext {
+  layout: StoreLayout;
+  hub: HubOptions;
+  /** models.budget, bytes. */
+  budget: number;
+  /** Shared by every pull of the process (models.max_concurrent). */
+  concurrency: ConcurrencyLimit;
+  /** Shared by every pull of the process (models.bandwidth). */
+  limiter: BandwidthLimiter;
+  signal: AbortSignal;
+  onEvent?: (e: PullEvent) => void;
+}
+
+export type PullEvent =
+  /** Another process is pulling this model; this pull waits for it, then fetches only what is still missing. */
+  | { kind: 'waiting'; holderPid: number | undefined }
+  | { kind: 'plan'; commit: string; files: number; bytes: number; fetchFiles: number; fetchBytes: number }
+  | { kind: 'evicted'; repo: string; bytes: number }
+  | { kind: 'file-start'; path: string; size: number }
+  | { kind: 'file-progress'; path: string; bytes: number; size: number }
+  | { kind: 'file-done'; path: string; size: number; fetched: number; resumedFrom: number; mismatches: number };
+
+export interface PullResult {
+  repo: string;
+  revision: string;
+  commit: string;
+  /** Files of the snapshot. */
+  files: number;
+  bytes: number;
+  /** Bytes fetched by this pull (0 when everything was there). */
+  fetchedBytes: number;
+  /** Bytes partial files of a killed pull held, continued with Range requests. */
+  resumedBytes: number;
+  /** Downloads refused for a digest mismatch and fetched again. */
+  mismatches: number;
+  evicted: string[];
+  /** What an engine is given as the model (the snapshot folder). */
+  snapshotPath: string;
+}
+
+interface PlannedBlob {
+  file: HubFile;
+  etag: string;
+}
+
+/**
+ * Pulls a model into the store: resolves the revision with the hub, evicts
+ * least recently used unpinned models if the budget needs room, fetches the
+ * missing blobs (resumed, verified: download-blob.ts), links the snapshot
+ * and records the model complete. One pull per model at a time, in this
+ * process and across processes (model-lock.ts); a second one waits and then
+ * finds the blobs there.
+ */
+export async function pullModel(req: PullRequest, ctx: PullContext): Promise<PullResult> {
+  const repo = checkRepoId(req.repo);
+  const revision = checkRevision(req.revision);
+  const matches = includeMatcher(req.include);
+  const { layout, signal } = ctx;
+  const owner = await StoreOwner.of(layout.cacheDir);
+  await owner.mkdir(layout.hubDir);
+  const lock = await lockModel(layout, repo, signal, (holderPid) => ctx.onEvent?.({ kind: 'waiting', holderPid }));
+  try {
+    const rev = await fetchRevision(ctx.hub, repo, revision, signal);
+    const files = rev.files.filter((f) => matches(f.path));
+    if (files.length === 0) {
+      throw usageError(`no file of ${repo}@${revision} matches --include ${req.include.join(' ')}; the repo has ${rev.files.length} files`);
+    }
+    const blobs = new Map<string, PlannedBlob>();
+    for (const file of files) blobs.set(file.sha256 ?? file.blobId, { file, etag: file.sha256 ?? file.blobId });
+
+    const missing: PlannedBlob[] = [];
+    for (const b of blobs.values()) {
+      if (!(await blobPresent(layout, repo, b, req.verify === true))) missing.push(b);
+    }
+    let needBytes = 0;
+    for (const b of missing) needBytes += Math.max(0, b.file.size - (await sizeOrZero(layout.incompletePath(repo, b.etag))));
+    const bytes = [...blobs.values()].reduce((s, b) => s + b.file.size, 0);
+    ctx.onEvent?.({ kind: 'plan', commit: rev.commit, files: files.length, bytes, fetchFiles: missing.length, fetchBytes: missing.reduce((s, b) => s + b.file.size, 0) });
+
+    const evicted = await makeRoom(ctx, repo, needBytes);
+
+    const manifestFiles: ManifestFile[] = files.map((f) => ({ path: f.path, etag: f.sha256 ?? f.blobId, size: f.size, ...(f.sha256 ? { sha256: f.sha256 } : {}) }));
+    const manifest: ModelManifest = (await readManifest(layout, repo)) ?? { repo, refs: {}, snapshots: {}, lastUsedMs: Date.now() };
+    manifest.snapshots[rev.commit] = { files: manifestFiles, include: [...req.include], complete: false };
+    await writeManifest(layout, manifest);
+
+    await owner.mkdir(dirname(layout.blobPath(repo, 'x')));
+    const outcome = await downloadAll(ctx, repo, rev.commit, missing, owner);
+
+    for (const f of manifestFiles) await linkPointer(layout, owner, repo, rev.commit, f);
+    if (revision !== rev.commit) {
+      const ref = layout.refPath(repo, revision);
+      await owner.mkdir(dirname(ref));
+      await writeFileAtomic(ref, rev.commit, 0o644);
+      await owner.give(ref);
+    }
+    manifest.refs[revision] = rev.commit;
+    manifest.snapshots[rev.commit] = { files: manifestFiles, include: [...req.include], complete: true };
+    manifest.lastUsedMs = Date.now();
+    await writeManifest(layout, manifest);
+    return {
+      repo,
+      revision,
+      commit: rev.commit,
+      files: files.length,
+      bytes,
+      ...outcome,
+      evicted,
+      snapshotPath: layout.snapshotDir(repo, rev.commit),
+    };
+  } finally {
+    lock.release();
+  }
+}
+
+async function sizeOrZero(path: string): Promise<number> {
+  return (await stat(path).catch(() => undefined))?.size ?? 0;
+}
+
+/** A blob already in place at its size (and, with verify, its digest); one that is not is deleted. */
+async function blobPresent(layout: StoreLayout, repo: string, b: PlannedBlob, verify: boolean): Promise<boolean> {
+  const path = layout.blobPath(repo, b.etag);
+  const s = await lstat(path).catch(() => undefined);
+  if (s === undefined) return false;
+  if (!s.isFile() || s.size !== b.file.size) {
+    await unlink(path).catch(() => {});
+    return false;
+  }
+  if (!verify) return true;
+  const hash = b.file.sha256 ? createHash('sha256') : createHash('sha1').update(`blob ${b.file.size}\0`);
+  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  if (hash.digest('hex') === b.etag) return true;
+  // Rotten on disk: never served again, fetched anew.
+  await unlink(path).catch(() => {});
+  return false;
+}
+
+async function makeRoom(ctx: PullContext, repo: string, needBytes: number): Promise<string[]> {
+  const models = await scanStore(ctx.layout);
+  const plan = chooseEvictions(models, needBytes, ctx.budget, repo);
+  if (!plan.fits) {
+    const held = models.filter((m) => m.repo !== repo && (m.pins.length > 0 || m.pulling)).map((m) => m.repo);
+    throw failure(
+      `${repo} needs ${formatBytes(needBytes)} more and models.budget is ${formatBytes(ctx.budget)}: even with every unpinned model evicted the store would hold ${formatBytes(plan.bytesAfter)}${held.length ? ` (in use: ${held.join(', ')})` : ''}; raise models.budget or remove a model`,
+    );
+  }
+  const evicted: string[] = [];
+  for (const m of plan.evict) {
+    const r = await removeModel(ctx.layout, m.repo);
+    if (!r.removed) throw failure(`cannot evict ${m.repo} to make room for ${repo}: ${r.reason}; try again`);
+    evicted.push(m.repo);
+    ctx.onEvent?.({ kind: 'evicted', repo: m.repo, bytes: m.bytes });
+  }
+  return evicted;
+}
+
+async function downloadAll(
+  ctx: PullContext,
+  repo: string,
+  commit: string,
+  missing: PlannedBlob[],
+  owner: StoreOwner,
+): Promise<{ fetchedBytes: number; resumedBytes: number; mismatches: number }> {
+  const headers = await hubHeaders(ctx.hub);
+  // The first failure ends the other downloads of this pull (their partial files stay for the next one).
+  const local = new AbortController();
+  const signal = AbortSignal.any([ctx.signal, local.signal]);
+  let fetchedBytes = 0;
+  let resumedBytes = 0;
+  let mismatches = 0;
+  let first: unknown;
+  await Promise.all(
+    missing.map((b) =>
+      ctx.concurrency
+        .run(async () => {
+          signal.throwIfAborted();
+          ctx.onEvent?.({ kind: 'file-start', path: b.file.path, size: b.file.size });
+          const r = await downloadBlob(
+            {
+              path: b.file.path,
+              url: resolveUrl(ctx.hub.endpoint, repo, commit, b.file.path),
+              size: b.file.size,
+              sha256: b.file.sha256,
+              blobId: b.file.blobId,
+              incompletePath: ctx.layout.incompletePath(repo, b.etag),
+              blobPath: ctx.layout.blobPath(repo, b.etag),
+            },
+            {
+              headers,
+              limiter: ctx.limiter,
+              signal,
+              onProgress: (p) => ctx.onEvent?.({ kind: 'file-progress', path: b.file.path, bytes: p.bytes, size: b.file.size }),
+            },
+          );
+          await owner.give(ctx.layout.blobPath(repo, b.etag));
+          fetchedBytes += r.fetched;
+          resumedBytes += r.resumedFrom;
+          mismatches += r.mismatches;
+          ctx.onEvent?.({ kind: 'file-done', path: b.file.path, size: b.file.size, fetched: r.fetched, resumedFrom: r.resumedFrom, mismatches: r.mismatches });
+        })
+        .catch((err: unknown) => {
+          first ??= err;
+          local.abort(err);
+        }),
+    ),
+  );
+  if (first !== undefined) {
+    ctx.signal.throwIfAborted();
+    throw first;
+  }
+  return { fetchedBytes, resumedBytes, mismatches };
+}
+
+/** snapshots/<commit>/<file> → the blob, relative as huggingface_hub links it; replaced if it points elsewhere. */
+async function linkPointer(layout: StoreLayout, owner: StoreOwner, repo: string, commit: string, f: ManifestFile): Promise<void> {
+  const pointer = layout.pointerPath(repo, commit, f.path);
+  const target = layout.pointerTarget(repo, commit, f.path, f.etag);
+  await owner.mkdir(dirname(pointer));
+  const current = await readlink(pointer).catch(() => undefined);
+  if (current === target) return;
+  const tmp = `${pointer}.tmp-${process.pid}`;
+  await unlink(tmp).catch(() => {});
+  await symlink(target, tmp);
+  await owner.give(tmp);
+  await rename(tmp, pointer);
+}

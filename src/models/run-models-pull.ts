@@ -1,0 +1,80 @@
+import { Listr } from 'listr2';
+import { progressListrOptions } from '../lib/listr-options.js';
+import { formatBytes } from './format-bytes.js';
+import type { ModelStore } from './model-store-options.js';
+import { type PullEvent, type PullRequest, type PullResult, pullModel } from './pull-model.js';
+
+export interface RunModelsPullOptions {
+  store: ModelStore;
+  request: PullRequest;
+  signal: AbortSignal;
+  /** listr2's renderer on a terminal; 'plain' writes one line per step to stderr; 'silent' (--json) nothing. */
+  renderer: 'default' | 'plain' | 'silent';
+}
+
+/** `llmgw models pull`: the pull, its progress on stderr, and the line for stdout. */
+export async function runModelsPull(o: RunModelsPullOptions): Promise<{ result: PullResult; text: string }> {
+  let result: PullResult | undefined;
+  if (o.renderer === 'default') {
+    await new Listr(
+      [
+        {
+          title: `pull ${o.request.repo}@${o.request.revision}`,
+          task: async (_ctx, task) => {
+            const shown = new Map<string, string>();
+            result = await pullModel(o.request, {
+              ...o.store,
+              signal: o.signal,
+              onEvent: (e) => {
+                const line = describeEvent(e);
+                if (e.kind === 'file-progress') shown.set(e.path, `${e.path} ${formatBytes(e.bytes)} / ${formatBytes(e.size)}`);
+                else if (e.kind === 'file-done') shown.delete(e.path);
+                if (line) task.output = line;
+                if (shown.size > 0) task.output = [...shown.values()].join('\n');
+              },
+            });
+            task.title = summary(result);
+          },
+        },
+      ],
+      { ...progressListrOptions('default'), exitOnError: true },
+    ).run();
+  } else {
+    result = await pullModel(o.request, {
+      ...o.store,
+      signal: o.signal,
+      onEvent: (e) => {
+        const line = o.renderer === 'plain' ? describeEvent(e) : undefined;
+        if (line) process.stderr.write(`${line}\n`);
+      },
+    });
+  }
+  const r = result as PullResult;
+  return { result: r, text: `${summary(r)}\n${r.snapshotPath}` };
+}
+
+function summary(r: PullResult): string {
+  const parts = [`${r.files} files`, formatBytes(r.bytes), `${formatBytes(r.fetchedBytes)} fetched`];
+  if (r.resumedBytes > 0) parts.push(`${formatBytes(r.resumedBytes)} resumed`);
+  if (r.mismatches > 0) parts.push(`${r.mismatches} corrupt download(s) refused and fetched again`);
+  if (r.evicted.length > 0) parts.push(`evicted ${r.evicted.join(', ')}`);
+  return `pulled ${r.repo}@${r.revision} (${r.commit.slice(0, 12)}): ${parts.join(', ')}`;
+}
+
+/** One line per step for a log or a pipe; progress ticks are left to the terminal display. */
+function describeEvent(e: PullEvent): string | undefined {
+  switch (e.kind) {
+    case 'waiting':
+      return `waiting for the pull of process ${e.holderPid ?? '?'} of the same model`;
+    case 'plan':
+      return `commit ${e.commit}: ${e.files} files, ${formatBytes(e.bytes)}; ${e.fetchFiles} to fetch (${formatBytes(e.fetchBytes)})`;
+    case 'evicted':
+      return `evicted ${e.repo} (${formatBytes(e.bytes)}) to stay within models.budget`;
+    case 'file-start':
+      return `fetching ${e.path} (${formatBytes(e.size)})`;
+    case 'file-done':
+      return `verified ${e.path}${e.resumedFrom > 0 ? ` (resumed at ${formatBytes(e.resumedFrom)})` : ''}${e.mismatches > 0 ? ` after ${e.mismatches} corrupt download(s)` : ''}`;
+    case 'file-progress':
+      return undefined;
+  }
+}

@@ -1,0 +1,111 @@
+import { lstat, readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { isNotFound } from '../lib/errno.js';
+import { type ModelManifest, readManifest } from './model-manifest.js';
+import { modelPins } from './model-pins.js';
+import { tryLockModel } from './model-lock.js';
+import { COMMIT_HASH, repoFromFolderName } from './repo-id.js';
+import type { StoreLayout } from './store-layout.js';
+
+/** One model of the store as `models list` shows it and eviction judges it. */
+export interface StoredModel {
+  repo: string;
+  /** Revision → commit, as pulled. */
+  refs: Record<string, string>;
+  /** Commits whose every file is verified and linked. */
+  completeCommits: string[];
+  /** Every snapshot complete: what `models list` calls complete. A model the engines fetched themselves has no manifest and is not. */
+  complete: boolean;
+  /** Bytes on disk: blobs and partial downloads. */
+  bytes: number;
+  /** Of which partial downloads (`.incomplete`), never counted as a complete file. */
+  partialBytes: number;
+  lastUsedMs: number;
+  /** Shards pinning it; never evicted while any does. */
+  pins: string[];
+  /** Another pull holds its lock. */
+  pulling: boolean;
+}
+
+async function dirEntries(dir: string): Promise<string[]> {
+  try {
+    return await readdir(dir);
+  } catch (err) {
+    if (isNotFound(err)) return [];
+    throw err;
+  }
+}
+
+/** Bytes of a model folder's blobs: the whole and the partial ones. */
+async function blobBytes(repoDir: string): Promise<{ bytes: number; partialBytes: number }> {
+  let bytes = 0;
+  let partialBytes = 0;
+  const blobs = join(repoDir, 'blobs');
+  for (const name of await dirEntries(blobs)) {
+    const s = await lstat(join(blobs, name)).catch(() => undefined);
+    if (!s?.isFile()) continue;
+    bytes += s.size;
+    if (name.endsWith('.incomplete')) partialBytes += s.size;
+  }
+  return { bytes, partialBytes };
+}
+
+/**
+ * Whether `commit`'s snapshot is whole: the manifest says so, and every blob
+ * is on disk at its listed size with its link in place (a blob deleted by
+ * hand, or one a crash left short, makes it incomplete again).
+ */
+export async function isSnapshotComplete(layout: StoreLayout, manifest: ModelManifest | undefined, commit: string): Promise<boolean> {
+  const snap = manifest?.snapshots[commit];
+  if (!manifest || !snap?.complete) return false;
+  for (const f of snap.files) {
+    const blob = await stat(layout.blobPath(manifest.repo, f.etag)).catch(() => undefined);
+    if (!blob?.isFile() || blob.size !== f.size) return false;
+    const link = await lstat(layout.pointerPath(manifest.repo, commit, f.path)).catch(() => undefined);
+    if (!link?.isSymbolicLink()) return false;
+  }
+  return true;
+}
+
+/** Whether `repo` at `revision` (a branch, tag or commit) is complete in the store: what lets an engine start offline. */
+export async function isModelComplete(layout: StoreLayout, repo: string, revision: string): Promise<boolean> {
+  const manifest = await readManifest(layout, repo);
+  const commit = manifest?.refs[revision] ?? (COMMIT_HASH.test(revision) ? revision : undefined);
+  return commit !== undefined && isSnapshotComplete(layout, manifest, commit);
+}
+
+export async function describeModel(layout: StoreLayout, repo: string): Promise<StoredModel> {
+  const repoDir = layout.repoDir(repo);
+  const manifest = await readManifest(layout, repo);
+  const { bytes, partialBytes } = await blobBytes(repoDir);
+  const completeCommits: string[] = [];
+  for (const commit of Object.keys(manifest?.snapshots ?? {})) {
+    if (await isSnapshotComplete(layout, manifest, commit)) completeCommits.push(commit);
+  }
+  const lock = await tryLockModel(layout, repo);
+  lock?.release();
+  const dirMtime = (await stat(repoDir).catch(() => undefined))?.mtimeMs ?? 0;
+  const snapshots = Object.keys(manifest?.snapshots ?? {});
+  return {
+    repo,
+    refs: manifest?.refs ?? {},
+    completeCommits,
+    complete: snapshots.length > 0 && completeCommits.length === snapshots.length && partialBytes === 0,
+    bytes,
+    partialBytes,
+    lastUsedMs: manifest?.lastUsedMs ?? dirMtime,
+    pins: await modelPins(layout, repo),
+    pulling: lock === undefined,
+  };
+}
+
+/** Every model folder under the store's hub cache, by repo id. */
+export async function scanStore(layout: StoreLayout): Promise<StoredModel[]> {
+  const out: StoredModel[] = [];
+  for (const folder of (await dirEntries(layout.hubDir)).sort()) {
+    const repo = repoFromFolderName(folder);
+    if (repo === undefined) continue;
+    out.push(await describeModel(layout, repo));
+  }
+  return out;
+}

@@ -1,0 +1,143 @@
+import { createHash } from 'node:crypto';
+import { once } from 'node:events';
+import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+/*
+ * A local HTTP server speaking the part of the Hugging Face Hub API a pull
+ * uses: GET /api/models/{repo}/revision/{rev}?blobs=true and
+ * GET /{repo}/resolve/{commit}/{file} with Range. It counts what it serves,
+ * can trickle a file (to kill a pull in the middle of it) and flip a byte.
+ */
+
+export interface FakeFile {
+  path: string;
+  content: Buffer;
+  /** Stored with LFS: listed with lfs.sha256, and the blob is named by it. */
+  lfs: boolean;
+}
+
+export interface FakeRepo {
+  commit: string;
+  files: FakeFile[];
+}
+
+export interface ServedRequest {
+  url: string;
+  range: string | undefined;
+  authorization: string | undefined;
+}
+
+export function sha256(b: Buffer | string): string {
+  return createHash('sha256').update(b).digest('hex');
+}
+
+export function gitBlobId(b: Buffer): string {
+  return createHash('sha1').update(`blob ${b.length}\0`).update(b).digest('hex');
+}
+
+/** A repo of `files` at a commit derived from its name. */
+export function fakeRepo(name: string, files: FakeFile[]): FakeRepo {
+  return { commit: createHash('sha1').update(name).digest('hex'), files };
+}
+
+/** Deterministic bytes: the same repo content in every run, so its sha256s are known. */
+export function bytes(n: number, seed: number): Buffer {
+  const b = Buffer.alloc(n);
+  let x = seed * 2654435761;
+  for (let i = 0; i < n; i++) {
+    x = (x * 1103515245 + 12345) >>> 0;
+    b[i] = x >>> 24;
+  }
+  return b;
+}
+
+export class FakeHub {
+  readonly repos = new Map<string, FakeRepo>();
+  readonly requests: ServedRequest[] = [];
+  /** file path → bytes per 20 ms tick: served slowly, for a kill to land mid-file. */
+  readonly trickle = new Map<string, number>();
+  /** file paths whose next N serves have one byte flipped. */
+  readonly corrupt = new Map<string, number>();
+  private server: Server | undefined;
+  private readonly open = new Set<ServerResponse>();
+
+  get url(): string {
+    const addr = this.server?.address() as AddressInfo;
+    return `http://127.0.0.1:${addr.port}`;
+  }
+
+  async start(): Promise<void> {
+    this.server = createServer((req, res) => this.handle(req, res));
+    this.server.listen(0, '127.0.0.1');
+    await once(this.server, 'listening');
+  }
+
+  async stop(): Promise<void> {
+    for (const res of this.open) res.destroy();
+    if (!this.server) return;
+    this.server.closeAllConnections();
+    await new Promise<void>((resolve) => this.server?.close(() => resolve()));
+  }
+
+  /** GETs of a file's bytes (resolve), by repo path. */
+  downloads(path: string): ServedRequest[] {
+    return this.requests.filter((r) => r.url.includes('/resolve/') && r.url.endsWith(`/${path}`));
+  }
+
+  private handle(req: IncomingMessage, res: ServerResponse): void {
+    const url = new URL(req.url ?? '/', 'http://x');
+    this.requests.push({ url: url.pathname, range: req.headers.range, authorization: req.headers.authorization });
+    const api = /^\/api\/models\/([^/]+\/[^/]+)\/revision\/([^/]+)$/.exec(url.pathname);
+    if (api) {
+      const repo = this.repos.get(api[1] as string);
+      if (!repo) return void res.writeHead(404).end('{"error":"Repository not found"}');
+      const siblings = repo.files.map((f) => ({
+        rfilename: f.path,
+        size: f.content.length,
+        blobId: gitBlobId(f.content),
+        ...(f.lfs ? { lfs: { sha256: sha256(f.content), size: f.content.length, pointerSize: 134 } } : {}),
+      }));
+      res.writeHead(200, { 'content-type': 'application/json' });
+      return void res.end(JSON.stringify({ id: api[1], sha: repo.commit, siblings }));
+    }
+    const resolve = /^\/([^/]+\/[^/]+)\/resolve\/([0-9a-f]{40})\/(.+)$/.exec(url.pathname);
+    const repo = resolve ? this.repos.get(resolve[1] as string) : undefined;
+    const file = resolve && repo?.commit === resolve[2] ? repo.files.find((f) => f.path === decodeURIComponent(resolve[3] as string)) : undefined;
+    if (!file) return void res.writeHead(404).end('not found');
+    let body = file.content;
+    const left = this.corrupt.get(file.path) ?? 0;
+    if (left > 0) {
+      this.corrupt.set(file.path, left - 1);
+      body = Buffer.from(body);
+      body[Math.floor(body.length / 2)] = (body[Math.floor(body.length / 2)] as number) ^ 0x01;
+    }
+    const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
+    const start = m ? Number(m[1]) : 0;
+    const headers: Record<string, string | number> = {
+      'content-length': body.length - start,
+      etag: `"${file.lfs ? sha256(file.content) : gitBlobId(file.content)}"`,
+      'x-repo-commit': repo?.commit ?? '',
+      'accept-ranges': 'bytes',
+    };
+    if (file.lfs) headers['x-linked-etag'] = `"${sha256(file.content)}"`;
+    if (m) headers['content-range'] = `bytes ${start}-${body.length - 1}/${body.length}`;
+    res.writeHead(m ? 206 : 200, headers);
+    const rest = body.subarray(start);
+    const step = this.trickle.get(file.path);
+    if (step === undefined) return void res.end(rest);
+    this.open.add(res);
+    let at = 0;
+    const tick = () => {
+      if (res.destroyed) return void this.open.delete(res);
+      if (at >= rest.length) {
+        this.open.delete(res);
+        return void res.end();
+      }
+      res.write(rest.subarray(at, at + step));
+      at += step;
+      setTimeout(tick, 20);
+    };
+    tick();
+  }
+}

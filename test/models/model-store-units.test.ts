@@ -1,0 +1,79 @@
+import { describe, expect, it } from 'vitest';
+import { chooseEvictions } from '../../src/models/choose-evictions.js';
+import { engineCacheEnv } from '../../src/models/engine-cache-env.js';
+import { includeMatcher } from '../../src/models/match-include.js';
+import { checkRepoId, checkRevision, repoFolderName, repoFromFolderName } from '../../src/models/repo-id.js';
+import type { StoredModel } from '../../src/models/scan-store.js';
+import { isSafeRepoPath } from '../../src/models/hub-client.js';
+
+function model(repo: string, bytes: number, lastUsedMs: number, more: Partial<StoredModel> = {}): StoredModel {
+  return { repo, refs: {}, completeCommits: [], complete: true, bytes, partialBytes: 0, lastUsedMs, pins: [], pulling: false, ...more };
+}
+
+describe('chooseEvictions', () => {
+  const models = [model('o/old', 40, 1), model('o/pinned', 40, 0, { pins: ['s0'] }), model('o/pulling', 40, 0, { pulling: true }), model('o/new', 40, 5), model('o/me', 40, 0)];
+
+  it('evicts least recently used first, skipping pinned, pulling and the model being pulled', () => {
+    expect(chooseEvictions(models, 30, 200, 'o/me').evict.map((m) => m.repo)).toEqual(['o/old']);
+    expect(chooseEvictions(models, 70, 200, 'o/me').evict.map((m) => m.repo)).toEqual(['o/old', 'o/new']);
+  });
+
+  it('says when even every candidate gone is not enough', () => {
+    const plan = chooseEvictions(models, 200, 200, 'o/me');
+    expect(plan.fits).toBe(false);
+    expect(plan.bytesAfter).toBe(320);
+  });
+
+  it('evicts nothing when the bytes fit', () => {
+    expect(chooseEvictions(models, 0, 200, 'o/me')).toEqual({ evict: [], fits: true, bytesAfter: 200 });
+  });
+});
+
+describe('includeMatcher', () => {
+  it('matches as fnmatch does in huggingface_hub: * crosses folders, a trailing / means the folder', () => {
+    const m = includeMatcher(['*.safetensors', 'tokenizer/', 'config.jso?']);
+    expect(['a/b.safetensors', 'model.safetensors', 'tokenizer/x.json', 'config.json'].map(m)).toEqual([true, true, true, true]);
+    expect(['model.bin', 'tokenizerx.json', 'config.json5'].map(m)).toEqual([false, false, false]);
+    expect(includeMatcher([])('anything')).toBe(true);
+  });
+});
+
+describe('repo ids and revisions', () => {
+  it('accepts hub ids and maps them to the hub cache folder and back', () => {
+    expect(checkRepoId('Qwen/Qwen2.5-0.5B-Instruct')).toBe('Qwen/Qwen2.5-0.5B-Instruct');
+    expect(repoFolderName('Qwen/Qwen2.5-0.5B-Instruct')).toBe('models--Qwen--Qwen2.5-0.5B-Instruct');
+    expect(repoFromFolderName('models--Qwen--Qwen2.5-0.5B-Instruct')).toBe('Qwen/Qwen2.5-0.5B-Instruct');
+    expect(repoFromFolderName('.locks')).toBeUndefined();
+  });
+
+  it.each(['../etc', 'a/../b', 'a/b/c', 'gpt2', 'a--b/c', 'a/b..c', '/a/b', 'a/.b', 'a b/c', `a/${'x'.repeat(97)}`])('refuses %j as a repo id', (id) => {
+    expect(() => checkRepoId(id)).toThrow(expect.objectContaining({ exitCode: 2 }));
+  });
+
+  it.each(['..', 'a/../b', '/main', 'main/', 'a//b', '.hidden', ''])('refuses %j as a revision', (rev) => {
+    expect(() => checkRevision(rev)).toThrow(expect.objectContaining({ exitCode: 2 }));
+  });
+
+  it('accepts only file names of the hub that stay inside a snapshot', () => {
+    expect(['a.json', 'sub/dir/x.bin'].map(isSafeRepoPath)).toEqual([true, true]);
+    expect(['../x', 'a/../../x', '/etc/passwd', 'a//b', 'a\\b', '', './a'].map(isSafeRepoPath)).toEqual(Array(7).fill(false));
+  });
+});
+
+describe('engineCacheEnv', () => {
+  it('points every engine cache into the store, and is offline only for a complete model', () => {
+    expect(engineCacheEnv({ cacheDir: '/srv/models', modelComplete: false })).toEqual({
+      HF_HOME: '/srv/models',
+      HF_HUB_CACHE: '/srv/models/hub',
+      VLLM_CACHE_ROOT: '/srv/models/compile/vllm',
+      SGLANG_CACHE_DIR: '/srv/models/compile/sglang',
+      TORCHINDUCTOR_CACHE_DIR: '/srv/models/compile/torchinductor',
+      TRITON_CACHE_DIR: '/srv/models/compile/triton',
+    });
+    expect(engineCacheEnv({ cacheDir: '/srv/models', modelComplete: true }).HF_HUB_OFFLINE).toBe('1');
+  });
+
+  it('gives nothing when the store is off', () => {
+    expect(engineCacheEnv({ cacheDir: '', modelComplete: true })).toEqual({});
+  });
+});

@@ -1,0 +1,146 @@
+import { existsSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
+import { ConcurrencyLimit } from '../../src/models/concurrency-limit.js';
+import { engineCacheEnv } from '../../src/models/engine-cache-env.js';
+import { readManifest } from '../../src/models/model-manifest.js';
+import { pinModel, unpinModel } from '../../src/models/model-pins.js';
+import { type PullContext, type PullEvent, pullModel } from '../../src/models/pull-model.js';
+import { isModelComplete, scanStore } from '../../src/models/scan-store.js';
+import { StoreLayout } from '../../src/models/store-layout.js';
+import { FakeHub, bytes, fakeRepo, gitBlobId, sha256 } from './fake-hub.js';
+
+const hub = new FakeHub();
+const WEIGHTS = bytes(300_000, 1);
+const CONFIG = Buffer.from('{"architectures":["LlamaForCausalLM"]}\n');
+const TOKENIZER = bytes(20_000, 2);
+hub.repos.set(
+  'acme/tiny',
+  fakeRepo('acme/tiny', [
+    { path: 'model.safetensors', content: WEIGHTS, lfs: true },
+    { path: 'config.json', content: CONFIG, lfs: false },
+    { path: 'tokenizer/tokenizer.json', content: TOKENIZER, lfs: false },
+  ]),
+);
+for (const [i, name] of ['acme/a', 'acme/b', 'acme/c'].entries()) {
+  hub.repos.set(name, fakeRepo(name, [{ path: 'w.bin', content: bytes(100_000, 10 + i), lfs: true }]));
+}
+
+let dir: string;
+let layout: StoreLayout;
+
+function ctx(budget = 10_000_000, events?: PullEvent[]): PullContext {
+  return {
+    layout,
+    hub: { endpoint: hub.url, tokenFile: '' },
+    budget,
+    concurrency: new ConcurrencyLimit(4),
+    limiter: new BandwidthLimiter(undefined),
+    signal: AbortSignal.timeout(20_000),
+    onEvent: events ? (e) => events.push(e) : undefined,
+  };
+}
+
+beforeAll(() => hub.start());
+afterAll(() => hub.stop());
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'llmgw-models-'));
+  layout = new StoreLayout(dir);
+  hub.requests.length = 0;
+  hub.corrupt.clear();
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('pullModel', () => {
+  it('lays the model out as huggingface_hub does: blobs by sha256 or git blob id, relative snapshot links, refs/main', async () => {
+    const r = await pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, ctx());
+    const commit = (hub.repos.get('acme/tiny') as { commit: string }).commit;
+    expect(r).toMatchObject({ commit, files: 3, fetchedBytes: WEIGHTS.length + CONFIG.length + TOKENIZER.length, mismatches: 0, resumedBytes: 0 });
+    const repoDir = join(dir, 'hub', 'models--acme--tiny');
+    expect(readdirSync(join(repoDir, 'blobs')).sort()).toEqual([sha256(WEIGHTS), gitBlobId(CONFIG), gitBlobId(TOKENIZER)].sort());
+    expect(readFileSync(join(repoDir, 'refs', 'main'), 'utf8')).toBe(commit);
+    const snap = join(repoDir, 'snapshots', commit);
+    expect(readlinkSync(join(snap, 'model.safetensors'))).toBe(`../../blobs/${sha256(WEIGHTS)}`);
+    expect(readlinkSync(join(snap, 'tokenizer', 'tokenizer.json'))).toBe(`../../../blobs/${gitBlobId(TOKENIZER)}`);
+    expect(readFileSync(join(snap, 'tokenizer', 'tokenizer.json')).equals(TOKENIZER)).toBe(true);
+    expect(r.snapshotPath).toBe(snap);
+    expect(await isModelComplete(layout, 'acme/tiny', 'main')).toBe(true);
+    expect(await isModelComplete(layout, 'acme/tiny', commit)).toBe(true);
+    expect(await isModelComplete(layout, 'acme/tiny', 'v2')).toBe(false);
+  });
+
+  it('fetches nothing the second time, and only the files --include names', async () => {
+    await pullModel({ repo: 'acme/tiny', revision: 'main', include: ['*.json'] }, ctx());
+    expect(hub.downloads('model.safetensors')).toHaveLength(0);
+    expect(hub.downloads('tokenizer/tokenizer.json')).toHaveLength(1);
+    const again = await pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, ctx());
+    expect(again.fetchedBytes).toBe(WEIGHTS.length);
+    expect(hub.downloads('config.json')).toHaveLength(1);
+  });
+
+  it('refuses a file with a flipped byte, deletes it and fetches it again (LFS sha256 and git blob id alike)', async () => {
+    hub.corrupt.set('model.safetensors', 1);
+    hub.corrupt.set('config.json', 1);
+    const r = await pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, ctx());
+    expect(r.mismatches).toBe(2);
+    expect(hub.downloads('model.safetensors')).toHaveLength(2);
+    expect(readFileSync(join(r.snapshotPath, 'model.safetensors')).equals(WEIGHTS)).toBe(true);
+    expect(readFileSync(join(r.snapshotPath, 'config.json')).equals(CONFIG)).toBe(true);
+  });
+
+  it('never serves a file the hub keeps sending corrupt: no blob, no partial file, no link, the model incomplete', async () => {
+    hub.corrupt.set('model.safetensors', 99);
+    await expect(pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, ctx())).rejects.toThrow(
+      /model\.safetensors: the bytes the hub sent hash to [0-9a-f]{64}, not [0-9a-f]{64}, 2 times; the file was deleted and is not served/,
+    );
+    const blobs = readdirSync(join(dir, 'hub', 'models--acme--tiny', 'blobs'));
+    expect(blobs).not.toContain(sha256(WEIGHTS));
+    expect(blobs.filter((b) => b.endsWith('.incomplete'))).toEqual([]);
+    const commit = (hub.repos.get('acme/tiny') as { commit: string }).commit;
+    expect(existsSync(join(dir, 'hub', 'models--acme--tiny', 'snapshots', commit, 'model.safetensors'))).toBe(false);
+    expect(await isModelComplete(layout, 'acme/tiny', 'main')).toBe(false);
+    expect((await readManifest(layout, 'acme/tiny'))?.snapshots[commit]?.complete).toBe(false);
+  });
+
+  it('downloads each file once when several callers pull one model at the same time', async () => {
+    const c = ctx();
+    const results = await Promise.all([1, 2, 3, 4].map(() => pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, c)));
+    for (const path of ['model.safetensors', 'config.json', 'tokenizer/tokenizer.json']) expect(hub.downloads(path)).toHaveLength(1);
+    expect(results.map((r) => r.fetchedBytes).filter((n) => n > 0)).toHaveLength(1);
+  });
+
+  it('evicts the least recently used unpinned model to stay in budget, never a pinned one', async () => {
+    const budget = 250_000; // two of the 100 kB models fit, three do not
+    await pullModel({ repo: 'acme/a', revision: 'main', include: [] }, ctx(budget));
+    await pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget));
+    // a is the least recently used, but a shard runs on it.
+    await pinModel(layout, 'acme/a', 'shard-a-0');
+    const events: PullEvent[] = [];
+    const r = await pullModel({ repo: 'acme/c', revision: 'main', include: [] }, ctx(budget, events));
+    expect(r.evicted).toEqual(['acme/b']);
+    expect(events).toContainEqual({ kind: 'evicted', repo: 'acme/b', bytes: 100_000 });
+    expect((await scanStore(layout)).map((m) => m.repo)).toEqual(['acme/a', 'acme/c']);
+    expect(await isModelComplete(layout, 'acme/a', 'main')).toBe(true);
+
+    // With c pinned too nothing may go: the pull is refused, naming the budget, and nothing is deleted.
+    await pinModel(layout, 'acme/c', 'shard-c-0');
+    await expect(pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget))).rejects.toThrow(
+      /acme\/b needs 97\.7 KiB more and models\.budget is 244\.1 KiB: .*\(in use: acme\/a, acme\/c\); raise models\.budget or remove a model/,
+    );
+    expect((await scanStore(layout)).map((m) => m.repo)).toEqual(['acme/a', 'acme/c']);
+
+    // Unpinned, the least recently used (a) goes first.
+    await unpinModel(layout, 'acme/a', 'shard-a-0');
+    const again = await pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget));
+    expect(again.evicted).toEqual(['acme/a']);
+  });
+
+  it('gives an engine the store as its caches, offline once the model is complete', async () => {
+    expect(engineCacheEnv({ cacheDir: dir, modelComplete: await isModelComplete(layout, 'acme/tiny', 'main') })).not.toHaveProperty('HF_HUB_OFFLINE');
+    await pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, ctx());
+    const env = engineCacheEnv({ cacheDir: dir, modelComplete: await isModelComplete(layout, 'acme/tiny', 'main') });
+    expect(env).toMatchObject({ HF_HUB_CACHE: join(dir, 'hub'), HF_HUB_OFFLINE: '1' });
+  });
+});

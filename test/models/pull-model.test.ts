@@ -127,7 +127,7 @@ describe('pullModel', () => {
     // With c pinned too nothing may go: the pull is refused, naming the budget, and nothing is deleted.
     await pinModel(layout, 'acme/c', 'shard-c-0');
     await expect(pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget))).rejects.toThrow(
-      /acme\/b needs 97\.7 KiB more and models\.budget is 244\.1 KiB: .*\(in use: acme\/a, acme\/c\); raise models\.budget or remove a model/,
+      /acme\/b needs 97\.7 KiB more and models\.budget is 244 KiB: .*\(in use: acme\/a, acme\/c\); raise models\.budget or remove a model/,
     );
     expect((await scanStore(layout)).map((m) => m.repo)).toEqual(['acme/a', 'acme/c']);
 

@@ -1,0 +1,160 @@
+import { createHash } from 'node:crypto';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { type ResultPromise, execa } from 'execa';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { BIN, runCli } from '../helpers/run-cli.js';
+import { FakeHub, bytes, fakeRepo, sha256 } from './fake-hub.js';
+
+const hub = new FakeHub();
+const BIG = bytes(4 * 1024 * 1024, 7);
+const MID = bytes(1024 * 1024, 8);
+hub.repos.set('acme/big', fakeRepo('acme/big', [{ path: 'big.bin', content: BIG, lfs: true }, { path: 'config.json', content: Buffer.from('{}\n'), lfs: false }]));
+hub.repos.set('acme/mid', fakeRepo('acme/mid', [{ path: 'mid.bin', content: MID, lfs: true }]));
+
+let dir: string;
+let cacheDir: string;
+const children: ResultPromise[] = [];
+
+function writeConfig(models: string, name = 'agent.yaml'): string {
+  const path = join(dir, name);
+  writeFileSync(path, `node_id: node-a\nserver: http://127.0.0.1:9\nmodels:\n${models}`);
+  return path;
+}
+
+function goodConfig(): string {
+  return writeConfig(`  cache_dir: ${cacheDir}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n`);
+}
+
+function startPull(config: string, repo: string): ResultPromise {
+  const child = execa(process.execPath, [BIN, 'models', 'pull', repo, '--config', config], { reject: false, stdin: 'ignore', env: { NO_COLOR: '1' } });
+  children.push(child);
+  return child;
+}
+
+async function waitFor(cond: () => boolean, what: string, ms = 20_000): Promise<void> {
+  const end = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+function partialSize(repoFolder: string, etag: string): number {
+  try {
+    return statSync(join(cacheDir, 'hub', repoFolder, 'blobs', `${etag}.incomplete`)).size;
+  } catch {
+    return 0;
+  }
+}
+
+beforeAll(() => hub.start());
+afterAll(() => hub.stop());
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'llmgw-models-cli-'));
+  cacheDir = join(dir, 'cache');
+  hub.requests.length = 0;
+  hub.trickle.clear();
+});
+afterEach(async () => {
+  for (const c of children.splice(0)) {
+    c.kill('SIGKILL');
+    await c;
+  }
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('llmgw models pull', () => {
+  it('resumes a file after kill -9 with a Range request, verifies it and completes', async () => {
+    const config = goodConfig();
+    hub.trickle.set('big.bin', 32 * 1024);
+    const first = startPull(config, 'acme/big');
+    await waitFor(() => partialSize('models--acme--big', sha256(BIG)) >= 256 * 1024, 'part of big.bin on disk');
+    first.kill('SIGKILL');
+    const killed = await first;
+    expect(killed.signal).toBe('SIGKILL');
+    const left = partialSize('models--acme--big', sha256(BIG));
+    expect(left).toBeGreaterThan(0);
+    expect(left).toBeLessThan(BIG.length);
+
+    hub.trickle.clear();
+    const second = await runCli(['models', 'pull', 'acme/big', '--config', config]);
+    expect(second.stderr).toContain('resumed at');
+    expect(second.exitCode).toBe(0);
+    const ranges = hub.downloads('big.bin').map((r) => r.range);
+    const resumedAt = Number(/^bytes=(\d+)-$/.exec(ranges.at(-1) ?? '')?.[1]);
+    expect(resumedAt).toBeGreaterThanOrEqual(left);
+    expect(second.stdout).toMatch(/^pulled acme\/big@main \([0-9a-f]{12}\): 2 files, 4\.0 MiB, .* fetched, .* resumed$/m);
+    const snapshot = second.stdout.trim().split('\n').at(-1) as string;
+    expect(createHash('sha256').update(readFileSync(join(snapshot, 'big.bin'))).digest('hex')).toBe(sha256(BIG));
+    expect(readdirSync(join(cacheDir, 'hub', 'models--acme--big', 'blobs')).filter((b) => b.endsWith('.incomplete'))).toEqual([]);
+
+    const list = await runCli(['models', 'list', '--config', config, '--json']);
+    expect(list.exitCode).toBe(0);
+    expect(JSON.parse(list.stdout).models).toMatchObject([{ repo: 'acme/big', complete: true, partialBytes: 0, bytes: BIG.length + 3, pins: [] }]);
+  });
+
+  it('downloads a model once when two processes pull it at the same time', async () => {
+    const config = goodConfig();
+    hub.trickle.set('mid.bin', 64 * 1024);
+    const [a, b] = await Promise.all([startPull(config, 'acme/mid'), startPull(config, 'acme/mid')]);
+    expect([a.exitCode, b.exitCode]).toEqual([0, 0]);
+    expect(hub.downloads('mid.bin')).toHaveLength(1);
+    expect(`${a.stderr}${b.stderr}`).toMatch(/waiting for the pull of process \d+ of the same model/);
+  });
+
+  it('lists and removes a model, and refuses to remove a pinned one', async () => {
+    const config = goodConfig();
+    expect((await runCli(['models', 'pull', 'acme/mid', '--config', config])).exitCode).toBe(0);
+    const list = await runCli(['models', 'list', '--config', config]);
+    expect(list.stdout).toMatch(/^acme\/mid\s+main=[0-9a-f]{12}\s+complete\s+1\.0 MiB/m);
+    const pins = join(cacheDir, 'llmgw', 'pins', 'models--acme--mid');
+    await import('node:fs/promises').then((fs) => fs.mkdir(pins, { recursive: true }));
+    writeFileSync(join(pins, 'shard-0'), '1\n');
+    const refused = await runCli(['models', 'rm', 'acme/mid', '--config', config]);
+    expect(refused.exitCode).toBe(1);
+    expect(refused.stderr.trim().split('\n')).toHaveLength(1);
+    expect(refused.stderr).toContain('acme/mid is not removed: pinned by shard-0');
+    rmSync(join(pins, 'shard-0'));
+    const removed = await runCli(['models', 'rm', 'acme/mid', '--config', config]);
+    expect(removed.exitCode).toBe(0);
+    expect(readdirSync(join(cacheDir, 'hub'))).toEqual([]);
+  });
+});
+
+describe('llmgw models: bad input is one line and the right exit code', () => {
+  it.each([
+    [['models', 'pull', '../etc'], 2, 'is not a hub model id'],
+    [['models', 'pull', 'a--b/c'], 2, 'may not contain -- or ..'],
+    [['models', 'pull', 'acme/big', '--revision', '../../x'], 2, 'is not a branch, tag or commit'],
+    [['models', 'rm', 'acme/../x'], 2, 'is not a hub model id'],
+  ])('%j exits %i', async (args, code, text) => {
+    const r = await runCli([...args, '--config', goodConfig()]);
+    expect(r.exitCode).toBe(code);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toContain(text);
+  });
+
+  it.each([
+    ['  cache_dir: CACHE\n  budget: lots\n', 'models.budget: string "lots" is not a size'],
+    ['  cache_dir: relative/dir\n  budget: 1GiB\n', 'models.cache_dir "relative/dir" must be an absolute path'],
+    ['  cache_dir: CACHE\n', 'models.budget is required with models.cache_dir'],
+    ['  cache_dir: CACHE\n  budget: 1GiB\n  hub:\n    endpoint: ftp://hub\n', 'models.hub.endpoint "ftp://hub" is not an http:// or https:// address'],
+    ['  cache_dir: CACHE\n  budget: 1GiB\n  max_concurrent: 0\n', 'models.max_concurrent must be at least 1'],
+    ['  cache_dir: CACHE\n  budget: 1GiB\n  hub:\n    tokn_file: /x\n', 'unknown key models.hub.tokn_file'],
+    ['  budget: 1GiB\n', 'models.cache_dir is not set'],
+  ])('config %j exits 78', async (models, text) => {
+    const r = await runCli(['models', 'list', '--config', writeConfig(models.replace('CACHE', cacheDir))]);
+    expect(r.exitCode).toBe(78);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toContain(text);
+  });
+
+  it('a model the hub does not have exits 1, naming it', async () => {
+    const r = await runCli(['models', 'pull', 'acme/nope', '--config', goodConfig()]);
+    expect(r.exitCode).toBe(1);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+    expect(r.stderr).toContain('the hub has no model acme/nope at revision main (HTTP 404)');
+  });
+});

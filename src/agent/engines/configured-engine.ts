@@ -13,6 +13,8 @@ import type { Engine, LaunchPlan, ValidationContext } from './engine.js';
 import { resolveExecutableSync } from './resolve-executable.js';
 import { servesHttp, shardEnv } from './shard-launch.js';
 import { type ValidateShardOptions, validateShard } from './validate-shard.js';
+import { engineCacheEnv } from '../../models/engine-cache-env.js';
+import { shardModelComplete } from '../../models/shard-model-complete.js';
 
 /**
  * What every engine shares: the command from `engines.<name>.command` (or
@@ -33,6 +35,10 @@ export abstract class ConfiguredEngine implements Engine {
    * file run; keyed by the spec object, which the agent passes to both.
    */
   readonly #resolved = new WeakMap<StartShard, string>();
+  /** models.cache_dir when the node has a model store (useModelStore); '' when not. */
+  #modelsCacheDir = '';
+  /** Whether validate() found the spec's model complete in the store, so command() may start it offline. */
+  readonly #modelComplete = new WeakMap<StartShard, boolean>();
 
   constructor(
     config: Partial<EngineConfig> | undefined,
@@ -70,6 +76,17 @@ export abstract class ConfiguredEngine implements Engine {
     // Last: what the control plane got wrong is named before this node's own configuration.
     if (this.account(ctx.agentUid).refused) throw failure(`shard ${spec.shardId}: ${rootEngineRefusal(this.name)}`);
     this.#resolved.set(spec, executable);
+    // Judged here because command() is synchronous; a model pulled between the two only starts online.
+    if (this.#modelsCacheDir !== '') this.#modelComplete.set(spec, await shardModelComplete(this.#modelsCacheDir, spec.profile?.model ?? '', spec.profile?.args ?? []));
+  }
+
+  /**
+   * Gives this engine's shards the node's model store as their caches
+   * (engineCacheEnv): weights from local disk, compiled graphs kept across
+   * starts, and no hub request at all once the model is complete there.
+   */
+  useModelStore(cacheDir: string): void {
+    this.#modelsCacheDir = cacheDir;
   }
 
   account(agentUid: number): EngineAccount {
@@ -168,7 +185,9 @@ export abstract class ConfiguredEngine implements Engine {
     const profileEnv = Object.fromEntries(
       Object.entries(spec.profile?.env ?? {}).filter(([k]) => refuseProfileEnv(k, this.config.allowedEnv, this.name) === undefined),
     );
-    const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, this.agentEnv(spec)) };
+    // The store's variables are the node's, under the profile's and the operator's like the rest of agentEnv.
+    const cacheEnv = engineCacheEnv({ cacheDir: this.#modelsCacheDir, modelComplete: this.#modelComplete.get(spec) === true });
+    const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, { ...cacheEnv, ...this.agentEnv(spec) }) };
     if (this.config.user) plan.user = { ...this.config.user };
     return plan;
   }

@@ -1,5 +1,6 @@
 import type { AgentConfig, EngineName } from '../config/agent-config.js';
 import { failure } from '../../lib/errors.js';
+import type { ConfiguredEngine } from './configured-engine.js';
 import type { Engine } from './engine.js';
 import type { EngineAccount } from './engine-account.js';
 import { SglangEngine } from './sglang-engine.js';
@@ -15,6 +16,8 @@ export interface EngineRegistryOptions {
   stopGraceMs?: number;
   /** This node's management address (VLLM_HOST_IP of every vLLM rank); '' when unknown. */
   mgmtAddr?: string;
+  /** models.cache_dir: the node-local model store the engines are given as their caches; none when empty or absent. */
+  modelsCacheDir?: string;
 }
 
 /**
@@ -31,6 +34,7 @@ export class EngineRegistry {
     if (opts.engines.vllm?.enabled !== false) all.push(new VllmEngine(opts.engines.vllm, opts.mgmtInterface, { stopGraceMs: opts.stopGraceMs, mgmtAddr: opts.mgmtAddr }));
     if (opts.engines.sglang?.enabled !== false) all.push(new SglangEngine(opts.engines.sglang, opts.mgmtInterface, { mgmtAddr: opts.mgmtAddr }));
     if (opts.engines.sim?.enabled === true) all.push(new SimEngine(opts.engines.sim, opts.mgmtInterface));
+    if (opts.modelsCacheDir) for (const e of all) (e as Partial<Pick<ConfiguredEngine, 'useModelStore'>>).useModelStore?.(opts.modelsCacheDir);
     this.#engines = new Map(all.map((e) => [e.name, e]));
   }
 

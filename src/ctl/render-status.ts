@@ -36,6 +36,7 @@ export function renderStatus(s: StatusResponseJson, nowMs: number): string {
   lines.push(renderTable(SHARD_TABLE_HEADER, shards.map((sh) => shardRow(sh, nowMs).map(printable))));
   for (const sh of shards) {
     if (sh.error) lines.push(printable(`${sh.shardId}: ${sh.error}${sh.exitCode ? ` (exit code ${sh.exitCode})` : ''}`));
+    if (sh.note) lines.push(printable(`${sh.shardId}: note: ${sh.note}`));
   }
   return lines.join('\n');
 }

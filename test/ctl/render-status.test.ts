@@ -117,6 +117,17 @@ describe('renderStatus', () => {
     expect(lines.at(-1)).toBe('s1: engine exited with code 1 while starting (exit code 1)');
   });
 
+  it("says an engine's note below the table: an adopted engine whose unit systemd forgot is watched by pid", () => {
+    const note = 'unit llmgw-shard-s1.service forgotten by systemd (LoadState not-found); watched by pid';
+    const out = renderStatus(
+      { nodeId: 'n1', shards: [{ shardId: 's1', state: 'SHARD_STATE_READY', pid: 42, adopted: true, launcher: 'systemd-run', note }] },
+      NOW,
+    );
+    const lines = out.split('\n');
+    expect(lines.at(-2)?.trim().split(/\s{2,}/).at(-1)).toBe('(systemd-run)');
+    expect(lines.at(-1)).toBe(`s1: note: ${note}`);
+  });
+
   it('shows control characters from the control plane escaped in the table and the error lines', () => {
     const out = renderStatus(
       {

@@ -265,7 +265,7 @@ describe.skipIf(unavailable !== undefined)(
       expect(await alive(engine.pid)).toBe(false);
     });
 
-    it("an agent restart adopts the unit engine by its unit's invocation id; one whose engine died while the agent was down is reported FAILED with systemd's status", async () => {
+    it("an agent restart adopts the unit engine by its unit's invocation id; one whose engine died while the agent was down is reported FAILED with systemd's status; one whose unit is another run is kept, by pid", async () => {
       const kept = await startShard('u4');
       const doomed = await startShard('u5');
       expect((await systemctl('stop', AGENT)).exitCode).toBe(0);
@@ -289,18 +289,20 @@ describe.skipIf(unavailable !== undefined)(
       expect(await ctlShard('u4')).toMatchObject({ state: 'SHARD_STATE_READY', pid: kept.pid, adopted: true, unit: unitOf('u4'), launcher: 'systemd-run' });
       await f.lab.waitShow(unitOf('u5'), 'LoadState', (v) => v === 'not-found', 10_000);
 
-      // A unit of that name that is another run (its invocation id differs from the one recorded) is never adopted.
+      // A unit of that name that is another run (its invocation id differs from the one recorded) is never
+      // taken over, but the engine its pid, start time and boot id identify is kept: watched and stopped by pid.
       expect((await systemctl('stop', AGENT)).exitCode).toBe(0);
       const statePath = join(f.dirs.stateDir, 'shards', 'u4.json');
       const state = JSON.parse(readFileSync(statePath, 'utf8')) as { unit: { invocationId: string } };
       state.unit.invocationId = '0'.repeat(32);
       writeFileSync(statePath, JSON.stringify(state));
-      const refused = later(f.cp.cp.waitFor(NODE, shardIs('u4', S.FAILED), 30_000));
       const reg2 = (await startAgent()).msg.value as Register;
-      expect(reg2.runningShards.map((r) => r.shardId)).not.toContain('u4');
-      expect(((await refused).msg.value as ShardStatus).error).toContain('is another run (invocation');
-      // Its own unit the agent left to systemd: it only ends processes of the shard it can prove are the shard's (its log's writers).
-      await untilTrue(async () => !(await alive(kept.pid)), 'the unidentifiable engine was ended');
+      expect(reg2.runningShards.find((r) => r.shardId === 'u4')?.pid).toBe(kept.pid);
+      const byPid = await ctlShard('u4');
+      expect(byPid).toMatchObject({ pid: kept.pid, adopted: true, unit: '' });
+      expect(byPid?.note).toMatch(/is another run \(invocation .*\); watched by pid$/);
+      expect(S[(await stopShard('u4')).state]).toBe('STOPPED');
+      expect(await alive(kept.pid)).toBe(false);
     });
 
     it('with launcher: direct (all it can do outside systemd), a stop signals the process group only: the setsid()ed worker survives it', async () => {

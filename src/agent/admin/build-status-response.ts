@@ -133,5 +133,6 @@ export function shardInfoOf(s: ShardSnapshot): ShardInfo {
     logPath: s.logPath,
     launcher: s.launcher ?? '',
     unit: s.unit ?? '',
+    note: s.note ?? '',
   });
 }

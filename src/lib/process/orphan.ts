@@ -23,4 +23,11 @@ export interface Orphan {
   exitCode?: number;
   /** The signal that ended it, when its systemd unit recorded one. */
   exitSignal?: string;
+  /**
+   * Identified by pid, start time and boot id, but its recorded unit is not
+   * what systemd describes now (forgotten after a daemon-reload, another
+   * run of the name): it is kept, watched and stopped by pid, and this says
+   * so (the shard's note in ctl status). Absent when the unit is the one recorded.
+   */
+  unitNote?: string;
 }

@@ -42,8 +42,10 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
       pgid: f.file.pgid,
       identity: f.file.identity,
       launcher: f.file.launcher,
-      // Its run was checked against systemd's InvocationID when it was judged (Supervisor.findOrphans).
-      unit: f.file.unit,
+      // Its run was checked against systemd's InvocationID when it was judged (judgeUnitOrphan). A unit
+      // systemd no longer describes as recorded is not the engine's fence: watched and stopped by pid.
+      unit: o.unitNote === undefined ? f.file.unit : undefined,
+      note: o.unitNote,
       adopted: true,
       servesHttp: f.file.servesHttp,
       watch: f.file.watch ?? legacyWatch(f.file),

@@ -19,6 +19,8 @@ export interface RunnerEngine {
   /** Its systemd unit (systemd-run): its cgroup is what a stop ends, and systemd records its exit status. */
   unit?: EngineUnit;
   adopted: boolean;
+  /** What an operator should know of how it is watched (ShardSnapshot.note); none when absent. */
+  note?: string;
   servesHttp: boolean;
   /** How the rank is probed, and the series a drain and stall detection read. */
   watch: EngineWatch;

@@ -49,6 +49,7 @@ export class ShardRunner {
   readonly logPath: string;
   readonly statePath: string;
   readonly startedAtMs: number;
+  private readonly note: string;
   private state: ShardState;
   private error = '';
   private exitCode: number | null = null;
@@ -90,6 +91,7 @@ export class ShardRunner {
     ({ servesHttp: this.servesHttp, startedAtMs: this.startedAtMs, logPath: this.logPath, statePath: this.statePath } = engine);
     this.engine = new EngineProcess({ pid: engine.pid, pgid: engine.pgid, identity: engine.identity, child: engine.child }, engine.unit);
     this.launcher = engine.launcher ?? 'direct';
+    this.note = engine.note ?? '';
     this.watch = engine.watch;
     this.drainRequested = engine.drainRequested ?? false;
     this.stateFile = new StateFileWriter(engine.statePath, engine.spec.shardId, ctx.log);
@@ -140,6 +142,7 @@ export class ShardRunner {
       drainRequested: this.drainRequested,
       launcher: this.launcher,
       unit: this.engine.unit?.name ?? '',
+      note: this.note,
     };
   }
 

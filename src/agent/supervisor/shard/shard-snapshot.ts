@@ -38,6 +38,8 @@ export interface ShardSnapshot {
   launcher?: string;
   /** The engine's systemd unit (llmgw-shard-<id>.service); '' with the direct launcher. */
   unit?: string;
+  /** How it is watched, when an operator should know (an adopted engine whose unit systemd forgot, watched by pid). */
+  note?: string;
 }
 
 export interface ShardTransition {

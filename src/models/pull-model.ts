@@ -112,7 +112,12 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
 
     const manifestFiles: ManifestFile[] = files.map((f) => ({ path: f.path, etag: f.sha256 ?? f.blobId, size: f.size, ...(f.sha256 ? { sha256: f.sha256 } : {}) }));
     const manifest: ModelManifest = (await readManifest(layout, repo)) ?? { repo, refs: {}, snapshots: {}, lastUsedMs: Date.now() };
-    manifest.snapshots[rev.commit] = { files: manifestFiles, include: [...req.include], complete: false };
+    // A narrower --include after a wider pull of the same commit keeps what that pull made complete.
+    const before = manifest.snapshots[rev.commit];
+    const kept = before?.complete ? before.files.filter((f) => !manifestFiles.some((n) => n.path === f.path)) : [];
+    const include = before?.complete && (before.include.length === 0 || req.include.length === 0) ? [] : [...new Set([...(before?.complete ? before.include : []), ...req.include])];
+    const snapshotFiles = [...kept, ...manifestFiles].sort((a, b) => a.path.localeCompare(b.path));
+    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: false };
     await writeManifest(layout, manifest);
 
     await owner.mkdir(dirname(layout.blobPath(repo, 'x')));
@@ -126,7 +131,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
       await owner.give(ref);
     }
     manifest.refs[revision] = rev.commit;
-    manifest.snapshots[rev.commit] = { files: manifestFiles, include: [...req.include], complete: true };
+    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true };
     manifest.lastUsedMs = Date.now();
     await writeManifest(layout, manifest);
     return {

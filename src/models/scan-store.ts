@@ -85,6 +85,9 @@ export async function describeModel(layout: StoreLayout, repo: string): Promise<
   const lock = await tryLockModel(layout, repo);
   lock?.release();
   const dirMtime = (await stat(repoDir).catch(() => undefined))?.mtimeMs ?? 0;
+  // A pin or unpin changes the pin folder's mtime: a shard's start and stop count as use, without
+  // the pinner rewriting the manifest a pull may be writing at the same moment.
+  const pinMtime = (await stat(layout.pinDir(repo)).catch(() => undefined))?.mtimeMs ?? 0;
   const snapshots = Object.keys(manifest?.snapshots ?? {});
   return {
     repo,
@@ -93,7 +96,7 @@ export async function describeModel(layout: StoreLayout, repo: string): Promise<
     complete: snapshots.length > 0 && completeCommits.length === snapshots.length && partialBytes === 0,
     bytes,
     partialBytes,
-    lastUsedMs: manifest?.lastUsedMs ?? dirMtime,
+    lastUsedMs: Math.max(manifest?.lastUsedMs ?? dirMtime, pinMtime),
     pins: await modelPins(layout, repo),
     pulling: lock === undefined,
   };

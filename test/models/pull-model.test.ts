@@ -78,6 +78,11 @@ describe('pullModel', () => {
     const again = await pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, ctx());
     expect(again.fetchedBytes).toBe(WEIGHTS.length);
     expect(hub.downloads('config.json')).toHaveLength(1);
+    // A narrower pull afterwards leaves the snapshot whole.
+    await pullModel({ repo: 'acme/tiny', revision: 'main', include: ['config.json'] }, ctx());
+    const snap = (await readManifest(layout, 'acme/tiny'))?.snapshots[again.commit];
+    expect(snap?.files.map((f) => f.path)).toEqual(['config.json', 'model.safetensors', 'tokenizer/tokenizer.json']);
+    expect(snap?.include).toEqual([]);
   });
 
   it('refuses a file with a flipped byte, deletes it and fetches it again (LFS sha256 and git blob id alike)', async () => {
@@ -131,10 +136,12 @@ describe('pullModel', () => {
     );
     expect((await scanStore(layout)).map((m) => m.repo)).toEqual(['acme/a', 'acme/c']);
 
-    // Unpinned, the least recently used (a) goes first.
+    // Once its shard stops, a was used last (the unpin is a use) and c, unpinned too, is older: c goes.
+    await unpinModel(layout, 'acme/c', 'shard-c-0');
+    await new Promise((r) => setTimeout(r, 20));
     await unpinModel(layout, 'acme/a', 'shard-a-0');
     const again = await pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget));
-    expect(again.evicted).toEqual(['acme/a']);
+    expect(again.evicted).toEqual(['acme/c']);
   });
 
   it('gives an engine the store as its caches, offline once the model is complete', async () => {

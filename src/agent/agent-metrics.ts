@@ -1,9 +1,31 @@
-import { createServer, type Server } from 'node:http';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { ShardState } from '../gen/llmgw/v1/agent_pb.js';
-import { failure } from '../lib/errors.js';
+import type { Server } from 'node:http';
+import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { type GpuEvent, ShardState } from '../gen/llmgw/v1/agent_pb.js';
+import type { ConnectionPhase, ConnectionStatus } from './connection/connection-state.js';
+import type { Outbox } from './connection/outbox.js';
+import { GpuMetrics, type GpuMetricsView } from './metrics/gpu-metrics.js';
+import { serveMetrics } from './metrics/metrics-server.js';
+import { ShardMetrics, type ShardMetricsSources } from './metrics/shard-metrics.js';
 
-/** The agent's Prometheus metrics; served only when metrics_addr is set. */
+/** Every phase of the control-plane stream, the values of llmgw_agent_stream_state's `state` label. */
+const PHASES: readonly ConnectionPhase[] = ['starting', 'connecting', 'connected', 'retrying', 'stopping', 'stopped'];
+
+/** What the scrape-time families read: the agent's own state, never a copy kept up to date beside it. */
+export interface AgentMetricsSources extends ShardMetricsSources {
+  node: string;
+  version: string;
+  gpus(): GpuMetricsView[];
+  connection(): ConnectionStatus;
+  /** Admin-socket connections open now, and refused (over the caps) since start. */
+  adminConnections(): { open: number; refused: number };
+}
+
+/**
+ * The agent's Prometheus metrics; served only when metrics_addr is set.
+ * Names follow Prometheus's rules (base units, `_total` counters, `_info`
+ * for labels worth joining on, state sets for states) and GPU series carry
+ * dcgm-exporter's labels (GPU_LABELS). README "Metrics" lists them all.
+ */
 export class AgentMetrics {
   readonly registry = new Registry();
   readonly connected = new Gauge({ name: 'llmgw_agent_connected', help: '1 while a session with the control plane is established.', registers: [this.registry] });
@@ -17,43 +39,94 @@ export class AgentMetrics {
     buckets: [0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5],
     registers: [this.registry],
   });
-  readonly gpuMemoryUsed = new Gauge({ name: 'llmgw_gpu_memory_used_mb', help: 'GPU memory used, from the last reading.', labelNames: ['gpu'], registers: [this.registry] });
+  private outbox: Outbox | undefined;
+  private gpu: GpuMetrics | undefined;
+  private sources: AgentMetricsSources | undefined;
 
-  /** Shards by state, read when scraped. */
-  trackShards(list: () => { state: ShardState }[]): void {
-    const registry = this.registry;
+  /**
+   * Registers the families read when scraped: build info, stream state,
+   * outbox, admin connections, every GPU and shard, and prom-client's
+   * process and Node runtime collectors (process_*, nodejs_*, unprefixed so
+   * that the usual dashboards read them).
+   */
+  observe(src: AgentMetricsSources): void {
+    this.sources = src;
+    const registers = [this.registry];
+    collectDefaultMetrics({ register: this.registry });
+    new Gauge({ name: 'llmgw_build_info', help: "The agent's version and node id; always 1.", labelNames: ['version', 'node'], registers }).set(
+      { version: src.version, node: src.node },
+      1,
+    );
+    new Gauge({
+      name: 'llmgw_agent_stream_state',
+      help: "The control-plane stream's phase as a state set: 1 for the phase it is in, 0 for the others.",
+      labelNames: ['state'],
+      registers,
+      collect() {
+        const phase = src.connection().phase;
+        for (const p of PHASES) this.set({ state: p }, p === phase ? 1 : 0);
+      },
+    });
+    const self = this;
+    new Gauge({
+      name: 'llmgw_agent_outbox_messages',
+      help: 'Messages waiting for the control-plane stream to take them (the one being written included); 0 without a session.',
+      registers,
+      collect() {
+        this.set(self.outbox?.pending ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'llmgw_agent_admin_connections',
+      help: 'Connections open on the admin socket (ctl).',
+      registers,
+      collect() {
+        this.set(src.adminConnections().open);
+      },
+    });
+    new Counter({
+      name: 'llmgw_agent_admin_connections_refused_total',
+      help: 'Admin-socket connections refused because too many were open.',
+      registers,
+      collect() {
+        this.reset();
+        this.inc(src.adminConnections().refused);
+      },
+    });
     new Gauge({
       name: 'llmgw_agent_shards',
       help: 'Supervised shards by state.',
       labelNames: ['state'],
-      registers: [registry],
+      registers,
       collect() {
         this.reset();
-        for (const s of list()) this.inc({ state: ShardState[s.state] ?? String(s.state) });
+        for (const s of src.shards()) this.inc({ state: ShardState[s.state] ?? String(s.state) });
       },
     });
+    this.gpu = new GpuMetrics(this.registry, () => src.gpus());
+    new ShardMetrics(this.registry, src);
   }
 
-  /** Serves GET /metrics on host:port. */
-  async serve(addr: string): Promise<Server> {
-    const i = addr.lastIndexOf(':');
-    const host = i > 0 ? addr.slice(0, i).replace(/^\[|\]$/g, '') : '127.0.0.1';
-    const port = Number(addr.slice(i + 1));
-    if (!Number.isInteger(port) || port < 0 || port > 65535) throw failure(`metrics_addr ${JSON.stringify(addr)} is not host:port`);
-    const server = createServer((req, res) => {
-      if (req.url !== '/metrics') {
-        res.writeHead(404).end();
-        return;
-      }
-      this.registry
-        .metrics()
-        .then((text) => res.writeHead(200, { 'content-type': this.registry.contentType }).end(text))
-        .catch(() => res.writeHead(500).end());
+  /** The current session's outbox (undefined between sessions), whose depth llmgw_agent_outbox_messages reads. */
+  followOutbox(outbox: Outbox | undefined): void {
+    this.outbox = outbox;
+  }
+
+  /** One event of the GPU health watch, for llmgw_gpu_events_total. */
+  countGpuEvent(e: GpuEvent): void {
+    this.gpu?.count(e);
+  }
+
+  /** Serves /metrics, /healthz and /readyz on host:port (metrics-server.ts). */
+  serve(addr: string): Promise<Server> {
+    return serveMetrics(addr, {
+      registry: this.registry,
+      notReady: () => {
+        const c = this.sources?.connection();
+        if (!c) return 'starting';
+        if (c.phase === 'connected') return undefined;
+        return `not registered with the control plane (${c.phase}${c.lastError ? `: ${c.lastError}` : ''})`;
+      },
     });
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', (err) => reject(failure(`cannot serve metrics on ${addr}: ${err.message}`, { cause: err })));
-      server.listen(port, host, resolve);
-    });
-    return server;
   }
 }

@@ -273,6 +273,7 @@ export class Agent {
    */
   private onGpuEvent(e: GpuEvent): void {
     this.reporter.send({ case: 'gpuEvent', value: e });
+    this.opts.metrics?.countGpuEvent(e);
     const watch = this.health as GpuHealthWatch;
     for (const s of this.shardsOnGpu(e.gpuIndex)) {
       const faults = s.spec.gpuIndices.map((i) => watch.describeFault(i)).filter((f) => f !== undefined);
@@ -300,9 +301,8 @@ export class Agent {
   private heartbeat() {
     // Not the fault-marked clone: only memory readings are read, and cloning
     // every heartbeat was a fifth of an idle agent's JS time (bench 5b).
-    const hb = buildHeartbeat(this.nodeId, this.opts.sampler.latest(), this.inventoryWatcher.current());
-    for (const [i, mb] of hb.gpuMemoryUsedMb.entries()) this.opts.metrics?.gpuMemoryUsed.set({ gpu: String(i) }, mb);
-    return hb;
+    // GPU memory metrics are read when scraped (gpuHealth), not set here.
+    return buildHeartbeat(this.nodeId, this.opts.sampler.latest(), this.inventoryWatcher.current());
   }
 
   private onControlMessage(m: ControlMessage, _outbox: Outbox): void {

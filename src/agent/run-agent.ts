@@ -10,6 +10,7 @@ import { AdminServer } from './admin/admin-server.js';
 import { Agent } from './agent.js';
 import { lockStateDirectory } from './lock-state-directory.js';
 import type { AgentMetrics } from './agent-metrics.js';
+import { agentMetricsSources } from './metrics/agent-metrics-sources.js';
 import { resolveMgmtAddr } from '../lib/node-identity.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
@@ -105,7 +106,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     logEngineAccounts(logger, agent.engineAccounts());
     await supervisor.launcher();
     if (metrics) {
-      metrics.trackShards(() => supervisor.list());
+      metrics.observe(agentMetricsSources({ agent, supervisor, admin, node: c.nodeId, version }));
       servers.push(await metrics.serve(c.metricsAddr));
     }
     logger.info({ node: c.nodeId, server: c.server, protocol: c.protocol, version }, 'agent starting');

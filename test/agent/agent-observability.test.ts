@@ -37,7 +37,7 @@ describe('llmgw agent run, as systemd and Prometheus see it', () => {
       return /^llmgw_agent_connected 1$/m.test(text);
     }, 'llmgw_agent_connected 1');
     expect(text).toMatch(/^llmgw_agent_messages_sent_total\{type="heartbeat"\} \d+/m);
-    expect(text).toMatch(/^llmgw_gpu_memory_used_mb\{gpu="7"\} \d+/m);
+    expect(text).toMatch(/^llmgw_gpu_memory_used_bytes\{gpu="7",UUID="GPU-[^"]+",pci_bus_id="[^"]+"\} \d+/m);
     expect(text).toContain('# TYPE llmgw_agent_shards gauge');
   });
 

@@ -103,6 +103,16 @@ export class AdminServer {
   private readonly log: Logger;
   private closed?: Promise<void>;
 
+  /** Connections open now, for llmgw_agent_admin_connections. */
+  get openConnections(): number {
+    return this.sockets.size;
+  }
+
+  /** Connections refused over the caps since start, for llmgw_agent_admin_connections_refused_total. */
+  get refusedConnectionCount(): number {
+    return this.refusedConnections;
+  }
+
   private constructor(opts: AdminServerOptions) {
     this.socketPath = opts.socketPath;
     this.log = opts.logger.child({ socket: opts.socketPath });

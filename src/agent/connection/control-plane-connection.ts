@@ -119,7 +119,10 @@ export class ControlPlaneConnection {
         logger: this.log,
         callbacks: {
           register: () => session.register(),
-          onOpen: (outbox) => session.onOpen(outbox),
+          onOpen: (outbox) => {
+            metrics?.followOutbox(outbox);
+            session.onOpen(outbox);
+          },
           onControlMessage: (m, outbox) => session.onControlMessage(m, outbox),
           heartbeat: () => session.heartbeat(),
           onSent: (message, queuedMs) => {
@@ -135,6 +138,7 @@ export class ControlPlaneConnection {
       });
       session.onClosed();
       metrics?.connected.set(0);
+      metrics?.followOutbox(undefined);
       const outcome = result.outcome;
       const waiting = outcome.kind === 'failed' ? findTlsFileNotWritten(outcome.error) : undefined;
       if (outcome.kind === 'stopped' || signal.aborted) break;

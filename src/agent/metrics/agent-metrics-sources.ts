@@ -1,0 +1,38 @@
+import type { AdminServer } from '../admin/admin-server.js';
+import type { Agent } from '../agent.js';
+import type { AgentMetricsSources } from '../agent-metrics.js';
+import type { Supervisor } from '../supervisor/supervisor.js';
+import type { GpuMetricsView } from './gpu-metrics.js';
+
+/**
+ * The running agent's parts as the metrics read them at each scrape: the
+ * supervisor's shard list, the inventory with each GPU's latest memory
+ * reading and fault, the stream's status, the admin socket's connections.
+ */
+export function agentMetricsSources(o: { agent: Agent; supervisor: Supervisor; admin: AdminServer; node: string; version: string }): AgentMetricsSources {
+  const { agent, supervisor, admin } = o;
+  return {
+    node: o.node,
+    version: o.version,
+    shards: () => supervisor.list(),
+    onTransition: (listener) => void supervisor.on('transition', listener),
+    inFlight: (id) => supervisor.inFlight(id),
+    connection: () => agent.connectionStatus(),
+    adminConnections: () => ({ open: admin.openConnections, refused: admin.refusedConnectionCount }),
+    gpus: () => {
+      const byIndex = new Map(agent.gpuHealth().map((h) => [h.index, h]));
+      return agent.currentInventory().gpus.map((g): GpuMetricsView => {
+        const h = byIndex.get(g.index);
+        return {
+          index: g.index,
+          uuid: g.uuid,
+          pciBusId: g.pciBusId,
+          memoryUsedMb: h?.memoryUsedMb ?? g.memoryUsedMb,
+          memoryTotalMb: g.memoryTotalMb,
+          healthy: h?.healthy ?? g.healthy,
+          fault: h?.fault,
+        };
+      });
+    },
+  };
+}

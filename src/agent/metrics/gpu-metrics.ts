@@ -1,0 +1,123 @@
+import { Counter, Gauge, type Registry } from 'prom-client';
+import { type GpuEvent, GpuEventKind } from '../../gen/llmgw/v1/agent_pb.js';
+
+/** MiB (what nvidia-smi and NVML's MB readings are) in bytes: Prometheus wants base units. */
+const MIB = 1024 * 1024;
+
+/**
+ * The labels that join a series with NVIDIA's dcgm-exporter: its GPU
+ * template writes `gpu` (the index), `UUID` and `pci_bus_id`
+ * (internal/pkg/rendermetrics/render_metrics.go, gpuMetricsFormat, at
+ * 1f7abdb7; `UUID` is `uuid` only with its old-namespace flag), so
+ * `llmgw_gpu_healthy * on(UUID) group_left DCGM_FI_DEV_FB_USED` needs no
+ * relabelling.
+ */
+export const GPU_LABELS = ['gpu', 'UUID', 'pci_bus_id'] as const;
+
+/** One GPU as the metrics show it, read when scraped. */
+export interface GpuMetricsView {
+  index: number;
+  uuid: string;
+  pciBusId: string;
+  /** The latest reading, MiB. */
+  memoryUsedMb: number;
+  memoryTotalMb: number;
+  healthy: boolean;
+  /** The health watch's unresolved fault; absent when none (a GPU may still be unhealthy by discovery). */
+  fault?: { kind: GpuEventKind; xid: number; source: string };
+}
+
+/** A GpuEventKind as a label value: "xid", "ecc_double_bit", "gpu_lost", "cleared". */
+export function gpuEventKindLabel(kind: GpuEventKind): string {
+  return (GpuEventKind[kind] ?? String(kind)).toLowerCase();
+}
+
+function gpuLabels(g: Pick<GpuMetricsView, 'index' | 'uuid' | 'pciBusId'>) {
+  return { gpu: String(g.index), UUID: g.uuid, pci_bus_id: g.pciBusId };
+}
+
+/**
+ * Per GPU: memory used and total in bytes, health 0/1 with the fault on an
+ * `_info` series that exists only while the GPU is faulted, and the health
+ * watch's events counted by kind and Xid. Read from `gpus()` at each scrape,
+ * so a GPU that leaves the inventory leaves the gauges; event counts stay
+ * (a counter that vanished would read as a reset).
+ */
+export class GpuMetrics {
+  /** Events by GPU, kind and Xid: the label sets the health watch has produced, a few per GPU. */
+  private readonly events = new Map<string, { index: number; uuid: string; kind: string; xid: string; count: number }>();
+
+  constructor(registry: Registry, gpus: () => GpuMetricsView[]) {
+    const registers = [registry];
+    const labelNames = [...GPU_LABELS];
+    new Gauge({
+      name: 'llmgw_gpu_memory_used_bytes',
+      help: 'GPU memory used, from the latest reading (nvidia-smi or NVML).',
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        for (const g of gpus()) this.set(gpuLabels(g), g.memoryUsedMb * MIB);
+      },
+    });
+    new Gauge({
+      name: 'llmgw_gpu_memory_total_bytes',
+      help: 'GPU memory in all, as discovery read it.',
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        for (const g of gpus()) this.set(gpuLabels(g), g.memoryTotalMb * MIB);
+      },
+    });
+    new Gauge({
+      name: 'llmgw_gpu_healthy',
+      help: '1 when the GPU is fit for shards (discovery and the health watch agree), 0 when not; why is on llmgw_gpu_fault_info.',
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        for (const g of gpus()) this.set(gpuLabels(g), g.healthy ? 1 : 0);
+      },
+    });
+    new Gauge({
+      name: 'llmgw_gpu_fault_info',
+      help: "A GPU's unresolved fault, by kind (xid, ecc_double_bit, row_remap_failure, gpu_lost, ..., or discovery), Xid and source; present only while the GPU is unhealthy.",
+      labelNames: [...labelNames, 'kind', 'xid', 'source'],
+      registers,
+      collect() {
+        this.reset();
+        for (const g of gpus()) {
+          if (g.healthy) continue;
+          const f = g.fault;
+          const fault = f ? { kind: gpuEventKindLabel(f.kind), xid: String(f.xid), source: f.source } : { kind: 'discovery', xid: '0', source: 'discovery' };
+          this.set({ ...gpuLabels(g), ...fault }, 1);
+        }
+      },
+    });
+    const events = this.events;
+    new Counter({
+      name: 'llmgw_gpu_events_total',
+      help: 'GPU health events the agent saw (NVML, kernel log, poll), by kind and Xid (0 when the kind has none).',
+      labelNames: [...labelNames, 'kind', 'xid'],
+      registers,
+      collect() {
+        this.reset();
+        const pci = new Map(gpus().map((g) => [g.index, g.pciBusId]));
+        for (const e of events.values()) {
+          this.inc({ gpu: String(e.index), UUID: e.uuid, pci_bus_id: pci.get(e.index) ?? '', kind: e.kind, xid: e.xid }, e.count);
+        }
+      },
+    });
+  }
+
+  /** One event of the GPU health watch. */
+  count(e: GpuEvent): void {
+    const kind = gpuEventKindLabel(e.kind);
+    const xid = String(e.xid);
+    const key = `${e.gpuIndex}\0${e.gpuUuid}\0${kind}\0${xid}`;
+    const known = this.events.get(key);
+    if (known) known.count += 1;
+    else this.events.set(key, { index: e.gpuIndex, uuid: e.gpuUuid, kind, xid, count: 1 });
+  }
+}

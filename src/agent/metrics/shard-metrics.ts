@@ -1,0 +1,154 @@
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
+import type { ShardSnapshot, ShardTransition } from '../supervisor/supervisor.js';
+
+/** Every state a shard can be in, the values of llmgw_shard_state's `state` label. */
+const STATES = [
+  ShardState.STARTING,
+  ShardState.READY,
+  ShardState.UNHEALTHY,
+  ShardState.DRAINING,
+  ShardState.STOPPING,
+  ShardState.STOPPED,
+  ShardState.FAILED,
+  ShardState.EXITED,
+].map((s) => ({ state: s, name: ShardState[s] as string }));
+
+/** States in which an engine serves and its in-flight gauge means something. */
+const SERVING = new Set([ShardState.READY, ShardState.DRAINING, ShardState.UNHEALTHY]);
+
+/**
+ * Launch to READY: model loading takes seconds for a small model and
+ * up to half an hour for a large one read from network storage.
+ */
+const READINESS_BUCKETS_S = [1, 5, 10, 30, 60, 120, 300, 600, 1200, 1800, 3600];
+
+/** The supervisor's shard id type (a checked id once validated). */
+type ShardId = ShardSnapshot['shardId'];
+
+const SHARD_LABELS = ['shard', 'replica', 'model', 'engine', 'gpus'] as const;
+type ShardLabels = Record<(typeof SHARD_LABELS)[number], string>;
+
+function shardLabels(s: ShardSnapshot): ShardLabels {
+  const p = s.spec.profile;
+  return { shard: s.shardId, replica: s.replicaId, model: p?.model ?? '', engine: p?.engine ?? '', gpus: s.spec.gpuIndices.join(',') };
+}
+
+export interface ShardMetricsSources {
+  /** The supervisor's shards now: the only label sets the per-shard families have. */
+  shards(): ShardSnapshot[];
+  /** Registers a listener for every shard transition (Supervisor 'transition'). */
+  onTransition(listener: (t: ShardTransition) => void): void;
+  /** Requests the shard's engine holds, running and waiting, as `ctl drain` reads them; undefined when it cannot tell. */
+  inFlight(shardId: ShardId): Promise<number | undefined>;
+}
+
+interface Launches {
+  /** Launches of this shard id seen while the agent runs: the first is no restart. */
+  count: number;
+  /** When the last launch began (performance.now()), until it is READY. */
+  launchedAtMs: number | undefined;
+}
+
+/**
+ * Per shard: state as a state set, restarts, launch-to-READY seconds, and
+ * requests in flight. Every family is built at scrape time from the
+ * supervisor's list, so a shard once removed has no series left
+ * (cardinality stays that of the shards a node holds, not of every shard it
+ * ever ran); what transitions taught (launches, the readiness histogram) is
+ * dropped for it at the next scrape.
+ */
+export class ShardMetrics {
+  private readonly launches = new Map<ShardId, Launches>();
+  private readonly readiness: Histogram<(typeof SHARD_LABELS)[number]>;
+  /** The label set each shard's readiness series was observed under. */
+  private readonly readinessLabels = new Map<ShardId, ShardLabels>();
+
+  constructor(registry: Registry, private readonly src: ShardMetricsSources) {
+    const registers = [registry];
+    const labelNames = [...SHARD_LABELS];
+    const forget = () => this.forgetRemoved();
+    new Gauge({
+      name: 'llmgw_shard_state',
+      help: "A shard's state as a state set: 1 for the state it is in, 0 for the others.",
+      labelNames: [...labelNames, 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const s of src.shards()) {
+          const labels = shardLabels(s);
+          for (const { state, name } of STATES) this.set({ ...labels, state: name }, s.state === state ? 1 : 0);
+        }
+      },
+    });
+    const launches = this.launches;
+    new Counter({
+      name: 'llmgw_shard_restarts_total',
+      help: 'Launches of the shard after its first one, since the agent started (a StartShard after FAILED or EXITED).',
+      labelNames,
+      registers,
+      collect() {
+        forget();
+        this.reset();
+        for (const s of src.shards()) this.inc(shardLabels(s), Math.max(0, (launches.get(s.shardId)?.count ?? 0) - 1));
+      },
+    });
+    this.readiness = new Histogram({
+      name: 'llmgw_shard_readiness_seconds',
+      help: 'Seconds from a launch to READY (the engine answered and listed its model); adopted engines are not counted.',
+      labelNames,
+      buckets: READINESS_BUCKETS_S,
+      registers,
+      collect: forget,
+    });
+    new Gauge({
+      name: 'llmgw_shard_requests_in_flight',
+      help: "Requests the engine holds, running and waiting, read from its own /metrics when scraped (as ctl drain reads them); absent when it cannot tell.",
+      labelNames,
+      registers,
+      async collect() {
+        this.reset();
+        const serving = src.shards().filter((s) => s.running && s.servesHttp && SERVING.has(s.state));
+        const counts = await Promise.all(serving.map((s) => src.inFlight(s.shardId).catch(() => undefined)));
+        for (const [i, s] of serving.entries()) {
+          const n = counts[i];
+          if (n !== undefined) this.set(shardLabels(s), n);
+        }
+      },
+    });
+    src.onTransition((t) => this.onTransition(t));
+  }
+
+  private onTransition(t: ShardTransition): void {
+    const id = t.shard.shardId;
+    if (t.to === ShardState.STARTING) {
+      const l = this.launches.get(id) ?? { count: 0, launchedAtMs: undefined };
+      l.count += 1;
+      // An adopted engine was launched by another agent: when, nobody here knows.
+      l.launchedAtMs = t.shard.adopted ? undefined : performance.now();
+      this.launches.set(id, l);
+      return;
+    }
+    if (t.to !== ShardState.READY) return;
+    const l = this.launches.get(id);
+    if (l?.launchedAtMs === undefined) return;
+    const labels = shardLabels(t.shard);
+    // A relaunch under another replica: the old label set goes, one series per shard.
+    const before = this.readinessLabels.get(id);
+    if (before && JSON.stringify(before) !== JSON.stringify(labels)) this.readiness.remove(before);
+    this.readiness.observe(labels, (performance.now() - l.launchedAtMs) / 1000);
+    this.readinessLabels.set(id, labels);
+    l.launchedAtMs = undefined;
+  }
+
+  /** Drops what is kept for shards the supervisor no longer has. */
+  private forgetRemoved(): void {
+    const present = new Set(this.src.shards().map((s) => s.shardId));
+    for (const id of this.launches.keys()) if (!present.has(id)) this.launches.delete(id);
+    for (const [id, labels] of this.readinessLabels) {
+      if (present.has(id)) continue;
+      this.readiness.remove(labels);
+      this.readinessLabels.delete(id);
+    }
+  }
+}

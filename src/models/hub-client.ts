@@ -56,9 +56,11 @@ export function resolveUrl(endpoint: string, repo: string, commit: string, file:
  */
 export async function fetchRevision(options: HubOptions, repo: string, revision: string, signal?: AbortSignal): Promise<HubRevision> {
   const url = `${base(options.endpoint)}/api/models/${repo}/revision/${encodeURIComponent(revision)}?blobs=true`;
+  // Outside the try: a token file that cannot be read is the node's config, not the hub being unreachable.
+  const headers = await hubHeaders(options);
   let res: Response;
   try {
-    res = await fetch(url, { headers: await hubHeaders(options), signal });
+    res = await fetch(url, { headers, signal });
   } catch (err) {
     if (signal?.aborted) throw err;
     throw failure(`cannot reach the hub at ${options.endpoint}: ${describeFetchError(err)}`, { cause: err });

@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
@@ -142,6 +142,24 @@ describe('pullModel', () => {
     await unpinModel(layout, 'acme/a', 'shard-a-0');
     const again = await pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget));
     expect(again.evicted).toEqual(['acme/c']);
+  });
+
+  it('sends the token of models.hub.token_file to the hub, and refuses an unreadable one as a config error', async () => {
+    const tokenFile = join(dir, 'hf-token');
+    writeFileSync(tokenFile, 'hf_secret\n', { mode: 0o600 });
+    await pullModel({ repo: 'acme/a', revision: 'main', include: [] }, { ...ctx(), hub: { endpoint: hub.url, tokenFile } });
+    expect(hub.requests.map((r) => r.authorization)).toEqual(['Bearer hf_secret', 'Bearer hf_secret']);
+    await expect(pullModel({ repo: 'acme/a', revision: 'main', include: [] }, { ...ctx(), hub: { endpoint: hub.url, tokenFile: join(dir, 'none') } })).rejects.toThrow(
+      expect.objectContaining({ exitCode: 78, message: expect.stringContaining('models.hub.token_file: cannot read') }),
+    );
+  });
+
+  it('keeps to models.bandwidth', async () => {
+    const started = Date.now();
+    const c = { ...ctx(), limiter: new BandwidthLimiter(200_000) };
+    await pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, c);
+    // 340 kB at 200 kB/s, of which one second's worth (200 kB) may go at once: the rest waits 0.7 s for the bucket.
+    expect(Date.now() - started).toBeGreaterThanOrEqual(600);
   });
 
   it('gives an engine the store as its caches, offline once the model is complete', async () => {

@@ -54,6 +54,7 @@ import { readyAfterAnswerFigure, stopDrainFigure } from './engine-behaviour-figu
 import { fleetFigure } from './fleet-figure.js';
 import { floorFigures } from './floor-figures.js';
 import { readinessFigure } from './readiness-figure.js';
+import { parseStartShard } from '../src/lib/shard-id.js';
 
 interface Row {
   figure: string;
@@ -480,7 +481,7 @@ async function fig7(): Promise<void> {
     const run = async (i: number): Promise<number> => {
       const out = join(dirs.root, `${name}-${i}`);
       const spec = createMsg(StartShardSchema, { shardId: `writer-${i}`, replicaId: 'r', profile: { engine: 'sim' } });
-      await sup.start(spec, { plan: { argv: [process.execPath, '-e', writer(out)], env: {} }, servesHttp: false });
+      await sup.start(parseStartShard(spec), { plan: { argv: [process.execPath, '-e', writer(out)], env: {} }, servesHttp: false });
       for (let t = 0; t < 200 && !existsSync(out); t++) await sleep(50);
       await sleep(200); // the count is written just before exit
       return Number(readFileSync(out, 'utf8'));

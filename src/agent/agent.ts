@@ -1,13 +1,13 @@
 import { clone } from '@bufbuild/protobuf';
-import { type ControlMessage, type GpuEvent, type Inventory, InventorySchema, type ShardStatus, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
+import { type ControlMessage, type GpuEvent, type Inventory, InventorySchema, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
-import { isValidShardId } from '../lib/shard-id.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionStatus } from './connection/connection-state.js';
 import { ControlPlaneConnection } from './connection/control-plane-connection.js';
-import { type GpuFault, GpuHealthWatch } from './health/gpu-health-watch.js';
+import { type AdminBackend, adminBackend, type GpuHealthView } from './admin/admin-backend.js';
+import { GpuHealthWatch } from './health/gpu-health-watch.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineAccount } from './engines/engine-account.js';
@@ -15,11 +15,12 @@ import type { EngineRegistry } from './engines/engine-registry.js';
 import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
 import type { Outbox } from './connection/outbox.js';
-import { type AdoptResultView, RecoverEngines } from './supervisor/orphans/recover-engines.js';
+import { RecoverEngines } from './supervisor/orphans/recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
 import { ShardCommands } from './shard-commands.js';
+import { StartAdmission } from './start-admission.js';
 import { StatusReporter } from './connection/status-reporter.js';
-import type { ShardSnapshot, Supervisor } from './supervisor/supervisor.js';
+import type { Supervisor } from './supervisor/supervisor.js';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -35,26 +36,11 @@ export interface AgentOptions {
   nvml?: NvmlLibrary;
 }
 
-/** One GPU's health as `ctl status` shows it. */
-export interface GpuHealthView {
-  index: number;
-  /** The latest reading (the heartbeats'), MiB. */
-  memoryUsedMb: number;
-  /** Discovery's verdict and the watch's together, as the next Inventory says. */
-  healthy: boolean;
-  /** Why not: the watch's fault first, then what discovery said. */
-  error: string;
-  fault?: GpuFault;
-  recentEvents: GpuEvent[];
-}
-
-export type { AdoptOutcomeKind, AdoptResultView } from './supervisor/orphans/recover-engines.js';
-
 /**
  * The node agent: hardware discovery, engine recovery, and one Connect
  * stream to the control plane for as long as it runs. It assembles the parts
  * that do each (ControlPlaneConnection, StatusReporter, InventoryWatcher, the
- * Supervisor) and answers the admin socket from them.
+ * Supervisor) and gives the admin socket its view of them (`admin`).
  *
  * Two scopes are kept apart. The `signal` given to run() is the agent's own
  * life: aborting it ends the stream and the timers, and leaves every engine
@@ -77,6 +63,8 @@ export class Agent {
   private readonly connection: ControlPlaneConnection;
   private readonly commands: ShardCommands;
   private readonly recovery: RecoverEngines;
+  /** What the admin socket asks of this agent. */
+  readonly admin: AdminBackend;
   /** Opens once the first Register is out: hardware reads wait for it. */
   private hardwareGate: HardwareStartGate | undefined;
   private health: GpuHealthWatch | undefined;
@@ -115,16 +103,15 @@ export class Agent {
     });
     this.reporter.follow(opts.supervisor);
     const report = (status: ShardStatus) => this.reporter.report(status);
-    this.commands = new ShardCommands({
-      nodeId: c.nodeId,
+    const admission = new StartAdmission({
       supervisor: opts.supervisor,
       engines: opts.engines,
       inventory: () => this.inventory,
       gpuFault: (gpuIndex) => this.health?.describeFault(gpuIndex),
       foreignMemoryShare: c.discovery.foreignMemoryShare,
-      report,
       logger: this.log,
     });
+    this.commands = new ShardCommands({ nodeId: c.nodeId, supervisor: opts.supervisor, admission, report, logger: this.log });
     this.recovery = new RecoverEngines({
       nodeId: c.nodeId,
       supervisor: opts.supervisor,
@@ -133,19 +120,17 @@ export class Agent {
       report,
       logger: this.log,
     });
+    this.admin = adminBackend({
+      node: { nodeId: c.nodeId, version: opts.version, startedAtMs: this.startedAtMs, foreignMemoryShare: c.discovery.foreignMemoryShare },
+      view: this,
+      supervisor: opts.supervisor,
+      commands: this.commands,
+      recovery: this.recovery,
+    });
   }
 
   get nodeId(): string {
     return this.opts.config.nodeId;
-  }
-
-  get version(): string {
-    return this.opts.version;
-  }
-
-  /** discovery.foreign_memory_share: ctl status judges a GPU's foreign memory by the share StartShard refuses at. */
-  get foreignMemoryShare(): number {
-    return this.opts.config.discovery.foreignMemoryShare;
   }
 
   connectionStatus(): ConnectionStatus {
@@ -175,39 +160,6 @@ export class Agent {
     }));
   }
 
-  shards(): ShardSnapshot[] {
-    return this.opts.supervisor.list();
-  }
-
-  /** One supervised shard; undefined for an unknown or invalid id. */
-  shard(id: string): ShardSnapshot | undefined {
-    return isValidShardId(id) ? this.opts.supervisor.get(id) : undefined;
-  }
-
-  /** The last lines of a shard's log, streamed a chunk's lines at a time; `signal` stops the read. */
-  logLines(id: string, lines: number, signal: AbortSignal): AsyncIterable<string[]> {
-    return this.opts.supervisor.logLines(id, lines, signal);
-  }
-
-  /** `ctl logs --previous`: the run before the current one, as logLines; undefined when none is kept. */
-  previousLogLines(id: string, lines: number, signal: AbortSignal): AsyncIterable<string[]> | undefined {
-    return this.opts.supervisor.previousLogLines(id, lines, signal);
-  }
-
-  /**
-   * A supervised shard's last `backlogLines` log lines (the batches before
-   * the first empty one), then its new ones; ends when it is removed, on
-   * `signal`, or when the agent stops.
-   */
-  followLog(id: string, signal: AbortSignal, backlogLines = 0): AsyncIterable<string[]> {
-    return this.opts.supervisor.followLog(id, signal, backlogLines);
-  }
-
-  /** Requests a shard's engine is working on; undefined when it cannot tell. */
-  inFlight(id: string): Promise<number | undefined> {
-    return this.opts.supervisor.inFlight(id);
-  }
-
   /**
    * Runs until `signal` aborts: recovers engines a previous agent left, reads
    * the hardware, then holds a session to the control plane for ever,
@@ -217,7 +169,7 @@ export class Agent {
   async run(signal: AbortSignal, hooks: { onFirstAttempt?: () => void } = {}): Promise<void> {
     // Recovery first and without waiting on hardware discovery: adopted
     // engines settle in the background and must not wait for nvidia-smi.
-    await this.recoverOrphans();
+    await this.recovery.recover();
     const stopWatching = () => {
       this.inventoryWatcher.stop();
       this.opts.sampler.close();
@@ -252,16 +204,12 @@ export class Agent {
       gpus: this.inventoryWatcher.current().gpus.map((g) => ({ index: g.index, uuid: g.uuid, pciBusId: g.pciBusId })),
       kmsgPath: c.discovery.kmsg,
       pollIntervalMs: c.discovery.intervalMs,
-      shardsOn: (i) => this.shardsOnGpu(i).map((s) => s.shardId),
+      shardsOn: (i) => this.opts.supervisor.shardsOnGpu(i).map((s) => s.shardId),
       logger: this.log,
     });
     watch.on('event', (e) => this.onGpuEvent(e));
     this.health = watch;
     await watch.start();
-  }
-
-  private shardsOnGpu(gpuIndex: number): ShardSnapshot[] {
-    return this.opts.supervisor.list().filter((s) => s.spec.gpuIndices.includes(gpuIndex));
   }
 
   /**
@@ -275,10 +223,7 @@ export class Agent {
     this.reporter.send({ case: 'gpuEvent', value: e });
     this.opts.metrics?.countGpuEvent(e);
     const watch = this.health as GpuHealthWatch;
-    for (const s of this.shardsOnGpu(e.gpuIndex)) {
-      const faults = s.spec.gpuIndices.map((i) => watch.describeFault(i)).filter((f) => f !== undefined);
-      this.opts.supervisor.setGpuFault(s.shardId, faults.length > 0 ? faults.join('; ') : undefined);
-    }
+    this.opts.supervisor.gpuHealthChanged(e.gpuIndex, (i) => watch.describeFault(i));
     const fault = watch.describeFault(e.gpuIndex);
     if (this.sentFaults.get(e.gpuIndex) === fault) return;
     this.sentFaults.set(e.gpuIndex, fault);
@@ -327,35 +272,5 @@ export class Agent {
       default:
         this.wireWarnings.warn({ messageId: String(m.messageId) }, 'control message with no command; ignored');
     }
-  }
-
-  /** StartShard: see ShardCommands.start. */
-  startShard(spec: StartShard): Promise<void> {
-    return this.commands.start(spec);
-  }
-
-  /** StopShard: see ShardCommands.stop. */
-  stopShard(m: Pick<StopShard, 'shardId' | 'grace'>): Promise<void> {
-    return this.commands.stop(m);
-  }
-
-  /** `ctl drain`: see ShardCommands.drain. */
-  drainShard(id: string): Promise<ShardSnapshot> {
-    return this.commands.drain(id);
-  }
-
-  /** `ctl drain --cancel`: see ShardCommands.cancelDrain. */
-  cancelDrainShard(id: string): Promise<ShardSnapshot> {
-    return this.commands.cancelDrain(id);
-  }
-
-  /** Engines a previous agent left: see RecoverEngines.recover. */
-  recoverOrphans(): Promise<AdoptResultView[]> {
-    return this.recovery.recover();
-  }
-
-  /** `ctl adopt`: see RecoverEngines.adoptNow. */
-  adoptNow(): Promise<AdoptResultView[]> {
-    return this.recovery.adoptNow();
   }
 }

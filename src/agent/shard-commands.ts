@@ -1,41 +1,30 @@
-import { clone, create } from '@bufbuild/protobuf';
+import { create } from '@bufbuild/protobuf';
 import { durationMs } from '@bufbuild/protobuf/wkt';
-import { type Inventory, ShardState, type ShardStatus, ShardStatusSchema, type StartShard, StartShardSchema, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
+import { ShardState, type ShardStatus, ShardStatusSchema, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure } from '../lib/errors.js';
-import { foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
-import { readProcStat } from '../lib/process/proc-stat.js';
-import { assertShardId, isValidShardId } from '../lib/shard-id.js';
+import { isValidShardId, parseShardId, parseStartShard, quoteShardId, type ShardId } from '../lib/shard-id.js';
 import { isTerminal } from '../lib/shard-states.js';
-import type { ValidationContext } from './engines/engine.js';
-import type { EngineRegistry } from './engines/engine-registry.js';
-import { isPortFree } from './engines/is-port-free.js';
-import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines/choose-worker-port.js';
-import { readEphemeralPortRange } from '../lib/ephemeral-port-range.js';
 import { refusedStatus, statusFromSnapshot } from './connection/shard-report.js';
 import { RepeatedStartError, type ShardSnapshot, type Supervisor } from './supervisor/supervisor.js';
+import type { StartAdmission } from './start-admission.js';
 
 export interface ShardCommandsOptions {
   nodeId: string;
   supervisor: Supervisor;
-  engines: EngineRegistry;
-  /** The node's hardware as last read: what validation judges a shard against. */
-  inventory: () => Inventory;
-  /** The fault of a GPU ("GPU 3: Xid 79: ..."), from the health watch; undefined when it is sound. */
-  gpuFault?: (gpuIndex: number) => string | undefined;
-  /** discovery.foreign_memory_share: a GPU with more memory used by no listed process is refused. */
-  foreignMemoryShare?: number;
+  /** Judges every start: the one room where it is admitted or refused. */
+  admission: StartAdmission;
   /** Sends a status to the control plane now, or after the next Register. */
   report: (status: ShardStatus) => void;
   logger: Logger;
 }
 
 /**
- * StartShard, StopShard and DrainShard, from the control plane or an
- * operator: the shard id is validated once here, then the supervisor's
- * registry does the rest. Every outcome is reported; nothing here throws at
- * the stream.
+ * StartShard, StopShard and DrainShard, from the control plane: the
+ * stream's edge, where the shard id is parsed once (ShardId); then
+ * StartAdmission judges a start and the supervisor's registry does the
+ * rest. Every outcome is reported; nothing here throws at the stream.
  */
 export class ShardCommands {
   private readonly sup: Supervisor;
@@ -44,11 +33,13 @@ export class ShardCommands {
   private readonly refusals: RateLimitedLog;
   /** Stops in progress, by shard id. */
   private readonly stopping = new Map<string, Promise<void>>();
+  private readonly admission: StartAdmission;
 
   constructor(private readonly opts: ShardCommandsOptions) {
     this.sup = opts.supervisor;
     this.log = opts.logger;
     this.refusals = new RateLimitedLog(opts.logger);
+    this.admission = opts.admission;
   }
 
   /**
@@ -57,38 +48,23 @@ export class ShardCommands {
    * must never make a second process, so it only reports the current state.
    */
   async start(given: StartShard): Promise<void> {
-    const id = given.shardId;
-    let spec = given;
     const { nodeId, report } = this.opts;
-    // The id is validated once, by the registry's reservation: an invalid one
-    // is refused there, before anything is validated or launched.
+    let spec = given;
     let started: { shard: ShardSnapshot; created: boolean };
     try {
-      // A faulty GPU is named before the registry's "held by shard X", which
-      // would hide the cause; a repeat of a shard already here is not judged
-      // (it reports its state, whatever its GPU does now).
-      const known = this.sup.get(id);
-      if (!known || isTerminal(known.state)) {
-        this.refuseUnfitGpus(spec);
-        spec = await this.withWorkerPort(spec);
-      }
-      started = await this.sup.start(spec, async () => {
-        const engine = this.opts.engines.get(spec.profile?.engine ?? '');
-        // Validate before launching: an engine that refuses a profile does so
-        // after minutes of model loading; here it costs nothing.
-        await engine.validate(spec, this.validationContext(id));
-        const plan = engine.command(spec);
-        return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan) };
-      });
+      // The stream's edge: the id names files, and is checked here once.
+      const admitted = await this.admission.admit(parseStartShard(given));
+      spec = admitted.spec;
+      started = await this.sup.start(admitted.spec, admitted.launch);
     } catch (err) {
       if (err instanceof RepeatedStartError) return;
-      this.refusals.warn({ shard: id, replica: spec.replicaId, err: errorMessage(err) }, 'refused to start a shard');
+      this.refusals.warn({ shard: spec.shardId, replica: spec.replicaId, err: errorMessage(err) }, 'refused to start a shard');
       report(refusedStatus(nodeId, spec, errorMessage(err)));
       return;
     }
     if (!started.created) {
       // Rate-limited: a flood of repeats of a running shard's start is read at full speed, each coalesced in the outbox.
-      this.refusals.info({ shard: id, replica: spec.replicaId }, 'start repeated for a shard that is already here; reporting its state');
+      this.refusals.info({ shard: spec.shardId, replica: spec.replicaId }, 'start repeated for a shard that is already here; reporting its state');
       report(statusFromSnapshot(nodeId, started.shard));
       return;
     }
@@ -110,65 +86,13 @@ export class ShardCommands {
     }
   }
 
-  /**
-   * The spec with a port for a worker rank that listens and was given none
-   * (chooseWorkerPort); the spec itself otherwise. Chosen before the start
-   * is admitted, so the registry reserves it; a start racing this one for
-   * the same port is refused by that reservation and retried by its
-   * control plane.
-   */
-  private async withWorkerPort(spec: StartShard): Promise<StartShard> {
-    if (spec.httpPort !== 0 || !isValidShardId(spec.shardId)) return spec;
-    const engine = this.opts.engines.get(spec.profile?.engine ?? '');
-    if (!engine.workerListens(spec)) return spec;
-    const port = await chooseWorkerPort(this.sup.reservations(spec.shardId).ports, isPortFree, await readEphemeralPortRange());
-    if (port === undefined) throw failure(`no free port in ${WORKER_PORT_FIRST}-${WORKER_PORT_LAST} for worker rank ${spec.rank}'s /health; give the shard an http_port`);
-    this.log.info({ shard: spec.shardId, replica: spec.replicaId, port }, 'chose a port for a worker rank\'s /health');
-    const chosen = clone(StartShardSchema, spec);
-    chosen.httpPort = port;
-    return chosen;
-  }
-
-  /**
-   * GPUs no engine should be put on, whatever the engine: one with a fault
-   * (checked before "held by", which would name the shard and hide the
-   * cause), and one whose memory is used by something this node cannot see
-   * (the engine would run out of memory minutes into loading).
-   */
-  private refuseUnfitGpus(spec: StartShard): void {
-    const inventory = this.opts.inventory();
-    for (const i of spec.gpuIndices) {
-      const fault = this.opts.gpuFault?.(i);
-      if (fault !== undefined) throw failure(`${fault}; no shard starts on it until the fault clears (a lost GPU needs a reset)`);
-      const gpu = inventory.gpus.find((g) => g.index === i);
-      const foreign = gpu && foreignMemoryProblem(gpu, inventory.processes, this.opts.foreignMemoryShare);
-      if (foreign) throw failure(foreign);
-    }
-  }
-
-  private validationContext(shardId: string): ValidationContext {
-    const inventory = this.opts.inventory();
-    // The registry's reservations, the same ones its synchronous reserve()
-    // step refused against: a second list built here from snapshots would
-    // miss the launches still in progress.
-    const heldGpus = this.sup.reservations(shardId).gpus;
-    const holding = this.sup.list().filter((s) => !isTerminal(s.state) || s.running);
-    const shardGroups = new Set(holding.map((s) => s.pid));
-    // A compute process is ours when it is in the process group of one of our
-    // engines (the GPU is usually held by a worker child, not the pid we started).
-    const foreignProcesses = inventory.processes.filter((p) => {
-      const stat = readProcStat(p.pid);
-      return !(stat && shardGroups.has(stat.pgrp)) && !shardGroups.has(p.pid);
-    });
-    return { inventory, heldGpus, foreignProcesses, isPortFree: (port) => isPortFree(port), agentUid: process.getuid?.() ?? -1 };
-  }
-
   /** Stops a shard: every process of it gone, then STOPPED is reported and its state forgotten. */
   async stop(m: Pick<StopShard, 'shardId' | 'grace'>): Promise<void> {
     const id = m.shardId;
     const { nodeId, report } = this.opts;
+    // The stream's edge: checked once, here.
     if (!isValidShardId(id)) {
-      report(refusedStatus(nodeId, { shardId: id, replicaId: '' }, `stop refused: invalid shard id ${quoteId(id)}`));
+      report(refusedStatus(nodeId, { shardId: id, replicaId: '' }, `stop refused: invalid shard id ${quoteShardId(id)}`));
       return;
     }
     // Repeats while a stop is in progress wait for it: each would otherwise
@@ -182,7 +106,7 @@ export class ShardCommands {
     return done;
   }
 
-  private async stopOnce(id: string, grace: StopShard['grace']): Promise<void> {
+  private async stopOnce(id: ShardId, grace: StopShard['grace']): Promise<void> {
     const { nodeId, report } = this.opts;
     // A start still validating or launching finishes first, so that a stop
     // never races it and leaves an engine behind.
@@ -212,8 +136,7 @@ export class ShardCommands {
    * control plane routes elsewhere) and records it, so that it outlives an
    * agent restart. Throws when the shard cannot be drained.
    */
-  drain(id: string): Promise<ShardSnapshot> {
-    assertShardId(id);
+  drain(id: ShardId): Promise<ShardSnapshot> {
     const shard = this.sup.get(id);
     if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
     return this.sup.drain(id);
@@ -224,8 +147,7 @@ export class ShardCommands {
    * so the control plane routes to the shard again. Throws when the shard
    * is not DRAINING.
    */
-  cancelDrain(id: string): Promise<ShardSnapshot> {
-    assertShardId(id);
+  cancelDrain(id: ShardId): Promise<ShardSnapshot> {
     const shard = this.sup.get(id);
     if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
     return this.sup.cancelDrain(id);
@@ -238,20 +160,17 @@ export class ShardCommands {
    * engine replaced.
    */
   async drainCommand(id: string): Promise<void> {
+    // The stream's edge: checked once, here.
+    const checked = isValidShardId(id) ? id : undefined;
     try {
-      await this.drain(id);
+      await this.drain(parseShardId(id));
     } catch (err) {
       const { nodeId, report } = this.opts;
       const why = `drain refused: ${errorMessage(err)}`;
-      const shard = isValidShardId(id) ? this.sup.get(id) : undefined;
+      const shard = checked && this.sup.get(checked);
       this.refusals.warn({ shard: id, err: why }, 'refused a drain');
       if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
       else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
     }
   }
-}
-
-/** An untrusted id as it may appear in a report: quoted, and cut short. */
-function quoteId(id: string): string {
-  return JSON.stringify(String(id).slice(0, 40));
 }

@@ -1,7 +1,7 @@
 import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
 import { failure, usageError } from '../lib/errors.js';
-import { assertShardId } from '../lib/shard-id.js';
+import { parseShardId } from '../lib/shard-id.js';
 import { openAdminClient } from './open-admin-client.js';
 import { type DrainRenderer, runDrainTasks } from './run-drain-tasks.js';
 
@@ -31,7 +31,7 @@ export interface CtlDrainOptions {
  */
 export async function ctlDrain(o: CtlDrainOptions): Promise<DrainResponse> {
   if (o.all === (o.shardId !== undefined)) throw usageError('name one shard or give --all, not both and not neither');
-  if (o.shardId !== undefined) assertShardId(o.shardId);
+  if (o.shardId !== undefined) parseShardId(o.shardId);
   if (o.cancel && o.wait) throw usageError('--cancel and --wait do not go together: a cancelled drain has nothing to wait for');
   const admin = await openAdminClient(o.socket);
   try {

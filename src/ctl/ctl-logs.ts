@@ -1,11 +1,10 @@
 import { existsSync } from 'node:fs';
-import { join } from 'node:path';
 import { followFile } from '../lib/files/follow-file.js';
 import { tailFile } from '../lib/files/tail-file.js';
 import { failure, usageError } from '../lib/errors.js';
 import { MAX_LOG_LINES } from '../lib/max-log-lines.js';
-import { previousRunLogPath } from '../lib/shard-layout.js';
-import { assertShardId } from '../lib/shard-id.js';
+import { previousRunLogPath, shardLogPath } from '../lib/shard-layout.js';
+import { parseShardId } from '../lib/shard-id.js';
 import { isUnreachable } from './admin-call-error.js';
 import { logAccessDenied } from './log-access-denied.js';
 import { openAdminClient } from './open-admin-client.js';
@@ -37,7 +36,7 @@ export interface CtlLogsOptions {
  */
 export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
   // Before any call: an id like "../x" would name a file outside the log directory.
-  assertShardId(o.shardId);
+  parseShardId(o.shardId);
   if (o.previous && o.follow) throw usageError('--previous and --follow do not go together: the previous run has ended');
   if (o.lines > MAX_LOG_LINES) {
     // The agent refuses more (it reads logs for every admin-group member); the file has them all.
@@ -73,7 +72,7 @@ export async function ctlLogs(o: CtlLogsOptions): Promise<void> {
 
 /** The file ctl would read itself: the shard's log, or its previous run's. */
 function logPath(o: CtlLogsOptions): string {
-  return o.previous ? previousRunLogPath(o.logDir, o.shardId, 1) : join(o.logDir, 'shards', `${o.shardId}.log`);
+  return o.previous ? previousRunLogPath(o.logDir, o.shardId, 1) : shardLogPath(o.logDir, o.shardId);
 }
 
 async function readLogDirectly(o: CtlLogsOptions, why: string): Promise<void> {

@@ -10,6 +10,7 @@ import { killRecordedEngines, waitEnginesGone } from '../../src/dev/kill-recorde
 import { StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { shardStatePath } from '../../src/lib/shard-layout.js';
 import { isRunning } from '../helpers/engine-processes.js';
+import { parseShardId, parseStartShard } from '../../src/lib/shard-id.js';
 
 function dirs() {
   const root = mkdtempSync(join(tmpdir(), 'llmgw-kill-recorded-'));
@@ -37,9 +38,9 @@ function engine(stdoutFile?: string): number {
 async function record(stateDir: string, shardId: string, pid: number, startTime: string): Promise<void> {
   await writeStateFile(shardStatePath(stateDir, shardId), {
     schemaVersion: 1,
-    shardId,
+    shardId: parseShardId(shardId),
     replicaId: 'r',
-    spec: create(StartShardSchema, { shardId, replicaId: 'r' }),
+    spec: parseStartShard(create(StartShardSchema, { shardId, replicaId: 'r' })),
     servesHttp: false,
     inFlightMetric: '',
     pid,

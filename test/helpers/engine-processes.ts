@@ -1,3 +1,4 @@
+import { type CheckedStartShard, parseStartShard } from '../../src/lib/shard-id.js';
 import type { EngineWatch } from '../../src/lib/engine-watch.js';
 import { create } from '@bufbuild/protobuf';
 import { mkdtempSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs';
@@ -8,7 +9,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import type { SupervisorConfig } from '../../src/agent/config/agent-config.js';
 import type { LaunchPlan } from '../../src/agent/engines/launch-plan.js';
 import { SimEngine } from '../../src/agent/engines/sim-engine.js';
-import { type StartShard, StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readEphemeralPortRange } from '../../src/lib/ephemeral-port-range.js';
 import { BIN } from './run-cli.js';
 
@@ -48,15 +49,17 @@ export function simWatch(port: number): EngineWatch {
   return new SimEngine(undefined, 'lo').watch(shardSpec('w', port), simPlan([]));
 }
 
-export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): StartShard {
-  return create(StartShardSchema, {
-    shardId,
-    replicaId: `replica-of-${shardId}`,
-    rank: 0,
-    nnodes: 1,
-    httpPort,
-    profile: { name: 'sim-small', engine: 'sim', model, servedModelName: model },
-  });
+export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): CheckedStartShard {
+  return parseStartShard(
+    create(StartShardSchema, {
+      shardId,
+      replicaId: `replica-of-${shardId}`,
+      rank: 0,
+      nnodes: 1,
+      httpPort,
+      profile: { name: 'sim-small', engine: 'sim', model, servedModelName: model },
+    }),
+  );
 }
 
 /**

@@ -34,7 +34,7 @@ function newDirs(): AgentDirs {
 async function startAdmin(dirs: AgentDirs, over: Partial<Parameters<typeof AdminServer.listen>[0]> = {}, backend?: (agent: AdminBackend) => AdminBackend) {
   const { agent, close } = createInProcessAgent(dirs);
   onTestFinished(close);
-  const admin = await AdminServer.listen({ socketPath: dirs.socket, group: '', backend: backend ? backend(agent) : agent, logger: silentLogger, ...over });
+  const admin = await AdminServer.listen({ socketPath: dirs.socket, group: '', backend: backend ? backend(agent.admin) : agent.admin, logger: silentLogger, ...over });
   onTestFinished(() => admin.close());
   return admin;
 }

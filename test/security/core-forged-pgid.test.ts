@@ -10,6 +10,7 @@ import { FaultHarness, until } from '../faults/scenarios/fault-harness.js';
 import { isRunning } from '../helpers/engine-processes.js';
 import { simStart } from '../helpers/sim-shards.js';
 import { expectAgentUnharmed } from './agent-unharmed.js';
+import { parseShardId, parseStartShard } from '../../src/lib/shard-id.js';
 
 const S = ShardState;
 
@@ -49,9 +50,9 @@ describe('a forged state file naming an unrelated process group (security review
     // The decoy's identity matches: only the pgid is a lie.
     await writeStateFile(join(h.dirs.stateDir, 'shards', `${id}.json`), {
       schemaVersion: STATE_SCHEMA_VERSION,
-      shardId: id,
+      shardId: parseShardId(id),
       replicaId: 'r-forge',
-      spec: simStart(id, 18999),
+      spec: parseStartShard(simStart(id, 18999)),
       servesHttp: true,
       inFlightMetric: '',
       pid: decoy.pid as number,

@@ -1,27 +1,91 @@
-import type { Agent } from '../agent.js';
+import type { GpuEvent, Inventory } from '../../gen/llmgw/v1/agent_pb.js';
+import type { ShardId } from '../../lib/shard-id.js';
+import type { ConnectionStatus } from '../connection/connection-state.js';
+import type { EngineAccount } from '../engines/engine-account.js';
+import type { GpuFault } from '../health/gpu-health-watch.js';
+import type { ShardCommands } from '../shard-commands.js';
+import type { AdoptResultView, RecoverEngines } from '../supervisor/orphans/recover-engines.js';
+import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
+import type { Supervisor } from '../supervisor/supervisor.js';
+
+/** One GPU's health as `ctl status` shows it. */
+export interface GpuHealthView {
+  index: number;
+  /** The latest reading (the heartbeats'), MiB. */
+  memoryUsedMb: number;
+  /** Discovery's verdict and the watch's together, as the next Inventory says. */
+  healthy: boolean;
+  /** Why not: the watch's fault first, then what discovery said. */
+  error: string;
+  fault?: GpuFault;
+  recentEvents: GpuEvent[];
+}
 
 /**
  * What the admin socket may ask of the agent: reads, plus the three acts an
  * operator can take (follow a log, adopt, drain). Nothing here stops an
- * engine; that stays the control plane's decision.
+ * engine; that stays the control plane's decision. Every shard id was
+ * parsed by the admin routes (the socket's edge) before it gets here.
  */
-export type AdminBackend = Pick<
-  Agent,
-  | 'nodeId'
-  | 'version'
-  | 'startedAtMs'
-  | 'connectionStatus'
-  | 'currentInventory'
-  | 'gpuHealth'
-  | 'engineAccounts'
-  | 'foreignMemoryShare'
-  | 'shards'
-  | 'shard'
-  | 'logLines'
-  | 'previousLogLines'
-  | 'followLog'
-  | 'inFlight'
-  | 'adoptNow'
-  | 'drainShard'
-  | 'cancelDrainShard'
->;
+export interface AdminBackend {
+  readonly nodeId: string;
+  readonly version: string;
+  readonly startedAtMs: number;
+  /** discovery.foreign_memory_share: ctl status judges a GPU's foreign memory by the share StartShard refuses at. */
+  readonly foreignMemoryShare: number;
+  connectionStatus(): ConnectionStatus;
+  currentInventory(): Inventory;
+  /** Each GPU of the inventory: its latest memory reading, unresolved fault and last events. */
+  gpuHealth(): GpuHealthView[];
+  /** The account each registered engine runs as, and whether that refuses its starts. */
+  engineAccounts(): EngineAccount[];
+  shards(): ShardSnapshot[];
+  shard(id: ShardId): ShardSnapshot | undefined;
+  /** The last lines of a shard's log, streamed a chunk's lines at a time; `signal` stops the read. */
+  logLines(id: ShardId, lines: number, signal: AbortSignal): AsyncIterable<string[]>;
+  /** `ctl logs --previous`: the run before the current one, as logLines; undefined when none is kept. */
+  previousLogLines(id: ShardId, lines: number, signal: AbortSignal): AsyncIterable<string[]> | undefined;
+  /** The last `backlogLines` lines, then new ones; ends when the shard is removed, on `signal`, or when the agent stops. */
+  followLog(id: ShardId, signal: AbortSignal, backlogLines: number): AsyncIterable<string[]>;
+  /** Requests a shard's engine is working on; undefined when it cannot tell. */
+  inFlight(id: ShardId): Promise<number | undefined>;
+  /** `ctl adopt`: engines a previous agent left, judged again now. */
+  adoptNow(): Promise<AdoptResultView[]>;
+  /** `ctl drain`: READY → DRAINING, reported to the control plane by the transition. */
+  drainShard(id: ShardId): Promise<ShardSnapshot>;
+  /** `ctl drain --cancel`: DRAINING → READY. */
+  cancelDrainShard(id: ShardId): Promise<ShardSnapshot>;
+}
+
+/** The agent's parts the admin socket reads and acts through. */
+export interface AdminBackendParts {
+  node: Pick<AdminBackend, 'nodeId' | 'version' | 'startedAtMs' | 'foreignMemoryShare'>;
+  /** What the agent itself assembles: the stream's state, the inventory with the health watch's faults, accounts. */
+  view: Pick<AdminBackend, 'connectionStatus' | 'currentInventory' | 'gpuHealth' | 'engineAccounts'>;
+  supervisor: Supervisor;
+  commands: Pick<ShardCommands, 'drain' | 'cancelDrain'>;
+  recovery: Pick<RecoverEngines, 'adoptNow'>;
+}
+
+/** The admin socket's view of an agent, from the parts that answer each call. */
+export function adminBackend({ node, view, supervisor: sup, commands, recovery }: AdminBackendParts): AdminBackend {
+  return {
+    nodeId: node.nodeId,
+    version: node.version,
+    startedAtMs: node.startedAtMs,
+    foreignMemoryShare: node.foreignMemoryShare,
+    connectionStatus: () => view.connectionStatus(),
+    currentInventory: () => view.currentInventory(),
+    gpuHealth: () => view.gpuHealth(),
+    engineAccounts: () => view.engineAccounts(),
+    shards: () => sup.list(),
+    shard: (id) => sup.get(id),
+    logLines: (id, lines, signal) => sup.logLines(id, lines, signal),
+    previousLogLines: (id, lines, signal) => sup.previousLogLines(id, lines, signal),
+    followLog: (id, signal, backlogLines) => sup.followLog(id, signal, backlogLines),
+    inFlight: (id) => sup.inFlight(id),
+    adoptNow: () => recovery.adoptNow(),
+    drainShard: (id) => commands.drain(id),
+    cancelDrainShard: (id) => commands.cancelDrain(id),
+  };
+}

@@ -15,8 +15,8 @@ import {
 import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
 import { type ErrorKind, errorMessage, LlmgwError } from '../../lib/errors.js';
 import { MAX_LOG_LINES } from '../../lib/max-log-lines.js';
-import { isValidShardId, SHARD_ID_PATTERN } from '../../lib/shard-id.js';
-import type { AdoptOutcomeKind } from '../agent.js';
+import { isValidShardId, SHARD_ID_PATTERN, type ShardId } from '../../lib/shard-id.js';
+import type { AdoptOutcomeKind } from '../supervisor/orphans/recover-engines.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { stateName } from '../supervisor/shard/shard-lifecycle.js';
 import type { AdminBackend } from './admin-backend.js';
@@ -90,10 +90,12 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
     });
 }
 
-function requireShardId(id: string): void {
+/** The socket's edge: a request's shard id, checked once here; everything behind takes the ShardId. */
+function requireShardId(id: string): ShardId {
   if (!isValidShardId(id)) {
     throw new ConnectError(`invalid shard id ${JSON.stringify(String(id).slice(0, 40))}: it must match ${SHARD_ID_PATTERN.source}`, Code.InvalidArgument);
   }
+  return id;
 }
 
 /** The lines a Logs request asks for: its number, or DEFAULT_LOG_LINES for 0 (proto3 cannot tell 0 from unset). */
@@ -144,28 +146,28 @@ function* messagesOf(lines: string[]): Generator<LogsResponse> {
  * leaves), and only a few at once per user (LogCallAdmission).
  */
 async function* streamLogs(backend: AdminBackend, logCalls: LogCallAdmission, req: LogsRequest, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
-  requireShardId(req.shardId);
+  const id = requireShardId(req.shardId);
   if (req.previous && req.follow) throw new ConnectError('previous and follow do not go together: the previous run has ended', Code.InvalidArgument);
   const lines = requestedLines(req.lines);
   if (req.previous) {
-    yield* streamPreviousLog(backend, logCalls, req.shardId, lines, ctx);
+    yield* streamPreviousLog(backend, logCalls, id, lines, ctx);
     return;
   }
-  if (!backend.shard(req.shardId)) throw unknownShardError(req.shardId, backend.nodeId, backend.shards());
+  if (!backend.shard(id)) throw unknownShardError(id, backend.nodeId, backend.shards());
   if (req.follow) {
-    yield* followLog(backend, logCalls, req.shardId, lines, ctx);
+    yield* followLog(backend, logCalls, id, lines, ctx);
     return;
   }
   const read = claimLogSlot(logCalls, 'read', ctx);
   try {
-    for await (const batch of backend.logLines(req.shardId, lines, ctx.signal)) yield* messagesOf(batch);
+    for await (const batch of backend.logLines(id, lines, ctx.signal)) yield* messagesOf(batch);
   } finally {
     read.release();
   }
 }
 
 /** `logs -f`: the tail, then new lines until the shard is removed, the client leaves or the agent stops. */
-async function* followLog(backend: AdminBackend, logCalls: LogCallAdmission, shardId: string, lines: number, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
+async function* followLog(backend: AdminBackend, logCalls: LogCallAdmission, shardId: ShardId, lines: number, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
   const following = claimLogSlot(logCalls, 'follow', ctx);
   let read: Claimed | undefined;
   const stop = new AbortController();
@@ -203,7 +205,7 @@ async function* followLog(backend: AdminBackend, logCalls: LogCallAdmission, sha
 }
 
 /** A shard's previous run, also of a shard no longer supervised: its log outlives it. */
-async function* streamPreviousLog(backend: AdminBackend, logCalls: LogCallAdmission, shardId: string, lines: number, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
+async function* streamPreviousLog(backend: AdminBackend, logCalls: LogCallAdmission, shardId: ShardId, lines: number, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
   const tail = backend.previousLogLines(shardId, lines, ctx.signal);
   if (!tail) {
     throw new ConnectError(`no previous run of shard ${shardId} is kept: a run's log is kept when the same shard id is started again`, Code.NotFound);
@@ -222,7 +224,7 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
   }
   if (req.cancel && req.wait) throw new ConnectError('cancel and wait do not go together: a cancelled drain has nothing to wait for', Code.InvalidArgument);
   const allowed = req.cancel ? CANCELLABLE : DRAINABLE;
-  let ids: string[];
+  let ids: ShardId[];
   if (req.all) {
     // Only what serves (with cancel, only what is drained): a STARTING shard
     // has no traffic to move, a terminal one no process.
@@ -232,9 +234,9 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
       .map((s) => s.shardId)
       .sort();
   } else {
-    requireShardId(req.shardId);
-    const shard = backend.shard(req.shardId);
-    if (!shard) throw unknownShardError(req.shardId, backend.nodeId, backend.shards());
+    const id = requireShardId(req.shardId);
+    const shard = backend.shard(id);
+    if (!shard) throw unknownShardError(id, backend.nodeId, backend.shards());
     if (isTerminal(shard.state)) {
       throw new ConnectError(`shard ${req.shardId} is ${stateName(shard.state)}: there is nothing to drain`, Code.FailedPrecondition);
     }
@@ -244,7 +246,7 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
       const only = req.cancel ? 'only a DRAINING shard can have its drain cancelled' : 'only a READY or UNHEALTHY shard can be drained';
       throw new ConnectError(`shard ${req.shardId} is ${stateName(shard.state)}: ${only}`, Code.FailedPrecondition);
     }
-    ids = [req.shardId];
+    ids = [id];
   }
   for (const id of ids) {
     try {

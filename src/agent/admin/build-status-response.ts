@@ -14,7 +14,7 @@ import {
 } from '../../gen/llmgw/v1/admin_pb.js';
 import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
-import type { GpuHealthView } from '../agent.js';
+import type { GpuHealthView } from './admin-backend.js';
 import type { ConnectionPhase, ConnectionStatus } from '../connection/connection-state.js';
 import type { LoadedTls } from '../connection/control-plane-transport.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';

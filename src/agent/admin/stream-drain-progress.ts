@@ -1,3 +1,4 @@
+import type { ShardId } from '../../lib/shard-id.js';
 import { create } from '@bufbuild/protobuf';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type DrainProgress, DrainProgressSchema, type DrainResponse, DrainResponseSchema } from '../../gen/llmgw/v1/admin_pb.js';
@@ -12,7 +13,7 @@ export const DEFAULT_DRAIN_TIMEOUT_MS = 5 * 60_000;
 
 export interface DrainProgressOptions {
   /** Shards already marked DRAINING. */
-  shardIds: readonly string[];
+  shardIds: readonly ShardId[];
   wait: boolean;
   timeoutMs: number;
   signal: AbortSignal;
@@ -47,7 +48,7 @@ export async function* streamDrainProgress(backend: AdminBackend, opts: DrainPro
   }
 }
 
-async function progressOf(backend: AdminBackend, id: string): Promise<DrainProgress> {
+async function progressOf(backend: AdminBackend, id: ShardId): Promise<DrainProgress> {
   const shard = backend.shard(id);
   if (!shard || isTerminal(shard.state)) {
     return create(DrainProgressSchema, { shardId: id, state: shard?.state ?? ShardState.STOPPED, inFlight: 0, countable: true });

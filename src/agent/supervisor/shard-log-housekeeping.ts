@@ -81,7 +81,7 @@ export class ShardLogHousekeeping {
       const id = shardIdOfAnyLog(path.slice(dir.length + 1));
       if (id !== undefined) written.add(id);
     }
-    const recorded = new Set(findRecordedShardIds(config));
+    const recorded = new Set<string>(findRecordedShardIds(config));
     const removed = await pruneShardLogs({
       dir,
       previousRunsDir: previousRunsDir(config.logDir),

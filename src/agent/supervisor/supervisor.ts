@@ -1,7 +1,6 @@
 import { EventEmitter } from 'node:events';
 import { existsSync, unlinkSync } from 'node:fs';
 import type { SupervisorConfig } from '../config/agent-config.js';
-import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { isNotFound } from '../../lib/errno.js';
 import { errorMessage, failure } from '../../lib/errors.js';
 import { followFile } from '../../lib/files/follow-file.js';
@@ -9,7 +8,7 @@ import { tailFile, tailLines } from '../../lib/files/tail-file.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import type { Orphan } from '../../lib/process/orphan.js';
 import { type EngineUids, agentUids } from '../../lib/process/process-table.js';
-import { assertShardId } from '../../lib/shard-id.js';
+import type { CheckedStartShard, ShardId } from '../../lib/shard-id.js';
 import { previousRunLogPath, shardLogPath } from '../../lib/shard-layout.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { type LauncherChoice, chooseLauncher } from './launch/choose-launcher.js';
@@ -116,7 +115,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
    * launched: the control plane retries, and a repeat must never make a
    * second process, so it gets the shard as it is (`created: false`).
    */
-  async start(spec: StartShard, source: LaunchSource): Promise<{ shard: ShardSnapshot; created: boolean }> {
+  async start(spec: CheckedStartShard, source: LaunchSource): Promise<{ shard: ShardSnapshot; created: boolean }> {
     const reserved = this.reserve(spec, source);
     if (reserved.kind === 'running') return { shard: reserved.runner.snapshot(), created: false };
     if (reserved.kind === 'pending') {
@@ -146,14 +145,12 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
    * and launched 20 engines (finding 5 of the security review).
    */
   private reserve(
-    spec: StartShard,
+    spec: CheckedStartShard,
     source: LaunchSource,
   ):
     | { kind: 'running'; runner: ShardRunner }
     | { kind: 'pending'; launch: Promise<ShardRunner | undefined> }
     | { kind: 'new'; launch: Promise<ShardRunner>; settled: Promise<ShardRunner | undefined> } {
-    // First, before any path is built from it: "../x" names a file elsewhere.
-    assertShardId(spec.shardId);
     if (this.closing.signal.aborted) throw failure('the supervisor is closed');
     const id = spec.shardId;
     const existing = this.runners.get(id);
@@ -169,7 +166,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return this.admission.reservations(exceptShardId);
   }
 
-  private async launch(spec: StartShard, source: LaunchSource, previous: ShardRunner | undefined): Promise<ShardRunner> {
+  private async launch(spec: CheckedStartShard, source: LaunchSource, previous: ShardRunner | undefined): Promise<ShardRunner> {
     await this.admission.takeSlot();
     try {
       if (this.closing.signal.aborted) throw failure('the supervisor is closed');
@@ -185,16 +182,16 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
   }
 
   /** Resolves once a start of `shardId` in progress has launched or been refused, so that a stop never races it. */
-  async launchSettled(shardId: string): Promise<void> {
+  async launchSettled(shardId: ShardId): Promise<void> {
     await this.admission.pending(shardId);
   }
 
   /** Brings a launched or adopted shard to READY (see ShardRunner.settle); throws ShardFailedError when it cannot. */
-  settle(shardId: string, opts: SettleOptions): Promise<void> {
+  settle(shardId: ShardId, opts: SettleOptions): Promise<void> {
     return this.mustGet(shardId).settle(opts);
   }
 
-  get(shardId: string): ShardSnapshot | undefined {
+  get(shardId: ShardId): ShardSnapshot | undefined {
     return this.runners.get(shardId)?.snapshot();
   }
 
@@ -202,38 +199,50 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return [...this.runners.values()].map((r) => r.snapshot());
   }
 
-  private mustGet(shardId: string): ShardRunner {
-    assertShardId(shardId);
+  private mustGet(shardId: ShardId): ShardRunner {
     const runner = this.runners.get(shardId);
     if (!runner) throw failure(`no shard ${shardId} is supervised here`);
     return runner;
   }
 
-  stop(shardId: string, opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<ShardSnapshot> {
+  stop(shardId: ShardId, opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<ShardSnapshot> {
     return this.mustGet(shardId).stop(opts);
   }
 
-  drain(shardId: string): Promise<ShardSnapshot> {
+  drain(shardId: ShardId): Promise<ShardSnapshot> {
     return this.mustGet(shardId).drain();
   }
 
-  cancelDrain(shardId: string): Promise<ShardSnapshot> {
+  cancelDrain(shardId: ShardId): Promise<ShardSnapshot> {
     return this.mustGet(shardId).cancelDrain();
   }
 
-  /** A fault of the shard's GPUs (ShardRunner.markGpuFault), or undefined once they are sound; an unknown shard is ignored. */
-  setGpuFault(shardId: string, reason: string | undefined): void {
-    const runner = this.runners.get(shardId);
-    if (reason === undefined) runner?.clearGpuFault();
-    else runner?.markGpuFault(reason);
+  /** The shards whose GPUs include `gpuIndex`. */
+  shardsOnGpu(gpuIndex: number): ShardSnapshot[] {
+    return [...this.runners.values()].filter((r) => r.spec.gpuIndices.includes(gpuIndex)).map((r) => r.snapshot());
+  }
+
+  /**
+   * GPU `gpuIndex` became faulty or sound: every shard on it is marked with
+   * the faults of all its GPUs (describeFault; ShardRunner.markGpuFault), or
+   * cleared once none has one. Engines are left running: the control plane
+   * decides what to do with them.
+   */
+  gpuHealthChanged(gpuIndex: number, describeFault: (gpuIndex: number) => string | undefined): void {
+    for (const runner of this.runners.values()) {
+      if (!runner.spec.gpuIndices.includes(gpuIndex)) continue;
+      const faults = runner.spec.gpuIndices.map(describeFault).filter((f) => f !== undefined);
+      if (faults.length === 0) runner.clearGpuFault();
+      else runner.markGpuFault(faults.join('; '));
+    }
   }
 
   /** Requests the engine is working on, from its metrics gauge; undefined when it cannot tell. */
-  inFlight(shardId: string): Promise<number | undefined> {
+  inFlight(shardId: ShardId): Promise<number | undefined> {
     return this.mustGet(shardId).inFlight();
   }
 
-  remove(shardId: string): void {
+  remove(shardId: ShardId): void {
     const runner = this.mustGet(shardId);
     if (!isTerminal(runner.currentState)) {
       throw failure(`shard ${shardId} is ${stateName(runner.currentState)}: stop it before removing it`);
@@ -252,14 +261,12 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
   }
 
   /** The last lines of a shard's log (also of one no longer supervised); none when there is no log. */
-  async tailLog(shardId: string, lines: number): Promise<string[]> {
-    assertShardId(shardId);
+  async tailLog(shardId: ShardId, lines: number): Promise<string[]> {
     return tailFile(shardLogPath(this.config.logDir, shardId), lines);
   }
 
   /** The last lines of the run before the current one (see keepPreviousRun); undefined when none is kept. */
-  async tailPreviousLog(shardId: string, lines: number): Promise<string[] | undefined> {
-    assertShardId(shardId);
+  async tailPreviousLog(shardId: ShardId, lines: number): Promise<string[] | undefined> {
     const path = previousRunLogPath(this.config.logDir, shardId, 1);
     if (!existsSync(path)) return undefined;
     return tailFile(path, lines);
@@ -270,14 +277,12 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
    * many: what it holds stays one chunk however many lines are asked for, and
    * `signal` (the client leaving) stops the read.
    */
-  logLines(shardId: string, lines: number, signal: AbortSignal): AsyncIterable<string[]> {
-    assertShardId(shardId);
+  logLines(shardId: ShardId, lines: number, signal: AbortSignal): AsyncIterable<string[]> {
     return tailLines(shardLogPath(this.config.logDir, shardId), lines, { signal });
   }
 
   /** tailPreviousLog streamed, as logLines; undefined when no previous run is kept. */
-  previousLogLines(shardId: string, lines: number, signal: AbortSignal): AsyncIterable<string[]> | undefined {
-    assertShardId(shardId);
+  previousLogLines(shardId: ShardId, lines: number, signal: AbortSignal): AsyncIterable<string[]> | undefined {
     const path = previousRunLogPath(this.config.logDir, shardId, 1);
     if (!existsSync(path)) return undefined;
     return tailLines(path, lines, { signal });
@@ -289,7 +294,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
    * see followFile); ends when the shard is removed, on `signal`, or on
    * close().
    */
-  async *followLog(shardId: string, signal: AbortSignal, backlogLines = 0): AsyncIterable<string[]> {
+  async *followLog(shardId: ShardId, signal: AbortSignal, backlogLines = 0): AsyncIterable<string[]> {
     const runner = this.mustGet(shardId);
     yield* followFile(runner.logPath, {
       backlogLines,
@@ -310,7 +315,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
 
   /** Ends an engine a previous agent left, never one supervised here (see killOrphan). */
   async killOrphan(o: Orphan, opts: KillOrphanOptions = {}): Promise<void> {
-    assertShardId(o.shardId);
     if (this.runners.has(o.shardId)) throw failure(`shard ${o.shardId} is supervised here; stop it instead`);
     await killOrphan(this.orphans, o, opts);
   }
@@ -320,7 +324,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
    * then settles it exactly like a fresh start (settle), with its own timeout.
    */
   adopt(o: Orphan): ShardSnapshot {
-    assertShardId(o.shardId);
     const existing = this.runners.get(o.shardId);
     if (existing && !isTerminal(existing.currentState)) throw failure(`shard ${o.shardId} is already supervised here`);
     const runner = reattachShard(this.ctx, o, existing);

@@ -9,26 +9,23 @@ import type { ProcessIdentity } from '../process/process-identity.js';
 import { systemdUnitName } from '../systemd/unit-name.js';
 import { type EngineWatch, parseEngineWatch } from '../engine-watch.js';
 import { type ShardFieldProblem, shardFieldProblems, textFieldProblem } from '../shard-field-problems.js';
+import { type CheckedStartShard, isValidShardId, type ShardId } from '../shard-id.js';
 
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
 
-/** What survives the agent about one shard: enough to find, identify and describe its engine. */
-export interface ShardStateFile {
-  schemaVersion: number;
-  shardId: string;
+/**
+ * One engine as the agent knows it: what it launched (or found) and how it
+ * judges it. The runner is built from it and the state file stores it as is,
+ * so that what an adopting agent reads back is what the launching one held.
+ */
+export interface EngineRecord {
+  shardId: ShardId;
   replicaId: string;
-  spec: StartShard;
+  spec: CheckedStartShard;
   servesHttp: boolean;
-  inFlightMetric: string;
-  /** The engine's generation-token counter ('' when it has none), read for stall detection. Absent in files of older agents: ''. */
-  generationTokensMetric?: string;
-  /**
-   * How the engine is judged (probe port, path and limit, the series a drain
-   * and stall detection read). Absent in files of older agents, which kept
-   * only the two metric names above: the reader of the file derives it then.
-   */
-  watch?: EngineWatch;
+  /** How the engine is judged: probe port, path and limit, the series a drain and stall detection read. */
+  watch: EngineWatch;
   /**
    * An operator or the control plane drained the shard: a restarted agent
    * must bring it back DRAINING, not READY, or traffic returns to an engine
@@ -44,6 +41,30 @@ export interface ShardStateFile {
   unit?: { name: string; invocationId: string };
   logPath: string;
   createdAtMs: number;
+}
+
+/**
+ * What survives the agent about one shard: its EngineRecord, with the schema
+ * version and the two metric names an older agent reads. `watch` is absent
+ * in files of older agents, which kept only those two names: the reader of
+ * the file derives it then (legacyWatch).
+ */
+export interface ShardStateFile extends Omit<EngineRecord, 'watch'> {
+  schemaVersion: number;
+  inFlightMetric: string;
+  /** The engine's generation-token counter ('' when it has none), read for stall detection. Absent in files of older agents: ''. */
+  generationTokensMetric?: string;
+  watch?: EngineWatch;
+}
+
+/** The state file of `record`: the first of each series for an older agent that reads it after a downgrade. */
+export function stateFileOf(record: EngineRecord): ShardStateFile {
+  return {
+    ...record,
+    schemaVersion: STATE_SCHEMA_VERSION,
+    inFlightMetric: record.watch.runningGauges[0] ?? '',
+    generationTokensMetric: record.watch.progressCounters[0] ?? '',
+  };
 }
 
 function toDisk(s: ShardStateFile): JsonValue {
@@ -147,7 +168,8 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   }
   const identity = raw.identity;
   const bad = (field: string) => ({ ok: false as const, reason: `state file field ${field} is missing or invalid` });
-  if (raw.shardId !== expectedShardId) return bad('shardId');
+  // The state file's edge: the id it must hold is checked here, once (it names the engine's files and unit).
+  if (!isValidShardId(expectedShardId) || raw.shardId !== expectedShardId) return bad('shardId');
   if (typeof raw.replicaId !== 'string') return bad('replicaId');
   if (typeof raw.servesHttp !== 'boolean') return bad('servesHttp');
   if (typeof raw.inFlightMetric !== 'string') return bad('inFlightMetric');
@@ -182,6 +204,8 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   } catch (err) {
     return { ok: false, reason: `state file field spec is invalid: ${errorMessage(err)}` };
   }
+  // The runner takes its id from the spec: a forged file naming another id there ("../x") would be adopted under it.
+  if (spec.shardId !== expectedShardId) return bad('spec.shardId');
   const refused = dropRefusedFields(spec);
   // The file keeps the replica id beside the spec's, the same but for a forged file: named once.
   const replicaProblem = textFieldProblem('replica_id', raw.replicaId);
@@ -191,9 +215,9 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
     refused,
     file: {
       schemaVersion: STATE_SCHEMA_VERSION,
-      shardId: raw.shardId,
+      shardId: expectedShardId,
       replicaId: replicaProblem ? '' : raw.replicaId,
-      spec,
+      spec: spec as CheckedStartShard,
       servesHttp: raw.servesHttp,
       inFlightMetric: raw.inFlightMetric,
       generationTokensMetric: raw.generationTokensMetric ?? '',

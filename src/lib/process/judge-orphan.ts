@@ -1,7 +1,7 @@
 import { readdirSync } from 'node:fs';
 import { isNotFound } from '../errno.js';
 import { readStateFileSync, type StateFileRead } from '../files/state-file.js';
-import { isValidShardId } from '../shard-id.js';
+import { isValidShardId, type ShardId } from '../shard-id.js';
 import { shardIdOfLogName, shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../shard-layout.js';
 import type { Orphan } from './orphan.js';
 import { checkIdentity } from './process-identity.js';
@@ -44,7 +44,7 @@ export function findRecordedShardIds(
   dirs: ShardDirs,
   onInvalidName: (file: string) => void = () => {},
   writers: ShardLogWriters = findShardLogWriters(dirs),
-): string[] {
+): ShardId[] {
   let names: string[];
   try {
     names = readdirSync(shardStateDir(dirs.stateDir));
@@ -52,7 +52,7 @@ export function findRecordedShardIds(
     if (!isNotFound(err)) throw err;
     names = [];
   }
-  const ids = new Set<string>();
+  const ids = new Set<ShardId>();
   for (const name of names) {
     if (!name.endsWith('.json')) continue;
     const id = name.slice(0, -'.json'.length);
@@ -84,7 +84,7 @@ export function findRecordedShardIds(
  */
 export function judgeOrphan(
   dirs: ShardDirs,
-  id: string,
+  id: ShardId,
   writers?: ShardLogWriters,
   read: StateFileRead = readStateFileSync(shardStatePath(dirs.stateDir, id), id),
 ): Orphan {

@@ -1,9 +1,10 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { LoggingProcess } from './process-table.js';
+import type { ShardId } from '../shard-id.js';
 
 /** A shard a previous agent left on disk or running: judged by judgeOrphan. */
 export interface Orphan {
-  shardId: string;
+  shardId: ShardId;
   /** The recorded pid when it is still ours, else a live process found holding the shard's log, else 0. */
   pid: number;
   /** The recorded process group when the state file's identity still matches its leader; 0 otherwise. */

@@ -33,7 +33,7 @@ async function startAdmin(): Promise<{ dirs: AgentDirs; log: string }> {
   writeFileSync(log, Buffer.alloc(10 * 1024 * 1024, `${'y'.repeat(1023)}\n`));
   const { agent, close } = createInProcessAgent(dirs);
   onTestFinished(close);
-  const admin = await AdminServer.listen({ socketPath: dirs.socket, group: '', backend: agent, logger: silentLogger });
+  const admin = await AdminServer.listen({ socketPath: dirs.socket, group: '', backend: agent.admin, logger: silentLogger });
   onTestFinished(() => admin.close());
   return { dirs, log };
 }

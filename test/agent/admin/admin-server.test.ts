@@ -29,7 +29,7 @@ function newDirs(): AgentDirs {
 async function startAdmin(dirs: AgentDirs, over: Partial<Parameters<typeof AdminServer.listen>[0]> = {}): Promise<AdminServer> {
   const { agent, close } = createInProcessAgent(dirs);
   onTestFinished(close);
-  const admin = await AdminServer.listen({ socketPath: dirs.socket, group: '', backend: agent, logger: silentLogger, ...over });
+  const admin = await AdminServer.listen({ socketPath: dirs.socket, group: '', backend: agent.admin, logger: silentLogger, ...over });
   onTestFinished(() => admin.close());
   return admin;
 }

@@ -9,7 +9,7 @@ import type { StatusResponseJson } from '../../../src/gen/llmgw/v1/admin_pb.js';
 import { silentLogger } from '../../../src/lib/logger.js';
 import type { AdminBackend } from '../../../src/agent/admin/admin-backend.js';
 import { buildStatusResponse } from '../../../src/agent/admin/build-status-response.js';
-import type { GpuHealthView } from '../../../src/agent/agent.js';
+import type { GpuHealthView } from '../../../src/agent/admin/admin-backend.js';
 import { runPreflight } from '../../../src/agent/discovery/preflight.js';
 import { GpuProcessSchema, GpuSchema, InventorySchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 

@@ -18,6 +18,7 @@ import {
   StartShardSchema,
 } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { MAX_HCA_ENTRIES, MAX_MODEL_BYTES, MAX_NAME_FIELD_BYTES } from '../../../src/lib/shard-field-problems.js';
+import { parseShardId } from '../../../src/lib/shard-id.js';
 
 const CONFIG = {
   nodeId: 'gpu-node-7',
@@ -30,10 +31,10 @@ const CONFIG = {
 
 function shard(shardId: string, state: ShardState, rank = 0): ShardSnapshot {
   return {
-    shardId,
+    shardId: parseShardId(shardId),
     replicaId: `rep-${shardId}`,
     spec: create(StartShardSchema, {
-      shardId,
+      shardId: parseShardId(shardId),
       replicaId: `rep-${shardId}`,
       rank,
       nnodes: 2,

@@ -5,6 +5,7 @@ import { Outbox } from '../../../src/agent/connection/outbox.js';
 import { StatusReporter } from '../../../src/agent/connection/status-reporter.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { type AgentMessage, InventorySchema, RegisterSchema, ShardState, ShardStatusSchema, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { parseShardId } from '../../../src/lib/shard-id.js';
 
 /** An outbox over a sink that keeps what the stream took, in order. */
 function recordingOutbox(): { outbox: Outbox; sent: AgentMessage[]; drained(): Promise<void> } {
@@ -29,7 +30,7 @@ function shardsOf(sent: AgentMessage[]): [string, string, string][] {
 
 function snapshot(shardId: string, state: ShardState): ShardSnapshot {
   return {
-    shardId,
+    shardId: parseShardId(shardId),
     replicaId: `r-${shardId}`,
     spec: create(StartShardSchema, { shardId, replicaId: `r-${shardId}` }),
     state,

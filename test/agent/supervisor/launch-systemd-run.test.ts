@@ -5,6 +5,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { isRunning, shardSpec } from '../../helpers/engine-processes.js';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
+import { parseShardId } from '../../../src/lib/shard-id.js';
 
 const harness = useSupervisors();
 const FIXTURES = fileURLToPath(new URL('./fixtures/', import.meta.url));
@@ -61,8 +62,8 @@ describe('the systemd-run launcher (stand-in systemd-run and systemctl on PATH, 
     expect(env).not.toContain(AGENT_SECRET);
     expect(env).not.toContain('FAKE_SYSTEMD_DIR');
 
-    await sup.stop('x.service', { graceMs: 500 });
-    sup.remove('x.service');
+    await sup.stop(parseShardId('x.service'), { graceMs: 500 });
+    sup.remove(parseShardId('x.service'));
     expect(existsSync(envFile)).toBe(false);
   });
 

@@ -8,6 +8,7 @@ import { doubleStart } from '../../helpers/double-shards.js';
 import { freePort, until } from '../../helpers/engine-processes.js';
 import { FAKE_SGLANG, FAKE_VLLM } from '../../helpers/fake-engines.js';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
+import { parseShardId, parseStartShard } from '../../../src/lib/shard-id.js';
 
 /*
  * The supervisor reading the engine doubles' series the way each engine's
@@ -33,8 +34,8 @@ async function readyDouble(engine: 'vllm' | 'sglang', id: string, args: string[]
   const port = await freePort();
   const spec = doubleStart(engine, id, port, { args });
   const plan = engines[engine].command(spec);
-  await sup.start(spec, { plan, servesHttp: true, watch: engines[engine].watch(spec, plan) });
-  await sup.settle(id, { timeoutMs: 30_000 });
+  await sup.start(parseStartShard(spec), { plan, servesHttp: true, watch: engines[engine].watch(spec, plan) });
+  await sup.settle(parseShardId(id), { timeoutMs: 30_000 });
   return { sup, port, seen };
 }
 
@@ -57,8 +58,8 @@ describe('in flight for a drain (review §0 #5)', () => {
     const { sup, port } = await readyDouble(engine, `drain-${engine}`, ['--sim-max-running', '1', '--sim-token-latency', '50ms']);
     streams(port, 3, 10_000);
     // One in the batch, two queued: a drain that saw 1 ended while two still waited.
-    await until(async () => (await sup.inFlight(`drain-${engine}`)) === 3, 'three requests in flight', 10_000);
-    expect(await sup.inFlight(`drain-${engine}`)).toBe(3);
+    await until(async () => (await sup.inFlight(parseShardId(`drain-${engine}`))) === 3, 'three requests in flight', 10_000);
+    expect(await sup.inFlight(parseShardId(`drain-${engine}`))).toBe(3);
   });
 });
 

@@ -15,6 +15,7 @@ import {
   simWatch,
   until,
 } from '../../helpers/engine-processes.js';
+import { parseShardId } from '../../../src/lib/shard-id.js';
 
 const harness = useSupervisors();
 const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
@@ -28,7 +29,7 @@ async function leftBehind(id: string, args: string[] = []) {
     watch: simWatch(port),
   });
   const baseUrl = `http://127.0.0.1:${port}`;
-  await first.settle(id, { timeoutMs: 30_000 });
+  await first.settle(parseShardId(id), { timeoutMs: 30_000 });
   first.close();
   return { pid: shard.pid, logPath: shard.logPath, baseUrl };
 }
@@ -47,14 +48,14 @@ describe('adoption after an agent restart', () => {
     const adopted = second.adopt(o!);
     expect(adopted).toMatchObject({ shardId: 'keep', pid, adopted: true, state: ShardState.STARTING });
     // Settled exactly like a fresh start.
-    await second.settle('keep', { timeoutMs: 30_000 });
-    expect(second.get('keep')?.state).toBe(ShardState.READY);
+    await second.settle(parseShardId('keep'), { timeoutMs: 30_000 });
+    expect(second.get(parseShardId('keep'))?.state).toBe(ShardState.READY);
     expect(isRunning(pid)).toBe(true);
     expect((await fetch(`${baseUrl}/v1/models`)).status).toBe(200);
     const size = statSync(logPath).size;
     await until(() => statSync(logPath).size > size, 'the log to keep growing');
     expect(await second.findOrphans()).toEqual([]);
-    expect(await second.inFlight('keep')).toBe(0);
+    expect(await second.inFlight(parseShardId('keep'))).toBe(0);
   });
 
   it('notices an adopted engine dying without an exit event, and reports FAILED', async () => {
@@ -62,11 +63,11 @@ describe('adoption after an agent restart', () => {
     const second = newSupervisor();
     const [o] = await second.findOrphans();
     second.adopt(o!);
-    await second.settle('goes', { settleMs: 100 });
+    await second.settle(parseShardId('goes'), { settleMs: 100 });
     process.kill(pid, 'SIGKILL');
-    await until(() => second.get('goes')?.state === ShardState.FAILED, 'FAILED', 10_000);
-    expect(second.get('goes')?.error).toMatch(/is gone .*exit status is unknown/);
-    expect(second.get('goes')?.exitCode).toBeNull();
+    await until(() => second.get(parseShardId('goes'))?.state === ShardState.FAILED, 'FAILED', 10_000);
+    expect(second.get(parseShardId('goes'))?.error).toMatch(/is gone .*exit status is unknown/);
+    expect(second.get(parseShardId('goes'))?.exitCode).toBeNull();
   });
 
   it('refuses a fresh start of a shard a previous agent still runs, instead of launching a second engine', async () => {

@@ -12,6 +12,7 @@ import {
   simPlan,
   until,
 } from '../../helpers/engine-processes.js';
+import { parseShardId } from '../../../src/lib/shard-id.js';
 
 const harness = useSupervisors();
 const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
@@ -45,8 +46,8 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
   it('becomes READY once /health is 200 and /v1/models lists the served model', async () => {
     const sup = newSupervisor();
     await startSim(sup, 'ready', ['--load-time', '500ms']);
-    await sup.settle('ready', { timeoutMs: 30_000 });
-    expect(sup.get('ready')?.state).toBe(ShardState.READY);
+    await sup.settle(parseShardId('ready'), { timeoutMs: 30_000 });
+    expect(sup.get(parseShardId('ready'))?.state).toBe(ShardState.READY);
   });
 
   it('does not call an engine ready that serves another model', async () => {
@@ -55,10 +56,10 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
     // The deadline must only be spent on the model check: on a loaded CI machine the sim took
     // more than 5 s to answer /health at all, and the test then saw the wrong reason.
     await until(() => healthAnswers(port), 'the sim to answer /health', 60_000);
-    const err = await sup.settle('wrong', { timeoutMs: 5000 }).catch((e) => e);
+    const err = await sup.settle(parseShardId('wrong'), { timeoutMs: 5000 }).catch((e) => e);
     expect(err).toBeInstanceOf(ShardFailedError);
     expect(err.message).toMatch(/not ready after 5s: GET \/v1\/models does not list "m-a"/);
-    const shard = sup.get('wrong');
+    const shard = sup.get(parseShardId('wrong'));
     expect(shard?.state).toBe(ShardState.FAILED);
     // Reported, not killed: the control plane decides.
     expect(isRunning(shard?.pid ?? 0)).toBe(true);
@@ -72,7 +73,7 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
       exitSeenAt = Date.now();
     });
     const err = await sup
-      .settle('dies', { timeoutMs: 600_000 })
+      .settle(parseShardId('dies'), { timeoutMs: 600_000 })
       .catch((e: unknown) => e);
     const rejectedAt = Date.now();
     await watcher;
@@ -85,7 +86,7 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
     expect(failed.lastOutput.join('\n')).toMatch(/Starting to load model/);
     // The bound from the issue: within 1 s of the exit (seen here no earlier than it happened).
     expect(rejectedAt - exitSeenAt).toBeLessThan(1000);
-    const snap = sup.get('dies');
+    const snap = sup.get(parseShardId('dies'));
     expect(snap).toMatchObject({ state: ShardState.FAILED, exitCode: 3, signal: null });
     expect(snap?.lastOutput.length).toBeGreaterThan(0);
   });
@@ -93,8 +94,8 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
   it('reports a signal as 128+n and the signal name', async () => {
     const sup = newSupervisor();
     const { shard } = await startSim(sup, 'killed', ['--never-ready']);
-    const waiting = sup.settle('killed', { timeoutMs: 600_000 }).catch((e) => e);
-    await until(() => sup.tailLog('killed', 5).then((l) => l.some((x) => x.includes('Starting to load'))), 'the engine to log');
+    const waiting = sup.settle(parseShardId('killed'), { timeoutMs: 600_000 }).catch((e) => e);
+    await until(() => sup.tailLog(parseShardId('killed'), 5).then((l) => l.some((x) => x.includes('Starting to load'))), 'the engine to log');
     process.kill(shard.pid, 'SIGKILL');
     const err = (await waiting) as ShardFailedError;
     expect(err).toMatchObject({ exitCode: 137, signal: 'SIGKILL' });
@@ -105,10 +106,10 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
     const sup = newSupervisor();
     await startSim(sup, 'abort', ['--never-ready']);
     const ac = new AbortController();
-    const waiting = sup.settle('abort', { timeoutMs: 600_000, signal: ac.signal });
+    const waiting = sup.settle(parseShardId('abort'), { timeoutMs: 600_000, signal: ac.signal });
     setTimeout(() => ac.abort(new Error('agent shutting down')), 300);
     await expect(waiting).rejects.toThrow(/agent shutting down/);
-    expect(sup.get('abort')?.state).toBe(ShardState.STARTING);
+    expect(sup.get(parseShardId('abort'))?.state).toBe(ShardState.STARTING);
   });
 });
 
@@ -116,17 +117,17 @@ describe('Supervisor.settle of a worker rank', () => {
   it('makes a worker rank READY after it stays alive for the settle time', async () => {
     const sup = newSupervisor();
     await sup.start(shardSpec('w'), { plan: simPlan(['--worker']), servesHttp: false });
-    await sup.settle('w', { settleMs: 300 });
-    expect(sup.get('w')?.state).toBe(ShardState.READY);
+    await sup.settle(parseShardId('w'), { settleMs: 300 });
+    expect(sup.get(parseShardId('w'))?.state).toBe(ShardState.READY);
   });
 
   it('fails a worker that dies while settling, at once', async () => {
     const sup = newSupervisor();
     await sup.start(shardSpec('w2'), { plan: simPlan(['--worker', '--fail-after', '200ms', '--exit-code', '7']), servesHttp: false });
-    const err = (await sup.settle('w2', { settleMs: 600_000 }).catch((e) => e)) as ShardFailedError;
+    const err = (await sup.settle(parseShardId('w2'), { settleMs: 600_000 }).catch((e) => e)) as ShardFailedError;
     expect(err).toBeInstanceOf(ShardFailedError);
     expect(err.exitCode).toBe(7);
-    expect(sup.get('w2')?.state).toBe(ShardState.FAILED);
+    expect(sup.get(parseShardId('w2'))?.state).toBe(ShardState.FAILED);
   });
 });
 
@@ -135,15 +136,15 @@ describe('after READY', () => {
     const sup = newSupervisor();
     const a = await startSim(sup, 'clean', []);
     const b = await startSim(sup, 'crash', []);
-    await sup.settle('clean', { timeoutMs: 30_000 });
-    await sup.settle('crash', { timeoutMs: 30_000 });
+    await sup.settle(parseShardId('clean'), { timeoutMs: 30_000 });
+    await sup.settle(parseShardId('crash'), { timeoutMs: 30_000 });
     process.kill(a.shard.pid, 'SIGTERM'); // the sim finishes in-flight work and exits 0
     process.kill(b.shard.pid, 'SIGKILL');
-    await until(() => sup.get('clean')?.state === ShardState.EXITED, 'EXITED');
-    await until(() => sup.get('crash')?.state === ShardState.FAILED, 'FAILED');
-    expect(sup.get('clean')).toMatchObject({ exitCode: 0, signal: null });
-    expect(sup.get('clean')?.lastOutput.join('\n')).toMatch(/received SIGTERM/);
-    expect(sup.get('crash')).toMatchObject({ exitCode: 137, signal: 'SIGKILL', error: 'engine was killed by SIGKILL' });
+    await until(() => sup.get(parseShardId('clean'))?.state === ShardState.EXITED, 'EXITED');
+    await until(() => sup.get(parseShardId('crash'))?.state === ShardState.FAILED, 'FAILED');
+    expect(sup.get(parseShardId('clean'))).toMatchObject({ exitCode: 0, signal: null });
+    expect(sup.get(parseShardId('clean'))?.lastOutput.join('\n')).toMatch(/received SIGTERM/);
+    expect(sup.get(parseShardId('crash'))).toMatchObject({ exitCode: 137, signal: 'SIGKILL', error: 'engine was killed by SIGKILL' });
     // Terminal shards stay listed until removed.
     expect(sup.list().map((s) => s.shardId).sort()).toEqual(['clean', 'crash']);
   });
@@ -152,11 +153,11 @@ describe('after READY', () => {
     const sup = newSupervisor({ healthIntervalMs: 200 });
     const seen = recordTransitions(sup);
     const { shard } = await startSim(sup, 'hang', ['--hang-after', '2s']);
-    await sup.settle('hang', { timeoutMs: 30_000 });
-    await until(() => sup.get('hang')?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
+    await sup.settle(parseShardId('hang'), { timeoutMs: 30_000 });
+    await until(() => sup.get(parseShardId('hang'))?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
     // Several more probe intervals: still hung, so never READY again.
     await new Promise((r) => setTimeout(r, 2500));
-    expect(sup.get('hang')?.state).toBe(ShardState.UNHEALTHY);
+    expect(sup.get(parseShardId('hang'))?.state).toBe(ShardState.UNHEALTHY);
     expect(seen.filter((t) => t.shard.shardId === 'hang').map((t) => ShardState[t.to])).toEqual([
       'STARTING',
       'READY',
@@ -164,19 +165,19 @@ describe('after READY', () => {
     ]);
     expect(isRunning(shard.pid)).toBe(true);
     // The error names the cause, so an operator can tell a hang from a stall.
-    expect(sup.get('hang')?.error).toMatch(/^\d+ health probes failed in a row: GET \/health/);
+    expect(sup.get(parseShardId('hang'))?.error).toMatch(/^\d+ health probes failed in a row: GET \/health/);
   });
 
   it('goes back to READY when an UNHEALTHY engine answers again', async () => {
     const sup = newSupervisor({ healthIntervalMs: 200 });
     const { shard } = await startSim(sup, 'stall', []);
-    await sup.settle('stall', { timeoutMs: 30_000 });
+    await sup.settle(parseShardId('stall'), { timeoutMs: 30_000 });
     // A stopped process keeps its port open and answers nothing: a hang, made with a real signal.
     process.kill(shard.pid, 'SIGSTOP');
     harness.stoppedPids.push(shard.pid);
-    await until(() => sup.get('stall')?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
+    await until(() => sup.get(parseShardId('stall'))?.state === ShardState.UNHEALTHY, 'UNHEALTHY', 30_000);
     process.kill(shard.pid, 'SIGCONT');
-    await until(() => sup.get('stall')?.state === ShardState.READY, 'READY again', 30_000);
-    expect(sup.get('stall')?.error).toBe('');
+    await until(() => sup.get(parseShardId('stall'))?.state === ShardState.READY, 'READY again', 30_000);
+    expect(sup.get(parseShardId('stall'))?.error).toBe('');
   });
 });

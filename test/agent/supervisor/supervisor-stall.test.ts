@@ -5,6 +5,7 @@ import type { ShardTransition } from '../../../src/agent/supervisor/shard/shard-
 import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort, isRunning, shardSpec, simPlan, simWatch, until } from '../../helpers/engine-processes.js';
+import { parseShardId } from '../../../src/lib/shard-id.js';
 
 /*
  * Issue 16's acceptance for stall detection, through the real path: a sim
@@ -25,7 +26,7 @@ async function readySim(sup: Supervisor, id: string, args: string[]) {
     servesHttp: true,
     watch: simWatch(port),
   });
-  await sup.settle(id, { timeoutMs: 30_000 });
+  await sup.settle(parseShardId(id), { timeoutMs: 30_000 });
   return { shard, baseUrl: `http://127.0.0.1:${port}` };
 }
 
@@ -57,9 +58,9 @@ describe('stall detection of a READY shard', () => {
     const seen = recordTransitions(sup);
     const { shard, baseUrl } = await readySim(sup, 'stalls', ['--stall-after', '2s', '--token-latency', '20ms']);
     const load = chatLoad(baseUrl, 3);
-    await until(() => sup.get('stalls')?.state === ShardState.UNHEALTHY, 'the stall to be reported', 60_000);
-    const unhealthy = sup.get('stalls');
-    const stalledAt = (await sup.tailLog('stalls', 200)).find((l) => /made no progress/.test(l));
+    await until(() => sup.get(parseShardId('stalls'))?.state === ShardState.UNHEALTHY, 'the stall to be reported', 60_000);
+    const unhealthy = sup.get(parseShardId('stalls'));
+    const stalledAt = (await sup.tailLog(parseShardId('stalls'), 200)).find((l) => /made no progress/.test(l));
     console.info(`stall reported as "${unhealthy?.error}" (sim: ${stalledAt?.slice(0, 23)}; reported ${new Date().toISOString()})`);
     // The detector's own clock, from the last sample that saw tokens move:
     // it fires at the first tick past stall_timeout, so within stall_timeout
@@ -78,8 +79,8 @@ describe('stall detection of a READY shard', () => {
 
     // The requests give up: nothing running, nothing owed, READY again.
     load.abort();
-    await until(() => sup.get('stalls')?.state === ShardState.READY, 'READY once idle', 30_000);
-    expect(sup.get('stalls')?.error).toBe('');
+    await until(() => sup.get(parseShardId('stalls'))?.state === ShardState.READY, 'READY once idle', 30_000);
+    expect(sup.get(parseShardId('stalls'))?.error).toBe('');
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY', 'UNHEALTHY', 'READY']);
   });
 
@@ -96,7 +97,7 @@ describe('stall detection of a READY shard', () => {
     const seen = recordTransitions(sup);
     const { baseUrl } = await readySim(sup, 'slow', ['--token-latency', '2500ms']);
     chatLoad(baseUrl, 2);
-    await until(async () => (await sup.inFlight('slow')) === 2, 'two requests running');
+    await until(async () => (await sup.inFlight(parseShardId('slow'))) === 2, 'two requests running');
     // Past stall_timeout twice over: a flat stretch of 2.5 s is slow, not stalled.
     await sleep(10_000);
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
@@ -107,7 +108,7 @@ describe('stall detection of a READY shard', () => {
     const seen = recordTransitions(sup);
     const { baseUrl } = await readySim(sup, 'off', ['--stall-after', '0s']);
     chatLoad(baseUrl, 2);
-    await until(async () => (await sup.inFlight('off')) === 2, 'two requests running');
+    await until(async () => (await sup.inFlight(parseShardId('off'))) === 2, 'two requests running');
     await sleep(2000);
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
   });

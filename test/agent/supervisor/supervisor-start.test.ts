@@ -1,3 +1,4 @@
+import { create } from '@bufbuild/protobuf';
 import { plainWatch } from '../../../src/agent/supervisor/launch/launch-shard.js';
 import { existsSync, readdirSync, readFileSync, readlinkSync, statSync } from 'node:fs';
 import { join } from 'node:path';
@@ -5,7 +6,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
-import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { ShardState, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 import {
   freePort,
@@ -14,6 +15,7 @@ import {
   shardSpec,
   simPlan,
   } from '../../helpers/engine-processes.js';
+import { parseShardId, parseStartShard } from '../../../src/lib/shard-id.js';
 
 const harness = useSupervisors();
 const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
@@ -24,10 +26,13 @@ const sleeper = (extra = '') => ({
 });
 
 describe('Supervisor.start', () => {
-  it.each(['../x', 'a/b', '', 'x'.repeat(200)])('refuses shard id %j before any file is touched', async (id) => {
-    const sup = newSupervisor();
-    await expect(sup.start(shardSpec(id), { plan: simPlan([]), servesHttp: true })).rejects.toThrow(/invalid shard id/);
-    await expect(sup.start(shardSpec(id), { plan: simPlan([]), servesHttp: true })).rejects.toBeInstanceOf(LlmgwError);
+  it.each(['../x', 'a/b', '', 'x'.repeat(200)])('cannot be given shard id %j: it is refused where it comes in, before any file is touched', async (id) => {
+    newSupervisor();
+    // The supervisor takes only a checked spec (CheckedStartShard); the stream's and the admin socket's
+    // edges parse it. The refusal through a real agent is in test/faults/scenarios/control-messages.ts.
+    const spec = create(StartShardSchema, { shardId: id, profile: { engine: 'sim' } });
+    expect(() => parseStartShard(spec)).toThrow(/invalid shard id/);
+    expect(() => parseStartShard(spec)).toThrow(LlmgwError);
     expect(existsSync(harness.dirs.stateDir)).toBe(false);
     expect(existsSync(harness.dirs.logDir)).toBe(false);
     expect(processesWritingUnder(harness.dirs.root)).toEqual([]);
@@ -113,7 +118,7 @@ describe('Supervisor.start', () => {
     await sup.start(shardSpec('env'), { plan: sleeper('console.log(JSON.stringify(process.env))'), servesHttp: false });
     let lines: string[] = [];
     for (let i = 0; i < 200 && lines.length === 0; i++) {
-      lines = await sup.tailLog('env', 1);
+      lines = await sup.tailLog(parseShardId('env'), 1);
       await new Promise((r) => setTimeout(r, 25));
     }
     const env = JSON.parse(lines[0] as string) as Record<string, string>;
@@ -128,14 +133,14 @@ describe('Supervisor.start', () => {
     await expect(
       sup.start(shardSpec('nope'), { plan: { argv: ['/nonexistent/engine'], env: {} }, servesHttp: false }),
     ).rejects.toThrow(/cannot launch engine "\/nonexistent\/engine".*ENOENT/);
-    expect(sup.get('nope')).toBeUndefined();
+    expect(sup.get(parseShardId('nope'))).toBeUndefined();
     expect(existsSync(join(harness.dirs.stateDir, 'shards', 'nope.json'))).toBe(false);
   });
 
   it('relaunches a shard whose engine failed, as a new process', async () => {
     const sup = newSupervisor();
     const first = await sup.start(shardSpec('again'), { plan: simPlan(['--worker', '--fail-after', '100ms']), servesHttp: false });
-    await expect(sup.settle('again', { settleMs: 20_000 })).rejects.toThrow(/exited with code 1 while starting/);
+    await expect(sup.settle(parseShardId('again'), { settleMs: 20_000 })).rejects.toThrow(/exited with code 1 while starting/);
     const second = await sup.start(shardSpec('again'), { plan: sleeper(), servesHttp: false });
     expect(second.created).toBe(true);
     expect(second.shard.pid).not.toBe(first.shard.pid);

@@ -15,6 +15,7 @@ import {
   simPlan,
   until,
 } from '../../helpers/engine-processes.js';
+import { parseShardId } from '../../../src/lib/shard-id.js';
 
 const harness = useSupervisors();
 const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
@@ -27,13 +28,13 @@ async function readySim(sup: Supervisor, id: string, args: string[]) {
     watch: simWatch(port),
   });
   const baseUrl = `http://127.0.0.1:${port}`;
-  await sup.settle(id, { timeoutMs: 30_000 });
+  await sup.settle(parseShardId(id), { timeoutMs: 30_000 });
   return { shard, baseUrl };
 }
 
 /** The sim's grandchild, once it says it is ready (its SIGTERM disposition set). */
 const grandchildOf = async (sup: Supervisor, id: string, pgid: number) => {
-  await until(async () => (await sup.tailLog(id, 50)).some((l) => /Worker process \d+ ready/.test(l)), 'the grandchild to start');
+  await until(async () => (await sup.tailLog(parseShardId(id), 50)).some((l) => /Worker process \d+ ready/.test(l)), 'the grandchild to start');
   return groupMembers(pgid).filter((p) => p !== pgid);
 };
 
@@ -48,7 +49,7 @@ describe('Supervisor.stop', () => {
     expect(grandchildren).toHaveLength(1);
 
     const t0 = Date.now();
-    const stopped = await sup.stop('stubborn');
+    const stopped = await sup.stop(parseShardId('stubborn'));
     const elapsed = Date.now() - t0;
 
     expect(stopped.state).toBe(ShardState.STOPPED);
@@ -66,13 +67,13 @@ describe('Supervisor.stop', () => {
     const sup = newSupervisor({ stopGraceMs: 20_000 });
     const { shard } = await readySim(sup, 'polite', []);
     const t0 = Date.now();
-    await sup.stop('polite');
+    await sup.stop(parseShardId('polite'));
     // Far inside the grace period: no SIGKILL was needed (a generous bound, not a speed test).
     expect(Date.now() - t0).toBeLessThan(15_000);
     expect(readFileSync(shard.logPath, 'utf8')).toMatch(/received SIGTERM; finishing 0 in-flight/);
-    expect(sup.get('polite')?.state).toBe(ShardState.STOPPED);
+    expect(sup.get(parseShardId('polite'))?.state).toBe(ShardState.STOPPED);
     // Exited by itself with 0 after SIGTERM: a graceful shutdown, not a kill.
-    expect(sup.get('polite')).toMatchObject({ exitCode: 0, signal: null });
+    expect(sup.get(parseShardId('polite'))).toMatchObject({ exitCode: 0, signal: null });
   });
 
   it("SIGTERMs the engine alone, so an engine whose worker's death would abort its requests (vLLM with TP > 1) finishes its in-flight request, then exits 0 and takes its worker with it", async () => {
@@ -80,9 +81,9 @@ describe('Supervisor.stop', () => {
     const { shard, baseUrl } = await readySim(sup, 'drains', ['--token-latency', '100ms', '--spawn-child', '--fragile-worker']);
     const [worker] = await grandchildOf(sup, 'drains', shard.pid);
     const request = fetch(`${baseUrl}/v1/completions`, { method: 'POST', body: JSON.stringify({ prompt: 'hello', max_tokens: 10 }) });
-    await until(async () => (await sup.inFlight('drains')) === 1, 'one request in flight');
+    await until(async () => (await sup.inFlight(parseShardId('drains'))) === 1, 'one request in flight');
 
-    const stopped = await sup.stop('drains');
+    const stopped = await sup.stop(parseShardId('drains'));
     // A SIGTERM to the whole group killed the worker at once, and the engine aborted the request.
     const answer = await request;
     expect(answer.status).toBe(200);
@@ -100,10 +101,10 @@ describe('Supervisor.stop', () => {
     const { shard } = await readySim(sup, 'leftover', ['--ignore-sigterm', '--spawn-child']);
     const [grandchild] = await grandchildOf(sup, 'leftover', shard.pid);
     process.kill(shard.pid, 'SIGKILL'); // the leader only: its worker would keep the GPUs
-    await until(() => sup.get('leftover')?.state === ShardState.FAILED, 'FAILED');
+    await until(() => sup.get(parseShardId('leftover'))?.state === ShardState.FAILED, 'FAILED');
     // Ended before FAILED was reported, even though it ignores SIGTERM.
     expect(isRunning(grandchild as number)).toBe(false);
-    const after = await sup.stop('leftover');
+    const after = await sup.stop(parseShardId('leftover'));
     expect(isRunning(grandchild as number)).toBe(false);
     expect(after).toMatchObject({ state: ShardState.FAILED, exitCode: 137 });
   });
@@ -111,10 +112,10 @@ describe('Supervisor.stop', () => {
   it('is shared by concurrent callers and idempotent afterwards', async () => {
     const sup = newSupervisor({ stopGraceMs: 5000 });
     await readySim(sup, 'twice', []);
-    const [a, b] = await Promise.all([sup.stop('twice'), sup.stop('twice')]);
+    const [a, b] = await Promise.all([sup.stop(parseShardId('twice')), sup.stop(parseShardId('twice'))]);
     expect(a.state).toBe(ShardState.STOPPED);
     expect(b.state).toBe(ShardState.STOPPED);
-    expect((await sup.stop('twice')).state).toBe(ShardState.STOPPED);
+    expect((await sup.stop(parseShardId('twice'))).state).toBe(ShardState.STOPPED);
   });
 });
 
@@ -122,22 +123,22 @@ describe('Supervisor.drain and inFlight', () => {
   it('reports DRAINING and counts requests in flight from the engine metrics', async () => {
     const sup = newSupervisor();
     const { baseUrl } = await readySim(sup, 'drain', ['--token-latency', '100ms']);
-    expect(await sup.inFlight('drain')).toBe(0);
+    expect(await sup.inFlight(parseShardId('drain'))).toBe(0);
     const request = fetch(`${baseUrl}/v1/completions`, {
       method: 'POST',
       body: JSON.stringify({ prompt: 'hello', max_tokens: 20 }),
     }).then((r) => r.json());
-    await until(async () => (await sup.inFlight('drain')) === 1, 'one request in flight');
-    expect((await sup.drain('drain')).state).toBe(ShardState.DRAINING);
-    expect((await sup.drain('drain')).state).toBe(ShardState.DRAINING); // idempotent
+    await until(async () => (await sup.inFlight(parseShardId('drain'))) === 1, 'one request in flight');
+    expect((await sup.drain(parseShardId('drain'))).state).toBe(ShardState.DRAINING);
+    expect((await sup.drain(parseShardId('drain'))).state).toBe(ShardState.DRAINING); // idempotent
     await request;
-    await until(async () => (await sup.inFlight('drain')) === 0, 'no request in flight');
+    await until(async () => (await sup.inFlight(parseShardId('drain'))) === 0, 'no request in flight');
   });
 
   it('refuses to drain a shard that is not serving', async () => {
     const sup = newSupervisor();
     await sup.start(shardSpec('early'), { plan: simPlan(['--never-ready']), servesHttp: true });
-    await expect(sup.drain('early')).rejects.toThrow(/shard early is STARTING: only a READY or UNHEALTHY shard can be drained/);
+    await expect(sup.drain(parseShardId('early'))).rejects.toThrow(/shard early is STARTING: only a READY or UNHEALTHY shard can be drained/);
   });
 });
 
@@ -155,12 +156,12 @@ describe('Supervisor.close and remove', () => {
   it('remove() forgets a terminal shard and deletes its state file, and refuses a running one', async () => {
     const sup = newSupervisor();
     await readySim(sup, 'rm', []);
-    expect(() => sup.remove('rm')).toThrow(/shard rm is READY: stop it before removing it/);
+    expect(() => sup.remove(parseShardId('rm'))).toThrow(/shard rm is READY: stop it before removing it/);
     const { shard } = await sup.start(shardSpec('rm2'), { plan: simPlan(['--worker', '--fail-after', '100ms']), servesHttp: false });
-    await until(() => sup.get('rm2')?.state === ShardState.FAILED, 'FAILED');
+    await until(() => sup.get(parseShardId('rm2'))?.state === ShardState.FAILED, 'FAILED');
     expect(existsSync(join(harness.dirs.stateDir, 'shards', 'rm2.json'))).toBe(true);
-    sup.remove('rm2');
-    expect(sup.get('rm2')).toBeUndefined();
+    sup.remove(parseShardId('rm2'));
+    expect(sup.get(parseShardId('rm2'))).toBeUndefined();
     expect(existsSync(join(harness.dirs.stateDir, 'shards', 'rm2.json'))).toBe(false);
     expect(shard.pid).toBeGreaterThan(1);
   });
@@ -181,6 +182,6 @@ describe('a dead engine leader', () => {
     process.kill(shard.pid, 'SIGKILL');
     expect(await atFailed).toEqual([]);
     expect(isRunning(child as number)).toBe(false);
-    expect(sup.get('leftover')?.error).toBe('engine was killed by SIGKILL while starting');
+    expect(sup.get(parseShardId('leftover'))?.error).toBe('engine was killed by SIGKILL while starting');
   });
 });

@@ -110,6 +110,7 @@ describe('llmgw ctl status', () => {
         logPath: join(fx.dirs.logDir, 'shards', 's1.log'),
         launcher: 'direct',
         unit: '',
+        note: '',
       },
     ]);
   });

@@ -12,6 +12,7 @@ import {
   writeStateFile,
 } from '../../../src/lib/files/state-file.js';
 import { StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { type CheckedStartShard, parseShardId, parseStartShard } from '../../../src/lib/shard-id.js';
 
 let dir: string;
 beforeEach(() => {
@@ -24,9 +25,9 @@ const stateFilePath = (shardsDir: string, id: string): string => join(shardsDir,
 
 const sample = (): ShardStateFile => ({
   schemaVersion: 1,
-  shardId: 's0',
+  shardId: parseShardId('s0'),
   replicaId: 'r0',
-  spec: create(StartShardSchema, { shardId: 's0', replicaId: 'r0', gpuIndices: [0, 1], profile: { engine: 'vllm', args: ['--x'] } }),
+  spec: parseStartShard(create(StartShardSchema, { shardId: 's0', replicaId: 'r0', gpuIndices: [0, 1], profile: { engine: 'vllm', args: ['--x'] } })),
   servesHttp: true,
   inFlightMetric: 'vllm:num_requests_running',
   generationTokensMetric: 'vllm:generation_tokens_total',
@@ -101,7 +102,7 @@ describe('state files', () => {
   });
 
   it('refuses to follow a symlinked state file', async () => {
-    await writeStateFile(stateFilePath(dir, 'real'), { ...sample(), shardId: 'real', spec: create(StartShardSchema, { shardId: 'real' }) });
+    await writeStateFile(stateFilePath(dir, 'real'), { ...sample(), shardId: parseShardId('real'), spec: parseStartShard(create(StartShardSchema, { shardId: 'real' })) });
     symlinkSync(stateFilePath(dir, 'real'), stateFilePath(dir, 's0'));
     expect(await readStateFile(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file is a symlink; refused' });
     expect(readStateFileSync(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file is a symlink; refused' });
@@ -158,7 +159,7 @@ describe('the drain and token-counter fields', () => {
 describe("an older agent's file holding fields StartShard now refuses (security review 2, N6)", () => {
   const oldFile = (): ShardStateFile => ({
     ...sample(),
-    spec: create(StartShardSchema, {
+    spec: <CheckedStartShard>create(StartShardSchema, {
       shardId: 's0',
       replicaId: 'r0',
       gpuIndices: [0],

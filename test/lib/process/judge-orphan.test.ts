@@ -6,6 +6,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { findRecordedShardIds, findShardLogWriters, judgeOrphan, type ShardDirs } from '../../../src/lib/process/judge-orphan.js';
 import { shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../../src/lib/shard-layout.js';
 import { until } from '../../helpers/engine-processes.js';
+import { parseShardId } from '../../../src/lib/shard-id.js';
 
 let root: string;
 let dirs: ShardDirs;
@@ -42,11 +43,11 @@ describe('findShardLogWriters', () => {
     await until(() => findShardLogWriters(dirs).size === 2, 'both writers to be seen');
     const writers = findShardLogWriters(dirs);
     expect(findRecordedShardIds(dirs, () => {}, writers)).toEqual(['s1', 's2']);
-    const s1 = judgeOrphan(dirs, 's1', writers);
+    const s1 = judgeOrphan(dirs, parseShardId('s1'), writers);
     expect(s1).toMatchObject({ alive: true, identified: false, pid: w1.pid });
-    expect(judgeOrphan(dirs, 's2', writers)).toMatchObject({ alive: true, identified: false, pid: w2.pid });
+    expect(judgeOrphan(dirs, parseShardId('s2'), writers)).toMatchObject({ alive: true, identified: false, pid: w2.pid });
     // The same verdict as a scan of its own, which the judgement no longer needs.
-    expect(judgeOrphan(dirs, 's1')).toEqual(s1);
+    expect(judgeOrphan(dirs, parseShardId('s1'))).toEqual(s1);
   });
 
   it('is the scan the shards are judged from: a writer gone since is still the one it saw', async () => {
@@ -57,7 +58,7 @@ describe('findShardLogWriters', () => {
     w.kill('SIGKILL');
     await until(() => findShardLogWriters(dirs).size === 0, 'the writer to be gone');
     // Judged from the scan it was given (one for the whole recovery), not from a new one per shard.
-    expect(judgeOrphan(dirs, 's1', writers)).toMatchObject({ alive: true, pid: w.pid });
-    expect(judgeOrphan(dirs, 's1')).toMatchObject({ alive: false, pid: 0 });
+    expect(judgeOrphan(dirs, parseShardId('s1'), writers)).toMatchObject({ alive: true, pid: w.pid });
+    expect(judgeOrphan(dirs, parseShardId('s1'))).toMatchObject({ alive: false, pid: 0 });
   });
 });

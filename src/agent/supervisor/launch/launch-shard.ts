@@ -3,7 +3,8 @@ import { errorMessage, failure, usageError } from '../../../lib/errors.js';
 import { join } from 'node:path';
 import { DEFAULT_KEEP_PREVIOUS_RUNS, keepPreviousRun } from '../../../lib/files/keep-previous-run.js';
 import { LOG_DIR_MODE, ensureDirectory, prepareLogFile } from '../../../lib/files/log-file-modes.js';
-import { STATE_SCHEMA_VERSION, readStateFile, removeStateFile, writeStateFile } from '../../../lib/files/state-file.js';
+import { type EngineRecord, readStateFile, removeStateFile, stateFileOf, writeStateFile } from '../../../lib/files/state-file.js';
+import type { CheckedStartShard, ShardId } from '../../../lib/shard-id.js';
 import { checkIdentity } from '../../../lib/process/process-identity.js';
 import { type EngineUids, agentUids, findProcessesLoggingTo } from '../../../lib/process/process-table.js';
 import { previousRunsDir, shardLogDir, shardLogPath, shardStateDir, shardStatePath } from '../../../lib/shard-layout.js';
@@ -65,7 +66,7 @@ export interface ShardFileOwnership {
  */
 export async function launchShard(
   ctx: ShardRunnerContext,
-  spec: StartShard,
+  spec: CheckedStartShard,
   launch: ShardLaunch,
   previous: ShardRunner | undefined,
   signal: AbortSignal,
@@ -103,45 +104,23 @@ export async function launchShard(
     properties: c.unitProperties,
     stopGraceMs: c.stopGraceMs,
   });
-  const runner = new ShardRunner(
-    ctx,
-    {
-      spec,
-      replicaId: spec.replicaId,
-      pid: launched.pid,
-      pgid: launched.pgid,
-      identity: launched.identity,
-      child: launched.child,
-      launcher,
-      unit: launched.unit,
-      adopted: false,
-      servesHttp: launch.servesHttp,
-      watch,
-      startedAtMs: Date.now(),
-      logPath,
-      statePath,
-    },
-    previous?.currentState,
-  );
+  const record: EngineRecord = {
+    shardId: id,
+    replicaId: spec.replicaId,
+    spec,
+    servesHttp: launch.servesHttp,
+    watch,
+    pid: launched.pid,
+    pgid: launched.pgid,
+    identity: launched.identity,
+    launcher,
+    ...(launched.unit ? { unit: launched.unit } : {}),
+    logPath,
+    createdAtMs: Date.now(),
+  };
+  const runner = new ShardRunner(ctx, { record, child: launched.child, adopted: false, statePath }, previous?.currentState);
   try {
-    await writeStateFile(statePath, {
-      schemaVersion: STATE_SCHEMA_VERSION,
-      shardId: id,
-      replicaId: spec.replicaId,
-      spec,
-      servesHttp: launch.servesHttp,
-      // The first of each, for an older agent that reads this file after a downgrade.
-      inFlightMetric: watch.runningGauges[0] ?? '',
-      generationTokensMetric: watch.progressCounters[0] ?? '',
-      watch,
-      pid: launched.pid,
-      pgid: launched.pgid,
-      identity: launched.identity,
-      launcher,
-      ...(launched.unit ? { unit: launched.unit } : {}),
-      logPath,
-      createdAtMs: runner.startedAtMs,
-    });
+    await writeStateFile(statePath, stateFileOf(record));
   } catch (err) {
     // Without its state file this engine could not be found after an agent
     // restart, and would hold its GPUs with nothing able to describe it.
@@ -157,7 +136,7 @@ export async function launchShard(
  * still runs: starting a second engine on the same GPUs would fail after
  * minutes of loading, or worse, succeed beside it.
  */
-async function refuseUnsupervisedEngine(id: string, statePath: string, logPath: string, engineUids: EngineUids): Promise<void> {
+async function refuseUnsupervisedEngine(id: ShardId, statePath: string, logPath: string, engineUids: EngineUids): Promise<void> {
   const read = await readStateFile(statePath, id);
   if (read.ok && checkIdentity(read.file.pid, read.file.identity, read.file.pgid).alive) {
     throw failure(

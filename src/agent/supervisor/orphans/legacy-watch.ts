@@ -1,3 +1,4 @@
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { EngineWatch } from '../../../lib/engine-watch.js';
 import type { ShardStateFile } from '../../../lib/files/state-file.js';
 import { engineApiKey } from '../../engines/engine-api-key.js';
@@ -14,7 +15,7 @@ import { VLLM_METRICS } from '../../engines/vllm-engine.js';
  * was not recorded, and readiness of such an engine answers 401 until it is
  * started again by this agent.
  */
-export function legacyWatch(f: Pick<ShardStateFile, 'spec' | 'servesHttp' | 'inFlightMetric' | 'generationTokensMetric'>): EngineWatch {
+export function legacyWatch(f: Pick<ShardStateFile, 'servesHttp' | 'inFlightMetric' | 'generationTokensMetric'> & { spec: StartShard }): EngineWatch {
   const engine = f.spec.profile?.engine ?? '';
   const args = f.spec.profile?.args ?? [];
   const known = engine === 'sglang' ? SGLANG_METRICS : engine === 'vllm' || engine === 'sim' ? VLLM_METRICS : undefined;

@@ -1,5 +1,5 @@
 import { failure } from '../../../lib/errors.js';
-import { readStateFileSync } from '../../../lib/files/state-file.js';
+import { type EngineRecord, readStateFileSync } from '../../../lib/files/state-file.js';
 import type { Orphan } from '../../../lib/process/orphan.js';
 import { checkIdentity } from '../../../lib/process/process-identity.js';
 import { shardLogPath, shardStatePath } from '../../../lib/shard-layout.js';
@@ -33,27 +33,19 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
       'state file of an older agent holds fields StartShard now refuses; the engine is adopted, and Register does not carry them',
     );
   }
+  // The file is the record, but for what this agent derives or no longer trusts.
+  const { schemaVersion: _v, inFlightMetric: _m, generationTokensMetric: _g, ...recorded } = f.file;
+  const record: EngineRecord = {
+    ...recorded,
+    watch: f.file.watch ?? legacyWatch(f.file),
+    // Its run was checked against systemd's InvocationID when it was judged (judgeUnitOrphan). A unit
+    // systemd no longer describes as recorded is not the engine's fence: watched and stopped by pid.
+    unit: o.unitNote === undefined ? f.file.unit : undefined,
+    logPath: shardLogPath(logDir, o.shardId),
+  };
   return new ShardRunner(
     ctx,
-    {
-      spec: f.file.spec,
-      replicaId: f.file.replicaId,
-      pid: f.file.pid,
-      pgid: f.file.pgid,
-      identity: f.file.identity,
-      launcher: f.file.launcher,
-      // Its run was checked against systemd's InvocationID when it was judged (judgeUnitOrphan). A unit
-      // systemd no longer describes as recorded is not the engine's fence: watched and stopped by pid.
-      unit: o.unitNote === undefined ? f.file.unit : undefined,
-      note: o.unitNote,
-      adopted: true,
-      servesHttp: f.file.servesHttp,
-      watch: f.file.watch ?? legacyWatch(f.file),
-      drainRequested: f.file.drainRequested,
-      startedAtMs: f.file.createdAtMs,
-      logPath: shardLogPath(logDir, o.shardId),
-      statePath,
-    },
+    { record, adopted: true, note: o.unitNote, statePath },
     previous?.currentState,
   );
 }

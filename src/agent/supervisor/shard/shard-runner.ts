@@ -1,4 +1,5 @@
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { ShardId } from '../../../lib/shard-id.js';
 import { formatDuration } from '../../../lib/duration.js';
 import type { EngineWatch } from '../../../lib/engine-watch.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
@@ -39,7 +40,7 @@ export const LEFTOVER_GRACE_MS = 2000;
  * being stopped: its whole process group is terminated.
  */
 export class ShardRunner {
-  readonly shardId: string;
+  readonly shardId: ShardId;
   readonly replicaId: string;
   readonly spec: StartShard;
   readonly pid: number;
@@ -86,21 +87,21 @@ export class ShardRunner {
     /** The state of the runner this one replaces (a relaunch), so the first transition is checked from it. */
     previousState: ShardState = S.UNSPECIFIED,
   ) {
-    this.shardId = engine.spec.shardId;
-    ({ replicaId: this.replicaId, spec: this.spec, pid: this.pid, pgid: this.pgid, adopted: this.adopted } = engine);
-    ({ servesHttp: this.servesHttp, startedAtMs: this.startedAtMs, logPath: this.logPath, statePath: this.statePath } = engine);
-    this.engine = new EngineProcess({ pid: engine.pid, pgid: engine.pgid, identity: engine.identity, child: engine.child }, engine.unit);
-    this.launcher = engine.launcher ?? 'direct';
+    const r = engine.record;
+    ({ shardId: this.shardId, replicaId: this.replicaId, spec: this.spec, pid: this.pid, pgid: this.pgid } = r);
+    ({ servesHttp: this.servesHttp, createdAtMs: this.startedAtMs, logPath: this.logPath, watch: this.watch } = r);
+    ({ adopted: this.adopted, statePath: this.statePath } = engine);
+    this.engine = new EngineProcess({ pid: r.pid, pgid: r.pgid, identity: r.identity, child: engine.child }, r.unit);
+    this.launcher = r.launcher;
     this.note = engine.note ?? '';
-    this.watch = engine.watch;
-    this.drainRequested = engine.drainRequested ?? false;
-    this.stateFile = new StateFileWriter(engine.statePath, engine.spec.shardId, ctx.log);
+    this.drainRequested = r.drainRequested ?? false;
+    this.stateFile = new StateFileWriter(engine.statePath, r.shardId, ctx.log);
     this.state = previousState;
     // The API rank's port, or a worker rank's own /health port (SGLang's); none: judged by staying alive.
-    this.baseUrl = engine.watch.healthPort > 0 ? `http://127.0.0.1:${engine.watch.healthPort}` : undefined;
-    this.servedModelName = servedModelName(engine.spec);
-    const { pid, pgid, unit } = engine;
-    this.portOwner = this.baseUrl ? portOwnerCheck({ port: engine.watch.healthPort, pid, pgid, unit }) : undefined;
+    this.baseUrl = r.watch.healthPort > 0 ? `http://127.0.0.1:${r.watch.healthPort}` : undefined;
+    this.servedModelName = servedModelName(r.spec);
+    const { pid, pgid, unit } = r;
+    this.portOwner = this.baseUrl ? portOwnerCheck({ port: r.watch.healthPort, pid, pgid, unit }) : undefined;
     this.life.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
   }
 

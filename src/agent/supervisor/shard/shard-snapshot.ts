@@ -1,8 +1,9 @@
 import type { ShardState, StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { ShardId } from '../../../lib/shard-id.js';
 
 /** A copy of one supervised shard as it is now; changing it changes nothing. */
 export interface ShardSnapshot {
-  shardId: string;
+  shardId: ShardId;
   replicaId: string;
   spec: StartShard;
   state: ShardState;

@@ -1,6 +1,7 @@
 import { errorMessage } from '../../../lib/errors.js';
 import { removeStateFile, updateStateFile } from '../../../lib/files/state-file.js';
 import type { Logger } from '../../../lib/logger.js';
+import type { ShardId } from '../../../lib/shard-id.js';
 
 /**
  * The changes a runner makes to its shard's state file, one at a time, so
@@ -12,7 +13,7 @@ export class StateFileWriter {
 
   constructor(
     private readonly statePath: string,
-    private readonly shardId: string,
+    private readonly shardId: ShardId,
     private readonly log: Logger,
   ) {}
 

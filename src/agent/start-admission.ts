@@ -1,0 +1,121 @@
+import { clone } from '@bufbuild/protobuf';
+import { type Inventory, StartShardSchema } from '../gen/llmgw/v1/agent_pb.js';
+import { failure } from '../lib/errors.js';
+import { foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
+import type { Logger } from '../lib/logger.js';
+import { readEphemeralPortRange } from '../lib/ephemeral-port-range.js';
+import { readProcStat } from '../lib/process/proc-stat.js';
+import type { CheckedStartShard } from '../lib/shard-id.js';
+import { isTerminal } from '../lib/shard-states.js';
+import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines/choose-worker-port.js';
+import type { ValidationContext } from './engines/engine.js';
+import type { EngineRegistry } from './engines/engine-registry.js';
+import { isPortFree } from './engines/is-port-free.js';
+import type { ShardLaunch } from './supervisor/launch/launch-shard.js';
+import type { Supervisor } from './supervisor/supervisor.js';
+
+export interface StartAdmissionOptions {
+  supervisor: Supervisor;
+  engines: EngineRegistry;
+  /** The node's hardware as last read: what a shard is judged against. */
+  inventory: () => Inventory;
+  /** The fault of a GPU ("GPU 3: Xid 79: ..."), from the health watch; undefined when it is sound. */
+  gpuFault?: (gpuIndex: number) => string | undefined;
+  /** discovery.foreign_memory_share: a GPU with more memory used by no listed process is refused. */
+  foreignMemoryShare?: number;
+  logger: Logger;
+}
+
+/** A start admitted so far: the spec the registry reserves, and the launch it runs once it has. */
+export interface AdmittedStart {
+  spec: CheckedStartShard;
+  /** Validates against the node and the engine's config, then plans the command; throws the refusal. */
+  launch: () => Promise<ShardLaunch>;
+}
+
+/**
+ * Whether a StartShard may run on this node, and how: the one room where a
+ * start is judged. admit() judges what must be known before the registry
+ * reserves the shard's GPUs and port (faulty or foreign-held GPUs, a port
+ * for a worker rank given none); the launch it returns judges the rest
+ * (the engine's validation: profile, args, env, executable, GPUs held,
+ * ports) after the reservation, so that a repeat of the start never
+ * validates beside it, and plans the command. Every refusal is a thrown
+ * LlmgwError with one line naming the cause; the caller only reports it.
+ */
+export class StartAdmission {
+  constructor(private readonly opts: StartAdmissionOptions) {}
+
+  async admit(given: CheckedStartShard): Promise<AdmittedStart> {
+    // A repeat of a shard already here is not judged: the registry reports
+    // its state, whatever its GPU does now.
+    const known = this.opts.supervisor.get(given.shardId);
+    if (known && !isTerminal(known.state)) return { spec: given, launch: () => this.plan(given) };
+    this.refuseUnfitGpus(given);
+    const spec = await this.withWorkerPort(given);
+    return { spec, launch: () => this.plan(spec) };
+  }
+
+  /**
+   * GPUs no engine should be put on, whatever the engine: one with a fault
+   * (checked before the registry's "held by", which would name the shard and
+   * hide the cause), and one whose memory is used by something this node
+   * cannot see (the engine would run out of memory minutes into loading).
+   */
+  private refuseUnfitGpus(spec: CheckedStartShard): void {
+    const inventory = this.opts.inventory();
+    for (const i of spec.gpuIndices) {
+      const fault = this.opts.gpuFault?.(i);
+      if (fault !== undefined) throw failure(`${fault}; no shard starts on it until the fault clears (a lost GPU needs a reset)`);
+      const gpu = inventory.gpus.find((g) => g.index === i);
+      const foreign = gpu && foreignMemoryProblem(gpu, inventory.processes, this.opts.foreignMemoryShare);
+      if (foreign) throw failure(foreign);
+    }
+  }
+
+  /**
+   * The spec with a port for a worker rank that listens and was given none
+   * (chooseWorkerPort); the spec itself otherwise. Chosen before the start
+   * is reserved, so the registry reserves it; a start racing this one for
+   * the same port is refused by that reservation and retried by its
+   * control plane.
+   */
+  private async withWorkerPort(spec: CheckedStartShard): Promise<CheckedStartShard> {
+    if (spec.httpPort !== 0) return spec;
+    const engine = this.opts.engines.get(spec.profile?.engine ?? '');
+    if (!engine.workerListens(spec)) return spec;
+    const held = this.opts.supervisor.reservations(spec.shardId).ports;
+    const port = await chooseWorkerPort(held, isPortFree, await readEphemeralPortRange());
+    if (port === undefined) throw failure(`no free port in ${WORKER_PORT_FIRST}-${WORKER_PORT_LAST} for worker rank ${spec.rank}'s /health; give the shard an http_port`);
+    this.opts.logger.info({ shard: spec.shardId, replica: spec.replicaId, port }, 'chose a port for a worker rank\'s /health');
+    const chosen = clone(StartShardSchema, spec) as CheckedStartShard;
+    chosen.httpPort = port;
+    return chosen;
+  }
+
+  /** Validation before launching: an engine that refuses a profile does so after minutes of model loading; here it costs nothing. */
+  private async plan(spec: CheckedStartShard): Promise<ShardLaunch> {
+    const engine = this.opts.engines.get(spec.profile?.engine ?? '');
+    await engine.validate(spec, this.validationContext(spec));
+    const plan = engine.command(spec);
+    return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan) };
+  }
+
+  private validationContext(spec: CheckedStartShard): ValidationContext {
+    const sup = this.opts.supervisor;
+    const inventory = this.opts.inventory();
+    // The registry's reservations, the same ones its synchronous reserve()
+    // step refused against: a second list built here from snapshots would
+    // miss the launches still in progress.
+    const heldGpus = sup.reservations(spec.shardId).gpus;
+    const holding = sup.list().filter((s) => !isTerminal(s.state) || s.running);
+    const shardGroups = new Set(holding.map((s) => s.pid));
+    // A compute process is ours when it is in the process group of one of our
+    // engines (the GPU is usually held by a worker child, not the pid we started).
+    const foreignProcesses = inventory.processes.filter((p) => {
+      const stat = readProcStat(p.pid);
+      return !(stat && shardGroups.has(stat.pgrp)) && !shardGroups.has(p.pid);
+    });
+    return { inventory, heldGpus, foreignProcesses, isPortFree: (port) => isPortFree(port), agentUid: process.getuid?.() ?? -1 };
+  }
+}

@@ -50,6 +50,8 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     mgmtInterface: c.mgmtInterface,
     stopGraceMs: c.supervisor.stopGraceMs,
     mgmtAddr: resolveMgmtAddr(c.mgmtAddr, c.mgmtInterface),
+    // Engines get the node's model store as their caches (issue 30); '' leaves them as before.
+    modelsCacheDir: c.models.cacheDir,
   });
   // A reading per heartbeat, but not more than one a second: faster heartbeats
   // (tests, benchmarks) would only make nvidia-smi query NVML for nothing.

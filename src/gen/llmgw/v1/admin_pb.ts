@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCLrAgoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkSDAoEbm90ZRgSIAEoCSJQCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMvoBCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCLrAgoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkSDAoEbm90ZRgSIAEoCSJQCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIIi8KDUNvcmRvblJlcXVlc3QSDgoGY29yZG9uGAEgASgIEg4KBnJlYXNvbhgCIAEoCSJ+Cg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMrcCCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwARI7CgZDb3Jkb24SFy5sbG1ndy52MS5Db3Jkb25SZXF1ZXN0GhgubGxtZ3cudjEuQ29yZG9uUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -1168,6 +1168,134 @@ export const DrainResponseSchema: GenMessage<DrainResponse, {jsonType: DrainResp
   messageDesc(file_llmgw_v1_admin, 14);
 
 /**
+ * @generated from message llmgw.v1.CordonRequest
+ */
+export type CordonRequest = Message<"llmgw.v1.CordonRequest"> & {
+  /**
+   * True to cordon, false to uncordon.
+   *
+   * @generated from field: bool cordon = 1;
+   */
+  cordon: boolean;
+
+  /**
+   * Why, in the operator's words; shown in every refused start. At most 200 characters, one line.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+};
+
+/**
+ * @generated from message llmgw.v1.CordonRequest
+ */
+export type CordonRequestJson = {
+  /**
+   * True to cordon, false to uncordon.
+   *
+   * @generated from field: bool cordon = 1;
+   */
+  cordon?: boolean;
+
+  /**
+   * Why, in the operator's words; shown in every refused start. At most 200 characters, one line.
+   *
+   * @generated from field: string reason = 2;
+   */
+  reason?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.CordonRequest.
+ * Use `create(CordonRequestSchema)` to create a new message.
+ */
+export const CordonRequestSchema: GenMessage<CordonRequest, {jsonType: CordonRequestJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 15);
+
+/**
+ * @generated from message llmgw.v1.CordonResponse
+ */
+export type CordonResponse = Message<"llmgw.v1.CordonResponse"> & {
+  /**
+   * The node's cordon after the call.
+   *
+   * @generated from field: bool cordoned = 1;
+   */
+  cordoned: boolean;
+
+  /**
+   * @generated from field: string reason = 2;
+   */
+  reason: string;
+
+  /**
+   * When it was cordoned; unset when not cordoned.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 3;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * Who cordoned it (the admin client's uid); -1 when not cordoned.
+   *
+   * @generated from field: int32 by_uid = 4;
+   */
+  byUid: number;
+
+  /**
+   * False when the node already was as asked (nothing changed).
+   *
+   * @generated from field: bool changed = 5;
+   */
+  changed: boolean;
+};
+
+/**
+ * @generated from message llmgw.v1.CordonResponse
+ */
+export type CordonResponseJson = {
+  /**
+   * The node's cordon after the call.
+   *
+   * @generated from field: bool cordoned = 1;
+   */
+  cordoned?: boolean;
+
+  /**
+   * @generated from field: string reason = 2;
+   */
+  reason?: string;
+
+  /**
+   * When it was cordoned; unset when not cordoned.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 3;
+   */
+  since?: TimestampJson;
+
+  /**
+   * Who cordoned it (the admin client's uid); -1 when not cordoned.
+   *
+   * @generated from field: int32 by_uid = 4;
+   */
+  byUid?: number;
+
+  /**
+   * False when the node already was as asked (nothing changed).
+   *
+   * @generated from field: bool changed = 5;
+   */
+  changed?: boolean;
+};
+
+/**
+ * Describes the message llmgw.v1.CordonResponse.
+ * Use `create(CordonResponseSchema)` to create a new message.
+ */
+export const CordonResponseSchema: GenMessage<CordonResponse, {jsonType: CordonResponseJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 16);
+
+/**
  * @generated from enum llmgw.v1.ConnectionState
  */
 export enum ConnectionState {
@@ -1313,6 +1441,18 @@ export const AdminService: GenService<{
     methodKind: "server_streaming";
     input: typeof DrainRequestSchema;
     output: typeof DrainResponseSchema;
+  },
+  /**
+   * Cordon marks the node unschedulable (or, with cordon false, schedulable
+   * again): new StartShards are refused with the reason, running shards keep
+   * running, the control plane is told. Kept across agent restarts.
+   *
+   * @generated from rpc llmgw.v1.AdminService.Cordon
+   */
+  cordon: {
+    methodKind: "unary";
+    input: typeof CordonRequestSchema;
+    output: typeof CordonResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_admin, 0);

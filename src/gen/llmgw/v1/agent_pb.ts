@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEi9gEKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIAEIFCgNtc2civgEKCEdwdUV2ZW50EhEKCWdwdV9pbmRleBgBIAEoBRIQCghncHVfdXVpZBgCIAEoCRIkCgRraW5kGAMgASgOMhYubGxtZ3cudjEuR3B1RXZlbnRLaW5kEgsKA3hpZBgEIAEoDRIPCgdtZXNzYWdlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZzb3VyY2UYByABKAkSEQoJc2hhcmRfaWRzGAggAygJIrwBCg5Db250cm9sTWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiUKBXN0YXJ0GAIgASgLMhQubGxtZ3cudjEuU3RhcnRTaGFyZEgAEiMKBHN0b3AYAyABKAsyEy5sbG1ndy52MS5TdG9wU2hhcmRIABIlCgVkcmFpbhgEIAEoCzIULmxsbWd3LnYxLkRyYWluU2hhcmRIABIcCgNhY2sYBSABKAsyDS5sbG1ndy52MS5BY2tIAEIFCgNtc2citQIKCFJlZ2lzdGVyEg8KB25vZGVfaWQYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSEQoJbWdtdF9hZGRyGAMgASgJEg8KB3ZlcnNpb24YBCABKAkSLgoGbGFiZWxzGAUgAygLMh4ubGxtZ3cudjEuUmVnaXN0ZXIuTGFiZWxzRW50cnkSJgoJaW52ZW50b3J5GAYgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5EisKB2ZhYnJpY3MYByADKAsyGi5sbG1ndy52MS5GYWJyaWNBdHRhY2htZW50Ei4KDnJ1bm5pbmdfc2hhcmRzGAggAygLMhYubGxtZ3cudjEuUnVubmluZ1NoYXJkGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEijgIKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0ubGxtZ3cudjEuR3B1EiAKBWxpbmtzGAIgAygLMhEubGxtZ3cudjEuR3B1TGluaxIbCgRoY2FzGAMgAygLMg0ubGxtZ3cudjEuSGNhEioKCmludGVyZmFjZXMYBCADKAsyFi5sbG1ndy52MS5OZXRJbnRlcmZhY2USFgoOZHJpdmVyX3ZlcnNpb24YBSABKAkSFAoMY3VkYV92ZXJzaW9uGAYgASgJEhAKCHdhcm5pbmdzGAcgAygJEhAKCGhvc3RuYW1lGAggASgJEicKCXByb2Nlc3NlcxgJIAMoCzIULmxsbWd3LnYxLkdwdVByb2Nlc3MigAIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlIjkKCU1pZ0RldmljZRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkiawoKR3B1UHJvY2VzcxILCgNwaWQYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSFgoOdXNlZF9tZW1vcnlfbWIYAyABKAUSFAoMcHJvY2Vzc19uYW1lGAQgASgJEhAKCHNoYXJkX2lkGAUgASgJIkQKB0dwdUxpbmsSCQoBYRgBIAEoCRIJCgFiGAIgASgJEhIKCmNvbm5lY3Rpb24YAyABKAkSDwoHbnZsaW5rcxgEIAEoBSKeAQoDSGNhEgwKBG5hbWUYASABKAkSDAoEcG9ydBgCIAEoBRINCgVzdGF0ZRgDIAEoCRISCgpwaHlzX3N0YXRlGAQgASgJEhEKCXJhdGVfZ2JwcxgFIAEoARISCgpsaW5rX2xheWVyGAYgASgJEhEKCW51bWFfbm9kZRgHIAEoBRIOCgZmYWJyaWMYCCABKAkSDgoGbmV0ZGV2GAkgASgJIlUKDE5ldEludGVyZmFjZRIMCgRuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRILCgNtYWMYAyABKAkSCgoCdXAYBCABKAgSCwoDbXR1GAUgASgFIi8KEEZhYnJpY0F0dGFjaG1lbnQSCwoDaGNhGAEgASgJEg4KBmZhYnJpYxgCIAEoCSI4CglIZWFydGJlYXQSDwoHbm9kZV9pZBgBIAEoCRIaChJncHVfbWVtb3J5X3VzZWRfbWIYAiADKAUizgEKC1NoYXJkU3RhdHVzEg8KB25vZGVfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIjCgVzdGF0ZRgEIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFZXJyb3IYBSABKAkSEQoJZXhpdF9jb2RlGAYgASgFEhMKC2xhc3Rfb3V0cHV0GAcgAygJEgsKA3BpZBgIIAEoBRIOCgZzaWduYWwYCSABKAkSDwoHYWRvcHRlZBgKIAEoCCKyAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCSLyAQoKU3RhcnRTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2xlYWRlcl9hZGRyGAggASgJEhMKC2xlYWRlcl9wb3J0GAkgASgFEgwKBHBvb2wYCiABKAkSDgoGZmFicmljGAsgASgJEiIKB3Byb2ZpbGUYDCABKAsyES5sbG1ndy52MS5Qcm9maWxlIsYCCgdQcm9maWxlEgwKBG5hbWUYASABKAkSDgoGZW5naW5lGAIgASgJEg0KBW1vZGVsGAMgASgJEhkKEXNlcnZlZF9tb2RlbF9uYW1lGAQgASgJEhwKFHRlbnNvcl9wYXJhbGxlbF9zaXplGAUgASgFEh4KFnBpcGVsaW5lX3BhcmFsbGVsX3NpemUYBiABKAUSDAoEYXJncxgHIAMoCRInCgNlbnYYCCADKAsyGi5sbG1ndy52MS5Qcm9maWxlLkVudkVudHJ5EjIKD3N0YXJ0dXBfdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZtaW5fY29tcHV0ZV9jYXBhYmlsaXR5GAogASgJGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRwoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEigKBWdyYWNlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KCkRyYWluU2hhcmQSEAoIc2hhcmRfaWQYASABKAkiNAoDQWNrEhIKCm1lc3NhZ2VfaWQYASABKAQSCgoCb2sYAiABKAgSDQoFZXJyb3IYAyABKAkqjgIKDEdwdUV2ZW50S2luZBIeChpHUFVfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEhYKEkdQVV9FVkVOVF9LSU5EX1hJRBABEiEKHUdQVV9FVkVOVF9LSU5EX0VDQ19ET1VCTEVfQklUEAISJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX1BFTkRJTkcQAxIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfRkFJTFVSRRAEEhsKF0dQVV9FVkVOVF9LSU5EX0dQVV9MT1NUEAUSHgoaR1BVX0VWRU5UX0tJTkRfTlZMSU5LX0RPV04QBhIaChZHUFVfRVZFTlRfS0lORF9DTEVBUkVEEAcq8gEKClNoYXJkU3RhdGUSGwoXU0hBUkRfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRTSEFSRF9TVEFURV9TVEFSVElORxABEhUKEVNIQVJEX1NUQVRFX1JFQURZEAISGQoVU0hBUkRfU1RBVEVfVU5IRUFMVEhZEAMSGAoUU0hBUkRfU1RBVEVfRFJBSU5JTkcQBBIYChRTSEFSRF9TVEFURV9TVE9QUElORxAFEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBhIWChJTSEFSRF9TVEFURV9GQUlMRUQQBxIWChJTSEFSRF9TVEFURV9FWElURUQQCDJPCgxBZ2VudFNlcnZpY2USPwoHQ29ubmVjdBIWLmxsbWd3LnYxLkFnZW50TWVzc2FnZRoYLmxsbWd3LnYxLkNvbnRyb2xNZXNzYWdlKAEwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEi9gEKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIAEIFCgNtc2civgEKCEdwdUV2ZW50EhEKCWdwdV9pbmRleBgBIAEoBRIQCghncHVfdXVpZBgCIAEoCRIkCgRraW5kGAMgASgOMhYubGxtZ3cudjEuR3B1RXZlbnRLaW5kEgsKA3hpZBgEIAEoDRIPCgdtZXNzYWdlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZzb3VyY2UYByABKAkSEQoJc2hhcmRfaWRzGAggAygJIrwBCg5Db250cm9sTWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiUKBXN0YXJ0GAIgASgLMhQubGxtZ3cudjEuU3RhcnRTaGFyZEgAEiMKBHN0b3AYAyABKAsyEy5sbG1ndy52MS5TdG9wU2hhcmRIABIlCgVkcmFpbhgEIAEoCzIULmxsbWd3LnYxLkRyYWluU2hhcmRIABIcCgNhY2sYBSABKAsyDS5sbG1ndy52MS5BY2tIAEIFCgNtc2cixwIKCFJlZ2lzdGVyEg8KB25vZGVfaWQYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSEQoJbWdtdF9hZGRyGAMgASgJEg8KB3ZlcnNpb24YBCABKAkSLgoGbGFiZWxzGAUgAygLMh4ubGxtZ3cudjEuUmVnaXN0ZXIuTGFiZWxzRW50cnkSJgoJaW52ZW50b3J5GAYgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5EisKB2ZhYnJpY3MYByADKAsyGi5sbG1ndy52MS5GYWJyaWNBdHRhY2htZW50Ei4KDnJ1bm5pbmdfc2hhcmRzGAggAygLMhYubGxtZ3cudjEuUnVubmluZ1NoYXJkEhAKCGNvcmRvbmVkGAkgASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiuwIKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0ubGxtZ3cudjEuR3B1EiAKBWxpbmtzGAIgAygLMhEubGxtZ3cudjEuR3B1TGluaxIbCgRoY2FzGAMgAygLMg0ubGxtZ3cudjEuSGNhEioKCmludGVyZmFjZXMYBCADKAsyFi5sbG1ndy52MS5OZXRJbnRlcmZhY2USFgoOZHJpdmVyX3ZlcnNpb24YBSABKAkSFAoMY3VkYV92ZXJzaW9uGAYgASgJEhAKCHdhcm5pbmdzGAcgAygJEhAKCGhvc3RuYW1lGAggASgJEicKCXByb2Nlc3NlcxgJIAMoCzIULmxsbWd3LnYxLkdwdVByb2Nlc3MSKwoKY29uZGl0aW9ucxgKIAMoCzIXLmxsbWd3LnYxLk5vZGVDb25kaXRpb24iaAoNTm9kZUNvbmRpdGlvbhIMCgR0eXBlGAEgASgJEg4KBmFjdGl2ZRgCIAEoCBIOCgZyZWFzb24YAyABKAkSKQoFc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoACCgNHcHUSDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhoKEmNvbXB1dGVfY2FwYWJpbGl0eRgEIAEoCRIXCg9tZW1vcnlfdG90YWxfbWIYBSABKAUSFgoObWVtb3J5X3VzZWRfbWIYBiABKAUSEgoKcGNpX2J1c19pZBgHIAEoCRIRCgludW1hX25vZGUYCCABKAUSDwoHaGVhbHRoeRgJIAEoCBINCgVlcnJvchgKIAEoCRIQCghtaWdfbW9kZRgLIAEoCRIoCgttaWdfZGV2aWNlcxgMIAMoCzITLmxsbWd3LnYxLk1pZ0RldmljZSI5CglNaWdEZXZpY2USDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIPCgdwcm9maWxlGAMgASgJImsKCkdwdVByb2Nlc3MSCwoDcGlkGAEgASgFEhAKCGdwdV91dWlkGAIgASgJEhYKDnVzZWRfbWVtb3J5X21iGAMgASgFEhQKDHByb2Nlc3NfbmFtZRgEIAEoCRIQCghzaGFyZF9pZBgFIAEoCSJECgdHcHVMaW5rEgkKAWEYASABKAkSCQoBYhgCIAEoCRISCgpjb25uZWN0aW9uGAMgASgJEg8KB252bGlua3MYBCABKAUingEKA0hjYRIMCgRuYW1lGAEgASgJEgwKBHBvcnQYAiABKAUSDQoFc3RhdGUYAyABKAkSEgoKcGh5c19zdGF0ZRgEIAEoCRIRCglyYXRlX2dicHMYBSABKAESEgoKbGlua19sYXllchgGIAEoCRIRCgludW1hX25vZGUYByABKAUSDgoGZmFicmljGAggASgJEg4KBm5ldGRldhgJIAEoCSJVCgxOZXRJbnRlcmZhY2USDAoEbmFtZRgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkSCwoDbWFjGAMgASgJEgoKAnVwGAQgASgIEgsKA210dRgFIAEoBSIvChBGYWJyaWNBdHRhY2htZW50EgsKA2hjYRgBIAEoCRIOCgZmYWJyaWMYAiABKAkiOAoJSGVhcnRiZWF0Eg8KB25vZGVfaWQYASABKAkSGgoSZ3B1X21lbW9yeV91c2VkX21iGAIgAygFIs4BCgtTaGFyZFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSIwoFc3RhdGUYBCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBWVycm9yGAUgASgJEhEKCWV4aXRfY29kZRgGIAEoBRITCgtsYXN0X291dHB1dBgHIAMoCRILCgNwaWQYCCABKAUSDgoGc2lnbmFsGAkgASgJEg8KB2Fkb3B0ZWQYCiABKAgisgIKDFJ1bm5pbmdTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEiMKBXN0YXRlGAggASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVtb2RlbBgJIAEoCRIPCgdwcm9maWxlGAogASgJEgwKBHBvb2wYCyABKAkSDgoGZmFicmljGAwgASgJEhMKC2xlYWRlcl9hZGRyGA0gASgJEhMKC2xlYWRlcl9wb3J0GA4gASgFEgsKA3BpZBgPIAEoBRIOCgZlbmdpbmUYECABKAki8gEKClN0YXJ0U2hhcmQSEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIMCgRyYW5rGAMgASgFEg4KBm5ub2RlcxgEIAEoBRITCgtncHVfaW5kaWNlcxgFIAMoBRIMCgRoY2FzGAYgAygJEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtsZWFkZXJfYWRkchgIIAEoCRITCgtsZWFkZXJfcG9ydBgJIAEoBRIMCgRwb29sGAogASgJEg4KBmZhYnJpYxgLIAEoCRIiCgdwcm9maWxlGAwgASgLMhEubGxtZ3cudjEuUHJvZmlsZSLGAgoHUHJvZmlsZRIMCgRuYW1lGAEgASgJEg4KBmVuZ2luZRgCIAEoCRINCgVtb2RlbBgDIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgEIAEoCRIcChR0ZW5zb3JfcGFyYWxsZWxfc2l6ZRgFIAEoBRIeChZwaXBlbGluZV9wYXJhbGxlbF9zaXplGAYgASgFEgwKBGFyZ3MYByADKAkSJwoDZW52GAggAygLMhoubGxtZ3cudjEuUHJvZmlsZS5FbnZFbnRyeRIyCg9zdGFydHVwX3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHgoWbWluX2NvbXB1dGVfY2FwYWJpbGl0eRgKIAEoCRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKCVN0b3BTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRIoCgVncmFjZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIeCgpEcmFpblNoYXJkEhAKCHNoYXJkX2lkGAEgASgJIjQKA0FjaxISCgptZXNzYWdlX2lkGAEgASgEEgoKAm9rGAIgASgIEg0KBWVycm9yGAMgASgJKo4CCgxHcHVFdmVudEtpbmQSHgoaR1BVX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIWChJHUFVfRVZFTlRfS0lORF9YSUQQARIhCh1HUFVfRVZFTlRfS0lORF9FQ0NfRE9VQkxFX0JJVBACEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9QRU5ESU5HEAMSJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX0ZBSUxVUkUQBBIbChdHUFVfRVZFTlRfS0lORF9HUFVfTE9TVBAFEh4KGkdQVV9FVkVOVF9LSU5EX05WTElOS19ET1dOEAYSGgoWR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRBAHKvIBCgpTaGFyZFN0YXRlEhsKF1NIQVJEX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0hBUkRfU1RBVEVfU1RBUlRJTkcQARIVChFTSEFSRF9TVEFURV9SRUFEWRACEhkKFVNIQVJEX1NUQVRFX1VOSEVBTFRIWRADEhgKFFNIQVJEX1NUQVRFX0RSQUlOSU5HEAQSGAoUU0hBUkRfU1RBVEVfU1RPUFBJTkcQBRIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAYSFgoSU0hBUkRfU1RBVEVfRkFJTEVEEAcSFgoSU0hBUkRfU1RBVEVfRVhJVEVEEAgyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -363,6 +363,15 @@ export type Register = Message<"llmgw.v1.Register"> & {
    * @generated from field: repeated llmgw.v1.RunningShard running_shards = 8;
    */
   runningShards: RunningShard[];
+
+  /**
+   * The node is cordoned (`llmgw ctl cordon`): it refuses new StartShards
+   * and keeps its running shards; a control plane places nothing here.
+   * Survives agent restarts (a file in supervisor.state_dir).
+   *
+   * @generated from field: bool cordoned = 9;
+   */
+  cordoned: boolean;
 };
 
 /**
@@ -413,6 +422,15 @@ export type RegisterJson = {
    * @generated from field: repeated llmgw.v1.RunningShard running_shards = 8;
    */
   runningShards?: RunningShardJson[];
+
+  /**
+   * The node is cordoned (`llmgw ctl cordon`): it refuses new StartShards
+   * and keeps its running shards; a control plane places nothing here.
+   * Survives agent restarts (a file in supervisor.state_dir).
+   *
+   * @generated from field: bool cordoned = 9;
+   */
+  cordoned?: boolean;
 };
 
 /**
@@ -475,6 +493,16 @@ export type Inventory = Message<"llmgw.v1.Inventory"> & {
    * @generated from field: repeated llmgw.v1.GpuProcess processes = 9;
    */
   processes: GpuProcess[];
+
+  /**
+   * The node's conditions (kubelet's node conditions), each type listed
+   * whether active or not: "DiskPressure" (supervisor.log_dir or state_dir
+   * below supervisor.disk_pressure's thresholds) and "Cordoned". While one is
+   * active, new StartShards are refused naming it; warnings says it as well.
+   *
+   * @generated from field: repeated llmgw.v1.NodeCondition conditions = 10;
+   */
+  conditions: NodeCondition[];
 };
 
 /**
@@ -530,6 +558,16 @@ export type InventoryJson = {
    * @generated from field: repeated llmgw.v1.GpuProcess processes = 9;
    */
   processes?: GpuProcessJson[];
+
+  /**
+   * The node's conditions (kubelet's node conditions), each type listed
+   * whether active or not: "DiskPressure" (supervisor.log_dir or state_dir
+   * below supervisor.disk_pressure's thresholds) and "Cordoned". While one is
+   * active, new StartShards are refused naming it; warnings says it as well.
+   *
+   * @generated from field: repeated llmgw.v1.NodeCondition conditions = 10;
+   */
+  conditions?: NodeConditionJson[];
 };
 
 /**
@@ -538,6 +576,79 @@ export type InventoryJson = {
  */
 export const InventorySchema: GenMessage<Inventory, {jsonType: InventoryJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 4);
+
+/**
+ * One node condition: what it is, whether it holds, why, and since when it
+ * holds (or, when not active, since when it no longer does; unset when it
+ * never held in this agent's life).
+ *
+ * @generated from message llmgw.v1.NodeCondition
+ */
+export type NodeCondition = Message<"llmgw.v1.NodeCondition"> & {
+  /**
+   * "DiskPressure" or "Cordoned".
+   *
+   * @generated from field: string type = 1;
+   */
+  type: string;
+
+  /**
+   * @generated from field: bool active = 2;
+   */
+  active: boolean;
+
+  /**
+   * One line, e.g. "log_dir /var/log/llmgw has 12 MiB free (< 1 GiB)".
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 4;
+   */
+  since?: Timestamp | undefined;
+};
+
+/**
+ * One node condition: what it is, whether it holds, why, and since when it
+ * holds (or, when not active, since when it no longer does; unset when it
+ * never held in this agent's life).
+ *
+ * @generated from message llmgw.v1.NodeCondition
+ */
+export type NodeConditionJson = {
+  /**
+   * "DiskPressure" or "Cordoned".
+   *
+   * @generated from field: string type = 1;
+   */
+  type?: string;
+
+  /**
+   * @generated from field: bool active = 2;
+   */
+  active?: boolean;
+
+  /**
+   * One line, e.g. "log_dir /var/log/llmgw has 12 MiB free (< 1 GiB)".
+   *
+   * @generated from field: string reason = 3;
+   */
+  reason?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 4;
+   */
+  since?: TimestampJson;
+};
+
+/**
+ * Describes the message llmgw.v1.NodeCondition.
+ * Use `create(NodeConditionSchema)` to create a new message.
+ */
+export const NodeConditionSchema: GenMessage<NodeCondition, {jsonType: NodeConditionJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 5);
 
 /**
  * @generated from message llmgw.v1.Gpu
@@ -690,7 +801,7 @@ export type GpuJson = {
  * Use `create(GpuSchema)` to create a new message.
  */
 export const GpuSchema: GenMessage<Gpu, {jsonType: GpuJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 5);
+  messageDesc(file_llmgw_v1_agent, 6);
 
 /**
  * @generated from message llmgw.v1.MigDevice
@@ -741,7 +852,7 @@ export type MigDeviceJson = {
  * Use `create(MigDeviceSchema)` to create a new message.
  */
 export const MigDeviceSchema: GenMessage<MigDevice, {jsonType: MigDeviceJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 6);
+  messageDesc(file_llmgw_v1_agent, 7);
 
 /**
  * @generated from message llmgw.v1.GpuProcess
@@ -812,7 +923,7 @@ export type GpuProcessJson = {
  * Use `create(GpuProcessSchema)` to create a new message.
  */
 export const GpuProcessSchema: GenMessage<GpuProcess, {jsonType: GpuProcessJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 7);
+  messageDesc(file_llmgw_v1_agent, 8);
 
 /**
  * @generated from message llmgw.v1.GpuLink
@@ -881,7 +992,7 @@ export type GpuLinkJson = {
  * Use `create(GpuLinkSchema)` to create a new message.
  */
 export const GpuLinkSchema: GenMessage<GpuLink, {jsonType: GpuLinkJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 8);
+  messageDesc(file_llmgw_v1_agent, 9);
 
 /**
  * @generated from message llmgw.v1.Hca
@@ -1008,7 +1119,7 @@ export type HcaJson = {
  * Use `create(HcaSchema)` to create a new message.
  */
 export const HcaSchema: GenMessage<Hca, {jsonType: HcaJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 9);
+  messageDesc(file_llmgw_v1_agent, 10);
 
 /**
  * @generated from message llmgw.v1.NetInterface
@@ -1075,7 +1186,7 @@ export type NetInterfaceJson = {
  * Use `create(NetInterfaceSchema)` to create a new message.
  */
 export const NetInterfaceSchema: GenMessage<NetInterface, {jsonType: NetInterfaceJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 10);
+  messageDesc(file_llmgw_v1_agent, 11);
 
 /**
  * FabricAttachment says which fabric an HCA is cabled to. It comes from the
@@ -1118,7 +1229,7 @@ export type FabricAttachmentJson = {
  * Use `create(FabricAttachmentSchema)` to create a new message.
  */
 export const FabricAttachmentSchema: GenMessage<FabricAttachment, {jsonType: FabricAttachmentJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 11);
+  messageDesc(file_llmgw_v1_agent, 12);
 
 /**
  * @generated from message llmgw.v1.Heartbeat
@@ -1159,7 +1270,7 @@ export type HeartbeatJson = {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat, {jsonType: HeartbeatJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 12);
+  messageDesc(file_llmgw_v1_agent, 13);
 
 /**
  * @generated from message llmgw.v1.ShardStatus
@@ -1284,7 +1395,7 @@ export type ShardStatusJson = {
  * Use `create(ShardStatusSchema)` to create a new message.
  */
 export const ShardStatusSchema: GenMessage<ShardStatus, {jsonType: ShardStatusJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 13);
+  messageDesc(file_llmgw_v1_agent, 14);
 
 /**
  * @generated from message llmgw.v1.RunningShard
@@ -1461,7 +1572,7 @@ export type RunningShardJson = {
  * Use `create(RunningShardSchema)` to create a new message.
  */
 export const RunningShardSchema: GenMessage<RunningShard, {jsonType: RunningShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 14);
+  messageDesc(file_llmgw_v1_agent, 15);
 
 /**
  * @generated from message llmgw.v1.StartShard
@@ -1598,7 +1709,7 @@ export type StartShardJson = {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard, {jsonType: StartShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 15);
+  messageDesc(file_llmgw_v1_agent, 16);
 
 /**
  * @generated from message llmgw.v1.Profile
@@ -1723,7 +1834,7 @@ export type ProfileJson = {
  * Use `create(ProfileSchema)` to create a new message.
  */
 export const ProfileSchema: GenMessage<Profile, {jsonType: ProfileJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 16);
+  messageDesc(file_llmgw_v1_agent, 17);
 
 /**
  * @generated from message llmgw.v1.StopShard
@@ -1766,7 +1877,7 @@ export type StopShardJson = {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard, {jsonType: StopShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 17);
+  messageDesc(file_llmgw_v1_agent, 18);
 
 /**
  * @generated from message llmgw.v1.DrainShard
@@ -1793,7 +1904,7 @@ export type DrainShardJson = {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard, {jsonType: DrainShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 18);
+  messageDesc(file_llmgw_v1_agent, 19);
 
 /**
  * @generated from message llmgw.v1.Ack
@@ -1844,7 +1955,7 @@ export type AckJson = {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack, {jsonType: AckJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 19);
+  messageDesc(file_llmgw_v1_agent, 20);
 
 /**
  * @generated from enum llmgw.v1.GpuEventKind

@@ -24,6 +24,7 @@ import type { ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
 import { stateName } from './shard/shard-lifecycle.js';
+import { DEFAULT_KEEP_TERMINAL_SHARDS, DEFAULT_TERMINAL_RETENTION_MS, TERMINAL_GC_INTERVAL_MS, terminalShardsToCollect } from './terminal-shard-gc.js';
 
 // The contract's types, importable from here as well as from their own files.
 export type { Orphan } from '../../lib/process/orphan.js';
@@ -57,6 +58,8 @@ export interface SupervisorOptions {
    * machine cannot make on demand.
    */
   signalOrphanGroup?: (pgid: number, sig: NodeJS.Signals) => void;
+  /** How often supervisor.terminal_retention is checked; default TERMINAL_GC_INTERVAL_MS (30 s). */
+  terminalGcIntervalMs?: number;
 }
 
 /** A launch, or how to make one: validation runs after the shard id is reserved, so a repeat never validates beside it. */
@@ -82,12 +85,15 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
   private readonly closing = new AbortController();
   private readonly logs: ShardLogHousekeeping;
   private launcherChoice: Promise<LauncherChoice> | undefined;
+  /** When each terminal shard in the table ended: the collection's clock (collectTerminalShards). */
+  private readonly endedAtMs = new Map<string, number>();
+  private readonly gcTimer: NodeJS.Timeout;
 
   constructor(opts: SupervisorOptions) {
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.emit('transition', t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher() };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher() };
     const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
     this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };
@@ -95,6 +101,45 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     const isClaimed = (id: string) => this.admission.isClaimed(id);
     const { config, log, engineUids } = this.orphans;
     this.logs = new ShardLogHousekeeping({ config, log, engineUids, runners: this.runners, isClaimed, logCheckIntervalMs, logPruneIntervalMs });
+    this.gcTimer = setInterval(() => this.collectTerminalShards(), opts.terminalGcIntervalMs ?? TERMINAL_GC_INTERVAL_MS);
+    this.gcTimer.unref();
+  }
+
+  private onTransition(t: ShardTransition): void {
+    const id = t.shard.shardId;
+    if (isTerminal(t.to)) this.endedAtMs.set(id, Date.now());
+    else this.endedAtMs.delete(id);
+    this.emit('transition', t);
+    // After the listeners: whoever reports this end has read the shard first.
+    if (isTerminal(t.to)) setImmediate(() => this.collectTerminalShards());
+  }
+
+  /**
+   * Forgets terminal shards (their runner and state file; logs stay for the
+   * log retention) beyond supervisor.keep_terminal_shards or ended longer
+   * than supervisor.terminal_retention ago: a crash loop's generations piled
+   * up in ctl status and the state directory for ever (walkthrough 2, row 6).
+   * Never one whose engine may still run (it holds its GPUs), nor one being
+   * started again. Returns the ids forgotten.
+   */
+  collectTerminalShards(nowMs = Date.now()): string[] {
+    if (this.closing.signal.aborted) return [];
+    const terminal = [...this.runners.values()]
+      .filter((r) => isTerminal(r.currentState))
+      .map((r) => ({ shardId: r.shardId, endedAtMs: this.endedAtMs.get(r.shardId) ?? nowMs, running: r.running || this.admission.isClaimed(r.shardId) }));
+    const ids = terminalShardsToCollect(terminal, {
+      keep: this.config.keepTerminalShards ?? DEFAULT_KEEP_TERMINAL_SHARDS,
+      retentionMs: this.config.terminalRetentionMs ?? DEFAULT_TERMINAL_RETENTION_MS,
+      nowMs,
+    });
+    for (const id of ids) {
+      const r = this.runners.get(id);
+      if (!r) continue;
+      this.remove(r.shardId);
+      this.endedAtMs.delete(id);
+      this.log.info({ shard: id, replica: r.replicaId, state: stateName(r.currentState) }, 'forgot a terminal shard (its log is kept)');
+    }
+    return ids;
   }
 
   /**
@@ -247,7 +292,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     if (!isTerminal(runner.currentState)) {
       throw failure(`shard ${shardId} is ${stateName(runner.currentState)}: stop it before removing it`);
     }
-    runner.detach();
+    runner.detach('stopped');
     this.runners.delete(shardId);
     // The environment file of a systemd-run engine holds its secrets: it goes with the shard.
     for (const file of [runner.statePath, shardEnvFilePath(this.config.stateDir, shardId)]) {
@@ -327,7 +372,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     const existing = this.runners.get(o.shardId);
     if (existing && !isTerminal(existing.currentState)) throw failure(`shard ${o.shardId} is already supervised here`);
     const runner = reattachShard(this.ctx, o, existing);
-    existing?.detach();
+    existing?.detach('replaced');
     this.runners.set(o.shardId, runner);
     runner.begin('adopted from a previous agent');
     return runner.snapshot();
@@ -338,7 +383,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     if (this.closing.signal.aborted) return;
     this.closing.abort(failure('the supervisor is closed'));
     this.logs.close();
+    clearInterval(this.gcTimer);
     this.admission.wakeAll();
-    for (const r of this.runners.values()) r.detach();
+    for (const r of this.runners.values()) r.detach('agent-closing');
   }
 }

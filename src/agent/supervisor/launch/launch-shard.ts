@@ -89,7 +89,7 @@ export async function launchShard(
     // A relaunch. The old engine may have left processes behind (a worker
     // of a leader that crashed, or an engine that timed out while loading):
     // they hold the GPUs the new one is about to ask for.
-    previous.detach();
+    previous.detach('replaced');
     await endEngine(previous.fence(), { graceMs: c.stopGraceMs, signal });
   } else {
     await refuseUnsupervisedEngine(id, statePath, logPath, files.engineUids);
@@ -124,7 +124,7 @@ export async function launchShard(
   } catch (err) {
     // Without its state file this engine could not be found after an agent
     // restart, and would hold its GPUs with nothing able to describe it.
-    runner.detach();
+    runner.detach('stopped');
     await endEngine(runner.fence(), { graceMs: 0 });
     throw failure(`cannot write the state file ${statePath}: ${errorMessage(err)}; the engine was stopped`, { cause: err });
   }

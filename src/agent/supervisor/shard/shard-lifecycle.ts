@@ -14,7 +14,11 @@ import type { HealthVerdict } from '../probes/health-watch.js';
 
 const S = ShardState;
 
-/** Whether an engine in `state` is past loading and still serving traffic (READY, UNHEALTHY or DRAINING). */
+/**
+ * Whether an engine in `state` is past loading and still serving traffic
+ * (READY, UNHEALTHY or DRAINING). SLEEPING is not: its engine holds no
+ * weights on the GPU, and the control plane must route around it.
+ */
 export function isServing(state: ShardState): boolean {
   return state === S.READY || state === S.UNHEALTHY || state === S.DRAINING;
 }
@@ -31,7 +35,12 @@ const ALLOWED: ReadonlyMap<ShardState, readonly ShardState[]> = new Map([
   [S.UNSPECIFIED, [S.STARTING]],
   // DRAINING: an adopted engine whose drain outlived the previous agent.
   [S.STARTING, [S.READY, S.DRAINING, S.FAILED, S.STOPPING]],
-  [S.READY, [S.UNHEALTHY, S.DRAINING, S.STOPPING, S.FAILED, S.EXITED]],
+  // SLEEPING: a SleepShard; the engine lives on without its GPU memory.
+  [S.READY, [S.UNHEALTHY, S.DRAINING, S.SLEEPING, S.STOPPING, S.FAILED, S.EXITED]],
+  // READY: woken and answering again, or a sleep the engine refused (the
+  // shard stays what it was). A death while asleep is a failure: nothing
+  // asked the engine to exit.
+  [S.SLEEPING, [S.READY, S.STOPPING, S.FAILED]],
   // UNHEALTHY is still a running engine: it may recover, be drained or stopped.
   [S.UNHEALTHY, [S.READY, S.DRAINING, S.STOPPING, S.FAILED, S.EXITED]],
   // READY: the drain was cancelled (ctl drain --cancel).
@@ -82,11 +91,26 @@ export function judgeSettleStart(shardId: string, state: ShardState): 'wait' | '
  * death seen meanwhile). Throws a plain failure when it was stopped or its
  * runner detached: those are not the engine's failures.
  */
-export function judgeSettleWake(shardId: string, state: ShardState, detached: boolean): 'starting' | 'failed' {
+export function judgeSettleWake(shardId: string, state: ShardState, detached: DetachReason | undefined): 'starting' | 'failed' {
   // stop() detaches too once the group is gone: that is a stop, not the agent going away.
-  if (state === S.STOPPING || state === S.STOPPED) throw failure(`shard ${shardId} was stopped while starting`);
-  if (detached) throw failure('the supervisor is closed');
+  if (state === S.STOPPING || state === S.STOPPED) throw failure(detachMessage(shardId, 'stopped'));
+  if (detached) throw failure(detachMessage(shardId, detached));
   return state === S.STARTING ? 'starting' : 'failed';
+}
+
+/**
+ * Why a runner stopped watching its engine (ShardRunner.detach), none of
+ * which touches a process: the agent is closing (engines outlive it), the
+ * runner was replaced by a relaunch under the same id, or the shard was
+ * stopped.
+ */
+export type DetachReason = 'agent-closing' | 'replaced' | 'stopped';
+
+/** What a wait cut short by detach(`why`) tells its caller. */
+export function detachMessage(shardId: string, why: DetachReason): string {
+  if (why === 'stopped') return `shard ${shardId} was stopped while starting`;
+  if (why === 'replaced') return `shard ${shardId} was started again; this run is no longer watched`;
+  return 'the supervisor is closed';
 }
 
 
@@ -113,6 +137,7 @@ export function judgeDeath(state: ShardState, info: DeathInfo): DeathVerdict {
   const reap = state !== S.STOPPING && !isTerminal(state);
   const how = describeDeath(info);
   if (state === S.STARTING) return { reap, error: `engine ${how} while starting`, to: S.FAILED, record: true };
+  if (state === S.SLEEPING) return { reap, error: `engine ${how} while sleeping`, to: S.FAILED, record: true };
   if (isServing(state)) {
     const clean = info.known && info.code === 0;
     return { reap, error: `engine ${how}`, to: clean ? S.EXITED : S.FAILED, record: !clean };

@@ -19,7 +19,7 @@ import { explainEngineExit } from './explain-engine-exit.js';
 import type { RunnerEngine } from './runner-engine.js';
 import { ShardFailedError } from './shard-failed-error.js';
 import { readLastOutput, recordShardFailure, shardFailureRecord } from './shard-failure.js';
-import { DEFAULT_STARTUP_TIMEOUT_MS, type HealthChange, isTransitionAllowed, judgeDeath, judgeDrain, judgeSettleStart, judgeSettleWake, type SettleOptions, ShardHealth, stateName } from './shard-lifecycle.js';
+import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, type HealthChange, isTransitionAllowed, judgeDeath, judgeDrain, judgeSettleStart, judgeSettleWake, type SettleOptions, ShardHealth, stateName } from './shard-lifecycle.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
@@ -76,6 +76,8 @@ export class ShardRunner {
   private squatter: string | undefined;
   /** detach(): ends every wait, probe and watch of this shard; touches no process. */
   private readonly life = new AbortController();
+  /** Why detach() ended the runner; undefined while it watches. */
+  private detachedBy: DetachReason | undefined;
   /** Aborted when the shard leaves STARTING, so a readiness wait wakes at once. */
   private readonly leftStarting = new AbortController();
   /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
@@ -163,7 +165,7 @@ export class ShardRunner {
     if (to === S.FAILED || to === S.UNHEALTHY) this.ctx.log.warn(fields, 'shard state changed');
     else this.ctx.log.info(fields, 'shard state changed');
     try {
-      this.ctx.onTransition({ shard: this.snapshot(), from, to });
+      this.ctx.onTransition({ shard: this.snapshot(), from, to, why });
     } catch (err) {
       // A listener's bug must not leave the shard half-way through a change
       // (an exit handled, a timer not cleared).
@@ -196,7 +198,7 @@ export class ShardRunner {
       onWaiting: (squatted) => this.onSquatted(squatted),
     });
     opts.signal?.throwIfAborted();
-    if (judgeSettleWake(this.shardId, this.state, this.life.signal.aborted) === 'failed') throw this.failedError();
+    if (judgeSettleWake(this.shardId, this.state, this.detachedBy) === 'failed') throw this.failedError();
     if (outcome.ready) {
       this.becomeReady(outcome.why);
       return;
@@ -353,7 +355,7 @@ export class ShardRunner {
     }
     // Gone either way: terminated, or its pid names another process now.
     this.dead = true;
-    this.detach();
+    this.detach('stopped');
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
     await this.stateFile.remove();
@@ -399,9 +401,17 @@ export class ShardRunner {
     return readInFlight(this.baseUrl, this.watch.inFlightGauges, this.life.signal, this.portOwner);
   }
 
-  /** The agent going away, or this runner replaced: every watch and wait ends; no process is touched. */
-  detach(): void {
-    this.life.abort(failure('the supervisor is closed'));
+  /**
+   * Every watch and wait of this runner ends; no process is touched. `why`
+   * says whose act it is, so that a readiness wait cut short tells its
+   * caller the truth: the agent going away, this runner replaced by a
+   * relaunch under the same id, or the shard stopped (its group is gone).
+   * The first reason holds.
+   */
+  detach(why: DetachReason): void {
+    if (this.life.signal.aborted) return;
+    this.detachedBy = why;
+    this.life.abort(failure(detachMessage(this.shardId, why)));
   }
 }
 

@@ -63,19 +63,27 @@ describe('judgeSettleStart', () => {
 
 describe('judgeSettleWake', () => {
   it('lets the readiness outcome decide while still STARTING', () => {
-    expect(judgeSettleWake('s1', S.STARTING, false)).toBe('starting');
+    expect(judgeSettleWake('s1', S.STARTING, undefined)).toBe('starting');
   });
 
   it('says FAILED when the shard failed while waiting (its engine died)', () => {
-    expect(judgeSettleWake('s1', S.FAILED, false)).toBe('failed');
+    expect(judgeSettleWake('s1', S.FAILED, undefined)).toBe('failed');
   });
 
   it.each([S.STOPPING, S.STOPPED])('calls a shard %s while waiting stopped, even though stop() detached it too', (state) => {
-    expect(() => judgeSettleWake('s1', state, true)).toThrow('shard s1 was stopped while starting');
+    expect(() => judgeSettleWake('s1', state, 'stopped')).toThrow('shard s1 was stopped while starting');
   });
 
-  it('says the supervisor closed when the runner was detached while STARTING', () => {
-    expect(() => judgeSettleWake('s1', S.STARTING, true)).toThrow('the supervisor is closed');
+  it('says the supervisor closed when the agent detached the runner while STARTING', () => {
+    expect(() => judgeSettleWake('s1', S.STARTING, 'agent-closing')).toThrow('the supervisor is closed');
+  });
+
+  it('says the shard was started again when a relaunch replaced the runner while STARTING', () => {
+    expect(() => judgeSettleWake('s1', S.STARTING, 'replaced')).toThrow('shard s1 was started again; this run is no longer watched');
+  });
+
+  it('says the shard was stopped when a stop detached it while STARTING', () => {
+    expect(() => judgeSettleWake('s1', S.STARTING, 'stopped')).toThrow('shard s1 was stopped while starting');
   });
 });
 

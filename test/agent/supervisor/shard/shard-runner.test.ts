@@ -21,7 +21,7 @@ import {
 let dirs: ReturnType<typeof tempDirs> | undefined;
 const runners: ShardRunner[] = [];
 afterEach(async () => {
-  for (const r of runners.splice(0)) r.detach();
+  for (const r of runners.splice(0)) r.detach('agent-closing');
   if (!dirs) return;
   await killEverything(dirs.root);
   removeDir(dirs.root);
@@ -67,7 +67,7 @@ describe('ShardRunner, alone with a real sim engine', () => {
     const { runner, seen } = await launchAlone('worker', [], false);
     await runner.settle({ settleMs: 200 });
     expect(seen).toEqual(['STARTING', 'READY']);
-    runner.detach();
+    runner.detach('agent-closing');
     // Watching stopped, engine untouched: an agent restart must not interrupt served traffic.
     await new Promise((r) => setTimeout(r, 300));
     expect(isRunning(runner.pid)).toBe(true);

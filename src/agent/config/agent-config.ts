@@ -106,6 +106,10 @@ export interface SupervisorConfig {
   unitProperties?: Record<string, string>;
   /** Earlier runs of a shard id whose log and failure record are kept (previous-runs/); DEFAULT_KEEP_PREVIOUS_RUNS (3) when absent, 0 keeps none. */
   keepPreviousRuns?: number;
+  /** Most FAILED/EXITED/STOPPED shards kept in the table (and their state files); DEFAULT_KEEP_TERMINAL_SHARDS (16) when absent. */
+  keepTerminalShards?: number;
+  /** Terminal shards are forgotten this long after they ended; DEFAULT_TERMINAL_RETENTION_MS (1 h) when absent, 0: no age limit. */
+  terminalRetentionMs?: number;
 }
 
 export interface AdminConfig {

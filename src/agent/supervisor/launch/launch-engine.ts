@@ -10,6 +10,7 @@ import { readProcStat } from '../../../lib/process/proc-stat.js';
 import { type ProcessIdentity, readBootId } from '../../../lib/process/process-identity.js';
 import { writeFileAtomic } from '../../../lib/write-file-atomic.js';
 import { systemdUnitName } from '../../../lib/systemd/unit-name.js';
+import { runSystemctl } from '../../../lib/systemd/run-systemctl.js';
 import { type EngineUnit, readInvocation } from './engine-unit.js';
 import { clearEndedUnit, stopFailedLaunch } from './stop-engine-unit.js';
 import { type SystemdRunOptions, buildSystemdRunArgv, environmentFileText } from './systemd-run-argv.js';
@@ -126,20 +127,6 @@ export function engineEnvFor(launcher: Launcher, plan: LaunchPlan): Record<strin
 }
 
 /**
- * Why a systemd command failed, without its command line: execa's message
- * holds the whole argv, which held every environment value and went to the
- * agent's log and to the control plane as the FAILED reason (finding 7).
- */
-function describeSystemdFailure(what: string, err: unknown): string {
-  const e = err as { timedOut?: boolean; isCanceled?: boolean; exitCode?: number; stderr?: unknown; code?: string };
-  if (e.timedOut) return `${what} did not answer within ${SYSTEMD_TIMEOUT_MS / 1000}s`;
-  if (e.isCanceled) return `${what} was cancelled`;
-  if (e.code === 'ENOENT') return `${what} is not installed (not found on PATH)`;
-  const stderr = typeof e.stderr === 'string' ? e.stderr.trim().split('\n').at(-1)?.slice(0, 200) : '';
-  return `${what} exited with code ${e.exitCode ?? 'unknown'}${stderr ? `: ${stderr}` : ''}`;
-}
-
-/**
  * Starts the engine as a transient systemd unit. The engine is then
  * systemd's child, not ours: its death is seen through /proc and its exit
  * status read from the unit (death-watch), and its unit's InvocationID is
@@ -153,6 +140,12 @@ function describeSystemdFailure(what: string, err: unknown): string {
  * it would run on with no state file, holding its GPUs, invisible to the
  * agent (finding 15 of the security review).
  */
+/** ": <stderr's last line>", cut short, or nothing. */
+function lastLine(stderr: string): string {
+  const line = stderr.trim().split('\n').at(-1)?.slice(0, 200);
+  return line ? `: ${line}` : '';
+}
+
 export async function launchSystemdRun(
   shardId: string,
   plan: LaunchPlan,
@@ -175,14 +168,15 @@ export async function launchSystemdRun(
   // database (initgroups), never root's (test/systemd/engine-user-unit.test.ts).
   const unitOpts = plan.user ? { ...opts, properties: { ...opts.properties, User: String(plan.user.uid), Group: String(plan.user.gid) } } : opts;
   const [cmd, ...args] = buildSystemdRunArgv(shardId, plan, logPath, envFile, unitOpts);
-  // Only the systemd-run launcher needs execa; direct launches do not load it.
-  const { execa } = await import('execa');
-  try {
-    await execa(cmd as string, args, { timeout: SYSTEMD_TIMEOUT_MS, cancelSignal: signal, stdin: 'ignore' });
-  } catch (err) {
+  // Through runSystemctl, as every systemctl call: its error names the command, never the argv (finding 7).
+  const ran = await runSystemctl(args, { cmd: cmd as string, timeoutMs: SYSTEMD_TIMEOUT_MS, signal }).then(
+    (r) => (r.exitCode === 0 ? undefined : `systemd-run exited with code ${r.exitCode}${lastLine(r.stderr)}`),
+    (err: unknown) => errorMessage(err),
+  );
+  if (ran !== undefined) {
     // Not stopped: a unit of that name that already ran may be a healthy engine.
     await rm(envFile, { force: true });
-    throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${describeSystemdFailure('systemd-run', err)}; see journalctl -u ${unit}`, { cause: err });
+    throw failure(`cannot launch engine through systemd-run (unit ${unit}): ${ran}; see journalctl -u ${unit}`);
   }
   let invocationId: string | undefined;
   try {

@@ -14,6 +14,7 @@ import type { EngineAccount } from './engines/engine-account.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
+import { NodeConditions } from './node-conditions.js';
 import type { Outbox } from './connection/outbox.js';
 import { RecoverEngines } from './supervisor/orphans/recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
@@ -65,6 +66,8 @@ export class Agent {
   private readonly recovery: RecoverEngines;
   /** What the admin socket asks of this agent. */
   readonly admin: AdminBackend;
+  /** DiskPressure and Cordoned: in every Inventory, and what refuses a new start while one holds. */
+  readonly conditions: NodeConditions;
   /** Opens once the first Register is out: hardware reads wait for it. */
   private hardwareGate: HardwareStartGate | undefined;
   private health: GpuHealthWatch | undefined;
@@ -77,6 +80,7 @@ export class Agent {
     this.wireWarnings = new RateLimitedLog(this.log);
     const c = opts.config;
     this.node = describeNode(c, opts.version);
+    this.conditions = new NodeConditions(c.supervisor, this.log);
     this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics });
     this.inventoryWatcher = new InventoryWatcher({
       discover: opts.discover,
@@ -90,7 +94,7 @@ export class Agent {
       logger: this.log,
       metrics: opts.metrics,
       session: {
-        register: () => buildRegister(this.node, this.inventory, opts.supervisor.list()),
+        register: () => buildRegister(this.node, this.inventory, opts.supervisor.list(), this.conditions.cordoned()),
         heartbeat: () => this.heartbeat(),
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
         onEstablished: () => {
@@ -102,6 +106,8 @@ export class Agent {
       },
     });
     this.reporter.follow(opts.supervisor);
+    // A condition that starts or stops holding is news to placement now, not at the next rescan.
+    this.conditions.on('change', () => this.reporter.send({ case: 'inventory', value: this.inventory }));
     const report = (status: ShardStatus) => this.reporter.report(status);
     const admission = new StartAdmission({
       supervisor: opts.supervisor,
@@ -109,6 +115,7 @@ export class Agent {
       inventory: () => this.inventory,
       gpuFault: (gpuIndex) => this.health?.describeFault(gpuIndex),
       foreignMemoryShare: c.discovery.foreignMemoryShare,
+      nodeRefusal: () => this.conditions.refusal(),
       logger: this.log,
     });
     this.commands = new ShardCommands({ nodeId: c.nodeId, supervisor: opts.supervisor, admission, report, logger: this.log });
@@ -126,6 +133,7 @@ export class Agent {
       supervisor: opts.supervisor,
       commands: this.commands,
       recovery: this.recovery,
+      cordon: this.conditions.cordon,
     });
   }
 
@@ -172,6 +180,7 @@ export class Agent {
     await this.recovery.recover();
     const stopWatching = () => {
       this.inventoryWatcher.stop();
+      this.conditions.close();
       this.opts.sampler.close();
       // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for.
       this.healthClosed ??= this.health?.close();
@@ -180,6 +189,7 @@ export class Agent {
       this.hardwareGate = new HardwareStartGate(signal);
       const registered = this.hardwareGate.opened;
       await this.inventoryWatcher.start(signal, { rescanAfter: registered });
+      await this.conditions.start();
       void registered.then(() => this.opts.sampler.start());
       if (!signal.aborted) await this.startGpuHealth();
       await this.connection.run(signal, { onFirstAttempt: hooks.onFirstAttempt, onStopping: stopWatching });
@@ -237,9 +247,12 @@ export class Agent {
    */
   private get inventory(): Inventory {
     const scanned = this.inventoryWatcher.current();
-    if (!this.health) return scanned;
-    const marked = clone(InventorySchema, scanned);
-    this.health.markInventory(marked.gpus);
+    // Shallow without a health watch: only the conditions and warnings are replaced, never written into the scan.
+    const marked = this.health ? clone(InventorySchema, scanned) : { ...scanned };
+    this.health?.markInventory(marked.gpus);
+    marked.conditions = this.conditions.list();
+    const held = this.conditions.warnings();
+    if (held.length > 0) marked.warnings = [...scanned.warnings, ...held];
     return marked;
   }
 

@@ -23,6 +23,12 @@ export interface StartAdmissionOptions {
   gpuFault?: (gpuIndex: number) => string | undefined;
   /** discovery.foreign_memory_share: a GPU with more memory used by no listed process is refused. */
   foreignMemoryShare?: number;
+  /**
+   * Why this node takes no new shard at all, whatever the shard: its
+   * conditions (cordoned, disk pressure), first that holds; undefined when
+   * none does (node-conditions.ts).
+   */
+  nodeRefusal?: () => string | undefined;
   logger: Logger;
 }
 
@@ -51,6 +57,10 @@ export class StartAdmission {
     // its state, whatever its GPU does now.
     const known = this.opts.supervisor.get(given.shardId);
     if (known && !isTerminal(known.state)) return { spec: given, launch: () => this.plan(given) };
+    // Before the GPUs: a cordoned node or a full disk refuses every shard,
+    // and naming a GPU would send the operator to the wrong place.
+    const refusal = this.opts.nodeRefusal?.();
+    if (refusal !== undefined) throw failure(refusal);
     this.refuseUnfitGpus(given);
     const spec = await this.withWorkerPort(given);
     return { spec, launch: () => this.plan(spec) };

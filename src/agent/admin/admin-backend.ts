@@ -3,6 +3,7 @@ import type { ShardId } from '../../lib/shard-id.js';
 import type { ConnectionStatus } from '../connection/connection-state.js';
 import type { EngineAccount } from '../engines/engine-account.js';
 import type { GpuFault } from '../health/gpu-health-watch.js';
+import type { NodeCordon } from '../node-cordon.js';
 import type { ShardCommands } from '../shard-commands.js';
 import type { AdoptResultView, RecoverEngines } from '../supervisor/orphans/recover-engines.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
@@ -55,6 +56,8 @@ export interface AdminBackend {
   drainShard(id: ShardId): Promise<ShardSnapshot>;
   /** `ctl drain --cancel`: DRAINING → READY. */
   cancelDrainShard(id: ShardId): Promise<ShardSnapshot>;
+  /** `ctl cordon` / `uncordon`: the node's cordon, kept in the state directory; absent on a backend that has none. */
+  readonly cordon?: Pick<NodeCordon, 'set' | 'current'>;
 }
 
 /** The agent's parts the admin socket reads and acts through. */
@@ -65,10 +68,11 @@ export interface AdminBackendParts {
   supervisor: Supervisor;
   commands: Pick<ShardCommands, 'drain' | 'cancelDrain'>;
   recovery: Pick<RecoverEngines, 'adoptNow'>;
+  cordon?: Pick<NodeCordon, 'set' | 'current'>;
 }
 
 /** The admin socket's view of an agent, from the parts that answer each call. */
-export function adminBackend({ node, view, supervisor: sup, commands, recovery }: AdminBackendParts): AdminBackend {
+export function adminBackend({ node, view, supervisor: sup, commands, recovery, cordon }: AdminBackendParts): AdminBackend {
   return {
     nodeId: node.nodeId,
     version: node.version,
@@ -87,5 +91,6 @@ export function adminBackend({ node, view, supervisor: sup, commands, recovery }
     adoptNow: () => recovery.adoptNow(),
     drainShard: (id) => commands.drain(id),
     cancelDrainShard: (id) => commands.cancelDrain(id),
+    cordon,
   };
 }

@@ -22,6 +22,7 @@ import { stateName } from '../supervisor/shard/shard-lifecycle.js';
 import type { AdminBackend } from './admin-backend.js';
 import { ADMIN_PEER } from './admin-peer.js';
 import { buildStatusResponse } from './build-status-response.js';
+import { cordonRoute } from './cordon-route.js';
 import { type Claimed, LogCallAdmission, type LogSlotKind } from './log-call-admission.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
 import { unknownShardError } from './unknown-shard-error.js';
@@ -87,6 +88,8 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
       },
 
       drain: (req, ctx) => drain(backend, req, ctx, opts),
+
+      cordon: (req, ctx) => cordonRoute(backend, req, ctx),
     });
 }
 

@@ -101,6 +101,8 @@ export interface SupervisorConfig {
   logRetentionMs?: number;
   /** Logs of shards no longer supervised are cut, oldest first, to this many bytes in total. Default 1 GiB. */
   logRetentionBytes?: number;
+  /** supervisor.disk_pressure: thresholds of the disk pressure node condition (health/disk-pressure-watch.ts); the config loader always sets it, DEFAULT_DISK_PRESSURE when absent. */
+  diskPressure?: DiskPressureConfig;
   launcher: LauncherSetting;
   /** Resource properties (MemoryMax, CPUWeight…) of every engine unit under systemd-run; see ALLOWED_UNIT_PROPERTIES. */
   unitProperties?: Record<string, string>;
@@ -110,6 +112,16 @@ export interface SupervisorConfig {
   keepTerminalShards?: number;
   /** Terminal shards are forgotten this long after they ended; DEFAULT_TERMINAL_RETENTION_MS (1 h) when absent, 0: no age limit. */
   terminalRetentionMs?: number;
+}
+
+/** When log_dir or state_dir is too full for new shards. */
+export interface DiskPressureConfig {
+  /** Free bytes below which a directory's file system is under pressure. Default 1 GiB. */
+  minFree: number;
+  /** Share (0..1) of free inodes below which it is; 0 is off. Default 5%. */
+  minFreeInodes: number;
+  /** statfs period; 0 turns the watch off. Default 10 s. */
+  intervalMs: number;
 }
 
 export interface AdminConfig {

@@ -77,6 +77,9 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'supervisor.keep_previous_runs', type: 'count', default: '3', doc: 'Earlier runs of a shard id whose log and failure record are kept in <log_dir>/previous-runs when the id is started again (ctl logs --previous); 0 keeps none.' },
   { key: 'supervisor.keep_terminal_shards', type: 'count', default: '16', doc: 'Most FAILED, EXITED and STOPPED shards the agent keeps listing (ctl status --all) with their state files; the oldest beyond are forgotten, their logs kept. A shard whose engine may still run is never forgotten.' },
   { key: 'supervisor.terminal_retention', type: 'duration', default: '1h', doc: 'A FAILED, EXITED or STOPPED shard is forgotten this long after it ended (or sooner, past keep_terminal_shards); 0s: no age limit.' },
+  { key: 'supervisor.disk_pressure.min_free', type: 'bytes', default: '1GiB', doc: 'Disk pressure (a node condition, kubelet\'s DiskPressure): free space of supervisor.log_dir or supervisor.state_dir below this. While it holds, new StartShards are refused naming it, running engines keep serving (log lines they cannot write are lost until space returns), and ctl status, the metrics and the control plane say so.' },
+  { key: 'supervisor.disk_pressure.min_free_inodes', type: 'share', default: '5%', doc: 'Disk pressure as well: free inodes of supervisor.log_dir or supervisor.state_dir below this share of the file system\'s; 5% or 0.05, 0% off. File systems that report no inode count (btrfs) are judged by space only.' },
+  { key: 'supervisor.disk_pressure.interval', type: 'duration', default: '10s', doc: 'How often free space and inodes of log_dir and state_dir are read (statfs); 0s turns the disk pressure watch off.' },
   { key: 'supervisor.launcher', type: 'enum', values: ['auto', 'direct', 'systemd-run'], default: 'auto', doc: 'auto: systemd-run when systemd is PID 1 and the agent is root, direct otherwise (the log says which and why). direct: engines in their own session and process group. systemd-run: each engine in its own transient unit llmgw-shard-<id>.service in llmgw.slice, whose cgroup a stop ends entirely.' },
   { key: 'supervisor.unit_properties', type: 'labels', default: '', doc: 'Resource properties of every engine unit under systemd-run, a map such as {MemoryMax: 400G, CPUWeight: "200"}; only resource limits are allowed (CPUWeight, CPUQuota, AllowedCPUs, MemoryMax, MemoryHigh, TasksMax, LimitNOFILE, …). Env: MemoryMax=400G,CPUWeight=200.' },
   { key: 'models.cache_dir', type: 'string', default: '', doc: 'Node-local model store (llmgw models pull|list|rm): an absolute directory on local disk, owned by the engine account (what llmgw creates in it is given to that owner). Laid out as the Hugging Face hub cache under <cache_dir>/hub, compile caches under <cache_dir>/compile. Off when empty.' },
@@ -98,7 +101,7 @@ export const SPEC_BY_KEY: ReadonlyMap<string, KeySpec> = new Map(CONFIG_KEYS.map
 export const SECTIONS = ['tls', 'discovery', 'supervisor', 'admin', 'models'] as const;
 
 /** Sections inside a section, by dotted path. */
-export const SUBSECTIONS = ['models.hub'] as const;
+export const SUBSECTIONS = ['models.hub', 'supervisor.disk_pressure'] as const;
 
 export function envNames(spec: KeySpec): readonly string[] {
   return spec.env ?? [`LLMGW_${spec.key.replaceAll('.', '_').toUpperCase()}`];

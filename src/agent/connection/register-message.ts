@@ -40,9 +40,11 @@ export function describeNode(config: Pick<AgentConfig, 'nodeId' | 'hostname' | '
  * only the first: a reconnect may be a control-plane restart, and it recovers
  * the fleet from these lists.
  */
-export function buildRegister(node: NodeDescription, inventory: Inventory, shards: readonly ShardSnapshot[]): Register {
+export function buildRegister(node: NodeDescription, inventory: Inventory, shards: readonly ShardSnapshot[], cordoned = false): Register {
   return create(RegisterSchema, {
     nodeId: node.nodeId,
+    // Also in inventory.conditions; here too, so a control plane that reads only Register places nothing on a cordoned node.
+    cordoned,
     hostname: node.hostname,
     mgmtAddr: node.mgmtAddr,
     version: node.version,

@@ -53,6 +53,7 @@ describe('loadAgentConfig', () => {
       logRetentionMs: 168 * 3_600_000,
       logRetentionBytes: 1024 ** 3,
       keepPreviousRuns: 3,
+      diskPressure: { minFree: 1024 ** 3, minFreeInodes: 0.05, intervalMs: 10_000 },
       launcher: 'auto',
       unitProperties: {},
     });

@@ -81,7 +81,7 @@ export class Agent {
     const c = opts.config;
     this.node = describeNode(c, opts.version);
     this.conditions = new NodeConditions(c.supervisor, this.log);
-    this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics });
+    this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics, logger: this.log });
     this.inventoryWatcher = new InventoryWatcher({
       discover: opts.discover,
       stateDir: c.supervisor.stateDir,
@@ -230,7 +230,8 @@ export class Agent {
    * placement reads.
    */
   private onGpuEvent(e: GpuEvent): void {
-    this.reporter.send({ case: 'gpuEvent', value: e });
+    // Kept through a disconnect and sent after the next Register (status-reporter.ts).
+    this.reporter.gpuEvent(e);
     this.opts.metrics?.countGpuEvent(e);
     const watch = this.health as GpuHealthWatch;
     this.opts.supervisor.gpuHealthChanged(e.gpuIndex, (i) => watch.describeFault(i));

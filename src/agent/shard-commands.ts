@@ -7,7 +7,9 @@ import { RateLimitedLog } from '../lib/rate-limited-log.js';
 import { isValidShardId, parseShardId, parseStartShard, quoteShardId, type ShardId } from '../lib/shard-id.js';
 import { isTerminal } from '../lib/shard-states.js';
 import { refusedStatus, statusFromSnapshot } from './connection/shard-report.js';
-import { RepeatedStartError, type ShardSnapshot, type Supervisor } from './supervisor/supervisor.js';
+import { RepeatedStartError } from './supervisor/launch-admission.js';
+import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
+import type { Supervisor } from './supervisor/supervisor.js';
 import type { StartAdmission } from './start-admission.js';
 
 export interface ShardCommandsOptions {

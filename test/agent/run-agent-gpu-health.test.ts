@@ -72,7 +72,7 @@ async function gpuAgent(o: GpuAgentOptions = {}) {
     const register = (await registered).msg.value as Register;
     return { child, exited, records, register };
   };
-  return { cp: plane.cp, ...(await spawn()), spawn, dataset, control, kmsg, socket: dirs.socket };
+  return { cp: plane.cp, plane, ...(await spawn()), spawn, dataset, control, kmsg, socket: dirs.socket };
 }
 
 type Started = Awaited<ReturnType<typeof gpuAgent>>;
@@ -271,7 +271,35 @@ describe('llmgw agent run watching the kernel log', () => {
     const ms = await expectFaultReported(a, () => appendFileSync(a.kmsg, line), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
     console.info(`Xid 79 through the kernel log: shard UNHEALTHY on the stream ${ms} ms after the line was written`);
   });
+
+  it('keeps a GpuEvent raised while the control plane is down and sends it once after the next Register, the Inventory carrying the fault', async () => {
+    const a = await gpuAgent({ nvml: false });
+    await a.plane.close();
+    await until(() => a.records.some((r) => r.msg === 'cannot reach the control plane; retrying'), 'the agent notices the control plane is gone', 20_000);
+    appendFileSync(a.kmsg, xid79Line());
+    await until(() => a.records.some((r) => r.msg === 'GPU fault' && r.gpu === 2), 'the agent sees the Xid while disconnected', 20_000);
+
+    const again = await startControlPlane({ port: a.plane.port });
+    await again.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.XID), 20_000);
+    // A few heartbeats more: a second copy would have arrived by then.
+    await again.cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat', 20_000);
+    await new Promise((r) => setTimeout(r, 1000));
+    const seen = again.cp.messages('node-a');
+    const register = seen.findIndex(isRegister);
+    const events = seen.filter(isGpuEvent(2));
+    expect(events).toHaveLength(1);
+    const [event] = events as [AgentMessage];
+    expect((event.msg.value as GpuEvent).message).toBe('Xid 79: GPU has fallen off the bus');
+    expect(register).toBeGreaterThanOrEqual(0);
+    expect(seen.indexOf(event)).toBeGreaterThan(register);
+    // The Register before it carries the GPU's fault, as the Inventory the event explains.
+    expect(((seen[register] as AgentMessage).msg.value as Register).inventory?.gpus[2]).toMatchObject({ healthy: false, error: 'Xid 79: GPU has fallen off the bus' });
+  });
 });
+
+function xid79Line(): string {
+  return `3,1234,${Math.floor(uptimeSeconds() * 1e6) + 1_000_000},-;NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n`;
+}
 
 function uptimeSeconds(): number {
   return Number.parseFloat(readFileSync('/proc/uptime', 'utf8').split(' ')[0] ?? '0');

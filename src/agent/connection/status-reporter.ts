@@ -1,18 +1,38 @@
-import { ShardState, type AgentMessage, type ShardStatus } from '../../gen/llmgw/v1/agent_pb.js';
+import { ShardState, type AgentMessage, type GpuEvent, type ShardStatus } from '../../gen/llmgw/v1/agent_pb.js';
+import type { Logger } from '../../lib/logger.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { AgentMetrics } from '../agent-metrics.js';
 import type { Outbox } from './outbox.js';
 import { statusFromSnapshot } from './shard-report.js';
-import type { ShardSnapshot, ShardTransition, Supervisor } from '../supervisor/supervisor.js';
+import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
+import type { Supervisor } from '../supervisor/supervisor.js';
 
 /** Longest shard or replica id sent back: a valid shard id has at most 128 characters. */
 export const MAX_REPORTED_ID_CHARS = 256;
 /** Longest error sent back; refusals quote what the control plane sent. */
 export const MAX_REPORTED_ERROR_CHARS = 4096;
 
+/**
+ * GPU events kept for the control plane while no stream takes them. A
+ * node's GPUs raise a handful in an outage; a flapping NVLink could raise
+ * thousands, and the oldest of those matter least (the Inventory after
+ * Register carries each GPU's health now).
+ */
+export const MAX_KEPT_GPU_EVENTS = 256;
+
 export interface StatusReporterOptions {
   nodeId: string;
   metrics?: AgentMetrics;
+  /** Default MAX_KEPT_GPU_EVENTS. */
+  maxKeptGpuEvents?: number;
+  logger?: Logger;
+}
+
+/** A GPU event on its way: kept until a stream known to work has taken it. */
+interface KeptGpuEvent {
+  event: GpuEvent;
+  /** The outbox of the session it was last handed to, once that outbox has taken it. */
+  takenBy?: Outbox;
 }
 
 /**
@@ -37,8 +57,16 @@ export class StatusReporter {
    */
   private established = false;
   private readonly unsent = new Map<string, ShardStatus>();
+  private readonly gpuEvents: KeptGpuEvent[] = [];
+  /** GPU events dropped because MAX_KEPT_GPU_EVENTS were kept, since the last ones went out. */
+  private droppedGpuEvents = 0;
 
   constructor(private readonly opts: StatusReporterOptions) {}
+
+  /** GPU events not yet taken by an established stream, oldest first. */
+  get pendingGpuEvents(): readonly GpuEvent[] {
+    return this.gpuEvents.map((k) => k.event);
+  }
 
   /** Statuses kept while disconnected, latest per shard. */
   get pending(): readonly ShardStatus[] {
@@ -55,12 +83,24 @@ export class StatusReporter {
       // A running shard's state is in the Register just queued.
       else this.unsent.delete(id);
     }
+    if (this.droppedGpuEvents > 0) {
+      this.opts.logger?.warn(
+        { dropped: this.droppedGpuEvents, kept: this.gpuEvents.length },
+        'GPU events dropped while the control plane was unreachable: only the latest are sent; the Inventory carries each GPU\'s health now',
+      );
+      this.droppedGpuEvents = 0;
+    }
+    for (const kept of this.gpuEvents) {
+      kept.takenBy = undefined;
+      this.sendGpuEvent(kept, outbox);
+    }
   }
 
   /** The stream works: what was kept for it has been handed to it. */
   onSessionEstablished(): void {
     this.established = true;
     this.unsent.clear();
+    this.forgetTakenGpuEvents();
   }
 
   /** The session's stream is gone: reports are kept until the next one. */
@@ -77,6 +117,38 @@ export class StatusReporter {
     // A failed write needs no handling here: the session ends with the
     // stream's error, and the next Register carries what matters.
     this.outbox?.send(msg).catch(() => {});
+  }
+
+  /** A GPU event: sent now when a stream is open, and kept until a stream known to work has taken it. */
+  gpuEvent(event: GpuEvent): void {
+    const kept: KeptGpuEvent = { event };
+    this.gpuEvents.push(kept);
+    if (this.gpuEvents.length > (this.opts.maxKeptGpuEvents ?? MAX_KEPT_GPU_EVENTS)) {
+      this.gpuEvents.shift();
+      this.droppedGpuEvents += 1;
+    }
+    if (this.outbox) this.sendGpuEvent(kept, this.outbox);
+  }
+
+  private sendGpuEvent(kept: KeptGpuEvent, outbox: Outbox): void {
+    outbox.send({ case: 'gpuEvent', value: kept.event }).then(
+      () => {
+        if (this.outbox !== outbox) return;
+        kept.takenBy = outbox;
+        if (this.established) this.forgetTakenGpuEvents();
+      },
+      // Kept: the next session's Register is followed by it.
+      () => {},
+    );
+  }
+
+  /** Drops the events the open, established session's outbox has taken; the rest keep their order. */
+  private forgetTakenGpuEvents(): void {
+    const outbox = this.outbox;
+    if (!outbox) return;
+    for (let i = this.gpuEvents.length - 1; i >= 0; i--) {
+      if (this.gpuEvents[i]?.takenBy === outbox) this.gpuEvents.splice(i, 1);
+    }
   }
 
   report(reported: ShardStatus): void {

@@ -1,6 +1,6 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
-import type { ShardSnapshot, ShardTransition } from '../supervisor/supervisor.js';
+import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
 
 /** Every state a shard can be in, the values of llmgw_shard_state's `state` label. */
 const STATES = [

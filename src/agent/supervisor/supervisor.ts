@@ -26,16 +26,6 @@ import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
 import { stateName } from './shard/shard-lifecycle.js';
 import { DEFAULT_KEEP_TERMINAL_SHARDS, DEFAULT_TERMINAL_RETENTION_MS, TERMINAL_GC_INTERVAL_MS, terminalShardsToCollect } from './terminal-shard-gc.js';
 
-// The contract's types, importable from here as well as from their own files.
-export type { Orphan } from '../../lib/process/orphan.js';
-export type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
-export type { ShardLaunch } from './launch/launch-shard.js';
-export type { SettleOptions } from './shard/shard-lifecycle.js';
-export { ShardFailedError } from './shard/shard-failed-error.js';
-export { RepeatedStartError } from './launch-admission.js';
-export { DEFAULT_MAX_CONCURRENT_LAUNCHES, MAX_PENDING_LAUNCHES, type Reservations } from './launch-admission.js';
-export { DEFAULT_LOG_RETENTION_BYTES, DEFAULT_LOG_RETENTION_MS, LOG_PRUNE_INTERVAL_MS } from './shard-log-housekeeping.js';
-
 export interface SupervisorOptions {
   config: SupervisorConfig;
   logger?: Logger;

@@ -4,8 +4,9 @@ import { AgentMetrics } from '../../../src/agent/agent-metrics.js';
 import { Outbox } from '../../../src/agent/connection/outbox.js';
 import { StatusReporter } from '../../../src/agent/connection/status-reporter.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
-import { type AgentMessage, InventorySchema, RegisterSchema, ShardState, ShardStatusSchema, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, GpuEventKind, GpuEventSchema, InventorySchema, RegisterSchema, ShardState, ShardStatusSchema, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { parseShardId } from '../../../src/lib/shard-id.js';
+import { type Logger, silentLogger } from '../../../src/lib/logger.js';
 
 /** An outbox over a sink that keeps what the stream took, in order. */
 function recordingOutbox(): { outbox: Outbox; sent: AgentMessage[]; drained(): Promise<void> } {
@@ -179,5 +180,61 @@ describe('StatusReporter', () => {
     const shard = sent[1]?.msg.value as { nodeId: string; pid: number; exitCode: number };
     expect([shard.nodeId, shard.pid, shard.exitCode]).toEqual(['n1', 4242, 1]);
     expect(await metrics.registry.getSingleMetricAsString('llmgw_agent_engine_exits_total')).toMatch(/^llmgw_agent_engine_exits_total\{state="FAILED"\} 1$/m);
+  });
+});
+
+describe('StatusReporter: GPU events through a disconnect', () => {
+  const event = (gpuIndex: number, xid: number) => create(GpuEventSchema, { gpuIndex, kind: GpuEventKind.XID, xid, message: `Xid ${xid}` });
+  const eventsOf = (sent: AgentMessage[]) => sent.filter((m) => m.msg.case === 'gpuEvent').map((m) => (m.msg.value as { xid: number }).xid);
+
+  it('keeps events raised while disconnected and sends them after the next Register, in order, once', async () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    reporter.gpuEvent(event(2, 79));
+    reporter.gpuEvent(event(3, 48));
+    expect(reporter.pendingGpuEvents.map((e) => e.xid)).toEqual([79, 48]);
+    const { outbox, sent, drained } = recordingOutbox();
+    void outbox.send({ case: 'register', value: create(RegisterSchema, { nodeId: 'n1' }) });
+    reporter.onSessionOpen(outbox);
+    reporter.gpuEvent(event(1, 94));
+    await drained();
+    reporter.onSessionEstablished();
+    expect(sent.map((m) => m.msg.case)).toEqual(['register', 'gpuEvent', 'gpuEvent', 'gpuEvent']);
+    expect(eventsOf(sent)).toEqual([79, 48, 94]);
+    expect(reporter.pendingGpuEvents).toEqual([]);
+
+    // The next session sends none of them again.
+    reporter.onSessionClosed();
+    const again = recordingOutbox();
+    reporter.onSessionOpen(again.outbox);
+    await again.drained();
+    expect(eventsOf(again.sent)).toEqual([]);
+  });
+
+  it('sends again what a session whose dial failed took, and nothing an established one took', async () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    const failed = recordingOutbox();
+    reporter.onSessionOpen(failed.outbox);
+    reporter.gpuEvent(event(2, 79));
+    await failed.drained();
+    reporter.onSessionClosed();
+    const next = recordingOutbox();
+    reporter.onSessionOpen(next.outbox);
+    reporter.onSessionEstablished();
+    await next.drained();
+    expect(eventsOf(next.sent)).toEqual([79]);
+    expect(reporter.pendingGpuEvents).toEqual([]);
+  });
+
+  it('keeps the latest events at most, and says how many it dropped', async () => {
+    const warnings: unknown[] = [];
+    const logger = { ...silentLogger, warn: (o: unknown) => void warnings.push(o) } as unknown as Logger;
+    const reporter = new StatusReporter({ nodeId: 'n1', maxKeptGpuEvents: 3, logger });
+    for (const xid of [1, 2, 3, 4, 5]) reporter.gpuEvent(event(0, xid));
+    const { outbox, sent, drained } = recordingOutbox();
+    reporter.onSessionOpen(outbox);
+    reporter.onSessionEstablished();
+    await drained();
+    expect(eventsOf(sent)).toEqual([3, 4, 5]);
+    expect(warnings).toEqual([{ dropped: 2, kept: 3 }]);
   });
 });

@@ -4,7 +4,7 @@ import { StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../../src/lib/errors.js';
 import { useSupervisors } from '../../helpers/use-supervisors.js';
 import { processesWritingUnder } from '../../helpers/engine-processes.js';
-import type { ShardLaunch } from '../../../src/agent/supervisor/supervisor.js';
+import type { ShardLaunch } from '../../../src/agent/supervisor/launch/launch-shard.js';
 import { parseShardId, parseStartShard } from '../../../src/lib/shard-id.js';
 
 const harness = useSupervisors();

@@ -3,7 +3,9 @@ import { errorMessage } from '../../../lib/errors.js';
 import type { Logger } from '../../../lib/logger.js';
 import { isTerminal } from '../../../lib/shard-states.js';
 import { refusedStatus } from '../../connection/shard-report.js';
-import type { Orphan, ShardSnapshot, Supervisor } from '../supervisor.js';
+import type { Orphan } from '../../../lib/process/orphan.js';
+import type { ShardSnapshot } from '../shard/shard-snapshot.js';
+import type { Supervisor } from '../supervisor.js';
 
 export type AdoptOutcomeKind = 'adopted' | 'killed' | 'cleaned' | 'already-supervised' | 'error';
 

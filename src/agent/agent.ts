@@ -7,6 +7,8 @@ import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionStatus } from './connection/connection-state.js';
 import { ControlPlaneConnection } from './connection/control-plane-connection.js';
 import { type AdminBackend, adminBackend, type GpuHealthView } from './admin/admin-backend.js';
+import { AgentEventRing } from './events/agent-event-ring.js';
+import { adoptionEvents, connectionEvent, gpuEventEvent, refusalEvent, shardTransitionEvent } from './events/describe-agent-event.js';
 import { GpuHealthWatch } from './health/gpu-health-watch.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
@@ -16,7 +18,7 @@ import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
 import { NodeConditions } from './node-conditions.js';
 import type { Outbox } from './connection/outbox.js';
-import { RecoverEngines } from './supervisor/orphans/recover-engines.js';
+import { type AdoptResultView, RecoverEngines } from './supervisor/orphans/recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
 import { ShardCommands } from './shard-commands.js';
 import { StartAdmission } from './start-admission.js';
@@ -66,6 +68,8 @@ export class Agent {
   private readonly recovery: RecoverEngines;
   /** What the admin socket asks of this agent. */
   readonly admin: AdminBackend;
+  /** The agent's recent state changes, for `ctl events` and `ctl top`. */
+  readonly events = new AgentEventRing();
   /** DiskPressure and Cordoned: in every Inventory, and what refuses a new start while one holds. */
   readonly conditions: NodeConditions;
   /** Opens once the first Register is out: hardware reads wait for it. */
@@ -93,6 +97,7 @@ export class Agent {
       config: c,
       logger: this.log,
       metrics: opts.metrics,
+      onPhase: (from, status) => this.events.record(connectionEvent(from, status)),
       session: {
         register: () => buildRegister(this.node, this.inventory, opts.supervisor.list(), this.conditions.cordoned()),
         heartbeat: () => this.heartbeat(),
@@ -106,6 +111,7 @@ export class Agent {
       },
     });
     this.reporter.follow(opts.supervisor);
+    opts.supervisor.on('transition', (t) => this.events.record(shardTransitionEvent(t)));
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.reporter.send({ case: 'inventory', value: this.inventory }));
     const report = (status: ShardStatus) => this.reporter.report(status);
@@ -118,7 +124,14 @@ export class Agent {
       nodeRefusal: () => this.conditions.refusal(),
       logger: this.log,
     });
-    this.commands = new ShardCommands({ nodeId: c.nodeId, supervisor: opts.supervisor, admission, report, logger: this.log });
+    this.commands = new ShardCommands({
+      nodeId: c.nodeId,
+      supervisor: opts.supervisor,
+      admission,
+      report,
+      logger: this.log,
+      onRefused: (what, shard, why) => this.events.record(refusalEvent(what, shard, why)),
+    });
     this.recovery = new RecoverEngines({
       nodeId: c.nodeId,
       supervisor: opts.supervisor,
@@ -132,7 +145,8 @@ export class Agent {
       view: this,
       supervisor: opts.supervisor,
       commands: this.commands,
-      recovery: this.recovery,
+      recovery: { adoptNow: () => this.recovery.adoptNow().then((results) => this.recordAdoptions(results)) },
+      events: this.events,
       cordon: this.conditions.cordon,
     });
   }
@@ -177,7 +191,7 @@ export class Agent {
   async run(signal: AbortSignal, hooks: { onFirstAttempt?: () => void } = {}): Promise<void> {
     // Recovery first and without waiting on hardware discovery: adopted
     // engines settle in the background and must not wait for nvidia-smi.
-    await this.recovery.recover();
+    this.recordAdoptions(await this.recovery.recover());
     const stopWatching = () => {
       this.inventoryWatcher.stop();
       this.conditions.close();
@@ -230,6 +244,7 @@ export class Agent {
    * placement reads.
    */
   private onGpuEvent(e: GpuEvent): void {
+    this.events.record(gpuEventEvent(e));
     // Kept through a disconnect and sent after the next Register (status-reporter.ts).
     this.reporter.gpuEvent(e);
     this.opts.metrics?.countGpuEvent(e);
@@ -239,6 +254,12 @@ export class Agent {
     if (this.sentFaults.get(e.gpuIndex) === fault) return;
     this.sentFaults.set(e.gpuIndex, fault);
     this.reporter.send({ case: 'inventory', value: this.inventory });
+  }
+
+  /** Each outcome of an orphan scan (at start, or `ctl adopt`) as an event. */
+  private recordAdoptions<T extends AdoptResultView[]>(results: T): T {
+    for (const e of adoptionEvents(results)) this.events.record(e);
+    return results;
   }
 
   /**

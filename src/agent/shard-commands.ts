@@ -20,6 +20,8 @@ export interface ShardCommandsOptions {
   /** Sends a status to the control plane now, or after the next Register. */
   report: (status: ShardStatus) => void;
   logger: Logger;
+  /** Told of each start or drain refused, with why (`ctl events`); unlike the log, not rate-limited, since the ring is bounded. */
+  onRefused?: (what: 'start' | 'drain', shard: { shardId: string; replicaId: string }, why: string) => void;
 }
 
 /**
@@ -62,6 +64,7 @@ export class ShardCommands {
       if (err instanceof RepeatedStartError) return;
       this.refusals.warn({ shard: spec.shardId, replica: spec.replicaId, err: errorMessage(err) }, 'refused to start a shard');
       report(refusedStatus(nodeId, spec, errorMessage(err)));
+      this.opts.onRefused?.('start', spec, errorMessage(err));
       return;
     }
     if (!started.created) {
@@ -171,6 +174,7 @@ export class ShardCommands {
       const why = `drain refused: ${errorMessage(err)}`;
       const shard = checked && this.sup.get(checked);
       this.refusals.warn({ shard: id, err: why }, 'refused a drain');
+      this.opts.onRefused?.('drain', { shardId: id, replicaId: shard ? shard.replicaId : '' }, errorMessage(err));
       if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
       else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
     }

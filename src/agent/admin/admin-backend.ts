@@ -2,6 +2,7 @@ import type { GpuEvent, Inventory } from '../../gen/llmgw/v1/agent_pb.js';
 import type { ShardId } from '../../lib/shard-id.js';
 import type { ConnectionStatus } from '../connection/connection-state.js';
 import type { EngineAccount } from '../engines/engine-account.js';
+import type { AgentEventRing, AgentEventView, EventListener } from '../events/agent-event-ring.js';
 import type { GpuFault } from '../health/gpu-health-watch.js';
 import type { NodeCordon } from '../node-cordon.js';
 import type { ShardCommands } from '../shard-commands.js';
@@ -56,6 +57,10 @@ export interface AdminBackend {
   drainShard(id: ShardId): Promise<ShardSnapshot>;
   /** `ctl drain --cancel`: DRAINING → READY. */
   cancelDrainShard(id: ShardId): Promise<ShardSnapshot>;
+  /** `ctl events`: the kept events after seq `afterSeq` and at or after `sinceMs`, oldest first. */
+  events(afterSeq: number, sinceMs: number): AgentEventView[];
+  /** `ctl events -f`: told of each new event synchronously as it is recorded; the returned function stops it. */
+  followEvents(listener: EventListener): () => void;
   /** `ctl cordon` / `uncordon`: the node's cordon, kept in the state directory; absent on a backend that has none. */
   readonly cordon?: Pick<NodeCordon, 'set' | 'current'>;
 }
@@ -68,11 +73,12 @@ export interface AdminBackendParts {
   supervisor: Supervisor;
   commands: Pick<ShardCommands, 'drain' | 'cancelDrain'>;
   recovery: Pick<RecoverEngines, 'adoptNow'>;
+  events: Pick<AgentEventRing, 'list' | 'subscribe'>;
   cordon?: Pick<NodeCordon, 'set' | 'current'>;
 }
 
 /** The admin socket's view of an agent, from the parts that answer each call. */
-export function adminBackend({ node, view, supervisor: sup, commands, recovery, cordon }: AdminBackendParts): AdminBackend {
+export function adminBackend({ node, view, supervisor: sup, commands, recovery, events, cordon }: AdminBackendParts): AdminBackend {
   return {
     nodeId: node.nodeId,
     version: node.version,
@@ -91,6 +97,8 @@ export function adminBackend({ node, view, supervisor: sup, commands, recovery, 
     adoptNow: () => recovery.adoptNow(),
     drainShard: (id) => commands.drain(id),
     cancelDrainShard: (id) => commands.cancelDrain(id),
+    events: (afterSeq, sinceMs) => events.list(afterSeq, sinceMs),
+    followEvents: (listener) => events.subscribe(listener),
     cordon,
   };
 }

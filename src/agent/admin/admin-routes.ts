@@ -22,7 +22,9 @@ import { stateName } from '../supervisor/shard/shard-lifecycle.js';
 import type { AdminBackend } from './admin-backend.js';
 import { ADMIN_PEER } from './admin-peer.js';
 import { buildStatusResponse } from './build-status-response.js';
+import { clearGpuFault } from './clear-gpu-fault.js';
 import { cordonRoute } from './cordon-route.js';
+import { eventsRoute } from './events-route.js';
 import { type Claimed, LogCallAdmission, type LogSlotKind } from './log-call-admission.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
 import { unknownShardError } from './unknown-shard-error.js';
@@ -74,6 +76,7 @@ const ADOPT_OUTCOMES: Record<AdoptOutcomeKind, AdoptOutcome> = {
 export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}): (router: ConnectRouter) => void {
   // One for all of the server's calls: the caps are on what runs at once.
   const logCalls = new LogCallAdmission();
+  const streamEvents = eventsRoute(backend);
   return (router) =>
     router.service(AdminService, {
       status: () => buildStatusResponse(backend, { foreignMemoryShare: backend.foreignMemoryShare }),
@@ -88,8 +91,11 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
       },
 
       drain: (req, ctx) => drain(backend, req, ctx, opts),
+      clearGpuFault: (req, ctx) => clearGpuFault(backend, req, ctx),
 
       cordon: (req, ctx) => cordonRoute(backend, req, ctx),
+
+      events: (req, ctx) => endedWithClient(streamEvents(req, ctx), ctx.signal),
     });
 }
 

@@ -82,7 +82,8 @@ const PRIVILEGED = new Set([0, process.geteuid?.() ?? 0]);
 /** Where calls of an unknown uid are counted: all of them together, as one user. */
 const UNKNOWN_UID = -1;
 
-class SlotPool {
+/** Slots of one kind, claimed by uid; also what bounds `ctl events -f` (events-route.ts). */
+export class SlotPool {
   held = 0;
   private readonly perUid = new Map<number, number>();
 

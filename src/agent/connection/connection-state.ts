@@ -87,6 +87,9 @@ export function nextConnectionStatus(s: ConnectionStatus, change: ConnectionChan
   return next;
 }
 
+/** Told of a change of phase: where it came from, and the status it left. */
+export type PhaseListener = (from: ConnectionPhase, status: ConnectionStatus) => void;
+
 /** The connection status of one agent, and the one place it changes. */
 export class ConnectionState {
   private current: ConnectionStatus;
@@ -94,6 +97,7 @@ export class ConnectionState {
   constructor(
     target: { server: string; protocol: string },
     private readonly log: Logger,
+    private readonly onPhase?: PhaseListener,
   ) {
     this.current = { phase: 'starting', server: target.server, protocol: target.protocol, connectedSinceMs: 0, attempt: 0, nextAttemptAtMs: 0, lastError: '' };
   }
@@ -107,5 +111,6 @@ export class ConnectionState {
     const from = this.current.phase;
     this.current = nextConnectionStatus(this.current, change);
     this.log.info({ from, to: change.phase, server: this.current.server, attempt: this.current.attempt }, 'control-plane connection');
+    this.onPhase?.(from, this.status());
   }
 }

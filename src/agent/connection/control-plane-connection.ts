@@ -6,7 +6,7 @@ import type { Logger } from '../../lib/logger.js';
 import { findTlsFileNotWritten } from '../../lib/read-pem-file.js';
 import type { AgentMetrics } from '../agent-metrics.js';
 import type { AgentConfig } from '../config/agent-config.js';
-import { type ConnectionChange, ConnectionState, type ConnectionStatus } from './connection-state.js';
+import { type ConnectionChange, ConnectionState, type ConnectionStatus, type PhaseListener } from './connection-state.js';
 import { runSession, type SessionCallbacks } from './control-plane-session.js';
 import { certificateDateProblem, createControlPlaneTransport, type LoadedTls } from './control-plane-transport.js';
 import { cleanCloseDelayMs, jitterSource, reconnectDelayMs } from './reconnect-delay.js';
@@ -36,6 +36,8 @@ export interface ControlPlaneConnectionOptions {
    * Default: Math.random, or none with LLMGW_INTERNAL_RECONNECT_JITTER=off.
    */
   random?: { backoff: () => number; cleanClose: () => number };
+  /** Told of every change of phase, after it is logged (`ctl events`). */
+  onPhase?: PhaseListener;
 }
 
 export interface ConnectionHooks {
@@ -63,7 +65,7 @@ export class ControlPlaneConnection {
 
   constructor(private readonly opts: ControlPlaneConnectionOptions) {
     this.log = opts.logger;
-    this.state = new ConnectionState(opts.config, opts.logger);
+    this.state = new ConnectionState(opts.config, opts.logger, opts.onPhase);
   }
 
   status(): ConnectionStatus {

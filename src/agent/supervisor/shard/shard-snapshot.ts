@@ -47,4 +47,6 @@ export interface ShardTransition {
   shard: ShardSnapshot;
   from: ShardState;
   to: ShardState;
+  /** Why, as the transition's log line says it ("answers /health"): what `ctl events` prints. */
+  why?: string;
 }

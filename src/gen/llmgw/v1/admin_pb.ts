@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCLrAgoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkSDAoEbm90ZRgSIAEoCSJQCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIIi8KDUNvcmRvblJlcXVlc3QSDgoGY29yZG9uGAEgASgIEg4KBnJlYXNvbhgCIAEoCSJ+Cg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMrcCCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwARI7CgZDb3Jkb24SFy5sbG1ndy52MS5Db3Jkb25SZXF1ZXN0GhgubGxtZ3cudjEuQ29yZG9uUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCLrAgoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkSDAoEbm90ZRgSIAEoCSJQCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIIi8KDUNvcmRvblJlcXVlc3QSDgoGY29yZG9uGAEgASgIEg4KBnJlYXNvbhgCIAEoCSJ+Cg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIIl0KDUV2ZW50c1JlcXVlc3QSDgoGZm9sbG93GAEgASgIEikKBXNpbmNlGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglhZnRlcl9zZXEYAyABKAQiNgoORXZlbnRzUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGxtZ3cudjEuQWdlbnRFdmVudCLtAQoKQWdlbnRFdmVudBILCgNzZXEYASABKAQSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSEAoIc2hhcmRfaWQYBCABKAkSEAoDZ3B1GAUgASgFSACIAQESDwoHbWVzc2FnZRgGIAEoCRIwCgZmaWVsZHMYByADKAsyIC5sbG1ndy52MS5BZ2VudEV2ZW50LkZpZWxkc0VudHJ5Gi0KC0ZpZWxkc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBgoEX2dwdSrQAQoPQ29ubmVjdGlvblN0YXRlEiAKHENPTk5FQ1RJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIfChtDT05ORUNUSU9OX1NUQVRFX0NPTk5FQ1RJTkcQARIeChpDT05ORUNUSU9OX1NUQVRFX0NPTk5FQ1RFRBACEh0KGUNPTk5FQ1RJT05fU1RBVEVfUkVUUllJTkcQAxIcChhDT05ORUNUSU9OX1NUQVRFX1NUT1BQRUQQBBIdChlDT05ORUNUSU9OX1NUQVRFX1NUQVJUSU5HEAUqvAEKDEFkb3B0T3V0Y29tZRIdChlBRE9QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGQoVQURPUFRfT1VUQ09NRV9BRE9QVEVEEAESGAoUQURPUFRfT1VUQ09NRV9LSUxMRUQQAhIZChVBRE9QVF9PVVRDT01FX0NMRUFORUQQAxIkCiBBRE9QVF9PVVRDT01FX0FMUkVBRFlfU1VQRVJWSVNFRBAEEhcKE0FET1BUX09VVENPTUVfRVJST1IQBTL2AgoMQWRtaW5TZXJ2aWNlEjsKBlN0YXR1cxIXLmxsbWd3LnYxLlN0YXR1c1JlcXVlc3QaGC5sbG1ndy52MS5TdGF0dXNSZXNwb25zZRI3CgRMb2dzEhUubGxtZ3cudjEuTG9nc1JlcXVlc3QaFi5sbG1ndy52MS5Mb2dzUmVzcG9uc2UwARI4CgVBZG9wdBIWLmxsbWd3LnYxLkFkb3B0UmVxdWVzdBoXLmxsbWd3LnYxLkFkb3B0UmVzcG9uc2USOgoFRHJhaW4SFi5sbG1ndy52MS5EcmFpblJlcXVlc3QaFy5sbG1ndy52MS5EcmFpblJlc3BvbnNlMAESOwoGQ29yZG9uEhcubGxtZ3cudjEuQ29yZG9uUmVxdWVzdBoYLmxsbWd3LnYxLkNvcmRvblJlc3BvbnNlEj0KBkV2ZW50cxIXLmxsbWd3LnYxLkV2ZW50c1JlcXVlc3QaGC5sbG1ndy52MS5FdmVudHNSZXNwb25zZTABYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -1296,6 +1296,223 @@ export const CordonResponseSchema: GenMessage<CordonResponse, {jsonType: CordonR
   messageDesc(file_llmgw_v1_admin, 16);
 
 /**
+ * @generated from message llmgw.v1.EventsRequest
+ */
+export type EventsRequest = Message<"llmgw.v1.EventsRequest"> & {
+  /**
+   * Keep the stream open and send each new event as it happens.
+   *
+   * @generated from field: bool follow = 1;
+   */
+  follow: boolean;
+
+  /**
+   * Only events at or after this time; unset: all the ring holds.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * Only events with a larger seq (resume after the last one seen); 0: all.
+   *
+   * @generated from field: uint64 after_seq = 3;
+   */
+  afterSeq: bigint;
+};
+
+/**
+ * @generated from message llmgw.v1.EventsRequest
+ */
+export type EventsRequestJson = {
+  /**
+   * Keep the stream open and send each new event as it happens.
+   *
+   * @generated from field: bool follow = 1;
+   */
+  follow?: boolean;
+
+  /**
+   * Only events at or after this time; unset: all the ring holds.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 2;
+   */
+  since?: TimestampJson;
+
+  /**
+   * Only events with a larger seq (resume after the last one seen); 0: all.
+   *
+   * @generated from field: uint64 after_seq = 3;
+   */
+  afterSeq?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.EventsRequest.
+ * Use `create(EventsRequestSchema)` to create a new message.
+ */
+export const EventsRequestSchema: GenMessage<EventsRequest, {jsonType: EventsRequestJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 17);
+
+/**
+ * @generated from message llmgw.v1.EventsResponse
+ */
+export type EventsResponse = Message<"llmgw.v1.EventsResponse"> & {
+  /**
+   * Oldest first. The first message of a follow is sent even when empty, so
+   * the client knows the follow has started.
+   *
+   * @generated from field: repeated llmgw.v1.AgentEvent events = 1;
+   */
+  events: AgentEvent[];
+};
+
+/**
+ * @generated from message llmgw.v1.EventsResponse
+ */
+export type EventsResponseJson = {
+  /**
+   * Oldest first. The first message of a follow is sent even when empty, so
+   * the client knows the follow has started.
+   *
+   * @generated from field: repeated llmgw.v1.AgentEvent events = 1;
+   */
+  events?: AgentEventJson[];
+};
+
+/**
+ * Describes the message llmgw.v1.EventsResponse.
+ * Use `create(EventsResponseSchema)` to create a new message.
+ */
+export const EventsResponseSchema: GenMessage<EventsResponse, {jsonType: EventsResponseJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 18);
+
+/**
+ * One state change the agent saw, as `ctl events` prints it.
+ *
+ * @generated from message llmgw.v1.AgentEvent
+ */
+export type AgentEvent = Message<"llmgw.v1.AgentEvent"> & {
+  /**
+   * Increasing by one per event for the life of the agent process; a gap
+   * between two events a client read means the ring dropped the ones between.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: Timestamp | undefined;
+
+  /**
+   * What changed: "shard" (a state transition), "gpu" (a GPU event: a fault
+   * or its clearing), "connection" (the control-plane stream's phase),
+   * "refusal" (a start or drain the agent refused), "adoption" (what became
+   * of an engine a previous agent left).
+   *
+   * @generated from field: string kind = 3;
+   */
+  kind: string;
+
+  /**
+   * The shard it concerns; empty when none.
+   *
+   * @generated from field: string shard_id = 4;
+   */
+  shardId: string;
+
+  /**
+   * The GPU it concerns (kind "gpu"); unset when none.
+   *
+   * @generated from field: optional int32 gpu = 5;
+   */
+  gpu?: number | undefined;
+
+  /**
+   * The operator's sentence, e.g. "STARTING → READY: answers /health".
+   *
+   * @generated from field: string message = 6;
+   */
+  message: string;
+
+  /**
+   * The facts behind it, by name (from, to, why, replica, pid, xid, source,
+   * phase, attempt, error, outcome), as the agent's log line carries them.
+   *
+   * @generated from field: map<string, string> fields = 7;
+   */
+  fields: { [key: string]: string };
+};
+
+/**
+ * One state change the agent saw, as `ctl events` prints it.
+ *
+ * @generated from message llmgw.v1.AgentEvent
+ */
+export type AgentEventJson = {
+  /**
+   * Increasing by one per event for the life of the agent process; a gap
+   * between two events a client read means the ring dropped the ones between.
+   *
+   * @generated from field: uint64 seq = 1;
+   */
+  seq?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp at = 2;
+   */
+  at?: TimestampJson;
+
+  /**
+   * What changed: "shard" (a state transition), "gpu" (a GPU event: a fault
+   * or its clearing), "connection" (the control-plane stream's phase),
+   * "refusal" (a start or drain the agent refused), "adoption" (what became
+   * of an engine a previous agent left).
+   *
+   * @generated from field: string kind = 3;
+   */
+  kind?: string;
+
+  /**
+   * The shard it concerns; empty when none.
+   *
+   * @generated from field: string shard_id = 4;
+   */
+  shardId?: string;
+
+  /**
+   * The GPU it concerns (kind "gpu"); unset when none.
+   *
+   * @generated from field: optional int32 gpu = 5;
+   */
+  gpu?: number;
+
+  /**
+   * The operator's sentence, e.g. "STARTING → READY: answers /health".
+   *
+   * @generated from field: string message = 6;
+   */
+  message?: string;
+
+  /**
+   * The facts behind it, by name (from, to, why, replica, pid, xid, source,
+   * phase, attempt, error, outcome), as the agent's log line carries them.
+   *
+   * @generated from field: map<string, string> fields = 7;
+   */
+  fields?: { [key: string]: string };
+};
+
+/**
+ * Describes the message llmgw.v1.AgentEvent.
+ * Use `create(AgentEventSchema)` to create a new message.
+ */
+export const AgentEventSchema: GenMessage<AgentEvent, {jsonType: AgentEventJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 19);
+
+/**
  * @generated from enum llmgw.v1.ConnectionState
  */
 export enum ConnectionState {
@@ -1453,6 +1670,19 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof CordonRequestSchema;
     output: typeof CordonResponseSchema;
+  },
+  /**
+   * Events streams the agent's recent state changes from its bounded ring
+   * (the last 1000): shard transitions with why, GPU events, control-plane
+   * connection changes, refused starts, adoption outcomes. With follow, new
+   * events are sent as they happen until the client leaves.
+   *
+   * @generated from rpc llmgw.v1.AdminService.Events
+   */
+  events: {
+    methodKind: "server_streaming";
+    input: typeof EventsRequestSchema;
+    output: typeof EventsResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_admin, 0);

@@ -1,0 +1,105 @@
+import { appendFileSync } from 'node:fs';
+import { execa } from 'execa';
+import { describe, expect, it, onTestFinished } from 'vitest';
+import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { freePort, until } from '../helpers/engine-processes.js';
+import { kmsgAgent, xid79Line } from '../helpers/kmsg-agent.js';
+import { BIN, runCli } from '../helpers/run-cli.js';
+import { shardIs, simStart } from '../helpers/sim-shards.js';
+
+/*
+ * `llmgw ctl events` against a real agent: the ring the agent keeps, read
+ * once (--json, --since) and followed (-f), where an event must be pushed
+ * as it happens, not found by a poll.
+ */
+
+/** `ctl events -f` running, each stdout line with the moment it arrived. */
+function follow(socket: string) {
+  const child = execa(process.execPath, [BIN, 'ctl', 'events', '-f', '--socket', socket], { reject: false, stdin: 'ignore', buffer: false, env: { NO_COLOR: '1' } });
+  const lines: { text: string; atMs: number }[] = [];
+  let partial = '';
+  child.stdout?.on('data', (chunk: Buffer) => {
+    const atMs = Date.now();
+    partial += chunk.toString();
+    const parts = partial.split('\n');
+    partial = parts.pop() ?? '';
+    for (const text of parts) lines.push({ text, atMs });
+  });
+  const exited = child.then((r) => r);
+  onTestFinished(async () => {
+    child.kill('SIGKILL');
+    await exited;
+  });
+  return { child, exited, lines };
+}
+
+describe('llmgw ctl events', () => {
+  it('follows the agent: a shard transition prints within a second of its log line, then a GPU fault; Ctrl-C ends it with exit 0', async () => {
+    const a = await kmsgAgent('llmgw-events-');
+    const f = follow(a.socket);
+    // The backlog: the stream's phases since the agent started.
+    await until(() => f.lines.some((l) => /connection .*connecting → connected/.test(l.text)), 'the connection events of the backlog');
+
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    a.cp.send('node-a', { case: 'start', value: simStart('s1', await freePort()) });
+    await ready;
+    await until(() => f.lines.some((l) => /s1 .*STARTING → READY/.test(l.text)), 'the READY transition printed');
+    const printed = f.lines.find((l) => /s1 .*STARTING → READY/.test(l.text));
+    const logged = a.records.find((r) => r.msg === 'shard state changed' && r.shard === 's1' && r.to === 'READY');
+    expect(printed?.text).toMatch(/^\S+Z {2}shard +s1 +STARTING → READY: /);
+    expect(logged).toBeDefined();
+    const latencyMs = (printed?.atMs ?? 0) - Date.parse(String(logged?.time));
+    console.info(`ctl events -f printed STARTING → READY ${latencyMs} ms after the agent's log line (its time, ms resolution)`);
+    expect(latencyMs).toBeLessThan(1000);
+
+    appendFileSync(a.kmsg, xid79Line());
+    await until(() => f.lines.some((l) => /gpu +gpu 2 +GPU 2: Xid 79: GPU has fallen off the bus/.test(l.text)), 'the GPU fault printed');
+    // The shard on another GPU is untouched; nothing else printed a transition of it.
+    expect(f.lines.filter((l) => /s1 /.test(l.text)).length).toBe(2);
+
+    f.child.kill('SIGINT');
+    expect((await f.exited).exitCode).toBe(0);
+  });
+
+  it('prints one AgentEvent per line with --json, and --since keeps only what happened from then on', async () => {
+    const a = await kmsgAgent('llmgw-events-json-');
+    // Registered is not yet connected: the control plane's first answer makes the stream "connected".
+    await until(async () => (await runCli(['ctl', 'events', '--socket', a.socket])).stdout.includes('→ connected'), 'the stream connected');
+    const before = new Date().toISOString();
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    a.cp.send('node-a', { case: 'start', value: simStart('s1', await freePort()) });
+    await ready;
+
+    const all = await runCli(['ctl', 'events', '--json', '--socket', a.socket]);
+    expect(all.exitCode).toBe(0);
+    const events = all.stdout.trim().split('\n').map((l) => JSON.parse(l));
+    const seqs = events.map((e) => Number(e.seq));
+    expect(seqs).toEqual(seqs.map((_, i) => (seqs[0] as number) + i));
+    expect(events.find((e) => e.kind === 'connection' && e.fields.to === 'connected')).toBeDefined();
+    expect(events.find((e) => e.kind === 'shard' && e.shardId === 's1' && e.fields.to === 'READY')).toMatchObject({
+      fields: { from: 'STARTING', to: 'READY', replica: 'r-s1' },
+      message: expect.stringMatching(/^STARTING → READY: /),
+      at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
+    });
+
+    const since = await runCli(['ctl', 'events', '--json', '--since', before, '--socket', a.socket]);
+    expect(since.exitCode).toBe(0);
+    const kinds = since.stdout.trim().split('\n').map((l) => JSON.parse(l).kind);
+    expect(kinds).toContain('shard');
+    expect(kinds).not.toContain('connection');
+
+    const recent = await runCli(['ctl', 'events', '--since', '10m', '--socket', a.socket]);
+    expect(recent.stdout).toMatch(/connection .*connecting → connected/);
+    expect(recent.stdout).toMatch(/s1 +STARTING → READY/);
+
+    const bad = await runCli(['ctl', 'events', '--since', 'yesterday', '--socket', a.socket]);
+    expect(bad.exitCode).toBe(2);
+    expect(bad.stderr).toMatch(/--since "yesterday" is neither a duration nor an RFC 3339 time/);
+  });
+
+  it('says the agent is not running, exit 69, when nothing listens on the socket', async () => {
+    const r = await runCli(['ctl', 'events', '--socket', '/nonexistent/llmgw.sock']);
+    expect(r.exitCode).toBe(69);
+    expect(r.stderr.trim().split('\n')).toHaveLength(1);
+  });
+});

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEi9gEKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIAEIFCgNtc2civgEKCEdwdUV2ZW50EhEKCWdwdV9pbmRleBgBIAEoBRIQCghncHVfdXVpZBgCIAEoCRIkCgRraW5kGAMgASgOMhYubGxtZ3cudjEuR3B1RXZlbnRLaW5kEgsKA3hpZBgEIAEoDRIPCgdtZXNzYWdlGAUgASgJEiYKAmF0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZzb3VyY2UYByABKAkSEQoJc2hhcmRfaWRzGAggAygJIrwBCg5Db250cm9sTWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiUKBXN0YXJ0GAIgASgLMhQubGxtZ3cudjEuU3RhcnRTaGFyZEgAEiMKBHN0b3AYAyABKAsyEy5sbG1ndy52MS5TdG9wU2hhcmRIABIlCgVkcmFpbhgEIAEoCzIULmxsbWd3LnYxLkRyYWluU2hhcmRIABIcCgNhY2sYBSABKAsyDS5sbG1ndy52MS5BY2tIAEIFCgNtc2cixwIKCFJlZ2lzdGVyEg8KB25vZGVfaWQYASABKAkSEAoIaG9zdG5hbWUYAiABKAkSEQoJbWdtdF9hZGRyGAMgASgJEg8KB3ZlcnNpb24YBCABKAkSLgoGbGFiZWxzGAUgAygLMh4ubGxtZ3cudjEuUmVnaXN0ZXIuTGFiZWxzRW50cnkSJgoJaW52ZW50b3J5GAYgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5EisKB2ZhYnJpY3MYByADKAsyGi5sbG1ndy52MS5GYWJyaWNBdHRhY2htZW50Ei4KDnJ1bm5pbmdfc2hhcmRzGAggAygLMhYubGxtZ3cudjEuUnVubmluZ1NoYXJkEhAKCGNvcmRvbmVkGAkgASgIGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiuwIKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0ubGxtZ3cudjEuR3B1EiAKBWxpbmtzGAIgAygLMhEubGxtZ3cudjEuR3B1TGluaxIbCgRoY2FzGAMgAygLMg0ubGxtZ3cudjEuSGNhEioKCmludGVyZmFjZXMYBCADKAsyFi5sbG1ndy52MS5OZXRJbnRlcmZhY2USFgoOZHJpdmVyX3ZlcnNpb24YBSABKAkSFAoMY3VkYV92ZXJzaW9uGAYgASgJEhAKCHdhcm5pbmdzGAcgAygJEhAKCGhvc3RuYW1lGAggASgJEicKCXByb2Nlc3NlcxgJIAMoCzIULmxsbWd3LnYxLkdwdVByb2Nlc3MSKwoKY29uZGl0aW9ucxgKIAMoCzIXLmxsbWd3LnYxLk5vZGVDb25kaXRpb24iaAoNTm9kZUNvbmRpdGlvbhIMCgR0eXBlGAEgASgJEg4KBmFjdGl2ZRgCIAEoCBIOCgZyZWFzb24YAyABKAkSKQoFc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoACCgNHcHUSDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhoKEmNvbXB1dGVfY2FwYWJpbGl0eRgEIAEoCRIXCg9tZW1vcnlfdG90YWxfbWIYBSABKAUSFgoObWVtb3J5X3VzZWRfbWIYBiABKAUSEgoKcGNpX2J1c19pZBgHIAEoCRIRCgludW1hX25vZGUYCCABKAUSDwoHaGVhbHRoeRgJIAEoCBINCgVlcnJvchgKIAEoCRIQCghtaWdfbW9kZRgLIAEoCRIoCgttaWdfZGV2aWNlcxgMIAMoCzITLmxsbWd3LnYxLk1pZ0RldmljZSI5CglNaWdEZXZpY2USDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIPCgdwcm9maWxlGAMgASgJImsKCkdwdVByb2Nlc3MSCwoDcGlkGAEgASgFEhAKCGdwdV91dWlkGAIgASgJEhYKDnVzZWRfbWVtb3J5X21iGAMgASgFEhQKDHByb2Nlc3NfbmFtZRgEIAEoCRIQCghzaGFyZF9pZBgFIAEoCSJECgdHcHVMaW5rEgkKAWEYASABKAkSCQoBYhgCIAEoCRISCgpjb25uZWN0aW9uGAMgASgJEg8KB252bGlua3MYBCABKAUingEKA0hjYRIMCgRuYW1lGAEgASgJEgwKBHBvcnQYAiABKAUSDQoFc3RhdGUYAyABKAkSEgoKcGh5c19zdGF0ZRgEIAEoCRIRCglyYXRlX2dicHMYBSABKAESEgoKbGlua19sYXllchgGIAEoCRIRCgludW1hX25vZGUYByABKAUSDgoGZmFicmljGAggASgJEg4KBm5ldGRldhgJIAEoCSJVCgxOZXRJbnRlcmZhY2USDAoEbmFtZRgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkSCwoDbWFjGAMgASgJEgoKAnVwGAQgASgIEgsKA210dRgFIAEoBSIvChBGYWJyaWNBdHRhY2htZW50EgsKA2hjYRgBIAEoCRIOCgZmYWJyaWMYAiABKAkiOAoJSGVhcnRiZWF0Eg8KB25vZGVfaWQYASABKAkSGgoSZ3B1X21lbW9yeV91c2VkX21iGAIgAygFIs4BCgtTaGFyZFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSIwoFc3RhdGUYBCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBWVycm9yGAUgASgJEhEKCWV4aXRfY29kZRgGIAEoBRITCgtsYXN0X291dHB1dBgHIAMoCRILCgNwaWQYCCABKAUSDgoGc2lnbmFsGAkgASgJEg8KB2Fkb3B0ZWQYCiABKAgisgIKDFJ1bm5pbmdTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEiMKBXN0YXRlGAggASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVtb2RlbBgJIAEoCRIPCgdwcm9maWxlGAogASgJEgwKBHBvb2wYCyABKAkSDgoGZmFicmljGAwgASgJEhMKC2xlYWRlcl9hZGRyGA0gASgJEhMKC2xlYWRlcl9wb3J0GA4gASgFEgsKA3BpZBgPIAEoBRIOCgZlbmdpbmUYECABKAki8gEKClN0YXJ0U2hhcmQSEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIMCgRyYW5rGAMgASgFEg4KBm5ub2RlcxgEIAEoBRITCgtncHVfaW5kaWNlcxgFIAMoBRIMCgRoY2FzGAYgAygJEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtsZWFkZXJfYWRkchgIIAEoCRITCgtsZWFkZXJfcG9ydBgJIAEoBRIMCgRwb29sGAogASgJEg4KBmZhYnJpYxgLIAEoCRIiCgdwcm9maWxlGAwgASgLMhEubGxtZ3cudjEuUHJvZmlsZSLGAgoHUHJvZmlsZRIMCgRuYW1lGAEgASgJEg4KBmVuZ2luZRgCIAEoCRINCgVtb2RlbBgDIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgEIAEoCRIcChR0ZW5zb3JfcGFyYWxsZWxfc2l6ZRgFIAEoBRIeChZwaXBlbGluZV9wYXJhbGxlbF9zaXplGAYgASgFEgwKBGFyZ3MYByADKAkSJwoDZW52GAggAygLMhoubGxtZ3cudjEuUHJvZmlsZS5FbnZFbnRyeRIyCg9zdGFydHVwX3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHgoWbWluX2NvbXB1dGVfY2FwYWJpbGl0eRgKIAEoCRoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKCVN0b3BTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRIoCgVncmFjZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIeCgpEcmFpblNoYXJkEhAKCHNoYXJkX2lkGAEgASgJIjQKA0FjaxISCgptZXNzYWdlX2lkGAEgASgEEgoKAm9rGAIgASgIEg0KBWVycm9yGAMgASgJKo4CCgxHcHVFdmVudEtpbmQSHgoaR1BVX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIWChJHUFVfRVZFTlRfS0lORF9YSUQQARIhCh1HUFVfRVZFTlRfS0lORF9FQ0NfRE9VQkxFX0JJVBACEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9QRU5ESU5HEAMSJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX0ZBSUxVUkUQBBIbChdHUFVfRVZFTlRfS0lORF9HUFVfTE9TVBAFEh4KGkdQVV9FVkVOVF9LSU5EX05WTElOS19ET1dOEAYSGgoWR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRBAHKvIBCgpTaGFyZFN0YXRlEhsKF1NIQVJEX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0hBUkRfU1RBVEVfU1RBUlRJTkcQARIVChFTSEFSRF9TVEFURV9SRUFEWRACEhkKFVNIQVJEX1NUQVRFX1VOSEVBTFRIWRADEhgKFFNIQVJEX1NUQVRFX0RSQUlOSU5HEAQSGAoUU0hBUkRfU1RBVEVfU1RPUFBJTkcQBRIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAYSFgoSU0hBUkRfU1RBVEVfRkFJTEVEEAcSFgoSU0hBUkRfU1RBVEVfRVhJVEVEEAgyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSLpAQoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSABCBQoDbXNnIscCCghSZWdpc3RlchIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEhEKCW1nbXRfYWRkchgDIAEoCRIPCgd2ZXJzaW9uGAQgASgJEi4KBmxhYmVscxgFIAMoCzIeLmxsbWd3LnYxLlJlZ2lzdGVyLkxhYmVsc0VudHJ5EiYKCWludmVudG9yeRgGIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIrCgdmYWJyaWNzGAcgAygLMhoubGxtZ3cudjEuRmFicmljQXR0YWNobWVudBIuCg5ydW5uaW5nX3NoYXJkcxgIIAMoCzIWLmxsbWd3LnYxLlJ1bm5pbmdTaGFyZBIQCghjb3Jkb25lZBgJIAEoCBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIokDCglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmxsbWd3LnYxLkdwdRIgCgVsaW5rcxgCIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSGwoEaGNhcxgDIAMoCzINLmxsbWd3LnYxLkhjYRIqCgppbnRlcmZhY2VzGAQgAygLMhYubGxtZ3cudjEuTmV0SW50ZXJmYWNlEhYKDmRyaXZlcl92ZXJzaW9uGAUgASgJEhQKDGN1ZGFfdmVyc2lvbhgGIAEoCRIQCgh3YXJuaW5ncxgHIAMoCRIQCghob3N0bmFtZRgIIAEoCRInCglwcm9jZXNzZXMYCSADKAsyFC5sbG1ndy52MS5HcHVQcm9jZXNzEisKCmNvbmRpdGlvbnMYCiADKAsyFy5sbG1ndy52MS5Ob2RlQ29uZGl0aW9uEiwKDWNhY2hlZF9tb2RlbHMYDCADKAsyFS5sbG1ndy52MS5DYWNoZWRNb2RlbBIeChZtb2RlbF9jYWNoZV9mcmVlX2J5dGVzGA0gASgEImgKDU5vZGVDb25kaXRpb24SDAoEdHlwZRgBIAEoCRIOCgZhY3RpdmUYAiABKAgSDgoGcmVhc29uGAMgASgJEikKBXNpbmNlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKAAgoDR3B1Eg0KBWluZGV4GAEgASgFEgwKBHV1aWQYAiABKAkSDAoEbmFtZRgDIAEoCRIaChJjb21wdXRlX2NhcGFiaWxpdHkYBCABKAkSFwoPbWVtb3J5X3RvdGFsX21iGAUgASgFEhYKDm1lbW9yeV91c2VkX21iGAYgASgFEhIKCnBjaV9idXNfaWQYByABKAkSEQoJbnVtYV9ub2RlGAggASgFEg8KB2hlYWx0aHkYCSABKAgSDQoFZXJyb3IYCiABKAkSEAoIbWlnX21vZGUYCyABKAkSKAoLbWlnX2RldmljZXMYDCADKAsyEy5sbG1ndy52MS5NaWdEZXZpY2UiOQoJTWlnRGV2aWNlEg0KBWluZGV4GAEgASgFEgwKBHV1aWQYAiABKAkSDwoHcHJvZmlsZRgDIAEoCSJrCgpHcHVQcm9jZXNzEgsKA3BpZBgBIAEoBRIQCghncHVfdXVpZBgCIAEoCRIWCg51c2VkX21lbW9yeV9tYhgDIAEoBRIUCgxwcm9jZXNzX25hbWUYBCABKAkSEAoIc2hhcmRfaWQYBSABKAkiRAoHR3B1TGluaxIJCgFhGAEgASgJEgkKAWIYAiABKAkSEgoKY29ubmVjdGlvbhgDIAEoCRIPCgdudmxpbmtzGAQgASgFIp4BCgNIY2ESDAoEbmFtZRgBIAEoCRIMCgRwb3J0GAIgASgFEg0KBXN0YXRlGAMgASgJEhIKCnBoeXNfc3RhdGUYBCABKAkSEQoJcmF0ZV9nYnBzGAUgASgBEhIKCmxpbmtfbGF5ZXIYBiABKAkSEQoJbnVtYV9ub2RlGAcgASgFEg4KBmZhYnJpYxgIIAEoCRIOCgZuZXRkZXYYCSABKAkiVQoMTmV0SW50ZXJmYWNlEgwKBG5hbWUYASABKAkSEQoJYWRkcmVzc2VzGAIgAygJEgsKA21hYxgDIAEoCRIKCgJ1cBgEIAEoCBILCgNtdHUYBSABKAUiLwoQRmFicmljQXR0YWNobWVudBILCgNoY2EYASABKAkSDgoGZmFicmljGAIgASgJIjgKCUhlYXJ0YmVhdBIPCgdub2RlX2lkGAEgASgJEhoKEmdwdV9tZW1vcnlfdXNlZF9tYhgCIAMoBSLOAQoLU2hhcmRTdGF0dXMSDwoHbm9kZV9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEhAKCHNoYXJkX2lkGAMgASgJEiMKBXN0YXRlGAQgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVlcnJvchgFIAEoCRIRCglleGl0X2NvZGUYBiABKAUSEwoLbGFzdF9vdXRwdXQYByADKAkSCwoDcGlkGAggASgFEg4KBnNpZ25hbBgJIAEoCRIPCgdhZG9wdGVkGAogASgIIrICCgxSdW5uaW5nU2hhcmQSEgoKcmVwbGljYV9pZBgBIAEoCRIQCghzaGFyZF9pZBgCIAEoCRIMCgRyYW5rGAMgASgFEg4KBm5ub2RlcxgEIAEoBRITCgtncHVfaW5kaWNlcxgFIAMoBRIMCgRoY2FzGAYgAygJEhEKCWh0dHBfcG9ydBgHIAEoBRIjCgVzdGF0ZRgIIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFbW9kZWwYCSABKAkSDwoHcHJvZmlsZRgKIAEoCRIMCgRwb29sGAsgASgJEg4KBmZhYnJpYxgMIAEoCRITCgtsZWFkZXJfYWRkchgNIAEoCRITCgtsZWFkZXJfcG9ydBgOIAEoBRILCgNwaWQYDyABKAUSDgoGZW5naW5lGBAgASgJIvIBCgpTdGFydFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSEwoLbGVhZGVyX2FkZHIYCCABKAkSEwoLbGVhZGVyX3BvcnQYCSABKAUSDAoEcG9vbBgKIAEoCRIOCgZmYWJyaWMYCyABKAkSIgoHcHJvZmlsZRgMIAEoCzIRLmxsbWd3LnYxLlByb2ZpbGUixgIKB1Byb2ZpbGUSDAoEbmFtZRgBIAEoCRIOCgZlbmdpbmUYAiABKAkSDQoFbW9kZWwYAyABKAkSGQoRc2VydmVkX21vZGVsX25hbWUYBCABKAkSHAoUdGVuc29yX3BhcmFsbGVsX3NpemUYBSABKAUSHgoWcGlwZWxpbmVfcGFyYWxsZWxfc2l6ZRgGIAEoBRIMCgRhcmdzGAcgAygJEicKA2VudhgIIAMoCzIaLmxsbWd3LnYxLlByb2ZpbGUuRW52RW50cnkSMgoPc3RhcnR1cF90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh4KFm1pbl9jb21wdXRlX2NhcGFiaWxpdHkYCiABKAkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJHCglTdG9wU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSKAoFZ3JhY2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoKRHJhaW5TaGFyZBIQCghzaGFyZF9pZBgBIAEoCSI0CgNBY2sSEgoKbWVzc2FnZV9pZBgBIAEoBBIKCgJvaxgCIAEoCBINCgVlcnJvchgDIAEoCSJACg1QcmVmZXRjaE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDwoHaW5jbHVkZRgDIAMoCSKMAQoJTW9kZWxQdWxsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSJwoFc3RhdGUYAyABKA4yGC5sbG1ndy52MS5Nb2RlbFB1bGxTdGF0ZRISCgpieXRlc19kb25lGAQgASgEEhMKC2J5dGVzX3RvdGFsGAUgASgEEg0KBWVycm9yGAYgASgJIn0KC0NhY2hlZE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDQoFYnl0ZXMYAyABKAQSEAoIY29tcGxldGUYBCABKAgSLQoJbGFzdF91c2VkGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqOAgoMR3B1RXZlbnRLaW5kEh4KGkdQVV9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSR1BVX0VWRU5UX0tJTkRfWElEEAESIQodR1BVX0VWRU5UX0tJTkRfRUNDX0RPVUJMRV9CSVQQAhIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfUEVORElORxADEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9GQUlMVVJFEAQSGwoXR1BVX0VWRU5UX0tJTkRfR1BVX0xPU1QQBRIeChpHUFVfRVZFTlRfS0lORF9OVkxJTktfRE9XThAGEhoKFkdQVV9FVkVOVF9LSU5EX0NMRUFSRUQQByryAQoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIZChVTSEFSRF9TVEFURV9VTkhFQUxUSFkQAxIYChRTSEFSRF9TVEFURV9EUkFJTklORxAEEhgKFFNIQVJEX1NUQVRFX1NUT1BQSU5HEAUSFwoTU0hBUkRfU1RBVEVfU1RPUFBFRBAGEhYKElNIQVJEX1NUQVRFX0ZBSUxFRBAHEhYKElNIQVJEX1NUQVRFX0VYSVRFRBAIKqcBCg5Nb2RlbFB1bGxTdGF0ZRIgChxNT0RFTF9QVUxMX1NUQVRFX1VOU1BFQ0lGSUVEEAASHAoYTU9ERUxfUFVMTF9TVEFURV9TVEFSVEVEEAESHQoZTU9ERUxfUFVMTF9TVEFURV9QUk9HUkVTUxACEhkKFU1PREVMX1BVTExfU1RBVEVfRE9ORRADEhsKF01PREVMX1BVTExfU1RBVEVfRkFJTEVEEAQyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -70,6 +70,17 @@ export type AgentMessage = Message<"llmgw.v1.AgentMessage"> & {
      */
     value: GpuEvent;
     case: "gpuEvent";
+  } | {
+    /**
+     * Progress and outcome of a PrefetchModel (issue 30): STARTED, PROGRESS
+     * at most a few a second, then DONE or FAILED with a one-line error. A
+     * refused PrefetchModel (a bad repo id, revision or include) is FAILED at
+     * once and downloads nothing.
+     *
+     * @generated from field: llmgw.v1.ModelPull model_pull = 7;
+     */
+    value: ModelPull;
+    case: "modelPull";
   } | { case: undefined; value?: undefined };
 };
 
@@ -113,6 +124,16 @@ export type AgentMessageJson = {
    * @generated from field: llmgw.v1.GpuEvent gpu_event = 6;
    */
   gpuEvent?: GpuEventJson;
+
+  /**
+   * Progress and outcome of a PrefetchModel (issue 30): STARTED, PROGRESS
+   * at most a few a second, then DONE or FAILED with a one-line error. A
+   * refused PrefetchModel (a bad repo id, revision or include) is FAILED at
+   * once and downloads nothing.
+   *
+   * @generated from field: llmgw.v1.ModelPull model_pull = 7;
+   */
+  modelPull?: ModelPullJson;
 };
 
 /**
@@ -275,6 +296,16 @@ export type ControlMessage = Message<"llmgw.v1.ControlMessage"> & {
      */
     value: Ack;
     case: "ack";
+  } | {
+    /**
+     * Pull a model into the node's store ahead of need (issue 30). The hub's
+     * endpoint and token are the agent's own config (models.hub), never the
+     * message's; progress comes back as AgentMessage.model_pull.
+     *
+     * @generated from field: llmgw.v1.PrefetchModel prefetch = 6;
+     */
+    value: PrefetchModel;
+    case: "prefetch";
   } | { case: undefined; value?: undefined };
 };
 
@@ -306,6 +337,15 @@ export type ControlMessageJson = {
    * @generated from field: llmgw.v1.Ack ack = 5;
    */
   ack?: AckJson;
+
+  /**
+   * Pull a model into the node's store ahead of need (issue 30). The hub's
+   * endpoint and token are the agent's own config (models.hub), never the
+   * message's; progress comes back as AgentMessage.model_pull.
+   *
+   * @generated from field: llmgw.v1.PrefetchModel prefetch = 6;
+   */
+  prefetch?: PrefetchModelJson;
 };
 
 /**
@@ -503,6 +543,22 @@ export type Inventory = Message<"llmgw.v1.Inventory"> & {
    * @generated from field: repeated llmgw.v1.NodeCondition conditions = 10;
    */
   conditions: NodeCondition[];
+
+  /**
+   * The models in the node's store (models.cache_dir; none without one),
+   * so placement can prefer a node where a deployment's model is already
+   * complete (issue 30).
+   *
+   * @generated from field: repeated llmgw.v1.CachedModel cached_models = 12;
+   */
+  cachedModels: CachedModel[];
+
+  /**
+   * Bytes the store may still take within models.budget (0 without a store).
+   *
+   * @generated from field: uint64 model_cache_free_bytes = 13;
+   */
+  modelCacheFreeBytes: bigint;
 };
 
 /**
@@ -568,6 +624,22 @@ export type InventoryJson = {
    * @generated from field: repeated llmgw.v1.NodeCondition conditions = 10;
    */
   conditions?: NodeConditionJson[];
+
+  /**
+   * The models in the node's store (models.cache_dir; none without one),
+   * so placement can prefer a node where a deployment's model is already
+   * complete (issue 30).
+   *
+   * @generated from field: repeated llmgw.v1.CachedModel cached_models = 12;
+   */
+  cachedModels?: CachedModelJson[];
+
+  /**
+   * Bytes the store may still take within models.budget (0 without a store).
+   *
+   * @generated from field: uint64 model_cache_free_bytes = 13;
+   */
+  modelCacheFreeBytes?: string;
 };
 
 /**
@@ -1958,6 +2030,227 @@ export const AckSchema: GenMessage<Ack, {jsonType: AckJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 20);
 
 /**
+ * A PrefetchModel: what `llmgw models pull` takes. repo is a hub model id
+ * (org/name); revision a branch, tag or commit (main when empty); include
+ * fnmatch patterns (the whole repo when empty). Bad input is refused with
+ * a ModelPull FAILED naming it.
+ *
+ * @generated from message llmgw.v1.PrefetchModel
+ */
+export type PrefetchModel = Message<"llmgw.v1.PrefetchModel"> & {
+  /**
+   * @generated from field: string repo = 1;
+   */
+  repo: string;
+
+  /**
+   * @generated from field: string revision = 2;
+   */
+  revision: string;
+
+  /**
+   * @generated from field: repeated string include = 3;
+   */
+  include: string[];
+};
+
+/**
+ * A PrefetchModel: what `llmgw models pull` takes. repo is a hub model id
+ * (org/name); revision a branch, tag or commit (main when empty); include
+ * fnmatch patterns (the whole repo when empty). Bad input is refused with
+ * a ModelPull FAILED naming it.
+ *
+ * @generated from message llmgw.v1.PrefetchModel
+ */
+export type PrefetchModelJson = {
+  /**
+   * @generated from field: string repo = 1;
+   */
+  repo?: string;
+
+  /**
+   * @generated from field: string revision = 2;
+   */
+  revision?: string;
+
+  /**
+   * @generated from field: repeated string include = 3;
+   */
+  include?: string[];
+};
+
+/**
+ * Describes the message llmgw.v1.PrefetchModel.
+ * Use `create(PrefetchModelSchema)` to create a new message.
+ */
+export const PrefetchModelSchema: GenMessage<PrefetchModel, {jsonType: PrefetchModelJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 21);
+
+/**
+ * One step of a pull of the node's store (issue 30), keyed by repo and
+ * revision as the PrefetchModel gave them.
+ *
+ * @generated from message llmgw.v1.ModelPull
+ */
+export type ModelPull = Message<"llmgw.v1.ModelPull"> & {
+  /**
+   * @generated from field: string repo = 1;
+   */
+  repo: string;
+
+  /**
+   * @generated from field: string revision = 2;
+   */
+  revision: string;
+
+  /**
+   * @generated from field: llmgw.v1.ModelPullState state = 3;
+   */
+  state: ModelPullState;
+
+  /**
+   * @generated from field: uint64 bytes_done = 4;
+   */
+  bytesDone: bigint;
+
+  /**
+   * @generated from field: uint64 bytes_total = 5;
+   */
+  bytesTotal: bigint;
+
+  /**
+   * Set when FAILED: one line naming what is wrong and what to do.
+   *
+   * @generated from field: string error = 6;
+   */
+  error: string;
+};
+
+/**
+ * One step of a pull of the node's store (issue 30), keyed by repo and
+ * revision as the PrefetchModel gave them.
+ *
+ * @generated from message llmgw.v1.ModelPull
+ */
+export type ModelPullJson = {
+  /**
+   * @generated from field: string repo = 1;
+   */
+  repo?: string;
+
+  /**
+   * @generated from field: string revision = 2;
+   */
+  revision?: string;
+
+  /**
+   * @generated from field: llmgw.v1.ModelPullState state = 3;
+   */
+  state?: ModelPullStateJson;
+
+  /**
+   * @generated from field: uint64 bytes_done = 4;
+   */
+  bytesDone?: string;
+
+  /**
+   * @generated from field: uint64 bytes_total = 5;
+   */
+  bytesTotal?: string;
+
+  /**
+   * Set when FAILED: one line naming what is wrong and what to do.
+   *
+   * @generated from field: string error = 6;
+   */
+  error?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.ModelPull.
+ * Use `create(ModelPullSchema)` to create a new message.
+ */
+export const ModelPullSchema: GenMessage<ModelPull, {jsonType: ModelPullJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 22);
+
+/**
+ * A model in the node's store. complete: every file of a pulled revision is
+ * verified in place (a partial pull is listed, never complete). bytes
+ * counts partial files too. last_used: the last pull, start or stop of a
+ * shard using it (what LRU eviction orders by).
+ *
+ * @generated from message llmgw.v1.CachedModel
+ */
+export type CachedModel = Message<"llmgw.v1.CachedModel"> & {
+  /**
+   * @generated from field: string repo = 1;
+   */
+  repo: string;
+
+  /**
+   * @generated from field: string revision = 2;
+   */
+  revision: string;
+
+  /**
+   * @generated from field: uint64 bytes = 3;
+   */
+  bytes: bigint;
+
+  /**
+   * @generated from field: bool complete = 4;
+   */
+  complete: boolean;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp last_used = 5;
+   */
+  lastUsed?: Timestamp | undefined;
+};
+
+/**
+ * A model in the node's store. complete: every file of a pulled revision is
+ * verified in place (a partial pull is listed, never complete). bytes
+ * counts partial files too. last_used: the last pull, start or stop of a
+ * shard using it (what LRU eviction orders by).
+ *
+ * @generated from message llmgw.v1.CachedModel
+ */
+export type CachedModelJson = {
+  /**
+   * @generated from field: string repo = 1;
+   */
+  repo?: string;
+
+  /**
+   * @generated from field: string revision = 2;
+   */
+  revision?: string;
+
+  /**
+   * @generated from field: uint64 bytes = 3;
+   */
+  bytes?: string;
+
+  /**
+   * @generated from field: bool complete = 4;
+   */
+  complete?: boolean;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp last_used = 5;
+   */
+  lastUsed?: TimestampJson;
+};
+
+/**
+ * Describes the message llmgw.v1.CachedModel.
+ * Use `create(CachedModelSchema)` to create a new message.
+ */
+export const CachedModelSchema: GenMessage<CachedModel, {jsonType: CachedModelJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 23);
+
+/**
  * @generated from enum llmgw.v1.GpuEventKind
  */
 export enum GpuEventKind {
@@ -2078,6 +2371,53 @@ export type ShardStateJson = "SHARD_STATE_UNSPECIFIED" | "SHARD_STATE_STARTING" 
  */
 export const ShardStateSchema: GenEnum<ShardState, ShardStateJson> = /*@__PURE__*/
   enumDesc(file_llmgw_v1_agent, 1);
+
+/**
+ * @generated from enum llmgw.v1.ModelPullState
+ */
+export enum ModelPullState {
+  /**
+   * @generated from enum value: MODEL_PULL_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Accepted; waiting for the model's lock or resolving the revision.
+   *
+   * @generated from enum value: MODEL_PULL_STATE_STARTED = 1;
+   */
+  STARTED = 1,
+
+  /**
+   * Bytes arriving; bytes_done of bytes_total fetched.
+   *
+   * @generated from enum value: MODEL_PULL_STATE_PROGRESS = 2;
+   */
+  PROGRESS = 2,
+
+  /**
+   * Complete and verified in the store.
+   *
+   * @generated from enum value: MODEL_PULL_STATE_DONE = 3;
+   */
+  DONE = 3,
+
+  /**
+   * @generated from enum value: MODEL_PULL_STATE_FAILED = 4;
+   */
+  FAILED = 4,
+}
+
+/**
+ * @generated from enum llmgw.v1.ModelPullState
+ */
+export type ModelPullStateJson = "MODEL_PULL_STATE_UNSPECIFIED" | "MODEL_PULL_STATE_STARTED" | "MODEL_PULL_STATE_PROGRESS" | "MODEL_PULL_STATE_DONE" | "MODEL_PULL_STATE_FAILED";
+
+/**
+ * Describes the enum llmgw.v1.ModelPullState.
+ */
+export const ModelPullStateSchema: GenEnum<ModelPullState, ModelPullStateJson> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_agent, 2);
 
 /**
  * AgentService is served by the control plane; every node agent holds one

@@ -34,11 +34,19 @@ const booted = new Set<SystemdLab>();
 /** Every lab this process booted, by PID 1 and top cgroup: what leftovers() checks, and only that (other suites may run labs of their own). */
 const everBooted: { pid: number; cgroup: string | undefined }[] = [];
 
+let availability: Promise<string | undefined> | undefined;
+
 /**
  * Why a lab cannot boot on this machine (not root, no systemd binary, no namespaces), or
  * undefined when it can; checked by booting one, because only that proves namespaces work.
+ * Once per process: test files that share a worker (isolate: false) boot that lab once.
  */
-export async function labUnavailableReason(): Promise<string | undefined> {
+export function labUnavailableReason(): Promise<string | undefined> {
+  availability ??= checkLab();
+  return availability;
+}
+
+async function checkLab(): Promise<string | undefined> {
   if (process.getuid?.() !== 0) return 'the systemd lab needs root (namespaces, mounts)';
   if (!existsSync('/lib/systemd/systemd')) return 'the systemd lab needs /lib/systemd/systemd (apt-get install systemd)';
   try {

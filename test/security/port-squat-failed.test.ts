@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +7,7 @@ import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helper
 import { freePort } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 import { simStart } from '../helpers/sim-shards.js';
+import { killSquatters, NOBODY, startSquatter } from '../helpers/squatter.js';
 import { expectAgentUnharmed } from './agent-unharmed.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 
@@ -19,39 +19,23 @@ import { type HostileControlPlane, startHostileControlPlane } from './hostile-co
  * reason, and an operator had to dig it out of the engine's log.
  */
 
-const NOBODY = 65534;
 const root = mkdtempSync(join(tmpdir(), 'llmgw-sec-squat-failed-'));
 let cp: HostileControlPlane;
-const squatters: ChildProcess[] = [];
 
 beforeAll(async () => {
   cp = await startHostileControlPlane();
 });
-afterEach(() => {
-  for (const s of squatters.splice(0)) {
-    if (s.exitCode === null && s.signalCode === null) s.kill('SIGKILL');
-  }
-});
+afterEach(killSquatters);
 afterAll(async () => {
   await cp?.close();
   rmSync(root, { recursive: true, force: true });
 });
 
-/** As nobody, from `/`: a listener on 127.0.0.1:`port` that stays; resolves once it listens. */
-async function squat(port: number): Promise<ChildProcess> {
-  const code = `require('net').createServer((s)=>s.destroy()).listen(${port},'127.0.0.1',()=>console.log('up'))`;
-  const child = spawn('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', process.execPath, '-e', code], {
-    cwd: '/',
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  squatters.push(child);
-  await new Promise<void>((resolve, reject) => {
-    child.once('exit', (c) => reject(new Error(`the squatter exited (${c}) before it listened`)));
-    child.stdout?.on('data', (b: Buffer) => {
-      if (b.toString().includes('up')) resolve();
-    });
-  });
-  return child;
+/** As nobody: a listener on 127.0.0.1:`port` that stays; resolves once it listens. */
+async function squat(port: number) {
+  const s = startSquatter(`require('net').createServer((s)=>s.destroy()).listen(${port},'127.0.0.1',()=>console.log('up'))`);
+  await s.up;
+  return s.child;
 }
 
 describe.skipIf(process.geteuid?.() !== 0)('a local user squatting a loading shard\'s port until the engine gives up (review 2, N7)', () => {

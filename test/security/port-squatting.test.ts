@@ -1,4 +1,3 @@
-import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -8,6 +7,7 @@ import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helper
 import { freePort, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 import { simStart } from '../helpers/sim-shards.js';
+import { killSquatters, NOBODY, startSquatter as startNobody } from '../helpers/squatter.js';
 import { type HostileControlPlane, startHostileControlPlane } from './hostile-control-plane.js';
 import { expectAgentUnharmed } from './agent-unharmed.js';
 
@@ -18,19 +18,13 @@ import { expectAgentUnharmed } from './agent-unharmed.js';
  * plane sent its traffic to the squatter.
  */
 
-const NOBODY = 65534;
 const root = mkdtempSync(join(tmpdir(), 'llmgw-sec-squat-'));
 let cp: HostileControlPlane;
-const squatters: ChildProcess[] = [];
 
 beforeAll(async () => {
   cp = await startHostileControlPlane();
 });
-afterEach(() => {
-  for (const s of squatters.splice(0)) {
-    if (s.exitCode === null && s.signalCode === null) s.kill('SIGKILL');
-  }
-});
+afterEach(killSquatters);
 afterAll(async () => {
   await cp?.close();
   rmSync(root, { recursive: true, force: true });
@@ -42,24 +36,10 @@ afterAll(async () => {
  * /v1/models listing `model`, as the engine would. It prints "up" once
  * listening and a line per request it was sent.
  */
-function startSquatter(port: number, model: string): { child: ChildProcess; requests: string[]; up: Promise<void> } {
+function startSquatter(port: number, model: string) {
   const code = `require('http').createServer((q,s)=>{console.log('request '+q.url);if(q.url==='/v1/models'){s.writeHead(200,{'content-type':'application/json'});s.end(JSON.stringify({object:'list',data:[{id:${JSON.stringify(model)},object:'model'}]}))}else{s.writeHead(200);s.end()}}).listen(${port},'127.0.0.1',()=>console.log('up'))`;
-  const child = spawn('setpriv', [`--reuid=${NOBODY}`, `--regid=${NOBODY}`, '--clear-groups', process.execPath, '-e', code], {
-    cwd: '/',
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
-  squatters.push(child);
-  const requests: string[] = [];
-  const up = new Promise<void>((resolve, reject) => {
-    child.on('exit', (code) => reject(new Error(`the squatter exited (${code}) before it listened`)));
-    child.stdout?.on('data', (b: Buffer) => {
-      for (const line of b.toString().trim().split('\n')) {
-        if (line === 'up') resolve();
-        else requests.push(line);
-      }
-    });
-  });
-  return { child, requests, up };
+  const s = startNobody(code);
+  return { child: s.child, requests: s.lines, up: s.up };
 }
 
 const stateNames = (shardId: string) =>

@@ -16,6 +16,7 @@ import type { EngineAccount } from './engines/engine-account.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
+import { NodeModels } from './models/node-models.js';
 import { NodeConditions } from './node-conditions.js';
 import type { Outbox } from './connection/outbox.js';
 import { type AdoptResultView, RecoverEngines } from './supervisor/orphans/recover-engines.js';
@@ -68,6 +69,8 @@ export class Agent {
   private readonly recovery: RecoverEngines;
   /** What the admin socket asks of this agent. */
   readonly admin: AdminBackend;
+  /** The node's model store: PrefetchModel, pins, what Inventory says of it (issue 30). */
+  readonly models: NodeModels;
   /** The agent's recent state changes, for `ctl events` and `ctl top`. */
   readonly events = new AgentEventRing();
   /** DiskPressure and Cordoned: in every Inventory, and what refuses a new start while one holds. */
@@ -111,6 +114,14 @@ export class Agent {
       },
     });
     this.reporter.follow(opts.supervisor);
+    this.models = new NodeModels({
+      models: c.models,
+      configPath: 'the agent config',
+      send: (pull) => this.reporter.send({ case: 'modelPull', value: pull }),
+      onChange: () => this.reporter.send({ case: 'inventory', value: this.inventory }),
+      refreshIntervalMs: c.discovery.intervalMs,
+      logger: this.log,
+    });
     opts.supervisor.on('transition', (t) => this.events.record(shardTransitionEvent(t)));
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.reporter.send({ case: 'inventory', value: this.inventory }));
@@ -122,6 +133,7 @@ export class Agent {
       gpuFault: (gpuIndex) => this.health?.describeFault(gpuIndex),
       foreignMemoryShare: c.discovery.foreignMemoryShare,
       nodeRefusal: () => this.conditions.refusal(),
+      models: this.models,
       logger: this.log,
     });
     this.commands = new ShardCommands({
@@ -130,6 +142,7 @@ export class Agent {
       admission,
       report,
       logger: this.log,
+      models: this.models,
       onRefused: (what, shard, why) => this.events.record(refusalEvent(what, shard, why)),
     });
     this.recovery = new RecoverEngines({
@@ -192,9 +205,12 @@ export class Agent {
     // Recovery first and without waiting on hardware discovery: adopted
     // engines settle in the background and must not wait for nvidia-smi.
     this.recordAdoptions(await this.recovery.recover());
+    // Pins become those of the shards the agent has: a crash's leftovers go, adopted shards keep theirs.
+    await this.models.reconcile(this.opts.supervisor.list().map((s) => s.spec));
     const stopWatching = () => {
       this.inventoryWatcher.stop();
       this.conditions.close();
+      this.models.close();
       this.opts.sampler.close();
       // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for.
       this.healthClosed ??= this.health?.close();
@@ -275,6 +291,9 @@ export class Agent {
     marked.conditions = this.conditions.list();
     const held = this.conditions.warnings();
     if (held.length > 0) marked.warnings = [...scanned.warnings, ...held];
+    const cache = this.models.current();
+    marked.cachedModels = cache.cachedModels;
+    marked.modelCacheFreeBytes = cache.freeBytes;
     return marked;
   }
 
@@ -298,6 +317,10 @@ export class Agent {
         return;
       case 'drain':
         void this.commands.drainCommand(m.msg.value.shardId);
+        return;
+      case 'prefetch':
+        // In the background, like a start: a pull takes minutes; its progress goes out as ModelPull.
+        void this.models.prefetch(m.msg.value);
         return;
       case 'ack':
         if (!m.msg.value.ok) {

@@ -10,6 +10,7 @@ import { refusedStatus, statusFromSnapshot } from './connection/shard-report.js'
 import { RepeatedStartError } from './supervisor/launch-admission.js';
 import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from './supervisor/supervisor.js';
+import { type NodeModels, StartCancelledError } from './models/node-models.js';
 import type { StartAdmission } from './start-admission.js';
 
 export interface ShardCommandsOptions {
@@ -20,6 +21,8 @@ export interface ShardCommandsOptions {
   /** Sends a status to the control plane now, or after the next Register. */
   report: (status: ShardStatus) => void;
   logger: Logger;
+  /** The node's model store: a shard's pin is let go when it is removed or its start refused. */
+  models?: NodeModels;
   /** Told of each start or drain refused, with why (`ctl events`); unlike the log, not rate-limited, since the ring is bounded. */
   onRefused?: (what: 'start' | 'drain', shard: { shardId: string; replicaId: string }, why: string) => void;
 }
@@ -62,6 +65,8 @@ export class ShardCommands {
       started = await this.sup.start(admitted.spec, admitted.launch);
     } catch (err) {
       if (err instanceof RepeatedStartError) return;
+      // Stopped while it waited for its model's pull: the stop reports STOPPED.
+      if (err instanceof StartCancelledError) return;
       this.refusals.warn({ shard: spec.shardId, replica: spec.replicaId, err: errorMessage(err) }, 'refused to start a shard');
       report(refusedStatus(nodeId, spec, errorMessage(err)));
       this.opts.onRefused?.('start', spec, errorMessage(err));
@@ -113,11 +118,14 @@ export class ShardCommands {
 
   private async stopOnce(id: ShardId, grace: StopShard['grace']): Promise<void> {
     const { nodeId, report } = this.opts;
+    // A start still waiting for its model's pull gives up at once.
+    this.opts.models?.cancelWait(id);
     // A start still validating or launching finishes first, so that a stop
     // never races it and leaves an engine behind.
     await this.sup.launchSettled(id);
     const shard = this.sup.get(id);
     if (!shard) {
+      void this.opts.models?.unpin(id);
       // Nothing runs under that id: report it stopped, which is the truth.
       report(create(ShardStatusSchema, { nodeId, shardId: id, state: ShardState.STOPPED }));
       return;
@@ -125,6 +133,7 @@ export class ShardCommands {
     try {
       const after = await this.sup.stop(id, { graceMs: grace ? durationMs(grace) : undefined });
       this.sup.remove(id);
+      void this.opts.models?.unpin(id);
       // A shard already FAILED or EXITED makes no transition when stopped, but
       // the control plane waits for STOPPED before it hands out its GPUs.
       if (after.state !== ShardState.STOPPED) {

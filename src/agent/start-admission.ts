@@ -11,6 +11,7 @@ import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines
 import type { ValidationContext } from './engines/engine.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { isPortFree } from './engines/is-port-free.js';
+import type { NodeModels } from './models/node-models.js';
 import type { ShardLaunch } from './supervisor/launch/launch-shard.js';
 import type { Supervisor } from './supervisor/supervisor.js';
 
@@ -29,6 +30,8 @@ export interface StartAdmissionOptions {
    * none does (node-conditions.ts).
    */
   nodeRefusal?: () => string | undefined;
+  /** The node's model store: a start waits for a pull of its model, and pins it before launch. */
+  models?: NodeModels;
   logger: Logger;
 }
 
@@ -62,6 +65,7 @@ export class StartAdmission {
     const refusal = this.opts.nodeRefusal?.();
     if (refusal !== undefined) throw failure(refusal);
     this.refuseUnfitGpus(given);
+    await this.waitForModelPull(given);
     const spec = await this.withWorkerPort(given);
     return { spec, launch: () => this.plan(spec) };
   }
@@ -103,12 +107,31 @@ export class StartAdmission {
     return chosen;
   }
 
+  /**
+   * A start of a model being pulled into the node's store waits for the pull
+   * (NodeModels.waitForPull, bounded by the shard's startup_timeout) rather
+   * than have its engine download the same files beside it. Before the
+   * reservation: a wait of minutes must hold no launch slot, which would
+   * stall every other start.
+   */
+  private async waitForModelPull(spec: CheckedStartShard): Promise<void> {
+    await this.opts.models?.waitForPull(spec);
+  }
+
   /** Validation before launching: an engine that refuses a profile does so after minutes of model loading; here it costs nothing. */
   private async plan(spec: CheckedStartShard): Promise<ShardLaunch> {
     const engine = this.opts.engines.get(spec.profile?.engine ?? '');
-    await engine.validate(spec, this.validationContext(spec));
-    const plan = engine.command(spec);
-    return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan) };
+    // Pinned before validate() judges the model complete (and so offline): nothing evicts it between that and the engine reading it.
+    await this.opts.models?.pin(spec);
+    try {
+      await engine.validate(spec, this.validationContext(spec));
+      const plan = engine.command(spec);
+      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan) };
+    } catch (err) {
+      // Refused: no engine of this shard reads the model.
+      if (!this.opts.supervisor.get(spec.shardId)) await this.opts.models?.unpin(spec.shardId);
+      throw err;
+    }
   }
 
   private validationContext(spec: CheckedStartShard): ValidationContext {

@@ -1,6 +1,6 @@
 import type { EventEmitter } from 'node:events';
 import { create } from '@bufbuild/protobuf';
-import { AckSchema, type AgentMessage, GpuEventKind, InventorySchema, type Register } from '../gen/llmgw/v1/agent_pb.js';
+import { AckSchema, type AgentMessage, GpuEventKind, InventorySchema, ModelPullState, type Register } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
 import type { ControlPlaneEvents } from './control-plane-events.js';
 import type { MessageHistory } from './message-history.js';
@@ -84,6 +84,16 @@ export class AgentMessageReceiver {
         this.#p.reconciler?.placeAll();
         this.#delivered(nodeId, m);
         return;
+      case 'modelPull': {
+        // A PrefetchModel's progress: read by whoever asked (tests, an operator's log); placement waits for the Inventory that lists the model.
+        const p = msg.value;
+        const fields = { node: nodeId, repo: p.repo, revision: p.revision, state: ModelPullState[p.state] ?? String(p.state), bytesDone: Number(p.bytesDone), bytesTotal: Number(p.bytesTotal) };
+        if (p.state === ModelPullState.FAILED) this.#log.warn({ ...fields, err: p.error }, 'model pull');
+        else this.#log.info(fields, 'model pull');
+        this.#p.history.record(nodeId, m);
+        this.#delivered(nodeId, m);
+        return;
+      }
       case 'gpuEvent': {
         const e = msg.value;
         // Placement learns the GPU's health from the Inventory that follows; the event says why, for whoever reads this log.

@@ -1,6 +1,7 @@
 import type { Gpu, GpuProcess } from '../gen/llmgw/v1/agent_pb.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { DeploymentReplica } from './deployment.js';
+import { profileModelKey } from './warm-models.js';
 
 /** A connected node as placement sees it. */
 export interface PlacementNode {
@@ -11,6 +12,8 @@ export interface PlacementNode {
   usedGpus: ReadonlySet<number>;
   /** The node's compute processes (Inventory.processes): memory they do not explain is someone else's. */
   processes?: readonly GpuProcess[];
+  /** Models complete in the node's store (warmModels: `org/name@revision`): a replica of one loads there from local disk. */
+  warmModels?: ReadonlySet<string>;
 }
 
 export interface ShardPlacement {
@@ -26,13 +29,16 @@ export type PlacementResult = { ok: true; shards: ShardPlacement[] } | { ok: fal
  * profile's compute capability, and whose memory is not held by something
  * the node cannot see (the agent refuses those: placing there again and
  * again would loop on refusals). The fullest node that still fits goes first
- * (best fit), so that large replicas later still find whole empty nodes; ties
- * go by node id so that a placement is reproducible. The first node chosen
- * hosts rank 0, the leader.
+ * (best fit), so that large replicas later still find whole empty nodes; of
+ * nodes that fit as well, one whose store holds the replica's model complete
+ * goes first (its engine loads from local disk, offline, instead of minutes
+ * of download: issue 30); then by node id so that a placement is
+ * reproducible. The first node chosen hosts rank 0, the leader.
  */
 export function placeReplica(replica: DeploymentReplica, nodes: readonly PlacementNode[]): PlacementResult {
   const min = replica.profile.minComputeCapability;
-  const fits: { id: string; free: number[] }[] = [];
+  const model = profileModelKey(replica.profile);
+  const fits: { id: string; free: number[]; warm: boolean }[] = [];
   /** "node-a GPU 3, 4": left out only for memory nobody listed holds, which the reason must say. */
   const squatted: string[] = [];
   for (const node of nodes) {
@@ -44,7 +50,7 @@ export function placeReplica(replica: DeploymentReplica, nodes: readonly Placeme
       .filter((g) => !foreign.includes(g))
       .map((g) => g.index)
       .sort((a, b) => a - b);
-    if (free.length >= replica.gpusPerShard) fits.push({ id: node.id, free });
+    if (free.length >= replica.gpusPerShard) fits.push({ id: node.id, free, warm: node.warmModels?.has(model) === true });
   }
   if (fits.length < replica.nnodes) {
     const where = replica.pool === '' ? 'connected nodes' : `connected nodes of pool ${replica.pool}`;
@@ -56,7 +62,7 @@ export function placeReplica(replica: DeploymentReplica, nodes: readonly Placeme
         (squatted.length > 0 ? ` (left out, their memory used by no process the node lists: ${squatted.join('; ')})` : ''),
     };
   }
-  fits.sort((a, b) => a.free.length - b.free.length || a.id.localeCompare(b.id));
+  fits.sort((a, b) => a.free.length - b.free.length || Number(b.warm) - Number(a.warm) || a.id.localeCompare(b.id));
   return {
     ok: true,
     shards: fits.slice(0, replica.nnodes).map((n) => ({ nodeId: n.id, gpuIndices: n.free.slice(0, replica.gpusPerShard) })),

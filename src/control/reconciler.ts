@@ -8,7 +8,6 @@ import { checkDeploymentPlaceable, type Unplaceable } from './check-deployment-p
 import type { Deployment } from './deployment.js';
 import type { NodeRecord } from './node-view.js';
 import { type PlacementNode, placeReplica } from './place-replica.js';
-import { nodeTakesShards } from './node-takes-shards.js';
 import { PortPool } from './port-pool.js';
 import { ReplicaLifecycle } from './replica-lifecycle.js';
 import type { ReplicaRecord, ShardRecord } from './replica-record.js';
@@ -20,6 +19,7 @@ import { shardStateName } from './shard-state-name.js';
 import { startShardMessage } from './start-shard-message.js';
 import { StoppingShards } from './stopping-shards.js';
 import { toReplicaView } from './to-replica-view.js';
+import { warmModels } from './warm-models.js';
 
 /** What the reconciler needs from the control plane around it. */
 export interface ReconcilerHost {
@@ -292,9 +292,15 @@ export class Reconciler {
   #placementNodes(): PlacementNode[] {
     const out: PlacementNode[] = [];
     for (const node of this.#host.nodes()) {
-      // A cordoned node (or one with disk pressure) keeps its shards but gets no new one.
-      if (!node.connected || !nodeTakesShards(node.register, node.inventory)) continue;
-      out.push({ id: node.id, labels: node.register.labels, gpus: node.inventory.gpus, usedGpus: new Set(this.gpuOwners(node.id).keys()), processes: node.inventory.processes });
+      if (!node.connected) continue;
+      out.push({
+        id: node.id,
+        labels: node.register.labels,
+        gpus: node.inventory.gpus,
+        usedGpus: new Set(this.gpuOwners(node.id).keys()),
+        processes: node.inventory.processes,
+        warmModels: warmModels(node.inventory),
+      });
     }
     return out;
   }

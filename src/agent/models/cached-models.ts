@@ -1,0 +1,36 @@
+import { create } from '@bufbuild/protobuf';
+import { timestampFromMs } from '@bufbuild/protobuf/wkt';
+import { type CachedModel, CachedModelSchema } from '../../gen/llmgw/v1/agent_pb.js';
+import type { StoredModel } from '../../models/scan-store.js';
+
+/** What Inventory says of the node's store: its models, and the room left within models.budget. */
+export interface CachedModelsView {
+  cachedModels: CachedModel[];
+  freeBytes: bigint;
+}
+
+export const NO_STORE: CachedModelsView = { cachedModels: [], freeBytes: 0n };
+
+/**
+ * The store as placement reads it: one entry per revision pulled (a model
+ * with none, one an engine fetched by itself, is listed with revision ''
+ * and never complete), so a deployment can be matched on its model at its
+ * --revision. bytes are the model's whole, partial files included; free is
+ * what the budget still allows, not the disk's free space.
+ */
+export function cachedModelsView(models: readonly StoredModel[], budget: number): CachedModelsView {
+  const cachedModels: CachedModel[] = [];
+  let used = 0;
+  for (const m of models) {
+    used += m.bytes;
+    // Whole milliseconds: a pin folder's mtimeMs has a fraction, which Timestamp.nanos cannot encode (and the stream dies on).
+    const lastUsed = timestampFromMs(Math.floor(m.lastUsedMs));
+    const refs = Object.entries(m.refs).sort(([a], [b]) => a.localeCompare(b));
+    if (refs.length === 0) cachedModels.push(create(CachedModelSchema, { repo: m.repo, revision: '', bytes: BigInt(m.bytes), complete: false, lastUsed }));
+    for (const [revision, commit] of refs) {
+      const complete = m.completeCommits.includes(commit);
+      cachedModels.push(create(CachedModelSchema, { repo: m.repo, revision, bytes: BigInt(m.bytes), complete, lastUsed }));
+    }
+  }
+  return { cachedModels, freeBytes: BigInt(Math.max(0, Math.floor(budget - used))) };
+}

@@ -1,0 +1,168 @@
+import { durationMs } from '@bufbuild/protobuf/wkt';
+import type { ModelPull, PrefetchModel, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { errorMessage } from '../../lib/errors.js';
+import type { Logger } from '../../lib/logger.js';
+import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-options.js';
+import { scanStore } from '../../models/scan-store.js';
+import type { ModelsConfig } from '../config/agent-config.js';
+import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-lifecycle.js';
+import { type CachedModelsView, NO_STORE, cachedModelsView } from './cached-models.js';
+import { ModelPrefetch } from './model-prefetch.js';
+import { ShardModelPins, shardHubModel } from './shard-model-pins.js';
+import { pullOutlastedStart, waitForModelPull } from './wait-for-model-pull.js';
+
+export interface NodeModelsOptions {
+  models: ModelsConfig;
+  configPath: string;
+  /** A ModelPull to the control plane. */
+  send: (pull: ModelPull) => void;
+  /** The store's models or free space changed: a new Inventory should go out. */
+  onChange: () => void;
+  /** How often the store is scanned again for what this agent did not do (`models pull` or `rm` in a shell): discovery.interval. */
+  refreshIntervalMs: number;
+  logger: Logger;
+}
+
+/** Thrown into a start waiting for its model's pull when a StopShard of it comes: the stop reports, the start says nothing. */
+export class StartCancelledError extends Error {}
+
+/**
+ * The agent's use of the node's model store (issue 30): PrefetchModel,
+ * the wait of a start whose model is being pulled, the pins of shards, and
+ * what Inventory says of the store. Without models.cache_dir it holds no
+ * store: prefetches are refused with the reason, starts neither wait nor pin.
+ */
+export class NodeModels {
+  readonly store: ModelStore | undefined;
+  private readonly prefetcher: ModelPrefetch;
+  private readonly pins: ShardModelPins | undefined;
+  private readonly life = new AbortController();
+  /** Starts waiting for a pull, by shard id: a stop ends the wait. */
+  private readonly waits = new Map<string, AbortController>();
+  private view: CachedModelsView = NO_STORE;
+  private viewKey = '';
+  private refreshing: Promise<void> | undefined;
+  private refreshAgain = false;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(private readonly opts: NodeModelsOptions) {
+    this.store = opts.models.cacheDir === '' ? undefined : modelStoreFromConfig(opts.models, opts.configPath);
+    this.pins = this.store && new ShardModelPins(this.store.layout);
+    this.prefetcher = new ModelPrefetch({ store: this.store, send: opts.send, onStoreChanged: () => void this.refresh(), signal: this.life.signal, logger: opts.logger });
+  }
+
+  /** What Inventory carries: cached_models and model_cache_free_bytes, as last scanned. */
+  current(): CachedModelsView {
+    return this.view;
+  }
+
+  prefetch(m: PrefetchModel): Promise<void> {
+    return this.prefetcher.prefetch(m);
+  }
+
+  /**
+   * Before a start is reserved: waits while the shard's model is being
+   * pulled, bounded by the shard's startup_timeout (a refusal naming the
+   * pull when it runs out) and ended by a stop of the shard
+   * (StartCancelledError).
+   */
+  async waitForPull(spec: Pick<StartShard, 'shardId' | 'replicaId' | 'profile'>): Promise<void> {
+    const repo = shardHubModel(spec);
+    if (!this.store || repo === undefined) return;
+    const timeoutMs = spec.profile?.startupTimeout ? durationMs(spec.profile.startupTimeout) : DEFAULT_STARTUP_TIMEOUT_MS;
+    const stop = new AbortController();
+    this.waits.set(spec.shardId, stop);
+    const signal = AbortSignal.any([stop.signal, AbortSignal.timeout(timeoutMs), this.life.signal]);
+    try {
+      await waitForModelPull({
+        layout: this.store.layout,
+        repo,
+        prefetching: this.prefetcher.inProgress(repo),
+        signal,
+        onWait: () => this.opts.logger.info({ shard: spec.shardId, replica: spec.replicaId, model: repo }, 'start waits for the pull of its model in progress'),
+      });
+    } catch (err) {
+      if (stop.signal.aborted) throw new StartCancelledError(`shard ${spec.shardId} was stopped while waiting for the pull of ${repo}`);
+      if (signal.aborted && !this.life.signal.aborted) throw pullOutlastedStart(repo, timeoutMs);
+      throw err;
+    } finally {
+      if (this.waits.get(spec.shardId) === stop) this.waits.delete(spec.shardId);
+    }
+  }
+
+  /** A StopShard came: a start of that shard still waiting for its pull gives up. */
+  cancelWait(shardId: string): void {
+    this.waits.get(shardId)?.abort();
+  }
+
+  /** Before the engine launches: its model is kept in the store until the shard is removed. */
+  async pin(spec: Pick<StartShard, 'shardId' | 'profile'>): Promise<void> {
+    await this.pins?.pin(spec);
+  }
+
+  /** The shard is removed (or its start refused): its model may be evicted again. Never throws. */
+  async unpin(shardId: string): Promise<void> {
+    try {
+      await this.pins?.unpin(shardId);
+    } catch (err) {
+      this.opts.logger.warn({ shard: shardId, err: errorMessage(err) }, 'could not unpin the shard\'s model; the next agent start removes the pin');
+    }
+    void this.refresh();
+  }
+
+  /**
+   * At agent start, once engines are recovered: the pins become those of the
+   * shards the agent has, so a pin a crash left never keeps a model for
+   * ever; then the first scan for Inventory.
+   */
+  async reconcile(shards: readonly Pick<StartShard, 'shardId' | 'profile'>[]): Promise<void> {
+    if (this.pins) {
+      try {
+        const removed = await this.pins.reconcile(shards);
+        if (removed.length > 0) this.opts.logger.info({ pins: removed }, 'removed the pins of shards this agent no longer has');
+      } catch (err) {
+        this.opts.logger.warn({ err: errorMessage(err) }, 'could not reconcile the model store\'s pins');
+      }
+    }
+    await this.refresh();
+    if (this.store && !this.life.signal.aborted) {
+      this.timer ??= setInterval(() => void this.refresh(), this.opts.refreshIntervalMs);
+      this.timer.unref();
+    }
+  }
+
+  /** Scans the store again; onChange when what Inventory says of it changed. Scans run one at a time. */
+  refresh(): Promise<void> {
+    if (!this.store) return Promise.resolve();
+    if (this.refreshing) {
+      this.refreshAgain = true;
+      return this.refreshing;
+    }
+    const store = this.store;
+    this.refreshing = (async () => {
+      do {
+        this.refreshAgain = false;
+        try {
+          const view = cachedModelsView(await scanStore(store.layout), store.budget);
+          const key = JSON.stringify(view, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
+          this.view = view;
+          if (key !== this.viewKey) {
+            this.viewKey = key;
+            this.opts.onChange();
+          }
+        } catch (err) {
+          this.opts.logger.warn({ err: errorMessage(err) }, 'could not scan the model store');
+        }
+      } while (this.refreshAgain);
+    })().finally(() => {
+      this.refreshing = undefined;
+    });
+    return this.refreshing;
+  }
+
+  /** Ends pulls in progress (their partial files stay, resumed by the next pull) and the rescans. */
+  close(): void {
+    this.life.abort();
+    clearInterval(this.timer);
+  }
+}

@@ -1,0 +1,58 @@
+import { failure } from '../../lib/errors.js';
+import { lockModel, tryLockModel } from '../../models/model-lock.js';
+import type { StoreLayout } from '../../models/store-layout.js';
+
+export interface WaitForModelPullOptions {
+  layout: StoreLayout;
+  repo: string;
+  /** This agent's prefetches of the model (ModelPrefetch.inProgress), which may not hold the lock yet. */
+  prefetching: Promise<void> | undefined;
+  /** The shard's startup_timeout, and a stop of the shard. */
+  signal: AbortSignal;
+  /** Told once, when there is a pull to wait for. */
+  onWait: () => void;
+}
+
+/**
+ * Waits until no one pulls `repo` into the store: a prefetch of this agent,
+ * or any process holding the model's lock (`llmgw models pull` in a shell).
+ * An engine started meanwhile would download the same files beside the
+ * pull, into the same cache; once the pull ends it finds them local and,
+ * validated then, starts offline. The lock is taken and given back at once:
+ * holding it is what a pull does, a wait only needs to know it is free.
+ * Whether it waited; throws the signal's reason when it aborts first.
+ */
+export async function waitForModelPull(o: WaitForModelPullOptions): Promise<boolean> {
+  let waited = false;
+  if (o.prefetching) {
+    o.onWait();
+    waited = true;
+    await abortable(o.prefetching, o.signal);
+  }
+  const free = await tryLockModel(o.layout, o.repo);
+  if (free) {
+    free.release();
+    return waited;
+  }
+  if (!waited) o.onWait();
+  const lock = await lockModel(o.layout, o.repo, o.signal);
+  lock.release();
+  return true;
+}
+
+function abortable(p: Promise<void>, signal: AbortSignal): Promise<void> {
+  signal.throwIfAborted();
+  return new Promise<void>((resolve, reject) => {
+    const onAbort = () => reject(signal.reason);
+    signal.addEventListener('abort', onAbort, { once: true });
+    p.then(resolve, resolve).finally(() => signal.removeEventListener('abort', onAbort));
+  });
+}
+
+/** The refusal of a start whose model was still being pulled when its startup_timeout ran out. */
+export function pullOutlastedStart(repo: string, timeoutMs: number) {
+  return failure(
+    `${repo} was still being pulled into the model store after ${Math.round(timeoutMs / 1000)}s, the shard's startup_timeout; ` +
+      'start it again once `llmgw models list` shows it complete, or give it a longer startup_timeout',
+  );
+}

@@ -1,0 +1,192 @@
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import {
+  type AgentMessage,
+  type Inventory,
+  type ModelPull,
+  ModelPullState,
+  PrefetchModelSchema,
+  ShardState,
+  type ShardStatus,
+  StopShardSchema,
+} from '../../src/gen/llmgw/v1/agent_pb.js';
+import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
+import { freePort, until } from '../helpers/engine-processes.js';
+import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
+import { startControlPlane } from '../helpers/start-control-plane.js';
+import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
+
+/*
+ * The model store through the real agent (issue 30): PrefetchModel and its
+ * ModelPull progress, Inventory's cached models, a start that waits for its
+ * model's pull and then runs offline, the pins of running shards. The hub is
+ * FakeHub, which counts every request.
+ */
+
+const TINY = bytes(200_000, 11);
+const OTHER = bytes(200_000, 12);
+const hub = new FakeHub();
+hub.repos.set('acme/tiny', fakeRepo('acme/tiny', [{ path: 'model.safetensors', content: TINY, lfs: true }, { path: 'config.json', content: Buffer.from('{"a":1}\n'), lfs: false }]));
+hub.repos.set('acme/other', fakeRepo('acme/other', [{ path: 'model.safetensors', content: OTHER, lfs: true }]));
+
+beforeAll(() => hub.start());
+afterAll(() => hub.stop());
+
+const pullOf = (repo: string, ...states: ModelPullState[]) => (m: AgentMessage) =>
+  m.msg.case === 'modelPull' && m.msg.value.repo === repo && (states.length === 0 || states.includes(m.msg.value.state));
+const pullValue = (m: AgentMessage) => m.msg.value as ModelPull;
+const completeIn = (repo: string) => (m: AgentMessage) => {
+  const inv = m.msg.case === 'inventory' ? m.msg.value : m.msg.case === 'register' ? m.msg.value.inventory : undefined;
+  return inv?.cachedModels.some((c) => c.repo === repo && c.revision === 'main' && c.complete) === true;
+};
+
+/** The environment a process runs with, as the kernel keeps it. */
+function environOf(pid: number): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const kv of readFileSync(`/proc/${pid}/environ`, 'utf8').split('\0')) {
+    const i = kv.indexOf('=');
+    if (i > 0) out[kv.slice(0, i)] = kv.slice(i + 1);
+  }
+  return out;
+}
+
+/** A control plane and a real agent whose store is `cache` (a fresh one unless given), pulling from the fake hub. */
+async function agentWithStore(budget = '64MiB', before?: (cacheDir: string) => void) {
+  const plane = await startControlPlane();
+  const dirs = tempAgentDirs('llmgw-warm-');
+  const cacheDir = join(dirs.root, 'models');
+  mkdirSync(cacheDir);
+  before?.(cacheDir);
+  const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
+  const agent = startAgentProcess({ server: plane.url, dirs, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: ${budget}\n  hub:\n    endpoint: ${hub.url}\n` });
+  const reg = await registered;
+  if (process.env.WARM_DEBUG) onTestFinished(() => console.log(agent.logs().map((l) => JSON.stringify(l)).join('\n')));
+  return { cp: plane.cp, dirs, cacheDir, reg };
+}
+
+function modelStart(shardId: string, port: number, gpu: number, model = 'acme/tiny') {
+  const start = simStart(shardId, port, { gpu });
+  (start.profile as NonNullable<typeof start.profile>).model = model;
+  return start;
+}
+
+const pinPath = (cacheDir: string, repo: string, shard: string) => join(cacheDir, 'llmgw', 'pins', `models--${repo.replace('/', '--')}`, shard);
+
+describe('warm starts through the agent', () => {
+  it('pulls on PrefetchModel with progress on the stream, lists the model in Inventory, and starts it offline without asking the hub', async () => {
+    // A pin a crashed agent left for a shard that no longer exists.
+    const { cp, cacheDir } = await agentWithStore('64MiB', (dir) => {
+      mkdirSync(join(dir, 'llmgw', 'pins', 'models--acme--tiny'), { recursive: true });
+      writeFileSync(pinPath(dir, 'acme/tiny', 'ghost-shard'), '1\n');
+    });
+    expect(existsSync(pinPath(cacheDir, 'acme/tiny', 'ghost-shard'))).toBe(false);
+
+    const done = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.DONE, ModelPullState.FAILED), 20_000);
+    const listed = cp.waitFor('node-a', completeIn('acme/tiny'), 20_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny', revision: 'main' }) });
+    expect(pullValue(await done)).toMatchObject({ state: ModelPullState.DONE, error: '', bytesTotal: BigInt(TINY.length + 8) });
+    const states = cp.messages('node-a').filter(pullOf('acme/tiny')).map((m) => pullValue(m).state);
+    expect(states[0]).toBe(ModelPullState.STARTED);
+    expect(states).toContain(ModelPullState.PROGRESS);
+    const inv = (await listed).msg.value as Inventory;
+    expect(inv.cachedModels.find((c) => c.repo === 'acme/tiny')).toMatchObject({ revision: 'main', complete: true, bytes: BigInt(TINY.length + 8) });
+    expect(inv.modelCacheFreeBytes).toBe(BigInt(64 * 1024 * 1024 - TINY.length - 8));
+
+    const asked = hub.requests.length;
+    const port = await freePort();
+    const ready = cp.waitFor('node-a', shardIs('w1', ShardState.READY), 30_000);
+    cp.send('node-a', { case: 'start', value: modelStart('w1', port, 0) });
+    const pid = ((await ready).msg.value as ShardStatus).pid;
+    expect(environOf(pid)).toMatchObject({ HF_HUB_OFFLINE: '1', HF_HUB_CACHE: join(cacheDir, 'hub'), HF_HOME: cacheDir });
+    expect(hub.requests.length).toBe(asked);
+    expect(existsSync(pinPath(cacheDir, 'acme/tiny', 'w1'))).toBe(true);
+
+    const stopped = cp.waitFor('node-a', shardIs('w1', ShardState.STOPPED), 20_000);
+    cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: 'w1' }) });
+    await stopped;
+    await until(() => !existsSync(pinPath(cacheDir, 'acme/tiny', 'w1')), 'the pin of w1 removed after its stop');
+  });
+
+  it('makes two StartShards of a model mid-pull wait for the one download, then both start offline', async () => {
+    const { cp, cacheDir } = await agentWithStore();
+    // 200 kB at 4 kB per 20 ms: about a second of pull for the starts to land in.
+    hub.trickle.set('model.safetensors', 4_000);
+    try {
+      const before = hub.downloads('model.safetensors').length;
+      const started = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.PROGRESS), 20_000);
+      cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny', include: ['*.safetensors', '*.json'] }) });
+      await started;
+      const [p1, p2] = [await freePort(), await freePort()];
+      const ready = [cp.waitFor('node-a', shardIs('m1', ShardState.READY), 30_000), cp.waitFor('node-a', shardIs('m2', ShardState.READY), 30_000)];
+      cp.send('node-a', { case: 'start', value: modelStart('m1', p1, 0) });
+      cp.send('node-a', { case: 'start', value: modelStart('m2', p2, 1) });
+      const pids = (await Promise.all(ready)).map((m) => (m.msg.value as ShardStatus).pid);
+
+      const seen = cp.messages('node-a');
+      const doneAt = seen.findIndex(pullOf('acme/tiny', ModelPullState.DONE));
+      const firstStarting = seen.findIndex((m) => shardIs('m1', ShardState.STARTING)(m) || shardIs('m2', ShardState.STARTING)(m));
+      expect(doneAt).toBeGreaterThanOrEqual(0);
+      expect(firstStarting).toBeGreaterThan(doneAt);
+      // One download: the prefetch's; neither engine fetched beside it (nor could the sim, which is why its env is read).
+      expect(hub.downloads('model.safetensors').length - before).toBe(1);
+      for (const pid of pids) expect(environOf(pid).HF_HUB_OFFLINE).toBe('1');
+      expect(existsSync(pinPath(cacheDir, 'acme/tiny', 'm1')) && existsSync(pinPath(cacheDir, 'acme/tiny', 'm2'))).toBe(true);
+    } finally {
+      hub.trickle.delete('model.safetensors');
+    }
+  });
+
+  it('never evicts the model of a running shard, and evicts it once the shard is stopped', async () => {
+    // Room for one of the two models only.
+    const { cp, cacheDir } = await agentWithStore('300KiB');
+    const tinyDone = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.DONE), 20_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny' }) });
+    await tinyDone;
+    const port = await freePort();
+    const ready = cp.waitFor('node-a', shardIs('e1', ShardState.READY), 30_000);
+    cp.send('node-a', { case: 'start', value: modelStart('e1', port, 0) });
+    await ready;
+
+    const refused = cp.waitFor('node-a', pullOf('acme/other', ModelPullState.DONE, ModelPullState.FAILED), 20_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/other' }) });
+    const r = pullValue(await refused);
+    expect(r.state).toBe(ModelPullState.FAILED);
+    expect(r.error).toContain('in use: acme/tiny');
+    expect(r.error).not.toContain('\n');
+    expect(existsSync(join(cacheDir, 'hub', 'models--acme--tiny'))).toBe(true);
+
+    const stopped = cp.waitFor('node-a', shardIs('e1', ShardState.STOPPED), 20_000);
+    cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: 'e1' }) });
+    await stopped;
+    await until(() => !existsSync(pinPath(cacheDir, 'acme/tiny', 'e1')), 'the pin of e1 removed after its stop');
+    const done = cp.waitFor('node-a', pullOf('acme/other', ModelPullState.DONE, ModelPullState.FAILED), 20_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/other' }) });
+    expect(pullValue(await done)).toMatchObject({ state: ModelPullState.DONE, error: '' });
+    expect(existsSync(join(cacheDir, 'hub', 'models--acme--tiny'))).toBe(false);
+  });
+
+  it('refuses a bad PrefetchModel with a one-line reason and downloads nothing', async () => {
+    const { cp } = await agentWithStore();
+    const asked = hub.requests.length;
+    const bad = [
+      { repo: '../../etc', revision: 'main', include: [], says: 'is not a hub model id' },
+      { repo: 'acme/tiny', revision: '../../x', include: [], says: 'is not a branch, tag or commit' },
+      { repo: 'acme--x/y', revision: '', include: [], says: 'may not contain -- or ..' },
+      { repo: 'acme/tiny', revision: 'main', include: [''], says: 'is not a file pattern' },
+    ];
+    for (const b of bad) {
+      const failed = cp.waitFor('node-a', pullOf(b.repo, ModelPullState.FAILED), 10_000);
+      cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: b.repo, revision: b.revision, include: b.include }) });
+      const f = pullValue(await failed);
+      expect(f.error).toContain(b.says);
+      expect(f.error).not.toContain('\n');
+    }
+    expect(hub.requests.length).toBe(asked);
+    // The agent is still there and answers.
+    const again = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.DONE), 20_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny' }) });
+    await again;
+  });
+});

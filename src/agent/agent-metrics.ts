@@ -5,6 +5,7 @@ import type { ConnectionPhase, ConnectionStatus } from './connection/connection-
 import type { Outbox } from './connection/outbox.js';
 import { GpuMetrics, type GpuMetricsView } from './metrics/gpu-metrics.js';
 import { serveMetrics } from './metrics/metrics-server.js';
+import { type NodeConditionView, registerNodeConditionMetrics } from './metrics/node-condition-metrics.js';
 import { ShardMetrics, type ShardMetricsSources } from './metrics/shard-metrics.js';
 
 /** Every phase of the control-plane stream, the values of llmgw_agent_stream_state's `state` label. */
@@ -18,6 +19,8 @@ export interface AgentMetricsSources extends ShardMetricsSources {
   connection(): ConnectionStatus;
   /** Admin-socket connections open now, and refused (over the caps) since start. */
   adminConnections(): { open: number; refused: number };
+  /** The node's conditions (DiskPressure, Cordoned), for llmgw_node_condition; none when absent. */
+  conditions?(): readonly NodeConditionView[];
 }
 
 /**
@@ -105,6 +108,7 @@ export class AgentMetrics {
     });
     this.gpu = new GpuMetrics(this.registry, () => src.gpus());
     new ShardMetrics(this.registry, src);
+    registerNodeConditionMetrics(this.registry, () => src.conditions?.() ?? []);
   }
 
   /** The current session's outbox (undefined between sessions), whose depth llmgw_agent_outbox_messages reads. */

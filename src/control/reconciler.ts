@@ -8,6 +8,7 @@ import { checkDeploymentPlaceable, type Unplaceable } from './check-deployment-p
 import type { Deployment } from './deployment.js';
 import type { NodeRecord } from './node-view.js';
 import { type PlacementNode, placeReplica } from './place-replica.js';
+import { nodeTakesShards } from './node-takes-shards.js';
 import { PortPool } from './port-pool.js';
 import { ReplicaLifecycle } from './replica-lifecycle.js';
 import type { ReplicaRecord, ShardRecord } from './replica-record.js';
@@ -292,7 +293,8 @@ export class Reconciler {
   #placementNodes(): PlacementNode[] {
     const out: PlacementNode[] = [];
     for (const node of this.#host.nodes()) {
-      if (!node.connected) continue;
+      // A cordoned node (or one with disk pressure) keeps its shards but gets no new one.
+      if (!node.connected || !nodeTakesShards(node.register, node.inventory)) continue;
       out.push({
         id: node.id,
         labels: node.register.labels,

@@ -118,6 +118,8 @@ export class ReplicaLifecycle {
     if (shards.length < spec.nnodes) phase = 'waiting';
     else if (shards.every((s) => s.state === ShardState.READY)) phase = 'ready';
     else if (shards.some((s) => s.state === ShardState.UNHEALTHY)) phase = 'unhealthy';
+    // Asleep on purpose, not loading: no startup timeout applies.
+    else if (shards.some((s) => s.state === ShardState.SLEEPING)) phase = 'sleeping';
     else phase = 'starting';
     if (phase === 'waiting' && !replica.waitTimer) {
       replica.waitTimer = setTimeout(() => {

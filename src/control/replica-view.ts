@@ -8,8 +8,9 @@ import type { ShardState } from '../gen/llmgw/v1/agent_pb.js';
  * - unhealthy: was ready, a shard now reports UNHEALTHY (left alone: the agent decides nothing, and neither do we yet).
  * - waiting: adopted shards of a multi-node replica whose other ranks' nodes have not registered yet.
  * - backoff: a shard failed; the rest were stopped and the replica is placed again after retryBackoffMs.
+ * - sleeping: a shard reports SLEEPING (a SleepShard freed its GPU memory): alive, not routed to, woken by a WakeShard.
  */
-export type ReplicaPhase = 'pending' | 'starting' | 'ready' | 'unhealthy' | 'waiting' | 'backoff';
+export type ReplicaPhase = 'pending' | 'starting' | 'ready' | 'unhealthy' | 'waiting' | 'backoff' | 'sleeping';
 
 export interface ShardView {
   shardId: string;

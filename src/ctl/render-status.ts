@@ -4,6 +4,7 @@ import { describeEngineAccount } from '../lib/describe-engine-account.js';
 import { formatAge } from '../lib/format-age.js';
 import { printable } from '../lib/printable.js';
 import { renderTable } from '../lib/table.js';
+import { describeNodeConditions, repeatsCondition } from './describe-node-conditions.js';
 import { enumLabel } from './enum-label.js';
 import { renderGpuStatus } from './render-gpu-status.js';
 
@@ -22,7 +23,9 @@ export function renderStatus(s: StatusResponseJson, nowMs: number): string {
     ...(s.connection?.tls ? [`tls        ${printable(describeTls(s.connection.tls, nowMs))}`] : []),
     `inventory  ${printable(describeInventory(s.inventory ?? {}))}`,
   ];
-  for (const w of s.inventory?.warnings ?? []) lines.push(`warning    ${printable(w)}`);
+  const conditions = describeNodeConditions(s.inventory ?? {}, nowMs);
+  if (conditions) lines.push(`conditions ${printable(conditions)}`);
+  for (const w of s.inventory?.warnings ?? []) if (!repeatsCondition(w, s.inventory ?? {})) lines.push(`warning    ${printable(w)}`);
   // Who each engine runs as: an engine that runs as root, or is refused for it, is seen before a start fails.
   for (const a of s.engineAccounts ?? []) lines.push(`account    ${printable(describeEngineAccount(a))}`);
   const gpuLines = renderGpuStatus(s, nowMs);

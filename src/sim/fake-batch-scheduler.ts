@@ -59,6 +59,8 @@ export class FakeBatchScheduler {
   readonly #running = new Set<Entry>();
   readonly #waiting: Entry[] = [];
   #stalled = false;
+  /** Paused (vLLM's PAUSED_NEW while asleep): new requests queue, none is admitted to the batch. */
+  #paused = false;
 
   constructor(opts: SchedulerOptions, hooks: SchedulerHooks = {}) {
     this.#opts = opts;
@@ -82,6 +84,17 @@ export class FakeBatchScheduler {
   /** From now on no step makes progress: requests stay where they are. */
   stall(): void {
     this.#stalled = true;
+  }
+
+  /** New requests wait in the queue until resume() (V:vllm/v1/engine/core.py pause_scheduler: "All pause modes queue new adds"). */
+  pause(): void {
+    this.#paused = true;
+  }
+
+  /** Admits the requests queued while paused (resume_scheduler: "flush any requests queued while paused"). */
+  resume(): void {
+    this.#paused = false;
+    this.#admit();
   }
 
   /** Queues a request; returns a function that drops it (the client went away). */
@@ -116,7 +129,7 @@ export class FakeBatchScheduler {
   }
 
   #admit(): void {
-    while (this.#running.size < this.#opts.maxRunning && this.#waiting.length > 0) {
+    while (!this.#paused && this.#running.size < this.#opts.maxRunning && this.#waiting.length > 0) {
       const entry = this.#waiting.shift() as Entry;
       this.#running.add(entry);
       void this.#run(entry);

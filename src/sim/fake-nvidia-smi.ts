@@ -23,6 +23,9 @@
  *                                 absolute directory (default hgx-h100x8).
  *   LLMGW_FAKE_GPU_PROCS          file of compute processes, lines
  *                                 `pid,gpu_uuid,used_mb,name`; none when unset.
+ *   LLMGW_FAKE_GPU_USAGE_DIR      where engine doubles record the GPU memory
+ *                                 they hold (fake-gpu-usage.ts); added to
+ *                                 memory.used.
  *   LLMGW_FAKE_NVIDIA_SMI_SLEEP   seconds to hang before answering.
  *   LLMGW_FAKE_NVIDIA_SMI_EXIT    fail every call with this exit code, as
  *                                 nvidia-smi does without a working driver.
@@ -32,6 +35,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { readGpuUsage } from './fake-gpu-usage.js';
 
 export const DEFAULT_FAKE_GPUS = 'hgx-h100x8';
 export const FAKE_GPU_DATASETS_DIR = fileURLToPath(new URL('../../fixtures/gpu', import.meta.url));
@@ -145,6 +149,23 @@ function optionValue(args: string[], opt: string): string | undefined {
   return undefined;
 }
 
+/** memory.used (and memory.free, when listed) with what the engine doubles say they hold (fake-gpu-usage.ts). */
+function withDoubleUsage(table: Table, usageDir: string | undefined): Table {
+  const usage = readGpuUsage(usageDir);
+  if (usage.size === 0) return table;
+  for (const row of table.rows) {
+    const extra = usage.get(Number(row.get('index')));
+    if (extra === undefined) continue;
+    const shift = (field: string, by: number) => {
+      const v = row.get(field);
+      if (v !== undefined) row.set(field, `${Math.max(0, Number.parseInt(v, 10) + by)} MiB`);
+    };
+    shift('memory.used', extra);
+    shift('memory.free', -extra);
+  }
+  return table;
+}
+
 /** The reply to one invocation, from the data set and the environment. */
 export function answer(args: string[], env: NodeJS.ProcessEnv): Reply {
   const failCode = env.LLMGW_FAKE_NVIDIA_SMI_EXIT;
@@ -157,7 +178,7 @@ export function answer(args: string[], env: NodeJS.ProcessEnv): Reply {
   const format = optionValue(args, '--format') ?? 'csv';
   const gpuQuery = optionValue(args, '--query-gpu');
   if (gpuQuery !== undefined) {
-    return renderQuery(readTable(readFileSync(file('query-gpu.csv'), 'utf8')), gpuQuery.split(','), format, GPU_ALIASES);
+    return renderQuery(withDoubleUsage(readTable(readFileSync(file('query-gpu.csv'), 'utf8')), env.LLMGW_FAKE_GPU_USAGE_DIR), gpuQuery.split(','), format, GPU_ALIASES);
   }
   const appsQuery = optionValue(args, '--query-compute-apps');
   if (appsQuery !== undefined) return renderQuery(processTable(dir, env.LLMGW_FAKE_GPU_PROCS), appsQuery.split(','), format, APP_ALIASES);

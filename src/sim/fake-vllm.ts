@@ -15,6 +15,7 @@ import { ARGPARSE_EXIT, type ArgSpec, ArgparseError, parseArgv, printArgparseErr
 import { vllmLog } from './engine-log.js';
 import { FakeBatchScheduler, type FinishReason } from './fake-batch-scheduler.js';
 import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
+import { FakeVllmSleep } from './fake-vllm-sleep.js';
 import { sendJson } from './sim-http.js';
 import { errorBody, modelList } from './openai-responses.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs, versionBefore } from './sim-knobs.js';
@@ -60,6 +61,8 @@ export interface FakeVllmOptions {
   logStats: boolean;
   version: string;
   knobs: SimKnobs;
+  /** --enable-sleep-mode. */
+  sleepMode: boolean;
 }
 
 function specs(version: string): ArgSpec[] {
@@ -91,6 +94,8 @@ function specs(version: string): ArgSpec[] {
     { names: ['--enable-server-load-tracking'], kind: 'flag' },
     // V:vllm/engine/arg_utils.py:1673-1677.
     { names: ['--disable-log-stats'], kind: 'flag' },
+    // V:vllm/engine/arg_utils.py:919-921.
+    { names: ['--enable-sleep-mode'], kind: 'flag' },
     ...SIM_KNOB_SPECS,
   ];
   // V:vllm/engine/arg_utils.py:1694-1699 (type=int, default 0); absent before
@@ -135,6 +140,7 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     logStats: p.values.get('--disable-log-stats') !== true,
     version,
     knobs,
+    sleepMode: p.values.get('--enable-sleep-mode') === true,
   };
 }
 
@@ -198,6 +204,8 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     let httpInFlight = 0;
     let server: Server | undefined;
     let servingSinceMs = 0;
+    /** Sleep mode's routes and memory; none on a headless rank. */
+    let sleepMode: FakeVllmSleep | undefined;
 
     const later = (ms: number, fn: () => void) => timers.push(setTimeout(fn, ms));
     // Nothing else may hold the loop while loading or headless.
@@ -229,6 +237,7 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
 
     const exit = async (code: number, why: string) => {
       if (phase === 'exiting') return;
+      sleepMode?.gone();
       setPhase('exiting', why);
       for (const t of timers) clearTimeout(t);
       process.off('SIGTERM', onTerm);
@@ -377,6 +386,11 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       return;
     }
 
+    const gpus = (env.CUDA_VISIBLE_DEVICES ?? '').split(',').filter((g) => /^\d+$/.test(g)).map(Number);
+    // V:vllm/envs.py:1418: bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0"))).
+    const devMode = /^-?\d+$/.test(env.VLLM_SERVER_DEV_MODE ?? '') && Number(env.VLLM_SERVER_DEV_MODE) !== 0;
+    sleepMode = new FakeVllmSleep({ enabled: o.sleepMode, devMode, knobs: k, gpus }, scheduler);
+
     const ctx: RouteContext = { servedNames: o.servedNames, submit: (r) => scheduler.submit(r), defaultMaxTokens: k.maxTokens };
 
     const handle = (req: IncomingMessage, res: ServerResponse) => {
@@ -406,6 +420,7 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         sendJson(res, 200, { server_load: httpInFlight }); // V:vllm/entrypoints/serve/instrumentator/basic.py:30-50
         return;
       }
+      if (sleepMode?.handle(req, res, path, method)) return;
       if (method === 'GET' && path === '/v1/models') {
         const list = modelList(servedName, startedS);
         list.data = o.servedNames.map((n) => ({ ...list.data[0]!, id: n, root: o.model }));
@@ -472,6 +487,7 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       server.listen(o.port, o.host, () => {
         servingSinceMs = Date.now();
         setPhase('serving', 'model loaded');
+        sleepMode?.loaded();
         vllmLog('INFO', 'launcher.py:106', `Starting vLLM API server 0 on http://${o.host ?? '0.0.0.0'}:${o.port}`);
         vllmLog('INFO', 'on.py:62', 'Application startup complete.');
       });

@@ -29,6 +29,12 @@ export interface SimKnobs {
   embedLatencyMs: number;
   /** SGLang only: how often the SIGTERM drain loop looks for requests left. Default 5 s. */
   drainPollMs: number;
+  /** MiB the engine holds on each of its GPUs while awake (its weights and KV cache); 0: none shown. */
+  gpuMemoryMib: number;
+  /** Where it records that memory for bin/fake-nvidia-smi (fake-gpu-usage.ts); unset: nowhere. */
+  gpuUsageDir?: string;
+  /** How long a wake from sleep takes (weights copied back). Default 100 ms. */
+  wakeTimeMs: number;
 }
 
 export const SIM_KNOB_DEFAULTS = {
@@ -39,6 +45,7 @@ export const SIM_KNOB_DEFAULTS = {
   embedLatencyMs: 5,
   // S:python/sglang/srt/managers/tokenizer_manager.py:3114-3158 (the drain loop sleeps 5 s between looks).
   drainPollMs: 5000,
+  wakeTimeMs: 100,
 } as const;
 
 const DURATION_KNOBS = [
@@ -49,6 +56,7 @@ const DURATION_KNOBS = [
   '--sim-fail-after',
   '--sim-embed-latency',
   '--sim-drain-poll',
+  '--sim-wake-time',
 ] as const;
 
 export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
@@ -56,6 +64,8 @@ export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
   { names: ['--sim-max-tokens'], kind: 'int' },
   { names: ['--sim-max-running'], kind: 'int' },
   { names: ['--sim-version'], kind: 'string' },
+  { names: ['--sim-gpu-memory'], kind: 'int' },
+  { names: ['--sim-gpu-usage-dir'], kind: 'string' },
 ];
 
 function duration(parsed: ParsedArgv, name: (typeof DURATION_KNOBS)[number]): number | undefined {
@@ -92,6 +102,9 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     version: version === undefined ? undefined : String(version),
     embedLatencyMs: duration(parsed, '--sim-embed-latency') ?? SIM_KNOB_DEFAULTS.embedLatencyMs,
     drainPollMs: duration(parsed, '--sim-drain-poll') ?? SIM_KNOB_DEFAULTS.drainPollMs,
+    gpuMemoryMib: positiveInt(parsed, '--sim-gpu-memory') ?? 0,
+    gpuUsageDir: parsed.values.has('--sim-gpu-usage-dir') ? String(parsed.values.get('--sim-gpu-usage-dir')) : undefined,
+    wakeTimeMs: duration(parsed, '--sim-wake-time') ?? SIM_KNOB_DEFAULTS.wakeTimeMs,
   };
 }
 

@@ -122,6 +122,8 @@ export class SglangEngine extends ConfiguredEngine {
     // Off by default in SGLang; without it /metrics is not even mounted, and
     // drain and stall detection have nothing to read.
     args.push('--enable-metrics');
+    // S:python/sglang/srt/server_args.py:3478-3482: without it a release of GPU memory is a no-op.
+    if (spec.profile?.sleepMode) args.push('--enable-memory-saver');
     if (nnodes > 1) {
       args.push('--nnodes', String(nnodes), '--node-rank', String(spec.rank), '--dist-init-addr', hostPort(spec.leaderAddr, spec.leaderPort));
     }

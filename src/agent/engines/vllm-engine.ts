@@ -122,8 +122,13 @@ export class VllmEngine extends ConfiguredEngine {
    * they cannot reach and start-up hung. Set on every rank, as NCCL's
    * interface is, so each announces the address the others dial it on.
    */
-  protected override agentEnv(_spec: StartShard): Record<string, string> {
-    return this.mgmtAddr ? { VLLM_HOST_IP: this.mgmtAddr } : {};
+  protected override agentEnv(spec: StartShard): Record<string, string> {
+    const env: Record<string, string> = this.mgmtAddr ? { VLLM_HOST_IP: this.mgmtAddr } : {};
+    // /sleep, /wake_up and /is_sleeping are mounted only in dev mode
+    // (V:vllm/entrypoints/launchers/api_server/routers.py:34-37), and only a
+    // profile that asks for sleep gets it: dev mode opens other endpoints too.
+    if (spec.profile?.sleepMode) env.VLLM_SERVER_DEV_MODE = '1';
+    return env;
   }
 
   protected override engineValidation(spec: StartShard): Partial<ValidateShardOptions> {
@@ -143,6 +148,8 @@ export class VllmEngine extends ConfiguredEngine {
     // Without it vLLM aborts in-flight requests on SIGTERM (its default is 0);
     // headless ranks wait as long for their workers.
     if (this.#shutdownTimeoutS > 0) args.push('--shutdown-timeout', String(this.#shutdownTimeoutS));
+    // V:vllm/engine/arg_utils.py:919-921: sleep needs the cumem allocator from the start.
+    if (spec.profile?.sleepMode) args.push('--enable-sleep-mode');
     if (nnodes > 1) {
       const dp = dataParallelSize(spec.profile?.args ?? []);
       if (dp > 1) {

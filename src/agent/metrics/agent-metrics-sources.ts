@@ -19,6 +19,7 @@ export function agentMetricsSources(o: { agent: Agent; supervisor: Supervisor; a
     inFlight: (id) => supervisor.inFlight(id),
     connection: () => agent.connectionStatus(),
     adminConnections: () => ({ open: admin.openConnections, refused: admin.refusedConnectionCount }),
+    conditions: () => agent.conditions.list(),
     gpus: () => {
       const byIndex = new Map(agent.gpuHealth().map((h) => [h.index, h]));
       return agent.currentInventory().gpus.map((g): GpuMetricsView => {

@@ -1,3 +1,4 @@
+import type { SleepProbes } from './shard/shard-sleep.js';
 import { EventEmitter } from 'node:events';
 import { existsSync, unlinkSync } from 'node:fs';
 import type { SupervisorConfig } from '../config/agent-config.js';
@@ -226,6 +227,16 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return this.mustGet(shardId).settle(opts);
   }
 
+  /** supervisor.log_dir: logs outlive their shards (ctl logs of a crashed generation). */
+  get logDir(): string {
+    return this.config.logDir;
+  }
+
+  /** supervisor.state_dir. */
+  get stateDir(): string {
+    return this.config.stateDir;
+  }
+
   get(shardId: ShardId): ShardSnapshot | undefined {
     return this.runners.get(shardId)?.snapshot();
   }
@@ -250,6 +261,16 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
 
   cancelDrain(shardId: ShardId): Promise<ShardSnapshot> {
     return this.mustGet(shardId).cancelDrain();
+  }
+
+  /** READY → SLEEPING (ShardRunner.sleep); throws a one-line refusal. */
+  sleep(shardId: ShardId, level: number, probes: SleepProbes): Promise<ShardSnapshot> {
+    return this.mustGet(shardId).sleep(level, probes);
+  }
+
+  /** SLEEPING → READY (ShardRunner.wake); throws a one-line refusal. */
+  wake(shardId: ShardId, probes: SleepProbes): Promise<ShardSnapshot> {
+    return this.mustGet(shardId).wake(probes);
   }
 
   /** The shards whose GPUs include `gpuIndex`. */

@@ -23,6 +23,8 @@ at --timeout, the error report with that response as error.drain.`;
     '<%= config.bin %> ctl drain llama-70b-0-g1-r0 --wait --timeout 10m',
     '# before maintenance: everything on this node',
     '<%= config.bin %> ctl drain --all --wait && sudo systemctl stop llmgw-agent',
+    '# with a bound: exit 0 once nothing is in flight, exit 1 (with what is left) after 10 minutes',
+    '<%= config.bin %> ctl cordon --reason maintenance && <%= config.bin %> ctl drain --all --deadline 10m',
     '# after maintenance: traffic may return (the drain outlived the agent restart)',
     '<%= config.bin %> ctl drain --cancel llama-70b-0-g1-r0',
   ];
@@ -41,6 +43,8 @@ at --timeout, the error report with that response as error.drain.`;
     }),
     wait: Flags.boolean({ summary: 'Show the in-flight count until it reaches zero (exit 0) or --timeout passes (exit 1).', default: false }),
     timeout: positiveDurationFlag({ summary: 'How long --wait waits, e.g. 30s, 10m.', default: DEFAULT_CTL_DRAIN_TIMEOUT_MS, defaultHelp: async () => formatDuration(DEFAULT_CTL_DRAIN_TIMEOUT_MS) }),
+    // The maintenance spelling (Nomad's `node drain -deadline`): one flag that waits, with its bound.
+    deadline: positiveDurationFlag({ summary: '--wait with this --timeout: drain, then exit 0 when in-flight reaches zero or 1 when the deadline passes, e.g. 10m.', exclusive: ['timeout', 'cancel'] }),
   };
 
   async run(): Promise<unknown> {
@@ -57,9 +61,9 @@ at --timeout, the error report with that response as error.drain.`;
         socket,
         shardId: args.shard,
         all: flags.all,
-        wait: flags.wait,
+        wait: flags.wait || flags.deadline !== undefined,
         cancel: flags.cancel,
-        timeoutMs: flags.timeout,
+        timeoutMs: flags.deadline ?? flags.timeout,
         signal: interrupt.signal,
         renderer: json ? 'silent' : process.stderr.isTTY ? 'default' : 'simple',
       });

@@ -21,6 +21,7 @@ import { ShardFailedError } from './shard-failed-error.js';
 import { readLastOutput, recordShardFailure, shardFailureRecord } from './shard-failure.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, type HealthChange, isTransitionAllowed, judgeDeath, judgeDrain, judgeSettleStart, judgeSettleWake, type SettleOptions, ShardHealth, stateName } from './shard-lifecycle.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
+import { ASLEEP_SHARE, AWAKE_SHARE, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, judgeSleep, type SleepProbes, shardGpuMib } from './shard-sleep.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
 
@@ -83,6 +84,10 @@ export class ShardRunner {
   /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
   private readonly serving = new AbortController();
   private stopping: Promise<ShardSnapshot> | undefined;
+  /** A sleep or wake under way: one at a time. */
+  private sleepBusy = false;
+  /** What the shard's GPUs held before its sleep: a wake waits until they hold most of it again. */
+  private awakeMib = 0;
   constructor(
     private readonly ctx: ShardRunnerContext,
     engine: RunnerEngine,
@@ -392,6 +397,96 @@ export class ShardRunner {
     if (step.to !== undefined) this.transition(step.to, step.why);
     this.applyHealth(this.health.lastVerdict);
     await this.stateFile.recordDrain(false);
+    return this.snapshot();
+  }
+
+  /**
+   * READY → SLEEPING: the engine frees its GPU memory and lives on (issue
+   * 30). SLEEPING is reported first, so the control plane routes elsewhere
+   * before the engine aborts what it holds (vLLM's mode=abort); then the
+   * engine is asked, and the shard's GPU readings must fall to
+   * ASLEEP_SHARE of what they held. A refusal throws before anything is
+   * touched; a sleep that fails after SLEEPING was reported is undone (the
+   * engine woken) and the shard is READY again with the reason as its error.
+   */
+  async sleep(level: number, probes: SleepProbes): Promise<ShardSnapshot> {
+    const api = judgeSleep(this.shardId, this.state, this.spec, level);
+    const lvl = level as 1 | 2;
+    if (!this.baseUrl || !this.servesHttp) throw failure(`sleep refused: rank ${this.spec.rank} of shard ${this.shardId} serves no API; sleep its replica's rank 0`);
+    if (this.sleepBusy) throw failure(`sleep refused: shard ${this.shardId} is already being put to sleep or woken`);
+    const gpus = this.spec.gpuIndices;
+    const before = shardGpuMib(probes.gpuMemoryMib(), gpus);
+    if (before === undefined) throw failure(`sleep refused: no GPU memory reading yet for GPUs ${gpus.join(',')}`);
+    await checkHostRam(lvl, before, probes.meminfoPath);
+    if (api.mustBeIdle) {
+      const held = await this.inFlight();
+      if (held !== 0) throw failure(`sleep refused: ${this.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
+    }
+    if (this.state !== S.READY) throw failure(`sleep refused: shard ${this.shardId} is ${stateName(this.state)}; only a READY shard can sleep`);
+    this.sleepBusy = true;
+    const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS)]);
+    try {
+      this.awakeMib = before;
+      this.transition(S.SLEEPING, `sleep level ${lvl} requested (GPUs ${gpus.join(',')} hold ${before} MiB)`);
+      try {
+        await callEngine(this.baseUrl, api.sleep(lvl), this.watch.apiKey, signal);
+        const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
+        this.error = '';
+        this.ctx.log.info({ shard: this.shardId, replica: this.replicaId, level: lvl, beforeMib: before, afterMib: after }, 'shard asleep: GPU memory released');
+        this.ctx.onStatus(this.snapshot());
+      } catch (err) {
+        const why = `sleep failed: ${errorMessage(err)}`;
+        // The engine may be half asleep: woken, so READY tells the truth.
+        await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, this.life.signal).catch(() => undefined);
+        this.error = why;
+        if ((this.state as ShardState) === S.SLEEPING) this.transition(S.READY, why);
+        throw failure(why);
+      }
+    } finally {
+      this.sleepBusy = false;
+    }
+    return this.snapshot();
+  }
+
+  /**
+   * SLEEPING → READY: the engine is woken, must answer as at a start
+   * (readiness) and its GPUs hold most of what they held before the sleep.
+   * A failed wake leaves the shard SLEEPING with the reason as its error.
+   */
+  async wake(probes: SleepProbes): Promise<ShardSnapshot> {
+    if (this.state !== S.SLEEPING) throw failure(`wake refused: shard ${this.shardId} is ${stateName(this.state)}; only a SLEEPING shard can be woken`);
+    const api = judgeSleep(this.shardId, S.READY, this.spec, 1);
+    if (!this.baseUrl || this.sleepBusy) throw failure(`wake refused: shard ${this.shardId} is already being put to sleep or woken`);
+    this.sleepBusy = true;
+    const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
+    const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(timeoutMs)]);
+    try {
+      await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, signal);
+      const outcome = await awaitReadiness({
+        baseUrl: this.baseUrl,
+        servedModelName: this.servedModelName,
+        watch: this.watch,
+        settleMs: 0,
+        timeoutMs,
+        signal,
+        portOwner: this.portOwner,
+      });
+      if (!outcome.ready) throw failure(outcome.message);
+      const back = this.awakeMib * AWAKE_SHARE;
+      const mib = await awaitGpuMemory(probes, this.spec.gpuIndices, (m) => m >= back, 'the engine did not take its GPU memory back', signal);
+      this.error = '';
+      if (this.state !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
+      this.transition(S.READY, `woken: ${outcome.why}; GPUs ${this.spec.gpuIndices.join(',')} hold ${mib} MiB`);
+    } catch (err) {
+      const why = `wake failed: ${errorMessage(err)}`;
+      if (this.state === S.SLEEPING) {
+        this.error = why;
+        this.ctx.onStatus(this.snapshot());
+      }
+      throw failure(why);
+    } finally {
+      this.sleepBusy = false;
+    }
     return this.snapshot();
   }
 

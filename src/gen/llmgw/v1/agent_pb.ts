@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSLpAQoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSABCBQoDbXNnIscCCghSZWdpc3RlchIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEhEKCW1nbXRfYWRkchgDIAEoCRIPCgd2ZXJzaW9uGAQgASgJEi4KBmxhYmVscxgFIAMoCzIeLmxsbWd3LnYxLlJlZ2lzdGVyLkxhYmVsc0VudHJ5EiYKCWludmVudG9yeRgGIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIrCgdmYWJyaWNzGAcgAygLMhoubGxtZ3cudjEuRmFicmljQXR0YWNobWVudBIuCg5ydW5uaW5nX3NoYXJkcxgIIAMoCzIWLmxsbWd3LnYxLlJ1bm5pbmdTaGFyZBIQCghjb3Jkb25lZBgJIAEoCBotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIokDCglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmxsbWd3LnYxLkdwdRIgCgVsaW5rcxgCIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSGwoEaGNhcxgDIAMoCzINLmxsbWd3LnYxLkhjYRIqCgppbnRlcmZhY2VzGAQgAygLMhYubGxtZ3cudjEuTmV0SW50ZXJmYWNlEhYKDmRyaXZlcl92ZXJzaW9uGAUgASgJEhQKDGN1ZGFfdmVyc2lvbhgGIAEoCRIQCgh3YXJuaW5ncxgHIAMoCRIQCghob3N0bmFtZRgIIAEoCRInCglwcm9jZXNzZXMYCSADKAsyFC5sbG1ndy52MS5HcHVQcm9jZXNzEisKCmNvbmRpdGlvbnMYCiADKAsyFy5sbG1ndy52MS5Ob2RlQ29uZGl0aW9uEiwKDWNhY2hlZF9tb2RlbHMYDCADKAsyFS5sbG1ndy52MS5DYWNoZWRNb2RlbBIeChZtb2RlbF9jYWNoZV9mcmVlX2J5dGVzGA0gASgEImgKDU5vZGVDb25kaXRpb24SDAoEdHlwZRgBIAEoCRIOCgZhY3RpdmUYAiABKAgSDgoGcmVhc29uGAMgASgJEikKBXNpbmNlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKAAgoDR3B1Eg0KBWluZGV4GAEgASgFEgwKBHV1aWQYAiABKAkSDAoEbmFtZRgDIAEoCRIaChJjb21wdXRlX2NhcGFiaWxpdHkYBCABKAkSFwoPbWVtb3J5X3RvdGFsX21iGAUgASgFEhYKDm1lbW9yeV91c2VkX21iGAYgASgFEhIKCnBjaV9idXNfaWQYByABKAkSEQoJbnVtYV9ub2RlGAggASgFEg8KB2hlYWx0aHkYCSABKAgSDQoFZXJyb3IYCiABKAkSEAoIbWlnX21vZGUYCyABKAkSKAoLbWlnX2RldmljZXMYDCADKAsyEy5sbG1ndy52MS5NaWdEZXZpY2UiOQoJTWlnRGV2aWNlEg0KBWluZGV4GAEgASgFEgwKBHV1aWQYAiABKAkSDwoHcHJvZmlsZRgDIAEoCSJrCgpHcHVQcm9jZXNzEgsKA3BpZBgBIAEoBRIQCghncHVfdXVpZBgCIAEoCRIWCg51c2VkX21lbW9yeV9tYhgDIAEoBRIUCgxwcm9jZXNzX25hbWUYBCABKAkSEAoIc2hhcmRfaWQYBSABKAkiRAoHR3B1TGluaxIJCgFhGAEgASgJEgkKAWIYAiABKAkSEgoKY29ubmVjdGlvbhgDIAEoCRIPCgdudmxpbmtzGAQgASgFIp4BCgNIY2ESDAoEbmFtZRgBIAEoCRIMCgRwb3J0GAIgASgFEg0KBXN0YXRlGAMgASgJEhIKCnBoeXNfc3RhdGUYBCABKAkSEQoJcmF0ZV9nYnBzGAUgASgBEhIKCmxpbmtfbGF5ZXIYBiABKAkSEQoJbnVtYV9ub2RlGAcgASgFEg4KBmZhYnJpYxgIIAEoCRIOCgZuZXRkZXYYCSABKAkiVQoMTmV0SW50ZXJmYWNlEgwKBG5hbWUYASABKAkSEQoJYWRkcmVzc2VzGAIgAygJEgsKA21hYxgDIAEoCRIKCgJ1cBgEIAEoCBILCgNtdHUYBSABKAUiLwoQRmFicmljQXR0YWNobWVudBILCgNoY2EYASABKAkSDgoGZmFicmljGAIgASgJIjgKCUhlYXJ0YmVhdBIPCgdub2RlX2lkGAEgASgJEhoKEmdwdV9tZW1vcnlfdXNlZF9tYhgCIAMoBSLOAQoLU2hhcmRTdGF0dXMSDwoHbm9kZV9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEhAKCHNoYXJkX2lkGAMgASgJEiMKBXN0YXRlGAQgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVlcnJvchgFIAEoCRIRCglleGl0X2NvZGUYBiABKAUSEwoLbGFzdF9vdXRwdXQYByADKAkSCwoDcGlkGAggASgFEg4KBnNpZ25hbBgJIAEoCRIPCgdhZG9wdGVkGAogASgIIrICCgxSdW5uaW5nU2hhcmQSEgoKcmVwbGljYV9pZBgBIAEoCRIQCghzaGFyZF9pZBgCIAEoCRIMCgRyYW5rGAMgASgFEg4KBm5ub2RlcxgEIAEoBRITCgtncHVfaW5kaWNlcxgFIAMoBRIMCgRoY2FzGAYgAygJEhEKCWh0dHBfcG9ydBgHIAEoBRIjCgVzdGF0ZRgIIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFbW9kZWwYCSABKAkSDwoHcHJvZmlsZRgKIAEoCRIMCgRwb29sGAsgASgJEg4KBmZhYnJpYxgMIAEoCRITCgtsZWFkZXJfYWRkchgNIAEoCRITCgtsZWFkZXJfcG9ydBgOIAEoBRILCgNwaWQYDyABKAUSDgoGZW5naW5lGBAgASgJIvIBCgpTdGFydFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSEwoLbGVhZGVyX2FkZHIYCCABKAkSEwoLbGVhZGVyX3BvcnQYCSABKAUSDAoEcG9vbBgKIAEoCRIOCgZmYWJyaWMYCyABKAkSIgoHcHJvZmlsZRgMIAEoCzIRLmxsbWd3LnYxLlByb2ZpbGUixgIKB1Byb2ZpbGUSDAoEbmFtZRgBIAEoCRIOCgZlbmdpbmUYAiABKAkSDQoFbW9kZWwYAyABKAkSGQoRc2VydmVkX21vZGVsX25hbWUYBCABKAkSHAoUdGVuc29yX3BhcmFsbGVsX3NpemUYBSABKAUSHgoWcGlwZWxpbmVfcGFyYWxsZWxfc2l6ZRgGIAEoBRIMCgRhcmdzGAcgAygJEicKA2VudhgIIAMoCzIaLmxsbWd3LnYxLlByb2ZpbGUuRW52RW50cnkSMgoPc3RhcnR1cF90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh4KFm1pbl9jb21wdXRlX2NhcGFiaWxpdHkYCiABKAkaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJHCglTdG9wU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSKAoFZ3JhY2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoKRHJhaW5TaGFyZBIQCghzaGFyZF9pZBgBIAEoCSI0CgNBY2sSEgoKbWVzc2FnZV9pZBgBIAEoBBIKCgJvaxgCIAEoCBINCgVlcnJvchgDIAEoCSJACg1QcmVmZXRjaE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDwoHaW5jbHVkZRgDIAMoCSKMAQoJTW9kZWxQdWxsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSJwoFc3RhdGUYAyABKA4yGC5sbG1ndy52MS5Nb2RlbFB1bGxTdGF0ZRISCgpieXRlc19kb25lGAQgASgEEhMKC2J5dGVzX3RvdGFsGAUgASgEEg0KBWVycm9yGAYgASgJIn0KC0NhY2hlZE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDQoFYnl0ZXMYAyABKAQSEAoIY29tcGxldGUYBCABKAgSLQoJbGFzdF91c2VkGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCqOAgoMR3B1RXZlbnRLaW5kEh4KGkdQVV9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSR1BVX0VWRU5UX0tJTkRfWElEEAESIQodR1BVX0VWRU5UX0tJTkRfRUNDX0RPVUJMRV9CSVQQAhIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfUEVORElORxADEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9GQUlMVVJFEAQSGwoXR1BVX0VWRU5UX0tJTkRfR1BVX0xPU1QQBRIeChpHUFVfRVZFTlRfS0lORF9OVkxJTktfRE9XThAGEhoKFkdQVV9FVkVOVF9LSU5EX0NMRUFSRUQQByryAQoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIZChVTSEFSRF9TVEFURV9VTkhFQUxUSFkQAxIYChRTSEFSRF9TVEFURV9EUkFJTklORxAEEhgKFFNIQVJEX1NUQVRFX1NUT1BQSU5HEAUSFwoTU0hBUkRfU1RBVEVfU1RPUFBFRBAGEhYKElNIQVJEX1NUQVRFX0ZBSUxFRBAHEhYKElNIQVJEX1NUQVRFX0VYSVRFRBAIKqcBCg5Nb2RlbFB1bGxTdGF0ZRIgChxNT0RFTF9QVUxMX1NUQVRFX1VOU1BFQ0lGSUVEEAASHAoYTU9ERUxfUFVMTF9TVEFURV9TVEFSVEVEEAESHQoZTU9ERUxfUFVMTF9TVEFURV9QUk9HUkVTUxACEhkKFU1PREVMX1BVTExfU1RBVEVfRE9ORRADEhsKF01PREVMX1BVTExfU1RBVEVfRkFJTEVEEAQyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLHAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKJAwoJSW52ZW50b3J5EhsKBGdwdXMYASADKAsyDS5sbG1ndy52MS5HcHUSIAoFbGlua3MYAiADKAsyES5sbG1ndy52MS5HcHVMaW5rEhsKBGhjYXMYAyADKAsyDS5sbG1ndy52MS5IY2ESKgoKaW50ZXJmYWNlcxgEIAMoCzIWLmxsbWd3LnYxLk5ldEludGVyZmFjZRIWCg5kcml2ZXJfdmVyc2lvbhgFIAEoCRIUCgxjdWRhX3ZlcnNpb24YBiABKAkSEAoId2FybmluZ3MYByADKAkSEAoIaG9zdG5hbWUYCCABKAkSJwoJcHJvY2Vzc2VzGAkgAygLMhQubGxtZ3cudjEuR3B1UHJvY2VzcxIrCgpjb25kaXRpb25zGAogAygLMhcubGxtZ3cudjEuTm9kZUNvbmRpdGlvbhIsCg1jYWNoZWRfbW9kZWxzGAwgAygLMhUubGxtZ3cudjEuQ2FjaGVkTW9kZWwSHgoWbW9kZWxfY2FjaGVfZnJlZV9ieXRlcxgNIAEoBCJoCg1Ob2RlQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGYWN0aXZlGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAigAIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlIjkKCU1pZ0RldmljZRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkiawoKR3B1UHJvY2VzcxILCgNwaWQYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSFgoOdXNlZF9tZW1vcnlfbWIYAyABKAUSFAoMcHJvY2Vzc19uYW1lGAQgASgJEhAKCHNoYXJkX2lkGAUgASgJIkQKB0dwdUxpbmsSCQoBYRgBIAEoCRIJCgFiGAIgASgJEhIKCmNvbm5lY3Rpb24YAyABKAkSDwoHbnZsaW5rcxgEIAEoBSKeAQoDSGNhEgwKBG5hbWUYASABKAkSDAoEcG9ydBgCIAEoBRINCgVzdGF0ZRgDIAEoCRISCgpwaHlzX3N0YXRlGAQgASgJEhEKCXJhdGVfZ2JwcxgFIAEoARISCgpsaW5rX2xheWVyGAYgASgJEhEKCW51bWFfbm9kZRgHIAEoBRIOCgZmYWJyaWMYCCABKAkSDgoGbmV0ZGV2GAkgASgJIlUKDE5ldEludGVyZmFjZRIMCgRuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRILCgNtYWMYAyABKAkSCgoCdXAYBCABKAgSCwoDbXR1GAUgASgFIi8KEEZhYnJpY0F0dGFjaG1lbnQSCwoDaGNhGAEgASgJEg4KBmZhYnJpYxgCIAEoCSI4CglIZWFydGJlYXQSDwoHbm9kZV9pZBgBIAEoCRIaChJncHVfbWVtb3J5X3VzZWRfbWIYAiADKAUizgEKC1NoYXJkU3RhdHVzEg8KB25vZGVfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIjCgVzdGF0ZRgEIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFZXJyb3IYBSABKAkSEQoJZXhpdF9jb2RlGAYgASgFEhMKC2xhc3Rfb3V0cHV0GAcgAygJEgsKA3BpZBgIIAEoBRIOCgZzaWduYWwYCSABKAkSDwoHYWRvcHRlZBgKIAEoCCKyAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCSLyAQoKU3RhcnRTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2xlYWRlcl9hZGRyGAggASgJEhMKC2xlYWRlcl9wb3J0GAkgASgFEgwKBHBvb2wYCiABKAkSDgoGZmFicmljGAsgASgJEiIKB3Byb2ZpbGUYDCABKAsyES5sbG1ndy52MS5Qcm9maWxlItoCCgdQcm9maWxlEgwKBG5hbWUYASABKAkSDgoGZW5naW5lGAIgASgJEg0KBW1vZGVsGAMgASgJEhkKEXNlcnZlZF9tb2RlbF9uYW1lGAQgASgJEhwKFHRlbnNvcl9wYXJhbGxlbF9zaXplGAUgASgFEh4KFnBpcGVsaW5lX3BhcmFsbGVsX3NpemUYBiABKAUSDAoEYXJncxgHIAMoCRInCgNlbnYYCCADKAsyGi5sbG1ndy52MS5Qcm9maWxlLkVudkVudHJ5EjIKD3N0YXJ0dXBfdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZtaW5fY29tcHV0ZV9jYXBhYmlsaXR5GAogASgJEhIKCnNsZWVwX21vZGUYCyABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJHCglTdG9wU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSKAoFZ3JhY2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoKRHJhaW5TaGFyZBIQCghzaGFyZF9pZBgBIAEoCSI0CgNBY2sSEgoKbWVzc2FnZV9pZBgBIAEoBBIKCgJvaxgCIAEoCBINCgVlcnJvchgDIAEoCSJACg1QcmVmZXRjaE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDwoHaW5jbHVkZRgDIAMoCSKMAQoJTW9kZWxQdWxsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSJwoFc3RhdGUYAyABKA4yGC5sbG1ndy52MS5Nb2RlbFB1bGxTdGF0ZRISCgpieXRlc19kb25lGAQgASgEEhMKC2J5dGVzX3RvdGFsGAUgASgEEg0KBWVycm9yGAYgASgJIn0KC0NhY2hlZE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDQoFYnl0ZXMYAyABKAQSEAoIY29tcGxldGUYBCABKAgSLQoJbGFzdF91c2VkGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItCgpTbGVlcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEg0KBWxldmVsGAIgASgNIh0KCVdha2VTaGFyZBIQCghzaGFyZF9pZBgBIAEoCSqOAgoMR3B1RXZlbnRLaW5kEh4KGkdQVV9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSR1BVX0VWRU5UX0tJTkRfWElEEAESIQodR1BVX0VWRU5UX0tJTkRfRUNDX0RPVUJMRV9CSVQQAhIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfUEVORElORxADEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9GQUlMVVJFEAQSGwoXR1BVX0VWRU5UX0tJTkRfR1BVX0xPU1QQBRIeChpHUFVfRVZFTlRfS0lORF9OVkxJTktfRE9XThAGEhoKFkdQVV9FVkVOVF9LSU5EX0NMRUFSRUQQByqMAgoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIZChVTSEFSRF9TVEFURV9VTkhFQUxUSFkQAxIYChRTSEFSRF9TVEFURV9EUkFJTklORxAEEhgKFFNIQVJEX1NUQVRFX1NUT1BQSU5HEAUSFwoTU0hBUkRfU1RBVEVfU1RPUFBFRBAGEhYKElNIQVJEX1NUQVRFX0ZBSUxFRBAHEhYKElNIQVJEX1NUQVRFX0VYSVRFRBAIEhgKFFNIQVJEX1NUQVRFX1NMRUVQSU5HEAkqpwEKDk1vZGVsUHVsbFN0YXRlEiAKHE1PREVMX1BVTExfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhNT0RFTF9QVUxMX1NUQVRFX1NUQVJURUQQARIdChlNT0RFTF9QVUxMX1NUQVRFX1BST0dSRVNTEAISGQoVTU9ERUxfUFVMTF9TVEFURV9ET05FEAMSGwoXTU9ERUxfUFVMTF9TVEFURV9GQUlMRUQQBDJPCgxBZ2VudFNlcnZpY2USPwoHQ29ubmVjdBIWLmxsbWd3LnYxLkFnZW50TWVzc2FnZRoYLmxsbWd3LnYxLkNvbnRyb2xNZXNzYWdlKAEwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -306,6 +306,24 @@ export type ControlMessage = Message<"llmgw.v1.ControlMessage"> & {
      */
     value: PrefetchModel;
     case: "prefetch";
+  } | {
+    /**
+     * Put a READY shard to sleep (issue 30): its engine frees its GPU memory
+     * and stays alive; the shard reports SLEEPING. Only for a profile with
+     * sleep_mode; refused (one line in the shard's status) otherwise.
+     *
+     * @generated from field: llmgw.v1.SleepShard sleep = 7;
+     */
+    value: SleepShard;
+    case: "sleep";
+  } | {
+    /**
+     * Wake a SLEEPING shard: READY once its engine answers again.
+     *
+     * @generated from field: llmgw.v1.WakeShard wake = 8;
+     */
+    value: WakeShard;
+    case: "wake";
   } | { case: undefined; value?: undefined };
 };
 
@@ -346,6 +364,22 @@ export type ControlMessageJson = {
    * @generated from field: llmgw.v1.PrefetchModel prefetch = 6;
    */
   prefetch?: PrefetchModelJson;
+
+  /**
+   * Put a READY shard to sleep (issue 30): its engine frees its GPU memory
+   * and stays alive; the shard reports SLEEPING. Only for a profile with
+   * sleep_mode; refused (one line in the shard's status) otherwise.
+   *
+   * @generated from field: llmgw.v1.SleepShard sleep = 7;
+   */
+  sleep?: SleepShardJson;
+
+  /**
+   * Wake a SLEEPING shard: READY once its engine answers again.
+   *
+   * @generated from field: llmgw.v1.WakeShard wake = 8;
+   */
+  wake?: WakeShardJson;
 };
 
 /**
@@ -1840,6 +1874,16 @@ export type Profile = Message<"llmgw.v1.Profile"> & {
    * @generated from field: string min_compute_capability = 10;
    */
   minComputeCapability: string;
+
+  /**
+   * Let the shard sleep and wake (SleepShard/WakeShard): the agent starts
+   * vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1, SGLang with
+   * --enable-memory-saver. vLLM's dev mode opens unauthenticated dev
+   * endpoints on the API port (README "Warm starts"). Off by default.
+   *
+   * @generated from field: bool sleep_mode = 11;
+   */
+  sleepMode: boolean;
 };
 
 /**
@@ -1899,6 +1943,16 @@ export type ProfileJson = {
    * @generated from field: string min_compute_capability = 10;
    */
   minComputeCapability?: string;
+
+  /**
+   * Let the shard sleep and wake (SleepShard/WakeShard): the agent starts
+   * vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1, SGLang with
+   * --enable-memory-saver. vLLM's dev mode opens unauthenticated dev
+   * endpoints on the API port (README "Warm starts"). Off by default.
+   *
+   * @generated from field: bool sleep_mode = 11;
+   */
+  sleepMode?: boolean;
 };
 
 /**
@@ -2251,6 +2305,82 @@ export const CachedModelSchema: GenMessage<CachedModel, {jsonType: CachedModelJs
   messageDesc(file_llmgw_v1_agent, 23);
 
 /**
+ * SleepShard: level 1 offloads the weights to host RAM and drops the KV
+ * cache (the agent refuses it when MemAvailable is below the shard's GPU
+ * memory); level 2 drops both (a wake reloads the weights). vLLM's levels
+ * (V:vllm/v1/engine/core.py:867-878 at 2f41c894); SGLang has one kind of
+ * release, used for both. Any other level is refused.
+ *
+ * @generated from message llmgw.v1.SleepShard
+ */
+export type SleepShard = Message<"llmgw.v1.SleepShard"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * @generated from field: uint32 level = 2;
+   */
+  level: number;
+};
+
+/**
+ * SleepShard: level 1 offloads the weights to host RAM and drops the KV
+ * cache (the agent refuses it when MemAvailable is below the shard's GPU
+ * memory); level 2 drops both (a wake reloads the weights). vLLM's levels
+ * (V:vllm/v1/engine/core.py:867-878 at 2f41c894); SGLang has one kind of
+ * release, used for both. Any other level is refused.
+ *
+ * @generated from message llmgw.v1.SleepShard
+ */
+export type SleepShardJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * @generated from field: uint32 level = 2;
+   */
+  level?: number;
+};
+
+/**
+ * Describes the message llmgw.v1.SleepShard.
+ * Use `create(SleepShardSchema)` to create a new message.
+ */
+export const SleepShardSchema: GenMessage<SleepShard, {jsonType: SleepShardJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 24);
+
+/**
+ * @generated from message llmgw.v1.WakeShard
+ */
+export type WakeShard = Message<"llmgw.v1.WakeShard"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+};
+
+/**
+ * @generated from message llmgw.v1.WakeShard
+ */
+export type WakeShardJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.WakeShard.
+ * Use `create(WakeShardSchema)` to create a new message.
+ */
+export const WakeShardSchema: GenMessage<WakeShard, {jsonType: WakeShardJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 25);
+
+/**
  * @generated from enum llmgw.v1.GpuEventKind
  */
 export enum GpuEventKind {
@@ -2359,12 +2489,21 @@ export enum ShardState {
    * @generated from enum value: SHARD_STATE_EXITED = 8;
    */
   EXITED = 8,
+
+  /**
+   * Alive but not serving: a SleepShard made the engine free its GPU memory
+   * (vLLM sleep mode, SGLang memory saver). Routed around like DRAINING;
+   * a WakeShard brings it back to READY (issue 30).
+   *
+   * @generated from enum value: SHARD_STATE_SLEEPING = 9;
+   */
+  SLEEPING = 9,
 }
 
 /**
  * @generated from enum llmgw.v1.ShardState
  */
-export type ShardStateJson = "SHARD_STATE_UNSPECIFIED" | "SHARD_STATE_STARTING" | "SHARD_STATE_READY" | "SHARD_STATE_UNHEALTHY" | "SHARD_STATE_DRAINING" | "SHARD_STATE_STOPPING" | "SHARD_STATE_STOPPED" | "SHARD_STATE_FAILED" | "SHARD_STATE_EXITED";
+export type ShardStateJson = "SHARD_STATE_UNSPECIFIED" | "SHARD_STATE_STARTING" | "SHARD_STATE_READY" | "SHARD_STATE_UNHEALTHY" | "SHARD_STATE_DRAINING" | "SHARD_STATE_STOPPING" | "SHARD_STATE_STOPPED" | "SHARD_STATE_FAILED" | "SHARD_STATE_EXITED" | "SHARD_STATE_SLEEPING";
 
 /**
  * Describes the enum llmgw.v1.ShardState.

@@ -1,0 +1,112 @@
+import { readFile } from 'node:fs/promises';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { errorMessage, failure } from '../../../lib/errors.js';
+import { type EngineSleepApi, engineSleepApi, type SleepCall } from '../../engines/engine-sleep-api.js';
+import { bearer } from '../probes/http-probe.js';
+import { stateName } from './shard-lifecycle.js';
+
+/*
+ * Sleep and wake of one shard (issue 30), the judgements and the engine
+ * calls; the runner makes the transitions. Memory is judged from the GPU
+ * readings the agent already takes (GpuMemorySampler): the engine saying
+ * 200 is not proof its memory was freed.
+ */
+
+/** What the runner needs beside its engine to sleep it: the node's GPU readings and its host RAM. */
+export interface SleepProbes {
+  /** MiB used per GPU index, as the sampler last read it. */
+  gpuMemoryMib: () => number[];
+  /** /proc/meminfo, or a test's stand-in. */
+  meminfoPath?: string;
+  /** How long the engine's call and the memory's change may take; default 2 min. */
+  timeoutMs?: number;
+  /** How often the readings are looked at again; default 250 ms (the sampler reads every second at most). */
+  pollMs?: number;
+}
+
+export const DEFAULT_SLEEP_TIMEOUT_MS = 120_000;
+
+/** The shard's GPUs hold at most this share of what they held awake, or the sleep did not free them. */
+export const ASLEEP_SHARE = 0.5;
+/** Awake again once its GPUs hold this share of what they held before the sleep. */
+export const AWAKE_SHARE = 0.8;
+
+/**
+ * Whether shard `shardId` may sleep at `level`, and by which API; throws a
+ * one-line failure naming what is wrong. Nothing is touched before this.
+ */
+export function judgeSleep(shardId: string, state: ShardState, spec: StartShard, level: number): EngineSleepApi {
+  if (level !== 1 && level !== 2) throw failure(`sleep refused: level ${level} is not 1 (weights to host RAM) or 2 (weights dropped)`);
+  const engine = spec.profile?.engine ?? '';
+  const api = engineSleepApi(engine);
+  if (!api) throw failure(`sleep refused: engine ${engine || '(none)'} of shard ${shardId} has no sleep mode`);
+  if (!spec.profile?.sleepMode) throw failure(`sleep refused: profile ${spec.profile?.name ?? ''} of shard ${shardId} does not set sleep_mode`);
+  if (state !== ShardState.READY) throw failure(`sleep refused: shard ${shardId} is ${stateName(state)}; only a READY shard can sleep`);
+  return api;
+}
+
+/** The sum of MiB the shard's GPUs hold; undefined before the sampler has read them. */
+export function shardGpuMib(readings: readonly number[], gpus: readonly number[]): number | undefined {
+  let sum = 0;
+  for (const g of gpus) {
+    const v = readings[g];
+    if (v === undefined) return undefined;
+    sum += v;
+  }
+  return sum;
+}
+
+/** MemAvailable of /proc/meminfo in MiB. */
+export async function memAvailableMib(path = '/proc/meminfo'): Promise<number> {
+  const text = await readFile(path, 'utf8');
+  const m = /^MemAvailable:\s+(\d+)\s+kB$/m.exec(text);
+  if (!m) throw failure(`sleep refused: ${path} has no MemAvailable line`);
+  return Math.floor(Number(m[1]) / 1024);
+}
+
+/**
+ * Level 1 copies the weights to host RAM (V:vllm/v1/engine/core.py:867-878,
+ * "Please make sure there's enough CPU memory"): refused when the host has
+ * less available than the shard's GPUs hold, an upper bound of the weights.
+ * An engine that runs the host out of memory is killed by the OOM killer.
+ */
+export async function checkHostRam(level: 1 | 2, shardMib: number, meminfoPath?: string): Promise<void> {
+  if (level !== 1) return;
+  const available = await memAvailableMib(meminfoPath);
+  if (available < shardMib) {
+    throw failure(`sleep refused: level 1 moves up to ${shardMib} MiB of weights to host RAM and only ${available} MiB is available (MemAvailable); use level 2`);
+  }
+}
+
+/** Makes one call of the engine's sleep API; throws a one-line failure when it does not answer 2xx. */
+export async function callEngine(baseUrl: string, call: SleepCall, apiKey: string, signal: AbortSignal): Promise<void> {
+  const headers: Record<string, string> = { ...bearer(apiKey) };
+  if (call.body !== undefined) headers['content-type'] = 'application/json';
+  let res: Response;
+  try {
+    res = await fetch(`${baseUrl}${call.path}`, { method: call.method, headers, body: call.body, signal });
+  } catch (err) {
+    throw failure(`${call.method} ${call.path}: ${errorMessage(err)}`);
+  }
+  const text = (await res.text().catch(() => '')).replace(/\s+/g, ' ').slice(0, 200);
+  if (!res.ok) throw failure(`${call.method} ${call.path} answered ${res.status}${text ? `: ${text}` : ''}`);
+}
+
+/** Waits until the shard's GPUs hold what `ok` wants; resolves with the last reading, or throws after the timeout. */
+export async function awaitGpuMemory(
+  probes: SleepProbes,
+  gpus: readonly number[],
+  ok: (mib: number) => boolean,
+  what: string,
+  signal: AbortSignal,
+): Promise<number> {
+  const deadline = Date.now() + (probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS);
+  let last: number | undefined;
+  for (;;) {
+    last = shardGpuMib(probes.gpuMemoryMib(), gpus);
+    if (last !== undefined && ok(last)) return last;
+    if (Date.now() >= deadline) throw failure(`${what}: GPUs ${gpus.join(',')} still hold ${last ?? 'unknown'} MiB`);
+    await sleep(probes.pollMs ?? 250, undefined, { signal });
+  }
+}

@@ -1,0 +1,101 @@
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { type AgentMessage, ShardState, type ShardStatus, SleepShardSchema, type StartShard, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
+import { type AgentDirs, type AgentProcess, agentDirs, startAgentProcess } from '../helpers/agent-process.js';
+import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
+import { freePort, killEverything, removeDir } from '../helpers/engine-processes.js';
+import { consumeStream } from '../helpers/fake-engines.js';
+import { isRegister, shardIs } from '../helpers/sim-shards.js';
+import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+
+/*
+ * SleepShard / WakeShard through the real agent and the vLLM double (issue
+ * 30): the double frees the memory the fake nvidia-smi shows for its GPUs,
+ * the agent sees it fall through its own GPU memory sampler.
+ */
+
+const NODE = 'node-sleep';
+const S = ShardState;
+const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;
+let cp: StartedControlPlane;
+let agent: AgentProcess;
+let dirs: AgentDirs;
+let usageDir: string;
+
+beforeAll(async () => {
+  cp = await startControlPlane();
+  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-sleep-')));
+  usageDir = join(dirs.root, 'gpu-usage');
+  const registered = cp.cp.waitFor(NODE, isRegister, 30_000);
+  agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
+  await registered;
+});
+
+afterAll(async () => {
+  await agent?.stop();
+  await cp?.close();
+  if (dirs) {
+    await killEverything(dirs.logDir);
+    removeDir(dirs.root);
+  }
+});
+
+function sleepyStart(id: string, port: number, sleepMode = true, gpu = 5): StartShard {
+  const spec = doubleStart('vllm', id, port, { gpus: [gpu], args: ['--sim-gpu-memory', '70000', '--sim-gpu-usage-dir', usageDir, '--sim-token-latency', '30ms'] });
+  if (spec.profile) spec.profile.sleepMode = sleepMode;
+  return spec;
+}
+
+async function send(id: string, msg: { case: 'sleep'; level: number } | { case: 'wake' }, ...states: ShardState[]): Promise<ShardStatus> {
+  const got = cp.cp.waitFor(NODE, (m) => m.msg.case === 'shard' && m.msg.value.shardId === id && (states.includes(m.msg.value.state) || m.msg.value.error !== ''), 60_000);
+  if (msg.case === 'sleep') cp.cp.send(NODE, { case: 'sleep', value: create(SleepShardSchema, { shardId: id, level: msg.level }) });
+  else cp.cp.send(NODE, { case: 'wake', value: create(WakeShardSchema, { shardId: id }) });
+  return statusOf(await got);
+}
+
+describe('SleepShard and WakeShard (issue 30)', () => {
+  it('sleeps a READY vLLM shard (GPU memory released), aborts what it held, and wakes it READY and answering', async () => {
+    const port = await freePort();
+    const readyP = cp.cp.waitFor(NODE, shardIs('s-1', S.READY, S.FAILED), 60_000);
+    cp.cp.send(NODE, { case: 'start', value: sleepyStart('s-1', port) });
+    expect(statusOf(await readyP).state).toBe(S.READY);
+    expect(readGpuUsage(usageDir).get(5)).toBe(70000);
+    // A stream in flight when the sleep comes: vLLM's mode=abort ends it (core.py pause_scheduler).
+    const stream = consumeStream(await streamChat(port, 500));
+    const sleeping = await send('s-1', { case: 'sleep', level: 2 }, S.SLEEPING);
+    expect(sleeping.state, sleeping.error).toBe(S.SLEEPING);
+    const asleep = cp.cp.waitFor(NODE, (m) => m.msg.case === 'shard' && m.msg.value.shardId === 's-1' && m.msg.value.state === S.SLEEPING && m.msg.value.error === '', 60_000);
+    await asleep;
+    expect((await stream).done).toBe(false);
+    expect(readGpuUsage(usageDir).get(5)).toBeLessThan(70000 / 2);
+    const woken = await send('s-1', { case: 'wake' }, S.READY);
+    expect(woken.state, woken.error).toBe(S.READY);
+    expect(readGpuUsage(usageDir).get(5)).toBe(70000);
+    const again = await consumeStream(await streamChat(port, 3));
+    expect(again).toEqual({ tokens: 3, done: true });
+  });
+
+  it('refuses level 3, an unknown shard and a profile without sleep_mode with one line each, and the shard stays READY', async () => {
+    const port = await freePort();
+    const readyP = cp.cp.waitFor(NODE, shardIs('s-2', S.READY, S.FAILED), 60_000);
+    cp.cp.send(NODE, { case: 'start', value: sleepyStart('s-2', port, false, 6) });
+    expect(statusOf(await readyP).state).toBe(S.READY);
+    const noMode = await send('s-2', { case: 'sleep', level: 1 });
+    expect(noMode.state).toBe(S.READY);
+    expect(noMode.error).toMatch(/^sleep refused: profile .* does not set sleep_mode$/);
+    const level3 = await send('s-2', { case: 'sleep', level: 3 });
+    expect(level3.state).toBe(S.READY);
+    expect(level3.error).toMatch(/^sleep refused: level 3 is not 1/);
+    const unknown = await send('nope', { case: 'sleep', level: 1 });
+    expect(unknown.error).toMatch(/^sleep refused: no running shard "nope"/);
+    const wake = await send('s-2', { case: 'wake' });
+    expect(wake.state).toBe(S.READY);
+    expect(wake.error).toMatch(/^wake refused: shard s-2 is READY/);
+    const res = await consumeStream(await streamChat(port, 2));
+    expect(res).toEqual({ tokens: 2, done: true });
+  });
+});

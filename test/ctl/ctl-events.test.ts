@@ -52,8 +52,15 @@ describe('llmgw ctl events', () => {
     console.info(`ctl events -f printed STARTING → READY ${latencyMs} ms after the agent's log line (its time, ms resolution)`);
     expect(latencyMs).toBeLessThan(1000);
 
+    const injectedAt = Date.now();
     appendFileSync(a.kmsg, xid79Line());
-    await until(() => f.lines.some((l) => /gpu +gpu 2 +GPU 2: Xid 79: GPU has fallen off the bus/.test(l.text)), 'the GPU fault printed');
+    const isFault = (text: string) => /gpu +gpu 2 +GPU 2: Xid 79: GPU has fallen off the bus/.test(text);
+    await until(() => f.lines.some((l) => isFault(l.text)), 'the GPU fault printed');
+    const faultLogged = a.records.find((r) => r.msg === 'GPU fault' && r.gpu === 2);
+    const faultPrinted = f.lines.find((l) => isFault(l.text));
+    console.info(
+      `GPU fault: logged ${Date.parse(String(faultLogged?.time)) - injectedAt} ms after the kernel-log line was written, printed by ctl events -f ${(faultPrinted?.atMs ?? 0) - Date.parse(String(faultLogged?.time))} ms after that`,
+    );
     // The shard on another GPU is untouched; nothing else printed a transition of it.
     expect(f.lines.filter((l) => /s1 /.test(l.text)).length).toBe(2);
 

@@ -1,4 +1,4 @@
-import { type GpuEvent, GpuEventKind } from '../../gen/llmgw/v1/agent_pb.js';
+import { type GpuEvent, GpuEventKind, ShardState } from '../../gen/llmgw/v1/agent_pb.js';
 import type { ConnectionPhase, ConnectionStatus } from '../connection/connection-state.js';
 import type { AdoptResultView } from '../supervisor/orphans/recover-engines.js';
 import type { ShardTransition } from '../supervisor/shard/shard-snapshot.js';
@@ -18,7 +18,8 @@ export function shardTransitionEvent(t: ShardTransition): NewAgentEvent {
   return {
     kind: 'shard',
     shardId: t.shard.shardId,
-    message: why ? `${from} → ${to}: ${why}` : `${from} → ${to}`,
+    // A new shard's first transition comes from UNSPECIFIED, which says nothing to an operator.
+    message: `${t.from === ShardState.UNSPECIFIED ? to : `${from} → ${to}`}${why ? `: ${why}` : ''}`,
     fields: { from, to, why, replica: t.shard.replicaId, pid: String(t.shard.pid) },
   };
 }

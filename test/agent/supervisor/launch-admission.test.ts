@@ -1,0 +1,279 @@
+import { create } from '@bufbuild/protobuf';
+import { describe, expect, it } from 'vitest';
+import { ShardState, StartShardSchema, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { LlmgwError } from '../../../src/lib/errors.js';
+import {
+  DEFAULT_MAX_CONCURRENT_LAUNCHES,
+  LaunchAdmission,
+  MAX_PENDING_LAUNCHES,
+  RepeatedStartError,
+} from '../../../src/agent/supervisor/launch-admission.js';
+import type { ShardRunner } from '../../../src/agent/supervisor/shard/shard-runner.js';
+
+function spec(shardId: string, gpuIndices: number[], httpPort = 0): StartShard {
+  return create(StartShardSchema, { shardId, replicaId: `rep-${shardId}`, gpuIndices, httpPort });
+}
+
+/** The four fields LaunchAdmission reads of a runner. */
+function runner(s: StartShard, currentState: ShardState, running: boolean): ShardRunner {
+  return { shardId: s.shardId, spec: s, currentState, running } as unknown as ShardRunner;
+}
+
+function admission(runners: ShardRunner[] = [], opts: { max?: number; pending?: number; closed?: AbortSignal } = {}) {
+  const table = new Map(runners.map((r) => [r.shardId as string, r]));
+  return new LaunchAdmission({
+    runners: table,
+    closed: opts.closed ?? new AbortController().signal,
+    maxConcurrentLaunches: opts.max,
+    maxPendingLaunches: opts.pending,
+  });
+}
+
+/** A launch that stays in progress until the test settles it. */
+function deferred() {
+  let resolve!: (r: ShardRunner) => void;
+  let reject!: (e: unknown) => void;
+  const promise = new Promise<ShardRunner>((res, rej) => {
+    resolve = res;
+    reject = rej;
+  });
+  return { promise, resolve, reject };
+}
+
+function claimErr(a: LaunchAdmission, s: StartShard): LlmgwError {
+  try {
+    a.claim(s, () => deferred().promise);
+  } catch (err) {
+    expect(err).toBeInstanceOf(LlmgwError);
+    return err as LlmgwError;
+  }
+  throw new Error(`claim of ${s.shardId} was not refused`);
+}
+
+const flush = () => new Promise<void>((r) => setImmediate(r));
+
+describe('LaunchAdmission defaults', () => {
+  it('bounds launches at 8 at once and 64 in progress', () => {
+    expect(DEFAULT_MAX_CONCURRENT_LAUNCHES).toBe(8);
+    expect(MAX_PENDING_LAUNCHES).toBe(64);
+  });
+});
+
+describe('LaunchAdmission.claim', () => {
+  it('refuses a GPU a live runner holds, naming the holder', () => {
+    const a = admission([runner(spec('held', [2, 3]), ShardState.READY, true)]);
+    const err = claimErr(a, spec('new', [1, 3]));
+    expect(err.kind).toBe('failure');
+    expect(err.message).toBe('GPU 3 is held by shard held; stop it first or place this shard elsewhere');
+    expect(a.isClaimed('new')).toBe(false);
+    expect(a.pending('new')).toBeUndefined();
+  });
+
+  it('counts a FAILED runner whose engine still runs as holding its GPUs', () => {
+    const a = admission([runner(spec('stuck', [0]), ShardState.FAILED, true)]);
+    expect(claimErr(a, spec('new', [0])).message).toContain('GPU 0 is held by shard stuck');
+  });
+
+  it('lets a terminal runner whose engine is gone release its GPUs and port', () => {
+    const a = admission([runner(spec('gone', [0], 18000), ShardState.EXITED, false)]);
+    expect(a.reservations().gpus.size).toBe(0);
+    expect(a.reservations().ports.size).toBe(0);
+    expect(() => a.claim(spec('new', [0], 18000), () => deferred().promise)).not.toThrow();
+    expect(a.isClaimed('new')).toBe(true);
+  });
+
+  it('counts a non-terminal runner as holding even when not marked running', () => {
+    const a = admission([runner(spec('starting', [5]), ShardState.STARTING, false)]);
+    expect(claimErr(a, spec('new', [5])).message).toContain('held by shard starting');
+  });
+
+  it('refuses a GPU another launch in progress has claimed, before that launch has a runner', () => {
+    const a = admission();
+    a.claim(spec('first', [4]), () => deferred().promise);
+    expect(claimErr(a, spec('second', [4])).message).toBe('GPU 4 is held by shard first; stop it first or place this shard elsewhere');
+  });
+
+  it('refuses an http_port held, naming the holder', () => {
+    const a = admission([runner(spec('web', [0], 18000), ShardState.READY, true)]);
+    const err = claimErr(a, spec('new', [1], 18000));
+    expect(err.message).toBe('http_port 18000 is already in use on this node by shard web; use another port');
+  });
+
+  it('does not treat port 0 (no HTTP) as a port held', () => {
+    const a = admission([runner(spec('worker', [0], 0), ShardState.READY, true)]);
+    expect(a.reservations().ports.size).toBe(0);
+    expect(() => a.claim(spec('worker2', [1], 0), () => deferred().promise)).not.toThrow();
+  });
+
+  it('does not count the shard against itself (a restart of the same id)', () => {
+    const s = spec('same', [0], 18000);
+    const a = admission([runner(s, ShardState.READY, true)]);
+    expect(() => a.claim(spec('same', [0], 18000), () => deferred().promise)).not.toThrow();
+  });
+
+  it('refuses beyond maxPendingLaunches, saying how many are in progress', () => {
+    const a = admission([], { pending: 2 });
+    a.claim(spec('a', [0]), () => deferred().promise);
+    a.claim(spec('b', [1]), () => deferred().promise);
+    let called = false;
+    try {
+      a.claim(spec('c', [2]), () => {
+        called = true;
+        return deferred().promise;
+      });
+      expect.unreachable('a third start was admitted');
+    } catch (err) {
+      expect((err as Error).message).toBe('2 shard starts are in progress already, the most this agent takes at once; retry once some have settled');
+    }
+    expect(called).toBe(false);
+    expect(a.isClaimed('c')).toBe(false);
+  });
+
+  it('starts the launch, and settled resolves to its runner, or undefined when it was refused', async () => {
+    const a = admission();
+    const ok = deferred();
+    const s = spec('ok', [0]);
+    const r = runner(s, ShardState.STARTING, true);
+    const okClaim = a.claim(s, () => ok.promise);
+    expect(a.pending('ok')).toBe(okClaim.settled);
+    ok.resolve(r);
+    await expect(okClaim.launch).resolves.toBe(r);
+    await expect(okClaim.settled).resolves.toBe(r);
+
+    const bad = deferred();
+    const badClaim = a.claim(spec('bad', [1]), () => bad.promise);
+    bad.reject(new Error('no such executable'));
+    await expect(badClaim.launch).rejects.toThrow('no such executable');
+    await expect(badClaim.settled).resolves.toBeUndefined();
+  });
+});
+
+describe('LaunchAdmission.release', () => {
+  it('ends the matching claim, freeing its GPUs and port', () => {
+    const a = admission();
+    const { settled } = a.claim(spec('s1', [0], 18000), () => deferred().promise);
+    a.release('s1', settled);
+    expect(a.isClaimed('s1')).toBe(false);
+    expect(a.pending('s1')).toBeUndefined();
+    expect(a.reservations().gpus.size).toBe(0);
+    expect(() => a.claim(spec('s2', [0], 18000), () => deferred().promise)).not.toThrow();
+  });
+
+  it('leaves a newer claim of the same id alone when an older launch releases', () => {
+    const a = admission();
+    const older = a.claim(spec('s1', [0]), () => deferred().promise);
+    const newer = a.claim(spec('s1', [1]), () => deferred().promise);
+    a.release('s1', older.settled);
+    expect(a.isClaimed('s1')).toBe(true);
+    expect(a.pending('s1')).toBe(newer.settled);
+    expect(a.reservations().gpus.get(1)).toBe('s1');
+    a.release('s1', newer.settled);
+    expect(a.isClaimed('s1')).toBe(false);
+  });
+
+  it('does nothing for an id never claimed', () => {
+    const a = admission();
+    a.claim(spec('s1', [0]), () => deferred().promise);
+    a.release('other', Promise.resolve(undefined));
+    expect(a.isClaimed('s1')).toBe(true);
+  });
+});
+
+describe('LaunchAdmission.reservations', () => {
+  it('maps each GPU and port to its holder, runners and claims alike', () => {
+    const a = admission([runner(spec('run', [0, 1], 18000), ShardState.READY, true)]);
+    a.claim(spec('claim', [2], 18001), () => deferred().promise);
+    const r = a.reservations();
+    expect([...r.gpus.entries()].sort()).toEqual([
+      [0, 'run'],
+      [1, 'run'],
+      [2, 'claim'],
+    ]);
+    expect([...r.ports.entries()].sort()).toEqual([
+      [18000, 'run'],
+      [18001, 'claim'],
+    ]);
+  });
+
+  it('excludes the given id, both its runner and its claim', () => {
+    const a = admission([runner(spec('run', [0], 18000), ShardState.READY, true)]);
+    a.claim(spec('claim', [2], 18001), () => deferred().promise);
+    expect([...a.reservations('run').gpus.keys()]).toEqual([2]);
+    expect([...a.reservations('run').ports.keys()]).toEqual([18001]);
+    expect([...a.reservations('claim').gpus.keys()]).toEqual([0]);
+    expect([...a.reservations('claim').ports.keys()]).toEqual([18000]);
+  });
+});
+
+describe('LaunchAdmission.takeSlot', () => {
+  it('lets maxConcurrentLaunches through at once and makes the next wait', async () => {
+    const a = admission([], { max: 2 });
+    await a.takeSlot();
+    await a.takeSlot();
+    let third = false;
+    const p = a.takeSlot().then(() => {
+      third = true;
+    });
+    await flush();
+    expect(third).toBe(false);
+    a.releaseSlot();
+    await p;
+    expect(third).toBe(true);
+  });
+
+  it('hands freed slots to waiters first come, first served', async () => {
+    const a = admission([], { max: 1 });
+    await a.takeSlot();
+    const order: string[] = [];
+    const waiters = ['w1', 'w2', 'w3'].map((name) => a.takeSlot().then(() => order.push(name)));
+    await flush();
+    expect(order).toEqual([]);
+    for (let i = 0; i < 3; i++) {
+      a.releaseSlot();
+      await flush();
+      expect(order).toHaveLength(i + 1);
+    }
+    await Promise.all(waiters);
+    expect(order).toEqual(['w1', 'w2', 'w3']);
+  });
+
+  it('makes every waiter throw, taking nothing, once closed and woken', async () => {
+    const closer = new AbortController();
+    const a = admission([], { max: 1, closed: closer.signal });
+    await a.takeSlot();
+    const waiting = [a.takeSlot(), a.takeSlot()];
+    for (const w of waiting) w.catch(() => {});
+    closer.abort();
+    a.wakeAll();
+    for (const w of waiting) await expect(w).rejects.toThrow('the supervisor is closed');
+    // Nothing was taken by the waiters: the one slot given back is free again.
+    a.releaseSlot();
+    await expect(a.takeSlot()).resolves.toBeUndefined();
+  });
+
+  it('keeps waiters waiting when woken while not closed', async () => {
+    const a = admission([], { max: 1 });
+    await a.takeSlot();
+    let done = false;
+    const p = a.takeSlot().then(() => {
+      done = true;
+    });
+    a.wakeAll();
+    await flush();
+    expect(done).toBe(false);
+    a.releaseSlot();
+    await p;
+    expect(done).toBe(true);
+  });
+});
+
+describe('RepeatedStartError', () => {
+  it('carries the shard id and says the start it joined was refused', () => {
+    const err = new RepeatedStartError('s7');
+    expect(err).toBeInstanceOf(LlmgwError);
+    expect(err.shardId).toBe('s7');
+    expect(err.kind).toBe('failure');
+    expect(err.exitCode).toBe(1);
+    expect(err.message).toBe('shard s7: the start this repeat joined was refused');
+  });
+});

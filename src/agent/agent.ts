@@ -144,6 +144,8 @@ export class Agent {
       logger: this.log,
       models: this.models,
       onRefused: (what, shard, why) => this.events.record(refusalEvent(what, shard, why)),
+      // A sleep is judged by the GPU readings heartbeats carry (issue 30).
+      sleepProbes: { gpuMemoryMib: () => opts.sampler.latest() },
     });
     this.recovery = new RecoverEngines({
       nodeId: c.nodeId,
@@ -321,6 +323,13 @@ export class Agent {
       case 'prefetch':
         // In the background, like a start: a pull takes minutes; its progress goes out as ModelPull.
         void this.models.prefetch(m.msg.value);
+        return;
+      case 'sleep':
+        // In the background: the engine's sleep and the memory's fall take seconds.
+        void this.commands.sleepCommand(m.msg.value);
+        return;
+      case 'wake':
+        void this.commands.wakeCommand(m.msg.value);
         return;
       case 'ack':
         if (!m.msg.value.ok) {

@@ -1,6 +1,6 @@
 import { create } from '@bufbuild/protobuf';
 import { durationMs } from '@bufbuild/protobuf/wkt';
-import { ShardState, type ShardStatus, ShardStatusSchema, type StartShard, type StopShard } from '../gen/llmgw/v1/agent_pb.js';
+import { type SleepShard, ShardState, type ShardStatus, ShardStatusSchema, type StartShard, type StopShard, type WakeShard } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
@@ -12,6 +12,7 @@ import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from './supervisor/supervisor.js';
 import { type NodeModels, StartCancelledError } from './models/node-models.js';
 import type { StartAdmission } from './start-admission.js';
+import type { SleepProbes } from './supervisor/shard/shard-sleep.js';
 
 export interface ShardCommandsOptions {
   nodeId: string;
@@ -25,6 +26,8 @@ export interface ShardCommandsOptions {
   models?: NodeModels;
   /** Told of each start or drain refused, with why (`ctl events`); unlike the log, not rate-limited, since the ring is bounded. */
   onRefused?: (what: 'start' | 'drain', shard: { shardId: string; replicaId: string }, why: string) => void;
+  /** The GPU readings and host RAM a sleep is judged by; without them SleepShard is refused. */
+  sleepProbes?: SleepProbes;
 }
 
 /**
@@ -184,6 +187,40 @@ export class ShardCommands {
       const shard = checked && this.sup.get(checked);
       this.refusals.warn({ shard: id, err: why }, 'refused a drain');
       this.opts.onRefused?.('drain', { shardId: id, replicaId: shard ? shard.replicaId : '' }, errorMessage(err));
+      if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
+      else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
+    }
+  }
+
+  /**
+   * A SleepShard (issue 30). Every refusal is one line in the shard's status,
+   * and the shard keeps its state: a bad level or a profile without
+   * sleep_mode never touches the engine.
+   */
+  async sleepCommand(m: Pick<SleepShard, 'shardId' | 'level'>): Promise<void> {
+    await this.sleepOrWake('sleep', m.shardId, (id, probes) => this.sup.sleep(id, m.level, probes));
+  }
+
+  /** A WakeShard: READY once the engine answers and has its GPU memory back. */
+  async wakeCommand(m: Pick<WakeShard, 'shardId'>): Promise<void> {
+    await this.sleepOrWake('wake', m.shardId, (id, probes) => this.sup.wake(id, probes));
+  }
+
+  private async sleepOrWake(what: 'sleep' | 'wake', id: string, act: (id: ShardId, probes: SleepProbes) => Promise<ShardSnapshot>): Promise<void> {
+    const { nodeId, report } = this.opts;
+    const checked = isValidShardId(id) ? id : undefined;
+    try {
+      if (!checked) throw failure(`invalid shard id ${quoteShardId(id)}`);
+      const shard = this.sup.get(checked);
+      if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
+      if (!this.opts.sleepProbes) throw failure('this agent reads no GPU memory');
+      await act(checked, this.opts.sleepProbes);
+    } catch (err) {
+      const msg = errorMessage(err);
+      const why = msg.startsWith(`${what} `) ? msg : `${what} refused: ${msg}`;
+      this.refusals.warn({ shard: id, err: why }, `refused or failed a ${what}`);
+      const shard = checked && this.sup.get(checked);
+      // The shard's own state with the reason: FAILED would get a healthy engine replaced.
       if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
       else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
     }

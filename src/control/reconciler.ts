@@ -191,7 +191,8 @@ export class Reconciler {
     // An adopted shard still loading gets a full startup timeout from now:
     // when it was launched is not known here, and cutting it short would kill
     // a model that may be seconds from ready.
-    if (shard.state !== ShardState.READY) this.#lifecycle.armStartupTimer(replica, shard);
+    // A SLEEPING shard is not loading: a startup timer would replace it for sleeping.
+    if (shard.state !== ShardState.READY && shard.state !== ShardState.SLEEPING) this.#lifecycle.armStartupTimer(replica, shard);
     this.#lifecycle.refreshPhase(replica);
   }
 

@@ -50,7 +50,7 @@ export class LaunchAdmission {
    */
   private readonly claims = new Map<string, StartShard>();
   /** Launches past the concurrency bound, waiting for a slot, first come first served. */
-  private readonly slotWaiters: (() => void)[] = [];
+  private readonly slotWaiters: ((granted: boolean) => void)[] = [];
   private activeLaunches = 0;
   private readonly maxConcurrentLaunches: number;
   private readonly maxPendingLaunches: number;
@@ -128,25 +128,31 @@ export class LaunchAdmission {
   /**
    * Waits until fewer than maxConcurrentLaunches launches validate or
    * launch, and counts this one in; throws (taking nothing) once the
-   * registry is closed, so that no start waits for ever.
+   * registry is closed, so that no start waits for ever. A slot given back
+   * goes straight to the launch waiting longest (releaseSlot): were the
+   * woken waiter to check again, a start arriving in the same moment would
+   * take the slot and send it to the back of the queue.
    */
   async takeSlot(): Promise<void> {
-    while (this.activeLaunches >= this.maxConcurrentLaunches) {
-      await new Promise<void>((resolve) => this.slotWaiters.push(resolve));
-      if (this.opts.closed.aborted) throw failure('the supervisor is closed');
+    if (this.activeLaunches < this.maxConcurrentLaunches && this.slotWaiters.length === 0) {
+      this.activeLaunches++;
+      return;
     }
-    this.activeLaunches++;
+    const granted = await new Promise<boolean>((resolve) => this.slotWaiters.push(resolve));
+    if (!granted) throw failure('the supervisor is closed');
   }
 
-  /** Gives back the slot takeSlot() took, to the launch waiting longest. */
+  /** Gives back the slot takeSlot() took: to the launch waiting longest, which then holds it, or to no one. */
   releaseSlot(): void {
-    this.activeLaunches--;
-    this.slotWaiters.shift()?.();
+    const next = this.slotWaiters.shift();
+    if (next) next(true);
+    else this.activeLaunches--;
   }
 
-  /** Wakes every launch waiting for a slot, so that each sees the registry closed. */
+  /** Once the registry is closed, wakes every launch waiting for a slot with none: each throws that it is closed. */
   wakeAll(): void {
-    for (const wake of this.slotWaiters.splice(0)) wake();
+    if (!this.opts.closed.aborted) return;
+    for (const wake of this.slotWaiters.splice(0)) wake(false);
   }
 }
 

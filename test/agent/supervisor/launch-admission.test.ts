@@ -237,6 +237,20 @@ describe('LaunchAdmission.takeSlot', () => {
     expect(order).toEqual(['w1', 'w2', 'w3']);
   });
 
+  it('gives a slot given back to the launch waiting for it, not to a start arriving in the same moment', async () => {
+    const a = admission([], { max: 1 });
+    await a.takeSlot();
+    const order: string[] = [];
+    const waiter = a.takeSlot().then(() => order.push('waiter'));
+    await flush();
+    a.releaseSlot();
+    const late = a.takeSlot().then(() => order.push('late'));
+    await flush();
+    a.releaseSlot();
+    await Promise.all([waiter, late]);
+    expect(order).toEqual(['waiter', 'late']);
+  });
+
   it('makes every waiter throw, taking nothing, once closed and woken', async () => {
     const closer = new AbortController();
     const a = admission([], { max: 1, closed: closer.signal });

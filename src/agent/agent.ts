@@ -1,15 +1,16 @@
 import { clone } from '@bufbuild/protobuf';
 import { type ControlMessage, type GpuEvent, type Inventory, InventorySchema, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
+import { usageError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionStatus } from './connection/connection-state.js';
 import { ControlPlaneConnection } from './connection/control-plane-connection.js';
-import { type AdminBackend, adminBackend, type GpuHealthView } from './admin/admin-backend.js';
+import { type AdminBackend, adminBackend, type GpuFaultClearing, type GpuHealthView } from './admin/admin-backend.js';
 import { AgentEventRing } from './events/agent-event-ring.js';
 import { adoptionEvents, connectionEvent, gpuEventEvent, refusalEvent, shardTransitionEvent } from './events/describe-agent-event.js';
-import { GpuHealthWatch } from './health/gpu-health-watch.js';
+import { GpuHealthWatch, type WatchedGpu } from './health/gpu-health-watch.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineAccount } from './engines/engine-account.js';
@@ -25,6 +26,11 @@ import { ShardCommands } from './shard-commands.js';
 import { StartAdmission } from './start-admission.js';
 import { StatusReporter } from './connection/status-reporter.js';
 import type { Supervisor } from './supervisor/supervisor.js';
+
+/** The GPUs of an inventory as the health watch knows them. */
+function watchedGpus(inventory: Inventory): WatchedGpu[] {
+  return inventory.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pciBusId: g.pciBusId }));
+}
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -94,7 +100,11 @@ export class Agent {
       stateDir: c.supervisor.stateDir,
       intervalMs: c.discovery.intervalMs,
       logger: this.log,
-      onChange: () => this.reporter.send({ case: 'inventory', value: this.inventory }),
+      onChange: () => {
+        // GPUs come and go (a card falls off the bus, a reset brings it back): the health watch follows.
+        this.health?.setGpus(watchedGpus(this.inventoryWatcher.current()));
+        this.reporter.send({ case: 'inventory', value: this.inventory });
+      },
     });
     this.connection = new ControlPlaneConnection({
       config: c,
@@ -198,6 +208,24 @@ export class Agent {
   }
 
   /**
+   * `ctl gpu clear`: forgets the GPU's faults, recorded in the log with the
+   * caller's uid (the audit trail) and sent to the control plane as a
+   * CLEARED_BY_OPERATOR GpuEvent; the shards on it go back to their own health.
+   */
+  clearGpuFault(gpuIndex: number, reason: string, uid: number | undefined): GpuFaultClearing {
+    // A GPU gone from the inventory (fallen off the bus) may still hold faults: those can be cleared.
+    if (!this.inventory.gpus.some((g) => g.index === gpuIndex) && !this.health?.faultOf(gpuIndex)) {
+      throw usageError(`no GPU ${gpuIndex} on this node (GPUs: ${this.inventory.gpus.map((g) => g.index).join(', ') || 'none'}); see \`llmgw ctl status\``);
+    }
+    const by = `uid ${uid ?? 'unknown'}${reason === '' ? '' : `: ${reason}`}`;
+    const before = this.health?.recentEvents(gpuIndex).length ?? 0;
+    const cleared = this.health?.clearByOperator(gpuIndex, by) ?? [];
+    this.log.warn({ gpu: gpuIndex, uid: uid ?? null, reason, cleared }, cleared.length > 0 ? 'GPU faults cleared by an operator' : 'GPU clear asked by an operator: no fault was held');
+    const events = this.health?.recentEvents(gpuIndex) ?? [];
+    return { cleared, event: cleared.length > 0 && events.length >= before ? events.at(-1) : undefined };
+  }
+
+  /**
    * Runs until `signal` aborts: recovers engines a previous agent left, reads
    * the hardware, then holds a session to the control plane for ever,
    * reconnecting with backoff. Resolves once the stream is closed; engines
@@ -243,7 +271,7 @@ export class Agent {
     const c = this.opts.config;
     const watch = new GpuHealthWatch({
       nvml: this.opts.nvml,
-      gpus: this.inventoryWatcher.current().gpus.map((g) => ({ index: g.index, uuid: g.uuid, pciBusId: g.pciBusId })),
+      gpus: watchedGpus(this.inventoryWatcher.current()),
       kmsgPath: c.discovery.kmsg,
       pollIntervalMs: c.discovery.intervalMs,
       shardsOn: (i) => this.opts.supervisor.shardsOnGpu(i).map((s) => s.shardId),

@@ -226,6 +226,51 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     expect(isRunning(pid)).toBe(true);
   }, 90_000);
 
+  it('clears a lost GPU once NVML answers for it again under the same UUID (a reset): RESET to the control plane, the shard READY, the GPU healthy', async () => {
+    const a = await gpuAgent({ interval: '500ms' });
+    await readyShard(a, 's1', 1);
+    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
+    appendFileSync(a.control, 'lost 1\n');
+    await unhealthy;
+    const reset = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.RESET), 20_000);
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
+    const healthy = a.cp.waitFor('node-a', (m) => m.msg.case === 'inventory' && m.msg.value.gpus[1]?.healthy === true, 20_000);
+    appendFileSync(a.control, 'reset 1\n');
+    expect(((await reset).msg.value as GpuEvent).message).toMatch(/^GPU reset: NVML answers for it again under the same UUID; cleared: GPU is lost/);
+    expect(((await ready).msg.value as ShardStatus).error).toBe('');
+    await healthy;
+  });
+
+  it('`ctl gpu clear` clears an Xid fault for an operator: logged with the uid, CLEARED_BY_OPERATOR to the control plane, the shard READY', async () => {
+    const a = await gpuAgent();
+    await readyShard(a, 's1', 1);
+    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
+    appendFileSync(a.control, 'xid 1 94\n');
+    await unhealthy;
+    // Bad input is refused naming what is wrong, and changes nothing.
+    const notANumber = await runCli(['ctl', 'gpu', 'clear', 'one', '--socket', a.socket]);
+    expect([notANumber.exitCode, notANumber.stderr.trim()]).toEqual([2, expect.stringMatching(/GPU index must be a number such as 2, got "one"/)]);
+    const noSuch = await runCli(['ctl', 'gpu', 'clear', '42', '--socket', a.socket]);
+    expect(noSuch.exitCode).toBe(2);
+    expect(noSuch.stderr).toMatch(/no GPU 42 on this node \(GPUs: 0, 1, 2, 3, 4, 5, 6, 7\)/);
+    const badReason = await runCli(['ctl', 'gpu', 'clear', '1', '--reason', 'a\nforged line', '--socket', a.socket]);
+    expect(badReason.exitCode).toBe(2);
+
+    const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED_BY_OPERATOR), 20_000);
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
+    const out = await runCli(['ctl', 'gpu', 'clear', '1', '--reason', 'reset with nvidia-smi -r', '--socket', a.socket]);
+    expect(out.exitCode).toBe(0);
+    expect(out.stdout.trim()).toBe('GPU 1: cleared Xid 94: contained ECC error; new shards may use it, and the control plane is told');
+    const uid = process.getuid?.() ?? -1;
+    expect(((await cleared).msg.value as GpuEvent).message).toBe(`cleared by uid ${uid}: reset with nvidia-smi -r; cleared: Xid 94: contained ECC error`);
+    expect(((await ready).msg.value as ShardStatus).error).toBe('');
+    expect(a.records.find((r) => r.msg === 'GPU faults cleared by an operator')).toMatchObject({ gpu: 1, uid, reason: 'reset with nvidia-smi -r' });
+    const again = await runCli(['ctl', 'gpu', 'clear', '1', '--socket', a.socket, '--json']);
+    const json = JSON.parse(again.stdout) as { cleared?: string[]; event?: unknown };
+    expect([json.cleared ?? [], json.event]).toEqual([[], undefined]);
+    // Five CLI processes on a busy two-core machine: a safety net, not a limit.
+  }, 120_000);
+
   it('refuses a StartShard on GPU 3, whose 71480 MiB in use belong to no process, with the numbers', async () => {
     const a = await gpuAgent();
     const refusal = await refusalOn(a, 'on-3', 3);

@@ -10,6 +10,12 @@ import type { AdoptResultView, RecoverEngines } from '../supervisor/orphans/reco
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
 
+/** What `ctl gpu clear` did: the faults' messages, and the event sent (none when nothing was held). */
+export interface GpuFaultClearing {
+  cleared: string[];
+  event?: GpuEvent;
+}
+
 /** One GPU's health as `ctl status` shows it. */
 export interface GpuHealthView {
   index: number;
@@ -55,6 +61,8 @@ export interface AdminBackend {
   adoptNow(): Promise<AdoptResultView[]>;
   /** `ctl drain`: READY → DRAINING, reported to the control plane by the transition. */
   drainShard(id: ShardId): Promise<ShardSnapshot>;
+  /** `ctl gpu clear`: forgets a GPU's faults, audited with the caller's uid; a usage error for a GPU the node does not have. */
+  clearGpuFault?(gpuIndex: number, reason: string, uid: number | undefined): GpuFaultClearing;
   /** `ctl drain --cancel`: DRAINING → READY. */
   cancelDrainShard(id: ShardId): Promise<ShardSnapshot>;
   /** `ctl events`: the kept events after seq `afterSeq` and at or after `sinceMs`, oldest first. */
@@ -69,7 +77,7 @@ export interface AdminBackend {
 export interface AdminBackendParts {
   node: Pick<AdminBackend, 'nodeId' | 'version' | 'startedAtMs' | 'foreignMemoryShare'>;
   /** What the agent itself assembles: the stream's state, the inventory with the health watch's faults, accounts. */
-  view: Pick<AdminBackend, 'connectionStatus' | 'currentInventory' | 'gpuHealth' | 'engineAccounts'>;
+  view: Pick<AdminBackend, 'connectionStatus' | 'currentInventory' | 'gpuHealth' | 'engineAccounts' | 'clearGpuFault'>;
   supervisor: Supervisor;
   commands: Pick<ShardCommands, 'drain' | 'cancelDrain'>;
   recovery: Pick<RecoverEngines, 'adoptNow'>;
@@ -88,6 +96,7 @@ export function adminBackend({ node, view, supervisor: sup, commands, recovery, 
     currentInventory: () => view.currentInventory(),
     gpuHealth: () => view.gpuHealth(),
     engineAccounts: () => view.engineAccounts(),
+    clearGpuFault: view.clearGpuFault && ((gpuIndex, reason, uid) => view.clearGpuFault?.(gpuIndex, reason, uid) ?? { cleared: [] }),
     shards: () => sup.list(),
     shard: (id) => sup.get(id),
     logLines: (id, lines, signal) => sup.logLines(id, lines, signal),

@@ -23,6 +23,7 @@ import type { AdminBackend } from './admin-backend.js';
 import { ADMIN_PEER } from './admin-peer.js';
 import { buildStatusResponse } from './build-status-response.js';
 import { clearGpuFault } from './clear-gpu-fault.js';
+import { clearGpuFault } from './clear-gpu-fault.js';
 import { cordonRoute } from './cordon-route.js';
 import { eventsRoute } from './events-route.js';
 import { type Claimed, LogCallAdmission, type LogSlotKind } from './log-call-admission.js';
@@ -91,6 +92,7 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
       },
 
       drain: (req, ctx) => drain(backend, req, ctx, opts),
+      clearGpuFault: (req, ctx) => clearGpuFault(backend, req, ctx),
       clearGpuFault: (req, ctx) => clearGpuFault(backend, req, ctx),
 
       cordon: (req, ctx) => cordonRoute(backend, req, ctx),

@@ -47,7 +47,7 @@ export interface GpuFault {
   xid: number;
   /** The operator's sentence: "Xid 79: GPU has fallen off the bus". */
   message: string;
-  source: 'nvml' | 'kmsg' | 'poll';
+  source: 'nvml' | 'kmsg' | 'poll' | 'operator';
   at: Date;
 }
 
@@ -76,10 +76,19 @@ type Events = { event: [GpuEvent] };
  *
  * Emits 'event' with a GpuEvent at once for every fault and for every fault
  * that clears (CLEARED). A lost GPU (NVML_ERROR_GPU_IS_LOST, Xid 79) stays
- * lost: only a reset clears it, and that restarts the agent's view. An Xid
- * fault lasts until the agent restarts (it needs a GPU reset); ECC,
- * row-remap and NVLink-down faults clear when the poll reads the GPU clean
- * (an NVLink is down when one that was active at start is not).
+ * lost until it is reset: NVML's nvmlReturn_t says GPU_IS_LOST is "the GPU
+ * has fallen off the bus or has otherwise become inaccessible", and NVIDIA's
+ * Xid catalogue gives "reset the GPU" (or reboot) as Xid 79's remedy, so a
+ * GPU NVML called lost that answers again under the same UUID, or that
+ * comes back into the inventory under the same UUID, has been reset: every
+ * fault it had is cleared (RESET). Other Xid faults need a reset too, which
+ * the agent cannot tell from NVML; they last until an operator clears them
+ * (`ctl gpu clear`, clearByOperator: CLEARED_BY_OPERATOR) or the agent
+ * restarts. ECC, row-remap and NVLink-down faults clear when the poll reads
+ * the GPU clean (an NVLink is down when one that was active at start is not).
+ *
+ * The GPU set follows the inventory (setGpus): a GPU that appears is
+ * watched, one that goes is no longer polled.
  *
  * The agent wires it: `faultOf(i)` refuses StartShards on GPU i and marks
  * its shards UNHEALTHY with `describeFault(i)`; `markInventory(gpus)`
@@ -92,6 +101,9 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   /** Per GPU, unresolved faults by key ("lost", "xid:79", "ecc", "remap-pending", "remap-failure"). */
   readonly #faults = new Map<number, Map<string, GpuFault>>();
   readonly #recent = new Map<number, GpuEvent[]>();
+  /** The GPUs the last setGpus (or start) gave, and the UUID each GPU had when it left the inventory. */
+  #known = new Map<number, WatchedGpu>();
+  readonly #gone = new Map<number, string>();
   #set: NvmlEventSet | undefined;
   #waiting: Promise<void> | undefined;
   #pollTimer: NodeJS.Timeout | undefined;
@@ -100,6 +112,8 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   #started = false;
   /** Per GPU, the NVLinks that were active when the watch started: one that goes inactive is down. */
   readonly #linksAtStart = new Map<number, number[]>();
+  /** GPUs whose 'lost' fault NVML itself confirmed (GPU_IS_LOST): one of them answering again has been reset. */
+  readonly #lostByNvml = new Set<number>();
   /** Event waits that ended in a timeout: the thread-count test reads it. */
   waitTimeouts = 0;
 
@@ -115,6 +129,7 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     this.#started = true;
     const nvml = this.#opts.nvml;
     for (const g of this.#opts.gpus ?? this.#gpusFromNvml()) this.#gpus.set(g.index, g);
+    this.#known = new Map(this.#gpus);
 
     if (nvml) {
       for (const index of this.#gpus.keys()) this.#linksAtStart.set(index, activeLinks(nvml, index));
@@ -142,6 +157,57 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     await Promise.all([this.#waiting, this.#kmsg?.close()]);
     if (this.#set !== undefined) this.#opts.nvml?.freeEventSet(this.#set);
     this.#set = undefined;
+  }
+
+  /**
+   * The GPUs to watch now, after an inventory rescan: a new one is watched
+   * (its NVLinks as they are now), one that went is no longer polled. Its
+   * faults are kept while it is gone; one that comes back under the same
+   * UUID after being lost has been reset (RESET), one with another UUID at
+   * the same index is another card, and starts clean.
+   */
+  setGpus(gpus: readonly WatchedGpu[]): void {
+    if (this.#closed) return;
+    const now = new Map(gpus.map((g) => [g.index, g]));
+    for (const [index, old] of this.#gpus) {
+      if (now.has(index)) continue;
+      this.#gpus.delete(index);
+      this.#log.warn({ gpu: index, uuid: old.uuid }, 'GPU no longer in the inventory; its health is not watched until it returns');
+    }
+    for (const [index, g] of now) {
+      const old = this.#gpus.get(index);
+      if (old && old.uuid === g.uuid && old.pciBusId === g.pciBusId) continue;
+      const returning = this.#gone.get(index);
+      this.#gpus.set(index, g);
+      this.#gone.delete(index);
+      if (this.#opts.nvml) this.#linksAtStart.set(index, activeLinks(this.#opts.nvml, index));
+      if (old) {
+        // Another card at the same index: the old one's faults are not its own.
+        if (old.uuid !== g.uuid) {
+          this.#faults.delete(index);
+          this.#lostByNvml.delete(index);
+        }
+        continue;
+      }
+      this.#log.info({ gpu: index, uuid: g.uuid }, 'GPU in the inventory; watching its health');
+      if (returning !== undefined && returning !== g.uuid) {
+        this.#faults.delete(index);
+        this.#lostByNvml.delete(index);
+      } else if (this.#faults.get(index)?.has('lost')) {
+        this.#clearAll(index, GpuEventKind.RESET, 'GPU reset: it is back in the inventory under the same UUID', 'poll');
+      }
+    }
+    for (const [index, old] of this.#known) if (!now.has(index)) this.#gone.set(index, old.uuid);
+    this.#known = new Map(now);
+  }
+
+  /**
+   * `ctl gpu clear`: forgets every fault of the GPU (an operator who reset it
+   * or judged it sound) and emits CLEARED_BY_OPERATOR saying who and why.
+   * The messages of the faults cleared; [] when it had none (no event then).
+   */
+  clearByOperator(gpuIndex: number, by: string): string[] {
+    return this.#clearAll(gpuIndex, GpuEventKind.CLEARED_BY_OPERATOR, `cleared by ${by}`, 'operator');
   }
 
   /** The GPU's latest unresolved fault, or undefined when it is healthy. */
@@ -177,12 +243,21 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     const nvml = this.#opts.nvml;
     if (!nvml || this.#closed) return;
     for (const index of this.#gpus.keys()) {
-      if (this.#faults.get(index)?.has('lost')) continue;
       const mem = nvml.memory(index);
       const ecc = nvml.doubleBitEccErrors(index);
       // Either call will do: an old driver has no memory _v2 and answers "not supported" to it, lost GPU or not.
       if ([mem, ecc].some((r) => !r.ok && r.code === NVML_ERROR_GPU_IS_LOST)) {
+        this.#lostByNvml.add(index);
         this.#raise(index, 'lost', { kind: GpuEventKind.GPU_LOST, xid: 0, message: GPU_LOST_MESSAGE, source: 'poll' });
+        continue;
+      }
+      if (this.#faults.get(index)?.has('lost')) {
+        // Lost as NVML said, answering again as the same GPU: it was reset.
+        // A lost fault only the kernel log reported, with NVML answering all
+        // along, is not taken back by NVML's word: the operator clears it.
+        const uuid = nvml.uuid(index);
+        const same = uuid.ok && (this.#gpus.get(index)?.uuid ?? '') === uuid.value;
+        if (this.#lostByNvml.has(index) && same) this.#clearAll(index, GpuEventKind.RESET, 'GPU reset: NVML answers for it again under the same UUID', 'poll');
         continue;
       }
       if (ecc.ok) {
@@ -286,6 +361,18 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     faults.delete(key);
     this.#log.info({ gpu: index, fault: held.message }, 'GPU fault cleared');
     this.#emit(index, { kind: GpuEventKind.CLEARED, xid: 0, message: `cleared: ${held.message}`, source, at: new Date() });
+  }
+
+  /** Forgets every fault of a GPU and emits one event of `kind` naming them; the messages cleared. */
+  #clearAll(index: number, kind: GpuEventKind, why: string, source: GpuFault['source']): string[] {
+    const faults = [...(this.#faults.get(index)?.values() ?? [])];
+    this.#faults.delete(index);
+    this.#lostByNvml.delete(index);
+    if (faults.length === 0) return [];
+    const cleared = faults.map((f) => f.message);
+    this.#log.info({ gpu: index, cleared, why }, 'GPU faults cleared');
+    this.#emit(index, { kind, xid: 0, message: `${why}; cleared: ${cleared.join('; ')}`, source, at: new Date() });
+    return cleared;
   }
 
   #emit(index: number, f: GpuFault): void {

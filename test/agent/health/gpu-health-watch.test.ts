@@ -110,17 +110,19 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch', () => {
     expect(watch.faultOf(3)).toBeUndefined();
   });
 
-  it('polls a lost GPU (NVML_ERROR_GPU_IS_LOST) and never clears it, even when the GPU answers again', async () => {
+  it('polls a lost GPU (NVML_ERROR_GPU_IS_LOST) and holds it lost while NVML says so; answering again is a reset (issue 28)', async () => {
     const { watch, events, inject, control } = setup({ kmsg: 'none' });
     await watch.start();
     inject('lost 5');
     await vi.waitFor(() => expect(events.map((e) => e.kind)).toEqual([GpuEventKind.GPU_LOST]), WAIT);
     expect(events[0]).toMatchObject({ gpuIndex: 5, source: 'poll' });
     expect(watch.describeFault(5)).toMatch(/^GPU 5: GPU is lost \(NVML_ERROR_GPU_IS_LOST\)/);
-    writeFileSync(control, '');
     await new Promise((r) => setTimeout(r, 300));
     expect(watch.faultOf(5)?.kind).toBe(GpuEventKind.GPU_LOST);
     expect(events).toHaveLength(1);
+    writeFileSync(control, '');
+    await vi.waitFor(() => expect(events.map((e) => e.kind)).toEqual([GpuEventKind.GPU_LOST, GpuEventKind.RESET]), WAIT);
+    expect(watch.faultOf(5)).toBeUndefined();
   });
 
   it('reports a double-bit ECC error from the NVML event, once', async () => {
@@ -199,5 +201,68 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch', () => {
     const before = threads();
     await vi.waitFor(() => expect(watch.waitTimeouts).toBeGreaterThanOrEqual(1020), { timeout: 110_000, interval: 20 });
     expect(threads()).toBeLessThanOrEqual(before);
+  });
+});
+
+describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch: how faults clear, and the GPU set it follows', () => {
+  it('clears a GPU NVML called lost once it answers again under the same UUID (a reset): RESET, every fault gone', async () => {
+    const { watch, events, inject } = setup({ kmsg: 'none' });
+    await watch.start();
+    inject('xid 1 48');
+    inject('lost 1');
+    await vi.waitFor(() => expect(events.map((e) => e.kind)).toEqual([GpuEventKind.XID, GpuEventKind.GPU_LOST]), WAIT);
+    inject('reset 1');
+    await vi.waitFor(() => expect(events.map((e) => e.kind)).toContain(GpuEventKind.RESET), WAIT);
+    expect(events.at(-1)?.message).toMatch(/^GPU reset: NVML answers for it again under the same UUID; cleared: .*Xid 48.*GPU is lost|^GPU reset: .*cleared: .*GPU is lost.*Xid 48/);
+    expect(watch.faultOf(1)).toBeUndefined();
+  });
+
+  it('keeps an Xid 79 only the kernel log reported while NVML answers: NVML answering is no reset', async () => {
+    const { watch, events, kmsgPath } = setup({ kmsg: 'file' });
+    await watch.start();
+    appendFileSync(kmsgPath, 'NVRM: Xid (PCI:0000:5d:00): 79, GPU has fallen off the bus.\n');
+    await vi.waitFor(() => expect(events).toHaveLength(1), WAIT);
+    await new Promise((r) => setTimeout(r, 300));
+    expect(watch.faultOf(3)?.xid).toBe(79);
+    expect(events).toHaveLength(1);
+  });
+
+  it("clears every fault of a GPU for an operator, saying who and why; nothing to clear sends nothing", async () => {
+    const { watch, events, inject } = setup({ kmsg: 'none' });
+    await watch.start();
+    inject('xid 2 94');
+    await vi.waitFor(() => expect(watch.faultOf(2)?.xid).toBe(94), WAIT);
+    expect(watch.clearByOperator(2, 'uid 0: reset by hand')).toEqual(['Xid 94: contained ECC error']);
+    expect(events.at(-1)).toMatchObject({ gpuIndex: 2, kind: GpuEventKind.CLEARED_BY_OPERATOR, source: 'operator' });
+    expect(events.at(-1)?.message).toBe('cleared by uid 0: reset by hand; cleared: Xid 94: contained ECC error');
+    expect(watch.faultOf(2)).toBeUndefined();
+    const before = events.length;
+    expect(watch.clearByOperator(2, 'uid 0')).toEqual([]);
+    expect(events).toHaveLength(before);
+  });
+
+  it('follows the GPUs the inventory lists: a GPU added later is watched, one that left is not, one back after being lost is reset', async () => {
+    const gpu = (index: number, uuid: string, pciBusId: string) => ({ index, uuid, pciBusId });
+    const g3 = gpu(3, 'GPU-3', '00000000:5D:00.0');
+    const { watch, events, kmsgPath, lines } = setup({ kmsg: 'file', watch: { nvml: undefined, gpus: [gpu(0, 'GPU-0', '00000000:18:00.0')] } });
+    await watch.start();
+    const xid = (n: number) => appendFileSync(kmsgPath, `NVRM: Xid (PCI:0000:5d:00): ${n}, something.\n`);
+    xid(94);
+    await vi.waitFor(() => expect(lines.map((l) => l.msg)).toContain('kernel log reports an Xid for a PCI device that is no GPU of this node'), WAIT);
+    expect(events).toEqual([]);
+    watch.setGpus([gpu(0, 'GPU-0', '00000000:18:00.0'), g3]);
+    xid(79);
+    await vi.waitFor(() => expect(watch.faultOf(3)?.xid).toBe(79), WAIT);
+    // It falls off the bus and leaves the inventory; it comes back under the same UUID: reset.
+    watch.setGpus([gpu(0, 'GPU-0', '00000000:18:00.0')]);
+    expect(watch.faultOf(3)?.xid).toBe(79);
+    watch.setGpus([gpu(0, 'GPU-0', '00000000:18:00.0'), g3]);
+    expect(events.at(-1)).toMatchObject({ gpuIndex: 3, kind: GpuEventKind.RESET });
+    expect(watch.faultOf(3)).toBeUndefined();
+    // Another card at index 3: the old one's faults are not its own.
+    xid(79);
+    await vi.waitFor(() => expect(watch.faultOf(3)).toBeDefined(), WAIT);
+    watch.setGpus([gpu(0, 'GPU-0', '00000000:18:00.0'), gpu(3, 'GPU-other', '00000000:5D:00.0')]);
+    expect(watch.faultOf(3)).toBeUndefined();
   });
 });

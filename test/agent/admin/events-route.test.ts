@@ -1,7 +1,7 @@
 import { createContextValues, type HandlerContext } from '@connectrpc/connect';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
-import { EventsRequestSchema } from '../../../src/gen/llmgw/v1/admin_pb.js';
+import { type EventsResponse, EventsRequestSchema } from '../../../src/gen/llmgw/v1/admin_pb.js';
 import { ADMIN_PEER } from '../../../src/agent/admin/admin-peer.js';
 import { eventsRoute, MAX_EVENT_FOLLOWS_PER_USER, MAX_QUEUED_EVENTS } from '../../../src/agent/admin/events-route.js';
 import { AgentEventRing } from '../../../src/agent/events/agent-event-ring.js';
@@ -25,11 +25,11 @@ describe('the Events route', () => {
     const route = eventsRoute(backendOf(ring));
     const left = new AbortController();
     const stream = route(create(EventsRequestSchema, { follow: true }), ctxOf(1000, left.signal));
-    expect((await stream.next()).value?.events.map((e) => e.message)).toEqual(['before']);
+    expect(((await stream.next()).value as EventsResponse).events.map((e) => e.message)).toEqual(['before']);
     const next = stream.next();
     ring.record(ev('after'));
-    const got = (await next).value;
-    expect(got?.events.map((e) => [Number(e.seq), e.kind, e.shardId, e.fields.why])).toEqual([[2, 'refusal', 's1', 'after']]);
+    const got = (await next).value as EventsResponse;
+    expect(got.events.map((e) => [Number(e.seq), e.kind, e.shardId, e.fields.why])).toEqual([[2, 'refusal', 's1', 'after']]);
     const ended = stream.next();
     left.abort();
     expect((await ended).done).toBe(true);

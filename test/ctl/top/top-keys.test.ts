@@ -9,7 +9,10 @@ describe('ctl top keys', () => {
 
   it('cycles the sort with s, back to the first after the last', () => {
     const st: TopKeysState = { sort: 'shard', filter: '' };
-    const seen = [1, 2, 3, 4].map(() => (handleTopKeys(st, 's'), st.sort));
+    const seen = [1, 2, 3, 4].map(() => {
+      handleTopKeys(st, 's');
+      return st.sort;
+    });
     expect(seen).toEqual(['state', 'age', 'gpu', 'shard']);
   });
 

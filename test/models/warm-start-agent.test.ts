@@ -14,6 +14,7 @@ import {
 } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { freePort, until } from '../helpers/engine-processes.js';
+import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
@@ -63,7 +64,7 @@ async function agentWithStore(budget = '64MiB', before?: (cacheDir: string) => v
   const agent = startAgentProcess({ server: plane.url, dirs, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: ${budget}\n  hub:\n    endpoint: ${hub.url}\n` });
   const reg = await registered;
   if (process.env.WARM_DEBUG) onTestFinished(() => console.log(agent.logs().map((l) => JSON.stringify(l)).join('\n')));
-  return { cp: plane.cp, dirs, cacheDir, reg };
+  return { cp: plane.cp, dirs, cacheDir, reg, configPath: agent.configPath };
 }
 
 function modelStart(shardId: string, port: number, gpu: number, model = 'acme/tiny') {
@@ -110,9 +111,9 @@ describe('warm starts through the agent', () => {
   });
 
   it('makes two StartShards of a model mid-pull wait for the one download, then both start offline', async () => {
-    const { cp, cacheDir } = await agentWithStore();
-    // 200 kB at 4 kB per 20 ms: about a second of pull for the starts to land in.
-    hub.trickle.set('model.safetensors', 4_000);
+    const { cp, cacheDir, configPath } = await agentWithStore();
+    // 200 kB at 2 kB per 20 ms: about two seconds of pull for the starts (and a models list) to land in.
+    hub.trickle.set('model.safetensors', 2_000);
     try {
       const before = hub.downloads('model.safetensors').length;
       const started = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.PROGRESS), 20_000);
@@ -122,6 +123,9 @@ describe('warm starts through the agent', () => {
       const ready = [cp.waitFor('node-a', shardIs('m1', ShardState.READY), 30_000), cp.waitFor('node-a', shardIs('m2', ShardState.READY), 30_000)];
       cp.send('node-a', { case: 'start', value: modelStart('m1', p1, 0) });
       cp.send('node-a', { case: 'start', value: modelStart('m2', p2, 1) });
+      // Where an operator sees the pull in progress: the store, read beside the agent (its lock is held).
+      const list = await runCli(['models', 'list', '--config', configPath, '--json']);
+      expect(JSON.parse(list.stdout).models).toEqual([expect.objectContaining({ repo: 'acme/tiny', pulling: true })]);
       const pids = (await Promise.all(ready)).map((m) => (m.msg.value as ShardStatus).pid);
 
       const seen = cp.messages('node-a');

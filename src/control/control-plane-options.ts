@@ -38,8 +38,12 @@ export interface ControlPlaneOptions {
    * outside every node's. null avoids nothing.
    */
   avoidPorts?: PortRange | null;
-  /** Wait before placing a failed replica again (default 5s). */
+  /** Wait before placing a failed replica again (default 5s), doubled after each further failure in a row. */
   retryBackoffMs?: number;
+  /** The longest wait between attempts of a crash-looping replica (default 5 min, as kubelet's CrashLoopBackOff). */
+  maxRetryBackoffMs?: number;
+  /** A replica READY this long has its failures in a row forgotten (default 5 min). */
+  stableReadyMs?: number;
   /**
    * How long after listen() placement waits for nodes to re-register with
    * their running shards (default 3s). Tests with one node may set 0.

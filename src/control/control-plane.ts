@@ -71,6 +71,8 @@ export class ControlPlane extends EventEmitter<ControlPlaneEvents> {
           portRange: opts.portRange ?? DEFAULT_PORT_RANGE,
           avoidPorts: opts.avoidPorts === undefined ? readEphemeralPortRangeSync() : (opts.avoidPorts ?? undefined),
           retryBackoffMs: opts.retryBackoffMs ?? DEFAULT_RETRY_BACKOFF_MS,
+          maxRetryBackoffMs: opts.maxRetryBackoffMs,
+          stableReadyMs: opts.stableReadyMs,
           nodeGraceMs,
           rankZeroStopWaitMs: this.#rankZeroStopWaitMs,
           placementDelayMs: opts.placementDelayMs ?? DEFAULT_PLACEMENT_DELAY_MS,

@@ -37,6 +37,10 @@ export interface ReconcilerOptions {
   /** Ports never handed out: the node's ephemeral range (undefined: none known). */
   avoidPorts?: PortRange;
   retryBackoffMs: number;
+  /** The longest crash-loop backoff (default 5 min). */
+  maxRetryBackoffMs?: number;
+  /** READY this long resets a replica's failures in a row (default 5 min). */
+  stableReadyMs?: number;
   /** How long adopted shards of a multi-node replica wait for their other ranks' nodes. */
   nodeGraceMs: number;
   /** How long a stopped multi-node replica's worker ranks wait for rank 0 to be reported gone. */
@@ -79,6 +83,8 @@ export class Reconciler {
       ports: this.#ports,
       stopping: this.#stopping,
       retryBackoffMs: opts.retryBackoffMs,
+      maxRetryBackoffMs: opts.maxRetryBackoffMs,
+      stableReadyMs: opts.stableReadyMs,
       nodeGraceMs: opts.nodeGraceMs,
       placeAll: () => this.placeAll(),
       ready: (replica) => host.replicaReady(this.#view(replica)),
@@ -133,7 +139,7 @@ export class Reconciler {
     // it (or never received the start). Nothing will ever report it again.
     for (const replica of this.#replicas.values()) {
       const lost = this.#lifecycle.forgetShards(replica, (s) => s.nodeId === nodeId && !reported.has(s.shardId));
-      if (lost[0]) this.#lifecycle.fail(replica, `shard ${lost[0].shardId} is no longer running on node ${nodeId}`, this.#opts.retryBackoffMs);
+      if (lost[0]) this.#lifecycle.failCrashed(replica, `shard ${lost[0].shardId} is no longer running on node ${nodeId}`);
     }
     for (const s of this.#stopping.values()) {
       if (s.nodeId === nodeId && !reported.has(s.shardId)) this.#stopping.drop(s);

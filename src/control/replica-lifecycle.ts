@@ -4,6 +4,8 @@ import { TERMINAL_SHARD_STATES } from '../lib/shard-states.js';
 import type { PortPool } from './port-pool.js';
 import type { ReplicaRecord, ShardRecord } from './replica-record.js';
 import type { ReplicaPhase } from './replica-view.js';
+import { CRASH_LOOP_FAILURES, crashLoopDelayMs, DEFAULT_MAX_RETRY_BACKOFF_MS, DEFAULT_STABLE_READY_MS, failuresInARow } from './crash-loop-backoff.js';
+import { formatDuration } from '../lib/duration.js';
 import { shardStateName } from './shard-state-name.js';
 import { releaseShardPorts } from './shard-ports.js';
 import type { StoppingShards } from './stopping-shards.js';
@@ -12,7 +14,12 @@ export interface ReplicaLifecycleParts {
   log: Logger;
   ports: PortPool;
   stopping: StoppingShards;
+  /** The first wait after a failed generation; doubled after each further failure in a row, up to maxRetryBackoffMs. */
   retryBackoffMs: number;
+  /** Default DEFAULT_MAX_RETRY_BACKOFF_MS (5 min). */
+  maxRetryBackoffMs?: number;
+  /** READY this long resets the count of failures in a row; default DEFAULT_STABLE_READY_MS (5 min). */
+  stableReadyMs?: number;
   /** How long adopted shards of a multi-node replica wait for their other ranks' nodes. */
   nodeGraceMs: number;
   /** Places every pending replica that fits; called when a backoff or a wait ends. */
@@ -46,7 +53,7 @@ export class ReplicaLifecycle {
     }
     if (TERMINAL_SHARD_STATES.has(state)) {
       const why = `shard ${shard.shardId} on node ${shard.nodeId} is ${shardStateName(state)}${error ? `: ${error}` : ''}${exitCode ? ` (exit code ${exitCode})` : ''}`;
-      this.fail(replica, why, this.#p.retryBackoffMs);
+      this.failCrashed(replica, why);
       return;
     }
     this.refreshPhase(replica);
@@ -66,6 +73,30 @@ export class ReplicaLifecycle {
     }
     replica.shards = replica.shards.filter((s) => !gone(s));
     return forgotten;
+  }
+
+  /**
+   * fail() after a generation crashed (a shard FAILED, EXITED or lost): the
+   * wait before the next one grows with the failures in a row
+   * (crashLoopDelayMs: 5 s doubling to 5 min by default), as kubelet's
+   * CrashLoopBackOff does, instead of a retry every few seconds for ever
+   * (walkthrough 2, row 6). From CRASH_LOOP_FAILURES on it says so, with
+   * the count and when it is tried next.
+   */
+  failCrashed(replica: ReplicaRecord, why: string): void {
+    const now = Date.now();
+    const n = failuresInARow(replica.failures ?? 0, replica.readyAtMs, now, this.#p.stableReadyMs ?? DEFAULT_STABLE_READY_MS);
+    replica.failures = n;
+    replica.readyAtMs = undefined;
+    const delay = crashLoopDelayMs(n, { baseMs: this.#p.retryBackoffMs, maxMs: this.#p.maxRetryBackoffMs ?? DEFAULT_MAX_RETRY_BACKOFF_MS });
+    if (n >= CRASH_LOOP_FAILURES) {
+      const next = new Date(now + delay).toISOString();
+      this.#log.warn(
+        { replica: replica.spec.id, failures: n, retryInMs: delay, nextRetryAt: next, err: why },
+        `${replica.spec.id} is crash-looping: ${n} failures in a row, the last: ${why}; placing it again in ${formatDuration(delay)} (at ${next})`,
+      );
+    }
+    this.fail(replica, why, delay);
   }
 
   /**
@@ -91,8 +122,10 @@ export class ReplicaLifecycle {
     this.setPhase(replica, 'backoff', why);
     log.warn({ err: why, retryInMs: backoffMs }, 'replica failed; placing it again after the backoff');
     clearTimeout(replica.retryTimer);
+    replica.nextRetryAtMs = Date.now() + backoffMs;
     replica.retryTimer = setTimeout(() => {
       replica.retryTimer = undefined;
+      replica.nextRetryAtMs = undefined;
       if (replica.phase !== 'backoff') return;
       this.setPhase(replica, 'pending', 'backoff over');
       this.#p.placeAll();
@@ -142,6 +175,9 @@ export class ReplicaLifecycle {
     if (from === phase) return;
     replica.phase = phase;
     this.#log.info({ replica: replica.spec.id, from, to: phase, ...(why ? { why } : {}) }, 'replica phase changed');
-    if (phase === 'ready') this.#p.ready(replica);
+    if (phase === 'ready') {
+      replica.readyAtMs = Date.now();
+      this.#p.ready(replica);
+    }
   }
 }

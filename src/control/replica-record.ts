@@ -15,5 +15,11 @@ export interface ReplicaRecord {
   shards: ShardRecord[];
   lastError?: string;
   retryTimer?: NodeJS.Timeout;
+  /** Failed generations in a row (crash-loop backoff); reset after READY for stableReadyMs. */
+  failures?: number;
+  /** When the replica last became ready; undefined while it has not since its last failure. */
+  readyAtMs?: number;
+  /** When the next placement after a backoff is due (epoch ms), for views and logs. */
+  nextRetryAtMs?: number;
   waitTimer?: NodeJS.Timeout;
 }

@@ -15,7 +15,7 @@ export const SHARD_TABLE_HEADER = ['SHARD', 'REPLICA', 'ENGINE', 'MODEL', 'STATE
  * `--json` prints): the agent, its control-plane connection, an inventory
  * summary, a table of GPUs with their health, and a table of shards. `nowMs` makes ages testable.
  */
-export function renderStatus(s: StatusResponseJson, nowMs: number): string {
+export function renderStatus(s: StatusResponseJson, nowMs: number, opts: { endedHidden?: boolean } = {}): string {
   const started = Date.parse(s.startedAt ?? '');
   const lines = [
     `node       ${printable(s.nodeId ?? '?')}  (llmgw ${s.version ?? '?'}, pid ${s.pid ?? '?'}, up ${Number.isNaN(started) ? '?' : formatAge(nowMs - started)})`,
@@ -32,8 +32,10 @@ export function renderStatus(s: StatusResponseJson, nowMs: number): string {
   if (gpuLines.length > 0) lines.push('', ...gpuLines);
   const shards = s.shards ?? [];
   lines.push('');
+  // Ended shards are left out by default (StatusRequest.all): say so, so that a crash is not taken for nothing.
+  const hidden = opts.endedHidden ? ['ended shards (STOPPED, FAILED, EXITED) whose engine is gone are not listed: ctl status --all'] : [];
   if (shards.length === 0) {
-    lines.push('no shards');
+    lines.push('no shards', ...hidden);
     return lines.join('\n');
   }
   lines.push(renderTable(SHARD_TABLE_HEADER, shards.map((sh) => shardRow(sh, nowMs).map(printable))));
@@ -41,6 +43,7 @@ export function renderStatus(s: StatusResponseJson, nowMs: number): string {
     if (sh.error) lines.push(printable(`${sh.shardId}: ${sh.error}${sh.exitCode ? ` (exit code ${sh.exitCode})` : ''}`));
     if (sh.note) lines.push(printable(`${sh.shardId}: note: ${sh.note}`));
   }
+  lines.push(...hidden);
   return lines.join('\n');
 }
 

@@ -1,5 +1,6 @@
 import type { StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
 import { ctlStatus } from './ctl-status.js';
+import type { ShardFilter } from './filter-status-shards.js';
 import { type ResolveCtlPathsOptions, resolveCtlPaths } from './resolve-ctl-paths.js';
 
 export interface CtlStatusOutput {
@@ -14,10 +15,10 @@ export interface CtlStatusOutput {
  * the agent, render. Both the oclif command and bin/run.js's fast path (which
  * answers without loading oclif) call it, so they cannot drift apart.
  */
-export async function runCtlStatus(where: ResolveCtlPathsOptions, json: boolean): Promise<CtlStatusOutput> {
+export async function runCtlStatus(where: ResolveCtlPathsOptions, json: boolean, filter: ShardFilter = {}): Promise<CtlStatusOutput> {
   const { socket } = await resolveCtlPaths(where);
-  const status = await ctlStatus(socket);
+  const status = await ctlStatus(socket, filter);
   if (json) return { status };
   const { renderStatus } = await import('./render-status.js');
-  return { status, text: renderStatus(status, Date.now()) };
+  return { status, text: renderStatus(status, Date.now(), { endedHidden: !filter.all && !filter.states?.length }) };
 }

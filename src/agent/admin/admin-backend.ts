@@ -49,6 +49,10 @@ export interface AdminBackend {
   engineAccounts(): EngineAccount[];
   shards(): ShardSnapshot[];
   shard(id: ShardId): ShardSnapshot | undefined;
+  /** supervisor.log_dir: `ctl logs` of a shard no longer supervised reads its kept log from here; absent, it cannot. */
+  readonly logDir?: string;
+  /** supervisor.state_dir: state files name the replica of each run (`ctl logs --previous --replica`). */
+  readonly stateDir?: string;
   /** The last lines of a shard's log, streamed a chunk's lines at a time; `signal` stops the read. */
   logLines(id: ShardId, lines: number, signal: AbortSignal): AsyncIterable<string[]>;
   /** `ctl logs --previous`: the run before the current one, as logLines; undefined when none is kept. */
@@ -99,6 +103,8 @@ export function adminBackend({ node, view, supervisor: sup, commands, recovery, 
     clearGpuFault: view.clearGpuFault && ((gpuIndex, reason, uid) => view.clearGpuFault?.(gpuIndex, reason, uid) ?? { cleared: [] }),
     shards: () => sup.list(),
     shard: (id) => sup.get(id),
+    logDir: sup.logDir,
+    stateDir: sup.stateDir,
     logLines: (id, lines, signal) => sup.logLines(id, lines, signal),
     previousLogLines: (id, lines, signal) => sup.previousLogLines(id, lines, signal),
     followLog: (id, signal, backlogLines) => sup.followLog(id, signal, backlogLines),

@@ -23,12 +23,15 @@ import type { AdminBackend } from './admin-backend.js';
 import { ADMIN_PEER } from './admin-peer.js';
 import { buildStatusResponse } from './build-status-response.js';
 import { clearGpuFault } from './clear-gpu-fault.js';
-import { clearGpuFault } from './clear-gpu-fault.js';
 import { cordonRoute } from './cordon-route.js';
 import { eventsRoute } from './events-route.js';
 import { type Claimed, LogCallAdmission, type LogSlotKind } from './log-call-admission.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
 import { unknownShardError } from './unknown-shard-error.js';
+import { chosenRunLog, type KeptLog, keptShardLog, mtimeMs, requestedShape, requireReplicaId } from './kept-logs.js';
+import { filterStatusShards } from './status-shard-filter.js';
+import { type LogLineShape, LogLineShaper } from '../../lib/files/log-line-shaper.js';
+import { tailLines } from '../../lib/files/tail-file.js';
 
 /** `ctl logs` without -n. */
 export const DEFAULT_LOG_LINES = 100;
@@ -80,7 +83,7 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
   const streamEvents = eventsRoute(backend);
   return (router) =>
     router.service(AdminService, {
-      status: () => buildStatusResponse(backend, { foreignMemoryShare: backend.foreignMemoryShare }),
+      status: (req) => filterStatusShards(buildStatusResponse(backend, { foreignMemoryShare: backend.foreignMemoryShare }), req, backend.shards()),
 
       logs: (req, ctx) => endedWithClient(streamLogs(backend, logCalls, req, ctx), ctx.signal),
 
@@ -92,7 +95,6 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
       },
 
       drain: (req, ctx) => drain(backend, req, ctx, opts),
-      clearGpuFault: (req, ctx) => clearGpuFault(backend, req, ctx),
       clearGpuFault: (req, ctx) => clearGpuFault(backend, req, ctx),
 
       cordon: (req, ctx) => cordonRoute(backend, req, ctx),
@@ -157,28 +159,72 @@ function* messagesOf(lines: string[]): Generator<LogsResponse> {
  * leaves), and only a few at once per user (LogCallAdmission).
  */
 async function* streamLogs(backend: AdminBackend, logCalls: LogCallAdmission, req: LogsRequest, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
-  const id = requireShardId(req.shardId);
+  const replicaId = req.replicaId === '' ? undefined : requireReplicaId(req.replicaId);
+  // With a replica the shard id may be left out: the replica names the runs.
+  const id = replicaId !== undefined && req.shardId === '' ? undefined : requireShardId(req.shardId);
   if (req.previous && req.follow) throw new ConnectError('previous and follow do not go together: the previous run has ended', Code.InvalidArgument);
+  if (replicaId !== undefined && req.follow) {
+    throw new ConnectError('replica_id and follow do not go together: follow the current shard by its id (ctl status lists it)', Code.InvalidArgument);
+  }
   const lines = requestedLines(req.lines);
-  if (req.previous) {
+  const shape = requestedShape(req);
+  if (id !== undefined && req.previous && replicaId === undefined && !backend.logDir) {
     yield* streamPreviousLog(backend, logCalls, id, lines, ctx);
     return;
   }
-  if (!backend.shard(id)) throw unknownShardError(id, backend.nodeId, backend.shards());
-  if (req.follow) {
-    yield* followLog(backend, logCalls, id, lines, ctx);
+  if (id === undefined || req.previous || replicaId !== undefined) {
+    yield* streamKeptLog(logCalls, chosenRunLog(backend, { shardId: id, replicaId, previous: req.previous }), lines, shape, ctx);
     return;
   }
+  const shard = backend.shard(id);
+  if (!shard) {
+    // A generation that crashed and was forgotten, or replaced under a new id: its log outlives it.
+    const kept = keptShardLog(backend, id);
+    if (!kept) {
+      const unknown = unknownShardError(id, backend.nodeId, backend.shards());
+      throw backend.logDir ? new ConnectError(`${unknown.rawMessage}; and no log of it is kept in ${backend.logDir}/shards`, unknown.code) : unknown;
+    }
+    if (req.follow) {
+      throw new ConnectError(`shard ${id} is no longer supervised on node ${backend.nodeId}: its run has ended; read its kept log without --follow`, Code.FailedPrecondition);
+    }
+    yield* streamKeptLog(logCalls, kept, lines, shape, ctx);
+    return;
+  }
+  if (req.follow) {
+    yield* followLog(backend, logCalls, id, lines, shape, ctx);
+    return;
+  }
+  const shaper = new LogLineShaper(shape, mtimeMs(shard.logPath));
   const read = claimLogSlot(logCalls, 'read', ctx);
   try {
-    for await (const batch of backend.logLines(id, lines, ctx.signal)) yield* messagesOf(batch);
+    for await (const batch of backend.logLines(id, lines, ctx.signal)) yield* messagesOf(shaper.apply(batch));
+  } finally {
+    read.release();
+  }
+}
+
+/** A kept log file's last lines: a shard no longer supervised, or a run chosen by replica or --previous. */
+async function* streamKeptLog(logCalls: LogCallAdmission, log: KeptLog, lines: number, shape: LogLineShape, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
+  const shaper = new LogLineShaper(shape, mtimeMs(log.path));
+  const read = claimLogSlot(logCalls, 'read', ctx);
+  try {
+    for await (const batch of tailLines(log.path, lines, { signal: ctx.signal })) yield* messagesOf(shaper.apply(batch));
   } finally {
     read.release();
   }
 }
 
 /** `logs -f`: the tail, then new lines until the shard is removed, the client leaves or the agent stops. */
-async function* followLog(backend: AdminBackend, logCalls: LogCallAdmission, shardId: ShardId, lines: number, ctx: HandlerContext): AsyncGenerator<LogsResponse> {
+async function* followLog(
+  backend: AdminBackend,
+  logCalls: LogCallAdmission,
+  shardId: ShardId,
+  lines: number,
+  shape: LogLineShape,
+  ctx: HandlerContext,
+): AsyncGenerator<LogsResponse> {
+  // The backlog's lines carry what time they carry; a new line with none has the time the agent read it.
+  const shaper = new LogLineShaper(shape, mtimeMs(backend.shard(shardId)?.logPath ?? ''));
   const following = claimLogSlot(logCalls, 'follow', ctx);
   let read: Claimed | undefined;
   const stop = new AbortController();
@@ -192,14 +238,15 @@ async function* followLog(backend: AdminBackend, logCalls: LogCallAdmission, sha
     let sent = 0;
     let next = await follow.next();
     for (; !next.done && next.value.length > 0; next = await follow.next()) {
-      sent += next.value.length;
-      yield* messagesOf(next.value);
+      const shaped = shaper.apply(next.value);
+      sent += shaped.length;
+      yield* messagesOf(shaped);
     }
     read.release();
     if (!next.done) {
       // Something goes out now even for an empty log, so the client knows the follow has started.
       if (sent === 0) yield create(LogsResponseSchema, { lines: [] });
-      for (next = await follow.next(); !next.done; next = await follow.next()) yield* messagesOf(next.value);
+      for (next = await follow.next(); !next.done; next = await follow.next()) yield* messagesOf(shaper.apply(next.value, Date.now()));
     }
     // A follow ends quietly both when the shard is removed and when the agent
     // stops; the client must not be told "removed" for the second.

@@ -16,18 +16,52 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiDwoNU3RhdHVzUmVxdWVzdCLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCLrAgoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkSDAoEbm90ZRgSIAEoCSJQCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIIi8KDUNvcmRvblJlcXVlc3QSDgoGY29yZG9uGAEgASgIEg4KBnJlYXNvbhgCIAEoCSJ+Cg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIIl0KDUV2ZW50c1JlcXVlc3QSDgoGZm9sbG93GAEgASgIEikKBXNpbmNlGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglhZnRlcl9zZXEYAyABKAQiNgoORXZlbnRzUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGxtZ3cudjEuQWdlbnRFdmVudCLtAQoKQWdlbnRFdmVudBILCgNzZXEYASABKAQSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSEAoIc2hhcmRfaWQYBCABKAkSEAoDZ3B1GAUgASgFSACIAQESDwoHbWVzc2FnZRgGIAEoCRIwCgZmaWVsZHMYByADKAsyIC5sbG1ndy52MS5BZ2VudEV2ZW50LkZpZWxkc0VudHJ5Gi0KC0ZpZWxkc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBgoEX2dwdSI5ChRDbGVhckdwdUZhdWx0UmVxdWVzdBIRCglncHVfaW5kZXgYASABKAUSDgoGcmVhc29uGAIgASgJIksKFUNsZWFyR3B1RmF1bHRSZXNwb25zZRIPCgdjbGVhcmVkGAEgAygJEiEKBWV2ZW50GAIgASgLMhIubGxtZ3cudjEuR3B1RXZlbnQq0AEKD0Nvbm5lY3Rpb25TdGF0ZRIgChxDT05ORUNUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASHwobQ09OTkVDVElPTl9TVEFURV9DT05ORUNUSU5HEAESHgoaQ09OTkVDVElPTl9TVEFURV9DT05ORUNURUQQAhIdChlDT05ORUNUSU9OX1NUQVRFX1JFVFJZSU5HEAMSHAoYQ09OTkVDVElPTl9TVEFURV9TVE9QUEVEEAQSHQoZQ09OTkVDVElPTl9TVEFURV9TVEFSVElORxAFKrwBCgxBZG9wdE91dGNvbWUSHQoZQURPUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFUFET1BUX09VVENPTUVfQURPUFRFRBABEhgKFEFET1BUX09VVENPTUVfS0lMTEVEEAISGQoVQURPUFRfT1VUQ09NRV9DTEVBTkVEEAMSJAogQURPUFRfT1VUQ09NRV9BTFJFQURZX1NVUEVSVklTRUQQBBIXChNBRE9QVF9PVVRDT01FX0VSUk9SEAUyyAMKDEFkbWluU2VydmljZRI7CgZTdGF0dXMSFy5sbG1ndy52MS5TdGF0dXNSZXF1ZXN0GhgubGxtZ3cudjEuU3RhdHVzUmVzcG9uc2USNwoETG9ncxIVLmxsbWd3LnYxLkxvZ3NSZXF1ZXN0GhYubGxtZ3cudjEuTG9nc1Jlc3BvbnNlMAESOAoFQWRvcHQSFi5sbG1ndy52MS5BZG9wdFJlcXVlc3QaFy5sbG1ndy52MS5BZG9wdFJlc3BvbnNlEjoKBURyYWluEhYubGxtZ3cudjEuRHJhaW5SZXF1ZXN0GhcubGxtZ3cudjEuRHJhaW5SZXNwb25zZTABEjsKBkNvcmRvbhIXLmxsbWd3LnYxLkNvcmRvblJlcXVlc3QaGC5sbG1ndy52MS5Db3Jkb25SZXNwb25zZRJQCg1DbGVhckdwdUZhdWx0Eh4ubGxtZ3cudjEuQ2xlYXJHcHVGYXVsdFJlcXVlc3QaHy5sbG1ndy52MS5DbGVhckdwdUZhdWx0UmVzcG9uc2USPQoGRXZlbnRzEhcubGxtZ3cudjEuRXZlbnRzUmVxdWVzdBoYLmxsbWd3LnYxLkV2ZW50c1Jlc3BvbnNlMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCLrAgoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkSDAoEbm90ZRgSIAEoCSKjAQoLTG9nc1JlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSDQoFbGluZXMYAiABKAUSDgoGZm9sbG93GAMgASgIEhAKCHByZXZpb3VzGAQgASgIEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp0aW1lc3RhbXBzGAYgASgIEhIKCnJlcGxpY2FfaWQYByABKAkiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIIi8KDUNvcmRvblJlcXVlc3QSDgoGY29yZG9uGAEgASgIEg4KBnJlYXNvbhgCIAEoCSJ+Cg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIIl0KDUV2ZW50c1JlcXVlc3QSDgoGZm9sbG93GAEgASgIEikKBXNpbmNlGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglhZnRlcl9zZXEYAyABKAQiNgoORXZlbnRzUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGxtZ3cudjEuQWdlbnRFdmVudCLtAQoKQWdlbnRFdmVudBILCgNzZXEYASABKAQSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSEAoIc2hhcmRfaWQYBCABKAkSEAoDZ3B1GAUgASgFSACIAQESDwoHbWVzc2FnZRgGIAEoCRIwCgZmaWVsZHMYByADKAsyIC5sbG1ndy52MS5BZ2VudEV2ZW50LkZpZWxkc0VudHJ5Gi0KC0ZpZWxkc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBgoEX2dwdSI5ChRDbGVhckdwdUZhdWx0UmVxdWVzdBIRCglncHVfaW5kZXgYASABKAUSDgoGcmVhc29uGAIgASgJIksKFUNsZWFyR3B1RmF1bHRSZXNwb25zZRIPCgdjbGVhcmVkGAEgAygJEiEKBWV2ZW50GAIgASgLMhIubGxtZ3cudjEuR3B1RXZlbnQq0AEKD0Nvbm5lY3Rpb25TdGF0ZRIgChxDT05ORUNUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASHwobQ09OTkVDVElPTl9TVEFURV9DT05ORUNUSU5HEAESHgoaQ09OTkVDVElPTl9TVEFURV9DT05ORUNURUQQAhIdChlDT05ORUNUSU9OX1NUQVRFX1JFVFJZSU5HEAMSHAoYQ09OTkVDVElPTl9TVEFURV9TVE9QUEVEEAQSHQoZQ09OTkVDVElPTl9TVEFURV9TVEFSVElORxAFKrwBCgxBZG9wdE91dGNvbWUSHQoZQURPUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFUFET1BUX09VVENPTUVfQURPUFRFRBABEhgKFEFET1BUX09VVENPTUVfS0lMTEVEEAISGQoVQURPUFRfT1VUQ09NRV9DTEVBTkVEEAMSJAogQURPUFRfT1VUQ09NRV9BTFJFQURZX1NVUEVSVklTRUQQBBIXChNBRE9QVF9PVVRDT01FX0VSUk9SEAUyyAMKDEFkbWluU2VydmljZRI7CgZTdGF0dXMSFy5sbG1ndy52MS5TdGF0dXNSZXF1ZXN0GhgubGxtZ3cudjEuU3RhdHVzUmVzcG9uc2USNwoETG9ncxIVLmxsbWd3LnYxLkxvZ3NSZXF1ZXN0GhYubGxtZ3cudjEuTG9nc1Jlc3BvbnNlMAESOAoFQWRvcHQSFi5sbG1ndy52MS5BZG9wdFJlcXVlc3QaFy5sbG1ndy52MS5BZG9wdFJlc3BvbnNlEjoKBURyYWluEhYubGxtZ3cudjEuRHJhaW5SZXF1ZXN0GhcubGxtZ3cudjEuRHJhaW5SZXNwb25zZTABEjsKBkNvcmRvbhIXLmxsbWd3LnYxLkNvcmRvblJlcXVlc3QaGC5sbG1ndy52MS5Db3Jkb25SZXNwb25zZRJQCg1DbGVhckdwdUZhdWx0Eh4ubGxtZ3cudjEuQ2xlYXJHcHVGYXVsdFJlcXVlc3QaHy5sbG1ndy52MS5DbGVhckdwdUZhdWx0UmVzcG9uc2USPQoGRXZlbnRzEhcubGxtZ3cudjEuRXZlbnRzUmVxdWVzdBoYLmxsbWd3LnYxLkV2ZW50c1Jlc3BvbnNlMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
  */
 export type StatusRequest = Message<"llmgw.v1.StatusRequest"> & {
+  /**
+   * Also the shards that ended (STOPPED, FAILED, EXITED) and whose engine is
+   * gone. Without it they are left out: a crash loop's generations are in
+   * `ctl status --all` until the agent forgets them
+   * (supervisor.keep_terminal_shards, supervisor.terminal_retention). An
+   * ended shard whose engine may still run (it holds its GPUs) is always listed.
+   *
+   * @generated from field: bool all = 1;
+   */
+  all: boolean;
+
+  /**
+   * Only shards in these states (then `all` does not matter); empty: no filter.
+   *
+   * @generated from field: repeated llmgw.v1.ShardState states = 2;
+   */
+  states: ShardState[];
 };
 
 /**
  * @generated from message llmgw.v1.StatusRequest
  */
 export type StatusRequestJson = {
+  /**
+   * Also the shards that ended (STOPPED, FAILED, EXITED) and whose engine is
+   * gone. Without it they are left out: a crash loop's generations are in
+   * `ctl status --all` until the agent forgets them
+   * (supervisor.keep_terminal_shards, supervisor.terminal_retention). An
+   * ended shard whose engine may still run (it holds its GPUs) is always listed.
+   *
+   * @generated from field: bool all = 1;
+   */
+  all?: boolean;
+
+  /**
+   * Only shards in these states (then `all` does not matter); empty: no filter.
+   *
+   * @generated from field: repeated llmgw.v1.ShardState states = 2;
+   */
+  states?: ShardStateJson[];
 };
 
 /**
@@ -792,6 +826,33 @@ export type LogsRequest = Message<"llmgw.v1.LogsRequest"> & {
    * @generated from field: bool previous = 4;
    */
   previous: boolean;
+
+  /**
+   * Only lines written at or after this time: the time a line carries (an
+   * engine's own timestamp), else the one of the nearest timed line before it;
+   * a log with no timed line at all is judged by its file's modification time.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 5;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * Prefix each line with the time it was written, RFC 3339, as above (best
+   * effort: engines write their logs themselves, the agent sees no line arrive);
+   * "-" when no time is known.
+   *
+   * @generated from field: bool timestamps = 6;
+   */
+  timestamps: boolean;
+
+  /**
+   * Read this replica's newest run, or with previous the one before it, found by
+   * the replica id its state file or failure record carries; each retry of
+   * the reference control plane has a new shard id. shard_id may then be empty.
+   *
+   * @generated from field: string replica_id = 7;
+   */
+  replicaId: string;
 };
 
 /**
@@ -823,6 +884,33 @@ export type LogsRequestJson = {
    * @generated from field: bool previous = 4;
    */
   previous?: boolean;
+
+  /**
+   * Only lines written at or after this time: the time a line carries (an
+   * engine's own timestamp), else the one of the nearest timed line before it;
+   * a log with no timed line at all is judged by its file's modification time.
+   *
+   * @generated from field: google.protobuf.Timestamp since = 5;
+   */
+  since?: TimestampJson;
+
+  /**
+   * Prefix each line with the time it was written, RFC 3339, as above (best
+   * effort: engines write their logs themselves, the agent sees no line arrive);
+   * "-" when no time is known.
+   *
+   * @generated from field: bool timestamps = 6;
+   */
+  timestamps?: boolean;
+
+  /**
+   * Read this replica's newest run, or with previous the one before it, found by
+   * the replica id its state file or failure record carries; each retry of
+   * the reference control plane has a new shard id. shard_id may then be empty.
+   *
+   * @generated from field: string replica_id = 7;
+   */
+  replicaId?: string;
 };
 
 /**

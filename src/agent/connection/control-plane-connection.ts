@@ -9,6 +9,7 @@ import type { AgentConfig } from '../config/agent-config.js';
 import { type ConnectionChange, ConnectionState, type ConnectionStatus, type PhaseListener } from './connection-state.js';
 import { runSession, type SessionCallbacks } from './control-plane-session.js';
 import { certificateDateProblem, createControlPlaneTransport, type LoadedTls } from './control-plane-transport.js';
+import { explainConnectFailure } from './explain-connect-failure.js';
 import { cleanCloseDelayMs, jitterSource, reconnectDelayMs } from './reconnect-delay.js';
 
 /** The shortest HTTP/2 ping period and timeout, whatever the heartbeat. */
@@ -181,7 +182,7 @@ export class ControlPlaneConnection {
       }
       backoffAttempt = stable ? 1 : backoffAttempt + 1;
       const delayMs = reconnectDelayMs(backoffAttempt, c.reconnectBaseMs, c.reconnectMaxMs, random.backoff);
-      const why = waiting ? waiting.message : withCertificateHint(describeStreamError(error), this.tls);
+      const why = waiting ? waiting.message : await explainConnectFailure(c.server, withCertificateHint(describeStreamError(error), this.tls), this.tls);
       this.state.transition({ phase: 'retrying', attempt: backoffAttempt, error: why, nextAttemptAtMs: Date.now() + delayMs });
       if (waiting) {
         // Once per file, then at a bounded interval: a boot-time race, not a failure worth a line per retry.

@@ -1,5 +1,6 @@
 import { clone } from '@bufbuild/protobuf';
-import { type ControlMessage, type GpuEvent, type Inventory, InventorySchema, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
+import { timestampDate } from '@bufbuild/protobuf/wkt';
+import { type ControlMessage, type GpuEvent, GpuEventKind, type Inventory, InventorySchema, ShardState, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
 import { usageError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
@@ -11,6 +12,8 @@ import { type AdminBackend, adminBackend, type GpuFaultClearing, type GpuHealthV
 import { AgentEventRing } from './events/agent-event-ring.js';
 import { adoptionEvents, connectionEvent, gpuEventEvent, refusalEvent, shardTransitionEvent } from './events/describe-agent-event.js';
 import { GpuHealthWatch, type WatchedGpu } from './health/gpu-health-watch.js';
+import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
+import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineAccount } from './engines/engine-account.js';
@@ -124,6 +127,10 @@ export class Agent {
       },
     });
     this.reporter.follow(opts.supervisor);
+    // A crash's failure record carries its GPUs' events of the minute before it (shard-failure.ts).
+    opts.supervisor.on('transition', (t) => {
+      if (t.to === ShardState.FAILED) void this.addGpuEventsToFailure(t.shard);
+    });
     this.models = new NodeModels({
       models: c.models,
       configPath: 'the agent config',
@@ -313,6 +320,26 @@ export class Agent {
    * (validation, Register and Inventory all judge by it). A copy: the
    * watcher compares its own scans, which a fault must not make "changed".
    */
+  /** The events of the failed shard's GPUs in the minute before now, written into its failure record. */
+  private async addGpuEventsToFailure(shard: ShardSnapshot): Promise<void> {
+    const watch = this.health;
+    if (!watch) return;
+    const sinceMs = Date.now() - FAILURE_GPU_EVENT_WINDOW_MS;
+    const events = shard.spec.gpuIndices
+      .flatMap((gpu) => watch.recentEvents(gpu))
+      .filter((e) => e.at !== undefined && timestampDate(e.at).getTime() >= sinceMs)
+      .sort((a, b) => timestampDate(a.at as NonNullable<GpuEvent['at']>).getTime() - timestampDate(b.at as NonNullable<GpuEvent['at']>).getTime())
+      .map((e) => ({
+        gpu: e.gpuIndex,
+        kind: GpuEventKind[e.kind] ?? String(e.kind),
+        xid: e.xid,
+        message: e.message,
+        source: e.source,
+        at: timestampDate(e.at as NonNullable<GpuEvent['at']>).toISOString(),
+      }));
+    await addGpuEventsToFailureRecord({ logDir: this.opts.config.supervisor.logDir, log: this.log }, shard.shardId, events);
+  }
+
   private get inventory(): Inventory {
     const scanned = this.inventoryWatcher.current();
     // Shallow without a health watch: only the conditions and warnings are replaced, never written into the scan.

@@ -9,6 +9,7 @@ import { runCli } from '../helpers/run-cli.js';
 import { GPU_FIXTURES } from '../helpers/fake-gpus.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { spawnAgentProcess } from '../helpers/spawn-agent-process.js';
+import { shardFailurePath } from '../../src/lib/shard-layout.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { buildFakeNvml, fakeNvmlUnavailable } from './discovery/fake-nvml.js';
 
@@ -72,7 +73,7 @@ async function gpuAgent(o: GpuAgentOptions = {}) {
     const register = (await registered).msg.value as Register;
     return { child, exited, records, register };
   };
-  return { cp: plane.cp, plane, ...(await spawn()), spawn, dataset, control, kmsg, socket: dirs.socket };
+  return { cp: plane.cp, plane, ...(await spawn()), spawn, dataset, control, kmsg, socket: dirs.socket, logDir: dirs.logDir };
 }
 
 type Started = Awaited<ReturnType<typeof gpuAgent>>;
@@ -339,6 +340,25 @@ describe('llmgw agent run watching the kernel log', () => {
     expect(seen.indexOf(event)).toBeGreaterThan(register);
     // The Register before it carries the GPU's fault, as the Inventory the event explains.
     expect(((seen[register] as AgentMessage).msg.value as Register).inventory?.gpus[2]).toMatchObject({ healthy: false, error: 'Xid 79: GPU has fallen off the bus' });
+  });
+});
+
+describe('llmgw agent run: a failure record and the GPU events before it', () => {
+  it("writes the shard's GPU events of the minute before its crash into its failure record", async () => {
+    const a = await gpuAgent({ nvml: false });
+    const { pid } = await readyShard(a, 's1', 2);
+    const event = a.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.XID), 20_000);
+    // Xid 13, the application's fault: said, not held against the GPU; the engine then dies.
+    appendFileSync(a.kmsg, `3,1235,${Math.floor(uptimeSeconds() * 1e6) + 1_000_000},-;NVRM: Xid (PCI:0000:3a:00): 13, pid=${pid}, name=python, Graphics Exception\n`);
+    await event;
+    const failed = a.cp.waitFor('node-a', shardIs('s1', ShardState.FAILED), 20_000);
+    process.kill(pid, 'SIGKILL');
+    await failed;
+    const path = shardFailurePath(a.logDir, 's1');
+    await until(() => /"gpuEvents"/.test(readFileSync(path, 'utf8')), 'the GPU events in the failure record', 20_000);
+    const record = JSON.parse(readFileSync(path, 'utf8')) as { exitCode: number; gpuEvents: { gpu: number; kind: string; xid: number; source: string }[] };
+    expect(record.exitCode).toBe(137);
+    expect(record.gpuEvents).toEqual([expect.objectContaining({ gpu: 2, kind: 'XID', xid: 13, source: 'kmsg' })]);
   });
 });
 

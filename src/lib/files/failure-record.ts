@@ -21,6 +21,24 @@ export interface FailureRecord {
   at: string;
   startedAt: string;
   lastOutput: string[];
+  /**
+   * The GPU events (faults, Xids, their clearing) of the shard's GPUs in the
+   * minute before the failure, oldest first: an engine that died of its GPU
+   * says so here. Absent when there were none.
+   */
+  gpuEvents?: FailureGpuEvent[];
+}
+
+/** One GPU event in a failure record. */
+export interface FailureGpuEvent {
+  gpu: number;
+  /** GpuEventKind's name: XID, GPU_LOST, ECC_DOUBLE_BIT, … */
+  kind: string;
+  xid: number;
+  message: string;
+  source: string;
+  /** ISO 8601. */
+  at: string;
 }
 
 /**

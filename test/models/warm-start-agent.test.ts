@@ -14,7 +14,8 @@ import {
 } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { freePort, until } from '../helpers/engine-processes.js';
-import { runCli } from '../helpers/run-cli.js';
+import { describeModel } from '../../src/models/scan-store.js';
+import { StoreLayout } from '../../src/models/store-layout.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
@@ -111,8 +112,8 @@ describe('warm starts through the agent', () => {
   });
 
   it('makes two StartShards of a model mid-pull wait for the one download, then both start offline', async () => {
-    const { cp, cacheDir, configPath } = await agentWithStore();
-    // 200 kB at 2 kB per 20 ms: about two seconds of pull for the starts (and a models list) to land in.
+    const { cp, cacheDir } = await agentWithStore();
+    // 200 kB at 2 kB per 20 ms: about two seconds of pull for the starts to land in.
     hub.trickle.set('model.safetensors', 2_000);
     try {
       const before = hub.downloads('model.safetensors').length;
@@ -123,9 +124,8 @@ describe('warm starts through the agent', () => {
       const ready = [cp.waitFor('node-a', shardIs('m1', ShardState.READY), 30_000), cp.waitFor('node-a', shardIs('m2', ShardState.READY), 30_000)];
       cp.send('node-a', { case: 'start', value: modelStart('m1', p1, 0) });
       cp.send('node-a', { case: 'start', value: modelStart('m2', p2, 1) });
-      // Where an operator sees the pull in progress: the store, read beside the agent (its lock is held).
-      const list = await runCli(['models', 'list', '--config', configPath, '--json']);
-      expect(JSON.parse(list.stdout).models).toEqual([expect.objectContaining({ repo: 'acme/tiny', pulling: true })]);
+      // Where an operator sees the pull in progress: the store read beside the agent, as `llmgw models list` reads it (the agent holds the model's lock).
+      expect(await describeModel(new StoreLayout(cacheDir), 'acme/tiny')).toMatchObject({ pulling: true, complete: false });
       const pids = (await Promise.all(ready)).map((m) => (m.msg.value as ShardStatus).pid);
 
       const seen = cp.messages('node-a');

@@ -35,8 +35,10 @@ export async function waitForModelPull(o: WaitForModelPullOptions): Promise<bool
     return waited;
   }
   if (!waited) o.onWait();
-  const lock = await lockModel(o.layout, o.repo, o.signal);
-  lock.release();
+  // Raced against the signal: lockModel waits for a holder in this process without looking at it.
+  const taken = lockModel(o.layout, o.repo, o.signal).then((lock) => lock.release());
+  taken.catch(() => {});
+  await abortable(taken, o.signal);
   return true;
 }
 
@@ -45,14 +47,14 @@ function abortable(p: Promise<void>, signal: AbortSignal): Promise<void> {
   return new Promise<void>((resolve, reject) => {
     const onAbort = () => reject(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
-    p.then(resolve, resolve).finally(() => signal.removeEventListener('abort', onAbort));
+    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
   });
 }
 
 /** The refusal of a start whose model was still being pulled when its startup_timeout ran out. */
 export function pullOutlastedStart(repo: string, timeoutMs: number) {
   return failure(
-    `${repo} was still being pulled into the model store after ${Math.round(timeoutMs / 1000)}s, the shard's startup_timeout; ` +
+    `${repo} was still being pulled into the model store after ${Number((timeoutMs / 1000).toFixed(1))}s, the shard's startup_timeout; ` +
       'start it again once `llmgw models list` shows it complete, or give it a longer startup_timeout',
   );
 }

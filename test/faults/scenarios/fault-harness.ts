@@ -115,10 +115,10 @@ export class FaultHarness {
   }
 
   /** The real agent, with the fake 8-GPU box and fast timers, logging JSON on stderr. */
-  startAgent(o: { server?: string; extraYaml?: string; heartbeat?: string; dirs?: AgentDirs } = {}): AgentHandle {
+  startAgent(o: { server?: string; extraYaml?: string; heartbeat?: string; dirs?: AgentDirs; supervisor?: string[] } = {}): AgentHandle {
     const dirs = o.dirs ?? this.dirs;
     const configPath = join(this.root, `${NODE}.yaml`);
-    writeFileSync(configPath, agentConfigYaml({ server: o.server ?? this.url, dirs, extraYaml: o.extraYaml, heartbeat: o.heartbeat }));
+    writeFileSync(configPath, agentConfigYaml({ server: o.server ?? this.url, dirs, extraYaml: o.extraYaml, heartbeat: o.heartbeat, supervisor: o.supervisor }));
     const { child, records } = spawnAgentProcess(configPath);
     const exited = child.then((r) => ({ exitCode: r.exitCode, signal: r.signal }));
     this.defer(async () => {
@@ -139,7 +139,7 @@ export class FaultHarness {
   }
 
   /** Starts a control plane and an agent and waits for the agent to register. */
-  async boot(o: { extraYaml?: string } = {}): Promise<Register> {
+  async boot(o: { extraYaml?: string; supervisor?: string[] } = {}): Promise<Register> {
     if (!this.cpHandle) await this.startControlPlane();
     const registered = this.cp.waitFor(NODE, isRegister, 30_000);
     this.startAgent(o);

@@ -20,6 +20,13 @@ import { type FaultHarness, type Scenario, freePort, isRunning, processesWriting
 const S = ShardState;
 const statePath = (h: FaultHarness, id: string) => join(h.dirs.stateDir, 'shards', `${id}.json`);
 
+/**
+ * The disk scenarios test the writes themselves on a full disk: with the
+ * disk pressure watch on, a tiny tmpfs refuses every start before a byte is
+ * written (that refusal is test/agent/disk-pressure.test.ts's).
+ */
+const DISK_PRESSURE_OFF = ['disk_pressure:', '  interval: 0s'];
+
 /** Mounts a tmpfs of `size` at `dir` (root only); unmounted when the scenario ends. */
 function mountTmpfs(h: FaultHarness, dir: string, size: string): void {
   mkdirSync(dir, { recursive: true });
@@ -191,7 +198,7 @@ export const fullDiskUnderStateFiles: Scenario = {
   timeoutMs: 60_000,
   async run(h) {
     mountTmpfs(h, h.dirs.stateDir, '256k');
-    await h.boot();
+    await h.boot({ supervisor: DISK_PRESSURE_OFF });
     mkdirSync(join(h.dirs.stateDir, 'shards'), { recursive: true, mode: 0o700 });
     const filler = fill(h.dirs.stateDir);
     const failed = h.waitShard('s1', [S.FAILED, S.READY]);
@@ -217,7 +224,7 @@ export const fullDiskUnderLogs: Scenario = {
   timeoutMs: 60_000,
   async run(h) {
     mountTmpfs(h, h.dirs.logDir, '512k');
-    await h.boot();
+    await h.boot({ supervisor: DISK_PRESSURE_OFF });
     // One shard serving and logging fast, so the disk fills under it and rotation fails.
     const port = await freePort();
     const first = h.waitShard('chatty', [S.READY, S.FAILED]);

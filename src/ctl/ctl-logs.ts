@@ -100,7 +100,14 @@ function logPath(o: CtlLogsOptions, why: string): string {
     return previousRunLogPath(o.logDir, o.shardId, 1);
   }
   const chosen = chooseRun(findReplicaRuns({ logDir: o.logDir }), o.logDir, { shardId: o.shardId, replicaId: o.replica, previous: o.previous ?? false });
-  if ('why' in chosen) throw failure(`${chosen.why} (read from ${o.logDir}; pass --log-dir if logs are elsewhere), and ${why}`);
+  if ('why' in chosen) {
+    if (o.shardId !== undefined && o.replica === undefined) {
+      throw failure(
+        `no previous run of shard ${o.shardId} is kept at ${previousRunLogPath(o.logDir, o.shardId, 1)}, nor a run of its replica before it (pass --log-dir if logs are elsewhere), and ${why}`,
+      );
+    }
+    throw failure(`${chosen.why} (read from ${o.logDir}; pass --log-dir if logs are elsewhere), and ${why}`);
+  }
   return chosen.run.logPath;
 }
 

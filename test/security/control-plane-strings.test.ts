@@ -83,7 +83,8 @@ describe('strings from the control plane and engines never reach the terminal ra
     expect(ShardState[died.msg.value.state]).toBe('FAILED');
     expect(died.msg.value.lastOutput.join('\n')).toContain(`boom ${CLEAR_AND_TITLE}hidden`);
 
-    const r = await runCli(['ctl', 'status', '--socket', dirs.socket]);
+    // --all: the FAILED shard's engine is gone, so plain `ctl status` leaves it out.
+    const r = await runCli(['ctl', 'status', '--all', '--socket', dirs.socket]);
     expect(r.exitCode, r.stderr).toBe(0);
     expect(r.stdout).toContain('uni-g1-r0');
     expect(r.stdout).toContain('réplica-模型');

@@ -95,7 +95,7 @@ describe('llmgw ctl top in a terminal', () => {
     t.keys('stty -a | grep -o -- "-*icanon\\|-*echo " | tr "\\n" " "; echo', 'Enter');
     const after = await untilScreen(t, /icanon echo/, 'stty after quitting');
     expect(after).not.toMatch(/-icanon/);
-  });
+  }, 120_000);
 
   it('gives the terminal back when it is sent SIGTERM', async () => {
     const a = await kmsgAgent('llmgw-top-term-');
@@ -109,7 +109,7 @@ describe('llmgw ctl top in a terminal', () => {
     await untilScreen(t, /exit=143/, 'top ended by SIGTERM');
     expect(t.alternate()).toBe(false);
     expect(t.cursorShown()).toBe(true);
-  });
+  }, 120_000);
 
   it('prints a plain snapshot when stdout is not a terminal, and with --once', async () => {
     const a = await kmsgAgent('llmgw-top-once-');
@@ -118,5 +118,5 @@ describe('llmgw ctl top in a terminal', () => {
     expect(r.stdout).toMatch(/^llmgw top {2}node node-a/);
     expect(r.stdout).toMatch(/GPUS 8/);
     expect(r.stdout).not.toContain('\x1b[');
-  });
+  }, 120_000);
 });

@@ -97,10 +97,10 @@ describe('llmgw ctl logs', () => {
     expect(r.stderr).toBe('shard short is no longer supervised; stopped following');
   });
 
-  it('exits 1 for an unknown shard, listing the known ones', async () => {
+  it('exits 1 for an unknown shard whose log is not kept either, listing the known ones', async () => {
     const r = await runCli(['ctl', 'logs', 'nope', '--socket', fx.socket]);
     expect(r.exitCode).toBe(1);
-    expect(r.stderr).toBe('error: no shard "nope" on node node-a; known shards: chatty, quiet');
+    expect(r.stderr).toBe(`error: no shard "nope" on node node-a; known shards: chatty, quiet; and no log of it is kept in ${fx.dirs.logDir}/shards`);
   });
 
   it('exits 2 for more lines than the agent gives, before calling it, saying how to read more from the file', async () => {

@@ -32,7 +32,7 @@
  *   LLMGW_FAKE_NVIDIA_SMI_LOOP_SILENT  in loop mode, print nothing, as a
  *                                 tool whose piped output sits in a buffer.
  */
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readGpuUsage } from './fake-gpu-usage.js';
@@ -166,13 +166,27 @@ function withDoubleUsage(table: Table, usageDir: string | undefined): Table {
   return table;
 }
 
+/** The fake's own words for an LLMGW_FAKE_GPUS that names no data set: the names there are. */
+export function unknownDataset(wanted: string): string {
+  let known: string[] = [];
+  try {
+    known = readdirSync(FAKE_GPU_DATASETS_DIR, { withFileTypes: true }).filter((d) => d.isDirectory()).map((d) => d.name).sort();
+  } catch {
+    // No fixtures beside this build: nothing to list.
+  }
+  return `fake nvidia-smi: LLMGW_FAKE_GPUS=${wanted} is no data set; known: ${known.join(', ') || 'none'}, or an absolute directory`;
+}
+
 /** The reply to one invocation, from the data set and the environment. */
 export function answer(args: string[], env: NodeJS.ProcessEnv): Reply {
   const failCode = env.LLMGW_FAKE_NVIDIA_SMI_EXIT;
   if (failCode !== undefined && failCode !== '') return { stdout: NO_DRIVER, code: Number(failCode) };
 
-  const dir = fakeGpuDatasetDir(env.LLMGW_FAKE_GPUS || DEFAULT_FAKE_GPUS);
+  const wanted = env.LLMGW_FAKE_GPUS || DEFAULT_FAKE_GPUS;
+  const dir = fakeGpuDatasetDir(wanted);
   const file = (name: string) => join(dir, name);
+  // A misspelt data set read as a machine without GPUs, and nothing said which names exist (walkthrough 2, item 9).
+  if (!isAbsolute(wanted) && !existsSync(dir)) return { stdout: `No devices were found (${unknownDataset(wanted)})\n`, code: 6 };
   if (!existsSync(file('query-gpu.csv'))) return { stdout: 'No devices were found\n', code: 6 };
 
   const format = optionValue(args, '--format') ?? 'csv';

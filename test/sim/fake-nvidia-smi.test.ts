@@ -81,4 +81,12 @@ describe('bin/fake-nvidia-smi', () => {
     const missing = await smi(['-L'], { LLMGW_FAKE_GPUS: join(tmp, 'nothing-here') });
     expect([missing.exitCode, missing.stdout]).toEqual([6, 'No devices were found\n']);
   });
+
+  it('names the data sets there are for an LLMGW_FAKE_GPUS that is none of them', async () => {
+    const r = await smi(['--query-gpu=index', '--format=csv'], { LLMGW_FAKE_GPUS: 'hgx-h100x16' });
+    expect(r.exitCode).toBe(6);
+    expect(r.stdout).toBe(
+      'No devices were found (fake nvidia-smi: LLMGW_FAKE_GPUS=hgx-h100x16 is no data set; known: a100-mig, fault, hgx-h100x8, old-driver, pcie-l40sx4, or an absolute directory)\n',
+    );
+  });
 });

@@ -14,7 +14,7 @@ import { adoptionEvents, connectionEvent, gpuEventEvent, refusalEvent, shardTran
 import { GpuHealthWatch, type WatchedGpu } from './health/gpu-health-watch.js';
 import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
 import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
-import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
+import { type GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineAccount } from './engines/engine-account.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
@@ -161,8 +161,13 @@ export class Agent {
       logger: this.log,
       models: this.models,
       onRefused: (what, shard, why) => this.events.record(refusalEvent(what, shard, why)),
-      // A sleep is judged by the GPU readings heartbeats carry (issue 30).
-      sleepProbes: { gpuMemoryMib: () => opts.sampler.latest() },
+      // A sleep is judged by the GPU readings heartbeats carry (issue 30), from a reading
+      // taken after it was asked: it waits up to two of the sampler's intervals for one.
+      sleepProbes: {
+        gpuMemoryMib: () => opts.sampler.latest(),
+        readAtMs: () => opts.sampler.readAtMs,
+        firstReadingMs: 2 * Math.max(c.heartbeatIntervalMs, MIN_GPU_MEMORY_INTERVAL_MS),
+      },
     });
     this.recovery = new RecoverEngines({
       nodeId: c.nodeId,

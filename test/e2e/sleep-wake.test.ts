@@ -1,13 +1,13 @@
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, ShardState, type ShardStatus, SleepShardSchema, type StartShard, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, type RunningShard, ShardState, type ShardStatus, SleepShardSchema, type StartShard, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
 import { type AgentDirs, type AgentProcess, agentDirs, startAgentProcess } from '../helpers/agent-process.js';
 import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
-import { freePort, killEverything, removeDir } from '../helpers/engine-processes.js';
+import { freePort, isRunning, killEverything, removeDir, until } from '../helpers/engine-processes.js';
 import { consumeStream } from '../helpers/fake-engines.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
@@ -21,6 +21,7 @@ import { type StartedControlPlane, startControlPlane } from '../helpers/start-co
 const NODE = 'node-sleep';
 const S = ShardState;
 const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;
+const stateFile = (id: string) => JSON.parse(readFileSync(join(dirs.stateDir, 'shards', `${id}.json`), 'utf8')) as Record<string, unknown>;
 let cp: StartedControlPlane;
 let agent: AgentProcess;
 let dirs: AgentDirs;
@@ -57,6 +58,14 @@ async function send(id: string, msg: { case: 'sleep'; level: number } | { case: 
   return statusOf(await got);
 }
 
+/**
+ * The agent saw the shard's memory fall. Its log, not a second SLEEPING
+ * status: the outbox coalesces statuses per shard, so the sleep's two may go out as one.
+ */
+async function asleepLogged(id: string): Promise<void> {
+  await until(() => agent.logs().some((r) => r.msg === 'shard asleep: GPU memory released' && r.shard === id), `shard ${id} asleep`, 60_000);
+}
+
 describe('SleepShard and WakeShard (issue 30)', () => {
   it('sleeps a READY vLLM shard (GPU memory released), aborts what it held, and wakes it READY and answering', async () => {
     const port = await freePort();
@@ -68,8 +77,7 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     const stream = consumeStream(await streamChat(port, 500));
     const sleeping = await send('s-1', { case: 'sleep', level: 2 }, S.SLEEPING);
     expect(sleeping.state, sleeping.error).toBe(S.SLEEPING);
-    const asleep = cp.cp.waitFor(NODE, (m) => m.msg.case === 'shard' && m.msg.value.shardId === 's-1' && m.msg.value.state === S.SLEEPING && m.msg.value.error === '', 60_000);
-    await asleep;
+    await asleepLogged('s-1');
     expect((await stream).done).toBe(false);
     expect(readGpuUsage(usageDir).get(5)).toBeLessThan(70000 / 2);
     const woken = await send('s-1', { case: 'wake' }, S.READY);
@@ -98,4 +106,35 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     const res = await consumeStream(await streamChat(port, 2));
     expect(res).toEqual({ tokens: 2, done: true });
   });
+
+  // Last: it replaces the suite's agent.
+  it('records the sleep in the state file, so an agent restarted after kill -9 adopts the engine SLEEPING (never READY) and can wake it', async () => {
+    const port = await freePort();
+    const readyP = cp.cp.waitFor(NODE, shardIs('s-3', S.READY, S.FAILED), 60_000);
+    cp.cp.send(NODE, { case: 'start', value: sleepyStart('s-3', port, true, 7) });
+    const ready = statusOf(await readyP);
+    expect(ready.state).toBe(S.READY);
+    const sleeping = await send('s-3', { case: 'sleep', level: 2 }, S.SLEEPING);
+    expect(sleeping.state, sleeping.error).toBe(S.SLEEPING);
+    await asleepLogged('s-3');
+    expect(stateFile('s-3').sleepLevel).toBe(2);
+    const pid = ready.pid;
+
+    agent.kill('SIGKILL');
+    await agent.exited;
+    expect(isRunning(pid)).toBe(true);
+    const reRegistered = cp.cp.waitFor(NODE, isRegister, 30_000);
+    agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
+    const reg = (await reRegistered).msg.value as { runningShards: RunningShard[] };
+    expect(reg.runningShards.find((r) => r.shardId === 's-3')?.state).toBe(S.SLEEPING);
+    const second = agent;
+    await until(() => second.logs().some((r) => r.msg === 'shard state changed' && r.shard === 's-3' && r.to === 'SLEEPING'), 'the adopted shard to settle SLEEPING', 30_000);
+    expect(second.logs().some((r) => r.msg === 'shard state changed' && r.shard === 's-3' && r.to === 'READY')).toBe(false);
+    expect(readGpuUsage(usageDir).get(7)).toBeLessThan(70000 / 2);
+
+    const woken = await send('s-3', { case: 'wake' }, S.READY);
+    expect(woken.state, woken.error).toBe(S.READY);
+    expect(stateFile('s-3').sleepLevel).toBeUndefined();
+    expect(await consumeStream(await streamChat(port, 2))).toEqual({ tokens: 2, done: true });
+  }, 120_000);
 });

@@ -57,6 +57,8 @@ export function buildRegister(node: NodeDescription, inventory: Inventory, shard
       // settling when the first Register goes out: the control plane must
       // learn the drain now, not route traffic back until it settles.
       if (s.drainRequested && s.state === ShardState.STARTING) running.state = ShardState.DRAINING;
+      // Likewise a sleep (issue 30): a control plane that saw STARTING would arm a startup timer for it.
+      else if (s.sleepLevel && s.state === ShardState.STARTING) running.state = ShardState.SLEEPING;
       return running;
     }),
   });

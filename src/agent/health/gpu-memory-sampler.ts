@@ -86,6 +86,11 @@ export class GpuMemorySampler {
     return [...this.#latest];
   }
 
+  /** When the last reading came (Date.now() ms); 0 before the first. A sleep waits for one newer than its request. */
+  get readAtMs(): number {
+    return this.#lastReadingAtMs;
+  }
+
   /** The pid of the running nvidia-smi, if one runs. */
   get pid(): number | undefined {
     return this.#child?.pid;

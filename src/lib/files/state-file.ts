@@ -32,6 +32,13 @@ export interface EngineRecord {
    * that was being emptied for maintenance. Absent in files of older agents: false.
    */
   drainRequested?: boolean;
+  /**
+   * The level (1 or 2) of a SleepShard the engine was put to sleep at, and
+   * not woken since: a restarted agent must adopt it SLEEPING, not READY, or
+   * traffic goes to an engine without its weights (issue 30). Absent (or 0)
+   * when awake, and in files of older agents.
+   */
+  sleepLevel?: number;
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
@@ -78,6 +85,8 @@ function toDisk(s: ShardStateFile): JsonValue {
     generationTokensMetric: s.generationTokensMetric ?? '',
     ...(s.watch ? { watch: { ...s.watch } } : {}),
     drainRequested: s.drainRequested ?? false,
+    // Written only while asleep: the file of an awake engine is what it was before sleep mode.
+    ...(s.sleepLevel ? { sleepLevel: s.sleepLevel } : {}),
     pid: s.pid,
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
@@ -104,7 +113,7 @@ export async function writeStateFile(path: string, s: ShardStateFile): Promise<v
  * The shard's runner is the only writer after launch, so read-then-write
  * cannot lose another writer's change.
  */
-export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested'>>): Promise<void> {
+export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel'>>): Promise<void> {
   const read = await readStateFile(path, shardId);
   if (!read.ok) throw new Error(read.reason);
   await writeStateFile(path, { ...read.file, ...change });
@@ -176,6 +185,7 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
   // Optional, added without a version bump: an older agent's file lacks them and means ''/false.
   if (raw.generationTokensMetric !== undefined && typeof raw.generationTokensMetric !== 'string') return bad('generationTokensMetric');
   if (raw.drainRequested !== undefined && typeof raw.drainRequested !== 'boolean') return bad('drainRequested');
+  if (raw.sleepLevel !== undefined && raw.sleepLevel !== 0 && raw.sleepLevel !== 1 && raw.sleepLevel !== 2) return bad('sleepLevel');
   const watch = raw.watch === undefined ? undefined : parseEngineWatch(raw.watch);
   if (watch && !watch.ok) return bad(watch.field);
   if (!Number.isInteger(raw.pid) || (raw.pid as number) <= 1) return bad('pid');
@@ -223,6 +233,7 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       generationTokensMetric: raw.generationTokensMetric ?? '',
       ...(watch?.ok ? { watch: watch.watch } : {}),
       drainRequested: raw.drainRequested ?? false,
+      ...(raw.sleepLevel ? { sleepLevel: raw.sleepLevel } : {}),
       pid: raw.pid as number,
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },

@@ -33,8 +33,8 @@ export function isServing(state: ShardState): boolean {
  */
 const ALLOWED: ReadonlyMap<ShardState, readonly ShardState[]> = new Map([
   [S.UNSPECIFIED, [S.STARTING]],
-  // DRAINING: an adopted engine whose drain outlived the previous agent.
-  [S.STARTING, [S.READY, S.DRAINING, S.FAILED, S.STOPPING]],
+  // DRAINING: an adopted engine whose drain outlived the previous agent; SLEEPING: one whose sleep did.
+  [S.STARTING, [S.READY, S.DRAINING, S.SLEEPING, S.FAILED, S.STOPPING]],
   // SLEEPING: a SleepShard; the engine lives on without its GPU memory.
   [S.READY, [S.UNHEALTHY, S.DRAINING, S.SLEEPING, S.STOPPING, S.FAILED, S.EXITED]],
   // READY: woken and answering again, or a sleep the engine refused (the

@@ -21,7 +21,7 @@ import { ShardFailedError } from './shard-failed-error.js';
 import { readLastOutput, recordShardFailure, shardFailureRecord } from './shard-failure.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, type HealthChange, isTransitionAllowed, judgeDeath, judgeDrain, judgeSettleStart, judgeSettleWake, type SettleOptions, ShardHealth, stateName } from './shard-lifecycle.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
-import { ASLEEP_SHARE, AWAKE_SHARE, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, judgeSleep, type SleepProbes, shardGpuMib } from './shard-sleep.js';
+import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, judgeSleep, type SleepProbes } from './shard-sleep.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
 
@@ -86,8 +86,10 @@ export class ShardRunner {
   private stopping: Promise<ShardSnapshot> | undefined;
   /** A sleep or wake under way: one at a time. */
   private sleepBusy = false;
-  /** What the shard's GPUs held before its sleep: a wake waits until they hold most of it again. */
+  /** What the shard's GPUs held before its sleep: a wake waits until they hold most of it again (0: unknown, after an adoption). */
   private awakeMib = 0;
+  /** Asleep at this level, by this agent or (from the state file) a previous one; 0 when awake. */
+  private sleepLevel: number;
   constructor(
     private readonly ctx: ShardRunnerContext,
     engine: RunnerEngine,
@@ -102,6 +104,7 @@ export class ShardRunner {
     this.launcher = r.launcher;
     this.note = engine.note ?? '';
     this.drainRequested = r.drainRequested ?? false;
+    this.sleepLevel = r.sleepLevel ?? 0;
     this.stateFile = new StateFileWriter(engine.statePath, r.shardId, ctx.log);
     this.state = previousState;
     // The API rank's port, or a worker rank's own /health port (SGLang's); none: judged by staying alive.
@@ -148,6 +151,7 @@ export class ShardRunner {
       logPath: this.logPath,
       running: !this.dead,
       drainRequested: this.drainRequested,
+      sleepLevel: this.sleepLevel,
       launcher: this.launcher,
       unit: this.engine.unit?.name ?? '',
       note: this.note,
@@ -229,6 +233,8 @@ export class ShardRunner {
     // A drain that survived the agent: READY first would tell the control
     // plane to send traffic back to an engine an operator is emptying.
     if (this.drainRequested) this.transition(S.DRAINING, `${why}; drained before the agent restarted`);
+    // A sleep likewise (issue 30): READY would route traffic to an engine without its weights.
+    else if (this.sleepLevel > 0) this.transition(S.SLEEPING, `${why}; asleep (level ${this.sleepLevel}) before the agent restarted`);
     else this.transition(S.READY, why);
     this.watchHealth();
   }
@@ -414,21 +420,25 @@ export class ShardRunner {
     const lvl = level as 1 | 2;
     if (!this.baseUrl || !this.servesHttp) throw failure(`sleep refused: rank ${this.spec.rank} of shard ${this.shardId} serves no API; sleep its replica's rank 0`);
     if (this.sleepBusy) throw failure(`sleep refused: shard ${this.shardId} is already being put to sleep or woken`);
-    const gpus = this.spec.gpuIndices;
-    const before = shardGpuMib(probes.gpuMemoryMib(), gpus);
-    if (before === undefined) throw failure(`sleep refused: no GPU memory reading yet for GPUs ${gpus.join(',')}`);
-    await checkHostRam(lvl, before, probes.meminfoPath);
-    if (api.mustBeIdle) {
-      const held = await this.inFlight();
-      if (held !== 0) throw failure(`sleep refused: ${this.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
-    }
-    if (this.state !== S.READY) throw failure(`sleep refused: shard ${this.shardId} is ${stateName(this.state)}; only a READY shard can sleep`);
+    // Busy from here: the checks below wait, and a second SleepShard meanwhile must not pass them too.
     this.sleepBusy = true;
-    const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS)]);
     try {
+      const gpus = this.spec.gpuIndices;
+      // From a reading newer than the request: one just after READY may predate the engine's memory.
+      const before = await awaitFirstReading(probes, gpus, this.life.signal);
+      await checkHostRam(lvl, before, probes.meminfoPath);
+      if (api.mustBeIdle) {
+        const held = await this.inFlight();
+        if (held !== 0) throw failure(`sleep refused: ${this.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
+      }
+      if (this.state !== S.READY) throw failure(`sleep refused: shard ${this.shardId} is ${stateName(this.state)}; only a READY shard can sleep`);
+      const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS)]);
       this.awakeMib = before;
+      this.sleepLevel = lvl;
       this.transition(S.SLEEPING, `sleep level ${lvl} requested (GPUs ${gpus.join(',')} hold ${before} MiB)`);
       try {
+        // Recorded before the engine is asked: an agent killed meanwhile adopts it SLEEPING, and a wake of an awake engine is harmless.
+        await this.stateFile.recordSleep(lvl);
         await callEngine(this.baseUrl, api.sleep(lvl), this.watch.apiKey, signal);
         const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
         this.error = '';
@@ -439,6 +449,8 @@ export class ShardRunner {
         // The engine may be half asleep: woken, so READY tells the truth.
         await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, this.life.signal).catch(() => undefined);
         this.error = why;
+        this.sleepLevel = 0;
+        await this.stateFile.recordSleep(0);
         if ((this.state as ShardState) === S.SLEEPING) this.transition(S.READY, why);
         throw failure(why);
       }
@@ -476,6 +488,9 @@ export class ShardRunner {
       const mib = await awaitGpuMemory(probes, this.spec.gpuIndices, (m) => m >= back, 'the engine did not take its GPU memory back', signal);
       this.error = '';
       if (this.state !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
+      this.sleepLevel = 0;
+      await this.stateFile.recordSleep(0);
+      if ((this.state as ShardState) !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
       this.transition(S.READY, `woken: ${outcome.why}; GPUs ${this.spec.gpuIndices.join(',')} hold ${mib} MiB`);
     } catch (err) {
       const why = `wake failed: ${errorMessage(err)}`;

@@ -1,6 +1,7 @@
 import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { formatDuration } from '../../../lib/duration.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import { type EngineSleepApi, engineSleepApi, type SleepCall } from '../../engines/engine-sleep-api.js';
 import { bearer } from '../probes/http-probe.js';
@@ -23,9 +24,23 @@ export interface SleepProbes {
   timeoutMs?: number;
   /** How often the readings are looked at again; default 250 ms (the sampler reads every second at most). */
   pollMs?: number;
+  /**
+   * How long a sleep waits for a first reading of the shard's GPUs, which the
+   * sampler takes only after Register and then once an interval; default
+   * 2 s, the agent gives two of its sampler's intervals.
+   */
+  firstReadingMs?: number;
+  /**
+   * When the readings were last taken (ms): a sleep then waits for one taken
+   * after it was asked, since a shard that just became READY may not have
+   * shown its memory yet and a stale figure makes the sleep's check
+   * meaningless. Without it the latest reading is taken as it is.
+   */
+  readAtMs?: () => number;
 }
 
 export const DEFAULT_SLEEP_TIMEOUT_MS = 120_000;
+export const DEFAULT_FIRST_READING_MS = 2_000;
 
 /** The shard's GPUs hold at most this share of what they held awake, or the sleep did not free them. */
 export const ASLEEP_SHARE = 0.5;
@@ -55,6 +70,25 @@ export function shardGpuMib(readings: readonly number[], gpus: readonly number[]
     sum += v;
   }
   return sum;
+}
+
+/**
+ * What the shard's GPUs hold now: waits (up to `firstReadingMs`) for a
+ * reading of them taken after `sinceMs` rather than refusing a sleep that
+ * came just after Register or just after the shard became READY; throws a
+ * one-line refusal when none comes.
+ */
+export async function awaitFirstReading(probes: SleepProbes, gpus: readonly number[], signal: AbortSignal, sinceMs = Date.now()): Promise<number> {
+  const waitMs = probes.firstReadingMs ?? DEFAULT_FIRST_READING_MS;
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    const fresh = probes.readAtMs === undefined || probes.readAtMs() > sinceMs;
+    const mib = fresh ? shardGpuMib(probes.gpuMemoryMib(), gpus) : undefined;
+    if (mib !== undefined) return mib;
+    const left = deadline - Date.now();
+    if (left <= 0) throw failure(`sleep refused: no ${fresh ? '' : 'new '}GPU memory reading for GPUs ${gpus.join(',')} in ${formatDuration(waitMs)}`);
+    await sleep(Math.min(probes.pollMs ?? 250, left), undefined, { signal });
+  }
 }
 
 /** MemAvailable of /proc/meminfo in MiB. */

@@ -35,6 +35,8 @@ export interface ShardSnapshot {
    * Register on its strength: traffic must not return to it.
    */
   drainRequested?: boolean;
+  /** Asleep at this level (1 or 2; here, or before an agent restart, from the state file); 0 or absent when awake. */
+  sleepLevel?: number;
   /** direct or systemd-run. */
   launcher?: string;
   /** The engine's systemd unit (llmgw-shard-<id>.service); '' with the direct launcher. */

@@ -39,6 +39,27 @@ export class StateFileWriter {
   }
 
   /**
+   * Records a sleep at `level`, or (0) a wake. A failure is logged, not
+   * thrown: the engine sleeps or wakes whatever the disk says; only an agent
+   * restart would then adopt it in the wrong state.
+   */
+  recordSleep(level: number): Promise<void> {
+    this.persisting = this.persisting.then(async () => {
+      try {
+        await updateStateFile(this.statePath, this.shardId, { sleepLevel: level });
+      } catch (err) {
+        this.log.warn(
+          { shard: this.shardId, file: this.statePath, err: errorMessage(err) },
+          level > 0
+            ? 'shard is SLEEPING but the sleep could not be recorded; an agent restart would bring it back READY'
+            : 'shard woke but the state file still records its sleep; an agent restart would bring it back SLEEPING',
+        );
+      }
+    });
+    return this.persisting;
+  }
+
+  /**
    * Removes the state file of an engine that is gone. Failing to is logged,
    * not thrown: the engine is stopped whatever the disk says, and a stale
    * file names a process that no longer matches its identity, which the next

@@ -1,0 +1,117 @@
+import { create } from '@bufbuild/protobuf';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { ShardState, type StartShard, StartShardSchema } from '../../../../src/gen/llmgw/v1/agent_pb.js';
+import { awaitFirstReading, checkHostRam, judgeSleep, memAvailableMib, shardGpuMib } from '../../../../src/agent/supervisor/shard/shard-sleep.js';
+
+/* The pure judgements of a SleepShard (issue 30): what is refused before the engine is touched. */
+
+const S = ShardState;
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'llmgw-shard-sleep-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+function spec(engine: string, sleepMode = true): StartShard {
+  return create(StartShardSchema, { shardId: 's1', replicaId: 'r1', gpuIndices: [0], profile: { name: 'p1', engine, sleepMode } });
+}
+
+/** A /proc/meminfo stand-in with `availableMib` available. */
+function meminfo(availableMib: number): string {
+  const path = join(dir, 'meminfo');
+  writeFileSync(path, `MemTotal:       263842764 kB\nMemFree:         1000000 kB\nMemAvailable:   ${availableMib * 1024} kB\n`);
+  return path;
+}
+
+describe('judgeSleep', () => {
+  it('takes level 1 and 2 of a READY vLLM or SGLang shard whose profile sets sleep_mode', () => {
+    expect(judgeSleep('s1', S.READY, spec('vllm'), 1)).toBeDefined();
+    expect(judgeSleep('s1', S.READY, spec('vllm'), 2)).toBeDefined();
+    expect(judgeSleep('s1', S.READY, spec('sglang'), 1)).toBeDefined();
+  });
+
+  it.each([0, 3, -1, 1.5])('refuses level %s with one line naming the two levels', (level) => {
+    expect(() => judgeSleep('s1', S.READY, spec('vllm'), level)).toThrow(`sleep refused: level ${level} is not 1 (weights to host RAM) or 2 (weights dropped)`);
+  });
+
+  it('refuses an engine without a sleep mode, a profile without sleep_mode and a shard not READY', () => {
+    expect(() => judgeSleep('s1', S.READY, spec('llamacpp'), 1)).toThrow(/^sleep refused: engine llamacpp of shard s1 has no sleep mode$/);
+    expect(() => judgeSleep('s1', S.READY, spec('vllm', false), 1)).toThrow(/^sleep refused: profile p1 of shard s1 does not set sleep_mode$/);
+    for (const state of [S.STARTING, S.UNHEALTHY, S.DRAINING, S.SLEEPING]) {
+      expect(() => judgeSleep('s1', state, spec('vllm'), 1)).toThrow(/^sleep refused: shard s1 is \w+; only a READY shard can sleep$/);
+    }
+  });
+
+  it('judges the level before anything else', () => {
+    expect(() => judgeSleep('s1', S.STARTING, spec('llamacpp', false), 3)).toThrow(/level 3/);
+  });
+});
+
+describe('shardGpuMib', () => {
+  it('sums the shard GPUs and is undefined while one has no reading', () => {
+    expect(shardGpuMib([100, 200, 300], [0, 2])).toBe(400);
+    expect(shardGpuMib([100], [0, 1])).toBeUndefined();
+    expect(shardGpuMib([], [5])).toBeUndefined();
+  });
+});
+
+describe('host RAM for level 1', () => {
+  it('reads MemAvailable in MiB', async () => {
+    expect(await memAvailableMib(meminfo(5000))).toBe(5000);
+  });
+
+  it('refuses level 1 when the host has less available than the GPUs hold, and says to use level 2', async () => {
+    await expect(checkHostRam(1, 70000, meminfo(69999))).rejects.toThrow(
+      'sleep refused: level 1 moves up to 70000 MiB of weights to host RAM and only 69999 MiB is available (MemAvailable); use level 2',
+    );
+    await expect(checkHostRam(1, 70000, meminfo(70000))).resolves.toBeUndefined();
+  });
+
+  it('never reads host RAM for level 2, which drops the weights', async () => {
+    await expect(checkHostRam(2, 70000, join(dir, 'absent'))).resolves.toBeUndefined();
+  });
+
+  it('refuses level 1 when meminfo has no MemAvailable line', async () => {
+    const path = join(dir, 'meminfo');
+    writeFileSync(path, 'MemTotal: 1 kB\n');
+    await expect(checkHostRam(1, 1, path)).rejects.toThrow(`sleep refused: ${path} has no MemAvailable line`);
+  });
+});
+
+describe('awaitFirstReading', () => {
+  const signal = new AbortController().signal;
+
+  it('waits for the sampler first reading of the shard GPUs instead of refusing', async () => {
+    const readyAt = Date.now() + 300;
+    const probes = { gpuMemoryMib: () => (Date.now() >= readyAt ? [0, 0, 0, 0, 0, 70000] : []), pollMs: 20, firstReadingMs: 2000 };
+    expect(await awaitFirstReading(probes, [5], signal)).toBe(70000);
+  });
+
+  it('refuses with one line when no reading comes in time', async () => {
+    const started = Date.now();
+    await expect(awaitFirstReading({ gpuMemoryMib: () => [1, 2], pollMs: 20, firstReadingMs: 200 }, [5], signal)).rejects.toThrow(
+      /^sleep refused: no GPU memory reading for GPUs 5 in /,
+    );
+    expect(Date.now() - started).toBeGreaterThanOrEqual(190);
+  });
+
+  it('waits for a reading taken after the request, not the stale one the sampler holds', async () => {
+    let readAt = Date.now() - 500;
+    let used = [17];
+    setTimeout(() => {
+      used = [70000];
+      readAt = Date.now();
+    }, 300);
+    const probes = { gpuMemoryMib: () => used, readAtMs: () => readAt, pollMs: 20, firstReadingMs: 2000 };
+    expect(await awaitFirstReading(probes, [0], signal)).toBe(70000);
+    const stale = { gpuMemoryMib: () => [17], readAtMs: () => 1, pollMs: 20, firstReadingMs: 100 };
+    await expect(awaitFirstReading(stale, [0], signal)).rejects.toThrow(/^sleep refused: no new GPU memory reading for GPUs 0 in /);
+  });
+
+  it('answers at once when the reading is there', async () => {
+    expect(await awaitFirstReading({ gpuMemoryMib: () => [10, 20], firstReadingMs: 60_000 }, [0, 1], signal)).toBe(30);
+  });
+});

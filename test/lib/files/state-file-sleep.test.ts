@@ -1,0 +1,61 @@
+import { create } from '@bufbuild/protobuf';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { parseStateText, readStateFile, type ShardStateFile, updateStateFile, writeStateFile } from '../../../src/lib/files/state-file.js';
+import { parseShardId, parseStartShard } from '../../../src/lib/shard-id.js';
+
+/* The sleep a restarted agent must adopt (issue 30): EngineRecord.sleepLevel on disk. */
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'llmgw-state-sleep-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+const sample = (): ShardStateFile => ({
+  schemaVersion: 1,
+  shardId: parseShardId('s0'),
+  replicaId: 'r0',
+  spec: parseStartShard(create(StartShardSchema, { shardId: 's0', replicaId: 'r0', gpuIndices: [0], profile: { engine: 'vllm', sleepMode: true } })),
+  servesHttp: true,
+  inFlightMetric: 'vllm:num_requests_running',
+  pid: 1234,
+  pgid: 1234,
+  identity: { startTime: '99', bootId: 'b' },
+  launcher: 'direct',
+  logPath: '/var/log/llmgw/shards/s0.log',
+  createdAtMs: 1,
+});
+
+describe('sleepLevel in the state file', () => {
+  it('is written while asleep, read back, and gone from the file once woken', async () => {
+    const path = join(dir, 's0.json');
+    await writeStateFile(path, sample());
+    expect(JSON.parse(readFileSync(path, 'utf8'))).not.toHaveProperty('sleepLevel');
+    await updateStateFile(path, 's0', { sleepLevel: 2 });
+    const asleep = await readStateFile(path, 's0');
+    expect(asleep.ok && asleep.file.sleepLevel).toBe(2);
+    await updateStateFile(path, 's0', { sleepLevel: 0 });
+    expect(JSON.parse(readFileSync(path, 'utf8'))).not.toHaveProperty('sleepLevel');
+    const awake = await readStateFile(path, 's0');
+    expect(awake.ok && awake.file.sleepLevel).toBeUndefined();
+  });
+
+  it.each([3, -1, 1.5, '1', true, null])('refuses sleepLevel %j, as any invalid field', async (bad) => {
+    const path = join(dir, 's0.json');
+    await writeStateFile(path, sample());
+    const raw = JSON.parse(readFileSync(path, 'utf8'));
+    expect(parseStateText(JSON.stringify({ ...raw, sleepLevel: bad }), 's0')).toEqual({ ok: false, reason: 'state file field sleepLevel is missing or invalid' });
+  });
+
+  it('takes 0 as awake', async () => {
+    const path = join(dir, 's0.json');
+    await writeStateFile(path, sample());
+    const raw = JSON.parse(readFileSync(path, 'utf8'));
+    const read = parseStateText(JSON.stringify({ ...raw, sleepLevel: 0 }), 's0');
+    expect(read.ok && read.file.sleepLevel).toBeUndefined();
+  });
+});

@@ -6,6 +6,7 @@ import type { Outbox } from './outbox.js';
 import { statusFromSnapshot } from './shard-report.js';
 import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
+import { cutString } from '../../lib/cut-string.js';
 
 /** Longest shard or replica id sent back: a valid shard id has at most 128 characters. */
 export const MAX_REPORTED_ID_CHARS = 256;
@@ -187,17 +188,9 @@ function boundedStatus(status: ShardStatus): ShardStatus {
   if (shardId.length <= MAX_REPORTED_ID_CHARS && replicaId.length <= MAX_REPORTED_ID_CHARS && error.length <= MAX_REPORTED_ERROR_CHARS) return status;
   return {
     ...status,
-    shardId: cut(shardId, MAX_REPORTED_ID_CHARS),
-    replicaId: cut(replicaId, MAX_REPORTED_ID_CHARS),
-    error: cut(error, MAX_REPORTED_ERROR_CHARS),
+    shardId: cutString(shardId, MAX_REPORTED_ID_CHARS),
+    replicaId: cutString(replicaId, MAX_REPORTED_ID_CHARS),
+    error: cutString(error, MAX_REPORTED_ERROR_CHARS),
   };
 }
 
-/**
- * `s` cut to `max` characters, as a copy: V8's slice() of a long string is a
- * view that keeps the whole original alive, so a sliced 4 MB id still held
- * 4 MB (1.2 GB for 174 refusals waiting in the outbox of a stuck stream).
- */
-function cut(s: string, max: number): string {
-  return s.length <= max ? s : `${Buffer.from(s.slice(0, max - 1)).toString()}…`;
-}

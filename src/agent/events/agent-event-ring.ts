@@ -1,3 +1,4 @@
+import { cutString } from '../../lib/cut-string.js';
 import type { ShardId } from '../../lib/shard-id.js';
 
 /**
@@ -47,7 +48,7 @@ export class AgentEventRing {
   constructor(private readonly capacity = EVENT_RING_CAPACITY) {}
 
   record(e: NewAgentEvent): AgentEventView {
-    const event: AgentEventView = { ...e, seq: ++this.lastSeq, atMs: e.atMs ?? Date.now() };
+    const event: AgentEventView = { ...bounded(e), seq: ++this.lastSeq, atMs: e.atMs ?? Date.now() };
     this.events.push(event);
     if (this.events.length > this.capacity) this.events.shift();
     for (const listener of this.listeners) {
@@ -75,4 +76,24 @@ export class AgentEventRing {
   get followers(): number {
     return this.listeners.size;
   }
+}
+
+/** Longest shard id, message and field value kept: a refusal echoes what the control plane sent, and a control message may be 16 MiB. */
+const MAX_EVENT_ID_CHARS = 160;
+const MAX_EVENT_TEXT_CHARS = 1024;
+
+/**
+ * `e` with every string cut short, as copies (cutString): 1000 kept
+ * refusals of 1 MB shard ids held 430 MB of the agent
+ * (test/security/control-plane-flood.test.ts).
+ */
+function bounded(e: NewAgentEvent): NewAgentEvent {
+  const fields: Record<string, string> = {};
+  for (const [k, v] of Object.entries(e.fields)) fields[cutString(k, MAX_EVENT_ID_CHARS)] = cutString(v, MAX_EVENT_TEXT_CHARS);
+  return {
+    ...e,
+    ...(e.shardId !== undefined ? { shardId: cutString(e.shardId, MAX_EVENT_ID_CHARS) } : {}),
+    message: cutString(e.message, MAX_EVENT_TEXT_CHARS),
+    fields,
+  };
 }

@@ -56,11 +56,11 @@ describe.skipIf(process.geteuid?.() !== 0)('a local user squatting a loading sha
     const why = `engine exited with code 1 while starting: port ${port} held by another process (pid ${squatter.pid}, uid ${NOBODY})`;
     expect(failed.msg.case === 'shard' && failed.msg.value.error).toBe(why);
 
-    const r = await runCli(['ctl', 'status', '--socket', dirs.socket, '--json']);
+    const r = await runCli(['ctl', 'status', '--all', '--socket', dirs.socket, '--json']);
     const status = JSON.parse(r.stdout) as { shards: { shardId: string; state: string; error: string }[] };
     expect(status.shards.find((s) => s.shardId === 'squat-failed')).toMatchObject({ state: 'SHARD_STATE_FAILED', error: why });
     // And the table an operator reads says it too.
-    const table = await runCli(['ctl', 'status', '--socket', dirs.socket]);
+    const table = await runCli(['ctl', 'status', '--all', '--socket', dirs.socket]);
     expect(table.stdout).toContain(`pid ${squatter.pid}, uid ${NOBODY}`);
 
     expectAgentUnharmed(agent.pid);

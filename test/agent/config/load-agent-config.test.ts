@@ -53,6 +53,8 @@ describe('loadAgentConfig', () => {
       logRetentionMs: 168 * 3_600_000,
       logRetentionBytes: 1024 ** 3,
       keepPreviousRuns: 3,
+      keepTerminalShards: 16,
+      terminalRetentionMs: 3_600_000,
       diskPressure: { minFree: 1024 ** 3, minFreeInodes: 0.05, intervalMs: 10_000 },
       launcher: 'auto',
       unitProperties: {},

@@ -2,7 +2,7 @@ import { lstat, readlink, rename, stat, symlink, unlink } from 'node:fs/promises
 import { createReadStream } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { dirname } from 'node:path';
-import { formatBytes } from './format-bytes.js';
+import { formatBytes } from '../lib/format-bytes.js';
 import { failure, usageError } from '../lib/errors.js';
 import { writeFileAtomic } from '../lib/write-file-atomic.js';
 import type { BandwidthLimiter } from './bandwidth-limiter.js';

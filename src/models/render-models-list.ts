@@ -1,6 +1,6 @@
 import { formatAge } from '../lib/format-age.js';
 import { renderTable } from '../lib/table.js';
-import { formatBytes } from './format-bytes.js';
+import { formatBytes } from '../lib/format-bytes.js';
 import type { StoredModel } from './scan-store.js';
 
 /** `llmgw models list`'s table. */

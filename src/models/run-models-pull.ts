@@ -1,6 +1,6 @@
 import { Listr } from 'listr2';
 import { progressListrOptions } from '../lib/listr-options.js';
-import { formatBytes } from './format-bytes.js';
+import { formatBytes } from '../lib/format-bytes.js';
 import type { ModelStore } from './model-store-options.js';
 import { type PullEvent, type PullRequest, type PullResult, pullModel } from './pull-model.js';
 

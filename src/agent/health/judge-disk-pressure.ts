@@ -1,3 +1,5 @@
+import { formatBytes } from '../../lib/format-bytes.js';
+
 /**
  * Whether the directories the agent writes to are too full for new shards:
  * kubelet's DiskPressure (nodefs.available, nodefs.inodesFree), judged
@@ -47,16 +49,4 @@ export function judgeDiskPressure(readings: readonly DiskReading[], t: DiskPress
     }
   }
   return { active: problems.length > 0, reason: problems.join('; '), keys: [...keys] };
-}
-
-/** Bytes as an operator reads them: 12 MiB, 1 GiB, 512 KiB. */
-export function formatBytes(n: number): string {
-  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
-  let v = n;
-  let i = 0;
-  while (v >= 1024 && i < units.length - 1) {
-    v /= 1024;
-    i++;
-  }
-  return `${i === 0 ? v : Number(v.toFixed(v < 10 ? 1 : 0))} ${units[i]}`;
 }

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { type DiskReading, formatBytes, judgeDiskPressure } from '../../../src/agent/health/judge-disk-pressure.js';
+import { type DiskReading, judgeDiskPressure } from '../../../src/agent/health/judge-disk-pressure.js';
+import { formatBytes } from '../../../src/lib/format-bytes.js';
 
 const MiB = 1024 ** 2;
 const GiB = 1024 ** 3;

@@ -1,4 +1,4 @@
-/** 1536 → "1.5 KiB": sizes for people, in the units the config takes. */
+/** Bytes as an operator reads them, in the units the config takes: 512 B, 1.5 KiB, 97.7 KiB, 12 MiB, 244 GiB. */
 export function formatBytes(n: number): string {
   const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
   let v = n;
@@ -7,5 +7,5 @@ export function formatBytes(n: number): string {
     v /= 1024;
     i++;
   }
-  return i === 0 ? `${n} B` : `${v.toFixed(v >= 100 ? 0 : 1)} ${units[i]}`;
+  return `${i === 0 ? v : Number(v.toFixed(v < 100 ? 1 : 0))} ${units[i]}`;
 }

@@ -160,7 +160,9 @@ export const garbageTcp = misbehavingControlPlane(
   'a control plane that sends random bytes instead of HTTP/2 is retried with backoff',
   ({ connections }) => {
     assert.ok(connections >= 2, `the agent gave up: ${connections} connection(s)`);
-    assert.ok(connections <= 25, `the agent reconnected in a hot loop: ${connections} connections in 5 s`);
+    // Each failed attempt is followed by one HTTP/1.1 probe on its own connection, to tell the operator
+    // whether `server` is a web server (connection-messages, walkthrough 2 item 8): two per attempt.
+    assert.ok(connections <= 50, `the agent reconnected in a hot loop: ${connections} connections in 5 s`);
   },
 );
 

@@ -85,7 +85,7 @@ describe('llmgw models pull', () => {
     const ranges = hub.downloads('big.bin').map((r) => r.range);
     const resumedAt = Number(/^bytes=(\d+)-$/.exec(ranges.at(-1) ?? '')?.[1]);
     expect(resumedAt).toBeGreaterThanOrEqual(left);
-    expect(second.stdout).toMatch(/^pulled acme\/big@main \([0-9a-f]{12}\): 2 files, 4\.0 MiB, .* fetched, .* resumed$/m);
+    expect(second.stdout).toMatch(/^pulled acme\/big@main \([0-9a-f]{12}\): 2 files, 4 MiB, .* fetched, .* resumed$/m);
     const snapshot = second.stdout.trim().split('\n').at(-1) as string;
     expect(createHash('sha256').update(readFileSync(join(snapshot, 'big.bin'))).digest('hex')).toBe(sha256(BIG));
     expect(readdirSync(join(cacheDir, 'hub', 'models--acme--big', 'blobs')).filter((b) => b.endsWith('.incomplete'))).toEqual([]);
@@ -108,7 +108,7 @@ describe('llmgw models pull', () => {
     const config = goodConfig();
     expect((await runCli(['models', 'pull', 'acme/mid', '--config', config])).exitCode).toBe(0);
     const list = await runCli(['models', 'list', '--config', config]);
-    expect(list.stdout).toMatch(/^acme\/mid\s+main=[0-9a-f]{12}\s+complete\s+1\.0 MiB/m);
+    expect(list.stdout).toMatch(/^acme\/mid\s+main=[0-9a-f]{12}\s+complete\s+1 MiB/m);
     const pins = join(cacheDir, 'llmgw', 'pins', 'models--acme--mid');
     await import('node:fs/promises').then((fs) => fs.mkdir(pins, { recursive: true }));
     writeFileSync(join(pins, 'shard-0'), '1\n');

@@ -134,7 +134,7 @@ export class Agent {
     this.models = new NodeModels({
       models: c.models,
       configPath: 'the agent config',
-      send: (pull) => this.reporter.send({ case: 'modelPull', value: pull }),
+      send: (pull) => this.reporter.modelPull(pull),
       onChange: () => this.reporter.send({ case: 'inventory', value: this.inventory }),
       refreshIntervalMs: c.discovery.intervalMs,
       logger: this.log,

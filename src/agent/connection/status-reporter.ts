@@ -1,4 +1,4 @@
-import { ShardState, type AgentMessage, type GpuEvent, type ShardStatus } from '../../gen/llmgw/v1/agent_pb.js';
+import { ModelPullState, ShardState, type AgentMessage, type GpuEvent, type ModelPull, type ShardStatus } from '../../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../../lib/logger.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { AgentMetrics } from '../agent-metrics.js';
@@ -58,6 +58,14 @@ export class StatusReporter {
    */
   private established = false;
   private readonly unsent = new Map<string, ShardStatus>();
+  /**
+   * The outcome (DONE or FAILED) of each pull, by repo@revision, until a
+   * stream known to work has taken it. A pull outlives the stream that asked
+   * for it, and its outcome is the only answer a PrefetchModel gets: the
+   * Inventory after Register lists a DONE model, but a FAILED one is only
+   * in this message. Progress on the way is not kept: the next says more.
+   */
+  private readonly unsentPulls = new Map<string, ModelPull>();
   private readonly gpuEvents: KeptGpuEvent[] = [];
   /** GPU events dropped because MAX_KEPT_GPU_EVENTS were kept, since the last ones went out. */
   private droppedGpuEvents = 0;
@@ -91,6 +99,7 @@ export class StatusReporter {
       );
       this.droppedGpuEvents = 0;
     }
+    for (const pull of this.unsentPulls.values()) this.send({ case: 'modelPull', value: pull });
     for (const kept of this.gpuEvents) {
       kept.takenBy = undefined;
       this.sendGpuEvent(kept, outbox);
@@ -101,6 +110,7 @@ export class StatusReporter {
   onSessionEstablished(): void {
     this.established = true;
     this.unsent.clear();
+    this.unsentPulls.clear();
     this.forgetTakenGpuEvents();
   }
 
@@ -150,6 +160,21 @@ export class StatusReporter {
     for (let i = this.gpuEvents.length - 1; i >= 0; i--) {
       if (this.gpuEvents[i]?.takenBy === outbox) this.gpuEvents.splice(i, 1);
     }
+  }
+
+  /** Pull outcomes kept for the next stream, latest per model. */
+  get pendingModelPulls(): readonly ModelPull[] {
+    return [...this.unsentPulls.values()];
+  }
+
+  /** A step of a model pull: sent now when a stream is open; its outcome is kept until a stream known to work has it. */
+  modelPull(pull: ModelPull): void {
+    if (this.outbox) this.send({ case: 'modelPull', value: pull });
+    const ended = pull.state === ModelPullState.DONE || pull.state === ModelPullState.FAILED;
+    const key = `${pull.repo}@${pull.revision}`;
+    if (ended && (!this.outbox || !this.established)) this.unsentPulls.set(key, pull);
+    // A new pull of the same model makes the kept outcome of the last one stale.
+    else if (!ended) this.unsentPulls.delete(key);
   }
 
   report(reported: ShardStatus): void {

@@ -4,7 +4,7 @@ import { AgentMetrics } from '../../../src/agent/agent-metrics.js';
 import { Outbox } from '../../../src/agent/connection/outbox.js';
 import { StatusReporter } from '../../../src/agent/connection/status-reporter.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
-import { type AgentMessage, GpuEventKind, GpuEventSchema, InventorySchema, RegisterSchema, ShardState, ShardStatusSchema, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, GpuEventKind, GpuEventSchema, InventorySchema, ModelPullSchema, ModelPullState, RegisterSchema, ShardState, ShardStatusSchema, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { parseShardId } from '../../../src/lib/shard-id.js';
 import { type Logger, silentLogger } from '../../../src/lib/logger.js';
 
@@ -236,5 +236,57 @@ describe('StatusReporter: GPU events through a disconnect', () => {
     await drained();
     expect(eventsOf(sent)).toEqual([3, 4, 5]);
     expect(warnings).toEqual([{ dropped: 2, kept: 3 }]);
+  });
+});
+
+const pull = (repo: string, state: ModelPullState, error = '') => create(ModelPullSchema, { repo, revision: 'main', state, error });
+
+function pullsOf(sent: AgentMessage[]): [string, string][] {
+  return sent.filter((m) => m.msg.case === 'modelPull').map((m) => {
+    const p = m.msg.value as { repo: string; state: ModelPullState };
+    return [p.repo, ModelPullState[p.state]];
+  });
+}
+
+describe('StatusReporter, model pulls', () => {
+  it('keeps the outcome of a pull that ended while no stream was open, and sends it after the next Register', async () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    reporter.modelPull(pull('acme/tiny', ModelPullState.PROGRESS));
+    reporter.modelPull(pull('acme/tiny', ModelPullState.FAILED, 'the hub answered 404'));
+    reporter.modelPull(pull('acme/small', ModelPullState.DONE));
+    reporter.modelPull(pull('acme/big', ModelPullState.PROGRESS));
+    expect(reporter.pendingModelPulls.map((p) => p.repo)).toEqual(['acme/tiny', 'acme/small']);
+    const { outbox, sent, drained } = recordingOutbox();
+    await outbox.send({ case: 'register', value: create(RegisterSchema, { nodeId: 'n1' }) });
+    reporter.onSessionOpen(outbox);
+    reporter.onSessionEstablished();
+    await drained();
+    expect(sent[0]?.msg.case).toBe('register');
+    expect(pullsOf(sent)).toEqual([
+      ['acme/tiny', 'FAILED'],
+      ['acme/small', 'DONE'],
+    ]);
+    expect(reporter.pendingModelPulls).toEqual([]);
+  });
+
+  it('sends an outcome again after a session whose dial failed took it', async () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    const failed = recordingOutbox();
+    reporter.onSessionOpen(failed.outbox);
+    reporter.modelPull(pull('acme/tiny', ModelPullState.DONE));
+    await failed.drained();
+    reporter.onSessionClosed();
+    const next = recordingOutbox();
+    reporter.onSessionOpen(next.outbox);
+    reporter.onSessionEstablished();
+    await next.drained();
+    expect(pullsOf(next.sent)).toEqual([['acme/tiny', 'DONE']]);
+  });
+
+  it('forgets a kept outcome when the same model is pulled again', () => {
+    const reporter = new StatusReporter({ nodeId: 'n1' });
+    reporter.modelPull(pull('acme/tiny', ModelPullState.FAILED, 'disk full'));
+    reporter.modelPull(pull('acme/tiny', ModelPullState.STARTED));
+    expect(reporter.pendingModelPulls).toEqual([]);
   });
 });

@@ -185,6 +185,7 @@ export class Agent {
       recovery: { adoptNow: () => this.recovery.adoptNow().then((results) => this.recordAdoptions(results)) },
       events: this.events,
       cordon: this.conditions.cordon,
+      models: this.models,
     });
   }
 

@@ -17,6 +17,7 @@ import { freePort, until } from '../helpers/engine-processes.js';
 import { describeModel } from '../../src/models/scan-store.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
+import { runCli } from '../helpers/run-cli.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
 
@@ -65,7 +66,7 @@ async function agentWithStore(budget = '64MiB', before?: (cacheDir: string) => v
   const agent = startAgentProcess({ server: plane.url, dirs, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: ${budget}\n  hub:\n    endpoint: ${hub.url}\n` });
   const reg = await registered;
   if (process.env.WARM_DEBUG) onTestFinished(() => console.log(agent.logs().map((l) => JSON.stringify(l)).join('\n')));
-  return { cp: plane.cp, dirs, cacheDir, reg, configPath: agent.configPath };
+  return { cp: plane.cp, dirs, cacheDir, reg, configPath: agent.configPath, socket: dirs.socket };
 }
 
 function modelStart(shardId: string, port: number, gpu: number, model = 'acme/tiny') {
@@ -112,9 +113,9 @@ describe('warm starts through the agent', () => {
   });
 
   it('makes two StartShards of a model mid-pull wait for the one download, then both start offline', async () => {
-    const { cp, cacheDir } = await agentWithStore();
-    // 200 kB at 2 kB per 20 ms: about two seconds of pull for the starts to land in.
-    hub.trickle.set('model.safetensors', 2_000);
+    const { cp, cacheDir, socket } = await agentWithStore();
+    // 200 kB at 1 kB per 20 ms: about four seconds of pull for the starts to land in, and for ctl status to see them wait.
+    hub.trickle.set('model.safetensors', 1_000);
     try {
       const before = hub.downloads('model.safetensors').length;
       const started = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.PROGRESS), 20_000);
@@ -126,6 +127,17 @@ describe('warm starts through the agent', () => {
       cp.send('node-a', { case: 'start', value: modelStart('m2', p2, 1) });
       // Where an operator sees the pull in progress: the store read beside the agent, as `llmgw models list` reads it (the agent holds the model's lock).
       expect(await describeModel(new StoreLayout(cacheDir), 'acme/tiny')).toMatchObject({ pulling: true, complete: false });
+      // And in ctl status: both starts, STARTING with no engine yet, and a note naming the pull they wait for.
+      let waiting: { shardId: string; state: string; pid?: number; note?: string }[] = [];
+      await until(async () => {
+        const r = await runCli(['ctl', 'status', '--socket', socket, '--json']);
+        waiting = (JSON.parse(r.stdout).shards ?? []).filter((s: { note?: string }) => s.note?.includes('waiting for the pull of acme/tiny'));
+        return waiting.length === 2 || cp.messages('node-a').some(pullOf('acme/tiny', ModelPullState.DONE));
+      }, 'ctl status to show the two starts waiting for the pull', 20_000);
+      expect(waiting.map((s) => [s.shardId, s.state, s.pid ?? 0])).toEqual([
+        ['m1', 'SHARD_STATE_STARTING', 0],
+        ['m2', 'SHARD_STATE_STARTING', 0],
+      ]);
       const pids = (await Promise.all(ready)).map((m) => (m.msg.value as ShardStatus).pid);
 
       const seen = cp.messages('node-a');

@@ -5,6 +5,7 @@ import type { EngineAccount } from '../engines/engine-account.js';
 import type { AgentEventRing, AgentEventView, EventListener } from '../events/agent-event-ring.js';
 import type { GpuFault } from '../health/gpu-health-watch.js';
 import type { NodeCordon } from '../node-cordon.js';
+import type { NodeModels, WaitingStart } from '../models/node-models.js';
 import type { ShardCommands } from '../shard-commands.js';
 import type { AdoptResultView, RecoverEngines } from '../supervisor/orphans/recover-engines.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
@@ -75,6 +76,8 @@ export interface AdminBackend {
   followEvents(listener: EventListener): () => void;
   /** `ctl cordon` / `uncordon`: the node's cordon, kept in the state directory; absent on a backend that has none. */
   readonly cordon?: Pick<NodeCordon, 'set' | 'current'>;
+  /** Starts not yet in the registry: they wait for their model's pull into the node's store. */
+  waitingStarts?(): WaitingStart[];
 }
 
 /** The agent's parts the admin socket reads and acts through. */
@@ -87,10 +90,11 @@ export interface AdminBackendParts {
   recovery: Pick<RecoverEngines, 'adoptNow'>;
   events: Pick<AgentEventRing, 'list' | 'subscribe'>;
   cordon?: Pick<NodeCordon, 'set' | 'current'>;
+  models?: Pick<NodeModels, 'waitingStarts'>;
 }
 
 /** The admin socket's view of an agent, from the parts that answer each call. */
-export function adminBackend({ node, view, supervisor: sup, commands, recovery, events, cordon }: AdminBackendParts): AdminBackend {
+export function adminBackend({ node, view, supervisor: sup, commands, recovery, events, cordon, models }: AdminBackendParts): AdminBackend {
   return {
     nodeId: node.nodeId,
     version: node.version,
@@ -115,5 +119,6 @@ export function adminBackend({ node, view, supervisor: sup, commands, recovery, 
     events: (afterSeq, sinceMs) => events.list(afterSeq, sinceMs),
     followEvents: (listener) => events.subscribe(listener),
     cordon,
+    waitingStarts: models && (() => models.waitingStarts()),
   };
 }

@@ -12,11 +12,12 @@ import {
   type StatusResponse,
   StatusResponseSchema,
 } from '../../gen/llmgw/v1/admin_pb.js';
-import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
+import { type Inventory, ShardState } from '../../gen/llmgw/v1/agent_pb.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
 import type { GpuHealthView } from './admin-backend.js';
 import type { ConnectionPhase, ConnectionStatus } from '../connection/connection-state.js';
 import type { LoadedTls } from '../connection/control-plane-transport.js';
+import type { WaitingStart } from '../models/node-models.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import type { AdminBackend } from './admin-backend.js';
 
@@ -47,10 +48,7 @@ export function buildStatusResponse(backend: AdminBackend, opts: StatusOptions =
     inventory,
     gpus: backend.gpuHealth().map((g) => gpuStatusOf(g, inventory, opts.foreignMemoryShare ?? DEFAULT_FOREIGN_MEMORY_SHARE)),
     engineAccounts: backend.engineAccounts().map((a) => create(EngineAccountSchema, a)),
-    shards: backend
-      .shards()
-      .sort((a, b) => a.shardId.localeCompare(b.shardId))
-      .map(shardInfoOf),
+    shards: [...backend.shards().map(shardInfoOf), ...(backend.waitingStarts?.() ?? []).map(waitingShardInfoOf)].sort((a, b) => a.shardId.localeCompare(b.shardId)),
     startedAt: timestampFromMs(backend.startedAtMs),
     pid: process.pid,
   });
@@ -111,6 +109,27 @@ function foreignMemoryFault(index: number, inventory: Inventory, share: number):
   const visible = inventory.processes.filter((p) => p.gpuUuid === gpu.uuid).reduce((sum, p) => sum + Math.max(0, p.usedMemoryMb), 0);
   const pct = Math.round((100 * (gpu.memoryUsedMb - visible)) / gpu.memoryTotalMb);
   return `foreign memory ${pct}% (no shard starts on it): ${problem}`;
+}
+
+/**
+ * A start waiting for its model's pull: STARTING as the control plane sees
+ * it (it sent StartShard), with no engine yet; the note says what it waits for.
+ */
+function waitingShardInfoOf(w: WaitingStart): ShardInfo {
+  const spec = w.spec;
+  return create(ShardInfoSchema, {
+    shardId: w.spec.shardId,
+    replicaId: spec.replicaId,
+    engine: spec.profile?.engine ?? '',
+    model: spec.profile?.model ?? '',
+    state: ShardState.STARTING,
+    httpPort: spec.httpPort,
+    gpuIndices: spec.gpuIndices,
+    startedAt: timestampFromMs(w.sinceMs),
+    rank: spec.rank,
+    nnodes: spec.nnodes,
+    note: `waiting for the pull of ${w.model} into the node's model store (llmgw models list shows it partial); the engine starts once it is complete`,
+  });
 }
 
 export function shardInfoOf(s: ShardSnapshot): ShardInfo {

@@ -23,6 +23,13 @@ export interface NodeModelsOptions {
   logger: Logger;
 }
 
+/** A start waiting for its model's pull: not yet in the registry, shown by `ctl status`. */
+export interface WaitingStart {
+  spec: Pick<StartShard, 'shardId' | 'replicaId' | 'profile' | 'gpuIndices' | 'httpPort' | 'rank' | 'nnodes'>;
+  model: string;
+  sinceMs: number;
+}
+
 /** Thrown into a start waiting for its model's pull when a StopShard of it comes: the stop reports, the start says nothing. */
 export class StartCancelledError extends Error {}
 
@@ -38,7 +45,7 @@ export class NodeModels {
   private readonly pins: ShardModelPins | undefined;
   private readonly life = new AbortController();
   /** Starts waiting for a pull, by shard id: a stop ends the wait. */
-  private readonly waits = new Map<string, AbortController>();
+  private readonly waits = new Map<string, { stop: AbortController; start: WaitingStart; waiting: boolean }>();
   private view: CachedModelsView = NO_STORE;
   private viewKey = '';
   private refreshing: Promise<void> | undefined;
@@ -66,12 +73,13 @@ export class NodeModels {
    * pull when it runs out) and ended by a stop of the shard
    * (StartCancelledError).
    */
-  async waitForPull(spec: Pick<StartShard, 'shardId' | 'replicaId' | 'profile'>): Promise<void> {
+  async waitForPull(spec: WaitingStart['spec']): Promise<void> {
     const repo = shardHubModel(spec);
     if (!this.store || repo === undefined) return;
     const timeoutMs = spec.profile?.startupTimeout ? durationMs(spec.profile.startupTimeout) : DEFAULT_STARTUP_TIMEOUT_MS;
     const stop = new AbortController();
-    this.waits.set(spec.shardId, stop);
+    const wait = { stop, start: { spec, model: repo, sinceMs: Date.now() }, waiting: false };
+    this.waits.set(spec.shardId, wait);
     const signal = AbortSignal.any([stop.signal, AbortSignal.timeout(timeoutMs), this.life.signal]);
     try {
       await waitForModelPull({
@@ -79,20 +87,29 @@ export class NodeModels {
         repo,
         prefetching: this.prefetcher.inProgress(repo),
         signal,
-        onWait: () => this.opts.logger.info({ shard: spec.shardId, replica: spec.replicaId, model: repo }, 'start waits for the pull of its model in progress'),
+        onWait: () => {
+          wait.waiting = true;
+          wait.start.sinceMs = Date.now();
+          this.opts.logger.info({ shard: spec.shardId, replica: spec.replicaId, model: repo }, 'start waits for the pull of its model in progress');
+        },
       });
     } catch (err) {
       if (stop.signal.aborted) throw new StartCancelledError(`shard ${spec.shardId} was stopped while waiting for the pull of ${repo}`);
       if (signal.aborted && !this.life.signal.aborted) throw pullOutlastedStart(repo, timeoutMs);
       throw err;
     } finally {
-      if (this.waits.get(spec.shardId) === stop) this.waits.delete(spec.shardId);
+      if (this.waits.get(spec.shardId) === wait) this.waits.delete(spec.shardId);
     }
   }
 
   /** A StopShard came: a start of that shard still waiting for its pull gives up. */
   cancelWait(shardId: string): void {
-    this.waits.get(shardId)?.abort();
+    this.waits.get(shardId)?.stop.abort();
+  }
+
+  /** Starts waiting for their model's pull now. */
+  waitingStarts(): WaitingStart[] {
+    return [...this.waits.values()].filter((w) => w.waiting).map((w) => w.start);
   }
 
   /** Before the engine launches: its model is kept in the store until the shard is removed. */

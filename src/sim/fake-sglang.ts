@@ -13,6 +13,7 @@ import { EngineChildren } from './engine-children.js';
 import { ARGPARSE_EXIT, type ArgSpec, ArgparseError, parseArgv, printArgparseError } from './engine-argv.js';
 import { sglangLog } from './engine-log.js';
 import { FakeBatchScheduler, type SchedRequest } from './fake-batch-scheduler.js';
+import { FakeSglangMemorySaver, readBodyObject } from './fake-sglang-memory-saver.js';
 import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
 import { sendJson } from './sim-http.js';
 import { errorBody } from './openai-responses.js';
@@ -54,6 +55,8 @@ export interface FakeSglangOptions {
   embedding: boolean;
   priorityScheduling: boolean;
   skipWarmup: boolean;
+  /** --enable-memory-saver (fake-sglang-memory-saver.ts). */
+  memorySaver: boolean;
   knobs: SimKnobs;
 }
 
@@ -77,6 +80,8 @@ const SPECS: readonly ArgSpec[] = [
   { names: ['--enable-priority-scheduling'], kind: 'flag' },
   // S:python/sglang/srt/server_args.py:1319.
   { names: ['--skip-server-warmup'], kind: 'flag' },
+  // S:python/sglang/srt/server_args.py:3478-3482.
+  { names: ['--enable-memory-saver'], kind: 'flag' },
   ...SIM_KNOB_SPECS,
 ];
 
@@ -101,6 +106,7 @@ export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions 
     embedding: p.values.get('--is-embedding') === true,
     priorityScheduling: p.values.get('--enable-priority-scheduling') === true,
     skipWarmup: p.values.get('--skip-server-warmup') === true,
+    memorySaver: p.values.get('--enable-memory-saver') === true,
     knobs,
   };
 }
@@ -179,6 +185,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       if (phase === 'exiting') return;
       setPhase('exiting', why);
       for (const t of timers) clearTimeout(t);
+      memory.gone();
       if (server) {
         const closed = new Promise((r) => server?.close(r));
         server.closeIdleConnections();
@@ -203,9 +210,20 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       sglangLog('ERROR', `${why}`);
       sglangLog('ERROR', 'Received sigquit from a child process. It usually means the child failed.');
       children.kill();
+      memory.gone();
       server?.closeAllConnections();
       process.kill(process.pid, 'SIGKILL');
     };
+
+    const gpus = (env.CUDA_VISIBLE_DEVICES ?? '').split(',').filter((g) => /^\d+$/.test(g)).map(Number);
+    const memory = new FakeSglangMemorySaver({
+      enabled: o.memorySaver,
+      knobs: k,
+      gpus,
+      // Scheduler.is_fully_idle counts every request, health checks too (S:python/sglang/srt/managers/scheduler.py:4083-4105).
+      isIdle: () => scheduler.running(false) + scheduler.waiting(false) === 0,
+      crash: (why) => killTree(why),
+    });
 
     // tp × pp schedulers on this node, and the detokenizer on rank 0 only
     // (ENGINES.md (d): ranks ≥ 1 run only schedulers plus the dummy health server).
@@ -270,9 +288,60 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       process.on('SIGTERM', (s) => void onTerm(s));
     };
 
+    /**
+     * Paused by /pause_generation: new requests (health checks too) wait in
+     * the tokenizer, before they reach the scheduler, until
+     * /continue_generation (S:python/sglang/srt/managers/tokenizer_manager.py:804-805, 2010-2029).
+     */
+    let generationPaused = false;
+    const held: Array<() => void> = [];
+    const toScheduler = (req: SchedRequest): (() => void) => {
+      // fake-sglang-memory-saver.ts: nothing stops a forward pass on released memory (inferred).
+      if (memory.released) {
+        killTree('Scheduler hit an exception: RuntimeError: CUDA error: an illegal memory access was encountered (a forward pass on memory released by release_memory_occupation)');
+        return () => {};
+      }
+      return scheduler.submit(req);
+    };
     const submit = (req: SchedRequest) => {
       installSigterm();
-      return scheduler.submit(req);
+      if (!generationPaused) return toScheduler(req);
+      let drop: (() => void) | undefined;
+      let dropped = false;
+      held.push(() => {
+        if (!dropped) drop = toScheduler(req);
+      });
+      return () => {
+        dropped = true;
+        drop?.();
+      };
+    };
+
+    /**
+     * POST /pause_generation `{"mode": "abort"|"retract"|"in_place"}` (default
+     * abort) and /continue_generation, ADMIN_OPTIONAL, each 200 with a message
+     * (S:python/sglang/srt/entrypoints/http_server.py:1685-1708; io_struct.py:1700-1719).
+     * abort ends every request in flight (tokenizer_manager.py:2010-2022);
+     * retract and in_place stop the scheduler's batches instead (scheduler.py:4584-4586, 4673-4693).
+     */
+    const pauseRoute = async (req: IncomingMessage, res: ServerResponse, pause: boolean) => {
+      const body = await readBodyObject(req);
+      if (typeof body === 'string') return sendJson(res, 400, errorBody(body, 'Bad Request', 400));
+      if (!pause) {
+        generationPaused = false;
+        scheduler.resume();
+        for (const go of held.splice(0)) go();
+        sendJson(res, 200, { message: 'Generation continued successfully.', status: 'ok' });
+        return;
+      }
+      const mode = body.mode ?? 'abort';
+      if (mode !== 'abort' && mode !== 'retract' && mode !== 'in_place') {
+        return sendJson(res, 400, errorBody(`1 validation error: {'type': 'literal_error', 'loc': ('body', 'mode'), 'msg': "Input should be 'abort', 'retract' or 'in_place'"}`, 'Bad Request', 400));
+      }
+      generationPaused = true;
+      if (mode === 'abort') scheduler.abortAll('Abort all requests: generation paused.');
+      else scheduler.pause();
+      sendJson(res, 200, { message: 'Generation paused successfully.', status: 'ok' });
     };
     const ctx: RouteContext = {
       servedNames: [o.servedName],
@@ -357,6 +426,11 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
           return;
         }
         void healthGenerate(res);
+        return;
+      }
+      if (memory.handle(req, res, path, method)) return;
+      if (method === 'POST' && (path === '/pause_generation' || path === '/continue_generation')) {
+        void pauseRoute(req, res, path === '/pause_generation');
         return;
       }
       if (method === 'GET' && path === '/metrics') {
@@ -474,6 +548,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     later(k.loadTimeMs, () => {
       if (phase !== 'loading') return;
       sglangLog('INFO', 'Load weight end.');
+      memory.loaded();
       if (o.nodeRank >= 1) {
         setPhase('up', 'schedulers ready (worker rank)');
         startDummyServer();

@@ -1,6 +1,11 @@
+import { mkdtempSync, rmSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { freePort, groupMembers, isRunning, until } from '../helpers/engine-processes.js';
+import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
 import { FAKE_SGLANG, consumeStream, killFakeEngines, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
 
 afterEach(killFakeEngines);
@@ -171,5 +176,95 @@ describe('bin/fake-sglang', () => {
     } finally {
       holder.close();
     }
+  });
+  describe('memory saver (release_memory_occupation / resume_memory_occupation)', () => {
+    const dirs: string[] = [];
+    afterEach(() => {
+      for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+    });
+    const saver = async (extra: string[]) => {
+      const dir = mkdtempSync(join(tmpdir(), 'fake-sglang-usage-'));
+      dirs.push(dir);
+      const e = await sglang(['--sim-gpu-memory', '10000', '--sim-gpu-usage-dir', dir, '--sim-wake-time', '300ms', '--sim-token-latency', '30ms', ...extra], { CUDA_VISIBLE_DEVICES: '3' });
+      return { ...e, used: () => readGpuUsage(dir).get(3) };
+    };
+
+    it('with --enable-memory-saver: release frees the GPU memory and answers null, resume takes it back after the wake time', async () => {
+      const e = await saver(['--enable-memory-saver']);
+      expect(e.used()).toBe(10000);
+      const released = await post(`${e.url}/release_memory_occupation`, {});
+      expect(released.status).toBe(200);
+      expect(await released.text()).toBe('null');
+      expect(e.used()).toBeLessThan(500);
+      const resumed = await post(`${e.url}/resume_memory_occupation`, {});
+      expect(resumed.status).toBe(200);
+      expect(e.used()).toBe(10000);
+      // Only the KV cache: the weights stay.
+      await post(`${e.url}/release_memory_occupation`, { tags: ['kv_cache'] });
+      expect(e.used()).toBe(5000);
+      await post(`${e.url}/resume_memory_occupation`, { tags: ['kv_cache'] });
+      const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3, stream: true });
+      expect(await consumeStream(res)).toEqual({ tokens: 3, done: true });
+    });
+
+    it('answers 400 to a release without a JSON object body, and frees nothing', async () => {
+      const e = await saver(['--enable-memory-saver']);
+      const none = await fetch(`${e.url}/release_memory_occupation`, { method: 'POST' });
+      expect(none.status).toBe(400);
+      expect(await none.json()).toMatchObject({ object: 'error', code: 400 });
+      expect((await post(`${e.url}/release_memory_occupation`, { tags: 'weights' })).status).toBe(400);
+      expect(e.used()).toBe(10000);
+    });
+
+    it('without --enable-memory-saver answers 200 and frees nothing', async () => {
+      const e = await saver([]);
+      expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
+      expect(e.used()).toBe(10000);
+      expect((await post(`${e.url}/resume_memory_occupation`, {})).status).toBe(200);
+      expect((await fetch(`${e.url}/health`)).status).toBe(200);
+    });
+
+    it('dies on a resume of memory never released (KeyError in the scheduler), even without the flag', async () => {
+      const e = await saver([]);
+      await expect(post(`${e.url}/resume_memory_occupation`, {})).rejects.toThrow();
+      expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+      expect(e.output()).toMatch(/KeyError: 'kv_cache'/);
+    });
+
+    it('dies on a release while a request is in flight (the scheduler asserts it is idle)', async () => {
+      const e = await saver(['--enable-memory-saver']);
+      const stream = consumeStream(await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 200, stream: true }));
+      await expect(post(`${e.url}/release_memory_occupation`, {})).rejects.toThrow();
+      expect((await stream).done).toBe(false);
+      expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+      expect(e.output()).toMatch(/should be called only when server is idle/);
+    });
+
+    it('dies on a request that reaches the scheduler while released', async () => {
+      const e = await saver(['--enable-memory-saver']);
+      expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
+      await expect(post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3 })).rejects.toThrow();
+      expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+      expect(e.output()).toMatch(/illegal memory access/);
+    });
+
+    it('with /pause_generation holds a request sent while released and runs it after resume and /continue_generation', async () => {
+      const e = await saver(['--enable-memory-saver']);
+      const paused = await post(`${e.url}/pause_generation`, { mode: 'abort' });
+      expect(await paused.json()).toEqual({ message: 'Generation paused successfully.', status: 'ok' });
+      expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
+      let answered = false;
+      const held = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3, stream: true }).then((r) => {
+        answered = true;
+        return consumeStream(r);
+      });
+      await sleep(300);
+      expect(answered).toBe(false);
+      expect((await post(`${e.url}/resume_memory_occupation`, {})).status).toBe(200);
+      expect(answered).toBe(false);
+      expect((await post(`${e.url}/continue_generation`, {})).status).toBe(200);
+      expect(await held).toEqual({ tokens: 3, done: true });
+      expect(isRunning(e.pid)).toBe(true);
+    });
   });
 });

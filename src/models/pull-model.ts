@@ -7,6 +7,7 @@ import { failure, usageError } from '../lib/errors.js';
 import { writeFileAtomic } from '../lib/write-file-atomic.js';
 import type { BandwidthLimiter } from './bandwidth-limiter.js';
 import { chooseEvictions } from './choose-evictions.js';
+import { compileCacheBytes } from './compile-cache-bytes.js';
 import type { ConcurrencyLimit } from './concurrency-limit.js';
 import { downloadBlob } from './download-blob.js';
 import { type HubFile, type HubOptions, fetchRevision, hubHeaders, resolveUrl } from './hub-client.js';
@@ -173,11 +174,14 @@ async function blobPresent(layout: StoreLayout, repo: string, b: PlannedBlob, ve
 
 async function makeRoom(ctx: PullContext, repo: string, needBytes: number): Promise<string[]> {
   const models = await scanStore(ctx.layout);
-  const plan = chooseEvictions(models, needBytes, ctx.budget, repo);
+  // The compile caches take their part of the budget first: they are never evicted.
+  const compiled = await compileCacheBytes(ctx.layout);
+  const plan = chooseEvictions(models, needBytes, ctx.budget - compiled, repo);
   if (!plan.fits) {
     const held = models.filter((m) => m.repo !== repo && (m.pins.length > 0 || m.pulling)).map((m) => m.repo);
+    const compileNote = compiled > 0 ? ` and the compile caches ${formatBytes(compiled)} (${ctx.layout.compileDir}, never evicted)` : '';
     throw failure(
-      `${repo} needs ${formatBytes(needBytes)} more and models.budget is ${formatBytes(ctx.budget)}: even with every unpinned model evicted the store would hold ${formatBytes(plan.bytesAfter)}${held.length ? ` (in use: ${held.join(', ')})` : ''}; raise models.budget or remove a model`,
+      `${repo} needs ${formatBytes(needBytes)} more and models.budget is ${formatBytes(ctx.budget)}: even with every unpinned model evicted the models would hold ${formatBytes(plan.bytesAfter)}${compileNote}${held.length ? ` (in use: ${held.join(', ')})` : ''}; raise models.budget or remove a model`,
     );
   }
   const evicted: string[] = [];

@@ -1,13 +1,16 @@
-import { existsSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
+import { cachedModelsView } from '../../src/agent/models/cached-models.js';
+import { compileCacheBytes } from '../../src/models/compile-cache-bytes.js';
 import { ConcurrencyLimit } from '../../src/models/concurrency-limit.js';
 import { engineCacheEnv } from '../../src/models/engine-cache-env.js';
 import { readManifest } from '../../src/models/model-manifest.js';
 import { pinModel, unpinModel } from '../../src/models/model-pins.js';
 import { type PullContext, type PullEvent, pullModel } from '../../src/models/pull-model.js';
+import { renderModelsList } from '../../src/models/render-models-list.js';
 import { isModelComplete, scanStore } from '../../src/models/scan-store.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { FakeHub, bytes, fakeRepo, gitBlobId, sha256 } from './fake-hub.js';
@@ -142,6 +145,26 @@ describe('pullModel', () => {
     await unpinModel(layout, 'acme/a', 'shard-a-0');
     const again = await pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget));
     expect(again.evicted).toEqual(['acme/c']);
+  });
+
+  it('counts the compile caches against the budget, and never evicts them', async () => {
+    const budget = 250_000; // two of the 100 kB models fit beside nothing else
+    await pullModel({ repo: 'acme/a', revision: 'main', include: [] }, ctx(budget));
+    // What an engine compiled: 80 kB under <cache_dir>/compile, in nested folders as torch writes them.
+    const graphs = join(layout.compileDir, 'vllm', 'torch_compile_cache', 'ab12cd', 'rank_0_0');
+    mkdirSync(graphs, { recursive: true });
+    writeFileSync(join(graphs, 'graph.py'), bytes(50_000, 1));
+    writeFileSync(join(layout.compileDir, 'vllm', 'torch_compile_cache', 'ab12cd', 'cache_key'), bytes(30_000, 2));
+    expect(await compileCacheBytes(layout)).toBe(80_000);
+    // a (100 kB) + b (100 kB) + 80 kB compiled > 250 kB: a, unpinned and least recently used, goes; the caches stay.
+    const r = await pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget));
+    expect(r.evicted).toEqual(['acme/a']);
+    expect(await compileCacheBytes(layout)).toBe(80_000);
+    // With b pinned, c cannot fit beside b and the caches: refused, naming the caches.
+    await pinModel(layout, 'acme/b', 'shard-b-0');
+    await expect(pullModel({ repo: 'acme/c', revision: 'main', include: [] }, ctx(budget))).rejects.toThrow(/and the compile caches 78\.1 KiB \(.*compile, never evicted\) \(in use: acme\/b\)/);
+    expect(cachedModelsView(await scanStore(layout), budget, 80_000).freeBytes).toBe(BigInt(budget - 100_000 - 80_000));
+    expect(renderModelsList(await scanStore(layout), budget, 80_000)).toContain("176 KiB of 244 KiB (models.budget) used, 78.1 KiB of it the engines' compile caches (never evicted)");
   });
 
   it('sends the token of models.hub.token_file to the hub, and refuses an unreadable one as a config error', async () => {

@@ -16,11 +16,12 @@ export const NO_STORE: CachedModelsView = { cachedModels: [], freeBytes: 0n };
  * with none, one an engine fetched by itself, is listed with revision ''
  * and never complete), so a deployment can be matched on its model at its
  * --revision. bytes are the model's whole, partial files included; free is
- * what the budget still allows, not the disk's free space.
+ * what the budget still allows once the models and the compile caches
+ * (`compileBytes`) are counted, not the disk's free space.
  */
-export function cachedModelsView(models: readonly StoredModel[], budget: number): CachedModelsView {
+export function cachedModelsView(models: readonly StoredModel[], budget: number, compileBytes = 0): CachedModelsView {
   const cachedModels: CachedModel[] = [];
-  let used = 0;
+  let used = compileBytes;
   for (const m of models) {
     used += m.bytes;
     // Whole milliseconds: a pin folder's mtimeMs has a fraction, which Timestamp.nanos cannot encode (and the stream dies on).

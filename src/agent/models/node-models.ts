@@ -3,6 +3,7 @@ import type { ModelPull, PrefetchModel, StartShard } from '../../gen/llmgw/v1/ag
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-options.js';
+import { compileCacheBytes } from '../../models/compile-cache-bytes.js';
 import { scanStore } from '../../models/scan-store.js';
 import type { ModelsConfig } from '../config/agent-config.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-lifecycle.js';
@@ -160,7 +161,7 @@ export class NodeModels {
       do {
         this.refreshAgain = false;
         try {
-          const view = cachedModelsView(await scanStore(store.layout), store.budget);
+          const view = cachedModelsView(await scanStore(store.layout), store.budget, await compileCacheBytes(store.layout));
           const key = JSON.stringify(view, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
           this.view = view;
           if (key !== this.viewKey) {

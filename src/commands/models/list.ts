@@ -21,9 +21,11 @@ eviction and rm never touch.`;
     const { loadModelStore } = await import('../../models/load-model-store.js');
     const { scanStore } = await import('../../models/scan-store.js');
     const { renderModelsList } = await import('../../models/render-models-list.js');
+    const { compileCacheBytes } = await import('../../models/compile-cache-bytes.js');
     const store = loadModelStore(flags.config);
-    const models = await scanStore(store.layout);
-    if (!this.jsonEnabled()) this.log(renderModelsList(models, store.budget));
-    return { cacheDir: store.layout.cacheDir, budget: store.budget, bytes: models.reduce((s, m) => s + m.bytes, 0), models };
+    const [models, compileBytes] = await Promise.all([scanStore(store.layout), compileCacheBytes(store.layout)]);
+    if (!this.jsonEnabled()) this.log(renderModelsList(models, store.budget, compileBytes));
+    // bytes: what counts against the budget, the compile caches included.
+    return { cacheDir: store.layout.cacheDir, budget: store.budget, bytes: models.reduce((s, m) => s + m.bytes, 0) + compileBytes, compileBytes, models };
   }
 }

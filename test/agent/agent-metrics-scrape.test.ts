@@ -39,6 +39,7 @@ const FAMILIES: Record<string, string[]> = {
   llmgw_shard_restarts_total: SHARD,
   llmgw_shard_readiness_seconds: SHARD,
   llmgw_shard_requests_in_flight: SHARD,
+  llmgw_shard_generation_tokens_per_second: SHARD,
   // prom-client's default collectors: the process and the Node runtime.
   process_cpu_user_seconds_total: [],
   process_resident_memory_bytes: [],
@@ -114,7 +115,12 @@ describe('llmgw agent run, scraped by Prometheus', () => {
     appendFileSync(kmsg, `3,1234,${Math.floor(uptimeSeconds() * 1e6) + 1_000_000},-;NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n`);
     await gpuEvent;
 
+    // The token rate needs two of the health watch's /metrics reads after READY (health_interval 500ms).
     let m = await scrape(port);
+    await until(async () => {
+      m = await scrape(port);
+      return samples(m, 'llmgw_shard_generation_tokens_per_second').length > 0;
+    }, 'a token rate for s1', 30_000);
     for (const [name, labels] of Object.entries(FAMILIES)) {
       const f = m.get(name);
       expect(f, `family ${name}`).toBeDefined();
@@ -149,6 +155,22 @@ describe('llmgw agent run, scraped by Prometheus', () => {
     expect(lagS).toBeGreaterThan(0.2); // the sim engine's --load-time 200ms, twice: seconds, not ms
     expect(lagS).toBeLessThan(120);
     expect(value(m, 'llmgw_shard_requests_in_flight', s1)).toBe(0);
+    expect(value(m, 'llmgw_shard_generation_tokens_per_second', s1)).toBe(0);
+
+    // A stream that generates: the agent's reading of the token counter rises above 0.
+    const load = new AbortController();
+    const body = JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 100_000, stream: true });
+    void fetch(`http://127.0.0.1:${shardPort}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: load.signal })
+      .then((r) => r.text())
+      .catch(() => undefined);
+    try {
+      await until(async () => {
+        m = await scrape(port);
+        return (value(m, 'llmgw_shard_generation_tokens_per_second', s1) ?? 0) > 0;
+      }, 'a token rate above 0 while s1 streams', 30_000);
+    } finally {
+      load.abort();
+    }
 
     // Stopped by the control plane, which removes it: not one series names it.
     const stopped = cp.waitFor('node-a', shardIs('s1', ShardState.STOPPED), 20_000);
@@ -162,7 +184,7 @@ describe('llmgw agent run, scraped by Prometheus', () => {
     expect(left).toEqual([]);
     // The GPU's event count outlives the shard: a counter that vanished would read as a reset.
     expect(value(m, 'llmgw_gpu_events_total', { gpu: '2', kind: 'xid', xid: '79' })).toBe(1);
-  });
+  }, 120_000);
 
   it('answers /healthz but /readyz 503 with the reason while it cannot register', async () => {
     const nobody = await freePort();

@@ -153,5 +153,8 @@ export function shardInfoOf(s: ShardSnapshot): ShardInfo {
     launcher: s.launcher ?? '',
     unit: s.unit ?? '',
     note: s.note ?? '',
+    // The health watch's latest reading, never an engine call: Status is asked every second by each `ctl top`.
+    inFlight: s.load?.inFlight === undefined ? -1 : Math.round(s.load.inFlight),
+    tokensPerSecond: s.load?.tokensPerSecond ?? -1,
   });
 }

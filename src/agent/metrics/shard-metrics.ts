@@ -51,12 +51,12 @@ interface Launches {
 }
 
 /**
- * Per shard: state as a state set, restarts, launch-to-READY seconds, and
- * requests in flight. Every family is built at scrape time from the
- * supervisor's list, so a shard once removed has no series left
- * (cardinality stays that of the shards a node holds, not of every shard it
- * ever ran); what transitions taught (launches, the readiness histogram) is
- * dropped for it at the next scrape.
+ * Per shard: state as a state set, restarts, launch-to-READY seconds,
+ * requests in flight and tokens per second. Every family is built at
+ * scrape time from the supervisor's list, so a shard once removed has no
+ * series left (cardinality stays that of the shards a node holds, not of
+ * every shard it ever ran); what transitions taught (launches, the
+ * readiness histogram) is dropped for it at the next scrape.
  */
 export class ShardMetrics {
   private readonly launches = new Map<ShardId, Launches>();
@@ -113,6 +113,19 @@ export class ShardMetrics {
         for (const [i, s] of serving.entries()) {
           const n = counts[i];
           if (n !== undefined) this.set(shardLabels(s), n);
+        }
+      },
+    });
+    new Gauge({
+      name: 'llmgw_shard_generation_tokens_per_second',
+      help: "Tokens per second of the engine's token counter (vLLM's generation_tokens_total; SGLang's realtime_tokens_total, prefill and decode together) between the agent's two latest reads of its /metrics, which the health watch makes every supervisor.health_interval for stall detection; no engine is read for a scrape. Absent when unknown (not serving, stall detection off, a read failed).",
+      labelNames,
+      registers,
+      collect() {
+        this.reset();
+        for (const s of src.shards()) {
+          const rate = s.load?.tokensPerSecond;
+          if (rate !== undefined && s.running && SERVING.has(s.state)) this.set(shardLabels(s), rate);
         }
       },
     });

@@ -11,6 +11,7 @@ import type { StatusResponseJson } from '../../../src/gen/llmgw/v1/admin_pb.js';
 import type { AgentMessage } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { findGroup } from '../../../src/lib/find-group.js';
 import { type CtlFixture, NODE_ID, startCtlFixture } from '../../helpers/ctl-fixture.js';
+import { until } from '../../helpers/engine-processes.js';
 import { type CliResult, REPO_ROOT, runCli } from '../../helpers/run-cli.js';
 
 const ADMIN_GROUP = 'adm';
@@ -84,6 +85,11 @@ describe('llmgw ctl status', () => {
   });
 
   it('--json prints the StatusResponse as proto JSON, zeros and falses included', async () => {
+    // In flight and tokens/s are known from the health watch's second /metrics read after READY (-1 until then).
+    await until(async () => {
+      const res = await callUnaryJson<StatusResponseJson>(fx.socket, 'Status', {});
+      return Number(res.shards?.[0]?.tokensPerSecond ?? -1) >= 0;
+    }, "s1's token rate read by the agent", 30_000);
     const r = await runCli(['ctl', 'status', '--json', '--socket', fx.socket]);
     expect(r.exitCode).toBe(0);
     const s = JSON.parse(r.stdout) as StatusResponseJson;
@@ -111,6 +117,9 @@ describe('llmgw ctl status', () => {
         launcher: 'direct',
         unit: '',
         note: '',
+        // An idle sim: nothing in flight, a flat token counter.
+        inFlight: 0,
+        tokensPerSecond: 0,
       },
     ]);
   });

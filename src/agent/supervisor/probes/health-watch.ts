@@ -1,7 +1,8 @@
 import { errorMessage } from '../../../lib/errors.js';
 import { PROBE_TIMEOUT_MS, type ProbeResult, httpGet, probeHealth } from './http-probe.js';
 import type { PortOwnerCheck } from './port-owner-check.js';
-import { readCounters } from './read-gauge.js';
+import { type EngineLoad, LoadMeter, UNKNOWN_LOAD } from './load-meter.js';
+import { readCounter, readCounters } from './read-gauge.js';
 import { readGauges } from './read-gauge.js';
 import { StallDetector, type StallVerdict } from './stall-detector.js';
 
@@ -27,9 +28,12 @@ export interface HealthVerdict {
 /** The series stall detection reads; both lists must name some, or only /health is judged. */
 export interface StallWatch {
   runningGauges: readonly string[];
+  /** The first is the engine's token counter (vLLM's generation_tokens_total), whose rate onLoad gives. */
   progressCounters: readonly string[];
   /** supervisor.stall_timeout; 0 turns stall detection off. */
   stallTimeoutMs: number;
+  /** Gauges of requests running and waiting, read from the same answer for onLoad; none: in-flight unknown. */
+  inFlightGauges?: readonly string[];
 }
 
 /** Limit of one health probe: the engine's own when it needs more (SGLang), else never longer than an interval, so one hung probe cannot hide the next ones. */
@@ -67,6 +71,13 @@ export function watchHealth(opts: {
   /** Who listens on the port: an answer from a socket not the engine's is a failed probe, and is never asked for. */
   portOwner?: PortOwnerCheck;
   onVerdict: (v: HealthVerdict) => void;
+  /**
+   * Hears, every tick, what the tick's /metrics read said of the engine's
+   * load (in flight, tokens per second from the first progress counter);
+   * UNKNOWN_LOAD for a tick that read none, failed to, or runs without stall
+   * detection, which alone reads /metrics.
+   */
+  onLoad?: (load: EngineLoad) => void;
 }): void {
   const { baseUrl, intervalMs, signal, stall, portOwner, healthPath } = opts;
   const timeoutMs = healthProbeTimeoutMs(intervalMs, opts.probeTimeoutMs);
@@ -77,6 +88,9 @@ export function watchHealth(opts: {
   let failures = 0;
   let last: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
   let timer: NodeJS.Timeout | undefined;
+  const meter = new LoadMeter();
+  /** What this tick's /metrics read said of the load; UNKNOWN_LOAD until one is made. */
+  let load: EngineLoad = UNKNOWN_LOAD;
 
   /** Whether the last probe reached the engine's own socket: only then may its /metrics be read. */
   let reachedEngine = false;
@@ -101,8 +115,15 @@ export function watchHealth(opts: {
     } catch {
       return undefined;
     }
+    const atMs = performance.now();
+    const tokenCounter = stall.progressCounters[0];
+    load = meter.observe({
+      atMs,
+      inFlight: stall.inFlightGauges?.length ? readGauges(text, stall.inFlightGauges) : undefined,
+      tokens: tokenCounter === undefined ? undefined : readCounter(text, tokenCounter),
+    });
     return detector.observe({
-      atMs: performance.now(),
+      atMs,
       requestsRunning: readGauges(text, stall.runningGauges),
       progress: readCounters(text, stall.progressCounters),
     });
@@ -137,9 +158,11 @@ export function watchHealth(opts: {
   };
 
   const tick = async () => {
+    load = UNKNOWN_LOAD;
     const v = await judge();
     if (signal.aborted) return;
     last = v;
+    opts.onLoad?.(load);
     opts.onVerdict(v);
     if (signal.aborted) return;
     timer = setTimeout(tick, v.cause === 'probes' ? Math.min(intervalMs, UNHEALTHY_PROBE_INTERVAL_MS) : intervalMs);

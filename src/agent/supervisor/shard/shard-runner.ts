@@ -13,6 +13,7 @@ import type { EngineFence } from '../launch/end-engine.js';
 import { EngineProcess } from '../launch/engine-process.js';
 import { awaitReadiness } from '../probes/await-readiness.js';
 import { type HealthVerdict, watchHealth } from '../probes/health-watch.js';
+import { type EngineLoad, UNKNOWN_LOAD } from '../probes/load-meter.js';
 import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.js';
 import { readInFlight } from '../probes/read-gauge.js';
 import { explainEngineExit } from './explain-engine-exit.js';
@@ -90,6 +91,8 @@ export class ShardRunner {
   private awakeMib = 0;
   /** Asleep at this level, by this agent or (from the state file) a previous one; 0 when awake. */
   private sleepLevel: number;
+  /** What the health watch's latest /metrics read said of the engine's load; unknown outside the watch. */
+  private load: EngineLoad = UNKNOWN_LOAD;
   constructor(
     private readonly ctx: ShardRunnerContext,
     engine: RunnerEngine,
@@ -113,6 +116,8 @@ export class ShardRunner {
     const { pid, pgid, unit } = r;
     this.portOwner = this.baseUrl ? portOwnerCheck({ port: r.watch.healthPort, pid, pgid, unit }) : undefined;
     this.life.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
+    // A stopped, dead or detached engine holds nothing anyone should read as now.
+    this.serving.signal.addEventListener('abort', () => (this.load = UNKNOWN_LOAD), { once: true });
   }
 
   /** Whether the engine's leader may still run. */
@@ -122,6 +127,18 @@ export class ShardRunner {
 
   get currentState(): ShardState {
     return this.state;
+  }
+
+  /**
+   * Requests in flight and tokens per second at the health watch's latest
+   * read of the engine's /metrics, made every supervisor.health_interval
+   * for stall detection; no engine is asked for it. Unknown before READY
+   * (no watch yet), once the watch ends (stop, death, detach), with stall
+   * detection off (supervisor.stall_timeout 0s: /metrics is not read), for
+   * a worker rank, and after a tick whose read failed.
+   */
+  get engineLoad(): EngineLoad {
+    return this.load;
   }
 
   /**
@@ -155,6 +172,7 @@ export class ShardRunner {
       launcher: this.launcher,
       unit: this.engine.unit?.name ?? '',
       note: this.note,
+      load: { ...this.load },
     };
   }
 
@@ -249,8 +267,8 @@ export class ShardRunner {
     if (!this.baseUrl || this.life.signal.aborted || this.healthWatched) return;
     this.healthWatched = true;
     const { healthIntervalMs: intervalMs, stallTimeoutMs } = this.ctx.config;
-    const { healthPath, probeTimeoutMs, runningGauges, progressCounters } = this.watch;
-    const stall = { runningGauges, progressCounters, stallTimeoutMs };
+    const { healthPath, probeTimeoutMs, runningGauges, progressCounters, inFlightGauges } = this.watch;
+    const stall = { runningGauges, progressCounters, stallTimeoutMs, inFlightGauges };
     const portOwner = this.portOwner;
     watchHealth({
       baseUrl: this.baseUrl,
@@ -261,6 +279,9 @@ export class ShardRunner {
       stall,
       portOwner,
       onVerdict: (v) => this.applyHealth(v),
+      onLoad: (load) => {
+        if (!this.serving.signal.aborted) this.load = load;
+      },
     });
     this.apply(this.health.serving());
   }

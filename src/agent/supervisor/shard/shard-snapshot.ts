@@ -1,5 +1,6 @@
 import type { ShardState, StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { ShardId } from '../../../lib/shard-id.js';
+import type { EngineLoad } from '../probes/load-meter.js';
 
 /** A copy of one supervised shard as it is now; changing it changes nothing. */
 export interface ShardSnapshot {
@@ -43,6 +44,8 @@ export interface ShardSnapshot {
   unit?: string;
   /** How it is watched, when an operator should know (an adopted engine whose unit systemd forgot, watched by pid). */
   note?: string;
+  /** In flight and tokens per second at the health watch's latest /metrics read (ShardRunner.engineLoad); absent: unknown. */
+  load?: EngineLoad;
 }
 
 export interface ShardTransition {

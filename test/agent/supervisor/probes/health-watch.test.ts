@@ -2,6 +2,7 @@ import { type Server, createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { type HealthVerdict, UNHEALTHY_AFTER_FAILURES, watchHealth } from '../../../../src/agent/supervisor/probes/health-watch.js';
+import type { EngineLoad } from '../../../../src/agent/supervisor/probes/load-meter.js';
 import type { PortOwner } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
 import { until } from '../../../helpers/engine-processes.js';
 
@@ -14,12 +15,14 @@ afterEach(() => {
 
 /** A real engine endpoint whose /health status and /metrics series the test sets. */
 async function engineServer() {
-  const state = { status: 200, probes: 0, metricsReads: 0, running: 0, tokens: 0, metricsStatus: 200 };
+  const state = { status: 200, probes: 0, metricsReads: 0, running: 0, waiting: 0, tokens: 0, metricsStatus: 200 };
   const server = createServer((req, res) => {
     if (req.url === '/metrics') {
       state.metricsReads++;
       res.writeHead(state.metricsStatus, { 'content-type': 'text/plain' });
-      res.end(`# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} ${state.running}\nvllm:generation_tokens_total{model_name="m"} ${state.tokens}\n`);
+      res.end(
+        `# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{model_name="m"} ${state.running}\nvllm:num_requests_waiting{model_name="m"} ${state.waiting}\nvllm:generation_tokens_total{model_name="m"} ${state.tokens}\n`,
+      );
       return;
     }
     state.probes++;
@@ -33,6 +36,7 @@ async function engineServer() {
 const stall = (stallTimeoutMs: number) => ({
   runningGauges: ['vllm:num_requests_running'],
   progressCounters: ['vllm:generation_tokens_total'],
+  inFlightGauges: ['vllm:num_requests_running', 'vllm:num_requests_waiting'],
   stallTimeoutMs,
 });
 
@@ -40,6 +44,7 @@ function watch(baseUrl: string, opts: { stallTimeoutMs?: number; intervalMs?: nu
   const ac = new AbortController();
   aborts.push(ac);
   const verdicts: HealthVerdict[] = [];
+  const loads: EngineLoad[] = [];
   watchHealth({
     baseUrl,
     intervalMs: opts.intervalMs ?? 50,
@@ -47,8 +52,9 @@ function watch(baseUrl: string, opts: { stallTimeoutMs?: number; intervalMs?: nu
     portOwner: opts.owner ? async () => (opts.owner as () => PortOwner)() : undefined,
     stall: opts.stallTimeoutMs === undefined ? undefined : stall(opts.stallTimeoutMs),
     onVerdict: (v) => verdicts.push(v),
+    onLoad: (l) => loads.push(l),
   });
-  return { verdicts, ac, last: () => verdicts.at(-1) };
+  return { verdicts, loads, ac, last: () => verdicts.at(-1) };
 }
 
 describe('watchHealth', () => {
@@ -107,6 +113,38 @@ describe('watchHealth', () => {
     await until(() => state.probes >= 5, 'five probes');
     expect(state.metricsReads).toBe(0);
     expect(w.verdicts.every((v) => v.healthy)).toBe(true);
+  });
+
+  it('tells the load each tick from the metrics read stall detection makes: in flight, and the token rate once two reads were made', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.running = 2;
+    state.waiting = 1;
+    const w = watch(baseUrl, { stallTimeoutMs: 60_000 });
+    await until(() => w.loads.length >= 1, 'a first load');
+    expect(w.loads[0]).toEqual({ inFlight: 3, tokensPerSecond: undefined });
+    const grow = setInterval(() => {
+      state.tokens += 10;
+    }, 5);
+    try {
+      await until(() => (w.loads.at(-1)?.tokensPerSecond ?? 0) > 0, 'a token rate above 0');
+    } finally {
+      clearInterval(grow);
+    }
+    // One load per verdict, and no more metrics reads than stall detection makes.
+    expect(w.loads.length).toBe(w.verdicts.length);
+    expect(state.metricsReads).toBeLessThanOrEqual(w.verdicts.length + 1);
+    state.metricsStatus = 500;
+    await until(() => w.loads.at(-1)?.inFlight === undefined, 'unknown after a failed read');
+    expect(w.loads.at(-1)).toEqual({ inFlight: undefined, tokensPerSecond: undefined });
+  });
+
+  it('tells an unknown load when stall detection is off, since then nothing reads /metrics', async () => {
+    const { state, baseUrl } = await engineServer();
+    state.running = 3;
+    const w = watch(baseUrl, { stallTimeoutMs: 0 });
+    await until(() => w.loads.length >= 3, 'three ticks');
+    expect(w.loads.every((l) => l.inFlight === undefined && l.tokensPerSecond === undefined)).toBe(true);
+    expect(state.metricsReads).toBe(0);
   });
 
   it('stops probing when its signal aborts', async () => {

@@ -1,0 +1,54 @@
+import { create } from '@bufbuild/protobuf';
+import { Registry } from 'prom-client';
+import { describe, expect, it } from 'vitest';
+import { ShardMetrics } from '../../../src/agent/metrics/shard-metrics.js';
+import type { EngineLoad } from '../../../src/agent/supervisor/probes/load-meter.js';
+import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
+import { ShardState, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+
+function shard(id: string, state: ShardState, load: EngineLoad | undefined): ShardSnapshot {
+  return {
+    shardId: id,
+    replicaId: `r-${id}`,
+    spec: create(StartShardSchema, { shardId: id, gpuIndices: [0, 1], profile: { engine: 'vllm', model: 'm' } }),
+    state,
+    pid: 42,
+    adopted: false,
+    servesHttp: true,
+    error: '',
+    exitCode: null,
+    signal: null,
+    lastOutput: [],
+    startedAtMs: 0,
+    logPath: `/tmp/${id}.log`,
+    running: true,
+    load,
+  } as unknown as ShardSnapshot;
+}
+
+describe('ShardMetrics', () => {
+  it("exports each serving shard's token rate as the agent last read it, with the shard labels, and nothing for one it does not know", async () => {
+    const registry = new Registry();
+    let shards = [
+      shard('busy', ShardState.READY, { inFlight: 2, tokensPerSecond: 412.5 }),
+      shard('unknown', ShardState.READY, { inFlight: undefined, tokensPerSecond: undefined }),
+      shard('going', ShardState.STOPPING, { inFlight: 0, tokensPerSecond: 0 }),
+    ];
+    let inFlightReads = 0;
+    new ShardMetrics(registry, {
+      shards: () => shards,
+      onTransition: () => {},
+      inFlight: async () => {
+        inFlightReads++;
+        return undefined;
+      },
+    });
+    const gauge = async () => (await registry.getSingleMetric('llmgw_shard_generation_tokens_per_second')?.get())?.values ?? [];
+    expect(await gauge()).toEqual([{ labels: { shard: 'busy', replica: 'r-busy', model: 'm', engine: 'vllm', gpus: '0,1' }, value: 412.5 }]);
+    // The rate is the agent's reading: scraping it alone asks no engine anything.
+    expect(inFlightReads).toBe(0);
+    // A shard the supervisor forgot leaves no series behind.
+    shards = [];
+    expect(await gauge()).toEqual([]);
+  });
+});

@@ -1,6 +1,7 @@
 import { mkdtempSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, type RunningShard, ShardState, type ShardStatus, SleepShardSchema, type StartShard, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
@@ -13,9 +14,9 @@ import { isRegister, shardIs } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 
 /*
- * SleepShard / WakeShard through the real agent and the vLLM double (issue
- * 30): the double frees the memory the fake nvidia-smi shows for its GPUs,
- * the agent sees it fall through its own GPU memory sampler.
+ * SleepShard / WakeShard through the real agent and the vLLM and SGLang
+ * doubles (issue 30): the double frees the memory the fake nvidia-smi shows
+ * for its GPUs, the agent sees it fall through its own GPU memory sampler.
  */
 
 const NODE = 'node-sleep';
@@ -45,8 +46,8 @@ afterAll(async () => {
   }
 });
 
-function sleepyStart(id: string, port: number, sleepMode = true, gpu = 5): StartShard {
-  const spec = doubleStart('vllm', id, port, { gpus: [gpu], args: ['--sim-gpu-memory', '70000', '--sim-gpu-usage-dir', usageDir, '--sim-token-latency', '30ms'] });
+function sleepyStart(id: string, port: number, sleepMode = true, gpu = 5, engine: 'vllm' | 'sglang' = 'vllm'): StartShard {
+  const spec = doubleStart(engine, id, port, { gpus: [gpu], args: ['--sim-gpu-memory', '70000', '--sim-gpu-usage-dir', usageDir, '--sim-token-latency', '30ms'] });
   if (spec.profile) spec.profile.sleepMode = sleepMode;
   return spec;
 }
@@ -105,6 +106,34 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     expect(wake.error).toMatch(/^wake refused: shard s-2 is READY/);
     const res = await consumeStream(await streamChat(port, 2));
     expect(res).toEqual({ tokens: 2, done: true });
+  });
+
+  it('sleeps a READY SGLang shard (memory released), holds a request sent meanwhile without losing the engine, and wakes it READY with that request answered', async () => {
+    const port = await freePort();
+    const readyP = cp.cp.waitFor(NODE, shardIs('g-1', S.READY, S.FAILED), 60_000);
+    cp.cp.send(NODE, { case: 'start', value: sleepyStart('g-1', port, true, 1, 'sglang') });
+    const ready = statusOf(await readyP);
+    expect(ready.state, ready.error).toBe(S.READY);
+    expect(readGpuUsage(usageDir).get(1)).toBe(70000);
+    const sleeping = await send('g-1', { case: 'sleep', level: 2 }, S.SLEEPING);
+    expect(sleeping.state, sleeping.error).toBe(S.SLEEPING);
+    await asleepLogged('g-1');
+    expect(readGpuUsage(usageDir).get(1)).toBeLessThan(70000 / 2);
+    // SGLang runs whatever reaches its scheduler, on the released memory too:
+    // the agent's /pause_generation keeps this one in the tokenizer.
+    let answered = false;
+    const held = streamChat(port, 3).then((r) => {
+      answered = true;
+      return consumeStream(r);
+    });
+    await sleep(1500);
+    expect(answered).toBe(false);
+    const woken = await send('g-1', { case: 'wake' }, S.READY);
+    expect(woken.state, woken.error).toBe(S.READY);
+    expect(readGpuUsage(usageDir).get(1)).toBe(70000);
+    expect(await held).toEqual({ tokens: 3, done: true });
+    expect(await consumeStream(await streamChat(port, 2))).toEqual({ tokens: 2, done: true });
+    expect(agent.logs().some((r) => r.shard === 'g-1' && r.to === 'FAILED')).toBe(false);
   });
 
   // Last: it replaces the suite's agent.

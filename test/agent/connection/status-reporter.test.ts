@@ -20,6 +20,20 @@ function recordingOutbox(): { outbox: Outbox; sent: AgentMessage[]; drained(): P
   return { outbox, sent, drained };
 }
 
+/** `send` runs while a session is open whose dial then fails; what the next, established session's stream took. */
+async function afterFailedDial(reporter: StatusReporter, send: () => void): Promise<AgentMessage[]> {
+  const failed = recordingOutbox();
+  reporter.onSessionOpen(failed.outbox);
+  send();
+  await failed.drained();
+  reporter.onSessionClosed();
+  const next = recordingOutbox();
+  reporter.onSessionOpen(next.outbox);
+  reporter.onSessionEstablished();
+  await next.drained();
+  return next.sent;
+}
+
 const status = (shardId: string, state: ShardState, error = '') => create(ShardStatusSchema, { nodeId: 'n1', shardId, replicaId: `r-${shardId}`, state, error });
 
 function shardsOf(sent: AgentMessage[]): [string, string, string][] {
@@ -212,16 +226,8 @@ describe('StatusReporter: GPU events through a disconnect', () => {
 
   it('sends again what a session whose dial failed took, and nothing an established one took', async () => {
     const reporter = new StatusReporter({ nodeId: 'n1' });
-    const failed = recordingOutbox();
-    reporter.onSessionOpen(failed.outbox);
-    reporter.gpuEvent(event(2, 79));
-    await failed.drained();
-    reporter.onSessionClosed();
-    const next = recordingOutbox();
-    reporter.onSessionOpen(next.outbox);
-    reporter.onSessionEstablished();
-    await next.drained();
-    expect(eventsOf(next.sent)).toEqual([79]);
+    const next = await afterFailedDial(reporter, () => reporter.gpuEvent(event(2, 79)));
+    expect(eventsOf(next)).toEqual([79]);
     expect(reporter.pendingGpuEvents).toEqual([]);
   });
 
@@ -271,16 +277,8 @@ describe('StatusReporter, model pulls', () => {
 
   it('sends an outcome again after a session whose dial failed took it', async () => {
     const reporter = new StatusReporter({ nodeId: 'n1' });
-    const failed = recordingOutbox();
-    reporter.onSessionOpen(failed.outbox);
-    reporter.modelPull(pull('acme/tiny', ModelPullState.DONE));
-    await failed.drained();
-    reporter.onSessionClosed();
-    const next = recordingOutbox();
-    reporter.onSessionOpen(next.outbox);
-    reporter.onSessionEstablished();
-    await next.drained();
-    expect(pullsOf(next.sent)).toEqual([['acme/tiny', 'DONE']]);
+    const next = await afterFailedDial(reporter, () => reporter.modelPull(pull('acme/tiny', ModelPullState.DONE)));
+    expect(pullsOf(next)).toEqual([['acme/tiny', 'DONE']]);
   });
 
   it('forgets a kept outcome when the same model is pulled again', () => {

@@ -71,6 +71,8 @@ export function watchHealth(opts: {
   /** Who listens on the port: an answer from a socket not the engine's is a failed probe, and is never asked for. */
   portOwner?: PortOwnerCheck;
   onVerdict: (v: HealthVerdict) => void;
+  /** While true, ticks ask nothing of the engine and the last verdict stands (a sleeping engine whose /health runs the model). */
+  paused?: () => boolean;
   /**
    * Hears, every tick, what the tick's /metrics read said of the engine's
    * load (in flight, tokens per second from the first progress counter);
@@ -158,6 +160,11 @@ export function watchHealth(opts: {
   };
 
   const tick = async () => {
+    if (opts.paused?.()) {
+      timer = setTimeout(tick, intervalMs);
+      timer.unref();
+      return;
+    }
     load = UNKNOWN_LOAD;
     const v = await judge();
     if (signal.aborted) return;

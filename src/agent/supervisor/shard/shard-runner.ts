@@ -16,6 +16,7 @@ import { type HealthVerdict, watchHealth } from '../probes/health-watch.js';
 import { type EngineLoad, UNKNOWN_LOAD } from '../probes/load-meter.js';
 import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.js';
 import { readInFlight } from '../probes/read-gauge.js';
+import { engineSleepApi } from '../../engines/engine-sleep-api.js';
 import { explainEngineExit } from './explain-engine-exit.js';
 import type { RunnerEngine } from './runner-engine.js';
 import { ShardFailedError } from './shard-failed-error.js';
@@ -91,6 +92,8 @@ export class ShardRunner {
   private awakeMib = 0;
   /** Asleep at this level, by this agent or (from the state file) a previous one; 0 when awake. */
   private sleepLevel: number;
+  /** The engine answered the wake call of a wake that then failed: its memory is back, and SGLang's would die of a second resume. */
+  private memoryResumed = false;
   /** What the health watch's latest /metrics read said of the engine's load; unknown outside the watch. */
   private load: EngineLoad = UNKNOWN_LOAD;
   constructor(
@@ -279,6 +282,8 @@ export class ShardRunner {
       stall,
       portOwner,
       onVerdict: (v) => this.applyHealth(v),
+      // SGLang's /health generates: held while asleep (EngineSleepApi.hold), it would time out and flap the shard on waking.
+      paused: () => this.state === S.SLEEPING && engineSleepApi(this.spec.profile?.engine ?? '')?.healthNeedsModel === true,
       onLoad: (load) => {
         if (!this.serving.signal.aborted) this.load = load;
       },
@@ -457,18 +462,24 @@ export class ShardRunner {
       this.awakeMib = before;
       this.sleepLevel = lvl;
       this.transition(S.SLEEPING, `sleep level ${lvl} requested (GPUs ${gpus.join(',')} hold ${before} MiB)`);
+      let released = false;
       try {
-        // Recorded before the engine is asked: an agent killed meanwhile adopts it SLEEPING, and a wake of an awake engine is harmless.
+        // Recorded before the engine is asked: an agent killed meanwhile adopts it SLEEPING (a wake of an awake vLLM is harmless; of an awake SGLang, not).
         await this.stateFile.recordSleep(lvl);
+        // SGLang: new requests are held in its tokenizer from here, any that raced the idle check aborted.
+        if (api.hold) await callEngine(this.baseUrl, api.hold.pause, this.watch.apiKey, signal);
         await callEngine(this.baseUrl, api.sleep(lvl), this.watch.apiKey, signal);
+        released = true;
+        this.memoryResumed = false;
         const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
         this.error = '';
         this.ctx.log.info({ shard: this.shardId, replica: this.replicaId, level: lvl, beforeMib: before, afterMib: after }, 'shard asleep: GPU memory released');
         this.ctx.onStatus(this.snapshot());
       } catch (err) {
         const why = `sleep failed: ${errorMessage(err)}`;
-        // The engine may be half asleep: woken, so READY tells the truth.
-        await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, this.life.signal).catch(() => undefined);
+        // The engine may be half asleep: woken, so READY tells the truth; SGLang only if it released (wakeOnlyAsleep).
+        if (released || !api.wakeOnlyAsleep) await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, this.life.signal).catch(() => undefined);
+        if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.watch.apiKey, this.life.signal).catch(() => undefined);
         this.error = why;
         this.sleepLevel = 0;
         await this.stateFile.recordSleep(0);
@@ -494,7 +505,10 @@ export class ShardRunner {
     const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
     const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(timeoutMs)]);
     try {
-      await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, signal);
+      if (!(this.memoryResumed && api.wakeOnlyAsleep)) await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, signal);
+      this.memoryResumed = true;
+      // The requests held since the sleep run now, on the memory just taken back.
+      if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.watch.apiKey, signal);
       const outcome = await awaitReadiness({
         baseUrl: this.baseUrl,
         servedModelName: this.servedModelName,
@@ -510,6 +524,7 @@ export class ShardRunner {
       this.error = '';
       if (this.state !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
       this.sleepLevel = 0;
+      this.memoryResumed = false;
       await this.stateFile.recordSleep(0);
       if ((this.state as ShardState) !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
       this.transition(S.READY, `woken: ${outcome.why}; GPUs ${this.spec.gpuIndices.join(',')} hold ${mib} MiB`);

@@ -161,6 +161,8 @@ export function watchHealth(opts: {
 
   const tick = async () => {
     if (opts.paused?.()) {
+      load = UNKNOWN_LOAD;
+      opts.onLoad?.(load);
       timer = setTimeout(tick, intervalMs);
       timer.unref();
       return;

@@ -62,11 +62,25 @@ describe('llmgw ctl top in a terminal', () => {
 
     // A sim engine that loads for 3 s: long enough to be seen STARTING.
     const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    a.cp.send('node-a', { case: 'start', value: simStart('s1', await freePort(), { args: ['--load-time', '3s'] }) });
+    const s1Port = await freePort();
+    a.cp.send('node-a', { case: 'start', value: simStart('s1', s1Port, { args: ['--load-time', '3s'] }) });
     await untilScreen(t, /^s1 +STARTING /m, 's1 STARTING');
     await ready;
     await untilScreen(t, /^s1 +READY /m, 's1 READY');
     await untilScreen(t, /shard +s1 +STARTING → READY/, 'the transition in the event pane');
+
+    // A stream that generates: s1's row shows it in flight and a token rate (the agent's reading, every health interval).
+    const load = new AbortController();
+    const body = JSON.stringify({ model: 'm', prompt: 'x', max_tokens: 100_000, stream: true });
+    void fetch(`http://127.0.0.1:${s1Port}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: load.signal })
+      .then((r) => r.text())
+      .catch(() => undefined);
+    try {
+      const busy = await untilScreen(t, /^s1 +READY +\S+ +1 +(?!0\.0 )\d[\d.]*k? +\S*[▁▂▃▄▅▆▇█]/m, 's1 with 1 in flight and tokens/s above 0', 60_000);
+      console.info(`--- ctl top with s1 generating, capture-pane ---\n${busy}`);
+    } finally {
+      load.abort();
+    }
 
     // An Xid 79 on GPU 2, as the driver writes it to the kernel log.
     const injectedAt = Date.now();
@@ -117,6 +131,7 @@ describe('llmgw ctl top in a terminal', () => {
     expect(r.exitCode).toBe(0);
     expect(r.stdout).toMatch(/^llmgw top {2}node node-a/);
     expect(r.stdout).toMatch(/GPUS 8/);
+    expect(r.stdout).toMatch(/^SHARD +STATE +AGE +IN-FL +TOK\/S +TOK\/S 60s +GPUS/m);
     expect(r.stdout).not.toContain('\x1b[');
   }, 120_000);
 });

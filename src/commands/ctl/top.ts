@@ -6,8 +6,9 @@ import { ctlFlags } from '../../cli/ctl-flags.js';
 export default class CtlTop extends BaseCommand {
   static override summary = "A live view of the agent's shards, GPUs and control-plane stream.";
 
-  static override description = `Per shard: state, age, in-flight, its GPUs' memory over the last minute
-(sparkline) and now (bar), health. Per GPU: memory used/total, health, faults.
+  static override description = `Per shard: state, age, requests in flight, tokens per second now and over
+the last minute (sparkline), its GPUs' memory (bar), health; in flight and
+tokens/s are the agent's latest reading of the engine, '-' when unknown. Per GPU: memory used/total, health, faults.
 The stream's state in the header, the latest events at the bottom. Read from
 the admin socket only (Status every --interval, and the Events stream for
 changes in between); the engines are never asked anything.

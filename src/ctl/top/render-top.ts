@@ -21,6 +21,7 @@ export interface TopView {
 }
 
 const SPARK_WIDTH = 20;
+const RATE_WIDTH = 7;
 const BAR_WIDTH = 20;
 /** Rows kept for the event pane when shards and GPUs leave room. */
 const MIN_EVENT_ROWS = 3;
@@ -61,6 +62,19 @@ function connectionLine(s: StatusResponse, nowMs: number): string {
   if (c.state === ConnectionState.CONNECTED && c.connectedSince) return `stream ${name} to ${c.server} for ${formatAge(nowMs - timestampMs(c.connectedSince))}`;
   if (c.state === ConnectionState.RETRYING) return `stream ${name} ${c.server} (attempt ${c.attempt}): ${c.lastError}`;
   return `stream ${name} ${c.server}`;
+}
+
+/** In flight as the agent last read it; '-' when it does not know (-1). */
+export function formatInFlight(n: number): string {
+  return n >= 0 ? String(n) : '-';
+}
+
+/** Tokens per second in a column of RATE_WIDTH: "3.5", "412", "12.3k"; '-' when unknown (-1). */
+export function formatRate(tps: number): string {
+  if (!(tps >= 0)) return '-';
+  if (tps < 10) return tps.toFixed(1);
+  if (tps < 100_000) return String(Math.round(tps));
+  return `${(tps / 1000).toFixed(1)}k`;
 }
 
 function shardHealth(sh: ShardInfo, s: StatusResponse): string {
@@ -110,7 +124,7 @@ export function renderTop(model: TopModel, v: TopView): string[] {
   const filterNote = v.filter ? `, filter "${v.filter}"` : '';
   out.push('', `SHARDS ${shards.length}/${s.shards.length} (sort: ${v.sort}${filterNote})`);
   out.push(
-    `${cell('SHARD', 24)} ${cell('STATE', 10)} ${cell('AGE', 7)} ${cell('IN-FL', 5)} ${cell('GPU MEM 60s', SPARK_WIDTH)} ${cell('GPUS', 6)} ${cell('MEMORY', BAR_WIDTH + 12)} HEALTH`,
+    `${cell('SHARD', 24)} ${cell('STATE', 10)} ${cell('AGE', 7)} ${cell('IN-FL', 5)} ${cell('TOK/S', RATE_WIDTH)} ${cell('TOK/S 60s', SPARK_WIDTH)} ${cell('GPUS', 6)} ${cell('MEMORY', BAR_WIDTH + 12)} HEALTH`,
   );
   for (const sh of shards) {
     const gpus = sh.gpuIndices.map((i) => s.gpus.find((g) => g.index === i));
@@ -118,9 +132,10 @@ export function renderTop(model: TopModel, v: TopView): string[] {
     const total = sh.gpuIndices.reduce((sum, i) => sum + (s.inventory?.gpus.find((g) => g.index === i)?.memoryTotalMb ?? 0), 0);
     const age = sh.startedAt ? formatAge(v.nowMs - timestampMs(sh.startedAt)) : '-';
     const memory = `${bar(used, total, BAR_WIDTH)} ${(used / 1024).toFixed(0)}/${(total / 1024).toFixed(0)}G`;
-    // In-flight is not in StatusResponse (the agent reads it from engines only for drains): '-' until it is.
+    // In flight and tokens/s are the agent's latest reading of the engine (its health watch's), not asked of the engine for this view.
+    const load = `${cell(formatInFlight(sh.inFlight), 5)} ${cell(formatRate(sh.tokensPerSecond), RATE_WIDTH)} ${sparkline(model.tokensHistory(sh.shardId), SPARK_WIDTH)}`;
     out.push(
-      `${cell(sh.shardId, 24)} ${cell(state(sh.state), 10)} ${cell(age, 7)} ${cell('-', 5)} ${sparkline(model.memoryHistory(sh.shardId), SPARK_WIDTH)} ${cell(sh.gpuIndices.join(','), 6)} ${cell(memory, BAR_WIDTH + 12)} ${shardHealth(sh, s)}`,
+      `${cell(sh.shardId, 24)} ${cell(state(sh.state), 10)} ${cell(age, 7)} ${load} ${cell(sh.gpuIndices.join(','), 6)} ${cell(memory, BAR_WIDTH + 12)} ${shardHealth(sh, s)}`,
     );
   }
 

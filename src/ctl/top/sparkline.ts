@@ -4,12 +4,14 @@ const TICKS = '▁▂▃▄▅▆▇█';
 /**
  * The last `width` values as a sparkline, scaled to `max` (default: the
  * largest of them). Padded on the left with spaces while history is short,
- * so the newest value is always the rightmost character.
+ * so the newest value is always the rightmost character. A value that is
+ * not a number (NaN: unknown) is a space, a gap in the line.
  */
 export function sparkline(values: readonly number[], width: number, max?: number): string {
   const shown = values.slice(-width);
-  const top = max ?? Math.max(0, ...shown);
+  const top = max ?? Math.max(0, ...shown.filter(Number.isFinite));
   const ticks = shown.map((v) => {
+    if (!Number.isFinite(v)) return ' ';
     if (top <= 0) return TICKS[0];
     const i = Math.round((Math.max(0, Math.min(v, top)) / top) * (TICKS.length - 1));
     return TICKS[i];

@@ -7,9 +7,10 @@ export const HISTORY_SAMPLES = 60;
 export const EVENTS_KEPT = 200;
 
 /**
- * What `ctl top` knows: the last StatusResponse, each shard's GPU memory
- * over the last minute (the sparkline), and the events the agent pushed.
- * Built only from the admin socket; it never asks an engine anything.
+ * What `ctl top` knows: the last StatusResponse, each shard's tokens per
+ * second over the last minute (the sparkline), and the events the agent
+ * pushed. Built only from the admin socket; it never asks an engine
+ * anything: the rate is the agent's own reading (ShardInfo.tokens_per_second).
  */
 export class TopModel {
   status: StatusResponse | undefined;
@@ -20,8 +21,8 @@ export class TopModel {
   /** Whether the Events follow is open (false: the view falls back to Status alone). */
   eventsLive = false;
   readonly events: AgentEvent[] = [];
-  /** Per shard, its GPUs' memory used (MiB), one sample per Status. */
-  private readonly memory = new Map<string, number[]>();
+  /** Per shard, its tokens per second, one sample per Status; NaN where the agent did not know. */
+  private readonly tokens = new Map<string, number[]>();
   /** Per GPU index, the fault events seen since the view started. */
   private readonly faults = new Map<number, number>();
 
@@ -29,18 +30,17 @@ export class TopModel {
     this.status = s;
     this.statusAtMs = nowMs;
     this.statusError = '';
-    const usedByGpu = new Map(s.gpus.map((g) => [g.index, g.memoryUsedMb]));
     const present = new Set<string>();
     for (const shard of s.shards) {
       present.add(shard.shardId);
-      const used = shard.gpuIndices.reduce((sum, i) => sum + (usedByGpu.get(i) ?? 0), 0);
-      const history = this.memory.get(shard.shardId) ?? [];
-      history.push(used);
+      const history = this.tokens.get(shard.shardId) ?? [];
+      // -1 is the agent's "unknown": a gap, not a rate of 0, which would read as an idle engine.
+      history.push(shard.tokensPerSecond >= 0 ? shard.tokensPerSecond : Number.NaN);
       if (history.length > HISTORY_SAMPLES) history.shift();
-      this.memory.set(shard.shardId, history);
+      this.tokens.set(shard.shardId, history);
     }
     // A removed shard's history goes with it: a long `ctl top` must not grow with every shard ever run.
-    for (const id of this.memory.keys()) if (!present.has(id)) this.memory.delete(id);
+    for (const id of this.tokens.keys()) if (!present.has(id)) this.tokens.delete(id);
   }
 
   applyEvent(e: AgentEvent): void {
@@ -51,8 +51,9 @@ export class TopModel {
     }
   }
 
-  memoryHistory(shardId: string): readonly number[] {
-    return this.memory.get(shardId) ?? [];
+  /** The shard's tokens per second, oldest first, one per Status; NaN where unknown. */
+  tokensHistory(shardId: string): readonly number[] {
+    return this.tokens.get(shardId) ?? [];
   }
 
   /** Faults seen on GPU `index` while the view ran, or the agent's recent ones, whichever is more. */

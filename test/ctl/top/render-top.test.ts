@@ -3,7 +3,7 @@ import { timestampFromMs } from '@bufbuild/protobuf/wkt';
 import { describe, expect, it } from 'vitest';
 import { AgentEventSchema, ConnectionState, StatusResponseSchema } from '../../../src/gen/llmgw/v1/admin_pb.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { renderTop } from '../../../src/ctl/top/render-top.js';
+import { formatInFlight, formatRate, renderTop } from '../../../src/ctl/top/render-top.js';
 import { bar, sparkline } from '../../../src/ctl/top/sparkline.js';
 import { TopModel } from '../../../src/ctl/top/top-model.js';
 
@@ -22,8 +22,8 @@ function model(): TopModel {
       { index: 1, memoryUsedMb: 10, healthy: false, fault: 'Xid 79: GPU has fallen off the bus' },
     ],
     shards: [
-      { shardId: 'b-ready', model: 'llama', engine: 'vllm', state: ShardState.READY, gpuIndices: [0], startedAt: timestampFromMs(NOW - 30_000) },
-      { shardId: 'a-sick', model: 'qwen', engine: 'sglang', state: ShardState.UNHEALTHY, gpuIndices: [1], startedAt: timestampFromMs(NOW - 5_000) },
+      { shardId: 'b-ready', model: 'llama', engine: 'vllm', state: ShardState.READY, gpuIndices: [0], startedAt: timestampFromMs(NOW - 30_000), inFlight: 4, tokensPerSecond: 412.4 },
+      { shardId: 'a-sick', model: 'qwen', engine: 'sglang', state: ShardState.UNHEALTHY, gpuIndices: [1], startedAt: timestampFromMs(NOW - 5_000), inFlight: -1, tokensPerSecond: -1 },
     ],
   });
   m.applyStatus(status, NOW);
@@ -37,8 +37,9 @@ describe('renderTop', () => {
     const text = lines.join('\n');
     expect(text).toMatch(/^llmgw top {2}node node-a {2}agent 0\.1\.0 up 1m30s {2}stream CONNECTED to https:\/\/cp:443 for 1m00s/);
     const rows = lines.filter((l) => /^(a-sick|b-ready) /.test(l));
-    expect(rows[0]).toMatch(/^a-sick +UNHEALTHY +5s .* GPU 1 fault: Xid 79/);
-    expect(rows[1]).toMatch(/^b-ready +READY +30s .*█{10}░{10} 39\/78G +ok$/);
+    expect(rows[0]).toMatch(/^a-sick +UNHEALTHY +5s +- +- +.* GPU 1 fault: Xid 79/);
+    expect(rows[1]).toMatch(/^b-ready +READY +30s +4 +412 +.*█{10}░{10} 39\/78G +ok$/);
+    expect(text).toMatch(/^SHARD +STATE +AGE +IN-FL +TOK\/S +TOK\/S 60s +GPUS/m);
     expect(text).toMatch(/^1 +░+ 10\/80000 MiB +FAULT +1 +Xid 79: GPU has fallen off the bus$/m);
     expect(text).toMatch(/gpu +gpu 1 +GPU 1: Xid 79/);
     expect(lines.every((l) => [...l].length <= 160)).toBe(true);
@@ -53,9 +54,39 @@ describe('renderTop', () => {
   });
 });
 
+describe('the tokens/s sparkline', () => {
+  it('is built from successive Status answers, newest on the right, with a gap where the agent did not know', () => {
+    const m = model();
+    const again = (tps: number) => {
+      const s = m.status;
+      if (!s) throw new Error('no status');
+      const next = create(StatusResponseSchema, { ...s, shards: s.shards.map((sh) => (sh.shardId === 'b-ready' ? { ...sh, tokensPerSecond: tps } : sh)) });
+      m.applyStatus(next, NOW);
+    };
+    again(-1);
+    again(0);
+    again(824.8);
+    expect(m.tokensHistory('b-ready')).toEqual([412.4, Number.NaN, 0, 824.8]);
+    const row = renderTop(m, { sort: 'shard', filter: '', width: 160, height: 0, nowMs: NOW }).find((l) => l.startsWith('b-ready'));
+    expect(row).toMatch(/^b-ready +READY +30s +4 +825 + {16}▅ ▁█ 0 /);
+    // A shard the agent no longer lists takes its history with it.
+    const s = m.status;
+    if (!s) throw new Error('no status');
+    m.applyStatus(create(StatusResponseSchema, { ...s, shards: [] }), NOW);
+    expect(m.tokensHistory('b-ready')).toEqual([]);
+  });
+
+  it('writes tokens/s to fit its column, and - for unknown', () => {
+    expect([formatRate(-1), formatRate(0), formatRate(3.25), formatRate(412.4), formatRate(123_456)]).toEqual(['-', '0.0', '3.3', '412', '123.5k']);
+    expect([formatInFlight(-1), formatInFlight(0), formatInFlight(17)]).toEqual(['-', '0', '17']);
+  });
+});
+
 describe('sparkline and bar', () => {
   it('scales to the largest value, newest on the right, padded while history is short', () => {
     expect(sparkline([0, 4, 8], 5)).toBe('  ▁▅█');
+    expect(sparkline([8, Number.NaN, 4], 4)).toBe(' █ ▅');
+    expect(sparkline([Number.NaN], 2)).toBe('  ');
     expect(bar(1, 4, 8)).toBe('██░░░░░░');
   });
 });

@@ -128,15 +128,16 @@ describe('warm starts through the agent', () => {
       // Where an operator sees the pull in progress: the store read beside the agent, as `llmgw models list` reads it (the agent holds the model's lock).
       expect(await describeModel(new StoreLayout(cacheDir), 'acme/tiny')).toMatchObject({ pulling: true, complete: false });
       // And in ctl status: both starts, STARTING with no engine yet, and a note naming the pull they wait for.
-      let waiting: { shardId: string; state: string; pid?: number; note?: string }[] = [];
+      let waiting: { shardId: string; state: string; pid?: number; note?: string; inFlight?: number }[] = [];
       await until(async () => {
         const r = await runCli(['ctl', 'status', '--socket', socket, '--json']);
         waiting = (JSON.parse(r.stdout).shards ?? []).filter((s: { note?: string }) => s.note?.includes('waiting for the pull of acme/tiny'));
         return waiting.length === 2 || cp.messages('node-a').some(pullOf('acme/tiny', ModelPullState.DONE));
       }, 'ctl status to show the two starts waiting for the pull', 20_000);
-      expect(waiting.map((s) => [s.shardId, s.state, s.pid ?? 0])).toEqual([
-        ['m1', 'SHARD_STATE_STARTING', 0],
-        ['m2', 'SHARD_STATE_STARTING', 0],
+      // No engine, so nothing read from one: in-flight unknown (-1), not 0.
+      expect(waiting.map((s) => [s.shardId, s.state, s.pid ?? 0, s.inFlight])).toEqual([
+        ['m1', 'SHARD_STATE_STARTING', 0, -1],
+        ['m2', 'SHARD_STATE_STARTING', 0, -1],
       ]);
       const pids = (await Promise.all(ready)).map((m) => (m.msg.value as ShardStatus).pid);
 

@@ -116,39 +116,35 @@ function foreignMemoryFault(index: number, inventory: Inventory, share: number):
  * it (it sent StartShard), with no engine yet; the note says what it waits for.
  */
 function waitingShardInfoOf(w: WaitingStart): ShardInfo {
-  const spec = w.spec;
   return create(ShardInfoSchema, {
+    ...specColumns(w.spec),
     shardId: w.spec.shardId,
-    replicaId: spec.replicaId,
-    engine: spec.profile?.engine ?? '',
-    model: spec.profile?.model ?? '',
+    replicaId: w.spec.replicaId,
     state: ShardState.STARTING,
-    httpPort: spec.httpPort,
-    gpuIndices: spec.gpuIndices,
     startedAt: timestampFromMs(w.sinceMs),
-    rank: spec.rank,
-    nnodes: spec.nnodes,
     note: `waiting for the pull of ${w.model} into the node's model store (llmgw models list shows it partial); the engine starts once it is complete`,
+    // No engine to read yet.
+    inFlight: -1,
+    tokensPerSecond: -1,
   });
 }
 
+/** What a shard's ShardInfo says of the StartShard it was given. */
+function specColumns(spec: WaitingStart['spec']) {
+  return { engine: spec.profile?.engine ?? '', model: spec.profile?.model ?? '', httpPort: spec.httpPort, gpuIndices: spec.gpuIndices, rank: spec.rank, nnodes: spec.nnodes };
+}
+
 export function shardInfoOf(s: ShardSnapshot): ShardInfo {
-  const spec = s.spec;
   return create(ShardInfoSchema, {
+    ...specColumns(s.spec),
     shardId: s.shardId,
     replicaId: s.replicaId,
-    engine: spec.profile?.engine ?? '',
-    model: spec.profile?.model ?? '',
     state: s.state,
     pid: s.pid,
-    httpPort: spec.httpPort,
-    gpuIndices: spec.gpuIndices,
     startedAt: timestampFromMs(s.startedAtMs),
     adopted: s.adopted,
     error: s.error,
     exitCode: s.exitCode ?? 0,
-    rank: spec.rank,
-    nnodes: spec.nnodes,
     logPath: s.logPath,
     launcher: s.launcher ?? '',
     unit: s.unit ?? '',

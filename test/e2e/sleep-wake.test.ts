@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -146,12 +146,22 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     const sleeping = await send('s-3', { case: 'sleep', level: 2 }, S.SLEEPING);
     expect(sleeping.state, sleeping.error).toBe(S.SLEEPING);
     await asleepLogged('s-3');
+    // What GPU 7 held awake: the engine's 70000 MiB and the fake node's own few.
     expect(stateFile('s-3').sleepLevel).toBe(2);
+    expect(stateFile('s-3').sleepAwakeMib).toBeGreaterThanOrEqual(70000);
     const pid = ready.pid;
+    // An SGLang shard whose agent is killed after it recorded the sleep and before the engine released: awake, recorded asleep.
+    const gPort = await freePort();
+    const gReady = cp.cp.waitFor(NODE, shardIs('g-3', S.READY, S.FAILED), 60_000);
+    cp.cp.send(NODE, { case: 'start', value: sleepyStart('g-3', gPort, true, 0, 'sglang') });
+    const g = statusOf(await gReady);
+    expect(g.state, g.error).toBe(S.READY);
 
     agent.kill('SIGKILL');
     await agent.exited;
     expect(isRunning(pid)).toBe(true);
+    const gFile = join(dirs.stateDir, 'shards', 'g-3.json');
+    writeFileSync(gFile, `${JSON.stringify({ ...stateFile('g-3'), sleepLevel: 2, sleepAwakeMib: 70000 }, null, 2)}\n`);
     const reRegistered = cp.cp.waitFor(NODE, isRegister, 30_000);
     agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
     const reg = (await reRegistered).msg.value as { runningShards: RunningShard[] };
@@ -165,5 +175,13 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     expect(woken.state, woken.error).toBe(S.READY);
     expect(stateFile('s-3').sleepLevel).toBeUndefined();
     expect(await consumeStream(await streamChat(port, 2))).toEqual({ tokens: 2, done: true });
+
+    // The SGLang engine recorded asleep holds all its memory: adopted SLEEPING, woken without a resume (which SGLang dies of), same engine.
+    expect(reg.runningShards.find((r) => r.shardId === 'g-3')?.state).toBe(S.SLEEPING);
+    const gWoken = await send('g-3', { case: 'wake' }, S.READY);
+    expect(gWoken.state, gWoken.error).toBe(S.READY);
+    expect(second.logs().some((r) => r.shard === 'g-3' && /never released/.test(String(r.msg)))).toBe(true);
+    expect(isRunning(g.pid)).toBe(true);
+    expect(await consumeStream(await streamChat(gPort, 2))).toEqual({ tokens: 2, done: true });
   }, 120_000);
 });

@@ -39,6 +39,14 @@ export interface EngineRecord {
    * when awake, and in files of older agents.
    */
   sleepLevel?: number;
+  /**
+   * MiB the shard's GPUs held when it was put to sleep: what a wake waits to
+   * see again, and how a restarted agent tells an SGLang engine that was
+   * never released (the agent died between recording the sleep and the
+   * release) from one that was. Written with sleepLevel; absent when awake,
+   * in files of older agents, and when invalid (unknown, never a refusal).
+   */
+  sleepAwakeMib?: number;
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
@@ -87,6 +95,7 @@ function toDisk(s: ShardStateFile): JsonValue {
     drainRequested: s.drainRequested ?? false,
     // Written only while asleep: the file of an awake engine is what it was before sleep mode.
     ...(s.sleepLevel ? { sleepLevel: s.sleepLevel } : {}),
+    ...(s.sleepLevel && s.sleepAwakeMib ? { sleepAwakeMib: s.sleepAwakeMib } : {}),
     pid: s.pid,
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
@@ -113,7 +122,7 @@ export async function writeStateFile(path: string, s: ShardStateFile): Promise<v
  * The shard's runner is the only writer after launch, so read-then-write
  * cannot lose another writer's change.
  */
-export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel'>>): Promise<void> {
+export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel' | 'sleepAwakeMib'>>): Promise<void> {
   const read = await readStateFile(path, shardId);
   if (!read.ok) throw new Error(read.reason);
   await writeStateFile(path, { ...read.file, ...change });
@@ -234,6 +243,8 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       ...(watch?.ok ? { watch: watch.watch } : {}),
       drainRequested: raw.drainRequested ?? false,
       ...(raw.sleepLevel ? { sleepLevel: raw.sleepLevel } : {}),
+      // A figure to compare readings with, not an identity: an invalid one is unknown, never a reason to refuse the engine.
+      ...(raw.sleepLevel && Number.isSafeInteger(raw.sleepAwakeMib) && (raw.sleepAwakeMib as number) > 0 ? { sleepAwakeMib: raw.sleepAwakeMib as number } : {}),
       pid: raw.pid as number,
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },

@@ -51,6 +51,23 @@ describe('sleepLevel in the state file', () => {
     expect(parseStateText(JSON.stringify({ ...raw, sleepLevel: bad }), 's0')).toEqual({ ok: false, reason: 'state file field sleepLevel is missing or invalid' });
   });
 
+  it('keeps the memory the GPUs held awake with the sleep, and takes an invalid figure as unknown, never as a reason to refuse the file', async () => {
+    const path = join(dir, 's0.json');
+    await writeStateFile(path, sample());
+    await updateStateFile(path, 's0', { sleepLevel: 1, sleepAwakeMib: 70000 });
+    const asleep = await readStateFile(path, 's0');
+    expect(asleep.ok && asleep.file.sleepAwakeMib).toBe(70000);
+    const raw = JSON.parse(readFileSync(path, 'utf8'));
+    for (const bad of [-5, 0, 1.5, '70000', null]) {
+      const read = parseStateText(JSON.stringify({ ...raw, sleepAwakeMib: bad }), 's0');
+      expect(read.ok && read.file.sleepLevel).toBe(1);
+      expect(read.ok && read.file.sleepAwakeMib).toBeUndefined();
+    }
+    // Awake: the figure goes with the sleep.
+    await updateStateFile(path, 's0', { sleepLevel: 0, sleepAwakeMib: undefined });
+    expect(JSON.parse(readFileSync(path, 'utf8'))).not.toHaveProperty('sleepAwakeMib');
+  });
+
   it('takes 0 as awake', async () => {
     const path = join(dir, 's0.json');
     await writeStateFile(path, sample());

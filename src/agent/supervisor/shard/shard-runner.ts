@@ -88,7 +88,7 @@ export class ShardRunner {
   private stopping: Promise<ShardSnapshot> | undefined;
   /** A sleep or wake under way: one at a time. */
   private sleepBusy = false;
-  /** What the shard's GPUs held before its sleep: a wake waits until they hold most of it again (0: unknown, after an adoption). */
+  /** What the shard's GPUs held before its sleep: a wake waits until they hold most of it again (0: unknown, from an older agent's file). */
   private awakeMib = 0;
   /** Asleep at this level, by this agent or (from the state file) a previous one; 0 when awake. */
   private sleepLevel: number;
@@ -111,6 +111,7 @@ export class ShardRunner {
     this.note = engine.note ?? '';
     this.drainRequested = r.drainRequested ?? false;
     this.sleepLevel = r.sleepLevel ?? 0;
+    this.awakeMib = r.sleepAwakeMib ?? 0;
     this.stateFile = new StateFileWriter(engine.statePath, r.shardId, ctx.log);
     this.state = previousState;
     // The API rank's port, or a worker rank's own /health port (SGLang's); none: judged by staying alive.
@@ -465,7 +466,7 @@ export class ShardRunner {
       let released = false;
       try {
         // Recorded before the engine is asked: an agent killed meanwhile adopts it SLEEPING (a wake of an awake vLLM is harmless; of an awake SGLang, not).
-        await this.stateFile.recordSleep(lvl);
+        await this.stateFile.recordSleep(lvl, before);
         // SGLang: new requests are held in its tokenizer from here, any that raced the idle check aborted.
         if (api.hold) await callEngine(this.baseUrl, api.hold.pause, this.watch.apiKey, signal);
         await callEngine(this.baseUrl, api.sleep(lvl), this.watch.apiKey, signal);
@@ -505,6 +506,7 @@ export class ShardRunner {
     const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
     const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(timeoutMs)]);
     try {
+      if (api.wakeOnlyAsleep && !this.memoryResumed && (await this.neverReleased(probes, signal))) this.memoryResumed = true;
       if (!(this.memoryResumed && api.wakeOnlyAsleep)) await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, signal);
       this.memoryResumed = true;
       // The requests held since the sleep run now, on the memory just taken back.
@@ -539,6 +541,26 @@ export class ShardRunner {
       this.sleepBusy = false;
     }
     return this.snapshot();
+  }
+
+  /**
+   * Whether the engine, recorded asleep, still holds the memory it held
+   * awake: an agent killed between recording a sleep and the engine's
+   * release leaves it so, and a restarted agent adopts it SLEEPING. SGLang
+   * dies of a resume of memory it never released (set.remove raises
+   * KeyError in the scheduler, S:python/sglang/srt/managers/scheduler_components/weight_updater.py:253-255),
+   * so its wake then skips the resume. Judged from a reading newer than the
+   * wake; unknown (false) without the figure recorded with the sleep.
+   */
+  private async neverReleased(probes: SleepProbes, signal: AbortSignal): Promise<boolean> {
+    if (this.awakeMib <= 0) return false;
+    const now = await awaitFirstReading(probes, this.spec.gpuIndices, signal).catch(() => undefined);
+    if (now === undefined || now <= this.awakeMib * ASLEEP_SHARE) return false;
+    this.ctx.log.warn(
+      { shard: this.shardId, replica: this.replicaId, awakeMib: this.awakeMib, nowMib: now },
+      'shard recorded asleep still holds its GPU memory: the engine was never released; waking it without a resume',
+    );
+    return true;
   }
 
   /** Requests the engine holds, running and waiting, from the engine's own gauges; undefined when it cannot tell. */

@@ -43,10 +43,10 @@ export class StateFileWriter {
    * thrown: the engine sleeps or wakes whatever the disk says; only an agent
    * restart would then adopt it in the wrong state.
    */
-  recordSleep(level: number): Promise<void> {
+  recordSleep(level: number, awakeMib = 0): Promise<void> {
     this.persisting = this.persisting.then(async () => {
       try {
-        await updateStateFile(this.statePath, this.shardId, { sleepLevel: level });
+        await updateStateFile(this.statePath, this.shardId, { sleepLevel: level, sleepAwakeMib: level > 0 && awakeMib > 0 ? awakeMib : undefined });
       } catch (err) {
         this.log.warn(
           { shard: this.shardId, file: this.statePath, err: errorMessage(err) },

@@ -1,4 +1,5 @@
 import { formatDuration } from '../../lib/duration.js';
+import { spawnTurn } from '../../lib/process/spawn-turn.js';
 
 export type NvidiaSmiFailureKind = 'not-found' | 'timeout' | 'exit' | 'spawn';
 
@@ -42,6 +43,9 @@ export async function runNvidiaSmi(nvidiaSmi: string, args: readonly string[], o
   // Loaded on first use: the agent registers from its cached inventory
   // before discovery runs, and should not pay for execa before then.
   const { execa } = await import('execa');
+  // Callers run several at once (Promise.all): each spawn blocks the loop until its child has exec'd (spawn-turn.ts).
+  await spawnTurn();
+  opts.signal?.throwIfAborted();
   const sub = execa(nvidiaSmi, args, {
     reject: false,
     stdin: 'ignore',

@@ -146,6 +146,27 @@ export function spawnFloor(server: string, nodeId: string, stateDir: string): Be
   return { pid: child.pid as number, spawnedAtMs, exited: child.then(() => Date.now()), kill: (signal = 'SIGTERM') => child.kill(signal) };
 }
 
+/**
+ * bench/steady-floor.mjs for `nodeId` against `server`: the steady-state
+ * floor of figure 5b, probing `ports` and stat-ing the shards' logs under
+ * `dirs` as the agent does. It runs with the agent's runtime flags (the
+ * unit's NODE_OPTIONS and the --no-opt bin/run.js sets for `agent run`) and
+ * its fake GPUs, so the two differ in what they do, not how V8 runs it.
+ */
+export function spawnSteadyFloor(server: string, nodeId: string, dirs: AgentDirs, ports: readonly number[], nvidiaSmi: string): BenchAgent {
+  const spawnedAtMs = Date.now();
+  const script = fileURLToPath(new URL('./steady-floor.mjs', import.meta.url));
+  const child = execa(process.execPath, ['--no-opt', script, server, nodeId, nvidiaSmi, dirs.stateDir, dirs.logDir, ...ports.map(String)], {
+    reject: false,
+    stdin: 'ignore',
+    stdout: 'ignore',
+    stderr: 'inherit',
+    env: { LLMGW_FAKE_GPUS: 'hgx-h100x8', NODE_OPTIONS: unitNodeOptions() },
+  });
+  children.push(child);
+  return { pid: child.pid as number, spawnedAtMs, exited: child.then(() => Date.now()), kill: (signal = 'SIGTERM') => child.kill(signal) };
+}
+
 /** Starts `n` sim shards s0..s(n-1) on GPUs 0..n-1 and waits until all are READY; returns their pids. */
 export async function startShards(cp: ControlPlane, nodeId: string, n: number): Promise<{ ids: string[]; pids: number[]; ports: number[] }> {
   const ids = Array.from({ length: n }, (_, i) => `s${i}`);

@@ -47,9 +47,11 @@ import {
   sleep,
   unitNodeOptions,
   spawnAgent,
+  spawnSteadyFloor,
   startShards,
   freePort,
 } from './bench-support.js';
+import { deathAtRandomFigure } from './death-at-random-figure.js';
 import { readyAfterAnswerFigure, stopDrainFigure } from './engine-behaviour-figures.js';
 import { fleetFigure } from './fleet-figure.js';
 import { floorFigures } from './floor-figures.js';
@@ -222,6 +224,9 @@ async function fig3(): Promise<void> {
   const adopted = median(await deathReport(true, 5));
   // Issue 18: an adopted engine's death as fast as a child's, through its pidfd.
   rows.push({ figure: '3b engine SIGKILL → FAILED on the stream, adopted', measured: ms(adopted), reference: `${ms(own)} (3a)`, target: '<= 50 ms', met: adopted <= 50 });
+  // Issue 29: the same death at random moments after Register, while the agent's first hardware reads run.
+  await cleanup();
+  await deathAtRandomFigure(rows, notes, quick);
 }
 
 /**
@@ -351,25 +356,54 @@ async function fig5(): Promise<void> {
   const dirs = newRoot('f5');
   const agent = spawnAgent(url, dirs, { heartbeat: '1s' });
   await cp.waitFor('node-a', isRegister, 30_000);
-  await startShards(cp, 'node-a', 8);
+  const { ports } = await startShards(cp, 'node-a', 8);
+  // 5b's floor (bench/steady-floor.mjs): the same probes of the same 8
+  // engines, heartbeats on the same control plane and hardware reads, run
+  // beside the agent so that both pay the same minute of the machine.
+  const floorRegistered = cp.waitFor('steady-floor', isRegister, 30_000);
+  const floor = spawnSteadyFloor(url, 'steady-floor', dirs, ports, FAKE_NVIDIA_SMI);
+  await floorRegistered;
   await sleep(2000);
   const seconds = quick ? 15 : 60;
   // The agent's GPU memory loop (here the fake nvidia-smi, a Node process)
   // is a cost of the agent too, though not in its own CPU time: noted apart.
   const loop = spawnSync('pgrep', ['-P', String(agent.pid), '-f', 'loop-ms'], { encoding: 'utf8' }).stdout.trim().split('\n').map(Number)[0];
   const cpu0 = cpuSeconds(agent.pid);
+  const floorCpu0 = cpuSeconds(floor.pid);
   const loopCpu0 = loop ? cpuSeconds(loop) : 0;
+  const load0 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   const samples: number[] = [];
   const pss: number[] = [];
   const uss: number[] = [];
-  for (let i = 0; i < seconds; i++) {
+  // Rounds of 10 s, each agent and floor CPU read back to back (the order
+  // alternating round by round), so the notes show how the ratio moves with load.
+  const rounds: { agent: number; floor: number; load: string }[] = [];
+  let roundAgent = cpu0;
+  let roundFloor = floorCpu0;
+  for (let i = 1; i <= seconds; i++) {
     await sleep(1000);
     samples.push(rssMb(agent.pid));
     const m = memoryKinds(agent.pid);
     pss.push(m.pss);
     uss.push(m.uss);
+    if (i % 10 === 0 || i === seconds) {
+      let a: number;
+      let f: number;
+      if (rounds.length % 2 === 0) {
+        a = cpuSeconds(agent.pid);
+        f = cpuSeconds(floor.pid);
+      } else {
+        f = cpuSeconds(floor.pid);
+        a = cpuSeconds(agent.pid);
+      }
+      rounds.push({ agent: a - roundAgent, floor: f - roundFloor, load: readFileSync('/proc/loadavg', 'utf8').split(' ')[0] as string });
+      roundAgent = a;
+      roundFloor = f;
+    }
   }
   const cpuPct = ((cpuSeconds(agent.pid) - cpu0) / seconds) * 100;
+  const floorPct = ((cpuSeconds(floor.pid) - floorCpu0) / seconds) * 100;
+  const load1 = readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
   const memory = memoryKinds(agent.pid);
   notes.push(
     `5a of the agent's RSS at the end: ${memory.sharedClean.toFixed(1)} MB clean file pages shared with every other node process (the node binary and its libraries), ${memory.anonymous.toFixed(1)} MB of its own (heap, stacks); PSS ${memory.pss.toFixed(1)} MB, USS ${memory.uss.toFixed(1)} MB (max over the run: PSS ${Math.max(...pss).toFixed(1)} MB, USS ${Math.max(...uss).toFixed(1)} MB); NODE_OPTIONS ${JSON.stringify(unitNodeOptions())}`,
@@ -383,7 +417,19 @@ async function fig5(): Promise<void> {
     target: '<= 70 MB',
     met: maxRss <= 70,
   });
-  rows.push({ figure: `5b agent CPU over ${seconds} s`, measured: `${cpuPct.toFixed(2)} %`, reference: '-', target: '<= 0.5 %', met: cpuPct <= 0.5 });
+  // Issue 29: an absolute percentage does not hold across machines (0.38–0.52 %
+  // here, 0.88–1.32 % on another EPYC); the ratio to the floor measured beside it does.
+  const ratio = cpuPct / floorPct;
+  rows.push({
+    figure: `5b agent CPU over ${seconds} s, 8 shards, beside its floor (bench/steady-floor.mjs: the same probes, heartbeats and hardware reads)`,
+    measured: `${cpuPct.toFixed(2)} % (${ratio.toFixed(2)}x floor)`,
+    reference: `floor: ${floorPct.toFixed(2)} %; load ${load0} → ${load1}`,
+    target: '<= 1.3x floor',
+    met: ratio <= 1.3,
+  });
+  notes.push(
+    `5b per 10 s round, agent / floor CPU ms (ratio, 1-min load): ${rounds.map((r) => `${(r.agent * 1000).toFixed(0)} / ${(r.floor * 1000).toFixed(0)} (${(r.agent / r.floor).toFixed(2)}x, ${r.load})`).join('; ')}`,
+  );
 
   // RSS growth over many heartbeats: a fast heartbeat, RSS read at each tenth.
   const beats = quick ? 2000 : 10_000;

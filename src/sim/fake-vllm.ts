@@ -16,6 +16,7 @@ import { vllmLog } from './engine-log.js';
 import { FakeBatchScheduler, type FinishReason } from './fake-batch-scheduler.js';
 import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
 import { FakeVllmSleep } from './fake-vllm-sleep.js';
+import { type CompileKey, MissingWeightsError, compileMarkerPath, hasCompileMarker, readWeights, writeCompileMarker } from './fake-weights.js';
 import { sendJson } from './sim-http.js';
 import { errorBody, modelList } from './openai-responses.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs, versionBefore } from './sim-knobs.js';
@@ -41,6 +42,8 @@ const FLUSH_MS = 500;
 
 export interface FakeVllmOptions {
   model: string;
+  /** --revision: the branch, tag or commit of the model's weights; main when not given. */
+  revision: string;
   /** --served-model-name; the first is reported and labels the metrics (V:vllm/engine/arg_utils.py:903-905). */
   servedNames: string[];
   /** undefined: every interface (V:vllm/entrypoints/launchers/launcher.py:268). */
@@ -69,6 +72,8 @@ function specs(version: string): ArgSpec[] {
   const s: ArgSpec[] = [
     // V:vllm/utils/argparse_utils.py:253-285: --model is still accepted.
     { names: ['--model'], kind: 'string' },
+    // EngineArgs.revision (V:vllm/engine/arg_utils.py): which snapshot --sim-read-weights reads.
+    { names: ['--revision'], kind: 'string' },
     { names: ['--host'], kind: 'string' },
     { names: ['--port'], kind: 'int' },
     { names: ['--served-model-name'], kind: 'strings' },
@@ -122,6 +127,7 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
   const runner = p.values.get('--runner');
   return {
     model,
+    revision: (p.values.get('--revision') as string | undefined) ?? 'main',
     servedNames: names ?? [model],
     host: p.values.get('--host') as string | undefined,
     port: int('--port', DEFAULT_PORT),
@@ -476,7 +482,8 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     vllmLog('INFO', 'gpu_model_runner.py:1', `Starting to load model ${o.model}...`);
     // The port is bound but not listening while the engine loads, so connects are refused
     // (V:vllm/entrypoints/launchers/launcher.py:205-220, 262-271; api_server/entry.py:175-196).
-    later(k.loadTimeMs, () => {
+    // Weights (when read) and the compile come first, --sim-load-time (the rest of start-up) after them.
+    const listen = () => {
       if (phase !== 'loading') return;
       server = createServer(handle);
       server.on('error', (err) => {
@@ -491,8 +498,52 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         vllmLog('INFO', 'launcher.py:106', `Starting vLLM API server 0 on http://${o.host ?? '0.0.0.0'}:${o.port}`);
         vllmLog('INFO', 'on.py:62', 'Application startup complete.');
       });
-    });
+    };
+    if (!k.readWeights && k.compileTimeMs === 0) later(k.loadTimeMs, listen);
+    else {
+      warmUp(o, env, () => phase !== 'loading', (ms) => new Promise((r) => later(ms, () => r()))).then(
+        () => later(k.loadTimeMs, listen),
+        (err: unknown) => {
+          if (phase !== 'loading') return;
+          vllmLog('ERROR', 'core.py:700', err instanceof Error ? err.message : String(err));
+          failEngine(err instanceof MissingWeightsError ? 'no weights' : 'loading failed');
+        },
+      );
+    }
   });
+}
+
+/**
+ * What a start costs before its model serves, by what the node has cached:
+ * the weights read from the hub cache (--sim-read-weights), then the
+ * compile, skipped when VLLM_CACHE_ROOT holds its marker (--sim-compile-time).
+ * `wait` is a timer the engine clears at exit; `stopped` ends the work when
+ * the start was stopped meanwhile.
+ */
+async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped: () => boolean, wait: (ms: number) => Promise<void>): Promise<void> {
+  const k = o.knobs;
+  let revision = o.revision;
+  if (k.readWeights) {
+    const t0 = performance.now();
+    const read = await readWeights(o.model, o.revision, env, stopped);
+    if (stopped()) return;
+    revision = read.commit;
+    const s = ((performance.now() - t0) / 1000).toFixed(2);
+    vllmLog('INFO', 'default_loader.py:291', `Loading weights took ${s} seconds: ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
+  }
+  if (k.compileTimeMs === 0) return;
+  const key: CompileKey = { model: o.model, revision, tp: o.tp, pp: o.pp, version: o.version };
+  const marker = compileMarkerPath(env, key);
+  if (await hasCompileMarker(marker)) {
+    // V:vllm/compilation/backends.py logs this line on a cache hit.
+    vllmLog('INFO', 'backends.py:210', `Directly load the compiled graph(s) for dynamic shape from the cache (${marker})`);
+    return;
+  }
+  vllmLog('INFO', 'backends.py:600', `Compiling a graph for dynamic shape (--sim-compile-time ${k.compileTimeMs} ms; no compiled graph at ${marker})`);
+  await wait(k.compileTimeMs);
+  if (stopped()) return;
+  await writeCompileMarker(marker, key, k.compileTimeMs);
+  vllmLog('INFO', 'monitor.py:34', `torch.compile takes ${(k.compileTimeMs / 1000).toFixed(2)} s in total`);
 }
 
 async function main(): Promise<void> {

@@ -35,6 +35,18 @@ export interface SimKnobs {
   gpuUsageDir?: string;
   /** How long a wake from sleep takes (weights copied back). Default 100 ms. */
   wakeTimeMs: number;
+  /**
+   * vLLM double only (--sim-read-weights): before serving, read every file of
+   * the model's snapshot from the hub cache (HF_HUB_CACHE), failing the start
+   * when it is not there; it never downloads (fake-weights.ts). Default off.
+   */
+  readWeights: boolean;
+  /**
+   * vLLM double only: torch.compile's time when VLLM_CACHE_ROOT holds no
+   * compiled graph of this model; the marker is written after it, so the next
+   * start skips it (fake-weights.ts). Default 0: no compile step.
+   */
+  compileTimeMs: number;
 }
 
 export const SIM_KNOB_DEFAULTS = {
@@ -46,6 +58,7 @@ export const SIM_KNOB_DEFAULTS = {
   // S:python/sglang/srt/managers/tokenizer_manager.py:3114-3158 (the drain loop sleeps 5 s between looks).
   drainPollMs: 5000,
   wakeTimeMs: 100,
+  compileTimeMs: 0,
 } as const;
 
 const DURATION_KNOBS = [
@@ -57,6 +70,7 @@ const DURATION_KNOBS = [
   '--sim-embed-latency',
   '--sim-drain-poll',
   '--sim-wake-time',
+  '--sim-compile-time',
 ] as const;
 
 export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
@@ -66,6 +80,7 @@ export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
   { names: ['--sim-version'], kind: 'string' },
   { names: ['--sim-gpu-memory'], kind: 'int' },
   { names: ['--sim-gpu-usage-dir'], kind: 'string' },
+  { names: ['--sim-read-weights'], kind: 'flag' },
 ];
 
 function duration(parsed: ParsedArgv, name: (typeof DURATION_KNOBS)[number]): number | undefined {
@@ -105,6 +120,8 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     gpuMemoryMib: positiveInt(parsed, '--sim-gpu-memory') ?? 0,
     gpuUsageDir: parsed.values.has('--sim-gpu-usage-dir') ? String(parsed.values.get('--sim-gpu-usage-dir')) : undefined,
     wakeTimeMs: duration(parsed, '--sim-wake-time') ?? SIM_KNOB_DEFAULTS.wakeTimeMs,
+    readWeights: parsed.values.get('--sim-read-weights') === true,
+    compileTimeMs: duration(parsed, '--sim-compile-time') ?? SIM_KNOB_DEFAULTS.compileTimeMs,
   };
 }
 

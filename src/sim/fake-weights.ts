@@ -1,0 +1,162 @@
+/**
+ * The vLLM double's weights and compile cache, for warm starts (issue 30):
+ * a start whose cost depends on the node's caches as a real engine's does.
+ *
+ * With --sim-read-weights the double reads every file of its model's
+ * snapshot in the Hugging Face hub cache, byte for byte, as vLLM does
+ * through huggingface_hub (HF_HUB_CACHE, else $HF_HOME/hub, else
+ * ~/.cache/huggingface/hub; the revision from refs/<name>, a commit as
+ * itself). It never downloads: a snapshot that is not there fails the start,
+ * offline or not, so the only way to the weights is the node's store.
+ *
+ * With --sim-compile-time it spends that long "compiling" unless
+ * VLLM_CACHE_ROOT (else ~/.cache/vllm, vllm/envs.py) holds its marker for
+ * this model, under torch_compile_cache/ as vLLM keeps its compiled graphs
+ * (vllm/compilation/backends.py); the marker is written once the time is
+ * spent, so a start killed mid-compile compiles again.
+ */
+import { createHash } from 'node:crypto';
+import { mkdir, open, readFile, readdir, rename, stat, writeFile } from 'node:fs/promises';
+import { homedir } from 'node:os';
+import { join, relative } from 'node:path';
+import { isNotFound } from '../lib/errno.js';
+
+/** Bytes read at a time: large reads, as safetensors loading does with mmap. */
+const READ_CHUNK_BYTES = 8 * 1024 * 1024;
+
+/** A commit named as the revision is the snapshot's folder itself. */
+const COMMIT = /^[0-9a-f]{40}$/;
+
+export interface WeightsRead {
+  snapshotDir: string;
+  commit: string;
+  files: number;
+  bytes: number;
+}
+
+/** The start cannot have its weights; the message is the engine's last line before it exits 1. */
+export class MissingWeightsError extends Error {}
+
+/** huggingface_hub's _is_true: "1", "ON", "YES", "TRUE" in any case. */
+export function hubOffline(env: NodeJS.ProcessEnv): boolean {
+  return ['1', 'ON', 'YES', 'TRUE'].includes((env.HF_HUB_OFFLINE ?? '').toUpperCase());
+}
+
+/** huggingface_hub's constants.HF_HUB_CACHE. */
+export function hubCacheDir(env: NodeJS.ProcessEnv): string {
+  if (env.HF_HUB_CACHE) return env.HF_HUB_CACHE;
+  const hfHome = env.HF_HOME || join(env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'huggingface');
+  return join(hfHome, 'hub');
+}
+
+/** vllm/envs.py VLLM_CACHE_ROOT. */
+export function vllmCacheRoot(env: NodeJS.ProcessEnv): string {
+  return env.VLLM_CACHE_ROOT || join(env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'vllm');
+}
+
+/** The snapshot of `repo` at `revision` in the hub cache; throws MissingWeightsError naming what is absent. */
+export async function findSnapshot(repo: string, revision: string, env: NodeJS.ProcessEnv): Promise<{ dir: string; commit: string }> {
+  const repoDir = join(hubCacheDir(env), `models--${repo.replaceAll('/', '--')}`);
+  const missing = (what: string) =>
+    new MissingWeightsError(
+      hubOffline(env)
+        ? `LocalEntryNotFoundError: cannot find an appropriate cached snapshot folder for ${repo} at revision ${revision} on the local disk (${what}) and outgoing traffic has been disabled (HF_HUB_OFFLINE=${env.HF_HUB_OFFLINE})`
+        : `no cached snapshot of ${repo} at revision ${revision} (${what}), and the double does not download (--sim-read-weights): pull it into the store first (llmgw models pull ${repo})`,
+    );
+  let commit = revision;
+  if (!COMMIT.test(revision)) {
+    try {
+      commit = (await readFile(join(repoDir, 'refs', ...revision.split('/')), 'utf8')).trim();
+    } catch (err) {
+      if (isNotFound(err)) throw missing(`no ${join(repoDir, 'refs', revision)}`);
+      throw err;
+    }
+  }
+  const dir = join(repoDir, 'snapshots', commit);
+  try {
+    if (!(await stat(dir)).isDirectory()) throw missing(`${dir} is not a folder`);
+  } catch (err) {
+    if (isNotFound(err)) throw missing(`no ${dir}`);
+    throw err;
+  }
+  return { dir, commit };
+}
+
+/** Every file under `dir`, following the snapshot's symlinks to their blobs. */
+async function snapshotFiles(dir: string): Promise<string[]> {
+  const out: string[] = [];
+  for (const e of await readdir(dir, { withFileTypes: true })) {
+    const path = join(dir, e.name);
+    if (e.isDirectory()) out.push(...(await snapshotFiles(path)));
+    else out.push(path);
+  }
+  return out.sort();
+}
+
+/**
+ * Reads every byte of the snapshot of `repo` at `revision`. `cancelled` is
+ * asked between reads, so a SIGTERM while loading ends the read. A link
+ * whose blob is gone fails the start as a half-removed model would.
+ */
+export async function readWeights(repo: string, revision: string, env: NodeJS.ProcessEnv, cancelled: () => boolean = () => false): Promise<WeightsRead> {
+  const { dir, commit } = await findSnapshot(repo, revision, env);
+  const files = await snapshotFiles(dir);
+  if (files.length === 0) throw new MissingWeightsError(`the cached snapshot ${dir} of ${repo} holds no file`);
+  const buf = Buffer.allocUnsafe(READ_CHUNK_BYTES);
+  let bytes = 0;
+  for (const path of files) {
+    let fh: Awaited<ReturnType<typeof open>>;
+    try {
+      fh = await open(path, 'r');
+    } catch (err) {
+      if (isNotFound(err)) throw new MissingWeightsError(`file ${relative(dir, path)} of the cached snapshot ${dir} has no blob (a dangling link)`);
+      throw err;
+    }
+    try {
+      for (;;) {
+        if (cancelled()) return { snapshotDir: dir, commit, files: files.length, bytes };
+        const { bytesRead } = await fh.read(buf, 0, buf.length, null);
+        if (bytesRead === 0) break;
+        bytes += bytesRead;
+      }
+    } finally {
+      await fh.close();
+    }
+  }
+  return { snapshotDir: dir, commit, files: files.length, bytes };
+}
+
+export interface CompileKey {
+  model: string;
+  /** The snapshot's commit when the weights were read; the revision otherwise. */
+  revision: string;
+  tp: number;
+  pp: number;
+  version: string;
+}
+
+/**
+ * Where the double records that it compiled this model: one folder per
+ * configuration hash, as vLLM's cache_dir is <root>/torch_compile_cache/<hash>/rank_<i>_<j>.
+ */
+export function compileMarkerPath(env: NodeJS.ProcessEnv, key: CompileKey): string {
+  const hash = createHash('sha256').update(JSON.stringify([key.model, key.revision, key.tp, key.pp, key.version])).digest('hex').slice(0, 10);
+  return join(vllmCacheRoot(env), 'torch_compile_cache', hash, 'rank_0_0', 'llmgw-sim-compiled.json');
+}
+
+export async function hasCompileMarker(path: string): Promise<boolean> {
+  try {
+    return (await stat(path)).isFile();
+  } catch (err) {
+    if (isNotFound(err)) return false;
+    throw err;
+  }
+}
+
+/** Written by rename, so a start killed while writing leaves no marker to trust. */
+export async function writeCompileMarker(path: string, key: CompileKey, compileMs: number): Promise<void> {
+  await mkdir(join(path, '..'), { recursive: true });
+  const tmp = `${path}.${process.pid}.tmp`;
+  await writeFile(tmp, `${JSON.stringify({ ...key, compileMs, compiledAt: new Date().toISOString() })}\n`);
+  await rename(tmp, path);
+}

@@ -1,0 +1,104 @@
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, unlinkSync, writeFileSync, existsSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { MissingWeightsError, compileMarkerPath, readWeights } from '../../src/sim/fake-weights.js';
+import { freePort } from '../helpers/engine-processes.js';
+import { FAKE_VLLM, killFakeEngines, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
+
+/*
+ * The vLLM double's start that depends on the node's caches (issue 30):
+ * --sim-read-weights reads the model's snapshot from the hub cache and fails
+ * without it; --sim-compile-time is skipped once VLLM_CACHE_ROOT holds the
+ * double's marker for the model.
+ */
+
+const COMMIT = 'c0ffee0000000000000000000000000000000001';
+const roots: string[] = [];
+afterEach(killFakeEngines);
+afterAll(() => {
+  for (const r of roots) rmSync(r, { recursive: true, force: true });
+});
+
+function tempRoot(): string {
+  const root = mkdtempSync(join(tmpdir(), 'llmgw-fake-weights-'));
+  roots.push(root);
+  return root;
+}
+
+/** A hub cache holding org/model at main, laid out as huggingface_hub writes it: blobs, snapshot links, refs/main. */
+function hubCache(root: string, files: Record<string, Buffer>): string {
+  const hub = join(root, 'hub');
+  const repo = join(hub, 'models--org--model');
+  mkdirSync(join(repo, 'blobs'), { recursive: true });
+  mkdirSync(join(repo, 'refs'), { recursive: true });
+  writeFileSync(join(repo, 'refs', 'main'), COMMIT);
+  for (const [i, [path, content]] of Object.entries(files).entries()) {
+    writeFileSync(join(repo, 'blobs', `blob${i}`), content);
+    const link = join(repo, 'snapshots', COMMIT, ...path.split('/'));
+    mkdirSync(join(link, '..'), { recursive: true });
+    const up = '../'.repeat(path.split('/').length + 1);
+    symlinkSync(`${up}blobs/blob${i}`, link);
+  }
+  return hub;
+}
+
+describe('the vLLM double reading its weights (--sim-read-weights)', () => {
+  it('reads every byte of every file of the snapshot refs/main points at, subfolders included', async () => {
+    const hub = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(9_000_001, 1), 'config.json': Buffer.from('{}'), 'sub/tokenizer.json': Buffer.alloc(5, 2) });
+    const read = await readWeights('org/model', 'main', { HF_HUB_CACHE: hub });
+    expect(read).toEqual({ snapshotDir: join(hub, 'models--org--model', 'snapshots', COMMIT), commit: COMMIT, files: 3, bytes: 9_000_001 + 2 + 5 });
+  });
+
+  it('finds the cache under HF_HOME/hub when HF_HUB_CACHE is not set, and a commit given as the revision without refs', async () => {
+    const root = tempRoot();
+    hubCache(root, { 'model.safetensors': Buffer.alloc(10) });
+    expect((await readWeights('org/model', COMMIT, { HF_HOME: root })).bytes).toBe(10);
+  });
+
+  it('says offline that the snapshot is not on the local disk, and online that it does not download', async () => {
+    const hub = join(tempRoot(), 'hub');
+    const offline = readWeights('org/model', 'main', { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' });
+    await expect(offline).rejects.toThrow(MissingWeightsError);
+    await expect(offline).rejects.toThrow(/^LocalEntryNotFoundError: cannot find an appropriate cached snapshot folder for org\/model at revision main .*outgoing traffic has been disabled/);
+    await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: hub })).rejects.toThrow(/does not download .*llmgw models pull org\/model/);
+  });
+
+  it('fails on a snapshot link whose blob is gone', async () => {
+    const hub = hubCache(tempRoot(), { 'a.safetensors': Buffer.alloc(3), 'b.safetensors': Buffer.alloc(3) });
+    unlinkSync(join(hub, 'models--org--model', 'blobs', 'blob1'));
+    await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' })).rejects.toThrow(/file b\.safetensors of the cached snapshot .* has no blob/);
+  });
+});
+
+describe('bin/fake-vllm with a cache-dependent start', () => {
+  it('exits 1 while loading, naming the missing snapshot, when its weights are not in the hub cache offline', async () => {
+    const root = tempRoot();
+    const port = await freePort();
+    const e = startFakeEngine(FAKE_VLLM, ['serve', 'org/model', '--port', String(port), '--sim-read-weights'], { HF_HUB_CACHE: join(root, 'hub'), HF_HUB_OFFLINE: '1' });
+    expect(await e.exited).toEqual({ code: 1, signal: null });
+    expect(e.output()).toMatch(/ERROR .*LocalEntryNotFoundError: cannot find an appropriate cached snapshot folder for org\/model/);
+    expect(e.output()).not.toMatch(/Application startup complete/);
+  });
+
+  it('compiles once, writes its marker under VLLM_CACHE_ROOT, and a second start with the marker skips a compile it could not finish', async () => {
+    const root = tempRoot();
+    const hub = hubCache(root, { 'model.safetensors': Buffer.alloc(1000, 7) });
+    const env = { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1', VLLM_CACHE_ROOT: join(root, 'vllm') };
+    const marker = compileMarkerPath(env, { model: 'org/model', revision: COMMIT, tp: 1, pp: 1, version: '0.27.1' });
+    const start = async (compile: string) => {
+      const e = startFakeEngine(FAKE_VLLM, ['serve', 'org/model', '--port', String(await freePort()), '--sim-read-weights', '--sim-compile-time', compile], env);
+      await outputMatches(e, /Application startup complete/, 30_000);
+      return e;
+    };
+    const first = await start('200ms');
+    expect(first.output()).toMatch(/Loading weights took [\d.]+ seconds: 1 files, 1000 bytes/);
+    expect(first.output()).toMatch(/Compiling a graph/);
+    expect(existsSync(marker)).toBe(true);
+    await killFakeEngines();
+    // An hour of compile: READY within the wait above only if the marker is used.
+    const second = await start('1h');
+    expect(second.output()).toMatch(/Directly load the compiled graph\(s\) for dynamic shape from the cache/);
+    expect(second.output()).not.toMatch(/Compiling a graph/);
+  });
+});

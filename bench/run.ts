@@ -7,7 +7,8 @@
  *
  * --quick shortens the long figures (5: 15 s instead of 60 s, 2,000 instead
  * of 10,000 heartbeats; 8: 96 instead of 500 shards; 12 and 13: 2 stops and
- * 3 starts per engine instead of 5 and 10) for a trial run.
+ * 3 starts per engine instead of 5 and 10; 14: 3 pull rounds instead of 7,
+ * 2 wakes instead of 3) for a trial run.
  * --cpu-prof runs every agent under `node --cpu-prof`, writing .cpuprofile
  * files to DIR (open them in Chrome DevTools); such a run's figures are
  * printed but not written to RESULTS.md, as profiling slows the agent.
@@ -56,6 +57,7 @@ import { readyAfterAnswerFigure, stopDrainFigure } from './engine-behaviour-figu
 import { fleetFigure } from './fleet-figure.js';
 import { floorFigures } from './floor-figures.js';
 import { readinessFigure } from './readiness-figure.js';
+import { warmStartFigures } from './warm-start-figures.js';
 import { parseStartShard } from '../src/lib/shard-id.js';
 
 interface Row {
@@ -700,6 +702,7 @@ FIGURES.floor = () => floorFigures(rows, notes, quick);
 FIGURES['11'] = () => readinessFigure(rows, notes, quick);
 FIGURES['12'] = () => stopDrainFigure(rows, notes, quick);
 FIGURES['13'] = () => readyAfterAnswerFigure(rows, notes, quick);
+FIGURES['14'] = () => warmStartFigures(rows, notes, quick);
 
 function table(): string {
   const head = '| # | figure | measured | reference | target | met |\n|---|---|---|---|---|---|';

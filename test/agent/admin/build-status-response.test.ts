@@ -10,9 +10,10 @@ import { silentLogger } from '../../../src/lib/logger.js';
 import type { AdminBackend } from '../../../src/agent/admin/admin-backend.js';
 import { buildStatusResponse, shardInfoOf } from '../../../src/agent/admin/build-status-response.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
+import { shardSnapshot } from '../../helpers/shard-snapshot.js';
 import type { GpuHealthView } from '../../../src/agent/admin/admin-backend.js';
 import { runPreflight } from '../../../src/agent/discovery/preflight.js';
-import { GpuProcessSchema, GpuSchema, InventorySchema, ShardState, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { GpuProcessSchema, GpuSchema, InventorySchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 
 const H100 = { name: 'NVIDIA H100 80GB HBM3', memoryTotalMb: 81559, healthy: true };
 
@@ -61,24 +62,7 @@ describe('buildStatusResponse', () => {
   });
 
   it("gives each shard's in flight and tokens per second as the agent last read them, and -1 for what it does not know", () => {
-    const snapshot = (load: ShardSnapshot['load']): ShardSnapshot =>
-      ({
-        shardId: 's1',
-        replicaId: 'r1',
-        spec: create(StartShardSchema, { shardId: 's1', gpuIndices: [0], profile: { engine: 'vllm', model: 'm' } }),
-        state: ShardState.READY,
-        pid: 42,
-        adopted: false,
-        servesHttp: true,
-        error: '',
-        exitCode: null,
-        signal: null,
-        lastOutput: [],
-        startedAtMs: 0,
-        logPath: '/tmp/s1.log',
-        running: true,
-        load,
-      }) as unknown as ShardSnapshot;
+    const snapshot = (load: ShardSnapshot['load']): ShardSnapshot => shardSnapshot('s1', { load });
     expect(shardInfoOf(snapshot({ inFlight: 3, tokensPerSecond: 412.5 }))).toMatchObject({ inFlight: 3, tokensPerSecond: 412.5 });
     expect(shardInfoOf(snapshot({ inFlight: 0, tokensPerSecond: undefined }))).toMatchObject({ inFlight: 0, tokensPerSecond: -1 });
     expect(shardInfoOf(snapshot(undefined))).toMatchObject({ inFlight: -1, tokensPerSecond: -1 });

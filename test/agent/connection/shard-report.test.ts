@@ -3,7 +3,7 @@ import { describe, expect, it } from 'vitest';
 import { ProfileSchema, ShardState, StartShardSchema, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { refusedStatus, runningShardFromSnapshot, statusFromSnapshot } from '../../../src/agent/connection/shard-report.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
-import { parseShardId } from '../../../src/lib/shard-id.js';
+import { shardSnapshot } from '../../helpers/shard-snapshot.js';
 
 function startSpec(over: Partial<Omit<StartShard, '$typeName' | '$unknown'>> = {}): StartShard {
   return create(StartShardSchema, {
@@ -23,23 +23,7 @@ function startSpec(over: Partial<Omit<StartShard, '$typeName' | '$unknown'>> = {
 }
 
 function snapshot(over: Partial<ShardSnapshot> = {}): ShardSnapshot {
-  return {
-    shardId: parseShardId('s1'),
-    replicaId: 'rep-1',
-    spec: startSpec(),
-    state: ShardState.READY,
-    pid: 4242,
-    adopted: false,
-    servesHttp: true,
-    error: '',
-    exitCode: null,
-    signal: null,
-    lastOutput: [],
-    startedAtMs: 0,
-    logPath: '/dev/null',
-    running: true,
-    ...over,
-  };
+  return shardSnapshot('s1', { replicaId: 'rep-1', spec: startSpec(), logPath: '/dev/null', ...over });
 }
 
 describe('statusFromSnapshot', () => {

@@ -5,25 +5,10 @@ import { ShardMetrics } from '../../../src/agent/metrics/shard-metrics.js';
 import type { EngineLoad } from '../../../src/agent/supervisor/probes/load-meter.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { ShardState, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { shardSnapshot } from '../../helpers/shard-snapshot.js';
 
 function shard(id: string, state: ShardState, load: EngineLoad | undefined): ShardSnapshot {
-  return {
-    shardId: id,
-    replicaId: `r-${id}`,
-    spec: create(StartShardSchema, { shardId: id, gpuIndices: [0, 1], profile: { engine: 'vllm', model: 'm' } }),
-    state,
-    pid: 42,
-    adopted: false,
-    servesHttp: true,
-    error: '',
-    exitCode: null,
-    signal: null,
-    lastOutput: [],
-    startedAtMs: 0,
-    logPath: `/tmp/${id}.log`,
-    running: true,
-    load,
-  } as unknown as ShardSnapshot;
+  return shardSnapshot(id, { state, load, spec: create(StartShardSchema, { shardId: id, gpuIndices: [0, 1], profile: { engine: 'vllm', model: 'm' } }) });
 }
 
 describe('ShardMetrics', () => {

@@ -3,6 +3,7 @@ import { type ControlMessage, type GpuEvent, GpuEventKind, type Inventory, Shard
 import { usageError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
+import { isTerminal } from '../lib/shard-states.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionStatus } from './connection/connection-state.js';
@@ -139,6 +140,12 @@ export class Agent {
       logger: this.log,
     });
     opts.supervisor.on('transition', (t) => this.events.record(shardTransitionEvent(t)));
+    // An ended shard whose engine is gone reads no weights: its model may be
+    // evicted again (a start of it pins the model anew). One whose engine
+    // still runs (not ready in time) keeps the pin until it is stopped.
+    opts.supervisor.on('transition', (t) => {
+      if (isTerminal(t.to) && !t.shard.running) void this.models.unpin(t.shard.shardId);
+    });
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.reporter.send({ case: 'inventory', value: this.inventory }));
     const report = (status: ShardStatus) => this.reporter.report(status);

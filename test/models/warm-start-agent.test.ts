@@ -110,6 +110,16 @@ describe('warm starts through the agent', () => {
     cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: 'w1' }) });
     await stopped;
     await until(() => !existsSync(pinPath(cacheDir, 'acme/tiny', 'w1')), 'the pin of w1 removed after its stop');
+
+    // An engine that dies: its shard stays listed FAILED, but reads no weights, so its pin goes without a stop.
+    const failed = cp.waitFor('node-a', shardIs('w2', ShardState.FAILED), 20_000);
+    const w2 = cp.waitFor('node-a', shardIs('w2', ShardState.READY), 30_000);
+    cp.send('node-a', { case: 'start', value: modelStart('w2', await freePort(), 0) });
+    const w2Pid = ((await w2).msg.value as ShardStatus).pid;
+    expect(existsSync(pinPath(cacheDir, 'acme/tiny', 'w2'))).toBe(true);
+    process.kill(w2Pid, 'SIGKILL');
+    await failed;
+    await until(() => !existsSync(pinPath(cacheDir, 'acme/tiny', 'w2')), 'the pin of w2 removed once its engine died');
   });
 
   it('makes two StartShards of a model mid-pull wait for the one download, then both start offline', async () => {

@@ -19,30 +19,48 @@ export function shardHubModel(spec: Pick<StartShard, 'profile'>): string | undef
  * loading or serving engine reads, and unpinned when the shard is removed.
  * A pin outlives an agent crash on purpose; reconcile() at the next start
  * removes those of shards the agent no longer has, so a crash never keeps a
- * model for ever.
+ * model for ever. A shard's pins and unpins run one after another, in the
+ * order asked: the unpin of a run that ended must never land after the pin
+ * of the next run of the same shard id.
  */
 export class ShardModelPins {
   /** Shard id → the model it pinned, for the unpin. */
   private readonly held = new Map<string, string>();
+  /** Shard id → its last pin or unpin, which the next one waits for. */
+  private readonly queue = new Map<string, Promise<void>>();
 
   constructor(private readonly layout: StoreLayout) {}
 
   /** Pins the shard's model; nothing for a model that is not a hub id. */
-  async pin(spec: Pick<StartShard, 'shardId' | 'profile'>): Promise<void> {
+  pin(spec: Pick<StartShard, 'shardId' | 'profile'>): Promise<void> {
     const repo = shardHubModel(spec);
-    if (repo === undefined) return;
-    const before = this.held.get(spec.shardId);
-    if (before !== undefined && before !== repo) await unpinModel(this.layout, before, spec.shardId);
-    await pinModel(this.layout, repo, spec.shardId);
-    this.held.set(spec.shardId, repo);
+    if (repo === undefined) return Promise.resolve();
+    return this.inTurn(spec.shardId, async () => {
+      const before = this.held.get(spec.shardId);
+      if (before !== undefined && before !== repo) await unpinModel(this.layout, before, spec.shardId);
+      await pinModel(this.layout, repo, spec.shardId);
+      this.held.set(spec.shardId, repo);
+    });
   }
 
   /** Lets go of what the shard pinned; nothing when it pinned nothing. */
-  async unpin(shardId: string): Promise<void> {
-    const repo = this.held.get(shardId);
-    if (repo === undefined) return;
-    this.held.delete(shardId);
-    await unpinModel(this.layout, repo, shardId);
+  unpin(shardId: string): Promise<void> {
+    return this.inTurn(shardId, async () => {
+      const repo = this.held.get(shardId);
+      if (repo === undefined) return;
+      this.held.delete(shardId);
+      await unpinModel(this.layout, repo, shardId);
+    });
+  }
+
+  private inTurn(shardId: string, step: () => Promise<void>): Promise<void> {
+    const run = (this.queue.get(shardId) ?? Promise.resolve()).then(step, step);
+    const settled = run.catch(() => {});
+    this.queue.set(shardId, settled);
+    void settled.then(() => {
+      if (this.queue.get(shardId) === settled) this.queue.delete(shardId);
+    });
+    return run;
   }
 
   /**

@@ -177,6 +177,11 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     for (const [index, g] of now) {
       const old = this.#gpus.get(index);
       if (old && old.uuid === g.uuid && old.pciBusId === g.pciBusId) continue;
+      // A lost GPU's UUID cannot be read, so a scan while it is lost lists
+      // it with none: the card it was, still lost, not another card. Taken
+      // for another, its faults were dropped without a word and the reset
+      // that followed was never reported.
+      if (old && g.uuid === '') continue;
       const returning = this.#gone.get(index);
       this.#gpus.set(index, g);
       this.#gone.delete(index);

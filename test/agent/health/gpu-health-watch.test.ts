@@ -217,6 +217,21 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch: how faults
     expect(watch.faultOf(1)).toBeUndefined();
   });
 
+  it('keeps a lost GPU lost when a scan lists it with no UUID (it cannot be read while lost), and reports its reset', async () => {
+    const { watch, nvml, events, inject } = setup({ kmsg: 'none' });
+    await watch.start();
+    const read = (r: { ok: boolean; value?: string }) => (r.ok ? (r.value as string) : '');
+    const asScanned = [0, 1, 2, 3, 4, 5, 6, 7].map((index) => ({ index, uuid: read(nvml.uuid(index)), pciBusId: read(nvml.pciBusId(index)) }));
+    inject('lost 1');
+    await vi.waitFor(() => expect(events.map((e) => e.kind)).toEqual([GpuEventKind.GPU_LOST]), WAIT);
+    // The rescan while it is lost: GPU 1 is there, its UUID and bus id unreadable.
+    watch.setGpus(asScanned.map((g) => (g.index === 1 ? { index: 1, uuid: '', pciBusId: '' } : g)));
+    expect(watch.faultOf(1)?.message).toMatch(/GPU is lost/);
+    inject('reset 1');
+    await vi.waitFor(() => expect(events.map((e) => e.kind)).toEqual([GpuEventKind.GPU_LOST, GpuEventKind.RESET]), WAIT);
+    expect(events.at(-1)?.message).toMatch(/^GPU reset: NVML answers for it again under the same UUID/);
+  });
+
   it('keeps an Xid 79 only the kernel log reported while NVML answers: NVML answering is no reset', async () => {
     const { watch, events, kmsgPath } = setup({ kmsg: 'file' });
     await watch.start();

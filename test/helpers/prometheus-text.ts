@@ -27,10 +27,16 @@ const METRIC_NAME = /^[a-zA-Z_:][a-zA-Z0-9_:]*$/;
 const LABEL_NAME = /^[a-zA-Z_][a-zA-Z0-9_]*$/;
 const TYPES = new Set<MetricType>(['counter', 'gauge', 'histogram', 'summary', 'untyped']);
 
+/**
+ * A sample value as Prometheus reads it: its text parser takes values with
+ * Go's strconv.ParseFloat (model/textparse/promparse.go), which matches NaN,
+ * Inf and Infinity ignoring case. prom-client's event-loop-lag gauges print
+ * "Nan" before their first sample, which Prometheus takes.
+ */
 function parseValue(s: string, line: string): number {
-  if (s === '+Inf') return Number.POSITIVE_INFINITY;
-  if (s === '-Inf') return Number.NEGATIVE_INFINITY;
-  if (s === 'NaN') return Number.NaN;
+  if (/^\+?inf(inity)?$/i.test(s)) return Number.POSITIVE_INFINITY;
+  if (/^-inf(inity)?$/i.test(s)) return Number.NEGATIVE_INFINITY;
+  if (/^nan$/i.test(s)) return Number.NaN;
   if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(s)) throw new Error(`not a sample value ${JSON.stringify(s)}: ${line}`);
   return Number(s);
 }

@@ -2,10 +2,11 @@ import { create } from '@bufbuild/protobuf';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { sampleStateFile } from '../../helpers/sample-state-file.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { parseStateText, readStateFile, type ShardStateFile, updateStateFile, writeStateFile } from '../../../src/lib/files/state-file.js';
-import { parseShardId, parseStartShard } from '../../../src/lib/shard-id.js';
+import { parseStartShard } from '../../../src/lib/shard-id.js';
 
 /* The sleep a restarted agent must adopt (issue 30): EngineRecord.sleepLevel on disk. */
 
@@ -15,20 +16,10 @@ beforeEach(() => {
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
-const sample = (): ShardStateFile => ({
-  schemaVersion: 1,
-  shardId: parseShardId('s0'),
-  replicaId: 'r0',
-  spec: parseStartShard(create(StartShardSchema, { shardId: 's0', replicaId: 'r0', gpuIndices: [0], profile: { engine: 'vllm', sleepMode: true } })),
-  servesHttp: true,
-  inFlightMetric: 'vllm:num_requests_running',
-  pid: 1234,
-  pgid: 1234,
-  identity: { startTime: '99', bootId: 'b' },
-  launcher: 'direct',
-  logPath: '/var/log/llmgw/shards/s0.log',
-  createdAtMs: 1,
-});
+const sample = (): ShardStateFile =>
+  sampleStateFile({
+    spec: parseStartShard(create(StartShardSchema, { shardId: 's0', replicaId: 'r0', gpuIndices: [0], profile: { engine: 'vllm', sleepMode: true } })),
+  });
 
 describe('sleepLevel in the state file', () => {
   it('is written while asleep, read back, and gone from the file once woken', async () => {

@@ -2,6 +2,7 @@ import { create } from '@bufbuild/protobuf';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, readdirSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { sampleStateFile } from '../../helpers/sample-state-file.js';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import {
   type ShardStateFile,
@@ -23,22 +24,7 @@ afterEach(() => rmSync(dir, { recursive: true, force: true }));
 /** Where the agent keeps shard `id`'s state file, in a `shards` directory. */
 const stateFilePath = (shardsDir: string, id: string): string => join(shardsDir, `${id}.json`);
 
-const sample = (): ShardStateFile => ({
-  schemaVersion: 1,
-  shardId: parseShardId('s0'),
-  replicaId: 'r0',
-  spec: parseStartShard(create(StartShardSchema, { shardId: 's0', replicaId: 'r0', gpuIndices: [0, 1], profile: { engine: 'vllm', args: ['--x'] } })),
-  servesHttp: true,
-  inFlightMetric: 'vllm:num_requests_running',
-  generationTokensMetric: 'vllm:generation_tokens_total',
-  drainRequested: false,
-  pid: 1234,
-  pgid: 1234,
-  identity: { startTime: '99', bootId: 'b' },
-  launcher: 'direct',
-  logPath: '/var/log/llmgw/shards/s0.log',
-  createdAtMs: 1,
-});
+const sample = (): ShardStateFile => sampleStateFile();
 
 describe('state files', () => {
   it('round-trips, written 0600 with no temp file left behind', async () => {

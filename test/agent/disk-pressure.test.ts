@@ -64,7 +64,7 @@ describe.skipIf(process.getuid?.() !== 0)('a full log disk', () => {
       const pressure = cp.waitFor('node-a', inventoryWithPressure(true), 10_000);
       const filler = fill(dirs.logDir);
       const told = diskPressure((await pressure).msg.value as Inventory);
-      expect(told?.reason).toMatch(/^log_dir .* has \d+(\.\d)? (B|KiB) free \(< 2 MiB\)$/);
+      expect(told?.reason).toMatch(/^log_dir .* has \d+(\.\d)? (B|KiB|MiB) free \(< 2 MiB\)$/);
       expect(told?.since).toBeDefined();
       expect(agent.logs().filter((r) => r.msg === 'disk pressure')).toHaveLength(1);
 

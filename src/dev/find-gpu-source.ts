@@ -5,7 +5,7 @@ import { parseQueryGpu } from '../agent/discovery/parse-query-gpu.js';
 import { probeGpus } from '../agent/discovery/probe-gpus.js';
 import { usageError } from '../lib/errors.js';
 import { nearestName } from '../lib/nearest-name.js';
-import { DEFAULT_FAKE_GPUS, FAKE_GPU_DATASETS_DIR, fakeGpuDatasetDir } from '../sim/fake-nvidia-smi.js';
+import { DEFAULT_FAKE_GPUS, FAKE_GPU_DATASETS_DIR, fakeGpuDatasetDir } from '../sim/fake-gpu-datasets.js';
 
 /** How long looking for real GPUs may take: a hung driver must not hold up a laptop demo. */
 export const REAL_GPU_PROBE_TIMEOUT_MS = 5_000;

@@ -3,7 +3,6 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
-import { loopOption } from '../../src/sim/fake-nvidia-smi.js';
 import { FAKE_NVIDIA_SMI, gpuFixture } from '../helpers/fake-gpus.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-fake-smi-'));
@@ -43,12 +42,30 @@ describe('bin/fake-nvidia-smi', () => {
     expect(r.exitCode).toBe(141);
   });
 
-  it('takes the loop interval in every spelling nvidia-smi does', () => {
-    expect(loopOption(['-q', '-l', '2'])).toEqual({ intervalMs: 2000, rest: ['-q'] });
-    expect(loopOption(['--loop=3', '-q'])).toEqual({ intervalMs: 3000, rest: ['-q'] });
-    expect(loopOption(['-lms', '250'])).toEqual({ intervalMs: 250, rest: [] });
-    expect(loopOption(['--loop-ms=100', '--query-gpu=index'])).toEqual({ intervalMs: 100, rest: ['--query-gpu=index'] });
-    expect(loopOption(['--query-gpu=index'])).toEqual({ intervalMs: undefined, rest: ['--query-gpu=index'] });
+  it('takes the loop interval in every spelling nvidia-smi does, and refuses one it cannot read', async () => {
+    // Each spelling repeats -L: 4 lines a round, so more than 4 lines within the timeout is a loop.
+    const spellings = [['-l', '1'], ['--loop=1'], ['-lms', '100'], ['--loop-ms=100']];
+    const runs = await Promise.all(spellings.map((loop) => execa(FAKE_NVIDIA_SMI, ['-L', ...loop], { reject: false, timeout: 1500, env: { LLMGW_FAKE_GPUS: 'pcie-l40sx4' } })));
+    for (const [i, r] of runs.entries()) {
+      expect(r.timedOut, spellings[i]?.join(' ')).toBe(true);
+      expect(r.stdout.split('\n').length, spellings[i]?.join(' ')).toBeGreaterThan(4);
+    }
+    for (const loop of [['--loop=abc'], ['-lms', '0'], ['-l']]) {
+      const r = await smi(['-L', ...loop]);
+      expect(r.exitCode, loop.join(' ')).toBe(2);
+      expect(r.stdout).toMatch(/^Invalid combination of input arguments/);
+    }
+  });
+
+  it('stops with its sleep when told to, leaving no process behind', async () => {
+    const sub = execa(FAKE_NVIDIA_SMI, ['-L'], { reject: false, timeout: 20_000, env: { LLMGW_FAKE_NVIDIA_SMI_SLEEP: '3600' } });
+    await new Promise((r) => setTimeout(r, 300));
+    const children = () => execa('pgrep', ['-P', String(sub.pid)], { reject: false });
+    expect((await children()).stdout).not.toBe('');
+    sub.kill('SIGTERM');
+    const r = await sub;
+    expect(r.exitCode).toBe(143);
+    expect((await execa('pgrep', ['-f', '^sleep 3600$'], { reject: false })).stdout).toBe('');
   });
 
   it('refuses compute_cap on the old driver the way nvidia-smi does', async () => {

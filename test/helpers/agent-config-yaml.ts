@@ -38,6 +38,10 @@ export interface AgentProcessOptions {
   simEnabled?: boolean;
   /** discovery.foreign_memory_share; the default (5%) refuses the fake box's GPUs 3 and 4. */
   foreignMemoryShare?: string;
+  /** discovery.nvidia_smi; bin/fake-nvidia-smi by default. */
+  nvidiaSmi?: string;
+  /** discovery.nvml_library (test/agent/discovery/fake-nvml.ts builds one); none by default. */
+  nvmlLibrary?: string;
   /** More supervisor keys, as YAML lines without their indent (`stall_timeout: 5s`). */
   supervisor?: string[];
   /**
@@ -98,7 +102,8 @@ function agentConfigLines(o: AgentProcessOptions): string {
     'adopt_ready_timeout: 20s',
     'mgmt_interface: lo',
     'discovery:',
-    `  nvidia_smi: ${FAKE_NVIDIA_SMI}`,
+    `  nvidia_smi: ${o.nvidiaSmi ?? FAKE_NVIDIA_SMI}`,
+    ...(o.nvmlLibrary ? [`  nvml_library: ${o.nvmlLibrary}`] : []),
     `  sysfs_root: ${FIXTURE_SYSFS}`,
     '  timeout: 5s',
     `  interval: ${o.discoveryInterval ?? '60s'}`,

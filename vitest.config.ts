@@ -4,15 +4,18 @@ import SlowFirstSequencer from './test/slow-first-sequencer.js';
 export default defineConfig({
   test: {
     include: ['test/**/*.test.ts'],
-    // Tests start real processes and sockets; on a 2-core machine a few
-    // files at a time keeps timing-sensitive checks honest.
-    maxWorkers: 2,
+    // Tests start real processes and sockets, and much of their time is
+    // waiting on them: with 2 workers on this 2-core machine the CPUs sat 40%
+    // idle (/proc/stat over a full run, 2026-12-02), and 3 workers ran the
+    // suite in 390 s against 503 s, 74% busy, every test passing. That was
+    // after the fake nvidia-smi became a shell script; before it, 3 workers
+    // were barely faster and timing-sensitive systemd-lab tests failed.
+    maxWorkers: 3,
     // Each file still gets its own module instances and hooks, but in a
     // worker reused from the file before, not a freshly forked one: starting
     // a fork and importing src/ again cost 3-5 s per file on this machine,
-    // some 200 files. Tests that change process-wide state (env, umask, PATH)
-    // put it back in their own hooks. 3 workers were measured too: barely
-    // faster here, and timing-sensitive systemd-lab tests failed.
+    // some 250 files. Tests that change process-wide state (env, umask, PATH)
+    // put it back in their own hooks.
     isolate: false,
     testTimeout: 30_000,
     hookTimeout: 30_000,

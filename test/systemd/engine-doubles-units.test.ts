@@ -4,9 +4,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, ShardState, type ShardStatus, type StartShard, StartShardSchema, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, ShardState, type ShardStatus, SleepShardSchema, type StartShard, StartShardSchema, StopShardSchema, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
 import { type AgentDirs, agentConfigYaml, agentDirs } from '../helpers/agent-config-yaml.js';
-import { freePort, } from '../helpers/engine-processes.js';
+import { freePort, until } from '../helpers/engine-processes.js';
 import { FAKE_SGLANG, FAKE_VLLM, consumeStream } from '../helpers/fake-engines.js';
 import { freeFakeGpu } from '../helpers/fake-gpus.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
@@ -85,6 +86,8 @@ function agentLog(): string {
     return '(no agent log)';
   }
 }
+
+const usageDir = (root: string) => join(root, 'gpu-usage');
 
 const shardLog = (id: string) => readFileSync(join(f.dirs.logDir, 'shards', `${id}.log`), 'utf8');
 
@@ -187,7 +190,9 @@ describe.skipIf(unavailable !== undefined)(
       f = { lab, cp, root, dirs };
       const configPath = join(root, 'agent.yaml');
       writeFileSync(configPath, configYaml(cp.url, dirs));
-      const { installed, reloaded } = await installAgentUnit(lab, { configPath, dropIn: agentLogDropIn(join(root, 'agent.log')) });
+      // What the doubles hold on their GPUs, where the agent's nvidia-smi sees it (the sleep test).
+      const dropIn = `${agentLogDropIn(join(root, 'agent.log'))}Environment=LLMGW_FAKE_GPU_USAGE_DIR=${usageDir(root)}\n`;
+      const { installed, reloaded } = await installAgentUnit(lab, { configPath, dropIn });
       expect(installed.exitCode, String(installed.stderr)).toBe(0);
       expect(reloaded.exitCode).toBe(0);
       const registered = f.cp.cp.waitFor(NODE, isRegister, 30_000);
@@ -243,6 +248,31 @@ describe.skipIf(unavailable !== undefined)(
       expect(cgroupProcs(run.controlGroup)).toEqual([]);
       for (const pid of run.before) expect(hostAlive(pid), `host pid ${pid} of the unit still runs`).toBe(false);
       expect(await f.lab.show(unitOf('dg1'), 'LoadState')).toBe('not-found');
+    });
+
+    it('sleeps a vLLM shard in its unit (the sleep flags and dev-mode env reach the unit), sees its GPU memory released, and wakes it READY and answering', async () => {
+      const port = await freePort();
+      const gpu = freeFakeGpu(5);
+      const spec = doubleStart('vllm', 'dv2', port, [gpu], ['--sim-gpu-memory', '8000', '--sim-gpu-usage-dir', usageDir(f.root)]);
+      if (spec.profile) spec.profile.sleepMode = true;
+      await startShard(spec);
+      expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBe(8000);
+      const send = async (msg: 'sleep' | 'wake', state: ShardState) => {
+        const got = f.cp.cp.waitFor(NODE, (m) => m.msg.case === 'shard' && m.msg.value.shardId === 'dv2' && (m.msg.value.state === state || m.msg.value.error !== ''), 30_000);
+        if (msg === 'sleep') f.cp.cp.send(NODE, { case: 'sleep', value: create(SleepShardSchema, { shardId: 'dv2', level: 1 }) });
+        else f.cp.cp.send(NODE, { case: 'wake', value: create(WakeShardSchema, { shardId: 'dv2' }) });
+        return statusOf(await got);
+      };
+      const sleeping = await send('sleep', S.SLEEPING);
+      expect(S[sleeping.state], `${sleeping.error}\n${agentLog()}`).toBe('SLEEPING');
+      await until(() => agentLog().includes('shard asleep: GPU memory released'), 'dv2 seen asleep', 30_000);
+      expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBeLessThan(8000 / 2);
+      const woken = await send('wake', S.READY);
+      expect(S[woken.state], `${woken.error}\n${agentLog()}`).toBe('READY');
+      expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBe(8000);
+      expect(await consumeStream(await streamCompletion(port, 2))).toMatchObject({ tokens: 2, done: true });
+      expect(statesOf('dv2')).not.toContain('FAILED');
+      expect(S[(await stopShard('dv2')).status.state]).toBe('STOPPED');
     });
 
     it('an SGLang shard, whose /health_generate takes at least 1 s, becomes READY and stays READY through eight 500 ms probe intervals', async () => {

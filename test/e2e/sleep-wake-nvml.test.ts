@@ -6,9 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, SleepShardSchema, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
 import { buildFakeNvml, fakeNvmlUnavailable } from '../agent/discovery/fake-nvml.js';
-import { type AgentDirs, type AgentProcess, agentDirs, FAKE_NVIDIA_SMI, startAgentProcess } from '../helpers/agent-process.js';
+import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, FAKE_NVIDIA_SMI, startAgentProcess } from '../helpers/agent-process.js';
 import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
-import { freePort, killEverything, removeDir, until } from '../helpers/engine-processes.js';
+import { freePort, until } from '../helpers/engine-processes.js';
 import { consumeStream } from '../helpers/fake-engines.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
@@ -51,14 +51,7 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('sleep and wake read throug
     await registered;
   });
 
-  afterAll(async () => {
-    await agent?.stop();
-    await cp?.close();
-    if (dirs) {
-      await killEverything(dirs.logDir);
-      removeDir(dirs.root);
-    }
-  });
+  afterAll(() => endAgentFixture({ agent, cp, dirs }));
 
   it('sleeps a vLLM shard once NVML shows its memory released, and wakes it READY once NVML shows it back', async () => {
     const port = await freePort();

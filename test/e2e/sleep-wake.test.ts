@@ -6,9 +6,9 @@ import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, type RunningShard, ShardState, type ShardStatus, SleepShardSchema, type StartShard, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
-import { type AgentDirs, type AgentProcess, agentDirs, startAgentProcess } from '../helpers/agent-process.js';
+import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
 import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
-import { freePort, isRunning, killEverything, removeDir, until } from '../helpers/engine-processes.js';
+import { freePort, isRunning, until } from '../helpers/engine-processes.js';
 import { consumeStream } from '../helpers/fake-engines.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
@@ -37,14 +37,7 @@ beforeAll(async () => {
   await registered;
 });
 
-afterAll(async () => {
-  await agent?.stop();
-  await cp?.close();
-  if (dirs) {
-    await killEverything(dirs.logDir);
-    removeDir(dirs.root);
-  }
-});
+afterAll(() => endAgentFixture({ agent, cp, dirs }));
 
 function sleepyStart(id: string, port: number, sleepMode = true, gpu = 5, engine: 'vllm' | 'sglang' = 'vllm'): StartShard {
   const spec = doubleStart(engine, id, port, { gpus: [gpu], args: ['--sim-gpu-memory', '70000', '--sim-gpu-usage-dir', usageDir, '--sim-token-latency', '30ms'] });

@@ -55,6 +55,20 @@ export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
   };
 }
 
+/**
+ * Ends a file's shared agent and control plane, then every engine under its
+ * directories, and removes them: a file's afterAll, whatever its tests did
+ * (each part may be missing when beforeAll failed half-way).
+ */
+export async function endAgentFixture(f: { agent?: AgentProcess; cp?: { close(): Promise<void> }; dirs?: AgentDirs }): Promise<void> {
+  await f.agent?.stop();
+  await f.cp?.close();
+  if (f.dirs) {
+    await killEverything(f.dirs.logDir);
+    removeDir(f.dirs.root);
+  }
+}
+
 /** Registers cleanup of every engine started under `dirs`, whatever the test's outcome. */
 export function cleanUpEnginesAfterTest(dirs: AgentDirs): void {
   onTestFinished(() => killEverything(dirs.logDir));

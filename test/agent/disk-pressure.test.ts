@@ -66,6 +66,8 @@ describe.skipIf(process.getuid?.() !== 0)('a full log disk', () => {
       const told = diskPressure((await pressure).msg.value as Inventory);
       expect(told?.reason).toMatch(/^log_dir .* has \d+(\.\d)? (B|KiB|MiB) free \(< 2 MiB\)$/);
       expect(told?.since).toBeDefined();
+      // The log line comes over the agent's stderr pipe, which the test may read after the stream's message.
+      await until(() => agent.logs().some((r) => r.msg === 'disk pressure'), "the agent's 'disk pressure' log line", 10_000);
       expect(agent.logs().filter((r) => r.msg === 'disk pressure')).toHaveLength(1);
 
       // Long enough for each engine to have had dozens of lines refused (50 a second).
@@ -93,7 +95,7 @@ describe.skipIf(process.getuid?.() !== 0)('a full log disk', () => {
       const cleared = cp.waitFor('node-a', inventoryWithPressure(false), 10_000);
       rmSync(filler);
       await cleared;
-      expect(agent.logs().some((r) => r.msg === 'disk pressure cleared')).toBe(true);
+      await until(() => agent.logs().some((r) => r.msg === 'disk pressure cleared'), "the agent's 'disk pressure cleared' log line", 10_000);
       const resumedFrom = new Map(engines.map((e) => [e.id, size(logOf(e.id))]));
       for (const e of engines) {
         await until(() => size(logOf(e.id)) > (resumedFrom.get(e.id) as number) + 1024, `${e.id}'s log to grow again`, 10_000);

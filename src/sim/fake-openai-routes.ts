@@ -19,7 +19,18 @@ export interface RouteContext {
   submit(req: SchedRequest): () => void;
   /** Tokens generated when a request gives no max_tokens. */
   defaultMaxTokens: number;
+  /**
+   * The engine runs on weights it no longer holds (a vLLM level-2 wake
+   * without reload_weights, an SGLang resume without a CPU backup or a
+   * reload): it still answers, every token garbage. vLLM PR #54235 measured
+   * "sleep?level=2 → wake_up → chat completion returns '!!!!!!!!!!!!' … zero
+   * warnings"; vLLM #29341 "sleep level 2 causes gibberish outputs".
+   */
+  weightsLost?: () => boolean;
 }
+
+/** What an engine without its weights generates (see RouteContext.weightsLost). */
+export const GARBAGE_TOKEN = '!';
 
 
 /** The body as a JSON object, or undefined after answering 400. */
@@ -83,11 +94,12 @@ export async function serveGeneration(req: IncomingMessage, res: ServerResponse,
       priority: typeof body.priority === 'number' ? body.priority : undefined,
       streaming,
       onToken: (i) => {
+        const token = ctx.weightsLost?.() ? GARBAGE_TOKEN : simToken(i);
         if (!streaming) {
-          text += simToken(i);
+          text += token;
           return;
         }
-        res.write(`data: ${JSON.stringify(completionChunk(kind, id, model, simToken(i), i === 0, i === n - 1 ? reason : null))}\n\n`);
+        res.write(`data: ${JSON.stringify(completionChunk(kind, id, model, token, i === 0, i === n - 1 ? reason : null))}\n\n`);
       },
       onFinish: () => {
         if (streaming) res.end('data: [DONE]\n\n');

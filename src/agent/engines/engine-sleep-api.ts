@@ -9,10 +9,27 @@ export interface SleepCall {
   body?: string;
 }
 
+/**
+ * How an engine wakes from one level: `resume` takes its GPU memory back
+ * (never made twice on an engine that dies of it: wakeOnlyAsleep);
+ * `restore` then puts the weights back where the memory alone does not
+ * (calls that are safe to make again).
+ */
+export interface WakeCalls {
+  resume: SleepCall[];
+  restore: SleepCall[];
+}
+
 /** How an engine sleeps and wakes: the calls, and whether it must be idle first. */
 export interface EngineSleepApi {
   sleep(level: 1 | 2): SleepCall;
-  wake(): SleepCall;
+  /** The calls that wake it from `level`, with `modelPath` the model as it was launched (SGLang's reload reads it again). */
+  wake(level: 1 | 2, modelPath: string): WakeCalls;
+  /**
+   * Whether a sleep at `level` keeps a copy of the weights in host RAM: then
+   * the host must have room for it (checkHostRam).
+   */
+  hostCopy(level: 1 | 2): boolean;
   /**
    * The engine must hold no request when told to sleep. SGLang asserts the
    * server is idle on a release (S:python/sglang/srt/managers/scheduler_components/weight_updater.py:203-205,
@@ -46,29 +63,58 @@ export interface EngineSleepApi {
 }
 
 /**
- * vLLM: `POST /sleep?level=N` (mode defaults to abort: in-flight requests are
- * aborted, new ones queue until the wake) and `POST /wake_up`
- * (vllm/frontend/entrypoints/serve/dev/sleep/api_router.py:21-38 at 055e47c).
- * SGLang: `POST /release_memory_occupation` and `/resume_memory_occupation`
- * with `{}` for every tag (S:python/sglang/srt/entrypoints/http_server.py:1482-1503,
- * io_struct.py:1944-1947; the body is required, http_server.py:589-632); it
- * has one kind of release, which keeps nothing on the GPU, so both levels
- * use it. Around it, `POST /pause_generation {"mode":"abort"}` and
- * `/continue_generation {}`: abort, since at 71de97b a retracted request
- * waits in the queue and the release's idle assertion would fail
- * (scheduler.py:4083-4105, 4584-4650).
+ * vLLM (V: at 2f41c894): `POST /sleep?level=N` (mode defaults to abort:
+ * in-flight requests are aborted, new ones queue until the wake) and
+ * `POST /wake_up[?tags=…]` (V:vllm/entrypoints/serve/dev/sleep/api_router.py:21-48).
+ * Level 1 offloads the weights to host RAM and a bare wake brings them back.
+ * Level 2 keeps only the model's buffers (V:vllm/device_allocator/sleep_mode_backend.py:120-125;
+ * V:vllm/v1/worker/gpu_worker.py:207-217, 241-256): a bare wake serves
+ * garbage (vLLM #29341). Its documented wake is three calls: the weights'
+ * memory, `POST /collective_rpc {"method":"reload_weights"}`
+ * (V:vllm/entrypoints/serve/dev/rpc/api_router.py:23-44), then the KV cache
+ * (V:docs/features/sleep_mode.md:98-108).
+ *
+ * SGLang (S: at 71de97b): `POST /release_memory_occupation` and
+ * `/resume_memory_occupation` with `{}` for every tag
+ * (S:python/sglang/srt/entrypoints/http_server.py:1482-1503,
+ * io_struct.py:1944-1947; the body is required, http_server.py:589-632).
+ * The release keeps the weights only when the engine was started with
+ * --enable-weights-cpu-backup (S:python/sglang/srt/server_args.py:3483-3492;
+ * model_executor/load_model_utils.py:281-300), which the agent gives every
+ * sleep profile (sglang-engine.ts): the flag is the process's, so both
+ * levels copy the weights to host RAM. Level 2 also reloads them from the
+ * store after the resume, `POST /update_weights_from_disk {"model_path"}`
+ * (http_server.py:1235-1237), as SGLang's maintainers advise for weights
+ * that were paused (sgl-project/sglang#6367). Around it,
+ * `POST /pause_generation {"mode":"abort"}` and `/continue_generation {}`:
+ * abort, since at 71de97b a retracted request waits in the queue and the
+ * release's idle assertion would fail (scheduler.py:4083-4105, 4584-4650).
  */
 const APIS: Partial<Record<EngineName, EngineSleepApi>> = {
   vllm: {
     sleep: (level) => ({ method: 'POST', path: `/sleep?level=${level}` }),
-    wake: () => ({ method: 'POST', path: '/wake_up' }),
+    wake: (level) =>
+      level === 1
+        ? { resume: [{ method: 'POST', path: '/wake_up' }], restore: [] }
+        : {
+            resume: [{ method: 'POST', path: '/wake_up?tags=weights' }],
+            restore: [
+              { method: 'POST', path: '/collective_rpc', body: '{"method":"reload_weights"}' },
+              { method: 'POST', path: '/wake_up?tags=kv_cache' },
+            ],
+          },
+    hostCopy: (level) => level === 1,
     mustBeIdle: false,
     wakeOnlyAsleep: false,
     healthNeedsModel: false,
   },
   sglang: {
     sleep: () => ({ method: 'POST', path: '/release_memory_occupation', body: '{}' }),
-    wake: () => ({ method: 'POST', path: '/resume_memory_occupation', body: '{}' }),
+    wake: (level, modelPath) => ({
+      resume: [{ method: 'POST', path: '/resume_memory_occupation', body: '{}' }],
+      restore: level === 2 ? [{ method: 'POST', path: '/update_weights_from_disk', body: JSON.stringify({ model_path: modelPath }) }] : [],
+    }),
+    hostCopy: () => true,
     mustBeIdle: true,
     hold: {
       pause: { method: 'POST', path: '/pause_generation', body: '{"mode":"abort"}' },

@@ -11,6 +11,9 @@ import { type EngineWatch, parseEngineWatch } from '../engine-watch.js';
 import { type ShardFieldProblem, shardFieldProblems, textFieldProblem } from '../shard-field-problems.js';
 import { type CheckedStartShard, isValidShardId, type ShardId } from '../shard-id.js';
 
+/** Longest knownAnswer read back: the agent records at most 512 characters. */
+const KNOWN_ANSWER_FILE_MAX_CHARS = 1024;
+
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
 
@@ -47,6 +50,14 @@ export interface EngineRecord {
    * in files of older agents, and when invalid (unknown, never a refusal).
    */
   sleepAwakeMib?: number;
+  /**
+   * The engine's greedy answer to the known-answer prompt, recorded at its
+   * first READY (issue 36): a wake is READY only when the engine gives it
+   * again, so an agent restarted while the shard sleeps can still tell a
+   * woken engine from one answering garbage. Absent before it is recorded,
+   * in files of older agents, and when invalid (unknown, never a refusal).
+   */
+  knownAnswer?: string;
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
@@ -96,6 +107,7 @@ function toDisk(s: ShardStateFile): JsonValue {
     // Written only while asleep: the file of an awake engine is what it was before sleep mode.
     ...(s.sleepLevel ? { sleepLevel: s.sleepLevel } : {}),
     ...(s.sleepLevel && s.sleepAwakeMib ? { sleepAwakeMib: s.sleepAwakeMib } : {}),
+    ...(s.knownAnswer !== undefined ? { knownAnswer: s.knownAnswer } : {}),
     pid: s.pid,
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
@@ -122,7 +134,7 @@ export async function writeStateFile(path: string, s: ShardStateFile): Promise<v
  * The shard's runner is the only writer after launch, so read-then-write
  * cannot lose another writer's change.
  */
-export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel' | 'sleepAwakeMib'>>): Promise<void> {
+export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel' | 'sleepAwakeMib' | 'knownAnswer'>>): Promise<void> {
   const read = await readStateFile(path, shardId);
   if (!read.ok) throw new Error(read.reason);
   await writeStateFile(path, { ...read.file, ...change });
@@ -245,6 +257,8 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       ...(raw.sleepLevel ? { sleepLevel: raw.sleepLevel } : {}),
       // A figure to compare readings with, not an identity: an invalid one is unknown, never a reason to refuse the engine.
       ...(raw.sleepLevel && Number.isSafeInteger(raw.sleepAwakeMib) && (raw.sleepAwakeMib as number) > 0 ? { sleepAwakeMib: raw.sleepAwakeMib as number } : {}),
+      // Likewise a reference to compare with: one too long or not text is unknown.
+      ...(typeof raw.knownAnswer === 'string' && raw.knownAnswer.length <= KNOWN_ANSWER_FILE_MAX_CHARS ? { knownAnswer: raw.knownAnswer } : {}),
       pid: raw.pid as number,
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },

@@ -36,7 +36,7 @@ export interface HttpResult {
  */
 export function httpGet(
   url: string,
-  opts: { timeoutMs: number; signal?: AbortSignal; maxBytes?: number; headers?: Record<string, string> },
+  opts: { timeoutMs: number; signal?: AbortSignal; maxBytes?: number; headers?: Record<string, string>; post?: { json: string } },
 ): Promise<HttpResult> {
   const maxBytes = opts.maxBytes ?? bodyCapFor(url);
   return new Promise((resolve, reject) => {
@@ -47,7 +47,10 @@ export function httpGet(
     };
     const ok = settle(resolve);
     const fail = settle(reject);
-    const req = request(url, { method: 'GET', agent: false, signal: opts.signal, headers: opts.headers }, (res) => {
+    // A POST (opts.post) is the known-answer check's generation: the same limits, a JSON body.
+    const method = opts.post ? 'POST' : 'GET';
+    const headers = opts.post ? { ...opts.headers, 'content-type': 'application/json' } : opts.headers;
+    const req = request(url, { method, agent: false, signal: opts.signal, headers }, (res) => {
       const chunks: Buffer[] = [];
       let bytes = 0;
       const declared = Number(res.headers['content-length']);
@@ -75,7 +78,7 @@ export function httpGet(
     });
     timer = setTimeout(() => req.destroy(new ProbeTimeoutError(opts.timeoutMs)), opts.timeoutMs);
     req.on('error', fail);
-    req.end();
+    req.end(opts.post?.json);
   });
 }
 

@@ -12,11 +12,15 @@ import { type DeathInfo, exitCodeOf } from '../launch/death-watch.js';
 import type { EngineFence } from '../launch/end-engine.js';
 import { EngineProcess } from '../launch/engine-process.js';
 import { awaitReadiness } from '../probes/await-readiness.js';
+import { askKnownAnswer, checkKnownAnswer, KNOWN_PROMPT, type KnownAnswerTarget } from '../probes/known-answer.js';
+
+/** How a refusal names the known-answer prompt. */
+const KNOWN_PROMPT_LABEL = JSON.stringify(KNOWN_PROMPT);
 import { type HealthVerdict, watchHealth } from '../probes/health-watch.js';
 import { type EngineLoad, UNKNOWN_LOAD } from '../probes/load-meter.js';
 import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.js';
 import { readInFlight } from '../probes/read-gauge.js';
-import { engineSleepApi } from '../../engines/engine-sleep-api.js';
+import { engineSleepApi, type WakeCalls } from '../../engines/engine-sleep-api.js';
 import { explainEngineExit } from './explain-engine-exit.js';
 import type { RunnerEngine } from './runner-engine.js';
 import { ShardFailedError } from './shard-failed-error.js';
@@ -32,6 +36,29 @@ const S = ShardState;
 
 /** SIGTERM to SIGKILL for what survives a dead engine leader: its work is lost already. */
 export const LEFTOVER_GRACE_MS = 2000;
+
+/**
+ * SIGTERM to SIGKILL for a sleeping engine: it has nothing worth draining,
+ * and its drain would not end. vLLM leaves requests queued while paused
+ * unscheduled, so its drain waits out --shutdown-timeout and then aborts
+ * them (V:vllm/v1/engine/core.py:1487-1508, 1906-1937); SGLang's drain
+ * counts the requests its pause holds (rid_to_state,
+ * S:python/sglang/srt/managers/tokenizer_manager.py:796, 804-805, 3119-3146)
+ * and never ends before the SIGKILL. Their clients see the connection
+ * close, which a router retries elsewhere.
+ */
+export const ASLEEP_STOP_GRACE_MS = 1000;
+
+/**
+ * Where an adopted engine recorded asleep is asked whether it serves: a
+ * path that runs no model. SGLang's /health generates, and a paused SGLang
+ * holds it, answers 503 after 20 s and marks itself unhealthy, so that its
+ * next SIGTERM skips the drain (S:python/sglang/srt/entrypoints/http_server.py:713-725;
+ * tokenizer_manager.py:3123-3130). /metrics is open on both engines
+ * (V:vllm/entrypoints/serve/middleware/authenticate.py:11, 59;
+ * S:python/sglang/srt/utils/auth.py:100); /v1/models is asked beside it.
+ */
+const ASLEEP_PROBE_PATH = '/metrics';
 
 /**
  * Owns one shard's life: readiness, the health watch after READY, death,
@@ -94,6 +121,10 @@ export class ShardRunner {
   private sleepLevel: number;
   /** The engine answered the wake call of a wake that then failed: its memory is back, and SGLang's would die of a second resume. */
   private memoryResumed = false;
+  /** The engine's greedy answer to the known-answer prompt, from its first READY (known-answer.ts); undefined until recorded. */
+  private knownAnswer: string | undefined;
+  /** The known answer being asked for, so that a sleep right after READY waits for it instead of asking twice. */
+  private recordingAnswer: Promise<string | undefined> | undefined;
   /** What the health watch's latest /metrics read said of the engine's load; unknown outside the watch. */
   private load: EngineLoad = UNKNOWN_LOAD;
   constructor(
@@ -112,6 +143,7 @@ export class ShardRunner {
     this.drainRequested = r.drainRequested ?? false;
     this.sleepLevel = r.sleepLevel ?? 0;
     this.awakeMib = r.sleepAwakeMib ?? 0;
+    this.knownAnswer = r.knownAnswer;
     this.stateFile = new StateFileWriter(engine.statePath, r.shardId, ctx.log);
     this.state = previousState;
     // The API rank's port, or a worker rank's own /health port (SGLang's); none: judged by staying alive.
@@ -218,10 +250,12 @@ export class ShardRunner {
     if (start === 'serving') return;
     if (start === 'failed') throw this.failedError();
     const wake = AbortSignal.any([this.life.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
+    // Recorded asleep (an adoption): asked without running the model, which a paused engine holds.
+    const asleep = this.sleepLevel > 0 && this.watch.readiness === 'model-listed';
     const outcome = await awaitReadiness({
       baseUrl: this.baseUrl,
       servedModelName: this.servedModelName,
-      watch: this.watch,
+      watch: asleep ? { ...this.watch, healthPath: ASLEEP_PROBE_PATH } : this.watch,
       settleMs: opts.settleMs ?? this.ctx.config.workerSettleMs,
       timeoutMs: opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,
       signal: wake,
@@ -257,8 +291,51 @@ export class ShardRunner {
     if (this.drainRequested) this.transition(S.DRAINING, `${why}; drained before the agent restarted`);
     // A sleep likewise (issue 30): READY would route traffic to an engine without its weights.
     else if (this.sleepLevel > 0) this.transition(S.SLEEPING, `${why}; asleep (level ${this.sleepLevel}) before the agent restarted`);
-    else this.transition(S.READY, why);
+    else {
+      this.transition(S.READY, why);
+      void this.knownAnswerOf();
+    }
     this.watchHealth();
+  }
+
+  /** Whether the shard's wakes are checked by a known answer: the API rank of a sleep profile. */
+  private get checksAnswers(): boolean {
+    return this.spec.profile?.sleepMode === true && this.servesHttp && this.watch.readiness === 'model-listed' && this.baseUrl !== undefined;
+  }
+
+  private answerTarget(signal: AbortSignal): KnownAnswerTarget {
+    return { baseUrl: this.baseUrl ?? '', model: this.servedModelName, apiKey: this.watch.apiKey, signal };
+  }
+
+  /**
+   * The engine's known answer: recorded, or asked now of the READY engine
+   * and recorded in memory and in the state file (known-answer.ts).
+   * Undefined when the engine gives none; concurrent callers share one ask.
+   */
+  private knownAnswerOf(): Promise<string | undefined> {
+    if (!this.checksAnswers) return Promise.resolve(undefined);
+    if (this.knownAnswer !== undefined) return Promise.resolve(this.knownAnswer);
+    this.recordingAnswer ??= (async () => {
+      try {
+        const asked = await askKnownAnswer(this.answerTarget(this.serving.signal));
+        const fields = { shard: this.shardId, replica: this.replicaId };
+        if (!asked.ok) {
+          this.ctx.log.warn({ ...fields, why: asked.reason }, 'the engine gave no known answer; its wakes cannot be checked until it does');
+          return undefined;
+        }
+        // Only an engine still READY answered with its weights; one asleep or stopping meanwhile proves nothing.
+        if (this.state !== S.READY) return undefined;
+        this.knownAnswer = asked.text;
+        this.ctx.log.info({ ...fields, answer: asked.text }, 'known answer recorded');
+        await this.stateFile.recordKnownAnswer(asked.text);
+        return asked.text;
+      } catch {
+        return undefined;
+      } finally {
+        this.recordingAnswer = undefined;
+      }
+    })();
+    return this.recordingAnswer;
   }
 
   /**
@@ -382,8 +459,11 @@ export class ShardRunner {
   }
 
   private async doStop(opts: { graceMs?: number; signal?: AbortSignal }): Promise<ShardSnapshot> {
-    const graceMs = opts.graceMs ?? this.ctx.config.stopGraceMs;
-    if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, `stop requested (grace ${formatDuration(graceMs)})`);
+    const asked = opts.graceMs ?? this.ctx.config.stopGraceMs;
+    const asleep = this.state === S.SLEEPING;
+    const graceMs = asleep ? Math.min(asked, ASLEEP_STOP_GRACE_MS) : asked;
+    const why = asleep ? `stop requested while asleep: nothing to drain (grace ${formatDuration(graceMs)})` : `stop requested (grace ${formatDuration(graceMs)})`;
+    if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, why);
     this.serving.abort();
     const log = this.ctx.log.child({ shard: this.shardId, pid: this.pid });
     const stopped = await stopShardEngine(this.engine, { graceMs, signal: opts.signal, log, deathSeen: () => this.dead });
@@ -453,10 +533,14 @@ export class ShardRunner {
       const gpus = this.spec.gpuIndices;
       // From a reading newer than the request: one just after READY may predate the engine's memory.
       const before = await awaitFirstReading(probes, gpus, this.life.signal);
-      await checkHostRam(lvl, before, probes.meminfoPath);
+      if (api.hostCopy(lvl)) await checkHostRam(lvl, before, probes.meminfoPath);
       if (api.mustBeIdle) {
         const held = await this.inFlight();
         if (held !== 0) throw failure(`sleep refused: ${this.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
+      }
+      // What its wake is checked against, from the engine awake: none, and a woken engine on garbage weights would pass as READY.
+      if (this.checksAnswers && (await this.knownAnswerOf()) === undefined) {
+        throw failure(`sleep refused: shard ${this.shardId} gave no answer to ${KNOWN_PROMPT_LABEL} to check its wake against (see the agent's log); a shard whose wake cannot be checked is not put to sleep`);
       }
       if (this.state !== S.READY) throw failure(`sleep refused: shard ${this.shardId} is ${stateName(this.state)}; only a READY shard can sleep`);
       const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS)]);
@@ -479,12 +563,15 @@ export class ShardRunner {
       } catch (err) {
         const why = `sleep failed: ${errorMessage(err)}`;
         // The engine may be half asleep: woken, so READY tells the truth; SGLang only if it released (wakeOnlyAsleep).
-        if (released || !api.wakeOnlyAsleep) await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, this.life.signal).catch(() => undefined);
+        if (released || !api.wakeOnlyAsleep) await this.wakeCalls(api.wake(lvl, this.modelPath), this.life.signal, false).catch(() => undefined);
         if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.watch.apiKey, this.life.signal).catch(() => undefined);
         this.error = why;
         this.sleepLevel = 0;
         await this.stateFile.recordSleep(0);
-        if ((this.state as ShardState) === S.SLEEPING) this.transition(S.READY, why);
+        // Undone after a release: READY only with the weights back, as after any wake.
+        const answer = released && this.checksAnswers ? await checkKnownAnswer(this.answerTarget(this.life.signal), this.knownAnswer).catch(() => undefined) : undefined;
+        if (answer && !answer.ok) this.error = `${why}; woke without its weights: ${answer.reason}`;
+        if ((this.state as ShardState) === S.SLEEPING) this.transition(answer && !answer.ok ? S.FAILED : S.READY, this.error);
         throw failure(why);
       }
     } finally {
@@ -503,12 +590,13 @@ export class ShardRunner {
     const api = judgeSleep(this.shardId, S.READY, this.spec, 1);
     if (!this.baseUrl || this.sleepBusy) throw failure(`wake refused: shard ${this.shardId} is already being put to sleep or woken`);
     this.sleepBusy = true;
+    const level = (this.sleepLevel === 2 ? 2 : 1) as 1 | 2;
     const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
     const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(timeoutMs)]);
     try {
       if (api.wakeOnlyAsleep && !this.memoryResumed && (await this.neverReleased(probes, signal))) this.memoryResumed = true;
-      if (!(this.memoryResumed && api.wakeOnlyAsleep)) await callEngine(this.baseUrl, api.wake(), this.watch.apiKey, signal);
-      this.memoryResumed = true;
+      const calls = api.wake(level, this.modelPath);
+      await this.wakeCalls(calls, signal, this.memoryResumed && api.wakeOnlyAsleep);
       // The requests held since the sleep run now, on the memory just taken back.
       if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.watch.apiKey, signal);
       const outcome = await awaitReadiness({
@@ -523,15 +611,24 @@ export class ShardRunner {
       if (!outcome.ready) throw failure(outcome.message);
       const back = this.awakeMib * AWAKE_SHARE;
       const mib = await awaitGpuMemory(probes, this.spec.gpuIndices, (m) => m >= back, 'the engine did not take its GPU memory back', signal);
-      this.error = '';
+      // Answering is not answering correctly: the weights must be back (known-answer.ts).
+      const answer = this.checksAnswers ? await checkKnownAnswer(this.answerTarget(signal), this.knownAnswer) : undefined;
       if (this.state !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
+      if (answer && !answer.ok) {
+        this.error = `woke without its weights: ${answer.reason}`;
+        this.lastOutput = await readLastOutput(this.logPath);
+        if ((this.state as ShardState) === S.SLEEPING) this.transition(S.FAILED, this.error);
+        throw failure(`wake failed: shard ${this.shardId} ${this.error}`);
+      }
+      this.error = '';
       this.sleepLevel = 0;
       this.memoryResumed = false;
       await this.stateFile.recordSleep(0);
       if ((this.state as ShardState) !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
-      this.transition(S.READY, `woken: ${outcome.why}; GPUs ${this.spec.gpuIndices.join(',')} hold ${mib} MiB`);
+      const checked = answer ? `; ${answer.how}` : '';
+      this.transition(S.READY, `woken: ${outcome.why}; GPUs ${this.spec.gpuIndices.join(',')} hold ${mib} MiB${checked}`);
     } catch (err) {
-      const why = `wake failed: ${errorMessage(err)}`;
+      const why = errorMessage(err).startsWith('wake failed: ') ? errorMessage(err) : `wake failed: ${errorMessage(err)}`;
       if (this.state === S.SLEEPING) {
         this.error = why;
         this.ctx.onStatus(this.snapshot());
@@ -541,6 +638,23 @@ export class ShardRunner {
       this.sleepBusy = false;
     }
     return this.snapshot();
+  }
+
+  /** The model as the engine was launched with it: what SGLang's level-2 wake reloads. */
+  private get modelPath(): string {
+    return this.spec.profile?.model ?? '';
+  }
+
+  /**
+   * Makes a wake's calls in order: the memory's (skipped when `resumed`:
+   * SGLang dies of a second resume), then the weights'. memoryResumed is
+   * set once the memory is back, so a retried wake does not resume again.
+   */
+  private async wakeCalls(calls: WakeCalls, signal: AbortSignal, resumed: boolean): Promise<void> {
+    if (!this.baseUrl) return;
+    if (!resumed) for (const call of calls.resume) await callEngine(this.baseUrl, call, this.watch.apiKey, signal);
+    this.memoryResumed = true;
+    for (const call of calls.restore) await callEngine(this.baseUrl, call, this.watch.apiKey, signal);
   }
 
   /**

@@ -60,6 +60,22 @@ export class StateFileWriter {
   }
 
   /**
+   * Records the engine's known answer (issue 36). A failure is logged, not
+   * thrown: this agent holds it in memory; only a restarted one would wake
+   * the shard checked against garbage alone.
+   */
+  recordKnownAnswer(knownAnswer: string): Promise<void> {
+    this.persisting = this.persisting.then(async () => {
+      try {
+        await updateStateFile(this.statePath, this.shardId, { knownAnswer });
+      } catch (err) {
+        this.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err) }, 'the known answer could not be recorded; a restarted agent would check a wake against garbage alone');
+      }
+    });
+    return this.persisting;
+  }
+
+  /**
    * Removes the state file of an engine that is gone. Failing to is logged,
    * not thrown: the engine is stopped whatever the disk says, and a stale
    * file names a process that no longer matches its identity, which the next

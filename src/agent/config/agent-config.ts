@@ -96,6 +96,8 @@ export interface SupervisorConfig {
   healthIntervalMs: number;
   /** Requests running and no progress (token, finished request) for this long: UNHEALTHY ("stalled"). 0 is off. Default 60 s. */
   stallTimeoutMs: number;
+  /** supervisor.known_answer_interval: a READY engine is asked its known answer this often (known-answer.ts); 0 or absent is off. */
+  knownAnswerIntervalMs?: number;
   logMaxBytes: number;
   /** Logs of shards no longer supervised are removed once not written for this long; 0 keeps them. Default 168 h. */
   logRetentionMs?: number;

@@ -46,6 +46,7 @@ describe('loadAgentConfig', () => {
       stateDir: '/var/lib/llmgw',
       logDir: '/var/log/llmgw',
       stopGraceMs: 30_000,
+      knownAnswerIntervalMs: 0,
       workerSettleMs: 10_000,
       healthIntervalMs: 10_000,
       stallTimeoutMs: 60_000,

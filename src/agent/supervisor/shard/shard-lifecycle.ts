@@ -182,6 +182,9 @@ export interface HealthChange {
  * applies each change through its transition function, so the state still
  * changes in one place.
  */
+/** How a fault raised by the periodic known-answer check begins (ShardHealth.markFault, known-answer.ts). */
+export const KNOWN_ANSWER_FAULT = 'known answer changed';
+
 export class ShardHealth {
   /** A fault of one of the shard's GPUs ("GPU 3: Xid 79: ..."), '' when they are sound. */
   private gpuFault = '';
@@ -232,11 +235,12 @@ export class ShardHealth {
   }
 
   /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
-  clearFault(state: ShardState, error: string): HealthChange | undefined {
-    if (this.gpuFault === '') return undefined;
+  clearFault(state: ShardState, error: string, only?: string): HealthChange | undefined {
+    // `only`: the fault its raiser clears; a GPU fault raised since is not its to clear.
+    if (this.gpuFault === '' || (only !== undefined && this.gpuFault !== only)) return undefined;
     const was = this.gpuFault;
     this.gpuFault = '';
-    const change: HealthChange = { why: `GPU fault cleared (${was})` };
+    const change: HealthChange = { why: `${was.startsWith(KNOWN_ANSWER_FAULT) ? 'known answer given again' : 'GPU fault cleared'} (${was})` };
     if (error === was) change.error = '';
     if (state === S.UNHEALTHY && this.probeHealthy) change.to = S.READY;
     return change;

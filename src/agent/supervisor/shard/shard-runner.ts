@@ -25,7 +25,8 @@ import { explainEngineExit } from './explain-engine-exit.js';
 import type { RunnerEngine } from './runner-engine.js';
 import { ShardFailedError } from './shard-failed-error.js';
 import { readLastOutput, recordShardFailure, shardFailureRecord } from './shard-failure.js';
-import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, type HealthChange, isTransitionAllowed, judgeDeath, judgeDrain, judgeSettleStart, judgeSettleWake, type SettleOptions, ShardHealth, stateName } from './shard-lifecycle.js';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, KNOWN_ANSWER_FAULT, detachMessage, type HealthChange, isTransitionAllowed, judgeDeath, judgeDrain, judgeSettleStart, judgeSettleWake, type SettleOptions, ShardHealth, stateName } from './shard-lifecycle.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
 import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, judgeSleep, type SleepProbes } from './shard-sleep.js';
 import { StateFileWriter } from './state-file-writer.js';
@@ -296,6 +297,40 @@ export class ShardRunner {
       void this.knownAnswerOf();
     }
     this.watchHealth();
+    void this.watchKnownAnswer();
+  }
+
+  /**
+   * supervisor.known_answer_interval: the known answer asked again of a
+   * serving engine, for engines that answer /health while generating
+   * nothing or garbage (vLLM #37729). A changed answer is a fault of the
+   * shard (UNHEALTHY, "known answer changed: …") until the engine gives it
+   * again; like every health verdict, reported and never acted on.
+   */
+  private async watchKnownAnswer(): Promise<void> {
+    const intervalMs = this.ctx.config.knownAnswerIntervalMs ?? 0;
+    if (intervalMs <= 0 || !this.servesHttp || !this.baseUrl || this.watch.readiness !== 'model-listed') return;
+    const signal = this.serving.signal;
+    let fault = '';
+    try {
+      for (;;) {
+        await sleep(intervalMs, undefined, { signal });
+        if (this.state !== S.READY && this.state !== S.UNHEALTHY && this.state !== S.DRAINING) continue;
+        const recorded = this.knownAnswer ?? (await this.knownAnswerOf(true));
+        if (recorded === undefined) continue;
+        const verdict = await checkKnownAnswer(this.answerTarget(signal), recorded);
+        if (this.state !== S.READY && this.state !== S.UNHEALTHY && this.state !== S.DRAINING) continue;
+        if (!verdict.ok && fault === '') {
+          fault = `${KNOWN_ANSWER_FAULT}: ${verdict.reason}`;
+          this.apply(this.health.markFault(fault, this.state));
+        } else if (verdict.ok && fault !== '') {
+          this.apply(this.health.clearFault(this.state, this.error, fault));
+          fault = '';
+        }
+      }
+    } catch {
+      // The watch ends with the shard's serving (stop, death, detach).
+    }
   }
 
   /** Whether the shard's wakes are checked by a known answer: the API rank of a sleep profile. */
@@ -312,8 +347,8 @@ export class ShardRunner {
    * and recorded in memory and in the state file (known-answer.ts).
    * Undefined when the engine gives none; concurrent callers share one ask.
    */
-  private knownAnswerOf(): Promise<string | undefined> {
-    if (!this.checksAnswers) return Promise.resolve(undefined);
+  private knownAnswerOf(periodic = false): Promise<string | undefined> {
+    if (!this.checksAnswers && !periodic) return Promise.resolve(undefined);
     if (this.knownAnswer !== undefined) return Promise.resolve(this.knownAnswer);
     this.recordingAnswer ??= (async () => {
       try {

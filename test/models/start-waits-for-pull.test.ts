@@ -1,6 +1,8 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { create } from '@bufbuild/protobuf';
 import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -16,6 +18,9 @@ import { captureLogger } from '../helpers/capture-logger.js';
  * quietly, and a model nobody pulls costs no wait at all. The pull here is a
  * held model lock, as `llmgw models pull` in a shell holds it.
  */
+
+setFlagsFromString('--expose-gc');
+const gc = runInNewContext('gc') as () => void;
 
 let dir: string;
 beforeEach(() => {
@@ -46,6 +51,22 @@ describe('a start of a model being pulled', () => {
       held.release();
     }
   });
+
+  it('is refused at its startup_timeout even when the garbage collector runs while it waits', async () => {
+    // nodejs/node#57736: the AbortSignal.timeout() this wait used to combine
+    // through AbortSignal.any() was collected before it fired, and the start
+    // waited for ever (issue 36 item 9: no status 62 s after a 45 s limit).
+    const held = await lockModel(new StoreLayout(dir), 'acme/tiny', AbortSignal.timeout(10_000));
+    const m = models();
+    const gcs = setInterval(gc, 5);
+    try {
+      await expect(m.waitForPull(start('s1', 300))).rejects.toThrow(/after 0.3s, the shard's startup_timeout/);
+    } finally {
+      clearInterval(gcs);
+      held.release();
+      m.close();
+    }
+  }, 15_000);
 
   it('gives up quietly when the shard is stopped, and goes on when the pull ends', async () => {
     const held = await lockModel(new StoreLayout(dir), 'acme/tiny', AbortSignal.timeout(5_000));

@@ -1,5 +1,6 @@
 import { durationMs } from '@bufbuild/protobuf/wkt';
 import type { ModelPull, PrefetchModel, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { deadlineSignal } from '../../lib/deadline.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-options.js';
@@ -81,7 +82,8 @@ export class NodeModels {
     const stop = new AbortController();
     const wait = { stop, start: { spec, model: repo, sinceMs: Date.now() }, waiting: false };
     this.waits.set(spec.shardId, wait);
-    const signal = AbortSignal.any([stop.signal, AbortSignal.timeout(timeoutMs), this.life.signal]);
+    const deadline = deadlineSignal(timeoutMs, stop.signal, this.life.signal);
+    const signal = deadline.signal;
     try {
       await waitForModelPull({
         layout: this.store.layout,
@@ -96,9 +98,10 @@ export class NodeModels {
       });
     } catch (err) {
       if (stop.signal.aborted) throw new StartCancelledError(`shard ${spec.shardId} was stopped while waiting for the pull of ${repo}`);
-      if (signal.aborted && !this.life.signal.aborted) throw pullOutlastedStart(repo, timeoutMs);
+      if (deadline.expired) throw pullOutlastedStart(repo, timeoutMs);
       throw err;
     } finally {
+      deadline.clear();
       if (this.waits.get(spec.shardId) === wait) this.waits.delete(spec.shardId);
     }
   }

@@ -1,4 +1,5 @@
 import { request } from 'node:http';
+import { deadlineSignal } from '../../../lib/deadline.js';
 import { errnoCode, errorMessage } from '../../../lib/errors.js';
 
 /** Limit for one probe request; a hung engine must not stall the probe loop. */
@@ -27,7 +28,7 @@ export interface HttpResult {
  * GET with a hard limit and no connection reuse: a probe must see the engine
  * as a new client would, and a pooled socket to a hung engine would hide it.
  *
- * The limit is a plain timer that destroys the request, not
+ * The limit is a deadlineSignal (src/lib/deadline.ts), not
  * AbortSignal.timeout() combined with AbortSignal.any(): on Node 20 a timeout
  * signal that only the combined signal refers to can be garbage-collected
  * before it fires, and the probe of a hung engine then waits for ever, which
@@ -40,17 +41,21 @@ export function httpGet(
 ): Promise<HttpResult> {
   const maxBytes = opts.maxBytes ?? bodyCapFor(url);
   return new Promise((resolve, reject) => {
-    let timer: NodeJS.Timeout | undefined;
-    const settle = <T>(fn: (v: T) => void) => (v: T) => {
-      clearTimeout(timer);
-      fn(v);
+    const deadline = deadlineSignal(opts.timeoutMs, opts.signal);
+    const ok = (v: HttpResult) => {
+      deadline.clear();
+      resolve(v);
     };
-    const ok = settle(resolve);
-    const fail = settle(reject);
+    // The request reports the deadline as an AbortError like any abort;
+    // probeFailure and callers tell a hung engine by ProbeTimeoutError.
+    const fail = (err: unknown) => {
+      deadline.clear();
+      reject(deadline.expired ? new ProbeTimeoutError(opts.timeoutMs) : err);
+    };
     // A POST (opts.post) is the known-answer check's generation: the same limits, a JSON body.
     const method = opts.post ? 'POST' : 'GET';
     const headers = opts.post ? { ...opts.headers, 'content-type': 'application/json' } : opts.headers;
-    const req = request(url, { method, agent: false, signal: opts.signal, headers }, (res) => {
+    const req = request(url, { method, agent: false, signal: deadline.signal, headers }, (res) => {
       const chunks: Buffer[] = [];
       let bytes = 0;
       const declared = Number(res.headers['content-length']);
@@ -76,7 +81,6 @@ export function httpGet(
         if (!res.complete) fail(new Error('response closed before it was complete'));
       });
     });
-    timer = setTimeout(() => req.destroy(new ProbeTimeoutError(opts.timeoutMs)), opts.timeoutMs);
     req.on('error', fail);
     req.end(opts.post?.json);
   });

@@ -1,5 +1,6 @@
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { ShardId } from '../../../lib/shard-id.js';
+import { type Deadline, deadlineSignal } from '../../../lib/deadline.js';
 import { formatDuration } from '../../../lib/duration.js';
 import type { EngineWatch } from '../../../lib/engine-watch.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
@@ -564,6 +565,7 @@ export class ShardRunner {
     if (this.sleepBusy) throw failure(`sleep refused: shard ${this.shardId} is already being put to sleep or woken`);
     // Busy from here: the checks below wait, and a second SleepShard meanwhile must not pass them too.
     this.sleepBusy = true;
+    let deadline: Deadline | undefined;
     try {
       const gpus = this.spec.gpuIndices;
       // From a reading newer than the request: one just after READY may predate the engine's memory.
@@ -578,7 +580,8 @@ export class ShardRunner {
         throw failure(`sleep refused: shard ${this.shardId} gave no answer to ${KNOWN_PROMPT_LABEL} to check its wake against (see the agent's log); a shard whose wake cannot be checked is not put to sleep`);
       }
       if (this.state !== S.READY) throw failure(`sleep refused: shard ${this.shardId} is ${stateName(this.state)}; only a READY shard can sleep`);
-      const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS)]);
+      deadline = deadlineSignal(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS, this.life.signal);
+      const signal = deadline.signal;
       this.awakeMib = before;
       this.sleepLevel = lvl;
       this.transition(S.SLEEPING, `sleep level ${lvl} requested (GPUs ${gpus.join(',')} hold ${before} MiB)`);
@@ -610,6 +613,7 @@ export class ShardRunner {
         throw failure(why);
       }
     } finally {
+      deadline?.clear();
       this.sleepBusy = false;
     }
     return this.snapshot();
@@ -627,7 +631,8 @@ export class ShardRunner {
     this.sleepBusy = true;
     const level = (this.sleepLevel === 2 ? 2 : 1) as 1 | 2;
     const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
-    const signal = AbortSignal.any([this.life.signal, AbortSignal.timeout(timeoutMs)]);
+    const deadline = deadlineSignal(timeoutMs, this.life.signal);
+    const signal = deadline.signal;
     try {
       if (api.wakeOnlyAsleep && !this.memoryResumed && (await this.neverReleased(probes, signal))) this.memoryResumed = true;
       const calls = api.wake(level, this.modelPath);
@@ -670,6 +675,7 @@ export class ShardRunner {
       }
       throw failure(why);
     } finally {
+      deadline.clear();
       this.sleepBusy = false;
     }
     return this.snapshot();

@@ -318,6 +318,26 @@ describe('llmgw agent run watching the kernel log', () => {
     console.info(`Xid 79 through the kernel log: shard UNHEALTHY on the stream ${ms} ms after the line was written`);
   });
 
+  it('takes no Xid from a line any local user can have the kernel print: an Xid quoted by overlayfs, a user-facility record (security review 3, S7)', async () => {
+    const a = await gpuAgent({ nvml: false });
+    const usec = Math.floor(uptimeSeconds() * 1e6) + 1_000_000;
+    const genuine = a.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.XID), 20_000);
+    appendFileSync(
+      a.kmsg,
+      [
+        `3,1240,${usec},-;overlayfs: failed to resolve 'NVRM: Xid (PCI:0000:3a:00): 79, pid=1, GPU has fallen off the bus.': -2`,
+        `12,1241,${usec},-;NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.`,
+        // The driver's own record after them: read in order, so once it is reported the forged ones were read too.
+        `3,1242,${usec},-;NVRM: Xid (PCI:0000:3a:00): 13, pid=1, name=python, Graphics Exception`,
+        '',
+      ].join('\n'),
+    );
+    const event = (await genuine).msg.value as GpuEvent;
+    expect(event.xid).toBe(13);
+    expect(a.cp.messages('node-a').filter(isGpuEvent(2)).map((m) => (m.msg.value as GpuEvent).xid)).toEqual([13]);
+    expect(a.records.some((r) => r.msg === 'GPU fault' && /Xid 79/.test(String(r.fault)))).toBe(false);
+  });
+
   it('keeps a GpuEvent raised while the control plane is down and sends it once after the next Register, the Inventory carrying the fault', async () => {
     const a = await gpuAgent({ nvml: false });
     await a.plane.close();

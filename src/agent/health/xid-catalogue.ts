@@ -15,24 +15,40 @@ export interface KmsgXid {
 }
 
 // "NVRM: Xid (PCI:0000:5d:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."
-const XID_LINE = /NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-9a-fA-F])?\):\s*(\d+)(?:,\s*(.*?))?\s*$/;
-// /dev/kmsg's record prefix: "<priority>,<sequence>,<µs since boot>,<flags>;"
-const KMSG_PREFIX = /^\d+,\d+,(\d+),[^;]*;/;
+// Anchored: the driver's record begins with it. Kernel messages that quote
+// user input (overlayfs naming an upper directory it cannot resolve, which
+// any user may mount in a user namespace of its own) carry the same words
+// later in the line (security review 3, S7).
+const XID_MESSAGE = /^NVRM: Xid \(PCI:([0-9a-fA-F]{4,8}):([0-9a-fA-F]{2}):([0-9a-fA-F]{2})(?:\.[0-9a-fA-F])?\):\s*(\d+)(?:,\s*(.*?))?\s*$/;
+// /dev/kmsg's record prefix: "<syslog prefix>,<sequence>,<µs since boot>,<flags>;"
+const KMSG_PREFIX = /^(\d+),\d+,(\d+),[^;]*;/;
+// dmesg's "[ 1234.567890] " before the message.
+const DMESG_TIME = /^\[\s*\d+\.\d+\]\s/;
+/**
+ * The syslog prefix (facility × 8 + level) of a kernel record is below 8:
+ * records written to /dev/kmsg from user space take the user facility
+ * (devkmsg_write in the kernel's printk.c sets LOG_USER when none is given),
+ * so a value of 8 or more is not the driver's.
+ */
+const KERNEL_FACILITY_MAX = 7;
 
 /**
- * An NVRM Xid line from /dev/kmsg (with its record prefix), dmesg, or a
+ * An NVRM Xid record from /dev/kmsg (with its record prefix), dmesg, or a
  * plain copy; undefined for every other line. NVML does not deliver every
- * Xid, and "fallen off the bus" may appear here alone.
+ * Xid, and "fallen off the bus" may appear here alone. Only a kernel record
+ * whose message begins as the NVIDIA driver writes it counts.
  */
 export function parseKmsgXid(line: string): KmsgXid | undefined {
-  const m = XID_LINE.exec(line);
-  if (!m) return undefined;
   const prefix = KMSG_PREFIX.exec(line);
+  if (prefix && Number(prefix[1]) > KERNEL_FACILITY_MAX) return undefined;
+  const message = prefix ? line.slice(prefix[0].length) : line.replace(DMESG_TIME, '');
+  const m = XID_MESSAGE.exec(message);
+  if (!m) return undefined;
   return {
     pci: `${(m[1] as string).slice(-4)}:${m[2]}:${m[3]}`.toLowerCase(),
     xid: Number(m[4]),
     detail: m[5] ?? '',
-    usecSinceBoot: prefix ? Number(prefix[1]) : undefined,
+    usecSinceBoot: prefix ? Number(prefix[2]) : undefined,
   };
 }
 

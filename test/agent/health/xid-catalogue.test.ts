@@ -28,3 +28,21 @@ describe('parseKmsgXid', () => {
     expect(kmsgPciOf('')).toBe('');
   });
 });
+
+describe('parseKmsgXid against forged lines (security review 3, S7)', () => {
+  it('ignores an Xid quoted inside another kernel message, as overlayfs prints a user-chosen upper directory', () => {
+    expect(parseKmsgXid("3,900,1000,-;overlayfs: failed to resolve 'NVRM: Xid (PCI:0000:3a:00): 79, pid=1, GPU has fallen off the bus.': -2")).toBeUndefined();
+    expect(parseKmsgXid("[ 12.5] overlayfs: failed to resolve 'NVRM: Xid (PCI:0000:3a:00): 79, pid=1, GPU has fallen off the bus.': -2")).toBeUndefined();
+  });
+
+  it('ignores a record of a user-space facility (written to /dev/kmsg from user space)', () => {
+    expect(parseKmsgXid("12,901,1000,-;NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.")).toBeUndefined();
+    expect(parseKmsgXid("8,902,1000,-;NVRM: Xid (PCI:0000:3a:00): 79, GPU has fallen off the bus.")).toBeUndefined();
+  });
+
+  it('takes the driver own kernel records at every kernel level', () => {
+    for (const level of [0, 3, 4, 7]) {
+      expect(parseKmsgXid(`${level},903,1000,-;NVRM: Xid (PCI:0000:3a:00): 79, GPU has fallen off the bus.`)).toMatchObject({ pci: '0000:3a:00', xid: 79 });
+    }
+  });
+});

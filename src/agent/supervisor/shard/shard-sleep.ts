@@ -4,7 +4,7 @@ import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../../lib/duration.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import { type EngineSleepApi, engineSleepApi, type SleepCall } from '../../engines/engine-sleep-api.js';
-import { bearer } from '../probes/http-probe.js';
+import { bearer, type HttpResult, httpGet, PROBE_BODY_MAX_BYTES } from '../probes/http-probe.js';
 import { stateName } from './shard-lifecycle.js';
 
 /*
@@ -113,18 +113,27 @@ export async function checkHostRam(level: 1 | 2, shardMib: number, meminfoPath?:
   }
 }
 
-/** Makes one call of the engine's sleep API; throws a one-line failure when it does not answer 2xx. */
+/**
+ * Makes one call of the engine's sleep API; throws a one-line failure when it
+ * does not answer 2xx. Its answer is read through the probes' cap (64 KiB):
+ * whoever answers on the engine's port chooses its size, and one answer of
+ * 1.5 GB read whole took the agent to 3.2 GB (security review 3, S5).
+ */
 export async function callEngine(baseUrl: string, call: SleepCall, apiKey: string, signal: AbortSignal): Promise<void> {
-  const headers: Record<string, string> = { ...bearer(apiKey) };
-  if (call.body !== undefined) headers['content-type'] = 'application/json';
-  let res: Response;
+  let res: HttpResult;
   try {
-    res = await fetch(`${baseUrl}${call.path}`, { method: call.method, headers, body: call.body, signal });
+    res = await httpGet(`${baseUrl}${call.path}`, {
+      timeoutMs: DEFAULT_SLEEP_TIMEOUT_MS,
+      signal,
+      headers: bearer(apiKey),
+      maxBytes: PROBE_BODY_MAX_BYTES,
+      post: { json: call.body ?? '' },
+    });
   } catch (err) {
     throw failure(`${call.method} ${call.path}: ${errorMessage(err)}`);
   }
-  const text = (await res.text().catch(() => '')).replace(/\s+/g, ' ').slice(0, 200);
-  if (!res.ok) throw failure(`${call.method} ${call.path} answered ${res.status}${text ? `: ${text}` : ''}`);
+  const text = res.body.replace(/\s+/g, ' ').slice(0, 200);
+  if (res.status < 200 || res.status > 299) throw failure(`${call.method} ${call.path} answered ${res.status}${text ? `: ${text}` : ''}`);
 }
 
 /** Waits until the shard's GPUs hold what `ok` wants; resolves with the last reading, or throws after the timeout. */

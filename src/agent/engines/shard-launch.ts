@@ -21,14 +21,20 @@ export function servedModelName(spec: StartShard): string {
 }
 
 /**
- * The environment of one rank, in layers, later winning: the agent's NCCL
- * and Gloo interfaces (and what else the engine needs of the node, `agentEnv`), the profile's variables (validation has already
- * refused every name outside the engine's allowed_env), the operator's
- * engines.<name>.env, then what the agent owns. CUDA_VISIBLE_DEVICES is
- * always the shard's own GPUs, in nvidia-smi's numbering, which is PCI bus
- * order: CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA count the same way (its
- * default, FASTEST_FIRST, would put the engine on another shard's GPU on a
- * node with mixed GPUs).
+ * The environment of one rank, in layers, later winning: the profile's
+ * variables (validation has already refused every name outside the engine's
+ * allowed_env), then the agent's own (the NCCL and Gloo interfaces,
+ * NCCL_IB_HCA from the validated hcas, and what else the engine needs of the
+ * node, `agentEnv`: store paths, host IPs, HF_HUB_OFFLINE), then the
+ * operator's engines.<name>.env, then what the agent owns outright.
+ * A profile once overrode the agent's layer (VLLM_HOST_IP, NCCL_SOCKET_IFNAME,
+ * NCCL_IB_HCA, HF_HUB_OFFLINE, the cache roots), undoing what the agent had
+ * checked (security review 3, S8): the control plane's choices now sit
+ * under the agent's, the operator's above both.
+ * CUDA_VISIBLE_DEVICES is always the shard's own GPUs, in nvidia-smi's
+ * numbering, which is PCI bus order: CUDA_DEVICE_ORDER=PCI_BUS_ID makes CUDA
+ * count the same way (its default, FASTEST_FIRST, would put the engine on
+ * another shard's GPU on a node with mixed GPUs).
  */
 export function shardEnv(
   spec: StartShard,
@@ -38,12 +44,13 @@ export function shardEnv(
   agentEnv: Record<string, string> = {},
 ): Record<string, string> {
   const env: Record<string, string> = {
+    ...profileEnv,
     NCCL_SOCKET_IFNAME: mgmtInterface,
     GLOO_SOCKET_IFNAME: mgmtInterface,
     ...agentEnv,
   };
   if (spec.hcas.length > 0) env.NCCL_IB_HCA = spec.hcas.join(',');
-  Object.assign(env, profileEnv, configured);
+  Object.assign(env, configured);
   env.CUDA_VISIBLE_DEVICES = spec.gpuIndices.join(',');
   env.CUDA_DEVICE_ORDER = 'PCI_BUS_ID';
   return env;

@@ -27,8 +27,8 @@ import { bearer, httpGet } from './http-probe.js';
 
 /** What the engine is asked; plain completion, so chat and base models alike continue it. */
 export const KNOWN_PROMPT = '1, 2, 3, 4, 5, 6, 7, 8,';
-/** Tokens asked for: a few, so the check costs one short generation. */
-export const KNOWN_ANSWER_TOKENS = 8;
+/** Tokens asked for: a few, so the check costs four decode steps (a wake is READY that much later). */
+export const KNOWN_ANSWER_TOKENS = 4;
 /** Words of the answer compared (see above). */
 export const COMPARED_WORDS = 3;
 /** Longest answer recorded (the state file keeps it). */

@@ -72,7 +72,6 @@ describe('llmgw ctl events', () => {
     const a = await kmsgAgent('llmgw-events-json-');
     // Registered is not yet connected: the control plane's first answer makes the stream "connected".
     await until(() => a.records.some((r) => r.msg === 'control-plane connection' && r.to === 'connected'), 'the stream connected');
-    const before = new Date().toISOString();
     const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
     a.cp.send('node-a', { case: 'start', value: simStart('s1', await freePort()) });
     await ready;
@@ -89,12 +88,16 @@ describe('llmgw ctl events', () => {
       at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
     });
 
+    // From just after the connection's own event, by the agent's clock: a time
+    // taken here once fell before the event was recorded (it is recorded after
+    // its log line), or in the same millisecond, and --since rightly kept it.
+    const connected = events.find((e) => e.kind === 'connection' && e.fields.to === 'connected');
+    const before = new Date(Date.parse(connected.at) + 1).toISOString();
     const since = await runCli(['ctl', 'events', '--json', '--since', before, '--socket', a.socket]);
     expect(since.exitCode).toBe(0);
     const kept = since.stdout.trim().split('\n').map((l) => JSON.parse(l));
     expect(kept.map((e) => e.kind)).toContain('shard');
     // The stream connected before then; a reconnect after it (a loaded machine) would rightly be kept.
-    const connected = events.find((e) => e.kind === 'connection' && e.fields.to === 'connected');
     expect(kept.map((e) => e.seq)).not.toContain(connected.seq);
     expect(kept.every((e) => Date.parse(e.at) >= Date.parse(before))).toBe(true);
 

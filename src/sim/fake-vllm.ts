@@ -395,9 +395,20 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     const gpus = (env.CUDA_VISIBLE_DEVICES ?? '').split(',').filter((g) => /^\d+$/.test(g)).map(Number);
     // V:vllm/envs.py:1418: bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0"))).
     const devMode = /^-?\d+$/.test(env.VLLM_SERVER_DEV_MODE ?? '') && Number(env.VLLM_SERVER_DEV_MODE) !== 0;
-    sleepMode = new FakeVllmSleep({ enabled: o.sleepMode, devMode, knobs: k, gpus }, scheduler);
+    const sleeper = new FakeVllmSleep({ enabled: o.sleepMode, devMode, knobs: k, gpus, fatal: (why) => failEngine(why) }, scheduler);
+    sleepMode = sleeper;
+    if (o.sleepMode) {
+      // The cumem allocator is on from the start (V:vllm/config/model.py:338-340, 606-613): the line tells a
+      // test that --enable-sleep-mode reached the engine, which /sleep alone no longer shows (N10).
+      vllmLog('INFO', 'fake-vllm', 'Sleep mode enabled: weights and KV cache are allocated through the CuMemAllocator pool');
+    }
 
-    const ctx: RouteContext = { servedNames: o.servedNames, submit: (r) => scheduler.submit(r), defaultMaxTokens: k.maxTokens };
+    const ctx: RouteContext = {
+      servedNames: o.servedNames,
+      submit: (r) => scheduler.submit(r),
+      defaultMaxTokens: k.maxTokens,
+      weightsLost: () => sleeper.weightsLost,
+    };
 
     const handle = (req: IncomingMessage, res: ServerResponse) => {
       if (hung) return; // a hung engine accepts the connection and says nothing
@@ -475,7 +486,8 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         one('gauge', 'vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', Math.min(1, scheduler.running() * 0.01)) +
         one('counter', 'vllm:prompt_tokens_total', 'Number of prefill tokens processed.', counters.promptTokens) +
         one('counter', 'vllm:generation_tokens_total', 'Number of generation tokens processed.', counters.generationTokens) +
-        success
+        success +
+        (sleepMode?.metricsText(label) ?? '')
       );
     };
 

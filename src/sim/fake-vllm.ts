@@ -5,6 +5,7 @@
  * and shared/fixtures/engines/ENGINES.md). Knobs vLLM does not have start
  * with --sim- (sim-knobs.ts).
  */
+import { existsSync } from 'node:fs';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
 import { networkInterfaces } from 'node:os';
 import { resolve } from 'node:path';
@@ -16,7 +17,7 @@ import { vllmLog } from './engine-log.js';
 import { FakeBatchScheduler, type FinishReason } from './fake-batch-scheduler.js';
 import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
 import { FakeVllmSleep } from './fake-vllm-sleep.js';
-import { type CompileKey, MissingWeightsError, compileMarkerPath, hasCompileMarker, readWeights, writeCompileMarker } from './fake-weights.js';
+import { type CompileKey, MissingWeightsError, compileMarkerPath, findSnapshot, hasCompileMarker, hubOffline, readWeights, writeCompileMarker } from './fake-weights.js';
 import { sendJson } from './sim-http.js';
 import { errorBody, modelList } from './openai-responses.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs, versionBefore } from './sim-knobs.js';
@@ -535,6 +536,13 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
 async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped: () => boolean, wait: (ms: number) => Promise<void>): Promise<void> {
   const k = o.knobs;
   let revision = o.revision;
+  let hashedModel = o.model;
+  if (hubOffline(env) && !existsSync(o.model)) {
+    // V:vllm/engine/arg_utils.py:809-822 (get_model_path, V:vllm/transformers_utils/repo_utils.py:279-297):
+    // offline, the model id becomes its local snapshot folder, and fails the start when there is none.
+    hashedModel = (await findSnapshot(o.model, o.revision, env)).dir;
+    vllmLog('INFO', 'arg_utils.py:817', `HF_HUB_OFFLINE is True, replace model_id [${o.model}] to model_path [${hashedModel}]`);
+  }
   if (k.readWeights) {
     const t0 = performance.now();
     const read = await readWeights(o.model, o.revision, env, stopped);
@@ -544,7 +552,7 @@ async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped: () =>
     vllmLog('INFO', 'default_loader.py:291', `Loading weights took ${s} seconds: ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
   }
   if (k.compileTimeMs === 0) return;
-  const key: CompileKey = { model: o.model, revision, tp: o.tp, pp: o.pp, version: o.version };
+  const key: CompileKey = { model: hashedModel, revision, tp: o.tp, pp: o.pp, version: o.version, sleepMode: o.sleepMode };
   const marker = compileMarkerPath(env, key);
   if (await hasCompileMarker(marker)) {
     // V:vllm/compilation/backends.py logs this line on a cache hit.

@@ -2,7 +2,8 @@
  * `--only 12,13` (issue 25): a stop that drains, and READY after the
  * engine's first answer, for each engine behaviour the agent judges apart:
  * the sim (`llmgw sim engine`), vLLM with tensor parallel 2 (bin/fake-vllm:
- * two worker processes, a drain only with --shutdown-timeout) and SGLang
+ * two worker processes, a drain only with --shutdown-timeout), for figure 12
+ * also vLLM with data parallelism 2 (a drain only with one API server), and SGLang
  * (bin/fake-sglang: /health_generate takes over a second, the SIGTERM drain
  * looks for requests left every 5 s). Real agent, real engine processes; the
  * doubles are run as the agent runs vLLM and SGLang, through
@@ -44,6 +45,8 @@ const SGLANG_DRAIN_POLL_MS = 5000;
 interface Behaviour {
   label: string;
   engine: 'sim' | 'vllm' | 'sglang';
+  /** What its shard ids are named after, when two behaviours share an engine. Default: engine. */
+  key?: string;
   /** The path the agent's EngineWatch asks (SglangEngine.apiHealthPath). */
   healthPath: string;
   /** Processes of the engine's group when it serves: main and workers. */
@@ -65,6 +68,27 @@ const BEHAVIOURS: readonly Behaviour[] = [
   // Main process, one scheduler (TP 1) and the detokenizer.
   { label: 'SGLang double', engine: 'sglang', healthPath: '/health_generate', processes: 3, spec: (id, port, loadMs) => doubleStart('sglang', id, port, { gpus: [0], args: knobs(loadMs) }) },
 ];
+
+/**
+ * Figure 12 only: vLLM with data parallelism 2 (TP 1 on each of 2 GPUs), a
+ * main process and two workers. vLLM would run an API server per DP rank and
+ * cut the stream on SIGTERM (V:vllm/entrypoints/cli/serve.py:107-124, 277-286,
+ * 391-407); the agent runs one (--api-server-count 1), which drains. The
+ * double does both (src/sim/fake-vllm.ts), so this row shows which one the
+ * agent got (issue 36).
+ */
+const DP2_BEHAVIOUR: Behaviour = {
+  label: 'vLLM double, DP 2',
+  engine: 'vllm',
+  key: 'vllm-dp2',
+  healthPath: '/health',
+  processes: 3,
+  spec: (id, port, loadMs) => {
+    const spec = doubleStart('vllm', id, port, { gpus: [0, 1], args: [...knobs(loadMs), '--data-parallel-size', '2'] });
+    if (spec.profile) spec.profile.tensorParallelSize = 1;
+    return spec;
+  },
+};
 
 /** The agent both figures use: the doubles as the vllm and sglang engines, the sim enabled, stop_grace STOP_GRACE. */
 async function agentWithDoubles(tag: string): Promise<ControlPlane> {
@@ -139,9 +163,9 @@ export async function stopDrainFigure(rows: BenchRow[], notes: string[], quick: 
   const cp = await agentWithDoubles('f12');
   const rounds = quick ? 2 : 5;
   const remainingMs = (STREAM_TOKENS - STOP_AFTER_TOKENS) * TOKEN_LATENCY_MS;
-  for (const b of BEHAVIOURS) {
+  for (const b of [...BEHAVIOURS, DP2_BEHAVIOUR]) {
     const samples: StopSample[] = [];
-    for (let r = 0; r < rounds; r++) samples.push(await stopMidStream(cp, b, `stop-${b.engine}-${r}`));
+    for (let r = 0; r < rounds; r++) samples.push(await stopMidStream(cp, b, `stop-${b.key ?? b.engine}-${r}`));
     const stopped = samples.map((s) => s.stoppedMs);
     const ends = samples.map((s) => s.streamEndMs);
     const whole = samples.filter((s) => s.tokens === STREAM_TOKENS && s.done).length;

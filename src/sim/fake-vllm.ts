@@ -5,6 +5,7 @@
  * and shared/fixtures/engines/ENGINES.md). Knobs vLLM does not have start
  * with --sim- (sim-knobs.ts).
  */
+import { existsSync } from 'node:fs';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
 import { networkInterfaces } from 'node:os';
 import { resolve } from 'node:path';
@@ -16,7 +17,7 @@ import { vllmLog } from './engine-log.js';
 import { FakeBatchScheduler, type FinishReason } from './fake-batch-scheduler.js';
 import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
 import { FakeVllmSleep } from './fake-vllm-sleep.js';
-import { type CompileKey, MissingWeightsError, compileMarkerPath, hasCompileMarker, readWeights, writeCompileMarker } from './fake-weights.js';
+import { type CompileKey, MissingWeightsError, compileMarkerPath, findSnapshot, hasCompileMarker, hubOffline, readWeights, writeCompileMarker } from './fake-weights.js';
 import { sendJson } from './sim-http.js';
 import { errorBody, modelList } from './openai-responses.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs, versionBefore } from './sim-knobs.js';
@@ -59,6 +60,13 @@ export interface FakeVllmOptions {
   dp: number;
   dpLocal?: number;
   dpStartRank?: number;
+  /**
+   * API server processes: --api-server-count, else the default of the DP
+   * load-balancing mode (V:vllm/entrypoints/cli/serve.py:101-124); 0 headless.
+   */
+  apiServers: number;
+  /** A ValueError `vllm serve` raises before starting anything (serve.py:63-100); it exits 1. */
+  startError?: string;
   runner: 'generate' | 'pooling';
   loadTracking: boolean;
   logStats: boolean;
@@ -94,6 +102,11 @@ function specs(version: string): ArgSpec[] {
     { names: ['--data-parallel-start-rank', '-dpr'], kind: 'int' },
     { names: ['--data-parallel-address', '-dpa'], kind: 'string' },
     { names: ['--data-parallel-rpc-port', '-dpp'], kind: 'int' },
+    { names: ['--data-parallel-rank', '-dpn'], kind: 'int' },
+    { names: ['--data-parallel-hybrid-lb', '-dph'], kind: 'flag' },
+    { names: ['--data-parallel-external-lb', '-dpe'], kind: 'flag' },
+    // V:vllm/entrypoints/openai/cli_args.py:386-393: default None, decided in serve.py:107-124.
+    { names: ['--api-server-count', '-asc'], kind: 'int' },
     { names: ['--runner'], kind: 'string', choices: ['auto', 'generate', 'pooling', 'draft'] },
     // V:vllm/entrypoints/openai/cli_args.py:136.
     { names: ['--enable-server-load-tracking'], kind: 'flag' },
@@ -125,6 +138,14 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
   // V:vllm/entrypoints/serve/middleware/register.py:33: --api-key, else VLLM_API_KEY.
   const keys = (p.values.get('--api-key') as string[] | undefined) ?? (env.VLLM_API_KEY ? [env.VLLM_API_KEY] : []);
   const runner = p.values.get('--runner');
+  const api = apiServers({
+    headless: p.values.get('--headless') === true,
+    given: p.values.get('--api-server-count') as number | undefined,
+    dp: int('--data-parallel-size', 1),
+    dpLocal: p.values.get('--data-parallel-size-local') as number | undefined,
+    externalLb: p.values.get('--data-parallel-external-lb') === true || p.values.get('--data-parallel-rank') !== undefined,
+    hybridLb: p.values.get('--data-parallel-hybrid-lb') === true || p.values.get('--data-parallel-start-rank') !== undefined,
+  });
   return {
     model,
     revision: (p.values.get('--revision') as string | undefined) ?? 'main',
@@ -141,6 +162,7 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     dp: int('--data-parallel-size', 1),
     dpLocal: p.values.get('--data-parallel-size-local') as number | undefined,
     dpStartRank: p.values.get('--data-parallel-start-rank') as number | undefined,
+    ...api,
     runner: runner === 'pooling' ? 'pooling' : 'generate',
     loadTracking: p.values.get('--enable-server-load-tracking') === true,
     logStats: p.values.get('--disable-log-stats') !== true,
@@ -148,6 +170,29 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     knobs,
     sleepMode: p.values.get('--enable-sleep-mode') === true,
   };
+}
+
+/**
+ * How many API server processes `vllm serve` runs (V:vllm/entrypoints/cli/serve.py:63-124):
+ * none headless (a count given there is a ValueError); else the one given;
+ * else 1 for an external load balancer, the local DP size for the hybrid
+ * one, and the whole DP size for vLLM's own (internal) balancing, which is
+ * what a plain `--data-parallel-size N` gets.
+ */
+export function apiServers(a: { headless: boolean; given?: number; dp: number; dpLocal?: number; externalLb: boolean; hybridLb: boolean }): { apiServers: number; startError?: string } {
+  if (a.headless) {
+    if (a.given !== undefined && a.given > 0) {
+      return { apiServers: 0, startError: `ValueError: --api-server-count=${a.given} cannot be used with --headless (no API servers are started in headless mode).` };
+    }
+    return { apiServers: 0 };
+  }
+  if (a.externalLb && a.hybridLb) {
+    return { apiServers: 1, startError: 'ValueError: Cannot use more than one data parallel load balancing mode.' };
+  }
+  if (a.given !== undefined) return { apiServers: a.given };
+  if (a.externalLb) return { apiServers: 1 };
+  if (a.hybridLb) return { apiServers: a.dpLocal ?? 1 };
+  return { apiServers: a.dp };
 }
 
 /**
@@ -324,6 +369,25 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         return;
       }
       if (phase !== 'serving') return;
+      if (o.apiServers > 1) {
+        // Several API servers (the default under DP, serve.py:107-124): the
+        // main process turns SIGTERM into SystemExit (serve.py:277-286) and
+        // its `finally` SIGTERMs the API servers first (serve.py:391-403).
+        // Each runs the usual handler, but its engine client was built from
+        // client_addresses and has no engine_manager (V:vllm/v1/engine/core_client.py:567-586),
+        // so its shutdown drains nothing (:685-696): uvicorn stops at once and
+        // every stream is cut, whatever --shutdown-timeout says. Only then are
+        // the EngineCores told to drain, with no frontend left to deliver to
+        // (serve.py:404-407).
+        vllmLog('INFO', 'serve.py:392', `Waiting up to ${o.shutdownTimeoutS} seconds for processes to exit`);
+        vllmLog('INFO', 'launcher.py:138', `API server processes (${o.apiServers}): shutting down: the engine client has no engine manager, nothing drains`);
+        server?.close();
+        server?.closeAllConnections();
+        workers?.expectExits();
+        scheduler.abortAll('Request aborted: the API server is gone.');
+        void (workers?.terminate() ?? Promise.resolve()).then(() => exit(0, `${sig}, ${o.apiServers} API servers`));
+        return;
+      }
       // V:vllm/entrypoints/launchers/launcher.py:133-155: log the mode, shut the engine down with the timeout, stop uvicorn.
       if (o.shutdownTimeoutS > 0) {
         vllmLog('INFO', 'launcher.py:138', `Received ${sig}, shutting down: mode=drain timeout=${o.shutdownTimeoutS}s`);
@@ -357,6 +421,12 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     };
 
     vllmLog('INFO', 'api_server.py:1', `vLLM API server version ${o.version} (llmgw fake-vllm), pid ${process.pid}`);
+    if (o.startError !== undefined) {
+      vllmLog('ERROR', 'serve.py:66', o.startError);
+      void exit(1, 'refused its arguments');
+      return;
+    }
+    if (o.apiServers > 1) vllmLog('INFO', 'fake-vllm', `${o.apiServers} API server processes (V:vllm/entrypoints/cli/serve.py:107-124, 145-146)`);
     vllmLog('INFO', 'utils.py:1', `non-default args: model=${o.model} tp=${o.tp} pp=${o.pp} nnodes=${o.nnodes} node_rank=${o.nodeRank} dp=${o.dp}`);
     if (o.nnodes > 1 && o.nodeRank === 0) {
       // V:vllm/v1/executor/multiproc_executor.py:148-169; shm_broadcast.py:519-534.
@@ -395,9 +465,20 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     const gpus = (env.CUDA_VISIBLE_DEVICES ?? '').split(',').filter((g) => /^\d+$/.test(g)).map(Number);
     // V:vllm/envs.py:1418: bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0"))).
     const devMode = /^-?\d+$/.test(env.VLLM_SERVER_DEV_MODE ?? '') && Number(env.VLLM_SERVER_DEV_MODE) !== 0;
-    sleepMode = new FakeVllmSleep({ enabled: o.sleepMode, devMode, knobs: k, gpus }, scheduler);
+    const sleeper = new FakeVllmSleep({ enabled: o.sleepMode, devMode, knobs: k, gpus, fatal: (why) => failEngine(why) }, scheduler);
+    sleepMode = sleeper;
+    if (o.sleepMode) {
+      // The cumem allocator is on from the start (V:vllm/config/model.py:338-340, 606-613): the line tells a
+      // test that --enable-sleep-mode reached the engine, which /sleep alone no longer shows (N10).
+      vllmLog('INFO', 'fake-vllm', 'Sleep mode enabled: weights and KV cache are allocated through the CuMemAllocator pool');
+    }
 
-    const ctx: RouteContext = { servedNames: o.servedNames, submit: (r) => scheduler.submit(r), defaultMaxTokens: k.maxTokens };
+    const ctx: RouteContext = {
+      servedNames: o.servedNames,
+      submit: (r) => scheduler.submit(r),
+      defaultMaxTokens: k.maxTokens,
+      weightsLost: () => sleeper.weightsLost,
+    };
 
     const handle = (req: IncomingMessage, res: ServerResponse) => {
       if (hung) return; // a hung engine accepts the connection and says nothing
@@ -475,7 +556,8 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         one('gauge', 'vllm:kv_cache_usage_perc', 'KV-cache usage. 1 means 100 percent usage.', Math.min(1, scheduler.running() * 0.01)) +
         one('counter', 'vllm:prompt_tokens_total', 'Number of prefill tokens processed.', counters.promptTokens) +
         one('counter', 'vllm:generation_tokens_total', 'Number of generation tokens processed.', counters.generationTokens) +
-        success
+        success +
+        (sleepMode?.metricsText(label) ?? '')
       );
     };
 
@@ -523,6 +605,13 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
 async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped: () => boolean, wait: (ms: number) => Promise<void>): Promise<void> {
   const k = o.knobs;
   let revision = o.revision;
+  let hashedModel = o.model;
+  if (hubOffline(env) && !existsSync(o.model)) {
+    // V:vllm/engine/arg_utils.py:809-822 (get_model_path, V:vllm/transformers_utils/repo_utils.py:279-297):
+    // offline, the model id becomes its local snapshot folder, and fails the start when there is none.
+    hashedModel = (await findSnapshot(o.model, o.revision, env)).dir;
+    vllmLog('INFO', 'arg_utils.py:817', `HF_HUB_OFFLINE is True, replace model_id [${o.model}] to model_path [${hashedModel}]`);
+  }
   if (k.readWeights) {
     const t0 = performance.now();
     const read = await readWeights(o.model, o.revision, env, stopped);
@@ -532,7 +621,7 @@ async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped: () =>
     vllmLog('INFO', 'default_loader.py:291', `Loading weights took ${s} seconds: ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
   }
   if (k.compileTimeMs === 0) return;
-  const key: CompileKey = { model: o.model, revision, tp: o.tp, pp: o.pp, version: o.version };
+  const key: CompileKey = { model: hashedModel, revision, tp: o.tp, pp: o.pp, version: o.version, sleepMode: o.sleepMode };
   const marker = compileMarkerPath(env, key);
   if (await hasCompileMarker(marker)) {
     // V:vllm/compilation/backends.py logs this line on a cache hit.

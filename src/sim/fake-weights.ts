@@ -126,13 +126,25 @@ export async function readWeights(repo: string, revision: string, env: NodeJS.Pr
   return { snapshotDir: dir, commit, files: files.length, bytes };
 }
 
+/**
+ * What the double hashes of vLLM's compile-cache key (ModelConfig.compute_hash,
+ * V:vllm/config/model.py:412-463: every field but the ignored ones).
+ */
 export interface CompileKey {
+  /**
+   * ModelConfig.model as vLLM holds it: the repo id online, the snapshot's
+   * folder under HF_HUB_OFFLINE, which rewrites it before the config is built
+   * (V:vllm/engine/arg_utils.py:809-822). So the first offline start after
+   * online ones compiles again (review engine-fidelity-2 §3 N14).
+   */
   model: string;
   /** The snapshot's commit when the weights were read; the revision otherwise. */
   revision: string;
   tp: number;
   pp: number;
   version: string;
+  /** enable_sleep_mode is a hashed ModelConfig field (V:vllm/config/model.py:338). */
+  sleepMode: boolean;
 }
 
 /**
@@ -140,7 +152,7 @@ export interface CompileKey {
  * configuration hash, as vLLM's cache_dir is <root>/torch_compile_cache/<hash>/rank_<i>_<j>.
  */
 export function compileMarkerPath(env: NodeJS.ProcessEnv, key: CompileKey): string {
-  const hash = createHash('sha256').update(JSON.stringify([key.model, key.revision, key.tp, key.pp, key.version])).digest('hex').slice(0, 10);
+  const hash = createHash('sha256').update(JSON.stringify([key.model, key.revision, key.tp, key.pp, key.version, key.sleepMode])).digest('hex').slice(0, 10);
   return join(vllmCacheRoot(env), 'torch_compile_cache', hash, 'rank_0_0', 'llmgw-sim-compiled.json');
 }
 

@@ -137,6 +137,44 @@ describe('bin/fake-vllm', () => {
     expect(await e.exited).toEqual({ code: 0, signal: null });
   });
 
+  it('with --data-parallel-size 2 runs two API servers, and a SIGTERM to the main process cuts the stream though --shutdown-timeout is set (review §3 N2)', async () => {
+    const e = await vllm(['--data-parallel-size', '2', '--shutdown-timeout', '10', '--sim-token-latency', '20ms']);
+    expect(e.output()).toMatch(/2 API server processes/);
+    const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 100, stream: true });
+    let seen = 0;
+    const stream = consumeStream(res, (n) => {
+      seen = n;
+    });
+    await until(() => seen >= 3, 'some tokens');
+    process.kill(e.pid, 'SIGTERM');
+    const got = await stream;
+    expect(got.done).toBe(false);
+    expect(got.tokens).toBeLessThan(100);
+    expect(await e.exited).toEqual({ code: 0, signal: null });
+    expect(e.output()).not.toMatch(/mode=drain/);
+  });
+
+  it('with --data-parallel-size 2 and --api-server-count 1 drains a SIGTERM as a single API server does: every token arrives', async () => {
+    const e = await vllm(['-dp', '2', '--api-server-count', '1', '--shutdown-timeout', '10', '--sim-token-latency', '20ms']);
+    expect(e.output()).not.toMatch(/API server processes/);
+    const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 40, stream: true });
+    let seen = 0;
+    const stream = consumeStream(res, (n) => {
+      seen = n;
+    });
+    await until(() => seen >= 3, 'some tokens');
+    process.kill(e.pid, 'SIGTERM');
+    expect(await stream).toEqual({ tokens: 40, done: true });
+    expect(e.output()).toMatch(/mode=drain timeout=10s/);
+    expect(await e.exited).toEqual({ code: 0, signal: null });
+  });
+
+  it('refuses --api-server-count on a headless rank, as vllm serve raises before starting anything', async () => {
+    const e = startFakeEngine(FAKE_VLLM, ['serve', 'm', '-dp', '2', '-dpl', '1', '-dpr', '1', '--headless', '-asc', '1']);
+    expect(await e.exited).toEqual({ code: 1, signal: null });
+    expect(e.output()).toMatch(/ValueError: --api-server-count=1 cannot be used with --headless/);
+  });
+
   it('fails the engine when a worker dies: in-flight aborted, /health 503, then exit 1', async () => {
     const e = await vllm(['--pipeline-parallel-size', '2', '--sim-token-latency', '50ms'], {}, /Worker proc \d+ ready[\s\S]*Worker proc \d+ ready/);
     const [w] = workerPids(e.output());

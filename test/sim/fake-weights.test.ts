@@ -85,7 +85,9 @@ describe('bin/fake-vllm with a cache-dependent start', () => {
     const root = tempRoot();
     const hub = hubCache(root, { 'model.safetensors': Buffer.alloc(1000, 7) });
     const env = { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1', VLLM_CACHE_ROOT: join(root, 'vllm') };
-    const marker = compileMarkerPath(env, { model: 'org/model', revision: COMMIT, tp: 1, pp: 1, version: '0.27.1' });
+    // Offline, vLLM hashes the snapshot's folder as the model (V:vllm/engine/arg_utils.py:809-822).
+    const snapshot = join(hub, 'models--org--model', 'snapshots', COMMIT);
+    const marker = compileMarkerPath(env, { model: snapshot, revision: COMMIT, tp: 1, pp: 1, version: '0.27.1', sleepMode: false });
     const start = async (compile: string) => {
       const e = startFakeEngine(FAKE_VLLM, ['serve', 'org/model', '--port', String(await freePort()), '--sim-read-weights', '--sim-compile-time', compile], env);
       await outputMatches(e, /Application startup complete/, 30_000);
@@ -100,5 +102,24 @@ describe('bin/fake-vllm with a cache-dependent start', () => {
     const second = await start('1h');
     expect(second.output()).toMatch(/Directly load the compiled graph\(s\) for dynamic shape from the cache/);
     expect(second.output()).not.toMatch(/Compiling a graph/);
+  });
+
+  it('compiles again on the first offline start after an online one, and for the same model with --enable-sleep-mode (review §3 N14)', async () => {
+    const root = tempRoot();
+    const hub = hubCache(root, { 'model.safetensors': Buffer.alloc(100, 7) });
+    const online = { HF_HUB_CACHE: hub, VLLM_CACHE_ROOT: join(root, 'vllm') };
+    const start = async (env: Record<string, string>, extra: string[] = []) => {
+      const e = startFakeEngine(FAKE_VLLM, ['serve', 'org/model', '--port', String(await freePort()), '--sim-compile-time', '100ms', ...extra], env);
+      await outputMatches(e, /Application startup complete/, 30_000);
+      await killFakeEngines();
+      return /Compiling a graph/.test(e.output());
+    };
+    expect(await start(online)).toBe(true);
+    expect(await start(online)).toBe(false);
+    // ModelConfig.model is now the snapshot's folder: another hash, one more compile, then hits.
+    expect(await start({ ...online, HF_HUB_OFFLINE: '1' })).toBe(true);
+    expect(await start({ ...online, HF_HUB_OFFLINE: '1' })).toBe(false);
+    // enable_sleep_mode is hashed too (V:vllm/config/model.py:338).
+    expect(await start(online, ['--enable-sleep-mode'])).toBe(true);
   });
 });

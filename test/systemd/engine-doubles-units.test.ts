@@ -266,7 +266,10 @@ describe.skipIf(unavailable !== undefined)(
       const sleeping = await send('sleep', S.SLEEPING);
       expect(S[sleeping.state], `${sleeping.error}\n${agentLog()}`).toBe('SLEEPING');
       await until(() => agentLog().includes('shard asleep: GPU memory released'), 'dv2 seen asleep', 30_000);
+      // vLLM answers /sleep 200 without --enable-sleep-mode too, and frees nothing (review engine-fidelity-2 §3 N10):
+      // the memory released and the double's own line show the flag reached the unit; the dev-mode routes answering, the env.
       expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBeLessThan(8000 / 2);
+      expect(shardLog('dv2')).toMatch(/Sleep mode enabled/);
       const woken = await send('wake', S.READY);
       expect(S[woken.state], `${woken.error}\n${agentLog()}`).toBe('READY');
       expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBe(8000);

@@ -7,7 +7,7 @@ import { parallelism, servedModelName, servesHttp } from './shard-launch.js';
 import { shutdownTimeoutS } from './shutdown-timeout.js';
 import type { ValidateShardOptions } from './validate-shard.js';
 import type { OwnedArgs } from './owned-args.js';
-import { type CodeLoadingArgs, VLLM_CODE_LOADING_ARGS } from './code-loading-args.js';
+import { type CodeLoadingArgs, VLLM_CODE_LOADING_ARGS, codeLoadingArgsIn } from './code-loading-args.js';
 
 export const DEFAULT_VLLM_COMMAND: readonly string[] = ['vllm', 'serve'];
 
@@ -85,6 +85,40 @@ export const VLLM_OWNED_ARGS: OwnedArgs = {
   flexible: true,
 };
 
+/**
+ * vLLM's other ways to run data parallelism, and the API-server count, which
+ * the agent decides and a profile may set only where the operator lists the
+ * option in engines.vllm.allowed_args (review engine-fidelity-2 §3 N2, N12;
+ * spellings from test/fixtures/engines/vllm-serve-flags.txt):
+ * - `--api-server-count`/`-asc` (V:vllm/entrypoints/openai/cli_args.py:386):
+ *   more than one API server does not drain on SIGTERM (serve.py:277-286,
+ *   391-407; V:vllm/v1/engine/core_client.py:567-586, 685-696), so every stop
+ *   of such a shard cuts its streams; the agent runs one under DP.
+ * - `--data-parallel-multi-port-external-lb`/`-dpm` (V:vllm/entrypoints/cli/serve.py:141-142):
+ *   a supervisor opens `--port + i` per local rank and
+ *   `--data-parallel-supervisor-port` (9256, cli_args.py:250), none of them
+ *   validated or reserved, and its servers leave the process group
+ *   (V:vllm/entrypoints/openai/dp_supervisor.py:251-257, 268-276), out of
+ *   reach of the stop's group SIGKILL.
+ * - `--data-parallel-hybrid-lb`/`-dph`, `--data-parallel-external-lb`/`-dpe`
+ *   (V:vllm/engine/arg_utils.py:1127, 1132): other API-server layouts; `-dph`
+ *   with the agent's `--headless` on ranks ≥ 1 is refused by vLLM
+ *   (serve.py:186-187).
+ */
+export const VLLM_DP_LAUNCH_ARGS: CodeLoadingArgs = {
+  refused: [
+    ['--api-server-count', '-asc'],
+    ['--data-parallel-multi-port-external-lb', '-dpm'],
+    ['--data-parallel-supervisor-port'],
+    ['--data-parallel-hybrid-lb', '-dph'],
+    ['--data-parallel-external-lb', '-dpe'],
+  ],
+  modelPaths: [],
+  // -dp (--data-parallel-size) begins -dpm, -dph and -dpe, and is the profile's own.
+  mayPass: ['-dp'],
+  flexible: true,
+};
+
 export class VllmEngine extends ConfiguredEngine {
   readonly name = 'vllm' as const;
   readonly metrics: EngineMetrics = VLLM_METRICS;
@@ -132,6 +166,13 @@ export class VllmEngine extends ConfiguredEngine {
   }
 
   protected override engineValidation(spec: StartShard): Partial<ValidateShardOptions> {
+    const launchMode = codeLoadingArgsIn(spec.profile?.args ?? [], VLLM_DP_LAUNCH_ARGS, this.config.allowedArgs ?? [])[0];
+    if (launchMode) {
+      const given = launchMode.given === launchMode.flag ? launchMode.flag : `${launchMode.given} (${launchMode.flag})`;
+      throw failure(
+        `shard ${spec.shardId}: profile args set ${given}, which changes how vLLM runs its API servers and data-parallel ranks (ports, processes, and whether a stop drains); remove it, or list ${launchMode.flag} in engines.vllm.allowed_args to allow it`,
+      );
+    }
     const dp = dataParallelSize(spec.profile?.args ?? []);
     const { nnodes } = parallelism(spec);
     if (nnodes > 1 && dp > 1 && dp % nnodes !== 0) {
@@ -145,13 +186,19 @@ export class VllmEngine extends ConfiguredEngine {
     const args = [spec.profile?.model ?? ''];
     if (servesHttp(spec)) args.push('--host', '0.0.0.0', '--port', String(spec.httpPort));
     args.push('--served-model-name', servedModelName(spec), '--tensor-parallel-size', String(tp), '--pipeline-parallel-size', String(pp));
-    // Without it vLLM aborts in-flight requests on SIGTERM (its default is 0);
-    // headless ranks wait as long for their workers.
+    // Without it vLLM aborts in-flight requests on SIGTERM (its default is 0).
+    // DP headless ranks wait as long for their workers (serve.py:248-256);
+    // TP/PP headless ranks exit at once (serve.py:195-223).
     if (this.#shutdownTimeoutS > 0) args.push('--shutdown-timeout', String(this.#shutdownTimeoutS));
     // V:vllm/engine/arg_utils.py:919-921: sleep needs the cumem allocator from the start.
     if (spec.profile?.sleepMode) args.push('--enable-sleep-mode');
+    const dp = dataParallelSize(spec.profile?.args ?? []);
+    // Under DP vLLM runs one API server per DP rank by default (V:vllm/entrypoints/cli/serve.py:107-124),
+    // and those cut every stream on SIGTERM (VLLM_DP_LAUNCH_ARGS); one API server drains for
+    // --shutdown-timeout, its client owning the engines (V:vllm/v1/engine/core_client.py:609-613).
+    // The cost is front-end throughput. Never on a headless rank, where vLLM refuses it (serve.py:63-70).
+    if (dp > 1 && servesHttp(spec)) args.push('--api-server-count', '1');
     if (nnodes > 1) {
-      const dp = dataParallelSize(spec.profile?.args ?? []);
       if (dp > 1) {
         // The profile's own --data-parallel-size stays in its args; each node
         // runs its share of the DP ranks, rank 0's coordinator at the leader.

@@ -240,4 +240,36 @@ describe('VllmEngine data parallelism', () => {
     await expect(engine.validate(spec, context())).rejects.toThrow('shard s1: --data-parallel-size 3 does not divide over 2 nodes; use a multiple of 2');
     await expect(engine.validate(shard({ profile: { args: ['-dp', '0'] } }), context())).rejects.toThrow('"0" is not a positive integer');
   });
+
+  it('runs one API server under DP, where vLLM would run one per rank and cut every stream on a stop (review §3 N2); none on a headless rank', () => {
+    const argv = (spec: ReturnType<typeof shard>) => engine.command(spec).argv;
+    const single = argv(shard({ gpuIndices: [0, 1], profile: { tensorParallelSize: 1, args: ['-dp', '2'] } }));
+    expect(single.slice(single.indexOf('--api-server-count'), single.indexOf('--api-server-count') + 2)).toEqual(['--api-server-count', '1']);
+    expect(argv(shard({ gpuIndices: [0, 1], profile: { tensorParallelSize: 2 } }))).not.toContain('--api-server-count');
+    const on = (rank: number) =>
+      argv(shard({ nnodes: 2, rank, gpuIndices: [0, 1], httpPort: rank === 0 ? 8000 : 0, leaderAddr: '10.0.0.1', leaderPort: 13345, profile: { tensorParallelSize: 1, args: ['-dp', '4'] } }));
+    expect(on(0)).toContain('--api-server-count');
+    expect(on(1)).not.toContain('--api-server-count');
+  });
+
+  it('refuses the DP launch modes and an API-server count from a profile with one line, unless engines.vllm.allowed_args lists them (review §3 N12)', async () => {
+    const dp2 = (args: string[]) => shard({ gpuIndices: [0, 1], profile: { tensorParallelSize: 1, args: ['-dp', '2', ...args] } });
+    for (const [args, flag] of [
+      [['-asc', '2'], '--api-server-count'],
+      [['--api_server_count=2'], '--api-server-count'],
+      [['-dpm'], '--data-parallel-multi-port-external-lb'],
+      [['--data-parallel-supervisor-port', '9300'], '--data-parallel-supervisor-port'],
+      [['-dph'], '--data-parallel-hybrid-lb'],
+      [['--data-parallel-external-lb'], '--data-parallel-external-lb'],
+    ] as const) {
+      const refusal = engine.validate(dp2([...args]), context());
+      await expect(refusal).rejects.toThrow(new RegExp(`^shard s1: profile args set .*${flag}.*; remove it, or list ${flag} in engines\\.vllm\\.allowed_args to allow it$`));
+    }
+    await expect(engine.validate(dp2([]), context())).resolves.toBeUndefined();
+    const allowing = new VllmEngine({ command: [process.execPath], env: {}, extraArgs: [], allowedArgs: ['--api-server-count'] }, 'eth0');
+    const spec = dp2(['-asc', '2']);
+    await expect(allowing.validate(spec, context())).resolves.toBeUndefined();
+    // The operator's choice comes after the agent's 1, and argparse takes the last.
+    expect(allowing.command(spec).argv.slice(-2)).toEqual(['-asc', '2']);
+  });
 });

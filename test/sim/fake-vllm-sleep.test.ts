@@ -1,0 +1,149 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
+import { freePort, until } from '../helpers/engine-processes.js';
+import { FAKE_VLLM, consumeStream, killFakeEngines, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
+
+/*
+ * The vLLM double's sleep mode as unkind as vLLM 2f41c894 (review
+ * engine-fidelity-2 §3 N1, N10; src/sim/fake-vllm-sleep.ts): a level-2 sleep
+ * discards the weights, and a wake without reload_weights serves garbage
+ * while /health, /v1/models and the GPU memory all look right; /sleep
+ * without --enable-sleep-mode is a 200 that aborts and frees nothing.
+ */
+
+afterEach(killFakeEngines);
+const roots: string[] = [];
+afterAll(() => {
+  for (const r of roots) rmSync(r, { recursive: true, force: true });
+});
+
+const GPU = 3;
+const MIB = 10_000;
+
+const post = (url: string, body?: unknown) =>
+  fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, ...(body === undefined ? {} : { body: JSON.stringify(body) }) });
+
+async function vllm(args: string[] = ['--enable-sleep-mode']) {
+  const usage = mkdtempSync(join(tmpdir(), 'llmgw-vllm-sleep-'));
+  roots.push(usage);
+  const port = await freePort();
+  const e = startFakeEngine(
+    FAKE_VLLM,
+    ['serve', 'org/model', '--port', String(port), '--sim-gpu-memory', String(MIB), '--sim-gpu-usage-dir', usage, '--sim-wake-time', '20ms', ...args],
+    { VLLM_SERVER_DEV_MODE: '1', CUDA_VISIBLE_DEVICES: String(GPU) },
+  );
+  await outputMatches(e, /Application startup complete/);
+  const url = `http://127.0.0.1:${port}`;
+  return {
+    ...e,
+    url,
+    memory: () => readGpuUsage(usage).get(GPU),
+    /** A greedy completion's text. */
+    answer: async () => ((await (await post(`${url}/v1/completions`, { prompt: 'The capital of France is', max_tokens: 6, temperature: 0 })).json()) as { choices: { text: string }[] }).choices[0]?.text,
+    sleeping: async () => ((await (await fetch(`${url}/is_sleeping`)).json()) as { is_sleeping: boolean }).is_sleeping,
+    call: async (path: string, body?: unknown) => (await post(`${url}${path}`, body)).status,
+  };
+}
+
+describe('bin/fake-vllm sleep mode (V:vllm/entrypoints/serve/dev/sleep/api_router.py:21-48)', () => {
+  it('after a level-2 sleep and a bare wake_up answers garbage, though /health, /v1/models, /is_sleeping and the GPU memory all say it is back', async () => {
+    const e = await vllm();
+    const before = await e.answer();
+    expect(before).not.toMatch(/^!+$/);
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    expect(e.memory()).toBeLessThan(MIB / 10);
+    expect(await e.call('/wake_up')).toBe(200);
+    expect((await fetch(`${e.url}/health`)).status).toBe(200);
+    expect((await fetch(`${e.url}/v1/models`)).status).toBe(200);
+    expect(await e.sleeping()).toBe(false);
+    expect(e.memory()).toBe(MIB);
+    expect(await e.answer()).toBe('!!!!!!');
+  });
+
+  it('wakes a level-2 sleep in the documented three calls (weights, reload_weights, kv_cache) with its own answer back, the partial wake seen in memory and /is_sleeping', async () => {
+    const e = await vllm();
+    const before = await e.answer();
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    expect(await e.call('/wake_up?tags=weights')).toBe(200);
+    const weightsOnly = e.memory() as number;
+    expect(weightsOnly).toBeGreaterThan(MIB / 10);
+    expect(weightsOnly).toBeLessThan(MIB / 2);
+    expect(await e.sleeping()).toBe(true);
+    const rpc = await post(`${e.url}/collective_rpc`, { method: 'reload_weights' });
+    expect([rpc.status, await rpc.json()]).toEqual([200, { results: [null] }]);
+    expect(await e.call('/wake_up?tags=kv_cache')).toBe(200);
+    expect(e.memory()).toBe(MIB);
+    expect(await e.sleeping()).toBe(false);
+    expect(await e.answer()).toBe(before);
+  });
+
+  it('keeps the weights through a level-1 sleep: a bare wake_up answers as before', async () => {
+    const e = await vllm();
+    const before = await e.answer();
+    expect(await e.call('/sleep?level=1')).toBe(200);
+    expect(await e.sleeping()).toBe(true);
+    expect(await e.call('/wake_up')).toBe(200);
+    expect(await e.answer()).toBe(before);
+  });
+
+  it('queues a request sent while only the weights are awake and runs it once the KV cache is back (core.py:918-921)', async () => {
+    const e = await vllm();
+    expect(await e.call('/sleep?level=1')).toBe(200);
+    expect(await e.call('/wake_up?tags=weights')).toBe(200);
+    let answered = false;
+    const held = e.answer().then((a) => {
+      answered = true;
+      return a;
+    });
+    await until(async () => (await (await fetch(`${e.url}/metrics`)).text()).includes('vllm:num_requests_waiting{engine="0",model_name="org/model"} 1.0'), 'the request queued');
+    expect(answered).toBe(false);
+    expect(await e.call('/wake_up?tags=kv_cache')).toBe(200);
+    expect(await held).not.toMatch(/^!+$/);
+  });
+
+  it('fails the engine on reload_weights while the weights still sleep, and refuses a collective_rpc without a method', async () => {
+    const e = await vllm();
+    expect((await post(`${e.url}/collective_rpc`, {})).status).toBe(400);
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    const rpc = await post(`${e.url}/collective_rpc`, { method: 'reload_weights' });
+    expect(rpc.status).toBe(500);
+    expect(await rpc.text()).toMatch(/illegal memory access/);
+    expect((await fetch(`${e.url}/health`)).status).toBe(503);
+    expect(await e.exited).toEqual({ code: 1, signal: null });
+  });
+
+  it('shows vllm:engine_sleep_state, which says awake after any wake_up, partial or not (V:vllm/v1/engine/async_llm.py:971-983)', async () => {
+    const e = await vllm();
+    const state = async () => {
+      const text = await (await fetch(`${e.url}/metrics`)).text();
+      return Object.fromEntries([...text.matchAll(/^vllm:engine_sleep_state\{.*sleep_state="(\w+)"\} ([\d.]+)$/gm)].map((m) => [m[1], Number(m[2])]));
+    };
+    expect(await state()).toEqual({ awake: 1, weights_offloaded: 0, discard_all: 0 });
+    await e.call('/sleep?level=2');
+    expect(await state()).toEqual({ awake: 0, weights_offloaded: 0, discard_all: 1 });
+    await e.call('/wake_up?tags=weights');
+    expect(await state()).toEqual({ awake: 1, weights_offloaded: 0, discard_all: 0 });
+    expect(await e.sleeping()).toBe(true);
+  });
+
+  it('without --enable-sleep-mode answers /sleep 200 after aborting what was in flight, and frees nothing (review §3 N10)', async () => {
+    const e = await vllm(['--sim-token-latency', '30ms']);
+    expect(e.output()).not.toMatch(/Sleep mode enabled/);
+    const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 200, stream: true });
+    let seen = 0;
+    const stream = consumeStream(res, (n) => {
+      seen = n;
+    });
+    await until(() => seen >= 2, 'some tokens');
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    expect((await stream).done).toBe(false);
+    expect(await e.sleeping()).toBe(true);
+    expect(e.memory()).toBe(MIB);
+    expect(e.output()).toMatch(/Sleep mode freed 0\.00 GiB/);
+    expect(await e.call('/wake_up')).toBe(200);
+    expect(await e.answer()).not.toMatch(/^!+$/);
+  });
+});

@@ -23,17 +23,31 @@ export const SGLANG_PROBE_TIMEOUT_MS = 5000;
 /**
  * SGLang's series (S:python/sglang/srt/observability/metrics_collector.py at
  * v0.5.18). In flight for a drain: the running batch, the waiting queue and
- * the grammar queue (:268-285; metrics_reporter.py:1188-1209). Progress is
- * `realtime_tokens_total{mode}`, which grows on every decode step and every
- * prefill (:884-891; metrics_reporter.py:628-636, 726-733), and requests
- * finishing. Not `generation_tokens_total`: it grows once per finished
- * request by its whole count (:1740-1757, from tokenizer_manager.py:2908),
- * so one long generation left it flat and a healthy replica was called stalled.
+ * the grammar queue (:268-285; metrics_reporter.py:1188-1209). These gauges
+ * are published at each prefill batch and only every --decode-log-interval
+ * decode steps (default 40) while the batch decodes (metrics_reporter.py:666-679,
+ * 750-764), so a short request alone may never show in them: a count of 0
+ * is "nothing seen", not "idle" (review engine-fidelity-2 §1 #5).
+ *
+ * Progress is `realtime_tokens_total` over every mode, which grows on every
+ * decode step and every prefill (:884-891; metrics_reporter.py:628-636,
+ * 726-733), and requests finishing. Not `generation_tokens_total`: it grows
+ * once per finished request by its whole count (:1740-1757, from
+ * tokenizer_manager.py:2908), so one long generation left it flat and a
+ * healthy replica was called stalled.
+ *
+ * The first progress counter is the one whose rate is reported as
+ * generation tokens per second: `mode="decode"` alone. The other modes are
+ * prompt tokens computed (prefill_compute) and prompt tokens served from the
+ * prefix cache (prefill_cache, metrics_reporter.py:632-636): counted in, the
+ * same load read several times vLLM's generation rate, and rose with cache
+ * hits (N7). Counted twice in progress, decode changes nothing there: any
+ * change of the sum is progress.
  */
 export const SGLANG_METRICS: EngineMetrics = {
   runningGauges: ['sglang:num_running_reqs'],
   inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:num_grammar_queue_reqs'],
-  progressCounters: ['sglang:realtime_tokens_total', 'sglang:num_requests_total'],
+  progressCounters: ['sglang:realtime_tokens_total{mode="decode"}', 'sglang:realtime_tokens_total', 'sglang:num_requests_total'],
 };
 
 export interface SglangEngineOptions {

@@ -82,7 +82,8 @@ describe('SglangEngine.command', () => {
     expect(engine.metrics).toEqual({
       runningGauges: ['sglang:num_running_reqs'],
       inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:num_grammar_queue_reqs'],
-      progressCounters: ['sglang:realtime_tokens_total', 'sglang:num_requests_total'],
+      // The first is the reported token rate: decode alone (N7); progress counts every mode.
+      progressCounters: ['sglang:realtime_tokens_total{mode="decode"}', 'sglang:realtime_tokens_total', 'sglang:num_requests_total'],
     });
   });
 

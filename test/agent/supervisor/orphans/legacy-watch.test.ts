@@ -19,7 +19,7 @@ describe('legacyWatch (a state file of an older agent, which kept two metric nam
       readiness: 'model-listed',
       runningGauges: ['sglang:num_running_reqs'],
       inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:num_grammar_queue_reqs'],
-      progressCounters: ['sglang:realtime_tokens_total', 'sglang:num_requests_total'],
+      progressCounters: ['sglang:realtime_tokens_total{mode="decode"}', 'sglang:realtime_tokens_total', 'sglang:num_requests_total'],
       apiKey: 'k',
     });
   });

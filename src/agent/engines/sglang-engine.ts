@@ -1,6 +1,8 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineConfig } from '../config/agent-config.js';
 import { ConfiguredEngine } from './configured-engine.js';
+import { engineAdminApiKey } from './engine-api-key.js';
+import type { LaunchPlan } from './engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { OwnedArgs } from './owned-args.js';
 import { type CodeLoadingArgs, SGLANG_CODE_LOADING_ARGS } from './code-loading-args.js';
@@ -103,6 +105,11 @@ export class SglangEngine extends ConfiguredEngine {
 
   protected override probeTimeoutMs(): number {
     return SGLANG_PROBE_TIMEOUT_MS;
+  }
+
+  /** --admin-api-key from the profile args or extra_args: the key of SGLang's pause and memory routes (EngineWatch.adminApiKey). */
+  protected override adminApiKey(plan: LaunchPlan): string {
+    return engineAdminApiKey(plan.argv);
   }
 
   protected override workerHealthPort(spec: StartShard): number {

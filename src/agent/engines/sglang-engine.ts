@@ -90,7 +90,22 @@ export class SglangEngine extends ConfiguredEngine {
   /** What serverArgs() emits, with the parser's aliases (S:python/sglang/srt/server_args.py, fixtures/engines/sglang-server-flags.txt). */
   protected ownedArgs(): OwnedArgs {
     return {
-      flags: ['--host', '--port', '--model-path', '--model', '--served-model-name', '--tp-size', '--tensor-parallel-size', '--pp-size', '--pipeline-parallel-size', '--nnodes', '--node-rank', '--dist-init-addr'],
+      flags: [
+        '--host',
+        '--port',
+        '--model-path',
+        '--model',
+        '--served-model-name',
+        '--tp-size',
+        '--tensor-parallel-size',
+        '--pp-size',
+        '--pipeline-parallel-size',
+        '--nnodes',
+        '--node-rank',
+        '--dist-init-addr',
+        // Whether a sleep keeps the weights is the agent's to know: its host-RAM check and its wake depend on it.
+        '--enable-weights-cpu-backup',
+      ],
     };
   }
 
@@ -144,7 +159,14 @@ export class SglangEngine extends ConfiguredEngine {
     // drain and stall detection have nothing to read.
     args.push('--enable-metrics');
     // S:python/sglang/srt/server_args.py:3478-3482: without it a release of GPU memory is a no-op.
-    if (spec.profile?.sleepMode) args.push('--enable-memory-saver');
+    // --enable-weights-cpu-backup (:3483-3487, default False): without it a release of the
+    // weights drops them (torch_memory_saver pauses without a copy, and its resume maps fresh
+    // memory: csrc/core.cpp at 1a565eb; load_model_utils.py:281-300), and the woken engine
+    // answers health checks and garbage alike (review engine-fidelity-2 N1). With it every
+    // release copies the weights to pinned host memory, kept for the engine's life (core.cpp
+    // resume), whatever the sleep level: the backup is chosen per region when the weights
+    // are loaded, not per release. That is what the level-1 host-RAM check now guards.
+    if (spec.profile?.sleepMode) args.push('--enable-memory-saver', '--enable-weights-cpu-backup');
     if (nnodes > 1) {
       args.push('--nnodes', String(nnodes), '--node-rank', String(spec.rank), '--dist-init-addr', hostPort(spec.leaderAddr, spec.leaderPort));
     }

@@ -114,6 +114,16 @@ describe('SglangEngine.command', () => {
     });
   });
 
+  it('starts a sleep profile with the memory saver and the weights backed up to host RAM, and owns the backup flag', () => {
+    const engine = new SglangEngine(undefined, 'eth0');
+    const asleep = shard();
+    if (asleep.profile) asleep.profile.sleepMode = true;
+    expect(engine.command(asleep).argv).toEqual(expect.arrayContaining(['--enable-memory-saver', '--enable-weights-cpu-backup']));
+    const awake = engine.command(shard()).argv;
+    expect(awake).not.toContain('--enable-memory-saver');
+    expect(awake).not.toContain('--enable-weights-cpu-backup');
+  });
+
   it('turns metrics on for every rank and never skips the warmup that installs its SIGTERM drain', () => {
     const engine = new SglangEngine(undefined, 'eth0');
     for (const rank of [0, 1]) {

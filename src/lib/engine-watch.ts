@@ -32,6 +32,17 @@ export interface EngineWatch {
   progressCounters: string[];
   /** The engine's API key, sent as a bearer token to /v1 paths only; '' when it has none. Never logged. */
   apiKey: string;
+  /**
+   * SGLang's --admin-api-key, the key of its ADMIN_OPTIONAL routes (pause and
+   * continue generation, release and resume memory, update_weights_from_disk,
+   * weights_checker); '' when it has none, and always for vLLM. Its
+   * three-way rule (S:python/sglang/srt/utils/auth.py:123-138): with an admin
+   * key set those routes take it alone, never the API key; without one they
+   * take the API key when one is set, else anyone. So the agent sends
+   * `adminApiKey || apiKey` to those routes, and `apiKey` to every other.
+   * Never logged. Absent in the records of agents before issue 36: ''.
+   */
+  adminApiKey: string;
 }
 
 /** A watch with nothing to read: what a record of an older agent means when it names no series. */
@@ -56,6 +67,7 @@ export function parseEngineWatch(raw: unknown): { ok: true; watch: EngineWatch }
     if (!isStringArray(w[f])) return { ok: false, field: `watch.${f}` };
   }
   if (typeof w.apiKey !== 'string') return { ok: false, field: 'watch.apiKey' };
+  if (w.adminApiKey !== undefined && typeof w.adminApiKey !== 'string') return { ok: false, field: 'watch.adminApiKey' };
   return {
     ok: true,
     watch: {
@@ -67,6 +79,7 @@ export function parseEngineWatch(raw: unknown): { ok: true; watch: EngineWatch }
       inFlightGauges: [...(w.inFlightGauges as string[])],
       progressCounters: [...(w.progressCounters as string[])],
       apiKey: w.apiKey,
+      adminApiKey: typeof w.adminApiKey === 'string' ? w.adminApiKey : '',
     },
   };
 }

@@ -7,6 +7,7 @@
  */
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
 import { resolve } from 'node:path';
+import { Readable } from 'node:stream';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { EngineChildren } from './engine-children.js';
@@ -15,7 +16,8 @@ import { sglangLog } from './engine-log.js';
 import { FakeBatchScheduler, type SchedRequest } from './fake-batch-scheduler.js';
 import { FakeSglangMemorySaver, readBodyObject } from './fake-sglang-memory-saver.js';
 import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
-import { sendJson } from './sim-http.js';
+import { FakeRadixCache, promptWords } from './fake-radix-cache.js';
+import { readBody, sendJson } from './sim-http.js';
 import { errorBody } from './openai-responses.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs } from './sim-knobs.js';
 
@@ -41,6 +43,29 @@ const SCHEDULER_SHUTDOWN_MS = 15_000;
 /** How long an exit waits for finished answers to leave before closing the sockets. */
 const FLUSH_MS = 500;
 
+/** --decode-log-interval's default, in decode steps (S:python/sglang/srt/server_args.py:1627-1631). */
+const DEFAULT_DECODE_LOG_INTERVAL = 40;
+
+/** An idle scheduler republishes its gauges at least this often (metrics_reporter.py:1154-1175). */
+const IDLE_METRICS_MS = 30_000;
+
+/** How often a weight update that waits for the requests in flight looks again. */
+const UPDATE_LOCK_POLL_MS = 20;
+
+/**
+ * Routes marked @auth_level(AuthLevel.ADMIN_OPTIONAL) that the double serves
+ * (S:python/sglang/srt/entrypoints/http_server.py:1235-1236, 1482-1483,
+ * 1494-1495, 1506-1507, 1685-1686, 1698-1699).
+ */
+const ADMIN_OPTIONAL = new Set([
+  '/update_weights_from_disk',
+  '/release_memory_occupation',
+  '/resume_memory_occupation',
+  '/weights_checker',
+  '/pause_generation',
+  '/continue_generation',
+]);
+
 export interface FakeSglangOptions {
   model: string;
   servedName: string;
@@ -52,11 +77,17 @@ export interface FakeSglangOptions {
   nnodes: number;
   nodeRank: number;
   apiKey?: string;
+  /** --admin-api-key: the key of the ADMIN_OPTIONAL routes (S:python/sglang/srt/utils/auth.py:123-138). */
+  adminApiKey?: string;
   embedding: boolean;
   priorityScheduling: boolean;
   skipWarmup: boolean;
   /** --enable-memory-saver (fake-sglang-memory-saver.ts). */
   memorySaver: boolean;
+  /** --enable-weights-cpu-backup: a release keeps the weights in host RAM (fake-sglang-memory-saver.ts). */
+  weightsCpuBackup: boolean;
+  /** --decode-log-interval: decode steps between two refreshes of the scheduler's gauges. */
+  decodeLogInterval: number;
   knobs: SimKnobs;
 }
 
@@ -76,12 +107,17 @@ const SPECS: readonly ArgSpec[] = [
   { names: ['--node-rank'], kind: 'int' },
   { names: ['--dist-init-addr', '--nccl-init-addr'], kind: 'string' },
   { names: ['--api-key'], kind: 'string' },
+  // S:python/sglang/srt/server_args.py (shared/fixtures/engines/sglang-server-flags.txt:72); utils/auth.py:123-138.
+  { names: ['--admin-api-key'], kind: 'string' },
   { names: ['--is-embedding'], kind: 'flag' },
   { names: ['--enable-priority-scheduling'], kind: 'flag' },
   // S:python/sglang/srt/server_args.py:1319.
   { names: ['--skip-server-warmup'], kind: 'flag' },
-  // S:python/sglang/srt/server_args.py:3478-3482.
+  // S:python/sglang/srt/server_args.py:3478-3482, 3483-3487.
   { names: ['--enable-memory-saver'], kind: 'flag' },
+  { names: ['--enable-weights-cpu-backup'], kind: 'flag' },
+  // S:python/sglang/srt/server_args.py:1627-1631 (default 40).
+  { names: ['--decode-log-interval'], kind: 'int' },
   ...SIM_KNOB_SPECS,
 ];
 
@@ -103,12 +139,41 @@ export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions 
     nnodes: int('--nnodes', 1),
     nodeRank: int('--node-rank', 0),
     apiKey: p.values.get('--api-key') as string | undefined,
+    adminApiKey: p.values.get('--admin-api-key') as string | undefined,
     embedding: p.values.get('--is-embedding') === true,
     priorityScheduling: p.values.get('--enable-priority-scheduling') === true,
     skipWarmup: p.values.get('--skip-server-warmup') === true,
     memorySaver: p.values.get('--enable-memory-saver') === true,
+    weightsCpuBackup: p.values.get('--enable-weights-cpu-backup') === true,
+    decodeLogInterval: decodeLogInterval(p.values.get('--decode-log-interval')),
     knobs,
   };
+}
+
+/** The decode log interval given; SGLang divides by it, so 0 or less is refused here (the double's check, not argparse's). */
+function decodeLogInterval(v: unknown): number {
+  if (v === undefined) return DEFAULT_DECODE_LOG_INTERVAL;
+  if (typeof v !== 'number' || v < 1) throw new ArgparseError(`argument --decode-log-interval: must be at least 1, got '${String(v)}'`);
+  return v;
+}
+
+/**
+ * The three levels of SGLang's auth middleware, for a request to `path`
+ * (S:python/sglang/srt/utils/auth.py:74-146; mounted only when a key is set,
+ * http_server.py:2561-2574): /health* and /metrics* are always open (:100);
+ * an ADMIN_OPTIONAL route takes the admin key when one is set, and then
+ * never the API key, else the API key, else anyone (:123-138); any other
+ * route takes the API key when one is set, else anyone, even with an admin
+ * key set (:140-146). OPTIONS is always let through (:97-98).
+ */
+export function sglangAuthorized(o: Pick<FakeSglangOptions, 'apiKey' | 'adminApiKey'>, method: string, path: string, req: IncomingMessage): boolean {
+  if (method === 'OPTIONS' || path.startsWith('/health') || path.startsWith('/metrics')) return true;
+  if (ADMIN_OPTIONAL.has(path)) {
+    if (o.adminApiKey) return bearerOk(req, [o.adminApiKey]);
+    if (o.apiKey) return bearerOk(req, [o.apiKey]);
+    return true;
+  }
+  return o.apiKey ? bearerOk(req, [o.apiKey]) : true;
 }
 
 /**
@@ -145,9 +210,48 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     const healthTimeoutMs = Number(env.SGLANG_HEALTH_CHECK_TIMEOUT ?? DEFAULT_HEALTH_CHECK_TIMEOUT_S) * 1000;
     const counters = { prompt: { true: 0, false: 0 }, generation: { true: 0, false: 0 }, requests: 0 };
     const realtime = { prefill_compute: 0, prefill_cache: 0, decode: 0 };
+    // The name the tokenizer serves under: a weight update from disk replaces it by its model_path
+    // (S:python/sglang/srt/managers/tokenizer_manager.py:2099-2103).
+    let servedName = o.servedName;
+    let modelPath = o.model;
+    const radix = new FakeRadixCache();
+    /** Prompt tokens of a request served from the prefix cache, set when it is submitted. */
+    const cacheHits = new WeakMap<SchedRequest, number>();
+    /** The prompt of a request, inserted into the cache at its prefill. */
+    const prompts = new WeakMap<SchedRequest, string[]>();
+
+    /**
+     * The scheduler's gauges as /metrics last published them (self.stats,
+     * written by metrics_collector.log_stats). They are not read live: they
+     * are written at each prefill batch, with the running batch as it was
+     * before the new requests joined it (metrics_reporter.py:666-679, from
+     * PrefillStats.from_adder(adder, running_batch.reqs), scheduler.py:3418-3421);
+     * every --decode-log-interval decode steps (metrics_reporter.py:750-764,
+     * 886-897; the step count, batch_result_processor.py:909-911); and when
+     * the scheduler idles with a gauge that disagrees with its empty batch,
+     * or 30 s after the last write (metrics_reporter.py:1154-1210,
+     * scheduler.py:4069). So a request that decodes fewer steps than the
+     * interval, alone, never shows in num_running_reqs.
+     */
+    const gauges = { running: [] as SchedRequest[], waiting: [] as SchedRequest[], at: 0 };
+    /** Requests past their prefill: the decode batch (running_batch.reqs). */
+    const decoding = new Set<SchedRequest>();
+    /** forward_ct_decode: decode steps of the batch since start. */
+    let decodeSteps = 0;
+    const publishGauges = (running: SchedRequest[]) => {
+      gauges.running = running;
+      gauges.waiting = scheduler.snapshot().waiting;
+      gauges.at = Date.now();
+    };
 
     const later = (ms: number, fn: () => void) => timers.push(setTimeout(fn, ms));
     timers.push(setInterval(() => {}, 1 << 30));
+    // An idle scheduler writes its gauges at least every 30 s (metrics_reporter.py:1169-1175).
+    timers.push(
+      setInterval(() => {
+        if (scheduler.running(false) === 0 && Date.now() - gauges.at >= IDLE_METRICS_MS) publishGauges([]);
+      }, IDLE_METRICS_MS),
+    );
 
     const setPhase = (next: Phase, why: string) => {
       if (!NEXT[phase].includes(next)) throw new Error(`fake-sglang: no transition ${phase} -> ${next}`);
@@ -160,22 +264,45 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       {
         prefill: (r) => {
           lastOutputAt = Date.now();
-          // On each prefill (S:python/sglang/srt/managers/scheduler_components/metrics_reporter.py:628-636).
-          if (!r.internal) realtime.prefill_compute += r.promptTokens;
+          // On each prefill batch, the computed and the cached prompt tokens apart
+          // (S:python/sglang/srt/managers/scheduler_components/metrics_reporter.py:628-636). The
+          // scheduler counts every request it runs, its own health checks too: their
+          // log_metrics=False reaches only the tokenizer's counters (http_server.py:689-697;
+          // tokenizer_manager.py:2496).
+          const hit = cacheHits.get(r) ?? 0;
+          realtime.prefill_compute += r.promptTokens - hit;
+          realtime.prefill_cache += hit;
+          const words = prompts.get(r);
+          if (words) radix.insert(words);
+          publishGauges([...decoding]);
+          if (!r.pooling && r.maxTokens > 1) decoding.add(r);
         },
         token: (r, i) => {
           lastOutputAt = Date.now();
-          // On every decode step (metrics_reporter.py:726-733); the first token comes out of the prefill.
-          if (!r.internal && i > 0) realtime.decode++;
+          // The first token comes out of the prefill; every later one is a decode step
+          // (metrics_reporter.py:726-733).
+          if (i === 0) return;
+          realtime.decode++;
+          // One step of the batch per step of its oldest request: each request steps on its own timer here.
+          if (decoding.values().next().value !== r) return;
+          decodeSteps++;
+          if (decodeSteps % o.decodeLogInterval === 0) publishGauges([...decoding]);
         },
         // Once per finished request, by its whole count
         // (S:python/sglang/srt/observability/metrics_collector.py:1740-1757; tokenizer_manager.py:2908).
         finish: (r) => {
+          decoding.delete(r);
           if (r.internal) return;
           const s = r.streaming === true ? 'true' : 'false';
           counters.prompt[s] += r.promptTokens;
           counters.generation[s] += r.maxTokens;
           counters.requests++;
+        },
+        changed: () => {
+          // A request dropped or aborted leaves the batch; an idle scheduler corrects a stale gauge at once.
+          const { running } = scheduler.snapshot();
+          for (const r of decoding) if (!running.includes(r)) decoding.delete(r);
+          if (running.length === 0 && gauges.running.length > 0) publishGauges([]);
         },
       },
     );
@@ -218,11 +345,22 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     const gpus = (env.CUDA_VISIBLE_DEVICES ?? '').split(',').filter((g) => /^\d+$/.test(g)).map(Number);
     const memory = new FakeSglangMemorySaver({
       enabled: o.memorySaver,
+      cpuBackup: o.weightsCpuBackup,
+      model: o.model,
+      tp: o.tp,
       knobs: k,
       gpus,
       // Scheduler.is_fully_idle counts every request, health checks too (S:python/sglang/srt/managers/scheduler.py:4083-4105).
       isIdle: () => scheduler.running(false) + scheduler.waiting(false) === 0,
       crash: (why) => killTree(why),
+      updateLock: () => updateLock(),
+      reloaded: (path) => {
+        servedName = path;
+        modelPath = path;
+        // A weight update flushes the cache (flush_cache defaults to true: io_struct.py:1762-1763; weight_updater.py:103-108).
+        radix.reset();
+      },
+      flushCache: () => radix.reset(),
     });
 
     // tp × pp schedulers on this node, and the detokenizer on rank 0 only
@@ -250,6 +388,11 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
      * loop then looks every 5 s until no request is left, stops at once when
      * the server is UnHealthy or SGL_FORCE_SHUTDOWN is set, sends ShutdownReq
      * to the schedulers and waits for them (tokenizer_manager.py:3114-3158).
+     * What it counts is the tokenizer's rid_to_state (:3120), not the
+     * scheduler's batch: a request enters it before it waits out a pause
+     * (:796 _init_req_state, then :804-805), so the requests /pause_generation
+     * holds count, and a paused server never drains; health checks count too
+     * until their handler pops them (http_server.py:711, 723).
      */
     const onTerm = async (sig: NodeJS.Signals) => {
       if (phase === 'draining' || phase === 'exiting') return;
@@ -262,10 +405,11 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
         }
         await sleep(k.drainPollMs);
         if (unhealthy) {
-          sglangLog('WARNING', 'The server is unhealthy; exiting without waiting for requests');
+          // A /health_generate that timed out set UnHealthy (http_server.py:723): no drain at all.
+          sglangLog('ERROR', 'Signal SIGTERM received while health check failed. Force exiting.');
           break;
         }
-        const remaining = scheduler.running(false) + scheduler.waiting(false);
+        const remaining = scheduler.running(false) + scheduler.waiting(false) + heldCount();
         if (remaining === 0) break;
         sglangLog('INFO', `Gracefully exiting... Remaining number of requests ${remaining}.`);
       }
@@ -294,7 +438,39 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
      * /continue_generation (S:python/sglang/srt/managers/tokenizer_manager.py:804-805, 2010-2029).
      */
     let generationPaused = false;
-    const held: Array<() => void> = [];
+    /**
+     * A weight update holds the model_update_lock's writer side: new requests
+     * wait for its reader side (tokenizer_manager.py:807, 2045-2052).
+     */
+    let updatingWeights = false;
+    /**
+     * Requests waiting in the tokenizer, each in rid_to_state. One whose
+     * client went away leaves it when its handler is cancelled: a stream's,
+     * which Starlette cancels on disconnect (the except at :822-831 discards
+     * its state); a health check's, popped by its handler. A plain request's
+     * handler is not cancelled, so it stays *(inferred)*.
+     */
+    interface Held {
+      go: () => void;
+      req: SchedRequest;
+      dropped: boolean;
+    }
+    const held: Held[] = [];
+    const heldCount = () => held.filter((h) => !(h.dropped && (h.req.streaming === true || h.req.internal === true))).length;
+    const releaseHeld = () => {
+      if (generationPaused || updatingWeights) return;
+      for (const h of held.splice(0)) h.go();
+    };
+    /** tokenizer_manager.py:2045-2052: no lock while paused; otherwise new requests wait while the running ones finish. */
+    const updateLock = async (): Promise<() => void> => {
+      if (generationPaused) return () => {};
+      updatingWeights = true;
+      while (scheduler.running(false) + scheduler.waiting(false) > 0) await sleep(UPDATE_LOCK_POLL_MS);
+      return () => {
+        updatingWeights = false;
+        releaseHeld();
+      };
+    };
     const toScheduler = (req: SchedRequest): (() => void) => {
       // fake-sglang-memory-saver.ts: nothing stops a forward pass on released memory (inferred).
       if (memory.released) {
@@ -305,14 +481,18 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     };
     const submit = (req: SchedRequest) => {
       installSigterm();
-      if (!generationPaused) return toScheduler(req);
+      if (!generationPaused && !updatingWeights) return toScheduler(req);
       let drop: (() => void) | undefined;
-      let dropped = false;
-      held.push(() => {
-        if (!dropped) drop = toScheduler(req);
-      });
+      const h: Held = {
+        req,
+        dropped: false,
+        go: () => {
+          if (!h.dropped) drop = toScheduler(req);
+        },
+      };
+      held.push(h);
       return () => {
-        dropped = true;
+        h.dropped = true;
         drop?.();
       };
     };
@@ -330,7 +510,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       if (!pause) {
         generationPaused = false;
         scheduler.resume();
-        for (const go of held.splice(0)) go();
+        releaseHeld();
         sendJson(res, 200, { message: 'Generation continued successfully.', status: 'ok' });
         return;
       }
@@ -344,9 +524,14 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       sendJson(res, 200, { message: 'Generation paused successfully.', status: 'ok' });
     };
     const ctx: RouteContext = {
-      servedNames: [o.servedName],
+      // SGLang takes any model name (the OpenAI routes never compare it); the double
+      // takes the names it has served under, so a request is not refused after a reload.
+      get servedNames() {
+        return servedName === o.servedName ? [o.servedName] : [o.servedName, servedName];
+      },
       submit,
       defaultMaxTokens: k.maxTokens,
+      weightsLost: () => memory.weightsLost,
     };
 
     sglangLog('INFO', `server_args=ServerArgs(model_path='${o.model}', host='${o.host}', port=${o.port}, tp_size=${o.tp}, pp_size=${o.pp}, nnodes=${o.nnodes}, node_rank=${o.nodeRank}) (llmgw fake-sglang ${DEFAULT_SGLANG_VERSION}, pid ${process.pid})`);
@@ -371,29 +556,31 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
 
     /**
      * GET /health_generate: a 1-token generation, then the first look after
-     * 1 s; 200 as soon as any output arrived since it started, 503 (and
-     * UnHealthy) after SGLANG_HEALTH_CHECK_TIMEOUT without any
-     * (S:python/sglang/srt/entrypoints/http_server.py:654-725).
+     * 1 s; 200 as soon as any output arrived since it started (and the
+     * status Up again), 503 (and UnHealthy) after SGLANG_HEALTH_CHECK_TIMEOUT
+     * without any (S:python/sglang/srt/entrypoints/http_server.py:654-725).
+     * A client that gives up does not end it: a plain FastAPI handler is not
+     * cancelled on disconnect, so a check a paused server holds still sets
+     * UnHealthy at its own 20 s, after which a SIGTERM skips the drain
+     * (tokenizer_manager.py:3123-3130; review engine-fidelity-2 N3).
      */
     const healthGenerate = async (res: ServerResponse) => {
       const tic = Date.now();
-      let gone = false;
-      res.on('close', () => {
-        gone = true;
-      });
       const drop = submit({ promptTokens: 1, maxTokens: 1, finishReason: 'length', pooling: o.embedding, internal: true });
       await sleep(HEALTH_FIRST_LOOK_MS);
       for (;;) {
-        if (gone) return drop();
+        if (phase === 'exiting') return;
         if (lastOutputAt > tic) {
-          res.writeHead(200, { 'content-length': '0' }).end();
+          drop();
+          unhealthy = false;
+          if (!res.destroyed) res.writeHead(200, { 'content-length': '0' }).end();
           return;
         }
         if (Date.now() - tic > healthTimeoutMs) {
           unhealthy = true;
           drop();
           sglangLog('ERROR', `Health check failed. Server couldn't get a response from detokenizer for last ${healthTimeoutMs / 1000} seconds.`);
-          res.writeHead(503, { 'content-length': '0' }).end();
+          if (!res.destroyed) res.writeHead(503, { 'content-length': '0' }).end();
           return;
         }
         await sleep(HEALTH_POLL_MS);
@@ -404,9 +591,8 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       if (hung) return;
       const path = (req.url ?? '/').split('?')[0] as string;
       const method = req.method ?? 'GET';
-      const open = path.startsWith('/health') || path === '/metrics' || path === '/ping';
-      // S:python/sglang/srt/utils/auth.py:100: all but /health*, /metrics and /ping need the key.
-      if (o.apiKey !== undefined && !open && !bearerOk(req, [o.apiKey])) {
+      // S:python/sglang/srt/utils/auth.py:187-198: a refusal is 401 {"error": "Unauthorized"}; /ping is not exempt.
+      if (!sglangAuthorized(o, method, path, req)) {
         sendJson(res, 401, { error: 'Unauthorized' });
         return;
       }
@@ -439,13 +625,22 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
         else res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metricsText());
         return;
       }
+      // The information routes answer from the tokenizer's own state, without a
+      // generation, so a paused or released server answers them too (N3).
       if (method === 'GET' && path === '/v1/models') {
-        // id = served_model_name (S:python/sglang/srt/entrypoints/http_server.py:1843-1872).
-        sendJson(res, 200, { object: 'list', data: [{ id: o.servedName, object: 'model', created: startedS, owned_by: 'sglang', root: o.model, max_model_len: 4096 }] });
+        // id and root = the tokenizer's served_model_name (S:python/sglang/srt/entrypoints/http_server.py:1843-1872).
+        sendJson(res, 200, { object: 'list', data: [{ id: servedName, object: 'model', created: startedS, owned_by: 'sglang', root: servedName, max_model_len: 4096 }] });
         return;
       }
       if (method === 'GET' && path === '/model_info') {
-        sendJson(res, 200, { model_path: o.model, tokenizer_path: o.model, is_generation: !o.embedding });
+        // S:python/sglang/srt/entrypoints/http_server.py:738-773 (a subset of its fields).
+        sendJson(res, 200, { model_path: modelPath, served_model_name: servedName, tokenizer_path: o.model, is_generation: !o.embedding, weight_version: 'default' });
+        return;
+      }
+      if (method === 'GET' && path === '/server_info') {
+        // The launch arguments and the schedulers' internal state, asked of the scheduler's
+        // control path, which a pause does not stop (http_server.py:796-826; scheduler.py:1725-1729).
+        sendJson(res, 200, { model_path: o.model, served_model_name: o.servedName, tp_size: o.tp, pp_size: o.pp, enable_memory_saver: o.memorySaver, enable_weights_cpu_backup: o.weightsCpuBackup, decode_log_interval: o.decodeLogInterval, internal_states: [{ last_gen_throughput: 0 }], version: DEFAULT_SGLANG_VERSION });
         return;
       }
       if (method === 'GET' && path === '/v1/loads') {
@@ -465,7 +660,42 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
         return;
       }
       if (embedding) void serveEmbedding(req, res, ctx);
-      else void serveGeneration(req, res, path === '/v1/chat/completions' ? 'chat' : 'text', ctx);
+      else void generate(req, res, path === '/v1/chat/completions' ? 'chat' : 'text');
+    };
+
+    /**
+     * A completion, its prompt matched against the prefix cache first: the
+     * body is read here and handed on, and the request this body submits
+     * carries its cache hit to the prefill (fake-radix-cache.ts).
+     */
+    const generate = async (req: IncomingMessage, res: ServerResponse, kind: 'chat' | 'text') => {
+      let text: string;
+      try {
+        text = await readBody(req);
+      } catch {
+        return;
+      }
+      let words: string[] = [];
+      try {
+        const body = JSON.parse(text) as unknown;
+        if (body && typeof body === 'object' && !Array.isArray(body)) words = promptWords(body as Record<string, unknown>);
+      } catch {
+        // serveGeneration answers the 400.
+      }
+      const replay = Object.assign(Readable.from([Buffer.from(text)]), { headers: req.headers, method: req.method, url: req.url }) as unknown as IncomingMessage;
+      const own: RouteContext = {
+        get servedNames() {
+          return ctx.servedNames;
+        },
+        defaultMaxTokens: ctx.defaultMaxTokens,
+        weightsLost: ctx.weightsLost,
+        submit: (r) => {
+          cacheHits.set(r, radix.match(words));
+          prompts.set(r, words);
+          return submit(r);
+        },
+      };
+      await serveGeneration(replay, res, kind, own);
     };
 
     /**
@@ -491,7 +721,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     const metricsText = (): string => {
       const base = (pp: number) => `model_name="${o.servedName}",engine_type="unified",tp_rank="0",pp_rank="${pp}",moe_ep_rank="0"`;
       const head = (type: string, name: string, help: string) => `# HELP ${name} ${help}\n# TYPE ${name} ${type}\n`;
-      const { running, waiting } = scheduler.snapshot();
+      const { running, waiting } = gauges;
       const gauge = (name: string, help: string, reqs: SchedRequest[]) => {
         const counted = reqs.filter((r) => !r.internal);
         let text = head('gauge', name, help);
@@ -519,8 +749,12 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
         counter('sglang:generation_tokens_total', 'Number of generation tokens processed.', counters.generation) +
         head('counter', 'sglang:num_requests_total', 'Number of requests processed.') +
         `sglang:num_requests_total{${base(0)}} ${counters.requests.toFixed(1)}\n` +
-        head('counter', 'sglang:realtime_tokens_total', 'Total number of tokens processed (updated on each log interval).') +
-        (['prefill_compute', 'prefill_cache', 'decode'] as const).map((m) => `sglang:realtime_tokens_total{${base(0)},mode="${m}"} ${realtime[m].toFixed(1)}\n`).join('')
+        head('counter', 'sglang:realtime_tokens_total', 'Total number of tokens processed (updated on each log interval). mode: prefill_compute, prefill_cache, decode.') +
+        // A mode's series exists from its first increment: a zero delta is skipped (metrics_collector.py:1243-1257).
+        (['prefill_compute', 'prefill_cache', 'decode'] as const)
+          .filter((m) => realtime[m] > 0)
+          .map((m) => `sglang:realtime_tokens_total{${base(0)},mode="${m}"} ${realtime[m].toFixed(1)}\n`)
+          .join('')
       );
     };
 

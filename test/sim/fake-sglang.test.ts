@@ -70,13 +70,48 @@ describe('bin/fake-sglang', () => {
     expect((await fetch(`${e.url}/health`)).status).toBe(503);
   });
 
-  it('with --api-key guards all but /health*, /metrics and /ping', async () => {
+  it('with --api-key guards all but /health* and /metrics: /ping too (auth.py:100)', async () => {
     const e = await sglang(['--api-key', 'k1', '--enable-metrics'], { SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: 'false' });
     const denied = await fetch(`${e.url}/v1/models`);
     expect([denied.status, await denied.json()]).toEqual([401, { error: 'Unauthorized' }]);
     expect((await fetch(`${e.url}/v1/models`, { headers: { authorization: 'Bearer k1' } })).status).toBe(200);
     expect((await fetch(`${e.url}/v1/loads`)).status).toBe(401);
-    for (const p of ['/health', '/metrics', '/ping']) expect((await fetch(`${e.url}${p}`)).status).toBe(200);
+    for (const p of ['/health', '/metrics']) expect((await fetch(`${e.url}${p}`)).status).toBe(200);
+    expect((await fetch(`${e.url}/ping`)).status).toBe(401);
+    expect((await fetch(`${e.url}/ping`, { headers: { authorization: 'Bearer k1' } })).status).toBe(200);
+  });
+
+  describe('--admin-api-key: the three-way rule of ADMIN_OPTIONAL routes (auth.py:123-146)', () => {
+    const bearer = (k: string) => ({ authorization: `Bearer ${k}` });
+    const pause = (url: string, h: Record<string, string> = {}) => post(`${url}/pause_generation`, { mode: 'abort' }, h).then((r) => r.status);
+    const cont = (url: string, h: Record<string, string> = {}) => post(`${url}/continue_generation`, {}, h).then((r) => r.status);
+    const models = (url: string, h: Record<string, string> = {}) => fetch(`${url}/v1/models`, { headers: h }).then((r) => r.status);
+
+    it('only --admin-api-key: the admin routes take that key alone, /v1 is open', async () => {
+      const e = await sglang(['--admin-api-key', 'adm']);
+      expect(await pause(e.url)).toBe(401);
+      expect(await pause(e.url, bearer('other'))).toBe(401);
+      expect(await pause(e.url, bearer('adm'))).toBe(200);
+      expect(await cont(e.url, bearer('adm'))).toBe(200);
+      expect(await models(e.url)).toBe(200);
+    });
+
+    it('both keys: the admin routes refuse the API key and take the admin key; /v1 takes the API key only', async () => {
+      const e = await sglang(['--api-key', 'api', '--admin-api-key', 'adm']);
+      expect(await pause(e.url, bearer('api'))).toBe(401);
+      expect(await post(`${e.url}/release_memory_occupation`, {}, bearer('api')).then((r) => r.status)).toBe(401);
+      expect(await pause(e.url, bearer('adm'))).toBe(200);
+      expect(await cont(e.url, bearer('adm'))).toBe(200);
+      expect(await models(e.url, bearer('api'))).toBe(200);
+      expect(await models(e.url, bearer('adm'))).toBe(401);
+    });
+
+    it('only --api-key: the admin routes take the API key', async () => {
+      const e = await sglang(['--api-key', 'api']);
+      expect(await pause(e.url)).toBe(401);
+      expect(await pause(e.url, bearer('api'))).toBe(200);
+      expect(await cont(e.url, bearer('api'))).toBe(200);
+    });
   });
 
   it('has /metrics only with --enable-metrics', async () => {
@@ -85,17 +120,19 @@ describe('bin/fake-sglang', () => {
   });
 
   it('keeps generation_tokens_total flat during a long stream while realtime_tokens_total rises, then adds the whole count', async () => {
-    const e = await sglang(['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '20ms']);
+    const e = await sglang(['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '20ms', '--decode-log-interval', '5']);
     const res = await post(`${e.url}/v1/completions`, { prompt: 'a b c', max_tokens: 40, stream: true });
     let seen = 0;
     const stream = consumeStream(res, (n) => {
       seen = n;
     });
     await until(() => seen >= 10, 'ten tokens');
+    // Refreshed at the 5th decode step (--decode-log-interval 5), so it shows the request by now.
     expect(await metric(e.url, 'sglang:num_running_reqs')).toBe(1);
     expect(await metric(e.url, 'sglang:generation_tokens_total')).toBe(0);
     expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="decode"')).toBeGreaterThanOrEqual(9);
-    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="prefill_compute"')).toBe(3);
+    // The prompt's 3 and the warmup's 1: the scheduler counts its own requests too.
+    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="prefill_compute"')).toBe(4);
     expect(await stream).toEqual({ tokens: 40, done: true });
     expect(await metric(e.url, 'sglang:generation_tokens_total')).toBe(40);
     expect(await metric(e.url, 'sglang:prompt_tokens_total')).toBe(3);
@@ -103,12 +140,13 @@ describe('bin/fake-sglang', () => {
   });
 
   it('counts requests beyond --sim-max-running in num_queue_reqs and /v1/loads; with priority scheduling writes the total and each priority', async () => {
-    const e = await sglang(['--served-model-name', 'served', '--enable-metrics', '--enable-priority-scheduling', '--sim-max-running', '1', '--sim-token-latency', '30ms']);
+    // Gauges refreshed at every decode step, so they show the batch once its first step is done.
+    const e = await sglang(['--served-model-name', 'served', '--enable-metrics', '--enable-priority-scheduling', '--sim-max-running', '1', '--sim-token-latency', '30ms', '--decode-log-interval', '1']);
     const a = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 20, priority: 1 }).then((r) => r.json());
     const b = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 2, priority: 2 }).then((r) => r.json());
     await until(async () => ((await (await fetch(`${e.url}/v1/loads`)).json()) as { loads: Record<string, number>[] }).loads[0]?.num_waiting_reqs === 1, 'one waiting');
     expect(((await (await fetch(`${e.url}/v1/loads`)).json()) as { loads: Record<string, number>[] }).loads[0]).toMatchObject({ dp_rank: 0, num_running_reqs: 1, num_waiting_reqs: 1 });
-    expect(await metric(e.url, 'sglang:num_running_reqs', ',priority=""')).toBe(1);
+    await until(async () => (await metric(e.url, 'sglang:num_running_reqs', ',priority=""')) === 1, 'the gauge refreshed by a decode step');
     expect(await metric(e.url, 'sglang:num_running_reqs', ',priority="1"')).toBe(1);
     // Summed over every label set the running count doubles (review §0 #10).
     expect(await metric(e.url, 'sglang:num_running_reqs')).toBe(2);
@@ -153,6 +191,97 @@ describe('bin/fake-sglang', () => {
     process.kill(e.pid, 'SIGTERM');
     expect((await stream).done).toBe(false);
     expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+  });
+
+  it('publishes num_running_reqs at a prefill and every --decode-log-interval decode steps, not live: a request alone shorter than the interval never shows', async () => {
+    const e = await sglang(['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '10ms']);
+    const reads: number[] = [];
+    const pending: Promise<void>[] = [];
+    // 30 tokens: 29 decode steps, fewer than the default 40.
+    const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 30, stream: true });
+    const done = consumeStream(res, (n) => {
+      if (n % 5 === 0 && n < 30) pending.push(metric(e.url, 'sglang:num_running_reqs').then((v) => void reads.push(v)));
+    });
+    expect(await done).toEqual({ tokens: 30, done: true });
+    await Promise.all(pending);
+    expect(reads).toHaveLength(5);
+    expect(new Set(reads)).toEqual(new Set([0]));
+
+    // With --decode-log-interval 5 the same request shows from its 5th decode step, and 0 once the scheduler idles.
+    const f = await sglang(['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '10ms', '--decode-log-interval', '5']);
+    let seen = 0;
+    const stream = consumeStream(await post(`${f.url}/v1/completions`, { prompt: 'x', max_tokens: 200, stream: true }), (n) => {
+      seen = n;
+    });
+    await until(() => seen >= 12, 'twelve tokens');
+    expect(await metric(f.url, 'sglang:num_running_reqs')).toBe(1);
+    await stream;
+    await until(async () => (await metric(f.url, 'sglang:num_running_reqs')) === 0, 'the idle scheduler to publish 0');
+  });
+
+  it('counts a repeated prompt as prefill_cache, all but its last token, and has no series for a mode never counted', async () => {
+    const e = await sglang(['--served-model-name', 'served', '--enable-metrics']);
+    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="prefill_cache"')).toBeNaN();
+    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="decode"')).toBeNaN();
+    const prompt = 'one two three four five six';
+    await (await post(`${e.url}/v1/completions`, { prompt, max_tokens: 3 })).json();
+    const computed = await metric(e.url, 'sglang:realtime_tokens_total', ',mode="prefill_compute"');
+    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="prefill_cache"')).toBeNaN();
+    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="decode"')).toBe(2);
+    await (await post(`${e.url}/v1/completions`, { prompt, max_tokens: 3 })).json();
+    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="prefill_cache"')).toBe(5);
+    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="prefill_compute"')).toBe(computed + 1);
+    expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="decode"')).toBe(4);
+  });
+
+  it('while paused answers /v1/models, /model_info and /server_info without running the model, and holds /health_generate', async () => {
+    const e = await sglang(['--served-model-name', 'served']);
+    expect((await post(`${e.url}/pause_generation`, { mode: 'abort' })).status).toBe(200);
+    let healthSettled = false;
+    const health = fetch(`${e.url}/health_generate`).finally(() => {
+      healthSettled = true;
+    });
+    expect(await (await fetch(`${e.url}/v1/models`)).json()).toMatchObject({ data: [{ id: 'served' }] });
+    expect(await (await fetch(`${e.url}/model_info`)).json()).toMatchObject({ model_path: 'org/model', served_model_name: 'served', is_generation: true });
+    expect(await (await fetch(`${e.url}/server_info`)).json()).toMatchObject({ model_path: 'org/model', version: '0.5.18' });
+    // It cannot answer before /continue_generation (nor within SGLANG_HEALTH_CHECK_TIMEOUT's 20 s).
+    expect(healthSettled).toBe(false);
+    expect((await post(`${e.url}/continue_generation`, {})).status).toBe(200);
+    expect((await health).status).toBe(200);
+  });
+
+  it('while paused never finishes its SIGTERM drain: the request it holds counts (rid_to_state), until the supervisor kills it', async () => {
+    const e = await sglang(['--sim-drain-poll', '100ms']);
+    expect((await post(`${e.url}/pause_generation`, { mode: 'abort' })).status).toBe(200);
+    let answered = false;
+    const held = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3 }).then(
+      () => {
+        answered = true;
+      },
+      () => {},
+    );
+    process.kill(e.pid, 'SIGTERM');
+    await until(() => (e.output().match(/Remaining number of requests 1\./g) ?? []).length >= 5, 'five drain looks that count the held request');
+    expect(isRunning(e.pid)).toBe(true);
+    expect(answered).toBe(false);
+    process.kill(-e.pid, 'SIGKILL');
+    expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    await held;
+    expect(answered).toBe(false);
+  });
+
+  it('a /health_generate held by a pause sets UnHealthy at its own timeout though its client left; the next SIGTERM skips the drain', async () => {
+    const e = await sglang(['--sim-drain-poll', '100ms'], { SGLANG_HEALTH_CHECK_TIMEOUT: '2' });
+    expect((await post(`${e.url}/pause_generation`, { mode: 'abort' })).status).toBe(200);
+    // Cut before its headers went out, or after: either way not done.
+    const held = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3, stream: true }).then(consumeStream, () => ({ tokens: 0, done: false }));
+    // A prober that gives up long before SGLang does (the agent's 5 s against its 20 s).
+    await expect(fetch(`${e.url}/health_generate`, { signal: AbortSignal.timeout(200) })).rejects.toThrow();
+    await outputMatches(e, /Health check failed/);
+    process.kill(e.pid, 'SIGTERM');
+    await outputMatches(e, /Signal SIGTERM received while health check failed\. Force exiting\./);
+    expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+    expect((await held).done).toBe(false);
   });
 
   it('as node rank 1 serves no API but a dummy /health on its port once loaded, and keeps running when that port is taken', async () => {
@@ -205,6 +334,67 @@ describe('bin/fake-sglang', () => {
       await post(`${e.url}/resume_memory_occupation`, { tags: ['kv_cache'] });
       const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3, stream: true });
       expect(await consumeStream(res)).toEqual({ tokens: 3, done: true });
+    });
+
+    /** A non-streamed completion's text (the double's tokens, or '!' for each when its weights are lost). */
+    const complete = async (url: string) => ((await (await post(`${url}/v1/completions`, { prompt: 'x', max_tokens: 4 })).json()) as { choices: { text: string }[] }).choices[0]?.text;
+    const checksum = async (url: string) => ((await (await post(`${url}/weights_checker`, { action: 'checksum' })).json()) as { per_engine_checksum: string }).per_engine_checksum;
+
+    it('without --enable-weights-cpu-backup a release of the weights loses them: after the resume health, /v1/models and memory are fine, every token is garbage', async () => {
+      const e = await saver(['--enable-memory-saver', '--served-model-name', 'served']);
+      const good = await complete(e.url);
+      expect(good).not.toMatch(/^!+$/);
+      const before = await checksum(e.url);
+      expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
+      expect((await post(`${e.url}/resume_memory_occupation`, {})).status).toBe(200);
+      expect(e.used()).toBe(10000);
+      expect((await fetch(`${e.url}/health_generate`)).status).toBe(200);
+      expect(await (await fetch(`${e.url}/v1/models`)).json()).toMatchObject({ data: [{ id: 'served' }] });
+      expect(await complete(e.url)).toBe('!!!!');
+      expect(await checksum(e.url)).not.toBe(before);
+      // The same on a stream.
+      const stream = await (await post(`${e.url}/v1/chat/completions`, { messages: [{ role: 'user', content: 'hi' }], max_tokens: 2, stream: true })).text();
+      expect([...stream.matchAll(/"content":"([^"]*)"/g)].map((m) => m[1])).toEqual(['!', '!']);
+    });
+
+    it('POST /update_weights_from_disk brings the weights back (success answer), and the server then names itself by that model_path', async () => {
+      const e = await saver(['--enable-memory-saver', '--served-model-name', 'served']);
+      const good = await complete(e.url);
+      const before = await checksum(e.url);
+      await post(`${e.url}/release_memory_occupation`, {});
+      await post(`${e.url}/resume_memory_occupation`, {});
+      expect(await complete(e.url)).toBe('!!!!');
+      const missing = await post(`${e.url}/update_weights_from_disk`, {});
+      expect(missing.status).toBe(400);
+      const reloaded = await post(`${e.url}/update_weights_from_disk`, { model_path: 'org/model' });
+      expect([reloaded.status, await reloaded.json()]).toEqual([200, { success: true, message: 'Succeeded to update model weights.', num_paused_requests: 0 }]);
+      expect(await complete(e.url)).toBe(good);
+      expect(await checksum(e.url)).toBe(before);
+      // tokenizer_manager.py:2099-2103: served_model_name = model_path.
+      expect(await (await fetch(`${e.url}/v1/models`)).json()).toMatchObject({ data: [{ id: 'org/model' }] });
+      expect(await (await fetch(`${e.url}/model_info`)).json()).toMatchObject({ model_path: 'org/model', served_model_name: 'org/model' });
+    });
+
+    it('while paused and released, /update_weights_from_disk into the released weights kills the engine', async () => {
+      const e = await saver(['--enable-memory-saver']);
+      await post(`${e.url}/pause_generation`, { mode: 'abort' });
+      await post(`${e.url}/release_memory_occupation`, {});
+      await expect(post(`${e.url}/update_weights_from_disk`, { model_path: 'org/model' })).rejects.toThrow();
+      expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+      expect(e.output()).toMatch(/illegal memory access/);
+    });
+
+    it('with --enable-weights-cpu-backup the resume restores working weights (a pinned host copy kept)', async () => {
+      const e = await saver(['--enable-memory-saver', '--enable-weights-cpu-backup']);
+      const good = await complete(e.url);
+      const before = await checksum(e.url);
+      await post(`${e.url}/release_memory_occupation`, {});
+      expect(e.used()).toBeLessThan(500);
+      expect(e.output()).toMatch(/weights copied to pinned host memory \(cpu backup, ~4500 MiB per GPU, kept until exit\)/);
+      await post(`${e.url}/resume_memory_occupation`, {});
+      expect(e.used()).toBe(10000);
+      expect(await complete(e.url)).toBe(good);
+      expect(await checksum(e.url)).toBe(before);
     });
 
     it('answers 400 to a release without a JSON object body, and frees nothing', async () => {

@@ -143,6 +143,11 @@ export abstract class ConfiguredEngine implements Engine {
     return undefined;
   }
 
+  /** The key of the engine's admin routes (EngineWatch.adminApiKey); '' unless the engine has one. */
+  protected adminApiKey(_plan: LaunchPlan): string {
+    return '';
+  }
+
   /** Variables of the node the engine needs, under the profile's and the operator's (which may override them). */
   protected agentEnv(_spec: StartShard): Record<string, string> {
     return {};
@@ -155,6 +160,7 @@ export abstract class ConfiguredEngine implements Engine {
         healthPath: this.apiHealthPath(),
         probeTimeoutMs: this.probeTimeoutMs(),
         readiness: 'model-listed',
+        adminApiKey: this.adminApiKey(plan),
         runningGauges: [...this.metrics.runningGauges],
         inFlightGauges: [...this.metrics.inFlightGauges],
         progressCounters: [...this.metrics.progressCounters],
@@ -168,6 +174,7 @@ export abstract class ConfiguredEngine implements Engine {
       healthPath: '/health',
       probeTimeoutMs: this.probeTimeoutMs(),
       readiness: 'health',
+      adminApiKey: '',
       runningGauges: [],
       inFlightGauges: [],
       progressCounters: [],

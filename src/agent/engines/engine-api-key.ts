@@ -37,3 +37,26 @@ export function engineApiKey(argv: readonly string[], env: Record<string, string
   if (Object.hasOwn(env, envName)) return env[envName] ?? '';
   return inherited[envName] ?? '';
 }
+
+/** SGLang's option for the key of its admin routes (S:python/sglang/srt/server_args.py; shared/fixtures/engines/sglang-server-flags.txt:72). */
+const ADMIN_API_KEY_FLAG = '--admin-api-key';
+
+/**
+ * The admin key SGLang will demand on its ADMIN_OPTIONAL routes (pause and
+ * continue generation, release and resume memory, update_weights_from_disk,
+ * weights_checker), from its command line (`--admin-api-key K` or
+ * `--admin-api-key=K`; the last one wins, as in argparse); '' when it has
+ * none. With an admin key set those routes take it alone, the API key no
+ * longer (S:python/sglang/srt/utils/auth.py:123-138): sending the API key
+ * there made every sleep of such a profile fail with 401 (review
+ * engine-fidelity-2 N5). SGLang reads no environment variable for it.
+ */
+export function engineAdminApiKey(argv: readonly string[]): string {
+  let key = '';
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i] as string;
+    if (a === ADMIN_API_KEY_FLAG) key = argv[i + 1] ?? '';
+    else if (a.startsWith(`${ADMIN_API_KEY_FLAG}=`)) key = a.slice(ADMIN_API_KEY_FLAG.length + 1);
+  }
+  return key;
+}

@@ -1,6 +1,8 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { EngineConfig } from '../config/agent-config.js';
 import { ConfiguredEngine } from './configured-engine.js';
+import { engineAdminApiKey } from './engine-api-key.js';
+import type { LaunchPlan } from './engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { OwnedArgs } from './owned-args.js';
 import { type CodeLoadingArgs, SGLANG_CODE_LOADING_ARGS } from './code-loading-args.js';
@@ -23,17 +25,31 @@ export const SGLANG_PROBE_TIMEOUT_MS = 5000;
 /**
  * SGLang's series (S:python/sglang/srt/observability/metrics_collector.py at
  * v0.5.18). In flight for a drain: the running batch, the waiting queue and
- * the grammar queue (:268-285; metrics_reporter.py:1188-1209). Progress is
- * `realtime_tokens_total{mode}`, which grows on every decode step and every
- * prefill (:884-891; metrics_reporter.py:628-636, 726-733), and requests
- * finishing. Not `generation_tokens_total`: it grows once per finished
- * request by its whole count (:1740-1757, from tokenizer_manager.py:2908),
- * so one long generation left it flat and a healthy replica was called stalled.
+ * the grammar queue (:268-285; metrics_reporter.py:1188-1209). These gauges
+ * are published at each prefill batch and only every --decode-log-interval
+ * decode steps (default 40) while the batch decodes (metrics_reporter.py:666-679,
+ * 750-764), so a short request alone may never show in them: a count of 0
+ * is "nothing seen", not "idle" (review engine-fidelity-2 §1 #5).
+ *
+ * Progress is `realtime_tokens_total` over every mode, which grows on every
+ * decode step and every prefill (:884-891; metrics_reporter.py:628-636,
+ * 726-733), and requests finishing. Not `generation_tokens_total`: it grows
+ * once per finished request by its whole count (:1740-1757, from
+ * tokenizer_manager.py:2908), so one long generation left it flat and a
+ * healthy replica was called stalled.
+ *
+ * The first progress counter is the one whose rate is reported as
+ * generation tokens per second: `mode="decode"` alone. The other modes are
+ * prompt tokens computed (prefill_compute) and prompt tokens served from the
+ * prefix cache (prefill_cache, metrics_reporter.py:632-636): counted in, the
+ * same load read several times vLLM's generation rate, and rose with cache
+ * hits (N7). Counted twice in progress, decode changes nothing there: any
+ * change of the sum is progress.
  */
 export const SGLANG_METRICS: EngineMetrics = {
   runningGauges: ['sglang:num_running_reqs'],
   inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:num_grammar_queue_reqs'],
-  progressCounters: ['sglang:realtime_tokens_total', 'sglang:num_requests_total'],
+  progressCounters: ['sglang:realtime_tokens_total{mode="decode"}', 'sglang:realtime_tokens_total', 'sglang:num_requests_total'],
 };
 
 export interface SglangEngineOptions {
@@ -74,7 +90,22 @@ export class SglangEngine extends ConfiguredEngine {
   /** What serverArgs() emits, with the parser's aliases (S:python/sglang/srt/server_args.py, fixtures/engines/sglang-server-flags.txt). */
   protected ownedArgs(): OwnedArgs {
     return {
-      flags: ['--host', '--port', '--model-path', '--model', '--served-model-name', '--tp-size', '--tensor-parallel-size', '--pp-size', '--pipeline-parallel-size', '--nnodes', '--node-rank', '--dist-init-addr'],
+      flags: [
+        '--host',
+        '--port',
+        '--model-path',
+        '--model',
+        '--served-model-name',
+        '--tp-size',
+        '--tensor-parallel-size',
+        '--pp-size',
+        '--pipeline-parallel-size',
+        '--nnodes',
+        '--node-rank',
+        '--dist-init-addr',
+        // Whether a sleep keeps the weights is the agent's to know: its host-RAM check and its wake depend on it.
+        '--enable-weights-cpu-backup',
+      ],
     };
   }
 
@@ -89,6 +120,11 @@ export class SglangEngine extends ConfiguredEngine {
 
   protected override probeTimeoutMs(): number {
     return SGLANG_PROBE_TIMEOUT_MS;
+  }
+
+  /** --admin-api-key from the profile args or extra_args: the key of SGLang's pause and memory routes (EngineWatch.adminApiKey). */
+  protected override adminApiKey(plan: LaunchPlan): string {
+    return engineAdminApiKey(plan.argv);
   }
 
   protected override workerHealthPort(spec: StartShard): number {
@@ -123,7 +159,14 @@ export class SglangEngine extends ConfiguredEngine {
     // drain and stall detection have nothing to read.
     args.push('--enable-metrics');
     // S:python/sglang/srt/server_args.py:3478-3482: without it a release of GPU memory is a no-op.
-    if (spec.profile?.sleepMode) args.push('--enable-memory-saver');
+    // --enable-weights-cpu-backup (:3483-3487, default False): without it a release of the
+    // weights drops them (torch_memory_saver pauses without a copy, and its resume maps fresh
+    // memory: csrc/core.cpp at 1a565eb; load_model_utils.py:281-300), and the woken engine
+    // answers health checks and garbage alike (review engine-fidelity-2 N1). With it every
+    // release copies the weights to pinned host memory, kept for the engine's life (core.cpp
+    // resume), whatever the sleep level: the backup is chosen per region when the weights
+    // are loaded, not per release. That is what the level-1 host-RAM check now guards.
+    if (spec.profile?.sleepMode) args.push('--enable-memory-saver', '--enable-weights-cpu-backup');
     if (nnodes > 1) {
       args.push('--nnodes', String(nnodes), '--node-rank', String(spec.rank), '--dist-init-addr', hostPort(spec.leaderAddr, spec.leaderPort));
     }

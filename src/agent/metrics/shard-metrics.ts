@@ -118,7 +118,7 @@ export class ShardMetrics {
     });
     new Gauge({
       name: 'llmgw_shard_generation_tokens_per_second',
-      help: "Tokens per second of the engine's token counter (vLLM's generation_tokens_total; SGLang's realtime_tokens_total, prefill and decode together) between the agent's two latest reads of its /metrics, which the health watch makes every supervisor.health_interval for stall detection; no engine is read for a scrape. Absent when unknown (not serving, stall detection off, a read failed).",
+      help: "Tokens per second of the engine's token counter (vLLM's generation_tokens_total; SGLang's realtime_tokens_total{mode=\"decode\"}, generated tokens only) between the agent's two latest reads of its /metrics, which the health watch makes every supervisor.health_interval for stall detection; no engine is read for a scrape. Absent when unknown (not serving, stall detection off, a read failed).",
       labelNames,
       registers,
       collect() {

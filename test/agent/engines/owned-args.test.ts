@@ -42,6 +42,7 @@ describe('flags the agent owns, in profile args (security review 2, N1)', () => 
     expect(await refusal(sglang, ['--tp-size', '4'])).toBe(owned('--tp-size'));
     expect(await refusal(sglang, ['--model-path', '/etc'])).toBe(owned('--model-path'));
     expect(await refusal(sglang, ['--dist-init-addr=1.2.3.4:5'])).toBe(owned('--dist-init-addr'));
+    expect(await refusal(sglang, ['--enable-weights-cpu-backup'])).toBe(owned('--enable-weights-cpu-backup'));
   });
   it('refuses a model that begins with "-", which the engine would read as a flag', async () => {
     expect(await refusal(vllm, [], '--help')).toBe('shard s1: profile.model "--help" begins with "-", which the engine would read as a flag');

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { resolveExecutableSync } from '../../../src/agent/engines/resolve-executable.js';
+import { engineAdminApiKey } from '../../../src/agent/engines/engine-api-key.js';
 import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
 import { shard } from './engine-fixtures.js';
 
@@ -13,6 +14,7 @@ describe('SglangEngine.watch', () => {
       probeTimeoutMs: 5000,
       readiness: 'model-listed',
       apiKey: 'sk-1',
+      adminApiKey: '',
     });
     const worker = shard({ nnodes: 2, rank: 1, leaderAddr: '10.0.0.1', leaderPort: 5000, httpPort: 31001, profile: { tensorParallelSize: 4 } });
     expect(engine.watch(worker, engine.command(worker))).toEqual({
@@ -24,7 +26,32 @@ describe('SglangEngine.watch', () => {
       inFlightGauges: [],
       progressCounters: [],
       apiKey: '',
+      adminApiKey: '',
     });
+  });
+
+  it("carries --admin-api-key from the profile args or the operator's extra_args, beside --api-key, for the pause and memory routes", () => {
+    const engine = new SglangEngine(undefined, 'eth0');
+    const both = shard({ profile: { args: ['--api-key', 'sk-1', '--admin-api-key', 'adm-1'] } });
+    expect(engine.watch(both, engine.command(both))).toMatchObject({ apiKey: 'sk-1', adminApiKey: 'adm-1' });
+    const operator = new SglangEngine({ extraArgs: ['--admin-api-key=adm-2'] }, 'eth0');
+    const plain = shard();
+    expect(operator.watch(plain, operator.command(plain))).toMatchObject({ apiKey: '', adminApiKey: 'adm-2' });
+    // A worker rank serves no admin route.
+    const worker = shard({ nnodes: 2, rank: 1, leaderAddr: '10.0.0.1', leaderPort: 5000, httpPort: 31001, profile: { tensorParallelSize: 4, args: ['--admin-api-key', 'adm-1'] } });
+    expect(operator.watch(worker, operator.command(worker)).adminApiKey).toBe('');
+  });
+});
+
+describe('engineAdminApiKey', () => {
+  it('reads --admin-api-key K and --admin-api-key=K, the last one winning as in argparse; none is empty', () => {
+    expect(engineAdminApiKey(['--model-path', 'm', '--admin-api-key', 'a'])).toBe('a');
+    expect(engineAdminApiKey(['--admin-api-key=a', '--admin-api-key', 'b'])).toBe('b');
+    expect(engineAdminApiKey(['--admin-api-key', 'a', '--admin-api-key=c'])).toBe('c');
+    expect(engineAdminApiKey(['--api-key', 'k'])).toBe('');
+    expect(engineAdminApiKey([])).toBe('');
+    // Not the API key's flag, nor a flag of the same prefix.
+    expect(engineAdminApiKey(['--admin-api-keys', 'x', '--api-key=k'])).toBe('');
   });
 });
 
@@ -82,8 +109,19 @@ describe('SglangEngine.command', () => {
     expect(engine.metrics).toEqual({
       runningGauges: ['sglang:num_running_reqs'],
       inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:num_grammar_queue_reqs'],
-      progressCounters: ['sglang:realtime_tokens_total', 'sglang:num_requests_total'],
+      // The first is the reported token rate: decode alone (N7); progress counts every mode.
+      progressCounters: ['sglang:realtime_tokens_total{mode="decode"}', 'sglang:realtime_tokens_total', 'sglang:num_requests_total'],
     });
+  });
+
+  it('starts a sleep profile with the memory saver and the weights backed up to host RAM, and owns the backup flag', () => {
+    const engine = new SglangEngine(undefined, 'eth0');
+    const asleep = shard();
+    if (asleep.profile) asleep.profile.sleepMode = true;
+    expect(engine.command(asleep).argv).toEqual(expect.arrayContaining(['--enable-memory-saver', '--enable-weights-cpu-backup']));
+    const awake = engine.command(shard()).argv;
+    expect(awake).not.toContain('--enable-memory-saver');
+    expect(awake).not.toContain('--enable-weights-cpu-backup');
   });
 
   it('turns metrics on for every rank and never skips the warmup that installs its SIGTERM drain', () => {

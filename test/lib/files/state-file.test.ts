@@ -50,6 +50,7 @@ describe('state files', () => {
       inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs'],
       progressCounters: ['sglang:realtime_tokens_total'],
       apiKey: 'k',
+      adminApiKey: 'adm',
     };
     await writeStateFile(stateFilePath(dir, 's0'), { ...sample(), watch });
     const read = await readStateFile(stateFilePath(dir, 's0'), 's0');
@@ -58,6 +59,17 @@ describe('state files', () => {
     text.watch.healthPath = 'health';
     writeFileSync(stateFilePath(dir, 's0'), JSON.stringify(text));
     expect(await readStateFile(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file field watch.healthPath is missing or invalid' });
+  });
+
+  it("reads a watch without adminApiKey (an agent before issue 36) as having none, and refuses one that is not a string", async () => {
+    const { adminApiKey: _a, ...older } = { healthPort: 30001, healthPath: '/health_generate', probeTimeoutMs: 5000, readiness: 'model-listed' as const, runningGauges: [], inFlightGauges: [], progressCounters: [], apiKey: 'k', adminApiKey: '' };
+    await writeStateFile(stateFilePath(dir, 's0'), { ...sample(), watch: older as never });
+    const read = await readStateFile(stateFilePath(dir, 's0'), 's0');
+    expect(read.ok && read.file.watch?.adminApiKey).toBe('');
+    const text = JSON.parse(readFileSync(stateFilePath(dir, 's0'), 'utf8'));
+    text.watch.adminApiKey = 7;
+    writeFileSync(stateFilePath(dir, 's0'), JSON.stringify(text));
+    expect(await readStateFile(stateFilePath(dir, 's0'), 's0')).toEqual({ ok: false, reason: 'state file field watch.adminApiKey is missing or invalid' });
   });
 
   it('replaces a planted symlink on write instead of writing through it', async () => {

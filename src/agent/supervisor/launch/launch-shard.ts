@@ -41,6 +41,7 @@ export function plainWatch(spec: StartShard, servesHttp: boolean): EngineWatch {
     inFlightGauges: [],
     progressCounters: [],
     apiKey: '',
+    adminApiKey: '',
   };
 }
 

@@ -1,7 +1,7 @@
 import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { EngineWatch } from '../../../lib/engine-watch.js';
 import type { ShardStateFile } from '../../../lib/files/state-file.js';
-import { engineApiKey } from '../../engines/engine-api-key.js';
+import { engineAdminApiKey, engineApiKey } from '../../engines/engine-api-key.js';
 import { SGLANG_METRICS, SGLANG_PROBE_TIMEOUT_MS } from '../../engines/sglang-engine.js';
 import { VLLM_METRICS } from '../../engines/vllm-engine.js';
 
@@ -26,7 +26,7 @@ export function legacyWatch(f: Pick<ShardStateFile, 'servesHttp' | 'inFlightMetr
   };
   const apiKey = engineApiKey(args, f.spec.profile?.env ?? {}, engine === 'sglang' ? undefined : 'VLLM_API_KEY');
   if (!f.servesHttp) {
-    return { healthPort: 0, healthPath: '/health', probeTimeoutMs: 0, readiness: 'health', runningGauges: [], inFlightGauges: [], progressCounters: [], apiKey: '' };
+    return { healthPort: 0, healthPath: '/health', probeTimeoutMs: 0, readiness: 'health', runningGauges: [], inFlightGauges: [], progressCounters: [], apiKey: '', adminApiKey: '' };
   }
   return {
     healthPort: f.spec.httpPort,
@@ -35,5 +35,6 @@ export function legacyWatch(f: Pick<ShardStateFile, 'servesHttp' | 'inFlightMetr
     readiness: 'model-listed',
     ...(known ? { runningGauges: [...known.runningGauges], inFlightGauges: [...known.inFlightGauges], progressCounters: [...known.progressCounters] } : recorded),
     apiKey,
+    adminApiKey: engine === 'sglang' ? engineAdminApiKey(args) : '',
   };
 }

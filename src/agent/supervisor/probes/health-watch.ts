@@ -28,7 +28,12 @@ export interface HealthVerdict {
 /** The series stall detection reads; both lists must name some, or only /health is judged. */
 export interface StallWatch {
   runningGauges: readonly string[];
-  /** The first is the engine's token counter (vLLM's generation_tokens_total), whose rate onLoad gives. */
+  /**
+   * Any change of their sum is progress. The first is the engine's
+   * generated-token counter, whose rate onLoad gives: vLLM's
+   * generation_tokens_total, SGLang's realtime_tokens_total{mode="decode"}
+   * (a series with label matchers, read-gauge.ts readCounter).
+   */
   progressCounters: readonly string[];
   /** supervisor.stall_timeout; 0 turns stall detection off. */
   stallTimeoutMs: number;

@@ -21,7 +21,7 @@ export interface LoadSample {
   /** When it was read (a monotonic clock, ms). */
   atMs: number;
   inFlight: number | undefined;
-  /** The token counter's value (EngineWatch.progressCounters[0]). */
+  /** The generated-token counter's value (EngineWatch.progressCounters[0]: SGLang's decode tokens alone). */
   tokens: number | undefined;
 }
 

@@ -9,7 +9,15 @@ interface Sample {
 
 const LABEL = /([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"/g;
 
-function samplesOf(text: string, name: string): Sample[] {
+/**
+ * The samples of `series`: a metric name, or a name with label matchers,
+ * `name{mode="decode"}`, which keeps only the label sets that carry each of
+ * them (SGLang's decode tokens alone out of realtime_tokens_total).
+ */
+function samplesOf(text: string, series: string): Sample[] {
+  const brace = series.indexOf('{');
+  const name = brace === -1 ? series : series.slice(0, brace);
+  const wanted = brace === -1 ? [] : [...series.slice(brace + 1, series.lastIndexOf('}')).matchAll(LABEL)].map((m) => [m[1] as string, m[2] as string] as const);
   const out: Sample[] = [];
   for (const line of text.split('\n')) {
     if (line.startsWith('#') || !line.startsWith(name)) continue;
@@ -21,6 +29,7 @@ function samplesOf(text: string, name: string): Sample[] {
     if (!Number.isFinite(value)) continue;
     const labels = new Map<string, string>();
     if (close !== -1) for (const m of after.slice(1, close).matchAll(LABEL)) labels.set(m[1] as string, m[2] as string);
+    if (wanted.some(([k, v]) => labels.get(k) !== v)) continue;
     out.push({ labels, value });
   }
   return out;
@@ -81,11 +90,15 @@ export function readGauges(text: string, names: readonly string[]): number | und
  * by engine and finished reason), or undefined when it is absent. `name` may
  * be the counter's own name or its exposed sample name: prometheus_client
  * exposes counter `x` as `x_total` (and `x_created`, which is a timestamp,
- * never the count).
+ * never the count). Label matchers after the name (`x{mode="decode"}`) sum
+ * only the label sets that carry them.
  */
 export function readCounter(text: string, name: string): number | undefined {
-  if (name.endsWith('_total')) return readGauge(text, name);
-  return readGauge(text, `${name}_total`) ?? readGauge(text, name);
+  const brace = name.indexOf('{');
+  const bare = brace === -1 ? name : name.slice(0, brace);
+  const matchers = brace === -1 ? '' : name.slice(brace);
+  if (bare.endsWith('_total')) return readGauge(text, name);
+  return readGauge(text, `${bare}_total${matchers}`) ?? readGauge(text, name);
 }
 
 /**

@@ -12,15 +12,16 @@ const file = (engine: string, args: string[] = [], servesHttp = true) => ({
 
 describe('legacyWatch (a state file of an older agent, which kept two metric names)', () => {
   it("judges an adopted SGLang by what this agent knows of SGLang, not by the recorded counter that moves once per finished request", () => {
-    expect(legacyWatch(file('sglang', ['--api-key', 'k']))).toEqual({
+    expect(legacyWatch(file('sglang', ['--api-key', 'k', '--admin-api-key=adm']))).toEqual({
       healthPort: 8100,
       healthPath: '/health_generate',
       probeTimeoutMs: 5000,
       readiness: 'model-listed',
       runningGauges: ['sglang:num_running_reqs'],
       inFlightGauges: ['sglang:num_running_reqs', 'sglang:num_queue_reqs', 'sglang:num_grammar_queue_reqs'],
-      progressCounters: ['sglang:realtime_tokens_total', 'sglang:num_requests_total'],
+      progressCounters: ['sglang:realtime_tokens_total{mode="decode"}', 'sglang:realtime_tokens_total', 'sglang:num_requests_total'],
       apiKey: 'k',
+      adminApiKey: 'adm',
     });
   });
   it('reads a vLLM profile the same way, and a worker rank by staying alive', () => {

@@ -4,6 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type HealthVerdict, UNHEALTHY_AFTER_FAILURES, watchHealth } from '../../../../src/agent/supervisor/probes/health-watch.js';
 import type { EngineLoad } from '../../../../src/agent/supervisor/probes/load-meter.js';
 import type { PortOwner } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
+import { SGLANG_METRICS } from '../../../../src/agent/engines/sglang-engine.js';
 import { until } from '../../../helpers/engine-processes.js';
 
 const servers: Server[] = [];
@@ -136,6 +137,49 @@ describe('watchHealth', () => {
     state.metricsStatus = 500;
     await until(() => w.loads.at(-1)?.inFlight === undefined, 'unknown after a failed read');
     expect(w.loads.at(-1)).toEqual({ inFlight: undefined, tokensPerSecond: undefined });
+  });
+
+  it("reports SGLang's token rate from its decode tokens alone, while prefill and cache hits still count as progress (N7)", async () => {
+    const t = { decode: 5, compute: 0, cache: 0, reads: 0 };
+    const server = createServer((req, res) => {
+      if (req.url !== '/metrics') return void res.writeHead(200).end();
+      t.reads++;
+      const l = 'model_name="m",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"';
+      res.writeHead(200, { 'content-type': 'text/plain' }).end(
+        `sglang:num_running_reqs{${l}} 1.0\nsglang:num_queue_reqs{${l}} 0.0\nsglang:num_requests_total{${l}} 0.0\n` +
+          `sglang:realtime_tokens_total{${l},mode="prefill_compute"} ${t.compute}.0\nsglang:realtime_tokens_total{${l},mode="prefill_cache"} ${t.cache}.0\nsglang:realtime_tokens_total{${l},mode="decode"} ${t.decode}.0\n`,
+      );
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    const ac = new AbortController();
+    aborts.push(ac);
+    const verdicts: HealthVerdict[] = [];
+    const loads: EngineLoad[] = [];
+    watchHealth({
+      baseUrl: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+      intervalMs: 50,
+      signal: ac.signal,
+      stall: { ...SGLANG_METRICS, stallTimeoutMs: 150 },
+      onVerdict: (v) => verdicts.push(v),
+      onLoad: (l) => loads.push(l),
+    });
+    // Prompt tokens computed and served from the cache grow; no token is decoded.
+    const prefill = setInterval(() => {
+      t.compute += 100;
+      t.cache += 1000;
+    }, 5);
+    try {
+      await until(() => t.reads >= 10, 'ten metrics reads, past the stall timeout');
+      const rates = loads.map((l) => l.tokensPerSecond).filter((r) => r !== undefined);
+      expect(rates.length).toBeGreaterThan(0);
+      expect(new Set(rates)).toEqual(new Set([0]));
+      expect(verdicts.every((v) => v.healthy)).toBe(true);
+      t.decode += 50;
+      await until(() => (loads.at(-1)?.tokensPerSecond ?? 0) > 0, 'a decode rate above 0');
+    } finally {
+      clearInterval(prefill);
+    }
   });
 
   it('tells an unknown load when stall detection is off, since then nothing reads /metrics', async () => {

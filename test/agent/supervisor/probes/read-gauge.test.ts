@@ -78,4 +78,18 @@ describe('readCounter', () => {
     expect(readCounter(VLLM, 'sglang:generation_tokens_total')).toBeUndefined();
     expect(readCounter('', 'vllm:generation_tokens_total')).toBeUndefined();
   });
+
+  it('with label matchers sums only the label sets that carry them: SGLang decode tokens out of every mode', () => {
+    const text = `sglang:realtime_tokens_total{model_name="m",tp_rank="0",mode="prefill_compute"} 300.0
+sglang:realtime_tokens_total{model_name="m",tp_rank="0",mode="prefill_cache"} 5000.0
+sglang:realtime_tokens_total{model_name="m",tp_rank="0",mode="decode"} 40.0
+sglang:realtime_tokens_total{model_name="m",tp_rank="1",mode="decode"} 2.0
+`;
+    expect(readCounter(text, 'sglang:realtime_tokens_total')).toBe(5342);
+    expect(readCounter(text, 'sglang:realtime_tokens_total{mode="decode"}')).toBe(42);
+    expect(readCounter(text, 'sglang:realtime_tokens{mode="decode"}')).toBe(42);
+    expect(readCounter(text, 'sglang:realtime_tokens_total{mode="decode",tp_rank="1"}')).toBe(2);
+    // SGLang writes a mode's series from its first increment: none decoded yet is unknown, not 0.
+    expect(readCounter(text.split('\n').slice(0, 2).join('\n'), 'sglang:realtime_tokens_total{mode="decode"}')).toBeUndefined();
+  });
 });

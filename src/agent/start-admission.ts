@@ -11,6 +11,7 @@ import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines
 import type { ValidationContext } from './engines/engine.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { isPortFree } from './engines/is-port-free.js';
+import { isHubOffline } from '../models/engine-cache-env.js';
 import type { NodeModels } from './models/node-models.js';
 import type { ShardLaunch } from './supervisor/launch/launch-shard.js';
 import type { Supervisor } from './supervisor/supervisor.js';
@@ -126,12 +127,25 @@ export class StartAdmission {
     try {
       await engine.validate(spec, this.validationContext(spec));
       const plan = engine.command(spec);
-      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan) };
+      const note = this.onlineNote(spec, engine.onlineReason?.(spec), plan.env);
+      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}) };
     } catch (err) {
       // Refused: no engine of this shard reads the model.
       if (!this.opts.supervisor.get(spec.shardId)) await this.opts.models?.unpin(spec.shardId);
       throw err;
     }
+  }
+
+  /**
+   * A start the node's model store cannot serve whole runs online (its
+   * engine may fetch from the hub); ctl status shows why in the shard's
+   * note, and the log says it. None when it runs offline, when there is no
+   * store, or when the operator's engine env sets HF_HUB_OFFLINE itself.
+   */
+  private onlineNote(spec: CheckedStartShard, reason: string | undefined, env: Record<string, string>): string | undefined {
+    if (reason === undefined || isHubOffline(env)) return undefined;
+    this.opts.logger.info({ shard: spec.shardId, replica: spec.replicaId, why: reason }, "the engine starts online: not everything it reads at start is in the node's model store");
+    return `started online (HF_HUB_OFFLINE unset): ${reason}`;
   }
 
   private validationContext(spec: CheckedStartShard): ValidationContext {

@@ -5,6 +5,7 @@ import { foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { Logger } from '../lib/logger.js';
 import { readEphemeralPortRange } from '../lib/ephemeral-port-range.js';
 import { readProcStat } from '../lib/process/proc-stat.js';
+import { isRunningStat } from '../lib/process/process-identity.js';
 import type { CheckedStartShard } from '../lib/shard-id.js';
 import { isTerminal } from '../lib/shard-states.js';
 import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines/choose-worker-port.js';
@@ -33,6 +34,11 @@ export interface StartAdmissionOptions {
   nodeRefusal?: () => string | undefined;
   /** The node's model store: a start waits for a pull of its model, and pins it before launch. */
   models?: NodeModels;
+  /**
+   * Whether a compute process the inventory lists has ended since it was
+   * listed (GpuProcessSightings.gone); by default, whether /proc has it.
+   */
+  processGone?: (pid: number) => boolean;
   logger: Logger;
 }
 
@@ -157,9 +163,15 @@ export class StartAdmission {
     const heldGpus = sup.reservations(spec.shardId).gpus;
     const holding = sup.list().filter((s) => !isTerminal(s.state) || s.running);
     const shardGroups = new Set(holding.map((s) => s.pid));
+    // The inventory is up to discovery.interval old: a start right after a
+    // STOPPED found the stopped engine listed there, in no live shard's
+    // group, and was refused its GPU for a minute (issue 36, item 7). A
+    // process that has ended since the scan holds nothing, whoever ran it.
+    const gone = this.opts.processGone ?? ((pid: number) => !isRunningStat(readProcStat(pid)));
     // A compute process is ours when it is in the process group of one of our
     // engines (the GPU is usually held by a worker child, not the pid we started).
     const foreignProcesses = inventory.processes.filter((p) => {
+      if (gone(p.pid)) return false;
       const stat = readProcStat(p.pid);
       return !(stat && shardGroups.has(stat.pgrp)) && !shardGroups.has(p.pid);
     });

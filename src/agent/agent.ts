@@ -157,6 +157,7 @@ export class Agent {
       foreignMemoryShare: c.discovery.foreignMemoryShare,
       nodeRefusal: () => this.conditions.refusal(),
       models: this.models,
+      processGone: (pid) => this.inventoryWatcher.processes.gone(pid),
       logger: this.log,
     });
     this.commands = new ShardCommands({

@@ -3,6 +3,7 @@ import { abortableSleep } from '../lib/abortable-sleep.js';
 import { type Inventory, InventorySchema } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import { GpuProcessSightings } from './gpu-process-sightings.js';
 import { ensureStateDir, readInventoryCache, writeInventoryCache } from './inventory-cache.js';
 
 /** How long a first boot (no cache) waits for its hardware scan before registering without it. */
@@ -34,6 +35,8 @@ export class InventoryWatcher {
   private scanned = false;
   /** The cache on disk holds the current hardware (read from it, or written since). */
   private cacheCurrent = false;
+  /** The scanned compute processes as they were when listed: which of them are gone since. */
+  readonly processes = new GpuProcessSightings();
 
   constructor(private readonly opts: InventoryWatcherOptions) {}
 
@@ -126,6 +129,7 @@ export class InventoryWatcher {
     try {
       const next = await this.opts.discover(signal);
       if (signal.aborted) return;
+      this.processes.record(next.processes);
       const changed = !equals(InventorySchema, comparable(next), comparable(this.inventory));
       this.inventory = next;
       this.scanned = true;

@@ -5,12 +5,14 @@ import { foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { Logger } from '../lib/logger.js';
 import { readEphemeralPortRange } from '../lib/ephemeral-port-range.js';
 import { readProcStat } from '../lib/process/proc-stat.js';
+import { isRunningStat } from '../lib/process/process-identity.js';
 import type { CheckedStartShard } from '../lib/shard-id.js';
 import { isTerminal } from '../lib/shard-states.js';
 import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines/choose-worker-port.js';
 import type { ValidationContext } from './engines/engine.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { isPortFree } from './engines/is-port-free.js';
+import { isHubOffline } from '../models/engine-cache-env.js';
 import type { NodeModels } from './models/node-models.js';
 import type { ShardLaunch } from './supervisor/launch/launch-shard.js';
 import type { Supervisor } from './supervisor/supervisor.js';
@@ -32,6 +34,11 @@ export interface StartAdmissionOptions {
   nodeRefusal?: () => string | undefined;
   /** The node's model store: a start waits for a pull of its model, and pins it before launch. */
   models?: NodeModels;
+  /**
+   * Whether a compute process the inventory lists has ended since it was
+   * listed (GpuProcessSightings.gone); by default, whether /proc has it.
+   */
+  processGone?: (pid: number) => boolean;
   logger: Logger;
 }
 
@@ -126,12 +133,25 @@ export class StartAdmission {
     try {
       await engine.validate(spec, this.validationContext(spec));
       const plan = engine.command(spec);
-      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan) };
+      const note = this.onlineNote(spec, engine.onlineReason?.(spec), plan.env);
+      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}) };
     } catch (err) {
       // Refused: no engine of this shard reads the model.
       if (!this.opts.supervisor.get(spec.shardId)) await this.opts.models?.unpin(spec.shardId);
       throw err;
     }
+  }
+
+  /**
+   * A start the node's model store cannot serve whole runs online (its
+   * engine may fetch from the hub); ctl status shows why in the shard's
+   * note, and the log says it. None when it runs offline, when there is no
+   * store, or when the operator's engine env sets HF_HUB_OFFLINE itself.
+   */
+  private onlineNote(spec: CheckedStartShard, reason: string | undefined, env: Record<string, string>): string | undefined {
+    if (reason === undefined || isHubOffline(env)) return undefined;
+    this.opts.logger.info({ shard: spec.shardId, replica: spec.replicaId, why: reason }, "the engine starts online: not everything it reads at start is in the node's model store");
+    return `started online (HF_HUB_OFFLINE unset): ${reason}`;
   }
 
   private validationContext(spec: CheckedStartShard): ValidationContext {
@@ -143,9 +163,15 @@ export class StartAdmission {
     const heldGpus = sup.reservations(spec.shardId).gpus;
     const holding = sup.list().filter((s) => !isTerminal(s.state) || s.running);
     const shardGroups = new Set(holding.map((s) => s.pid));
+    // The inventory is up to discovery.interval old: a start right after a
+    // STOPPED found the stopped engine listed there, in no live shard's
+    // group, and was refused its GPU for a minute (issue 36, item 7). A
+    // process that has ended since the scan holds nothing, whoever ran it.
+    const gone = this.opts.processGone ?? ((pid: number) => !isRunningStat(readProcStat(pid)));
     // A compute process is ours when it is in the process group of one of our
     // engines (the GPU is usually held by a worker child, not the pid we started).
     const foreignProcesses = inventory.processes.filter((p) => {
+      if (gone(p.pid)) return false;
       const stat = readProcStat(p.pid);
       return !(stat && shardGroups.has(stat.pgrp)) && !shardGroups.has(p.pid);
     });

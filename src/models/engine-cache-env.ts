@@ -4,7 +4,7 @@ import { StoreLayout } from './store-layout.js';
 export interface EngineCacheEnvInput {
   /** models.cache_dir; '' (store off) gives no variables. */
   cacheDir: string;
-  /** The shard's model is complete in the store (isModelComplete): the engine may run offline. */
+  /** Everything the engine reads at start is in the store (judgeOfflineStart): it may run offline. */
   modelComplete: boolean;
 }
 
@@ -14,12 +14,17 @@ export interface EngineCacheEnvInput {
  * graphs instead of rebuilding them (issue 30: torch.compile's cache thrown
  * away cost 166 s a start). Each name, and who reads it:
  *
- * - HF_HOME, HF_HUB_CACHE: huggingface_hub (constants.py: HF_HUB_CACHE
- *   defaults to $HF_HOME/hub), which vLLM and SGLang load weights through.
- * - HF_HUB_OFFLINE=1, only once the model is complete here: huggingface_hub
- *   then makes no request at all and resolves the revision from refs/
- *   (constants.py HF_HUB_OFFLINE; file_download.py try_to_load_from_cache).
- *   Set when a file is missing it would fail the start instead of fetching.
+ * - HF_HUB_CACHE: huggingface_hub's hub cache (constants.py HF_HUB_CACHE),
+ *   which vLLM and SGLang load weights through. Not HF_HOME, which would
+ *   move the engine's token file too (constants.py: HF_TOKEN_PATH defaults
+ *   to $HF_HOME/token): an engine that must go online would no longer find
+ *   the token `huggingface-cli login` saved for its user, and a gated repo
+ *   would answer 401 (engine-fidelity review 2, N6).
+ * - HF_HUB_OFFLINE=1, only when everything the engine reads at start is
+ *   here (judgeOfflineStart): huggingface_hub then makes no request at all
+ *   and resolves the revision from refs/ (constants.py HF_HUB_OFFLINE;
+ *   file_download.py try_to_load_from_cache). Set when a file is missing it
+ *   fails the start instead of fetching.
  * - VLLM_CACHE_ROOT: vLLM's cache root, ~/.cache/vllm by default
  *   (vllm/envs.py); its torch.compile artefacts go under
  *   <root>/torch_compile_cache (vllm/compilation/backends.py).
@@ -40,7 +45,6 @@ export function engineCacheEnv(input: EngineCacheEnvInput): Record<string, strin
   const layout = new StoreLayout(input.cacheDir);
   const compile = layout.compileDir;
   return {
-    HF_HOME: input.cacheDir,
     HF_HUB_CACHE: layout.hubDir,
     VLLM_CACHE_ROOT: join(compile, 'vllm'),
     SGLANG_CACHE_DIR: join(compile, 'sglang'),
@@ -48,4 +52,9 @@ export function engineCacheEnv(input: EngineCacheEnvInput): Record<string, strin
     TRITON_CACHE_DIR: join(compile, 'triton'),
     ...(input.modelComplete ? { HF_HUB_OFFLINE: '1' } : {}),
   };
+}
+
+/** huggingface_hub's reading of HF_HUB_OFFLINE (constants.py _is_true): 1, ON, YES or TRUE in any case. */
+export function isHubOffline(env: Readonly<Record<string, string | undefined>>): boolean {
+  return ['1', 'ON', 'YES', 'TRUE'].includes((env.HF_HUB_OFFLINE ?? '').toUpperCase());
 }

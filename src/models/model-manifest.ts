@@ -20,6 +20,13 @@ export interface ManifestSnapshot {
   files: ManifestFile[];
   /** The --include patterns the pull chose files with; empty for the whole repo. */
   include: string[];
+  /**
+   * Every path of the revision as the hub listed it at the pull, when the
+   * pull recorded it: what lets a partial pull be judged complete for an
+   * offline start (offline-problem.ts). Absent in older manifests, and then
+   * a pull with --include counts as partial.
+   */
+  repoFiles?: string[];
   /** Every file verified and linked. False while a pull runs, and after one that failed. */
   complete: boolean;
 }

@@ -67,7 +67,7 @@ export async function isSnapshotComplete(layout: StoreLayout, manifest: ModelMan
   return true;
 }
 
-/** Whether `repo` at `revision` (a branch, tag or commit) is complete in the store: what lets an engine start offline. */
+/** Whether `repo` at `revision` (a branch, tag or commit) is complete in the store, for the files its pull chose; an offline start asks more (offlineProblem). */
 export async function isModelComplete(layout: StoreLayout, repo: string, revision: string): Promise<boolean> {
   const manifest = await readManifest(layout, repo);
   const commit = manifest?.refs[revision] ?? (COMMIT_HASH.test(revision) ? revision : undefined);

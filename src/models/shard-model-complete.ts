@@ -1,16 +1,43 @@
+import { isAbsolute } from 'node:path';
+import { offlineProblem } from './offline-problem.js';
 import { repoIdProblem } from './repo-id.js';
-import { isModelComplete } from './scan-store.js';
 import { StoreLayout } from './store-layout.js';
 
+/** A hub repo an engine reads at start besides its model, as a profile names it. */
+export interface HubRepoRef {
+  /** The option that names it (`--tokenizer`), for the reason a start is online. */
+  namedBy: string;
+  /** Its value: a hub repo id, or a local path, which the store has nothing to do with. */
+  value: string;
+  /** The revision the engine reads it at. */
+  revision: string;
+}
+
+/** Whether a shard's engine may start with HF_HUB_OFFLINE=1, and if not, why (for ctl status and the log). */
+export type OfflineStart = { offline: true } | { offline: false; reason: string };
+
 /**
- * Whether a shard's model (profile.model, at the profile's --revision, main
- * when it gives none) is complete in the store. A local path or anything
- * that is not a hub id is never "complete": the engine then starts as it
- * would without a store, online.
+ * Whether a shard's engine may start offline: its model (profile.model, at
+ * the profile's --revision, main when it gives none) and every other hub
+ * repo its args name (`others`: a tokenizer, a draft model) must each be in
+ * the store with every file the engine reads (offlineProblem). Otherwise
+ * the engine starts online, as it would without a store, and fetches what is
+ * missing: with HF_HUB_OFFLINE=1 the first missing file fails the start
+ * (engine-fidelity review 2, N4). A model that is not a hub id (a local
+ * path) is never in the store, so its engine starts online as before; a
+ * local path among `others` needs nothing from the hub.
  */
-export async function shardModelComplete(cacheDir: string, model: string, args: readonly string[]): Promise<boolean> {
-  if (repoIdProblem(model) !== undefined) return false;
-  return isModelComplete(new StoreLayout(cacheDir), model, revisionOf(args));
+export async function judgeOfflineStart(cacheDir: string, model: string, args: readonly string[], others: readonly HubRepoRef[] = []): Promise<OfflineStart> {
+  if (repoIdProblem(model) !== undefined) return { offline: false, reason: `the model ${JSON.stringify(model)} is not a hub repo id, so the store does not hold it` };
+  const layout = new StoreLayout(cacheDir);
+  const problem = await offlineProblem(layout, model, revisionOf(args));
+  if (problem !== undefined) return { offline: false, reason: problem };
+  for (const o of others) {
+    if (isAbsolute(o.value) || repoIdProblem(o.value) !== undefined) continue;
+    const p = await offlineProblem(layout, o.value, o.revision);
+    if (p !== undefined) return { offline: false, reason: `${o.namedBy} ${p}` };
+  }
+  return { offline: true };
 }
 
 /** The value of --revision in an engine's args (`--revision x` or `--revision=x`); main when absent. */

@@ -8,6 +8,15 @@
  * ~/.cache/huggingface/hub; the revision from refs/<name>, a commit as
  * itself). It never downloads: a snapshot that is not there fails the start,
  * offline or not, so the only way to the weights is the node's store.
+ * Offline (HF_HUB_OFFLINE=1) it also needs what vLLM's tokenizer reads
+ * from a local snapshot: tokenizer_config.json and one of tokenizer.json or
+ * tokenizer.model, in the --tokenizer repo's snapshot when one is given
+ * (which must itself be cached: V:vllm/engine/arg_utils.py:809-832,
+ * V:vllm/transformers_utils/repo_utils.py:279-297), else in the model's.
+ * Online, a file the snapshot lacks other than a weight counts as fetched
+ * from the hub, as the engine would fetch it: the double cannot download,
+ * and an online start is what llmgw chooses for a partial store, so it must
+ * succeed where the engine's would.
  *
  * With --sim-compile-time it spends that long "compiling" unless
  * VLLM_CACHE_ROOT (else ~/.cache/vllm, vllm/envs.py) holds its marker for
@@ -98,10 +107,20 @@ async function snapshotFiles(dir: string): Promise<string[]> {
  * asked between reads, so a SIGTERM while loading ends the read. A link
  * whose blob is gone fails the start as a half-removed model would.
  */
-export async function readWeights(repo: string, revision: string, env: NodeJS.ProcessEnv, cancelled: () => boolean = () => false): Promise<WeightsRead> {
+export async function readWeights(
+  repo: string,
+  revision: string,
+  env: NodeJS.ProcessEnv,
+  cancelled: () => boolean = () => false,
+  opts: { tokenizer?: { repo: string; revision: string } } = {},
+): Promise<WeightsRead> {
   const { dir, commit } = await findSnapshot(repo, revision, env);
   const files = await snapshotFiles(dir);
   if (files.length === 0) throw new MissingWeightsError(`the cached snapshot ${dir} of ${repo} holds no file`);
+  if (hubOffline(env)) {
+    const tokenizerDir = opts.tokenizer ? (await findSnapshot(opts.tokenizer.repo, opts.tokenizer.revision, env)).dir : dir;
+    await requireTokenizerFiles(tokenizerDir);
+  }
   const buf = Buffer.allocUnsafe(READ_CHUNK_BYTES);
   let bytes = 0;
   for (const path of files) {
@@ -124,6 +143,20 @@ export async function readWeights(repo: string, revision: string, env: NodeJS.Pr
     }
   }
   return { snapshotDir: dir, commit, files: files.length, bytes };
+}
+
+/**
+ * What transformers' AutoTokenizer needs from a local folder: its config
+ * and a fast (tokenizer.json) or slow (tokenizer.model) vocabulary. The
+ * message is transformers' OSError for a folder without them *(inferred:
+ * transformers was not read; tokenization_utils_base.py)*.
+ */
+async function requireTokenizerFiles(dir: string): Promise<void> {
+  const has = async (name: string) => (await stat(join(dir, name)).catch(() => undefined))?.isFile() === true;
+  if ((await has('tokenizer_config.json')) && ((await has('tokenizer.json')) || (await has('tokenizer.model')))) return;
+  throw new MissingWeightsError(
+    `OSError: Can't load tokenizer for '${dir}'. Make sure '${dir}' is the correct path to a directory containing all relevant files (tokenizer_config.json, and tokenizer.json or tokenizer.model); with HF_HUB_OFFLINE=1 nothing missing is fetched`,
+  );
 }
 
 /**

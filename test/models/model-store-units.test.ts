@@ -61,9 +61,8 @@ describe('repo ids and revisions', () => {
 });
 
 describe('engineCacheEnv', () => {
-  it('points every engine cache into the store, and is offline only for a complete model', () => {
+  it('points every engine cache into the store but leaves HF_HOME (and so the token file) alone, and is offline only for a complete model', () => {
     expect(engineCacheEnv({ cacheDir: '/srv/models', modelComplete: false })).toEqual({
-      HF_HOME: '/srv/models',
       HF_HUB_CACHE: '/srv/models/hub',
       VLLM_CACHE_ROOT: '/srv/models/compile/vllm',
       SGLANG_CACHE_DIR: '/srv/models/compile/sglang',

@@ -18,6 +18,7 @@ import { describeModel } from '../../src/models/scan-store.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { runCli } from '../helpers/run-cli.js';
+import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
 
@@ -33,6 +34,16 @@ const OTHER = bytes(200_000, 12);
 const hub = new FakeHub();
 hub.repos.set('acme/tiny', fakeRepo('acme/tiny', [{ path: 'model.safetensors', content: TINY, lfs: true }, { path: 'config.json', content: Buffer.from('{"a":1}\n'), lfs: false }]));
 hub.repos.set('acme/other', fakeRepo('acme/other', [{ path: 'model.safetensors', content: OTHER, lfs: true }]));
+// A chat model as the hub has one: weights, config, and the tokenizer files vLLM reads at start.
+hub.repos.set(
+  'acme/chat',
+  fakeRepo('acme/chat', [
+    { path: 'model.safetensors', content: bytes(100_000, 13), lfs: true },
+    { path: 'config.json', content: Buffer.from('{"c":1}\n'), lfs: false },
+    { path: 'tokenizer_config.json', content: Buffer.from('{}\n'), lfs: false },
+    { path: 'tokenizer.json', content: Buffer.from('{"t":1}\n'), lfs: false },
+  ]),
+);
 
 beforeAll(() => hub.start());
 afterAll(() => hub.stop());
@@ -56,17 +67,17 @@ function environOf(pid: number): Record<string, string> {
 }
 
 /** A control plane and a real agent whose store is `cache` (a fresh one unless given), pulling from the fake hub. */
-async function agentWithStore(budget = '64MiB', before?: (cacheDir: string) => void) {
+async function agentWithStore(budget = '64MiB', before?: (cacheDir: string) => void, moreYaml = '') {
   const plane = await startControlPlane();
   const dirs = tempAgentDirs('llmgw-warm-');
   const cacheDir = join(dirs.root, 'models');
   mkdirSync(cacheDir);
   before?.(cacheDir);
   const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
-  const agent = startAgentProcess({ server: plane.url, dirs, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: ${budget}\n  hub:\n    endpoint: ${hub.url}\n` });
+  const agent = startAgentProcess({ server: plane.url, dirs, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: ${budget}\n  hub:\n    endpoint: ${hub.url}\n${moreYaml}` });
   const reg = await registered;
   if (process.env.WARM_DEBUG) onTestFinished(() => console.log(agent.logs().map((l) => JSON.stringify(l)).join('\n')));
-  return { cp: plane.cp, dirs, cacheDir, reg, configPath: agent.configPath, socket: dirs.socket };
+  return { cp: plane.cp, dirs, cacheDir, reg, configPath: agent.configPath, socket: dirs.socket, agent };
 }
 
 function modelStart(shardId: string, port: number, gpu: number, model = 'acme/tiny') {
@@ -102,7 +113,9 @@ describe('warm starts through the agent', () => {
     const ready = cp.waitFor('node-a', shardIs('w1', ShardState.READY), 30_000);
     cp.send('node-a', { case: 'start', value: modelStart('w1', port, 0) });
     const pid = ((await ready).msg.value as ShardStatus).pid;
-    expect(environOf(pid)).toMatchObject({ HF_HUB_OFFLINE: '1', HF_HUB_CACHE: join(cacheDir, 'hub'), HF_HOME: cacheDir });
+    expect(environOf(pid)).toMatchObject({ HF_HUB_OFFLINE: '1', HF_HUB_CACHE: join(cacheDir, 'hub') });
+    // Not HF_HOME: it would move huggingface_hub's token file (HF_TOKEN_PATH defaults to $HF_HOME/token; review 2, N6).
+    expect(environOf(pid).HF_HOME).not.toBe(cacheDir);
     expect(hub.requests.length).toBe(asked);
     expect(existsSync(pinPath(cacheDir, 'acme/tiny', 'w1'))).toBe(true);
 
@@ -129,7 +142,7 @@ describe('warm starts through the agent', () => {
     try {
       const before = hub.downloads('model.safetensors').length;
       const started = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.PROGRESS), 20_000);
-      cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny', include: ['*.safetensors', '*.json'] }) });
+      cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny' }) });
       await started;
       const [p1, p2] = [await freePort(), await freePort()];
       const ready = [cp.waitFor('node-a', shardIs('m1', ShardState.READY), 30_000), cp.waitFor('node-a', shardIs('m2', ShardState.READY), 30_000)];
@@ -163,6 +176,51 @@ describe('warm starts through the agent', () => {
     } finally {
       hub.trickle.delete('model.safetensors');
     }
+  });
+
+  it('starts a model pulled with --include online, saying why in ctl status and the log, and offline once the whole repo is pulled', async () => {
+    const { cp, socket, agent } = await agentWithStore('64MiB', undefined, DOUBLE_ENGINES_YAML);
+    const noteOf = async (id: string): Promise<string> => {
+      const r = await runCli(['ctl', 'status', '--socket', socket, '--json']);
+      return (JSON.parse(r.stdout).shards ?? []).find((s: { shardId: string }) => s.shardId === id)?.note ?? '';
+    };
+    const pulled = async (include: string[]) => {
+      const ends = () => cp.messages('node-a').filter(pullOf('acme/chat', ModelPullState.DONE, ModelPullState.FAILED));
+      const before = ends().length;
+      cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/chat', include }) });
+      await until(() => ends().length > before, `the pull of acme/chat with --include ${include.join(' ')} to end`, 20_000);
+      expect(pullValue(ends().at(-1) as AgentMessage)).toMatchObject({ state: ModelPullState.DONE, error: '' });
+    };
+    // The README's example narrowed to the weights: the store has no tokenizer files.
+    await pulled(['*.safetensors']);
+    // The vLLM double reads its snapshot from the store and, offline, needs the tokenizer files as vLLM does.
+    const start = (id: string) => doubleStart('vllm', id, 0, { model: 'acme/chat', args: ['--sim-read-weights'] });
+    const p1 = start('p1');
+    p1.httpPort = await freePort();
+    const ended = cp.waitFor('node-a', shardIs('p1', ShardState.READY, ShardState.FAILED), 30_000);
+    cp.send('node-a', { case: 'start', value: p1 });
+    const first = (await ended).msg.value as ShardStatus;
+    expect(first.error).toBe('');
+    expect(first.state).toBe(ShardState.READY);
+    expect(environOf(first.pid)).not.toHaveProperty('HF_HUB_OFFLINE');
+    expect(await noteOf('p1')).toBe(
+      'started online (HF_HUB_OFFLINE unset): acme/chat@main was pulled with --include *.safetensors, so files the engine reads at start (tokenizer, chat template) may be missing from the store',
+    );
+    expect(agent.logs().find((l) => l.msg === "the engine starts online: not everything it reads at start is in the node's model store")).toMatchObject({ shard: 'p1', why: expect.stringContaining('--include *.safetensors') });
+    const stopped = cp.waitFor('node-a', shardIs('p1', ShardState.STOPPED), 20_000);
+    cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: 'p1' }) });
+    await stopped;
+
+    // The whole repo: everything the engine reads is local, so offline, and no note.
+    await pulled([]);
+    const p2 = start('p2');
+    p2.httpPort = await freePort();
+    const ready = cp.waitFor('node-a', shardIs('p2', ShardState.READY, ShardState.FAILED), 30_000);
+    cp.send('node-a', { case: 'start', value: p2 });
+    const second = (await ready).msg.value as ShardStatus;
+    expect([second.state, second.error]).toEqual([ShardState.READY, '']);
+    expect(environOf(second.pid).HF_HUB_OFFLINE).toBe('1');
+    expect(await noteOf('p2')).toBe('');
   });
 
   it('never evicts the model of a running shard, and evicts it once the shard is stopped', async () => {

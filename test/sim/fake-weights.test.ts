@@ -14,6 +14,8 @@ import { FAKE_VLLM, killFakeEngines, outputMatches, startFakeEngine } from '../h
  */
 
 const COMMIT = 'c0ffee0000000000000000000000000000000001';
+/** What vLLM's tokenizer reads from a local snapshot, offline: 4 bytes. */
+const TOKENIZER = { 'tokenizer_config.json': Buffer.from('{}'), 'tokenizer.json': Buffer.from('{}') };
 const roots: string[] = [];
 afterEach(killFakeEngines);
 afterAll(() => {
@@ -27,9 +29,9 @@ function tempRoot(): string {
 }
 
 /** A hub cache holding org/model at main, laid out as huggingface_hub writes it: blobs, snapshot links, refs/main. */
-function hubCache(root: string, files: Record<string, Buffer>): string {
+function hubCache(root: string, files: Record<string, Buffer>, repoId = 'org/model'): string {
   const hub = join(root, 'hub');
-  const repo = join(hub, 'models--org--model');
+  const repo = join(hub, `models--${repoId.replace('/', '--')}`);
   mkdirSync(join(repo, 'blobs'), { recursive: true });
   mkdirSync(join(repo, 'refs'), { recursive: true });
   writeFileSync(join(repo, 'refs', 'main'), COMMIT);
@@ -65,9 +67,36 @@ describe('the vLLM double reading its weights (--sim-read-weights)', () => {
   });
 
   it('fails on a snapshot link whose blob is gone', async () => {
-    const hub = hubCache(tempRoot(), { 'a.safetensors': Buffer.alloc(3), 'b.safetensors': Buffer.alloc(3) });
+    const hub = hubCache(tempRoot(), { 'a.safetensors': Buffer.alloc(3), 'b.safetensors': Buffer.alloc(3), ...TOKENIZER });
     unlinkSync(join(hub, 'models--org--model', 'blobs', 'blob1'));
     await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' })).rejects.toThrow(/file b\.safetensors of the cached snapshot .* has no blob/);
+  });
+});
+
+describe('the vLLM double offline needs its tokenizer files too (engine-fidelity review 2, N4)', () => {
+  it('fails offline on a snapshot of weights alone, as a pull with --include *.safetensors leaves it, naming the tokenizer files', async () => {
+    const hub = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(10), 'config.json': Buffer.from('{}') });
+    await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' })).rejects.toThrow(/^OSError: Can't load tokenizer for .*tokenizer_config\.json, and tokenizer\.json or tokenizer\.model/);
+  });
+
+  it('takes tokenizer_config.json with either tokenizer.json or tokenizer.model offline', async () => {
+    const hub = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(10), 'tokenizer_config.json': Buffer.from('{}'), 'tokenizer.model': Buffer.alloc(4) });
+    expect((await readWeights('org/model', 'main', { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' })).files).toBe(3);
+  });
+
+  it('reads the tokenizer from the --tokenizer repo offline, which must be cached itself', async () => {
+    const root = tempRoot();
+    const hub = hubCache(root, { 'model.safetensors': Buffer.alloc(10) });
+    const env = { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' };
+    const tokenizer = { repo: 'org/tok', revision: 'main' };
+    await expect(readWeights('org/model', 'main', env, undefined, { tokenizer })).rejects.toThrow(/^LocalEntryNotFoundError: .*for org\/tok at revision main/);
+    hubCache(root, TOKENIZER, 'org/tok');
+    expect((await readWeights('org/model', 'main', env, undefined, { tokenizer })).files).toBe(1);
+  });
+
+  it('online, reads the partial snapshot it finds and counts the rest as fetched from the hub', async () => {
+    const hub = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(10) });
+    expect(await readWeights('org/model', 'main', { HF_HUB_CACHE: hub }, undefined, { tokenizer: { repo: 'org/tok', revision: 'main' } })).toMatchObject({ files: 1, bytes: 10 });
   });
 });
 
@@ -83,7 +112,7 @@ describe('bin/fake-vllm with a cache-dependent start', () => {
 
   it('compiles once, writes its marker under VLLM_CACHE_ROOT, and a second start with the marker skips a compile it could not finish', async () => {
     const root = tempRoot();
-    const hub = hubCache(root, { 'model.safetensors': Buffer.alloc(1000, 7) });
+    const hub = hubCache(root, { 'model.safetensors': Buffer.alloc(1000, 7), ...TOKENIZER });
     const env = { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1', VLLM_CACHE_ROOT: join(root, 'vllm') };
     // Offline, vLLM hashes the snapshot's folder as the model (V:vllm/engine/arg_utils.py:809-822).
     const snapshot = join(hub, 'models--org--model', 'snapshots', COMMIT);
@@ -94,7 +123,7 @@ describe('bin/fake-vllm with a cache-dependent start', () => {
       return e;
     };
     const first = await start('200ms');
-    expect(first.output()).toMatch(/Loading weights took [\d.]+ seconds: 1 files, 1000 bytes/);
+    expect(first.output()).toMatch(/Loading weights took [\d.]+ seconds: 3 files, 1004 bytes/);
     expect(first.output()).toMatch(/Compiling a graph/);
     expect(existsSync(marker)).toBe(true);
     await killFakeEngines();

@@ -56,11 +56,16 @@ export const PLUGIN_LOADING_ENV: readonly string[] = ['NCCL_NET_PLUGIN', 'NCCL_T
  * refused plugin variables from a file, NCCL_DEBUG_FILE has root write any
  * path, HF_ENDPOINT sends the operator's HF_TOKEN anywhere,
  * VLLM_LOGGING_CONFIG_PATH is fed to dictConfig (which calls any callable),
- * HF_HOME=/etc, TORCH_EXTENSIONS_DIR, VLLM_PLUGINS. Refused from a profile
- * unless the operator names the variable itself (not a pattern) in
+ * HF_HOME=/etc, TORCH_EXTENSIONS_DIR, VLLM_PLUGINS. `_ROOT` (engine-fidelity
+ * review 2, N11): vLLM loads compiled code (inductor and Triton output, AOT
+ * bytecode) from under VLLM_CACHE_ROOT (V:vllm/envs.py:703-708;
+ * V:vllm/compilation/backends.py:1068-1070, decorators.py:528-558), so a
+ * profile that moves it onto files it shaped runs them; VLLM_CONFIG_ROOT
+ * (envs.py:694-699) is where vLLM reads its config files. Refused from a
+ * profile unless the operator names the variable itself (not a pattern) in
  * engines.<name>.allowed_env.
  */
-export const LEVER_ENV_SHAPE = /(_FILE|_PATH|_DIR|_HOME|_ENDPOINT|_URL|_SOCKET)$|_PLUGINS?(_|$)|_CONF(IG)?(_|$)|_CACHE$/;
+export const LEVER_ENV_SHAPE = /(_FILE|_PATH|_DIR|_HOME|_ROOT|_ENDPOINT|_URL|_SOCKET)$|_PLUGINS?(_|$)|_CONF(IG)?(_|$)|_CACHE$/;
 
 /**
  * Levers whose names do not say so: vLLM's insecure (pickle) serialization,

@@ -1,3 +1,4 @@
+import type { HubRepoRef } from '../../models/shard-model-complete.js';
 import { type FlagHit, findFlags } from './find-flags.js';
 
 /**
@@ -19,6 +20,13 @@ export interface CodeLoadingArgs {
   refused: readonly (readonly string[])[];
   /** Their value is a model, tokenizer or config: a hub repo id, or a path under a model root, unless allowed_args names them. */
   modelPaths: readonly (readonly string[])[];
+  /**
+   * For a modelPaths option (by its first name) whose hub repo the engine
+   * reads at start: the option that sets the revision it is read at, main
+   * when that option is absent. A start is offline only when each such repo
+   * is in the store at that revision (judgeOfflineStart).
+   */
+  hubRevisions?: Readonly<Record<string, string>>;
   /** The engine's own options that are a prefix of a listed one (see FlagSet.mayPass). */
   mayPass: readonly string[];
   /** vLLM's FlexibleArgumentParser spellings (see FlagSet.flexible). */
@@ -106,6 +114,11 @@ export const VLLM_CODE_LOADING_ARGS: CodeLoadingArgs = {
   // A name or a path (AU:848 tokenizer, AU:855 hf_config_path, AU:913
   // generation_config: "auto", "vllm" or a folder; model.py:142, 193, 326).
   modelPaths: [['--tokenizer'], ['--hf-config-path'], ['--generation-config']],
+  // Offline, the tokenizer is resolved at --tokenizer-revision (None: main)
+  // with local_files_only (AU:823-825; transformers_utils/repo_utils.py:279-297);
+  // the config path at the model's --revision (model.py:620-623); a
+  // generation config folder at none, so main (model.py:1702-1705).
+  hubRevisions: { '--tokenizer': '--tokenizer-revision', '--hf-config-path': '--revision', '--generation-config': '' },
   // vLLM options that begin a listed one (test/fixtures/engines/vllm-serve-flags.txt).
   mayPass: ['--model', '--reasoning-parser'],
   flexible: true,
@@ -193,6 +206,9 @@ export const SGLANG_CODE_LOADING_ARGS: CodeLoadingArgs = {
   ],
   // A name or a path (SA:500 tokenizer_path, SA:2079 speculative_draft_model_path).
   modelPaths: [['--tokenizer-path'], ['--speculative-draft-model-path', '--speculative-draft-model']],
+  // The tokenizer at the model's --revision (managers/tokenizer_manager.py:517,
+  // SA:4348-4352); the draft at --speculative-draft-model-revision, else main (SA:4354-4357).
+  hubRevisions: { '--tokenizer-path': '--revision', '--speculative-draft-model-path': '--speculative-draft-model-revision' },
   // SGLang options that begin a listed one (test/fixtures/engines/sglang-server-flags.txt).
   mayPass: ['--dllm-algorithm', '--export-metrics-to-file', '--hicache-storage-backend', '--log-requests', '--model', '--quantization', '--speculative-adaptive'],
 };
@@ -220,4 +236,32 @@ export function codeLoadingArgsIn(args: readonly string[], list: CodeLoadingArgs
     hits.push({ ...hit, flag: group.g[0] as string, kind: group.kind });
   }
   return hits;
+}
+
+/**
+ * The repos other than the model that a profile's args make the engine read
+ * at start (a tokenizer, a draft model), each with the revision it is read
+ * at: what must be in the store too for an offline start. Every spelling of
+ * an option counts, allowed or not (allowed_args lets a path through
+ * validation; it does not put the repo in the store).
+ */
+export function hubReposIn(args: readonly string[], list: CodeLoadingArgs): HubRepoRef[] {
+  const revisions = list.hubRevisions ?? {};
+  const groups = list.modelPaths.filter((g) => (g[0] as string) in revisions);
+  const firstName = new Map(groups.flatMap((g) => g.map((f) => [f, g[0] as string] as const)));
+  const revisionFlags = [...new Set(Object.values(revisions).filter((f) => f !== ''))];
+  const given = new Map<string, string>();
+  // `--tokenizer x` begins `--tokenizer-revision`, but argparse takes the exact option first.
+  const exact = [...list.mayPass, ...list.modelPaths.flat()];
+  for (const hit of findFlags(args, { flags: revisionFlags, mayPass: exact, flexible: list.flexible })) {
+    if (hit.value !== undefined) given.set(hit.flag, hit.value);
+  }
+  const refs: HubRepoRef[] = [];
+  for (const hit of findFlags(args, { flags: [...firstName.keys()], mayPass: list.mayPass, flexible: list.flexible })) {
+    const name = firstName.get(hit.flag);
+    if (name === undefined || hit.value === undefined) continue;
+    const revisionFlag = revisions[name] ?? '';
+    refs.push({ namedBy: name, value: hit.value, revision: (revisionFlag !== '' ? given.get(revisionFlag) : undefined) ?? 'main' });
+  }
+  return refs;
 }

@@ -1,7 +1,7 @@
 import { isAbsolute } from 'node:path';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
-import { type CodeLoadingArgs, NO_CODE_LOADING_ARGS } from './code-loading-args.js';
+import { type CodeLoadingArgs, NO_CODE_LOADING_ARGS, hubReposIn } from './code-loading-args.js';
 import { type EngineAccount, engineAccount, rootEngineRefusal } from './engine-account.js';
 import type { OwnedArgs } from './owned-args.js';
 import type { EngineMetrics } from './engine-metrics.js';
@@ -14,7 +14,7 @@ import { resolveExecutableSync } from './resolve-executable.js';
 import { servesHttp, shardEnv } from './shard-launch.js';
 import { type ValidateShardOptions, validateShard } from './validate-shard.js';
 import { engineCacheEnv } from '../../models/engine-cache-env.js';
-import { shardModelComplete } from '../../models/shard-model-complete.js';
+import { type OfflineStart, judgeOfflineStart } from '../../models/shard-model-complete.js';
 
 /**
  * What every engine shares: the command from `engines.<name>.command` (or
@@ -37,8 +37,8 @@ export abstract class ConfiguredEngine implements Engine {
   readonly #resolved = new WeakMap<StartShard, string>();
   /** models.cache_dir when the node has a model store (useModelStore); '' when not. */
   #modelsCacheDir = '';
-  /** Whether validate() found the spec's model complete in the store, so command() may start it offline. */
-  readonly #modelComplete = new WeakMap<StartShard, boolean>();
+  /** Whether validate() found everything the spec's engine reads at start in the store, so command() may start it offline. */
+  readonly #offline = new WeakMap<StartShard, OfflineStart>();
 
   constructor(
     config: Partial<EngineConfig> | undefined,
@@ -77,7 +77,16 @@ export abstract class ConfiguredEngine implements Engine {
     if (this.account(ctx.agentUid).refused) throw failure(`shard ${spec.shardId}: ${rootEngineRefusal(this.name)}`);
     this.#resolved.set(spec, executable);
     // Judged here because command() is synchronous; a model pulled between the two only starts online.
-    if (this.#modelsCacheDir !== '') this.#modelComplete.set(spec, await shardModelComplete(this.#modelsCacheDir, spec.profile?.model ?? '', spec.profile?.args ?? []));
+    if (this.#modelsCacheDir !== '') {
+      const args = spec.profile?.args ?? [];
+      const others = this.loadsModel() ? hubReposIn(args, this.codeLoadingArgs()) : [];
+      this.#offline.set(spec, await judgeOfflineStart(this.#modelsCacheDir, spec.profile?.model ?? '', args, others));
+    }
+  }
+
+  onlineReason(spec: StartShard): string | undefined {
+    const judged = this.#offline.get(spec);
+    return judged && !judged.offline ? judged.reason : undefined;
   }
 
   /**
@@ -193,7 +202,7 @@ export abstract class ConfiguredEngine implements Engine {
       Object.entries(spec.profile?.env ?? {}).filter(([k]) => refuseProfileEnv(k, this.config.allowedEnv, this.name) === undefined),
     );
     // The store's variables are the node's, under the profile's and the operator's like the rest of agentEnv.
-    const cacheEnv = engineCacheEnv({ cacheDir: this.#modelsCacheDir, modelComplete: this.#modelComplete.get(spec) === true });
+    const cacheEnv = engineCacheEnv({ cacheDir: this.#modelsCacheDir, modelComplete: this.#offline.get(spec)?.offline === true });
     const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, { ...cacheEnv, ...this.agentEnv(spec) }) };
     if (this.config.user) plan.user = { ...this.config.user };
     return plan;

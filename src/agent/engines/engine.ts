@@ -29,6 +29,12 @@ export interface Engine {
   validate(spec: StartShard, ctx: ValidationContext): Promise<void>;
   /** Throws LlmgwError('failure') when the executable cannot be found. */
   command(spec: StartShard): LaunchPlan;
+  /**
+   * Why validate() found that this start cannot run offline from the node's
+   * model store (a partial pull, a tokenizer repo not pulled), so it runs
+   * online; undefined when it runs offline, or there is no store.
+   */
+  onlineReason?(spec: StartShard): string | undefined;
   /** Who this engine's processes run as under an agent running as `agentUid`, and whether that refuses its starts. */
   account(agentUid: number): EngineAccount;
   /**

@@ -16,6 +16,9 @@ describe('refuseProfileEnv: levers inside the allowed families (security review 
     'VLLM_ALLOW_RUNTIME_LORA_UPDATING',
     'SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION',
     'TORCH_EXTENSIONS_DIR',
+    // Engine-fidelity review 2, N11: compiled code is loaded from under it (V:vllm/compilation/backends.py:1068).
+    'VLLM_CACHE_ROOT',
+    'VLLM_CONFIG_ROOT',
   ])('refuses %s although its family is allowed, naming it and how to allow it', (name) => {
     expect(lever(name)).toBe(
       `profile env sets ${name}, which names a file, directory, endpoint, plugin or switch the engine acts on; a pattern does not allow it: list ${name} itself in engines.vllm.allowed_env`,

@@ -23,6 +23,8 @@ export interface ShardLaunch {
   servesHttp: boolean;
   /** How the rank is probed and what of its metrics is read (Engine.watch); without it, plainWatch. */
   watch?: EngineWatch;
+  /** What an operator should know of how this start runs (ShardSnapshot.note): that it runs online, and why. */
+  note?: string;
 }
 
 /**
@@ -119,7 +121,7 @@ export async function launchShard(
     logPath,
     createdAtMs: Date.now(),
   };
-  const runner = new ShardRunner(ctx, { record, child: launched.child, adopted: false, statePath }, previous?.currentState);
+  const runner = new ShardRunner(ctx, { record, child: launched.child, adopted: false, statePath, ...(launch.note ? { note: launch.note } : {}) }, previous?.currentState);
   try {
     await writeStateFile(statePath, stateFileOf(record));
   } catch (err) {

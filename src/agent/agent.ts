@@ -170,8 +170,11 @@ export class Agent {
       onRefused: (what, shard, why) => this.events.record(refusalEvent(what, shard, why)),
       // A sleep is judged by the GPU readings heartbeats carry (issue 30), from a reading
       // taken after it was asked: it waits up to two of the sampler's intervals for one.
+      // Fresh reads on demand (issue 36 item 8) see the engine's release or resume as it
+      // happens, not at the sampler's next tick a second later.
       sleepProbes: {
         gpuMemoryMib: () => opts.sampler.latest(),
+        readNow: () => opts.sampler.readNow(),
         readAtMs: () => opts.sampler.readAtMs,
         firstReadingMs: 2 * Math.max(c.heartbeatIntervalMs, MIN_GPU_MEMORY_INTERVAL_MS),
       },

@@ -171,6 +171,9 @@ describe('SleepShard and WakeShard (issue 30)', () => {
 
     // The SGLang engine recorded asleep holds all its memory: adopted SLEEPING, woken without a resume (which SGLang dies of), same engine.
     expect(reg.runningShards.find((r) => r.shardId === 'g-3')?.state).toBe(S.SLEEPING);
+    // Its adoption settles on its own (SGLang's /health_generate takes a second): s-3's wake,
+    // once it waited for the sampler's tick, used to give it that second.
+    await until(() => second.logs().some((r) => r.msg === 'shard state changed' && r.shard === 'g-3' && r.to === 'SLEEPING'), 'the adopted g-3 to settle SLEEPING', 30_000);
     const gWoken = await send('g-3', { case: 'wake' }, S.READY);
     expect(gWoken.state, gWoken.error).toBe(S.READY);
     expect(second.logs().some((r) => r.shard === 'g-3' && /never released/.test(String(r.msg)))).toBe(true);

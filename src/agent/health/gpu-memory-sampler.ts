@@ -75,6 +75,10 @@ export class GpuMemorySampler {
   /** One `--query-gpu` per interval instead of a loop: see SILENT_LOOPS_BEFORE_ONE_SHOT. */
   #oneShot = false;
   #nvmlTimer: NodeJS.Timeout | undefined;
+  /** The read readNow() is waiting on, shared by every ask meanwhile. */
+  #asked: Promise<number[]> | undefined;
+  /** readNow()'s nvidia-smi, until it has exited (even after its answer was given up on). */
+  #askChild: ChildProcess | undefined;
 
   constructor(opts: GpuMemorySamplerOptions) {
     this.#opts = opts;
@@ -89,6 +93,84 @@ export class GpuMemorySampler {
   /** When the last reading came (Date.now() ms); 0 before the first. A sleep waits for one newer than its request. */
   get readAtMs(): number {
     return this.#lastReadingAtMs;
+  }
+
+  /**
+   * A reading of every GPU taken now, for a sleep or wake waiting to see
+   * memory change (issue 36 item 8: a wake whose engine call took 100 ms was
+   * reported READY after 875 ms, waiting for this sampler's next tick). NVML:
+   * read in-process at once. Otherwise one `nvidia-smi --query-gpu` beside the
+   * loop. Asks that come while a read is under way share it, so waiters
+   * polling together start one nvidia-smi, not one each. Also updates
+   * latest() and readAtMs, so heartbeats carry the fresher figure.
+   *
+   * Rejects when no reading could be taken (nvidia-smi missing, failing, or
+   * silent past `timeoutMs`, when it is killed); callers then fall back to
+   * latest(). While an nvidia-smi given up on has not exited (a wedged driver
+   * ignores even SIGKILL), asks are refused at once rather than start another.
+   */
+  readNow(): Promise<number[]> {
+    if (this.#closed) return Promise.reject(new Error('the GPU memory sampler is closed'));
+    if (this.#opts.nvml?.has('nvmlDeviceGetMemoryInfo_v2')) {
+      this.#readNvml();
+      return Promise.resolve(this.latest());
+    }
+    if (this.#asked) return this.#asked;
+    if (this.#askChild) return Promise.reject(new Error('the last nvidia-smi asked for a reading has not exited'));
+    const asked = this.#queryOnce().finally(() => {
+      if (this.#asked === asked) this.#asked = undefined;
+    });
+    this.#asked = asked;
+    return asked;
+  }
+
+  /** One `nvidia-smi --query-gpu`, its readings applied unless the loop has a newer one. */
+  #queryOnce(): Promise<number[]> {
+    const askedAtMs = Date.now();
+    return new Promise((resolve, reject) => {
+      const child = spawn(this.#opts.nvidiaSmi, ['--query-gpu=index,memory.used', '--format=csv,noheader,nounits'], {
+        stdio: ['ignore', 'pipe', 'ignore'],
+        detached: true,
+        env: { ...process.env, LC_ALL: 'C' },
+      });
+      this.#askChild = child;
+      let out = '';
+      let settled = false;
+      const give = (err: Error | undefined) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        if (err) reject(err);
+        else resolve(this.latest());
+      };
+      // Killed when silent past the loop's own limit; a driver that hangs nvidia-smi hangs the loop too.
+      const timer = setTimeout(() => {
+        killGroup(child);
+        give(new Error(`nvidia-smi gave no reading in ${formatDuration(this.#opts.timeoutMs)}`));
+      }, this.#opts.timeoutMs);
+      child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
+        out += chunk;
+      });
+      child.on('error', (err) => {
+        if (this.#askChild === child) this.#askChild = undefined;
+        give(err);
+      });
+      child.on('close', (code) => {
+        if (this.#askChild === child) this.#askChild = undefined;
+        const readings = code === 0 ? parseReadings(out) : [];
+        if (readings.length === 0) return give(new Error(`nvidia-smi ${code === 0 ? 'printed no reading' : `exited with code ${code}`}`));
+        // A loop report that came while this one ran is as fresh and stays.
+        if (this.#lastReadingAtMs <= askedAtMs && !this.#closed) {
+          for (const [index, mb] of readings) {
+            for (let i = this.#latest.length; i < index; i++) this.#latest[i] = 0;
+            this.#latest[index] = mb ?? this.#latest[index] ?? 0;
+          }
+          // When it was asked for, not when it came: a sleep waits for a reading taken after its request.
+          this.#lastReadingAtMs = Math.max(this.#lastReadingAtMs, askedAtMs);
+        }
+        give(undefined);
+      });
+    });
   }
 
   /** The pid of the running nvidia-smi, if one runs. */
@@ -120,6 +202,7 @@ export class GpuMemorySampler {
     const child = this.#child;
     this.#child = undefined;
     if (child) killGroup(child);
+    if (this.#askChild) killGroup(this.#askChild);
   }
 
   #spawn(): void {
@@ -280,4 +363,14 @@ function killGroup(child: ChildProcess): void {
   } catch {
     // ESRCH: the group is already gone.
   }
+}
+
+/** `index, MiB` lines of a `--query-gpu` report; a fault marker in a cell is undefined (the slot keeps its value). */
+function parseReadings(out: string): [number, number | undefined][] {
+  const readings: [number, number | undefined][] = [];
+  for (const line of out.split('\n')) {
+    const m = /^(\d+)\s*,\s*(.*)$/.exec(line.trim());
+    if (m) readings.push([Number(m[1]), parseMib(m[2] as string)]);
+  }
+  return readings;
 }

@@ -1,4 +1,4 @@
-import { chmodSync, cpSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -19,7 +19,7 @@ const INTERVAL_MS = 100;
 const WAIT = { timeout: 15_000, interval: 20 };
 
 /** A data set this test may rewrite, a sampler on it (closed after the test), and a logger whose lines it can read. */
-function setup(opts: { timeoutMs?: number; nvidiaSmi?: string; nvmlLibrary?: string } = {}) {
+function setup(opts: { timeoutMs?: number; intervalMs?: number; nvidiaSmi?: string; nvmlLibrary?: string } = {}) {
   const dir = mkdtempSync(join(tmp, 'ds-'));
   cpSync(join(GPU_FIXTURES, 'pcie-l40sx4'), dir, { recursive: true });
   vi.stubEnv('LLMGW_FAKE_GPUS', dir);
@@ -34,7 +34,7 @@ function setup(opts: { timeoutMs?: number; nvidiaSmi?: string; nvmlLibrary?: str
   const logger = pino({ level: 'info' }, { write: (s: string) => lines.push(JSON.parse(s)) });
   const sampler = new GpuMemorySampler({
     nvidiaSmi: opts.nvidiaSmi ?? FAKE_NVIDIA_SMI,
-    intervalMs: INTERVAL_MS,
+    intervalMs: opts.intervalMs ?? INTERVAL_MS,
     timeoutMs: opts.timeoutMs ?? 5000,
     nvml,
     logger,
@@ -161,6 +161,64 @@ describe('GpuMemorySampler', () => {
   });
 });
 
+describe('GpuMemorySampler.readNow (issue 36 item 8)', () => {
+  /** A wrapper that notes each start of nvidia-smi in `log`, one line each, then runs the fake. */
+  function countingNvidiaSmi(): { path: string; starts: () => string[] } {
+    const path = join(mkdtempSync(join(tmp, 'count-')), 'nvidia-smi');
+    const log = `${path}.starts`;
+    writeFileSync(log, '');
+    writeFileSync(path, `#!/bin/sh\necho "$*" >> ${log}\nexec ${FAKE_NVIDIA_SMI} "$@"\n`);
+    chmodSync(path, 0o755);
+    return { path, starts: () => readFileSync(log, 'utf8').split('\n').filter((l) => l !== '') };
+  }
+
+  it('reads every GPU at once, before any loop runs, and what it read is the latest reading', async () => {
+    const { sampler, setUsed } = setup();
+    setUsed([9, 8, 7, 6]);
+    const asked = Date.now();
+    expect(await sampler.readNow()).toEqual([9, 8, 7, 6]);
+    expect(sampler.latest()).toEqual([9, 8, 7, 6]);
+    expect(sampler.readAtMs).toBeGreaterThanOrEqual(asked);
+    expect(sampler.pid).toBeUndefined();
+  });
+
+  it('sees a change the running loop has not reported yet', async () => {
+    // A loop that reports once a minute: only the fresh read can see the change.
+    const { sampler, setUsed } = setup({ intervalMs: 60_000 });
+    sampler.start();
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    setUsed([1, 2, 3, 4]);
+    expect(await sampler.readNow()).toEqual([1, 2, 3, 4]);
+    expect(sampler.latest()).toEqual([1, 2, 3, 4]);
+  });
+
+  it('starts one nvidia-smi for asks that come together', async () => {
+    const smi = countingNvidiaSmi();
+    const { sampler } = setup({ nvidiaSmi: smi.path });
+    const answers = await Promise.all([sampler.readNow(), sampler.readNow(), sampler.readNow()]);
+    expect(answers).toEqual([[0, 412, 0, 0], [0, 412, 0, 0], [0, 412, 0, 0]]);
+    expect(smi.starts()).toEqual(['--query-gpu=index,memory.used --format=csv,noheader,nounits']);
+    await sampler.readNow();
+    expect(smi.starts()).toHaveLength(2);
+  });
+
+  it('rejects when no reading can be taken, leaving the last reading as it was', async () => {
+    const { sampler, dir } = setup();
+    await sampler.readNow();
+    rmSync(join(dir, 'query-gpu.csv'));
+    await expect(sampler.readNow()).rejects.toThrow('nvidia-smi exited with code 6');
+    expect(sampler.latest()).toEqual([0, 412, 0, 0]);
+    const missing = new GpuMemorySampler({ nvidiaSmi: join(tmp, 'no-such-nvidia-smi'), intervalMs: INTERVAL_MS, timeoutMs: 1000 });
+    await expect(missing.readNow()).rejects.toThrow(/ENOENT/);
+  });
+
+  it('kills an nvidia-smi silent past the timeout and says so', async () => {
+    const { sampler } = setup({ timeoutMs: 200 });
+    vi.stubEnv('LLMGW_FAKE_NVIDIA_SMI_SLEEP', '30');
+    await expect(sampler.readNow()).rejects.toThrow('nvidia-smi gave no reading in 200ms');
+  });
+});
+
 describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuMemorySampler through NVML', () => {
   it('reads every GPU in-process, runs no nvidia-smi, and follows the data set', async () => {
     // An nvidia-smi that does not exist: any process start would fail and be logged.
@@ -172,6 +230,14 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuMemorySampler through N
     await vi.waitFor(() => expect(sampler.latest()).toEqual([1, 2, 3, 4]), WAIT);
     expect(sampler.pid).toBeUndefined();
     expect(messages().filter((m) => m.startsWith('GPU memory readings'))).toEqual([]);
+  });
+
+  it('reads NVML in-process on demand, between its ticks', async () => {
+    const { sampler, setUsed } = setup({ nvmlLibrary: buildFakeNvml(), nvidiaSmi: join(tmp, 'no-such-nvidia-smi'), intervalMs: 60_000 });
+    sampler.start();
+    setUsed([4, 3, 2, 1]);
+    expect(await sampler.readNow()).toEqual([4, 3, 2, 1]);
+    expect(sampler.pid).toBeUndefined();
   });
 });
 

@@ -22,7 +22,19 @@ export interface SleepProbes {
   meminfoPath?: string;
   /** How long the engine's call and the memory's change may take; default 2 min. */
   timeoutMs?: number;
-  /** How often the readings are looked at again; default 250 ms (the sampler reads every second at most). */
+  /**
+   * A reading of every GPU taken now (GpuMemorySampler.readNow: NVML at once,
+   * else one nvidia-smi, shared by concurrent asks); rejects when none could
+   * be taken. With it a sleep or wake is seen as soon as the engine has
+   * done it, not at the sampler's next tick (issue 36 item 8). Without it, or
+   * when it fails, the waits fall back to gpuMemoryMib every `pollMs`.
+   */
+  readNow?: () => Promise<number[]>;
+  /**
+   * How often the readings are looked at again without readNow; default 250 ms
+   * (the sampler reads every second at most). With readNow, the longest gap
+   * between fresh reads (see nextReadDelayMs).
+   */
   pollMs?: number;
   /**
    * How long a sleep waits for a first reading of the shard's GPUs, which the
@@ -41,6 +53,17 @@ export interface SleepProbes {
 
 export const DEFAULT_SLEEP_TIMEOUT_MS = 120_000;
 export const DEFAULT_FIRST_READING_MS = 2_000;
+/** Looked at again without readNow: the sampler reads every second at most. */
+export const DEFAULT_POLL_MS = 250;
+/**
+ * The first gap between fresh reads while memory has not changed yet: half
+ * the 100 ms within which a sleep or wake is to be reported (issue 36 item 8).
+ */
+export const READ_NOW_INTERVAL_MS = 50;
+/** The gap after each read is at least this many times the read's own duration. */
+const READ_NOW_SPACING = 2;
+/** Each miss lengthens the gap by this factor, up to `pollMs`. */
+const READ_NOW_BACKOFF = 1.5;
 
 /** The shard's GPUs hold at most this share of what they held awake, or the sleep did not free them. */
 export const ASLEEP_SHARE = 0.5;
@@ -73,21 +96,48 @@ export function shardGpuMib(readings: readonly number[], gpus: readonly number[]
 }
 
 /**
+ * The wait before the next fresh read, after `misses` reads that did not
+ * show what is awaited, the last of which took `readMs`: READ_NOW_INTERVAL_MS
+ * at first, so an engine that has done its part is seen within that; never
+ * shorter than twice the read, so a slow nvidia-smi (NVML initialised for
+ * every GPU on each start) is not started back to back, keeping it below a
+ * third of the time; growing 1.5x a miss up to `maxMs`, for a change that
+ * takes long (a level-1 sleep copying weights to host RAM) costs few reads.
+ */
+export function nextReadDelayMs(misses: number, readMs: number, maxMs: number): number {
+  const base = Math.max(READ_NOW_INTERVAL_MS, READ_NOW_SPACING * readMs);
+  return Math.min(Math.max(maxMs, READ_NOW_INTERVAL_MS), base * READ_NOW_BACKOFF ** misses);
+}
+
+/** A fresh reading through readNow, timed; undefined when there is no readNow or it failed. */
+async function readFresh(probes: SleepProbes): Promise<{ readings: number[] | undefined; readMs: number }> {
+  if (!probes.readNow) return { readings: undefined, readMs: 0 };
+  const started = performance.now();
+  const readings = await probes.readNow().catch(() => undefined);
+  return { readings, readMs: performance.now() - started };
+}
+
+/**
  * What the shard's GPUs hold now: waits (up to `firstReadingMs`) for a
  * reading of them taken after `sinceMs` rather than refusing a sleep that
  * came just after Register or just after the shard became READY; throws a
- * one-line refusal when none comes.
+ * one-line refusal when none comes. With readNow a reading is taken at once,
+ * which is after the request by construction.
  */
 export async function awaitFirstReading(probes: SleepProbes, gpus: readonly number[], signal: AbortSignal, sinceMs = Date.now()): Promise<number> {
   const waitMs = probes.firstReadingMs ?? DEFAULT_FIRST_READING_MS;
   const deadline = Date.now() + waitMs;
-  for (;;) {
+  const maxMs = probes.pollMs ?? DEFAULT_POLL_MS;
+  for (let misses = 0; ; misses++) {
+    const { readings, readMs } = await readFresh(probes);
+    let mib = readings && shardGpuMib(readings, gpus);
     const fresh = probes.readAtMs === undefined || probes.readAtMs() > sinceMs;
-    const mib = fresh ? shardGpuMib(probes.gpuMemoryMib(), gpus) : undefined;
+    if (mib === undefined && fresh) mib = shardGpuMib(probes.gpuMemoryMib(), gpus);
     if (mib !== undefined) return mib;
     const left = deadline - Date.now();
     if (left <= 0) throw failure(`sleep refused: no ${fresh ? '' : 'new '}GPU memory reading for GPUs ${gpus.join(',')} in ${formatDuration(waitMs)}`);
-    await sleep(Math.min(probes.pollMs ?? 250, left), undefined, { signal });
+    const gapMs = probes.readNow ? nextReadDelayMs(misses, readMs, maxMs) : maxMs;
+    await sleep(Math.min(gapMs, left), undefined, { signal });
   }
 }
 
@@ -136,7 +186,13 @@ export async function callEngine(baseUrl: string, call: SleepCall, apiKey: strin
   if (res.status < 200 || res.status > 299) throw failure(`${call.method} ${call.path} answered ${res.status}${text ? `: ${text}` : ''}`);
 }
 
-/** Waits until the shard's GPUs hold what `ok` wants; resolves with the last reading, or throws after the timeout. */
+/**
+ * Waits until the shard's GPUs hold what `ok` wants; resolves with the last
+ * reading, or throws after the timeout. With readNow it reads at once (the
+ * engine's call has returned, so its memory has usually changed already)
+ * and then every nextReadDelayMs; a failed fresh read falls back to the
+ * sampler's latest reading.
+ */
 export async function awaitGpuMemory(
   probes: SleepProbes,
   gpus: readonly number[],
@@ -145,11 +201,13 @@ export async function awaitGpuMemory(
   signal: AbortSignal,
 ): Promise<number> {
   const deadline = Date.now() + (probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS);
+  const maxMs = probes.pollMs ?? DEFAULT_POLL_MS;
   let last: number | undefined;
-  for (;;) {
-    last = shardGpuMib(probes.gpuMemoryMib(), gpus);
+  for (let misses = 0; ; misses++) {
+    const { readings, readMs } = await readFresh(probes);
+    last = shardGpuMib(readings ?? probes.gpuMemoryMib(), gpus);
     if (last !== undefined && ok(last)) return last;
     if (Date.now() >= deadline) throw failure(`${what}: GPUs ${gpus.join(',')} still hold ${last ?? 'unknown'} MiB`);
-    await sleep(probes.pollMs ?? 250, undefined, { signal });
+    await sleep(probes.readNow ? nextReadDelayMs(misses, readMs, maxMs) : maxMs, undefined, { signal });
   }
 }

@@ -4,7 +4,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ShardState, type StartShard, StartShardSchema } from '../../../../src/gen/llmgw/v1/agent_pb.js';
-import { awaitFirstReading, checkHostRam, judgeSleep, memAvailableMib, shardGpuMib } from '../../../../src/agent/supervisor/shard/shard-sleep.js';
+import {
+  awaitFirstReading,
+  awaitGpuMemory,
+  checkHostRam,
+  judgeSleep,
+  memAvailableMib,
+  nextReadDelayMs,
+  READ_NOW_INTERVAL_MS,
+  shardGpuMib,
+} from '../../../../src/agent/supervisor/shard/shard-sleep.js';
 
 /* The pure judgements of a SleepShard (issue 30): what is refused before the engine is touched. */
 
@@ -113,5 +122,93 @@ describe('awaitFirstReading', () => {
 
   it('answers at once when the reading is there', async () => {
     expect(await awaitFirstReading({ gpuMemoryMib: () => [10, 20], firstReadingMs: 60_000 }, [0, 1], signal)).toBe(30);
+  });
+});
+
+/**
+ * A sampler stand-in that answers readNow from `fresh` in turn (the last
+ * repeated) and records every call, in order; `latest` is what its loop last
+ * read, never changing.
+ */
+function stubSampler(fresh: (number[] | Error)[], latest: number[] = []) {
+  const calls: string[] = [];
+  let i = 0;
+  const probes = {
+    gpuMemoryMib: () => {
+      calls.push('latest');
+      return latest;
+    },
+    readNow: async () => {
+      calls.push('readNow');
+      const r = fresh[Math.min(i++, fresh.length - 1)] as number[] | Error;
+      if (r instanceof Error) throw r;
+      return r;
+    },
+    pollMs: 20,
+    timeoutMs: 10_000,
+    firstReadingMs: 10_000,
+  };
+  return { probes, calls };
+}
+
+describe('awaitGpuMemory with fresh reads (issue 36 item 8)', () => {
+  const signal = new AbortController().signal;
+  const freed = (mib: number) => mib <= 50;
+
+  it('reads at once and answers from that read, without waiting for the sampler', async () => {
+    // The sampler's loop still shows the memory held: only a fresh read sees the release.
+    const { probes, calls } = stubSampler([[0, 40]], [0, 100]);
+    expect(await awaitGpuMemory(probes, [1], freed, 'not freed', signal)).toBe(40);
+    expect(calls).toEqual(['readNow']);
+  });
+
+  it('reads again until the memory has changed, never consulting the stale loop', async () => {
+    const { probes, calls } = stubSampler([[100], [100], [30]], [100]);
+    expect(await awaitGpuMemory(probes, [0], freed, 'not freed', signal)).toBe(30);
+    expect(calls).toEqual(['readNow', 'readNow', 'readNow']);
+  });
+
+  it('falls back to the sampler\'s last reading when a fresh read fails', async () => {
+    const { probes, calls } = stubSampler([new Error('nvidia-smi exited with code 9'), [20]], [45]);
+    expect(await awaitGpuMemory(probes, [0], freed, 'not freed', signal)).toBe(45);
+    expect(calls).toEqual(['readNow', 'latest']);
+  });
+
+  it('names the GPUs and the last fresh figure when the memory never changes', async () => {
+    const { probes } = stubSampler([[100]]);
+    await expect(awaitGpuMemory({ ...probes, timeoutMs: 0 }, [0], freed, 'the engine did not free its GPU memory', signal)).rejects.toThrow(
+      'the engine did not free its GPU memory: GPUs 0 still hold 100 MiB',
+    );
+  });
+});
+
+describe('awaitFirstReading with fresh reads', () => {
+  const signal = new AbortController().signal;
+
+  it('takes a fresh read at once instead of waiting for the sampler\'s next tick', async () => {
+    // The loop's reading predates the request: without readNow this waits for a tick that never comes here.
+    const { probes, calls } = stubSampler([[7, 70000]], [7, 17]);
+    const stale = { ...probes, readAtMs: () => 1, firstReadingMs: 100 };
+    expect(await awaitFirstReading(stale, [1], signal)).toBe(70000);
+    expect(calls).toEqual(['readNow']);
+  });
+
+  it('uses a fresh loop reading when the fresh read fails', async () => {
+    const { probes, calls } = stubSampler([new Error('no nvidia-smi')], [5]);
+    expect(await awaitFirstReading({ ...probes, readAtMs: () => Date.now() + 1 }, [0], signal)).toBe(5);
+    expect(calls).toEqual(['readNow', 'latest']);
+  });
+});
+
+describe('nextReadDelayMs', () => {
+  it('starts at 50 ms, keeps at least twice a slow read apart, and grows up to the cap', () => {
+    expect(nextReadDelayMs(0, 1, 250)).toBe(READ_NOW_INTERVAL_MS);
+    expect(nextReadDelayMs(0, 80, 250)).toBe(160);
+    expect(nextReadDelayMs(1, 1, 250)).toBe(75);
+    expect(nextReadDelayMs(2, 1, 250)).toBe(112.5);
+    expect(nextReadDelayMs(30, 1, 250)).toBe(250);
+    expect(nextReadDelayMs(30, 400, 250)).toBe(250);
+    // A cap below the first gap (a test's short pollMs) does not shorten it.
+    expect(nextReadDelayMs(0, 1, 20)).toBe(READ_NOW_INTERVAL_MS);
   });
 });

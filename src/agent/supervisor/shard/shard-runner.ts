@@ -590,8 +590,8 @@ export class ShardRunner {
         // Recorded before the engine is asked: an agent killed meanwhile adopts it SLEEPING (a wake of an awake vLLM is harmless; of an awake SGLang, not).
         await this.stateFile.recordSleep(lvl, before);
         // SGLang: new requests are held in its tokenizer from here, any that raced the idle check aborted.
-        if (api.hold) await callEngine(this.baseUrl, api.hold.pause, this.watch.apiKey, signal);
-        await callEngine(this.baseUrl, api.sleep(lvl), this.watch.apiKey, signal);
+        if (api.hold) await callEngine(this.baseUrl, api.hold.pause, this.adminKey, signal);
+        await callEngine(this.baseUrl, api.sleep(lvl), this.adminKey, signal);
         released = true;
         this.memoryResumed = false;
         const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
@@ -602,7 +602,7 @@ export class ShardRunner {
         const why = `sleep failed: ${errorMessage(err)}`;
         // The engine may be half asleep: woken, so READY tells the truth; SGLang only if it released (wakeOnlyAsleep).
         if (released || !api.wakeOnlyAsleep) await this.wakeCalls(api.wake(lvl, this.modelPath), this.life.signal, false).catch(() => undefined);
-        if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.watch.apiKey, this.life.signal).catch(() => undefined);
+        if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.adminKey, this.life.signal).catch(() => undefined);
         this.error = why;
         this.sleepLevel = 0;
         await this.stateFile.recordSleep(0);
@@ -638,7 +638,7 @@ export class ShardRunner {
       const calls = api.wake(level, this.modelPath);
       await this.wakeCalls(calls, signal, this.memoryResumed && api.wakeOnlyAsleep);
       // The requests held since the sleep run now, on the memory just taken back.
-      if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.watch.apiKey, signal);
+      if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.adminKey, signal);
       const outcome = await awaitReadiness({
         baseUrl: this.baseUrl,
         servedModelName: this.servedModelName,
@@ -681,6 +681,16 @@ export class ShardRunner {
     return this.snapshot();
   }
 
+  /**
+   * The key of the sleep API's calls: SGLang's pause, memory and reload
+   * routes are ADMIN_OPTIONAL, which take only --admin-api-key when it is
+   * set, and --api-key otherwise (S:python/sglang/srt/utils/auth.py:123-138);
+   * vLLM's dev routes take no key and ignore it.
+   */
+  private get adminKey(): string {
+    return this.watch.adminApiKey || this.watch.apiKey;
+  }
+
   /** The model as the engine was launched with it: what SGLang's level-2 wake reloads. */
   private get modelPath(): string {
     return this.spec.profile?.model ?? '';
@@ -693,9 +703,9 @@ export class ShardRunner {
    */
   private async wakeCalls(calls: WakeCalls, signal: AbortSignal, resumed: boolean): Promise<void> {
     if (!this.baseUrl) return;
-    if (!resumed) for (const call of calls.resume) await callEngine(this.baseUrl, call, this.watch.apiKey, signal);
+    if (!resumed) for (const call of calls.resume) await callEngine(this.baseUrl, call, this.adminKey, signal);
     this.memoryResumed = true;
-    for (const call of calls.restore) await callEngine(this.baseUrl, call, this.watch.apiKey, signal);
+    for (const call of calls.restore) await callEngine(this.baseUrl, call, this.adminKey, signal);
   }
 
   /**

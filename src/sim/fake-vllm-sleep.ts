@@ -207,7 +207,10 @@ export class FakeVllmSleep {
       return;
     }
     await sleep(this.o.knobs.wakeTimeMs);
-    for (const t of (tags as Tag[] | undefined) ?? [...this.#asleep]) this.#asleep.delete(t);
+    const woken = (tags as Tag[] | undefined) ?? [...this.#asleep];
+    for (const t of woken) this.#asleep.delete(t);
+    // An injected fault (SimKnobs.wakeLosesWeights): the weights come back as fresh memory, never valid again.
+    if (this.o.knobs.wakeLosesWeights && woken.includes('weights')) this.#weightsValid = false;
     // Fresh memory mapped for the weights: at level 1 the host copy is copied back, at level 2 there is none (cumem wake_up).
     this.#show();
     vllmLog('INFO', 'abstract.py:356', `It took ${(this.o.knobs.wakeTimeMs / 1000).toFixed(6)} seconds to wake up tags ${tags ? `[${tags.join(', ')}]` : 'all'}`);
@@ -252,7 +255,7 @@ export class FakeVllmSleep {
       }
       vllmLog('INFO', 'gpu_model_runner.py:5689', 'Reloading weights inplace...');
       await sleep(this.o.knobs.wakeTimeMs);
-      this.#weightsValid = true;
+      this.#weightsValid = !this.o.knobs.wakeLosesWeights;
       vllmLog('INFO', 'gpu_model_runner.py:5713', `Reloading and processing weights took ${(this.o.knobs.wakeTimeMs / 1000).toFixed(2)} seconds`);
       // One None per worker (rpc/api_router.py:46-54).
       sendJson(res, 200, { results: [null] });

@@ -47,6 +47,15 @@ export interface SimKnobs {
    * start skips it (fake-weights.ts). Default 0: no compile step.
    */
   compileTimeMs: number;
+  /**
+   * vLLM double only, a fault to inject (--sim-wake-loses-weights): every
+   * wake of the weights leaves memory that no longer holds them, whatever the
+   * level and the reload, so the engine answers garbage while /health,
+   * /v1/models and its GPU memory look right. Not a claim about vLLM: the
+   * silent case the agent's known-answer check exists for (a restore that
+   * fails without an error, as vLLM #29341 reports for level 2). Default off.
+   */
+  wakeLosesWeights: boolean;
 }
 
 export const SIM_KNOB_DEFAULTS = {
@@ -81,6 +90,7 @@ export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
   { names: ['--sim-gpu-memory'], kind: 'int' },
   { names: ['--sim-gpu-usage-dir'], kind: 'string' },
   { names: ['--sim-read-weights'], kind: 'flag' },
+  { names: ['--sim-wake-loses-weights'], kind: 'flag' },
 ];
 
 function duration(parsed: ParsedArgv, name: (typeof DURATION_KNOBS)[number]): number | undefined {
@@ -122,6 +132,7 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     wakeTimeMs: duration(parsed, '--sim-wake-time') ?? SIM_KNOB_DEFAULTS.wakeTimeMs,
     readWeights: parsed.values.get('--sim-read-weights') === true,
     compileTimeMs: duration(parsed, '--sim-compile-time') ?? SIM_KNOB_DEFAULTS.compileTimeMs,
+    wakeLosesWeights: parsed.values.get('--sim-wake-loses-weights') === true,
   };
 }
 

@@ -39,8 +39,15 @@ beforeAll(async () => {
 
 afterAll(() => endAgentFixture({ agent, cp, dirs }));
 
+/**
+ * MiB an SGLang double holds: SGLang sleeps keep a host copy of the weights
+ * at both levels (--enable-weights-cpu-backup), and the agent refuses a
+ * sleep the host has no room for; 70000 MiB would not fit this machine.
+ */
+const SG_MIB = 8000;
+
 function sleepyStart(id: string, port: number, sleepMode = true, gpu = 5, engine: 'vllm' | 'sglang' = 'vllm'): StartShard {
-  const spec = doubleStart(engine, id, port, { gpus: [gpu], args: ['--sim-gpu-memory', '70000', '--sim-gpu-usage-dir', usageDir, '--sim-token-latency', '30ms'] });
+  const spec = doubleStart(engine, id, port, { gpus: [gpu], args: ['--sim-gpu-memory', engine === 'sglang' ? String(SG_MIB) : '70000', '--sim-gpu-usage-dir', usageDir, '--sim-token-latency', '30ms'] });
   if (spec.profile) spec.profile.sleepMode = sleepMode;
   return spec;
 }
@@ -107,11 +114,11 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     cp.cp.send(NODE, { case: 'start', value: sleepyStart('g-1', port, true, 1, 'sglang') });
     const ready = statusOf(await readyP);
     expect(ready.state, ready.error).toBe(S.READY);
-    expect(readGpuUsage(usageDir).get(1)).toBe(70000);
+    expect(readGpuUsage(usageDir).get(1)).toBe(SG_MIB);
     const sleeping = await send('g-1', { case: 'sleep', level: 2 }, S.SLEEPING);
     expect(sleeping.state, sleeping.error).toBe(S.SLEEPING);
     await asleepLogged('g-1');
-    expect(readGpuUsage(usageDir).get(1)).toBeLessThan(70000 / 2);
+    expect(readGpuUsage(usageDir).get(1)).toBeLessThan(SG_MIB / 2);
     // SGLang runs whatever reaches its scheduler, on the released memory too:
     // the agent's /pause_generation keeps this one in the tokenizer.
     let answered = false;
@@ -123,7 +130,7 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     expect(answered).toBe(false);
     const woken = await send('g-1', { case: 'wake' }, S.READY);
     expect(woken.state, woken.error).toBe(S.READY);
-    expect(readGpuUsage(usageDir).get(1)).toBe(70000);
+    expect(readGpuUsage(usageDir).get(1)).toBe(SG_MIB);
     expect(await held).toEqual({ tokens: 3, done: true });
     expect(await consumeStream(await streamChat(port, 2))).toEqual({ tokens: 2, done: true });
     expect(agent.logs().some((r) => r.shard === 'g-1' && r.to === 'FAILED')).toBe(false);
@@ -154,7 +161,7 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     await agent.exited;
     expect(isRunning(pid)).toBe(true);
     const gFile = join(dirs.stateDir, 'shards', 'g-3.json');
-    writeFileSync(gFile, `${JSON.stringify({ ...stateFile('g-3'), sleepLevel: 2, sleepAwakeMib: 70000 }, null, 2)}\n`);
+    writeFileSync(gFile, `${JSON.stringify({ ...stateFile('g-3'), sleepLevel: 2, sleepAwakeMib: SG_MIB }, null, 2)}\n`);
     const reRegistered = cp.cp.waitFor(NODE, isRegister, 30_000);
     agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
     const reg = (await reRegistered).msg.value as { runningShards: RunningShard[] };

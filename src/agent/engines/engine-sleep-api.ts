@@ -23,8 +23,8 @@ export interface WakeCalls {
 /** How an engine sleeps and wakes: the calls, and whether it must be idle first. */
 export interface EngineSleepApi {
   sleep(level: 1 | 2): SleepCall;
-  /** The calls that wake it from `level`, with `modelPath` the model as it was launched (SGLang's reload reads it again). */
-  wake(level: 1 | 2, modelPath: string): WakeCalls;
+  /** The calls that wake it from `level`. */
+  wake(level: 1 | 2): WakeCalls;
   /**
    * Whether a sleep at `level` keeps a copy of the weights in host RAM: then
    * the host must have room for it (checkHostRam).
@@ -82,10 +82,15 @@ export interface EngineSleepApi {
  * --enable-weights-cpu-backup (S:python/sglang/srt/server_args.py:3483-3492;
  * model_executor/load_model_utils.py:281-300), which the agent gives every
  * sleep profile (sglang-engine.ts): the flag is the process's, so both
- * levels copy the weights to host RAM. Level 2 also reloads them from the
- * store after the resume, `POST /update_weights_from_disk {"model_path"}`
- * (http_server.py:1235-1237), as SGLang's maintainers advise for weights
- * that were paused (sgl-project/sglang#6367). Around it,
+ * levels copy the weights to host RAM and the resume copies them back. No
+ * reload from the store: `POST /update_weights_from_disk` (what SGLang's
+ * maintainers advise for paused weights without a backup,
+ * sgl-project/sglang#6367) also renames the served model to the path it
+ * loaded (`self.served_model_name = obj.model_path`,
+ * S:python/sglang/srt/managers/tokenizer_manager.py:2099-2103), so a
+ * router asking for the served name would be refused or misrouted, and with
+ * the backup the weights are already back. The known answer proves they
+ * are (known-answer.ts). Around it,
  * `POST /pause_generation {"mode":"abort"}` and `/continue_generation {}`:
  * abort, since at 71de97b a retracted request waits in the queue and the
  * release's idle assertion would fail (scheduler.py:4083-4105, 4584-4650).
@@ -110,10 +115,7 @@ const APIS: Partial<Record<EngineName, EngineSleepApi>> = {
   },
   sglang: {
     sleep: () => ({ method: 'POST', path: '/release_memory_occupation', body: '{}' }),
-    wake: (level, modelPath) => ({
-      resume: [{ method: 'POST', path: '/resume_memory_occupation', body: '{}' }],
-      restore: level === 2 ? [{ method: 'POST', path: '/update_weights_from_disk', body: JSON.stringify({ model_path: modelPath }) }] : [],
-    }),
+    wake: () => ({ resume: [{ method: 'POST', path: '/resume_memory_occupation', body: '{}' }], restore: [] }),
     hostCopy: () => true,
     mustBeIdle: true,
     hold: {

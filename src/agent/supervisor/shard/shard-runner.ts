@@ -596,12 +596,12 @@ export class ShardRunner {
         this.memoryResumed = false;
         const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
         this.error = '';
-        this.ctx.log.info({ shard: this.shardId, replica: this.replicaId, level: lvl, beforeMib: before, afterMib: after }, 'shard asleep: GPU memory released');
+        this.ctx.log.info({ shard: this.shardId, replica: this.replicaId, sleepLevel: lvl, beforeMib: before, afterMib: after }, 'shard asleep: GPU memory released');
         this.ctx.onStatus(this.snapshot());
       } catch (err) {
         const why = `sleep failed: ${errorMessage(err)}`;
         // The engine may be half asleep: woken, so READY tells the truth; SGLang only if it released (wakeOnlyAsleep).
-        if (released || !api.wakeOnlyAsleep) await this.wakeCalls(api.wake(lvl, this.modelPath), this.life.signal, false).catch(() => undefined);
+        if (released || !api.wakeOnlyAsleep) await this.wakeCalls(api.wake(lvl), this.life.signal, false).catch(() => undefined);
         if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.adminKey, this.life.signal).catch(() => undefined);
         this.error = why;
         this.sleepLevel = 0;
@@ -635,7 +635,7 @@ export class ShardRunner {
     const signal = deadline.signal;
     try {
       if (api.wakeOnlyAsleep && !this.memoryResumed && (await this.neverReleased(probes, signal))) this.memoryResumed = true;
-      const calls = api.wake(level, this.modelPath);
+      const calls = api.wake(level);
       await this.wakeCalls(calls, signal, this.memoryResumed && api.wakeOnlyAsleep);
       // The requests held since the sleep run now, on the memory just taken back.
       if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.adminKey, signal);
@@ -689,11 +689,6 @@ export class ShardRunner {
    */
   private get adminKey(): string {
     return this.watch.adminApiKey || this.watch.apiKey;
-  }
-
-  /** The model as the engine was launched with it: what SGLang's level-2 wake reloads. */
-  private get modelPath(): string {
-    return this.spec.profile?.model ?? '';
   }
 
   /**

@@ -225,6 +225,20 @@ describe.skipIf(unavailable !== undefined)(
       expect(await f.lab.show(unitOf('dv1'), 'LoadState')).toBe('not-found');
     });
 
+    it('a StopShard to a DP=2 vLLM shard in its unit lets a streamed completion send every token and [DONE]: the agent runs one API server, where vLLM\'s default of one per DP rank cuts the stream (review engine-fidelity-2 §3 N2)', async () => {
+      const port = await freePort();
+      const spec = doubleStart('vllm', 'dp1', port, [freeFakeGpu(0), freeFakeGpu(1)], ['--data-parallel-size', '2', '--sim-token-latency', '50ms']);
+      if (spec.profile) spec.profile.tensorParallelSize = 1;
+      await startShard(spec);
+      const run = await streamThroughStop('dp1', port, 40);
+      expect(run.before).toHaveLength(3); // the engine and one worker per DP rank
+      expect(run.tokensAtStop).toBeLessThan(40);
+      expect(run.got, shardLog('dp1')).toMatchObject({ tokens: 40, done: true });
+      expect(S[run.status.state], `${run.status.error}\n${agentLog()}`).toBe('STOPPED');
+      expect(shardLog('dp1')).toContain('Received SIGTERM, shutting down: mode=drain timeout=8s');
+      expect(cgroupProcs(run.controlGroup)).toEqual([]);
+    });
+
     it('a StopShard to a TP=2 SGLang shard in its unit waits out its 5 s drain poll: the streamed completion sends every token and [DONE], then STOPPED, with nothing left in the cgroup and the unit unloaded', async () => {
       const port = await freePort();
       // The default drain poll (5 s): no --sim-drain-poll.

@@ -1,4 +1,4 @@
-import type { HubRepoRef } from '../../models/shard-model-complete.js';
+import type { HubRepoRef } from '../../models/judge-offline-start.js';
 import { type FlagHit, findFlags } from './find-flags.js';
 
 /**
@@ -23,8 +23,9 @@ export interface CodeLoadingArgs {
   /**
    * For a modelPaths option (by its first name) whose hub repo the engine
    * reads at start: the option that sets the revision it is read at, main
-   * when that option is absent. A start is offline only when each such repo
-   * is in the store at that revision (judgeOfflineStart).
+   * when that option is absent; '' when the engine passes no revision (main
+   * always). A start is offline only when each such repo is in the store at
+   * that revision (judgeOfflineStart).
    */
   hubRevisions?: Readonly<Record<string, string>>;
   /** The engine's own options that are a prefix of a listed one (see FlagSet.mayPass). */

@@ -9,7 +9,7 @@ import { ConcurrencyLimit } from '../../src/models/concurrency-limit.js';
 import { readManifest, writeManifest } from '../../src/models/model-manifest.js';
 import { offlineProblem } from '../../src/models/offline-problem.js';
 import { pullModel } from '../../src/models/pull-model.js';
-import { judgeOfflineStart } from '../../src/models/shard-model-complete.js';
+import { judgeOfflineStart } from '../../src/models/judge-offline-start.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { context, shard } from '../agent/engines/engine-fixtures.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';

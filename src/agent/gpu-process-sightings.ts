@@ -27,13 +27,16 @@ export class GpuProcessSightings {
    * Whether the listed process `pid` no longer runs: no /proc entry, a
    * zombie (it holds no GPU memory), or a pid that now names a process
    * started since the scan. A pid the scans never listed (an inventory read
-   * from the cache at start) is judged by /proc alone.
+   * from the cache at start) is judged by /proc alone. One /proc did not
+   * have when the scan listed it is never judged gone: nvidia-smi may name
+   * pids of another pid namespace (an agent in a container), and counting
+   * those gone would let a start onto a GPU another process holds.
    */
   gone(pid: number): boolean {
     const now = this.readStat(pid);
-    if (!isRunningStat(now)) return true;
-    if (!this.#seen.has(pid)) return false;
+    if (!this.#seen.has(pid)) return !isRunningStat(now);
     const then = this.#seen.get(pid);
-    return then !== undefined && then !== now.startTime;
+    if (then === undefined) return false;
+    return !isRunningStat(now) || now.startTime !== then;
   }
 }

@@ -11,7 +11,8 @@ export function renderModelsList(models: readonly StoredModel[], budget: number,
   const rows = models.map((m) => [
     m.repo,
     Object.entries(m.refs).map(([rev, c]) => (rev === c ? c.slice(0, 12) : `${rev}=${c.slice(0, 12)}`)).join(' ') || '-',
-    m.pulling ? 'pulling' : m.complete ? 'complete' : 'partial',
+    // subset: every file its --include chose is here, not the whole repo, so its shards start online.
+    m.pulling ? 'pulling' : m.complete ? (m.subset ? 'subset' : 'complete') : 'partial',
     formatBytes(m.bytes),
     m.lastUsedMs > 0 ? formatAge(nowMs - m.lastUsedMs) : '-',
     m.pins.join(',') || '-',

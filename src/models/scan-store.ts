@@ -16,6 +16,8 @@ export interface StoredModel {
   completeCommits: string[];
   /** Every snapshot complete: what `models list` calls complete. A model the engines fetched themselves has no manifest and is not. */
   complete: boolean;
+  /** Some snapshot was pulled with --include: its shards start online (offlineProblem); `models list` says subset. */
+  subset: boolean;
   /** Bytes on disk: blobs and partial downloads. */
   bytes: number;
   /** Of which partial downloads (`.incomplete`), never counted as a complete file. */
@@ -94,6 +96,7 @@ export async function describeModel(layout: StoreLayout, repo: string): Promise<
     refs: manifest?.refs ?? {},
     completeCommits,
     complete: snapshots.length > 0 && completeCommits.length === snapshots.length && partialBytes === 0,
+    subset: snapshots.some((c) => (manifest?.snapshots[c]?.include.length ?? 0) > 0),
     bytes,
     partialBytes,
     lastUsedMs: Math.max(manifest?.lastUsedMs ?? dirMtime, pinMtime),

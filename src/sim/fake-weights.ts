@@ -12,8 +12,9 @@
  * from a local snapshot: tokenizer_config.json and one of tokenizer.json or
  * tokenizer.model, in the --tokenizer repo's snapshot when one is given
  * (which must itself be cached: V:vllm/engine/arg_utils.py:809-832,
- * V:vllm/transformers_utils/repo_utils.py:279-297), else in the model's.
- * Online, a file the snapshot lacks other than a weight counts as fetched
+ * V:vllm/transformers_utils/repo_utils.py:279-297), else in the model's
+ * (readWeights' `tokenizer` option: bin/fake-vllm does not take --tokenizer
+ * yet, so a profile with one cannot run on the double). Online, a file the snapshot lacks other than a weight counts as fetched
  * from the hub, as the engine would fetch it: the double cannot download,
  * and an online start is what llmgw chooses for a partial store, so it must
  * succeed where the engine's would.

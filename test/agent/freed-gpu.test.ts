@@ -99,4 +99,10 @@ describe('GpuProcessSightings', () => {
     // A pid no scan listed (an inventory from the cache): /proc alone.
     expect([sightings.gone(10), sightings.gone(14)]).toEqual([false, true]);
   });
+
+  it('never counts gone a process /proc did not have when the scan listed it: a pid of another namespace, which /proc cannot judge', () => {
+    const sightings = new GpuProcessSightings(() => undefined);
+    sightings.record(listed(20));
+    expect(sightings.gone(20)).toBe(false);
+  });
 });

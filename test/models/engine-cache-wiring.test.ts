@@ -6,7 +6,7 @@ import { EngineRegistry } from '../../src/agent/engines/engine-registry.js';
 import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
 import { ConcurrencyLimit } from '../../src/models/concurrency-limit.js';
 import { pullModel } from '../../src/models/pull-model.js';
-import { revisionOf } from '../../src/models/shard-model-complete.js';
+import { revisionOf } from '../../src/models/judge-offline-start.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { context, shard } from '../agent/engines/engine-fixtures.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';

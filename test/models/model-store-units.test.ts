@@ -4,10 +4,11 @@ import { engineCacheEnv } from '../../src/models/engine-cache-env.js';
 import { includeMatcher } from '../../src/models/match-include.js';
 import { checkRepoId, checkRevision, repoFolderName, repoFromFolderName } from '../../src/models/repo-id.js';
 import type { StoredModel } from '../../src/models/scan-store.js';
+import { renderModelsList } from '../../src/models/render-models-list.js';
 import { isSafeRepoPath } from '../../src/models/hub-client.js';
 
 function model(repo: string, bytes: number, lastUsedMs: number, more: Partial<StoredModel> = {}): StoredModel {
-  return { repo, refs: {}, completeCommits: [], complete: true, bytes, partialBytes: 0, lastUsedMs, pins: [], pulling: false, ...more };
+  return { repo, refs: {}, completeCommits: [], complete: true, subset: false, bytes, partialBytes: 0, lastUsedMs, pins: [], pulling: false, ...more };
 }
 
 describe('chooseEvictions', () => {
@@ -57,6 +58,13 @@ describe('repo ids and revisions', () => {
   it('accepts only file names of the hub that stay inside a snapshot', () => {
     expect(['a.json', 'sub/dir/x.bin'].map(isSafeRepoPath)).toEqual([true, true]);
     expect(['../x', 'a/../../x', '/etc/passwd', 'a//b', 'a\\b', '', './a'].map(isSafeRepoPath)).toEqual(Array(7).fill(false));
+  });
+});
+
+describe('renderModelsList', () => {
+  it('calls a model pulled with --include a subset, not complete: its shards start online', () => {
+    const table = renderModelsList([model('o/whole', 1024, 0), model('o/some', 1024, 0, { subset: true }), model('o/half', 1024, 0, { complete: false })], 1 << 20);
+    expect(table.split('\n').slice(1, 4).map((l) => l.split(/\s+/)[2])).toEqual(['complete', 'subset', 'partial']);
   });
 });
 

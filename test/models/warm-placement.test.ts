@@ -54,6 +54,7 @@ describe('placement and the nodes\' model stores', () => {
       refs: { main: 'c1', v2: 'c2' },
       completeCommits: ['c1'],
       complete: false,
+      subset: false,
       bytes: 1000,
       partialBytes: 10,
       lastUsedMs: 1_700_000_000_123.75,

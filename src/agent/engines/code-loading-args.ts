@@ -1,4 +1,4 @@
-import type { HubRepoRef } from '../../models/shard-model-complete.js';
+import type { HubRepoRef } from '../../models/judge-offline-start.js';
 import { type FlagHit, findFlags } from './find-flags.js';
 
 /**
@@ -23,10 +23,18 @@ export interface CodeLoadingArgs {
   /**
    * For a modelPaths option (by its first name) whose hub repo the engine
    * reads at start: the option that sets the revision it is read at, main
-   * when that option is absent. A start is offline only when each such repo
-   * is in the store at that revision (judgeOfflineStart).
+   * when that option is absent; '' when the engine passes no revision (main
+   * always). A start is offline only when each such repo is in the store at
+   * that revision (judgeOfflineStart).
    */
   hubRevisions?: Readonly<Record<string, string>>;
+  /**
+   * Options (all spellings) whose JSON value may name a hub repo the engine
+   * reads at start, with the keys of the repo and of its revision: vLLM's
+   * draft model inside --speculative-config. Only an operator's allowed_args
+   * lets them through; then they count for an offline start too.
+   */
+  hubRepoInJson?: readonly { flags: readonly string[]; repoKey: string; revisionKey: string }[];
   /** The engine's own options that are a prefix of a listed one (see FlagSet.mayPass). */
   mayPass: readonly string[];
   /** vLLM's FlexibleArgumentParser spellings (see FlagSet.flexible). */
@@ -119,6 +127,9 @@ export const VLLM_CODE_LOADING_ARGS: CodeLoadingArgs = {
   // the config path at the model's --revision (model.py:620-623); a
   // generation config folder at none, so main (model.py:1702-1705).
   hubRevisions: { '--tokenizer': '--tokenizer-revision', '--hf-config-path': '--revision', '--generation-config': '' },
+  // The draft model is a ModelConfig of its own, at the config's "revision"
+  // (None: main) (vllm/config/speculative.py:94, 132, 903-917).
+  hubRepoInJson: [{ flags: ['--speculative-config', '-sc'], repoKey: 'model', revisionKey: 'revision' }],
   // vLLM options that begin a listed one (test/fixtures/engines/vllm-serve-flags.txt).
   mayPass: ['--model', '--reasoning-parser'],
   flexible: true,
@@ -263,5 +274,33 @@ export function hubReposIn(args: readonly string[], list: CodeLoadingArgs): HubR
     const revisionFlag = revisions[name] ?? '';
     refs.push({ namedBy: name, value: hit.value, revision: (revisionFlag !== '' ? given.get(revisionFlag) : undefined) ?? 'main' });
   }
+  for (const j of list.hubRepoInJson ?? []) {
+    for (const hit of findFlags(args, { flags: j.flags, mayPass: list.mayPass, flexible: list.flexible })) {
+      const ref = repoInJson(hit.value, j.repoKey, j.revisionKey);
+      if (ref) refs.push({ namedBy: j.flags[0] as string, ...ref });
+    }
+  }
   return refs;
+}
+
+/**
+ * The repo a JSON option value names under `repoKey`, at `revisionKey`
+ * (main when absent). A value that is not a JSON object is the dotted
+ * spelling's (`--speculative-config.model x`): taken as the repo itself, at
+ * main, which a judge that finds it no hub id then ignores.
+ */
+function repoInJson(value: string | undefined, repoKey: string, revisionKey: string): { value: string; revision: string } | undefined {
+  if (value === undefined) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(value);
+  } catch {
+    return { value, revision: 'main' };
+  }
+  if (typeof parsed !== 'object' || parsed === null) return undefined;
+  const o = parsed as Record<string, unknown>;
+  const repo = o[repoKey];
+  if (typeof repo !== 'string') return undefined;
+  const revision = o[revisionKey];
+  return { value: repo, revision: typeof revision === 'string' && revision !== '' ? revision : 'main' };
 }

@@ -14,7 +14,7 @@ import { resolveExecutableSync } from './resolve-executable.js';
 import { servesHttp, shardEnv } from './shard-launch.js';
 import { type ValidateShardOptions, validateShard } from './validate-shard.js';
 import { engineCacheEnv } from '../../models/engine-cache-env.js';
-import { type OfflineStart, judgeOfflineStart } from '../../models/shard-model-complete.js';
+import { type OfflineStart, judgeOfflineStart } from '../../models/judge-offline-start.js';
 
 /**
  * What every engine shares: the command from `engines.<name>.command` (or

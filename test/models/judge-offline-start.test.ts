@@ -9,7 +9,7 @@ import { ConcurrencyLimit } from '../../src/models/concurrency-limit.js';
 import { readManifest, writeManifest } from '../../src/models/model-manifest.js';
 import { offlineProblem } from '../../src/models/offline-problem.js';
 import { pullModel } from '../../src/models/pull-model.js';
-import { judgeOfflineStart } from '../../src/models/shard-model-complete.js';
+import { judgeOfflineStart } from '../../src/models/judge-offline-start.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { context, shard } from '../agent/engines/engine-fixtures.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
@@ -101,6 +101,10 @@ describe('judgeOfflineStart: the model and every other hub repo the profile name
       { namedBy: '--hf-config-path', value: 'a/c', revision: 'v1' },
       { namedBy: '--generation-config', value: 'auto', revision: 'main' },
     ]);
+    // A draft model inside --speculative-config, which only an operator's allowed_args lets through.
+    expect(hubReposIn(['-sc', '{"model": "a/d", "revision": "v3", "num_speculative_tokens": 4}'], VLLM_CODE_LOADING_ARGS)).toEqual([{ namedBy: '--speculative-config', value: 'a/d', revision: 'v3' }]);
+    expect(hubReposIn(['--speculative_config.model', 'a/d'], VLLM_CODE_LOADING_ARGS)).toEqual([{ namedBy: '--speculative-config', value: 'a/d', revision: 'main' }]);
+    expect(hubReposIn(['--speculative-config', '{"method": "ngram"}'], VLLM_CODE_LOADING_ARGS)).toEqual([]);
     // `--tokenizer` begins `--tokenizer-revision` but is its own option.
     expect(hubReposIn(['--tokenizer', 'a/t', '--revision', 'v1'], VLLM_CODE_LOADING_ARGS)).toEqual([{ namedBy: '--tokenizer', value: 'a/t', revision: 'main' }]);
     expect(hubReposIn(['--tokenizer-path', 'a/t', '--revision', 'v1', '--speculative-draft-model', 'a/d'], SGLANG_CODE_LOADING_ARGS)).toEqual([

@@ -1,7 +1,7 @@
-import { lstat, readlink, rename, stat, symlink, unlink } from 'node:fs/promises';
+import { lstat, open, readlink, rename, stat, symlink, unlink } from 'node:fs/promises';
 import { createReadStream } from 'node:fs';
 import { createHash } from 'node:crypto';
-import { dirname } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { formatBytes } from '../lib/format-bytes.js';
 import { failure, usageError } from '../lib/errors.js';
 import { writeFileAtomic } from '../lib/write-file-atomic.js';
@@ -9,7 +9,7 @@ import type { BandwidthLimiter } from './bandwidth-limiter.js';
 import { chooseEvictions } from './choose-evictions.js';
 import { compileCacheBytes } from './compile-cache-bytes.js';
 import type { ConcurrencyLimit } from './concurrency-limit.js';
-import { downloadBlob } from './download-blob.js';
+import { SMALL_BLOB_BYTES, downloadBlob } from './download-blob.js';
 import { type HubFile, type HubOptions, fetchRevision, hubHeaders, resolveUrl } from './hub-client.js';
 import { includeMatcher } from './match-include.js';
 import { type ManifestFile, type ModelManifest, readManifest, writeManifest } from './model-manifest.js';
@@ -122,7 +122,10 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     await writeManifest(layout, manifest);
 
     await owner.mkdir(dirname(layout.blobPath(repo, 'x')));
+    await owner.mkdir(partialDir(layout));
     const outcome = await downloadAll(ctx, repo, rev.commit, missing, owner);
+    // One pass for the small blobs, which were renamed unsynced, before the manifest calls the model complete.
+    await syncAll(outcome.unsynced);
 
     for (const f of manifestFiles) await linkPointer(layout, owner, repo, rev.commit, f);
     if (revision !== rev.commit) {
@@ -141,7 +144,9 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
       commit: rev.commit,
       files: files.length,
       bytes,
-      ...outcome,
+      fetchedBytes: outcome.fetchedBytes,
+      resumedBytes: outcome.resumedBytes,
+      mismatches: outcome.mismatches,
       evicted,
       snapshotPath: layout.snapshotDir(repo, rev.commit),
     };
@@ -154,7 +159,31 @@ async function sizeOrZero(path: string): Promise<number> {
   return (await stat(path).catch(() => undefined))?.size ?? 0;
 }
 
-/** A blob already in place at its size (and, with verify, its digest); one that is not is deleted. */
+/** Where ranged downloads record their contiguous prefix (download-blob.ts): llmgw's own folder, not the repo's. */
+function partialDir(layout: StoreLayout): string {
+  return join(layout.ownDir, 'partial');
+}
+
+/** Opens and syncs each file, all at once: the kernel writes them back together. */
+async function syncAll(paths: readonly string[]): Promise<void> {
+  await Promise.all(
+    paths.map(async (path) => {
+      const fh = await open(path, 'r');
+      try {
+        await fh.datasync();
+      } finally {
+        await fh.close();
+      }
+    }),
+  );
+}
+
+/**
+ * A blob already in place at its size (and, with verify, its digest); one
+ * that is not is deleted. A small blob's digest is checked every time: it
+ * was renamed before it was synced (download-blob.ts SMALL_BLOB_BYTES), so
+ * after a crash its name may stand at its size over bytes never written.
+ */
 async function blobPresent(layout: StoreLayout, repo: string, b: PlannedBlob, verify: boolean): Promise<boolean> {
   const path = layout.blobPath(repo, b.etag);
   const s = await lstat(path).catch(() => undefined);
@@ -163,7 +192,7 @@ async function blobPresent(layout: StoreLayout, repo: string, b: PlannedBlob, ve
     await unlink(path).catch(() => {});
     return false;
   }
-  if (!verify) return true;
+  if (!verify && b.file.size >= SMALL_BLOB_BYTES) return true;
   const hash = b.file.sha256 ? createHash('sha256') : createHash('sha1').update(`blob ${b.file.size}\0`);
   for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
   if (hash.digest('hex') === b.etag) return true;
@@ -200,8 +229,9 @@ async function downloadAll(
   commit: string,
   missing: PlannedBlob[],
   owner: StoreOwner,
-): Promise<{ fetchedBytes: number; resumedBytes: number; mismatches: number }> {
+): Promise<{ fetchedBytes: number; resumedBytes: number; mismatches: number; unsynced: string[] }> {
   const headers = await hubHeaders(ctx.hub);
+  const unsynced: string[] = [];
   // The first failure ends the other downloads of this pull (their partial files stay for the next one).
   const local = new AbortController();
   const signal = AbortSignal.any([ctx.signal, local.signal]);
@@ -224,6 +254,7 @@ async function downloadAll(
               blobId: b.file.blobId,
               incompletePath: ctx.layout.incompletePath(repo, b.etag),
               blobPath: ctx.layout.blobPath(repo, b.etag),
+              prefixPath: join(partialDir(ctx.layout), `${basename(ctx.layout.repoDir(repo))}.${b.etag}`),
             },
             {
               headers,
@@ -233,6 +264,7 @@ async function downloadAll(
             },
           );
           await owner.give(ctx.layout.blobPath(repo, b.etag));
+          if (!r.synced) unsynced.push(ctx.layout.blobPath(repo, b.etag));
           fetchedBytes += r.fetched;
           resumedBytes += r.resumedFrom;
           mismatches += r.mismatches;
@@ -248,7 +280,7 @@ async function downloadAll(
     ctx.signal.throwIfAborted();
     throw first;
   }
-  return { fetchedBytes, resumedBytes, mismatches };
+  return { fetchedBytes, resumedBytes, mismatches, unsynced };
 }
 
 /** snapshots/<commit>/<file> → the blob, relative as huggingface_hub links it; replaced if it points elsewhere. */

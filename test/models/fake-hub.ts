@@ -57,8 +57,10 @@ export class FakeHub {
   readonly requests: ServedRequest[] = [];
   /** file path → bytes per 20 ms tick: served slowly, for a kill to land mid-file. */
   readonly trickle = new Map<string, number>();
-  /** file paths whose next N serves have one byte flipped. */
+  /** file paths whose next N serves have one byte flipped (the file's middle byte, in whichever part holds it). */
   readonly corrupt = new Map<string, number>();
+  /** Range ignored: every file answered whole with 200, as some CDNs do. */
+  noRanges = false;
   private server: Server | undefined;
   private readonly open = new Set<ServerResponse>();
 
@@ -112,18 +114,20 @@ export class FakeHub {
       body = Buffer.from(body);
       body[Math.floor(body.length / 2)] = (body[Math.floor(body.length / 2)] as number) ^ 0x01;
     }
-    const m = /^bytes=(\d+)-$/.exec(req.headers.range ?? '');
+    // bytes=a- and bytes=a-b (the pull's parts); anything else is served whole.
+    const m = this.noRanges ? null : /^bytes=(\d+)-(\d*)$/.exec(req.headers.range ?? '');
     const start = m ? Number(m[1]) : 0;
+    const end = m?.[2] ? Math.min(body.length, Number(m[2]) + 1) : body.length;
     const headers: Record<string, string | number> = {
-      'content-length': body.length - start,
+      'content-length': end - start,
       etag: `"${file.lfs ? sha256(file.content) : gitBlobId(file.content)}"`,
       'x-repo-commit': repo?.commit ?? '',
       'accept-ranges': 'bytes',
     };
     if (file.lfs) headers['x-linked-etag'] = `"${sha256(file.content)}"`;
-    if (m) headers['content-range'] = `bytes ${start}-${body.length - 1}/${body.length}`;
+    if (m) headers['content-range'] = `bytes ${start}-${end - 1}/${body.length}`;
     res.writeHead(m ? 206 : 200, headers);
-    const rest = body.subarray(start);
+    const rest = body.subarray(start, end);
     const step = this.trickle.get(file.path);
     if (step === undefined) return void res.end(rest);
     this.open.add(res);

@@ -118,7 +118,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     const kept = before?.complete ? before.files.filter((f) => !manifestFiles.some((n) => n.path === f.path)) : [];
     const include = before?.complete && (before.include.length === 0 || req.include.length === 0) ? [] : [...new Set([...(before?.complete ? before.include : []), ...req.include])];
     const snapshotFiles = [...kept, ...manifestFiles].sort((a, b) => a.path.localeCompare(b.path));
-    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: false };
+    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: false, repoFiles: rev.files.map((f) => f.path) };
     await writeManifest(layout, manifest);
 
     await owner.mkdir(dirname(layout.blobPath(repo, 'x')));
@@ -135,7 +135,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
       await owner.give(ref);
     }
     manifest.refs[revision] = rev.commit;
-    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true };
+    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true, repoFiles: rev.files.map((f) => f.path) };
     manifest.lastUsedMs = Date.now();
     await writeManifest(layout, manifest);
     return {

@@ -54,30 +54,31 @@ afterAll(async () => {
 });
 
 describe('offlineProblem: whether a pulled model holds everything an engine reads at start', () => {
-  it('counts a pull with --include as partial, naming the patterns, and the whole repo as complete', async () => {
+  it('judges a real pull with --include by the files it left out (the pull records the repo listing), never the model card', async () => {
     await pull('acme/full', ['*.safetensors']);
-    expect(await offlineProblem(layout, 'acme/full', 'main')).toBe(
-      'acme/full@main was pulled with --include *.safetensors, so files the engine reads at start (tokenizer, chat template) may be missing from the store',
-    );
+    expect(await offlineProblem(layout, 'acme/full', 'main')).toBe('acme/full@main was pulled with --include *.safetensors, which left out config.json, tokenizer_config.json, tokenizer.json');
+    await pull('acme/full', ['*.safetensors', '*.json']);
+    expect(await offlineProblem(layout, 'acme/full', 'main')).toBeUndefined();
+    const manifest = await readManifest(layout, 'acme/full');
+    const commit = manifest?.refs.main as string;
+    expect(manifest?.snapshots[commit]?.repoFiles).toEqual(['model.safetensors', 'config.json', 'tokenizer_config.json', 'tokenizer.json', 'README.md']);
     await pull('acme/full');
     expect(await offlineProblem(layout, 'acme/full', 'main')).toBeUndefined();
     expect(await offlineProblem(layout, 'acme/none', 'main')).toBe("acme/none@main is not complete in the node's model store");
   });
 
-  it('with the repo listing in the manifest, judges a pull with --include by the files it left out, never the model card', async () => {
+  it('counts a pull with --include as partial when its manifest predates the repo listing', async () => {
     const manifest = await readManifest(layout, 'acme/full');
     const commit = manifest?.refs.main as string;
     const snap = manifest?.snapshots[commit];
     if (!manifest || !snap) throw new Error('no manifest');
-    const all = snap.files.map((f) => f.path);
     try {
-      // As a pull of '*.safetensors' '*.json' would record it: everything but the card.
-      manifest.snapshots[commit] = { ...snap, include: ['*.safetensors', '*.json'], files: snap.files.filter((f) => f.path !== 'README.md'), repoFiles: all };
+      const { repoFiles: _dropped, ...older } = snap;
+      manifest.snapshots[commit] = { ...older, include: ['*.safetensors', '*.json'], files: snap.files.filter((f) => f.path !== 'README.md') };
       await writeManifest(layout, manifest);
-      expect(await offlineProblem(layout, 'acme/full', 'main')).toBeUndefined();
-      manifest.snapshots[commit] = { ...snap, include: ['*.safetensors'], files: snap.files.filter((f) => f.path.endsWith('.safetensors')), repoFiles: all };
-      await writeManifest(layout, manifest);
-      expect(await offlineProblem(layout, 'acme/full', 'main')).toBe('acme/full@main was pulled with --include *.safetensors, which left out config.json, tokenizer_config.json, tokenizer.json');
+      expect(await offlineProblem(layout, 'acme/full', 'main')).toBe(
+        'acme/full@main was pulled with --include *.safetensors *.json, so files the engine reads at start (tokenizer, chat template) may be missing from the store',
+      );
     } finally {
       manifest.snapshots[commit] = snap;
       await writeManifest(layout, manifest);

@@ -80,8 +80,12 @@ function doubleStart(engine: 'vllm' | 'sglang', shardId: string, port: number, g
 }
 
 function agentLog(): string {
+  return fullAgentLog().split('\n').slice(-30).join('\n');
+}
+
+function fullAgentLog(): string {
   try {
-    return readFileSync(join(f.root, 'agent.log'), 'utf8').split('\n').slice(-30).join('\n');
+    return readFileSync(join(f.root, 'agent.log'), 'utf8');
   } catch {
     return '(no agent log)';
   }
@@ -264,30 +268,43 @@ describe.skipIf(unavailable !== undefined)(
       expect(await f.lab.show(unitOf('dg1'), 'LoadState')).toBe('not-found');
     });
 
-    it('sleeps a vLLM shard in its unit (the sleep flags and dev-mode env reach the unit), sees its GPU memory released, and wakes it READY and answering', async () => {
+    it('sleeps a vLLM shard in its unit at level 1 then 2 (the sleep flags and dev-mode env reach the unit), sees its GPU memory released, and wakes it READY each time only once it gives its known answer', async () => {
       const port = await freePort();
       const gpu = freeFakeGpu(5);
       const spec = doubleStart('vllm', 'dv2', port, [gpu], ['--sim-gpu-memory', '8000', '--sim-gpu-usage-dir', usageDir(f.root)]);
       if (spec.profile) spec.profile.sleepMode = true;
       await startShard(spec);
       expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBe(8000);
-      const send = async (msg: 'sleep' | 'wake', state: ShardState) => {
+      const send = async (msg: 'sleep' | 'wake', state: ShardState, level = 1) => {
         const got = f.cp.cp.waitFor(NODE, (m) => m.msg.case === 'shard' && m.msg.value.shardId === 'dv2' && (m.msg.value.state === state || m.msg.value.error !== ''), 30_000);
-        if (msg === 'sleep') f.cp.cp.send(NODE, { case: 'sleep', value: create(SleepShardSchema, { shardId: 'dv2', level: 1 }) });
+        if (msg === 'sleep') f.cp.cp.send(NODE, { case: 'sleep', value: create(SleepShardSchema, { shardId: 'dv2', level }) });
         else f.cp.cp.send(NODE, { case: 'wake', value: create(WakeShardSchema, { shardId: 'dv2' }) });
         return statusOf(await got);
       };
-      const sleeping = await send('sleep', S.SLEEPING);
-      expect(S[sleeping.state], `${sleeping.error}\n${agentLog()}`).toBe('SLEEPING');
-      await until(() => agentLog().includes('shard asleep: GPU memory released'), 'dv2 seen asleep', 30_000);
-      // vLLM answers /sleep 200 without --enable-sleep-mode too, and frees nothing (review engine-fidelity-2 §3 N10):
-      // the memory released and the double's own line show the flag reached the unit; the dev-mode routes answering, the env.
-      expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBeLessThan(8000 / 2);
-      expect(shardLog('dv2')).toMatch(/Sleep mode enabled/);
-      const woken = await send('wake', S.READY);
-      expect(S[woken.state], `${woken.error}\n${agentLog()}`).toBe('READY');
-      expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBe(8000);
-      expect(await consumeStream(await streamCompletion(port, 2))).toMatchObject({ tokens: 2, done: true });
+      const count = (text: string) => fullAgentLog().split(text).length - 1;
+      for (const level of [1, 2]) {
+        const released = count('shard asleep: GPU memory released');
+        const sleeping = await send('sleep', S.SLEEPING, level);
+        expect(S[sleeping.state], `${sleeping.error}\n${agentLog()}`).toBe('SLEEPING');
+        await until(() => count('shard asleep: GPU memory released') > released, `dv2 seen asleep at level ${level}`, 30_000);
+        // vLLM answers /sleep 200 without --enable-sleep-mode too, and frees nothing (review engine-fidelity-2 §3 N10):
+        // the memory released and the double's own line show the flag reached the unit; the dev-mode routes answering, the env.
+        expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBeLessThan(8000 / 2);
+        expect(shardLog('dv2')).toMatch(/Sleep mode enabled/);
+        const proved = count('gives its known answer');
+        const woken = await send('wake', S.READY);
+        expect(S[woken.state], `${woken.error}\n${agentLog()}`).toBe('READY');
+        expect(count('gives its known answer')).toBeGreaterThan(proved);
+        expect(readGpuUsage(usageDir(f.root)).get(gpu)).toBe(8000);
+      }
+      // Level 2 woke through reload_weights: the double answers its words, not the '!' of weights it lost.
+      const res = await fetch(`http://127.0.0.1:${port}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'm', prompt: 'hi', max_tokens: 3, temperature: 0 }),
+      });
+      expect(((await res.json()) as { choices: { text: string }[] }).choices[0]?.text).not.toMatch(/!/);
+      expect(shardLog('dv2')).toMatch(/Reloading weights inplace/);
       expect(statesOf('dv2')).not.toContain('FAILED');
       expect(S[(await stopShard('dv2')).status.state]).toBe('STOPPED');
     });

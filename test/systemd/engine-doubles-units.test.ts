@@ -83,6 +83,13 @@ function agentLog(): string {
   return fullAgentLog().split('\n').slice(-30).join('\n');
 }
 
+/** Whether the agent has logged shard `id` asleep with its GPU memory released: the sleep is done (SLEEPING is reported when it begins). */
+function released(id: string): boolean {
+  return fullAgentLog()
+    .split('\n')
+    .some((l) => l.includes(`"shard":"${id}"`) && l.includes('shard asleep: GPU memory released'));
+}
+
 function fullAgentLog(): string {
   try {
     return readFileSync(join(f.root, 'agent.log'), 'utf8');
@@ -308,6 +315,59 @@ describe.skipIf(unavailable !== undefined)(
       expect(statesOf('dv2')).not.toContain('FAILED');
       expect(S[(await stopShard('dv2')).status.state]).toBe('STOPPED');
     });
+
+    it('reports a vLLM shard in its unit whose wake loses the weights FAILED "woke without its weights", never READY, and leaves its unit running for the control plane', async () => {
+      const port = await freePort();
+      const gpu = freeFakeGpu(6);
+      const spec = doubleStart('vllm', 'dv3', port, [gpu], ['--sim-gpu-memory', '8000', '--sim-gpu-usage-dir', usageDir(f.root), '--sim-wake-loses-weights']);
+      if (spec.profile) spec.profile.sleepMode = true;
+      await startShard(spec);
+      await until(() => fullAgentLog().includes('"shard":"dv3"') && /known answer recorded[^\n]*"shard":"dv3"|"shard":"dv3"[^\n]*known answer recorded/.test(fullAgentLog()), 'dv3 known answer recorded', 30_000);
+      const asleep = f.cp.cp.waitFor(NODE, (m) => m.msg.case === 'shard' && m.msg.value.shardId === 'dv3' && (m.msg.value.state === S.SLEEPING || m.msg.value.error !== ''), 30_000);
+      f.cp.cp.send(NODE, { case: 'sleep', value: create(SleepShardSchema, { shardId: 'dv3', level: 1 }) });
+      const slept = statusOf(await asleep);
+      expect(S[slept.state], `${slept.error}\n${agentLog()}`).toBe('SLEEPING');
+      await until(() => released('dv3'), 'dv3 seen asleep', 30_000);
+      const woken = f.cp.cp.waitFor(NODE, shardIs('dv3', S.READY, S.FAILED), 30_000);
+      f.cp.cp.send(NODE, { case: 'wake', value: create(WakeShardSchema, { shardId: 'dv3' }) });
+      const st = statusOf(await woken);
+      expect(S[st.state], agentLog()).toBe('FAILED');
+      expect(st.error).toMatch(/^woke without its weights: it answers "!+"/);
+      expect(statesOf('dv3').slice(statesOf('dv3').indexOf('SLEEPING'))).not.toContain('READY');
+      expect(await f.lab.show(unitOf('dv3'), 'ActiveState')).toBe('active');
+      expect(S[(await stopShard('dv3')).status.state]).toBe('STOPPED');
+    });
+
+    it('an SGLang shard asleep in its unit stays SLEEPING across a kill -9 of the agent (Restart=always brings it back), and wakes READY with its known answer', async () => {
+      const port = await freePort();
+      const gpu = freeFakeGpu(7);
+      const spec = doubleStart('sglang', 'dg3', port, [gpu], ['--sim-gpu-memory', '8000', '--sim-gpu-usage-dir', usageDir(f.root), '--sim-drain-poll', '500ms']);
+      if (spec.profile) spec.profile.sleepMode = true;
+      const ready = await startShard(spec);
+      await until(() => /known answer recorded[^\n]*"shard":"dg3"|"shard":"dg3"[^\n]*known answer recorded/.test(fullAgentLog()), 'dg3 known answer recorded', 30_000);
+      const asleep = f.cp.cp.waitFor(NODE, shardIs('dg3', S.SLEEPING, S.FAILED), 30_000);
+      f.cp.cp.send(NODE, { case: 'sleep', value: create(SleepShardSchema, { shardId: 'dg3', level: 2 }) });
+      expect(S[statusOf(await asleep).state]).toBe('SLEEPING');
+      await until(() => released('dg3'), 'dg3 seen asleep', 30_000);
+      const crashed = await f.lab.show(AGENT_UNIT, 'MainPID');
+      const restarts = Number(await f.lab.show(AGENT_UNIT, 'NRestarts'));
+      const registered = f.cp.cp.waitFor(NODE, (m) => isRegister(m) && (m.msg.value as { runningShards: { shardId: string }[] }).runningShards.some((r) => r.shardId === 'dg3'), 60_000);
+      registered.catch(() => {});
+      expect((await f.lab.run(['kill', '-KILL', crashed])).exitCode).toBe(0);
+      await f.lab.waitShow(AGENT_UNIT, 'NRestarts', (v) => Number(v) > restarts, 30_000);
+      const reg = (await registered).msg.value as { runningShards: { shardId: string; state: ShardState }[] };
+      expect(S[reg.runningShards.find((r) => r.shardId === 'dg3')?.state ?? S.UNSPECIFIED]).toBe('SLEEPING');
+      const settled = (text: string) => fullAgentLog().split('\n').some((l) => l.includes('"shard":"dg3"') && l.includes(text));
+      await until(() => settled('"to":"SLEEPING"'), 'the adopted dg3 to settle SLEEPING', 60_000);
+      const woken = f.cp.cp.waitFor(NODE, shardIs('dg3', S.READY, S.FAILED), 30_000);
+      f.cp.cp.send(NODE, { case: 'wake', value: create(WakeShardSchema, { shardId: 'dg3' }) });
+      const st = statusOf(await woken);
+      expect(S[st.state], `${st.error}\n${agentLog()}`).toBe('READY');
+      expect(st.pid).toBe(ready.pid);
+      expect(settled('gives its known answer')).toBe(true);
+      expect(statesOf('dg3')).not.toContain('FAILED');
+      expect(S[(await stopShard('dg3')).status.state]).toBe('STOPPED');
+    }, 120_000);
 
     it('an SGLang shard, whose /health_generate takes at least 1 s, becomes READY and stays READY through eight 500 ms probe intervals', async () => {
       const port = await freePort();

@@ -214,7 +214,8 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
     return fetchStream(blob, ctx, have, hash, resumedFrom);
   }
 
-  const fh = await open(blob.incompletePath, have > 0 ? 'r+' : 'w', 0o600);
+  // w+, not w: a part written ahead of the hash is read back.
+  const fh = await open(blob.incompletePath, have > 0 ? 'r+' : 'w+', 0o600);
   const writer = new BlobWriter(blob, fh, hash, have, ctx);
   try {
     if (first.status === 206 && ranged) {
@@ -367,10 +368,9 @@ class BlobWriter {
 
   private written(start: number, end: number): void {
     this.fetched += end - start;
-    if (start >= this.hashedTo) {
-      this.unhashed.set(start, end);
-      void this.kick();
-    }
+    if (start >= this.hashedTo) this.unhashed.set(start, end);
+    // Also after a block hashed as it came: the hash may now have reached one written ahead.
+    void this.kick();
     this.ahead.set(start, end);
     for (let next = this.ahead.get(this.contiguous); next !== undefined; next = this.ahead.get(this.contiguous)) {
       this.ahead.delete(this.contiguous);
@@ -389,26 +389,36 @@ class BlobWriter {
     }
   }
 
-  /** Hashes what was written where the hash has got to, reading it back; one reader at a time. */
+  /**
+   * Hashes what was written where the hash has got to, reading it back; one
+   * reader at a time. Started only with something to read: a reader that
+   * ended before its assignment (nothing to read, so no await) would have
+   * stayed `reading` for good, and nothing would have been hashed again.
+   */
   private kick(): Promise<void> {
-    this.reading ??= (async () => {
-      try {
-        for (let end = this.unhashed.get(this.hashedTo); end !== undefined; end = this.unhashed.get(this.hashedTo)) {
-          const len = end - this.hashedTo;
-          const buf = Buffer.allocUnsafe(len);
-          const { bytesRead } = await this.fh.read(buf, 0, len, this.hashedTo);
-          if (bytesRead !== len) throw new Error(`read back ${bytesRead} of ${len} bytes at ${this.hashedTo}`);
-          this.hash.update(buf);
-          this.unhashed.delete(this.hashedTo);
-          this.hashedTo = end;
-        }
-      } catch (err) {
-        this.readFailure ??= err;
-      } finally {
-        this.reading = undefined;
+    if (this.reading === undefined && this.unhashed.has(this.hashedTo)) {
+      const run: Promise<void> = this.readBack().finally(() => {
+        if (this.reading === run) this.reading = undefined;
+      });
+      this.reading = run;
+    }
+    return this.reading ?? Promise.resolve();
+  }
+
+  private async readBack(): Promise<void> {
+    try {
+      for (let end = this.unhashed.get(this.hashedTo); end !== undefined; end = this.unhashed.get(this.hashedTo)) {
+        const len = end - this.hashedTo;
+        const buf = Buffer.allocUnsafe(len);
+        const { bytesRead } = await this.fh.read(buf, 0, len, this.hashedTo);
+        if (bytesRead !== len) throw new Error(`read back ${bytesRead} of ${len} bytes at ${this.hashedTo}`);
+        this.hash.update(buf);
+        this.unhashed.delete(this.hashedTo);
+        this.hashedTo = end;
       }
-    })();
-    return this.reading;
+    } catch (err) {
+      this.readFailure ??= err;
+    }
   }
 
   /** Records the contiguous prefix for a resume; from the first call on the download is ranged. Best effort: without it a resume after a crash starts the file over. */

@@ -28,6 +28,7 @@ beforeEach(() => {
   hub.corrupt.clear();
   hub.trickle.clear();
   hub.noRanges = false;
+  hub.holdStart.clear();
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -61,6 +62,16 @@ describe('downloadBlob', () => {
     expect(new Set(rangesAsked())).toEqual(new Set(Array.from({ length: parts }, (_, i) => `bytes=${i * PART}-${Math.min(BIG.length, (i + 1) * PART) - 1}`)));
     expect(existsSync(join(dir, 'w.prefix'))).toBe(false);
     expect(existsSync(join(dir, 'w.incomplete'))).toBe(false);
+  });
+
+  it('hashes in order when the parts after the first arrive before it (each read back once the hash reaches it)', async () => {
+    // Before the fix a part written ahead of the hash, with nothing yet to read back, left the
+    // read-back loop marked running for good: nothing was hashed again and the pull spun at 100%
+    // CPU; and the file, opened write-only, could not have been read back anyway (EBADF).
+    hub.holdStart.set('w.safetensors', 300);
+    const r = await downloadBlob(blob(), ctx());
+    expect(r).toMatchObject({ fetched: BIG.length, mismatches: 0 });
+    expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
   });
 
   it('takes one stream from a server that ignores Range', async () => {

@@ -59,6 +59,8 @@ export class FakeHub {
   readonly trickle = new Map<string, number>();
   /** file paths whose next N serves have one byte flipped (the file's middle byte, in whichever part holds it). */
   readonly corrupt = new Map<string, number>();
+  /** File paths whose body from byte 0 is held back this many ms after its head: the parts after it arrive first. */
+  readonly holdStart = new Map<string, number>();
   /** Range ignored: every file answered whole with 200, as some CDNs do. */
   noRanges = false;
   private server: Server | undefined;
@@ -126,7 +128,17 @@ export class FakeHub {
     };
     if (file.lfs) headers['x-linked-etag'] = `"${sha256(file.content)}"`;
     if (m) headers['content-range'] = `bytes ${start}-${end - 1}/${body.length}`;
+    const held = start === 0 ? this.holdStart.get(file.path) : undefined;
     res.writeHead(m ? 206 : 200, headers);
+    if (held !== undefined) {
+      res.flushHeaders();
+      this.open.add(res);
+      setTimeout(() => {
+        this.open.delete(res);
+        if (!res.destroyed) res.end(body.subarray(start, end));
+      }, held);
+      return;
+    }
     const rest = body.subarray(start, end);
     const step = this.trickle.get(file.path);
     if (step === undefined) return void res.end(rest);

@@ -46,7 +46,9 @@ export async function cleanup(): Promise<void> {
   for (const c of started) c.kill('SIGKILL');
   for (const root of roots.splice(0)) {
     await killEverything(join(root, 'log'));
-    rmSync(root, { recursive: true, force: true });
+    // LLMGW_BENCH_KEEP=1 keeps the agents' directories (logs, shard output) to read after a figure failed.
+    if (process.env.LLMGW_BENCH_KEEP === '1') console.error(`kept ${root}`);
+    else rmSync(root, { recursive: true, force: true });
   }
   for (const cp of planes.splice(0)) await cp.close();
 }
@@ -104,7 +106,7 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOpti
   // Figures start up to 8 shards, one per fake GPU: GPUs 3 and 4 carry the data
   // set's foreign memory, which is a validation test's subject, not the bench's.
   let yaml = agentConfigYaml({ server, dirs, nodeId: opts.nodeId, heartbeat: opts.heartbeat ?? '1s', extraYaml: opts.extraYaml, foreignMemoryShare: '100%' })
-    .replace('log_level: debug', 'log_level: warn')
+    .replace('log_level: debug', process.env.LLMGW_BENCH_KEEP === '1' ? 'log_level: info' : 'log_level: warn')
     .replace(/^ {2}health_interval: .*$/m, `  health_interval: ${opts.healthInterval ?? '10s'}`)
     .replace(/^ {2}worker_settle: .*$/m, `  worker_settle: ${opts.workerSettle ?? '10s'}`)
     .replace(/^ {2}stop_grace: .*$/m, `  stop_grace: ${opts.stopGrace ?? '3s'}`);
@@ -115,8 +117,9 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOpti
   const child = execa(argv[0] as string, argv.slice(1), {
     reject: false,
     stdin: 'ignore',
-    stdout: 'ignore',
-    stderr: 'ignore',
+    // Kept with the agent's directory (LLMGW_BENCH_KEEP=1): its log, at info.
+    stdout: process.env.LLMGW_BENCH_KEEP === '1' ? { file: join(dirs.root, 'agent.log') } : 'ignore',
+    stderr: process.env.LLMGW_BENCH_KEEP === '1' ? { file: join(dirs.root, 'agent.log') } : 'ignore',
     env: { LLMGW_FAKE_GPUS: 'hgx-h100x8', NODE_OPTIONS: unitNodeOptions(), ...opts.env },
   });
   children.push(child);

@@ -12,11 +12,13 @@
  * 14a a model's second start beside its first on a cold node (pull over a
  *     slow link, weights read, compile; then weights from local disk, no
  *     compile);
- * 14b the store's pull (download, sha256, rename, links, manifest) beside a
- *     plain download of the same URLs, alternated round by round;
- * 14c WakeShard → READY beside a cold start of the same shard.
+ * 14b the store's pull (download, sha256, rename, links, manifest) beside
+ *     curl and a plain download of the same URLs, alternated round by
+ *     round, unthrottled on this host and again over a 1 Gb/s link;
+ * 14c WakeShard → READY beside the engine's own wake (and a cold start).
  */
 import { spawn, spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { mkdirSync, readFileSync, rmSync } from 'node:fs';
 import { type Server, type Socket, createConnection, createServer } from 'node:net';
 import { join } from 'node:path';
@@ -26,7 +28,7 @@ import { type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type S
 import { DOUBLE_ENGINES_YAML, doubleStart } from '../test/helpers/double-shards.js';
 import { REPO_ROOT } from '../test/helpers/run-cli.js';
 import { isRegister, shardIs } from '../test/helpers/sim-shards.js';
-import { FakeHub, bytes, fakeRepo, gitBlobId, sha256 } from '../test/models/fake-hub.js';
+import { FakeHub, bytes, fakeRepo } from '../test/models/fake-hub.js';
 import { cleanup, controlPlane, freePort, median, newRoot, sleep, spawnAgent } from './bench-support.js';
 import type { BenchRow } from './fleet-figure.js';
 
@@ -34,15 +36,19 @@ const MiB = 1024 * 1024;
 const REPO = 'bench/warm-model';
 
 /**
- * The model: two 64 MiB safetensors shards (LFS, named by sha256) and two
- * small JSON files (git blobs), 128 MiB in all; deterministic bytes, so
- * every run serves the same sha256s.
+ * The model: two 64 MiB safetensors shards (LFS, named by sha256) and the
+ * small JSON files (git blobs) an engine reads beside them, the tokenizer's
+ * among them (an offline vLLM start fails without them, as the double's
+ * does), 128 MiB in all; deterministic bytes, so every run serves the same
+ * sha256s.
  */
 const FILES: readonly { path: string; size: number; lfs: boolean }[] = [
   { path: 'model-00001-of-00002.safetensors', size: 64 * MiB, lfs: true },
   { path: 'model-00002-of-00002.safetensors', size: 64 * MiB, lfs: true },
   { path: 'config.json', size: 700, lfs: false },
   { path: 'generation_config.json', size: 180, lfs: false },
+  { path: 'tokenizer_config.json', size: 400, lfs: false },
+  { path: 'tokenizer.json', size: 2000, lfs: false },
 ];
 
 /**
@@ -68,15 +74,21 @@ const SLEEP_GPU_MIB = 4000;
  * noise of a loaded machine and below either cache being lost.
  */
 const SECOND_START_BOUND = 0.35;
-/** 14b: the pull's throughput at least this share of a plain download's. */
-const PULL_BOUND = 0.8;
+/** 14b: the pull moves at least this share of what curl moves for the same files on the same link (issue 36, item 8). */
+const PULL_BOUND = 0.9;
 /**
- * 14c: a wake at most half a cold start: it waits for the engine's
- * /wake_up (100 ms, --sim-wake-time's default) and the agent's next GPU
- * reading showing the memory back (one sampler interval, 1 s here), against
- * 3 s of load. A wake that reloaded the model would read about 1.
+ * 14b over a link: a node's 1 Gb/s link (about 119 MiB/s), the TCP relay of
+ * 14a in front of the hub, through which the pull and curl both fetch.
  */
-const WAKE_BOUND = 0.5;
+const GIGABIT_BYTES_PER_S = 119 * MiB;
+/** 14c: the double's /wake_up (--sim-wake-time's default), what the engine's own wake costs. */
+const ENGINE_WAKE_MS = 100;
+/**
+ * 14c: READY at most this long after the engine has woken (issue 36, item
+ * 8): the agent's calls, the readiness check, the GPU memory read at once
+ * (not at the sampler's next tick) and the known-answer completion.
+ */
+const WAKE_SLACK_MS = 100;
 
 const ms = (x: number) => `${x.toFixed(0)} ms`;
 const mbps = (bytes: number, msTaken: number) => bytes / MiB / (msTaken / 1000);
@@ -93,15 +105,28 @@ async function throttledLink(targetPort: number, bytesPerS: number): Promise<{ u
     const upstream = createConnection({ host: '127.0.0.1', port: targetPort });
     sockets.add(client).add(upstream);
     client.pipe(upstream);
+    // The hub's end is passed on after the bytes still waiting for their slot, not before them:
+    // the pull's requests say Connection: close, and an early end cut every answer short.
+    let waiting = 0;
+    let upstreamEnded = false;
     upstream.on('data', (chunk: Buffer) => {
       const now = performance.now();
       const at = Math.max(now, nextFreeMs);
       nextFreeMs = at + (chunk.length / bytesPerS) * 1000;
+      // A chunk whose slot is (nearly) now goes at once: a timer per chunk, at least 1 ms each, held
+      // one connection to some 50 MB/s whatever the link's rate, favouring a client of many connections.
+      if (at - now < 2) {
+        client.write(chunk);
+        return;
+      }
       upstream.pause();
+      waiting++;
       setTimeout(() => {
+        waiting--;
         if (client.destroyed) return;
         client.write(chunk);
         upstream.resume();
+        if (upstreamEnded && waiting === 0) client.end();
       }, at - now);
     });
     const end = () => {
@@ -110,7 +135,10 @@ async function throttledLink(targetPort: number, bytesPerS: number): Promise<{ u
       sockets.delete(client);
       sockets.delete(upstream);
     };
-    upstream.on('end', () => client.end());
+    upstream.on('end', () => {
+      upstreamEnded = true;
+      if (waiting === 0) client.end();
+    });
     upstream.on('error', end);
     client.on('error', end);
     client.on('close', end);
@@ -337,20 +365,63 @@ async function pullThroughput(rows: BenchRow[], notes: string[], hub: FakeHub, r
   const hashTimes: number[] = [];
   for (let i = 0; i < 3; i++) {
     const t0 = performance.now();
-    for (const [j, c] of content.entries()) (repo.files[j]?.lfs ? sha256(c) : gitBlobId(c));
+    // Hashed afresh: the hub's sha256 and gitBlobId remember what they computed.
+    for (const [j, c] of content.entries()) createHash(repo.files[j]?.lfs ? 'sha256' : 'sha1').update(c).digest('hex');
     hashTimes.push(performance.now() - t0);
   }
   const hashMs = median(hashTimes);
   rows.push({
-    figure: `14b pull throughput: the store's pull (download, sha256, rename, links, manifest) of ${(total / MiB).toFixed(0)} MiB from the fake hub, unthrottled, ${rounds} rounds`,
+    figure: `14b pull throughput: the store's pull (download, sha256, rename, links, manifest) of ${(total / MiB).toFixed(0)} MiB from the fake hub, unthrottled on this host, ${rounds} rounds`,
     measured: `${pull.toFixed(0)} MB/s (${(pull / plain).toFixed(2)}x fetch${curl === undefined ? '' : `, ${(pull / curl).toFixed(2)}x curl`})`,
     reference: `plain download of the same URLs with Node's fetch (the pull's own HTTP client), 4 at once, to files: ${plain.toFixed(0)} MB/s${curl === undefined ? '' : `; curl: ${curl.toFixed(0)} MB/s`}`,
-    target: `>= ${PULL_BOUND}x fetch`,
-    met: pull / plain >= PULL_BOUND,
+    target: `>= ${PULL_BOUND}x curl`,
+    met: curl !== undefined && pull / curl >= PULL_BOUND,
   });
   notes.push(
     `14b MB/s are MiB per second of the median round. Per round (ms): pull ${pulls.map((x) => x.toFixed(0)).join(', ')}; plain ${plains.map((x) => x.toFixed(0)).join(', ')}; plain with each file fsynced after (as the pull syncs each blob) ${synced.map((x) => x.toFixed(0)).join(', ')} (${mbps(total, median(synced)).toFixed(0)} MB/s)${curls.length ? `; curl, the files one after another in one process, timed from outside (its start included): ${curls.map((x) => x.toFixed(0)).join(', ')}` : ''}. Before its first download the pull takes ${ms(median(setups))} (median; the revision look-up, the model's lock, the store scanned for room, the manifest written): from its first download on it moves ${mbps(total, median(pulls) - median(setups)).toFixed(0)} MB/s, ${((mbps(total, median(pulls) - median(setups)) / plain)).toFixed(2)}x the plain fetch, a fixed cost that a model of gigabytes amortises. Verifying costs the sha256 of every byte: ${ms(hashMs)} for the ${(total / MiB).toFixed(0)} MiB in one thread here (${mbps(total, hashMs).toFixed(0)} MB/s), done as the bytes arrive; the hub runs in the bench's process, each client in its own`,
   );
+}
+
+/**
+ * 14b over a gigabit link: the pull and curl of the same files through the
+ * relay of 14a at 119 MiB/s, alternated. What a node's link gives is what
+ * the pull must take; unthrottled on one host, both share its two cores
+ * with the hub, and the figure above measures CPU rather than a link.
+ */
+async function pullOverLink(rows: BenchRow[], notes: string[], hub: FakeHub, root: string, quick: boolean): Promise<void> {
+  const rounds = quick ? 2 : 5;
+  const link = await throttledLink(Number(new URL(hub.url).port), GIGABIT_BYTES_PER_S);
+  try {
+    const repo = hub.repos.get(REPO) as NonNullable<ReturnType<typeof hub.repos.get>>;
+    const urls = repo.files.map((f) => `${link.url}/${REPO}/resolve/${repo.commit}/${f.path}`);
+    const pulls: number[] = [];
+    const curls: number[] = [];
+    const dir = join(root, 'copy');
+    for (let r = 0; r < rounds; r++) {
+      pulls.push(await timedChild(pullScript(link.url, dir)));
+      rmSync(dir, { recursive: true, force: true });
+      spawnSync('sync');
+      mkdirSync(dir, { recursive: true });
+      const c = await curlMs(urls, dir);
+      if (c === undefined) throw new Error('no curl on this machine to compare with');
+      curls.push(c);
+      rmSync(dir, { recursive: true, force: true });
+      spawnSync('sync');
+    }
+    const total = modelBytes();
+    const pull = mbps(total, median(pulls));
+    const curl = mbps(total, median(curls));
+    rows.push({
+      figure: `14b over a 1 Gb/s link: the same pull beside curl, both through a relay of ${GIGABIT_BYTES_PER_S / MiB} MiB/s, ${rounds} rounds`,
+      measured: `${pull.toFixed(0)} MB/s (${(pull / curl).toFixed(2)}x curl)`,
+      reference: `curl: ${curl.toFixed(0)} MB/s; the link: ${(GIGABIT_BYTES_PER_S / MiB).toFixed(0)} MB/s`,
+      target: `>= ${PULL_BOUND}x curl`,
+      met: pull / curl >= PULL_BOUND,
+    });
+    notes.push(`14b over the link, per round (ms): pull ${pulls.map((x) => x.toFixed(0)).join(', ')}; curl ${curls.map((x) => x.toFixed(0)).join(', ')} (its process start included, the pull's revision look-up and manifest too)`);
+  } finally {
+    await link.close();
+  }
 }
 
 /** 14c: a cold StartShard → READY, then SleepShard (level 1) → SLEEPING and WakeShard → READY, on one shard per round. */
@@ -397,13 +468,13 @@ async function wakeVsCold(rows: BenchRow[], notes: string[], quick: boolean): Pr
   const wake = median(wakes);
   rows.push({
     figure: `14c WakeShard → READY beside a cold start → READY (vLLM double, load ${COLD_LOAD}, sleep level 1, ${rounds} rounds)`,
-    measured: `wake ${ms(wake)} (${(wake / cold).toFixed(2)}x)`,
-    reference: `cold ${ms(cold)}`,
-    target: `<= ${WAKE_BOUND}x`,
-    met: wake / cold <= WAKE_BOUND,
+    measured: `wake ${ms(wake)} (${ms(wake - ENGINE_WAKE_MS)} after the engine's own wake; ${(wake / cold).toFixed(2)}x the cold start)`,
+    reference: `the engine's /wake_up ${ms(ENGINE_WAKE_MS)}; cold ${ms(cold)}`,
+    target: `<= ${ms(ENGINE_WAKE_MS + WAKE_SLACK_MS)} (the engine's wake + ${ms(WAKE_SLACK_MS)})`,
+    met: wake <= ENGINE_WAKE_MS + WAKE_SLACK_MS,
   });
   notes.push(
-    `14c per round: cold ${colds.map(ms).join(', ')}; SleepShard → SLEEPING ${sleeps.map(ms).join(', ')}; wake ${wakes.map(ms).join(', ')}. The double's /wake_up takes --sim-wake-time's 100 ms default; the rest is the agent waiting for a GPU reading with the memory back (sampler every 1 s, looked at every 250 ms)`,
+    `14c per round: cold ${colds.map(ms).join(', ')}; SleepShard → SLEEPING ${sleeps.map(ms).join(', ')}; wake ${wakes.map(ms).join(', ')}. The double's /wake_up takes --sim-wake-time's 100 ms default; the rest is the agent's: the readiness check, the GPU memory read at once (NVML or nvidia-smi, not the sampler's next tick) and the known-answer completion that proves the weights are back`,
   );
 }
 
@@ -422,6 +493,7 @@ export async function warmStartFigures(rows: BenchRow[], notes: string[], quick:
   try {
     await row('14a', () => secondStart(rows, notes, hub));
     await row('14b', () => pullThroughput(rows, notes, hub, newRoot('f14b').root, quick));
+    await row('14b over a link', () => pullOverLink(rows, notes, hub, newRoot('f14b-link').root, quick));
     await row('14c', () => wakeVsCold(rows, notes, quick));
   } finally {
     await hub.stop();

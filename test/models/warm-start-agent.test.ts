@@ -204,7 +204,7 @@ describe('warm starts through the agent', () => {
     expect(first.state).toBe(ShardState.READY);
     expect(environOf(first.pid)).not.toHaveProperty('HF_HUB_OFFLINE');
     expect(await noteOf('p1')).toBe(
-      'started online (HF_HUB_OFFLINE unset): acme/chat@main was pulled with --include *.safetensors, so files the engine reads at start (tokenizer, chat template) may be missing from the store',
+      'started online (HF_HUB_OFFLINE unset): acme/chat@main was pulled with --include *.safetensors, which left out config.json, tokenizer_config.json, tokenizer.json',
     );
     expect(agent.logs().find((l) => l.msg === "the engine starts online: not everything it reads at start is in the node's model store")).toMatchObject({ shard: 'p1', why: expect.stringContaining('--include *.safetensors') });
     const stopped = cp.waitFor('node-a', shardIs('p1', ShardState.STOPPED), 20_000);

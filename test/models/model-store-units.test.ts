@@ -37,6 +37,22 @@ describe('includeMatcher', () => {
     expect(['model.bin', 'tokenizerx.json', 'config.json5'].map(m)).toEqual([false, false, false]);
     expect(includeMatcher([])('anything')).toBe(true);
   });
+
+  it('takes classes, complements, ranges, a literal [ and runs of stars as fnmatch does', () => {
+    const m = (p: string, s: string) => includeMatcher([p])(s);
+    expect([m('model-0000[1-3]-of-*.bin', 'model-00002-of-00004.bin'), m('model-0000[1-3]-of-*.bin', 'model-00004-of-00004.bin')]).toEqual([true, false]);
+    expect([m('[!c]*.json', 'config.json'), m('[!c]*.json', 'tokenizer.json')]).toEqual([false, true]);
+    expect([m('[]x]y', ']y'), m('[a', '[a'), m('a**b', 'a/x/b'), m('*a*b*', 'xxbxxa'), m('*a*b*', 'xaxbx')]).toEqual([true, true, true, false, true]);
+    expect([m('*.safetensors', '.safetensors'), m('a*a', 'a'), m('a*a', 'aa'), m('?*', ''), m('*', '')]).toEqual([true, false, true, false, true]);
+  });
+
+  it('matches a pattern of many stars against a long name at once, where a backtracking regexp took minutes (security review 3, S3)', () => {
+    // 12 stars took the regexp 140 s; this many would not end before the test's limit.
+    const m = includeMatcher([`${'*'.repeat(24)}Q`, `${'*a'.repeat(100)}Q`]);
+    expect(m('model-00001-of-00004.safetensors')).toBe(false);
+    expect(m(`${'a'.repeat(4000)}`)).toBe(false);
+    expect(m(`${'a'.repeat(200)}Q`)).toBe(true);
+  });
 });
 
 describe('repo ids and revisions', () => {

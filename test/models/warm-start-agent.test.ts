@@ -269,6 +269,13 @@ describe('warm starts through the agent', () => {
       expect(f.error).not.toContain('\n');
     }
     expect(hub.requests.length).toBe(asked);
+    // A pattern of stars that a backtracking match took minutes over (security review 3, S3): the pull
+    // fails at once naming the pattern, and the agent's heartbeats go on (its event loop was never held).
+    const redos = `${'*'.repeat(24)}Q`;
+    const failed = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.FAILED), 10_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny', include: [redos] }) });
+    expect(pullValue(await failed).error).toContain(`no file of acme/tiny@main matches --include ${redos}`);
+    await cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat', 10_000);
     // The agent is still there and answers.
     const again = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.DONE), 20_000);
     cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny' }) });

@@ -2,6 +2,7 @@ import type { Server } from 'node:http';
 import { dirname } from 'node:path';
 import { errorMessage } from '../lib/errors.js';
 import { assertTrustedDirectory } from '../lib/files/check-directory-trust.js';
+import { assertTrustedStore } from '../models/store-trust.js';
 import { findGroup } from '../lib/find-group.js';
 import type { Logger } from '../lib/logger.js';
 import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
@@ -36,6 +37,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   assertTrustedDirectory(c.supervisor.stateDir, 'supervisor.state_dir');
   assertTrustedDirectory(c.supervisor.logDir, 'supervisor.log_dir');
   assertTrustedDirectory(dirname(c.admin.socket), 'admin.socket');
+  if (c.models.cacheDir !== '') assertTrustedStore(c.models.cacheDir);
   const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
   // An unknown group is the admin server's configuration error, reported when it listens.
   const logGid = c.admin.group === '' ? undefined : findGroup({ name: c.admin.group })?.gid;
@@ -52,6 +54,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     mgmtAddr: resolveMgmtAddr(c.mgmtAddr, c.mgmtInterface),
     // Engines get the node's model store as their caches (issue 30); '' leaves them as before.
     modelsCacheDir: c.models.cacheDir,
+    modelsHubEndpoint: c.models.hub?.endpoint,
   });
   // A reading per heartbeat, but not more than one a second: faster heartbeats
   // (tests, benchmarks) would only make nvidia-smi query NVML for nothing.

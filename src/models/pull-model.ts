@@ -1,4 +1,4 @@
-import { lstat, open, readlink, rename, stat, symlink, unlink } from 'node:fs/promises';
+import { lstat, mkdir, open, readlink, rename, stat, symlink, unlink } from 'node:fs/promises';
 import { createReadStream } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
@@ -18,7 +18,7 @@ import { removeModel } from './remove-model.js';
 import { checkRepoId, checkRevision } from './repo-id.js';
 import { scanStore } from './scan-store.js';
 import type { StoreLayout } from './store-layout.js';
-import { StoreOwner } from './store-owner.js';
+import { openTrustedStore } from './store-trust.js';
 
 export interface PullRequest {
   repo: string;
@@ -88,8 +88,8 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
   const revision = checkRevision(req.revision);
   const matches = includeMatcher(req.include);
   const { layout, signal } = ctx;
-  const owner = await StoreOwner.of(layout.cacheDir);
-  await owner.mkdir(layout.hubDir);
+  await openTrustedStore(layout.cacheDir);
+  await mkdirs(layout.hubDir);
   const lock = await lockModel(layout, repo, signal, (holderPid) => ctx.onEvent?.({ kind: 'waiting', holderPid }));
   try {
     const rev = await fetchRevision(ctx.hub, repo, revision, signal);
@@ -121,18 +121,17 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: false, repoFiles: rev.files.map((f) => f.path) };
     await writeManifest(layout, manifest);
 
-    await owner.mkdir(dirname(layout.blobPath(repo, 'x')));
-    await owner.mkdir(partialDir(layout));
-    const outcome = await downloadAll(ctx, repo, rev.commit, missing, owner);
+    await mkdirs(dirname(layout.blobPath(repo, 'x')));
+    await mkdirs(partialDir(layout));
+    const outcome = await downloadAll(ctx, repo, rev.commit, missing);
     // One pass for the small blobs, which were renamed unsynced, before the manifest calls the model complete.
     await syncAll(outcome.unsynced);
 
-    for (const f of manifestFiles) await linkPointer(layout, owner, repo, rev.commit, f);
+    for (const f of manifestFiles) await linkPointer(layout, repo, rev.commit, f);
     if (revision !== rev.commit) {
       const ref = layout.refPath(repo, revision);
-      await owner.mkdir(dirname(ref));
+      await mkdirs(dirname(ref));
       await writeFileAtomic(ref, rev.commit, 0o644);
-      await owner.give(ref);
     }
     manifest.refs[revision] = rev.commit;
     manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true, repoFiles: rev.files.map((f) => f.path) };
@@ -203,12 +202,12 @@ async function blobPresent(layout: StoreLayout, repo: string, b: PlannedBlob, ve
 
 async function makeRoom(ctx: PullContext, repo: string, needBytes: number): Promise<string[]> {
   const models = await scanStore(ctx.layout);
-  // The compile caches take their part of the budget first: they are never evicted.
+  // The compile caches take their part of the budget first: those of a model evicted go with it, but none is counted on to.
   const compiled = await compileCacheBytes(ctx.layout);
   const plan = chooseEvictions(models, needBytes, ctx.budget - compiled, repo);
   if (!plan.fits) {
     const held = models.filter((m) => m.repo !== repo && (m.pins.length > 0 || m.pulling)).map((m) => m.repo);
-    const compileNote = compiled > 0 ? ` and the compile caches ${formatBytes(compiled)} (${ctx.layout.compileDir}, never evicted)` : '';
+    const compileNote = compiled > 0 ? ` and the compile caches ${formatBytes(compiled)} (${ctx.layout.engineCachesDir}, removed with their model)` : '';
     throw failure(
       `${repo} needs ${formatBytes(needBytes)} more and models.budget is ${formatBytes(ctx.budget)}: even with every unpinned model evicted the models would hold ${formatBytes(plan.bytesAfter)}${compileNote}${held.length ? ` (in use: ${held.join(', ')})` : ''}; raise models.budget or remove a model`,
     );
@@ -228,7 +227,6 @@ async function downloadAll(
   repo: string,
   commit: string,
   missing: PlannedBlob[],
-  owner: StoreOwner,
 ): Promise<{ fetchedBytes: number; resumedBytes: number; mismatches: number; unsynced: string[] }> {
   const headers = await hubHeaders(ctx.hub);
   const unsynced: string[] = [];
@@ -263,7 +261,6 @@ async function downloadAll(
               onProgress: (p) => ctx.onEvent?.({ kind: 'file-progress', path: b.file.path, bytes: p.bytes, size: b.file.size }),
             },
           );
-          await owner.give(ctx.layout.blobPath(repo, b.etag));
           if (!r.synced) unsynced.push(ctx.layout.blobPath(repo, b.etag));
           fetchedBytes += r.fetched;
           resumedBytes += r.resumedFrom;
@@ -284,15 +281,19 @@ async function downloadAll(
 }
 
 /** snapshots/<commit>/<file> → the blob, relative as huggingface_hub links it; replaced if it points elsewhere. */
-async function linkPointer(layout: StoreLayout, owner: StoreOwner, repo: string, commit: string, f: ManifestFile): Promise<void> {
+async function linkPointer(layout: StoreLayout, repo: string, commit: string, f: ManifestFile): Promise<void> {
   const pointer = layout.pointerPath(repo, commit, f.path);
   const target = layout.pointerTarget(repo, commit, f.path, f.etag);
-  await owner.mkdir(dirname(pointer));
+  await mkdirs(dirname(pointer));
   const current = await readlink(pointer).catch(() => undefined);
   if (current === target) return;
   const tmp = `${pointer}.tmp-${process.pid}`;
   await unlink(tmp).catch(() => {});
   await symlink(target, tmp);
-  await owner.give(tmp);
   await rename(tmp, pointer);
+}
+
+/** mkdir -p of the store's folders: 0755, the agent's, readable by engines. */
+async function mkdirs(dir: string): Promise<void> {
+  await mkdir(dir, { recursive: true, mode: 0o755 });
 }

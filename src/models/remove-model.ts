@@ -1,10 +1,11 @@
-import { rename, rm } from 'node:fs/promises';
+import { lstat, readdir, rename, rm } from 'node:fs/promises';
+import { execa } from 'execa';
 import { join } from 'node:path';
 import { failure } from '../lib/errors.js';
 import { modelPins } from './model-pins.js';
 import { tryLockModel } from './model-lock.js';
 import { repoFolderName } from './repo-id.js';
-import type { StoreLayout } from './store-layout.js';
+import { type StoreLayout, modelCacheKey } from './store-layout.js';
 
 export type RemoveOutcome = { removed: true } | { removed: false; reason: string };
 
@@ -35,6 +36,7 @@ export async function removeModel(layout: StoreLayout, repo: string): Promise<Re
     }
     await rm(layout.manifestPath(repo), { force: true });
     await rm(aside, { recursive: true, force: true });
+    await removeCompileCaches(layout, repo);
     return { removed: true };
   } finally {
     lock.release();
@@ -45,4 +47,37 @@ export async function removeModel(layout: StoreLayout, repo: string): Promise<Re
 export async function removeModelOrFail(layout: StoreLayout, repo: string): Promise<void> {
   const r = await removeModel(layout, repo);
   if (!r.removed) throw failure(`${repo} is not removed: ${r.reason}; try again once it is not in use`);
+}
+
+/**
+ * Deletes every engine's compile cache of `repo` (StoreLayout.engineCacheDir):
+ * each leaf is renamed aside in its engine's folder, which is the agent's,
+ * and then deleted as the account that owns it, so that the kernel judges
+ * every path in a tree that account could have filled with links (the
+ * rm -rf race of CVE-2022-21658). Best effort: what is left is counted in
+ * the budget and removed by the next eviction of the model.
+ */
+export async function removeCompileCaches(layout: StoreLayout, repo: string): Promise<void> {
+  const leafName = modelCacheKey(repo);
+  for (const uid of await readdir(layout.engineCachesDir).catch(() => [] as string[])) {
+    const uidDir = join(layout.engineCachesDir, uid);
+    for (const engine of await readdir(uidDir).catch(() => [] as string[])) {
+      const leaf = join(uidDir, engine, leafName);
+      const aside = join(uidDir, engine, `.trash-${leafName}-${process.pid}`);
+      try {
+        await rename(leaf, aside);
+      } catch {
+        continue;
+      }
+      await removeAsOwner(aside).catch(() => {});
+    }
+  }
+}
+
+/** rm -rf of `dir` as its owner when the agent is root and the owner is not: the kernel then refuses whatever that account could not delete itself. */
+async function removeAsOwner(dir: string): Promise<void> {
+  const st = await lstat(dir);
+  if (!st.isDirectory()) return rm(dir, { force: true });
+  if ((process.geteuid?.() ?? 0) !== 0 || st.uid === 0) return rm(dir, { recursive: true, force: true });
+  await execa('rm', ['-rf', '--one-file-system', '--', dir], { uid: st.uid, gid: st.gid, reject: true, stdin: 'ignore' });
 }

@@ -6,7 +6,7 @@ import type { StoredModel } from './scan-store.js';
 /** `llmgw models list`'s table. */
 export function renderModelsList(models: readonly StoredModel[], budget: number, compileBytes = 0, nowMs = Date.now()): string {
   const used = models.reduce((s, m) => s + m.bytes, 0) + compileBytes;
-  const footer = `${formatBytes(used)} of ${formatBytes(budget)} (models.budget) used${compileBytes > 0 ? `, ${formatBytes(compileBytes)} of it the engines' compile caches (never evicted)` : ''}`;
+  const footer = `${formatBytes(used)} of ${formatBytes(budget)} (models.budget) used${compileBytes > 0 ? `, ${formatBytes(compileBytes)} of it the engines' compile caches (removed with their model)` : ''}`;
   if (models.length === 0) return `no models in the store\n${footer}`;
   const rows = models.map((m) => [
     m.repo,

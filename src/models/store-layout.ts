@@ -1,5 +1,6 @@
 import { join, relative, dirname } from 'node:path';
-import { repoFolderName } from './repo-id.js';
+import { createHash } from 'node:crypto';
+import { checkRepoId, repoFolderName } from './repo-id.js';
 
 /**
  * Every path of the model store, derived in this one module (like
@@ -22,6 +23,12 @@ import { repoFolderName } from './repo-id.js';
  * files: one manifest per model (what was pulled, whether it is complete,
  * when it was last used), one lock per model (one pull at a time across
  * processes), and the pins of the shards that use it.
+ *
+ * All of that is the agent's (root's), read-only to engines (store-trust.ts
+ * says why). The one place engines write is their own caches, one per
+ * trust domain (security review 3, S9): `engines/<uid>/<engine>/<model>`
+ * (compiled graphs, and the hub cache of an online start), the leaf the
+ * engine account's, every folder above it root's.
  */
 export class StoreLayout {
   constructor(readonly cacheDir: string) {}
@@ -30,8 +37,17 @@ export class StoreLayout {
     return join(this.cacheDir, 'hub');
   }
 
-  get compileDir(): string {
-    return join(this.cacheDir, 'compile');
+  get engineCachesDir(): string {
+    return join(this.cacheDir, 'engines');
+  }
+
+  /**
+   * The compile caches of engine `engine` run as `uid` for model `model` (a
+   * hub id or a local path): no engine loads code that another account,
+   * engine or model's engine could have written.
+   */
+  engineCacheDir(uid: number, engine: string, model: string): string {
+    return join(this.engineCachesDir, String(uid), safeName(engine), modelCacheKey(model));
   }
 
   get ownDir(): string {
@@ -77,5 +93,19 @@ export class StoreLayout {
 
   pinDir(repo: string): string {
     return join(this.ownDir, 'pins', repoFolderName(repo));
+  }
+}
+
+/** A config key's name as a folder name: engines are named by operators, so anything else is hashed. */
+function safeName(name: string): string {
+  return /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(name) ? name : `h-${createHash('sha256').update(name).digest('hex').slice(0, 16)}`;
+}
+
+/** A model's compile-cache folder: its hub cache folder name for a hub id, a hash for a local path. */
+export function modelCacheKey(model: string): string {
+  try {
+    return repoFolderName(checkRepoId(model));
+  } catch {
+    return `path--${createHash('sha256').update(model).digest('hex').slice(0, 16)}`;
   }
 }

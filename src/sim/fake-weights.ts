@@ -28,7 +28,7 @@
 import { createHash } from 'node:crypto';
 import { mkdir, open, readFile, readdir, rename, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
-import { join, relative } from 'node:path';
+import { dirname, join, relative } from 'node:path';
 import { isNotFound } from '../lib/errno.js';
 
 /** Bytes read at a time: large reads, as safetensors loading does with mmap. */
@@ -71,7 +71,7 @@ export async function findSnapshot(repo: string, revision: string, env: NodeJS.P
     new MissingWeightsError(
       hubOffline(env)
         ? `LocalEntryNotFoundError: cannot find an appropriate cached snapshot folder for ${repo} at revision ${revision} on the local disk (${what}) and outgoing traffic has been disabled (HF_HUB_OFFLINE=${env.HF_HUB_OFFLINE})`
-        : `no cached snapshot of ${repo} at revision ${revision} (${what}), and the double does not download (--sim-read-weights): pull it into the store first (llmgw models pull ${repo})`,
+        : `no cached snapshot of ${repo} at revision ${revision} (${what}), and no HF_ENDPOINT for the double to download it from (--sim-read-weights): pull it into the store first (llmgw models pull ${repo})`,
     );
   let commit = revision;
   if (!COMMIT.test(revision)) {
@@ -115,7 +115,12 @@ export async function readWeights(
   cancelled: () => boolean = () => false,
   opts: { tokenizer?: { repo: string; revision: string } } = {},
 ): Promise<WeightsRead> {
-  const { dir, commit } = await findSnapshot(repo, revision, env);
+  const { dir, commit } = await findSnapshot(repo, revision, env).catch(async (err: unknown) => {
+    // Online, huggingface_hub fetches what the cache lacks (snapshot_download); the double does too, from HF_ENDPOINT.
+    if (!(err instanceof MissingWeightsError) || hubOffline(env) || !env.HF_ENDPOINT) throw err;
+    await downloadSnapshot(repo, revision, env, env.HF_ENDPOINT);
+    return findSnapshot(repo, revision, env);
+  });
   const files = await snapshotFiles(dir);
   if (files.length === 0) throw new MissingWeightsError(`the cached snapshot ${dir} of ${repo} holds no file`);
   if (hubOffline(env)) {
@@ -205,4 +210,35 @@ export async function writeCompileMarker(path: string, key: CompileKey, compileM
   const tmp = `${path}.${process.pid}.tmp`;
   await writeFile(tmp, `${JSON.stringify({ ...key, compileMs, compiledAt: new Date().toISOString() })}\n`);
   await rename(tmp, path);
+}
+
+/**
+ * What huggingface_hub's snapshot_download does online, in short: the
+ * revision's file list from `<endpoint>/api/models/<repo>/revision/<rev>`,
+ * every file from `<endpoint>/<repo>/resolve/<commit>/<path>`, into the hub
+ * cache as snapshots/<commit>/<path> and refs/<revision>. Plain files, not
+ * links to blobs: the double reads them, nothing else does. A failure is
+ * the engine's (MissingWeightsError), as a download error fails vLLM's start.
+ */
+async function downloadSnapshot(repo: string, revision: string, env: NodeJS.ProcessEnv, endpoint: string): Promise<void> {
+  const base = endpoint.replace(/\/+$/, '');
+  const headers: Record<string, string> = env.HF_TOKEN ? { authorization: `Bearer ${env.HF_TOKEN}` } : {};
+  const info = await fetch(`${base}/api/models/${repo}/revision/${encodeURIComponent(revision)}`, { headers });
+  if (!info.ok) throw new MissingWeightsError(`huggingface_hub.errors.HfHubHTTPError: ${info.status} for ${base}/api/models/${repo}/revision/${revision}`);
+  const { sha, siblings } = (await info.json()) as { sha: string; siblings: { rfilename: string }[] };
+  if (!COMMIT.test(sha)) throw new MissingWeightsError(`the hub at ${base} named no commit for ${repo}@${revision}`);
+  const repoDir = join(hubCacheDir(env), `models--${repo.replaceAll('/', '--')}`);
+  const snap = join(repoDir, 'snapshots', sha);
+  for (const { rfilename } of siblings) {
+    if (rfilename.split('/').some((part) => part === '' || part === '.' || part === '..')) continue;
+    const res = await fetch(`${base}/${repo}/resolve/${sha}/${rfilename}`, { headers });
+    if (!res.ok) throw new MissingWeightsError(`huggingface_hub.errors.HfHubHTTPError: ${res.status} for ${rfilename} of ${repo}`);
+    const path = join(snap, ...rfilename.split('/'));
+    await mkdir(dirname(path), { recursive: true });
+    await writeFile(path, Buffer.from(await res.arrayBuffer()));
+  }
+  if (!COMMIT.test(revision)) {
+    await mkdir(join(repoDir, 'refs'), { recursive: true });
+    await writeFile(join(repoDir, 'refs', ...revision.split('/')), sha);
+  }
 }

@@ -67,15 +67,30 @@ export function shardSpec(shardId: string, httpPort = 0, model = 'sim-model'): C
  * refuses an http_port inside it, and the kernel's own pick (port 0) is
  * always inside it.
  */
+/** Ports this process handed out, never handed out again (a test's engine may still be coming up on one). */
+const handedOut = new Set<number>();
+
 export async function freePort(): Promise<number> {
   const range = (await readEphemeralPortRange()) ?? { low: 32768, high: 60999 };
   // 10000-17999: clear of the registered ports below, of the reference
   // control plane's pool (18000-18999) and of the 20000+ ranges the e2e
   // suites hand out; above the ephemeral range on a node where it starts low.
-  const [first, last] = range.low > 11_000 ? [10_000, Math.min(17_999, range.low - 1)] : [range.high + 1, 65_535];
-  for (;;) {
-    const port = first + Math.floor(Math.random() * (last - first + 1));
-    if (await canBind(port)) return port;
+  const [low, high] = range.low > 11_000 ? [10_000, Math.min(17_999, range.low - 1)] : [range.high + 1, 65_535];
+  // A slice per vitest worker: two test files running at once never draw the same port, where a
+  // port free when one checked it was bound by the other before its engine started (seen: "port
+  // 17686 held by another process" failing a systemd-run start).
+  const workers = 4;
+  const worker = (Number(process.env.VITEST_POOL_ID ?? '1') - 1) % workers;
+  const size = Math.floor((high - low + 1) / workers);
+  const first = low + worker * size;
+  for (let tries = 0; ; tries++) {
+    const port = first + Math.floor(Math.random() * size);
+    if (handedOut.has(port) && tries < size) continue;
+    if (await canBind(port)) {
+      handedOut.add(port);
+      if (handedOut.size > size / 2) handedOut.clear();
+      return port;
+    }
   }
 }
 

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -45,18 +45,22 @@ describe('an engine started on a node with a model store', () => {
     const spec = shard({ profile: { model: 'acme/tiny' } });
     await engine.validate(spec, context());
     const { env } = engine.command(spec);
-    expect(env).toMatchObject({ HF_HUB_CACHE: join(dir, 'hub'), VLLM_CACHE_ROOT: join(dir, 'compile', 'vllm'), HF_HUB_OFFLINE: '1' });
+    const own = join(dir, 'engines', String(context().agentUid), 'vllm', 'models--acme--tiny');
+    expect(env).toMatchObject({ HF_HUB_CACHE: join(dir, 'hub'), VLLM_CACHE_ROOT: join(own, 'vllm'), HF_HUB_OFFLINE: '1' });
+    // Made for the engine before its start: its one writable folder in the store.
+    expect(statSync(own).isDirectory()).toBe(true);
     // Nothing asked the hub at start: the pull's requests are all it saw.
     expect(hub.requests.filter((r) => r.url.includes('/resolve/'))).toHaveLength(1);
   });
 
-  it('stays online for a model the store does not have whole, or at another revision', async () => {
+  it('stays online for a model the store does not have whole, or at another revision, downloading into a hub cache of its own', async () => {
     const engine = registry(dir).get('vllm');
     for (const profile of [{ model: 'acme/other' }, { model: 'acme/tiny', args: ['--revision', 'v2'] }]) {
       const spec = shard({ profile });
       await engine.validate(spec, context());
       const { env } = engine.command(spec);
-      expect(env.HF_HUB_CACHE).toBe(join(dir, 'hub'));
+      // The store is read-only to engines: an online one downloads into its own folder.
+      expect(env.HF_HUB_CACHE).toBe(join(dir, 'engines', String(context().agentUid), 'vllm', profile.model === 'acme/other' ? 'models--acme--other' : 'models--acme--tiny', 'hub'));
       expect(env).not.toHaveProperty('HF_HUB_OFFLINE');
     }
   });

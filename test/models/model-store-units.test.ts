@@ -85,18 +85,20 @@ describe('renderModelsList', () => {
 });
 
 describe('engineCacheEnv', () => {
-  it('points every engine cache into the store but leaves HF_HOME (and so the token file) alone, and is offline only for a complete model', () => {
-    expect(engineCacheEnv({ cacheDir: '/srv/models', modelComplete: false })).toEqual({
-      HF_HUB_CACHE: '/srv/models/hub',
-      VLLM_CACHE_ROOT: '/srv/models/compile/vllm',
-      SGLANG_CACHE_DIR: '/srv/models/compile/sglang',
-      TORCHINDUCTOR_CACHE_DIR: '/srv/models/compile/torchinductor',
-      TRITON_CACHE_DIR: '/srv/models/compile/triton',
+  it('points the engine at its own caches, leaves HF_HOME (and so the token file) alone, and gives the store (read-only) only to an offline start', () => {
+    const engineCacheDir = '/srv/models/engines/998/vllm/models--acme--m';
+    expect(engineCacheEnv({ cacheDir: '/srv/models', modelComplete: false, engineCacheDir, hubEndpoint: 'https://hf.example' })).toEqual({
+      VLLM_CACHE_ROOT: `${engineCacheDir}/vllm`,
+      SGLANG_CACHE_DIR: `${engineCacheDir}/sglang`,
+      TORCHINDUCTOR_CACHE_DIR: `${engineCacheDir}/torchinductor`,
+      TRITON_CACHE_DIR: `${engineCacheDir}/triton`,
+      HF_HUB_CACHE: `${engineCacheDir}/hub`,
+      HF_ENDPOINT: 'https://hf.example',
     });
-    expect(engineCacheEnv({ cacheDir: '/srv/models', modelComplete: true }).HF_HUB_OFFLINE).toBe('1');
+    expect(engineCacheEnv({ cacheDir: '/srv/models', modelComplete: true, engineCacheDir })).toMatchObject({ HF_HUB_CACHE: '/srv/models/hub', HF_HUB_OFFLINE: '1' });
   });
 
   it('gives nothing when the store is off', () => {
-    expect(engineCacheEnv({ cacheDir: '', modelComplete: true })).toEqual({});
+    expect(engineCacheEnv({ cacheDir: '', modelComplete: true, engineCacheDir: '/x' })).toEqual({});
   });
 });

@@ -147,24 +147,29 @@ describe('pullModel', () => {
     expect(again.evicted).toEqual(['acme/c']);
   });
 
-  it('counts the compile caches against the budget, and never evicts them', async () => {
+  it('counts the compile caches against the budget, and removes a model\'s with it when it is evicted', async () => {
     const budget = 250_000; // two of the 100 kB models fit beside nothing else
+    const me = process.geteuid?.() ?? 0;
     await pullModel({ repo: 'acme/a', revision: 'main', include: [] }, ctx(budget));
-    // What an engine compiled: 80 kB under <cache_dir>/compile, in nested folders as torch writes them.
-    const graphs = join(layout.compileDir, 'vllm', 'torch_compile_cache', 'ab12cd', 'rank_0_0');
+    // What engines compiled, in nested folders as torch writes them: 70 kB for a model the store does not hold, 10 kB for acme/a.
+    const graphs = join(layout.engineCacheDir(me, 'vllm', 'acme/z'), 'vllm', 'torch_compile_cache', 'ab12cd', 'rank_0_0');
     mkdirSync(graphs, { recursive: true });
-    writeFileSync(join(graphs, 'graph.py'), bytes(50_000, 1));
-    writeFileSync(join(layout.compileDir, 'vllm', 'torch_compile_cache', 'ab12cd', 'cache_key'), bytes(30_000, 2));
+    writeFileSync(join(graphs, 'graph.py'), bytes(40_000, 1));
+    writeFileSync(join(graphs, '..', 'cache_key'), bytes(30_000, 2));
+    const ofA = layout.engineCacheDir(me, 'vllm', 'acme/a');
+    mkdirSync(ofA, { recursive: true });
+    writeFileSync(join(ofA, 'graph.py'), bytes(10_000, 3));
     expect(await compileCacheBytes(layout)).toBe(80_000);
-    // a (100 kB) + b (100 kB) + 80 kB compiled > 250 kB: a, unpinned and least recently used, goes; the caches stay.
+    // a (100 kB) + b (100 kB) + 80 kB compiled > 250 kB: a, unpinned and least recently used, goes, and its compile cache with it.
     const r = await pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget));
     expect(r.evicted).toEqual(['acme/a']);
-    expect(await compileCacheBytes(layout)).toBe(80_000);
+    expect(existsSync(ofA)).toBe(false);
+    expect(await compileCacheBytes(layout)).toBe(70_000);
     // With b pinned, c cannot fit beside b and the caches: refused, naming the caches.
     await pinModel(layout, 'acme/b', 'shard-b-0');
-    await expect(pullModel({ repo: 'acme/c', revision: 'main', include: [] }, ctx(budget))).rejects.toThrow(/and the compile caches 78\.1 KiB \(.*compile, never evicted\) \(in use: acme\/b\)/);
-    expect(cachedModelsView(await scanStore(layout), budget, 80_000).freeBytes).toBe(BigInt(budget - 100_000 - 80_000));
-    expect(renderModelsList(await scanStore(layout), budget, 80_000)).toContain("176 KiB of 244 KiB (models.budget) used, 78.1 KiB of it the engines' compile caches (never evicted)");
+    await expect(pullModel({ repo: 'acme/c', revision: 'main', include: [] }, ctx(budget))).rejects.toThrow(/and the compile caches 68\.4 KiB \(.*engines, removed with their model\) \(in use: acme\/b\)/);
+    expect(cachedModelsView(await scanStore(layout), budget, 70_000).freeBytes).toBe(BigInt(budget - 100_000 - 70_000));
+    expect(renderModelsList(await scanStore(layout), budget, 70_000)).toContain("166 KiB of 244 KiB (models.budget) used, 68.4 KiB of it the engines' compile caches (removed with their model)");
   });
 
   it('sends the token of models.hub.token_file to the hub, and refuses an unreadable one as a config error', async () => {
@@ -186,9 +191,10 @@ describe('pullModel', () => {
   });
 
   it('gives an engine the store as its caches, offline once the model is complete', async () => {
-    expect(engineCacheEnv({ cacheDir: dir, modelComplete: await isModelComplete(layout, 'acme/tiny', 'main') })).not.toHaveProperty('HF_HUB_OFFLINE');
+    const engineCacheDir = layout.engineCacheDir(0, 'vllm', 'acme/tiny');
+    expect(engineCacheEnv({ cacheDir: dir, modelComplete: await isModelComplete(layout, 'acme/tiny', 'main'), engineCacheDir })).not.toHaveProperty('HF_HUB_OFFLINE');
     await pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, ctx());
-    const env = engineCacheEnv({ cacheDir: dir, modelComplete: await isModelComplete(layout, 'acme/tiny', 'main') });
+    const env = engineCacheEnv({ cacheDir: dir, modelComplete: await isModelComplete(layout, 'acme/tiny', 'main'), engineCacheDir });
     expect(env).toMatchObject({ HF_HUB_CACHE: join(dir, 'hub'), HF_HUB_OFFLINE: '1' });
   });
 });

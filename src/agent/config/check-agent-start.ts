@@ -3,6 +3,7 @@ import { dirname } from 'node:path';
 import { errnoCode } from '../../lib/errno.js';
 import { LlmgwError } from '../../lib/errors.js';
 import { assertTrustedDirectory } from '../../lib/files/check-directory-trust.js';
+import { assertTrustedStore } from '../../models/store-trust.js';
 import { ETC_GROUP, findGroup } from '../../lib/find-group.js';
 import { type AgentConfig, tlsEnabled } from './agent-config.js';
 
@@ -34,6 +35,7 @@ export function checkAgentStart(c: AgentConfig, etcGroupPath: string = ETC_GROUP
   attempt(() => assertTrustedDirectory(c.supervisor.stateDir, 'supervisor.state_dir'));
   attempt(() => assertTrustedDirectory(c.supervisor.logDir, 'supervisor.log_dir'));
   attempt(() => assertTrustedDirectory(dirname(c.admin.socket), 'admin.socket'));
+  if (c.models.cacheDir !== '') attempt(() => assertTrustedStore(c.models.cacheDir));
   const group = c.admin.group;
   if (group !== '' && !findGroup({ name: group }, etcGroupPath)) {
     // admin-server.ts's resolveGroup says the same when the agent starts listening.

@@ -13,7 +13,8 @@ import type { Engine, LaunchPlan, ValidationContext } from './engine.js';
 import { resolveExecutableSync } from './resolve-executable.js';
 import { servesHttp, shardEnv } from './shard-launch.js';
 import { type ValidateShardOptions, validateShard } from './validate-shard.js';
-import { engineCacheEnv } from '../../models/engine-cache-env.js';
+import { engineCacheEnv, prepareEngineCache } from '../../models/engine-cache-env.js';
+import { StoreLayout } from '../../models/store-layout.js';
 import { type OfflineStart, judgeOfflineStart } from '../../models/judge-offline-start.js';
 
 /**
@@ -37,8 +38,12 @@ export abstract class ConfiguredEngine implements Engine {
   readonly #resolved = new WeakMap<StartShard, string>();
   /** models.cache_dir when the node has a model store (useModelStore); '' when not. */
   #modelsCacheDir = '';
+  /** models.hub.endpoint, for an online start's downloads. */
+  #hubEndpoint: string | undefined;
   /** Whether validate() found everything the spec's engine reads at start in the store, so command() may start it offline. */
   readonly #offline = new WeakMap<StartShard, OfflineStart>();
+  /** The compile cache validate() made for a start (prepareEngineCache). */
+  readonly #engineCacheDirs = new WeakMap<StartShard, string>();
 
   constructor(
     config: Partial<EngineConfig> | undefined,
@@ -81,6 +86,10 @@ export abstract class ConfiguredEngine implements Engine {
       const args = spec.profile?.args ?? [];
       const others = this.loadsModel() ? hubReposIn(args, this.codeLoadingArgs()) : [];
       this.#offline.set(spec, await judgeOfflineStart(this.#modelsCacheDir, spec.profile?.model ?? '', args, others));
+      const account = this.config.user ? { uid: this.config.user.uid, gid: this.config.user.gid } : undefined;
+      const engineCacheDir = new StoreLayout(this.#modelsCacheDir).engineCacheDir(account?.uid ?? ctx.agentUid, this.name, spec.profile?.model ?? '');
+      await prepareEngineCache(engineCacheDir, account);
+      this.#engineCacheDirs.set(spec, engineCacheDir);
     }
   }
 
@@ -94,8 +103,9 @@ export abstract class ConfiguredEngine implements Engine {
    * (engineCacheEnv): weights from local disk, compiled graphs kept across
    * starts, and no hub request at all once the model is complete there.
    */
-  useModelStore(cacheDir: string): void {
+  useModelStore(cacheDir: string, hubEndpoint?: string): void {
     this.#modelsCacheDir = cacheDir;
+    this.#hubEndpoint = hubEndpoint;
   }
 
   account(agentUid: number): EngineAccount {
@@ -202,7 +212,9 @@ export abstract class ConfiguredEngine implements Engine {
       Object.entries(spec.profile?.env ?? {}).filter(([k]) => refuseProfileEnv(k, this.config.allowedEnv, this.name) === undefined),
     );
     // The store's variables are the node's, under the profile's and the operator's like the rest of agentEnv.
-    const cacheEnv = engineCacheEnv({ cacheDir: this.#modelsCacheDir, modelComplete: this.#offline.get(spec)?.offline === true });
+    const engineCacheDir = this.#engineCacheDirs.get(spec);
+    // No compile cache without validate(): a start that skipped it gets none, rather than a folder nobody prepared.
+    const cacheEnv = engineCacheDir === undefined ? {} : engineCacheEnv({ cacheDir: this.#modelsCacheDir, modelComplete: this.#offline.get(spec)?.offline === true, engineCacheDir, hubEndpoint: this.#hubEndpoint });
     const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, { ...cacheEnv, ...this.agentEnv(spec) }) };
     if (this.config.user) plan.user = { ...this.config.user };
     return plan;

@@ -18,6 +18,8 @@ export interface EngineRegistryOptions {
   mgmtAddr?: string;
   /** models.cache_dir: the node-local model store the engines are given as their caches; none when empty or absent. */
   modelsCacheDir?: string;
+  /** models.hub.endpoint: where an engine that starts online downloads from. */
+  modelsHubEndpoint?: string;
 }
 
 /**
@@ -34,7 +36,7 @@ export class EngineRegistry {
     if (opts.engines.vllm?.enabled !== false) all.push(new VllmEngine(opts.engines.vllm, opts.mgmtInterface, { stopGraceMs: opts.stopGraceMs, mgmtAddr: opts.mgmtAddr }));
     if (opts.engines.sglang?.enabled !== false) all.push(new SglangEngine(opts.engines.sglang, opts.mgmtInterface, { mgmtAddr: opts.mgmtAddr }));
     if (opts.engines.sim?.enabled === true) all.push(new SimEngine(opts.engines.sim, opts.mgmtInterface));
-    if (opts.modelsCacheDir) for (const e of all) (e as Partial<Pick<ConfiguredEngine, 'useModelStore'>>).useModelStore?.(opts.modelsCacheDir);
+    if (opts.modelsCacheDir) for (const e of all) (e as Partial<Pick<ConfiguredEngine, 'useModelStore'>>).useModelStore?.(opts.modelsCacheDir, opts.modelsHubEndpoint);
     this.#engines = new Map(all.map((e) => [e.name, e]));
   }
 

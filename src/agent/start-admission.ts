@@ -134,6 +134,13 @@ export class StartAdmission {
       await engine.validate(spec, this.validationContext(spec));
       const plan = engine.command(spec);
       const note = this.onlineNote(spec, engine.onlineReason?.(spec), plan.env);
+      if (plan.env.VLLM_SERVER_DEV_MODE === '1') {
+        // Said at every such start (security review 3, S6): the agent sees a sleep it did not ask for, but cannot stop one.
+        this.opts.logger.warn(
+          { shard: spec.shardId, replica: spec.replicaId, port: spec.httpPort },
+          "sleep mode opens vLLM's dev endpoints (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache) on the engine's port without its API key: firewall the port to the router and the agent",
+        );
+      }
       return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}) };
     } catch (err) {
       // Refused: no engine of this shard reads the model.

@@ -156,6 +156,35 @@ describe('a wake is READY only with the weights back (issue 36)', () => {
     expect(String(stopping?.why)).toMatch(/^stop requested while asleep: nothing to drain/);
   });
 
+  it('sees a sleep it did not ask for (the dev endpoints take no key: security review 3, S6): UNHEALTHY at once, READY again only with the known answer, FAILED when woken without the weights', async () => {
+    const port = await freePort();
+    await startReady(sleepyStart('v-unasked', port, 0, 'vllm'));
+    await until(() => typeof stateFile('v-unasked').knownAnswer === 'string', 'the known answer recorded', 30_000);
+    const post = (path: string) => fetch(`http://127.0.0.1:${port}${path}`, { method: 'POST' }).then((r) => r.status);
+    // Any local user, without a key: a level 1 sleep, then a wake.
+    const unhealthy = cp.cp.waitFor(NODE, shardIs('v-unasked', S.UNHEALTHY, S.FAILED), 30_000);
+    expect(await post('/sleep?level=1')).toBe(200);
+    const u = statusOf(await unhealthy);
+    expect(S[u.state]).toBe('UNHEALTHY');
+    expect(u.error).toMatch(/^the engine is asleep \(vllm:engine_sleep_state\{sleep_state="awake"\} is 0\), and the agent did not put it to sleep/);
+    const back = cp.cp.waitFor(NODE, shardIs('v-unasked', S.READY, S.FAILED), 30_000);
+    expect(await post('/wake_up')).toBe(200);
+    const r = statusOf(await back);
+    expect(S[r.state], r.error).toBe('READY');
+    expect(String(transitionsOf('v-unasked').at(-1)?.why)).toMatch(/awake again .*gives its known answer/);
+    // Level 2 discards the weights; a bare /wake_up brings back memory, not weights: never READY.
+    const unhealthy2 = cp.cp.waitFor(NODE, shardIs('v-unasked', S.UNHEALTHY, S.FAILED), 30_000);
+    expect(await post('/sleep?level=2')).toBe(200);
+    expect(S[statusOf(await unhealthy2).state]).toBe('UNHEALTHY');
+    const failed = cp.cp.waitFor(NODE, shardIs('v-unasked', S.READY, S.FAILED), 30_000);
+    expect(await post('/wake_up')).toBe(200);
+    const f = statusOf(await failed);
+    expect(S[f.state]).toBe('FAILED');
+    expect(f.error).toMatch(/^woke without its weights after a sleep the agent did not ask for: it answers "!+"/);
+    expect(isRunning(f.pid)).toBe(true);
+    await send('v-unasked', { case: 'stop' }, S.STOPPED);
+  });
+
   // Last: it replaces the suite's agent.
   it('adopts an SGLang shard asleep (paused and released) across a kill -9 of the agent SLEEPING, without a generating probe, and wakes it answering', async () => {
     const port = await freePort();

@@ -60,6 +60,14 @@ export interface EngineSleepApi {
    * (or, unheld, run on released memory).
    */
   healthNeedsModel: boolean;
+  /**
+   * A /metrics series that is 0 while the engine sleeps, read every health
+   * tick so that a sleep the agent did not ask for is seen (security review
+   * 3, S6: with sleep mode the engine's /sleep takes no key); undefined when
+   * the engine exports none. vLLM: engine_sleep_state's `awake` series
+   * (V:vllm/v1/metrics/loggers.py:535-559, 1261-1278).
+   */
+  awakeGauge?: string;
 }
 
 /**
@@ -112,6 +120,7 @@ const APIS: Partial<Record<EngineName, EngineSleepApi>> = {
     mustBeIdle: false,
     wakeOnlyAsleep: false,
     healthNeedsModel: false,
+    awakeGauge: 'vllm:engine_sleep_state{sleep_state="awake"}',
   },
   sglang: {
     sleep: () => ({ method: 'POST', path: '/release_memory_occupation', body: '{}' }),

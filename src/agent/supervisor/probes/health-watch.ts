@@ -3,7 +3,7 @@ import { PROBE_TIMEOUT_MS, type ProbeResult, httpGet, probeHealth } from './http
 import type { PortOwnerCheck } from './port-owner-check.js';
 import { type EngineLoad, LoadMeter, UNKNOWN_LOAD } from './load-meter.js';
 import { readCounter, readCounters } from './read-gauge.js';
-import { readGauges } from './read-gauge.js';
+import { readGauge, readGauges } from './read-gauge.js';
 import { StallDetector, type StallVerdict } from './stall-detector.js';
 
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
@@ -20,8 +20,11 @@ export const UNHEALTHY_PROBE_INTERVAL_MS = 50;
 /** The one health judgement of a tick: what the shard should be, and why (ShardStatus.error when unhealthy). */
 export interface HealthVerdict {
   healthy: boolean;
-  /** 'probes': /health failed UNHEALTHY_AFTER_FAILURES times in a row; 'stalled': requests running, no token. */
-  cause: 'probes' | 'stalled' | undefined;
+  /**
+   * 'probes': /health failed UNHEALTHY_AFTER_FAILURES times in a row; 'stalled': requests running, no token;
+   * 'asleep': the engine's sleep gauge says it sleeps, which the agent did not ask (security review 3, S6).
+   */
+  cause: 'probes' | 'stalled' | 'asleep' | undefined;
   why: string;
 }
 
@@ -85,6 +88,14 @@ export function watchHealth(opts: {
    * detection, which alone reads /metrics.
    */
   onLoad?: (load: EngineLoad) => void;
+  /**
+   * A gauge that is 0 while the engine sleeps (vLLM's
+   * `vllm:engine_sleep_state{sleep_state="awake"}`), read from /metrics every
+   * tick: a READY engine that reads 0 was put to sleep by someone else (its
+   * dev endpoints take no key) and answers nothing useful, so it is
+   * UNHEALTHY, never READY. Only for engines started with sleep mode.
+   */
+  sleepGauge?: string;
 }): void {
   const { baseUrl, intervalMs, signal, stall, portOwner, healthPath } = opts;
   const timeoutMs = healthProbeTimeoutMs(intervalMs, opts.probeTimeoutMs);
@@ -111,17 +122,25 @@ export function watchHealth(opts: {
     return probeHealth(baseUrl, { timeoutMs, signal, healthPath });
   };
 
+  /** This tick's /metrics text: read once, by the sleep check or the stall detector; null when the read failed. */
+  let metricsText: string | null | undefined;
+  const readMetrics = async (): Promise<string | undefined> => {
+    if (metricsText === undefined) {
+      try {
+        const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs, signal });
+        metricsText = r.status === 200 ? r.body : null;
+      } catch {
+        metricsText = null;
+      }
+    }
+    return metricsText ?? undefined;
+  };
+
   /** The stall detector's verdict on the engine's /metrics now; undefined when there is none to read. */
   const readStall = async (): Promise<StallVerdict | undefined> => {
     if (!detector || !stall) return undefined;
-    let text: string;
-    try {
-      const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs, signal });
-      if (r.status !== 200) return undefined;
-      text = r.body;
-    } catch {
-      return undefined;
-    }
+    const text = await readMetrics();
+    if (text === undefined) return undefined;
     const atMs = performance.now();
     const tokenCounter = stall.progressCounters[0];
     load = meter.observe({
@@ -134,6 +153,13 @@ export function watchHealth(opts: {
       requestsRunning: readGauges(text, stall.runningGauges),
       progress: readCounters(text, stall.progressCounters),
     });
+  };
+
+  /** Whether the engine says it sleeps (opts.sleepGauge at 0); false when it does not say. */
+  const asleep = async (): Promise<boolean> => {
+    if (!opts.sleepGauge) return false;
+    const text = await readMetrics();
+    return text !== undefined && readGauge(text, opts.sleepGauge) === 0;
   };
 
   const judge = async (): Promise<HealthVerdict> => {
@@ -156,6 +182,10 @@ export function watchHealth(opts: {
     }
     const wasFailing = last.cause === 'probes';
     failures = 0;
+    if (await asleep()) {
+      return { healthy: false, cause: 'asleep', why: `the engine is asleep (${opts.sleepGauge} is 0), and the agent did not put it to sleep: something called its /sleep` };
+    }
+    if (last.cause === 'asleep') return { healthy: true, cause: undefined, why: `awake again (${opts.sleepGauge} is not 0)` };
     if (!detector || !stall) return { healthy: true, cause: undefined, why: wasFailing ? '/health answers again' : 'answers /health' };
     const v = await readStall();
     if (v === undefined) return wasFailing ? { healthy: true, cause: undefined, why: '/health answers again' } : last;
@@ -173,6 +203,7 @@ export function watchHealth(opts: {
       return;
     }
     load = UNKNOWN_LOAD;
+    metricsText = undefined;
     const v = await judge();
     if (signal.aborted) return;
     last = v;

@@ -125,6 +125,10 @@ export class ShardRunner {
   private memoryResumed = false;
   /** The engine's greedy answer to the known-answer prompt, from its first READY (known-answer.ts); undefined until recorded. */
   private knownAnswer: string | undefined;
+  /** The health watch saw the engine asleep while READY: someone else called its /sleep (S6). */
+  private sleptUnasked = false;
+  /** The known-answer check of a shard awake again after such a sleep, while it runs. */
+  private answerRecheck: Promise<void> | undefined;
   /** The known answer being asked for, so that a sleep right after READY waits for it instead of asking twice. */
   private recordingAnswer: Promise<string | undefined> | undefined;
   /** What the health watch's latest /metrics read said of the engine's load; unknown outside the watch. */
@@ -398,6 +402,8 @@ export class ShardRunner {
       onVerdict: (v) => this.applyHealth(v),
       // SGLang's /health generates: held while asleep (EngineSleepApi.hold), it would time out and flap the shard on waking.
       paused: () => this.state === S.SLEEPING && engineSleepApi(this.spec.profile?.engine ?? '')?.healthNeedsModel === true,
+      // A sleep-mode engine's /sleep takes no key: one the agent did not ask for makes the shard UNHEALTHY (S6).
+      sleepGauge: this.spec.profile?.sleepMode ? engineSleepApi(this.spec.profile.engine)?.awakeGauge : undefined,
       onLoad: (load) => {
         if (!this.serving.signal.aborted) this.load = load;
       },
@@ -418,7 +424,27 @@ export class ShardRunner {
   private applyHealth(v: HealthVerdict): void {
     // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.
     this.ctx.log.debug({ shard: this.shardId, replica: this.replicaId, healthy: v.healthy, why: v.why }, 'health probe verdict');
+    if (v.cause === 'asleep' && this.state === S.READY) this.sleptUnasked = true;
+    if (v.healthy && this.sleptUnasked && this.state === S.UNHEALTHY) {
+      // Woken by whoever put it to sleep, perhaps without its weights (a level 2 and a bare /wake_up): READY only with its known answer.
+      if (!this.answerRecheck) this.answerRecheck = this.recheckAfterUnaskedSleep(v).finally(() => (this.answerRecheck = undefined));
+      return;
+    }
     this.apply(this.health.judge(v, this.state));
+  }
+
+  /** After a sleep the agent did not ask for: the engine's known answer decides between READY and FAILED. */
+  private async recheckAfterUnaskedSleep(v: HealthVerdict): Promise<void> {
+    const verdict = this.checksAnswers ? await checkKnownAnswer(this.answerTarget(this.serving.signal), this.knownAnswer).catch(() => undefined) : undefined;
+    if (this.state !== S.UNHEALTHY || this.serving.signal.aborted) return;
+    if (verdict && !verdict.ok) {
+      this.error = `woke without its weights after a sleep the agent did not ask for: ${verdict.reason}`;
+      this.transition(S.FAILED, this.error);
+      return;
+    }
+    if (this.checksAnswers && verdict === undefined) return; // asked nothing: the next tick asks again
+    this.sleptUnasked = false;
+    this.apply(this.health.judge({ ...v, why: verdict ? `${v.why}; ${verdict.how}` : v.why }, this.state));
   }
 
   /** Carries out what the health judgement decided, through the one transition function. */

@@ -211,7 +211,7 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
   if (first.chunked) {
     // Not a file server's answer for a file; read the slow way rather than not at all.
     first.cancel();
-    return fetchStream(blob, ctx, have, hash, resumedFrom);
+    return fetchStream(blob, ctx, have, hash, resumedFrom, first.url);
   }
 
   // w+, not w: a part written ahead of the hash is read back.
@@ -467,14 +467,16 @@ async function syncIfLarge(blob: BlobToFetch): Promise<void> {
  * chunked), which no file server sends for a file of known size but a proxy
  * might: one stream, each chunk hashed and appended as it comes.
  */
-async function fetchStream(blob: BlobToFetch, ctx: DownloadContext, from: number, hashSoFar: Hash, resumedFrom: number): Promise<{ digest: string; resumedFrom: number; fetched: number }> {
+async function fetchStream(blob: BlobToFetch, ctx: DownloadContext, from: number, hashSoFar: Hash, resumedFrom: number, answeredAt: string): Promise<{ digest: string; resumedFrom: number; fetched: number }> {
   let have = from;
   let hash = hashSoFar;
-  const headers: Record<string, string> = { ...ctx.headers, 'accept-encoding': 'identity' };
+  // Asked again where the first request's redirects (checked by openHubStream) ended, following none: the token only to the hub's own origin.
+  const sameOrigin = new URL(answeredAt).origin === new URL(blob.url).origin;
+  const headers: Record<string, string> = { ...(sameOrigin ? ctx.headers : Object.fromEntries(Object.entries(ctx.headers).filter(([k]) => k.toLowerCase() !== 'authorization'))), 'accept-encoding': 'identity' };
   if (have > 0) headers.range = `bytes=${have}-`;
   let res: Response;
   try {
-    res = await fetch(blob.url, { headers, signal: ctx.signal, redirect: 'follow' });
+    res = await fetch(answeredAt, { headers, signal: ctx.signal, redirect: 'error' });
   } catch (err) {
     ctx.signal.throwIfAborted();
     throw failure(`${blob.path}: cannot download from ${new URL(blob.url).origin}: ${describeFetchError(err)}`, { cause: err });

@@ -1,7 +1,13 @@
 import { readFile } from 'node:fs/promises';
 import { describeErrno } from '../lib/errno.js';
 import { configError, failure } from '../lib/errors.js';
+import { deadlineSignal } from '../lib/deadline.js';
 import { COMMIT_HASH } from './repo-id.js';
+
+/** A revision's description: the largest real repos' are a few hundred KiB. */
+export const MAX_REVISION_BYTES = 16 * 1024 * 1024;
+/** The hub's answer to a revision, all of it. */
+export const REVISION_TIMEOUT_MS = 60_000;
 
 /** A file of a revision, checked: its path is safe to create under a snapshot. */
 export interface HubFile {
@@ -54,24 +60,89 @@ export function resolveUrl(endpoint: string, repo: string, commit: string, file:
  * `size`, `blobId` and, for LFS files, `lfs.sha256`. Everything the hub says
  * is checked before it names a file here.
  */
-export async function fetchRevision(options: HubOptions, repo: string, revision: string, signal?: AbortSignal): Promise<HubRevision> {
+export async function fetchRevision(
+  options: HubOptions,
+  repo: string,
+  revision: string,
+  signal?: AbortSignal,
+  limits: { timeoutMs: number; maxBytes: number } = { timeoutMs: REVISION_TIMEOUT_MS, maxBytes: MAX_REVISION_BYTES },
+): Promise<HubRevision> {
   const url = `${base(options.endpoint)}/api/models/${repo}/revision/${encodeURIComponent(revision)}?blobs=true`;
   // Outside the try: a token file that cannot be read is the node's config, not the hub being unreachable.
-  const headers = await hubHeaders(options);
-  let res: Response;
+  const headers = { ...(await hubHeaders(options)), 'accept-encoding': 'identity' };
+  // A hub that answers slowly or never is not waited on for ever (security review 3, S4).
+  const deadline = deadlineSignal(limits.timeoutMs, ...(signal ? [signal] : []));
   try {
-    res = await fetch(url, { headers, signal });
+    return await fetchRevisionWithin(options, url, headers, repo, revision, deadline.signal, signal, limits.maxBytes);
   } catch (err) {
-    if (signal?.aborted) throw err;
-    throw failure(`cannot reach the hub at ${options.endpoint}: ${describeFetchError(err)}`, { cause: err });
+    if (deadline.expired) throw failure(`the hub at ${options.endpoint} did not describe ${repo}@${revision} within ${limits.timeoutMs / 1000}s; try again later`);
+    throw err;
+  } finally {
+    deadline.clear();
+  }
+}
+
+async function fetchRevisionWithin(options: HubOptions, url: string, headers: Record<string, string>, repo: string, revision: string, signal: AbortSignal, outer: AbortSignal | undefined, maxBytes: number): Promise<HubRevision> {
+  let res: Response;
+  let at = new URL(url);
+  for (let hops = 0; ; hops++) {
+    try {
+      // Redirects only within the hub (a renamed repo): the revision is the hub's own to describe, never a host it points at.
+      res = await fetch(at, { headers, signal, redirect: 'manual' });
+    } catch (err) {
+      if (outer?.aborted || signal.aborted) throw err;
+      throw failure(`cannot reach the hub at ${options.endpoint}: ${describeFetchError(err)}`, { cause: err });
+    }
+    const location = res.headers.get('location');
+    if (res.status < 300 || res.status > 399 || location === null) break;
+    await res.body?.cancel().catch(() => {});
+    const next = new URL(location, at);
+    if (next.origin !== at.origin) throw failure(`the hub redirected the description of ${repo}@${revision} to another host (${quoteHub(next.origin)}); only its own addresses are followed`);
+    if (hops >= 5) throw failure(`the hub redirected the description of ${repo}@${revision} more than 5 times`);
+    at = next;
   }
   if (res.status === 401 || res.status === 403) {
     throw failure(`the hub refused ${repo}@${revision} (HTTP ${res.status}): set models.hub.token_file to a token that may read it`);
   }
   if (res.status === 404) throw failure(`the hub has no model ${repo} at revision ${revision} (HTTP 404)`);
-  if (!res.ok) throw failure(`the hub answered HTTP ${res.status} for ${repo}@${revision}; try again later`);
-  const body: unknown = await res.json().catch(() => undefined);
+  if (!res.ok) {
+    await res.body?.cancel().catch(() => {});
+    throw failure(`the hub answered HTTP ${res.status} for ${repo}@${revision}; try again later`);
+  }
+  const text = await readCapped(res, maxBytes);
+  if (text === undefined) throw failure(`the hub's description of ${repo}@${revision} is over ${(maxBytes / 1024 / 1024).toFixed(0)} MiB; no model's is`);
+  let body: unknown;
+  try {
+    body = JSON.parse(text);
+  } catch {
+    body = undefined;
+  }
   return checkRevisionBody(body, repo, revision);
+}
+
+/** The answer's body as text, read as it comes (decompressed, if the hub compressed it anyway) and given up past `cap` bytes: undefined then. */
+async function readCapped(res: Response, cap: number): Promise<string | undefined> {
+  if (!res.body) return '';
+  const reader = res.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > cap) {
+      await reader.cancel().catch(() => {});
+      return undefined;
+    }
+    chunks.push(value);
+  }
+  return Buffer.concat(chunks).toString('utf8');
+}
+
+/** What a hub said, quoted for an error: at most 80 characters (a 6 MB file name became a ModelPull no control plane accepts). */
+function quoteHub(v: unknown): string {
+  const text = JSON.stringify(v) ?? String(v);
+  return text.length > 80 ? `${text.slice(0, 77)}...` : text;
 }
 
 function checkRevisionBody(body: unknown, repo: string, revision: string): HubRevision {
@@ -82,8 +153,8 @@ function checkRevisionBody(body: unknown, repo: string, revision: string): HubRe
   if (!Array.isArray(siblings)) throw bad('no siblings list');
   const files = siblings.map((s: unknown): HubFile => {
     const { rfilename, size, blobId, lfs } = (s ?? {}) as { rfilename?: unknown; size?: unknown; blobId?: unknown; lfs?: unknown };
-    if (typeof rfilename !== 'string' || !isSafeRepoPath(rfilename)) throw bad(`file name ${JSON.stringify(rfilename)} is not a plain relative path`);
-    if (typeof blobId !== 'string' || !COMMIT_HASH.test(blobId)) throw bad(`${rfilename} has no blobId (is ?blobs=true supported by this endpoint?)`);
+    if (typeof rfilename !== 'string' || !isSafeRepoPath(rfilename)) throw bad(`file name ${quoteHub(rfilename)} is not a plain relative path`);
+    if (typeof blobId !== 'string' || !COMMIT_HASH.test(blobId)) throw bad(`${quoteHub(rfilename)} has no blobId (is ?blobs=true supported by this endpoint?)`);
     const sha256 = (lfs as { sha256?: unknown } | undefined)?.sha256;
     if (lfs !== undefined && lfs !== null && (typeof sha256 !== 'string' || !/^[0-9a-f]{64}$/.test(sha256))) throw bad(`${rfilename} has no lfs.sha256`);
     const n = lfs ? (lfs as { size?: unknown }).size ?? size : size;

@@ -29,10 +29,14 @@ const MAX_BLOCKS_HELD = 4;
 const MAX_HEAD_BYTES = 64 * 1024;
 /** Redirects followed (the hub sends one, to its CDN). */
 export const MAX_REDIRECTS = 10;
+/** A connection that brings no byte for this long (while the pull is ready for more) has failed: a hub that sends headers and nothing more held a pull for ever. */
+export const IDLE_TIMEOUT_MS = 60_000;
 
 export interface HubStreamOptions {
   headers: Record<string, string>;
   signal: AbortSignal;
+  /** IDLE_TIMEOUT_MS unless a test wants less. */
+  idleTimeoutMs?: number;
 }
 
 /** One answer, its head read; the body is read with `body()` or dropped with `cancel()`. */
@@ -62,17 +66,49 @@ export async function openHubStream(url: string, opts: HubStreamOptions): Promis
   let current = new URL(url);
   let headers = { ...opts.headers };
   for (let hops = 0; ; hops++) {
-    const res = await getOnce(current, headers, opts.signal);
+    const res = await getOnce(current, headers, opts.signal, opts.idleTimeoutMs ?? IDLE_TIMEOUT_MS);
     const location = res.headers.get('location');
     if (![301, 302, 303, 307, 308].includes(res.status) || location === undefined) return res;
     res.cancel();
     if (hops >= MAX_REDIRECTS) throw new Error(`more than ${MAX_REDIRECTS} redirects`);
     const next = new URL(location, current);
     if (next.protocol !== 'http:' && next.protocol !== 'https:') throw new Error(`redirected to a ${next.protocol} URL`);
+    const refused = redirectRefusal(new URL(url), next);
+    if (refused) throw new Error(refused);
     // A token for the hub is not sent to wherever it redirects (its CDN, or anyone's).
     if (next.origin !== current.origin) headers = withoutAuthorization(headers);
     current = next;
   }
+}
+
+/**
+ * Why a redirect from the hub at `origin` to `next` is not followed, or
+ * undefined (security review 3, S4): never from https to http, and never
+ * from a hub elsewhere to this node's or its network's own addresses (a
+ * hostile mirror made the node GET its cloud's metadata service and told
+ * the length and sha256 of the answer). A hub on such an address itself (a
+ * test hub, a mirror in the rack) may redirect within them. Names are judged
+ * as written: one that resolves to a private address is not caught here.
+ */
+export function redirectRefusal(origin: URL, next: URL): string | undefined {
+  if (origin.protocol === 'https:' && next.protocol !== 'https:') return `the hub redirected from https to ${next.protocol}//${next.host}`;
+  if (next.origin !== origin.origin && isInternalHost(next.hostname) && !isInternalHost(origin.hostname)) {
+    return `the hub redirected to an internal address (${next.host}), which is never followed`;
+  }
+  return undefined;
+}
+
+/** Loopback, link-local, private and unspecified addresses, and localhost names. */
+export function isInternalHost(hostname: string): boolean {
+  const h = hostname.replace(/^\[|\]$/g, '').toLowerCase();
+  if (h === 'localhost' || h.endsWith('.localhost') || h === '') return true;
+  const v4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(h.replace(/^::ffff:/, ''));
+  if (v4) {
+    const [a, b] = [Number(v4[1]), Number(v4[2])];
+    return a === 0 || a === 10 || a === 127 || (a === 169 && b === 254) || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 100 && b >= 64 && b <= 127);
+  }
+  if (h.includes(':')) return h === '::' || h === '::1' || /^f[cd]/.test(h) || /^fe[89ab]/.test(h);
+  return false;
 }
 
 function withoutAuthorization(headers: Record<string, string>): Record<string, string> {
@@ -84,7 +120,7 @@ function connectionError(err: unknown): Error {
   return new Error(err instanceof Error ? err.message : String(err), { cause: err });
 }
 
-function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal): Promise<HubStream> {
+function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal, idleMs: number): Promise<HubStream> {
   signal.throwIfAborted();
   for (const [k, v] of Object.entries(headers)) {
     if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) return Promise.reject(new Error(`header ${k} holds a line break`));
@@ -101,6 +137,7 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal)
     let ended = false;
     let failed: unknown;
     let flushTimer: NodeJS.Timeout | undefined;
+    let idleTimer: NodeJS.Timeout | undefined;
     const queued: Buffer[] = [];
     let deliver: ((chunk: Buffer, release: () => void) => void) | undefined;
     let bodyDone: { resolve: (n: number) => void; reject: (e: unknown) => void } | undefined;
@@ -121,10 +158,18 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal)
 
     const onAbort = () => fail(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
+    /** (Re)arms the idle limit while the connection is expected to bring bytes; not while the pull holds it paused. */
+    const touch = () => {
+      clearTimeout(idleTimer);
+      if (paused || ended || failed !== undefined) return;
+      idleTimer = setTimeout(() => fail(new Error(`no byte from ${url.host} for ${idleMs / 1000}s`)), idleMs);
+      idleTimer.unref();
+    };
     const cleanup = () => {
       signal.removeEventListener('abort', onAbort);
       clearTimeout(flushTimer);
       flushTimer = undefined;
+      clearTimeout(idleTimer);
       socket.destroy();
     };
     const fail = (err: unknown) => {
@@ -139,6 +184,7 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal)
       if (paused && held < MAX_BLOCKS_HELD && failed === undefined && !ended) {
         paused = false;
         socket.resume();
+        touch();
       }
     };
     /** Hands over what the block holds past `from`; the socket goes on filling the same block after it. */
@@ -162,6 +208,7 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal)
 
     const onRead = (n: number): boolean => {
       if (failed !== undefined || ended) return false;
+      touch();
       const start = filled;
       filled += n;
       if (!head) {
@@ -202,11 +249,13 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal)
       }
       if (held >= MAX_BLOCKS_HELD) {
         paused = true;
+        clearTimeout(idleTimer);
         return false;
       }
       return true;
     };
 
+    touch();
     socket.on('error', (err) => fail(connectionError(err)));
     // 'close', not 'end': a socket reading through onread need not emit 'end'.
     socket.on('close', () => {

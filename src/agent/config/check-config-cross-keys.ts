@@ -116,6 +116,13 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
   const badProperty = checkUnitProperties(c.supervisor.unitProperties ?? {});
   if (badProperty) throw configError(`supervisor.unit_properties: ${badProperty} (${where('supervisor.unit_properties')})`);
   checkModelsConfig(c.models, where);
+  const hub = new URL(c.models.hub.endpoint);
+  if (hub.protocol === 'http:' && !isLoopbackHost(hub.hostname) && !c.insecurePlaintext) {
+    // In clear the token travels readable, and whoever is on the way serves any bytes: the digests come in the same answer (security review 3, S4).
+    throw configError(
+      `models.hub.endpoint ${c.models.hub.endpoint} is plaintext http:// to a host that is not loopback; use https://, or set insecure_plaintext: true if this network is isolated (${where('models.hub.endpoint')})`,
+    );
+  }
   const seen = new Set<string>();
   for (const f of c.fabrics) {
     if (seen.has(f.hca)) throw configError(`fabrics: hca ${f.hca} is listed twice (${where('fabrics')})`);

@@ -58,12 +58,12 @@ describe('the vLLM double reading its weights (--sim-read-weights)', () => {
     expect((await readWeights('org/model', COMMIT, { HF_HOME: root })).bytes).toBe(10);
   });
 
-  it('says offline that the snapshot is not on the local disk, and online that it does not download', async () => {
+  it('says offline that the snapshot is not on the local disk, and online without an HF_ENDPOINT that it has nowhere to download from', async () => {
     const hub = join(tempRoot(), 'hub');
     const offline = readWeights('org/model', 'main', { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' });
     await expect(offline).rejects.toThrow(MissingWeightsError);
     await expect(offline).rejects.toThrow(/^LocalEntryNotFoundError: cannot find an appropriate cached snapshot folder for org\/model at revision main .*outgoing traffic has been disabled/);
-    await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: hub })).rejects.toThrow(/does not download .*llmgw models pull org\/model/);
+    await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: hub })).rejects.toThrow(/no HF_ENDPOINT for the double to download it from .*llmgw models pull org\/model/);
   });
 
   it('fails on a snapshot link whose blob is gone', async () => {

@@ -4,7 +4,7 @@ import { isNotFound } from '../lib/errno.js';
 import { type ModelManifest, readManifest } from './model-manifest.js';
 import { modelPins } from './model-pins.js';
 import { tryLockModel } from './model-lock.js';
-import { COMMIT_HASH, repoFromFolderName } from './repo-id.js';
+import { COMMIT_HASH, checkRevision, repoFromFolderName } from './repo-id.js';
 import type { StoreLayout } from './store-layout.js';
 
 /** One model of the store as `models list` shows it and eviction judges it. */
@@ -93,7 +93,7 @@ export async function describeModel(layout: StoreLayout, repo: string): Promise<
   const snapshots = Object.keys(manifest?.snapshots ?? {});
   return {
     repo,
-    refs: manifest?.refs ?? {},
+    refs: boundedRefs(manifest?.refs ?? {}),
     completeCommits,
     complete: snapshots.length > 0 && completeCommits.length === snapshots.length && partialBytes === 0,
     subset: snapshots.some((c) => (manifest?.snapshots[c]?.include.length ?? 0) > 0),
@@ -112,6 +112,33 @@ export async function scanStore(layout: StoreLayout): Promise<StoredModel[]> {
     const repo = repoFromFolderName(folder);
     if (repo === undefined) continue;
     out.push(await describeModel(layout, repo));
+  }
+  return out;
+}
+
+/** Refs of one model a scan reports: no store has more, and every one goes into each Register. */
+export const MAX_REFS_PER_MODEL = 32;
+
+/**
+ * A manifest's refs as the scan reports them (security review 3, S2): only
+ * revision names checkRevision accepts, each to a 40-hex commit, at most
+ * MAX_REFS_PER_MODEL. A record written by anyone else (100,001 refs, one of
+ * them terminal escapes) made a Register no gRPC control plane accepts and
+ * a `models list` that rewrote the operator's terminal.
+ */
+function boundedRefs(refs: Record<string, unknown>): Record<string, string> {
+  const out: Record<string, string> = {};
+  let n = 0;
+  for (const [rev, commit] of Object.entries(refs)) {
+    if (n >= MAX_REFS_PER_MODEL) break;
+    if (typeof commit !== 'string' || !COMMIT_HASH.test(commit)) continue;
+    try {
+      checkRevision(rev);
+    } catch {
+      continue;
+    }
+    out[rev] = commit;
+    n++;
   }
   return out;
 }

@@ -172,6 +172,21 @@ describe('pullModel', () => {
     expect(renderModelsList(await scanStore(layout), budget, 70_000)).toContain("166 KiB of 244 KiB (models.budget) used, 68.4 KiB of it the engines' compile caches (removed with their model)");
   });
 
+  it('reports a record\'s refs bounded and checked, and lists them printable (security review 3, S2)', async () => {
+    await pullModel({ repo: 'acme/a', revision: 'main', include: [] }, ctx());
+    const manifest = JSON.parse(readFileSync(layout.manifestPath('acme/a'), 'utf8')) as { refs: Record<string, string> };
+    const commit = manifest.refs.main as string;
+    // What a record written by anyone else held: 100,001 refs, one of them terminal escapes.
+    for (let i = 0; i < 100_000; i++) manifest.refs[`v${i}`] = commit;
+    manifest.refs['\x1b]0;pwned-title\x07\x1b[2J'] = commit;
+    writeFileSync(layout.manifestPath('acme/a'), JSON.stringify(manifest));
+    const [a] = await scanStore(layout);
+    expect(Object.keys(a?.refs ?? {})).toHaveLength(32);
+    expect(Object.keys(a?.refs ?? {})).not.toContain('\x1b]0;pwned-title\x07\x1b[2J');
+    const table = renderModelsList([{ ...(a as NonNullable<typeof a>), refs: { '\x1b[31mred': commit }, pins: ['\x1b[2J'] }], 1e9);
+    expect(table).not.toContain('\x1b');
+  });
+
   it('sends the token of models.hub.token_file to the hub, and refuses an unreadable one as a config error', async () => {
     const tokenFile = join(dir, 'hf-token');
     writeFileSync(tokenFile, 'hf_secret\n', { mode: 0o600 });

@@ -63,9 +63,15 @@ export const PLUGIN_LOADING_ENV: readonly string[] = ['NCCL_NET_PLUGIN', 'NCCL_T
  * profile that moves it onto files it shaped runs them; VLLM_CONFIG_ROOT
  * (envs.py:694-699) is where vLLM reads its config files. Refused from a
  * profile unless the operator names the variable itself (not a pattern) in
- * engines.<name>.allowed_env.
+ * engines.<name>.allowed_env. Security review 3, S8 added the names the
+ * shape missed: TORCH_TRACE writes into any directory, NCCL_COMM_ID and
+ * VLLM_DP_MASTER_IP dial a host the control plane chose, NCCL_SOCKET_IFNAME
+ * and NCCL_IB_HCA move NCCL's traffic (and undo the check that a shard's
+ * hcas are the inventory's), VLLM_USE_MODELSCOPE fetches from another hub
+ * past models.hub.endpoint and HF_HUB_OFFLINE, VLLM_LOGGING_STREAM names a
+ * Python object to import.
  */
-export const LEVER_ENV_SHAPE = /(_FILE|_PATH|_DIR|_HOME|_ROOT|_ENDPOINT|_URL|_SOCKET)$|_PLUGINS?(_|$)|_CONF(IG)?(_|$)|_CACHE$/;
+export const LEVER_ENV_SHAPE = /(_FILE|_PATH|_DIR|_HOME|_ROOT|_ENDPOINT|_URL|_SOCKET|_TRACE|_IP|_ADDR|_HOST|_ID|_IFNAME|_HCA|_STREAM)$|_MODELSCOPE$|_PLUGINS?(_|$)|_CONF(IG)?(_|$)|_CACHE$/;
 
 /**
  * Levers whose names do not say so: vLLM's insecure (pickle) serialization,
@@ -78,6 +84,8 @@ export const LEVER_ENV_NAMES: readonly string[] = [
   'VLLM_SERVER_DEV_MODE',
   'VLLM_ALLOW_RUNTIME_LORA_UPDATING',
   'SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION',
+  // torch.load's weights_only off: a checkpoint's pickle runs code (security review 3, S8).
+  'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD',
 ];
 
 /** A POSIX-portable variable name; anything else (`=`, NUL, spaces) is refused before it reaches execve. */

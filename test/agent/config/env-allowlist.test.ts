@@ -19,6 +19,18 @@ describe('refuseProfileEnv: levers inside the allowed families (security review 
     // Engine-fidelity review 2, N11: compiled code is loaded from under it (V:vllm/compilation/backends.py:1068).
     'VLLM_CACHE_ROOT',
     'VLLM_CONFIG_ROOT',
+    // Security review 3, S8: the names the shape missed.
+    'TORCH_TRACE',
+    'NCCL_COMM_ID',
+    'VLLM_DP_MASTER_IP',
+    'VLLM_HOST_IP',
+    'SGLANG_HOST_IP',
+    'NCCL_SOCKET_IFNAME',
+    'NCCL_IB_HCA',
+    'VLLM_USE_MODELSCOPE',
+    'SGLANG_USE_MODELSCOPE',
+    'VLLM_LOGGING_STREAM',
+    'TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD',
   ])('refuses %s although its family is allowed, naming it and how to allow it', (name) => {
     expect(lever(name)).toBe(
       `profile env sets ${name}, which names a file, directory, endpoint, plugin or switch the engine acts on; a pattern does not allow it: list ${name} itself in engines.vllm.allowed_env`,
@@ -28,7 +40,7 @@ describe('refuseProfileEnv: levers inside the allowed families (security review 
     expect(refuseProfileEnv('HF_HOME', [...DEFAULT_ALLOWED_ENV, 'HF_HOME'], 'vllm')).toBeUndefined();
   });
   it('still takes the tuning a profile sets', () => {
-    for (const name of ['HF_TOKEN', 'VLLM_USE_V1', 'VLLM_ATTENTION_BACKEND', 'NCCL_DEBUG', 'NCCL_IB_TIMEOUT', 'NCCL_SOCKET_IFNAME', 'TORCH_CUDA_ARCH_LIST', 'SGLANG_SET_CPU_AFFINITY', 'OMP_NUM_THREADS']) {
+    for (const name of ['HF_TOKEN', 'VLLM_USE_V1', 'VLLM_ATTENTION_BACKEND', 'NCCL_DEBUG', 'NCCL_IB_TIMEOUT', 'NCCL_NTHREADS', 'TORCH_CUDA_ARCH_LIST', 'SGLANG_SET_CPU_AFFINITY', 'OMP_NUM_THREADS']) {
       expect(lever(name), name).toBeUndefined();
     }
   });

@@ -14,12 +14,18 @@ const REVISION = /^[A-Za-z0-9][A-Za-z0-9._-]*(\/[A-Za-z0-9][A-Za-z0-9._-]*)*$/;
 
 export const COMMIT_HASH = /^[0-9a-f]{40}$/;
 
+/** A value someone sent, quoted for an error: at most 80 characters (a 100 KB repo id became every refusal's message). */
+function quote(v: string): string {
+  const q = JSON.stringify(v);
+  return q.length > 80 ? `${q.slice(0, 76)}..."` : q;
+}
+
 /** The problem with `repo` as a hub model id, or undefined when it is one. */
 export function repoIdProblem(repo: string): string | undefined {
   if (!REPO_ID.test(repo)) {
-    return `${JSON.stringify(repo)} is not a hub model id; write it like org/name (letters, digits, . _ -)`;
+    return `${quote(repo)} is not a hub model id; write it like org/name (letters, digits, . _ -)`;
   }
-  if (repo.includes('--') || repo.includes('..')) return `${JSON.stringify(repo)} may not contain -- or ..`;
+  if (repo.includes('--') || repo.includes('..')) return `${quote(repo)} may not contain -- or ..`;
   return undefined;
 }
 
@@ -31,7 +37,7 @@ export function checkRepoId(repo: string): string {
 
 export function checkRevision(revision: string): string {
   if (revision.length > 128 || !REVISION.test(revision) || revision.includes('..')) {
-    throw usageError(`revision ${JSON.stringify(revision)} is not a branch, tag or commit; write it like main, v1.0 or a 40-digit commit hash`);
+    throw usageError(`revision ${quote(revision)} is not a branch, tag or commit; write it like main, v1.0 or a 40-digit commit hash`);
   }
   return revision;
 }

@@ -253,7 +253,7 @@ describe('warm starts through the agent', () => {
   });
 
   it('refuses a bad PrefetchModel with a one-line reason and downloads nothing', async () => {
-    const { cp } = await agentWithStore();
+    const { cp, agent } = await agentWithStore();
     const asked = hub.requests.length;
     const bad = [
       { repo: '../../etc', revision: 'main', include: [], says: 'is not a hub model id' },
@@ -269,6 +269,14 @@ describe('warm starts through the agent', () => {
       expect(f.error).not.toContain('\n');
     }
     expect(hub.requests.length).toBe(asked);
+    // A flood of refusals of a 100 KB repo id (security review 3, S10): each ModelPull quotes it short, and the log says it once.
+    const huge = `x/${'y'.repeat(100_000)}`;
+    for (let i = 0; i < 50; i++) {
+      const refused = cp.waitFor('node-a', (m) => m.msg.case === 'modelPull' && m.msg.value.state === ModelPullState.FAILED && m.msg.value.error.includes('is not a hub model id'), 10_000);
+      cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: huge }) });
+      expect(pullValue(await refused).error.length).toBeLessThan(300);
+    }
+    expect(agent.logs().filter((l) => l.msg === 'refused a PrefetchModel' && String(l.repo).startsWith('x/yyy')).length).toBeLessThanOrEqual(2);
     // A pattern of stars that a backtracking match took minutes over (security review 3, S3): the pull
     // fails at once naming the pattern, and the agent's heartbeats go on (its event loop was never held).
     const redos = `${'*'.repeat(24)}Q`;

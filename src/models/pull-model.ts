@@ -91,6 +91,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
   await openTrustedStore(layout.cacheDir);
   await mkdirs(layout.hubDir);
   const lock = await lockModel(layout, repo, signal, (holderPid) => ctx.onEvent?.({ kind: 'waiting', holderPid }));
+  let releaseTurn: (() => void) | undefined;
   try {
     const rev = await fetchRevision(ctx.hub, repo, revision, signal);
     const files = rev.files.filter((f) => matches(f.path));
@@ -109,6 +110,9 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     const bytes = [...blobs.values()].reduce((s, b) => s + b.file.size, 0);
     ctx.onEvent?.({ kind: 'plan', commit: rev.commit, files: files.length, bytes, fetchFiles: missing.length, fetchBytes: missing.reduce((s, b) => s + b.file.size, 0) });
 
+    // One pull at a time plans and fills the budget (security review 3, S10): three pulls at once each found
+    // room in the same scan, and a 10 MiB budget held 14. Pulls that need no byte do not wait.
+    releaseTurn = needBytes > 0 ? await takeBudgetTurn(layout.cacheDir, signal) : undefined;
     const evicted = await makeRoom(ctx, repo, needBytes);
 
     const manifestFiles: ManifestFile[] = files.map((f) => ({ path: f.path, etag: f.sha256 ?? f.blobId, size: f.size, ...(f.sha256 ? { sha256: f.sha256 } : {}) }));
@@ -150,8 +154,43 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
       snapshotPath: layout.snapshotDir(repo, rev.commit),
     };
   } finally {
+    releaseTurn?.();
     lock.release();
   }
+}
+
+/** The pull whose turn it is to plan against the budget and fill it, per store, in this process. */
+const budgetTurns = new Map<string, Promise<void>>();
+
+/**
+ * Waits for the pulls of this store that need bytes before this one, then
+ * holds the turn until the returned function is called. A pull in another
+ * process (`llmgw models pull` beside the agent) is not counted here.
+ */
+async function takeBudgetTurn(cacheDir: string, signal: AbortSignal): Promise<() => void> {
+  const before = budgetTurns.get(cacheDir) ?? Promise.resolve();
+  let release: () => void = () => {};
+  const mine = new Promise<void>((resolve) => {
+    release = resolve;
+  });
+  const chained = before.then(() => mine);
+  budgetTurns.set(cacheDir, chained);
+  const done = () => {
+    release();
+    if (budgetTurns.get(cacheDir) === chained) budgetTurns.delete(cacheDir);
+  };
+  try {
+    signal.throwIfAborted();
+    await new Promise<void>((resolve, reject) => {
+      const onAbort = () => reject(signal.reason);
+      signal.addEventListener('abort', onAbort, { once: true });
+      before.then(resolve, resolve).finally(() => signal.removeEventListener('abort', onAbort));
+    });
+  } catch (err) {
+    done();
+    throw err;
+  }
+  return done;
 }
 
 async function sizeOrZero(path: string): Promise<number> {

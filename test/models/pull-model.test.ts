@@ -187,6 +187,14 @@ describe('pullModel', () => {
     expect(table).not.toContain('\x1b');
   });
 
+  it('keeps to the budget when pulls run at once: each plans after the one before has filled its part (security review 3, S10)', async () => {
+    const budget = 250_000; // two of the 100 kB models
+    const results = await Promise.all(['acme/a', 'acme/b', 'acme/c'].map((repo) => pullModel({ repo, revision: 'main', include: [] }, ctx(budget))));
+    const models = await scanStore(layout);
+    expect(models.reduce((sum, m) => sum + m.bytes, 0)).toBeLessThanOrEqual(budget);
+    expect(results.flatMap((r) => r.evicted)).toHaveLength(1);
+  });
+
   it('sends the token of models.hub.token_file to the hub, and refuses an unreadable one as a config error', async () => {
     const tokenFile = join(dir, 'hf-token');
     writeFileSync(tokenFile, 'hf_secret\n', { mode: 0o600 });

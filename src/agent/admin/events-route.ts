@@ -5,7 +5,7 @@ import { type AgentEvent, AgentEventSchema, type EventsRequest, type EventsRespo
 import { type AgentEventView, EVENT_RING_CAPACITY } from '../events/agent-event-ring.js';
 import type { AdminBackend } from './admin-backend.js';
 import { ADMIN_PEER } from './admin-peer.js';
-import { SlotPool } from './log-call-admission.js';
+import { MAX_LOG_READS, MAX_LOG_READS_PER_USER, ROOT_RESERVED_LOG_READS, SlotPool } from './log-call-admission.js';
 
 /**
  * `ctl events -f` one user other than root may have open at once: a few
@@ -31,7 +31,9 @@ export const MAX_QUEUED_EVENTS = EVENT_RING_CAPACITY;
 /** The Events handler, with the follows it bounds; the route's registration wraps it in endedWithClient. */
 export function eventsRoute(backend: Pick<AdminBackend, 'events' | 'followEvents'>): (req: EventsRequest, ctx: HandlerContext) => AsyncGenerator<EventsResponse> {
   const follows = new SlotPool({ total: MAX_EVENT_FOLLOWS, perUser: MAX_EVENT_FOLLOWS_PER_USER, rootReserved: ROOT_RESERVED_EVENT_FOLLOWS });
-  return (req, ctx) => streamEvents(backend, follows, req, ctx);
+  // Reads too take a slot (security review 3, S10): one member's 64 connections of 32 unread Events calls held 580 MB.
+  const reads = new SlotPool({ total: MAX_LOG_READS, perUser: MAX_LOG_READS_PER_USER, rootReserved: ROOT_RESERVED_LOG_READS });
+  return (req, ctx) => streamEvents(backend, follows, reads, req, ctx);
 }
 
 function toAgentEvent(e: AgentEventView): AgentEvent {
@@ -57,11 +59,19 @@ function* messagesOf(events: readonly AgentEventView[]): Generator<EventsRespons
  * ring calls the listener synchronously, which wakes this generator at
  * once, so a transition reaches the client with no poll between.
  */
-async function* streamEvents(backend: Pick<AdminBackend, 'events' | 'followEvents'>, follows: SlotPool, req: EventsRequest, ctx: HandlerContext): AsyncGenerator<EventsResponse> {
+async function* streamEvents(backend: Pick<AdminBackend, 'events' | 'followEvents'>, follows: SlotPool, reads: SlotPool, req: EventsRequest, ctx: HandlerContext): AsyncGenerator<EventsResponse> {
   const sinceMs = req.since ? timestampMs(req.since) : 0;
   const afterSeq = Number(req.afterSeq);
   if (!req.follow) {
-    yield* messagesOf(backend.events(afterSeq, sinceMs));
+    const slot = reads.claim(ctx.values.get(ADMIN_PEER)?.uid, 'event reads');
+    if ('why' in slot) {
+      throw new ConnectError(`the agent refused the Events call: ${slot.why}; wait for one to end and try again`, Code.ResourceExhausted);
+    }
+    try {
+      yield* messagesOf(backend.events(afterSeq, sinceMs));
+    } finally {
+      slot.release();
+    }
     return;
   }
   const claimed = follows.claim(ctx.values.get(ADMIN_PEER)?.uid, 'event follows');

@@ -5,6 +5,7 @@ import { type EventsResponse, EventsRequestSchema } from '../../../src/gen/llmgw
 import { ADMIN_PEER } from '../../../src/agent/admin/admin-peer.js';
 import { eventsRoute, MAX_EVENT_FOLLOWS_PER_USER, MAX_QUEUED_EVENTS } from '../../../src/agent/admin/events-route.js';
 import { AgentEventRing } from '../../../src/agent/events/agent-event-ring.js';
+import { MAX_LOG_READS_PER_USER } from '../../../src/agent/admin/log-call-admission.js';
 
 /* The Events handler on a real ring: what a follow is sent, and its bounds. */
 
@@ -66,6 +67,24 @@ describe('the Events route', () => {
     await first.s.return(undefined);
     const again = route(create(EventsRequestSchema, { follow: true }), ctxOf(1000, new AbortController().signal));
     await expect(again.next()).resolves.toMatchObject({ done: false });
+  });
+
+  it('refuses a user\'s Events read past the read cap while the others go unread (security review 3, S10), and root still reads', async () => {
+    const ring = new AgentEventRing();
+    for (let i = 0; i < 3000; i++) ring.record(ev(`e${i}`));
+    const route = eventsRoute(backendOf(ring));
+    // Unread reads: each holds its slot until its client reads on or leaves.
+    const held = [];
+    for (let i = 0; i < MAX_LOG_READS_PER_USER; i++) {
+      const s = route(create(EventsRequestSchema, {}), ctxOf(1000, new AbortController().signal));
+      await s.next();
+      held.push(s);
+    }
+    const refused = route(create(EventsRequestSchema, {}), ctxOf(1000, new AbortController().signal));
+    await expect(refused.next()).rejects.toThrow(/the agent refused the Events call: uid 1000 has 4 event reads in progress/);
+    await expect(route(create(EventsRequestSchema, {}), ctxOf(0, new AbortController().signal)).next()).resolves.toMatchObject({ done: false });
+    for (const s of held) await s.return(undefined);
+    await expect(route(create(EventsRequestSchema, {}), ctxOf(1000, new AbortController().signal)).next()).resolves.toMatchObject({ done: false });
   });
 
   it(`ends a follow that falls more than ${MAX_QUEUED_EVENTS} events behind, saying so`, async () => {

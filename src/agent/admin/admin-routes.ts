@@ -1,3 +1,4 @@
+import { REPORTED_SHARD_STATES, SHARD_STATES } from '../../lib/shard-states.js';
 import { create } from '@bufbuild/protobuf';
 import { durationMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
@@ -12,7 +13,7 @@ import {
   type LogsResponse,
   LogsResponseSchema,
 } from '../../gen/llmgw/v1/admin_pb.js';
-import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
+import type { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
 import { type ErrorKind, errorMessage, LlmgwError } from '../../lib/errors.js';
 import { MAX_LOG_LINES } from '../../lib/max-log-lines.js';
 import { isValidShardId, SHARD_ID_PATTERN, type ShardId } from '../../lib/shard-id.js';
@@ -39,9 +40,9 @@ export const DEFAULT_LOG_LINES = 100;
 export const LOG_LINES_PER_MESSAGE = 1000;
 
 /** What a drain may name: the states that serve (DRAINING again is a no-op that shows progress). */
-const DRAINABLE: ReadonlySet<ShardState> = new Set([ShardState.READY, ShardState.UNHEALTHY, ShardState.DRAINING]);
+const DRAINABLE: ReadonlySet<ShardState> = new Set(REPORTED_SHARD_STATES.filter((s) => SHARD_STATES[s].drainable));
 /** What a drain --cancel may name: only a drained shard has a drain to undo. */
-const CANCELLABLE: ReadonlySet<ShardState> = new Set([ShardState.DRAINING]);
+const CANCELLABLE: ReadonlySet<ShardState> = new Set(REPORTED_SHARD_STATES.filter((s) => SHARD_STATES[s].cancellable));
 
 /**
  * The Connect code for each kind of LlmgwError, so ctl maps it back to the

@@ -1,21 +1,10 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
 import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
+import { REPORTED_SHARD_STATES, isServing, stateName } from '../../lib/shard-states.js';
 import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
 
-/** Every state a shard can be in, the values of llmgw_shard_state's `state` label. */
-const STATES = [
-  ShardState.STARTING,
-  ShardState.READY,
-  ShardState.UNHEALTHY,
-  ShardState.DRAINING,
-  ShardState.STOPPING,
-  ShardState.STOPPED,
-  ShardState.FAILED,
-  ShardState.EXITED,
-].map((s) => ({ state: s, name: ShardState[s] as string }));
-
-/** States in which an engine serves and its in-flight gauge means something. */
-const SERVING = new Set([ShardState.READY, ShardState.DRAINING, ShardState.UNHEALTHY]);
+/** Every state a shard can be in, the values of llmgw_shard_state's `state` label (SLEEPING included). */
+const STATES = REPORTED_SHARD_STATES.map((s) => ({ state: s, name: stateName(s) }));
 
 /**
  * Launch to READY: model loading takes seconds for a small model and
@@ -108,7 +97,7 @@ export class ShardMetrics {
       registers,
       async collect() {
         this.reset();
-        const serving = src.shards().filter((s) => s.running && s.servesHttp && SERVING.has(s.state));
+        const serving = src.shards().filter((s) => s.running && s.servesHttp && isServing(s.state));
         const counts = await Promise.all(serving.map((s) => src.inFlight(s.shardId).catch(() => undefined)));
         for (const [i, s] of serving.entries()) {
           const n = counts[i];
@@ -125,7 +114,7 @@ export class ShardMetrics {
         this.reset();
         for (const s of src.shards()) {
           const rate = s.load?.tokensPerSecond;
-          if (rate !== undefined && s.running && SERVING.has(s.state)) this.set(shardLabels(s), rate);
+          if (rate !== undefined && s.running && isServing(s.state)) this.set(shardLabels(s), rate);
         }
       },
     });

@@ -1,3 +1,4 @@
+import { SHARD_STATES, stateName } from '../../lib/shard-states.js';
 import { timestampDate, timestampMs } from '@bufbuild/protobuf/wkt';
 import { ConnectionState, type ShardInfo, type StatusResponse } from '../../gen/llmgw/v1/admin_pb.js';
 import { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
@@ -26,16 +27,10 @@ const BAR_WIDTH = 20;
 /** Rows kept for the event pane when shards and GPUs leave room. */
 const MIN_EVENT_ROWS = 3;
 
-/** States that need an operator's eye first when sorting by state. */
-const STATE_ORDER: Partial<Record<ShardState, number>> = {
-  [ShardState.FAILED]: 0,
-  [ShardState.UNHEALTHY]: 1,
-  [ShardState.STARTING]: 2,
-  [ShardState.DRAINING]: 3,
-  [ShardState.READY]: 4,
-};
+/** States that need an operator's eye first when sorting by state (the vocabulary's `attention`). */
+const attention = (s: ShardState): number => SHARD_STATES[s]?.attention ?? 9;
 
-const state = (s: ShardState): string => ShardState[s] ?? String(s);
+const state = stateName;
 
 /** "3s", "4m", "2h05m": an age that fits a column. */
 export function formatAge(ms: number): string {
@@ -88,7 +83,7 @@ function sortShards(shards: ShardInfo[], key: SortKey): ShardInfo[] {
   const started = (sh: ShardInfo) => (sh.startedAt ? timestampMs(sh.startedAt) : 0);
   const by: Record<SortKey, (a: ShardInfo, b: ShardInfo) => number> = {
     shard: (a, b) => a.shardId.localeCompare(b.shardId),
-    state: (a, b) => (STATE_ORDER[a.state] ?? 9) - (STATE_ORDER[b.state] ?? 9) || a.shardId.localeCompare(b.shardId),
+    state: (a, b) => attention(a.state) - attention(b.state) || a.shardId.localeCompare(b.shardId),
     // Youngest first: what just started (or restarted) is what an operator watches.
     age: (a, b) => started(b) - started(a) || a.shardId.localeCompare(b.shardId),
     gpu: (a, b) => (a.gpuIndices[0] ?? 99) - (b.gpuIndices[0] ?? 99) || a.shardId.localeCompare(b.shardId),

@@ -36,4 +36,13 @@ describe('ShardMetrics', () => {
     shards = [];
     expect(await gauge()).toEqual([]);
   });
+
+  it('reports a sleeping shard as SLEEPING on llmgw_shard_state (the metrics once kept their own list of states, without it)', async () => {
+    const registry = new Registry();
+    new ShardMetrics(registry, { shards: () => [shard('nap', ShardState.SLEEPING, undefined)], onTransition: () => {}, inFlight: async () => undefined });
+    const values = (await registry.getSingleMetric('llmgw_shard_state')?.get())?.values ?? [];
+    const on = values.filter((v) => v.value === 1).map((v) => v.labels.state);
+    expect(on).toEqual(['SLEEPING']);
+    expect(new Set(values.map((v) => v.labels.state))).toEqual(new Set(['STARTING', 'READY', 'UNHEALTHY', 'DRAINING', 'SLEEPING', 'STOPPING', 'STOPPED', 'FAILED', 'EXITED']));
+  });
 });

@@ -1,6 +1,6 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../../lib/errors.js';
-import { isTerminal } from '../../../lib/shard-states.js';
+import { isServing, isTerminal, stateName } from '../../../lib/shard-states.js';
 import type { DeathInfo } from '../launch/death-watch.js';
 import { describeDeath } from '../launch/death-watch.js';
 import type { HealthVerdict } from '../probes/health-watch.js';
@@ -14,14 +14,7 @@ import type { HealthVerdict } from '../probes/health-watch.js';
 
 const S = ShardState;
 
-/**
- * Whether an engine in `state` is past loading and still serving traffic
- * (READY, UNHEALTHY or DRAINING). SLEEPING is not: its engine holds no
- * weights on the GPU, and the control plane must route around it.
- */
-export function isServing(state: ShardState): boolean {
-  return state === S.READY || state === S.UNHEALTHY || state === S.DRAINING;
-}
+export { isServing, stateName } from '../../../lib/shard-states.js';
 
 /**
  * Every state change a shard may make. Anything else is a bug in the
@@ -56,9 +49,6 @@ export function isTransitionAllowed(from: ShardState, to: ShardState): boolean {
   return ALLOWED.get(from)?.includes(to) ?? false;
 }
 
-export function stateName(state: ShardState): string {
-  return S[state] ?? String(state);
-}
 
 /** A profile without startup_timeout gets this long to load (large models take minutes). */
 export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;

@@ -176,12 +176,13 @@ describe('llmgw agent run, scraped by Prometheus', () => {
     const stopped = cp.waitFor('node-a', shardIs('s1', ShardState.STOPPED), 20_000);
     cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: 's1' }) });
     await stopped;
+    // A rendering is served for a second (security review 3, S10): scraped until one is newer than the removal.
+    const seriesOf = (id: string) => [...m.values()].flatMap((f) => f.samples).filter((s) => s.labels.shard === id);
     await until(async () => {
       m = await scrape(port);
-      return value(m, 'llmgw_agent_shards', { state: 'STOPPED' }) === undefined;
-    }, 'the stopped shard removed');
-    const left = [...m.values()].flatMap((f) => f.samples).filter((s) => s.labels.shard === 's1');
-    expect(left).toEqual([]);
+      return seriesOf('s1').length === 0;
+    }, 'the stopped shard removed from every series', 20_000);
+    expect(value(m, 'llmgw_agent_shards', { state: 'STOPPED' })).toBeUndefined();
     // The GPU's event count outlives the shard: a counter that vanished would read as a reset.
     expect(value(m, 'llmgw_gpu_events_total', { gpu: '2', kind: 'xid', xid: '79' })).toBe(1);
   }, 120_000);

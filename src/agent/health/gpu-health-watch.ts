@@ -1,3 +1,4 @@
+import { RateLimitedLog } from '../../lib/rate-limited-log.js';
 import { EventEmitter } from 'node:events';
 import { create } from '@bufbuild/protobuf';
 import { timestampNow } from '@bufbuild/protobuf/wkt';
@@ -108,6 +109,8 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   #waiting: Promise<void> | undefined;
   #pollTimer: NodeJS.Timeout | undefined;
   #kmsg: KmsgReader | undefined;
+  /** Kernel-log Xids not counted, said at most once a minute each (a forger could flood the log otherwise). */
+  readonly #kmsgDoubts: RateLimitedLog;
   #closed = false;
   #started = false;
   /** Per GPU, the NVLinks that were active when the watch started: one that goes inactive is down. */
@@ -121,6 +124,7 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     super();
     this.#opts = opts;
     this.#log = opts.logger ?? silentLogger;
+    this.#kmsgDoubts = new RateLimitedLog(this.#log);
   }
 
   /** Starts every source there is; a missing source is logged once and the others run. */
@@ -327,7 +331,22 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     if (!x) return;
     const gpu = [...this.#gpus.values()].find((g) => kmsgPciOf(g.pciBusId) === x.pci);
     if (!gpu) {
-      this.#log.warn({ pci: x.pci, xid: x.xid }, 'kernel log reports an Xid for a PCI device that is no GPU of this node');
+      this.#kmsgDoubts.warn({ pci: x.pci, xid: x.xid }, 'kernel log reports an Xid for a PCI device that is no GPU of this node');
+      return;
+    }
+    const nvml = this.#opts.nvml;
+    if (nvml && this.#set !== undefined) {
+      // NVML reports this node's Xids itself (its event set), and its word wins over the kernel log, into which
+      // any local user can get a line that reads as the driver's (security review 3, S7). A lost GPU is asked of NVML.
+      const mem = nvml.memory(gpu.index);
+      if (!mem.ok && mem.code === NVML_ERROR_GPU_IS_LOST) {
+        this.poll();
+        return;
+      }
+      this.#kmsgDoubts.warn(
+        { gpu: gpu.index, xid: x.xid },
+        'kernel log reports an Xid that NVML, which reports this node\'s Xids, did not: not counted (NVML answers for the GPU)',
+      );
       return;
     }
     this.#xid(gpu.index, x.xid, 'kmsg');

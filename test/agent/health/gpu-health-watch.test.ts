@@ -87,8 +87,8 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch', () => {
     expect(watch.recentEvents(3)).toEqual([e]);
   });
 
-  it('reads the same Xid from the kernel log alone (a file), ignoring lines from before it started', async () => {
-    const { watch, events, kmsgPath } = setup({ kmsg: 'file' });
+  it('reads the same Xid from the kernel log alone (a file, NVML without events), ignoring lines from before it started', async () => {
+    const { watch, events, kmsgPath } = setup({ variant: 'old', kmsg: 'file' });
     await watch.start();
     appendFileSync(kmsgPath, 'unrelated: usb 1-1: new device\n');
     appendFileSync(kmsgPath, XID79_KMSG.replace('{usec}', String(Number.MAX_SAFE_INTEGER)));
@@ -98,7 +98,7 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch', () => {
   });
 
   it('reads the kernel log from a FIFO, and skips /dev/kmsg records stamped before it started', async () => {
-    const { watch, events, kmsgPath } = setup({ kmsg: 'fifo' });
+    const { watch, events, kmsgPath } = setup({ variant: 'old', kmsg: 'fifo' });
     await watch.start();
     const fd = openSync(kmsgPath, constants.O_WRONLY);
     onTestFinished(() => closeSync(fd));
@@ -232,14 +232,28 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch: how faults
     expect(events.at(-1)?.message).toMatch(/^GPU reset: NVML answers for it again under the same UUID/);
   });
 
-  it('keeps an Xid 79 only the kernel log reported while NVML answers: NVML answering is no reset', async () => {
-    const { watch, events, kmsgPath } = setup({ kmsg: 'file' });
+  it('keeps an Xid 79 only the kernel log reported while NVML (without events) answers: NVML answering is no reset', async () => {
+    const { watch, events, kmsgPath } = setup({ variant: 'old', kmsg: 'file' });
     await watch.start();
     appendFileSync(kmsgPath, 'NVRM: Xid (PCI:0000:5d:00): 79, GPU has fallen off the bus.\n');
     await vi.waitFor(() => expect(events).toHaveLength(1), WAIT);
     await new Promise((r) => setTimeout(r, 300));
     expect(watch.faultOf(3)?.xid).toBe(79);
     expect(events).toHaveLength(1);
+  });
+
+  it('takes NVML\'s word over the kernel log where NVML reports events (security review 3, S7): a forged Xid 79 counts for nothing, a GPU NVML calls lost is lost', async () => {
+    const { watch, events, kmsgPath, lines, inject } = setup({ kmsg: 'file' });
+    await watch.start();
+    // What a local user's failed overlayfs mount can get into the kernel log, as the driver writes it.
+    appendFileSync(kmsgPath, XID79_KMSG.replace('{usec}', String(Number.MAX_SAFE_INTEGER)));
+    await vi.waitFor(() => expect(lines.map((l) => l.msg)).toContain("kernel log reports an Xid that NVML, which reports this node's Xids, did not: not counted (NVML answers for the GPU)"), WAIT);
+    expect(events).toEqual([]);
+    expect(watch.faultOf(3)).toBeUndefined();
+    // The same line while NVML says the GPU is lost: lost.
+    inject('lost 3');
+    appendFileSync(kmsgPath, XID79_KMSG.replace('{usec}', String(Number.MAX_SAFE_INTEGER)));
+    await vi.waitFor(() => expect(watch.faultOf(3)?.kind).toBe(GpuEventKind.GPU_LOST), WAIT);
   });
 
   it("clears every fault of a GPU for an operator, saying who and why; nothing to clear sends nothing", async () => {

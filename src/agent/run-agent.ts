@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { dirname } from 'node:path';
 import { errorMessage } from '../lib/errors.js';
@@ -38,6 +39,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   assertTrustedDirectory(c.supervisor.logDir, 'supervisor.log_dir');
   assertTrustedDirectory(dirname(c.admin.socket), 'admin.socket');
   if (c.models.cacheDir !== '') assertTrustedStore(c.models.cacheDir);
+  warnIfTokenReadable(c.models.hub.tokenFile, logger);
   const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
   // An unknown group is the admin server's configuration error, reported when it listens.
   const logGid = c.admin.group === '' ? undefined : findGroup({ name: c.admin.group })?.gid;
@@ -135,5 +137,19 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     void sdNotify('STOPPING=1').catch((err: unknown) => logger.debug({ err: errorMessage(err) }, 'sd_notify'));
     // An agent that never got its socket never started: its one line is the error.
     if (admin) logger.info('agent stopped');
+  }
+}
+
+/** The hub token is a credential: said once at start when users other than its owner may read it (security review 3, S4). */
+function warnIfTokenReadable(tokenFile: string, logger: Logger): void {
+  if (tokenFile === '') return;
+  let mode: number;
+  try {
+    mode = statSync(tokenFile).mode & 0o777;
+  } catch {
+    return; // unreadable: each pull says so, as a config error
+  }
+  if ((mode & 0o077) !== 0) {
+    logger.warn({ file: tokenFile, mode: mode.toString(8) }, 'models.hub.token_file may be read by users other than its owner; chmod 0600 it');
   }
 }

@@ -1,4 +1,4 @@
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { type Server, type ServerResponse, createServer } from 'node:http';
 import { join } from 'node:path';
 import { gzipSync } from 'node:zlib';
@@ -6,7 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fetchRevision } from '../../src/models/hub-client.js';
 import { isInternalHost, openHubStream, redirectRefusal } from '../../src/models/hub-stream.js';
 import { agentConfigYaml } from '../helpers/agent-config-yaml.js';
-import { tempAgentDirs } from '../helpers/agent-process.js';
+import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
+import { until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 
 /*
@@ -108,5 +109,16 @@ describe('a hostile hub', () => {
     const r = await runCli(['agent', 'run', '--config', config]);
     expect(r.exitCode).toBe(78);
     expect(r.stderr).toContain('models.hub.endpoint http://10.1.2.3:8080 is plaintext http:// to a host that is not loopback');
+  });
+
+  it('says at the agent\'s start when the hub token may be read by users other than its owner', async () => {
+    const dirs = tempAgentDirs('llmgw-token-mode-');
+    mkdirSync(dirs.root, { recursive: true });
+    const token = join(dirs.root, 'hf-token');
+    writeFileSync(token, 'hf_secret\n', { mode: 0o644 });
+    chmodSync(token, 0o644);
+    const agent = startAgentProcess({ server: 'http://127.0.0.1:1', dirs, extraYaml: `models:\n  cache_dir: ${join(dirs.root, 'models')}\n  budget: 1GiB\n  hub:\n    token_file: ${token}\n` });
+    await until(() => agent.logs().some((l) => l.msg === 'models.hub.token_file may be read by users other than its owner; chmod 0600 it'), 'the token warning', 20_000);
+    expect(agent.logs().find((l) => String(l.msg).startsWith('models.hub.token_file'))).toMatchObject({ file: token, mode: '644' });
   });
 });

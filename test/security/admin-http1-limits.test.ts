@@ -1,3 +1,6 @@
+import { create } from '@bufbuild/protobuf';
+import { EventsRequestSchema } from '../../src/gen/llmgw/v1/admin_pb.js';
+import { openAdminClient } from '../../src/ctl/open-admin-client.js';
 import { mkdtempSync, rmSync } from 'node:fs';
 import http from 'node:http';
 import http2 from 'node:http2';
@@ -165,6 +168,23 @@ describe('the admin socket over HTTP/1.1', () => {
     hung.socket.write(`POST /llmgw.v1.AdminService/Adopt HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}`);
     await hung.closed;
     expect(hung.received()).toBe('');
+  });
+
+  it('keeps an Events follow open past the per-call deadline, as a Logs follow (ctl events -f died at 60 s)', async () => {
+    const dirs = newDirs();
+    await startAdmin(dirs, { callDeadlineMs: 300 });
+    const { client, close } = await openAdminClient(dirs.socket);
+    onTestFinished(close);
+    const left = new AbortController();
+    onTestFinished(() => left.abort());
+    const stream = client.events(create(EventsRequestSchema, { follow: true }), { signal: left.signal })[Symbol.asyncIterator]();
+    await stream.next();
+    // Five deadlines later the stream still stands: the next event would reach it.
+    const next = stream.next();
+    let ended = false;
+    next.then(() => (ended = true), () => (ended = true));
+    await new Promise((r) => setTimeout(r, 1500));
+    expect(ended).toBe(false);
   });
 
   it('counts HTTP/1.1 connections against the same cap as HTTP/2 ones, tells the one refused why, and serves again when they go', async () => {

@@ -38,12 +38,13 @@ export const IDLE_SESSION_TIMEOUT_MS = 10_000;
 export const MAX_STREAMS_PER_SESSION = 32;
 /**
  * Deadline of a call that is not a follow or a wait: Status and Adopt answer
- * from memory and the state directory in milliseconds. Logs (which may
- * follow) and Drain (whose --wait the client bounds with --timeout) are
- * exempt; both end when the agent stops.
+ * from memory and the state directory in milliseconds. Logs and Events
+ * (which may follow: `ctl events -f` died at 60 s, walkthrough 3) and Drain
+ * (whose --wait the client bounds with --timeout) are exempt, bounded by
+ * their per-user slots instead; all end when the agent stops.
  */
 export const ADMIN_CALL_DEADLINE_MS = 60_000;
-const OPEN_ENDED_CALLS = new Set(['/llmgw.v1.AdminService/Logs', '/llmgw.v1.AdminService/Drain']);
+const OPEN_ENDED_CALLS = new Set(['/llmgw.v1.AdminService/Logs', '/llmgw.v1.AdminService/Drain', '/llmgw.v1.AdminService/Events']);
 /** How every HTTP/2 connection begins (RFC 9113 3.4); no HTTP/1.1 request line can start with it. */
 const HTTP2_PREFACE_START = Buffer.from('PRI ', 'latin1');
 /** Most headers an HTTP/1.1 request may carry, as maxHeaderListPairs bounds HTTP/2's. */

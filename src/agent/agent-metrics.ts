@@ -35,7 +35,19 @@ export class AgentMetrics {
   readonly reconnects = new Counter({ name: 'llmgw_agent_reconnects_total', help: 'Sessions with the control plane that ended and were retried.', registers: [this.registry] });
   readonly messagesSent = new Counter({ name: 'llmgw_agent_messages_sent_total', help: 'Messages queued to the control plane, by type.', labelNames: ['type'], registers: [this.registry] });
   readonly messagesReceived = new Counter({ name: 'llmgw_agent_messages_received_total', help: 'Messages received from the control plane, by type.', labelNames: ['type'], registers: [this.registry] });
-  readonly engineExits = new Counter({ name: 'llmgw_agent_engine_exits_total', help: 'Engines that ended on their own, by the state reported.', labelNames: ['state'], registers: [this.registry] });
+  readonly engineExits = AgentMetrics.bornAtZero(
+    new Counter({ name: 'llmgw_agent_engine_exits_total', help: 'Engines that ended on their own, by the state reported.', labelNames: ['state'], registers: [this.registry] }),
+  );
+
+  /**
+   * Each series there, at 0, before the first exit (walkthrough 3, item 2):
+   * born at 1 with the first death, `increase()` never saw it, and the
+   * README's alert on it stayed green while engines died.
+   */
+  private static bornAtZero(c: Counter<'state'>): Counter<'state'> {
+    for (const state of ['FAILED', 'EXITED']) c.inc({ state }, 0);
+    return c;
+  }
   readonly heartbeatSendSeconds = new Histogram({
     name: 'llmgw_agent_heartbeat_send_seconds',
     help: 'Time for the stream to take a heartbeat once it is written to it.',

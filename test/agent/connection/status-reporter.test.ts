@@ -181,6 +181,8 @@ describe('StatusReporter', () => {
     const { outbox, sent, drained } = recordingOutbox();
     reporter.onSessionOpen(outbox);
     reporter.onSessionEstablished();
+    // There at 0 before the first death, so that increase() sees it (walkthrough 3, item 2).
+    expect(await metrics.registry.getSingleMetricAsString('llmgw_agent_engine_exits_total')).toMatch(/^llmgw_agent_engine_exits_total\{state="FAILED"\} 0$/m);
     reporter.onTransition({ shard: snapshot('s1', ShardState.READY), from: ShardState.STARTING, to: ShardState.READY });
     // The stream takes READY before the engine dies: a status still waiting in
     // the outbox would be replaced by the newer one of its shard.

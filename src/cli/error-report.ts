@@ -1,4 +1,5 @@
 import { ExitCode, type ErrorKind, LlmgwError } from '../lib/errors.js';
+import { isJournalStream, syslogPrefix } from '../lib/journal-stream.js';
 import { printable } from '../lib/printable.js';
 
 /** What an operator is told about a failed command: `error: <message>` on stderr, and with --json this object on stdout. */
@@ -29,7 +30,14 @@ export function errorReport(err: unknown, env: NodeJS.ProcessEnv = process.env):
  * shown escaped, not emitted (printable.ts). Under LLMGW_DEBUG the stack is
  * printed as it is, lines and all.
  */
-export function errorLine(report: ErrorReport, env: NodeJS.ProcessEnv = process.env, opts: { ownText?: boolean } = {}): string {
+export function errorLine(report: ErrorReport, env: NodeJS.ProcessEnv = process.env, opts: { ownText?: boolean; journal?: boolean } = {}): string {
+  // Into the journal as the agent's own lines go: JSON at priority err (walkthrough 3, item 3). As plain text
+  // at the stream's default priority 6, `journalctl -p warning` hid why the agent was down and
+  // `journalctl -o cat | jq` stopped at it.
+  if (opts.journal ?? isJournalStream(2, env)) {
+    const { message, ...rest } = report;
+    return `${syslogPrefix(50)}${JSON.stringify({ level: 'error', time: new Date().toISOString(), name: 'llmgw', msg: message, ...rest })}\n`;
+  }
   if (env.LLMGW_DEBUG) return `error: ${report.message}\n`;
   // oclif's own parsing messages ("Missing 1 required arg:\nshard  …\nSee more help with --help") are
   // the CLI's text, laid out in lines: escaping their line breaks printed \x0a where they were

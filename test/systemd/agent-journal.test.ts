@@ -1,4 +1,4 @@
-import { copyFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -101,5 +101,19 @@ describe.skipIf(unavailable !== undefined)('the agent under systemd, logging to 
     expect(warning?.PRIORITY).toBe('4');
     expect(info?.PRIORITY).toBe('6');
     expect(warning?.MESSAGE.startsWith('{')).toBe(true);
+
+    // A fatal configuration error (exit 78) is filed at PRIORITY 3 as JSON too (walkthrough 3, item 3):
+    // journalctl -p err names it, and journalctl -o cat | jq reads every line.
+    expect((await lab.run(['systemctl', 'stop', AGENT_UNIT], { timeoutMs: 60_000 })).exitCode).toBe(0);
+    writeFileSync(configPath, readFileSync(configPath, 'utf8').replace(/^server: .*$/m, 'server: ftp://127.0.0.1:1'));
+    await lab.run(['systemctl', 'start', AGENT_UNIT], { timeoutMs: 60_000 });
+    let errors = '';
+    for (let i = 0; i < 100 && !errors.includes('server'); i++) {
+      await sleep(200);
+      errors = await journal(lab, '-p', 'err', '-o', 'cat');
+    }
+    const fatal = errors.trim().split('\n').map((l) => JSON.parse(l) as { level: string; msg: string; exitCode: number }).find((r) => r.exitCode === 78);
+    expect(fatal).toMatchObject({ level: 'error', msg: expect.stringContaining('server') });
+    for (const line of (await journal(lab, '-o', 'cat')).trim().split('\n')) expect(() => JSON.parse(line), line).not.toThrow();
   });
 });

@@ -7,7 +7,7 @@ import { tryLockModel } from './model-lock.js';
 import { repoFolderName } from './repo-id.js';
 import { type StoreLayout, modelCacheKey } from './store-layout.js';
 
-export type RemoveOutcome = { removed: true } | { removed: false; reason: string };
+export type RemoveOutcome = { removed: true } | { removed: false; reason: string; absent?: true };
 
 /**
  * Deletes a model from the store unless a shard pins it or a pull holds it.
@@ -26,8 +26,10 @@ export async function removeModel(layout: StoreLayout, repo: string): Promise<Re
       await rename(layout.repoDir(repo), aside);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+      // No folder: a record alone (a pull that never fetched) goes; nothing at all is not "removed" (walkthrough 3).
+      const recorded = await lstat(layout.manifestPath(repo)).then(() => true, () => false);
       await rm(layout.manifestPath(repo), { force: true });
-      return { removed: true };
+      return recorded ? { removed: true } : { removed: false, reason: 'it is not in the store', absent: true };
     }
     const late = await modelPins(layout, repo);
     if (late.length > 0) {
@@ -46,6 +48,7 @@ export async function removeModel(layout: StoreLayout, repo: string): Promise<Re
 /** removeModel for `models rm`: a refusal is an error naming why. */
 export async function removeModelOrFail(layout: StoreLayout, repo: string): Promise<void> {
   const r = await removeModel(layout, repo);
+  if (!r.removed && r.absent) throw failure(`${repo} is not in the model store; \`llmgw models list\` shows what is`);
   if (!r.removed) throw failure(`${repo} is not removed: ${r.reason}; try again once it is not in use`);
 }
 

@@ -120,6 +120,10 @@ describe('llmgw models pull', () => {
     const removed = await runCli(['models', 'rm', 'acme/mid', '--config', config]);
     expect(removed.exitCode).toBe(0);
     expect(readdirSync(join(cacheDir, 'hub'))).toEqual([]);
+    // Again: there is nothing to remove, and it says so rather than "removed" (walkthrough 3).
+    const absent = await runCli(['models', 'rm', 'acme/mid', '--config', config]);
+    expect(absent.exitCode).toBe(1);
+    expect(absent.stderr.trim()).toBe('error: acme/mid is not in the model store; `llmgw models list` shows what is');
   });
 });
 

@@ -32,7 +32,7 @@ import type { Supervisor } from './supervisor/supervisor.js';
 
 /** The GPUs of an inventory as the health watch knows them. */
 function watchedGpus(inventory: Inventory): WatchedGpu[] {
-  return inventory.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pciBusId: g.pciBusId }));
+  return inventory.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pciBusId: g.pciBusId, ...(g.healthy ? {} : { discoveryFault: g.error || 'unhealthy in the inventory' }) }));
 }
 
 export interface AgentOptions {

@@ -318,6 +318,22 @@ describe('llmgw agent run watching the kernel log', () => {
     console.info(`Xid 79 through the kernel log: shard UNHEALTHY on the stream ${ms} ms after the line was written`);
   });
 
+  it('reports a fault nvidia-smi reads ("GPU requires reset") as it does NVML\'s: a GpuEvent, the shard on it UNHEALTHY, and READY again once the scan reads it sound (walkthrough 3, item 4)', async () => {
+    // No NVML: the scan (the fake nvidia-smi on a copy of the data set) is the only word on GPU health.
+    const a = await gpuAgent({ nvml: false, interval: '1s' });
+    const csv = join(a.dataset, 'query-gpu.csv');
+    const sound = readFileSync(csv, 'utf8');
+    const row2 = sound.split('\n').find((l) => l.startsWith('2, ')) as string;
+    const [index, uuid, name, pci] = row2.split(', ');
+    const faulty = sound.replace(row2, [index, uuid, name, pci, '[GPU requires reset]', '[GPU requires reset]', '550.54.15', '9.0', '[GPU requires reset]', '[GPU requires reset]', '[GPU requires reset]'].join(', '));
+    await expectFaultReported(a, () => writeFileSync(csv, faulty), 2, /GPU requires reset/, GpuEventKind.GPU_LOST);
+    const cleared = a.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.CLEARED), 20_000);
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
+    writeFileSync(csv, sound);
+    await cleared;
+    expect(((await ready).msg.value as ShardStatus).error).toBe('');
+  });
+
   it('takes no Xid from a line any local user can have the kernel print: an Xid quoted by overlayfs, a user-facility record (security review 3, S7)', async () => {
     const a = await gpuAgent({ nvml: false });
     const usec = Math.floor(uptimeSeconds() * 1e6) + 1_000_000;

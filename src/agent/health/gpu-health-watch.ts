@@ -22,6 +22,12 @@ export interface WatchedGpu {
   index: number;
   uuid: string;
   pciBusId: string;
+  /**
+   * Why the inventory's scan calls it unhealthy (nvidia-smi's "GPU requires
+   * reset"), or undefined when it does not. Held as a fault when there is no
+   * NVML to poll: then the scan is the only word on the GPU's health.
+   */
+  discoveryFault?: string;
 }
 
 export interface GpuHealthWatchOptions {
@@ -48,7 +54,7 @@ export interface GpuFault {
   xid: number;
   /** The operator's sentence: "Xid 79: GPU has fallen off the bus". */
   message: string;
-  source: 'nvml' | 'kmsg' | 'poll' | 'operator';
+  source: 'nvml' | 'kmsg' | 'poll' | 'operator' | 'discovery';
   at: Date;
 }
 
@@ -134,6 +140,7 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     const nvml = this.#opts.nvml;
     for (const g of this.#opts.gpus ?? this.#gpusFromNvml()) this.#gpus.set(g.index, g);
     this.#known = new Map(this.#gpus);
+    this.#discoveryFaults([...this.#gpus.values()]);
 
     if (nvml) {
       for (const index of this.#gpus.keys()) this.#linksAtStart.set(index, activeLinks(nvml, index));
@@ -208,6 +215,20 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     }
     for (const [index, old] of this.#known) if (!now.has(index)) this.#gone.set(index, old.uuid);
     this.#known = new Map(now);
+    this.#discoveryFaults(gpus);
+  }
+
+  /**
+   * Without NVML nothing polls the GPUs: a fault the scan (nvidia-smi) reads
+   * is this watch's fault like any other, logged, an event, its shards
+   * UNHEALTHY, and cleared by the scan or an operator (walkthrough 3, item 4).
+   */
+  #discoveryFaults(gpus: readonly WatchedGpu[]): void {
+    if (this.#opts.nvml) return;
+    for (const g of gpus) {
+      if (g.discoveryFault) this.#raise(g.index, 'discovery', { kind: GpuEventKind.GPU_LOST, xid: 0, message: g.discoveryFault, source: 'discovery' });
+      else this.#clear(g.index, 'discovery', 'discovery');
+    }
   }
 
   /**

@@ -256,6 +256,22 @@ describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuHealthWatch: how faults
     await vi.waitFor(() => expect(watch.faultOf(3)?.kind).toBe(GpuEventKind.GPU_LOST), WAIT);
   });
 
+  it('holds a fault the inventory scan reads when there is no NVML to poll (nvidia-smi\'s "GPU requires reset"): logged, an event, cleared by the scan or an operator (walkthrough 3, item 4)', async () => {
+    const gpu = (index: number, discoveryFault?: string) => ({ index, uuid: `GPU-${index}`, pciBusId: `00000000:1${index}:00.0`, ...(discoveryFault ? { discoveryFault } : {}) });
+    const { watch, events, lines } = setup({ kmsg: 'none', watch: { nvml: undefined, gpus: [gpu(0), gpu(2, 'GPU requires reset')] } });
+    await watch.start();
+    expect(events).toEqual([expect.objectContaining({ gpuIndex: 2, kind: GpuEventKind.GPU_LOST, message: 'GPU requires reset', source: 'discovery' })]);
+    expect(lines.some((l) => l.msg === 'GPU fault')).toBe(true);
+    expect(watch.describeFault(2)).toBe('GPU 2: GPU requires reset');
+    // The next scan reads it sound: cleared, and said.
+    watch.setGpus([gpu(0), gpu(2)]);
+    expect(events.at(-1)).toMatchObject({ gpuIndex: 2, kind: GpuEventKind.CLEARED, source: 'discovery' });
+    expect(watch.faultOf(2)).toBeUndefined();
+    // Faulty again; an operator clears it (ctl gpu clear no longer says it had none).
+    watch.setGpus([gpu(0), gpu(2, 'GPU requires reset')]);
+    expect(watch.clearByOperator(2, 'uid 0')).toEqual(['GPU requires reset']);
+  });
+
   it("clears every fault of a GPU for an operator, saying who and why; nothing to clear sends nothing", async () => {
     const { watch, events, inject } = setup({ kmsg: 'none' });
     await watch.start();

@@ -10,7 +10,7 @@ import type { ConnectionStatus } from './connection/connection-state.js';
 import { ControlPlaneConnection } from './connection/control-plane-connection.js';
 import { type AdminBackend, adminBackend, type GpuFaultClearing, type GpuHealthView } from './admin/admin-backend.js';
 import { AgentEventRing } from './events/agent-event-ring.js';
-import { adoptionEvents, connectionEvent, gpuEventEvent, refusalEvent, shardTransitionEvent } from './events/describe-agent-event.js';
+import { adoptionEvents, connectionEvent, cordonEvent, diskPressureEvent, gpuEventEvent, refusalEvent, shardTransitionEvent } from './events/describe-agent-event.js';
 import { GpuHealthWatch, type WatchedGpu } from './health/gpu-health-watch.js';
 import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
 import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
@@ -148,6 +148,9 @@ export class Agent {
     });
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.reporter.send({ case: 'inventory', value: this.inventory }));
+    // The node's own changes are events too, beside the shards' and GPUs' (walkthrough 3, item 7).
+    this.conditions.cordon.on('change', (state, uid) => this.events.record(cordonEvent(state, uid)));
+    this.conditions.disk.on('change', (state) => this.events.record(diskPressureEvent(state.active, state.reason)));
     const report = (status: ShardStatus) => this.reporter.report(status);
     const admission = new StartAdmission({
       supervisor: opts.supervisor,

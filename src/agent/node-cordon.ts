@@ -10,9 +10,10 @@ export type CordonState = CordonRecord | undefined;
  * and keeps every running shard (kubectl cordon, Nomad's node eligibility).
  * Kept in <state_dir>/cordon.json so an agent restart — the usual next step
  * of maintenance — does not make the node schedulable behind the
- * operator's back. Emits 'change' after the file is written.
+ * operator's back. Emits 'change' after the file is written, with the
+ * state and the uid that asked.
  */
-export class NodeCordon extends EventEmitter<{ change: [CordonState] }> {
+export class NodeCordon extends EventEmitter<{ change: [CordonState, number] }> {
   private state: CordonState;
   private readonly path: string;
 
@@ -59,7 +60,7 @@ export class NodeCordon extends EventEmitter<{ change: [CordonState] }> {
       this.state = next;
       this.logger.info({ reason, uid }, 'node cordoned');
     }
-    this.emit('change', this.state);
+    this.emit('change', this.state, uid);
     return true;
   }
 

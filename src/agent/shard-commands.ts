@@ -25,7 +25,7 @@ export interface ShardCommandsOptions {
   /** The node's model store: a shard's pin is let go when it is removed or its start refused. */
   models?: NodeModels;
   /** Told of each start or drain refused, with why (`ctl events`); unlike the log, not rate-limited, since the ring is bounded. */
-  onRefused?: (what: 'start' | 'drain', shard: { shardId: string; replicaId: string }, why: string) => void;
+  onRefused?: (what: 'start' | 'drain' | 'sleep' | 'wake', shard: { shardId: string; replicaId: string }, why: string) => void;
   /** The GPU readings and host RAM a sleep is judged by; without them SleepShard is refused. */
   sleepProbes?: SleepProbes;
 }
@@ -220,6 +220,7 @@ export class ShardCommands {
       const why = msg.startsWith(`${what} `) ? msg : `${what} refused: ${msg}`;
       this.refusals.warn({ shard: id, err: why }, `refused or failed a ${what}`);
       const shard = checked && this.sup.get(checked);
+      this.opts.onRefused?.(what, { shardId: id, replicaId: shard ? shard.replicaId : '' }, why);
       // The shard's own state with the reason: FAILED would get a healthy engine replaced.
       if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
       else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));

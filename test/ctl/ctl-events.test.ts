@@ -1,7 +1,8 @@
 import { appendFileSync } from 'node:fs';
 import { execa } from 'execa';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { create } from '@bufbuild/protobuf';
+import { ShardState, SleepShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { kmsgAgent, xid79Line } from '../helpers/kmsg-agent.js';
 import { BIN, runCli } from '../helpers/run-cli.js';
@@ -108,6 +109,29 @@ describe('llmgw ctl events', () => {
     const bad = await runCli(['ctl', 'events', '--since', 'yesterday', '--socket', a.socket]);
     expect(bad.exitCode).toBe(2);
     expect(bad.stderr).toMatch(/--since "yesterday" is neither a duration nor an RFC 3339 time/);
+  }, 120_000);
+
+  it('lists what happens to the node itself: a cordon and an uncordon with who and why, and a refused sleep (walkthrough 3, item 7)', async () => {
+    const a = await kmsgAgent('llmgw-events-node-');
+    expect((await runCli(['ctl', 'cordon', '--reason', 'swap PSU, OPS-7', '--socket', a.socket])).exitCode).toBe(0);
+    expect((await runCli(['ctl', 'uncordon', '--socket', a.socket])).exitCode).toBe(0);
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
+    a.cp.send('node-a', { case: 'start', value: simStart('s1', await freePort()) });
+    await ready;
+    // The sim shard has no sleep mode: refused, and the refusal is an event as a refused start is.
+    const refused = a.cp.waitFor('node-a', (m) => m.msg.case === 'shard' && m.msg.value.shardId === 's1' && m.msg.value.error.startsWith('sleep refused'), 30_000);
+    a.cp.send('node-a', { case: 'sleep', value: create(SleepShardSchema, { shardId: 's1', level: 1 }) });
+    await refused;
+    const uid = String(process.geteuid?.() ?? 0);
+    let events: { kind: string; message: string; fields: Record<string, string> }[] = [];
+    await until(async () => {
+      const r = await runCli(['ctl', 'events', '--json', '--socket', a.socket]);
+      events = r.stdout.trim().split('\n').map((l) => JSON.parse(l));
+      return events.some((e) => e.kind === 'refusal' && e.fields.refused === 'sleep');
+    }, 'the refused sleep among the events');
+    const node = events.filter((e) => e.kind === 'node');
+    expect(node.map((e) => e.message)).toEqual([`cordoned by uid ${uid}: swap PSU, OPS-7`, `uncordoned by uid ${uid}`]);
+    expect(node[0]?.fields).toMatchObject({ condition: 'Cordoned', active: 'true', uid, reason: 'swap PSU, OPS-7' });
   }, 120_000);
 
   it('says the agent is not running, exit 69, when nothing listens on the socket', async () => {

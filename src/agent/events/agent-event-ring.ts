@@ -10,7 +10,7 @@ import type { ShardId } from '../../lib/shard-id.js';
  * - refusal: a start or drain the agent refused
  * - adoption: what became of an engine a previous agent left
  */
-export type AgentEventKind = 'shard' | 'gpu' | 'connection' | 'refusal' | 'adoption';
+export type AgentEventKind = 'shard' | 'gpu' | 'connection' | 'refusal' | 'adoption' | 'node';
 
 export interface AgentEventView {
   /** One more than the event before, for the life of the process: a gap is what the ring dropped. */

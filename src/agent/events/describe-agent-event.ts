@@ -55,7 +55,7 @@ export function connectionEvent(from: ConnectionPhase, s: ConnectionStatus): New
 }
 
 /** A start or drain the agent would not do, and why (what the control plane is told). */
-export function refusalEvent(what: 'start' | 'drain', shard: { shardId: string; replicaId: string }, why: string): NewAgentEvent {
+export function refusalEvent(what: 'start' | 'drain' | 'sleep' | 'wake', shard: { shardId: string; replicaId: string }, why: string): NewAgentEvent {
   return {
     kind: 'refusal',
     shardId: shard.shardId,
@@ -74,4 +74,21 @@ export function adoptionEvents(results: readonly AdoptResultView[]): NewAgentEve
       message: r.reason ? `${r.outcome}: ${r.reason}` : r.outcome,
       fields: { outcome: r.outcome, pid: String(r.pid), reason: r.reason },
     }));
+}
+
+/** The node cordoned or uncordoned, by whom and why (walkthrough 3, item 7: an on-node audit feed). */
+export function cordonEvent(state: { reason: string; byUid: number } | undefined, uid: number): NewAgentEvent {
+  const by = uid >= 0 ? ` by uid ${uid}` : '';
+  return state
+    ? { kind: 'node', message: `cordoned${by}${state.reason ? `: ${state.reason}` : ''}`, fields: { condition: 'Cordoned', active: 'true', uid: String(uid), reason: state.reason } }
+    : { kind: 'node', message: `uncordoned${by}`, fields: { condition: 'Cordoned', active: 'false', uid: String(uid), reason: '' } };
+}
+
+/** Disk pressure on or off, with the watch's reason. */
+export function diskPressureEvent(active: boolean, reason: string): NewAgentEvent {
+  return {
+    kind: 'node',
+    message: active ? `disk pressure: ${reason}` : 'disk pressure cleared',
+    fields: { condition: 'DiskPressure', active: String(active), reason },
+  };
 }

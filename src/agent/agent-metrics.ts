@@ -1,6 +1,7 @@
+import { stateName } from '../lib/shard-states.js';
 import type { Server } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import { type GpuEvent, ShardState } from '../gen/llmgw/v1/agent_pb.js';
+import type { GpuEvent } from '../gen/llmgw/v1/agent_pb.js';
 import type { ConnectionPhase, ConnectionStatus } from './connection/connection-state.js';
 import type { Outbox } from './connection/outbox.js';
 import { GpuMetrics, type GpuMetricsView } from './metrics/gpu-metrics.js';
@@ -115,11 +116,27 @@ export class AgentMetrics {
       registers,
       collect() {
         this.reset();
-        for (const s of src.shards()) this.inc({ state: ShardState[s.state] ?? String(s.state) });
+        for (const s of src.shards()) this.inc({ state: stateName(s.state) });
       },
     });
     this.gpu = new GpuMetrics(this.registry, () => src.gpus());
     new ShardMetrics(this.registry, src);
+    new Gauge({
+      name: 'llmgw_shard_gpu_info',
+      help: "1 for each GPU a shard runs on, with dcgm-exporter's GPU labels: what joins a TP>1 shard to its GPUs' series.",
+      labelNames: ['shard', 'replica', 'gpu', 'UUID', 'pci_bus_id'],
+      registers,
+      collect() {
+        this.reset();
+        const gpus = new Map(src.gpus().map((g) => [g.index, g]));
+        for (const s of src.shards()) {
+          for (const index of s.spec.gpuIndices) {
+            const g = gpus.get(index);
+            this.set({ shard: s.shardId, replica: s.replicaId, gpu: String(index), UUID: g?.uuid ?? '', pci_bus_id: g?.pciBusId ?? '' }, 1);
+          }
+        }
+      },
+    });
     registerNodeConditionMetrics(this.registry, () => src.conditions?.() ?? []);
   }
 

@@ -40,6 +40,7 @@ const FAMILIES: Record<string, string[]> = {
   llmgw_shard_readiness_seconds: SHARD,
   llmgw_shard_requests_in_flight: SHARD,
   llmgw_shard_generation_tokens_per_second: SHARD,
+  llmgw_shard_gpu_info: ['shard', 'replica', 'gpu', 'UUID', 'pci_bus_id'],
   // prom-client's default collectors: the process and the Node runtime.
   process_cpu_user_seconds_total: [],
   process_resident_memory_bytes: [],
@@ -148,6 +149,10 @@ describe('llmgw agent run, scraped by Prometheus', () => {
     expect(value(m, 'llmgw_gpu_events_total', { gpu: '2', kind: 'xid', xid: '79' })).toBe(1);
     const s1 = { shard: 's1', replica: 'r-s1', model: 'sim/m', engine: 'sim', gpus: '0' };
     expect(value(m, 'llmgw_shard_state', { ...s1, state: 'READY' })).toBe(1);
+    // What joins the shard to its GPUs' series (dcgm-exporter's included), by UUID (walkthrough 3, item 6).
+    const joined = samples(m, 'llmgw_shard_gpu_info', { shard: 's1' });
+    expect(joined.map((x) => [x.labels.gpu, x.value])).toEqual([['0', 1]]);
+    expect(joined[0]?.labels.UUID).toBe(samples(m, 'llmgw_gpu_memory_used_bytes', gpu0)[0]?.labels.UUID);
     expect(samples(m, 'llmgw_shard_state', { shard: 's1' }).filter((s) => s.value === 1)).toHaveLength(1);
     expect(value(m, 'llmgw_shard_restarts_total', s1)).toBe(1);
     expect(value(m, 'llmgw_shard_readiness_seconds_count', s1)).toBe(2);

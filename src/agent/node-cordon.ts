@@ -56,9 +56,11 @@ export class NodeCordon extends EventEmitter<{ change: [CordonState, number] }> 
       // Cordoning again with a new reason replaces the reason but keeps the time it began.
       if (this.state && this.state.reason === reason) return false;
       const next: CordonRecord = { reason, sinceMs: this.state?.sinceMs ?? Date.now(), byUid: uid };
+      const replaced = this.state?.reason;
       await writeCordonFile(this.path, next);
       this.state = next;
-      this.logger.info({ reason, uid }, 'node cordoned');
+      if (replaced !== undefined) this.logger.info({ reason, uid, replaced }, "node's cordon reason replaced");
+      else this.logger.info({ reason, uid }, 'node cordoned');
     }
     this.emit('change', this.state, uid);
     return true;

@@ -21,6 +21,6 @@ export function describeCordon(r: CordonResponseJson): string {
   if (!r.cordoned) return r.changed ? 'node uncordoned: new shards may start' : 'node was not cordoned';
   const why = r.reason ? ` (${r.reason})` : '';
   const by = r.byUid !== undefined && r.byUid >= 0 ? ` by uid ${r.byUid}` : '';
-  const head = r.changed ? 'node cordoned' : 'node already cordoned';
+  const head = r.changed ? (r.replacedReason !== undefined && r.replacedReason !== '' ? `node's cordon reason replaced (was: ${r.replacedReason})` : 'node cordoned') : 'node already cordoned';
   return `${head} since ${r.since}${by}${why}: new shards are refused, running ones keep serving; llmgw ctl uncordon undoes it`;
 }

@@ -114,6 +114,9 @@ describe('llmgw ctl events', () => {
   it('lists what happens to the node itself: a cordon and an uncordon with who and why, and a refused sleep (walkthrough 3, item 7)', async () => {
     const a = await kmsgAgent('llmgw-events-node-');
     expect((await runCli(['ctl', 'cordon', '--reason', 'swap PSU, OPS-7', '--socket', a.socket])).exitCode).toBe(0);
+    // A second operator's cordon replaces the reason, and says so (walkthrough 3: it was silent).
+    const again = await runCli(['ctl', 'cordon', '--reason', 'firmware, OPS-8', '--socket', a.socket]);
+    expect(again.stdout).toMatch(/^node's cordon reason replaced \(was: swap PSU, OPS-7\) since .* \(firmware, OPS-8\)/);
     expect((await runCli(['ctl', 'uncordon', '--socket', a.socket])).exitCode).toBe(0);
     const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
     a.cp.send('node-a', { case: 'start', value: simStart('s1', await freePort()) });
@@ -130,7 +133,7 @@ describe('llmgw ctl events', () => {
       return events.some((e) => e.kind === 'refusal' && e.fields.refused === 'sleep');
     }, 'the refused sleep among the events');
     const node = events.filter((e) => e.kind === 'node');
-    expect(node.map((e) => e.message)).toEqual([`cordoned by uid ${uid}: swap PSU, OPS-7`, `uncordoned by uid ${uid}`]);
+    expect(node.map((e) => e.message)).toEqual([`cordoned by uid ${uid}: swap PSU, OPS-7`, `cordoned by uid ${uid}: firmware, OPS-8`, `uncordoned by uid ${uid}`]);
     expect(node[0]?.fields).toMatchObject({ condition: 'Cordoned', active: 'true', uid, reason: 'swap PSU, OPS-7' });
   }, 120_000);
 

@@ -20,6 +20,7 @@ export async function cordonRoute(backend: AdminBackend, req: CordonRequest, ctx
   if (problem) throw new ConnectError(`${problem}; give a shorter --reason`, Code.InvalidArgument);
   if (!req.cordon && req.reason !== '') throw new ConnectError('uncordon takes no reason', Code.InvalidArgument);
   const uid = ctx.values.get(ADMIN_PEER)?.uid ?? -1;
+  const before = backend.cordon.current();
   let changed: boolean;
   try {
     changed = await backend.cordon.set(req.cordon, reason, uid);
@@ -34,5 +35,7 @@ export async function cordonRoute(backend: AdminBackend, req: CordonRequest, ctx
     since: s ? timestampFromMs(s.sinceMs) : undefined,
     byUid: s?.byUid ?? -1,
     changed,
+    // A second cordon replaces the first's reason: said, not silent (walkthrough 3).
+    replacedReason: changed && req.cordon && before !== undefined ? before.reason : '',
   });
 }

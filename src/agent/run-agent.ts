@@ -113,7 +113,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     logEngineAccounts(logger, agent.engineAccounts());
     await supervisor.launcher();
     if (metrics) {
-      metrics.observe(agentMetricsSources({ agent, supervisor, admin, node: c.nodeId, version }));
+      metrics.observe(agentMetricsSources({ agent, supervisor, admin, node: c.nodeId, version, foreignMemoryShare: c.discovery.foreignMemoryShare }));
       servers.push(await metrics.serve(c.metricsAddr));
     }
     logger.info({ node: c.nodeId, server: c.server, protocol: c.protocol, version }, 'agent starting');

@@ -145,7 +145,10 @@ describe('llmgw agent run, scraped by Prometheus', () => {
     expect(value(m, 'llmgw_gpu_healthy', gpu0)).toBe(1);
     expect(value(m, 'llmgw_gpu_healthy', { gpu: '2' })).toBe(0);
     expect(value(m, 'llmgw_gpu_fault_info', { gpu: '2', kind: 'xid', xid: '79', source: 'kmsg' })).toBe(1);
-    expect(samples(m, 'llmgw_gpu_fault_info').map((s) => s.labels.gpu)).toEqual(['2']);
+    // GPUs 3 and 4 of the data set hold memory no process accounts for: sound, but no shard starts there, and the
+    // metrics say so as StartShard and ctl status do (walkthrough 3, item 5).
+    expect(samples(m, 'llmgw_gpu_fault_info').map((s) => [s.labels.gpu, s.labels.kind])).toEqual([['2', 'xid'], ['3', 'foreign_memory'], ['4', 'foreign_memory']]);
+    expect(value(m, 'llmgw_gpu_healthy', { gpu: '3' })).toBe(0);
     expect(value(m, 'llmgw_gpu_events_total', { gpu: '2', kind: 'xid', xid: '79' })).toBe(1);
     const s1 = { shard: 's1', replica: 'r-s1', model: 'sim/m', engine: 'sim', gpus: '0' };
     expect(value(m, 'llmgw_shard_state', { ...s1, state: 'READY' })).toBe(1);

@@ -78,6 +78,8 @@ describe('llmgw discover', () => {
     expect(r.stdout).not.toMatch(ESCAPE);
     expect(r.stdout).not.toMatch(/[⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏❯]/);
     expect(r.stdout).toMatch(/^7\s+NVIDIA H100 80GB HBM3\s+17 \/ 81559 MiB\s+9\.0\s+1\s+ok\s+off\s+-$/m);
+    // Sound hardware no shard would start on is not "ok" here either (walkthrough 3, item 5: the table said ok, preflight FAIL).
+    expect(r.stdout).toMatch(/^3\s+NVIDIA H100 80GB HBM3\s+.*foreign memory \d+% \(no shard starts on it\)/m);
     expect(r.stdout).toContain(
       'Topology: 8 GPUs, all pairs NV18; GPU0-1 nearest HCA mlx5_0 (PXB), GPU2-3 nearest HCA mlx5_1 (PXB), GPU4-5 nearest HCA mlx5_2 (PXB), GPU6-7 nearest HCA mlx5_3 (PXB)',
     );

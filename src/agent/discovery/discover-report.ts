@@ -48,7 +48,7 @@ export async function discoverReport(o: DiscoverReportOptions, print: (text: str
         })
       : [];
   const report = toProtoJson(DiscoverReportSchema, create(DiscoverReportSchema, { inventory, checks })) as DiscoverReportJson;
-  const text = o.text ? renderDiscoverReport(inventory, { mgmtInterface: settings.mgmtInterface, checks }) : undefined;
+  const text = o.text ? renderDiscoverReport(inventory, { mgmtInterface: settings.mgmtInterface, checks, foreignMemoryShare: settings.foreignMemoryShare }) : undefined;
   const failed = checks.filter((c) => !c.ok);
   if (o.strict && failed.length > 0) {
     // The report is what the operator needs to see the failures; it is printed before the one-line error.

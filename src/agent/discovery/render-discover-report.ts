@@ -1,5 +1,6 @@
 import chalk from 'chalk';
 import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
 import { renderTable } from '../../lib/table.js';
 import type { PreflightCheck } from './preflight.js';
 import { summarizeTopology } from './summarize-topology.js';
@@ -8,6 +9,8 @@ export interface RenderDiscoverOptions {
   mgmtInterface: string;
   /** Shown only when preflight ran (--config or --strict). */
   checks?: readonly PreflightCheck[];
+  /** discovery.foreign_memory_share: a sound GPU the agent would start nothing on is shown so, as in ctl status. */
+  foreignMemoryShare?: number;
 }
 
 /**
@@ -35,7 +38,7 @@ export function renderDiscoverReport(inv: Inventory, opts: RenderDiscoverOptions
           `${g.memoryUsedMb} / ${g.memoryTotalMb} MiB`,
           g.computeCapability || '?',
           g.numaNode >= 0 ? String(g.numaNode) : '-',
-          g.healthy ? chalk.green('ok') : chalk.red(`UNHEALTHY: ${g.error}`),
+          healthCell(g, inv, opts.foreignMemoryShare),
           g.migMode === 'Enabled' ? `${g.migDevices.map((m) => m.profile).join(' ') || 'enabled'}` : g.migMode === 'Disabled' ? 'off' : '-',
           (g.uuid && procs(g.uuid)) || '-',
         ]),
@@ -88,4 +91,14 @@ export function renderDiscoverReport(inv: Inventory, opts: RenderDiscoverOptions
     );
   }
   return out.join('\n');
+}
+
+/** ok, UNHEALTHY with the scan's reason, or what keeps sound hardware from serving: the answer ctl status and the metrics give. */
+function healthCell(g: Inventory['gpus'][number], inv: Inventory, share = DEFAULT_FOREIGN_MEMORY_SHARE): string {
+  if (!g.healthy) return chalk.red(`UNHEALTHY: ${g.error}`);
+  const foreign = foreignMemoryProblem(g, inv.processes, share);
+  if (!foreign) return chalk.green('ok');
+  const visible = inv.processes.filter((p) => p.gpuUuid === g.uuid).reduce((sum, p) => sum + Math.max(0, p.usedMemoryMb), 0);
+  const pct = Math.round((100 * (g.memoryUsedMb - visible)) / g.memoryTotalMb);
+  return chalk.yellow(`foreign memory ${pct}% (no shard starts on it)`);
 }

@@ -25,6 +25,8 @@ export interface GpuMetricsView {
   healthy: boolean;
   /** The health watch's unresolved fault; absent when none (a GPU may still be unhealthy by discovery). */
   fault?: { kind: GpuEventKind; xid: number; source: string };
+  /** Why sound hardware takes no shard (memory used by no process the agent sees); absent when it does. */
+  refusal?: string;
 }
 
 /** A GpuEventKind as a label value: "xid", "ecc_double_bit", "gpu_lost", "cleared". */
@@ -77,17 +79,22 @@ export class GpuMetrics {
       registers,
       collect() {
         this.reset();
-        for (const g of gpus()) this.set(gpuLabels(g), g.healthy ? 1 : 0);
+        // Fit for shards: sound, and not refused (foreign memory), as StartShard and ctl status judge it.
+        for (const g of gpus()) this.set(gpuLabels(g), g.healthy && g.refusal === undefined ? 1 : 0);
       },
     });
     new Gauge({
       name: 'llmgw_gpu_fault_info',
-      help: "A GPU's unresolved fault, by kind (xid, ecc_double_bit, row_remap_failure, gpu_lost, ..., or discovery), Xid and source; present only while the GPU is unhealthy.",
+      help: "A GPU's unresolved fault, by kind (xid, ecc_double_bit, row_remap_failure, gpu_lost, ..., discovery, or foreign_memory: sound but refused), Xid and source; present only while the GPU is unfit for shards.",
       labelNames: [...labelNames, 'kind', 'xid', 'source'],
       registers,
       collect() {
         this.reset();
         for (const g of gpus()) {
+          if (g.healthy && g.refusal !== undefined) {
+            this.set({ ...gpuLabels(g), kind: 'foreign_memory', xid: '0', source: 'agent' }, 1);
+            continue;
+          }
           if (g.healthy) continue;
           const f = g.fault;
           const fault = f ? { kind: gpuEventKindLabel(f.kind), xid: String(f.xid), source: f.source } : { kind: 'discovery', xid: '0', source: 'discovery' };

@@ -138,7 +138,9 @@ export function renderTop(model: TopModel, v: TopView): string[] {
   for (const g of s.gpus) {
     const total = s.inventory?.gpus.find((i) => i.index === g.index)?.memoryTotalMb ?? 0;
     const memory = `${bar(g.memoryUsedMb, total, BAR_WIDTH)} ${g.memoryUsedMb}/${total} MiB`;
-    out.push(`${cell(String(g.index), 4)} ${cell(memory, BAR_WIDTH + 18)} ${cell(g.healthy ? 'healthy' : 'FAULT', 9)} ${cell(String(model.faultCount(g.index)), 6)} ${g.fault}`);
+    // As ctl status and llmgw_gpu_healthy say it: sound hardware the agent starts nothing on (foreign memory) is not "healthy".
+    const health = !g.healthy ? 'FAULT' : g.fault ? 'UNUSABLE' : 'healthy';
+    out.push(`${cell(String(g.index), 4)} ${cell(memory, BAR_WIDTH + 18)} ${cell(health, 9)} ${cell(String(model.faultCount(g.index)), 6)} ${g.fault}`);
   }
 
   const footer = v.typing !== undefined ? `filter: ${v.typing}▏ (Enter applies, Esc clears)` : 'q quit  s sort  / filter';

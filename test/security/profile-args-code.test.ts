@@ -30,7 +30,12 @@ beforeAll(async () => {
   mkdirSync(markers, { recursive: true });
   mkdirSync(join(root, 'bin'), { recursive: true });
   // One record per start, named by its GPU; then it stays up, as a loading engine does.
-  writeFileSync(recorder, `#!/bin/sh\n{ id -u; for a in "$@"; do printf '%s\\n' "$a"; done; } > "${markers}/vllm-$CUDA_VISIBLE_DEVICES"\nexec sleep 60\n`, { mode: 0o755 });
+  // Written aside and renamed: a test that sees the marker reads it whole (it once read the file the shell had only created).
+  writeFileSync(
+    recorder,
+    `#!/bin/sh\nf="${markers}/vllm-$CUDA_VISIBLE_DEVICES"\n{ id -u; for a in "$@"; do printf '%s\\n' "$a"; done; } > "$f.tmp" && mv "$f.tmp" "$f"\nexec sleep 60\n`,
+    { mode: 0o755 },
+  );
   cp = await startHostileControlPlane();
 });
 afterAll(async () => {

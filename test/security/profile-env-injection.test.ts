@@ -33,8 +33,11 @@ let cp: HostileControlPlane;
 const PYTHON = execFileSync('python3', ['-c', 'import sys; print(sys.executable)'], { encoding: 'utf8' }).trim();
 const RECORDER = (name: string) => `#!${PYTHON}
 import json, os, sys
-with open(${JSON.stringify(`${markers}/`)} + ${JSON.stringify(name)} + '-' + os.environ.get('CUDA_VISIBLE_DEVICES', 'x') + '.json', 'w') as f:
+path = ${JSON.stringify(`${markers}/`)} + ${JSON.stringify(name)} + '-' + os.environ.get('CUDA_VISIBLE_DEVICES', 'x') + '.json'
+# Written aside and renamed: the test reads the record as soon as it exists.
+with open(path + '.tmp', 'w') as f:
     json.dump({'argv': sys.argv, 'env': dict(os.environ)}, f)
+os.rename(path + '.tmp', path)
 `;
 
 beforeAll(async () => {

@@ -23,7 +23,7 @@ import { InventoryWatcher } from './inventory-watcher.js';
 import { NodeModels } from './models/node-models.js';
 import { NodeConditions } from './node-conditions.js';
 import type { Outbox } from './connection/outbox.js';
-import { type AdoptResultView, RecoverEngines } from './supervisor/orphans/recover-engines.js';
+import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
 import { ShardCommands } from './shard-commands.js';
 import { StartAdmission } from './start-admission.js';

@@ -1,4 +1,4 @@
-import type { ModelsConfig } from '../agent/config/agent-config.js';
+import type { ModelsConfig } from './models-config.js';
 import { configError } from '../lib/errors.js';
 import { BandwidthLimiter } from './bandwidth-limiter.js';
 import { ConcurrencyLimit } from './concurrency-limit.js';

@@ -7,7 +7,7 @@ import type { GpuFault } from '../health/gpu-health-watch.js';
 import type { NodeCordon } from '../node-cordon.js';
 import type { NodeModels, WaitingStart } from '../models/node-models.js';
 import type { ShardCommands } from '../shard-commands.js';
-import type { AdoptResultView, RecoverEngines } from '../supervisor/orphans/recover-engines.js';
+import type { AdoptResultView, RecoverEngines } from '../recover-engines.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
 

@@ -17,7 +17,7 @@ import type { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
 import { type ErrorKind, errorMessage, LlmgwError } from '../../lib/errors.js';
 import { MAX_LOG_LINES } from '../../lib/max-log-lines.js';
 import { isValidShardId, SHARD_ID_PATTERN, type ShardId } from '../../lib/shard-id.js';
-import type { AdoptOutcomeKind } from '../supervisor/orphans/recover-engines.js';
+import type { AdoptOutcomeKind } from '../recover-engines.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import { stateName } from '../supervisor/shard/shard-lifecycle.js';
 import type { AdminBackend } from './admin-backend.js';

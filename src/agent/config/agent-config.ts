@@ -1,3 +1,4 @@
+import type { ModelsConfig } from '../../models/models-config.js';
 /**
  * The agent's resolved configuration. Durations are milliseconds (names end in
  * Ms); the YAML file spells them as strings ("5s"). Every key, its default and
@@ -132,23 +133,8 @@ export interface AdminConfig {
   group: string;
 }
 
-/** The node-local model store (src/models/); off when cacheDir is empty. */
-export interface ModelsConfig {
-  /** Absolute directory; '' turns the store off. */
-  cacheDir: string;
-  /** Disk the store may use, in bytes; set whenever cacheDir is (checkModelsConfig). */
-  budget?: number;
-  hub: {
-    /** http(s) base URL of the hub, e.g. https://huggingface.co. */
-    endpoint: string;
-    /** File holding the hub token; '' for none. */
-    tokenFile: string;
-  };
-  /** Files one process downloads at once; at least 1. */
-  maxConcurrent: number;
-  /** Bytes per second shared by a process's downloads; undefined is unlimited. */
-  bandwidth?: number;
-}
+/** The models config is the store's own (src/models/models-config.ts); re-exported for the config loader's readers. */
+export type { ModelsConfig } from '../../models/models-config.js';
 
 export interface AgentConfig {
   nodeId: string;

@@ -1,6 +1,6 @@
 import { type GpuEvent, GpuEventKind, ShardState } from '../../gen/llmgw/v1/agent_pb.js';
 import type { ConnectionPhase, ConnectionStatus } from '../connection/connection-state.js';
-import type { AdoptResultView } from '../supervisor/orphans/recover-engines.js';
+import type { AdoptResultView } from '../recover-engines.js';
 import type { ShardTransition } from '../supervisor/shard/shard-snapshot.js';
 import { stateName } from '../supervisor/shard/shard-lifecycle.js';
 import type { NewAgentEvent } from './agent-event-ring.js';

@@ -18,7 +18,7 @@ eviction and rm never touch.`;
 
   async run(): Promise<unknown> {
     const { flags } = await this.parse(ModelsList);
-    const { loadModelStore } = await import('../../models/load-model-store.js');
+    const { loadModelStore } = await import('../../cli/load-model-store.js');
     const { scanStore } = await import('../../models/scan-store.js');
     const { renderModelsList } = await import('../../models/render-models-list.js');
     const { compileCacheBytes } = await import('../../models/compile-cache-bytes.js');

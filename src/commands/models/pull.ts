@@ -37,7 +37,7 @@ Progress goes to stderr; stdout gets a summary and the snapshot path.`;
     const { checkRepoId, checkRevision } = await import('../../models/repo-id.js');
     checkRepoId(args.repo);
     checkRevision(flags.revision);
-    const { loadModelStore } = await import('../../models/load-model-store.js');
+    const { loadModelStore } = await import('../../cli/load-model-store.js');
     const { runModelsPull } = await import('../../models/run-models-pull.js');
     const { onShutdownSignals } = await import('../../lib/on-shutdown-signals.js');
     const store = loadModelStore(flags.config);

@@ -18,7 +18,7 @@ export default class ModelsRm extends BaseCommand {
     const { args, flags } = await this.parse(ModelsRm);
     const { checkRepoId } = await import('../../models/repo-id.js');
     checkRepoId(args.repo);
-    const { loadModelStore } = await import('../../models/load-model-store.js');
+    const { loadModelStore } = await import('../../cli/load-model-store.js');
     const { removeModelOrFail } = await import('../../models/remove-model.js');
     const store = loadModelStore(flags.config);
     await removeModelOrFail(store.layout, args.repo);

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, constants, mkdirSync, openSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { RecoverEngines } from '../../../src/agent/supervisor/orphans/recover-engines.js';
+import { RecoverEngines } from '../../../src/agent/recover-engines.js';
 import type { ShardStatus } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { silentLogger } from '../../../src/lib/logger.js';

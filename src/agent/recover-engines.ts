@@ -1,11 +1,11 @@
-import type { ShardStatus } from '../../../gen/llmgw/v1/agent_pb.js';
-import { errorMessage } from '../../../lib/errors.js';
-import type { Logger } from '../../../lib/logger.js';
-import { isTerminal } from '../../../lib/shard-states.js';
-import { refusedStatus } from '../../connection/shard-report.js';
-import type { Orphan } from '../../../lib/process/orphan.js';
-import type { ShardSnapshot } from '../shard/shard-snapshot.js';
-import type { Supervisor } from '../supervisor.js';
+import type { ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
+import { errorMessage } from '../lib/errors.js';
+import type { Logger } from '../lib/logger.js';
+import { isTerminal } from '../lib/shard-states.js';
+import { refusedStatus } from './connection/shard-report.js';
+import type { Orphan } from '../lib/process/orphan.js';
+import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
+import type { Supervisor } from './supervisor/supervisor.js';
 
 export type AdoptOutcomeKind = 'adopted' | 'killed' | 'cleaned' | 'already-supervised' | 'error';
 

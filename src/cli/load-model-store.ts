@@ -1,6 +1,6 @@
 import { loadAgentConfig } from '../agent/config/load-agent-config.js';
-import { type ModelStore, modelStoreFromConfig } from './model-store-options.js';
-import { assertTrustedStore } from './store-trust.js';
+import { type ModelStore, modelStoreFromConfig } from '../models/model-store-options.js';
+import { assertTrustedStore } from '../models/store-trust.js';
 
 /** The store of the agent's configuration file (--config, else /etc/llmgw/agent.yaml and LLMGW_* variables). */
 export function loadModelStore(configPath: string | undefined): ModelStore {

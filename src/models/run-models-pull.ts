@@ -3,6 +3,7 @@ import { progressListrOptions } from '../lib/listr-options.js';
 import { formatBytes } from '../lib/format-bytes.js';
 import type { ModelStore } from './model-store-options.js';
 import { type PullEvent, type PullRequest, type PullResult, pullModel } from './pull-model.js';
+import { PullProgress } from './pull-progress.js';
 
 export interface RunModelsPullOptions {
   store: ModelStore;
@@ -22,15 +23,18 @@ export async function runModelsPull(o: RunModelsPullOptions): Promise<{ result: 
           title: `pull ${o.request.repo}@${o.request.revision}`,
           task: async (_ctx, task) => {
             const shown = new Map<string, string>();
+            const progress = new PullProgress();
             result = await pullModel(o.request, {
               ...o.store,
               signal: o.signal,
               onEvent: (e) => {
+                progress.observe(e);
                 const line = describeEvent(e);
                 if (e.kind === 'file-progress') shown.set(e.path, `${e.path} ${formatBytes(e.bytes)} / ${formatBytes(e.size)}`);
                 else if (e.kind === 'file-done') shown.delete(e.path);
                 if (line) task.output = line;
-                if (shown.size > 0) task.output = [...shown.values()].join('\n');
+                // The whole first (total, rate, time left), then each file in flight.
+                if (shown.size > 0) task.output = [progress.line(), ...shown.values()].join('\n');
               },
             });
             task.title = summary(result);
@@ -40,11 +44,14 @@ export async function runModelsPull(o: RunModelsPullOptions): Promise<{ result: 
       { ...progressListrOptions('default'), exitOnError: true },
     ).run();
   } else {
+    const progress = new PullProgress();
     result = await pullModel(o.request, {
       ...o.store,
       signal: o.signal,
       onEvent: (e) => {
-        const line = o.renderer === 'plain' ? describeEvent(e) : undefined;
+        if (o.renderer !== 'plain') return;
+        progress.observe(e);
+        const line = describeEvent(e) ?? progress.plainLineDue();
         if (line) process.stderr.write(`${line}\n`);
       },
     });

@@ -1,3 +1,4 @@
+import { TurnQueue } from '../lib/turn-queue.js';
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { abortableSleep } from '../lib/abortable-sleep.js';
@@ -13,7 +14,7 @@ export interface HeldModelLock {
 }
 
 /** In this process: one holder per model at a time, the rest queued (flock is per open file, so it cannot order them). */
-const localQueues = new Map<string, Promise<void>>();
+const localQueues = new TurnQueue();
 
 /**
  * Takes the model's lock: first this process's queue for it, then an
@@ -30,19 +31,8 @@ export async function lockModel(
   onWait?: (holderPid: number | undefined) => void,
 ): Promise<HeldModelLock> {
   const key = layout.lockPath(repo);
-  const before = localQueues.get(key) ?? Promise.resolve();
-  let releaseLocal!: () => void;
-  const mine = new Promise<void>((resolve) => {
-    releaseLocal = resolve;
-  });
-  const tail = before.then(() => mine);
-  localQueues.set(key, tail);
-  const endLocal = () => {
-    releaseLocal();
-    if (localQueues.get(key) === tail) localQueues.delete(key);
-  };
+  const endLocal = await localQueues.take(key);
   try {
-    await before;
     signal.throwIfAborted();
     await mkdir(dirname(key), { recursive: true });
     let told = false;
@@ -71,7 +61,7 @@ export async function lockModel(
 /** Takes the lock only if no one holds it: eviction and rm skip a model being pulled rather than wait. */
 export async function tryLockModel(layout: StoreLayout, repo: string): Promise<HeldModelLock | undefined> {
   const key = layout.lockPath(repo);
-  if (localQueues.has(key)) return undefined;
+  if (localQueues.busy(key)) return undefined;
   await mkdir(dirname(key), { recursive: true });
   const lock = tryLockFile(key);
   if (lock.kind === 'held') return lock;

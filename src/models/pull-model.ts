@@ -1,3 +1,4 @@
+import { TurnQueue } from '../lib/turn-queue.js';
 import { lstat, mkdir, open, readlink, rename, stat, symlink, unlink } from 'node:fs/promises';
 import { createReadStream } from 'node:fs';
 import { createHash } from 'node:crypto';
@@ -112,7 +113,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
 
     // One pull at a time plans and fills the budget (security review 3, S10): three pulls at once each found
     // room in the same scan, and a 10 MiB budget held 14. Pulls that need no byte do not wait.
-    releaseTurn = needBytes > 0 ? await takeBudgetTurn(layout.cacheDir, signal) : undefined;
+    releaseTurn = needBytes > 0 ? await budgetTurns.take(layout.cacheDir, signal) : undefined;
     const evicted = await makeRoom(ctx, repo, needBytes);
 
     const manifestFiles: ManifestFile[] = files.map((f) => ({ path: f.path, etag: f.sha256 ?? f.blobId, size: f.size, ...(f.sha256 ? { sha256: f.sha256 } : {}) }));
@@ -159,39 +160,12 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
   }
 }
 
-/** The pull whose turn it is to plan against the budget and fill it, per store, in this process. */
-const budgetTurns = new Map<string, Promise<void>>();
-
 /**
- * Waits for the pulls of this store that need bytes before this one, then
- * holds the turn until the returned function is called. A pull in another
- * process (`llmgw models pull` beside the agent) is not counted here.
+ * The pull whose turn it is to plan against the budget and fill it, per
+ * store, in this process. A pull in another process (`llmgw models pull`
+ * beside the agent) is not counted here.
  */
-async function takeBudgetTurn(cacheDir: string, signal: AbortSignal): Promise<() => void> {
-  const before = budgetTurns.get(cacheDir) ?? Promise.resolve();
-  let release: () => void = () => {};
-  const mine = new Promise<void>((resolve) => {
-    release = resolve;
-  });
-  const chained = before.then(() => mine);
-  budgetTurns.set(cacheDir, chained);
-  const done = () => {
-    release();
-    if (budgetTurns.get(cacheDir) === chained) budgetTurns.delete(cacheDir);
-  };
-  try {
-    signal.throwIfAborted();
-    await new Promise<void>((resolve, reject) => {
-      const onAbort = () => reject(signal.reason);
-      signal.addEventListener('abort', onAbort, { once: true });
-      before.then(resolve, resolve).finally(() => signal.removeEventListener('abort', onAbort));
-    });
-  } catch (err) {
-    done();
-    throw err;
-  }
-  return done;
-}
+const budgetTurns = new TurnQueue();
 
 async function sizeOrZero(path: string): Promise<number> {
   return (await stat(path).catch(() => undefined))?.size ?? 0;

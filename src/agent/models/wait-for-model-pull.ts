@@ -1,3 +1,4 @@
+import { abortable } from '../../lib/abortable.js';
 import { failure } from '../../lib/errors.js';
 import { lockModel, tryLockModel } from '../../models/model-lock.js';
 import type { StoreLayout } from '../../models/store-layout.js';
@@ -40,15 +41,6 @@ export async function waitForModelPull(o: WaitForModelPullOptions): Promise<bool
   taken.catch(() => {});
   await abortable(taken, o.signal);
   return true;
-}
-
-function abortable(p: Promise<void>, signal: AbortSignal): Promise<void> {
-  signal.throwIfAborted();
-  return new Promise<void>((resolve, reject) => {
-    const onAbort = () => reject(signal.reason);
-    signal.addEventListener('abort', onAbort, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
-  });
 }
 
 /** The refusal of a start whose model was still being pulled when its startup_timeout ran out. */

@@ -19,7 +19,6 @@ import { removeModel } from './remove-model.js';
 import { checkRepoId, checkRevision } from './repo-id.js';
 import { scanStore } from './scan-store.js';
 import type { StoreLayout } from './store-layout.js';
-import { openTrustedStore } from './store-trust.js';
 
 export interface PullRequest {
   repo: string;
@@ -89,7 +88,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
   const revision = checkRevision(req.revision);
   const matches = includeMatcher(req.include);
   const { layout, signal } = ctx;
-  await openTrustedStore(layout.cacheDir);
+  // The store's trust is judged once where it is opened (the agent's start, loadModelStore), not on the event loop at every pull.
   await mkdirs(layout.hubDir);
   const lock = await lockModel(layout, repo, signal, (holderPid) => ctx.onEvent?.({ kind: 'waiting', holderPid }));
   let releaseTurn: (() => void) | undefined;

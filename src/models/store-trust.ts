@@ -1,5 +1,4 @@
 import { lstatSync, readdirSync } from 'node:fs';
-import { mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { assertTrustedDirectory } from '../lib/files/check-directory-trust.js';
 import { configError } from '../lib/errors.js';
@@ -83,10 +82,4 @@ function safeReaddir(dir: string): string[] {
   } catch {
     return [];
   }
-}
-
-/** Creates `cache_dir` (0755, the agent's) if it is not there, and refuses it unless trusted (assertTrustedStore). */
-export async function openTrustedStore(cacheDir: string): Promise<void> {
-  await mkdir(cacheDir, { recursive: true, mode: 0o755 });
-  assertTrustedStore(cacheDir);
 }

@@ -259,7 +259,17 @@ describe('llmgw sim engine', () => {
         } catch {}
         await until(() => groupMembers(child.pid as number).length === 0, 'the sim to be gone', 10_000);
       }
-      execFileSync('umount', [dir]);
+      // A process just killed may still hold the mount for a moment ("target is busy", seen in CI):
+      // tried again until it lets go, and detached lazily at worst, so no test leaves a mount behind.
+      const unmounted = () => {
+        try {
+          execFileSync('umount', [dir], { stdio: 'ignore' });
+          return true;
+        } catch {
+          return false;
+        }
+      };
+      await until(unmounted, 'the tmpfs to be unmounted', 10_000).catch(() => execFileSync('umount', ['-l', dir]));
       rmSync(dir, { recursive: true, force: true });
     }
   });

@@ -9,7 +9,7 @@ import { FAKE_SGLANG, FAKE_VLLM } from './fake-engines.js';
  */
 
 /** engines: block that makes the agent's vllm and sglang engines run the doubles, with the agent's own command lines. */
-export const DOUBLE_ENGINES_YAML = ['engines:', '  vllm:', `    command: [${FAKE_VLLM}, serve]`, '  sglang:', `    command: [${FAKE_SGLANG}, serve]`, ''].join('\n');
+export const DOUBLE_ENGINES_YAML = ['engines:', '  vllm:', `    command: [${FAKE_VLLM}, serve]`, '    allow_sleep_mode: true', '  sglang:', `    command: [${FAKE_SGLANG}, serve]`, ''].join('\n');
 
 export interface DoubleStartOptions {
   /** The GPUs; one per tensor-parallel rank. [0] by default. */

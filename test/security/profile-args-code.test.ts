@@ -95,6 +95,12 @@ describe('profile args that load code or open files, a local model, and root eng
         'shard model: profile.model "/etc" is a local path, not a hub repo id (org/name), and engines.vllm.model_roots is empty; use a hub repo id, or list the directory that holds it in engines.vllm.model_roots',
     });
     expect((await outcome(start('model2', { model: 'org/../../etc' }, gpu))).error).toMatch(/^shard model2: profile\.model "org\/\.\.\/\.\.\/etc" is a local path/);
+    // Security review 3, S6: sleep_mode opens vLLM's keyless dev endpoints; the operator, not a profile, opens them.
+    expect(await outcome(start('sleepy', { sleepMode: true }, gpu))).toEqual({
+      state: 'FAILED',
+      error:
+        "shard sleepy: profile p sets sleep_mode, which opens vLLM's dev endpoints (/sleep, /collective_rpc) without a key; set engines.vllm.allow_sleep_mode: true once the engine ports are firewalled to the router and the agent",
+    });
     // Nothing launched: the stand-in never ran, and no state file was kept.
     expect(readdirSync(markers)).toEqual([]);
     expect(existsSync(join(root, 'args', 'state', 'shards', 'trc.json'))).toBe(false);

@@ -49,7 +49,7 @@ const STOP_GRACE = '10s';
 const CGROUP_ROOT = ['/sys/fs/cgroup', '/sys/fs/cgroup/unified', '/sys/fs/cgroup/systemd'].find((r) => existsSync(join(r, 'cgroup.procs')));
 
 /** The engines block of the brief: the agent's own vllm and sglang argv, run by the doubles. */
-const ENGINES_YAML = ['engines:', '  vllm:', `    command: [${FAKE_VLLM}, serve]`, '  sglang:', `    command: [${FAKE_SGLANG}, serve]`, ''].join('\n');
+const ENGINES_YAML = ['engines:', '  vllm:', `    command: [${FAKE_VLLM}, serve]`, '    allow_sleep_mode: true', '  sglang:', `    command: [${FAKE_SGLANG}, serve]`, ''].join('\n');
 
 interface Fixture {
   lab: SystemdLab;

@@ -74,6 +74,12 @@ export interface EngineConfig {
    */
   allowRoot?: boolean;
   /**
+   * vLLM only: a profile with sleep_mode may start (it turns on vLLM's dev
+   * endpoints, which no API key guards). Default false: such a start is
+   * refused (security review 3, S6).
+   */
+  allowSleepMode?: boolean;
+  /**
    * Options of the engine that load code, open files or reach an endpoint
    * (code-loading-args.ts) which a profile's args may set anyway, as
    * `--flag`. Default none.

@@ -7,7 +7,7 @@ import { ENGINE_NAMES, type EngineConfig, type EngineName } from './agent-config
 import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 
-const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'allow_root', 'enabled'] as const;
+const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'allow_root', 'allow_sleep_mode', 'enabled'] as const;
 
 /** An option as an operator lists it in allowed_args: `--name`, the long form the engine's parser declares. */
 const LONG_FLAG = /^--[A-Za-z0-9][A-Za-z0-9_-]*$/;
@@ -90,6 +90,10 @@ export function parseEnginesConfig(v: Record<string, unknown>, bad: (p: string) 
       } else if (k === 'allow_root') {
         if (typeof x !== 'boolean') throw bad(`${name}.allow_root must be true or false, got ${describeValue(x)}`);
         cfg.allowRoot = x;
+      } else if (k === 'allow_sleep_mode') {
+        if (name !== 'vllm') throw bad(`${name}.allow_sleep_mode: only vLLM's sleep mode opens endpoints without a key; remove the key (sleep_mode needs no opt-in for ${name})`);
+        if (typeof x !== 'boolean') throw bad(`${name}.allow_sleep_mode must be true or false, got ${describeValue(x)}`);
+        cfg.allowSleepMode = x;
       } else if (k === 'user') {
         if (x === null || x === '') continue;
         if (typeof x !== 'string') throw bad(`${name}.user must be an account name, got ${describeValue(x)}`);

@@ -166,6 +166,15 @@ export class VllmEngine extends ConfiguredEngine {
   }
 
   protected override engineValidation(spec: StartShard): Partial<ValidateShardOptions> {
+    // Sleep mode turns on vLLM's dev endpoints (/sleep, /wake_up,
+    // /collective_rpc, ...), which its API key does not guard
+    // (V:vllm/entrypoints/serve/middleware/authenticate.py guards /v1 only):
+    // the operator, not the control plane, opens them (security review 3, S6).
+    if (spec.profile?.sleepMode && this.config.allowSleepMode !== true) {
+      throw failure(
+        `shard ${spec.shardId}: profile ${spec.profile.name || '(unnamed)'} sets sleep_mode, which opens vLLM's dev endpoints (/sleep, /collective_rpc) without a key; set engines.vllm.allow_sleep_mode: true once the engine ports are firewalled to the router and the agent`,
+      );
+    }
     const launchMode = codeLoadingArgsIn(spec.profile?.args ?? [], VLLM_DP_LAUNCH_ARGS, this.config.allowedArgs ?? [])[0];
     if (launchMode) {
       const given = launchMode.given === launchMode.flag ? launchMode.flag : `${launchMode.given} (${launchMode.flag})`;

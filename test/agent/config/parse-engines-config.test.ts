@@ -56,3 +56,12 @@ describe('engines.<name>.allowed_args, model_roots and allow_root (security revi
     expect(r.stderr.trim().split('\n')).toEqual([`error: engines: vllm.allowed_args: "-sc" is not a flag; list each option by its long name, e.g. --trust-remote-code (no value, no =) (${path}:3)`]);
   });
 });
+
+describe('engines.vllm.allow_sleep_mode (security review 3, S6)', () => {
+  it('is false unless the operator sets it, and only vLLM has it', () => {
+    expect(loadAgentConfig({ configPath: file('  vllm: {}\n'), env: {} }).config.engines.vllm?.allowSleepMode).toBeUndefined();
+    expect(loadAgentConfig({ configPath: file('  vllm:\n    allow_sleep_mode: true\n'), env: {} }).config.engines.vllm?.allowSleepMode).toBe(true);
+    expect(configError(file('  vllm:\n    allow_sleep_mode: 1\n'))).toMatch(/^engines: vllm\.allow_sleep_mode must be true or false, got /);
+    expect(configError(file('  sglang:\n    allow_sleep_mode: true\n'))).toMatch(/^engines: sglang\.allow_sleep_mode: only vLLM's sleep mode opens endpoints without a key; remove the key/);
+  });
+});

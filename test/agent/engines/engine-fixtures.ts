@@ -6,7 +6,7 @@ import type { ValidationContext } from '../../../src/agent/engines/engine.js';
 import { GpuSchema, InventorySchema, type Profile, ProfileSchema, type StartShard, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 
 type ShardFields = 'shardId' | 'replicaId' | 'rank' | 'nnodes' | 'gpuIndices' | 'hcas' | 'httpPort' | 'leaderAddr' | 'leaderPort' | 'pool' | 'fabric';
-type ProfileFields = 'model' | 'servedModelName' | 'tensorParallelSize' | 'pipelineParallelSize' | 'args' | 'env' | 'minComputeCapability' | 'engine' | 'name';
+type ProfileFields = 'model' | 'servedModelName' | 'tensorParallelSize' | 'pipelineParallelSize' | 'args' | 'env' | 'minComputeCapability' | 'engine' | 'name' | 'sleepMode';
 
 /** Eight healthy H100s, as the fake hgx-h100x8 data set describes them. */
 export function h100Inventory() {

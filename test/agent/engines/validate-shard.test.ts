@@ -29,6 +29,15 @@ async function refusal(spec: StartShard, ctx: ValidationContext = context(), e =
 }
 
 describe('engine validation', () => {
+  it('refuses a vLLM sleep_mode profile unless engines.vllm.allow_sleep_mode opens its dev endpoints (security review 3, S6)', async () => {
+    const sleepy = shard({ profile: { sleepMode: true } });
+    expect(await refusal(sleepy)).toMatch(/^shard s1: profile \S+ sets sleep_mode, which opens vLLM's dev endpoints \(\/sleep, \/collective_rpc\) without a key; set engines\.vllm\.allow_sleep_mode: true/);
+    const allowed = new VllmEngine({ command: [process.execPath], allowSleepMode: true }, 'eth0');
+    await expect(allowed.validate(sleepy, context())).resolves.toBeUndefined();
+    // Nothing changes for a profile without sleep.
+    await expect(engine.validate(shard(), context())).resolves.toBeUndefined();
+  });
+
   it('accepts a shard that fits the node', async () => {
     await expect(engine.validate(shard(), context())).resolves.toBeUndefined();
   });

@@ -1,13 +1,18 @@
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { type Server, type ServerResponse, createServer } from 'node:http';
 import { join } from 'node:path';
-import { gzipSync } from 'node:zlib';
+import { createGzip, gzipSync } from 'node:zlib';
+import { create } from '@bufbuild/protobuf';
+import { type AgentMessage, type ModelPull, ModelPullState, PrefetchModelSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { fetchRevision } from '../../src/models/hub-client.js';
 import { isInternalHost, openHubStream, redirectRefusal } from '../../src/models/hub-stream.js';
 import { agentConfigYaml } from '../helpers/agent-config-yaml.js';
-import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
+import { endAgentFixture, startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { until } from '../helpers/engine-processes.js';
+import { isRegister } from '../helpers/sim-shards.js';
+import { startControlPlane } from '../helpers/start-control-plane.js';
+import { expectAgentUnharmed } from '../security/agent-unharmed.js';
 import { runCli } from '../helpers/run-cli.js';
 
 /*
@@ -120,5 +125,81 @@ describe('a hostile hub', () => {
     const agent = startAgentProcess({ server: 'http://127.0.0.1:1', dirs, extraYaml: `models:\n  cache_dir: ${join(dirs.root, 'models')}\n  budget: 1GiB\n  hub:\n    token_file: ${token}\n` });
     await until(() => agent.logs().some((l) => l.msg === 'models.hub.token_file may be read by users other than its owner; chmod 0600 it'), 'the token warning', 20_000);
     expect(agent.logs().find((l) => String(l.msg).startsWith('models.hub.token_file'))).toMatchObject({ file: token, mode: '644' });
+  });
+
+  it('leaves the real agent under its memory bound with its heartbeats on time while PrefetchModels meet a huge description, a gzip bomb and a body that never ends', { timeout: 120_000 }, async () => {
+    // 512 MiB of zeros as some 500 KiB of gzip, made as a stream: the review's 2 MB gzip took the agent to 2.1 GB.
+    const bomb = await new Promise<Buffer>((resolve, reject) => {
+      const gz = createGzip({ level: 1 });
+      const parts: Buffer[] = [];
+      gz.on('data', (b: Buffer) => parts.push(b)).on('end', () => resolve(Buffer.concat(parts))).on('error', reject);
+      const zeros = Buffer.alloc(1024 * 1024);
+      let left = 512;
+      const pump = () => {
+        while (left > 0) {
+          left--;
+          if (!gz.write(zeros)) return void gz.once('drain', pump);
+        }
+        gz.end();
+      };
+      pump();
+    });
+    routes.set('/api/models/evil/agent-bomb/revision/main', (res) => {
+      res.writeHead(200, { 'content-type': 'application/json', 'content-encoding': 'gzip' });
+      res.end(bomb);
+    });
+    routes.set('/api/models/evil/agent-big/revision/main', (res) => {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(`{"sha":"${COMMIT}","siblings":[],"pad":"${'x'.repeat(64 * 1024 * 1024)}"}`);
+    });
+    routes.set('/api/models/evil/agent-slow/revision/main', (res) => {
+      held.add(res);
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.write('{"sha":');
+    });
+    const plane = await startControlPlane();
+    const dirs = tempAgentDirs('llmgw-hostile-hub-agent-');
+    const cacheDir = join(dirs.root, 'models');
+    mkdirSync(cacheDir, { recursive: true });
+    const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
+    const agent = startAgentProcess({ server: plane.url, dirs, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: 1GiB\n  hub:\n    endpoint: ${url}\n` });
+    try {
+      await registered;
+      // Every gap between heartbeats (200 ms apart) while the hostile pulls run.
+      let sampling = true;
+      const gaps: number[] = [];
+      const sampler = (async () => {
+        let last = Date.now();
+        while (sampling) {
+          await plane.cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat', 30_000);
+          gaps.push(Date.now() - last);
+          last = Date.now();
+        }
+      })();
+      // A failure above closes the plane under the sampler's wait: the assertion that failed is the report.
+      sampler.catch(() => undefined);
+      const failedPull = (repo: string) => (m: AgentMessage) => m.msg.case === 'modelPull' && m.msg.value.repo === repo && m.msg.value.state === ModelPullState.FAILED;
+      const outcomes = ['evil/agent-bomb', 'evil/agent-big'].map((repo) => plane.cp.waitFor('node-a', failedPull(repo), 60_000));
+      const slowStarted = until(() => held.size > 0, 'the slow description asked for', 20_000);
+      for (const repo of ['evil/agent-bomb', 'evil/agent-big', 'evil/agent-slow']) {
+        plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo, revision: 'main' }) });
+      }
+      const [bombed, big] = (await Promise.all(outcomes)).map((m) => m.msg.value as ModelPull);
+      // The agent caps a hub's description at 16 MiB (hub-client.ts), decompressed.
+      expect(bombed?.error).toBe("the hub's description of evil/agent-bomb@main is over 16 MiB; no model's is");
+      expect(big?.error).toBe("the hub's description of evil/agent-big@main is over 16 MiB; no model's is");
+      await slowStarted;
+      // Two seconds more of heartbeats with the slow description still held.
+      const until2s = Date.now() + 2000;
+      await until(() => Date.now() >= until2s && gaps.length >= 5, 'heartbeats during the held pull', 30_000);
+      sampling = false;
+      await sampler;
+      if (process.env.SEC_DEBUG) console.log(`heartbeat gaps: max ${Math.max(...gaps)} ms over ${gaps.length}`);
+      // The review's pattern held the loop 36 s; a heartbeat every 200 ms may slip on a busy machine, never by seconds.
+      expect(Math.max(...gaps), `heartbeat gaps ${gaps.join(', ')} ms`).toBeLessThan(5_000);
+      expectAgentUnharmed(agent.pid);
+    } finally {
+      await endAgentFixture({ agent, cp: plane, dirs });
+    }
   });
 });

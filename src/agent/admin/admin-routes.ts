@@ -19,7 +19,7 @@ import { MAX_LOG_LINES } from '../../lib/max-log-lines.js';
 import { isValidShardId, SHARD_ID_PATTERN, type ShardId } from '../../lib/shard-id.js';
 import type { AdoptOutcomeKind } from '../recover-engines.js';
 import { isTerminal } from '../../lib/shard-states.js';
-import { stateName } from '../supervisor/shard/shard-lifecycle.js';
+import { stateName } from '../../lib/shard-states.js';
 import type { AdminBackend } from './admin-backend.js';
 import { ADMIN_PEER } from './admin-peer.js';
 import { buildStatusResponse } from './build-status-response.js';

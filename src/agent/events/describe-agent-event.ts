@@ -2,7 +2,7 @@ import { type GpuEvent, GpuEventKind, ShardState } from '../../gen/llmgw/v1/agen
 import type { ConnectionPhase, ConnectionStatus } from '../connection/connection-state.js';
 import type { AdoptResultView } from '../recover-engines.js';
 import type { ShardTransition } from '../supervisor/shard/shard-snapshot.js';
-import { stateName } from '../supervisor/shard/shard-lifecycle.js';
+import { stateName } from '../../lib/shard-states.js';
 import type { NewAgentEvent } from './agent-event-ring.js';
 
 /*

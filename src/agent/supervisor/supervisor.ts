@@ -20,11 +20,11 @@ import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePat
 import type { OrphanContext } from './orphans/find-orphans.js';
 import { reattachShard } from './orphans/reattach-shard.js';
 import { RepeatedStartError } from './launch-admission.js';
-import type { SettleOptions } from './shard/shard-lifecycle.js';
+import type { SettleOptions } from './shard/shard-machine.js';
 import type { ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
-import { stateName } from './shard/shard-lifecycle.js';
+import { stateName } from '../../lib/shard-states.js';
 import { DEFAULT_KEEP_TERMINAL_SHARDS, DEFAULT_TERMINAL_RETENTION_MS, TERMINAL_GC_INTERVAL_MS, terminalShardsToCollect } from './terminal-shard-gc.js';
 
 export interface SupervisorOptions {

@@ -1,38 +1,47 @@
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { ShardId } from '../../../lib/shard-id.js';
-import { type Deadline, deadlineSignal } from '../../../lib/deadline.js';
 import { formatDuration } from '../../../lib/duration.js';
-import type { EngineWatch } from '../../../lib/engine-watch.js';
+import type { EngineRecord } from '../../../lib/files/state-file.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import type { Logger } from '../../../lib/logger.js';
-import { isTerminal } from '../../../lib/shard-states.js';
-import type { Launcher, SupervisorConfig } from '../../config/agent-config.js';
+import type { SupervisorConfig } from '../../config/agent-config.js';
+import { engineSleepApi } from '../../engines/engine-sleep-api.js';
 import { servedModelName } from '../../engines/shard-launch.js';
 import type { LauncherChoice } from '../launch/choose-launcher.js';
-import { type DeathInfo, exitCodeOf } from '../launch/death-watch.js';
+import type { DeathInfo } from '../launch/death-watch.js';
 import type { EngineFence } from '../launch/end-engine.js';
 import { EngineProcess } from '../launch/engine-process.js';
-import { awaitReadiness } from '../probes/await-readiness.js';
-import { askKnownAnswer, checkKnownAnswer, KNOWN_PROMPT, type KnownAnswerTarget } from '../probes/known-answer.js';
-
-/** How a refusal names the known-answer prompt. */
-const KNOWN_PROMPT_LABEL = JSON.stringify(KNOWN_PROMPT);
+import { awaitReadiness, type Readiness } from '../probes/await-readiness.js';
 import { type HealthVerdict, watchHealth } from '../probes/health-watch.js';
+import type { KnownAnswerTarget } from '../probes/known-answer.js';
 import { type EngineLoad, UNKNOWN_LOAD } from '../probes/load-meter.js';
 import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.js';
 import { readInFlight } from '../probes/read-gauge.js';
-import { engineSleepApi, type WakeCalls } from '../../engines/engine-sleep-api.js';
 import { explainEngineExit } from './explain-engine-exit.js';
 import type { RunnerEngine } from './runner-engine.js';
+import { ShardAnswers } from './shard-answers.js';
 import { ShardFailedError } from './shard-failed-error.js';
 import { readLastOutput, recordShardFailure, shardFailureRecord } from './shard-failure.js';
-import { setTimeout as sleep } from 'node:timers/promises';
-import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, KNOWN_ANSWER_FAULT, detachMessage, type HealthChange, isTransitionAllowed, judgeDeath, judgeDrain, judgeSettleStart, judgeSettleWake, type SettleOptions, ShardHealth, stateName } from './shard-lifecycle.js';
+import {
+  DEFAULT_STARTUP_TIMEOUT_MS,
+  type DetachReason,
+  detachMessage,
+  judgeDeath,
+  judgeSettleStart,
+  judgeSettleWake,
+  newShardLife,
+  nextShard,
+  type SettleOptions,
+  type ShardChange,
+  type ShardLife,
+  type ShardNext,
+  stateName,
+} from './shard-machine.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
-import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, judgeSleep, type SleepProbes } from './shard-sleep.js';
+import { judgeSleep, type SleepProbes } from './shard-sleep.js';
+import { type SleepHands, sleepShard, wakeShard } from './shard-sleep-steps.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
-
 
 const S = ShardState;
 
@@ -63,8 +72,11 @@ export const ASLEEP_STOP_GRACE_MS = 1000;
 const ASLEEP_PROBE_PATH = '/metrics';
 
 /**
- * Owns one shard's life: readiness, the health watch after READY, death,
- * drain and stop. Every timer, probe and wait hangs off its own signal.
+ * The hands of one shard: its engine process, signals, probes, state file
+ * and listeners. What the shard is lives in one ShardLife, changed only by
+ * apply(), which asks the pure machine (shard-machine.ts), logs and tells;
+ * every await's outcome comes back as a change, so it is judged against the
+ * shard as it is then.
  *
  * Two scopes end it, and they must not be confused (Nomad's task runner
  * keeps the same two). detach() is the agent going away or the runner being
@@ -72,65 +84,28 @@ const ASLEEP_PROBE_PATH = '/metrics';
  * being stopped: its whole process group is terminated.
  */
 export class ShardRunner {
-  readonly shardId: ShardId;
-  readonly replicaId: string;
-  readonly spec: StartShard;
-  readonly pid: number;
-  readonly pgid: number;
-  readonly adopted: boolean;
-  readonly servesHttp: boolean;
-  readonly logPath: string;
-  readonly statePath: string;
-  readonly startedAtMs: number;
-  private readonly note: string;
-  private state: ShardState;
-  private error = '';
-  private exitCode: number | null = null;
-  private signal: NodeJS.Signals | null = null;
-  private lastOutput: string[] = [];
-  /** The engine process is gone (its group may not be). */
-  private dead = false;
+  readonly record: EngineRecord;
+  private life: ShardLife;
+  private readonly launched: RunnerEngine;
   private readonly engine: EngineProcess;
-  private readonly launcher: Launcher;
-  /** How the rank is probed, and its series: in flight for a drain, running and progress for stall detection. */
-  private readonly watch: EngineWatch;
-  /** Drained, by this agent or (from the state file) a previous one; cleared by cancelDrain(). */
-  private drainRequested: boolean;
   private readonly stateFile: StateFileWriter;
-  private healthWatched = false;
-  private readonly health = new ShardHealth();
-  /** Where the rank serves, derived once: nothing above the runner builds it again. */
+  private readonly answers: ShardAnswers;
+  /** Where the rank serves: the API port, or a worker rank's own /health port (SGLang's); none: judged by staying alive. */
   private readonly baseUrl: string | undefined;
-  private readonly servedModelName: string;
   /** Who listens on the rank's port: only the engine's own socket is probed (review finding 2). */
   private readonly portOwner: PortOwnerCheck | undefined;
-  /** Who held the port while the shard was STARTING, as its status said, until it was gone (onSquatted). */
-  private squatter: string | undefined;
   /** detach(): ends every wait, probe and watch of this shard; touches no process. */
-  private readonly life = new AbortController();
+  private readonly lifeScope = new AbortController();
   /** Why detach() ended the runner; undefined while it watches. */
   private detachedBy: DetachReason | undefined;
   /** Aborted when the shard leaves STARTING, so a readiness wait wakes at once. */
   private readonly leftStarting = new AbortController();
   /** Aborted when the health watch must end: stop begun, engine dead, or detach. */
   private readonly serving = new AbortController();
+  private healthWatched = false;
   private stopping: Promise<ShardSnapshot> | undefined;
   /** A sleep or wake under way: one at a time. */
   private sleepBusy = false;
-  /** What the shard's GPUs held before its sleep: a wake waits until they hold most of it again (0: unknown, from an older agent's file). */
-  private awakeMib = 0;
-  /** Asleep at this level, by this agent or (from the state file) a previous one; 0 when awake. */
-  private sleepLevel: number;
-  /** The engine answered the wake call of a wake that then failed: its memory is back, and SGLang's would die of a second resume. */
-  private memoryResumed = false;
-  /** The engine's greedy answer to the known-answer prompt, from its first READY (known-answer.ts); undefined until recorded. */
-  private knownAnswer: string | undefined;
-  /** The health watch saw the engine asleep while READY: someone else called its /sleep (S6). */
-  private sleptUnasked = false;
-  /** The known-answer check of a shard awake again after such a sleep, while it runs. */
-  private answerRecheck: Promise<void> | undefined;
-  /** The known answer being asked for, so that a sleep right after READY waits for it instead of asking twice. */
-  private recordingAnswer: Promise<string | undefined> | undefined;
   /** What the health watch's latest /metrics read said of the engine's load; unknown outside the watch. */
   private load: EngineLoad = UNKNOWN_LOAD;
   constructor(
@@ -140,35 +115,47 @@ export class ShardRunner {
     previousState: ShardState = S.UNSPECIFIED,
   ) {
     const r = engine.record;
-    ({ shardId: this.shardId, replicaId: this.replicaId, spec: this.spec, pid: this.pid, pgid: this.pgid } = r);
-    ({ servesHttp: this.servesHttp, createdAtMs: this.startedAtMs, logPath: this.logPath, watch: this.watch } = r);
-    ({ adopted: this.adopted, statePath: this.statePath } = engine);
+    this.record = r;
+    this.launched = engine;
     this.engine = new EngineProcess({ pid: r.pid, pgid: r.pgid, identity: r.identity, child: engine.child }, r.unit);
-    this.launcher = r.launcher;
-    this.note = engine.note ?? '';
-    this.drainRequested = r.drainRequested ?? false;
-    this.sleepLevel = r.sleepLevel ?? 0;
-    this.awakeMib = r.sleepAwakeMib ?? 0;
-    this.knownAnswer = r.knownAnswer;
+    this.life = newShardLife({ state: previousState, drain: r.drainRequested, sleepLevel: r.sleepLevel, awakeMib: r.sleepAwakeMib, knownAnswer: r.knownAnswer });
     this.stateFile = new StateFileWriter(engine.statePath, r.shardId, ctx.log);
-    this.state = previousState;
-    // The API rank's port, or a worker rank's own /health port (SGLang's); none: judged by staying alive.
     this.baseUrl = r.watch.healthPort > 0 ? `http://127.0.0.1:${r.watch.healthPort}` : undefined;
-    this.servedModelName = servedModelName(r.spec);
     const { pid, pgid, unit } = r;
     this.portOwner = this.baseUrl ? portOwnerCheck({ port: r.watch.healthPort, pid, pgid, unit }) : undefined;
-    this.life.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
+    const fields = { shard: r.shardId, replica: r.replicaId };
+    this.answers = new ShardAnswers({
+      fields,
+      life: () => this.life,
+      apply: (c) => this.apply(c),
+      target: (signal) => this.answerTarget(signal),
+      checks: this.checksAnswers,
+      log: ctx.log,
+      stateFile: this.stateFile,
+    });
+    this.lifeScope.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
     // A stopped, dead or detached engine holds nothing anyone should read as now.
     this.serving.signal.addEventListener('abort', () => (this.load = UNKNOWN_LOAD), { once: true });
   }
 
+  get shardId(): ShardId { return this.record.shardId; }
+  get replicaId(): string { return this.record.replicaId; }
+  get spec(): StartShard { return this.record.spec; }
+  get pid(): number { return this.record.pid; }
+  get pgid(): number { return this.record.pgid; }
+  get servesHttp(): boolean { return this.record.servesHttp; }
+  get logPath(): string { return this.record.logPath; }
+  get startedAtMs(): number { return this.record.createdAtMs; }
+  get adopted(): boolean { return this.launched.adopted; }
+  get statePath(): string { return this.launched.statePath; }
+
   /** Whether the engine's leader may still run. */
   get running(): boolean {
-    return !this.dead;
+    return !this.life.dead;
   }
 
   get currentState(): ShardState {
-    return this.state;
+    return this.life.state;
   }
 
   /**
@@ -189,57 +176,49 @@ export class ShardRunner {
    * is seen here, since a child's exit status stays readable on it.
    */
   begin(why: string): void {
-    this.transition(S.STARTING, why);
-    this.engine.watchDeath(this.life.signal, (info) => void this.onDeath(info));
+    this.apply({ kind: 'begin', why });
+    this.engine.watchDeath(this.lifeScope.signal, (info) => void this.onDeath(info));
   }
 
   snapshot(): ShardSnapshot {
+    const { record: r, life: l } = this;
     return {
-      shardId: this.shardId,
-      replicaId: this.replicaId,
-      spec: this.spec,
-      state: this.state,
-      pid: this.pid,
-      adopted: this.adopted,
-      servesHttp: this.servesHttp,
-      error: this.error,
-      exitCode: this.exitCode,
-      signal: this.signal,
-      lastOutput: [...this.lastOutput],
-      startedAtMs: this.startedAtMs,
-      logPath: this.logPath,
-      running: !this.dead,
-      drainRequested: this.drainRequested,
-      sleepLevel: this.sleepLevel,
-      launcher: this.launcher,
-      unit: this.engine.unit?.name ?? '',
-      note: this.note,
-      load: { ...this.load },
+      ...{ shardId: r.shardId, replicaId: r.replicaId, spec: r.spec, pid: r.pid, servesHttp: r.servesHttp, startedAtMs: r.createdAtMs, logPath: r.logPath },
+      ...{ state: l.state, error: l.error, exitCode: l.exitCode, signal: l.signal, lastOutput: [...l.lastOutput], running: !l.dead },
+      ...{ drainRequested: l.drain, sleepLevel: l.sleep?.level ?? 0, adopted: this.adopted, launcher: r.launcher },
+      ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', load: { ...this.load } },
     };
   }
 
   /**
-   * The one place the shard changes state: validated against the allowed
-   * transitions, logged with the shard's fields, and told. A refused
-   * transition is a bug and throws.
+   * The one place the shard changes: the machine judges the change, and a
+   * change of state is logged with the shard's fields and told. A refusal
+   * is returned for the caller to report; a transition the machine does not
+   * allow is a bug and throws.
    */
-  private transition(to: ShardState, why: string): void {
-    const from = this.state;
-    if (!isTransitionAllowed(from, to)) {
-      throw new Error(`shard ${this.shardId}: transition ${stateName(from)} → ${stateName(to)} is not allowed (${why})`);
+  private apply(change: ShardChange): ShardNext {
+    const from = this.life.state;
+    let next: ShardNext;
+    try {
+      next = nextShard(this.life, change);
+    } catch (err) {
+      throw new Error(`shard ${this.shardId}: ${errorMessage(err)}`);
     }
-    this.state = to;
+    if ('refused' in next) return next;
+    this.life = next.life;
+    const to = next.life.state;
+    if (to === from) return next;
     if (from === S.STARTING) this.leftStarting.abort();
-    const fields = { shard: this.shardId, replica: this.replicaId, pid: this.pid, from: stateName(from), to: stateName(to), why };
+    const fields = { shard: this.shardId, replica: this.replicaId, pid: this.pid, from: stateName(from), to: stateName(to), why: next.why };
     if (to === S.FAILED || to === S.UNHEALTHY) this.ctx.log.warn(fields, 'shard state changed');
     else this.ctx.log.info(fields, 'shard state changed');
     try {
-      this.ctx.onTransition({ shard: this.snapshot(), from, to, why });
+      this.ctx.onTransition({ shard: this.snapshot(), from, to, why: next.why });
     } catch (err) {
-      // A listener's bug must not leave the shard half-way through a change
-      // (an exit handled, a timer not cleared).
+      // A listener's bug must not leave the shard half-way through a change (an exit handled, a timer not cleared).
       this.ctx.log.error({ shard: this.shardId, err: errorMessage(err) }, 'a transition listener threw');
     }
+    return next;
   }
 
   /**
@@ -252,130 +231,56 @@ export class ShardRunner {
    * of this id) takes its whole group down.
    */
   async settle(opts: SettleOptions): Promise<void> {
-    const start = judgeSettleStart(this.shardId, this.state);
+    const start = judgeSettleStart(this.shardId, this.life.state);
     if (start === 'serving') return;
     if (start === 'failed') throw this.failedError();
-    const wake = AbortSignal.any([this.life.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
+    const wake = AbortSignal.any([this.lifeScope.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
     // Recorded asleep (an adoption): asked without running the model, which a paused engine holds.
-    const asleep = this.sleepLevel > 0 && this.watch.readiness === 'model-listed';
-    const outcome = await awaitReadiness({
-      baseUrl: this.baseUrl,
-      servedModelName: this.servedModelName,
-      watch: asleep ? { ...this.watch, healthPath: ASLEEP_PROBE_PATH } : this.watch,
-      settleMs: opts.settleMs ?? this.ctx.config.workerSettleMs,
-      timeoutMs: opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS,
-      signal: wake,
-      portOwner: this.portOwner,
-      onWaiting: (squatted) => this.onSquatted(squatted),
-    });
+    const asleep = this.life.sleep !== undefined && this.record.watch.readiness === 'model-listed';
+    const outcome = await this.readiness(wake, opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS, opts.settleMs ?? this.ctx.config.workerSettleMs, asleep);
     opts.signal?.throwIfAborted();
-    if (judgeSettleWake(this.shardId, this.state, this.detachedBy) === 'failed') throw this.failedError();
+    if (judgeSettleWake(this.shardId, this.life.state, this.detachedBy) === 'failed') throw this.failedError();
     if (outcome.ready) {
-      this.becomeReady(outcome.why);
+      this.apply({ kind: 'answered', why: outcome.why });
+      if (this.life.state === S.READY) void this.answers.of(this.serving.signal);
+      this.watchHealth();
+      const intervalMs = this.ctx.config.knownAnswerIntervalMs ?? 0;
+      if (intervalMs > 0 && this.servesHttp && this.baseUrl && this.record.watch.readiness === 'model-listed') void this.answers.watch(intervalMs, this.serving.signal);
       return;
     }
-    this.error = outcome.message;
-    this.lastOutput = await readLastOutput(this.logPath);
-    if (this.state === S.STARTING) this.transition(S.FAILED, outcome.message);
+    this.apply({ kind: 'not-ready', error: outcome.message, lastOutput: await readLastOutput(this.logPath) });
     throw this.failedError();
   }
 
-  /** A process not the engine's holds the port while it starts: status and log say who, until it is gone. */
-  private onSquatted(squatted: string | undefined): void {
-    // Dead: onDeath is writing the FAILED reason, which names the squatter itself.
-    if (this.state !== S.STARTING || this.dead) return;
-    this.squatter = squatted;
-    this.error = squatted ?? '';
-    if (squatted) this.ctx.log.warn({ shard: this.shardId, replica: this.replicaId, pid: this.pid, why: squatted }, 'shard not ready: its port is not the engine\'s');
-    // The control plane hears it too: a replica stuck STARTING for a reason an operator can act on.
-    this.ctx.onStatus(this.snapshot());
-  }
-
-  private becomeReady(why: string): void {
-    // A drain that survived the agent: READY first would tell the control
-    // plane to send traffic back to an engine an operator is emptying.
-    if (this.drainRequested) this.transition(S.DRAINING, `${why}; drained before the agent restarted`);
-    // A sleep likewise (issue 30): READY would route traffic to an engine without its weights.
-    else if (this.sleepLevel > 0) this.transition(S.SLEEPING, `${why}; asleep (level ${this.sleepLevel}) before the agent restarted`);
-    else {
-      this.transition(S.READY, why);
-      void this.knownAnswerOf();
-    }
-    this.watchHealth();
-    void this.watchKnownAnswer();
-  }
-
-  /**
-   * supervisor.known_answer_interval: the known answer asked again of a
-   * serving engine, for engines that answer /health while generating
-   * nothing or garbage (vLLM #37729). A changed answer is a fault of the
-   * shard (UNHEALTHY, "known answer changed: …") until the engine gives it
-   * again; like every health verdict, reported and never acted on.
-   */
-  private async watchKnownAnswer(): Promise<void> {
-    const intervalMs = this.ctx.config.knownAnswerIntervalMs ?? 0;
-    if (intervalMs <= 0 || !this.servesHttp || !this.baseUrl || this.watch.readiness !== 'model-listed') return;
-    const signal = this.serving.signal;
-    let fault = '';
-    try {
-      for (;;) {
-        await sleep(intervalMs, undefined, { signal });
-        if (this.state !== S.READY && this.state !== S.UNHEALTHY && this.state !== S.DRAINING) continue;
-        const recorded = this.knownAnswer ?? (await this.knownAnswerOf(true));
-        if (recorded === undefined) continue;
-        const verdict = await checkKnownAnswer(this.answerTarget(signal), recorded);
-        if (this.state !== S.READY && this.state !== S.UNHEALTHY && this.state !== S.DRAINING) continue;
-        if (!verdict.ok && fault === '') {
-          fault = `${KNOWN_ANSWER_FAULT}: ${verdict.reason}`;
-          this.apply(this.health.markFault(fault, this.state));
-        } else if (verdict.ok && fault !== '') {
-          this.apply(this.health.clearFault(this.state, this.error, fault));
-          fault = '';
-        }
-      }
-    } catch {
-      // The watch ends with the shard's serving (stop, death, detach).
-    }
+  private readiness(signal: AbortSignal, timeoutMs: number, settleMs: number, asleep = false): Promise<Readiness> {
+    const watch = this.record.watch;
+    return awaitReadiness({
+      baseUrl: this.baseUrl,
+      servedModelName: servedModelName(this.spec),
+      watch: asleep ? { ...watch, healthPath: ASLEEP_PROBE_PATH } : watch,
+      settleMs,
+      timeoutMs,
+      signal,
+      portOwner: this.portOwner,
+      // A process not the engine's holds the port while it starts: status and log say who, until it is gone.
+      onWaiting: (squatter) => {
+        const before = this.life;
+        const next = this.apply({ kind: 'squatted', squatter });
+        if ('refused' in next || next.life === before) return;
+        if (squatter) this.ctx.log.warn({ shard: this.shardId, replica: this.replicaId, pid: this.pid, why: squatter }, 'shard not ready: its port is not the engine\'s');
+        // The control plane hears it too: a replica stuck STARTING for a reason an operator can act on.
+        this.ctx.onStatus(this.snapshot());
+      },
+    });
   }
 
   /** Whether the shard's wakes are checked by a known answer: the API rank of a sleep profile. */
   private get checksAnswers(): boolean {
-    return this.spec.profile?.sleepMode === true && this.servesHttp && this.watch.readiness === 'model-listed' && this.baseUrl !== undefined;
+    return this.spec.profile?.sleepMode === true && this.servesHttp && this.record.watch.readiness === 'model-listed' && this.baseUrl !== undefined;
   }
 
   private answerTarget(signal: AbortSignal): KnownAnswerTarget {
-    return { baseUrl: this.baseUrl ?? '', model: this.servedModelName, apiKey: this.watch.apiKey, signal };
-  }
-
-  /**
-   * The engine's known answer: recorded, or asked now of the READY engine
-   * and recorded in memory and in the state file (known-answer.ts).
-   * Undefined when the engine gives none; concurrent callers share one ask.
-   */
-  private knownAnswerOf(periodic = false): Promise<string | undefined> {
-    if (!this.checksAnswers && !periodic) return Promise.resolve(undefined);
-    if (this.knownAnswer !== undefined) return Promise.resolve(this.knownAnswer);
-    this.recordingAnswer ??= (async () => {
-      try {
-        const asked = await askKnownAnswer(this.answerTarget(this.serving.signal));
-        const fields = { shard: this.shardId, replica: this.replicaId };
-        if (!asked.ok) {
-          this.ctx.log.warn({ ...fields, why: asked.reason }, 'the engine gave no known answer; its wakes cannot be checked until it does');
-          return undefined;
-        }
-        // Only an engine still READY answered with its weights; one asleep or stopping meanwhile proves nothing.
-        if (this.state !== S.READY) return undefined;
-        this.knownAnswer = asked.text;
-        this.ctx.log.info({ ...fields, answer: asked.text }, 'known answer recorded');
-        await this.stateFile.recordKnownAnswer(asked.text);
-        return asked.text;
-      } catch {
-        return undefined;
-      } finally {
-        this.recordingAnswer = undefined;
-      }
-    })();
-    return this.recordingAnswer;
+    return { baseUrl: this.baseUrl ?? '', model: servedModelName(this.spec), apiKey: this.record.watch.apiKey, signal };
   }
 
   /**
@@ -385,112 +290,79 @@ export class ShardRunner {
    * replace an engine (a stalled one included).
    */
   private watchHealth(): void {
-    if (!this.baseUrl || this.life.signal.aborted || this.healthWatched) return;
+    if (!this.baseUrl || this.lifeScope.signal.aborted || this.healthWatched) return;
     this.healthWatched = true;
     const { healthIntervalMs: intervalMs, stallTimeoutMs } = this.ctx.config;
-    const { healthPath, probeTimeoutMs, runningGauges, progressCounters, inFlightGauges } = this.watch;
-    const stall = { runningGauges, progressCounters, stallTimeoutMs, inFlightGauges };
-    const portOwner = this.portOwner;
+    const { healthPath, probeTimeoutMs, runningGauges, progressCounters, inFlightGauges } = this.record.watch;
+    const sleepApi = engineSleepApi(this.spec.profile?.engine ?? '');
     watchHealth({
       baseUrl: this.baseUrl,
       intervalMs,
       healthPath,
       probeTimeoutMs,
       signal: this.serving.signal,
-      stall,
-      portOwner,
-      onVerdict: (v) => this.applyHealth(v),
+      stall: { runningGauges, progressCounters, stallTimeoutMs, inFlightGauges },
+      portOwner: this.portOwner,
+      onVerdict: (v) => this.applyProbe(v),
       // SGLang's /health generates: held while asleep (EngineSleepApi.hold), it would time out and flap the shard on waking.
-      paused: () => this.state === S.SLEEPING && engineSleepApi(this.spec.profile?.engine ?? '')?.healthNeedsModel === true,
+      paused: () => this.life.state === S.SLEEPING && sleepApi?.healthNeedsModel === true,
       // A sleep-mode engine's /sleep takes no key: one the agent did not ask for makes the shard UNHEALTHY (S6).
-      sleepGauge: this.spec.profile?.sleepMode ? engineSleepApi(this.spec.profile.engine)?.awakeGauge : undefined,
+      sleepGauge: this.spec.profile?.sleepMode ? sleepApi?.awakeGauge : undefined,
       onLoad: (load) => {
         if (!this.serving.signal.aborted) this.load = load;
       },
     });
-    this.apply(this.health.serving());
+    this.apply({ kind: 'watched' });
   }
 
-  /** One of the shard's GPUs has a fault (ShardHealth.markFault); the engine is not touched. */
+  /** One of the shard's GPUs has a fault; the engine is not touched. */
   markGpuFault(reason: string): void {
-    this.apply(this.health.markFault(reason, this.state));
+    this.apply({ kind: 'gpu-fault', reason });
   }
 
   /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
   clearGpuFault(): void {
-    this.apply(this.health.clearFault(this.state, this.error));
+    this.apply({ kind: 'gpu-sound' });
   }
 
-  private applyHealth(v: HealthVerdict): void {
+  private applyProbe(v: HealthVerdict): void {
     // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.
     this.ctx.log.debug({ shard: this.shardId, replica: this.replicaId, healthy: v.healthy, why: v.why }, 'health probe verdict');
-    if (v.cause === 'asleep' && this.state === S.READY) this.sleptUnasked = true;
-    if (v.healthy && this.sleptUnasked && this.state === S.UNHEALTHY) {
-      // Woken by whoever put it to sleep, perhaps without its weights (a level 2 and a bare /wake_up): READY only with its known answer.
-      if (!this.answerRecheck) this.answerRecheck = this.recheckAfterUnaskedSleep(v).finally(() => (this.answerRecheck = undefined));
-      return;
-    }
-    this.apply(this.health.judge(v, this.state));
-  }
-
-  /** After a sleep the agent did not ask for: the engine's known answer decides between READY and FAILED. */
-  private async recheckAfterUnaskedSleep(v: HealthVerdict): Promise<void> {
-    const verdict = this.checksAnswers ? await checkKnownAnswer(this.answerTarget(this.serving.signal), this.knownAnswer).catch(() => undefined) : undefined;
-    if (this.state !== S.UNHEALTHY || this.serving.signal.aborted) return;
-    if (verdict && !verdict.ok) {
-      this.error = `woke without its weights after a sleep the agent did not ask for: ${verdict.reason}`;
-      this.transition(S.FAILED, this.error);
-      return;
-    }
-    if (this.checksAnswers && verdict === undefined) return; // asked nothing: the next tick asks again
-    this.sleptUnasked = false;
-    this.apply(this.health.judge({ ...v, why: verdict ? `${v.why}; ${verdict.how}` : v.why }, this.state));
-  }
-
-  /** Carries out what the health judgement decided, through the one transition function. */
-  private apply(change: HealthChange | undefined): void {
-    if (change?.error !== undefined) this.error = change.error;
-    if (change?.to !== undefined) this.transition(change.to, change.why);
+    this.apply({ kind: 'probe', verdict: v });
+    // Awake again after a sleep it was not asked: its known answer decides (ShardAnswers).
+    if (v.healthy && this.life.sleptUnasked && this.life.state === S.UNHEALTHY) this.answers.recheckAfterUnaskedSleep(v, this.serving.signal);
   }
 
   private failedError(): ShardFailedError {
-    const details = { exitCode: this.exitCode, signal: this.signal, lastOutput: this.lastOutput };
-    return new ShardFailedError(this.shardId, `shard ${this.shardId}: ${this.error || stateName(this.state)}`, details);
+    const { exitCode, signal, lastOutput, error, state } = this.life;
+    return new ShardFailedError(this.shardId, `shard ${this.shardId}: ${error || stateName(state)}`, { exitCode, signal, lastOutput: [...lastOutput] });
   }
 
-  /** Carries out what a death means (judgeDeath), judged again after each await: the state may change meanwhile. */
+  /** Carries out what a death means (judgeDeath); each await's outcome is judged by the shard as it is then. */
   private async onDeath(info: DeathInfo): Promise<void> {
-    if (this.dead || this.life.signal.aborted) return;
-    this.dead = true;
+    if (this.life.dead || this.lifeScope.signal.aborted) return;
+    this.apply({ kind: 'exited', ...(info.known ? { exit: { code: info.code, signal: info.signal } } : {}) });
     this.serving.abort();
-    if (info.known) {
-      this.signal = info.signal;
-      this.exitCode = exitCodeOf(info.code, info.signal);
-    }
     // Read before the state changes, so the report carries the engine's own last words.
     const lastOutput = await readLastOutput(this.logPath);
-    if (this.life.signal.aborted) return;
-    if (judgeDeath(this.state, info).reap) {
+    if (this.lifeScope.signal.aborted) return;
+    if (judgeDeath(this.life.state, info).reap) {
       const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
-      await this.engine.reapLeftovers({ graceMs, signal: this.life.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
+      await this.engine.reapLeftovers({ graceMs, signal: this.lifeScope.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
     }
-    if (this.life.signal.aborted) return;
-    const verdict = judgeDeath(this.state, info);
-    if (verdict.to === undefined || verdict.error === undefined) return;
-    // An engine that refused its command line says so in its last line, not in its exit code.
-    const why = this.state === S.STARTING ? explainEngineExit(lastOutput) : undefined;
-    const squatter = this.state === S.STARTING ? await this.squatterAtDeath() : undefined;
-    if (this.life.signal.aborted) return;
-    const error = [verdict.error, squatter, why].filter((part) => part !== undefined).join(': ');
-    this.error = error;
-    this.lastOutput = lastOutput;
+    const verdict = judgeDeath(this.life.state, info);
+    if (this.lifeScope.signal.aborted || verdict.error === undefined) return;
+    const starting = this.life.state === S.STARTING;
+    // Who held the port, and what an engine that refused its command line says in its last line (not its exit code).
+    const details = starting ? [await this.squatterAtDeath(), explainEngineExit(lastOutput)].filter((d) => d !== undefined) : [];
+    if (this.lifeScope.signal.aborted) return;
     if (verdict.record) {
       const opts = { logDir: this.ctx.config.logDir, logPath: this.logPath, log: this.ctx.log };
-      await recordShardFailure(opts, shardFailureRecord(this.snapshot(), new Date()));
+      const error = [verdict.error, ...details].join(': ');
+      await recordShardFailure(opts, shardFailureRecord({ ...this.snapshot(), error, lastOutput: [...lastOutput] }, new Date()));
     }
-    // The record took a moment: a stop may have begun meanwhile.
-    if (this.life.signal.aborted || judgeDeath(this.state, info).error !== verdict.error) return;
-    this.transition(verdict.to, error);
+    // The record took a moment: a stop may have begun meanwhile, which the machine knows.
+    if (!this.lifeScope.signal.aborted) this.apply({ kind: 'died', info, details, lastOutput });
   }
 
   /**
@@ -504,7 +376,7 @@ export class ShardRunner {
    */
   private async squatterAtDeath(): Promise<string | undefined> {
     const owner = await this.portOwner?.().catch(() => undefined);
-    return owner?.owner === 'other' ? owner.reason : this.squatter;
+    return owner?.owner === 'other' ? owner.reason : this.life.squatter;
   }
 
   /** What ends everything of this engine: its unit's cgroup, or its process group. */
@@ -522,24 +394,20 @@ export class ShardRunner {
 
   private async doStop(opts: { graceMs?: number; signal?: AbortSignal }): Promise<ShardSnapshot> {
     const asked = opts.graceMs ?? this.ctx.config.stopGraceMs;
-    const asleep = this.state === S.SLEEPING;
+    const asleep = this.life.state === S.SLEEPING;
     const graceMs = asleep ? Math.min(asked, ASLEEP_STOP_GRACE_MS) : asked;
     const why = asleep ? `stop requested while asleep: nothing to drain (grace ${formatDuration(graceMs)})` : `stop requested (grace ${formatDuration(graceMs)})`;
-    if (this.state !== S.STOPPING && !isTerminal(this.state)) this.transition(S.STOPPING, why);
+    this.apply({ kind: 'stop', why });
     this.serving.abort();
     const log = this.ctx.log.child({ shard: this.shardId, pid: this.pid });
-    const stopped = await stopShardEngine(this.engine, { graceMs, signal: opts.signal, log, deathSeen: () => this.dead });
-    if (stopped.exit && !this.dead) {
-      this.signal = stopped.exit.signal;
-      this.exitCode = exitCodeOf(stopped.exit.code, stopped.exit.signal);
-    }
+    const stopped = await stopShardEngine(this.engine, { graceMs, signal: opts.signal, log, deathSeen: () => this.life.dead });
     // Gone either way: terminated, or its pid names another process now.
-    this.dead = true;
+    this.apply({ kind: 'exited', ...(stopped.exit ? { exit: stopped.exit } : {}) });
     this.detach('stopped');
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
     await this.stateFile.remove();
-    if (this.state === S.STOPPING) this.transition(S.STOPPED, stopped.why);
+    this.apply({ kind: 'stopped', why: stopped.why });
     return this.snapshot();
   }
 
@@ -551,11 +419,8 @@ export class ShardRunner {
    * being emptied for maintenance.
    */
   async drain(): Promise<ShardSnapshot> {
-    const step = judgeDrain(this.shardId, this.state, false);
-    if (step.to !== undefined) {
-      this.drainRequested = true;
-      this.transition(step.to, step.why);
-    }
+    const next = this.apply({ kind: 'drain' });
+    if ('refused' in next) throw failure(`shard ${this.shardId} ${next.refused}`);
     await this.stateFile.recordDrain(true);
     return this.snapshot();
   }
@@ -566,145 +431,49 @@ export class ShardRunner {
    * engine bad while it drained. Throws for a shard that is not DRAINING.
    */
   async cancelDrain(): Promise<ShardSnapshot> {
-    const step = judgeDrain(this.shardId, this.state, true);
-    this.drainRequested = false;
-    this.error = '';
-    if (step.to !== undefined) this.transition(step.to, step.why);
-    this.applyHealth(this.health.lastVerdict);
+    const next = this.apply({ kind: 'cancel-drain' });
+    if ('refused' in next) throw failure(`shard ${this.shardId} ${next.refused}`);
+    this.applyProbe(this.life.health.verdict);
     await this.stateFile.recordDrain(false);
     return this.snapshot();
   }
 
-  /**
-   * READY → SLEEPING: the engine frees its GPU memory and lives on (issue
-   * 30). SLEEPING is reported first, so the control plane routes elsewhere
-   * before the engine aborts what it holds (vLLM's mode=abort); then the
-   * engine is asked, and the shard's GPU readings must fall to
-   * ASLEEP_SHARE of what they held. A refusal throws before anything is
-   * touched; a sleep that fails after SLEEPING was reported is undone (the
-   * engine woken) and the shard is READY again with the reason as its error.
-   */
+  /** READY → SLEEPING (shard-sleep-steps.ts): refused in one line before anything is touched; undone if it fails. */
   async sleep(level: number, probes: SleepProbes): Promise<ShardSnapshot> {
-    const api = judgeSleep(this.shardId, this.state, this.spec, level);
-    const lvl = level as 1 | 2;
+    const api = judgeSleep(this.shardId, this.life.state, this.spec, level);
     if (!this.baseUrl || !this.servesHttp) throw failure(`sleep refused: rank ${this.spec.rank} of shard ${this.shardId} serves no API; sleep its replica's rank 0`);
-    if (this.sleepBusy) throw failure(`sleep refused: shard ${this.shardId} is already being put to sleep or woken`);
-    // Busy from here: the checks below wait, and a second SleepShard meanwhile must not pass them too.
-    this.sleepBusy = true;
-    let deadline: Deadline | undefined;
-    try {
-      const gpus = this.spec.gpuIndices;
-      // From a reading newer than the request: one just after READY may predate the engine's memory.
-      const before = await awaitFirstReading(probes, gpus, this.life.signal);
-      if (api.hostCopy(lvl)) await checkHostRam(lvl, before, probes.meminfoPath);
-      if (api.mustBeIdle) {
-        const held = await this.inFlight();
-        if (held !== 0) throw failure(`sleep refused: ${this.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
-      }
-      // What its wake is checked against, from the engine awake: none, and a woken engine on garbage weights would pass as READY.
-      if (this.checksAnswers && (await this.knownAnswerOf()) === undefined) {
-        throw failure(`sleep refused: shard ${this.shardId} gave no answer to ${KNOWN_PROMPT_LABEL} to check its wake against (see the agent's log); a shard whose wake cannot be checked is not put to sleep`);
-      }
-      if (this.state !== S.READY) throw failure(`sleep refused: shard ${this.shardId} is ${stateName(this.state)}; only a READY shard can sleep`);
-      deadline = deadlineSignal(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS, this.life.signal);
-      const signal = deadline.signal;
-      this.awakeMib = before;
-      this.sleepLevel = lvl;
-      this.transition(S.SLEEPING, `sleep level ${lvl} requested (GPUs ${gpus.join(',')} hold ${before} MiB)`);
-      let released = false;
-      try {
-        // Recorded before the engine is asked: an agent killed meanwhile adopts it SLEEPING (a wake of an awake vLLM is harmless; of an awake SGLang, not).
-        await this.stateFile.recordSleep(lvl, before);
-        // SGLang: new requests are held in its tokenizer from here, any that raced the idle check aborted.
-        if (api.hold) await callEngine(this.baseUrl, api.hold.pause, this.adminKey, signal);
-        await callEngine(this.baseUrl, api.sleep(lvl), this.adminKey, signal);
-        released = true;
-        this.memoryResumed = false;
-        const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
-        this.error = '';
-        this.ctx.log.info({ shard: this.shardId, replica: this.replicaId, sleepLevel: lvl, beforeMib: before, afterMib: after }, 'shard asleep: GPU memory released');
-        this.ctx.onStatus(this.snapshot());
-      } catch (err) {
-        const why = `sleep failed: ${errorMessage(err)}`;
-        // The engine may be half asleep: woken, so READY tells the truth; SGLang only if it released (wakeOnlyAsleep).
-        if (released || !api.wakeOnlyAsleep) await this.wakeCalls(api.wake(lvl), this.life.signal, false).catch(() => undefined);
-        if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.adminKey, this.life.signal).catch(() => undefined);
-        this.error = why;
-        this.sleepLevel = 0;
-        await this.stateFile.recordSleep(0);
-        // Undone after a release: READY only with the weights back, as after any wake.
-        const answer = released && this.checksAnswers ? await checkKnownAnswer(this.answerTarget(this.life.signal), this.knownAnswer).catch(() => undefined) : undefined;
-        if (answer && !answer.ok) this.error = `${why}; woke without its weights: ${answer.reason}`;
-        if ((this.state as ShardState) === S.SLEEPING) this.transition(answer && !answer.ok ? S.FAILED : S.READY, this.error);
-        throw failure(why);
-      }
-    } finally {
-      deadline?.clear();
-      this.sleepBusy = false;
-    }
+    await this.oneSleepCall('sleep', (hands) => sleepShard(hands, api, level as 1 | 2, probes));
     return this.snapshot();
   }
 
-  /**
-   * SLEEPING → READY: the engine is woken, must answer as at a start
-   * (readiness) and its GPUs hold most of what they held before the sleep.
-   * A failed wake leaves the shard SLEEPING with the reason as its error.
-   */
+  /** SLEEPING → READY once it answers, holds its memory and gives its known answer; a failed wake leaves it SLEEPING with the reason. */
   async wake(probes: SleepProbes): Promise<ShardSnapshot> {
-    if (this.state !== S.SLEEPING) throw failure(`wake refused: shard ${this.shardId} is ${stateName(this.state)}; only a SLEEPING shard can be woken`);
+    const may = nextShard(this.life, { kind: 'wake' });
+    if ('refused' in may) throw failure(`wake refused: shard ${this.shardId} ${may.refused}`);
     const api = judgeSleep(this.shardId, S.READY, this.spec, 1);
-    if (!this.baseUrl || this.sleepBusy) throw failure(`wake refused: shard ${this.shardId} is already being put to sleep or woken`);
+    await this.oneSleepCall('wake', (hands) => wakeShard(hands, api, probes));
+    return this.snapshot();
+  }
+
+  private async oneSleepCall(what: 'sleep' | 'wake', run: (hands: SleepHands) => Promise<void>): Promise<void> {
+    const baseUrl = this.baseUrl;
+    if (!baseUrl || this.sleepBusy) throw failure(`${what} refused: shard ${this.shardId} is already being put to sleep or woken`);
     this.sleepBusy = true;
-    const level = (this.sleepLevel === 2 ? 2 : 1) as 1 | 2;
-    const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
-    const deadline = deadlineSignal(timeoutMs, this.life.signal);
-    const signal = deadline.signal;
     try {
-      if (api.wakeOnlyAsleep && !this.memoryResumed && (await this.neverReleased(probes, signal))) this.memoryResumed = true;
-      const calls = api.wake(level);
-      await this.wakeCalls(calls, signal, this.memoryResumed && api.wakeOnlyAsleep);
-      // The requests held since the sleep run now, on the memory just taken back.
-      if (api.hold) await callEngine(this.baseUrl, api.hold.resume, this.adminKey, signal);
-      const outcome = await awaitReadiness({
-        baseUrl: this.baseUrl,
-        servedModelName: this.servedModelName,
-        watch: this.watch,
-        settleMs: 0,
-        timeoutMs,
-        signal,
-        portOwner: this.portOwner,
+      await run({
+        ...{ shardId: this.shardId, spec: this.spec, fields: { shard: this.shardId, replica: this.replicaId }, logPath: this.logPath, baseUrl },
+        ...{ adminKey: this.adminKey, signal: this.lifeScope.signal, log: this.ctx.log, stateFile: this.stateFile, answers: this.answers },
+        checksAnswers: this.checksAnswers,
+        life: () => this.life,
+        apply: (c) => this.apply(c),
+        told: () => this.ctx.onStatus(this.snapshot()),
+        target: (signal) => this.answerTarget(signal),
+        inFlight: () => this.inFlight(),
+        readiness: (signal, timeoutMs) => this.readiness(signal, timeoutMs, 0),
       });
-      if (!outcome.ready) throw failure(outcome.message);
-      const back = this.awakeMib * AWAKE_SHARE;
-      const mib = await awaitGpuMemory(probes, this.spec.gpuIndices, (m) => m >= back, 'the engine did not take its GPU memory back', signal);
-      // Answering is not answering correctly: the weights must be back (known-answer.ts).
-      const answer = this.checksAnswers ? await checkKnownAnswer(this.answerTarget(signal), this.knownAnswer) : undefined;
-      if (this.state !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
-      if (answer && !answer.ok) {
-        this.error = `woke without its weights: ${answer.reason}`;
-        this.lastOutput = await readLastOutput(this.logPath);
-        if ((this.state as ShardState) === S.SLEEPING) this.transition(S.FAILED, this.error);
-        throw failure(`wake failed: shard ${this.shardId} ${this.error}`);
-      }
-      this.error = '';
-      this.sleepLevel = 0;
-      this.memoryResumed = false;
-      await this.stateFile.recordSleep(0);
-      if ((this.state as ShardState) !== S.SLEEPING) throw failure(`shard ${this.shardId} became ${stateName(this.state)} while waking`);
-      const checked = answer ? `; ${answer.how}` : '';
-      this.transition(S.READY, `woken: ${outcome.why}; GPUs ${this.spec.gpuIndices.join(',')} hold ${mib} MiB${checked}`);
-    } catch (err) {
-      const why = errorMessage(err).startsWith('wake failed: ') ? errorMessage(err) : `wake failed: ${errorMessage(err)}`;
-      if (this.state === S.SLEEPING) {
-        this.error = why;
-        this.ctx.onStatus(this.snapshot());
-      }
-      throw failure(why);
     } finally {
-      deadline.clear();
       this.sleepBusy = false;
     }
-    return this.snapshot();
   }
 
   /**
@@ -714,45 +483,13 @@ export class ShardRunner {
    * vLLM's dev routes take no key and ignore it.
    */
   private get adminKey(): string {
-    return this.watch.adminApiKey || this.watch.apiKey;
-  }
-
-  /**
-   * Makes a wake's calls in order: the memory's (skipped when `resumed`:
-   * SGLang dies of a second resume), then the weights'. memoryResumed is
-   * set once the memory is back, so a retried wake does not resume again.
-   */
-  private async wakeCalls(calls: WakeCalls, signal: AbortSignal, resumed: boolean): Promise<void> {
-    if (!this.baseUrl) return;
-    if (!resumed) for (const call of calls.resume) await callEngine(this.baseUrl, call, this.adminKey, signal);
-    this.memoryResumed = true;
-    for (const call of calls.restore) await callEngine(this.baseUrl, call, this.adminKey, signal);
-  }
-
-  /**
-   * Whether the engine, recorded asleep, still holds the memory it held
-   * awake: an agent killed between recording a sleep and the engine's
-   * release leaves it so, and a restarted agent adopts it SLEEPING. SGLang
-   * dies of a resume of memory it never released (set.remove raises
-   * KeyError in the scheduler, S:python/sglang/srt/managers/scheduler_components/weight_updater.py:253-255),
-   * so its wake then skips the resume. Judged from a reading newer than the
-   * wake; unknown (false) without the figure recorded with the sleep.
-   */
-  private async neverReleased(probes: SleepProbes, signal: AbortSignal): Promise<boolean> {
-    if (this.awakeMib <= 0) return false;
-    const now = await awaitFirstReading(probes, this.spec.gpuIndices, signal).catch(() => undefined);
-    if (now === undefined || now <= this.awakeMib * ASLEEP_SHARE) return false;
-    this.ctx.log.warn(
-      { shard: this.shardId, replica: this.replicaId, awakeMib: this.awakeMib, nowMib: now },
-      'shard recorded asleep still holds its GPU memory: the engine was never released; waking it without a resume',
-    );
-    return true;
+    return this.record.watch.adminApiKey || this.record.watch.apiKey;
   }
 
   /** Requests the engine holds, running and waiting, from the engine's own gauges; undefined when it cannot tell. */
   async inFlight(): Promise<number | undefined> {
-    if (!this.baseUrl || this.watch.inFlightGauges.length === 0) return undefined;
-    return readInFlight(this.baseUrl, this.watch.inFlightGauges, this.life.signal, this.portOwner);
+    if (!this.baseUrl || this.record.watch.inFlightGauges.length === 0) return undefined;
+    return readInFlight(this.baseUrl, this.record.watch.inFlightGauges, this.lifeScope.signal, this.portOwner);
   }
 
   /**
@@ -763,9 +500,9 @@ export class ShardRunner {
    * The first reason holds.
    */
   detach(why: DetachReason): void {
-    if (this.life.signal.aborted) return;
+    if (this.lifeScope.signal.aborted) return;
     this.detachedBy = why;
-    this.life.abort(failure(detachMessage(this.shardId, why)));
+    this.lifeScope.abort(failure(detachMessage(this.shardId, why)));
   }
 }
 

@@ -5,7 +5,7 @@ import { formatDuration } from '../../../lib/duration.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import { type EngineSleepApi, engineSleepApi, type SleepCall } from '../../engines/engine-sleep-api.js';
 import { bearer, type HttpResult, httpGet, PROBE_BODY_MAX_BYTES } from '../probes/http-probe.js';
-import { stateName } from './shard-lifecycle.js';
+import { stateName } from '../../../lib/shard-states.js';
 
 /*
  * Sleep and wake of one shard (issue 30), the judgements and the engine

@@ -1,0 +1,411 @@
+import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
+import { failure } from '../../../lib/errors.js';
+import { isServing, isTerminal, stateName } from '../../../lib/shard-states.js';
+import type { DeathInfo } from '../launch/death-watch.js';
+import { describeDeath, exitCodeOf } from '../launch/death-watch.js';
+import type { HealthVerdict } from '../probes/health-watch.js';
+
+/*
+ * One shard's life on one page, as the connection's is in
+ * connection/connection-state.ts: what the shard is (ShardLife: a state and
+ * the facts it carries), every input that may change it (ShardChange, each
+ * saying which facts it sets), and one pure nextShard() that returns the
+ * next life, a one-line refusal for an operator's request in the wrong
+ * state, or throws on a bug. The runner (shard-runner.ts) is the hands: it
+ * turns each await's outcome into a change and applies it here, so "judge
+ * again after each await" holds by construction.
+ */
+
+const S = ShardState;
+
+export { isServing, stateName } from '../../../lib/shard-states.js';
+
+/**
+ * Every state change a shard may make. Anything else is a bug in the
+ * supervisor, and is refused rather than reported: a control plane that sees
+ * READY after STOPPED would route traffic to a dead engine.
+ *
+ * UNSPECIFIED is "not yet supervised" (a fresh start or an adoption).
+ * Terminal states go back to STARTING only through a new start with the same id.
+ */
+const ALLOWED: Readonly<Record<ShardState, readonly ShardState[]>> = {
+  [S.UNSPECIFIED]: [S.STARTING],
+  // DRAINING: an adopted engine whose drain outlived the previous agent; SLEEPING: one whose sleep did.
+  [S.STARTING]: [S.READY, S.DRAINING, S.SLEEPING, S.FAILED, S.STOPPING],
+  // SLEEPING: a SleepShard; the engine lives on without its GPU memory.
+  [S.READY]: [S.UNHEALTHY, S.DRAINING, S.SLEEPING, S.STOPPING, S.FAILED, S.EXITED],
+  // READY: woken and answering again, or a sleep undone. FAILED: woken
+  // without its weights, or a death while asleep (nothing asked it to exit).
+  [S.SLEEPING]: [S.READY, S.STOPPING, S.FAILED],
+  // UNHEALTHY is still a running engine: it may recover, be drained or stopped.
+  [S.UNHEALTHY]: [S.READY, S.DRAINING, S.STOPPING, S.FAILED, S.EXITED],
+  // READY: the drain was cancelled (ctl drain --cancel).
+  [S.DRAINING]: [S.READY, S.STOPPING, S.FAILED, S.EXITED],
+  // The engine dying while we stop it is the point of stopping, not a failure.
+  [S.STOPPING]: [S.STOPPED],
+  [S.STOPPED]: [S.STARTING],
+  [S.FAILED]: [S.STARTING],
+  [S.EXITED]: [S.STARTING],
+};
+
+export function isTransitionAllowed(from: ShardState, to: ShardState): boolean {
+  return ALLOWED[from]?.includes(to) ?? false;
+}
+
+/** Where an engine's memory is while its shard sleeps. */
+export type SleepMemory =
+  /** Still on the GPU: the sleep is asked but not yet done, or an adopted engine was never released. */
+  | 'held'
+  /** Released by the engine: its GPUs hold little. */
+  | 'released'
+  /** Taken back by a wake's resume, whose weights may not be back yet; SGLang dies of a second resume. */
+  | 'resumed';
+
+export interface SleepFacts {
+  /** 1: weights to host RAM; 2: weights dropped (vLLM reloads them). */
+  level: 1 | 2;
+  /** MiB the shard's GPUs held awake; a wake waits until they hold most of it again (0: unknown, an older agent's file). */
+  awakeMib: number;
+  memory: SleepMemory;
+}
+
+/** What the health inputs last said: the probe's verdict and a fault of one of the shard's GPUs. */
+export interface HealthFacts {
+  /** "GPU 3: Xid 79: ..." or "known answer changed: ..."; '' when sound. */
+  gpuFault: string;
+  /** The probe's last verdict: a cleared GPU fault returns the shard to READY only if it answers. */
+  probeHealthy: boolean;
+  /** Kept for a drain's cancel, which judges the shard again by it. */
+  verdict: HealthVerdict;
+}
+
+/** One shard as it is: its state and the facts that state carries. */
+export interface ShardLife {
+  state: ShardState;
+  /** Why the shard failed, exited, is unhealthy or was refused a sleep or wake; '' otherwise. */
+  error: string;
+  /** The engine's leader is gone (its group may not be). */
+  dead: boolean;
+  /** 128+n when killed by signal n, as a shell reports it; null while unknown. */
+  exitCode: number | null;
+  signal: NodeJS.Signals | null;
+  /** The engine's last log lines, read when it failed or exited. */
+  lastOutput: readonly string[];
+  /** Drained, here or (from the state file) before an agent restart, and not cancelled. */
+  drain: boolean;
+  /** Asleep, here or (from the state file) before an agent restart; absent awake. */
+  sleep?: SleepFacts;
+  /** The engine was seen asleep while READY: someone else called its keyless /sleep (security review 3, S6). */
+  sleptUnasked: boolean;
+  /** Who held the port while the shard was STARTING, until it was gone. */
+  squatter?: string;
+  /** The engine's greedy answer to the known-answer prompt, from its first READY (known-answer.ts). */
+  knownAnswer?: string;
+  health: HealthFacts;
+}
+
+/** Every input that may change a shard, each saying which facts it sets. */
+export type ShardChange =
+  /** Supervised from here: a launch, or an adoption. */
+  | { kind: 'begin'; why: string }
+  /** A process not the engine's holds the port while it starts (undefined: it is gone). */
+  | { kind: 'squatted'; squatter: string | undefined }
+  /** The engine answers as at a start: READY, or what a drain or sleep from before the restart says. */
+  | { kind: 'answered'; why: string }
+  /** The health watch began: a GPU fault raised while the engine loaded counts now. */
+  | { kind: 'watched' }
+  /** It did not become ready in time. */
+  | { kind: 'not-ready'; error: string; lastOutput: readonly string[] }
+  /** The engine's leader is gone; its exit status when known. */
+  | { kind: 'exited'; exit?: { code: number | null; signal: NodeJS.Signals | null } }
+  /** What its death means (judgeDeath), once its leftovers are reaped: `details` follow the verdict's error. */
+  | { kind: 'died'; info: DeathInfo; details: readonly string[]; lastOutput: readonly string[] }
+  /** The health probe's verdict. */
+  | { kind: 'probe'; verdict: HealthVerdict }
+  /** The known answer of an engine awake again after a sleep the agent did not ask for: `lost` when it lost its weights. */
+  | { kind: 'answer-after-unasked-sleep'; lost?: string; verdict: HealthVerdict }
+  | { kind: 'gpu-fault'; reason: string }
+  /** The fault is gone; `only`: the fault its raiser clears, not one raised since. */
+  | { kind: 'gpu-sound'; only?: string }
+  | { kind: 'known-answer'; text: string }
+  | { kind: 'drain' }
+  | { kind: 'cancel-drain' }
+  /** A sleep asked, its checks passed: SLEEPING is reported before the engine is asked. */
+  | { kind: 'sleep'; level: 1 | 2; awakeMib: number; why: string }
+  | { kind: 'released' }
+  | { kind: 'resumed' }
+  /** A sleep undone: READY, or FAILED when the engine woke without its weights. */
+  | { kind: 'sleep-failed'; error: string; lostWeights: boolean }
+  /** May a wake begin. */
+  | { kind: 'wake' }
+  | { kind: 'woken'; why: string }
+  /** A wake that failed before its proof: still asleep, with the reason. */
+  | { kind: 'wake-failed'; error: string }
+  | { kind: 'woke-without-weights'; error: string; lastOutput: readonly string[] }
+  | { kind: 'stop'; why: string }
+  | { kind: 'stopped'; why: string };
+
+export type ShardChangeKind = ShardChange['kind'];
+
+/** The next life and why, or an operator's request refused in one line (nothing changed). */
+export type ShardNext = { life: ShardLife; why: string } | { refused: string };
+
+/** How a fault raised by the periodic known-answer check begins. */
+export const KNOWN_ANSWER_FAULT = 'known answer changed';
+
+const WELL: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
+
+/** A shard not yet supervised, with what its state file says of it. */
+export function newShardLife(from: { state?: ShardState; drain?: boolean; sleepLevel?: number; awakeMib?: number; knownAnswer?: string } = {}): ShardLife {
+  const level = from.sleepLevel === 1 || from.sleepLevel === 2 ? from.sleepLevel : undefined;
+  return {
+    state: from.state ?? S.UNSPECIFIED,
+    error: '',
+    dead: false,
+    exitCode: null,
+    signal: null,
+    lastOutput: [],
+    drain: from.drain ?? false,
+    // Recorded asleep: released, as far as anyone knows; a wake looks (neverReleased).
+    ...(level ? { sleep: { level, awakeMib: from.awakeMib ?? 0, memory: 'released' as const } } : {}),
+    sleptUnasked: false,
+    ...(from.knownAnswer !== undefined ? { knownAnswer: from.knownAnswer } : {}),
+    health: { gpuFault: '', probeHealthy: true, verdict: WELL },
+  };
+}
+
+/**
+ * The next life of `life` after `change`. Returns a refusal for a request
+ * the state does not allow (a drain of a STARTING shard), the same life
+ * when the change means nothing now (a death already reported), and throws
+ * when it would make a transition ALLOWED does not list: that is a bug.
+ */
+export function nextShard(life: ShardLife, change: ShardChange): ShardNext {
+  const next = decide(life, change);
+  if ('refused' in next || next.life.state === life.state) return next;
+  if (!isTransitionAllowed(life.state, next.life.state)) {
+    throw new Error(`transition ${stateName(life.state)} → ${stateName(next.life.state)} is not allowed (${change.kind}: ${next.why})`);
+  }
+  return next;
+}
+
+function decide(l: ShardLife, c: ShardChange): ShardNext {
+  const same = (why: string): ShardNext => ({ life: l, why });
+  // A transition, checked here even to the same state (READY → READY is a bug too); nextShard checks the rest.
+  const to = (state: ShardState, why: string, facts: Partial<ShardLife> = {}): ShardNext => {
+    if (!isTransitionAllowed(l.state, state)) throw new Error(`transition ${stateName(l.state)} → ${stateName(state)} is not allowed (${c.kind}: ${why})`);
+    return { life: { ...l, ...facts, state }, why };
+  };
+  const set = (why: string, facts: Partial<ShardLife>): ShardNext => ({ life: { ...l, ...facts }, why });
+  switch (c.kind) {
+    case 'begin':
+      return to(S.STARTING, c.why);
+    case 'squatted':
+      // Dead: the death's reason names the squatter itself.
+      if (l.state !== S.STARTING || l.dead) return same('not starting');
+      return set(c.squatter ?? 'port free', { squatter: c.squatter, error: c.squatter ?? '' });
+    case 'answered':
+      // The runner asks only of a shard it saw STARTING, without an await between.
+      if (l.state !== S.STARTING) throw new Error(`an answer while ${stateName(l.state)} is not a readiness outcome`);
+      // A drain that survived the agent: READY would send traffic back to an engine an operator is emptying.
+      if (l.drain) return to(S.DRAINING, `${c.why}; drained before the agent restarted`);
+      // A sleep likewise (issue 30): READY would route traffic to an engine without its weights.
+      if (l.sleep) return to(S.SLEEPING, `${c.why}; asleep (level ${l.sleep.level}) before the agent restarted`);
+      return to(S.READY, c.why);
+    case 'watched':
+      // STARTING cannot become UNHEALTHY: a fault raised while loading counts once it serves.
+      if (l.health.gpuFault === '') return same('GPUs sound');
+      return unhealthyForGpu(l);
+    case 'not-ready':
+      if (l.state !== S.STARTING) return same('no longer starting');
+      return to(S.FAILED, c.error, { error: c.error, lastOutput: c.lastOutput });
+    case 'exited':
+      if (l.dead) return same('already gone');
+      return set('engine gone', { dead: true, ...(c.exit ? { exitCode: exitCodeOf(c.exit.code, c.exit.signal), signal: c.exit.signal } : {}) });
+    case 'died': {
+      const verdict = judgeDeath(l.state, c.info);
+      if (verdict.to === undefined || verdict.error === undefined) return same('nothing to report');
+      const error = [verdict.error, ...c.details].join(': ');
+      return to(verdict.to, error, { error, lastOutput: c.lastOutput });
+    }
+    case 'probe':
+      if (c.verdict.cause === 'asleep' && l.state === S.READY) l = { ...l, sleptUnasked: true };
+      // Woken by whoever put it to sleep, perhaps without its weights: READY only with its known answer (the runner asks).
+      if (c.verdict.healthy && l.sleptUnasked && l.state === S.UNHEALTHY) return { life: l, why: 'awake again: its known answer decides' };
+      return judgeProbe(l, c.verdict);
+    case 'answer-after-unasked-sleep':
+      if (l.state !== S.UNHEALTHY) return same('no longer unhealthy');
+      if (c.lost !== undefined) return to(S.FAILED, c.lost, { error: c.lost });
+      return judgeProbe({ ...l, sleptUnasked: false }, c.verdict);
+    case 'gpu-fault': {
+      if (c.reason === '' || c.reason === l.health.gpuFault) return same('fault already known');
+      const faulted = { ...l, health: { ...l.health, gpuFault: c.reason } };
+      if (l.state === S.READY) return unhealthyForGpu(faulted);
+      if (l.state === S.UNHEALTHY || l.state === S.DRAINING) return { life: { ...faulted, error: c.reason }, why: c.reason };
+      return { life: faulted, why: c.reason };
+    }
+    case 'gpu-sound': {
+      const was = l.health.gpuFault;
+      if (was === '' || (c.only !== undefined && was !== c.only)) return same('no such fault');
+      const why = `${was.startsWith(KNOWN_ANSWER_FAULT) ? 'known answer given again' : 'GPU fault cleared'} (${was})`;
+      const sound = { ...l, health: { ...l.health, gpuFault: '' }, ...(l.error === was ? { error: '' } : {}) };
+      if (l.state === S.UNHEALTHY && l.health.probeHealthy) return { life: { ...sound, state: S.READY }, why };
+      return { life: sound, why };
+    }
+    case 'known-answer':
+      // Only an engine still READY answered with its weights; one asleep or stopping meanwhile proves nothing.
+      if (l.state !== S.READY) return { refused: `shard is ${stateName(l.state)}: only a READY engine's answer is recorded` };
+      return set('known answer recorded', { knownAnswer: c.text });
+    case 'drain':
+      if (l.state === S.READY || l.state === S.UNHEALTHY) return to(S.DRAINING, 'drain requested', { drain: true });
+      if (l.state === S.DRAINING) return same('already draining');
+      return { refused: `is ${stateName(l.state)}: only a READY or UNHEALTHY shard can be drained` };
+    case 'cancel-drain':
+      if (l.state !== S.DRAINING) return { refused: `is ${stateName(l.state)}: only a DRAINING shard can have its drain cancelled` };
+      return to(S.READY, 'drain cancelled', { drain: false, error: '' });
+    case 'sleep':
+      if (l.state !== S.READY) return { refused: `is ${stateName(l.state)}; only a READY shard can sleep` };
+      return to(S.SLEEPING, c.why, { sleep: { level: c.level, awakeMib: c.awakeMib, memory: 'held' } });
+    case 'released':
+      if (!l.sleep || l.state !== S.SLEEPING) return same('not asleep');
+      return set('GPU memory released', { error: '', sleep: { ...l.sleep, memory: 'released' } });
+    case 'resumed':
+      if (!l.sleep) return same('not asleep');
+      return set('GPU memory taken back', { sleep: { ...l.sleep, memory: 'resumed' } });
+    case 'sleep-failed': {
+      const awake = { ...l, sleep: undefined };
+      if (l.state !== S.SLEEPING) return { life: awake, why: c.error };
+      return { life: { ...awake, error: c.error, state: c.lostWeights ? S.FAILED : S.READY }, why: c.error };
+    }
+    case 'wake':
+      if (l.state !== S.SLEEPING) return { refused: `is ${stateName(l.state)}; only a SLEEPING shard can be woken` };
+      return same('wake asked');
+    case 'woken':
+      if (l.state !== S.SLEEPING) return { refused: `became ${stateName(l.state)} while waking` };
+      return to(S.READY, c.why, { error: '', sleep: undefined });
+    case 'wake-failed':
+      if (l.state !== S.SLEEPING) return same('not asleep');
+      return set(c.error, { error: c.error });
+    case 'woke-without-weights':
+      if (l.state !== S.SLEEPING) return { refused: `became ${stateName(l.state)} while waking` };
+      return to(S.FAILED, c.error, { error: c.error, lastOutput: c.lastOutput });
+    case 'stop':
+      if (l.state === S.STOPPING || isTerminal(l.state)) return same('already stopping or ended');
+      return to(S.STOPPING, c.why);
+    case 'stopped':
+      if (l.state !== S.STOPPING) return same('not stopping');
+      return to(S.STOPPED, c.why, { dead: true });
+  }
+}
+
+/** The health judgement of a serving shard from the probe: only a disagreement with its state changes anything. */
+function judgeProbe(l: ShardLife, v: HealthVerdict): ShardNext {
+  const life = { ...l, health: { ...l.health, verdict: v, probeHealthy: v.healthy } };
+  const gpuFault = l.health.gpuFault;
+  if (!v.healthy && l.state === S.READY) return { life: { ...life, state: S.UNHEALTHY, error: v.why }, why: v.why };
+  // Still unhealthy, maybe for another cause now; a GPU fault stays the cause while it lasts.
+  if (!v.healthy && l.state === S.UNHEALTHY) return { life: gpuFault === '' ? { ...life, error: v.why } : life, why: v.why };
+  // An engine answering again on a faulted GPU stays UNHEALTHY: the GPU, not the engine, is the cause.
+  if (v.healthy && l.state === S.UNHEALTHY && gpuFault === '') return { life: { ...life, state: S.READY, error: '' }, why: v.why };
+  return { life, why: v.why };
+}
+
+function unhealthyForGpu(l: ShardLife): ShardNext {
+  const why = l.health.gpuFault;
+  if (l.state === S.READY) return { life: { ...l, state: S.UNHEALTHY, error: why }, why };
+  // A drain or sleep from before the restart stays what it is; a DRAINING shard carries the fault as its error.
+  return { life: l.state === S.DRAINING || l.state === S.UNHEALTHY ? { ...l, error: why } : l, why };
+}
+
+/** A profile without startup_timeout gets this long to load (large models take minutes). */
+export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
+
+export interface SettleOptions {
+  /** How long an HTTP rank may take to serve its model; default DEFAULT_STARTUP_TIMEOUT_MS (10 min). */
+  timeoutMs?: number;
+  /** How long a worker rank must stay alive; default config.workerSettleMs. */
+  settleMs?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * Whether a readiness wait may begin: 'wait' from STARTING, 'serving' when
+ * it is past STARTING and serving (nothing to wait for), 'failed' when it
+ * cannot become ready (the runner throws its ShardFailedError). A shard
+ * being stopped is a plain failure: it did not fail, it was stopped.
+ */
+export function judgeSettleStart(shardId: string, state: ShardState): 'wait' | 'serving' | 'failed' {
+  if (state === S.STARTING) return 'wait';
+  if (isServing(state)) return 'serving';
+  if (state === S.STOPPING) throw failure(`shard ${shardId} is being stopped`);
+  return 'failed';
+}
+
+/**
+ * After a readiness wait woke: 'starting' when the shard is still STARTING
+ * (its outcome decides), 'failed' when it left STARTING for a failure (a
+ * death seen meanwhile). Throws a plain failure when it was stopped or its
+ * runner detached: those are not the engine's failures.
+ */
+export function judgeSettleWake(shardId: string, state: ShardState, detached: DetachReason | undefined): 'starting' | 'failed' {
+  // stop() detaches too once the group is gone: that is a stop, not the agent going away.
+  if (state === S.STOPPING || state === S.STOPPED) throw failure(detachMessage(shardId, 'stopped'));
+  if (detached) throw failure(detachMessage(shardId, detached));
+  return state === S.STARTING ? 'starting' : 'failed';
+}
+
+/**
+ * Why a runner stopped watching its engine (ShardRunner.detach), none of
+ * which touches a process: the agent is closing (engines outlive it), the
+ * runner was replaced by a relaunch under the same id, or the shard was
+ * stopped.
+ */
+export type DetachReason = 'agent-closing' | 'replaced' | 'stopped';
+
+/** What a wait cut short by detach(`why`) tells its caller. */
+export function detachMessage(shardId: string, why: DetachReason): string {
+  if (why === 'stopped') return `shard ${shardId} was stopped while starting`;
+  if (why === 'replaced') return `shard ${shardId} was started again; this run is no longer watched`;
+  return 'the supervisor is closed';
+}
+
+/** What the death of a shard's engine leader means, for the runner to carry out. */
+export interface DeathVerdict {
+  /** End what survives the leader first (the rest of its group or unit). */
+  reap: boolean;
+  /** The shard's error; undefined when the death changes nothing. */
+  error?: string;
+  /** The state to report; undefined when the death changes nothing. */
+  to?: ShardState;
+  /** Write a failure record (a clean exit of a serving engine is no failure). */
+  record: boolean;
+}
+
+/**
+ * What a death in `state` means. STOPPING: stop() reports it, and the reap
+ * is its job. Terminal: already reported. A clean exit while STARTING is
+ * still a failure: the engine never served.
+ */
+export function judgeDeath(state: ShardState, info: DeathInfo): DeathVerdict {
+  const reap = state !== S.STOPPING && !isTerminal(state);
+  const how = describeDeath(info);
+  if (state === S.STARTING) return { reap, error: `engine ${how} while starting`, to: S.FAILED, record: true };
+  if (state === S.SLEEPING) return { reap, error: `engine ${how} while sleeping`, to: S.FAILED, record: true };
+  if (isServing(state)) {
+    const clean = info.known && info.code === 0;
+    return { reap, error: `engine ${how}`, to: clean ? S.EXITED : S.FAILED, record: !clean };
+  }
+  return { reap, record: false };
+}
+
+/**
+ * The state Register reports for a shard: an adopted shard still settling
+ * whose drain or sleep outlived the previous agent is reported so at once
+ * (a control plane that saw STARTING would route traffic back to it, or arm
+ * a startup timer for an engine that sleeps).
+ */
+export function registerState(s: { state: ShardState; drainRequested?: boolean; sleepLevel?: number }): ShardState {
+  if (s.state !== S.STARTING) return s.state;
+  if (s.drainRequested) return S.DRAINING;
+  return s.sleepLevel ? S.SLEEPING : s.state;
+}

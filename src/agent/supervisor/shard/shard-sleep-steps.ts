@@ -1,0 +1,178 @@
+import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { type Deadline, deadlineSignal } from '../../../lib/deadline.js';
+import { errorMessage, failure } from '../../../lib/errors.js';
+import type { Logger } from '../../../lib/logger.js';
+import type { EngineSleepApi, WakeCalls } from '../../engines/engine-sleep-api.js';
+import type { Readiness } from '../probes/await-readiness.js';
+import { checkKnownAnswer, KNOWN_PROMPT, type KnownAnswerTarget } from '../probes/known-answer.js';
+import type { ShardAnswers } from './shard-answers.js';
+import { readLastOutput } from './shard-failure.js';
+import type { ShardChange, ShardLife, ShardNext } from './shard-machine.js';
+import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, type SleepProbes } from './shard-sleep.js';
+import type { StateFileWriter } from './state-file-writer.js';
+
+/*
+ * The steps of a sleep and a wake (issue 30): the engine's calls, the GPU
+ * readings that prove them, the state file and the known answer. Each
+ * outcome is a change the runner's machine judges; nothing here decides a
+ * state.
+ */
+
+/** What a sleep or wake needs of its shard's runner. */
+export interface SleepHands {
+  readonly shardId: string;
+  readonly spec: StartShard;
+  readonly fields: { shard: string; replica: string };
+  readonly logPath: string;
+  /** The rank's API, which serves the sleep calls. */
+  readonly baseUrl: string;
+  /** The key of the sleep API's calls (ShardRunner.adminKey). */
+  readonly adminKey: string;
+  /** Ends with the runner (detach). */
+  readonly signal: AbortSignal;
+  readonly log: Logger;
+  readonly stateFile: StateFileWriter;
+  readonly answers: ShardAnswers;
+  /** Whether the shard's wakes are checked by a known answer. */
+  readonly checksAnswers: boolean;
+  life(): ShardLife;
+  apply(change: ShardChange): ShardNext;
+  /** Tells the control plane of a change of the status that is no change of state. */
+  told(): void;
+  target(signal: AbortSignal): KnownAnswerTarget;
+  inFlight(): Promise<number | undefined>;
+  /** Whether the rank answers as at a start, by `timeoutMs`. */
+  readiness(signal: AbortSignal, timeoutMs: number): Promise<Readiness>;
+}
+
+const KNOWN_PROMPT_LABEL = JSON.stringify(KNOWN_PROMPT);
+
+/** Applies a change that must not be refused here; a refusal is the shard having moved on, thrown as one line. */
+function applyOrThrow(h: SleepHands, change: ShardChange): void {
+  const next = h.apply(change);
+  if ('refused' in next) throw failure(`shard ${h.shardId} ${next.refused}`);
+}
+
+/**
+ * READY → SLEEPING: the engine frees its GPU memory and lives on. SLEEPING
+ * is reported first, so the control plane routes elsewhere before the
+ * engine aborts what it holds (vLLM's mode=abort); then the engine is asked,
+ * and the shard's GPU readings must fall to ASLEEP_SHARE of what they held.
+ * A refusal throws before anything is touched; a sleep that fails after
+ * SLEEPING was reported is undone (the engine woken) and the shard is READY
+ * again with the reason as its error, or FAILED when it woke without its weights.
+ */
+export async function sleepShard(h: SleepHands, api: EngineSleepApi, level: 1 | 2, probes: SleepProbes): Promise<void> {
+  const gpus = h.spec.gpuIndices;
+  // From a reading newer than the request: one just after READY may predate the engine's memory.
+  const before = await awaitFirstReading(probes, gpus, h.signal);
+  if (api.hostCopy(level)) await checkHostRam(level, before, probes.meminfoPath);
+  if (api.mustBeIdle) {
+    const held = await h.inFlight();
+    if (held !== 0) throw failure(`sleep refused: ${h.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
+  }
+  // What its wake is checked against, from the engine awake: none, and a woken engine on garbage weights would pass as READY.
+  if (h.checksAnswers && (await h.answers.of(h.signal)) === undefined) {
+    throw failure(`sleep refused: shard ${h.shardId} gave no answer to ${KNOWN_PROMPT_LABEL} to check its wake against (see the agent's log); a shard whose wake cannot be checked is not put to sleep`);
+  }
+  const asked = h.apply({ kind: 'sleep', level, awakeMib: before, why: `sleep level ${level} requested (GPUs ${gpus.join(',')} hold ${before} MiB)` });
+  if ('refused' in asked) throw failure(`sleep refused: shard ${h.shardId} ${asked.refused}`);
+  let deadline: Deadline | undefined;
+  try {
+    deadline = deadlineSignal(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS, h.signal);
+    const signal = deadline.signal;
+    // Recorded before the engine is asked: an agent killed meanwhile adopts it SLEEPING (a wake of an awake vLLM is harmless; of an awake SGLang, not).
+    await h.stateFile.recordSleep(level, before);
+    // SGLang: new requests are held in its tokenizer from here, any that raced the idle check aborted.
+    if (api.hold) await callEngine(h.baseUrl, api.hold.pause, h.adminKey, signal);
+    await callEngine(h.baseUrl, api.sleep(level), h.adminKey, signal);
+    h.apply({ kind: 'released' });
+    const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
+    h.log.info({ ...h.fields, sleepLevel: level, beforeMib: before, afterMib: after }, 'shard asleep: GPU memory released');
+    h.told();
+  } catch (err) {
+    const why = `sleep failed: ${errorMessage(err)}`;
+    const released = h.life().sleep?.memory === 'released';
+    // The engine may be half asleep: woken, so READY tells the truth; SGLang only if it released (wakeOnlyAsleep).
+    if (released || !api.wakeOnlyAsleep) await wakeCalls(h, api.wake(level), h.signal, false).catch(() => undefined);
+    if (api.hold) await callEngine(h.baseUrl, api.hold.resume, h.adminKey, h.signal).catch(() => undefined);
+    await h.stateFile.recordSleep(0);
+    // Undone after a release: READY only with the weights back, as after any wake.
+    const answer = released && h.checksAnswers ? await checkKnownAnswer(h.target(h.signal), h.life().knownAnswer).catch(() => undefined) : undefined;
+    const lost = answer !== undefined && !answer.ok;
+    h.apply({ kind: 'sleep-failed', error: lost ? `${why}; woke without its weights: ${answer.reason}` : why, lostWeights: lost });
+    throw failure(why);
+  } finally {
+    deadline?.clear();
+  }
+}
+
+/**
+ * SLEEPING → READY: the engine is woken, must answer as at a start
+ * (readiness), its GPUs hold most of what they held before the sleep, and
+ * it gives its known answer. A failed wake leaves the shard SLEEPING with
+ * the reason as its error; a wake without the weights makes it FAILED.
+ */
+export async function wakeShard(h: SleepHands, api: EngineSleepApi, probes: SleepProbes): Promise<void> {
+  const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
+  const deadline = deadlineSignal(timeoutMs, h.signal);
+  const signal = deadline.signal;
+  const asleep = h.life().sleep;
+  const level = asleep?.level ?? 1;
+  const awakeMib = asleep?.awakeMib ?? 0;
+  try {
+    if (api.wakeOnlyAsleep && asleep?.memory === 'released' && (await neverReleased(h, awakeMib, probes, signal))) h.apply({ kind: 'resumed' });
+    await wakeCalls(h, api.wake(level), signal, api.wakeOnlyAsleep && h.life().sleep?.memory !== 'released');
+    // The requests held since the sleep run now, on the memory just taken back.
+    if (api.hold) await callEngine(h.baseUrl, api.hold.resume, h.adminKey, signal);
+    const outcome = await h.readiness(signal, timeoutMs);
+    if (!outcome.ready) throw failure(outcome.message);
+    const back = awakeMib * AWAKE_SHARE;
+    const mib = await awaitGpuMemory(probes, h.spec.gpuIndices, (m) => m >= back, 'the engine did not take its GPU memory back', signal);
+    // Answering is not answering correctly: the weights must be back (known-answer.ts).
+    const answer = h.checksAnswers ? await checkKnownAnswer(h.target(signal), h.life().knownAnswer) : undefined;
+    if (answer && !answer.ok) {
+      const error = `woke without its weights: ${answer.reason}`;
+      applyOrThrow(h, { kind: 'woke-without-weights', error, lastOutput: await readLastOutput(h.logPath) });
+      throw failure(`wake failed: shard ${h.shardId} ${error}`);
+    }
+    await h.stateFile.recordSleep(0);
+    const checked = answer ? `; ${answer.how}` : '';
+    applyOrThrow(h, { kind: 'woken', why: `woken: ${outcome.why}; GPUs ${h.spec.gpuIndices.join(',')} hold ${mib} MiB${checked}` });
+  } catch (err) {
+    const why = errorMessage(err).startsWith('wake failed: ') ? errorMessage(err) : `wake failed: ${errorMessage(err)}`;
+    h.apply({ kind: 'wake-failed', error: why });
+    if (h.life().state === ShardState.SLEEPING) h.told();
+    throw failure(why);
+  } finally {
+    deadline.clear();
+  }
+}
+
+/**
+ * Makes a wake's calls in order: the memory's (skipped when `resumed`:
+ * SGLang dies of a second resume), then the weights'. The memory is
+ * recorded back once resumed, so a retried wake does not resume again.
+ */
+async function wakeCalls(h: SleepHands, calls: WakeCalls, signal: AbortSignal, resumed: boolean): Promise<void> {
+  if (!resumed) for (const call of calls.resume) await callEngine(h.baseUrl, call, h.adminKey, signal);
+  h.apply({ kind: 'resumed' });
+  for (const call of calls.restore) await callEngine(h.baseUrl, call, h.adminKey, signal);
+}
+
+/**
+ * Whether the engine, recorded asleep, still holds the memory it held
+ * awake: an agent killed between recording a sleep and the engine's
+ * release leaves it so, and a restarted agent adopts it SLEEPING. SGLang
+ * dies of a resume of memory it never released (set.remove raises
+ * KeyError in the scheduler, S:python/sglang/srt/managers/scheduler_components/weight_updater.py:253-255),
+ * so its wake then skips the resume. Judged from a reading newer than the
+ * wake; unknown (false) without the figure recorded with the sleep.
+ */
+async function neverReleased(h: SleepHands, awakeMib: number, probes: SleepProbes, signal: AbortSignal): Promise<boolean> {
+  if (awakeMib <= 0) return false;
+  const now = await awaitFirstReading(probes, h.spec.gpuIndices, signal).catch(() => undefined);
+  if (now === undefined || now <= awakeMib * ASLEEP_SHARE) return false;
+  h.log.warn({ ...h.fields, awakeMib, nowMib: now }, 'shard recorded asleep still holds its GPU memory: the engine was never released; waking it without a resume');
+  return true;
+}

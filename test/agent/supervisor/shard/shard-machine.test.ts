@@ -141,7 +141,7 @@ const lifeIn = (state: S, facts: Partial<ShardLife> = {}): ShardLife => ({
 });
 
 /** The next life, failing the test on a refusal. */
-function after(life: ShardLife, ...changes: ShardChange[]): ShardLife {
+function applied(life: ShardLife, ...changes: ShardChange[]): ShardLife {
   let l = life;
   for (const c of changes) {
     const next = nextShard(l, c);
@@ -244,8 +244,8 @@ describe('the shard machine: every state × every change', () => {
 
 describe('the facts each change sets', () => {
   it('brings an adopted shard whose drain or sleep outlived the agent back DRAINING or SLEEPING, never READY', () => {
-    expect(after(newShardLife({ drain: true }), EXAMPLES.begin, EXAMPLES.answered).state).toBe(S.DRAINING);
-    const asleep = after(newShardLife({ sleepLevel: 2, awakeMib: 500 }), EXAMPLES.begin, EXAMPLES.answered);
+    expect(applied(newShardLife({ drain: true }), EXAMPLES.begin, EXAMPLES.answered).state).toBe(S.DRAINING);
+    const asleep = applied(newShardLife({ sleepLevel: 2, awakeMib: 500 }), EXAMPLES.begin, EXAMPLES.answered);
     expect(asleep.state).toBe(S.SLEEPING);
     expect(asleep.sleep).toEqual({ level: 2, awakeMib: 500, memory: 'released' });
     expect(registerState({ state: S.STARTING, drainRequested: true })).toBe(S.DRAINING);
@@ -254,15 +254,15 @@ describe('the facts each change sets', () => {
   });
 
   it('names the squatter of a starting shard as its error until it is gone, and lets a dead one\'s death say it', () => {
-    const squatted = after(lifeIn(S.STARTING), EXAMPLES.squatted);
+    const squatted = applied(lifeIn(S.STARTING), EXAMPLES.squatted);
     expect(squatted).toMatchObject({ squatter: 'pid 9 (uid 65533) holds the port', error: 'pid 9 (uid 65533) holds the port' });
-    expect(after(squatted, { kind: 'squatted', squatter: undefined }).error).toBe('');
-    const dead = after(lifeIn(S.STARTING), EXAMPLES.exited);
+    expect(applied(squatted, { kind: 'squatted', squatter: undefined }).error).toBe('');
+    const dead = applied(lifeIn(S.STARTING), EXAMPLES.exited);
     expect(nextShard(dead, EXAMPLES.squatted)).toEqual({ life: dead, why: 'not starting' });
   });
 
   it('says why a death failed the shard, with the exit status and last words', () => {
-    const died = after(lifeIn(S.STARTING), { kind: 'exited', exit: { code: null, signal: 'SIGKILL' } }, {
+    const died = applied(lifeIn(S.STARTING), { kind: 'exited', exit: { code: null, signal: 'SIGKILL' } }, {
       kind: 'died',
       info: { known: true, code: null, signal: 'SIGKILL' },
       details: ['pid 9 holds the port'],
@@ -270,81 +270,81 @@ describe('the facts each change sets', () => {
     });
     expect(died).toMatchObject({ state: S.FAILED, dead: true, exitCode: 137, signal: 'SIGKILL', error: 'engine was killed by SIGKILL while starting: pid 9 holds the port', lastOutput: ['OSError: [Errno 98]'] });
     // A clean exit of a serving engine is no failure.
-    expect(after(lifeIn(S.READY), { kind: 'died', info: { known: true, code: 0, signal: null }, details: [], lastOutput: [] }).state).toBe(S.EXITED);
+    expect(applied(lifeIn(S.READY), { kind: 'died', info: { known: true, code: 0, signal: null }, details: [], lastOutput: [] }).state).toBe(S.EXITED);
   });
 
   it('makes a READY shard UNHEALTHY on a failed probe and READY again when it answers', () => {
-    const unhealthy = after(lifeIn(S.READY), { kind: 'probe', verdict: sick });
+    const unhealthy = applied(lifeIn(S.READY), { kind: 'probe', verdict: sick });
     expect(unhealthy).toMatchObject({ state: S.UNHEALTHY, error: 'probe timed out' });
-    expect(after(unhealthy, { kind: 'probe', verdict: well })).toMatchObject({ state: S.READY, error: '' });
+    expect(applied(unhealthy, { kind: 'probe', verdict: well })).toMatchObject({ state: S.READY, error: '' });
     const ready = lifeIn(S.READY);
-    expect(after(ready, { kind: 'probe', verdict: well }).state).toBe(S.READY);
+    expect(applied(ready, { kind: 'probe', verdict: well }).state).toBe(S.READY);
   });
 
   it('keeps a shard on a faulted GPU UNHEALTHY although its engine answers, until the fault clears', () => {
-    const faulted = after(lifeIn(S.READY), { kind: 'gpu-fault', reason: 'GPU 3: Xid 79' });
+    const faulted = applied(lifeIn(S.READY), { kind: 'gpu-fault', reason: 'GPU 3: Xid 79' });
     expect(faulted).toMatchObject({ state: S.UNHEALTHY, error: 'GPU 3: Xid 79' });
-    expect(after(faulted, { kind: 'probe', verdict: well })).toMatchObject({ state: S.UNHEALTHY, error: 'GPU 3: Xid 79' });
+    expect(applied(faulted, { kind: 'probe', verdict: well })).toMatchObject({ state: S.UNHEALTHY, error: 'GPU 3: Xid 79' });
     expect(nextShard(faulted, { kind: 'gpu-fault', reason: 'GPU 3: Xid 79' }), 'the same fault again changes nothing').toEqual({ life: faulted, why: 'fault already known' });
     expect(nextShard(faulted, { kind: 'gpu-sound' })).toMatchObject({ life: { state: S.READY, error: '' }, why: 'GPU fault cleared (GPU 3: Xid 79)' });
   });
 
   it('holds a fault raised while loading until the shard serves', () => {
-    const loading = after(lifeIn(S.STARTING), { kind: 'gpu-fault', reason: 'GPU 1: double-bit ECC' });
+    const loading = applied(lifeIn(S.STARTING), { kind: 'gpu-fault', reason: 'GPU 1: double-bit ECC' });
     expect(loading.state).toBe(S.STARTING);
-    expect(after(loading, EXAMPLES.answered, EXAMPLES.watched)).toMatchObject({ state: S.UNHEALTHY, error: 'GPU 1: double-bit ECC' });
+    expect(applied(loading, EXAMPLES.answered, EXAMPLES.watched)).toMatchObject({ state: S.UNHEALTHY, error: 'GPU 1: double-bit ECC' });
   });
 
   it('leaves a cleared fault UNHEALTHY while the probe still fails', () => {
-    const both = after(lifeIn(S.READY), { kind: 'gpu-fault', reason: 'GPU 2: Xid 48' }, { kind: 'probe', verdict: sick });
+    const both = applied(lifeIn(S.READY), { kind: 'gpu-fault', reason: 'GPU 2: Xid 48' }, { kind: 'probe', verdict: sick });
     expect(nextShard(both, { kind: 'gpu-sound' })).toMatchObject({ life: { state: S.UNHEALTHY, error: '' }, why: 'GPU fault cleared (GPU 2: Xid 48)' });
   });
 
   it('clears only the fault its raiser names: a known-answer check does not clear a GPU fault raised since', () => {
-    const gpu = after(lifeIn(S.READY), { kind: 'gpu-fault', reason: 'GPU 0: Xid 79' });
+    const gpu = applied(lifeIn(S.READY), { kind: 'gpu-fault', reason: 'GPU 0: Xid 79' });
     expect(nextShard(gpu, { kind: 'gpu-sound', only: 'known answer changed: x' })).toEqual({ life: gpu, why: 'no such fault' });
   });
 
   it('makes a repeated drain a no-op, refuses one in the wrong state naming it, and cancels back to READY', () => {
-    const draining = after(lifeIn(S.READY), EXAMPLES.drain);
+    const draining = applied(lifeIn(S.READY), EXAMPLES.drain);
     expect(draining).toMatchObject({ state: S.DRAINING, drain: true });
     expect(nextShard(draining, EXAMPLES.drain)).toEqual({ life: draining, why: 'already draining' });
     expect(nextShard(lifeIn(S.STARTING), EXAMPLES.drain)).toEqual({ refused: 'is STARTING: only a READY or UNHEALTHY shard can be drained' });
-    expect(after(draining, EXAMPLES['cancel-drain'])).toMatchObject({ state: S.READY, drain: false, error: '' });
+    expect(applied(draining, EXAMPLES['cancel-drain'])).toMatchObject({ state: S.READY, drain: false, error: '' });
     expect(nextShard(lifeIn(S.READY), EXAMPLES['cancel-drain'])).toEqual({ refused: 'is READY: only a DRAINING shard can have its drain cancelled' });
   });
 
   it('carries a sleep\'s memory: held when asked, released by the engine, resumed by a wake, gone once woken', () => {
-    const asked = after(lifeIn(S.READY), EXAMPLES.sleep);
+    const asked = applied(lifeIn(S.READY), EXAMPLES.sleep);
     expect(asked).toMatchObject({ state: S.SLEEPING, sleep: { level: 1, awakeMib: 70000, memory: 'held' } });
-    const released = after(asked, EXAMPLES.released);
+    const released = applied(asked, EXAMPLES.released);
     expect(released.sleep?.memory).toBe('released');
-    expect(after(released, EXAMPLES.resumed).sleep?.memory).toBe('resumed');
-    expect(after(released, EXAMPLES.resumed, EXAMPLES.woken)).toMatchObject({ state: S.READY, error: '', sleep: undefined });
+    expect(applied(released, EXAMPLES.resumed).sleep?.memory).toBe('resumed');
+    expect(applied(released, EXAMPLES.resumed, EXAMPLES.woken)).toMatchObject({ state: S.READY, error: '', sleep: undefined });
     expect(nextShard(lifeIn(S.UNHEALTHY), EXAMPLES.sleep)).toEqual({ refused: 'is UNHEALTHY; only a READY shard can sleep' });
   });
 
   it('undoes a failed sleep to READY with its reason, or FAILED when the engine woke without its weights', () => {
-    const asked = after(lifeIn(S.READY), EXAMPLES.sleep, EXAMPLES.released);
-    expect(after(asked, EXAMPLES['sleep-failed'])).toMatchObject({ state: S.READY, error: 'sleep failed: POST /sleep answered 500', sleep: undefined });
-    expect(after(asked, { kind: 'sleep-failed', error: 'sleep failed: x; woke without its weights: y', lostWeights: true })).toMatchObject({ state: S.FAILED, sleep: undefined });
+    const asked = applied(lifeIn(S.READY), EXAMPLES.sleep, EXAMPLES.released);
+    expect(applied(asked, EXAMPLES['sleep-failed'])).toMatchObject({ state: S.READY, error: 'sleep failed: POST /sleep answered 500', sleep: undefined });
+    expect(applied(asked, { kind: 'sleep-failed', error: 'sleep failed: x; woke without its weights: y', lostWeights: true })).toMatchObject({ state: S.FAILED, sleep: undefined });
   });
 
   it('keeps a shard whose wake failed SLEEPING with the reason, and fails one woken without its weights', () => {
-    expect(after(lifeIn(S.SLEEPING), EXAMPLES['wake-failed'])).toMatchObject({ state: S.SLEEPING, error: 'wake failed: POST /wake_up answered 500' });
-    expect(after(lifeIn(S.SLEEPING), EXAMPLES['woke-without-weights'])).toMatchObject({ state: S.FAILED, error: 'woke without its weights: it answers "!!!!"' });
+    expect(applied(lifeIn(S.SLEEPING), EXAMPLES['wake-failed'])).toMatchObject({ state: S.SLEEPING, error: 'wake failed: POST /wake_up answered 500' });
+    expect(applied(lifeIn(S.SLEEPING), EXAMPLES['woke-without-weights'])).toMatchObject({ state: S.FAILED, error: 'woke without its weights: it answers "!!!!"' });
     // A wake that raced a stop: refused, in the words a ctl user reads.
     expect(nextShard(lifeIn(S.STOPPING), EXAMPLES.woken)).toEqual({ refused: 'became STOPPING while waking' });
   });
 
   it('sees a sleep it did not ask for: UNHEALTHY, then its known answer decides between READY and FAILED', () => {
     const asleep = { healthy: false, cause: 'asleep', why: 'the engine is asleep' } as const;
-    const unasked = after(lifeIn(S.READY), { kind: 'probe', verdict: asleep });
+    const unasked = applied(lifeIn(S.READY), { kind: 'probe', verdict: asleep });
     expect(unasked).toMatchObject({ state: S.UNHEALTHY, sleptUnasked: true, error: 'the engine is asleep' });
     // Awake again: the probe alone does not make it READY.
-    expect(after(unasked, { kind: 'probe', verdict: well }).state).toBe(S.UNHEALTHY);
-    expect(after(unasked, { kind: 'answer-after-unasked-sleep', verdict: well })).toMatchObject({ state: S.READY, sleptUnasked: false });
-    expect(after(unasked, { kind: 'answer-after-unasked-sleep', lost: 'woke without its weights after a sleep the agent did not ask for: x', verdict: well }).state).toBe(S.FAILED);
+    expect(applied(unasked, { kind: 'probe', verdict: well }).state).toBe(S.UNHEALTHY);
+    expect(applied(unasked, { kind: 'answer-after-unasked-sleep', verdict: well })).toMatchObject({ state: S.READY, sleptUnasked: false });
+    expect(applied(unasked, { kind: 'answer-after-unasked-sleep', lost: 'woke without its weights after a sleep the agent did not ask for: x', verdict: well }).state).toBe(S.FAILED);
   });
 });
 

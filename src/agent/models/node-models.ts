@@ -7,7 +7,7 @@ import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-
 import { compileCacheBytes } from '../../models/compile-cache-bytes.js';
 import { scanStore } from '../../models/scan-store.js';
 import type { ModelsConfig } from '../config/agent-config.js';
-import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-machine.js';
+import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js';
 import { type CachedModelsView, NO_STORE, cachedModelsView } from './cached-models.js';
 import { ModelPrefetch } from './model-prefetch.js';
 import { ShardModelPins, shardHubModel } from './shard-model-pins.js';

@@ -20,7 +20,7 @@ import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePat
 import type { OrphanContext } from './orphans/find-orphans.js';
 import { reattachShard } from './orphans/reattach-shard.js';
 import { RepeatedStartError } from './launch-admission.js';
-import type { SettleOptions } from './shard/shard-machine.js';
+import type { SettleOptions } from './shard/shard-settle.js';
 import type { ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';

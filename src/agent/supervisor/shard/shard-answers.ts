@@ -1,26 +1,14 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
-import type { Logger } from '../../../lib/logger.js';
 import type { HealthVerdict } from '../probes/health-watch.js';
-import { askKnownAnswer, checkKnownAnswer, type KnownAnswerTarget } from '../probes/known-answer.js';
-import { KNOWN_ANSWER_FAULT, type ShardChange, type ShardLife, type ShardNext } from './shard-machine.js';
-import type { StateFileWriter } from './state-file-writer.js';
+import { askKnownAnswer, checkKnownAnswer } from '../probes/known-answer.js';
+import type { ShardHands } from './shard-hands.js';
+import { KNOWN_ANSWER_FAULT } from './shard-machine.js';
 
 const S = ShardState;
 
 /** What the known answers of one shard need of its runner. */
-export interface AnswerHost {
-  readonly fields: { shard: string; replica: string };
-  /** The shard as it is now. */
-  life(): ShardLife;
-  apply(change: ShardChange): ShardNext;
-  /** Where to ask, cut short by `signal`. */
-  target(signal: AbortSignal): KnownAnswerTarget;
-  /** Whether the shard's wakes are checked by a known answer (the API rank of a sleep profile). */
-  readonly checks: boolean;
-  readonly log: Logger;
-  readonly stateFile: StateFileWriter;
-}
+export type AnswerHost = Pick<ShardHands, 'fields' | 'life' | 'apply' | 'target' | 'checksAnswers' | 'log' | 'stateFile'>;
 
 /** A serving state, in which an engine's answer is asked and judged. */
 const answering = (s: ShardState) => s === S.READY || s === S.UNHEALTHY || s === S.DRAINING;
@@ -46,7 +34,7 @@ export class ShardAnswers {
    */
   of(signal: AbortSignal, periodic = false): Promise<string | undefined> {
     const h = this.host;
-    if (!h.checks && !periodic) return Promise.resolve(undefined);
+    if (!h.checksAnswers && !periodic) return Promise.resolve(undefined);
     const known = h.life().knownAnswer;
     if (known !== undefined) return Promise.resolve(known);
     this.#recording ??= (async () => {
@@ -113,8 +101,8 @@ export class ShardAnswers {
 
   async #recheckOnce(v: HealthVerdict, signal: AbortSignal): Promise<void> {
     const h = this.host;
-    const verdict = h.checks ? await checkKnownAnswer(h.target(signal), h.life().knownAnswer).catch(() => undefined) : undefined;
-    if (signal.aborted || (h.checks && verdict === undefined)) return;
+    const verdict = h.checksAnswers ? await checkKnownAnswer(h.target(signal), h.life().knownAnswer).catch(() => undefined) : undefined;
+    if (signal.aborted || (h.checksAnswers && verdict === undefined)) return;
     if (verdict && !verdict.ok) {
       h.apply({ kind: 'answer-after-unasked-sleep', lost: `woke without its weights after a sleep the agent did not ask for: ${verdict.reason}`, verdict: v });
       return;

@@ -8,7 +8,6 @@ import type { SupervisorConfig } from '../../config/agent-config.js';
 import { engineSleepApi } from '../../engines/engine-sleep-api.js';
 import { servedModelName } from '../../engines/shard-launch.js';
 import type { LauncherChoice } from '../launch/choose-launcher.js';
-import type { DeathInfo } from '../launch/death-watch.js';
 import type { EngineFence } from '../launch/end-engine.js';
 import { EngineProcess } from '../launch/engine-process.js';
 import { awaitReadiness, type Readiness } from '../probes/await-readiness.js';
@@ -17,59 +16,21 @@ import type { KnownAnswerTarget } from '../probes/known-answer.js';
 import { type EngineLoad, UNKNOWN_LOAD } from '../probes/load-meter.js';
 import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.js';
 import { readInFlight } from '../probes/read-gauge.js';
-import { explainEngineExit } from './explain-engine-exit.js';
+import { onEngineDeath } from './shard-death.js';
 import type { RunnerEngine } from './runner-engine.js';
 import { ShardAnswers } from './shard-answers.js';
+import type { ShardHands } from './shard-hands.js';
 import { ShardFailedError } from './shard-failed-error.js';
-import { readLastOutput, recordShardFailure, shardFailureRecord } from './shard-failure.js';
-import {
-  DEFAULT_STARTUP_TIMEOUT_MS,
-  type DetachReason,
-  detachMessage,
-  judgeDeath,
-  judgeSettleStart,
-  judgeSettleWake,
-  newShardLife,
-  nextShard,
-  type SettleOptions,
-  type ShardChange,
-  type ShardLife,
-  type ShardNext,
-  stateName,
-} from './shard-machine.js';
+import { readLastOutput } from './shard-failure.js';
+import { newShardLife, nextShard, type ShardChange, type ShardLife, type ShardNext, stateName } from './shard-machine.js';
+import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, judgeSettleStart, judgeSettleWake, type SettleOptions } from './shard-settle.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
-import { judgeSleep, type SleepProbes } from './shard-sleep.js';
+import { ASLEEP_PROBE_PATH, ASLEEP_STOP_GRACE_MS, judgeSleep, type SleepProbes } from './shard-sleep.js';
 import { type SleepHands, sleepShard, wakeShard } from './shard-sleep-steps.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
 
 const S = ShardState;
-
-/** SIGTERM to SIGKILL for what survives a dead engine leader: its work is lost already. */
-export const LEFTOVER_GRACE_MS = 2000;
-
-/**
- * SIGTERM to SIGKILL for a sleeping engine: it has nothing worth draining,
- * and its drain would not end. vLLM leaves requests queued while paused
- * unscheduled, so its drain waits out --shutdown-timeout and then aborts
- * them (V:vllm/v1/engine/core.py:1487-1508, 1906-1937); SGLang's drain
- * counts the requests its pause holds (rid_to_state,
- * S:python/sglang/srt/managers/tokenizer_manager.py:796, 804-805, 3119-3146)
- * and never ends before the SIGKILL. Their clients see the connection
- * close, which a router retries elsewhere.
- */
-export const ASLEEP_STOP_GRACE_MS = 1000;
-
-/**
- * Where an adopted engine recorded asleep is asked whether it serves: a
- * path that runs no model. SGLang's /health generates, and a paused SGLang
- * holds it, answers 503 after 20 s and marks itself unhealthy, so that its
- * next SIGTERM skips the drain (S:python/sglang/srt/entrypoints/http_server.py:713-725;
- * tokenizer_manager.py:3123-3130). /metrics is open on both engines
- * (V:vllm/entrypoints/serve/middleware/authenticate.py:11, 59;
- * S:python/sglang/srt/utils/auth.py:100); /v1/models is asked beside it.
- */
-const ASLEEP_PROBE_PATH = '/metrics';
 
 /**
  * The hands of one shard: its engine process, signals, probes, state file
@@ -90,6 +51,8 @@ export class ShardRunner {
   private readonly engine: EngineProcess;
   private readonly stateFile: StateFileWriter;
   private readonly answers: ShardAnswers;
+  /** What the steps this runner lends its shard to may use (shard-hands.ts). */
+  private readonly hands: ShardHands;
   /** Where the rank serves: the API port, or a worker rank's own /health port (SGLang's); none: judged by staying alive. */
   private readonly baseUrl: string | undefined;
   /** Who listens on the rank's port: only the engine's own socket is probed (review finding 2). */
@@ -123,16 +86,21 @@ export class ShardRunner {
     this.baseUrl = r.watch.healthPort > 0 ? `http://127.0.0.1:${r.watch.healthPort}` : undefined;
     const { pid, pgid, unit } = r;
     this.portOwner = this.baseUrl ? portOwnerCheck({ port: r.watch.healthPort, pid, pgid, unit }) : undefined;
-    const fields = { shard: r.shardId, replica: r.replicaId };
-    this.answers = new ShardAnswers({
-      fields,
+    this.hands = {
+      ...{ shardId: r.shardId, spec: r.spec, fields: { shard: r.shardId, replica: r.replicaId }, logPath: r.logPath, logDir: ctx.config.logDir },
+      ...{ stopGraceMs: ctx.config.stopGraceMs, baseUrl: this.baseUrl ?? '', adminKey: r.watch.adminApiKey || r.watch.apiKey, signal: this.lifeScope.signal },
+      ...{ log: ctx.log, stateFile: this.stateFile, portOwner: this.portOwner, checksAnswers: this.checksAnswers },
       life: () => this.life,
       apply: (c) => this.apply(c),
+      told: () => this.ctx.onStatus(this.snapshot()),
       target: (signal) => this.answerTarget(signal),
-      checks: this.checksAnswers,
-      log: ctx.log,
-      stateFile: this.stateFile,
-    });
+      inFlight: () => this.inFlight(),
+      readiness: (signal, timeoutMs) => this.readiness(signal, timeoutMs, 0),
+      stopServing: () => this.serving.abort(),
+      reapLeftovers: (graceMs) => this.engine.reapLeftovers({ graceMs, signal: this.lifeScope.signal, log: ctx.log.child({ shard: r.shardId, replica: r.replicaId }) }),
+      snapshot: () => this.snapshot(),
+    };
+    this.answers = new ShardAnswers(this.hands);
     this.lifeScope.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
     // A stopped, dead or detached engine holds nothing anyone should read as now.
     this.serving.signal.addEventListener('abort', () => (this.load = UNKNOWN_LOAD), { once: true });
@@ -150,13 +118,8 @@ export class ShardRunner {
   get statePath(): string { return this.launched.statePath; }
 
   /** Whether the engine's leader may still run. */
-  get running(): boolean {
-    return !this.life.dead;
-  }
-
-  get currentState(): ShardState {
-    return this.life.state;
-  }
+  get running(): boolean { return !this.life.dead; }
+  get currentState(): ShardState { return this.life.state; }
 
   /**
    * Requests in flight and tokens per second at the health watch's latest
@@ -177,7 +140,7 @@ export class ShardRunner {
    */
   begin(why: string): void {
     this.apply({ kind: 'begin', why });
-    this.engine.watchDeath(this.lifeScope.signal, (info) => void this.onDeath(info));
+    this.engine.watchDeath(this.lifeScope.signal, (info) => void onEngineDeath(this.hands, info));
   }
 
   snapshot(): ShardSnapshot {
@@ -198,12 +161,7 @@ export class ShardRunner {
    */
   private apply(change: ShardChange): ShardNext {
     const from = this.life.state;
-    let next: ShardNext;
-    try {
-      next = nextShard(this.life, change);
-    } catch (err) {
-      throw new Error(`shard ${this.shardId}: ${errorMessage(err)}`);
-    }
+    const next = nextShard(this.life, change, this.shardId);
     if ('refused' in next) return next;
     this.life = next.life;
     const to = next.life.state;
@@ -338,47 +296,6 @@ export class ShardRunner {
     return new ShardFailedError(this.shardId, `shard ${this.shardId}: ${error || stateName(state)}`, { exitCode, signal, lastOutput: [...lastOutput] });
   }
 
-  /** Carries out what a death means (judgeDeath); each await's outcome is judged by the shard as it is then. */
-  private async onDeath(info: DeathInfo): Promise<void> {
-    if (this.life.dead || this.lifeScope.signal.aborted) return;
-    this.apply({ kind: 'exited', ...(info.known ? { exit: { code: info.code, signal: info.signal } } : {}) });
-    this.serving.abort();
-    // Read before the state changes, so the report carries the engine's own last words.
-    const lastOutput = await readLastOutput(this.logPath);
-    if (this.lifeScope.signal.aborted) return;
-    if (judgeDeath(this.life.state, info).reap) {
-      const graceMs = Math.min(LEFTOVER_GRACE_MS, this.ctx.config.stopGraceMs);
-      await this.engine.reapLeftovers({ graceMs, signal: this.lifeScope.signal, log: this.ctx.log.child({ shard: this.shardId, replica: this.replicaId }) });
-    }
-    const verdict = judgeDeath(this.life.state, info);
-    if (this.lifeScope.signal.aborted || verdict.error === undefined) return;
-    const starting = this.life.state === S.STARTING;
-    // Who held the port, and what an engine that refused its command line says in its last line (not its exit code).
-    const details = starting ? [await this.squatterAtDeath(), explainEngineExit(lastOutput)].filter((d) => d !== undefined) : [];
-    if (this.lifeScope.signal.aborted) return;
-    if (verdict.record) {
-      const opts = { logDir: this.ctx.config.logDir, logPath: this.logPath, log: this.ctx.log };
-      const error = [verdict.error, ...details].join(': ');
-      await recordShardFailure(opts, shardFailureRecord({ ...this.snapshot(), error, lastOutput: [...lastOutput] }, new Date()));
-    }
-    // The record took a moment: a stop may have begun meanwhile, which the machine knows.
-    if (!this.lifeScope.signal.aborted) this.apply({ kind: 'died', info, details, lastOutput });
-  }
-
-  /**
-   * Who holds the port of an engine that died while STARTING, when not the
-   * engine: vLLM and SGLang exit 1 when their bind or listen finds the port
-   * taken (uvicorn logs the errno and exits), and "exited with code 1" alone
-   * sent operators to the engine's log to find the squatter the agent had
-   * already seen (review N7). Asked after the reap, so no process of the
-   * engine's is left to hold it; the squatter last seen while STARTING
-   * answers for one that left between the engine's failed bind and now.
-   */
-  private async squatterAtDeath(): Promise<string | undefined> {
-    const owner = await this.portOwner?.().catch(() => undefined);
-    return owner?.owner === 'other' ? owner.reason : this.life.squatter;
-  }
-
   /** What ends everything of this engine: its unit's cgroup, or its process group. */
   fence(): EngineFence {
     return this.engine.fence();
@@ -456,34 +373,13 @@ export class ShardRunner {
   }
 
   private async oneSleepCall(what: 'sleep' | 'wake', run: (hands: SleepHands) => Promise<void>): Promise<void> {
-    const baseUrl = this.baseUrl;
-    if (!baseUrl || this.sleepBusy) throw failure(`${what} refused: shard ${this.shardId} is already being put to sleep or woken`);
+    if (!this.baseUrl || this.sleepBusy) throw failure(`${what} refused: shard ${this.shardId} is already being put to sleep or woken`);
     this.sleepBusy = true;
     try {
-      await run({
-        ...{ shardId: this.shardId, spec: this.spec, fields: { shard: this.shardId, replica: this.replicaId }, logPath: this.logPath, baseUrl },
-        ...{ adminKey: this.adminKey, signal: this.lifeScope.signal, log: this.ctx.log, stateFile: this.stateFile, answers: this.answers },
-        checksAnswers: this.checksAnswers,
-        life: () => this.life,
-        apply: (c) => this.apply(c),
-        told: () => this.ctx.onStatus(this.snapshot()),
-        target: (signal) => this.answerTarget(signal),
-        inFlight: () => this.inFlight(),
-        readiness: (signal, timeoutMs) => this.readiness(signal, timeoutMs, 0),
-      });
+      await run({ ...this.hands, answers: this.answers });
     } finally {
       this.sleepBusy = false;
     }
-  }
-
-  /**
-   * The key of the sleep API's calls: SGLang's pause, memory and reload
-   * routes are ADMIN_OPTIONAL, which take only --admin-api-key when it is
-   * set, and --api-key otherwise (S:python/sglang/srt/utils/auth.py:123-138);
-   * vLLM's dev routes take no key and ignore it.
-   */
-  private get adminKey(): string {
-    return this.record.watch.adminApiKey || this.record.watch.apiKey;
   }
 
   /** Requests the engine holds, running and waiting, from the engine's own gauges; undefined when it cannot tell. */

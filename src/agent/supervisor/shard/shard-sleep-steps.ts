@@ -1,15 +1,13 @@
-import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { type Deadline, deadlineSignal } from '../../../lib/deadline.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
-import type { Logger } from '../../../lib/logger.js';
 import type { EngineSleepApi, WakeCalls } from '../../engines/engine-sleep-api.js';
-import type { Readiness } from '../probes/await-readiness.js';
-import { checkKnownAnswer, KNOWN_PROMPT, type KnownAnswerTarget } from '../probes/known-answer.js';
+import { checkKnownAnswer, KNOWN_PROMPT } from '../probes/known-answer.js';
 import type { ShardAnswers } from './shard-answers.js';
 import { readLastOutput } from './shard-failure.js';
-import type { ShardChange, ShardLife, ShardNext } from './shard-machine.js';
+import type { ShardHands } from './shard-hands.js';
+import type { ShardChange } from './shard-machine.js';
 import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, type SleepProbes } from './shard-sleep.js';
-import type { StateFileWriter } from './state-file-writer.js';
 
 /*
  * The steps of a sleep and a wake (issue 30): the engine's calls, the GPU
@@ -18,32 +16,11 @@ import type { StateFileWriter } from './state-file-writer.js';
  * state.
  */
 
-/** What a sleep or wake needs of its shard's runner. */
-export interface SleepHands {
-  readonly shardId: string;
-  readonly spec: StartShard;
-  readonly fields: { shard: string; replica: string };
-  readonly logPath: string;
-  /** The rank's API, which serves the sleep calls. */
-  readonly baseUrl: string;
-  /** The key of the sleep API's calls (ShardRunner.adminKey). */
-  readonly adminKey: string;
-  /** Ends with the runner (detach). */
-  readonly signal: AbortSignal;
-  readonly log: Logger;
-  readonly stateFile: StateFileWriter;
-  readonly answers: ShardAnswers;
-  /** Whether the shard's wakes are checked by a known answer. */
-  readonly checksAnswers: boolean;
-  life(): ShardLife;
-  apply(change: ShardChange): ShardNext;
-  /** Tells the control plane of a change of the status that is no change of state. */
-  told(): void;
-  target(signal: AbortSignal): KnownAnswerTarget;
-  inFlight(): Promise<number | undefined>;
-  /** Whether the rank answers as at a start, by `timeoutMs`. */
-  readiness(signal: AbortSignal, timeoutMs: number): Promise<Readiness>;
-}
+/** What a sleep or wake needs of its shard's runner, and its known answers. */
+export type SleepHands = Pick<
+  ShardHands,
+  'shardId' | 'spec' | 'fields' | 'logPath' | 'baseUrl' | 'adminKey' | 'signal' | 'log' | 'stateFile' | 'checksAnswers' | 'life' | 'apply' | 'told' | 'target' | 'inFlight' | 'readiness'
+> & { answers: ShardAnswers };
 
 const KNOWN_PROMPT_LABEL = JSON.stringify(KNOWN_PROMPT);
 

@@ -65,6 +65,29 @@ const READ_NOW_SPACING = 2;
 /** Each miss lengthens the gap by this factor, up to `pollMs`. */
 const READ_NOW_BACKOFF = 1.5;
 
+/**
+ * SIGTERM to SIGKILL for a sleeping engine: it has nothing worth draining,
+ * and its drain would not end. vLLM leaves requests queued while paused
+ * unscheduled, so its drain waits out --shutdown-timeout and then aborts
+ * them (V:vllm/v1/engine/core.py:1487-1508, 1906-1937); SGLang's drain
+ * counts the requests its pause holds (rid_to_state,
+ * S:python/sglang/srt/managers/tokenizer_manager.py:796, 804-805, 3119-3146)
+ * and never ends before the SIGKILL. Their clients see the connection
+ * close, which a router retries elsewhere.
+ */
+export const ASLEEP_STOP_GRACE_MS = 1000;
+
+/**
+ * Where an adopted engine recorded asleep is asked whether it serves: a
+ * path that runs no model. SGLang's /health generates, and a paused SGLang
+ * holds it, answers 503 after 20 s and marks itself unhealthy, so that its
+ * next SIGTERM skips the drain (S:python/sglang/srt/entrypoints/http_server.py:713-725;
+ * tokenizer_manager.py:3123-3130). /metrics is open on both engines
+ * (V:vllm/entrypoints/serve/middleware/authenticate.py:11, 59;
+ * S:python/sglang/srt/utils/auth.py:100); /v1/models is asked beside it.
+ */
+export const ASLEEP_PROBE_PATH = '/metrics';
+
 /** The shard's GPUs hold at most this share of what they held awake, or the sleep did not free them. */
 export const ASLEEP_SHARE = 0.5;
 /** Awake again once its GPUs hold this share of what they held before the sleep. */

@@ -3,8 +3,6 @@ import {
   isServing,
   isTransitionAllowed,
   judgeDeath,
-  judgeSettleStart,
-  judgeSettleWake,
   newShardLife,
   nextShard,
   registerState,
@@ -13,6 +11,7 @@ import {
   type ShardLife,
   type ShardNext,
 } from '../../../../src/agent/supervisor/shard/shard-machine.js';
+import { judgeSettleStart, judgeSettleWake } from '../../../../src/agent/supervisor/shard/shard-settle.js';
 import { ShardState as S } from '../../../../src/gen/llmgw/v1/agent_pb.js';
 import { isTerminal, REPORTED_SHARD_STATES, stateName } from '../../../../src/lib/shard-states.js';
 import { describe, expect, it } from 'vitest';

@@ -1,0 +1,51 @@
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { Logger } from '../../../lib/logger.js';
+import type { Readiness } from '../probes/await-readiness.js';
+import type { KnownAnswerTarget } from '../probes/known-answer.js';
+import type { PortOwnerCheck } from '../probes/port-owner-check.js';
+import type { ShardChange, ShardLife, ShardNext } from './shard-machine.js';
+import type { ShardSnapshot } from './shard-snapshot.js';
+import type { StateFileWriter } from './state-file-writer.js';
+
+/**
+ * What the runner lends the steps it does not carry out itself (a death,
+ * a sleep and a wake, the known answers): its shard as it is, the one
+ * apply() that changes it, and its effects. Each step names the part it
+ * uses (Pick), so what a step can touch is read off its signature.
+ */
+export interface ShardHands {
+  readonly shardId: string;
+  readonly spec: StartShard;
+  /** The shard's fields on every log line. */
+  readonly fields: { shard: string; replica: string };
+  readonly logPath: string;
+  /** Where failure records go (supervisor.log_dir). */
+  readonly logDir: string;
+  readonly stopGraceMs: number;
+  /** The rank's API (http://127.0.0.1:port); '' for a rank that serves none. */
+  readonly baseUrl: string;
+  /** The key of the sleep API's calls (ShardRunner.adminKey). */
+  readonly adminKey: string;
+  /** Ends with the runner (detach). */
+  readonly signal: AbortSignal;
+  readonly log: Logger;
+  readonly stateFile: StateFileWriter;
+  readonly portOwner: PortOwnerCheck | undefined;
+  /** Whether the shard's wakes are checked by a known answer: the API rank of a sleep profile. */
+  readonly checksAnswers: boolean;
+  /** The shard as it is now. */
+  life(): ShardLife;
+  apply(change: ShardChange): ShardNext;
+  /** Tells the control plane of a change of the status that is no change of state. */
+  told(): void;
+  /** Where the known answer is asked, cut short by `signal`. */
+  target(signal: AbortSignal): KnownAnswerTarget;
+  inFlight(): Promise<number | undefined>;
+  /** Whether the rank answers as at a start, by `timeoutMs`. */
+  readiness(signal: AbortSignal, timeoutMs: number): Promise<Readiness>;
+  /** Ends the health watch: nothing serves any more. */
+  stopServing(): void;
+  /** Ends what survives the leader (the rest of its group or unit). */
+  reapLeftovers(graceMs: number): Promise<void>;
+  snapshot(): ShardSnapshot;
+}

@@ -9,7 +9,7 @@ import type { NodeSession } from './node-session.js';
 import type { NodeSessions } from './node-sessions.js';
 import type { NodeRecord } from './node-view.js';
 import type { Reconciler } from './reconciler.js';
-import { shardStateName } from './shard-state-name.js';
+import { stateName } from '../lib/shard-states.js';
 
 /** The control plane's parts a message changes. */
 export interface AgentMessageReceiverParts {
@@ -68,7 +68,7 @@ export class AgentMessageReceiver {
         }
         node.shards.set(st.shardId, { ...node.shards.get(st.shardId), replicaId: st.replicaId, state: st.state });
         this.#log.info(
-          { node: nodeId, shard: st.shardId, replica: st.replicaId, state: shardStateName(st.state), ...(st.error ? { err: st.error } : {}), ...(st.exitCode ? { exitCode: st.exitCode } : {}) },
+          { node: nodeId, shard: st.shardId, replica: st.replicaId, state: stateName(st.state), ...(st.error ? { err: st.error } : {}), ...(st.exitCode ? { exitCode: st.exitCode } : {}) },
           'shard status',
         );
         this.#p.history.record(nodeId, m);

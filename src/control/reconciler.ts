@@ -16,7 +16,7 @@ import { generationOf, replicaShardId } from './replica-shard-id.js';
 import type { ReplicaView } from './replica-view.js';
 import { shardFromRunning } from './shard-from-running.js';
 import { reserveShardPorts } from './shard-ports.js';
-import { shardStateName } from './shard-state-name.js';
+import { stateName } from '../lib/shard-states.js';
 import { startShardMessage } from './start-shard-message.js';
 import { StoppingShards } from './stopping-shards.js';
 import { toReplicaView } from './to-replica-view.js';
@@ -193,7 +193,7 @@ export class Reconciler {
     replica.generation = Math.max(replica.generation, generation);
     replica.shards.push(shard);
     replica.shards.sort((a, b) => a.rank - b.rank);
-    log.info({ state: shardStateName(shard.state), generation }, 'adopted running shard');
+    log.info({ state: stateName(shard.state), generation }, 'adopted running shard');
     // An adopted shard still loading gets a full startup timeout from now:
     // when it was launched is not known here, and cutting it short would kill
     // a model that may be seconds from ready.
@@ -213,7 +213,7 @@ export class Reconciler {
     const replica = this.#replicas.get(st.replicaId);
     const shard = replica?.shards.find((s) => s.shardId === st.shardId);
     if (!replica || !shard || shard.nodeId !== nodeId) {
-      this.#log.debug({ node: nodeId, shard: st.shardId, state: shardStateName(st.state) }, 'status of a shard not in the desired state; ignored');
+      this.#log.debug({ node: nodeId, shard: st.shardId, state: stateName(st.state) }, 'status of a shard not in the desired state; ignored');
       return;
     }
     this.#lifecycle.updateShardState(replica, shard, st.state, st.error, st.exitCode);

@@ -6,7 +6,7 @@ import type { ReplicaRecord, ShardRecord } from './replica-record.js';
 import type { ReplicaPhase } from './replica-view.js';
 import { CRASH_LOOP_FAILURES, crashLoopDelayMs, DEFAULT_MAX_RETRY_BACKOFF_MS, DEFAULT_STABLE_READY_MS, failuresInARow } from './crash-loop-backoff.js';
 import { formatDuration } from '../lib/duration.js';
-import { shardStateName } from './shard-state-name.js';
+import { stateName } from '../lib/shard-states.js';
 import { releaseShardPorts } from './shard-ports.js';
 import type { StoppingShards } from './stopping-shards.js';
 
@@ -52,7 +52,7 @@ export class ReplicaLifecycle {
       shard.startupTimer = undefined;
     }
     if (TERMINAL_SHARD_STATES.has(state)) {
-      const why = `shard ${shard.shardId} on node ${shard.nodeId} is ${shardStateName(state)}${error ? `: ${error}` : ''}${exitCode ? ` (exit code ${exitCode})` : ''}`;
+      const why = `shard ${shard.shardId} on node ${shard.nodeId} is ${stateName(state)}${error ? `: ${error}` : ''}${exitCode ? ` (exit code ${exitCode})` : ''}`;
       this.failCrashed(replica, why);
       return;
     }

@@ -1,5 +1,5 @@
 import type { NodeRecord, NodeView } from './node-view.js';
-import { shardStateName } from './shard-state-name.js';
+import { stateName } from '../lib/shard-states.js';
 
 /** The public face of a node record; `owners` maps GPU index → the shard placed on it. */
 export function toNodeView(n: NodeRecord, owners: ReadonlyMap<number, string>): NodeView {
@@ -29,7 +29,7 @@ export function toNodeView(n: NodeRecord, owners: ReadonlyMap<number, string>): 
     },
     gpus,
     freeGpus: gpus.filter((g) => g.healthy && !owners.has(g.index)).map((g) => g.index),
-    shards: [...n.shards].map(([shardId, s]) => ({ shardId, replicaId: s.replicaId, state: s.state, stateName: shardStateName(s.state) })),
+    shards: [...n.shards].map(([shardId, s]) => ({ shardId, replicaId: s.replicaId, state: s.state, stateName: stateName(s.state) })),
   };
   if (n.connectedSince) view.connectedSince = n.connectedSince;
   if (n.disconnectedAt) view.disconnectedAt = n.disconnectedAt;

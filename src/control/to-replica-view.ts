@@ -1,7 +1,7 @@
 import type { NodeRecord } from './node-view.js';
 import type { ReplicaRecord, ShardRecord } from './replica-record.js';
 import type { ReplicaView, ShardView } from './replica-view.js';
-import { shardStateName } from './shard-state-name.js';
+import { stateName } from '../lib/shard-states.js';
 
 /** The public face of a replica record; `node` looks up where its leader runs, for the url. */
 export function toReplicaView(r: ReplicaRecord, node: (nodeId: string) => NodeRecord | undefined): ReplicaView {
@@ -27,5 +27,5 @@ export function toReplicaView(r: ReplicaRecord, node: (nodeId: string) => NodeRe
 function shardView(s: ShardRecord): ShardView {
   // Copied without the timer, which is the reconciler's own business.
   const { startupTimer: _, ...fields } = s;
-  return { ...fields, gpuIndices: [...s.gpuIndices], stateName: shardStateName(s.state) };
+  return { ...fields, gpuIndices: [...s.gpuIndices], stateName: stateName(s.state) };
 }

@@ -1,5 +1,5 @@
 import type { DrainResponse } from '../gen/llmgw/v1/admin_pb.js';
-import { ShardState } from '../gen/llmgw/v1/agent_pb.js';
+import { stateName } from '../lib/shard-states.js';
 import { formatDuration } from '../lib/duration.js';
 import { describeDrainProgress, isDrainDone } from './describe-drain-progress.js';
 
@@ -10,7 +10,7 @@ import { describeDrainProgress, isDrainDone } from './describe-drain-progress.js
 export function renderDrainSummary(last: DrainResponse, o: { wait: boolean; timeoutMs: number; cancel?: boolean }): { text: string; error?: string } {
   if (o.cancel) {
     if (last.shards.length === 0) return { text: 'no DRAINING shards to cancel the drain of' };
-    const cancelled = last.shards.map((p) => `${p.shardId}: ${ShardState[p.state] ?? p.state}`);
+    const cancelled = last.shards.map((p) => `${p.shardId}: ${stateName(p.state)}`);
     return { text: `${cancelled.join('\n')}\ndrain cancelled: the control plane may route requests here again` };
   }
   if (last.shards.length === 0) return { text: 'no READY or UNHEALTHY shards to drain' };

@@ -1,19 +1,15 @@
-import { timestampDate } from '@bufbuild/protobuf/wkt';
-import { type ControlMessage, type GpuEvent, GpuEventKind, type Inventory, ShardState, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
+import type { ControlMessage, GpuEvent, Inventory, ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
 import { usageError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
-import { isTerminal } from '../lib/shard-states.js';
 import type { AgentMetrics } from './agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionStatus } from './connection/connection-state.js';
 import { ControlPlaneConnection } from './connection/control-plane-connection.js';
 import { type AdminBackend, adminBackend, type GpuFaultClearing, type GpuHealthView } from './admin/admin-backend.js';
 import { AgentEventRing } from './events/agent-event-ring.js';
-import { adoptionEvents, connectionEvent, cordonEvent, diskPressureEvent, gpuEventEvent, refusalEvent, shardTransitionEvent } from './events/describe-agent-event.js';
+import { adoptionEvents, connectionEvent, cordonEvent, diskPressureEvent, gpuEventEvent, refusalEvent } from './events/describe-agent-event.js';
 import { GpuHealthWatch, type WatchedGpu } from './health/gpu-health-watch.js';
-import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
-import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
 import { type GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineAccount } from './engines/engine-account.js';
@@ -22,10 +18,10 @@ import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
 import { NodeModels } from './models/node-models.js';
 import { NodeConditions } from './node-conditions.js';
-import type { Outbox } from './connection/outbox.js';
 import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
 import { ShardCommands } from './shard-commands.js';
+import { shardReactions } from './shard-reactions.js';
 import { StartAdmission } from './start-admission.js';
 import { StatusReporter } from './connection/status-reporter.js';
 import type { Supervisor } from './supervisor/supervisor.js';
@@ -123,14 +119,10 @@ export class Agent {
           this.hardwareGate?.established();
         },
         onClosed: () => this.reporter.onSessionClosed(),
-        onControlMessage: (m, outbox) => this.onControlMessage(m, outbox),
+        onControlMessage: (m) => this.onControlMessage(m),
       },
     });
     this.reporter.follow(opts.supervisor);
-    // A crash's failure record carries its GPUs' events of the minute before it (shard-failure.ts).
-    opts.supervisor.on('transition', (t) => {
-      if (t.to === ShardState.FAILED) void this.addGpuEventsToFailure(t.shard);
-    });
     this.models = new NodeModels({
       models: c.models,
       configPath: 'the agent config',
@@ -139,13 +131,8 @@ export class Agent {
       refreshIntervalMs: c.discovery.intervalMs,
       logger: this.log,
     });
-    opts.supervisor.on('transition', (t) => this.events.record(shardTransitionEvent(t)));
-    // An ended shard whose engine is gone reads no weights: its model may be
-    // evicted again (a start of it pins the model anew). One whose engine
-    // still runs (not ready in time) keeps the pin until it is stopped.
-    opts.supervisor.on('transition', (t) => {
-      if (isTerminal(t.to) && !t.shard.running) void this.models.unpin(t.shard.shardId);
-    });
+    const reactions = shardReactions({ events: this.events, models: this.models, health: () => this.health, logDir: c.supervisor.logDir, log: this.log });
+    for (const r of reactions) opts.supervisor.on('transition', r.on);
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.reporter.send({ case: 'inventory', value: this.inventory }));
     // The node's own changes are events too, beside the shards' and GPUs' (walkthrough 3, item 7).
@@ -339,26 +326,6 @@ export class Agent {
    * (validation, Register and Inventory all judge by it). A copy: the
    * watcher compares its own scans, which a fault must not make "changed".
    */
-  /** The events of the failed shard's GPUs in the minute before now, written into its failure record. */
-  private async addGpuEventsToFailure(shard: ShardSnapshot): Promise<void> {
-    const watch = this.health;
-    if (!watch) return;
-    const sinceMs = Date.now() - FAILURE_GPU_EVENT_WINDOW_MS;
-    const events = shard.spec.gpuIndices
-      .flatMap((gpu) => watch.recentEvents(gpu))
-      .filter((e) => e.at !== undefined && timestampDate(e.at).getTime() >= sinceMs)
-      .sort((a, b) => timestampDate(a.at as NonNullable<GpuEvent['at']>).getTime() - timestampDate(b.at as NonNullable<GpuEvent['at']>).getTime())
-      .map((e) => ({
-        gpu: e.gpuIndex,
-        kind: GpuEventKind[e.kind] ?? String(e.kind),
-        xid: e.xid,
-        message: e.message,
-        source: e.source,
-        at: timestampDate(e.at as NonNullable<GpuEvent['at']>).toISOString(),
-      }));
-    await addGpuEventsToFailureRecord({ logDir: this.opts.config.supervisor.logDir, log: this.log }, shard.shardId, events);
-  }
-
   private get inventory(): Inventory {
     const scanned = this.inventoryWatcher.current();
     // The scan itself is never written: the conditions and warnings are
@@ -384,7 +351,7 @@ export class Agent {
     return buildHeartbeat(this.nodeId, this.opts.sampler.latest(), this.inventoryWatcher.current());
   }
 
-  private onControlMessage(m: ControlMessage, _outbox: Outbox): void {
+  private onControlMessage(m: ControlMessage): void {
     this.opts.metrics?.messagesReceived.inc({ type: m.msg.case ?? 'unknown' });
     switch (m.msg.case) {
       case 'start':

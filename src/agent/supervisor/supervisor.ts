@@ -321,13 +321,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return tailFile(shardLogPath(this.config.logDir, shardId), lines);
   }
 
-  /** The last lines of the run before the current one (see keepPreviousRun); undefined when none is kept. */
-  async tailPreviousLog(shardId: ShardId, lines: number): Promise<string[] | undefined> {
-    const path = previousRunLogPath(this.config.logDir, shardId, 1);
-    if (!existsSync(path)) return undefined;
-    return tailFile(path, lines);
-  }
-
   /**
    * tailLog streamed, a chunk's lines at a time, for a client that reads
    * many: what it holds stays one chunk however many lines are asked for, and
@@ -337,7 +330,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return tailLines(shardLogPath(this.config.logDir, shardId), lines, { signal });
   }
 
-  /** tailPreviousLog streamed, as logLines; undefined when no previous run is kept. */
+  /** The run before the current one (see keepPreviousRun) streamed, as logLines; undefined when none is kept. */
   previousLogLines(shardId: ShardId, lines: number, signal: AbortSignal): AsyncIterable<string[]> | undefined {
     const path = previousRunLogPath(this.config.logDir, shardId, 1);
     if (!existsSync(path)) return undefined;

@@ -12,7 +12,6 @@ import type { EngineFence } from '../launch/end-engine.js';
 import { EngineProcess } from '../launch/engine-process.js';
 import { awaitReadiness, type Readiness } from '../probes/await-readiness.js';
 import { type HealthVerdict, watchHealth } from '../probes/health-watch.js';
-import type { KnownAnswerTarget } from '../probes/known-answer.js';
 import { type EngineLoad, UNKNOWN_LOAD } from '../probes/load-meter.js';
 import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.js';
 import { readInFlight } from '../probes/read-gauge.js';
@@ -89,11 +88,13 @@ export class ShardRunner {
     this.hands = {
       ...{ shardId: r.shardId, spec: r.spec, fields: { shard: r.shardId, replica: r.replicaId }, logPath: r.logPath, logDir: ctx.config.logDir },
       ...{ stopGraceMs: ctx.config.stopGraceMs, baseUrl: this.baseUrl ?? '', adminKey: r.watch.adminApiKey || r.watch.apiKey, signal: this.lifeScope.signal },
-      ...{ log: ctx.log, stateFile: this.stateFile, portOwner: this.portOwner, checksAnswers: this.checksAnswers },
+      ...{ log: ctx.log, stateFile: this.stateFile, portOwner: this.portOwner },
+      // The API rank of a sleep profile has its wakes checked by a known answer.
+      checksAnswers: r.spec.profile?.sleepMode === true && r.servesHttp && r.watch.readiness === 'model-listed' && this.baseUrl !== undefined,
       life: () => this.life,
       apply: (c) => this.apply(c),
       told: () => this.ctx.onStatus(this.snapshot()),
-      target: (signal) => this.answerTarget(signal),
+      target: (signal) => ({ baseUrl: this.baseUrl ?? '', model: servedModelName(r.spec), apiKey: r.watch.apiKey, signal }),
       inFlight: () => this.inFlight(),
       readiness: (signal, timeoutMs) => this.readiness(signal, timeoutMs, 0),
       stopServing: () => this.serving.abort(),
@@ -232,15 +233,6 @@ export class ShardRunner {
     });
   }
 
-  /** Whether the shard's wakes are checked by a known answer: the API rank of a sleep profile. */
-  private get checksAnswers(): boolean {
-    return this.spec.profile?.sleepMode === true && this.servesHttp && this.record.watch.readiness === 'model-listed' && this.baseUrl !== undefined;
-  }
-
-  private answerTarget(signal: AbortSignal): KnownAnswerTarget {
-    return { baseUrl: this.baseUrl ?? '', model: servedModelName(this.spec), apiKey: this.record.watch.apiKey, signal };
-  }
-
   /**
    * The health watch of a serving rank: /health, and stall detection when
    * the engine names its metrics. UNHEALTHY is reported, not acted on:
@@ -254,13 +246,8 @@ export class ShardRunner {
     const { healthPath, probeTimeoutMs, runningGauges, progressCounters, inFlightGauges } = this.record.watch;
     const sleepApi = engineSleepApi(this.spec.profile?.engine ?? '');
     watchHealth({
-      baseUrl: this.baseUrl,
-      intervalMs,
-      healthPath,
-      probeTimeoutMs,
-      signal: this.serving.signal,
+      ...{ baseUrl: this.baseUrl, intervalMs, healthPath, probeTimeoutMs, signal: this.serving.signal, portOwner: this.portOwner },
       stall: { runningGauges, progressCounters, stallTimeoutMs, inFlightGauges },
-      portOwner: this.portOwner,
       onVerdict: (v) => this.applyProbe(v),
       // SGLang's /health generates: held while asleep (EngineSleepApi.hold), it would time out and flap the shard on waking.
       paused: () => this.life.state === S.SLEEPING && sleepApi?.healthNeedsModel === true,
@@ -274,14 +261,9 @@ export class ShardRunner {
   }
 
   /** One of the shard's GPUs has a fault; the engine is not touched. */
-  markGpuFault(reason: string): void {
-    this.apply({ kind: 'gpu-fault', reason });
-  }
-
+  markGpuFault(reason: string): void { this.apply({ kind: 'gpu-fault', reason }); }
   /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
-  clearGpuFault(): void {
-    this.apply({ kind: 'gpu-sound' });
-  }
+  clearGpuFault(): void { this.apply({ kind: 'gpu-sound' }); }
 
   private applyProbe(v: HealthVerdict): void {
     // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.

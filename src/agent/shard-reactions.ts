@@ -1,0 +1,56 @@
+import { timestampDate } from '@bufbuild/protobuf/wkt';
+import { type GpuEvent, GpuEventKind, ShardState } from '../gen/llmgw/v1/agent_pb.js';
+import type { Logger } from '../lib/logger.js';
+import { isTerminal } from '../lib/shard-states.js';
+import type { AgentEventRing } from './events/agent-event-ring.js';
+import { shardTransitionEvent } from './events/describe-agent-event.js';
+import type { GpuHealthWatch } from './health/gpu-health-watch.js';
+import type { NodeModels } from './models/node-models.js';
+import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
+import type { ShardSnapshot, ShardTransition } from './supervisor/shard/shard-snapshot.js';
+
+/** One thing the agent does when a shard changes state, by name (as Nomad's task runner hooks). */
+export interface ShardReaction {
+  name: string;
+  on: (t: ShardTransition) => void;
+}
+
+export interface ShardReactionParts {
+  events: AgentEventRing;
+  models: NodeModels;
+  /** The GPU health watch, once started. */
+  health: () => GpuHealthWatch | undefined;
+  logDir: string;
+  log: Logger;
+}
+
+/**
+ * What follows a shard's transition, beside its status going out
+ * (StatusReporter.follow): each a named reaction, run in this order.
+ */
+export function shardReactions(p: ShardReactionParts): ShardReaction[] {
+  return [
+    // A crash's failure record carries its GPUs' events of the minute before it (shard-failure.ts).
+    { name: 'failure record gets its GPU events', on: (t) => void (t.to === ShardState.FAILED && addGpuEvents(p, t.shard)) },
+    // `ctl events` and `ctl top`.
+    { name: 'event recorded', on: (t) => p.events.record(shardTransitionEvent(t)) },
+    // An ended shard whose engine is gone reads no weights: its model may be
+    // evicted again (a start of it pins the model anew). One whose engine
+    // still runs (not ready in time) keeps the pin until it is stopped.
+    { name: 'model unpinned', on: (t) => void (isTerminal(t.to) && !t.shard.running && p.models.unpin(t.shard.shardId)) },
+  ];
+}
+
+/** The events of the failed shard's GPUs in the minute before now, written into its failure record. */
+async function addGpuEvents(p: ShardReactionParts, shard: ShardSnapshot): Promise<void> {
+  const watch = p.health();
+  if (!watch) return;
+  const sinceMs = Date.now() - FAILURE_GPU_EVENT_WINDOW_MS;
+  const atMs = (e: GpuEvent) => timestampDate(e.at as NonNullable<GpuEvent['at']>).getTime();
+  const events = shard.spec.gpuIndices
+    .flatMap((gpu) => watch.recentEvents(gpu))
+    .filter((e) => e.at !== undefined && atMs(e) >= sinceMs)
+    .sort((a, b) => atMs(a) - atMs(b))
+    .map((e) => ({ gpu: e.gpuIndex, kind: GpuEventKind[e.kind] ?? String(e.kind), xid: e.xid, message: e.message, source: e.source, at: new Date(atMs(e)).toISOString() }));
+  await addGpuEventsToFailureRecord({ logDir: p.logDir, log: p.log }, shard.shardId, events);
+}

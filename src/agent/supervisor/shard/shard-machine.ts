@@ -6,9 +6,9 @@ import { describeDeath, exitCodeOf } from '../launch/death-watch.js';
 import type { HealthVerdict } from '../probes/health-watch.js';
 
 /*
- * One shard's life on one page, as the connection's is in
- * connection/connection-state.ts: what the shard is (ShardLife: a state and
- * the facts it carries), every input that may change it (ShardChange, each
+ * One shard's life on one page, as the connection's is in its
+ * connection-state.ts: what the shard is (ShardLife: a state and the facts
+ * it carries), every input that may change it (ShardChange, each
  * saying which facts it sets), and one pure nextShard() that returns the
  * next life, a one-line refusal for an operator's request in the wrong
  * state, or throws on a bug. The runner (shard-runner.ts) is the hands: it

@@ -126,7 +126,8 @@ export class ControlPlaneConnection {
             metrics?.followOutbox(outbox);
             session.onOpen(outbox);
           },
-          onControlMessage: (m, outbox) => session.onControlMessage(m, outbox),
+          // The agent's own handler, not a lambda that forwards to it: one hop less on every command's way in.
+          onControlMessage: session.onControlMessage,
           heartbeat: () => session.heartbeat(),
           onSent: (message, queuedMs) => {
             metrics?.messagesSent.inc({ type: message.msg.case ?? 'unknown' });

@@ -1,0 +1,41 @@
+/**
+ * The figures of `npm run bench` by the name `--only` takes, each bound to
+ * the run's table rows, notes and --quick. They run in Object.entries order:
+ * the numbered ones first, in numeric order, then nvml, fleet, pidfd, floor.
+ */
+import { adoptedReadyFigure, sigtermExitFigure } from './agent-restart-figures.js';
+import { coldStartFigure } from './cold-start-figure.js';
+import { discoverFigure, nvmlFigures } from './discovery-figures.js';
+import { deathReportFigure, pidfdFigure, unitDeathFigure } from './engine-death-figures.js';
+import { readyAfterAnswerFigure, stopDrainFigure } from './engine-behaviour-figures.js';
+import { type BenchRow, fleetFigure } from './fleet-figure.js';
+import { floorFigures } from './floor-figures.js';
+import { ctlLogsFigure, logThroughputFigure } from './log-figures.js';
+import { readinessFigure } from './readiness-figure.js';
+import { shardChurnFigure } from './shard-churn-figure.js';
+import { steadyStateFigure } from './steady-state-figure.js';
+import { warmStartFigures } from './warm-start-figures.js';
+
+export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean): Record<string, () => Promise<void>> {
+  const FIGURES: Record<string, () => Promise<void>> = {
+    nvml: () => nvmlFigures(rows, quick),
+    '1': () => coldStartFigure(rows, quick),
+    '2': () => adoptedReadyFigure(rows),
+    '3': () => deathReportFigure(rows, notes, quick),
+    '4': () => sigtermExitFigure(rows),
+    '5': () => steadyStateFigure(rows, notes, quick),
+    '6': () => ctlLogsFigure(rows, quick),
+    '7': () => logThroughputFigure(rows, notes, quick),
+    '8': () => shardChurnFigure(rows, notes, quick),
+    '9': () => discoverFigure(rows),
+    '10': () => unitDeathFigure(rows),
+  };
+  FIGURES.fleet = () => fleetFigure(rows, notes);
+  FIGURES.pidfd = () => pidfdFigure(rows, quick);
+  FIGURES.floor = () => floorFigures(rows, notes, quick);
+  FIGURES['11'] = () => readinessFigure(rows, notes, quick);
+  FIGURES['12'] = () => stopDrainFigure(rows, notes, quick);
+  FIGURES['13'] = () => readyAfterAnswerFigure(rows, notes, quick);
+  FIGURES['14'] = () => warmStartFigures(rows, notes, quick);
+  return FIGURES;
+}

@@ -24,8 +24,8 @@ import { readLastOutput } from './shard-failure.js';
 import { newShardLife, nextShard, type ShardChange, type ShardLife, type ShardNext, stateName } from './shard-machine.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, judgeSettleStart, judgeSettleWake, type SettleOptions } from './shard-settle.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
-import { ASLEEP_PROBE_PATH, ASLEEP_STOP_GRACE_MS, judgeSleep, type SleepProbes } from './shard-sleep.js';
-import { type SleepHands, sleepShard, wakeShard } from './shard-sleep-steps.js';
+import { ASLEEP_PROBE_PATH, ASLEEP_STOP_GRACE_MS, type SleepProbes } from './shard-sleep.js';
+import { prepareSleep, releaseShard, type SleepHands, wakeShard } from './shard-sleep-steps.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
 
@@ -134,11 +134,7 @@ export class ShardRunner {
     return this.load;
   }
 
-  /**
-   * Enters STARTING and starts watching for the engine's death. Called once
-   * the engine is recorded on disk and in the registry: a death before that
-   * is seen here, since a child's exit status stays readable on it.
-   */
+  /** Enters STARTING and watches for the engine's death; a death before this is seen too (a child's exit status stays readable). */
   begin(why: string): void {
     this.apply({ kind: 'begin', why });
     this.engine.watchDeath(this.lifeScope.signal, (info) => void onEngineDeath(this.hands, info));
@@ -337,11 +333,16 @@ export class ShardRunner {
     return this.snapshot();
   }
 
-  /** READY → SLEEPING (shard-sleep-steps.ts): refused in one line before anything is touched; undone if it fails. */
+  /** READY → SLEEPING, reported before the engine is asked (shard-sleep-steps.ts); refused in one line, or undone. */
   async sleep(level: number, probes: SleepProbes): Promise<ShardSnapshot> {
-    const api = judgeSleep(this.shardId, this.life.state, this.spec, level);
-    if (!this.baseUrl || !this.servesHttp) throw failure(`sleep refused: rank ${this.spec.rank} of shard ${this.shardId} serves no API; sleep its replica's rank 0`);
-    await this.oneSleepCall('sleep', (hands) => sleepShard(hands, api, level as 1 | 2, probes));
+    if (!this.servesHttp) throw failure(`sleep refused: rank ${this.spec.rank} of shard ${this.shardId} serves no API; sleep its replica's rank 0`);
+    await this.oneSleepCall('sleep', async (hands) => {
+      const p = await prepareSleep(hands, level, probes);
+      const why = `sleep level ${p.level} requested (GPUs ${this.spec.gpuIndices.join(',')} hold ${p.before} MiB)`;
+      const asked = this.apply({ kind: 'sleep', level: p.level, awakeMib: p.before, why });
+      if ('refused' in asked) throw failure(`sleep refused: shard ${this.shardId} ${asked.refused}`);
+      await releaseShard(hands, p, probes);
+    });
     return this.snapshot();
   }
 
@@ -349,8 +350,7 @@ export class ShardRunner {
   async wake(probes: SleepProbes): Promise<ShardSnapshot> {
     const may = nextShard(this.life, { kind: 'wake' });
     if ('refused' in may) throw failure(`wake refused: shard ${this.shardId} ${may.refused}`);
-    const api = judgeSleep(this.shardId, S.READY, this.spec, 1);
-    await this.oneSleepCall('wake', (hands) => wakeShard(hands, api, probes));
+    await this.oneSleepCall('wake', (hands) => wakeShard(hands, probes));
     return this.snapshot();
   }
 

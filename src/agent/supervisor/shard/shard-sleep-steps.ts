@@ -7,7 +7,7 @@ import type { ShardAnswers } from './shard-answers.js';
 import { readLastOutput } from './shard-failure.js';
 import type { ShardHands } from './shard-hands.js';
 import type { ShardChange } from './shard-machine.js';
-import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, type SleepProbes } from './shard-sleep.js';
+import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, judgeSleep, type SleepProbes } from './shard-sleep.js';
 
 /*
  * The steps of a sleep and a wake (issue 30): the engine's calls, the GPU
@@ -30,20 +30,26 @@ function applyOrThrow(h: SleepHands, change: ShardChange): void {
   if ('refused' in next) throw failure(`shard ${h.shardId} ${next.refused}`);
 }
 
+/** A sleep whose checks passed: the engine's API, the level, and what its GPUs held awake. */
+export interface PreparedSleep {
+  api: EngineSleepApi;
+  level: 1 | 2;
+  before: number;
+}
+
 /**
- * READY → SLEEPING: the engine frees its GPU memory and lives on. SLEEPING
- * is reported first, so the control plane routes elsewhere before the
- * engine aborts what it holds (vLLM's mode=abort); then the engine is asked,
- * and the shard's GPU readings must fall to ASLEEP_SHARE of what they held.
- * A refusal throws before anything is touched; a sleep that fails after
- * SLEEPING was reported is undone (the engine woken) and the shard is READY
- * again with the reason as its error, or FAILED when it woke without its weights.
+ * Whether the shard may sleep at `level` (judgeSleep), and what its GPUs
+ * hold now; throws a one-line refusal before anything is touched. The
+ * runner then reports SLEEPING, so the control plane routes elsewhere
+ * before the engine aborts what it holds (vLLM's mode=abort), and calls
+ * releaseShard.
  */
-export async function sleepShard(h: SleepHands, api: EngineSleepApi, level: 1 | 2, probes: SleepProbes): Promise<void> {
-  const gpus = h.spec.gpuIndices;
+export async function prepareSleep(h: SleepHands, level: number, probes: SleepProbes): Promise<PreparedSleep> {
+  const api = judgeSleep(h.shardId, h.life().state, h.spec, level);
+  const lvl = level as 1 | 2;
   // From a reading newer than the request: one just after READY may predate the engine's memory.
-  const before = await awaitFirstReading(probes, gpus, h.signal);
-  if (api.hostCopy(level)) await checkHostRam(level, before, probes.meminfoPath);
+  const before = await awaitFirstReading(probes, h.spec.gpuIndices, h.signal);
+  if (api.hostCopy(lvl)) await checkHostRam(lvl, before, probes.meminfoPath);
   if (api.mustBeIdle) {
     const held = await h.inFlight();
     if (held !== 0) throw failure(`sleep refused: ${h.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
@@ -52,8 +58,17 @@ export async function sleepShard(h: SleepHands, api: EngineSleepApi, level: 1 | 
   if (h.checksAnswers && (await h.answers.of(h.signal)) === undefined) {
     throw failure(`sleep refused: shard ${h.shardId} gave no answer to ${KNOWN_PROMPT_LABEL} to check its wake against (see the agent's log); a shard whose wake cannot be checked is not put to sleep`);
   }
-  const asked = h.apply({ kind: 'sleep', level, awakeMib: before, why: `sleep level ${level} requested (GPUs ${gpus.join(',')} hold ${before} MiB)` });
-  if ('refused' in asked) throw failure(`sleep refused: shard ${h.shardId} ${asked.refused}`);
+  return { api, level: lvl, before };
+}
+
+/**
+ * The shard reported SLEEPING: the engine is asked to release its memory,
+ * and the shard's GPU readings must fall to ASLEEP_SHARE of what they held.
+ * A sleep that fails is undone (the engine woken), and the shard is READY
+ * again with the reason as its error, or FAILED when it woke without its weights.
+ */
+export async function releaseShard(h: SleepHands, { api, level, before }: PreparedSleep, probes: SleepProbes): Promise<void> {
+  const gpus = h.spec.gpuIndices;
   let deadline: Deadline | undefined;
   try {
     deadline = deadlineSignal(probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS, h.signal);
@@ -90,7 +105,8 @@ export async function sleepShard(h: SleepHands, api: EngineSleepApi, level: 1 | 
  * it gives its known answer. A failed wake leaves the shard SLEEPING with
  * the reason as its error; a wake without the weights makes it FAILED.
  */
-export async function wakeShard(h: SleepHands, api: EngineSleepApi, probes: SleepProbes): Promise<void> {
+export async function wakeShard(h: SleepHands, probes: SleepProbes): Promise<void> {
+  const api = judgeSleep(h.shardId, ShardState.READY, h.spec, 1);
   const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
   const deadline = deadlineSignal(timeoutMs, h.signal);
   const signal = deadline.signal;

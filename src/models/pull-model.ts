@@ -10,7 +10,8 @@ import type { BandwidthLimiter } from './bandwidth-limiter.js';
 import { chooseEvictions } from './choose-evictions.js';
 import { compileCacheBytes } from './compile-cache-bytes.js';
 import type { ConcurrencyLimit } from './concurrency-limit.js';
-import { SMALL_BLOB_BYTES, downloadBlob } from './download-blob.js';
+import { SMALL_BLOB_BYTES } from './blob-to-fetch.js';
+import { downloadBlob } from './download-blob.js';
 import { type HubFile, type HubOptions, fetchRevision, hubHeaders, resolveUrl } from './hub-client.js';
 import { includeMatcher } from './match-include.js';
 import { type ManifestFile, type ModelManifest, readManifest, writeManifest } from './model-manifest.js';
@@ -192,7 +193,7 @@ async function syncAll(paths: readonly string[]): Promise<void> {
 /**
  * A blob already in place at its size (and, with verify, its digest); one
  * that is not is deleted. A small blob's digest is checked every time: it
- * was renamed before it was synced (download-blob.ts SMALL_BLOB_BYTES), so
+ * was renamed before it was synced (blob-to-fetch.ts SMALL_BLOB_BYTES), so
  * after a crash its name may stand at its size over bytes never written.
  */
 async function blobPresent(layout: StoreLayout, repo: string, b: PlannedBlob, verify: boolean): Promise<boolean> {

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
-import { type BlobToFetch, type DownloadContext, downloadBlob } from '../../src/models/download-blob.js';
+import type { BlobToFetch, DownloadContext } from '../../src/models/blob-to-fetch.js';
+import { downloadBlob } from '../../src/models/download-blob.js';
 import { FakeHub, bytes, fakeRepo, sha256 } from './fake-hub.js';
 
 /*

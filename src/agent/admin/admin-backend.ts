@@ -3,7 +3,7 @@ import type { ShardId } from '../../lib/shard-id.js';
 import type { ConnectionStatus } from '../connection/connection-state.js';
 import type { EngineAccount } from '../engines/engine-account.js';
 import type { AgentEventRing, AgentEventView, EventListener } from '../events/agent-event-ring.js';
-import type { GpuFault } from '../health/gpu-health-watch.js';
+import type { GpuFault } from '../health/gpu-fault-ledger.js';
 import type { NodeCordon } from '../node-cordon.js';
 import type { NodeModels, WaitingStart } from '../models/node-models.js';
 import type { ShardCommands } from '../shard-commands.js';

@@ -12,8 +12,10 @@ import type { AdminBackend } from './admin-backend.js';
 import { adminCallValues } from './admin-peer.js';
 import { adminRoutes } from './admin-routes.js';
 import { claimSocketPath } from './claim-socket-path.js';
+import { closeWhenIdle } from './close-when-idle.js';
 import { prepareSocketDir } from './prepare-socket-dir.js';
 import { ConnectionAdmission, refuseConnection } from './connection-admission.js';
+import { sniffProtocol } from './sniff-protocol.js';
 import { readPeerCredentials } from '../../lib/process/peer-credentials.js';
 
 /** The socket's mode: owner and admin group read and write (connect), nobody else. */
@@ -45,8 +47,6 @@ export const MAX_STREAMS_PER_SESSION = 32;
  */
 export const ADMIN_CALL_DEADLINE_MS = 60_000;
 const OPEN_ENDED_CALLS = new Set(['/llmgw.v1.AdminService/Logs', '/llmgw.v1.AdminService/Drain', '/llmgw.v1.AdminService/Events']);
-/** How every HTTP/2 connection begins (RFC 9113 3.4); no HTTP/1.1 request line can start with it. */
-const HTTP2_PREFACE_START = Buffer.from('PRI ', 'latin1');
 /** Most headers an HTTP/1.1 request may carry, as maxHeaderListPairs bounds HTTP/2's. */
 const MAX_HTTP1_HEADERS = 64;
 
@@ -173,7 +173,7 @@ export class AdminServer {
       });
       // An error before (or after) a protocol server takes the socket must not go unhandled and end the agent.
       socket.on('error', (err) => this.log.debug({ err: errorMessage(err) }, 'admin connection error'));
-      this.sniffProtocol(socket, silentMs, (isHttp2) => {
+      sniffProtocol(socket, silentMs, this.log, (isHttp2) => {
         if (isHttp2) this.h2.emit('connection', socket);
         else this.serveHttp1(socket, { silentMs, idleMs });
       });
@@ -220,41 +220,6 @@ export class AdminServer {
       });
       session.on('error', (err) => this.log.debug({ err: errorMessage(err) }, 'admin connection error'));
     });
-  }
-
-  /**
-   * Reads a new connection's first bytes, enough to tell the HTTP/2 preface
-   * from an HTTP/1.1 request line, and puts them back for the protocol server.
-   * A connection that sends too little within silentMs is closed, as one that
-   * sends nothing is.
-   */
-  private sniffProtocol(socket: Socket, silentMs: number, then: (isHttp2: boolean) => void): void {
-    const silent = setTimeout(() => {
-      this.log.debug('closed a connection that sent no request');
-      socket.destroy();
-    }, silentMs);
-    silent.unref();
-    let head: Buffer = Buffer.alloc(0);
-    const onData = (chunk: Buffer) => {
-      head = head.length === 0 ? chunk : Buffer.concat([head, chunk]);
-      const n = Math.min(head.length, HTTP2_PREFACE_START.length);
-      const isHttp2 = head.subarray(0, n).equals(HTTP2_PREFACE_START.subarray(0, n));
-      // "P" or "PR" could still become either; the preface's first 4 bytes, or any mismatch, decide.
-      if (isHttp2 && n < HTTP2_PREFACE_START.length) return;
-      clearTimeout(silent);
-      socket.off('data', onData);
-      socket.off('end', onEnd);
-      socket.pause();
-      socket.unshift(head);
-      then(isHttp2);
-    };
-    const onEnd = () => {
-      clearTimeout(silent);
-      socket.destroy();
-    };
-    socket.on('data', onData);
-    socket.once('end', onEnd);
-    socket.once('close', () => clearTimeout(silent));
   }
 
   /**
@@ -390,20 +355,4 @@ function resolveGroup(name: string, etcGroupPath: string): number | undefined {
     throw configError(`admin.group: no group named ${JSON.stringify(name)} in ${etcGroupPath}; create it (groupadd ${name}) or set admin.group to an existing group`);
   }
   return group.gid;
-}
-
-/** A connection's one timer: `arm` (re)starts it, and when it fires the connection is destroyed with `why` logged. */
-function closeWhenIdle(log: Logger, destroy: () => void): { arm: (ms: number, why: string) => void; clear: () => void } {
-  let timer: NodeJS.Timeout | undefined;
-  return {
-    arm(ms, why) {
-      clearTimeout(timer);
-      timer = setTimeout(() => {
-        log.debug(why);
-        destroy();
-      }, ms);
-      timer.unref();
-    },
-    clear: () => clearTimeout(timer),
-  };
 }

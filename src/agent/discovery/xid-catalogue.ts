@@ -85,6 +85,14 @@ const XID_MEANINGS: Record<number, string> = {
 
 /** Xids after which the GPU cannot be trusted until it is reset. 79: off the bus, so lost. */
 export const LOST_XIDS: ReadonlySet<number> = new Set([79]);
+/**
+ * Xids that make a GPU unfit until it is reset (NVIDIA's Xid catalogue:
+ * "reset GPU" or "contact support"). Xids 13, 31, 43 and friends are the
+ * application's own faults: reported as events, never a GPU fault.
+ */
+export const FAULT_XIDS: ReadonlySet<number> = new Set([48, 62, 64, 74, 79, 92, 94, 95, 119, 120]);
+/** Xid 74: an NVLink error, reported as NVLINK_DOWN. */
+export const NVLINK_XID = 74;
 
 export function describeXid(xid: number): string {
   const meaning = XID_MEANINGS[xid];

@@ -1,20 +1,21 @@
 import { RateLimitedLog } from '../../lib/rate-limited-log.js';
 import { EventEmitter } from 'node:events';
-import { create } from '@bufbuild/protobuf';
-import { timestampNow } from '@bufbuild/protobuf/wkt';
-import { type Gpu, type GpuEvent, GpuEventKind, GpuEventSchema } from '../../gen/llmgw/v1/agent_pb.js';
+import { type Gpu, type GpuEvent, GpuEventKind } from '../../gen/llmgw/v1/agent_pb.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
+import { type GpuFault, GpuFaultLedger } from './gpu-fault-ledger.js';
 import { KmsgReader } from './kmsg-reader.js';
 import {
   describeDoubleBitEcc,
   describeXid,
+  FAULT_XIDS,
   GPU_LOST_MESSAGE,
   kmsgPciOf,
   LOST_XIDS,
+  NVLINK_XID,
   parseKmsgXid,
   ROW_REMAP_FAILURE_MESSAGE,
   ROW_REMAP_PENDING_MESSAGE,
-} from './xid-catalogue.js';
+} from '../discovery/xid-catalogue.js';
 import { NVML_ERROR_GPU_IS_LOST, NVML_EVENT_DOUBLE_BIT_ECC, NVML_NVLINK_MAX_LINKS, NVML_EVENT_XID_CRITICAL, type NvmlEventSet, type NvmlLibrary } from '../discovery/nvml/nvml-library.js';
 
 /** A GPU the watch knows: index, uuid and bus id (to place kernel-log Xids). */
@@ -48,27 +49,7 @@ export interface GpuHealthWatchOptions {
   logger?: Logger;
 }
 
-/** One unresolved fault of a GPU. */
-export interface GpuFault {
-  kind: GpuEventKind;
-  xid: number;
-  /** The operator's sentence: "Xid 79: GPU has fallen off the bus". */
-  message: string;
-  source: 'nvml' | 'kmsg' | 'poll' | 'operator' | 'discovery';
-  at: Date;
-}
-
-/**
- * Xids that make a GPU unfit until it is reset (NVIDIA's Xid catalogue:
- * "reset GPU" or "contact support"). Xids 13, 31, 43 and friends are the
- * application's own faults: reported as events, never a GPU fault.
- */
-const FAULT_XIDS: ReadonlySet<number> = new Set([48, 62, 64, 74, 79, 92, 94, 95, 119, 120]);
-/** Xid 74: an NVLink error, reported as NVLINK_DOWN. */
-const NVLINK_XID = 74;
 const DEFAULT_EVENT_WAIT_MS = 100;
-/** Events kept per GPU for `ctl status`. */
-const RECENT_EVENTS = 10;
 /** After an event wait fails (not a timeout), the next one waits this long. */
 const WAIT_RETRY_MS = 1000;
 
@@ -105,9 +86,8 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   readonly #opts: GpuHealthWatchOptions;
   readonly #log: Logger;
   readonly #gpus = new Map<number, WatchedGpu>();
-  /** Per GPU, unresolved faults by key ("lost", "xid:79", "ecc", "remap-pending", "remap-failure"). */
-  readonly #faults = new Map<number, Map<string, GpuFault>>();
-  readonly #recent = new Map<number, GpuEvent[]>();
+  /** Per GPU, unresolved faults and recent events (gpu-fault-ledger.ts). */
+  readonly #ledger: GpuFaultLedger;
   /** The GPUs the last setGpus (or start) gave, and the UUID each GPU had when it left the inventory. */
   #known = new Map<number, WatchedGpu>();
   readonly #gone = new Map<number, string>();
@@ -121,8 +101,6 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   #started = false;
   /** Per GPU, the NVLinks that were active when the watch started: one that goes inactive is down. */
   readonly #linksAtStart = new Map<number, number[]>();
-  /** GPUs whose 'lost' fault NVML itself confirmed (GPU_IS_LOST): one of them answering again has been reset. */
-  readonly #lostByNvml = new Set<number>();
   /** Event waits that ended in a timeout: the thread-count test reads it. */
   waitTimeouts = 0;
 
@@ -131,6 +109,12 @@ export class GpuHealthWatch extends EventEmitter<Events> {
     this.#opts = opts;
     this.#log = opts.logger ?? silentLogger;
     this.#kmsgDoubts = new RateLimitedLog(this.#log);
+    this.#ledger = new GpuFaultLedger({
+      logger: this.#log,
+      uuidOf: (index) => this.#gpus.get(index)?.uuid ?? '',
+      shardsOn: (index) => this.#opts.shardsOn?.(index) ?? [],
+      onEvent: (event) => this.emit('event', event),
+    });
   }
 
   /** Starts every source there is; a missing source is logged once and the others run. */
@@ -199,18 +183,14 @@ export class GpuHealthWatch extends EventEmitter<Events> {
       if (this.#opts.nvml) this.#linksAtStart.set(index, activeLinks(this.#opts.nvml, index));
       if (old) {
         // Another card at the same index: the old one's faults are not its own.
-        if (old.uuid !== g.uuid) {
-          this.#faults.delete(index);
-          this.#lostByNvml.delete(index);
-        }
+        if (old.uuid !== g.uuid) this.#ledger.forget(index);
         continue;
       }
       this.#log.info({ gpu: index, uuid: g.uuid }, 'GPU in the inventory; watching its health');
       if (returning !== undefined && returning !== g.uuid) {
-        this.#faults.delete(index);
-        this.#lostByNvml.delete(index);
-      } else if (this.#faults.get(index)?.has('lost')) {
-        this.#clearAll(index, GpuEventKind.RESET, 'GPU reset: it is back in the inventory under the same UUID', 'poll');
+        this.#ledger.forget(index);
+      } else if (this.#ledger.has(index, 'lost')) {
+        this.#ledger.clearAll(index, GpuEventKind.RESET, 'GPU reset: it is back in the inventory under the same UUID', 'poll');
       }
     }
     for (const [index, old] of this.#known) if (!now.has(index)) this.#gone.set(index, old.uuid);
@@ -226,8 +206,8 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   #discoveryFaults(gpus: readonly WatchedGpu[]): void {
     if (this.#opts.nvml) return;
     for (const g of gpus) {
-      if (g.discoveryFault) this.#raise(g.index, 'discovery', { kind: GpuEventKind.GPU_LOST, xid: 0, message: g.discoveryFault, source: 'discovery' });
-      else this.#clear(g.index, 'discovery', 'discovery');
+      if (g.discoveryFault) this.#ledger.raise(g.index, 'discovery', { kind: GpuEventKind.GPU_LOST, xid: 0, message: g.discoveryFault, source: 'discovery' });
+      else this.#ledger.clear(g.index, 'discovery', 'discovery');
     }
   }
 
@@ -237,14 +217,12 @@ export class GpuHealthWatch extends EventEmitter<Events> {
    * The messages of the faults cleared; [] when it had none (no event then).
    */
   clearByOperator(gpuIndex: number, by: string): string[] {
-    return this.#clearAll(gpuIndex, GpuEventKind.CLEARED_BY_OPERATOR, `cleared by ${by}`, 'operator');
+    return this.#ledger.clearAll(gpuIndex, GpuEventKind.CLEARED_BY_OPERATOR, `cleared by ${by}`, 'operator');
   }
 
   /** The GPU's latest unresolved fault, or undefined when it is healthy. */
   faultOf(gpuIndex: number): GpuFault | undefined {
-    const faults = this.#faults.get(gpuIndex);
-    if (!faults || faults.size === 0) return undefined;
-    return faults.get('lost') ?? [...faults.values()].sort((a, b) => b.at.getTime() - a.at.getTime())[0];
+    return this.#ledger.faultOf(gpuIndex);
   }
 
   /** "GPU 3: Xid 79: GPU has fallen off the bus": for ShardStatus.error and StartShard refusals. */
@@ -265,7 +243,7 @@ export class GpuHealthWatch extends EventEmitter<Events> {
 
   /** The last events of a GPU, oldest first, for `ctl status`. */
   recentEvents(gpuIndex: number): GpuEvent[] {
-    return [...(this.#recent.get(gpuIndex) ?? [])];
+    return this.#ledger.recentEvents(gpuIndex);
   }
 
   /** One poll of ECC counts, remapped rows and lost GPUs; runs every pollIntervalMs. */
@@ -277,29 +255,29 @@ export class GpuHealthWatch extends EventEmitter<Events> {
       const ecc = nvml.doubleBitEccErrors(index);
       // Either call will do: an old driver has no memory _v2 and answers "not supported" to it, lost GPU or not.
       if ([mem, ecc].some((r) => !r.ok && r.code === NVML_ERROR_GPU_IS_LOST)) {
-        this.#lostByNvml.add(index);
-        this.#raise(index, 'lost', { kind: GpuEventKind.GPU_LOST, xid: 0, message: GPU_LOST_MESSAGE, source: 'poll' });
+        this.#ledger.lostByNvml.add(index);
+        this.#ledger.raise(index, 'lost', { kind: GpuEventKind.GPU_LOST, xid: 0, message: GPU_LOST_MESSAGE, source: 'poll' });
         continue;
       }
-      if (this.#faults.get(index)?.has('lost')) {
+      if (this.#ledger.has(index, 'lost')) {
         // Lost as NVML said, answering again as the same GPU: it was reset.
         // A lost fault only the kernel log reported, with NVML answering all
         // along, is not taken back by NVML's word: the operator clears it.
         const uuid = nvml.uuid(index);
         const same = uuid.ok && (this.#gpus.get(index)?.uuid ?? '') === uuid.value;
-        if (this.#lostByNvml.has(index) && same) this.#clearAll(index, GpuEventKind.RESET, 'GPU reset: NVML answers for it again under the same UUID', 'poll');
+        if (this.#ledger.lostByNvml.has(index) && same) this.#ledger.clearAll(index, GpuEventKind.RESET, 'GPU reset: NVML answers for it again under the same UUID', 'poll');
         continue;
       }
       if (ecc.ok) {
-        if (ecc.value > 0) this.#raise(index, 'ecc', { kind: GpuEventKind.ECC_DOUBLE_BIT, xid: 0, message: describeDoubleBitEcc(ecc.value), source: 'poll' });
-        else this.#clear(index, 'ecc', 'poll');
+        if (ecc.value > 0) this.#ledger.raise(index, 'ecc', { kind: GpuEventKind.ECC_DOUBLE_BIT, xid: 0, message: describeDoubleBitEcc(ecc.value), source: 'poll' });
+        else this.#ledger.clear(index, 'ecc', 'poll');
       }
       const rows = nvml.remappedRows(index);
       if (rows.ok) {
-        if (rows.value.failure) this.#raise(index, 'remap-failure', { kind: GpuEventKind.ROW_REMAP_FAILURE, xid: 0, message: ROW_REMAP_FAILURE_MESSAGE, source: 'poll' });
-        else this.#clear(index, 'remap-failure', 'poll');
-        if (rows.value.pending) this.#raise(index, 'remap-pending', { kind: GpuEventKind.ROW_REMAP_PENDING, xid: 0, message: ROW_REMAP_PENDING_MESSAGE, source: 'poll' });
-        else this.#clear(index, 'remap-pending', 'poll');
+        if (rows.value.failure) this.#ledger.raise(index, 'remap-failure', { kind: GpuEventKind.ROW_REMAP_FAILURE, xid: 0, message: ROW_REMAP_FAILURE_MESSAGE, source: 'poll' });
+        else this.#ledger.clear(index, 'remap-failure', 'poll');
+        if (rows.value.pending) this.#ledger.raise(index, 'remap-pending', { kind: GpuEventKind.ROW_REMAP_PENDING, xid: 0, message: ROW_REMAP_PENDING_MESSAGE, source: 'poll' });
+        else this.#ledger.clear(index, 'remap-pending', 'poll');
       }
       const wanted = this.#linksAtStart.get(index) ?? [];
       if (wanted.length > 0) {
@@ -307,8 +285,8 @@ export class GpuHealthWatch extends EventEmitter<Events> {
         const down = wanted.filter((l) => !now.has(l));
         if (down.length > 0) {
           const message = `NVLink ${down.length === 1 ? 'link' : 'links'} ${down.join(', ')} down (${wanted.length - down.length} of ${wanted.length} active)`;
-          this.#raise(index, 'nvlink', { kind: GpuEventKind.NVLINK_DOWN, xid: 0, message, source: 'poll' });
-        } else this.#clear(index, 'nvlink', 'poll');
+          this.#ledger.raise(index, 'nvlink', { kind: GpuEventKind.NVLINK_DOWN, xid: 0, message, source: 'poll' });
+        } else this.#ledger.clear(index, 'nvlink', 'poll');
       }
     }
   }
@@ -337,7 +315,7 @@ export class GpuHealthWatch extends EventEmitter<Events> {
       if (type & NVML_EVENT_XID_CRITICAL) this.#xid(gpuIndex, data, 'nvml');
       else if (type & NVML_EVENT_DOUBLE_BIT_ECC) {
         const count = nvml.doubleBitEccErrors(gpuIndex);
-        this.#raise(gpuIndex, 'ecc', {
+        this.#ledger.raise(gpuIndex, 'ecc', {
           kind: GpuEventKind.ECC_DOUBLE_BIT,
           xid: 0,
           message: describeDoubleBitEcc(count.ok && count.value > 0 ? count.value : 1),
@@ -376,66 +354,15 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   #xid(index: number, xid: number, source: GpuFault['source']): void {
     const message = describeXid(xid);
     if (LOST_XIDS.has(xid)) {
-      this.#raise(index, 'lost', { kind: GpuEventKind.XID, xid, message, source });
+      this.#ledger.raise(index, 'lost', { kind: GpuEventKind.XID, xid, message, source });
     } else if (xid === NVLINK_XID) {
-      this.#raise(index, `xid:${xid}`, { kind: GpuEventKind.NVLINK_DOWN, xid, message, source });
+      this.#ledger.raise(index, `xid:${xid}`, { kind: GpuEventKind.NVLINK_DOWN, xid, message, source });
     } else if (FAULT_XIDS.has(xid)) {
-      this.#raise(index, `xid:${xid}`, { kind: GpuEventKind.XID, xid, message, source });
+      this.#ledger.raise(index, `xid:${xid}`, { kind: GpuEventKind.XID, xid, message, source });
     } else {
       // The application's fault, not the GPU's: said, not held against the GPU.
-      this.#emit(index, { kind: GpuEventKind.XID, xid, message, source, at: new Date() });
+      this.#ledger.emit(index, { kind: GpuEventKind.XID, xid, message, source, at: new Date() });
     }
-  }
-
-  /** Records a fault and emits it, unless the same fault is already held (NVML and the kernel log both report most Xids). */
-  #raise(index: number, key: string, f: Omit<GpuFault, 'at'>): void {
-    const faults = this.#faults.get(index) ?? new Map<string, GpuFault>();
-    this.#faults.set(index, faults);
-    const held = faults.get(key);
-    if (held && (held.message === f.message || key === 'lost')) return;
-    const fault = { ...f, at: new Date() };
-    faults.set(key, fault);
-    this.#log.warn({ gpu: index, fault: fault.message, source: fault.source }, 'GPU fault');
-    this.#emit(index, fault);
-  }
-
-  #clear(index: number, key: string, source: GpuFault['source']): void {
-    const faults = this.#faults.get(index);
-    const held = faults?.get(key);
-    if (!faults || !held) return;
-    faults.delete(key);
-    this.#log.info({ gpu: index, fault: held.message }, 'GPU fault cleared');
-    this.#emit(index, { kind: GpuEventKind.CLEARED, xid: 0, message: `cleared: ${held.message}`, source, at: new Date() });
-  }
-
-  /** Forgets every fault of a GPU and emits one event of `kind` naming them; the messages cleared. */
-  #clearAll(index: number, kind: GpuEventKind, why: string, source: GpuFault['source']): string[] {
-    const faults = [...(this.#faults.get(index)?.values() ?? [])];
-    this.#faults.delete(index);
-    this.#lostByNvml.delete(index);
-    if (faults.length === 0) return [];
-    const cleared = faults.map((f) => f.message);
-    this.#log.info({ gpu: index, cleared, why }, 'GPU faults cleared');
-    this.#emit(index, { kind, xid: 0, message: `${why}; cleared: ${cleared.join('; ')}`, source, at: new Date() });
-    return cleared;
-  }
-
-  #emit(index: number, f: GpuFault): void {
-    const event = create(GpuEventSchema, {
-      gpuIndex: index,
-      gpuUuid: this.#gpus.get(index)?.uuid ?? '',
-      kind: f.kind,
-      xid: f.xid,
-      message: f.message,
-      at: timestampNow(),
-      source: f.source,
-      shardIds: this.#opts.shardsOn?.(index) ?? [],
-    });
-    const recent = this.#recent.get(index) ?? [];
-    recent.push(event);
-    if (recent.length > RECENT_EVENTS) recent.shift();
-    this.#recent.set(index, recent);
-    this.emit('event', event);
   }
 
   #gpusFromNvml(): WatchedGpu[] {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { kmsgPciOf, parseKmsgXid } from '../../../src/agent/health/xid-catalogue.js';
+import { kmsgPciOf, parseKmsgXid } from '../../../src/agent/discovery/xid-catalogue.js';
 
 describe('parseKmsgXid', () => {
   it('reads a /dev/kmsg record, a dmesg line and a plain copy alike', () => {

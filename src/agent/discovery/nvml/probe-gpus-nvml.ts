@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { create } from '@bufbuild/protobuf';
 import { type Gpu, type GpuLink, GpuLinkSchema, type GpuProcess, GpuProcessSchema, GpuSchema } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { GpuProbe } from '../probe-gpus.js';
-import { describeDoubleBitEcc, GPU_LOST_MESSAGE, ROW_REMAP_FAILURE_MESSAGE, ROW_REMAP_PENDING_MESSAGE } from '../../health/xid-catalogue.js';
+import { describeDoubleBitEcc, GPU_LOST_MESSAGE, ROW_REMAP_FAILURE_MESSAGE, ROW_REMAP_PENDING_MESSAGE } from '../xid-catalogue.js';
 import { isUnsupported, NVML_ERROR_GPU_IS_LOST, NVML_NVLINK_MAX_LINKS, type NvmlLibrary, type NvmlResult, TOPOLOGY_WORDS } from './nvml-library.js';
 
 const MIB = 1024 * 1024;

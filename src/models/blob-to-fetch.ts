@@ -1,0 +1,61 @@
+import type { BandwidthLimiter } from './bandwidth-limiter.js';
+
+/*
+ * What one blob download is given (the blob, where its bytes go, the
+ * context it runs in) and the sizes that shape its transfer.
+ */
+
+/**
+ * A file this large or more is fetched in parts of PART_BYTES, several at
+ * once over their own connections (HTTP Range), as hf_transfer does: one
+ * TCP stream to a CDN far away is held to a share of the link by its round
+ * trip, several fill it. 16 MiB parts keep a part's request and slow start
+ * small beside its transfer; a file of less than two parts gains nothing.
+ */
+export const PART_BYTES = 16 * 1024 * 1024;
+export const RANGED_MIN_BYTES = 2 * PART_BYTES;
+/** Parts of one file fetched at once (models.max_concurrent files at once, each with this many connections). */
+export const CONNECTIONS_PER_FILE = 4;
+/**
+ * Below this a blob is not synced before its rename: the pull syncs them
+ * all at once at its end, before it records the model complete, and checks
+ * their digests again when it finds them after a pull that did not end
+ * (pull-model.ts). Config, tokenizer and index files are many and small; one
+ * fsync each cost more than their transfer.
+ */
+export const SMALL_BLOB_BYTES = 1024 * 1024;
+
+export interface BlobToFetch {
+  /** Repo path, for messages. */
+  path: string;
+  url: string;
+  size: number;
+  /** LFS sha256 to verify against; without it, the git blob sha1 `blobId`. */
+  sha256?: string;
+  blobId: string;
+  /** Where the bytes go while they arrive, kept across a kill to resume from. */
+  incompletePath: string;
+  /** Where the verified blob is renamed to. */
+  blobPath: string;
+  /**
+   * Where a ranged download records how many bytes from the start are
+   * written without a gap (outside the repo folder, which huggingface_hub
+   * scans): its parts ahead of that may leave holes at a crash, and a resume
+   * goes on from the recorded prefix. Without it, the blob comes in one stream.
+   */
+  prefixPath?: string;
+}
+
+export interface DownloadProgress {
+  /** Bytes of this file on disk so far. */
+  bytes: number;
+}
+
+export interface DownloadContext {
+  headers: Record<string, string>;
+  limiter: BandwidthLimiter;
+  signal: AbortSignal;
+  onProgress?: (p: DownloadProgress) => void;
+  /** Part size of a ranged download; PART_BYTES unless a test wants many parts of a small file. */
+  partBytes?: number;
+}

@@ -1,0 +1,184 @@
+import type { Hash } from 'node:crypto';
+import { type FileHandle, writeFile } from 'node:fs/promises';
+import { failure } from '../lib/errors.js';
+import { type BlobToFetch, type DownloadContext, PART_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
+import type { HubStream } from './hub-stream.js';
+
+/** A large blob is synced in the background every this many bytes, so the sync before its rename waits for the tail only. */
+const SYNC_EVERY_BYTES = 32 * 1024 * 1024;
+/** Steps in which written bytes are taken from models.bandwidth's bucket. */
+const LIMITER_STEP_BYTES = 64 * 1024;
+
+/**
+ * Writes one blob's bytes as they come, from one stream or several at their
+ * offsets, and hashes them in order: a block that arrives where the hash has
+ * got to is hashed at once, before its write; one that arrives ahead of it
+ * (a later part) is written, and read back from the page cache once the
+ * hash reaches it, while the other parts go on downloading. The file is
+ * synced in the background every SYNC_EVERY_BYTES, so the sync before the
+ * rename waits only for the tail, and the bytes contiguous from the start
+ * are recorded (a ranged download's prefixPath) for a resume after a crash.
+ */
+export class BlobWriter {
+  /** Bytes written by this download. */
+  fetched = 0;
+  /** Bytes written without a gap from the start of the file. */
+  contiguous: number;
+  private hashedTo: number;
+  /** Written and not hashed yet: start → end, one entry per block. */
+  private readonly unhashed = new Map<number, number>();
+  /** Written beyond `contiguous`: start → end. */
+  private readonly ahead = new Map<number, number>();
+  private reading: Promise<void> | undefined;
+  private readFailure: unknown;
+  private syncing: Promise<void> | undefined;
+  private syncedAt = 0;
+  private ranged = false;
+  private recordedAt: number;
+  private recording: Promise<void> = Promise.resolve();
+  private readonly base: number;
+
+  constructor(
+    private readonly blob: BlobToFetch,
+    private readonly fh: FileHandle,
+    private readonly hash: Hash,
+    have: number,
+    private readonly ctx: DownloadContext,
+  ) {
+    this.base = have;
+    this.contiguous = have;
+    this.hashedTo = have;
+    this.recordedAt = have;
+  }
+
+  /** Reads `s`'s body into bytes [start, end) of the file; throws if it brings more or fewer. */
+  async stream(s: HubStream, start: number, end: number): Promise<void> {
+    let pos = start;
+    let chain: Promise<void> = Promise.resolve();
+    let broken: unknown;
+    const stop = (err: unknown) => {
+      broken ??= err;
+      s.cancel(err);
+    };
+    try {
+      await s.body((chunk, release) => {
+        const at = pos;
+        pos += chunk.length;
+        if (pos > end) {
+          release();
+          return stop(failure(`${this.blob.path}: the hub sent more than the ${this.blob.size} bytes it listed`));
+        }
+        chain = chain.then(async () => {
+          try {
+            if (broken === undefined) await this.put(at, chunk);
+          } catch (err) {
+            stop(err);
+          } finally {
+            release();
+          }
+        });
+      });
+    } catch (err) {
+      broken ??= err;
+    } finally {
+      await chain;
+    }
+    if (broken !== undefined) throw broken;
+    if (pos !== end) throw failure(`${this.blob.path}: the hub sent ${pos} of ${this.blob.size} bytes; pull again to resume`);
+  }
+
+  private async put(at: number, chunk: Buffer): Promise<void> {
+    // The limiter in steps of a socket read's size: a megabyte at once would overdraw its bucket and end the pull early.
+    for (let off = 0; off < chunk.length; off += LIMITER_STEP_BYTES) await this.ctx.limiter.take(Math.min(LIMITER_STEP_BYTES, chunk.length - off), this.ctx.signal);
+    if (at === this.hashedTo && this.reading === undefined) {
+      this.hash.update(chunk);
+      this.hashedTo += chunk.length;
+    }
+    await this.fh.write(chunk, 0, chunk.length, at);
+    this.written(at, at + chunk.length);
+  }
+
+  private written(start: number, end: number): void {
+    this.fetched += end - start;
+    if (start >= this.hashedTo) this.unhashed.set(start, end);
+    // Also after a block hashed as it came: the hash may now have reached one written ahead.
+    void this.kick();
+    this.ahead.set(start, end);
+    for (let next = this.ahead.get(this.contiguous); next !== undefined; next = this.ahead.get(this.contiguous)) {
+      this.ahead.delete(this.contiguous);
+      this.contiguous = next;
+    }
+    this.ctx.onProgress?.({ bytes: this.base + this.fetched });
+    if (this.ranged && this.contiguous - this.recordedAt >= (this.ctx.partBytes ?? PART_BYTES)) void this.recordPrefix();
+    if (this.fetched - this.syncedAt >= SYNC_EVERY_BYTES && this.syncing === undefined) {
+      this.syncedAt = this.fetched;
+      this.syncing = this.fh
+        .datasync()
+        .catch(() => {})
+        .finally(() => {
+          this.syncing = undefined;
+        });
+    }
+  }
+
+  /**
+   * Hashes what was written where the hash has got to, reading it back; one
+   * reader at a time. Started only with something to read: a reader that
+   * ended before its assignment (nothing to read, so no await) would have
+   * stayed `reading` for good, and nothing would have been hashed again.
+   */
+  private kick(): Promise<void> {
+    if (this.reading === undefined && this.unhashed.has(this.hashedTo)) {
+      const run: Promise<void> = this.readBack().finally(() => {
+        if (this.reading === run) this.reading = undefined;
+      });
+      this.reading = run;
+    }
+    return this.reading ?? Promise.resolve();
+  }
+
+  private async readBack(): Promise<void> {
+    try {
+      for (let end = this.unhashed.get(this.hashedTo); end !== undefined; end = this.unhashed.get(this.hashedTo)) {
+        const len = end - this.hashedTo;
+        const buf = Buffer.allocUnsafe(len);
+        const { bytesRead } = await this.fh.read(buf, 0, len, this.hashedTo);
+        if (bytesRead !== len) throw new Error(`read back ${bytesRead} of ${len} bytes at ${this.hashedTo}`);
+        this.hash.update(buf);
+        this.unhashed.delete(this.hashedTo);
+        this.hashedTo = end;
+      }
+    } catch (err) {
+      this.readFailure ??= err;
+    }
+  }
+
+  /** Records the contiguous prefix for a resume; from the first call on the download is ranged. Best effort: without it a resume after a crash starts the file over. */
+  recordPrefix(): Promise<void> {
+    const path = this.blob.prefixPath;
+    if (path === undefined) return Promise.resolve();
+    this.ranged = true;
+    this.recordedAt = this.contiguous;
+    const value = String(this.contiguous);
+    this.recording = this.recording.then(() => writeFile(path, value, { mode: 0o644 }).catch(() => {}));
+    return this.recording;
+  }
+
+  /** Every byte written and hashed, and (for a large blob) synced: the caller may compare and rename. */
+  async finish(): Promise<void> {
+    while (this.reading) await this.reading;
+    await this.kick();
+    if (this.readFailure !== undefined) throw this.readFailure;
+    if (this.hashedTo !== this.blob.size) throw new Error(`hashed ${this.hashedTo} of ${this.blob.size} bytes`);
+    await this.syncing;
+    if (this.blob.size >= SMALL_BLOB_BYTES) await this.fh.datasync();
+    await this.recording;
+  }
+
+  /** After a failure: nothing in flight on the file, and the prefix recorded for the next pull. */
+  async abandon(): Promise<void> {
+    while (this.reading) await this.reading;
+    await this.syncing;
+    if (this.ranged) await this.recordPrefix();
+  }
+}

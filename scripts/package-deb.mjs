@@ -1,0 +1,118 @@
+#!/usr/bin/env node
+// `npm run package`: one .deb a GPU node installs with no registry and no Node of its own
+// (Debian 12 ships Node 18; the agent needs 20.19): the built agent, its production
+// dependencies, the Node runtime that built it, the systemd unit, an example configuration
+// and the engine account's set-up. Runs from a checkout whose dist/ is built.
+//
+//   node scripts/package-deb.mjs [--out DIR] [--compress gzip|xz|none]
+//
+// Writes DIR/llmgw_<version>_<arch>.deb (DIR defaults to ./packages) and prints its path.
+import { execFileSync } from 'node:child_process';
+import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join, relative, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..');
+/** Where the package puts itself; the unit, the wrapper and the README name these paths. */
+const PREFIX = '/usr/lib/llmgw';
+const NODE = `${PREFIX}/node/bin/node`;
+const RUN_JS = `${PREFIX}/bin/run.js`;
+const CONFIG = '/etc/llmgw/agent.yaml';
+
+function fail(message) {
+  process.stderr.write(`error: ${message}\n`);
+  process.exit(1);
+}
+
+const { values } = (() => {
+  try {
+    return parseArgs({ options: { out: { type: 'string', default: join(REPO, 'packages') }, compress: { type: 'string', default: 'gzip' } } });
+  } catch (err) {
+    fail(`${err.message}; usage: node scripts/package-deb.mjs [--out DIR] [--compress gzip|xz|none]`);
+  }
+})();
+if (!['gzip', 'xz', 'none'].includes(values.compress)) fail(`--compress ${values.compress} is not gzip, xz or none`);
+for (const built of ['dist/commands', 'oclif.manifest.json', 'dist/agent/install/render-agent-unit.js']) {
+  if (!existsSync(join(REPO, built))) fail(`${built} is missing: run npm run build first (npm run package does)`);
+}
+
+const pkg = JSON.parse(readFileSync(join(REPO, 'package.json'), 'utf8'));
+const arch = execFileSync('dpkg', ['--print-architecture'], { encoding: 'utf8' }).trim();
+const stage = mkdtempSync(join(tmpdir(), 'llmgw-deb-'));
+const root = join(stage, 'root');
+const at = (p) => join(root, p);
+
+try {
+  // The package's own files, as `npm pack` would ship them ("files" in package.json).
+  for (const f of [...pkg.files, 'package.json']) {
+    if (existsSync(join(REPO, f))) cpSync(join(REPO, f), at(`${PREFIX}/${f}`), { recursive: true, dereference: true });
+  }
+  // Production dependencies only, from the lockfile's tree as installed (no registry).
+  const listed = execFileSync('npm', ['ls', '--omit=dev', '--all', '--parseable'], { cwd: REPO, encoding: 'utf8' }).split('\n').filter((p) => p.startsWith(join(REPO, 'node_modules')));
+  const outermost = listed.filter((p) => !listed.some((q) => q !== p && p.startsWith(`${q}/`)));
+  for (const p of outermost) cpSync(p, at(`${PREFIX}/${relative(REPO, p)}`), { recursive: true, dereference: true });
+  // The runtime that built and tested it.
+  mkdirSync(dirname(at(NODE)), { recursive: true });
+  cpSync(process.execPath, at(NODE));
+  chmodSync(at(NODE), 0o755);
+  // `llmgw` on PATH: exec, so that under systemd the agent is the unit's main process.
+  mkdirSync(at('/usr/bin'), { recursive: true });
+  writeFileSync(at('/usr/bin/llmgw'), `#!/bin/sh\nexec ${NODE} ${RUN_JS} "$@"\n`, { mode: 0o755 });
+
+  // The unit, with the installed paths; a local change goes in a drop-in, which an upgrade leaves alone.
+  const { renderAgentUnit, INSTALLED_UNIT_NOTE } = await import(join(REPO, 'dist/agent/install/render-agent-unit.js'));
+  // Without the template's opening comment, which is about install-unit's copy.
+  const template = readFileSync(join(REPO, 'packaging/llmgw-agent.service'), 'utf8').replace(/^(#.*\n)+/, '');
+  const unit = renderAgentUnit(template, { nodePath: NODE, binPath: RUN_JS, configPath: CONFIG }).replace(
+    INSTALLED_UNIT_NOTE,
+    '# Installed by the llmgw .deb with its own Node; put local changes in a drop-in\n# (systemctl edit llmgw-agent): an upgrade replaces this file.\n',
+  );
+  mkdirSync(at('/lib/systemd/system'), { recursive: true });
+  writeFileSync(at('/lib/systemd/system/llmgw-agent.service'), unit, { mode: 0o644 });
+
+  // The example configuration, a conffile: node_id ships empty, so an unedited node exits 78 and says so.
+  mkdirSync(at('/etc/llmgw'), { recursive: true, mode: 0o755 });
+  cpSync(join(REPO, 'examples/agent.yaml'), at(CONFIG));
+  chmodSync(at(CONFIG), 0o640);
+
+  const installedKb = Number(execFileSync('du', ['-sk', root], { encoding: 'utf8' }).split('\t')[0]);
+  mkdirSync(at('DEBIAN'), { recursive: true });
+  writeFileSync(
+    at('DEBIAN/control'),
+    [
+      'Package: llmgw',
+      `Version: ${pkg.version}`,
+      `Architecture: ${arch}`,
+      'Maintainer: llmgw maintainers <maintainers@llmgw.invalid>',
+      `Installed-Size: ${installedKb}`,
+      'Depends: libc6 (>= 2.28), libstdc++6, adduser',
+      'Recommends: systemd',
+      'Section: admin',
+      'Priority: optional',
+      'Homepage: https://github.com/llmgw/llmgw-node',
+      `Description: ${pkg.description}`,
+      ' The llmgw node agent and operator CLI, with the Node runtime it runs on.',
+      ' Engines run as the llmgw-engine account; members of llmgw-ops may use',
+      ' `llmgw ctl` once admin.group names it. Edit /etc/llmgw/agent.yaml, then',
+      ' `systemctl enable --now llmgw-agent`.',
+      '',
+    ].join('\n'),
+  );
+  writeFileSync(at('DEBIAN/conffiles'), `${CONFIG}\n`);
+  for (const script of ['postinst', 'prerm', 'postrm']) {
+    cpSync(join(REPO, 'packaging/deb', script), at(`DEBIAN/${script}`));
+    chmodSync(at(`DEBIAN/${script}`), 0o755);
+  }
+
+  mkdirSync(values.out, { recursive: true });
+  const deb = join(resolve(values.out), `llmgw_${pkg.version}_${arch}.deb`);
+  // Owned by root in the archive, whoever builds it.
+  execFileSync('dpkg-deb', ['--root-owner-group', `-Z${values.compress}`, '--build', root, deb], { stdio: ['ignore', 'ignore', 'inherit'] });
+  const mb = (statSync(deb).size / 1024 / 1024).toFixed(1);
+  process.stdout.write(`${deb}\n`);
+  process.stderr.write(`llmgw ${pkg.version} for ${arch}: ${mb} MB (${(installedKb / 1024).toFixed(0)} MB installed), Node ${process.version} inside\n`);
+} finally {
+  rmSync(stage, { recursive: true, force: true });
+}

@@ -1,0 +1,97 @@
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { execa } from 'execa';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REPO_ROOT } from '../helpers/run-cli.js';
+
+/*
+ * `npm run package` (issue 39, item 5): one .deb that installs the agent on a
+ * node with no registry and no Node of its own. Built from this checkout's
+ * dist/ (every suite runs the built binary) without compression, unpacked
+ * with dpkg-deb -x into a scratch root, and run from there with an empty
+ * environment: the runtime, the dependencies and the code are all the
+ * package's.
+ */
+
+const manifest = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8')) as { version: string; scripts: Record<string, string> };
+const scratch = mkdtempSync(join(tmpdir(), 'llmgw-deb-test-'));
+const root = join(scratch, 'root');
+let deb = '';
+
+beforeAll(async () => {
+  const built = await execa('node', [join(REPO_ROOT, 'scripts/package-deb.mjs'), '--out', scratch, '--compress', 'none'], { reject: false, stdin: 'ignore' });
+  expect(built.exitCode, String(built.stderr)).toBe(0);
+  deb = String(built.stdout).trim();
+  await execa('dpkg-deb', ['-x', deb, root]);
+}, 180_000);
+
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+/** The unpacked package's llmgw as its /usr/bin/llmgw runs it, with nothing from the caller's environment. */
+function installed(args: string[]) {
+  return execa(join(root, 'usr/lib/llmgw/node/bin/node'), [join(root, 'usr/lib/llmgw/bin/run.js'), ...args], {
+    reject: false,
+    stdin: 'ignore',
+    cwd: scratch,
+    env: { PATH: '/usr/bin:/bin', HOME: scratch, NO_COLOR: '1' },
+    extendEnv: false,
+  });
+}
+
+describe('npm run package: the .deb', () => {
+  it('is named by package, version and architecture, and says what it is', async () => {
+    const arch = String((await execa('dpkg', ['--print-architecture'])).stdout).trim();
+    expect(deb).toBe(join(scratch, `llmgw_${manifest.version}_${arch}.deb`));
+    expect(manifest.scripts.package).toBe('npm run build && node scripts/package-deb.mjs');
+    const fields = String((await execa('dpkg-deb', ['-f', deb])).stdout);
+    expect(fields).toMatch(new RegExp(`^Package: llmgw$[\\s\\S]*^Version: ${manifest.version.replaceAll('.', '\\.')}$[\\s\\S]*^Architecture: ${arch}$`, 'm'));
+    expect(fields).toMatch(/^Depends: libc6 \(>= 2\.28\), libstdc\+\+6, adduser$/m);
+    expect(String((await execa('dpkg-deb', ['-f', deb, 'Installed-Size'])).stdout).trim()).toMatch(/^\d+$/);
+  });
+
+  it('carries its runtime, its production dependencies and no development ones', () => {
+    expect(statSync(join(root, 'usr/lib/llmgw/node/bin/node')).mode & 0o111).not.toBe(0);
+    for (const dep of ['@oclif/core', '@connectrpc/connect-node', '@bufbuild/protobuf', 'koffi']) {
+      expect(statSync(join(root, 'usr/lib/llmgw/node_modules', dep, 'package.json')).isFile(), dep).toBe(true);
+    }
+    for (const dev of ['vitest', 'typescript', '@biomejs/biome', 'tsx']) {
+      expect(() => statSync(join(root, 'usr/lib/llmgw/node_modules', dev)), `${dev} is a development dependency`).toThrow();
+    }
+  });
+
+  it('runs as the installed llmgw: --version, discover and agent run --print-config, from the package alone', async () => {
+    const version = await installed(['--version']);
+    expect(version.exitCode, String(version.stderr)).toBe(0);
+    expect(String(version.stdout)).toMatch(new RegExp(`^llmgw/${manifest.version.replaceAll('.', '\\.')} linux-\\w+ node-v\\d+`));
+    const discover = await installed(['discover', '--json']);
+    expect(discover.exitCode, String(discover.stderr)).toBe(0);
+    expect(JSON.parse(String(discover.stdout))).toHaveProperty('inventory');
+    const config = join(scratch, 'agent.yaml');
+    writeFileSync(config, 'node_id: gpu-01\nserver: http://127.0.0.1:8443\n');
+    const printed = await installed(['agent', 'run', '--print-config', '--config', config]);
+    expect(printed.exitCode, String(printed.stderr)).toBe(0);
+    expect(String(printed.stdout)).toMatch(/^node_id\s+gpu-01\s/m);
+    // The shipped example, unedited, names what is missing and exits 78 (the unit does not restart it).
+    const example = await installed(['agent', 'run', '--print-config', '--config', join(root, 'etc/llmgw/agent.yaml')]);
+    expect(example.exitCode).toBe(78);
+    expect(String(example.stderr)).toContain('node_id is required');
+  });
+
+  it('installs a unit that starts the packaged runtime and an llmgw that execs it, and keeps the configuration as a conffile', async () => {
+    expect(readFileSync(join(root, 'usr/bin/llmgw'), 'utf8')).toBe('#!/bin/sh\nexec /usr/lib/llmgw/node/bin/node /usr/lib/llmgw/bin/run.js "$@"\n');
+    const unit = readFileSync(join(root, 'lib/systemd/system/llmgw-agent.service'), 'utf8');
+    expect(unit.split('\n').filter((l) => l.startsWith('ExecStart='))).toEqual(['ExecStart=/usr/lib/llmgw/node/bin/node /usr/lib/llmgw/bin/run.js agent run --config /etc/llmgw/agent.yaml']);
+    expect(unit).toContain('KillMode=process');
+    const control = join(scratch, 'control');
+    await execa('dpkg-deb', ['-e', deb, control]);
+    expect(readFileSync(join(control, 'conffiles'), 'utf8')).toBe('/etc/llmgw/agent.yaml\n');
+    expect(statSync(join(root, 'etc/llmgw/agent.yaml')).mode & 0o777).toBe(0o640);
+    // Upgrades restart a running agent and nothing else; removal stops only the agent; purge deletes state.
+    const postinst = readFileSync(join(control, 'postinst'), 'utf8');
+    expect(postinst).toContain('adduser --system --group --home /var/lib/llmgw-engine --shell /usr/sbin/nologin llmgw-engine');
+    expect(postinst).toMatch(/if \[ -n "\$2" \] && systemctl is-active --quiet llmgw-agent; then\n\s+systemctl restart llmgw-agent/);
+    expect(readFileSync(join(control, 'postrm'), 'utf8')).toMatch(/if \[ "\$1" = purge \]; then\n\s+rm -rf \/var\/lib\/llmgw/);
+    for (const script of ['postinst', 'prerm', 'postrm']) expect((await execa('sh', ['-n', join(control, script)], { reject: false })).exitCode, script).toBe(0);
+  });
+});

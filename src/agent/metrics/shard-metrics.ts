@@ -49,6 +49,12 @@ interface Launches {
  */
 export class ShardMetrics {
   private readonly launches = new Map<ShardId, Launches>();
+  /**
+   * Per replica, launches of any of its shards: the restart loop a control
+   * plane hides by giving each retry a new shard id (`<replica>-g<N>-r0`),
+   * which llmgw_shard_restarts_total counts as one launch each (walkthrough 3).
+   */
+  private readonly replicaLaunches = new Map<string, { count: number; model: string; engine: string }>();
   private readonly readiness: Histogram<(typeof SHARD_LABELS)[number]>;
   /** The label set each shard's readiness series was observed under. */
   private readonly readinessLabels = new Map<ShardId, ShardLabels>();
@@ -80,6 +86,18 @@ export class ShardMetrics {
         forget();
         this.reset();
         for (const s of src.shards()) this.inc(shardLabels(s), Math.max(0, (launches.get(s.shardId)?.count ?? 0) - 1));
+      },
+    });
+    const replicaLaunches = this.replicaLaunches;
+    new Counter({
+      name: 'llmgw_replica_launches_total',
+      help: 'Launches of any shard of the replica on this node since the agent started, whatever their shard ids (a control plane that retries under a new id each time included); adoptions are not launches.',
+      labelNames: ['replica', 'model', 'engine'],
+      registers,
+      collect() {
+        forget();
+        this.reset();
+        for (const [replica, l] of replicaLaunches) this.inc({ replica, model: l.model, engine: l.engine }, l.count);
       },
     });
     this.readiness = new Histogram({
@@ -129,6 +147,12 @@ export class ShardMetrics {
       // An adopted engine was launched by another agent: when, nobody here knows.
       l.launchedAtMs = t.shard.adopted ? undefined : performance.now();
       this.launches.set(id, l);
+      if (!t.shard.adopted) {
+        const p = t.shard.spec.profile;
+        const r = this.replicaLaunches.get(t.shard.replicaId) ?? { count: 0, model: p?.model ?? '', engine: p?.engine ?? '' };
+        r.count += 1;
+        this.replicaLaunches.set(t.shard.replicaId, r);
+      }
       return;
     }
     if (t.to !== ShardState.READY) return;
@@ -147,6 +171,9 @@ export class ShardMetrics {
   private forgetRemoved(): void {
     const present = new Set(this.src.shards().map((s) => s.shardId));
     for (const id of this.launches.keys()) if (!present.has(id)) this.launches.delete(id);
+    // A replica with no shard left on the node: its count goes with it (a counter's reset, which increase() reads as such).
+    const replicas = new Set(this.src.shards().map((s) => s.replicaId));
+    for (const r of this.replicaLaunches.keys()) if (!replicas.has(r)) this.replicaLaunches.delete(r);
     for (const [id, labels] of this.readinessLabels) {
       if (present.has(id)) continue;
       this.readiness.remove(labels);

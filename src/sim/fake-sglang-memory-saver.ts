@@ -28,7 +28,7 @@
  *   (a health check too, when idle: managers/scheduler.py:1877-1893) and runs
  *   it on unmapped memory. *(inferred)* That is a CUDA illegal-address error
  *   in the scheduler, and the engine dies; the double dies so. A caller
- *   holds requests with /pause_generation first (fake-sglang.ts).
+ *   holds requests with /pause_generation first (fake-sglang-pause.ts).
  * - The weights come back only with --enable-weights-cpu-backup (default
  *   False, S:python/sglang/srt/server_args.py:3483-3487): the weights region is
  *   allocated with enable_cpu_backup from that flag

@@ -1,0 +1,107 @@
+/**
+ * The SGLang double's command line (fake-sglang.ts): the flags of
+ * S:python/sglang/srt/server_args.py it takes, their defaults, and the
+ * options they make. Knobs SGLang does not have start with --sim- (sim-knobs.ts).
+ */
+import { type ArgSpec, ArgparseError, parseArgv } from './engine-argv.js';
+import { SIM_KNOB_SPECS, type SimKnobs, simKnobs } from './sim-knobs.js';
+
+export const DEFAULT_SGLANG_VERSION = '0.5.18';
+
+/** S:python/sglang/srt/server_args.py:1277-1278. */
+const DEFAULT_HOST = '127.0.0.1';
+const DEFAULT_PORT = 30000;
+
+/** --decode-log-interval's default, in decode steps (S:python/sglang/srt/server_args.py:1627-1631). */
+const DEFAULT_DECODE_LOG_INTERVAL = 40;
+
+export interface FakeSglangOptions {
+  model: string;
+  servedName: string;
+  host: string;
+  port: number;
+  tp: number;
+  pp: number;
+  metrics: boolean;
+  nnodes: number;
+  nodeRank: number;
+  apiKey?: string;
+  /** --admin-api-key: the key of the ADMIN_OPTIONAL routes (S:python/sglang/srt/utils/auth.py:123-138). */
+  adminApiKey?: string;
+  embedding: boolean;
+  priorityScheduling: boolean;
+  skipWarmup: boolean;
+  /** --enable-memory-saver (fake-sglang-memory-saver.ts). */
+  memorySaver: boolean;
+  /** --enable-weights-cpu-backup: a release keeps the weights in host RAM (fake-sglang-memory-saver.ts). */
+  weightsCpuBackup: boolean;
+  /** --decode-log-interval: decode steps between two refreshes of the scheduler's gauges. */
+  decodeLogInterval: number;
+  knobs: SimKnobs;
+}
+
+const SPECS: readonly ArgSpec[] = [
+  // S:python/sglang/srt/server_args.py:492-499 (required), 1277-1278, 1369-1373.
+  { names: ['--model-path', '--model'], kind: 'string' },
+  { names: ['--host'], kind: 'string' },
+  { names: ['--port'], kind: 'int' },
+  { names: ['--served-model-name'], kind: 'string' },
+  // S:python/sglang/srt/server_args.py:1010-1017, 1026.
+  { names: ['--tp-size', '--tensor-parallel-size'], kind: 'int' },
+  { names: ['--pp-size', '--pipeline-parallel-size'], kind: 'int' },
+  // S:python/sglang/srt/server_args.py:1547-1549.
+  { names: ['--enable-metrics'], kind: 'flag' },
+  // S:python/sglang/srt/server_args.py:995-1009.
+  { names: ['--nnodes'], kind: 'int' },
+  { names: ['--node-rank'], kind: 'int' },
+  { names: ['--dist-init-addr', '--nccl-init-addr'], kind: 'string' },
+  { names: ['--api-key'], kind: 'string' },
+  // S:python/sglang/srt/server_args.py (shared/fixtures/engines/sglang-server-flags.txt:72); utils/auth.py:123-138.
+  { names: ['--admin-api-key'], kind: 'string' },
+  { names: ['--is-embedding'], kind: 'flag' },
+  { names: ['--enable-priority-scheduling'], kind: 'flag' },
+  // S:python/sglang/srt/server_args.py:1319.
+  { names: ['--skip-server-warmup'], kind: 'flag' },
+  // S:python/sglang/srt/server_args.py:3478-3482, 3483-3487.
+  { names: ['--enable-memory-saver'], kind: 'flag' },
+  { names: ['--enable-weights-cpu-backup'], kind: 'flag' },
+  // S:python/sglang/srt/server_args.py:1627-1631 (default 40).
+  { names: ['--decode-log-interval'], kind: 'int' },
+  ...SIM_KNOB_SPECS,
+];
+
+/** SGLang's options from its argv (without `serve`); throws ArgparseError as its parser would refuse it. */
+export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions {
+  const p = parseArgv(argv, SPECS, { maxPositionals: 0 });
+  const knobs = simKnobs(p);
+  const model = p.values.get('--model-path') as string | undefined;
+  if (!model) throw new ArgparseError('the following arguments are required: --model-path/--model');
+  const int = (name: string, dflt: number) => (p.values.get(name) as number | undefined) ?? dflt;
+  return {
+    model,
+    servedName: (p.values.get('--served-model-name') as string | undefined) ?? model,
+    host: (p.values.get('--host') as string | undefined) ?? DEFAULT_HOST,
+    port: int('--port', DEFAULT_PORT),
+    tp: int('--tp-size', 1),
+    pp: int('--pp-size', 1),
+    metrics: p.values.get('--enable-metrics') === true,
+    nnodes: int('--nnodes', 1),
+    nodeRank: int('--node-rank', 0),
+    apiKey: p.values.get('--api-key') as string | undefined,
+    adminApiKey: p.values.get('--admin-api-key') as string | undefined,
+    embedding: p.values.get('--is-embedding') === true,
+    priorityScheduling: p.values.get('--enable-priority-scheduling') === true,
+    skipWarmup: p.values.get('--skip-server-warmup') === true,
+    memorySaver: p.values.get('--enable-memory-saver') === true,
+    weightsCpuBackup: p.values.get('--enable-weights-cpu-backup') === true,
+    decodeLogInterval: decodeLogInterval(p.values.get('--decode-log-interval')),
+    knobs,
+  };
+}
+
+/** The decode log interval given; SGLang divides by it, so 0 or less is refused here (the double's check, not argparse's). */
+function decodeLogInterval(v: unknown): number {
+  if (v === undefined) return DEFAULT_DECODE_LOG_INTERVAL;
+  if (typeof v !== 'number' || v < 1) throw new ArgparseError(`argument --decode-log-interval: must be at least 1, got '${String(v)}'`);
+  return v;
+}

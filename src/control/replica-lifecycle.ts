@@ -153,6 +153,8 @@ export class ReplicaLifecycle {
     else if (shards.some((s) => s.state === ShardState.UNHEALTHY)) phase = 'unhealthy';
     // Asleep on purpose, not loading: no startup timeout applies.
     else if (shards.some((s) => s.state === ShardState.SLEEPING)) phase = 'sleeping';
+    // Drained by an operator on the node (ctl drain): serving what it holds, taking nothing new; not loading.
+    else if (shards.some((s) => s.state === ShardState.DRAINING)) phase = 'draining';
     else phase = 'starting';
     if (phase === 'waiting' && !replica.waitTimer) {
       replica.waitTimer = setTimeout(() => {

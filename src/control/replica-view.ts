@@ -10,7 +10,7 @@ import type { ShardState } from '../gen/llmgw/v1/agent_pb.js';
  * - backoff: a shard failed; the rest were stopped and the replica is placed again after retryBackoffMs.
  * - sleeping: a shard reports SLEEPING (a SleepShard freed its GPU memory): alive, not routed to, woken by a WakeShard.
  */
-export type ReplicaPhase = 'pending' | 'starting' | 'ready' | 'unhealthy' | 'waiting' | 'backoff' | 'sleeping';
+export type ReplicaPhase = 'pending' | 'starting' | 'ready' | 'unhealthy' | 'waiting' | 'backoff' | 'sleeping' | 'draining';
 
 export interface ShardView {
   shardId: string;

@@ -97,6 +97,22 @@ describe('ControlPlane', () => {
     expect(cp.replicas()[0]?.shards[0]).toMatchObject({ shardId: start.shardId, nodeId: 'node-a', stateName: 'READY', adopted: false });
   });
 
+  it("calls a replica drained on its node 'draining', not 'starting', and starts nothing for it (walkthrough 3)", async () => {
+    const { cp, url } = await startControlPlane({ deployment: tiny() });
+    const a = agent({ baseUrl: url, nodeId: 'node-a' });
+    const start = startOf(await a.waitFor(isStart));
+    report(a, start, ShardState.READY);
+    await handled(cp, 'node-a', start.shardId, ShardState.READY);
+    report(a, start, ShardState.DRAINING);
+    await handled(cp, 'node-a', start.shardId, ShardState.DRAINING);
+    expect(cp.replicas()[0]).toMatchObject({ phase: 'draining', generation: 1, shards: [{ shardId: start.shardId, stateName: 'DRAINING' }] });
+    // Its drain cancelled: ready again.
+    report(a, start, ShardState.READY);
+    await handled(cp, 'node-a', start.shardId, ShardState.READY);
+    expect(cp.replicas()[0]?.phase).toBe('ready');
+    expect(a.received.filter(isStart)).toHaveLength(1);
+  });
+
   it('keeps a shard and starts nothing when its node reconnects with it in running_shards', async () => {
     const { cp, url } = await startControlPlane({ deployment: tiny() });
     const first = agent({ baseUrl: url, nodeId: 'node-a' });

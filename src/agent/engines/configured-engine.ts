@@ -9,6 +9,7 @@ import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../lib/errors.js';
 import type { EngineConfig, EngineName } from '../config/agent-config.js';
 import { DEFAULT_ALLOWED_ENV, refuseProfileEnv } from '../config/env-allowlist.js';
+import { chooseRankFabric, type RankFabric } from './rank-fabric.js';
 import type { Engine, LaunchPlan, ValidationContext } from './engine.js';
 import { resolveExecutableSync } from './resolve-executable.js';
 import { servesHttp, shardEnv } from './shard-launch.js';
@@ -42,6 +43,8 @@ export abstract class ConfiguredEngine implements Engine {
   #hubEndpoint: string | undefined;
   /** Whether validate() found everything the spec's engine reads at start in the store, so command() may start it offline. */
   readonly #offline = new WeakMap<StartShard, OfflineStart>();
+  /** The HCAs validate() chose for a multi-node rank (chooseRankFabric). */
+  readonly #fabric = new WeakMap<StartShard, RankFabric>();
   /** The compile cache validate() made for a start (prepareEngineCache). */
   readonly #engineCacheDirs = new WeakMap<StartShard, string>();
 
@@ -78,6 +81,10 @@ export abstract class ConfiguredEngine implements Engine {
       checkModelPath: this.loadsModel(),
       ...this.engineValidation(spec),
     });
+    // A multi-node rank talks to its peers on the HCAs nearest its GPUs, each of them up (rank-fabric.ts).
+    const fabric = chooseRankFabric(spec, ctx.inventory);
+    if ('refused' in fabric) throw failure(fabric.refused);
+    if (fabric.fabric) this.#fabric.set(spec, fabric.fabric);
     // Last: what the control plane got wrong is named before this node's own configuration.
     if (this.account(ctx.agentUid).refused) throw failure(`shard ${spec.shardId}: ${rootEngineRefusal(this.name)}`);
     this.#resolved.set(spec, executable);
@@ -215,7 +222,10 @@ export abstract class ConfiguredEngine implements Engine {
     const engineCacheDir = this.#engineCacheDirs.get(spec);
     // No compile cache without validate(): a start that skipped it gets none, rather than a folder nobody prepared.
     const cacheEnv = engineCacheDir === undefined ? {} : engineCacheEnv({ cacheDir: this.#modelsCacheDir, modelComplete: this.#offline.get(spec)?.offline === true, engineCacheDir, hubEndpoint: this.#hubEndpoint });
-    const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, { ...cacheEnv, ...this.agentEnv(spec) }) };
+    // NCCL's and UCX's devices, under the operator's engines.<name>.env, which wins (shardEnv's layers).
+    const fabric = this.#fabric.get(spec);
+    const fabricEnv: Record<string, string> = fabric ? { NCCL_IB_HCA: fabric.hcas.join(','), UCX_NET_DEVICES: fabric.ucxDevices.join(',') } : {};
+    const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, { ...cacheEnv, ...fabricEnv, ...this.agentEnv(spec) }) };
     if (this.config.user) plan.user = { ...this.config.user };
     return plan;
   }

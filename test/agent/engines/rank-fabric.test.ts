@@ -1,0 +1,60 @@
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
+import { discover } from '../../../src/agent/discovery/discover.js';
+import type { ValidationContext } from '../../../src/agent/engines/engine.js';
+import { chooseRankFabric } from '../../../src/agent/engines/rank-fabric.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import type { Inventory } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { FAKE_NVIDIA_SMI, SYSFS_FIXTURE } from '../../helpers/fake-gpus.js';
+import { context, shard } from './engine-fixtures.js';
+
+/*
+ * Issue 40, item 4: a multi-node rank's HCAs from the node's topology, read
+ * by the real discovery from the hgx-h100x8 data set (nvidia-smi topo -m and
+ * a sysfs tree): GPUs 0-1 sit under mlx5_0 (PXB), 2-3 under mlx5_1, 4-5 under
+ * mlx5_2, 6-7 under mlx5_3, whose port 1 is DOWN.
+ */
+
+let inventory: Inventory;
+beforeAll(async () => {
+  vi.stubEnv('LLMGW_FAKE_GPUS', 'hgx-h100x8');
+  inventory = await discover({ nvidiaSmi: FAKE_NVIDIA_SMI, sysfsRoot: SYSFS_FIXTURE, timeoutMs: 20_000, fabrics: [] });
+}, 30_000);
+afterAll(() => vi.unstubAllEnvs());
+
+const twoNodes = { nnodes: 2, leaderAddr: '10.0.0.1', leaderPort: 29500 };
+
+describe("a multi-node rank's HCAs", () => {
+  it('are those nearest its GPUs in the topology, with each active port for UCX', () => {
+    expect(chooseRankFabric(shard({ ...twoNodes, gpuIndices: [0, 1, 2, 3] }), inventory)).toEqual({ fabric: { hcas: ['mlx5_0', 'mlx5_1'], ucxDevices: ['mlx5_0:1', 'mlx5_1:1'] } });
+    expect(chooseRankFabric(shard({ ...twoNodes, gpuIndices: [5, 4] }), inventory)).toEqual({ fabric: { hcas: ['mlx5_2'], ucxDevices: ['mlx5_2:1'] } });
+  });
+
+  it('refuse a start whose nearest HCA is down, naming it and its port, at once', () => {
+    expect(chooseRankFabric(shard({ ...twoNodes, gpuIndices: [6, 7] }), inventory)).toEqual({
+      refused:
+        'shard s1: HCA mlx5_3 (nearest GPU 6, PXB) has no active port: port 1 DOWN (Disabled); a multi-node rank would start on it and fail minutes in; fix its link, or name the HCAs to use in hcas',
+    });
+  });
+
+  it('are the control plane\'s when it names them, checked the same way', () => {
+    expect(chooseRankFabric(shard({ ...twoNodes, gpuIndices: [6, 7], hcas: ['mlx5_2'] }), inventory)).toEqual({ fabric: { hcas: ['mlx5_2'], ucxDevices: ['mlx5_2:1'] } });
+    expect(chooseRankFabric(shard({ ...twoNodes, gpuIndices: [0, 1], hcas: ['mlx5_3'] }), inventory)).toMatchObject({ refused: expect.stringMatching(/^shard s1: HCA mlx5_3 \(named in hcas\) has no active port: port 1 DOWN/) });
+  });
+
+  it('are not chosen, nor checked, for a shard on one node: it talks over NVLink', () => {
+    expect(chooseRankFabric(shard({ gpuIndices: [6, 7] }), inventory)).toEqual({});
+  });
+
+  it('reach the engine as NCCL_IB_HCA and UCX_NET_DEVICES, under the operator\'s own settings, which win', async () => {
+    const ctx: ValidationContext = { ...context(), inventory };
+    const spec = shard({ ...twoNodes, gpuIndices: [2, 3], profile: { tensorParallelSize: 4 } });
+    const engine = new VllmEngine({ command: [process.execPath] }, 'eth0');
+    await engine.validate(spec, ctx);
+    expect(engine.command(spec).env).toMatchObject({ NCCL_IB_HCA: 'mlx5_1', UCX_NET_DEVICES: 'mlx5_1:1' });
+    const pinned = new VllmEngine({ command: [process.execPath], env: { NCCL_IB_HCA: '=mlx5_0' } }, 'eth0');
+    await pinned.validate(spec, ctx);
+    expect(pinned.command(spec).env).toMatchObject({ NCCL_IB_HCA: '=mlx5_0', UCX_NET_DEVICES: 'mlx5_1:1' });
+    // A down link refuses the start through validation, before anything runs.
+    await expect(engine.validate(shard({ ...twoNodes, gpuIndices: [6, 7], profile: { tensorParallelSize: 4 } }), ctx)).rejects.toThrow(/HCA mlx5_3 \(nearest GPU 6, PXB\) has no active port/);
+  });
+});

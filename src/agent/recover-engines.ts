@@ -93,10 +93,17 @@ export class RecoverEngines {
         // lists only what runs, and a shard that vanished from the list
         // without a word leaves an operator nothing to go on.
         if (!o.alive) {
+          const why = `engine ended while the agent was down: ${o.reason}`;
+          // Still listed by ctl status --all, as it was before the restart; its state file goes (killOrphan).
+          try {
+            sup.keepEnded(o, why);
+          } catch (err) {
+            log.warn({ err: errorMessage(err) }, 'could not keep the ended shard for ctl status --all');
+          }
           await sup.killOrphan(o);
           log.info({ why: o.reason }, 'cleaned the state of an engine that is gone');
           results.push({ shardId: o.shardId, outcome: 'cleaned', pid: o.pid, reason: o.reason });
-          const status = refusedStatus(nodeId, o, `engine ended while the agent was down: ${o.reason}`);
+          const status = refusedStatus(nodeId, o, why);
           // What systemd recorded for a unit engine; 0 (unknown) otherwise.
           status.exitCode = o.exitCode ?? 0;
           status.signal = o.exitSignal ?? '';

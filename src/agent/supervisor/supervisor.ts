@@ -18,7 +18,7 @@ import { type KillOrphanOptions, killOrphan } from './orphans/kill-orphan.js';
 import { LaunchAdmission, type Reservations } from './launch-admission.js';
 import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePath } from './launch/launch-shard.js';
 import type { OrphanContext } from './orphans/find-orphans.js';
-import { reattachShard } from './orphans/reattach-shard.js';
+import { endedShard, reattachShard } from './orphans/reattach-shard.js';
 import { RepeatedStartError } from './launch-admission.js';
 import type { SettleOptions } from './shard/shard-settle.js';
 import type { ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
@@ -362,16 +362,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return findOrphans(this.orphans, (id) => this.runners.has(id));
   }
 
-  /** Ends an engine a previous agent left, never one supervised here (see killOrphan). */
+  /** Ends an engine a previous agent left, never one supervised here (see killOrphan); an ended shard kept (keepEnded) has none. */
   async killOrphan(o: Orphan, opts: KillOrphanOptions = {}): Promise<void> {
-    if (this.runners.has(o.shardId)) throw failure(`shard ${o.shardId} is supervised here; stop it instead`);
+    if (this.runners.get(o.shardId)?.running) throw failure(`shard ${o.shardId} is supervised here; stop it instead`);
     await killOrphan(this.orphans, o, opts);
   }
 
-  /**
-   * Takes over an identified, live engine as a shard in STARTING. The caller
-   * then settles it exactly like a fresh start (settle), with its own timeout.
-   */
+  /** Takes over an identified, live engine as a shard in STARTING; the caller settles it like a fresh start, with its own timeout. */
   adopt(o: Orphan): ShardSnapshot {
     const existing = this.runners.get(o.shardId);
     if (existing && !isTerminal(existing.currentState)) throw failure(`shard ${o.shardId} is already supervised here`);
@@ -380,6 +377,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     this.runners.set(o.shardId, runner);
     runner.begin('adopted from a previous agent');
     return runner.snapshot();
+  }
+
+  /** Keeps a shard whose engine ended before this agent as FAILED (endedShard), collected as any ended shard. */
+  keepEnded(o: Orphan, why: string): void {
+    if (this.runners.has(o.shardId)) return;
+    this.runners.set(o.shardId, endedShard(this.ctx, o, why));
+    this.endedAtMs.set(o.shardId, Date.now());
   }
 
   /** Agent shutdown: stops timers, probes, waits and followers. Never signals an engine. */

@@ -1,8 +1,12 @@
 import { failure } from '../../../lib/errors.js';
-import { type EngineRecord, readStateFileSync } from '../../../lib/files/state-file.js';
+import { readFileSync } from 'node:fs';
+import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { FailureRecord } from '../../../lib/files/failure-record.js';
+import { type EngineRecord, readStateFileSync, type ShardStateFile } from '../../../lib/files/state-file.js';
 import type { Orphan } from '../../../lib/process/orphan.js';
 import { checkIdentity } from '../../../lib/process/process-identity.js';
-import { shardLogPath, shardStatePath } from '../../../lib/shard-layout.js';
+import { shardFailurePath, shardLogPath, shardStatePath } from '../../../lib/shard-layout.js';
+import { newShardLife } from '../shard/shard-machine.js';
 import { ShardRunner, type ShardRunnerContext } from '../shard/shard-runner.js';
 import { legacyWatch } from './legacy-watch.js';
 
@@ -33,19 +37,43 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
       'state file of an older agent holds fields StartShard now refuses; the engine is adopted, and Register does not carry them',
     );
   }
-  // The file is the record, but for what this agent derives or no longer trusts.
-  const { schemaVersion: _v, inFlightMetric: _m, generationTokensMetric: _g, ...recorded } = f.file;
-  const record: EngineRecord = {
+  return new ShardRunner(ctx, { record: recordOf(f.file, o, logDir), adopted: true, note: o.unitNote, statePath }, previous?.currentState);
+}
+
+/** The state file as the record, but for what this agent derives or no longer trusts. */
+function recordOf(file: ShardStateFile, o: Orphan, logDir: string): EngineRecord {
+  const { schemaVersion: _v, inFlightMetric: _m, generationTokensMetric: _g, ...recorded } = file;
+  return {
     ...recorded,
-    watch: f.file.watch ?? legacyWatch(f.file),
+    watch: file.watch ?? legacyWatch(file),
     // Its run was checked against systemd's InvocationID when it was judged (judgeUnitOrphan). A unit
     // systemd no longer describes as recorded is not the engine's fence: watched and stopped by pid.
-    unit: o.unitNote === undefined ? f.file.unit : undefined,
+    unit: o.unitNote === undefined ? file.unit : undefined,
     logPath: shardLogPath(logDir, o.shardId),
   };
-  return new ShardRunner(
-    ctx,
-    { record, adopted: true, note: o.unitNote, statePath },
-    previous?.currentState,
-  );
+}
+
+/**
+ * A shard whose engine a previous agent left ended (an orphan judged dead),
+ * kept FAILED as it was so that `ctl status --all` still shows it after the
+ * restart, as a crash before one was forgotten (walkthrough 3). Its error is
+ * its failure record's when the previous agent wrote one for this run (the
+ * same pid), else `why`. No runner of it watches anything: its engine is gone.
+ */
+export function endedShard(ctx: ShardRunnerContext, o: Orphan, why: string): ShardRunner {
+  const statePath = shardStatePath(ctx.config.stateDir, o.shardId);
+  const f = readStateFileSync(statePath, o.shardId);
+  if (!f.ok) throw failure(`cannot keep shard ${o.shardId}: ${f.reason}`);
+  let failed: FailureRecord | undefined;
+  try {
+    failed = JSON.parse(readFileSync(shardFailurePath(ctx.config.logDir, o.shardId), 'utf8')) as FailureRecord;
+  } catch {
+    failed = undefined;
+  }
+  const own = failed?.shardId === o.shardId && failed.pid === f.file.pid ? failed : undefined;
+  const life = newShardLife({ state: ShardState.FAILED });
+  const ended = own
+    ? { error: own.error, exitCode: own.exitCode, signal: own.signal as NodeJS.Signals | null, lastOutput: own.lastOutput }
+    : { error: why, exitCode: o.exitCode ?? null, signal: (o.exitSignal || null) as NodeJS.Signals | null, lastOutput: [] };
+  return new ShardRunner(ctx, { record: recordOf(f.file, o, ctx.config.logDir), adopted: true, note: o.unitNote, statePath }, { ...life, ...ended, dead: true });
 }

@@ -73,14 +73,14 @@ export class ShardRunner {
   constructor(
     private readonly ctx: ShardRunnerContext,
     engine: RunnerEngine,
-    /** The state of the runner this one replaces (a relaunch), so the first transition is checked from it. */
-    previousState: ShardState = S.UNSPECIFIED,
+    /** The state of the runner this one replaces (a relaunch), so the first transition is checked from it; or a shard ended before this agent (endedShard). */
+    from: ShardState | ShardLife = S.UNSPECIFIED,
   ) {
     const r = engine.record;
     this.record = r;
     this.launched = engine;
     this.engine = new EngineProcess({ pid: r.pid, pgid: r.pgid, identity: r.identity, child: engine.child }, r.unit);
-    this.life = newShardLife({ state: previousState, drain: r.drainRequested, sleepLevel: r.sleepLevel, awakeMib: r.sleepAwakeMib, knownAnswer: r.knownAnswer });
+    this.life = typeof from === 'object' ? from : newShardLife({ state: from, drain: r.drainRequested, sleepLevel: r.sleepLevel, awakeMib: r.sleepAwakeMib, knownAnswer: r.knownAnswer });
     this.stateFile = new StateFileWriter(engine.statePath, r.shardId, ctx.log);
     this.baseUrl = r.watch.healthPort > 0 ? `http://127.0.0.1:${r.watch.healthPort}` : undefined;
     const { pid, pgid, unit } = r;

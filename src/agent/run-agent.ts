@@ -19,6 +19,7 @@ import { discover } from './discovery/discover.js';
 import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import { logGpuSource, openGpuSource } from './discovery/open-gpu-source.js';
 import { logEngineAccounts } from './engines/engine-account.js';
+import { engineSleepApi } from './engines/engine-sleep-api.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { Supervisor } from './supervisor/supervisor.js';
 import { engineUidsFor } from '../lib/process/process-table.js';
@@ -44,7 +45,9 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   // An unknown group is the admin server's configuration error, reported when it listens.
   const logGid = c.admin.group === '' ? undefined : findGroup({ name: c.admin.group })?.gid;
   const engineUids = engineUidsFor(Object.values(c.engines).map((e) => e?.user));
-  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids });
+  // The engines' sleep APIs reach the supervisor from here, the one place that knows engines by name;
+  // by the engine a shard was launched with, enabled now or not (an adopted shard asleep must wake).
+  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, sleepApiOf: engineSleepApi });
   // One NVML for the agent's life (discovery, memory readings, the health
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });

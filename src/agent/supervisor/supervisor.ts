@@ -51,6 +51,8 @@ export interface SupervisorOptions {
   signalOrphanGroup?: (pgid: number, sig: NodeJS.Signals) => void;
   /** How often supervisor.terminal_retention is checked; default TERMINAL_GC_INTERVAL_MS (30 s). */
   terminalGcIntervalMs?: number;
+  /** An engine's sleep API by its name (ShardRunnerContext.sleepApiOf); none: no shard sleeps. */
+  sleepApiOf?: ShardRunnerContext['sleepApiOf'];
 }
 
 /** A launch, or how to make one: validation runs after the shard id is reserved, so a repeat never validates beside it. */
@@ -84,7 +86,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher() };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), sleepApiOf: opts.sleepApiOf };
     const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
     this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };

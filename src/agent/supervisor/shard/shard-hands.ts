@@ -1,3 +1,4 @@
+import type { EngineSleepApi } from '../../engines/engine-sleep-api.js';
 import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../../../lib/logger.js';
 import type { Readiness } from '../probes/await-readiness.js';
@@ -31,6 +32,8 @@ export interface ShardHands {
   readonly log: Logger;
   readonly stateFile: StateFileWriter;
   readonly portOwner: PortOwnerCheck | undefined;
+  /** How the shard's engine sleeps and wakes; undefined for an engine without a sleep mode. */
+  readonly sleepApi: EngineSleepApi | undefined;
   /** Whether the shard's wakes are checked by a known answer: the API rank of a sleep profile. */
   readonly checksAnswers: boolean;
   /** The shard as it is now. */

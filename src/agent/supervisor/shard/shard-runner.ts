@@ -5,7 +5,7 @@ import type { EngineRecord } from '../../../lib/files/state-file.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import type { Logger } from '../../../lib/logger.js';
 import type { SupervisorConfig } from '../../config/agent-config.js';
-import { engineSleepApi } from '../../engines/engine-sleep-api.js';
+import type { EngineSleepApi } from '../../engines/engine-sleep-api.js';
 import { servedModelName } from '../../engines/shard-launch.js';
 import type { LauncherChoice } from '../launch/choose-launcher.js';
 import type { EngineFence } from '../launch/end-engine.js';
@@ -88,7 +88,7 @@ export class ShardRunner {
     this.hands = {
       ...{ shardId: r.shardId, spec: r.spec, fields: { shard: r.shardId, replica: r.replicaId }, logPath: r.logPath, logDir: ctx.config.logDir },
       ...{ stopGraceMs: ctx.config.stopGraceMs, baseUrl: this.baseUrl ?? '', adminKey: r.watch.adminApiKey || r.watch.apiKey, signal: this.lifeScope.signal },
-      ...{ log: ctx.log, stateFile: this.stateFile, portOwner: this.portOwner },
+      ...{ log: ctx.log, stateFile: this.stateFile, portOwner: this.portOwner, sleepApi: ctx.sleepApiOf?.(r.spec.profile?.engine ?? '') },
       // The API rank of a sleep profile has its wakes checked by a known answer.
       checksAnswers: r.spec.profile?.sleepMode === true && r.servesHttp && r.watch.readiness === 'model-listed' && this.baseUrl !== undefined,
       life: () => this.life,
@@ -240,7 +240,7 @@ export class ShardRunner {
     this.healthWatched = true;
     const { healthIntervalMs: intervalMs, stallTimeoutMs } = this.ctx.config;
     const { healthPath, probeTimeoutMs, runningGauges, progressCounters, inFlightGauges } = this.record.watch;
-    const sleepApi = engineSleepApi(this.spec.profile?.engine ?? '');
+    const sleepApi = this.hands.sleepApi;
     watchHealth({
       ...{ baseUrl: this.baseUrl, intervalMs, healthPath, probeTimeoutMs, signal: this.serving.signal, portOwner: this.portOwner },
       stall: { runningGauges, progressCounters, stallTimeoutMs, inFlightGauges },
@@ -394,4 +394,6 @@ export interface ShardRunnerContext {
   onStatus: (shard: ShardSnapshot) => void;
   /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
   launcher?: () => Promise<LauncherChoice>;
+  /** The sleep API of an engine by its name (Engine.sleepApi, from the composition root); none: no shard sleeps. */
+  sleepApiOf?: (engine: string) => EngineSleepApi | undefined;
 }

@@ -19,7 +19,7 @@ import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngin
 /** What a sleep or wake needs of its shard's runner, and its known answers. */
 export type SleepHands = Pick<
   ShardHands,
-  'shardId' | 'spec' | 'fields' | 'logPath' | 'baseUrl' | 'adminKey' | 'signal' | 'log' | 'stateFile' | 'checksAnswers' | 'life' | 'apply' | 'told' | 'target' | 'inFlight' | 'readiness'
+  'shardId' | 'spec' | 'fields' | 'logPath' | 'baseUrl' | 'adminKey' | 'signal' | 'log' | 'stateFile' | 'sleepApi' | 'checksAnswers' | 'life' | 'apply' | 'told' | 'target' | 'inFlight' | 'readiness'
 > & { answers: ShardAnswers };
 
 const KNOWN_PROMPT_LABEL = JSON.stringify(KNOWN_PROMPT);
@@ -45,7 +45,7 @@ export interface PreparedSleep {
  * releaseShard.
  */
 export async function prepareSleep(h: SleepHands, level: number, probes: SleepProbes): Promise<PreparedSleep> {
-  const api = judgeSleep(h.shardId, h.life().state, h.spec, level);
+  const api = judgeSleep(h.shardId, h.life().state, h.spec, level, h.sleepApi);
   const lvl = level as 1 | 2;
   // From a reading newer than the request: one just after READY may predate the engine's memory.
   const before = await awaitFirstReading(probes, h.spec.gpuIndices, h.signal);
@@ -106,7 +106,7 @@ export async function releaseShard(h: SleepHands, { api, level, before }: Prepar
  * the reason as its error; a wake without the weights makes it FAILED.
  */
 export async function wakeShard(h: SleepHands, probes: SleepProbes): Promise<void> {
-  const api = judgeSleep(h.shardId, ShardState.READY, h.spec, 1);
+  const api = judgeSleep(h.shardId, ShardState.READY, h.spec, 1, h.sleepApi);
   const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
   const deadline = deadlineSignal(timeoutMs, h.signal);
   const signal = deadline.signal;

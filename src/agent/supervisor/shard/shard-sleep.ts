@@ -3,7 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../../lib/duration.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
-import { type EngineSleepApi, engineSleepApi, type SleepCall } from '../../engines/engine-sleep-api.js';
+import type { EngineSleepApi, SleepCall } from '../../engines/engine-sleep-api.js';
 import { bearer, type HttpResult, httpGet, PROBE_BODY_MAX_BYTES } from '../probes/http-probe.js';
 import { stateName } from '../../../lib/shard-states.js';
 
@@ -97,10 +97,9 @@ export const AWAKE_SHARE = 0.8;
  * Whether shard `shardId` may sleep at `level`, and by which API; throws a
  * one-line failure naming what is wrong. Nothing is touched before this.
  */
-export function judgeSleep(shardId: string, state: ShardState, spec: StartShard, level: number): EngineSleepApi {
+export function judgeSleep(shardId: string, state: ShardState, spec: StartShard, level: number, api: EngineSleepApi | undefined): EngineSleepApi {
   if (level !== 1 && level !== 2) throw failure(`sleep refused: level ${level} is not 1 (weights to host RAM) or 2 (weights dropped)`);
   const engine = spec.profile?.engine ?? '';
-  const api = engineSleepApi(engine);
   if (!api) throw failure(`sleep refused: engine ${engine || '(none)'} of shard ${shardId} has no sleep mode`);
   if (!spec.profile?.sleepMode) throw failure(`sleep refused: profile ${spec.profile?.name ?? ''} of shard ${shardId} does not set sleep_mode`);
   if (state !== ShardState.READY) throw failure(`sleep refused: shard ${shardId} is ${stateName(state)}; only a READY shard can sleep`);

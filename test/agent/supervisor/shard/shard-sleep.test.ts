@@ -1,4 +1,5 @@
 import { create } from '@bufbuild/protobuf';
+import { engineSleepApi } from '../../../../src/agent/engines/engine-sleep-api.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,6 +25,9 @@ beforeEach(() => {
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
+/** The API the agent's composition gives the shard of `s` (Engine.sleepApi). */
+const apiOf = (s: StartShard) => engineSleepApi(s.profile?.engine ?? '');
+
 function spec(engine: string, sleepMode = true): StartShard {
   return create(StartShardSchema, { shardId: 's1', replicaId: 'r1', gpuIndices: [0], profile: { name: 'p1', engine, sleepMode } });
 }
@@ -37,25 +41,25 @@ function meminfo(availableMib: number): string {
 
 describe('judgeSleep', () => {
   it('takes level 1 and 2 of a READY vLLM or SGLang shard whose profile sets sleep_mode', () => {
-    expect(judgeSleep('s1', S.READY, spec('vllm'), 1)).toBeDefined();
-    expect(judgeSleep('s1', S.READY, spec('vllm'), 2)).toBeDefined();
-    expect(judgeSleep('s1', S.READY, spec('sglang'), 1)).toBeDefined();
+    expect(judgeSleep('s1', S.READY, spec('vllm'), 1, apiOf(spec('vllm')))).toBeDefined();
+    expect(judgeSleep('s1', S.READY, spec('vllm'), 2, apiOf(spec('vllm')))).toBeDefined();
+    expect(judgeSleep('s1', S.READY, spec('sglang'), 1, apiOf(spec('sglang')))).toBeDefined();
   });
 
   it.each([0, 3, -1, 1.5])('refuses level %s with one line naming the two levels', (level) => {
-    expect(() => judgeSleep('s1', S.READY, spec('vllm'), level)).toThrow(`sleep refused: level ${level} is not 1 (weights to host RAM) or 2 (weights dropped)`);
+    expect(() => judgeSleep('s1', S.READY, spec('vllm'), level, apiOf(spec('vllm')))).toThrow(`sleep refused: level ${level} is not 1 (weights to host RAM) or 2 (weights dropped)`);
   });
 
   it('refuses an engine without a sleep mode, a profile without sleep_mode and a shard not READY', () => {
-    expect(() => judgeSleep('s1', S.READY, spec('llamacpp'), 1)).toThrow(/^sleep refused: engine llamacpp of shard s1 has no sleep mode$/);
-    expect(() => judgeSleep('s1', S.READY, spec('vllm', false), 1)).toThrow(/^sleep refused: profile p1 of shard s1 does not set sleep_mode$/);
+    expect(() => judgeSleep('s1', S.READY, spec('llamacpp'), 1, apiOf(spec('llamacpp')))).toThrow(/^sleep refused: engine llamacpp of shard s1 has no sleep mode$/);
+    expect(() => judgeSleep('s1', S.READY, spec('vllm', false), 1, apiOf(spec('vllm', false)))).toThrow(/^sleep refused: profile p1 of shard s1 does not set sleep_mode$/);
     for (const state of [S.STARTING, S.UNHEALTHY, S.DRAINING, S.SLEEPING]) {
-      expect(() => judgeSleep('s1', state, spec('vllm'), 1)).toThrow(/^sleep refused: shard s1 is \w+; only a READY shard can sleep$/);
+      expect(() => judgeSleep('s1', state, spec('vllm'), 1, apiOf(spec('vllm')))).toThrow(/^sleep refused: shard s1 is \w+; only a READY shard can sleep$/);
     }
   });
 
   it('judges the level before anything else', () => {
-    expect(() => judgeSleep('s1', S.STARTING, spec('llamacpp', false), 3)).toThrow(/level 3/);
+    expect(() => judgeSleep('s1', S.STARTING, spec('llamacpp', false), 3, apiOf(spec('llamacpp', false)))).toThrow(/level 3/);
   });
 });
 

@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import type { ControlMessage, GpuEvent, Inventory, ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
 import { usageError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
@@ -17,6 +18,7 @@ import type { EngineRegistry } from './engines/engine-registry.js';
 import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
 import { NodeModels } from './models/node-models.js';
+import { WarmthLedger } from './models/warmth-ledger.js';
 import { NodeConditions } from './node-conditions.js';
 import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
@@ -78,6 +80,8 @@ export class Agent {
   readonly models: NodeModels;
   /** The agent's recent state changes, for `ctl events` and `ctl top`. */
   readonly events = new AgentEventRing();
+  /** Times to READY this node measured, by model and where each start came from (issue 41). */
+  readonly warmth: WarmthLedger;
   /** DiskPressure and Cordoned: in every Inventory, and what refuses a new start while one holds. */
   readonly conditions: NodeConditions;
   /** Opens once the first Register is out: hardware reads wait for it. */
@@ -131,7 +135,13 @@ export class Agent {
       refreshIntervalMs: c.discovery.intervalMs,
       logger: this.log,
     });
-    const reactions = shardReactions({ events: this.events, models: this.models, health: () => this.health, logDir: c.supervisor.logDir, log: this.log });
+    this.warmth = new WarmthLedger({
+      path: join(c.supervisor.stateDir, 'warmth.json'),
+      hasStore: c.models.cacheDir !== '',
+      logger: this.log,
+      onLearned: () => this.reporter.send({ case: 'inventory', value: this.inventory }),
+    });
+    const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log });
     for (const r of reactions) opts.supervisor.on('transition', r.on);
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.reporter.send({ case: 'inventory', value: this.inventory }));
@@ -158,6 +168,7 @@ export class Agent {
       logger: this.log,
       models: this.models,
       onRefused: (what, shard, why) => this.events.record(refusalEvent(what, shard, why)),
+      onWakeAsked: (shard) => this.warmth.wakeAsked(shard),
       // A sleep is judged by the GPU readings heartbeats carry (issue 30), from a reading
       // taken after it was asked: it waits up to two of the sampler's intervals for one.
       // Fresh reads on demand (issue 36 item 8) see the engine's release or resume as it
@@ -341,6 +352,7 @@ export class Agent {
     const cache = this.models.current();
     marked.cachedModels = cache.cachedModels;
     marked.modelCacheFreeBytes = cache.freeBytes;
+    marked.warmth = this.warmth.report(this.opts.supervisor.list(), cache.cachedModels);
     return marked;
   }
 

@@ -26,6 +26,8 @@ export interface ShardCommandsOptions {
   models?: NodeModels;
   /** Told of each start or drain refused, with why (`ctl events`); unlike the log, not rate-limited, since the ring is bounded. */
   onRefused?: (what: 'start' | 'drain' | 'sleep' | 'wake', shard: { shardId: string; replicaId: string }, why: string) => void;
+  /** Told as a wake of a SLEEPING shard begins (WarmthLedger.wakeAsked: its time to READY is measured from here). */
+  onWakeAsked?: (shard: ShardSnapshot) => void;
   /** The GPU readings and host RAM a sleep is judged by; without them SleepShard is refused. */
   sleepProbes?: SleepProbes;
 }
@@ -214,6 +216,7 @@ export class ShardCommands {
       const shard = this.sup.get(checked);
       if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
       if (!this.opts.sleepProbes) throw failure('this agent reads no GPU memory');
+      if (what === 'wake' && shard.state === ShardState.SLEEPING) this.opts.onWakeAsked?.(shard);
       await act(checked, this.opts.sleepProbes);
     } catch (err) {
       const msg = errorMessage(err);

@@ -6,6 +6,7 @@ import type { AgentEventRing } from './events/agent-event-ring.js';
 import { shardTransitionEvent } from './events/describe-agent-event.js';
 import type { GpuHealthWatch } from './health/gpu-health-watch.js';
 import type { NodeModels } from './models/node-models.js';
+import type { WarmthLedger } from './models/warmth-ledger.js';
 import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
 import type { ShardSnapshot, ShardTransition } from './supervisor/shard/shard-snapshot.js';
 
@@ -18,6 +19,7 @@ export interface ShardReaction {
 export interface ShardReactionParts {
   events: AgentEventRing;
   models: NodeModels;
+  warmth: WarmthLedger;
   /** The GPU health watch, once started. */
   health: () => GpuHealthWatch | undefined;
   logDir: string;
@@ -38,6 +40,8 @@ export function shardReactions(p: ShardReactionParts): ShardReaction[] {
     // evicted again (a start of it pins the model anew). One whose engine
     // still runs (not ready in time) keeps the pin until it is stopped.
     { name: 'model unpinned', on: (t) => void (isTerminal(t.to) && !t.shard.running && p.models.unpin(t.shard.shardId)) },
+    // How long a launch or a wake took to READY, by where it came from (warmth-ledger.ts).
+    { name: 'time to READY learned', on: (t) => p.warmth.follow(t) },
   ];
 }
 

@@ -5,6 +5,7 @@ import { formatAge } from '../lib/format-age.js';
 import { printable } from '../lib/printable.js';
 import { renderTable } from '../lib/table.js';
 import { describeNodeConditions, repeatsCondition } from './describe-node-conditions.js';
+import { warmthLines } from './describe-warmth.js';
 import { enumLabel } from './enum-label.js';
 import { renderGpuStatus } from './render-gpu-status.js';
 
@@ -28,6 +29,8 @@ export function renderStatus(s: StatusResponseJson, nowMs: number, opts: { ended
   for (const w of s.inventory?.warnings ?? []) if (!repeatsCondition(w, s.inventory ?? {})) lines.push(`warning    ${printable(w)}`);
   // Who each engine runs as: an engine that runs as root, or is refused for it, is seen before a start fails.
   for (const a of s.engineAccounts ?? []) lines.push(`account    ${printable(describeEngineAccount(a))}`);
+  // How soon each model measured here would be READY again (issue 41).
+  for (const w of warmthLines(s.inventory ?? {})) lines.push(`warmth     ${printable(w)}`);
   const gpuLines = renderGpuStatus(s, nowMs);
   if (gpuLines.length > 0) lines.push('', ...gpuLines);
   const shards = s.shards ?? [];

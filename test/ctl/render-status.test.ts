@@ -37,6 +37,25 @@ describe('renderStatus', () => {
     ]);
   });
 
+  it('says how warm the node is for each model it measured, at most five, and how long each would take to READY (issue 41)', () => {
+    const warmth = Array.from({ length: 7 }, (_, i) => ({
+      model: `acme/m${i}`,
+      engine: 'vllm',
+      profile: 'tp1',
+      rung: i === 0 ? 'serving' : 'store',
+      learned: i === 0 ? [{ from: 'store', medianSeconds: 41.2, samples: 3 }, { from: 'hub', medianSeconds: 365, samples: 1 }] : [],
+    }));
+    const lines = renderStatus({ inventory: { warmth }, shards: [] }, NOW).split('\n').filter((l) => l.startsWith('warmth'));
+    expect(lines).toEqual([
+      'warmth     acme/m0 (vllm, tp1): serving now; to READY from store 41.2s (×3), from hub 365s (×1)',
+      'warmth     acme/m1 (vllm, tp1): store now',
+      'warmth     acme/m2 (vllm, tp1): store now',
+      'warmth     acme/m3 (vllm, tp1): store now',
+      'warmth     acme/m4 (vllm, tp1): store now',
+      'warmth     2 more: ctl status --json',
+    ]);
+  });
+
   it('says since when the agent is connected', () => {
     expect(describeConnection({ server: 'http://cp:8443', protocol: 'connect', state: 'CONNECTION_STATE_CONNECTED', connectedSince: '2026-01-02T09:57:00Z' }, NOW)).toBe(
       'connected to http://cp:8443 (connect) since 2026-01-02T09:57:00.000Z (3m)',

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLHAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKJAwoJSW52ZW50b3J5EhsKBGdwdXMYASADKAsyDS5sbG1ndy52MS5HcHUSIAoFbGlua3MYAiADKAsyES5sbG1ndy52MS5HcHVMaW5rEhsKBGhjYXMYAyADKAsyDS5sbG1ndy52MS5IY2ESKgoKaW50ZXJmYWNlcxgEIAMoCzIWLmxsbWd3LnYxLk5ldEludGVyZmFjZRIWCg5kcml2ZXJfdmVyc2lvbhgFIAEoCRIUCgxjdWRhX3ZlcnNpb24YBiABKAkSEAoId2FybmluZ3MYByADKAkSEAoIaG9zdG5hbWUYCCABKAkSJwoJcHJvY2Vzc2VzGAkgAygLMhQubGxtZ3cudjEuR3B1UHJvY2VzcxIrCgpjb25kaXRpb25zGAogAygLMhcubGxtZ3cudjEuTm9kZUNvbmRpdGlvbhIsCg1jYWNoZWRfbW9kZWxzGAwgAygLMhUubGxtZ3cudjEuQ2FjaGVkTW9kZWwSHgoWbW9kZWxfY2FjaGVfZnJlZV9ieXRlcxgNIAEoBCJoCg1Ob2RlQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGYWN0aXZlGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAigAIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlIjkKCU1pZ0RldmljZRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkiawoKR3B1UHJvY2VzcxILCgNwaWQYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSFgoOdXNlZF9tZW1vcnlfbWIYAyABKAUSFAoMcHJvY2Vzc19uYW1lGAQgASgJEhAKCHNoYXJkX2lkGAUgASgJIkQKB0dwdUxpbmsSCQoBYRgBIAEoCRIJCgFiGAIgASgJEhIKCmNvbm5lY3Rpb24YAyABKAkSDwoHbnZsaW5rcxgEIAEoBSKeAQoDSGNhEgwKBG5hbWUYASABKAkSDAoEcG9ydBgCIAEoBRINCgVzdGF0ZRgDIAEoCRISCgpwaHlzX3N0YXRlGAQgASgJEhEKCXJhdGVfZ2JwcxgFIAEoARISCgpsaW5rX2xheWVyGAYgASgJEhEKCW51bWFfbm9kZRgHIAEoBRIOCgZmYWJyaWMYCCABKAkSDgoGbmV0ZGV2GAkgASgJIlUKDE5ldEludGVyZmFjZRIMCgRuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRILCgNtYWMYAyABKAkSCgoCdXAYBCABKAgSCwoDbXR1GAUgASgFIi8KEEZhYnJpY0F0dGFjaG1lbnQSCwoDaGNhGAEgASgJEg4KBmZhYnJpYxgCIAEoCSI4CglIZWFydGJlYXQSDwoHbm9kZV9pZBgBIAEoCRIaChJncHVfbWVtb3J5X3VzZWRfbWIYAiADKAUizgEKC1NoYXJkU3RhdHVzEg8KB25vZGVfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIjCgVzdGF0ZRgEIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFZXJyb3IYBSABKAkSEQoJZXhpdF9jb2RlGAYgASgFEhMKC2xhc3Rfb3V0cHV0GAcgAygJEgsKA3BpZBgIIAEoBRIOCgZzaWduYWwYCSABKAkSDwoHYWRvcHRlZBgKIAEoCCKyAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCSLyAQoKU3RhcnRTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2xlYWRlcl9hZGRyGAggASgJEhMKC2xlYWRlcl9wb3J0GAkgASgFEgwKBHBvb2wYCiABKAkSDgoGZmFicmljGAsgASgJEiIKB3Byb2ZpbGUYDCABKAsyES5sbG1ndy52MS5Qcm9maWxlItoCCgdQcm9maWxlEgwKBG5hbWUYASABKAkSDgoGZW5naW5lGAIgASgJEg0KBW1vZGVsGAMgASgJEhkKEXNlcnZlZF9tb2RlbF9uYW1lGAQgASgJEhwKFHRlbnNvcl9wYXJhbGxlbF9zaXplGAUgASgFEh4KFnBpcGVsaW5lX3BhcmFsbGVsX3NpemUYBiABKAUSDAoEYXJncxgHIAMoCRInCgNlbnYYCCADKAsyGi5sbG1ndy52MS5Qcm9maWxlLkVudkVudHJ5EjIKD3N0YXJ0dXBfdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZtaW5fY29tcHV0ZV9jYXBhYmlsaXR5GAogASgJEhIKCnNsZWVwX21vZGUYCyABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJHCglTdG9wU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSKAoFZ3JhY2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoKRHJhaW5TaGFyZBIQCghzaGFyZF9pZBgBIAEoCSI0CgNBY2sSEgoKbWVzc2FnZV9pZBgBIAEoBBIKCgJvaxgCIAEoCBINCgVlcnJvchgDIAEoCSJACg1QcmVmZXRjaE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDwoHaW5jbHVkZRgDIAMoCSKMAQoJTW9kZWxQdWxsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSJwoFc3RhdGUYAyABKA4yGC5sbG1ndy52MS5Nb2RlbFB1bGxTdGF0ZRISCgpieXRlc19kb25lGAQgASgEEhMKC2J5dGVzX3RvdGFsGAUgASgEEg0KBWVycm9yGAYgASgJIn0KC0NhY2hlZE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDQoFYnl0ZXMYAyABKAQSEAoIY29tcGxldGUYBCABKAgSLQoJbGFzdF91c2VkGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCItCgpTbGVlcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEg0KBWxldmVsGAIgASgNIh0KCVdha2VTaGFyZBIQCghzaGFyZF9pZBgBIAEoCSrQAgoMR3B1RXZlbnRLaW5kEh4KGkdQVV9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSR1BVX0VWRU5UX0tJTkRfWElEEAESIQodR1BVX0VWRU5UX0tJTkRfRUNDX0RPVUJMRV9CSVQQAhIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfUEVORElORxADEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9GQUlMVVJFEAQSGwoXR1BVX0VWRU5UX0tJTkRfR1BVX0xPU1QQBRIeChpHUFVfRVZFTlRfS0lORF9OVkxJTktfRE9XThAGEhoKFkdQVV9FVkVOVF9LSU5EX0NMRUFSRUQQBxIYChRHUFVfRVZFTlRfS0lORF9SRVNFVBAIEiYKIkdQVV9FVkVOVF9LSU5EX0NMRUFSRURfQllfT1BFUkFUT1IQCSqMAgoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIZChVTSEFSRF9TVEFURV9VTkhFQUxUSFkQAxIYChRTSEFSRF9TVEFURV9EUkFJTklORxAEEhgKFFNIQVJEX1NUQVRFX1NUT1BQSU5HEAUSFwoTU0hBUkRfU1RBVEVfU1RPUFBFRBAGEhYKElNIQVJEX1NUQVRFX0ZBSUxFRBAHEhYKElNIQVJEX1NUQVRFX0VYSVRFRBAIEhgKFFNIQVJEX1NUQVRFX1NMRUVQSU5HEAkqpwEKDk1vZGVsUHVsbFN0YXRlEiAKHE1PREVMX1BVTExfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhNT0RFTF9QVUxMX1NUQVRFX1NUQVJURUQQARIdChlNT0RFTF9QVUxMX1NUQVRFX1BST0dSRVNTEAISGQoVTU9ERUxfUFVMTF9TVEFURV9ET05FEAMSGwoXTU9ERUxfUFVMTF9TVEFURV9GQUlMRUQQBDJPCgxBZ2VudFNlcnZpY2USPwoHQ29ubmVjdBIWLmxsbWd3LnYxLkFnZW50TWVzc2FnZRoYLmxsbWd3LnYxLkNvbnRyb2xNZXNzYWdlKAEwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLHAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKwAwoJSW52ZW50b3J5EhsKBGdwdXMYASADKAsyDS5sbG1ndy52MS5HcHUSIAoFbGlua3MYAiADKAsyES5sbG1ndy52MS5HcHVMaW5rEhsKBGhjYXMYAyADKAsyDS5sbG1ndy52MS5IY2ESKgoKaW50ZXJmYWNlcxgEIAMoCzIWLmxsbWd3LnYxLk5ldEludGVyZmFjZRIWCg5kcml2ZXJfdmVyc2lvbhgFIAEoCRIUCgxjdWRhX3ZlcnNpb24YBiABKAkSEAoId2FybmluZ3MYByADKAkSEAoIaG9zdG5hbWUYCCABKAkSJwoJcHJvY2Vzc2VzGAkgAygLMhQubGxtZ3cudjEuR3B1UHJvY2VzcxIrCgpjb25kaXRpb25zGAogAygLMhcubGxtZ3cudjEuTm9kZUNvbmRpdGlvbhIsCg1jYWNoZWRfbW9kZWxzGAwgAygLMhUubGxtZ3cudjEuQ2FjaGVkTW9kZWwSHgoWbW9kZWxfY2FjaGVfZnJlZV9ieXRlcxgNIAEoBBIlCgZ3YXJtdGgYDiADKAsyFS5sbG1ndy52MS5Nb2RlbFdhcm10aCJzCgtNb2RlbFdhcm10aBINCgVtb2RlbBgBIAEoCRIOCgZlbmdpbmUYAiABKAkSDwoHcHJvZmlsZRgDIAEoCRIMCgRydW5nGAQgASgJEiYKB2xlYXJuZWQYBSADKAsyFS5sbG1ndy52MS5UaW1lVG9SZWFkeSJECgtUaW1lVG9SZWFkeRIMCgRmcm9tGAEgASgJEhYKDm1lZGlhbl9zZWNvbmRzGAIgASgBEg8KB3NhbXBsZXMYAyABKA0iaAoNTm9kZUNvbmRpdGlvbhIMCgR0eXBlGAEgASgJEg4KBmFjdGl2ZRgCIAEoCBIOCgZyZWFzb24YAyABKAkSKQoFc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoACCgNHcHUSDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhoKEmNvbXB1dGVfY2FwYWJpbGl0eRgEIAEoCRIXCg9tZW1vcnlfdG90YWxfbWIYBSABKAUSFgoObWVtb3J5X3VzZWRfbWIYBiABKAUSEgoKcGNpX2J1c19pZBgHIAEoCRIRCgludW1hX25vZGUYCCABKAUSDwoHaGVhbHRoeRgJIAEoCBINCgVlcnJvchgKIAEoCRIQCghtaWdfbW9kZRgLIAEoCRIoCgttaWdfZGV2aWNlcxgMIAMoCzITLmxsbWd3LnYxLk1pZ0RldmljZSI5CglNaWdEZXZpY2USDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIPCgdwcm9maWxlGAMgASgJImsKCkdwdVByb2Nlc3MSCwoDcGlkGAEgASgFEhAKCGdwdV91dWlkGAIgASgJEhYKDnVzZWRfbWVtb3J5X21iGAMgASgFEhQKDHByb2Nlc3NfbmFtZRgEIAEoCRIQCghzaGFyZF9pZBgFIAEoCSJECgdHcHVMaW5rEgkKAWEYASABKAkSCQoBYhgCIAEoCRISCgpjb25uZWN0aW9uGAMgASgJEg8KB252bGlua3MYBCABKAUingEKA0hjYRIMCgRuYW1lGAEgASgJEgwKBHBvcnQYAiABKAUSDQoFc3RhdGUYAyABKAkSEgoKcGh5c19zdGF0ZRgEIAEoCRIRCglyYXRlX2dicHMYBSABKAESEgoKbGlua19sYXllchgGIAEoCRIRCgludW1hX25vZGUYByABKAUSDgoGZmFicmljGAggASgJEg4KBm5ldGRldhgJIAEoCSJVCgxOZXRJbnRlcmZhY2USDAoEbmFtZRgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkSCwoDbWFjGAMgASgJEgoKAnVwGAQgASgIEgsKA210dRgFIAEoBSIvChBGYWJyaWNBdHRhY2htZW50EgsKA2hjYRgBIAEoCRIOCgZmYWJyaWMYAiABKAkiOAoJSGVhcnRiZWF0Eg8KB25vZGVfaWQYASABKAkSGgoSZ3B1X21lbW9yeV91c2VkX21iGAIgAygFIs4BCgtTaGFyZFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSIwoFc3RhdGUYBCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBWVycm9yGAUgASgJEhEKCWV4aXRfY29kZRgGIAEoBRITCgtsYXN0X291dHB1dBgHIAMoCRILCgNwaWQYCCABKAUSDgoGc2lnbmFsGAkgASgJEg8KB2Fkb3B0ZWQYCiABKAgisgIKDFJ1bm5pbmdTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEiMKBXN0YXRlGAggASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVtb2RlbBgJIAEoCRIPCgdwcm9maWxlGAogASgJEgwKBHBvb2wYCyABKAkSDgoGZmFicmljGAwgASgJEhMKC2xlYWRlcl9hZGRyGA0gASgJEhMKC2xlYWRlcl9wb3J0GA4gASgFEgsKA3BpZBgPIAEoBRIOCgZlbmdpbmUYECABKAki8gEKClN0YXJ0U2hhcmQSEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIMCgRyYW5rGAMgASgFEg4KBm5ub2RlcxgEIAEoBRITCgtncHVfaW5kaWNlcxgFIAMoBRIMCgRoY2FzGAYgAygJEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtsZWFkZXJfYWRkchgIIAEoCRITCgtsZWFkZXJfcG9ydBgJIAEoBRIMCgRwb29sGAogASgJEg4KBmZhYnJpYxgLIAEoCRIiCgdwcm9maWxlGAwgASgLMhEubGxtZ3cudjEuUHJvZmlsZSLaAgoHUHJvZmlsZRIMCgRuYW1lGAEgASgJEg4KBmVuZ2luZRgCIAEoCRINCgVtb2RlbBgDIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgEIAEoCRIcChR0ZW5zb3JfcGFyYWxsZWxfc2l6ZRgFIAEoBRIeChZwaXBlbGluZV9wYXJhbGxlbF9zaXplGAYgASgFEgwKBGFyZ3MYByADKAkSJwoDZW52GAggAygLMhoubGxtZ3cudjEuUHJvZmlsZS5FbnZFbnRyeRIyCg9zdGFydHVwX3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHgoWbWluX2NvbXB1dGVfY2FwYWJpbGl0eRgKIAEoCRISCgpzbGVlcF9tb2RlGAsgASgIGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRwoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEigKBWdyYWNlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KCkRyYWluU2hhcmQSEAoIc2hhcmRfaWQYASABKAkiNAoDQWNrEhIKCm1lc3NhZ2VfaWQYASABKAQSCgoCb2sYAiABKAgSDQoFZXJyb3IYAyABKAkiQAoNUHJlZmV0Y2hNb2RlbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEg8KB2luY2x1ZGUYAyADKAkijAEKCU1vZGVsUHVsbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEicKBXN0YXRlGAMgASgOMhgubGxtZ3cudjEuTW9kZWxQdWxsU3RhdGUSEgoKYnl0ZXNfZG9uZRgEIAEoBBITCgtieXRlc190b3RhbBgFIAEoBBINCgVlcnJvchgGIAEoCSJ9CgtDYWNoZWRNb2RlbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEg0KBWJ5dGVzGAMgASgEEhAKCGNvbXBsZXRlGAQgASgIEi0KCWxhc3RfdXNlZBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiLQoKU2xlZXBTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRINCgVsZXZlbBgCIAEoDSIdCglXYWtlU2hhcmQSEAoIc2hhcmRfaWQYASABKAkq0AIKDEdwdUV2ZW50S2luZBIeChpHUFVfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEhYKEkdQVV9FVkVOVF9LSU5EX1hJRBABEiEKHUdQVV9FVkVOVF9LSU5EX0VDQ19ET1VCTEVfQklUEAISJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX1BFTkRJTkcQAxIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfRkFJTFVSRRAEEhsKF0dQVV9FVkVOVF9LSU5EX0dQVV9MT1NUEAUSHgoaR1BVX0VWRU5UX0tJTkRfTlZMSU5LX0RPV04QBhIaChZHUFVfRVZFTlRfS0lORF9DTEVBUkVEEAcSGAoUR1BVX0VWRU5UX0tJTkRfUkVTRVQQCBImCiJHUFVfRVZFTlRfS0lORF9DTEVBUkVEX0JZX09QRVJBVE9SEAkqjAIKClNoYXJkU3RhdGUSGwoXU0hBUkRfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRTSEFSRF9TVEFURV9TVEFSVElORxABEhUKEVNIQVJEX1NUQVRFX1JFQURZEAISGQoVU0hBUkRfU1RBVEVfVU5IRUFMVEhZEAMSGAoUU0hBUkRfU1RBVEVfRFJBSU5JTkcQBBIYChRTSEFSRF9TVEFURV9TVE9QUElORxAFEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBhIWChJTSEFSRF9TVEFURV9GQUlMRUQQBxIWChJTSEFSRF9TVEFURV9FWElURUQQCBIYChRTSEFSRF9TVEFURV9TTEVFUElORxAJKqcBCg5Nb2RlbFB1bGxTdGF0ZRIgChxNT0RFTF9QVUxMX1NUQVRFX1VOU1BFQ0lGSUVEEAASHAoYTU9ERUxfUFVMTF9TVEFURV9TVEFSVEVEEAESHQoZTU9ERUxfUFVMTF9TVEFURV9QUk9HUkVTUxACEhkKFU1PREVMX1BVTExfU1RBVEVfRE9ORRADEhsKF01PREVMX1BVTExfU1RBVEVfRkFJTEVEEAQyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -593,6 +593,16 @@ export type Inventory = Message<"llmgw.v1.Inventory"> & {
    * @generated from field: uint64 model_cache_free_bytes = 13;
    */
   modelCacheFreeBytes: bigint;
+
+  /**
+   * How warm this node is for each model it has started, and the time to
+   * READY it measured from each rung (issue 41), so placement can prefer the
+   * node that will serve soonest. One entry per model, engine and profile the
+   * agent has seen READY, the most recent 128.
+   *
+   * @generated from field: repeated llmgw.v1.ModelWarmth warmth = 14;
+   */
+  warmth: ModelWarmth[];
 };
 
 /**
@@ -674,6 +684,16 @@ export type InventoryJson = {
    * @generated from field: uint64 model_cache_free_bytes = 13;
    */
   modelCacheFreeBytes?: string;
+
+  /**
+   * How warm this node is for each model it has started, and the time to
+   * READY it measured from each rung (issue 41), so placement can prefer the
+   * node that will serve soonest. One entry per model, engine and profile the
+   * agent has seen READY, the most recent 128.
+   *
+   * @generated from field: repeated llmgw.v1.ModelWarmth warmth = 14;
+   */
+  warmth?: ModelWarmthJson[];
 };
 
 /**
@@ -682,6 +702,152 @@ export type InventoryJson = {
  */
 export const InventorySchema: GenMessage<Inventory, {jsonType: InventoryJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 4);
+
+/**
+ * One model as one engine and profile start it, on this node.
+ *
+ * @generated from message llmgw.v1.ModelWarmth
+ */
+export type ModelWarmth = Message<"llmgw.v1.ModelWarmth"> & {
+  /**
+   * @generated from field: string model = 1;
+   */
+  model: string;
+
+  /**
+   * @generated from field: string engine = 2;
+   */
+  engine: string;
+
+  /**
+   * @generated from field: string profile = 3;
+   */
+  profile: string;
+
+  /**
+   * What the node offers now, warmest first: "serving" (a READY shard of it),
+   * "sleeping" (a SLEEPING shard), "store" (complete in models.cache_dir),
+   * "partial" (in the store, not complete), "absent" (not in the store), or
+   * "unmanaged" (the agent has no model store).
+   *
+   * @generated from field: string rung = 4;
+   */
+  rung: string;
+
+  /**
+   * What this node measured, one entry per rung a start or wake came from.
+   *
+   * @generated from field: repeated llmgw.v1.TimeToReady learned = 5;
+   */
+  learned: TimeToReady[];
+};
+
+/**
+ * One model as one engine and profile start it, on this node.
+ *
+ * @generated from message llmgw.v1.ModelWarmth
+ */
+export type ModelWarmthJson = {
+  /**
+   * @generated from field: string model = 1;
+   */
+  model?: string;
+
+  /**
+   * @generated from field: string engine = 2;
+   */
+  engine?: string;
+
+  /**
+   * @generated from field: string profile = 3;
+   */
+  profile?: string;
+
+  /**
+   * What the node offers now, warmest first: "serving" (a READY shard of it),
+   * "sleeping" (a SLEEPING shard), "store" (complete in models.cache_dir),
+   * "partial" (in the store, not complete), "absent" (not in the store), or
+   * "unmanaged" (the agent has no model store).
+   *
+   * @generated from field: string rung = 4;
+   */
+  rung?: string;
+
+  /**
+   * What this node measured, one entry per rung a start or wake came from.
+   *
+   * @generated from field: repeated llmgw.v1.TimeToReady learned = 5;
+   */
+  learned?: TimeToReadyJson[];
+};
+
+/**
+ * Describes the message llmgw.v1.ModelWarmth.
+ * Use `create(ModelWarmthSchema)` to create a new message.
+ */
+export const ModelWarmthSchema: GenMessage<ModelWarmth, {jsonType: ModelWarmthJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 5);
+
+/**
+ * Time to READY from one rung, measured on this node: the median of its last
+ * samples (at most 8), launch (or wake request) to READY.
+ *
+ * @generated from message llmgw.v1.TimeToReady
+ */
+export type TimeToReady = Message<"llmgw.v1.TimeToReady"> & {
+  /**
+   * "sleeping" (a wake), "store" (a start with the model complete in the
+   * store), "hub" (a start without it: the engine read the hub), or
+   * "unmanaged" (a start on an agent without a model store).
+   *
+   * @generated from field: string from = 1;
+   */
+  from: string;
+
+  /**
+   * @generated from field: double median_seconds = 2;
+   */
+  medianSeconds: number;
+
+  /**
+   * @generated from field: uint32 samples = 3;
+   */
+  samples: number;
+};
+
+/**
+ * Time to READY from one rung, measured on this node: the median of its last
+ * samples (at most 8), launch (or wake request) to READY.
+ *
+ * @generated from message llmgw.v1.TimeToReady
+ */
+export type TimeToReadyJson = {
+  /**
+   * "sleeping" (a wake), "store" (a start with the model complete in the
+   * store), "hub" (a start without it: the engine read the hub), or
+   * "unmanaged" (a start on an agent without a model store).
+   *
+   * @generated from field: string from = 1;
+   */
+  from?: string;
+
+  /**
+   * @generated from field: double median_seconds = 2;
+   */
+  medianSeconds?: number | "NaN" | "Infinity" | "-Infinity";
+
+  /**
+   * @generated from field: uint32 samples = 3;
+   */
+  samples?: number;
+};
+
+/**
+ * Describes the message llmgw.v1.TimeToReady.
+ * Use `create(TimeToReadySchema)` to create a new message.
+ */
+export const TimeToReadySchema: GenMessage<TimeToReady, {jsonType: TimeToReadyJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 6);
 
 /**
  * One node condition: what it is, whether it holds, why, and since when it
@@ -754,7 +920,7 @@ export type NodeConditionJson = {
  * Use `create(NodeConditionSchema)` to create a new message.
  */
 export const NodeConditionSchema: GenMessage<NodeCondition, {jsonType: NodeConditionJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 5);
+  messageDesc(file_llmgw_v1_agent, 7);
 
 /**
  * @generated from message llmgw.v1.Gpu
@@ -907,7 +1073,7 @@ export type GpuJson = {
  * Use `create(GpuSchema)` to create a new message.
  */
 export const GpuSchema: GenMessage<Gpu, {jsonType: GpuJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 6);
+  messageDesc(file_llmgw_v1_agent, 8);
 
 /**
  * @generated from message llmgw.v1.MigDevice
@@ -958,7 +1124,7 @@ export type MigDeviceJson = {
  * Use `create(MigDeviceSchema)` to create a new message.
  */
 export const MigDeviceSchema: GenMessage<MigDevice, {jsonType: MigDeviceJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 7);
+  messageDesc(file_llmgw_v1_agent, 9);
 
 /**
  * @generated from message llmgw.v1.GpuProcess
@@ -1029,7 +1195,7 @@ export type GpuProcessJson = {
  * Use `create(GpuProcessSchema)` to create a new message.
  */
 export const GpuProcessSchema: GenMessage<GpuProcess, {jsonType: GpuProcessJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 8);
+  messageDesc(file_llmgw_v1_agent, 10);
 
 /**
  * @generated from message llmgw.v1.GpuLink
@@ -1098,7 +1264,7 @@ export type GpuLinkJson = {
  * Use `create(GpuLinkSchema)` to create a new message.
  */
 export const GpuLinkSchema: GenMessage<GpuLink, {jsonType: GpuLinkJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 9);
+  messageDesc(file_llmgw_v1_agent, 11);
 
 /**
  * @generated from message llmgw.v1.Hca
@@ -1225,7 +1391,7 @@ export type HcaJson = {
  * Use `create(HcaSchema)` to create a new message.
  */
 export const HcaSchema: GenMessage<Hca, {jsonType: HcaJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 10);
+  messageDesc(file_llmgw_v1_agent, 12);
 
 /**
  * @generated from message llmgw.v1.NetInterface
@@ -1292,7 +1458,7 @@ export type NetInterfaceJson = {
  * Use `create(NetInterfaceSchema)` to create a new message.
  */
 export const NetInterfaceSchema: GenMessage<NetInterface, {jsonType: NetInterfaceJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 11);
+  messageDesc(file_llmgw_v1_agent, 13);
 
 /**
  * FabricAttachment says which fabric an HCA is cabled to. It comes from the
@@ -1335,7 +1501,7 @@ export type FabricAttachmentJson = {
  * Use `create(FabricAttachmentSchema)` to create a new message.
  */
 export const FabricAttachmentSchema: GenMessage<FabricAttachment, {jsonType: FabricAttachmentJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 12);
+  messageDesc(file_llmgw_v1_agent, 14);
 
 /**
  * @generated from message llmgw.v1.Heartbeat
@@ -1376,7 +1542,7 @@ export type HeartbeatJson = {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat, {jsonType: HeartbeatJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 13);
+  messageDesc(file_llmgw_v1_agent, 15);
 
 /**
  * @generated from message llmgw.v1.ShardStatus
@@ -1501,7 +1667,7 @@ export type ShardStatusJson = {
  * Use `create(ShardStatusSchema)` to create a new message.
  */
 export const ShardStatusSchema: GenMessage<ShardStatus, {jsonType: ShardStatusJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 14);
+  messageDesc(file_llmgw_v1_agent, 16);
 
 /**
  * @generated from message llmgw.v1.RunningShard
@@ -1678,7 +1844,7 @@ export type RunningShardJson = {
  * Use `create(RunningShardSchema)` to create a new message.
  */
 export const RunningShardSchema: GenMessage<RunningShard, {jsonType: RunningShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 15);
+  messageDesc(file_llmgw_v1_agent, 17);
 
 /**
  * @generated from message llmgw.v1.StartShard
@@ -1815,7 +1981,7 @@ export type StartShardJson = {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard, {jsonType: StartShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 16);
+  messageDesc(file_llmgw_v1_agent, 18);
 
 /**
  * @generated from message llmgw.v1.Profile
@@ -1960,7 +2126,7 @@ export type ProfileJson = {
  * Use `create(ProfileSchema)` to create a new message.
  */
 export const ProfileSchema: GenMessage<Profile, {jsonType: ProfileJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 17);
+  messageDesc(file_llmgw_v1_agent, 19);
 
 /**
  * @generated from message llmgw.v1.StopShard
@@ -2003,7 +2169,7 @@ export type StopShardJson = {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard, {jsonType: StopShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 18);
+  messageDesc(file_llmgw_v1_agent, 20);
 
 /**
  * @generated from message llmgw.v1.DrainShard
@@ -2030,7 +2196,7 @@ export type DrainShardJson = {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard, {jsonType: DrainShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 19);
+  messageDesc(file_llmgw_v1_agent, 21);
 
 /**
  * @generated from message llmgw.v1.Ack
@@ -2081,7 +2247,7 @@ export type AckJson = {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack, {jsonType: AckJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 20);
+  messageDesc(file_llmgw_v1_agent, 22);
 
 /**
  * A PrefetchModel: what `llmgw models pull` takes. repo is a hub model id
@@ -2138,7 +2304,7 @@ export type PrefetchModelJson = {
  * Use `create(PrefetchModelSchema)` to create a new message.
  */
 export const PrefetchModelSchema: GenMessage<PrefetchModel, {jsonType: PrefetchModelJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 21);
+  messageDesc(file_llmgw_v1_agent, 23);
 
 /**
  * One step of a pull of the node's store (issue 30), keyed by repo and
@@ -2225,7 +2391,7 @@ export type ModelPullJson = {
  * Use `create(ModelPullSchema)` to create a new message.
  */
 export const ModelPullSchema: GenMessage<ModelPull, {jsonType: ModelPullJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 22);
+  messageDesc(file_llmgw_v1_agent, 24);
 
 /**
  * A model in the node's store. complete: every file of a pulled revision is
@@ -2302,7 +2468,7 @@ export type CachedModelJson = {
  * Use `create(CachedModelSchema)` to create a new message.
  */
 export const CachedModelSchema: GenMessage<CachedModel, {jsonType: CachedModelJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 23);
+  messageDesc(file_llmgw_v1_agent, 25);
 
 /**
  * SleepShard: level 1 offloads the weights to host RAM and drops the KV
@@ -2351,7 +2517,7 @@ export type SleepShardJson = {
  * Use `create(SleepShardSchema)` to create a new message.
  */
 export const SleepShardSchema: GenMessage<SleepShard, {jsonType: SleepShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 24);
+  messageDesc(file_llmgw_v1_agent, 26);
 
 /**
  * @generated from message llmgw.v1.WakeShard
@@ -2378,7 +2544,7 @@ export type WakeShardJson = {
  * Use `create(WakeShardSchema)` to create a new message.
  */
 export const WakeShardSchema: GenMessage<WakeShard, {jsonType: WakeShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 25);
+  messageDesc(file_llmgw_v1_agent, 27);
 
 /**
  * @generated from enum llmgw.v1.GpuEventKind

@@ -1,0 +1,190 @@
+import { readFileSync } from 'node:fs';
+import { rename, writeFile } from 'node:fs/promises';
+import { create } from '@bufbuild/protobuf';
+import { type CachedModel, type ModelWarmth, ModelWarmthSchema, ShardState, TimeToReadySchema } from '../../gen/llmgw/v1/agent_pb.js';
+import { errorMessage } from '../../lib/errors.js';
+import type { Logger } from '../../lib/logger.js';
+import { isTerminal } from '../../lib/shard-states.js';
+import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
+
+/*
+ * How long this node took to bring each model to READY, by where it came
+ * from (issue 41): measured at every launch and wake, kept across agent
+ * restarts, reported in Inventory.warmth beside the rung the node offers
+ * now. Never guessed: a rung nothing came from has no estimate.
+ */
+
+/** Where a start or wake came from. */
+export type WarmthFrom = 'sleeping' | 'store' | 'hub' | 'unmanaged';
+
+/** Samples kept per rung: the median of the last few follows a node that changed (a new disk, a new driver). */
+export const WARMTH_SAMPLES = 8;
+/** Models kept, the most recently measured: a node that served thousands of models over a year keeps a bounded file. */
+export const WARMTH_MODELS = 128;
+
+interface Entry {
+  model: string;
+  engine: string;
+  profile: string;
+  updatedAtMs: number;
+  /** Milliseconds to READY, oldest first, per rung. */
+  samples: Partial<Record<WarmthFrom, number[]>>;
+}
+
+interface WarmthFile {
+  version: 1;
+  entries: Entry[];
+}
+
+const FROM: readonly WarmthFrom[] = ['sleeping', 'store', 'hub', 'unmanaged'];
+
+const keyOf = (s: { spec: ShardSnapshot['spec'] }) => {
+  const p = s.spec.profile;
+  return { model: p?.model ?? '', engine: p?.engine ?? '', profile: p?.name ?? '' };
+};
+const idOf = (k: { model: string; engine: string; profile: string }) => JSON.stringify([k.model, k.engine, k.profile]);
+
+export interface WarmthLedgerOptions {
+  /** The file it is kept in (<state_dir>/warmth.json). */
+  path: string;
+  /** Whether the agent has a model store (models.cache_dir): a start is then from the store or the hub. */
+  hasStore: boolean;
+  logger: Logger;
+  /** Told after each measurement, so the next Inventory carries it. */
+  onLearned?: () => void;
+}
+
+export class WarmthLedger {
+  readonly #opts: WarmthLedgerOptions;
+  readonly #entries = new Map<string, Entry>();
+  /** Per shard, a start or wake under way: where it came from and when. */
+  readonly #pending = new Map<string, { from: WarmthFrom; atMs: number }>();
+  #writing: Promise<void> = Promise.resolve();
+
+  constructor(opts: WarmthLedgerOptions) {
+    this.#opts = opts;
+    this.#load();
+  }
+
+  /** A shard's transition: a launch begins a measurement, READY ends it, any other end forgets it. */
+  follow(t: ShardTransition): void {
+    const id = t.shard.shardId;
+    if (t.to === ShardState.STARTING) {
+      // An adopted engine was launched by another agent: when, and from what, nobody here knows.
+      if (t.shard.adopted) this.#pending.delete(id);
+      else this.#pending.set(id, { from: this.#startFrom(t.shard), atMs: t.shard.startedAtMs });
+      return;
+    }
+    const pending = this.#pending.get(id);
+    if (t.to === ShardState.READY && pending && (t.from === ShardState.STARTING || t.from === ShardState.SLEEPING)) {
+      this.#pending.delete(id);
+      this.#record(t.shard, pending.from, Date.now() - pending.atMs);
+      return;
+    }
+    if (isTerminal(t.to) || t.to === ShardState.STOPPING) this.#pending.delete(id);
+  }
+
+  /** A WakeShard is being carried out for `shard`: READY ends the measurement, from sleeping. */
+  wakeAsked(shard: ShardSnapshot): void {
+    this.#pending.set(shard.shardId, { from: 'sleeping', atMs: Date.now() });
+  }
+
+  /**
+   * What Inventory.warmth says: per model, engine and profile measured, the
+   * rung the node offers now (from its shards and its store) and what it learned.
+   */
+  report(shards: readonly ShardSnapshot[], cached: readonly CachedModel[]): ModelWarmth[] {
+    // The map is kept in the order of measurement: the most recent first here.
+    return [...this.#entries.values()]
+      .reverse()
+      .map((e) =>
+        create(ModelWarmthSchema, {
+          model: e.model,
+          engine: e.engine,
+          profile: e.profile,
+          rung: this.#rungNow(e, shards, cached),
+          learned: FROM.flatMap((from) => {
+            const s = e.samples[from];
+            return s && s.length > 0 ? [create(TimeToReadySchema, { from, medianSeconds: median(s) / 1000, samples: s.length })] : [];
+          }),
+        }),
+      );
+  }
+
+  /** Resolves once every measurement so far is on disk. */
+  flushed(): Promise<void> {
+    return this.#writing;
+  }
+
+  #startFrom(s: ShardSnapshot): WarmthFrom {
+    if (!this.#opts.hasStore) return 'unmanaged';
+    // The admission's note says when a start runs online, and why (start-admission.ts onlineNote).
+    return s.note?.includes('online') ? 'hub' : 'store';
+  }
+
+  #rungNow(e: Entry, shards: readonly ShardSnapshot[], cached: readonly CachedModel[]): string {
+    const mine = shards.filter((s) => idOf(keyOf(s)) === idOf(e));
+    if (mine.some((s) => s.state === ShardState.READY)) return 'serving';
+    if (mine.some((s) => s.state === ShardState.SLEEPING)) return 'sleeping';
+    if (!this.#opts.hasStore) return 'unmanaged';
+    const inStore = cached.filter((c) => c.repo === e.model);
+    if (inStore.some((c) => c.complete)) return 'store';
+    return inStore.length > 0 ? 'partial' : 'absent';
+  }
+
+  #record(shard: ShardSnapshot, from: WarmthFrom, ms: number): void {
+    const k = keyOf(shard);
+    const id = idOf(k);
+    const e = this.#entries.get(id) ?? { ...k, updatedAtMs: 0, samples: {} };
+    const samples = [...(e.samples[from] ?? []), Math.max(0, Math.round(ms))].slice(-WARMTH_SAMPLES);
+    e.samples[from] = samples;
+    e.updatedAtMs = Date.now();
+    this.#entries.delete(id);
+    this.#entries.set(id, e);
+    while (this.#entries.size > WARMTH_MODELS) this.#entries.delete(this.#entries.keys().next().value as string);
+    this.#opts.logger.info({ shard: shard.shardId, model: k.model, engine: k.engine, profile: k.profile, from, ms: Math.round(ms), median: median(samples) }, 'time to READY measured');
+    this.#save();
+    this.#opts.onLearned?.();
+  }
+
+  /** Reads what an earlier agent measured; a file that cannot be read starts the ledger empty, and says why. */
+  #load(): void {
+    let text: string;
+    try {
+      text = readFileSync(this.#opts.path, 'utf8');
+    } catch {
+      return;
+    }
+    try {
+      const f = JSON.parse(text) as WarmthFile;
+      if (f.version !== 1 || !Array.isArray(f.entries)) throw new Error('not a version 1 warmth file');
+      for (const e of f.entries.slice(-WARMTH_MODELS)) {
+        if (typeof e.model !== 'string' || typeof e.engine !== 'string' || typeof e.profile !== 'string' || typeof e.samples !== 'object' || e.samples === null) continue;
+        const samples: Entry['samples'] = {};
+        for (const from of FROM) {
+          const s = e.samples[from];
+          if (Array.isArray(s)) samples[from] = s.filter((n) => Number.isFinite(n) && n >= 0).slice(-WARMTH_SAMPLES);
+        }
+        this.#entries.set(idOf(e), { model: e.model, engine: e.engine, profile: e.profile, updatedAtMs: Number(e.updatedAtMs) || 0, samples });
+      }
+    } catch (err) {
+      this.#opts.logger.warn({ file: this.#opts.path, err: errorMessage(err) }, 'ignoring the warmth file: times to READY are measured anew');
+    }
+  }
+
+  /** Written aside and renamed, one write at a time: a crash leaves the old file or the new one. */
+  #save(): void {
+    const f: WarmthFile = { version: 1, entries: [...this.#entries.values()] };
+    const tmp = `${this.#opts.path}.tmp`;
+    this.#writing = this.#writing
+      .then(() => writeFile(tmp, `${JSON.stringify(f)}\n`, { mode: 0o600 }))
+      .then(() => rename(tmp, this.#opts.path))
+      .catch((err: unknown) => this.#opts.logger.warn({ file: this.#opts.path, err: errorMessage(err) }, 'could not keep the times to READY on disk'));
+  }
+}
+
+function median(xs: readonly number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const mid = Math.floor(s.length / 2);
+  return s.length % 2 === 1 ? (s[mid] as number) : ((s[mid - 1] as number) + (s[mid] as number)) / 2;
+}

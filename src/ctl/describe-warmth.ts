@@ -1,0 +1,21 @@
+import type { InventoryJson } from '../gen/llmgw/v1/agent_pb.js';
+import { formatDuration } from '../lib/duration.js';
+
+/** Models `ctl status` lists by warmth, the most recently measured; --json has them all. */
+export const WARMTH_LINES = 5;
+
+type WarmthJson = NonNullable<InventoryJson['warmth']>[number];
+
+/** "sim/m (sim, sim-small): serving now; to READY from store 41.2s (×3), from hub 365s (×1)". */
+export function describeWarmth(w: WarmthJson): string {
+  const learned = (w.learned ?? []).map((t) => `from ${t.from} ${formatDuration(Math.round(Number(t.medianSeconds ?? 0) * 1000))} (×${t.samples ?? 0})`);
+  return `${w.model} (${w.engine}, ${w.profile || 'no profile'}): ${w.rung} now${learned.length > 0 ? `; to READY ${learned.join(', ')}` : ''}`;
+}
+
+/** The warmth lines of `ctl status`: at most WARMTH_LINES, then how many more there are. */
+export function warmthLines(inv: InventoryJson): string[] {
+  const all = inv.warmth ?? [];
+  const lines = all.slice(0, WARMTH_LINES).map(describeWarmth);
+  if (all.length > WARMTH_LINES) lines.push(`${all.length - WARMTH_LINES} more: ctl status --json`);
+  return lines;
+}

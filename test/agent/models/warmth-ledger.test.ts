@@ -1,0 +1,115 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { create } from '@bufbuild/protobuf';
+import { afterAll, describe, expect, it } from 'vitest';
+import { WARMTH_MODELS, WARMTH_SAMPLES, WarmthLedger } from '../../../src/agent/models/warmth-ledger.js';
+import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
+import { CachedModelSchema, ShardState as S, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { captureLogger } from '../../helpers/capture-logger.js';
+import { shardSnapshot } from '../../helpers/shard-snapshot.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'llmgw-warmth-'));
+const ledgers: WarmthLedger[] = [];
+// Every ledger's writes land before the folder goes: one still renaming into it made rmSync fail.
+afterAll(async () => {
+  await Promise.all(ledgers.map((l) => l.flushed()));
+  rmSync(dir, { recursive: true, force: true });
+});
+let n = 0;
+const fresh = () => join(dir, `warmth-${n++}.json`);
+/** A ledger whose writes the suite waits for. */
+function ledger(opts: ConstructorParameters<typeof WarmthLedger>[0]): WarmthLedger {
+  const l = new WarmthLedger(opts);
+  ledgers.push(l);
+  return l;
+}
+
+function shard(id: string, startedAtMs: number, over: Partial<ShardSnapshot> = {}, model = 'acme/chat'): ShardSnapshot {
+  const spec = create(StartShardSchema, { shardId: id, replicaId: 'r', gpuIndices: [0], profile: { name: 'chat-tp1', engine: 'vllm', model } });
+  return shardSnapshot(id, { spec, startedAtMs, ...over });
+}
+
+/** A launch `ms` before now, then READY now. */
+function launchedAndReady(l: WarmthLedger, s: ShardSnapshot): void {
+  l.follow({ shard: s, from: S.UNSPECIFIED, to: S.STARTING, why: 'launched' });
+  l.follow({ shard: s, from: S.STARTING, to: S.READY, why: 'answers /health' });
+}
+
+describe('WarmthLedger', () => {
+  it('measures launch to READY by where the start came from, and reports the median with the count', () => {
+    const learned: number[] = [];
+    const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger, onLearned: () => learned.push(1) });
+    const now = Date.now();
+    launchedAndReady(l, shard('a', now - 3000));
+    launchedAndReady(l, shard('b', now - 1000));
+    launchedAndReady(l, shard('c', now - 2000));
+    launchedAndReady(l, shard('d', now - 90_000, { note: 'started online (HF_HUB_OFFLINE unset): acme/chat is not complete in the store' }));
+    const [w] = l.report([], []);
+    expect(w).toMatchObject({ model: 'acme/chat', engine: 'vllm', profile: 'chat-tp1', rung: 'absent' });
+    const byFrom = Object.fromEntries((w?.learned ?? []).map((t) => [t.from, t]));
+    expect(byFrom.store?.samples).toBe(3);
+    // The median of about 3 s, 1 s and 2 s: 2 s, give or take the test's own milliseconds.
+    expect(byFrom.store?.medianSeconds).toBeGreaterThanOrEqual(2);
+    expect(byFrom.store?.medianSeconds).toBeLessThan(2 + 5);
+    expect(byFrom.hub).toMatchObject({ samples: 1 });
+    expect(byFrom.hub?.medianSeconds).toBeGreaterThanOrEqual(90);
+    expect(learned).toHaveLength(4);
+  });
+
+  it('says the rung the node offers now: serving, sleeping, store, partial, absent, or unmanaged without a store', () => {
+    const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger });
+    launchedAndReady(l, shard('a', Date.now()));
+    const rung = (shards: ShardSnapshot[], complete?: boolean) =>
+      l.report(shards, complete === undefined ? [] : [create(CachedModelSchema, { repo: 'acme/chat', revision: 'main', complete })])[0]?.rung;
+    expect(rung([shard('a', 0)])).toBe('serving');
+    expect(rung([shard('a', 0, { state: S.SLEEPING })])).toBe('sleeping');
+    expect(rung([], true)).toBe('store');
+    expect(rung([], false)).toBe('partial');
+    expect(rung([])).toBe('absent');
+    // Another model's READY shard is not this model's warmth.
+    expect(rung([shard('x', 0, {}, 'acme/other')], true)).toBe('store');
+    const bare = ledger({ path: fresh(), hasStore: false, logger: captureLogger().logger });
+    launchedAndReady(bare, shard('a', Date.now()));
+    expect(bare.report([], [])[0]).toMatchObject({ rung: 'unmanaged', learned: [{ from: 'unmanaged', samples: 1 }] });
+  });
+
+  it('measures a wake from its request, and nothing for an adoption, a failed start or a stop', () => {
+    const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger });
+    const asleep = shard('w', 0, { state: S.SLEEPING });
+    l.wakeAsked(asleep);
+    l.follow({ shard: asleep, from: S.SLEEPING, to: S.READY, why: 'woken' });
+    const adopted = shard('ad', Date.now() - 5000, { adopted: true });
+    launchedAndReady(l, adopted);
+    const failing = shard('f', Date.now());
+    l.follow({ shard: failing, from: S.UNSPECIFIED, to: S.STARTING, why: 'launched' });
+    l.follow({ shard: failing, from: S.STARTING, to: S.FAILED, why: 'engine exited with code 1 while starting' });
+    l.follow({ shard: failing, from: S.FAILED, to: S.READY, why: 'not a real transition: nothing is pending' });
+    expect(l.report([], [])[0]?.learned.map((t) => [t.from, t.samples])).toEqual([['sleeping', 1]]);
+  });
+
+  it('keeps what it measured across a restart, in a bounded file, and starts empty from one it cannot read', async () => {
+    const path = fresh();
+    const log = captureLogger();
+    const l = ledger({ path, hasStore: true, logger: log.logger });
+    for (let i = 0; i < WARMTH_SAMPLES + 3; i++) launchedAndReady(l, shard(`s${i}`, Date.now() - 1000));
+    for (let i = 0; i < WARMTH_MODELS + 5; i++) launchedAndReady(l, shard(`m${i}`, Date.now(), {}, `acme/m${i}`));
+    await l.flushed();
+    const again = ledger({ path, hasStore: true, logger: log.logger });
+    const report = again.report([], []);
+    expect(report).toHaveLength(WARMTH_MODELS);
+    // The most recent first; the oldest models (acme/chat among them) gave way.
+    expect(report[0]?.model).toBe(`acme/m${WARMTH_MODELS + 4}`);
+    expect(report.some((w) => w.model === 'acme/chat')).toBe(false);
+    expect(JSON.parse(readFileSync(path, 'utf8')).entries).toHaveLength(WARMTH_MODELS);
+    // Samples per rung are bounded too.
+    const one = ledger({ path: fresh(), hasStore: true, logger: log.logger });
+    for (let i = 0; i < WARMTH_SAMPLES + 3; i++) launchedAndReady(one, shard(`s${i}`, Date.now()));
+    expect(one.report([], [])[0]?.learned[0]?.samples).toBe(WARMTH_SAMPLES);
+    // A damaged file: said once, and the ledger starts empty rather than failing the agent.
+    const bad = fresh();
+    writeFileSync(bad, '{"version":1,"entries":');
+    expect(ledger({ path: bad, hasStore: true, logger: log.logger }).report([], [])).toEqual([]);
+    expect(log.records.some((r) => r.msg === 'ignoring the warmth file: times to READY are measured anew' && r.file === bad)).toBe(true);
+  });
+});

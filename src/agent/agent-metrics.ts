@@ -1,12 +1,13 @@
 import { stateName } from '../lib/shard-states.js';
 import type { Server } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { GpuEvent } from '../gen/llmgw/v1/agent_pb.js';
+import type { GpuEvent, ModelWarmth } from '../gen/llmgw/v1/agent_pb.js';
 import type { ConnectionPhase, ConnectionStatus } from './connection/connection-state.js';
 import type { Outbox } from './connection/outbox.js';
 import { GpuMetrics, type GpuMetricsView } from './metrics/gpu-metrics.js';
 import { serveMetrics } from './metrics/metrics-server.js';
 import { type NodeConditionView, registerNodeConditionMetrics } from './metrics/node-condition-metrics.js';
+import { registerWarmthMetrics } from './metrics/warmth-metrics.js';
 import { ShardMetrics, type ShardMetricsSources } from './metrics/shard-metrics.js';
 
 /** Every phase of the control-plane stream, the values of llmgw_agent_stream_state's `state` label. */
@@ -22,6 +23,8 @@ export interface AgentMetricsSources extends ShardMetricsSources {
   adminConnections(): { open: number; refused: number };
   /** The node's conditions (DiskPressure, Cordoned), for llmgw_node_condition; none when absent. */
   conditions?(): readonly NodeConditionView[];
+  /** Inventory.warmth, for llmgw_model_time_to_ready_seconds; none when absent. */
+  warmth?(): readonly ModelWarmth[];
 }
 
 /**
@@ -138,6 +141,7 @@ export class AgentMetrics {
       },
     });
     registerNodeConditionMetrics(this.registry, () => src.conditions?.() ?? []);
+    registerWarmthMetrics(this.registry, () => src.warmth?.() ?? []);
   }
 
   /** The current session's outbox (undefined between sessions), whose depth llmgw_agent_outbox_messages reads. */

@@ -41,6 +41,9 @@ const FAMILIES: Record<string, string[]> = {
   llmgw_shard_requests_in_flight: SHARD,
   llmgw_shard_generation_tokens_per_second: SHARD,
   llmgw_shard_gpu_info: ['shard', 'replica', 'gpu', 'UUID', 'pci_bus_id'],
+  llmgw_replica_launches_total: ['replica', 'model', 'engine'],
+  llmgw_model_time_to_ready_seconds: ['model', 'engine', 'profile', 'from'],
+  llmgw_model_warmth_info: ['model', 'engine', 'profile', 'rung'],
   // prom-client's default collectors: the process and the Node runtime.
   process_cpu_user_seconds_total: [],
   process_resident_memory_bytes: [],
@@ -163,6 +166,11 @@ describe('llmgw agent run, scraped by Prometheus', () => {
     expect(lagS).toBeGreaterThan(0.2); // the sim engine's --load-time 200ms, twice: seconds, not ms
     expect(lagS).toBeLessThan(120);
     expect(value(m, 'llmgw_shard_requests_in_flight', s1)).toBe(0);
+    // Two launches of the replica, each timed to READY (issue 41): the model is served here now.
+    expect(value(m, 'llmgw_replica_launches_total', { replica: 'r-s1', model: 'sim/m', engine: 'sim' })).toBe(2);
+    const model = { model: 'sim/m', engine: 'sim', profile: 'sim-small' };
+    expect(value(m, 'llmgw_model_time_to_ready_seconds', { ...model, from: 'unmanaged' })).toBeGreaterThan(0.2);
+    expect(value(m, 'llmgw_model_warmth_info', { ...model, rung: 'serving' })).toBe(1);
     expect(value(m, 'llmgw_shard_generation_tokens_per_second', s1)).toBe(0);
 
     // A stream that generates: the agent's reading of the token counter rises above 0.

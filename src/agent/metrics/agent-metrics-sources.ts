@@ -21,6 +21,7 @@ export function agentMetricsSources(o: { agent: Agent; supervisor: Supervisor; a
     connection: () => agent.connectionStatus(),
     adminConnections: () => ({ open: admin.openConnections, refused: admin.refusedConnectionCount }),
     conditions: () => agent.conditions.list(),
+    warmth: () => agent.currentInventory().warmth,
     gpus: () => {
       const byIndex = new Map(agent.gpuHealth().map((h) => [h.index, h]));
       const inventory = agent.currentInventory();

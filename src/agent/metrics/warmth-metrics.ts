@@ -1,0 +1,31 @@
+import { Gauge, type Registry } from 'prom-client';
+import type { ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
+
+/**
+ * llmgw_model_time_to_ready_seconds{model, engine, profile, from}: the median
+ * time to READY this node measured from each rung (Inventory.warmth), and
+ * llmgw_model_warmth_info{model, engine, profile, rung} = 1 for the rung it
+ * offers now; read at scrape time, so a model gone from the ledger leaves no series.
+ */
+export function registerWarmthMetrics(registry: Registry, warmth: () => readonly ModelWarmth[]): void {
+  new Gauge({
+    name: 'llmgw_model_time_to_ready_seconds',
+    help: 'Median seconds from launch (or WakeShard) to READY measured on this node, by where the start came from: store, hub, sleeping or unmanaged (the last 8 of each).',
+    labelNames: ['model', 'engine', 'profile', 'from'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const w of warmth()) for (const t of w.learned) this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from }, t.medianSeconds);
+    },
+  });
+  new Gauge({
+    name: 'llmgw_model_warmth_info',
+    help: 'The rung the node offers a model now (serving, sleeping, store, partial, absent, unmanaged): 1 on that series.',
+    labelNames: ['model', 'engine', 'profile', 'rung'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const w of warmth()) this.set({ model: w.model, engine: w.engine, profile: w.profile, rung: w.rung }, 1);
+    },
+  });
+}

@@ -1,4 +1,5 @@
-import type { Gpu, GpuProcess } from '../gen/llmgw/v1/agent_pb.js';
+import type { Gpu, GpuProcess, ModelWarmth } from '../gen/llmgw/v1/agent_pb.js';
+import { describeExpected, type ExpectedReady, expectedReady } from './expected-ready.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 import type { DeploymentReplica } from './deployment.js';
 import { profileModelKey } from './warm-models.js';
@@ -14,21 +15,29 @@ export interface PlacementNode {
   processes?: readonly GpuProcess[];
   /** Models complete in the node's store (warmModels: `org/name@revision`): a replica of one loads there from local disk. */
   warmModels?: ReadonlySet<string>;
+  /** What the node's agent measured of each model's time to READY (Inventory.warmth, issue 41). */
+  warmth?: readonly ModelWarmth[];
 }
 
 export interface ShardPlacement {
   nodeId: string;
   gpuIndices: number[];
+  /** What the node expects of this start, when its agent measured it (expectedReady). */
+  expected?: ExpectedReady;
 }
 
-export type PlacementResult = { ok: true; shards: ShardPlacement[] } | { ok: false; reason: string };
+/** `considered`: each node that fit, with what it expected ("node-b: 6.0s from store"), in the order chosen. */
+export type PlacementResult = { ok: true; shards: ShardPlacement[]; considered?: string[] } | { ok: false; reason: string };
 
 /**
  * Chooses nodes and GPUs for one replica: one shard on each of `nnodes`
  * distinct nodes, each with `gpusPerShard` free healthy GPUs of at least the
  * profile's compute capability, and whose memory is not held by something
  * the node cannot see (the agent refuses those: placing there again and
- * again would loop on refusals). The fullest node that still fits goes first
+ * again would loop on refusals). The node whose agent measured the soonest
+ * time to READY for this model, engine and profile from what it offers now
+ * goes first (expectedReady, issue 41); nodes that measured nothing come
+ * after. Among those alike, the fullest node that still fits goes first
  * (best fit), so that large replicas later still find whole empty nodes; of
  * nodes that fit as well, one whose store holds the replica's model complete
  * goes first (its engine loads from local disk, offline, instead of minutes
@@ -38,7 +47,7 @@ export type PlacementResult = { ok: true; shards: ShardPlacement[] } | { ok: fal
 export function placeReplica(replica: DeploymentReplica, nodes: readonly PlacementNode[]): PlacementResult {
   const min = replica.profile.minComputeCapability;
   const model = profileModelKey(replica.profile);
-  const fits: { id: string; free: number[]; warm: boolean }[] = [];
+  const fits: { id: string; free: number[]; warm: boolean; expected?: ExpectedReady }[] = [];
   /** "node-a GPU 3, 4": left out only for memory nobody listed holds, which the reason must say. */
   const squatted: string[] = [];
   for (const node of nodes) {
@@ -50,7 +59,8 @@ export function placeReplica(replica: DeploymentReplica, nodes: readonly Placeme
       .filter((g) => !foreign.includes(g))
       .map((g) => g.index)
       .sort((a, b) => a - b);
-    if (free.length >= replica.gpusPerShard) fits.push({ id: node.id, free, warm: node.warmModels?.has(model) === true });
+    const expected = expectedReady(replica.profile, node.warmth);
+    if (free.length >= replica.gpusPerShard) fits.push({ id: node.id, free, warm: node.warmModels?.has(model) === true, ...(expected ? { expected } : {}) });
   }
   if (fits.length < replica.nnodes) {
     const where = replica.pool === '' ? 'connected nodes' : `connected nodes of pool ${replica.pool}`;
@@ -62,10 +72,13 @@ export function placeReplica(replica: DeploymentReplica, nodes: readonly Placeme
         (squatted.length > 0 ? ` (left out, their memory used by no process the node lists: ${squatted.join('; ')})` : ''),
     };
   }
-  fits.sort((a, b) => a.free.length - b.free.length || Number(b.warm) - Number(a.warm) || a.id.localeCompare(b.id));
+  // The node that will serve soonest by its own measurement first (issue 41); unmeasured nodes after the measured ones.
+  const soon = (n: (typeof fits)[number]) => n.expected?.seconds ?? Number.POSITIVE_INFINITY;
+  fits.sort((a, b) => soon(a) - soon(b) || a.free.length - b.free.length || Number(b.warm) - Number(a.warm) || a.id.localeCompare(b.id));
   return {
     ok: true,
-    shards: fits.slice(0, replica.nnodes).map((n) => ({ nodeId: n.id, gpuIndices: n.free.slice(0, replica.gpusPerShard) })),
+    shards: fits.slice(0, replica.nnodes).map((n) => ({ nodeId: n.id, gpuIndices: n.free.slice(0, replica.gpusPerShard), ...(n.expected ? { expected: n.expected } : {}) })),
+    ...(fits.some((n) => n.expected) ? { considered: fits.map((n) => describeExpected(n.id, n.expected)) } : {}),
   };
 }
 

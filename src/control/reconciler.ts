@@ -281,6 +281,8 @@ export class Reconciler {
     for (const s of shards) if (!isValidShardId(s.shardId)) throw new Error(`internal: invalid shard id ${s.shardId}`);
     replica.generation = generation;
     replica.shards = shards;
+    // Why these nodes, when an agent measured how soon it would serve (issue 41).
+    if (result.considered) log.info({ considered: result.considered }, `placed by expected time to READY: ${result.considered.join(', ')}`);
     this.#lifecycle.setPhase(replica, 'starting', `placed generation ${generation}`);
     for (const s of shards) {
       log.info({ shard: s.shardId, node: s.nodeId, gpus: s.gpuIndices, port: s.httpPort, rank: s.rank }, 'starting shard');
@@ -309,6 +311,7 @@ export class Reconciler {
         usedGpus: new Set(this.gpuOwners(node.id).keys()),
         processes: node.inventory.processes,
         warmModels: warmModels(node.inventory),
+        warmth: node.inventory.warmth,
       });
     }
     return out;

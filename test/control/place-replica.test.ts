@@ -2,7 +2,7 @@ import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
 import { parseDeployment } from '../../src/control/load-deployment.js';
 import { meetsCapability, placeReplica, type PlacementNode } from '../../src/control/place-replica.js';
-import { GpuProcessSchema, GpuSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { GpuProcessSchema, GpuSchema, ModelWarmthSchema, TimeToReadySchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 
 const replica = (extra = '', profileExtra = '') =>
   parseDeployment(`profiles:\n  p:\n    engine: sim\n    model: m\n    tensor_parallel_size: 2\n${profileExtra}replicas:\n  - name: r\n    profile: p\n${extra}`, 'p.yaml').replicas[0]!;
@@ -40,6 +40,22 @@ describe('placeReplica', () => {
   it('prefers the fullest node that fits, so whole nodes stay free', () => {
     const r = placeReplica(replica(), [node('a', [{}, {}, {}, {}]), node('b', [{}, {}, {}, {}], [0, 1])]);
     expect(r).toMatchObject({ ok: true, shards: [{ nodeId: 'b', gpuIndices: [2, 3] }] });
+  });
+
+  it('prefers the node whose agent measured the soonest time to READY from what it offers now, then as before (issue 41)', () => {
+    const warmth = (rung: string, from: string, medianSeconds: number) => [
+      create(ModelWarmthSchema, { model: 'm', engine: 'sim', profile: 'p', rung, learned: [create(TimeToReadySchema, { from, medianSeconds, samples: 2 })] }),
+    ];
+    // b is fuller (best fit) and would go first; a measured 6 s from its store, b 95 s from the hub.
+    const a = { ...node('a', [{}, {}, {}, {}]), warmth: warmth('store', 'store', 6) };
+    const b = { ...node('b', [{}, {}, {}, {}], [0, 1]), warmth: warmth('absent', 'hub', 95) };
+    expect(placeReplica(replica(), [a, b])).toEqual({ ok: true, shards: [{ nodeId: 'a', gpuIndices: [0, 1], expected: { seconds: 6, from: 'store' } }], considered: ['a: 6.0s from store', 'b: 95s from hub'] });
+    // A node that measured nothing comes after one that did, whatever else it has for it.
+    const unmeasured = node('c', [{}, {}, {}, {}], [0, 1]);
+    expect(placeReplica(replica(), [unmeasured, b])).toMatchObject({ shards: [{ nodeId: 'b' }], considered: ['b: 95s from hub', 'c: not measured'] });
+    // Another profile's measurement is not this one's: best fit decides, as before.
+    const other = { ...node('a', [{}, {}, {}, {}]), warmth: [create(ModelWarmthSchema, { model: 'm', engine: 'sim', profile: 'other', rung: 'store', learned: [create(TimeToReadySchema, { from: 'store', medianSeconds: 1, samples: 1 })] })] };
+    expect(placeReplica(replica(), [other, node('b', [{}, {}, {}, {}], [0, 1])])).toEqual({ ok: true, shards: [{ nodeId: 'b', gpuIndices: [2, 3] }] });
   });
 
   it('honours the pool label and the minimum compute capability, and says why nothing fits', () => {

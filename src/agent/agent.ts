@@ -136,10 +136,9 @@ export class Agent {
       logger: this.log,
     });
     this.warmth = new WarmthLedger({
-      path: join(c.supervisor.stateDir, 'warmth.json'),
-      hasStore: c.models.cacheDir !== '',
-      logger: this.log,
+      ...{ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log },
       onLearned: () => this.reporter.send({ case: 'inventory', value: this.inventory }),
+      cached: () => this.models.current().cachedModels,
     });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log });
     for (const r of reactions) opts.supervisor.on('transition', r.on);

@@ -17,8 +17,9 @@ export function expectedReady(profile: { name: string; engine: string; model: st
   const w = warmth?.find((x) => x.model === profile.model && x.engine === profile.engine && x.profile === profile.name);
   if (!w) return undefined;
   const order: Record<string, readonly string[]> = {
-    serving: ['store', 'unmanaged', 'hub'],
-    sleeping: ['store', 'unmanaged', 'hub'],
+    serving: ['page-cache', 'store', 'unmanaged', 'hub'],
+    sleeping: ['page-cache', 'store', 'unmanaged', 'hub'],
+    'page-cache': ['page-cache', 'store'],
     store: ['store'],
     partial: ['hub'],
     absent: ['hub'],

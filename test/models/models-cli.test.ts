@@ -162,3 +162,39 @@ describe('llmgw models: bad input is one line and the right exit code', () => {
     expect(r.stderr).toContain('the hub has no model acme/nope at revision main (HTTP 404)');
   });
 });
+
+describe('llmgw models warm', () => {
+  it('reads a complete model into the page cache within its budget, and says how much is there before and after', async () => {
+    const config = goodConfig();
+    expect((await runCli(['models', 'pull', 'acme/mid', '--config', config])).exitCode).toBe(0);
+    // Out of the cache first: synced, then dropped (posix_fadvise DONTNEED through dd), as a cold node would have it.
+    const blobs = join(cacheDir, 'hub', 'models--acme--mid', 'blobs');
+    const files = readdirSync(blobs).map((n) => join(blobs, n));
+    await execa('sync', files);
+    for (const f of files) await execa('dd', [`if=${f}`, 'iflag=nocache', 'count=0', 'status=none']);
+    const r = await runCli(['models', 'warm', 'acme/mid', '--config', config, '--json']);
+    expect(r.exitCode, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { bytes: number; readBytes: number; residentBefore: number; residentAfter: number; budgetBytes: number };
+    expect(out.bytes).toBe(MID.length);
+    expect(out.residentBefore).toBeLessThan(MID.length / 2);
+    expect(out.readBytes).toBe(MID.length);
+    expect(out.residentAfter).toBe(MID.length);
+    const human = await runCli(['models', 'warm', 'acme/mid', '--config', config]);
+    expect(human.stdout).toMatch(/^warmed acme\/mid: 1 MiB of 1 MiB in the page cache \(was 1 MiB\); read 1 MiB in [\d.]+s, budget 1 MiB$/m);
+  });
+
+  it('refuses a model not complete in the store, and a budget above MemAvailable, with one line each', async () => {
+    const config = goodConfig();
+    const absent = await runCli(['models', 'warm', 'acme/mid', '--config', config]);
+    expect(absent.exitCode).toBe(1);
+    expect(absent.stderr.trim().split('\n')).toEqual(['error: acme/mid is not complete in the store (llmgw models list): pull it first with llmgw models pull acme/mid']);
+    expect((await runCli(['models', 'pull', 'acme/mid', '--config', config])).exitCode).toBe(0);
+    const greedy = await runCli(['models', 'warm', 'acme/mid', '--config', config, '--budget', '999999999999999']);
+    expect(greedy.exitCode).toBe(2);
+    expect(greedy.stderr.trim().split('\n')).toHaveLength(1);
+    expect(greedy.stderr).toMatch(/^error: --budget \d+ TiB is more than the host's MemAvailable \(.+\): a warm would push out what running engines use; give at most that$/m);
+    const bad = await runCli(['models', 'warm', 'acme/mid', '--config', config, '--budget', 'lots']);
+    expect(bad.exitCode).toBe(2);
+    expect(bad.stderr.trim()).toBe('error: --budget "lots" is not a size; give bytes or a size such as 40GiB');
+  });
+});

@@ -19,7 +19,7 @@ export const NO_STORE: CachedModelsView = { cachedModels: [], freeBytes: 0n };
  * what the budget still allows once the models and the compile caches
  * (`compileBytes`) are counted, not the disk's free space.
  */
-export function cachedModelsView(models: readonly StoredModel[], budget: number, compileBytes = 0): CachedModelsView {
+export function cachedModelsView(models: readonly StoredModel[], budget: number, compileBytes = 0, resident: ReadonlyMap<string, number> = new Map()): CachedModelsView {
   const cachedModels: CachedModel[] = [];
   let used = compileBytes;
   for (const m of models) {
@@ -30,7 +30,8 @@ export function cachedModelsView(models: readonly StoredModel[], budget: number,
     if (refs.length === 0) cachedModels.push(create(CachedModelSchema, { repo: m.repo, revision: '', bytes: BigInt(m.bytes), complete: false, lastUsed }));
     for (const [revision, commit] of refs) {
       const complete = m.completeCommits.includes(commit);
-      cachedModels.push(create(CachedModelSchema, { repo: m.repo, revision, bytes: BigInt(m.bytes), complete, lastUsed }));
+      const residentBytes = complete ? BigInt(resident.get(m.repo) ?? 0) : 0n;
+      cachedModels.push(create(CachedModelSchema, { repo: m.repo, revision, bytes: BigInt(m.bytes), complete, lastUsed, residentBytes }));
     }
   }
   return { cachedModels, freeBytes: BigInt(Math.max(0, Math.floor(budget - used))) };

@@ -5,11 +5,13 @@ import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-options.js';
 import { compileCacheBytes } from '../../models/compile-cache-bytes.js';
-import { scanStore } from '../../models/scan-store.js';
+import { scanStore, type StoredModel } from '../../models/scan-store.js';
+import type { StoreLayout } from '../../models/store-layout.js';
 import type { ModelsConfig } from '../config/agent-config.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js';
 import { type CachedModelsView, NO_STORE, cachedModelsView } from './cached-models.js';
 import { ModelPrefetch } from './model-prefetch.js';
+import { modelBlobFiles, pageCacheResidency } from '../../models/page-cache.js';
 import { ShardModelPins, shardHubModel } from './shard-model-pins.js';
 import { pullOutlastedStart, waitForModelPull } from './wait-for-model-pull.js';
 
@@ -52,6 +54,8 @@ export class NodeModels {
   private viewKey = '';
   private refreshing: Promise<void> | undefined;
   private refreshAgain = false;
+  /** fincore could not say once: said in the log, not again. */
+  private residencyUnknown = false;
   private timer: NodeJS.Timeout | undefined;
 
   constructor(private readonly opts: NodeModelsOptions) {
@@ -164,7 +168,8 @@ export class NodeModels {
       do {
         this.refreshAgain = false;
         try {
-          const view = cachedModelsView(await scanStore(store.layout), store.budget, await compileCacheBytes(store.layout));
+          const models = await scanStore(store.layout);
+          const view = cachedModelsView(models, store.budget, await compileCacheBytes(store.layout), await this.residency(store.layout, models));
           const key = JSON.stringify(view, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
           this.view = view;
           if (key !== this.viewKey) {
@@ -179,6 +184,26 @@ export class NodeModels {
       this.refreshing = undefined;
     });
     return this.refreshing;
+  }
+
+  /**
+   * Bytes of each complete model in the page cache (fincore), in whole
+   * percents of its size so that a page or two coming and going does not
+   * make a new Inventory; none when fincore cannot say (said once).
+   */
+  private async residency(layout: StoreLayout, models: readonly StoredModel[]): Promise<Map<string, number>> {
+    const out = new Map<string, number>();
+    for (const m of models.filter((x) => x.complete && x.bytes > 0)) {
+      try {
+        const r = await pageCacheResidency((await modelBlobFiles(layout, m.repo)).map((f) => f.path), this.life.signal);
+        out.set(m.repo, Math.floor((r.residentBytes / m.bytes) * 100) * (m.bytes / 100));
+      } catch (err) {
+        if (!this.residencyUnknown) this.opts.logger.warn({ err: errorMessage(err) }, 'page-cache residency of the store cannot be read; no model is called warm in memory');
+        this.residencyUnknown = true;
+        return out;
+      }
+    }
+    return out;
   }
 
   /** Ends pulls in progress (their partial files stay, resumed by the next pull) and the rescans. */

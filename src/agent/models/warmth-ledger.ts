@@ -15,7 +15,10 @@ import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-s
  */
 
 /** Where a start or wake came from. */
-export type WarmthFrom = 'sleeping' | 'store' | 'hub' | 'unmanaged';
+export type WarmthFrom = 'sleeping' | 'page-cache' | 'store' | 'hub' | 'unmanaged';
+
+/** At least this share of a model's bytes in the page cache makes it warm in memory: the rest is read from disk in a moment. */
+export const PAGE_CACHE_SHARE = 0.9;
 
 /** Samples kept per rung: the median of the last few follows a node that changed (a new disk, a new driver). */
 export const WARMTH_SAMPLES = 8;
@@ -36,7 +39,7 @@ interface WarmthFile {
   entries: Entry[];
 }
 
-const FROM: readonly WarmthFrom[] = ['sleeping', 'store', 'hub', 'unmanaged'];
+const FROM: readonly WarmthFrom[] = ['sleeping', 'page-cache', 'store', 'hub', 'unmanaged'];
 
 const keyOf = (s: { spec: ShardSnapshot['spec'] }) => {
   const p = s.spec.profile;
@@ -52,6 +55,8 @@ export interface WarmthLedgerOptions {
   logger: Logger;
   /** Told after each measurement, so the next Inventory carries it. */
   onLearned?: () => void;
+  /** The store's models as its last scan saw them (Inventory.cached_models): what a start is from, and the rung now. */
+  cached?: () => readonly CachedModel[];
 }
 
 export class WarmthLedger {
@@ -119,7 +124,8 @@ export class WarmthLedger {
   #startFrom(s: ShardSnapshot): WarmthFrom {
     if (!this.#opts.hasStore) return 'unmanaged';
     // The admission's note says when a start runs online, and why (start-admission.ts onlineNote).
-    return s.note?.includes('online') ? 'hub' : 'store';
+    if (s.note?.startsWith('started online')) return 'hub';
+    return inPageCache(keyOf(s).model, this.#opts.cached?.() ?? []) ? 'page-cache' : 'store';
   }
 
   #rungNow(e: Entry, shards: readonly ShardSnapshot[], cached: readonly CachedModel[]): string {
@@ -128,6 +134,7 @@ export class WarmthLedger {
     if (mine.some((s) => s.state === ShardState.SLEEPING)) return 'sleeping';
     if (!this.#opts.hasStore) return 'unmanaged';
     const inStore = cached.filter((c) => c.repo === e.model);
+    if (inPageCache(e.model, cached)) return 'page-cache';
     if (inStore.some((c) => c.complete)) return 'store';
     return inStore.length > 0 ? 'partial' : 'absent';
   }
@@ -181,6 +188,11 @@ export class WarmthLedger {
       .then(() => rename(tmp, this.#opts.path))
       .catch((err: unknown) => this.#opts.logger.warn({ file: this.#opts.path, err: errorMessage(err) }, 'could not keep the times to READY on disk'));
   }
+}
+
+/** Whether the store holds `model` complete with at least PAGE_CACHE_SHARE of it in the page cache at its last scan. */
+function inPageCache(model: string, cached: readonly CachedModel[]): boolean {
+  return cached.some((c) => c.repo === model && c.complete && c.bytes > 0n && Number(c.residentBytes) >= PAGE_CACHE_SHARE * Number(c.bytes));
 }
 
 function median(xs: readonly number[]): number {

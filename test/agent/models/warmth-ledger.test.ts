@@ -74,6 +74,19 @@ describe('WarmthLedger', () => {
     expect(bare.report([], [])[0]).toMatchObject({ rung: 'unmanaged', learned: [{ from: 'unmanaged', samples: 1 }] });
   });
 
+  it('calls a model mostly in the page cache warm in memory, and times a start from it apart from one from disk', () => {
+    let cached = [create(CachedModelSchema, { repo: 'acme/chat', revision: 'main', complete: true, bytes: 1000n, residentBytes: 950n })];
+    const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger, cached: () => cached });
+    launchedAndReady(l, shard('hot', Date.now() - 500));
+    expect(l.report([], cached)[0]).toMatchObject({ rung: 'page-cache', learned: [{ from: 'page-cache', samples: 1 }] });
+    // Evicted since: on disk only, below the 90% that counts.
+    cached = [create(CachedModelSchema, { repo: 'acme/chat', revision: 'main', complete: true, bytes: 1000n, residentBytes: 890n })];
+    launchedAndReady(l, shard('cold', Date.now() - 5000));
+    const w = l.report([], cached)[0];
+    expect(w?.rung).toBe('store');
+    expect(w?.learned.map((t) => [t.from, t.samples])).toEqual([['page-cache', 1], ['store', 1]]);
+  });
+
   it('measures a wake from its request, and nothing for an adoption, a failed start or a stop', () => {
     const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger });
     const asleep = shard('w', 0, { state: S.SLEEPING });

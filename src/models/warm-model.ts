@@ -1,0 +1,52 @@
+import { readFile } from 'node:fs/promises';
+import { failure, usageError } from '../lib/errors.js';
+import { formatBytes } from '../lib/format-bytes.js';
+import { modelBlobFiles, pageCacheResidency, warmFiles } from './page-cache.js';
+import { describeModel } from './scan-store.js';
+import type { StoreLayout } from './store-layout.js';
+
+/*
+ * `llmgw models warm`: a complete model's files read into the host's page
+ * cache ahead of need, so its next start reads them at memory speed (issue
+ * 41), within a budget of host RAM: by default at most half of MemAvailable,
+ * never more than all of it, so what running engines use is not pushed out.
+ */
+
+export interface WarmResult {
+  repo: string;
+  bytes: number;
+  budgetBytes: number;
+  readBytes: number;
+  residentBefore: number;
+  residentAfter: number;
+  memAvailableBytes: number;
+}
+
+/** MemAvailable of /proc/meminfo, in bytes. */
+export async function memAvailableBytes(path = '/proc/meminfo'): Promise<number> {
+  const m = /^MemAvailable:\s+(\d+)\s+kB$/m.exec(await readFile(path, 'utf8'));
+  if (!m) throw failure(`${path} has no MemAvailable line: cannot tell how much host RAM a warm may take`);
+  return Number(m[1]) * 1024;
+}
+
+export async function warmModel(
+  layout: StoreLayout,
+  repo: string,
+  opts: { budgetBytes?: number; meminfoPath?: string; signal?: AbortSignal; onBytes?: (read: number, of: number) => void } = {},
+): Promise<WarmResult> {
+  const model = await describeModel(layout, repo);
+  if (!model.complete) {
+    throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);
+  }
+  const files = await modelBlobFiles(layout, repo);
+  const bytes = files.reduce((s, f) => s + f.bytes, 0);
+  const available = await memAvailableBytes(opts.meminfoPath);
+  if (opts.budgetBytes !== undefined && opts.budgetBytes > available) {
+    throw usageError(`--budget ${formatBytes(opts.budgetBytes)} is more than the host's MemAvailable (${formatBytes(available)}): a warm would push out what running engines use; give at most that`);
+  }
+  const budgetBytes = Math.min(bytes, opts.budgetBytes ?? Math.floor(available / 2));
+  const before = await pageCacheResidency(files.map((f) => f.path), opts.signal);
+  const readBytes = await warmFiles(files, budgetBytes, { signal: opts.signal, onBytes: (n) => opts.onBytes?.(n, budgetBytes) });
+  const after = await pageCacheResidency(files.map((f) => f.path), opts.signal);
+  return { repo, bytes, budgetBytes, readBytes, residentBefore: before.residentBytes, residentAfter: after.residentBytes, memAvailableBytes: available };
+}

@@ -3,27 +3,12 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, describe, expect, it } from 'vitest';
-import { parseDeployment } from '../../src/control/load-deployment.js';
 import { type AgentDirs, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { captureLogger } from '../helpers/capture-logger.js';
 import { until } from '../helpers/engine-processes.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
+import { TINY_DEPLOYMENT } from '../helpers/tiny-deployment.js';
 
-const ONE_REPLICA = parseDeployment(
-  `
-profiles:
-  tiny:
-    engine: sim
-    model: sim/tiny
-    served_model_name: tiny
-    args: [--load-time, 200ms]
-    startup_timeout: 1m
-replicas:
-  - name: tiny
-    profile: tiny
-`,
-  'one-replica.yaml',
-);
 
 /** Safety net; never reached when things work. */
 const TEST_TIMEOUT_MS = 90_000;
@@ -48,7 +33,7 @@ describe('two agents with the same node_id', () => {
   it('refuses the second with a reason both logs show, and the first keeps its replica without a flap', { timeout: TEST_TIMEOUT_MS }, async () => {
     const { logger, records } = captureLogger('info');
     const first = 20_000 + Math.floor(Math.random() * 400) * 20;
-    const { cp, url } = await startControlPlane({ deployment: ONE_REPLICA, logger, portRange: [first, first + 19], retryBackoffMs: 500 });
+    const { cp, url } = await startControlPlane({ deployment: TINY_DEPLOYMENT, logger, portRange: [first, first + 19], retryBackoffMs: 500 });
     const a = startAgentProcess({ server: url, dirs: newDirs(), nodeId: 'dev-node' });
     await until(() => cp.replicas()[0]?.phase === 'ready', 'the first agent to serve the replica', 60_000);
     const shardId = cp.replicas()[0]?.shards[0]?.shardId;

@@ -2,12 +2,12 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { parseDeployment } from '../../src/control/load-deployment.js';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { captureLogger } from '../helpers/capture-logger.js';
 import { isRegister } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
+import { TINY_DEPLOYMENT } from '../helpers/tiny-deployment.js';
 
 /*
  * Issue 41, item 4: the reference control plane places a replica where its
@@ -19,21 +19,6 @@ import { startControlPlane } from '../helpers/start-control-plane.js';
  * so the choice is made among all three, by no race.
  */
 
-const DEPLOYMENT = parseDeployment(
-  `
-profiles:
-  tiny:
-    engine: sim
-    model: sim/tiny
-    served_model_name: tiny
-    args: [--load-time, 200ms]
-    startup_timeout: 1m
-replicas:
-  - name: tiny
-    profile: tiny
-`,
-  'warmth.yaml',
-);
 
 /** A warmth file as an agent writes it, with `ms` measured twice from `unmanaged` (no model store). */
 function seedWarmth(stateDir: string, ms: number): void {
@@ -46,7 +31,7 @@ describe('placement by expected time to READY', () => {
   it('places the replica on the node whose agent measured the soonest READY, and says why', async () => {
     const cpLog = captureLogger('info');
     const first = 23_000 + Math.floor(Math.random() * 300) * 20;
-    const { cp, url } = await startControlPlane({ deployment: DEPLOYMENT, retryBackoffMs: 20, maxRetryBackoffMs: 40, portRange: [first, first + 19], logger: cpLog.logger });
+    const { cp, url } = await startControlPlane({ deployment: TINY_DEPLOYMENT, retryBackoffMs: 20, maxRetryBackoffMs: 40, portRange: [first, first + 19], logger: cpLog.logger });
     const root = mkdtempSync(join(tmpdir(), 'llmgw-warm-place-'));
     onTestFinished(() => rmSync(root, { recursive: true, force: true }));
     const dirs = Object.fromEntries(['node-a', 'node-b', 'node-c'].map((n) => [n, agentDirs(join(root, n))]));

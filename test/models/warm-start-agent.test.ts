@@ -1,5 +1,6 @@
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { execa } from 'execa';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
@@ -133,6 +134,41 @@ describe('warm starts through the agent', () => {
     process.kill(w2Pid, 'SIGKILL');
     await failed;
     await until(() => !existsSync(pinPath(cacheDir, 'acme/tiny', 'w2')), 'the pin of w2 removed once its engine died');
+  });
+
+  it('times a start from the page cache apart from one from disk, by residency read as it starts, and models warm moves it up (issue 41)', { timeout: 120_000 }, async () => {
+    const { cp, cacheDir, configPath } = await agentWithStore();
+    const done = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.DONE, ModelPullState.FAILED), 20_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny' }) });
+    expect(pullValue(await done).state).toBe(ModelPullState.DONE);
+    const blobs = join(cacheDir, 'hub', 'models--acme--tiny', 'blobs');
+    const files = readdirSync(blobs).map((n) => join(blobs, n));
+    const learnedFrom = (from: string) => (m: AgentMessage) => {
+      const inv = m.msg.case === 'inventory' ? m.msg.value : undefined;
+      return inv?.warmth.some((w) => w.model === 'acme/tiny' && w.learned.some((t) => t.from === from)) === true;
+    };
+    const startAndStop = async (id: string, from: string) => {
+      const learned = cp.waitFor('node-a', learnedFrom(from), 30_000);
+      const ready = cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 30_000);
+      cp.send('node-a', { case: 'start', value: modelStart(id, await freePort(), 0) });
+      expect(((await ready).msg.value as ShardStatus).state).toBe(ShardState.READY);
+      const w = (await learned).msg.value as Inventory;
+      const stopped = cp.waitFor('node-a', shardIs(id, ShardState.STOPPED), 20_000);
+      cp.send('node-a', { case: 'stop', value: create(StopShardSchema, { shardId: id }) });
+      await stopped;
+      return w.warmth.find((x) => x.model === 'acme/tiny');
+    };
+    // Cold: synced and dropped from the page cache (posix_fadvise DONTNEED through dd) before the start.
+    await execa('sync', files);
+    for (const f of files) await execa('dd', [`if=${f}`, 'iflag=nocache', 'count=0', 'status=none']);
+    const cold = await startAndStop('c1', 'store');
+    expect(cold?.learned.map((t) => t.from)).toEqual(['store']);
+    // Warmed by the operator's command, then started: from the page cache.
+    const warmed = await runCli(['models', 'warm', 'acme/tiny', '--config', configPath, '--json']);
+    expect(warmed.exitCode, warmed.stderr).toBe(0);
+    expect(JSON.parse(warmed.stdout).residentAfter).toBe(JSON.parse(warmed.stdout).bytes);
+    const hot = await startAndStop('h1', 'page-cache');
+    expect(hot?.learned.map((t) => [t.from, t.samples])).toEqual([['page-cache', 1], ['store', 1]]);
   });
 
   it('makes two StartShards of a model mid-pull wait for the one download, then both start offline', async () => {

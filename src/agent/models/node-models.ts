@@ -5,7 +5,7 @@ import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-options.js';
 import { compileCacheBytes } from '../../models/compile-cache-bytes.js';
-import { scanStore, type StoredModel } from '../../models/scan-store.js';
+import { describeModel, scanStore, type StoredModel } from '../../models/scan-store.js';
 import type { StoreLayout } from '../../models/store-layout.js';
 import type { ModelsConfig } from '../config/agent-config.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js';
@@ -120,9 +120,21 @@ export class NodeModels {
     return [...this.waits.values()].filter((w) => w.waiting).map((w) => w.start);
   }
 
-  /** Before the engine launches: its model is kept in the store until the shard is removed. */
+  /**
+   * Before the engine launches: its model is kept in the store until the
+   * shard is removed, and how much of it is in the page cache is read now,
+   * so that the start is timed from the rung it really starts from (issue 41).
+   */
   async pin(spec: Pick<StartShard, 'shardId' | 'profile'>): Promise<void> {
     await this.pins?.pin(spec);
+    const repo = shardHubModel(spec);
+    const store = this.store;
+    if (!repo || !store || !this.view.cachedModels.some((c) => c.repo === repo && c.complete)) return;
+    const m = await describeModel(store.layout, repo).catch(() => undefined);
+    if (!m?.complete) return;
+    const resident = (await this.residency(store.layout, [m])).get(repo);
+    if (resident === undefined) return;
+    this.view = { ...this.view, cachedModels: this.view.cachedModels.map((c) => (c.repo === repo && c.complete ? { ...c, residentBytes: BigInt(resident) } : c)) };
   }
 
   /** The shard is removed (or its start refused): its model may be evicted again. Never throws. */
@@ -196,7 +208,9 @@ export class NodeModels {
     for (const m of models.filter((x) => x.complete && x.bytes > 0)) {
       try {
         const r = await pageCacheResidency((await modelBlobFiles(layout, m.repo)).map((f) => f.path), this.life.signal);
-        out.set(m.repo, Math.floor((r.residentBytes / m.bytes) * 100) * (m.bytes / 100));
+        // Whole bytes (Inventory's uint64): the whole percent's share of the model, rounded down.
+        const percent = Math.min(100, Math.floor((r.residentBytes / m.bytes) * 100));
+        out.set(m.repo, Math.floor((percent * m.bytes) / 100));
       } catch (err) {
         if (!this.residencyUnknown) this.opts.logger.warn({ err: errorMessage(err) }, 'page-cache residency of the store cannot be read; no model is called warm in memory');
         this.residencyUnknown = true;

@@ -15,6 +15,7 @@ import { readinessFigure } from './readiness-figure.js';
 import { shardChurnFigure } from './shard-churn-figure.js';
 import { steadyStateFigure } from './steady-state-figure.js';
 import { warmStartFigures } from './warm-start-figures.js';
+import { warmthFigure } from './warmth-figure.js';
 
 export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean): Record<string, () => Promise<void>> {
   const FIGURES: Record<string, () => Promise<void>> = {
@@ -37,5 +38,6 @@ export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean):
   FIGURES['12'] = () => stopDrainFigure(rows, notes, quick);
   FIGURES['13'] = () => readyAfterAnswerFigure(rows, notes, quick);
   FIGURES['14'] = () => warmStartFigures(rows, notes, quick);
+  FIGURES['14d'] = () => warmthFigure(rows, notes);
   return FIGURES;
 }

@@ -23,15 +23,16 @@ log.error({ err: 'boom' }, 'an error');
 log.fatal('a fatal line');
 `;
 
-let dir = '';
+/** Every folder logLines made: a test that calls it twice left the first one in /tmp. */
+const dirs: string[] = [];
 afterEach(() => {
-  if (dir) rmSync(dir, { recursive: true, force: true });
-  dir = '';
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
 /** Runs the script with stderr appended to a file; `journal` 'match' sets JOURNAL_STREAM to that file's dev:ino, 'other' to another file's. */
 function logLines(journal: 'match' | 'other' | 'unset'): string[] {
-  dir = mkdtempSync(join(tmpdir(), 'llmgw-logger-'));
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-logger-'));
+  dirs.push(dir);
   const file = join(dir, 'stderr');
   const other = join(dir, 'other');
   closeSync(openSync(other, 'w'));

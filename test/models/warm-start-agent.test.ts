@@ -171,6 +171,27 @@ describe('warm starts through the agent', () => {
     expect(hot?.learned.map((t) => [t.from, t.samples])).toEqual([['page-cache', 1], ['store', 1]]);
   });
 
+  it('reads a model into the page cache after its pull when PrefetchModel asks for it, saying WARMED with what is resident (issue 41)', { timeout: 120_000 }, async () => {
+    const { cp, cacheDir } = await agentWithStore();
+    const pulled = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.DONE, ModelPullState.FAILED), 20_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny' }) });
+    const bytes = pullValue(await pulled).bytesTotal;
+    // Out of the cache, then asked again with page_cache: no download (complete), DONE, then WARMED, all resident.
+    const blobs = join(cacheDir, 'hub', 'models--acme--tiny', 'blobs');
+    const files = readdirSync(blobs).map((n) => join(blobs, n));
+    await execa('sync', files);
+    for (const f of files) await execa('dd', [`if=${f}`, 'iflag=nocache', 'count=0', 'status=none']);
+    const downloaded = hub.downloads('model.safetensors').length;
+    const warmed = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.WARMED), 30_000);
+    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny', pageCache: true }) });
+    const w = pullValue(await warmed);
+    expect(w).toMatchObject({ state: ModelPullState.WARMED, error: '', bytesTotal: bytes, bytesDone: bytes });
+    const states = cp.messages('node-a').filter(pullOf('acme/tiny')).map((m) => pullValue(m).state);
+    expect(states.slice(-2)).toEqual([ModelPullState.DONE, ModelPullState.WARMED]);
+    // Read from the store, not downloaded again.
+    expect(hub.downloads('model.safetensors').length).toBe(downloaded);
+  });
+
   it('makes two StartShards of a model mid-pull wait for the one download, then both start offline', async () => {
     const { cp, cacheDir, socket } = await agentWithStore();
     // 200 kB at 1 kB per 20 ms: about four seconds of pull for the starts to land in, and for ctl status to see them wait.

@@ -170,7 +170,7 @@ export class StatusReporter {
   /** A step of a model pull: sent now when a stream is open; its outcome is kept until a stream known to work has it. */
   modelPull(pull: ModelPull): void {
     if (this.outbox) this.send({ case: 'modelPull', value: pull });
-    const ended = pull.state === ModelPullState.DONE || pull.state === ModelPullState.FAILED;
+    const ended = pull.state === ModelPullState.DONE || pull.state === ModelPullState.FAILED || pull.state === ModelPullState.WARMED;
     const key = `${pull.repo}@${pull.revision}`;
     if (ended && (!this.outbox || !this.established)) this.unsentPulls.set(key, pull);
     // A new pull of the same model makes the kept outcome of the last one stale.

@@ -5,6 +5,7 @@ import type { Logger } from '../../lib/logger.js';
 import { RateLimitedLog } from '../../lib/rate-limited-log.js';
 import { includeMatcher } from '../../models/match-include.js';
 import type { ModelStore } from '../../models/model-store-options.js';
+import { warmModel } from '../../models/warm-model.js';
 import { pullModel } from '../../models/pull-model.js';
 import { checkRepoId, checkRevision } from '../../models/repo-id.js';
 
@@ -64,10 +65,10 @@ export class ModelPrefetch {
       fail(errorMessage(err));
       return Promise.resolve();
     }
-    const key = `${m.repo}@${revision}#${m.include.join('\0')}`;
+    const key = `${m.repo}@${revision}#${m.include.join('\0')}${m.pageCache ? '#warm' : ''}`;
     const joined = this.byKey.get(key);
     if (joined) return joined;
-    const done = this.run(store, m.repo, revision, [...m.include]).finally(() => {
+    const done = this.run(store, m.repo, revision, [...m.include], m.pageCache).finally(() => {
       this.byKey.delete(key);
       const set = this.byRepo.get(m.repo);
       set?.delete(done);
@@ -87,7 +88,7 @@ export class ModelPrefetch {
     return set && set.size > 0 ? Promise.all(set).then(() => {}) : undefined;
   }
 
-  private async run(store: ModelStore, repo: string, revision: string, include: string[]): Promise<void> {
+  private async run(store: ModelStore, repo: string, revision: string, include: string[], pageCache = false): Promise<void> {
     const send = (state: ModelPullState, done: number, total: number, error = '') =>
       this.opts.send(create(ModelPullSchema, { repo, revision, state, bytesDone: BigInt(done), bytesTotal: BigInt(total), error }));
     const fileBytes = new Map<string, number>();
@@ -118,6 +119,21 @@ export class ModelPrefetch {
     } catch (err) {
       send(ModelPullState.FAILED, doneBytes(), total, errorMessage(err));
       this.opts.logger.warn({ repo, revision, err: errorMessage(err) }, 'pulling a model failed');
+      return;
+    }
+    // Not awaited: a start of the model waits for its pull (inProgress), never for the warm.
+    if (pageCache) void this.warm(store, repo, revision, send);
+  }
+
+  /** PrefetchModel.page_cache: the complete model read into the page cache (warm-model.ts), said as WARMED; a failure leaves it on disk, and says why. */
+  private async warm(store: ModelStore, repo: string, revision: string, send: (state: ModelPullState, done: number, total: number, error?: string) => void): Promise<void> {
+    try {
+      const w = await warmModel(store.layout, repo, { signal: this.opts.signal });
+      send(ModelPullState.WARMED, w.residentAfter, w.bytes);
+      this.opts.logger.info({ repo, revision, read: w.readBytes, residentBefore: w.residentBefore, residentAfter: w.residentAfter, bytes: w.bytes }, 'model read into the page cache');
+    } catch (err) {
+      send(ModelPullState.WARMED, 0, 0, `complete on disk, not read into the page cache: ${errorMessage(err)}`);
+      this.opts.logger.warn({ repo, revision, err: errorMessage(err) }, 'reading a model into the page cache failed');
     }
   }
 }

@@ -11,12 +11,12 @@
 import { mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { execa } from 'execa';
 import type { ControlPlane } from '../src/control/control-plane.js';
 import { type AgentMessage, type ModelPull, ModelPullState, PrefetchModelSchema } from '../src/gen/llmgw/v1/agent_pb.js';
 import { StoreLayout } from '../src/models/store-layout.js';
 import { warmFiles } from '../src/models/page-cache.js';
 import { DOUBLE_ENGINES_YAML, doubleStart } from '../test/helpers/double-shards.js';
+import { dropFromPageCache } from '../test/helpers/drop-page-cache.js';
 import { isRegister } from '../test/helpers/sim-shards.js';
 import { controlPlane, freePort, newRoot, spawnAgent } from './bench-support.js';
 import { ms } from './command-timing.js';
@@ -52,10 +52,7 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
     if (pull.state !== ModelPullState.DONE) throw new Error(`the pull failed: ${pull.error}`);
     const blobs = join(new StoreLayout(cacheDir).repoDir(REPO), 'blobs');
     const files = readdirSync(blobs).map((n) => ({ path: join(blobs, n), bytes: 0 }));
-    const drop = async () => {
-      await execa('sync', files.map((f) => f.path));
-      for (const f of files) await execa('dd', [`if=${f.path}`, 'iflag=nocache', 'count=0', 'status=none']);
-    };
+    const drop = () => dropFromPageCache(files.map((f) => f.path));
     const warm = () => warmFiles(files, Number.POSITIVE_INFINITY);
     const args = ['--sim-read-weights', '--sim-load-time', FIXED_LOAD];
     let n = 0;

@@ -106,7 +106,7 @@ export class Agent {
       onChange: () => {
         // GPUs come and go (a card falls off the bus, a reset brings it back): the health watch follows.
         this.health?.setGpus(watchedGpus(this.inventoryWatcher.current()));
-        this.reporter.send({ case: 'inventory', value: this.inventory });
+        this.sendInventory();
       },
     });
     this.connection = new ControlPlaneConnection({
@@ -115,7 +115,7 @@ export class Agent {
       metrics: opts.metrics,
       onPhase: (from, status) => this.events.record(connectionEvent(from, status)),
       session: {
-        register: () => buildRegister(this.node, this.inventory, opts.supervisor.list(), this.conditions.cordoned()),
+        register: () => buildRegister(this.node, this.reportedInventory, opts.supervisor.list(), this.conditions.cordoned()),
         heartbeat: () => this.heartbeat(),
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
         onEstablished: () => {
@@ -131,19 +131,15 @@ export class Agent {
       models: c.models,
       configPath: 'the agent config',
       send: (pull) => this.reporter.modelPull(pull),
-      onChange: () => this.reporter.send({ case: 'inventory', value: this.inventory }),
+      onChange: () => this.sendInventory(),
       refreshIntervalMs: c.discovery.intervalMs,
       logger: this.log,
     });
-    this.warmth = new WarmthLedger({
-      ...{ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log },
-      onLearned: () => this.reporter.send({ case: 'inventory', value: this.inventory }),
-      cached: () => this.models.current().cachedModels,
-    });
+    this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log });
     for (const r of reactions) opts.supervisor.on('transition', r.on);
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
-    this.conditions.on('change', () => this.reporter.send({ case: 'inventory', value: this.inventory }));
+    this.conditions.on('change', () => this.sendInventory());
     // The node's own changes are events too, beside the shards' and GPUs' (walkthrough 3, item 7).
     this.conditions.cordon.on('change', (state, uid) => this.events.record(cordonEvent(state, uid)));
     this.conditions.disk.on('change', (state) => this.events.record(diskPressureEvent(state.active, state.reason)));
@@ -207,8 +203,13 @@ export class Agent {
     return this.connection.status();
   }
 
-  currentInventory(): Inventory {
-    return this.inventory;
+  currentInventory(): Inventory { return this.reportedInventory; }
+
+  private sendInventory(): void { this.reporter.send({ case: 'inventory', value: this.reportedInventory }); }
+
+  /** The inventory as it goes out (Register, Inventory, ctl, metrics): with the warmth, which admission's reads need not build. */
+  private get reportedInventory(): Inventory {
+    return Object.assign(this.inventory, { warmth: this.warmth.report(this.opts.supervisor.list(), this.models.current().cachedModels) });
   }
 
   /** The account each registered engine runs as under this agent, and whether that refuses its starts. */
@@ -322,7 +323,7 @@ export class Agent {
     const fault = watch.describeFault(e.gpuIndex);
     if (this.sentFaults.get(e.gpuIndex) === fault) return;
     this.sentFaults.set(e.gpuIndex, fault);
-    this.reporter.send({ case: 'inventory', value: this.inventory });
+    this.sendInventory();
   }
 
   /** Each outcome of an orphan scan (at start, or `ctl adopt`) as an event. */
@@ -351,7 +352,6 @@ export class Agent {
     const cache = this.models.current();
     marked.cachedModels = cache.cachedModels;
     marked.modelCacheFreeBytes = cache.freeBytes;
-    marked.warmth = this.warmth.report(this.opts.supervisor.list(), cache.cachedModels);
     return marked;
   }
 

@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { type ResultPromise, execa } from 'execa';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { BIN, runCli } from '../helpers/run-cli.js';
+import { dropFromPageCache } from '../helpers/drop-page-cache.js';
 import { FakeHub, bytes, fakeRepo, sha256 } from './fake-hub.js';
 
 const hub = new FakeHub();
@@ -170,8 +171,7 @@ describe('llmgw models warm', () => {
     // Out of the cache first: synced, then dropped (posix_fadvise DONTNEED through dd), as a cold node would have it.
     const blobs = join(cacheDir, 'hub', 'models--acme--mid', 'blobs');
     const files = readdirSync(blobs).map((n) => join(blobs, n));
-    await execa('sync', files);
-    for (const f of files) await execa('dd', [`if=${f}`, 'iflag=nocache', 'count=0', 'status=none']);
+    await dropFromPageCache(files);
     const r = await runCli(['models', 'warm', 'acme/mid', '--config', config, '--json']);
     expect(r.exitCode, r.stderr).toBe(0);
     const out = JSON.parse(r.stdout) as { bytes: number; readBytes: number; residentBefore: number; residentAfter: number; budgetBytes: number };

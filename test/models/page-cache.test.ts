@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { pageCacheResidency, warmFiles } from '../../src/models/page-cache.js';
+import { dropFromPageCache } from '../helpers/drop-page-cache.js';
 import { bytes } from './fake-hub.js';
 
 /*
@@ -19,14 +20,10 @@ const MiB = 1024 * 1024;
 const files = [0, 1, 2].map((i) => ({ path: join(dir, `shard-${i}.safetensors`), bytes: 4 * MiB }));
 const paths = files.map((f) => f.path);
 
-async function dropFromCache(): Promise<void> {
-  await execa('sync', paths);
-  for (const p of paths) await execa('dd', [`if=${p}`, 'iflag=nocache', 'count=0', 'status=none']);
-}
 
 beforeEach(async () => {
   for (const [i, f] of files.entries()) writeFileSync(f.path, bytes(f.bytes, 40 + i));
-  await dropFromCache();
+  await dropFromPageCache(paths);
 });
 
 describe('page-cache residency and warming', () => {

@@ -1,6 +1,5 @@
 import { existsSync, mkdirSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { execa } from 'execa';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import {
@@ -19,6 +18,7 @@ import { describeModel } from '../../src/models/scan-store.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { runCli } from '../helpers/run-cli.js';
+import { dropFromPageCache } from '../helpers/drop-page-cache.js';
 import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
@@ -159,8 +159,7 @@ describe('warm starts through the agent', () => {
       return w.warmth.find((x) => x.model === 'acme/tiny');
     };
     // Cold: synced and dropped from the page cache (posix_fadvise DONTNEED through dd) before the start.
-    await execa('sync', files);
-    for (const f of files) await execa('dd', [`if=${f}`, 'iflag=nocache', 'count=0', 'status=none']);
+    await dropFromPageCache(files);
     const cold = await startAndStop('c1', 'store');
     expect(cold?.learned.map((t) => t.from)).toEqual(['store']);
     // Warmed by the operator's command, then started: from the page cache.
@@ -179,8 +178,7 @@ describe('warm starts through the agent', () => {
     // Out of the cache, then asked again with page_cache: no download (complete), DONE, then WARMED, all resident.
     const blobs = join(cacheDir, 'hub', 'models--acme--tiny', 'blobs');
     const files = readdirSync(blobs).map((n) => join(blobs, n));
-    await execa('sync', files);
-    for (const f of files) await execa('dd', [`if=${f}`, 'iflag=nocache', 'count=0', 'status=none']);
+    await dropFromPageCache(files);
     const downloaded = hub.downloads('model.safetensors').length;
     const warmed = cp.waitFor('node-a', pullOf('acme/tiny', ModelPullState.WARMED), 30_000);
     cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/tiny', pageCache: true }) });

@@ -168,7 +168,7 @@ export class VllmEngine extends ConfiguredEngine {
   protected override engineValidation(spec: StartShard): Partial<ValidateShardOptions> {
     // Sleep mode turns on vLLM's dev endpoints (/sleep, /wake_up,
     // /collective_rpc, ...), which its API key does not guard
-    // (V:vllm/entrypoints/serve/middleware/authenticate.py guards /v1 only):
+    // (V:vllm/entrypoints/serve/middleware/authenticate.py:11, 59 guards /v1 only):
     // the operator, not the control plane, opens them (security review 3, S6).
     if (spec.profile?.sleepMode && this.config.allowSleepMode !== true) {
       throw failure(

@@ -5,7 +5,7 @@ import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-options.js';
 import { compileCacheBytes } from '../../models/compile-cache-bytes.js';
-import { describeModel, scanStore, type StoredModel } from '../../models/scan-store.js';
+import { scanStore, type StoredModel } from '../../models/scan-store.js';
 import type { StoreLayout } from '../../models/store-layout.js';
 import type { ModelsConfig } from '../config/agent-config.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js';
@@ -129,10 +129,10 @@ export class NodeModels {
     await this.pins?.pin(spec);
     const repo = shardHubModel(spec);
     const store = this.store;
-    if (!repo || !store || !this.view.cachedModels.some((c) => c.repo === repo && c.complete)) return;
-    const m = await describeModel(store.layout, repo).catch(() => undefined);
-    if (!m?.complete) return;
-    const resident = (await this.residency(store.layout, [m])).get(repo);
+    // Complete as the last scan saw it: its size from there too, the store not scanned again for one start.
+    const listed = this.view.cachedModels.find((c) => c.repo === repo && c.complete);
+    if (!repo || !store || !listed) return;
+    const resident = (await this.residency(store.layout, [{ repo, bytes: Number(listed.bytes) }])).get(repo);
     if (resident === undefined) return;
     this.view = { ...this.view, cachedModels: this.view.cachedModels.map((c) => (c.repo === repo && c.complete ? { ...c, residentBytes: BigInt(resident) } : c)) };
   }
@@ -181,7 +181,7 @@ export class NodeModels {
         this.refreshAgain = false;
         try {
           const models = await scanStore(store.layout);
-          const view = cachedModelsView(models, store.budget, await compileCacheBytes(store.layout), await this.residency(store.layout, models));
+          const view = cachedModelsView(models, store.budget, await compileCacheBytes(store.layout), await this.residency(store.layout, models.filter((m) => m.complete)));
           const key = JSON.stringify(view, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
           this.view = view;
           if (key !== this.viewKey) {
@@ -203,9 +203,9 @@ export class NodeModels {
    * percents of its size so that a page or two coming and going does not
    * make a new Inventory; none when fincore cannot say (said once).
    */
-  private async residency(layout: StoreLayout, models: readonly StoredModel[]): Promise<Map<string, number>> {
+  private async residency(layout: StoreLayout, models: readonly Pick<StoredModel, 'repo' | 'bytes'>[]): Promise<Map<string, number>> {
     const out = new Map<string, number>();
-    for (const m of models.filter((x) => x.complete && x.bytes > 0)) {
+    for (const m of models.filter((x) => x.bytes > 0)) {
       try {
         const r = await pageCacheResidency((await modelBlobFiles(layout, m.repo)).map((f) => f.path), this.life.signal);
         // Whole bytes (Inventory's uint64): the whole percent's share of the model, rounded down.

@@ -45,6 +45,8 @@ export interface AgentOptions {
   metrics?: AgentMetrics;
   /** The NVML the agent keeps open (GPU source "nvml"): the health watch's events and poll. Without it only the kernel log is watched. */
   nvml?: NvmlLibrary;
+  /** Register.gang_endpoint once the gang endpoint listens (run-agent.ts). */
+  gangEndpoint?: () => string;
 }
 
 /**
@@ -95,7 +97,7 @@ export class Agent {
     this.log = opts.logger;
     this.wireWarnings = new RateLimitedLog(this.log);
     const c = opts.config;
-    this.node = describeNode(c, opts.version);
+    this.node = describeNode(c, opts.version, opts.gangEndpoint);
     this.conditions = new NodeConditions(c.supervisor, this.log);
     this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics, logger: this.log });
     this.inventoryWatcher = new InventoryWatcher({

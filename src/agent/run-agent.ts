@@ -1,3 +1,6 @@
+import { GangWatch } from './gang/gang-watch.js';
+import { serveGangEndpoint } from './gang/gang-endpoint.js';
+import { readGangTls } from './gang/gang-tls.js';
 import { statSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { dirname } from 'node:path';
@@ -72,9 +75,11 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   });
   // prom-client is loaded only when metrics are asked for.
   const metrics: AgentMetrics | undefined = c.metricsAddr ? new (await import('./agent-metrics.js')).AgentMetrics() : undefined;
+  let gangEndpoint = '';
   const agent = new Agent({
     config: c,
     version,
+    gangEndpoint: () => gangEndpoint,
     logger,
     supervisor,
     engines,
@@ -100,6 +105,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const servers: Server[] = [];
   let admin: AdminServer | undefined;
   let stopWatchdog = () => {};
+  let gangWatch: GangWatch | undefined;
   let unlock = () => {};
   try {
     // First of all, before any engine is adopted or killed: a second agent
@@ -115,6 +121,14 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     logGpuSource(logger, gpuSource);
     logEngineAccounts(logger, agent.engineAccounts());
     await supervisor.launcher();
+    // Multi-node ranks (issue 40): the endpoint their peers ask, then the watch of their peers.
+    if (c.gangAddr !== '') {
+      const gang = await serveGangEndpoint({ addr: c.gangAddr, nodeId: c.nodeId, shards: () => supervisor.list(), tls: () => readGangTls(c.tls), log: logger });
+      servers.push(gang.server);
+      gangEndpoint = gang.endpoint;
+    }
+    gangWatch = new GangWatch({ nodeId: c.nodeId, shards: () => supervisor.list(), mark: (id, f) => supervisor.gangChanged(id, f), log: logger, tls: () => readGangTls(c.tls) });
+    gangWatch.start();
     if (metrics) {
       metrics.observe(agentMetricsSources({ agent, supervisor, admin, node: c.nodeId, version, foreignMemoryShare: c.discovery.foreignMemoryShare }));
       servers.push(await metrics.serve(c.metricsAddr));
@@ -128,6 +142,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     });
   } finally {
     stopWatchdog();
+    gangWatch?.close();
     // The agent's scope only: timers and probes stop, engines are not touched.
     supervisor.close();
     for (const s of servers) s.close();

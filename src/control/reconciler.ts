@@ -17,7 +17,7 @@ import type { ReplicaView } from './replica-view.js';
 import { shardFromRunning } from './shard-from-running.js';
 import { reserveShardPorts } from './shard-ports.js';
 import { stateName } from '../lib/shard-states.js';
-import { startShardMessage } from './start-shard-message.js';
+import { gangOf, startShardMessage } from './start-shard-message.js';
 import { StoppingShards } from './stopping-shards.js';
 import { toReplicaView } from './to-replica-view.js';
 import { warmModels } from './warm-models.js';
@@ -171,8 +171,8 @@ export class Reconciler {
         this.#stopping.stopRunning(nodeId, rs);
         return;
       }
-      // An agent restart: the engine kept running, and so does our record.
-      if (rs.state !== ShardState.UNSPECIFIED) this.#lifecycle.updateShardState(replica, current, rs.state, '', 0);
+      // An agent restart: the engine kept running, and so does our record. A gang break it saw meanwhile fences the gang.
+      if (rs.state !== ShardState.UNSPECIFIED) this.#lifecycle.updateShardState(replica, current, rs.state, '', 0, rs.gangBreak);
       return;
     }
     if (TERMINAL_SHARD_STATES.has(rs.state)) return;
@@ -216,9 +216,10 @@ export class Reconciler {
       this.#log.debug({ node: nodeId, shard: st.shardId, state: stateName(st.state) }, 'status of a shard not in the desired state; ignored');
       return;
     }
-    this.#lifecycle.updateShardState(replica, shard, st.state, st.error, st.exitCode);
+    this.#lifecycle.updateShardState(replica, shard, st.state, st.error, st.exitCode, st.gangBreak);
     this.placeAll();
   }
+
 
   /** A node stayed away longer than the grace: its shards are gone for placement purposes. */
   onNodeLost(nodeId: string): void {
@@ -284,9 +285,10 @@ export class Reconciler {
     // Why these nodes, when an agent measured how soon it would serve (issue 41).
     if (result.considered) log.info({ considered: result.considered }, `placed by expected time to READY: ${result.considered.join(', ')}`);
     this.#lifecycle.setPhase(replica, 'starting', `placed generation ${generation}`);
+    const gang = gangOf(shards, (nodeId) => this.#host.node(nodeId)?.register.gangEndpoint ?? '');
     for (const s of shards) {
       log.info({ shard: s.shardId, node: s.nodeId, gpus: s.gpuIndices, port: s.httpPort, rank: s.rank }, 'starting shard');
-      this.#host.send(s.nodeId, { case: 'start', value: startShardMessage(s, spec) });
+      this.#host.send(s.nodeId, { case: 'start', value: startShardMessage(s, spec, gang) });
       this.#lifecycle.armStartupTimer(replica, s);
     }
   }

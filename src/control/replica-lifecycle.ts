@@ -1,4 +1,4 @@
-import { ShardState } from '../gen/llmgw/v1/agent_pb.js';
+import { type GangBreak, ShardState } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
 import { TERMINAL_SHARD_STATES } from '../lib/shard-states.js';
 import type { PortPool } from './port-pool.js';
@@ -43,7 +43,14 @@ export class ReplicaLifecycle {
     this.#log = parts.log;
   }
 
-  updateShardState(replica: ReplicaRecord, shard: ShardRecord, state: ShardState, error: string, exitCode: number): void {
+  /**
+   * A shard's new state. A multi-node replica whose rank ended, or whose rank
+   * reports its gang broken (ShardStatus.gang_break), serves nothing, and its
+   * other ranks block in their collectives (issue 40): it is fenced, every
+   * live rank stopped at once and hard, and the whole gang placed again. A
+   * stalled gang is reported (its phase), never fenced.
+   */
+  updateShardState(replica: ReplicaRecord, shard: ShardRecord, state: ShardState, error: string, exitCode: number, gangBreak?: GangBreak): void {
     shard.state = state;
     shard.error = error;
     shard.exitCode = exitCode;
@@ -51,9 +58,14 @@ export class ReplicaLifecycle {
       clearTimeout(shard.startupTimer);
       shard.startupTimer = undefined;
     }
+    const gang = replica.spec.nnodes > 1;
     if (TERMINAL_SHARD_STATES.has(state)) {
       const why = `shard ${shard.shardId} on node ${shard.nodeId} is ${stateName(state)}${error ? `: ${error}` : ''}${exitCode ? ` (exit code ${exitCode})` : ''}`;
-      this.failCrashed(replica, why);
+      this.failCrashed(replica, why, gang);
+      return;
+    }
+    if (gang && gangBreak && !gangBreak.stalled) {
+      this.failCrashed(replica, `gang broken, as shard ${shard.shardId} on node ${shard.nodeId} saw: ${gangBreak.reason}`, true);
       return;
     }
     this.refreshPhase(replica);
@@ -83,7 +95,7 @@ export class ReplicaLifecycle {
    * (walkthrough 2, row 6). From CRASH_LOOP_FAILURES on it says so, with
    * the count and when it is tried next.
    */
-  failCrashed(replica: ReplicaRecord, why: string): void {
+  failCrashed(replica: ReplicaRecord, why: string, fence = false): void {
     const now = Date.now();
     const n = failuresInARow(replica.failures ?? 0, replica.readyAtMs, now, this.#p.stableReadyMs ?? DEFAULT_STABLE_READY_MS);
     replica.failures = n;
@@ -96,15 +108,17 @@ export class ReplicaLifecycle {
         `${replica.spec.id} is crash-looping: ${n} failures in a row, the last: ${why}; placing it again in ${formatDuration(delay)} (at ${next})`,
       );
     }
-    this.fail(replica, why, delay);
+    this.fail(replica, why, delay, fence);
   }
 
   /**
    * Ends the current generation of a replica: the surviving shards are
    * stopped (a multi-node replica with a missing rank serves nothing), and a
-   * new placement is tried after `backoffMs`.
+   * new placement is tried after `backoffMs`. `fence`: a broken gang's ranks
+   * are stopped all at once with no grace (StoppingShards.fence), since
+   * nothing they hold can complete; otherwise rank 0 drains first.
    */
-  fail(replica: ReplicaRecord, why: string, backoffMs: number): void {
+  fail(replica: ReplicaRecord, why: string, backoffMs: number, fence = false): void {
     const log = this.#log.child({ replica: replica.spec.id });
     const live: ShardRecord[] = [];
     for (const s of replica.shards) {
@@ -113,14 +127,16 @@ export class ReplicaLifecycle {
       if (TERMINAL_SHARD_STATES.has(s.state)) releaseShardPorts(this.#p.ports, s);
       else live.push(s);
     }
-    // All at once, so that rank 0 is stopped before the ranks that serve it.
-    this.#p.stopping.stop(live);
+    // All at once, so that rank 0 is stopped before the ranks that serve it; a fence stops every rank now.
+    if (fence) this.#p.stopping.fence(live);
+    else this.#p.stopping.stop(live);
     replica.shards = [];
     replica.lastError = why;
     clearTimeout(replica.waitTimer);
     replica.waitTimer = undefined;
     this.setPhase(replica, 'backoff', why);
-    log.warn({ err: why, retryInMs: backoffMs }, 'replica failed; placing it again after the backoff');
+    if (fence) log.warn({ err: why, retryInMs: backoffMs, fenced: live.map((s) => `${s.shardId}@${s.nodeId}`) }, 'gang fenced: every live rank stopped now, no grace; placing the whole gang again after the backoff');
+    else log.warn({ err: why, retryInMs: backoffMs }, 'replica failed; placing it again after the backoff');
     clearTimeout(replica.retryTimer);
     replica.nextRetryAtMs = Date.now() + backoffMs;
     replica.retryTimer = setTimeout(() => {

@@ -1,4 +1,5 @@
 import { create } from '@bufbuild/protobuf';
+import { durationFromMs } from '@bufbuild/protobuf/wkt';
 import { type ControlMessage, type RunningShard, StopShardSchema } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
 import type { PortPool } from './port-pool.js';
@@ -23,6 +24,8 @@ export class StoppingShards {
   readonly #ports: PortPool;
   readonly #send: (nodeId: string, msg: ControlMessage['msg']) => boolean;
   readonly #ordered: RankOrderedStops<ShardRecord>;
+  /** Ranks of broken gangs: stopped, and stopped again after a reconnect, with no grace. */
+  readonly #fenced = new Set<string>();
 
   constructor(opts: StoppingShardsOptions) {
     this.#ports = opts.ports;
@@ -50,6 +53,21 @@ export class StoppingShards {
   }
 
   /**
+   * Fences a broken gang (issue 40): books its live ranks until each is
+   * reported gone and tells every one to stop now, with no grace (SIGTERM
+   * then SIGKILL at once): a rank whose peers are gone holds nothing that
+   * can finish, and waiting for rank 0 would keep the GPUs held by ranks
+   * blocked in NCCL for minutes.
+   */
+  fence(shards: readonly ShardRecord[]): void {
+    for (const s of shards) {
+      this.#shards.set(s.shardId, s);
+      this.#fenced.add(s.shardId);
+      this.#sendStop(s.nodeId, s.shardId);
+    }
+  }
+
+  /**
    * Stops a reported shard we do not want, and books its GPUs and ports until
    * the node reports it gone: placing on GPUs an engine still holds is a
    * start that fails with out-of-memory minutes later.
@@ -66,12 +84,14 @@ export class StoppingShards {
   }
 
   #sendStop(nodeId: string, shardId: string): boolean {
-    return this.#send(nodeId, { case: 'stop', value: create(StopShardSchema, { shardId }) });
+    const grace = this.#fenced.has(shardId) ? { grace: durationFromMs(0) } : {};
+    return this.#send(nodeId, { case: 'stop', value: create(StopShardSchema, { shardId, ...grace }) });
   }
 
   /** The shard is gone: its GPUs and ports are free again, and the ranks held behind it are stopped. */
   drop(s: ShardRecord): void {
     this.#shards.delete(s.shardId);
+    this.#fenced.delete(s.shardId);
     releaseShardPorts(this.#ports, s);
     this.#ordered.gone(s.shardId);
   }

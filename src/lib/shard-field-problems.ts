@@ -1,5 +1,6 @@
 import { isIP } from 'node:net';
 import type { Hca, StartShard } from '../gen/llmgw/v1/agent_pb.js';
+import { gangProblems } from './gang-problems.js';
 import { firstUnprintable } from './printable.js';
 
 /**
@@ -96,6 +97,7 @@ export function shardFieldProblems(spec: StartShard, nodeHcas?: readonly Pick<Hc
   if (!unfit.has('leader_addr') && !isHostAddress(spec.leaderAddr)) {
     problems.push({ field: 'leader_addr', message: `leader_addr ${JSON.stringify(spec.leaderAddr)} is neither an IP address nor a hostname` });
   }
+  problems.push(...gangProblems(spec));
   if (!hcasFit) return problems;
   // NCCL_IB_HCA takes a selector language (",", "^", "=", ":port"): a name
   // that is not one of this node's HCAs changed which HCAs NCCL used (N6).

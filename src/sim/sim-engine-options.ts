@@ -48,6 +48,8 @@ export interface SimEngineOptions {
   spawnEscapingChild?: boolean;
   /** A non-zero rank: no HTTP, just stays alive and logs. */
   worker: boolean;
+  /** host:port of a multi-node gang's rendezvous: rank 0 holds it, the others connect (sim-rendezvous.ts). */
+  rendezvous?: string;
 }
 
 export const SIM_DEFAULTS = {

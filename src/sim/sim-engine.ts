@@ -1,3 +1,4 @@
+import { startSimRendezvous } from './sim-rendezvous.js';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
@@ -161,6 +162,19 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
         timers.push(t);
       };
       tick();
+    }
+
+    if (opts.rendezvous !== undefined) {
+      const rdv = startSimRendezvous({
+        addr: opts.rendezvous,
+        leader: !opts.worker,
+        log: (level, where, text) => vllmLog(level, where, text),
+        // The leader makes no progress from here on; /health stays 200 (sim-rendezvous.ts).
+        onPeerLost: () => {
+          stalled = true;
+        },
+      });
+      process.once('exit', () => rdv.close());
     }
 
     if (opts.worker) {

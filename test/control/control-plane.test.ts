@@ -354,7 +354,7 @@ describe('ControlPlane in manual mode', () => {
     const { cp, url } = await startControlPlane({});
     const a = agent({ baseUrl: url, nodeId: 'anon', register: false });
     const hb = a.send({ case: 'heartbeat', value: { $typeName: 'llmgw.v1.Heartbeat', nodeId: 'anon', gpuMemoryUsedMb: [] } });
-    const reg = a.send({ case: 'register', value: { $typeName: 'llmgw.v1.Register', nodeId: '', hostname: 'h', mgmtAddr: '', version: '', labels: {}, fabrics: [], runningShards: [], cordoned: false } });
+    const reg = a.send({ case: 'register', value: { $typeName: 'llmgw.v1.Register', nodeId: '', hostname: 'h', mgmtAddr: '', version: '', labels: {}, fabrics: [], runningShards: [], cordoned: false, gangEndpoint: '' } });
     const rejectHb = await a.waitFor((m) => m.msg.case === 'ack' && m.msg.value.messageId === hb);
     expect(rejectHb.msg.value).toMatchObject({ ok: false, error: expect.stringMatching(/before register/) });
     const rejectReg = await a.waitFor((m) => m.msg.case === 'ack' && m.msg.value.messageId === reg);

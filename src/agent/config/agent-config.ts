@@ -165,6 +165,8 @@ export interface AgentConfig {
   supervisor: SupervisorConfig;
   admin: AdminConfig;
   models: ModelsConfig;
+  /** host:port of the gang endpoint (issue 40); '' when off. */
+  gangAddr: string;
   metricsAddr: string;
   logLevel: string;
 }

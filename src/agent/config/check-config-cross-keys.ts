@@ -10,6 +10,7 @@ import { SPEC_BY_KEY, type KeySpec } from './config-keys.js';
 import { tlsEnabled, type AgentConfig } from './agent-config.js';
 import { camelPath } from './camel-path.js';
 import { checkModelsConfig } from './check-models-config.js';
+import { parseEndpoint } from '../../lib/gang-problems.js';
 
 /** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: traffic that never leaves this node. */
 function isLoopbackHost(hostname: string): boolean {
@@ -18,6 +19,23 @@ function isLoopbackHost(hostname: string): boolean {
   if (isIP(h) === 4) return h.startsWith('127.');
   if (isIP(h) === 6) return h === '::1' || /^::ffff:127\./.test(h) || /^(0+:){7}0*1$/.test(h);
   return false;
+}
+
+/**
+ * gang_addr: host:port (port 0 takes a free one). With TLS configured it is
+ * served by mutual TLS with the agent's certificate, key and CA, so all three
+ * must be set; never a plaintext endpoint beside a TLS control plane.
+ */
+function checkGangAddr(c: AgentConfig, where: (key: string) => string): void {
+  if (c.gangAddr === '') return;
+  if (parseEndpoint(c.gangAddr.replace(/:0$/, ':1')) === undefined) {
+    throw configError(`gang_addr ${JSON.stringify(c.gangAddr)} is not host:port (an address of this node the other ranks reach, e.g. 10.0.0.5:7471) (${where('gang_addr')})`);
+  }
+  if (!tlsEnabled(c.tls)) return;
+  const missing = (['cert', 'key', 'ca'] as const).find((k) => c.tls[k] === '');
+  if (missing) {
+    throw configError(`gang_addr is set and tls.${missing} is not: the gang endpoint serves and asks its peers by mutual TLS with the agent's certificate, key and CA; set tls.${missing}, or unset gang_addr (${where('gang_addr')})`);
+  }
 }
 
 /**
@@ -116,6 +134,7 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
   const badProperty = checkUnitProperties(c.supervisor.unitProperties ?? {});
   if (badProperty) throw configError(`supervisor.unit_properties: ${badProperty} (${where('supervisor.unit_properties')})`);
   checkModelsConfig(c.models, where);
+  checkGangAddr(c, where);
   const hub = new URL(c.models.hub.endpoint);
   if (hub.protocol === 'http:' && !isLoopbackHost(hub.hostname) && !c.insecurePlaintext) {
     // In clear the token travels readable, and whoever is on the way serves any bytes: the digests come in the same answer (security review 3, S4).

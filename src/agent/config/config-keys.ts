@@ -91,6 +91,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'models.bandwidth', type: 'bytes', default: '', doc: 'Bytes per second all downloads of one llmgw process share, e.g. 200MiB; unlimited when empty.' },
   { key: 'admin.socket', type: 'string', default: DEFAULT_ADMIN_SOCKET, env: ['LLMGW_ADMIN_SOCKET', 'LLMGW_SOCKET'], flag: 'socket', doc: 'Unix socket that llmgw ctl talks to (mode 0660).' },
   { key: 'admin.group', type: 'string', default: '', doc: 'Group owning the admin socket; operators in it may use llmgw ctl.' },
+  { key: 'gang_addr', type: 'string', default: '', doc: 'host:port of this agent\'s gang endpoint, which the other ranks of its multi-node replicas ask how its ranks are (README "Multi-node replicas"); mutual TLS with the tls keys when they are set. Off when empty: peers then watch its rank 0 by its rendezvous port alone.' },
   { key: 'metrics_addr', type: 'string', default: '', flag: 'metrics-addr', doc: 'host:port of a Prometheus /metrics endpoint; off when empty.' },
   { key: 'log_level', type: 'enum', values: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], default: 'info', flag: 'log-level', doc: 'Least severe level logged.' },
 ];

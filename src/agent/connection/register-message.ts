@@ -22,9 +22,11 @@ export interface NodeDescription {
   version: string;
   labels: Record<string, string>;
   fabrics: AgentConfig['fabrics'];
+  /** Register.gang_endpoint: known once the agent's gang endpoint listens (run-agent.ts); '' without one. */
+  gangEndpoint: () => string;
 }
 
-export function describeNode(config: Pick<AgentConfig, 'nodeId' | 'hostname' | 'mgmtAddr' | 'mgmtInterface' | 'labels' | 'fabrics'>, version: string): NodeDescription {
+export function describeNode(config: Pick<AgentConfig, 'nodeId' | 'hostname' | 'mgmtAddr' | 'mgmtInterface' | 'labels' | 'fabrics'>, version: string, gangEndpoint: () => string = () => ''): NodeDescription {
   return {
     nodeId: config.nodeId,
     hostname: resolveHostname(config.hostname),
@@ -32,6 +34,7 @@ export function describeNode(config: Pick<AgentConfig, 'nodeId' | 'hostname' | '
     version,
     labels: config.labels,
     fabrics: config.fabrics,
+    gangEndpoint,
   };
 }
 
@@ -47,6 +50,7 @@ export function buildRegister(node: NodeDescription, inventory: Inventory, shard
     cordoned,
     hostname: node.hostname,
     mgmtAddr: node.mgmtAddr,
+    gangEndpoint: node.gangEndpoint(),
     version: node.version,
     labels: node.labels,
     inventory,

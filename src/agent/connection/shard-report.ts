@@ -1,5 +1,9 @@
 import { create } from '@bufbuild/protobuf';
+import { timestampFromMs } from '@bufbuild/protobuf/wkt';
+import type { GangFault } from '../supervisor/shard/shard-machine.js';
 import {
+  type GangBreak,
+  GangBreakSchema,
   RunningShardSchema,
   ShardState,
   ShardStatusSchema,
@@ -23,7 +27,13 @@ export function statusFromSnapshot(nodeId: string, s: ShardSnapshot): ShardStatu
     pid: s.pid,
     signal: s.signal ?? '',
     adopted: s.adopted,
+    ...(s.gangFault ? { gangBreak: gangBreakOf(s.gangFault) } : {}),
   });
+}
+
+/** ShardStatus.gang_break (and RunningShard's) from what the gang watch saw. */
+export function gangBreakOf(f: GangFault): GangBreak {
+  return create(GangBreakSchema, { rank: f.rank, nodeId: f.nodeId, shardId: f.shardId, reason: f.reason, since: timestampFromMs(f.sinceMs), stalled: f.stalled });
 }
 
 /** A FAILED report for a start that was refused before anything was launched. */
@@ -77,5 +87,6 @@ export function runningShardFromSnapshot(s: ShardSnapshot, mgmtAddr: string): Ru
     leaderPort: spec.leaderPort,
     pid: s.pid,
     engine: textFieldProblem('profile.engine', engine) ? '' : engine,
+    ...(s.gangFault ? { gangBreak: gangBreakOf(s.gangFault) } : {}),
   });
 }

@@ -26,7 +26,7 @@ export class SimEngine extends ConfiguredEngine {
   }
 
   protected ownedArgs(): OwnedArgs {
-    return { flags: ['--host', '--port', '--model', '--worker'] };
+    return { flags: ['--host', '--port', '--model', '--worker', '--rendezvous'] };
   }
 
   /** The sim only names its model (--model); it reads nothing of it. */
@@ -39,6 +39,8 @@ export class SimEngine extends ConfiguredEngine {
     // publishes http://<mgmt_addr>:<port>, which a loopback bind would refuse.
     const args = ['--host', '0.0.0.0', '--port', String(spec.httpPort), '--model', servedModelName(spec)];
     if (!servesHttp(spec)) args.push('--worker');
+    // Rank 0 holds the gang's rendezvous, the other ranks join it (sim-rendezvous.ts), as vLLM's --master-port and SGLang's --dist-init-addr.
+    if (spec.nnodes > 1 && spec.leaderPort > 0 && spec.leaderAddr !== '') args.push('--rendezvous', `${spec.leaderAddr.includes(':') ? `[${spec.leaderAddr}]` : spec.leaderAddr}:${spec.leaderPort}`);
     return args;
   }
 }

@@ -24,6 +24,7 @@ import type { SettleOptions } from './shard/shard-settle.js';
 import type { ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
+import type { GangFault } from './shard/shard-machine.js';
 import { stateName } from '../../lib/shard-states.js';
 import { DEFAULT_KEEP_TERMINAL_SHARDS, DEFAULT_TERMINAL_RETENTION_MS, TERMINAL_GC_INTERVAL_MS, terminalShardsToCollect } from './terminal-shard-gc.js';
 
@@ -293,6 +294,11 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
       if (faults.length === 0) runner.clearGpuFault();
       else runner.markGpuFault(faults.join('; '));
     }
+  }
+
+  /** What the gang watch saw of a shard's peer ranks (gang-watch.ts): a break, a stall, or (undefined) a whole gang. */
+  gangChanged(shardId: ShardId, fault: GangFault | undefined): void {
+    this.runners.get(shardId)?.markGang(fault);
   }
 
   /** Requests the engine is working on, from its metrics gauge; undefined when it cannot tell. */

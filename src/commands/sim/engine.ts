@@ -67,6 +67,7 @@ handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`
       dependsOn: ['spawn-child'],
     }),
     worker: Flags.boolean({ summary: 'A non-zero rank: serve no HTTP, stay alive and log.', default: false }),
+    rendezvous: Flags.string({ summary: "host:port of a multi-node gang's rendezvous: rank 0 listens there, --worker ranks connect; a peer lost stalls rank 0 and never ends a rank, as NCCL's collectives block." }),
   };
 
   async run(): Promise<void> {
@@ -91,6 +92,7 @@ handle. /metrics has vllm:generation_tokens_total, which --stall-after freezes.`
       fragileWorker: flags['fragile-worker'],
       spawnEscapingChild: flags['spawn-escaping-child'],
       worker: flags.worker,
+      rendezvous: flags.rendezvous,
     });
     // Exits now rather than when the last handle closes: a crash simulated
     // with --fail-after must exit even with requests still open.

@@ -295,6 +295,8 @@ function dropRefusedFields(spec: StartShard): ShardFieldProblem[] {
     else if (field === 'fabric') spec.fabric = '';
     else if (field === 'leader_addr') spec.leaderAddr = '';
     else if (field.startsWith('hcas')) spec.hcas = [];
+    // A gang this agent would not accept is not watched: the shard runs on unwatched, as one from an older agent.
+    else if (field.startsWith('gang')) spec.gang = undefined;
   }
   return problems;
 }

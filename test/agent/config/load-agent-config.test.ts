@@ -123,6 +123,15 @@ describe('loadAgentConfig', () => {
     );
   });
 
+  it('takes gang_addr as host:port, and refuses one that is not, or one beside TLS without a CA to check peers by (issue 40)', () => {
+    expect(loadAgentConfig({ configPath: file(`${MINIMAL}gang_addr: 127.0.0.1:0\n`), env: {} }).config.gangAddr).toBe('127.0.0.1:0');
+    const bad = file(`${MINIMAL}gang_addr: http://10.0.0.5\n`);
+    expect(configErrorOf(() => loadAgentConfig({ configPath: bad, env: {} })).message).toMatch(/^gang_addr "http:\/\/10\.0\.0\.5" is not host:port/);
+    const pem = file('x');
+    const noCa = file(`node_id: a\nserver: https://cp:8443\ngang_addr: 10.0.0.5:7471\ntls:\n  cert: ${pem}\n  key: ${pem}\n`);
+    expect(() => loadAgentConfig({ configPath: noCa, env: {} })).toThrow(/gang_addr is set and tls\.ca is not: the gang endpoint serves and asks its peers by mutual TLS/);
+  });
+
   it('defaults register_timeout to off and tls.expiry_warning to 7 days', () => {
     const { config } = loadAgentConfig({ configPath: file(MINIMAL), env: {} });
     expect(config.registerTimeoutMs).toBe(0);

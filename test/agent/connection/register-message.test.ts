@@ -60,7 +60,9 @@ function shard(shardId: string, state: ShardState, rank = 0): ShardSnapshot {
 describe('describeNode', () => {
   it('takes the machine hostname when none is configured, and the configured management address', () => {
     const node = describeNode(CONFIG, '1.2.3');
-    expect(node).toEqual({ nodeId: 'gpu-node-7', hostname: hostname(), mgmtAddr: '10.1.2.3', version: '1.2.3', labels: { rack: 'r12' }, fabrics: CONFIG.fabrics });
+    expect(node).toEqual({ nodeId: 'gpu-node-7', hostname: hostname(), mgmtAddr: '10.1.2.3', version: '1.2.3', labels: { rack: 'r12' }, fabrics: CONFIG.fabrics, gangEndpoint: expect.any(Function) });
+    expect(node.gangEndpoint()).toBe('');
+    expect(describeNode(CONFIG, '1.2.3', () => '10.1.2.3:7471').gangEndpoint()).toBe('10.1.2.3:7471');
     expect(describeNode({ ...CONFIG, hostname: 'override' }, 'v').hostname).toBe('override');
   });
 });

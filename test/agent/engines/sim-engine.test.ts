@@ -33,11 +33,13 @@ describe('SimEngine', () => {
     expect(plan.env).toEqual({ CUDA_VISIBLE_DEVICES: '0,1', CUDA_DEVICE_ORDER: 'PCI_BUS_ID', NCCL_SOCKET_IFNAME: 'lo', GLOO_SOCKET_IFNAME: 'lo', SIM: '1' });
   });
 
-  it('runs non-zero ranks of a multi-node shard as --worker', () => {
+  it('runs non-zero ranks of a multi-node shard as --worker, every rank at the gang\'s rendezvous (rank 0 holds it)', () => {
     const engine = new SimEngine(undefined, 'lo');
     const spec = shard({ nnodes: 2, rank: 1, leaderAddr: '127.0.0.1', leaderPort: 29500, profile: { tensorParallelSize: 4 } });
     expect(engine.servesHttp(spec)).toBe(false);
-    expect(engine.command(spec).argv.slice(2)).toEqual(['sim', 'engine', '--host', '0.0.0.0', '--port', '8000', '--model', 'llama-70b', '--worker']);
+    expect(engine.command(spec).argv.slice(2)).toEqual(['sim', 'engine', '--host', '0.0.0.0', '--port', '8000', '--model', 'llama-70b', '--worker', '--rendezvous', '127.0.0.1:29500']);
+    const leader = shard({ nnodes: 2, rank: 0, leaderAddr: 'fd00::1', leaderPort: 29500, profile: { tensorParallelSize: 4 } });
+    expect(engine.command(leader).argv.slice(-2)).toEqual(['--rendezvous', '[fd00::1]:29500']);
   });
 
   it('validates GPUs against the inventory like a real engine', async () => {

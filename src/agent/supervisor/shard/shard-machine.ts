@@ -77,6 +77,30 @@ export interface HealthFacts {
   probeHealthy: boolean;
   /** Kept for a drain's cancel, which judges the shard again by it. */
   verdict: HealthVerdict;
+  /** A peer rank of the shard's gang broke or stalled (issue 40); absent while the gang is whole. */
+  gang?: GangFault;
+}
+
+/** What the gang watch saw of a peer rank (gang-watch.ts): ShardStatus.gang_break. */
+export interface GangFault {
+  rank: number;
+  nodeId: string;
+  shardId: string;
+  /** "rank 0 on node-a unreachable since 12:00:01Z (...)". */
+  reason: string;
+  sinceMs: number;
+  /** Alive but making no progress: reported, never a reason to fence. */
+  stalled: boolean;
+}
+
+/** The shard's error for a gang fault: "gang broken: rank 0 on node-a ...". */
+export function gangError(f: GangFault): string {
+  return `gang ${f.stalled ? 'stalled' : 'broken'}: ${f.reason}`;
+}
+
+/** The fault that holds a shard UNHEALTHY whatever its probe says: its GPUs', else its gang's; '' when none. */
+function heldFault(h: HealthFacts): string {
+  return h.gpuFault !== '' ? h.gpuFault : h.gang ? gangError(h.gang) : '';
 }
 
 /** One shard as it is: its state and the facts that state carries. */
@@ -127,6 +151,10 @@ export type ShardChange =
   | { kind: 'gpu-fault'; reason: string }
   /** The fault is gone; `only`: the fault its raiser clears, not one raised since. */
   | { kind: 'gpu-sound'; only?: string }
+  /** A peer rank broke or stalled (gang-watch.ts); sets health.gang. */
+  | { kind: 'gang-fault'; fault: GangFault }
+  /** Every peer rank answers again; clears health.gang. */
+  | { kind: 'gang-whole' }
   | { kind: 'known-answer'; text: string }
   | { kind: 'drain' }
   | { kind: 'cancel-drain' }
@@ -216,7 +244,7 @@ function decide(l: ShardLife, c: ShardChange): ShardNext {
       return to(S.READY, c.why);
     case 'watched':
       // STARTING cannot become UNHEALTHY: a fault raised while loading counts once it serves.
-      if (l.health.gpuFault === '') return same('GPUs sound');
+      if (heldFault(l.health) === '') return same('GPUs and gang sound');
       return unhealthyForGpu(l);
     case 'not-ready':
       if (l.state !== S.STARTING) return same('no longer starting');
@@ -250,9 +278,30 @@ function decide(l: ShardLife, c: ShardChange): ShardNext {
       const was = l.health.gpuFault;
       if (was === '' || (c.only !== undefined && was !== c.only)) return same('no such fault');
       const why = `${was.startsWith(KNOWN_ANSWER_FAULT) ? 'known answer given again' : 'GPU fault cleared'} (${was})`;
-      const sound = { ...l, health: { ...l.health, gpuFault: '' }, ...(l.error === was ? { error: '' } : {}) };
-      if (l.state === S.UNHEALTHY && l.health.probeHealthy) return { life: { ...sound, state: S.READY }, why };
+      const gang = l.health.gang;
+      const sound = { ...l, health: { ...l.health, gpuFault: '' }, ...(l.error === was ? { error: gang ? gangError(gang) : '' } : {}) };
+      if (l.state === S.UNHEALTHY && l.health.probeHealthy && !gang) return { life: { ...sound, state: S.READY }, why };
       return { life: sound, why };
+    }
+    case 'gang-fault': {
+      const was = l.health.gang;
+      if (was && was.reason === c.fault.reason && was.stalled === c.fault.stalled) return same('gang fault already known');
+      const error = gangError(c.fault);
+      const faulted = { ...l, health: { ...l.health, gang: c.fault } };
+      // A rank still loading whose gang broke never serves: its peers are what it waits for.
+      if (l.state === S.STARTING) return c.fault.stalled ? { life: faulted, why: error } : to(S.FAILED, error, { ...faulted, error });
+      if (l.state === S.READY) return to(S.UNHEALTHY, error, { ...faulted, error });
+      // UNHEALTHY, DRAINING, SLEEPING: the state stays, the report names the gang (a control plane fences on it).
+      if (l.state === S.UNHEALTHY || l.state === S.DRAINING || l.state === S.SLEEPING) return { life: { ...faulted, error: l.health.gpuFault || error }, why: error };
+      return { life: faulted, why: error };
+    }
+    case 'gang-whole': {
+      const was = l.health.gang;
+      if (!was) return same('gang already whole');
+      const why = `gang whole again (was: ${gangError(was)})`;
+      const whole = { ...l, health: { ...l.health, gang: undefined }, ...(l.error === gangError(was) ? { error: '' } : {}) };
+      if (l.state === S.UNHEALTHY && l.health.probeHealthy && l.health.gpuFault === '') return to(S.READY, why, whole);
+      return { life: whole, why };
     }
     case 'known-answer':
       // Only an engine still READY answered with its weights; one asleep or stopping meanwhile proves nothing.
@@ -303,7 +352,7 @@ function decide(l: ShardLife, c: ShardChange): ShardNext {
 /** The health judgement of a serving shard from the probe: only a disagreement with its state changes anything. */
 function judgeProbe(l: ShardLife, v: HealthVerdict): ShardNext {
   const life = { ...l, health: { ...l.health, verdict: v, probeHealthy: v.healthy } };
-  const gpuFault = l.health.gpuFault;
+  const gpuFault = heldFault(l.health);
   if (!v.healthy && l.state === S.READY) return { life: { ...life, state: S.UNHEALTHY, error: v.why }, why: v.why };
   // Still unhealthy, maybe for another cause now; a GPU fault stays the cause while it lasts.
   if (!v.healthy && l.state === S.UNHEALTHY) return { life: gpuFault === '' ? { ...life, error: v.why } : life, why: v.why };
@@ -313,7 +362,7 @@ function judgeProbe(l: ShardLife, v: HealthVerdict): ShardNext {
 }
 
 function unhealthyForGpu(l: ShardLife): ShardNext {
-  const why = l.health.gpuFault;
+  const why = heldFault(l.health);
   if (l.state === S.READY) return { life: { ...l, state: S.UNHEALTHY, error: why }, why };
   // A drain or sleep from before the restart stays what it is; a DRAINING shard carries the fault as its error.
   return { life: l.state === S.DRAINING || l.state === S.UNHEALTHY ? { ...l, error: why } : l, why };

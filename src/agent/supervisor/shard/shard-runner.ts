@@ -21,7 +21,7 @@ import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
 import { ShardFailedError } from './shard-failed-error.js';
 import { readLastOutput } from './shard-failure.js';
-import { newShardLife, nextShard, type ShardChange, type ShardLife, type ShardNext, stateName } from './shard-machine.js';
+import { type GangFault, newShardLife, nextShard, type ShardChange, type ShardLife, type ShardNext, stateName } from './shard-machine.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, judgeSettleStart, judgeSettleWake, type SettleOptions } from './shard-settle.js';
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
 import { ASLEEP_PROBE_PATH, ASLEEP_STOP_GRACE_MS, type SleepProbes } from './shard-sleep.js';
@@ -147,6 +147,7 @@ export class ShardRunner {
       ...{ state: l.state, error: l.error, exitCode: l.exitCode, signal: l.signal, lastOutput: [...l.lastOutput], running: !l.dead },
       ...{ drainRequested: l.drain, sleepLevel: l.sleep?.level ?? 0, adopted: this.adopted, launcher: r.launcher },
       ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', load: { ...this.load } },
+      ...{ ...(l.health.gang ? { gangFault: { ...l.health.gang } } : {}), ...(l.state === S.UNHEALTHY && l.health.verdict.cause === 'stalled' ? { stalled: true } : {}) },
     };
   }
 
@@ -260,6 +261,12 @@ export class ShardRunner {
   markGpuFault(reason: string): void { this.apply({ kind: 'gpu-fault', reason }); }
   /** The shard's GPUs are sound again: back to READY, unless the health probe says otherwise. */
   clearGpuFault(): void { this.apply({ kind: 'gpu-sound' }); }
+  /** A peer rank broke or stalled (undefined: the gang is whole again); a change the state does not show is reported all the same. */
+  markGang(fault: GangFault | undefined): void {
+    const before = this.life;
+    const next = this.apply(fault ? { kind: 'gang-fault', fault } : { kind: 'gang-whole' });
+    if (!('refused' in next) && next.life !== before && next.life.state === before.state) this.ctx.onStatus(this.snapshot());
+  }
 
   private applyProbe(v: HealthVerdict): void {
     // Said also when no transition follows (a faulted GPU already made it UNHEALTHY): why it stays so.

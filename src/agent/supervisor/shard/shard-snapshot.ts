@@ -1,6 +1,7 @@
 import type { ShardState, StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { ShardId } from '../../../lib/shard-id.js';
 import type { EngineLoad } from '../probes/load-meter.js';
+import type { GangFault } from './shard-machine.js';
 
 /** A copy of one supervised shard as it is now; changing it changes nothing. */
 export interface ShardSnapshot {
@@ -46,6 +47,10 @@ export interface ShardSnapshot {
   note?: string;
   /** In flight and tokens per second at the health watch's latest /metrics read (ShardRunner.engineLoad); absent: unknown. */
   load?: EngineLoad;
+  /** A peer rank of its gang broke or stalled (issue 40): ShardStatus.gang_break. */
+  gangFault?: GangFault;
+  /** UNHEALTHY because its progress counters stalled (stall-detector.ts): what its gang's peers report as the gang stalled. */
+  stalled?: boolean;
 }
 
 export interface ShardTransition {

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLHAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgaLQoLTGFiZWxzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASKwAwoJSW52ZW50b3J5EhsKBGdwdXMYASADKAsyDS5sbG1ndy52MS5HcHUSIAoFbGlua3MYAiADKAsyES5sbG1ndy52MS5HcHVMaW5rEhsKBGhjYXMYAyADKAsyDS5sbG1ndy52MS5IY2ESKgoKaW50ZXJmYWNlcxgEIAMoCzIWLmxsbWd3LnYxLk5ldEludGVyZmFjZRIWCg5kcml2ZXJfdmVyc2lvbhgFIAEoCRIUCgxjdWRhX3ZlcnNpb24YBiABKAkSEAoId2FybmluZ3MYByADKAkSEAoIaG9zdG5hbWUYCCABKAkSJwoJcHJvY2Vzc2VzGAkgAygLMhQubGxtZ3cudjEuR3B1UHJvY2VzcxIrCgpjb25kaXRpb25zGAogAygLMhcubGxtZ3cudjEuTm9kZUNvbmRpdGlvbhIsCg1jYWNoZWRfbW9kZWxzGAwgAygLMhUubGxtZ3cudjEuQ2FjaGVkTW9kZWwSHgoWbW9kZWxfY2FjaGVfZnJlZV9ieXRlcxgNIAEoBBIlCgZ3YXJtdGgYDiADKAsyFS5sbG1ndy52MS5Nb2RlbFdhcm10aCJzCgtNb2RlbFdhcm10aBINCgVtb2RlbBgBIAEoCRIOCgZlbmdpbmUYAiABKAkSDwoHcHJvZmlsZRgDIAEoCRIMCgRydW5nGAQgASgJEiYKB2xlYXJuZWQYBSADKAsyFS5sbG1ndy52MS5UaW1lVG9SZWFkeSJECgtUaW1lVG9SZWFkeRIMCgRmcm9tGAEgASgJEhYKDm1lZGlhbl9zZWNvbmRzGAIgASgBEg8KB3NhbXBsZXMYAyABKA0iaAoNTm9kZUNvbmRpdGlvbhIMCgR0eXBlGAEgASgJEg4KBmFjdGl2ZRgCIAEoCBIOCgZyZWFzb24YAyABKAkSKQoFc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIoACCgNHcHUSDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhoKEmNvbXB1dGVfY2FwYWJpbGl0eRgEIAEoCRIXCg9tZW1vcnlfdG90YWxfbWIYBSABKAUSFgoObWVtb3J5X3VzZWRfbWIYBiABKAUSEgoKcGNpX2J1c19pZBgHIAEoCRIRCgludW1hX25vZGUYCCABKAUSDwoHaGVhbHRoeRgJIAEoCBINCgVlcnJvchgKIAEoCRIQCghtaWdfbW9kZRgLIAEoCRIoCgttaWdfZGV2aWNlcxgMIAMoCzITLmxsbWd3LnYxLk1pZ0RldmljZSI5CglNaWdEZXZpY2USDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIPCgdwcm9maWxlGAMgASgJImsKCkdwdVByb2Nlc3MSCwoDcGlkGAEgASgFEhAKCGdwdV91dWlkGAIgASgJEhYKDnVzZWRfbWVtb3J5X21iGAMgASgFEhQKDHByb2Nlc3NfbmFtZRgEIAEoCRIQCghzaGFyZF9pZBgFIAEoCSJECgdHcHVMaW5rEgkKAWEYASABKAkSCQoBYhgCIAEoCRISCgpjb25uZWN0aW9uGAMgASgJEg8KB252bGlua3MYBCABKAUingEKA0hjYRIMCgRuYW1lGAEgASgJEgwKBHBvcnQYAiABKAUSDQoFc3RhdGUYAyABKAkSEgoKcGh5c19zdGF0ZRgEIAEoCRIRCglyYXRlX2dicHMYBSABKAESEgoKbGlua19sYXllchgGIAEoCRIRCgludW1hX25vZGUYByABKAUSDgoGZmFicmljGAggASgJEg4KBm5ldGRldhgJIAEoCSJVCgxOZXRJbnRlcmZhY2USDAoEbmFtZRgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkSCwoDbWFjGAMgASgJEgoKAnVwGAQgASgIEgsKA210dRgFIAEoBSIvChBGYWJyaWNBdHRhY2htZW50EgsKA2hjYRgBIAEoCRIOCgZmYWJyaWMYAiABKAkiOAoJSGVhcnRiZWF0Eg8KB25vZGVfaWQYASABKAkSGgoSZ3B1X21lbW9yeV91c2VkX21iGAIgAygFIs4BCgtTaGFyZFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSIwoFc3RhdGUYBCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBWVycm9yGAUgASgJEhEKCWV4aXRfY29kZRgGIAEoBRITCgtsYXN0X291dHB1dBgHIAMoCRILCgNwaWQYCCABKAUSDgoGc2lnbmFsGAkgASgJEg8KB2Fkb3B0ZWQYCiABKAgisgIKDFJ1bm5pbmdTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEiMKBXN0YXRlGAggASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVtb2RlbBgJIAEoCRIPCgdwcm9maWxlGAogASgJEgwKBHBvb2wYCyABKAkSDgoGZmFicmljGAwgASgJEhMKC2xlYWRlcl9hZGRyGA0gASgJEhMKC2xlYWRlcl9wb3J0GA4gASgFEgsKA3BpZBgPIAEoBRIOCgZlbmdpbmUYECABKAki8gEKClN0YXJ0U2hhcmQSEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIMCgRyYW5rGAMgASgFEg4KBm5ub2RlcxgEIAEoBRITCgtncHVfaW5kaWNlcxgFIAMoBRIMCgRoY2FzGAYgAygJEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtsZWFkZXJfYWRkchgIIAEoCRITCgtsZWFkZXJfcG9ydBgJIAEoBRIMCgRwb29sGAogASgJEg4KBmZhYnJpYxgLIAEoCRIiCgdwcm9maWxlGAwgASgLMhEubGxtZ3cudjEuUHJvZmlsZSLaAgoHUHJvZmlsZRIMCgRuYW1lGAEgASgJEg4KBmVuZ2luZRgCIAEoCRINCgVtb2RlbBgDIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgEIAEoCRIcChR0ZW5zb3JfcGFyYWxsZWxfc2l6ZRgFIAEoBRIeChZwaXBlbGluZV9wYXJhbGxlbF9zaXplGAYgASgFEgwKBGFyZ3MYByADKAkSJwoDZW52GAggAygLMhoubGxtZ3cudjEuUHJvZmlsZS5FbnZFbnRyeRIyCg9zdGFydHVwX3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHgoWbWluX2NvbXB1dGVfY2FwYWJpbGl0eRgKIAEoCRISCgpzbGVlcF9tb2RlGAsgASgIGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRwoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEigKBWdyYWNlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KCkRyYWluU2hhcmQSEAoIc2hhcmRfaWQYASABKAkiNAoDQWNrEhIKCm1lc3NhZ2VfaWQYASABKAQSCgoCb2sYAiABKAgSDQoFZXJyb3IYAyABKAkiVAoNUHJlZmV0Y2hNb2RlbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEg8KB2luY2x1ZGUYAyADKAkSEgoKcGFnZV9jYWNoZRgEIAEoCCKMAQoJTW9kZWxQdWxsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSJwoFc3RhdGUYAyABKA4yGC5sbG1ndy52MS5Nb2RlbFB1bGxTdGF0ZRISCgpieXRlc19kb25lGAQgASgEEhMKC2J5dGVzX3RvdGFsGAUgASgEEg0KBWVycm9yGAYgASgJIpUBCgtDYWNoZWRNb2RlbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEg0KBWJ5dGVzGAMgASgEEhAKCGNvbXBsZXRlGAQgASgIEi0KCWxhc3RfdXNlZBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcmVzaWRlbnRfYnl0ZXMYBiABKAQiLQoKU2xlZXBTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRINCgVsZXZlbBgCIAEoDSIdCglXYWtlU2hhcmQSEAoIc2hhcmRfaWQYASABKAkq0AIKDEdwdUV2ZW50S2luZBIeChpHUFVfRVZFTlRfS0lORF9VTlNQRUNJRklFRBAAEhYKEkdQVV9FVkVOVF9LSU5EX1hJRBABEiEKHUdQVV9FVkVOVF9LSU5EX0VDQ19ET1VCTEVfQklUEAISJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX1BFTkRJTkcQAxIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfRkFJTFVSRRAEEhsKF0dQVV9FVkVOVF9LSU5EX0dQVV9MT1NUEAUSHgoaR1BVX0VWRU5UX0tJTkRfTlZMSU5LX0RPV04QBhIaChZHUFVfRVZFTlRfS0lORF9DTEVBUkVEEAcSGAoUR1BVX0VWRU5UX0tJTkRfUkVTRVQQCBImCiJHUFVfRVZFTlRfS0lORF9DTEVBUkVEX0JZX09QRVJBVE9SEAkqjAIKClNoYXJkU3RhdGUSGwoXU0hBUkRfU1RBVEVfVU5TUEVDSUZJRUQQABIYChRTSEFSRF9TVEFURV9TVEFSVElORxABEhUKEVNIQVJEX1NUQVRFX1JFQURZEAISGQoVU0hBUkRfU1RBVEVfVU5IRUFMVEhZEAMSGAoUU0hBUkRfU1RBVEVfRFJBSU5JTkcQBBIYChRTSEFSRF9TVEFURV9TVE9QUElORxAFEhcKE1NIQVJEX1NUQVRFX1NUT1BQRUQQBhIWChJTSEFSRF9TVEFURV9GQUlMRUQQBxIWChJTSEFSRF9TVEFURV9FWElURUQQCBIYChRTSEFSRF9TVEFURV9TTEVFUElORxAJKsQBCg5Nb2RlbFB1bGxTdGF0ZRIgChxNT0RFTF9QVUxMX1NUQVRFX1VOU1BFQ0lGSUVEEAASHAoYTU9ERUxfUFVMTF9TVEFURV9TVEFSVEVEEAESHQoZTU9ERUxfUFVMTF9TVEFURV9QUk9HUkVTUxACEhkKFU1PREVMX1BVTExfU1RBVEVfRE9ORRADEhsKF01PREVMX1BVTExfU1RBVEVfRkFJTEVEEAQSGwoXTU9ERUxfUFVMTF9TVEFURV9XQVJNRUQQBTJPCgxBZ2VudFNlcnZpY2USPwoHQ29ubmVjdBIWLmxsbWd3LnYxLkFnZW50TWVzc2FnZRoYLmxsbWd3LnYxLkNvbnRyb2xNZXNzYWdlKAEwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLeAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgSFQoNZ2FuZ19lbmRwb2ludBgKIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIrADCglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmxsbWd3LnYxLkdwdRIgCgVsaW5rcxgCIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSGwoEaGNhcxgDIAMoCzINLmxsbWd3LnYxLkhjYRIqCgppbnRlcmZhY2VzGAQgAygLMhYubGxtZ3cudjEuTmV0SW50ZXJmYWNlEhYKDmRyaXZlcl92ZXJzaW9uGAUgASgJEhQKDGN1ZGFfdmVyc2lvbhgGIAEoCRIQCgh3YXJuaW5ncxgHIAMoCRIQCghob3N0bmFtZRgIIAEoCRInCglwcm9jZXNzZXMYCSADKAsyFC5sbG1ndy52MS5HcHVQcm9jZXNzEisKCmNvbmRpdGlvbnMYCiADKAsyFy5sbG1ndy52MS5Ob2RlQ29uZGl0aW9uEiwKDWNhY2hlZF9tb2RlbHMYDCADKAsyFS5sbG1ndy52MS5DYWNoZWRNb2RlbBIeChZtb2RlbF9jYWNoZV9mcmVlX2J5dGVzGA0gASgEEiUKBndhcm10aBgOIAMoCzIVLmxsbWd3LnYxLk1vZGVsV2FybXRoInMKC01vZGVsV2FybXRoEg0KBW1vZGVsGAEgASgJEg4KBmVuZ2luZRgCIAEoCRIPCgdwcm9maWxlGAMgASgJEgwKBHJ1bmcYBCABKAkSJgoHbGVhcm5lZBgFIAMoCzIVLmxsbWd3LnYxLlRpbWVUb1JlYWR5IkQKC1RpbWVUb1JlYWR5EgwKBGZyb20YASABKAkSFgoObWVkaWFuX3NlY29uZHMYAiABKAESDwoHc2FtcGxlcxgDIAEoDSJoCg1Ob2RlQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGYWN0aXZlGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAigAIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlIjkKCU1pZ0RldmljZRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkiawoKR3B1UHJvY2VzcxILCgNwaWQYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSFgoOdXNlZF9tZW1vcnlfbWIYAyABKAUSFAoMcHJvY2Vzc19uYW1lGAQgASgJEhAKCHNoYXJkX2lkGAUgASgJIkQKB0dwdUxpbmsSCQoBYRgBIAEoCRIJCgFiGAIgASgJEhIKCmNvbm5lY3Rpb24YAyABKAkSDwoHbnZsaW5rcxgEIAEoBSKeAQoDSGNhEgwKBG5hbWUYASABKAkSDAoEcG9ydBgCIAEoBRINCgVzdGF0ZRgDIAEoCRISCgpwaHlzX3N0YXRlGAQgASgJEhEKCXJhdGVfZ2JwcxgFIAEoARISCgpsaW5rX2xheWVyGAYgASgJEhEKCW51bWFfbm9kZRgHIAEoBRIOCgZmYWJyaWMYCCABKAkSDgoGbmV0ZGV2GAkgASgJIlUKDE5ldEludGVyZmFjZRIMCgRuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRILCgNtYWMYAyABKAkSCgoCdXAYBCABKAgSCwoDbXR1GAUgASgFIi8KEEZhYnJpY0F0dGFjaG1lbnQSCwoDaGNhGAEgASgJEg4KBmZhYnJpYxgCIAEoCSI4CglIZWFydGJlYXQSDwoHbm9kZV9pZBgBIAEoCRIaChJncHVfbWVtb3J5X3VzZWRfbWIYAiADKAUi9wEKC1NoYXJkU3RhdHVzEg8KB25vZGVfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIjCgVzdGF0ZRgEIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFZXJyb3IYBSABKAkSEQoJZXhpdF9jb2RlGAYgASgFEhMKC2xhc3Rfb3V0cHV0GAcgAygJEgsKA3BpZBgIIAEoBRIOCgZzaWduYWwYCSABKAkSDwoHYWRvcHRlZBgKIAEoCBInCgpnYW5nX2JyZWFrGAsgASgLMhMubGxtZ3cudjEuR2FuZ0JyZWFrIogBCglHYW5nQnJlYWsSDAoEcmFuaxgBIAEoBRIPCgdub2RlX2lkGAIgASgJEhAKCHNoYXJkX2lkGAMgASgJEg4KBnJlYXNvbhgEIAEoCRIpCgVzaW5jZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHc3RhbGxlZBgGIAEoCCI+CgRHYW5nEg8KB2dhbmdfaWQYASABKAkSJQoHbWVtYmVycxgCIAMoCzIULmxsbWd3LnYxLkdhbmdNZW1iZXIiVQoKR2FuZ01lbWJlchIMCgRyYW5rGAEgASgFEg8KB25vZGVfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSFgoOYWdlbnRfZW5kcG9pbnQYBCABKAki2wIKDFJ1bm5pbmdTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEiMKBXN0YXRlGAggASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVtb2RlbBgJIAEoCRIPCgdwcm9maWxlGAogASgJEgwKBHBvb2wYCyABKAkSDgoGZmFicmljGAwgASgJEhMKC2xlYWRlcl9hZGRyGA0gASgJEhMKC2xlYWRlcl9wb3J0GA4gASgFEgsKA3BpZBgPIAEoBRIOCgZlbmdpbmUYECABKAkSJwoKZ2FuZ19icmVhaxgRIAEoCzITLmxsbWd3LnYxLkdhbmdCcmVhayKQAgoKU3RhcnRTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2xlYWRlcl9hZGRyGAggASgJEhMKC2xlYWRlcl9wb3J0GAkgASgFEgwKBHBvb2wYCiABKAkSDgoGZmFicmljGAsgASgJEiIKB3Byb2ZpbGUYDCABKAsyES5sbG1ndy52MS5Qcm9maWxlEhwKBGdhbmcYDSABKAsyDi5sbG1ndy52MS5HYW5nItoCCgdQcm9maWxlEgwKBG5hbWUYASABKAkSDgoGZW5naW5lGAIgASgJEg0KBW1vZGVsGAMgASgJEhkKEXNlcnZlZF9tb2RlbF9uYW1lGAQgASgJEhwKFHRlbnNvcl9wYXJhbGxlbF9zaXplGAUgASgFEh4KFnBpcGVsaW5lX3BhcmFsbGVsX3NpemUYBiABKAUSDAoEYXJncxgHIAMoCRInCgNlbnYYCCADKAsyGi5sbG1ndy52MS5Qcm9maWxlLkVudkVudHJ5EjIKD3N0YXJ0dXBfdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZtaW5fY29tcHV0ZV9jYXBhYmlsaXR5GAogASgJEhIKCnNsZWVwX21vZGUYCyABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJHCglTdG9wU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSKAoFZ3JhY2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoKRHJhaW5TaGFyZBIQCghzaGFyZF9pZBgBIAEoCSI0CgNBY2sSEgoKbWVzc2FnZV9pZBgBIAEoBBIKCgJvaxgCIAEoCBINCgVlcnJvchgDIAEoCSJUCg1QcmVmZXRjaE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDwoHaW5jbHVkZRgDIAMoCRISCgpwYWdlX2NhY2hlGAQgASgIIowBCglNb2RlbFB1bGwSDAoEcmVwbxgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCRInCgVzdGF0ZRgDIAEoDjIYLmxsbWd3LnYxLk1vZGVsUHVsbFN0YXRlEhIKCmJ5dGVzX2RvbmUYBCABKAQSEwoLYnl0ZXNfdG90YWwYBSABKAQSDQoFZXJyb3IYBiABKAkilQEKC0NhY2hlZE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDQoFYnl0ZXMYAyABKAQSEAoIY29tcGxldGUYBCABKAgSLQoJbGFzdF91c2VkGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZXNpZGVudF9ieXRlcxgGIAEoBCItCgpTbGVlcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEg0KBWxldmVsGAIgASgNIh0KCVdha2VTaGFyZBIQCghzaGFyZF9pZBgBIAEoCSrQAgoMR3B1RXZlbnRLaW5kEh4KGkdQVV9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSR1BVX0VWRU5UX0tJTkRfWElEEAESIQodR1BVX0VWRU5UX0tJTkRfRUNDX0RPVUJMRV9CSVQQAhIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfUEVORElORxADEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9GQUlMVVJFEAQSGwoXR1BVX0VWRU5UX0tJTkRfR1BVX0xPU1QQBRIeChpHUFVfRVZFTlRfS0lORF9OVkxJTktfRE9XThAGEhoKFkdQVV9FVkVOVF9LSU5EX0NMRUFSRUQQBxIYChRHUFVfRVZFTlRfS0lORF9SRVNFVBAIEiYKIkdQVV9FVkVOVF9LSU5EX0NMRUFSRURfQllfT1BFUkFUT1IQCSqMAgoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIZChVTSEFSRF9TVEFURV9VTkhFQUxUSFkQAxIYChRTSEFSRF9TVEFURV9EUkFJTklORxAEEhgKFFNIQVJEX1NUQVRFX1NUT1BQSU5HEAUSFwoTU0hBUkRfU1RBVEVfU1RPUFBFRBAGEhYKElNIQVJEX1NUQVRFX0ZBSUxFRBAHEhYKElNIQVJEX1NUQVRFX0VYSVRFRBAIEhgKFFNIQVJEX1NUQVRFX1NMRUVQSU5HEAkqxAEKDk1vZGVsUHVsbFN0YXRlEiAKHE1PREVMX1BVTExfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhNT0RFTF9QVUxMX1NUQVRFX1NUQVJURUQQARIdChlNT0RFTF9QVUxMX1NUQVRFX1BST0dSRVNTEAISGQoVTU9ERUxfUFVMTF9TVEFURV9ET05FEAMSGwoXTU9ERUxfUFVMTF9TVEFURV9GQUlMRUQQBBIbChdNT0RFTF9QVUxMX1NUQVRFX1dBUk1FRBAFMk8KDEFnZW50U2VydmljZRI/CgdDb25uZWN0EhYubGxtZ3cudjEuQWdlbnRNZXNzYWdlGhgubGxtZ3cudjEuQ29udHJvbE1lc3NhZ2UoATABYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -446,6 +446,16 @@ export type Register = Message<"llmgw.v1.Register"> & {
    * @generated from field: bool cordoned = 9;
    */
   cordoned: boolean;
+
+  /**
+   * host:port where the other ranks of this node's multi-node replicas ask
+   * how its ranks are (the agent's gang endpoint, `gang_addr` in its config;
+   * README "Multi-node replicas"). Empty: the agent has none, and its peers
+   * watch its rank 0 by its rendezvous port alone (issue 40).
+   *
+   * @generated from field: string gang_endpoint = 10;
+   */
+  gangEndpoint: string;
 };
 
 /**
@@ -505,6 +515,16 @@ export type RegisterJson = {
    * @generated from field: bool cordoned = 9;
    */
   cordoned?: boolean;
+
+  /**
+   * host:port where the other ranks of this node's multi-node replicas ask
+   * how its ranks are (the agent's gang endpoint, `gang_addr` in its config;
+   * README "Multi-node replicas"). Empty: the agent has none, and its peers
+   * watch its rank 0 by its rendezvous port alone (issue 40).
+   *
+   * @generated from field: string gang_endpoint = 10;
+   */
+  gangEndpoint?: string;
 };
 
 /**
@@ -1605,6 +1625,15 @@ export type ShardStatus = Message<"llmgw.v1.ShardStatus"> & {
    * @generated from field: bool adopted = 10;
    */
   adopted: boolean;
+
+  /**
+   * Set while the shard is UNHEALTHY (or FAILED while starting) because a
+   * peer rank of its gang broke or stalled (issue 40): which one, and since
+   * when. A control plane fences the whole gang on a break.
+   *
+   * @generated from field: llmgw.v1.GangBreak gang_break = 11;
+   */
+  gangBreak?: GangBreak | undefined;
 };
 
 /**
@@ -1664,6 +1693,15 @@ export type ShardStatusJson = {
    * @generated from field: bool adopted = 10;
    */
   adopted?: boolean;
+
+  /**
+   * Set while the shard is UNHEALTHY (or FAILED while starting) because a
+   * peer rank of its gang broke or stalled (issue 40): which one, and since
+   * when. A control plane fences the whole gang on a break.
+   *
+   * @generated from field: llmgw.v1.GangBreak gang_break = 11;
+   */
+  gangBreak?: GangBreakJson;
 };
 
 /**
@@ -1672,6 +1710,213 @@ export type ShardStatusJson = {
  */
 export const ShardStatusSchema: GenMessage<ShardStatus, {jsonType: ShardStatusJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 16);
+
+/**
+ * What a rank saw of its gang's other ranks: the first peer found gone,
+ * failed, unreachable or stalled.
+ *
+ * @generated from message llmgw.v1.GangBreak
+ */
+export type GangBreak = Message<"llmgw.v1.GangBreak"> & {
+  /**
+   * @generated from field: int32 rank = 1;
+   */
+  rank: number;
+
+  /**
+   * @generated from field: string node_id = 2;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: string shard_id = 3;
+   */
+  shardId: string;
+
+  /**
+   * One line: "rank 0 on node-a unreachable since 12:00:01 (agent: connect
+   * ECONNREFUSED; rendezvous 10.0.0.1:29500: connect ECONNREFUSED)".
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 5;
+   */
+  since?: Timestamp | undefined;
+
+  /**
+   * The gang is alive but its leader makes no progress with requests
+   * running: reported for every rank, never fenced by the agent.
+   *
+   * @generated from field: bool stalled = 6;
+   */
+  stalled: boolean;
+};
+
+/**
+ * What a rank saw of its gang's other ranks: the first peer found gone,
+ * failed, unreachable or stalled.
+ *
+ * @generated from message llmgw.v1.GangBreak
+ */
+export type GangBreakJson = {
+  /**
+   * @generated from field: int32 rank = 1;
+   */
+  rank?: number;
+
+  /**
+   * @generated from field: string node_id = 2;
+   */
+  nodeId?: string;
+
+  /**
+   * @generated from field: string shard_id = 3;
+   */
+  shardId?: string;
+
+  /**
+   * One line: "rank 0 on node-a unreachable since 12:00:01 (agent: connect
+   * ECONNREFUSED; rendezvous 10.0.0.1:29500: connect ECONNREFUSED)".
+   *
+   * @generated from field: string reason = 4;
+   */
+  reason?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp since = 5;
+   */
+  since?: TimestampJson;
+
+  /**
+   * The gang is alive but its leader makes no progress with requests
+   * running: reported for every rank, never fenced by the agent.
+   *
+   * @generated from field: bool stalled = 6;
+   */
+  stalled?: boolean;
+};
+
+/**
+ * Describes the message llmgw.v1.GangBreak.
+ * Use `create(GangBreakSchema)` to create a new message.
+ */
+export const GangBreakSchema: GenMessage<GangBreak, {jsonType: GangBreakJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 17);
+
+/**
+ * A multi-node replica's ranks as one gang (issue 40): what a rank needs to
+ * watch its peers. Sent in every rank's StartShard, the same in each.
+ *
+ * @generated from message llmgw.v1.Gang
+ */
+export type Gang = Message<"llmgw.v1.Gang"> & {
+  /**
+   * The replica's generation, e.g. "chat-70b-g3": what a peer asks for.
+   *
+   * @generated from field: string gang_id = 1;
+   */
+  gangId: string;
+
+  /**
+   * Every rank, this one included, by rank order: exactly nnodes of them.
+   *
+   * @generated from field: repeated llmgw.v1.GangMember members = 2;
+   */
+  members: GangMember[];
+};
+
+/**
+ * A multi-node replica's ranks as one gang (issue 40): what a rank needs to
+ * watch its peers. Sent in every rank's StartShard, the same in each.
+ *
+ * @generated from message llmgw.v1.Gang
+ */
+export type GangJson = {
+  /**
+   * The replica's generation, e.g. "chat-70b-g3": what a peer asks for.
+   *
+   * @generated from field: string gang_id = 1;
+   */
+  gangId?: string;
+
+  /**
+   * Every rank, this one included, by rank order: exactly nnodes of them.
+   *
+   * @generated from field: repeated llmgw.v1.GangMember members = 2;
+   */
+  members?: GangMemberJson[];
+};
+
+/**
+ * Describes the message llmgw.v1.Gang.
+ * Use `create(GangSchema)` to create a new message.
+ */
+export const GangSchema: GenMessage<Gang, {jsonType: GangJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 18);
+
+/**
+ * @generated from message llmgw.v1.GangMember
+ */
+export type GangMember = Message<"llmgw.v1.GangMember"> & {
+  /**
+   * @generated from field: int32 rank = 1;
+   */
+  rank: number;
+
+  /**
+   * @generated from field: string node_id = 2;
+   */
+  nodeId: string;
+
+  /**
+   * @generated from field: string shard_id = 3;
+   */
+  shardId: string;
+
+  /**
+   * The node agent's Register.gang_endpoint; empty when it has none.
+   *
+   * @generated from field: string agent_endpoint = 4;
+   */
+  agentEndpoint: string;
+};
+
+/**
+ * @generated from message llmgw.v1.GangMember
+ */
+export type GangMemberJson = {
+  /**
+   * @generated from field: int32 rank = 1;
+   */
+  rank?: number;
+
+  /**
+   * @generated from field: string node_id = 2;
+   */
+  nodeId?: string;
+
+  /**
+   * @generated from field: string shard_id = 3;
+   */
+  shardId?: string;
+
+  /**
+   * The node agent's Register.gang_endpoint; empty when it has none.
+   *
+   * @generated from field: string agent_endpoint = 4;
+   */
+  agentEndpoint?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.GangMember.
+ * Use `create(GangMemberSchema)` to create a new message.
+ */
+export const GangMemberSchema: GenMessage<GangMember, {jsonType: GangMemberJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 19);
 
 /**
  * @generated from message llmgw.v1.RunningShard
@@ -1756,6 +2001,14 @@ export type RunningShard = Message<"llmgw.v1.RunningShard"> & {
    * @generated from field: string engine = 16;
    */
   engine: string;
+
+  /**
+   * The shard's gang break, as ShardStatus.gang_break: a restarted control
+   * plane fences a broken gang from Register alone.
+   *
+   * @generated from field: llmgw.v1.GangBreak gang_break = 17;
+   */
+  gangBreak?: GangBreak | undefined;
 };
 
 /**
@@ -1841,6 +2094,14 @@ export type RunningShardJson = {
    * @generated from field: string engine = 16;
    */
   engine?: string;
+
+  /**
+   * The shard's gang break, as ShardStatus.gang_break: a restarted control
+   * plane fences a broken gang from Register alone.
+   *
+   * @generated from field: llmgw.v1.GangBreak gang_break = 17;
+   */
+  gangBreak?: GangBreakJson;
 };
 
 /**
@@ -1848,7 +2109,7 @@ export type RunningShardJson = {
  * Use `create(RunningShardSchema)` to create a new message.
  */
 export const RunningShardSchema: GenMessage<RunningShard, {jsonType: RunningShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 17);
+  messageDesc(file_llmgw_v1_agent, 20);
 
 /**
  * @generated from message llmgw.v1.StartShard
@@ -1913,6 +2174,15 @@ export type StartShard = Message<"llmgw.v1.StartShard"> & {
    * @generated from field: llmgw.v1.Profile profile = 12;
    */
   profile?: Profile | undefined;
+
+  /**
+   * Set on every rank of a multi-node replica (nnodes > 1): its peers, which
+   * the agent watches from the node (issue 40). Checked like every field: a
+   * gang that does not list this shard at its rank is refused.
+   *
+   * @generated from field: llmgw.v1.Gang gang = 13;
+   */
+  gang?: Gang | undefined;
 };
 
 /**
@@ -1978,6 +2248,15 @@ export type StartShardJson = {
    * @generated from field: llmgw.v1.Profile profile = 12;
    */
   profile?: ProfileJson;
+
+  /**
+   * Set on every rank of a multi-node replica (nnodes > 1): its peers, which
+   * the agent watches from the node (issue 40). Checked like every field: a
+   * gang that does not list this shard at its rank is refused.
+   *
+   * @generated from field: llmgw.v1.Gang gang = 13;
+   */
+  gang?: GangJson;
 };
 
 /**
@@ -1985,7 +2264,7 @@ export type StartShardJson = {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard, {jsonType: StartShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 18);
+  messageDesc(file_llmgw_v1_agent, 21);
 
 /**
  * @generated from message llmgw.v1.Profile
@@ -2130,7 +2409,7 @@ export type ProfileJson = {
  * Use `create(ProfileSchema)` to create a new message.
  */
 export const ProfileSchema: GenMessage<Profile, {jsonType: ProfileJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 19);
+  messageDesc(file_llmgw_v1_agent, 22);
 
 /**
  * @generated from message llmgw.v1.StopShard
@@ -2173,7 +2452,7 @@ export type StopShardJson = {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard, {jsonType: StopShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 20);
+  messageDesc(file_llmgw_v1_agent, 23);
 
 /**
  * @generated from message llmgw.v1.DrainShard
@@ -2200,7 +2479,7 @@ export type DrainShardJson = {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard, {jsonType: DrainShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 21);
+  messageDesc(file_llmgw_v1_agent, 24);
 
 /**
  * @generated from message llmgw.v1.Ack
@@ -2251,7 +2530,7 @@ export type AckJson = {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack, {jsonType: AckJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 22);
+  messageDesc(file_llmgw_v1_agent, 25);
 
 /**
  * A PrefetchModel: what `llmgw models pull` takes. repo is a hub model id
@@ -2328,7 +2607,7 @@ export type PrefetchModelJson = {
  * Use `create(PrefetchModelSchema)` to create a new message.
  */
 export const PrefetchModelSchema: GenMessage<PrefetchModel, {jsonType: PrefetchModelJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 23);
+  messageDesc(file_llmgw_v1_agent, 26);
 
 /**
  * One step of a pull of the node's store (issue 30), keyed by repo and
@@ -2415,7 +2694,7 @@ export type ModelPullJson = {
  * Use `create(ModelPullSchema)` to create a new message.
  */
 export const ModelPullSchema: GenMessage<ModelPull, {jsonType: ModelPullJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 24);
+  messageDesc(file_llmgw_v1_agent, 27);
 
 /**
  * A model in the node's store. complete: every file of a pulled revision is
@@ -2510,7 +2789,7 @@ export type CachedModelJson = {
  * Use `create(CachedModelSchema)` to create a new message.
  */
 export const CachedModelSchema: GenMessage<CachedModel, {jsonType: CachedModelJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 25);
+  messageDesc(file_llmgw_v1_agent, 28);
 
 /**
  * SleepShard: level 1 offloads the weights to host RAM and drops the KV
@@ -2559,7 +2838,7 @@ export type SleepShardJson = {
  * Use `create(SleepShardSchema)` to create a new message.
  */
 export const SleepShardSchema: GenMessage<SleepShard, {jsonType: SleepShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 26);
+  messageDesc(file_llmgw_v1_agent, 29);
 
 /**
  * @generated from message llmgw.v1.WakeShard
@@ -2586,7 +2865,7 @@ export type WakeShardJson = {
  * Use `create(WakeShardSchema)` to create a new message.
  */
 export const WakeShardSchema: GenMessage<WakeShard, {jsonType: WakeShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 27);
+  messageDesc(file_llmgw_v1_agent, 30);
 
 /**
  * @generated from enum llmgw.v1.GpuEventKind

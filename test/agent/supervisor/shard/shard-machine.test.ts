@@ -163,6 +163,8 @@ const EXAMPLES = {
   'answer-after-unasked-sleep': { kind: 'answer-after-unasked-sleep', verdict: well },
   'gpu-fault': { kind: 'gpu-fault', reason: 'GPU 0: Xid 79' },
   'gpu-sound': { kind: 'gpu-sound' },
+  'gang-fault': { kind: 'gang-fault', fault: { rank: 0, nodeId: 'node-a', shardId: 'r-g1-0', reason: 'rank 0 on node-a is FAILED: engine killed by SIGKILL', sinceMs: 1, stalled: false } },
+  'gang-whole': { kind: 'gang-whole' },
   'known-answer': { kind: 'known-answer', text: ' 9, 10, 11' },
   drain: { kind: 'drain' },
   'cancel-drain': { kind: 'cancel-drain' },
@@ -214,6 +216,9 @@ const TABLE: { [K in ShardChangeKind]: [Outcome, Partial<Record<string, Outcome>
   'answer-after-unasked-sleep': ['=', { UNHEALTHY: 'READY' }],
   'gpu-fault': ['=', { READY: 'UNHEALTHY' }],
   'gpu-sound': ['=', {}],
+  // A rank still loading whose gang broke never serves; one serving is UNHEALTHY, the rest carry the break in their report.
+  'gang-fault': ['=', { STARTING: 'FAILED', READY: 'UNHEALTHY' }],
+  'gang-whole': ['=', {}],
   // Only a READY engine's answer is worth recording.
   'known-answer': ['refused', { READY: '=' }],
   drain: ['refused', { READY: 'DRAINING', UNHEALTHY: 'DRAINING', DRAINING: '=' }],
@@ -242,6 +247,21 @@ describe('the shard machine: every state × every change', () => {
 });
 
 describe('the facts each change sets', () => {
+  it('holds a rank whose gang broke UNHEALTHY, whatever its own probe says, until the gang is whole again; a stall of a starting gang only notes it', () => {
+    const broken = applied(lifeIn(S.READY), EXAMPLES['gang-fault']);
+    expect(broken).toMatchObject({ state: S.UNHEALTHY, error: 'gang broken: rank 0 on node-a is FAILED: engine killed by SIGKILL' });
+    expect(applied(broken, { kind: 'probe', verdict: well }).state).toBe(S.UNHEALTHY);
+    // A GPU fault cleared meanwhile leaves the gang's error, not none.
+    const both = applied(broken, EXAMPLES['gpu-fault'], EXAMPLES['gpu-sound']);
+    expect(both).toMatchObject({ state: S.UNHEALTHY, error: 'gang broken: rank 0 on node-a is FAILED: engine killed by SIGKILL' });
+    expect(applied(broken, EXAMPLES['gang-whole'])).toMatchObject({ state: S.READY, error: '' });
+    const stall = { ...EXAMPLES['gang-fault'].fault, stalled: true, reason: 'rank 0 on node-a stalled' };
+    expect(applied(lifeIn(S.STARTING), { kind: 'gang-fault', fault: stall })).toMatchObject({ state: S.STARTING, health: { gang: stall } });
+    expect(applied(lifeIn(S.READY), { kind: 'gang-fault', fault: stall }).error).toBe('gang stalled: rank 0 on node-a stalled');
+    // Said once: the same fault again changes nothing.
+    expect(nextShard(broken, EXAMPLES['gang-fault'])).toEqual({ life: broken, why: 'gang fault already known' });
+  });
+
   it('brings an adopted shard whose drain or sleep outlived the agent back DRAINING or SLEEPING, never READY', () => {
     expect(applied(newShardLife({ drain: true }), EXAMPLES.begin, EXAMPLES.answered).state).toBe(S.DRAINING);
     const asleep = applied(newShardLife({ sleepLevel: 2, awakeMib: 500 }), EXAMPLES.begin, EXAMPLES.answered);

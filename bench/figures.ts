@@ -16,6 +16,7 @@ import { shardChurnFigure } from './shard-churn-figure.js';
 import { steadyStateFigure } from './steady-state-figure.js';
 import { warmStartFigures } from './warm-start-figures.js';
 import { warmthFigure } from './warmth-figure.js';
+import { gangFenceFigure } from './gang-fence-figure.js';
 
 export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean): Record<string, () => Promise<void>> {
   const FIGURES: Record<string, () => Promise<void>> = {
@@ -39,5 +40,6 @@ export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean):
   FIGURES['13'] = () => readyAfterAnswerFigure(rows, notes, quick);
   FIGURES['14'] = () => warmStartFigures(rows, notes, quick);
   FIGURES['14d'] = () => warmthFigure(rows, notes);
+  FIGURES['15'] = () => gangFenceFigure(rows, notes, quick);
   return FIGURES;
 }

@@ -197,13 +197,9 @@ export class Agent {
     });
   }
 
-  get nodeId(): string {
-    return this.opts.config.nodeId;
-  }
+  get nodeId(): string { return this.opts.config.nodeId; }
 
-  connectionStatus(): ConnectionStatus {
-    return this.connection.status();
-  }
+  connectionStatus(): ConnectionStatus { return this.connection.status(); }
 
   currentInventory(): Inventory { return this.reportedInventory; }
 

@@ -2,6 +2,8 @@ import { connect, createServer, type Server, type Socket } from 'node:net';
 
 /** How often a rank ≥ 1 tries the rendezvous again while rank 0 is not yet listening. */
 const RETRY_MS = 200;
+/** What a rank says first on the rendezvous; anything else is not a rank. */
+const HELLO = 'llmgw-sim-rank\n';
 
 export interface SimRendezvousOptions {
   /** host:port of rank 0's rendezvous (the shard's leader_addr:leader_port). */
@@ -38,12 +40,16 @@ export function startSimRendezvous(o: SimRendezvousOptions): { close(): void } {
   if (o.leader) {
     const peers = new Set<Socket>();
     const server: Server = createServer((s) => {
-      peers.add(s);
-      o.log('INFO', 'TCPStore.cpp:1', `rendezvous: rank joined from ${s.remoteAddress}:${s.remotePort} (${peers.size} peer(s))`);
       s.on('error', () => {});
+      // A rank says so first, as a TCPStore client validates itself: a connection that says nothing
+      // (a port probe, the agent's gang watch) joins nothing, and its close loses nothing.
+      s.once('data', (d) => {
+        if (!d.toString().startsWith(HELLO)) return void s.destroy();
+        peers.add(s);
+        o.log('INFO', 'TCPStore.cpp:1', `rendezvous: rank joined from ${s.remoteAddress}:${s.remotePort} (${peers.size} peer(s))`);
+      });
       s.on('close', () => {
-        peers.delete(s);
-        if (closed) return;
+        if (!peers.delete(s) || closed) return;
         o.log('WARNING', 'shm_broadcast.py:396', 'rendezvous: a peer rank disconnected; No available shared memory broadcast block found in 60 second (requests make no progress; /health stays 200)');
         o.onPeerLost();
       });
@@ -67,6 +73,7 @@ export function startSimRendezvous(o: SimRendezvousOptions): { close(): void } {
     socket = connect({ host, port });
     socket.on('connect', () => {
       joined = true;
+      socket?.write(HELLO);
       o.log('INFO', 'TCPStore.cpp:1', `rendezvous: joined rank 0 at ${o.addr}`);
     });
     socket.on('error', () => {});

@@ -72,10 +72,10 @@ async function startCluster(opts: { deploymentArgs?: string[]; supervisor?: stri
 }
 
 /** The shard as `llmgw ctl status --json` on that node's socket shows it. */
-async function ctlShard(dirs: AgentDirs, shardId: string): Promise<{ state?: string; error?: string } | undefined> {
+async function ctlShard(dirs: AgentDirs, shardId: string): Promise<{ state?: string; error?: string; gang?: string } | undefined> {
   const r = await runCli(['ctl', 'status', '--json', '--socket', dirs.socket]);
   if (r.exitCode !== 0) return undefined;
-  const shards = (JSON.parse(r.stdout) as { shards?: { shardId: string; state: string; error?: string }[] }).shards ?? [];
+  const shards = (JSON.parse(r.stdout) as { shards?: { shardId: string; state: string; error?: string; gang?: string }[] }).shards ?? [];
   return shards.find((s) => s.shardId === shardId);
 }
 
@@ -127,6 +127,7 @@ describe('a multi-node replica is one gang', () => {
     await until(async () => (await ctlShard(c.dirs['node-b'], 'gang-0-g1-r1'))?.state === 'SHARD_STATE_UNHEALTHY', 'the worker to be UNHEALTHY on its node', WAIT_MS);
     const seen = await ctlShard(c.dirs['node-b'], 'gang-0-g1-r1');
     expect(seen?.error).toMatch(/^gang broken: rank 0 on node-a is FAILED: engine was killed by SIGKILL/);
+    expect(seen?.gang).toBe('rank 1 of 2 of gang gang-0-g1: rank 0 on node-a, rank 1 on node-b');
     expect(isRunning(c.pids['node-b'])).toBe(true);
     // The next control plane learns it from Register and fences the worker.
     const next = await startControlPlane({ deployment: gangDeployment(), retryBackoffMs: 60_000, port });

@@ -131,7 +131,15 @@ function waitingShardInfoOf(w: WaitingStart): ShardInfo {
 
 /** What a shard's ShardInfo says of the StartShard it was given. */
 function specColumns(spec: WaitingStart['spec']) {
-  return { engine: spec.profile?.engine ?? '', model: spec.profile?.model ?? '', httpPort: spec.httpPort, gpuIndices: spec.gpuIndices, rank: spec.rank, nnodes: spec.nnodes };
+  return { engine: spec.profile?.engine ?? '', model: spec.profile?.model ?? '', httpPort: spec.httpPort, gpuIndices: spec.gpuIndices, rank: spec.rank, nnodes: spec.nnodes, gang: describeGang(spec) };
+}
+
+/** ShardInfo.gang: "rank 1 of 2 of gang chat-g3: rank 0 on node-a, rank 1 on node-b"; '' for one node. */
+function describeGang(spec: WaitingStart['spec']): string {
+  if (spec.nnodes <= 1) return '';
+  const g = spec.gang;
+  if (!g) return `rank ${spec.rank} of ${spec.nnodes}; the control plane sent no gang: rank 0 watched at its rendezvous ${spec.leaderAddr}:${spec.leaderPort} alone`;
+  return `rank ${spec.rank} of ${spec.nnodes} of gang ${g.gangId}: ${g.members.map((m) => `rank ${m.rank} on ${m.nodeId}`).join(', ')}`;
 }
 
 export function shardInfoOf(s: ShardSnapshot): ShardInfo {

@@ -29,7 +29,7 @@ export interface NodeModelsOptions {
 
 /** A start waiting for its model's pull: not yet in the registry, shown by `ctl status`. */
 export interface WaitingStart {
-  spec: Pick<StartShard, 'shardId' | 'replicaId' | 'profile' | 'gpuIndices' | 'httpPort' | 'rank' | 'nnodes'>;
+  spec: Pick<StartShard, 'shardId' | 'replicaId' | 'profile' | 'gpuIndices' | 'httpPort' | 'rank' | 'nnodes' | 'gang' | 'leaderAddr' | 'leaderPort'>;
   model: string;
   sinceMs: number;
 }

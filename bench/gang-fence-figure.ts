@@ -74,7 +74,7 @@ export async function gangFenceFigure(rows: BenchRow[], notes: string[], quick: 
     const median = took[Math.floor(took.length / 2)] as number;
     const max = took.at(-1) as number;
     rows.push({
-      figure: `gang of 2, ${how} SIGKILLed → the other rank's engine gone (${runs} runs)`,
+      figure: `15 gang of 2, ${how} SIGKILLed → the other rank's engine gone (${runs} runs)`,
       measured: `median ${(median / 1000).toFixed(2)} s, max ${(max / 1000).toFixed(2)} s`,
       reference: 'engines alone: SGLang --watchdog-timeout 300 s; PyTorch NCCL watchdog 600 s; vLLM headless never (issue 32136)',
       target: `≤ ${TARGET_MS / 1000} s`,

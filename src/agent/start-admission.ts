@@ -133,7 +133,8 @@ export class StartAdmission {
     try {
       await engine.validate(spec, this.validationContext(spec));
       const plan = engine.command(spec);
-      const note = this.onlineNote(spec, engine.onlineReason?.(spec), plan.env);
+      // ctl status's note: how it runs online, and where a multi-node rank is placed (rank-placement.ts).
+      const note = [this.onlineNote(spec, engine.onlineReason?.(spec), plan.env), plan.placement ? `placed: ${plan.placement.why}` : undefined].filter((n) => n !== undefined).join('; ');
       if (plan.env.VLLM_SERVER_DEV_MODE === '1') {
         // Said at every such start (security review 3, S6): the agent sees a sleep it did not ask for, but cannot stop one.
         this.opts.logger.warn(

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -72,10 +72,10 @@ async function startCluster(opts: { deploymentArgs?: string[]; supervisor?: stri
 }
 
 /** The shard as `llmgw ctl status --json` on that node's socket shows it. */
-async function ctlShard(dirs: AgentDirs, shardId: string): Promise<{ state?: string; error?: string; gang?: string } | undefined> {
+async function ctlShard(dirs: AgentDirs, shardId: string): Promise<{ state?: string; error?: string; gang?: string; note?: string } | undefined> {
   const r = await runCli(['ctl', 'status', '--json', '--socket', dirs.socket]);
   if (r.exitCode !== 0) return undefined;
-  const shards = (JSON.parse(r.stdout) as { shards?: { shardId: string; state: string; error?: string; gang?: string }[] }).shards ?? [];
+  const shards = (JSON.parse(r.stdout) as { shards?: { shardId: string; state: string; error?: string; gang?: string; note?: string }[] }).shards ?? [];
   return shards.find((s) => s.shardId === shardId);
 }
 
@@ -128,6 +128,10 @@ describe('a multi-node replica is one gang', () => {
     const seen = await ctlShard(c.dirs['node-b'], 'gang-0-g1-r1');
     expect(seen?.error).toMatch(/^gang broken: rank 0 on node-a is FAILED: engine was killed by SIGKILL/);
     expect(seen?.gang).toBe('rank 1 of 2 of gang gang-0-g1: rank 0 on node-a, rank 1 on node-b');
+    // Placed on its GPU's CPUs (the fixture's GPU 0: 0-55,112-167, those online here), as the engine's own affinity shows.
+    const cpus = /CPUs (\S+)/.exec(seen?.note ?? '')?.[1];
+    expect(seen?.note).toMatch(/^placed: (NUMA node 0|no NUMA binding \(NUMA node 0 is not online here\)), CPUs /);
+    expect(readFileSync(`/proc/${c.pids['node-b']}/status`, 'utf8')).toContain(`Cpus_allowed_list:\t${cpus}\n`);
     expect(isRunning(c.pids['node-b'])).toBe(true);
     // The next control plane learns it from Register and fences the worker.
     const next = await startControlPlane({ deployment: gangDeployment(), retryBackoffMs: 60_000, port });

@@ -383,5 +383,24 @@ describe.skipIf(unavailable !== undefined)(
       expect(statesOf('dg2')).toEqual(['STARTING', 'READY']);
       expect(S[(await stopShard('dg2')).status.state]).toBe('STOPPED');
     });
+
+    it("places a multi-node vLLM rank's unit on its GPU's CPUs and NUMA node (CPUAffinity=, NUMAPolicy=bind), and systemd runs it so", async () => {
+      const gpu = freeFakeGpu(0);
+      const spec = doubleStart('vllm', 'dn1', await freePort(), [gpu], []);
+      Object.assign(spec, { rank: 1, nnodes: 2, leaderAddr: '127.0.0.1', leaderPort: await freePort() });
+      if (spec.profile) spec.profile.tensorParallelSize = 2;
+      await startShard(spec);
+      // The fixture's GPUs 0-3 sit on NUMA node 0 with CPUs 0-55,112-167: those online here, as systemd holds them.
+      const online = readFileSync('/sys/devices/system/cpu/online', 'utf8').trim();
+      expect(gpu).toBeLessThan(4);
+      const affinity = await f.lab.show(unitOf('dn1'), 'CPUAffinity');
+      expect(affinity.replace(/ /g, ',')).not.toBe('');
+      expect(await f.lab.show(unitOf('dn1'), 'NUMAPolicy')).toBe('bind');
+      expect(await f.lab.show(unitOf('dn1'), 'NUMAMask')).toBe('0');
+      const procs = cgroupProcs(await f.lab.show(unitOf('dn1'), 'ControlGroup'));
+      expect(procs.length).toBeGreaterThan(0);
+      for (const pid of procs.filter(hostAlive)) expect(readFileSync(`/proc/${pid}/status`, 'utf8')).toContain(`Cpus_allowed_list:\t${online}\n`);
+      expect(S[(await stopShard('dn1')).status.state]).toBe('STOPPED');
+    });
   },
 );

@@ -23,6 +23,7 @@ export function assembleInventory(parts: InventoryParts): Inventory {
   for (const gpu of gpus) {
     const numa = parts.topology?.gpuNuma.get(gpu.index);
     if (gpu.numaNode < 0 && numa !== undefined) gpu.numaNode = numa;
+    gpu.cpuAffinity = parts.topology?.gpuCpus?.get(gpu.index) ?? gpu.cpuAffinity;
   }
   return create(InventorySchema, {
     gpus,

@@ -1,4 +1,5 @@
 import { create } from '@bufbuild/protobuf';
+import { parseCpuList } from '../../lib/cpu-list.js';
 import { type GpuLink, GpuLinkSchema } from '../../gen/llmgw/v1/agent_pb.js';
 
 export interface TopoMatrix {
@@ -6,6 +7,8 @@ export interface TopoMatrix {
   links: GpuLink[];
   /** GPU index → NUMA node from the "NUMA Affinity" column, where it is one node. */
   gpuNuma: Map<number, number>;
+  /** GPU index → its "CPU Affinity" cell ("0-55,112-167"), where it is a CPU list. */
+  gpuCpus: Map<number, string>;
   /** "NIC0" → "mlx5_0", from the NIC legend. */
   nicNames: Map<string, string>;
 }
@@ -45,6 +48,7 @@ export function parseTopoMatrix(text: string): TopoMatrix {
 
   const cells = new Map<string, string[]>();
   const gpuNuma = new Map<number, number>();
+  const gpuCpus = new Map<number, string>();
   for (const l of lines.slice(headerAt + 1)) {
     if (/^\s*Legend\s*:/.test(l)) break;
     const tokens = l.trim().split(/\s+/);
@@ -56,6 +60,11 @@ export function parseTopoMatrix(text: string): TopoMatrix {
     if (g && numaAt >= 0) {
       const numa = tokens[devices.length + 1 + numaAt];
       if (numa !== undefined && /^\d+$/.test(numa)) gpuNuma.set(Number(g[1]), Number(numa));
+    }
+    const cpusAt = trailing.indexOf('CPU Affinity');
+    if (g && cpusAt >= 0) {
+      const cpus = tokens[devices.length + 1 + cpusAt];
+      if (cpus !== undefined && parseCpuList(cpus) !== undefined) gpuCpus.set(Number(g[1]), cpus);
     }
   }
   const gpus = devices.filter((d) => GPU_LABEL.test(d));
@@ -78,5 +87,5 @@ export function parseTopoMatrix(text: string): TopoMatrix {
       if (!GPU_LABEL.test(d)) link(a, nameOf(d), row[j] as string);
     });
   }
-  return { links, gpuNuma, nicNames };
+  return { links, gpuNuma, gpuCpus, nicNames };
 }

@@ -79,5 +79,5 @@ export function mergeNvmlTopology(nvmlLinks: GpuLink[], topo: TopologyProbe | un
   const isGpu = (s: string) => /^GPU\d+$/.test(s);
   const hcaLinks = (topo?.links ?? []).filter((l) => isGpu(l.a) && !isGpu(l.b));
   const warnings = (topo?.warnings ?? []).map((w) => w.replace(/^topology unavailable/, 'GPU-HCA affinity unavailable'));
-  return { links: [...nvmlLinks, ...hcaLinks], gpuNuma: topo?.gpuNuma ?? new Map(), warnings };
+  return { links: [...nvmlLinks, ...hcaLinks], gpuNuma: topo?.gpuNuma ?? new Map(), gpuCpus: topo?.gpuCpus ?? new Map(), warnings };
 }

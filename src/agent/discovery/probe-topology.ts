@@ -15,6 +15,8 @@ export interface TopologyProbe {
   links: GpuLink[];
   /** GPU index → NUMA node, from topo -m's "NUMA Affinity" column. */
   gpuNuma: Map<number, number>;
+  /** GPU index → its CPUs ("0-55,112-167"), from topo -m's "CPU Affinity" column; absent when unknown. */
+  gpuCpus?: Map<number, string>;
   warnings: string[];
 }
 
@@ -32,7 +34,7 @@ export async function probeTopology(opts: ProbeTopologyOptions): Promise<Topolog
   }
   try {
     const m = parseTopoMatrix(r.stdout);
-    return { links: m.links, gpuNuma: m.gpuNuma, warnings: [] };
+    return { links: m.links, gpuNuma: m.gpuNuma, gpuCpus: m.gpuCpus, warnings: [] };
   } catch (err) {
     return { links: [], gpuNuma: new Map(), warnings: [`topology unavailable: ${errorMessage(err)}`] };
   }

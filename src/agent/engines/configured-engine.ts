@@ -1,4 +1,4 @@
-import { isAbsolute } from 'node:path';
+import { basename, isAbsolute } from 'node:path';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
 import { type CodeLoadingArgs, NO_CODE_LOADING_ARGS, hubReposIn } from './code-loading-args.js';
@@ -10,6 +10,7 @@ import { failure } from '../../lib/errors.js';
 import type { EngineConfig, EngineName } from '../config/agent-config.js';
 import { DEFAULT_ALLOWED_ENV, refuseProfileEnv } from '../config/env-allowlist.js';
 import { chooseRankFabric, type RankFabric } from './rank-fabric.js';
+import { chooseRankPlacement, type HostTopology, type RankPlacement, readHostTopology } from './rank-placement.js';
 import type { Engine, LaunchPlan, ValidationContext } from './engine.js';
 import { resolveExecutableSync } from './resolve-executable.js';
 import { servesHttp, shardEnv } from './shard-launch.js';
@@ -45,6 +46,9 @@ export abstract class ConfiguredEngine implements Engine {
   readonly #offline = new WeakMap<StartShard, OfflineStart>();
   /** The HCAs validate() chose for a multi-node rank (chooseRankFabric). */
   readonly #fabric = new WeakMap<StartShard, RankFabric>();
+  readonly #placement = new WeakMap<StartShard, NonNullable<LaunchPlan['placement']>>();
+  /** This machine's online CPUs and NUMA nodes, read at the first multi-node validation. */
+  #host?: HostTopology;
   /** The compile cache validate() made for a start (prepareEngineCache). */
   readonly #engineCacheDirs = new WeakMap<StartShard, string>();
 
@@ -85,6 +89,10 @@ export abstract class ConfiguredEngine implements Engine {
     const fabric = chooseRankFabric(spec, ctx.inventory);
     if ('refused' in fabric) throw failure(fabric.refused);
     if (fabric.fabric) this.#fabric.set(spec, fabric.fabric);
+    // And on the CPUs and NUMA node of its GPUs (rank-placement.ts).
+    this.#host ??= readHostTopology();
+    const placement = chooseRankPlacement(spec, ctx.inventory, this.#host);
+    if (placement) this.#placement.set(spec, { ...placement, ...this.#taskset(placement) });
     // Last: what the control plane got wrong is named before this node's own configuration.
     if (this.account(ctx.agentUid).refused) throw failure(`shard ${spec.shardId}: ${rootEngineRefusal(this.name)}`);
     this.#resolved.set(spec, executable);
@@ -227,6 +235,17 @@ export abstract class ConfiguredEngine implements Engine {
     const fabricEnv: Record<string, string> = fabric ? { NCCL_IB_HCA: fabric.hcas.join(','), UCX_NET_DEVICES: fabric.ucxDevices.join(',') } : {};
     const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, { ...cacheEnv, ...fabricEnv, ...this.agentEnv(spec) }) };
     if (this.config.user) plan.user = { ...this.config.user };
+    const placement = this.#placement.get(spec);
+    if (placement) plan.placement = placement;
     return plan;
+  }
+
+  /** taskset's path for the direct launcher's CPU pinning; none when the operator's command pins already or taskset is missing (the note says). */
+  #taskset(p: RankPlacement): Partial<RankPlacement> & { taskset?: string } {
+    if (p.cpus === undefined) return {};
+    const own = basename(this.prefix()[0] ?? '');
+    if (own === 'taskset' || own === 'numactl') return { cpus: undefined, why: `${p.why}; not pinned by the agent: engines.${this.name}.command starts with ${own}, which wins` };
+    const taskset = resolveExecutableSync('taskset');
+    return taskset ? { taskset } : { why: `${p.why} (systemd-run only: taskset is not on the agent's PATH for the direct launcher)` };
   }
 }

@@ -1,4 +1,5 @@
 import type { EngineUser } from '../config/agent-config.js';
+import type { RankPlacement } from './rank-placement.js';
 
 /**
  * What to execute for one rank of a shard. The engine registry builds it; the
@@ -15,4 +16,10 @@ export interface LaunchPlan {
   env: Record<string, string>;
   /** engines.<name>.user, looked up when the config was loaded; absent: the agent's own user. */
   user?: EngineUser;
+  /**
+   * A multi-node rank's CPUs and NUMA node (rank-placement.ts): CPUAffinity=
+   * and NUMAPolicy=bind under systemd-run, `taskset -c` (at `taskset`, its
+   * path) with the direct launcher. The operator's unit_properties win.
+   */
+  placement?: RankPlacement & { taskset?: string };
 }

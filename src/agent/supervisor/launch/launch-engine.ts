@@ -71,7 +71,10 @@ export async function launchDirect(plan: LaunchPlan, logPath: string): Promise<L
   }
   let child: ChildProcess;
   try {
-    child = spawn(plan.argv[0] as string, plan.argv.slice(1), {
+    // A multi-node rank pinned to its GPUs' CPUs: taskset sets the affinity and execs the engine, same pid (rank-placement.ts).
+    const pin = plan.placement?.cpus !== undefined && plan.placement.taskset ? [plan.placement.taskset, '-c', plan.placement.cpus] : [];
+    const argv = [...pin, ...plan.argv];
+    child = spawn(argv[0] as string, argv.slice(1), {
       detached: true,
       stdio: ['ignore', fd, fd],
       env: plan.env,

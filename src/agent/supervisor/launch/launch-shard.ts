@@ -27,6 +27,15 @@ export interface ShardLaunch {
   note?: string;
 }
 
+/** The unit properties that place a rank (LaunchPlan.placement): CPUAffinity=, and NUMAPolicy=bind with NUMAMask= on one NUMA node. */
+export function placementProperties(p: LaunchPlan['placement']): Record<string, string> {
+  if (!p) return {};
+  return {
+    ...(p.cpus !== undefined ? { CPUAffinity: p.cpus } : {}),
+    ...(p.numaNode !== undefined ? { NUMAPolicy: 'bind', NUMAMask: String(p.numaNode) } : {}),
+  };
+}
+
 /**
  * The watch of a launch that names none (a test's plan, a bench's): an API
  * rank answers /health and lists its model on the shard's port, a worker
@@ -104,7 +113,8 @@ export async function launchShard(
   prepareLogFile(logPath, files.logGid);
 
   const launched = await launchEngine(launcher, id, plan, logPath, signal, shardEnvFilePath(c.stateDir, id), {
-    properties: c.unitProperties,
+    // A multi-node rank on its GPUs' CPUs and NUMA node; the operator's unit_properties win.
+    properties: { ...placementProperties(plan.placement), ...c.unitProperties },
     stopGraceMs: c.stopGraceMs,
   });
   const record: EngineRecord = {

@@ -11,7 +11,7 @@ export const ARGPARSE_EXIT = 2;
  * `string`/`int`: one value; `strings`: one or more (argparse nargs="+");
  * `flag`: no value (store_true).
  */
-export type ArgKind = 'string' | 'strings' | 'int' | 'flag';
+export type ArgKind = 'string' | 'strings' | 'int' | 'float' | 'flag';
 
 export interface ArgSpec {
   /** Every option string, e.g. ['--tensor-parallel-size', '-tp']. */
@@ -98,6 +98,11 @@ export function parseArgv(argv: readonly string[], specs: readonly ArgSpec[], op
     if (spec.kind === 'int') {
       const v = taken[0] as string;
       if (!/^[-+]?\d+$/.test(v.trim())) throw new ArgparseError(`argument ${shown}: invalid int value: '${v}'`);
+      values.set(key, Number(v));
+    } else if (spec.kind === 'float') {
+      const v = taken[0] as string;
+      // Python's float(): a decimal, with an exponent or not.
+      if (!/^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(v.trim())) throw new ArgparseError(`argument ${shown}: invalid float value: '${v}'`);
       values.set(key, Number(v));
     } else if (spec.kind === 'strings') values.set(key, taken);
     else values.set(key, taken[0] as string);

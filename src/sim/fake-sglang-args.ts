@@ -37,6 +37,10 @@ export interface FakeSglangOptions {
   weightsCpuBackup: boolean;
   /** --decode-log-interval: decode steps between two refreshes of the scheduler's gauges. */
   decodeLogInterval: number;
+  /** --dist-init-addr host:port: rank 0's rendezvous, where the other nodes join; absent on one node. */
+  distInitAddr?: string;
+  /** --watchdog-timeout: seconds a forward step may hang before the scheduler crashes the server (default 300). */
+  watchdogTimeoutS: number;
   knobs: SimKnobs;
 }
 
@@ -67,6 +71,8 @@ const SPECS: readonly ArgSpec[] = [
   { names: ['--enable-weights-cpu-backup'], kind: 'flag' },
   // S:python/sglang/srt/server_args.py:1627-1631 (default 40).
   { names: ['--decode-log-interval'], kind: 'int' },
+  // S:python/sglang/srt/server_args.py:1246-1250 (default 300).
+  { names: ['--watchdog-timeout'], kind: 'float' },
   ...SIM_KNOB_SPECS,
 ];
 
@@ -95,6 +101,8 @@ export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions 
     memorySaver: p.values.get('--enable-memory-saver') === true,
     weightsCpuBackup: p.values.get('--enable-weights-cpu-backup') === true,
     decodeLogInterval: decodeLogInterval(p.values.get('--decode-log-interval')),
+    distInitAddr: p.values.get('--dist-init-addr') as string | undefined,
+    watchdogTimeoutS: (p.values.get('--watchdog-timeout') as number | undefined) ?? 300,
     knobs,
   };
 }

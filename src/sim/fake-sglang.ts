@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { EngineChildren } from './engine-children.js';
 import { ARGPARSE_EXIT, ArgparseError, printArgparseError } from './engine-argv.js';
 import { sglangLog } from './engine-log.js';
+import { startSimRendezvous } from './sim-rendezvous.js';
 import { FakeBatchScheduler, type SchedRequest } from './fake-batch-scheduler.js';
 import type { RouteContext } from './fake-openai-routes.js';
 import { FakeRadixCache } from './fake-radix-cache.js';
@@ -242,6 +243,29 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
         st.hung = true;
         scheduler.stall();
       });
+    }
+
+    if (o.nnodes > 1 && o.distInitAddr !== undefined) {
+      // The gang's rendezvous (sim-rendezvous.ts). A peer lost blocks the collectives: rank 0's requests make no
+      // progress, and once one is in a forward step for --watchdog-timeout the scheduler crashes the server
+      // (S:python/sglang/srt/server_args.py:1246-1250); a rank ≥ 1 sees no request and blocks for ever, its dummy
+      // /health still 200 (S:python/sglang/srt/utils/common.py:3273-3296).
+      const rdv = startSimRendezvous({
+        addr: o.distInitAddr,
+        leader: o.nodeRank === 0,
+        log: (level, _where, text) => sglangLog(level, text),
+        onPeerLost: () => {
+          if (o.nodeRank !== 0) return;
+          scheduler.stall();
+          const watch = setInterval(() => {
+            if (scheduler.running(false) === 0) return;
+            clearInterval(watch);
+            later(o.watchdogTimeoutS * 1000, () => killTree(`Scheduler watchdog timeout (self.watchdog_timeout=${o.watchdogTimeoutS}, self.soft=False)`));
+          }, 1000);
+          timers.push(watch);
+        },
+      });
+      process.once('exit', () => rdv.close());
     }
 
     const handle = sglangHandler({

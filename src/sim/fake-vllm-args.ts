@@ -31,6 +31,9 @@ export interface FakeVllmOptions {
   shutdownTimeoutS: number;
   apiKeys: string[];
   nnodes: number;
+  /** --master-addr/--master-port: rank 0's rendezvous, where the gang's other nodes join (V:vllm/engine/arg_utils.py:1025-1028). */
+  masterAddr: string;
+  masterPort?: number;
   nodeRank: number;
   headless: boolean;
   dp: number;
@@ -134,6 +137,8 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     apiKeys: keys.filter(Boolean),
     nnodes: int('--nnodes', 1),
     nodeRank: int('--node-rank', 0),
+    masterAddr: (p.values.get('--master-addr') as string | undefined) ?? '127.0.0.1',
+    masterPort: p.values.get('--master-port') as number | undefined,
     headless: p.values.get('--headless') === true,
     dp: int('--data-parallel-size', 1),
     dpLocal: p.values.get('--data-parallel-size-local') as number | undefined,

@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { EngineChildren } from './engine-children.js';
 import { ARGPARSE_EXIT, ArgparseError, printArgparseError } from './engine-argv.js';
 import { vllmLog } from './engine-log.js';
+import { startSimRendezvous } from './sim-rendezvous.js';
 import { FakeBatchScheduler } from './fake-batch-scheduler.js';
 import type { RouteContext } from './fake-openai-routes.js';
 import { type FakeVllmOptions, hostIp, localWorkers, parseFakeVllmArgv } from './fake-vllm-args.js';
@@ -240,6 +241,18 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         st.hung = true;
         scheduler.stall();
       });
+    }
+
+    if (o.nnodes > 1 && o.dp <= 1 && o.masterPort !== undefined) {
+      // The gang's rendezvous (sim-rendezvous.ts): a peer lost stalls the leader's requests (its broadcast
+      // queue waits, /health stays 200) and never ends a headless rank (vLLM issue 32136).
+      const rdv = startSimRendezvous({
+        addr: `${o.masterAddr.includes(':') ? `[${o.masterAddr}]` : o.masterAddr}:${o.masterPort}`,
+        leader: o.nodeRank === 0,
+        log: (level, where, text) => vllmLog(level, where, text),
+        onPeerLost: () => (o.nodeRank === 0 ? scheduler.stall() : undefined),
+      });
+      process.once('exit', () => rdv.close());
     }
 
     if (o.headless) {

@@ -14,6 +14,9 @@ import { type NodeModels, StartCancelledError } from './models/node-models.js';
 import type { StartAdmission } from './start-admission.js';
 import type { SleepProbes } from './supervisor/shard/shard-sleep.js';
 
+/** What a sleep or wake came to: the shard after it, or the one-line refusal. */
+export type SleepOutcome = { shard: ShardSnapshot } | { refused: string };
+
 export interface ShardCommandsOptions {
   nodeId: string;
   supervisor: Supervisor;
@@ -199,16 +202,17 @@ export class ShardCommands {
    * and the shard keeps its state: a bad level or a profile without
    * sleep_mode never touches the engine.
    */
-  async sleepCommand(m: Pick<SleepShard, 'shardId' | 'level'>): Promise<void> {
-    await this.sleepOrWake('sleep', m.shardId, (id, probes) => this.sup.sleep(id, m.level, probes));
+  async sleepCommand(m: Pick<SleepShard, 'shardId' | 'level'>): Promise<SleepOutcome> {
+    return this.sleepOrWake('sleep', m.shardId, (id, probes) => this.sup.sleep(id, m.level, probes));
   }
 
   /** A WakeShard: READY once the engine answers and has its GPU memory back. */
-  async wakeCommand(m: Pick<WakeShard, 'shardId'>): Promise<void> {
-    await this.sleepOrWake('wake', m.shardId, (id, probes) => this.sup.wake(id, probes));
+  async wakeCommand(m: Pick<WakeShard, 'shardId'>): Promise<SleepOutcome> {
+    return this.sleepOrWake('wake', m.shardId, (id, probes) => this.sup.wake(id, probes));
   }
 
-  private async sleepOrWake(what: 'sleep' | 'wake', id: string, act: (id: ShardId, probes: SleepProbes) => Promise<ShardSnapshot>): Promise<void> {
+  /** The same for the control plane's message and `ctl sleep`/`ctl wake`: a refusal is reported on the stream and returned. */
+  private async sleepOrWake(what: 'sleep' | 'wake', id: string, act: (id: ShardId, probes: SleepProbes) => Promise<ShardSnapshot>): Promise<SleepOutcome> {
     const { nodeId, report } = this.opts;
     const checked = isValidShardId(id) ? id : undefined;
     try {
@@ -217,7 +221,7 @@ export class ShardCommands {
       if (!shard || isTerminal(shard.state)) throw failure(`no running shard ${JSON.stringify(id)} on this node`);
       if (!this.opts.sleepProbes) throw failure('this agent reads no GPU memory');
       if (what === 'wake' && shard.state === ShardState.SLEEPING) this.opts.onWakeAsked?.(shard);
-      await act(checked, this.opts.sleepProbes);
+      return { shard: await act(checked, this.opts.sleepProbes) };
     } catch (err) {
       const msg = errorMessage(err);
       const why = msg.startsWith(`${what} `) ? msg : `${what} refused: ${msg}`;
@@ -227,6 +231,7 @@ export class ShardCommands {
       // The shard's own state with the reason: FAILED would get a healthy engine replaced.
       if (shard && !isTerminal(shard.state)) report(create(ShardStatusSchema, { ...statusFromSnapshot(nodeId, shard), error: why }));
       else report(refusedStatus(nodeId, { shardId: id, replicaId: shard?.replicaId ?? '' }, why));
+      return { refused: why };
     }
   }
 }

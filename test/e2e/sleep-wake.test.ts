@@ -10,6 +10,7 @@ import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAge
 import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
 import { freePort, isRunning, until } from '../helpers/engine-processes.js';
 import { consumeStream } from '../helpers/fake-engines.js';
+import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 
@@ -137,6 +138,33 @@ describe('SleepShard and WakeShard (issue 30)', () => {
   });
 
   // Last: it replaces the suite's agent.
+  it('`ctl sleep` and `ctl wake` on the node do what SleepShard and WakeShard do, the control plane hearing each, and refuse with one line', async () => {
+    const port = await freePort();
+    const readyP = cp.cp.waitFor(NODE, shardIs('c-1', S.READY, S.FAILED), 60_000);
+    cp.cp.send(NODE, { case: 'start', value: sleepyStart('c-1', port, true, 2) });
+    expect(statusOf(await readyP).state).toBe(S.READY);
+    // Level 2: level 1 would move its 70000 MiB to host RAM, which a test machine may not have.
+    const heardAsleep = cp.cp.waitFor(NODE, shardIs('c-1', S.SLEEPING), 60_000);
+    heardAsleep.catch(() => {});
+    const slept = await runCli(['ctl', 'sleep', 'c-1', '--level', '2', '--socket', dirs.socket]);
+    expect(slept.exitCode, slept.stderr).toBe(0);
+    expect(slept.stdout).toMatch(/^shard c-1 is SLEEPING after \S+: its GPU memory is free and traffic goes elsewhere; llmgw ctl wake c-1 brings it back$/m);
+    await heardAsleep;
+    expect(readGpuUsage(usageDir).get(2)).toBeLessThan(70000);
+    const again = await runCli(['ctl', 'sleep', 'c-1', '--socket', dirs.socket]);
+    expect(again.exitCode).not.toBe(0);
+    expect(again.stderr).toMatch(/is SLEEPING; only a READY shard can sleep/);
+    expect((await runCli(['ctl', 'sleep', 'c-1', '--level', '3', '--socket', dirs.socket])).exitCode).toBe(2);
+    expect((await runCli(['ctl', 'wake', 'no-such', '--socket', dirs.socket])).stderr).toMatch(/no-such/);
+    const heardAwake = cp.cp.waitFor(NODE, shardIs('c-1', S.READY), 60_000);
+    heardAwake.catch(() => {});
+    const woke = await runCli(['ctl', 'wake', 'c-1', '--json', '--socket', dirs.socket]);
+    expect(woke.exitCode, woke.stderr).toBe(0);
+    expect((JSON.parse(woke.stdout) as { shard: { state: string } }).shard.state).toBe('SHARD_STATE_READY');
+    await heardAwake;
+    expect(await consumeStream(await streamChat(port, 2))).toEqual({ tokens: 2, done: true });
+  }, 120_000);
+
   it('records the sleep in the state file, so an agent restarted after kill -9 adopts the engine SLEEPING (never READY) and can wake it', async () => {
     const port = await freePort();
     const readyP = cp.cp.waitFor(NODE, shardIs('s-3', S.READY, S.FAILED), 60_000);

@@ -6,7 +6,7 @@ import type { AgentEventRing, AgentEventView, EventListener } from '../events/ag
 import type { GpuFault } from '../health/gpu-fault-ledger.js';
 import type { NodeCordon } from '../node-cordon.js';
 import type { NodeModels, WaitingStart } from '../models/node-models.js';
-import type { ShardCommands } from '../shard-commands.js';
+import type { ShardCommands, SleepOutcome } from '../shard-commands.js';
 import type { AdoptResultView, RecoverEngines } from '../recover-engines.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
@@ -70,6 +70,9 @@ export interface AdminBackend {
   clearGpuFault?(gpuIndex: number, reason: string, uid: number | undefined): GpuFaultClearing;
   /** `ctl drain --cancel`: DRAINING → READY. */
   cancelDrainShard(id: ShardId): Promise<ShardSnapshot>;
+  /** `ctl sleep` / `ctl wake`: as the control plane's SleepShard and WakeShard (the same refusals, reported the same way); absent where there are none. */
+  sleepShard?(id: ShardId, level: number): Promise<SleepOutcome>;
+  wakeShard?(id: ShardId): Promise<SleepOutcome>;
   /** `ctl events`: the kept events after seq `afterSeq` and at or after `sinceMs`, oldest first. */
   events(afterSeq: number, sinceMs: number): AgentEventView[];
   /** `ctl events -f`: told of each new event synchronously as it is recorded; the returned function stops it. */
@@ -86,7 +89,7 @@ export interface AdminBackendParts {
   /** What the agent itself assembles: the stream's state, the inventory with the health watch's faults, accounts. */
   view: Pick<AdminBackend, 'connectionStatus' | 'currentInventory' | 'gpuHealth' | 'engineAccounts' | 'clearGpuFault'>;
   supervisor: Supervisor;
-  commands: Pick<ShardCommands, 'drain' | 'cancelDrain'>;
+  commands: Pick<ShardCommands, 'drain' | 'cancelDrain'> & Partial<Pick<ShardCommands, 'sleepCommand' | 'wakeCommand'>>;
   recovery: Pick<RecoverEngines, 'adoptNow'>;
   events: Pick<AgentEventRing, 'list' | 'subscribe'>;
   cordon?: Pick<NodeCordon, 'set' | 'current'>;
@@ -116,6 +119,12 @@ export function adminBackend({ node, view, supervisor: sup, commands, recovery, 
     adoptNow: () => recovery.adoptNow(),
     drainShard: (id) => commands.drain(id),
     cancelDrainShard: (id) => commands.cancelDrain(id),
+    ...(commands.sleepCommand && commands.wakeCommand
+      ? {
+          sleepShard: (id: ShardId, level: number) => commands.sleepCommand?.({ shardId: id, level }) as Promise<SleepOutcome>,
+          wakeShard: (id: ShardId) => commands.wakeCommand?.({ shardId: id }) as Promise<SleepOutcome>,
+        }
+      : {}),
     events: (afterSeq, sinceMs) => events.list(afterSeq, sinceMs),
     followEvents: (listener) => events.subscribe(listener),
     cordon,

@@ -25,6 +25,7 @@ import { ADMIN_PEER } from './admin-peer.js';
 import { buildStatusResponse } from './build-status-response.js';
 import { clearGpuFault } from './clear-gpu-fault.js';
 import { cordonRoute } from './cordon-route.js';
+import { sleepRoute, wakeRoute } from './sleep-route.js';
 import { eventsRoute } from './events-route.js';
 import { type Claimed, LogCallAdmission, type LogSlotKind } from './log-call-admission.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
@@ -99,6 +100,9 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
       clearGpuFault: (req, ctx) => clearGpuFault(backend, req, ctx),
 
       cordon: (req, ctx) => cordonRoute(backend, req, ctx),
+
+      sleep: (req) => sleepRoute(backend, req),
+      wake: (req) => wakeRoute(backend, req),
 
       events: (req, ctx) => endedWithClient(streamEvents(req, ctx), ctx.signal),
     });

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCKnAwoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkSDAoEbm90ZRgSIAEoCRIRCglpbl9mbGlnaHQYEyABKAUSGQoRdG9rZW5zX3Blcl9zZWNvbmQYFCABKAESDAoEZ2FuZxgVIAEoCSKjAQoLTG9nc1JlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSDQoFbGluZXMYAiABKAUSDgoGZm9sbG93GAMgASgIEhAKCHByZXZpb3VzGAQgASgIEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp0aW1lc3RhbXBzGAYgASgIEhIKCnJlcGxpY2FfaWQYByABKAkiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIIi8KDUNvcmRvblJlcXVlc3QSDgoGY29yZG9uGAEgASgIEg4KBnJlYXNvbhgCIAEoCSKXAQoOQ29yZG9uUmVzcG9uc2USEAoIY29yZG9uZWQYASABKAgSDgoGcmVhc29uGAIgASgJEikKBXNpbmNlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZieV91aWQYBCABKAUSDwoHY2hhbmdlZBgFIAEoCBIXCg9yZXBsYWNlZF9yZWFzb24YBiABKAkiXQoNRXZlbnRzUmVxdWVzdBIOCgZmb2xsb3cYASABKAgSKQoFc2luY2UYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWFmdGVyX3NlcRgDIAEoBCI2Cg5FdmVudHNSZXNwb25zZRIkCgZldmVudHMYASADKAsyFC5sbG1ndy52MS5BZ2VudEV2ZW50Iu0BCgpBZ2VudEV2ZW50EgsKA3NlcRgBIAEoBBImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgDIAEoCRIQCghzaGFyZF9pZBgEIAEoCRIQCgNncHUYBSABKAVIAIgBARIPCgdtZXNzYWdlGAYgASgJEjAKBmZpZWxkcxgHIAMoCzIgLmxsbWd3LnYxLkFnZW50RXZlbnQuRmllbGRzRW50cnkaLQoLRmllbGRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIGCgRfZ3B1IjkKFENsZWFyR3B1RmF1bHRSZXF1ZXN0EhEKCWdwdV9pbmRleBgBIAEoBRIOCgZyZWFzb24YAiABKAkiSwoVQ2xlYXJHcHVGYXVsdFJlc3BvbnNlEg8KB2NsZWFyZWQYASADKAkSIQoFZXZlbnQYAiABKAsyEi5sbG1ndy52MS5HcHVFdmVudCrQAQoPQ29ubmVjdGlvblN0YXRlEiAKHENPTk5FQ1RJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIfChtDT05ORUNUSU9OX1NUQVRFX0NPTk5FQ1RJTkcQARIeChpDT05ORUNUSU9OX1NUQVRFX0NPTk5FQ1RFRBACEh0KGUNPTk5FQ1RJT05fU1RBVEVfUkVUUllJTkcQAxIcChhDT05ORUNUSU9OX1NUQVRFX1NUT1BQRUQQBBIdChlDT05ORUNUSU9OX1NUQVRFX1NUQVJUSU5HEAUqvAEKDEFkb3B0T3V0Y29tZRIdChlBRE9QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGQoVQURPUFRfT1VUQ09NRV9BRE9QVEVEEAESGAoUQURPUFRfT1VUQ09NRV9LSUxMRUQQAhIZChVBRE9QVF9PVVRDT01FX0NMRUFORUQQAxIkCiBBRE9QVF9PVVRDT01FX0FMUkVBRFlfU1VQRVJWSVNFRBAEEhcKE0FET1BUX09VVENPTUVfRVJST1IQBTLIAwoMQWRtaW5TZXJ2aWNlEjsKBlN0YXR1cxIXLmxsbWd3LnYxLlN0YXR1c1JlcXVlc3QaGC5sbG1ndy52MS5TdGF0dXNSZXNwb25zZRI3CgRMb2dzEhUubGxtZ3cudjEuTG9nc1JlcXVlc3QaFi5sbG1ndy52MS5Mb2dzUmVzcG9uc2UwARI4CgVBZG9wdBIWLmxsbWd3LnYxLkFkb3B0UmVxdWVzdBoXLmxsbWd3LnYxLkFkb3B0UmVzcG9uc2USOgoFRHJhaW4SFi5sbG1ndy52MS5EcmFpblJlcXVlc3QaFy5sbG1ndy52MS5EcmFpblJlc3BvbnNlMAESOwoGQ29yZG9uEhcubGxtZ3cudjEuQ29yZG9uUmVxdWVzdBoYLmxsbWd3LnYxLkNvcmRvblJlc3BvbnNlElAKDUNsZWFyR3B1RmF1bHQSHi5sbG1ndy52MS5DbGVhckdwdUZhdWx0UmVxdWVzdBofLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRSZXNwb25zZRI9CgZFdmVudHMSFy5sbG1ndy52MS5FdmVudHNSZXF1ZXN0GhgubGxtZ3cudjEuRXZlbnRzUmVzcG9uc2UwAWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLHAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudCJzCg1FbmdpbmVBY2NvdW50Eg4KBmVuZ2luZRgBIAEoCRIMCgR1c2VyGAIgASgJEgsKA3VpZBgDIAEoBRISCgpjb25maWd1cmVkGAQgASgIEhIKCmFsbG93X3Jvb3QYBSABKAgSDwoHcmVmdXNlZBgGIAEoCCJ9CglHcHVTdGF0dXMSDQoFaW5kZXgYASABKAUSFgoObWVtb3J5X3VzZWRfbWIYAiABKAUSDwoHaGVhbHRoeRgDIAEoCBINCgVmYXVsdBgEIAEoCRIpCg1yZWNlbnRfZXZlbnRzGAUgAygLMhIubGxtZ3cudjEuR3B1RXZlbnQimwIKFkNvbnRyb2xQbGFuZUNvbm5lY3Rpb24SDgoGc2VydmVyGAEgASgJEigKBXN0YXRlGAIgASgOMhkubGxtZ3cudjEuQ29ubmVjdGlvblN0YXRlEjMKD2Nvbm5lY3RlZF9zaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDwoHYXR0ZW1wdBgEIAEoBRIzCg9uZXh0X2F0dGVtcHRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCmxhc3RfZXJyb3IYBiABKAkSEAoIcHJvdG9jb2wYByABKAkSJgoDdGxzGAggASgLMhkubGxtZ3cudjEuQ29udHJvbFBsYW5lVGxzIusBCg9Db250cm9sUGxhbmVUbHMSEQoJY2VydF9wYXRoGAEgASgJEhQKDGNlcnRfc3ViamVjdBgCIAEoCRIzCg9jZXJ0X25vdF9iZWZvcmUYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEjIKDmNlcnRfbm90X2FmdGVyGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIfChdjZXJ0X2ZpbmdlcnByaW50X3NoYTI1NhgFIAEoCRIKCgJjYRgGIAEoCRIZChFjZXJ0X2V4cGlyZXNfc29vbhgHIAEoCCKnAwoJU2hhcmRJbmZvEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDgoGZW5naW5lGAMgASgJEg0KBW1vZGVsGAQgASgJEiMKBXN0YXRlGAUgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRILCgNwaWQYBiABKAUSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2dwdV9pbmRpY2VzGAggAygFEi4KCnN0YXJ0ZWRfYXQYCSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2Fkb3B0ZWQYCiABKAgSDQoFZXJyb3IYCyABKAkSEQoJZXhpdF9jb2RlGAwgASgFEgwKBHJhbmsYDSABKAUSDgoGbm5vZGVzGA4gASgFEhAKCGxvZ19wYXRoGA8gASgJEhAKCGxhdW5jaGVyGBAgASgJEgwKBHVuaXQYESABKAkSDAoEbm90ZRgSIAEoCRIRCglpbl9mbGlnaHQYEyABKAUSGQoRdG9rZW5zX3Blcl9zZWNvbmQYFCABKAESDAoEZ2FuZxgVIAEoCSKjAQoLTG9nc1JlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSDQoFbGluZXMYAiABKAUSDgoGZm9sbG93GAMgASgIEhAKCHByZXZpb3VzGAQgASgIEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgp0aW1lc3RhbXBzGAYgASgIEhIKCnJlcGxpY2FfaWQYByABKAkiHQoMTG9nc1Jlc3BvbnNlEg0KBWxpbmVzGAEgAygJIg4KDEFkb3B0UmVxdWVzdCJlCgtBZG9wdFJlc3VsdBIQCghzaGFyZF9pZBgBIAEoCRInCgdvdXRjb21lGAIgASgOMhYubGxtZ3cudjEuQWRvcHRPdXRjb21lEgsKA3BpZBgDIAEoBRIOCgZyZWFzb24YBCABKAkiNwoNQWRvcHRSZXNwb25zZRImCgdyZXN1bHRzGAEgAygLMhUubGxtZ3cudjEuQWRvcHRSZXN1bHQidwoMRHJhaW5SZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEgsKA2FsbBgCIAEoCBIMCgR3YWl0GAMgASgIEioKB3RpbWVvdXQYBCABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SDgoGY2FuY2VsGAUgASgIImwKDURyYWluUHJvZ3Jlc3MSEAoIc2hhcmRfaWQYASABKAkSIwoFc3RhdGUYAiABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEhEKCWluX2ZsaWdodBgDIAEoBRIRCgljb3VudGFibGUYBCABKAgiXAoNRHJhaW5SZXNwb25zZRInCgZzaGFyZHMYASADKAsyFy5sbG1ndy52MS5EcmFpblByb2dyZXNzEg8KB2RyYWluZWQYAiABKAgSEQoJdGltZWRfb3V0GAMgASgIIi8KDUNvcmRvblJlcXVlc3QSDgoGY29yZG9uGAEgASgIEg4KBnJlYXNvbhgCIAEoCSKXAQoOQ29yZG9uUmVzcG9uc2USEAoIY29yZG9uZWQYASABKAgSDgoGcmVhc29uGAIgASgJEikKBXNpbmNlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZieV91aWQYBCABKAUSDwoHY2hhbmdlZBgFIAEoCBIXCg9yZXBsYWNlZF9yZWFzb24YBiABKAkiXQoNRXZlbnRzUmVxdWVzdBIOCgZmb2xsb3cYASABKAgSKQoFc2luY2UYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhEKCWFmdGVyX3NlcRgDIAEoBCI2Cg5FdmVudHNSZXNwb25zZRIkCgZldmVudHMYASADKAsyFC5sbG1ndy52MS5BZ2VudEV2ZW50Iu0BCgpBZ2VudEV2ZW50EgsKA3NlcRgBIAEoBBImCgJhdBgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDAoEa2luZBgDIAEoCRIQCghzaGFyZF9pZBgEIAEoCRIQCgNncHUYBSABKAVIAIgBARIPCgdtZXNzYWdlGAYgASgJEjAKBmZpZWxkcxgHIAMoCzIgLmxsbWd3LnYxLkFnZW50RXZlbnQuRmllbGRzRW50cnkaLQoLRmllbGRzRW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4AUIGCgRfZ3B1IjkKFENsZWFyR3B1RmF1bHRSZXF1ZXN0EhEKCWdwdV9pbmRleBgBIAEoBRIOCgZyZWFzb24YAiABKAkiSwoVQ2xlYXJHcHVGYXVsdFJlc3BvbnNlEg8KB2NsZWFyZWQYASADKAkSIQoFZXZlbnQYAiABKAsyEi5sbG1ndy52MS5HcHVFdmVudCIvCgxTbGVlcFJlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSDQoFbGV2ZWwYAiABKAUiHwoLV2FrZVJlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkiMwoNU2xlZXBSZXNwb25zZRIiCgVzaGFyZBgBIAEoCzITLmxsbWd3LnYxLlNoYXJkSW5mbyIyCgxXYWtlUmVzcG9uc2USIgoFc2hhcmQYASABKAsyEy5sbG1ndy52MS5TaGFyZEluZm8q0AEKD0Nvbm5lY3Rpb25TdGF0ZRIgChxDT05ORUNUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASHwobQ09OTkVDVElPTl9TVEFURV9DT05ORUNUSU5HEAESHgoaQ09OTkVDVElPTl9TVEFURV9DT05ORUNURUQQAhIdChlDT05ORUNUSU9OX1NUQVRFX1JFVFJZSU5HEAMSHAoYQ09OTkVDVElPTl9TVEFURV9TVE9QUEVEEAQSHQoZQ09OTkVDVElPTl9TVEFURV9TVEFSVElORxAFKrwBCgxBZG9wdE91dGNvbWUSHQoZQURPUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFUFET1BUX09VVENPTUVfQURPUFRFRBABEhgKFEFET1BUX09VVENPTUVfS0lMTEVEEAISGQoVQURPUFRfT1VUQ09NRV9DTEVBTkVEEAMSJAogQURPUFRfT1VUQ09NRV9BTFJFQURZX1NVUEVSVklTRUQQBBIXChNBRE9QVF9PVVRDT01FX0VSUk9SEAUyuQQKDEFkbWluU2VydmljZRI7CgZTdGF0dXMSFy5sbG1ndy52MS5TdGF0dXNSZXF1ZXN0GhgubGxtZ3cudjEuU3RhdHVzUmVzcG9uc2USNwoETG9ncxIVLmxsbWd3LnYxLkxvZ3NSZXF1ZXN0GhYubGxtZ3cudjEuTG9nc1Jlc3BvbnNlMAESOAoFQWRvcHQSFi5sbG1ndy52MS5BZG9wdFJlcXVlc3QaFy5sbG1ndy52MS5BZG9wdFJlc3BvbnNlEjoKBURyYWluEhYubGxtZ3cudjEuRHJhaW5SZXF1ZXN0GhcubGxtZ3cudjEuRHJhaW5SZXNwb25zZTABEjsKBkNvcmRvbhIXLmxsbWd3LnYxLkNvcmRvblJlcXVlc3QaGC5sbG1ndy52MS5Db3Jkb25SZXNwb25zZRJQCg1DbGVhckdwdUZhdWx0Eh4ubGxtZ3cudjEuQ2xlYXJHcHVGYXVsdFJlcXVlc3QaHy5sbG1ndy52MS5DbGVhckdwdUZhdWx0UmVzcG9uc2USPQoGRXZlbnRzEhcubGxtZ3cudjEuRXZlbnRzUmVxdWVzdBoYLmxsbWd3LnYxLkV2ZW50c1Jlc3BvbnNlMAESOAoFU2xlZXASFi5sbG1ndy52MS5TbGVlcFJlcXVlc3QaFy5sbG1ndy52MS5TbGVlcFJlc3BvbnNlEjUKBFdha2USFS5sbG1ndy52MS5XYWtlUmVxdWVzdBoWLmxsbWd3LnYxLldha2VSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -1769,6 +1769,138 @@ export const ClearGpuFaultResponseSchema: GenMessage<ClearGpuFaultResponse, {jso
   messageDesc(file_llmgw_v1_admin, 21);
 
 /**
+ * @generated from message llmgw.v1.SleepRequest
+ */
+export type SleepRequest = Message<"llmgw.v1.SleepRequest"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * 1: weights to host RAM (a fast wake); 2: weights dropped (reloaded at
+   * wake). 0 means 1.
+   *
+   * @generated from field: int32 level = 2;
+   */
+  level: number;
+};
+
+/**
+ * @generated from message llmgw.v1.SleepRequest
+ */
+export type SleepRequestJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * 1: weights to host RAM (a fast wake); 2: weights dropped (reloaded at
+   * wake). 0 means 1.
+   *
+   * @generated from field: int32 level = 2;
+   */
+  level?: number;
+};
+
+/**
+ * Describes the message llmgw.v1.SleepRequest.
+ * Use `create(SleepRequestSchema)` to create a new message.
+ */
+export const SleepRequestSchema: GenMessage<SleepRequest, {jsonType: SleepRequestJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 22);
+
+/**
+ * @generated from message llmgw.v1.WakeRequest
+ */
+export type WakeRequest = Message<"llmgw.v1.WakeRequest"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+};
+
+/**
+ * @generated from message llmgw.v1.WakeRequest
+ */
+export type WakeRequestJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.WakeRequest.
+ * Use `create(WakeRequestSchema)` to create a new message.
+ */
+export const WakeRequestSchema: GenMessage<WakeRequest, {jsonType: WakeRequestJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 23);
+
+/**
+ * @generated from message llmgw.v1.SleepResponse
+ */
+export type SleepResponse = Message<"llmgw.v1.SleepResponse"> & {
+  /**
+   * The shard after the sleep.
+   *
+   * @generated from field: llmgw.v1.ShardInfo shard = 1;
+   */
+  shard?: ShardInfo | undefined;
+};
+
+/**
+ * @generated from message llmgw.v1.SleepResponse
+ */
+export type SleepResponseJson = {
+  /**
+   * The shard after the sleep.
+   *
+   * @generated from field: llmgw.v1.ShardInfo shard = 1;
+   */
+  shard?: ShardInfoJson;
+};
+
+/**
+ * Describes the message llmgw.v1.SleepResponse.
+ * Use `create(SleepResponseSchema)` to create a new message.
+ */
+export const SleepResponseSchema: GenMessage<SleepResponse, {jsonType: SleepResponseJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 24);
+
+/**
+ * @generated from message llmgw.v1.WakeResponse
+ */
+export type WakeResponse = Message<"llmgw.v1.WakeResponse"> & {
+  /**
+   * The shard after the wake.
+   *
+   * @generated from field: llmgw.v1.ShardInfo shard = 1;
+   */
+  shard?: ShardInfo | undefined;
+};
+
+/**
+ * @generated from message llmgw.v1.WakeResponse
+ */
+export type WakeResponseJson = {
+  /**
+   * The shard after the wake.
+   *
+   * @generated from field: llmgw.v1.ShardInfo shard = 1;
+   */
+  shard?: ShardInfoJson;
+};
+
+/**
+ * Describes the message llmgw.v1.WakeResponse.
+ * Use `create(WakeResponseSchema)` to create a new message.
+ */
+export const WakeResponseSchema: GenMessage<WakeResponse, {jsonType: WakeResponseJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 25);
+
+/**
  * @generated from enum llmgw.v1.ConnectionState
  */
 export enum ConnectionState {
@@ -1952,6 +2084,28 @@ export const AdminService: GenService<{
     methodKind: "server_streaming";
     input: typeof EventsRequestSchema;
     output: typeof EventsResponseSchema;
+  },
+  /**
+   * Sleep frees a READY shard's GPU memory (vLLM sleep mode, SGLang's memory
+   * saver) as a SleepShard from the control plane does; Wake brings it back,
+   * READY only once it gives its known answer again. For `llmgw ctl sleep`
+   * and `llmgw ctl wake` (issue 39): the answer comes once the engine is
+   * asleep or awake, or is the one-line refusal.
+   *
+   * @generated from rpc llmgw.v1.AdminService.Sleep
+   */
+  sleep: {
+    methodKind: "unary";
+    input: typeof SleepRequestSchema;
+    output: typeof SleepResponseSchema;
+  },
+  /**
+   * @generated from rpc llmgw.v1.AdminService.Wake
+   */
+  wake: {
+    methodKind: "unary";
+    input: typeof WakeRequestSchema;
+    output: typeof WakeResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_admin, 0);

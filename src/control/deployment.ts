@@ -8,6 +8,15 @@
 export const DEPLOYMENT_ENGINES = ['vllm', 'sglang', 'sim'] as const;
 export type DeploymentEngine = (typeof DEPLOYMENT_ENGINES)[number];
 
+/**
+ * How warm the reference control plane keeps a profile's model on every node
+ * that may run it (issue 39): none; disk (a PrefetchModel when the node
+ * registers: its store holds the model complete, so a start loads offline);
+ * page-cache (the same, then read into the page cache: PrefetchModel.page_cache).
+ */
+export const PREFETCH_RUNGS = ['none', 'disk', 'page-cache'] as const;
+export type PrefetchRung = (typeof PREFETCH_RUNGS)[number];
+
 /** The startup timeout of a profile that does not set one: long enough for a large model's first load. */
 export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
 
@@ -25,6 +34,10 @@ export interface DeploymentProfile {
   startupTimeoutMs: number;
   /** "8.0"; empty means any GPU. */
   minComputeCapability: string;
+  /** Profile.sleep_mode: shards may sleep and wake (the agent adds the engine's sleep flags). */
+  sleepMode?: boolean;
+  /** Kept warm on the nodes that may run it (PREFETCH_RUNGS); none when absent. */
+  prefetch?: PrefetchRung;
 }
 
 export interface DeploymentReplica {

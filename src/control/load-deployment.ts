@@ -7,6 +7,8 @@ import { configError } from '../lib/errors.js';
 import { nearestName } from '../lib/nearest-name.js';
 import {
   DEFAULT_STARTUP_TIMEOUT_MS,
+  PREFETCH_RUNGS,
+  type PrefetchRung,
   DEPLOYMENT_ENGINES,
   type Deployment,
   type DeploymentEngine,
@@ -31,6 +33,8 @@ const PROFILE_KEYS = [
   'env',
   'startup_timeout',
   'min_compute_capability',
+  'sleep_mode',
+  'prefetch',
 ] as const;
 const REPLICA_KEYS = ['name', 'profile', 'count', 'ids', 'gpus_per_shard', 'nnodes', 'pool', 'fabric'] as const;
 const TOP_KEYS = ['profiles', 'replicas'] as const;
@@ -196,10 +200,22 @@ function readProfile(name: string, map: YAMLMap, line: number, bad: Bad, lineOf:
     }
   }
 
+  const sleepEntry = e.get('sleep_mode');
+  const sleepValue = scalarValue(sleepEntry) ?? false;
+  if (typeof sleepValue !== 'boolean') throw bad(`${p}sleep_mode`, `must be true or false, got ${describeValue(sleepValue)}`, sleepEntry?.value, sleepEntry?.line);
+  const prefetchEntry = e.get('prefetch');
+  const prefetch = scalarValue(prefetchEntry) ?? 'none';
+  if (typeof prefetch !== 'string' || !(PREFETCH_RUNGS as readonly string[]).includes(prefetch)) {
+    throw bad(`${p}prefetch`, `must be one of ${PREFETCH_RUNGS.join(', ')}, got ${describeValue(prefetch)}`, prefetchEntry?.value, prefetchEntry?.line);
+  }
+  if (prefetch !== 'none' && engine === 'sim') throw bad(`${p}prefetch`, 'the sim engine reads no model: nothing to prefetch; remove prefetch or use vllm or sglang', prefetchEntry?.value, prefetchEntry?.line);
+
   return {
     name,
     engine: engine as DeploymentEngine,
     model,
+    sleepMode: sleepValue,
+    prefetch: prefetch as PrefetchRung,
     servedModelName: readString(e.get('served_model_name'), `${p}served_model_name`, bad, false) ?? model,
     tensorParallelSize: readInt(e.get('tensor_parallel_size'), `${p}tensor_parallel_size`, bad, 1, 1),
     pipelineParallelSize: readInt(e.get('pipeline_parallel_size'), `${p}pipeline_parallel_size`, bad, 1, 1),

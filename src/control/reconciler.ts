@@ -18,6 +18,7 @@ import { shardFromRunning } from './shard-from-running.js';
 import { reserveShardPorts } from './shard-ports.js';
 import { stateName } from '../lib/shard-states.js';
 import { gangOf, startShardMessage } from './start-shard-message.js';
+import { prefetchForNode } from './prefetch-for-node.js';
 import { StoppingShards } from './stopping-shards.js';
 import { toReplicaView } from './to-replica-view.js';
 import { warmModels } from './warm-models.js';
@@ -146,6 +147,11 @@ export class Reconciler {
     }
 
     for (const rs of register.runningShards) this.#reconcileRunning(nodeId, rs);
+    // Models kept warm on the nodes that may run them (profile prefetch, issue 39).
+    for (const m of prefetchForNode(this.#opts.deployment, register)) {
+      this.#log.info({ node: nodeId, model: m.repo, revision: m.revision, pageCache: m.pageCache }, 'prefetching a profile\'s model on the node');
+      this.#host.send(nodeId, { case: 'prefetch', value: m });
+    }
     this.placeAll();
   }
 

@@ -48,5 +48,6 @@ function profileMessage(p: DeploymentProfile) {
     env: p.env,
     startupTimeout: durationFromMs(p.startupTimeoutMs),
     minComputeCapability: p.minComputeCapability,
+    sleepMode: p.sleepMode === true,
   });
 }

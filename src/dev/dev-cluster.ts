@@ -40,6 +40,8 @@ export interface DevClusterOptions {
   /** Level of the control plane's and the agent's log files. */
   logLevel: string;
   logger: Logger;
+  /** --engine vllm: the vLLM double's command and dev up's hub (devAgentConfigYaml). */
+  vllmDouble?: { command: string; hubUrl: string };
 }
 
 export interface DevStopReport {
@@ -109,9 +111,12 @@ export class DevCluster {
   /** Writes the agent's configuration and starts it against the control plane. */
   startAgent(): DevAgentProcess {
     if (!this.#url) throw failure('internal: start the control plane before the agent');
-    const { dirs, gpus, logLevel } = this.#opts;
-    writeFileSync(dirs.agentConfig, devAgentConfigYaml({ server: this.#url, dirs, gpus, logLevel }), { mode: 0o600 });
-    this.#agent = spawnDevAgent({ configPath: dirs.agentConfig, logPath: dirs.agentLog, env: gpus.env });
+    const { dirs, gpus, logLevel, vllmDouble } = this.#opts;
+    const double = vllmDouble ? { ...vllmDouble, modelsDir: dirs.modelsDir } : undefined;
+    writeFileSync(dirs.agentConfig, devAgentConfigYaml({ server: this.#url, dirs, gpus, logLevel, ...(double ? { vllmDouble: double } : {}) }), { mode: 0o600 });
+    // The fake nvidia-smi shows what the vLLM double holds: a sleep is seen to free it.
+    const env = double && gpus.kind === 'fake' ? { ...gpus.env, LLMGW_FAKE_GPU_USAGE_DIR: dirs.gpuUsageDir } : gpus.env;
+    this.#agent = spawnDevAgent({ configPath: dirs.agentConfig, logPath: dirs.agentLog, env });
     this.#log.info({ pid: this.#agent.pid, config: dirs.agentConfig }, 'agent started');
     return this.#agent;
   }

@@ -18,6 +18,10 @@ export interface DevDirs {
   controlPlaneLog: string;
   /** The generated deployment (absent from the directory when --deployment is given). */
   deployment: string;
+  /** --engine vllm: the agent's model store (models.cache_dir). */
+  modelsDir: string;
+  /** --engine vllm: where the vLLM double writes the GPU memory it holds, for the fake nvidia-smi to read. */
+  gpuUsageDir: string;
 }
 
 export function createDevDirs(parent: string = tmpdir()): DevDirs {
@@ -33,5 +37,7 @@ export function createDevDirs(parent: string = tmpdir()): DevDirs {
     agentLog: join(root, 'agent.log'),
     controlPlaneLog: join(root, 'control-plane.log'),
     deployment: join(root, 'deployment.yaml'),
+    modelsDir: join(root, 'models'),
+    gpuUsageDir: join(root, 'gpu-usage'),
   };
 }

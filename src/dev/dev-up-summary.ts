@@ -28,6 +28,8 @@ export interface DevUpSummary {
   logs: { agent: string; controlPlane: string; engines: string };
   /** How to run this binary from where dev up was started: `node bin/run.js` in a clone, else `llmgw`. */
   cli: string;
+  /** --engine vllm: the model store the vLLM double starts from (`llmgw models list --cache-dir`), and sleep is on. */
+  warm?: { modelsDir: string; model: string };
 }
 
 export function buildDevUpSummary(o: {
@@ -38,6 +40,8 @@ export function buildDevUpSummary(o: {
   replicas: ReplicaView[];
   dirs: DevDirs;
   deploymentPath: string;
+  /** --engine vllm: the store and model (DevUpSummary.warm). */
+  warm?: { modelsDir: string; model: string };
 }): DevUpSummary {
   return {
     controlPlane: o.url,
@@ -55,6 +59,7 @@ export function buildDevUpSummary(o: {
     deployment: o.deploymentPath,
     logs: { agent: o.dirs.agentLog, controlPlane: o.dirs.controlPlaneLog, engines: `${o.dirs.logDir}/shards` },
     cli: cliInvocation(),
+    ...(o.warm ? { warm: o.warm } : {}),
   };
 }
 

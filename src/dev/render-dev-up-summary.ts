@@ -35,6 +35,16 @@ export function renderDevUpSummary(s: DevUpSummary): string {
     `  ${s.cli} ctl logs ${firstShard} -n 20 ${sock}`,
     `  ${s.cli} ctl drain ${firstShard} --wait ${sock}`,
     `  ${s.cli} ctl adopt ${sock}`,
+    ...(s.warm
+      ? [
+          '',
+          h('Warm starts and sleep (the vLLM double):'),
+          `  ${s.cli} models list --config ${shellQuote(s.agent.config)}   # ${s.warm.model}, pulled and read into memory before the start`,
+          `  ${s.cli} ctl status ${sock}                  # the model's warmth and time to READY`,
+          `  ${s.cli} ctl sleep ${firstShard} --level 1 ${sock}   # frees its GPU memory; SLEEPING`,
+          `  ${s.cli} ctl wake ${firstShard} ${sock}             # READY again once it gives its known answer`,
+        ]
+      : []),
     '',
     h('Logs:'),
     `  agent          ${s.logs.agent}`,

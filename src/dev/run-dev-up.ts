@@ -10,7 +10,9 @@ import { createLogger } from '../lib/logger.js';
 import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
 import { DEV_NODE_ID } from './dev-agent-config-yaml.js';
 import { DevCluster, type DevStopReport } from './dev-cluster.js';
-import { checkDeploymentFitsOneNode, type DevEngine, devDeploymentYaml } from './dev-deployment-yaml.js';
+import { checkDeploymentFitsOneNode, DEV_HUB_MODEL, type DevEngine, devDeploymentYaml } from './dev-deployment-yaml.js';
+import { FakeHub, devModelRepo } from '../sim/sim-hub.js';
+import { FAKE_VLLM_BIN } from './spawn-dev-agent.js';
 import { createDevDirs, type DevDirs } from './dev-dirs.js';
 import { buildDevUpSummary, type DevUpSummary } from './dev-up-summary.js';
 import { describeGpuSource, findGpuSource, type GpuSource } from './find-gpu-source.js';
@@ -70,6 +72,7 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
   let cluster: DevCluster | undefined;
   let dirs: DevDirs | undefined;
   let summary: DevUpSummary | undefined;
+  let hub: FakeHub | undefined;
   const shutdown = onShutdownSignals(
     (sig) => opts.onProgress(`${sig}: stopping everything (again to kill at once)`),
     (sig) => {
@@ -83,21 +86,37 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
   const { signal } = shutdown;
   try {
     const gpus = await findGpuSource({ signal, nvidiaSmi: opts.nvidiaSmi });
-    const deployment = opts.deploymentFile ? loadDeployment(opts.deploymentFile) : generatedDeployment(opts, gpus);
-    checkDeploymentFitsOneNode(deployment, gpus.gpuCount, opts.deploymentFile ?? 'the generated deployment');
+    // The vLLM double's args name a directory of the run's own: made first, removed again if the deployment is refused.
+    const runDirs = createDevDirs();
+    let deployment: Deployment;
+    try {
+      deployment = opts.deploymentFile ? loadDeployment(opts.deploymentFile) : generatedDeployment(opts, gpus, runDirs.gpuUsageDir);
+      checkDeploymentFitsOneNode(deployment, gpus.gpuCount, opts.deploymentFile ?? 'the generated deployment');
+    } catch (err) {
+      rmSync(runDirs.root, { recursive: true, force: true });
+      throw err;
+    }
     // One HTTP port per shard; no leader ports, every replica is on one node.
     const shardPorts = await findShardPorts(deployment.replicas.length);
 
-    dirs = createDevDirs();
+    dirs = runDirs;
     // Said before anything can go wrong: a start that hangs or fails is
     // exactly when the logs are needed, and their paths were only printed
     // once everything was ready.
     opts.onProgress(`temp dir ${dirs.root} (kept if dev up stops before every replica is ready, or anything fails)`);
     opts.onProgress(`logs: agent ${dirs.agentLog}, control plane ${dirs.controlPlaneLog}, engines ${shardLogDir(dirs.logDir)}/`);
     const deploymentPath = opts.deploymentFile ?? dirs.deployment;
-    if (!opts.deploymentFile) writeFileSync(dirs.deployment, devDeploymentYaml(opts));
+    const vllm = !opts.deploymentFile && opts.engine === 'vllm';
+    if (!opts.deploymentFile) writeFileSync(dirs.deployment, devDeploymentYaml({ ...opts, gpuUsageDir: dirs.gpuUsageDir }));
     const logger = await createLogger({ level: opts.logLevel as 'info', name: 'control-plane', file: dirs.controlPlaneLog });
-    cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, shardPorts, logLevel: opts.logLevel, logger });
+    if (vllm) {
+      // The vLLM double's model, served by a hub of our own: pulled into the node's store with no network.
+      hub = new FakeHub();
+      hub.repos.set(DEV_HUB_MODEL, devModelRepo(DEV_HUB_MODEL));
+      await hub.start();
+      opts.onProgress(`model hub ${hub.url} serving ${DEV_HUB_MODEL}; the agent's model store is ${dirs.modelsDir}`);
+    }
+    cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, shardPorts, logLevel: opts.logLevel, logger, ...(hub ? { vllmDouble: { command: FAKE_VLLM_BIN, hubUrl: hub.url } } : {}) });
 
     let failed: unknown;
     // Failures after ready: the lines that reported them named logs in the temp dir, which must outlive dev up.
@@ -115,6 +134,7 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
         replicas: cluster.controlPlane.replicas(),
         dirs,
         deploymentPath,
+        ...(vllm ? { warm: { modelsDir: dirs.modelsDir, model: DEV_HUB_MODEL } } : {}),
       });
       opts.onReady(summary);
       unwatch = watchReplicas(cluster.controlPlane, {
@@ -158,15 +178,16 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
     if (failed !== undefined) throw failed;
     return { summary, stop };
   } finally {
+    await hub?.stop();
     shutdown.dispose();
   }
 }
 
-function generatedDeployment(opts: RunDevUpOptions, gpus: GpuSource): Deployment {
+function generatedDeployment(opts: RunDevUpOptions, gpus: GpuSource, gpuUsageDir: string): Deployment {
   if (opts.replicas > gpus.gpuCount) {
     throw usageError(`--replicas ${opts.replicas}: each replica takes one GPU and this node has ${gpus.gpuCount}; use at most ${gpus.gpuCount}`);
   }
-  return parseDeployment(devDeploymentYaml(opts), 'the generated deployment');
+  return parseDeployment(devDeploymentYaml({ ...opts, gpuUsageDir }), 'the generated deployment');
 }
 
 /** Resolves with undefined on the first Ctrl-C, or with how the agent ended when it dies on its own first. */

@@ -6,6 +6,8 @@ import { errnoCode } from '../lib/errors.js';
 
 /** This package's binary: from dist/dev/ (or src/dev/ under tests) up two levels. */
 export const LLMGW_BIN = fileURLToPath(new URL('../../bin/run.js', import.meta.url));
+/** The vLLM double this package ships: `llmgw dev up --engine vllm` runs it as the node's vllm engine. */
+export const FAKE_VLLM_BIN = fileURLToPath(new URL('../../bin/fake-vllm', import.meta.url));
 
 /** How long the agent gets to exit after SIGTERM (it ends its stream and exits at once) before SIGKILL. */
 export const AGENT_EXIT_GRACE_MS = 5_000;

@@ -56,6 +56,8 @@ describe('llmgw discover', () => {
         error: '',
         migMode: mig,
         migDevices: [],
+        // topo -m's CPU Affinity column: what a multi-node rank on the GPU is pinned to.
+        cpuAffinity: Number(index) < 4 ? '0-55,112-167' : '56-111,168-223',
       })),
     );
     const gpuPairs = inventory.links.filter((l: { b: string }) => l.b.startsWith('GPU'));

@@ -152,7 +152,7 @@ describe('SleepShard and WakeShard (issue 30)', () => {
     await heardAsleep;
     expect(readGpuUsage(usageDir).get(2)).toBeLessThan(70000);
     const again = await runCli(['ctl', 'sleep', 'c-1', '--socket', dirs.socket]);
-    expect(again.exitCode).not.toBe(0);
+    expect(again.exitCode).toBe(1);
     expect(again.stderr).toMatch(/is SLEEPING; only a READY shard can sleep/);
     expect((await runCli(['ctl', 'sleep', 'c-1', '--level', '3', '--socket', dirs.socket])).exitCode).toBe(2);
     expect((await runCli(['ctl', 'wake', 'no-such', '--socket', dirs.socket])).stderr).toMatch(/no-such/);

@@ -48,13 +48,18 @@ a separate service that speaks the same contract.`;
   static override examples = [
     { description: 'One sim replica; prints its URL and a curl line once it answers.', command: '<%= config.bin %> dev up' },
     { description: 'Three replicas on three (fake or real) GPUs, control plane on a fixed port.', command: '<%= config.bin %> dev up --replicas 3 --port 8443' },
+    { description: 'Warm starts and sleep: the vLLM double, its model prefetched into the page cache; then try llmgw ctl sleep and ctl wake.', command: '<%= config.bin %> dev up --engine vllm' },
     { description: 'Your own deployment (one node; see examples/deployment.yaml); keep the logs afterwards.', command: '<%= config.bin %> dev up --deployment examples/deployment.yaml --keep' },
     { description: 'For scripts: one JSON object (URLs, socket, log paths) once ready; see the description for how to wait for it.', command: '<%= config.bin %> dev up --json > dev.json &' },
   ];
 
   static override flags = {
     replicas: Flags.integer({ char: 'n', summary: 'Sim replicas to run, one GPU each [default: 1].', min: 1 }),
-    engine: Flags.option({ options: DEV_ENGINES, summary: 'Engine of the generated deployment.', default: 'sim' as const })(),
+    engine: Flags.option({
+      options: DEV_ENGINES,
+      summary: "Engine of the generated deployment: sim, or vllm (the vLLM double, bin/fake-vllm: its model pulled from dev up's own hub into the node's store and page cache before it starts, sleep mode on for ctl sleep / ctl wake).",
+      default: 'sim' as const,
+    })(),
     deployment: Flags.string({ char: 'd', summary: 'Deployment YAML to run instead of the generated one (replicas of one node only).' }),
     port: Flags.integer({ summary: 'Control-plane port on 127.0.0.1 [default: a free one].', min: 0, max: 65535, default: 0 }),
     keep: Flags.boolean({ summary: 'Keep the temporary directory (state, logs, configuration) after stopping.' }),

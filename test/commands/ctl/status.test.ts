@@ -120,6 +120,8 @@ describe('llmgw ctl status', () => {
         // An idle sim: nothing in flight, a flat token counter.
         inFlight: 0,
         tokensPerSecond: 0,
+        // One node: no gang.
+        gang: '',
       },
     ]);
   });

@@ -160,6 +160,29 @@ describe('llmgw dev up', () => {
     expect(readdirSync(join(run.parent, kept as string))).toContain('agent.log');
   }, CLUSTER_TEST_TIMEOUT_MS);
 
+  it('with --engine vllm starts the vLLM double from its model prefetched into the store, and the printed models list, ctl sleep and ctl wake lines work (issue 39)', async () => {
+    const run = devUp(['--engine', 'vllm']);
+    await run.waitFor(/^Press Ctrl-C to stop everything/m, FIRST_ANSWER_BOUND_MS);
+    const line = async (re: RegExp) => ((await run.waitFor(re, 5_000))[1] as string).replace(/ +#.*$/, '');
+    const sh = (cmd: string) => execa('sh', ['-c', cmd], { cwd: REPO_ROOT, reject: false, timeout: 60_000 });
+    // Pulled from dev up's own hub into the node's store before the start, which read it from there.
+    const list = await sh(await line(/^ {2}(.* models list --config .*)$/m));
+    expect(list.stdout).toMatch(/^dev\/tiny-chat +main=[0-9a-f]{12} +complete +32 MiB .* tiny-0-g1-r0$/m);
+    expect(run.stderr()).toMatch(/model hub http:\/\/127\.0\.0\.1:\d+ serving dev\/tiny-chat/);
+    const slept = await sh(await line(/^ {2}(.* ctl sleep tiny-0-g1-r0 --level 1 .*)$/m));
+    expect(slept.stdout, slept.stderr).toMatch(/^shard tiny-0-g1-r0 is SLEEPING after /);
+    const woke = await sh(await line(/^ {2}(.* ctl wake tiny-0-g1-r0 .*)$/m));
+    expect(woke.stdout, woke.stderr).toMatch(/^shard tiny-0-g1-r0 is READY after .*: it answers again with its known answer$/);
+    const [curl] = await run.waitFor(/^ {2}curl -s .*$/m, 5_000);
+    const answer = JSON.parse((await sh(curl)).stdout) as { model: string };
+    expect(answer.model).toBe('tiny-chat');
+    const started = processesWritingUnder(run.parent);
+    run.child.kill('SIGINT');
+    expect((await run.child).exitCode).toBe(0);
+    expect(started.filter(isRunning)).toEqual([]);
+    expect(readdirSync(run.parent)).toEqual([]);
+  }, CLUSTER_TEST_TIMEOUT_MS);
+
   it('refuses more replicas than the node has GPUs, before starting anything (exit 2)', async () => {
     const parent = mkdtempSync(join(tmpdir(), 'llmgw-devup-test-'));
     onTestFinished(() => rmSync(parent, { recursive: true, force: true }));

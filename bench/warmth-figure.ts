@@ -2,13 +2,14 @@
  * `--only 14d` (issue 41): the time to READY the agent learned, beside the
  * time a control plane then sees, for each rung the vLLM double can start
  * from here: a model complete in the store but dropped from the page cache
- * (read from disk), and the same model in the page cache. The double reads
+ * (read from disk), the same model in the page cache, and each again with
+ * the double's compiled graph in its engine cache (+compile). The double reads
  * every byte of its snapshot (--sim-read-weights), so its start costs what
  * the node's caches make it cost. Three starts per rung: after two, the
  * agent's estimate (the median it reports in Inventory.warmth) is set beside
  * the third start's StartShard → READY; the target is within 20 %.
  */
-import { mkdirSync, readdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { ControlPlane } from '../src/control/control-plane.js';
@@ -27,6 +28,8 @@ import { MiB, REPO, modelBytes, startHub, startToReady, stopShard } from './warm
 const WITHIN = 0.2;
 /** What every start pays whatever is cached: --sim-load-time. */
 const FIXED_LOAD = '300ms';
+/** What a start without the compiled graph in its cache pays on top: --sim-compile-time. */
+const COMPILE = '1500ms';
 
 /** The agent's estimate from `from` for the model, from the next Inventory that carries `samples` of it. */
 function estimateAfter(cp: ControlPlane, from: string, samples: number): Promise<number> {
@@ -54,7 +57,10 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
     const files = readdirSync(blobs).map((n) => ({ path: join(blobs, n), bytes: 0 }));
     const drop = () => dropFromPageCache(files.map((f) => f.path));
     const warm = () => warmFiles(files, Number.POSITIVE_INFINITY);
-    const args = ['--sim-read-weights', '--sim-load-time', FIXED_LOAD];
+    // The double's compiled graph for the model, where vLLM keeps it (VLLM_CACHE_ROOT/torch_compile_cache under the agent's engine cache).
+    const graphs = join(new StoreLayout(cacheDir).engineCacheDir(process.getuid?.() ?? 0, 'vllm', REPO), 'vllm', 'torch_compile_cache');
+    const uncompiled = () => rmSync(graphs, { recursive: true, force: true });
+    const args = ['--sim-read-weights', '--sim-load-time', FIXED_LOAD, '--sim-compile-time', COMPILE];
     let n = 0;
     const rung = async (from: string, before: () => Promise<unknown>) => {
       const took: number[] = [];
@@ -77,10 +83,19 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
         met: Math.abs(ratio - 1) <= WITHIN,
       });
     };
-    await rung('store', drop);
-    await rung('page-cache', warm);
+    await rung('store', async () => {
+      uncompiled();
+      await drop();
+    });
+    await rung('page-cache', async () => {
+      uncompiled();
+      await warm();
+    });
+    // From here the compiled graph the last start wrote stays.
+    await rung('store+compile', drop);
+    await rung('page-cache+compile', warm);
     notes.push(
-      '14d the page cache is dropped before each "store" start (sync, then posix_fadvise DONTNEED through dd iflag=nocache) and filled before each "page-cache" start (the files read whole, as llmgw models warm does); the agent reads residency with fincore as the start pins the model. The estimate is what Inventory.warmth says after two starts; the third start is timed by the control plane from StartShard, so it also holds the admission the agent does not time',
+      '14d "+compile": the double\'s compiled graph (--sim-compile-time 1500ms) is in the engine cache the agent gives it, and the start skips the compile; without it (removed before each "store" and "page-cache" start) the start compiles. The page cache is dropped before each "store" start (sync, then posix_fadvise DONTNEED through dd iflag=nocache) and filled before each "page-cache" start (the files read whole, as llmgw models warm does); the agent reads residency with fincore as the start pins the model. The estimate is what Inventory.warmth says after two starts; the third start is timed by the control plane from StartShard, so it also holds the admission the agent does not time',
     );
   } finally {
     await hub.stop();

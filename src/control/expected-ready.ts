@@ -16,10 +16,14 @@ export interface ExpectedReady {
 export function expectedReady(profile: { name: string; engine: string; model: string }, warmth: readonly ModelWarmth[] | undefined): ExpectedReady | undefined {
   const w = warmth?.find((x) => x.model === profile.model && x.engine === profile.engine && x.profile === profile.name);
   if (!w) return undefined;
+  // From the rung itself down to slower ones the node measured: a slower rung's time overestimates, never flatters.
+  const onDisk = ['page-cache+compile', 'page-cache', 'store+compile', 'store', 'unmanaged', 'hub'];
   const order: Record<string, readonly string[]> = {
-    serving: ['page-cache', 'store', 'unmanaged', 'hub'],
-    sleeping: ['page-cache', 'store', 'unmanaged', 'hub'],
+    serving: onDisk,
+    sleeping: onDisk,
+    'page-cache+compile': ['page-cache+compile', 'page-cache', 'store+compile', 'store'],
     'page-cache': ['page-cache', 'store'],
+    'store+compile': ['store+compile', 'store'],
     store: ['store'],
     partial: ['hub'],
     absent: ['hub'],

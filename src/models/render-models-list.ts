@@ -4,8 +4,12 @@ import { renderTable } from '../lib/table.js';
 import { formatBytes } from '../lib/format-bytes.js';
 import type { StoredModel } from './scan-store.js';
 
-/** `llmgw models list`'s table. */
-export function renderModelsList(models: readonly StoredModel[], budget: number, compileBytes = 0, nowMs = Date.now()): string {
+/**
+ * `llmgw models list`'s table. IN MEMORY: the model's bytes in the page
+ * cache now (fincore), what a start reads at memory speed (issue 41); '-'
+ * where it could not be read.
+ */
+export function renderModelsList(models: readonly StoredModel[], budget: number, compileBytes = 0, nowMs = Date.now(), resident: ReadonlyMap<string, number> = new Map()): string {
   const used = models.reduce((s, m) => s + m.bytes, 0) + compileBytes;
   const footer = `${formatBytes(used)} of ${formatBytes(budget)} (models.budget) used${compileBytes > 0 ? `, ${formatBytes(compileBytes)} of it the engines' compile caches (removed with their model)` : ''}`;
   if (models.length === 0) return `no models in the store\n${footer}`;
@@ -16,8 +20,14 @@ export function renderModelsList(models: readonly StoredModel[], budget: number,
     // subset: every file its --include chose is here, not the whole repo, so its shards start online.
     m.pulling ? 'pulling' : m.complete ? (m.subset ? 'subset' : 'complete') : 'partial',
     formatBytes(m.bytes),
+    inMemory(resident.get(m.repo), m.bytes),
     m.lastUsedMs > 0 ? formatAge(nowMs - m.lastUsedMs) : '-',
     printable(m.pins.join(',')) || '-',
   ]);
-  return `${renderTable(['MODEL', 'REVISIONS', 'STATE', 'SIZE', 'LAST USED', 'PINNED BY'], rows)}\n${footer}`;
+  return `${renderTable(['MODEL', 'REVISIONS', 'STATE', 'SIZE', 'IN MEMORY', 'LAST USED', 'PINNED BY'], rows)}\n${footer}`;
+}
+
+function inMemory(resident: number | undefined, bytes: number): string {
+  if (resident === undefined || bytes <= 0) return '-';
+  return `${formatBytes(resident)} (${Math.round((100 * Math.min(resident, bytes)) / bytes)}%)`;
 }

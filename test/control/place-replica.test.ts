@@ -58,6 +58,21 @@ describe('placeReplica', () => {
     expect(placeReplica(replica(), [other, node('b', [{}, {}, {}, {}], [0, 1])])).toEqual({ ok: true, shards: [{ nodeId: 'b', gpuIndices: [2, 3] }] });
   });
 
+  it('takes a node with a compile cache at its own measured time, and one that lost it at its slower one (never flattered)', () => {
+    const both = (rung: string) => [
+      create(ModelWarmthSchema, {
+        model: 'm',
+        engine: 'sim',
+        profile: 'p',
+        rung,
+        learned: [create(TimeToReadySchema, { from: 'store+compile', medianSeconds: 4, samples: 2 }), create(TimeToReadySchema, { from: 'store', medianSeconds: 20, samples: 2 })],
+      }),
+    ];
+    const compiled = { ...node('a', [{}, {}, {}, {}]), warmth: both('store+compile') };
+    const lost = { ...node('b', [{}, {}, {}, {}], [0, 1]), warmth: both('store') };
+    expect(placeReplica(replica(), [lost, compiled])).toMatchObject({ shards: [{ nodeId: 'a', expected: { seconds: 4, from: 'store+compile' } }], considered: ['a: 4.0s from store+compile', 'b: 20s from store'] });
+  });
+
   it('honours the pool label and the minimum compute capability, and says why nothing fits', () => {
     const r = replica('    pool: h100\n', '    min_compute_capability: "9.0"\n');
     expect(placeReplica(r, [node('a', [{}, {}], [], { pool: 'a100' }), node('b', [{ cc: '8.0' }, { cc: '8.0' }], [], { pool: 'h100' })])).toEqual({

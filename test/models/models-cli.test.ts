@@ -94,6 +94,12 @@ describe('llmgw models pull', () => {
     const list = await runCli(['models', 'list', '--config', config, '--json']);
     expect(list.exitCode).toBe(0);
     expect(JSON.parse(list.stdout).models).toMatchObject([{ repo: 'acme/big', complete: true, partialBytes: 0, bytes: BIG.length + 3, pins: [] }]);
+    // IN MEMORY (issue 41): what the page cache holds of it now, all of it once warmed.
+    const warmed = await runCli(['models', 'warm', 'acme/big', '--config', config]);
+    expect(warmed.exitCode, warmed.stderr).toBe(0);
+    const after = await runCli(['models', 'list', '--config', config, '--json']);
+    expect(JSON.parse(after.stdout).models[0].residentBytes).toBe(BIG.length + 3);
+    expect((await runCli(['models', 'list', '--config', config])).stdout).toMatch(/^acme\/big\s+main=[0-9a-f]{12}\s+complete\s+\S+ \S+\s+\S+ \S+ \(100%\)/m);
   });
 
   it('downloads a model once when two processes pull it at the same time', async () => {

@@ -14,8 +14,12 @@ import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-s
  * now. Never guessed: a rung nothing came from has no estimate.
  */
 
-/** Where a start or wake came from. */
-export type WarmthFrom = 'sleeping' | 'page-cache' | 'store' | 'hub' | 'unmanaged';
+/**
+ * Where a start or wake came from. `+compile`: the store also held a compile
+ * cache for the model and engine (hasCompileCache), so the start skipped the
+ * compile.
+ */
+export type WarmthFrom = 'sleeping' | 'page-cache+compile' | 'page-cache' | 'store+compile' | 'store' | 'hub' | 'unmanaged';
 
 /** At least this share of a model's bytes in the page cache makes it warm in memory: the rest is read from disk in a moment. */
 export const PAGE_CACHE_SHARE = 0.9;
@@ -39,7 +43,7 @@ interface WarmthFile {
   entries: Entry[];
 }
 
-const FROM: readonly WarmthFrom[] = ['sleeping', 'page-cache', 'store', 'hub', 'unmanaged'];
+const FROM: readonly WarmthFrom[] = ['sleeping', 'page-cache+compile', 'page-cache', 'store+compile', 'store', 'hub', 'unmanaged'];
 
 const keyOf = (s: { spec: ShardSnapshot['spec'] }) => {
   const p = s.spec.profile;
@@ -57,6 +61,8 @@ export interface WarmthLedgerOptions {
   onLearned?: () => void;
   /** The store's models as its last scan saw them (Inventory.cached_models): what a start is from, and the rung now. */
   cached?: () => readonly CachedModel[];
+  /** Whether the store holds a compile cache for a model and engine (hasCompileCache); none: never. */
+  compiled?: (model: string, engine: string) => boolean;
 }
 
 export class WarmthLedger {
@@ -125,7 +131,9 @@ export class WarmthLedger {
     if (!this.#opts.hasStore) return 'unmanaged';
     // The admission's note says when a start runs online, and why (start-admission.ts onlineNote).
     if (s.note?.startsWith('started online')) return 'hub';
-    return inPageCache(keyOf(s).model, this.#opts.cached?.() ?? []) ? 'page-cache' : 'store';
+    const k = keyOf(s);
+    const base = inPageCache(k.model, this.#opts.cached?.() ?? []) ? 'page-cache' : 'store';
+    return this.#opts.compiled?.(k.model, k.engine) ? `${base}+compile` : base;
   }
 
   #rungNow(e: Entry, shards: readonly ShardSnapshot[], cached: readonly CachedModel[]): string {
@@ -134,8 +142,9 @@ export class WarmthLedger {
     if (mine.some((s) => s.state === ShardState.SLEEPING)) return 'sleeping';
     if (!this.#opts.hasStore) return 'unmanaged';
     const inStore = cached.filter((c) => c.repo === e.model);
-    if (inPageCache(e.model, cached)) return 'page-cache';
-    if (inStore.some((c) => c.complete)) return 'store';
+    const compile = this.#opts.compiled?.(e.model, e.engine) ? '+compile' : '';
+    if (inPageCache(e.model, cached)) return `page-cache${compile}`;
+    if (inStore.some((c) => c.complete)) return `store${compile}`;
     return inStore.length > 0 ? 'partial' : 'absent';
   }
 

@@ -71,7 +71,7 @@ describe('llmgw dev control-plane', () => {
     writeFileSync(path, 'profiles:\n  p:\n    engine: sim\n    model: m\n    gpus: 2\nreplicas: []\n');
     const r = await runCli(['dev', 'control-plane', '--listen', '127.0.0.1:0', '--deployment', path]);
     expect(r.exitCode).toBe(78);
-    expect(r.stderr.trim().split('\n')).toEqual([`error: profiles.p.gpus: unknown key; known keys: engine, model, served_model_name, tensor_parallel_size, pipeline_parallel_size, args, env, startup_timeout, min_compute_capability (${path}:5)`]);
+    expect(r.stderr.trim().split('\n')).toEqual([`error: profiles.p.gpus: unknown key; known keys: engine, model, served_model_name, tensor_parallel_size, pipeline_parallel_size, args, env, startup_timeout, min_compute_capability, sleep_mode, prefetch (${path}:5)`]);
   });
 
   it('exits 2 when only some of the TLS flags are given', async () => {

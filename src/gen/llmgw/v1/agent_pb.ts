@@ -750,6 +750,9 @@ export type ModelWarmth = Message<"llmgw.v1.ModelWarmth"> & {
    * least 90% of its bytes in the page cache), "store" (complete in
    * models.cache_dir), "partial" (in the store, not complete), "absent" (not
    * in the store), or "unmanaged" (the agent has no model store).
+   * "page-cache+compile" and "store+compile": the same, with a compile cache
+   * for the model and engine in the store (vLLM's torch_compile_cache,
+   * Inductor's, Triton's), so a start skips its compile.
    *
    * @generated from field: string rung = 4;
    */
@@ -790,6 +793,9 @@ export type ModelWarmthJson = {
    * least 90% of its bytes in the page cache), "store" (complete in
    * models.cache_dir), "partial" (in the store, not complete), "absent" (not
    * in the store), or "unmanaged" (the agent has no model store).
+   * "page-cache+compile" and "store+compile": the same, with a compile cache
+   * for the model and engine in the store (vLLM's torch_compile_cache,
+   * Inductor's, Triton's), so a start skips its compile.
    *
    * @generated from field: string rung = 4;
    */
@@ -821,7 +827,8 @@ export type TimeToReady = Message<"llmgw.v1.TimeToReady"> & {
    * "sleeping" (a wake), "page-cache" (a start with the model complete in
    * the store and at least 90% of it in the page cache at the store's last
    * scan), "store" (complete in the store), "hub" (a start without it: the
-   * engine read the hub), or "unmanaged" (an agent without a model store).
+   * engine read the hub), or "unmanaged" (an agent without a model store);
+   * "page-cache+compile" and "store+compile" with a compile cache as well.
    *
    * @generated from field: string from = 1;
    */
@@ -849,7 +856,8 @@ export type TimeToReadyJson = {
    * "sleeping" (a wake), "page-cache" (a start with the model complete in
    * the store and at least 90% of it in the page cache at the store's last
    * scan), "store" (complete in the store), "hub" (a start without it: the
-   * engine read the hub), or "unmanaged" (an agent without a model store).
+   * engine read the hub), or "unmanaged" (an agent without a model store);
+   * "page-cache+compile" and "store+compile" with a compile cache as well.
    *
    * @generated from field: string from = 1;
    */

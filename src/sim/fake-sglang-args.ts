@@ -37,6 +37,8 @@ export interface FakeSglangOptions {
   weightsCpuBackup: boolean;
   /** --decode-log-interval: decode steps between two refreshes of the scheduler's gauges. */
   decodeLogInterval: number;
+  /** --revision: the hub revision of the weights; main when absent. */
+  revision: string;
   /** --dist-init-addr host:port: rank 0's rendezvous, where the other nodes join; absent on one node. */
   distInitAddr?: string;
   /** --watchdog-timeout: seconds a forward step may hang before the scheduler crashes the server (default 300). */
@@ -47,6 +49,8 @@ export interface FakeSglangOptions {
 const SPECS: readonly ArgSpec[] = [
   // S:python/sglang/srt/server_args.py:492-499 (required), 1277-1278, 1369-1373.
   { names: ['--model-path', '--model'], kind: 'string' },
+  // S:python/sglang/srt/server_args.py: --revision, the hub revision the weights are read at.
+  { names: ['--revision'], kind: 'string' },
   { names: ['--host'], kind: 'string' },
   { names: ['--port'], kind: 'int' },
   { names: ['--served-model-name'], kind: 'string' },
@@ -102,6 +106,7 @@ export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions 
     weightsCpuBackup: p.values.get('--enable-weights-cpu-backup') === true,
     decodeLogInterval: decodeLogInterval(p.values.get('--decode-log-interval')),
     distInitAddr: p.values.get('--dist-init-addr') as string | undefined,
+    revision: (p.values.get('--revision') as string | undefined) ?? 'main',
     watchdogTimeoutS: (p.values.get('--watchdog-timeout') as number | undefined) ?? 300,
     knobs,
   };

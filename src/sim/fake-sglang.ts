@@ -18,6 +18,7 @@ import { fileURLToPath } from 'node:url';
 import { EngineChildren } from './engine-children.js';
 import { ARGPARSE_EXIT, ArgparseError, printArgparseError } from './engine-argv.js';
 import { sglangLog } from './engine-log.js';
+import { MissingWeightsError, readWeights } from './fake-weights.js';
 import { startSimRendezvous } from './sim-rendezvous.js';
 import { FakeBatchScheduler, type SchedRequest } from './fake-batch-scheduler.js';
 import type { RouteContext } from './fake-openai-routes.js';
@@ -286,7 +287,23 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
 
     // No HTTP until every scheduler is ready (S:python/sglang/srt/entrypoints/engine.py:1222-1243).
     sglangLog('INFO', `Load weight begin. (model ${o.model})`);
-    later(k.loadTimeMs, () => {
+    // --sim-read-weights: every byte of the weights read from the hub cache, as DefaultModelLoader does for a
+    // model that is not a local directory (S:python/sglang/srt/model_loader/loader.py, _prepare_weights and
+    // download_weights_from_hf, at 005cbe0e): from disk or the page cache as the node has them, and a start with
+    // none there offline is a scheduler that raises, so the server dies (S:python/sglang/srt/managers/scheduler.py:5066-5069).
+    const weights: Promise<boolean> = k.readWeights
+      ? readWeights(o.model, o.revision, env, () => st.phase !== 'loading').then(
+          (read) => {
+            sglangLog('INFO', `Load weight end. read ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
+            return true;
+          },
+          (err: unknown) => {
+            killTree(`Scheduler hit an exception: ${err instanceof MissingWeightsError ? 'OSError: ' : ''}${err instanceof Error ? err.message : String(err)}`);
+            return false;
+          },
+        )
+      : Promise.resolve(true);
+    void weights.then((loaded) => loaded && later(k.loadTimeMs, () => {
       if (st.phase !== 'loading') return;
       sglangLog('INFO', 'Load weight end.');
       memory.loaded();
@@ -322,7 +339,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
           },
         });
       });
-    });
+    }));
   });
 }
 

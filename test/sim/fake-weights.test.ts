@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { MissingWeightsError, compileMarkerPath, readWeights } from '../../src/sim/fake-weights.js';
 import { freePort } from '../helpers/engine-processes.js';
-import { FAKE_VLLM, killFakeEngines, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
+import { FAKE_SGLANG, FAKE_VLLM, killFakeEngines, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
 
 /*
  * The vLLM double's start that depends on the node's caches (issue 30):
@@ -150,5 +150,20 @@ describe('bin/fake-vllm with a cache-dependent start', () => {
     expect(await start({ ...online, HF_HUB_OFFLINE: '1' })).toBe(false);
     // enable_sleep_mode is hashed too (V:vllm/config/model.py:338).
     expect(await start(online, ['--enable-sleep-mode'])).toBe(true);
+  });
+});
+
+describe('bin/fake-sglang with --sim-read-weights (issue 41)', () => {
+  it('reads its snapshot from the hub cache before it serves, and dies of a scheduler exception without one offline', async () => {
+    const root = tempRoot();
+    const hub = hubCache(root, { 'model.safetensors': Buffer.alloc(3_000_000, 7), ...TOKENIZER });
+    const port = await freePort();
+    const ok = startFakeEngine(FAKE_SGLANG, ['serve', '--model-path', 'org/model', '--port', String(port), '--skip-server-warmup', '--sim-read-weights'], { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' });
+    await outputMatches(ok, /Uvicorn running/);
+    expect(ok.output()).toMatch(/Load weight end\. read 3 files, 3000004 bytes from .*models--org--model\/snapshots\//);
+    const missing = startFakeEngine(FAKE_SGLANG, ['serve', '--model-path', 'org/other', '--port', String(await freePort()), '--sim-read-weights'], { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' });
+    expect((await missing.exited).signal).toBe('SIGKILL');
+    expect(missing.output()).toMatch(/Scheduler hit an exception: OSError: LocalEntryNotFoundError: cannot find an appropriate cached snapshot folder for org\/other/);
+    expect(missing.output()).not.toMatch(/Uvicorn running/);
   });
 });

@@ -141,6 +141,15 @@ describe('a multi-node replica is one gang', () => {
     await until(() => !isRunning(c.pids['node-b']), 'the worker engine to be fenced', WAIT_MS);
   });
 
+  it("a worker SIGKILLed with the control plane away: the leader's agent sees it on the node, naming rank 1, and keeps the engine for the control plane", { timeout: TEST_TIMEOUT_MS }, async () => {
+    const c = await startCluster();
+    await c.cp.close();
+    process.kill(c.pids['node-b'], 'SIGKILL');
+    await until(async () => (await ctlShard(c.dirs['node-a'], 'gang-0-g1-r0'))?.state === 'SHARD_STATE_UNHEALTHY', 'the leader to be UNHEALTHY on its node', WAIT_MS);
+    expect((await ctlShard(c.dirs['node-a'], 'gang-0-g1-r0'))?.error).toMatch(/^gang broken: rank 1 on node-b is FAILED: engine was killed by SIGKILL/);
+    expect(isRunning(c.pids['node-a'])).toBe(true);
+  });
+
   it('a stalled leader: every rank of the gang is reported stalled, and nothing is fenced', { timeout: TEST_TIMEOUT_MS }, async () => {
     const c = await startCluster({ deploymentArgs: ['--stall-after', '1s', '--token-latency', '50ms'], supervisor: ['stall_timeout: 2s'] });
     const stalled = c.cp.cp.waitFor('node-b', (m) => shard(m)?.shardId === 'gang-0-g1-r1' && shard(m)?.gangBreak?.stalled === true, WAIT_MS);

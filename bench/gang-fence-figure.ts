@@ -10,32 +10,15 @@
  * worker's agent sees it through the gang watch). Runs of each: 5, quick 3.
  */
 import { ControlPlane } from '../src/control/control-plane.js';
-import { parseDeployment } from '../src/control/load-deployment.js';
 import { type AgentMessage, ShardState } from '../src/gen/llmgw/v1/agent_pb.js';
 import { isRunning, until } from '../test/helpers/engine-processes.js';
+import { gangDeployment } from '../test/helpers/gang-deployment.js';
 import { newRoot, spawnAgent } from './bench-support.js';
 import type { BenchRow } from './fleet-figure.js';
 
 const TARGET_MS = 5_000;
 
-const DEPLOYMENT = parseDeployment(
-  `
-profiles:
-  gang:
-    engine: sim
-    model: sim/gang
-    served_model_name: gang
-    tensor_parallel_size: 2
-    args: [--load-time, 200ms]
-    startup_timeout: 1m
-replicas:
-  - name: gang
-    profile: gang
-    nnodes: 2
-    gpus_per_shard: 1
-`,
-  'gang.yaml',
-);
+const DEPLOYMENT = gangDeployment();
 
 const shard = (m: AgentMessage) => (m.msg.case === 'shard' ? m.msg.value : undefined);
 

@@ -2,10 +2,10 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { parseDeployment } from '../../src/control/load-deployment.js';
 import { type AgentMessage, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, type AgentProcess, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { freePort, isRunning, until } from '../helpers/engine-processes.js';
+import { gangDeployment } from '../helpers/gang-deployment.js';
 import { runCli } from '../helpers/run-cli.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 
@@ -20,27 +20,6 @@ import { type StartedControlPlane, startControlPlane } from '../helpers/start-co
 
 const TEST_TIMEOUT_MS = 120_000;
 const WAIT_MS = 30_000;
-
-function gangDeployment(args: string[] = []) {
-  return parseDeployment(
-    `
-profiles:
-  gang:
-    engine: sim
-    model: sim/gang
-    served_model_name: gang
-    tensor_parallel_size: 2
-    args: ${JSON.stringify(['--load-time', '200ms', ...args])}
-    startup_timeout: 1m
-replicas:
-  - name: gang
-    profile: gang
-    nnodes: 2
-    gpus_per_shard: 1
-`,
-    'gang.yaml',
-  );
-}
 
 interface Cluster {
   cp: StartedControlPlane;

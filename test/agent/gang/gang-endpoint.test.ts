@@ -3,32 +3,16 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { askPeer } from '../../../src/agent/gang/ask-peer.js';
 import { serveGangEndpoint } from '../../../src/agent/gang/gang-endpoint.js';
 import { readGangTls } from '../../../src/agent/gang/gang-tls.js';
-import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
-import { GangMemberSchema, GangSchema, ShardState, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { GangMemberSchema, GangSchema, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { gangProblems } from '../../../src/lib/gang-problems.js';
-import type { ShardId } from '../../../src/lib/shard-id.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
+import { shardSnapshot } from '../../helpers/shard-snapshot.js';
 import { makeTestCerts } from '../../helpers/make-test-certs.js';
 
 const members = [0, 1].map((rank) => create(GangMemberSchema, { rank, nodeId: `node-${rank}`, shardId: `g-0-g1-r${rank}`, agentEndpoint: `10.0.0.${rank + 1}:7471` }));
 const spec = (over: Record<string, unknown> = {}) => create(StartShardSchema, { shardId: 'g-0-g1-r1', rank: 1, nnodes: 2, gang: create(GangSchema, { gangId: 'g-0-g1', members }), ...over });
 
-const leader: ShardSnapshot = {
-  shardId: 'g-0-g1-r0' as ShardId,
-  replicaId: 'g-0',
-  spec: spec({ shardId: 'g-0-g1-r0', rank: 0 }),
-  state: ShardState.READY,
-  pid: 1,
-  adopted: false,
-  servesHttp: true,
-  error: '',
-  exitCode: null,
-  signal: null,
-  lastOutput: [],
-  startedAtMs: 0,
-  logPath: '',
-  running: true,
-};
+const leader = shardSnapshot('g-0-g1-r0', { replicaId: 'g-0', spec: spec({ shardId: 'g-0-g1-r0', rank: 0 }), pid: 1, logPath: '' });
 
 describe('the gang contract (StartShard.gang)', () => {
   it('accepts a gang that lists every rank in order with this shard at its own rank', () => {

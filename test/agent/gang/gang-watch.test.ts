@@ -7,8 +7,8 @@ import { gangAnswer, parseGangAnswer } from '../../../src/agent/gang/gang-answer
 import { GANG_AGENT_GRACE_MS, GangWatch } from '../../../src/agent/gang/gang-watch.js';
 import type { GangFault } from '../../../src/agent/supervisor/shard/shard-machine.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
-import type { ShardId } from '../../../src/lib/shard-id.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
+import { shardSnapshot } from '../../helpers/shard-snapshot.js';
 
 /*
  * The gang watch's judgement (issue 40), round by round, with peers that
@@ -28,7 +28,7 @@ function rank(r: number, over: Partial<ShardSnapshot> = {}): ShardSnapshot {
     leaderPort: 29500,
     gang: create(GangSchema, { gangId: 'g-0-g1', members }),
   });
-  return { shardId: spec.shardId as ShardId, replicaId: 'g-0', spec, state: ShardState.READY, pid: 1, adopted: false, servesHttp: r === 0, error: '', exitCode: null, signal: null, lastOutput: [], startedAtMs: 0, logPath: '', running: true, ...over };
+  return shardSnapshot(spec.shardId, { replicaId: 'g-0', spec, pid: 1, servesHttp: r === 0, logPath: '', ...over });
 }
 
 const alive = (r: number, over: Partial<GangRankAnswer> = {}): GangRankAnswer => ({ rank: r, shard: `g-0-g1-r${r}`, state: 'READY', running: true, stalled: false, error: '', ...over });

@@ -13,12 +13,14 @@ import { mkdirSync, readdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { ControlPlane } from '../src/control/control-plane.js';
-import { type AgentMessage, type ModelPull, ModelPullState, PrefetchModelSchema } from '../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, SleepShardSchema, WakeShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
+import { readGpuUsage } from '../src/sim/fake-gpu-usage.js';
+import { until } from '../test/helpers/engine-processes.js';
 import { StoreLayout } from '../src/models/store-layout.js';
 import { warmFiles } from '../src/models/page-cache.js';
 import { DOUBLE_ENGINES_YAML, doubleStart } from '../test/helpers/double-shards.js';
 import { dropFromPageCache } from '../test/helpers/drop-page-cache.js';
-import { isRegister } from '../test/helpers/sim-shards.js';
+import { isRegister, shardIs } from '../test/helpers/sim-shards.js';
 import { controlPlane, freePort, newRoot, spawnAgent } from './bench-support.js';
 import { ms } from './command-timing.js';
 import type { BenchRow } from './fleet-figure.js';
@@ -47,7 +49,9 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
     const dirs = newRoot('f14d');
     const cacheDir = join(dirs.root, 'models');
     mkdirSync(cacheDir, { recursive: true });
-    spawnAgent(url, dirs, { extraYaml: `${DOUBLE_ENGINES_YAML}models:\n  cache_dir: ${cacheDir}\n  budget: 2GiB\n  hub:\n    endpoint: ${hub.url}\n` });
+    // Where the double says what its GPU holds, for the fake nvidia-smi: a sleep is seen to free it.
+    const usageDir = join(dirs.root, 'gpu-usage');
+    spawnAgent(url, dirs, { extraYaml: `${DOUBLE_ENGINES_YAML}models:\n  cache_dir: ${cacheDir}\n  budget: 2GiB\n  hub:\n    endpoint: ${hub.url}\n`, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
     await cp.waitFor('node-a', isRegister, 30_000);
     const pulled = cp.waitFor('node-a', (m) => m.msg.case === 'modelPull' && m.msg.value.repo === REPO && [ModelPullState.DONE, ModelPullState.FAILED].includes(m.msg.value.state), 180_000);
     cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: REPO, revision: 'main' }) });
@@ -62,23 +66,27 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
     const uncompiled = () => rmSync(graphs, { recursive: true, force: true });
     const args = ['--sim-read-weights', '--sim-load-time', FIXED_LOAD, '--sim-compile-time', COMPILE];
     let n = 0;
-    const rung = async (from: string, before: () => Promise<unknown>) => {
+    /** Three times: `before`, then a start (or `run`) to READY as the control plane times it; the agent's estimate after the second beside the third. */
+    const rung = async (from: string, before: () => Promise<unknown>, run?: () => Promise<number>, what = 'start') => {
       const took: number[] = [];
       let estimate = Number.NaN;
       for (let i = 0; i < 3; i++) {
         await before();
-        const id = `w${n++}`;
         const learned = i === 1 ? estimateAfter(cp, from, 2) : undefined;
-        took.push((await startToReady(cp, doubleStart('vllm', id, await freePort(), { model: REPO, args }))).tookMs);
+        if (run) took.push(await run());
+        else {
+          const id = `w${n++}`;
+          took.push((await startToReady(cp, doubleStart('vllm', id, await freePort(), { model: REPO, args }))).tookMs);
+          await stopShard(cp, id);
+        }
         if (learned) estimate = await learned;
-        await stopShard(cp, id);
       }
       const third = took[2] as number;
       const ratio = estimate / third;
       rows.push({
-        figure: `14d the agent's time to READY from ${from} beside the next start's StartShard → READY (vLLM double reading ${(modelBytes() / MiB).toFixed(0)} MiB, load ${FIXED_LOAD})`,
-        measured: `estimate ${ms(estimate)} after 2 starts; third start ${ms(third)} (${ratio.toFixed(2)}x)`,
-        reference: `starts ${took.map(ms).join(', ')}`,
+        figure: `14d the agent's time to READY from ${from} beside the next ${what}'s ${what === 'wake' ? 'WakeShard' : 'StartShard'} → READY (vLLM double reading ${(modelBytes() / MiB).toFixed(0)} MiB, load ${FIXED_LOAD})`,
+        measured: `estimate ${ms(estimate)} after 2 ${what}s; third ${what} ${ms(third)} (${ratio.toFixed(2)}x)`,
+        reference: `${what}s ${took.map(ms).join(', ')}`,
         target: `within ${WITHIN * 100} % (${(1 - WITHIN).toFixed(1)}x–${(1 + WITHIN).toFixed(1)}x)`,
         met: Math.abs(ratio - 1) <= WITHIN,
       });
@@ -94,8 +102,42 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
     // From here the compiled graph the last start wrote stays.
     await rung('store+compile', drop);
     await rung('page-cache+compile', warm);
+    // A wake from a level-1 sleep: one shard with sleep_mode, put to sleep before each wake, its memory seen released.
+    const sleeper = doubleStart('vllm', 'w-sleep', await freePort(), { model: REPO, args: [...args, '--sim-gpu-memory', '4000', '--sim-gpu-usage-dir', usageDir] });
+    if (sleeper.profile) sleeper.profile.sleepMode = true;
+    await startToReady(cp, sleeper);
+    const gpu = sleeper.gpuIndices[0] as number;
+    await rung(
+      'sleeping',
+      async () => {
+        const asleep = cp.waitFor('node-a', shardIs('w-sleep', ShardState.SLEEPING), 60_000);
+        cp.send('node-a', { case: 'sleep', value: create(SleepShardSchema, { shardId: 'w-sleep', level: 1 }) });
+        await asleep;
+        await until(() => (readGpuUsage(usageDir).get(gpu) ?? 0) < 4000, 'the double to release its GPU memory', 60_000);
+        // The agent's own reading of it: a wake asked before its sleep is done is refused.
+        await new Promise((r) => setTimeout(r, 2_000));
+      },
+      async () => {
+        const ready = cp.waitFor('node-a', shardIs('w-sleep', ShardState.READY, ShardState.FAILED), 60_000);
+        const t0 = performance.now();
+        cp.send('node-a', { case: 'wake', value: create(WakeShardSchema, { shardId: 'w-sleep' }) });
+        const st = (await ready).msg.value as ShardStatus;
+        if (st.state !== ShardState.READY) throw new Error(`the wake failed: ${st.error}`);
+        return performance.now() - t0;
+      },
+      'wake',
+    );
+    await stopShard(cp, 'w-sleep');
+    // From the hub, last: the store's copy and the engine's own download are removed before each start, which then runs online.
+    const layout = new StoreLayout(cacheDir);
+    // Its compiled graph removed too: a start from the hub is a node that never ran the model (the hub rung does not tell compiled from not).
+    await rung('hub', async () => {
+      uncompiled();
+      rmSync(layout.repoDir(REPO), { recursive: true, force: true });
+      rmSync(join(layout.engineCacheDir(process.getuid?.() ?? 0, 'vllm', REPO), 'hub'), { recursive: true, force: true });
+    });
     notes.push(
-      '14d "+compile": the double\'s compiled graph (--sim-compile-time 1500ms) is in the engine cache the agent gives it, and the start skips the compile; without it (removed before each "store" and "page-cache" start) the start compiles. The page cache is dropped before each "store" start (sync, then posix_fadvise DONTNEED through dd iflag=nocache) and filled before each "page-cache" start (the files read whole, as llmgw models warm does); the agent reads residency with fincore as the start pins the model. The estimate is what Inventory.warmth says after two starts; the third start is timed by the control plane from StartShard, so it also holds the admission the agent does not time',
+      '14d "sleeping": a level-1 SleepShard, its GPU memory seen released, then WakeShard → READY (with its known answer); "hub": the store\'s copy, the engine\'s own download and its compiled graph removed before each start, which runs online, downloads from the bench\'s hub over loopback and compiles. "+compile": the double\'s compiled graph (--sim-compile-time 1500ms) is in the engine cache the agent gives it, and the start skips the compile; without it (removed before each "store" and "page-cache" start) the start compiles. The page cache is dropped before each "store" start (sync, then posix_fadvise DONTNEED through dd iflag=nocache) and filled before each "page-cache" start (the files read whole, as llmgw models warm does); the agent reads residency with fincore as the start pins the model. The estimate is what Inventory.warmth says after two starts; the third start is timed by the control plane from StartShard, so it also holds the admission the agent does not time',
     );
   } finally {
     await hub.stop();

@@ -14,6 +14,8 @@ const TLS_REREAD_MS = 30_000;
 
 /** Slow clients get this long for their request line and headers: the endpoint serves peers polling every second. */
 const HEADERS_TIMEOUT_MS = 5_000;
+/** Connections open at once: a gang's peers need a few; a flood past this is refused, not served (security review 3, S10's rule). */
+const MAX_CONNECTIONS = 64;
 
 export interface GangEndpointOptions {
   /** `host:port` (gang_addr); port 0 takes a free one. */
@@ -74,6 +76,7 @@ export async function serveGangEndpoint(o: GangEndpointOptions): Promise<GangEnd
     https.on('close', () => clearInterval(reread));
     server = https;
   }
+  server.maxConnections = MAX_CONNECTIONS;
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err) => reject(failure(`gang_addr ${o.addr}: cannot listen: ${err.message}`)));
     server.listen(port, where.host, () => resolve());

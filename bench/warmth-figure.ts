@@ -130,12 +130,27 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
     await stopShard(cp, 'w-sleep');
     // From the hub, last: the store's copy and the engine's own download are removed before each start, which then runs online.
     const layout = new StoreLayout(cacheDir);
+    // Before any start from the hub: what the agent models for one, from its store time and its last pull's rate.
+    const modelledHub = await cp
+      .waitFor('node-a', (m) => m.msg.case === 'inventory' && m.msg.value.warmth.some((w) => w.model === REPO && w.learned.some((t) => t.from === 'hub' && t.samples === 0)), 60_000)
+      .then((m) => (m.msg.case === 'inventory' ? m.msg.value.warmth.find((w) => w.model === REPO)?.learned.find((t) => t.from === 'hub') : undefined));
     // Its compiled graph removed too: a start from the hub is a node that never ran the model (the hub rung does not tell compiled from not).
     await rung('hub', async () => {
       uncompiled();
       rmSync(layout.repoDir(REPO), { recursive: true, force: true });
       rmSync(join(layout.engineCacheDir(process.getuid?.() ?? 0, 'vllm', REPO), 'hub'), { recursive: true, force: true });
     });
+    const firstHub = Number(/^starts (\d+) ms/.exec(rows.at(-1)?.reference ?? '')?.[1]);
+    if (modelledHub) {
+      const ratio = (modelledHub.medianSeconds * 1000) / firstHub;
+      rows.push({
+        figure: "14d the agent's modelled time to READY from hub (never started from there) beside the first start from the hub",
+        measured: `modelled ${ms(modelledHub.medianSeconds * 1000)} (${modelledHub.basis}); first start ${ms(firstHub)} (${ratio.toFixed(2)}x)`,
+        reference: 'the hub rate from the PrefetchModel pull at the start of the figure',
+        target: `within ${WITHIN * 100} % (${(1 - WITHIN).toFixed(1)}x–${(1 + WITHIN).toFixed(1)}x)`,
+        met: Math.abs(ratio - 1) <= WITHIN,
+      });
+    }
     notes.push(
       '14d "sleeping": a level-1 SleepShard, its GPU memory seen released, then WakeShard → READY (with its known answer); "hub": the store\'s copy, the engine\'s own download and its compiled graph removed before each start, which runs online, downloads from the bench\'s hub over loopback and compiles. "+compile": the double\'s compiled graph (--sim-compile-time 1500ms) is in the engine cache the agent gives it, and the start skips the compile; without it (removed before each "store" and "page-cache" start) the start compiles. The page cache is dropped before each "store" start (sync, then posix_fadvise DONTNEED through dd iflag=nocache) and filled before each "page-cache" start (the files read whole, as llmgw models warm does); the agent reads residency with fincore as the start pins the model. The estimate is what Inventory.warmth says after two starts; the third start is timed by the control plane from StartShard, so it also holds the admission the agent does not time',
     );

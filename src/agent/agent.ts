@@ -137,6 +137,7 @@ export class Agent {
       onChange: () => this.sendInventory(),
       refreshIntervalMs: c.discovery.intervalMs,
       logger: this.log,
+      onRate: (kind, bytes, ms) => this.warmth.learnRate(kind, bytes, ms),
     });
     this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: compiledIn(c.models.cacheDir) });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log });

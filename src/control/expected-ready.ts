@@ -4,6 +4,8 @@ import type { ModelWarmth } from '../gen/llmgw/v1/agent_pb.js';
 export interface ExpectedReady {
   seconds: number;
   from: string;
+  /** Modelled, not measured (TimeToReady.basis): how. */
+  basis?: string;
 }
 
 /**
@@ -29,16 +31,19 @@ export function expectedReady(profile: { name: string; engine: string; model: st
     absent: ['hub'],
     unmanaged: ['unmanaged'],
   };
-  for (const from of order[w.rung] ?? []) {
+  const rungs = order[w.rung] ?? [];
+  for (const from of rungs) {
     const t = w.learned.find((l) => l.from === from);
     if (t && t.samples > 0) return { seconds: t.medianSeconds, from };
   }
-  return undefined;
+  // Nothing measured from there: the node's modelled figure for its own rung, said as such.
+  const modelled = w.learned.find((l) => l.from === rungs[0] && l.samples === 0 && l.basis !== '');
+  return modelled ? { seconds: modelled.medianSeconds, from: modelled.from, basis: modelled.basis } : undefined;
 }
 
 /** "node-b: 6.0s from store" for the placement's log line. */
 export function describeExpected(nodeId: string, e: ExpectedReady | undefined): string {
   if (!e) return `${nodeId}: not measured`;
   const s = e.seconds;
-  return `${nodeId}: ${s < 1 ? `${Math.round(s * 1000)}ms` : s < 10 ? `${s.toFixed(1)}s` : `${Math.round(s)}s`} from ${e.from}`;
+  return `${nodeId}: ${s < 1 ? `${Math.round(s * 1000)}ms` : s < 10 ? `${s.toFixed(1)}s` : `${Math.round(s)}s`} from ${e.from}${e.basis ? ` (modelled: ${e.basis})` : ''}`;
 }

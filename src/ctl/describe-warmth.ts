@@ -8,7 +8,10 @@ type WarmthJson = NonNullable<InventoryJson['warmth']>[number];
 
 /** "sim/m (sim, sim-small): serving now; to READY from store 41.2s (×3), from hub 365s (×1)". */
 export function describeWarmth(w: WarmthJson): string {
-  const learned = (w.learned ?? []).map((t) => `from ${t.from} ${formatDuration(Math.round(Number(t.medianSeconds ?? 0) * 1000))} (×${t.samples ?? 0})`);
+  const learned = (w.learned ?? []).map((t) => {
+    const d = formatDuration(Math.round(Number(t.medianSeconds ?? 0) * 1000));
+    return t.basis ? `from ${t.from} ~${d} (modelled: ${t.basis})` : `from ${t.from} ${d} (×${t.samples ?? 0})`;
+  });
   return `${w.model} (${w.engine}, ${w.profile || 'no profile'}): ${w.rung} now${learned.length > 0 ? `; to READY ${learned.join(', ')}` : ''}`;
 }
 

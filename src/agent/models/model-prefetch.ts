@@ -26,6 +26,8 @@ export interface ModelPrefetchOptions {
   /** The agent's life: aborting it ends pulls (their partial files stay, resumed by the next pull). */
   signal: AbortSignal;
   logger: Logger;
+  /** A pull's bytes fetched from the hub, or a warm's read from disk, and how long they took (WarmthLedger.learnRate). */
+  onRate?: (kind: 'hub' | 'disk', bytes: number, ms: number) => void;
 }
 
 /**
@@ -97,6 +99,7 @@ export class ModelPrefetch {
     const doneBytes = () => [...fileBytes.values()].reduce((a, b) => a + b, 0);
     send(ModelPullState.STARTED, 0, 0);
     this.opts.logger.info({ repo, revision, include }, 'pulling a model the control plane asked for');
+    const pullStart = performance.now();
     try {
       const r = await pullModel(
         { repo, revision, include },
@@ -115,6 +118,8 @@ export class ModelPrefetch {
         },
       );
       send(ModelPullState.DONE, r.bytes, r.bytes);
+      // The hub's rate as this node sees it: what a start from the hub is modelled with (modelled-warmth.ts).
+      this.opts.onRate?.('hub', r.fetchedBytes, performance.now() - pullStart);
       this.opts.logger.info({ repo, revision, commit: r.commit, bytes: r.bytes, fetched: r.fetchedBytes, evicted: r.evicted }, 'model pulled');
     } catch (err) {
       send(ModelPullState.FAILED, doneBytes(), total, errorMessage(err));
@@ -128,8 +133,11 @@ export class ModelPrefetch {
   /** PrefetchModel.page_cache: the complete model read into the page cache (warm-model.ts), said as WARMED; a failure leaves it on disk, and says why. */
   private async warm(store: ModelStore, repo: string, revision: string, send: (state: ModelPullState, done: number, total: number, error?: string) => void): Promise<void> {
     try {
+      const t0 = performance.now();
       const w = await warmModel(store.layout, repo, { signal: this.opts.signal });
       send(ModelPullState.WARMED, w.residentAfter, w.bytes);
+      // Read from disk only when little of it was cached before: then it is the disk's rate.
+      if (w.residentBefore < 0.1 * w.bytes) this.opts.onRate?.('disk', w.readBytes, performance.now() - t0);
       this.opts.logger.info({ repo, revision, read: w.readBytes, residentBefore: w.residentBefore, residentAfter: w.residentAfter, bytes: w.bytes }, 'model read into the page cache');
     } catch (err) {
       send(ModelPullState.WARMED, 0, 0, `complete on disk, not read into the page cache: ${errorMessage(err)}`);

@@ -25,6 +25,8 @@ export interface NodeModelsOptions {
   /** How often the store is scanned again for what this agent did not do (`models pull` or `rm` in a shell): discovery.interval. */
   refreshIntervalMs: number;
   logger: Logger;
+  /** Rates its pulls and warms measured (ModelPrefetchOptions.onRate). */
+  onRate?: (kind: 'hub' | 'disk', bytes: number, ms: number) => void;
 }
 
 /** A start waiting for its model's pull: not yet in the registry, shown by `ctl status`. */
@@ -61,7 +63,7 @@ export class NodeModels {
   constructor(private readonly opts: NodeModelsOptions) {
     this.store = opts.models.cacheDir === '' ? undefined : modelStoreFromConfig(opts.models, opts.configPath);
     this.pins = this.store && new ShardModelPins(this.store.layout);
-    this.prefetcher = new ModelPrefetch({ store: this.store, send: opts.send, onStoreChanged: () => void this.refresh(), signal: this.life.signal, logger: opts.logger });
+    this.prefetcher = new ModelPrefetch({ store: this.store, send: opts.send, onStoreChanged: () => void this.refresh(), signal: this.life.signal, logger: opts.logger, onRate: opts.onRate });
   }
 
   /** What Inventory carries: cached_models and model_cache_free_bytes, as last scanned. */

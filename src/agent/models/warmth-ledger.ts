@@ -1,7 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { rename, writeFile } from 'node:fs/promises';
 import { create } from '@bufbuild/protobuf';
-import { type CachedModel, type ModelWarmth, ModelWarmthSchema, ShardState, TimeToReadySchema } from '../../gen/llmgw/v1/agent_pb.js';
+import { type CachedModel, type ModelWarmth, ModelWarmthSchema, ShardState, type TimeToReady, TimeToReadySchema } from '../../gen/llmgw/v1/agent_pb.js';
+import { MIN_RATE_BYTES, modelledTimes, type NodeRates } from './modelled-warmth.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { isTerminal } from '../../lib/shard-states.js';
@@ -41,6 +42,8 @@ interface Entry {
 interface WarmthFile {
   version: 1;
   entries: Entry[];
+  /** The node's last measured transfer rates (modelled-warmth.ts); absent in files of older agents. */
+  rates?: NodeRates;
 }
 
 const FROM: readonly WarmthFrom[] = ['sleeping', 'page-cache+compile', 'page-cache', 'store+compile', 'store', 'hub', 'unmanaged'];
@@ -70,6 +73,7 @@ export class WarmthLedger {
   readonly #entries = new Map<string, Entry>();
   /** Per shard, a start or wake under way: where it came from and when. */
   readonly #pending = new Map<string, { from: WarmthFrom; atMs: number }>();
+  #rates: NodeRates = {};
   #writing: Promise<void> = Promise.resolve();
 
   constructor(opts: WarmthLedgerOptions) {
@@ -95,6 +99,14 @@ export class WarmthLedger {
     if (isTerminal(t.to) || t.to === ShardState.STOPPING) this.#pending.delete(id);
   }
 
+  /** A pull fetched `bytes` from the hub, or a warm read them from disk, in `ms`: what modelled times are made from. */
+  learnRate(kind: keyof NodeRates, bytes: number, ms: number): void {
+    if (bytes < MIN_RATE_BYTES || ms <= 0) return;
+    this.#rates = { ...this.#rates, [kind]: { bytes, ms: Math.round(ms), atMs: Date.now() } };
+    this.#opts.logger.info({ kind, bytes, ms: Math.round(ms), bytesPerS: Math.round((bytes * 1000) / ms) }, 'transfer rate measured');
+    this.#save();
+  }
+
   /** A WakeShard is being carried out for `shard`: READY ends the measurement, from sleeping. */
   wakeAsked(shard: ShardSnapshot): void {
     this.#pending.set(shard.shardId, { from: 'sleeping', atMs: Date.now() });
@@ -114,12 +126,19 @@ export class WarmthLedger {
           engine: e.engine,
           profile: e.profile,
           rung: this.#rungNow(e, shards, cached),
-          learned: FROM.flatMap((from) => {
-            const s = e.samples[from];
-            return s && s.length > 0 ? [create(TimeToReadySchema, { from, medianSeconds: median(s) / 1000, samples: s.length })] : [];
-          }),
+          learned: this.#learned(e, cached),
         }),
       );
+  }
+
+  /** What was measured of an entry, then what is modelled for rungs it never came from (modelled-warmth.ts). */
+  #learned(e: Entry, cached: readonly CachedModel[]): TimeToReady[] {
+    const measured = FROM.flatMap((from) => {
+      const s = e.samples[from];
+      return s && s.length > 0 ? [create(TimeToReadySchema, { from, medianSeconds: median(s) / 1000, samples: s.length })] : [];
+    });
+    const bytes = Number(cached.find((c) => c.repo === e.model && c.complete)?.bytes ?? 0n);
+    return [...measured, ...modelledTimes(measured, bytes, this.#rates)];
   }
 
   /** Resolves once every measurement so far is on disk. */
@@ -174,6 +193,10 @@ export class WarmthLedger {
     try {
       const f = JSON.parse(text) as WarmthFile;
       if (f.version !== 1 || !Array.isArray(f.entries)) throw new Error('not a version 1 warmth file');
+      for (const kind of ['hub', 'disk'] as const) {
+        const r = f.rates?.[kind];
+        if (r && Number.isFinite(r.bytes) && Number.isFinite(r.ms) && r.bytes >= MIN_RATE_BYTES && r.ms > 0) this.#rates[kind] = { bytes: r.bytes, ms: r.ms, atMs: Number(r.atMs) || 0 };
+      }
       for (const e of f.entries.slice(-WARMTH_MODELS)) {
         if (typeof e.model !== 'string' || typeof e.engine !== 'string' || typeof e.profile !== 'string' || typeof e.samples !== 'object' || e.samples === null) continue;
         const samples: Entry['samples'] = {};
@@ -190,7 +213,7 @@ export class WarmthLedger {
 
   /** Written aside and renamed, one write at a time: a crash leaves the old file or the new one. */
   #save(): void {
-    const f: WarmthFile = { version: 1, entries: [...this.#entries.values()] };
+    const f: WarmthFile = { version: 1, entries: [...this.#entries.values()], rates: this.#rates };
     const tmp = `${this.#opts.path}.tmp`;
     this.#writing = this.#writing
       .then(() => writeFile(tmp, `${JSON.stringify(f)}\n`, { mode: 0o600 }))

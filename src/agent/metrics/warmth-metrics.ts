@@ -10,17 +10,17 @@ import type { ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
 export function registerWarmthMetrics(registry: Registry, warmth: () => readonly ModelWarmth[]): void {
   new Gauge({
     name: 'llmgw_model_time_to_ready_seconds',
-    help: 'Median seconds from launch (or WakeShard) to READY measured on this node, by where the start came from: store, hub, sleeping or unmanaged (the last 8 of each).',
+    help: 'Median seconds from launch (or WakeShard) to READY measured on this node, by where the start came from: page-cache, store (either +compile), hub, sleeping or unmanaged (the last 8 of each). Measured only: modelled figures are in Inventory and ctl status.',
     labelNames: ['model', 'engine', 'profile', 'from'],
     registers: [registry],
     collect() {
       this.reset();
-      for (const w of warmth()) for (const t of w.learned) this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from }, t.medianSeconds);
+      for (const w of warmth()) for (const t of w.learned) if (t.samples > 0) this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from }, t.medianSeconds);
     },
   });
   new Gauge({
     name: 'llmgw_model_warmth_info',
-    help: 'The rung the node offers a model now (serving, sleeping, store, partial, absent, unmanaged): 1 on that series.',
+    help: 'The rung the node offers a model now (serving, sleeping, page-cache, store, either +compile, partial, absent, unmanaged): 1 on that series.',
     labelNames: ['model', 'engine', 'profile', 'rung'],
     registers: [registry],
     collect() {

@@ -49,7 +49,9 @@ describe('the gang endpoint', () => {
     onTestFinished(() => void g.server.close());
     const [host, port] = [g.endpoint.split(':')[0] as string, Number(g.endpoint.split(':')[1])];
     const held = await Promise.all(Array.from({ length: 64 }, () => new Promise<Socket>((resolve) => { const s = connect({ host, port }, () => resolve(s)); })));
-    onTestFinished(() => held.forEach((s) => s.destroy()));
+    onTestFinished(() => {
+      for (const s of held) s.destroy();
+    });
     await until(() => new Promise<boolean>((resolve) => g.server.getConnections((_err, n) => resolve(n >= 64))), 'the 64 connections to be accepted');
     expect((await askPeer(g.endpoint, 'g-0-g1', 2_000)).ok).toBe(false);
     for (const s of held) s.destroy();

@@ -94,12 +94,16 @@ describe('llmgw models pull', () => {
     const list = await runCli(['models', 'list', '--config', config, '--json']);
     expect(list.exitCode).toBe(0);
     expect(JSON.parse(list.stdout).models).toMatchObject([{ repo: 'acme/big', complete: true, partialBytes: 0, bytes: BIG.length + 3, pins: [] }]);
-    // IN MEMORY (issue 41): what the page cache holds of it now, all of it once warmed.
+    // IN MEMORY (issue 41): what the page cache holds of it now. Dropped first (nothing else reads these files),
+    // then warmed; read with margins, since a loaded machine may evict a page between two calls.
+    const blobs = join(cacheDir, 'hub', 'models--acme--big', 'blobs');
+    await dropFromPageCache(readdirSync(blobs).map((b) => join(blobs, b)));
+    const resident = async () => JSON.parse((await runCli(['models', 'list', '--config', config, '--json'])).stdout).models[0].residentBytes as number;
+    expect(await resident()).toBeLessThan((BIG.length + 3) / 10);
     const warmed = await runCli(['models', 'warm', 'acme/big', '--config', config]);
     expect(warmed.exitCode, warmed.stderr).toBe(0);
-    const after = await runCli(['models', 'list', '--config', config, '--json']);
-    expect(JSON.parse(after.stdout).models[0].residentBytes).toBe(BIG.length + 3);
-    expect((await runCli(['models', 'list', '--config', config])).stdout).toMatch(/^acme\/big\s+main=[0-9a-f]{12}\s+complete\s+\S+ \S+\s+\S+ \S+ \(100%\)/m);
+    expect(await resident()).toBeGreaterThan((BIG.length + 3) / 2);
+    expect((await runCli(['models', 'list', '--config', config])).stdout).toMatch(/^acme\/big\s+main=[0-9a-f]{12}\s+complete\s+\S+ \S+\s+\S+ \S+ \(\d+%\)/m);
   });
 
   it('downloads a model once when two processes pull it at the same time', async () => {

@@ -5,7 +5,9 @@ import { statSync } from 'node:fs';
 import type { Server } from 'node:http';
 import { dirname } from 'node:path';
 import { errorMessage } from '../lib/errors.js';
-import { assertTrustedDirectory } from '../lib/files/check-directory-trust.js';
+import { makeTrustedDirectory } from '../lib/files/check-directory-trust.js';
+import { LOG_DIR_MODE } from '../lib/files/log-file-modes.js';
+import { SOCKET_DIR_MODE } from './admin/prepare-socket-dir.js';
 import { assertTrustedStore } from '../models/store-trust.js';
 import { findGroup } from '../lib/find-group.js';
 import type { Logger } from '../lib/logger.js';
@@ -38,11 +40,12 @@ export interface RunAgentOptions {
  * Resolves when the stream is closed; every engine is still running then.
  */
 export async function runAgent({ config: c, version, logger }: RunAgentOptions): Promise<void> {
-  // Before anything is read from or written to them (exit 78, one line).
-  assertTrustedDirectory(c.supervisor.stateDir, 'supervisor.state_dir');
-  assertTrustedDirectory(c.supervisor.logDir, 'supervisor.log_dir');
-  assertTrustedDirectory(dirname(c.admin.socket), 'admin.socket');
-  if (c.models.cacheDir !== '') assertTrustedStore(c.models.cacheDir);
+  // Before anything is read from or written to them (exit 78, one line); what is missing the agent makes
+  // itself now, so that no local user makes it first (security review 4, F3).
+  makeTrustedDirectory(c.supervisor.stateDir, 'supervisor.state_dir', 0o700);
+  makeTrustedDirectory(c.supervisor.logDir, 'supervisor.log_dir', LOG_DIR_MODE);
+  makeTrustedDirectory(dirname(c.admin.socket), 'admin.socket', SOCKET_DIR_MODE);
+  if (c.models.cacheDir !== '') assertTrustedStore(c.models.cacheDir, undefined, 0o755);
   warnIfTokenReadable(c.models.hub.tokenFile, logger);
   const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
   // An unknown group is the admin server's configuration error, reported when it listens.

@@ -2,6 +2,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import type { BlobToFetch } from './blob-to-fetch.js';
 import { BLOCK_BYTES } from './hub-stream.js';
+import { READ_STREAM } from './store-files.js';
 
 /*
  * A blob's digest: the one the hub lists (sha256 for LFS files, the git
@@ -21,5 +22,5 @@ export function newHash(blob: BlobToFetch): Hash {
 /** Hashes the first `bytes` of the file: a resumed download's prefix, once. */
 export async function hashFile(path: string, hash: Hash, bytes: number, signal: AbortSignal): Promise<void> {
   if (bytes === 0) return;
-  for await (const chunk of createReadStream(path, { signal, end: bytes - 1, highWaterMark: BLOCK_BYTES })) hash.update(chunk as Buffer);
+  for await (const chunk of createReadStream(path, { signal, end: bytes - 1, highWaterMark: BLOCK_BYTES, flags: READ_STREAM })) hash.update(chunk as Buffer);
 }

@@ -1,5 +1,6 @@
 import type { Hash } from 'node:crypto';
 import { type FileHandle, writeFile } from 'node:fs/promises';
+import { WRITE_TRUNCATE } from './store-files.js';
 import { failure } from '../lib/errors.js';
 import { type BlobToFetch, type DownloadContext, PART_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import type { HubStream } from './hub-stream.js';
@@ -160,7 +161,7 @@ export class BlobWriter {
     this.ranged = true;
     this.recordedAt = this.contiguous;
     const value = String(this.contiguous);
-    this.recording = this.recording.then(() => writeFile(path, value, { mode: 0o644 }).catch(() => {}));
+    this.recording = this.recording.then(() => writeFile(path, value, { mode: 0o644, flag: WRITE_TRUNCATE }).catch(() => {}));
     return this.recording;
   }
 

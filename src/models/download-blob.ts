@@ -1,4 +1,5 @@
-import { chmod, open, readFile, rename, stat, truncate, unlink } from 'node:fs/promises';
+import { readFile, rename, unlink } from 'node:fs/promises';
+import { CREATE_TRUNCATE, READ, READ_WRITE, chmodStoreFile, openStoreFile, storeFileSize, truncateStoreFile } from './store-files.js';
 import { isNotFound } from '../lib/errno.js';
 import { failure } from '../lib/errors.js';
 import { expectedDigest, hashFile, newHash } from './blob-digest.js';
@@ -45,7 +46,7 @@ export async function downloadBlob(blob: BlobToFetch, ctx: DownloadContext): Pro
     if (attempt === 1) resumedFrom = r.resumedFrom;
     fetched += r.fetched;
     if (r.digest === expectedDigest(blob)) {
-      await chmod(blob.incompletePath, 0o644);
+      await chmodStoreFile(blob.incompletePath, 0o644);
       await rename(blob.incompletePath, blob.blobPath);
       return { resumedFrom, fetched, mismatches, synced: blob.size >= SMALL_BLOB_BYTES };
     }
@@ -60,14 +61,8 @@ export async function downloadBlob(blob: BlobToFetch, ctx: DownloadContext): Pro
   }
 }
 
-async function sizeOf(path: string): Promise<number> {
-  try {
-    return (await stat(path)).size;
-  } catch (err) {
-    if (isNotFound(err)) return 0;
-    throw err;
-  }
-}
+/** 0 when missing; a link or anything but a regular file planted as the `.incomplete` is refused, never followed (F3). */
+const sizeOf = storeFileSize;
 
 /**
  * Where a download goes on from: the partial file's size, cut back to the
@@ -78,12 +73,12 @@ async function resumePoint(blob: BlobToFetch): Promise<number> {
   let have = await sizeOf(blob.incompletePath);
   const recorded = blob.prefixPath === undefined ? undefined : await readPrefix(blob.prefixPath);
   if (recorded !== undefined && recorded < have) {
-    await truncate(blob.incompletePath, recorded);
+    await truncateStoreFile(blob.incompletePath, recorded);
     have = recorded;
   }
   if (have > blob.size) {
     // Longer than the file can be: not a prefix of it.
-    await truncate(blob.incompletePath, 0);
+    await truncateStoreFile(blob.incompletePath, 0);
     have = 0;
   }
   return have;
@@ -91,7 +86,7 @@ async function resumePoint(blob: BlobToFetch): Promise<number> {
 
 async function readPrefix(path: string): Promise<number | undefined> {
   try {
-    const text = (await readFile(path, 'utf8')).trim();
+    const text = (await readFile(path, { encoding: 'utf8', flag: READ })).trim();
     // Anything else (a torn write) counts as nothing kept: the download starts over, never trusts a hole.
     return /^\d{1,15}$/.test(text) ? Number(text) : 0;
   } catch (err) {
@@ -129,7 +124,7 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
   }
   if (first.status === 200 && have > 0) {
     // The server ignored Range (huggingface_hub meets this behind some CDNs): start over.
-    await truncate(blob.incompletePath, 0);
+    await truncateStoreFile(blob.incompletePath, 0);
     have = 0;
     hash = newHash(blob);
   } else if (first.status !== 200 && first.status !== 206) {
@@ -143,7 +138,7 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
   }
 
   // w+, not w: a part written ahead of the hash is read back.
-  const fh = await open(blob.incompletePath, have > 0 ? 'r+' : 'w+', 0o600);
+  const fh = await openStoreFile(blob.incompletePath, have > 0 ? READ_WRITE : CREATE_TRUNCATE, 0o600);
   const writer = new BlobWriter(blob, fh, hash, have, ctx);
   try {
     if (first.status === 206 && ranged) {
@@ -171,7 +166,7 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
 /** Syncs a blob a crashed pull left whole: its bytes may still be in the page cache only. */
 async function syncIfLarge(blob: BlobToFetch): Promise<void> {
   if (blob.size < SMALL_BLOB_BYTES) return;
-  const fh = await open(blob.incompletePath, 'r+');
+  const fh = await openStoreFile(blob.incompletePath, READ_WRITE);
   try {
     await fh.datasync();
   } finally {

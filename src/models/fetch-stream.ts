@@ -1,5 +1,6 @@
 import type { Hash } from 'node:crypto';
-import { open, truncate, unlink } from 'node:fs/promises';
+import { unlink } from 'node:fs/promises';
+import { APPEND, WRITE_TRUNCATE, openStoreFile, truncateStoreFile } from './store-files.js';
 import { failure } from '../lib/errors.js';
 import { newHash } from './blob-digest.js';
 import { type BlobToFetch, type DownloadContext, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
@@ -26,7 +27,7 @@ export async function fetchStream(blob: BlobToFetch, ctx: DownloadContext, from:
     throw failure(`${blob.path}: cannot download from ${new URL(blob.url).origin}: ${describeFetchError(err)}`, { cause: err });
   }
   if (res.status === 200 && have > 0) {
-    await truncate(blob.incompletePath, 0);
+    await truncateStoreFile(blob.incompletePath, 0);
     have = 0;
     hash = newHash(blob);
   } else if (res.status !== 200 && !(res.status === 206 && contentRangeIs(res.headers.get('content-range'), have, undefined, blob.size))) {
@@ -35,7 +36,7 @@ export async function fetchStream(blob: BlobToFetch, ctx: DownloadContext, from:
   }
   if (!res.body) throw failure(`${blob.path}: the hub sent no body`);
   if (blob.prefixPath !== undefined) await unlink(blob.prefixPath).catch(() => {});
-  const fh = await open(blob.incompletePath, have > 0 ? 'a' : 'w', 0o600);
+  const fh = await openStoreFile(blob.incompletePath, have > 0 ? APPEND : WRITE_TRUNCATE, 0o600);
   let fetched = 0;
   try {
     for await (const chunk of res.body as AsyncIterable<Uint8Array>) {

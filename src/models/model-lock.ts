@@ -1,5 +1,5 @@
 import { TurnQueue } from '../lib/turn-queue.js';
-import { mkdir } from 'node:fs/promises';
+import { makeStoreDir } from './store-files.js';
 import { dirname } from 'node:path';
 import { abortableSleep } from '../lib/abortable-sleep.js';
 import { failure } from '../lib/errors.js';
@@ -34,7 +34,7 @@ export async function lockModel(
   const endLocal = await localQueues.take(key);
   try {
     signal.throwIfAborted();
-    await mkdir(dirname(key), { recursive: true });
+    await makeStoreDir(layout, dirname(key));
     let told = false;
     for (;;) {
       const lock = tryLockFile(key);
@@ -62,7 +62,7 @@ export async function lockModel(
 export async function tryLockModel(layout: StoreLayout, repo: string): Promise<HeldModelLock | undefined> {
   const key = layout.lockPath(repo);
   if (localQueues.busy(key)) return undefined;
-  await mkdir(dirname(key), { recursive: true });
+  await makeStoreDir(layout, dirname(key));
   const lock = tryLockFile(key);
   if (lock.kind === 'held') return lock;
   if (lock.kind === 'unsupported') throw failure(`cannot lock ${key}: ${lock.reason}`);

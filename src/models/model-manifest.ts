@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { mkdir } from 'node:fs/promises';
+import { makeStoreDir, READ } from './store-files.js';
 import { dirname } from 'node:path';
 import { isNotFound } from '../lib/errno.js';
 import { writeFileAtomic } from '../lib/write-file-atomic.js';
@@ -49,7 +49,7 @@ export interface ModelManifest {
 export async function readManifest(layout: StoreLayout, repo: string): Promise<ModelManifest | undefined> {
   let text: string;
   try {
-    text = await readFile(layout.manifestPath(repo), 'utf8');
+    text = await readFile(layout.manifestPath(repo), { encoding: 'utf8', flag: READ });
   } catch (err) {
     if (isNotFound(err)) return undefined;
     throw err;
@@ -65,6 +65,6 @@ export async function readManifest(layout: StoreLayout, repo: string): Promise<M
 
 export async function writeManifest(layout: StoreLayout, manifest: ModelManifest): Promise<void> {
   const path = layout.manifestPath(manifest.repo);
-  await mkdir(dirname(path), { recursive: true });
+  await makeStoreDir(layout, dirname(path));
   await writeFileAtomic(path, `${JSON.stringify(manifest, null, 2)}\n`, 0o644);
 }

@@ -1,4 +1,5 @@
-import { mkdir, readdir, unlink, writeFile } from 'node:fs/promises';
+import { readdir, unlink, writeFile } from 'node:fs/promises';
+import { makeStoreDir, WRITE_TRUNCATE } from './store-files.js';
 import { join } from 'node:path';
 import { isNotFound } from '../lib/errno.js';
 import { usageError } from '../lib/errors.js';
@@ -16,8 +17,8 @@ import type { StoreLayout } from './store-layout.js';
 export async function pinModel(layout: StoreLayout, repo: string, holder: string): Promise<void> {
   checkHolder(holder);
   const dir = layout.pinDir(repo);
-  await mkdir(dir, { recursive: true });
-  await writeFile(join(dir, holder), `${process.pid}\n`, { mode: 0o644 });
+  await makeStoreDir(layout, dir);
+  await writeFile(join(dir, holder), `${process.pid}\n`, { mode: 0o644, flag: WRITE_TRUNCATE });
 }
 
 export async function unpinModel(layout: StoreLayout, repo: string, holder: string): Promise<void> {

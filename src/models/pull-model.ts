@@ -1,5 +1,6 @@
 import { TurnQueue } from '../lib/turn-queue.js';
-import { lstat, mkdir, open, readlink, rename, stat, symlink, unlink } from 'node:fs/promises';
+import { lstat, readlink, rename, symlink, unlink } from 'node:fs/promises';
+import { READ, READ_STREAM, makeStoreDir, openStoreFile, storeFileSize } from './store-files.js';
 import { createReadStream } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
@@ -89,8 +90,9 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
   const revision = checkRevision(req.revision);
   const matches = includeMatcher(req.include);
   const { layout, signal } = ctx;
-  // The store's trust is judged once where it is opened (the agent's start, loadModelStore), not on the event loop at every pull.
-  await mkdirs(layout.hubDir);
+  // The store's whole entries are judged where it is opened (the agent's start, loadModelStore); its path, and each
+  // folder a pull writes in, here at every pull: a store removed and made again by a local user is refused (F3).
+  await makeStoreDir(layout, layout.hubDir);
   const lock = await lockModel(layout, repo, signal, (holderPid) => ctx.onEvent?.({ kind: 'waiting', holderPid }));
   let releaseTurn: (() => void) | undefined;
   try {
@@ -126,8 +128,8 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: false, repoFiles: rev.files.map((f) => f.path) };
     await writeManifest(layout, manifest);
 
-    await mkdirs(dirname(layout.blobPath(repo, 'x')));
-    await mkdirs(partialDir(layout));
+    await makeStoreDir(layout, dirname(layout.blobPath(repo, 'x')));
+    await makeStoreDir(layout, partialDir(layout));
     const outcome = await downloadAll(ctx, repo, rev.commit, missing);
     // One pass for the small blobs, which were renamed unsynced, before the manifest calls the model complete.
     await syncAll(outcome.unsynced);
@@ -135,7 +137,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     for (const f of manifestFiles) await linkPointer(layout, repo, rev.commit, f);
     if (revision !== rev.commit) {
       const ref = layout.refPath(repo, revision);
-      await mkdirs(dirname(ref));
+      await makeStoreDir(layout, dirname(ref));
       await writeFileAtomic(ref, rev.commit, 0o644);
     }
     manifest.refs[revision] = rev.commit;
@@ -168,7 +170,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
 const budgetTurns = new TurnQueue();
 
 async function sizeOrZero(path: string): Promise<number> {
-  return (await stat(path).catch(() => undefined))?.size ?? 0;
+  return storeFileSize(path);
 }
 
 /** Where ranged downloads record their contiguous prefix (download-blob.ts): llmgw's own folder, not the repo's. */
@@ -180,7 +182,7 @@ function partialDir(layout: StoreLayout): string {
 async function syncAll(paths: readonly string[]): Promise<void> {
   await Promise.all(
     paths.map(async (path) => {
-      const fh = await open(path, 'r');
+      const fh = await openStoreFile(path, READ);
       try {
         await fh.datasync();
       } finally {
@@ -206,7 +208,7 @@ async function blobPresent(layout: StoreLayout, repo: string, b: PlannedBlob, ve
   }
   if (!verify && b.file.size >= SMALL_BLOB_BYTES) return true;
   const hash = b.file.sha256 ? createHash('sha256') : createHash('sha1').update(`blob ${b.file.size}\0`);
-  for await (const chunk of createReadStream(path)) hash.update(chunk as Buffer);
+  for await (const chunk of createReadStream(path, { flags: READ_STREAM })) hash.update(chunk as Buffer);
   if (hash.digest('hex') === b.etag) return true;
   // Rotten on disk: never served again, fetched anew.
   await unlink(path).catch(() => {});
@@ -297,16 +299,11 @@ async function downloadAll(
 async function linkPointer(layout: StoreLayout, repo: string, commit: string, f: ManifestFile): Promise<void> {
   const pointer = layout.pointerPath(repo, commit, f.path);
   const target = layout.pointerTarget(repo, commit, f.path, f.etag);
-  await mkdirs(dirname(pointer));
+  await makeStoreDir(layout, dirname(pointer));
   const current = await readlink(pointer).catch(() => undefined);
   if (current === target) return;
   const tmp = `${pointer}.tmp-${process.pid}`;
   await unlink(tmp).catch(() => {});
   await symlink(target, tmp);
   await rename(tmp, pointer);
-}
-
-/** mkdir -p of the store's folders: 0755, the agent's, readable by engines. */
-async function mkdirs(dir: string): Promise<void> {
-  await mkdir(dir, { recursive: true, mode: 0o755 });
 }

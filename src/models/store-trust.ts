@@ -1,6 +1,6 @@
 import { lstatSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { assertTrustedDirectory } from '../lib/files/check-directory-trust.js';
+import { assertTrustedDirectory, defaultTrustedUids } from '../lib/files/check-directory-trust.js';
 import { configError } from '../lib/errors.js';
 import { StoreLayout } from './store-layout.js';
 
@@ -17,7 +17,9 @@ const GROUP_OR_OTHER_WRITE = 0o022;
  * and writable by no one else, the tree holds only what root made: no link
  * root did not make, no blob changed after its verification.
  *
- * So `cache_dir`, its parents (assertTrustedDirectory) and every entry
+ * So `cache_dir`, its parents and the links on the way (assertTrustedDirectory;
+ * with `createMode`, the agent's start, a missing `cache_dir` is made by
+ * the agent then) and every entry
  * below it must be owned by root (or the agent's own user, when it is not
  * root) and not writable by group or others. The one exception is what
  * engines must write, their compile caches: a leaf `compile/<uid>/<engine>/
@@ -26,8 +28,8 @@ const GROUP_OR_OTHER_WRITE = 0o022;
  * entries, lstat only (nothing followed): a few milliseconds for thousands
  * of files, at the agent's start and each `llmgw models` command.
  */
-export function assertTrustedStore(cacheDir: string, trustedUids: ReadonlySet<number> = new Set([0, process.geteuid?.() ?? 0])): void {
-  assertTrustedDirectory(cacheDir, 'models.cache_dir', trustedUids);
+export function assertTrustedStore(cacheDir: string, trustedUids: ReadonlySet<number> = defaultTrustedUids(), createMode?: number): void {
+  assertTrustedDirectory(cacheDir, 'models.cache_dir', trustedUids, createMode);
   const layout = new StoreLayout(cacheDir);
   const problem = (path: string, why: string) =>
     configError(

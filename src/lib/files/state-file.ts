@@ -1,7 +1,9 @@
 import { fromJson, type JsonValue, toJson } from '@bufbuild/protobuf';
 import { closeSync, constants, fstatSync, openSync, readFileSync } from 'node:fs';
 import { open, rename, unlink } from 'node:fs/promises';
+import { dirname } from 'node:path';
 import { writeFileAtomic } from '../write-file-atomic.js';
+import { assertTrustedDirectory } from './check-directory-trust.js';
 import { type StartShard, StartShardSchema } from '../../gen/llmgw/v1/agent_pb.js';
 import { errnoCode } from '../errno.js';
 import { errorMessage } from '../errors.js';
@@ -124,6 +126,9 @@ function toDisk(s: ShardStateFile): JsonValue {
  * unidentifiable after a power cut, and unidentifiable engines are killed.
  */
 export async function writeStateFile(path: string, s: ShardStateFile): Promise<void> {
+  // Judged again where it is written, not only at the start (security review 4, F3): a folder on the way
+  // made writable or re-linked since names pids for root to signal; a few lstats.
+  assertTrustedDirectory(dirname(path), 'supervisor.state_dir');
   await writeFileAtomic(path, `${JSON.stringify(toDisk(s), null, 2)}\n`);
 }
 

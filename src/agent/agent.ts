@@ -18,7 +18,6 @@ import type { EngineRegistry } from './engines/engine-registry.js';
 import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
 import { NodeModels } from './models/node-models.js';
-import { compiledIn } from '../models/compile-cache.js';
 import { WarmthLedger } from './models/warmth-ledger.js';
 import { NodeConditions } from './node-conditions.js';
 import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
@@ -139,7 +138,7 @@ export class Agent {
       logger: this.log,
       onRate: (kind, bytes, ms) => this.warmth.learnRate(kind, bytes, ms),
     });
-    this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: compiledIn(c.models.cacheDir) });
+    this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: c.models.cacheDir === '' ? undefined : (model, engine) => this.models.compiled(model, engine) });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log });
     for (const r of reactions) opts.supervisor.on('transition', r.on);
     // A condition that starts or stops holding is news to placement now, not at the next rescan.

@@ -1,26 +1,17 @@
-import { lstat, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { countedEngineCacheBytes, type EngineCacheSurvey, surveyEngineCaches } from './engine-cache-survey.js';
 import type { StoreLayout } from './store-layout.js';
 
 /**
- * Bytes the engines' compile caches hold under `<cache_dir>/compile`
- * (engine-cache-env.ts: vLLM's, SGLang's, torch inductor's, Triton's, one
- * folder per account, engine and model). They count against models.budget,
- * so that the budget is what the store holds on disk; a model's are removed
- * with it (removeCompileCaches).
- * Files only, symbolic links not followed; what vanishes during the walk
- * (an engine replacing an entry) counts as nothing.
+ * Bytes the engines' caches under `<cache_dir>/engines` count against
+ * models.budget (`budget`): their allocated blocks (vLLM's, SGLang's, torch
+ * inductor's and Triton's, one folder per account, engine and model), up to
+ * their share of the budget (ENGINE_CACHE_SHARE), read by a bounded survey
+ * that follows no link (engine-cache-survey.ts). A model's are removed with
+ * it (removeCompileCaches). Before, apparent sizes were summed by an
+ * unbounded walk: a 9 MiB sparse file taking no disk evicted every other
+ * tenant's model, 15 TiB of them refused every pull (security review 4, F4).
+ * `survey` reuses one already made.
  */
-export async function compileCacheBytes(layout: StoreLayout): Promise<number> {
-  let total = 0;
-  const dirs = [layout.engineCachesDir];
-  for (let dir = dirs.pop(); dir !== undefined; dir = dirs.pop()) {
-    const entries = await readdir(dir, { withFileTypes: true }).catch(() => []);
-    for (const e of entries) {
-      const path = join(dir, e.name);
-      if (e.isDirectory()) dirs.push(path);
-      else if (e.isFile()) total += (await lstat(path).catch(() => undefined))?.size ?? 0;
-    }
-  }
-  return total;
+export async function compileCacheBytes(layout: StoreLayout, budget: number, survey?: EngineCacheSurvey): Promise<number> {
+  return countedEngineCacheBytes(survey ?? (await surveyEngineCaches(layout)), budget);
 }

@@ -10,6 +10,7 @@ import { writeFileAtomic } from '../lib/write-file-atomic.js';
 import type { BandwidthLimiter } from './bandwidth-limiter.js';
 import { chooseEvictions } from './choose-evictions.js';
 import { compileCacheBytes } from './compile-cache-bytes.js';
+import { engineCachesOverBound, surveyEngineCaches } from './engine-cache-survey.js';
 import type { ConcurrencyLimit } from './concurrency-limit.js';
 import { SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { downloadBlob } from './download-blob.js';
@@ -218,11 +219,13 @@ async function blobPresent(layout: StoreLayout, repo: string, b: PlannedBlob, ve
 async function makeRoom(ctx: PullContext, repo: string, needBytes: number): Promise<string[]> {
   const models = await scanStore(ctx.layout);
   // The compile caches take their part of the budget first: those of a model evicted go with it, but none is counted on to.
-  const compiled = await compileCacheBytes(ctx.layout);
+  const survey = await surveyEngineCaches(ctx.layout);
+  const compiled = await compileCacheBytes(ctx.layout, ctx.budget, survey);
   const plan = chooseEvictions(models, needBytes, ctx.budget - compiled, repo);
   if (!plan.fits) {
     const held = models.filter((m) => m.repo !== repo && (m.pins.length > 0 || m.pulling)).map((m) => m.repo);
-    const compileNote = compiled > 0 ? ` and the compile caches ${formatBytes(compiled)} (${ctx.layout.engineCachesDir}, removed with their model)` : '';
+    const over = engineCachesOverBound(survey, ctx.budget) ? `, counted up to their share of the budget (they hold ${survey.capped ? 'more than a survey reads' : formatBytes(survey.bytes)})` : '';
+    const compileNote = compiled > 0 ? ` and the compile caches ${formatBytes(compiled)} (${ctx.layout.engineCachesDir}, removed with their model${over})` : '';
     throw failure(
       `${repo} needs ${formatBytes(needBytes)} more and models.budget is ${formatBytes(ctx.budget)}: even with every unpinned model evicted the models would hold ${formatBytes(plan.bytesAfter)}${compileNote}${held.length ? ` (in use: ${held.join(', ')})` : ''}; raise models.budget or remove a model`,
     );

@@ -97,7 +97,7 @@ export class StoreLayout {
 }
 
 /** A config key's name as a folder name: engines are named by operators, so anything else is hashed. */
-function safeName(name: string): string {
+export function safeName(name: string): string {
   return /^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$/.test(name) ? name : `h-${createHash('sha256').update(name).digest('hex').slice(0, 16)}`;
 }
 

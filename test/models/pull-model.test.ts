@@ -1,7 +1,8 @@
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { formatBytes } from '../../src/lib/format-bytes.js';
 import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
 import { cachedModelsView } from '../../src/agent/models/cached-models.js';
 import { compileCacheBytes } from '../../src/models/compile-cache-bytes.js';
@@ -147,29 +148,36 @@ describe('pullModel', () => {
     expect(again.evicted).toEqual(['acme/c']);
   });
 
-  it('counts the compile caches against the budget, and removes a model\'s with it when it is evicted', async () => {
-    const budget = 250_000; // two of the 100 kB models fit beside nothing else
+  it('counts the compile caches against the budget by the blocks they take, and removes a model\'s with it when it is evicted', async () => {
+    const budget = 230_000; // two of the 100 kB models fit beside nothing else; the caches may count up to a quarter (57,500)
     const me = process.geteuid?.() ?? 0;
     await pullModel({ repo: 'acme/a', revision: 'main', include: [] }, ctx(budget));
-    // What engines compiled, in nested folders as torch writes them: 70 kB for a model the store does not hold, 10 kB for acme/a.
+    // What engines compiled, in nested folders as torch writes them: 35 kB for a model the store does not hold, 10 kB for acme/a.
     const graphs = join(layout.engineCacheDir(me, 'vllm', 'acme/z'), 'vllm', 'torch_compile_cache', 'ab12cd', 'rank_0_0');
     mkdirSync(graphs, { recursive: true });
-    writeFileSync(join(graphs, 'graph.py'), bytes(40_000, 1));
-    writeFileSync(join(graphs, '..', 'cache_key'), bytes(30_000, 2));
+    writeFileSync(join(graphs, 'graph.py'), bytes(20_000, 1));
+    writeFileSync(join(graphs, '..', 'cache_key'), bytes(15_000, 2));
     const ofA = layout.engineCacheDir(me, 'vllm', 'acme/a');
     mkdirSync(ofA, { recursive: true });
     writeFileSync(join(ofA, 'graph.py'), bytes(10_000, 3));
-    expect(await compileCacheBytes(layout)).toBe(80_000);
-    // a (100 kB) + b (100 kB) + 80 kB compiled > 250 kB: a, unpinned and least recently used, goes, and its compile cache with it.
+    // Allocated blocks, not sizes: what the files take on this disk.
+    const onDisk = (...paths: string[]) => paths.reduce((n, p) => n + lstatSync(p).blocks * 512, 0);
+    const ofZ = onDisk(join(graphs, 'graph.py'), join(graphs, '..', 'cache_key'));
+    expect(await compileCacheBytes(layout, budget)).toBe(ofZ + onDisk(join(ofA, 'graph.py')));
+    // a (100 kB) + b (100 kB) + the caches > 230 kB: a, unpinned and least recently used, goes, and its compile cache with it.
     const r = await pullModel({ repo: 'acme/b', revision: 'main', include: [] }, ctx(budget));
     expect(r.evicted).toEqual(['acme/a']);
     expect(existsSync(ofA)).toBe(false);
-    expect(await compileCacheBytes(layout)).toBe(70_000);
+    expect(await compileCacheBytes(layout, budget)).toBe(ofZ);
     // With b pinned, c cannot fit beside b and the caches: refused, naming the caches.
     await pinModel(layout, 'acme/b', 'shard-b-0');
-    await expect(pullModel({ repo: 'acme/c', revision: 'main', include: [] }, ctx(budget))).rejects.toThrow(/and the compile caches 68\.4 KiB \(.*engines, removed with their model\) \(in use: acme\/b\)/);
-    expect(cachedModelsView(await scanStore(layout), budget, 70_000).freeBytes).toBe(BigInt(budget - 100_000 - 70_000));
-    expect(renderModelsList(await scanStore(layout), budget, 70_000)).toContain("166 KiB of 244 KiB (models.budget) used, 68.4 KiB of it the engines' compile caches (removed with their model)");
+    await expect(pullModel({ repo: 'acme/c', revision: 'main', include: [] }, ctx(budget))).rejects.toThrow(
+      new RegExp(`and the compile caches ${formatBytes(ofZ).replace('.', '\\.')} \\(.*engines, removed with their model\\) \\(in use: acme/b\\)`),
+    );
+    expect(cachedModelsView(await scanStore(layout), budget, ofZ).freeBytes).toBe(BigInt(budget - 100_000 - ofZ));
+    expect(renderModelsList(await scanStore(layout), budget, ofZ)).toContain(
+      `${formatBytes(100_000 + ofZ)} of ${formatBytes(budget)} (models.budget) used, ${formatBytes(ofZ)} of it the engines' compile caches (removed with their model)`,
+    );
   });
 
   it('reports a record\'s refs bounded and checked, and lists them printable (security review 3, S2)', async () => {

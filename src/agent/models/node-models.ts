@@ -5,6 +5,8 @@ import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-options.js';
 import { compileCacheBytes } from '../../models/compile-cache-bytes.js';
+import { EngineCacheWatch } from '../../models/engine-cache-watch.js';
+import { EngineCacheBound } from './engine-cache-bound.js';
 import { scanStore, type StoredModel } from '../../models/scan-store.js';
 import type { StoreLayout } from '../../models/store-layout.js';
 import type { ModelsConfig } from '../config/agent-config.js';
@@ -59,11 +61,22 @@ export class NodeModels {
   /** fincore could not say once: said in the log, not again. */
   private residencyUnknown = false;
   private timer: NodeJS.Timeout | undefined;
+  /** The engines' caches, surveyed at each rescan (bounded, no link followed); reports read the last survey. */
+  readonly engineCaches: EngineCacheWatch | undefined;
+  private readonly engineCacheBound: EngineCacheBound;
 
   constructor(private readonly opts: NodeModelsOptions) {
     this.store = opts.models.cacheDir === '' ? undefined : modelStoreFromConfig(opts.models, opts.configPath);
     this.pins = this.store && new ShardModelPins(this.store.layout);
+    const budget = this.store?.budget ?? 0;
+    this.engineCacheBound = new EngineCacheBound(opts.logger);
+    this.engineCaches = this.store && new EngineCacheWatch(this.store.layout, { onSurvey: (s) => this.engineCacheBound.judge(s, budget) });
     this.prefetcher = new ModelPrefetch({ store: this.store, send: opts.send, onStoreChanged: () => void this.refresh(), signal: this.life.signal, logger: opts.logger, onRate: opts.onRate });
+  }
+
+  /** Whether the last survey of the engines' caches saw a compile cache of `model` by `engine` (never waits, never reads a folder). */
+  compiled(model: string, engine: string): boolean {
+    return this.engineCaches?.compiled(model, engine) ?? false;
   }
 
   /** What Inventory carries: cached_models and model_cache_free_bytes, as last scanned. */
@@ -183,7 +196,7 @@ export class NodeModels {
         this.refreshAgain = false;
         try {
           const models = await scanStore(store.layout);
-          const view = cachedModelsView(models, store.budget, await compileCacheBytes(store.layout), await this.residency(store.layout, models.filter((m) => m.complete)));
+          const view = cachedModelsView(models, store.budget, await compileCacheBytes(store.layout, store.budget, await (this.engineCaches as EngineCacheWatch).refresh()), await this.residency(store.layout, models.filter((m) => m.complete)));
           const key = JSON.stringify(view, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
           this.view = view;
           if (key !== this.viewKey) {

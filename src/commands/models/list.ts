@@ -26,7 +26,7 @@ touch.`;
     const { compileCacheBytes } = await import('../../models/compile-cache-bytes.js');
     const store = loadModelStore(flags.config);
     const { modelBlobFiles, pageCacheResidency } = await import('../../models/page-cache.js');
-    const [models, compileBytes] = await Promise.all([scanStore(store.layout), compileCacheBytes(store.layout)]);
+    const [models, compileBytes] = await Promise.all([scanStore(store.layout), compileCacheBytes(store.layout, store.budget)]);
     // What of each model the page cache holds now; unknown (no fincore, no files) is left out.
     const resident = new Map<string, number>();
     for (const m of models) {

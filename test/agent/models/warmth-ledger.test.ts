@@ -6,7 +6,8 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { WARMTH_MODELS, WARMTH_SAMPLES, WarmthLedger } from '../../../src/agent/models/warmth-ledger.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { CachedModelSchema, ShardState as S, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { compiledIn, hasCompileCache } from '../../../src/models/compile-cache.js';
+import { hasCompileCache } from '../../../src/models/compile-cache.js';
+import { EngineCacheWatch } from '../../../src/models/engine-cache-watch.js';
 import { StoreLayout } from '../../../src/models/store-layout.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
 import { shardSnapshot } from '../../helpers/shard-snapshot.js';
@@ -89,22 +90,28 @@ describe('WarmthLedger', () => {
     expect(w?.learned.map((t) => [t.from, t.samples])).toEqual([['page-cache', 1], ['store', 1]]);
   });
 
-  it('times a start with a compile cache in the store apart from one without (issue 41: weights and JIT caches), the real store layout deciding', () => {
+  it('times a start with a compile cache in the store apart from one without (issue 41: weights and JIT caches), the real store layout deciding', async () => {
     const store = mkdtempSync(join(dir, 'store-'));
     const cached = [create(CachedModelSchema, { repo: 'acme/chat', revision: 'main', complete: true, bytes: 1000n, residentBytes: 0n })];
-    const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger, cached: () => cached, compiled: compiledIn(store) });
+    const watch = new EngineCacheWatch(new StoreLayout(store));
+    const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger, cached: () => cached, compiled: (m, e) => watch.compiled(m, e) });
     launchedAndReady(l, shard('cold', Date.now() - 9000));
     expect(l.report([], cached)[0]?.rung).toBe('store');
     // What vLLM writes under VLLM_CACHE_ROOT once it compiled (the agent's engine cache for the model).
     const graphs = join(new StoreLayout(store).engineCacheDir(0, 'vllm', 'acme/chat'), 'vllm', 'torch_compile_cache', 'abc', 'rank_0_0');
     mkdirSync(graphs, { recursive: true });
+    await watch.refresh();
     expect(l.report([], cached)[0]?.rung).toBe('store');
     writeFileSync(join(graphs, 'graph.py'), '# compiled');
+    // Reports read the last survey (the store's rescans make them), never the folders themselves.
+    expect(l.report([], cached)[0]?.rung).toBe('store');
+    await watch.refresh();
     expect(l.report([], cached)[0]?.rung).toBe('store+compile');
     launchedAndReady(l, shard('warm', Date.now() - 2000));
     expect(l.report([], cached)[0]?.learned.map((t) => [t.from, t.samples])).toEqual([['store+compile', 1], ['store', 1]]);
     // Another engine's cache is not this one's.
-    expect(hasCompileCache(new StoreLayout(store), 'sglang', 'acme/chat')).toBe(false);
+    expect(await hasCompileCache(new StoreLayout(store), 'sglang', 'acme/chat')).toBe(false);
+    expect(await hasCompileCache(new StoreLayout(store), 'vllm', 'acme/chat')).toBe(true);
   });
 
   it('measures a wake from its request, and nothing for an adoption, a failed start or a stop', () => {

@@ -1,4 +1,4 @@
-import { lstatSync, mkdirSync, readlinkSync, type Stats } from 'node:fs';
+import { chmodSync, lstatSync, mkdirSync, readlinkSync, type Stats } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { isNotFound } from '../errno.js';
 import { configError } from '../errors.js';
@@ -67,8 +67,11 @@ function walk(path: string, final: boolean, w: Walk): string | undefined {
     if (st === undefined) {
       if (w.createMode === undefined) return undefined; // the agent makes the rest itself, and judges it then
       try {
-        // Folders on the way 0755 (engines and the admin group pass through them); the directory itself its own mode.
-        mkdirSync(p, { mode: last ? w.createMode : 0o755 });
+        // Folders on the way 0755 (engines and the admin group pass through them); the directory itself its own
+        // mode, whatever the umask (the parent was just judged: no one else can rename or replace what is made here).
+        const mode = last ? w.createMode : 0o755;
+        mkdirSync(p, { mode });
+        chmodSync(p, mode);
       } catch (err) {
         if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw configError(`${w.key}: cannot create ${p}: ${(err as Error).message}; create it (owned by root, mode 0755) or choose another ${w.key}`);
       }

@@ -20,7 +20,7 @@ export interface SchedRequest {
   readonly pooling: boolean;
   /** Not counted in metrics (SGLang's own /health generation). */
   readonly internal?: boolean;
-  /** SGLang's request priority, when it gives one. */
+  /** The request's priority, when it gives one (the queue orders by it under SchedulerOptions.policy 'priority'). */
   readonly priority?: number;
   /** Asked for as a stream (SGLang labels its token counters with it). */
   readonly streaming?: boolean;
@@ -46,6 +46,14 @@ export interface SchedulerOptions {
   maxRunning: number;
   tokenLatencyMs: number;
   embedLatencyMs: number;
+  /**
+   * How the queue is ordered: 'fcfs' (the default) by arrival; 'priority'
+   * by the lowest priority value, then arrival, as vLLM's
+   * `--scheduling-policy priority` (Request.__lt__, V:vllm/v1/request.py:345-356;
+   * V:vllm/v1/core/sched/request_queue.py:131-138). Either way a request
+   * only moves ahead of those waiting, never of those running.
+   */
+  policy?: 'fcfs' | 'priority';
 }
 
 interface Entry {
@@ -61,6 +69,8 @@ export class FakeBatchScheduler {
   #stalled = false;
   /** Paused (vLLM's PAUSED_NEW while asleep): new requests queue, none is admitted to the batch. */
   #paused = false;
+  /** Set while the batch is busy with the work held before a resume (resume's busyMs). */
+  #busy: NodeJS.Timeout | undefined;
 
   constructor(opts: SchedulerOptions, hooks: SchedulerHooks = {}) {
     this.#opts = opts;
@@ -91,16 +101,32 @@ export class FakeBatchScheduler {
     this.#paused = true;
   }
 
-  /** Admits the requests queued while paused (resume_scheduler: "flush any requests queued while paused"). */
-  resume(): void {
+  /**
+   * Admits the requests queued while paused (resume_scheduler: "flush any
+   * requests queued while paused"). `busyMs`: the batch is taken this long
+   * first by the work the engine held (SimKnobs.wakeQueueDelayMs): nothing
+   * queued is admitted meanwhile, whatever its priority.
+   */
+  resume(busyMs = 0): void {
     this.#paused = false;
+    if (busyMs > 0) {
+      clearTimeout(this.#busy);
+      this.#busy = setTimeout(() => {
+        this.#busy = undefined;
+        this.#admit();
+      }, busyMs).unref();
+    }
     this.#admit();
   }
 
   /** Queues a request; returns a function that drops it (the client went away). */
   submit(req: SchedRequest): () => void {
     const entry: Entry = { req, done: false };
-    this.#waiting.push(entry);
+    const p = req.priority ?? 0;
+    // Priority: ahead of every waiting request of a higher value; FCFS among equals (arrival order).
+    const at = this.#opts.policy === 'priority' ? this.#waiting.findIndex((e) => (e.req.priority ?? 0) > p) : -1;
+    if (at === -1) this.#waiting.push(entry);
+    else this.#waiting.splice(at, 0, entry);
     this.#admit();
     return () => this.#drop(entry);
   }
@@ -129,7 +155,7 @@ export class FakeBatchScheduler {
   }
 
   #admit(): void {
-    while (!this.#paused && this.#running.size < this.#opts.maxRunning && this.#waiting.length > 0) {
+    while (!this.#paused && this.#busy === undefined && this.#running.size < this.#opts.maxRunning && this.#waiting.length > 0) {
       const entry = this.#waiting.shift() as Entry;
       this.#running.add(entry);
       void this.#run(entry);

@@ -7,7 +7,7 @@ import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FinishReason, SchedRequest } from './fake-batch-scheduler.js';
 import { readBody, sendJson } from './sim-http.js';
-import { type CompletionKind, completionBody, completionChunk, countPromptTokens, errorBody, simToken } from './openai-responses.js';
+import { type CompletionKind, completionBody, completionChunk, completionLogprobs, countPromptTokens, errorBody, GARBAGE_TOKEN_ID, type SimToken, simToken, simTokenId } from './openai-responses.js';
 
 /** Length of the vectors an embedding request gets. */
 const EMBEDDING_DIM = 8;
@@ -27,6 +27,13 @@ export interface RouteContext {
    * warnings"; vLLM #29341 "sleep level 2 causes gibberish outputs".
    */
   weightsLost?: () => boolean;
+  /** The engine takes return_tokens_as_token_ids (vLLM; SGLang's CompletionRequest has no such field). */
+  tokenIdsField?: boolean;
+  /**
+   * The request is refused before it queues, with its status and message
+   * (SGLang's full waiting queue, vLLM's DP rank out of range); undefined: it queues.
+   */
+  refuse?: (req: IncomingMessage, body: Record<string, unknown>) => { status: number; message: string; type: string } | undefined;
 }
 
 /** What an engine without its weights generates (see RouteContext.weightsLost). */
@@ -73,6 +80,11 @@ function abortResponse(res: ServerResponse, streaming: boolean, why: string): vo
 export async function serveGeneration(req: IncomingMessage, res: ServerResponse, kind: CompletionKind, ctx: RouteContext): Promise<void> {
   const body = await jsonObject(req, res);
   if (!body || !knownModel(body, ctx, res)) return;
+  const refused = ctx.refuse?.(req, body);
+  if (refused) {
+    sendJson(res, refused.status, errorBody(refused.message, refused.type, refused.status));
+    return;
+  }
   const requested = body.max_tokens ?? body.max_completion_tokens ?? body.max_new_tokens;
   const given = typeof requested === 'number' && requested >= 0;
   const n = given ? Math.floor(requested) : ctx.defaultMaxTokens;
@@ -85,6 +97,7 @@ export async function serveGeneration(req: IncomingMessage, res: ServerResponse,
   const streaming = body.stream === true;
   if (streaming) res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
   let text = '';
+  const made: SimToken[] = [];
   await new Promise<void>((done) => {
     const drop = ctx.submit({
       promptTokens,
@@ -94,9 +107,11 @@ export async function serveGeneration(req: IncomingMessage, res: ServerResponse,
       priority: typeof body.priority === 'number' ? body.priority : undefined,
       streaming,
       onToken: (i) => {
-        const token = ctx.weightsLost?.() ? GARBAGE_TOKEN : simToken(i);
+        const lost = ctx.weightsLost?.() === true;
+        const token = lost ? GARBAGE_TOKEN : simToken(i);
         if (!streaming) {
           text += token;
+          made.push({ text: token, id: lost ? GARBAGE_TOKEN_ID : simTokenId(i) });
           return;
         }
         res.write(`data: ${JSON.stringify(completionChunk(kind, id, model, token, i === 0, i === n - 1 ? reason : null))}\n\n`);
@@ -106,6 +121,10 @@ export async function serveGeneration(req: IncomingMessage, res: ServerResponse,
         else {
           const out = completionBody(kind, id, model, text, promptTokens, n);
           out.choices[0]!.finish_reason = reason;
+          // A plain completion's top logprobs when asked (the chat route's shape is not modelled: its logprobs stay null).
+          if (kind === 'text' && typeof body.logprobs === 'number' && body.logprobs > 0) {
+            (out.choices[0] as { logprobs: unknown }).logprobs = completionLogprobs(made, body.logprobs, ctx.tokenIdsField === true && body.return_tokens_as_token_ids === true);
+          }
           sendJson(res, 200, out);
         }
         done();

@@ -43,6 +43,8 @@ export interface FakeSglangOptions {
   distInitAddr?: string;
   /** --watchdog-timeout: seconds a forward step may hang before the scheduler crashes the server (default 300). */
   watchdogTimeoutS: number;
+  /** --max-queued-requests (S:python/sglang/srt/server_args.py:782-786): more waiting are refused 503. */
+  maxQueuedRequests?: number;
   knobs: SimKnobs;
 }
 
@@ -68,6 +70,7 @@ const SPECS: readonly ArgSpec[] = [
   { names: ['--admin-api-key'], kind: 'string' },
   { names: ['--is-embedding'], kind: 'flag' },
   { names: ['--enable-priority-scheduling'], kind: 'flag' },
+  { names: ['--max-queued-requests'], kind: 'int' },
   // S:python/sglang/srt/server_args.py:1319.
   { names: ['--skip-server-warmup'], kind: 'flag' },
   // S:python/sglang/srt/server_args.py:3478-3482, 3483-3487.
@@ -108,6 +111,7 @@ export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions 
     distInitAddr: p.values.get('--dist-init-addr') as string | undefined,
     revision: (p.values.get('--revision') as string | undefined) ?? 'main',
     watchdogTimeoutS: (p.values.get('--watchdog-timeout') as number | undefined) ?? 300,
+    maxQueuedRequests: p.values.get('--max-queued-requests') as number | undefined,
     knobs,
   };
 }

@@ -20,6 +20,8 @@ export interface SglangPauseDeps {
   killTree: (why: string) => void;
   /** Installs the SIGTERM handler, lazily, at the first request (fake-sglang.ts). */
   installSigterm: () => void;
+  /** SimKnobs.wakeQueueDelayMs: the batch is busy this long after a continue with what was held. */
+  continueBusyMs?: number;
 }
 
 /**
@@ -113,7 +115,7 @@ export class FakeSglangPause {
     if (typeof body === 'string') return sendJson(res, 400, errorBody(body, 'Bad Request', 400));
     if (!pause) {
       this.#generationPaused = false;
-      this.#d.scheduler.resume();
+      this.#d.scheduler.resume(this.#d.continueBusyMs);
       this.#releaseHeld();
       sendJson(res, 200, { message: 'Generation continued successfully.', status: 'ok' });
       return;

@@ -221,6 +221,7 @@ export function sglangHandler(d: SglangRouteDeps): (req: IncomingMessage, res: S
       },
       defaultMaxTokens: ctx.defaultMaxTokens,
       weightsLost: ctx.weightsLost,
+      refuse: ctx.refuse,
       submit: (r) => {
         d.prompt(r, words);
         return ctx.submit(r);

@@ -213,7 +213,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     };
 
     // New requests wait in the tokenizer while generation is paused or the weights update.
-    const pause: FakeSglangPause = new FakeSglangPause({ scheduler, memory, killTree, installSigterm });
+    const pause: FakeSglangPause = new FakeSglangPause({ scheduler, memory, killTree, installSigterm, continueBusyMs: k.wakeQueueDelayMs });
     const submit = (req: SchedRequest) => pause.submit(req);
     const ctx: RouteContext = {
       // SGLang takes any model name (the OpenAI routes never compare it); the double
@@ -224,6 +224,12 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       submit,
       defaultMaxTokens: k.maxTokens,
       weightsLost: () => memory.weightsLost,
+      // --max-queued-requests: one more than the waiting queue holds is aborted 503, a plain request's
+      // HTTPException (S:python/sglang/srt/managers/scheduler.py:2767-2814; tokenizer_manager.py:1710-1728).
+      refuse: () =>
+        o.maxQueuedRequests !== undefined && scheduler.waiting(false) + 1 > o.maxQueuedRequests
+          ? { status: 503, message: 'The request queue is full.', type: 'ServiceUnavailable' }
+          : undefined,
     };
 
     sglangLog('INFO', `server_args=ServerArgs(model_path='${o.model}', host='${o.host}', port=${o.port}, tp_size=${o.tp}, pp_size=${o.pp}, nnodes=${o.nnodes}, node_rank=${o.nodeRank}) (llmgw fake-sglang ${DEFAULT_SGLANG_VERSION}, pid ${process.pid})`);

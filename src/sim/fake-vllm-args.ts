@@ -53,6 +53,8 @@ export interface FakeVllmOptions {
   knobs: SimKnobs;
   /** --enable-sleep-mode. */
   sleepMode: boolean;
+  /** --scheduling-policy (V:vllm/config/scheduler.py:22, 99; V:vllm/engine/arg_utils.py:1545): how the waiting queue is ordered. */
+  schedulingPolicy: 'fcfs' | 'priority';
 }
 
 function specs(version: string): ArgSpec[] {
@@ -93,6 +95,7 @@ function specs(version: string): ArgSpec[] {
     { names: ['--disable-log-stats'], kind: 'flag' },
     // V:vllm/engine/arg_utils.py:919-921.
     { names: ['--enable-sleep-mode'], kind: 'flag' },
+    { names: ['--scheduling-policy'], kind: 'string', choices: ['fcfs', 'priority'] },
     ...SIM_KNOB_SPECS,
   ];
   // V:vllm/engine/arg_utils.py:1694-1699 (type=int, default 0); absent before
@@ -150,6 +153,7 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     version,
     knobs,
     sleepMode: p.values.get('--enable-sleep-mode') === true,
+    schedulingPolicy: p.values.get('--scheduling-policy') === 'priority' ? 'priority' : 'fcfs',
   };
 }
 

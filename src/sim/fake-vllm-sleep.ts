@@ -189,7 +189,7 @@ export class FakeVllmSleep {
     // A partial wake keeps the scheduler paused until every tag is resident (core.py:918-921).
     if (this.#asleep.size === 0) {
       this.#paused = false;
-      this.scheduler.resume();
+      this.scheduler.resume(this.o.knobs.wakeQueueDelayMs);
     }
     this.#gaugeAsleep = false; // async_llm.py:979-983: recorded awake after any wake_up, partial or not
     res.writeHead(200, { 'content-length': '0' }).end();

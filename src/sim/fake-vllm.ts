@@ -11,7 +11,7 @@
  * fake-vllm-metrics.ts, its warm-up fake-vllm-warmup.ts, sleep mode
  * fake-vllm-sleep.ts.
  */
-import { type Server, createServer } from 'node:http';
+import { type IncomingMessage, type Server, createServer } from 'node:http';
 import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
@@ -63,7 +63,7 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     };
 
     const scheduler = new FakeBatchScheduler(
-      { maxRunning: k.maxRunning, tokenLatencyMs: k.tokenLatencyMs, embedLatencyMs: k.embedLatencyMs },
+      { maxRunning: k.maxRunning, tokenLatencyMs: k.tokenLatencyMs, embedLatencyMs: k.embedLatencyMs, policy: o.schedulingPolicy },
       // When each counts, with its citation, is FakeVllmMetrics'.
       {
         prefill: (r) => metrics.prefill(r),
@@ -277,6 +277,8 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       submit: (r) => scheduler.submit(r),
       defaultMaxTokens: k.maxTokens,
       weightsLost: () => sleeper.weightsLost,
+      tokenIdsField: true,
+      refuse: (req) => dpRankRefusal(req, o.dp),
     };
     const handle = vllmHandler({ o, st, startedS, servedName, metrics, sleepMode, ctx });
 
@@ -312,6 +314,19 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       );
     }
   });
+}
+
+/**
+ * A request for a DP rank its API server does not front: X-data-parallel-rank
+ * is read as an int, anything else ignored (V:vllm/entrypoints/generate/base/serving.py:205-218),
+ * and a rank outside [0, dp) is a validation error, a 400
+ * (V:vllm/v1/engine/input_processor.py:299-307; one API server fronts every rank).
+ */
+function dpRankRefusal(req: IncomingMessage, dp: number): { status: number; message: string; type: string } | undefined {
+  const given = req.headers['x-data-parallel-rank'];
+  const rank = typeof given === 'string' && /^[+-]?\d+$/.test(given.trim()) ? Number(given) : undefined;
+  if (rank === undefined || (rank >= 0 && rank < dp)) return undefined;
+  return { status: 400, message: `data_parallel_rank ${rank} is out of range [0, ${dp}).`, type: 'BadRequestError' };
 }
 
 async function main(): Promise<void> {

@@ -10,6 +10,53 @@ export function simToken(i: number): string {
   return `${i === 0 ? '' : ' '}${WORDS[i % WORDS.length]}`;
 }
 
+/** The id of the i-th generated token in the double's vocabulary (the garbage token is GARBAGE_TOKEN_ID). */
+export function simTokenId(i: number): number {
+  return WORD_ID_BASE + (i % WORDS.length);
+}
+
+const WORD_ID_BASE = 1000;
+/** What an engine without its weights generates, as an id (fake-openai-routes.ts GARBAGE_TOKEN). */
+export const GARBAGE_TOKEN_ID = 0;
+
+/** One generated token: its text and its id. */
+export interface SimToken {
+  text: string;
+  id: number;
+}
+
+/**
+ * A completion's `logprobs` (V:vllm/entrypoints/openai/completion/serving.py:647-728):
+ * per generated token its text, its logprob, and a dict of the sampled token
+ * and the `top` best ones there, keyed by text, or by "token_id:N" when the
+ * request asked return_tokens_as_token_ids (`asIds`; vLLM only:
+ * V:vllm/entrypoints/generate/base/serving.py:290-313; SGLang keys by text,
+ * S:python/sglang/srt/entrypoints/openai/utils.py:33-38). The sampled
+ * (greedy) token is the best; the others are the next words of the
+ * vocabulary, each less likely (garbage's are garbage).
+ */
+export function completionLogprobs(tokens: readonly SimToken[], top: number, asIds: boolean) {
+  const key = (t: SimToken) => (asIds ? `token_id:${t.id}` : t.text);
+  const alternative = (t: SimToken, k: number): SimToken => {
+    // Weights lost: the alternatives are garbage too ('"', '#', ...), never a word.
+    if (t.id === GARBAGE_TOKEN_ID) return { text: String.fromCharCode(t.text.charCodeAt(0) + k), id: GARBAGE_TOKEN_ID + k };
+    const j = (t.id - WORD_ID_BASE + k) % WORDS.length;
+    return { text: `${t.text.startsWith(' ') ? ' ' : ''}${WORDS[j]}`, id: WORD_ID_BASE + j };
+  };
+  let offset = 0;
+  const text_offset = tokens.map((t) => {
+    const at = offset;
+    offset += key(t).length;
+    return at;
+  });
+  return {
+    text_offset,
+    token_logprobs: tokens.map(() => -0.05),
+    tokens: tokens.map(key),
+    top_logprobs: tokens.map((t) => Object.fromEntries([[key(t), -0.05], ...Array.from({ length: Math.max(0, top - 1) }, (_, k) => [key(alternative(t, k + 1)), -3 - k] as const)])),
+  };
+}
+
 export type CompletionKind = 'chat' | 'text';
 
 export function modelList(model: string, createdS: number) {

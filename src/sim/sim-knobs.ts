@@ -56,6 +56,18 @@ export interface SimKnobs {
    * fails without an error, as vLLM #29341 reports for level 2). Default off.
    */
   wakeLosesWeights: boolean;
+  /**
+   * After each wake (vLLM's /wake_up that resumes the scheduler, SGLang's
+   * /continue_generation) the batch is busy this long with the work the
+   * engine held while asleep, and a request queued then, the agent's known
+   * answer included, waits for it: vLLM queues what arrives while paused and
+   * runs it once resumed (V:vllm/v1/engine/core.py:828-857, 905-921), SGLang
+   * holds it in its tokenizer until it continues
+   * (S:python/sglang/srt/managers/tokenizer_manager.py:804-805, 2025-2029),
+   * and behind max_num_seqs long generations a short request waits for a
+   * slot. Stands for those held requests without sending them. Default 0.
+   */
+  wakeQueueDelayMs: number;
 }
 
 export const SIM_KNOB_DEFAULTS = {
@@ -80,6 +92,7 @@ const DURATION_KNOBS = [
   '--sim-drain-poll',
   '--sim-wake-time',
   '--sim-compile-time',
+  '--sim-wake-queue-delay',
 ] as const;
 
 export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
@@ -133,6 +146,7 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     readWeights: parsed.values.get('--sim-read-weights') === true,
     compileTimeMs: duration(parsed, '--sim-compile-time') ?? SIM_KNOB_DEFAULTS.compileTimeMs,
     wakeLosesWeights: parsed.values.get('--sim-wake-loses-weights') === true,
+    wakeQueueDelayMs: duration(parsed, '--sim-wake-queue-delay') ?? 0,
   };
 }
 

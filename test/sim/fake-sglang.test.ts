@@ -65,7 +65,8 @@ describe('bin/fake-sglang', () => {
   });
 
   it('after a stall, /health answers 503 once SGLANG_HEALTH_CHECK_TIMEOUT passes without output', async () => {
-    const e = await sglang(['--sim-stall-after', '100ms'], { SGLANG_HEALTH_CHECK_TIMEOUT: '2' });
+    // The stall comes after the warmup (which must end for "fired up"): at 100 ms it raced the start on a loaded machine.
+    const e = await sglang(['--sim-stall-after', '1500ms'], { SGLANG_HEALTH_CHECK_TIMEOUT: '2' });
     await outputMatches(e, /no token produced/);
     expect((await fetch(`${e.url}/health`)).status).toBe(503);
   });

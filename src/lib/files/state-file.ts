@@ -15,6 +15,8 @@ import { type CheckedStartShard, isValidShardId, type ShardId } from '../shard-i
 
 /** Longest knownAnswer read back: the agent records at most 512 characters. */
 const KNOWN_ANSWER_FILE_MAX_CHARS = 1024;
+/** Longest knownAnswerToken read back: the agent records at most 64 characters. */
+const KNOWN_TOKEN_FILE_MAX_CHARS = 128;
 
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
@@ -60,6 +62,8 @@ export interface EngineRecord {
    * in files of older agents, and when invalid (unknown, never a refusal).
    */
   knownAnswer?: string;
+  /** The known answer's first token as the engine names it ("token_id:N" on vLLM): its top-5 fallback compares it. */
+  knownAnswerToken?: string;
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
@@ -110,6 +114,7 @@ function toDisk(s: ShardStateFile): JsonValue {
     ...(s.sleepLevel ? { sleepLevel: s.sleepLevel } : {}),
     ...(s.sleepLevel && s.sleepAwakeMib ? { sleepAwakeMib: s.sleepAwakeMib } : {}),
     ...(s.knownAnswer !== undefined ? { knownAnswer: s.knownAnswer } : {}),
+    ...(s.knownAnswerToken !== undefined ? { knownAnswerToken: s.knownAnswerToken } : {}),
     pid: s.pid,
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
@@ -139,7 +144,7 @@ export async function writeStateFile(path: string, s: ShardStateFile): Promise<v
  * The shard's runner is the only writer after launch, so read-then-write
  * cannot lose another writer's change.
  */
-export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel' | 'sleepAwakeMib' | 'knownAnswer'>>): Promise<void> {
+export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel' | 'sleepAwakeMib' | 'knownAnswer' | 'knownAnswerToken'>>): Promise<void> {
   const read = await readStateFile(path, shardId);
   if (!read.ok) throw new Error(read.reason);
   await writeStateFile(path, { ...read.file, ...change });
@@ -264,6 +269,7 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       ...(raw.sleepLevel && Number.isSafeInteger(raw.sleepAwakeMib) && (raw.sleepAwakeMib as number) > 0 ? { sleepAwakeMib: raw.sleepAwakeMib as number } : {}),
       // Likewise a reference to compare with: one too long or not text is unknown.
       ...(typeof raw.knownAnswer === 'string' && raw.knownAnswer.length <= KNOWN_ANSWER_FILE_MAX_CHARS ? { knownAnswer: raw.knownAnswer } : {}),
+      ...(typeof raw.knownAnswerToken === 'string' && raw.knownAnswerToken.length <= KNOWN_TOKEN_FILE_MAX_CHARS ? { knownAnswerToken: raw.knownAnswerToken } : {}),
       pid: raw.pid as number,
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },

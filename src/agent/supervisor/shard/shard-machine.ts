@@ -125,6 +125,8 @@ export interface ShardLife {
   squatter?: string;
   /** The engine's greedy answer to the known-answer prompt, from its first READY (known-answer.ts). */
   knownAnswer?: string;
+  /** Its first token as the engine names it, when it gave one (known-answer.ts). */
+  knownAnswerToken?: string;
   health: HealthFacts;
 }
 
@@ -155,7 +157,7 @@ export type ShardChange =
   | { kind: 'gang-fault'; fault: GangFault }
   /** Every peer rank answers again; clears health.gang. */
   | { kind: 'gang-whole' }
-  | { kind: 'known-answer'; text: string }
+  | { kind: 'known-answer'; text: string; token?: string }
   | { kind: 'drain' }
   | { kind: 'cancel-drain' }
   /** A sleep asked, its checks passed: SLEEPING is reported before the engine is asked. */
@@ -184,7 +186,7 @@ export const KNOWN_ANSWER_FAULT = 'known answer changed';
 const WELL: HealthVerdict = { healthy: true, cause: undefined, why: 'answers /health' };
 
 /** A shard not yet supervised, with what its state file says of it. */
-export function newShardLife(from: { state?: ShardState; drain?: boolean; sleepLevel?: number; awakeMib?: number; knownAnswer?: string } = {}): ShardLife {
+export function newShardLife(from: { state?: ShardState; drain?: boolean; sleepLevel?: number; awakeMib?: number; knownAnswer?: string; knownAnswerToken?: string } = {}): ShardLife {
   const level = from.sleepLevel === 1 || from.sleepLevel === 2 ? from.sleepLevel : undefined;
   return {
     state: from.state ?? S.UNSPECIFIED,
@@ -197,7 +199,7 @@ export function newShardLife(from: { state?: ShardState; drain?: boolean; sleepL
     // Recorded asleep: released, as far as anyone knows; a wake looks (neverReleased).
     ...(level ? { sleep: { level, awakeMib: from.awakeMib ?? 0, memory: 'released' as const } } : {}),
     sleptUnasked: false,
-    ...(from.knownAnswer !== undefined ? { knownAnswer: from.knownAnswer } : {}),
+    ...(from.knownAnswer !== undefined ? { knownAnswer: from.knownAnswer, knownAnswerToken: from.knownAnswerToken } : {}),
     health: { gpuFault: '', probeHealthy: true, verdict: WELL },
   };
 }
@@ -306,7 +308,7 @@ function decide(l: ShardLife, c: ShardChange): ShardNext {
     case 'known-answer':
       // Only an engine still READY answered with its weights; one asleep or stopping meanwhile proves nothing.
       if (l.state !== S.READY) return { refused: `shard is ${stateName(l.state)}: only a READY engine's answer is recorded` };
-      return set('known answer recorded', { knownAnswer: c.text });
+      return set('known answer recorded', { knownAnswer: c.text, knownAnswerToken: c.token });
     case 'drain':
       if (l.state === S.READY || l.state === S.UNHEALTHY) return to(S.DRAINING, 'drain requested', { drain: true });
       if (l.state === S.DRAINING) return same('already draining');

@@ -17,6 +17,7 @@ import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.
 import { readInFlight } from '../probes/read-gauge.js';
 import { onEngineDeath } from './shard-death.js';
 import type { RunnerEngine } from './runner-engine.js';
+import { knownAnswerAsk } from '../probes/known-answer-ask.js';
 import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
 import { ShardFailedError } from './shard-failed-error.js';
@@ -80,7 +81,7 @@ export class ShardRunner {
     this.record = r;
     this.launched = engine;
     this.engine = new EngineProcess({ pid: r.pid, pgid: r.pgid, identity: r.identity, child: engine.child }, r.unit);
-    this.life = typeof from === 'object' ? from : newShardLife({ state: from, drain: r.drainRequested, sleepLevel: r.sleepLevel, awakeMib: r.sleepAwakeMib, knownAnswer: r.knownAnswer });
+    this.life = typeof from === 'object' ? from : newShardLife({ state: from, drain: r.drainRequested, sleepLevel: r.sleepLevel, awakeMib: r.sleepAwakeMib, knownAnswer: r.knownAnswer, knownAnswerToken: r.knownAnswerToken });
     this.stateFile = new StateFileWriter(engine.statePath, r.shardId, ctx.log);
     this.baseUrl = r.watch.healthPort > 0 ? `http://127.0.0.1:${r.watch.healthPort}` : undefined;
     const { pid, pgid, unit } = r;
@@ -94,7 +95,7 @@ export class ShardRunner {
       life: () => this.life,
       apply: (c) => this.apply(c),
       told: () => this.ctx.onStatus(this.snapshot()),
-      target: (signal) => ({ baseUrl: this.baseUrl ?? '', model: servedModelName(r.spec), apiKey: r.watch.apiKey, signal }),
+      target: (signal) => ({ baseUrl: this.baseUrl ?? '', model: servedModelName(r.spec), apiKey: r.watch.apiKey, signal, ask: knownAnswerAsk(r.spec) }),
       inFlight: () => this.inFlight(),
       readiness: (signal, timeoutMs) => this.readiness(signal, timeoutMs, 0),
       stopServing: () => this.serving.abort(),

@@ -2,8 +2,8 @@ import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { type Deadline, deadlineSignal } from '../../../lib/deadline.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import type { EngineSleepApi, WakeCalls } from '../../engines/engine-sleep-api.js';
-import { checkKnownAnswer, KNOWN_PROMPT } from '../probes/known-answer.js';
-import type { ShardAnswers } from './shard-answers.js';
+import { type Answered, checkKnownAnswer, KNOWN_PROMPT, NOT_OBTAINED } from '../probes/known-answer.js';
+import { recordedAnswer, type ShardAnswers } from './shard-answers.js';
 import { readLastOutput } from './shard-failure.js';
 import type { ShardHands } from './shard-hands.js';
 import type { ShardChange } from './shard-machine.js';
@@ -89,10 +89,10 @@ export async function releaseShard(h: SleepHands, { api, level, before }: Prepar
     if (released || !api.wakeOnlyAsleep) await wakeCalls(h, api.wake(level), h.signal, false).catch(() => undefined);
     if (api.hold) await callEngine(h.baseUrl, api.hold.resume, h.adminKey, h.signal).catch(() => undefined);
     await h.stateFile.recordSleep(0);
-    // Undone after a release: READY only with the weights back, as after any wake.
-    const answer = released && h.checksAnswers ? await checkKnownAnswer(h.target(h.signal), h.life().knownAnswer).catch(() => undefined) : undefined;
-    const lost = answer !== undefined && !answer.ok;
-    h.apply({ kind: 'sleep-failed', error: lost ? `${why}; woke without its weights: ${answer.reason}` : why, lostWeights: lost });
+    // Undone after a release: FAILED only on an answer received and different (a failed ask is said, not judged).
+    const answer = released && h.checksAnswers ? await checkKnownAnswer(h.target(h.signal), recordedAnswer(h.life())).catch(() => undefined) : undefined;
+    const said = answer?.kind === 'differs' ? `; woke without its weights: ${answer.reason}` : answer?.kind === 'not-obtained' ? `; ${NOT_OBTAINED}: ${answer.reason}` : '';
+    h.apply({ kind: 'sleep-failed', error: `${why}${said}`, lostWeights: answer?.kind === 'differs' });
     throw failure(why);
   } finally {
     deadline?.clear();
@@ -122,16 +122,10 @@ export async function wakeShard(h: SleepHands, probes: SleepProbes): Promise<voi
     if (!outcome.ready) throw failure(outcome.message);
     const back = awakeMib * AWAKE_SHARE;
     const mib = await awaitGpuMemory(probes, h.spec.gpuIndices, (m) => m >= back, 'the engine did not take its GPU memory back', signal);
-    // Answering is not answering correctly: the weights must be back (known-answer.ts).
-    const answer = h.checksAnswers ? await checkKnownAnswer(h.target(signal), h.life().knownAnswer) : undefined;
-    if (answer && !answer.ok) {
-      const error = `woke without its weights: ${answer.reason}`;
-      applyOrThrow(h, { kind: 'woke-without-weights', error, lastOutput: await readLastOutput(h.logPath) });
-      throw failure(`wake failed: shard ${h.shardId} ${error}`);
-    }
-    await h.stateFile.recordSleep(0);
-    const checked = answer ? `; ${answer.how}` : '';
-    applyOrThrow(h, { kind: 'woken', why: `woken: ${outcome.why}; GPUs ${h.spec.gpuIndices.join(',')} hold ${mib} MiB${checked}` });
+    // Answering is not answering correctly: the weights must be back (known-answer.ts), proved by an answer received.
+    const woken = `woken: ${outcome.why}; GPUs ${h.spec.gpuIndices.join(',')} hold ${mib} MiB`;
+    const settle = (answer?: Answered) => settleWake(h, woken, answer);
+    await byDeadline(h, h.checksAnswers ? h.answers.proveWake(settle) : settle(), signal);
   } catch (err) {
     const why = errorMessage(err).startsWith('wake failed: ') ? errorMessage(err) : `wake failed: ${errorMessage(err)}`;
     h.apply({ kind: 'wake-failed', error: why });
@@ -140,6 +134,39 @@ export async function wakeShard(h: SleepHands, probes: SleepProbes): Promise<voi
   } finally {
     deadline.clear();
   }
+}
+
+/** A wake proved (or not checked): READY, recorded awake; FAILED when the answer received differs. */
+async function settleWake(h: SleepHands, woken: string, answer?: Answered): Promise<void> {
+  if (answer?.kind === 'differs') {
+    const error = `woke without its weights: ${answer.reason}`;
+    applyOrThrow(h, { kind: 'woke-without-weights', error, lastOutput: await readLastOutput(h.logPath) });
+    throw failure(`wake failed: shard ${h.shardId} ${error}`);
+  }
+  await h.stateFile.recordSleep(0);
+  applyOrThrow(h, { kind: 'woken', why: answer ? `${woken}; ${answer.how}` : woken });
+}
+
+/**
+ * The wake's proof, waited for until the wake's deadline. Past it the wake
+ * fails with the last failed ask as its reason and the shard stays SLEEPING,
+ * while the proof goes on: its answer, when it comes, settles the shard.
+ */
+async function byDeadline(h: SleepHands, proof: Promise<void>, signal: AbortSignal): Promise<void> {
+  let onAbort: (() => void) | undefined;
+  const deadline = new Promise<'deadline'>((resolve) => {
+    onAbort = () => resolve('deadline');
+    if (signal.aborted) onAbort();
+    else signal.addEventListener('abort', onAbort, { once: true });
+  });
+  try {
+    if ((await Promise.race([proof, deadline])) !== 'deadline') return;
+  } finally {
+    if (onAbort) signal.removeEventListener('abort', onAbort);
+  }
+  proof.catch(() => undefined);
+  const last = h.life().error.startsWith(NOT_OBTAINED) ? h.life().error : `${NOT_OBTAINED} before the wake's deadline`;
+  throw failure(`${last.split('; asked again in ')[0]}; still asking: READY once it gives its known answer, FAILED if it gives another`);
 }
 
 /**

@@ -64,10 +64,10 @@ export class StateFileWriter {
    * thrown: this agent holds it in memory; only a restarted one would wake
    * the shard checked against garbage alone.
    */
-  recordKnownAnswer(knownAnswer: string): Promise<void> {
+  recordKnownAnswer(knownAnswer: string, knownAnswerToken?: string): Promise<void> {
     this.persisting = this.persisting.then(async () => {
       try {
-        await updateStateFile(this.statePath, this.shardId, { knownAnswer });
+        await updateStateFile(this.statePath, this.shardId, { knownAnswer, knownAnswerToken });
       } catch (err) {
         this.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err) }, 'the known answer could not be recorded; a restarted agent would check a wake against garbage alone');
       }

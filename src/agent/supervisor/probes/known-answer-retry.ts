@@ -1,0 +1,49 @@
+import { setTimeout as sleep } from 'node:timers/promises';
+import { type Answered, checkKnownAnswer, KNOWN_ANSWER_TIMEOUT_MS, type KnownAnswer, type KnownAnswerTarget } from './known-answer.js';
+
+/*
+ * A known answer asked until one is received (review engine-fidelity-3 E2):
+ * a failed ask (a timeout, 429/503, a refused or reset connection) is no
+ * verdict, only a reason to ask again, after a pause that doubles up to
+ * maxDelayMs. Each ask's own limit doubles as well, up to maxTimeoutMs: a
+ * request the agent gives up on is dropped by the engine (the client went
+ * away) and the next one queues at the back, so an ask that always gave up
+ * after 30 s would never reach the front of a queue longer than that.
+ */
+
+export interface RetryPolicy {
+  firstDelayMs: number;
+  maxDelayMs: number;
+  firstTimeoutMs: number;
+  maxTimeoutMs: number;
+}
+
+export const KNOWN_ANSWER_RETRY: RetryPolicy = { firstDelayMs: 1000, maxDelayMs: 30_000, firstTimeoutMs: KNOWN_ANSWER_TIMEOUT_MS, maxTimeoutMs: 600_000 };
+
+/** One failed ask: why, which one it was (1 = the first), and when the next one goes. */
+export interface NotObtained {
+  reason: string;
+  attempt: number;
+  nextInMs: number;
+}
+
+/**
+ * Checks the known answer until the engine gives one (checkKnownAnswer),
+ * calling `notObtained` for each failed ask. Throws when `t.signal` aborts
+ * (the shard stopped, a newer wake took over).
+ */
+export async function checkUntilAnswered(
+  t: KnownAnswerTarget,
+  recorded: KnownAnswer | undefined,
+  notObtained: (n: NotObtained) => void,
+  policy: RetryPolicy = KNOWN_ANSWER_RETRY,
+): Promise<Answered> {
+  for (let attempt = 1; ; attempt++) {
+    const grow = 2 ** Math.min(attempt - 1, 20);
+    const verdict = await checkKnownAnswer({ ...t, timeoutMs: Math.min(policy.firstTimeoutMs * grow, policy.maxTimeoutMs) }, recorded);
+    if (verdict.kind !== 'not-obtained') return verdict;
+    const nextInMs = Math.min(policy.firstDelayMs * grow, policy.maxDelayMs);
+    notObtained({ reason: verdict.reason, attempt, nextInMs });
+    await sleep(nextInMs, undefined, { signal: t.signal });
+  }
+}

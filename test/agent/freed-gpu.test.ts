@@ -4,6 +4,8 @@ import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { GpuProcessSightings } from '../../src/agent/gpu-process-sightings.js';
+import { type ShardReactionParts, shardReactions } from '../../src/agent/shard-reactions.js';
+import type { ShardSnapshot, ShardTransition } from '../../src/agent/supervisor/shard/shard-snapshot.js';
 import { inventoryCachePath } from '../../src/agent/inventory-cache.js';
 import { type AgentMessage, GpuProcessSchema, type Inventory, type Register, ShardState, type ShardStatus, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import type { ProcStat } from '../../src/lib/process/proc-stat.js';
@@ -259,3 +261,19 @@ describe('GpuProcessSightings', () => {
     });
   });
 });
+
+describe("the agent's note that an engine ended", () => {
+  const reaction = (ended: number[]) =>
+    shardReactions({ engineEnded: (pgrp: number) => ended.push(pgrp) } as unknown as ShardReactionParts).find((r) => r.name === 'engine end noted');
+  const transition = (to: ShardState, running: boolean, pid = 4242): ShardTransition => ({ from: ShardState.READY, to, shard: { pid, running } as ShardSnapshot });
+
+  it('is taken when its shard ends with nothing of it running (STOPPED, FAILED, EXITED), and not before', () => {
+    const ended: number[] = [];
+    const r = reaction(ended);
+    for (const t of [transition(ShardState.STOPPING, true), transition(ShardState.FAILED, true), transition(ShardState.UNHEALTHY, true)]) r?.on(t);
+    expect(ended).toEqual([]);
+    for (const to of [ShardState.STOPPED, ShardState.FAILED, ShardState.EXITED]) r?.on(transition(to, false));
+    expect(ended).toEqual([4242, 4242, 4242]);
+  });
+});
+

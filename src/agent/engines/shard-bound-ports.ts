@@ -14,8 +14,9 @@ export interface BoundPort {
  * on ports it derives (S:python/sglang/srt/server_args.py:9894-9925 at
  * 71de97b): from --dist-init-addr's port on a multi-node shard, else from
  * --port + ZMQ_TCP_PORT_DELTA (233, :9807); six ports from that port + 1
- * (or, past 65535, from that port - 7), and each node's launch waits for
- * all of them, and that port, to be free, failing after
+ * (or, past 65535, from that port - 7), and each node's launch
+ * (S:python/sglang/srt/entrypoints/engine.py:1092-1094, every rank) waits
+ * for all of them, and that port, to be free, failing after
  * SGLANG_WAIT_PORT_TIMEOUT (30 s) (:9945-9961;
  * S:python/sglang/srt/utils/network.py:56-97). Rank 0 also binds the port
  * handshake on --dist-init-addr's port, else --port, + 13

@@ -126,10 +126,12 @@ export class InventoryWatcher {
 
   private async scan(signal: AbortSignal): Promise<void> {
     const log = this.opts.logger;
+    // Its processes are listed at some moment after this, and recorded only once the whole scan is done.
+    const takenAt = performance.now();
     try {
       const next = await this.opts.discover(signal);
       if (signal.aborted) return;
-      this.processes.record(next.processes);
+      this.processes.record(next.processes, takenAt);
       const changed = !equals(InventorySchema, comparable(next), comparable(this.inventory));
       this.inventory = next;
       this.scanned = true;

@@ -26,6 +26,8 @@ import { logGpuSource, openGpuSource } from './discovery/open-gpu-source.js';
 import { logEngineAccounts } from './engines/engine-account.js';
 import { engineSleepApi } from './engines/engine-sleep-api.js';
 import { EngineRegistry } from './engines/engine-registry.js';
+import { shardBoundPorts } from './engines/shard-bound-ports.js';
+import type { StartShard } from '../gen/llmgw/v1/agent_pb.js';
 import { Supervisor } from './supervisor/supervisor.js';
 import { engineUidsFor } from '../lib/process/process-table.js';
 
@@ -53,7 +55,9 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const engineUids = engineUidsFor(Object.values(c.engines).map((e) => e?.user));
   // The engines' sleep APIs reach the supervisor from here, the one place that knows engines by name;
   // by the engine a shard was launched with, enabled now or not (an adopted shard asleep must wake).
-  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, sleepApiOf: engineSleepApi });
+  // The ports an engine binds beyond its http_port (SGLang's DP attention) come from its args, the operator's extra_args among them.
+  const boundPorts = (spec: StartShard) => shardBoundPorts(spec, c.engines[spec.profile?.engine as keyof typeof c.engines]?.extraArgs);
+  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, sleepApiOf: engineSleepApi, boundPorts });
   // One NVML for the agent's life (discovery, memory readings, the health
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });

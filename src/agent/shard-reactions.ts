@@ -24,6 +24,8 @@ export interface ShardReactionParts {
   health: () => GpuHealthWatch | undefined;
   logDir: string;
   log: Logger;
+  /** Told when an engine of this agent is gone, so that a scan listing it from before is not believed (gpu-process-sightings.ts). */
+  engineEnded?: (pgrp: number) => void;
 }
 
 /**
@@ -42,6 +44,8 @@ export function shardReactions(p: ShardReactionParts): ShardReaction[] {
     { name: 'model unpinned', on: (t) => void (isTerminal(t.to) && !t.shard.running && p.models.unpin(t.shard.shardId)) },
     // How long a launch or a wake took to READY, by where it came from (warmth-ledger.ts).
     { name: 'time to READY learned', on: (t) => p.warmth.follow(t) },
+    // Its GPU memory in a scan begun before this is its own, not a foreign process's (issue 47, item 7).
+    { name: 'engine end noted', on: (t) => void (isTerminal(t.to) && !t.shard.running && p.engineEnded?.(t.shard.pid)) },
   ];
 }
 

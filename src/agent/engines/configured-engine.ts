@@ -14,6 +14,7 @@ import { chooseRankPlacement, type HostTopology, type RankPlacement, readHostTop
 import type { Engine, LaunchPlan, ValidationContext } from './engine.js';
 import { resolveExecutableSync } from './resolve-executable.js';
 import { servesHttp, shardEnv } from './shard-launch.js';
+import { exactNcclList } from './nccl-selectors.js';
 import { type ValidateShardOptions, validateShard } from './validate-shard.js';
 import { engineCacheEnv, prepareEngineCache } from '../../models/engine-cache-env.js';
 import { StoreLayout } from '../../models/store-layout.js';
@@ -232,7 +233,8 @@ export abstract class ConfiguredEngine implements Engine {
     const cacheEnv = engineCacheDir === undefined ? {} : engineCacheEnv({ cacheDir: this.#modelsCacheDir, modelComplete: this.#offline.get(spec)?.offline === true, engineCacheDir, hubEndpoint: this.#hubEndpoint });
     // NCCL's and UCX's devices, under the operator's engines.<name>.env, which wins (shardEnv's layers).
     const fabric = this.#fabric.get(spec);
-    const fabricEnv: Record<string, string> = fabric ? { NCCL_IB_HCA: fabric.hcas.join(','), UCX_NET_DEVICES: fabric.ucxDevices.join(',') } : {};
+    // NCCL_IB_HCA exact, with the ports checked ACTIVE: NCCL reads a plain list as prefixes (nccl-selectors.ts).
+    const fabricEnv: Record<string, string> = fabric ? { NCCL_IB_HCA: exactNcclList(fabric.ucxDevices), UCX_NET_DEVICES: fabric.ucxDevices.join(',') } : {};
     const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, { ...cacheEnv, ...fabricEnv, ...this.agentEnv(spec) }) };
     if (this.config.user) plan.user = { ...this.config.user };
     const placement = this.#placement.get(spec);

@@ -32,9 +32,10 @@ export interface EngineSleepApi {
   hostCopy(level: 1 | 2): boolean;
   /**
    * The engine must hold no request when told to sleep. SGLang asserts the
-   * server is idle on a release (S:python/sglang/srt/managers/scheduler_components/weight_updater.py:203-205,
-   * ENGINES.md (e)), and a failed assertion in the scheduler takes the
-   * engine down: the agent refuses the sleep instead.
+   * server is idle on a release (`assert self.is_fully_idle()` in
+   * release_memory_occupation, S:python/sglang/srt/managers/scheduler_components/weight_updater.py:203-205
+   * at 71de97b), and a failed assertion in the scheduler takes the engine
+   * down: the agent refuses the sleep instead.
    */
   mustBeIdle: boolean;
   /**

@@ -18,9 +18,13 @@ const NEARNESS = ['PIX', 'PXB', 'PHB', 'NODE', 'SYS'] as const;
 
 /** What a rank's NCCL and UCX are given, and why; nothing for a shard on one node. */
 export interface RankFabric {
-  /** HCA names, for NCCL_IB_HCA. */
+  /** HCA names. */
   hcas: string[];
-  /** `name:port` of each active port, for UCX_NET_DEVICES. */
+  /**
+   * `name:port` of each active port: UCX_NET_DEVICES, and NCCL_IB_HCA as an
+   * exact list (`=mlx5_0:1,mlx5_3:1`, nccl-selectors.ts): without the `=`,
+   * NCCL would also use mlx5_10 and mlx5_11 for a chosen mlx5_1 (E13).
+   */
   ucxDevices: string[];
 }
 
@@ -40,17 +44,19 @@ export function chooseRankFabric(spec: StartShard, inventory: Inventory): RankFa
   const chosen = named ? spec.hcas.map((name) => ({ name, why: 'named in hcas' })) : nearestHcas(spec.gpuIndices, inventory);
   if (chosen.length === 0) return {};
   const ucxDevices: string[] = [];
-  for (const { name, why } of chosen) {
-    const ports = inventory.hcas.filter((h) => h.name === name);
+  for (const { name: entry, why } of chosen) {
+    // A named entry may keep one port (`mlx5_0:1`, as validation allows): only that port counts.
+    const [name = entry, port] = entry.split(':');
+    const ports = inventory.hcas.filter((h) => h.name === name && (port === undefined || h.port === Number(port)));
     const active = ports.filter((p) => p.state === 'ACTIVE');
     if (active.length === 0) {
       const state = ports.map((p) => `port ${p.port} ${p.state || 'unknown'}${p.physState ? ` (${p.physState})` : ''}`).join(', ') || 'no port';
       const remedy = named ? 'fix its link, or name another HCA in hcas' : 'fix its link, or name the HCAs to use in hcas';
-      return { refused: `shard ${spec.shardId}: HCA ${name} (${why}) has no active port: ${state}; a multi-node rank would start on it and fail minutes in; ${remedy}` };
+      return { refused: `shard ${spec.shardId}: HCA ${entry} (${why}) has no active port: ${state}; a multi-node rank would start on it and fail minutes in; ${remedy}` };
     }
     for (const p of active) ucxDevices.push(`${name}:${p.port}`);
   }
-  return { fabric: { hcas: chosen.map((c) => c.name), ucxDevices } };
+  return { fabric: { hcas: [...new Set(chosen.map((c) => c.name.split(':')[0] ?? c.name))], ucxDevices } };
 }
 
 /** Per GPU, in the shard's order, the HCAs at its nearest path; each HCA once. */

@@ -1,4 +1,5 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import { exactNcclList } from './nccl-selectors.js';
 
 /** Parallelism as engines take it: 0 (unset in proto) means 1. */
 export function parallelism(spec: StartShard): { tp: number; pp: number; nnodes: number } {
@@ -24,8 +25,9 @@ export function servedModelName(spec: StartShard): string {
  * The environment of one rank, in layers, later winning: the profile's
  * variables (validation has already refused every name outside the engine's
  * allowed_env), then the agent's own (the NCCL and Gloo interfaces,
- * NCCL_IB_HCA from the validated hcas, and what else the engine needs of the
- * node, `agentEnv`: store paths, host IPs, HF_HUB_OFFLINE), then the
+ * NCCL_IB_HCA from the validated hcas, NCCL's as exact lists, and what
+ * else the engine needs of the node, `agentEnv`: store paths, host IPs,
+ * HF_HUB_OFFLINE, a multi-node rank's checked HCA ports), then the
  * operator's engines.<name>.env, then what the agent owns outright.
  * A profile once overrode the agent's layer (VLLM_HOST_IP, NCCL_SOCKET_IFNAME,
  * NCCL_IB_HCA, HF_HUB_OFFLINE, the cache roots), undoing what the agent had
@@ -45,11 +47,14 @@ export function shardEnv(
 ): Record<string, string> {
   const env: Record<string, string> = {
     ...profileEnv,
-    NCCL_SOCKET_IFNAME: mgmtInterface,
+    // Exact (`=eth0`): NCCL reads a plain name as a prefix, and `eth0` would
+    // also take eth0.100 (nccl-selectors.ts). Gloo takes the name as it is.
+    NCCL_SOCKET_IFNAME: exactNcclList(mgmtInterface === '' ? [] : [mgmtInterface]),
     GLOO_SOCKET_IFNAME: mgmtInterface,
+    // The control plane's HCAs, exact; a multi-node rank's checked ports (agentEnv) win.
+    ...(spec.hcas.length > 0 ? { NCCL_IB_HCA: exactNcclList(spec.hcas) } : {}),
     ...agentEnv,
   };
-  if (spec.hcas.length > 0) env.NCCL_IB_HCA = spec.hcas.join(',');
   Object.assign(env, configured);
   env.CUDA_VISIBLE_DEVICES = spec.gpuIndices.join(',');
   env.CUDA_DEVICE_ORDER = 'PCI_BUS_ID';

@@ -1,4 +1,5 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import type { BoundPort } from '../engines/shard-bound-ports.js';
 import { failure, LlmgwError } from '../../lib/errors.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { ShardRunner } from './shard/shard-runner.js';
@@ -32,7 +33,12 @@ export interface LaunchAdmissionOptions {
   maxConcurrentLaunches?: number;
   /** Default MAX_PENDING_LAUNCHES (64). */
   maxPendingLaunches?: number;
+  /** The ports of this node a shard's engine binds (shardBoundPorts); by default its http_port alone. */
+  boundPorts?: (spec: StartShard) => BoundPort[];
 }
+
+/** A shard's http_port, the one port every engine binds. */
+const httpPortOnly = (spec: StartShard): BoundPort[] => (spec.httpPort > 0 ? [{ port: spec.httpPort, what: `http_port ${spec.httpPort}` }] : []);
 
 /**
  * Which launches may begin: the launches in progress by shard id (the one
@@ -54,10 +60,12 @@ export class LaunchAdmission {
   private activeLaunches = 0;
   private readonly maxConcurrentLaunches: number;
   private readonly maxPendingLaunches: number;
+  private readonly boundPorts: (spec: StartShard) => BoundPort[];
 
   constructor(private readonly opts: LaunchAdmissionOptions) {
     this.maxConcurrentLaunches = opts.maxConcurrentLaunches ?? DEFAULT_MAX_CONCURRENT_LAUNCHES;
     this.maxPendingLaunches = opts.maxPendingLaunches ?? MAX_PENDING_LAUNCHES;
+    this.boundPorts = opts.boundPorts ?? httpPortOnly;
   }
 
   /** The launch of `shardId` in progress, if any. */
@@ -71,19 +79,26 @@ export class LaunchAdmission {
   }
 
   /**
-   * Refuses GPUs or a port another shard holds or is launching on, or one
+   * Refuses GPUs or a port another shard holds or is launching on (any
+   * port its engine binds: boundPorts), or one
    * launch too many; otherwise claims them and starts `launch`. Synchronous,
    * so that it agrees with the caller's checks made just before it.
    */
   claim(spec: StartShard, launch: () => Promise<ShardRunner>): { launch: Promise<ShardRunner>; settled: Promise<ShardRunner | undefined> } {
     const id = spec.shardId;
-    const held = this.reservations(id);
+    const held = this.holdings(id);
     for (const g of spec.gpuIndices) {
       const holder = held.gpus.get(g);
       if (holder !== undefined) throw failure(`GPU ${g} is held by shard ${holder}; stop it first or place this shard elsewhere`);
     }
-    const portHolder = spec.httpPort > 0 ? held.ports.get(spec.httpPort) : undefined;
-    if (portHolder !== undefined) throw failure(`http_port ${spec.httpPort} is already in use on this node by shard ${portHolder}; use another port`);
+    for (const mine of this.boundPorts(spec)) {
+      const theirs = held.ports.get(mine.port);
+      if (theirs === undefined) continue;
+      if (theirs.what === mine.what) throw failure(`${mine.what} is already in use on this node by shard ${theirs.shard}; use another port`);
+      // A port an engine derives (SGLang's DP attention: shard-bound-ports.ts) would collide at its start, 30 s in.
+      const subject = mine.what.includes(', which ') ? `${mine.what},` : mine.what;
+      throw failure(`${subject} is already in use on this node by shard ${theirs.shard} (${theirs.what}); give the two shards ports at least 14 apart`);
+    }
     if (this.launching.size >= this.maxPendingLaunches) {
       throw failure(`${this.launching.size} shard starts are in progress already, the most this agent takes at once; retry once some have settled`);
     }
@@ -113,12 +128,18 @@ export class LaunchAdmission {
    * synchronously, so it agrees with claim().
    */
   reservations(exceptShardId = ''): Reservations {
+    const { gpus, ports } = this.holdings(exceptShardId);
+    return { gpus, ports: new Map([...ports].map(([port, h]) => [port, h.shard])) };
+  }
+
+  /** reservations(), with how each port's holder uses it. */
+  private holdings(exceptShardId: string): { gpus: Map<number, string>; ports: Map<number, { shard: string; what: string }> } {
     const gpus = new Map<number, string>();
-    const ports = new Map<number, string>();
+    const ports = new Map<number, { shard: string; what: string }>();
     const hold = (id: string, spec: StartShard) => {
       if (id === exceptShardId) return;
       for (const g of spec.gpuIndices) gpus.set(g, id);
-      if (spec.httpPort > 0) ports.set(spec.httpPort, id);
+      for (const p of this.boundPorts(spec)) ports.set(p.port, { shard: id, what: p.what });
     };
     for (const r of this.opts.runners.values()) if (!isTerminal(r.currentState) || r.running) hold(r.shardId, r.spec);
     for (const [id, spec] of this.claims) hold(id, spec);

@@ -15,7 +15,7 @@ import { isTerminal } from '../../lib/shard-states.js';
 import { type LauncherChoice, chooseLauncher } from './launch/choose-launcher.js';
 import { findOrphans } from './orphans/find-orphans.js';
 import { type KillOrphanOptions, killOrphan } from './orphans/kill-orphan.js';
-import { LaunchAdmission, type Reservations } from './launch-admission.js';
+import { LaunchAdmission, type LaunchAdmissionOptions, type Reservations } from './launch-admission.js';
 import { type ShardFileOwnership, type ShardLaunch, launchShard, shardEnvFilePath } from './launch/launch-shard.js';
 import type { OrphanContext } from './orphans/find-orphans.js';
 import { endedShard, reattachShard } from './orphans/reattach-shard.js';
@@ -54,6 +54,8 @@ export interface SupervisorOptions {
   terminalGcIntervalMs?: number;
   /** An engine's sleep API by its name (ShardRunnerContext.sleepApiOf); none: no shard sleeps. */
   sleepApiOf?: ShardRunnerContext['sleepApiOf'];
+  /** The ports of this node a shard's engine binds, all held for it (LaunchAdmissionOptions.boundPorts); its http_port alone by default. */
+  boundPorts?: LaunchAdmissionOptions['boundPorts'];
 }
 
 /** A launch, or how to make one: validation runs after the shard id is reserved, so a repeat never validates beside it. */
@@ -89,7 +91,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     this.log = opts.logger ?? silentLogger;
     this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), sleepApiOf: opts.sleepApiOf };
     const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
-    this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches });
+    this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches, boundPorts: opts.boundPorts });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };
     this.orphans = { config: this.config, log: this.log, engineUids: this.files.engineUids, signalOrphanGroup: opts.signalOrphanGroup };
     const isClaimed = (id: string) => this.admission.isClaimed(id);

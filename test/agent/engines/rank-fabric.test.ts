@@ -52,7 +52,7 @@ describe("a multi-node rank's HCAs", () => {
     const spec = shard({ ...twoNodes, gpuIndices: [2, 3], profile: { tensorParallelSize: 4 } });
     const engine = new VllmEngine({ command: [process.execPath] }, 'eth0');
     await engine.validate(spec, ctx);
-    expect(engine.command(spec).env).toMatchObject({ NCCL_IB_HCA: 'mlx5_1', UCX_NET_DEVICES: 'mlx5_1:1' });
+    expect(engine.command(spec).env).toMatchObject({ NCCL_IB_HCA: '=mlx5_1:1', UCX_NET_DEVICES: 'mlx5_1:1' });
     const pinned = new VllmEngine({ command: [process.execPath], env: { NCCL_IB_HCA: '=mlx5_0' } }, 'eth0');
     await pinned.validate(spec, ctx);
     expect(pinned.command(spec).env).toMatchObject({ NCCL_IB_HCA: '=mlx5_0', UCX_NET_DEVICES: 'mlx5_1:1' });

@@ -88,7 +88,7 @@ describe('SglangEngine.command', () => {
       '--mem-fraction-static',
       '0.85',
     ]);
-    expect(plan.env).toEqual({ CUDA_VISIBLE_DEVICES: '0,1', CUDA_DEVICE_ORDER: 'PCI_BUS_ID', NCCL_SOCKET_IFNAME: 'eth0', GLOO_SOCKET_IFNAME: 'eth0', SGLANG_X: '1' });
+    expect(plan.env).toEqual({ CUDA_VISIBLE_DEVICES: '0,1', CUDA_DEVICE_ORDER: 'PCI_BUS_ID', NCCL_SOCKET_IFNAME: '=eth0', GLOO_SOCKET_IFNAME: 'eth0', SGLANG_X: '1' });
   });
 
   it('joins a multi-node shard through --dist-init-addr, bracketing IPv6 leaders', () => {

@@ -23,9 +23,9 @@ describe('a profile cannot override what the agent sets (security review 3, S8)'
     const engine = new VllmEngine({ command: ['/opt/vllm/bin/vllm', 'serve'] }, 'bond0', { mgmtAddr: '10.1.2.3' });
     const plan = engine.command(shard({ gpuIndices: [2, 3], hcas: ['mlx5_0'], profile: { env: { ...HOSTILE, VLLM_USE_V1: '1' } } }));
     expect(plan.env).toMatchObject({
-      NCCL_SOCKET_IFNAME: 'bond0',
+      NCCL_SOCKET_IFNAME: '=bond0',
       GLOO_SOCKET_IFNAME: 'bond0',
-      NCCL_IB_HCA: 'mlx5_0',
+      NCCL_IB_HCA: '=mlx5_0',
       VLLM_HOST_IP: '10.1.2.3',
       CUDA_VISIBLE_DEVICES: '2,3',
       VLLM_USE_V1: '1',

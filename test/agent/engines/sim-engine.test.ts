@@ -30,7 +30,7 @@ describe('SimEngine', () => {
       '--load-time',
       '1s',
     ]);
-    expect(plan.env).toEqual({ CUDA_VISIBLE_DEVICES: '0,1', CUDA_DEVICE_ORDER: 'PCI_BUS_ID', NCCL_SOCKET_IFNAME: 'lo', GLOO_SOCKET_IFNAME: 'lo', SIM: '1' });
+    expect(plan.env).toEqual({ CUDA_VISIBLE_DEVICES: '0,1', CUDA_DEVICE_ORDER: 'PCI_BUS_ID', NCCL_SOCKET_IFNAME: '=lo', GLOO_SOCKET_IFNAME: 'lo', SIM: '1' });
   });
 
   it('runs non-zero ranks of a multi-node shard as --worker, every rank at the gang\'s rendezvous (rank 0 holds it)', () => {

@@ -37,9 +37,10 @@ describe('VllmEngine.command', () => {
     expect(plan.env).toEqual({
       CUDA_VISIBLE_DEVICES: '2,3',
       CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
-      NCCL_SOCKET_IFNAME: 'bond0',
+      // NCCL's lists exact (NCCL reads a plain entry as a prefix); Gloo's a plain name.
+      NCCL_SOCKET_IFNAME: '=bond0',
       GLOO_SOCKET_IFNAME: 'bond0',
-      NCCL_IB_HCA: 'mlx5_0,mlx5_1',
+      NCCL_IB_HCA: '=mlx5_0,mlx5_1',
       VLLM_USE_V1: '1',
       NCCL_DEBUG: 'WARN',
     });

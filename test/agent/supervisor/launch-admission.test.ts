@@ -9,6 +9,7 @@ import {
   RepeatedStartError,
 } from '../../../src/agent/supervisor/launch-admission.js';
 import type { ShardRunner } from '../../../src/agent/supervisor/shard/shard-runner.js';
+import { sglangDpAttention, shardBoundPorts } from '../../../src/agent/engines/shard-bound-ports.js';
 
 function spec(shardId: string, gpuIndices: number[], httpPort = 0): StartShard {
   return create(StartShardSchema, { shardId, replicaId: `rep-${shardId}`, gpuIndices, httpPort });
@@ -289,5 +290,82 @@ describe('RepeatedStartError', () => {
     expect(err.kind).toBe('failure');
     expect(err.exitCode).toBe(1);
     expect(err.message).toBe('shard s7: the start this repeat joined was refused');
+  });
+});
+
+/*
+ * Review engine-fidelity-3, E16: SGLang with DP attention binds, beside its
+ * http_port, the dist-init port and six ports after it, and the port
+ * handshake 13 after (src/agent/engines/shard-bound-ports.ts cites where).
+ * Two such shards on one node whose ports are that close collide at start.
+ */
+describe('LaunchAdmission with the ports an engine derives (SGLang DP attention)', () => {
+  const gang = (shardId: string, leaderPort: number, httpPort: number, args: string[] = ['--enable-dp-attention', '--dp-size', '2']) =>
+    create(StartShardSchema, {
+      shardId,
+      replicaId: `rep-${shardId}`,
+      gpuIndices: [Number(shardId.replace(/\D/g, '')) % 8],
+      httpPort,
+      nnodes: 2,
+      rank: 0,
+      leaderAddr: '10.0.0.1',
+      leaderPort,
+      profile: { engine: 'sglang', model: 'm', args },
+    });
+  const withPorts = (runners: ShardRunner[] = []) =>
+    new LaunchAdmission({ runners: new Map(runners.map((r) => [r.shardId, r])), closed: new AbortController().signal, boundPorts: (s) => shardBoundPorts(s) });
+
+  it('holds leader_port, the six after it and the handshake 13 after, on rank 0; the block without the handshake on the other ranks', () => {
+    expect(shardBoundPorts(gang('g1', 29500, 8001)).map((p) => p.port)).toEqual([8001, 29500, 29501, 29502, 29503, 29504, 29505, 29506, 29513]);
+    expect(shardBoundPorts(create(StartShardSchema, { ...gang('g1', 29500, 0), rank: 1 })).map((p) => p.port)).toEqual([29500, 29501, 29502, 29503, 29504, 29505, 29506]);
+    // Past 65535 SGLang counts down from leader_port - 7 (server_args.py:9917-9920).
+    expect(shardBoundPorts(gang('g1', 65533, 8001)).map((p) => p.port).slice(1, 8)).toEqual([65533, 65526, 65527, 65528, 65529, 65530, 65531]);
+  });
+
+  it('refuses a second gang whose leader_port is within the first one\'s block, naming both, at once', () => {
+    const a = withPorts([runner(gang('g1', 29500, 8001), ShardState.READY, true)]);
+    expect(claimErr(a, gang('g2', 29503, 8002)).message).toBe(
+      "leader_port 29503 is already in use on this node by shard g1 (port 29503, which SGLang's DP attention derives from leader_port 29500); give the two shards ports at least 14 apart",
+    );
+    // Either way round: a gang below whose block covers the first's leader_port.
+    expect(claimErr(a, gang('g3', 29495, 8003)).message).toBe(
+      "port 29500, which SGLang's DP attention derives from leader_port 29495, is already in use on this node by shard g1 (leader_port 29500); give the two shards ports at least 14 apart",
+    );
+  });
+
+  it("refuses any shard's http_port inside the block", () => {
+    const a = withPorts([runner(gang('g1', 29500, 8001), ShardState.READY, true)]);
+    expect(claimErr(a, spec('s9', [5], 29513)).message).toBe(
+      "http_port 29513 is already in use on this node by shard g1 (port 29513, which SGLang's DP attention derives from leader_port 29500); give the two shards ports at least 14 apart",
+    );
+  });
+
+  it('takes two gangs whose ports are far apart, and two without DP attention however close (as before)', () => {
+    const far = withPorts([runner(gang('g1', 29500, 8001), ShardState.READY, true)]);
+    expect(() => far.claim(gang('g2', 29520, 8002), () => deferred().promise)).not.toThrow();
+    const plain = withPorts([runner(gang('g1', 29500, 8001, ['--dp-size', '2']), ShardState.READY, true)]);
+    expect(() => plain.claim(gang('g2', 29501, 8002, ['--dp-size', '2']), () => deferred().promise)).not.toThrow();
+  });
+
+  it('on one node, derives the block from http_port + 233: two shards on adjacent http ports collide', () => {
+    const one = (id: string, http: number) => create(StartShardSchema, { ...gang(id, 0, http), nnodes: 1, leaderAddr: '', leaderPort: 0 });
+    expect(shardBoundPorts(one('s1', 8000)).map((p) => p.port)).toEqual([8000, 8233, 8234, 8235, 8236, 8237, 8238, 8239, 8013]);
+    const a = withPorts([runner(one('s1', 8000), ShardState.READY, true)]);
+    expect(claimErr(a, one('s2', 8001)).message).toBe(
+      "port 8234, which SGLang's DP attention derives from http_port 8001, is already in use on this node by shard s1 (port 8234, which SGLang's DP attention derives from http_port 8000); give the two shards ports at least 14 apart",
+    );
+  });
+
+  it('sees DP attention in the operator\'s extra_args and through --dwdp-size above 1', () => {
+    const plain = gang('g1', 29500, 8001, []);
+    expect(shardBoundPorts(plain)).toHaveLength(1);
+    expect(shardBoundPorts(plain, ['--enable-dp-attention'])).toHaveLength(9);
+    expect(sglangDpAttention(['--dwdp-size', '2'])).toBe(true);
+    expect(sglangDpAttention(['--dwdp-size=4'])).toBe(true);
+    expect(sglangDpAttention(['--dwdp-size', '1', '--dp-size', '2'])).toBe(false);
+    // Another engine's args are not SGLang's.
+    const vllm = gang('g1', 29500, 8001);
+    if (vllm.profile) vllm.profile.engine = 'vllm';
+    expect(shardBoundPorts(vllm)).toHaveLength(1);
   });
 });

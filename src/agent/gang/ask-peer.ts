@@ -9,8 +9,8 @@ import { noAnswerWithin, type PeerFailure, peerFailure } from './peer-failure.js
 /** What a peer's agent said of a gang, or why it said nothing usable (one line) and what that says of the peer. */
 export type PeerReply = { ok: true; answer: GangAnswer } | ({ ok: false } & PeerFailure);
 
-/** Whether a peer's socket accepted (or its /health answered 200), or why not. */
-export type ProbeResult = { ok: true } | ({ ok: false } & PeerFailure);
+/** Whether a peer's socket accepted (or its /health answered 200), or why not; `accepted`: it did accept, then answered no. */
+export type ProbeResult = { ok: true } | ({ ok: false; accepted?: boolean } & PeerFailure);
 
 /**
  * Asks the agent at `endpoint` for its ranks of gang `gangId`, within
@@ -95,7 +95,7 @@ export function probeHealth(host: string, port: number, timeoutMs: number): Prom
     const req = httpRequest({ host, port, path: '/health', method: 'GET', agent: false }, (res) => {
       res.resume();
       if (res.statusCode === 200) return end({ ok: true });
-      end({ ok: false, cause: res.statusCode === 503 ? 'refused' : 'unknown', why: `answered HTTP ${res.statusCode}` });
+      end({ ok: false, accepted: true, cause: res.statusCode === 503 ? 'refused' : 'unknown', why: `answered HTTP ${res.statusCode}` });
     });
     req.on('error', (err) => end({ ok: false, ...peerFailure(err) }));
     const timer = setTimeout(() => end({ ok: false, ...noAnswerWithin(timeoutMs) }), timeoutMs);

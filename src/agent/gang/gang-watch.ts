@@ -169,7 +169,7 @@ export class GangWatch {
     const e = rank0Evidence(s.spec, m);
     if (e.kind === 'none') return { kind: 'none' };
     const r: ProbeResult = await (e.kind === 'api-health' ? this.#probeHealth : this.#probe)(e.host, e.port, timeoutMs);
-    return r.ok ? { kind: 'open' } : { kind: 'failed', cause: r.cause, why: `${e.label}: ${r.why}`, proof: e.kind };
+    return r.ok ? { kind: 'open' } : { kind: 'failed', cause: r.cause, why: `${e.label}: ${r.why}`, proof: e.kind, ...(r.accepted ? { accepted: true } : {}) };
   }
 }
 

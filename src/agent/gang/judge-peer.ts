@@ -34,7 +34,11 @@ export const newPeerTrack = (): PeerTrack => ({ seenRank: false, seenOpen: false
 export type AgentSaid = { kind: 'answered'; answer: GangAnswer } | { kind: 'failed'; cause: PeerFailureCause; why: string } | { kind: 'none' };
 
 /** What rank 0's socket said this round (gang-liveness.ts); `none` for a peer with no socket to ask. */
-export type EngineSaid = { kind: 'open' } | { kind: 'failed'; cause: PeerFailureCause; why: string; proof: 'rendezvous-port' | 'api-health' } | { kind: 'none' };
+export type EngineSaid =
+  | { kind: 'open' }
+  /** `accepted`: the socket is bound (an API answering 503): its refusal counts at once. */
+  | { kind: 'failed'; cause: PeerFailureCause; why: string; proof: 'rendezvous-port' | 'api-health'; accepted?: boolean }
+  | { kind: 'none' };
 
 export interface PeerRound {
   m: GangMember;
@@ -100,6 +104,7 @@ export function judgePeer(t: PeerTrack, r: PeerRound): Seen {
     return `${who} unreachable since ${new Date(t.unreachableSinceMs).toISOString()} (${why})`;
   };
   // 3. The engine's own socket refused: only once it could have been bound.
+  if (engine?.accepted) t.seenOpen = true;
   const bound = t.seenOpen || now >= r.rank0DeadlineMs;
   if (engine?.cause === 'refused' && bound) {
     t.silentRounds = 0;

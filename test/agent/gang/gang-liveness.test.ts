@@ -72,9 +72,18 @@ function watch(s: ShardSnapshot, peer: Peer, over: Partial<GangWatchParts> = {})
       s.gangFault = f;
     },
     log: log.logger,
-    ask: (endpoint, _gang, timeoutMs) => (asked.agent++, silent(`agent ${endpoint}`, timeoutMs, peer.agent)),
-    probe: (_h, _p, timeoutMs) => (asked.port++, silent('connect', timeoutMs, peer.port)),
-    probeHealth: (_h, _p, timeoutMs) => (asked.health++, silent('health', timeoutMs, peer.health)),
+    ask: (endpoint, _gang, timeoutMs) => {
+      asked.agent++;
+      return silent(`agent ${endpoint}`, timeoutMs, peer.agent);
+    },
+    probe: (_h, _p, timeoutMs) => {
+      asked.port++;
+      return silent('connect', timeoutMs, peer.port);
+    },
+    probeHealth: (_h, _p, timeoutMs) => {
+      asked.health++;
+      return silent('health', timeoutMs, peer.health);
+    },
     ...over,
     now,
   });

@@ -3,7 +3,7 @@ import { request as httpsRequest } from 'node:https';
 import { connect } from 'node:net';
 import { parseEndpoint } from '../../lib/gang-problems.js';
 import { type GangAnswer, MAX_ANSWER_BYTES, parseGangAnswer } from './gang-answer.js';
-import type { GangTls } from './gang-tls.js';
+import type { GangTls, GangTlsRead } from './gang-tls.js';
 import { noAnswerWithin, type PeerFailure, peerFailure } from './peer-failure.js';
 
 /** What a peer's agent said of a gang, or why it said nothing usable (one line) and what that says of the peer. */
@@ -11,6 +11,18 @@ export type PeerReply = { ok: true; answer: GangAnswer } | ({ ok: false } & Peer
 
 /** Whether a peer's socket accepted (or its /health answered 200), or why not; `accepted`: it did accept, then answered no. */
 export type ProbeResult = { ok: true } | ({ ok: false; accepted?: boolean } & PeerFailure);
+
+/**
+ * askPeer with the agent's TLS read at each ask (readGangTls): TLS files that
+ * cannot be read are ours to fix, and say nothing of the peer (issue 48).
+ */
+export function askWithTls(tls?: () => GangTlsRead): (endpoint: string, gangId: string, timeoutMs: number) => Promise<PeerReply> {
+  return (endpoint, gangId, timeoutMs) => {
+    const read = tls?.() ?? { tls: undefined };
+    if ('error' in read) return Promise.resolve({ ok: false, cause: 'unknown', why: `agent ${endpoint} not asked: ${read.error}` });
+    return askPeer(endpoint, gangId, timeoutMs, read.tls);
+  };
+}
 
 /**
  * Asks the agent at `endpoint` for its ranks of gang `gangId`, within

@@ -4,7 +4,7 @@ import type { ShardId } from '../../lib/shard-id.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { GangFault } from '../supervisor/shard/shard-machine.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
-import { askPeer, type PeerReply, type ProbeResult, probeHealth, probePort } from './ask-peer.js';
+import { askWithTls, type PeerReply, type ProbeResult, probeHealth, probePort } from './ask-peer.js';
 import { rank0Evidence, rank0StartDeadlineMs } from './gang-liveness.js';
 import type { GangTlsRead } from './gang-tls.js';
 import { type AgentSaid, type EngineSaid, judgePeer, newPeerTrack, type PeerTrack, type Seen } from './judge-peer.js';
@@ -74,14 +74,7 @@ export class GangWatch {
 
   constructor(p: GangWatchParts) {
     this.#p = p;
-    this.#ask =
-      p.ask ??
-      ((endpoint, gangId, timeoutMs) => {
-        const read = p.tls?.() ?? { tls: undefined };
-        // Our own TLS files: no word about the peer (issue 48), never a death.
-        if ('error' in read) return Promise.resolve({ ok: false, cause: 'unknown', why: `agent ${endpoint} not asked: ${read.error}` });
-        return askPeer(endpoint, gangId, timeoutMs, read.tls);
-      });
+    this.#ask = p.ask ?? askWithTls(p.tls);
     this.#probe = p.probe ?? probePort;
     this.#probeHealth = p.probeHealth ?? probeHealth;
     this.#now = p.now ?? Date.now;

@@ -100,6 +100,7 @@ export class ShardRunner {
       stopServing: () => this.serving.abort(),
       reapLeftovers: (graceMs) => this.engine.reapLeftovers({ graceMs, signal: this.lifeScope.signal, log: ctx.log.child({ shard: r.shardId, replica: r.replicaId }) }),
       snapshot: () => this.snapshot(),
+      firstToGo: (endedAtMs) => ctx.firstToGo?.(this.snapshot(), endedAtMs) ?? Promise.resolve(undefined),
     };
     this.answers = new ShardAnswers(this.hands);
     this.lifeScope.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
@@ -403,4 +404,6 @@ export interface ShardRunnerContext {
   launcher?: () => Promise<LauncherChoice>;
   /** The sleep API of an engine by its name (Engine.sleepApi, from the composition root); none: no shard sleeps. */
   sleepApiOf?: (engine: string) => EngineSleepApi | undefined;
+  /** Which peer rank of a gang went before this rank's engine ended (first-to-go.ts, from the composition root); none: not asked. */
+  firstToGo?: (shard: ShardSnapshot, endedAtMs: number) => Promise<GangFault | undefined>;
 }

@@ -48,7 +48,35 @@ export function vllmHasPartialWakeFix(version: string | undefined): boolean | un
   return !/^(\.?(a|b|rc|dev|alpha|beta|pre|c)\d*)/i.test(m[4] ?? '');
 }
 
-const FLAGS = { flags: ['--speculative-config', '--load-format'], flexible: true } as const;
+/** vLLM's speculative decoding options (V:vllm/engine/arg_utils.py:1626-1632): -sc is --speculative-config; --spec-* set its fields. */
+const SPEC_FLAGS = ['--speculative-config', '-sc', '--spec-method', '--spec-model', '--spec-tokens'];
+const FLAGS = { flags: [...SPEC_FLAGS, '--load-format'], flexible: true } as const;
+
+/**
+ * Speculative methods that load no draft weights (n-gram lookups, suffix
+ * trees; SpeculativeMethod, V:vllm/config/speculative.py:63, 69-79): nothing
+ * for a level-2 sleep to lose.
+ */
+const DRAFTLESS_METHODS = ['ngram', 'ngram_gpu', 'suffix'];
+
+/** The speculative method a profile's args name, '' when they name none they can be read for, undefined when they configure no speculation. */
+function speculativeMethod(args: readonly string[]): string | undefined {
+  const hits = findFlags(args, FLAGS).filter((h) => SPEC_FLAGS.includes(h.flag));
+  if (hits.length === 0) return undefined;
+  let method = '';
+  for (const h of hits) {
+    if (h.flag === '--spec-method' || (h.given.startsWith('--speculative') && args[h.index]?.includes('.method'))) method = h.value ?? '';
+    else if (h.flag === '--speculative-config' || h.flag === '-sc') {
+      try {
+        const m = (JSON.parse(h.value ?? '') as { method?: unknown }).method;
+        if (typeof m === 'string') method = m;
+      } catch {
+        // Not JSON (a dotted field, a file): the method stays unknown.
+      }
+    }
+  }
+  return method;
+}
 
 /** What a profile's args give `flag`, the last winning as in argparse: undefined when unset, '' when set without a value. */
 function lastValue(args: readonly string[], flag: string): string | undefined {
@@ -85,9 +113,9 @@ export function judgeSurvival(spec: StartShard, level: 1 | 2, version: string | 
     }
   }
   if (level !== 2) return;
-  const spec2 = lastValue(args, '--speculative-config');
-  if (spec2 !== undefined) {
-    throw failure('sleep refused: level 2 with --speculative-config: vLLM\'s reload_weights reloads the target model only and the draft stays discarded (vLLM #52479), so the shard would serve at no speed-up; use level 1');
+  const method = speculativeMethod(args);
+  if (method !== undefined && !DRAFTLESS_METHODS.includes(method)) {
+    throw failure(`sleep refused: level 2 with --speculative-config${method ? ` (${method})` : ''}: vLLM's reload_weights reloads the target model only and the draft stays discarded (vLLM #52479), so the shard would serve at no speed-up; use level 1`);
   }
   const format = lastValue(args, '--load-format');
   if (format !== undefined && !RELOADABLE_LOAD_FORMATS.includes(format)) {

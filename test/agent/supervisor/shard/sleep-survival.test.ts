@@ -55,9 +55,22 @@ describe('judgeSurvival', () => {
   });
 
   it('refuses level 2 with --speculative-config (the draft is never reloaded, vLLM #52479) however it is spelt, and accepts level 1 of it', () => {
-    for (const args of [['--speculative-config', '{"method":"eagle","model":"d","num_speculative_tokens":3}'], ['--speculative_config={"method":"ngram"}'], ['--speculative-config.method', 'eagle']]) {
-      expect(() => judgeSurvival(spec('vllm', args), 2, '0.27.1'), args.join(' ')).toThrow(/^sleep refused: level 2 with --speculative-config: .*the draft stays discarded \(vLLM #52479\).*; use level 1$/);
+    const cases = [
+      ['--speculative-config', '{"method":"eagle","model":"d","num_speculative_tokens":3}'],
+      ['-sc', '{"method":"mtp","num_speculative_tokens":1}'],
+      ['--speculative_config.method', 'eagle3'],
+      ['--spec-model', 'acme/draft', '--spec-tokens', '4'],
+      ['--spec-method', 'draft_model'],
+    ];
+    for (const args of cases) {
+      expect(() => judgeSurvival(spec('vllm', args), 2, '0.27.1'), args.join(' ')).toThrow(/^sleep refused: level 2 with --speculative-config.*: .*the draft stays discarded \(vLLM #52479\).*; use level 1$/);
       expect(() => judgeSurvival(spec('vllm', args), 1, '0.27.1')).not.toThrow();
+    }
+  });
+
+  it('accepts level 2 with a speculative method that loads no draft (n-gram, suffix): nothing for the sleep to lose', () => {
+    for (const args of [['--speculative-config', '{"method":"ngram","num_speculative_tokens":4,"prompt_lookup_max":4}'], ['--spec-method', 'suffix'], ['--speculative-config.method', 'ngram_gpu']]) {
+      expect(() => judgeSurvival(spec('vllm', args), 2, '0.27.1'), args.join(' ')).not.toThrow();
     }
   });
 

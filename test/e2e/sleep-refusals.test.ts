@@ -133,6 +133,11 @@ describe('vLLM sleeps refused by what the engine is (E3, E6)', () => {
     await until(() => released('v-st') > before, 'asleep', 60_000);
     const woken = await send('v-st', { case: 'wake' }, S.READY);
     expect(woken.state, woken.error).toBe(S.READY);
+    // A level-2 wake reads the model again: its deadline from its bytes (no store here: the 8000 MiB its GPU held) at the assumed disk rate.
+    const waking = agent.logs().find((r) => r.msg === 'waking shard' && r.shard === 'v-st');
+    const mib = Number(/^level-2 reload of (\d+) MiB \(what its GPUs held awake\) at an assumed 200 MiB\/s \(no disk rate measured yet\), 2x, plus 120 s$/.exec(String(waking?.why))?.[1]);
+    expect(mib).toBeGreaterThanOrEqual(8000);
+    expect(waking?.timeoutMs).toBe(120_000 + (2 * mib * 1000) / 200);
   });
 
   it('refuses a wake onto a GPU a process no shard owns now holds, naming its pid, the engine left asleep; wakes once it is gone, its own pid listed', async () => {

@@ -1,5 +1,6 @@
 import type { Inventory } from '../gen/llmgw/v1/agent_pb.js';
 import type { AgentConfig } from './config/agent-config.js';
+import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import { type GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import type { NodeModels } from './models/node-models.js';
 import type { WarmthLedger } from './models/warmth-ledger.js';
@@ -15,6 +16,8 @@ export interface AgentSleepProbesOptions {
   models: NodeModels;
   inventory: () => Inventory;
   shards: () => ShardSnapshot[];
+  /** The NVML the agent keeps open, when it does: a wake's process listing is then in-process. */
+  nvml?: NvmlLibrary;
 }
 
 /**
@@ -38,6 +41,6 @@ export function agentSleepProbes(o: AgentSleepProbesOptions): SleepProbes {
       const stored = o.models.current().cachedModels.find((m) => m.repo === model && m.complete);
       return wakeDeadline({ engine: spec.profile?.engine ?? '', level, awakeMib, modelBytes: Number(stored?.bytes ?? 0n), disk: o.warmth.diskRate(), configuredMs: c.supervisor.wakeTimeoutMs });
     },
-    gpusTaken: wakeGpuCheck({ nvidiaSmi: c.discovery.nvidiaSmi, timeoutMs: c.discovery.timeoutMs, inventory: o.inventory, shards: o.shards }),
+    gpusTaken: wakeGpuCheck({ nvml: o.nvml, nvidiaSmi: c.discovery.nvidiaSmi, timeoutMs: c.discovery.timeoutMs, inventory: o.inventory, shards: o.shards }),
   };
 }

@@ -169,7 +169,7 @@ export class Agent {
       models: this.models,
       onRefused: (what, shard, why) => this.events.record(refusalEvent(what, shard, why)),
       onWakeAsked: (shard) => this.warmth.wakeAsked(shard),
-      sleepProbes: agentSleepProbes({ config: c, sampler: opts.sampler, warmth: this.warmth, models: this.models, inventory: () => this.inventory, shards: () => opts.supervisor.list() }),
+      sleepProbes: agentSleepProbes({ config: c, sampler: opts.sampler, warmth: this.warmth, models: this.models, inventory: () => this.inventory, shards: () => opts.supervisor.list(), nvml: opts.nvml }),
     });
     this.recovery = new RecoverEngines({
       nodeId: c.nodeId,

@@ -1,4 +1,6 @@
-import type { GpuProcess, Inventory } from '../gen/llmgw/v1/agent_pb.js';
+import { create } from '@bufbuild/protobuf';
+import { type GpuProcess, GpuProcessSchema, type Inventory } from '../gen/llmgw/v1/agent_pb.js';
+import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import { readProcStat } from '../lib/process/proc-stat.js';
 import { isRunningStat } from '../lib/process/process-identity.js';
 import { isTerminal } from '../lib/shard-states.js';
@@ -44,22 +46,40 @@ export function gpusTakenBy(
 }
 
 export interface WakeGpuCheckOptions {
+  /** The NVML the agent keeps open: processes listed in-process, in a millisecond, on the wake's path. */
+  nvml?: NvmlLibrary;
   nvidiaSmi: string;
   timeoutMs: number;
   inventory: () => Inventory;
   shards: () => ShardSnapshot[];
 }
 
+/** The compute processes on `gpus` through NVML (the index the sampler reads memory by); undefined when NVML cannot say. */
+function nvmlProcesses(nvml: NvmlLibrary | undefined, gpus: readonly number[], inventory: Inventory): GpuProcess[] | undefined {
+  if (!nvml?.has('nvmlDeviceGetComputeRunningProcesses_v3')) return undefined;
+  const out: GpuProcess[] = [];
+  for (const i of gpus) {
+    const uuid = inventory.gpus.find((g) => g.index === i)?.uuid ?? '';
+    const procs = nvml.computeProcesses(i);
+    if (!procs.ok) return undefined;
+    for (const p of procs.value) out.push(create(GpuProcessSchema, { pid: p.pid, gpuUuid: uuid, usedMemoryMb: Math.floor(p.usedBytes / (1024 * 1024)) }));
+  }
+  return out;
+}
+
 /**
  * SleepProbes.gpusTaken for the agent: the compute processes listed now
- * (nvidia-smi --query-compute-apps), else as the last hardware scan listed
- * them (an NVML-only node, a failed call).
+ * (NVML in-process, else nvidia-smi --query-compute-apps), else as the last
+ * hardware scan listed them (a failed call).
  */
 export function wakeGpuCheck(o: WakeGpuCheckOptions): (gpus: readonly number[]) => Promise<string | undefined> {
   return async (gpus) => {
     const inventory = o.inventory();
-    const listed = await runNvidiaSmi(o.nvidiaSmi, [`--query-compute-apps=${COMPUTE_APPS_FIELDS.join(',')}`, '--format=csv,noheader,nounits'], { timeoutMs: o.timeoutMs }).catch(() => undefined);
-    const processes = listed?.ok ? parseComputeApps(listed.stdout, COMPUTE_APPS_FIELDS) : inventory.processes;
+    let processes = nvmlProcesses(o.nvml, gpus, inventory);
+    if (!processes) {
+      const listed = await runNvidiaSmi(o.nvidiaSmi, [`--query-compute-apps=${COMPUTE_APPS_FIELDS.join(',')}`, '--format=csv,noheader,nounits'], { timeoutMs: o.timeoutMs }).catch(() => undefined);
+      processes = listed?.ok ? parseComputeApps(listed.stdout, COMPUTE_APPS_FIELDS) : inventory.processes;
+    }
     return gpusTakenBy(gpus, inventory, processes, o.shards(), (pid) => {
       const st = readProcStat(pid);
       return st && { pgrp: st.pgrp, running: isRunningStat(st) };

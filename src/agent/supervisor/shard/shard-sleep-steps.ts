@@ -50,7 +50,7 @@ export async function prepareSleep(h: SleepHands, level: number, probes: SleepPr
   const api = judgeSleep(h.shardId, h.life().state, h.spec, level, h.sleepApi);
   const lvl = level as 1 | 2;
   // Sleeps the engine cannot survive (its version, a draft, a loader without reload), by what it said at READY.
-  judgeSurvival(h.spec, lvl, await h.facts.read(h.signal));
+  judgeSurvival(h.spec, lvl, h.spec.profile?.engine === 'vllm' ? await h.facts.read(h.signal) : h.facts.version);
   // From a reading newer than the request: one just after READY may predate the engine's memory.
   const before = await awaitFirstReading(probes, h.spec.gpuIndices, h.signal);
   const instead = hostCopyAdvice(api, lvl, h.facts.hostCopyMib);

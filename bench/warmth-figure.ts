@@ -108,7 +108,7 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
     await startToReady(cp, sleeper);
     const gpu = sleeper.gpuIndices[0] as number;
     await rung(
-      'sleeping',
+      'sleeping-l1',
       async () => {
         const asleep = cp.waitFor('node-a', shardIs('w-sleep', ShardState.SLEEPING), 60_000);
         cp.send('node-a', { case: 'sleep', value: create(SleepShardSchema, { shardId: 'w-sleep', level: 1 }) });
@@ -152,7 +152,7 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
       });
     }
     notes.push(
-      '14d "sleeping": a level-1 SleepShard, its GPU memory seen released, then WakeShard → READY (with its known answer); "hub": the store\'s copy, the engine\'s own download and its compiled graph removed before each start, which runs online, downloads from the bench\'s hub over loopback and compiles. "+compile": the double\'s compiled graph (--sim-compile-time 1500ms) is in the engine cache the agent gives it, and the start skips the compile; without it (removed before each "store" and "page-cache" start) the start compiles. The page cache is dropped before each "store" start (sync, then posix_fadvise DONTNEED through dd iflag=nocache) and filled before each "page-cache" start (the files read whole, as llmgw models warm does); the agent reads residency with fincore as the start pins the model. The estimate is what Inventory.warmth says after two starts; the third start is timed by the control plane from StartShard, so it also holds the admission the agent does not time',
+      '14d "sleeping-l1": a level-1 SleepShard, its GPU memory seen released, then WakeShard → READY (with its known answer); "hub": the store\'s copy, the engine\'s own download and its compiled graph removed before each start, which runs online, downloads from the bench\'s hub over loopback and compiles. "+compile": the double\'s compiled graph (--sim-compile-time 1500ms) is in the engine cache the agent gives it, and the start skips the compile; without it (removed before each "store" and "page-cache" start) the start compiles. The page cache is dropped before each "store" start (sync, then posix_fadvise DONTNEED through dd iflag=nocache) and filled before each "page-cache" start (the files read whole, as llmgw models warm does); the agent reads residency with fincore as the start pins the model. The estimate is what Inventory.warmth says after two starts; the third start is timed by the control plane from StartShard, so it also holds the admission the agent does not time',
     );
   } finally {
     await hub.stop();

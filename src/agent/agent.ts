@@ -11,7 +11,8 @@ import { type AdminBackend, adminBackend, type GpuFaultClearing, type GpuHealthV
 import { AgentEventRing } from './events/agent-event-ring.js';
 import { adoptionEvents, connectionEvent, cordonEvent, diskPressureEvent, gpuEventEvent, refusalEvent } from './events/describe-agent-event.js';
 import { GpuHealthWatch, type WatchedGpu } from './health/gpu-health-watch.js';
-import { type GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
+import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
+import { agentSleepProbes } from './agent-sleep-probes.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineAccount } from './engines/engine-account.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
@@ -167,16 +168,7 @@ export class Agent {
       models: this.models,
       onRefused: (what, shard, why) => this.events.record(refusalEvent(what, shard, why)),
       onWakeAsked: (shard) => this.warmth.wakeAsked(shard),
-      // A sleep is judged by the GPU readings heartbeats carry (issue 30), from a reading
-      // taken after it was asked: it waits up to two of the sampler's intervals for one.
-      // Fresh reads on demand (issue 36 item 8) see the engine's release or resume as it
-      // happens, not at the sampler's next tick a second later.
-      sleepProbes: {
-        gpuMemoryMib: () => opts.sampler.latest(),
-        readNow: () => opts.sampler.readNow(),
-        readAtMs: () => opts.sampler.readAtMs,
-        firstReadingMs: 2 * Math.max(c.heartbeatIntervalMs, MIN_GPU_MEMORY_INTERVAL_MS),
-      },
+      sleepProbes: agentSleepProbes({ config: c, sampler: opts.sampler, warmth: this.warmth, models: this.models, inventory: () => this.inventory, shards: () => opts.supervisor.list(), nvml: opts.nvml }),
     });
     this.recovery = new RecoverEngines({
       nodeId: c.nodeId,

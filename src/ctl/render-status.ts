@@ -45,6 +45,7 @@ export function renderStatus(s: StatusResponseJson, nowMs: number, opts: { ended
   for (const sh of shards) {
     if (sh.error) lines.push(printable(`${sh.shardId}: ${sh.error}${sh.exitCode ? ` (exit code ${sh.exitCode})` : ''}`));
     if (sh.note) lines.push(printable(`${sh.shardId}: note: ${sh.note}`));
+    if (sh.engineVersion) lines.push(printable(`${sh.shardId}: engine version ${sh.engineVersion}`));
     if (sh.gang) lines.push(printable(`${sh.shardId}: ${sh.gang}`));
   }
   lines.push(...hidden);

@@ -62,7 +62,7 @@ interface Entry {
 }
 
 export class FakeBatchScheduler {
-  readonly #opts: SchedulerOptions;
+  #opts: SchedulerOptions;
   readonly #hooks: SchedulerHooks;
   readonly #running = new Set<Entry>();
   readonly #waiting: Entry[] = [];
@@ -75,6 +75,11 @@ export class FakeBatchScheduler {
   constructor(opts: SchedulerOptions, hooks: SchedulerHooks = {}) {
     this.#opts = opts;
     this.#hooks = hooks;
+  }
+
+  /** Each token takes `factor` times as long from now on (a draft that stopped being accepted: fake-vllm-sleep-faults.ts). */
+  slowDown(factor: number): void {
+    this.#opts = { ...this.#opts, tokenLatencyMs: this.#opts.tokenLatencyMs * factor };
   }
 
   /** Requests in the batch (metrics count these as running); `internal` ones left out when `countable`. */

@@ -23,13 +23,13 @@ export function clearGpuUsage(dir: string): void {
   rmSync(join(dir, `${process.pid}.csv`), { force: true });
 }
 
-/** MiB held per GPU index by every double writing into `dir`; empty when there is none. */
-export function readGpuUsage(dir: string | undefined): Map<number, number> {
+/** MiB held per GPU index by every double writing into `dir` (or by the one file `only`); empty when there is none. */
+export function readGpuUsage(dir: string | undefined, only?: string): Map<number, number> {
   const used = new Map<number, number>();
   if (!dir) return used;
   let names: string[];
   try {
-    names = readdirSync(dir).filter((n) => n.endsWith('.csv'));
+    names = readdirSync(dir).filter((n) => n.endsWith('.csv') && (only === undefined || n === only));
   } catch {
     return used;
   }

@@ -48,10 +48,11 @@
  *   size of the weights for the engine's life.
  */
 import { createHash, randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { sglangLog } from './engine-log.js';
-import { clearGpuUsage, writeGpuUsage } from './fake-gpu-usage.js';
+import { clearGpuUsage, readGpuUsage, writeGpuUsage } from './fake-gpu-usage.js';
 import { errorBody } from './openai-responses.js';
 import { sendJson } from './sim-http.js';
 import type { SimKnobs } from './sim-knobs.js';
@@ -132,6 +133,23 @@ export class FakeSglangMemorySaver {
   /** The process exits: it holds nothing. */
   gone(): void {
     if (this.o.knobs.gpuUsageDir) clearGpuUsage(this.o.knobs.gpuUsageDir);
+  }
+
+  /**
+   * A GPU of the engine where the other processes the fake nvidia-smi sees
+   * (every other double's file in --sim-gpu-usage-dir) leave less than the
+   * engine held awake, of --sim-gpu-total; undefined when each has room.
+   */
+  #takenByOthers(): string | undefined {
+    const { gpuUsageDir, gpuMemoryMib, gpuTotalMib } = this.o.knobs;
+    if (!gpuUsageDir || gpuMemoryMib <= 0) return undefined;
+    const all = readGpuUsage(gpuUsageDir);
+    const mine = readGpuUsage(gpuUsageDir, `${process.pid}.csv`);
+    for (const g of this.o.gpus) {
+      const others = (all.get(g) ?? 0) - (mine.get(g) ?? 0);
+      if (others + gpuMemoryMib > gpuTotalMib) return `GPU ${g}: ${others} MiB held by other processes of ${gpuTotalMib} MiB`;
+    }
+    return undefined;
   }
 
   #show(): void {
@@ -255,8 +273,14 @@ export class FakeSglangMemorySaver {
           this.#paused.add(t);
         }
         if (chosen.includes('weights') && this.o.cpuBackup && !this.#backedUp) {
-          this.#backedUp = true;
           const mib = Math.round(this.o.knobs.gpuMemoryMib * (TAG_SHARE.weights ?? 0));
+          // pause's cudaMallocHost(&metadata.cpu_backup, size) whatever the caller's "level", under
+          // CUDA_ERROR_CHECK: a host without room is exit(1) in the scheduler (csrc/core.cpp pause,
+          // csrc/utils.h at 1a565eb). --sim-mem-available stands for the host's MemAvailable.
+          const pinned = mib * Math.max(1, this.o.gpus.length);
+          const room = this.o.knobs.memAvailableMib ?? hostMemAvailableMib();
+          if (room !== undefined && pinned > room) return this.o.crash(`[torch_memory_saver.cpp] cudaError error: 2 (out of memory) (cudaMallocHost of ${pinned} MiB of cpu backup, ${room} MiB available)`);
+          this.#backedUp = true;
           sglangLog('INFO', `[torch_memory_saver] weights copied to pinned host memory (cpu backup, ~${mib} MiB per GPU, kept until exit)`);
         }
       }
@@ -272,6 +296,10 @@ export class FakeSglangMemorySaver {
         for (const t of chosen.filter((t) => t in TAG_SHARE)) {
           if (!this.#paused.has(t)) return this.o.crash(`[torch_memory_saver.cpp] Cannot resume allocation that is not paused. tag=${t}`);
         }
+        // resume's CURESULT_CHECK(cu_mem_create(…)) per allocation: memory another process took meanwhile is
+        // exit(1) in the scheduler (csrc/core.cpp resume, csrc/utils.h at 1a565eb).
+        const taken = this.#takenByOthers();
+        if (taken) return this.o.crash(`[torch_memory_saver.cpp] CUresult error: 2 (out of memory) (cu_mem_create on ${taken})`);
         // Mapping fresh memory and, for the weights, the static state back (weight_updater.py:257-269).
         await sleep(this.o.knobs.wakeTimeMs);
         for (const t of chosen) this.#paused.delete(t);
@@ -285,6 +313,16 @@ export class FakeSglangMemorySaver {
       sglangLog('INFO', `resume_memory_occupation: tags=${chosen.join(',')}`);
     }
     sendJson(res, 200, null);
+  }
+}
+
+/** This host's MemAvailable in MiB, what the pinned copy must fit without --sim-mem-available; undefined when unreadable. */
+function hostMemAvailableMib(): number | undefined {
+  try {
+    const m = /^MemAvailable:\s+(\d+)\s+kB$/m.exec(readFileSync('/proc/meminfo', 'utf8'));
+    return m ? Math.floor(Number(m[1]) / 1024) : undefined;
+  } catch {
+    return undefined;
   }
 }
 

@@ -6,6 +6,7 @@
  */
 import { networkInterfaces } from 'node:os';
 import { type ArgSpec, ArgparseError, parseArgv } from './engine-argv.js';
+import { LOAD_FORMATS } from './fake-vllm-sleep-faults.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs, versionBefore } from './sim-knobs.js';
 
 /** The commit the citations are at lies between v0.27.1 and v0.28.0. */
@@ -55,6 +56,10 @@ export interface FakeVllmOptions {
   sleepMode: boolean;
   /** --scheduling-policy (V:vllm/config/scheduler.py:22, 99; V:vllm/engine/arg_utils.py:1545): how the waiting queue is ordered. */
   schedulingPolicy: 'fcfs' | 'priority';
+  /** --load-format (V:vllm/engine/arg_utils.py; LoadFormats, V:vllm/model_executor/model_loader/__init__.py:33-48); default auto. */
+  loadFormat: string;
+  /** --speculative-config given: a draft model proposes tokens (fake-vllm-sleep-faults.ts FakeSpecDecode). */
+  speculative: boolean;
 }
 
 function specs(version: string): ArgSpec[] {
@@ -96,6 +101,9 @@ function specs(version: string): ArgSpec[] {
     // V:vllm/engine/arg_utils.py:919-921.
     { names: ['--enable-sleep-mode'], kind: 'flag' },
     { names: ['--scheduling-policy'], kind: 'string', choices: ['fcfs', 'priority'] },
+    { names: ['--load-format'], kind: 'string', choices: LOAD_FORMATS },
+    // A JSON object; the double only notes that a draft is configured.
+    { names: ['--speculative-config', '-sc'], kind: 'string' },
     ...SIM_KNOB_SPECS,
   ];
   // V:vllm/engine/arg_utils.py:1694-1699 (type=int, default 0); absent before
@@ -154,6 +162,8 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     knobs,
     sleepMode: p.values.get('--enable-sleep-mode') === true,
     schedulingPolicy: p.values.get('--scheduling-policy') === 'priority' ? 'priority' : 'fcfs',
+    loadFormat: (p.values.get('--load-format') as string | undefined) ?? 'auto',
+    speculative: p.values.has('--speculative-config'),
   };
 }
 

@@ -36,6 +36,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { vllmLog } from './engine-log.js';
 import type { FakeBatchScheduler } from './fake-batch-scheduler.js';
 import { clearGpuUsage, writeGpuUsage } from './fake-gpu-usage.js';
+import { DP_DUMMY_BATCH_MS, type FakeSpecDecode, ILLEGAL_ACCESS, reloadMs, reloadRefusal, resumesOnPartialWake } from './fake-vllm-sleep-faults.js';
 import { errorBody } from './openai-responses.js';
 import { readBody, sendJson } from './sim-http.js';
 import type { SimKnobs } from './sim-knobs.js';
@@ -63,6 +64,14 @@ export interface FakeSleepOptions {
   gpus: number[];
   /** The engine hit an error it cannot survive (a CUDA error): it fails as a dead engine does. */
   fatal: (why: string) => void;
+  /** The vLLM version it plays (--sim-version): before 0.24.0 a partial wake resumes the scheduler (fake-vllm-sleep-faults.ts). */
+  version: string;
+  /** --data-parallel-size: before 0.24.0 an idle DP rank runs a dummy batch while asleep. */
+  dp: number;
+  /** --load-format: whether reload_weights can reload. */
+  loadFormat: string;
+  /** The draft of --speculative-config, lost by a level-2 sleep. */
+  spec: FakeSpecDecode;
 }
 
 export class FakeVllmSleep {
@@ -78,6 +87,8 @@ export class FakeVllmSleep {
   #weightsValid = true;
   /** Utility calls reach the EngineCore one at a time, in order. */
   #chain: Promise<void> = Promise.resolve();
+  /** A vLLM before #44483 asleep under DP (its dummy batch), or partly woken (its scheduler's next step): the timer that runs the forward. */
+  #dummyBatch: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly o: FakeSleepOptions,
@@ -101,7 +112,15 @@ export class FakeVllmSleep {
 
   /** The process exits: it holds nothing. */
   gone(): void {
+    clearInterval(this.#dummyBatch);
     if (this.o.knobs.gpuUsageDir) clearGpuUsage(this.o.knobs.gpuUsageDir);
+  }
+
+  /** A forward ran on unmapped cumem pages: the CUDA error is sticky and the engine dies (vLLM #44395). */
+  #illegalAccess(where: string): void {
+    clearInterval(this.#dummyBatch);
+    vllmLog('ERROR', 'core.py:1000', `${ILLEGAL_ACCESS} (${where})`);
+    this.o.fatal(ILLEGAL_ACCESS);
   }
 
   /** What is resident: the residue always, the weights and the KV cache when awake. Without sleep mode nothing was ever released. */
@@ -121,7 +140,8 @@ export class FakeVllmSleep {
     const help =
       '# HELP vllm:engine_sleep_state Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.\n# TYPE vllm:engine_sleep_state gauge\n';
     const line = (state: string, v: number) => `vllm:engine_sleep_state{${label},sleep_state="${state}"} ${v.toFixed(1)}\n`;
-    return help + line('awake', awake) + line('weights_offloaded', offloaded) + line('discard_all', discarded);
+    // The draft's counters ride here: what a level-2 sleep does to them is this class's to say.
+    return help + line('awake', awake) + line('weights_offloaded', offloaded) + line('discard_all', discarded) + this.o.spec.metricsText(label);
   }
 
   /** Serves the route when it is one of dev mode's; false otherwise (then it is a 404, as without dev mode). */
@@ -171,7 +191,12 @@ export class FakeVllmSleep {
         // Level 1 offloads the weights tag to host RAM; level 2 offloads nothing (sleep_mode_backend.py:125).
         // Without the cumem pool the allocator holds nothing and the weights are untouched (gpu_worker.py:267-272).
         if (level >= 2 && this.o.enabled) this.#weightsValid = false;
+        if (level >= 2 && this.o.enabled) this.o.spec.discarded();
         this.#show();
+        // Before #44483 DPEngineCoreProc's busy loop ran execute_dummy_batch() while asleep: a forward on released memory.
+        if (this.o.enabled && this.o.dp > 1 && resumesOnPartialWake(this.o.version)) {
+          this.#dummyBatch = setInterval(() => this.#illegalAccess('DP dummy batch while asleep'), DP_DUMMY_BATCH_MS);
+        }
         const freed = this.o.enabled ? (this.o.knobs.gpuMemoryMib * (1 - RESIDUE_SHARE)) / 1024 : 0;
         vllmLog('INFO', 'gpu_worker.py:232', `Sleep mode freed ${freed.toFixed(2)} GiB memory (level ${level}, mode=${mode})`);
       }
@@ -186,10 +211,23 @@ export class FakeVllmSleep {
     // "scheduling" is the scheduler's own tag; with nothing else the executor is not asked (core.py:911-916).
     const tags = given?.filter((t) => t !== 'scheduling');
     if (tags === undefined || tags.length > 0) await this.#wakeExecutor(tags);
-    // A partial wake keeps the scheduler paused until every tag is resident (core.py:918-921).
-    if (this.#asleep.size === 0) {
+    // A partial wake keeps the scheduler paused until every tag is resident (core.py:918-921); before
+    // #44483 every wake resumed it, and a request queued meanwhile ran on the KV cache still unmapped.
+    const resumed = this.#asleep.size === 0 || resumesOnPartialWake(this.o.version);
+    if (this.#asleep.size === 0) clearInterval(this.#dummyBatch);
+    if (resumed && this.#paused) {
       this.#paused = false;
       this.scheduler.resume(this.o.knobs.wakeQueueDelayMs);
+      // The busy loop schedules whatever is queued, or arrives, onto the tags still asleep.
+      if (this.#asleep.size > 0) {
+        const check = () => {
+          const queued = this.scheduler.waiting(false) + this.scheduler.running(false);
+          if (this.#asleep.size > 0 && queued > 0) this.#illegalAccess(`${queued} request(s) scheduled after a partial wake, tags ${[...this.#asleep].join(', ')} still asleep`);
+        };
+        clearInterval(this.#dummyBatch);
+        this.#dummyBatch = setInterval(check, 20);
+        setImmediate(check);
+      }
     }
     this.#gaugeAsleep = false; // async_llm.py:979-983: recorded awake after any wake_up, partial or not
     res.writeHead(200, { 'content-length': '0' }).end();
@@ -242,6 +280,13 @@ export class FakeVllmSleep {
       return;
     }
     this.#serially(async () => {
+      // The loader is asked for get_all_weights before anything is loaded: FastAPI's 500, the engine unharmed (gpu_model_runner.py:5671-5676).
+      const refusal = reloadRefusal(this.o.loadFormat);
+      if (refusal) {
+        vllmLog('ERROR', 'gpu_model_runner.py:5674', refusal);
+        sendJson(res, 500, errorBody(refusal, 'InternalServerError', 500));
+        return;
+      }
       if (this.o.enabled && this.#asleep.has('weights')) {
         // Nothing guards reload_weights against a sleeping executor: the
         // loader writes into parameters whose cumem pages were unmapped
@@ -254,9 +299,11 @@ export class FakeVllmSleep {
         return;
       }
       vllmLog('INFO', 'gpu_model_runner.py:5689', 'Reloading weights inplace...');
-      await sleep(this.o.knobs.wakeTimeMs);
+      // The checkpoint is read again (gpu_model_runner.py:5670-5690): at --sim-disk-rate, the weights' share of the memory.
+      const took = reloadMs(this.o.knobs.gpuMemoryMib * WEIGHTS_SHARE, this.o.knobs.diskMibPerS, this.o.knobs.wakeTimeMs);
+      await sleep(took);
       this.#weightsValid = !this.o.knobs.wakeLosesWeights;
-      vllmLog('INFO', 'gpu_model_runner.py:5713', `Reloading and processing weights took ${(this.o.knobs.wakeTimeMs / 1000).toFixed(2)} seconds`);
+      vllmLog('INFO', 'gpu_model_runner.py:5713', `Reloading and processing weights took ${(took / 1000).toFixed(2)} seconds`);
       // One None per worker (rpc/api_router.py:46-54).
       sendJson(res, 200, { results: [null] });
     });

@@ -25,6 +25,7 @@ import { type FakeVllmOptions, hostIp, localWorkers, parseFakeVllmArgv } from '.
 import { FakeVllmMetrics } from './fake-vllm-metrics.js';
 import { vllmHandler } from './fake-vllm-routes.js';
 import { FakeVllmSleep } from './fake-vllm-sleep.js';
+import { FakeSpecDecode } from './fake-vllm-sleep-faults.js';
 import { VLLM_NEXT, type VllmPhase, type VllmState } from './fake-vllm-state.js';
 import { warmUp } from './fake-vllm-warmup.js';
 import { MissingWeightsError } from './fake-weights.js';
@@ -67,11 +68,16 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       // When each counts, with its citation, is FakeVllmMetrics'.
       {
         prefill: (r) => metrics.prefill(r),
-        token: () => metrics.token(),
+        token: () => {
+          metrics.token();
+          spec.token();
+        },
         finish: (r) => metrics.finish(r),
       },
     );
     const metrics = new FakeVllmMetrics(o, servedName, startedS, scheduler);
+    // --speculative-config: a draft accepted until a level-2 sleep discards it (fake-vllm-sleep-faults.ts).
+    const spec = new FakeSpecDecode(o.speculative, () => scheduler.slowDown(2));
 
     const exit = async (code: number, why: string) => {
       if (st.phase === 'exiting') return;
@@ -264,7 +270,7 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     const gpus = (env.CUDA_VISIBLE_DEVICES ?? '').split(',').filter((g) => /^\d+$/.test(g)).map(Number);
     // V:vllm/envs.py:1418: bool(int(os.getenv("VLLM_SERVER_DEV_MODE", "0"))).
     const devMode = /^-?\d+$/.test(env.VLLM_SERVER_DEV_MODE ?? '') && Number(env.VLLM_SERVER_DEV_MODE) !== 0;
-    const sleeper = new FakeVllmSleep({ enabled: o.sleepMode, devMode, knobs: k, gpus, fatal: (why) => failEngine(why) }, scheduler);
+    const sleeper = new FakeVllmSleep({ enabled: o.sleepMode, devMode, knobs: k, gpus, fatal: (why) => failEngine(why), version: o.version, dp: o.dp, loadFormat: o.loadFormat, spec }, scheduler);
     sleepMode = sleeper;
     if (o.sleepMode) {
       // The cumem allocator is on from the start (V:vllm/config/model.py:338-340, 606-613): the line tells a

@@ -36,6 +36,18 @@ export interface SimKnobs {
   /** How long a wake from sleep takes (weights copied back). Default 100 ms. */
   wakeTimeMs: number;
   /**
+   * --sim-disk-rate N (MiB/s): vLLM's reload_weights reads the weights at this
+   * rate (fake-vllm-sleep-faults.ts reloadMs); undefined: it takes wakeTimeMs.
+   */
+  diskMibPerS?: number;
+  /**
+   * --sim-mem-available N (MiB): the host's MemAvailable as SGLang's pinned
+   * CPU backup sees it (fake-sglang-memory-saver.ts); undefined: unlimited.
+   */
+  memAvailableMib?: number;
+  /** --sim-gpu-total N (MiB): each GPU's memory, which a resume must fit beside other processes' (fake-sglang-memory-saver.ts); default 81559 (H100 80GB). */
+  gpuTotalMib: number;
+  /**
    * vLLM double only (--sim-read-weights): before serving, read every file of
    * the model's snapshot from the hub cache (HF_HUB_CACHE), failing the start
    * when it is not there; it never downloads (fake-weights.ts). Default off.
@@ -104,6 +116,9 @@ export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
   { names: ['--sim-gpu-usage-dir'], kind: 'string' },
   { names: ['--sim-read-weights'], kind: 'flag' },
   { names: ['--sim-wake-loses-weights'], kind: 'flag' },
+  { names: ['--sim-disk-rate'], kind: 'int' },
+  { names: ['--sim-mem-available'], kind: 'int' },
+  { names: ['--sim-gpu-total'], kind: 'int' },
 ];
 
 function duration(parsed: ParsedArgv, name: (typeof DURATION_KNOBS)[number]): number | undefined {
@@ -147,6 +162,9 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     compileTimeMs: duration(parsed, '--sim-compile-time') ?? SIM_KNOB_DEFAULTS.compileTimeMs,
     wakeLosesWeights: parsed.values.get('--sim-wake-loses-weights') === true,
     wakeQueueDelayMs: duration(parsed, '--sim-wake-queue-delay') ?? 0,
+    diskMibPerS: positiveInt(parsed, '--sim-disk-rate'),
+    memAvailableMib: positiveInt(parsed, '--sim-mem-available'),
+    gpuTotalMib: positiveInt(parsed, '--sim-gpu-total') ?? 81559,
   };
 }
 

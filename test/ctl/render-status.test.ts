@@ -147,6 +147,11 @@ describe('renderStatus', () => {
     expect(lines.at(-1)).toBe(`s1: note: ${note}`);
   });
 
+  it("says the engine's version below the table, as it answered at READY (issue 47)", () => {
+    const out = renderStatus({ nodeId: 'n1', shards: [{ shardId: 's1', state: 'SHARD_STATE_READY', pid: 42, engineVersion: '0.22.0' }] }, NOW);
+    expect(out.split('\n').at(-1)).toBe('s1: engine version 0.22.0');
+  });
+
   it('shows control characters from the control plane escaped in the table and the error lines', () => {
     const out = renderStatus(
       {

@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -316,7 +316,7 @@ describe('bin/fake-sglang', () => {
       const dir = mkdtempSync(join(tmpdir(), 'fake-sglang-usage-'));
       dirs.push(dir);
       const e = await sglang(['--sim-gpu-memory', '10000', '--sim-gpu-usage-dir', dir, '--sim-wake-time', '300ms', '--sim-token-latency', '30ms', ...extra], { CUDA_VISIBLE_DEVICES: '3' });
-      return { ...e, used: () => readGpuUsage(dir).get(3) };
+      return { ...e, dir, used: () => readGpuUsage(dir).get(3) };
     };
 
     it('with --enable-memory-saver: release frees the GPU memory and answers null, resume takes it back after the wake time', async () => {
@@ -396,6 +396,38 @@ describe('bin/fake-sglang', () => {
       expect(e.used()).toBe(10000);
       expect(await complete(e.url)).toBe(good);
       expect(await checksum(e.url)).toBe(before);
+    });
+
+    // Issue 47 item 8 (review engine-fidelity-3 §3 D7): torch_memory_saver's pause pins the backup with
+    // cudaMallocHost and its resume maps with cu_mem_create, each under a check that exit(1)s (csrc/core.cpp, csrc/utils.h at 1a565eb).
+    it('dies on the first release with a backup when the pinned copy does not fit MemAvailable (--sim-mem-available), at either "level"', async () => {
+      const e = await saver(['--enable-memory-saver', '--enable-weights-cpu-backup', '--sim-mem-available', '4499']);
+      await expect(post(`${e.url}/release_memory_occupation`, {})).rejects.toThrow();
+      expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+      expect(e.output()).toMatch(/\[torch_memory_saver\.cpp\] cudaError error: 2 \(out of memory\) \(cudaMallocHost of 4500 MiB of cpu backup, 4499 MiB available\)/);
+    });
+
+    it('pins a copy that fits, and asks no room again at its next release (the buffer is kept)', async () => {
+      const e = await saver(['--enable-memory-saver', '--enable-weights-cpu-backup', '--sim-mem-available', '4500']);
+      for (let i = 0; i < 2; i++) {
+        expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
+        expect((await post(`${e.url}/resume_memory_occupation`, {})).status).toBe(200);
+      }
+      expect(e.output().match(/weights copied to pinned host memory/g)).toHaveLength(1);
+      expect(e.used()).toBe(10000);
+    });
+
+    it('dies on a resume when another process now holds its GPU (the fake nvidia-smi figures), and resumes beside a small one', async () => {
+      const e = await saver(['--enable-memory-saver', '--enable-weights-cpu-backup']);
+      expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
+      // Another process on GPU 3 and one on GPU 2: only the first is in the way (81559 MiB per GPU).
+      writeFileSync(join(e.dir, '1.csv'), '3,1000\n2,80000\n');
+      expect((await post(`${e.url}/resume_memory_occupation`, {})).status).toBe(200);
+      expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
+      writeFileSync(join(e.dir, '1.csv'), '3,72000\n');
+      await expect(post(`${e.url}/resume_memory_occupation`, {})).rejects.toThrow();
+      expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
+      expect(e.output()).toMatch(/\[torch_memory_saver\.cpp\] CUresult error: 2 \(out of memory\) \(cu_mem_create on GPU 3: 72000 MiB held by other processes of 81559 MiB\)/);
     });
 
     it('answers 400 to a release without a JSON object body, and frees nothing', async () => {

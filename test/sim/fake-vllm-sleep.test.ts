@@ -1,6 +1,7 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
 import { freePort, until } from '../helpers/engine-processes.js';
@@ -145,5 +146,91 @@ describe('bin/fake-vllm sleep mode (V:vllm/entrypoints/serve/dev/sleep/api_route
     expect(e.output()).toMatch(/Sleep mode freed 0\.00 GiB/);
     expect(await e.call('/wake_up')).toBe(200);
     expect(await e.answer()).not.toMatch(/^!+$/);
+  });
+});
+
+// Issue 47 item 8 (review engine-fidelity-3 §3 D1, D2; src/sim/fake-vllm-sleep-faults.ts).
+describe('bin/fake-vllm sleeps it cannot survive', () => {
+  const metric = async (url: string, name: string) => {
+    const line = (await (await fetch(`${url}/metrics`)).text()).split('\n').find((l) => l.startsWith(`${name}{`));
+    return Number(line?.split(' ').at(-1));
+  };
+
+  it('before #44483 (--sim-version 0.22.0) resumes its scheduler at wake_up?tags=weights and a request queued while asleep crashes it', async () => {
+    const e = await vllm(['--enable-sleep-mode', '--sim-version', '0.22.0']);
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    const held = e.answer().catch((err: unknown) => err);
+    await until(async () => (await (await fetch(`${e.url}/metrics`)).text()).includes('vllm:num_requests_waiting{engine="0",model_name="org/model"} 1.0'), 'the request queued');
+    expect(await e.call('/wake_up?tags=weights')).toBe(200);
+    await held;
+    expect(await e.exited).toEqual({ code: 1, signal: null });
+    expect(e.output()).toMatch(/RuntimeError: CUDA error: an illegal memory access was encountered \(1 request\(s\) scheduled after a partial wake, tags kv_cache still asleep\)/);
+  });
+
+  it('before #44483 survives the same partial wake with nothing queued, and a level-1 wake with a request queued (look-alikes)', async () => {
+    const e = await vllm(['--enable-sleep-mode', '--sim-version', '0.22.0']);
+    expect(await e.call('/sleep?level=1')).toBe(200);
+    const held = e.answer();
+    await until(async () => (await (await fetch(`${e.url}/metrics`)).text()).includes('vllm:num_requests_waiting{engine="0",model_name="org/model"} 1.0'), 'the request queued');
+    expect(await e.call('/wake_up')).toBe(200);
+    expect(await held).not.toMatch(/^!+$/);
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    expect(await e.call('/wake_up?tags=weights')).toBe(200);
+    expect((await post(`${e.url}/collective_rpc`, { method: 'reload_weights' })).status).toBe(200);
+    expect(await e.call('/wake_up?tags=kv_cache')).toBe(200);
+    expect((await fetch(`${e.url}/health`)).status).toBe(200);
+  });
+
+  it('before #44483 a DP rank asleep runs a dummy batch on its released memory and dies; a fixed version sleeps under DP', async () => {
+    const old = await vllm(['--enable-sleep-mode', '--sim-version', '0.23.0', '--data-parallel-size', '2', '--api-server-count', '1']);
+    expect(await old.call('/sleep?level=1')).toBe(200);
+    expect(await old.exited).toEqual({ code: 1, signal: null });
+    expect(old.output()).toMatch(/illegal memory access was encountered \(DP dummy batch while asleep\)/);
+    const fixed = await vllm(['--enable-sleep-mode', '--data-parallel-size', '2', '--api-server-count', '1']);
+    expect(await fixed.call('/sleep?level=1')).toBe(200);
+    await sleep(500);
+    expect((await fetch(`${fixed.url}/is_sleeping`)).status).toBe(200);
+    expect(await fixed.call('/wake_up')).toBe(200);
+  });
+
+  it('answers reload_weights 500 NotImplementedError for a loader without reload, the engine unharmed; a DefaultModelLoader format reloads', async () => {
+    const e = await vllm(['--enable-sleep-mode', '--load-format', 'runai_streamer']);
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    expect(await e.call('/wake_up?tags=weights')).toBe(200);
+    const rpc = await post(`${e.url}/collective_rpc`, { method: 'reload_weights' });
+    expect(rpc.status).toBe(500);
+    expect(await rpc.text()).toMatch(/NotImplementedError: Model reloading with `runai_streamer` format/);
+    expect((await fetch(`${e.url}/health`)).status).toBe(200);
+    const ok = await vllm(['--enable-sleep-mode', '--load-format', 'safetensors']);
+    expect(await ok.call('/sleep?level=2')).toBe(200);
+    expect(await ok.call('/wake_up?tags=weights')).toBe(200);
+    expect((await post(`${ok.url}/collective_rpc`, { method: 'reload_weights' })).status).toBe(200);
+  });
+
+  it('with --speculative-config stops accepting drafted tokens after a level-2 sleep, however it is woken, the answers unchanged; level 1 keeps the draft', async () => {
+    const e = await vllm(['--enable-sleep-mode', '--speculative-config', '{"method":"eagle","model":"org/draft","num_speculative_tokens":1}']);
+    const before = await e.answer();
+    expect(await metric(e.url, 'vllm:spec_decode_num_accepted_tokens_total')).toBe(6);
+    expect(await e.call('/sleep?level=1')).toBe(200);
+    expect(await e.call('/wake_up')).toBe(200);
+    await e.answer();
+    expect(await metric(e.url, 'vllm:spec_decode_num_accepted_tokens_total')).toBe(12);
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    for (const step of ['/wake_up?tags=weights', '/collective_rpc', '/wake_up?tags=kv_cache']) {
+      expect(step === '/collective_rpc' ? (await post(`${e.url}${step}`, { method: 'reload_weights' })).status : await e.call(step)).toBe(200);
+    }
+    expect(await e.answer()).toBe(before);
+    expect(await metric(e.url, 'vllm:spec_decode_num_accepted_tokens_total')).toBe(12);
+    expect(await metric(e.url, 'vllm:spec_decode_num_draft_tokens_total')).toBe(18);
+  });
+
+  it('reads the checkpoint at --sim-disk-rate in reload_weights: 300 MiB of weights at 100 MiB/s take 3 s', async () => {
+    const e = await vllm(['--enable-sleep-mode', '--sim-gpu-memory', '1000', '--sim-disk-rate', '100']);
+    expect(await e.call('/sleep?level=2')).toBe(200);
+    expect(await e.call('/wake_up?tags=weights')).toBe(200);
+    const t0 = performance.now();
+    expect((await post(`${e.url}/collective_rpc`, { method: 'reload_weights' })).status).toBe(200);
+    expect(performance.now() - t0).toBeGreaterThanOrEqual(2900);
+    expect(e.output()).toMatch(/Reloading and processing weights took 3\.00 seconds/);
   });
 });

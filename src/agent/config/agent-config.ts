@@ -105,6 +105,8 @@ export interface SupervisorConfig {
   stallTimeoutMs: number;
   /** supervisor.known_answer_interval: a READY engine is asked its known answer this often (known-answer.ts); 0 or absent is off. */
   knownAnswerIntervalMs?: number;
+  /** supervisor.wake_timeout: a wake's deadline; 0 or absent derives it (wake-deadline.ts). */
+  wakeTimeoutMs?: number;
   logMaxBytes: number;
   /** Logs of shards no longer supervised are removed once not written for this long; 0 keeps them. Default 168 h. */
   logRetentionMs?: number;

@@ -31,6 +31,15 @@ export interface EngineSleepApi {
    */
   hostCopy(level: 1 | 2): boolean;
   /**
+   * The host copy stays pinned after the wake, for the engine's life: its
+   * later sleeps need no new room. SGLang's torch_memory_saver pauses with
+   * `cudaMallocHost(&metadata.cpu_backup, …)` and its resume keeps the buffer
+   * ("currently keep it there to reduce re-alloc time", csrc/core.cpp at
+   * 1a565eb). vLLM's CuMemAllocator drops its CPU backup once copied back
+   * (V:vllm/device_allocator/cumem.py:341-356).
+   */
+  hostCopyKept: boolean;
+  /**
    * The engine must hold no request when told to sleep. SGLang asserts the
    * server is idle on a release (`assert self.is_fully_idle()` in
    * release_memory_occupation, S:python/sglang/srt/managers/scheduler_components/weight_updater.py:203-205
@@ -118,6 +127,7 @@ const APIS: Partial<Record<EngineName, EngineSleepApi>> = {
             ],
           },
     hostCopy: (level) => level === 1,
+    hostCopyKept: false,
     mustBeIdle: false,
     wakeOnlyAsleep: false,
     healthNeedsModel: false,
@@ -127,6 +137,7 @@ const APIS: Partial<Record<EngineName, EngineSleepApi>> = {
     sleep: () => ({ method: 'POST', path: '/release_memory_occupation', body: '{}' }),
     wake: () => ({ resume: [{ method: 'POST', path: '/resume_memory_occupation', body: '{}' }], restore: [] }),
     hostCopy: () => true,
+    hostCopyKept: true,
     mustBeIdle: true,
     hold: {
       pause: { method: 'POST', path: '/pause_generation', body: '{"mode":"abort"}' },

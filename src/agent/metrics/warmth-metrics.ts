@@ -10,7 +10,7 @@ import type { ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
 export function registerWarmthMetrics(registry: Registry, warmth: () => readonly ModelWarmth[]): void {
   new Gauge({
     name: 'llmgw_model_time_to_ready_seconds',
-    help: 'Median seconds from launch (or WakeShard) to READY measured on this node, by where the start came from: page-cache, store (either +compile), hub, sleeping or unmanaged (the last 8 of each). Measured only: modelled figures are in Inventory and ctl status.',
+    help: 'Median seconds from launch (or WakeShard) to READY measured on this node, by where the start came from: page-cache, store (either +compile), hub, sleeping-l1 or sleeping-l2 (a wake from that sleep level) or unmanaged (the last 8 of each). Measured only: modelled figures are in Inventory and ctl status.',
     labelNames: ['model', 'engine', 'profile', 'from'],
     registers: [registry],
     collect() {

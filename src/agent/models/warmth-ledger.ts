@@ -18,9 +18,11 @@ import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-s
 /**
  * Where a start or wake came from. `+compile`: the store also held a compile
  * cache for the model and engine (hasCompileCache), so the start skipped the
- * compile.
+ * compile. A wake is timed by the level it slept at (issue 47): level 1 copies
+ * the weights back from host RAM, vLLM's level 2 reads them from disk again
+ * (V:vllm/v1/worker/gpu_model_runner.py:5670-5690), so one figure fits neither.
  */
-export type WarmthFrom = 'sleeping' | 'page-cache+compile' | 'page-cache' | 'store+compile' | 'store' | 'hub' | 'unmanaged';
+export type WarmthFrom = 'sleeping-l1' | 'sleeping-l2' | 'page-cache+compile' | 'page-cache' | 'store+compile' | 'store' | 'hub' | 'unmanaged';
 
 /** At least this share of a model's bytes in the page cache makes it warm in memory: the rest is read from disk in a moment. */
 export const PAGE_CACHE_SHARE = 0.9;
@@ -46,7 +48,7 @@ interface WarmthFile {
   rates?: NodeRates;
 }
 
-const FROM: readonly WarmthFrom[] = ['sleeping', 'page-cache+compile', 'page-cache', 'store+compile', 'store', 'hub', 'unmanaged'];
+const FROM: readonly WarmthFrom[] = ['sleeping-l1', 'sleeping-l2', 'page-cache+compile', 'page-cache', 'store+compile', 'store', 'hub', 'unmanaged'];
 
 const keyOf = (s: { spec: ShardSnapshot['spec'] }) => {
   const p = s.spec.profile;
@@ -107,9 +109,14 @@ export class WarmthLedger {
     this.#save();
   }
 
-  /** A WakeShard is being carried out for `shard`: READY ends the measurement, from sleeping. */
+  /** A WakeShard is being carried out for `shard`: READY ends the measurement, from its sleep's level. */
   wakeAsked(shard: ShardSnapshot): void {
-    this.#pending.set(shard.shardId, { from: 'sleeping', atMs: Date.now() });
+    this.#pending.set(shard.shardId, { from: shard.sleepLevel === 2 ? 'sleeping-l2' : 'sleeping-l1', atMs: Date.now() });
+  }
+
+  /** The node's last measured disk rate (learnRate('disk', …)): what a level-2 wake's deadline is derived from (wake-deadline.ts). */
+  diskRate(): NodeRates['disk'] {
+    return this.#rates.disk;
   }
 
   /**

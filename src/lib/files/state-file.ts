@@ -64,6 +64,19 @@ export interface EngineRecord {
   knownAnswer?: string;
   /** The known answer's first token as the engine names it ("token_id:N" on vLLM): its top-5 fallback compares it. */
   knownAnswerToken?: string;
+  /**
+   * The engine's version as it answered at its READY (vLLM `GET /version`,
+   * SGLang `GET /server_info`'s `version`; engine-version.ts): which sleeps it
+   * survives (sleep-survival.ts). Absent before it is read, in files of older
+   * agents, and when invalid (unknown: a sleep that needs it is refused).
+   */
+  engineVersion?: string;
+  /**
+   * MiB of weights the engine keeps pinned in host RAM from its first sleep
+   * for the rest of its life (SGLang's CPU backup, EngineSleepApi.hostCopyKept):
+   * its later sleeps need no room for it. Absent before a first sleep.
+   */
+  hostCopyMib?: number;
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
@@ -115,6 +128,8 @@ function toDisk(s: ShardStateFile): JsonValue {
     ...(s.sleepLevel && s.sleepAwakeMib ? { sleepAwakeMib: s.sleepAwakeMib } : {}),
     ...(s.knownAnswer !== undefined ? { knownAnswer: s.knownAnswer } : {}),
     ...(s.knownAnswerToken !== undefined ? { knownAnswerToken: s.knownAnswerToken } : {}),
+    ...(s.engineVersion !== undefined ? { engineVersion: s.engineVersion } : {}),
+    ...(s.hostCopyMib ? { hostCopyMib: s.hostCopyMib } : {}),
     pid: s.pid,
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
@@ -144,7 +159,7 @@ export async function writeStateFile(path: string, s: ShardStateFile): Promise<v
  * The shard's runner is the only writer after launch, so read-then-write
  * cannot lose another writer's change.
  */
-export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel' | 'sleepAwakeMib' | 'knownAnswer' | 'knownAnswerToken'>>): Promise<void> {
+export async function updateStateFile(path: string, shardId: string, change: Partial<Pick<ShardStateFile, 'drainRequested' | 'sleepLevel' | 'sleepAwakeMib' | 'knownAnswer' | 'knownAnswerToken' | 'engineVersion' | 'hostCopyMib'>>): Promise<void> {
   const read = await readStateFile(path, shardId);
   if (!read.ok) throw new Error(read.reason);
   await writeStateFile(path, { ...read.file, ...change });
@@ -270,6 +285,9 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       // Likewise a reference to compare with: one too long or not text is unknown.
       ...(typeof raw.knownAnswer === 'string' && raw.knownAnswer.length <= KNOWN_ANSWER_FILE_MAX_CHARS ? { knownAnswer: raw.knownAnswer } : {}),
       ...(typeof raw.knownAnswerToken === 'string' && raw.knownAnswerToken.length <= KNOWN_TOKEN_FILE_MAX_CHARS ? { knownAnswerToken: raw.knownAnswerToken } : {}),
+      // Facts read of the engine: an invalid one is unknown (a sleep needing it is refused), never a reason to refuse the engine.
+      ...(typeof raw.engineVersion === 'string' && /^[\w.+-]{1,64}$/.test(raw.engineVersion) ? { engineVersion: raw.engineVersion } : {}),
+      ...(Number.isSafeInteger(raw.hostCopyMib) && (raw.hostCopyMib as number) > 0 ? { hostCopyMib: raw.hostCopyMib as number } : {}),
       pid: raw.pid as number,
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },

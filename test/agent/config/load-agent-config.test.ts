@@ -47,6 +47,7 @@ describe('loadAgentConfig', () => {
       logDir: '/var/log/llmgw',
       stopGraceMs: 30_000,
       knownAnswerIntervalMs: 0,
+      wakeTimeoutMs: 0,
       workerSettleMs: 10_000,
       healthIntervalMs: 10_000,
       stallTimeoutMs: 60_000,

@@ -125,7 +125,7 @@ describe('WarmthLedger', () => {
     l.follow({ shard: failing, from: S.UNSPECIFIED, to: S.STARTING, why: 'launched' });
     l.follow({ shard: failing, from: S.STARTING, to: S.FAILED, why: 'engine exited with code 1 while starting' });
     l.follow({ shard: failing, from: S.FAILED, to: S.READY, why: 'not a real transition: nothing is pending' });
-    expect(l.report([], [])[0]?.learned.map((t) => [t.from, t.samples])).toEqual([['sleeping', 1]]);
+    expect(l.report([], [])[0]?.learned.map((t) => [t.from, t.samples])).toEqual([['sleeping-l1', 1]]);
   });
 
   it('keeps what it measured across a restart, in a bounded file, and starts empty from one it cannot read', async () => {

@@ -66,4 +66,18 @@ describe('sleepLevel in the state file', () => {
     const read = parseStateText(JSON.stringify({ ...raw, sleepLevel: 0 }), 's0');
     expect(read.ok && read.file.sleepLevel).toBeUndefined();
   });
+
+  it('keeps what was read of the engine (its version, the host copy it holds) for an adopting agent, an invalid one taken as unknown', async () => {
+    const path = join(dir, 's0.json');
+    await writeStateFile(path, sample());
+    await updateStateFile(path, 's0', { engineVersion: '0.24.0+cu129' });
+    await updateStateFile(path, 's0', { hostCopyMib: 36000 });
+    const read = await readStateFile(path, 's0');
+    expect(read.ok && [read.file.engineVersion, read.file.hostCopyMib]).toEqual(['0.24.0+cu129', 36000]);
+    const raw = JSON.parse(readFileSync(path, 'utf8'));
+    for (const bad of [7, '', 'x'.repeat(65), '0.24 ; rm -rf', null]) {
+      const r = parseStateText(JSON.stringify({ ...raw, engineVersion: bad, hostCopyMib: -1 }), 's0');
+      expect(r.ok && [r.file.engineVersion, r.file.hostCopyMib]).toEqual([undefined, undefined]);
+    }
+  });
 });

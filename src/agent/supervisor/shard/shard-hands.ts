@@ -5,6 +5,7 @@ import type { Readiness } from '../probes/await-readiness.js';
 import type { KnownAnswerTarget } from '../probes/known-answer.js';
 import type { PortOwnerCheck } from '../probes/port-owner-check.js';
 import type { GangFault, ShardChange, ShardLife, ShardNext } from './shard-machine.js';
+import type { ShardEngineFacts } from './shard-engine-facts.js';
 import type { ShardSnapshot } from './shard-snapshot.js';
 import type { StateFileWriter } from './state-file-writer.js';
 
@@ -34,6 +35,8 @@ export interface ShardHands {
   readonly portOwner: PortOwnerCheck | undefined;
   /** How the shard's engine sleeps and wakes; undefined for an engine without a sleep mode. */
   readonly sleepApi: EngineSleepApi | undefined;
+  /** What was read of the engine: its version, the host copy it keeps (shard-engine-facts.ts). */
+  readonly facts: ShardEngineFacts;
   /** Whether the shard's wakes are checked by a known answer: the API rank of a sleep profile. */
   readonly checksAnswers: boolean;
   /** The shard as it is now. */

@@ -27,6 +27,7 @@ import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, judgeSett
 import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
 import { ASLEEP_PROBE_PATH, ASLEEP_STOP_GRACE_MS, type SleepProbes } from './shard-sleep.js';
 import { prepareSleep, releaseShard, type SleepHands, wakeShard } from './shard-sleep-steps.js';
+import { ShardEngineFacts } from './shard-engine-facts.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
 
@@ -90,6 +91,7 @@ export class ShardRunner {
       ...{ shardId: r.shardId, spec: r.spec, fields: { shard: r.shardId, replica: r.replicaId }, logPath: r.logPath, logDir: ctx.config.logDir },
       ...{ stopGraceMs: ctx.config.stopGraceMs, baseUrl: this.baseUrl ?? '', adminKey: r.watch.adminApiKey || r.watch.apiKey, signal: this.lifeScope.signal },
       ...{ log: ctx.log, stateFile: this.stateFile, portOwner: this.portOwner, sleepApi: ctx.sleepApiOf?.(r.spec.profile?.engine ?? '') },
+      facts: new ShardEngineFacts({ engine: r.spec.profile?.engine ?? '', baseUrl: this.baseUrl ?? '', apiKey: r.watch.apiKey, stateFile: this.stateFile, log: ctx.log, fields: { shard: r.shardId, replica: r.replicaId }, pid: r.pid }, r),
       // The API rank of a sleep profile has its wakes checked by a known answer.
       checksAnswers: r.spec.profile?.sleepMode === true && r.servesHttp && r.watch.readiness === 'model-listed' && this.baseUrl !== undefined,
       life: () => this.life,
@@ -148,7 +150,7 @@ export class ShardRunner {
       ...{ shardId: r.shardId, replicaId: r.replicaId, spec: r.spec, pid: r.pid, servesHttp: r.servesHttp, startedAtMs: r.createdAtMs, logPath: r.logPath },
       ...{ state: l.state, error: l.error, exitCode: l.exitCode, signal: l.signal, lastOutput: [...l.lastOutput], running: !l.dead, ...(l.endedAtMs !== undefined ? { endedAtMs: l.endedAtMs } : {}) },
       ...{ drainRequested: l.drain, sleepLevel: l.sleep?.level ?? 0, adopted: this.adopted, launcher: r.launcher },
-      ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', load: { ...this.load } },
+      ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', load: { ...this.load }, engineVersion: this.hands.facts.version },
       ...{ ...(l.health.gang ? { gangFault: { ...l.health.gang } } : {}), ...(l.state === S.UNHEALTHY && l.health.verdict.cause === 'stalled' ? { stalled: true } : {}) },
     };
   }
@@ -201,6 +203,7 @@ export class ShardRunner {
     if (outcome.ready) {
       this.apply({ kind: 'answered', why: outcome.why });
       if (this.life.state === S.READY) void this.answers.of(this.serving.signal);
+      if (this.life.state === S.READY && this.servesHttp) void this.hands.facts.read(this.serving.signal);
       this.watchHealth();
       const intervalMs = this.ctx.config.knownAnswerIntervalMs ?? 0;
       if (intervalMs > 0 && this.servesHttp && this.baseUrl && this.record.watch.readiness === 'model-listed') void this.answers.watch(intervalMs, this.serving.signal);

@@ -7,7 +7,9 @@ import { recordedAnswer, type ShardAnswers } from './shard-answers.js';
 import { readLastOutput } from './shard-failure.js';
 import type { ShardHands } from './shard-hands.js';
 import type { ShardChange } from './shard-machine.js';
-import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, checkHostRam, DEFAULT_SLEEP_TIMEOUT_MS, judgeSleep, type SleepProbes } from './shard-sleep.js';
+import { checkHostRoom } from './host-room.js';
+import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, DEFAULT_SLEEP_TIMEOUT_MS, hostCopyAdvice, judgeSleep, type SleepProbes } from './shard-sleep.js';
+import { judgeSurvival } from './sleep-survival.js';
 
 /*
  * The steps of a sleep and a wake (issue 30): the engine's calls, the GPU
@@ -19,7 +21,7 @@ import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngin
 /** What a sleep or wake needs of its shard's runner, and its known answers. */
 export type SleepHands = Pick<
   ShardHands,
-  'shardId' | 'spec' | 'fields' | 'logPath' | 'baseUrl' | 'adminKey' | 'signal' | 'log' | 'stateFile' | 'sleepApi' | 'checksAnswers' | 'life' | 'apply' | 'told' | 'target' | 'inFlight' | 'readiness'
+  'shardId' | 'spec' | 'fields' | 'logPath' | 'baseUrl' | 'adminKey' | 'signal' | 'log' | 'stateFile' | 'sleepApi' | 'facts' | 'checksAnswers' | 'life' | 'apply' | 'told' | 'target' | 'inFlight' | 'readiness'
 > & { answers: ShardAnswers };
 
 const KNOWN_PROMPT_LABEL = JSON.stringify(KNOWN_PROMPT);
@@ -47,9 +49,12 @@ export interface PreparedSleep {
 export async function prepareSleep(h: SleepHands, level: number, probes: SleepProbes): Promise<PreparedSleep> {
   const api = judgeSleep(h.shardId, h.life().state, h.spec, level, h.sleepApi);
   const lvl = level as 1 | 2;
+  // Sleeps the engine cannot survive (its version, a draft, a loader without reload), by what it said at READY.
+  judgeSurvival(h.spec, lvl, h.spec.profile?.engine === 'vllm' ? await h.facts.read(h.signal) : h.facts.version);
   // From a reading newer than the request: one just after READY may predate the engine's memory.
   const before = await awaitFirstReading(probes, h.spec.gpuIndices, h.signal);
-  if (api.hostCopy(lvl)) await checkHostRam(lvl, before, probes.meminfoPath);
+  const instead = hostCopyAdvice(api, lvl, h.facts.hostCopyMib);
+  if (instead !== undefined) await checkHostRoom(lvl, before, h.facts.pid, instead, { meminfo: probes.meminfoPath, ...probes.hostRoomPaths });
   if (api.mustBeIdle) {
     const held = await h.inFlight();
     if (held !== 0) throw failure(`sleep refused: ${h.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
@@ -79,6 +84,8 @@ export async function releaseShard(h: SleepHands, { api, level, before }: Prepar
     if (api.hold) await callEngine(h.baseUrl, api.hold.pause, h.adminKey, signal);
     await callEngine(h.baseUrl, api.sleep(level), h.adminKey, signal);
     h.apply({ kind: 'released' });
+    // SGLang keeps the pinned copy from here for the engine's life: its next sleeps need no room for it.
+    if (api.hostCopyKept && api.hostCopy(level)) await h.facts.hostCopyPinned(before);
     const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
     h.log.info({ ...h.fields, sleepLevel: level, beforeMib: before, afterMib: after }, 'shard asleep: GPU memory released');
     h.told();
@@ -105,17 +112,23 @@ export async function releaseShard(h: SleepHands, { api, level, before }: Prepar
  * it gives its known answer. A failed wake leaves the shard SLEEPING with
  * the reason as its error; a wake without the weights makes it FAILED.
  */
-export async function wakeShard(h: SleepHands, probes: SleepProbes): Promise<void> {
+export async function wakeShard(h: SleepHands, given: SleepProbes): Promise<void> {
   const api = judgeSleep(h.shardId, ShardState.READY, h.spec, 1, h.sleepApi);
-  const timeoutMs = probes.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
-  const deadline = deadlineSignal(timeoutMs, h.signal);
-  const signal = deadline.signal;
   const asleep = h.life().sleep;
   const level = asleep?.level ?? 1;
   const awakeMib = asleep?.awakeMib ?? 0;
+  // Before anything is asked: SGLang's resume exits on an OOM, vLLM's leaves some tags mapped (wake-gpu-check.ts).
+  const taken = await given.gpusTaken?.(h.spec.gpuIndices);
+  if (taken !== undefined) throw failure(`wake refused: ${taken}; shard ${h.shardId} is left asleep: stop that process, then wake it`);
+  const wakeTimeout = given.wakeTimeout?.(h.spec, level, awakeMib);
+  const timeoutMs = wakeTimeout?.ms ?? given.timeoutMs ?? DEFAULT_SLEEP_TIMEOUT_MS;
+  if (wakeTimeout) h.log.info({ ...h.fields, sleepLevel: level, timeoutMs, why: wakeTimeout.why }, 'waking shard');
+  const probes = { ...given, timeoutMs };
+  const deadline = deadlineSignal(timeoutMs, h.signal);
+  const signal = deadline.signal;
   try {
     if (api.wakeOnlyAsleep && asleep?.memory === 'released' && (await neverReleased(h, awakeMib, probes, signal))) h.apply({ kind: 'resumed' });
-    await wakeCalls(h, api.wake(level), signal, api.wakeOnlyAsleep && h.life().sleep?.memory !== 'released');
+    await wakeCalls(h, api.wake(level), signal, api.wakeOnlyAsleep && h.life().sleep?.memory !== 'released', timeoutMs);
     // The requests held since the sleep run now, on the memory just taken back.
     if (api.hold) await callEngine(h.baseUrl, api.hold.resume, h.adminKey, signal);
     const outcome = await h.readiness(signal, timeoutMs);
@@ -174,10 +187,11 @@ async function byDeadline(h: SleepHands, proof: Promise<void>, signal: AbortSign
  * SGLang dies of a second resume), then the weights'. The memory is
  * recorded back once resumed, so a retried wake does not resume again.
  */
-async function wakeCalls(h: SleepHands, calls: WakeCalls, signal: AbortSignal, resumed: boolean): Promise<void> {
-  if (!resumed) for (const call of calls.resume) await callEngine(h.baseUrl, call, h.adminKey, signal);
+async function wakeCalls(h: SleepHands, calls: WakeCalls, signal: AbortSignal, resumed: boolean, timeoutMs?: number): Promise<void> {
+  if (!resumed) for (const call of calls.resume) await callEngine(h.baseUrl, call, h.adminKey, signal, timeoutMs);
   h.apply({ kind: 'resumed' });
-  for (const call of calls.restore) await callEngine(h.baseUrl, call, h.adminKey, signal);
+  // A level-2 reload reads the model from disk: the call may take the wake's whole deadline (wake-deadline.ts).
+  for (const call of calls.restore) await callEngine(h.baseUrl, call, h.adminKey, signal, timeoutMs);
 }
 
 /**

@@ -1,10 +1,10 @@
-import { readFile } from 'node:fs/promises';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../../lib/duration.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import type { EngineSleepApi, SleepCall } from '../../engines/engine-sleep-api.js';
 import { bearer, type HttpResult, httpGet, PROBE_BODY_MAX_BYTES } from '../probes/http-probe.js';
+import type { HostRoomPaths } from './host-room.js';
 import { stateName } from '../../../lib/shard-states.js';
 
 /*
@@ -22,6 +22,20 @@ export interface SleepProbes {
   meminfoPath?: string;
   /** How long the engine's call and the memory's change may take; default 2 min. */
   timeoutMs?: number;
+  /**
+   * How long the wake of a shard asleep at `level` may take, and how that
+   * was reached (wake-deadline.ts: a vLLM level-2 wake reads the model from
+   * disk); without it, timeoutMs.
+   */
+  wakeTimeout?: (spec: StartShard, level: 1 | 2, awakeMib: number) => { ms: number; why: string };
+  /**
+   * Why the shard's GPUs cannot be woken onto now: memory held by a process
+   * no shard owns (wake-gpu-check.ts), naming its pid; undefined when they
+   * can, or when it cannot be known. Without it, not looked at.
+   */
+  gpusTaken?: (gpus: readonly number[]) => Promise<string | undefined>;
+  /** Where host room is read (host-room.ts); tests give stand-ins. */
+  hostRoomPaths?: HostRoomPaths;
   /**
    * A reading of every GPU taken now (GpuMemorySampler.readNow: NVML at once,
    * else one nvidia-smi, shared by concurrent asks); rejects when none could
@@ -163,26 +177,21 @@ export async function awaitFirstReading(probes: SleepProbes, gpus: readonly numb
   }
 }
 
-/** MemAvailable of /proc/meminfo in MiB. */
-export async function memAvailableMib(path = '/proc/meminfo'): Promise<number> {
-  const text = await readFile(path, 'utf8');
-  const m = /^MemAvailable:\s+(\d+)\s+kB$/m.exec(text);
-  if (!m) throw failure(`sleep refused: ${path} has no MemAvailable line`);
-  return Math.floor(Number(m[1]) / 1024);
-}
+export { memAvailableMib } from './host-room.js';
 
 /**
- * Level 1 copies the weights to host RAM (V:vllm/v1/engine/core.py:867-878,
- * "Please make sure there's enough CPU memory"): refused when the host has
- * less available than the shard's GPUs hold, an upper bound of the weights.
- * An engine that runs the host out of memory is killed by the OOM killer.
+ * Whether a sleep at `level` needs room in host RAM for a copy of the
+ * weights, and what to do instead when there is none: vLLM's level 1 backs
+ * them up to host RAM (V:vllm/v1/engine/core.py:867-878, "Please make sure
+ * there's enough CPU memory") and frees the copy at the wake, so level 2 is
+ * the way out; SGLang copies them at both levels and keeps the copy for the
+ * engine's life (EngineSleepApi.hostCopyKept), so it needs room only at its
+ * first sleep and level 2 is no way out. Undefined: no room needed.
  */
-export async function checkHostRam(level: 1 | 2, shardMib: number, meminfoPath?: string): Promise<void> {
-  if (level !== 1) return;
-  const available = await memAvailableMib(meminfoPath);
-  if (available < shardMib) {
-    throw failure(`sleep refused: level 1 moves up to ${shardMib} MiB of weights to host RAM and only ${available} MiB is available (MemAvailable); use level 2`);
-  }
+export function hostCopyAdvice(api: EngineSleepApi, level: 1 | 2, keptMib: number | undefined): string | undefined {
+  if (!api.hostCopy(level)) return undefined;
+  if (api.hostCopyKept) return keptMib === undefined ? 'free host memory, or stop the shard instead (SGLang keeps this copy at both levels)' : undefined;
+  return 'use level 2';
 }
 
 /**
@@ -191,11 +200,11 @@ export async function checkHostRam(level: 1 | 2, shardMib: number, meminfoPath?:
  * whoever answers on the engine's port chooses its size, and one answer of
  * 1.5 GB read whole took the agent to 3.2 GB (security review 3, S5).
  */
-export async function callEngine(baseUrl: string, call: SleepCall, apiKey: string, signal: AbortSignal): Promise<void> {
+export async function callEngine(baseUrl: string, call: SleepCall, apiKey: string, signal: AbortSignal, timeoutMs = DEFAULT_SLEEP_TIMEOUT_MS): Promise<void> {
   let res: HttpResult;
   try {
     res = await httpGet(`${baseUrl}${call.path}`, {
-      timeoutMs: DEFAULT_SLEEP_TIMEOUT_MS,
+      timeoutMs,
       signal,
       headers: bearer(apiKey),
       maxBytes: PROBE_BODY_MAX_BYTES,

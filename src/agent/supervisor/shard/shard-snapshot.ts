@@ -47,6 +47,8 @@ export interface ShardSnapshot {
   unit?: string;
   /** How it is watched, when an operator should know (an adopted engine whose unit systemd forgot, watched by pid). */
   note?: string;
+  /** The engine's version as it answered at READY (shard-engine-facts.ts); absent before it was read or when it could not be. */
+  engineVersion?: string;
   /** In flight and tokens per second at the health watch's latest /metrics read (ShardRunner.engineLoad); absent: unknown. */
   load?: EngineLoad;
   /** A peer rank of its gang broke or stalled (issue 40): ShardStatus.gang_break. */

@@ -76,6 +76,23 @@ export class StateFileWriter {
   }
 
   /**
+   * Records what was read of the engine (its version, the host copy it keeps
+   * pinned). A failure is logged, not thrown: this agent holds it in memory;
+   * a restarted one reads the version again at the engine's READY, and would
+   * ask for room for a copy the engine already holds.
+   */
+  recordFacts(facts: { engineVersion?: string; hostCopyMib?: number }): Promise<void> {
+    this.persisting = this.persisting.then(async () => {
+      try {
+        await updateStateFile(this.statePath, this.shardId, facts);
+      } catch (err) {
+        this.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err), ...facts }, 'what was read of the engine could not be recorded; a restarted agent reads it again');
+      }
+    });
+    return this.persisting;
+  }
+
+  /**
    * Removes the state file of an engine that is gone. Failing to is logged,
    * not thrown: the engine is stopped whatever the disk says, and a stale
    * file names a process that no longer matches its identity, which the next

@@ -5,10 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { ShardState, type StartShard, StartShardSchema } from '../../../../src/gen/llmgw/v1/agent_pb.js';
+import { checkHostRoom } from '../../../../src/agent/supervisor/shard/host-room.js';
 import {
   awaitFirstReading,
   awaitGpuMemory,
-  checkHostRam,
+  hostCopyAdvice,
   judgeSleep,
   memAvailableMib,
   nextReadDelayMs,
@@ -71,26 +72,48 @@ describe('shardGpuMib', () => {
   });
 });
 
-describe('host RAM for level 1', () => {
+describe('host RAM for the copy a sleep keeps', () => {
+  const vllm = engineSleepApi('vllm');
+  const sglang = engineSleepApi('sglang');
+  if (!vllm || !sglang) throw new Error('vllm and sglang have sleep APIs');
+
   it('reads MemAvailable in MiB', async () => {
     expect(await memAvailableMib(meminfo(5000))).toBe(5000);
   });
 
-  it('refuses level 1 when the host has less available than the GPUs hold, and says to use level 2', async () => {
-    await expect(checkHostRam(1, 70000, meminfo(69999))).rejects.toThrow(
-      'sleep refused: level 1 moves up to 70000 MiB of weights to host RAM and only 69999 MiB is available (MemAvailable); use level 2',
+  it('refuses vLLM level 1 when the host has less available than the GPUs hold, and says to use level 2', async () => {
+    const instead = hostCopyAdvice(vllm, 1, undefined) as string;
+    await expect(checkHostRoom(1, 70000, 0, instead, { meminfo: meminfo(69999) })).rejects.toThrow(
+      'sleep refused: level 1 copies up to 70000 MiB of weights to pinned host RAM and only 69999 MiB is available (MemAvailable); use level 2',
     );
-    await expect(checkHostRam(1, 70000, meminfo(70000))).resolves.toBeUndefined();
+    await expect(checkHostRoom(1, 70000, 0, instead, { meminfo: meminfo(70000) })).resolves.toBeUndefined();
   });
 
-  it('never reads host RAM for level 2, which drops the weights', async () => {
-    await expect(checkHostRam(2, 70000, join(dir, 'absent'))).resolves.toBeUndefined();
+  it('asks no room of vLLM level 2, which drops the weights', () => {
+    expect(hostCopyAdvice(vllm, 2, undefined)).toBeUndefined();
   });
 
-  it('refuses level 1 when meminfo has no MemAvailable line', async () => {
+  it('asks room of SGLang at both levels (issue 47: its pinned copy is made at either), and never recommends level 2 there', async () => {
+    for (const level of [1, 2] as const) {
+      const instead = hostCopyAdvice(sglang, level, undefined);
+      expect(instead).toBe('free host memory, or stop the shard instead (SGLang keeps this copy at both levels)');
+      await expect(checkHostRoom(level, 70000, 0, instead as string, { meminfo: meminfo(69999) })).rejects.toThrow(
+        new RegExp(`^sleep refused: level ${level} copies up to 70000 MiB .* only 69999 MiB is available \\(MemAvailable\\); free host memory, or stop the shard instead`),
+      );
+    }
+  });
+
+  it('asks SGLang no room again for the copy it already holds since its first sleep', () => {
+    expect(hostCopyAdvice(sglang, 1, 8000)).toBeUndefined();
+    expect(hostCopyAdvice(sglang, 2, 8000)).toBeUndefined();
+    // vLLM frees its copy at the wake: every level-1 sleep needs the room again.
+    expect(hostCopyAdvice(vllm, 1, 8000)).toBe('use level 2');
+  });
+
+  it('refuses when meminfo has no MemAvailable line', async () => {
     const path = join(dir, 'meminfo');
     writeFileSync(path, 'MemTotal: 1 kB\n');
-    await expect(checkHostRam(1, 1, path)).rejects.toThrow(`sleep refused: ${path} has no MemAvailable line`);
+    await expect(checkHostRoom(1, 1, 0, 'use level 2', { meminfo: path })).rejects.toThrow(`sleep refused: ${path} has no MemAvailable line`);
   });
 });
 

@@ -87,6 +87,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'models.budget', type: 'bytes', default: '', doc: 'Disk the model store may use, e.g. 500GiB; required with models.cache_dir. A pull that would exceed it first evicts the least recently used models no shard pins.' },
   { key: 'models.hub.endpoint', type: 'string', default: 'https://huggingface.co', doc: 'Hugging Face Hub (or mirror) models are pulled from: an http:// or https:// address. Never taken from the control plane.' },
   { key: 'models.hub.token_file', type: 'string', default: '', doc: 'File holding the hub access token (sent as a Bearer token), read at each pull; no token when empty.' },
+  { key: 'models.hub.redirect_hosts', type: 'string', default: '', doc: 'Private hosts (names or addresses, comma or space separated) a redirect of a download may reach: your mirror\'s CDN in the rack. A redirect to another host is judged by the address it reaches, in any spelling: never to loopback, link-local (169.254.169.254) or unspecified addresses, to private ones only when listed here, to public ones always.' },
   { key: 'models.max_concurrent', type: 'count', default: '4', doc: 'Files downloaded at once by one llmgw process; at least 1.' },
   { key: 'models.bandwidth', type: 'bytes', default: '', doc: 'Bytes per second all downloads of one llmgw process share, e.g. 200MiB; unlimited when empty.' },
   { key: 'admin.socket', type: 'string', default: DEFAULT_ADMIN_SOCKET, env: ['LLMGW_ADMIN_SOCKET', 'LLMGW_SOCKET'], flag: 'socket', doc: 'Unix socket that llmgw ctl talks to (mode 0660).' },

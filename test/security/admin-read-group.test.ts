@@ -82,8 +82,10 @@ describe.skipIf(!asRoot || !hasSetpriv)('admin.read_group and the uid of every c
     const adopt = ctlAs(MEMBER, ['adopt']);
     expect(adopt.stderr).toBe('');
     expect(adopt.status).toBe(0);
+    expect(ctlAs(MEMBER, ['drain', '--all']).status).toBe(0);
     const events = ctlAs(MEMBER, ['events']);
     expect(events.stdout).toContain('ctl adopt asked by uid 1');
+    expect(events.stdout).toContain('ctl drain (all: 0 shards) asked by uid 1');
     await until(() => agent.logs().some((l) => l.msg === 'an operator asked a change over the admin socket' && l.uid === 1 && l.act === 'adopt'), 'the audit line', 20_000);
     // A reader's refused change is not on record as asked.
     expect(agent.logs().filter((l) => l.msg === 'an operator asked a change over the admin socket' && l.uid === 65534)).toEqual([]);

@@ -8,7 +8,7 @@
 //
 // Writes DIR/llmgw_<version>_<arch>.deb (DIR defaults to ./packages) and prints its path.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -20,6 +20,25 @@ const PREFIX = '/usr/lib/llmgw';
 const NODE = `${PREFIX}/node/bin/node`;
 const RUN_JS = `${PREFIX}/bin/run.js`;
 const CONFIG = '/etc/llmgw/agent.yaml';
+
+/**
+ * Every mode in the tree set, whatever the builder's umask and the checkout's
+ * modes (security review 4, F10: umask 002 made /usr/lib/llmgw and node/
+ * group-writable, and cpSync keeps a checkout's 0664 files): folders 0755,
+ * files 0755 when any execute bit is set, else 0644; the exceptions after.
+ * Links are left as they are (their mode is not used). Root's code is then
+ * writable by root alone once dpkg-deb --root-owner-group makes it root's.
+ */
+function normaliseModes(dir) {
+  chmodSync(dir, 0o755);
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    const st = lstatSync(path);
+    if (st.isDirectory()) normaliseModes(path);
+    else if (st.isFile()) chmodSync(path, st.mode & 0o111 ? 0o755 : 0o644);
+    else if (!st.isSymbolicLink()) fail(`${path} is neither a file, a folder nor a link: a package holds no such thing`);
+  }
+}
 
 function fail(message) {
   process.stderr.write(`error: ${message}\n`);
@@ -77,6 +96,10 @@ try {
   cpSync(join(REPO, 'examples/agent.yaml'), at(CONFIG));
   chmodSync(at(CONFIG), 0o640);
 
+  // Modes by kind, not by umask; then the ones that differ: the conffile is llmgw-ops' to read (postinst chgrps it).
+  normaliseModes(root);
+  chmodSync(at(CONFIG), 0o640);
+
   const installedKb = Number(execFileSync('du', ['-sk', root], { encoding: 'utf8' }).split('\t')[0]);
   mkdirSync(at('DEBIAN'), { recursive: true });
   writeFileSync(
@@ -105,6 +128,8 @@ try {
     cpSync(join(REPO, 'packaging/deb', script), at(`DEBIAN/${script}`));
     chmodSync(at(`DEBIAN/${script}`), 0o755);
   }
+  chmodSync(at('DEBIAN'), 0o755);
+  for (const f of ['control', 'conffiles']) chmodSync(at(`DEBIAN/${f}`), 0o644);
 
   mkdirSync(values.out, { recursive: true });
   const deb = join(resolve(values.out), `llmgw_${pkg.version}_${arch}.deb`);

@@ -184,7 +184,7 @@ export class Agent {
       supervisor: opts.supervisor,
       commands: this.commands,
       recovery: { adoptNow: () => this.recovery.adoptNow().then((results) => this.recordAdoptions(results)) },
-      events: this.events,
+      events: this.events, logger: this.log,
       cordon: this.conditions.cordon,
       models: this.models,
     });

@@ -125,7 +125,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     // same engines. Listening before the first connection attempt also makes
     // READY=1 mean "ctl works".
     unlock = await lockStateDirectory(c.supervisor.stateDir, logger);
-    admin = await AdminServer.listen({ socketPath: c.admin.socket, group: c.admin.group, backend: agent.admin, logger });
+    admin = await AdminServer.listen({ socketPath: c.admin.socket, group: c.admin.group, readGroup: c.admin.readGroup, backend: agent.admin, logger });
     // Said once this agent is the one that runs (a second agent refused above
     // says only why), and at start, not at the first launch an operator may
     // look for hours later.

@@ -58,4 +58,6 @@ export interface DownloadContext {
   onProgress?: (p: DownloadProgress) => void;
   /** Part size of a ranged download; PART_BYTES unless a test wants many parts of a small file. */
   partBytes?: number;
+  /** models.hub.redirect_hosts: the private hosts a redirect may reach (redirect-policy.ts). */
+  redirectHosts?: readonly string[];
 }

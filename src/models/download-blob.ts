@@ -113,7 +113,7 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
   else if (have > 0) headers.range = `bytes=${have}-`;
   let first: HubStream;
   try {
-    first = await openHubStream(blob.url, { headers, signal: ctx.signal });
+    first = await openHubStream(blob.url, { headers, signal: ctx.signal, redirectHosts: ctx.redirectHosts });
   } catch (err) {
     ctx.signal.throwIfAborted();
     throw failure(`${blob.path}: cannot download from ${new URL(blob.url).origin}: ${describeFetchError(err)}`, { cause: err });

@@ -22,7 +22,7 @@ export async function fetchParts(blob: BlobToFetch, ctx: DownloadContext, writer
         const part = parts[next++];
         if (!part) return;
         [start, end] = part;
-        stream = await openHubStream(blob.url, { headers: { ...ctx.headers, 'accept-encoding': 'identity', range: `bytes=${start}-${end - 1}` }, signal });
+        stream = await openHubStream(blob.url, { headers: { ...ctx.headers, 'accept-encoding': 'identity', range: `bytes=${start}-${end - 1}` }, signal, redirectHosts: ctx.redirectHosts });
         if (stream.status !== 206 || !contentRangeIs(stream.headers.get('content-range'), start, end, blob.size)) {
           stream.cancel();
           throw failure(`${blob.path}: the hub answered a request for bytes ${start}-${end - 1} with HTTP ${stream.status} ${stream.headers.get('content-range') ?? ''}; try again`);

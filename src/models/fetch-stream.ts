@@ -6,6 +6,7 @@ import { newHash } from './blob-digest.js';
 import { type BlobToFetch, type DownloadContext, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { contentRangeIs } from './content-range.js';
 import { describeFetchError } from './hub-client.js';
+import { judgeRedirectTarget } from './redirect-policy.js';
 
 /**
  * The old way, through fetch, for an answer in chunks (Transfer-Encoding:
@@ -17,6 +18,9 @@ export async function fetchStream(blob: BlobToFetch, ctx: DownloadContext, from:
   let hash = hashSoFar;
   // Asked again where the first request's redirects (checked by openHubStream) ended, following none: the token only to the hub's own origin.
   const sameOrigin = new URL(answeredAt).origin === new URL(blob.url).origin;
+  // openHubStream judged the redirect's addresses as it connected; fetch resolves the name again, so it is judged again.
+  const refused = await judgeRedirectTarget(new URL(blob.url), new URL(answeredAt), ctx.redirectHosts ?? []);
+  if (refused !== undefined) throw failure(`${blob.path}: cannot download from ${new URL(blob.url).origin}: ${refused}`);
   const headers: Record<string, string> = { ...(sameOrigin ? ctx.headers : Object.fromEntries(Object.entries(ctx.headers).filter(([k]) => k.toLowerCase() !== 'authorization'))), 'accept-encoding': 'identity' };
   if (have > 0) headers.range = `bytes=${have}-`;
   let res: Response;

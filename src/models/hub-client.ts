@@ -29,6 +29,8 @@ export interface HubOptions {
   endpoint: string;
   /** models.hub.token_file; read at each pull so a rotated token needs no restart. */
   tokenFile: string;
+  /** models.hub.redirect_hosts as a list: the private hosts a redirect of a download may reach (redirect-policy.ts). */
+  redirectHosts?: readonly string[];
 }
 
 /** Authorization headers for the hub, the token read from its file. */

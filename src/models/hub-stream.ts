@@ -1,5 +1,9 @@
 import { type Socket, connect as netConnect } from 'node:net';
 import { type ConnectionOptions, connect as tlsConnect } from 'node:tls';
+import { hostIdentity } from './address-class.js';
+import { redirectLookup, redirectRefusal } from './redirect-policy.js';
+
+export { isInternalHost, redirectRefusal } from './redirect-policy.js';
 
 /*
  * A GET of one file from the hub over HTTP/1.1, its body read straight into
@@ -37,6 +41,8 @@ export interface HubStreamOptions {
   signal: AbortSignal;
   /** IDLE_TIMEOUT_MS unless a test wants less. */
   idleTimeoutMs?: number;
+  /** models.hub.redirect_hosts: the private hosts a redirect may reach (redirect-policy.ts). */
+  redirectHosts?: readonly string[];
 }
 
 /** One answer, its head read; the body is read with `body()` or dropped with `cancel()`. */
@@ -65,50 +71,27 @@ export interface HubStream {
 export async function openHubStream(url: string, opts: HubStreamOptions): Promise<HubStream> {
   let current = new URL(url);
   let headers = { ...opts.headers };
+  const redirectHosts = opts.redirectHosts ?? [];
+  /** What redirected to `current`: its name's addresses are judged against it at connect; none for the hub itself. */
+  let from: URL | undefined;
   for (let hops = 0; ; hops++) {
-    const res = await getOnce(current, headers, opts.signal, opts.idleTimeoutMs ?? IDLE_TIMEOUT_MS);
+    const judged = from !== undefined && hostIdentity(current.hostname).cls === 'name' && hostIdentity(current.hostname).key !== hostIdentity(from.hostname).key;
+    const lookup = judged && from ? redirectLookup(from, current.hostname, redirectHosts) : undefined;
+    const res = await getOnce(current, headers, opts.signal, opts.idleTimeoutMs ?? IDLE_TIMEOUT_MS, lookup);
     const location = res.headers.get('location');
     if (![301, 302, 303, 307, 308].includes(res.status) || location === undefined) return res;
     res.cancel();
     if (hops >= MAX_REDIRECTS) throw new Error(`more than ${MAX_REDIRECTS} redirects`);
     const next = new URL(location, current);
     if (next.protocol !== 'http:' && next.protocol !== 'https:') throw new Error(`redirected to a ${next.protocol} URL`);
-    const refused = redirectRefusal(new URL(url), next);
+    // Judged against the host that redirected: a CDN the hub sent us to may not send us on to an internal address.
+    const refused = redirectRefusal(current, next, redirectHosts);
     if (refused) throw new Error(refused);
     // A token for the hub is not sent to wherever it redirects (its CDN, or anyone's).
     if (next.origin !== current.origin) headers = withoutAuthorization(headers);
+    from = current;
     current = next;
   }
-}
-
-/**
- * Why a redirect from the hub at `origin` to `next` is not followed, or
- * undefined (security review 3, S4): never from https to http, and never
- * from a hub elsewhere to this node's or its network's own addresses (a
- * hostile mirror made the node GET its cloud's metadata service and told
- * the length and sha256 of the answer). A hub on such an address itself (a
- * test hub, a mirror in the rack) may redirect within them. Names are judged
- * as written: one that resolves to a private address is not caught here.
- */
-export function redirectRefusal(origin: URL, next: URL): string | undefined {
-  if (origin.protocol === 'https:' && next.protocol !== 'https:') return `the hub redirected from https to ${next.protocol}//${next.host}`;
-  if (next.origin !== origin.origin && isInternalHost(next.hostname) && !isInternalHost(origin.hostname)) {
-    return `the hub redirected to an internal address (${next.host}), which is never followed`;
-  }
-  return undefined;
-}
-
-/** Loopback, link-local, private and unspecified addresses, and localhost names. */
-export function isInternalHost(hostname: string): boolean {
-  const h = hostname.replace(/^\[|\]$/g, '').toLowerCase();
-  if (h === 'localhost' || h.endsWith('.localhost') || h === '') return true;
-  const v4 = /^(\d{1,3})\.(\d{1,3})\.(\d{1,3})\.(\d{1,3})$/.exec(h.replace(/^::ffff:/, ''));
-  if (v4) {
-    const [a, b] = [Number(v4[1]), Number(v4[2])];
-    return a === 0 || a === 10 || a === 127 || (a === 169 && b === 254) || (a === 172 && b >= 16 && b <= 31) || (a === 192 && b === 168) || (a === 100 && b >= 64 && b <= 127);
-  }
-  if (h.includes(':')) return h === '::' || h === '::1' || /^f[cd]/.test(h) || /^fe[89ab]/.test(h);
-  return false;
 }
 
 function withoutAuthorization(headers: Record<string, string>): Record<string, string> {
@@ -120,7 +103,7 @@ function connectionError(err: unknown): Error {
   return new Error(err instanceof Error ? err.message : String(err), { cause: err });
 }
 
-function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal, idleMs: number): Promise<HubStream> {
+function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal, idleMs: number, lookup?: ReturnType<typeof redirectLookup>): Promise<HubStream> {
   signal.throwIfAborted();
   for (const [k, v] of Object.entries(headers)) {
     if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) return Promise.reject(new Error(`header ${k} holds a line break`));
@@ -149,8 +132,8 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
     const socket: Socket =
       url.protocol === 'https:'
         ? // tls takes onread as net does (lib/_tls_wrap.js passes it to its socket); its types omit it.
-          tlsConnect({ host, port, servername: isIp(host) ? undefined : host, ALPNProtocols: ['http/1.1'], onread } as ConnectionOptions)
-        : netConnect({ host, port, onread });
+          tlsConnect({ host, port, servername: isIp(host) ? undefined : host, ALPNProtocols: ['http/1.1'], onread, lookup } as ConnectionOptions)
+        : netConnect({ host, port, onread, lookup });
     const lines = [`GET ${url.pathname}${url.search} HTTP/1.1`, `Host: ${url.host}`, 'Connection: close', 'Accept-Encoding: identity'];
     for (const [k, v] of Object.entries(headers)) if (k.toLowerCase() !== 'accept-encoding' && k.toLowerCase() !== 'host') lines.push(`${k}: ${v}`);
     // Written at once: net and tls hold it until the connection (and handshake) is made.

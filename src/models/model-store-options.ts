@@ -5,6 +5,11 @@ import { ConcurrencyLimit } from './concurrency-limit.js';
 import type { PullContext } from './pull-model.js';
 import { StoreLayout } from './store-layout.js';
 
+/** models.hub.redirect_hosts: names or addresses, comma or space separated. */
+export function splitHostList(text: string): string[] {
+  return text.split(/[\s,]+/).filter((h) => h !== '');
+}
+
 /** What a pull needs from the agent's configuration, less the signal and the listener. */
 export type ModelStore = Omit<PullContext, 'signal' | 'onEvent'>;
 
@@ -19,7 +24,7 @@ export function modelStoreFromConfig(models: ModelsConfig, configPath: string): 
   }
   return {
     layout: new StoreLayout(models.cacheDir),
-    hub: { endpoint: models.hub.endpoint, tokenFile: models.hub.tokenFile },
+    hub: { endpoint: models.hub.endpoint, tokenFile: models.hub.tokenFile, redirectHosts: splitHostList(models.hub.redirectHosts ?? '') },
     budget: models.budget as number,
     concurrency: new ConcurrencyLimit(models.maxConcurrent),
     limiter: new BandwidthLimiter(models.bandwidth),

@@ -9,6 +9,8 @@ export interface ModelsConfig {
     endpoint: string;
     /** File holding the hub token; '' for none. */
     tokenFile: string;
+    /** models.hub.redirect_hosts: private hosts (names or addresses, comma or space separated) a hub's redirect may reach; '' for none. */
+    redirectHosts?: string;
   };
   /** Files one process downloads at once; at least 1. */
   maxConcurrent: number;

@@ -276,6 +276,7 @@ async function downloadAll(
               headers,
               limiter: ctx.limiter,
               signal,
+              redirectHosts: ctx.hub.redirectHosts,
               onProgress: (p) => ctx.onEvent?.({ kind: 'file-progress', path: b.file.path, bytes: p.bytes, size: b.file.size }),
             },
           );

@@ -91,6 +91,11 @@ export class StoreLayout {
     return join(this.ownDir, 'locks', `${repoFolderName(repo)}.lock`);
   }
 
+  /** The node's one page-cache warm at a time (warm-gate.ts); no repo's folder name has this shape. */
+  warmLockPath(): string {
+    return join(this.ownDir, 'locks', 'page-cache-warm.lock');
+  }
+
   pinDir(repo: string): string {
     return join(this.ownDir, 'pins', repoFolderName(repo));
   }

@@ -4,6 +4,7 @@ import { formatBytes } from '../lib/format-bytes.js';
 import { modelBlobFiles, pageCacheResidency, warmFiles } from './page-cache.js';
 import { describeModel } from './scan-store.js';
 import type { StoreLayout } from './store-layout.js';
+import { takeWarmTurn } from './warm-gate.js';
 
 /*
  * `llmgw models warm`: a complete model's files read into the host's page
@@ -29,15 +30,48 @@ export async function memAvailableBytes(path = '/proc/meminfo'): Promise<number>
   return Number(m[1]) * 1024;
 }
 
-export async function warmModel(
-  layout: StoreLayout,
-  repo: string,
-  opts: { budgetBytes?: number; meminfoPath?: string; signal?: AbortSignal; onBytes?: (read: number, of: number) => void } = {},
-): Promise<WarmResult> {
+export interface WarmOptions {
+  budgetBytes?: number;
+  meminfoPath?: string;
+  signal?: AbortSignal;
+  onBytes?: (read: number, of: number) => void;
+  /** Told once when another process's warm holds the node's turn (warm-gate.ts). */
+  onWait?: (holderPid: number | undefined) => void;
+}
+
+/** Warms in progress in this process, by model and budget: another ask of the same joins it (security review 4, F9). */
+const inProgress = new Map<string, Promise<WarmResult>>();
+
+/**
+ * Reads a complete model into the page cache. One warm at a time on the
+ * node (warm-gate.ts); an ask of a model whose warm is in progress in this
+ * process, waiting or reading, joins it and gets its result: never two
+ * reads of one model at once.
+ */
+export function warmModel(layout: StoreLayout, repo: string, opts: WarmOptions = {}): Promise<WarmResult> {
+  const key = `${layout.repoDir(repo)}\0${opts.budgetBytes ?? ''}\0${opts.meminfoPath ?? ''}`;
+  const joined = inProgress.get(key);
+  if (joined) return joined;
+  const run = warmAlone(layout, repo, opts).finally(() => inProgress.delete(key));
+  inProgress.set(key, run);
+  return run;
+}
+
+async function warmAlone(layout: StoreLayout, repo: string, opts: WarmOptions): Promise<WarmResult> {
   const model = await describeModel(layout, repo);
   if (!model.complete) {
     throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);
   }
+  const release = await takeWarmTurn(layout, opts.signal ?? new AbortController().signal, opts.onWait);
+  try {
+    return await warmHoldingTurn(layout, repo, opts);
+  } finally {
+    release();
+  }
+}
+
+/** The warm itself, the node's turn held: its budget is read now, after any warm before it. */
+async function warmHoldingTurn(layout: StoreLayout, repo: string, opts: WarmOptions): Promise<WarmResult> {
   const files = await modelBlobFiles(layout, repo);
   const bytes = files.reduce((s, f) => s + f.bytes, 0);
   const available = await memAvailableBytes(opts.meminfoPath);

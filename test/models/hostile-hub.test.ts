@@ -100,8 +100,9 @@ describe('a hostile hub', () => {
     expect(redirectRefusal(cloudHub, new URL('https://127.0.0.1:18998/x'))).toMatch(/internal address/);
     expect(redirectRefusal(cloudHub, new URL('https://[::1]/x'))).toMatch(/internal address/);
     expect(redirectRefusal(cloudHub, new URL('https://cdn-lfs.example.org/blob'))).toBeUndefined();
-    // A hub in the rack (or a test's) may redirect within its own network.
-    expect(redirectRefusal(new URL('http://10.0.0.5/x'), new URL('http://10.0.0.6/blob'))).toBeUndefined();
+    // A hub in the rack may redirect within its own network only to the hosts the operator lists (security review 4, F7).
+    expect(redirectRefusal(new URL('http://10.0.0.5/x'), new URL('http://10.0.0.6/blob'))).toMatch(/models\.hub\.redirect_hosts does not list/);
+    expect(redirectRefusal(new URL('http://10.0.0.5/x'), new URL('http://10.0.0.6/blob'), ['10.0.0.6'])).toBeUndefined();
     expect(['10.1.2.3', '172.20.0.1', '192.168.1.1', '100.64.0.1', 'localhost', 'fe80::1', 'fd00::1'].every(isInternalHost)).toBe(true);
     expect(['8.8.8.8', '172.32.0.1', 'huggingface.co'].some(isInternalHost)).toBe(false);
   });

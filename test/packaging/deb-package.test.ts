@@ -20,7 +20,8 @@ const root = join(scratch, 'root');
 let deb = '';
 
 beforeAll(async () => {
-  const built = await execa('node', [join(REPO_ROOT, 'scripts/package-deb.mjs'), '--out', scratch, '--compress', 'none'], { reject: false, stdin: 'ignore' });
+  // Under umask 000, the worst a builder's shell may have: the package's modes must not follow it (security review 4, F10).
+  const built = await execa('sh', ['-c', 'umask 000 && exec node "$0" --out "$1" --compress none', join(REPO_ROOT, 'scripts/package-deb.mjs'), scratch], { reject: false, stdin: 'ignore' });
   expect(built.exitCode, String(built.stderr)).toBe(0);
   deb = String(built.stdout).trim();
   await execa('dpkg-deb', ['-x', deb, root]);
@@ -76,6 +77,19 @@ describe('npm run package: the .deb', () => {
     const example = await installed(['agent', 'run', '--print-config', '--config', join(root, 'etc/llmgw/agent.yaml')]);
     expect(example.exitCode).toBe(78);
     expect(String(example.stderr)).toContain('node_id is required');
+  });
+
+  it('sets its modes itself whatever the builder\'s umask: built under umask 000, nothing is group- or world-writable, folders 0755, programs 0755, the rest 0644', async () => {
+    const listing = String((await execa('dpkg-deb', ['-c', deb])).stdout).split('\n').filter((l) => l !== '');
+    const modes = new Map(listing.map((l) => { const f = l.split(/\s+/); return [f[5] ?? '', f[0] ?? ''] as const; }));
+    expect(listing.length).toBeGreaterThan(100);
+    expect(listing.filter((l) => /^.....w|^........w/.test(l))).toEqual([]);
+    for (const dir of ['./usr/lib/llmgw/', './usr/lib/llmgw/node/', './usr/lib/llmgw/node/bin/', './usr/lib/llmgw/node_modules/', './etc/llmgw/']) expect(modes.get(dir), dir).toBe('drwxr-xr-x');
+    for (const program of ['./usr/lib/llmgw/node/bin/node', './usr/lib/llmgw/bin/run.js', './usr/bin/llmgw']) expect(modes.get(program), program).toBe('-rwxr-xr-x');
+    for (const file of ['./usr/lib/llmgw/package.json', './lib/systemd/system/llmgw-agent.service']) expect(modes.get(file), file).toBe('-rw-r--r--');
+    expect(modes.get('./etc/llmgw/agent.yaml')).toBe('-rw-r-----');
+    // Every entry is a folder, a file or a link, and folders and files have one of the modes above.
+    expect(new Set([...modes.values()].filter((m) => !m.startsWith('l')))).toEqual(new Set(['drwxr-xr-x', '-rwxr-xr-x', '-rw-r--r--', '-rw-r-----']));
   });
 
   it('installs a unit that starts the packaged runtime and an llmgw that execs it, and keeps the configuration as a conffile', async () => {

@@ -8,6 +8,7 @@ import type { NodeCordon } from '../node-cordon.js';
 import type { NodeModels, WaitingStart } from '../models/node-models.js';
 import type { ShardCommands, SleepOutcome } from '../shard-commands.js';
 import type { AdoptResultView, RecoverEngines } from '../recover-engines.js';
+import type { Logger } from '../../lib/logger.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
 
@@ -15,6 +16,16 @@ import type { Supervisor } from '../supervisor/supervisor.js';
 export interface GpuFaultClearing {
   cleared: string[];
   event?: GpuEvent;
+}
+
+/** A change asked over the admin socket, with the caller's uid as the kernel gave it (SO_PEERCRED). */
+export interface OperatorAct {
+  act: 'sleep' | 'wake' | 'drain' | 'drain --cancel' | 'adopt' | 'gpu clear';
+  uid: number | undefined;
+  shardId?: string;
+  gpu?: number;
+  /** What else the request said: the level of a sleep, `all` for a drain of every shard. */
+  detail?: string;
 }
 
 /** One GPU's health as `ctl status` shows it. */
@@ -81,6 +92,8 @@ export interface AdminBackend {
   readonly cordon?: Pick<NodeCordon, 'set' | 'current'>;
   /** Starts not yet in the registry: they wait for their model's pull into the node's store. */
   waitingStarts?(): WaitingStart[];
+  /** Records who asked a change (an event for `ctl events`, a log line), before it is made or refused: security review 4, F8. */
+  audit?(act: OperatorAct): void;
 }
 
 /** The agent's parts the admin socket reads and acts through. */
@@ -91,13 +104,15 @@ export interface AdminBackendParts {
   supervisor: Supervisor;
   commands: Pick<ShardCommands, 'drain' | 'cancelDrain'> & Partial<Pick<ShardCommands, 'sleepCommand' | 'wakeCommand'>>;
   recovery: Pick<RecoverEngines, 'adoptNow'>;
-  events: Pick<AgentEventRing, 'list' | 'subscribe'>;
+  events: Pick<AgentEventRing, 'list' | 'subscribe'> & Partial<Pick<AgentEventRing, 'record'>>;
+  /** Where the audit lines of operators' changes go. */
+  logger?: Logger;
   cordon?: Pick<NodeCordon, 'set' | 'current'>;
   models?: Pick<NodeModels, 'waitingStarts'>;
 }
 
 /** The admin socket's view of an agent, from the parts that answer each call. */
-export function adminBackend({ node, view, supervisor: sup, commands, recovery, events, cordon, models }: AdminBackendParts): AdminBackend {
+export function adminBackend({ node, view, supervisor: sup, commands, recovery, events, logger, cordon, models }: AdminBackendParts): AdminBackend {
   return {
     nodeId: node.nodeId,
     version: node.version,
@@ -129,5 +144,17 @@ export function adminBackend({ node, view, supervisor: sup, commands, recovery, 
     followEvents: (listener) => events.subscribe(listener),
     cordon,
     waitingStarts: models && (() => models.waitingStarts()),
+    audit: (a) => {
+      const target = a.shardId ?? (a.gpu !== undefined ? `GPU ${a.gpu}` : undefined);
+      const message = `ctl ${a.act}${target ? ` ${target}` : ''}${a.detail ? ` (${a.detail})` : ''} asked by uid ${a.uid ?? 'unknown'}`;
+      events.record?.({
+        kind: a.shardId !== undefined ? 'shard' : a.gpu !== undefined ? 'gpu' : 'node',
+        shardId: a.shardId,
+        gpu: a.gpu,
+        message,
+        fields: { uid: String(a.uid ?? 'unknown'), act: a.act, ...(a.detail ? { detail: a.detail } : {}) },
+      });
+      logger?.info({ uid: a.uid ?? null, act: a.act, shard: a.shardId, gpu: a.gpu, detail: a.detail }, 'an operator asked a change over the admin socket');
+    },
   };
 }

@@ -25,6 +25,7 @@ import { ADMIN_PEER } from './admin-peer.js';
 import { buildStatusResponse } from './build-status-response.js';
 import { clearGpuFault } from './clear-gpu-fault.js';
 import { cordonRoute } from './cordon-route.js';
+import { auditAct } from './operator-audit.js';
 import { sleepRoute, wakeRoute } from './sleep-route.js';
 import { eventsRoute } from './events-route.js';
 import { type Claimed, LogCallAdmission, type LogSlotKind } from './log-call-admission.js';
@@ -89,7 +90,8 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
 
       logs: (req, ctx) => endedWithClient(streamLogs(backend, logCalls, req, ctx), ctx.signal),
 
-      adopt: async () => {
+      adopt: async (_req, ctx) => {
+        auditAct(backend, ctx, { act: 'adopt' });
         const results = await backend.adoptNow();
         return create(AdoptResponseSchema, {
           results: results.map((r) => create(AdoptResultSchema, { ...r, outcome: ADOPT_OUTCOMES[r.outcome] })),
@@ -101,8 +103,8 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
 
       cordon: (req, ctx) => cordonRoute(backend, req, ctx),
 
-      sleep: (req) => sleepRoute(backend, req),
-      wake: (req) => wakeRoute(backend, req),
+      sleep: (req, ctx) => sleepRoute(backend, req, ctx),
+      wake: (req, ctx) => wakeRoute(backend, req, ctx),
 
       events: (req, ctx) => endedWithClient(streamEvents(req, ctx), ctx.signal),
     });
@@ -311,6 +313,7 @@ async function* drain(backend: AdminBackend, req: DrainRequest, ctx: HandlerCont
     }
     ids = [id];
   }
+  auditAct(backend, ctx, { act: req.cancel ? 'drain --cancel' : 'drain', shardId: req.all ? undefined : ids[0], detail: req.all ? `all: ${ids.length} shards` : undefined });
   for (const id of ids) {
     try {
       // Reported to the control plane by the supervisor's transition, so it routes elsewhere (or back, on cancel).

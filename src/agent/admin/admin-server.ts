@@ -10,6 +10,8 @@ import type { Logger } from '../../lib/logger.js';
 import { RateLimitedLog } from '../../lib/rate-limited-log.js';
 import type { AdminBackend } from './admin-backend.js';
 import { adminCallValues } from './admin-peer.js';
+import { type AdminAccess, notAMember, roleOf } from './admin-role.js';
+import { writeGate } from './admin-write-gate.js';
 import { adminRoutes } from './admin-routes.js';
 import { claimSocketPath } from './claim-socket-path.js';
 import { closeWhenIdle } from './close-when-idle.js';
@@ -22,6 +24,9 @@ import { readPeerCredentials } from '../../lib/process/peer-credentials.js';
 export const SOCKET_MODE = 0o660;
 /** Umask while the socket is bound: bind() creates it 0777 & ~umask, so it is born 0660 and never world-writable. */
 const SOCKET_UMASK = 0o117;
+/** With admin.read_group: every user may connect, and the agent judges each by its groups (admin-role.ts). */
+export const READ_TIER_SOCKET_MODE = 0o666;
+const READ_TIER_SOCKET_UMASK = 0o111;
 /** How long a connection may stay open without a request before it is closed; default of silentConnectionTimeoutMs. */
 export const SILENT_CONNECTION_TIMEOUT_MS = 10_000;
 /** Pending connections the kernel queues: a burst of a thousand ctl calls must not meet EAGAIN (Unix sockets refuse, not retry). */
@@ -70,6 +75,10 @@ export interface AdminServerOptions {
   drainPollMs?: number;
   /** For tests; default /etc/group. */
   etcGroupPath?: string;
+  /** admin.read_group: members may read everything and change nothing (admin-role.ts); '' or absent for none. */
+  readGroup?: string;
+  /** For tests; default /proc: where the peers' groups are read. */
+  procRoot?: string;
 }
 
 /**
@@ -114,7 +123,11 @@ export class AdminServer {
     return this.refusedConnections;
   }
 
-  private constructor(opts: AdminServerOptions) {
+  private constructor(
+    opts: AdminServerOptions,
+    access: AdminAccess,
+    private readonly socketMode: number,
+  ) {
     this.socketPath = opts.socketPath;
     this.log = opts.logger.child({ socket: opts.socketPath });
     this.warnRefused = new RateLimitedLog(this.log, { intervalMs: 10_000 });
@@ -128,8 +141,10 @@ export class AdminServer {
       jsonOptions: { alwaysEmitImplicit: true },
       // Aborts every handler's ctx.signal: a `logs -f` or `drain --wait` ends at once on SIGTERM.
       shutdownSignal: this.shutdown.signal,
-      // Who called, for the handlers' own per-user caps (Logs).
-      contextValues: adminCallValues,
+      // Who called, for the handlers' own per-user caps (Logs), and their tier.
+      contextValues: (req) => adminCallValues(req, access),
+      // A reader's write is refused before its handler runs (admin.read_group).
+      interceptors: [writeGate(access)],
     });
     this.h2 = http2.createServer(
       {
@@ -164,6 +179,15 @@ export class AdminServer {
           this.warnRefused.warn({ open: admission.size, refused: this.refusedConnections, uid: peer?.uid, pid: peer?.pid, why }, 'refused admin connections: too many are open');
         }
         refuseConnection(socket, admitted);
+        return;
+      }
+      // With a read tier the socket is open to every user (0666): the groups decide, here.
+      if (access.readGid !== undefined && admitted.peer && roleOf(admitted.peer, access) === undefined) {
+        admitted.release();
+        this.refusedConnections += 1;
+        const refusal = notAMember(admitted.peer, access);
+        this.warnRefused.warn({ uid: admitted.peer.uid, pid: admitted.peer.pid, why: refusal.why }, 'refused an admin connection: not in admin.group or admin.read_group');
+        refuseConnection(socket, { code: 'permission_denied', ...refusal });
         return;
       }
       this.sockets.add(socket);
@@ -271,11 +295,13 @@ export class AdminServer {
    */
   static async listen(opts: AdminServerOptions): Promise<AdminServer> {
     const gid = resolveGroup(opts.group, opts.etcGroupPath ?? ETC_GROUP);
-    prepareSocketDir(opts.socketPath, gid, opts.logger);
+    const readGid = opts.readGroup ? resolveGroup(opts.readGroup, opts.etcGroupPath ?? ETC_GROUP, 'admin.read_group') : undefined;
+    const access: AdminAccess = { adminGid: gid ?? process.getegid?.() ?? 0, readGid, adminGroup: opts.group, readGroup: opts.readGroup ?? '', procRoot: opts.procRoot };
+    prepareSocketDir(opts.socketPath, gid, opts.logger, readGid !== undefined);
     if ((await claimSocketPath(opts.socketPath)) === 'replaced-stale') {
       opts.logger.info({ socket: opts.socketPath }, 'removed a stale admin socket nobody was listening on');
     }
-    const admin = new AdminServer(opts);
+    const admin = new AdminServer(opts, access, readGid === undefined ? SOCKET_MODE : READ_TIER_SOCKET_MODE);
     await admin.bind(gid);
     return admin;
   }
@@ -286,7 +312,7 @@ export class AdminServer {
       this.server.once('error', onError);
       // bind() runs synchronously inside listen() and creates the file with
       // 0777 & ~umask: under this umask it never exists with looser permissions.
-      const previous = process.umask(SOCKET_UMASK);
+      const previous = process.umask(this.socketMode === SOCKET_MODE ? SOCKET_UMASK : READ_TIER_SOCKET_UMASK);
       try {
         this.server.listen({ path: this.socketPath, backlog: LISTEN_BACKLOG }, () => {
           this.server.off('error', onError);
@@ -302,9 +328,9 @@ export class AdminServer {
             reject(failure(`cannot set the group of admin socket ${this.socketPath}: ${errorMessage(err)}`));
             return;
           }
-          if (!st.isSocket() || (st.mode & 0o777) !== SOCKET_MODE) {
+          if (!st.isSocket() || (st.mode & 0o777) !== this.socketMode) {
             this.server.close();
-            reject(failure(`admin socket ${this.socketPath} is not the socket this agent bound with mode ${SOCKET_MODE.toString(8)}; refused`));
+            reject(failure(`admin socket ${this.socketPath} is not the socket this agent bound with mode ${this.socketMode.toString(8)}; refused`));
             return;
           }
           this.log.info({ mode: (st.mode & 0o777).toString(8), gid: st.gid }, 'admin socket listening');
@@ -348,11 +374,11 @@ interface Http1Connection {
 }
 
 /** admin.group's gid; undefined when none is configured (the socket keeps the agent's group). */
-function resolveGroup(name: string, etcGroupPath: string): number | undefined {
+function resolveGroup(name: string, etcGroupPath: string, key = 'admin.group'): number | undefined {
   if (name === '') return undefined;
   const group = findGroup({ name }, etcGroupPath);
   if (!group) {
-    throw configError(`admin.group: no group named ${JSON.stringify(name)} in ${etcGroupPath}; create it (groupadd ${name}) or set admin.group to an existing group`);
+    throw configError(`${key}: no group named ${JSON.stringify(name)} in ${etcGroupPath}; create it (groupadd ${name}) or set ${key} to an existing group`);
   }
   return group.gid;
 }

@@ -4,6 +4,7 @@ import { type ClearGpuFaultRequest, type ClearGpuFaultResponse, ClearGpuFaultRes
 import type { AdminBackend } from './admin-backend.js';
 import { ADMIN_PEER } from './admin-peer.js';
 import { toConnectError } from './admin-routes.js';
+import { auditAct } from './operator-audit.js';
 
 /** Longest reason kept: it goes into the log and a GpuEvent's message. */
 export const MAX_CLEAR_REASON_CHARS = 200;
@@ -27,6 +28,7 @@ export function clearGpuFault(backend: AdminBackend, req: ClearGpuFaultRequest, 
   // One line in the log and in the event: a newline or control character would forge the next one.
   if (/[\p{Cc}]/u.test(reason)) throw new ConnectError('reason must be one line of printable text', Code.InvalidArgument);
   if (!backend.clearGpuFault) throw new ConnectError('this agent keeps no GPU faults to clear', Code.Unimplemented);
+  auditAct(backend, ctx, { act: 'gpu clear', gpu: req.gpuIndex, detail: reason === '' ? undefined : reason });
   try {
     const { cleared, event } = backend.clearGpuFault(req.gpuIndex, reason, ctx.values.get(ADMIN_PEER)?.uid);
     return create(ClearGpuFaultResponseSchema, { cleared, event });

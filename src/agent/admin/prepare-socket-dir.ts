@@ -18,11 +18,13 @@ export const SOCKET_DIR_MODE = 0o750;
  * Without that, the socket's own 0660 is useless: operators in the group are
  * stopped one level up, with an EACCES that names no group.
  */
-export function prepareSocketDir(socketPath: string, gid: number | undefined, log: Logger): string {
+export function prepareSocketDir(socketPath: string, gid: number | undefined, log: Logger, othersTraverse = false): string {
+  // With admin.read_group, its members (not in the socket's group) must get through to the socket: o+x, never o+r.
+  const mode = othersTraverse ? SOCKET_DIR_MODE | 0o001 : SOCKET_DIR_MODE;
   const dir = dirname(socketPath);
   let first: string | undefined;
   try {
-    first = mkdirSync(dir, { recursive: true, mode: SOCKET_DIR_MODE });
+    first = mkdirSync(dir, { recursive: true, mode });
   } catch (err) {
     throw failure(`cannot create the admin socket directory ${dir}: ${errorMessage(err)}`);
   }
@@ -31,14 +33,23 @@ export function prepareSocketDir(socketPath: string, gid: number | undefined, lo
       // Every level created here, not only the last: the group must get through all of them.
       for (let d = dir; ; d = dirname(d)) {
         // mkdir's mode passes through the umask; the mode must not depend on it.
-        chmodSync(d, SOCKET_DIR_MODE);
+        chmodSync(d, mode);
         if (gid !== undefined) chownSync(d, -1, gid);
         if (d === first || d === dirname(d)) break;
       }
       return dir;
     }
-    if (gid === undefined) return dir;
     const st = statSync(dir);
+    if (othersTraverse && st.uid === process.getuid?.() && (st.mode & 0o001) === 0) {
+      // Only a directory of the socket's own, as below.
+      if (readdirSync(dir).every((name) => name === basename(socketPath))) {
+        chmodSync(dir, (st.mode & 0o777) | 0o001);
+        log.info({ dir }, 'let others through the admin socket directory (o+x, not o+r), so admin.read_group members reach the socket');
+      } else {
+        log.warn({ dir }, 'the admin socket directory holds other files, so admin.read_group members not in its group may not reach the socket; give the socket a directory of its own (/run/llmgw)');
+      }
+    }
+    if (gid === undefined) return dir;
     const ownedByUs = st.uid === process.getuid?.();
     const groupOnly = (st.mode & 0o010) !== 0 && (st.mode & 0o001) === 0;
     if (ownedByUs && groupOnly && st.gid !== gid) {

@@ -139,6 +139,8 @@ export interface AdminConfig {
   socket: string;
   /** Group given the socket (mode 0660); the agent's own group when empty. */
   group: string;
+  /** admin.read_group: members may read everything over the socket and change nothing; '' for none (the socket is then 0666). */
+  readGroup?: string;
 }
 
 /** The models config is the store's own (src/models/models-config.ts); re-exported for the config loader's readers. */

@@ -41,6 +41,10 @@ export function checkAgentStart(c: AgentConfig, etcGroupPath: string = ETC_GROUP
     // admin-server.ts's resolveGroup says the same when the agent starts listening.
     problems.push(`admin.group: no group named ${JSON.stringify(group)} in ${etcGroupPath}; create it (groupadd ${group}) or set admin.group to an existing group`);
   }
+  const readGroup = c.admin.readGroup ?? '';
+  if (readGroup !== '' && !findGroup({ name: readGroup }, etcGroupPath)) {
+    problems.push(`admin.read_group: no group named ${JSON.stringify(readGroup)} in ${etcGroupPath}; create it (groupadd ${readGroup}) or set admin.read_group to an existing group`);
+  }
   return problems;
 }
 

@@ -1,5 +1,7 @@
 import { isAbsolute } from 'node:path';
 import { configError } from '../../lib/errors.js';
+import { hostIdentity } from '../../models/address-class.js';
+import { splitHostList } from '../../models/model-store-options.js';
 import type { ModelsConfig } from './agent-config.js';
 
 /**
@@ -30,6 +32,16 @@ export function checkModelsConfig(m: ModelsConfig, where: (key: string) => strin
   }
   if (m.hub.tokenFile !== '' && !isAbsolute(m.hub.tokenFile)) {
     throw configError(`models.hub.token_file ${JSON.stringify(m.hub.tokenFile)} must be an absolute path (${where('models.hub.token_file')})`);
+  }
+  for (const host of splitHostList(m.hub.redirectHosts ?? '')) {
+    if (!/^[a-z0-9.:[\]_-]+$/i.test(host)) {
+      throw configError(`models.hub.redirect_hosts: ${JSON.stringify(host.slice(0, 80))} is not a host name or address (no scheme, port or path) (${where('models.hub.redirect_hosts')})`);
+    }
+    const cls = hostIdentity(host).cls;
+    if (cls !== 'name' && cls !== 'private') {
+      const what = cls === 'public' ? 'a public address, which a redirect reaches without being listed' : `a ${cls} address, which no redirect is ever followed to`;
+      throw configError(`models.hub.redirect_hosts: ${JSON.stringify(host)} is ${what}; list only your mirror's private hosts (${where('models.hub.redirect_hosts')})`);
+    }
   }
   if (m.maxConcurrent < 1) {
     throw configError(`models.max_concurrent must be at least 1, got ${m.maxConcurrent} (${where('models.max_concurrent')})`);

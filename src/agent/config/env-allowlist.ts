@@ -42,6 +42,17 @@ export const DEFAULT_ALLOWED_ENV: readonly string[] = [
 export const AGENT_OWNED_ENV: readonly string[] = ['CUDA_VISIBLE_DEVICES', 'CUDA_DEVICE_ORDER', 'NVIDIA_VISIBLE_DEVICES'];
 
 /**
+ * What the agent decides for each start, whatever the operator allows a
+ * profile (security review 4, S8): HF_HUB_OFFLINE is 1 when the model is
+ * whole in the node's store (engine-cache-env.ts) and unset otherwise, a
+ * judgement of the agent's; a profile's HF_HUB_OFFLINE=0 started an engine
+ * online against it, =1 one that then fails on the first file missing.
+ * Refused from a profile even when allowed_env names it; the operator may
+ * set it in engines.<name>.env.
+ */
+export const AGENT_DECIDED_ENV: readonly string[] = ['HF_HUB_OFFLINE'];
+
+/**
  * Inside NCCL_*, but each names a shared library NCCL dlopen()s: a control
  * plane that also chose the model (whose files land in the HF cache) could
  * point one at a downloaded .so. Refused from a profile even when a pattern
@@ -69,9 +80,30 @@ export const PLUGIN_LOADING_ENV: readonly string[] = ['NCCL_NET_PLUGIN', 'NCCL_T
  * and NCCL_IB_HCA move NCCL's traffic (and undo the check that a shard's
  * hcas are the inventory's), VLLM_USE_MODELSCOPE fetches from another hub
  * past models.hub.endpoint and HF_HUB_OFFLINE, VLLM_LOGGING_STREAM names a
- * Python object to import.
+ * Python object to import. Security review 4, S8: TORCH_DTRACE (TORCH_TRACE's
+ * directory under another name) and TORCH_LOGS_OUT (a file torch's loggers
+ * append to), by reading torch/_logging/_internal.py (_init_logs). So the
+ * shape is by kind, not by the names met so far: a name that ends in (or
+ * holds as one of its words) a file, path, directory, root, home, output,
+ * URL, endpoint, host, address, port or socket, any trace sink (…TRACE), and
+ * any mode switch (…_MODE, …_OFFLINE) is a lever.
  */
-export const LEVER_ENV_SHAPE = /(_FILE|_PATH|_DIR|_HOME|_ROOT|_ENDPOINT|_URL|_SOCKET|_TRACE|_IP|_ADDR|_HOST|_ID|_IFNAME|_HCA|_STREAM)$|_MODELSCOPE$|_PLUGINS?(_|$)|_CONF(IG)?(_|$)|_CACHE$/;
+export const LEVER_ENV_SHAPE = new RegExp(
+  [
+    // Ends in a word naming where the engine reads, writes or dials, plural or not.
+    '_(FILE|PATH|DIR|HOME|ROOT|ENDPOINT|URL|URI|SOCKET|IP|ADDR|ADDRESS|HOST|PORT|ID|IFNAME|HCA|STREAM|OUT|OUTPUT|CACHE)S?$',
+    // Holds such a word inside: TORCH_DIR_OF_X, VLLM_OUT_FILE_X.
+    '_(FILE|PATH|DIR|ENDPOINT|URL|URI|ADDR|OUT|OUTPUT)S?_',
+    // A trace sink under any spelling (TORCH_TRACE, TORCH_DTRACE), a switch of mode or of being online.
+    'TRACE$',
+    '_TRACE_',
+    '_MODE$',
+    '_OFFLINE$',
+    '_MODELSCOPE$',
+    '_PLUGINS?(_|$)',
+    '_CONF(IG)?(_|$)',
+  ].join('|'),
+);
 
 /**
  * Levers whose names do not say so: vLLM's insecure (pickle) serialization,
@@ -106,6 +138,9 @@ export function matchesEnvPattern(name: string, pattern: string): boolean {
 export function refuseProfileEnv(name: string, allowed: readonly string[], engine: string): string | undefined {
   if (!ENV_NAME.test(name)) return `profile env name ${JSON.stringify(name)} is not a valid variable name`;
   if (AGENT_OWNED_ENV.includes(name)) return `profile env sets ${name}, which the agent owns (it assigns GPUs from gpu_indices)`;
+  if (AGENT_DECIDED_ENV.includes(name)) {
+    return `profile env sets ${name}, which the agent decides for each start (offline when the model is whole in the node's store); only the operator may set it, in engines.${engine}.env`;
+  }
   if (PLUGIN_LOADING_ENV.includes(name)) {
     return `profile env sets ${name}, which loads a shared library; only the operator may set it, in engines.${engine}.env`;
   }

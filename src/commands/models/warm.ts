@@ -40,6 +40,8 @@ Prints how much of the model is in the page cache before and after (fincore).`;
     let said = started;
     const r = await warmModel(store.layout, args.repo, {
       budgetBytes,
+      // One warm at a time on the node (the agent's for its control plane included): said, not a silent wait.
+      onWait: (pid) => process.stderr.write(`waiting for another warm of the page cache${pid === undefined ? '' : ` (pid ${pid})`} to end\n`),
       // Anything that takes more than a second says how far it is, every 5 s.
       onBytes: (read, of) => {
         if (Date.now() - said < 5000) return;

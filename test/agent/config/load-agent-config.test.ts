@@ -61,7 +61,7 @@ describe('loadAgentConfig', () => {
       launcher: 'auto',
       unitProperties: {},
     });
-    expect(config.admin).toEqual({ socket: '/run/llmgw/agent.sock', group: '' });
+    expect(config.admin).toEqual({ socket: '/run/llmgw/agent.sock', group: '', readGroup: '' });
     expect(config.engines).toEqual({});
   });
 

@@ -1,0 +1,107 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
+import { ConcurrencyLimit } from '../../src/models/concurrency-limit.js';
+import { pullModel } from '../../src/models/pull-model.js';
+import { StoreLayout } from '../../src/models/store-layout.js';
+import { warmModel } from '../../src/models/warm-model.js';
+import { until } from '../helpers/engine-processes.js';
+import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
+
+/*
+ * Security review 4, F9: each PrefetchModel{page_cache} started one more
+ * full read of its model, with its own half of MemAvailable. Now asks of a
+ * model whose warm is in progress join it, and one warm reads at a time on
+ * the node, across processes too (an flock).
+ */
+
+const MODEL_BYTES = 16 * 1024 * 1024;
+const hub = new FakeHub();
+hub.repos.set('acme/a', fakeRepo('acme/a', [{ path: 'w.bin', content: bytes(MODEL_BYTES, 1), lfs: true }]));
+hub.repos.set('acme/b', fakeRepo('acme/b', [{ path: 'w.bin', content: bytes(MODEL_BYTES, 2), lfs: true }]));
+const dir = mkdtempSync(join(tmpdir(), 'llmgw-warm-gate-'));
+const layout = new StoreLayout(dir);
+const children: ChildProcess[] = [];
+
+beforeAll(async () => {
+  await hub.start();
+  for (const repo of ['acme/a', 'acme/b']) {
+    await pullModel(
+      { repo, revision: 'main', include: [] },
+      { layout, hub: { endpoint: hub.url, tokenFile: '' }, budget: 1e9, concurrency: new ConcurrencyLimit(2), limiter: new BandwidthLimiter(undefined), signal: AbortSignal.timeout(60_000) },
+    );
+  }
+}, 90_000);
+afterEach(() => {
+  for (const c of children.splice(0)) killGroup(c);
+});
+afterAll(async () => {
+  await hub.stop();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('page-cache warms', () => {
+  it('joins a second ask of a model whose warm is in progress: one read, one result', async () => {
+    let reads = 0;
+    const first = warmModel(layout, 'acme/a', { onBytes: () => reads++ });
+    const second = warmModel(layout, 'acme/a', { onBytes: () => reads++ });
+    const [a, b] = await Promise.all([first, second]);
+    expect(b).toBe(a);
+    expect(a.readBytes).toBe(MODEL_BYTES);
+    // 16 MiB in 4 MiB reads: one warm's reads, not two.
+    expect(reads).toBe(4);
+  });
+
+  it('still runs a warm of another model, after the first, never reading both at once', async () => {
+    const order: string[] = [];
+    const [a, b] = await Promise.all([
+      warmModel(layout, 'acme/a', { onBytes: () => order.push('a') }),
+      warmModel(layout, 'acme/b', { onBytes: () => order.push('b') }),
+    ]);
+    expect(a.readBytes).toBe(MODEL_BYTES);
+    expect(b.readBytes).toBe(MODEL_BYTES);
+    // One after the other, whichever took the turn first (each first checks its model is complete).
+    expect(order.join('')).toMatch(/^(a{4}b{4}|b{4}a{4})$/);
+    // Done, not held: a warm after them runs again.
+    expect((await warmModel(layout, 'acme/a')).readBytes).toBe(MODEL_BYTES);
+  });
+
+  it("waits while another process's warm holds the node's turn, and reads once it ends", async () => {
+    const lock = layout.warmLockPath();
+    mkdirSync(dirname(lock), { recursive: true });
+    // Its own process group: flock(1) forks the command, and the child holds the lock too.
+    const holder = spawn('flock', [lock, 'sleep', '60'], { stdio: 'ignore', detached: true });
+    children.push(holder);
+    // flock(1) holds it once it has run its command: wait for that by trying the lock ourselves through flock -n.
+    await until(() => spawnSyncFlockBusy(lock), 'flock(1) holding the warm lock', 20_000);
+    let waited = false;
+    let reads = 0;
+    let settled = false;
+    const warm = warmModel(layout, 'acme/b', { onWait: () => (waited = true), onBytes: () => reads++ }).finally(() => (settled = true));
+    await until(() => waited, 'the warm waiting', 20_000);
+    // Held by the other process: nothing read, not settled (several polls of the lock pass meanwhile).
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(settled).toBe(false);
+    expect(reads).toBe(0);
+    killGroup(holder);
+    const r = await warm;
+    expect(r.readBytes).toBe(MODEL_BYTES);
+    expect(reads).toBe(4);
+  });
+});
+
+function killGroup(c: ChildProcess): void {
+  try {
+    if (c.pid !== undefined) process.kill(-c.pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+/** Whether another process holds `lock` (flock -n fails with 1). */
+function spawnSyncFlockBusy(lock: string): boolean {
+  return spawnSync('flock', ['-n', lock, 'true']).status === 1;
+}

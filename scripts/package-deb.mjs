@@ -77,6 +77,11 @@ try {
   cpSync(join(REPO, 'examples/agent.yaml'), at(CONFIG));
   chmodSync(at(CONFIG), 0o640);
 
+  // The Prometheus alert rules README's alerts section describes, for rule_files (test/packaging/alert-rules.test.ts).
+  mkdirSync(at('/usr/share/llmgw'), { recursive: true });
+  cpSync(join(REPO, 'packaging/alerts.yaml'), at('/usr/share/llmgw/alerts.yaml'));
+  chmodSync(at('/usr/share/llmgw/alerts.yaml'), 0o644);
+
   const installedKb = Number(execFileSync('du', ['-sk', root], { encoding: 'utf8' }).split('\t')[0]);
   mkdirSync(at('DEBIAN'), { recursive: true });
   writeFileSync(

@@ -85,6 +85,9 @@ describe('llmgw dev up', () => {
 
     const [, socket] = await run.waitFor(/ctl status --socket '([^']+)'$/m, 5_000);
     const [, agentPid] = await run.waitFor(/^Agent dev-node \(pid (\d+)\)/m, 5_000);
+    // Accounts only for the engine it runs: no "vllm → root: refused" for engines never started (walkthrough 4, O19).
+    const status = await runCli(['ctl', 'status', '--socket', socket as string]);
+    expect(status.stdout.split('\n').filter((l) => l.startsWith('account')).map((l) => l.split(/\s+/)[1])).toEqual(['sim']);
     const tempDir = readdirSync(run.parent).map((d) => join(run.parent, d));
     expect(tempDir).toEqual([socket?.replace(/\/agent\.sock$/, '')]);
     const started = processesWritingUnder(run.parent);

@@ -6,7 +6,9 @@ import { execa } from 'execa';
  * Debian's promtool (package `prometheus`, /usr/bin/promtool), which the
  * alert-rule and metrics-format tests run. Installed here when missing, as
  * root, from the machine's apt sources; a test that needs it never skips:
- * without it, it fails saying how to get it.
+ * without it, it fails saying how to get it. On a host whose systemd is PID 1
+ * the package's postinst also enables its prometheus service, as any install
+ * of it does; in a container (policy-rc.d, no systemd) nothing is started.
  */
 
 export const PROMTOOL = '/usr/bin/promtool';

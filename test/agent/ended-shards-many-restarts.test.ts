@@ -77,6 +77,10 @@ describe('FAILED shards across agent restarts (walkthrough 4, O3)', () => {
       // The same record each time: what the first restart found, not a new story per restart.
       if (restart === 1) goneError = gone?.error ?? '';
       else expect(gone?.error).toBe(goneError);
+      // The record written for it dates its run from its state file, so ctl logs --previous orders it among the replica's runs.
+      const record = JSON.parse(readFileSync(shardFailurePath(dirs.logDir, 'gone-1'), 'utf8')) as { startedAt: string; at: string };
+      expect(Date.parse(record.startedAt)).toBeGreaterThan(0);
+      expect(Date.parse(record.at)).toBeGreaterThanOrEqual(Date.parse(record.startedAt));
       agent.kill('SIGTERM');
       await agent.exited;
     }

@@ -88,7 +88,7 @@ export function endedShard(ctx: ShardRunnerContext, o: Orphan, why: string): { r
   const recordedAt = own ? Date.parse(own.at) : Number.NaN;
   const endedAtMs = Number.isFinite(recordedAt) ? recordedAt : Date.now();
   if (!own) {
-    const record: FailureRecord = { shardId: o.shardId, replicaId: o.replicaId, pid: f.file.pid, ...ended, at: new Date(endedAtMs).toISOString(), startedAt: '', lastOutput: [] };
+    const record: FailureRecord = { shardId: o.shardId, replicaId: o.replicaId, pid: f.file.pid, ...ended, at: new Date(endedAtMs).toISOString(), startedAt: new Date(f.file.createdAtMs).toISOString(), lastOutput: [] };
     writeFailureRecord(failurePath, record).catch((err: unknown) => ctx.log.warn({ shard: o.shardId, err: errorMessage(err) }, 'cannot write the failure record of an engine that ended while the agent was down; the next restart keeps it from now'));
   }
   rmSync(shardEnvFilePath(ctx.config.stateDir, o.shardId), { force: true });

@@ -96,6 +96,11 @@ try {
   cpSync(join(REPO, 'examples/agent.yaml'), at(CONFIG));
   chmodSync(at(CONFIG), 0o640);
 
+  // The Prometheus alert rules README's alerts section describes, for rule_files (test/packaging/alert-rules.test.ts).
+  mkdirSync(at('/usr/share/llmgw'), { recursive: true });
+  cpSync(join(REPO, 'packaging/alerts.yaml'), at('/usr/share/llmgw/alerts.yaml'));
+  chmodSync(at('/usr/share/llmgw/alerts.yaml'), 0o644);
+
   // Modes by kind, not by umask; then the ones that differ: the conffile is llmgw-ops' to read (postinst chgrps it).
   normaliseModes(root);
   chmodSync(at(CONFIG), 0o640);

@@ -72,6 +72,9 @@ export class AgentMetrics {
     this.sources = src;
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
+    // Gauges named as counters, which `promtool check metrics` refuses (walkthrough 4, O6); each is
+    // the sum of its per-type family beside it: sum(nodejs_active_handles) is nodejs_active_handles_total.
+    for (const name of ['nodejs_active_handles_total', 'nodejs_active_requests_total', 'nodejs_active_resources_total']) this.registry.removeSingleMetric(name);
     new Gauge({ name: 'llmgw_build_info', help: "The agent's version and node id; always 1.", labelNames: ['version', 'node'], registers }).set(
       { version: src.version, node: src.node },
       1,

@@ -106,6 +106,7 @@ export class Agent {
       stateDir: c.supervisor.stateDir,
       intervalMs: c.discovery.intervalMs,
       logger: this.log,
+      onScan: (inventory) => this.health?.judgeScan(watchedGpus(inventory)),
       onChange: () => {
         // GPUs come and go (a card falls off the bus, a reset brings it back): the health watch follows.
         this.health?.setGpus(watchedGpus(this.inventoryWatcher.current()));

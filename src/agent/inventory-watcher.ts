@@ -19,6 +19,13 @@ export interface InventoryWatcherOptions {
   logger: Logger;
   /** Called with a fresh inventory that differs from the last one in more than its readings. */
   onChange: (inventory: Inventory) => void;
+  /**
+   * Called with every scan's inventory, changed or not, before onChange: a
+   * judgement of the readings (a GPU that still reads "requires reset" after
+   * an operator cleared it) is made again at each scan, not only when the
+   * inventory changes (walkthrough 4, O1).
+   */
+  onScan?: (inventory: Inventory) => void;
   /** Without a cache, how long start() waits for the first scan; FIRST_SCAN_WAIT_MS by default. */
   firstScanWaitMs?: number;
 }
@@ -136,6 +143,7 @@ export class InventoryWatcher {
       this.inventory = next;
       this.scanned = true;
       if (changed || !this.cacheCurrent) this.cache(next);
+      this.opts.onScan?.(next);
       if (!changed) return;
       for (const w of next.warnings) log.warn({ warning: w }, 'discovery');
       log.info({ gpus: next.gpus.length, hcas: next.hcas.length }, 'hardware changed; sending the new inventory');

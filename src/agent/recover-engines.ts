@@ -94,13 +94,15 @@ export class RecoverEngines {
         // without a word leaves an operator nothing to go on.
         if (!o.alive) {
           const why = `engine ended while the agent was down: ${o.reason}`;
-          // Still listed by ctl status --all, as it was before the restart; its state file goes (killOrphan).
+          // Still listed by ctl status --all, as it was before the restart, with its state file, so that every
+          // later restart keeps it too until terminal_retention (walkthrough 4, O3); one not kept goes (killOrphan).
+          let kept = false;
           try {
-            sup.keepEnded(o, why);
+            kept = sup.keepEnded(o, why);
           } catch (err) {
             log.warn({ err: errorMessage(err) }, 'could not keep the ended shard for ctl status --all');
           }
-          await sup.killOrphan(o);
+          if (!kept) await sup.killOrphan(o);
           log.info({ why: o.reason }, 'cleaned the state of an engine that is gone');
           results.push({ shardId: o.shardId, outcome: 'cleaned', pid: o.pid, reason: o.reason });
           const status = refusedStatus(nodeId, o, why);

@@ -15,3 +15,10 @@ export function nodeTakesShards(register: Pick<Register, 'cordoned'>, inventory:
   if (inventory.conditions.length > 0) return !inventory.conditions.some((c) => c.active && REFUSING_CONDITIONS.has(c.type));
   return !register.cordoned;
 }
+
+/** Why a node takes no new shard: its active refusing conditions with their reasons ("DiskPressure: log_dir … free"), or Cordoned. */
+export function refusingConditions(register: Pick<Register, 'cordoned'>, inventory: Pick<Inventory, 'conditions'>): string {
+  const active = inventory.conditions.filter((c) => c.active && REFUSING_CONDITIONS.has(c.type));
+  if (active.length === 0) return register.cordoned ? 'Cordoned' : 'none';
+  return active.map((c) => (c.reason ? `${c.type}: ${c.reason}` : c.type)).join('; ');
+}

@@ -8,7 +8,7 @@ import { checkDeploymentPlaceable, type Unplaceable } from './check-deployment-p
 import type { Deployment } from './deployment.js';
 import type { NodeRecord } from './node-view.js';
 import { type PlacementNode, placeReplica } from './place-replica.js';
-import { nodeTakesShards } from './node-takes-shards.js';
+import { nodeTakesShards, refusingConditions } from './node-takes-shards.js';
 import { PortPool } from './port-pool.js';
 import { ReplicaLifecycle } from './replica-lifecycle.js';
 import type { ReplicaRecord, ShardRecord } from './replica-record.js';
@@ -249,7 +249,10 @@ export class Reconciler {
   #place(replica: ReplicaRecord): void {
     const spec = replica.spec;
     const log = this.#log.child({ replica: spec.id });
-    const result = placeReplica(spec, this.#placementNodes());
+    const placed = placeReplica(spec, this.#placementNodes());
+    // Nodes that take no new shard are no placement candidates, but an operator must read why (walkthrough 4, O18).
+    const held = [...this.#host.nodes()].filter((n) => n.connected && !nodeTakesShards(n.register, n.inventory));
+    const result = placed.ok || held.length === 0 ? placed : { ok: false as const, reason: `${placed.reason}; taking no new shard: ${held.map((n) => `${n.id} (${refusingConditions(n.register, n.inventory)})`).join(', ')}` };
     if (!result.ok) {
       if (replica.lastError !== result.reason) log.info({ why: result.reason }, 'replica cannot be placed yet');
       replica.lastError = result.reason;

@@ -44,7 +44,9 @@ function gpuRow(gpu: GpuJson, h: GpuStatusJson | undefined, nowMs: number): stri
   return [
     String(gpu.index ?? 0),
     gpu.name || '-',
-    `${used} / ${gpu.memoryTotalMb ?? 0} MiB`,
+    // No total: the scan could not read the GPU's memory ("[GPU requires reset]"), and a used figure
+    // beside it would be a stale reading from before the fault (walkthrough 4, O14: "1 / 0 MiB").
+    gpu.memoryTotalMb ? `${used} / ${gpu.memoryTotalMb} MiB` : 'unreadable',
     healthCell(gpu, h),
     last ? describeGpuEvent(last, nowMs) : '-',
   ];

@@ -36,7 +36,8 @@ export function renderStatus(s: StatusResponseJson, nowMs: number, opts: { ended
   const shards = s.shards ?? [];
   lines.push('');
   // Ended shards are left out by default (StatusRequest.all): say so, so that a crash is not taken for nothing.
-  const hidden = opts.endedHidden ? ['ended shards (STOPPED, FAILED, EXITED) whose engine is gone are not listed: ctl status --all'] : [];
+  const n = opts.endedHidden ? (s.endedHidden ?? 0) : 0;
+  const hidden = n > 0 ? [`${n} ended shard${n === 1 ? '' : 's'} (STOPPED, FAILED, EXITED) whose engine is gone ${n === 1 ? 'is' : 'are'} not listed: ctl status --all`] : [];
   if (shards.length === 0) {
     lines.push('no shards', ...hidden);
     return lines.join('\n');

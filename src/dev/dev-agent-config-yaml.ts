@@ -60,7 +60,11 @@ engines:
     enabled: true
     extra_args: ["--host", "127.0.0.1"]
     allow_root: true
-${opts.vllmDouble ? vllmDoubleYaml(opts.vllmDouble, q) : ''}log_level: ${opts.logLevel}
+# Engines dev up does not run are not registered, so ctl status names no
+# account (refused as root) for them (walkthrough 4, O19).
+  sglang:
+    enabled: false
+${opts.vllmDouble ? vllmDoubleYaml(opts.vllmDouble, q) : '  vllm:\n    enabled: false\n'}log_level: ${opts.logLevel}
 `;
 }
 

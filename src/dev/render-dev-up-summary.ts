@@ -33,7 +33,8 @@ export function renderDevUpSummary(s: DevUpSummary): string {
     h('Ask the agent (llmgw ctl):'),
     `  ${s.cli} ctl status ${sock}`,
     `  ${s.cli} ctl logs ${firstShard} -n 20 ${sock}`,
-    `  ${s.cli} ctl drain ${firstShard} --wait ${sock}`,
+    `  ${s.cli} ctl drain ${firstShard} --wait ${sock}     # traffic leaves it (the control plane keeps it drained)`,
+    `  ${s.cli} ctl drain ${firstShard} --cancel ${sock}   # READY again: the lines below need it serving`,
     `  ${s.cli} ctl adopt ${sock}`,
     ...(s.warm
       ? [

@@ -64,6 +64,10 @@ const SIZE_UNITS: Record<string, number> = {
   g: 1024 ** 3,
   gb: 1000 ** 3,
   gib: 1024 ** 3,
+  // A node's RAM or disk is told in terabytes (walkthrough 4, O13: `--budget 1TiB` was "not a size").
+  t: 1024 ** 4,
+  tb: 1000 ** 4,
+  tib: 1024 ** 4,
 };
 
 /** Parses a byte size: 67108864, "64MiB", "64MB", "1g"; undefined when it is not one. */

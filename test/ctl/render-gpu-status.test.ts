@@ -35,6 +35,14 @@ describe('renderGpuStatus', () => {
     ]);
   });
 
+  it('says a faulted GPU whose memory the scan could not read is unreadable, not a stale reading over 0 (walkthrough 4, O14)', () => {
+    const s: StatusResponseJson = {
+      inventory: { gpus: [{ index: 1, name: 'NVIDIA H100 80GB HBM3', memoryUsedMb: 1, healthy: false, error: 'GPU requires reset' }] },
+      gpus: [{ index: 1, memoryUsedMb: 1, healthy: false, fault: 'GPU requires reset', recentEvents: [] }],
+    };
+    expect(renderGpuStatus(s, NOW)[0]?.split('\n')[1]?.split(/\s{2,}/)).toEqual(['1', 'NVIDIA H100 80GB HBM3', 'unreadable', 'UNHEALTHY', '-']);
+  });
+
   it('shows foreign memory in HEALTH, not ok, for a healthy GPU the agent refuses starts on, with the whole reason below', () => {
     const fault = 'foreign memory 88% (no shard starts on it): GPU 3: 71480 of 81559 MiB used and no process listed on it, so …';
     const s: StatusResponseJson = {

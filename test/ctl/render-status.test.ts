@@ -108,6 +108,17 @@ describe('renderStatus', () => {
     );
   });
 
+  it('prints the --all hint only when the agent says it hid ended shards, with how many (walkthrough 4, O20)', () => {
+    const s: StatusResponseJson = { nodeId: 'n1', shards: [] };
+    const hint = (r: StatusResponseJson, endedHidden: boolean) => renderStatus(r, NOW, { endedHidden }).split('\n').filter((l) => l.includes('ctl status --all'));
+    expect(hint(s, true)).toEqual([]);
+    expect(hint({ ...s, endedHidden: 0 }, true)).toEqual([]);
+    expect(hint({ ...s, endedHidden: 1 }, true)).toEqual(['1 ended shard (STOPPED, FAILED, EXITED) whose engine is gone is not listed: ctl status --all']);
+    expect(hint({ ...s, endedHidden: 9 }, true)).toEqual(['9 ended shards (STOPPED, FAILED, EXITED) whose engine is gone are not listed: ctl status --all']);
+    // Asked with --all or --state: nothing was hidden by default.
+    expect(hint({ ...s, endedHidden: 9 }, false)).toEqual([]);
+  });
+
   it('lists a failed shard in the table and its error below it', () => {
     const out = renderStatus(
       {

@@ -3,6 +3,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { CONFIG_KEYS } from '../../src/agent/config/config-keys.js';
+import { ENGINE_KEYS } from '../../src/agent/config/parse-engines-config.js';
+import { parse } from 'yaml';
 import { loadAgentConfig } from '../../src/agent/config/load-agent-config.js';
 
 const PATH = 'examples/agent.yaml';
@@ -38,5 +40,14 @@ describe('examples/agent.yaml', () => {
       const line = (source as { line: number }).line;
       expect(lines[line - 2]?.trim().startsWith('#') || lines[line - 2]?.trim().endsWith(':'), `${spec.key} has no comment above it`).toBe(true);
     }
+  });
+
+  it('sets every engine key each engine takes, allow_sleep_mode (off) for vLLM included (walkthrough 4, O9)', () => {
+    const engines = (parse(readFileSync(PATH, 'utf8')) as { engines: Record<string, Record<string, unknown>> }).engines;
+    // allow_sleep_mode is vLLM's alone (SGLang's sleep opens nothing unguarded); the sim's block sets only what a sim reads.
+    expect(Object.keys(engines.vllm ?? {}).sort()).toEqual([...ENGINE_KEYS].sort());
+    expect(Object.keys(engines.sglang ?? {}).sort()).toEqual(ENGINE_KEYS.filter((k) => k !== 'allow_sleep_mode').sort());
+    expect(engines.vllm?.allow_sleep_mode).toBe(false);
+    expect(readFileSync(PATH, 'utf8')).toMatch(/^# .*allow_sleep_mode \(vllm\n# only/m);
   });
 });

@@ -33,6 +33,14 @@ describe('parseByteSize', () => {
     expect(parseByteSize('1g')).toBe(1024 ** 3);
   });
 
+  it('reads terabytes, binary and decimal (walkthrough 4, O13)', () => {
+    expect(parseByteSize('1TiB')).toBe(1024 ** 4);
+    expect(parseByteSize('2tb')).toBe(2 * 1000 ** 4);
+    expect(parseByteSize('1.5T')).toBe(1.5 * 1024 ** 4);
+    // Look-alike: a unit past T is still no size.
+    expect(parseByteSize('1PiB')).toBeUndefined();
+  });
+
   it('refuses what is not a size', () => {
     expect(parseByteSize('lots')).toBeUndefined();
     expect(parseByteSize('5 parsecs')).toBeUndefined();

@@ -67,6 +67,19 @@ afterEach(async () => {
 });
 
 describe('llmgw models pull', () => {
+  it('needs no server or node_id: a store command never reaches the control plane (walkthrough 4, O12); agent run still does', async () => {
+    const path = join(dir, 'store-only.yaml');
+    writeFileSync(path, `models:\n  cache_dir: ${cacheDir}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n`);
+    const pulled = await runCli(['models', 'pull', 'acme/mid', '--config', path]);
+    expect(pulled.exitCode, pulled.stderr).toBe(0);
+    const listed = await runCli(['models', 'list', '--config', path]);
+    expect(listed.stdout).toMatch(/^acme\/mid +main=/m);
+    // Look-alike: the agent needs both, and says so as before.
+    writeFileSync(path, `node_id: node-a\nmodels:\n  cache_dir: ${cacheDir}\n`);
+    const agent = await runCli(['agent', 'run', '--config', path]);
+    expect([agent.exitCode, agent.stderr.trim()]).toEqual([78, `error: server is required (set it in ${path}, LLMGW_SERVER, --server)`]);
+  });
+
   it('resumes a file after kill -9 with a Range request, verifies it and completes', async () => {
     const config = goodConfig();
     hub.trickle.set('big.bin', 32 * 1024);

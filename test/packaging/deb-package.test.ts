@@ -108,4 +108,10 @@ describe('npm run package: the .deb', () => {
     expect(readFileSync(join(control, 'postrm'), 'utf8')).toMatch(/if \[ "\$1" = purge \]; then\n\s+rm -rf \/var\/lib\/llmgw/);
     for (const script of ['postinst', 'prerm', 'postrm']) expect((await execa('sh', ['-n', join(control, script)], { reject: false })).exitCode, script).toBe(0);
   });
+
+  it('ships the alert rules README describes as /usr/share/llmgw/alerts.yaml (promtool-tested in alert-rules.test.ts)', () => {
+    const shipped = join(root, 'usr/share/llmgw/alerts.yaml');
+    expect(readFileSync(shipped, 'utf8')).toBe(readFileSync(join(REPO_ROOT, 'packaging/alerts.yaml'), 'utf8'));
+    expect(statSync(shipped).mode & 0o777).toBe(0o644);
+  });
 });

@@ -13,9 +13,12 @@ import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 export function filterStatusShards(res: StatusResponse, req: Pick<StatusRequest, 'all' | 'states'>, snapshots: readonly ShardSnapshot[]): StatusResponse {
   const wanted = (state: ShardState, running: boolean) => (req.states.length > 0 ? req.states.includes(state) : req.all || !isTerminal(state) || running);
   const registered = new Map(snapshots.map((s) => [s.shardId as string, s]));
+  const before = res.shards.length;
   res.shards = res.shards.filter((sh) => {
     const s = registered.get(sh.shardId);
     return s ? wanted(s.state, s.running) : wanted(sh.state, false);
   });
+  // Only the default view hides ended shards; a `states` filter asks for what it lists.
+  res.endedHidden = req.all || req.states.length > 0 ? 0 : before - res.shards.length;
   return res;
 }

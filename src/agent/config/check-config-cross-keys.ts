@@ -44,7 +44,45 @@ function checkGangAddr(c: AgentConfig, where: (key: string) => string): void {
  * it has mutual authentication when it has none, so it is refused both ways.
  */
 export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => string): void {
-  const secure = tlsEnabled(c.tls);
+  // Empty only for a command that never reaches the control plane (models …: LoadConfigOptions.unneeded).
+  if (c.server !== '') checkServer(c, tlsEnabled(c.tls), where);
+  if (c.reconnectMaxMs < c.reconnectBaseMs) {
+    throw configError(`reconnect_max must not be less than reconnect_base (${where('reconnect_max')})`);
+  }
+  for (const key of ['heartbeat_interval', 'reconnect_base', 'adopt_ready_timeout', 'discovery.interval', 'discovery.timeout', 'supervisor.health_interval'] as const) {
+    const spec = SPEC_BY_KEY.get(key) as KeySpec;
+    const path = camelPath(spec);
+    let v: unknown = c;
+    for (const p of path) v = (v as Record<string, unknown>)[p];
+    if (v === 0) throw configError(`${key} must be greater than 0 (${where(key)})`);
+  }
+  // Below it vLLM's --shutdown-timeout would be 0, its default, which aborts
+  // in-flight requests instead of draining them.
+  if (c.supervisor.stopGraceMs < MIN_STOP_GRACE_MS) {
+    throw configError(
+      `supervisor.stop_grace ${formatDuration(c.supervisor.stopGraceMs)} leaves an engine no time to drain; set it to at least ${formatDuration(MIN_STOP_GRACE_MS)} (${where('supervisor.stop_grace')})`,
+    );
+  }
+  const badProperty = checkUnitProperties(c.supervisor.unitProperties ?? {});
+  if (badProperty) throw configError(`supervisor.unit_properties: ${badProperty} (${where('supervisor.unit_properties')})`);
+  checkModelsConfig(c.models, where);
+  checkGangAddr(c, where);
+  const hub = new URL(c.models.hub.endpoint);
+  if (hub.protocol === 'http:' && !isLoopbackHost(hub.hostname) && !c.insecurePlaintext) {
+    // In clear the token travels readable, and whoever is on the way serves any bytes: the digests come in the same answer (security review 3, S4).
+    throw configError(
+      `models.hub.endpoint ${c.models.hub.endpoint} is plaintext http:// to a host that is not loopback; use https://, or set insecure_plaintext: true if this network is isolated (${where('models.hub.endpoint')})`,
+    );
+  }
+  const seen = new Set<string>();
+  for (const f of c.fabrics) {
+    if (seen.has(f.hca)) throw configError(`fabrics: hca ${f.hca} is listed twice (${where('fabrics')})`);
+    seen.add(f.hca);
+  }
+}
+
+/** server, and the TLS it needs: its scheme and host, the certificates, their files. */
+function checkServer(c: AgentConfig, secure: boolean, where: (key: string) => string): void {
   const server = c.server;
   if (!server.includes('://')) {
     // Guessing the scheme from the TLS settings once turned a typo in tls
@@ -112,39 +150,5 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
       }
       if (problem) throw configError(`${problem} (${where('tls.key')})`);
     }
-  }
-
-  if (c.reconnectMaxMs < c.reconnectBaseMs) {
-    throw configError(`reconnect_max must not be less than reconnect_base (${where('reconnect_max')})`);
-  }
-  for (const key of ['heartbeat_interval', 'reconnect_base', 'adopt_ready_timeout', 'discovery.interval', 'discovery.timeout', 'supervisor.health_interval'] as const) {
-    const spec = SPEC_BY_KEY.get(key) as KeySpec;
-    const path = camelPath(spec);
-    let v: unknown = c;
-    for (const p of path) v = (v as Record<string, unknown>)[p];
-    if (v === 0) throw configError(`${key} must be greater than 0 (${where(key)})`);
-  }
-  // Below it vLLM's --shutdown-timeout would be 0, its default, which aborts
-  // in-flight requests instead of draining them.
-  if (c.supervisor.stopGraceMs < MIN_STOP_GRACE_MS) {
-    throw configError(
-      `supervisor.stop_grace ${formatDuration(c.supervisor.stopGraceMs)} leaves an engine no time to drain; set it to at least ${formatDuration(MIN_STOP_GRACE_MS)} (${where('supervisor.stop_grace')})`,
-    );
-  }
-  const badProperty = checkUnitProperties(c.supervisor.unitProperties ?? {});
-  if (badProperty) throw configError(`supervisor.unit_properties: ${badProperty} (${where('supervisor.unit_properties')})`);
-  checkModelsConfig(c.models, where);
-  checkGangAddr(c, where);
-  const hub = new URL(c.models.hub.endpoint);
-  if (hub.protocol === 'http:' && !isLoopbackHost(hub.hostname) && !c.insecurePlaintext) {
-    // In clear the token travels readable, and whoever is on the way serves any bytes: the digests come in the same answer (security review 3, S4).
-    throw configError(
-      `models.hub.endpoint ${c.models.hub.endpoint} is plaintext http:// to a host that is not loopback; use https://, or set insecure_plaintext: true if this network is isolated (${where('models.hub.endpoint')})`,
-    );
-  }
-  const seen = new Set<string>();
-  for (const f of c.fabrics) {
-    if (seen.has(f.hca)) throw configError(`fabrics: hca ${f.hca} is listed twice (${where('fabrics')})`);
-    seen.add(f.hca);
   }
 }

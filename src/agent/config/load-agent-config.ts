@@ -16,6 +16,12 @@ export interface LoadConfigOptions {
   env?: NodeJS.ProcessEnv;
   /** Flag values keyed by config key ("supervisor.state_dir"), undefined when not given. */
   flags?: Readonly<Record<string, string | undefined>>;
+  /**
+   * Required keys this command does not use, left empty when unset: `models
+   * pull` and the other store commands never reach the control plane, so
+   * they need no `server` or `node_id` (walkthrough 4, O12).
+   */
+  unneeded?: readonly string[];
 }
 
 export interface LoadedConfig {
@@ -69,6 +75,10 @@ export function loadAgentConfig(options: LoadConfigOptions = {}): LoadedConfig {
     if (!spec.required) continue;
     const r = raw.get(spec.key);
     if (r === undefined || r.value === '' || r.value === null) {
+      if (options.unneeded?.includes(spec.key)) {
+        raw.set(spec.key, { value: '', source: { kind: 'default' } });
+        continue;
+      }
       const ways = [fileFound ? path : `${path} (not found)`, envNames(spec)[0]];
       if (spec.flag) ways.push(`--${spec.flag}`);
       // Says how to set it either way: the example config ships node_id empty on purpose.

@@ -7,7 +7,7 @@ import { ENGINE_NAMES, type EngineConfig, type EngineName } from './agent-config
 import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 
-const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'allow_root', 'allow_sleep_mode', 'enabled'] as const;
+export const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'allow_root', 'allow_sleep_mode', 'enabled'] as const;
 
 /** An option as an operator lists it in allowed_args: `--name`, the long form the engine's parser declares. */
 const LONG_FLAG = /^--[A-Za-z0-9][A-Za-z0-9_-]*$/;

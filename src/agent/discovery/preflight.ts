@@ -34,7 +34,7 @@ export interface PreflightOptions {
 export function runPreflight(inv: Inventory, opts: PreflightOptions): PreflightCheck[] {
   const checks: PreflightCheck[] = [
     driverCheck(inv),
-    gpuHealthCheck(inv),
+    gpuHealthCheck(inv, opts.foreignMemoryShare ?? DEFAULT_FOREIGN_MEMORY_SHARE),
     foreignProcessCheck(inv, opts.ownedPids ?? new Set()),
     foreignMemoryCheck(inv, opts.foreignMemoryShare ?? DEFAULT_FOREIGN_MEMORY_SHARE),
   ];
@@ -53,10 +53,15 @@ function driverCheck(inv: Inventory): PreflightCheck {
   return { name: 'driver', ok: false, detail: why ?? 'no NVIDIA driver: nvidia-smi listed no GPUs' };
 }
 
-function gpuHealthCheck(inv: Inventory): PreflightCheck {
+/** The hardware's health; a sound GPU no shard may start on (foreign memory) is foreign-memory's to fail, and named here, not called healthy (walkthrough 4, O10). */
+function gpuHealthCheck(inv: Inventory, share: number): PreflightCheck {
   if (inv.gpus.length === 0) return { name: 'gpu-health', ok: false, detail: 'no GPUs to serve on' };
   const bad = inv.gpus.filter((g) => !g.healthy);
-  if (bad.length === 0) return { name: 'gpu-health', ok: true, detail: `all ${inv.gpus.length} GPUs healthy` };
+  if (bad.length === 0) {
+    const refused = inv.gpus.filter((g) => foreignMemoryProblem(g, inv.processes, share) !== undefined).map((g) => g.index);
+    const but = refused.length === 0 ? '' : `; GPU${refused.length === 1 ? '' : 's'} ${refused.join(', ')} take${refused.length === 1 ? 's' : ''} no shard all the same (see foreign-memory)`;
+    return { name: 'gpu-health', ok: true, detail: `all ${inv.gpus.length} GPUs free of hardware faults${but}` };
+  }
   const list = bad.map((g) => `${g.index >= 0 ? `GPU ${g.index}` : `GPU at ${g.pciBusId || 'unknown bus'}`}: ${g.error || 'unhealthy'}`);
   return { name: 'gpu-health', ok: false, detail: `${list.join('; ')} (reset the GPU or drain the node)` };
 }

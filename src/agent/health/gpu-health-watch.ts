@@ -199,6 +199,15 @@ export class GpuHealthWatch extends EventEmitter<Events> {
   }
 
   /**
+   * A scan's word on the GPUs it still lists, at every scan (changed or not):
+   * a fault the scan reads is held again after `ctl gpu clear` (the next
+   * reading judges a cleared GPU), and one it no longer reads is cleared.
+   */
+  judgeScan(gpus: readonly WatchedGpu[]): void {
+    if (!this.#closed) this.#discoveryFaults(gpus.filter((g) => this.#gpus.get(g.index)?.uuid === g.uuid));
+  }
+
+  /**
    * Without NVML nothing polls the GPUs: a fault the scan (nvidia-smi) reads
    * is this watch's fault like any other, logged, an event, its shards
    * UNHEALTHY, and cleared by the scan or an operator (walkthrough 3, item 4).

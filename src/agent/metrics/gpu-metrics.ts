@@ -1,5 +1,6 @@
 import { Counter, Gauge, type Registry } from 'prom-client';
 import { type GpuEvent, GpuEventKind } from '../../gen/llmgw/v1/agent_pb.js';
+import { FAULT_XIDS, NVLINK_XID } from '../discovery/xid-catalogue.js';
 
 /** MiB (what nvidia-smi and NVML's MB readings are) in bytes: Prometheus wants base units. */
 const MIB = 1024 * 1024;
@@ -29,6 +30,20 @@ export interface GpuMetricsView {
   refusal?: string;
 }
 
+/**
+ * The (kind, xid) label pairs of every fault the health watch can raise: each
+ * GPU's series of them exist at 0 before its first fault (walkthrough 4, O2).
+ * Born at 1, `increase()` never saw a GPU's first fault of a kind, and the
+ * GPU-event alert stayed green. The clearing kinds (cleared, reset,
+ * cleared_by_operator) and the applications' Xids (13, 31, 43, …: said, not
+ * held against the GPU) are no faults, so they appear with their first event.
+ */
+export const FAULT_EVENT_LABELS: readonly { kind: string; xid: string }[] = [
+  ...[...FAULT_XIDS].filter((x) => x !== NVLINK_XID).map((x) => ({ kind: 'xid', xid: String(x) })),
+  { kind: 'nvlink_down', xid: String(NVLINK_XID) },
+  ...['ecc_double_bit', 'row_remap_pending', 'row_remap_failure', 'gpu_lost', 'nvlink_down'].map((kind) => ({ kind, xid: '0' })),
+];
+
 /** A GpuEventKind as a label value: "xid", "ecc_double_bit", "gpu_lost", "cleared". */
 export function gpuEventKindLabel(kind: GpuEventKind): string {
   return (GpuEventKind[kind] ?? String(kind)).toLowerCase();
@@ -41,7 +56,7 @@ function gpuLabels(g: Pick<GpuMetricsView, 'index' | 'uuid' | 'pciBusId'>) {
 /**
  * Per GPU: memory used and total in bytes, health 0/1 with the fault on an
  * `_info` series that exists only while the GPU is faulted, and the health
- * watch's events counted by kind and Xid. Read from `gpus()` at each scrape,
+ * watch's events counted by kind and Xid, each fault's series born at 0. Read from `gpus()` at each scrape,
  * so a GPU that leaves the inventory leaves the gauges; event counts stay
  * (a counter that vanished would read as a reset).
  */
@@ -110,7 +125,11 @@ export class GpuMetrics {
       registers,
       collect() {
         this.reset();
-        const pci = new Map(gpus().map((g) => [g.index, g.pciBusId]));
+        const now = gpus();
+        const pci = new Map(now.map((g) => [g.index, g.pciBusId]));
+        for (const g of now) {
+          for (const l of FAULT_EVENT_LABELS) if (!events.has(eventKey(g.index, g.uuid, l.kind, l.xid))) this.inc({ ...gpuLabels(g), ...l }, 0);
+        }
         for (const e of events.values()) {
           this.inc({ gpu: String(e.index), UUID: e.uuid, pci_bus_id: pci.get(e.index) ?? '', kind: e.kind, xid: e.xid }, e.count);
         }
@@ -122,9 +141,13 @@ export class GpuMetrics {
   count(e: GpuEvent): void {
     const kind = gpuEventKindLabel(e.kind);
     const xid = String(e.xid);
-    const key = `${e.gpuIndex}\0${e.gpuUuid}\0${kind}\0${xid}`;
+    const key = eventKey(e.gpuIndex, e.gpuUuid, kind, xid);
     const known = this.events.get(key);
     if (known) known.count += 1;
     else this.events.set(key, { index: e.gpuIndex, uuid: e.gpuUuid, kind, xid, count: 1 });
   }
+}
+
+function eventKey(index: number, uuid: string, kind: string, xid: string): string {
+  return `${index}\0${uuid}\0${kind}\0${xid}`;
 }

@@ -391,11 +391,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return runner.snapshot();
   }
 
-  /** Keeps a shard whose engine ended before this agent as FAILED (endedShard), collected as any ended shard. */
-  keepEnded(o: Orphan, why: string): void {
-    if (this.runners.has(o.shardId)) return;
-    this.runners.set(o.shardId, endedShard(this.ctx, o, why));
-    this.endedAtMs.set(o.shardId, Date.now());
+  /** Keeps a shard whose engine ended before this agent as FAILED (endedShard) with its state file, collected as any ended shard; false when not kept. */
+  keepEnded(o: Orphan, why: string): boolean {
+    if (this.runners.has(o.shardId)) return false;
+    const { runner, endedAtMs } = endedShard(this.ctx, o, why);
+    this.runners.set(o.shardId, runner);
+    this.endedAtMs.set(o.shardId, endedAtMs);
+    return true;
   }
 
   /** Agent shutdown: stops timers, probes, waits and followers. Never signals an engine. */

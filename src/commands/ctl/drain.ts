@@ -16,7 +16,9 @@ reaches zero, exit 1 at --timeout with the count left. The shards stay
 DRAINING either way, across agent restarts too (the drain is recorded in the
 shard's state file); stopping them is the control plane's decision, and
 --cancel undoes the drain. --json prints the last DrainResponse as proto JSON;
-at --timeout, the error report with that response as error.drain.`;
+at --timeout, the error report with that response as error.drain. The
+progress goes to stderr and the result to stdout, so on one pipe (2>&1) each
+shard's last line shows twice by design; 2>/dev/null keeps the result only.`;
 
   static override examples = [
     '<%= config.bin %> ctl drain llama-70b-0-g1-r0',

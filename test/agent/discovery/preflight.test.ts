@@ -38,6 +38,16 @@ describe('runPreflight', () => {
     expect(c['mgmt-interface']).toBeUndefined();
   });
 
+  it('does not call a GPU with foreign memory healthy beside the foreign-memory failure: it names it (walkthrough 4, O10)', () => {
+    const inv = inventory();
+    Object.assign(inv.gpus[1] as object, { memoryTotalMb: 81559, memoryUsedMb: 71480 });
+    const c = byName(runPreflight(inv, { fabrics: [], mgmtInterface: '' }));
+    expect(c['foreign-memory']?.ok).toBe(false);
+    expect(c['gpu-health']).toEqual({ name: 'gpu-health', ok: true, detail: 'all 2 GPUs free of hardware faults; GPU 1 takes no shard all the same (see foreign-memory)' });
+    // Look-alike: no foreign memory, nothing named.
+    expect(byName(runPreflight(inventory(), { fabrics: [], mgmtInterface: '' }))['gpu-health']?.detail).toBe('all 2 GPUs free of hardware faults');
+  });
+
   it('names an unhealthy GPU and its reason', () => {
     const inv = inventory();
     Object.assign(inv.gpus[1] as object, { healthy: false, error: 'GPU requires reset' });

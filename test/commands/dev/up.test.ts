@@ -85,6 +85,9 @@ describe('llmgw dev up', () => {
 
     const [, socket] = await run.waitFor(/ctl status --socket '([^']+)'$/m, 5_000);
     const [, agentPid] = await run.waitFor(/^Agent dev-node \(pid (\d+)\)/m, 5_000);
+    // Accounts only for the engine it runs: no "vllm → root: refused" for engines never started (walkthrough 4, O19).
+    const status = await runCli(['ctl', 'status', '--socket', socket as string]);
+    expect(status.stdout.split('\n').filter((l) => l.startsWith('account')).map((l) => l.split(/\s+/)[1])).toEqual(['sim']);
     const tempDir = readdirSync(run.parent).map((d) => join(run.parent, d));
     expect(tempDir).toEqual([socket?.replace(/\/agent\.sock$/, '')]);
     const started = processesWritingUnder(run.parent);
@@ -165,6 +168,15 @@ describe('llmgw dev up', () => {
     await run.waitFor(/^Press Ctrl-C to stop everything/m, FIRST_ANSWER_BOUND_MS);
     const line = async (re: RegExp) => ((await run.waitFor(re, 5_000))[1] as string).replace(/ +#.*$/, '');
     const sh = (cmd: string) => execa('sh', ['-c', cmd], { cwd: REPO_ROOT, reject: false, timeout: 60_000 });
+    // Every printed ctl line, in the order printed, before the warm block's (walkthrough 4, O7: run in
+    // order, the drain line left the shard DRAINING and the sleep line below it was refused).
+    const ask = run.stdout().slice(run.stdout().indexOf('Ask the agent'), run.stdout().indexOf('Warm starts and sleep'));
+    const asked = [...ask.matchAll(/^ {2}(.* ctl .*)$/gm)].map((m) => (m[1] as string).replace(/ +#.*$/, ''));
+    expect(asked.map((l) => / ctl (\w+)/.exec(l)?.[1])).toEqual(['status', 'logs', 'drain', 'drain', 'adopt']);
+    for (const cmd of asked) {
+      const r = await sh(cmd);
+      expect(r.exitCode, `${cmd}: ${r.stderr}`).toBe(0);
+    }
     // Pulled from dev up's own hub into the node's store before the start, which read it from there.
     const list = await sh(await line(/^ {2}(.* models list --config .*)$/m));
     expect(list.stdout).toMatch(/^dev\/tiny-chat +main=[0-9a-f]{12} +complete +32 MiB .* tiny-0-g1-r0$/m);

@@ -1,7 +1,8 @@
-import { failure } from '../../../lib/errors.js';
-import { readFileSync } from 'node:fs';
+import { errorMessage, failure } from '../../../lib/errors.js';
+import { readFileSync, rmSync } from 'node:fs';
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
-import type { FailureRecord } from '../../../lib/files/failure-record.js';
+import { type FailureRecord, writeFailureRecord } from '../../../lib/files/failure-record.js';
+import { shardEnvFilePath } from '../launch/launch-shard.js';
 import { type EngineRecord, readStateFileSync, type ShardStateFile } from '../../../lib/files/state-file.js';
 import type { Orphan } from '../../../lib/process/orphan.js';
 import { checkIdentity } from '../../../lib/process/process-identity.js';
@@ -59,14 +60,23 @@ function recordOf(file: ShardStateFile, o: Orphan, logDir: string): EngineRecord
  * restart, as a crash before one was forgotten (walkthrough 3). Its error is
  * its failure record's when the previous agent wrote one for this run (the
  * same pid), else `why`. No runner of it watches anything: its engine is gone.
+ *
+ * Its state file stays (Supervisor.remove deletes it when the shard is
+ * forgotten), so the next restart keeps it again, and so on until
+ * supervisor.terminal_retention from its end (walkthrough 4, O3: the file
+ * went at the first restart, and the second forgot every crash). The end is
+ * its failure record's `at`; an engine that ended while no agent ran has
+ * none, so one is written now, and later restarts read its time from it.
+ * Its systemd-run environment file (secrets) goes at once.
  */
-export function endedShard(ctx: ShardRunnerContext, o: Orphan, why: string): ShardRunner {
+export function endedShard(ctx: ShardRunnerContext, o: Orphan, why: string): { runner: ShardRunner; endedAtMs: number } {
   const statePath = shardStatePath(ctx.config.stateDir, o.shardId);
   const f = readStateFileSync(statePath, o.shardId);
   if (!f.ok) throw failure(`cannot keep shard ${o.shardId}: ${f.reason}`);
+  const failurePath = shardFailurePath(ctx.config.logDir, o.shardId);
   let failed: FailureRecord | undefined;
   try {
-    failed = JSON.parse(readFileSync(shardFailurePath(ctx.config.logDir, o.shardId), 'utf8')) as FailureRecord;
+    failed = JSON.parse(readFileSync(failurePath, 'utf8')) as FailureRecord;
   } catch {
     failed = undefined;
   }
@@ -75,5 +85,13 @@ export function endedShard(ctx: ShardRunnerContext, o: Orphan, why: string): Sha
   const ended = own
     ? { error: own.error, exitCode: own.exitCode, signal: own.signal as NodeJS.Signals | null, lastOutput: own.lastOutput }
     : { error: why, exitCode: o.exitCode ?? null, signal: (o.exitSignal || null) as NodeJS.Signals | null, lastOutput: [] };
-  return new ShardRunner(ctx, { record: recordOf(f.file, o, ctx.config.logDir), adopted: true, note: o.unitNote, statePath }, { ...life, ...ended, dead: true });
+  const recordedAt = own ? Date.parse(own.at) : Number.NaN;
+  const endedAtMs = Number.isFinite(recordedAt) ? recordedAt : Date.now();
+  if (!own) {
+    const record: FailureRecord = { shardId: o.shardId, replicaId: o.replicaId, pid: f.file.pid, ...ended, at: new Date(endedAtMs).toISOString(), startedAt: new Date(f.file.createdAtMs).toISOString(), lastOutput: [] };
+    writeFailureRecord(failurePath, record).catch((err: unknown) => ctx.log.warn({ shard: o.shardId, err: errorMessage(err) }, 'cannot write the failure record of an engine that ended while the agent was down; the next restart keeps it from now'));
+  }
+  rmSync(shardEnvFilePath(ctx.config.stateDir, o.shardId), { force: true });
+  const runner = new ShardRunner(ctx, { record: recordOf(f.file, o, ctx.config.logDir), adopted: true, note: o.unitNote, statePath }, { ...life, ...ended, dead: true });
+  return { runner, endedAtMs };
 }

@@ -72,6 +72,10 @@ export const GONE_STATES = new Set(['FAILED', 'EXITED', 'STOPPED', 'STOPPING']);
  */
 export function judgePeer(t: PeerTrack, r: PeerRound): Seen {
   const { now, who } = r;
+  // The socket is asked every round, the agent's word deciding or not: once seen open, its refusal counts
+  // (without this, a rank 0 whose agent always answered had never been "seen open", and its whole node
+  // gone waited out the agent grace, 10 s, instead of two rounds).
+  if (r.engine.kind === 'open' || (r.engine.kind === 'failed' && r.engine.accepted)) t.seenOpen = true;
   const alive = (): Seen => {
     Object.assign(t, { downRounds: 0, silentRounds: 0, unreachableSinceMs: undefined, brokenSinceMs: undefined, loggedUnknown: undefined });
     return { kind: 'alive' };

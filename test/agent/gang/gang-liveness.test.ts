@@ -172,6 +172,26 @@ describe('a TP/PP gang (rank 0 holds its TCPStore once bound, late)', () => {
     expect(marks.map((m) => m.atMs)).toEqual([T0 + 22_000]);
   });
 
+  it("is broken on the second round its whole node goes (agent and store refuse), the store seen open only while its agent answered", async () => {
+    // Bench 15's "leader node SIGKILLed": a rank 0 whose agent always answered must not wait out the agent grace.
+    const peer: Peer = { agent: ready(), port: OPEN, health: OPEN };
+    const { marks, roundsOver } = watch(rank1('sglang'), peer);
+    await roundsOver(20_000, 25_000);
+    expect(marks).toEqual([]);
+    Object.assign(peer, { agent: refused('agent 127.0.0.1:7470'), port: refused('rendezvous 127.0.0.1:29500') });
+    await roundsOver(26_000, 27_000);
+    expect(marks.map((m) => m.atMs)).toEqual([T0 + 27_000]);
+  });
+
+  it("gives an agent restart its grace while the store it was seen to hold still accepts", async () => {
+    const peer: Peer = { agent: ready(), port: OPEN, health: OPEN };
+    const { marks, roundsOver } = watch(rank1('sglang'), peer);
+    await roundsOver(20_000, 25_000);
+    peer.agent = refused('agent 127.0.0.1:7470');
+    await roundsOver(26_000, 40_000);
+    expect(marks).toEqual([]);
+  });
+
   it("is not broken while rank 0's agent answers alive, whatever its port says", async () => {
     const { marks, roundsOver } = watch(rank1('vllm-tp'), { agent: ready({ state: 'STARTING' }), port: refused('rendezvous'), health: OPEN });
     await roundsOver(10_000, 40_000);

@@ -107,11 +107,11 @@ describe('a gang rank whose engine ended, through the supervisor', () => {
   const harness = useSupervisors();
 
   /** Rank 1 (a worker) under a real supervisor, its peer rank 0 answered by a real gang endpoint holding `peer`. */
-  async function workerWithPeer(peer: () => ShardSnapshot) {
+  async function workerWithPeer(peer: () => ShardSnapshot, before: () => Promise<void> = async () => {}) {
     const endpoint = await serveGangEndpoint({ addr: '127.0.0.1:0', nodeId: 'node-a', shards: () => [peer()], tls: () => ({ tls: undefined }), log: captureLogger('info').logger });
     onTestFinished(() => void endpoint.server.close());
     const ask = askWithTls(() => ({ tls: undefined }));
-    const sup = harness.newSupervisor({}, { firstToGo: (s, at) => firstToGo(ask, s, at) });
+    const sup = harness.newSupervisor({}, { firstToGo: async (s, at) => (await before(), firstToGo(ask, s, at)) });
     const spec = parseStartShard(gangSpec(1, [endpoint.endpoint, '127.0.0.1:1']));
     const seen: ShardTransition[] = [];
     sup.on('transition', (t) => seen.push(t));
@@ -140,5 +140,33 @@ describe('a gang rank whose engine ended, through the supervisor', () => {
     const t = await failed;
     expect(t.shard.error).toBe('engine was killed by SIGKILL');
     expect(t.shard.gangFault).toBeUndefined();
+  });
+
+  it("is FAILED naming its peer even when the gang's fence (a StopShard) comes while it asks: a crash is not masked as a stop", async () => {
+    let peer = leader({});
+    let asking!: () => void;
+    const asked = new Promise<void>((resolve) => {
+      asking = resolve;
+    });
+    let answer!: () => void;
+    const gate = new Promise<void>((resolve) => {
+      answer = resolve;
+    });
+    const { sup, shard, failed, seen } = await workerWithPeer(
+      () => peer,
+      async () => {
+        asking();
+        await gate;
+      },
+    );
+    peer = leader({ state: ShardState.FAILED, running: false, error: 'engine was killed by SIGKILL', endedAtMs: Date.now() - 5 });
+    process.kill(shard.pid, 'SIGKILL');
+    await asked;
+    const stopped = sup.stop(shard.shardId, { graceMs: 0 });
+    answer();
+    const t = await failed;
+    expect(t.shard.error).toMatch(/; gang broken: rank 0 on node-a went first: FAILED at /);
+    expect((await stopped).state).toBe(ShardState.FAILED);
+    expect(seen.map((x) => x.to)).not.toContain(ShardState.STOPPING);
   });
 });

@@ -68,6 +68,8 @@ export class ShardRunner {
   private readonly serving = new AbortController();
   private healthWatched = false;
   private stopping: Promise<ShardSnapshot> | undefined;
+  /** A death being told (onEngineDeath): a stop asked meanwhile (a gang's fence) waits for it, so the crash is reported, not masked. */
+  private dying: Promise<void> | undefined;
   /** A sleep or wake under way: one at a time. */
   private sleepBusy = false;
   /** What the health watch's latest /metrics read said of the engine's load; unknown outside the watch. */
@@ -141,7 +143,9 @@ export class ShardRunner {
   /** Enters STARTING and watches for the engine's death; a death before this is seen too (a child's exit status stays readable). */
   begin(why: string): void {
     this.apply({ kind: 'begin', why });
-    this.engine.watchDeath(this.lifeScope.signal, (info) => void onEngineDeath(this.hands, info));
+    this.engine.watchDeath(this.lifeScope.signal, (info) => {
+      this.dying = onEngineDeath(this.hands, info).catch((err: unknown) => this.ctx.log.error({ shard: this.shardId, err }, 'telling an engine death failed'));
+    });
   }
 
   snapshot(): ShardSnapshot {
@@ -300,6 +304,8 @@ export class ShardRunner {
   }
 
   private async doStop(opts: { graceMs?: number; signal?: AbortSignal }): Promise<ShardSnapshot> {
+    // An engine that died on its own before the stop: FAILED with its peer named (issue 47 item 3), never STOPPED.
+    if (this.life.dead) await this.dying;
     const asked = opts.graceMs ?? this.ctx.config.stopGraceMs;
     const asleep = this.life.state === S.SLEEPING;
     const graceMs = asleep ? Math.min(asked, ASLEEP_STOP_GRACE_MS) : asked;

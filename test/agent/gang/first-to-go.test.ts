@@ -111,7 +111,11 @@ describe('a gang rank whose engine ended, through the supervisor', () => {
     const endpoint = await serveGangEndpoint({ addr: '127.0.0.1:0', nodeId: 'node-a', shards: () => [peer()], tls: () => ({ tls: undefined }), log: captureLogger('info').logger });
     onTestFinished(() => void endpoint.server.close());
     const ask = askWithTls(() => ({ tls: undefined }));
-    const sup = harness.newSupervisor({}, { firstToGo: async (s, at) => (await before(), firstToGo(ask, s, at)) });
+    const sup = harness.newSupervisor({}, { firstToGo: async (s, at) => {
+        await before();
+        return firstToGo(ask, s, at);
+      },
+    });
     const spec = parseStartShard(gangSpec(1, [endpoint.endpoint, '127.0.0.1:1']));
     const seen: ShardTransition[] = [];
     sup.on('transition', (t) => seen.push(t));

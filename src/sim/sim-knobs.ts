@@ -56,6 +56,14 @@ export interface SimKnobs {
    * fails without an error, as vLLM #29341 reports for level 2). Default off.
    */
   wakeLosesWeights: boolean;
+  /**
+   * vLLM double only, TP/PP across nodes: rank 0 binds its TCPStore on
+   * --master-port only this long after the start, and loads only then: the
+   * store is bound once rank 0's workers have imported vLLM and run
+   * init_process_group (V:vllm/distributed/parallel_state.py:1620-1626, 1685-1691),
+   * typically tens of seconds. Default: at once.
+   */
+  storeBindAfterMs?: number;
 }
 
 export const SIM_KNOB_DEFAULTS = {
@@ -80,6 +88,7 @@ const DURATION_KNOBS = [
   '--sim-drain-poll',
   '--sim-wake-time',
   '--sim-compile-time',
+  '--sim-store-bind-after',
 ] as const;
 
 export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
@@ -133,6 +142,7 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     readWeights: parsed.values.get('--sim-read-weights') === true,
     compileTimeMs: duration(parsed, '--sim-compile-time') ?? SIM_KNOB_DEFAULTS.compileTimeMs,
     wakeLosesWeights: parsed.values.get('--sim-wake-loses-weights') === true,
+    storeBindAfterMs: duration(parsed, '--sim-store-bind-after'),
   };
 }
 

@@ -1,3 +1,5 @@
+import { askWithTls } from './gang/ask-peer.js';
+import { firstToGo } from './gang/first-to-go.js';
 import { GangWatch } from './gang/gang-watch.js';
 import { serveGangEndpoint } from './gang/gang-endpoint.js';
 import { readGangTls } from './gang/gang-tls.js';
@@ -50,7 +52,9 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const engineUids = engineUidsFor(Object.values(c.engines).map((e) => e?.user));
   // The engines' sleep APIs reach the supervisor from here, the one place that knows engines by name;
   // by the engine a shard was launched with, enabled now or not (an adopted shard asleep must wake).
-  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, sleepApiOf: engineSleepApi });
+  // A gang rank whose engine ended asks its peers who went first, with the gang endpoint's TLS (issue 47).
+  const askGang = askWithTls(() => readGangTls(c.tls));
+  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, sleepApiOf: engineSleepApi, firstToGo: (s, at) => firstToGo(askGang, s, at) });
   // One NVML for the agent's life (discovery, memory readings, the health
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });

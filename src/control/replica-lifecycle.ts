@@ -60,7 +60,9 @@ export class ReplicaLifecycle {
     }
     const gang = replica.spec.nnodes > 1;
     if (TERMINAL_SHARD_STATES.has(state)) {
-      const why = `shard ${shard.shardId} on node ${shard.nodeId} is ${stateName(state)}${error ? `: ${error}` : ''}${exitCode ? ` (exit code ${exitCode})` : ''}`;
+      const ended = `shard ${shard.shardId} on node ${shard.nodeId} is ${stateName(state)}${error ? `: ${error}` : ''}${exitCode ? ` (exit code ${exitCode})` : ''}`;
+      // A survivor of a gang names the rank that went first (issue 47): the blame goes to that node.
+      const why = gangBreak?.firstToGo ? `${gangBreak.reason}; then ${ended}` : ended;
       this.failCrashed(replica, why, gang);
       return;
     }

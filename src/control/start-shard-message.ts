@@ -7,14 +7,15 @@ import type { ShardRecord } from './replica-record.js';
 /**
  * The gang of a multi-node generation (issue 40): every rank with its node
  * and where that node's agent answers for it (`agentEndpoint`: its
- * Register.gang_endpoint, '' when it has none). Undefined for one node.
+ * Register.gang_endpoint, '' when it has none) and its http_port (a vLLM
+ * data-parallel rank 0 is watched by its API's /health). Undefined for one node.
  */
 export function gangOf(shards: readonly ShardRecord[], agentEndpoint: (nodeId: string) => string) {
   const first = shards[0];
   if (!first || first.nnodes <= 1) return undefined;
   return create(GangSchema, {
     gangId: `${first.replicaId}-g${first.generation}`,
-    members: [...shards].sort((a, b) => a.rank - b.rank).map((s) => create(GangMemberSchema, { rank: s.rank, nodeId: s.nodeId, shardId: s.shardId, agentEndpoint: agentEndpoint(s.nodeId) })),
+    members: [...shards].sort((a, b) => a.rank - b.rank).map((s) => create(GangMemberSchema, { rank: s.rank, nodeId: s.nodeId, shardId: s.shardId, agentEndpoint: agentEndpoint(s.nodeId), httpPort: s.httpPort })),
   });
 }
 

@@ -24,9 +24,9 @@ export function parseEndpoint(endpoint: string): { host: string; port: number } 
  * What is wrong with a StartShard's gang (issue 40), in the order a refusal
  * names the first: set only on a multi-node shard; its id a shard id; exactly
  * nnodes members, rank i at place i; this shard named at its own rank; node
- * ids bounded and printable; shard ids valid; endpoints host:port. A gang is
- * kept in the state file and polled by the agent: nothing unbounded, nothing
- * that names a file, no address that is not one.
+ * ids bounded and printable; shard ids valid; endpoints host:port; http ports
+ * 0-65535. A gang is kept in the state file and polled by the agent: nothing
+ * unbounded, nothing that names a file, no address that is not one.
  */
 export function gangProblems(spec: StartShard): ShardFieldProblem[] {
   const gang = spec.gang;
@@ -47,6 +47,9 @@ export function gangProblems(spec: StartShard): ShardFieldProblem[] {
     if (!isValidShardId(m.shardId)) return problem(`${field}.shard_id`, `${field}.shard_id is not a valid shard id`);
     if (m.agentEndpoint !== '' && (Buffer.byteLength(m.agentEndpoint) > MAX_GANG_TEXT_BYTES || parseEndpoint(m.agentEndpoint) === undefined)) {
       return problem(`${field}.agent_endpoint`, `${field}.agent_endpoint is not host:port (an IP address or hostname, a port of 1-65535)`);
+    }
+    if (!Number.isInteger(m.httpPort) || m.httpPort < 0 || m.httpPort > 65535) {
+      return problem(`${field}.http_port`, `${field}.http_port is ${m.httpPort}; give the rank's http_port (1-65535), or 0 when unknown`);
     }
   }
   const own = gang.members[spec.rank];

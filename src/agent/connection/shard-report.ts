@@ -33,7 +33,7 @@ export function statusFromSnapshot(nodeId: string, s: ShardSnapshot): ShardStatu
 
 /** ShardStatus.gang_break (and RunningShard's) from what the gang watch saw. */
 export function gangBreakOf(f: GangFault): GangBreak {
-  return create(GangBreakSchema, { rank: f.rank, nodeId: f.nodeId, shardId: f.shardId, reason: f.reason, since: timestampFromMs(f.sinceMs), stalled: f.stalled });
+  return create(GangBreakSchema, { rank: f.rank, nodeId: f.nodeId, shardId: f.shardId, reason: f.reason, since: timestampFromMs(f.sinceMs), stalled: f.stalled, firstToGo: f.firstToGo === true });
 }
 
 /** A FAILED report for a start that was refused before anything was launched. */

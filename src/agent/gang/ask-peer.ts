@@ -1,22 +1,38 @@
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { connect } from 'node:net';
-import { errorMessage } from '../../lib/errors.js';
 import { parseEndpoint } from '../../lib/gang-problems.js';
 import { type GangAnswer, MAX_ANSWER_BYTES, parseGangAnswer } from './gang-answer.js';
-import type { GangTls } from './gang-tls.js';
+import type { GangTls, GangTlsRead } from './gang-tls.js';
+import { noAnswerWithin, type PeerFailure, peerFailure } from './peer-failure.js';
 
-/** What a peer's agent said of a gang, or why it said nothing usable (one line). */
-export type PeerReply = { ok: true; answer: GangAnswer } | { ok: false; why: string };
+/** What a peer's agent said of a gang, or why it said nothing usable (one line) and what that says of the peer. */
+export type PeerReply = { ok: true; answer: GangAnswer } | ({ ok: false } & PeerFailure);
+
+/** Whether a peer's socket accepted (or its /health answered 200), or why not; `accepted`: it did accept, then answered no. */
+export type ProbeResult = { ok: true } | ({ ok: false; accepted?: boolean } & PeerFailure);
+
+/**
+ * askPeer with the agent's TLS read at each ask (readGangTls): TLS files that
+ * cannot be read are ours to fix, and say nothing of the peer (issue 48).
+ */
+export function askWithTls(tls?: () => GangTlsRead): (endpoint: string, gangId: string, timeoutMs: number) => Promise<PeerReply> {
+  return (endpoint, gangId, timeoutMs) => {
+    const read = tls?.() ?? { tls: undefined };
+    if ('error' in read) return Promise.resolve({ ok: false, cause: 'unknown', why: `agent ${endpoint} not asked: ${read.error}` });
+    return askPeer(endpoint, gangId, timeoutMs, read.tls);
+  };
+}
 
 /**
  * Asks the agent at `endpoint` for its ranks of gang `gangId`, within
- * `timeoutMs` (a hung peer is an unreachable one). With TLS the peer must
- * show a certificate of the fleet's CA, and is shown this agent's.
+ * `timeoutMs` (a hung peer is a silent one). With TLS the peer must
+ * show a certificate of the fleet's CA, and is shown this agent's. A peer
+ * that answered, but not a gang answer, is alive: its failure is `unknown`.
  */
 export function askPeer(endpoint: string, gangId: string, timeoutMs: number, tls?: GangTls): Promise<PeerReply> {
   const where = parseEndpoint(endpoint);
-  if (!where) return Promise.resolve({ ok: false, why: `agent endpoint ${endpoint} is not host:port` });
+  if (!where) return Promise.resolve({ ok: false, cause: 'unknown', why: `agent endpoint ${endpoint} is not host:port` });
   return new Promise((resolve) => {
     let done = false;
     const end = (r: PeerReply) => {
@@ -28,45 +44,77 @@ export function askPeer(endpoint: string, gangId: string, timeoutMs: number, tls
     };
     const options = { host: where.host, port: where.port, path: `/v1/gangs/${gangId}`, method: 'GET', agent: false as const };
     const onResponse = (res: import('node:http').IncomingMessage) => {
-      if (res.statusCode !== 200) return end({ ok: false, why: `agent ${endpoint} answered HTTP ${res.statusCode}` });
+      if (res.statusCode !== 200) return end({ ok: false, cause: 'unknown', why: `agent ${endpoint} answered HTTP ${res.statusCode}` });
       let body = '';
       res.setEncoding('utf8');
       res.on('data', (c: string) => {
         body += c;
-        if (body.length > MAX_ANSWER_BYTES) end({ ok: false, why: `agent ${endpoint} answered more than ${MAX_ANSWER_BYTES} bytes` });
+        if (body.length > MAX_ANSWER_BYTES) end({ ok: false, cause: 'unknown', why: `agent ${endpoint} answered more than ${MAX_ANSWER_BYTES} bytes` });
       });
       res.on('end', () => {
         const a = parseGangAnswer(body);
-        end(typeof a === 'string' ? { ok: false, why: `agent ${endpoint}: ${a}` } : { ok: true, answer: a });
+        end(typeof a === 'string' ? { ok: false, cause: 'unknown', why: `agent ${endpoint}: ${a}` } : { ok: true, answer: a });
       });
-      res.on('error', (err) => end({ ok: false, why: `agent ${endpoint}: ${errorMessage(err)}` }));
+      res.on('error', (err) => end(failed(`agent ${endpoint}`, peerFailure(err))));
     };
     // Only the fleet's CA decides: a peer is named by its node's address, not by a name in its certificate.
     const req = tls
       ? httpsRequest({ ...options, cert: tls.cert, key: tls.key, ca: tls.ca, checkServerIdentity: () => undefined }, onResponse)
       : httpRequest(options, onResponse);
-    req.on('error', (err) => end({ ok: false, why: `agent ${endpoint}: ${describeConnectError(err)}` }));
-    const timer = setTimeout(() => end({ ok: false, why: `agent ${endpoint}: no answer within ${timeoutMs} ms` }), timeoutMs);
+    req.on('error', (err) => end(failed(`agent ${endpoint}`, peerFailure(err))));
+    const timer = setTimeout(() => end(failed(`agent ${endpoint}`, noAnswerWithin(timeoutMs))), timeoutMs);
     req.end();
   });
 }
 
-/** Whether something accepts a TCP connection at host:port within `timeoutMs`: the rendezvous port a rank 0's engine holds open. */
-export function probePort(host: string, port: number, timeoutMs: number): Promise<{ ok: true } | { ok: false; why: string }> {
+/**
+ * Whether something accepts a TCP connection at host:port within
+ * `timeoutMs`: the rendezvous port (a TCPStore) a rank 0's engine holds once
+ * bound. A probe sends nothing; the store closes it as a peer gone
+ * (engine-fidelity-3 §4).
+ */
+export function probePort(host: string, port: number, timeoutMs: number): Promise<ProbeResult> {
   return new Promise((resolve) => {
     const socket = connect({ host, port });
-    const end = (r: { ok: true } | { ok: false; why: string }) => {
+    const end = (r: ProbeResult) => {
       clearTimeout(timer);
       socket.destroy();
       resolve(r);
     };
-    const timer = setTimeout(() => end({ ok: false, why: `no connection within ${timeoutMs} ms` }), timeoutMs);
+    const timer = setTimeout(() => end({ ok: false, ...noAnswerWithin(timeoutMs) }), timeoutMs);
     socket.once('connect', () => end({ ok: true }));
-    socket.once('error', (err) => end({ ok: false, why: describeConnectError(err) }));
+    socket.once('error', (err) => end({ ok: false, ...peerFailure(err) }));
   });
 }
 
-function describeConnectError(err: unknown): string {
-  const code = (err as NodeJS.ErrnoException).code;
-  return code ? `connect ${code}` : errorMessage(err);
+/**
+ * Whether a rank 0's API answers GET /health with 200 within `timeoutMs`.
+ * vLLM answers 503 once its engine core is dead
+ * (V:vllm/entrypoints/serve/instrumentator/health.py:22-33), and its API
+ * server exits 5 s later (V:vllm/entrypoints/launchers/launcher.py:180-202):
+ * a 503 is a refusal; another status is an API alive that we cannot read.
+ */
+export function probeHealth(host: string, port: number, timeoutMs: number): Promise<ProbeResult> {
+  return new Promise((resolve) => {
+    let done = false;
+    const end = (r: ProbeResult) => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      req.destroy();
+      resolve(r);
+    };
+    const req = httpRequest({ host, port, path: '/health', method: 'GET', agent: false }, (res) => {
+      res.resume();
+      if (res.statusCode === 200) return end({ ok: true });
+      end({ ok: false, accepted: true, cause: res.statusCode === 503 ? 'refused' : 'unknown', why: `answered HTTP ${res.statusCode}` });
+    });
+    req.on('error', (err) => end({ ok: false, ...peerFailure(err) }));
+    const timer = setTimeout(() => end({ ok: false, ...noAnswerWithin(timeoutMs) }), timeoutMs);
+    req.end();
+  });
+}
+
+function failed(who: string, f: PeerFailure): PeerReply {
+  return { ok: false, cause: f.cause, why: `${who}: ${f.why}` };
 }

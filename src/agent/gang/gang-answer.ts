@@ -16,6 +16,13 @@ export interface GangRankAnswer {
   stalled: boolean;
   /** Why, as its status says: at most MAX_ANSWER_ERROR_CHARS. */
   error: string;
+  /**
+   * When its engine was seen gone, ms since the epoch on the answering node's
+   * clock (issue 47); absent while it may run, and from agents older than
+   * this field. A rank whose own engine ended compares it with its own end
+   * to name the rank that went first (first-to-go.ts).
+   */
+  endedAtMs?: number;
 }
 
 /** What a peer's agent answers about one gang: its node and the ranks of the gang it supervises (none: not one). */
@@ -40,6 +47,7 @@ export function gangAnswer(nodeId: string, gangId: string, shards: readonly Shar
       running: s.running,
       stalled: s.stalled === true,
       error: cutString(s.error, MAX_ANSWER_ERROR_CHARS),
+      ...(s.endedAtMs !== undefined ? { endedAtMs: s.endedAtMs } : {}),
     }));
   return { node: nodeId, ranks };
 }
@@ -63,7 +71,9 @@ export function parseGangAnswer(text: string): GangAnswer | string {
       Number.isInteger(r.rank) && isValidShardId(r.shard) && typeof r.state === 'string' && STATES.has(r.state) &&
       typeof r.running === 'boolean' && typeof r.stalled === 'boolean' && typeof r.error === 'string';
     if (!ok) return 'a rank of the answer lacks rank, shard, state, running, stalled or error';
-    ranks.push({ rank: r.rank as number, shard: r.shard as string, state: r.state as string, running: r.running as boolean, stalled: r.stalled as boolean, error: cutString(r.error as string, MAX_ANSWER_ERROR_CHARS) });
+    if (r.endedAtMs !== undefined && !(Number.isSafeInteger(r.endedAtMs) && (r.endedAtMs as number) >= 0)) return 'a rank of the answer has an endedAtMs that is not a time';
+    const ended = r.endedAtMs !== undefined ? { endedAtMs: r.endedAtMs as number } : {};
+    ranks.push({ rank: r.rank as number, shard: r.shard as string, state: r.state as string, running: r.running as boolean, stalled: r.stalled as boolean, error: cutString(r.error as string, MAX_ANSWER_ERROR_CHARS), ...ended });
   }
   return { node: cutString(o.node, 256), ranks };
 }

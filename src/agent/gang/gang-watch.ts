@@ -4,20 +4,27 @@ import type { ShardId } from '../../lib/shard-id.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { GangFault } from '../supervisor/shard/shard-machine.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
-import { askPeer, type PeerReply, probePort } from './ask-peer.js';
+import { askWithTls, type PeerReply, type ProbeResult, probeHealth, probePort } from './ask-peer.js';
+import { rank0Evidence, rank0StartDeadlineMs } from './gang-liveness.js';
 import type { GangTlsRead } from './gang-tls.js';
+import { type AgentSaid, type EngineSaid, judgePeer, newPeerTrack, type PeerTrack, type Seen } from './judge-peer.js';
 
-/** How often each rank's peers are asked: a break is seen within about two of these (issue 40: within 5 s). */
+/** How often each rank's peers are asked, start to start: a round slower than this is followed at once by the next. */
 export const GANG_POLL_INTERVAL_MS = 1_000;
-/** A peer's agent or rendezvous port silent this long is silent this round. */
-export const GANG_PEER_TIMEOUT_MS = 1_000;
-/** Rounds in a row a rank 0 must be unreachable, its agent and its rendezvous port both, to break the gang: one lost packet is not a break. */
-export const GANG_UNREACHABLE_ROUNDS = 2;
 /**
- * How long a peer whose agent is unreachable, and whose engine has no port
- * to check (a vLLM headless worker listens on none), may stay so before the
- * gang is broken: an agent restart (an upgrade takes under a second) is not
- * a break; a node gone is one.
+ * A peer's agent or rank 0's socket silent this long is silent this round.
+ * Asks and probes run at once, so a round lasts at most this: a node that
+ * goes silent (no reset: powered off, partitioned, frozen) is seen in
+ * GANG_UNREACHABLE_ROUNDS rounds, at most one interval plus two of these
+ * after it went (4 s; issue 47 asks 5 s).
+ */
+export const GANG_PEER_TIMEOUT_MS = 1_500;
+export { GANG_UNREACHABLE_ROUNDS } from './judge-peer.js';
+/**
+ * How long a peer whose agent refuses connections (a restart: ECONNREFUSED),
+ * and that nothing else shows alive or dead, may stay so before the gang is
+ * broken: an agent restart (an upgrade takes under a second) is not a
+ * break; a node gone is one.
  */
 export const GANG_AGENT_GRACE_MS = 10_000;
 
@@ -30,70 +37,57 @@ export interface GangWatchParts {
   /** The TLS to ask peers with, read at each round (readGangTls); plaintext when absent. */
   tls?: () => GangTlsRead;
   ask?: (endpoint: string, gangId: string, timeoutMs: number) => Promise<PeerReply>;
+  /** Connects to rank 0's rendezvous port (a TCPStore). */
   probe?: typeof probePort;
+  /** Asks rank 0's API /health (vLLM data-parallel, gang-liveness.ts). */
+  probeHealth?: typeof probeHealth;
   intervalMs?: number;
   timeoutMs?: number;
   agentGraceMs?: number;
   now?: () => number;
 }
 
-/** What one round saw of one peer. */
-type Seen = { kind: 'alive' } | { kind: 'broken'; reason: string; sinceMs: number } | { kind: 'stalled'; reason: string } | { kind: 'unknown' };
-
-/** What the watch remembers of one peer of one shard between rounds. */
-interface Track {
-  /** The peer's agent once listed its rank: from then on, a rank it no longer lists is gone. */
-  seenRank: boolean;
-  /** The rendezvous port once accepted: from then on, a refusal counts. */
-  seenOpen: boolean;
-  failures: number;
-  unreachableSinceMs?: number;
-  brokenSinceMs?: number;
-}
-
-/** The states in which a rank serves its gang no more. */
-const GONE = new Set(['FAILED', 'EXITED', 'STOPPED', 'STOPPING']);
-
 /**
  * Watches the peers of every multi-node rank this node runs (issue 40), from
  * the node and whatever the control plane does: each second it asks each
- * peer's agent (its gang endpoint) how that rank is, and, for rank 0, whether
- * its rendezvous port (leader_addr:leader_port, which the leader's engine
- * holds open for the gang's life) accepts. A peer FAILED, EXITED, stopped or
- * no longer supervised, or a rank 0 unreachable by both ways two rounds in a
- * row, breaks the gang: the rank is marked (UNHEALTHY, or FAILED while
- * starting) with a reason naming the peer, and reported at once, or after
- * the control plane is back. A rank 0 that reports itself stalled marks
- * every rank stalled. The agent kills nothing here: the control plane fences
- * the gang as one (README "Multi-node replicas").
+ * peer's agent (its gang endpoint) how that rank is and, at the same time,
+ * rank 0's engine by the socket that proves it alive after start-up
+ * (gang-liveness.ts: the TCPStore at leader_addr:leader_port, or a vLLM
+ * data-parallel rank 0's API /health). judgePeer decides: a peer FAILED,
+ * EXITED, stopped or no longer supervised, a rank 0 whose socket refuses two
+ * rounds in a row, a peer silent two rounds in a row, or one whose agent
+ * refuses past the grace, breaks the gang: the rank is marked (UNHEALTHY,
+ * or FAILED while starting) with a reason naming the peer, and reported at
+ * once, or after the control plane is back. A rank 0 that reports itself
+ * stalled marks every rank stalled. The agent kills nothing here: the
+ * control plane fences the gang as one (README "Multi-node replicas").
  */
 export class GangWatch {
   readonly #p: GangWatchParts;
-  readonly #tracks = new Map<string, Track>();
+  readonly #tracks = new Map<string, PeerTrack>();
   readonly #ask: NonNullable<GangWatchParts['ask']>;
   readonly #probe: typeof probePort;
+  readonly #probeHealth: typeof probeHealth;
   readonly #now: () => number;
   #timer?: NodeJS.Timeout;
   #closed = false;
 
   constructor(p: GangWatchParts) {
     this.#p = p;
-    this.#ask =
-      p.ask ??
-      ((endpoint, gangId, timeoutMs) => {
-        const read = p.tls?.() ?? { tls: undefined };
-        if ('error' in read) return Promise.resolve({ ok: false, why: `agent ${endpoint} not asked: ${read.error}` });
-        return askPeer(endpoint, gangId, timeoutMs, read.tls);
-      });
+    this.#ask = p.ask ?? askWithTls(p.tls);
     this.#probe = p.probe ?? probePort;
+    this.#probeHealth = p.probeHealth ?? probeHealth;
     this.#now = p.now ?? Date.now;
   }
 
   start(): void {
     const loop = () => {
       if (this.#closed) return;
+      const began = Date.now();
       void this.round().finally(() => {
-        if (!this.#closed) this.#timer = setTimeout(loop, this.#p.intervalMs ?? GANG_POLL_INTERVAL_MS);
+        // Start to start: a round that waited out a silent peer is not followed by a second wait.
+        const waitMs = Math.max(0, (this.#p.intervalMs ?? GANG_POLL_INTERVAL_MS) - (Date.now() - began));
+        if (!this.#closed) this.#timer = setTimeout(loop, waitMs);
       });
     };
     loop();
@@ -142,60 +136,33 @@ export class GangWatch {
 
   async #look(s: ShardSnapshot, m: GangMember): Promise<Seen> {
     const key = `${s.shardId}/${m.rank}`;
-    const t = this.#tracks.get(key) ?? { seenRank: false, seenOpen: false, failures: 0 };
+    const t = this.#tracks.get(key) ?? newPeerTrack();
     this.#tracks.set(key, t);
     const timeoutMs = this.#p.timeoutMs ?? GANG_PEER_TIMEOUT_MS;
     const who = `rank ${m.rank} on ${m.nodeId || s.spec.leaderAddr || 'its node'}`;
     const now = this.#now();
-    const alive = (): Seen => {
-      t.failures = 0;
-      t.unreachableSinceMs = undefined;
-      t.brokenSinceMs = undefined;
-      return { kind: 'alive' };
-    };
-    const broken = (reason: string): Seen => {
-      t.brokenSinceMs ??= now;
-      return { kind: 'broken', reason, sinceMs: t.brokenSinceMs };
-    };
-    let agentWhy = '';
-    if (m.agentEndpoint !== '' && s.spec.gang) {
-      const reply = await this.#ask(m.agentEndpoint, s.spec.gang.gangId, timeoutMs);
-      if (reply.ok) {
-        const rank = reply.answer.ranks.find((r) => r.rank === m.rank && (m.shardId === '' || r.shard === m.shardId));
-        if (!rank) {
-          // Its StartShard may not have reached it yet: a rank never listed breaks the gang only after the grace.
-          if (t.seenRank || now - s.startedAtMs >= (this.#p.agentGraceMs ?? GANG_AGENT_GRACE_MS)) return broken(`${who} is not supervised there (its agent knows no shard ${m.shardId})`);
-          return { kind: 'unknown' };
-        }
-        t.seenRank = true;
-        if (GONE.has(rank.state) || !rank.running) return broken(`${who} is ${rank.state}${rank.error ? `: ${rank.error}` : ''}`);
-        if (rank.stalled && m.rank === 0) return { kind: 'stalled', reason: `${who} stalled: ${rank.error}` };
-        return alive();
-      }
-      agentWhy = reply.why;
+    // At once, not one after the other: a silent peer costs one timeout per round, not two.
+    const [agent, engine] = await Promise.all([this.#askAgent(s, m, timeoutMs), this.#probeEngine(s, m, timeoutMs)]);
+    const agentGraceMs = this.#p.agentGraceMs ?? GANG_AGENT_GRACE_MS;
+    const seen = judgePeer(t, { m, who, agent, engine, now, startedAtMs: s.startedAtMs, rank0DeadlineMs: rank0StartDeadlineMs(s.spec, s.startedAtMs), agentGraceMs });
+    if (seen.kind === 'unknown' && seen.why !== undefined && seen.why !== t.loggedUnknown) {
+      this.#p.log.warn({ shard: s.shardId, peerRank: m.rank, peerNode: m.nodeId }, `gang peer ${seen.why}: no evidence either way`);
+      t.loggedUnknown = seen.why;
     }
-    // The agent said nothing (or there is none to ask): rank 0's engine holds its rendezvous port open.
-    let portWhy = '';
-    if (m.rank === 0 && s.spec.leaderAddr !== '' && s.spec.leaderPort > 0) {
-      const port = await this.#probe(s.spec.leaderAddr, s.spec.leaderPort, timeoutMs);
-      if (port.ok) {
-        t.seenOpen = true;
-        return alive();
-      }
-      portWhy = `rendezvous ${s.spec.leaderAddr}:${s.spec.leaderPort}: ${port.why}`;
-      // Before the leader's engine first listened, a refusal means it is still starting.
-      if (!t.seenOpen && s.state === ShardState.STARTING && agentWhy === '') return { kind: 'unknown' };
-    } else if (agentWhy === '') {
-      return { kind: 'unknown' };
-    }
-    t.failures++;
-    t.unreachableSinceMs ??= now;
-    const why = [agentWhy, portWhy].filter((w) => w !== '').join('; ');
-    const reason = `${who} unreachable since ${new Date(t.unreachableSinceMs).toISOString()} (${why})`;
-    const portSaysGone = portWhy !== '' && (t.seenOpen || s.state !== ShardState.STARTING);
-    if (portSaysGone && t.failures >= GANG_UNREACHABLE_ROUNDS) return broken(reason);
-    if (now - t.unreachableSinceMs >= (this.#p.agentGraceMs ?? GANG_AGENT_GRACE_MS)) return broken(reason);
-    return { kind: 'unknown' };
+    return seen;
+  }
+
+  async #askAgent(s: ShardSnapshot, m: GangMember, timeoutMs: number): Promise<AgentSaid> {
+    if (m.agentEndpoint === '' || !s.spec.gang) return { kind: 'none' };
+    const reply: PeerReply = await this.#ask(m.agentEndpoint, s.spec.gang.gangId, timeoutMs);
+    return reply.ok ? { kind: 'answered', answer: reply.answer } : { kind: 'failed', cause: reply.cause, why: reply.why };
+  }
+
+  async #probeEngine(s: ShardSnapshot, m: GangMember, timeoutMs: number): Promise<EngineSaid> {
+    const e = rank0Evidence(s.spec, m);
+    if (e.kind === 'none') return { kind: 'none' };
+    const r: ProbeResult = await (e.kind === 'api-health' ? this.#probeHealth : this.#probe)(e.host, e.port, timeoutMs);
+    return r.ok ? { kind: 'open' } : { kind: 'failed', cause: r.cause, why: `${e.label}: ${r.why}`, proof: e.kind, ...(r.accepted ? { accepted: true } : {}) };
   }
 }
 
@@ -208,5 +175,5 @@ function isWatched(s: ShardSnapshot): boolean {
 function peersOf(s: ShardSnapshot): GangMember[] {
   if (s.spec.gang) return s.spec.gang.members.filter((m) => m.rank !== s.spec.rank);
   if (s.spec.rank === 0) return [];
-  return [{ $typeName: 'llmgw.v1.GangMember', rank: 0, nodeId: '', shardId: '', agentEndpoint: '' }];
+  return [{ $typeName: 'llmgw.v1.GangMember', rank: 0, nodeId: '', shardId: '', agentEndpoint: '', httpPort: 0 }];
 }

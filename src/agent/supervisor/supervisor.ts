@@ -54,6 +54,8 @@ export interface SupervisorOptions {
   terminalGcIntervalMs?: number;
   /** An engine's sleep API by its name (ShardRunnerContext.sleepApiOf); none: no shard sleeps. */
   sleepApiOf?: ShardRunnerContext['sleepApiOf'];
+  /** Which peer rank went first when a gang rank's engine ends (ShardRunnerContext.firstToGo); none: not asked. */
+  firstToGo?: ShardRunnerContext['firstToGo'];
 }
 
 /** A launch, or how to make one: validation runs after the shard id is reserved, so a repeat never validates beside it. */
@@ -87,7 +89,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), sleepApiOf: opts.sleepApiOf };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), sleepApiOf: opts.sleepApiOf, firstToGo: opts.firstToGo };
     const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
     this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };

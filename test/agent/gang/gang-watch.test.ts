@@ -46,8 +46,8 @@ function watch(shards: ShardSnapshot[], answers: Record<string, PeerReply>, port
       if (s) s.gangFault = f;
     },
     log: captureLogger('info').logger,
-    ask: async (endpoint) => answers[endpoint] ?? { ok: false, why: `agent ${endpoint}: connect ECONNREFUSED` },
-    probe: async () => (port.ok ? { ok: true } : { ok: false, why: 'connect ECONNREFUSED' }),
+    ask: async (endpoint) => answers[endpoint] ?? { ok: false, cause: 'refused', why: `agent ${endpoint}: connect ECONNREFUSED` },
+    probe: async () => (port.ok ? { ok: true } : { ok: false, cause: 'refused', why: 'connect ECONNREFUSED' }),
     now: () => clock.now,
   });
   return { w, marks, clock };

@@ -4,7 +4,7 @@ import type { Logger } from '../../../lib/logger.js';
 import type { Readiness } from '../probes/await-readiness.js';
 import type { KnownAnswerTarget } from '../probes/known-answer.js';
 import type { PortOwnerCheck } from '../probes/port-owner-check.js';
-import type { ShardChange, ShardLife, ShardNext } from './shard-machine.js';
+import type { GangFault, ShardChange, ShardLife, ShardNext } from './shard-machine.js';
 import type { ShardSnapshot } from './shard-snapshot.js';
 import type { StateFileWriter } from './state-file-writer.js';
 
@@ -50,5 +50,7 @@ export interface ShardHands {
   stopServing(): void;
   /** Ends what survives the leader (the rest of its group or unit). */
   reapLeftovers(graceMs: number): Promise<void>;
+  /** A rank of a gang whose engine ended at `endedAtMs`: the peer that went before it, asked once (first-to-go.ts); absent: never asked. */
+  firstToGo?(endedAtMs: number): Promise<GangFault | undefined>;
   snapshot(): ShardSnapshot;
 }

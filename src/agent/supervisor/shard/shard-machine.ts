@@ -1,8 +1,9 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../../../lib/errors.js';
-import { isServing, isTerminal, stateName } from '../../../lib/shard-states.js';
+import { isTerminal, stateName } from '../../../lib/shard-states.js';
 import type { DeathInfo } from '../launch/death-watch.js';
-import { describeDeath, exitCodeOf } from '../launch/death-watch.js';
+import { exitCodeOf } from '../launch/death-watch.js';
+import { judgeDeath } from './judge-death.js';
 import type { HealthVerdict } from '../probes/health-watch.js';
 
 /*
@@ -19,6 +20,7 @@ import type { HealthVerdict } from '../probes/health-watch.js';
 const S = ShardState;
 
 export { isServing, stateName } from '../../../lib/shard-states.js';
+export { type DeathVerdict, judgeDeath } from './judge-death.js';
 
 /**
  * Every state change a shard may make. Anything else is a bug in the
@@ -91,6 +93,8 @@ export interface GangFault {
   sinceMs: number;
   /** Alive but making no progress: reported, never a reason to fence. */
   stalled: boolean;
+  /** On a rank that ended: the peer named went first (GangBreak.first_to_go). */
+  firstToGo?: boolean;
 }
 
 /** The shard's error for a gang fault: "gang broken: rank 0 on node-a ...". */
@@ -110,6 +114,8 @@ export interface ShardLife {
   error: string;
   /** The engine's leader is gone (its group may not be). */
   dead: boolean;
+  /** When the engine's leader was seen gone (this node's clock), as the gang answer tells peers. */
+  endedAtMs?: number;
   /** 128+n when killed by signal n, as a shell reports it; null while unknown. */
   exitCode: number | null;
   signal: NodeJS.Signals | null;
@@ -140,10 +146,10 @@ export type ShardChange =
   | { kind: 'watched' }
   /** It did not become ready in time. */
   | { kind: 'not-ready'; error: string; lastOutput: readonly string[] }
-  /** The engine's leader is gone; its exit status when known. */
-  | { kind: 'exited'; exit?: { code: number | null; signal: NodeJS.Signals | null } }
-  /** What its death means (judgeDeath), once its leftovers are reaped: `details` follow the verdict's error. */
-  | { kind: 'died'; info: DeathInfo; details: readonly string[]; lastOutput: readonly string[] }
+  /** The engine's leader is gone (seen at `atMs`); its exit status when known. */
+  | { kind: 'exited'; atMs?: number; exit?: { code: number | null; signal: NodeJS.Signals | null } }
+  /** What its death means (judgeDeath), once its leftovers are reaped: `details` follow its error, then a peer that went first. */
+  | { kind: 'died'; info: DeathInfo; details: readonly string[]; lastOutput: readonly string[]; firstToGo?: GangFault }
   /** The health probe's verdict. */
   | { kind: 'probe'; verdict: HealthVerdict }
   /** The known answer of an engine awake again after a sleep the agent did not ask for: `lost` when it lost its weights. */
@@ -251,12 +257,13 @@ function decide(l: ShardLife, c: ShardChange): ShardNext {
       return to(S.FAILED, c.error, { error: c.error, lastOutput: c.lastOutput });
     case 'exited':
       if (l.dead) return same('already gone');
-      return set('engine gone', { dead: true, ...(c.exit ? { exitCode: exitCodeOf(c.exit.code, c.exit.signal), signal: c.exit.signal } : {}) });
+      return set('engine gone', { dead: true, ...(c.atMs !== undefined ? { endedAtMs: c.atMs } : {}), ...(c.exit ? { exitCode: exitCodeOf(c.exit.code, c.exit.signal), signal: c.exit.signal } : {}) });
     case 'died': {
       const verdict = judgeDeath(l.state, c.info);
       if (verdict.to === undefined || verdict.error === undefined) return same('nothing to report');
-      const error = [verdict.error, ...c.details].join(': ');
-      return to(verdict.to, error, { error, lastOutput: c.lastOutput });
+      const first = c.firstToGo;
+      const error = [verdict.error, ...c.details].join(': ') + (first ? `; ${gangError(first)}` : '');
+      return to(verdict.to, error, { error, lastOutput: c.lastOutput, ...(first ? { health: { ...l.health, gang: first } } : {}) });
     }
     case 'probe':
       if (c.verdict.cause === 'asleep' && l.state === S.READY) l = { ...l, sleptUnasked: true };
@@ -366,35 +373,6 @@ function unhealthyForGpu(l: ShardLife): ShardNext {
   if (l.state === S.READY) return { life: { ...l, state: S.UNHEALTHY, error: why }, why };
   // A drain or sleep from before the restart stays what it is; a DRAINING shard carries the fault as its error.
   return { life: l.state === S.DRAINING || l.state === S.UNHEALTHY ? { ...l, error: why } : l, why };
-}
-
-/** What the death of a shard's engine leader means, for the runner to carry out. */
-export interface DeathVerdict {
-  /** End what survives the leader first (the rest of its group or unit). */
-  reap: boolean;
-  /** The shard's error; undefined when the death changes nothing. */
-  error?: string;
-  /** The state to report; undefined when the death changes nothing. */
-  to?: ShardState;
-  /** Write a failure record (a clean exit of a serving engine is no failure). */
-  record: boolean;
-}
-
-/**
- * What a death in `state` means. STOPPING: stop() reports it, and the reap
- * is its job. Terminal: already reported. A clean exit while STARTING is
- * still a failure: the engine never served.
- */
-export function judgeDeath(state: ShardState, info: DeathInfo): DeathVerdict {
-  const reap = state !== S.STOPPING && !isTerminal(state);
-  const how = describeDeath(info);
-  if (state === S.STARTING) return { reap, error: `engine ${how} while starting`, to: S.FAILED, record: true };
-  if (state === S.SLEEPING) return { reap, error: `engine ${how} while sleeping`, to: S.FAILED, record: true };
-  if (isServing(state)) {
-    const clean = info.known && info.code === 0;
-    return { reap, error: `engine ${how}`, to: clean ? S.EXITED : S.FAILED, record: !clean };
-  }
-  return { reap, record: false };
 }
 
 /**

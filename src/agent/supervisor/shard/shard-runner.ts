@@ -100,6 +100,7 @@ export class ShardRunner {
       stopServing: () => this.serving.abort(),
       reapLeftovers: (graceMs) => this.engine.reapLeftovers({ graceMs, signal: this.lifeScope.signal, log: ctx.log.child({ shard: r.shardId, replica: r.replicaId }) }),
       snapshot: () => this.snapshot(),
+      firstToGo: (endedAtMs) => ctx.firstToGo?.(this.snapshot(), endedAtMs) ?? Promise.resolve(undefined),
     };
     this.answers = new ShardAnswers(this.hands);
     this.lifeScope.signal.addEventListener('abort', () => this.serving.abort(), { once: true });
@@ -144,7 +145,7 @@ export class ShardRunner {
     const { record: r, life: l } = this;
     return {
       ...{ shardId: r.shardId, replicaId: r.replicaId, spec: r.spec, pid: r.pid, servesHttp: r.servesHttp, startedAtMs: r.createdAtMs, logPath: r.logPath },
-      ...{ state: l.state, error: l.error, exitCode: l.exitCode, signal: l.signal, lastOutput: [...l.lastOutput], running: !l.dead },
+      ...{ state: l.state, error: l.error, exitCode: l.exitCode, signal: l.signal, lastOutput: [...l.lastOutput], running: !l.dead, ...(l.endedAtMs !== undefined ? { endedAtMs: l.endedAtMs } : {}) },
       ...{ drainRequested: l.drain, sleepLevel: l.sleep?.level ?? 0, adopted: this.adopted, launcher: r.launcher },
       ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', load: { ...this.load } },
       ...{ ...(l.health.gang ? { gangFault: { ...l.health.gang } } : {}), ...(l.state === S.UNHEALTHY && l.health.verdict.cause === 'stalled' ? { stalled: true } : {}) },
@@ -304,7 +305,7 @@ export class ShardRunner {
     const log = this.ctx.log.child({ shard: this.shardId, pid: this.pid });
     const stopped = await stopShardEngine(this.engine, { graceMs, signal: opts.signal, log, deathSeen: () => this.life.dead });
     // Gone either way: terminated, or its pid names another process now.
-    this.apply({ kind: 'exited', ...(stopped.exit ? { exit: stopped.exit } : {}) });
+    this.apply({ kind: 'exited', atMs: Date.now(), ...(stopped.exit ? { exit: stopped.exit } : {}) });
     this.detach('stopped');
     // Gone from disk before STOPPED is announced: whoever hears STOPPED may
     // rely on nothing of the shard being left, here or after a restart.
@@ -403,4 +404,6 @@ export interface ShardRunnerContext {
   launcher?: () => Promise<LauncherChoice>;
   /** The sleep API of an engine by its name (Engine.sleepApi, from the composition root); none: no shard sleeps. */
   sleepApiOf?: (engine: string) => EngineSleepApi | undefined;
+  /** Which peer rank of a gang went before this rank's engine ended (first-to-go.ts, from the composition root); none: not asked. */
+  firstToGo?: (shard: ShardSnapshot, endedAtMs: number) => Promise<GangFault | undefined>;
 }

@@ -16,6 +16,8 @@ export interface ShardSnapshot {
   servesHttp: boolean;
   /** Why the shard failed or exited; empty otherwise. */
   error: string;
+  /** When its engine was seen gone (this node's clock); absent while it may run. */
+  endedAtMs?: number;
   /** 128+n when killed by signal n, as a shell reports it. */
   exitCode: number | null;
   /** Signal name, e.g. 'SIGKILL'. */

@@ -8,7 +8,6 @@ import { type AgentMessage, ShardState } from '../../src/gen/llmgw/v1/agent_pb.j
 import { type AgentDirs, type AgentProcess, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from './agent-process.js';
 import { DOUBLE_ENGINES_YAML } from './double-shards.js';
 import { until } from './engine-processes.js';
-import { runCli } from './run-cli.js';
 import { type StartedControlPlane, startControlPlane } from './start-control-plane.js';
 
 /*
@@ -104,14 +103,6 @@ export function gangTrouble(c: GangCluster): string[] {
     }
   }
   return out;
-}
-
-/** The shard as `llmgw ctl status --json` on that node's socket shows it. */
-export async function ctlShard(dirs: AgentDirs, shardId: string): Promise<{ state?: string; error?: string; gang?: string } | undefined> {
-  const r = await runCli(['ctl', 'status', '--json', '--socket', dirs.socket]);
-  if (r.exitCode !== 0) return undefined;
-  const shards = (JSON.parse(r.stdout) as { shards?: { shardId: string; state: string; error?: string; gang?: string }[] }).shards ?? [];
-  return shards.find((s) => s.shardId === shardId);
 }
 
 /** Whether something accepts a TCP connection on 127.0.0.1:port within `ms`. */

@@ -8,6 +8,7 @@ import { type AgentMessage, ShardState } from '../../src/gen/llmgw/v1/agent_pb.j
 import { type AgentDirs, type AgentProcess, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from './agent-process.js';
 import { DOUBLE_ENGINES_YAML } from './double-shards.js';
 import { until } from './engine-processes.js';
+import { fillListenQueue as fillQueue } from './listen-queue.js';
 import { type StartedControlPlane, startControlPlane } from './start-control-plane.js';
 
 /*
@@ -120,34 +121,13 @@ export function accepts(port: number, ms = 1_000): Promise<boolean> {
   });
 }
 
-/**
- * Fills the accept queue of a port whose process is stopped (SIGSTOP: it
- * accepts nothing), so a new connect gets no SYN-ACK and times out, as on a
- * node that lost power or its network. Returns the sockets, to destroy at the end.
- */
-export async function fillListenQueue(port: number): Promise<Socket[]> {
+/** fillListenQueue (listen-queue.ts), its sockets destroyed when the test ends. */
+export async function fillListenQueue(port: number): Promise<void> {
   const held: Socket[] = [];
   onTestFinished(() => {
     for (const s of held) s.destroy();
   });
-  for (let batch = 0; batch < 100; batch++) {
-    const opened = await Promise.all(
-      Array.from({ length: 64 }, () => {
-        const s = connect({ host: '127.0.0.1', port });
-        s.on('error', () => {});
-        held.push(s);
-        return new Promise<boolean>((r) => {
-          const t = setTimeout(() => r(false), 300);
-          s.once('connect', () => {
-            clearTimeout(t);
-            r(true);
-          });
-        });
-      }),
-    );
-    if (opened.includes(false)) return held;
-  }
-  throw new Error(`the accept queue of port ${port} never filled`);
+  await fillQueue(port, held);
 }
 
 /** Waits `ms`, or less when the gang shows trouble first (gangTrouble), so a failing test fails early. */

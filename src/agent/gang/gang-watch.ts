@@ -1,4 +1,5 @@
 import { type GangMember, ShardState } from '../../gen/llmgw/v1/agent_pb.js';
+import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import type { ShardId } from '../../lib/shard-id.js';
 import { isTerminal } from '../../lib/shard-states.js';
@@ -142,7 +143,12 @@ export class GangWatch {
     const who = `rank ${m.rank} on ${m.nodeId || s.spec.leaderAddr || 'its node'}`;
     const now = this.#now();
     // At once, not one after the other: a silent peer costs one timeout per round, not two.
-    const [agent, engine] = await Promise.all([this.#askAgent(s, m, timeoutMs), this.#probeEngine(s, m, timeoutMs)]);
+    // A bug of ours (a throw) is no word about the peer: unknown, never a round lost for every peer.
+    const ours = (err: unknown) => ({ kind: 'failed', cause: 'unknown', why: `not asked: ${errorMessage(err)}` }) as const;
+    const [agent, engine] = await Promise.all([
+      this.#askAgent(s, m, timeoutMs).catch(ours),
+      this.#probeEngine(s, m, timeoutMs).catch((err: unknown): EngineSaid => ({ ...ours(err), proof: 'rendezvous-port' })),
+    ]);
     const agentGraceMs = this.#p.agentGraceMs ?? GANG_AGENT_GRACE_MS;
     const seen = judgePeer(t, { m, who, agent, engine, now, startedAtMs: s.startedAtMs, rank0DeadlineMs: rank0StartDeadlineMs(s.spec, s.startedAtMs), agentGraceMs });
     if (seen.kind === 'unknown' && seen.why !== undefined && seen.why !== t.loggedUnknown) {

@@ -2,7 +2,7 @@ import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { askWithTls, type PeerReply } from '../../../src/agent/gang/ask-peer.js';
 import { firstToGo } from '../../../src/agent/gang/first-to-go.js';
-import type { GangRankAnswer } from '../../../src/agent/gang/gang-answer.js';
+import { type GangRankAnswer, gangAnswer, parseGangAnswer } from '../../../src/agent/gang/gang-answer.js';
 import { serveGangEndpoint } from '../../../src/agent/gang/gang-endpoint.js';
 import type { ShardSnapshot, ShardTransition } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { GangMemberSchema, GangSchema, ShardState, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
@@ -88,6 +88,18 @@ describe('the first to go', () => {
     expect(fault).toEqual({ ...known, firstToGo: true });
     expect(asked).toEqual([]);
     expect((await ask({}, { gangFault: { ...known, stalled: true } })).fault).toBeUndefined();
+  });
+});
+
+describe('when a rank ended, in the gang answer', () => {
+  it('is told by the agent once its engine is gone, and read back only as a time', () => {
+    const spec = gangSpec(1, ['10.0.0.1:7471', '10.0.0.2:7471']);
+    const a = gangAnswer('node-b', 'g-0-g1', [shardSnapshot(spec.shardId, { spec, state: ShardState.FAILED, running: false, endedAtMs: ENDED })]);
+    expect(a.ranks[0]?.endedAtMs).toBe(ENDED);
+    expect(parseGangAnswer(JSON.stringify(a))).toEqual(a);
+    expect(gangAnswer('node-b', 'g-0-g1', [shardSnapshot(spec.shardId, { spec })]).ranks[0]).not.toHaveProperty('endedAtMs');
+    expect(parseGangAnswer(JSON.stringify({ node: 'n', ranks: [rank(1, { endedAtMs: -1 })] }))).toMatch(/endedAtMs/);
+    expect(parseGangAnswer(JSON.stringify({ node: 'n', ranks: [{ ...rank(1), endedAtMs: 'soon' }] }))).toMatch(/endedAtMs/);
   });
 });
 

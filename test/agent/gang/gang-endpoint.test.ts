@@ -30,6 +30,7 @@ describe('the gang contract (StartShard.gang)', () => {
     ['another shard at this rank', { shardId: 'someone-else' }, 'gang.members names g-0-g1-r1 at rank 1, not this shard someone-else'],
     ['an endpoint that is not host:port', { gang: create(GangSchema, { gangId: 'g', members: [members[0]!, { ...members[1]!, agentEndpoint: 'http://x:1/..' }] }) }, 'gang.members[1].agent_endpoint is not host:port'],
     ['an unprintable node id', { gang: create(GangSchema, { gangId: 'g', members: [members[0]!, { ...members[1]!, nodeId: 'a\u001b[2J' }] }) }, 'gang.members[1].node_id must be'],
+    ['an http_port out of range', { gang: create(GangSchema, { gangId: 'g', members: [{ ...members[0]!, httpPort: 70000 }, members[1]!] }) }, 'gang.members[0].http_port is 70000'],
   ])('refuses %s, naming the field', (_what, over, message) => {
     expect(gangProblems(spec(over))[0]?.message).toContain(message);
   });

@@ -246,7 +246,9 @@ function readReplicaGroup(
     throw bad(`${k}.profile`, `unknown profile ${JSON.stringify(profileName)}${guess ? `; did you mean ${guess}?` : `; profiles: ${[...profiles.keys()].join(', ')}`}`, e.get('profile')?.value);
   }
   const nnodes = readInt(e.get('nnodes'), `${k}.nnodes`, bad, 1, 1);
-  const gpusTotal = profile.tensorParallelSize * profile.pipelineParallelSize;
+  // A vLLM profile's DP ranks each hold tp × pp GPUs, as the agent counts them (validate-shard.ts).
+  const dp = profile.engine === 'vllm' ? vllmDataParallelSize(profile.args) : 1;
+  const gpusTotal = profile.tensorParallelSize * profile.pipelineParallelSize * dp;
   const gpusEntry = e.get('gpus_per_shard');
   const gpusPerShard = readInt(gpusEntry, `${k}.gpus_per_shard`, bad, 0, Math.max(1, Math.ceil(gpusTotal / nnodes)));
   // The engines refuse a shard whose GPUs do not add up to tp x pp; saying so
@@ -254,7 +256,7 @@ function readReplicaGroup(
   if (gpusPerShard > 0 && gpusPerShard * nnodes !== gpusTotal) {
     throw bad(
       `${k}.gpus_per_shard`,
-      `${gpusPerShard} GPUs on each of ${nnodes} node(s) is ${gpusPerShard * nnodes}, but profile ${profile.name} needs tensor_parallel_size x pipeline_parallel_size = ${gpusTotal}`,
+      `${gpusPerShard} GPUs on each of ${nnodes} node(s) is ${gpusPerShard * nnodes}, but profile ${profile.name} needs tensor_parallel_size x pipeline_parallel_size${dp > 1 ? ' x --data-parallel-size' : ''} = ${gpusTotal}`,
       gpusEntry?.value ?? map,
       gpusEntry?.line,
     );
@@ -277,4 +279,20 @@ function readReplicaGroup(
   const pool = readString(e.get('pool'), `${k}.pool`, bad, false) ?? '';
   const fabric = readString(e.get('fabric'), `${k}.fabric`, bad, false) ?? '';
   return ids.map((id) => ({ id, group: name, profile, gpusPerShard, nnodes, pool, fabric }));
+}
+
+/**
+ * The --data-parallel-size (-dp, --data-parallel-size=N) a vLLM profile's args
+ * give, the last one winning as in argparse; 1 when none or not a positive
+ * integer (the agent refuses that shard with the reason).
+ */
+function vllmDataParallelSize(args: readonly string[]): number {
+  let text: string | undefined;
+  for (let i = 0; i < args.length; i++) {
+    const a = args[i] as string;
+    const eq = a.indexOf('=');
+    const name = eq === -1 ? a : a.slice(0, eq);
+    if (name === '--data-parallel-size' || name === '-dp') text = eq === -1 ? args[i + 1] : a.slice(eq + 1);
+  }
+  return text !== undefined && /^[1-9]\d*$/.test(text) ? Number(text) : 1;
 }

@@ -101,6 +101,11 @@ export class FakeBatchScheduler {
     this.#stalled = true;
   }
 
+  /** Steps make progress again (a peer that was silent talks again). */
+  unstall(): void {
+    this.#stalled = false;
+  }
+
   /** New requests wait in the queue until resume() (V:vllm/v1/engine/core.py pause_scheduler: "All pause modes queue new adds"). */
   pause(): void {
     this.#paused = true;

@@ -1,5 +1,5 @@
 /**
- * SGLang's memory saver in the double (ENGINES.md (e)), as SGLang v0.5.18
+ * SGLang's memory saver in the double, as SGLang v0.5.18
  * (71de97b) does it. `GET|POST /release_memory_occupation` and
  * `/resume_memory_occupation` take a JSON body `{"tags": [...]}` (tags
  * optional, none or [] meaning weights, kv_cache and cuda_graph), answer 200

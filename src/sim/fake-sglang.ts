@@ -30,6 +30,9 @@ import { FakeSglangPause } from './fake-sglang-pause.js';
 import { healthCheckTimeoutMs, sglangHandler, startDummyServer } from './fake-sglang-routes.js';
 import { SGLANG_NEXT, type SglangPhase, type SglangState } from './fake-sglang-state.js';
 
+/** The double's scheduler loop, which talks to the gang's peers each time round (sim-rendezvous.ts `loopMs`). */
+const SCHEDULER_LOOP_MS = 20;
+
 /** SubprocessWatchdog's period (S:python/sglang/srt/utils/watchdog.py:166-222). */
 const WATCHDOG_MS = 1000;
 
@@ -144,7 +147,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     });
 
     // tp × pp schedulers on this node, and the detokenizer on rank 0 only
-    // (ENGINES.md (d): ranks ≥ 1 run only schedulers plus the dummy health server).
+    // (ranks ≥ 1 run only schedulers plus the dummy health server: S:python/sglang/srt/entrypoints/engine.py:955-961, 1150-1169).
     const schedulers = Math.max(1, Math.ceil((o.tp * o.pp) / o.nnodes));
     const specs = Array.from({ length: schedulers }, (_, i) => ({
       readyLine: `[fake-sglang] Scheduler proc {pid} ready (tp_rank=${i % o.tp} pp_rank=${Math.floor(i / o.tp) % o.pp})`,
@@ -253,23 +256,38 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     }
 
     if (o.nnodes > 1 && o.distInitAddr !== undefined) {
-      // The gang's rendezvous (sim-rendezvous.ts). A peer lost blocks the collectives: rank 0's requests make no
-      // progress, and once one is in a forward step for --watchdog-timeout the scheduler crashes the server
-      // (S:python/sglang/srt/server_args.py:1246-1250); a rank ≥ 1 sees no request and blocks for ever, its dummy
-      // /health still 200 (S:python/sglang/srt/utils/common.py:3273-3296).
+      // The gang's rendezvous (sim-rendezvous.ts), talked over on every scheduler loop, idle or not: with
+      // tp_size != 1 recv_requests runs broadcast_pyobj over the TP group's gloo CPU group
+      // (S:python/sglang/srt/managers/scheduler.py:1719-1727; scheduler_components/request_receiver.py:76-93,
+      // 153-216; utils/common.py:2390-2432, no try).
+      let watch: NodeJS.Timeout | undefined;
+      let watchdog: NodeJS.Timeout | undefined;
       const rdv = startSimRendezvous({
         addr: o.distInitAddr,
         leader: o.nodeRank === 0,
+        loopMs: SCHEDULER_LOOP_MS,
         log: (level, _where, text) => sglangLog(level, text),
-        onPeerLost: () => {
-          if (o.nodeRank !== 0) return;
+        // A peer whose process died closed its gloo sockets: the next broadcast raises, the scheduler's
+        // `except Exception` SIGQUITs its parent, which kills the tree (S:python/sglang/srt/managers/scheduler.py:5066-5069);
+        // every rank, rank 0 and the others alike, is gone within about a second (:5070-5071).
+        onPeerLost: () => killTree('Scheduler hit an exception: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer'),
+        // A silent peer (hung, stopped, cut off: no FIN) blocks the broadcast: nothing makes progress, up to
+        // gloo's timeout (S:python/sglang/srt/distributed/parallel_state.py:292) or, with a request in a forward
+        // step, --watchdog-timeout (S:python/sglang/srt/server_args.py:1246-1250) on rank 0; a rank ≥ 1 answers
+        // its dummy /health 200 all along (S:python/sglang/srt/utils/common.py:3273-3296).
+        onPeerSilent: () => {
           scheduler.stall();
-          const watch = setInterval(() => {
+          if (o.nodeRank !== 0) return;
+          watch = setInterval(() => {
             if (scheduler.running(false) === 0) return;
             clearInterval(watch);
-            later(o.watchdogTimeoutS * 1000, () => killTree(`Scheduler watchdog timeout (self.watchdog_timeout=${o.watchdogTimeoutS}, self.soft=False)`));
+            watchdog = setTimeout(() => killTree(`Scheduler watchdog timeout (self.watchdog_timeout=${o.watchdogTimeoutS}, self.soft=False)`), o.watchdogTimeoutS * 1000);
           }, 1000);
-          timers.push(watch);
+        },
+        onPeerBack: () => {
+          clearInterval(watch);
+          clearTimeout(watchdog);
+          if (k.stallAfterMs === undefined && !st.hung) scheduler.unstall();
         },
       });
       process.once('exit', () => rdv.close());

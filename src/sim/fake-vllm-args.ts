@@ -40,6 +40,9 @@ export interface FakeVllmOptions {
   dp: number;
   dpLocal?: number;
   dpStartRank?: number;
+  /** --data-parallel-address / --data-parallel-rpc-port: rank 0's start-up handshake (sim-dp-handshake.ts). */
+  dpAddress?: string;
+  dpRpcPort?: number;
   /**
    * API server processes: --api-server-count, else the default of the DP
    * load-balancing mode (V:vllm/entrypoints/cli/serve.py:101-124); 0 headless.
@@ -154,6 +157,8 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     dp: int('--data-parallel-size', 1),
     dpLocal: p.values.get('--data-parallel-size-local') as number | undefined,
     dpStartRank: p.values.get('--data-parallel-start-rank') as number | undefined,
+    dpAddress: p.values.get('--data-parallel-address') as string | undefined,
+    dpRpcPort: p.values.get('--data-parallel-rpc-port') as number | undefined,
     ...api,
     runner: runner === 'pooling' ? 'pooling' : 'generate',
     loadTracking: p.values.get('--enable-server-load-tracking') === true,

@@ -1,5 +1,5 @@
 /**
- * vLLM's sleep mode in the double (ENGINES.md (e)), as unkind as vLLM at
+ * vLLM's sleep mode in the double, as unkind as vLLM at
  * 2f41c894 (review engine-fidelity-2 §2.1, §3 N1, N10). The routes exist
  * only with VLLM_SERVER_DEV_MODE=1 (V:vllm/entrypoints/launchers/api_server/routers.py:34-37)
  * and are those of V:vllm/entrypoints/serve/dev/sleep/api_router.py:21-48:

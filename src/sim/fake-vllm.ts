@@ -18,10 +18,10 @@ import { fileURLToPath } from 'node:url';
 import { EngineChildren } from './engine-children.js';
 import { ARGPARSE_EXIT, ArgparseError, printArgparseError } from './engine-argv.js';
 import { vllmLog } from './engine-log.js';
-import { startSimRendezvous } from './sim-rendezvous.js';
 import { FakeBatchScheduler } from './fake-batch-scheduler.js';
 import type { RouteContext } from './fake-openai-routes.js';
 import { type FakeVllmOptions, hostIp, localWorkers, parseFakeVllmArgv } from './fake-vllm-args.js';
+import { startVllmGang } from './fake-vllm-gang.js';
 import { FakeVllmMetrics } from './fake-vllm-metrics.js';
 import { vllmHandler } from './fake-vllm-routes.js';
 import { FakeVllmSleep } from './fake-vllm-sleep.js';
@@ -98,8 +98,8 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     /**
      * The engine is dead: every in-flight request is aborted, the executor
      * shuts its workers down, /health answers 503, and the API server's
-     * watchdog makes it exit at its next look (ENGINES.md (a) "Engine dead",
-     * V:vllm/v1/engine/async_llm.py:940-943; launcher.py:180-202).
+     * watchdog makes it exit at its next look (V:vllm/v1/engine/async_llm.py:940-943;
+     * V:vllm/entrypoints/launchers/launcher.py:180-202).
      */
     const failEngine = (why: string) => {
       if (st.phase === 'failed' || st.phase === 'exiting') return;
@@ -243,27 +243,21 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     }
     if (k.hangAfterMs !== undefined) {
       later(k.hangAfterMs, () => {
-        vllmLog('WARNING', 'shm_broadcast.py:396', 'No available shared memory broadcast block found in 60 second. (--sim-hang-after)');
+        // Defined at V:vllm/distributed/device_communicators/shm_broadcast.py:103-107, logged at INFO from acquire_write (:679-682).
+        vllmLog('INFO', 'shm_broadcast.py:679', 'No available shared memory broadcast block found in 60 seconds. (--sim-hang-after)');
         st.hung = true;
         scheduler.stall();
       });
     }
 
-    if (o.nnodes > 1 && o.dp <= 1 && o.masterPort !== undefined) {
-      // The gang's rendezvous (sim-rendezvous.ts): a peer lost stalls the leader's requests (its broadcast
-      // queue waits, /health stays 200) and never ends a headless rank (vLLM issue 32136).
-      const rdv = startSimRendezvous({
-        addr: `${o.masterAddr.includes(':') ? `[${o.masterAddr}]` : o.masterAddr}:${o.masterPort}`,
-        leader: o.nodeRank === 0,
-        log: (level, where, text) => vllmLog(level, where, text),
-        onPeerLost: () => (o.nodeRank === 0 ? scheduler.stall() : undefined),
-      });
-      process.once('exit', () => rdv.close());
-    }
+    // Ranks across nodes (fake-vllm-gang.ts): the store bound late, the DP handshake closed once up, a peer lost.
+    const gang = startVllmGang({ o, env, scheduler, failEngine: (why) => failEngine(why), log: vllmLog });
+    process.once('exit', () => gang.close());
 
     if (o.headless) {
       // V:vllm/entrypoints/cli/serve.py:63-71, 143-144: headless starts no API server.
       vllmLog('INFO', 'serve.py:210', `headless node rank ${o.nodeRank}: running ${workerCount} worker(s), no API server`);
+      later(k.loadTimeMs, () => gang.headlessLoaded());
       return;
     }
 
@@ -308,17 +302,21 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         vllmLog('INFO', 'on.py:62', 'Application startup complete.');
       });
     };
-    if (!k.readWeights && k.compileTimeMs === 0) later(k.loadTimeMs, listen);
-    else {
-      warmUp(o, env, () => st.phase !== 'loading', (ms) => new Promise((r) => later(ms, () => r()))).then(
-        () => later(k.loadTimeMs, listen),
-        (err: unknown) => {
-          if (st.phase !== 'loading') return;
-          vllmLog('ERROR', 'core.py:700', err instanceof Error ? err.message : String(err));
-          failEngine(err instanceof MissingWeightsError ? 'no weights' : 'loading failed');
-        },
-      );
-    }
+    // Loaded: a DP rank 0 serves once every remote engine is up too, and closes its handshake port first.
+    const serve = () => {
+      const localUp = new Promise<void>((r) => later(k.loadTimeMs, r));
+      void gang.beforeServe(localUp).then(listen);
+    };
+    const load = () => {
+      if (!k.readWeights && k.compileTimeMs === 0) return serve();
+      warmUp(o, env, () => st.phase !== 'loading', (ms) => new Promise((r) => later(ms, () => r()))).then(serve, (err: unknown) => {
+        if (st.phase !== 'loading') return;
+        vllmLog('ERROR', 'core.py:700', err instanceof Error ? err.message : String(err));
+        failEngine(err instanceof MissingWeightsError ? 'no weights' : 'loading failed');
+      });
+    };
+    // The load starts once the TCPStore is bound (--sim-store-bind-after).
+    void gang.beforeLoad.then(load);
   });
 }
 

@@ -140,7 +140,8 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
     if (opts.hangAfterMs !== undefined) {
       later(opts.hangAfterMs, () => {
         hung = true;
-        vllmLog('WARNING', 'shm_broadcast.py:396', 'No available shared memory broadcast block found in 60 second.');
+        // Defined at V:vllm/distributed/device_communicators/shm_broadcast.py:103-107, logged at INFO from acquire_write (:679-682).
+        vllmLog('INFO', 'shm_broadcast.py:679', 'No available shared memory broadcast block found in 60 seconds.');
       });
     }
 
@@ -169,9 +170,11 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
         addr: opts.rendezvous,
         leader: !opts.worker,
         log: (level, where, text) => vllmLog(level, where, text),
-        // The leader makes no progress from here on; /health stays 200 (sim-rendezvous.ts).
+        // The leader makes no progress from here on, /health 200; a worker rank waits in the collective and
+        // never exits (sim-rendezvous.ts; V:vllm/entrypoints/cli/serve.py:207-223).
         onPeerLost: () => {
-          stalled = true;
+          if (opts.worker) vllmLog('WARNING', 'serve.py:210', 'rank 0 is gone; waiting in the collective (no exit)');
+          else stalled = true;
         },
       });
       process.once('exit', () => rdv.close());

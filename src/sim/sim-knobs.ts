@@ -80,6 +80,14 @@ export interface SimKnobs {
    * slot. Stands for those held requests without sending them. Default 0.
    */
   wakeQueueDelayMs: number;
+  /**
+   * vLLM double only, TP/PP across nodes: rank 0 binds its TCPStore on
+   * --master-port only this long after the start, and loads only then: the
+   * store is bound once rank 0's workers have imported vLLM and run
+   * init_process_group (V:vllm/distributed/parallel_state.py:1620-1626, 1685-1691),
+   * typically tens of seconds. Default: at once.
+   */
+  storeBindAfterMs?: number;
 }
 
 export const SIM_KNOB_DEFAULTS = {
@@ -105,6 +113,7 @@ const DURATION_KNOBS = [
   '--sim-wake-time',
   '--sim-compile-time',
   '--sim-wake-queue-delay',
+  '--sim-store-bind-after',
 ] as const;
 
 export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
@@ -165,6 +174,7 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     diskMibPerS: positiveInt(parsed, '--sim-disk-rate'),
     memAvailableMib: positiveInt(parsed, '--sim-mem-available'),
     gpuTotalMib: positiveInt(parsed, '--sim-gpu-total') ?? 81559,
+    storeBindAfterMs: duration(parsed, '--sim-store-bind-after'),
   };
 }
 

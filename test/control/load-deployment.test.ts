@@ -68,6 +68,14 @@ describe('loadDeployment', () => {
     expect(e.message).toMatch(/^replicas\.r\.gpus_per_shard: 2 GPUs on each of 1 node\(s\) is 2, but profile p needs .* = 4 \(.*d\.yaml:9\)$/);
   });
 
+  it("counts a vLLM profile's --data-parallel-size in the GPUs a replica needs (a DP rank holds tp x pp), and only vLLM's", () => {
+    const dp = (engine: string, gpus: number) =>
+      `profiles:\n  p:\n    engine: ${engine}\n    model: org/m\n    args: [--data-parallel-size, "2"]\nreplicas:\n  - name: r\n    profile: p\n    nnodes: 2\n    gpus_per_shard: ${gpus}\n`;
+    expect(parseDeployment(dp('vllm', 1), 'd.yaml').replicas[0]).toMatchObject({ nnodes: 2, gpusPerShard: 1 });
+    expect(errorOf(dp('vllm', 2)).message).toMatch(/is 4, but profile p needs tensor_parallel_size x pipeline_parallel_size x --data-parallel-size = 2 /);
+    expect(errorOf(dp('sglang', 1)).message).toMatch(/is 2, but profile p needs tensor_parallel_size x pipeline_parallel_size = 1 /);
+  });
+
   it('refuses an unknown engine and a replica id twice', () => {
     expect(errorOf(`profiles:\n  p:\n    engine: vlm\n    model: m\nreplicas: []\n`).message).toMatch(/unknown engine "vlm"; did you mean vllm\? .*d\.yaml:3\)$/);
     expect(errorOf(`${PROFILE}replicas:\n  - {name: a, profile: p}\n  - {name: b, profile: p, ids: [a-0]}\n`).message).toMatch(

@@ -26,3 +26,34 @@ replicas:
     'gang.yaml',
   );
 }
+
+/**
+ * One replica of a real engine's double over two nodes, one GPU each, with
+ * `args` after a 200 ms load: vLLM data parallel (`--data-parallel-size 2`,
+ * a DP rank per node: rank 0 holds the rpc handshake port only while
+ * starting), vLLM or SGLang tensor parallel (TP 2, rank 0 holds the store).
+ * The agents run the doubles (DOUBLE_ENGINES_YAML).
+ */
+export function engineGangDeployment(shape: 'vllm-dp' | 'vllm-tp' | 'sglang-tp', args: string[] = []): Deployment {
+  const engine = shape === 'sglang-tp' ? 'sglang' : 'vllm';
+  const tp = shape === 'vllm-dp' ? 1 : 2;
+  const own = shape === 'vllm-dp' ? ['--data-parallel-size', '2'] : [];
+  return parseDeployment(
+    `
+profiles:
+  gang:
+    engine: ${engine}
+    model: org/m
+    served_model_name: gang
+    tensor_parallel_size: ${tp}
+    args: ${JSON.stringify([...own, '--sim-load-time', '200ms', ...args])}
+    startup_timeout: 2m
+replicas:
+  - name: gang
+    profile: gang
+    nnodes: 2
+    gpus_per_shard: 1
+`,
+    'gang.yaml',
+  );
+}

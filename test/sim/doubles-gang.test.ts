@@ -51,34 +51,53 @@ describe("the engine doubles' gangs", () => {
     const worker2 = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--node-rank', '1', '--headless', ...common2], { CUDA_VISIBLE_DEVICES: '0' });
     await outputMatches(worker2, /rendezvous: joined rank 0/);
     process.kill(-leader2.pid, 'SIGKILL');
-    await outputMatches(worker2, /rank 0 at 127\.0\.0\.1:\d+ is gone; waiting in the collective/);
+    await outputMatches(worker2, /rank 0 is gone; waiting in the collective/);
     await new Promise((r) => setTimeout(r, 1_000));
     expect(isRunning(worker2.pid)).toBe(true);
   });
 
-  it('SGLang: rank 0 whose peer went holds its requests until --watchdog-timeout, then crashes; a rank ≥ 1 whose leader went stays', async () => {
+  it('SGLang: a rank SIGKILLed ends the other at once (its gloo broadcast raises), rank 0 and rank 1 alike', async () => {
+    for (const victim of [1, 0]) {
+      const [p0, p1, init] = [await freePort(), await freePort(), await freePort()];
+      const common = ['--model-path', 'org/m', '--tp-size', '2', '--nnodes', '2', '--dist-init-addr', `127.0.0.1:${init}`, '--skip-server-warmup', '--sim-load-time', '100ms'];
+      const ranks = [
+        startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(p0), '--node-rank', '0', ...common], { CUDA_VISIBLE_DEVICES: '0' }),
+        startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(p1), '--node-rank', '1', ...common], { CUDA_VISIBLE_DEVICES: '0' }),
+      ] as const;
+      await outputMatches(ranks[0], /rendezvous: rank joined/);
+      await outputMatches(ranks[0], /Uvicorn running/);
+      const survivor = ranks[1 - victim] as (typeof ranks)[0];
+      process.kill(-(ranks[victim] as (typeof ranks)[0]).pid, 'SIGKILL');
+      // Its own death, by kill_process_tree's SIGKILL to itself; the bound is a safety net, not the ~1 s figure.
+      const ended = await Promise.race([survivor.exited, new Promise((r) => setTimeout(() => r('still running'), 10_000))]);
+      expect(ended).toEqual({ code: null, signal: 'SIGKILL' });
+      expect(survivor.output()).toMatch(/Scheduler hit an exception: RuntimeError: \[\.\.\/third_party\/gloo\/gloo\/transport\/tcp\/pair\.cc:534\] Connection closed by peer/);
+    }
+  });
+
+  it('SGLang: a silent rank (SIGSTOP, no FIN) blocks rank 0, which goes on when it talks again, and crashes at --watchdog-timeout with a request in a step', async () => {
     const [p0, p1, init] = [await freePort(), await freePort(), await freePort()];
-    const common = ['--model-path', 'org/m', '--tp-size', '2', '--nnodes', '2', '--dist-init-addr', `127.0.0.1:${init}`, '--skip-server-warmup', '--watchdog-timeout', '2', '--sim-load-time', '100ms'];
+    const common = ['--model-path', 'org/m', '--tp-size', '2', '--nnodes', '2', '--dist-init-addr', `127.0.0.1:${init}`, '--skip-server-warmup', '--watchdog-timeout', '3', '--sim-load-time', '100ms'];
     const leader = startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(p0), '--node-rank', '0', ...common], { CUDA_VISIBLE_DEVICES: '0' });
     const worker = startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(p1), '--node-rank', '1', ...common], { CUDA_VISIBLE_DEVICES: '0' });
     await outputMatches(leader, /rendezvous: rank joined/);
     await outputMatches(leader, /Uvicorn running/);
-    process.kill(-worker.pid, 'SIGKILL');
-    await outputMatches(leader, /a peer rank disconnected/);
-    // A request in a forward step that never ends: the watchdog's.
+    expect(await completes(p0, 'org/m', 10_000)).toBe(200);
+    process.kill(-worker.pid, 'SIGSTOP');
+    await outputMatches(leader, /no word from the peer for \d+ ms/);
+    expect(await completes(p0, 'org/m', 1_000)).toBeUndefined();
+    expect(isRunning(leader.pid)).toBe(true);
+    // Back before the watchdog: the held request finishes.
+    const held = completes(p0, 'org/m', 20_000);
+    process.kill(-worker.pid, 'SIGCONT');
+    expect(await held).toBe(200);
+    // Silent again, with a request in a forward step: the watchdog's.
+    process.kill(-worker.pid, 'SIGSTOP');
+    await until(() => (leader.output().match(/no word from the peer/g) ?? []).length === 2, 'rank 0 to see the peer silent again');
     void completes(p0, 'org/m', 30_000);
     const ended = await leader.exited;
     expect(ended.signal).toBe('SIGKILL');
-    expect(leader.output()).toMatch(/Scheduler watchdog timeout \(self\.watchdog_timeout=2, self\.soft=False\)/);
-
-    const [q0, q1, init2] = [await freePort(), await freePort(), await freePort()];
-    const common2 = common.map((a) => (a === `127.0.0.1:${init}` ? `127.0.0.1:${init2}` : a));
-    const leader2 = startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(q0), '--node-rank', '0', ...common2], { CUDA_VISIBLE_DEVICES: '0' });
-    const worker2 = startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(q1), '--node-rank', '1', ...common2], { CUDA_VISIBLE_DEVICES: '0' });
-    await outputMatches(worker2, /rendezvous: joined rank 0/);
-    process.kill(-leader2.pid, 'SIGKILL');
-    await outputMatches(worker2, /is gone; waiting in the collective/);
-    await until(async () => (await fetch(`http://127.0.0.1:${q1}/health`).catch(() => undefined))?.status === 200, 'the worker rank\'s dummy /health to answer 200');
-    expect(isRunning(worker2.pid)).toBe(true);
+    expect(leader.output()).toMatch(/Scheduler watchdog timeout \(self\.watchdog_timeout=3, self\.soft=False\)/);
+    process.kill(-worker.pid, 'SIGCONT');
   });
 });

@@ -1,0 +1,29 @@
+import { describe, expect, it } from 'vitest';
+import { isRunning } from '../helpers/engine-processes.js';
+import { accepts, gangTrouble, holdWhileWhole, rankLogMatch, startGangCluster } from '../helpers/gang-cluster.js';
+import { engineGangDeployment } from '../helpers/gang-deployment.js';
+
+/*
+ * Issue 47 (review engine-fidelity-3 E1), the port closed by design: a vLLM
+ * data-parallel replica across two nodes, on two real agents and the
+ * reference control plane, with gang_addr unset (the default). Rank 0's
+ * double closes --data-parallel-rpc-port once every DP engine is up, as
+ * vLLM does (V:vllm/v1/engine/utils.py:1202-1248; src/sim/sim-dp-handshake.ts),
+ * so rank 1's agent must not read the closed port as rank 0 gone. On the
+ * agent at 10e6215 rank 1 is broken about 2 s after rank 0 is READY
+ * ("rendezvous …: connect ECONNREFUSED"), and the control plane fences it.
+ */
+
+const HOLD_MS = 120_000;
+
+describe('a vLLM DP gang across two nodes, gang_addr unset (E1)', () => {
+  it('stays READY for 2 minutes with its rpc port closed: no gang_break, no fence', { timeout: HOLD_MS + 120_000 }, async () => {
+    const c = await startGangCluster({ deployment: engineGangDeployment('vllm-dp'), gangAddr: false, doubles: true });
+    const closed = await rankLogMatch(c, 'node-a', /handshake socket on port (\d+) closed/);
+    expect(await accepts(Number(closed[1]))).toBe(false);
+    await holdWhileWhole(c, HOLD_MS);
+    expect(gangTrouble(c)).toEqual([]);
+    expect(c.cp.cp.replicas().map((r) => [r.id, r.generation])).toEqual([['gang-0', 1]]);
+    expect([isRunning(c.pids['node-a']), isRunning(c.pids['node-b'])]).toEqual([true, true]);
+  });
+});

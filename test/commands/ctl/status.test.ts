@@ -102,6 +102,8 @@ describe('llmgw ctl status', () => {
         shardId: 's1',
         replicaId: 'r-s1',
         engine: 'sim',
+        // The sim answers no /version: unknown, '' (sleep-survival.ts refuses what needs it).
+        engineVersion: '',
         model: 'sim/m',
         state: 'SHARD_STATE_READY',
         pid: shard.pid,

@@ -102,7 +102,8 @@ export class RecoverEngines {
           } catch (err) {
             log.warn({ err: errorMessage(err) }, 'could not keep the ended shard for ctl status --all');
           }
-          if (!kept) await sup.killOrphan(o);
+          // Its unit and whatever is left of its groups go either way; the state file stays with a kept shard.
+          await sup.killOrphan(o, { keepStateFile: kept });
           log.info({ why: o.reason }, 'cleaned the state of an engine that is gone');
           results.push({ shardId: o.shardId, outcome: 'cleaned', pid: o.pid, reason: o.reason });
           const status = refusedStatus(nodeId, o, why);

@@ -19,6 +19,8 @@ export interface KillOrphanOptions {
   signal?: AbortSignal;
   /** Bounds the wait after SIGKILL; a group still running then is left and reported. */
   killWaitMs?: number;
+  /** Ends what is left (its unit, its groups) but keeps the state file: a FAILED shard kept for ctl status --all across restarts (Supervisor.keepEnded). */
+  keepStateFile?: boolean;
 }
 
 /**
@@ -83,7 +85,7 @@ export async function killOrphan(ctx: OrphanContext, o: Orphan, opts: KillOrphan
       `shard ${o.shardId}: process group ${stuck.join(', ')} still runs ${formatDuration(opts.killWaitMs ?? 0)} after SIGKILL (uninterruptible sleep, such as a hung GPU driver call); left running, its GPUs may still be in use: see ps -o pid,stat,wchan -g ${stuck[0]}`,
     );
   }
-  await removeStateFile(statePath);
+  if (!opts.keepStateFile) await removeStateFile(statePath);
   // Its systemd-run environment (secrets) goes with it, as with Supervisor.remove().
   await rm(shardEnvFilePath(ctx.config.stateDir, o.shardId), { force: true });
 }

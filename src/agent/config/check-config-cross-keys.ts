@@ -11,6 +11,7 @@ import { tlsEnabled, type AgentConfig } from './agent-config.js';
 import { camelPath } from './camel-path.js';
 import { checkModelsConfig } from './check-models-config.js';
 import { parseEndpoint } from '../../lib/gang-problems.js';
+import { gangCertProblem } from '../../lib/gang-cert-purpose.js';
 
 /** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: traffic that never leaves this node. */
 function isLoopbackHost(hostname: string): boolean {
@@ -24,7 +25,9 @@ function isLoopbackHost(hostname: string): boolean {
 /**
  * gang_addr: host:port (port 0 takes a free one). With TLS configured it is
  * served by mutual TLS with the agent's certificate, key and CA, so all three
- * must be set; never a plaintext endpoint beside a TLS control plane.
+ * must be set; never a plaintext endpoint beside a TLS control plane. The
+ * certificate, when already there, must be good for a TLS server and client
+ * both (gangCertProblem), found at start, not by a fenced gang.
  */
 function checkGangAddr(c: AgentConfig, where: (key: string) => string): void {
   if (c.gangAddr === '') return;
@@ -36,6 +39,15 @@ function checkGangAddr(c: AgentConfig, where: (key: string) => string): void {
   if (missing) {
     throw configError(`gang_addr is set and tls.${missing} is not: the gang endpoint serves and asks its peers by mutual TLS with the agent's certificate, key and CA; set tls.${missing}, or unset gang_addr (${where('gang_addr')})`);
   }
+  let pem: Buffer;
+  try {
+    pem = readFileSync(c.tls.cert);
+  } catch {
+    // Not written yet (or unreadable, refused above): the endpoint checks it when it reads it.
+    return;
+  }
+  const problem = gangCertProblem(pem, c.tls.cert);
+  if (problem) throw configError(`${problem} (${where('gang_addr')})`);
 }
 
 /**

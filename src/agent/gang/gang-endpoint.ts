@@ -7,6 +7,7 @@ import { isValidShardId } from '../../lib/shard-id.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import { gangAnswer } from './gang-answer.js';
 import type { Logger } from '../../lib/logger.js';
+import { gangCertProblem } from '../../lib/gang-cert-purpose.js';
 import type { GangTlsRead } from './gang-tls.js';
 import { admittingServer, CONNECTION_DEADLINE_MS } from './gang-connections.js';
 
@@ -58,20 +59,27 @@ export async function serveGangEndpoint(o: GangEndpointOptions): Promise<GangEnd
     res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store', connection: 'close' }).end(body);
   };
   const opts = { headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: HEADERS_TIMEOUT_MS };
-  const first = o.tls();
+  // A certificate not good for a TLS server (a renewal of another kind, one written after start) is not served: peers would refuse it anyway.
+  const readTls = (): GangTlsRead => {
+    const r = o.tls();
+    if (!('tls' in r) || !r.tls) return r;
+    const problem = gangCertProblem(r.tls.cert, r.tls.certPath ?? 'tls.cert');
+    return problem ? { error: problem } : r;
+  };
+  const first = readTls();
   let inner: import('node:http').Server;
   let stopReread = () => {};
   if ('tls' in first && first.tls === undefined) inner = createHttpServer(opts, handle);
   else {
     // Mutual TLS whatever happens: without readable files every handshake fails until they are (never plaintext).
     const https = createHttpsServer(
-      { ...opts, ...('tls' in first ? first.tls : {}), requestCert: true, rejectUnauthorized: true, handshakeTimeout: CONNECTION_DEADLINE_MS },
+      { ...opts, ...('tls' in first && first.tls ? { cert: first.tls.cert, key: first.tls.key, ca: first.tls.ca } : {}), requestCert: true, rejectUnauthorized: true, handshakeTimeout: CONNECTION_DEADLINE_MS },
       handle,
     );
     if ('error' in first) o.log.warn({ err: first.error }, 'gang endpoint refuses every peer until the TLS files can be read');
     let said = 'error' in first;
     const reread = setInterval(() => {
-      const r = o.tls();
+      const r = readTls();
       if ('error' in r) {
         if (!said) o.log.warn({ err: r.error }, 'gang endpoint keeps its previous TLS files');
         said = true;

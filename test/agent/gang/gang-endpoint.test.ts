@@ -7,7 +7,7 @@ import { GangMemberSchema, GangSchema, StartShardSchema } from '../../../src/gen
 import { gangProblems } from '../../../src/lib/gang-problems.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
 import { shardSnapshot } from '../../helpers/shard-snapshot.js';
-import { makeTestCerts } from '../../helpers/make-test-certs.js';
+import { makeLeafCert, makeTestCerts } from '../../helpers/make-test-certs.js';
 
 const members = [0, 1].map((rank) => create(GangMemberSchema, { rank, nodeId: `node-${rank}`, shardId: `g-0-g1-r${rank}`, agentEndpoint: `10.0.0.${rank + 1}:7471` }));
 const spec = (over: Record<string, unknown> = {}) => create(StartShardSchema, { shardId: 'g-0-g1-r1', rank: 1, nnodes: 2, gang: create(GangSchema, { gangId: 'g-0-g1', members }), ...over });
@@ -46,7 +46,9 @@ describe('the gang endpoint', () => {
   it('speaks mutual TLS with the agent\'s certificate and CA: a peer of the fleet is answered, one without a certificate of its CA is not', async () => {
     const certs = await makeTestCerts('node-0');
     onTestFinished(() => certs.cleanup());
-    const tls = readGangTls({ cert: certs.serverCert, key: certs.serverKey, ca: certs.ca, expiryWarningMs: 0 });
+    // A node certificate good for both ends of a TLS connection, as the gang endpoint needs (security review 4, F6).
+    const node = await makeLeafCert(certs, 'node-0', 'node-0', 'extendedKeyUsage=serverAuth,clientAuth\n');
+    const tls = readGangTls({ cert: node.cert, key: node.key, ca: certs.ca, expiryWarningMs: 0 });
     if (!('tls' in tls) || !tls.tls) throw new Error('TLS files unreadable');
     const g = await serveGangEndpoint({ addr: '127.0.0.1:0', nodeId: 'node-0', shards: () => [leader], tls: () => tls, log: captureLogger('info').logger });
     onTestFinished(() => void g.server.close());

@@ -73,7 +73,10 @@ describe("the gang endpoint's certificate, checked at start for what it serves (
   });
 
   it('`llmgw agent run` with it stops before anything, exit 78, one line naming the file', async () => {
-    const r = await runCli(['agent', 'run', '--config', configFile(yaml(leaf.clientOnly))], { env: { LLMGW_NODE_ID: undefined, LLMGW_SERVER: undefined } });
+    // Its own folders and a short timeout: an agent that does start (the bug) writes nothing of the host's and is killed.
+    const own = `admin:\n  socket: ${join(certs.dir, 'agent.sock')}\nsupervisor:\n  state_dir: ${join(certs.dir, 'state')}\n  log_dir: ${join(certs.dir, 'log')}\n`;
+    const config = configFile(yaml(leaf.clientOnly) + own);
+    const r = await runCli(['agent', 'run', '--config', config], { env: { LLMGW_NODE_ID: undefined, LLMGW_SERVER: undefined, LLMGW_ADMIN_SOCKET: undefined, LLMGW_SOCKET: undefined }, timeout: 15_000 });
     expect(r.exitCode).toBe(78);
     expect(r.stderr).toMatch(/^error: tls\.cert \S+client-only\.pem has extendedKeyUsage clientAuth, without serverAuth: .+\n?$/);
   });

@@ -4,7 +4,7 @@ import { GangWatch } from './gang/gang-watch.js';
 import { serveGangEndpoint } from './gang/gang-endpoint.js';
 import { readGangTls } from './gang/gang-tls.js';
 import { statSync } from 'node:fs';
-import type { Server } from 'node:http';
+import type { Server } from 'node:net';
 import { dirname } from 'node:path';
 import { errorMessage } from '../lib/errors.js';
 import { makeTrustedDirectory } from '../lib/files/check-directory-trust.js';

@@ -104,3 +104,16 @@ export async function makeTestCerts(clientName = 'node-a'): Promise<TestCerts> {
     cleanup: () => rmSync(dir, { recursive: true, force: true }),
   };
 }
+
+/** A leaf certificate of `certs`' CA for `cn` with the openssl extensions `ext` (e.g. 'extendedKeyUsage=serverAuth,clientAuth\n', or '' for none), in certs.dir. */
+export async function makeLeafCert(certs: TestCerts, name: string, cn: string, ext: string): Promise<{ cert: string; key: string }> {
+  const p = (f: string) => join(certs.dir, f);
+  const openssl = (args: string[]) => execa('openssl', args, { cwd: certs.dir, stdin: 'ignore', timeout: 30_000 });
+  writeFileSync(p(`${name}.ext`), ext === '' ? 'basicConstraints=CA:FALSE\n' : ext);
+  await openssl(['req', '-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes', '-keyout', p(`${name}.key`), '-out', p(`${name}.csr`), '-subj', `/CN=${cn}`]);
+  await openssl([
+    'x509', '-req', '-in', p(`${name}.csr`), '-CA', certs.ca, '-CAkey', p('ca.key'),
+    '-CAcreateserial', '-out', p(`${name}.pem`), '-days', '1', '-extfile', p(`${name}.ext`),
+  ]);
+  return { cert: p(`${name}.pem`), key: p(`${name}.key`) };
+}

@@ -11,6 +11,7 @@ import { tlsEnabled, type AgentConfig } from './agent-config.js';
 import { camelPath } from './camel-path.js';
 import { checkModelsConfig } from './check-models-config.js';
 import { parseEndpoint } from '../../lib/gang-problems.js';
+import { gangCertProblem } from '../../lib/gang-cert-purpose.js';
 
 /** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: traffic that never leaves this node. */
 function isLoopbackHost(hostname: string): boolean {
@@ -24,18 +25,39 @@ function isLoopbackHost(hostname: string): boolean {
 /**
  * gang_addr: host:port (port 0 takes a free one). With TLS configured it is
  * served by mutual TLS with the agent's certificate, key and CA, so all three
- * must be set; never a plaintext endpoint beside a TLS control plane.
+ * must be set; never a plaintext endpoint beside a TLS control plane, nor
+ * off loopback without insecure_plaintext. The
+ * certificate, when already there, must be good for a TLS server and client
+ * both (gangCertProblem), found at start, not by a fenced gang.
  */
 function checkGangAddr(c: AgentConfig, where: (key: string) => string): void {
   if (c.gangAddr === '') return;
   if (parseEndpoint(c.gangAddr.replace(/:0$/, ':1')) === undefined) {
     throw configError(`gang_addr ${JSON.stringify(c.gangAddr)} is not host:port (an address of this node the other ranks reach, e.g. 10.0.0.5:7471) (${where('gang_addr')})`);
   }
-  if (!tlsEnabled(c.tls)) return;
+  if (!tlsEnabled(c.tls)) {
+    // In plaintext anyone who reaches it reads this node's ranks, and whoever holds its port answers for them (security review 4, F5).
+    const host = c.gangAddr.slice(0, c.gangAddr.lastIndexOf(':'));
+    if (!isLoopbackHost(host) && !c.insecurePlaintext) {
+      throw configError(
+        `gang_addr ${c.gangAddr} is plaintext (no tls keys) on an address that is not loopback; set tls.cert, tls.key and tls.ca for mutual TLS, use a loopback address (agents on one machine), or set insecure_plaintext: true if this network is isolated (${where('gang_addr')})`,
+      );
+    }
+    return;
+  }
   const missing = (['cert', 'key', 'ca'] as const).find((k) => c.tls[k] === '');
   if (missing) {
     throw configError(`gang_addr is set and tls.${missing} is not: the gang endpoint serves and asks its peers by mutual TLS with the agent's certificate, key and CA; set tls.${missing}, or unset gang_addr (${where('gang_addr')})`);
   }
+  let pem: Buffer;
+  try {
+    pem = readFileSync(c.tls.cert);
+  } catch {
+    // Not written yet (or unreadable, refused above): the endpoint checks it when it reads it.
+    return;
+  }
+  const problem = gangCertProblem(pem, c.tls.cert);
+  if (problem) throw configError(`${problem} (${where('gang_addr')})`);
 }
 
 /**

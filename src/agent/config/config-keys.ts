@@ -55,7 +55,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'tls.key', type: 'string', default: '', doc: 'Private key (PEM) of tls.cert.' },
   { key: 'tls.ca', type: 'string', default: '', doc: 'CA bundle (PEM) that the control plane\'s certificate must chain to; the operating system\'s trust store (and NODE_EXTRA_CA_CERTS) when empty. Re-read at every connection, like tls.cert and tls.key.' },
   { key: 'tls.expiry_warning', type: 'duration', default: '168h', doc: 'Warn this long (default 7 days) before the client certificate expires.' },
-  { key: 'insecure_plaintext', type: 'bool', default: false, doc: 'Allow an http:// server that is not loopback. Without TLS the control plane is not authenticated, and it decides what runs as root on this node: only for isolated test networks.' },
+  { key: 'insecure_plaintext', type: 'bool', default: false, doc: 'Allow an http:// server, and a plaintext gang_addr, that is not loopback. Without TLS the control plane is not authenticated, and it decides what runs as root on this node: only for isolated test networks.' },
   { key: 'discovery.nvidia_smi', type: 'string', default: 'nvidia-smi', flag: 'nvidia-smi', doc: 'nvidia-smi executable (looked up on PATH, or a path).' },
   { key: 'discovery.sysfs_root', type: 'string', default: '/', flag: 'sysfs-root', doc: 'Root under which /sys/class/infiniband is read; "/" except in tests.' },
   { key: 'discovery.prefer_nvml', type: 'bool', default: true, doc: 'Read GPUs, memory and health through NVML (discovery.nvml_library); nvidia-smi is the fallback when the library cannot load or init fails.' },
@@ -94,7 +94,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'admin.socket', type: 'string', default: DEFAULT_ADMIN_SOCKET, env: ['LLMGW_ADMIN_SOCKET', 'LLMGW_SOCKET'], flag: 'socket', doc: 'Unix socket that llmgw ctl talks to (mode 0660).' },
   { key: 'admin.group', type: 'string', default: '', doc: 'Group owning the admin socket; operators in it may use llmgw ctl.' },
   { key: 'admin.read_group', type: 'string', default: '', doc: 'Group whose members may read everything over the admin socket (ctl status, logs, events, top) and change nothing: every other call is refused in one line (ctl exits 77). When set, the socket is 0666 and its directory o+x, and the agent admits each connection by the groups of the process at the other end (admin.group, this group, or root). Off when empty.' },
-  { key: 'gang_addr', type: 'string', default: '', doc: 'host:port of this agent\'s gang endpoint, which the other ranks of its multi-node replicas ask how its ranks are (README "Multi-node replicas"); mutual TLS with the tls keys when they are set. Off when empty: peers then watch its rank 0 by its rendezvous port alone.' },
+  { key: 'gang_addr', type: 'string', default: '', doc: 'host:port of this agent\'s gang endpoint, which the other ranks of its multi-node replicas ask how its ranks are (README "Multi-node replicas"); mutual TLS with the tls keys when they are set; without them, plaintext on a loopback address only (unless insecure_plaintext). Off when empty: peers then watch its rank 0 by its rendezvous port alone.' },
   { key: 'metrics_addr', type: 'string', default: '', flag: 'metrics-addr', doc: 'host:port of a Prometheus /metrics endpoint; off when empty.' },
   { key: 'log_level', type: 'enum', values: ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'], default: 'info', flag: 'log-level', doc: 'Least severe level logged.' },
 ];

@@ -1,21 +1,21 @@
-import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import { createServer as createHttpServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { createServer as createHttpsServer } from 'node:https';
-import type { AddressInfo } from 'node:net';
+import type { AddressInfo, Server } from 'node:net';
 import { failure } from '../../lib/errors.js';
 import { parseEndpoint } from '../../lib/gang-problems.js';
 import { isValidShardId } from '../../lib/shard-id.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import { gangAnswer } from './gang-answer.js';
 import type { Logger } from '../../lib/logger.js';
+import { gangCertProblem } from '../../lib/gang-cert-purpose.js';
 import type { GangTlsRead } from './gang-tls.js';
+import { admittingServer, CONNECTION_DEADLINE_MS } from './gang-connections.js';
 
 /** How often a TLS endpoint reads its certificate again: one written after boot, or renewed, is taken up within this. */
 const TLS_REREAD_MS = 30_000;
 
-/** Slow clients get this long for their request line and headers: the endpoint serves peers polling every second. */
-const HEADERS_TIMEOUT_MS = 5_000;
-/** Connections open at once: a gang's peers need a few; a flood past this is refused, not served (security review 3, S10's rule). */
-const MAX_CONNECTIONS = 64;
+/** Node's own bounds, under the front's deadline (gang-connections.ts), which closes every connection first. */
+const HEADERS_TIMEOUT_MS = CONNECTION_DEADLINE_MS;
 
 export interface GangEndpointOptions {
   /** `host:port` (gang_addr); port 0 takes a free one. */
@@ -25,9 +25,12 @@ export interface GangEndpointOptions {
   /** Mutual TLS with the fleet's CA when the agent talks TLS to its control plane; plaintext otherwise (readGangTls). */
   tls: () => GangTlsRead;
   log: Logger;
+  /** How long a connection may live (CONNECTION_DEADLINE_MS); tests that hold connections on purpose lengthen it. */
+  connectionDeadlineMs?: number;
 }
 
 export interface GangEndpoint {
+  /** The listening TCP front (admittingServer): close it to stop. */
   server: Server;
   /** What Register.gang_endpoint says: the address asked for, with the port bound. */
   endpoint: string;
@@ -39,7 +42,10 @@ export interface GangEndpoint {
  * their engine runs, whether they stalled, and why (gangAnswer). It is read
  * only: it changes nothing on the node, and it says nothing a peer rank of
  * the gang does not already need. With TLS it asks every client for a
- * certificate of the fleet's CA.
+ * certificate of the fleet's CA. A TCP front (gang-connections.ts) bounds
+ * connections per source address and closes each within 2 s, so hosts that
+ * hold connections without asking cannot shut the peers out (security
+ * review 4, F1); every answer closes its connection.
  */
 export async function serveGangEndpoint(o: GangEndpointOptions): Promise<GangEndpoint> {
   const where = parseEndpoint(o.addr.replace(/:0$/, ':1'));
@@ -50,19 +56,30 @@ export async function serveGangEndpoint(o: GangEndpointOptions): Promise<GangEnd
     if (req.method !== 'GET') return void res.writeHead(405, { allow: 'GET' }).end();
     if (!m || !isValidShardId(m[1])) return void res.writeHead(404).end();
     const body = JSON.stringify(gangAnswer(o.nodeId, m[1], o.shards()));
-    res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store' }).end(body);
+    res.writeHead(200, { 'content-type': 'application/json', 'cache-control': 'no-store', connection: 'close' }).end(body);
   };
-  const opts = { headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: HEADERS_TIMEOUT_MS * 2 };
-  const first = o.tls();
-  let server: Server;
-  if ('tls' in first && first.tls === undefined) server = createHttpServer(opts, handle);
+  const opts = { headersTimeout: HEADERS_TIMEOUT_MS, requestTimeout: HEADERS_TIMEOUT_MS };
+  // A certificate not good for a TLS server (a renewal of another kind, one written after start) is not served: peers would refuse it anyway.
+  const readTls = (): GangTlsRead => {
+    const r = o.tls();
+    if (!('tls' in r) || !r.tls) return r;
+    const problem = gangCertProblem(r.tls.cert, r.tls.certPath ?? 'tls.cert');
+    return problem ? { error: problem } : r;
+  };
+  const first = readTls();
+  let inner: import('node:http').Server;
+  let stopReread = () => {};
+  if ('tls' in first && first.tls === undefined) inner = createHttpServer(opts, handle);
   else {
     // Mutual TLS whatever happens: without readable files every handshake fails until they are (never plaintext).
-    const https = createHttpsServer({ ...opts, ...('tls' in first ? first.tls : {}), requestCert: true, rejectUnauthorized: true }, handle);
+    const https = createHttpsServer(
+      { ...opts, ...('tls' in first && first.tls ? { cert: first.tls.cert, key: first.tls.key, ca: first.tls.ca } : {}), requestCert: true, rejectUnauthorized: true, handshakeTimeout: CONNECTION_DEADLINE_MS },
+      handle,
+    );
     if ('error' in first) o.log.warn({ err: first.error }, 'gang endpoint refuses every peer until the TLS files can be read');
     let said = 'error' in first;
     const reread = setInterval(() => {
-      const r = o.tls();
+      const r = readTls();
       if ('error' in r) {
         if (!said) o.log.warn({ err: r.error }, 'gang endpoint keeps its previous TLS files');
         said = true;
@@ -73,10 +90,12 @@ export async function serveGangEndpoint(o: GangEndpointOptions): Promise<GangEnd
       }
     }, TLS_REREAD_MS);
     reread.unref();
-    https.on('close', () => clearInterval(reread));
-    server = https;
+    stopReread = () => clearInterval(reread);
+    inner = https;
   }
-  server.maxConnections = MAX_CONNECTIONS;
+  // The inner server never listens: the front hands it the connections it keeps.
+  const server = admittingServer((socket) => inner.emit('connection', socket), { log: o.log, ...(o.connectionDeadlineMs ? { deadlineMs: o.connectionDeadlineMs } : {}) });
+  server.on('close', stopReread);
   await new Promise<void>((resolve, reject) => {
     server.once('error', (err) => reject(failure(`gang_addr ${o.addr}: cannot listen: ${err.message}`)));
     server.listen(port, where.host, () => resolve());

@@ -50,6 +50,7 @@ function exchange(socket: Socket, socketPath: string, method: string, body: stri
   return new Promise((resolve, reject) => {
     const received: Buffer[] = [];
     let size = 0;
+    let parsedAt = 0;
     const timer = setTimeout(() => done(() => reject(new AdminCallError('deadline_exceeded', `no answer within ${timeoutMs / 1000}s`))), timeoutMs);
     const done = (fn: () => void) => {
       clearTimeout(timer);
@@ -84,7 +85,13 @@ function exchange(socket: Socket, socketPath: string, method: string, body: stri
         return;
       }
       received.push(chunk);
-      read(false);
+      // Parsed again only when the answer doubled, or this read could end it (a chunked answer ends in CRLF, a
+      // JSON one in '}'): parsing at every read copied the whole answer each time, and 16 MiB took seconds.
+      const last = chunk[chunk.length - 1];
+      if (size >= 2 * parsedAt || last === 0x0a || last === 0x7d) {
+        parsedAt = size;
+        read(false);
+      }
     });
     socket.once('end', () => read(true));
     // Replaces dialAdminSocket's placeholder: an error now fails the call.

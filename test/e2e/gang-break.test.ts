@@ -102,7 +102,10 @@ describe('a multi-node replica is one gang', () => {
     await c.cp.close();
     process.kill(c.pids['node-a'], 'SIGKILL');
     // On the node, with no control plane: the leader's agent answers FAILED to the worker's.
-    await until(async () => (await ctlShard(c.dirs['node-b'], 'gang-0-g1-r1'))?.state === 'SHARD_STATE_UNHEALTHY', 'the worker to be UNHEALTHY on its node', WAIT_MS);
+    // UNHEALTHY as soon as the leader's engine is gone ("… engine ended …; its agent is still telling how"), then named
+    // by its state once the leader's agent has told its death (after asking its own peers who went first).
+    const told = (s?: { state?: string; error?: string }) => s?.state === 'SHARD_STATE_UNHEALTHY' && /is FAILED/.test(s.error ?? '');
+    await until(async () => told(await ctlShard(c.dirs['node-b'], 'gang-0-g1-r1')), 'the worker to be UNHEALTHY on its node, naming the leader FAILED', WAIT_MS);
     const seen = await ctlShard(c.dirs['node-b'], 'gang-0-g1-r1');
     expect(seen?.error).toMatch(/^gang broken: rank 0 on node-a is FAILED: engine was killed by SIGKILL/);
     expect(seen?.gang).toBe('rank 1 of 2 of gang gang-0-g1: rank 0 on node-a, rank 1 on node-b');

@@ -92,7 +92,9 @@ export function judgePeer(t: PeerTrack, r: PeerRound): Seen {
       return { kind: 'unknown' };
     }
     t.seenRank = true;
-    if (GONE_STATES.has(rank.state) || !rank.running) return broken(`${who} is ${rank.state}${rank.error ? `: ${rank.error}` : ''}`);
+    if (GONE_STATES.has(rank.state)) return broken(`${who} is ${rank.state}${rank.error ? `: ${rank.error}` : ''}`);
+    // Its engine is gone and its agent is still telling how (first-to-go.ts asks its peers first): broken now, named by its state once told.
+    if (!rank.running) return broken(`${who}'s engine ended${rank.endedAtMs !== undefined ? ` at ${new Date(rank.endedAtMs).toISOString()}` : ''}; its agent is still telling how`);
     if (rank.stalled && r.m.rank === 0) return { kind: 'stalled', reason: `${who} stalled: ${rank.error}` };
     return alive();
   }

@@ -127,6 +127,16 @@ describe('a vLLM data-parallel gang (its rpc port closes by design once its engi
     expect(marks[0]?.fault).toMatchObject({ rank: 0, reason: 'rank 0 on node-a is FAILED: engine exited with code 1' });
   });
 
+  it("is broken at once when rank 0's engine is gone while its agent still tells how, then named by the state it tells", async () => {
+    const peer: Peer = { agent: ready({ running: false, endedAtMs: T0 + 19_500 }), port: refused('rpc'), health: OPEN };
+    const { marks, roundsOver } = watch(rank1('vllm-dp'), peer);
+    await roundsOver(20_000, 20_000);
+    expect(marks[0]?.fault?.reason).toBe(`rank 0 on node-a's engine ended at ${new Date(T0 + 19_500).toISOString()}; its agent is still telling how`);
+    peer.agent = ready({ state: 'FAILED', running: false, error: 'engine was killed by SIGKILL', endedAtMs: T0 + 19_500 });
+    await roundsOver(21_000, 21_000);
+    expect(marks[1]?.fault).toMatchObject({ reason: 'rank 0 on node-a is FAILED: engine was killed by SIGKILL', sinceMs: T0 + 20_000 });
+  });
+
   it("is broken on the second round rank 0's /health answers 503 (its engine core dead) and its agent is away", async () => {
     const { marks, roundsOver } = watch(rank1('vllm-dp'), { agent: refused('agent 127.0.0.1:7470'), port: OPEN, health: { ok: false, accepted: true, cause: 'refused', why: 'answered HTTP 503' } });
     await roundsOver(20_000, 21_000);

@@ -134,10 +134,12 @@ export async function wakeShard(h: SleepHands, given: SleepProbes): Promise<void
     const outcome = await h.readiness(signal, timeoutMs);
     if (!outcome.ready) throw failure(outcome.message);
     const back = awakeMib * AWAKE_SHARE;
-    const mib = await awaitGpuMemory(probes, h.spec.gpuIndices, (m) => m >= back, 'the engine did not take its GPU memory back', signal);
+    // The GPU memory read (an nvidia-smi spawn without NVML) runs beside the known answer's ask, not before it
+    // (bench 14c); READY needs both, and a memory not taken back fails the wake as before.
+    const memory = awaitGpuMemory(probes, h.spec.gpuIndices, (m) => m >= back, 'the engine did not take its GPU memory back', signal);
+    memory.catch(() => undefined);
     // Answering is not answering correctly: the weights must be back (known-answer.ts), proved by an answer received.
-    const woken = `woken: ${outcome.why}; GPUs ${h.spec.gpuIndices.join(',')} hold ${mib} MiB`;
-    const settle = (answer?: Answered) => settleWake(h, woken, answer);
+    const settle = async (answer?: Answered) => settleWake(h, `woken: ${outcome.why}; GPUs ${h.spec.gpuIndices.join(',')} hold ${await memory} MiB`, answer);
     await byDeadline(h, h.checksAnswers ? h.answers.proveWake(settle) : settle(), signal);
   } catch (err) {
     const why = errorMessage(err).startsWith('wake failed: ') ? errorMessage(err) : `wake failed: ${errorMessage(err)}`;

@@ -8,7 +8,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..');
-const SOURCES = ['src', 'proto', 'scripts/bundle-agent-run.mjs', 'package.json', 'tsconfig.json', 'tsconfig.build.json'];
+const SOURCES = ['src', 'proto', 'scripts/transpile-src.mjs', 'scripts/bundle-agent-run.mjs', 'package.json', 'tsconfig.json', 'tsconfig.build.json'];
 
 /** The newest modification time under `path` (a file, or a directory walked whole); 0 when it is absent. */
 function newest(path) {

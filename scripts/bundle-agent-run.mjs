@@ -5,7 +5,7 @@
  * status`'s into dist/ctl-status.bundle.js, which bin/run.js loads. Resolving and loading ~300 ES modules one by one was the
  * largest part of the agent's start before Register (bench/RESULTS.md, run
  * 6: ~0.2 s on this machine, the bundle starts at 0.9x the floor). Run by
- * `npm run build` after tsc; dist/ must be built.
+ * `npm run build` after scripts/transpile-src.mjs; dist/ must be built.
  *
  * Kept out of the bundle, and resolved from node_modules as before: koffi
  * (its prebuilt native binary), and what is loaded only on request

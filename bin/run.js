@@ -21,6 +21,13 @@ async function answeredWithoutOclif() {
     const { fastCtlStatus } = await import('../dist/ctl-status.bundle.js');
     return fastCtlStatus(argv.slice(2));
   }
+  if (argv[0] === 'sim' && argv[1] === 'engine') {
+    // Started by the agent for every sim shard: reading its flags with oclif
+    // cost three times the rest of its start (src/sim/sim-engine-fast.ts).
+    // False for help and anything it does not read exactly as oclif would.
+    const { fastSimEngine } = await import('../dist/sim/sim-engine-fast.js');
+    return fastSimEngine(argv.slice(2));
+  }
   if (argv[0] === 'agent' && argv[1] === 'run') {
     // No TurboFan for the agent, which lives for months doing little: its
     // optimized code and the compiler's own memory were most of the agent's

@@ -17,9 +17,9 @@ describe('curlLine', () => {
   });
 });
 
-describe("README's curl line", () => {
+describe("docs/local-cluster.md's curl line", () => {
   it('is the line dev up prints for its first replica', () => {
-    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+    const readme = readFileSync(join(REPO_ROOT, 'docs/local-cluster.md'), 'utf8');
     const quoted = /`(curl -s http:\/\/127\.0\.0\.1:18000\/v1\/chat\/completions [^`]*)`/.exec(readme)?.[1];
     expect(quoted).toBe(curlLine('http://127.0.0.1:18000', DEV_SERVED_MODEL));
   });

@@ -89,8 +89,8 @@ describe('the shipped alert rules, under promtool', () => {
     );
   });
 
-  it('are the ones README lists, each by name, with the file they live in', () => {
-    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+  it('are the ones docs/metrics-alerts.md lists, each by name, with the file they live in', () => {
+    const readme = readFileSync(join(REPO_ROOT, 'docs/metrics-alerts.md'), 'utf8');
     expect(readme).toContain('/usr/share/llmgw/alerts.yaml');
     for (const name of alertNames) expect(readme, name).toContain(`\`${name}\``);
   });

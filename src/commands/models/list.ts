@@ -15,7 +15,7 @@ touch.`;
   static override examples = ['<%= config.bin %> models list', '<%= config.bin %> models list --json | jq ".models[] | select(.complete)"'];
 
   static override flags = {
-    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).' }),
+    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).', env: 'LLMGW_CONFIG' }),
   };
 
   async run(): Promise<unknown> {

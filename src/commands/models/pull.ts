@@ -26,7 +26,7 @@ Progress goes to stderr; stdout gets a summary and the snapshot path.`;
   };
 
   static override flags = {
-    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).' }),
+    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).', env: 'LLMGW_CONFIG' }),
     revision: Flags.string({ summary: 'Branch, tag or commit.', default: 'main' }),
     include: Flags.string({ summary: 'Only files matching this pattern (fnmatch, like huggingface-cli --include); repeatable.', multiple: true }),
     verify: Flags.boolean({ summary: 'Hash the files already in the store again; a corrupt one is deleted and fetched anew.', default: false }),

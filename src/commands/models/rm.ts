@@ -11,7 +11,7 @@ export default class ModelsRm extends BaseCommand {
   };
 
   static override flags = {
-    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).' }),
+    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).', env: 'LLMGW_CONFIG' }),
   };
 
   async run(): Promise<unknown> {

@@ -20,7 +20,7 @@ Prints how much of the model is in the page cache before and after (fincore).`;
   };
 
   static override flags = {
-    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).' }),
+    config: Flags.string({ char: 'c', summary: 'Agent configuration with the models.* keys (default /etc/llmgw/agent.yaml).', env: 'LLMGW_CONFIG' }),
     budget: Flags.string({ summary: 'Most bytes of host RAM the warm may take, e.g. 40GiB (default: half of MemAvailable).' }),
   };
 

@@ -28,10 +28,10 @@ describe('llmgw agent run --print-config', () => {
     expect(out.effective.supervisor.stopGraceMs).toBe(30_000);
   });
 
-  it("takes README's engine user and allowlist block as it is written (with nobody for the account README creates)", async () => {
-    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+  it("takes docs/security.md's engine user and allowlist block as it is written (with nobody for the account it creates)", async () => {
+    const readme = readFileSync(join(REPO_ROOT, 'docs/security.md'), 'utf8');
     const block = /```yaml\n# \/etc\/llmgw\/agent\.yaml\n([\s\S]*?)```/.exec(readme)?.[1];
-    expect(block, "README's Running in production has the /etc/llmgw/agent.yaml block").toBeDefined();
+    expect(block, 'docs/security.md has the /etc/llmgw/agent.yaml block').toBeDefined();
     const path = join(dir, 'readme-engines.yaml');
     writeFileSync(path, `node_id: n1\nserver: http://127.0.0.1:8443\n${(block ?? '').replaceAll('llmgw-engine', 'nobody').replace('llmgw-ops', 'users')}`);
     const r = await runCli(['agent', 'run', '--config', path, '--print-config', '--json']);

@@ -151,10 +151,10 @@ describe('llmgw ctl status', () => {
     expect(JSON.parse(byConfig.stdout).nodeId).toBe(NODE_ID);
   });
 
-  it("answers the README's buf curl command (a Connect client nobody here wrote) with the node id", async () => {
-    const readme = readFileSync(join(REPO_ROOT, 'README.md'), 'utf8');
+  it("answers docs/day-two.md's buf curl command (a Connect client nobody here wrote) with the node id", async () => {
+    const readme = readFileSync(join(REPO_ROOT, 'docs/day-two.md'), 'utf8');
     const line = readme.split('\n').find((l) => l.startsWith('buf curl ') && l.includes('AdminService/Status'));
-    expect(line, 'README has a buf curl line for AdminService/Status').toBeDefined();
+    expect(line, 'docs/day-two.md has a buf curl line for AdminService/Status').toBeDefined();
     const args = (line as string).split(/\s+/).slice(1).map((a) => (a === '/run/llmgw/agent.sock' ? fx.socket : a));
     expect(args).toContain(fx.socket);
     const r = await execa('npx', ['buf', ...args], { cwd: REPO_ROOT, reject: false, timeout: 60_000 });

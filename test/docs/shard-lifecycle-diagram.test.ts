@@ -1,26 +1,22 @@
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { isTransitionAllowed } from '../../src/agent/supervisor/shard/shard-machine.js';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { REPORTED_SHARD_STATES, stateName } from '../../src/lib/shard-states.js';
+import { section } from '../helpers/doc-pages.js';
 
 /*
- * The README's lifecycle diagram ("A shard's life") is the machine's
- * transition table drawn: every edge it draws is allowed, and every allowed
- * transition is drawn, so neither can change without the other.
+ * The lifecycle diagram ("A shard's life" in docs/day-two.md) is the
+ * machine's transition table drawn: every edge it draws is allowed, and every
+ * allowed transition is drawn, so neither can change without the other.
  */
 
-const README = readFileSync(join(import.meta.dirname, '../../README.md'), 'utf8');
-
-/** The edges of the mermaid block under "### A shard's life", as "FROM → TO" ([*] is UNSPECIFIED). */
+/** The edges of the mermaid block under "## A shard's life", as "FROM → TO" ([*] is UNSPECIFIED). */
 function drawnEdges(): string[] {
-  const section = README.slice(README.indexOf("### A shard's life"));
-  const block = /```mermaid\n([\s\S]*?)```/.exec(section)?.[1] ?? '';
+  const block = /```mermaid\n([\s\S]*?)```/.exec(section('docs/day-two.md', "A shard's life"))?.[1] ?? '';
   return [...block.matchAll(/^\s*(\[\*\]|[A-Z]+) --> ([A-Z]+):/gm)].map((m) => `${m[1] === '[*]' ? 'UNSPECIFIED' : m[1]} → ${m[2]}`);
 }
 
-describe("the README's shard lifecycle", () => {
+describe("the docs' shard lifecycle", () => {
   it('draws exactly the transitions the machine allows, each once', () => {
     const states = [ShardState.UNSPECIFIED, ...REPORTED_SHARD_STATES];
     const allowed = states.flatMap((from) => states.filter((to) => isTransitionAllowed(from, to)).map((to) => `${stateName(from)} → ${stateName(to)}`));

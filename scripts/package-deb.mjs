@@ -64,8 +64,8 @@ const root = join(stage, 'root');
 const at = (p) => join(root, p);
 
 try {
-  // The package's own files, as `npm pack` would ship them ("files" in package.json).
-  for (const f of [...pkg.files, 'package.json']) {
+  // The package's own files, as `npm pack` would ship them ("files" in package.json); the docs go to /usr/share/doc below.
+  for (const f of [...pkg.files.filter((f) => f !== 'docs'), 'package.json']) {
     if (existsSync(join(REPO, f))) cpSync(join(REPO, f), at(`${PREFIX}/${f}`), { recursive: true, dereference: true });
   }
   // Production dependencies only, from the lockfile's tree as installed (no registry).
@@ -100,6 +100,12 @@ try {
   mkdirSync(at('/usr/share/llmgw'), { recursive: true });
   cpSync(join(REPO, 'packaging/alerts.yaml'), at('/usr/share/llmgw/alerts.yaml'));
   chmodSync(at('/usr/share/llmgw/alerts.yaml'), 0o644);
+
+  // The operator's pages where Debian keeps a package's documentation, README.md beside docs/ so that
+  // their relative links hold (docs/README.md says the package installs them here).
+  mkdirSync(at('/usr/share/doc/llmgw/docs'), { recursive: true });
+  cpSync(join(REPO, 'README.md'), at('/usr/share/doc/llmgw/README.md'));
+  for (const page of readdirSync(join(REPO, 'docs')).filter((f) => f.endsWith('.md'))) cpSync(join(REPO, 'docs', page), at(`/usr/share/doc/llmgw/docs/${page}`));
 
   // Modes by kind, not by umask; then the ones that differ: the conffile is llmgw-ops' to read (postinst chgrps it).
   normaliseModes(root);

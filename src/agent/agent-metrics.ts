@@ -31,7 +31,7 @@ export interface AgentMetricsSources extends ShardMetricsSources {
  * The agent's Prometheus metrics; served only when metrics_addr is set.
  * Names follow Prometheus's rules (base units, `_total` counters, `_info`
  * for labels worth joining on, state sets for states) and GPU series carry
- * dcgm-exporter's labels (GPU_LABELS). README "Metrics" lists them all.
+ * dcgm-exporter's labels (GPU_LABELS). docs/metrics-alerts.md lists them all (test/docs/doc-coverage.test.ts holds it to them).
  */
 export class AgentMetrics {
   readonly registry = new Registry();

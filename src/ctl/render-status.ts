@@ -90,7 +90,7 @@ export function describeTls(t: ControlPlaneTlsJson, nowMs: number): string {
     const mark = leftMs <= 0 ? ` (EXPIRED ${formatAge(-leftMs)} ago)` : t.certExpiresSoon ? ` (expires in ${formatAge(leftMs)})` : '';
     until = `, valid until ${new Date(notAfter).toISOString()}${mark}`;
   }
-  // The fingerprint README promises: what `openssl x509 -noout -fingerprint -sha256` prints, to match a file or an issuer's record.
+  // The fingerprint docs/security.md promises: what `openssl x509 -noout -fingerprint -sha256` prints, to match a file or an issuer's record.
   const sha = t.certFingerprintSha256 ? `, sha256 ${t.certFingerprintSha256}` : '';
   return `cert ${t.certPath} (${t.certSubject || '?'})${until}${sha}; ${ca}`;
 }

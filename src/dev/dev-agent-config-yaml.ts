@@ -36,7 +36,7 @@ reconnect_base: 200ms
 reconnect_max: 2s
 adopt_ready_timeout: 20s
 # Where the other ranks of a multi-node replica ask how this node's ranks are
-# (README "Multi-node replicas"); a free port on loopback, said in Register.
+# (docs/engines.md, "Multi-node replicas"); a free port on loopback, said in Register.
 gang_addr: 127.0.0.1:0
 discovery:
   nvidia_smi: ${q(opts.gpus.nvidiaSmi)}

@@ -158,7 +158,7 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
     // Removed only after a clean run that got to ready: stopped while
     // starting, the engine's log is the one thing that says why it hung; a
     // shard that failed after ready (a crash loop) had its log path printed,
-    // and README promises the directory is kept "when anything failed"
+    // and docs/local-cluster.md promises the directory is kept "when anything failed"
     // (new-operator walkthrough 2, row 12).
     if (failed !== undefined || opts.keep || summary === undefined || failedShards.size > 0) {
       const why = opts.keep

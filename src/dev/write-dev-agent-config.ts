@@ -18,7 +18,7 @@ export interface DevAgentConfigFiles {
 const NODE_ID = /^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/;
 
 /**
- * The configuration of one of several agents on one machine (README's
+ * The configuration of one of several agents on one machine (docs/local-cluster.md's
  * multi-agent recipe), the same as `dev up`'s agent but with its own node
  * id and its own state, log and socket paths under `dir`: two agents that
  * share a state directory would adopt each other's engines. Paths are

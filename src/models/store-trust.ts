@@ -33,7 +33,7 @@ export function assertTrustedStore(cacheDir: string, trustedUids: ReadonlySet<nu
   const layout = new StoreLayout(cacheDir);
   const problem = (path: string, why: string) =>
     configError(
-      `models.cache_dir: ${path} ${why}; the engine account could steer root's writes there (README "Who owns the model store"): ` +
+      `models.cache_dir: ${path} ${why}; the engine account could steer root's writes there (docs/store.md, "Who owns the model store"): ` +
         `sudo chown -R root:root ${layout.hubDir} ${layout.ownDir} && sudo chmod -R go-w ${cacheDir}` +
         `${path.startsWith(`${layout.engineCachesDir}/`) ? `, and remove a compile cache shared by every engine: sudo rm -rf ${layout.engineCachesDir}` : ''}`,
     );

@@ -13,7 +13,7 @@ import { startControlPlane } from '../helpers/start-control-plane.js';
 /*
  * A real `llmgw agent run` with metrics_addr, scraped as Prometheus would:
  * the exposition is read by a strict parser (test/helpers/prometheus-text.ts),
- * every family the README lists is checked for its labels, and a shard's
+ * every family docs/metrics-alerts.md lists is checked for its labels, and a shard's
  * series are gone once the control plane has stopped (and so removed) it.
  */
 

@@ -70,7 +70,7 @@ describe('renderStatus', () => {
     );
     expect(describeTls({ ...t, certNotAfter: '2026-01-02T08:00:00Z', certExpiresSoon: true }, NOW)).toContain('(EXPIRED 2h ago)');
     expect(describeTls({ ca: 'system trust store' }, NOW)).toBe('no client certificate; ca system trust store');
-    // README promises the SHA-256 fingerprint on this line.
+    // docs/security.md promises the SHA-256 fingerprint on this line.
     const fingerprint = 'AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67:89';
     expect(describeTls({ ...t, certFingerprintSha256: fingerprint }, NOW)).toBe(
       `cert /etc/llmgw/tls/agent.crt (CN=n1), valid until 2026-01-05T10:00:00.000Z, sha256 ${fingerprint}; ca /etc/llmgw/tls/ca.crt`,

@@ -10,15 +10,15 @@ import { BIN, REPO_ROOT, runCli } from '../helpers/run-cli.js';
 const TEST_TIMEOUT_MS = 150_000;
 
 /**
- * README's "several agents on one machine", command by command: the
+ * docs/local-cluster.md's "Several agents on one machine", command by command: the
  * reference control plane with examples/deployment.yaml, two agents
  * configured by `dev agent-config` (own node id, state, log and socket
  * dirs), replicas answering at the URL the control plane publishes, and the
- * documented teardown leaving nothing behind. Deviations from the README,
+ * documented teardown leaving nothing behind. Deviations from the page,
  * for a shared test machine: a free control-plane port instead of 8443, and
  * a shard port block of the test's own.
  */
-describe("README's multi-agent recipe", () => {
+describe("docs/local-cluster.md's multi-agent recipe", () => {
   it('places the replicas on agents that see GPUs, answers at the published URLs, and tears down to nothing', { timeout: TEST_TIMEOUT_MS }, async () => {
     const root = mkdtempSync(join(tmpdir(), 'llmgw-ma-'));
     const children: ResultPromise[] = [];
@@ -45,7 +45,7 @@ describe("README's multi-agent recipe", () => {
     const url = /^listening on (http:\/\/\S+)$/m.exec(out)?.[1] as string;
     expect(url).toBeDefined();
 
-    // 2. Two agents, as the README writes them.
+    // 2. Two agents, as the page writes them.
     const agents: ResultPromise[] = [];
     for (const [nodeId, dir] of [
       ['gpu-node-01', 'a1'],

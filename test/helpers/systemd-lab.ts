@@ -180,7 +180,7 @@ function alive(pid: number): boolean {
   }
 }
 
-/** The agent's unit, as README's production steps install it. */
+/** The agent's unit, as docs/install.md's production steps install it. */
 export const AGENT_UNIT = 'llmgw-agent.service';
 
 /** Short stop timers for a test, and the agent's output kept in `logFile` for a failing test to show. */
@@ -188,7 +188,7 @@ export const agentLogDropIn = (logFile: string) =>
   ['[Service]', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', `StandardOutput=append:${logFile}`, `StandardError=append:${logFile}`, ''].join('\n');
 
 /**
- * Installs the agent's unit in `lab` as README's production steps do
+ * Installs the agent's unit in `lab` as docs/install.md's production steps do
  * (`llmgw agent install-unit --config`), adds `dropIn` beside it as an
  * operator would (so the shipped unit keeps its production values), and
  * reloads systemd. Both results are returned for the caller to assert on.

@@ -246,7 +246,7 @@ describe('warm starts through the agent', () => {
       await until(() => ends().length > before, `the pull of acme/chat with --include ${include.join(' ')} to end`, 20_000);
       expect(pullValue(ends().at(-1) as AgentMessage)).toMatchObject({ state: ModelPullState.DONE, error: '' });
     };
-    // The README's example narrowed to the weights: the store has no tokenizer files.
+    // docs/store.md's example narrowed to the weights: the store has no tokenizer files.
     await pulled(['*.safetensors']);
     // The vLLM double reads its snapshot from the store and, offline, needs the tokenizer files as vLLM does.
     const start = (id: string) => doubleStart('vllm', id, 0, { model: 'acme/chat', args: ['--sim-read-weights'] });

@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
@@ -109,7 +109,19 @@ describe('npm run package: the .deb', () => {
     for (const script of ['postinst', 'prerm', 'postrm']) expect((await execa('sh', ['-n', join(control, script)], { reject: false })).exitCode, script).toBe(0);
   });
 
-  it('ships the alert rules README describes as /usr/share/llmgw/alerts.yaml (promtool-tested in alert-rules.test.ts)', () => {
+  it('ships README.md and the docs/ pages in /usr/share/doc/llmgw, links between them intact, and not in /usr/lib/llmgw', () => {
+    const doc = join(root, 'usr/share/doc/llmgw');
+    expect(readFileSync(join(doc, 'README.md'), 'utf8')).toBe(readFileSync(join(REPO_ROOT, 'README.md'), 'utf8'));
+    const pages = readdirSync(join(REPO_ROOT, 'docs')).filter((f) => f.endsWith('.md'));
+    expect(pages).toContain('install.md');
+    for (const page of pages) {
+      expect(readFileSync(join(doc, 'docs', page), 'utf8'), page).toBe(readFileSync(join(REPO_ROOT, 'docs', page), 'utf8'));
+      expect(statSync(join(doc, 'docs', page)).mode & 0o777, page).toBe(0o644);
+    }
+    expect(() => statSync(join(root, 'usr/lib/llmgw/docs'))).toThrow();
+  });
+
+  it('ships the alert rules docs/metrics-alerts.md describes as /usr/share/llmgw/alerts.yaml (promtool-tested in alert-rules.test.ts)', () => {
     const shipped = join(root, 'usr/share/llmgw/alerts.yaml');
     expect(readFileSync(shipped, 'utf8')).toBe(readFileSync(join(REPO_ROOT, 'packaging/alerts.yaml'), 'utf8'));
     expect(statSync(shipped).mode & 0o777).toBe(0o644);

@@ -9,7 +9,7 @@ import { startControlPlane } from '../helpers/start-control-plane.js';
 import { bootLab, labLeftovers, labUnavailableReason, stopAllLabs } from '../helpers/systemd-lab.js';
 
 /*
- * README's "Running in production", from `npm pack`'s tgz alone, installed into a temporary prefix
+ * docs/install.md's "From the npm package", from `npm pack`'s tgz alone, installed into a temporary prefix
  * (a GPU node has no checkout): the package brings its example configuration and writes a unit that
  * names where npm put it, whatever the prefix.
  */
@@ -68,7 +68,7 @@ describe('the package from npm pack, installed with npm install -g --prefix', ()
     expect(warned.filter((name) => name !== 'koffi')).toEqual([]);
   });
 
-  it("runs README's production steps from the package alone, and writes a unit systemd-analyze verify accepts", async () => {
+  it("runs docs/install.md's production steps from the package alone, and writes a unit systemd-analyze verify accepts", async () => {
     const target = join(root, 'node-root');
     mkdirSync(join(target, 'etc/llmgw'), { recursive: true });
     const configPath = join(target, 'etc/llmgw/agent.yaml');

@@ -30,7 +30,7 @@ beforeAll(async () => {
   // mkdtemp makes 0700: opened up, nothing but the agent's own modes stands between nobody and the logs.
   chmodSync(root, 0o755);
   // log_dir itself is the operator's (systemd's LogsDirectory= makes it 0750 root:root): this one lets
-  // admin.group in, as README's "Running in production" says to for reading the files directly.
+  // admin.group in, as docs/security.md says to for reading the files directly.
   mkdirSync(dirs.logDir, { mode: 0o750 });
   chownSync(dirs.logDir, 0, ADMIN_GID);
   cp = await startHostileControlPlane();

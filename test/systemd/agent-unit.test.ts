@@ -12,7 +12,7 @@ import { type StartedControlPlane, startControlPlane } from '../helpers/start-co
 import { AGENT_UNIT, installAgentUnit, bootLab, labUnavailableReason, labLeftovers, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
 
 /*
- * The packaged unit (written by `llmgw agent install-unit`, as README's production steps do) under
+ * The packaged unit (written by `llmgw agent install-unit`, as docs/install.md's production steps do) under
  * a real systemd: the lab's, PID 1 of its own namespaces (test/helpers/systemd-lab-boot.sh). The
  * agent runs this checkout's bin/run.js with this machine's node; its state, logs and socket live
  * in a temp dir under /tmp, which the lab shares (its /run and /var/tmp are its own). Pids below

@@ -15,7 +15,7 @@ import { type StartedControlPlane, startControlPlane } from '../helpers/start-co
 import { AGENT_UNIT, agentLogDropIn, bootLab, installAgentUnit, labUnavailableReason, type SystemdLab } from '../helpers/systemd-lab.js';
 
 /*
- * README's upgrade path under a real systemd (the lab's, test/helpers/systemd-lab-boot.sh), with
+ * docs/install.md's upgrade path under a real systemd (the lab's, test/helpers/systemd-lab-boot.sh), with
  * engines in their own transient units (launcher auto picks systemd-run there): `llmgw agent
  * install-unit` again, `systemctl daemon-reload`, `systemctl restart llmgw-agent`. And a unit
  * systemd forgot while its engine runs (what the lab did to every engine before its unit path
@@ -179,7 +179,7 @@ describe.skipIf(unavailable !== undefined)(
 
     afterAll(() => endLabFile(f));
 
-    it("README's upgrade path (install-unit again, daemon-reload, restart) with two engines serving: both adopted with the same pids and units, READY again, served throughout", async () => {
+    it("docs/install.md's upgrade path (install-unit again, daemon-reload, restart) with two engines serving: both adopted with the same pids and units, READY again, served throughout", async () => {
       const a = await startShard('a1');
       const b = await startShard('a2');
       const invocations = [await f.lab.show(unitOf('a1'), 'InvocationID'), await f.lab.show(unitOf('a2'), 'InvocationID')];

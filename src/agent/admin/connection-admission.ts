@@ -71,7 +71,7 @@ export class ConnectionAdmission {
         peer: undefined,
         code: 'permission_denied',
         why: `it cannot read which user connected (${peer.unknown}), so it lets no one in rather than run without its per-user limits`,
-        action: 'the agent logged why when it first refused one (journalctl -u llmgw-agent); README, "Install and peer credentials", says what the agent needs',
+        action: 'the agent logged why when it first refused one (journalctl -u llmgw-agent); docs/security.md, "Peer credentials", says what the agent needs',
       };
     }
     const uid = peer.uid;

@@ -61,7 +61,7 @@ export async function discoverReport(o: DiscoverReportOptions, print: (text: str
 /**
  * The "what to do" of the --strict error, one short action per failed check
  * (its FAIL line in the report says where), so the error has the shape
- * README promises: `error: <what failed>; <what to do>`.
+ * docs/day-two.md promises: `error: <what failed>; <what to do>`.
  */
 export function failedChecksFix(names: readonly string[]): string {
   const fixes = names.map((name) => {

@@ -61,7 +61,7 @@ export interface GangWatchParts {
  * or FAILED while starting) with a reason naming the peer, and reported at
  * once, or after the control plane is back. A rank 0 that reports itself
  * stalled marks every rank stalled. The agent kills nothing here: the
- * control plane fences the gang as one (README "Multi-node replicas").
+ * control plane fences the gang as one (docs/engines.md, "Multi-node replicas").
  */
 export class GangWatch {
   readonly #p: GangWatchParts;

@@ -20,7 +20,7 @@ agents sharing a state directory would adopt each other's engines.`;
 
   static override examples = [
     {
-      description: 'Two agents for one control plane (see README, "several agents on one machine").',
+      description: 'Two agents for one control plane (see docs/local-cluster.md, "Several agents on one machine").',
       command: '<%= config.bin %> dev agent-config --node-id gpu-node-01 --dir /tmp/llmgw-ma/a1 --server http://127.0.0.1:8443',
     },
     { description: 'The paths it wrote, for a script.', command: '<%= config.bin %> dev agent-config --node-id gpu-node-02 --dir /tmp/llmgw-ma/a2 --json' },

@@ -80,7 +80,7 @@ describe('llmgw dev up', () => {
     expect(body).toMatchObject({ object: 'chat.completion', model: 'tiny-chat' });
     expect(body.choices[0]?.message.content.length).toBeGreaterThan(0);
 
-    // Loopback only, as README says: not an unauthenticated endpoint on every interface.
+    // Loopback only, as docs/local-cluster.md says: not an unauthenticated endpoint on every interface.
     expect(listenAddresses(Number(new URL(url as string).port))).toEqual(['127.0.0.1']);
 
     const [, socket] = await run.waitFor(/ctl status --socket '([^']+)'$/m, 5_000);

@@ -450,7 +450,7 @@ export type Register = Message<"llmgw.v1.Register"> & {
   /**
    * host:port where the other ranks of this node's multi-node replicas ask
    * how its ranks are (the agent's gang endpoint, `gang_addr` in its config;
-   * README "Multi-node replicas"). Empty: the agent has none, and its peers
+   * docs/engines.md "Multi-node replicas"). Empty: the agent has none, and its peers
    * watch its rank 0 by its rendezvous port alone (issue 40).
    *
    * @generated from field: string gang_endpoint = 10;
@@ -519,7 +519,7 @@ export type RegisterJson = {
   /**
    * host:port where the other ranks of this node's multi-node replicas ask
    * how its ranks are (the agent's gang endpoint, `gang_addr` in its config;
-   * README "Multi-node replicas"). Empty: the agent has none, and its peers
+   * docs/engines.md "Multi-node replicas"). Empty: the agent has none, and its peers
    * watch its rank 0 by its rendezvous port alone (issue 40).
    *
    * @generated from field: string gang_endpoint = 10;
@@ -1051,7 +1051,7 @@ export type Gpu = Message<"llmgw.v1.Gpu"> & {
   /**
    * The CPUs nearest the GPU, as `nvidia-smi topo -m` lists them ("CPU
    * Affinity": "0-55,112-167"); empty when unknown. What a multi-node rank on
-   * it is pinned to (README "Multi-node replicas").
+   * it is pinned to (docs/engines.md "Multi-node replicas").
    *
    * @generated from field: string cpu_affinity = 13;
    */
@@ -1133,7 +1133,7 @@ export type GpuJson = {
   /**
    * The CPUs nearest the GPU, as `nvidia-smi topo -m` lists them ("CPU
    * Affinity": "0-55,112-167"); empty when unknown. What a multi-node rank on
-   * it is pinned to (README "Multi-node replicas").
+   * it is pinned to (docs/engines.md "Multi-node replicas").
    *
    * @generated from field: string cpu_affinity = 13;
    */
@@ -1960,7 +1960,7 @@ export type GangMember = Message<"llmgw.v1.GangMember"> & {
    * rank 0's rendezvous port (--data-parallel-rpc-port) is a start-up
    * handshake closed once its engines are up, so its peers judge it by its
    * API's /health at leader_addr:http_port instead; with 0, by its agent's
-   * answer alone (issue 47, README "Multi-node replicas").
+   * answer alone (issue 47, docs/engines.md "Multi-node replicas").
    *
    * @generated from field: int32 http_port = 5;
    */
@@ -1998,7 +1998,7 @@ export type GangMemberJson = {
    * rank 0's rendezvous port (--data-parallel-rpc-port) is a start-up
    * handshake closed once its engines are up, so its peers judge it by its
    * API's /health at leader_addr:http_port instead; with 0, by its agent's
-   * answer alone (issue 47, README "Multi-node replicas").
+   * answer alone (issue 47, docs/engines.md "Multi-node replicas").
    *
    * @generated from field: int32 http_port = 5;
    */
@@ -2422,7 +2422,7 @@ export type Profile = Message<"llmgw.v1.Profile"> & {
    * Let the shard sleep and wake (SleepShard/WakeShard): the agent starts
    * vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1, SGLang with
    * --enable-memory-saver. vLLM's dev mode opens unauthenticated dev
-   * endpoints on the API port (README "Warm starts"). Off by default.
+   * endpoints on the API port (docs/engines.md "Sleep and wake"). Off by default.
    *
    * @generated from field: bool sleep_mode = 11;
    */
@@ -2491,7 +2491,7 @@ export type ProfileJson = {
    * Let the shard sleep and wake (SleepShard/WakeShard): the agent starts
    * vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1, SGLang with
    * --enable-memory-saver. vLLM's dev mode opens unauthenticated dev
-   * endpoints on the API port (README "Warm starts"). Off by default.
+   * endpoints on the API port (docs/engines.md "Sleep and wake"). Off by default.
    *
    * @generated from field: bool sleep_mode = 11;
    */

@@ -5,6 +5,7 @@ import type { PeerCertificate } from 'node:tls';
 import { parseEndpoint } from '../../lib/gang-problems.js';
 import { certNames, rawCertNamesNode } from '../../lib/cert-names-node.js';
 import { printable } from '../../lib/printable.js';
+import { foreignListener } from '../../lib/port-listeners.js';
 import { type GangAnswer, MAX_ANSWER_BYTES, parseGangAnswer } from './gang-answer.js';
 import type { GangTls, GangTlsRead } from './gang-tls.js';
 import { noAnswerWithin, type PeerFailure, peerFailure } from './peer-failure.js';
@@ -59,10 +60,12 @@ export function askPeer(endpoint: string, gangId: string, timeoutMs: number, tls
         body += c;
         if (body.length > MAX_ANSWER_BYTES) end({ ok: false, cause: 'unknown', why: `agent ${endpoint} answered more than ${MAX_ANSWER_BYTES} bytes` });
       });
-      res.on('end', () => {
+      res.on('end', async () => {
         const a = parseGangAnswer(body);
         if (typeof a === 'string') return end({ ok: false, cause: 'unknown', why: `agent ${endpoint}: ${a}` });
         if (nodeId !== undefined && nodeId !== '' && a.node !== nodeId) return end({ ok: false, cause: 'unknown', why: `agent ${endpoint} says it is node ${a.node}, not ${nodeId}: not this member's agent, its answer is no evidence` });
+        const squat = tls ? undefined : await loopbackSquatter(where.host, where.port);
+        if (squat) return end({ ok: false, cause: 'unknown', why: `agent ${endpoint}: ${squat}` });
         end({ ok: true, answer: a });
       });
       res.on('error', (err) => end(failed(`agent ${endpoint}`, peerFailure(err))));
@@ -127,6 +130,21 @@ export function probeHealth(host: string, port: number, timeoutMs: number): Prom
     const timer = setTimeout(() => end({ ok: false, ...noAnswerWithin(timeoutMs) }), timeoutMs);
     req.end();
   });
+}
+
+/**
+ * Plaintext is for agents on one machine (gang_addr on loopback, or
+ * insecure_plaintext): nothing authenticates the answer, but on loopback the
+ * kernel says who holds the port. Agents on one machine run as one user, so
+ * a port held by another uid is a local user's process (one that took it
+ * during the agent's restart, security review 4 F5): what it says is no
+ * evidence. Off loopback nothing can be told (insecure_plaintext's price).
+ */
+async function loopbackSquatter(host: string, port: number): Promise<string | undefined> {
+  const uid = process.getuid?.();
+  if (uid === undefined || !(host === 'localhost' || host.startsWith('127.') || host === '::1' || host === '[::1]')) return undefined;
+  const l = await foreignListener(host === 'localhost' ? '127.0.0.1' : host, port, uid);
+  return l ? `port ${port} is held by uid ${l.uid}, not this agent's user (uid ${uid}): another user's process answered, its answer is no evidence` : undefined;
 }
 
 function failed(who: string, f: PeerFailure): PeerReply {

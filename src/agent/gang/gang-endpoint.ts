@@ -11,6 +11,7 @@ import type { Logger } from '../../lib/logger.js';
 import { gangCertProblem } from '../../lib/gang-cert-purpose.js';
 import type { GangTlsRead } from './gang-tls.js';
 import { admittingServer, CONNECTION_DEADLINE_MS } from './gang-connections.js';
+import { type GangListenOptions, listenGang } from './gang-listen.js';
 import { certNames, certNamesNode, DEFAULT_PEER_NAME } from '../../lib/cert-names-node.js';
 import type { TLSSocket } from 'node:tls';
 
@@ -33,6 +34,11 @@ export interface GangEndpointOptions {
   log: Logger;
   /** How long a connection may live (CONNECTION_DEADLINE_MS); tests that hold connections on purpose lengthen it. */
   connectionDeadlineMs?: number;
+  /** A listening socket systemd passed (llmgw-gang.socket): no window across restarts (listenGang). */
+  listenFd?: number;
+  /** The port was found held by another process, and later taken: the agent's events (listenGang). */
+  onPortHeld?: GangListenOptions['onHeld'];
+  onPortTaken?: GangListenOptions['onTaken'];
 }
 
 export interface GangEndpoint {
@@ -119,13 +125,11 @@ export async function serveGangEndpoint(o: GangEndpointOptions): Promise<GangEnd
   // The inner server never listens: the front hands it the connections it keeps.
   const server = admittingServer((socket) => inner.emit('connection', socket), { log: o.log, ...(o.connectionDeadlineMs ? { deadlineMs: o.connectionDeadlineMs } : {}) });
   server.on('close', stopReread);
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', (err) => reject(failure(`gang_addr ${o.addr}: cannot listen: ${err.message}`)));
-    server.listen(port, where.host, () => resolve());
-  });
-  const bound = (server.address() as AddressInfo).port;
+  await listenGang({ server, addr: o.addr, host: where.host, port, log: o.log, listenFd: o.listenFd, onHeld: o.onPortHeld, onTaken: o.onPortTaken });
+  // Held by another process: announced as configured (a fixed port), and taken once free (listenGang).
+  const bound = server.listening ? (server.address() as AddressInfo).port : port;
   const host = where.host.includes(':') ? `[${where.host}]` : where.host;
-  o.log.info({ endpoint: `${host}:${bound}`, tls: !('tls' in first && first.tls === undefined) }, 'gang endpoint listening');
+  if (server.listening) o.log.info({ endpoint: `${host}:${bound}`, tls: !('tls' in first && first.tls === undefined) }, 'gang endpoint listening');
   return { server, endpoint: `${host}:${bound}` };
 }
 

@@ -156,7 +156,7 @@ try {
 }
 `,
       );
-      onTestFinished(() => spawnSync('rm', ['-f', script]));
+      onTestFinished(() => void spawnSync('rm', ['-f', script]));
       const root = new URL('../../../', import.meta.url).pathname;
       const run = (listen: string, addr: string) =>
         new Promise<Record<string, unknown>>((resolve, reject) => {

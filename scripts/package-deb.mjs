@@ -90,6 +90,9 @@ try {
   );
   mkdirSync(at('/lib/systemd/system'), { recursive: true });
   writeFileSync(at('/lib/systemd/system/llmgw-agent.service'), unit, { mode: 0o644 });
+  // The gang port held across agent restarts (security review 4, F5); shipped, not enabled: its address is gang_addr's.
+  cpSync(join(REPO, 'packaging/llmgw-gang.socket'), at('/lib/systemd/system/llmgw-gang.socket'));
+  chmodSync(at('/lib/systemd/system/llmgw-gang.socket'), 0o644);
 
   // The example configuration, a conffile: node_id ships empty, so an unedited node exits 78 and says so.
   mkdirSync(at('/etc/llmgw'), { recursive: true, mode: 0o755 });

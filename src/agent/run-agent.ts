@@ -3,6 +3,7 @@ import { firstToGo } from './gang/first-to-go.js';
 import { GangWatch } from './gang/gang-watch.js';
 import { serveGangEndpoint } from './gang/gang-endpoint.js';
 import { readGangTls } from './gang/gang-tls.js';
+import { listenFdNamed, takeListenFds } from '../lib/systemd/listen-fds.js';
 import { statSync } from 'node:fs';
 import type { Server } from 'node:net';
 import { dirname } from 'node:path';
@@ -33,6 +34,9 @@ import type { StartShard } from '../gen/llmgw/v1/agent_pb.js';
 import { Supervisor } from './supervisor/supervisor.js';
 import { engineUidsFor } from '../lib/process/process-table.js';
 
+/** FileDescriptorName= of the gang socket in packaging/llmgw-gang.socket. */
+const GANG_SOCKET_NAME = 'gang';
+
 export interface RunAgentOptions {
   config: AgentConfig;
   version: string;
@@ -44,6 +48,9 @@ export interface RunAgentOptions {
  * Resolves when the stream is closed; every engine is still running then.
  */
 export async function runAgent({ config: c, version, logger }: RunAgentOptions): Promise<void> {
+  // First, before any child is spawned: the variables leave the environment engines inherit (takeListenFds).
+  const gangFd = listenFdNamed(takeListenFds(), GANG_SOCKET_NAME);
+  if (gangFd && c.gangAddr === '') logger.warn({ fd: gangFd.fd }, 'systemd passed a gang socket (llmgw-gang.socket) and gang_addr is unset: the socket is not used; set gang_addr to its address, or disable the socket unit');
   // Before anything is read from or written to them (exit 78, one line); what is missing the agent makes
   // itself now, so that no local user makes it first (security review 4, F3).
   makeTrustedDirectory(c.supervisor.stateDir, 'supervisor.state_dir', 0o700);
@@ -134,7 +141,17 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     await supervisor.launcher();
     // Multi-node ranks (issue 40): the endpoint their peers ask, then the watch of their peers.
     if (c.gangAddr !== '') {
-      const gang = await serveGangEndpoint({ addr: c.gangAddr, nodeId: c.nodeId, shards: () => supervisor.list(), tls: () => readGangTls(c.tls), log: logger });
+      const gang = await serveGangEndpoint({
+        addr: c.gangAddr,
+        nodeId: c.nodeId,
+        shards: () => supervisor.list(),
+        tls: () => readGangTls(c.tls),
+        log: logger,
+        ...(gangFd ? { listenFd: gangFd.fd } : {}),
+        // What the agent saw of its port, for `ctl events` beside the log line (issue 48 acceptance).
+        onPortHeld: (message, heldBy) => agent.events.record({ kind: 'node', message, fields: { condition: 'GangPortHeld', active: 'true', ...(heldBy ? { uid: String(heldBy.uid) } : {}) } }),
+        onPortTaken: (message) => agent.events.record({ kind: 'node', message, fields: { condition: 'GangPortHeld', active: 'false' } }),
+      });
       servers.push(gang.server);
       gangEndpoint = gang.endpoint;
     }

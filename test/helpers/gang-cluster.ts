@@ -28,6 +28,8 @@ export interface GangCluster {
   dirs: Record<GangNode, AgentDirs>;
   /** Pid of each rank's engine, once READY. */
   pids: Record<GangNode, number>;
+  /** Starts that node's agent again with the same configuration (after the test stopped it): an agent restart. */
+  startAgent(node: GangNode): AgentProcess;
 }
 
 export interface GangClusterOptions {
@@ -38,6 +40,8 @@ export interface GangClusterOptions {
   doubles?: boolean;
   supervisor?: string[];
   readyTimeoutMs?: number;
+  /** Each node's gang endpoint on this fixed port of 127.0.0.1 (one a restarted agent binds again), not a free one. */
+  gangPorts?: Record<GangNode, number>;
 }
 
 export const shardOf = (m: AgentMessage) => (m.msg.case === 'shard' ? m.msg.value : undefined);
@@ -55,10 +59,10 @@ export async function startGangCluster(o: GangClusterOptions): Promise<GangClust
     'node-a': cp.cp.waitFor('node-a', isState(RANK_SHARD['node-a'], ShardState.READY), waitMs),
     'node-b': cp.cp.waitFor('node-b', isState(RANK_SHARD['node-b'], ShardState.READY), waitMs),
   };
-  const extraYaml = `${o.doubles ? DOUBLE_ENGINES_YAML : ''}${o.gangAddr ? 'gang_addr: 127.0.0.1:0\n' : ''}`;
-  const agent = (nodeId: GangNode) => startAgentProcess({ server: cp.url, dirs: dirs[nodeId], nodeId, heartbeat: '500ms', extraYaml, supervisor: o.supervisor });
+  const extraYaml = (nodeId: GangNode) => `${o.doubles ? DOUBLE_ENGINES_YAML : ''}${o.gangAddr ? `gang_addr: 127.0.0.1:${o.gangPorts?.[nodeId] ?? 0}\n` : ''}`;
+  const agent = (nodeId: GangNode) => startAgentProcess({ server: cp.url, dirs: dirs[nodeId], nodeId, heartbeat: '500ms', extraYaml: extraYaml(nodeId), supervisor: o.supervisor });
   const agents = { 'node-a': agent('node-a'), 'node-b': agent('node-b') };
-  const c: GangCluster = { cp, agents, dirs, pids: { 'node-a': 0, 'node-b': 0 } };
+  const c: GangCluster = { cp, agents, dirs, pids: { 'node-a': 0, 'node-b': 0 }, startAgent: agent };
   // A gang that breaks while starting fails the start at once, saying how, rather than at the timeout.
   let starting = true;
   const broke = (async () => {

@@ -26,6 +26,8 @@ export interface TlsConfig {
   ca: string;
   /** How long before the client certificate expires the agent starts warning. */
   expiryWarningMs: number;
+  /** The name a gang peer's certificate carries for its node (tls.peer_name, certNamesNode); DEFAULT_PEER_NAME when absent. */
+  peerName?: string;
 }
 
 export interface DiscoveryConfig {

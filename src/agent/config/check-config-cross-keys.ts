@@ -12,6 +12,7 @@ import { camelPath } from './camel-path.js';
 import { checkModelsConfig } from './check-models-config.js';
 import { parseEndpoint } from '../../lib/gang-problems.js';
 import { gangCertProblem } from '../../lib/gang-cert-purpose.js';
+import { certNames, DEFAULT_PEER_NAME, peerNameProblem, rawCertNamesNode } from '../../lib/cert-names-node.js';
 
 /** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: traffic that never leaves this node. */
 function isLoopbackHost(hostname: string): boolean {
@@ -31,6 +32,9 @@ function isLoopbackHost(hostname: string): boolean {
  * both (gangCertProblem), found at start, not by a fenced gang.
  */
 function checkGangAddr(c: AgentConfig, where: (key: string) => string): void {
+  const peerName = c.tls.peerName ?? DEFAULT_PEER_NAME;
+  const nameProblem = peerNameProblem(peerName);
+  if (nameProblem) throw configError(`${nameProblem} (${where('tls.peer_name')})`);
   if (c.gangAddr === '') return;
   if (parseEndpoint(c.gangAddr.replace(/:0$/, ':1')) === undefined) {
     throw configError(`gang_addr ${JSON.stringify(c.gangAddr)} is not host:port (an address of this node the other ranks reach, e.g. 10.0.0.5:7471) (${where('gang_addr')})`);
@@ -58,6 +62,12 @@ function checkGangAddr(c: AgentConfig, where: (key: string) => string): void {
   }
   const problem = gangCertProblem(pem, c.tls.cert);
   if (problem) throw configError(`${problem} (${where('gang_addr')})`);
+  // Peers refuse a certificate that does not name this node (certNamesNode): found here, not by a gang whose asks all fail.
+  if (!rawCertNamesNode(pem, c.nodeId, peerName)) {
+    throw configError(
+      `tls.cert ${c.tls.cert} names ${certNames(pem)}, not node ${c.nodeId} by tls.peer_name ${JSON.stringify(peerName)}: the gang's peers refuse an endpoint whose certificate names another node; issue this node's certificate with that name, or set tls.peer_name to the fleet's pattern (${where('tls.peer_name')})`,
+    );
+  }
 }
 
 /**

@@ -10,7 +10,8 @@ import { GONE_STATES } from './judge-peer.js';
  */
 export const FIRST_TO_GO_ASK_MS = GANG_PEER_TIMEOUT_MS;
 
-export type AskPeer = (endpoint: string, gangId: string, timeoutMs: number) => Promise<PeerReply>;
+/** Asks a peer's agent; `nodeId`, the member's, is the node its certificate and answer must name (askPeer). */
+export type AskPeer = (endpoint: string, gangId: string, timeoutMs: number, nodeId?: string) => Promise<PeerReply>;
 
 /**
  * The peer rank that went before this one, or undefined when this rank went
@@ -38,7 +39,7 @@ export async function firstToGo(ask: AskPeer, shard: ShardSnapshot, endedAtMs: n
   const gang = shard.spec.gang;
   if (!gang || shard.spec.nnodes <= 1) return undefined;
   const peers = gang.members.filter((m) => m.rank !== shard.spec.rank && m.agentEndpoint !== '');
-  const said = await Promise.all(peers.map(async (m) => ({ m, reply: await ask(m.agentEndpoint, gang.gangId, timeoutMs) })));
+  const said = await Promise.all(peers.map(async (m) => ({ m, reply: await ask(m.agentEndpoint, gang.gangId, timeoutMs, m.nodeId) })));
   let first: { fault: GangFault; atMs: number } | undefined;
   let unreachable: GangFault | undefined;
   for (const { m, reply } of said) {

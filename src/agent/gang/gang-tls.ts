@@ -9,6 +9,8 @@ export interface GangTls {
   ca: Buffer;
   /** The file `cert` was read from, to name it in errors. */
   certPath?: string;
+  /** tls.peer_name: what names a peer's node in its certificate (certNamesNode); DEFAULT_PEER_NAME when absent. */
+  peerName?: string;
 }
 
 /** No TLS (plaintext, as the control-plane link), TLS material read now, or why it cannot be read (never a plaintext fallback). */
@@ -28,7 +30,7 @@ export function readGangTls(tls: TlsConfig): GangTlsRead {
   const missing = (['cert', 'key', 'ca'] as const).find((k) => tls[k] === '');
   if (missing) return { error: `tls.${missing} is not set; the gang endpoint speaks mutual TLS only` };
   try {
-    return { tls: { cert: readFileSync(tls.cert), key: readFileSync(tls.key), ca: readFileSync(tls.ca), certPath: tls.cert } };
+    return { tls: { cert: readFileSync(tls.cert), key: readFileSync(tls.key), ca: readFileSync(tls.ca), certPath: tls.cert, ...(tls.peerName !== undefined ? { peerName: tls.peerName } : {}) } };
   } catch (err) {
     return { error: `the agent's TLS files cannot be read: ${errorMessage(err)}` };
   }

@@ -37,7 +37,7 @@ export interface GangWatchParts {
   log: Logger;
   /** The TLS to ask peers with, read at each round (readGangTls); plaintext when absent. */
   tls?: () => GangTlsRead;
-  ask?: (endpoint: string, gangId: string, timeoutMs: number) => Promise<PeerReply>;
+  ask?: (endpoint: string, gangId: string, timeoutMs: number, nodeId?: string) => Promise<PeerReply>;
   /** Connects to rank 0's rendezvous port (a TCPStore). */
   probe?: typeof probePort;
   /** Asks rank 0's API /health (vLLM data-parallel, gang-liveness.ts). */
@@ -160,7 +160,7 @@ export class GangWatch {
 
   async #askAgent(s: ShardSnapshot, m: GangMember, timeoutMs: number): Promise<AgentSaid> {
     if (m.agentEndpoint === '' || !s.spec.gang) return { kind: 'none' };
-    const reply: PeerReply = await this.#ask(m.agentEndpoint, s.spec.gang.gangId, timeoutMs);
+    const reply: PeerReply = await this.#ask(m.agentEndpoint, s.spec.gang.gangId, timeoutMs, m.nodeId);
     return reply.ok ? { kind: 'answered', answer: reply.answer } : { kind: 'failed', cause: reply.cause, why: reply.why };
   }
 

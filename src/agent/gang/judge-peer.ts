@@ -133,6 +133,11 @@ export function judgePeer(t: PeerTrack, r: PeerRound): Seen {
     const reason = unreachable();
     return now - (t.unreachableSinceMs ?? now) >= r.agentGraceMs ? broken(reason) : { kind: 'unknown' };
   }
+  // Something accepted on its agent's port (an odd answer, a reset past a connection cap, another uid's or
+  // another node's answer): its refusals were not one outage. Without this, a restart's refusal, then a
+  // squatter's answers for longer than the grace, then the refusal as the squatter leaves (the agent takes its
+  // port within 2 s) broke the gang on that last refusal (issue 48 acceptance e2e).
+  if (agent?.cause === 'unknown') t.unreachableSinceMs = undefined;
   // Nothing here is evidence of death: a failure of ours, an odd answer, a socket not yet bound.
   return { kind: 'unknown', ...(why !== '' ? { why: `${who}: not judged (${why})` } : {}) };
 }

@@ -103,6 +103,28 @@ describe('the gang watch', () => {
     expect(marks[0]?.[1]).toMatchObject({ rank: 2, nodeId: 'node-c', stalled: false });
   });
 
+  it('counts the agent grace from the last refusal after something else answered on its port (a restart squatted): not from the first', async () => {
+    const answers: Record<string, PeerReply> = { '127.0.0.1:7471': answer('node-b', alive(1)) };
+    const { w, marks, clock } = watch([rank(0)], answers);
+    // node-c's agent restarts: refused.
+    await w.round();
+    // Another uid holds its port longer than the grace: its answers are no evidence.
+    answers['127.0.0.1:7472'] = { ok: false, cause: 'unknown', why: 'agent 127.0.0.1:7472: port 7472 is held by uid 65534' };
+    for (let i = 0; i < 3; i++) {
+      clock.now += GANG_AGENT_GRACE_MS / 2;
+      await w.round();
+    }
+    // The squatter leaves; the agent takes its port in the next seconds: refused again, within the grace of this outage.
+    delete answers['127.0.0.1:7472'];
+    clock.now += 1_000;
+    await w.round();
+    expect(marks).toEqual([]);
+    // Look-alike: refused for the whole grace from there breaks it.
+    clock.now += GANG_AGENT_GRACE_MS;
+    await w.round();
+    expect(marks[0]?.[1]).toMatchObject({ rank: 2, nodeId: 'node-c', reason: expect.stringContaining(`unreachable since ${new Date(1_000_000 + (3 * GANG_AGENT_GRACE_MS) / 2 + 1_000).toISOString()}`) });
+  });
+
   it('waits for a peer that does not list its rank yet (its start may be on the way), but not once it was listed', async () => {
     const s = rank(1, { startedAtMs: 1_000_000 });
     const answers: Record<string, PeerReply> = { '127.0.0.1:7470': answer('node-a'), '127.0.0.1:7472': answer('node-c', alive(2)) };

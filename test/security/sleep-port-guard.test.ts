@@ -76,7 +76,8 @@ describe('a sleep-mode shard\'s port (security review 4, S6)', () => {
     const slept = cp.cp.waitFor(NODE, shardIs('guarded', S.SLEEPING), 30_000);
     cp.cp.send(NODE, { case: 'sleep', value: create(SleepShardSchema, { shardId: 'guarded', level: 1 }) });
     expect(statusOf(await slept).error).toBe('');
-    await until(async () => ((await fetch(`http://127.0.0.1:${port}/is_sleeping`).then((r) => r.json())) as { is_sleeping?: boolean }).is_sleeping === true, 'the double asleep', 30_000);
+    // The agent saw the memory fall (its log, not a second SLEEPING): the sleep has finished.
+    await until(() => agent.logs().some((r) => r.msg === 'shard asleep: GPU memory released' && r.shard === 'guarded'), 'shard guarded asleep', 30_000);
     const woke = cp.cp.waitFor(NODE, (m) => m.msg.case === 'shard' && m.msg.value.shardId === 'guarded' && (m.msg.value.state === S.READY || m.msg.value.error !== ''), 60_000);
     cp.cp.send(NODE, { case: 'wake', value: create(WakeShardSchema, { shardId: 'guarded' }) });
     const w = statusOf(await woke);

@@ -139,10 +139,10 @@ export class StartAdmission {
       // ctl status's note: how it runs online, and where a multi-node rank is placed (rank-placement.ts).
       const note = [this.onlineNote(spec, engine.onlineReason?.(spec), plan.env), plan.placement ? `placed: ${plan.placement.why}` : undefined].filter((n) => n !== undefined).join('; ');
       if (plan.env.VLLM_SERVER_DEV_MODE === '1') {
-        // Said at every such start (security review 3, S6): the agent sees a sleep it did not ask for, but cannot stop one.
+        // Said at every such start (security review 3, S6): from this host only the agent and the engine reach the port (sleep-port-guards.ts); from the network, whoever the operator's firewall lets through.
         this.opts.logger.warn(
           { shard: spec.shardId, replica: spec.replicaId, port: spec.httpPort },
-          "sleep mode opens vLLM's dev endpoints (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache) on the engine's port without its API key: firewall the port to the router and the agent",
+          "sleep mode opens vLLM's dev endpoints (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache) on the engine's port without its API key: other hosts reach them as the router does, so firewall the port to the router (local users are kept out by engines.vllm.sleep_port_guard)",
         );
       }
       return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}) };

@@ -83,7 +83,10 @@ export class SleepPortGuards {
    * none, the operator's word, does.
    */
   async beforeLaunch(spec: StartShard, plan: LaunchPlan): Promise<void> {
-    if (!needsSleepPortGuard(spec)) return;
+    if (!needsSleepPortGuard(spec)) {
+      await this.#releaseStale(spec);
+      return;
+    }
     const engine = spec.profile?.engine as 'vllm' | 'sglang';
     const fields = { shard: spec.shardId, replica: spec.replicaId, port: spec.httpPort };
     if (this.opts.engines[engine]?.sleepPortGuard === 'none') {
@@ -100,6 +103,18 @@ export class SleepPortGuards {
       );
     }
     this.opts.log.info({ ...fields, uids: [...new Set([this.opts.agentUid, engineUid])] }, "sleep mode: the engine's port is refused to local users but the agent's and the engine's (nftables)");
+  }
+
+  /**
+   * A start without sleep mode on a port a guard was left on (its shard
+   * ended while no agent ran, so no reaction lifted it): lifted first, or
+   * the engine's own calls to its port (SGLang's warm-up) and local
+   * clients would be refused. Never refuses the start: a node without nft
+   * has no guard to lift.
+   */
+  async #releaseStale(spec: StartShard): Promise<void> {
+    if (!servesHttp(spec) || spec.httpPort <= 0 || this.#owner.has(spec.httpPort)) return;
+    await this.opts.guard.release(spec.httpPort).catch((err) => this.opts.log.warn({ shard: spec.shardId, port: spec.httpPort, err: errorMessage(err) }, 'a guard left on the port of a new shard was not lifted'));
   }
 
   /**

@@ -89,8 +89,10 @@ describe('a sleep-mode shard\'s port (security review 4, S6)', () => {
     await until(async () => !(await nft.guarded()).has(port), 'the guard lifted', 20_000);
   });
 
-  it('leaves a shard without sleep mode open to local users (look-alike: same engine, same double)', async () => {
+  it('leaves a shard without sleep mode open to local users (look-alike: same engine, same double), lifting a guard an earlier shard left on its port', async () => {
     const port = await freePort();
+    // What a sleep-mode shard that ended while no agent ran leaves behind.
+    await nft.guard(port, [0]);
     await startReady(start('plain', port, 6, false));
     expect((await nft.guarded()).has(port)).toBe(false);
     expect(await requestAs(`http://127.0.0.1:${port}/v1/models`)).toBe('status 200');

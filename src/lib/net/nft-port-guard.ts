@@ -55,7 +55,7 @@ export class NftPortGuard {
     const allowed = [...new Set(uids)];
     if (allowed.length === 0 || !allowed.every((u) => Number.isInteger(u) && u >= 0)) throw failure(`nft guard of port ${port}: no uid to allow`);
     return this.#serially(async () => {
-      const stale = (await this.#listed()).filter(([p]) => p === port);
+      const stale = ((await this.#state())?.pairs ?? []).filter(([p]) => p === port);
       const t = `inet ${this.#table}`;
       const lines = [
         ...this.#setup(),
@@ -67,16 +67,19 @@ export class NftPortGuard {
     });
   }
 
-  /** Lifts the guard of `port`; nothing to do when it has none or the table is gone. */
+  /**
+   * Lifts the guard of `port`; nothing to do (one nft listing) when it has
+   * none or the table is absent, which is also what a node without nft gets.
+   */
   release(port: number): Promise<void> {
     checkPort(port);
     return this.#serially(async () => {
-      const listed = await this.#listed();
-      const mine = listed.filter(([p]) => p === port);
+      const state = await this.#state();
+      const mine = (state?.pairs ?? []).filter(([p]) => p === port);
+      if (!state || (!state.ports.includes(port) && mine.length === 0)) return;
       const t = `inet ${this.#table}`;
       // Added then deleted: a delete of an element that is not there fails the whole transaction.
       const lines = [`add element ${t} guarded_ports { ${port} }`, `delete element ${t} guarded_ports { ${port} }`, ...mine.map(([p, u]) => `delete element ${t} allowed_uids { ${p} . ${u} }`)];
-      if (!(await this.#tableExists())) return;
       await this.#run(['-f', '-'], lines.join('\n'));
     });
   }
@@ -84,10 +87,9 @@ export class NftPortGuard {
   /** The guarded ports with the uids each allows (port → uids); empty when the table is absent. */
   async guarded(): Promise<Map<number, ListedUid[]>> {
     const out = new Map<number, ListedUid[]>();
-    if (!(await this.#tableExists())) return out;
-    const ports = await this.#listSet('guarded_ports');
-    for (const p of ports) if (typeof p === 'number') out.set(p, []);
-    for (const [p, u] of await this.#listed()) out.get(p)?.push(u);
+    const state = await this.#state();
+    for (const p of state?.ports ?? []) out.set(p, []);
+    for (const [p, u] of state?.pairs ?? []) out.get(p)?.push(u);
     return out;
   }
 
@@ -104,33 +106,26 @@ export class NftPortGuard {
     ];
   }
 
-  async #tableExists(): Promise<boolean> {
+  /** The table's two sets in one listing: guarded ports and allowed (port, uid) pairs; undefined when the table (or nft) is absent. */
+  async #state(): Promise<{ ports: number[]; pairs: Array<[number, ListedUid]> } | undefined> {
+    let text: string;
     try {
-      await this.#run(['list', 'table', 'inet', this.#table]);
-      return true;
+      text = await this.#run(['-j', '-n', 'list', 'table', 'inet', this.#table]);
     } catch {
-      return false;
+      return undefined;
     }
-  }
-
-  /** The (port, uid) pairs allowed now; empty when the table or the set is absent. */
-  async #listed(): Promise<Array<[number, ListedUid]>> {
-    const elems = await this.#listSet('allowed_uids').catch(() => []);
-    const out: Array<[number, ListedUid]> = [];
-    for (const e of elems) {
+    const doc = JSON.parse(text) as { nftables?: Array<{ set?: { name?: string; elem?: unknown[] } }> };
+    const elems = (name: string) => doc.nftables?.find((x) => x.set?.name === name)?.set?.elem ?? [];
+    const ports = elems('guarded_ports').filter((p): p is number => typeof p === 'number');
+    const pairs: Array<[number, ListedUid]> = [];
+    for (const e of elems('allowed_uids')) {
       const c = (e as { concat?: unknown })?.concat;
       if (!Array.isArray(c) || c.length !== 2) continue;
       const [p, u] = c as [unknown, unknown];
       if (typeof p !== 'number') continue;
-      if (typeof u === 'number' || (typeof u === 'string' && NAME.test(u))) out.push([p, u]);
+      if (typeof u === 'number' || (typeof u === 'string' && NAME.test(u))) pairs.push([p, u]);
     }
-    return out;
-  }
-
-  async #listSet(name: string): Promise<unknown[]> {
-    const text = await this.#run(['-j', '-n', 'list', 'set', 'inet', this.#table, name]);
-    const doc = JSON.parse(text) as { nftables?: Array<{ set?: { elem?: unknown[] } }> };
-    return doc.nftables?.find((x) => x.set)?.set?.elem ?? [];
+    return { ports, pairs };
   }
 
   #serially<T>(run: () => Promise<T>): Promise<T> {

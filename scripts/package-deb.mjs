@@ -125,7 +125,8 @@ try {
       'Maintainer: llmgw maintainers <maintainers@llmgw.invalid>',
       `Installed-Size: ${installedKb}`,
       'Depends: libc6 (>= 2.28), libstdc++6, adduser',
-      'Recommends: systemd',
+      // nft keeps a sleep-mode engine's port from other local users (sleep-port-guards.ts); without it such starts are refused.
+      'Recommends: systemd, nftables',
       'Section: admin',
       'Priority: optional',
       'Homepage: https://github.com/llmgw/llmgw-node',

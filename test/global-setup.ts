@@ -1,13 +1,16 @@
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
+import { ensureNft } from './helpers/nft.js';
 
 /**
  * Tests run the real binary, which runs dist/. `npm test` builds first; a
  * bare `npx vitest` on a fresh clone would otherwise fail in confusing ways.
+ * Sleep-mode shards need nft for their port guard (test/helpers/nft.ts).
  */
-export default function setup(): void {
+export default async function setup(): Promise<void> {
   const manifest = fileURLToPath(new URL('../oclif.manifest.json', import.meta.url));
   if (!existsSync(manifest)) {
     throw new Error('dist/ is not built: run `npm run build` (npm test does it for you)');
   }
+  await ensureNft();
 }

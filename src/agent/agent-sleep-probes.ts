@@ -6,6 +6,7 @@ import type { NodeModels } from './models/node-models.js';
 import type { WarmthLedger } from './models/warmth-ledger.js';
 import type { SleepProbes } from './supervisor/shard/shard-sleep.js';
 import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
+import { HostRamLedger } from './supervisor/shard/host-ram-ledger.js';
 import { wakeDeadline } from './supervisor/shard/wake-deadline.js';
 import { wakeGpuCheck } from './wake-gpu-check.js';
 
@@ -41,6 +42,8 @@ export function agentSleepProbes(o: AgentSleepProbesOptions): SleepProbes {
       const stored = o.models.current().cachedModels.find((m) => m.repo === model && m.complete);
       return wakeDeadline({ engine: spec.profile?.engine ?? '', level, awakeMib, modelBytes: Number(stored?.bytes ?? 0n), disk: o.warmth.diskRate(), configuredMs: c.supervisor.wakeTimeoutMs });
     },
+    // One for the node: concurrent sleeps are admitted against host RAM together (security review 4, F8).
+    hostRam: new HostRamLedger(),
     gpusTaken: wakeGpuCheck({ nvml: o.nvml, nvidiaSmi: c.discovery.nvidiaSmi, timeoutMs: c.discovery.timeoutMs, inventory: o.inventory, shards: o.shards }),
   };
 }

@@ -26,6 +26,8 @@ import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } fro
 import { ShardCommands } from './shard-commands.js';
 import { shardReactions } from './shard-reactions.js';
 import { StartAdmission } from './start-admission.js';
+import { type PortGuard, SleepPortGuards } from './sleep-port-guards.js';
+import { NftPortGuard } from '../lib/net/nft-port-guard.js';
 import { StatusReporter } from './connection/status-reporter.js';
 import type { Supervisor } from './supervisor/supervisor.js';
 
@@ -48,6 +50,8 @@ export interface AgentOptions {
   nvml?: NvmlLibrary;
   /** Register.gang_endpoint once the gang endpoint listens (run-agent.ts). */
   gangEndpoint?: () => string;
+  /** What keeps a sleep-mode shard's port from other local users; nftables by default (sleep-port-guards.ts). */
+  portGuard?: PortGuard;
 }
 
 /**
@@ -141,7 +145,8 @@ export class Agent {
       onRate: (kind, bytes, ms) => this.warmth.learnRate(kind, bytes, ms),
     });
     this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: c.models.cacheDir === '' ? undefined : (model, engine) => this.models.compiled(model, engine) });
-    const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp) });
+    const sleepPorts = new SleepPortGuards({ engines: c.engines, agentUid: process.getuid?.() ?? 0, guard: opts.portGuard ?? new NftPortGuard(), shards: () => opts.supervisor.list(), log: this.log });
+    const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp), sleepPortEnded: sleepPorts.follow });
     for (const r of reactions) opts.supervisor.on('transition', r.on);
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.sendInventory());
@@ -158,6 +163,7 @@ export class Agent {
       nodeRefusal: () => this.conditions.refusal(),
       models: this.models,
       processGone: (pid) => this.inventoryWatcher.processes.gone(pid),
+      beforeLaunch: (spec, plan) => sleepPorts.beforeLaunch(spec, plan),
       logger: this.log,
     });
     this.commands = new ShardCommands({

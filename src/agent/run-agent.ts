@@ -61,7 +61,8 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const shutdown = onShutdownSignals((sig) => logger.info({ signal: sig }, 'stopping; engines keep running'));
   // An unknown group is the admin server's configuration error, reported when it listens.
   const logGid = c.admin.group === '' ? undefined : findGroup({ name: c.admin.group })?.gid;
-  const engineUids = engineUidsFor(Object.values(c.engines).map((e) => e?.user));
+  // Each profile's own account too (profile_users): its engines are the agent's, found by uid at adoption.
+  const engineUids = engineUidsFor(Object.values(c.engines).flatMap((e) => [e?.user, ...Object.values(e?.profileUsers ?? {})]));
   // The engines' sleep APIs reach the supervisor from here, the one place that knows engines by name;
   // by the engine a shard was launched with, enabled now or not (an adopted shard asleep must wake).
   // The ports an engine binds beyond its http_port (SGLang's DP attention) come from its args, the operator's extra_args among them.

@@ -26,6 +26,8 @@ export interface ShardReactionParts {
   log: Logger;
   /** Told when an engine of this agent is gone, so that a scan listing it from before is not believed (gpu-process-sightings.ts). */
   engineEnded?: (pgrp: number) => void;
+  /** Told of every transition: a sleep-mode shard's port guard is lifted once it has ended (sleep-port-guards.ts). */
+  sleepPortEnded?: (t: ShardTransition) => void;
 }
 
 /**
@@ -46,6 +48,8 @@ export function shardReactions(p: ShardReactionParts): ShardReaction[] {
     { name: 'time to READY learned', on: (t) => p.warmth.follow(t) },
     // Its GPU memory in a scan begun before this is its own, not a foreign process's (issue 47, item 7).
     { name: 'engine end noted', on: (t) => void (isTerminal(t.to) && !t.shard.running && p.engineEnded?.(t.shard.pid)) },
+    // Its port open to local users again once its engine is gone (security review 4, S6).
+    { name: 'sleep port guard lifted', on: (t) => p.sleepPortEnded?.(t) },
   ];
 }
 

@@ -9,7 +9,7 @@ import { isRunningStat } from '../lib/process/process-identity.js';
 import type { CheckedStartShard } from '../lib/shard-id.js';
 import { isTerminal } from '../lib/shard-states.js';
 import { WORKER_PORT_FIRST, WORKER_PORT_LAST, chooseWorkerPort } from './engines/choose-worker-port.js';
-import type { ValidationContext } from './engines/engine.js';
+import type { LaunchPlan, ValidationContext } from './engines/engine.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
 import { isPortFree } from './engines/is-port-free.js';
 import { isHubOffline } from '../models/engine-cache-env.js';
@@ -39,6 +39,8 @@ export interface StartAdmissionOptions {
    * listed (GpuProcessSightings.gone); by default, whether /proc has it.
    */
   processGone?: (pid: number) => boolean;
+  /** Last before the launch, after the plan: what must hold before the engine binds its port (a sleep-mode port's guard); throws the refusal. */
+  beforeLaunch?: (spec: CheckedStartShard, plan: LaunchPlan) => Promise<void>;
   logger: Logger;
 }
 
@@ -133,13 +135,14 @@ export class StartAdmission {
     try {
       await engine.validate(spec, this.validationContext(spec));
       const plan = engine.command(spec);
+      await this.opts.beforeLaunch?.(spec, plan);
       // ctl status's note: how it runs online, and where a multi-node rank is placed (rank-placement.ts).
       const note = [this.onlineNote(spec, engine.onlineReason?.(spec), plan.env), plan.placement ? `placed: ${plan.placement.why}` : undefined].filter((n) => n !== undefined).join('; ');
       if (plan.env.VLLM_SERVER_DEV_MODE === '1') {
-        // Said at every such start (security review 3, S6): the agent sees a sleep it did not ask for, but cannot stop one.
+        // Said at every such start (security review 3, S6): from this host only the agent and the engine reach the port (sleep-port-guards.ts); from the network, whoever the operator's firewall lets through.
         this.opts.logger.warn(
           { shard: spec.shardId, replica: spec.replicaId, port: spec.httpPort },
-          "sleep mode opens vLLM's dev endpoints (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache) on the engine's port without its API key: firewall the port to the router and the agent",
+          "sleep mode opens vLLM's dev endpoints (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache) on the engine's port without its API key: other hosts reach them as the router does, so firewall the port to the router (local users are kept out by engines.vllm.sleep_port_guard)",
         );
       }
       return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}) };

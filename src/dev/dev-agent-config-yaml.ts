@@ -79,6 +79,8 @@ function vllmDoubleYaml(v: { command: string; hubUrl: string; modelsDir: string 
     command: [${q(v.command)}, "serve"]
     extra_args: ["--host", "127.0.0.1"]
     allow_sleep_mode: true
+    # dev up runs on one developer's machine, often not as root: no nftables guard of the double's port.
+    sleep_port_guard: none
     allow_root: true
 models:
   cache_dir: ${q(v.modelsDir)}

@@ -16,6 +16,7 @@ import { SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { downloadBlob } from './download-blob.js';
 import { type HubFile, type HubOptions, fetchRevision, hubHeaders, resolveUrl } from './hub-client.js';
 import { includeMatcher } from './match-include.js';
+import { filterYielding } from './filter-yielding.js';
 import { type ManifestFile, type ModelManifest, readManifest, writeManifest } from './model-manifest.js';
 import { lockModel } from './model-lock.js';
 import { removeModel } from './remove-model.js';
@@ -98,7 +99,8 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
   let releaseTurn: (() => void) | undefined;
   try {
     const rev = await fetchRevision(ctx.hub, repo, revision, signal);
-    const files = rev.files.filter((f) => matches(f.path));
+    // In slices: the worst patterns against a long listing held the loop for seconds (filter-yielding.ts).
+    const files = await filterYielding(rev.files, (f) => matches(f.path), signal);
     if (files.length === 0) {
       throw usageError(`no file of ${repo}@${revision} matches --include ${req.include.join(' ')}; the repo has ${rev.files.length} files`);
     }

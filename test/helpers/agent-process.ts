@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { spawnAgentProcess } from './spawn-agent-process.js';
 import { onTestFinished } from 'vitest';
 import { killEverything, removeDir } from './engine-processes.js';
+import { NftPortGuard } from '../../src/lib/net/nft-port-guard.js';
 import { type AgentDirs, type AgentProcessOptions, agentConfigYaml, agentDirs } from './agent-config-yaml.js';
 
 export { type AgentDirs, type AgentProcessOptions, agentDirs, agentConfigYaml, FAKE_NVIDIA_SMI, FIXTURE_SYSFS } from './agent-config-yaml.js';
@@ -36,6 +37,7 @@ export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
   const stop = async () => {
     child.kill('SIGKILL');
     await exited;
+    await releaseSleepPorts(records);
   };
   try {
     onTestFinished(stop);
@@ -87,4 +89,16 @@ export function tempAgentDirs(prefix: string): AgentDirs {
     removeDir(dirs.root);
   });
   return dirs;
+}
+
+/**
+ * Lifts the port guards this agent set (its log names each port): an agent
+ * killed with its engines never lifts them itself, and every test run left
+ * dozens of random ports refused to non-root users on the machine.
+ */
+async function releaseSleepPorts(records: Record<string, unknown>[]): Promise<void> {
+  const ports = new Set(records.filter((r) => typeof r.msg === 'string' && r.msg.startsWith("sleep mode: the engine's port is refused")).map((r) => r.port));
+  if (ports.size === 0) return;
+  const guard = new NftPortGuard();
+  for (const port of ports) if (typeof port === 'number') await guard.release(port).catch(() => undefined);
 }

@@ -82,6 +82,21 @@ export interface EngineConfig {
    */
   allowSleepMode?: boolean;
   /**
+   * vllm and sglang: how the port of a shard with sleep_mode is kept from
+   * other local users (sleep-port-guards.ts). 'nftables' (the default): a
+   * loopback rule lets only the agent's and the engine's uid connect, and a
+   * start is refused when it cannot be set; 'none': the operator's word
+   * that no other local user runs on the node, said at every such start.
+   */
+  sleepPortGuard?: 'nftables' | 'none';
+  /**
+   * Accounts by profile name (engines.<name>.profile_users): a profile listed
+   * runs as its own account, with its own compile caches (engines/<uid>/…);
+   * any other profile runs as `user`. Tenants that must not share caches
+   * each get one (security review 4, S9).
+   */
+  profileUsers?: Record<string, EngineUser>;
+  /**
    * Options of the engine that load code, open files or reach an endpoint
    * (code-loading-args.ts) which a profile's args may set anyway, as
    * `--flag`. Default none.

@@ -3,11 +3,11 @@ import { nearestName } from '../../lib/nearest-name.js';
 import { defaultEngineConfig } from './default-engine-config.js';
 import { ENV_PATTERN } from './env-allowlist.js';
 import { findUser } from './find-user.js';
-import { ENGINE_NAMES, type EngineConfig, type EngineName } from './agent-config.js';
+import { ENGINE_NAMES, type EngineConfig, type EngineName, type EngineUser } from './agent-config.js';
 import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 
-export const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'allow_root', 'allow_sleep_mode', 'enabled'] as const;
+export const ENGINE_KEYS = ['command', 'env', 'extra_args', 'allowed_env', 'allowed_args', 'model_roots', 'user', 'allow_root', 'allow_sleep_mode', 'sleep_port_guard', 'profile_users', 'enabled'] as const;
 
 /** An option as an operator lists it in allowed_args: `--name`, the long form the engine's parser declares. */
 const LONG_FLAG = /^--[A-Za-z0-9][A-Za-z0-9_-]*$/;
@@ -94,6 +94,22 @@ export function parseEnginesConfig(v: Record<string, unknown>, bad: (p: string) 
         if (name !== 'vllm') throw bad(`${name}.allow_sleep_mode: only vLLM's sleep mode opens endpoints without a key; remove the key (sleep_mode needs no opt-in for ${name})`);
         if (typeof x !== 'boolean') throw bad(`${name}.allow_sleep_mode must be true or false, got ${describeValue(x)}`);
         cfg.allowSleepMode = x;
+      } else if (k === 'sleep_port_guard') {
+        if (name === 'sim') throw bad(`sim.sleep_port_guard: the sim's sleep opens nothing; remove the key`);
+        if (x !== 'nftables' && x !== 'none') throw bad(`${name}.sleep_port_guard must be nftables or none, got ${describeValue(x)}`);
+        cfg.sleepPortGuard = x;
+      } else if (k === 'profile_users') {
+        if (x === null) continue;
+        if (!isRecord(x)) throw bad(`${name}.profile_users must be a map of profile name to account name, got ${describeValue(x)}`);
+        const users: Record<string, EngineUser> = {};
+        for (const [profile, account] of Object.entries(x)) {
+          if (typeof account !== 'string' || account === '') throw bad(`${name}.profile_users.${profile} must be an account name, got ${describeValue(account)}`);
+          const user = findUser(account);
+          if (!user) throw bad(`${name}.profile_users.${profile}: no account named ${JSON.stringify(account)} on this node; create it (useradd --system ${account}) or fix the name`);
+          if (user.uid === 0) throw bad(`${name}.profile_users.${profile}: ${account} is root; name an unprivileged account`);
+          users[profile] = user;
+        }
+        cfg.profileUsers = users;
       } else if (k === 'user') {
         if (x === null || x === '') continue;
         if (typeof x !== 'string') throw bad(`${name}.user must be an account name, got ${describeValue(x)}`);

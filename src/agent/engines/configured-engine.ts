@@ -3,6 +3,7 @@ import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
 import { type CodeLoadingArgs, NO_CODE_LOADING_ARGS, hubReposIn } from './code-loading-args.js';
 import { type EngineAccount, engineAccount, rootEngineRefusal } from './engine-account.js';
+import { shardUser } from './shard-user.js';
 import type { OwnedArgs } from './owned-args.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
@@ -95,14 +96,15 @@ export abstract class ConfiguredEngine implements Engine {
     const placement = chooseRankPlacement(spec, ctx.inventory, this.#host);
     if (placement) this.#placement.set(spec, { ...placement, ...this.#taskset(placement) });
     // Last: what the control plane got wrong is named before this node's own configuration.
-    if (this.account(ctx.agentUid).refused) throw failure(`shard ${spec.shardId}: ${rootEngineRefusal(this.name)}`);
+    if (shardUser(this.config, spec) === undefined && this.account(ctx.agentUid).refused) throw failure(`shard ${spec.shardId}: ${rootEngineRefusal(this.name)}`);
     this.#resolved.set(spec, executable);
     // Judged here because command() is synchronous; a model pulled between the two only starts online.
     if (this.#modelsCacheDir !== '') {
       const args = spec.profile?.args ?? [];
       const others = this.loadsModel() ? hubReposIn(args, this.codeLoadingArgs()) : [];
       this.#offline.set(spec, await judgeOfflineStart(this.#modelsCacheDir, spec.profile?.model ?? '', args, others));
-      const account = this.config.user ? { uid: this.config.user.uid, gid: this.config.user.gid } : undefined;
+      const user = shardUser(this.config, spec);
+      const account = user ? { uid: user.uid, gid: user.gid } : undefined;
       const engineCacheDir = new StoreLayout(this.#modelsCacheDir).engineCacheDir(account?.uid ?? ctx.agentUid, this.name, spec.profile?.model ?? '');
       await prepareEngineCache(engineCacheDir, account);
       this.#engineCacheDirs.set(spec, engineCacheDir);
@@ -236,7 +238,8 @@ export abstract class ConfiguredEngine implements Engine {
     // NCCL_IB_HCA exact, with the ports checked ACTIVE: NCCL reads a plain list as prefixes (nccl-selectors.ts).
     const fabricEnv: Record<string, string> = fabric ? { NCCL_IB_HCA: exactNcclList(fabric.ucxDevices), UCX_NET_DEVICES: fabric.ucxDevices.join(',') } : {};
     const plan: LaunchPlan = { argv, env: shardEnv(spec, this.mgmtInterface, this.config.env, profileEnv, { ...cacheEnv, ...fabricEnv, ...this.agentEnv(spec) }) };
-    if (this.config.user) plan.user = { ...this.config.user };
+    const user = shardUser(this.config, spec);
+    if (user) plan.user = { ...user };
     const placement = this.#placement.get(spec);
     if (placement) plan.placement = placement;
     return plan;

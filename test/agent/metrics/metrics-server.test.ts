@@ -17,10 +17,10 @@ afterEach(async () => {
   server = undefined;
 });
 
-async function start(renderCacheMs?: number): Promise<{ url: string; gauge: Gauge }> {
+async function start(renderCacheMs?: number, scrapesPerSecond?: number): Promise<{ url: string; gauge: Gauge }> {
   const registry = new Registry();
   const gauge = new Gauge({ name: 'llmgw_test_value', help: 'a value', registers: [registry] });
-  server = await serveMetrics('127.0.0.1:0', { registry, notReady: () => undefined, renderCacheMs });
+  server = await serveMetrics('127.0.0.1:0', { registry, notReady: () => undefined, renderCacheMs, scrapesPerSecond });
   return { url: `http://127.0.0.1:${(server.address() as { port: number }).port}`, gauge };
 }
 
@@ -60,5 +60,41 @@ describe('the metrics server', () => {
     } finally {
       for (const s of sockets) s.destroy();
     }
+  });
+
+  // Security review 4, S10: cached renderings still left 7205 answers a second, 96% of a core.
+  it('answers /metrics in turns, whoever scrapes: six scrapers at once at two a second wait 2.5 s for the last answer', async () => {
+    const { url } = await start(60_000, 2);
+    const t0 = performance.now();
+    const done = await Promise.all(Array.from({ length: 6 }, () => fetch(`${url}/metrics`).then(async (r) => [r.status, await r.text(), performance.now() - t0] as const)));
+    expect(done.map(([status]) => status)).toEqual([200, 200, 200, 200, 200, 200]);
+    // Turns at 0, 0.5, ... 2.5 s: none can come sooner (a lower bound, whatever the machine's load).
+    expect(Math.max(...done.map(([, , ms]) => ms))).toBeGreaterThanOrEqual(2400);
+  });
+
+  it('answers a lone scrape at once, and /healthz never waits for a turn (look-alikes)', async () => {
+    const { url } = await start(60_000, 0.1);
+    const t0 = performance.now();
+    expect((await fetch(`${url}/metrics`)).status).toBe(200);
+    // The next /metrics turn is 10 s away; /healthz is not a scrape.
+    expect(await (await fetch(`${url}/healthz`)).text()).toBe('ok\n');
+    expect(performance.now() - t0).toBeLessThan(5000);
+  });
+
+  it('closes a connection that pipelines a second /metrics before its first is answered', async () => {
+    const { url } = await start(60_000, 0.1);
+    const { port } = new URL(url);
+    // Take the free turn, so the next request waits.
+    await fetch(`${url}/metrics`);
+    const s = connect(Number(port), '127.0.0.1');
+    s.on('error', () => {});
+    let got = '';
+    s.on('data', (b: Buffer) => {
+      got += b.toString();
+    });
+    const closed = new Promise<void>((resolve) => s.once('close', () => resolve()));
+    s.write('GET /metrics HTTP/1.1\r\nHost: x\r\n\r\nGET /metrics HTTP/1.1\r\nHost: x\r\n\r\n');
+    await closed;
+    expect(got).toBe('');
   });
 });

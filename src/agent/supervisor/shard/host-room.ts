@@ -98,12 +98,19 @@ export async function numaFreeMib(node: number, paths: HostRoomPaths = {}): Prom
  * Refuses, in one line, a sleep whose host copy of up to `mib` MiB does not
  * fit every limit the engine `pid` runs under; `instead` is what to do
  * (level 2 on vLLM; on SGLang, whose both levels keep the copy, free memory
- * or stop the shard).
+ * or stop the shard). `promised`: what sleeps under way will copy and
+ * MemAvailable does not show yet (HostRamLedger).
  */
-export async function checkHostRoom(level: 1 | 2, mib: number, pid: number, instead: string, paths: HostRoomPaths = {}): Promise<void> {
+export async function checkHostRoom(level: 1 | 2, mib: number, pid: number, instead: string, paths: HostRoomPaths = {}, promised?: () => { mib: number; shards: string[] }): Promise<void> {
   const what = `sleep refused: level ${level} copies up to ${mib} MiB of weights to pinned host RAM`;
   const available = await memAvailableMib(paths.meminfo);
   if (available < mib) throw failure(`${what} and only ${available} MiB is available (MemAvailable); ${instead}`);
+  // Sleeps admitted before this one whose copies are not made yet (host-ram-ledger.ts): MemAvailable does not show them.
+  const ahead = promised?.();
+  if (ahead && ahead.mib > 0 && available - ahead.mib < mib) {
+    const whose = `${ahead.shards.length === 1 ? 'the sleep' : 'the sleeps'} of ${ahead.shards.join(', ')}`;
+    throw failure(`${what} and ${available} MiB is available (MemAvailable), ${ahead.mib} MiB of it promised to ${whose} under way; wait for ${ahead.shards.length === 1 ? 'it' : 'them'}, or ${instead}`);
+  }
   const cg = pid > 0 ? await cgroupRoomMib(pid, paths) : undefined;
   if (cg && cg.mib < mib) throw failure(`${what} and the engine's cgroup ${cg.cgroup} has only ${cg.mib} MiB left under its memory.max of ${cg.maxMib} MiB; raise its MemoryMax or ${instead.replace(/^use/, 'use')}`);
   const node = pid > 0 ? await boundNumaNode(pid, paths) : undefined;

@@ -356,10 +356,15 @@ export class ShardRunner {
     if (!this.servesHttp) throw failure(`sleep refused: rank ${this.spec.rank} of shard ${this.shardId} serves no API; sleep its replica's rank 0`);
     await this.oneSleepCall('sleep', async (hands) => {
       const p = await prepareSleep(hands, level, probes);
-      const why = `sleep level ${p.level} requested (GPUs ${this.spec.gpuIndices.join(',')} hold ${p.before} MiB)`;
-      const asked = this.apply({ kind: 'sleep', level: p.level, awakeMib: p.before, why });
-      if ('refused' in asked) throw failure(`sleep refused: shard ${this.shardId} ${asked.refused}`);
-      await releaseShard(hands, p, probes);
+      try {
+        const why = `sleep level ${p.level} requested (GPUs ${this.spec.gpuIndices.join(',')} hold ${p.before} MiB)`;
+        const asked = this.apply({ kind: 'sleep', level: p.level, awakeMib: p.before, why });
+        if ('refused' in asked) throw failure(`sleep refused: shard ${this.shardId} ${asked.refused}`);
+        await releaseShard(hands, p, probes);
+      } finally {
+        // Its copy made (MemAvailable shows it now) or never to be: the host RAM it was promised is free for the next sleep.
+        p.claim?.release();
+      }
     });
     return this.snapshot();
   }

@@ -8,6 +8,7 @@ import { readLastOutput } from './shard-failure.js';
 import type { ShardHands } from './shard-hands.js';
 import type { ShardChange } from './shard-machine.js';
 import { checkHostRoom } from './host-room.js';
+import type { HostRamClaim } from './host-ram-ledger.js';
 import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, DEFAULT_SLEEP_TIMEOUT_MS, hostCopyAdvice, judgeSleep, type SleepProbes } from './shard-sleep.js';
 import { judgeSurvival } from './sleep-survival.js';
 
@@ -37,6 +38,8 @@ export interface PreparedSleep {
   api: EngineSleepApi;
   level: 1 | 2;
   before: number;
+  /** Host RAM claimed for its copy (HostRamLedger): released by the runner once the sleep has finished or failed. */
+  claim?: HostRamClaim;
 }
 
 /**
@@ -54,16 +57,23 @@ export async function prepareSleep(h: SleepHands, level: number, probes: SleepPr
   // From a reading newer than the request: one just after READY may predate the engine's memory.
   const before = await awaitFirstReading(probes, h.spec.gpuIndices, h.signal);
   const instead = hostCopyAdvice(api, lvl, h.facts.hostCopyMib);
-  if (instead !== undefined) await checkHostRoom(lvl, before, h.facts.pid, instead, { meminfo: probes.meminfoPath, ...probes.hostRoomPaths });
-  if (api.mustBeIdle) {
-    const held = await h.inFlight();
-    if (held !== 0) throw failure(`sleep refused: ${h.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
+  // Claimed before MemAvailable is read, so that concurrent sleeps are judged together (host-ram-ledger.ts).
+  const claim = instead !== undefined ? probes.hostRam?.claim(h.shardId, before) : undefined;
+  try {
+    if (instead !== undefined) await checkHostRoom(lvl, before, h.facts.pid, instead, { meminfo: probes.meminfoPath, ...probes.hostRoomPaths }, claim?.ahead);
+    if (api.mustBeIdle) {
+      const held = await h.inFlight();
+      if (held !== 0) throw failure(`sleep refused: ${h.spec.profile?.engine} must be idle to release its memory and holds ${held ?? 'an unknown number of'} request(s); drain it first`);
+    }
+    // What its wake is checked against, from the engine awake: none, and a woken engine on garbage weights would pass as READY.
+    if (h.checksAnswers && (await h.answers.of(h.signal)) === undefined) {
+      throw failure(`sleep refused: shard ${h.shardId} gave no answer to ${KNOWN_PROMPT_LABEL} to check its wake against (see the agent's log); a shard whose wake cannot be checked is not put to sleep`);
+    }
+  } catch (err) {
+    claim?.release();
+    throw err;
   }
-  // What its wake is checked against, from the engine awake: none, and a woken engine on garbage weights would pass as READY.
-  if (h.checksAnswers && (await h.answers.of(h.signal)) === undefined) {
-    throw failure(`sleep refused: shard ${h.shardId} gave no answer to ${KNOWN_PROMPT_LABEL} to check its wake against (see the agent's log); a shard whose wake cannot be checked is not put to sleep`);
-  }
-  return { api, level: lvl, before };
+  return { api, level: lvl, before, ...(claim ? { claim } : {}) };
 }
 
 /**

@@ -5,6 +5,7 @@ import { errorMessage, failure } from '../../../lib/errors.js';
 import type { EngineSleepApi, SleepCall } from '../../engines/engine-sleep-api.js';
 import { bearer, type HttpResult, httpGet, PROBE_BODY_MAX_BYTES } from '../probes/http-probe.js';
 import type { HostRoomPaths } from './host-room.js';
+import type { HostRamLedger } from './host-ram-ledger.js';
 import { stateName } from '../../../lib/shard-states.js';
 
 /*
@@ -36,6 +37,8 @@ export interface SleepProbes {
   gpusTaken?: (gpus: readonly number[]) => Promise<string | undefined>;
   /** Where host room is read (host-room.ts); tests give stand-ins. */
   hostRoomPaths?: HostRoomPaths;
+  /** Host RAM promised to sleeps under way, node-wide (host-ram-ledger.ts); without it each sleep is judged alone. */
+  hostRam?: HostRamLedger;
   /**
    * A reading of every GPU taken now (GpuMemorySampler.readNow: NVML at once,
    * else one nvidia-smi, shared by concurrent asks); rejects when none could

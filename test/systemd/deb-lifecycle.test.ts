@@ -73,14 +73,19 @@ async function startAgent(): Promise<Register> {
   return (await registered).msg.value as Register;
 }
 
-/** The pids of both engines as the (new) agent reports them, once each is READY again. */
-async function readyPids(reg: Register): Promise<Record<string, number>> {
+/** A READY (or FAILED) wait for each engine, set up before the restart that makes one. */
+function readyWaits(): Map<string, Promise<unknown>> {
+  return new Map([...engines.keys()].map((id) => [id, later(f.cp.cp.waitFor(NODE, shardIs(id, S.READY, S.FAILED), 90_000))]));
+}
+
+/** The pids of both engines as the (new) agent reports them, once each is READY again (in Register, or in a status after it). */
+async function readyPids(reg: Register, waits: Map<string, Promise<unknown>>): Promise<Record<string, number>> {
   const out: Record<string, number> = {};
   for (const id of engines.keys()) {
     const listed = reg.runningShards.find((s) => s.shardId === id);
     expect(listed, `Register lacks ${id}\n${agentLog()}`).toBeDefined();
     if (listed?.state !== S.READY) {
-      const st = (await f.cp.cp.waitFor(NODE, shardIs(id, S.READY, S.FAILED), 60_000)).msg.value as ShardStatus;
+      const st = ((await waits.get(id)) as { msg: { value: ShardStatus } }).msg.value;
       expect(S[st.state], st.error).toBe('READY');
     }
     out[id] = (await ctlShards()).find((s) => s.shardId === id)?.pid ?? 0;
@@ -207,9 +212,10 @@ describe.skipIf(unavailable !== undefined)(
       const before = await f.lab.show(AGENT_UNIT, 'MainPID');
       const health = [...engines.values()].map((e) => watchHealth(e.port));
       const registered = later(f.cp.cp.waitFor(NODE, isRegister, 90_000));
+      const waits = readyWaits();
       const upgraded = await dpkg('-i', f.deb);
       expect(upgraded.exitCode, upgraded.stderr).toBe(0);
-      const pids = await readyPids((await registered).msg.value as Register);
+      const pids = await readyPids((await registered).msg.value as Register, waits);
       expect(await f.lab.show(AGENT_UNIT, 'MainPID')).not.toBe(before);
       for (const [id, e] of engines) expect(pids[id], id).toBe(e.pid);
       for (const h of health) {
@@ -233,7 +239,8 @@ describe.skipIf(unavailable !== undefined)(
       const reinstalled = await dpkg('-i', f.deb);
       expect(reinstalled.exitCode, reinstalled.stderr).toBe(0);
       expect(await f.lab.show(AGENT_UNIT, 'ActiveState')).toBe('inactive');
-      const pids = await readyPids(await startAgent());
+      const waits = readyWaits();
+      const pids = await readyPids(await startAgent(), waits);
       for (const [id, e] of engines) expect(pids[id], id).toBe(e.pid);
     });
 

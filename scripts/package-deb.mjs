@@ -8,11 +8,13 @@
 //
 // Writes DIR/llmgw_<version>_<arch>.deb (DIR defaults to ./packages) and prints its path.
 import { execFileSync } from 'node:child_process';
-import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, existsSync, lstatSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, realpathSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { gzipSync } from 'node:zlib';
+import { renderCopyright } from './deb-copyright.mjs';
 
 const REPO = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 /** Where the package puts itself; the unit, the wrapper and the README name these paths. */
@@ -20,6 +22,16 @@ const PREFIX = '/usr/lib/llmgw';
 const NODE = `${PREFIX}/node/bin/node`;
 const RUN_JS = `${PREFIX}/bin/run.js`;
 const CONFIG = '/etc/llmgw/agent.yaml';
+const DOC = '/usr/share/doc/llmgw';
+/**
+ * What the bundled Node and koffi's glibc build link (ldd: libc, libm, libdl, libpthread,
+ * libgcc_s, libstdc++), at the versions dpkg-shlibdeps derived from their symbols (Node
+ * v20: libc6 2.34, libgcc-s1 3.4, libstdc++6 5.2; koffi.node: libstdc++6 10.2). The build
+ * checks that every library ldd names belongs to one of these packages (checkLinkedPackages).
+ */
+const DEPENDS = 'libc6 (>= 2.34), libgcc-s1 (>= 3.4), libstdc++6 (>= 10.2), adduser';
+/** Where a Node install keeps its LICENSE (the official tarball's, NodeSource's and Debian's layouts). */
+const nodeLicenseCandidates = () => [join(dirname(process.execPath), '..', 'LICENSE'), join(dirname(process.execPath), '..', 'share', 'doc', 'node', 'LICENSE'), '/usr/share/doc/nodejs/LICENSE'];
 
 /**
  * Every mode in the tree set, whatever the builder's umask and the checkout's
@@ -38,6 +50,62 @@ function normaliseModes(dir) {
     else if (st.isFile()) chmodSync(path, st.mode & 0o111 ? 0o755 : 0o644);
     else if (!st.isSymbolicLink()) fail(`${path} is neither a file, a folder nor a link: a package holds no such thing`);
   }
+}
+
+function dropExecuteBits(dir) {
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    const st = lstatSync(path);
+    if (st.isDirectory()) dropExecuteBits(path);
+    else if (st.isFile()) chmodSync(path, 0o644);
+  }
+}
+
+const DEV_DOTFILE = /^\.(eslintrc(\..*)?|npmignore|gitattributes|gitignore|editorconfig|travis\.yml|prettierrc(\..*)?)$/;
+function removeDevDotfiles(dir) {
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    const st = lstatSync(path);
+    if (st.isDirectory()) removeDevDotfiles(path);
+    else if (DEV_DOTFILE.test(name)) rmSync(path);
+  }
+}
+
+/** ELF files in the tree: the runtime and native addons (what ldd and Depends are about). */
+function elfFiles(dir) {
+  const out = [];
+  for (const name of readdirSync(dir)) {
+    const path = join(dir, name);
+    const st = lstatSync(path);
+    if (st.isDirectory()) out.push(...elfFiles(path));
+    else if (st.isFile() && st.size > 4 && readFileSync(path).subarray(0, 4).toString('latin1') === '\x7fELF') out.push(path);
+  }
+  return out;
+}
+
+/** Every library an ELF file links must come from a package Depends names: a new Node that links a new library fails the build, not the node. */
+function checkLinkedPackages(files) {
+  const depends = new Set(DEPENDS.split(',').map((d) => d.trim().split(/\s/)[0]));
+  for (const file of files) {
+    const ldd = execFileSync('ldd', [file], { encoding: 'utf8' });
+    for (const m of ldd.matchAll(/=>\s+(\/\S+)/g)) {
+      const owner = ownerOf(m[1]);
+      if (!depends.has(owner)) fail(`${file} links ${m[1]} from package ${owner ?? '(none: not installed by dpkg)'}, which Depends (${DEPENDS}) does not name: add it in scripts/package-deb.mjs`);
+    }
+  }
+}
+
+/** The package dpkg says installed `path`, under its /lib or /usr/lib name (merged /usr) or its real path. */
+function ownerOf(path) {
+  const names = [path, path.replace(/^\/lib\//, '/usr/lib/'), path.replace(/^\/usr\/lib\//, '/lib/'), realpathSync(path)];
+  for (const p of new Set(names)) {
+    try {
+      return execFileSync('dpkg', ['-S', p], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).split(':')[0];
+    } catch {
+      // Not this name: the next.
+    }
+  }
+  return undefined;
 }
 
 function fail(message) {
@@ -62,6 +130,8 @@ const arch = execFileSync('dpkg', ['--print-architecture'], { encoding: 'utf8' }
 const stage = mkdtempSync(join(tmpdir(), 'llmgw-deb-'));
 const root = join(stage, 'root');
 const at = (p) => join(root, p);
+/** The production dependencies' folders in the checkout, nested ones too. */
+let listed = [];
 
 try {
   // The package's own files, as `npm pack` would ship them ("files" in package.json); the docs go to /usr/share/doc below.
@@ -69,13 +139,20 @@ try {
     if (existsSync(join(REPO, f))) cpSync(join(REPO, f), at(`${PREFIX}/${f}`), { recursive: true, dereference: true });
   }
   // Production dependencies only, from the lockfile's tree as installed (no registry).
-  const listed = execFileSync('npm', ['ls', '--omit=dev', '--all', '--parseable'], { cwd: REPO, encoding: 'utf8' }).split('\n').filter((p) => p.startsWith(join(REPO, 'node_modules')));
+  listed = execFileSync('npm', ['ls', '--omit=dev', '--all', '--parseable'], { cwd: REPO, encoding: 'utf8' }).split('\n').filter((p) => p.startsWith(join(REPO, 'node_modules')));
   const outermost = listed.filter((p) => !listed.some((q) => q !== p && p.startsWith(`${q}/`)));
   for (const p of outermost) cpSync(p, at(`${PREFIX}/${relative(REPO, p)}`), { recursive: true, dereference: true });
+  // koffi's prebuilt for musl systems: dead weight on Debian (glibc), and a binary no Debian library satisfies.
+  for (const dir of readdirSync(at(`${PREFIX}/node_modules/@koromix`), { withFileTypes: true }).filter((d) => d.isDirectory())) {
+    for (const sub of readdirSync(join(dir.parentPath ?? dir.path, dir.name))) if (sub.startsWith('musl')) rmSync(join(dir.parentPath ?? dir.path, dir.name, sub), { recursive: true });
+  }
+  // Dependencies' development leftovers (linter, VCS and npm settings): not part of what runs.
+  removeDevDotfiles(at(`${PREFIX}/node_modules`));
   // The runtime that built and tested it.
   mkdirSync(dirname(at(NODE)), { recursive: true });
   cpSync(process.execPath, at(NODE));
   chmodSync(at(NODE), 0o755);
+  checkLinkedPackages(elfFiles(at(PREFIX)));
   // `llmgw` on PATH: exec, so that under systemd the agent is the unit's main process.
   mkdirSync(at('/usr/bin'), { recursive: true });
   writeFileSync(at('/usr/bin/llmgw'), `#!/bin/sh\nexec ${NODE} ${RUN_JS} "$@"\n`, { mode: 0o755 });
@@ -109,10 +186,31 @@ try {
   mkdirSync(at('/usr/share/doc/llmgw/docs'), { recursive: true });
   cpSync(join(REPO, 'README.md'), at('/usr/share/doc/llmgw/README.md'));
   for (const page of readdirSync(join(REPO, 'docs')).filter((f) => f.endsWith('.md'))) cpSync(join(REPO, 'docs', page), at(`/usr/share/doc/llmgw/docs/${page}`));
+  // Debian's doc files: the copyright (DEP-5, every bundled component's licence), Node's own
+  // LICENSE it points at, the changelog (a native package's: changelog.gz, policy 12.7).
+  mkdirSync(at(DOC), { recursive: true });
+  const nodeLicense = nodeLicenseCandidates().find((p) => existsSync(p));
+  if (!nodeLicense) fail(`no LICENSE for the Node runtime at ${nodeLicenseCandidates().join(', ')}: the package must carry Node's notices`);
+  cpSync(nodeLicense, at(`${DOC}/node-LICENSE`));
+  writeFileSync(at(`${DOC}/copyright`), renderCopyright({ version: pkg.version, nodeVersion: process.version, nodeLicenseAt: nodeLicense, dependencyDirs: listed.map((p) => at(`${PREFIX}/${relative(REPO, p)}`)), root }));
+  const changelog = readFileSync(join(REPO, 'packaging/deb/changelog'), 'utf8');
+  const top = /^llmgw \(([^)]+)\)/.exec(changelog)?.[1];
+  if (top !== pkg.version) fail(`packaging/deb/changelog's newest entry is for ${top}, package.json says ${pkg.version}: add an entry for it`);
+  writeFileSync(at(`${DOC}/changelog.gz`), gzipSync(changelog, { level: 9 }));
+  // What lintian says of the package that is so on purpose (each with its reason): packaging/deb/lintian-overrides.
+  mkdirSync(at('/usr/share/lintian/overrides'), { recursive: true });
+  cpSync(join(REPO, 'packaging/deb/lintian-overrides'), at('/usr/share/lintian/overrides/llmgw'));
+  // Trying the package on a machine without GPUs: the agent's configuration and the unit's drop-in (their header says how).
+  cpSync(join(REPO, 'packaging/fake-gpus'), at(`${DOC}/examples/fake-gpus`), { recursive: true });
 
   // Modes by kind, not by umask; then the ones that differ: the conffile is llmgw-ops' to read (postinst chgrps it).
   normaliseModes(root);
   chmodSync(at(CONFIG), 0o640);
+  // Nothing in node_modules is run as a program: the packaged Node loads it. Its files' execute
+  // bits (scripts for a node on PATH, or set by mistake) would be programs no Depends satisfies.
+  dropExecuteBits(at(`${PREFIX}/node_modules`));
+  // llmgw's own entry point runs on the packaged Node when run directly, as /usr/bin/llmgw runs it.
+  writeFileSync(at(RUN_JS), readFileSync(at(RUN_JS), 'utf8').replace(/^#!.*\n/, `#!${NODE}\n`));
 
   const installedKb = Number(execFileSync('du', ['-sk', root], { encoding: 'utf8' }).split('\t')[0]);
   mkdirSync(at('DEBIAN'), { recursive: true });
@@ -124,14 +222,16 @@ try {
       `Architecture: ${arch}`,
       'Maintainer: llmgw maintainers <maintainers@llmgw.invalid>',
       `Installed-Size: ${installedKb}`,
-      'Depends: libc6 (>= 2.28), libstdc++6, adduser',
+      `Depends: ${DEPENDS}`,
       // nft keeps a sleep-mode engine's port from other local users (sleep-port-guards.ts); without it such starts are refused.
       'Recommends: systemd, nftables',
       'Section: admin',
       'Priority: optional',
       'Homepage: https://github.com/llmgw/llmgw-node',
-      `Description: ${pkg.description}`,
-      ' The llmgw node agent and operator CLI, with the Node runtime it runs on.',
+      'Description: agent that runs LLM inference engines on GPU nodes, and its CLI',
+      ' The llmgw node agent, which runs inference engines (vLLM, SGLang) on a GPU',
+      ' node for a control plane, and the operator CLI around it, with the Node',
+      ' runtime it runs on.',
       ' Engines run as the llmgw-engine account; members of llmgw-ops may use',
       ' `llmgw ctl` once admin.group names it. Edit /etc/llmgw/agent.yaml, then',
       ' `systemctl enable --now llmgw-agent`.',

@@ -181,7 +181,13 @@ export class Reconciler {
       if (rs.state !== ShardState.UNSPECIFIED) this.#lifecycle.updateShardState(replica, current, rs.state, '', 0, rs.gangBreak);
       return;
     }
-    if (TERMINAL_SHARD_STATES.has(rs.state)) return;
+    if (TERMINAL_SHARD_STATES.has(rs.state)) {
+      // An ended run the node still keeps (a FAILED record): its generation is taken, so the next
+      // one placed is numbered after it. A restarted control plane started again from g1, and
+      // crash-0-g2-r0 named two different runs on the node (walkthrough 4, O16).
+      replica.generation = Math.max(replica.generation, generationOf(rs.shardId) ?? 0);
+      return;
+    }
     const generation = generationOf(rs.shardId) ?? replica.generation;
     const conflict = adoptionConflict(replica, rs, generation);
     if (conflict) {

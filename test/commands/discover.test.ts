@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { FAKE_NVIDIA_SMI, GPU_FIXTURES, gpuFixture, SYSFS_FIXTURE } from '../helpers/fake-gpus.js';
-import { runCli } from '../helpers/run-cli.js';
+import { REPO_ROOT, runCli } from '../helpers/run-cli.js';
 import { buildFakeNvml, fakeNvmlUnavailable } from '../agent/discovery/fake-nvml.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-discover-cli-'));
@@ -104,9 +104,10 @@ describe('llmgw discover', () => {
         `  nvidia_smi: ${FAKE_NVIDIA_SMI}`,
         `  sysfs_root: ${SYSFS_FIXTURE}`,
         // Who the engines run as is a check too; both may here (see the engine-account test).
+        // Their executables are checked too: vllm's is the double, sglang's is absent (walkthrough 4, O10).
         'engines:',
-        '  vllm: {user: nobody}',
-        '  sglang: {allow_root: true}',
+        `  vllm: {user: nobody, command: [${join(REPO_ROOT, 'bin/fake-vllm')}, serve]}`,
+        '  sglang: {allow_root: true, command: [/nonexistent/sglang-launch]}',
         '',
       ].join('\n'),
     );
@@ -115,7 +116,7 @@ describe('llmgw discover', () => {
     // A failed --strict is an error like any other (BaseCommand.catch): the report is in its details.
     const { kind, message, inventory, checks } = JSON.parse(r.stdout).error;
     expect(kind).toBe('failure');
-    expect(message).toMatch(/^preflight failed: gpu-health, fabric ib-b; reset the unhealthy GPUs or drain the node; bring fabric ib-b's HCA up /);
+    expect(message).toMatch(/^preflight failed: gpu-health, fabric ib-b, engine-command sglang; reset the unhealthy GPUs or drain the node; bring fabric ib-b's HCA up .*; install sglang or set engines\.sglang\.command \(engines\.sglang\.enabled: false on a node that does not run it\)/);
     expect(inventory.hcas.find((h: { name: string }) => h.name === 'mlx5_0').fabric).toBe('ib-a');
     expect(checks.map((c: { name: string; ok: boolean }) => [c.name, c.ok])).toEqual([
       ['driver', true],
@@ -127,7 +128,11 @@ describe('llmgw discover', () => {
       ['mgmt-interface', true],
       ['engine-account vllm', true],
       ['engine-account sglang', true],
+      ['engine-command vllm', true],
+      ['engine-command sglang', false],
     ]);
+    expect(checks.find((c: { name: string }) => c.name === 'engine-command vllm').detail).toBe(join(REPO_ROOT, 'bin/fake-vllm'));
+    expect(checks.find((c: { name: string }) => c.name === 'engine-command sglang').detail).toBe('"/nonexistent/sglang-launch" is not an executable file; every start of sglang would fail');
     const text = await runCli(['discover', '--config', config], { env: { LLMGW_FAKE_GPUS: 'fault' } });
     expect(text.exitCode).toBe(0);
     expect(text.stdout).toMatch(/^FAIL\s+gpu-health\s+GPU 2: GPU requires reset; GPU 3: Unknown Error/m);
@@ -139,7 +144,7 @@ describe('llmgw discover', () => {
     const config = join(tmp, 'accounts.yaml');
     writeFileSync(
       config,
-      ['node_id: n1', 'server: http://127.0.0.1:1', 'mgmt_interface: lo', 'discovery:', `  nvidia_smi: ${FAKE_NVIDIA_SMI}`, `  sysfs_root: ${SYSFS_FIXTURE}`, '  foreign_memory_share: 100%', 'engines:', '  vllm: {user: nobody}', '  sglang: {}', '  sim: {enabled: true, allow_root: true}', ''].join('\n'),
+      ['node_id: n1', 'server: http://127.0.0.1:1', 'mgmt_interface: lo', 'discovery:', `  nvidia_smi: ${FAKE_NVIDIA_SMI}`, `  sysfs_root: ${SYSFS_FIXTURE}`, '  foreign_memory_share: 100%', 'engines:', `  vllm: {user: nobody, command: [${join(REPO_ROOT, 'bin/fake-vllm')}, serve]}`, '  sglang: {command: [/bin/sh]}', '  sim: {enabled: true, allow_root: true}', ''].join('\n'),
     );
     const r = await runCli(['discover', '--config', config, '--strict', '--json']);
     expect(r.exitCode).toBe(1);

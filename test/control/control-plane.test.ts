@@ -148,6 +148,23 @@ describe('ControlPlane', () => {
     expect(after.cp.replicas()[0]).toMatchObject({ phase: 'ready', generation: 1, url: `http://127.0.0.1:${start.httpPort}` });
   });
 
+  it('numbers its first placement after the ended runs a node still reports once it restarted, never again from g1 (walkthrough 4, O16)', async () => {
+    const { url } = await startControlPlane({ deployment: tiny() });
+    const failed = { replicaId: 'tiny-0', rank: 0, nnodes: 1, gpuIndices: [0], httpPort: 18500, state: ShardState.FAILED };
+    const a = agent({ baseUrl: url, nodeId: 'node-a', gpus: 2, runningShards: [{ ...failed, shardId: 'tiny-0-g9-r0' }, { ...failed, shardId: 'tiny-0-g7-r0' }] });
+    const start = startOf(await a.waitFor(isStart));
+    expect(start.shardId).toBe('tiny-0-g10-r0');
+    // The ended runs are records, not shards: nothing of them is stopped.
+    await a.sync();
+    expect(a.received.filter(isStop)).toEqual([]);
+  });
+
+  it('starts at g1 when the node reports no run of the replica (the look-alike: an ended run of another replica counts for nothing)', async () => {
+    const { url } = await startControlPlane({ deployment: tiny() });
+    const a = agent({ baseUrl: url, nodeId: 'node-a', gpus: 2, runningShards: [{ replicaId: 'gone-0', shardId: 'gone-0-g4-r0', rank: 0, nnodes: 1, gpuIndices: [1], httpPort: 18501, state: ShardState.FAILED }] });
+    expect(startOf(await a.waitFor(isStart)).shardId).toBe('tiny-0-g1-r0');
+  });
+
   it('stops a running shard of a replica that is not in the deployment', async () => {
     const { cp, url } = await startControlPlane({ deployment: tiny() });
     const a = agent({

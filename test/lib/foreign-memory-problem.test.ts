@@ -6,7 +6,7 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { GpuProcessSchema, GpuSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../src/lib/foreign-memory-problem.js';
 import { FAKE_NVIDIA_SMI, SYSFS_FIXTURE } from '../helpers/fake-gpus.js';
-import { runCli } from '../helpers/run-cli.js';
+import { REPO_ROOT, runCli } from '../helpers/run-cli.js';
 
 const gpu = (index: number, usedMb: number) => create(GpuSchema, { index, uuid: `GPU-${index}`, memoryTotalMb: 81559, memoryUsedMb: usedMb, healthy: true });
 const proc = (pid: number, gpuIndex: number, mb: number) => create(GpuProcessSchema, { pid, gpuUuid: `GPU-${gpuIndex}`, usedMemoryMb: mb });
@@ -64,7 +64,8 @@ describe('discovery.foreign_memory_share', () => {
     onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
     const path = join(dir, 'agent.yaml');
     // The engines run as root here, as the test does: allowed, so that only foreign memory is judged.
-    const engines = ['engines:', '  vllm: {allow_root: true}', '  sglang: {allow_root: true}'];
+    // Their executables, checked too, are the doubles: this machine has neither engine.
+    const engines = ['engines:', `  vllm: {allow_root: true, command: [${join(REPO_ROOT, 'bin/fake-vllm')}, serve]}`, `  sglang: {allow_root: true, command: [${join(REPO_ROOT, 'bin/fake-sglang')}]}`];
     const yaml = ['node_id: n1', 'server: http://127.0.0.1:1', 'mgmt_interface: lo', 'discovery:', `  nvidia_smi: ${FAKE_NVIDIA_SMI}`, `  sysfs_root: ${SYSFS_FIXTURE}`, `  foreign_memory_share: ${share}`, ...engines];
     writeFileSync(path, `${yaml.join('\n')}\n`);
     return path;

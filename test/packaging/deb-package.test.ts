@@ -47,7 +47,9 @@ describe('npm run package: the .deb', () => {
     expect(manifest.scripts.package).toBe('npm run build && node scripts/package-deb.mjs');
     const fields = String((await execa('dpkg-deb', ['-f', deb])).stdout);
     expect(fields).toMatch(new RegExp(`^Package: llmgw$[\\s\\S]*^Version: ${manifest.version.replaceAll('.', '\\.')}$[\\s\\S]*^Architecture: ${arch}$`, 'm'));
-    expect(fields).toMatch(/^Depends: libc6 \(>= 2\.28\), libstdc\+\+6, adduser$/m);
+    // What the bundled node and koffi's addon link, at dpkg-shlibdeps' versions; the build fails on a library none of these ships.
+    expect(fields).toMatch(/^Depends: libc6 \(>= 2\.34\), libgcc-s1 \(>= 3\.4\), libstdc\+\+6 \(>= 10\.2\), adduser$/m);
+    expect(fields).not.toMatch(/^Description: llmgw/m);
     expect(String((await execa('dpkg-deb', ['-f', deb, 'Installed-Size'])).stdout).trim()).toMatch(/^\d+$/);
   });
 
@@ -104,8 +106,9 @@ describe('npm run package: the .deb', () => {
     // Upgrades restart a running agent and nothing else; removal stops only the agent; purge deletes state.
     const postinst = readFileSync(join(control, 'postinst'), 'utf8');
     expect(postinst).toContain('adduser --system --group --home /var/lib/llmgw-engine --shell /usr/sbin/nologin llmgw-engine');
-    expect(postinst).toMatch(/if \[ -n "\$2" \] && systemctl is-active --quiet llmgw-agent; then\n\s+systemctl restart llmgw-agent/);
-    expect(readFileSync(join(control, 'postrm'), 'utf8')).toMatch(/if \[ "\$1" = purge \]; then\n\s+rm -rf \/var\/lib\/llmgw/);
+    expect(postinst).toMatch(/if \[ -n "\$2" \] && systemctl is-active --quiet llmgw-agent; then\n\s+deb-systemd-invoke restart llmgw-agent\.service/);
+    // A purge stops the engines first, then empties the folders, a mount point kept (test/systemd/deb-lifecycle.test.ts runs it).
+    expect(readFileSync(join(control, 'postrm'), 'utf8')).toContain('for d in /var/lib/llmgw /var/log/llmgw /etc/llmgw; do purge_dir "$d"; done');
     for (const script of ['postinst', 'prerm', 'postrm']) expect((await execa('sh', ['-n', join(control, script)], { reject: false })).exitCode, script).toBe(0);
   });
 
@@ -125,5 +128,28 @@ describe('npm run package: the .deb', () => {
     const shipped = join(root, 'usr/share/llmgw/alerts.yaml');
     expect(readFileSync(shipped, 'utf8')).toBe(readFileSync(join(REPO_ROOT, 'packaging/alerts.yaml'), 'utf8'));
     expect(statSync(shipped).mode & 0o777).toBe(0o644);
+  });
+
+  it("carries Debian's doc files: a DEP-5 copyright naming every bundled package and licence, Node's LICENSE, changelog.gz for this version, the fake-GPU example", async () => {
+    const doc = join(root, 'usr/share/doc/llmgw');
+    const copyright = readFileSync(join(doc, 'copyright'), 'utf8');
+    expect(copyright.split('\n')[0]).toBe('Format: https://www.debian.org/doc/packaging-manuals/copyright-format/1.0/');
+    const listed = String((await execa('find', [join(root, 'usr/lib/llmgw/node_modules'), '-name', 'package.json', '-path', '*/node_modules/*/package.json'])).stdout)
+      .split('\n')
+      .map((p) => p.slice(root.length + 1, -'/package.json'.length))
+      .filter((p) => /node_modules\/(@[^/]+\/)?[^/]+$/.test(p));
+    for (const dir of ['usr/lib/llmgw/node_modules/yaml', 'usr/lib/llmgw/node_modules/@bufbuild/protobuf']) expect(listed).toContain(dir);
+    for (const dir of listed) expect(copyright, dir).toContain(`Files: ${dir}/*\n`);
+    // Every licence a Files paragraph names has its own License paragraph.
+    const used = new Set([...copyright.matchAll(/^Files: [\s\S]*?^License: (.+)$/gm)].flatMap((m) => (m[1] ?? '').split(/ and | or /)));
+    for (const name of used) expect(copyright, name).toMatch(new RegExp(`^License: ${name.replace(/[.+]/g, '\\$&')}\n `, 'm'));
+    expect(readFileSync(join(doc, 'node-LICENSE'), 'utf8')).toMatch(/^Node\.js is licensed for use as follows:/);
+    const changelog = String((await execa('zcat', [join(doc, 'changelog.gz')])).stdout);
+    expect(changelog.split('\n')[0]).toBe(`llmgw (${manifest.version}) unstable; urgency=medium`);
+    expect(readFileSync(join(doc, 'examples/fake-gpus/fake-gpus.conf'), 'utf8')).toContain('Environment=LLMGW_FAKE_GPUS=pcie-l40sx4');
+    // Nothing in node_modules is a program; llmgw's own entry point names the packaged Node.
+    expect(String((await execa('find', [join(root, 'usr/lib/llmgw/node_modules'), '-type', 'f', '-perm', '/111'])).stdout)).toBe('');
+    expect(readFileSync(join(root, 'usr/lib/llmgw/bin/run.js'), 'utf8').split('\n')[0]).toBe('#!/usr/lib/llmgw/node/bin/node');
+    expect(readFileSync(join(root, 'usr/share/lintian/overrides/llmgw'), 'utf8')).toBe(readFileSync(join(REPO_ROOT, 'packaging/deb/lintian-overrides'), 'utf8'));
   });
 });

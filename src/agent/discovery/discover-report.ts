@@ -37,6 +37,7 @@ export async function discoverReport(o: DiscoverReportOptions, print: (text: str
   const settings = resolveDiscoverSettings(o);
   const logger = await createLogger({ level: o.logLevel ?? 'error' });
   const inventory = await runDiscoverTasks({ ...settings, renderer: o.renderer, logger });
+  const engines = settings.engines ? new EngineRegistry({ engines: settings.engines, mgmtInterface: settings.mgmtInterface }) : undefined;
   const checks =
     settings.fromConfig || o.strict
       ? runPreflight(inventory, {
@@ -44,7 +45,8 @@ export async function discoverReport(o: DiscoverReportOptions, print: (text: str
           mgmtInterface: settings.fromConfig ? settings.mgmtInterface : '',
           foreignMemoryShare: settings.foreignMemoryShare,
           // Judged for this uid: `discover --config` runs as root, as the agent does.
-          engineAccounts: settings.engines ? new EngineRegistry({ engines: settings.engines, mgmtInterface: settings.mgmtInterface }).accounts(process.getuid?.() ?? -1) : [],
+          engineAccounts: engines?.accounts(process.getuid?.() ?? -1) ?? [],
+          engineExecutables: engines?.executables() ?? [],
         })
       : [];
   const report = toProtoJson(DiscoverReportSchema, create(DiscoverReportSchema, { inventory, checks })) as DiscoverReportJson;
@@ -79,6 +81,8 @@ export function failedChecksFix(names: readonly string[]): string {
         return `bring ${arg ? `fabric ${arg}'s` : 'the'} HCA up (cable, subnet manager) or fix fabrics in the config`;
       case 'mgmt-interface':
         return 'set mgmt_interface to an interface with an IPv4 address';
+      case 'engine-command':
+        return `install ${arg || 'the engine'} or set engines.${arg || '<engine>'}.command (engines.${arg || '<engine>'}.enabled: false on a node that does not run it)`;
       case 'engine-account':
         return `set engines.${arg || '<engine>'}.user to an account for it (or allow_root: true)`;
       default:

@@ -20,6 +20,8 @@ export interface PreflightOptions {
   foreignMemoryShare?: number;
   /** Who each registered engine runs as (with a config); one whose starts are refused fails its check. */
   engineAccounts?: readonly EngineAccount[];
+  /** Each registered engine's argv[0] and what it resolved to on PATH; one that resolved to nothing fails its check. */
+  engineExecutables?: readonly { engine: string; command: string; path: string | undefined }[];
 }
 
 /**
@@ -29,7 +31,8 @@ export interface PreflightOptions {
  * no GPU memory used by nothing visible;
  * each configured fabric's HCA exists and is ACTIVE; the management
  * interface exists with an IPv4 address; each engine has an account it may
- * run as (a root agent refuses an engine with neither a user nor allow_root).
+ * run as (a root agent refuses an engine with neither a user nor allow_root),
+ * and its executable resolves.
  */
 export function runPreflight(inv: Inventory, opts: PreflightOptions): PreflightCheck[] {
   const checks: PreflightCheck[] = [
@@ -41,7 +44,16 @@ export function runPreflight(inv: Inventory, opts: PreflightOptions): PreflightC
   for (const f of opts.fabrics) checks.push(fabricCheck(inv, f));
   if (opts.mgmtInterface !== '') checks.push(mgmtInterfaceCheck(inv, opts.mgmtInterface));
   for (const a of opts.engineAccounts ?? []) checks.push({ name: `engine-account ${a.engine}`, ok: !a.refused, detail: describeEngineAccount(a) });
+  // An account to run as says nothing of the program: every start of an engine whose executable is absent fails (walkthrough 4, O10).
+  for (const e of opts.engineExecutables ?? []) checks.push(engineCommandCheck(e));
   return checks;
+}
+
+function engineCommandCheck(e: { engine: string; command: string; path: string | undefined }): PreflightCheck {
+  const name = `engine-command ${e.engine}`;
+  if (e.path !== undefined) return { name, ok: true, detail: e.path === e.command ? e.path : `${e.command} → ${e.path}` };
+  const where = e.command.includes('/') ? 'is not an executable file' : "is not found on this PATH (the agent's may differ: systemd's)";
+  return { name, ok: false, detail: `${JSON.stringify(e.command)} ${where}; every start of ${e.engine} would fail` };
 }
 
 function driverCheck(inv: Inventory): PreflightCheck {

@@ -73,6 +73,11 @@ export abstract class ConfiguredEngine implements Engine {
     return this.config.command.length > 0 ? [...this.config.command] : [...this.defaultCommand()];
   }
 
+  executable(): { command: string; path: string | undefined } {
+    const command = this.prefix()[0] ?? '';
+    return { command, path: resolveExecutableSync(command) };
+  }
+
   async validate(spec: StartShard, ctx: ValidationContext): Promise<void> {
     const executable = await validateShard(spec, ctx, {
       engine: this.name,

@@ -50,6 +50,11 @@ export class EngineRegistry {
     return [...this.#engines.values()].map((e) => e.account(agentUid));
   }
 
+  /** Each registered engine's executable as this PATH resolves it, in names() order (discover's engine-command checks). */
+  executables(): { engine: EngineName; command: string; path: string | undefined }[] {
+    return [...this.#engines.values()].map((e) => ({ engine: e.name, ...e.executable() }));
+  }
+
   /** Throws LlmgwError('failure') naming the registered engines for an unknown or disabled name. */
   get(name: string): Engine {
     const engine = this.#engines.get(name as EngineName);

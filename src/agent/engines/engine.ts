@@ -37,6 +37,8 @@ export interface Engine {
   onlineReason?(spec: StartShard): string | undefined;
   /** Who this engine's processes run as under an agent running as `agentUid`, and whether that refuses its starts. */
   account(agentUid: number): EngineAccount;
+  /** Its argv[0] (engines.<name>.command's, or the default) and the file that resolves to on this PATH; undefined when none does. */
+  executable(): { command: string; path: string | undefined };
   /**
    * Whether this worker rank listens on a port of its own (SGLang's /health
    * on --host:--port): given none by the control plane (http_port 0), the

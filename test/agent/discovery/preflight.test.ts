@@ -1,6 +1,9 @@
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
+import { failedChecksFix } from '../../../src/agent/discovery/discover-report.js';
 import { runPreflight } from '../../../src/agent/discovery/preflight.js';
+import { EngineRegistry } from '../../../src/agent/engines/engine-registry.js';
+import type { EngineConfig } from '../../../src/agent/config/agent-config.js';
 import { GpuProcessSchema, GpuSchema, HcaSchema, InventorySchema, NetInterfaceSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 
 const inventory = () =>
@@ -14,6 +17,7 @@ const inventory = () =>
     ],
     interfaces: [create(NetInterfaceSchema, { name: 'eth0', addresses: ['10.0.0.5/24', 'fe80::1/64'] }), create(NetInterfaceSchema, { name: 'eth1', addresses: ['fe80::2/64'] })],
   });
+const engineConfig = (o: Partial<EngineConfig>): EngineConfig => ({ command: [], env: {}, extraArgs: [], allowedEnv: [], enabled: true, ...o });
 const byName = (checks: { name: string; ok: boolean; detail: string }[]) => Object.fromEntries(checks.map((c) => [c.name, c]));
 
 describe('runPreflight', () => {
@@ -79,5 +83,26 @@ describe('runPreflight', () => {
       detail: 'eth1 has no IPv4 address; NCCL and Gloo bootstrap over it',
     });
     expect(byName(runPreflight(inventory(), { fabrics: [], mgmtInterface: 'bond0' }))['mgmt-interface']?.detail).toMatch(/^bond0 not found/);
+  });
+
+  it("checks each engine's executable (walkthrough 4, O10): a bare name found on PATH and an absolute file pass, each absent one fails naming how to fix it", () => {
+    const engines = new EngineRegistry({
+      engines: { vllm: engineConfig({ command: ['sh', '-c'] }), sglang: engineConfig({ command: ['no-such-engine-llmgw'] }), sim: engineConfig({ enabled: true }) },
+      mgmtInterface: 'lo',
+    });
+    const found = engines.executables();
+    expect(found.map((e) => e.engine)).toEqual(['vllm', 'sglang', 'sim']);
+    const checks = byName(runPreflight(inventory(), { fabrics: [], mgmtInterface: '', engineExecutables: found }));
+    expect(checks['engine-command vllm']).toMatchObject({ ok: true, detail: expect.stringMatching(/^sh → \/.*\/sh$/) });
+    expect(checks['engine-command sglang']).toEqual({
+      name: 'engine-command sglang',
+      ok: false,
+      detail: '"no-such-engine-llmgw" is not found on this PATH (the agent\'s may differ: systemd\'s); every start of sglang would fail',
+    });
+    // The sim runs on this Node: its executable is an absolute path, shown as it is.
+    expect(checks['engine-command sim']).toMatchObject({ ok: true, detail: process.execPath });
+    const absent = runPreflight(inventory(), { fabrics: [], mgmtInterface: '', engineExecutables: [{ engine: 'vllm', command: '/opt/vllm/bin/vllm', path: undefined }] });
+    expect(absent.at(-1)?.detail).toBe('"/opt/vllm/bin/vllm" is not an executable file; every start of vllm would fail');
+    expect(failedChecksFix(['engine-command vllm'])).toBe('install vllm or set engines.vllm.command (engines.vllm.enabled: false on a node that does not run it) (each FAIL line of the report says where)');
   });
 });

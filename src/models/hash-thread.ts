@@ -23,11 +23,17 @@ import { Worker } from 'node:worker_threads';
  * reused for another file.
  */
 
-/** The thread's code, run with `eval`: the agent is bundled into one file, beside which a worker script would not be found. */
-const WORKER_SOURCE = `
-const { parentPort } = require('node:worker_threads');
-const { createHash } = require('node:crypto');
-const { readSync } = require('node:fs');
+/**
+ * The thread's code, run with `eval`: the agent is bundled into one file,
+ * beside which a worker script would not be found. Its modules are taken
+ * with import(), which works whether the eval runs as CommonJS or, under a
+ * parent started with --input-type=module, as an ES module (where require
+ * is not defined); the port keeps the messages that come before.
+ */
+const WORKER_SOURCE = `(async () => {
+const { parentPort } = await import('node:worker_threads');
+const { createHash } = await import('node:crypto');
+const { readSync } = await import('node:fs');
 const buf = Buffer.allocUnsafe(${4 * 1024 * 1024});
 const jobs = new Map();
 parentPort.on('message', (m) => {
@@ -60,6 +66,7 @@ parentPort.on('message', (m) => {
   }
   parentPort.postMessage({ id: m.id });
 });
+})();
 `;
 
 /**

@@ -1,6 +1,7 @@
 import { type IncomingMessage, request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
-import { brotliDecompressSync, gunzipSync, inflateSync } from 'node:zlib';
+import { promisify } from 'node:util';
+import { brotliDecompress, gunzip, inflate } from 'node:zlib';
 
 /*
  * One GET of a small answer (the hub's description of a revision), following
@@ -72,28 +73,30 @@ function answer(res: IncomingMessage, signal: AbortSignal): SmallAnswer {
         });
         res.on('error', (err) => reject(signal.aborted ? signal.reason : connectionError(err)));
         res.on('end', () => {
-          try {
-            resolve(decode(Buffer.concat(chunks), String(res.headers['content-encoding'] ?? 'identity'), maxBytes));
-          } catch (err) {
-            reject(connectionError(err));
-          }
+          decode(Buffer.concat(chunks), String(res.headers['content-encoding'] ?? 'identity'), maxBytes).then(resolve, (err: unknown) => reject(connectionError(err)));
         });
       }),
   };
 }
 
-/** The body decompressed as its Content-Encoding says, at most `maxBytes` of it (a small gzip can hold gigabytes). */
-function decode(body: Buffer, encoding: string, maxBytes: number): string | undefined {
+const gunzipAsync = promisify(gunzip);
+const inflateAsync = promisify(inflate);
+const brotliAsync = promisify(brotliDecompress);
+
+/**
+ * The body decompressed as its Content-Encoding says, at most `maxBytes` of
+ * it (a small gzip can hold gigabytes), off the main thread (zlib's async
+ * form runs on libuv's threads): the agent's heartbeats go on meanwhile.
+ */
+async function decode(body: Buffer, encoding: string, maxBytes: number): Promise<string | undefined> {
   const opts = { maxOutputLength: maxBytes };
-  const over = (f: () => Buffer) => {
-    try {
-      return f();
-    } catch (err) {
-      if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return undefined;
-      throw err;
-    }
-  };
   const e = encoding.trim().toLowerCase();
-  const out = e === 'gzip' || e === 'x-gzip' ? over(() => gunzipSync(body, opts)) : e === 'deflate' ? over(() => inflateSync(body, opts)) : e === 'br' ? over(() => brotliDecompressSync(body, opts)) : body;
-  return out?.toString('utf8');
+  const unpack = e === 'gzip' || e === 'x-gzip' ? gunzipAsync : e === 'deflate' ? inflateAsync : e === 'br' ? brotliAsync : undefined;
+  if (unpack === undefined) return body.toString('utf8');
+  try {
+    return (await unpack(body, opts)).toString('utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ERR_BUFFER_TOO_LARGE') return undefined;
+    throw err;
+  }
 }

@@ -16,6 +16,7 @@ import { shardChurnFigure } from './shard-churn-figure.js';
 import { steadyStateFigure } from './steady-state-figure.js';
 import { warmStartFigures } from './warm-start-figures.js';
 import { warmthFigure } from './warmth-figure.js';
+import { warmPageCacheFigure } from './warm-page-cache-figure.js';
 import { gangFenceFigure } from './gang-fence-figure.js';
 
 export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean): Record<string, () => Promise<void>> {
@@ -38,8 +39,11 @@ export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean):
   FIGURES['11'] = () => readinessFigure(rows, notes, quick);
   FIGURES['12'] = () => stopDrainFigure(rows, notes, quick);
   FIGURES['13'] = () => readyAfterAnswerFigure(rows, notes, quick);
-  FIGURES['14'] = () => warmStartFigures(rows, notes, quick);
+  FIGURES['14'] = () => warmStartFigures(rows, notes, quick, 'starts');
   FIGURES['14d'] = () => warmthFigure(rows, notes);
+  // The pull beside curl, and the warm beside cat (issue 52, items 1 and 2).
+  FIGURES['14b'] = () => warmStartFigures(rows, notes, quick, 'pull');
+  FIGURES['14e'] = () => warmPageCacheFigure(rows, notes, quick);
   FIGURES['15'] = () => gangFenceFigure(rows, notes, quick);
   return FIGURES;
 }

@@ -17,7 +17,7 @@
  *     round, unthrottled on this host and again over a 1 Gb/s link;
  * 14c WakeShard → READY beside the engine's own wake (and a cold start).
  *
- * 14a and 14c are here, 14b in warm-start-pull-figures.ts; what they share
+ * 14a and 14c are here (`--only 14`), 14b in warm-start-pull-figures.ts (`--only 14b`); what they share
  * (the model, the hub, the link relay) in warm-start-model.ts.
  */
 import { mkdirSync, readFileSync } from 'node:fs';
@@ -179,8 +179,8 @@ async function wakeVsCold(rows: BenchRow[], notes: string[], quick: boolean): Pr
   );
 }
 
-/** Each row on its own: one that cannot complete is a row that failed, and the processes of each are ended before the next. */
-export async function warmStartFigures(rows: BenchRow[], notes: string[], quick: boolean): Promise<void> {
+/** Each row on its own: one that cannot complete is a row that failed, and the processes of each are ended before the next. `part`: 'starts' for 14a and 14c (`--only 14`), 'pull' for 14b's rows (`--only 14b`). */
+export async function warmStartFigures(rows: BenchRow[], notes: string[], quick: boolean, part: 'starts' | 'pull'): Promise<void> {
   const hub = await startHub();
   const row = async (name: string, fn: () => Promise<void>) => {
     try {
@@ -192,10 +192,13 @@ export async function warmStartFigures(rows: BenchRow[], notes: string[], quick:
     }
   };
   try {
-    await row('14a', () => secondStart(rows, notes, hub));
-    await row('14b', () => pullThroughput(rows, notes, hub, newRoot('f14b').root, quick));
-    await row('14b over a link', () => pullOverLink(rows, notes, hub, newRoot('f14b-link').root, quick));
-    await row('14c', () => wakeVsCold(rows, notes, quick));
+    if (part === 'starts') {
+      await row('14a', () => secondStart(rows, notes, hub));
+      await row('14c', () => wakeVsCold(rows, notes, quick));
+    } else {
+      await row('14b', () => pullThroughput(rows, notes, hub, newRoot('f14b').root, quick));
+      await row('14b over a link', () => pullOverLink(rows, notes, hub, newRoot('f14b-link').root, quick));
+    }
   } finally {
     await hub.stop();
   }

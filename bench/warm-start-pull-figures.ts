@@ -8,6 +8,7 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../test/helpers/run-cli.js';
 import type { FakeHub } from '../test/models/fake-hub.js';
@@ -111,6 +112,27 @@ async function curlMs(urls: string[], dir: string): Promise<number | undefined> 
   return took;
 }
 
+/**
+ * curl of the same URLs piped into sha256sum, one after another: the same
+ * work as the pull's (the bytes fetched and hashed), timed from outside.
+ */
+async function curlShaMs(urls: string[]): Promise<number | undefined> {
+  if (spawnSync('sha256sum', ['--version']).status !== 0) return undefined;
+  const script = urls.map((u) => `curl -sf ${JSON.stringify(u)} | sha256sum >/dev/null || exit 1`).join('\n');
+  const t0 = performance.now();
+  const r = await run(['sh', '-ec', script]);
+  const took = performance.now() - t0;
+  if (r.code !== 0) throw new Error(`curl | sha256sum exited ${r.code}: ${r.stderr}`);
+  return took;
+}
+
+/** `sync` of what curl wrote, timed from outside: with curlMs, a download as durable as the pull's (it syncs each blob before its rename). */
+async function syncMs(): Promise<number> {
+  const t0 = performance.now();
+  await run(['sync']);
+  return performance.now() - t0;
+}
+
 /** 14b: the store's pull beside a plain download of the same files from the same hub, unthrottled, alternated. */
 export async function pullThroughput(rows: BenchRow[], notes: string[], hub: FakeHub, root: string, quick: boolean): Promise<void> {
   const rounds = quick ? 3 : 7;
@@ -121,6 +143,8 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
   const plains: number[] = [];
   const synced: number[] = [];
   const curls: number[] = [];
+  const curlSyncs: number[] = [];
+  const curlShas: number[] = [];
   const dir = join(root, 'copy');
   const kinds = [
     async () => pulls.push(await timedChild(pullScript(hub.url, dir), setups)),
@@ -137,14 +161,21 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
     const curlDir = join(root, `curl-${r}`);
     mkdirSync(curlDir, { recursive: true });
     const c = await curlMs(urls, curlDir);
-    if (c !== undefined) curls.push(c);
+    if (c !== undefined) {
+      curls.push(c);
+      curlSyncs.push(c + (await syncMs()));
+    }
     rmSync(curlDir, { recursive: true, force: true });
     spawnSync('sync');
+    const cs = await curlShaMs(urls);
+    if (cs !== undefined) curlShas.push(cs);
   }
   const total = modelBytes();
   const pull = mbps(total, median(pulls));
   const plain = mbps(total, median(plains));
   const curl = curls.length > 0 ? mbps(total, median(curls)) : undefined;
+  const curlSync = curlSyncs.length > 0 ? mbps(total, median(curlSyncs)) : undefined;
+  const curlSha = curlShas.length > 0 ? mbps(total, median(curlShas)) : undefined;
   // What the verification costs by itself: the same bytes hashed in this process.
   const content = repo.files.map((f) => f.content);
   const hashTimes: number[] = [];
@@ -157,13 +188,13 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
   const hashMs = median(hashTimes);
   rows.push({
     figure: `14b pull throughput: the store's pull (download, sha256, rename, links, manifest) of ${(total / MiB).toFixed(0)} MiB from the fake hub, unthrottled on this host, ${rounds} rounds`,
-    measured: `${pull.toFixed(0)} MB/s (${(pull / plain).toFixed(2)}x fetch${curl === undefined ? '' : `, ${(pull / curl).toFixed(2)}x curl`})`,
-    reference: `plain download of the same URLs with Node's fetch (the pull's own HTTP client), 4 at once, to files: ${plain.toFixed(0)} MB/s${curl === undefined ? '' : `; curl: ${curl.toFixed(0)} MB/s`}`,
+    measured: `${pull.toFixed(0)} MB/s (${curl === undefined ? '' : `${(pull / curl).toFixed(2)}x curl, `}${curlSha === undefined ? '' : `${(pull / curlSha).toFixed(2)}x curl | sha256sum, `}${curlSync === undefined ? '' : `${(pull / curlSync).toFixed(2)}x curl + sync, `}${(pull / plain).toFixed(2)}x fetch)`,
+    reference: `curl to files: ${curl?.toFixed(0) ?? '-'} MB/s; curl | sha256sum (the same fetch and hash, no write): ${curlSha?.toFixed(0) ?? '-'} MB/s; curl to files then sync (as durable as the pull): ${curlSync?.toFixed(0) ?? '-'} MB/s; Node's fetch, 4 at once, to files: ${plain.toFixed(0)} MB/s`,
     target: `>= ${PULL_BOUND}x curl`,
     met: curl !== undefined && pull / curl >= PULL_BOUND,
   });
   notes.push(
-    `14b MB/s are MiB per second of the median round. Per round (ms): pull ${pulls.map((x) => x.toFixed(0)).join(', ')}; plain ${plains.map((x) => x.toFixed(0)).join(', ')}; plain with each file fsynced after (as the pull syncs each blob) ${synced.map((x) => x.toFixed(0)).join(', ')} (${mbps(total, median(synced)).toFixed(0)} MB/s)${curls.length ? `; curl, the files one after another in one process, timed from outside (its start included): ${curls.map((x) => x.toFixed(0)).join(', ')}` : ''}. Before its first download the pull takes ${ms(median(setups))} (median; the revision look-up, the model's lock, the store scanned for room, the manifest written): from its first download on it moves ${mbps(total, median(pulls) - median(setups)).toFixed(0)} MB/s, ${((mbps(total, median(pulls) - median(setups)) / plain)).toFixed(2)}x the plain fetch, a fixed cost that a model of gigabytes amortises. Verifying costs the sha256 of every byte: ${ms(hashMs)} for the ${(total / MiB).toFixed(0)} MiB in one thread here (${mbps(total, hashMs).toFixed(0)} MB/s), done as the bytes arrive; the hub runs in the bench's process, each client in its own`,
+    `14b MB/s are MiB per second of the median round. Per round (ms): pull ${pulls.map((x) => x.toFixed(0)).join(', ')}; plain ${plains.map((x) => x.toFixed(0)).join(', ')}; plain with each file fsynced after (as the pull syncs each blob) ${synced.map((x) => x.toFixed(0)).join(', ')} (${mbps(total, median(synced)).toFixed(0)} MB/s)${curls.length ? `; curl, the files one after another in one process, timed from outside (its start included): ${curls.map((x) => x.toFixed(0)).join(', ')}; with a sync after: ${curlSyncs.map((x) => x.toFixed(0)).join(', ')}` : ''}${curlShas.length ? `; curl | sha256sum per file: ${curlShas.map((x) => x.toFixed(0)).join(', ')}` : ''}; load average at the end ${loadavg().map((x) => x.toFixed(1)).join(' ')}. Before its first download the pull takes ${ms(median(setups))} (median; the revision look-up, the model's lock, the store scanned for room, the manifest written): from its first download on it moves ${mbps(total, median(pulls) - median(setups)).toFixed(0)} MB/s, ${((mbps(total, median(pulls) - median(setups)) / plain)).toFixed(2)}x the plain fetch, a fixed cost that a model of gigabytes amortises. Verifying costs the sha256 of every byte: ${ms(hashMs)} for the ${(total / MiB).toFixed(0)} MiB in one thread here (${mbps(total, hashMs).toFixed(0)} MB/s), done on a hash thread from the file as it is written; the hub runs in the bench's process, each client in its own`,
   );
 }
 

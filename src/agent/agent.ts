@@ -20,6 +20,8 @@ import { HardwareStartGate } from './hardware-start-gate.js';
 import { InventoryWatcher } from './inventory-watcher.js';
 import { NodeModels } from './models/node-models.js';
 import { WarmthLedger } from './models/warmth-ledger.js';
+import { measureDiskWriteLater } from './models/disk-write-rate.js';
+import { transferRates } from './models/transfer-rates.js';
 import { NodeConditions } from './node-conditions.js';
 import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
@@ -207,7 +209,7 @@ export class Agent {
 
   /** The inventory as it goes out (Register, Inventory, ctl, metrics): with the warmth, which admission's reads need not build. */
   private get reportedInventory(): Inventory {
-    return Object.assign(this.inventory, { warmth: this.warmth.report(this.opts.supervisor.list(), this.models.current().cachedModels) });
+    return Object.assign(this.inventory, { warmth: this.warmth.report(this.opts.supervisor.list(), this.models.current().cachedModels), rates: transferRates(this.warmth.rates()) });
   }
 
   /** The account each registered engine runs as under this agent, and whether that refuses its starts. */
@@ -259,6 +261,8 @@ export class Agent {
     this.recordAdoptions(await this.recovery.recover());
     // Pins become those of the shards the agent has: a crash's leftovers go, adopted shards keep theirs.
     await this.models.reconcile(this.opts.supervisor.list().map((s) => s.spec));
+    // The store's disk rate, a minute on (Inventory.rates): what a pull's rate is a fraction of.
+    measureDiskWriteLater({ cacheDir: this.opts.config.models.cacheDir, signal, logger: this.log, onRate: (bytes, ms) => this.warmth.learnRate('diskWrite', bytes, ms) });
     const stopWatching = () => {
       this.inventoryWatcher.stop();
       this.conditions.close();

@@ -1,6 +1,7 @@
 import type { ControlPlaneConnectionJson, ControlPlaneTlsJson, ShardInfoJson, StatusResponseJson } from '../gen/llmgw/v1/admin_pb.js';
 import type { InventoryJson } from '../gen/llmgw/v1/agent_pb.js';
 import { describeEngineAccount } from '../lib/describe-engine-account.js';
+import { describeTransferRates } from '../lib/describe-transfer-rates.js';
 import { formatAge } from '../lib/format-age.js';
 import { printable } from '../lib/printable.js';
 import { renderTable } from '../lib/table.js';
@@ -31,6 +32,9 @@ export function renderStatus(s: StatusResponseJson, nowMs: number, opts: { ended
   for (const a of s.engineAccounts ?? []) lines.push(`account    ${printable(describeEngineAccount(a))}`);
   // How soon each model measured here would be READY again (issue 41).
   for (const w of warmthLines(s.inventory ?? {})) lines.push(`warmth     ${printable(w)}`);
+  // What the node measured of its disk and its last pull (issue 52): a pull's or warm's rate is a fraction of these.
+  const rates = describeTransferRates(s.inventory ?? {}, nowMs);
+  if (rates) lines.push(`rates      ${printable(rates)}`);
   const gpuLines = renderGpuStatus(s, nowMs);
   if (gpuLines.length > 0) lines.push('', ...gpuLines);
   const shards = s.shards ?? [];

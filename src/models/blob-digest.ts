@@ -1,6 +1,7 @@
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
 import type { BlobToFetch } from './blob-to-fetch.js';
+import { ThreadHash } from './hash-thread.js';
 import { BLOCK_BYTES } from './hub-stream.js';
 import { READ_STREAM } from './store-files.js';
 
@@ -17,6 +18,12 @@ export function newHash(blob: BlobToFetch): Hash {
   if (blob.sha256 !== undefined) return createHash('sha256');
   // The git object id of a small file: what the hub's blobId and the cache's blob name are.
   return createHash('sha1').update(`blob ${blob.size}\0`);
+}
+
+/** The blob's hash on a hash thread, reading the file open at `fd` from its first byte (hash-thread.ts). */
+export function hashOnThread(blob: BlobToFetch, fd: number): ThreadHash {
+  if (blob.sha256 !== undefined) return ThreadHash.open('sha256', '', fd);
+  return ThreadHash.open('sha1', `blob ${blob.size}\0`, fd);
 }
 
 /** Hashes the first `bytes` of the file: a resumed download's prefix, once. */

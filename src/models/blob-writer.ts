@@ -1,8 +1,8 @@
-import type { Hash } from 'node:crypto';
 import { type FileHandle, writeFile } from 'node:fs/promises';
 import { WRITE_TRUNCATE } from './store-files.js';
 import { failure } from '../lib/errors.js';
 import { type BlobToFetch, type DownloadContext, PART_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
+import type { ThreadHash } from './hash-thread.js';
 import type { HubStream } from './hub-stream.js';
 
 /** A large blob is synced in the background every this many bytes, so the sync before its rename waits for the tail only. */
@@ -12,26 +12,21 @@ const LIMITER_STEP_BYTES = 64 * 1024;
 
 /**
  * Writes one blob's bytes as they come, from one stream or several at their
- * offsets, and hashes them in order: a block that arrives where the hash has
- * got to is hashed at once, before its write; one that arrives ahead of it
- * (a later part) is written, and read back from the page cache once the
- * hash reaches it, while the other parts go on downloading. The file is
- * synced in the background every SYNC_EVERY_BYTES, so the sync before the
- * rename waits only for the tail, and the bytes contiguous from the start
- * are recorded (a ranged download's prefixPath) for a resume after a crash.
+ * offsets, and has them hashed in order on a hash thread (hash-thread.ts),
+ * which reads the file from its start as far as it is written without a
+ * gap: a part written ahead of that is hashed once the parts before it are
+ * in. The file is synced in the background every SYNC_EVERY_BYTES, so the
+ * sync before the rename waits only for the tail, and the bytes contiguous
+ * from the start are recorded (a ranged download's prefixPath) for a resume
+ * after a crash.
  */
 export class BlobWriter {
   /** Bytes written by this download. */
   fetched = 0;
   /** Bytes written without a gap from the start of the file. */
   contiguous: number;
-  private hashedTo: number;
-  /** Written and not hashed yet: start → end, one entry per block. */
-  private readonly unhashed = new Map<number, number>();
   /** Written beyond `contiguous`: start → end. */
   private readonly ahead = new Map<number, number>();
-  private reading: Promise<void> | undefined;
-  private readFailure: unknown;
   private syncing: Promise<void> | undefined;
   private syncedAt = 0;
   private ranged = false;
@@ -39,16 +34,16 @@ export class BlobWriter {
   private recording: Promise<void> = Promise.resolve();
   private readonly base: number;
 
+  /** `hash` is told of `have`, the bytes already in the file, by its caller: it reads them too. */
   constructor(
     private readonly blob: BlobToFetch,
     private readonly fh: FileHandle,
-    private readonly hash: Hash,
+    private readonly hash: ThreadHash,
     have: number,
     private readonly ctx: DownloadContext,
   ) {
     this.base = have;
     this.contiguous = have;
-    this.hashedTo = have;
     this.recordedAt = have;
   }
 
@@ -91,24 +86,20 @@ export class BlobWriter {
   private async put(at: number, chunk: Buffer): Promise<void> {
     // The limiter in steps of a socket read's size: a megabyte at once would overdraw its bucket and end the pull early.
     for (let off = 0; off < chunk.length; off += LIMITER_STEP_BYTES) await this.ctx.limiter.take(Math.min(LIMITER_STEP_BYTES, chunk.length - off), this.ctx.signal);
-    if (at === this.hashedTo && this.reading === undefined) {
-      this.hash.update(chunk);
-      this.hashedTo += chunk.length;
-    }
     await this.fh.write(chunk, 0, chunk.length, at);
     this.written(at, at + chunk.length);
   }
 
   private written(start: number, end: number): void {
     this.fetched += end - start;
-    if (start >= this.hashedTo) this.unhashed.set(start, end);
-    // Also after a block hashed as it came: the hash may now have reached one written ahead.
-    void this.kick();
     this.ahead.set(start, end);
+    const was = this.contiguous;
     for (let next = this.ahead.get(this.contiguous); next !== undefined; next = this.ahead.get(this.contiguous)) {
       this.ahead.delete(this.contiguous);
       this.contiguous = next;
     }
+    // Written (the write has returned), so the thread's read of the file finds the bytes.
+    if (this.contiguous > was) this.hash.advance(this.contiguous);
     this.ctx.onProgress?.({ bytes: this.base + this.fetched });
     if (this.ranged && this.contiguous - this.recordedAt >= (this.ctx.partBytes ?? PART_BYTES)) void this.recordPrefix();
     if (this.fetched - this.syncedAt >= SYNC_EVERY_BYTES && this.syncing === undefined) {
@@ -119,38 +110,6 @@ export class BlobWriter {
         .finally(() => {
           this.syncing = undefined;
         });
-    }
-  }
-
-  /**
-   * Hashes what was written where the hash has got to, reading it back; one
-   * reader at a time. Started only with something to read: a reader that
-   * ended before its assignment (nothing to read, so no await) would have
-   * stayed `reading` for good, and nothing would have been hashed again.
-   */
-  private kick(): Promise<void> {
-    if (this.reading === undefined && this.unhashed.has(this.hashedTo)) {
-      const run: Promise<void> = this.readBack().finally(() => {
-        if (this.reading === run) this.reading = undefined;
-      });
-      this.reading = run;
-    }
-    return this.reading ?? Promise.resolve();
-  }
-
-  private async readBack(): Promise<void> {
-    try {
-      for (let end = this.unhashed.get(this.hashedTo); end !== undefined; end = this.unhashed.get(this.hashedTo)) {
-        const len = end - this.hashedTo;
-        const buf = Buffer.allocUnsafe(len);
-        const { bytesRead } = await this.fh.read(buf, 0, len, this.hashedTo);
-        if (bytesRead !== len) throw new Error(`read back ${bytesRead} of ${len} bytes at ${this.hashedTo}`);
-        this.hash.update(buf);
-        this.unhashed.delete(this.hashedTo);
-        this.hashedTo = end;
-      }
-    } catch (err) {
-      this.readFailure ??= err;
     }
   }
 
@@ -165,20 +124,25 @@ export class BlobWriter {
     return this.recording;
   }
 
-  /** Every byte written and hashed, and (for a large blob) synced: the caller may compare and rename. */
-  async finish(): Promise<void> {
-    while (this.reading) await this.reading;
-    await this.kick();
-    if (this.readFailure !== undefined) throw this.readFailure;
-    if (this.hashedTo !== this.blob.size) throw new Error(`hashed ${this.hashedTo} of ${this.blob.size} bytes`);
-    await this.syncing;
-    if (this.blob.size >= SMALL_BLOB_BYTES) await this.fh.datasync();
-    await this.recording;
+  /**
+   * Every byte written and hashed, and (for a large blob) synced: resolves
+   * with the digest, which the caller compares before the rename. The sync
+   * runs beside the hash's tail.
+   */
+  async finish(): Promise<string> {
+    if (this.contiguous !== this.blob.size) throw new Error(`wrote ${this.contiguous} of ${this.blob.size} bytes without a gap`);
+    const synced = (async () => {
+      await this.syncing;
+      if (this.blob.size >= SMALL_BLOB_BYTES) await this.fh.datasync();
+      await this.recording;
+    })();
+    const [digest] = await Promise.all([this.hash.digest(this.blob.size), synced]);
+    return digest;
   }
 
-  /** After a failure: nothing in flight on the file, and the prefix recorded for the next pull. */
+  /** After a failure: nothing in flight on the file (the hash thread let go of it), and the prefix recorded for the next pull. */
   async abandon(): Promise<void> {
-    while (this.reading) await this.reading;
+    await this.hash.drop();
     await this.syncing;
     if (this.ranged) await this.recordPrefix();
   }

@@ -2,7 +2,7 @@ import { readFile, rename, unlink } from 'node:fs/promises';
 import { CREATE_TRUNCATE, READ, READ_WRITE, chmodStoreFile, openStoreFile, storeFileSize, truncateStoreFile } from './store-files.js';
 import { isNotFound } from '../lib/errno.js';
 import { failure } from '../lib/errors.js';
-import { expectedDigest, hashFile, newHash } from './blob-digest.js';
+import { expectedDigest, hashFile, hashOnThread, newHash } from './blob-digest.js';
 import { type BlobToFetch, type DownloadContext, PART_BYTES, RANGED_MIN_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { BlobWriter } from './blob-writer.js';
 import { contentRangeIs } from './content-range.js';
@@ -97,10 +97,10 @@ async function readPrefix(path: string): Promise<number | undefined> {
 
 async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ digest: string; resumedFrom: number; fetched: number }> {
   let have = await resumePoint(blob);
-  let hash = newHash(blob);
-  await hashFile(blob.incompletePath, hash, have, ctx.signal);
   const resumedFrom = have;
   if (have === blob.size) {
+    const hash = newHash(blob);
+    await hashFile(blob.incompletePath, hash, have, ctx.signal);
     await syncIfLarge(blob);
     return { digest: hash.digest('hex'), resumedFrom, fetched: 0 };
   }
@@ -126,7 +126,6 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
     // The server ignored Range (huggingface_hub meets this behind some CDNs): start over.
     await truncateStoreFile(blob.incompletePath, 0);
     have = 0;
-    hash = newHash(blob);
   } else if (first.status !== 200 && first.status !== 206) {
     first.cancel();
     throw failure(`${blob.path}: the hub answered HTTP ${first.status}${first.status === 401 || first.status === 403 ? '; set models.hub.token_file to a token that may read it' : ''}`);
@@ -134,12 +133,24 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
   if (first.chunked) {
     // Not a file server's answer for a file; read the slow way rather than not at all.
     first.cancel();
+    const hash = newHash(blob);
+    await hashFile(blob.incompletePath, hash, have, ctx.signal);
     return fetchStream(blob, ctx, have, hash, resumedFrom, first.url);
   }
 
-  // w+, not w: a part written ahead of the hash is read back.
+  // w+, not w: the hash thread reads the file back through this descriptor.
   const fh = await openStoreFile(blob.incompletePath, have > 0 ? READ_WRITE : CREATE_TRUNCATE, 0o600);
-  const writer = new BlobWriter(blob, fh, hash, have, ctx);
+  let threadHash: ReturnType<typeof hashOnThread>;
+  try {
+    threadHash = hashOnThread(blob, fh.fd);
+  } catch (err) {
+    await fh.close();
+    throw err;
+  }
+  // The kept prefix is hashed by the thread from the file, not here.
+  threadHash.advance(have);
+  const writer = new BlobWriter(blob, fh, threadHash, have, ctx);
+  let digest: string;
   try {
     if (first.status === 206 && ranged) {
       await writer.recordPrefix();
@@ -149,7 +160,7 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
       if (blob.prefixPath !== undefined) await unlink(blob.prefixPath).catch(() => {});
       await writer.stream(first, have, blob.size);
     }
-    await writer.finish();
+    digest = await writer.finish();
   } catch (err) {
     await writer.abandon();
     ctx.signal.throwIfAborted();
@@ -160,7 +171,7 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
     await fh.close();
   }
   if (blob.prefixPath !== undefined) await unlink(blob.prefixPath).catch(() => {});
-  return { digest: hash.digest('hex'), resumedFrom, fetched: writer.fetched };
+  return { digest, resumedFrom, fetched: writer.fetched };
 }
 
 /** Syncs a blob a crashed pull left whole: its bytes may still be in the page cache only. */

@@ -3,6 +3,7 @@ import { describeErrno } from '../lib/errno.js';
 import { configError, failure } from '../lib/errors.js';
 import { deadlineSignal } from '../lib/deadline.js';
 import { COMMIT_HASH } from './repo-id.js';
+import { type SmallAnswer, getSmall } from './small-get.js';
 
 /** A revision's description: the largest real repos' are a few hundred KiB. */
 export const MAX_REVISION_BYTES = 16 * 1024 * 1024;
@@ -85,33 +86,43 @@ export async function fetchRevision(
 }
 
 async function fetchRevisionWithin(options: HubOptions, url: string, headers: Record<string, string>, repo: string, revision: string, signal: AbortSignal, outer: AbortSignal | undefined, maxBytes: number): Promise<HubRevision> {
-  let res: Response;
+  let res: SmallAnswer;
   let at = new URL(url);
   for (let hops = 0; ; hops++) {
     try {
       // Redirects only within the hub (a renamed repo): the revision is the hub's own to describe, never a host it points at.
-      res = await fetch(at, { headers, signal, redirect: 'manual' });
+      res = await getSmall(at, headers, signal);
     } catch (err) {
       if (outer?.aborted || signal.aborted) throw err;
       throw failure(`cannot reach the hub at ${options.endpoint}: ${describeFetchError(err)}`, { cause: err });
     }
-    const location = res.headers.get('location');
-    if (res.status < 300 || res.status > 399 || location === null) break;
-    await res.body?.cancel().catch(() => {});
+    const location = res.location;
+    if (res.status < 300 || res.status > 399 || location === undefined) break;
+    res.cancel();
     const next = new URL(location, at);
     if (next.origin !== at.origin) throw failure(`the hub redirected the description of ${repo}@${revision} to another host (${quoteHub(next.origin)}); only its own addresses are followed`);
     if (hops >= 5) throw failure(`the hub redirected the description of ${repo}@${revision} more than 5 times`);
     at = next;
   }
   if (res.status === 401 || res.status === 403) {
+    res.cancel();
     throw failure(`the hub refused ${repo}@${revision} (HTTP ${res.status}): set models.hub.token_file to a token that may read it`);
   }
-  if (res.status === 404) throw failure(`the hub has no model ${repo} at revision ${revision} (HTTP 404)`);
-  if (!res.ok) {
-    await res.body?.cancel().catch(() => {});
+  if (res.status === 404) {
+    res.cancel();
+    throw failure(`the hub has no model ${repo} at revision ${revision} (HTTP 404)`);
+  }
+  if (res.status < 200 || res.status > 299) {
+    res.cancel();
     throw failure(`the hub answered HTTP ${res.status} for ${repo}@${revision}; try again later`);
   }
-  const text = await readCapped(res, maxBytes);
+  let text: string | undefined;
+  try {
+    text = await res.text(maxBytes);
+  } catch (err) {
+    if (outer?.aborted || signal.aborted) throw err;
+    throw failure(`cannot read the hub's description of ${repo}@${revision} from ${options.endpoint}: ${describeFetchError(err)}`, { cause: err });
+  }
   if (text === undefined) throw failure(`the hub's description of ${repo}@${revision} is over ${(maxBytes / 1024 / 1024).toFixed(0)} MiB; no model's is`);
   let body: unknown;
   try {
@@ -120,25 +131,6 @@ async function fetchRevisionWithin(options: HubOptions, url: string, headers: Re
     body = undefined;
   }
   return checkRevisionBody(body, repo, revision);
-}
-
-/** The answer's body as text, read as it comes (decompressed, if the hub compressed it anyway) and given up past `cap` bytes: undefined then. */
-async function readCapped(res: Response, cap: number): Promise<string | undefined> {
-  if (!res.body) return '';
-  const reader = res.body.getReader();
-  const chunks: Uint8Array[] = [];
-  let total = 0;
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    total += value.byteLength;
-    if (total > cap) {
-      await reader.cancel().catch(() => {});
-      return undefined;
-    }
-    chunks.push(value);
-  }
-  return Buffer.concat(chunks).toString('utf8');
 }
 
 /** What a hub said, quoted for an error: at most 80 characters (a 6 MB file name became a ModelPull no control plane accepts). */

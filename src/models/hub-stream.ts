@@ -110,7 +110,7 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
   }
   return new Promise((resolveHead, rejectHead) => {
     // The socket reads into `block` from `filled` on; what lies between `from` and `filled` is not handed over yet.
-    let block = Buffer.allocUnsafe(BLOCK_BYTES);
+    let block: Buffer = Buffer.allocUnsafe(BLOCK_BYTES);
     let filled = 0;
     let from = 0;
     let head: HubStream | undefined;
@@ -121,7 +121,12 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
     let failed: unknown;
     let flushTimer: NodeJS.Timeout | undefined;
     let idleTimer: NodeJS.Timeout | undefined;
-    const queued: Buffer[] = [];
+    const queued: [Buffer, () => void][] = [];
+    // Blocks handed back whole, filled again rather than new ones made: a megabyte each, their garbage was
+    // the largest part of the pull's collections (issue 52, item 1). At most MAX_BLOCKS_HELD + 1 per connection.
+    const spare: Buffer[] = [];
+    /** Chunks of each block handed over and not given back. */
+    const outOf = new Map<Buffer, number>();
     let deliver: ((chunk: Buffer, release: () => void) => void) | undefined;
     let bodyDone: { resolve: (n: number) => void; reject: (e: unknown) => void } | undefined;
 
@@ -162,8 +167,14 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
       if (!head) rejectHead(err);
       else bodyDone?.reject(err);
     };
-    const release = () => {
+    const releaseOf = (b: Buffer) => () => {
       held--;
+      const left = (outOf.get(b) ?? 1) - 1;
+      if (left > 0) outOf.set(b, left);
+      else {
+        outOf.delete(b);
+        if (b !== block) spare.push(b);
+      }
       if (paused && held < MAX_BLOCKS_HELD && failed === undefined && !ended) {
         paused = false;
         socket.resume();
@@ -178,8 +189,10 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
       const chunk = block.subarray(from, filled);
       from = filled;
       held++;
+      outOf.set(block, (outOf.get(block) ?? 0) + 1);
+      const release = releaseOf(block);
       if (deliver) deliver(chunk, release);
-      else queued.push(chunk);
+      else queued.push([chunk, release]);
     };
     const finish = () => {
       if (ended || failed !== undefined) return;
@@ -224,7 +237,9 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
       }
       if (BLOCK_BYTES - filled < MIN_READ_BYTES) {
         deliverFilled();
-        block = Buffer.allocUnsafe(BLOCK_BYTES);
+        const full = block;
+        block = spare.pop() ?? Buffer.allocUnsafe(BLOCK_BYTES);
+        if (!outOf.has(full)) spare.push(full);
         filled = 0;
         from = 0;
       } else if (filled > from && flushTimer === undefined) {
@@ -275,7 +290,7 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
           new Promise<number>((resolve, reject) => {
             if (failed !== undefined) return reject(failed);
             deliver = onBlock;
-            for (const chunk of queued.splice(0)) onBlock(chunk, release);
+            for (const [chunk, release] of queued.splice(0)) onBlock(chunk, release);
             if (ended) return resolve(received);
             bodyDone = { resolve, reject };
             if (head?.contentLength === 0) finish();

@@ -1,7 +1,8 @@
 import { constants } from 'node:fs';
 import { lstat, open, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
-import { execa } from 'execa';
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
 import { errorMessage, failure } from '../lib/errors.js';
 import type { StoreLayout } from './store-layout.js';
 
@@ -16,6 +17,13 @@ import type { StoreLayout } from './store-layout.js';
 const FILES_PER_CALL = 256;
 /** A warm reads this much at a time. */
 const READ_CHUNK = 4 * 1024 * 1024;
+/**
+ * Reads of a warm asked at once. Two keep the disk busy while an answer
+ * comes back; more took no less time here and would hold all four of
+ * libuv's threads, on which the agent's own file work (state files, logs)
+ * waits.
+ */
+export const WARM_READS_IN_FLIGHT = 2;
 
 /** The model's blob files in the store (its weights and the rest), partial downloads left out; links are not followed. */
 export async function modelBlobFiles(layout: StoreLayout, repo: string): Promise<{ path: string; bytes: number }[]> {
@@ -36,6 +44,14 @@ export async function modelBlobFiles(layout: StoreLayout, repo: string): Promise
   return out;
 }
 
+/**
+ * node:child_process rather than execa: a warm asks fincore twice (before
+ * and after), and execa's own work per call was a third of the cost of
+ * each on a loaded machine (issue 52, item 2: the warm's fixed cost beside
+ * cat's).
+ */
+const execFileAsync = promisify(execFile);
+
 /** Bytes of `files` in the page cache now, and their size; throws a one-line failure when fincore cannot say. */
 export async function pageCacheResidency(files: readonly string[], signal?: AbortSignal): Promise<{ residentBytes: number; bytes: number }> {
   let residentBytes = 0;
@@ -44,7 +60,7 @@ export async function pageCacheResidency(files: readonly string[], signal?: Abor
     const batch = files.slice(i, i + FILES_PER_CALL);
     let stdout: string;
     try {
-      ({ stdout } = await execa('fincore', ['--bytes', '--noheadings', '--raw', '--output', 'RES,SIZE', '--', ...batch], { timeout: 30_000, cancelSignal: signal, env: { LC_ALL: 'C' } }));
+      ({ stdout } = await execFileAsync('fincore', ['--bytes', '--noheadings', '--raw', '--output', 'RES,SIZE', '--', ...batch], { timeout: 30_000, signal, env: { ...process.env, LC_ALL: 'C' } }));
     } catch (err) {
       const missing = (err as { code?: string }).code === 'ENOENT';
       throw failure(missing ? 'fincore (util-linux) is not installed: page-cache residency cannot be read' : `fincore failed: ${errorMessage(err).split('\n')[0]}`);
@@ -64,6 +80,13 @@ export async function pageCacheResidency(files: readonly string[], signal?: Abor
  * Reads `files` in order into the page cache, at most `budgetBytes` of them
  * (a warm never takes more host RAM than it was given), and resolves with
  * the bytes read. `onBytes` hears the total as it grows; `signal` stops it.
+ *
+ * WARM_READS_IN_FLIGHT reads at a time at successive offsets, all into one
+ * buffer whose bytes nobody looks at: one read at a time left the disk idle
+ * while each answer came back and the next was asked (issue 52, item 2:
+ * `models warm` at the disk's speed, beside `cat` of the same cold files).
+ * Each read is claimed from the budget before it is asked, so the reads in
+ * flight never take more than it together.
  */
 export async function warmFiles(
   files: readonly { path: string; bytes: number }[],
@@ -71,21 +94,32 @@ export async function warmFiles(
   opts: { signal?: AbortSignal; onBytes?: (read: number) => void } = {},
 ): Promise<number> {
   const buf = Buffer.allocUnsafe(READ_CHUNK);
+  let claimed = 0;
   let read = 0;
   for (const f of files) {
-    if (read >= budgetBytes) break;
+    if (claimed >= budgetBytes) break;
     // O_NOFOLLOW: a blob the store lists is a file, never a link someone put in its place.
     const fh = await open(f.path, constants.O_RDONLY | constants.O_NOFOLLOW);
     try {
-      for (;;) {
-        opts.signal?.throwIfAborted();
-        const want = Math.min(READ_CHUNK, budgetBytes - read);
-        if (want <= 0) break;
-        const { bytesRead } = await fh.read(buf, 0, want, null);
-        if (bytesRead === 0) break;
-        read += bytesRead;
-        opts.onBytes?.(read);
-      }
+      let at = 0;
+      let eof = false;
+      const lane = async () => {
+        for (;;) {
+          opts.signal?.throwIfAborted();
+          const want = Math.min(READ_CHUNK, budgetBytes - claimed);
+          if (eof || want <= 0) return;
+          const from = at;
+          at += want;
+          claimed += want;
+          const { bytesRead } = await fh.read(buf, 0, want, from);
+          // Past the end (the file shorter than listed): what was claimed and not read goes back to the budget.
+          claimed -= want - bytesRead;
+          if (bytesRead < want) eof = true;
+          read += bytesRead;
+          if (bytesRead > 0) opts.onBytes?.(read);
+        }
+      };
+      await Promise.all(Array.from({ length: WARM_READS_IN_FLIGHT }, lane));
     } finally {
       await fh.close();
     }

@@ -56,6 +56,17 @@ describe('renderStatus', () => {
     ]);
   });
 
+  it("says the node's measured disk and pull rates with how and when each was measured, and which are not yet (issue 52)", () => {
+    const rates = {
+      diskWrite: { bytesPerSecond: 812 * 1024 * 1024, bytes: '67108864', measuredAt: '2026-01-02T08:00:00Z', source: 'probe' },
+      lastPull: { bytesPerSecond: 240 * 1024 * 1024, bytes: '134217728', measuredAt: '2026-01-02T09:55:00Z', source: 'pull' },
+    };
+    const lines = renderStatus({ inventory: { rates }, shards: [] }, NOW).split('\n').filter((l) => l.startsWith('rates'));
+    expect(lines).toEqual(['rates      disk write 812 MiB/s (probe, 2h ago), disk read not measured, last pull 240 MiB/s (pull, 5m ago)']);
+    // Its look-alike: an agent that measured nothing prints no line.
+    expect(renderStatus({ inventory: {}, shards: [] }, NOW)).not.toMatch(/^rates/m);
+  });
+
   it('says since when the agent is connected', () => {
     expect(describeConnection({ server: 'http://cp:8443', protocol: 'connect', state: 'CONNECTION_STATE_CONNECTED', connectedSince: '2026-01-02T09:57:00Z' }, NOW)).toBe(
       'connected to http://cp:8443 (connect) since 2026-01-02T09:57:00.000Z (3m)',

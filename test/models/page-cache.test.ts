@@ -50,6 +50,14 @@ describe('page-cache residency and warming', () => {
     expect((await pageCacheResidency([paths[2] as string])).residentBytes).toBeLessThan(MiB);
   });
 
+  it('reads exactly its budget across files when one is shorter than listed: what was not there goes back to the budget', async () => {
+    // Two reads in flight claim the budget before they are asked; a file that ends early gives back what it did not hold.
+    writeFileSync(paths[0] as string, bytes(MiB, 40));
+    const read = await warmFiles(files, 6 * MiB + 4097);
+    expect(read).toBe(6 * MiB + 4097);
+    expect((await pageCacheResidency([paths[1] as string])).residentBytes).toBe(4 * MiB);
+  });
+
   it('is stopped by its signal, and refuses to follow a link put in a blob\'s place', async () => {
     const stop = new AbortController();
     stop.abort();

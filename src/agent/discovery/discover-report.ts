@@ -4,7 +4,11 @@ import { failure } from '../../lib/errors.js';
 import { createLogger } from '../../lib/logger.js';
 import type { LOG_LEVELS } from '../../lib/log-levels.js';
 import { toProtoJson } from '../../lib/proto-json.js';
+import { join } from 'node:path';
+import { describeTransferRates } from '../../lib/describe-transfer-rates.js';
+import { printable } from '../../lib/printable.js';
 import { EngineRegistry } from '../engines/engine-registry.js';
+import { readTransferRates, transferRates } from '../models/transfer-rates.js';
 import { runPreflight } from './preflight.js';
 import { renderDiscoverReport } from './render-discover-report.js';
 import { type DiscoverFlags, resolveDiscoverSettings } from './resolve-discover-settings.js';
@@ -38,6 +42,8 @@ export async function discoverReport(o: DiscoverReportOptions, print: (text: str
   const logger = await createLogger({ level: o.logLevel ?? 'error' });
   const inventory = await runDiscoverTasks({ ...settings, renderer: o.renderer, logger });
   const engines = settings.engines ? new EngineRegistry({ engines: settings.engines, mgmtInterface: settings.mgmtInterface }) : undefined;
+  // The agent measures them (a probe, its warms and pulls); discover shows its last, from its state dir.
+  inventory.rates = transferRates(readTransferRates(join(settings.stateDir, 'warmth.json')));
   const checks =
     settings.fromConfig || o.strict
       ? runPreflight(inventory, {
@@ -50,7 +56,8 @@ export async function discoverReport(o: DiscoverReportOptions, print: (text: str
         })
       : [];
   const report = toProtoJson(DiscoverReportSchema, create(DiscoverReportSchema, { inventory, checks })) as DiscoverReportJson;
-  const text = o.text ? renderDiscoverReport(inventory, { mgmtInterface: settings.mgmtInterface, checks, foreignMemoryShare: settings.foreignMemoryShare }) : undefined;
+  const rates = describeTransferRates(report.inventory ?? {}, Date.now());
+  const text = o.text ? `${renderDiscoverReport(inventory, { mgmtInterface: settings.mgmtInterface, checks, foreignMemoryShare: settings.foreignMemoryShare })}${rates ? `\nMeasured rates: ${printable(rates)}` : ''}` : undefined;
   const failed = checks.filter((c) => !c.ok);
   if (o.strict && failed.length > 0) {
     // The report is what the operator needs to see the failures; it is printed before the one-line error.

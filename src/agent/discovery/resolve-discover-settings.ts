@@ -20,6 +20,8 @@ export interface DiscoverSettings {
   fromConfig: boolean;
   /** engines from the config (with --config): who each engine runs as is a preflight check. */
   engines?: AgentConfig['engines'];
+  /** supervisor.state_dir: where the agent keeps the rates it measured (Inventory.rates). */
+  stateDir: string;
 }
 
 export interface DiscoverFlags {
@@ -78,6 +80,7 @@ export function resolveDiscoverSettings(flags: DiscoverFlags): DiscoverSettings 
       nvmlLibrary: config.discovery.nvmlLibrary,
       fromConfig: true,
       engines: config.engines,
+      stateDir: config.supervisor.stateDir,
     };
   }
   return {
@@ -90,5 +93,6 @@ export function resolveDiscoverSettings(flags: DiscoverFlags): DiscoverSettings 
     preferNvml: envBool('discovery.prefer_nvml') ?? defaultOf('discovery.prefer_nvml') === 'true',
     nvmlLibrary: envValue('discovery.nvml_library') || defaultOf('discovery.nvml_library'),
     fromConfig: false,
+    stateDir: envValue('supervisor.state_dir') || defaultOf('supervisor.state_dir'),
   };
 }

@@ -21,6 +21,8 @@ export interface NodeRates {
   hub?: MeasuredRate;
   /** The last warm of a model that was not in the page cache: bytes read from disk and how long. */
   disk?: MeasuredRate;
+  /** The store's disk probed for durable writes (disk-write-probe.ts): bytes written and synced, and how long. */
+  diskWrite?: MeasuredRate;
 }
 
 /** Below this a transfer says more about latency than about rate: not learned from. */

@@ -114,6 +114,11 @@ export class WarmthLedger {
     this.#pending.set(shard.shardId, { from: shard.sleepLevel === 2 ? 'sleeping-l2' : 'sleeping-l1', atMs: Date.now() });
   }
 
+  /** Every rate the node measured (Inventory.rates). */
+  rates(): NodeRates {
+    return this.#rates;
+  }
+
   /** The node's last measured disk rate (learnRate('disk', …)): what a level-2 wake's deadline is derived from (wake-deadline.ts). */
   diskRate(): NodeRates['disk'] {
     return this.#rates.disk;
@@ -200,7 +205,7 @@ export class WarmthLedger {
     try {
       const f = JSON.parse(text) as WarmthFile;
       if (f.version !== 1 || !Array.isArray(f.entries)) throw new Error('not a version 1 warmth file');
-      for (const kind of ['hub', 'disk'] as const) {
+      for (const kind of ['hub', 'disk', 'diskWrite'] as const) {
         const r = f.rates?.[kind];
         if (r && Number.isFinite(r.bytes) && Number.isFinite(r.ms) && r.bytes >= MIN_RATE_BYTES && r.ms > 0) this.#rates[kind] = { bytes: r.bytes, ms: r.ms, atMs: Number(r.atMs) || 0 };
       }

@@ -48,6 +48,8 @@ describe('resolveDiscoverSettings without --config', () => {
       preferNvml: true,
       nvmlLibrary: 'libnvidia-ml.so.1',
       fromConfig: false,
+      // Where discover reads the agent's measured rates (Inventory.rates).
+      stateDir: '/var/lib/llmgw',
     });
   });
 

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLeAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgSFQoNZ2FuZ19lbmRwb2ludBgKIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIrADCglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmxsbWd3LnYxLkdwdRIgCgVsaW5rcxgCIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSGwoEaGNhcxgDIAMoCzINLmxsbWd3LnYxLkhjYRIqCgppbnRlcmZhY2VzGAQgAygLMhYubGxtZ3cudjEuTmV0SW50ZXJmYWNlEhYKDmRyaXZlcl92ZXJzaW9uGAUgASgJEhQKDGN1ZGFfdmVyc2lvbhgGIAEoCRIQCgh3YXJuaW5ncxgHIAMoCRIQCghob3N0bmFtZRgIIAEoCRInCglwcm9jZXNzZXMYCSADKAsyFC5sbG1ndy52MS5HcHVQcm9jZXNzEisKCmNvbmRpdGlvbnMYCiADKAsyFy5sbG1ndy52MS5Ob2RlQ29uZGl0aW9uEiwKDWNhY2hlZF9tb2RlbHMYDCADKAsyFS5sbG1ndy52MS5DYWNoZWRNb2RlbBIeChZtb2RlbF9jYWNoZV9mcmVlX2J5dGVzGA0gASgEEiUKBndhcm10aBgOIAMoCzIVLmxsbWd3LnYxLk1vZGVsV2FybXRoInMKC01vZGVsV2FybXRoEg0KBW1vZGVsGAEgASgJEg4KBmVuZ2luZRgCIAEoCRIPCgdwcm9maWxlGAMgASgJEgwKBHJ1bmcYBCABKAkSJgoHbGVhcm5lZBgFIAMoCzIVLmxsbWd3LnYxLlRpbWVUb1JlYWR5IlMKC1RpbWVUb1JlYWR5EgwKBGZyb20YASABKAkSFgoObWVkaWFuX3NlY29uZHMYAiABKAESDwoHc2FtcGxlcxgDIAEoDRINCgViYXNpcxgEIAEoCSJoCg1Ob2RlQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGYWN0aXZlGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilgIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlEhQKDGNwdV9hZmZpbml0eRgNIAEoCSI5CglNaWdEZXZpY2USDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIPCgdwcm9maWxlGAMgASgJImsKCkdwdVByb2Nlc3MSCwoDcGlkGAEgASgFEhAKCGdwdV91dWlkGAIgASgJEhYKDnVzZWRfbWVtb3J5X21iGAMgASgFEhQKDHByb2Nlc3NfbmFtZRgEIAEoCRIQCghzaGFyZF9pZBgFIAEoCSJECgdHcHVMaW5rEgkKAWEYASABKAkSCQoBYhgCIAEoCRISCgpjb25uZWN0aW9uGAMgASgJEg8KB252bGlua3MYBCABKAUingEKA0hjYRIMCgRuYW1lGAEgASgJEgwKBHBvcnQYAiABKAUSDQoFc3RhdGUYAyABKAkSEgoKcGh5c19zdGF0ZRgEIAEoCRIRCglyYXRlX2dicHMYBSABKAESEgoKbGlua19sYXllchgGIAEoCRIRCgludW1hX25vZGUYByABKAUSDgoGZmFicmljGAggASgJEg4KBm5ldGRldhgJIAEoCSJVCgxOZXRJbnRlcmZhY2USDAoEbmFtZRgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkSCwoDbWFjGAMgASgJEgoKAnVwGAQgASgIEgsKA210dRgFIAEoBSIvChBGYWJyaWNBdHRhY2htZW50EgsKA2hjYRgBIAEoCRIOCgZmYWJyaWMYAiABKAkiOAoJSGVhcnRiZWF0Eg8KB25vZGVfaWQYASABKAkSGgoSZ3B1X21lbW9yeV91c2VkX21iGAIgAygFIvcBCgtTaGFyZFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSIwoFc3RhdGUYBCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBWVycm9yGAUgASgJEhEKCWV4aXRfY29kZRgGIAEoBRITCgtsYXN0X291dHB1dBgHIAMoCRILCgNwaWQYCCABKAUSDgoGc2lnbmFsGAkgASgJEg8KB2Fkb3B0ZWQYCiABKAgSJwoKZ2FuZ19icmVhaxgLIAEoCzITLmxsbWd3LnYxLkdhbmdCcmVhayKdAQoJR2FuZ0JyZWFrEgwKBHJhbmsYASABKAUSDwoHbm9kZV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3N0YWxsZWQYBiABKAgSEwoLZmlyc3RfdG9fZ28YByABKAgiPgoER2FuZxIPCgdnYW5nX2lkGAEgASgJEiUKB21lbWJlcnMYAiADKAsyFC5sbG1ndy52MS5HYW5nTWVtYmVyImgKCkdhbmdNZW1iZXISDAoEcmFuaxgBIAEoBRIPCgdub2RlX2lkGAIgASgJEhAKCHNoYXJkX2lkGAMgASgJEhYKDmFnZW50X2VuZHBvaW50GAQgASgJEhEKCWh0dHBfcG9ydBgFIAEoBSLbAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCRInCgpnYW5nX2JyZWFrGBEgASgLMhMubGxtZ3cudjEuR2FuZ0JyZWFrIpACCgpTdGFydFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSEwoLbGVhZGVyX2FkZHIYCCABKAkSEwoLbGVhZGVyX3BvcnQYCSABKAUSDAoEcG9vbBgKIAEoCRIOCgZmYWJyaWMYCyABKAkSIgoHcHJvZmlsZRgMIAEoCzIRLmxsbWd3LnYxLlByb2ZpbGUSHAoEZ2FuZxgNIAEoCzIOLmxsbWd3LnYxLkdhbmci2gIKB1Byb2ZpbGUSDAoEbmFtZRgBIAEoCRIOCgZlbmdpbmUYAiABKAkSDQoFbW9kZWwYAyABKAkSGQoRc2VydmVkX21vZGVsX25hbWUYBCABKAkSHAoUdGVuc29yX3BhcmFsbGVsX3NpemUYBSABKAUSHgoWcGlwZWxpbmVfcGFyYWxsZWxfc2l6ZRgGIAEoBRIMCgRhcmdzGAcgAygJEicKA2VudhgIIAMoCzIaLmxsbWd3LnYxLlByb2ZpbGUuRW52RW50cnkSMgoPc3RhcnR1cF90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh4KFm1pbl9jb21wdXRlX2NhcGFiaWxpdHkYCiABKAkSEgoKc2xlZXBfbW9kZRgLIAEoCBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKCVN0b3BTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRIoCgVncmFjZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIeCgpEcmFpblNoYXJkEhAKCHNoYXJkX2lkGAEgASgJIjQKA0FjaxISCgptZXNzYWdlX2lkGAEgASgEEgoKAm9rGAIgASgIEg0KBWVycm9yGAMgASgJIlQKDVByZWZldGNoTW9kZWwSDAoEcmVwbxgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCRIPCgdpbmNsdWRlGAMgAygJEhIKCnBhZ2VfY2FjaGUYBCABKAgijAEKCU1vZGVsUHVsbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEicKBXN0YXRlGAMgASgOMhgubGxtZ3cudjEuTW9kZWxQdWxsU3RhdGUSEgoKYnl0ZXNfZG9uZRgEIAEoBBITCgtieXRlc190b3RhbBgFIAEoBBINCgVlcnJvchgGIAEoCSKVAQoLQ2FjaGVkTW9kZWwSDAoEcmVwbxgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCRINCgVieXRlcxgDIAEoBBIQCghjb21wbGV0ZRgEIAEoCBItCglsYXN0X3VzZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnJlc2lkZW50X2J5dGVzGAYgASgEIi0KClNsZWVwU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSDQoFbGV2ZWwYAiABKA0iHQoJV2FrZVNoYXJkEhAKCHNoYXJkX2lkGAEgASgJKtACCgxHcHVFdmVudEtpbmQSHgoaR1BVX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIWChJHUFVfRVZFTlRfS0lORF9YSUQQARIhCh1HUFVfRVZFTlRfS0lORF9FQ0NfRE9VQkxFX0JJVBACEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9QRU5ESU5HEAMSJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX0ZBSUxVUkUQBBIbChdHUFVfRVZFTlRfS0lORF9HUFVfTE9TVBAFEh4KGkdQVV9FVkVOVF9LSU5EX05WTElOS19ET1dOEAYSGgoWR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRBAHEhgKFEdQVV9FVkVOVF9LSU5EX1JFU0VUEAgSJgoiR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRF9CWV9PUEVSQVRPUhAJKowCCgpTaGFyZFN0YXRlEhsKF1NIQVJEX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0hBUkRfU1RBVEVfU1RBUlRJTkcQARIVChFTSEFSRF9TVEFURV9SRUFEWRACEhkKFVNIQVJEX1NUQVRFX1VOSEVBTFRIWRADEhgKFFNIQVJEX1NUQVRFX0RSQUlOSU5HEAQSGAoUU0hBUkRfU1RBVEVfU1RPUFBJTkcQBRIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAYSFgoSU0hBUkRfU1RBVEVfRkFJTEVEEAcSFgoSU0hBUkRfU1RBVEVfRVhJVEVEEAgSGAoUU0hBUkRfU1RBVEVfU0xFRVBJTkcQCSrEAQoOTW9kZWxQdWxsU3RhdGUSIAocTU9ERUxfUFVMTF9TVEFURV9VTlNQRUNJRklFRBAAEhwKGE1PREVMX1BVTExfU1RBVEVfU1RBUlRFRBABEh0KGU1PREVMX1BVTExfU1RBVEVfUFJPR1JFU1MQAhIZChVNT0RFTF9QVUxMX1NUQVRFX0RPTkUQAxIbChdNT0RFTF9QVUxMX1NUQVRFX0ZBSUxFRBAEEhsKF01PREVMX1BVTExfU1RBVEVfV0FSTUVEEAUyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLeAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgSFQoNZ2FuZ19lbmRwb2ludBgKIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBItwDCglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmxsbWd3LnYxLkdwdRIgCgVsaW5rcxgCIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSGwoEaGNhcxgDIAMoCzINLmxsbWd3LnYxLkhjYRIqCgppbnRlcmZhY2VzGAQgAygLMhYubGxtZ3cudjEuTmV0SW50ZXJmYWNlEhYKDmRyaXZlcl92ZXJzaW9uGAUgASgJEhQKDGN1ZGFfdmVyc2lvbhgGIAEoCRIQCgh3YXJuaW5ncxgHIAMoCRIQCghob3N0bmFtZRgIIAEoCRInCglwcm9jZXNzZXMYCSADKAsyFC5sbG1ndy52MS5HcHVQcm9jZXNzEisKCmNvbmRpdGlvbnMYCiADKAsyFy5sbG1ndy52MS5Ob2RlQ29uZGl0aW9uEiwKDWNhY2hlZF9tb2RlbHMYDCADKAsyFS5sbG1ndy52MS5DYWNoZWRNb2RlbBIeChZtb2RlbF9jYWNoZV9mcmVlX2J5dGVzGA0gASgEEiUKBndhcm10aBgOIAMoCzIVLmxsbWd3LnYxLk1vZGVsV2FybXRoEioKBXJhdGVzGA8gASgLMhsubGxtZ3cudjEuTm9kZVRyYW5zZmVyUmF0ZXMilQEKEU5vZGVUcmFuc2ZlclJhdGVzEioKCmRpc2tfd3JpdGUYASABKAsyFi5sbG1ndy52MS5UcmFuc2ZlclJhdGUSKQoJZGlza19yZWFkGAIgASgLMhYubGxtZ3cudjEuVHJhbnNmZXJSYXRlEikKCWxhc3RfcHVsbBgDIAEoCzIWLmxsbWd3LnYxLlRyYW5zZmVyUmF0ZSJ4CgxUcmFuc2ZlclJhdGUSGAoQYnl0ZXNfcGVyX3NlY29uZBgBIAEoARINCgVieXRlcxgCIAEoBBIvCgttZWFzdXJlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAQgASgJInMKC01vZGVsV2FybXRoEg0KBW1vZGVsGAEgASgJEg4KBmVuZ2luZRgCIAEoCRIPCgdwcm9maWxlGAMgASgJEgwKBHJ1bmcYBCABKAkSJgoHbGVhcm5lZBgFIAMoCzIVLmxsbWd3LnYxLlRpbWVUb1JlYWR5IlMKC1RpbWVUb1JlYWR5EgwKBGZyb20YASABKAkSFgoObWVkaWFuX3NlY29uZHMYAiABKAESDwoHc2FtcGxlcxgDIAEoDRINCgViYXNpcxgEIAEoCSJoCg1Ob2RlQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGYWN0aXZlGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilgIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlEhQKDGNwdV9hZmZpbml0eRgNIAEoCSI5CglNaWdEZXZpY2USDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIPCgdwcm9maWxlGAMgASgJImsKCkdwdVByb2Nlc3MSCwoDcGlkGAEgASgFEhAKCGdwdV91dWlkGAIgASgJEhYKDnVzZWRfbWVtb3J5X21iGAMgASgFEhQKDHByb2Nlc3NfbmFtZRgEIAEoCRIQCghzaGFyZF9pZBgFIAEoCSJECgdHcHVMaW5rEgkKAWEYASABKAkSCQoBYhgCIAEoCRISCgpjb25uZWN0aW9uGAMgASgJEg8KB252bGlua3MYBCABKAUingEKA0hjYRIMCgRuYW1lGAEgASgJEgwKBHBvcnQYAiABKAUSDQoFc3RhdGUYAyABKAkSEgoKcGh5c19zdGF0ZRgEIAEoCRIRCglyYXRlX2dicHMYBSABKAESEgoKbGlua19sYXllchgGIAEoCRIRCgludW1hX25vZGUYByABKAUSDgoGZmFicmljGAggASgJEg4KBm5ldGRldhgJIAEoCSJVCgxOZXRJbnRlcmZhY2USDAoEbmFtZRgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkSCwoDbWFjGAMgASgJEgoKAnVwGAQgASgIEgsKA210dRgFIAEoBSIvChBGYWJyaWNBdHRhY2htZW50EgsKA2hjYRgBIAEoCRIOCgZmYWJyaWMYAiABKAkiOAoJSGVhcnRiZWF0Eg8KB25vZGVfaWQYASABKAkSGgoSZ3B1X21lbW9yeV91c2VkX21iGAIgAygFIvcBCgtTaGFyZFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSIwoFc3RhdGUYBCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBWVycm9yGAUgASgJEhEKCWV4aXRfY29kZRgGIAEoBRITCgtsYXN0X291dHB1dBgHIAMoCRILCgNwaWQYCCABKAUSDgoGc2lnbmFsGAkgASgJEg8KB2Fkb3B0ZWQYCiABKAgSJwoKZ2FuZ19icmVhaxgLIAEoCzITLmxsbWd3LnYxLkdhbmdCcmVhayKdAQoJR2FuZ0JyZWFrEgwKBHJhbmsYASABKAUSDwoHbm9kZV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3N0YWxsZWQYBiABKAgSEwoLZmlyc3RfdG9fZ28YByABKAgiPgoER2FuZxIPCgdnYW5nX2lkGAEgASgJEiUKB21lbWJlcnMYAiADKAsyFC5sbG1ndy52MS5HYW5nTWVtYmVyImgKCkdhbmdNZW1iZXISDAoEcmFuaxgBIAEoBRIPCgdub2RlX2lkGAIgASgJEhAKCHNoYXJkX2lkGAMgASgJEhYKDmFnZW50X2VuZHBvaW50GAQgASgJEhEKCWh0dHBfcG9ydBgFIAEoBSLbAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCRInCgpnYW5nX2JyZWFrGBEgASgLMhMubGxtZ3cudjEuR2FuZ0JyZWFrIpACCgpTdGFydFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSEwoLbGVhZGVyX2FkZHIYCCABKAkSEwoLbGVhZGVyX3BvcnQYCSABKAUSDAoEcG9vbBgKIAEoCRIOCgZmYWJyaWMYCyABKAkSIgoHcHJvZmlsZRgMIAEoCzIRLmxsbWd3LnYxLlByb2ZpbGUSHAoEZ2FuZxgNIAEoCzIOLmxsbWd3LnYxLkdhbmci2gIKB1Byb2ZpbGUSDAoEbmFtZRgBIAEoCRIOCgZlbmdpbmUYAiABKAkSDQoFbW9kZWwYAyABKAkSGQoRc2VydmVkX21vZGVsX25hbWUYBCABKAkSHAoUdGVuc29yX3BhcmFsbGVsX3NpemUYBSABKAUSHgoWcGlwZWxpbmVfcGFyYWxsZWxfc2l6ZRgGIAEoBRIMCgRhcmdzGAcgAygJEicKA2VudhgIIAMoCzIaLmxsbWd3LnYxLlByb2ZpbGUuRW52RW50cnkSMgoPc3RhcnR1cF90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh4KFm1pbl9jb21wdXRlX2NhcGFiaWxpdHkYCiABKAkSEgoKc2xlZXBfbW9kZRgLIAEoCBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKCVN0b3BTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRIoCgVncmFjZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIeCgpEcmFpblNoYXJkEhAKCHNoYXJkX2lkGAEgASgJIjQKA0FjaxISCgptZXNzYWdlX2lkGAEgASgEEgoKAm9rGAIgASgIEg0KBWVycm9yGAMgASgJIlQKDVByZWZldGNoTW9kZWwSDAoEcmVwbxgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCRIPCgdpbmNsdWRlGAMgAygJEhIKCnBhZ2VfY2FjaGUYBCABKAgijAEKCU1vZGVsUHVsbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEicKBXN0YXRlGAMgASgOMhgubGxtZ3cudjEuTW9kZWxQdWxsU3RhdGUSEgoKYnl0ZXNfZG9uZRgEIAEoBBITCgtieXRlc190b3RhbBgFIAEoBBINCgVlcnJvchgGIAEoCSKVAQoLQ2FjaGVkTW9kZWwSDAoEcmVwbxgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCRINCgVieXRlcxgDIAEoBBIQCghjb21wbGV0ZRgEIAEoCBItCglsYXN0X3VzZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnJlc2lkZW50X2J5dGVzGAYgASgEIi0KClNsZWVwU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSDQoFbGV2ZWwYAiABKA0iHQoJV2FrZVNoYXJkEhAKCHNoYXJkX2lkGAEgASgJKtACCgxHcHVFdmVudEtpbmQSHgoaR1BVX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIWChJHUFVfRVZFTlRfS0lORF9YSUQQARIhCh1HUFVfRVZFTlRfS0lORF9FQ0NfRE9VQkxFX0JJVBACEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9QRU5ESU5HEAMSJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX0ZBSUxVUkUQBBIbChdHUFVfRVZFTlRfS0lORF9HUFVfTE9TVBAFEh4KGkdQVV9FVkVOVF9LSU5EX05WTElOS19ET1dOEAYSGgoWR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRBAHEhgKFEdQVV9FVkVOVF9LSU5EX1JFU0VUEAgSJgoiR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRF9CWV9PUEVSQVRPUhAJKowCCgpTaGFyZFN0YXRlEhsKF1NIQVJEX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0hBUkRfU1RBVEVfU1RBUlRJTkcQARIVChFTSEFSRF9TVEFURV9SRUFEWRACEhkKFVNIQVJEX1NUQVRFX1VOSEVBTFRIWRADEhgKFFNIQVJEX1NUQVRFX0RSQUlOSU5HEAQSGAoUU0hBUkRfU1RBVEVfU1RPUFBJTkcQBRIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAYSFgoSU0hBUkRfU1RBVEVfRkFJTEVEEAcSFgoSU0hBUkRfU1RBVEVfRVhJVEVEEAgSGAoUU0hBUkRfU1RBVEVfU0xFRVBJTkcQCSrEAQoOTW9kZWxQdWxsU3RhdGUSIAocTU9ERUxfUFVMTF9TVEFURV9VTlNQRUNJRklFRBAAEhwKGE1PREVMX1BVTExfU1RBVEVfU1RBUlRFRBABEh0KGU1PREVMX1BVTExfU1RBVEVfUFJPR1JFU1MQAhIZChVNT0RFTF9QVUxMX1NUQVRFX0RPTkUQAxIbChdNT0RFTF9QVUxMX1NUQVRFX0ZBSUxFRBAEEhsKF01PREVMX1BVTExfU1RBVEVfV0FSTUVEEAUyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -623,6 +623,16 @@ export type Inventory = Message<"llmgw.v1.Inventory"> & {
    * @generated from field: repeated llmgw.v1.ModelWarmth warmth = 14;
    */
   warmth: ModelWarmth[];
+
+  /**
+   * What this node measured of its own disk and of its last pull (issue 52),
+   * so a pull's or a warm's rate reads as a fraction of what the node can
+   * do. Each rate is absent until measured; `discover` reads the agent's
+   * last measures from supervisor.state_dir.
+   *
+   * @generated from field: llmgw.v1.NodeTransferRates rates = 15;
+   */
+  rates?: NodeTransferRates | undefined;
 };
 
 /**
@@ -714,6 +724,16 @@ export type InventoryJson = {
    * @generated from field: repeated llmgw.v1.ModelWarmth warmth = 14;
    */
   warmth?: ModelWarmthJson[];
+
+  /**
+   * What this node measured of its own disk and of its last pull (issue 52),
+   * so a pull's or a warm's rate reads as a fraction of what the node can
+   * do. Each rate is absent until measured; `discover` reads the agent's
+   * last measures from supervisor.state_dir.
+   *
+   * @generated from field: llmgw.v1.NodeTransferRates rates = 15;
+   */
+  rates?: NodeTransferRatesJson;
 };
 
 /**
@@ -722,6 +742,152 @@ export type InventoryJson = {
  */
 export const InventorySchema: GenMessage<Inventory, {jsonType: InventoryJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 4);
+
+/**
+ * Transfer rates this node measured, each with when and how.
+ *
+ * @generated from message llmgw.v1.NodeTransferRates
+ */
+export type NodeTransferRates = Message<"llmgw.v1.NodeTransferRates"> & {
+  /**
+   * Durable writes to the model store's disk: a probe the agent runs once,
+   * a minute after its start and off every shard's path (64 MiB written to
+   * models.cache_dir in 4 MiB blocks and fdatasync'ed, then deleted).
+   * source "probe". Absent without a model store.
+   *
+   * @generated from field: llmgw.v1.TransferRate disk_write = 1;
+   */
+  diskWrite?: TransferRate | undefined;
+
+  /**
+   * Cold reads from the model store's disk: the last warm (`models warm`,
+   * or PrefetchModel.page_cache) of a model less than a tenth of which was
+   * in the page cache before, its bytes read over its time. source "warm".
+   *
+   * @generated from field: llmgw.v1.TransferRate disk_read = 2;
+   */
+  diskRead?: TransferRate | undefined;
+
+  /**
+   * The last pull: bytes fetched from the hub over the pull's time, from its
+   * start to the model recorded complete (revision look-up, verification and
+   * sync included). source "pull".
+   *
+   * @generated from field: llmgw.v1.TransferRate last_pull = 3;
+   */
+  lastPull?: TransferRate | undefined;
+};
+
+/**
+ * Transfer rates this node measured, each with when and how.
+ *
+ * @generated from message llmgw.v1.NodeTransferRates
+ */
+export type NodeTransferRatesJson = {
+  /**
+   * Durable writes to the model store's disk: a probe the agent runs once,
+   * a minute after its start and off every shard's path (64 MiB written to
+   * models.cache_dir in 4 MiB blocks and fdatasync'ed, then deleted).
+   * source "probe". Absent without a model store.
+   *
+   * @generated from field: llmgw.v1.TransferRate disk_write = 1;
+   */
+  diskWrite?: TransferRateJson;
+
+  /**
+   * Cold reads from the model store's disk: the last warm (`models warm`,
+   * or PrefetchModel.page_cache) of a model less than a tenth of which was
+   * in the page cache before, its bytes read over its time. source "warm".
+   *
+   * @generated from field: llmgw.v1.TransferRate disk_read = 2;
+   */
+  diskRead?: TransferRateJson;
+
+  /**
+   * The last pull: bytes fetched from the hub over the pull's time, from its
+   * start to the model recorded complete (revision look-up, verification and
+   * sync included). source "pull".
+   *
+   * @generated from field: llmgw.v1.TransferRate last_pull = 3;
+   */
+  lastPull?: TransferRateJson;
+};
+
+/**
+ * Describes the message llmgw.v1.NodeTransferRates.
+ * Use `create(NodeTransferRatesSchema)` to create a new message.
+ */
+export const NodeTransferRatesSchema: GenMessage<NodeTransferRates, {jsonType: NodeTransferRatesJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 5);
+
+/**
+ * @generated from message llmgw.v1.TransferRate
+ */
+export type TransferRate = Message<"llmgw.v1.TransferRate"> & {
+  /**
+   * Bytes per second (not MiB): the bytes moved over the time they took.
+   *
+   * @generated from field: double bytes_per_second = 1;
+   */
+  bytesPerSecond: number;
+
+  /**
+   * Bytes the measure moved.
+   *
+   * @generated from field: uint64 bytes = 2;
+   */
+  bytes: bigint;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp measured_at = 3;
+   */
+  measuredAt?: Timestamp | undefined;
+
+  /**
+   * What measured it: "probe", "warm" or "pull".
+   *
+   * @generated from field: string source = 4;
+   */
+  source: string;
+};
+
+/**
+ * @generated from message llmgw.v1.TransferRate
+ */
+export type TransferRateJson = {
+  /**
+   * Bytes per second (not MiB): the bytes moved over the time they took.
+   *
+   * @generated from field: double bytes_per_second = 1;
+   */
+  bytesPerSecond?: number | "NaN" | "Infinity" | "-Infinity";
+
+  /**
+   * Bytes the measure moved.
+   *
+   * @generated from field: uint64 bytes = 2;
+   */
+  bytes?: string;
+
+  /**
+   * @generated from field: google.protobuf.Timestamp measured_at = 3;
+   */
+  measuredAt?: TimestampJson;
+
+  /**
+   * What measured it: "probe", "warm" or "pull".
+   *
+   * @generated from field: string source = 4;
+   */
+  source?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.TransferRate.
+ * Use `create(TransferRateSchema)` to create a new message.
+ */
+export const TransferRateSchema: GenMessage<TransferRate, {jsonType: TransferRateJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 6);
 
 /**
  * One model as one engine and profile start it, on this node.
@@ -814,7 +980,7 @@ export type ModelWarmthJson = {
  * Use `create(ModelWarmthSchema)` to create a new message.
  */
 export const ModelWarmthSchema: GenMessage<ModelWarmth, {jsonType: ModelWarmthJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 5);
+  messageDesc(file_llmgw_v1_agent, 7);
 
 /**
  * Time to READY from one rung, measured on this node: the median of its last
@@ -901,7 +1067,7 @@ export type TimeToReadyJson = {
  * Use `create(TimeToReadySchema)` to create a new message.
  */
 export const TimeToReadySchema: GenMessage<TimeToReady, {jsonType: TimeToReadyJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 6);
+  messageDesc(file_llmgw_v1_agent, 8);
 
 /**
  * One node condition: what it is, whether it holds, why, and since when it
@@ -974,7 +1140,7 @@ export type NodeConditionJson = {
  * Use `create(NodeConditionSchema)` to create a new message.
  */
 export const NodeConditionSchema: GenMessage<NodeCondition, {jsonType: NodeConditionJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 7);
+  messageDesc(file_llmgw_v1_agent, 9);
 
 /**
  * @generated from message llmgw.v1.Gpu
@@ -1145,7 +1311,7 @@ export type GpuJson = {
  * Use `create(GpuSchema)` to create a new message.
  */
 export const GpuSchema: GenMessage<Gpu, {jsonType: GpuJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 8);
+  messageDesc(file_llmgw_v1_agent, 10);
 
 /**
  * @generated from message llmgw.v1.MigDevice
@@ -1196,7 +1362,7 @@ export type MigDeviceJson = {
  * Use `create(MigDeviceSchema)` to create a new message.
  */
 export const MigDeviceSchema: GenMessage<MigDevice, {jsonType: MigDeviceJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 9);
+  messageDesc(file_llmgw_v1_agent, 11);
 
 /**
  * @generated from message llmgw.v1.GpuProcess
@@ -1267,7 +1433,7 @@ export type GpuProcessJson = {
  * Use `create(GpuProcessSchema)` to create a new message.
  */
 export const GpuProcessSchema: GenMessage<GpuProcess, {jsonType: GpuProcessJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 10);
+  messageDesc(file_llmgw_v1_agent, 12);
 
 /**
  * @generated from message llmgw.v1.GpuLink
@@ -1336,7 +1502,7 @@ export type GpuLinkJson = {
  * Use `create(GpuLinkSchema)` to create a new message.
  */
 export const GpuLinkSchema: GenMessage<GpuLink, {jsonType: GpuLinkJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 11);
+  messageDesc(file_llmgw_v1_agent, 13);
 
 /**
  * @generated from message llmgw.v1.Hca
@@ -1463,7 +1629,7 @@ export type HcaJson = {
  * Use `create(HcaSchema)` to create a new message.
  */
 export const HcaSchema: GenMessage<Hca, {jsonType: HcaJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 12);
+  messageDesc(file_llmgw_v1_agent, 14);
 
 /**
  * @generated from message llmgw.v1.NetInterface
@@ -1530,7 +1696,7 @@ export type NetInterfaceJson = {
  * Use `create(NetInterfaceSchema)` to create a new message.
  */
 export const NetInterfaceSchema: GenMessage<NetInterface, {jsonType: NetInterfaceJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 13);
+  messageDesc(file_llmgw_v1_agent, 15);
 
 /**
  * FabricAttachment says which fabric an HCA is cabled to. It comes from the
@@ -1573,7 +1739,7 @@ export type FabricAttachmentJson = {
  * Use `create(FabricAttachmentSchema)` to create a new message.
  */
 export const FabricAttachmentSchema: GenMessage<FabricAttachment, {jsonType: FabricAttachmentJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 14);
+  messageDesc(file_llmgw_v1_agent, 16);
 
 /**
  * @generated from message llmgw.v1.Heartbeat
@@ -1614,7 +1780,7 @@ export type HeartbeatJson = {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat, {jsonType: HeartbeatJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 15);
+  messageDesc(file_llmgw_v1_agent, 17);
 
 /**
  * @generated from message llmgw.v1.ShardStatus
@@ -1757,7 +1923,7 @@ export type ShardStatusJson = {
  * Use `create(ShardStatusSchema)` to create a new message.
  */
 export const ShardStatusSchema: GenMessage<ShardStatus, {jsonType: ShardStatusJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 16);
+  messageDesc(file_llmgw_v1_agent, 18);
 
 /**
  * What a rank saw of its gang's other ranks: the first peer found gone,
@@ -1876,7 +2042,7 @@ export type GangBreakJson = {
  * Use `create(GangBreakSchema)` to create a new message.
  */
 export const GangBreakSchema: GenMessage<GangBreak, {jsonType: GangBreakJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 17);
+  messageDesc(file_llmgw_v1_agent, 19);
 
 /**
  * A multi-node replica's ranks as one gang (issue 40): what a rank needs to
@@ -1927,7 +2093,7 @@ export type GangJson = {
  * Use `create(GangSchema)` to create a new message.
  */
 export const GangSchema: GenMessage<Gang, {jsonType: GangJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 18);
+  messageDesc(file_llmgw_v1_agent, 20);
 
 /**
  * @generated from message llmgw.v1.GangMember
@@ -2010,7 +2176,7 @@ export type GangMemberJson = {
  * Use `create(GangMemberSchema)` to create a new message.
  */
 export const GangMemberSchema: GenMessage<GangMember, {jsonType: GangMemberJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 19);
+  messageDesc(file_llmgw_v1_agent, 21);
 
 /**
  * @generated from message llmgw.v1.RunningShard
@@ -2203,7 +2369,7 @@ export type RunningShardJson = {
  * Use `create(RunningShardSchema)` to create a new message.
  */
 export const RunningShardSchema: GenMessage<RunningShard, {jsonType: RunningShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 20);
+  messageDesc(file_llmgw_v1_agent, 22);
 
 /**
  * @generated from message llmgw.v1.StartShard
@@ -2358,7 +2524,7 @@ export type StartShardJson = {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard, {jsonType: StartShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 21);
+  messageDesc(file_llmgw_v1_agent, 23);
 
 /**
  * @generated from message llmgw.v1.Profile
@@ -2503,7 +2669,7 @@ export type ProfileJson = {
  * Use `create(ProfileSchema)` to create a new message.
  */
 export const ProfileSchema: GenMessage<Profile, {jsonType: ProfileJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 22);
+  messageDesc(file_llmgw_v1_agent, 24);
 
 /**
  * @generated from message llmgw.v1.StopShard
@@ -2546,7 +2712,7 @@ export type StopShardJson = {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard, {jsonType: StopShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 23);
+  messageDesc(file_llmgw_v1_agent, 25);
 
 /**
  * @generated from message llmgw.v1.DrainShard
@@ -2573,7 +2739,7 @@ export type DrainShardJson = {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard, {jsonType: DrainShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 24);
+  messageDesc(file_llmgw_v1_agent, 26);
 
 /**
  * @generated from message llmgw.v1.Ack
@@ -2624,7 +2790,7 @@ export type AckJson = {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack, {jsonType: AckJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 25);
+  messageDesc(file_llmgw_v1_agent, 27);
 
 /**
  * A PrefetchModel: what `llmgw models pull` takes. repo is a hub model id
@@ -2701,7 +2867,7 @@ export type PrefetchModelJson = {
  * Use `create(PrefetchModelSchema)` to create a new message.
  */
 export const PrefetchModelSchema: GenMessage<PrefetchModel, {jsonType: PrefetchModelJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 26);
+  messageDesc(file_llmgw_v1_agent, 28);
 
 /**
  * One step of a pull of the node's store (issue 30), keyed by repo and
@@ -2788,7 +2954,7 @@ export type ModelPullJson = {
  * Use `create(ModelPullSchema)` to create a new message.
  */
 export const ModelPullSchema: GenMessage<ModelPull, {jsonType: ModelPullJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 27);
+  messageDesc(file_llmgw_v1_agent, 29);
 
 /**
  * A model in the node's store. complete: every file of a pulled revision is
@@ -2883,7 +3049,7 @@ export type CachedModelJson = {
  * Use `create(CachedModelSchema)` to create a new message.
  */
 export const CachedModelSchema: GenMessage<CachedModel, {jsonType: CachedModelJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 28);
+  messageDesc(file_llmgw_v1_agent, 30);
 
 /**
  * SleepShard: level 1 offloads the weights to host RAM and drops the KV
@@ -2932,7 +3098,7 @@ export type SleepShardJson = {
  * Use `create(SleepShardSchema)` to create a new message.
  */
 export const SleepShardSchema: GenMessage<SleepShard, {jsonType: SleepShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 29);
+  messageDesc(file_llmgw_v1_agent, 31);
 
 /**
  * @generated from message llmgw.v1.WakeShard
@@ -2959,7 +3125,7 @@ export type WakeShardJson = {
  * Use `create(WakeShardSchema)` to create a new message.
  */
 export const WakeShardSchema: GenMessage<WakeShard, {jsonType: WakeShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 30);
+  messageDesc(file_llmgw_v1_agent, 32);
 
 /**
  * @generated from enum llmgw.v1.GpuEventKind

@@ -1,0 +1,191 @@
+import { availableParallelism } from 'node:os';
+import { Worker } from 'node:worker_threads';
+
+/*
+ * A blob's digest computed on a worker thread, from the bytes in its file.
+ *
+ * On the main thread the sha256 of every byte (80 ms per 128 MiB here, one
+ * core's 1.6 GB/s) and the read back of the parts a ranged download wrote
+ * ahead of it (another copy of three quarters of the bytes) ran one after
+ * the other with the socket reads and the garbage of their buffers: the
+ * pull's CPU profile showed hashing and read-back as 40 % of its main
+ * thread, and the pull moved 0.22–0.35x of what curl moved (issue 52, item
+ * 1). Here the thread hashes what the file holds from its start as far as
+ * the writer says it is written without a gap, while the main thread goes
+ * on reading sockets: the verification is the same (the bytes that will be
+ * renamed into place, read from the file itself), off the path of the
+ * transfer.
+ *
+ * The thread reads through the writer's own descriptor (threads share the
+ * process's descriptors): the file is opened once, O_NOFOLLOW, by the
+ * writer, and the descriptor is not closed before the thread has let go of
+ * it (digest() or drop() resolved), so it never reads a number the process
+ * reused for another file.
+ */
+
+/**
+ * The thread's code, run with `eval`: the agent is bundled into one file,
+ * beside which a worker script would not be found. Its modules are taken
+ * with import(), which works whether the eval runs as CommonJS or, under a
+ * parent started with --input-type=module, as an ES module (where require
+ * is not defined); the port keeps the messages that come before.
+ */
+const WORKER_SOURCE = `(async () => {
+const { parentPort } = await import('node:worker_threads');
+const { createHash } = await import('node:crypto');
+const { readSync } = await import('node:fs');
+const buf = Buffer.allocUnsafe(${4 * 1024 * 1024});
+const jobs = new Map();
+parentPort.on('message', (m) => {
+  if (m.op === 'open') {
+    const hash = createHash(m.algo);
+    if (m.prefix) hash.update(m.prefix);
+    jobs.set(m.id, { hash, fd: m.fd, at: 0, error: undefined });
+    return;
+  }
+  const j = jobs.get(m.id);
+  if (m.op === 'to') {
+    if (!j || j.error !== undefined) return;
+    try {
+      while (j.at < m.end) {
+        const n = readSync(j.fd, buf, 0, Math.min(buf.length, m.end - j.at), j.at);
+        if (n === 0) throw new Error('the file ends at byte ' + j.at + ', before ' + m.end);
+        j.hash.update(buf.subarray(0, n));
+        j.at += n;
+      }
+    } catch (err) {
+      j.error = err instanceof Error ? err.message : String(err);
+    }
+    return;
+  }
+  jobs.delete(m.id);
+  if (m.op === 'digest') {
+    if (!j) return parentPort.postMessage({ id: m.id, error: 'no such hash' });
+    if (j.error !== undefined) return parentPort.postMessage({ id: m.id, error: j.error });
+    return parentPort.postMessage({ id: m.id, digest: j.hash.digest('hex'), at: j.at });
+  }
+  parentPort.postMessage({ id: m.id });
+});
+})();
+`;
+
+/**
+ * Hash threads at most: one per core but the main thread's, never more than
+ * four (models.max_concurrent's default: one per file pulled at once). On
+ * this two-core machine one thread, beside the main thread's socket reads.
+ */
+export const MAX_HASH_THREADS = Math.max(1, Math.min(4, availableParallelism() - 1));
+/** A thread left without work this long ends: an agent between pulls keeps no thread and its memory. */
+export const HASH_THREAD_IDLE_MS = 10_000;
+
+type Reply = { id: number; digest?: string; at?: number; error?: string };
+
+interface HashThread {
+  worker: Worker;
+  /** Blobs being hashed on it. */
+  jobs: number;
+  waiting: Map<number, { resolve: (r: Reply) => void; reject: (e: unknown) => void }>;
+  idleTimer: NodeJS.Timeout | undefined;
+  /** Ended by an error or exit: no answer will come. */
+  lost: unknown;
+}
+
+const threads: HashThread[] = [];
+let nextId = 1;
+
+function startThread(): HashThread {
+  const t: HashThread = { worker: new Worker(WORKER_SOURCE, { eval: true }), jobs: 0, waiting: new Map(), idleTimer: undefined, lost: undefined };
+  t.worker.on('message', (r: Reply) => {
+    const w = t.waiting.get(r.id);
+    t.waiting.delete(r.id);
+    w?.resolve(r);
+  });
+  const lost = (err: unknown) => {
+    t.lost ??= err;
+    const i = threads.indexOf(t);
+    if (i >= 0) threads.splice(i, 1);
+    clearTimeout(t.idleTimer);
+    for (const w of t.waiting.values()) w.reject(err);
+    t.waiting.clear();
+  };
+  t.worker.on('error', lost);
+  t.worker.on('exit', (code) => lost(new Error(`the hash thread exited with code ${code}`)));
+  threads.push(t);
+  return t;
+}
+
+/** The least busy thread, a new one while fewer than MAX_HASH_THREADS are each busy. */
+function pickThread(): HashThread {
+  const idle = threads.find((t) => t.jobs === 0);
+  if (idle) return idle;
+  if (threads.length < MAX_HASH_THREADS) return startThread();
+  return threads.reduce((a, b) => (b.jobs < a.jobs ? b : a));
+}
+
+/** One blob's hash on a thread: told how far the file is written, asked for the digest at the end, or dropped. */
+export class ThreadHash {
+  /** The digest or drop asked for: the thread's last word on this file. */
+  private ending: Promise<Reply> | undefined;
+  private told = 0;
+
+  private constructor(
+    private readonly thread: HashThread,
+    private readonly id: number,
+  ) {}
+
+  /**
+   * Starts hashing the file open at `fd` with `algo` (after `prefix`, the
+   * git blob header of a small file), from its first byte.
+   */
+  static open(algo: 'sha256' | 'sha1', prefix: string, fd: number): ThreadHash {
+    const t = pickThread();
+    clearTimeout(t.idleTimer);
+    t.idleTimer = undefined;
+    if (t.jobs++ === 0) t.worker.ref();
+    const id = nextId++;
+    t.worker.postMessage({ op: 'open', id, algo, prefix, fd });
+    return new ThreadHash(t, id);
+  }
+
+  /** Bytes [0, end) of the file are written: the thread hashes up to there. */
+  advance(end: number): void {
+    if (this.ending !== undefined || end <= this.told) return;
+    this.told = end;
+    this.thread.worker.postMessage({ op: 'to', id: this.id, end });
+  }
+
+  /** The digest of the bytes [0, end), once the thread has read them; rejects when it could not. */
+  async digest(end: number): Promise<string> {
+    this.advance(end);
+    const r = await this.finish('digest');
+    if (r.error !== undefined) throw new Error(`hashing the file: ${r.error}`);
+    if (r.at !== end) throw new Error(`hashed ${r.at} of ${end} bytes`);
+    return r.digest as string;
+  }
+
+  /** Lets go of the file without a digest; resolved once the thread no longer reads it, so the caller may close it. */
+  async drop(): Promise<void> {
+    await (this.ending ?? this.finish('drop')).catch(() => {});
+  }
+
+  private finish(op: 'digest' | 'drop'): Promise<Reply> {
+    if (this.ending !== undefined) throw new Error('a hash asked for its end twice');
+    const t = this.thread;
+    this.ending = new Promise<Reply>((resolve, reject) => {
+      if (t.lost !== undefined) return reject(t.lost);
+      t.waiting.set(this.id, { resolve, reject });
+      t.worker.postMessage({ op, id: this.id });
+    }).finally(() => {
+      if (--t.jobs > 0 || !threads.includes(t)) return;
+      t.worker.unref();
+      t.idleTimer = setTimeout(() => {
+        if (t.jobs > 0) return;
+        const i = threads.indexOf(t);
+        if (i >= 0) threads.splice(i, 1);
+        void t.worker.terminate();
+      }, HASH_THREAD_IDLE_MS);
+      t.idleTimer.unref();
+    });
+    return this.ending;
+  }
+}

@@ -1,0 +1,64 @@
+import { createHash } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { open } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { ThreadHash } from '../../src/models/hash-thread.js';
+import { bytes } from './fake-hub.js';
+
+/*
+ * A blob's digest computed on a hash thread from the file its writer fills
+ * (issue 52, item 1): the thread reads only as far as it is told the file
+ * is written without a gap, so parts written ahead are hashed in order.
+ */
+
+const dir = mkdtempSync(join(tmpdir(), 'llmgw-hash-thread-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const content = bytes(3 * 1024 * 1024 + 77, 9);
+const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
+describe('ThreadHash', () => {
+  it('hashes a file written out of order as its bytes in order, told only how far it is whole', async () => {
+    const fh = await open(join(dir, 'a'), 'w+');
+    try {
+      const h = ThreadHash.open('sha256', '', fh.fd);
+      const third = Math.floor(content.length / 3);
+      // The last part first: nothing is whole from the start yet, so nothing is said.
+      await fh.write(content, 2 * third, content.length - 2 * third, 2 * third);
+      await fh.write(content, 0, third, 0);
+      h.advance(third);
+      await fh.write(content, third, third, third);
+      await expect(h.digest(content.length)).resolves.toBe(sha256(content));
+    } finally {
+      await fh.close();
+    }
+  });
+
+  it("computes a small file's git blob id with its header, as the hub names it", async () => {
+    const small = Buffer.from('{"a": 1}\n');
+    const fh = await open(join(dir, 'b'), 'w+');
+    try {
+      await fh.write(small, 0, small.length, 0);
+      const h = ThreadHash.open('sha1', `blob ${small.length}\0`, fh.fd);
+      await expect(h.digest(small.length)).resolves.toBe(createHash('sha1').update(`blob ${small.length}\0`).update(small).digest('hex'));
+    } finally {
+      await fh.close();
+    }
+  });
+
+  it('fails a digest of more bytes than the file holds, and lets go of a file dropped without one', async () => {
+    const fh = await open(join(dir, 'c'), 'w+');
+    try {
+      await fh.write(content, 0, 1000, 0);
+      await expect(ThreadHash.open('sha256', '', fh.fd).digest(2000)).rejects.toThrow(/ends at byte 1000, before 2000/);
+      // Its look-alike: the bytes it holds hash fine.
+      await expect(ThreadHash.open('sha256', '', fh.fd).digest(1000)).resolves.toBe(sha256(content.subarray(0, 1000)));
+      const dropped = ThreadHash.open('sha256', '', fh.fd);
+      dropped.advance(1000);
+      await expect(dropped.drop()).resolves.toBeUndefined();
+    } finally {
+      await fh.close();
+    }
+  });
+});

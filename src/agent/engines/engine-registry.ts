@@ -3,9 +3,9 @@ import { failure } from '../../lib/errors.js';
 import type { ConfiguredEngine } from './configured-engine.js';
 import type { Engine } from './engine.js';
 import type { EngineAccount } from './engine-account.js';
-import { SglangEngine } from './sglang-engine.js';
-import { SimEngine } from './sim-engine.js';
-import { VllmEngine } from './vllm-engine.js';
+import { SglangEngine } from './sglang/sglang-engine.js';
+import { SimEngine } from './sim/sim-engine.js';
+import { VllmEngine } from './vllm/vllm-engine.js';
 
 export interface EngineRegistryOptions {
   /** engines.<name> from config: command, env, extra_args, allowed_env, user, enabled. */

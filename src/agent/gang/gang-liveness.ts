@@ -1,6 +1,6 @@
 import type { GangMember, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { durationMs } from '@bufbuild/protobuf/wkt';
-import { dataParallelSize } from '../engines/vllm-engine.js';
+import { dataParallelSize } from '../engines/vllm/vllm-engine.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js';
 
 /**

@@ -1,12 +1,12 @@
-import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import type { EngineConfig } from '../config/agent-config.js';
-import { ConfiguredEngine } from './configured-engine.js';
-import { engineAdminApiKey } from './engine-api-key.js';
-import type { LaunchPlan } from './engine.js';
-import type { EngineMetrics } from './engine-metrics.js';
-import type { OwnedArgs } from './owned-args.js';
-import { type CodeLoadingArgs, SGLANG_CODE_LOADING_ARGS } from './code-loading-args.js';
-import { hostPort, parallelism, servedModelName, servesHttp } from './shard-launch.js';
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { EngineConfig } from '../../config/agent-config.js';
+import { ConfiguredEngine } from '../configured-engine.js';
+import { engineAdminApiKey } from '../engine-api-key.js';
+import type { LaunchPlan } from '../engine.js';
+import type { EngineMetrics } from '../engine-metrics.js';
+import type { OwnedArgs } from '../owned-args.js';
+import { type CodeLoadingArgs, SGLANG_CODE_LOADING_ARGS } from '../code-loading-args.js';
+import { hostPort, parallelism, servedModelName, servesHttp } from '../shard-launch.js';
 
 export const DEFAULT_SGLANG_COMMAND: readonly string[] = ['python3', '-m', 'sglang.launch_server'];
 

@@ -1,13 +1,13 @@
-import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import { failure } from '../../lib/errors.js';
-import type { EngineConfig } from '../config/agent-config.js';
-import { ConfiguredEngine } from './configured-engine.js';
-import type { EngineMetrics } from './engine-metrics.js';
-import { parallelism, servedModelName, servesHttp } from './shard-launch.js';
-import { shutdownTimeoutS } from './shutdown-timeout.js';
-import type { ValidateShardOptions } from './validate-shard.js';
-import type { OwnedArgs } from './owned-args.js';
-import { type CodeLoadingArgs, VLLM_CODE_LOADING_ARGS, codeLoadingArgsIn } from './code-loading-args.js';
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { failure } from '../../../lib/errors.js';
+import type { EngineConfig } from '../../config/agent-config.js';
+import { ConfiguredEngine } from '../configured-engine.js';
+import type { EngineMetrics } from '../engine-metrics.js';
+import { parallelism, servedModelName, servesHttp } from '../shard-launch.js';
+import { shutdownTimeoutS } from '../shutdown-timeout.js';
+import type { ValidateShardOptions } from '../validate-shard.js';
+import type { OwnedArgs } from '../owned-args.js';
+import { type CodeLoadingArgs, VLLM_CODE_LOADING_ARGS, codeLoadingArgsIn } from '../code-loading-args.js';
 
 export const DEFAULT_VLLM_COMMAND: readonly string[] = ['vllm', 'serve'];
 

@@ -2,8 +2,8 @@ import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { EngineWatch } from '../../../lib/engine-watch.js';
 import type { ShardStateFile } from '../../../lib/files/state-file.js';
 import { engineAdminApiKey, engineApiKey } from '../../engines/engine-api-key.js';
-import { SGLANG_METRICS, SGLANG_PROBE_TIMEOUT_MS } from '../../engines/sglang-engine.js';
-import { VLLM_METRICS } from '../../engines/vllm-engine.js';
+import { SGLANG_METRICS, SGLANG_PROBE_TIMEOUT_MS } from '../../engines/sglang/sglang-engine.js';
+import { VLLM_METRICS } from '../../engines/vllm/vllm-engine.js';
 
 /**
  * The watch of an engine whose state file an older agent wrote: it kept only

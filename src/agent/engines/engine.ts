@@ -1,6 +1,6 @@
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import type { EngineName } from '../config/agent-config.js';
+import type { EngineName } from '../../lib/engine-names.js';
 import type { EngineAccount } from './engine-account.js';
 import type { LaunchPlan } from './launch-plan.js';
 

@@ -26,7 +26,7 @@ import { discover } from './discovery/discover.js';
 import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import { logGpuSource, openGpuSource } from './discovery/open-gpu-source.js';
 import { logEngineAccounts } from './engines/engine-account.js';
-import { engineSleepApi } from './engines/engine-sleep-api.js';
+import { engineSleepApi } from '../lib/engine-sleep-api.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { shardBoundPorts } from './engines/shard-bound-ports.js';
 import type { StartShard } from '../gen/llmgw/v1/agent_pb.js';

@@ -5,7 +5,7 @@ import type { EngineRecord } from '../../../lib/files/state-file.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import type { Logger } from '../../../lib/logger.js';
 import type { SupervisorConfig } from '../../config/agent-config.js';
-import type { EngineSleepApi } from '../../engines/engine-sleep-api.js';
+import type { EngineSleepApi } from '../../../lib/engine-sleep-api.js';
 import { servedModelName } from '../../engines/shard-launch.js';
 import type { LauncherChoice } from '../launch/choose-launcher.js';
 import type { EngineFence } from '../launch/end-engine.js';

@@ -1,7 +1,7 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { type Deadline, deadlineSignal } from '../../../lib/deadline.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
-import type { EngineSleepApi, WakeCalls } from '../../engines/engine-sleep-api.js';
+import type { EngineSleepApi, WakeCalls } from '../../../lib/engine-sleep-api.js';
 import { type Answered, checkKnownAnswer, KNOWN_PROMPT, NOT_OBTAINED } from '../probes/known-answer.js';
 import { recordedAnswer, type ShardAnswers } from './shard-answers.js';
 import { readLastOutput } from './shard-failure.js';

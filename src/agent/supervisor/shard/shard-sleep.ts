@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../../lib/duration.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
-import type { EngineSleepApi, SleepCall } from '../../engines/engine-sleep-api.js';
+import type { EngineSleepApi, SleepCall } from '../../../lib/engine-sleep-api.js';
 import { bearer, type HttpResult, httpGet, PROBE_BODY_MAX_BYTES } from '../probes/http-probe.js';
 import type { HostRoomPaths } from './host-room.js';
 import { stateName } from '../../../lib/shard-states.js';

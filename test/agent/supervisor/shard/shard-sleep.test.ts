@@ -1,5 +1,5 @@
 import { create } from '@bufbuild/protobuf';
-import { engineSleepApi } from '../../../../src/agent/engines/engine-sleep-api.js';
+import { engineSleepApi } from '../../../../src/lib/engine-sleep-api.js';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,4 +1,4 @@
-import type { EngineName } from '../../lib/engine-names.js';
+import type { EngineName } from './engine-names.js';
 
 /** One HTTP call to an engine's sleep API. */
 export interface SleepCall {

@@ -1,5 +1,3 @@
-import type { EngineName } from './engine-names.js';
-
 /** One HTTP call to an engine's sleep API. */
 export interface SleepCall {
   method: 'POST';
@@ -20,16 +18,27 @@ export interface WakeCalls {
   restore: SleepCall[];
 }
 
-/** How an engine sleeps and wakes: the calls, and whether it must be idle first. */
-export interface EngineSleepApi {
-  sleep(level: 1 | 2): SleepCall;
-  /** The calls that wake it from `level`. */
-  wake(level: 1 | 2): WakeCalls;
+/** One level of sleep: the call that sends the engine there, and how it comes back. */
+export interface SleepLevel {
+  sleep: SleepCall;
+  /** The calls that wake it from this level. */
+  wake: WakeCalls;
   /**
-   * Whether a sleep at `level` keeps a copy of the weights in host RAM: then
-   * the host must have room for it (checkHostRam).
+   * Whether a sleep at this level keeps a copy of the weights in host RAM:
+   * then the host must have room for it (checkHostRam).
    */
-  hostCopy(level: 1 | 2): boolean;
+  hostCopy: boolean;
+}
+
+/**
+ * How an engine sleeps and wakes: the calls, and whether it must be idle
+ * first. Data, not code: the engine's wing gives it (Engine.sleepApi), its
+ * EngineWatch records it at launch and the state file keeps it, so an engine
+ * adopted by a later agent is slept and woken by the API it was launched
+ * with, whatever that agent's own engines now say.
+ */
+export interface EngineSleepApi {
+  levels: Readonly<Record<1 | 2, SleepLevel>>;
   /**
    * The host copy stays pinned after the wake, for the engine's life: its
    * later sleeps need no new room. SGLang's torch_memory_saver pauses with
@@ -80,75 +89,52 @@ export interface EngineSleepApi {
   awakeGauge?: string;
 }
 
-/**
- * vLLM (V: at 2f41c894): `POST /sleep?level=N` (mode defaults to abort:
- * in-flight requests are aborted, new ones queue until the wake) and
- * `POST /wake_up[?tags=…]` (V:vllm/entrypoints/serve/dev/sleep/api_router.py:21-48).
- * Level 1 offloads the weights to host RAM and a bare wake brings them back.
- * Level 2 keeps only the model's buffers (V:vllm/device_allocator/sleep_mode_backend.py:120-125;
- * V:vllm/v1/worker/gpu_worker.py:207-217, 241-256): a bare wake serves
- * garbage (vLLM #29341). Its documented wake is three calls: the weights'
- * memory, `POST /collective_rpc {"method":"reload_weights"}`
- * (V:vllm/entrypoints/serve/dev/rpc/api_router.py:23-44), then the KV cache
- * (V:docs/features/sleep_mode.md:98-108).
- *
- * SGLang (S: at 71de97b): `POST /release_memory_occupation` and
- * `/resume_memory_occupation` with `{}` for every tag
- * (S:python/sglang/srt/entrypoints/http_server.py:1482-1503,
- * io_struct.py:1944-1947; the body is required, http_server.py:589-632).
- * The release keeps the weights only when the engine was started with
- * --enable-weights-cpu-backup (S:python/sglang/srt/server_args.py:3483-3492;
- * model_executor/load_model_utils.py:281-300), which the agent gives every
- * sleep profile (sglang-engine.ts): the flag is the process's, so both
- * levels copy the weights to host RAM and the resume copies them back. No
- * reload from the store: `POST /update_weights_from_disk` (what SGLang's
- * maintainers advise for paused weights without a backup,
- * sgl-project/sglang#6367) also renames the served model to the path it
- * loaded (`self.served_model_name = obj.model_path`,
- * S:python/sglang/srt/managers/tokenizer_manager.py:2099-2103), so a
- * router asking for the served name would be refused or misrouted, and with
- * the backup the weights are already back. The known answer proves they
- * are (known-answer.ts). Around it,
- * `POST /pause_generation {"mode":"abort"}` and `/continue_generation {}`:
- * abort, since at 71de97b a retracted request waits in the queue and the
- * release's idle assertion would fail (scheduler.py:4083-4105, 4584-4650).
- */
-const APIS: Partial<Record<EngineName, EngineSleepApi>> = {
-  vllm: {
-    sleep: (level) => ({ method: 'POST', path: `/sleep?level=${level}` }),
-    wake: (level) =>
-      level === 1
-        ? { resume: [{ method: 'POST', path: '/wake_up' }], restore: [] }
-        : {
-            resume: [{ method: 'POST', path: '/wake_up?tags=weights' }],
-            restore: [
-              { method: 'POST', path: '/collective_rpc', body: '{"method":"reload_weights"}' },
-              { method: 'POST', path: '/wake_up?tags=kv_cache' },
-            ],
-          },
-    hostCopy: (level) => level === 1,
-    hostCopyKept: false,
-    mustBeIdle: false,
-    wakeOnlyAsleep: false,
-    healthNeedsModel: false,
-    awakeGauge: 'vllm:engine_sleep_state{sleep_state="awake"}',
-  },
-  sglang: {
-    sleep: () => ({ method: 'POST', path: '/release_memory_occupation', body: '{}' }),
-    wake: () => ({ resume: [{ method: 'POST', path: '/resume_memory_occupation', body: '{}' }], restore: [] }),
-    hostCopy: () => true,
-    hostCopyKept: true,
-    mustBeIdle: true,
-    hold: {
-      pause: { method: 'POST', path: '/pause_generation', body: '{"mode":"abort"}' },
-      resume: { method: 'POST', path: '/continue_generation', body: '{}' },
-    },
-    wakeOnlyAsleep: true,
-    healthNeedsModel: true,
-  },
-};
+const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** The engine's sleep API; undefined for one without (the sim). */
-export function engineSleepApi(engine: string): EngineSleepApi | undefined {
-  return APIS[engine as EngineName];
+function parseCall(v: unknown): SleepCall | undefined {
+  if (!isRecord(v) || v.method !== 'POST' || typeof v.path !== 'string' || !v.path.startsWith('/')) return undefined;
+  if (v.body !== undefined && typeof v.body !== 'string') return undefined;
+  return { method: 'POST', path: v.path, ...(v.body !== undefined ? { body: v.body as string } : {}) };
+}
+
+function parseCalls(v: unknown): SleepCall[] | undefined {
+  if (!Array.isArray(v)) return undefined;
+  const calls = v.map(parseCall);
+  return calls.every((c) => c !== undefined) ? (calls as SleepCall[]) : undefined;
+}
+
+function parseLevel(v: unknown): SleepLevel | undefined {
+  if (!isRecord(v) || !isRecord(v.wake) || typeof v.hostCopy !== 'boolean') return undefined;
+  const sleep = parseCall(v.sleep);
+  const resume = parseCalls(v.wake.resume);
+  const restore = parseCalls(v.wake.restore);
+  if (!sleep || !resume || !restore) return undefined;
+  return { sleep, wake: { resume, restore }, hostCopy: v.hostCopy };
+}
+
+/** The sleep API in a state file's watch; undefined for anything that is not one, every call and flag checked. */
+export function parseEngineSleepApi(raw: unknown): EngineSleepApi | undefined {
+  if (!isRecord(raw) || !isRecord(raw.levels)) return undefined;
+  const one = parseLevel(raw.levels[1]);
+  const two = parseLevel(raw.levels[2]);
+  if (!one || !two) return undefined;
+  const flags = ['hostCopyKept', 'mustBeIdle', 'wakeOnlyAsleep', 'healthNeedsModel'] as const;
+  if (!flags.every((f) => typeof raw[f] === 'boolean')) return undefined;
+  if (raw.awakeGauge !== undefined && typeof raw.awakeGauge !== 'string') return undefined;
+  let hold: EngineSleepApi['hold'];
+  if (raw.hold !== undefined) {
+    const pause = isRecord(raw.hold) ? parseCall(raw.hold.pause) : undefined;
+    const resume = isRecord(raw.hold) ? parseCall(raw.hold.resume) : undefined;
+    if (!pause || !resume) return undefined;
+    hold = { pause, resume };
+  }
+  return {
+    levels: { 1: one, 2: two },
+    hostCopyKept: raw.hostCopyKept as boolean,
+    mustBeIdle: raw.mustBeIdle as boolean,
+    wakeOnlyAsleep: raw.wakeOnlyAsleep as boolean,
+    healthNeedsModel: raw.healthNeedsModel as boolean,
+    ...(hold ? { hold } : {}),
+    ...(typeof raw.awakeGauge === 'string' ? { awakeGauge: raw.awakeGauge } : {}),
+  };
 }

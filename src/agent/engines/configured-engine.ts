@@ -1,4 +1,5 @@
 import { basename, isAbsolute } from 'node:path';
+import type { EngineSleepApi } from '../../lib/engine-sleep-api.js';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
 import { type CodeLoadingArgs, NO_CODE_LOADING_ARGS, hubReposIn } from './code-loading-args.js';
@@ -34,6 +35,8 @@ import { type OfflineStart, judgeOfflineStart } from '../../models/judge-offline
 export abstract class ConfiguredEngine implements Engine {
   abstract readonly name: EngineName;
   abstract readonly metrics: EngineMetrics;
+  /** Its sleep API; none: it does not sleep. */
+  readonly sleepApi?: EngineSleepApi;
   protected readonly config: EngineConfig;
   /**
    * The executable validate() resolved for a spec, so the file checked is the
@@ -201,6 +204,7 @@ export abstract class ConfiguredEngine implements Engine {
         inFlightGauges: [...this.metrics.inFlightGauges],
         progressCounters: [...this.metrics.progressCounters],
         apiKey: engineApiKey(plan.argv, plan.env, this.apiKeyEnv()),
+        ...(this.sleepApi ? { sleepApi: this.sleepApi } : {}),
       };
     }
     // A worker rank serves no API: no model to list, no series of its own

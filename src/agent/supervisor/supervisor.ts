@@ -52,8 +52,6 @@ export interface SupervisorOptions {
   signalOrphanGroup?: (pgid: number, sig: NodeJS.Signals) => void;
   /** How often supervisor.terminal_retention is checked; default TERMINAL_GC_INTERVAL_MS (30 s). */
   terminalGcIntervalMs?: number;
-  /** An engine's sleep API by its name (ShardRunnerContext.sleepApiOf); none: no shard sleeps. */
-  sleepApiOf?: ShardRunnerContext['sleepApiOf'];
   /** The ports of this node a shard's engine binds, all held for it (LaunchAdmissionOptions.boundPorts); its http_port alone by default. */
   boundPorts?: LaunchAdmissionOptions['boundPorts'];
   /** Which peer rank went first when a gang rank's engine ends (ShardRunnerContext.firstToGo); none: not asked. */
@@ -91,7 +89,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), sleepApiOf: opts.sleepApiOf, firstToGo: opts.firstToGo };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), firstToGo: opts.firstToGo };
     const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
     this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches, boundPorts: opts.boundPorts });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };

@@ -121,7 +121,8 @@ function toDisk(s: ShardStateFile): JsonValue {
     servesHttp: s.servesHttp,
     inFlightMetric: s.inFlightMetric,
     generationTokensMetric: s.generationTokensMetric ?? '',
-    ...(s.watch ? { watch: { ...s.watch } } : {}),
+    // Plain data (strings, numbers, booleans and their arrays and records; the sleep API's optional bodies are left out when absent).
+    ...(s.watch ? { watch: { ...s.watch } as unknown as JsonValue } : {}),
     drainRequested: s.drainRequested ?? false,
     // Written only while asleep: the file of an awake engine is what it was before sleep mode.
     ...(s.sleepLevel ? { sleepLevel: s.sleepLevel } : {}),

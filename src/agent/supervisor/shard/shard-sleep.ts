@@ -189,7 +189,7 @@ export { memAvailableMib } from './host-room.js';
  * first sleep and level 2 is no way out. Undefined: no room needed.
  */
 export function hostCopyAdvice(api: EngineSleepApi, level: 1 | 2, keptMib: number | undefined): string | undefined {
-  if (!api.hostCopy(level)) return undefined;
+  if (!api.levels[level].hostCopy) return undefined;
   if (api.hostCopyKept) return keptMib === undefined ? 'free host memory, or stop the shard instead (SGLang keeps this copy at both levels)' : undefined;
   return 'use level 2';
 }

@@ -3,7 +3,7 @@ import type { ControlMessage, GpuEvent, Inventory, ShardStatus } from '../gen/ll
 import { usageError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
-import type { AgentMetrics } from './agent-metrics.js';
+import type { AgentMetrics } from './metrics/agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionStatus } from './connection/connection-state.js';
 import { ControlPlaneConnection } from './connection/control-plane-connection.js';

@@ -18,8 +18,8 @@ import { sdNotify, startWatchdog } from '../lib/systemd-notify.js';
 import { AdminServer } from './admin/admin-server.js';
 import { Agent } from './agent.js';
 import { lockStateDirectory } from './lock-state-directory.js';
-import type { AgentMetrics } from './agent-metrics.js';
-import { agentMetricsSources } from './metrics/agent-metrics-sources.js';
+import type { AgentMetrics } from './metrics/agent-metrics.js';
+import { agentMetricsSources } from './agent-metrics-sources.js';
 import { resolveMgmtAddr } from '../lib/node-identity.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
@@ -84,7 +84,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     logger,
   });
   // prom-client is loaded only when metrics are asked for.
-  const metrics: AgentMetrics | undefined = c.metricsAddr ? new (await import('./agent-metrics.js')).AgentMetrics() : undefined;
+  const metrics: AgentMetrics | undefined = c.metricsAddr ? new (await import('./metrics/agent-metrics.js')).AgentMetrics() : undefined;
   let gangEndpoint = '';
   const agent = new Agent({
     config: c,

@@ -4,7 +4,7 @@ import { errnoCode } from '../../lib/errno.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { findTlsFileNotWritten } from '../../lib/read-pem-file.js';
-import type { AgentMetrics } from '../agent-metrics.js';
+import type { AgentMetrics } from '../metrics/agent-metrics.js';
 import type { AgentConfig } from '../config/agent-config.js';
 import { type ConnectionChange, ConnectionState, type ConnectionStatus, type PhaseListener } from './connection-state.js';
 import { runSession, type SessionCallbacks } from './control-plane-session.js';

@@ -1,9 +1,9 @@
-import type { AdminServer } from '../admin/admin-server.js';
-import type { Agent } from '../agent.js';
-import type { AgentMetricsSources } from '../agent-metrics.js';
-import type { Supervisor } from '../supervisor/supervisor.js';
-import type { GpuMetricsView } from './gpu-metrics.js';
-import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
+import type { AdminServer } from './admin/admin-server.js';
+import type { Agent } from './agent.js';
+import type { AgentMetricsSources } from './metrics/agent-metrics.js';
+import type { Supervisor } from './supervisor/supervisor.js';
+import type { GpuMetricsView } from './metrics/gpu-metrics.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 
 /**
  * The running agent's parts as the metrics read them at each scrape: the

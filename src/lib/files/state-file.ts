@@ -10,7 +10,8 @@ import { errorMessage } from '../errors.js';
 import type { ProcessIdentity } from '../process/process-identity.js';
 import { systemdUnitName } from '../systemd/unit-name.js';
 import { type EngineWatch, parseEngineWatch } from '../engine-watch.js';
-import { type ShardFieldProblem, shardFieldProblems, textFieldProblem } from '../shard-field-problems.js';
+import type { ShardFieldProblem } from '../shard-field-problem.js';
+import { shardFieldProblems, textFieldProblem } from '../shard-field-problems.js';
 import { type CheckedStartShard, isValidShardId, type ShardId } from '../shard-id.js';
 
 /** Longest knownAnswer read back: the agent records at most 512 characters. */

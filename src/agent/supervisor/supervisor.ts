@@ -21,7 +21,7 @@ import type { OrphanContext } from './orphans/find-orphans.js';
 import { endedShard, reattachShard } from './orphans/reattach-shard.js';
 import { RepeatedStartError } from './launch-admission.js';
 import type { SettleOptions } from './shard/shard-settle.js';
-import type { ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
+import { ShardRunner, type ShardRunnerContext } from './shard/shard-runner.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
 import type { GangFault } from './shard/shard-machine.js';
@@ -213,7 +213,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
       if (this.closing.signal.aborted) throw failure('the supervisor is closed');
       const launch = typeof source === 'function' ? await source() : source;
       if (this.closing.signal.aborted) throw failure('the supervisor is closed');
-      const runner = await launchShard(this.ctx, spec, launch, previous, this.closing.signal, this.files);
+      const runner = new ShardRunner(this.ctx, await launchShard(this.ctx, spec, launch, previous, this.closing.signal, this.files), previous?.currentState);
       this.runners.set(spec.shardId, runner);
       runner.begin(previous ? `relaunched after ${stateName(previous.currentState)}` : 'launched');
       return runner;

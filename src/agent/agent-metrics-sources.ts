@@ -16,7 +16,7 @@ export function agentMetricsSources(o: { agent: Agent; supervisor: Supervisor; a
     node: o.node,
     version: o.version,
     shards: () => supervisor.list(),
-    onTransition: (listener) => void supervisor.on('transition', listener),
+    onTransition: (listener) => supervisor.react({ name: 'launch and readiness timed', on: listener }),
     inFlight: (id) => supervisor.inFlight(id),
     connection: () => agent.connectionStatus(),
     adminConnections: () => ({ open: admin.openConnections, refused: admin.refusedConnectionCount }),

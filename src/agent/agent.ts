@@ -142,7 +142,7 @@ export class Agent {
     });
     this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: c.models.cacheDir === '' ? undefined : (model, engine) => this.models.compiled(model, engine) });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp) });
-    for (const r of reactions) opts.supervisor.on('transition', r.on);
+    for (const r of reactions) opts.supervisor.react(r);
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.sendInventory());
     // The node's own changes are events too, beside the shards' and GPUs' (walkthrough 3, item 7).

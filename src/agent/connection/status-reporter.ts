@@ -185,7 +185,7 @@ export class StatusReporter {
 
   /** Reports every transition of the supervisor's shards, and every other change of what a status says. */
   follow(supervisor: Supervisor): void {
-    supervisor.on('transition', (t) => this.onTransition(t));
+    supervisor.react({ name: 'status reported', on: (t) => this.onTransition(t) });
     supervisor.on('status', (s) => this.onStatus(s));
   }
 

@@ -21,6 +21,7 @@ import type { OrphanContext } from './orphans/find-orphans.js';
 import { endedShard, reattachShard } from './orphans/reattach-shard.js';
 import { RepeatedStartError } from './launch-admission.js';
 import type { SettleOptions } from './shard/shard-settle.js';
+import type { ShardReaction } from './shard-reaction.js';
 import { ShardRunner, type ShardRunnerContext } from './shard/shard-runner.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
@@ -84,6 +85,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
   /** When each terminal shard in the table ended: the collection's clock (collectTerminalShards). */
   private readonly endedAtMs = new Map<string, number>();
   private readonly gcTimer: NodeJS.Timeout;
+  /** What follows each transition, in order (react). */
+  private readonly reactions: ShardReaction[] = [];
 
   constructor(opts: SupervisorOptions) {
     super();
@@ -101,10 +104,23 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     this.gcTimer.unref();
   }
 
+  /** Adds a reaction to every shard transition, run after those added before it (ShardReaction). */
+  react(reaction: ShardReaction): void {
+    this.reactions.push(reaction);
+  }
+
   private onTransition(t: ShardTransition): void {
     const id = t.shard.shardId;
     if (isTerminal(t.to)) this.endedAtMs.set(id, Date.now());
     else this.endedAtMs.delete(id);
+    for (const r of this.reactions) {
+      try {
+        r.on(t);
+      } catch (err) {
+        // One reaction's bug must not cost the others theirs (a status unreported, a model left pinned).
+        this.log.error({ shard: id, reaction: r.name, err: errorMessage(err) }, 'a shard reaction threw');
+      }
+    }
     this.emit('transition', t);
     // After the listeners: whoever reports this end has read the shard first.
     if (isTerminal(t.to)) setImmediate(() => this.collectTerminalShards());

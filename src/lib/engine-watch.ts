@@ -55,13 +55,6 @@ export interface EngineWatch {
   sleepApi?: EngineSleepApi;
 }
 
-/** A watch with nothing to read: what a record of an older agent means when it names no series. */
-export const NO_SERIES: Pick<EngineWatch, 'runningGauges' | 'inFlightGauges' | 'progressCounters'> = {
-  runningGauges: [],
-  inFlightGauges: [],
-  progressCounters: [],
-};
-
 const isStringArray = (v: unknown): v is string[] => Array.isArray(v) && v.every((s) => typeof s === 'string');
 
 /** The watch in a state file, or the name of the first field that is not what a watch holds. */

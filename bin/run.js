@@ -23,9 +23,9 @@ async function answeredWithoutOclif() {
   }
   if (argv[0] === 'sim' && argv[1] === 'engine') {
     // Started by the agent for every sim shard: reading its flags with oclif
-    // cost three times the rest of its start (src/sim/sim-engine-fast.ts).
+    // cost three times the rest of its start (src/cli/fast-sim-engine.ts).
     // False for help and anything it does not read exactly as oclif would.
-    const { fastSimEngine } = await import('../dist/sim/sim-engine-fast.js');
+    const { fastSimEngine } = await import('../dist/cli/fast-sim-engine.js');
     return fastSimEngine(argv.slice(2));
   }
   if (argv[0] === 'agent' && argv[1] === 'run') {

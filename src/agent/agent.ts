@@ -3,7 +3,7 @@ import type { ControlMessage, GpuEvent, Inventory, ShardStatus } from '../gen/ll
 import { usageError } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
 import { RateLimitedLog } from '../lib/rate-limited-log.js';
-import type { AgentMetrics } from './agent-metrics.js';
+import type { AgentMetrics } from './metrics/agent-metrics.js';
 import type { AgentConfig } from './config/agent-config.js';
 import type { ConnectionStatus } from './connection/connection-state.js';
 import { ControlPlaneConnection } from './connection/control-plane-connection.js';
@@ -21,7 +21,7 @@ import { InventoryWatcher } from './inventory-watcher.js';
 import { NodeModels } from './models/node-models.js';
 import { WarmthLedger } from './models/warmth-ledger.js';
 import { measureDiskWriteLater } from './models/disk-write-rate.js';
-import { transferRates } from './models/transfer-rates.js';
+import { transferRates } from '../models/transfer-rates.js';
 import { NodeConditions } from './node-conditions.js';
 import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
@@ -149,7 +149,7 @@ export class Agent {
     this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: c.models.cacheDir === '' ? undefined : (model, engine) => this.models.compiled(model, engine) });
     const sleepPorts = new SleepPortGuards({ engines: c.engines, agentUid: process.getuid?.() ?? 0, guard: opts.portGuard ?? new NftPortGuard(), shards: () => opts.supervisor.list(), log: this.log });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp), sleepPortEnded: sleepPorts.follow });
-    for (const r of reactions) opts.supervisor.on('transition', r.on);
+    for (const r of reactions) opts.supervisor.react(r);
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.sendInventory());
     // The node's own changes are events too, beside the shards' and GPUs' (walkthrough 3, item 7).

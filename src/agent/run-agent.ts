@@ -19,15 +19,14 @@ import { sdNotify, startWatchdog } from '../lib/systemd-notify.js';
 import { AdminServer } from './admin/admin-server.js';
 import { Agent } from './agent.js';
 import { lockStateDirectory } from './lock-state-directory.js';
-import type { AgentMetrics } from './agent-metrics.js';
-import { agentMetricsSources } from './metrics/agent-metrics-sources.js';
+import type { AgentMetrics } from './metrics/agent-metrics.js';
+import { agentMetricsSources } from './agent-metrics-sources.js';
 import { resolveMgmtAddr } from '../lib/node-identity.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';
 import { GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import { logGpuSource, openGpuSource } from './discovery/open-gpu-source.js';
 import { logEngineAccounts } from './engines/engine-account.js';
-import { engineSleepApi } from './engines/engine-sleep-api.js';
 import { EngineRegistry } from './engines/engine-registry.js';
 import { shardBoundPorts } from './engines/shard-bound-ports.js';
 import type { StartShard } from '../gen/llmgw/v1/agent_pb.js';
@@ -69,7 +68,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const boundPorts = (spec: StartShard) => shardBoundPorts(spec, c.engines[spec.profile?.engine as keyof typeof c.engines]?.extraArgs);
   // A gang rank whose engine ended asks its peers who went first, with the gang endpoint's TLS (issue 47).
   const askGang = askWithTls(() => readGangTls(c.tls));
-  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, sleepApiOf: engineSleepApi, boundPorts, firstToGo: (s, at) => firstToGo(askGang, s, at) });
+  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, boundPorts, firstToGo: (s, at) => firstToGo(askGang, s, at) });
   // One NVML for the agent's life (discovery, memory readings, the health
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });
@@ -93,7 +92,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     logger,
   });
   // prom-client is loaded only when metrics are asked for.
-  const metrics: AgentMetrics | undefined = c.metricsAddr ? new (await import('./agent-metrics.js')).AgentMetrics() : undefined;
+  const metrics: AgentMetrics | undefined = c.metricsAddr ? new (await import('./metrics/agent-metrics.js')).AgentMetrics() : undefined;
   let gangEndpoint = '';
   const agent = new Agent({
     config: c,

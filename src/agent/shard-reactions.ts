@@ -8,13 +8,9 @@ import type { GpuHealthWatch } from './health/gpu-health-watch.js';
 import type { NodeModels } from './models/node-models.js';
 import type { WarmthLedger } from './models/warmth-ledger.js';
 import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
+import type { ShardReaction } from './supervisor/shard-reaction.js';
 import type { ShardSnapshot, ShardTransition } from './supervisor/shard/shard-snapshot.js';
 
-/** One thing the agent does when a shard changes state, by name (as Nomad's task runner hooks). */
-export interface ShardReaction {
-  name: string;
-  on: (t: ShardTransition) => void;
-}
 
 export interface ShardReactionParts {
   events: AgentEventRing;

@@ -1,8 +1,10 @@
 import type { StartShard } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage, failure } from '../lib/errors.js';
 import type { Logger } from '../lib/logger.js';
+import { isEngineName } from '../lib/engine-names.js';
 import { isTerminal } from '../lib/shard-states.js';
 import type { AgentConfig } from './config/agent-config.js';
+import { ENGINE_CATALOG } from './engines/engine-catalog.js';
 import type { LaunchPlan } from './engines/launch-plan.js';
 import { servesHttp } from './engines/shard-launch.js';
 import type { ShardSnapshot, ShardTransition } from './supervisor/shard/shard-snapshot.js';
@@ -56,18 +58,14 @@ export interface SleepPortGuardsOptions {
   log: Logger;
 }
 
-/** The engines whose sleep opens endpoints without a key; the sim's is a test double's, on a dev node. */
-const GUARDED_ENGINES = new Set(['vllm', 'sglang']);
-
-/** What each engine's sleep opens, for the one-line refusal. */
-const OPENED: Record<string, string> = {
-  vllm: "vLLM's dev endpoints (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache)",
-  sglang: "SGLang's /release_memory_occupation and /resume_memory_occupation",
-};
+/** What an engine's sleep opens without a key (its wing says); undefined for one whose sleep opens nothing to guard. */
+function opened(engine: string): string | undefined {
+  return isEngineName(engine) ? ENGINE_CATALOG[engine].keylessSleepEndpoints : undefined;
+}
 
 /** A shard whose port must be the agent's and the engine's alone. */
 export function needsSleepPortGuard(spec: StartShard): boolean {
-  return spec.profile?.sleepMode === true && GUARDED_ENGINES.has(spec.profile.engine) && servesHttp(spec) && spec.httpPort > 0;
+  return spec.profile?.sleepMode === true && opened(spec.profile.engine) !== undefined && servesHttp(spec) && spec.httpPort > 0;
 }
 
 export class SleepPortGuards {
@@ -90,7 +88,7 @@ export class SleepPortGuards {
     const engine = spec.profile?.engine as 'vllm' | 'sglang';
     const fields = { shard: spec.shardId, replica: spec.replicaId, port: spec.httpPort };
     if (this.opts.engines[engine]?.sleepPortGuard === 'none') {
-      this.opts.log.warn(fields, `sleep mode opens ${OPENED[engine]} on the engine's port to every local user: engines.${engine}.sleep_port_guard is none`);
+      this.opts.log.warn(fields, `sleep mode opens ${opened(engine)} on the engine's port to every local user: engines.${engine}.sleep_port_guard is none`);
       return;
     }
     const engineUid = plan.user?.uid ?? this.opts.agentUid;
@@ -99,7 +97,7 @@ export class SleepPortGuards {
       await this.opts.guard.guard(spec.httpPort, [this.opts.agentUid, engineUid]);
     } catch (err) {
       throw failure(
-        `shard ${spec.shardId}: sleep_mode opens ${OPENED[engine]} on port ${spec.httpPort} without a key, and the agent could not keep that port from other local users (${errorMessage(err)}); run the agent as root with nftables installed, or set engines.${engine}.sleep_port_guard: none where no other local user runs`,
+        `shard ${spec.shardId}: sleep_mode opens ${opened(engine)} on port ${spec.httpPort} without a key, and the agent could not keep that port from other local users (${errorMessage(err)}); run the agent as root with nftables installed, or set engines.${engine}.sleep_port_guard: none where no other local user runs`,
       );
     }
     this.opts.log.info({ ...fields, uids: [...new Set([this.opts.agentUid, engineUid])] }, "sleep mode: the engine's port is refused to local users but the agent's and the engine's (nftables)");

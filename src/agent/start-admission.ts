@@ -138,13 +138,8 @@ export class StartAdmission {
       await this.opts.beforeLaunch?.(spec, plan);
       // ctl status's note: how it runs online, and where a multi-node rank is placed (rank-placement.ts).
       const note = [this.onlineNote(spec, engine.onlineReason?.(spec), plan.env), plan.placement ? `placed: ${plan.placement.why}` : undefined].filter((n) => n !== undefined).join('; ');
-      if (plan.env.VLLM_SERVER_DEV_MODE === '1') {
-        // Said at every such start (security review 3, S6): from this host only the agent and the engine reach the port (sleep-port-guards.ts); from the network, whoever the operator's firewall lets through.
-        this.opts.logger.warn(
-          { shard: spec.shardId, replica: spec.replicaId, port: spec.httpPort },
-          "sleep mode opens vLLM's dev endpoints (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache) on the engine's port without its API key: other hosts reach them as the router does, so firewall the port to the router (local users are kept out by engines.vllm.sleep_port_guard)",
-        );
-      }
+      // Said at every such start: what the engine's wing wants the operator to know of this plan (vLLM's keyless dev endpoints).
+      for (const warning of engine.startWarnings?.(plan) ?? []) this.opts.logger.warn({ shard: spec.shardId, replica: spec.replicaId, port: spec.httpPort }, warning);
       return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}) };
     } catch (err) {
       // Refused: no engine of this shard reads the model.

@@ -1,12 +1,10 @@
+import type { EngineName } from '../lib/engine-names.js';
 /**
  * The desired state of the reference control plane: named engine profiles and
  * the replicas that run them. Loaded from YAML by load-deployment.ts; every
  * replica group is already expanded into one entry per replica id.
  */
 
-/** Engines a profile may name; the agent's engine registry has the same three. */
-export const DEPLOYMENT_ENGINES = ['vllm', 'sglang', 'sim'] as const;
-export type DeploymentEngine = (typeof DEPLOYMENT_ENGINES)[number];
 
 /**
  * How warm the reference control plane keeps a profile's model on every node
@@ -22,7 +20,8 @@ export const DEFAULT_STARTUP_TIMEOUT_MS = 10 * 60_000;
 
 export interface DeploymentProfile {
   name: string;
-  engine: DeploymentEngine;
+  /** One of ENGINE_NAMES, which the agent's engine catalog is keyed by. */
+  engine: EngineName;
   model: string;
   /** What /v1/models must list before a shard is Ready; the model when not set. */
   servedModelName: string;

@@ -4,14 +4,13 @@ import { parseDuration } from '../lib/duration.js';
 import { describeValue } from '../lib/describe-value.js';
 import { describeErrno } from '../lib/errno.js';
 import { configError } from '../lib/errors.js';
+import { ENGINE_NAMES, isEngineName } from '../lib/engine-names.js';
 import { nearestName } from '../lib/nearest-name.js';
 import {
   DEFAULT_STARTUP_TIMEOUT_MS,
   PREFETCH_RUNGS,
   type PrefetchRung,
-  DEPLOYMENT_ENGINES,
   type Deployment,
-  type DeploymentEngine,
   type DeploymentProfile,
   type DeploymentReplica,
 } from './deployment.js';
@@ -161,9 +160,9 @@ function readProfile(name: string, map: YAMLMap, line: number, bad: Bad, lineOf:
   }
   const e = entries(map, p, PROFILE_KEYS, bad, lineOf);
   const engine = readString(e.get('engine'), `${p}engine`, bad, true) as string;
-  if (!(DEPLOYMENT_ENGINES as readonly string[]).includes(engine)) {
-    const guess = nearestName(engine, DEPLOYMENT_ENGINES);
-    throw bad(`${p}engine`, `unknown engine ${JSON.stringify(engine)}${guess ? `; did you mean ${guess}?` : `; known engines: ${DEPLOYMENT_ENGINES.join(', ')}`}`, e.get('engine')?.value);
+  if (!isEngineName(engine)) {
+    const guess = nearestName(engine, ENGINE_NAMES);
+    throw bad(`${p}engine`, `unknown engine ${JSON.stringify(engine)}${guess ? `; did you mean ${guess}?` : `; known engines: ${ENGINE_NAMES.join(', ')}`}`, e.get('engine')?.value);
   }
   const model = readString(e.get('model'), `${p}model`, bad, true) as string;
 
@@ -212,7 +211,7 @@ function readProfile(name: string, map: YAMLMap, line: number, bad: Bad, lineOf:
 
   return {
     name,
-    engine: engine as DeploymentEngine,
+    engine,
     model,
     sleepMode: sleepValue,
     prefetch: prefetch as PrefetchRung,

@@ -1,4 +1,5 @@
 import type { Deployment } from '../control/deployment.js';
+import type { EngineName } from '../lib/engine-names.js';
 import { configError } from '../lib/errors.js';
 
 /**
@@ -7,8 +8,10 @@ import { configError } from '../lib/errors.js';
  * from the node's store, pulled from dev up's own hub, and sleeps and wakes.
  * Real engines need models and GPUs, so a file.
  */
-export const DEV_ENGINES = ['sim', 'vllm'] as const;
-export type DevEngine = (typeof DEV_ENGINES)[number];
+const DEV_DOUBLES = { sim: 'llmgw sim engine', vllm: 'bin/fake-vllm' } as const satisfies Partial<Record<EngineName, string>>;
+export type DevEngine = keyof typeof DEV_DOUBLES;
+/** The engines of ENGINE_NAMES that have a double dev up can run, in the order `--engine` lists them. */
+export const DEV_ENGINES = Object.keys(DEV_DOUBLES) as DevEngine[];
 
 /** The model the vllm dev deployment serves, from dev up's hub. */
 export const DEV_HUB_MODEL = 'dev/tiny-chat';

@@ -1,3 +1,5 @@
+import { type EngineSleepApi, parseEngineSleepApi } from './engine-sleep-api.js';
+
 /**
  * How the supervisor judges one rank of an engine: where it asks whether the
  * rank is up, how long that question may take, and which of the engine's
@@ -43,14 +45,15 @@ export interface EngineWatch {
    * Never logged. Absent in the records of agents before issue 36: ''.
    */
   adminApiKey: string;
+  /**
+   * The engine's sleep API (its wing's, Engine.sleepApi), on the rank that
+   * opens the API: recorded at launch so that an engine adopted by a later
+   * agent keeps the API it was launched with. Absent: it has none (the sim,
+   * a worker rank), or the record predates issue 50 (legacy-watch.ts then
+   * fills it by the engine's name).
+   */
+  sleepApi?: EngineSleepApi;
 }
-
-/** A watch with nothing to read: what a record of an older agent means when it names no series. */
-export const NO_SERIES: Pick<EngineWatch, 'runningGauges' | 'inFlightGauges' | 'progressCounters'> = {
-  runningGauges: [],
-  inFlightGauges: [],
-  progressCounters: [],
-};
 
 const isStringArray = (v: unknown): v is string[] => Array.isArray(v) && v.every((s) => typeof s === 'string');
 
@@ -68,6 +71,8 @@ export function parseEngineWatch(raw: unknown): { ok: true; watch: EngineWatch }
   }
   if (typeof w.apiKey !== 'string') return { ok: false, field: 'watch.apiKey' };
   if (w.adminApiKey !== undefined && typeof w.adminApiKey !== 'string') return { ok: false, field: 'watch.adminApiKey' };
+  const sleepApi = w.sleepApi === undefined ? undefined : parseEngineSleepApi(w.sleepApi);
+  if (w.sleepApi !== undefined && sleepApi === undefined) return { ok: false, field: 'watch.sleepApi' };
   return {
     ok: true,
     watch: {
@@ -80,6 +85,7 @@ export function parseEngineWatch(raw: unknown): { ok: true; watch: EngineWatch }
       progressCounters: [...(w.progressCounters as string[])],
       apiKey: w.apiKey,
       adminApiKey: typeof w.adminApiKey === 'string' ? w.adminApiKey : '',
+      ...(sleepApi ? { sleepApi } : {}),
     },
   };
 }

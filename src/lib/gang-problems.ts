@@ -1,7 +1,7 @@
 import { isIP } from 'node:net';
 import type { StartShard } from '../gen/llmgw/v1/agent_pb.js';
 import { isValidShardId } from './shard-id.js';
-import type { ShardFieldProblem } from './shard-field-problems.js';
+import type { ShardFieldProblem } from './shard-field-problem.js';
 import { firstUnprintable } from './printable.js';
 
 /** Most ranks a gang may list: more nodes than any one replica spans. */

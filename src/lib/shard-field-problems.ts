@@ -1,6 +1,7 @@
 import { isIP } from 'node:net';
 import type { Hca, StartShard } from '../gen/llmgw/v1/agent_pb.js';
 import { gangProblems } from './gang-problems.js';
+import type { ShardFieldProblem } from './shard-field-problem.js';
 import { firstUnprintable } from './printable.js';
 
 /**
@@ -26,13 +27,6 @@ const HOSTNAME = /^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:
 /** An HCA as NCCL_IB_HCA takes one name: the device, then its port. Anything else is NCCL's selector language (",", "^", "="). */
 const HCA_ENTRY = /^([A-Za-z0-9_.-]+)(?::(\d{1,3}))?$/;
 
-/** One field of a StartShard that no StartShard may carry, and the one-line reason, which never quotes an oversized or unprintable value. */
-export interface ShardFieldProblem {
-  /** As the proto spells it: `pool`, `profile.served_model_name`, `hcas[1]`. */
-  field: string;
-  /** Names the field: "pool is 12582912 bytes; at most 256 are accepted". */
-  message: string;
-}
 
 /** Why `text` may not be field `field` (its size, then a control character), or undefined when it may. */
 export function textFieldProblem(field: string, text: string, maxBytes = MAX_NAME_FIELD_BYTES): ShardFieldProblem | undefined {

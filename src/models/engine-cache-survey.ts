@@ -4,11 +4,12 @@ import { join } from 'node:path';
 import type { StoreLayout } from './store-layout.js';
 
 /**
- * Where an engine keeps what it compiled, under its cache for a model
- * (engineCacheEnv): vLLM's torch.compile graphs (VLLM_CACHE_ROOT/torch_compile_cache,
- * V:vllm/compilation/backends.py), and torch's Inductor and Triton kernels.
+ * Where each engine keeps what it compiled, under its cache for a model
+ * (engineCacheEnv), by the engine's name: its wing says (EngineKind.compileDirs,
+ * src/agent/engines/<name>/), and the store, which knows no engine, is told.
+ * An engine not listed compiled nothing the survey counts.
  */
-export const COMPILE_DIRS = ['vllm/torch_compile_cache', 'torchinductor', 'triton'] as const;
+export type CompileDirs = Readonly<Record<string, readonly string[]>>;
 
 /** What one survey may cost, whatever the engine accounts put in their folders. */
 export interface SurveyLimits {
@@ -39,7 +40,7 @@ export interface LeafSurvey {
   leaf: string;
   /** Allocated bytes (st_blocks × 512) of the regular files read: a sparse file counts what it takes on disk. */
   bytes: number;
-  /** A regular file under one of COMPILE_DIRS. */
+  /** A regular file under one of its engine's CompileDirs. */
   compiled: boolean;
   entries: number;
   /** The leaf had more than the survey reads (entries, depth or time): its bytes are a floor. */
@@ -78,7 +79,7 @@ export interface EngineCacheSurvey {
  * The folders above the leaves are root's (store-trust.ts); the leaves and
  * all below them the accounts'.
  */
-export async function surveyEngineCaches(layout: StoreLayout, limits: SurveyLimits = SURVEY_LIMITS): Promise<EngineCacheSurvey> {
+export async function surveyEngineCaches(layout: StoreLayout, limits: SurveyLimits = SURVEY_LIMITS, compileDirs: CompileDirs = {}): Promise<EngineCacheSurvey> {
   const started = Date.now();
   const deadline = started + limits.ms;
   const s: EngineCacheSurvey = { leaves: [], bytes: 0, entries: 0, links: 0, capped: false, atMs: started, ms: 0 };
@@ -95,7 +96,7 @@ export async function surveyEngineCaches(layout: StoreLayout, limits: SurveyLimi
           const fh = await openFolder(join(engineDir, leaf));
           if (fh === undefined) continue; // a link, a file or gone: nothing of the account's is read through it
           try {
-            await walkFolder(fh, '', 0, l, s, limits, spent);
+            await walkFolder(fh, '', 0, l, s, limits, spent, compileDirs[engine] ?? []);
           } finally {
             await fh.close();
           }
@@ -129,11 +130,11 @@ async function openFolder(path: string): Promise<FileHandle | undefined> {
   }
 }
 
-async function walkFolder(fh: FileHandle, rel: string, depth: number, l: LeafSurvey, s: EngineCacheSurvey, limits: SurveyLimits, spent: () => boolean): Promise<void> {
+async function walkFolder(fh: FileHandle, rel: string, depth: number, l: LeafSurvey, s: EngineCacheSurvey, limits: SurveyLimits, spent: () => boolean, compileDirs: readonly string[]): Promise<void> {
   const here = `/proc/self/fd/${fh.fd}`;
   const dir = await opendir(here, { bufferSize: 32 }).catch(() => undefined);
   if (dir === undefined) return;
-  const inCompile = COMPILE_DIRS.some((d) => rel === d || rel.startsWith(`${d}/`));
+  const inCompile = compileDirs.some((d) => rel === d || rel.startsWith(`${d}/`));
   try {
     for (;;) {
       if (l.entries >= limits.entriesPerLeaf || spent()) {
@@ -171,7 +172,7 @@ async function walkFolder(fh: FileHandle, rel: string, depth: number, l: LeafSur
       const sub = await openFolder(child);
       if (sub === undefined) continue;
       try {
-        await walkFolder(sub, rel === '' ? e.name : `${rel}/${e.name}`, depth + 1, l, s, limits, spent);
+        await walkFolder(sub, rel === '' ? e.name : `${rel}/${e.name}`, depth + 1, l, s, limits, spent, compileDirs);
       } finally {
         await sub.close();
       }

@@ -1,4 +1,4 @@
-import { type EngineCacheSurvey, type SurveyLimits, SURVEY_LIMITS, surveyEngineCaches } from './engine-cache-survey.js';
+import { type CompileDirs, type EngineCacheSurvey, type SurveyLimits, SURVEY_LIMITS, surveyEngineCaches } from './engine-cache-survey.js';
 import { modelCacheKey, safeName, type StoreLayout } from './store-layout.js';
 
 /** How old the last survey may be when a report asks whether a compile cache exists before one more is started (in the background). */
@@ -22,7 +22,13 @@ export class EngineCacheWatch {
 
   constructor(
     readonly layout: StoreLayout,
-    private readonly opts: { maxAgeMs?: number; limits?: SurveyLimits; onSurvey?: (s: EngineCacheSurvey) => void } = {},
+    private readonly opts: {
+      maxAgeMs?: number;
+      limits?: SurveyLimits;
+      onSurvey?: (s: EngineCacheSurvey) => void;
+      /** Each engine's compile folders (the agent's engine catalog); none: nothing counts as compiled. */
+      compileDirs?: CompileDirs;
+    } = {},
   ) {}
 
   /** The last survey, without waiting; none before the first ended. */
@@ -35,7 +41,7 @@ export class EngineCacheWatch {
     this.#running ??= (async () => {
       try {
         this.surveys++;
-        const s = await surveyEngineCaches(this.layout, this.opts.limits ?? SURVEY_LIMITS);
+        const s = await surveyEngineCaches(this.layout, this.opts.limits ?? SURVEY_LIMITS, this.opts.compileDirs);
         this.#last = s;
         this.opts.onSurvey?.(s);
         return s;

@@ -1,6 +1,7 @@
 import { join } from 'node:path';
 import { isMap, parseDocument } from 'yaml';
 import { REPO_ROOT } from './run-cli.js';
+import { ENGINE_NAMES } from '../../src/lib/engine-names.js';
 
 /*
  * The test agent's configuration, free of vitest so that the fault campaign's
@@ -65,8 +66,6 @@ export function withSimEnabled(extra: string): string {
   if (/^ {2}sim:\s*\n/m.test(extra)) return extra.replace(/^ {2}sim:\s*\n/m, '  sim:\n    enabled: true\n');
   return extra.replace(/^engines:\s*\n/m, 'engines:\n  sim:\n    enabled: true\n');
 }
-
-const ENGINE_NAMES = ['vllm', 'sglang', 'sim'] as const;
 
 /**
  * `yaml` with engines.<name>.allow_root: true for each engine that sets

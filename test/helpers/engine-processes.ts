@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import type { SupervisorConfig } from '../../src/agent/config/agent-config.js';
 import type { LaunchPlan } from '../../src/agent/engines/launch-plan.js';
-import { SimEngine } from '../../src/agent/engines/sim-engine.js';
+import { SimEngine } from '../../src/agent/engines/sim/sim-engine.js';
 import { StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readEphemeralPortRange } from '../../src/lib/ephemeral-port-range.js';
 import { BIN } from './run-cli.js';

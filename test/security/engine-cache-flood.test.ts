@@ -8,6 +8,7 @@ import { EngineCacheBound } from '../../src/agent/models/engine-cache-bound.js';
 import { compileCacheBytes } from '../../src/models/compile-cache-bytes.js';
 import { ENGINE_CACHE_SHARE, SURVEY_LIMITS, surveyEngineCaches } from '../../src/models/engine-cache-survey.js';
 import { EngineCacheWatch } from '../../src/models/engine-cache-watch.js';
+import { compileDirsByEngine } from '../../src/agent/engines/engine-catalog.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { bytes } from '../models/fake-hub.js';
 
@@ -93,7 +94,7 @@ describe.skipIf(!asRoot)('F2/F4: the engine account\'s caches cost the agent a b
     spawnSync('truncate', ['-s', '1T', join(leaf, 'triton', 'x')]);
     writeFileSync(join(leaf, 'triton', 'real'), bytes(300_000, 7));
     chownAll(leaf);
-    const s = await surveyEngineCaches(layout);
+    const s = await surveyEngineCaches(layout, SURVEY_LIMITS, compileDirsByEngine());
     // 300,000 bytes take 75 blocks of 4 KiB (a few more for an indirect block on some filesystems); the 1 TiB file none.
     expect(s.leaves[0]?.bytes).toBeGreaterThanOrEqual(300_000);
     expect(s.leaves[0]?.bytes).toBeLessThan(300_000 + 16_384);
@@ -109,7 +110,7 @@ describe.skipIf(!asRoot)('F2/F4: the engine account\'s caches cost the agent a b
     const leaf = leafOf('org/oracle');
     symlinkSync(privateRoot, join(leaf, 'triton'));
     lchownSync(join(leaf, 'triton'), NOBODY, NOBODY);
-    const watch = new EngineCacheWatch(layout);
+    const watch = new EngineCacheWatch(layout, { compileDirs: compileDirsByEngine() });
     await watch.refresh();
     expect(watch.compiled('org/oracle', 'vllm')).toBe(false);
     // The true positive: a real file in the account's own triton folder.
@@ -140,7 +141,7 @@ describe.skipIf(!asRoot)('F2/F4: the engine account\'s caches cost the agent a b
     mkdirSync(join(leaf, 'triton'));
     writeFileSync(join(leaf, 'triton', 'k'), 'x');
     chownAll(leaf);
-    const watch = new EngineCacheWatch(layout);
+    const watch = new EngineCacheWatch(layout, { compileDirs: compileDirsByEngine() });
     await watch.refresh();
     const surveys = watch.surveys;
     // A /metrics scrape loop asks thousands of times: one answer each, from memory.

@@ -14,7 +14,7 @@ import {
   LogsResponseSchema,
 } from '../../gen/llmgw/v1/admin_pb.js';
 import type { ShardState } from '../../gen/llmgw/v1/agent_pb.js';
-import { type ErrorKind, errorMessage, LlmgwError } from '../../lib/errors.js';
+import { toConnectError } from './connect-error.js';
 import { MAX_LOG_LINES } from '../../lib/max-log-lines.js';
 import { isValidShardId, SHARD_ID_PATTERN, type ShardId } from '../../lib/shard-id.js';
 import type { AdoptOutcomeKind } from '../recover-engines.js';
@@ -45,27 +45,6 @@ export const LOG_LINES_PER_MESSAGE = 1000;
 const DRAINABLE: ReadonlySet<ShardState> = new Set(REPORTED_SHARD_STATES.filter((s) => SHARD_STATES[s].drainable));
 /** What a drain --cancel may name: only a drained shard has a drain to undo. */
 const CANCELLABLE: ReadonlySet<ShardState> = new Set(REPORTED_SHARD_STATES.filter((s) => SHARD_STATES[s].cancellable));
-
-/**
- * The Connect code for each kind of LlmgwError, so ctl maps it back to the
- * right exit status (admin-call-error.ts): a bad request is InvalidArgument
- * (exit 2), a runtime condition such as a shard in the wrong state is
- * FailedPrecondition (exit 1), never a usage error. Anything that is not an
- * LlmgwError is a bug: Internal.
- */
-const CONNECT_CODE_BY_KIND: Record<ErrorKind, Code> = {
-  usage: Code.InvalidArgument,
-  failure: Code.FailedPrecondition,
-  config: Code.FailedPrecondition,
-  permission: Code.PermissionDenied,
-  unreachable: Code.Unavailable,
-};
-
-export function toConnectError(err: unknown): ConnectError {
-  if (err instanceof ConnectError) return err;
-  if (err instanceof LlmgwError) return new ConnectError(err.message, CONNECT_CODE_BY_KIND[err.kind]);
-  return new ConnectError(errorMessage(err), Code.Internal);
-}
 
 export interface AdminRoutesOptions {
   drainPollMs?: number;

@@ -3,7 +3,7 @@ import { Code, ConnectError, type HandlerContext } from '@connectrpc/connect';
 import { type ClearGpuFaultRequest, type ClearGpuFaultResponse, ClearGpuFaultResponseSchema } from '../../gen/llmgw/v1/admin_pb.js';
 import type { AdminBackend } from './admin-backend.js';
 import { ADMIN_PEER } from './admin-peer.js';
-import { toConnectError } from './admin-routes.js';
+import { toConnectError } from './connect-error.js';
 import { auditAct } from './operator-audit.js';
 
 /** Longest reason kept: it goes into the log and a GpuEvent's message. */

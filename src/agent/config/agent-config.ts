@@ -1,3 +1,4 @@
+import type { EngineName } from '../../lib/engine-names.js';
 import type { ModelsConfig } from '../../models/models-config.js';
 /**
  * The agent's resolved configuration. Durations are milliseconds (names end in
@@ -9,8 +10,6 @@ export type Protocol = 'connect' | 'grpc';
 export type Launcher = 'direct' | 'systemd-run';
 /** The configured launcher: `auto` is decided at start (chooseLauncher). */
 export type LauncherSetting = Launcher | 'auto';
-export const ENGINE_NAMES = ['vllm', 'sglang', 'sim'] as const;
-export type EngineName = (typeof ENGINE_NAMES)[number];
 
 export interface FabricAttachmentConfig {
   hca: string;

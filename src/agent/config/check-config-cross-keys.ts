@@ -4,7 +4,6 @@ import { describeErrno, errnoCode } from '../../lib/errno.js';
 import { keyPairProblem } from '../../lib/check-key-pair.js';
 import { configError } from '../../lib/errors.js';
 import { formatDuration } from '../../lib/duration.js';
-import { MIN_STOP_GRACE_MS } from '../engines/shutdown-timeout.js';
 import { checkUnitProperties } from '../../lib/systemd/allowed-unit-properties.js';
 import { SPEC_BY_KEY, type KeySpec } from './config-keys.js';
 import { tlsEnabled, type AgentConfig } from './agent-config.js';
@@ -13,6 +12,9 @@ import { checkModelsConfig } from './check-models-config.js';
 import { parseEndpoint } from '../../lib/gang-problems.js';
 import { gangCertProblem } from '../../lib/gang-cert-purpose.js';
 import { certNames, DEFAULT_PEER_NAME, peerNameProblem, rawCertNamesNode } from '../../lib/cert-names-node.js';
+
+/** The shortest stop_grace that still gives a drain of at least 1 s (engines/shutdown-timeout.ts: shutdownTimeoutS(2000) is 1). */
+export const MIN_STOP_GRACE_MS = 2000;
 
 /** 127.0.0.0/8, ::1 (also IPv4-mapped) and localhost: traffic that never leaves this node. */
 function isLoopbackHost(hostname: string): boolean {

@@ -1,4 +1,5 @@
-import type { EngineConfig, EngineName } from './agent-config.js';
+import type { EngineName } from '../../lib/engine-names.js';
+import type { EngineConfig } from './agent-config.js';
 import { DEFAULT_ALLOWED_ENV } from './env-allowlist.js';
 
 /**

@@ -1,7 +1,8 @@
 import { configError } from '../../lib/errors.js';
 import { parseDuration, parseByteSize } from '../../lib/duration.js';
 import type { KeySpec } from './config-keys.js';
-import { ENGINE_NAMES, type FabricAttachmentConfig } from './agent-config.js';
+import { ENGINE_NAMES } from '../../lib/engine-names.js';
+import type { FabricAttachmentConfig } from './agent-config.js';
 import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 import { parseEnginesConfig } from './parse-engines-config.js';

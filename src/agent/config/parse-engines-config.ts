@@ -3,7 +3,8 @@ import { nearestName } from '../../lib/nearest-name.js';
 import { defaultEngineConfig } from './default-engine-config.js';
 import { ENV_PATTERN } from './env-allowlist.js';
 import { findUser } from './find-user.js';
-import { ENGINE_NAMES, type EngineConfig, type EngineName, type EngineUser } from './agent-config.js';
+import { ENGINE_NAMES, type EngineName, isEngineName } from '../../lib/engine-names.js';
+import type { EngineConfig, EngineUser } from './agent-config.js';
 import { describeValue } from '../../lib/describe-value.js';
 import { isRecord } from './is-record.js';
 
@@ -19,7 +20,7 @@ const LONG_FLAG = /^--[A-Za-z0-9][A-Za-z0-9_-]*$/;
 export function parseEnginesConfig(v: Record<string, unknown>, bad: (p: string) => Error): Partial<Record<EngineName, EngineConfig>> {
   const out: Partial<Record<EngineName, EngineConfig>> = {};
   for (const [name, settings] of Object.entries(v)) {
-    if (!(ENGINE_NAMES as readonly string[]).includes(name)) {
+    if (!isEngineName(name)) {
       const guess = nearestName(name, ENGINE_NAMES);
       throw bad(`unknown engine ${name}${guess ? `; did you mean ${guess}?` : `; known engines: ${ENGINE_NAMES.join(', ')}`}`);
     }

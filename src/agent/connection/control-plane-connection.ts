@@ -4,7 +4,7 @@ import { errnoCode } from '../../lib/errno.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { findTlsFileNotWritten } from '../../lib/read-pem-file.js';
-import type { AgentMetrics } from '../agent-metrics.js';
+import type { ConnectionMetrics } from './connection-metrics.js';
 import type { AgentConfig } from '../config/agent-config.js';
 import { type ConnectionChange, ConnectionState, type ConnectionStatus, type PhaseListener } from './connection-state.js';
 import { runSession, type SessionCallbacks } from './control-plane-session.js';
@@ -30,7 +30,7 @@ export interface SessionHandlers extends Pick<SessionCallbacks, 'register' | 'he
 export interface ControlPlaneConnectionOptions {
   config: Pick<AgentConfig, 'server' | 'protocol' | 'tls' | 'heartbeatIntervalMs' | 'registerTimeoutMs' | 'reconnectBaseMs' | 'reconnectMaxMs'>;
   logger: Logger;
-  metrics?: AgentMetrics;
+  metrics?: ConnectionMetrics;
   session: SessionHandlers;
   /**
    * Where the reconnect delays draw their jitter (each returns [0, 1)).

@@ -6,12 +6,12 @@ import {
   type Inventory,
   type Register,
   RegisterSchema,
-  ShardState,
 } from '../../gen/llmgw/v1/agent_pb.js';
 import { resolveHostname, resolveMgmtAddr } from '../../lib/node-identity.js';
 import { isTerminal } from '../../lib/shard-states.js';
 import type { AgentConfig } from '../config/agent-config.js';
 import { runningShardFromSnapshot } from './shard-report.js';
+import { registerState } from '../supervisor/shard/shard-machine.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 
 /** Who this node is, as every Register says it; resolved once, when the agent starts. */
@@ -57,12 +57,9 @@ export function buildRegister(node: NodeDescription, inventory: Inventory, shard
     fabrics: node.fabrics.map((f) => create(FabricAttachmentSchema, f)),
     runningShards: shards.filter((s) => !isTerminal(s.state)).map((s) => {
       const running = runningShardFromSnapshot(s, node.mgmtAddr);
-      // An adopted shard whose drain outlived the previous agent may still be
-      // settling when the first Register goes out: the control plane must
-      // learn the drain now, not route traffic back until it settles.
-      if (s.drainRequested && s.state === ShardState.STARTING) running.state = ShardState.DRAINING;
-      // Likewise a sleep (issue 30): a control plane that saw STARTING would arm a startup timer for it.
-      else if (s.sleepLevel && s.state === ShardState.STARTING) running.state = ShardState.SLEEPING;
+      // An adopted shard whose drain or sleep outlived the previous agent may still be settling
+      // when the first Register goes out: the machine's one adoption rule says what it is told.
+      running.state = registerState(s);
       return running;
     }),
   });

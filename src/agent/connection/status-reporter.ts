@@ -1,7 +1,7 @@
 import { ModelPullState, ShardState, type AgentMessage, type GpuEvent, type ModelPull, type ShardStatus } from '../../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../../lib/logger.js';
 import { isTerminal } from '../../lib/shard-states.js';
-import type { AgentMetrics } from '../agent-metrics.js';
+import type { ReporterMetrics } from './connection-metrics.js';
 import type { Outbox } from './outbox.js';
 import { statusFromSnapshot } from './shard-report.js';
 import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
@@ -23,7 +23,7 @@ export const MAX_KEPT_GPU_EVENTS = 256;
 
 export interface StatusReporterOptions {
   nodeId: string;
-  metrics?: AgentMetrics;
+  metrics?: ReporterMetrics;
   /** Default MAX_KEPT_GPU_EVENTS. */
   maxKeptGpuEvents?: number;
   logger?: Logger;
@@ -185,7 +185,7 @@ export class StatusReporter {
 
   /** Reports every transition of the supervisor's shards, and every other change of what a status says. */
   follow(supervisor: Supervisor): void {
-    supervisor.on('transition', (t) => this.onTransition(t));
+    supervisor.react({ name: 'status reported', on: (t) => this.onTransition(t) });
     supervisor.on('status', (s) => this.onStatus(s));
   }
 

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import { describeTransferRates } from '../../lib/describe-transfer-rates.js';
 import { printable } from '../../lib/printable.js';
 import { EngineRegistry } from '../engines/engine-registry.js';
-import { readTransferRates, transferRates } from '../models/transfer-rates.js';
+import { readTransferRates, transferRates } from '../../models/transfer-rates.js';
 import { runPreflight } from './preflight.js';
 import { renderDiscoverReport } from './render-discover-report.js';
 import { type DiscoverFlags, resolveDiscoverSettings } from './resolve-discover-settings.js';

@@ -1,4 +1,5 @@
 import { basename, isAbsolute } from 'node:path';
+import type { EngineSleepApi } from '../../lib/engine-sleep-api.js';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
 import { type CodeLoadingArgs, NO_CODE_LOADING_ARGS, hubReposIn } from './code-loading-args.js';
@@ -8,7 +9,8 @@ import type { OwnedArgs } from './owned-args.js';
 import type { EngineMetrics } from './engine-metrics.js';
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../lib/errors.js';
-import type { EngineConfig, EngineName } from '../config/agent-config.js';
+import type { EngineName } from '../../lib/engine-names.js';
+import type { EngineConfig } from '../config/agent-config.js';
 import { DEFAULT_ALLOWED_ENV, refuseProfileEnv } from '../config/env-allowlist.js';
 import { chooseRankFabric, type RankFabric } from './rank-fabric.js';
 import { chooseRankPlacement, type HostTopology, type RankPlacement, readHostTopology } from './rank-placement.js';
@@ -34,6 +36,8 @@ import { type OfflineStart, judgeOfflineStart } from '../../models/judge-offline
 export abstract class ConfiguredEngine implements Engine {
   abstract readonly name: EngineName;
   abstract readonly metrics: EngineMetrics;
+  /** Its sleep API; none: it does not sleep. */
+  readonly sleepApi?: EngineSleepApi;
   protected readonly config: EngineConfig;
   /**
    * The executable validate() resolved for a spec, so the file checked is the
@@ -207,6 +211,7 @@ export abstract class ConfiguredEngine implements Engine {
         inFlightGauges: [...this.metrics.inFlightGauges],
         progressCounters: [...this.metrics.progressCounters],
         apiKey: engineApiKey(plan.argv, plan.env, this.apiKeyEnv()),
+        ...(this.sleepApi ? { sleepApi: this.sleepApi } : {}),
       };
     }
     // A worker rank serves no API: no model to list, no series of its own

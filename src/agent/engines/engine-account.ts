@@ -1,5 +1,6 @@
 import { userInfo } from 'node:os';
-import type { EngineConfig, EngineName } from '../config/agent-config.js';
+import type { EngineName } from '../../lib/engine-names.js';
+import type { EngineConfig } from '../config/agent-config.js';
 import { describeEngineAccount } from '../../lib/describe-engine-account.js';
 import type { Logger } from '../../lib/logger.js';
 

@@ -1,11 +1,10 @@
-import type { AgentConfig, EngineName } from '../config/agent-config.js';
+import { ENGINE_NAMES, type EngineName, isEngineName } from '../../lib/engine-names.js';
 import { failure } from '../../lib/errors.js';
+import type { AgentConfig } from '../config/agent-config.js';
 import type { ConfiguredEngine } from './configured-engine.js';
 import type { Engine } from './engine.js';
 import type { EngineAccount } from './engine-account.js';
-import { SglangEngine } from './sglang-engine.js';
-import { SimEngine } from './sim-engine.js';
-import { VllmEngine } from './vllm-engine.js';
+import { ENGINE_CATALOG } from './engine-catalog.js';
 
 export interface EngineRegistryOptions {
   /** engines.<name> from config: command, env, extra_args, allowed_env, user, enabled. */
@@ -24,18 +23,20 @@ export interface EngineRegistryOptions {
 
 /**
  * The engines this agent can start, by the name a Profile gives. Only the
- * enabled ones are registered: `sim` (a Node.js program, which a control
- * plane could otherwise ask for on any production node) only with
- * engines.sim.enabled: true.
+ * enabled ones are registered, from the catalog (EngineKind.enabledByDefault:
+ * `sim`, a Node.js program which a control plane could otherwise ask for on
+ * any production node, only with engines.sim.enabled: true).
  */
 export class EngineRegistry {
   readonly #engines: ReadonlyMap<EngineName, Engine>;
 
   constructor(opts: EngineRegistryOptions) {
     const all: Engine[] = [];
-    if (opts.engines.vllm?.enabled !== false) all.push(new VllmEngine(opts.engines.vllm, opts.mgmtInterface, { stopGraceMs: opts.stopGraceMs, mgmtAddr: opts.mgmtAddr }));
-    if (opts.engines.sglang?.enabled !== false) all.push(new SglangEngine(opts.engines.sglang, opts.mgmtInterface, { mgmtAddr: opts.mgmtAddr }));
-    if (opts.engines.sim?.enabled === true) all.push(new SimEngine(opts.engines.sim, opts.mgmtInterface));
+    for (const name of ENGINE_NAMES) {
+      const kind = ENGINE_CATALOG[name];
+      const config = opts.engines[name];
+      if (config?.enabled ?? kind.enabledByDefault) all.push(kind.create(config, { mgmtInterface: opts.mgmtInterface, stopGraceMs: opts.stopGraceMs, mgmtAddr: opts.mgmtAddr }));
+    }
     if (opts.modelsCacheDir) for (const e of all) (e as Partial<Pick<ConfiguredEngine, 'useModelStore'>>).useModelStore?.(opts.modelsCacheDir, opts.modelsHubEndpoint);
     this.#engines = new Map(all.map((e) => [e.name, e]));
   }
@@ -60,7 +61,7 @@ export class EngineRegistry {
     const engine = this.#engines.get(name as EngineName);
     if (engine) return engine;
     const known = `known engines: ${this.names().join(', ') || 'none'}`;
-    if (name === 'sim' || name === 'vllm' || name === 'sglang') {
+    if (isEngineName(name)) {
       throw failure(`engine ${JSON.stringify(name)} is not enabled on this node (set engines.${name}.enabled: true in the agent's config); ${known}`);
     }
     throw failure(`unknown engine ${JSON.stringify(name)}; ${known}`);

@@ -1,6 +1,7 @@
+import type { EngineSleepApi } from '../../lib/engine-sleep-api.js';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import type { GpuProcess, Inventory, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import type { EngineName } from '../config/agent-config.js';
+import type { EngineName } from '../../lib/engine-names.js';
 import type { EngineAccount } from './engine-account.js';
 import type { LaunchPlan } from './launch-plan.js';
 
@@ -53,4 +54,8 @@ export interface Engine {
    * series a drain and stall detection read, the API key its probes send.
    */
   watch(spec: StartShard, plan: LaunchPlan): EngineWatch;
+  /** What the operator is told at every start of `plan` (this engine's command()), one log line each; none: nothing. */
+  startWarnings?(plan: LaunchPlan): string[];
+  /** How it sleeps and wakes (its wing's), which watch() records for the API rank; none: it does not sleep. */
+  readonly sleepApi?: EngineSleepApi;
 }

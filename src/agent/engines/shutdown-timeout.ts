@@ -17,6 +17,3 @@ export function shutdownMarginMs(stopGraceMs: number): number {
 export function shutdownTimeoutS(stopGraceMs: number): number {
   return Math.max(0, Math.floor((stopGraceMs - shutdownMarginMs(stopGraceMs)) / 1000));
 }
-
-/** The shortest stop_grace that still gives a drain of at least 1 s. */
-export const MIN_STOP_GRACE_MS = 2000;

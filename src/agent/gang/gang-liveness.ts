@@ -1,6 +1,7 @@
 import type { GangMember, StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import type { EngineName } from '../../lib/engine-names.js';
 import { durationMs } from '@bufbuild/protobuf/wkt';
-import { dataParallelSize } from '../engines/vllm-engine.js';
+import { dataParallelSize } from '../engines/vllm/vllm-engine.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js';
 
 /**
@@ -11,7 +12,7 @@ import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js'
  * `V:` is vLLM at 2f41c894, `S:` SGLang at v0.5.18 (71de97b).
  */
 export interface GangLivenessRule {
-  engine: 'vllm' | 'sglang' | 'sim';
+  engine: EngineName;
   shape: 'data-parallel' | 'tensor/pipeline-parallel';
   /** The socket whose accept (or 200) proves rank 0's engine alive. */
   proof: 'rendezvous-port' | 'api-health';

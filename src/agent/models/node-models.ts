@@ -6,6 +6,7 @@ import type { Logger } from '../../lib/logger.js';
 import { type ModelStore, modelStoreFromConfig } from '../../models/model-store-options.js';
 import { compileCacheBytes } from '../../models/compile-cache-bytes.js';
 import { EngineCacheWatch } from '../../models/engine-cache-watch.js';
+import { compileDirsByEngine } from '../engines/engine-catalog.js';
 import { EngineCacheBound } from './engine-cache-bound.js';
 import { scanStore, type StoredModel } from '../../models/scan-store.js';
 import type { StoreLayout } from '../../models/store-layout.js';
@@ -70,7 +71,7 @@ export class NodeModels {
     this.pins = this.store && new ShardModelPins(this.store.layout);
     const budget = this.store?.budget ?? 0;
     this.engineCacheBound = new EngineCacheBound(opts.logger);
-    this.engineCaches = this.store && new EngineCacheWatch(this.store.layout, { onSurvey: (s) => this.engineCacheBound.judge(s, budget) });
+    this.engineCaches = this.store && new EngineCacheWatch(this.store.layout, { onSurvey: (s) => this.engineCacheBound.judge(s, budget), compileDirs: compileDirsByEngine() });
     this.prefetcher = new ModelPrefetch({ store: this.store, send: opts.send, onStoreChanged: () => void this.refresh(), signal: this.life.signal, logger: opts.logger, onRate: opts.onRate });
   }
 

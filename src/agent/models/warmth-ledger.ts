@@ -2,7 +2,7 @@ import { readFileSync } from 'node:fs';
 import { rename, writeFile } from 'node:fs/promises';
 import { create } from '@bufbuild/protobuf';
 import { type CachedModel, type ModelWarmth, ModelWarmthSchema, ShardState, type TimeToReady, TimeToReadySchema } from '../../gen/llmgw/v1/agent_pb.js';
-import { MIN_RATE_BYTES, modelledTimes, type NodeRates } from './modelled-warmth.js';
+import { MIN_RATE_BYTES, modelledTimes, type NodeRates } from '../../models/modelled-warmth.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { isTerminal } from '../../lib/shard-states.js';

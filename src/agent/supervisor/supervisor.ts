@@ -21,7 +21,8 @@ import type { OrphanContext } from './orphans/find-orphans.js';
 import { endedShard, reattachShard } from './orphans/reattach-shard.js';
 import { RepeatedStartError } from './launch-admission.js';
 import type { SettleOptions } from './shard/shard-settle.js';
-import type { ShardRunner, ShardRunnerContext } from './shard/shard-runner.js';
+import type { ShardReaction } from './shard-reaction.js';
+import { ShardRunner, type ShardRunnerContext } from './shard/shard-runner.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
 import type { GangFault } from './shard/shard-machine.js';
@@ -52,8 +53,6 @@ export interface SupervisorOptions {
   signalOrphanGroup?: (pgid: number, sig: NodeJS.Signals) => void;
   /** How often supervisor.terminal_retention is checked; default TERMINAL_GC_INTERVAL_MS (30 s). */
   terminalGcIntervalMs?: number;
-  /** An engine's sleep API by its name (ShardRunnerContext.sleepApiOf); none: no shard sleeps. */
-  sleepApiOf?: ShardRunnerContext['sleepApiOf'];
   /** The ports of this node a shard's engine binds, all held for it (LaunchAdmissionOptions.boundPorts); its http_port alone by default. */
   boundPorts?: LaunchAdmissionOptions['boundPorts'];
   /** Which peer rank went first when a gang rank's engine ends (ShardRunnerContext.firstToGo); none: not asked. */
@@ -86,12 +85,14 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
   /** When each terminal shard in the table ended: the collection's clock (collectTerminalShards). */
   private readonly endedAtMs = new Map<string, number>();
   private readonly gcTimer: NodeJS.Timeout;
+  /** What follows each transition, in order (react). */
+  private readonly reactions: ShardReaction[] = [];
 
   constructor(opts: SupervisorOptions) {
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), sleepApiOf: opts.sleepApiOf, firstToGo: opts.firstToGo };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), firstToGo: opts.firstToGo };
     const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
     this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches, boundPorts: opts.boundPorts });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };
@@ -103,10 +104,23 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     this.gcTimer.unref();
   }
 
+  /** Adds a reaction to every shard transition, run after those added before it (ShardReaction). */
+  react(reaction: ShardReaction): void {
+    this.reactions.push(reaction);
+  }
+
   private onTransition(t: ShardTransition): void {
     const id = t.shard.shardId;
     if (isTerminal(t.to)) this.endedAtMs.set(id, Date.now());
     else this.endedAtMs.delete(id);
+    for (const r of this.reactions) {
+      try {
+        r.on(t);
+      } catch (err) {
+        // One reaction's bug must not cost the others theirs (a status unreported, a model left pinned).
+        this.log.error({ shard: id, reaction: r.name, err: errorMessage(err) }, 'a shard reaction threw');
+      }
+    }
     this.emit('transition', t);
     // After the listeners: whoever reports this end has read the shard first.
     if (isTerminal(t.to)) setImmediate(() => this.collectTerminalShards());
@@ -215,7 +229,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
       if (this.closing.signal.aborted) throw failure('the supervisor is closed');
       const launch = typeof source === 'function' ? await source() : source;
       if (this.closing.signal.aborted) throw failure('the supervisor is closed');
-      const runner = await launchShard(this.ctx, spec, launch, previous, this.closing.signal, this.files);
+      const runner = new ShardRunner(this.ctx, await launchShard(this.ctx, spec, launch, previous, this.closing.signal, this.files), previous?.currentState);
       this.runners.set(spec.shardId, runner);
       runner.begin(previous ? `relaunched after ${stateName(previous.currentState)}` : 'launched');
       return runner;

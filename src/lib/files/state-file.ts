@@ -10,7 +10,8 @@ import { errorMessage } from '../errors.js';
 import type { ProcessIdentity } from '../process/process-identity.js';
 import { systemdUnitName } from '../systemd/unit-name.js';
 import { type EngineWatch, parseEngineWatch } from '../engine-watch.js';
-import { type ShardFieldProblem, shardFieldProblems, textFieldProblem } from '../shard-field-problems.js';
+import type { ShardFieldProblem } from '../shard-field-problem.js';
+import { shardFieldProblems, textFieldProblem } from '../shard-field-problems.js';
 import { type CheckedStartShard, isValidShardId, type ShardId } from '../shard-id.js';
 
 /** Longest knownAnswer read back: the agent records at most 512 characters. */
@@ -121,7 +122,8 @@ function toDisk(s: ShardStateFile): JsonValue {
     servesHttp: s.servesHttp,
     inFlightMetric: s.inFlightMetric,
     generationTokensMetric: s.generationTokensMetric ?? '',
-    ...(s.watch ? { watch: { ...s.watch } } : {}),
+    // Plain data (strings, numbers, booleans and their arrays and records; the sleep API's optional bodies are left out when absent).
+    ...(s.watch ? { watch: { ...s.watch } as unknown as JsonValue } : {}),
     drainRequested: s.drainRequested ?? false,
     // Written only while asleep: the file of an awake engine is what it was before sleep mode.
     ...(s.sleepLevel ? { sleepLevel: s.sleepLevel } : {}),

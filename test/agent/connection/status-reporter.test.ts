@@ -1,6 +1,6 @@
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it } from 'vitest';
-import { AgentMetrics } from '../../../src/agent/agent-metrics.js';
+import { AgentMetrics } from '../../../src/agent/metrics/agent-metrics.js';
 import { Outbox } from '../../../src/agent/connection/outbox.js';
 import { StatusReporter } from '../../../src/agent/connection/status-reporter.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';

@@ -1,8 +1,10 @@
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { type CodeLoadingArgs, SGLANG_CODE_LOADING_ARGS, VLLM_CODE_LOADING_ARGS, codeLoadingArgsIn } from '../../../src/agent/engines/code-loading-args.js';
-import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
-import { VLLM_OWNED_ARGS, VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { type CodeLoadingArgs, codeLoadingArgsIn } from '../../../src/agent/engines/code-loading-args.js';
+import { SGLANG_CODE_LOADING_ARGS } from '../../../src/agent/engines/sglang/sglang-args.js';
+import { VLLM_CODE_LOADING_ARGS } from '../../../src/agent/engines/vllm/vllm-args.js';
+import { SglangEngine } from '../../../src/agent/engines/sglang/sglang-engine.js';
+import { VLLM_OWNED_ARGS, VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import { findFlags } from '../../../src/agent/engines/find-flags.js';
 import type { EngineConfig } from '../../../src/agent/config/agent-config.js';
 import { LlmgwError } from '../../../src/lib/errors.js';

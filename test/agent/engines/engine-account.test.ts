@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { describeEngineAccount, engineAccount } from '../../../src/agent/engines/engine-account.js';
-import { SimEngine } from '../../../src/agent/engines/sim-engine.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { SimEngine } from '../../../src/agent/engines/sim/sim-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import { context, shard } from './engine-fixtures.js';
 
 const llmgwEngine = { name: 'llmgw-engine', uid: 998, gid: 998, home: '/var/lib/llmgw-engine' };

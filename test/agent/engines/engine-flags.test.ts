@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ConfiguredEngine } from '../../../src/agent/engines/configured-engine.js';
-import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { SglangEngine } from '../../../src/agent/engines/sglang/sglang-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import type { StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { type FakeExecutables, fakeExecutablesOnPath, shard } from './engine-fixtures.js';
 

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { SglangEngine } from '../../../src/agent/engines/sglang/sglang-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 import { context, shard } from './engine-fixtures.js';
 

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { loadAgentConfig } from '../../../src/agent/config/load-agent-config.js';
 import { findUser } from '../../../src/agent/config/find-user.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import { StoreLayout } from '../../../src/models/store-layout.js';
 import { context, shard } from './engine-fixtures.js';
 

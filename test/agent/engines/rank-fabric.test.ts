@@ -4,7 +4,7 @@ import type { ValidationContext } from '../../../src/agent/engines/engine.js';
 import { chooseRankFabric } from '../../../src/agent/engines/rank-fabric.js';
 import { chooseRankPlacement, readHostTopology } from '../../../src/agent/engines/rank-placement.js';
 import { placementProperties } from '../../../src/agent/supervisor/launch/launch-shard.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import type { Inventory } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { FAKE_NVIDIA_SMI, SYSFS_FIXTURE } from '../../helpers/fake-gpus.js';
 import { context, shard } from './engine-fixtures.js';

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { shardEnv } from '../../../src/agent/engines/shard-launch.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import { type FakeExecutables, fakeExecutablesOnPath, shard } from './engine-fixtures.js';
 
 let fake: FakeExecutables;

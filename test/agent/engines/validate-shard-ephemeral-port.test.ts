@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { validateShard } from '../../../src/agent/engines/validate-shard.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import { IP_LOCAL_PORT_RANGE } from '../../../src/lib/ephemeral-port-range.js';
 import { context, shard } from './engine-fixtures.js';
 

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { ValidationContext } from '../../../src/agent/engines/engine.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import { GpuProcessSchema, HcaSchema, type StartShard } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 import { context, shard } from './engine-fixtures.js';

@@ -6,6 +6,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { WARMTH_MODELS, WARMTH_SAMPLES, WarmthLedger } from '../../../src/agent/models/warmth-ledger.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { CachedModelSchema, ShardState as S, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { compileDirsByEngine } from '../../../src/agent/engines/engine-catalog.js';
 import { hasCompileCache } from '../../../src/models/compile-cache.js';
 import { EngineCacheWatch } from '../../../src/models/engine-cache-watch.js';
 import { StoreLayout } from '../../../src/models/store-layout.js';
@@ -93,7 +94,7 @@ describe('WarmthLedger', () => {
   it('times a start with a compile cache in the store apart from one without (issue 41: weights and JIT caches), the real store layout deciding', async () => {
     const store = mkdtempSync(join(dir, 'store-'));
     const cached = [create(CachedModelSchema, { repo: 'acme/chat', revision: 'main', complete: true, bytes: 1000n, residentBytes: 0n })];
-    const watch = new EngineCacheWatch(new StoreLayout(store));
+    const watch = new EngineCacheWatch(new StoreLayout(store), { compileDirs: compileDirsByEngine() });
     const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger, cached: () => cached, compiled: (m, e) => watch.compiled(m, e) });
     launchedAndReady(l, shard('cold', Date.now() - 9000));
     expect(l.report([], cached)[0]?.rung).toBe('store');
@@ -110,8 +111,8 @@ describe('WarmthLedger', () => {
     launchedAndReady(l, shard('warm', Date.now() - 2000));
     expect(l.report([], cached)[0]?.learned.map((t) => [t.from, t.samples])).toEqual([['store+compile', 1], ['store', 1]]);
     // Another engine's cache is not this one's.
-    expect(await hasCompileCache(new StoreLayout(store), 'sglang', 'acme/chat')).toBe(false);
-    expect(await hasCompileCache(new StoreLayout(store), 'vllm', 'acme/chat')).toBe(true);
+    expect(await hasCompileCache(new StoreLayout(store), 'sglang', 'acme/chat', compileDirsByEngine())).toBe(false);
+    expect(await hasCompileCache(new StoreLayout(store), 'vllm', 'acme/chat', compileDirsByEngine())).toBe(true);
   });
 
   it('measures a wake from its request, and nothing for an adoption, a failed start or a stop', () => {

@@ -1,8 +1,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
-import { engineSleepApi } from '../../../src/agent/engines/engine-sleep-api.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import { HostRamLedger } from '../../../src/agent/supervisor/shard/host-ram-ledger.js';
 import type { SleepProbes } from '../../../src/agent/supervisor/shard/shard-sleep.js';
 import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
@@ -40,7 +39,7 @@ async function twoDoubles(available: number): Promise<{ sup: Supervisor; probes:
   mkdirSync(usageDir, { recursive: true });
   mkdirSync(roomDir, { recursive: true });
   writeFileSync(join(roomDir, 'meminfo'), `MemTotal: 2000000 kB\nMemAvailable: ${available * 1024} kB\n`);
-  const sup = harness.newSupervisor({}, { sleepApiOf: engineSleepApi });
+  const sup = harness.newSupervisor();
   for (const [name, gpu] of [['a', 0], ['b', 1]] as const) {
     const spec = doubleStart('vllm', name, await freePort(), { gpus: [gpu], args: ['--sim-gpu-memory', String(MIB), '--sim-gpu-usage-dir', usageDir] });
     if (spec.profile) spec.profile.sleepMode = true;

@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
-import { SimEngine } from '../../../src/agent/engines/sim-engine.js';
+import { SimEngine } from '../../../src/agent/engines/sim/sim-engine.js';
 import { readCounters } from '../../../src/agent/supervisor/probes/read-gauge.js';
 import { readGauges } from '../../../src/agent/supervisor/probes/read-gauge.js';
 import { StallDetector, type StallVerdict } from '../../../src/agent/supervisor/probes/stall-detector.js';

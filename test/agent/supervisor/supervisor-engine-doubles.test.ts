@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
-import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
-import { VllmEngine } from '../../../src/agent/engines/vllm-engine.js';
+import { SglangEngine } from '../../../src/agent/engines/sglang/sglang-engine.js';
+import { VllmEngine } from '../../../src/agent/engines/vllm/vllm-engine.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { doubleStart } from '../../helpers/double-shards.js';

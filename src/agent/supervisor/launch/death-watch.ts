@@ -1,10 +1,10 @@
+import type { DeathInfo } from '../../../lib/engine-death.js';
 import { errorMessage } from '../../../lib/errors.js';
 import { watchPidExit } from '../../../lib/process/pidfd.js';
 import { checkIdentity, type ProcessIdentity } from '../../../lib/process/process-identity.js';
 import type { EngineUnit } from './engine-unit.js';
 import { readUnitExit } from './read-unit-exit.js';
 import type { ChildProcess } from 'node:child_process';
-import { constants as osConstants } from 'node:os';
 
 /** How often an adopted engine (not our child: no exit event) is checked for being gone. The issue's bound: at most every 500 ms. */
 export const IDENTITY_POLL_MS = 500;
@@ -24,10 +24,6 @@ export const PIDFD_BACKSTOP_MS = 5000;
  */
 export const UNIT_DEATH_POLL_MS = 25;
 
-/** How an engine leader ended: with its status (our child, or read from its unit), or only seen gone. */
-export type DeathInfo =
-  | { known: true; code: number | null; signal: NodeJS.Signals | null; /** Who recorded it, when not our own wait(). */ recordedBy?: string }
-  | { known: false; reason: string };
 
 /**
  * Calls `onDeath` once when the engine leader is gone, until `signal` aborts.
@@ -105,15 +101,3 @@ export function watchDeath(opts: {
 
 /** Said once per agent, not once per adopted engine. */
 let unsupportedLogged = false;
-
-/** The exit code as a shell reports it: 128+n when killed by signal n. */
-export function exitCodeOf(code: number | null, signal: NodeJS.Signals | null): number | null {
-  return code ?? (signal ? 128 + (osConstants.signals[signal] ?? 0) : null);
-}
-
-/** How the engine ended, as the shard's error says it ("exited with code 1", "was killed by SIGKILL", ...). */
-export function describeDeath(info: DeathInfo): string {
-  if (!info.known) return `is gone (${info.reason}; not a child of this agent, so its exit status is unknown)`;
-  const recorded = info.recordedBy ? ` (recorded by ${info.recordedBy})` : '';
-  return info.signal ? `was killed by ${info.signal}${recorded}` : `exited with code ${info.code}${recorded}`;
-}

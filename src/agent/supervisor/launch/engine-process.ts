@@ -1,6 +1,7 @@
 import { errorMessage } from '../../../lib/errors.js';
 import type { Logger } from '../../../lib/logger.js';
-import { type DeathInfo, watchDeath } from './death-watch.js';
+import type { DeathInfo } from '../../../lib/engine-death.js';
+import { watchDeath } from './death-watch.js';
 import { type EngineGroup, groupStillOurs, reapLeftovers } from './engine-group.js';
 import type { EngineUnit } from './engine-unit.js';
 import { type EngineFence, endEngine } from './end-engine.js';

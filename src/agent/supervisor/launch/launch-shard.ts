@@ -12,9 +12,26 @@ import type { LaunchPlan } from '../../engines/launch-plan.js';
 import type { EngineWatch } from '../../../lib/engine-watch.js';
 import { checkLaunchPlan } from './check-launch-plan.js';
 import { chooseLauncher } from './choose-launcher.js';
-import { endEngine } from './end-engine.js';
+import { type EngineFence, endEngine } from './end-engine.js';
 import { engineEnvFor, launchEngine } from './launch-engine.js';
-import { ShardRunner, type ShardRunnerContext } from '../shard/shard-runner.js';
+import type { Logger } from '../../../lib/logger.js';
+import type { SupervisorConfig } from '../../config/agent-config.js';
+import type { LauncherChoice } from './choose-launcher.js';
+import { EngineProcess } from './engine-process.js';
+import type { RunnerEngine } from './runner-engine.js';
+
+/** What a launch needs of the supervisor: its config, its log, and the launcher new engines get (config.launcher decided when absent). */
+export interface LaunchContext {
+  config: SupervisorConfig;
+  log: Logger;
+  launcher?: () => Promise<LauncherChoice>;
+}
+
+/** The earlier engine under the same id (its runner), ended before the new one starts. */
+export interface PreviousEngine {
+  detach(why: 'replaced'): void;
+  fence(): EngineFence;
+}
 
 /** What an engine makes of a shard spec: the command, and how its rank is judged. */
 export interface ShardLaunch {
@@ -72,18 +89,19 @@ export interface ShardFileOwnership {
 }
 
 /**
- * Launches one shard's engine and records it on disk, returning its runner
- * (not yet begun). `previous` is the runner of an earlier engine under the
- * same id, whose group is ended first.
+ * Launches one shard's engine and records it on disk, returning it for
+ * the supervisor to build its runner on (Supervisor.launch). `previous` is
+ * the runner of an earlier engine under the same id, whose group is ended
+ * first.
  */
 export async function launchShard(
-  ctx: ShardRunnerContext,
+  ctx: LaunchContext,
   spec: CheckedStartShard,
   launch: ShardLaunch,
-  previous: ShardRunner | undefined,
+  previous: PreviousEngine | undefined,
   signal: AbortSignal,
   files: ShardFileOwnership = { engineUids: agentUids() },
-): Promise<ShardRunner> {
+): Promise<RunnerEngine> {
   const id = spec.shardId;
   const c = ctx.config;
   // First: which environment the engine starts from depends on the launcher.
@@ -131,17 +149,15 @@ export async function launchShard(
     logPath,
     createdAtMs: Date.now(),
   };
-  const runner = new ShardRunner(ctx, { record, child: launched.child, adopted: false, statePath, ...(launch.note ? { note: launch.note } : {}) }, previous?.currentState);
   try {
     await writeStateFile(statePath, stateFileOf(record));
   } catch (err) {
     // Without its state file this engine could not be found after an agent
     // restart, and would hold its GPUs with nothing able to describe it.
-    runner.detach('stopped');
-    await endEngine(runner.fence(), { graceMs: 0 });
+    await endEngine(new EngineProcess({ pid: launched.pid, pgid: launched.pgid, identity: launched.identity, child: launched.child }, launched.unit).fence(), { graceMs: 0 });
     throw failure(`cannot write the state file ${statePath}: ${errorMessage(err)}; the engine was stopped`, { cause: err });
   }
-  return runner;
+  return { record, child: launched.child, adopted: false, statePath, ...(launch.note ? { note: launch.note } : {}) };
 }
 
 /**

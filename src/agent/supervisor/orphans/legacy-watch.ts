@@ -1,9 +1,12 @@
 import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { EngineSleepApi } from '../../../lib/engine-sleep-api.js';
 import type { EngineWatch } from '../../../lib/engine-watch.js';
 import type { ShardStateFile } from '../../../lib/files/state-file.js';
 import { engineAdminApiKey, engineApiKey } from '../../engines/engine-api-key.js';
-import { SGLANG_METRICS, SGLANG_PROBE_TIMEOUT_MS } from '../../engines/sglang-engine.js';
-import { VLLM_METRICS } from '../../engines/vllm-engine.js';
+import { SGLANG_METRICS, SGLANG_PROBE_TIMEOUT_MS } from '../../engines/sglang/sglang-engine.js';
+import { SGLANG_SLEEP_API } from '../../engines/sglang/sglang-sleep.js';
+import { VLLM_METRICS } from '../../engines/vllm/vllm-engine.js';
+import { VLLM_SLEEP_API } from '../../engines/vllm/vllm-sleep.js';
 
 /**
  * The watch of an engine whose state file an older agent wrote: it kept only
@@ -37,4 +40,17 @@ export function legacyWatch(f: Pick<ShardStateFile, 'servesHttp' | 'inFlightMetr
     apiKey,
     adminApiKey: engine === 'sglang' ? engineAdminApiKey(args) : '',
   };
+}
+
+/**
+ * `watch` with the sleep API its engine was launched with. A record written
+ * before issue 50 names none: its API rank is given its wing's API of
+ * today, by the engine's name (as the agent of then looked it up at every
+ * sleep). A worker rank opens no API to sleep through.
+ */
+export function withLegacySleepApi(watch: EngineWatch, f: Pick<ShardStateFile, 'servesHttp'> & { spec: StartShard }): EngineWatch {
+  if (watch.sleepApi !== undefined || !f.servesHttp) return watch;
+  const engine = f.spec.profile?.engine ?? '';
+  const api: EngineSleepApi | undefined = engine === 'vllm' ? VLLM_SLEEP_API : engine === 'sglang' ? SGLANG_SLEEP_API : undefined;
+  return api ? { ...watch, sleepApi: api } : watch;
 }

@@ -9,7 +9,7 @@ import { checkIdentity } from '../../../lib/process/process-identity.js';
 import { shardFailurePath, shardLogPath, shardStatePath } from '../../../lib/shard-layout.js';
 import { newShardLife } from '../shard/shard-machine.js';
 import { ShardRunner, type ShardRunnerContext } from '../shard/shard-runner.js';
-import { legacyWatch } from './legacy-watch.js';
+import { legacyWatch, withLegacySleepApi } from './legacy-watch.js';
 
 /**
  * A runner for an engine a previous agent launched and that still runs
@@ -46,7 +46,7 @@ function recordOf(file: ShardStateFile, o: Orphan, logDir: string): EngineRecord
   const { schemaVersion: _v, inFlightMetric: _m, generationTokensMetric: _g, ...recorded } = file;
   return {
     ...recorded,
-    watch: file.watch ?? legacyWatch(file),
+    watch: withLegacySleepApi(file.watch ?? legacyWatch(file), file),
     // Its run was checked against systemd's InvocationID when it was judged (judgeUnitOrphan). A unit
     // systemd no longer describes as recorded is not the engine's fence: watched and stopped by pid.
     unit: o.unitNote === undefined ? file.unit : undefined,

@@ -1,7 +1,7 @@
 import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import { findFlags } from '../../engines/find-flags.js';
 import { servesHttp } from '../../engines/shard-launch.js';
-import { dataParallelSize } from '../../engines/vllm-engine.js';
+import { dataParallelSize } from '../../engines/vllm/vllm-engine.js';
 import type { AskOptions } from './known-answer.js';
 
 /*

@@ -1,7 +1,7 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { isServing, isTerminal } from '../../../lib/shard-states.js';
-import type { DeathInfo } from '../launch/death-watch.js';
-import { describeDeath } from '../launch/death-watch.js';
+import type { DeathInfo } from '../../../lib/engine-death.js';
+import { describeDeath } from '../../../lib/engine-death.js';
 
 const S = ShardState;
 

@@ -1,6 +1,6 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
-import type { DeathInfo } from '../launch/death-watch.js';
-import { explainEngineExit } from './explain-engine-exit.js';
+import type { DeathInfo } from '../../../lib/engine-death.js';
+import { explainEngineExit } from '../../engines/explain-engine-exit.js';
 import { readLastOutput, recordShardFailure, shardFailureRecord } from './shard-failure.js';
 import type { ShardHands } from './shard-hands.js';
 import { type GangFault, gangError, judgeDeath } from './shard-machine.js';

@@ -1,5 +1,5 @@
 import type { Logger } from '../../../lib/logger.js';
-import { readEngineVersion } from '../../engines/engine-version.js';
+import { readEngineVersion } from '../probes/engine-version.js';
 import type { StateFileWriter } from './state-file-writer.js';
 
 /**

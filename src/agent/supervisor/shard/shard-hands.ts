@@ -1,4 +1,4 @@
-import type { EngineSleepApi } from '../../engines/engine-sleep-api.js';
+import type { EngineSleepApi } from '../../../lib/engine-sleep-api.js';
 import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../../../lib/logger.js';
 import type { Readiness } from '../probes/await-readiness.js';

@@ -1,8 +1,8 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../../../lib/errors.js';
 import { isTerminal, stateName } from '../../../lib/shard-states.js';
-import type { DeathInfo } from '../launch/death-watch.js';
-import { exitCodeOf } from '../launch/death-watch.js';
+import type { DeathInfo } from '../../../lib/engine-death.js';
+import { exitCodeOf } from '../../../lib/engine-death.js';
 import { judgeDeath } from './judge-death.js';
 import type { HealthVerdict } from '../probes/health-watch.js';
 

@@ -5,7 +5,6 @@ import type { EngineRecord } from '../../../lib/files/state-file.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
 import type { Logger } from '../../../lib/logger.js';
 import type { SupervisorConfig } from '../../config/agent-config.js';
-import type { EngineSleepApi } from '../../engines/engine-sleep-api.js';
 import { servedModelName } from '../../engines/shard-launch.js';
 import type { LauncherChoice } from '../launch/choose-launcher.js';
 import type { EngineFence } from '../launch/end-engine.js';
@@ -16,7 +15,7 @@ import { type EngineLoad, UNKNOWN_LOAD } from '../probes/load-meter.js';
 import { portOwnerCheck, type PortOwnerCheck } from '../probes/port-owner-check.js';
 import { readInFlight } from '../probes/read-gauge.js';
 import { onEngineDeath } from './shard-death.js';
-import type { RunnerEngine } from './runner-engine.js';
+import type { RunnerEngine } from '../launch/runner-engine.js';
 import { knownAnswerAsk } from '../probes/known-answer-ask.js';
 import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
@@ -92,7 +91,7 @@ export class ShardRunner {
     this.hands = {
       ...{ shardId: r.shardId, spec: r.spec, fields: { shard: r.shardId, replica: r.replicaId }, logPath: r.logPath, logDir: ctx.config.logDir },
       ...{ stopGraceMs: ctx.config.stopGraceMs, baseUrl: this.baseUrl ?? '', adminKey: r.watch.adminApiKey || r.watch.apiKey, signal: this.lifeScope.signal },
-      ...{ log: ctx.log, stateFile: this.stateFile, portOwner: this.portOwner, sleepApi: ctx.sleepApiOf?.(r.spec.profile?.engine ?? '') },
+      ...{ log: ctx.log, stateFile: this.stateFile, portOwner: this.portOwner, sleepApi: r.watch.sleepApi },
       facts: new ShardEngineFacts({ engine: r.spec.profile?.engine ?? '', baseUrl: this.baseUrl ?? '', apiKey: r.watch.apiKey, stateFile: this.stateFile, log: ctx.log, fields: { shard: r.shardId, replica: r.replicaId }, pid: r.pid }, r),
       // The API rank of a sleep profile has its wakes checked by a known answer.
       checksAnswers: r.spec.profile?.sleepMode === true && r.servesHttp && r.watch.readiness === 'model-listed' && this.baseUrl !== undefined,
@@ -417,8 +416,6 @@ export interface ShardRunnerContext {
   onStatus: (shard: ShardSnapshot) => void;
   /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
   launcher?: () => Promise<LauncherChoice>;
-  /** The sleep API of an engine by its name (Engine.sleepApi, from the composition root); none: no shard sleeps. */
-  sleepApiOf?: (engine: string) => EngineSleepApi | undefined;
   /** Which peer rank of a gang went before this rank's engine ended (first-to-go.ts, from the composition root); none: not asked. */
   firstToGo?: (shard: ShardSnapshot, endedAtMs: number) => Promise<GangFault | undefined>;
 }

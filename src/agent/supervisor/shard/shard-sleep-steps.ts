@@ -1,7 +1,7 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { type Deadline, deadlineSignal } from '../../../lib/deadline.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
-import type { EngineSleepApi, WakeCalls } from '../../engines/engine-sleep-api.js';
+import type { EngineSleepApi, WakeCalls } from '../../../lib/engine-sleep-api.js';
 import { type Answered, checkKnownAnswer, KNOWN_PROMPT, NOT_OBTAINED } from '../probes/known-answer.js';
 import { recordedAnswer, type ShardAnswers } from './shard-answers.js';
 import { readLastOutput } from './shard-failure.js';
@@ -92,10 +92,10 @@ export async function releaseShard(h: SleepHands, { api, level, before }: Prepar
     await h.stateFile.recordSleep(level, before);
     // SGLang: new requests are held in its tokenizer from here, any that raced the idle check aborted.
     if (api.hold) await callEngine(h.baseUrl, api.hold.pause, h.adminKey, signal);
-    await callEngine(h.baseUrl, api.sleep(level), h.adminKey, signal);
+    await callEngine(h.baseUrl, api.levels[level].sleep, h.adminKey, signal);
     h.apply({ kind: 'released' });
     // SGLang keeps the pinned copy from here for the engine's life: its next sleeps need no room for it.
-    if (api.hostCopyKept && api.hostCopy(level)) await h.facts.hostCopyPinned(before);
+    if (api.hostCopyKept && api.levels[level].hostCopy) await h.facts.hostCopyPinned(before);
     const after = await awaitGpuMemory(probes, gpus, (mib) => mib <= before * ASLEEP_SHARE, 'the engine did not free its GPU memory', signal);
     h.log.info({ ...h.fields, sleepLevel: level, beforeMib: before, afterMib: after }, 'shard asleep: GPU memory released');
     h.told();
@@ -103,7 +103,7 @@ export async function releaseShard(h: SleepHands, { api, level, before }: Prepar
     const why = `sleep failed: ${errorMessage(err)}`;
     const released = h.life().sleep?.memory === 'released';
     // The engine may be half asleep: woken, so READY tells the truth; SGLang only if it released (wakeOnlyAsleep).
-    if (released || !api.wakeOnlyAsleep) await wakeCalls(h, api.wake(level), h.signal, false).catch(() => undefined);
+    if (released || !api.wakeOnlyAsleep) await wakeCalls(h, api.levels[level].wake, h.signal, false).catch(() => undefined);
     if (api.hold) await callEngine(h.baseUrl, api.hold.resume, h.adminKey, h.signal).catch(() => undefined);
     await h.stateFile.recordSleep(0);
     // Undone after a release: FAILED only on an answer received and different (a failed ask is said, not judged).
@@ -138,7 +138,7 @@ export async function wakeShard(h: SleepHands, given: SleepProbes): Promise<void
   const signal = deadline.signal;
   try {
     if (api.wakeOnlyAsleep && asleep?.memory === 'released' && (await neverReleased(h, awakeMib, probes, signal))) h.apply({ kind: 'resumed' });
-    await wakeCalls(h, api.wake(level), signal, api.wakeOnlyAsleep && h.life().sleep?.memory !== 'released', timeoutMs);
+    await wakeCalls(h, api.levels[level].wake, signal, api.wakeOnlyAsleep && h.life().sleep?.memory !== 'released', timeoutMs);
     // The requests held since the sleep run now, on the memory just taken back.
     if (api.hold) await callEngine(h.baseUrl, api.hold.resume, h.adminKey, signal);
     const outcome = await h.readiness(signal, timeoutMs);

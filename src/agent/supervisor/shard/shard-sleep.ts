@@ -2,7 +2,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { ShardState, type StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../../lib/duration.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
-import type { EngineSleepApi, SleepCall } from '../../engines/engine-sleep-api.js';
+import type { EngineSleepApi, SleepCall } from '../../../lib/engine-sleep-api.js';
 import { bearer, type HttpResult, httpGet, PROBE_BODY_MAX_BYTES } from '../probes/http-probe.js';
 import type { HostRoomPaths } from './host-room.js';
 import type { HostRamLedger } from './host-ram-ledger.js';
@@ -192,7 +192,7 @@ export { memAvailableMib } from './host-room.js';
  * first sleep and level 2 is no way out. Undefined: no room needed.
  */
 export function hostCopyAdvice(api: EngineSleepApi, level: 1 | 2, keptMib: number | undefined): string | undefined {
-  if (!api.hostCopy(level)) return undefined;
+  if (!api.levels[level].hostCopy) return undefined;
   if (api.hostCopyKept) return keptMib === undefined ? 'free host memory, or stop the shard instead (SGLang keeps this copy at both levels)' : undefined;
   return 'use level 2';
 }

@@ -1,7 +1,7 @@
 import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../../lib/errors.js';
 import { findFlags } from '../../engines/find-flags.js';
-import { dataParallelSize } from '../../engines/vllm-engine.js';
+import { dataParallelSize } from '../../engines/vllm/vllm-engine.js';
 
 /*
  * Sleeps an engine cannot survive (issue 47 item 5; review engine-fidelity-3

@@ -1,4 +1,4 @@
-import type { MeasuredRate } from '../../models/modelled-warmth.js';
+import type { MeasuredRate } from '../../../models/modelled-warmth.js';
 
 /*
  * How long a wake may take (issue 47 item 5; review engine-fidelity-3 E7).

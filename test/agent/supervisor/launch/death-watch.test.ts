@@ -1,7 +1,8 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { type DeathInfo, watchDeath } from '../../../../src/agent/supervisor/launch/death-watch.js';
+import type { DeathInfo } from '../../../../src/lib/engine-death.js';
+import { watchDeath } from '../../../../src/agent/supervisor/launch/death-watch.js';
 import { watchPidExit } from '../../../../src/lib/process/pidfd.js';
 import { readProcessIdentity } from '../../../../src/lib/process/process-identity.js';
 import { until } from '../../../helpers/engine-processes.js';

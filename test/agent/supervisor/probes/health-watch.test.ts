@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { type HealthVerdict, UNHEALTHY_AFTER_FAILURES, watchHealth } from '../../../../src/agent/supervisor/probes/health-watch.js';
 import type { EngineLoad } from '../../../../src/agent/supervisor/probes/load-meter.js';
 import type { PortOwner } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
-import { SGLANG_METRICS } from '../../../../src/agent/engines/sglang-engine.js';
+import { SGLANG_METRICS } from '../../../../src/agent/engines/sglang/sglang-engine.js';
 import { until } from '../../../helpers/engine-processes.js';
 
 const servers: Server[] = [];

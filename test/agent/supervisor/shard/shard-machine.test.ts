@@ -1,4 +1,4 @@
-import type { DeathInfo } from '../../../../src/agent/supervisor/launch/death-watch.js';
+import type { DeathInfo } from '../../../../src/lib/engine-death.js';
 import {
   isServing,
   isTransitionAllowed,

@@ -1,7 +1,7 @@
 import { existsSync } from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
 import { launchShard } from '../../../../src/agent/supervisor/launch/launch-shard.js';
-import type { ShardRunner } from '../../../../src/agent/supervisor/shard/shard-runner.js';
+import { ShardRunner } from '../../../../src/agent/supervisor/shard/shard-runner.js';
 import type { ShardTransition } from '../../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { ShardState } from '../../../../src/gen/llmgw/v1/agent_pb.js';
 import { silentLogger } from '../../../../src/lib/logger.js';
@@ -40,7 +40,7 @@ async function launchAlone(id: string, args: string[], servesHttp: boolean) {
   };
   const port = servesHttp ? await freePort() : 0;
   const plan = simPlan(servesHttp ? ['--port', String(port), ...args] : ['--worker', ...args]);
-  const runner = await launchShard(ctx, shardSpec(id, port), { plan, servesHttp, watch: servesHttp ? simWatch(port) : undefined }, undefined, new AbortController().signal);
+  const runner = new ShardRunner(ctx, await launchShard(ctx, shardSpec(id, port), { plan, servesHttp, watch: servesHttp ? simWatch(port) : undefined }, undefined, new AbortController().signal));
   runners.push(runner);
   runner.begin('launched');
   return { runner, seen, port };

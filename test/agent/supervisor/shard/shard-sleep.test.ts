@@ -1,5 +1,10 @@
 import { create } from '@bufbuild/protobuf';
-import { engineSleepApi } from '../../../../src/agent/engines/engine-sleep-api.js';
+import { SGLANG_SLEEP_API } from '../../../../src/agent/engines/sglang/sglang-sleep.js';
+import { VLLM_SLEEP_API } from '../../../../src/agent/engines/vllm/vllm-sleep.js';
+import type { EngineSleepApi } from '../../../../src/lib/engine-sleep-api.js';
+
+/** The API each engine's wing gives (Engine.sleepApi), by name; none for any other. */
+const engineSleepApi = (engine: string): EngineSleepApi | undefined => ({ vllm: VLLM_SLEEP_API, sglang: SGLANG_SLEEP_API })[engine];
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';

@@ -1,9 +1,9 @@
-import type { AdminServer } from '../admin/admin-server.js';
-import type { Agent } from '../agent.js';
-import type { AgentMetricsSources } from '../agent-metrics.js';
-import type { Supervisor } from '../supervisor/supervisor.js';
-import type { GpuMetricsView } from './gpu-metrics.js';
-import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
+import type { AdminServer } from './admin/admin-server.js';
+import type { Agent } from './agent.js';
+import type { AgentMetricsSources } from './metrics/agent-metrics.js';
+import type { Supervisor } from './supervisor/supervisor.js';
+import type { GpuMetricsView } from './metrics/gpu-metrics.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
 
 /**
  * The running agent's parts as the metrics read them at each scrape: the
@@ -16,7 +16,7 @@ export function agentMetricsSources(o: { agent: Agent; supervisor: Supervisor; a
     node: o.node,
     version: o.version,
     shards: () => supervisor.list(),
-    onTransition: (listener) => void supervisor.on('transition', listener),
+    onTransition: (listener) => supervisor.react({ name: 'launch and readiness timed', on: listener }),
     inFlight: (id) => supervisor.inFlight(id),
     connection: () => agent.connectionStatus(),
     adminConnections: () => ({ open: admin.openConnections, refused: admin.refusedConnectionCount }),

@@ -3,12 +3,12 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { modelledTimes } from '../../../src/agent/models/modelled-warmth.js';
-import { WarmthLedger } from '../../../src/agent/models/warmth-ledger.js';
-import { expectedReady } from '../../../src/control/expected-ready.js';
-import { CachedModelSchema, ShardState, StartShardSchema, TimeToReadySchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { captureLogger } from '../../helpers/capture-logger.js';
-import { shardSnapshot } from '../../helpers/shard-snapshot.js';
+import { modelledTimes } from '../../src/models/modelled-warmth.js';
+import { WarmthLedger } from '../../src/agent/models/warmth-ledger.js';
+import { expectedReady } from '../../src/control/expected-ready.js';
+import { CachedModelSchema, ShardState, StartShardSchema, TimeToReadySchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { captureLogger } from '../helpers/capture-logger.js';
+import { shardSnapshot } from '../helpers/shard-snapshot.js';
 
 /*
  * Times to READY for rungs a node never started from, modelled from one it

@@ -1,13 +1,13 @@
 import { fileURLToPath } from 'node:url';
-import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import { ConfiguredEngine } from './configured-engine.js';
-import type { EngineMetrics } from './engine-metrics.js';
-import type { OwnedArgs } from './owned-args.js';
-import { servedModelName, servesHttp } from './shard-launch.js';
-import { VLLM_METRICS } from './vllm-engine.js';
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { ConfiguredEngine } from '../configured-engine.js';
+import type { EngineMetrics } from '../engine-metrics.js';
+import type { OwnedArgs } from '../owned-args.js';
+import { servedModelName, servesHttp } from '../shard-launch.js';
+import { VLLM_METRICS } from '../vllm/vllm-engine.js';
 
-/** This package's bin/run.js: from dist/agent/engines/ (or src/ under tests) up three levels. */
-export const LLMGW_BIN = fileURLToPath(new URL('../../../bin/run.js', import.meta.url));
+/** This package's bin/run.js: from dist/agent/engines/sim/ (or src/ under tests) up four levels. */
+export const LLMGW_BIN = fileURLToPath(new URL('../../../../bin/run.js', import.meta.url));
 
 /**
  * `llmgw sim engine`, this binary's simulated vLLM. It is validated like a

@@ -1,8 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { resolveExecutableSync } from '../../../src/agent/engines/resolve-executable.js';
-import { engineAdminApiKey } from '../../../src/agent/engines/engine-api-key.js';
-import { SglangEngine } from '../../../src/agent/engines/sglang-engine.js';
-import { shard } from './engine-fixtures.js';
+import { resolveExecutableSync } from '../../../../src/agent/engines/resolve-executable.js';
+import { engineAdminApiKey } from '../../../../src/agent/engines/engine-api-key.js';
+import { SglangEngine } from '../../../../src/agent/engines/sglang/sglang-engine.js';
+import { shard } from '../engine-fixtures.js';
 
 describe('SglangEngine.watch', () => {
   it('probes the API rank with /health_generate under a limit past its 1 s sleep, and a worker rank on its own /health', () => {

@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { VllmEngine, dataParallelSize } from '../../../src/agent/engines/vllm-engine.js';
-import { context, type FakeExecutables, fakeExecutablesOnPath, shard } from './engine-fixtures.js';
+import { VllmEngine, dataParallelSize } from '../../../../src/agent/engines/vllm/vllm-engine.js';
+import { context, type FakeExecutables, fakeExecutablesOnPath, shard } from '../engine-fixtures.js';
 
 let fake: FakeExecutables;
 beforeAll(() => {

@@ -1,14 +1,14 @@
-import { stateName } from '../lib/shard-states.js';
+import { stateName } from '../../lib/shard-states.js';
 import type { Server } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { GpuEvent, ModelWarmth } from '../gen/llmgw/v1/agent_pb.js';
-import type { ConnectionPhase, ConnectionStatus } from './connection/connection-state.js';
-import type { Outbox } from './connection/outbox.js';
-import { GpuMetrics, type GpuMetricsView } from './metrics/gpu-metrics.js';
-import { serveMetrics } from './metrics/metrics-server.js';
-import { type NodeConditionView, registerNodeConditionMetrics } from './metrics/node-condition-metrics.js';
-import { registerWarmthMetrics } from './metrics/warmth-metrics.js';
-import { ShardMetrics, type ShardMetricsSources } from './metrics/shard-metrics.js';
+import type { GpuEvent, ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
+import type { ConnectionPhase, ConnectionStatus } from '../connection/connection-state.js';
+import type { Outbox } from '../connection/outbox.js';
+import { GpuMetrics, type GpuMetricsView } from './gpu-metrics.js';
+import { serveMetrics } from './metrics-server.js';
+import { type NodeConditionView, registerNodeConditionMetrics } from './node-condition-metrics.js';
+import { registerWarmthMetrics } from './warmth-metrics.js';
+import { ShardMetrics, type ShardMetricsSources } from './shard-metrics.js';
 
 /** Every phase of the control-plane stream, the values of llmgw_agent_stream_state's `state` label. */
 const PHASES: readonly ConnectionPhase[] = ['starting', 'connecting', 'connected', 'retrying', 'stopping', 'stopped'];

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { explainEngineExit } from '../../../../src/agent/supervisor/shard/explain-engine-exit.js';
+import { explainEngineExit } from '../../../src/agent/engines/explain-engine-exit.js';
 
 describe('explainEngineExit', () => {
   it('names the vLLM version that lacks --shutdown-timeout when argparse refuses it', () => {

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import SimEngine from '../../src/commands/sim/engine.js';
-import { simEngineOptions } from '../../src/sim/sim-engine-fast.js';
+import { simEngineOptions } from '../../src/cli/fast-sim-engine.js';
 import { SIM_DEFAULTS } from '../../src/sim/sim-engine-options.js';
 
 describe("sim engine's command line read without oclif", () => {

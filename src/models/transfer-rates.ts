@@ -1,6 +1,6 @@
 import { create } from '@bufbuild/protobuf';
 import { timestampFromMs } from '@bufbuild/protobuf/wkt';
-import { type NodeTransferRates, NodeTransferRatesSchema, type TransferRate, TransferRateSchema } from '../../gen/llmgw/v1/agent_pb.js';
+import { type NodeTransferRates, NodeTransferRatesSchema, type TransferRate, TransferRateSchema } from '../gen/llmgw/v1/agent_pb.js';
 import { readFileSync } from 'node:fs';
 import { MIN_RATE_BYTES, type MeasuredRate, type NodeRates } from './modelled-warmth.js';
 

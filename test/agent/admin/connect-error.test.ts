@@ -1,6 +1,6 @@
 import { Code, ConnectError } from '@connectrpc/connect';
 import { describe, expect, it } from 'vitest';
-import { toConnectError } from '../../../src/agent/admin/admin-routes.js';
+import { toConnectError } from '../../../src/agent/admin/connect-error.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 
 describe('toConnectError', () => {

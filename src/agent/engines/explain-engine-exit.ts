@@ -1,14 +1,12 @@
+import { ENGINE_CATALOG } from './engine-catalog.js';
+
 /**
  * Flags the agent itself puts on an engine's command line, with what an
- * engine that refuses one lacks. vLLM's --shutdown-timeout came with PR
- * #36666 (2026-03-13), in v0.18.0 (V:vllm/engine/arg_utils.py:1694-1699
- * at 2f41c894; llm-d issue 927): an older vLLM exits at argument parsing,
- * before loading anything, and the start failed with "exited with code 2"
- * and nothing else.
+ * engine that refuses one lacks: each wing's (EngineKind.agentFlagHints),
+ * together. A flag is matched only in the last words of an engine that was
+ * given it, so the hints of every kind can be read as one table.
  */
-const AGENT_FLAGS: Readonly<Record<string, string>> = {
-  '--shutdown-timeout': 'vLLM older than 0.18 has no --shutdown-timeout, which the agent passes so that a stop drains; use vLLM 0.18 or newer',
-};
+const AGENT_FLAGS: Readonly<Record<string, string>> = Object.assign({}, ...Object.values(ENGINE_CATALOG).map((k) => k.agentFlagHints ?? {}));
 
 /** argparse's last words on an unknown option: "vllm serve: error: unrecognized arguments: --x 5". */
 const UNRECOGNIZED = /error: unrecognized arguments: (.+)$/;

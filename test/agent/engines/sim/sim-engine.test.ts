@@ -2,10 +2,10 @@ import { spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { networkInterfaces } from 'node:os';
 import { describe, expect, it } from 'vitest';
-import { LLMGW_BIN, SimEngine } from '../../../src/agent/engines/sim-engine.js';
-import { freePort, groupMembers, until } from '../../helpers/engine-processes.js';
-import { BIN } from '../../helpers/run-cli.js';
-import { context, shard } from './engine-fixtures.js';
+import { LLMGW_BIN, SimEngine } from '../../../../src/agent/engines/sim/sim-engine.js';
+import { freePort, groupMembers, until } from '../../../helpers/engine-processes.js';
+import { BIN } from '../../../helpers/run-cli.js';
+import { context, shard } from '../engine-fixtures.js';
 
 describe('SimEngine', () => {
   it('runs this package\'s binary as `sim engine` on all interfaces, as vLLM binds', () => {

@@ -1,4 +1,4 @@
-import { bearer, httpGet } from '../supervisor/probes/http-probe.js';
+import { bearer, httpGet } from './http-probe.js';
 
 /*
  * The version an engine says it is, read once it is READY (issue 47 item 5):

@@ -2,7 +2,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { readTransferRates, transferRates } from '../../../src/agent/models/transfer-rates.js';
+import { readTransferRates, transferRates } from '../../src/models/transfer-rates.js';
 
 /*
  * Inventory.rates (issue 52, item 5): the node's measured disk write (a

@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { parseDuration } from '../lib/duration.js';
-import { SIM_DEFAULTS, type SimEngineOptions } from './sim-engine-options.js';
+import { SIM_DEFAULTS, type SimEngineOptions } from '../sim/sim-engine-options.js';
 
 /*
  * `llmgw sim engine` without oclif, for bin/run.js: the agent under test
@@ -90,12 +90,12 @@ export function simEngineOptions(argv: string[]): SimEngineOptions | undefined {
 export async function fastSimEngine(argv: string[]): Promise<boolean> {
   const opts = simEngineOptions(argv);
   if (!opts) return false;
-  const { runSimEngine } = await import('./sim-engine.js');
+  const { runSimEngine } = await import('../sim/sim-engine.js');
   let code: number;
   try {
     code = await runSimEngine(opts);
   } catch (err) {
-    const { errorLine, errorReport } = await import('../cli/error-report.js');
+    const { errorLine, errorReport } = await import('./error-report.js');
     const report = errorReport(err);
     process.stderr.write(errorLine(report, process.env, { ownText: false }));
     code = report.exitCode;

@@ -1,6 +1,6 @@
 import { create } from '@bufbuild/protobuf';
-import { type TimeToReady, TimeToReadySchema } from '../../gen/llmgw/v1/agent_pb.js';
-import { formatBytes } from '../../lib/format-bytes.js';
+import { type TimeToReady, TimeToReadySchema } from '../gen/llmgw/v1/agent_pb.js';
+import { formatBytes } from '../lib/format-bytes.js';
 
 /*
  * Times to READY for rungs this node never started a model from, modelled

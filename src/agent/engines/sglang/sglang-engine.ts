@@ -1,12 +1,15 @@
-import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import type { EngineConfig } from '../config/agent-config.js';
-import { ConfiguredEngine } from './configured-engine.js';
-import { engineAdminApiKey } from './engine-api-key.js';
-import type { LaunchPlan } from './engine.js';
-import type { EngineMetrics } from './engine-metrics.js';
-import type { OwnedArgs } from './owned-args.js';
-import { type CodeLoadingArgs, SGLANG_CODE_LOADING_ARGS } from './code-loading-args.js';
-import { hostPort, parallelism, servedModelName, servesHttp } from './shard-launch.js';
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { EngineConfig } from '../../config/agent-config.js';
+import type { EngineSleepApi } from '../../../lib/engine-sleep-api.js';
+import { ConfiguredEngine } from '../configured-engine.js';
+import { SGLANG_SLEEP_API } from './sglang-sleep.js';
+import { engineAdminApiKey } from '../engine-api-key.js';
+import type { LaunchPlan } from '../engine.js';
+import type { EngineMetrics } from '../engine-metrics.js';
+import type { OwnedArgs } from '../owned-args.js';
+import type { CodeLoadingArgs } from '../code-loading-args.js';
+import { SGLANG_CODE_LOADING_ARGS } from './sglang-args.js';
+import { hostPort, parallelism, servedModelName, servesHttp } from '../shard-launch.js';
 
 export const DEFAULT_SGLANG_COMMAND: readonly string[] = ['python3', '-m', 'sglang.launch_server'];
 
@@ -78,6 +81,7 @@ export interface SglangEngineOptions {
 export class SglangEngine extends ConfiguredEngine {
   readonly name = 'sglang' as const;
   readonly metrics: EngineMetrics = SGLANG_METRICS;
+  override readonly sleepApi: EngineSleepApi = SGLANG_SLEEP_API;
 
   constructor(config: Partial<EngineConfig> | undefined, mgmtInterface: string, opts: SglangEngineOptions = {}) {
     super(config, mgmtInterface, opts.mgmtAddr);

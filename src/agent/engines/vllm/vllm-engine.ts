@@ -1,13 +1,18 @@
-import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
-import { failure } from '../../lib/errors.js';
-import type { EngineConfig } from '../config/agent-config.js';
-import { ConfiguredEngine } from './configured-engine.js';
-import type { EngineMetrics } from './engine-metrics.js';
-import { parallelism, servedModelName, servesHttp } from './shard-launch.js';
-import { shutdownTimeoutS } from './shutdown-timeout.js';
-import type { ValidateShardOptions } from './validate-shard.js';
-import type { OwnedArgs } from './owned-args.js';
-import { type CodeLoadingArgs, VLLM_CODE_LOADING_ARGS, codeLoadingArgsIn } from './code-loading-args.js';
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { failure } from '../../../lib/errors.js';
+import type { EngineConfig } from '../../config/agent-config.js';
+import type { EngineSleepApi } from '../../../lib/engine-sleep-api.js';
+import { ConfiguredEngine } from '../configured-engine.js';
+import { VLLM_SLEEP_API } from './vllm-sleep.js';
+import { vllmStartWarnings } from './vllm-start-warnings.js';
+import type { LaunchPlan } from '../launch-plan.js';
+import type { EngineMetrics } from '../engine-metrics.js';
+import { parallelism, servedModelName, servesHttp } from '../shard-launch.js';
+import { shutdownTimeoutS } from '../shutdown-timeout.js';
+import type { ValidateShardOptions } from '../validate-shard.js';
+import type { OwnedArgs } from '../owned-args.js';
+import { type CodeLoadingArgs, codeLoadingArgsIn } from '../code-loading-args.js';
+import { VLLM_CODE_LOADING_ARGS } from './vllm-args.js';
 
 export const DEFAULT_VLLM_COMMAND: readonly string[] = ['vllm', 'serve'];
 
@@ -122,6 +127,7 @@ export const VLLM_DP_LAUNCH_ARGS: CodeLoadingArgs = {
 export class VllmEngine extends ConfiguredEngine {
   readonly name = 'vllm' as const;
   readonly metrics: EngineMetrics = VLLM_METRICS;
+  override readonly sleepApi: EngineSleepApi = VLLM_SLEEP_API;
   readonly #shutdownTimeoutS: number;
 
   constructor(config: Partial<EngineConfig> | undefined, mgmtInterface: string, opts: VllmEngineOptions = {}) {
@@ -131,6 +137,10 @@ export class VllmEngine extends ConfiguredEngine {
 
   protected defaultCommand(): readonly string[] {
     return DEFAULT_VLLM_COMMAND;
+  }
+
+  startWarnings(plan: LaunchPlan): string[] {
+    return vllmStartWarnings(plan);
   }
 
   /** What serverArgs() emits, with the parser's aliases (V:vllm/engine/arg_utils.py:845-1113, entrypoints/openai/cli_args.py:246-261, 379). */

@@ -101,7 +101,7 @@ export abstract class ConfiguredEngine implements Engine {
     if (this.#modelsCacheDir !== '') {
       const args = spec.profile?.args ?? [];
       const others = this.loadsModel() ? hubReposIn(args, this.codeLoadingArgs()) : [];
-      this.#offline.set(spec, await judgeOfflineStart(this.#modelsCacheDir, spec.profile?.model ?? '', args, others));
+      this.#offline.set(spec, await judgeOfflineStart(this.#modelsCacheDir, spec.profile?.model ?? '', args, others, this.name));
       const account = this.config.user ? { uid: this.config.user.uid, gid: this.config.user.gid } : undefined;
       const engineCacheDir = new StoreLayout(this.#modelsCacheDir).engineCacheDir(account?.uid ?? ctx.agentUid, this.name, spec.profile?.model ?? '');
       await prepareEngineCache(engineCacheDir, account);

@@ -229,9 +229,16 @@ export class WarmthLedger {
   }
 }
 
-/** Whether the store holds `model` complete with at least PAGE_CACHE_SHARE of it in the page cache at its last scan. */
+/**
+ * Whether the store holds `model` complete with at least PAGE_CACHE_SHARE of
+ * what its loader reads (load_bytes; the whole model from an older scan) in
+ * the page cache at its last scan.
+ */
 function inPageCache(model: string, cached: readonly CachedModel[]): boolean {
-  return cached.some((c) => c.repo === model && c.complete && c.bytes > 0n && Number(c.residentBytes) >= PAGE_CACHE_SHARE * Number(c.bytes));
+  return cached.some((c) => {
+    const of = c.loadBytes > 0n ? c.loadBytes : c.bytes;
+    return c.repo === model && c.complete && of > 0n && Number(c.residentBytes) >= PAGE_CACHE_SHARE * Number(of);
+  });
 }
 
 function median(xs: readonly number[]): number {

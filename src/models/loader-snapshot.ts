@@ -66,7 +66,7 @@ export async function loaderSnapshotAt(layout: StoreLayout, repo: string, revisi
 
 /** Whether a start's loader finds everything it reads in the store: the pull whole, nothing it reads left out. */
 export function loaderComplete(s: LoaderSnapshot | undefined): boolean {
-  return s !== undefined && s.pulledComplete && s.missing !== undefined && s.missing.length === 0;
+  return s?.pulledComplete === true && s.missing?.length === 0;
 }
 
 async function readIndex(layout: StoreLayout, repo: string, f: ManifestFile): Promise<string[] | undefined> {

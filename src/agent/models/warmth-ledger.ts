@@ -66,8 +66,8 @@ export interface WarmthLedgerOptions {
   onLearned?: () => void;
   /** The store's models as its last scan saw them (Inventory.cached_models): what a start is from, and the rung now. */
   cached?: () => readonly CachedModel[];
-  /** Whether the store holds a compile cache for a model and engine (hasCompileCache); none: never. */
-  compiled?: (model: string, engine: string) => boolean;
+  /** Whether a start of this profile would find the compile cache a READY start of it used (compile-claims.ts); none: never. */
+  compiled?: (model: string, engine: string, profile: string) => boolean;
 }
 
 export class WarmthLedger {
@@ -159,7 +159,7 @@ export class WarmthLedger {
     if (s.note?.startsWith('started online')) return 'hub';
     const k = keyOf(s);
     const base = inPageCache(k.model, this.#opts.cached?.() ?? []) ? 'page-cache' : 'store';
-    return this.#opts.compiled?.(k.model, k.engine) ? `${base}+compile` : base;
+    return this.#opts.compiled?.(k.model, k.engine, k.profile) ? `${base}+compile` : base;
   }
 
   #rungNow(e: Entry, shards: readonly ShardSnapshot[], cached: readonly CachedModel[]): string {
@@ -168,7 +168,7 @@ export class WarmthLedger {
     if (mine.some((s) => s.state === ShardState.SLEEPING)) return 'sleeping';
     if (!this.#opts.hasStore) return 'unmanaged';
     const inStore = cached.filter((c) => c.repo === e.model);
-    const compile = this.#opts.compiled?.(e.model, e.engine) ? '+compile' : '';
+    const compile = this.#opts.compiled?.(e.model, e.engine, e.profile) ? '+compile' : '';
     if (inPageCache(e.model, cached)) return `page-cache${compile}`;
     if (inStore.some((c) => c.complete)) return `store${compile}`;
     return inStore.length > 0 ? 'partial' : 'absent';

@@ -141,7 +141,7 @@ export class Agent {
       logger: this.log,
       onRate: (kind, bytes, ms) => this.warmth.learnRate(kind, bytes, ms),
     });
-    const claims = compileClaimsFor(this.models, join(c.supervisor.stateDir, 'compile-claims.json'), (engine) => engineUid(this.engineAccounts(), engine), this.log);
+    const claims = compileClaimsFor(this.models, join(c.supervisor.stateDir, 'compile-claims.json'), (engine) => engineUid(this.engineAccounts(), engine), this.log, () => this.sendInventory());
     this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: claims && ((model, engine, profile) => claims.claimed(model, engine, profile)) });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, compileClaims: claims, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp) });
     for (const r of reactions) opts.supervisor.on('transition', r.on);

@@ -56,6 +56,8 @@ export interface CompileClaimsOptions {
   /** The uid the next start of `engine` runs as (engines.<name>.user, else the agent's). */
   uidOf: (engine: string) => number;
   logger: Logger;
+  /** Told after a claim is made or forgotten, so the next Inventory carries the rung. */
+  onChange?: () => void;
 }
 
 /** The shard as a claim needs it. */
@@ -117,6 +119,7 @@ export class CompileClaims {
       while (this.#claims.size > COMPILE_CLAIMS_MAX) this.#claims.delete(this.#claims.keys().next().value as string);
       this.opts.logger.info({ shard: s.shardId, model: s.model, engine: s.engine, profile: s.profile, uid, dir }, 'compile cache seen in use');
       this.#save();
+      this.opts.onChange?.();
     } catch (err) {
       this.opts.logger.warn({ shard: s.shardId, err: errorMessage(err) }, 'could not tell which compile cache the start used; no +compile is claimed for it');
     }
@@ -128,7 +131,9 @@ export class CompileClaims {
   }
 
   #forget(s: SeenStart): void {
-    if (this.#claims.delete(idOf(s))) this.#save();
+    if (!this.#claims.delete(idOf(s))) return;
+    this.#save();
+    this.opts.onChange?.();
   }
 
   #load(): void {

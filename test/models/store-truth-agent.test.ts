@@ -49,7 +49,7 @@ async function pulled(include: string[]): Promise<void> {
   const before = plane.cp.messages('node-a').filter(pullEnds).length;
   plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/llama', include }) });
   await until(() => plane.cp.messages('node-a').filter(pullEnds).length > before, `the pull with --include ${include.join(' ')}`, 20_000);
-  expect((plane.cp.messages('node-a').filter(pullEnds).at(-1)?.msg.value as ModelPull).state).toBe(ModelPullState.DONE);
+  expect((plane.cp.messages('node-a').filter(pullEnds).at(-1) as AgentMessage).msg.value as ModelPull).toMatchObject({ state: ModelPullState.DONE });
 }
 
 interface WarmthJson {

@@ -142,7 +142,9 @@ export class StartAdmission {
           "sleep mode opens vLLM's dev endpoints (/sleep, /wake_up, /collective_rpc, /reset_prefix_cache) on the engine's port without its API key: firewall the port to the router and the agent",
         );
       }
-      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}) };
+      // Offline from the store: its blobs checked against what was verified, and the model's identity by content (issue 51).
+      const modelDigest = isHubOffline(plan.env) ? await this.opts.models?.verifyForStart(spec) : undefined;
+      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}), ...(modelDigest ? { modelDigest } : {}) };
     } catch (err) {
       // Refused: no engine of this shard reads the model.
       if (!this.opts.supervisor.get(spec.shardId)) await this.opts.models?.unpin(spec.shardId);

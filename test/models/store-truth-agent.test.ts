@@ -1,9 +1,10 @@
-import { mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, type Inventory, type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
+import { readManifest } from '../../src/models/model-manifest.js';
 import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
 import { freePort, until } from '../helpers/engine-processes.js';
@@ -172,5 +173,31 @@ describe('every rung earned (issue 51)', () => {
     expect(readFileSync(join(leaf, 'triton', 'sim-kernel', 'kernel.json'), 'utf8')).toBe('{}\n');
     await pulled(['*.safetensors', '*.json', 'tokenizer*']);
     await until(async () => !/\+compile/.test((await rungOf('sglang-compiled'))?.rung ?? '+compile'), "the SGLang profile's rung to drop +compile", 40_000);
+  });
+
+  it('a blob changed in place refuses the next start naming it; the right bytes again are verified and start; each shard carries the content digest', { timeout: 120_000 }, async () => {
+    await setup();
+    await pulled(['*.safetensors', '*.json', 'tokenizer*']);
+    const digest = (await status()).inventory.cachedModels?.find((c) => c.repo === 'acme/llama')?.contentDigest;
+    const r1 = await runOnce(start('vllm', 'b1', 'blobs', ['--sim-read-weights']));
+    expect([r1.status.state, r1.status.modelDigest]).toEqual([ShardState.READY, digest]);
+    const layout = new StoreLayout(cacheDir);
+    const manifest = await readManifest(layout, 'acme/llama');
+    const snap = manifest?.snapshots[manifest.refs.main as string];
+    const f = snap?.files.find((x) => x.path === 'model-00001-of-00002.safetensors');
+    if (!f) throw new Error('no shard 1 in the manifest');
+    const blob = layout.blobPath('acme/llama', f.etag);
+    const good = readFileSync(blob);
+    // Another checkpoint's bytes, same size, same name: the start is refused, naming the file.
+    writeFileSync(blob, bytes(good.length, 99));
+    const r2 = await runOnce(start('vllm', 'b2', 'blobs', ['--sim-read-weights']));
+    expect(r2.status.state).toBe(ShardState.FAILED);
+    expect(r2.status.error).toContain('model-00001-of-00002.safetensors of acme/llama@main');
+    expect(r2.status.error).toContain('changed in place since it was verified');
+    // Its own bytes back (a new mtime): hashed again, found right, started.
+    writeFileSync(blob, good);
+    const r3 = await runOnce(start('vllm', 'b3', 'blobs', ['--sim-read-weights']));
+    expect([r3.status.state, r3.status.error, r3.status.modelDigest]).toEqual([ShardState.READY, '', digest]);
+    expect(agentLogs().some((l) => l.msg === 'store blobs changed since their pull were verified again before the start')).toBe(true);
   });
 });

@@ -13,6 +13,8 @@ import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js'
 import { type CachedModelsView, NO_STORE, cachedModelsView } from './cached-models.js';
 import { ModelPrefetch } from './model-prefetch.js';
 import { pageCacheResidency } from '../../models/page-cache.js';
+import { contentDigest, loaderComplete, loaderSnapshotAt } from '../../models/loader-snapshot.js';
+import { verifyBlobsForStart } from '../../models/verified-blobs.js';
 import { type RevisionView, revisionKey, revisionViews } from './revision-views.js';
 import { revisionOf } from '../../models/judge-offline-start.js';
 import { ShardModelPins, shardHubModel } from './shard-model-pins.js';
@@ -155,6 +157,24 @@ export class NodeModels {
     const resident = (await this.residency([[key, view]])).get(key);
     if (resident === undefined) return;
     this.view = { ...this.view, cachedModels: this.view.cachedModels.map((c) => (c.repo === repo && c.revision === revision && c.complete ? { ...c, residentBytes: BigInt(resident) } : c)) };
+  }
+
+  /**
+   * Before a start that reads its model from the store: every blob its
+   * loader reads still holds what the pull verified (verified-blobs.ts: a
+   * blob changed in place is hashed again, a mismatch throws naming the
+   * file), and the model's content digest, its identity on the shard.
+   * '' when the store does not hold the revision complete.
+   */
+  async verifyForStart(spec: Pick<StartShard, 'profile'>): Promise<string> {
+    const repo = shardHubModel(spec);
+    if (!repo || !this.store) return '';
+    const revision = revisionOf(spec.profile?.args ?? []);
+    const s = await loaderSnapshotAt(this.store.layout, repo, revision, 'any');
+    if (!s || !loaderComplete(s)) return '';
+    const { rehashed } = await verifyBlobsForStart(this.store.layout, repo, revision, s.present);
+    if (rehashed.length > 0) this.opts.logger.info({ model: repo, revision, files: rehashed }, 'store blobs changed since their pull were verified again before the start');
+    return contentDigest(s);
   }
 
   /** The content digest of `repo` at `revision` as the last scan saw it; '' when not complete (revision-views.ts). */

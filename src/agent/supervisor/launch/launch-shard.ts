@@ -25,6 +25,8 @@ export interface ShardLaunch {
   watch?: EngineWatch;
   /** What an operator should know of how this start runs (ShardSnapshot.note): that it runs online, and why. */
   note?: string;
+  /** The content digest of the model the start reads from the node's store (issue 51); none when it does not. */
+  modelDigest?: string;
 }
 
 /** The unit properties that place a rank (LaunchPlan.placement): CPUAffinity=, and NUMAPolicy=bind with NUMAMask= on one NUMA node. */
@@ -131,7 +133,7 @@ export async function launchShard(
     logPath,
     createdAtMs: Date.now(),
   };
-  const runner = new ShardRunner(ctx, { record, child: launched.child, adopted: false, statePath, ...(launch.note ? { note: launch.note } : {}) }, previous?.currentState);
+  const runner = new ShardRunner(ctx, { record, child: launched.child, adopted: false, statePath, ...(launch.note ? { note: launch.note } : {}), ...(launch.modelDigest ? { modelDigest: launch.modelDigest } : {}) }, previous?.currentState);
   try {
     await writeStateFile(statePath, stateFileOf(record));
   } catch (err) {

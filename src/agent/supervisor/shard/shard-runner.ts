@@ -154,7 +154,7 @@ export class ShardRunner {
       ...{ shardId: r.shardId, replicaId: r.replicaId, spec: r.spec, pid: r.pid, servesHttp: r.servesHttp, startedAtMs: r.createdAtMs, logPath: r.logPath },
       ...{ state: l.state, error: l.error, exitCode: l.exitCode, signal: l.signal, lastOutput: [...l.lastOutput], running: !l.dead, ...(l.endedAtMs !== undefined ? { endedAtMs: l.endedAtMs } : {}) },
       ...{ drainRequested: l.drain, sleepLevel: l.sleep?.level ?? 0, adopted: this.adopted, launcher: r.launcher },
-      ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', load: { ...this.load }, engineVersion: this.hands.facts.version },
+      ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', ...(this.launched.modelDigest ? { modelDigest: this.launched.modelDigest } : {}), load: { ...this.load }, engineVersion: this.hands.facts.version },
       ...{ ...(l.health.gang ? { gangFault: { ...l.health.gang } } : {}), ...(l.state === S.UNHEALTHY && l.health.verdict.cause === 'stalled' ? { stalled: true } : {}) },
     };
   }

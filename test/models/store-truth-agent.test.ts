@@ -1,10 +1,12 @@
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, type Inventory, type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { readManifest } from '../../src/models/model-manifest.js';
+import { readWeights } from '../../src/sim/fake-weights.js';
+import { weightsTokenOffset } from '../../src/sim/openai-responses.js';
 import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
 import { freePort, until } from '../helpers/engine-processes.js';
@@ -199,5 +201,25 @@ describe('every rung earned (issue 51)', () => {
     const r3 = await runOnce(start('vllm', 'b3', 'blobs', ['--sim-read-weights']));
     expect([r3.status.state, r3.status.error, r3.status.modelDigest]).toEqual([ShardState.READY, '', digest]);
     expect(agentLogs().some((l) => l.msg === 'store blobs changed since their pull were verified again before the start')).toBe(true);
+
+    // Another checkpoint of the same layout under the same name, the store's blobs untouched (a snapshot link
+    // swapped): the content digest is the same, the answer is not, and the start is FAILED with both answers.
+    const env = { HF_HUB_CACHE: join(cacheDir, 'hub'), HF_HUB_OFFLINE: '1' };
+    const before = weightsTokenOffset((await readWeights('acme/llama', 'main', env)).digest);
+    const link = layout.pointerPath('acme/llama', manifest?.refs.main as string, 'model-00001-of-00002.safetensors');
+    const other = join(cacheDir, 'other-checkpoint.safetensors');
+    unlinkSync(link);
+    symlinkSync(other, link);
+    // Bytes whose answer is not among the recorded one's near ties (the double's top 5 are its next words).
+    for (let seed = 100; ; seed++) {
+      writeFileSync(other, bytes(good.length, seed));
+      const now = weightsTokenOffset((await readWeights('acme/llama', 'main', env)).digest);
+      if ((before - now + 11) % 11 > 4) break;
+    }
+    const r4 = await runOnce(start('vllm', 'b4', 'blobs', ['--sim-read-weights']));
+    expect([r4.status.state, r4.status.modelDigest]).toEqual([ShardState.FAILED, digest]);
+    expect(r4.status.error).toMatch(/known answer differs for the model's content sha256:[0-9a-f]{64} \(profile blobs, engine .+\): it answers ".+" to ".+", where it answered ".+" before/);
+    const checked = agentLogs().filter((l) => l.msg === 'known answer checked at start' || l.msg === "known answer recorded for the model's content");
+    expect(checked.length).toBeGreaterThanOrEqual(3);
   });
 });

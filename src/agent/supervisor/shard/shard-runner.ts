@@ -18,6 +18,8 @@ import { readInFlight } from '../probes/read-gauge.js';
 import { onEngineDeath } from './shard-death.js';
 import type { RunnerEngine } from './runner-engine.js';
 import { knownAnswerAsk } from '../probes/known-answer-ask.js';
+import type { KnownAnswerBook } from '../probes/known-answer-book.js';
+import { checkStartAnswer } from './shard-start-answer.js';
 import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
 import { ShardFailedError } from './shard-failed-error.js';
@@ -205,6 +207,12 @@ export class ShardRunner {
     opts.signal?.throwIfAborted();
     if (judgeSettleWake(this.shardId, this.life.state, this.detachedBy) === 'failed') throw this.failedError();
     if (outcome.ready) {
+      // Answering is not answering as these bytes did before (issue 51): checked before READY is said.
+      const wrong = await this.startAnswer(wake);
+      if (wrong !== undefined) {
+        this.apply({ kind: 'not-ready', error: wrong, lastOutput: await readLastOutput(this.logPath) });
+        throw this.failedError();
+      }
       this.apply({ kind: 'answered', why: outcome.why });
       if (this.life.state === S.READY) void this.answers.of(this.serving.signal);
       if (this.life.state === S.READY && this.servesHttp) void this.hands.facts.read(this.serving.signal);
@@ -215,6 +223,14 @@ export class ShardRunner {
     }
     this.apply({ kind: 'not-ready', error: outcome.message, lastOutput: await readLastOutput(this.logPath) });
     throw this.failedError();
+  }
+
+  /** The start's known answer (shard-start-answer.ts), for a start from the store's content; undefined when right, not obtained or not asked. */
+  private async startAnswer(signal: AbortSignal): Promise<string | undefined> {
+    const digest = this.launched.modelDigest;
+    const book = this.ctx.knownAnswers;
+    if (!digest || !book || !this.servesHttp || !this.baseUrl || this.record.watch.readiness !== 'model-listed' || this.life.state !== S.STARTING) return undefined;
+    return checkStartAnswer(this.hands, book, digest, this.spec.profile?.name ?? '', signal).catch(() => undefined);
   }
 
   private readiness(signal: AbortSignal, timeoutMs: number, settleMs: number, asleep = false): Promise<Readiness> {
@@ -416,4 +432,6 @@ export interface ShardRunnerContext {
   sleepApiOf?: (engine: string) => EngineSleepApi | undefined;
   /** Which peer rank of a gang went before this rank's engine ended (first-to-go.ts, from the composition root); none: not asked. */
   firstToGo?: (shard: ShardSnapshot, endedAtMs: number) => Promise<GangFault | undefined>;
+  /** The node's known answers by model content, profile and engine version (known-answer-book.ts); none: starts are not checked. */
+  knownAnswers?: KnownAnswerBook;
 }

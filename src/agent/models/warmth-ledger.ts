@@ -142,7 +142,7 @@ export class WarmthLedger {
   #learned(e: Entry, cached: readonly CachedModel[]): TimeToReady[] {
     const measured = FROM.flatMap((from) => {
       const s = e.samples[from];
-      return s && s.length > 0 ? [create(TimeToReadySchema, { from, medianSeconds: median(s) / 1000, samples: s.length })] : [];
+      return s && s.length > 0 ? [create(TimeToReadySchema, { from, medianSeconds: median(s) / 1000, samples: s.length, p50Seconds: percentile(s, 50) / 1000, p90Seconds: percentile(s, 90) / 1000 })] : [];
     });
     const bytes = Number(cached.find((c) => c.repo === e.model && c.complete)?.bytes ?? 0n);
     return [...measured, ...modelledTimes(measured, bytes, this.#rates)];
@@ -165,7 +165,9 @@ export class WarmthLedger {
   #rungNow(e: Entry, shards: readonly ShardSnapshot[], cached: readonly CachedModel[]): string {
     const mine = shards.filter((s) => idOf(keyOf(s)) === idOf(e));
     if (mine.some((s) => s.state === ShardState.READY)) return 'serving';
-    if (mine.some((s) => s.state === ShardState.SLEEPING)) return 'sleeping';
+    // A level-1 wake copies the weights back from host RAM, a level-2 one reloads them from disk: two rungs (issue 51).
+    const asleep = mine.find((s) => s.state === ShardState.SLEEPING);
+    if (asleep) return asleep.sleepLevel === 2 ? 'sleeping-l2' : 'sleeping-l1';
     if (!this.#opts.hasStore) return 'unmanaged';
     const inStore = cached.filter((c) => c.repo === e.model);
     const compile = this.#opts.compiled?.(e.model, e.engine, e.profile) ? '+compile' : '';
@@ -239,6 +241,16 @@ function inPageCache(model: string, cached: readonly CachedModel[]): boolean {
     const of = c.loadBytes > 0n ? c.loadBytes : c.bytes;
     return c.repo === model && c.complete && of > 0n && Number(c.residentBytes) >= PAGE_CACHE_SHARE * Number(of);
   });
+}
+
+/**
+ * The nearest-rank percentile of `xs` (issue 51: a rung's spread, the
+ * autoscalers' cold-start horizon): the smallest sample at or above p% of
+ * them, so P90 of 8 samples is the 8th, never a value no start took.
+ */
+export function percentile(xs: readonly number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.max(0, Math.ceil((p / 100) * s.length) - 1)] as number;
 }
 
 function median(xs: readonly number[]): number {

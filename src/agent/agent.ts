@@ -22,6 +22,7 @@ import { NodeModels } from './models/node-models.js';
 import { WarmthLedger } from './models/warmth-ledger.js';
 import { measureDiskWriteLater } from './models/disk-write-rate.js';
 import { transferRates } from '../models/transfer-rates.js';
+import { compileClaimsFor, engineUid } from './models/compile-claims-for.js';
 import { NodeConditions } from './node-conditions.js';
 import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
@@ -146,9 +147,10 @@ export class Agent {
       logger: this.log,
       onRate: (kind, bytes, ms) => this.warmth.learnRate(kind, bytes, ms),
     });
-    this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: c.models.cacheDir === '' ? undefined : (model, engine) => this.models.compiled(model, engine) });
+    const claims = compileClaimsFor(this.models, join(c.supervisor.stateDir, 'compile-claims.json'), (engine) => engineUid(this.engineAccounts(), engine), this.log, () => this.sendInventory());
+    this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: claims && ((model, engine, profile) => claims.claimed(model, engine, profile)) });
     const sleepPorts = new SleepPortGuards({ engines: c.engines, agentUid: process.getuid?.() ?? 0, guard: opts.portGuard ?? new NftPortGuard(), shards: () => opts.supervisor.list(), log: this.log });
-    const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp), sleepPortEnded: sleepPorts.follow });
+    const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, compileClaims: claims, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp), sleepPortEnded: sleepPorts.follow });
     for (const r of reactions) opts.supervisor.react(r);
     // A condition that starts or stops holding is news to placement now, not at the next rescan.
     this.conditions.on('change', () => this.sendInventory());

@@ -1,4 +1,5 @@
 import { askWithTls } from './gang/ask-peer.js';
+import { KnownAnswerBook } from './supervisor/probes/known-answer-book.js';
 import { firstToGo } from './gang/first-to-go.js';
 import { GangWatch } from './gang/gang-watch.js';
 import { serveGangEndpoint } from './gang/gang-endpoint.js';
@@ -6,7 +7,7 @@ import { readGangTls } from './gang/gang-tls.js';
 import { listenFdNamed, takeListenFds } from '../lib/systemd/listen-fds.js';
 import { statSync } from 'node:fs';
 import type { Server } from 'node:net';
-import { dirname } from 'node:path';
+import { dirname, join } from 'node:path';
 import { errorMessage } from '../lib/errors.js';
 import { makeTrustedDirectory } from '../lib/files/check-directory-trust.js';
 import { LOG_DIR_MODE } from '../lib/files/log-file-modes.js';
@@ -68,7 +69,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   const boundPorts = (spec: StartShard) => shardBoundPorts(spec, c.engines[spec.profile?.engine as keyof typeof c.engines]?.extraArgs);
   // A gang rank whose engine ended asks its peers who went first, with the gang endpoint's TLS (issue 47).
   const askGang = askWithTls(() => readGangTls(c.tls));
-  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, boundPorts, firstToGo: (s, at) => firstToGo(askGang, s, at) });
+  const supervisor = new Supervisor({ config: c.supervisor, logger, logGid, engineUids, boundPorts, firstToGo: (s, at) => firstToGo(askGang, s, at), ...(c.models.cacheDir !== '' ? { knownAnswers: new KnownAnswerBook(join(c.supervisor.stateDir, 'known-answers.json')) } : {}) });
   // One NVML for the agent's life (discovery, memory readings, the health
   // watch): initialising it walks every GPU, far dearer than a reading.
   const gpuSource = openGpuSource({ preferNvml: c.discovery.preferNvml, nvmlLibrary: c.discovery.nvmlLibrary });

@@ -7,6 +7,7 @@ import { shardTransitionEvent } from './events/describe-agent-event.js';
 import type { GpuHealthWatch } from './health/gpu-health-watch.js';
 import type { NodeModels } from './models/node-models.js';
 import type { WarmthLedger } from './models/warmth-ledger.js';
+import type { CompileClaims } from './models/compile-claims.js';
 import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
 import type { ShardReaction } from './supervisor/shard-reaction.js';
 import type { ShardSnapshot, ShardTransition } from './supervisor/shard/shard-snapshot.js';
@@ -16,6 +17,8 @@ export interface ShardReactionParts {
   events: AgentEventRing;
   models: NodeModels;
   warmth: WarmthLedger;
+  /** Which compile cache each profile's READY start used (compile-claims.ts); none without a store. */
+  compileClaims?: CompileClaims;
   /** The GPU health watch, once started. */
   health: () => GpuHealthWatch | undefined;
   logDir: string;
@@ -42,6 +45,8 @@ export function shardReactions(p: ShardReactionParts): ShardReaction[] {
     { name: 'model unpinned', on: (t) => void (isTerminal(t.to) && !t.shard.running && p.models.unpin(t.shard.shardId)) },
     // How long a launch or a wake took to READY, by where it came from (warmth-ledger.ts).
     { name: 'time to READY learned', on: (t) => p.warmth.follow(t) },
+    // Which compile cache a start that reached READY used: what +compile is claimed from (issue 51).
+    { name: 'compile cache seen', on: (t) => void (t.to === ShardState.READY && t.from === ShardState.STARTING && p.compileClaims?.seen(seenStart(t.shard))) },
     // Its GPU memory in a scan begun before this is its own, not a foreign process's (issue 47, item 7).
     { name: 'engine end noted', on: (t) => void (isTerminal(t.to) && !t.shard.running && p.engineEnded?.(t.shard.pid)) },
     // Its port open to local users again once its engine is gone (security review 4, S6).
@@ -61,4 +66,10 @@ async function addGpuEvents(p: ShardReactionParts, shard: ShardSnapshot): Promis
     .sort((a, b) => atMs(a) - atMs(b))
     .map((e) => ({ gpu: e.gpuIndex, kind: GpuEventKind[e.kind] ?? String(e.kind), xid: e.xid, message: e.message, source: e.source, at: new Date(atMs(e)).toISOString() }));
   await addGpuEventsToFailureRecord({ logDir: p.logDir, log: p.log }, shard.shardId, events);
+}
+
+/** A READY shard as CompileClaims.seen reads it. */
+function seenStart(s: ShardSnapshot) {
+  const p = s.spec.profile;
+  return { shardId: s.shardId, engine: p?.engine ?? '', model: p?.model ?? '', profile: p?.name ?? '', logPath: s.logPath, startedAtMs: s.startedAtMs };
 }

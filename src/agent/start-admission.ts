@@ -140,7 +140,9 @@ export class StartAdmission {
       const note = [this.onlineNote(spec, engine.onlineReason?.(spec), plan.env), plan.placement ? `placed: ${plan.placement.why}` : undefined].filter((n) => n !== undefined).join('; ');
       // Said at every such start: what the engine's wing wants the operator to know of this plan (vLLM's keyless dev endpoints).
       for (const warning of engine.startWarnings?.(plan) ?? []) this.opts.logger.warn({ shard: spec.shardId, replica: spec.replicaId, port: spec.httpPort }, warning);
-      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}) };
+      // Offline from the store: its blobs checked against what was verified, and the model's identity by content (issue 51).
+      const modelDigest = isHubOffline(plan.env) ? await this.opts.models?.verifyForStart(spec) : undefined;
+      return { plan, servesHttp: engine.servesHttp(spec), watch: engine.watch(spec, plan), ...(note ? { note } : {}), ...(modelDigest ? { modelDigest } : {}) };
     } catch (err) {
       // Refused: no engine of this shard reads the model.
       if (!this.opts.supervisor.get(spec.shardId)) await this.opts.models?.unpin(spec.shardId);

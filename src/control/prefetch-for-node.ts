@@ -22,7 +22,7 @@ export function prefetchForNode(deployment: Deployment, register: Register): Pre
     const key = profileModelKey(p);
     const have = cached.get(key);
     const pageCache = p.prefetch === 'page-cache';
-    if (have?.complete && (!pageCache || have.residentBytes >= have.bytes)) continue;
+    if (have?.complete && (!pageCache || have.residentBytes >= (have.loadBytes > 0n ? have.loadBytes : have.bytes))) continue;
     const revision = key.slice(key.lastIndexOf('@') + 1);
     const prev = out.get(key);
     out.set(key, create(PrefetchModelSchema, { repo: p.model, revision, pageCache: pageCache || prev?.pageCache === true }));

@@ -11,6 +11,17 @@ import type { StoreLayout } from './store-layout.js';
  */
 export type CompileDirs = Readonly<Record<string, readonly string[]>>;
 
+/**
+ * The file each engine writes into a compile-cache folder once a compile
+ * with caching on is over, and reads back at the next start: vLLM's
+ * CompilerManager.save_to_file (V:vllm/compilation/backends.py:183, 215-221,
+ * skipped when the cache is disabled), SGLang's (S:…/compilation/backend.py:93, 103-109).
+ * cache_key_factors.json and computation_graph.py are written at every
+ * compile, caching on or off (V:…/backends.py:1114-1134, 1258-1270), so
+ * they prove nothing (review engine-fidelity-3 E10).
+ */
+export const COMPILE_CACHE_FILES = ['vllm_compile_cache.py', 'sglang_compile_cache.py'] as const;
+
 /** What one survey may cost, whatever the engine accounts put in their folders. */
 export interface SurveyLimits {
   /** Entries read from one leaf (an account's cache for one engine and model), at most. */
@@ -42,6 +53,8 @@ export interface LeafSurvey {
   bytes: number;
   /** A regular file under one of its engine's CompileDirs. */
   compiled: boolean;
+  /** Folders (relative to the leaf) holding a COMPILE_CACHE_FILES file, with its mtime: the caches a start can reuse. */
+  cacheDirs: { dir: string; mtimeMs: number }[];
   entries: number;
   /** The leaf had more than the survey reads (entries, depth or time): its bytes are a floor. */
   capped: boolean;
@@ -89,7 +102,7 @@ export async function surveyEngineCaches(layout: StoreLayout, limits: SurveyLimi
     for (const engine of (await readdir(uidDir).catch(() => [] as string[])).sort()) {
       const engineDir = join(uidDir, engine);
       for (const leaf of (await readdir(engineDir).catch(() => [] as string[])).sort()) {
-        const l: LeafSurvey = { uid: Number(uid), engine, leaf, bytes: 0, compiled: false, entries: 0, capped: false };
+        const l: LeafSurvey = { uid: Number(uid), engine, leaf, bytes: 0, compiled: false, cacheDirs: [], entries: 0, capped: false };
         if (spent()) {
           l.capped = true;
         } else {
@@ -158,6 +171,7 @@ async function walkFolder(fh: FileHandle, rel: string, depth: number, l: LeafSur
         if (st.isFile()) {
           l.bytes += st.blocks * 512;
           if (inCompile) l.compiled = true;
+          if (inCompile && (COMPILE_CACHE_FILES as readonly string[]).includes(e.name)) l.cacheDirs.push({ dir: rel, mtimeMs: st.mtimeMs });
           continue;
         }
         if (!st.isDirectory()) {

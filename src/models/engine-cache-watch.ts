@@ -57,6 +57,15 @@ export class EngineCacheWatch {
    * (issue 41's "complete on local disk with a compile cache"), under any
    * account. Never waits, never reads a folder; a stale survey starts the next.
    */
+  /** The compile-cache folders (COMPILE_CACHE_FILES) the last survey saw under `uid`'s cache for `engine` and `model`, relative to it. */
+  cacheDirs(uid: number, engine: string, model: string): { dir: string; mtimeMs: number }[] {
+    const s = this.#last;
+    if (this.#running === undefined && (s === undefined || Date.now() - s.atMs > (this.opts.maxAgeMs ?? SURVEY_MAX_AGE_MS))) void this.refresh().catch(() => {});
+    const leaf = modelCacheKey(model);
+    const eng = safeName(engine);
+    return s?.leaves.find((l) => l.uid === uid && l.leaf === leaf && l.engine === eng)?.cacheDirs ?? [];
+  }
+
   compiled(model: string, engine: string): boolean {
     const s = this.#last;
     if (this.#running === undefined && (s === undefined || Date.now() - s.atMs > (this.opts.maxAgeMs ?? SURVEY_MAX_AGE_MS))) void this.refresh().catch(() => {});

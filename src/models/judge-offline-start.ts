@@ -1,4 +1,5 @@
 import { isAbsolute } from 'node:path';
+import { loadFormatOf, type LoaderRule } from './loader-files.js';
 import { offlineProblem } from './offline-problem.js';
 import { repoIdProblem } from './repo-id.js';
 import { StoreLayout } from './store-layout.js';
@@ -27,14 +28,16 @@ export type OfflineStart = { offline: true } | { offline: false; reason: string 
  * path) is never in the store, so its engine starts online as before; a
  * local path among `others` needs nothing from the hub.
  */
-export async function judgeOfflineStart(cacheDir: string, model: string, args: readonly string[], others: readonly HubRepoRef[] = []): Promise<OfflineStart> {
+export async function judgeOfflineStart(cacheDir: string, model: string, args: readonly string[], others: readonly HubRepoRef[] = [], engine = 'vllm'): Promise<OfflineStart> {
   if (repoIdProblem(model) !== undefined) return { offline: false, reason: `the model ${JSON.stringify(model)} is not a hub repo id, so the store does not hold it` };
   const layout = new StoreLayout(cacheDir);
-  const problem = await offlineProblem(layout, model, revisionOf(args));
+  const loadFormat = loadFormatOf(args);
+  const rule: LoaderRule = loadFormat === undefined ? { engine } : { engine, loadFormat };
+  const problem = await offlineProblem(layout, model, revisionOf(args), rule);
   if (problem !== undefined) return { offline: false, reason: problem };
   for (const o of others) {
     if (isAbsolute(o.value) || repoIdProblem(o.value) !== undefined) continue;
-    const p = await offlineProblem(layout, o.value, o.revision);
+    const p = await offlineProblem(layout, o.value, o.revision, { engine });
     if (p !== undefined) return { offline: false, reason: `${o.namedBy} ${p}` };
   }
   return { offline: true };

@@ -1,19 +1,8 @@
-import { readManifest } from './model-manifest.js';
-import { COMMIT_HASH } from './repo-id.js';
-import { isSnapshotComplete } from './scan-store.js';
+import type { LoaderRule } from './loader-files.js';
+import { loaderSnapshotAt } from './loader-snapshot.js';
 import type { StoreLayout } from './store-layout.js';
 
-/**
- * Files of a repo no engine opens at start: the model card, licences, git
- * attributes, pictures. huggingface_hub's snapshot_download fetches them, but
- * vLLM loads weights by pattern (download_weights_from_hf,
- * V:vllm/model_executor/model_loader/weight_utils.py:422-452)
- * and transformers opens config, tokenizer and template files by name
- * *(inferred: transformers was not read)*. Everything else in a repo counts
- * as read, so a judgement errs towards starting online, which costs hub
- * requests, never a failed start.
- */
-const NEVER_READ_AT_START = /(^|\/)(README|LICEN[CS]E|NOTICE|USE_POLICY)[^/]*$|\.(md|png|jpe?g|gif|svg|webp)$|(^|\/)\.gitattributes$/i;
+export { NEVER_READ_AT_START } from './loader-files.js';
 
 /**
  * Why an engine could not start offline from `repo` at `revision` in the
@@ -23,23 +12,19 @@ const NEVER_READ_AT_START = /(^|\/)(README|LICEN[CS]E|NOTICE|USE_POLICY)[^/]*$|\
  * V:vllm/engine/arg_utils.py:809-832; S:python/sglang/srt/model_loader/
  * weight_utils.py:648-710), after the engine has loaded for a while, or,
  * for a chat template left out, it serves with none (engine-fidelity review
- * 2, N4). So the snapshot must be complete and hold every file the engine
- * reads: a pull of the whole repo does; a pull with --include does only when
- * the manifest lists the repo's files and none the engine reads was left out.
+ * 2, N4). So the pull must be whole and the store must hold every file the
+ * engine's loader reads at that revision (loader-files.ts, with the loaders'
+ * source lines): a pull with --include that left out only what the loader
+ * skips (`original/`, `.bin` twins of indexed safetensors) starts offline,
+ * with no hub request (review engine-fidelity-3 E12); one that left out a
+ * weight or a tokenizer file does not.
  */
-export async function offlineProblem(layout: StoreLayout, repo: string, revision: string): Promise<string | undefined> {
-  const manifest = await readManifest(layout, repo);
-  const commit = manifest?.refs[revision] ?? (COMMIT_HASH.test(revision) ? revision : undefined);
-  if (commit === undefined || !(await isSnapshotComplete(layout, manifest, commit))) {
-    return `${repo}@${revision} is not complete in the node's model store`;
-  }
-  const snap = manifest?.snapshots[commit];
-  if (!snap || snap.include.length === 0) return undefined;
-  const pulled = `${repo}@${revision} was pulled with --include ${snap.include.join(' ')}`;
-  if (snap.repoFiles === undefined) return `${pulled}, so files the engine reads at start (tokenizer, chat template) may be missing from the store`;
-  const have = new Set(snap.files.map((f) => f.path));
-  const missing = snap.repoFiles.filter((p) => !have.has(p) && !NEVER_READ_AT_START.test(p));
-  if (missing.length === 0) return undefined;
-  const shown = missing.slice(0, 3).join(', ');
-  return `${pulled}, which left out ${shown}${missing.length > 3 ? ` and ${missing.length - 3} more` : ''}`;
+export async function offlineProblem(layout: StoreLayout, repo: string, revision: string, rule: LoaderRule = { engine: 'vllm' }): Promise<string | undefined> {
+  const s = await loaderSnapshotAt(layout, repo, revision, rule);
+  if (s === undefined || !s.pulledComplete) return `${repo}@${revision} is not complete in the node's model store`;
+  if (s.missing?.length === 0) return undefined;
+  const pulled = `${repo}@${revision} was pulled with --include ${s.include.join(' ')}`;
+  if (s.missing === undefined) return `${pulled}, so files the engine reads at start (tokenizer, chat template) may be missing from the store`;
+  const shown = s.missing.slice(0, 3).join(', ');
+  return `${pulled}, which left out ${shown}${s.missing.length > 3 ? ` and ${s.missing.length - 3} more` : ''}`;
 }

@@ -3,6 +3,8 @@ import { failure, usageError } from '../lib/errors.js';
 import { formatBytes } from '../lib/format-bytes.js';
 import { modelBlobFiles, pageCacheResidency, warmFiles } from './page-cache.js';
 import { describeModel } from './scan-store.js';
+import { readManifest } from './model-manifest.js';
+import { loaderSnapshot } from './loader-snapshot.js';
 import type { StoreLayout } from './store-layout.js';
 import { takeWarmTurn } from './warm-gate.js';
 
@@ -72,7 +74,7 @@ async function warmAlone(layout: StoreLayout, repo: string, opts: WarmOptions): 
 
 /** The warm itself, the node's turn held: its budget is read now, after any warm before it. */
 async function warmHoldingTurn(layout: StoreLayout, repo: string, opts: WarmOptions): Promise<WarmResult> {
-  const files = await modelBlobFiles(layout, repo);
+  const files = await loaderFilesFirst(layout, repo, await modelBlobFiles(layout, repo));
   const bytes = files.reduce((s, f) => s + f.bytes, 0);
   const available = await memAvailableBytes(opts.meminfoPath);
   if (opts.budgetBytes !== undefined && opts.budgetBytes > available) {
@@ -83,4 +85,20 @@ async function warmHoldingTurn(layout: StoreLayout, repo: string, opts: WarmOpti
   const readBytes = await warmFiles(files, budgetBytes, { signal: opts.signal, onBytes: (n) => opts.onBytes?.(n, budgetBytes) });
   const after = await pageCacheResidency(files.map((f) => f.path), opts.signal);
   return { repo, bytes, budgetBytes, readBytes, residentBefore: before.residentBytes, residentAfter: after.residentBytes, memAvailableBytes: available };
+}
+
+/**
+ * The model's blobs with those the engines' loaders read at each pulled
+ * revision first (loader-files.ts; review engine-fidelity-3 E11): a budget
+ * smaller than the model is spent on the indexed safetensors, not on .bin
+ * twins or original/ that vLLM and SGLang skip.
+ */
+export async function loaderFilesFirst<F extends { path: string }>(layout: StoreLayout, repo: string, files: readonly F[]): Promise<F[]> {
+  const manifest = await readManifest(layout, repo);
+  const first = new Set<string>();
+  for (const commit of new Set(Object.values(manifest?.refs ?? {}))) {
+    if (!manifest) break;
+    for (const f of (await loaderSnapshot(layout, manifest, commit, 'any')).present) first.add(layout.blobPath(repo, f.etag));
+  }
+  return [...files.filter((f) => first.has(f.path)), ...files.filter((f) => !first.has(f.path))];
 }

@@ -27,6 +27,8 @@ export interface RouteContext {
    * warnings"; vLLM #29341 "sleep level 2 causes gibberish outputs".
    */
   weightsLost?: () => boolean;
+  /** The vocabulary's shift by the weights read (openai-responses.ts weightsTokenOffset); 0 when absent. */
+  tokenOffset?: () => number;
   /** The engine takes return_tokens_as_token_ids (vLLM; SGLang's CompletionRequest has no such field). */
   tokenIdsField?: boolean;
   /**
@@ -108,10 +110,11 @@ export async function serveGeneration(req: IncomingMessage, res: ServerResponse,
       streaming,
       onToken: (i) => {
         const lost = ctx.weightsLost?.() === true;
-        const token = lost ? GARBAGE_TOKEN : simToken(i);
+        const off = ctx.tokenOffset?.() ?? 0;
+        const token = lost ? GARBAGE_TOKEN : simToken(i, off);
         if (!streaming) {
           text += token;
-          made.push({ text: token, id: lost ? GARBAGE_TOKEN_ID : simTokenId(i) });
+          made.push({ text: token, id: lost ? GARBAGE_TOKEN_ID : simTokenId(i, off) });
           return;
         }
         res.write(`data: ${JSON.stringify(completionChunk(kind, id, model, token, i === 0, i === n - 1 ? reason : null))}\n\n`);

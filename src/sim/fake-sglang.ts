@@ -29,6 +29,8 @@ import { FakeSglangMetrics, IDLE_METRICS_MS } from './fake-sglang-metrics.js';
 import { FakeSglangPause } from './fake-sglang-pause.js';
 import { healthCheckTimeoutMs, sglangHandler, startDummyServer } from './fake-sglang-routes.js';
 import { SGLANG_NEXT, type SglangPhase, type SglangState } from './fake-sglang-state.js';
+import { sglangCompile } from './fake-compile-cache.js';
+import { weightsTokenOffset } from './openai-responses.js';
 
 /** The double's scheduler loop, which talks to the gang's peers each time round (sim-rendezvous.ts `loopMs`). */
 const SCHEDULER_LOOP_MS = 20;
@@ -216,6 +218,8 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     };
 
     // New requests wait in the tokenizer while generation is paused or the weights update.
+    // The weights read (--sim-read-weights) decide the answers: another checkpoint, another answer (issue 51).
+    let weightsOffset = 0;
     const pause: FakeSglangPause = new FakeSglangPause({ scheduler, memory, killTree, installSigterm, continueBusyMs: k.wakeQueueDelayMs });
     const submit = (req: SchedRequest) => pause.submit(req);
     const ctx: RouteContext = {
@@ -227,6 +231,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       submit,
       defaultMaxTokens: k.maxTokens,
       weightsLost: () => memory.weightsLost,
+      tokenOffset: () => weightsOffset,
       // --max-queued-requests: one more than the waiting queue holds is aborted 503, a plain request's
       // HTTPException (S:python/sglang/srt/managers/scheduler.py:2767-2814; tokenizer_manager.py:1710-1728).
       refuse: () =>
@@ -316,9 +321,10 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     // download_weights_from_hf, at 005cbe0e): from disk or the page cache as the node has them, and a start with
     // none there offline is a scheduler that raises, so the server dies (S:python/sglang/srt/managers/scheduler.py:5066-5069).
     const weights: Promise<boolean> = k.readWeights
-      ? readWeights(o.model, o.revision, env, () => st.phase !== 'loading').then(
+      ? readWeights(o.model, o.revision, env, () => st.phase !== 'loading', { engine: 'sglang' }).then(
           (read) => {
             sglangLog('INFO', `Load weight end. read ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
+            weightsOffset = weightsTokenOffset(read.digest);
             return true;
           },
           (err: unknown) => {
@@ -327,7 +333,20 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
           },
         )
       : Promise.resolve(true);
-    void weights.then((loaded) => loaded && later(k.loadTimeMs, () => {
+    // --sim-compile-time: SGLang's torch.compile cache (fake-compile-cache.ts), after the weights.
+    const compiled = weights.then(
+      (loaded) =>
+        loaded &&
+        (k.compileTimeMs === 0 ||
+          sglangCompile(env, o.model, 'sim', { log: (_where, m) => sglangLog('INFO', m), wait: (ms) => new Promise((r) => later(ms, () => r())), stopped: () => st.phase !== 'loading', compileTimeMs: k.compileTimeMs }).then(
+            () => true,
+            (err: unknown) => {
+              killTree(`Scheduler hit an exception: ${err instanceof Error ? err.message : String(err)}`);
+              return false;
+            },
+          )),
+    );
+    void compiled.then((loaded) => loaded && later(k.loadTimeMs, () => {
       if (st.phase !== 'loading') return;
       sglangLog('INFO', 'Load weight end.');
       memory.loaded();

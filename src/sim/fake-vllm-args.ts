@@ -61,6 +61,8 @@ export interface FakeVllmOptions {
   schedulingPolicy: 'fcfs' | 'priority';
   /** --load-format (V:vllm/engine/arg_utils.py; LoadFormats, V:vllm/model_executor/model_loader/__init__.py:33-48); default auto. */
   loadFormat: string;
+  /** --max-model-len as given: hashed into the compile cache's key (fake-compile-cache.ts). */
+  maxModelLen?: string;
   /** --speculative-config given: a draft model proposes tokens (fake-vllm-sleep-faults.ts FakeSpecDecode). */
   speculative: boolean;
 }
@@ -71,6 +73,8 @@ function specs(version: string): ArgSpec[] {
     { names: ['--model'], kind: 'string' },
     // EngineArgs.revision (V:vllm/engine/arg_utils.py): which snapshot --sim-read-weights reads.
     { names: ['--revision'], kind: 'string' },
+    // V:vllm/engine/arg_utils.py:867 (ModelConfig.max_model_len), a hashed field of the compile cache's key.
+    { names: ['--max-model-len'], kind: 'string' },
     { names: ['--host'], kind: 'string' },
     { names: ['--port'], kind: 'int' },
     { names: ['--served-model-name'], kind: 'strings' },
@@ -168,6 +172,7 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     sleepMode: p.values.get('--enable-sleep-mode') === true,
     schedulingPolicy: p.values.get('--scheduling-policy') === 'priority' ? 'priority' : 'fcfs',
     loadFormat: (p.values.get('--load-format') as string | undefined) ?? 'auto',
+    ...(p.values.has('--max-model-len') ? { maxModelLen: String(p.values.get('--max-model-len')) } : {}),
     speculative: p.values.has('--speculative-config'),
   };
 }

@@ -5,7 +5,8 @@
 import { existsSync } from 'node:fs';
 import { vllmLog } from './engine-log.js';
 import type { FakeVllmOptions } from './fake-vllm-args.js';
-import { type CompileKey, compileMarkerPath, findSnapshot, hasCompileMarker, hubOffline, readWeights, writeCompileMarker } from './fake-weights.js';
+import { type CompileKey, vllmCompile } from './fake-compile-cache.js';
+import { findSnapshot, hubOffline, readWeights } from './fake-weights.js';
 
 /**
  * What a start costs before its model serves, by what the node has cached:
@@ -14,9 +15,10 @@ import { type CompileKey, compileMarkerPath, findSnapshot, hasCompileMarker, hub
  * `wait` is a timer the engine clears at exit; `stopped` ends the work when
  * the start was stopped meanwhile.
  */
-export async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped: () => boolean, wait: (ms: number) => Promise<void>): Promise<void> {
+export async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped: () => boolean, wait: (ms: number) => Promise<void>): Promise<string | undefined> {
   const k = o.knobs;
   let revision = o.revision;
+  let digest: string | undefined;
   let hashedModel = o.model;
   if (hubOffline(env) && !existsSync(o.model)) {
     // V:vllm/engine/arg_utils.py:809-822 (get_model_path, V:vllm/transformers_utils/repo_utils.py:279-297):
@@ -26,23 +28,15 @@ export async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped
   }
   if (k.readWeights) {
     const t0 = performance.now();
-    const read = await readWeights(o.model, o.revision, env, stopped);
-    if (stopped()) return;
+    const read = await readWeights(o.model, o.revision, env, stopped, { engine: 'vllm', loadFormat: o.loadFormat });
+    if (stopped()) return undefined;
     revision = read.commit;
+    digest = read.digest;
     const s = ((performance.now() - t0) / 1000).toFixed(2);
     vllmLog('INFO', 'default_loader.py:291', `Loading weights took ${s} seconds: ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
   }
-  if (k.compileTimeMs === 0) return;
-  const key: CompileKey = { model: hashedModel, revision, tp: o.tp, pp: o.pp, version: o.version, sleepMode: o.sleepMode };
-  const marker = compileMarkerPath(env, key);
-  if (await hasCompileMarker(marker)) {
-    // V:vllm/compilation/backends.py logs this line on a cache hit.
-    vllmLog('INFO', 'backends.py:210', `Directly load the compiled graph(s) for dynamic shape from the cache (${marker})`);
-    return;
-  }
-  vllmLog('INFO', 'backends.py:600', `Compiling a graph for dynamic shape (--sim-compile-time ${k.compileTimeMs} ms; no compiled graph at ${marker})`);
-  await wait(k.compileTimeMs);
-  if (stopped()) return;
-  await writeCompileMarker(marker, key, k.compileTimeMs);
-  vllmLog('INFO', 'monitor.py:34', `torch.compile takes ${(k.compileTimeMs / 1000).toFixed(2)} s in total`);
+  if (k.compileTimeMs === 0) return digest;
+  const key: CompileKey = { model: hashedModel, revision, tp: o.tp, pp: o.pp, version: o.version, sleepMode: o.sleepMode, maxModelLen: o.maxModelLen ?? '' };
+  await vllmCompile(env, key, { log: (where, message) => vllmLog('INFO', where, message), wait, stopped, compileTimeMs: k.compileTimeMs });
+  return digest;
 }

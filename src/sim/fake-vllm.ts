@@ -28,6 +28,7 @@ import { FakeVllmSleep } from './fake-vllm-sleep.js';
 import { FakeSpecDecode } from './fake-vllm-sleep-faults.js';
 import { VLLM_NEXT, type VllmPhase, type VllmState } from './fake-vllm-state.js';
 import { warmUp } from './fake-vllm-warmup.js';
+import { weightsTokenOffset } from './openai-responses.js';
 import { MissingWeightsError } from './fake-weights.js';
 
 /** V:vllm/entrypoints/cli/serve.py:163. */
@@ -272,11 +273,14 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       vllmLog('INFO', 'fake-vllm', 'Sleep mode enabled: weights and KV cache are allocated through the CuMemAllocator pool');
     }
 
+    // The weights read (--sim-read-weights) decide the answers: another checkpoint, another answer (issue 51).
+    let weightsOffset = 0;
     const ctx: RouteContext = {
       servedNames: o.servedNames,
       submit: (r) => scheduler.submit(r),
       defaultMaxTokens: k.maxTokens,
       weightsLost: () => sleeper.weightsLost,
+      tokenOffset: () => weightsOffset,
       tokenIdsField: true,
       refuse: (req) => dpRankRefusal(req, o.dp),
     };
@@ -309,7 +313,10 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     };
     const load = () => {
       if (!k.readWeights && k.compileTimeMs === 0) return serve();
-      warmUp(o, env, () => st.phase !== 'loading', (ms) => new Promise((r) => later(ms, () => r()))).then(serve, (err: unknown) => {
+      warmUp(o, env, () => st.phase !== 'loading', (ms) => new Promise((r) => later(ms, () => r()))).then((digest) => {
+        weightsOffset = weightsTokenOffset(digest);
+        serve();
+      }, (err: unknown) => {
         if (st.phase !== 'loading') return;
         vllmLog('ERROR', 'core.py:700', err instanceof Error ? err.message : String(err));
         failEngine(err instanceof MissingWeightsError ? 'no weights' : 'loading failed');

@@ -2,8 +2,9 @@
  * The vLLM double's weights and compile cache, for warm starts (issue 30):
  * a start whose cost depends on the node's caches as a real engine's does.
  *
- * With --sim-read-weights the double reads every file of its model's
- * snapshot in the Hugging Face hub cache, byte for byte, as vLLM does
+ * With --sim-read-weights the double reads the files of its model's
+ * snapshot its engine's loader would (src/models/loader-files.ts: indexed
+ * safetensors, not original/ nor .bin twins), byte for byte, as vLLM does
  * through huggingface_hub (HF_HUB_CACHE, else $HF_HOME/hub, else
  * ~/.cache/huggingface/hub; the revision from refs/<name>, a commit as
  * itself). It never downloads: a snapshot that is not there fails the start,
@@ -19,17 +20,15 @@
  * and an online start is what llmgw chooses for a partial store, so it must
  * succeed where the engine's would.
  *
- * With --sim-compile-time it spends that long "compiling" unless
- * VLLM_CACHE_ROOT (else ~/.cache/vllm, vllm/envs.py) holds its marker for
- * this model, under torch_compile_cache/ as vLLM keeps its compiled graphs
- * (vllm/compilation/backends.py); the marker is written once the time is
- * spent, so a start killed mid-compile compiles again.
+ * With --sim-compile-time it compiles as fake-compile-cache.ts says.
  */
 import { createHash } from 'node:crypto';
-import { mkdir, open, readFile, readdir, rename, stat, writeFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
+import { mkdir, open, readFile, readdir, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { isNotFound } from '../lib/errno.js';
+import { filesLoaderReads, weightMapFiles } from '../models/loader-files.js';
 
 /** Bytes read at a time: large reads, as safetensors loading does with mmap. */
 const READ_CHUNK_BYTES = 8 * 1024 * 1024;
@@ -42,6 +41,8 @@ export interface WeightsRead {
   commit: string;
   files: number;
   bytes: number;
+  /** sha256 of the bytes read, file after file in path order: what the double's answers derive from (issue 51). */
+  digest: string;
 }
 
 /** The start cannot have its weights; the message is the engine's last line before it exits 1. */
@@ -57,11 +58,6 @@ export function hubCacheDir(env: NodeJS.ProcessEnv): string {
   if (env.HF_HUB_CACHE) return env.HF_HUB_CACHE;
   const hfHome = env.HF_HOME || join(env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'huggingface');
   return join(hfHome, 'hub');
-}
-
-/** vllm/envs.py VLLM_CACHE_ROOT. */
-export function vllmCacheRoot(env: NodeJS.ProcessEnv): string {
-  return env.VLLM_CACHE_ROOT || join(env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'vllm');
 }
 
 /** The snapshot of `repo` at `revision` in the hub cache; throws MissingWeightsError naming what is absent. */
@@ -113,7 +109,7 @@ export async function readWeights(
   revision: string,
   env: NodeJS.ProcessEnv,
   cancelled: () => boolean = () => false,
-  opts: { tokenizer?: { repo: string; revision: string } } = {},
+  opts: { tokenizer?: { repo: string; revision: string }; engine?: string; loadFormat?: string } = {},
 ): Promise<WeightsRead> {
   const { dir, commit } = await findSnapshot(repo, revision, env).catch(async (err: unknown) => {
     // Online, huggingface_hub fetches what the cache lacks (snapshot_download); the double does too, from HF_ENDPOINT.
@@ -121,13 +117,24 @@ export async function readWeights(
     await downloadSnapshot(repo, revision, env, env.HF_ENDPOINT);
     return findSnapshot(repo, revision, env);
   });
-  const files = await snapshotFiles(dir);
+  // Only what the engine's loader reads (src/models/loader-files.ts, with its source lines): indexed
+  // safetensors, never original/ nor a .bin twin (review engine-fidelity-3 E11/E12).
+  const all = (await snapshotFiles(dir)).map((p) => relative(dir, p));
+  const readIndex = (name: string) => {
+    try {
+      return weightMapFiles(readFileSync(join(dir, name), 'utf8'));
+    } catch {
+      return undefined;
+    }
+  };
+  const files = filesLoaderReads(all, readIndex, { engine: opts.engine ?? 'vllm', ...(opts.loadFormat ? { loadFormat: opts.loadFormat } : {}) }).map((p) => join(dir, ...p.split('/')));
   if (files.length === 0) throw new MissingWeightsError(`the cached snapshot ${dir} of ${repo} holds no file`);
   if (hubOffline(env)) {
     const tokenizerDir = opts.tokenizer ? (await findSnapshot(opts.tokenizer.repo, opts.tokenizer.revision, env)).dir : dir;
     await requireTokenizerFiles(tokenizerDir);
   }
   const buf = Buffer.allocUnsafe(READ_CHUNK_BYTES);
+  const hash = createHash('sha256');
   let bytes = 0;
   for (const path of files) {
     let fh: Awaited<ReturnType<typeof open>>;
@@ -139,16 +146,17 @@ export async function readWeights(
     }
     try {
       for (;;) {
-        if (cancelled()) return { snapshotDir: dir, commit, files: files.length, bytes };
+        if (cancelled()) return { snapshotDir: dir, commit, files: files.length, bytes, digest: '' };
         const { bytesRead } = await fh.read(buf, 0, buf.length, null);
         if (bytesRead === 0) break;
+        hash.update(buf.subarray(0, bytesRead));
         bytes += bytesRead;
       }
     } finally {
       await fh.close();
     }
   }
-  return { snapshotDir: dir, commit, files: files.length, bytes };
+  return { snapshotDir: dir, commit, files: files.length, bytes, digest: hash.digest('hex') };
 }
 
 /**
@@ -165,52 +173,7 @@ async function requireTokenizerFiles(dir: string): Promise<void> {
   );
 }
 
-/**
- * What the double hashes of vLLM's compile-cache key (ModelConfig.compute_hash,
- * V:vllm/config/model.py:412-463: every field but the ignored ones).
- */
-export interface CompileKey {
-  /**
-   * ModelConfig.model as vLLM holds it: the repo id online, the snapshot's
-   * folder under HF_HUB_OFFLINE, which rewrites it before the config is built
-   * (V:vllm/engine/arg_utils.py:809-822). So the first offline start after
-   * online ones compiles again (review engine-fidelity-2 §3 N14).
-   */
-  model: string;
-  /** The snapshot's commit when the weights were read; the revision otherwise. */
-  revision: string;
-  tp: number;
-  pp: number;
-  version: string;
-  /** enable_sleep_mode is a hashed ModelConfig field (V:vllm/config/model.py:338). */
-  sleepMode: boolean;
-}
-
-/**
- * Where the double records that it compiled this model: one folder per
- * configuration hash, as vLLM's cache_dir is <root>/torch_compile_cache/<hash>/rank_<i>_<j>.
- */
-export function compileMarkerPath(env: NodeJS.ProcessEnv, key: CompileKey): string {
-  const hash = createHash('sha256').update(JSON.stringify([key.model, key.revision, key.tp, key.pp, key.version, key.sleepMode])).digest('hex').slice(0, 10);
-  return join(vllmCacheRoot(env), 'torch_compile_cache', hash, 'rank_0_0', 'llmgw-sim-compiled.json');
-}
-
-export async function hasCompileMarker(path: string): Promise<boolean> {
-  try {
-    return (await stat(path)).isFile();
-  } catch (err) {
-    if (isNotFound(err)) return false;
-    throw err;
-  }
-}
-
-/** Written by rename, so a start killed while writing leaves no marker to trust. */
-export async function writeCompileMarker(path: string, key: CompileKey, compileMs: number): Promise<void> {
-  await mkdir(join(path, '..'), { recursive: true });
-  const tmp = `${path}.${process.pid}.tmp`;
-  await writeFile(tmp, `${JSON.stringify({ ...key, compileMs, compiledAt: new Date().toISOString() })}\n`);
-  await rename(tmp, path);
-}
+export { type CompileKey, compileMarkerPath, vllmCacheRoot } from './fake-compile-cache.js';
 
 /**
  * What huggingface_hub's snapshot_download does online, in short: the

@@ -5,14 +5,29 @@
 
 const WORDS = ['the', 'model', 'is', 'simulated', 'and', 'answers', 'with', 'plausible', 'tokens', 'for', 'tests'];
 
-/** The i-th generated token: deterministic, so tests can compare output. */
-export function simToken(i: number): string {
-  return `${i === 0 ? '' : ' '}${WORDS[i % WORDS.length]}`;
+/**
+ * The i-th generated token: deterministic, so tests can compare output.
+ * `offset` shifts the vocabulary by the weights the double read
+ * (weightsTokenOffset): other weights, another answer.
+ */
+export function simToken(i: number, offset = 0): string {
+  return `${i === 0 ? '' : ' '}${WORDS[(i + offset) % WORDS.length]}`;
 }
 
 /** The id of the i-th generated token in the double's vocabulary (the garbage token is GARBAGE_TOKEN_ID). */
-export function simTokenId(i: number): number {
-  return WORD_ID_BASE + (i % WORDS.length);
+export function simTokenId(i: number, offset = 0): number {
+  return WORD_ID_BASE + ((i + offset) % WORDS.length);
+}
+
+/**
+ * How the weights a double read shift its answers (issue 51): a different
+ * checkpoint of the same layout answers differently, as a real engine
+ * would, so the known answer can catch it. From the sha256 of the bytes
+ * read; 0 (the plain vocabulary) when no weights were read.
+ */
+export function weightsTokenOffset(digest: string | undefined): number {
+  if (!digest) return 0;
+  return Number.parseInt(digest.slice(0, 8), 16) % WORDS.length;
 }
 
 const WORD_ID_BASE = 1000;

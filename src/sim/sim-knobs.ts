@@ -54,7 +54,7 @@ export interface SimKnobs {
    */
   readWeights: boolean;
   /**
-   * vLLM double only: torch.compile's time when VLLM_CACHE_ROOT holds no
+   * torch.compile's time (both doubles: fake-compile-cache.ts) when the cache holds no
    * compiled graph of this model; the marker is written after it, so the next
    * start skips it (fake-weights.ts). Default 0: no compile step.
    */

@@ -49,7 +49,21 @@ describe('the vLLM double reading its weights (--sim-read-weights)', () => {
   it('reads every byte of every file of the snapshot refs/main points at, subfolders included', async () => {
     const hub = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(9_000_001, 1), 'config.json': Buffer.from('{}'), 'sub/tokenizer.json': Buffer.alloc(5, 2) });
     const read = await readWeights('org/model', 'main', { HF_HUB_CACHE: hub });
-    expect(read).toEqual({ snapshotDir: join(hub, 'models--org--model', 'snapshots', COMMIT), commit: COMMIT, files: 3, bytes: 9_000_001 + 2 + 5 });
+    expect(read).toEqual({ snapshotDir: join(hub, 'models--org--model', 'snapshots', COMMIT), commit: COMMIT, files: 3, bytes: 9_000_001 + 2 + 5, digest: expect.stringMatching(/^[0-9a-f]{64}$/) });
+  });
+
+  it('reads only what the loader reads: the indexed safetensors, never original/ nor a .bin twin (issue 51)', async () => {
+    const index = Buffer.from(JSON.stringify({ weight_map: { a: 'model-1.safetensors' } }));
+    const files = { 'model-1.safetensors': Buffer.alloc(100, 1), 'model.safetensors': Buffer.alloc(1000, 1), 'model.safetensors.index.json': index, 'pytorch_model.bin': Buffer.alloc(7000, 3), 'original/consolidated.00.pth': Buffer.alloc(9000, 4), 'config.json': Buffer.from('{}') };
+    const read = await readWeights('org/model', 'main', { HF_HUB_CACHE: hubCache(tempRoot(), files) });
+    expect(read).toMatchObject({ files: 3, bytes: 100 + index.length + 2 });
+    // The same layout with other bytes: another digest, so another answer from the double.
+    const other = await readWeights('org/model', 'main', { HF_HUB_CACHE: hubCache(tempRoot(), { ...files, 'model-1.safetensors': Buffer.alloc(100, 9) }) });
+    expect(other.bytes).toBe(read.bytes);
+    expect(other.digest).not.toBe(read.digest);
+    // A .bin twin nobody reads changes nothing.
+    const twin = await readWeights('org/model', 'main', { HF_HUB_CACHE: hubCache(tempRoot(), { ...files, 'pytorch_model.bin': Buffer.alloc(7000, 8) }) });
+    expect(twin.digest).toBe(read.digest);
   });
 
   it('finds the cache under HF_HOME/hub when HF_HUB_CACHE is not set, and a commit given as the revision without refs', async () => {
@@ -125,6 +139,7 @@ describe('bin/fake-vllm with a cache-dependent start', () => {
     const first = await start('200ms');
     expect(first.output()).toMatch(/Loading weights took [\d.]+ seconds: 3 files, 1004 bytes/);
     expect(first.output()).toMatch(/Compiling a graph/);
+    expect(first.output()).toContain(`Using cache directory: ${join(marker, '..')} for vLLM's torch.compile`);
     expect(existsSync(marker)).toBe(true);
     await killFakeEngines();
     // An hour of compile: READY within the wait above only if the marker is used.
@@ -150,6 +165,45 @@ describe('bin/fake-vllm with a cache-dependent start', () => {
     expect(await start({ ...online, HF_HUB_OFFLINE: '1' })).toBe(false);
     // enable_sleep_mode is hashed too (V:vllm/config/model.py:338).
     expect(await start(online, ['--enable-sleep-mode'])).toBe(true);
+  });
+});
+
+describe('the doubles\' compile caches, keyed and written as the engines do (issue 51)', () => {
+  it('vLLM writes its metadata at compile start with caching off, never the cache file, and compiles every time', async () => {
+    const root = tempRoot();
+    const env = { VLLM_CACHE_ROOT: join(root, 'vllm'), VLLM_DISABLE_COMPILE_CACHE: '1' };
+    const marker = compileMarkerPath(env, { model: 'org/model', revision: 'main', tp: 1, pp: 1, version: '0.27.1', sleepMode: false, maxModelLen: '' });
+    const start = async (extra: string[] = [], e2: Record<string, string> = env) => {
+      const e = startFakeEngine(FAKE_VLLM, ['serve', 'org/model', '--port', String(await freePort()), '--sim-compile-time', '100ms', ...extra], e2);
+      await outputMatches(e, /Application startup complete/, 30_000);
+      await killFakeEngines();
+      return e.output();
+    };
+    const off = await start();
+    expect(off).toContain("vLLM's torch.compile cache is disabled.");
+    expect(off).not.toContain('Using cache directory');
+    expect(existsSync(join(marker, '..', 'cache_key_factors.json'))).toBe(true);
+    expect(existsSync(marker)).toBe(false);
+    expect(await start()).toMatch(/Compiling a graph/);
+    // Caching on: one compile, then hits; another --max-model-len is another folder, compiled anew.
+    const on = { VLLM_CACHE_ROOT: env.VLLM_CACHE_ROOT };
+    expect(await start([], on)).toMatch(/Compiling a graph/);
+    expect(await start([], on)).toMatch(/Directly load the compiled graph/);
+    expect(await start(['--max-model-len', '2048'], on)).toMatch(/Compiling a graph/);
+  });
+
+  it('SGLang keeps its cache under SGLANG_CACHE_DIR/torch_compile_cache and leaves Triton kernels that do not count', async () => {
+    const root = tempRoot();
+    const env = { SGLANG_CACHE_DIR: join(root, 'sglang'), TRITON_CACHE_DIR: join(root, 'triton') };
+    const start = async () => {
+      const e = startFakeEngine(FAKE_SGLANG, ['--model-path', 'org/model', '--port', String(await freePort()), '--sim-compile-time', '100ms', '--skip-server-warmup'], env);
+      await outputMatches(e, /Uvicorn running/, 30_000);
+      await killFakeEngines();
+      return e.output();
+    };
+    expect(await start()).toMatch(/Compiling a graph for dynamic shape takes/);
+    expect(existsSync(join(root, 'triton', 'sim-kernel', 'kernel.json'))).toBe(true);
+    expect(await start()).not.toMatch(/Compiling a graph/);
   });
 });
 

@@ -28,6 +28,7 @@ export function statusFromSnapshot(nodeId: string, s: ShardSnapshot): ShardStatu
     signal: s.signal ?? '',
     adopted: s.adopted,
     ...(s.gangFault ? { gangBreak: gangBreakOf(s.gangFault) } : {}),
+    modelDigest: s.modelDigest ?? '',
   });
 }
 
@@ -88,5 +89,6 @@ export function runningShardFromSnapshot(s: ShardSnapshot, mgmtAddr: string): Ru
     pid: s.pid,
     engine: textFieldProblem('profile.engine', engine) ? '' : engine,
     ...(s.gangFault ? { gangBreak: gangBreakOf(s.gangFault) } : {}),
+    modelDigest: s.modelDigest ?? '',
   });
 }

@@ -111,7 +111,7 @@ export abstract class ConfiguredEngine implements Engine {
     if (this.#modelsCacheDir !== '') {
       const args = spec.profile?.args ?? [];
       const others = this.loadsModel() ? hubReposIn(args, this.codeLoadingArgs()) : [];
-      this.#offline.set(spec, await judgeOfflineStart(this.#modelsCacheDir, spec.profile?.model ?? '', args, others));
+      this.#offline.set(spec, await judgeOfflineStart(this.#modelsCacheDir, spec.profile?.model ?? '', args, others, this.name));
       const user = shardUser(this.config, spec);
       const account = user ? { uid: user.uid, gid: user.gid } : undefined;
       const engineCacheDir = new StoreLayout(this.#modelsCacheDir).engineCacheDir(account?.uid ?? ctx.agentUid, this.name, spec.profile?.model ?? '');

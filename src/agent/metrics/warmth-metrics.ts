@@ -4,6 +4,8 @@ import type { ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
 /**
  * llmgw_model_time_to_ready_seconds{model, engine, profile, from}: the median
  * time to READY this node measured from each rung (Inventory.warmth), and
+ * llmgw_model_time_to_ready_quantile_seconds{…, quantile="0.5"|"0.9"}: the
+ * spread of those samples (issue 51: a measured cold-start horizon), and
  * llmgw_model_warmth_info{model, engine, profile, rung} = 1 for the rung it
  * offers now; read at scrape time, so a model gone from the ledger leaves no series.
  */
@@ -19,8 +21,24 @@ export function registerWarmthMetrics(registry: Registry, warmth: () => readonly
     },
   });
   new Gauge({
+    name: 'llmgw_model_time_to_ready_quantile_seconds',
+    help: 'P50 and P90 (nearest rank) of the seconds to READY measured on this node from each rung, over the same samples as llmgw_model_time_to_ready_seconds.',
+    labelNames: ['model', 'engine', 'profile', 'from', 'quantile'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const w of warmth()) {
+        for (const t of w.learned) {
+          if (t.samples === 0) continue;
+          this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from, quantile: '0.5' }, t.p50Seconds);
+          this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from, quantile: '0.9' }, t.p90Seconds);
+        }
+      }
+    },
+  });
+  new Gauge({
     name: 'llmgw_model_warmth_info',
-    help: 'The rung the node offers a model now (serving, sleeping, page-cache, store, either +compile, partial, absent, unmanaged): 1 on that series.',
+    help: 'The rung the node offers a model now (serving, sleeping-l1, sleeping-l2, page-cache, store, either +compile, partial, absent, unmanaged): 1 on that series.',
     labelNames: ['model', 'engine', 'profile', 'rung'],
     registers: [registry],
     collect() {

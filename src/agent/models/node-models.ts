@@ -8,13 +8,16 @@ import { compileCacheBytes } from '../../models/compile-cache-bytes.js';
 import { EngineCacheWatch } from '../../models/engine-cache-watch.js';
 import { compileDirsByEngine } from '../engines/engine-catalog.js';
 import { EngineCacheBound } from './engine-cache-bound.js';
-import { scanStore, type StoredModel } from '../../models/scan-store.js';
-import type { StoreLayout } from '../../models/store-layout.js';
+import { scanStore } from '../../models/scan-store.js';
 import type { ModelsConfig } from '../config/agent-config.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS } from '../supervisor/shard/shard-settle.js';
 import { type CachedModelsView, NO_STORE, cachedModelsView } from './cached-models.js';
 import { ModelPrefetch } from './model-prefetch.js';
-import { modelBlobFiles, pageCacheResidency } from '../../models/page-cache.js';
+import { pageCacheResidency } from '../../models/page-cache.js';
+import { contentDigest, loaderComplete, loaderSnapshotAt } from '../../models/loader-snapshot.js';
+import { verifyBlobsForStart } from '../../models/verified-blobs.js';
+import { type RevisionView, revisionKey, revisionViews } from './revision-views.js';
+import { revisionOf } from '../../models/judge-offline-start.js';
 import { ShardModelPins, shardHubModel } from './shard-model-pins.js';
 import { pullOutlastedStart, waitForModelPull } from './wait-for-model-pull.js';
 
@@ -56,6 +59,8 @@ export class NodeModels {
   /** Starts waiting for a pull, by shard id: a stop ends the wait. */
   private readonly waits = new Map<string, { stop: AbortController; start: WaitingStart; waiting: boolean }>();
   private view: CachedModelsView = NO_STORE;
+  /** Each pulled revision as the loaders see it, at the last scan (revision-views.ts). */
+  private revisions = new Map<string, RevisionView>();
   private viewKey = '';
   private refreshing: Promise<void> | undefined;
   private refreshAgain = false;
@@ -145,12 +150,37 @@ export class NodeModels {
     await this.pins?.pin(spec);
     const repo = shardHubModel(spec);
     const store = this.store;
-    // Complete as the last scan saw it: its size from there too, the store not scanned again for one start.
-    const listed = this.view.cachedModels.find((c) => c.repo === repo && c.complete);
-    if (!repo || !store || !listed) return;
-    const resident = (await this.residency(store.layout, [{ repo, bytes: Number(listed.bytes) }])).get(repo);
+    const revision = revisionOf(spec.profile?.args ?? []);
+    const key = revisionKey(repo ?? '', revision);
+    // Complete as the last scan saw it: its files from there too, the store not scanned again for one start.
+    const view = this.revisions.get(key);
+    if (!repo || !store || !view?.complete) return;
+    const resident = (await this.residency([[key, view]])).get(key);
     if (resident === undefined) return;
-    this.view = { ...this.view, cachedModels: this.view.cachedModels.map((c) => (c.repo === repo && c.complete ? { ...c, residentBytes: BigInt(resident) } : c)) };
+    this.view = { ...this.view, cachedModels: this.view.cachedModels.map((c) => (c.repo === repo && c.revision === revision && c.complete ? { ...c, residentBytes: BigInt(resident) } : c)) };
+  }
+
+  /**
+   * Before a start that reads its model from the store: every blob its
+   * loader reads still holds what the pull verified (verified-blobs.ts: a
+   * blob changed in place is hashed again, a mismatch throws naming the
+   * file), and the model's content digest, its identity on the shard.
+   * '' when the store does not hold the revision complete.
+   */
+  async verifyForStart(spec: Pick<StartShard, 'profile'>): Promise<string> {
+    const repo = shardHubModel(spec);
+    if (!repo || !this.store) return '';
+    const revision = revisionOf(spec.profile?.args ?? []);
+    const s = await loaderSnapshotAt(this.store.layout, repo, revision, 'any');
+    if (!s || !loaderComplete(s)) return '';
+    const { rehashed } = await verifyBlobsForStart(this.store.layout, repo, revision, s.present);
+    if (rehashed.length > 0) this.opts.logger.info({ model: repo, revision, files: rehashed }, 'store blobs changed since their pull were verified again before the start');
+    return contentDigest(s);
+  }
+
+  /** The content digest of `repo` at `revision` as the last scan saw it; '' when not complete (revision-views.ts). */
+  contentDigest(repo: string, revision: string): string {
+    return this.revisions.get(revisionKey(repo, revision))?.digest ?? '';
   }
 
   /** The shard is removed (or its start refused): its model may be evicted again. Never throws. */
@@ -197,7 +227,10 @@ export class NodeModels {
         this.refreshAgain = false;
         try {
           const models = await scanStore(store.layout);
-          const view = cachedModelsView(models, store.budget, await compileCacheBytes(store.layout, store.budget, await (this.engineCaches as EngineCacheWatch).refresh()), await this.residency(store.layout, models.filter((m) => m.complete)));
+          const revisions = await revisionViews(store.layout, models);
+          this.revisions = revisions;
+          const compileBytes = await compileCacheBytes(store.layout, store.budget, await (this.engineCaches as EngineCacheWatch).refresh());
+          const view = cachedModelsView(models, store.budget, compileBytes, await this.residency([...revisions].filter(([, v]) => v.complete)), revisions);
           const key = JSON.stringify(view, (_k, v) => (typeof v === 'bigint' ? String(v) : v));
           this.view = view;
           if (key !== this.viewKey) {
@@ -215,18 +248,20 @@ export class NodeModels {
   }
 
   /**
-   * Bytes of each complete model in the page cache (fincore), in whole
-   * percents of its size so that a page or two coming and going does not
-   * make a new Inventory; none when fincore cannot say (said once).
+   * Bytes of each complete revision in the page cache (fincore), counted
+   * over the files the loaders read at that revision (revision-views.ts;
+   * review engine-fidelity-3 E11: a repo shipping .bin twins never reached
+   * the rung), in whole percents of them so that a page or two coming and
+   * going does not make a new Inventory; none when fincore cannot say (said once).
    */
-  private async residency(layout: StoreLayout, models: readonly Pick<StoredModel, 'repo' | 'bytes'>[]): Promise<Map<string, number>> {
+  private async residency(revisions: readonly (readonly [string, RevisionView])[]): Promise<Map<string, number>> {
     const out = new Map<string, number>();
-    for (const m of models.filter((x) => x.bytes > 0)) {
+    for (const [key, v] of revisions.filter(([, x]) => x.loadBytes > 0)) {
       try {
-        const r = await pageCacheResidency((await modelBlobFiles(layout, m.repo)).map((f) => f.path), this.life.signal);
-        // Whole bytes (Inventory's uint64): the whole percent's share of the model, rounded down.
-        const percent = Math.min(100, Math.floor((r.residentBytes / m.bytes) * 100));
-        out.set(m.repo, Math.floor((percent * m.bytes) / 100));
+        const r = await pageCacheResidency(v.blobPaths, this.life.signal);
+        // Whole bytes (Inventory's uint64): the whole percent's share of the files, rounded down.
+        const percent = Math.min(100, Math.floor((r.residentBytes / v.loadBytes) * 100));
+        out.set(key, Math.floor((percent * v.loadBytes) / 100));
       } catch (err) {
         if (!this.residencyUnknown) this.opts.logger.warn({ err: errorMessage(err) }, 'page-cache residency of the store cannot be read; no model is called warm in memory');
         this.residencyUnknown = true;

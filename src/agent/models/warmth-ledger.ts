@@ -66,8 +66,8 @@ export interface WarmthLedgerOptions {
   onLearned?: () => void;
   /** The store's models as its last scan saw them (Inventory.cached_models): what a start is from, and the rung now. */
   cached?: () => readonly CachedModel[];
-  /** Whether the store holds a compile cache for a model and engine (hasCompileCache); none: never. */
-  compiled?: (model: string, engine: string) => boolean;
+  /** Whether a start of this profile would find the compile cache a READY start of it used (compile-claims.ts); none: never. */
+  compiled?: (model: string, engine: string, profile: string) => boolean;
 }
 
 export class WarmthLedger {
@@ -147,7 +147,7 @@ export class WarmthLedger {
   #learned(e: Entry, cached: readonly CachedModel[]): TimeToReady[] {
     const measured = FROM.flatMap((from) => {
       const s = e.samples[from];
-      return s && s.length > 0 ? [create(TimeToReadySchema, { from, medianSeconds: median(s) / 1000, samples: s.length })] : [];
+      return s && s.length > 0 ? [create(TimeToReadySchema, { from, medianSeconds: median(s) / 1000, samples: s.length, p50Seconds: percentile(s, 50) / 1000, p90Seconds: percentile(s, 90) / 1000 })] : [];
     });
     const bytes = Number(cached.find((c) => c.repo === e.model && c.complete)?.bytes ?? 0n);
     return [...measured, ...modelledTimes(measured, bytes, this.#rates)];
@@ -164,16 +164,18 @@ export class WarmthLedger {
     if (s.note?.startsWith('started online')) return 'hub';
     const k = keyOf(s);
     const base = inPageCache(k.model, this.#opts.cached?.() ?? []) ? 'page-cache' : 'store';
-    return this.#opts.compiled?.(k.model, k.engine) ? `${base}+compile` : base;
+    return this.#opts.compiled?.(k.model, k.engine, k.profile) ? `${base}+compile` : base;
   }
 
   #rungNow(e: Entry, shards: readonly ShardSnapshot[], cached: readonly CachedModel[]): string {
     const mine = shards.filter((s) => idOf(keyOf(s)) === idOf(e));
     if (mine.some((s) => s.state === ShardState.READY)) return 'serving';
-    if (mine.some((s) => s.state === ShardState.SLEEPING)) return 'sleeping';
+    // A level-1 wake copies the weights back from host RAM, a level-2 one reloads them from disk: two rungs (issue 51).
+    const asleep = mine.find((s) => s.state === ShardState.SLEEPING);
+    if (asleep) return asleep.sleepLevel === 2 ? 'sleeping-l2' : 'sleeping-l1';
     if (!this.#opts.hasStore) return 'unmanaged';
     const inStore = cached.filter((c) => c.repo === e.model);
-    const compile = this.#opts.compiled?.(e.model, e.engine) ? '+compile' : '';
+    const compile = this.#opts.compiled?.(e.model, e.engine, e.profile) ? '+compile' : '';
     if (inPageCache(e.model, cached)) return `page-cache${compile}`;
     if (inStore.some((c) => c.complete)) return `store${compile}`;
     return inStore.length > 0 ? 'partial' : 'absent';
@@ -234,9 +236,26 @@ export class WarmthLedger {
   }
 }
 
-/** Whether the store holds `model` complete with at least PAGE_CACHE_SHARE of it in the page cache at its last scan. */
+/**
+ * Whether the store holds `model` complete with at least PAGE_CACHE_SHARE of
+ * what its loader reads (load_bytes; the whole model from an older scan) in
+ * the page cache at its last scan.
+ */
 function inPageCache(model: string, cached: readonly CachedModel[]): boolean {
-  return cached.some((c) => c.repo === model && c.complete && c.bytes > 0n && Number(c.residentBytes) >= PAGE_CACHE_SHARE * Number(c.bytes));
+  return cached.some((c) => {
+    const of = c.loadBytes > 0n ? c.loadBytes : c.bytes;
+    return c.repo === model && c.complete && of > 0n && Number(c.residentBytes) >= PAGE_CACHE_SHARE * Number(of);
+  });
+}
+
+/**
+ * The nearest-rank percentile of `xs` (issue 51: a rung's spread, the
+ * autoscalers' cold-start horizon): the smallest sample at or above p% of
+ * them, so P90 of 8 samples is the 8th, never a value no start took.
+ */
+export function percentile(xs: readonly number[], p: number): number {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.max(0, Math.ceil((p / 100) * s.length) - 1)] as number;
 }
 
 function median(xs: readonly number[]): number {

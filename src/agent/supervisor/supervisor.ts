@@ -57,6 +57,8 @@ export interface SupervisorOptions {
   boundPorts?: LaunchAdmissionOptions['boundPorts'];
   /** Which peer rank went first when a gang rank's engine ends (ShardRunnerContext.firstToGo); none: not asked. */
   firstToGo?: ShardRunnerContext['firstToGo'];
+  /** The node's known answers by model content (ShardRunnerContext.knownAnswers); none: starts are not checked. */
+  knownAnswers?: ShardRunnerContext['knownAnswers'];
 }
 
 /** A launch, or how to make one: validation runs after the shard id is reserved, so a repeat never validates beside it. */
@@ -92,7 +94,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     super();
     this.config = opts.config;
     this.log = opts.logger ?? silentLogger;
-    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), firstToGo: opts.firstToGo };
+    this.ctx = { config: this.config, log: this.log, onTransition: (t) => this.onTransition(t), onStatus: (s) => this.emit('status', s), launcher: () => this.launcher(), firstToGo: opts.firstToGo, knownAnswers: opts.knownAnswers };
     const { maxConcurrentLaunches, maxPendingLaunches, logCheckIntervalMs, logPruneIntervalMs } = opts;
     this.admission = new LaunchAdmission({ runners: this.runners, closed: this.closing.signal, maxConcurrentLaunches, maxPendingLaunches, boundPorts: opts.boundPorts });
     this.files = { engineUids: opts.engineUids ?? agentUids(), logGid: opts.logGid };

@@ -67,7 +67,8 @@ describe('WarmthLedger', () => {
     const rung = (shards: ShardSnapshot[], complete?: boolean) =>
       l.report(shards, complete === undefined ? [] : [create(CachedModelSchema, { repo: 'acme/chat', revision: 'main', complete })])[0]?.rung;
     expect(rung([shard('a', 0)])).toBe('serving');
-    expect(rung([shard('a', 0, { state: S.SLEEPING })])).toBe('sleeping');
+    expect(rung([shard('a', 0, { state: S.SLEEPING })])).toBe('sleeping-l1');
+    expect(rung([shard('a', 0, { state: S.SLEEPING, sleepLevel: 2 })])).toBe('sleeping-l2');
     expect(rung([], true)).toBe('store');
     expect(rung([], false)).toBe('partial');
     expect(rung([])).toBe('absent');
@@ -152,5 +153,18 @@ describe('WarmthLedger', () => {
     writeFileSync(bad, '{"version":1,"entries":');
     expect(ledger({ path: bad, hasStore: true, logger: log.logger }).report([], [])).toEqual([]);
     expect(log.records.some((r) => r.msg === 'ignoring the warmth file: times to READY are measured anew' && r.file === bad)).toBe(true);
+  });
+});
+
+describe('a rung\'s spread (issue 51)', () => {
+  it('reports P50 and P90 of its samples by nearest rank, never a time no start took', async () => {
+    const { percentile } = await import('../../../src/agent/models/warmth-ledger.js');
+    const xs = [900, 100, 800, 200, 700, 300, 600, 400];
+    expect(percentile(xs, 50)).toBe(400);
+    expect(percentile(xs, 90)).toBe(900);
+    expect(percentile([5], 90)).toBe(5);
+    // Nine fast starts and one slow one: the median hides it, P90 does not over-state it.
+    expect(percentile([...Array(9).fill(1000), 5000], 90)).toBe(1000);
+    expect(percentile([...Array(8).fill(1000), 5000, 5000], 90)).toBe(5000);
   });
 });

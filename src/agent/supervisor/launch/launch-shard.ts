@@ -42,6 +42,8 @@ export interface ShardLaunch {
   watch?: EngineWatch;
   /** What an operator should know of how this start runs (ShardSnapshot.note): that it runs online, and why. */
   note?: string;
+  /** The content digest of the model the start reads from the node's store (issue 51); none when it does not. */
+  modelDigest?: string;
 }
 
 /** The unit properties that place a rank (LaunchPlan.placement): CPUAffinity=, and NUMAPolicy=bind with NUMAMask= on one NUMA node. */
@@ -157,7 +159,7 @@ export async function launchShard(
     await endEngine(new EngineProcess({ pid: launched.pid, pgid: launched.pgid, identity: launched.identity, child: launched.child }, launched.unit).fence(), { graceMs: 0 });
     throw failure(`cannot write the state file ${statePath}: ${errorMessage(err)}; the engine was stopped`, { cause: err });
   }
-  return { record, child: launched.child, adopted: false, statePath, ...(launch.note ? { note: launch.note } : {}) };
+  return { record, child: launched.child, adopted: false, statePath, ...(launch.note ? { note: launch.note } : {}), ...(launch.modelDigest ? { modelDigest: launch.modelDigest } : {}) };
 }
 
 /**

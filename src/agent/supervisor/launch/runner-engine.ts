@@ -10,5 +10,7 @@ export interface RunnerEngine {
   adopted: boolean;
   /** What an operator should know of how it is watched (ShardSnapshot.note); none when absent. */
   note?: string;
+  /** The content digest of the model it reads from the store (ShardSnapshot.modelDigest). */
+  modelDigest?: string;
   statePath: string;
 }

@@ -17,6 +17,8 @@ import { readInFlight } from '../probes/read-gauge.js';
 import { onEngineDeath } from './shard-death.js';
 import type { RunnerEngine } from '../launch/runner-engine.js';
 import { knownAnswerAsk } from '../probes/known-answer-ask.js';
+import type { KnownAnswerBook } from '../probes/known-answer-book.js';
+import { checkStartAnswer } from './shard-start-answer.js';
 import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
 import { ShardFailedError } from './shard-failed-error.js';
@@ -153,7 +155,7 @@ export class ShardRunner {
       ...{ shardId: r.shardId, replicaId: r.replicaId, spec: r.spec, pid: r.pid, servesHttp: r.servesHttp, startedAtMs: r.createdAtMs, logPath: r.logPath },
       ...{ state: l.state, error: l.error, exitCode: l.exitCode, signal: l.signal, lastOutput: [...l.lastOutput], running: !l.dead, ...(l.endedAtMs !== undefined ? { endedAtMs: l.endedAtMs } : {}) },
       ...{ drainRequested: l.drain, sleepLevel: l.sleep?.level ?? 0, adopted: this.adopted, launcher: r.launcher },
-      ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', load: { ...this.load }, engineVersion: this.hands.facts.version },
+      ...{ unit: this.engine.unit?.name ?? '', note: this.launched.note ?? '', ...(this.launched.modelDigest ? { modelDigest: this.launched.modelDigest } : {}), load: { ...this.load }, engineVersion: this.hands.facts.version },
       ...{ ...(l.health.gang ? { gangFault: { ...l.health.gang } } : {}), ...(l.state === S.UNHEALTHY && l.health.verdict.cause === 'stalled' ? { stalled: true } : {}) },
     };
   }
@@ -204,6 +206,12 @@ export class ShardRunner {
     opts.signal?.throwIfAborted();
     if (judgeSettleWake(this.shardId, this.life.state, this.detachedBy) === 'failed') throw this.failedError();
     if (outcome.ready) {
+      // Answering is not answering as these bytes did before (issue 51): checked before READY is said.
+      const wrong = await this.startAnswer(wake);
+      if (wrong !== undefined) {
+        this.apply({ kind: 'not-ready', error: wrong, lastOutput: await readLastOutput(this.logPath) });
+        throw this.failedError();
+      }
       this.apply({ kind: 'answered', why: outcome.why });
       if (this.life.state === S.READY) void this.answers.of(this.serving.signal);
       if (this.life.state === S.READY && this.servesHttp) void this.hands.facts.read(this.serving.signal);
@@ -214,6 +222,14 @@ export class ShardRunner {
     }
     this.apply({ kind: 'not-ready', error: outcome.message, lastOutput: await readLastOutput(this.logPath) });
     throw this.failedError();
+  }
+
+  /** The start's known answer (shard-start-answer.ts), for a start from the store's content; undefined when right, not obtained or not asked. */
+  private async startAnswer(signal: AbortSignal): Promise<string | undefined> {
+    const digest = this.launched.modelDigest;
+    const book = this.ctx.knownAnswers;
+    if (!digest || !book || !this.servesHttp || !this.baseUrl || this.record.watch.readiness !== 'model-listed' || this.life.state !== S.STARTING) return undefined;
+    return checkStartAnswer(this.hands, book, digest, this.spec.profile?.name ?? '', signal).catch(() => undefined);
   }
 
   private readiness(signal: AbortSignal, timeoutMs: number, settleMs: number, asleep = false): Promise<Readiness> {
@@ -418,4 +434,6 @@ export interface ShardRunnerContext {
   launcher?: () => Promise<LauncherChoice>;
   /** Which peer rank of a gang went before this rank's engine ended (first-to-go.ts, from the composition root); none: not asked. */
   firstToGo?: (shard: ShardSnapshot, endedAtMs: number) => Promise<GangFault | undefined>;
+  /** The node's known answers by model content, profile and engine version (known-answer-book.ts); none: starts are not checked. */
+  knownAnswers?: KnownAnswerBook;
 }

@@ -47,6 +47,8 @@ export interface ShardSnapshot {
   unit?: string;
   /** How it is watched, when an operator should know (an adopted engine whose unit systemd forgot, watched by pid). */
   note?: string;
+  /** The content digest of the model it started from in the node's store (issue 51); absent when it did not, or was adopted. */
+  modelDigest?: string;
   /** The engine's version as it answered at READY (shard-engine-facts.ts); absent before it was read or when it could not be. */
   engineVersion?: string;
   /** In flight and tokens per second at the health watch's latest /metrics read (ShardRunner.engineLoad); absent: unknown. */

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLeAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgSFQoNZ2FuZ19lbmRwb2ludBgKIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBItwDCglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmxsbWd3LnYxLkdwdRIgCgVsaW5rcxgCIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSGwoEaGNhcxgDIAMoCzINLmxsbWd3LnYxLkhjYRIqCgppbnRlcmZhY2VzGAQgAygLMhYubGxtZ3cudjEuTmV0SW50ZXJmYWNlEhYKDmRyaXZlcl92ZXJzaW9uGAUgASgJEhQKDGN1ZGFfdmVyc2lvbhgGIAEoCRIQCgh3YXJuaW5ncxgHIAMoCRIQCghob3N0bmFtZRgIIAEoCRInCglwcm9jZXNzZXMYCSADKAsyFC5sbG1ndy52MS5HcHVQcm9jZXNzEisKCmNvbmRpdGlvbnMYCiADKAsyFy5sbG1ndy52MS5Ob2RlQ29uZGl0aW9uEiwKDWNhY2hlZF9tb2RlbHMYDCADKAsyFS5sbG1ndy52MS5DYWNoZWRNb2RlbBIeChZtb2RlbF9jYWNoZV9mcmVlX2J5dGVzGA0gASgEEiUKBndhcm10aBgOIAMoCzIVLmxsbWd3LnYxLk1vZGVsV2FybXRoEioKBXJhdGVzGA8gASgLMhsubGxtZ3cudjEuTm9kZVRyYW5zZmVyUmF0ZXMilQEKEU5vZGVUcmFuc2ZlclJhdGVzEioKCmRpc2tfd3JpdGUYASABKAsyFi5sbG1ndy52MS5UcmFuc2ZlclJhdGUSKQoJZGlza19yZWFkGAIgASgLMhYubGxtZ3cudjEuVHJhbnNmZXJSYXRlEikKCWxhc3RfcHVsbBgDIAEoCzIWLmxsbWd3LnYxLlRyYW5zZmVyUmF0ZSJ4CgxUcmFuc2ZlclJhdGUSGAoQYnl0ZXNfcGVyX3NlY29uZBgBIAEoARINCgVieXRlcxgCIAEoBBIvCgttZWFzdXJlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAQgASgJInMKC01vZGVsV2FybXRoEg0KBW1vZGVsGAEgASgJEg4KBmVuZ2luZRgCIAEoCRIPCgdwcm9maWxlGAMgASgJEgwKBHJ1bmcYBCABKAkSJgoHbGVhcm5lZBgFIAMoCzIVLmxsbWd3LnYxLlRpbWVUb1JlYWR5IlMKC1RpbWVUb1JlYWR5EgwKBGZyb20YASABKAkSFgoObWVkaWFuX3NlY29uZHMYAiABKAESDwoHc2FtcGxlcxgDIAEoDRINCgViYXNpcxgEIAEoCSJoCg1Ob2RlQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGYWN0aXZlGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilgIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlEhQKDGNwdV9hZmZpbml0eRgNIAEoCSI5CglNaWdEZXZpY2USDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIPCgdwcm9maWxlGAMgASgJImsKCkdwdVByb2Nlc3MSCwoDcGlkGAEgASgFEhAKCGdwdV91dWlkGAIgASgJEhYKDnVzZWRfbWVtb3J5X21iGAMgASgFEhQKDHByb2Nlc3NfbmFtZRgEIAEoCRIQCghzaGFyZF9pZBgFIAEoCSJECgdHcHVMaW5rEgkKAWEYASABKAkSCQoBYhgCIAEoCRISCgpjb25uZWN0aW9uGAMgASgJEg8KB252bGlua3MYBCABKAUingEKA0hjYRIMCgRuYW1lGAEgASgJEgwKBHBvcnQYAiABKAUSDQoFc3RhdGUYAyABKAkSEgoKcGh5c19zdGF0ZRgEIAEoCRIRCglyYXRlX2dicHMYBSABKAESEgoKbGlua19sYXllchgGIAEoCRIRCgludW1hX25vZGUYByABKAUSDgoGZmFicmljGAggASgJEg4KBm5ldGRldhgJIAEoCSJVCgxOZXRJbnRlcmZhY2USDAoEbmFtZRgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkSCwoDbWFjGAMgASgJEgoKAnVwGAQgASgIEgsKA210dRgFIAEoBSIvChBGYWJyaWNBdHRhY2htZW50EgsKA2hjYRgBIAEoCRIOCgZmYWJyaWMYAiABKAkiOAoJSGVhcnRiZWF0Eg8KB25vZGVfaWQYASABKAkSGgoSZ3B1X21lbW9yeV91c2VkX21iGAIgAygFIvcBCgtTaGFyZFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSIwoFc3RhdGUYBCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBWVycm9yGAUgASgJEhEKCWV4aXRfY29kZRgGIAEoBRITCgtsYXN0X291dHB1dBgHIAMoCRILCgNwaWQYCCABKAUSDgoGc2lnbmFsGAkgASgJEg8KB2Fkb3B0ZWQYCiABKAgSJwoKZ2FuZ19icmVhaxgLIAEoCzITLmxsbWd3LnYxLkdhbmdCcmVhayKdAQoJR2FuZ0JyZWFrEgwKBHJhbmsYASABKAUSDwoHbm9kZV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3N0YWxsZWQYBiABKAgSEwoLZmlyc3RfdG9fZ28YByABKAgiPgoER2FuZxIPCgdnYW5nX2lkGAEgASgJEiUKB21lbWJlcnMYAiADKAsyFC5sbG1ndy52MS5HYW5nTWVtYmVyImgKCkdhbmdNZW1iZXISDAoEcmFuaxgBIAEoBRIPCgdub2RlX2lkGAIgASgJEhAKCHNoYXJkX2lkGAMgASgJEhYKDmFnZW50X2VuZHBvaW50GAQgASgJEhEKCWh0dHBfcG9ydBgFIAEoBSLbAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCRInCgpnYW5nX2JyZWFrGBEgASgLMhMubGxtZ3cudjEuR2FuZ0JyZWFrIpACCgpTdGFydFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSEwoLbGVhZGVyX2FkZHIYCCABKAkSEwoLbGVhZGVyX3BvcnQYCSABKAUSDAoEcG9vbBgKIAEoCRIOCgZmYWJyaWMYCyABKAkSIgoHcHJvZmlsZRgMIAEoCzIRLmxsbWd3LnYxLlByb2ZpbGUSHAoEZ2FuZxgNIAEoCzIOLmxsbWd3LnYxLkdhbmci2gIKB1Byb2ZpbGUSDAoEbmFtZRgBIAEoCRIOCgZlbmdpbmUYAiABKAkSDQoFbW9kZWwYAyABKAkSGQoRc2VydmVkX21vZGVsX25hbWUYBCABKAkSHAoUdGVuc29yX3BhcmFsbGVsX3NpemUYBSABKAUSHgoWcGlwZWxpbmVfcGFyYWxsZWxfc2l6ZRgGIAEoBRIMCgRhcmdzGAcgAygJEicKA2VudhgIIAMoCzIaLmxsbWd3LnYxLlByb2ZpbGUuRW52RW50cnkSMgoPc3RhcnR1cF90aW1lb3V0GAkgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEh4KFm1pbl9jb21wdXRlX2NhcGFiaWxpdHkYCiABKAkSEgoKc2xlZXBfbW9kZRgLIAEoCBoqCghFbnZFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBIkcKCVN0b3BTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRIoCgVncmFjZRgCIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbiIeCgpEcmFpblNoYXJkEhAKCHNoYXJkX2lkGAEgASgJIjQKA0FjaxISCgptZXNzYWdlX2lkGAEgASgEEgoKAm9rGAIgASgIEg0KBWVycm9yGAMgASgJIlQKDVByZWZldGNoTW9kZWwSDAoEcmVwbxgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCRIPCgdpbmNsdWRlGAMgAygJEhIKCnBhZ2VfY2FjaGUYBCABKAgijAEKCU1vZGVsUHVsbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEicKBXN0YXRlGAMgASgOMhgubGxtZ3cudjEuTW9kZWxQdWxsU3RhdGUSEgoKYnl0ZXNfZG9uZRgEIAEoBBITCgtieXRlc190b3RhbBgFIAEoBBINCgVlcnJvchgGIAEoCSKVAQoLQ2FjaGVkTW9kZWwSDAoEcmVwbxgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCRINCgVieXRlcxgDIAEoBBIQCghjb21wbGV0ZRgEIAEoCBItCglsYXN0X3VzZWQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhYKDnJlc2lkZW50X2J5dGVzGAYgASgEIi0KClNsZWVwU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSDQoFbGV2ZWwYAiABKA0iHQoJV2FrZVNoYXJkEhAKCHNoYXJkX2lkGAEgASgJKtACCgxHcHVFdmVudEtpbmQSHgoaR1BVX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIWChJHUFVfRVZFTlRfS0lORF9YSUQQARIhCh1HUFVfRVZFTlRfS0lORF9FQ0NfRE9VQkxFX0JJVBACEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9QRU5ESU5HEAMSJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX0ZBSUxVUkUQBBIbChdHUFVfRVZFTlRfS0lORF9HUFVfTE9TVBAFEh4KGkdQVV9FVkVOVF9LSU5EX05WTElOS19ET1dOEAYSGgoWR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRBAHEhgKFEdQVV9FVkVOVF9LSU5EX1JFU0VUEAgSJgoiR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRF9CWV9PUEVSQVRPUhAJKowCCgpTaGFyZFN0YXRlEhsKF1NIQVJEX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0hBUkRfU1RBVEVfU1RBUlRJTkcQARIVChFTSEFSRF9TVEFURV9SRUFEWRACEhkKFVNIQVJEX1NUQVRFX1VOSEVBTFRIWRADEhgKFFNIQVJEX1NUQVRFX0RSQUlOSU5HEAQSGAoUU0hBUkRfU1RBVEVfU1RPUFBJTkcQBRIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAYSFgoSU0hBUkRfU1RBVEVfRkFJTEVEEAcSFgoSU0hBUkRfU1RBVEVfRVhJVEVEEAgSGAoUU0hBUkRfU1RBVEVfU0xFRVBJTkcQCSrEAQoOTW9kZWxQdWxsU3RhdGUSIAocTU9ERUxfUFVMTF9TVEFURV9VTlNQRUNJRklFRBAAEhwKGE1PREVMX1BVTExfU1RBVEVfU1RBUlRFRBABEh0KGU1PREVMX1BVTExfU1RBVEVfUFJPR1JFU1MQAhIZChVNT0RFTF9QVUxMX1NUQVRFX0RPTkUQAxIbChdNT0RFTF9QVUxMX1NUQVRFX0ZBSUxFRBAEEhsKF01PREVMX1BVTExfU1RBVEVfV0FSTUVEEAUyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLeAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgSFQoNZ2FuZ19lbmRwb2ludBgKIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBItwDCglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmxsbWd3LnYxLkdwdRIgCgVsaW5rcxgCIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSGwoEaGNhcxgDIAMoCzINLmxsbWd3LnYxLkhjYRIqCgppbnRlcmZhY2VzGAQgAygLMhYubGxtZ3cudjEuTmV0SW50ZXJmYWNlEhYKDmRyaXZlcl92ZXJzaW9uGAUgASgJEhQKDGN1ZGFfdmVyc2lvbhgGIAEoCRIQCgh3YXJuaW5ncxgHIAMoCRIQCghob3N0bmFtZRgIIAEoCRInCglwcm9jZXNzZXMYCSADKAsyFC5sbG1ndy52MS5HcHVQcm9jZXNzEisKCmNvbmRpdGlvbnMYCiADKAsyFy5sbG1ndy52MS5Ob2RlQ29uZGl0aW9uEiwKDWNhY2hlZF9tb2RlbHMYDCADKAsyFS5sbG1ndy52MS5DYWNoZWRNb2RlbBIeChZtb2RlbF9jYWNoZV9mcmVlX2J5dGVzGA0gASgEEiUKBndhcm10aBgOIAMoCzIVLmxsbWd3LnYxLk1vZGVsV2FybXRoEioKBXJhdGVzGA8gASgLMhsubGxtZ3cudjEuTm9kZVRyYW5zZmVyUmF0ZXMilQEKEU5vZGVUcmFuc2ZlclJhdGVzEioKCmRpc2tfd3JpdGUYASABKAsyFi5sbG1ndy52MS5UcmFuc2ZlclJhdGUSKQoJZGlza19yZWFkGAIgASgLMhYubGxtZ3cudjEuVHJhbnNmZXJSYXRlEikKCWxhc3RfcHVsbBgDIAEoCzIWLmxsbWd3LnYxLlRyYW5zZmVyUmF0ZSJ4CgxUcmFuc2ZlclJhdGUSGAoQYnl0ZXNfcGVyX3NlY29uZBgBIAEoARINCgVieXRlcxgCIAEoBBIvCgttZWFzdXJlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAQgASgJInMKC01vZGVsV2FybXRoEg0KBW1vZGVsGAEgASgJEg4KBmVuZ2luZRgCIAEoCRIPCgdwcm9maWxlGAMgASgJEgwKBHJ1bmcYBCABKAkSJgoHbGVhcm5lZBgFIAMoCzIVLmxsbWd3LnYxLlRpbWVUb1JlYWR5In0KC1RpbWVUb1JlYWR5EgwKBGZyb20YASABKAkSFgoObWVkaWFuX3NlY29uZHMYAiABKAESDwoHc2FtcGxlcxgDIAEoDRINCgViYXNpcxgEIAEoCRITCgtwNTBfc2Vjb25kcxgFIAEoARITCgtwOTBfc2Vjb25kcxgGIAEoASJoCg1Ob2RlQ29uZGl0aW9uEgwKBHR5cGUYASABKAkSDgoGYWN0aXZlGAIgASgIEg4KBnJlYXNvbhgDIAEoCRIpCgVzaW5jZRgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAilgIKA0dwdRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEgwKBG5hbWUYAyABKAkSGgoSY29tcHV0ZV9jYXBhYmlsaXR5GAQgASgJEhcKD21lbW9yeV90b3RhbF9tYhgFIAEoBRIWCg5tZW1vcnlfdXNlZF9tYhgGIAEoBRISCgpwY2lfYnVzX2lkGAcgASgJEhEKCW51bWFfbm9kZRgIIAEoBRIPCgdoZWFsdGh5GAkgASgIEg0KBWVycm9yGAogASgJEhAKCG1pZ19tb2RlGAsgASgJEigKC21pZ19kZXZpY2VzGAwgAygLMhMubGxtZ3cudjEuTWlnRGV2aWNlEhQKDGNwdV9hZmZpbml0eRgNIAEoCSI5CglNaWdEZXZpY2USDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIPCgdwcm9maWxlGAMgASgJImsKCkdwdVByb2Nlc3MSCwoDcGlkGAEgASgFEhAKCGdwdV91dWlkGAIgASgJEhYKDnVzZWRfbWVtb3J5X21iGAMgASgFEhQKDHByb2Nlc3NfbmFtZRgEIAEoCRIQCghzaGFyZF9pZBgFIAEoCSJECgdHcHVMaW5rEgkKAWEYASABKAkSCQoBYhgCIAEoCRISCgpjb25uZWN0aW9uGAMgASgJEg8KB252bGlua3MYBCABKAUingEKA0hjYRIMCgRuYW1lGAEgASgJEgwKBHBvcnQYAiABKAUSDQoFc3RhdGUYAyABKAkSEgoKcGh5c19zdGF0ZRgEIAEoCRIRCglyYXRlX2dicHMYBSABKAESEgoKbGlua19sYXllchgGIAEoCRIRCgludW1hX25vZGUYByABKAUSDgoGZmFicmljGAggASgJEg4KBm5ldGRldhgJIAEoCSJVCgxOZXRJbnRlcmZhY2USDAoEbmFtZRgBIAEoCRIRCglhZGRyZXNzZXMYAiADKAkSCwoDbWFjGAMgASgJEgoKAnVwGAQgASgIEgsKA210dRgFIAEoBSIvChBGYWJyaWNBdHRhY2htZW50EgsKA2hjYRgBIAEoCRIOCgZmYWJyaWMYAiABKAkiOAoJSGVhcnRiZWF0Eg8KB25vZGVfaWQYASABKAkSGgoSZ3B1X21lbW9yeV91c2VkX21iGAIgAygFIo0CCgtTaGFyZFN0YXR1cxIPCgdub2RlX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSIwoFc3RhdGUYBCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBWVycm9yGAUgASgJEhEKCWV4aXRfY29kZRgGIAEoBRITCgtsYXN0X291dHB1dBgHIAMoCRILCgNwaWQYCCABKAUSDgoGc2lnbmFsGAkgASgJEg8KB2Fkb3B0ZWQYCiABKAgSJwoKZ2FuZ19icmVhaxgLIAEoCzITLmxsbWd3LnYxLkdhbmdCcmVhaxIUCgxtb2RlbF9kaWdlc3QYDCABKAkinQEKCUdhbmdCcmVhaxIMCgRyYW5rGAEgASgFEg8KB25vZGVfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSDgoGcmVhc29uGAQgASgJEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdzdGFsbGVkGAYgASgIEhMKC2ZpcnN0X3RvX2dvGAcgASgIIj4KBEdhbmcSDwoHZ2FuZ19pZBgBIAEoCRIlCgdtZW1iZXJzGAIgAygLMhQubGxtZ3cudjEuR2FuZ01lbWJlciJoCgpHYW5nTWVtYmVyEgwKBHJhbmsYASABKAUSDwoHbm9kZV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIWCg5hZ2VudF9lbmRwb2ludBgEIAEoCRIRCglodHRwX3BvcnQYBSABKAUi8QIKDFJ1bm5pbmdTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEiMKBXN0YXRlGAggASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVtb2RlbBgJIAEoCRIPCgdwcm9maWxlGAogASgJEgwKBHBvb2wYCyABKAkSDgoGZmFicmljGAwgASgJEhMKC2xlYWRlcl9hZGRyGA0gASgJEhMKC2xlYWRlcl9wb3J0GA4gASgFEgsKA3BpZBgPIAEoBRIOCgZlbmdpbmUYECABKAkSJwoKZ2FuZ19icmVhaxgRIAEoCzITLmxsbWd3LnYxLkdhbmdCcmVhaxIUCgxtb2RlbF9kaWdlc3QYEiABKAkikAIKClN0YXJ0U2hhcmQSEAoIc2hhcmRfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIMCgRyYW5rGAMgASgFEg4KBm5ub2RlcxgEIAEoBRITCgtncHVfaW5kaWNlcxgFIAMoBRIMCgRoY2FzGAYgAygJEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtsZWFkZXJfYWRkchgIIAEoCRITCgtsZWFkZXJfcG9ydBgJIAEoBRIMCgRwb29sGAogASgJEg4KBmZhYnJpYxgLIAEoCRIiCgdwcm9maWxlGAwgASgLMhEubGxtZ3cudjEuUHJvZmlsZRIcCgRnYW5nGA0gASgLMg4ubGxtZ3cudjEuR2FuZyLaAgoHUHJvZmlsZRIMCgRuYW1lGAEgASgJEg4KBmVuZ2luZRgCIAEoCRINCgVtb2RlbBgDIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgEIAEoCRIcChR0ZW5zb3JfcGFyYWxsZWxfc2l6ZRgFIAEoBRIeChZwaXBlbGluZV9wYXJhbGxlbF9zaXplGAYgASgFEgwKBGFyZ3MYByADKAkSJwoDZW52GAggAygLMhoubGxtZ3cudjEuUHJvZmlsZS5FbnZFbnRyeRIyCg9zdGFydHVwX3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHgoWbWluX2NvbXB1dGVfY2FwYWJpbGl0eRgKIAEoCRISCgpzbGVlcF9tb2RlGAsgASgIGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRwoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEigKBWdyYWNlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KCkRyYWluU2hhcmQSEAoIc2hhcmRfaWQYASABKAkiNAoDQWNrEhIKCm1lc3NhZ2VfaWQYASABKAQSCgoCb2sYAiABKAgSDQoFZXJyb3IYAyABKAkiVAoNUHJlZmV0Y2hNb2RlbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEg8KB2luY2x1ZGUYAyADKAkSEgoKcGFnZV9jYWNoZRgEIAEoCCKMAQoJTW9kZWxQdWxsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSJwoFc3RhdGUYAyABKA4yGC5sbG1ndy52MS5Nb2RlbFB1bGxTdGF0ZRISCgpieXRlc19kb25lGAQgASgEEhMKC2J5dGVzX3RvdGFsGAUgASgEEg0KBWVycm9yGAYgASgJIsEBCgtDYWNoZWRNb2RlbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEg0KBWJ5dGVzGAMgASgEEhAKCGNvbXBsZXRlGAQgASgIEi0KCWxhc3RfdXNlZBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcmVzaWRlbnRfYnl0ZXMYBiABKAQSEgoKbG9hZF9ieXRlcxgHIAEoBBIWCg5jb250ZW50X2RpZ2VzdBgIIAEoCSItCgpTbGVlcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEg0KBWxldmVsGAIgASgNIh0KCVdha2VTaGFyZBIQCghzaGFyZF9pZBgBIAEoCSrQAgoMR3B1RXZlbnRLaW5kEh4KGkdQVV9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSR1BVX0VWRU5UX0tJTkRfWElEEAESIQodR1BVX0VWRU5UX0tJTkRfRUNDX0RPVUJMRV9CSVQQAhIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfUEVORElORxADEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9GQUlMVVJFEAQSGwoXR1BVX0VWRU5UX0tJTkRfR1BVX0xPU1QQBRIeChpHUFVfRVZFTlRfS0lORF9OVkxJTktfRE9XThAGEhoKFkdQVV9FVkVOVF9LSU5EX0NMRUFSRUQQBxIYChRHUFVfRVZFTlRfS0lORF9SRVNFVBAIEiYKIkdQVV9FVkVOVF9LSU5EX0NMRUFSRURfQllfT1BFUkFUT1IQCSqMAgoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIZChVTSEFSRF9TVEFURV9VTkhFQUxUSFkQAxIYChRTSEFSRF9TVEFURV9EUkFJTklORxAEEhgKFFNIQVJEX1NUQVRFX1NUT1BQSU5HEAUSFwoTU0hBUkRfU1RBVEVfU1RPUFBFRBAGEhYKElNIQVJEX1NUQVRFX0ZBSUxFRBAHEhYKElNIQVJEX1NUQVRFX0VYSVRFRBAIEhgKFFNIQVJEX1NUQVRFX1NMRUVQSU5HEAkqxAEKDk1vZGVsUHVsbFN0YXRlEiAKHE1PREVMX1BVTExfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhNT0RFTF9QVUxMX1NUQVRFX1NUQVJURUQQARIdChlNT0RFTF9QVUxMX1NUQVRFX1BST0dSRVNTEAISGQoVTU9ERUxfUFVMTF9TVEFURV9ET05FEAMSGwoXTU9ERUxfUFVMTF9TVEFURV9GQUlMRUQQBBIbChdNT0RFTF9QVUxMX1NUQVRFX1dBUk1FRBAFMk8KDEFnZW50U2VydmljZRI/CgdDb25uZWN0EhYubGxtZ3cudjEuQWdlbnRNZXNzYWdlGhgubGxtZ3cudjEuQ29udHJvbE1lc3NhZ2UoATABYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -912,13 +912,16 @@ export type ModelWarmth = Message<"llmgw.v1.ModelWarmth"> & {
 
   /**
    * What the node offers now, warmest first: "serving" (a READY shard of it),
-   * "sleeping" (a SLEEPING shard), "page-cache" (complete in the store and at
+   * "sleeping-l1" / "sleeping-l2" (a SLEEPING shard, by its sleep level:
+   * earlier agents said "sleeping"), "page-cache" (complete in the store and at
    * least 90% of its bytes in the page cache), "store" (complete in
    * models.cache_dir), "partial" (in the store, not complete), "absent" (not
    * in the store), or "unmanaged" (the agent has no model store).
-   * "page-cache+compile" and "store+compile": the same, with a compile cache
-   * for the model and engine in the store (vLLM's torch_compile_cache,
-   * Inductor's, Triton's), so a start skips its compile.
+   * "page-cache+compile" and "store+compile": the same, with the compile
+   * cache a READY start of this very profile was seen to use (vLLM's
+   * "Using cache directory" folder, SGLang's sglang/torch_compile_cache one)
+   * still there under the account the next start runs as (issue 51).
+   * complete and residency follow the engines' loaders (CachedModel.load_bytes).
    *
    * @generated from field: string rung = 4;
    */
@@ -955,13 +958,16 @@ export type ModelWarmthJson = {
 
   /**
    * What the node offers now, warmest first: "serving" (a READY shard of it),
-   * "sleeping" (a SLEEPING shard), "page-cache" (complete in the store and at
+   * "sleeping-l1" / "sleeping-l2" (a SLEEPING shard, by its sleep level:
+   * earlier agents said "sleeping"), "page-cache" (complete in the store and at
    * least 90% of its bytes in the page cache), "store" (complete in
    * models.cache_dir), "partial" (in the store, not complete), "absent" (not
    * in the store), or "unmanaged" (the agent has no model store).
-   * "page-cache+compile" and "store+compile": the same, with a compile cache
-   * for the model and engine in the store (vLLM's torch_compile_cache,
-   * Inductor's, Triton's), so a start skips its compile.
+   * "page-cache+compile" and "store+compile": the same, with the compile
+   * cache a READY start of this very profile was seen to use (vLLM's
+   * "Using cache directory" folder, SGLang's sglang/torch_compile_cache one)
+   * still there under the account the next start runs as (issue 51).
+   * complete and residency follow the engines' loaders (CachedModel.load_bytes).
    *
    * @generated from field: string rung = 4;
    */
@@ -1020,6 +1026,19 @@ export type TimeToReady = Message<"llmgw.v1.TimeToReady"> & {
    * @generated from field: string basis = 4;
    */
   basis: string;
+
+  /**
+   * The spread of the measured samples (issue 51): their 50th and 90th
+   * percentile (nearest rank); 0 for a modelled figure.
+   *
+   * @generated from field: double p50_seconds = 5;
+   */
+  p50Seconds: number;
+
+  /**
+   * @generated from field: double p90_seconds = 6;
+   */
+  p90Seconds: number;
 };
 
 /**
@@ -1060,6 +1079,19 @@ export type TimeToReadyJson = {
    * @generated from field: string basis = 4;
    */
   basis?: string;
+
+  /**
+   * The spread of the measured samples (issue 51): their 50th and 90th
+   * percentile (nearest rank); 0 for a modelled figure.
+   *
+   * @generated from field: double p50_seconds = 5;
+   */
+  p50Seconds?: number | "NaN" | "Infinity" | "-Infinity";
+
+  /**
+   * @generated from field: double p90_seconds = 6;
+   */
+  p90Seconds?: number | "NaN" | "Infinity" | "-Infinity";
 };
 
 /**
@@ -1848,6 +1880,14 @@ export type ShardStatus = Message<"llmgw.v1.ShardStatus"> & {
    * @generated from field: llmgw.v1.GangBreak gang_break = 11;
    */
   gangBreak?: GangBreak | undefined;
+
+  /**
+   * The content digest (CachedModel.content_digest) of the model this shard
+   * serves, when it started from the node's store; empty otherwise (issue 51).
+   *
+   * @generated from field: string model_digest = 12;
+   */
+  modelDigest: string;
 };
 
 /**
@@ -1916,6 +1956,14 @@ export type ShardStatusJson = {
    * @generated from field: llmgw.v1.GangBreak gang_break = 11;
    */
   gangBreak?: GangBreakJson;
+
+  /**
+   * The content digest (CachedModel.content_digest) of the model this shard
+   * serves, when it started from the node's store; empty otherwise (issue 51).
+   *
+   * @generated from field: string model_digest = 12;
+   */
+  modelDigest?: string;
 };
 
 /**
@@ -2269,6 +2317,13 @@ export type RunningShard = Message<"llmgw.v1.RunningShard"> & {
    * @generated from field: llmgw.v1.GangBreak gang_break = 17;
    */
   gangBreak?: GangBreak | undefined;
+
+  /**
+   * As ShardStatus.model_digest.
+   *
+   * @generated from field: string model_digest = 18;
+   */
+  modelDigest: string;
 };
 
 /**
@@ -2362,6 +2417,13 @@ export type RunningShardJson = {
    * @generated from field: llmgw.v1.GangBreak gang_break = 17;
    */
   gangBreak?: GangBreakJson;
+
+  /**
+   * As ShardStatus.model_digest.
+   *
+   * @generated from field: string model_digest = 18;
+   */
+  modelDigest?: string;
 };
 
 /**
@@ -2993,11 +3055,33 @@ export type CachedModel = Message<"llmgw.v1.CachedModel"> & {
   /**
    * Bytes of its files in the host's page cache at the store's last scan
    * (fincore: mincore(2) of each file), in whole percents of bytes; 0 for a
-   * model not complete, or where fincore cannot say (issue 41).
+   * model not complete, or where fincore cannot say (issue 41). Counted over
+   * the files the engines' loaders read at this revision (load_bytes), not
+   * .bin twins, original/ or other revisions (issue 51).
    *
    * @generated from field: uint64 resident_bytes = 6;
    */
   residentBytes: bigint;
+
+  /**
+   * Bytes of the files vLLM's and SGLang's default loaders read at start at
+   * this revision (indexed safetensors, config and tokenizer files; never
+   * original/ nor .bin twins of safetensors). complete means every one of
+   * them is in the store and verified: a pull of *.json alone is not (issue 51).
+   *
+   * @generated from field: uint64 load_bytes = 7;
+   */
+  loadBytes: bigint;
+
+  /**
+   * The model's identity by content (issue 51): "sha256:<hex>" over the
+   * sorted "<path> <etag>" lines of those files, each etag the digest the
+   * store verified the bytes against at the pull (sha256 for LFS files, git
+   * blob sha1 otherwise). Empty when not complete.
+   *
+   * @generated from field: string content_digest = 8;
+   */
+  contentDigest: string;
 };
 
 /**
@@ -3037,11 +3121,33 @@ export type CachedModelJson = {
   /**
    * Bytes of its files in the host's page cache at the store's last scan
    * (fincore: mincore(2) of each file), in whole percents of bytes; 0 for a
-   * model not complete, or where fincore cannot say (issue 41).
+   * model not complete, or where fincore cannot say (issue 41). Counted over
+   * the files the engines' loaders read at this revision (load_bytes), not
+   * .bin twins, original/ or other revisions (issue 51).
    *
    * @generated from field: uint64 resident_bytes = 6;
    */
   residentBytes?: string;
+
+  /**
+   * Bytes of the files vLLM's and SGLang's default loaders read at start at
+   * this revision (indexed safetensors, config and tokenizer files; never
+   * original/ nor .bin twins of safetensors). complete means every one of
+   * them is in the store and verified: a pull of *.json alone is not (issue 51).
+   *
+   * @generated from field: uint64 load_bytes = 7;
+   */
+  loadBytes?: string;
+
+  /**
+   * The model's identity by content (issue 51): "sha256:<hex>" over the
+   * sorted "<path> <etag>" lines of those files, each etag the digest the
+   * store verified the bytes against at the pull (sha256 for LFS files, git
+   * blob sha1 otherwise). Empty when not complete.
+   *
+   * @generated from field: string content_digest = 8;
+   */
+  contentDigest?: string;
 };
 
 /**

@@ -17,6 +17,7 @@ import { steadyStateFigure } from './steady-state-figure.js';
 import { warmStartFigures } from './warm-start-figures.js';
 import { warmthFigure } from './warmth-figure.js';
 import { gangFenceFigure } from './gang-fence-figure.js';
+import { bigNodeFigure } from './big-node-figure.js';
 
 export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean): Record<string, () => Promise<void>> {
   const FIGURES: Record<string, () => Promise<void>> = {
@@ -41,5 +42,6 @@ export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean):
   FIGURES['14'] = () => warmStartFigures(rows, notes, quick);
   FIGURES['14d'] = () => warmthFigure(rows, notes);
   FIGURES['15'] = () => gangFenceFigure(rows, notes, quick);
+  FIGURES['16'] = () => bigNodeFigure(rows, notes, quick);
   return FIGURES;
 }

@@ -154,9 +154,10 @@ export function spawnFloor(server: string, nodeId: string, stateDir: string): Be
  * floor of figure 5b, probing `ports` and stat-ing the shards' logs under
  * `dirs` as the agent does. It runs with the agent's runtime flags (the
  * unit's NODE_OPTIONS and the --no-opt bin/run.js sets for `agent run`) and
- * its fake GPUs, so the two differ in what they do, not how V8 runs it.
+ * its fake GPUs (`fakeGpus`, a data set bin/fake-nvidia-smi reads), so the
+ * two differ in what they do, not how V8 runs it.
  */
-export function spawnSteadyFloor(server: string, nodeId: string, dirs: AgentDirs, ports: readonly number[], nvidiaSmi: string): BenchAgent {
+export function spawnSteadyFloor(server: string, nodeId: string, dirs: AgentDirs, ports: readonly number[], nvidiaSmi: string, fakeGpus = 'hgx-h100x8'): BenchAgent {
   const spawnedAtMs = Date.now();
   const script = fileURLToPath(new URL('./steady-floor.mjs', import.meta.url));
   const child = execa(process.execPath, ['--no-opt', script, server, nodeId, nvidiaSmi, dirs.stateDir, dirs.logDir, ...ports.map(String)], {
@@ -164,7 +165,7 @@ export function spawnSteadyFloor(server: string, nodeId: string, dirs: AgentDirs
     stdin: 'ignore',
     stdout: 'ignore',
     stderr: 'inherit',
-    env: { LLMGW_FAKE_GPUS: 'hgx-h100x8', NODE_OPTIONS: unitNodeOptions() },
+    env: { LLMGW_FAKE_GPUS: fakeGpus, NODE_OPTIONS: unitNodeOptions() },
   });
   children.push(child);
   return { pid: child.pid as number, spawnedAtMs, exited: child.then(() => Date.now()), kill: (signal = 'SIGTERM') => child.kill(signal) };

@@ -18,6 +18,7 @@ import { warmStartFigures } from './warm-start-figures.js';
 import { warmthFigure } from './warmth-figure.js';
 import { warmPageCacheFigure } from './warm-page-cache-figure.js';
 import { gangFenceFigure } from './gang-fence-figure.js';
+import { bigNodeFigure } from './big-node-figure.js';
 
 export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean): Record<string, () => Promise<void>> {
   const FIGURES: Record<string, () => Promise<void>> = {
@@ -45,5 +46,6 @@ export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean):
   FIGURES['14b'] = () => warmStartFigures(rows, notes, quick, 'pull');
   FIGURES['14e'] = () => warmPageCacheFigure(rows, notes, quick);
   FIGURES['15'] = () => gangFenceFigure(rows, notes, quick);
+  FIGURES['16'] = () => bigNodeFigure(rows, notes, quick);
   return FIGURES;
 }

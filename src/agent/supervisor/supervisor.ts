@@ -268,6 +268,18 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return [...this.runners.values()].map((r) => r.snapshot());
   }
 
+  /**
+   * The ranks of multi-node replicas (nnodes > 1), the only shards the gang
+   * watch looks at: it asks every second, and a snapshot of every shard of
+   * a node without gangs each time was a quarter of an idle agent's
+   * allocation (bench 5b), growing with the shards.
+   */
+  listGangRanks(): ShardSnapshot[] {
+    const ranks: ShardSnapshot[] = [];
+    for (const r of this.runners.values()) if (r.spec.nnodes > 1) ranks.push(r.snapshot());
+    return ranks;
+  }
+
   private mustGet(shardId: ShardId): ShardRunner {
     const runner = this.runners.get(shardId);
     if (!runner) throw failure(`no shard ${shardId} is supervised here`);

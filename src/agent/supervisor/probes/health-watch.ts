@@ -205,6 +205,10 @@ export function watchHealth(opts: {
     load = UNKNOWN_LOAD;
     metricsText = undefined;
     const v = await judge();
+    // Not held until the next tick: an engine's /metrics (hundreds of KiB
+    // for vLLM) kept for a health interval outlives the young generation and
+    // is copied into the old one, a major collection's work, every tick.
+    metricsText = undefined;
     if (signal.aborted) return;
     last = v;
     opts.onLoad?.(load);

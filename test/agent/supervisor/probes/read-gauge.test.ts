@@ -19,6 +19,24 @@ describe('readGauge', () => {
   it('says nothing about a gauge that is not there', () => {
     expect(readGauge(text, 'vllm:num_requests_waiting')).toBeUndefined();
   });
+  it('reads only lines that start with the name: not the name inside a label value or a comment, nor a longer name', () => {
+    const t = [
+      'other_metric{note="vllm:num_requests_running 50"} 7',
+      '#vllm:num_requests_running 60',
+      'xvllm:num_requests_running 70',
+      'vllm:num_requests_running2 80',
+      'vllm:num_requests_running{model_name="a"} 2',
+    ].join('\n');
+    expect(readGauge(t, 'vllm:num_requests_running')).toBe(2);
+    expect(readGauge(t, 'other_metric')).toBe(7);
+  });
+  it('reads the first line, a last line without a newline, and CRLF line ends', () => {
+    expect(readGauge('g 1\r\nh 2\r\ng{a="x"} 3', 'g')).toBe(4);
+    expect(readGauge('h 2\r\ng 5', 'g')).toBe(5);
+  });
+  it('takes the one label set of a gauge as it is, whatever its labels say', () => {
+    expect(readGauge('g{priority="1",pp_rank="2"} 6\n', 'g')).toBe(6);
+  });
 });
 
 describe('readGauge over the label sets SGLang writes twice', () => {

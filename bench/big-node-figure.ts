@@ -1,0 +1,175 @@
+/**
+ * Figure 16: the cost of a big node (issue 52 item 4). For 8, 32 and 64 sim
+ * shards, each on its own GPU of a fake box with that many GPUs, the agent's
+ * CPU and RSS in steady state beside its floor (bench/steady-floor.mjs
+ * probing the same shards and reading the same box) in the same minute, and
+ * the time from each engine's first answer to its READY on the stream while
+ * all of them start at once.
+ *
+ * "The engine's first answer" is when the sim writes "Uvicorn running on" to
+ * its log, right after its server listens (src/sim/sim-engine.ts), seen through one
+ * inotify watch of the shards' log directory: polling 64 loading engines
+ * every few milliseconds from the bench would load the machine the figure
+ * measures.
+ */
+import { mkdirSync, readFileSync, watch, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ShardState } from '../src/gen/llmgw/v1/agent_pb.js';
+import { FAKE_NVIDIA_SMI } from '../test/helpers/agent-config-yaml.js';
+import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
+import { cleanup, controlPlane, cpuSeconds, freePort, newRoot, rssMb, sleep, spawnAgent, spawnSteadyFloor } from './bench-support.js';
+import type { BenchRow } from './fleet-figure.js';
+
+export const BIG_NODE_COUNTS = [8, 32, 64] as const;
+
+/** What the sim writes once its server listens (src/sim/sim-engine.ts), as vLLM's uvicorn does. */
+const STARTUP_LINE = 'Uvicorn running on';
+
+/** The engines' load time: LOAD_BASE_MS + LOAD_PER_SHARD_MS a shard, then LOAD_SPREAD_MS between one engine's answer and the next. */
+const LOAD_BASE_MS = 5000;
+const LOAD_PER_SHARD_MS = 600;
+const LOAD_SPREAD_MS = 100;
+
+const pct = (xs: number[], p: number) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.max(0, Math.ceil((p / 100) * s.length) - 1))] as number;
+};
+
+/**
+ * A fake box of `n` H100s in bin/fake-nvidia-smi's formats (fixtures/gpu's
+ * header lists them) under `dir`: every GPU on one NVLink switch, none busy.
+ */
+export function writeFakeBox(dir: string, n: number): string {
+  mkdirSync(dir, { recursive: true });
+  const gpus = Array.from({ length: n }, (_, i) => i);
+  const uuid = (i: number) => `GPU-3f1c0a5e-8b2d-4c7a-9e61-${i.toString(16).padStart(12, '0')}`;
+  const bus = (i: number) => `00000000:${(0x10 + i).toString(16).toUpperCase().padStart(2, '0')}:00.0`;
+  writeFileSync(
+    join(dir, 'query-gpu.csv'),
+    [
+      'index, uuid, name, pci.bus_id, memory.total [MiB], memory.used [MiB], driver_version, compute_cap, mig.mode.current, temperature.gpu, utilization.gpu [%]',
+      ...gpus.map((i) => `${i}, ${uuid(i)}, NVIDIA H100 80GB HBM3, ${bus(i)}, 81559 MiB, 0 MiB, 550.54.15, 9.0, Disabled, 31, 0 %`),
+    ].join('\n') + '\n',
+  );
+  writeFileSync(join(dir, 'list-L.txt'), gpus.map((i) => `GPU ${i}: NVIDIA H100 80GB HBM3 (UUID: ${uuid(i)})`).join('\n') + '\n');
+  const half = Math.ceil(n / 2);
+  const rows = gpus.map((i) => [`GPU${i}`, ...gpus.map((j) => (i === j ? ' X ' : 'NV18')), i < half ? '0-55,112-167' : '56-111,168-223', i < half ? '0' : '1', '', 'N/A'].join('\t'));
+  writeFileSync(join(dir, 'topo-m.txt'), [`\t${gpus.map((i) => `GPU${i}`).join('\t')}\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID`, ...rows, '', 'Legend:', '', '  X    = Self', '  NV#  = Connection traversing a bonded set of # NVLinks', ''].join('\n'));
+  writeFileSync(join(dir, 'version.txt'), 'NVIDIA-SMI version  : 550.54.15\nNVML version        : 550.54\nDRIVER version      : 550.54.15\nCUDA Version        : 12.4\n');
+  return dir;
+}
+
+interface CountFigures {
+  n: number;
+  agentCpuPct: number;
+  floorCpuPct: number;
+  rssMaxMb: number;
+  readyLagMs: number[];
+  /** StartShard sent → the engine's startup line: the engines' own start, which the agent does not control. */
+  engineStartMs: number[];
+  load: string;
+}
+
+async function measureCount(n: number, seconds: number): Promise<CountFigures> {
+  const { cp, url } = await controlPlane();
+  const dirs = newRoot(`f16-${n}`);
+  const box = writeFakeBox(join(dirs.root, 'gpus'), n);
+  const agent = spawnAgent(url, dirs, { heartbeat: '1s', env: { LLMGW_FAKE_GPUS: box } });
+  await cp.waitFor('node-a', isRegister, 30_000);
+
+  const ids = Array.from({ length: n }, (_, i) => `s${i}`);
+  const ports: number[] = [];
+  for (let i = 0; i < n; i++) ports.push(await freePort());
+  const shardLogs = join(dirs.logDir, 'shards');
+  mkdirSync(shardLogs, { recursive: true });
+  const answeredAt = new Map<string, number>();
+  const readyAt = new Map<string, number>();
+  const watcher = watch(shardLogs, (_event, file) => {
+    const id = file?.toString().replace(/\.log$/, '');
+    if (!id || !ids.includes(id) || answeredAt.has(id)) return;
+    const at = performance.now();
+    try {
+      if (readFileSync(join(shardLogs, `${id}.log`), 'utf8').includes(STARTUP_LINE)) answeredAt.set(id, at);
+    } catch {
+      // Not created yet, or rotated: the next change says.
+    }
+  });
+  const onMessage = (nodeId: string, m: Parameters<typeof isRegister>[0]) => {
+    if (nodeId === 'node-a' && m.msg.case === 'shard' && m.msg.value.state === ShardState.READY && !readyAt.has(m.msg.value.shardId)) readyAt.set(m.msg.value.shardId, performance.now());
+  };
+  cp.on('message', onMessage);
+  const ready = ids.map((id) => cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 240_000));
+  const sentAt = performance.now();
+  // Every engine loads until all have started (64 Node processes starting on 2
+  // loaded cores took 27 s), then they answer one after another, LOAD_SPREAD_MS
+  // apart: the lag is the agent's with N readiness waits under way, not the
+  // machine's while N processes start.
+  const loadMs = (i: number) => LOAD_BASE_MS + LOAD_PER_SHARD_MS * n + LOAD_SPREAD_MS * i;
+  for (const [i, id] of ids.entries()) cp.send('node-a', { case: 'start', value: simStart(id, ports[i] as number, { gpu: i, args: ['--load-time', `${loadMs(i)}ms`] }) });
+  const ends = await Promise.all(ready);
+  cp.off('message', onMessage);
+  watcher.close();
+  const failed = ends.find((m) => m.msg.case === 'shard' && m.msg.value.state !== ShardState.READY);
+  if (failed && failed.msg.case === 'shard') throw new Error(`${n} shards: ${failed.msg.value.shardId} did not become READY: ${failed.msg.value.error}`);
+  // A startup line seen after READY (the watch's event came late): the lag is under the watch's resolution.
+  const readyLagMs = ids.filter((id) => answeredAt.has(id)).map((id) => Math.max(0, (readyAt.get(id) as number) - (answeredAt.get(id) as number)));
+  const engineStartMs = ids.filter((id) => answeredAt.has(id)).map((id) => (answeredAt.get(id) as number) - sentAt);
+  if (readyLagMs.length < n / 2) throw new Error(`${n} shards: the startup line was seen for only ${readyLagMs.length}`);
+
+  const floorRegistered = cp.waitFor('steady-floor', isRegister, 30_000);
+  const floor = spawnSteadyFloor(url, 'steady-floor', dirs, ports, FAKE_NVIDIA_SMI, box);
+  await floorRegistered;
+  await sleep(3000);
+  const cpu0 = cpuSeconds(agent.pid);
+  const floorCpu0 = cpuSeconds(floor.pid);
+  let rssMaxMb = 0;
+  for (let i = 0; i < seconds; i++) {
+    await sleep(1000);
+    rssMaxMb = Math.max(rssMaxMb, rssMb(agent.pid));
+  }
+  const agentCpuPct = ((cpuSeconds(agent.pid) - cpu0) / seconds) * 100;
+  const floorCpuPct = ((cpuSeconds(floor.pid) - floorCpu0) / seconds) * 100;
+  return { n, agentCpuPct, floorCpuPct, rssMaxMb, readyLagMs, engineStartMs, load: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ') };
+}
+
+export async function bigNodeFigure(rows: BenchRow[], notes: string[], quick: boolean): Promise<void> {
+  const seconds = quick ? 20 : 60;
+  const all: CountFigures[] = [];
+  for (const n of BIG_NODE_COUNTS) {
+    // One count at a time, each with its own agent, control plane and shards.
+    all.push(await measureCount(n, seconds));
+    await cleanup();
+  }
+  const base = all[0] as CountFigures;
+  for (const f of all) {
+    const ratio = f.agentCpuPct / f.floorCpuPct;
+    const perShard = f.agentCpuPct / f.n;
+    const basePerShard = base.agentCpuPct / base.n;
+    rows.push({
+      figure: `16 agent CPU over ${seconds} s, ${f.n} shards on ${f.n} fake GPUs, beside its floor`,
+      measured: `${f.agentCpuPct.toFixed(2)} % (${ratio.toFixed(2)}x floor; ${(perShard * 1000).toFixed(0)} m% a shard)`,
+      reference: `floor: ${f.floorCpuPct.toFixed(2)} %; 8 shards: ${(basePerShard * 1000).toFixed(0)} m% a shard; load ${f.load}`,
+      target: '<= 1.3x floor, at most linear',
+      // Linear: no more a shard than at 8 (with a tenth for the minute's noise).
+      met: ratio <= 1.3 && perShard <= basePerShard * 1.1,
+    });
+    const rssTarget = 70 + (f.n - 8);
+    rows.push({
+      figure: `16 agent RSS over ${seconds} s, ${f.n} shards`,
+      measured: `max ${f.rssMaxMb.toFixed(1)} MB`,
+      reference: `8 shards: ${base.rssMaxMb.toFixed(1)} MB`,
+      target: `<= ${rssTarget} MB (70 MB + 1 MB a shard beyond 8)`,
+      met: f.rssMaxMb <= rssTarget,
+    });
+    rows.push({
+      figure: `16 engine's first answer -> READY on the stream, ${f.n} shards started at once`,
+      measured: `p50 ${pct(f.readyLagMs, 50).toFixed(0)} ms, p95 ${pct(f.readyLagMs, 95).toFixed(0)} ms, max ${pct(f.readyLagMs, 100).toFixed(0)} ms (${f.readyLagMs.length} shards)`,
+      reference: `StartShard -> the engine's startup line (its load time included): p50 ${pct(f.engineStartMs, 50).toFixed(0)} ms, p95 ${pct(f.engineStartMs, 95).toFixed(0)} ms`,
+      target: f.n === 64 ? '<= 100 ms p95' : 'at most linear',
+      met: f.n === 64 ? pct(f.readyLagMs, 95) <= 100 : undefined,
+    });
+  }
+  notes.push(
+    `16: a fake box of N H100s (bench/big-node-figure.ts writeFakeBox, bin/fake-nvidia-smi), one sim shard a GPU, all started at once, loading until all have started (${LOAD_BASE_MS} ms + ${LOAD_PER_SHARD_MS} ms a shard) and answering ${LOAD_SPREAD_MS} ms apart; steady state with a 1 s heartbeat and production timers (health 10 s, discovery 60 s); the floor (bench/steady-floor.mjs) probes the same N engines and reads the same box. The first answer is the sim's startup log line, seen by an inotify watch of the log directory.`,
+  );
+}

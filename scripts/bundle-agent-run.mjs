@@ -48,7 +48,8 @@ const REQUIRED_WHERE_USED = ['prom-client'];
 function requireWhereUsed(text) {
   let out = text;
   for (const pkg of REQUIRED_WHERE_USED) {
-    out = out.replace(new RegExp(`^import \\{([^}]*)\\} from '${pkg}';$`, 'gm'), (_, names) => `const {${names.replaceAll(' as ', ': ')}} = require('${pkg}');`);
+    // Either quote: tsc kept the source's, esbuild (scripts/transpile-src.mjs) writes double.
+    out = out.replace(new RegExp(`^import \\{([^}]*)\\} from ['"]${pkg}['"];$`, 'gm'), (_, names) => `const {${names.replaceAll(' as ', ': ')}} = require('${pkg}');`);
   }
   return out;
 }

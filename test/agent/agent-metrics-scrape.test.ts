@@ -43,7 +43,7 @@ const FAMILIES: Record<string, string[]> = {
   llmgw_shard_gpu_info: ['shard', 'replica', 'gpu', 'UUID', 'pci_bus_id'],
   llmgw_replica_launches_total: ['replica', 'model', 'engine'],
   llmgw_model_time_to_ready_seconds: ['model', 'engine', 'profile', 'from'],
-  llmgw_model_time_to_ready_quantile_seconds: ['model', 'engine', 'profile', 'from', 'quantile'],
+  llmgw_model_time_to_ready_percentile_seconds: ['model', 'engine', 'profile', 'from', 'percentile'],
   llmgw_model_warmth_info: ['model', 'engine', 'profile', 'rung'],
   // prom-client's default collectors: the process and the Node runtime.
   process_cpu_user_seconds_total: [],
@@ -172,9 +172,9 @@ describe('llmgw agent run, scraped by Prometheus', () => {
     const model = { model: 'sim/m', engine: 'sim', profile: 'sim-small' };
     expect(value(m, 'llmgw_model_time_to_ready_seconds', { ...model, from: 'unmanaged' })).toBeGreaterThan(0.2);
     // Its spread (issue 51): P90 at or above P50, both measured.
-    const p50 = value(m, 'llmgw_model_time_to_ready_quantile_seconds', { ...model, from: 'unmanaged', quantile: '0.5' }) ?? 0;
+    const p50 = value(m, 'llmgw_model_time_to_ready_percentile_seconds', { ...model, from: 'unmanaged', percentile: '50' }) ?? 0;
     expect(p50).toBeGreaterThan(0.2);
-    expect(value(m, 'llmgw_model_time_to_ready_quantile_seconds', { ...model, from: 'unmanaged', quantile: '0.9' })).toBeGreaterThanOrEqual(p50);
+    expect(value(m, 'llmgw_model_time_to_ready_percentile_seconds', { ...model, from: 'unmanaged', percentile: '90' })).toBeGreaterThanOrEqual(p50);
     expect(value(m, 'llmgw_model_warmth_info', { ...model, rung: 'serving' })).toBe(1);
     expect(value(m, 'llmgw_shard_generation_tokens_per_second', s1)).toBe(0);
 

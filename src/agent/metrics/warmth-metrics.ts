@@ -4,7 +4,7 @@ import type { ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
 /**
  * llmgw_model_time_to_ready_seconds{model, engine, profile, from}: the median
  * time to READY this node measured from each rung (Inventory.warmth), and
- * llmgw_model_time_to_ready_quantile_seconds{…, quantile="0.5"|"0.9"}: the
+ * llmgw_model_time_to_ready_percentile_seconds{…, percentile="50"|"90"}: the
  * spread of those samples (issue 51: a measured cold-start horizon), and
  * llmgw_model_warmth_info{model, engine, profile, rung} = 1 for the rung it
  * offers now; read at scrape time, so a model gone from the ledger leaves no series.
@@ -21,17 +21,17 @@ export function registerWarmthMetrics(registry: Registry, warmth: () => readonly
     },
   });
   new Gauge({
-    name: 'llmgw_model_time_to_ready_quantile_seconds',
+    name: 'llmgw_model_time_to_ready_percentile_seconds',
     help: 'P50 and P90 (nearest rank) of the seconds to READY measured on this node from each rung, over the same samples as llmgw_model_time_to_ready_seconds.',
-    labelNames: ['model', 'engine', 'profile', 'from', 'quantile'],
+    labelNames: ['model', 'engine', 'profile', 'from', 'percentile'],
     registers: [registry],
     collect() {
       this.reset();
       for (const w of warmth()) {
         for (const t of w.learned) {
           if (t.samples === 0) continue;
-          this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from, quantile: '0.5' }, t.p50Seconds);
-          this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from, quantile: '0.9' }, t.p90Seconds);
+          this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from, percentile: '50' }, t.p50Seconds);
+          this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from, percentile: '90' }, t.p90Seconds);
         }
       }
     },

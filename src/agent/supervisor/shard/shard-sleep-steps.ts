@@ -116,6 +116,20 @@ export async function releaseShard(h: SleepHands, { api, level, before }: Prepar
   }
 }
 
+/** READY → SLEEPING, said before the engine is asked: prepared, applied to the machine (refused in one line), then released. */
+export async function sleepShard(h: SleepHands, level: number, probes: SleepProbes): Promise<void> {
+  const p = await prepareSleep(h, level, probes);
+  try {
+    const why = `sleep level ${p.level} requested (GPUs ${h.spec.gpuIndices.join(',')} hold ${p.before} MiB)`;
+    const asked = h.apply({ kind: 'sleep', level: p.level, awakeMib: p.before, why });
+    if ('refused' in asked) throw failure(`sleep refused: shard ${h.shardId} ${asked.refused}`);
+    await releaseShard(h, p, probes);
+  } finally {
+    // Its copy made (MemAvailable shows it now) or never to be: the host RAM it was promised is free for the next sleep.
+    p.claim?.release();
+  }
+}
+
 /**
  * SLEEPING → READY: the engine is woken, must answer as at a start
  * (readiness), its GPUs hold most of what they held before the sleep, and

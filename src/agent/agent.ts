@@ -10,7 +10,8 @@ import { ControlPlaneConnection } from './connection/control-plane-connection.js
 import { type AdminBackend, adminBackend, type GpuFaultClearing, type GpuHealthView } from './admin/admin-backend.js';
 import { AgentEventRing } from './events/agent-event-ring.js';
 import { adoptionEvents, connectionEvent, cordonEvent, diskPressureEvent, gpuEventEvent, refusalEvent } from './events/describe-agent-event.js';
-import { GpuHealthWatch, type WatchedGpu } from './health/gpu-health-watch.js';
+import { GpuHealthWatch } from './health/gpu-health-watch.js';
+import { watchedGpus } from './health/watched-gpu.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
 import { agentSleepProbes } from './agent-sleep-probes.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
@@ -33,11 +34,6 @@ import { type PortGuard, SleepPortGuards } from './sleep-port-guards.js';
 import { NftPortGuard } from '../lib/net/nft-port-guard.js';
 import { StatusReporter } from './connection/status-reporter.js';
 import type { Supervisor } from './supervisor/supervisor.js';
-
-/** The GPUs of an inventory as the health watch knows them. */
-function watchedGpus(inventory: Inventory): WatchedGpu[] {
-  return inventory.gpus.map((g) => ({ index: g.index, uuid: g.uuid, pciBusId: g.pciBusId, ...(g.healthy ? {} : { discoveryFault: g.error || 'unhealthy in the inventory' }) }));
-}
 
 export interface AgentOptions {
   config: AgentConfig;

@@ -4,6 +4,7 @@ import { parseDuration } from '../lib/duration.js';
 import { describeValue } from '../lib/describe-value.js';
 import { describeErrno } from '../lib/errno.js';
 import { configError } from '../lib/errors.js';
+import { dataParallelRanks } from '../lib/engine-gpu-count.js';
 import { ENGINE_NAMES, isEngineName } from '../lib/engine-names.js';
 import { nearestName } from '../lib/nearest-name.js';
 import {
@@ -245,8 +246,8 @@ function readReplicaGroup(
     throw bad(`${k}.profile`, `unknown profile ${JSON.stringify(profileName)}${guess ? `; did you mean ${guess}?` : `; profiles: ${[...profiles.keys()].join(', ')}`}`, e.get('profile')?.value);
   }
   const nnodes = readInt(e.get('nnodes'), `${k}.nnodes`, bad, 1, 1);
-  // A vLLM profile's DP ranks each hold tp × pp GPUs, as the agent counts them (validate-shard.ts).
-  const dp = profile.engine === 'vllm' ? vllmDataParallelSize(profile.args) : 1;
+  // A profile's DP ranks (vLLM's) each hold tp × pp GPUs, as the agent counts them (validate-shard.ts).
+  const dp = dataParallelRanks(profile.engine, profile.args);
   const gpusTotal = profile.tensorParallelSize * profile.pipelineParallelSize * dp;
   const gpusEntry = e.get('gpus_per_shard');
   const gpusPerShard = readInt(gpusEntry, `${k}.gpus_per_shard`, bad, 0, Math.max(1, Math.ceil(gpusTotal / nnodes)));
@@ -278,20 +279,4 @@ function readReplicaGroup(
   const pool = readString(e.get('pool'), `${k}.pool`, bad, false) ?? '';
   const fabric = readString(e.get('fabric'), `${k}.fabric`, bad, false) ?? '';
   return ids.map((id) => ({ id, group: name, profile, gpusPerShard, nnodes, pool, fabric }));
-}
-
-/**
- * The --data-parallel-size (-dp, --data-parallel-size=N) a vLLM profile's args
- * give, the last one winning as in argparse; 1 when none or not a positive
- * integer (the agent refuses that shard with the reason).
- */
-function vllmDataParallelSize(args: readonly string[]): number {
-  let text: string | undefined;
-  for (let i = 0; i < args.length; i++) {
-    const a = args[i] as string;
-    const eq = a.indexOf('=');
-    const name = eq === -1 ? a : a.slice(0, eq);
-    if (name === '--data-parallel-size' || name === '-dp') text = eq === -1 ? args[i + 1] : a.slice(eq + 1);
-  }
-  return text !== undefined && /^[1-9]\d*$/.test(text) ? Number(text) : 1;
 }

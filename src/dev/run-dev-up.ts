@@ -10,7 +10,7 @@ import { createLogger } from '../lib/logger.js';
 import { onShutdownSignals } from '../lib/on-shutdown-signals.js';
 import { DEV_NODE_ID } from './dev-agent-config-yaml.js';
 import { DevCluster, type DevStopReport } from './dev-cluster.js';
-import { checkDeploymentFitsOneNode, DEV_HUB_MODEL, type DevEngine, devDeploymentYaml } from './dev-deployment-yaml.js';
+import { checkDeploymentFitsOneNode, DEV_HUB_MODEL, type DevEngine, devDeploymentYaml, devModelFromHub } from './dev-deployment-yaml.js';
 import { FakeHub, devModelRepo } from '../sim/sim-hub.js';
 import { FAKE_VLLM_BIN } from './spawn-dev-agent.js';
 import { createDevDirs, type DevDirs } from './dev-dirs.js';
@@ -106,10 +106,10 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
     opts.onProgress(`temp dir ${dirs.root} (kept if dev up stops before every replica is ready, or anything fails)`);
     opts.onProgress(`logs: agent ${dirs.agentLog}, control plane ${dirs.controlPlaneLog}, engines ${shardLogDir(dirs.logDir)}/`);
     const deploymentPath = opts.deploymentFile ?? dirs.deployment;
-    const vllm = !opts.deploymentFile && opts.engine === 'vllm';
+    const fromHub = !opts.deploymentFile && devModelFromHub(opts.engine);
     if (!opts.deploymentFile) writeFileSync(dirs.deployment, devDeploymentYaml({ ...opts, gpuUsageDir: dirs.gpuUsageDir }));
     const logger = await createLogger({ level: opts.logLevel as 'info', name: 'control-plane', file: dirs.controlPlaneLog });
-    if (vllm) {
+    if (fromHub) {
       // The vLLM double's model, served by a hub of our own: pulled into the node's store with no network.
       hub = new FakeHub();
       hub.repos.set(DEV_HUB_MODEL, devModelRepo(DEV_HUB_MODEL));
@@ -134,7 +134,7 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
         replicas: cluster.controlPlane.replicas(),
         dirs,
         deploymentPath,
-        ...(vllm ? { warm: { modelsDir: dirs.modelsDir, model: DEV_HUB_MODEL } } : {}),
+        ...(fromHub ? { warm: { modelsDir: dirs.modelsDir, model: DEV_HUB_MODEL } } : {}),
       });
       opts.onReady(summary);
       unwatch = watchReplicas(cluster.controlPlane, {

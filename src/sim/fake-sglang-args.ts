@@ -3,7 +3,7 @@
  * S:python/sglang/srt/server_args.py it takes, their defaults, and the
  * options they make. Knobs SGLang does not have start with --sim- (sim-knobs.ts).
  */
-import { type ArgSpec, ArgparseError, parseArgv } from './engine-argv.js';
+import { ARGPARSE_EXIT, type ArgSpec, ArgparseError, parseArgv, printArgparseError } from './engine-argv.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs } from './sim-knobs.js';
 
 export const DEFAULT_SGLANG_VERSION = '0.5.18';
@@ -121,4 +121,23 @@ function decodeLogInterval(v: unknown): number {
   if (v === undefined) return DEFAULT_DECODE_LOG_INTERVAL;
   if (typeof v !== 'number' || v < 1) throw new ArgparseError(`argument --decode-log-interval: must be at least 1, got '${String(v)}'`);
   return v;
+}
+
+/**
+ * The double's command line as SGLang's two entry points take it: `sglang
+ * serve …` (S:python/pyproject.toml:201-203) or `python3 -m
+ * sglang.launch_server …`. A flag argparse would refuse is printed as
+ * argparse prints it, and the process exits with argparse's status.
+ */
+export function sglangCommandLine(given: readonly string[]): FakeSglangOptions {
+  const viaCli = given[0] === 'serve';
+  const argv = viaCli ? given.slice(1) : given;
+  const prog = viaCli ? 'sglang serve' : 'launch_server.py';
+  try {
+    return parseFakeSglangArgv(argv);
+  } catch (err) {
+    if (!(err instanceof ArgparseError)) throw err;
+    printArgparseError(`${prog} [-h] --model-path MODEL_PATH [--host HOST] [--port PORT] [options]`, prog, err.message);
+    process.exit(ARGPARSE_EXIT);
+  }
 }

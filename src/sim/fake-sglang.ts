@@ -16,14 +16,13 @@ import { resolve } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { fileURLToPath } from 'node:url';
 import { EngineChildren } from './engine-children.js';
-import { ARGPARSE_EXIT, ArgparseError, printArgparseError } from './engine-argv.js';
 import { sglangLog } from './engine-log.js';
 import { MissingWeightsError, readWeights } from './fake-weights.js';
 import { startSimRendezvous } from './sim-rendezvous.js';
 import { FakeBatchScheduler, type SchedRequest } from './fake-batch-scheduler.js';
 import type { RouteContext } from './fake-openai-routes.js';
 import { FakeRadixCache } from './fake-radix-cache.js';
-import { DEFAULT_SGLANG_VERSION, type FakeSglangOptions, parseFakeSglangArgv } from './fake-sglang-args.js';
+import { DEFAULT_SGLANG_VERSION, type FakeSglangOptions, sglangCommandLine } from './fake-sglang-args.js';
 import { FakeSglangMemorySaver } from './fake-sglang-memory-saver.js';
 import { FakeSglangMetrics, IDLE_METRICS_MS } from './fake-sglang-metrics.js';
 import { FakeSglangPause } from './fake-sglang-pause.js';
@@ -387,20 +386,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
 }
 
 async function main(): Promise<void> {
-  let argv = process.argv.slice(2);
-  // `sglang serve …` (S:python/pyproject.toml:201-203) or `python3 -m sglang.launch_server …`.
-  const viaCli = argv[0] === 'serve';
-  if (viaCli) argv = argv.slice(1);
-  const prog = viaCli ? 'sglang serve' : 'launch_server.py';
-  let opts: FakeSglangOptions;
-  try {
-    opts = parseFakeSglangArgv(argv);
-  } catch (err) {
-    if (!(err instanceof ArgparseError)) throw err;
-    printArgparseError(`${prog} [-h] --model-path MODEL_PATH [--host HOST] [--port PORT] [options]`, prog, err.message);
-    process.exit(ARGPARSE_EXIT);
-  }
-  process.exit(await runFakeSglang(opts));
+  process.exit(await runFakeSglang(sglangCommandLine(process.argv.slice(2))));
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) await main();

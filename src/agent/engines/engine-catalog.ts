@@ -1,4 +1,4 @@
-import type { EngineName } from '../../lib/engine-names.js';
+import { type EngineName, isEngineName } from '../../lib/engine-names.js';
 import type { EngineKind } from './engine-kind.js';
 import { SGLANG_KIND } from './sglang/sglang-kind.js';
 import { SIM_KIND } from './sim/sim-kind.js';
@@ -19,4 +19,9 @@ export const ENGINE_CATALOG: Readonly<Record<EngineName, EngineKind>> = {
 /** Each kind's compile folders (EngineKind.compileDirs), for the store's survey of the engines' caches. */
 export function compileDirsByEngine(): Readonly<Record<string, readonly string[]>> {
   return Object.fromEntries(Object.entries(ENGINE_CATALOG).map(([name, kind]) => [name, kind.compileDirs]));
+}
+
+/** The kind a profile names, or undefined for a name no wing has (a state file of a newer agent, a typo refused elsewhere). */
+export function engineKindOf(name: string): EngineKind | undefined {
+  return isEngineName(name) ? ENGINE_CATALOG[name] : undefined;
 }

@@ -1,5 +1,28 @@
+import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import type { EngineSleepApi } from '../../lib/engine-sleep-api.js';
 import type { EngineConfig } from '../config/agent-config.js';
 import type { Engine } from './engine.js';
+import type { EngineMetrics } from './engine-metrics.js';
+import type { AskOptions } from './known-answer-options.js';
+
+/**
+ * How an agent older than the recorded EngineWatch watched an engine of
+ * this kind: what this agent derives for a state file that kept only two
+ * metric names, or (before issue 50) no sleep API (orphans/legacy-watch.ts).
+ */
+export interface LegacyWatchFacts {
+  /** The API rank's health path, and its probe timeout (0: the default). */
+  healthPath: string;
+  probeTimeoutMs: number;
+  /** Its metric names; none: the two the old file recorded are kept. */
+  metrics?: EngineMetrics;
+  /** The environment variable that gives its API key when its args do not (engineApiKey); none: only its args. */
+  apiKeyEnv?: string;
+  /** Its admin API key, read off its args; none: it has no admin key. */
+  adminApiKey?: (args: readonly string[]) => string;
+  /** The sleep API its API rank was launched with; none: it has none to sleep through. */
+  sleepApi?: EngineSleepApi;
+}
 
 /** What the agent's config gives every kind's constructor beside engines.<name>. */
 export interface EngineKindContext {
@@ -36,6 +59,13 @@ export interface EngineKind {
    */
   compileDirs: readonly string[];
   /**
+   * How the compile folder a start used is told once it is READY
+   * (models/compile-claims.ts): 'said-in-log', the engine names it in its
+   * log ("Using cache directory", or that the cache is off); 'newest-folder',
+   * the compileDirs folder written during the start. None: it compiles nothing.
+   */
+  compileInUse?: 'said-in-log' | 'newest-folder';
+  /**
    * Why an engine of this kind refuses a flag the agent itself puts on its
    * command line, by the flag: said when it exits at argument parsing
    * (explainEngineExit). None: it refuses none the agent knows of.
@@ -47,4 +77,14 @@ export interface EngineKind {
    * whose sleep opens nothing to guard (the sim, a test double on dev nodes).
    */
   keylessSleepEndpoints?: string;
+  /** What the known-answer ask adds for a shard of this kind beyond a plain completion (supervisor/probes/known-answer-ask.ts); none: a plain completion. */
+  knownAnswerAsk?: (spec: StartShard) => AskOptions;
+  /** How an older agent watched an engine of this kind (LegacyWatchFacts). */
+  legacy: LegacyWatchFacts;
+  /**
+   * Whether a sleep is judged survivable (sleep-survival.ts) by the engine's
+   * version read before the sleep, not only the one said at READY: vLLM's
+   * survival depends on its version, and an adopted engine's may be unread.
+   */
+  sleepSurvivalReadsVersion?: boolean;
 }

@@ -4,6 +4,7 @@ import { type Gpu, type GpuEvent, GpuEventKind } from '../../gen/llmgw/v1/agent_
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import { type GpuFault, GpuFaultLedger } from './gpu-fault-ledger.js';
 import { KmsgReader } from './kmsg-reader.js';
+import type { WatchedGpu } from './watched-gpu.js';
 import {
   describeDoubleBitEcc,
   describeXid,
@@ -17,19 +18,6 @@ import {
   ROW_REMAP_PENDING_MESSAGE,
 } from '../discovery/xid-catalogue.js';
 import { NVML_ERROR_GPU_IS_LOST, NVML_EVENT_DOUBLE_BIT_ECC, NVML_NVLINK_MAX_LINKS, NVML_EVENT_XID_CRITICAL, type NvmlEventSet, type NvmlLibrary } from '../discovery/nvml/nvml-library.js';
-
-/** A GPU the watch knows: index, uuid and bus id (to place kernel-log Xids). */
-export interface WatchedGpu {
-  index: number;
-  uuid: string;
-  pciBusId: string;
-  /**
-   * Why the inventory's scan calls it unhealthy (nvidia-smi's "GPU requires
-   * reset"), or undefined when it does not. Held as a fault when there is no
-   * NVML to poll: then the scan is the only word on the GPU's health.
-   */
-  discoveryFault?: string;
-}
 
 export interface GpuHealthWatchOptions {
   /** Open NVML: events and the poll. Without it only the kernel log is read. */

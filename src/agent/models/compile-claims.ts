@@ -3,6 +3,7 @@ import { open, rename, writeFile } from 'node:fs/promises';
 import { relative, sep } from 'node:path';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
+import { engineKindOf } from '../engines/engine-catalog.js';
 import type { EngineCacheWatch } from '../../models/engine-cache-watch.js';
 import type { StoreLayout } from '../../models/store-layout.js';
 
@@ -93,14 +94,15 @@ export class CompileClaims {
    * with caching off forgets the profile's claim.
    */
   async seen(s: SeenStart): Promise<void> {
-    if (s.engine !== 'vllm' && s.engine !== 'sglang') return;
+    const how = engineKindOf(s.engine)?.compileInUse;
+    if (how === undefined) return;
     const uid = this.opts.uidOf(s.engine);
     const leafDir = this.opts.layout.engineCacheDir(uid, s.engine, s.model);
     try {
       await this.opts.caches.refresh();
       const dirs = this.opts.caches.cacheDirs(uid, s.engine, s.model);
       let dir: string | undefined;
-      if (s.engine === 'vllm') {
+      if (how === 'said-in-log') {
         const said = await lastCacheLine(s.logPath);
         if (said === 'disabled') {
           this.#forget(s);

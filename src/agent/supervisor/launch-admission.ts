@@ -40,6 +40,12 @@ export interface LaunchAdmissionOptions {
 /** A shard's http_port, the one port every engine binds. */
 const httpPortOnly = (spec: StartShard): BoundPort[] => (spec.httpPort > 0 ? [{ port: spec.httpPort, what: `http_port ${spec.httpPort}` }] : []);
 
+/** What reserve() found: the shard running, a launch of it in progress, or a new launch it claimed. */
+export type Reserved =
+  | { kind: 'running'; runner: ShardRunner }
+  | { kind: 'pending'; launch: Promise<ShardRunner | undefined> }
+  | { kind: 'new'; launch: Promise<ShardRunner>; settled: Promise<ShardRunner | undefined> };
+
 /**
  * Which launches may begin: the launches in progress by shard id (the one
  * place concurrent starts of an id become one process), what they claim
@@ -76,6 +82,26 @@ export class LaunchAdmission {
   /** Whether a launch of `shardId` is in progress (its logs are kept). */
   isClaimed(shardId: string): boolean {
     return this.claims.has(shardId);
+  }
+
+  /**
+   * The synchronous step before any `await` of a start: finds a shard
+   * already running or being launched, refuses GPUs or a port another shard
+   * holds or is launching on, and otherwise claims the id, its GPUs and its
+   * port by starting `launch` (given the terminal runner it replaces, if
+   * any). One step with no await in it, so that two starts can never both
+   * pass: checked across awaits, 20 concurrent starts on one GPU and one
+   * port all passed and launched 20 engines (finding 5 of the security review).
+   */
+  reserve(spec: StartShard, launch: (previous: ShardRunner | undefined) => Promise<ShardRunner>): Reserved {
+    if (this.opts.closed.aborted) throw failure('the supervisor is closed');
+    const id = spec.shardId;
+    const existing = this.opts.runners.get(id);
+    if (existing && !isTerminal(existing.currentState)) return { kind: 'running', runner: existing };
+    const pending = this.pending(id);
+    if (pending) return { kind: 'pending', launch: pending };
+    const { launch: launched, settled } = this.claim(spec, () => launch(existing));
+    return { kind: 'new', launch: launched, settled };
   }
 
   /**

@@ -22,12 +22,13 @@ import { endedShard, reattachShard } from './orphans/reattach-shard.js';
 import { RepeatedStartError } from './launch-admission.js';
 import type { SettleOptions } from './shard/shard-settle.js';
 import type { ShardReaction } from './shard-reaction.js';
-import { ShardRunner, type ShardRunnerContext } from './shard/shard-runner.js';
+import { ShardRunner } from './shard/shard-runner.js';
+import type { ShardRunnerContext } from './shard/shard-runner-context.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';
 import type { ShardSnapshot, ShardTransition } from './shard/shard-snapshot.js';
 import type { GangFault } from './shard/shard-machine.js';
 import { stateName } from '../../lib/shard-states.js';
-import { DEFAULT_KEEP_TERMINAL_SHARDS, DEFAULT_TERMINAL_RETENTION_MS, TERMINAL_GC_INTERVAL_MS, terminalShardsToCollect } from './terminal-shard-gc.js';
+import { TerminalShardGc } from './terminal-shard-gc.js';
 
 export interface SupervisorOptions {
   config: SupervisorConfig;
@@ -84,9 +85,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
   private readonly closing = new AbortController();
   private readonly logs: ShardLogHousekeeping;
   private launcherChoice: Promise<LauncherChoice> | undefined;
-  /** When each terminal shard in the table ended: the collection's clock (collectTerminalShards). */
-  private readonly endedAtMs = new Map<string, number>();
-  private readonly gcTimer: NodeJS.Timeout;
+  /** When terminal shards ended, and their collection (collectTerminalShards). */
+  private readonly gc: TerminalShardGc;
   /** What follows each transition, in order (react). */
   private readonly reactions: ShardReaction[] = [];
 
@@ -102,8 +102,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     const isClaimed = (id: string) => this.admission.isClaimed(id);
     const { config, log, engineUids } = this.orphans;
     this.logs = new ShardLogHousekeeping({ config, log, engineUids, runners: this.runners, isClaimed, logCheckIntervalMs, logPruneIntervalMs });
-    this.gcTimer = setInterval(() => this.collectTerminalShards(), opts.terminalGcIntervalMs ?? TERMINAL_GC_INTERVAL_MS);
-    this.gcTimer.unref();
+    const remove = (id: ShardId) => this.remove(id);
+    this.gc = new TerminalShardGc({ config, log, runners: this.runners, isClaimed, remove, closed: this.closing.signal, intervalMs: opts.terminalGcIntervalMs });
   }
 
   /** Adds a reaction to every shard transition, run after those added before it (ShardReaction). */
@@ -113,8 +113,8 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
 
   private onTransition(t: ShardTransition): void {
     const id = t.shard.shardId;
-    if (isTerminal(t.to)) this.endedAtMs.set(id, Date.now());
-    else this.endedAtMs.delete(id);
+    if (isTerminal(t.to)) this.gc.ended(id, Date.now());
+    else this.gc.alive(id);
     for (const r of this.reactions) {
       try {
         r.on(t);
@@ -137,23 +137,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
    * started again. Returns the ids forgotten.
    */
   collectTerminalShards(nowMs = Date.now()): string[] {
-    if (this.closing.signal.aborted) return [];
-    const terminal = [...this.runners.values()]
-      .filter((r) => isTerminal(r.currentState))
-      .map((r) => ({ shardId: r.shardId, endedAtMs: this.endedAtMs.get(r.shardId) ?? nowMs, running: r.running || this.admission.isClaimed(r.shardId) }));
-    const ids = terminalShardsToCollect(terminal, {
-      keep: this.config.keepTerminalShards ?? DEFAULT_KEEP_TERMINAL_SHARDS,
-      retentionMs: this.config.terminalRetentionMs ?? DEFAULT_TERMINAL_RETENTION_MS,
-      nowMs,
-    });
-    for (const id of ids) {
-      const r = this.runners.get(id);
-      if (!r) continue;
-      this.remove(r.shardId);
-      this.endedAtMs.delete(id);
-      this.log.info({ shard: id, replica: r.replicaId, state: stateName(r.currentState) }, 'forgot a terminal shard (its log is kept)');
-    }
-    return ids;
+    return this.gc.collect(nowMs);
   }
 
   /**
@@ -175,7 +159,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
    * second process, so it gets the shard as it is (`created: false`).
    */
   async start(spec: CheckedStartShard, source: LaunchSource): Promise<{ shard: ShardSnapshot; created: boolean }> {
-    const reserved = this.reserve(spec, source);
+    const reserved = this.admission.reserve(spec, (existing) => this.launch(spec, source, existing));
     if (reserved.kind === 'running') return { shard: reserved.runner.snapshot(), created: false };
     if (reserved.kind === 'pending') {
       const runner = await reserved.launch;
@@ -192,32 +176,6 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
       // and no other start finds the GPUs free between claim and runner.
       this.admission.release(id, settled);
     }
-  }
-
-  /**
-   * The synchronous step before any `await` of a start: validates the id (it
-   * names files), finds a shard already running or being launched, refuses
-   * GPUs or a port another shard holds or is launching on, and otherwise
-   * claims the id, its GPUs and its port by starting the launch. One step
-   * with no await in it, so that two starts can never both pass: checked
-   * across awaits, 20 concurrent starts on one GPU and one port all passed
-   * and launched 20 engines (finding 5 of the security review).
-   */
-  private reserve(
-    spec: CheckedStartShard,
-    source: LaunchSource,
-  ):
-    | { kind: 'running'; runner: ShardRunner }
-    | { kind: 'pending'; launch: Promise<ShardRunner | undefined> }
-    | { kind: 'new'; launch: Promise<ShardRunner>; settled: Promise<ShardRunner | undefined> } {
-    if (this.closing.signal.aborted) throw failure('the supervisor is closed');
-    const id = spec.shardId;
-    const existing = this.runners.get(id);
-    if (existing && !isTerminal(existing.currentState)) return { kind: 'running', runner: existing };
-    const pending = this.admission.pending(id);
-    if (pending) return { kind: 'pending', launch: pending };
-    const { launch, settled } = this.admission.claim(spec, () => this.launch(spec, source, existing));
-    return { kind: 'new', launch, settled };
   }
 
   /** GPUs and ports held by shards other than `exceptShardId` (LaunchAdmission.reservations). */
@@ -424,7 +382,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     if (this.runners.has(o.shardId)) return false;
     const { runner, endedAtMs } = endedShard(this.ctx, o, why);
     this.runners.set(o.shardId, runner);
-    this.endedAtMs.set(o.shardId, endedAtMs);
+    this.gc.ended(o.shardId, endedAtMs);
     return true;
   }
 
@@ -433,7 +391,7 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     if (this.closing.signal.aborted) return;
     this.closing.abort(failure('the supervisor is closed'));
     this.logs.close();
-    clearInterval(this.gcTimer);
+    this.gc.close();
     this.admission.wakeAll();
     for (const r of this.runners.values()) r.detach('agent-closing');
   }

@@ -8,7 +8,8 @@ import type { Orphan } from '../../../lib/process/orphan.js';
 import { checkIdentity } from '../../../lib/process/process-identity.js';
 import { shardFailurePath, shardLogPath, shardStatePath } from '../../../lib/shard-layout.js';
 import { newShardLife } from '../shard/shard-machine.js';
-import { ShardRunner, type ShardRunnerContext } from '../shard/shard-runner.js';
+import { ShardRunner } from '../shard/shard-runner.js';
+import type { ShardRunnerContext } from '../shard/shard-runner-context.js';
 import { legacyWatch, withLegacySleepApi } from './legacy-watch.js';
 
 /**

@@ -1,5 +1,9 @@
 import { errorMessage } from '../../../lib/errors.js';
 import { bearer, httpGet } from './http-probe.js';
+import type { AskOptions } from '../../engines/known-answer-options.js';
+
+/** How this engine is asked (EngineKind.knownAnswerAsk): what it offers beyond a plain completion. */
+export type { AskOptions };
 
 /*
  * The known-answer check (issue 36): READY means "answers correctly", not
@@ -66,16 +70,6 @@ export const TOP_LOGPROBS = 5;
 export const KNOWN_ANSWER_SEED = 0;
 /** vLLM's header naming the DP rank a request goes to (V:vllm/entrypoints/generate/base/serving.py:205-218). */
 export const DP_RANK_HEADER = 'X-data-parallel-rank';
-
-/** How this engine is asked (knownAnswerAsk): what it offers beyond a plain completion. */
-export interface AskOptions {
-  /** The request's priority, sent only where the engine schedules by it (known-answer-ask.ts). */
-  priority?: number;
-  /** Ask vLLM for its tokens as "token_id:N" (V:vllm/entrypoints/openai/completion/protocol.py:160-166). */
-  tokenIds?: boolean;
-  /** Above 1: every DP rank is asked, each by DP_RANK_HEADER. */
-  dpRanks?: number;
-}
 
 /** Where and how to ask the engine. */
 export interface KnownAnswerTarget {

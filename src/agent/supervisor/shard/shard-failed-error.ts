@@ -1,3 +1,6 @@
+import { stateName } from '../../../lib/shard-states.js';
+import type { ShardLife } from './shard-machine.js';
+
 /**
  * A shard that died or never became ready, with what the agent reports about
  * it (ShardStatus.exit_code, last_output).
@@ -27,4 +30,10 @@ export class ShardFailedError extends Error {
     this.signal = details.signal ?? null;
     this.lastOutput = details.lastOutput ?? [];
   }
+}
+
+/** The error a shard that failed to start or settle is thrown with: its error (or state), exit and last output as the machine holds them. */
+export function shardFailedError(shardId: string, life: ShardLife): ShardFailedError {
+  const { exitCode, signal, lastOutput, error, state } = life;
+  return new ShardFailedError(shardId, `shard ${shardId}: ${error || stateName(state)}`, { exitCode, signal, lastOutput: [...lastOutput] });
 }

@@ -3,10 +3,7 @@ import type { ShardId } from '../../../lib/shard-id.js';
 import { formatDuration } from '../../../lib/duration.js';
 import type { EngineRecord } from '../../../lib/files/state-file.js';
 import { errorMessage, failure } from '../../../lib/errors.js';
-import type { Logger } from '../../../lib/logger.js';
-import type { SupervisorConfig } from '../../config/agent-config.js';
 import { servedModelName } from '../../engines/shard-launch.js';
-import type { LauncherChoice } from '../launch/choose-launcher.js';
 import type { EngineFence } from '../launch/end-engine.js';
 import { EngineProcess } from '../launch/engine-process.js';
 import { awaitReadiness, type Readiness } from '../probes/await-readiness.js';
@@ -17,17 +14,18 @@ import { readInFlight } from '../probes/read-gauge.js';
 import { onEngineDeath } from './shard-death.js';
 import type { RunnerEngine } from '../launch/runner-engine.js';
 import { knownAnswerAsk } from '../probes/known-answer-ask.js';
-import type { KnownAnswerBook } from '../probes/known-answer-book.js';
 import { checkStartAnswer } from './shard-start-answer.js';
 import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
-import { ShardFailedError } from './shard-failed-error.js';
+import { shardFailedError } from './shard-failed-error.js';
 import { readLastOutput } from './shard-failure.js';
 import { type GangFault, newShardLife, nextShard, type ShardChange, type ShardLife, type ShardNext, stateName } from './shard-machine.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, judgeSettleStart, judgeSettleWake, type SettleOptions } from './shard-settle.js';
-import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
+import type { ShardSnapshot } from './shard-snapshot.js';
+import { snapshotShard } from './snapshot-shard.js';
+import type { ShardRunnerContext } from './shard-runner-context.js';
 import { ASLEEP_PROBE_PATH, ASLEEP_STOP_GRACE_MS, type SleepProbes } from './shard-sleep.js';
-import { prepareSleep, releaseShard, type SleepHands, wakeShard } from './shard-sleep-steps.js';
+import { type SleepHands, sleepShard, wakeShard } from './shard-sleep-steps.js';
 import { ShardEngineFacts } from './shard-engine-facts.js';
 import { StateFileWriter } from './state-file-writer.js';
 import { stopShardEngine } from './stop-shard-engine.js';
@@ -150,40 +148,7 @@ export class ShardRunner {
   }
 
   snapshot(): ShardSnapshot {
-    const { record: r, life: l } = this;
-    // One literal, not a spread of parts: under --no-opt (bin/run.js) each
-    // spread was a temporary object and the result a dictionary, about 9 KB
-    // a snapshot, and snapshots are taken for every status, ctl and scrape
-    // (bench 5b: they were a quarter of an idle agent's allocation).
-    const s: ShardSnapshot = {
-      shardId: r.shardId,
-      replicaId: r.replicaId,
-      spec: r.spec,
-      pid: r.pid,
-      servesHttp: r.servesHttp,
-      startedAtMs: r.createdAtMs,
-      logPath: r.logPath,
-      state: l.state,
-      error: l.error,
-      exitCode: l.exitCode,
-      signal: l.signal,
-      lastOutput: [...l.lastOutput],
-      running: !l.dead,
-      drainRequested: l.drain,
-      sleepLevel: l.sleep?.level ?? 0,
-      adopted: this.adopted,
-      launcher: r.launcher,
-      unit: this.engine.unit?.name ?? '',
-      note: this.launched.note ?? '',
-      load: { ...this.load },
-      engineVersion: this.hands.facts.version,
-    };
-    // Absent, not undefined, when they do not hold: callers test `'x' in s` and compare snapshots whole.
-    if (l.endedAtMs !== undefined) s.endedAtMs = l.endedAtMs;
-    if (this.launched.modelDigest) s.modelDigest = this.launched.modelDigest;
-    if (l.health.gang) s.gangFault = { ...l.health.gang };
-    if (l.state === S.UNHEALTHY && l.health.verdict.cause === 'stalled') s.stalled = true;
-    return s;
+    return snapshotShard(this.record, this.life, this.launched, this.engine.unit?.name ?? '', this.load, this.hands.facts.version);
   }
 
   /**
@@ -224,19 +189,19 @@ export class ShardRunner {
   async settle(opts: SettleOptions): Promise<void> {
     const start = judgeSettleStart(this.shardId, this.life.state);
     if (start === 'serving') return;
-    if (start === 'failed') throw this.failedError();
+    if (start === 'failed') throw shardFailedError(this.shardId, this.life);
     const wake = AbortSignal.any([this.lifeScope.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
     // Recorded asleep (an adoption): asked without running the model, which a paused engine holds.
     const asleep = this.life.sleep !== undefined && this.record.watch.readiness === 'model-listed';
     const outcome = await this.readiness(wake, opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS, opts.settleMs ?? this.ctx.config.workerSettleMs, asleep);
     opts.signal?.throwIfAborted();
-    if (judgeSettleWake(this.shardId, this.life.state, this.detachedBy) === 'failed') throw this.failedError();
+    if (judgeSettleWake(this.shardId, this.life.state, this.detachedBy) === 'failed') throw shardFailedError(this.shardId, this.life);
     if (outcome.ready) {
       // Answering is not answering as these bytes did before (issue 51): checked before READY is said.
       const wrong = await this.startAnswer(wake);
       if (wrong !== undefined) {
         this.apply({ kind: 'not-ready', error: wrong, lastOutput: await readLastOutput(this.logPath) });
-        throw this.failedError();
+        throw shardFailedError(this.shardId, this.life);
       }
       this.apply({ kind: 'answered', why: outcome.why });
       if (this.life.state === S.READY) void this.answers.of(this.serving.signal);
@@ -247,7 +212,7 @@ export class ShardRunner {
       return;
     }
     this.apply({ kind: 'not-ready', error: outcome.message, lastOutput: await readLastOutput(this.logPath) });
-    throw this.failedError();
+    throw shardFailedError(this.shardId, this.life);
   }
 
   /** The start's known answer (shard-start-answer.ts), for a start from the store's content; undefined when right, not obtained or not asked. */
@@ -326,11 +291,6 @@ export class ShardRunner {
     if (v.healthy && this.life.sleptUnasked && this.life.state === S.UNHEALTHY) this.answers.recheckAfterUnaskedSleep(v, this.serving.signal);
   }
 
-  private failedError(): ShardFailedError {
-    const { exitCode, signal, lastOutput, error, state } = this.life;
-    return new ShardFailedError(this.shardId, `shard ${this.shardId}: ${error || stateName(state)}`, { exitCode, signal, lastOutput: [...lastOutput] });
-  }
-
   /** What ends everything of this engine: its unit's cgroup, or its process group. */
   fence(): EngineFence {
     return this.engine.fence();
@@ -395,18 +355,7 @@ export class ShardRunner {
   /** READY → SLEEPING, reported before the engine is asked (shard-sleep-steps.ts); refused in one line, or undone. */
   async sleep(level: number, probes: SleepProbes): Promise<ShardSnapshot> {
     if (!this.servesHttp) throw failure(`sleep refused: rank ${this.spec.rank} of shard ${this.shardId} serves no API; sleep its replica's rank 0`);
-    await this.oneSleepCall('sleep', async (hands) => {
-      const p = await prepareSleep(hands, level, probes);
-      try {
-        const why = `sleep level ${p.level} requested (GPUs ${this.spec.gpuIndices.join(',')} hold ${p.before} MiB)`;
-        const asked = this.apply({ kind: 'sleep', level: p.level, awakeMib: p.before, why });
-        if ('refused' in asked) throw failure(`sleep refused: shard ${this.shardId} ${asked.refused}`);
-        await releaseShard(hands, p, probes);
-      } finally {
-        // Its copy made (MemAvailable shows it now) or never to be: the host RAM it was promised is free for the next sleep.
-        p.claim?.release();
-      }
-    });
+    await this.oneSleepCall('sleep', (hands) => sleepShard(hands, level, probes));
     return this.snapshot();
   }
 
@@ -446,20 +395,4 @@ export class ShardRunner {
     this.detachedBy = why;
     this.lifeScope.abort(failure(detachMessage(this.shardId, why)));
   }
-}
-
-/** What every runner of one supervisor shares. */
-export interface ShardRunnerContext {
-  config: SupervisorConfig;
-  log: Logger;
-  /** Hears every transition of the shard, after it is made and logged. */
-  onTransition: (t: ShardTransition) => void;
-  /** Hears a change of what the shard's status says without a change of state (a squatter on a STARTING shard's port). */
-  onStatus: (shard: ShardSnapshot) => void;
-  /** The launcher new engines get (config.launcher with auto decided); config.launcher decided here when absent. */
-  launcher?: () => Promise<LauncherChoice>;
-  /** Which peer rank of a gang went before this rank's engine ended (first-to-go.ts, from the composition root); none: not asked. */
-  firstToGo?: (shard: ShardSnapshot, endedAtMs: number) => Promise<GangFault | undefined>;
-  /** The node's known answers by model content, profile and engine version (known-answer-book.ts); none: starts are not checked. */
-  knownAnswers?: KnownAnswerBook;
 }

@@ -11,6 +11,7 @@ import { checkHostRoom } from './host-room.js';
 import type { HostRamClaim } from './host-ram-ledger.js';
 import { ASLEEP_SHARE, AWAKE_SHARE, awaitFirstReading, awaitGpuMemory, callEngine, DEFAULT_SLEEP_TIMEOUT_MS, hostCopyAdvice, judgeSleep, type SleepProbes } from './shard-sleep.js';
 import { judgeSurvival } from './sleep-survival.js';
+import { engineKindOf } from '../../engines/engine-catalog.js';
 
 /*
  * The steps of a sleep and a wake (issue 30): the engine's calls, the GPU
@@ -53,7 +54,7 @@ export async function prepareSleep(h: SleepHands, level: number, probes: SleepPr
   const api = judgeSleep(h.shardId, h.life().state, h.spec, level, h.sleepApi);
   const lvl = level as 1 | 2;
   // Sleeps the engine cannot survive (its version, a draft, a loader without reload), by what it said at READY.
-  judgeSurvival(h.spec, lvl, h.spec.profile?.engine === 'vllm' ? await h.facts.read(h.signal) : h.facts.version);
+  judgeSurvival(h.spec, lvl, engineKindOf(h.spec.profile?.engine ?? '')?.sleepSurvivalReadsVersion ? await h.facts.read(h.signal) : h.facts.version);
   // From a reading newer than the request: one just after READY may predate the engine's memory.
   const before = await awaitFirstReading(probes, h.spec.gpuIndices, h.signal);
   const instead = hostCopyAdvice(api, lvl, h.facts.hostCopyMib);
@@ -113,6 +114,20 @@ export async function releaseShard(h: SleepHands, { api, level, before }: Prepar
     throw failure(why);
   } finally {
     deadline?.clear();
+  }
+}
+
+/** READY → SLEEPING, said before the engine is asked: prepared, applied to the machine (refused in one line), then released. */
+export async function sleepShard(h: SleepHands, level: number, probes: SleepProbes): Promise<void> {
+  const p = await prepareSleep(h, level, probes);
+  try {
+    const why = `sleep level ${p.level} requested (GPUs ${h.spec.gpuIndices.join(',')} hold ${p.before} MiB)`;
+    const asked = h.apply({ kind: 'sleep', level: p.level, awakeMib: p.before, why });
+    if ('refused' in asked) throw failure(`sleep refused: shard ${h.shardId} ${asked.refused}`);
+    await releaseShard(h, p, probes);
+  } finally {
+    // Its copy made (MemAvailable shows it now) or never to be: the host RAM it was promised is free for the next sleep.
+    p.claim?.release();
   }
 }
 

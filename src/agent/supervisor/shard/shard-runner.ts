@@ -18,6 +18,7 @@ import { onEngineDeath } from './shard-death.js';
 import type { RunnerEngine } from '../launch/runner-engine.js';
 import { knownAnswerAsk } from '../probes/known-answer-ask.js';
 import type { KnownAnswerBook } from '../probes/known-answer-book.js';
+import type { KnownAnswer } from '../probes/known-answer.js';
 import { checkStartAnswer } from './shard-start-answer.js';
 import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
@@ -97,6 +98,7 @@ export class ShardRunner {
       facts: new ShardEngineFacts({ engine: r.spec.profile?.engine ?? '', baseUrl: this.baseUrl ?? '', apiKey: r.watch.apiKey, stateFile: this.stateFile, log: ctx.log, fields: { shard: r.shardId, replica: r.replicaId }, pid: r.pid }, r),
       // The API rank of a sleep profile has its wakes checked by a known answer.
       checksAnswers: r.spec.profile?.sleepMode === true && r.servesHttp && r.watch.readiness === 'model-listed' && this.baseUrl !== undefined,
+      contentAnswer: () => this.contentAnswer(),
       life: () => this.life,
       apply: (c) => this.apply(c),
       told: () => this.ctx.onStatus(this.snapshot()),
@@ -254,8 +256,21 @@ export class ShardRunner {
   private async startAnswer(signal: AbortSignal): Promise<string | undefined> {
     const digest = this.launched.modelDigest;
     const book = this.ctx.knownAnswers;
-    if (!digest || !book || !this.servesHttp || !this.baseUrl || this.record.watch.readiness !== 'model-listed' || this.life.state !== S.STARTING) return undefined;
+    // An adopted engine asleep holds no weights to answer with: its wake is checked instead (contentAnswer).
+    if (!digest || !book || !this.servesHttp || !this.baseUrl || this.record.watch.readiness !== 'model-listed' || this.life.state !== S.STARTING || this.life.sleep !== undefined) return undefined;
     return checkStartAnswer(this.hands, book, digest, this.spec.profile?.name ?? '', signal).catch(() => undefined);
+  }
+
+  /**
+   * The node's answer for what this shard serves, (content digest, profile,
+   * engine version), where all three are known: what its wakes are checked
+   * against, so a wake and a start of the same bytes answer to one record.
+   */
+  private contentAnswer(): KnownAnswer | undefined {
+    const digest = this.launched.modelDigest;
+    const engineVersion = this.hands.facts.version;
+    if (!digest || engineVersion === undefined) return undefined;
+    return this.ctx.knownAnswers?.get({ digest, profile: this.spec.profile?.name ?? '', engineVersion });
   }
 
   private readiness(signal: AbortSignal, timeoutMs: number, settleMs: number, asleep = false): Promise<Readiness> {

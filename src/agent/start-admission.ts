@@ -135,6 +135,7 @@ export class StartAdmission {
     try {
       await engine.validate(spec, this.validationContext(spec));
       const plan = engine.command(spec);
+      refuseWithoutHub(spec, engine.storeShortfall?.(spec), plan.env);
       await this.opts.beforeLaunch?.(spec, plan);
       // ctl status's note: how it runs online, and where a multi-node rank is placed (rank-placement.ts).
       const note = [this.onlineNote(spec, engine.onlineReason?.(spec), plan.env), plan.placement ? `placed: ${plan.placement.why}` : undefined].filter((n) => n !== undefined).join('; ');
@@ -185,4 +186,18 @@ export class StartAdmission {
     });
     return { inventory, heldGpus, foreignProcesses, isPortFree: (port) => isPortFree(port), agentUid: process.getuid?.() ?? -1 };
   }
+}
+
+/**
+ * A node without a hub is one whose engine environment sets HF_HUB_OFFLINE
+ * (engines.<name>.env, or a profile's env where allowed): the operator's own
+ * word for an air-gapped node, the one huggingface_hub obeys. There a start
+ * the store cannot serve whole is refused now, naming what is missing,
+ * rather than started: offline, the engine fails at the first file its
+ * empty per-engine cache lacks, after minutes of loading (issue 51).
+ */
+function refuseWithoutHub(spec: CheckedStartShard, shortfall: string | undefined, env: Record<string, string>): void {
+  if (shortfall === undefined || !isHubOffline(env)) return;
+  const model = spec.profile?.model ?? '';
+  throw failure(`shard ${spec.shardId}: the node has no hub (HF_HUB_OFFLINE=${env.HF_HUB_OFFLINE} in the engine's environment) and ${shortfall}; pull what is missing (llmgw models pull ${model}) and start it again`);
 }

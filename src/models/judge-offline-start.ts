@@ -15,7 +15,7 @@ export interface HubRepoRef {
 }
 
 /** Whether a shard's engine may start with HF_HUB_OFFLINE=1, and if not, why (for ctl status and the log). */
-export type OfflineStart = { offline: true } | { offline: false; reason: string };
+export type OfflineStart = { offline: true } | { offline: false; reason: string; /** A hub repo it reads is partial or absent in the store: online it would fetch from the hub. */ storeShort?: true };
 
 /**
  * Whether a shard's engine may start offline: its model (profile.model, at
@@ -34,11 +34,11 @@ export async function judgeOfflineStart(cacheDir: string, model: string, args: r
   const loadFormat = loadFormatOf(args);
   const rule: LoaderRule = loadFormat === undefined ? { engine } : { engine, loadFormat };
   const problem = await offlineProblem(layout, model, revisionOf(args), rule);
-  if (problem !== undefined) return { offline: false, reason: problem };
+  if (problem !== undefined) return { offline: false, reason: problem, storeShort: true };
   for (const o of others) {
     if (isAbsolute(o.value) || repoIdProblem(o.value) !== undefined) continue;
     const p = await offlineProblem(layout, o.value, o.revision, { engine });
-    if (p !== undefined) return { offline: false, reason: `${o.namedBy} ${p}` };
+    if (p !== undefined) return { offline: false, reason: `${o.namedBy} ${p}`, storeShort: true };
   }
   return { offline: true };
 }

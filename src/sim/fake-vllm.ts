@@ -29,7 +29,7 @@ import { FakeSpecDecode } from './fake-vllm-sleep-faults.js';
 import { VLLM_NEXT, type VllmPhase, type VllmState } from './fake-vllm-state.js';
 import { warmUp } from './fake-vllm-warmup.js';
 import { weightsTokenOffset } from './openai-responses.js';
-import { MissingWeightsError } from './fake-weights.js';
+import { MissingWeightsError, readWeights } from './fake-weights.js';
 
 /** V:vllm/entrypoints/cli/serve.py:163. */
 const USAGE = 'vllm serve [model_tag] [options]';
@@ -311,10 +311,19 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       const localUp = new Promise<void>((r) => later(k.loadTimeMs, r));
       void gang.beforeServe(localUp).then(listen);
     };
+    // SIGUSR2 (--sim-read-weights only): the weights read again, and answered by, with the process kept, as
+    // when a weight daemon starts serving another checkpoint of the same layout under the engine (issue 51).
+    const reloadWeights = () => {
+      readWeights(o.model, o.revision, env, () => false, { engine: 'vllm', loadFormat: o.loadFormat }).then((read) => {
+        weightsOffset = weightsTokenOffset(read.digest);
+        vllmLog('INFO', 'sim', `weights read again (SIGUSR2): ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
+      }, (err: unknown) => vllmLog('ERROR', 'sim', `weights not read again (SIGUSR2): ${err instanceof Error ? err.message : String(err)}`));
+    };
     const load = () => {
       if (!k.readWeights && k.compileTimeMs === 0) return serve();
       warmUp(o, env, () => st.phase !== 'loading', (ms) => new Promise((r) => later(ms, () => r()))).then((digest) => {
         weightsOffset = weightsTokenOffset(digest);
+        if (k.readWeights) process.on('SIGUSR2', reloadWeights);
         serve();
       }, (err: unknown) => {
         if (st.phase !== 'loading') return;

@@ -50,7 +50,8 @@ export interface SimKnobs {
   /**
    * vLLM double only (--sim-read-weights): before serving, read every file of
    * the model's snapshot from the hub cache (HF_HUB_CACHE), failing the start
-   * when it is not there; it never downloads (fake-weights.ts). Default off.
+   * when it is not there; it never downloads (fake-weights.ts). SIGUSR2 reads
+   * them again and answers by them (another checkpoint served). Default off.
    */
   readWeights: boolean;
   /**

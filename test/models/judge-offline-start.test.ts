@@ -91,11 +91,14 @@ describe('offlineProblem: whether a pulled model holds everything an engine read
 describe('judgeOfflineStart: the model and every other hub repo the profile names', () => {
   it('starts online while a --tokenizer repo is not in the store, offline once it is; a local path needs nothing', async () => {
     const others = hubReposIn(['--tokenizer', 'acme/tok'], VLLM_CODE_LOADING_ARGS);
-    expect(await judgeOfflineStart(dir, 'acme/full', [], others)).toEqual({ offline: false, reason: "--tokenizer acme/tok@main is not complete in the node's model store" });
+    expect(await judgeOfflineStart(dir, 'acme/full', [], others)).toEqual({ offline: false, reason: "--tokenizer acme/tok@main is not complete in the node's model store", storeShort: true });
     await pull('acme/tok');
     expect(await judgeOfflineStart(dir, 'acme/full', [], others)).toEqual({ offline: true });
     expect(await judgeOfflineStart(dir, 'acme/full', [], hubReposIn(['--tokenizer=/models/tok'], VLLM_CODE_LOADING_ARGS))).toEqual({ offline: true });
-    expect(await judgeOfflineStart(dir, '/models/x', [])).toMatchObject({ offline: false, reason: expect.stringContaining('is not a hub repo id') });
+    // A local path is not the store's to hold: no shortfall a node without a hub refuses (start-admission.ts refuseWithoutHub).
+    const local = await judgeOfflineStart(dir, '/models/x', []);
+    expect(local).toMatchObject({ offline: false, reason: expect.stringContaining('is not a hub repo id') });
+    expect(local).not.toHaveProperty('storeShort');
   });
 
   it('reads each repo at the revision its engine does', () => {

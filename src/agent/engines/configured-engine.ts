@@ -125,6 +125,11 @@ export abstract class ConfiguredEngine implements Engine {
     return judged && !judged.offline ? judged.reason : undefined;
   }
 
+  storeShortfall(spec: StartShard): string | undefined {
+    const judged = this.#offline.get(spec);
+    return judged && !judged.offline && judged.storeShort ? judged.reason : undefined;
+  }
+
   /**
    * Gives this engine's shards the node's model store as their caches
    * (engineCacheEnv): weights from local disk, compiled graphs kept across

@@ -19,6 +19,9 @@ const KNOWN_ANSWER_FILE_MAX_CHARS = 1024;
 /** Longest knownAnswerToken read back: the agent records at most 64 characters. */
 const KNOWN_TOKEN_FILE_MAX_CHARS = 128;
 
+/** The store's content digest (loader-snapshot.ts), as a state file may hold it. */
+const MODEL_DIGEST_FORM = /^sha256:[0-9a-f]{64}$/;
+
 /** Bump when a field changes meaning; readers refuse versions they do not know. */
 export const STATE_SCHEMA_VERSION = 1;
 
@@ -78,6 +81,15 @@ export interface EngineRecord {
    * its later sleeps need no room for it. Absent before a first sleep.
    */
   hostCopyMib?: number;
+  /**
+   * The content digest of the model the engine was started on from the
+   * node's store (issue 51): with the profile (in spec) and engineVersion,
+   * the key of the node's known answer, so an agent restarted while it
+   * serves asks it of the adopted engine before READY, as at a start.
+   * Absent for a start not from the store, in files of older agents, and
+   * when invalid (unknown: the adoption is not checked, never refused).
+   */
+  modelDigest?: string;
   pid: number;
   pgid: number;
   identity: ProcessIdentity;
@@ -132,6 +144,7 @@ function toDisk(s: ShardStateFile): JsonValue {
     ...(s.knownAnswerToken !== undefined ? { knownAnswerToken: s.knownAnswerToken } : {}),
     ...(s.engineVersion !== undefined ? { engineVersion: s.engineVersion } : {}),
     ...(s.hostCopyMib ? { hostCopyMib: s.hostCopyMib } : {}),
+    ...(s.modelDigest ? { modelDigest: s.modelDigest } : {}),
     pid: s.pid,
     pgid: s.pgid,
     identity: { startTime: s.identity.startTime, bootId: s.identity.bootId },
@@ -290,6 +303,8 @@ export function parseStateText(text: string, expectedShardId: string): StateFile
       // Facts read of the engine: an invalid one is unknown (a sleep needing it is refused), never a reason to refuse the engine.
       ...(typeof raw.engineVersion === 'string' && /^[\w.+-]{1,64}$/.test(raw.engineVersion) ? { engineVersion: raw.engineVersion } : {}),
       ...(Number.isSafeInteger(raw.hostCopyMib) && (raw.hostCopyMib as number) > 0 ? { hostCopyMib: raw.hostCopyMib as number } : {}),
+      // A key to look an answer up by: one not of the store's form is unknown (the adoption is not checked).
+      ...(typeof raw.modelDigest === 'string' && MODEL_DIGEST_FORM.test(raw.modelDigest) ? { modelDigest: raw.modelDigest } : {}),
       pid: raw.pid as number,
       pgid: raw.pgid as number,
       identity: { startTime: identity.startTime, bootId: identity.bootId },

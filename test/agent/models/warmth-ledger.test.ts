@@ -167,4 +167,19 @@ describe('a rung\'s spread (issue 51)', () => {
     expect(percentile([...Array(9).fill(1000), 5000], 90)).toBe(1000);
     expect(percentile([...Array(8).fill(1000), 5000, 5000], 90)).toBe(5000);
   });
+
+  it('takes P50 and P90 over the last 20 samples and the median over the last 8: one slow start in 10 is no longer the P90, a node that got faster is followed', () => {
+    const l = ledger({ path: fresh(), hasStore: false, logger: captureLogger().logger });
+    // 12 slow starts (5 s), then 8 fast ones (1 s): the median follows the node, the spread remembers.
+    for (let i = 0; i < 12; i++) launchedAndReady(l, shard(`slow${i}`, Date.now() - 5000));
+    for (let i = 0; i < 8; i++) launchedAndReady(l, shard(`fast${i}`, Date.now() - 1000));
+    const t = l.report([], [])[0]?.learned[0];
+    expect(t?.samples).toBe(20);
+    expect(Math.round(t?.medianSeconds ?? 0)).toBe(1);
+    expect(Math.round(t?.p90Seconds ?? 0)).toBe(5);
+    // Look-alike: 18 of 20 at 1 s and 2 slow ones: P90 is the 18th, 1 s, where 8 samples made it the slowest.
+    const m = ledger({ path: fresh(), hasStore: false, logger: captureLogger().logger });
+    for (let i = 0; i < 20; i++) launchedAndReady(m, shard(`m${i}`, Date.now() - (i === 3 || i === 15 ? 5000 : 1000)));
+    expect(Math.round(m.report([], [])[0]?.learned[0]?.p90Seconds ?? 0)).toBe(1);
+  });
 });

@@ -80,4 +80,23 @@ describe('sleepLevel in the state file', () => {
       expect(r.ok && [r.file.engineVersion, r.file.hostCopyMib]).toEqual([undefined, undefined]);
     }
   });
+
+  it("keeps the model's content digest for an adopting agent's known-answer check; a file without one (an older agent's) still reads, and one not of the store's form is unknown", async () => {
+    const path = join(dir, 's0.json');
+    const digest = `sha256:${'ab'.repeat(32)}`;
+    await writeStateFile(path, { ...sample(), modelDigest: digest });
+    const read = await readStateFile(path, 's0');
+    expect(read.ok && read.file.modelDigest).toBe(digest);
+    // Kept through the runner's later rewrites.
+    await updateStateFile(path, 's0', { engineVersion: '0.24.0' });
+    const raw = JSON.parse(readFileSync(path, 'utf8'));
+    expect(raw.modelDigest).toBe(digest);
+    const { modelDigest: _gone, ...older } = raw;
+    const old = parseStateText(JSON.stringify(older), 's0');
+    expect([old.ok, old.ok && old.file.modelDigest]).toEqual([true, undefined]);
+    for (const bad of [7, '', 'sha256:xyz', `md5:${'ab'.repeat(16)}`, null]) {
+      const r = parseStateText(JSON.stringify({ ...raw, modelDigest: bad }), 's0');
+      expect([r.ok, r.ok && r.file.modelDigest]).toEqual([true, undefined]);
+    }
+  });
 });

@@ -150,6 +150,8 @@ export async function launchShard(
     ...(launched.unit ? { unit: launched.unit } : {}),
     logPath,
     createdAtMs: Date.now(),
+    // Kept for an adopting agent: its known-answer check needs what the model's content is (issue 51).
+    ...(launch.modelDigest ? { modelDigest: launch.modelDigest } : {}),
   };
   try {
     await writeStateFile(statePath, stateFileOf(record));

@@ -39,7 +39,9 @@ export function reattachShard(ctx: ShardRunnerContext, o: Orphan, previous: Shar
       'state file of an older agent holds fields StartShard now refuses; the engine is adopted, and Register does not carry them',
     );
   }
-  return new ShardRunner(ctx, { record: recordOf(f.file, o, logDir), adopted: true, note: o.unitNote, statePath }, previous?.currentState);
+  // The model's content as the launching agent verified it: the adopted engine's known answer is checked against it (issue 51).
+  const modelDigest = f.file.modelDigest;
+  return new ShardRunner(ctx, { record: recordOf(f.file, o, logDir), adopted: true, note: o.unitNote, statePath, ...(modelDigest ? { modelDigest } : {}) }, previous?.currentState);
 }
 
 /** The state file as the record, but for what this agent derives or no longer trusts. */

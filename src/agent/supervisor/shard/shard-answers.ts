@@ -10,7 +10,7 @@ import { KNOWN_ANSWER_FAULT, type ShardLife } from './shard-machine.js';
 const S = ShardState;
 
 /** What the known answers of one shard need of its runner. */
-export type AnswerHost = Pick<ShardHands, 'fields' | 'life' | 'apply' | 'target' | 'checksAnswers' | 'log' | 'stateFile' | 'signal' | 'told'>;
+export type AnswerHost = Pick<ShardHands, 'fields' | 'life' | 'apply' | 'target' | 'checksAnswers' | 'log' | 'stateFile' | 'signal' | 'told' | 'contentAnswer'>;
 
 /** A serving state, in which an engine's answer is asked and judged. */
 const answering = (s: ShardState) => s === S.READY || s === S.UNHEALTHY || s === S.DRAINING;
@@ -19,6 +19,16 @@ const answering = (s: ShardState) => s === S.READY || s === S.UNHEALTHY || s ===
 export function recordedAnswer(l: ShardLife): KnownAnswer | undefined {
   if (l.knownAnswer === undefined) return undefined;
   return l.knownAnswerToken === undefined ? { text: l.knownAnswer } : { text: l.knownAnswer, token: l.knownAnswerToken };
+}
+
+/**
+ * What a shard's engine is checked against: the node's answer for its
+ * (content digest, profile, engine version) where one is recorded, so a
+ * wake answers to the same record as every start of these bytes (issue 51);
+ * else the shard's own, recorded at its first READY.
+ */
+function referenceAnswer(h: Pick<AnswerHost, 'life' | 'contentAnswer'>): KnownAnswer | undefined {
+  return h.contentAnswer?.() ?? recordedAnswer(h.life());
 }
 
 /**
@@ -49,7 +59,7 @@ export class ShardAnswers {
   of(signal: AbortSignal, periodic = false): Promise<KnownAnswer | undefined> {
     const h = this.host;
     if (!h.checksAnswers && !periodic) return Promise.resolve(undefined);
-    const known = recordedAnswer(h.life());
+    const known = referenceAnswer(h);
     if (known !== undefined) return Promise.resolve(known);
     this.#recording ??= (async () => {
       try {
@@ -123,7 +133,7 @@ export class ShardAnswers {
 
   async #recheckOnce(v: HealthVerdict, signal: AbortSignal): Promise<void> {
     const h = this.host;
-    const verdict = h.checksAnswers ? await checkKnownAnswer(h.target(signal), recordedAnswer(h.life())).catch(() => undefined) : undefined;
+    const verdict = h.checksAnswers ? await checkKnownAnswer(h.target(signal), referenceAnswer(h)).catch(() => undefined) : undefined;
     if (signal.aborted || (h.checksAnswers && verdict === undefined)) return;
     if (verdict?.kind === 'not-obtained') {
       this.#notObtained({ reason: verdict.reason, attempt: 1, nextInMs: 0 }, 'after a sleep the agent did not ask for');
@@ -159,7 +169,7 @@ export class ShardAnswers {
       h.apply({ kind: 'wake-failed', error: `${NOT_OBTAINED}: ${n.reason}; asked again in ${formatDuration(n.nextInMs)}, READY once it gives its known answer` });
       h.told();
     };
-    return checkUntilAnswered(h.target(signal), recordedAnswer(h.life()), notObtained)
+    return checkUntilAnswered(h.target(signal), referenceAnswer(h), notObtained)
       .then(settle)
       .finally(() => {
         if (this.#proof === proof) this.#proof = undefined;

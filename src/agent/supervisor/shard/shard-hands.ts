@@ -2,7 +2,7 @@ import type { EngineSleepApi } from '../../../lib/engine-sleep-api.js';
 import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../../../lib/logger.js';
 import type { Readiness } from '../probes/await-readiness.js';
-import type { KnownAnswerTarget } from '../probes/known-answer.js';
+import type { KnownAnswer, KnownAnswerTarget } from '../probes/known-answer.js';
 import type { PortOwnerCheck } from '../probes/port-owner-check.js';
 import type { GangFault, ShardChange, ShardLife, ShardNext } from './shard-machine.js';
 import type { ShardEngineFacts } from './shard-engine-facts.js';
@@ -39,6 +39,8 @@ export interface ShardHands {
   readonly facts: ShardEngineFacts;
   /** Whether the shard's wakes are checked by a known answer: the API rank of a sleep profile. */
   readonly checksAnswers: boolean;
+  /** The node's known answer for (content digest, profile, engine version) where all are known (known-answer-book.ts); the shard's own otherwise. */
+  contentAnswer?(): KnownAnswer | undefined;
   /** The shard as it is now. */
   life(): ShardLife;
   apply(change: ShardChange): ShardNext;

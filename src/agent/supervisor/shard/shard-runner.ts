@@ -14,7 +14,7 @@ import { readInFlight } from '../probes/read-gauge.js';
 import { onEngineDeath } from './shard-death.js';
 import type { RunnerEngine } from '../launch/runner-engine.js';
 import { knownAnswerAsk } from '../probes/known-answer-ask.js';
-import { checkStartAnswer } from './shard-start-answer.js';
+import { checkStartAnswer, contentAnswer } from './shard-start-answer.js';
 import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
 import { shardFailedError } from './shard-failed-error.js';
@@ -95,6 +95,7 @@ export class ShardRunner {
       facts: new ShardEngineFacts({ engine: r.spec.profile?.engine ?? '', baseUrl: this.baseUrl ?? '', apiKey: r.watch.apiKey, stateFile: this.stateFile, log: ctx.log, fields: { shard: r.shardId, replica: r.replicaId }, pid: r.pid }, r),
       // The API rank of a sleep profile has its wakes checked by a known answer.
       checksAnswers: r.spec.profile?.sleepMode === true && r.servesHttp && r.watch.readiness === 'model-listed' && this.baseUrl !== undefined,
+      contentAnswer: () => contentAnswer(this.ctx.knownAnswers, this.launched.modelDigest, this.spec.profile?.name ?? '', this.hands.facts.version),
       life: () => this.life,
       apply: (c) => this.apply(c),
       told: () => this.ctx.onStatus(this.snapshot()),
@@ -219,7 +220,8 @@ export class ShardRunner {
   private async startAnswer(signal: AbortSignal): Promise<string | undefined> {
     const digest = this.launched.modelDigest;
     const book = this.ctx.knownAnswers;
-    if (!digest || !book || !this.servesHttp || !this.baseUrl || this.record.watch.readiness !== 'model-listed' || this.life.state !== S.STARTING) return undefined;
+    // An adopted engine asleep holds no weights to answer with: its wake is checked instead (contentAnswer).
+    if (!digest || !book || !this.servesHttp || !this.baseUrl || this.record.watch.readiness !== 'model-listed' || this.life.state !== S.STARTING || this.life.sleep !== undefined) return undefined;
     return checkStartAnswer(this.hands, book, digest, this.spec.profile?.name ?? '', signal).catch(() => undefined);
   }
 

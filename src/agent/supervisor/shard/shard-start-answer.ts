@@ -1,4 +1,4 @@
-import { askKnownAnswer, checkKnownAnswer, NOT_OBTAINED } from '../probes/known-answer.js';
+import { askKnownAnswer, checkKnownAnswer, type KnownAnswer, NOT_OBTAINED } from '../probes/known-answer.js';
 import type { KnownAnswerBook } from '../probes/known-answer-book.js';
 import type { ShardHands } from './shard-hands.js';
 
@@ -34,4 +34,14 @@ export async function checkStartAnswer(h: StartAnswerHands, book: KnownAnswerBoo
   h.log.info({ ...h.fields, digest, profile, engineVersion, verdict: verdict.kind, ms: ms() }, 'known answer checked at start');
   if (verdict.kind === 'not-obtained') return undefined;
   return verdict.kind === 'differs' ? `known answer differs for the model's content ${digest} (profile ${profile}, engine ${engineVersion || 'version unknown'}): ${verdict.reason}` : undefined;
+}
+
+/**
+ * The node's answer for what a shard serves, (content digest, profile,
+ * engine version), where all three are known: what its wakes are checked
+ * against, so a wake and a start of the same bytes answer to one record.
+ */
+export function contentAnswer(book: KnownAnswerBook | undefined, digest: string | undefined, profile: string, engineVersion: string | undefined): KnownAnswer | undefined {
+  if (!digest || engineVersion === undefined) return undefined;
+  return book?.get({ digest, profile, engineVersion });
 }

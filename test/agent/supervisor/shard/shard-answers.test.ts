@@ -77,6 +77,24 @@ const settle = (h: AnswerHost) => async (a: Answered) => {
 };
 
 describe("a wake's proof", () => {
+  it("is judged against the node's record for the model's content where one is known: the shard's own answer, another checkpoint's, does not pass it", async () => {
+    const other = ' another checkpoint';
+    const e = await engine(() => ({ status: 200, text: other }));
+    const { s, h, answers } = host(e.baseUrl, newShardLife({ state: S.SLEEPING, sleepLevel: 1, awakeMib: 1000, knownAnswer: other }));
+    h.contentAnswer = () => ({ text: RIGHT });
+    await answers.proveWake(settle(h));
+    expect(S[s.life.state]).toBe('FAILED');
+    expect(s.life.error).toContain(JSON.stringify(RIGHT.trim()).slice(1, -1));
+  });
+
+  it("look-alike: no record for the content (digest or version unknown): the shard's own answer decides, and the same answer is READY", async () => {
+    const e = await engine(() => ({ status: 200, text: RIGHT }));
+    const { s, h, answers } = host(e.baseUrl, asleep());
+    h.contentAnswer = () => undefined;
+    await answers.proveWake(settle(h));
+    expect(S[s.life.state]).toBe('READY');
+  });
+
   it('503, then 429: SLEEPING with "known answer not obtained" and the reason, told, asked again; READY once it gives its known answer', async () => {
     const e = await engine((n) => (n === 0 ? { status: 503 } : n === 1 ? { status: 429 } : { status: 200, text: RIGHT }));
     const { s, h, answers } = host(e.baseUrl, asleep());

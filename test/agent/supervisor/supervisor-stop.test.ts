@@ -56,7 +56,10 @@ describe('Supervisor.stop', () => {
     expect(isRunning(shard.pid)).toBe(false);
     for (const pid of grandchildren) expect(isRunning(pid)).toBe(false);
     expect(groupMembers(shard.pid)).toEqual([]);
-    expect(elapsed).toBeLessThan(graceMs + 1000);
+    // A safety net, not a measurement: without the SIGKILL after its grace the engine never stops (the
+    // test's timeout), and one waiting the default grace (30 s) would be caught; +1 s was missed once at
+    // a load of 16 on 2 cores.
+    expect(elapsed).toBeLessThan(graceMs + 10_000);
     // It did get SIGTERM first, and ignored it.
     expect(readFileSync(shard.logPath, 'utf8')).toMatch(/received SIGTERM; ignoring it/);
     expect(existsSync(join(harness.dirs.stateDir, 'shards', 'stubborn.json'))).toBe(false);

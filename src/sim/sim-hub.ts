@@ -80,6 +80,8 @@ export class FakeHub {
   readonly corrupt = new Map<string, number>();
   /** File paths whose body from byte 0 is held back this many ms after its head: the parts after it arrive first. */
   readonly holdStart = new Map<string, number>();
+  /** File paths whose bodies wait for this promise after their heads: a test opens the gate when it has seen what it waits for. */
+  readonly gates = new Map<string, Promise<void>>();
   /** Range ignored: every file answered whole with 200, as some CDNs do. */
   noRanges = false;
   private server: Server | undefined;
@@ -149,6 +151,16 @@ export class FakeHub {
     if (m) headers['content-range'] = `bytes ${start}-${end - 1}/${body.length}`;
     const held = start === 0 ? this.holdStart.get(file.path) : undefined;
     res.writeHead(m ? 206 : 200, headers);
+    const gate = this.gates.get(file.path);
+    if (gate !== undefined) {
+      res.flushHeaders();
+      this.open.add(res);
+      void gate.then(() => {
+        this.open.delete(res);
+        if (!res.destroyed) res.end(body.subarray(start, end));
+      });
+      return;
+    }
     if (held !== undefined) {
       res.flushHeaders();
       this.open.add(res);

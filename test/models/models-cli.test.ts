@@ -3,7 +3,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync, statSync, writeFileSync
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { type ResultPromise, execa } from 'execa';
-import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it, onTestFinished } from 'vitest';
 import { BIN, runCli } from '../helpers/run-cli.js';
 import { dropFromPageCache } from '../helpers/drop-page-cache.js';
 import { FakeHub, bytes, fakeRepo, sha256 } from './fake-hub.js';
@@ -121,8 +121,24 @@ describe('llmgw models pull', () => {
 
   it('downloads a model once when two processes pull it at the same time', async () => {
     const config = goodConfig();
-    hub.trickle.set('mid.bin', 64 * 1024);
-    const [a, b] = await Promise.all([startPull(config, 'acme/mid'), startPull(config, 'acme/mid')]);
+    // The first pull's body waits at the hub until the second pull is seen waiting for it: the overlap
+    // is made, not hoped for (a pull that finished before the other's start once left nothing to wait for).
+    let open = () => {};
+    hub.gates.set('mid.bin', new Promise<void>((r) => { open = r; }));
+    onTestFinished(() => {
+      open();
+      hub.gates.delete('mid.bin');
+    });
+    const first = startPull(config, 'acme/mid');
+    let firstErr = '';
+    first.stderr?.on('data', (d: Buffer) => { firstErr += d.toString(); });
+    await waitFor(() => firstErr.includes('fetching mid.bin'), 'the first pull fetching mid.bin');
+    const second = startPull(config, 'acme/mid');
+    let secondErr = '';
+    second.stderr?.on('data', (d: Buffer) => { secondErr += d.toString(); });
+    await waitFor(() => /waiting for the pull of process \d+ of the same model/.test(secondErr), 'the second pull waiting for the first');
+    open();
+    const [a, b] = await Promise.all([first, second]);
     expect([a.exitCode, b.exitCode]).toEqual([0, 0]);
     expect(hub.downloads('mid.bin')).toHaveLength(1);
     expect(`${a.stderr}${b.stderr}`).toMatch(/waiting for the pull of process \d+ of the same model/);

@@ -25,6 +25,7 @@ hub.repos.set('acme/lora-bin', fakeAdapterRepo('acme/lora-bin', { weightsName: '
 hub.repos.set('acme/lora-noweights', fakeAdapterRepo('acme/lora-noweights', { weightsName: null, more: [{ path: 'lora.safetensors', content: bytes(10_000, 3), lfs: true }] }));
 hub.repos.set('acme/lora-norank', fakeAdapterRepo('acme/lora-norank', { config: adapterConfigText('acme/base', undefined) }));
 hub.repos.set('acme/lora-nobase', fakeAdapterRepo('acme/lora-nobase', { config: adapterConfigText(undefined, 8) }));
+hub.repos.set('acme/lora-2m', fakeAdapterRepo('acme/lora-2m', { weights: bytes(2 * 1024 * 1024, 6), weightsName: 'adapter_model.bin' }));
 hub.repos.set('acme/lora-big', fakeAdapterRepo('acme/lora-big', { weights: bytes(400_000, 5) }));
 hub.repos.set('acme/model', fakeRepo('acme/model', [
   { path: 'config.json', content: Buffer.from('{"architectures":["LlamaForCausalLM"]}\n'), lfs: false },
@@ -53,6 +54,8 @@ beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), 'llmgw-adapters-'));
   layout = new StoreLayout(dir);
   hub.requests.length = 0;
+  hub.trickle.clear();
+  hub.corrupt.clear();
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -119,6 +122,33 @@ describe('an adapter pulled into the store', () => {
     // The look-alike: the same shape with r and base.
     await pull('acme/lora-a');
     expect(hub.downloads('adapter_model.safetensors')).toHaveLength(1);
+  });
+});
+
+describe('an adapter pull, like a model pull', () => {
+  it('resumes after it was stopped mid-file and refuses a corrupt download, fetching it again; the digest is the same', async () => {
+    // One stream (under RANGED_MIN_BYTES) of 16 KiB a tick: at least 2.5 s for the file, 64 KiB of it seen long before.
+    hub.trickle.set('adapter_model.bin', 16 * 1024);
+    const stop = new AbortController();
+    const incomplete = layout.incompletePath('acme/lora-2m', sha256(hub.repos.get('acme/lora-2m')?.files[1]?.content as Buffer));
+    const first = pullModel({ repo: 'acme/lora-2m', revision: 'main', include: [] }, { ...ctx(), signal: stop.signal });
+    const end = Date.now() + 20_000;
+    while (!(existsSync(incomplete) && statSync(incomplete).size >= 64 * 1024)) {
+      if (Date.now() > end) throw new Error('no part of adapter_model.bin on disk within 20 s');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    stop.abort();
+    await expect(first).rejects.toThrow();
+    await expect(resolveStoreAdapter(layout, 'acme/lora-2m', 'main')).rejects.toThrow(/^the LoRA adapter acme\/lora-2m@main is not in the model store \(a pull of acme\/lora-2m did not finish\); pull it first /);
+    hub.trickle.clear();
+    hub.corrupt.set('adapter_model.bin', 1);
+    const r = await pull('acme/lora-2m');
+    expect(r.resumedBytes).toBeGreaterThan(0);
+    expect(r.mismatches).toBe(1);
+    const a = await resolveStoreAdapter(layout, 'acme/lora-2m', 'main');
+    rmSync(dir, { recursive: true, force: true });
+    await pull('acme/lora-2m');
+    expect((await resolveStoreAdapter(layout, 'acme/lora-2m', 'main')).digest).toBe(a.digest);
   });
 });
 

@@ -51,7 +51,9 @@ export async function resolveStoreAdapter(layout: StoreLayout, repo: string, rev
   const commit = commitOf(manifest, revision);
   const snap = commit !== undefined && COMMIT_HASH.test(commit) ? manifest?.snapshots[commit] : undefined;
   if (commit === undefined || snap === undefined || !Array.isArray(snap.files)) {
-    throw usageError(`the LoRA adapter ${repo}@${revision} is not in the model store; pull it first (${pullAgain})`);
+    // A pull records the revision's ref only once it completed: one stopped half-way left a snapshot and no ref.
+    const unfinished = manifest !== undefined && typeof manifest.snapshots === 'object' && Object.values(manifest.snapshots).some((x) => x?.complete === false);
+    throw usageError(`the LoRA adapter ${repo}@${revision} is not in the model store${unfinished ? ` (a pull of ${repo} did not finish)` : ''}; pull it first (${pullAgain})`);
   }
   const listing = Array.isArray(snap.repoFiles) && snap.repoFiles.every((p) => typeof p === 'string') ? snap.repoFiles : snap.files.map((f) => f.path);
   if (!isAdapterListing(listing)) {

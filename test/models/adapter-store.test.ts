@@ -199,7 +199,12 @@ describe('resolveStoreAdapter refuses', () => {
     const m = JSON.parse(readFileSync(path, 'utf8')) as { refs: Record<string, string> };
     writeFileSync(path, JSON.stringify({ ...m, refs: { main: '../../../../tmp' } }));
     await expect(resolveStoreAdapter(layout, 'acme/lora-a', 'main')).rejects.toThrow(/is not in the model store/);
+    // One naming a blob by a path rather than a digest.
+    const files = (m as unknown as { snapshots: Record<string, { files: { path: string; etag: string }[] }> }).snapshots[r.commit]?.files ?? [];
+    writeFileSync(path, JSON.stringify({ ...m, snapshots: { [r.commit]: { ...(m as unknown as { snapshots: Record<string, object> }).snapshots[r.commit], files: files.map((f) => ({ ...f, etag: f.path === 'adapter_model.safetensors' ? '../../../../../etc/passwd' : f.etag })) } } }));
+    await expect(resolveStoreAdapter(layout, 'acme/lora-a', 'main')).rejects.toThrow(/names adapter_model\.safetensors's blob "\.\.\/.*", not a digest; refused/);
     writeFileSync(path, JSON.stringify(m));
+    await expect(resolveStoreAdapter(layout, 'acme/lora-a', 'main')).resolves.toMatchObject({ commit: r.commit });
     // The snapshot folder replaced by a link to a folder someone else filled.
     const snap = layout.snapshotDir('acme/lora-a', r.commit);
     const elsewhere = mkdtempSync(join(tmpdir(), 'llmgw-elsewhere-'));

@@ -96,7 +96,7 @@ async function makeLinks(links: readonly (readonly [string, string])[]): Promise
 }
 
 /** makeLinks, as the engine's account, in a process of its own: the same steps, self-contained for `node -e`. */
-const LINK_SCRIPT = `const fs=require('node:fs'),path=require('node:path');for(const [t,p] of JSON.parse(process.argv[1])){fs.mkdirSync(path.dirname(p),{recursive:true});try{fs.symlinkSync(t,p)}catch(e){if(e.code!=='EEXIST')throw e}}`;
+const LINK_SCRIPT = `const fs=require('node:fs'),path=require('node:path');try{for(const [t,p] of JSON.parse(process.argv[1])){fs.mkdirSync(path.dirname(p),{recursive:true});try{fs.symlinkSync(t,p)}catch(e){if(e.code!=='EEXIST')throw e}}}catch(e){process.stderr.write(String(e&&e.message||e));process.exit(1)}`;
 
 function linkAs(account: { uid: number; gid: number }, links: readonly (readonly [string, string])[]): Promise<void> {
   return new Promise((resolve, reject) => {
@@ -108,7 +108,7 @@ function linkAs(account: { uid: number; gid: number }, links: readonly (readonly
     child.on('error', (e) => reject(failure(`could not link the store's files into the engine's hub cache as uid ${account.uid}: ${e.message}`)));
     child.on('exit', (code, signal) => {
       if (code === 0) resolve();
-      else reject(failure(`could not link the store's files into the engine's hub cache as uid ${account.uid} (${signal ?? `exit ${code}`}): ${err.trim().split('\n').at(-1) ?? ''}`));
+      else reject(failure(`could not link the store's files into the engine's hub cache as uid ${account.uid} (${signal ?? `exit ${code}`}): ${err.trim().split('\n')[0] ?? ''}`));
     });
   });
 }

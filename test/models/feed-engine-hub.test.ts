@@ -52,7 +52,8 @@ afterAll(async () => {
 /** An engine's own cache folder as prepareEngineCache leaves it: the account's, 0700. */
 function engineLeaf(name: string, uid: number): string {
   const leaf = join(dir, 'engines', String(uid), 'vllm', name);
-  mkdirSync(leaf, { recursive: true, mode: 0o700 });
+  mkdirSync(join(leaf, '..'), { recursive: true, mode: 0o755 });
+  mkdirSync(leaf, { mode: 0o700 });
   chownSync(leaf, uid, uid);
   return leaf;
 }

@@ -97,7 +97,7 @@ describe('an online start fed from the store, and one rule for a complete store 
     expect([first.status.state, first.status.error]).toEqual([ShardState.READY, '']);
     expect(first.environ).not.toHaveProperty('HF_HUB_OFFLINE');
     expect(first.fetched).toEqual(['model-00002-of-00002.safetensors']);
-    expect(first.note).toMatch(/^started online \(HF_HUB_OFFLINE unset\): .*; 5 of its files linked from the store into its hub cache, the rest fetched$/);
+    expect(first.note).toMatch(/^started online \(HF_HUB_OFFLINE unset\): .*; 5 files of acme\/fed linked from the store into its hub cache, the rest fetched$/);
     // What it was fed is a link to the store's own blob, which the engine read in place.
     const manifest = await readManifest(layout, 'acme/fed');
     const commit = manifest?.refs.main as string;

@@ -133,7 +133,7 @@ export abstract class ConfiguredEngine implements Engine {
           engineHubDir: join(engineCacheDir, 'hub'),
           ...(account && ctx.agentUid === 0 && account.uid !== 0 ? { account } : {}),
         });
-        if (fed) this.#fed.set(spec, fed.error ? `the store's files could not be linked into its hub cache (${fed.error}): it fetches them too` : `${fed.linked.length} of its files linked from the store into its hub cache, the rest fetched`);
+        if (fed) this.#fed.set(spec, fed.error ? `the store's files could not be linked into its hub cache (${fed.error}): it fetches them too` : `${fed.linked.length} file${fed.linked.length === 1 ? '' : 's'} of ${spec.profile?.model ?? ''} linked from the store into its hub cache, the rest fetched`);
       }
     }
   }

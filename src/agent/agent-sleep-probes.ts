@@ -4,7 +4,7 @@ import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import { type GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
 import type { NodeModels } from './models/node-models.js';
 import type { WarmthLedger } from './models/warmth-ledger.js';
-import type { SleepProbes } from './supervisor/shard/shard-sleep.js';
+import { type SleepProbes, shardGpuMib } from './supervisor/shard/shard-sleep.js';
 import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
 import { HostRamLedger } from './supervisor/shard/host-ram-ledger.js';
 import { wakeDeadline } from './supervisor/shard/wake-deadline.js';
@@ -46,4 +46,13 @@ export function agentSleepProbes(o: AgentSleepProbesOptions): SleepProbes {
     hostRam: new HostRamLedger(),
     gpusTaken: wakeGpuCheck({ nvml: o.nvml, nvidiaSmi: c.discovery.nvidiaSmi, timeoutMs: c.discovery.timeoutMs, inventory: o.inventory, shards: o.shards }),
   };
+}
+
+/**
+ * The GPU memory a READY shard holds, for the warmth ledger (issue 51): its
+ * GPUs' readings taken now (NVML in-process, else one nvidia-smi), else the
+ * sampler's last, summed over them; undefined when a GPU has no reading.
+ */
+export function readShardGpuMib(sampler: Pick<GpuMemorySampler, 'readNow' | 'latest'>): (gpus: readonly number[]) => Promise<number | undefined> {
+  return async (gpus) => shardGpuMib(await sampler.readNow().catch(() => sampler.latest()), gpus);
 }

@@ -13,7 +13,7 @@ import { adoptionEvents, connectionEvent, cordonEvent, diskPressureEvent, gpuEve
 import { GpuHealthWatch } from './health/gpu-health-watch.js';
 import { watchedGpus } from './health/watched-gpu.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
-import { agentSleepProbes } from './agent-sleep-probes.js';
+import { agentSleepProbes, readShardGpuMib } from './agent-sleep-probes.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineAccount } from './engines/engine-account.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
@@ -144,7 +144,7 @@ export class Agent {
       onRate: (kind, bytes, ms) => this.warmth.learnRate(kind, bytes, ms),
     });
     const claims = compileClaimsFor(this.models, join(c.supervisor.stateDir, 'compile-claims.json'), (engine) => engineUid(this.engineAccounts(), engine), this.log, () => this.sendInventory());
-    this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: claims && ((model, engine, profile) => claims.claimed(model, engine, profile)) });
+    this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: claims && ((model, engine, profile) => claims.claimed(model, engine, profile)), gpuMemoryMib: readShardGpuMib(opts.sampler) });
     const sleepPorts = new SleepPortGuards({ engines: c.engines, agentUid: process.getuid?.() ?? 0, guard: opts.portGuard ?? new NftPortGuard(), shards: () => opts.supervisor.list(), log: this.log });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, compileClaims: claims, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp), sleepPortEnded: sleepPorts.follow });
     for (const r of reactions) opts.supervisor.react(r);

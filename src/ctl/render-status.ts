@@ -51,6 +51,8 @@ export function renderStatus(s: StatusResponseJson, nowMs: number, opts: { ended
     if (sh.error) lines.push(printable(`${sh.shardId}: ${sh.error}${sh.exitCode ? ` (exit code ${sh.exitCode})` : ''}`));
     if (sh.note) lines.push(printable(`${sh.shardId}: note: ${sh.note}`));
     if (sh.engineVersion) lines.push(printable(`${sh.shardId}: engine version ${sh.engineVersion}`));
+    // What it serves by content (issue 51): the store's verified digest, the same as Inventory.cached_models' content_digest.
+    if (sh.modelDigest) lines.push(printable(`${sh.shardId}: serves model content ${sh.modelDigest}`));
     if (sh.gang) lines.push(printable(`${sh.shardId}: ${sh.gang}`));
   }
   lines.push(...hidden);

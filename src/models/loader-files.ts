@@ -28,12 +28,41 @@
  *   SGLang's auto never is (loader.py:466-467).
  *
  * Files that are not weights (config, tokenizer, chat template, generation
- * config) are opened by name by transformers *(inferred: transformers was
- * not read)*; every one outside `original/` counts as read, except the
- * model card, licences and pictures (NEVER_READ_AT_START), so a judgement
- * errs towards "partial", which costs a start from the hub, never a start
- * that fails offline.
+ * config) are opened by name; every one the revision lists outside
+ * `original/` counts as read, except the model card, licences and pictures
+ * (NEVER_READ_AT_START), so a judgement errs towards "partial", which costs
+ * a start from the hub, never a start that fails offline.
+ *
+ * The tokenizer (issue 51, one rule for the store and the double): vLLM
+ * loads it with transformers' AutoTokenizer.from_pretrained on the local
+ * snapshot offline (V:vllm/tokenizers/hf.py:198-216; the model id replaced
+ * by its snapshot folder, V:vllm/engine/arg_utils.py:807-831,
+ * V:vllm/transformers_utils/repo_utils.py:266-285). tokenizer_config.json is
+ * optional there: get_tokenizer_config asks cached_file with
+ * _raise_exceptions_for_missing_entries=False and returns {} when it is
+ * absent, and AutoTokenizer then picks the class from config.json's
+ * model_type (transformers 001f85b38fb432858ace93f18622f07cec46d874,
+ * src/transformers/models/auto/tokenization_auto.py get_tokenizer_config
+ * and AutoTokenizer.from_pretrained: "Could not locate the tokenizer
+ * configuration file, will try to use the model config instead"); vLLM's
+ * own reads of it return None when absent (V:…/repo_utils.py:372-398). So
+ * a repo that ships none is complete without it; one that lists it needs
+ * it (it holds the special tokens and chat template). What a tokenizer
+ * cannot load without is a vocabulary (TOKENIZER_VOCABULARIES).
  */
+
+/**
+ * The vocabularies a tokenizer class loads from, any one of which makes a
+ * folder loadable: the fast tokenizer's file, SentencePiece models, a BPE
+ * vocabulary with its merges, a WordPiece list *(inferred from the
+ * classes' vocab_files_names; tokenization_auto.py picks the class)*.
+ */
+export const TOKENIZER_VOCABULARIES: readonly (readonly string[])[] = [['tokenizer.json'], ['tokenizer.model'], ['spiece.model'], ['vocab.json', 'merges.txt'], ['vocab.txt']];
+
+/** Whether a folder holding `has` could give AutoTokenizer a vocabulary (tokenizer_config.json optional: see above). */
+export function holdsTokenizer(has: (name: string) => boolean): boolean {
+  return TOKENIZER_VOCABULARIES.some((set) => set.every(has));
+}
 
 /** Files of a repo no engine opens at start: the model card, licences, git attributes, pictures. */
 export const NEVER_READ_AT_START = /(^|\/)(README|LICEN[CS]E|NOTICE|USE_POLICY)[^/]*$|\.(md|png|jpe?g|gif|svg|webp)$|(^|\/)\.gitattributes$/i;

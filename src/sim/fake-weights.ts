@@ -7,28 +7,27 @@
  * safetensors, not original/ nor .bin twins), byte for byte, as vLLM does
  * through huggingface_hub (HF_HUB_CACHE, else $HF_HOME/hub, else
  * ~/.cache/huggingface/hub; the revision from refs/<name>, a commit as
- * itself). It never downloads: a snapshot that is not there fails the start,
- * offline or not, so the only way to the weights is the node's store.
+ * itself). Offline it never downloads: a snapshot that is not there fails
+ * the start. Online with HF_ENDPOINT it fetches the files its loader reads
+ * that the cache lacks, and only those (fetchMissing).
  * Offline (HF_HUB_OFFLINE=1) it also needs what vLLM's tokenizer reads
- * from a local snapshot: tokenizer_config.json and one of tokenizer.json or
- * tokenizer.model, in the --tokenizer repo's snapshot when one is given
+ * from a local snapshot: a vocabulary (holdsTokenizer in
+ * src/models/loader-files.ts, whose comment cites transformers; its
+ * tokenizer_config.json is optional), in the --tokenizer repo's snapshot when one is given
  * (which must itself be cached: V:vllm/engine/arg_utils.py:809-832,
  * V:vllm/transformers_utils/repo_utils.py:279-297), else in the model's
  * (readWeights' `tokenizer` option: bin/fake-vllm does not take --tokenizer
- * yet, so a profile with one cannot run on the double). Online, a file the snapshot lacks other than a weight counts as fetched
- * from the hub, as the engine would fetch it: the double cannot download,
- * and an online start is what llmgw chooses for a partial store, so it must
- * succeed where the engine's would.
+ * yet, so a profile with one cannot run on the double).
  *
  * With --sim-compile-time it compiles as fake-compile-cache.ts says.
  */
 import { createHash } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { mkdir, open, readFile, readdir, stat, writeFile } from 'node:fs/promises';
+import { mkdir, open, readFile, readdir, rm, stat, writeFile } from 'node:fs/promises';
 import { homedir } from 'node:os';
 import { dirname, join, relative } from 'node:path';
 import { isNotFound } from '../lib/errno.js';
-import { filesLoaderReads, weightMapFiles } from '../models/loader-files.js';
+import { filesLoaderReads, holdsTokenizer, MISTRAL_INDEX, SAFE_WEIGHTS_INDEX, weightMapFiles } from '../models/loader-files.js';
 
 /** Bytes read at a time: large reads, as safetensors loading does with mmap. */
 const READ_CHUNK_BYTES = 8 * 1024 * 1024;
@@ -111,12 +110,9 @@ export async function readWeights(
   cancelled: () => boolean = () => false,
   opts: { tokenizer?: { repo: string; revision: string }; engine?: string; loadFormat?: string } = {},
 ): Promise<WeightsRead> {
-  const { dir, commit } = await findSnapshot(repo, revision, env).catch(async (err: unknown) => {
-    // Online, huggingface_hub fetches what the cache lacks (snapshot_download); the double does too, from HF_ENDPOINT.
-    if (!(err instanceof MissingWeightsError) || hubOffline(env) || !env.HF_ENDPOINT) throw err;
-    await downloadSnapshot(repo, revision, env, env.HF_ENDPOINT);
-    return findSnapshot(repo, revision, env);
-  });
+  // Online, vLLM asks the hub for the revision's files and fetches those its loader reads that the cache lacks; the double does too, from HF_ENDPOINT.
+  if (!hubOffline(env) && env.HF_ENDPOINT) await fetchMissing(repo, revision, env, env.HF_ENDPOINT, { engine: opts.engine ?? 'vllm', ...(opts.loadFormat ? { loadFormat: opts.loadFormat } : {}) });
+  const { dir, commit } = await findSnapshot(repo, revision, env);
   // Only what the engine's loader reads (src/models/loader-files.ts, with its source lines): indexed
   // safetensors, never original/ nor a .bin twin (review engine-fidelity-3 E11/E12).
   const all = (await snapshotFiles(dir)).map((p) => relative(dir, p));
@@ -160,30 +156,44 @@ export async function readWeights(
 }
 
 /**
- * What transformers' AutoTokenizer needs from a local folder: its config
- * and a fast (tokenizer.json) or slow (tokenizer.model) vocabulary. The
- * message is transformers' OSError for a folder without them *(inferred:
- * transformers was not read; tokenization_utils_base.py)*.
+ * What transformers' AutoTokenizer needs from a local folder: a vocabulary
+ * (holdsTokenizer, the store's own rule); tokenizer_config.json is optional
+ * (get_tokenizer_config returns {} without it). The message is
+ * transformers' OSError for a folder without one *(inferred:
+ * tokenization_utils_base.py was not read)*.
  */
 async function requireTokenizerFiles(dir: string): Promise<void> {
-  const has = async (name: string) => (await stat(join(dir, name)).catch(() => undefined))?.isFile() === true;
-  if ((await has('tokenizer_config.json')) && ((await has('tokenizer.json')) || (await has('tokenizer.model')))) return;
+  const names = new Set<string>();
+  for (const e of await readdir(dir, { withFileTypes: true }).catch(() => [])) if (e.isFile() || e.isSymbolicLink()) names.add(e.name);
+  // A link counts only while its blob is there: a dangling one is no file to transformers either.
+  const present = new Set<string>();
+  for (const n of names) if ((await stat(join(dir, n)).catch(() => undefined))?.isFile()) present.add(n);
+  if (holdsTokenizer((n) => present.has(n))) return;
   throw new MissingWeightsError(
-    `OSError: Can't load tokenizer for '${dir}'. Make sure '${dir}' is the correct path to a directory containing all relevant files (tokenizer_config.json, and tokenizer.json or tokenizer.model); with HF_HUB_OFFLINE=1 nothing missing is fetched`,
+    `OSError: Can't load tokenizer for '${dir}'. Make sure '${dir}' is the correct path to a directory containing all relevant files (a vocabulary: tokenizer.json, tokenizer.model, spiece.model, vocab.json with merges.txt, or vocab.txt); with HF_HUB_OFFLINE=1 nothing missing is fetched`,
   );
 }
 
 export { type CompileKey, compileMarkerPath, vllmCacheRoot } from './fake-compile-cache.js';
 
 /**
- * What huggingface_hub's snapshot_download does online, in short: the
- * revision's file list from `<endpoint>/api/models/<repo>/revision/<rev>`,
- * every file from `<endpoint>/<repo>/resolve/<commit>/<path>`, into the hub
- * cache as snapshots/<commit>/<path> and refs/<revision>. Plain files, not
- * links to blobs: the double reads them, nothing else does. A failure is
- * the engine's (MissingWeightsError), as a download error fails vLLM's start.
+ * What vLLM online does through huggingface_hub, in short: the revision's
+ * file list from `<endpoint>/api/models/<repo>/revision/<rev>` (repo_info),
+ * then only the files its loader reads (the index first, which picks the
+ * safetensors: V:vllm/model_executor/model_loader/weight_utils.py:461-480;
+ * never original/ nor .bin twins), each from
+ * `<endpoint>/<repo>/resolve/<commit>/<path>` unless the hub cache already
+ * has snapshots/<commit>/<path>: hf_hub_download given a commit returns an
+ * existing pointer at once, with no request (huggingface_hub
+ * file_download.py _hf_hub_download_to_cache_dir, "if user provides a
+ * commit_hash and they already have the file on disk, shortcut
+ * everything"), whether it is a link to the cache's own blob or to another
+ * (issue 51: the agent links the store's blobs in). Fetched files are plain
+ * files, not links to blobs: the double reads them, nothing else does. A
+ * failure is the engine's (MissingWeightsError), as a download error fails
+ * vLLM's start.
  */
-async function downloadSnapshot(repo: string, revision: string, env: NodeJS.ProcessEnv, endpoint: string): Promise<void> {
+async function fetchMissing(repo: string, revision: string, env: NodeJS.ProcessEnv, endpoint: string, rule: { engine: string; loadFormat?: string }): Promise<void> {
   const base = endpoint.replace(/\/+$/, '');
   const headers: Record<string, string> = env.HF_TOKEN ? { authorization: `Bearer ${env.HF_TOKEN}` } : {};
   const info = await fetch(`${base}/api/models/${repo}/revision/${encodeURIComponent(revision)}`, { headers });
@@ -192,14 +202,27 @@ async function downloadSnapshot(repo: string, revision: string, env: NodeJS.Proc
   if (!COMMIT.test(sha)) throw new MissingWeightsError(`the hub at ${base} named no commit for ${repo}@${revision}`);
   const repoDir = join(hubCacheDir(env), `models--${repo.replaceAll('/', '--')}`);
   const snap = join(repoDir, 'snapshots', sha);
-  for (const { rfilename } of siblings) {
-    if (rfilename.split('/').some((part) => part === '' || part === '.' || part === '..')) continue;
-    const res = await fetch(`${base}/${repo}/resolve/${sha}/${rfilename}`, { headers });
-    if (!res.ok) throw new MissingWeightsError(`huggingface_hub.errors.HfHubHTTPError: ${res.status} for ${rfilename} of ${repo}`);
-    const path = join(snap, ...rfilename.split('/'));
+  const names = siblings.map((f) => f.rfilename).filter((n) => !n.split('/').some((part) => part === '' || part === '.' || part === '..'));
+  const get = async (name: string) => {
+    const path = join(snap, ...name.split('/'));
+    // os.path.exists follows the link: a pointer to a blob that is there is the file.
+    if ((await stat(path).catch(() => undefined))?.isFile()) return;
+    const res = await fetch(`${base}/${repo}/resolve/${sha}/${name}`, { headers });
+    if (!res.ok) throw new MissingWeightsError(`huggingface_hub.errors.HfHubHTTPError: ${res.status} for ${name} of ${repo}`);
     await mkdir(dirname(path), { recursive: true });
+    // A dangling link is replaced, never written through (it may point into the node's store).
+    await rm(path, { force: true });
     await writeFile(path, Buffer.from(await res.arrayBuffer()));
-  }
+  };
+  for (const index of [SAFE_WEIGHTS_INDEX, MISTRAL_INDEX]) if (names.includes(index)) await get(index);
+  const readIndex = (name: string) => {
+    try {
+      return weightMapFiles(readFileSync(join(snap, name), 'utf8'));
+    } catch {
+      return undefined;
+    }
+  };
+  for (const name of filesLoaderReads(names, readIndex, rule)) if (names.includes(name)) await get(name);
   if (!COMMIT.test(revision)) {
     await mkdir(join(repoDir, 'refs'), { recursive: true });
     await writeFile(join(repoDir, 'refs', ...revision.split('/')), sha);

@@ -18,6 +18,13 @@ describe('ctl status warmth lines', () => {
     ).toBe('acme/chat (vllm, chat): absent now; to READY from store 41.2s (×3), from hub ~365s (modelled: store 41.2s + 14 GiB at 45 MiB/s from the hub (its last pull))');
   });
 
+  it('says the GPU memory the profile held at READY once measured, and nothing before', () => {
+    const w = { model: 'acme/chat', engine: 'vllm', profile: 'chat', rung: 'store', learned: [{ from: 'store', medianSeconds: 4, samples: 1 }] };
+    expect(describeWarmth({ ...w, gpuMemoryAtReadyMib: 140_006, gpuMemoryAtReadyGpus: 2 })).toBe('acme/chat (vllm, chat): store now; to READY from store 4s (×1); 140006 MiB on 2 GPUs at READY');
+    expect(describeWarmth({ ...w, gpuMemoryAtReadyMib: 70_003, gpuMemoryAtReadyGpus: 1 })).toMatch(/; 70003 MiB on 1 GPU at READY$/);
+    expect(describeWarmth(w)).not.toContain('at READY');
+  });
+
   it(`lists at most ${WARMTH_LINES} models and says how many more`, () => {
     const warmth = Array.from({ length: WARMTH_LINES + 2 }, (_, i) => ({ model: `m${i}`, engine: 'sim', profile: 'p', rung: 'store', learned: [] }));
     const lines = warmthLines({ warmth });

@@ -130,7 +130,8 @@ describe('an engine on a node with a store', () => {
     const spec = shard({ profile: { engine: 'sglang', model: 'acme/full', args: ['--speculative-draft-model-path', 'acme/draft'] } });
     await e.validate(spec, context());
     expect(e.command(spec).env).not.toHaveProperty('HF_HUB_OFFLINE');
-    expect(e.onlineReason?.(spec)).toBe("--speculative-draft-model-path acme/draft@main is not complete in the node's model store");
+    // The model itself, complete, is fed into the engine's own hub cache: online, it fetches only the draft (issue 51).
+    expect(e.onlineReason?.(spec)).toBe("--speculative-draft-model-path acme/draft@main is not complete in the node's model store; 4 files of acme/full linked from the store into its hub cache, the rest fetched");
     const plain = shard({ profile: { engine: 'sglang', model: 'acme/full' } });
     await e.validate(plain, context());
     expect(e.command(plain).env.HF_HUB_OFFLINE).toBe('1');

@@ -90,7 +90,16 @@ describe('the vLLM double reading its weights (--sim-read-weights)', () => {
 describe('the vLLM double offline needs its tokenizer files too (engine-fidelity review 2, N4)', () => {
   it('fails offline on a snapshot of weights alone, as a pull with --include *.safetensors leaves it, naming the tokenizer files', async () => {
     const hub = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(10), 'config.json': Buffer.from('{}') });
-    await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' })).rejects.toThrow(/^OSError: Can't load tokenizer for .*tokenizer_config\.json, and tokenizer\.json or tokenizer\.model/);
+    await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: hub, HF_HUB_OFFLINE: '1' })).rejects.toThrow(/^OSError: Can't load tokenizer for .*a vocabulary: tokenizer\.json, tokenizer\.model/);
+  });
+
+  it('takes a snapshot without tokenizer_config.json offline, as transformers does (get_tokenizer_config returns {}), and refuses one with tokenizer_config.json but no vocabulary', async () => {
+    const without = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(10), 'config.json': Buffer.from('{}'), 'tokenizer.json': Buffer.from('{}') });
+    expect((await readWeights('org/model', 'main', { HF_HUB_CACHE: without, HF_HUB_OFFLINE: '1' })).files).toBe(3);
+    const bpe = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(10), 'vocab.json': Buffer.from('{}'), 'merges.txt': Buffer.from('') });
+    expect((await readWeights('org/model', 'main', { HF_HUB_CACHE: bpe, HF_HUB_OFFLINE: '1' })).files).toBe(3);
+    const configOnly = hubCache(tempRoot(), { 'model.safetensors': Buffer.alloc(10), 'tokenizer_config.json': Buffer.from('{}'), 'vocab.json': Buffer.from('{}') });
+    await expect(readWeights('org/model', 'main', { HF_HUB_CACHE: configOnly, HF_HUB_OFFLINE: '1' })).rejects.toThrow(/^OSError: Can't load tokenizer/);
   });
 
   it('takes tokenizer_config.json with either tokenizer.json or tokenizer.model offline', async () => {

@@ -158,6 +158,7 @@ export function shardInfoOf(s: ShardSnapshot): ShardInfo {
     unit: s.unit ?? '',
     note: s.note ?? '',
     engineVersion: s.engineVersion ?? '',
+    modelDigest: s.modelDigest ?? '',
     // The health watch's latest reading, never an engine call: Status is asked every second by each `ctl top`.
     inFlight: s.load?.inFlight === undefined ? -1 : Math.round(s.load.inFlight),
     tokensPerSecond: s.load?.tokensPerSecond ?? -1,

@@ -1,4 +1,4 @@
-import { basename, isAbsolute } from 'node:path';
+import { basename, isAbsolute, join } from 'node:path';
 import type { EngineSleepApi } from '../../lib/engine-sleep-api.js';
 import type { EngineWatch } from '../../lib/engine-watch.js';
 import { engineApiKey } from './engine-api-key.js';
@@ -21,7 +21,9 @@ import { exactNcclList } from './nccl-selectors.js';
 import { type ValidateShardOptions, validateShard } from './validate-shard.js';
 import { engineCacheEnv, prepareEngineCache } from '../../models/engine-cache-env.js';
 import { StoreLayout } from '../../models/store-layout.js';
-import { type OfflineStart, judgeOfflineStart } from '../../models/judge-offline-start.js';
+import { type OfflineStart, judgeOfflineStart, revisionOf } from '../../models/judge-offline-start.js';
+import { feedEngineHub } from '../../models/feed-engine-hub.js';
+import { loadFormatOf } from '../../models/loader-files.js';
 
 /**
  * What every engine shares: the command from `engines.<name>.command` (or
@@ -57,6 +59,8 @@ export abstract class ConfiguredEngine implements Engine {
   #host?: HostTopology;
   /** The compile cache validate() made for a start (prepareEngineCache). */
   readonly #engineCacheDirs = new WeakMap<StartShard, string>();
+  /** What an online start's hub cache got from the store (feedEngineHub), for its note. */
+  readonly #fed = new WeakMap<StartShard, string>();
 
   constructor(
     config: Partial<EngineConfig> | undefined,
@@ -117,12 +121,27 @@ export abstract class ConfiguredEngine implements Engine {
       const engineCacheDir = new StoreLayout(this.#modelsCacheDir).engineCacheDir(account?.uid ?? ctx.agentUid, this.name, spec.profile?.model ?? '');
       await prepareEngineCache(engineCacheDir, account);
       this.#engineCacheDirs.set(spec, engineCacheDir);
+      // Online with part of the model in the store: the engine's hub cache gets what the store holds, so it fetches only the rest (feed-engine-hub.ts).
+      const judged = this.#offline.get(spec);
+      if (judged && !judged.offline && judged.storeShort && this.loadsModel()) {
+        const loadFormat = loadFormatOf(args);
+        const fed = await feedEngineHub({
+          layout: new StoreLayout(this.#modelsCacheDir),
+          repo: spec.profile?.model ?? '',
+          revision: revisionOf(args),
+          rule: loadFormat === undefined ? { engine: this.name } : { engine: this.name, loadFormat },
+          engineHubDir: join(engineCacheDir, 'hub'),
+          ...(account && ctx.agentUid === 0 && account.uid !== 0 ? { account } : {}),
+        });
+        if (fed) this.#fed.set(spec, fed.error ? `the store's files could not be linked into its hub cache (${fed.error}): it fetches them too` : `${fed.linked.length} file${fed.linked.length === 1 ? '' : 's'} of ${spec.profile?.model ?? ''} linked from the store into its hub cache, the rest fetched`);
+      }
     }
   }
 
   onlineReason(spec: StartShard): string | undefined {
     const judged = this.#offline.get(spec);
-    return judged && !judged.offline ? judged.reason : undefined;
+    const fed = this.#fed.get(spec);
+    return judged && !judged.offline ? `${judged.reason}${fed ? `; ${fed}` : ''}` : undefined;
   }
 
   storeShortfall(spec: StartShard): string | undefined {

@@ -6,6 +6,8 @@ import type { ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
  * time to READY this node measured from each rung (Inventory.warmth), and
  * llmgw_model_time_to_ready_percentile_seconds{…, percentile="50"|"90"}: the
  * spread of those samples (issue 51: a measured cold-start horizon), and
+ * llmgw_model_gpu_memory_at_ready_bytes{model, engine, profile}: the GPU
+ * memory its shard held at READY (issue 51), and
  * llmgw_model_warmth_info{model, engine, profile, rung} = 1 for the rung it
  * offers now; read at scrape time, so a model gone from the ledger leaves no series.
  */
@@ -34,6 +36,16 @@ export function registerWarmthMetrics(registry: Registry, warmth: () => readonly
           this.set({ model: w.model, engine: w.engine, profile: w.profile, from: t.from, percentile: '90' }, t.p90Seconds);
         }
       }
+    },
+  });
+  new Gauge({
+    name: 'llmgw_model_gpu_memory_at_ready_bytes',
+    help: 'GPU memory in use on the GPUs of a model profile\'s shard when it reached READY on this node, summed over them (the median of its last 8 starts and wakes; Inventory.warmth gpu_memory_at_ready_mib). No series until measured.',
+    labelNames: ['model', 'engine', 'profile'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const w of warmth()) if (w.gpuMemoryAtReadyGpus > 0) this.set({ model: w.model, engine: w.engine, profile: w.profile }, w.gpuMemoryAtReadyMib * 1024 * 1024);
     },
   });
   new Gauge({

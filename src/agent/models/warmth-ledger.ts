@@ -45,6 +45,10 @@ interface Entry {
   updatedAtMs: number;
   /** Milliseconds to READY, oldest first, per rung. */
   samples: Partial<Record<WarmthFrom, number[]>>;
+  /** MiB in use on the shard's GPUs at READY, oldest first (the last WARMTH_MEDIAN_SAMPLES); absent in files of older agents. */
+  gpuMib?: number[];
+  /** The GPUs the last of those was summed over. */
+  gpus?: number;
 }
 
 interface WarmthFile {
@@ -74,6 +78,12 @@ export interface WarmthLedgerOptions {
   cached?: () => readonly CachedModel[];
   /** Whether a start of this profile would find the compile cache a READY start of it used (compile-claims.ts); none: never. */
   compiled?: (model: string, engine: string, profile: string) => boolean;
+  /**
+   * MiB in use now on GPUs `gpus`, summed, read fresh (the GPU memory
+   * sampler's readNow); undefined when it cannot say. None: GPU memory at
+   * READY is never learned.
+   */
+  gpuMemoryMib?: (gpus: readonly number[]) => Promise<number | undefined>;
 }
 
 export class WarmthLedger {
@@ -102,6 +112,7 @@ export class WarmthLedger {
     if (t.to === ShardState.READY && pending && (t.from === ShardState.STARTING || t.from === ShardState.SLEEPING)) {
       this.#pending.delete(id);
       this.#record(t.shard, pending.from, Date.now() - pending.atMs);
+      void this.#learnMemory(t.shard);
       return;
     }
     if (isTerminal(t.to) || t.to === ShardState.STOPPING) this.#pending.delete(id);
@@ -145,6 +156,8 @@ export class WarmthLedger {
           profile: e.profile,
           rung: this.#rungNow(e, shards, cached),
           learned: this.#learned(e, cached),
+          gpuMemoryAtReadyMib: e.gpuMib && e.gpuMib.length > 0 ? Math.round(median(e.gpuMib)) : 0,
+          gpuMemoryAtReadyGpus: e.gpuMib && e.gpuMib.length > 0 ? (e.gpus ?? 0) : 0,
         }),
       );
   }
@@ -202,6 +215,25 @@ export class WarmthLedger {
     this.#opts.onLearned?.();
   }
 
+  /**
+   * The GPU memory the shard holds now it is READY, beside its time: read
+   * after the time is recorded, so a slow nvidia-smi never delays or skews
+   * the time, and the next Inventory carries it. A reading that fails
+   * (nvidia-smi gone, no GPU of the shard in it) learns nothing.
+   */
+  async #learnMemory(shard: ShardSnapshot): Promise<void> {
+    const gpus = shard.spec.gpuIndices;
+    if (!this.#opts.gpuMemoryMib || gpus.length === 0) return;
+    const mib = await this.#opts.gpuMemoryMib(gpus).catch(() => undefined);
+    const e = this.#entries.get(idOf(keyOf(shard)));
+    if (mib === undefined || !Number.isFinite(mib) || mib < 0 || !e) return;
+    e.gpuMib = [...(e.gpuMib ?? []), Math.round(mib)].slice(-WARMTH_MEDIAN_SAMPLES);
+    e.gpus = gpus.length;
+    this.#opts.logger.info({ shard: shard.shardId, model: e.model, engine: e.engine, profile: e.profile, gpus: gpus.length, mib: Math.round(mib) }, 'GPU memory at READY measured');
+    this.#save();
+    this.#opts.onLearned?.();
+  }
+
   /** Reads what an earlier agent measured; a file that cannot be read starts the ledger empty, and says why. */
   #load(): void {
     let text: string;
@@ -224,7 +256,9 @@ export class WarmthLedger {
           const s = e.samples[from];
           if (Array.isArray(s)) samples[from] = s.filter((n) => Number.isFinite(n) && n >= 0).slice(-WARMTH_SAMPLES);
         }
-        this.#entries.set(idOf(e), { model: e.model, engine: e.engine, profile: e.profile, updatedAtMs: Number(e.updatedAtMs) || 0, samples });
+        const gpuMib = Array.isArray(e.gpuMib) ? e.gpuMib.filter((n) => Number.isFinite(n) && n >= 0).slice(-WARMTH_MEDIAN_SAMPLES) : undefined;
+        const gpus = Number.isInteger(e.gpus) && (e.gpus as number) > 0 ? e.gpus : undefined;
+        this.#entries.set(idOf(e), { model: e.model, engine: e.engine, profile: e.profile, updatedAtMs: Number(e.updatedAtMs) || 0, samples, ...(gpuMib && gpus ? { gpuMib, gpus } : {}) });
       }
     } catch (err) {
       this.#opts.logger.warn({ file: this.#opts.path, err: errorMessage(err) }, 'ignoring the warmth file: times to READY are measured anew');

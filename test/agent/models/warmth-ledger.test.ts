@@ -12,6 +12,7 @@ import { EngineCacheWatch } from '../../../src/models/engine-cache-watch.js';
 import { StoreLayout } from '../../../src/models/store-layout.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
 import { shardSnapshot } from '../../helpers/shard-snapshot.js';
+import { until } from '../../helpers/engine-processes.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'llmgw-warmth-'));
 const ledgers: WarmthLedger[] = [];
@@ -181,5 +182,42 @@ describe('a rung\'s spread (issue 51)', () => {
     const m = ledger({ path: fresh(), hasStore: false, logger: captureLogger().logger });
     for (let i = 0; i < 20; i++) launchedAndReady(m, shard(`m${i}`, Date.now() - (i === 3 || i === 15 ? 5000 : 1000)));
     expect(Math.round(m.report([], [])[0]?.learned[0]?.p90Seconds ?? 0)).toBe(1);
+  });
+});
+
+describe('WarmthLedger: GPU memory at READY (issue 51)', () => {
+  it('learns the memory on the shard GPUs at READY beside the time, its median over the last starts, kept across a restart; nothing when the reading fails', async () => {
+    const path = fresh();
+    const readings = [70_003, 70_100, 69_900, undefined];
+    const asked: number[][] = [];
+    const learned: number[] = [];
+    const l = ledger({
+      path,
+      hasStore: false,
+      logger: captureLogger().logger,
+      onLearned: () => learned.push(1),
+      gpuMemoryMib: async (gpus) => {
+        asked.push([...gpus]);
+        return readings.shift();
+      },
+    });
+    expect(l.report([], [])).toEqual([]);
+    const now = Date.now();
+    for (const [i, id] of ['a', 'b', 'c', 'd'].entries()) {
+      const before = learned.length;
+      launchedAndReady(l, shard(id, now - 100));
+      // Told twice, the time and then the memory read after it; once for the reading that failed, once it was asked.
+      await until(() => learned.length === before + (i < 3 ? 2 : 1) && asked.length === i + 1, `READY ${id} learned`);
+    }
+    expect(asked).toEqual([[0], [0], [0], [0]]);
+    const [w] = l.report([], []);
+    expect(w).toMatchObject({ gpuMemoryAtReadyMib: 70_003, gpuMemoryAtReadyGpus: 1 });
+    await l.flushed();
+    const again = ledger({ path, hasStore: false, logger: captureLogger().logger });
+    expect(again.report([], [])[0]).toMatchObject({ gpuMemoryAtReadyMib: 70_003, gpuMemoryAtReadyGpus: 1 });
+    // A ledger that cannot read GPU memory reports 0 on 0 GPUs: never measured.
+    const blind = ledger({ path: fresh(), hasStore: false, logger: captureLogger().logger });
+    launchedAndReady(blind, shard('e', now - 100));
+    expect(blind.report([], [])[0]).toMatchObject({ gpuMemoryAtReadyMib: 0, gpuMemoryAtReadyGpus: 0 });
   });
 });

@@ -96,6 +96,16 @@ export function watchHealth(opts: {
    * UNHEALTHY, never READY. Only for engines started with sleep mode.
    */
   sleepGauge?: string;
+  /**
+   * Whether the agent itself has the engine asleep (the shard SLEEPING,
+   * from before it asks the engine's /sleep to after its wake is proved).
+   * A sleep-gauge read that began or ended while it did is no sign of
+   * someone else's sleep: a tick whose /metrics answer, read across a wake,
+   * arrived after the wake made the shard READY again once reported a
+   * healthy shard UNHEALTHY, "something called its /sleep" (issue 51's 200
+   * starts and wakes, at load 20).
+   */
+  sleeping?: () => boolean;
 }): void {
   const { baseUrl, intervalMs, signal, stall, portOwner, healthPath } = opts;
   const timeoutMs = healthProbeTimeoutMs(intervalMs, opts.probeTimeoutMs);
@@ -157,9 +167,9 @@ export function watchHealth(opts: {
 
   /** Whether the engine says it sleeps (opts.sleepGauge at 0); false when it does not say. */
   const asleep = async (): Promise<boolean> => {
-    if (!opts.sleepGauge) return false;
+    if (!opts.sleepGauge || opts.sleeping?.()) return false;
     const text = await readMetrics();
-    return text !== undefined && readGauge(text, opts.sleepGauge) === 0;
+    return text !== undefined && readGauge(text, opts.sleepGauge) === 0 && !opts.sleeping?.();
   };
 
   const judge = async (): Promise<HealthVerdict> => {

@@ -266,7 +266,7 @@ export class ShardRunner {
       // SGLang's /health generates: held while asleep (EngineSleepApi.hold), it would time out and flap the shard on waking.
       paused: () => this.life.state === S.SLEEPING && sleepApi?.healthNeedsModel === true,
       // A sleep-mode engine's /sleep takes no key: one the agent did not ask for makes the shard UNHEALTHY (S6).
-      sleepGauge: this.spec.profile?.sleepMode ? sleepApi?.awakeGauge : undefined,
+      sleepGauge: this.spec.profile?.sleepMode ? sleepApi?.awakeGauge : undefined, sleeping: () => this.life.state === S.SLEEPING,
       onLoad: (load) => {
         if (!this.serving.signal.aborted) this.load = load;
       },

@@ -231,3 +231,48 @@ describe('watchHealth', () => {
     expect(state.probes).toBeGreaterThan(0);
   });
 });
+
+describe("the sleep gauge read across the agent's own sleep or wake (issue 51)", () => {
+  /** An engine whose /metrics says it is asleep (the awake series 0), and a hook run as each read is answered. */
+  async function sleepyEngine(onRead: () => void) {
+    const server = createServer((req, res) => {
+      if (req.url === '/metrics') {
+        onRead();
+        res.writeHead(200, { 'content-type': 'text/plain' }).end('vllm:engine_sleep_state{engine="0",sleep_state="awake"} 0\n');
+        return;
+      }
+      res.writeHead(200).end();
+    });
+    servers.push(server);
+    await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+    return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+  }
+
+  function watchSleep(baseUrl: string, sleeping: () => boolean) {
+    const ac = new AbortController();
+    aborts.push(ac);
+    const verdicts: HealthVerdict[] = [];
+    watchHealth({ baseUrl, intervalMs: 30, signal: ac.signal, sleepGauge: 'vllm:engine_sleep_state{engine="0",sleep_state="awake"}', sleeping, onVerdict: (v) => verdicts.push(v) });
+    return verdicts;
+  }
+
+  it('is no sign of an unasked sleep while the agent has the engine asleep, nor when the agent put it to sleep during the read; asleep with the agent awake is', async () => {
+    // The agent sleeps the engine from the first read on: read as it began READY, answered once SLEEPING.
+    let agentSleeping = false;
+    let reads = 0;
+    const during = watchSleep(
+      await sleepyEngine(() => {
+        reads++;
+        agentSleeping = true;
+      }),
+      () => agentSleeping,
+    );
+    await until(() => during.length >= 5, 'five verdicts');
+    expect(reads).toBe(1);
+    expect(during.filter((v) => v.cause === 'asleep')).toEqual([]);
+    // The look-alike: the engine asleep while the agent has it awake: someone else called its /sleep.
+    const unasked = watchSleep(await sleepyEngine(() => undefined), () => false);
+    await until(() => unasked.length >= 1, 'a verdict');
+    expect(unasked[0]).toMatchObject({ healthy: false, cause: 'asleep' });
+  });
+});

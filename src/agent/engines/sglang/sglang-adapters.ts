@@ -24,7 +24,7 @@ export const SGLANG_ADAPTER_API: EngineAdapterApi = {
   // Beyond --max-loaded-loras a load unloads the least recently used unpinned adapter (lookups count as use:
   // lora_registry.py:86-90, 132-143, 221-234; tokenizer_control_mixin.py:628-656).
   evictsLeastRecentlyUsed: true,
-  // pinned: never evicted (lora_registry.py:230-232); at most --max-loras-per-batch - 2 of them (lora_manager.py:307-313).
+  // pinned: never evicted (lora_registry.py:230-232); at most --max-loras-per-batch - 1 of them (lora_manager.py:307-313).
   supportsPinned: true,
   // `model: "<base>:<adapter>"` names the adapter; a bare name is taken as the (unchecked) model, the base answers
   // (S:python/sglang/srt/entrypoints/openai/serving_base.py:40-71; serving_completions.py:58-64, 108-119).

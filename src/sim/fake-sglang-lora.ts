@@ -81,6 +81,23 @@ export class FakeSglangLora implements LoraRoutes {
     return undefined;
   }
 
+  /**
+   * With --enable-metrics: the LoRA pool's gauges, slots used = the distinct
+   * adapters in the running batch, total = --max-loras-per-batch
+   * (S:python/sglang/srt/observability/metrics_collector.py:606-626, 1353-1357;
+   * scheduler_components/metrics_reporter.py:1041-1055). No series per adapter.
+   */
+  metricsText(labels: string): string {
+    if (!this.#o.enabled) return '';
+    const used = new Set(this.#scheduler.snapshot().running.flatMap((r) => (r.lora ? [r.lora.slot] : []))).size;
+    const g = (name: string, help: string, v: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}{${labels}} ${v.toFixed(1)}\n`;
+    return (
+      g('sglang:lora_pool_slots_used', 'Number of LoRA adapter slots currently occupied in GPU memory.', used) +
+      g('sglang:lora_pool_slots_total', 'Total number of LoRA adapter slots available (max_loras_per_batch).', this.#o.perBatch) +
+      g('sglang:lora_pool_utilization', 'LoRA pool utilization ratio (used/total). 1.0 means pool is full.', used / this.#o.perBatch)
+    );
+  }
+
   /** The cards /v1/models adds (S:python/sglang/srt/entrypoints/http_server.py:1839-1850). */
   cards(): Record<string, unknown>[] {
     if (!this.#o.enabled) return [];

@@ -86,10 +86,12 @@ describe('bin/fake-sglang LoRA adapters', () => {
   });
 
   it('an unload waits for the adapter requests to end, then frees it (n = 1: no deadlock)', async () => {
-    const e = await sglang([...LORA, '--sim-token-latency', '50ms']);
+    const e = await sglang([...LORA, '--sim-token-latency', '50ms', '--enable-metrics']);
     await e.load('a', dirs.make('drain-a'));
-    const inFlight = answer(e.url, 'org/model:a', { max_tokens: 20 });
+    const inFlight = answer(e.url, 'org/model:a', { max_tokens: 60 });
     await until(async () => ((await (await fetch(`${e.url}/sim/loras`)).json()) as { registry: { counter: number }[] }).registry[0]?.counter === 1, 'a in use');
+    const pool = (await (await fetch(`${e.url}/metrics`)).text()).split('\n').filter((l) => l.startsWith('sglang:lora_pool'));
+    expect(pool.map((l) => l.replace(/\{.*\}/, ''))).toEqual(['sglang:lora_pool_slots_used 1.0', 'sglang:lora_pool_slots_total 8.0', 'sglang:lora_pool_utilization 0.1']);
     const unloaded = e.unload('a');
     expect((await inFlight).status).toBe(200);
     expect((await unloaded).status).toBe(200);

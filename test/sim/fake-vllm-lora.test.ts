@@ -76,6 +76,15 @@ describe('bin/fake-vllm LoRA adapters', () => {
     expect((await answer(e.url, 'a')).text).not.toBe(before.text);
   });
 
+  it('loads of one name run one at a time: of two at once one succeeds, the other is told it is loaded; two names both load (look-alike)', async () => {
+    const e = await vllm(['--enable-lora', '--max-loras', '2']);
+    const same = await Promise.all([e.load('a', dirs.make('lock-a1')), e.load('a', dirs.make('lock-a2'))]);
+    expect(same.map((r) => r.status).sort()).toEqual([200, 400]);
+    const two = await Promise.all([e.load('b', dirs.make('lock-b')), e.load('c', dirs.make('lock-c'))]);
+    expect(two.map((r) => r.status)).toEqual([200, 200]);
+    expect((await e.worker()).registry).toEqual(['a', 'b', 'c']);
+  });
+
   it('the worker cache is LRU of --max-cpu-loras: stale copies push live adapters out, which a request loads again', async () => {
     const e = await vllm(['--enable-lora', '--max-loras', '1', '--max-cpu-loras', '2']);
     await e.load('a', dirs.make('lru-a'));

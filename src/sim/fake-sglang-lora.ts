@@ -23,7 +23,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sglangLog } from './engine-log.js';
-import type { FakeBatchScheduler } from './fake-batch-scheduler.js';
+import type { FakeBatchScheduler, SchedRequest } from './fake-batch-scheduler.js';
 import { type AdapterFiles, type LoraPick, type LoraRoutes, once, readAdapterFiles } from './fake-lora.js';
 import { readBody, sendJson } from './sim-http.js';
 
@@ -80,6 +80,19 @@ export class FakeSglangLora implements LoraRoutes {
     }
     return undefined;
   }
+
+  /**
+   * The scheduler's rule: the running batch's adapters with this one, the
+   * base counting as one (None), at most --max-loras-per-batch; one already
+   * running always joins (S:python/sglang/srt/managers/scheduler.py:3355-3381;
+   * S:python/sglang/srt/lora/lora_manager.py:361-366).
+   */
+  admits = (req: SchedRequest, running: readonly SchedRequest[]): boolean => {
+    if (!this.#o.enabled) return true;
+    const ids = new Set(running.map((r) => r.lora?.slot ?? ''));
+    if (ids.has(req.lora?.slot ?? '')) return true;
+    return ids.size + 1 <= this.#o.perBatch;
+  };
 
   /**
    * With --enable-metrics: the LoRA pool's gauges, slots used = the distinct

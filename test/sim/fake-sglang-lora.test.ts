@@ -85,6 +85,21 @@ describe('bin/fake-sglang LoRA adapters', () => {
     expect((await wide.load('q4', dirs.make('pin-q4'), true)).status).toBe(400);
   });
 
+  it('batches at most --max-loras-per-batch adapters, the base counting as one: an adapter waits behind a base request, the same adapter joins (look-alike)', async () => {
+    const e = await sglang([...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '1', '--sim-token-latency', '60ms', '--enable-metrics']);
+    await e.load('a', dirs.make('batch-a'));
+    const gauge = async (name: string) => Number((await (await fetch(`${e.url}/metrics`)).text()).split('\n').find((l) => l.startsWith(`${name}{`))?.split(' ')[1]);
+    const done: string[] = [];
+    const ask = (label: string, model: string, n: number) => answer(e.url, model, { max_tokens: n }).then((r) => done.push(label) && r.status);
+    const a1 = ask('a1', 'org/model:a', 60);
+    await until(async () => (await gauge('sglang:lora_pool_slots_used')) === 1, 'a running');
+    // The base would be a second adapter in the batch: it waits for a1; a2, the same adapter, joins at once.
+    const base = ask('base', 'org/model', 2);
+    const a2 = ask('a2', 'org/model:a', 2);
+    expect(await Promise.all([a1, a2, base])).toEqual([200, 200, 200]);
+    expect(done).toEqual(['a2', 'a1', 'base']);
+  });
+
   it('an unload waits for the adapter requests to end, then frees it (n = 1: no deadlock)', async () => {
     const e = await sglang([...LORA, '--sim-token-latency', '50ms', '--enable-metrics']);
     await e.load('a', dirs.make('drain-a'));

@@ -35,8 +35,10 @@ describe('bin/fake-vllm', () => {
   });
 
   it('keeps its port closed while loading, then answers /health with an empty 200 and lists the served name', async () => {
-    const e = await vllm(['--served-model-name', 'served', '--sim-load-time', '1s'], {}, /Starting to load model/);
-    await expect(fetch(`${e.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+    // A load far longer than the test: the closed port is seen while it surely loads, whatever the machine's load.
+    const loading = await vllm(['--sim-load-time', '600s'], {}, /Starting to load model/);
+    await expect(fetch(`${loading.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+    const e = await vllm(['--served-model-name', 'served', '--sim-load-time', '200ms'], {}, /Starting to load model/);
     await outputMatches(e, /Application startup complete/);
     const health = await fetch(`${e.url}/health`);
     expect([health.status, await health.text()]).toEqual([200, '']);

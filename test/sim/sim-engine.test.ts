@@ -76,8 +76,10 @@ describe('llmgw sim engine', () => {
   });
 
   it('keeps its port closed while loading, as vLLM does', async () => {
-    const sim = await startSim(['--model', 'm', '--load-time', '1500ms'], /Starting to load model/);
-    await expect(fetch(`${sim.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+    // A load far longer than the test: the closed port is seen while it surely loads, whatever the machine's load.
+    const loading = await startSim(['--model', 'm', '--load-time', '600s'], /Starting to load model/);
+    await expect(fetch(`${loading.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+    const sim = await startSim(['--model', 'm', '--load-time', '200ms'], /Starting to load model/);
     await until(() => /Uvicorn running/.test(sim.output()), 'loaded');
     expect((await fetch(`${sim.url}/health`)).status).toBe(200);
   });

@@ -149,3 +149,23 @@ export function netlinkListeners(port: number): ListeningSocket[] | { unsupporte
   // The kernel filters on the port already; the check keeps a kernel that ignores the filter from misleading.
   return found.filter((s) => s.port === port);
 }
+
+/**
+ * Every TCP port something listens on in this network namespace, IPv4 and
+ * IPv6, from one LISTEN-only dump with no port in the request (the kernel
+ * skips the port test when the request's port is 0, inet_diag_dump_icsk);
+ * or why it cannot be asked. For the readiness waits of many loading
+ * engines: one dump tells all of them whether their port is open yet.
+ */
+export function netlinkListeningPorts(): Set<number> | { unsupported: string } {
+  const c = load();
+  if ('unsupported' in c) return c;
+  const found: ListeningSocket[] = [];
+  try {
+    dumpFamily(c, AF_INET, 0, found);
+    dumpFamily(c, AF_INET6, 0, found);
+  } catch (err) {
+    return { unsupported: err instanceof Error ? err.message : String(err) };
+  }
+  return new Set(found.map((s) => s.port));
+}

@@ -17,7 +17,8 @@ import { join } from 'node:path';
 import { ShardState } from '../src/gen/llmgw/v1/agent_pb.js';
 import { FAKE_NVIDIA_SMI } from '../test/helpers/agent-config-yaml.js';
 import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
-import { cleanup, controlPlane, cpuSeconds, freePort, newRoot, rssMb, sleep, spawnAgent, spawnSteadyFloor } from './bench-support.js';
+import { createServer } from 'node:net';
+import { cleanup, controlPlane, cpuSeconds, newRoot, rssMb, sleep, spawnAgent, spawnSteadyFloor } from './bench-support.js';
 import type { BenchRow } from './fleet-figure.js';
 
 export const BIG_NODE_COUNTS = [8, 32, 64] as const;
@@ -69,6 +70,29 @@ export function writeFakeBox(dir: string, n: number): string {
   return dir;
 }
 
+/**
+ * A port for one engine, from 62000-64999: above the ephemeral range, and
+ * clear of freePort's 10000-17999, which every test file on the machine
+ * draws from. With engines loading for 100 s at 64 shards, a port drawn
+ * there was taken meanwhile by another suite's server (seen: "port 11203
+ * held by another process", which ended the whole figure).
+ */
+const handedOut = new Set<number>();
+async function enginePort(): Promise<number> {
+  for (;;) {
+    const port = 62_000 + Math.floor(Math.random() * 3000);
+    if (handedOut.has(port)) continue;
+    const free = await new Promise<boolean>((resolve) => {
+      const s = createServer();
+      s.once('error', () => resolve(false));
+      s.listen(port, '0.0.0.0', () => s.close(() => resolve(true)));
+    });
+    if (!free) continue;
+    handedOut.add(port);
+    return port;
+  }
+}
+
 interface CountFigures {
   n: number;
   agentCpuPct: number;
@@ -93,7 +117,7 @@ async function measureCount(n: number, seconds: number): Promise<CountFigures> {
 
   const ids = Array.from({ length: n }, (_, i) => `s${i}`);
   const ports: number[] = [];
-  for (let i = 0; i < n; i++) ports.push(await freePort());
+  for (let i = 0; i < n; i++) ports.push(await enginePort());
   const shardLogs = join(dirs.logDir, 'shards');
   mkdirSync(shardLogs, { recursive: true });
   const answeredAt = new Map<string, number>();
@@ -162,10 +186,16 @@ export async function bigNodeFigure(rows: BenchRow[], notes: string[], quick: bo
   const seconds = quick ? 20 : 60;
   const all: CountFigures[] = [];
   for (const n of BIG_NODE_COUNTS) {
-    // One count at a time, each with its own agent, control plane and shards.
-    all.push(await measureCount(n, seconds));
+    // One count at a time, each with its own agent, control plane and shards;
+    // a count that fails is a row of its own, the others still measured.
+    try {
+      all.push(await measureCount(n, seconds));
+    } catch (err) {
+      rows.push({ figure: `16 ${n} shards (did not complete)`, measured: err instanceof Error ? err.message : String(err), reference: '-', target: '-', met: false });
+    }
     await cleanup();
   }
+  if (all.length === 0) return;
   const base = all[0] as CountFigures;
   for (const f of all) {
     const ratio = f.agentCpuPct / f.floorCpuPct;

@@ -164,7 +164,7 @@ async function measureCount(n: number, seconds: number): Promise<CountFigures> {
     if (nodeId === 'node-a' && m.msg.case === 'shard' && m.msg.value.state === ShardState.READY && !readyAt.has(m.msg.value.shardId)) readyAt.set(m.msg.value.shardId, performance.now());
   };
   cp.on('message', onMessage);
-  const ready = ids.map((id) => cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 240_000));
+  const ready = ids.map((id) => cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 400_000));
   const sentAt = performance.now();
   // Every engine loads until all have started (64 Node processes starting on 2
   // loaded cores took 27 s), then they answer one after another, LOAD_SPREAD_MS

@@ -3,7 +3,7 @@ import { once } from 'node:events';
 import { type Server, createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
 import { listeningSockets } from '../../../src/lib/process/listening-socket-owners.js';
-import { netlinkListeners } from '../../../src/lib/process/netlink-listeners.js';
+import { netlinkListeners, netlinkListeningPorts } from '../../../src/lib/process/netlink-listeners.js';
 import { freePort, until } from '../../helpers/engine-processes.js';
 
 const servers: Server[] = [];
@@ -18,6 +18,21 @@ async function listen(port: number, host: string): Promise<void> {
 }
 
 const byInode = (a: { inode: string }, b: { inode: string }) => a.inode.localeCompare(b.inode);
+
+describe('netlinkListeningPorts', () => {
+  it('lists every port listened on, IPv4 and IPv6, and not a port nobody listens on', async () => {
+    const v4 = await freePort();
+    const v6 = await freePort();
+    await listen(v4, '127.0.0.1');
+    await listen(v6, '::1');
+    const closed = await freePort();
+    const ports = netlinkListeningPorts();
+    if ('unsupported' in ports) throw new Error(ports.unsupported);
+    expect(ports.has(v4)).toBe(true);
+    expect(ports.has(v6)).toBe(true);
+    expect(ports.has(closed)).toBe(false);
+  });
+});
 
 describe('netlinkListeners', () => {
   it('lists the IPv4 and IPv6 listeners of one port exactly as /proc/net/tcp{,6} does, and no other port', async () => {

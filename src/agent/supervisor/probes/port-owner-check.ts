@@ -2,7 +2,7 @@ import { connect } from 'node:net';
 import { errnoCode } from '../../../lib/errno.js';
 import { cgroupMembers } from '../../../lib/process/cgroup-members.js';
 import { type ListeningSocket, listeningSocketOwners, readListeningSockets, socketInodesOf } from '../../../lib/process/listening-socket-owners.js';
-import { netlinkListeners } from '../../../lib/process/netlink-listeners.js';
+import { netlinkListeners, netlinkListeningPorts } from '../../../lib/process/netlink-listeners.js';
 import { effectiveUid, listProcessGroup } from '../../../lib/process/process-table.js';
 
 /**
@@ -28,8 +28,14 @@ export interface PortOwnerTarget {
   unit?: { name: string };
 }
 
-/** One check of who listens on the port; each call reads the tables again (see LISTEN_TABLE_TTL_MS). */
-export type PortOwnerCheck = () => Promise<PortOwner>;
+/**
+ * One check of who listens on the port; each call reads the tables again
+ * (see LISTEN_TABLE_TTL_MS). `loading`: asked by a readiness wait, whose
+ * engine's port is most likely still closed: whether anything listens is
+ * then read from a dump of every listening port shared by all such waits
+ * (LISTENING_PORTS_TTL_MS), not from a connect of its own.
+ */
+export type PortOwnerCheck = (opts?: { loading?: boolean }) => Promise<PortOwner>;
 
 /**
  * How long one read of /proc/net/tcp{,6} serves every shard: shards that
@@ -54,6 +60,34 @@ export const LISTEN_TABLE_TTL_MS = 20;
 export const ENGINE_RECHECK_MS = 30_000;
 
 let shared: { atMs: number; sockets: Promise<ListeningSocket[]> } | undefined;
+
+/**
+ * How long one netlink dump of every listening port serves the readiness
+ * waits of loading engines. 64 engines loading at once, each waited on with
+ * a connect every readiness tick (50 ms), made 1,280 refused connects a
+ * second, each a socket, a timer and listeners in the agent: the agent's
+ * busiest time was while nothing could be READY yet, and the first answers
+ * queued behind it (bench figure 16). A dump costs about what one connect
+ * does and answers for all of them; within this TTL a port that opens is
+ * seen by the next tick at most this much later.
+ */
+export const LISTENING_PORTS_TTL_MS = 10;
+
+let sharedPorts: { atMs: number; ports: Set<number> } | undefined;
+
+/** The ports listened on now, shared for LISTENING_PORTS_TTL_MS; undefined where netlink cannot be asked. */
+function listeningPortsNow(): Set<number> | undefined {
+  if (netlinkUnsupported !== undefined) return undefined;
+  const now = performance.now();
+  if (sharedPorts && now - sharedPorts.atMs < LISTENING_PORTS_TTL_MS) return sharedPorts.ports;
+  const asked = netlinkListeningPorts();
+  if ('unsupported' in asked) {
+    netlinkUnsupported = asked.unsupported;
+    return undefined;
+  }
+  sharedPorts = { atMs: now, ports: asked };
+  return asked;
+}
 
 /** Limit for the connect that asks whether anything listens; the kernel answers it, in microseconds, on loopback. */
 const ACCEPT_CHECK_TIMEOUT_MS = 1000;
@@ -130,8 +164,15 @@ function listeningNow(): Promise<ListeningSocket[]> {
  */
 export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
   let known: { key: string; verdict: PortOwner; atMs: number } | undefined;
-  return async () => {
+  return async (opts) => {
     if (known?.verdict.owner !== 'other') {
+      // No listener on the port at any address: a connect would be refused,
+      // which the shared dump says without one. A port listed goes on to the
+      // connect, as before (a listener on another address only is refused too).
+      if (opts?.loading && listeningPortsNow()?.has(target.port) === false) {
+        known = undefined;
+        return { owner: 'nobody' };
+      }
       // A squatter only on [::1]:P is not reached either: whatever the probes would talk to, nothing is there.
       if (!(await somethingAccepts(target.port))) {
         // The sockets the verdict was about are gone: whoever binds next is judged afresh.

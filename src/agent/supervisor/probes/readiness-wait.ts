@@ -60,7 +60,7 @@ export async function waitUntilServing(opts: {
   while (!signal.aborted) {
     const remaining = deadline - Date.now();
     if (remaining <= 0) break;
-    const owner = opts.portOwner ? await opts.portOwner() : undefined;
+    const owner = opts.portOwner ? await opts.portOwner({ loading: true }) : undefined;
     if (signal.aborted) break;
     let delayMs = READY_TICK_MS;
     if (owner?.owner === 'nobody') {

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { type Server, createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { portOwnerCheck } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
+import { LISTENING_PORTS_TTL_MS, portOwnerCheck } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
 import { freePort, until } from '../../../helpers/engine-processes.js';
 
 const servers: Server[] = [];
@@ -125,5 +125,42 @@ describe('portOwnerCheck', () => {
     servers.push(squatter);
     await new Promise<void>((r) => squatter.listen(port, '127.0.0.1', r));
     expect(await check()).toMatchObject({ owner: 'other', pid: process.pid });
+  });
+
+  describe('asked by a readiness wait (loading: one dump of every listening port, no connect)', () => {
+    /** Past the shared dump's life, so the next check reads the kernel again. */
+    const pastTtl = () => new Promise((r) => setTimeout(r, LISTENING_PORTS_TTL_MS * 3));
+
+    it('says nobody while the port is closed, then the engine once a process of its group binds it', async () => {
+      const port = await freePort();
+      const engine = await engineGroup(port);
+      const check = portOwnerCheck({ port, pid: engine.pid, pgid: engine.pid });
+      expect(await check({ loading: true })).toEqual({ owner: 'nobody' });
+      await engine.listen();
+      await pastTtl();
+      expect(await check({ loading: true })).toEqual({ owner: 'engine' });
+    });
+
+    it('still names a squatter: a listed port goes on to the full check', async () => {
+      const port = await freePort();
+      const engine = await engineGroup(port);
+      const squatter = createServer();
+      servers.push(squatter);
+      await new Promise<void>((r) => squatter.listen(port, '127.0.0.1', r));
+      await pastTtl();
+      expect(await portOwnerCheck({ port, pid: engine.pid, pgid: engine.pid })({ loading: true })).toMatchObject({ owner: 'other', pid: process.pid });
+    });
+
+    it('says nobody, as the connect did, when the only listener is on an address the probes do not dial', async () => {
+      const port = await freePort();
+      const engine = await engineGroup(port);
+      const elsewhere = createServer();
+      servers.push(elsewhere);
+      await new Promise<void>((r) => elsewhere.listen({ port, host: '::1', ipv6Only: true }, r));
+      await pastTtl();
+      const check = portOwnerCheck({ port, pid: engine.pid, pgid: engine.pid });
+      expect(await check({ loading: true })).toEqual({ owner: 'nobody' });
+      expect(await check()).toEqual({ owner: 'nobody' });
+    });
   });
 });

@@ -2,7 +2,7 @@ import { type FileHandle, writeFile } from 'node:fs/promises';
 import { WRITE_TRUNCATE } from './store-files.js';
 import { failure } from '../lib/errors.js';
 import { type BlobToFetch, type DownloadContext, PART_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
-import type { ThreadHash } from './hash-thread.js';
+import type { FileHash } from './blob-digest.js';
 import type { HubStream } from './hub-stream.js';
 
 /** A large blob is synced in the background every this many bytes, so the sync before its rename waits for the tail only. */
@@ -38,7 +38,7 @@ export class BlobWriter {
   constructor(
     private readonly blob: BlobToFetch,
     private readonly fh: FileHandle,
-    private readonly hash: ThreadHash,
+    private readonly hash: FileHash,
     have: number,
     private readonly ctx: DownloadContext,
   ) {

@@ -12,10 +12,10 @@ const LIMITER_STEP_BYTES = 64 * 1024;
 
 /**
  * Writes one blob's bytes as they come, from one stream or several at their
- * offsets, and has them hashed in order on a hash thread (hash-thread.ts),
- * which reads the file from its start as far as it is written without a
- * gap: a part written ahead of that is hashed once the parts before it are
- * in. The file is synced in the background every SYNC_EVERY_BYTES, so the
+ * offsets, and has them hashed in order from the file (blob-digest.ts
+ * fileHash: on a hash thread, a small blob here), as far as it is written
+ * without a gap: a part written ahead of that is hashed once the parts
+ * before it are in. The file is synced in the background every SYNC_EVERY_BYTES, so the
  * sync before the rename waits only for the tail, and the bytes contiguous
  * from the start are recorded (a ranged download's prefixPath) for a resume
  * after a crash.

@@ -114,32 +114,6 @@ function startThread(): HashThread {
   return t;
 }
 
-/** Ends `t` after HASH_THREAD_IDLE_MS without work. */
-function endWhenIdle(t: HashThread): void {
-  clearTimeout(t.idleTimer);
-  t.idleTimer = setTimeout(() => {
-    if (t.jobs > 0) return;
-    const i = threads.indexOf(t);
-    if (i >= 0) threads.splice(i, 1);
-    void t.worker.terminate();
-  }, HASH_THREAD_IDLE_MS);
-  t.idleTimer.unref();
-}
-
-/**
- * Starts a hash thread before the first blob needs it, when none runs: a
- * thread's start (its isolate, its modules: 40-50 ms of CPU here) then
- * overlaps the pull's set-up (the hub's answer, the manifest's fsync)
- * instead of delaying the first blob's hash. Ended like an idle one when
- * no blob comes; it holds no process open.
- */
-export function warmHashThread(): void {
-  if (threads.length > 0) return;
-  const t = startThread();
-  t.worker.unref();
-  endWhenIdle(t);
-}
-
 /** The least busy thread, a new one while fewer than MAX_HASH_THREADS are each busy. */
 function pickThread(): HashThread {
   const idle = threads.find((t) => t.jobs === 0);
@@ -204,7 +178,13 @@ export class ThreadHash {
     }).finally(() => {
       if (--t.jobs > 0 || !threads.includes(t)) return;
       t.worker.unref();
-      endWhenIdle(t);
+      t.idleTimer = setTimeout(() => {
+        if (t.jobs > 0) return;
+        const i = threads.indexOf(t);
+        if (i >= 0) threads.splice(i, 1);
+        void t.worker.terminate();
+      }, HASH_THREAD_IDLE_MS);
+      t.idleTimer.unref();
     });
     return this.ending;
   }

@@ -14,7 +14,6 @@ import { engineCachesOverBound, surveyEngineCaches } from './engine-cache-survey
 import type { ConcurrencyLimit } from './concurrency-limit.js';
 import { SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { downloadBlob } from './download-blob.js';
-import { warmHashThread } from './hash-thread.js';
 import { type HubFile, type HubOptions, fetchRevision, hubHeaders, resolveUrl } from './hub-client.js';
 import { includeMatcher } from './match-include.js';
 import { filterYielding } from './filter-yielding.js';
@@ -120,8 +119,6 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     for (const b of missing) needBytes += Math.max(0, b.file.size - (await sizeOrZero(layout.incompletePath(repo, b.etag))));
     const bytes = [...blobs.values()].reduce((s, b) => s + b.file.size, 0);
     ctx.onEvent?.({ kind: 'plan', commit: rev.commit, files: files.length, bytes, fetchFiles: missing.length, fetchBytes: missing.reduce((s, b) => s + b.file.size, 0) });
-    // Its start overlaps the room made and the manifest's fsync below, not the first blob's hash.
-    if (missing.some((b) => b.file.size >= SMALL_BLOB_BYTES)) warmHashThread();
 
     // One pull at a time plans and fills the budget (security review 3, S10): three pulls at once each found
     // room in the same scan, and a 10 MiB budget held 14. Pulls that need no byte do not wait.

@@ -1,6 +1,7 @@
 import { createHash, type Hash } from 'node:crypto';
 import { createReadStream } from 'node:fs';
-import type { BlobToFetch } from './blob-to-fetch.js';
+import type { FileHandle } from 'node:fs/promises';
+import { type BlobToFetch, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { ThreadHash } from './hash-thread.js';
 import { BLOCK_BYTES } from './hub-stream.js';
 import { READ_STREAM } from './store-files.js';
@@ -20,10 +21,47 @@ export function newHash(blob: BlobToFetch): Hash {
   return createHash('sha1').update(`blob ${blob.size}\0`);
 }
 
-/** The blob's hash on a hash thread, reading the file open at `fd` from its first byte (hash-thread.ts). */
-export function hashOnThread(blob: BlobToFetch, fd: number): ThreadHash {
-  if (blob.sha256 !== undefined) return ThreadHash.open('sha256', '', fd);
-  return ThreadHash.open('sha1', `blob ${blob.size}\0`, fd);
+/** A blob's hash from the bytes in its file: told how far the file is written without a gap, asked for the digest at the end, or dropped. */
+export interface FileHash {
+  advance(end: number): void;
+  digest(end: number): Promise<string>;
+  drop(): Promise<void>;
+}
+
+/**
+ * The blob's hash from the file open as `fh`: on a hash thread
+ * (hash-thread.ts), or, for a blob under SMALL_BLOB_BYTES, here, read back
+ * whole once it is written. A small blob's sha1 takes well under a
+ * millisecond, but on the thread it waited behind every megabyte of the
+ * large blobs hashed before it: 170-440 ms in bench 14b, its download
+ * holding one of models.max_concurrent's places all that time.
+ */
+export function fileHash(blob: BlobToFetch, fh: FileHandle): FileHash {
+  if (blob.size < SMALL_BLOB_BYTES) return new SmallFileHash(blob, fh);
+  if (blob.sha256 !== undefined) return ThreadHash.open('sha256', '', fh.fd);
+  return ThreadHash.open('sha1', `blob ${blob.size}\0`, fh.fd);
+}
+
+class SmallFileHash implements FileHash {
+  constructor(
+    private readonly blob: BlobToFetch,
+    private readonly fh: FileHandle,
+  ) {}
+
+  advance(): void {}
+
+  async digest(end: number): Promise<string> {
+    const buf = Buffer.allocUnsafe(end);
+    let at = 0;
+    while (at < end) {
+      const { bytesRead } = await this.fh.read(buf, at, end - at, at);
+      if (bytesRead === 0) throw new Error(`hashing the file: it ends at byte ${at}, before ${end}`);
+      at += bytesRead;
+    }
+    return newHash(this.blob).update(buf).digest('hex');
+  }
+
+  async drop(): Promise<void> {}
 }
 
 /** Hashes the first `bytes` of the file: a resumed download's prefix, once. */

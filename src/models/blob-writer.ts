@@ -2,7 +2,7 @@ import { type FileHandle, writeFile } from 'node:fs/promises';
 import { WRITE_TRUNCATE } from './store-files.js';
 import { failure } from '../lib/errors.js';
 import { type BlobToFetch, type DownloadContext, PART_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
-import type { ThreadHash } from './hash-thread.js';
+import type { FileHash } from './blob-digest.js';
 import type { HubStream } from './hub-stream.js';
 
 /** A large blob is synced in the background every this many bytes, so the sync before its rename waits for the tail only. */
@@ -12,10 +12,10 @@ const LIMITER_STEP_BYTES = 64 * 1024;
 
 /**
  * Writes one blob's bytes as they come, from one stream or several at their
- * offsets, and has them hashed in order on a hash thread (hash-thread.ts),
- * which reads the file from its start as far as it is written without a
- * gap: a part written ahead of that is hashed once the parts before it are
- * in. The file is synced in the background every SYNC_EVERY_BYTES, so the
+ * offsets, and has them hashed in order from the file (blob-digest.ts
+ * fileHash: on a hash thread, a small blob here), as far as it is written
+ * without a gap: a part written ahead of that is hashed once the parts
+ * before it are in. The file is synced in the background every SYNC_EVERY_BYTES, so the
  * sync before the rename waits only for the tail, and the bytes contiguous
  * from the start are recorded (a ranged download's prefixPath) for a resume
  * after a crash.
@@ -38,7 +38,7 @@ export class BlobWriter {
   constructor(
     private readonly blob: BlobToFetch,
     private readonly fh: FileHandle,
-    private readonly hash: ThreadHash,
+    private readonly hash: FileHash,
     have: number,
     private readonly ctx: DownloadContext,
   ) {

@@ -2,7 +2,7 @@ import { readFile, rename, unlink } from 'node:fs/promises';
 import { CREATE_TRUNCATE, READ, READ_WRITE, chmodStoreFile, openStoreFile, storeFileSize, truncateStoreFile } from './store-files.js';
 import { isNotFound } from '../lib/errno.js';
 import { failure } from '../lib/errors.js';
-import { expectedDigest, hashFile, hashOnThread, newHash } from './blob-digest.js';
+import { type FileHash, expectedDigest, fileHash, hashFile, newHash } from './blob-digest.js';
 import { type BlobToFetch, type DownloadContext, PART_BYTES, RANGED_MIN_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { BlobWriter } from './blob-writer.js';
 import { contentRangeIs } from './content-range.js';
@@ -138,18 +138,18 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
     return fetchStream(blob, ctx, have, hash, resumedFrom, first.url);
   }
 
-  // w+, not w: the hash thread reads the file back through this descriptor.
+  // w+, not w: the hash reads the file back through this descriptor.
   const fh = await openStoreFile(blob.incompletePath, have > 0 ? READ_WRITE : CREATE_TRUNCATE, 0o600);
-  let threadHash: ReturnType<typeof hashOnThread>;
+  let hash: FileHash;
   try {
-    threadHash = hashOnThread(blob, fh.fd);
+    hash = fileHash(blob, fh);
   } catch (err) {
     await fh.close();
     throw err;
   }
-  // The kept prefix is hashed by the thread from the file, not here.
-  threadHash.advance(have);
-  const writer = new BlobWriter(blob, fh, threadHash, have, ctx);
+  // The kept prefix is hashed from the file with the rest.
+  hash.advance(have);
+  const writer = new BlobWriter(blob, fh, hash, have, ctx);
   let digest: string;
   try {
     if (first.status === 206 && ranged) {

@@ -11,6 +11,8 @@ export const MODEL_LOCK_POLL_MS = 200;
 
 export interface HeldModelLock {
   release(): void;
+  /** Another holder (a pull in this process or another) was waited for: what it saw of the hub may be old now. */
+  waited: boolean;
 }
 
 /** In this process: one holder per model at a time, the rest queued (flock is per open file, so it cannot order them). */
@@ -31,6 +33,7 @@ export async function lockModel(
   onWait?: (holderPid: number | undefined) => void,
 ): Promise<HeldModelLock> {
   const key = layout.lockPath(repo);
+  const queued = localQueues.busy(key);
   const endLocal = await localQueues.take(key);
   try {
     signal.throwIfAborted();
@@ -44,6 +47,7 @@ export async function lockModel(
             lock.release();
             endLocal();
           },
+          waited: queued || told,
         };
       }
       if (lock.kind === 'unsupported') throw failure(`cannot lock ${key}: ${lock.reason}`);
@@ -64,7 +68,7 @@ export async function tryLockModel(layout: StoreLayout, repo: string): Promise<H
   if (localQueues.busy(key)) return undefined;
   await makeStoreDir(layout, dirname(key));
   const lock = tryLockFile(key);
-  if (lock.kind === 'held') return lock;
+  if (lock.kind === 'held') return { release: () => lock.release(), waited: false };
   if (lock.kind === 'unsupported') throw failure(`cannot lock ${key}: ${lock.reason}`);
   return undefined;
 }

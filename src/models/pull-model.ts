@@ -1,7 +1,7 @@
 import { TurnQueue } from '../lib/turn-queue.js';
-import { lstat, readlink, rename, symlink, unlink } from 'node:fs/promises';
+import { lstat, open, readlink, rename, symlink, unlink } from 'node:fs/promises';
 import { READ, READ_STREAM, makeStoreDir, openStoreFile, storeFileSize } from './store-files.js';
-import { createReadStream } from 'node:fs';
+import { constants, createReadStream } from 'node:fs';
 import { createHash } from 'node:crypto';
 import { basename, dirname, join } from 'node:path';
 import { formatBytes } from '../lib/format-bytes.js';
@@ -99,10 +99,14 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
   // The store's whole entries are judged where it is opened (the agent's start, loadModelStore); its path, and each
   // folder a pull writes in, here at every pull: a store removed and made again by a local user is refused (F3).
   await makeStoreDir(layout, layout.hubDir);
+  // The hub is asked while the lock is taken (its first use loads libc, 10-35 ms in bench 14b's set-up); a pull that
+  // waited for another holder asks again, as what the hub said before the wait may be old.
+  const early = fetchRevision(ctx.hub, repo, revision, signal);
+  early.catch(() => {});
   const lock = await lockModel(layout, repo, signal, (holderPid) => ctx.onEvent?.({ kind: 'waiting', holderPid }));
   let releaseTurn: (() => void) | undefined;
   try {
-    const rev = await fetchRevision(ctx.hub, repo, revision, signal);
+    const rev = lock.waited ? await fetchRevision(ctx.hub, repo, revision, signal) : await early;
     // In slices: the worst patterns against a long listing held the loop for seconds (filter-yielding.ts).
     const files = await filterYielding(rev.files, (f) => matches(f.path), signal);
     if (files.length === 0) {
@@ -147,24 +151,29 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     await makeStoreDir(layout, partialDir(layout));
     // An adapter's config first: one the engines would refuse stops the pull before its weights are fetched.
     const configEtag = adapter && (adapter.config.sha256 ?? adapter.config.blobId);
-    const early = configEtag ? await downloadAll(ctx, repo, rev.commit, missing.filter((b) => b.etag === configEtag)) : { fetchedBytes: 0, resumedBytes: 0, mismatches: 0, unsynced: [] };
+    const configFirst = configEtag ? await downloadAll(ctx, repo, rev.commit, missing.filter((b) => b.etag === configEtag)) : { fetchedBytes: 0, resumedBytes: 0, mismatches: 0, unsynced: [] };
     const meta = configEtag ? await readAdapterMeta(layout, repo, revision, configEtag) : undefined;
     const rest = await downloadAll(ctx, repo, rev.commit, missing.filter((b) => b.etag !== configEtag));
     const outcome = {
-      fetchedBytes: early.fetchedBytes + rest.fetchedBytes,
-      resumedBytes: early.resumedBytes + rest.resumedBytes,
-      mismatches: early.mismatches + rest.mismatches,
-      unsynced: [...early.unsynced, ...rest.unsynced],
+      fetchedBytes: configFirst.fetchedBytes + rest.fetchedBytes,
+      resumedBytes: configFirst.resumedBytes + rest.resumedBytes,
+      mismatches: configFirst.mismatches + rest.mismatches,
+      unsynced: [...configFirst.unsynced, ...rest.unsynced],
     };
-    // One pass for the small blobs, which were renamed unsynced, before the manifest calls the model complete.
-    await syncAll(outcome.unsynced);
-
-    for (const f of manifestFiles) await linkPointer(layout, repo, rev.commit, f);
-    if (revision !== rev.commit) {
-      const ref = layout.refPath(repo, revision);
-      await makeStoreDir(layout, dirname(ref));
-      await writeFileAtomic(ref, rev.commit, 0o644);
-    }
+    await linkPointers(layout, repo, rev.commit, manifestFiles);
+    // Durable before the manifest calls the model complete, all at once (the kernel writes them back together):
+    // the small blobs, renamed unsynced; the folders the blobs were renamed and the links made in; the ref.
+    const folders = new Set([dirname(layout.blobPath(repo, 'x')), ...manifestFiles.map((f) => dirname(layout.pointerPath(repo, rev.commit, f.path)))]);
+    await Promise.all([
+      syncAll(outcome.unsynced),
+      ...[...folders].map(syncFolder),
+      (async () => {
+        if (revision === rev.commit) return;
+        const ref = layout.refPath(repo, revision);
+        await makeStoreDir(layout, dirname(ref));
+        await writeFileAtomic(ref, rev.commit, 0o644);
+      })(),
+    ]);
     manifest.refs[revision] = rev.commit;
     manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true, repoFiles: rev.files.map((f) => f.path), ...(meta ? { adapter: meta } : {}) };
     if (meta) manifest.adapter = meta;
@@ -326,11 +335,26 @@ async function downloadAll(
   return { fetchedBytes, resumedBytes, mismatches, unsynced };
 }
 
-/** snapshots/<commit>/<file> → the blob, relative as huggingface_hub links it; replaced if it points elsewhere. */
+/** Each file's link, its folders made (and judged) once each, the links at once. */
+async function linkPointers(layout: StoreLayout, repo: string, commit: string, files: readonly ManifestFile[]): Promise<void> {
+  for (const dir of new Set(files.map((f) => dirname(layout.pointerPath(repo, commit, f.path))))) await makeStoreDir(layout, dir);
+  await Promise.all(files.map((f) => linkPointer(layout, repo, commit, f)));
+}
+
+/** A folder's entries (renames, links) made durable. */
+async function syncFolder(dir: string): Promise<void> {
+  const fh = await open(dir, constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW);
+  try {
+    await fh.sync();
+  } finally {
+    await fh.close();
+  }
+}
+
+/** snapshots/<commit>/<file> → the blob, relative as huggingface_hub links it; replaced if it points elsewhere. Its folder is made. */
 async function linkPointer(layout: StoreLayout, repo: string, commit: string, f: ManifestFile): Promise<void> {
   const pointer = layout.pointerPath(repo, commit, f.path);
   const target = layout.pointerTarget(repo, commit, f.path, f.etag);
-  await makeStoreDir(layout, dirname(pointer));
   const current = await readlink(pointer).catch(() => undefined);
   if (current === target) return;
   const tmp = `${pointer}.tmp-${process.pid}`;

@@ -4,6 +4,8 @@ import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { fileHash } from '../../src/models/blob-digest.js';
+import { SMALL_BLOB_BYTES } from '../../src/models/blob-to-fetch.js';
 import { ThreadHash } from '../../src/models/hash-thread.js';
 import { bytes } from './fake-hub.js';
 
@@ -57,6 +59,28 @@ describe('ThreadHash', () => {
       const dropped = ThreadHash.open('sha256', '', fh.fd);
       dropped.advance(1000);
       await expect(dropped.drop()).resolves.toBeUndefined();
+    } finally {
+      await fh.close();
+    }
+  });
+
+  it('hashes a blob under SMALL_BLOB_BYTES here, not queued on the thread behind the large ones; a large one on the thread', async () => {
+    const small = content.subarray(0, SMALL_BLOB_BYTES - 1);
+    const fh = await open(join(dir, 'd'), 'w+');
+    try {
+      await fh.write(small, 0, small.length, 0);
+      const blob = { path: 'config.json', url: 'http://hub/x', size: small.length, blobId: 'x', incompletePath: join(dir, 'd'), blobPath: join(dir, 'd.blob') };
+      const h = fileHash(blob, fh);
+      expect(h).not.toBeInstanceOf(ThreadHash);
+      h.advance(small.length);
+      await expect(h.digest(small.length)).resolves.toBe(createHash('sha1').update(`blob ${small.length}\0`).update(small).digest('hex'));
+      // As the thread's: a file shorter than the bytes asked is refused, not hashed short.
+      await expect(fileHash(blob, fh).digest(small.length + 10)).rejects.toThrow(`ends at byte ${small.length}, before ${small.length + 10}`);
+      // Look-alike: a blob of SMALL_BLOB_BYTES goes to the thread, and hashes the same there.
+      await fh.write(content, 0, SMALL_BLOB_BYTES, 0);
+      const large = fileHash({ ...blob, size: SMALL_BLOB_BYTES, sha256: 'y' }, fh);
+      expect(large).toBeInstanceOf(ThreadHash);
+      await expect(large.digest(SMALL_BLOB_BYTES)).resolves.toBe(sha256(content.subarray(0, SMALL_BLOB_BYTES)));
     } finally {
       await fh.close();
     }

@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, mkdirSync, mkdtempSync, readFileSync, readlinkSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -118,6 +119,40 @@ describe('pullModel', () => {
     const results = await Promise.all([1, 2, 3, 4].map(() => pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, c)));
     for (const path of ['model.safetensors', 'config.json', 'tokenizer/tokenizer.json']) expect(hub.downloads(path)).toHaveLength(1);
     expect(results.map((r) => r.fetchedBytes).filter((n) => n > 0)).toHaveLength(1);
+  });
+
+  it('asks the hub for the revision again after waiting for another pull of the model, whose branch may have moved meanwhile', async () => {
+    const name = 'acme/moving';
+    const before = fakeRepo(name, [{ path: 'moving.bin', content: bytes(50_000, 40), lfs: true }]);
+    const after = { commit: createHash('sha1').update('moved').digest('hex'), files: [{ path: 'moving.bin', content: bytes(50_000, 41), lfs: true }] };
+    const asked = () => hub.requests.filter((r) => r.url === `/api/models/${name}/revision/main`).length;
+    const until = async (cond: () => boolean, what: string) => {
+      for (const end = Date.now() + 15_000; !cond(); await new Promise((r) => setTimeout(r, 10))) if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    };
+    hub.repos.set(name, before);
+    let open = () => {};
+    hub.gates.set('moving.bin', new Promise<void>((r) => (open = r)));
+    try {
+      const c = ctx();
+      const first = pullModel({ repo: name, revision: 'main', include: [] }, c);
+      await until(() => hub.downloads('moving.bin').length === 1, 'the first pull downloading');
+      const second = pullModel({ repo: name, revision: 'main', include: [] }, c);
+      // The second asked at once, beside taking the lock, which the first holds.
+      await until(() => asked() === 2, 'the second pull asking the hub');
+      hub.repos.set(name, after);
+      open();
+      const [a, b] = await Promise.all([first, second]);
+      expect([a.commit, b.commit]).toEqual([before.commit, after.commit]);
+      expect(asked()).toBe(3);
+      // Look-alike: a pull that waited for no one asks once.
+      hub.requests.length = 0;
+      await pullModel({ repo: name, revision: 'main', include: [] }, c);
+      expect(asked()).toBe(1);
+    } finally {
+      open();
+      hub.gates.delete('moving.bin');
+      hub.repos.delete(name);
+    }
   });
 
   it('evicts the least recently used unpinned model to stay in budget, never a pinned one', async () => {

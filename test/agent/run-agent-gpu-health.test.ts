@@ -179,6 +179,21 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     expect(isRunning(pid)).toBe(true);
   }, 90_000);
 
+  it('clears a lost GPU once NVML answers for it again under the same UUID (a reset): RESET to the control plane, the shard READY, the GPU healthy', async () => {
+    const a = await gpuAgent({ interval: '500ms' });
+    await readyShard(a, 's1', 1);
+    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
+    appendFileSync(a.control, 'lost 1\n');
+    await unhealthy;
+    const reset = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.RESET), 20_000);
+    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
+    const healthy = a.cp.waitFor('node-a', (m) => m.msg.case === 'inventory' && m.msg.value.gpus[1]?.healthy === true, 20_000);
+    appendFileSync(a.control, 'reset 1\n');
+    expect(((await reset).msg.value as GpuEvent).message).toMatch(/^GPU reset: NVML answers for it again under the same UUID; cleared: GPU is lost/);
+    expect(((await ready).msg.value as ShardStatus).error).toBe('');
+    await healthy;
+  });
+
   it('`ctl gpu clear` clears an Xid fault for an operator: logged with the uid, CLEARED_BY_OPERATOR to the control plane, the shard READY', async () => {
     const a = await gpuAgent();
     await readyShard(a, 's1', 1);
@@ -249,7 +264,9 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
  * The faults a 500 ms poll finds, each on a GPU of its own of one agent:
  * a fault, and what the agent says of it, concern only its GPU and the
  * shard on it (each waits for messages about its GPU and its shard alone),
- * so the tests share the agent's start and not their findings.
+ * so the tests share the agent's start and not their findings. (The reset
+ * of a lost GPU keeps an agent of its own: on this one it once went
+ * unreported for 20 s at load 19, a case not yet understood.)
  */
 describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read through NVML, polled every 500 ms', () => {
   const ends: Array<() => unknown> = [];
@@ -307,20 +324,6 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     expect(a.cp.messages('node-a').slice(clearedAt).filter(shardIs('hung-2', ShardState.READY))).toEqual([]);
     process.kill(pid, 'SIGCONT');
     expect(((await ready).msg.value as ShardStatus).pid).toBe(pid);
-  });
-
-  it('clears a lost GPU once NVML answers for it again under the same UUID (a reset): RESET to the control plane, the shard READY, the GPU healthy', async () => {
-    await readyShard(a, 'reset-0', 0);
-    const unhealthy = a.cp.waitFor('node-a', shardIs('reset-0', ShardState.UNHEALTHY), 20_000);
-    appendFileSync(a.control, 'lost 0\n');
-    await unhealthy;
-    const reset = a.cp.waitFor('node-a', isGpuEvent(0, GpuEventKind.RESET), 20_000);
-    const ready = a.cp.waitFor('node-a', shardIs('reset-0', ShardState.READY), 20_000);
-    const healthy = a.cp.waitFor('node-a', (m) => m.msg.case === 'inventory' && m.msg.value.gpus[0]?.healthy === true, 20_000);
-    appendFileSync(a.control, 'reset 0\n');
-    expect(((await reset).msg.value as GpuEvent).message).toMatch(/^GPU reset: NVML answers for it again under the same UUID; cleared: GPU is lost/);
-    expect(((await ready).msg.value as ShardStatus).error).toBe('');
-    await healthy;
   });
 });
 

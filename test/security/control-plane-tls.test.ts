@@ -84,7 +84,7 @@ describe('TLS to the control plane', () => {
   });
 
   it('uses a client certificate and CA replaced on disk at the next connection, without a restart and without touching engines', { timeout: 120_000 }, async () => {
-    const first = await certs();
+    const first = await certs('fresh');
     const second = await certs('fresh');
     const dir = tmp();
     const files = { cert: join(dir, 'client.pem'), key: join(dir, 'client.key'), ca: join(dir, 'ca.pem') };

@@ -1,10 +1,10 @@
 import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, type GpuEvent, GpuEventKind, type Heartbeat, type Inventory, type Register, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { agentConfigYaml, agentDirs, cleanUpEnginesAfterTest } from '../helpers/agent-process.js';
-import { freePort, isRunning, until } from '../helpers/engine-processes.js';
+import { agentConfigYaml, agentDirs } from '../helpers/agent-process.js';
+import { freePort, isRunning, killEverything, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 import { GPU_FIXTURES } from '../helpers/fake-gpus.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
@@ -36,14 +36,17 @@ interface GpuAgentOptions {
   variant?: 'current' | 'old';
 }
 
+/** Runs `fn` at the end: of the test by default (onTestFinished), of a describe for an agent its tests share. */
+type OnEnd = (fn: () => unknown) => void;
+
 /** A control plane, and a real agent on a copy of the hgx-h100x8 data set with the fake NVML and a kernel-log file. */
-async function gpuAgent(o: GpuAgentOptions = {}) {
+async function gpuAgent(o: GpuAgentOptions = {}, onEnd: OnEnd = (fn) => onTestFinished(async () => void (await fn()))) {
   const plane = await startControlPlane();
   const root = mkdtempSync(join(tmpdir(), 'llmgw-gpuhealth-'));
   const dirs = agentDirs(root);
   // Registered first, so it runs last (after hooks run as a stack): once agent and engines are gone.
-  onTestFinished(() => rmSync(root, { recursive: true, force: true }));
-  cleanUpEnginesAfterTest(dirs);
+  onEnd(() => rmSync(root, { recursive: true, force: true }));
+  onEnd(() => killEverything(dirs.logDir));
   mkdirSync(root, { recursive: true });
   const dataset = join(root, 'gpus');
   cpSync(join(GPU_FIXTURES, 'hgx-h100x8'), dataset, { recursive: true });
@@ -66,7 +69,7 @@ async function gpuAgent(o: GpuAgentOptions = {}) {
     const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
     const { child, records } = spawnAgentProcess(configPath, { LLMGW_FAKE_GPUS: dataset, LLMGW_FAKE_NVML_CONTROL: control });
     const exited = child.then((r) => ({ exitCode: r.exitCode, atMs: Date.now() }));
-    onTestFinished(async () => {
+    onEnd(async () => {
       child.kill('SIGKILL');
       await exited;
     });
@@ -103,10 +106,10 @@ async function refusalOn(a: Started, id: string, gpu: number): Promise<string> {
  * untouched, an Inventory with the GPU unhealthy, and a new StartShard on
  * the GPU refused naming the fault. Returns the injection-to-UNHEALTHY time.
  */
-async function expectFaultReported(a: Started, inject: () => void, gpu: number, cause: RegExp, kind?: GpuEventKind): Promise<number> {
-  const { pid, port } = await readyShard(a, 's1', gpu);
+async function expectFaultReported(a: Started, inject: () => void, gpu: number, cause: RegExp, kind?: GpuEventKind, ids = { shard: 's1', refused: 's2' }): Promise<number> {
+  const { pid, port } = await readyShard(a, ids.shard, gpu);
   const event = a.cp.waitFor('node-a', isGpuEvent(gpu, kind), 20_000);
-  const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
+  const unhealthy = a.cp.waitFor('node-a', shardIs(ids.shard, ShardState.UNHEALTHY), 20_000);
   const inventory = a.cp.waitFor('node-a', (m) => m.msg.case === 'inventory' && m.msg.value.gpus[gpu]?.healthy === false, 20_000);
   const injectedAt = Date.now();
   inject();
@@ -114,7 +117,7 @@ async function expectFaultReported(a: Started, inject: () => void, gpu: number, 
   const status = (await unhealthy).msg.value as ShardStatus;
   const latencyMs = Date.now() - injectedAt;
   expect(e.message).toMatch(cause);
-  expect(e.shardIds).toEqual(['s1']);
+  expect(e.shardIds).toEqual([ids.shard]);
   expect(status.error).toMatch(cause);
   expect(status.error).toContain(`GPU ${gpu}: `);
   const gpuAfter = ((await inventory).msg.value as Inventory).gpus[gpu];
@@ -123,7 +126,7 @@ async function expectFaultReported(a: Started, inject: () => void, gpu: number, 
   expect(status.pid).toBe(pid);
   expect(isRunning(pid)).toBe(true);
   expect((await fetch(`http://127.0.0.1:${port}/health`)).status).toBe(200);
-  const refusal = await refusalOn(a, 's2', gpu);
+  const refusal = await refusalOn(a, ids.refused, gpu);
   expect(refusal).toContain(`GPU ${gpu}: `);
   expect(refusal).toMatch(cause);
   expect(refusal).toContain('until the fault clears');
@@ -158,57 +161,6 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     const text = (await runCli(['ctl', 'status', '--socket', a.socket])).stdout;
     expect(text).toMatch(/^2 +NVIDIA H100 80GB HBM3 +\d+ \/ 81559 MiB +UNHEALTHY +Xid 79: GPU has fallen off the bus \(nvml, /m);
     expect(text).toContain('GPU 2: Xid 79: GPU has fallen off the bus');
-  });
-
-  it.each([
-    ['a lost GPU', 'lost 1', /GPU is lost \(NVML_ERROR_GPU_IS_LOST\)/, GpuEventKind.GPU_LOST],
-    ['a double-bit ECC error', 'dbe 1', /1 double-bit ECC error since the driver loaded/, GpuEventKind.ECC_DOUBLE_BIT],
-    ['a pending row remap', 'remap 1 pending', /row remap pending/, GpuEventKind.ROW_REMAP_PENDING],
-  ])('reports %s with its own reason, the shard UNHEALTHY and new starts refused', async (_what, directive, cause, kind) => {
-    const a = await gpuAgent({ interval: '500ms' });
-    const ms = await expectFaultReported(a, () => appendFileSync(a.control, `${directive}\n`), 1, cause, kind);
-    console.info(`${directive}: shard UNHEALTHY on the stream ${ms} ms after the injection (poll every 500 ms)`);
-  });
-
-  it('returns the shard to READY when a pending row remap clears', async () => {
-    const a = await gpuAgent({ interval: '500ms' });
-    await readyShard(a, 's1', 1);
-    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
-    appendFileSync(a.control, 'remap 1 pending\n');
-    await unhealthy;
-    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
-    const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED), 20_000);
-    appendFileSync(a.control, 'remap 1 clear\n');
-    await cleared;
-    expect(((await ready).msg.value as ShardStatus).error).toBe('');
-  });
-
-  it('keeps the shard UNHEALTHY when the fault clears but its engine stopped answering meanwhile, READY once it answers', async () => {
-    const a = await gpuAgent({ interval: '500ms' });
-    const { pid } = await readyShard(a, 's1', 1);
-    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
-    appendFileSync(a.control, 'remap 1 pending\n');
-    await unhealthy;
-    // A hung engine: alive, silent. Its probes fail while the GPU is still faulted.
-    process.kill(pid, 'SIGSTOP');
-    onTestFinished(() => {
-      if (isRunning(pid)) process.kill(pid, 'SIGCONT');
-    });
-    await until(
-      () => a.records.some((r) => r.msg === 'health probe verdict' && r.shard === 's1' && r.healthy === false),
-      'the hung engine fails its health probes',
-      20_000,
-    );
-    const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED), 20_000);
-    appendFileSync(a.control, 'remap 1 clear\n');
-    await cleared;
-    const clearedAt = a.cp.messages('node-a').length;
-    // It answers again: READY, since its GPU is sound now, and not before.
-    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
-    await new Promise((r) => setTimeout(r, 1000));
-    expect(a.cp.messages('node-a').slice(clearedAt).filter(shardIs('s1', ShardState.READY))).toEqual([]);
-    process.kill(pid, 'SIGCONT');
-    expect(((await ready).msg.value as ShardStatus).pid).toBe(pid);
   });
 
   it('after a restart, registers a GPU lost meanwhile as unhealthy and reports the adopted shard on it UNHEALTHY, same engine', async () => {
@@ -305,6 +257,73 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     console.info(`agent with an NVML event wait pending exited ${exit.atMs - sentAt} ms after SIGTERM`);
     expect(exit.exitCode).toBe(0);
     expect(exit.atMs - sentAt).toBeLessThan(10_000);
+  });
+});
+
+/*
+ * The faults a 500 ms poll finds, each on a GPU of its own of one agent:
+ * a fault, and what the agent says of it, concern only its GPU and the
+ * shard on it (each waits for messages about its GPU and its shard alone),
+ * so the tests share the agent's start and not their findings. (The reset
+ * of a lost GPU keeps an agent of its own: on this one it once went
+ * unreported for 20 s at load 19, a case not yet understood.)
+ */
+describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read through NVML, polled every 500 ms', () => {
+  const ends: Array<() => unknown> = [];
+  let a: Started;
+  beforeAll(async () => {
+    a = await gpuAgent({ interval: '500ms' }, (fn) => ends.push(fn));
+  }, 60_000);
+  afterAll(async () => {
+    for (const fn of ends.reverse()) await fn();
+  }, 60_000);
+
+  it.each([
+    ['a lost GPU', 5, 'lost 5', /GPU is lost \(NVML_ERROR_GPU_IS_LOST\)/, GpuEventKind.GPU_LOST],
+    ['a double-bit ECC error', 6, 'dbe 6', /1 double-bit ECC error since the driver loaded/, GpuEventKind.ECC_DOUBLE_BIT],
+    ['a pending row remap', 7, 'remap 7 pending', /row remap pending/, GpuEventKind.ROW_REMAP_PENDING],
+  ])('reports %s with its own reason, the shard UNHEALTHY and new starts refused', async (_what, gpu, directive, cause, kind) => {
+    const ms = await expectFaultReported(a, () => appendFileSync(a.control, `${directive}\n`), gpu, cause, kind, { shard: `on-${gpu}`, refused: `again-${gpu}` });
+    console.info(`${directive}: shard UNHEALTHY on the stream ${ms} ms after the injection (poll every 500 ms)`);
+  });
+
+  it('returns the shard to READY when a pending row remap clears', async () => {
+    await readyShard(a, 'remap-1', 1);
+    const unhealthy = a.cp.waitFor('node-a', shardIs('remap-1', ShardState.UNHEALTHY), 20_000);
+    appendFileSync(a.control, 'remap 1 pending\n');
+    await unhealthy;
+    const ready = a.cp.waitFor('node-a', shardIs('remap-1', ShardState.READY), 20_000);
+    const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED), 20_000);
+    appendFileSync(a.control, 'remap 1 clear\n');
+    await cleared;
+    expect(((await ready).msg.value as ShardStatus).error).toBe('');
+  });
+
+  it('keeps the shard UNHEALTHY when the fault clears but its engine stopped answering meanwhile, READY once it answers', async () => {
+    const { pid } = await readyShard(a, 'hung-2', 2);
+    const unhealthy = a.cp.waitFor('node-a', shardIs('hung-2', ShardState.UNHEALTHY), 20_000);
+    appendFileSync(a.control, 'remap 2 pending\n');
+    await unhealthy;
+    // A hung engine: alive, silent. Its probes fail while the GPU is still faulted.
+    process.kill(pid, 'SIGSTOP');
+    onTestFinished(() => {
+      if (isRunning(pid)) process.kill(pid, 'SIGCONT');
+    });
+    await until(
+      () => a.records.some((r) => r.msg === 'health probe verdict' && r.shard === 'hung-2' && r.healthy === false),
+      'the hung engine fails its health probes',
+      20_000,
+    );
+    const cleared = a.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.CLEARED), 20_000);
+    appendFileSync(a.control, 'remap 2 clear\n');
+    await cleared;
+    const clearedAt = a.cp.messages('node-a').length;
+    // It answers again: READY, since its GPU is sound now, and not before.
+    const ready = a.cp.waitFor('node-a', shardIs('hung-2', ShardState.READY), 20_000);
+    await new Promise((r) => setTimeout(r, 1000));
+    expect(a.cp.messages('node-a').slice(clearedAt).filter(shardIs('hung-2', ShardState.READY))).toEqual([]);
+    process.kill(pid, 'SIGCONT');
+    expect(((await ready).msg.value as ShardStatus).pid).toBe(pid);
   });
 });
 

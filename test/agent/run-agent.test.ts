@@ -1,7 +1,7 @@
 import { mkdirSync, readdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, StopShardSchema, DrainShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { startAgentProcess, type AgentDirs, tempAgentDirs } from '../helpers/agent-process.js';
 import { freePort, isRunning, processesWritingUnder, until } from '../helpers/engine-processes.js';
@@ -15,6 +15,14 @@ function newDirs(): AgentDirs {
 }
 
 const statusOf = (m: AgentMessage) => m.msg.value as ShardStatus;
+
+/** One throwaway PKI for the tests here, which only read it: each costs a dozen openssl runs, seconds on a busy machine. */
+let pki: ReturnType<typeof makeTestCerts> | undefined;
+afterAll(async () => (await pki)?.cleanup());
+const testCerts = () => {
+  pki ??= makeTestCerts();
+  return pki;
+};
 
 async function health(port: number): Promise<number> {
   const res = await fetch(`http://127.0.0.1:${port}/health`);
@@ -183,8 +191,7 @@ describe('llmgw agent run', () => {
   });
 
   it('refuses to start with certificates and an http:// server (exit 78)', async () => {
-    const certs = await makeTestCerts();
-    onTestFinished(() => certs.cleanup());
+    const certs = await testCerts();
     const dirs = newDirs();
     const config = join(dirs.root, 'agent.yaml');
     mkdirSync(dirs.root, { recursive: true });
@@ -199,8 +206,7 @@ describe('llmgw agent run', () => {
 
 describe('llmgw agent run with mutual TLS', () => {
   it('connects with the right certificates', async () => {
-    const certs = await makeTestCerts();
-    onTestFinished(() => certs.cleanup());
+    const certs = await testCerts();
     const { cp, url } = await startControlPlane({ tls: { cert: certs.serverCert, key: certs.serverKey, ca: certs.ca } });
     const dirs = newDirs();
     const registered = cp.waitFor('node-a', isRegister, 20_000);
@@ -213,8 +219,7 @@ describe('llmgw agent run with mutual TLS', () => {
   });
 
   it('is refused with a client certificate from another CA, and logs why', async () => {
-    const certs = await makeTestCerts();
-    onTestFinished(() => certs.cleanup());
+    const certs = await testCerts();
     const { cp, url } = await startControlPlane({ tls: { cert: certs.serverCert, key: certs.serverKey, ca: certs.ca } });
     const dirs = newDirs();
     const agent = startAgentProcess({

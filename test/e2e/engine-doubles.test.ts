@@ -99,6 +99,10 @@ describe('probes that fit each engine', () => {
     const port = await freePort();
     const ready = await startAndWait(doubleStart('sglang', 'g-probe', port, { gpus: [5] }));
     expect(ready.state, ready.error).toBe(S.READY);
+    // What each probe meets: a healthy engine answering /health_generate after a second.
+    const t0 = Date.now();
+    expect((await fetch(`http://127.0.0.1:${port}/health_generate`)).status).toBe(200);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(1000);
     // Eight probe intervals: a 500 ms limit failed every probe, and three made it UNHEALTHY within about 3 s.
     await new Promise((r) => setTimeout(r, 4000));
     expect(statesOf('g-probe').map((s) => S[s.state])).not.toContain('UNHEALTHY');

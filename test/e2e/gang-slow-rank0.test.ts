@@ -11,13 +11,18 @@ import { engineGangDeployment } from '../helpers/gang-deployment.js';
  *   documented 10 s grace, while its engine serves and has closed its DP rpc
  *   port by design (src/sim/sim-dp-handshake.ts). At 10e6215 the closed port
  *   "agrees" that rank 0 is gone and the gang breaks after about 2 s.
- * - a TP rank 0 that binds its TCPStore 25 s after launch, as vLLM's does once
- *   its workers have imported vLLM (V:vllm/distributed/parallel_state.py:1620-1626,
- *   1685-1691). At 10e6215 rank 1 is READY at its settle (10 s) and then
- *   broken by the still-closed port, with rank 0 still starting.
+ * - a TP rank 0 that binds its TCPStore late, as vLLM's does once its
+ *   workers have imported vLLM (V:vllm/distributed/parallel_state.py:1620-1626,
+ *   1685-1691; tens of seconds). At 10e6215 rank 1 is READY at its settle
+ *   (10 s by default) and then broken by the still-closed port, with rank 0
+ *   still starting. Here the settle is 1 s (the tests' worker_settle), so a
+ *   store bound 12 s after launch leaves rank 1 READY for 10 rounds of the
+ *   gang watch before it; the agent at 10e6215 broke it in under 3.
  */
 
 const AFTER_MS = 8_000;
+/** When rank 0 binds its store, after its launch: well after rank 1's 1 s settle. */
+const STORE_BIND_MS = 12_000;
 
 describe('a slow rank 0 is not a broken gang (E1)', () => {
   it("vLLM DP, gang_addr set: rank 0's agent stopped for 6 s does not break the gang", { timeout: 150_000 }, async () => {
@@ -38,12 +43,12 @@ describe('a slow rank 0 is not a broken gang (E1)', () => {
     expect([isRunning(c.pids['node-a']), isRunning(c.pids['node-b'])]).toEqual([true, true]);
   });
 
-  it('vLLM TP, gang_addr unset: a rank 0 that binds its store 25 s after launch starts without a break', { timeout: 150_000 }, async () => {
+  it('vLLM TP, gang_addr unset: a rank 0 that binds its store 12 s after launch starts without a break', { timeout: 150_000 }, async () => {
     const started = Date.now();
-    const c = await startGangCluster({ deployment: engineGangDeployment('vllm-tp', ['--sim-store-bind-after', '25s']), gangAddr: false, doubles: true, readyTimeoutMs: 90_000 });
+    const c = await startGangCluster({ deployment: engineGangDeployment('vllm-tp', ['--sim-store-bind-after', `${STORE_BIND_MS / 1000}s`]), gangAddr: false, doubles: true, readyTimeoutMs: 90_000 });
     // The store came late, and rank 1 was READY (its settle) before it: the window the watch must not judge in.
     await rankLogMatch(c, 'node-a', /rendezvous listening on port/);
-    expect(Date.now() - started).toBeGreaterThanOrEqual(25_000);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(STORE_BIND_MS);
     const readyAt = (node: 'node-a' | 'node-b', id: string) =>
       c.cp.cp.messages(node).findIndex((m) => shardOf(m)?.shardId === id && shardOf(m)?.state === ShardState.READY);
     expect(readyAt('node-a', 'gang-0-g1-r0')).toBeGreaterThanOrEqual(0);

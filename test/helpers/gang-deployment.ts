@@ -32,9 +32,11 @@ replicas:
  * `args` after a 200 ms load: vLLM data parallel (`--data-parallel-size 2`,
  * a DP rank per node: rank 0 holds the rpc handshake port only while
  * starting), vLLM or SGLang tensor parallel (TP 2, rank 0 holds the store).
- * The agents run the doubles (DOUBLE_ENGINES_YAML).
+ * The agents run the doubles (DOUBLE_ENGINES_YAML). `startupTimeout` is
+ * the profile's startup_timeout, also rank 0's start-up deadline in its
+ * peers' gang watch (rank0StartDeadlineMs).
  */
-export function engineGangDeployment(shape: 'vllm-dp' | 'vllm-tp' | 'sglang-tp', args: string[] = []): Deployment {
+export function engineGangDeployment(shape: 'vllm-dp' | 'vllm-tp' | 'sglang-tp', args: string[] = [], startupTimeout = '2m'): Deployment {
   const engine = shape === 'sglang-tp' ? 'sglang' : 'vllm';
   const tp = shape === 'vllm-dp' ? 1 : 2;
   const own = shape === 'vllm-dp' ? ['--data-parallel-size', '2'] : [];
@@ -47,7 +49,7 @@ profiles:
     served_model_name: gang
     tensor_parallel_size: ${tp}
     args: ${JSON.stringify([...own, '--sim-load-time', '200ms', ...args])}
-    startup_timeout: 2m
+    startup_timeout: ${startupTimeout}
 replicas:
   - name: gang
     profile: gang

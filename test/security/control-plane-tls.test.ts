@@ -6,7 +6,7 @@ import type { AddressInfo } from 'node:net';
 import { chmodSync, copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, describe, expect, it, onTestFinished } from 'vitest';
 import { withCertificateHint } from '../../src/agent/connection/control-plane-connection.js';
 import { createControlPlaneTransport } from '../../src/agent/connection/control-plane-transport.js';
 import { type AgentMessage, AgentMessageSchema, AgentService, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
@@ -24,7 +24,18 @@ import { startControlPlane } from '../helpers/start-control-plane.js';
  * real agent or the agent's own transport, and a throwaway PKI.
  */
 
-async function certs(name = 'node-a'): Promise<TestCerts> {
+/**
+ * One throwaway PKI for the tests here that only read it (each costs a dozen
+ * openssl runs, seconds on a busy machine); `fresh` gives a test a PKI of
+ * its own: a second CA, or files it changes.
+ */
+let shared: Promise<TestCerts> | undefined;
+afterAll(async () => (await shared)?.cleanup());
+async function certs(fresh?: 'fresh', name = 'node-a'): Promise<TestCerts> {
+  if (!fresh) {
+    shared ??= makeTestCerts('node-a');
+    return shared;
+  }
   const c = await makeTestCerts(name);
   onTestFinished(() => c.cleanup());
   return c;
@@ -73,8 +84,8 @@ describe('TLS to the control plane', () => {
   });
 
   it('uses a client certificate and CA replaced on disk at the next connection, without a restart and without touching engines', { timeout: 120_000 }, async () => {
-    const first = await certs();
-    const second = await certs();
+    const first = await certs('fresh');
+    const second = await certs('fresh');
     const dir = tmp();
     const files = { cert: join(dir, 'client.pem'), key: join(dir, 'client.key'), ca: join(dir, 'ca.pem') };
     const install = (c: TestCerts) => {
@@ -116,7 +127,7 @@ describe('TLS to the control plane', () => {
   });
 
   it('trusts the operating system\'s bundle when tls.ca is empty, and not Node\'s own alone', { timeout: 60_000 }, async () => {
-    const c = await certs('node-os');
+    const c = await certs();
     const { cp, url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
     const base = { server: url.replace('http://', 'https://'), protocol: 'connect' as const, pingIntervalMs: 5000, pingTimeoutMs: 5000, env: {} };
     const tls = { cert: c.clientCert, key: c.clientKey, ca: '' };
@@ -127,7 +138,7 @@ describe('TLS to the control plane', () => {
   });
 
   it('warns when the client certificate expires within tls.expiry_warning and when the key is readable by others', { timeout: 60_000 }, async () => {
-    const c = await certs('node-warn');
+    const c = await certs('fresh', 'node-warn');
     const { url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
     chmodSync(c.clientKey, 0o644);
     const { logger, records } = captureLogger();
@@ -150,7 +161,7 @@ describe('TLS to the control plane', () => {
   });
 
   it('ctl status shows the client certificate the connection loaded: subject, expiry, fingerprint and CA', { timeout: 60_000 }, async () => {
-    const c = await certs('node-show');
+    const c = await certs();
     const { cp, url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
     const dirs = agentDirs(tmp());
     const registered = cp.waitFor('node-show', isRegister, 30_000);
@@ -168,7 +179,7 @@ describe('TLS to the control plane', () => {
     const tls = JSON.parse(r.stdout).connection.tls;
     expect(tls).toEqual({
       certPath: c.clientCert,
-      certSubject: 'CN=node-show',
+      certSubject: 'CN=node-a',
       certNotBefore: new Date(Date.parse(leaf.validFrom)).toISOString().replace('.000Z', 'Z'),
       certNotAfter: new Date(Date.parse(leaf.validTo)).toISOString().replace('.000Z', 'Z'),
       certFingerprintSha256: leaf.fingerprint256,
@@ -177,12 +188,12 @@ describe('TLS to the control plane', () => {
     });
     const human = await runCli(['ctl', 'status', '--socket', dirs.socket]);
     const line = human.stdout.split('\n').find((l) => l.startsWith('tls '));
-    expect(line).toContain(`cert ${c.clientCert} (CN=node-show), valid until ${new Date(Date.parse(leaf.validTo)).toISOString()} (expires in `);
+    expect(line).toContain(`cert ${c.clientCert} (CN=node-a), valid until ${new Date(Date.parse(leaf.validTo)).toISOString()} (expires in `);
     expect(line).toContain(`, sha256 ${leaf.fingerprint256}; ca ${c.ca}`);
   });
 
   it('says plainly that the client certificate expired when the control plane refuses it, in the log and in ctl status', { timeout: 60_000 }, async () => {
-    const c = await certs('node-old');
+    const c = await certs();
     const { cp, url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
     const dirs = agentDirs(tmp());
     const agent = startAgentProcess({
@@ -205,7 +216,7 @@ describe('TLS to the control plane', () => {
   });
 
   it('names the expired certificate when the control plane refuses it in the handshake itself', { timeout: 60_000 }, async () => {
-    const c = await certs('node-old');
+    const c = await certs();
     // What Envoy or a Go control plane does: verification in the handshake, so the agent sees only an alert or a reset.
     const server = createSecureServer({
       cert: readFileSync(c.serverCert),
@@ -246,7 +257,7 @@ describe('TLS to the control plane', () => {
   });
 
   it('refuses a client certificate file that holds no certificate, naming it, and reports what it loaded', { timeout: 60_000 }, async () => {
-    const c = await certs('node-pem');
+    const c = await certs('fresh', 'node-pem');
     const { url } = await startControlPlane({ tls: { cert: c.serverCert, key: c.serverKey, ca: c.ca } });
     const loaded: unknown[] = [];
     const opts = {

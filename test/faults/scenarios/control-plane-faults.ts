@@ -4,7 +4,7 @@ import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { BIN } from '../../helpers/run-cli.js';
 import { simStart } from '../../helpers/sim-shards.js';
 import { type BadControlPlaneKind, startBadControlPlane } from './bad-control-plane.js';
-import { type FaultHarness, NODE, type Scenario, freePort, sleep, startTraffic, until } from './fault-harness.js';
+import { type FaultHarness, NODE, type Scenario, type ScenarioOutcome, freePort, sleep, startTraffic, until } from './fault-harness.js';
 
 /**
  * The control plane dies, restarts, hangs, hangs up, or talks nonsense.
@@ -16,7 +16,14 @@ import { type FaultHarness, NODE, type Scenario, freePort, sleep, startTraffic, 
 
 const S = ShardState;
 
-async function bootWithShard(h: FaultHarness): Promise<{ pid: number; port: number; cpPort: number }> {
+/** An agent serving sim shard s1 under a real control plane: where every scenario here begins. */
+export interface Booted {
+  pid: number;
+  port: number;
+  cpPort: number;
+}
+
+export async function bootWithShard(h: FaultHarness): Promise<Booted> {
   await h.boot();
   const port = await freePort();
   const ready = h.waitShard('s1', [S.READY, S.FAILED]);
@@ -82,29 +89,50 @@ export const controlPlaneRestartedDuringTraffic: Scenario = {
   },
 };
 
-function misbehavingControlPlane(kind: BadControlPlaneKind, title: string, check: (c: { connections: number; streams: number; windowMs: number }) => void): Scenario {
+type Seen = { connections: number; streams: number; windowMs: number };
+
+/** A scenario of a control plane that misbehaves on the agent's port for 5 s; `kind` and `check` run it on an agent already booted (misbehaveOnce). */
+export interface MisbehavingScenario extends Scenario {
+  kind: BadControlPlaneKind;
+  check: (c: Seen) => void;
+}
+
+/**
+ * One turn of a misbehaving control plane on an agent booted by
+ * bootWithShard, under traffic: the real one closes, the bad one holds the
+ * port for 5 s, then a real one comes back and the agent must re-register
+ * listing s1, unchanged. The agent ends as it began, so turns can follow
+ * one another on it.
+ */
+export async function misbehaveOnce(h: FaultHarness, booted: Booted, kind: BadControlPlaneKind, check: (c: Seen) => void): Promise<ScenarioOutcome> {
+  const { pid, port, cpPort } = booted;
+  const traffic = startTraffic(port);
+  const before = h.agent?.logs().length ?? 0;
+  await h.cpHandle?.close();
+  const bad = await startBadControlPlane(kind, cpPort);
+  h.defer(() => bad.close());
+  const windowMs = 5000;
+  await sleep(windowMs);
+  const seen = { connections: bad.connections(), streams: bad.streams(), windowMs };
+  await bad.close();
+  check(seen);
+  const retries = (h.agent?.logs() ?? []).slice(before).filter((r) => r.msg === 'cannot reach the control plane; retrying');
+  assert.ok(h.agent && (await isAlive(h.agent.pid)), 'the agent died');
+  await expectRecovery(h, cpPort, pid);
+  const t = await traffic.stop();
+  h.keepsServing('s1', pid, port);
+  return { dataLost: t.failed, hit: `${seen.connections} connections, ${seen.streams} streams, ${retries.length} retries in ${windowMs} ms` };
+}
+
+function misbehavingControlPlane(kind: BadControlPlaneKind, title: string, check: (c: Seen) => void): MisbehavingScenario {
   return {
     name: `cp-${kind}`,
     title,
     timeoutMs: 60_000,
+    kind,
+    check,
     async run(h) {
-      const { pid, port, cpPort } = await bootWithShard(h);
-      const traffic = startTraffic(port);
-      const before = h.agent?.logs().length ?? 0;
-      await h.cpHandle?.close();
-      const bad = await startBadControlPlane(kind, cpPort);
-      h.defer(() => bad.close());
-      const windowMs = 5000;
-      await sleep(windowMs);
-      const seen = { connections: bad.connections(), streams: bad.streams(), windowMs };
-      await bad.close();
-      check(seen);
-      const retries = (h.agent?.logs() ?? []).slice(before).filter((r) => r.msg === 'cannot reach the control plane; retrying');
-      assert.ok(h.agent && (await isAlive(h.agent.pid)), 'the agent died');
-      await expectRecovery(h, cpPort, pid);
-      const t = await traffic.stop();
-      h.keepsServing('s1', pid, port);
-      return { dataLost: t.failed, hit: `${seen.connections} connections, ${seen.streams} streams, ${retries.length} retries in ${windowMs} ms` };
+      return misbehaveOnce(h, await bootWithShard(h), kind, check);
     },
   };
 }
@@ -184,8 +212,8 @@ export const hugeFrameAfterAck = misbehavingControlPlane(
   },
 );
 
-export const controlPlaneScenarios: Scenario[] = [
-  controlPlaneRestartedDuringTraffic,
+/** Every misbehaving control plane, in the order the scenarios run. */
+export const misbehavingControlPlanes: MisbehavingScenario[] = [
   silentControlPlane,
   closeAfterRegister,
   resetAfterRegister,
@@ -194,3 +222,5 @@ export const controlPlaneScenarios: Scenario[] = [
   silentStream,
   hugeFrameAfterAck,
 ];
+
+export const controlPlaneScenarios: Scenario[] = [controlPlaneRestartedDuringTraffic, ...misbehavingControlPlanes];

@@ -9,7 +9,7 @@ import type { NodeModels } from './models/node-models.js';
 import type { WarmthLedger } from './models/warmth-ledger.js';
 import type { CompileClaims } from './models/compile-claims.js';
 import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
-import type { ShardReaction } from './supervisor/shard-reaction.js';
+import type { ShardReaction } from './supervisor/shard/shard-reaction.js';
 import type { ShardSnapshot, ShardTransition } from './supervisor/shard/shard-snapshot.js';
 
 

@@ -48,7 +48,14 @@ function hands(state: ShardState, o: { firstToGo?: GangFault; stopGraceMs?: numb
     stopServing: () => void did.push('stop serving'),
     reapLeftovers: async (graceMs) => void did.push(`reap ${graceMs}`),
     snapshot: () => shardSnapshot('s1', { state: life.state, logPath }),
-    ...(o.firstToGo ? { firstToGo: async (atMs: number) => (asked.push(atMs), o.firstToGo) } : {}),
+    ...(o.firstToGo
+      ? {
+          firstToGo: async (atMs: number) => {
+            asked.push(atMs);
+            return o.firstToGo;
+          },
+        }
+      : {}),
   };
   const record = (): FailureRecord | undefined => {
     const p = shardFailurePath(logDir, 's1');

@@ -13,7 +13,7 @@ import { adoptionEvents, connectionEvent, cordonEvent, diskPressureEvent, gpuEve
 import { GpuHealthWatch } from './health/gpu-health-watch.js';
 import { watchedGpus } from './health/watched-gpu.js';
 import type { GpuMemorySampler } from './health/gpu-memory-sampler.js';
-import { agentSleepProbes, readShardGpuMib } from './agent-sleep-probes.js';
+import { agentSleepProbes, readShardGpuMib } from './supervisor/shard/agent-sleep-probes.js';
 import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
 import type { EngineAccount } from './engines/engine-account.js';
 import type { EngineRegistry } from './engines/engine-registry.js';
@@ -30,7 +30,7 @@ import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } fro
 import { ShardCommands } from './shard-commands.js';
 import { shardReactions } from './shard-reactions.js';
 import { StartAdmission } from './start-admission.js';
-import { type PortGuard, SleepPortGuards } from './sleep-port-guards.js';
+import { type PortGuard, SleepPortGuards } from './supervisor/shard/sleep-port-guards.js';
 import { NftPortGuard } from '../lib/net/nft-port-guard.js';
 import { StatusReporter } from './connection/status-reporter.js';
 import type { Supervisor } from './supervisor/supervisor.js';

@@ -21,7 +21,7 @@ import { AdminServer } from './admin/admin-server.js';
 import { Agent } from './agent.js';
 import { lockStateDirectory } from './lock-state-directory.js';
 import type { AgentMetrics } from './metrics/agent-metrics.js';
-import { agentMetricsSources } from './agent-metrics-sources.js';
+import { agentMetricsSources } from './metrics/agent-metrics-sources.js';
 import { resolveMgmtAddr } from '../lib/node-identity.js';
 import type { AgentConfig } from './config/agent-config.js';
 import { discover } from './discovery/discover.js';

@@ -1,7 +1,7 @@
 import { timestampDate } from '@bufbuild/protobuf/wkt';
 import { type GpuEvent, GpuEventKind, ShardState } from '../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../lib/logger.js';
-import { isTerminal } from '../lib/shard-states.js';
+import { isLaunchDone, isTerminal } from '../lib/shard-states.js';
 import type { AgentEventRing } from './events/agent-event-ring.js';
 import { shardTransitionEvent } from './events/describe-agent-event.js';
 import type { GpuHealthWatch } from './health/gpu-health-watch.js';
@@ -9,7 +9,7 @@ import type { NodeModels } from './models/node-models.js';
 import type { WarmthLedger } from './models/warmth-ledger.js';
 import type { CompileClaims } from './models/compile-claims.js';
 import { addGpuEventsToFailureRecord, FAILURE_GPU_EVENT_WINDOW_MS } from './supervisor/shard/shard-failure.js';
-import type { ShardReaction } from './supervisor/shard-reaction.js';
+import type { ShardReaction } from './supervisor/shard/shard-reaction.js';
 import type { ShardSnapshot, ShardTransition } from './supervisor/shard/shard-snapshot.js';
 
 
@@ -46,7 +46,7 @@ export function shardReactions(p: ShardReactionParts): ShardReaction[] {
     // How long a launch or a wake took to READY, by where it came from (warmth-ledger.ts).
     { name: 'time to READY learned', on: (t) => p.warmth.follow(t) },
     // Which compile cache a start that reached READY used: what +compile is claimed from (issue 51).
-    { name: 'compile cache seen', on: (t) => void (t.to === ShardState.READY && t.from === ShardState.STARTING && p.compileClaims?.seen(seenStart(t.shard))) },
+    { name: 'compile cache seen', on: (t) => void (isLaunchDone(t.from, t.to) && p.compileClaims?.seen(seenStart(t.shard))) },
     // Its GPU memory in a scan begun before this is its own, not a foreign process's (issue 47, item 7).
     { name: 'engine end noted', on: (t) => void (isTerminal(t.to) && !t.shard.running && p.engineEnded?.(t.shard.pid)) },
     // Its port open to local users again once its engine is gone (security review 4, S6).

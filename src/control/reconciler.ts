@@ -2,7 +2,7 @@ import { type ControlMessage, type Register, type RunningShard, ShardState, type
 import type { Logger } from '../lib/logger.js';
 import type { PortRange } from '../lib/ephemeral-port-range.js';
 import { isValidShardId } from '../lib/shard-id.js';
-import { TERMINAL_SHARD_STATES } from '../lib/shard-states.js';
+import { isTimedOnAdoption, TERMINAL_SHARD_STATES } from '../lib/shard-states.js';
 import { adoptionConflict } from './adoption-conflict.js';
 import { checkDeploymentPlaceable, type Unplaceable } from './check-deployment-placeable.js';
 import type { Deployment } from './deployment.js';
@@ -210,7 +210,7 @@ export class Reconciler {
     // when it was launched is not known here, and cutting it short would kill
     // a model that may be seconds from ready.
     // A SLEEPING shard is not loading: a startup timer would replace it for sleeping.
-    if (shard.state !== ShardState.READY && shard.state !== ShardState.SLEEPING) this.#lifecycle.armStartupTimer(replica, shard);
+    if (isTimedOnAdoption(shard.state)) this.#lifecycle.armStartupTimer(replica, shard);
     this.#lifecycle.refreshPhase(replica);
   }
 

@@ -1,4 +1,5 @@
 import { type RunningShard, ShardState } from '../gen/llmgw/v1/agent_pb.js';
+import { isReported } from '../lib/shard-states.js';
 import type { ShardRecord } from './replica-record.js';
 
 /** The record of a shard a node reported in running_shards, found rather than started by us. */
@@ -14,7 +15,7 @@ export function shardFromRunning(nodeId: string, rs: RunningShard, generation: n
     leaderAddr: rs.leaderAddr,
     leaderPort: rs.leaderPort,
     generation,
-    state: rs.state === ShardState.UNSPECIFIED ? ShardState.STARTING : rs.state,
+    state: isReported(rs.state) ? rs.state : ShardState.STARTING,
     error: '',
     exitCode: 0,
     adopted: true,

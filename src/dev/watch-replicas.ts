@@ -1,7 +1,8 @@
 import type { ControlPlane } from '../control/control-plane.js';
 import type { ReplicaView } from '../control/replica-view.js';
-import { ShardState, type ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
+import type { ShardStatus } from '../gen/llmgw/v1/agent_pb.js';
 import { shardLogPath } from '../lib/shard-layout.js';
+import { isUnplannedEnd, stateName } from '../lib/shard-states.js';
 import { curlLine } from './render-dev-up-summary.js';
 
 /** Failures in a row, none after a stable run, that make a crash loop worth its own line. */
@@ -45,14 +46,14 @@ export function watchReplicas(
   };
   const onStatus = (_nodeId: string, st: ShardStatus) => {
     // STOPPED is an orderly end (a stop sent, dev up's own teardown); only these are failures.
-    if (st.state !== ShardState.FAILED && st.state !== ShardState.EXITED) return;
+    if (!isUnplannedEnd(st.state)) return;
     const since = readyAt.get(st.replicaId);
     const stable = since !== undefined && Date.now() - since >= STABLE_RUN_MS;
     const n = stable ? 1 : (failures.get(st.replicaId) ?? 0) + 1;
     failures.set(st.replicaId, n);
     const status = st.exitCode ? `exit status ${st.exitCode}` : 'no exit status';
     const inARow = n > 1 ? `, failure ${n} in a row` : '';
-    opts.say(`${st.replicaId}: shard ${st.shardId} ${ShardState[st.state]} (${status}${inARow})${st.error ? `: ${st.error}` : ''}; the control plane places it again`);
+    opts.say(`${st.replicaId}: shard ${st.shardId} ${stateName(st.state)} (${status}${inARow})${st.error ? `: ${st.error}` : ''}; the control plane places it again`);
     // Once per streak: a loop that runs all night must not print this every few seconds.
     if (n === CRASH_LOOP_FAILURES) {
       opts.say(`${st.replicaId} is crash-looping: ${n} failures in a row, the last with ${status}; its log: ${shardLogPath(opts.logDir, st.shardId)}`);

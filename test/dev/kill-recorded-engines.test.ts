@@ -4,7 +4,7 @@ import { closeSync, mkdirSync, mkdtempSync, openSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
-import { readProcessIdentity } from '../../src/lib/process/process-identity.js';
+import { readProcessIdentity } from '../helpers/read-process-identity.js';
 import { writeStateFile } from '../../src/lib/files/state-file.js';
 import { killRecordedEngines, waitEnginesGone } from '../../src/dev/kill-recorded-engines.js';
 import { StartShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';

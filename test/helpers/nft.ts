@@ -6,7 +6,7 @@ import { ensureDebianPackage } from './debian-package.js';
 
 /*
  * nft (Debian's `nftables`), which the agent runs to guard a sleep-mode
- * shard's port (src/agent/sleep-port-guards.ts): every vLLM or SGLang double
+ * shard's port (src/agent/supervisor/shard/sleep-port-guards.ts): every vLLM or SGLang double
  * started with sleep_mode in this suite needs it, so the suite's global
  * set-up installs it where it is missing (ensureDebianPackage).
  *

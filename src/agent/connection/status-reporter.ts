@@ -1,6 +1,6 @@
-import { ModelPullState, ShardState, type AgentMessage, type GpuEvent, type ModelPull, type ShardStatus } from '../../gen/llmgw/v1/agent_pb.js';
+import { ModelPullState, type AgentMessage, type GpuEvent, type ModelPull, type ShardStatus } from '../../gen/llmgw/v1/agent_pb.js';
 import type { Logger } from '../../lib/logger.js';
-import { isTerminal } from '../../lib/shard-states.js';
+import { isTerminal, isTrouble, isUnplannedEnd, stateName } from '../../lib/shard-states.js';
 import type { ReporterMetrics } from './connection-metrics.js';
 import type { Outbox } from './outbox.js';
 import { statusFromSnapshot } from './shard-report.js';
@@ -87,8 +87,8 @@ export class StatusReporter {
     this.outbox = outbox;
     this.established = false;
     for (const [id, status] of this.unsent) {
-      // Terminal ones, and an UNHEALTHY one with its cause: Register lists the state but not why.
-      if (isTerminal(status.state) || (status.state === ShardState.UNHEALTHY && status.error !== '')) this.send({ case: 'shard', value: status });
+      // Terminal ones, and a troubled one (UNHEALTHY) with its cause: Register lists the state but not why.
+      if (isTerminal(status.state) || (isTrouble(status.state) && status.error !== '')) this.send({ case: 'shard', value: status });
       // A running shard's state is in the Register just queued.
       else this.unsent.delete(id);
     }
@@ -191,7 +191,7 @@ export class StatusReporter {
 
   /** A supervisor transition, reported as the shard's status. */
   onTransition(t: ShardTransition): void {
-    if (t.to === ShardState.FAILED || t.to === ShardState.EXITED) this.opts.metrics?.engineExits.inc({ state: ShardState[t.to] });
+    if (isUnplannedEnd(t.to)) this.opts.metrics?.engineExits.inc({ state: stateName(t.to) });
     this.report(statusFromSnapshot(this.opts.nodeId, t.shard));
   }
 

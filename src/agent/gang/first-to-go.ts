@@ -2,7 +2,7 @@ import type { GangFault } from '../supervisor/shard/shard-machine.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import type { PeerReply } from './ask-peer.js';
 import { GANG_PEER_TIMEOUT_MS } from './gang-watch.js';
-import { GONE_STATES } from './judge-peer.js';
+import { isGoneFromGang } from './judge-peer.js';
 
 /**
  * How a rank whose own engine ended asks its peers once who went first
@@ -50,7 +50,7 @@ export async function firstToGo(ask: AskPeer, shard: ShardSnapshot, endedAtMs: n
       continue;
     }
     const rank = reply.answer.ranks.find((r) => r.rank === m.rank && r.shard === m.shardId);
-    if (!rank || (!GONE_STATES.has(rank.state) && rank.running)) continue;
+    if (!rank || (!isGoneFromGang(rank.state) && rank.running)) continue;
     const atMs = rank.endedAtMs ?? Number.NEGATIVE_INFINITY;
     if (atMs > endedAtMs || (first && first.atMs <= atMs)) continue;
     const when = rank.endedAtMs !== undefined ? ` at ${new Date(rank.endedAtMs).toISOString()}` : '';

@@ -1,8 +1,8 @@
-import { type GangMember, ShardState } from '../../gen/llmgw/v1/agent_pb.js';
+import type { GangMember } from '../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import type { ShardId } from '../../lib/shard-id.js';
-import { isTerminal } from '../../lib/shard-states.js';
+import { isGangMember } from '../../lib/shard-states.js';
 import type { GangFault } from '../supervisor/shard/shard-machine.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import { askWithTls, type PeerReply, type ProbeResult, probeHealth, probePort } from './ask-peer.js';
@@ -174,7 +174,7 @@ export class GangWatch {
 
 /** A rank of a multi-node replica whose engine still runs, not being stopped: the ones whose gang matters. */
 function isWatched(s: ShardSnapshot): boolean {
-  return s.spec.nnodes > 1 && s.running && !isTerminal(s.state) && s.state !== ShardState.STOPPING && s.state !== ShardState.UNSPECIFIED;
+  return s.spec.nnodes > 1 && s.running && isGangMember(s.state);
 }
 
 /** The ranks a shard watches: its gang's others, or (a control plane that sends no gang) rank 0 by its rendezvous port alone. */

@@ -1,4 +1,5 @@
 import type { GangMember } from '../../gen/llmgw/v1/agent_pb.js';
+import { isLeaving, stateNamed } from '../../lib/shard-states.js';
 import type { GangAnswer } from './gang-answer.js';
 import type { PeerFailureCause } from './peer-failure.js';
 
@@ -54,8 +55,15 @@ export interface PeerRound {
   agentGraceMs: number;
 }
 
-/** The states in which a rank serves its gang no more. */
-export const GONE_STATES = new Set(['FAILED', 'EXITED', 'STOPPED', 'STOPPING']);
+/**
+ * Whether a rank whose agent names its state `name` (gang-answer.ts) serves
+ * its gang no more: stopping or ended. A name this build does not know (a
+ * newer agent's) is not taken for gone.
+ */
+export function isGoneFromGang(name: string): boolean {
+  const state = stateNamed(name);
+  return state !== undefined && isLeaving(state);
+}
 
 /**
  * One round's judgement of one peer (issue 40, issue 47), in this order:
@@ -92,7 +100,7 @@ export function judgePeer(t: PeerTrack, r: PeerRound): Seen {
       return { kind: 'unknown' };
     }
     t.seenRank = true;
-    if (GONE_STATES.has(rank.state)) return broken(`${who} is ${rank.state}${rank.error ? `: ${rank.error}` : ''}`);
+    if (isGoneFromGang(rank.state)) return broken(`${who} is ${rank.state}${rank.error ? `: ${rank.error}` : ''}`);
     // Its engine is gone and its agent is still telling how (first-to-go.ts asks its peers first): broken now, named by its state once told.
     if (!rank.running) return broken(`${who}'s engine ended${rank.endedAtMs !== undefined ? ` at ${new Date(rank.endedAtMs).toISOString()}` : ''}; its agent is still telling how`);
     if (rank.stalled && r.m.rank === 0) return { kind: 'stalled', reason: `${who} stalled: ${rank.error}` };

@@ -6,7 +6,6 @@ import { fileURLToPath } from 'node:url';
  * configuration must come from wherever npm put the package (`$(npm root -g)/llmgw`).
  */
 
-export const PACKAGE_ROOT = fileURLToPath(new URL('../../../', import.meta.url));
 /** The entry point an installed unit runs with node, never the `llmgw` symlink whose place depends on npm's prefix. */
 export const PACKAGE_BIN_JS = fileURLToPath(new URL('../../../bin/run.js', import.meta.url));
 export const AGENT_UNIT_TEMPLATE = fileURLToPath(new URL('../../../packaging/llmgw-agent.service', import.meta.url));

@@ -5,7 +5,7 @@ import { type CachedModel, type ModelWarmth, ModelWarmthSchema, ShardState, type
 import { MIN_RATE_BYTES, modelledTimes, type NodeRates } from '../../models/modelled-warmth.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
-import { isTerminal } from '../../lib/shard-states.js';
+import { isLeaving, isWarmedUp } from '../../lib/shard-states.js';
 import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
 
 /*
@@ -109,13 +109,13 @@ export class WarmthLedger {
       return;
     }
     const pending = this.#pending.get(id);
-    if (t.to === ShardState.READY && pending && (t.from === ShardState.STARTING || t.from === ShardState.SLEEPING)) {
+    if (pending && isWarmedUp(t.from, t.to)) {
       this.#pending.delete(id);
       this.#record(t.shard, pending.from, Date.now() - pending.atMs);
       void this.#learnMemory(t.shard);
       return;
     }
-    if (isTerminal(t.to) || t.to === ShardState.STOPPING) this.#pending.delete(id);
+    if (isLeaving(t.to)) this.#pending.delete(id);
   }
 
   /** A pull fetched `bytes` from the hub, or a warm read them from disk, in `ms`: what modelled times are made from. */

@@ -21,7 +21,7 @@ import type { OrphanContext } from './orphans/find-orphans.js';
 import { endedShard, reattachShard } from './orphans/reattach-shard.js';
 import { RepeatedStartError } from './launch-admission.js';
 import type { SettleOptions } from './shard/shard-settle.js';
-import type { ShardReaction } from './shard-reaction.js';
+import type { ShardReaction } from './shard/shard-reaction.js';
 import { ShardRunner } from './shard/shard-runner.js';
 import type { ShardRunnerContext } from './shard/shard-runner-context.js';
 import { ShardLogHousekeeping } from './shard-log-housekeeping.js';

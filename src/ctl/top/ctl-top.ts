@@ -6,8 +6,6 @@ import { TerminalScreen } from './terminal-screen.js';
 import { handleTopKeys, type TopKeysState } from './top-keys.js';
 import { TopModel } from './top-model.js';
 
-/** How often Status is asked by default: the "refreshed every second". */
-export const DEFAULT_TOP_INTERVAL_MS = 1000;
 /** Events from before the view opened that it shows at once: enough to see what led here. */
 export const TOP_EVENTS_BACKLOG_MS = 10 * 60_000;
 /** How long one Status may take before the view says so; an agent busy for longer is news in itself. */

@@ -25,13 +25,6 @@ export function isRunningStat(stat: ProcStat | undefined): stat is ProcStat {
   return stat !== undefined && stat.state !== 'Z' && stat.state !== 'X';
 }
 
-/** The identity of a running process, or undefined when there is none with this pid. */
-export function readProcessIdentity(pid: number): ProcessIdentity | undefined {
-  const stat = readProcStat(pid);
-  if (!isRunningStat(stat)) return undefined;
-  return { startTime: stat.startTime, bootId: readBootId() };
-}
-
 export type IdentityCheck =
   | { alive: true }
   | { alive: false; reason: string };

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { parseProcStat, readProcStat } from '../../../src/lib/process/proc-stat.js';
-import { checkIdentity, readBootId, readProcessIdentity } from '../../../src/lib/process/process-identity.js';
+import { checkIdentity, readBootId } from '../../../src/lib/process/process-identity.js';
+import { readProcessIdentity } from '../../helpers/read-process-identity.js';
 import { until } from '../../helpers/engine-processes.js';
 
 const started: number[] = [];

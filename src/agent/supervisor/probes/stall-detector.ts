@@ -9,9 +9,6 @@
  * last flowed, so the shard runner owns the timing and this owns the rule.
  */
 
-/** supervisor.stall_timeout's default. */
-export const DEFAULT_STALL_TIMEOUT_MS = 60_000;
-
 /** One read of the engine's /metrics; a series the engine did not export is undefined. */
 export interface MetricSample {
   /** When it was read (any monotonic clock, in milliseconds). */

@@ -1,9 +1,7 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
-import { isServing, isTerminal } from '../../../lib/shard-states.js';
+import { deathOutcome, isLeaving, isServing, stateName } from '../../../lib/shard-states.js';
 import type { DeathInfo } from '../../../lib/engine-death.js';
 import { describeDeath } from '../../../lib/engine-death.js';
-
-const S = ShardState;
 
 /** What the death of a shard's engine leader means, for the runner to carry out. */
 export interface DeathVerdict {
@@ -18,18 +16,18 @@ export interface DeathVerdict {
 }
 
 /**
- * What a death in `state` means. STOPPING: stop() reports it, and the reap
- * is its job. Terminal: already reported. A clean exit while STARTING is
- * still a failure: the engine never served.
+ * What a death in `state` means (the vocabulary's `death` fact). STOPPING:
+ * stop() reports it, and the reap is its job. Terminal: already reported.
+ * A clean exit while STARTING is still a failure: the engine never served.
  */
 export function judgeDeath(state: ShardState, info: DeathInfo): DeathVerdict {
-  const reap = state !== S.STOPPING && !isTerminal(state);
-  const how = describeDeath(info);
-  if (state === S.STARTING) return { reap, error: `engine ${how} while starting`, to: S.FAILED, record: true };
-  if (state === S.SLEEPING) return { reap, error: `engine ${how} while sleeping`, to: S.FAILED, record: true };
-  if (isServing(state)) {
-    const clean = info.known && info.code === 0;
-    return { reap, error: `engine ${how}`, to: clean ? S.EXITED : S.FAILED, record: !clean };
-  }
-  return { reap, record: false };
+  const reap = !isLeaving(state);
+  const outcome = deathOutcome(state);
+  if (!outcome) return { reap, record: false };
+  const clean = info.known && info.code === 0;
+  const to = clean ? outcome.clean : outcome.unclean;
+  // Serving: "engine exited with code 1"; loading or asleep: "... while starting", "... while sleeping".
+  const during = isServing(state) ? '' : ` while ${stateName(state).toLowerCase()}`;
+  // A clean exit of a serving engine is no failure, and gets no failure record.
+  return { reap, error: `engine ${describeDeath(info)}${during}`, to, record: to === ShardState.FAILED };
 }

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { formatDuration } from '../../../lib/duration.js';
+import { isServing } from '../../../lib/shard-states.js';
 import type { HealthVerdict } from '../probes/health-watch.js';
 import { type Answered, askKnownAnswer, checkKnownAnswer, type KnownAnswer, NOT_OBTAINED } from '../probes/known-answer.js';
 import { checkUntilAnswered, type NotObtained } from '../probes/known-answer-retry.js';
@@ -11,9 +12,6 @@ const S = ShardState;
 
 /** What the known answers of one shard need of its runner. */
 export type AnswerHost = Pick<ShardHands, 'fields' | 'life' | 'apply' | 'target' | 'checksAnswers' | 'log' | 'stateFile' | 'signal' | 'told' | 'contentAnswer'>;
-
-/** A serving state, in which an engine's answer is asked and judged. */
-const answering = (s: ShardState) => s === S.READY || s === S.UNHEALTHY || s === S.DRAINING;
 
 /** The answer recorded of a shard, if any. */
 export function recordedAnswer(l: ShardLife): KnownAnswer | undefined {
@@ -103,11 +101,11 @@ export class ShardAnswers {
     try {
       for (;;) {
         await sleep(intervalMs, undefined, { signal });
-        if (!answering(h.life().state)) continue;
+        if (!isServing(h.life().state)) continue;
         const recorded = await this.of(signal, true);
         if (recorded === undefined) continue;
         const verdict = await checkUntilAnswered(h.target(signal), recorded, (n) => this.#notObtained(n, 'by the periodic check'));
-        if (!answering(h.life().state)) continue;
+        if (!isServing(h.life().state)) continue;
         if (verdict.kind === 'differs' && fault === '') {
           fault = `${KNOWN_ANSWER_FAULT}: ${verdict.reason}`;
           h.apply({ kind: 'gpu-fault', reason: fault });

@@ -19,7 +19,7 @@ import type { HealthVerdict } from '../probes/health-watch.js';
 
 const S = ShardState;
 
-export { isServing, stateName } from '../../../lib/shard-states.js';
+export { isServing, isTrouble, stateName } from '../../../lib/shard-states.js';
 export { type DeathVerdict, judgeDeath } from './judge-death.js';
 
 /**

@@ -19,7 +19,7 @@ import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
 import { shardFailedError } from './shard-failed-error.js';
 import { readLastOutput } from './shard-failure.js';
-import { type GangFault, newShardLife, nextShard, type ShardChange, type ShardLife, type ShardNext, stateName } from './shard-machine.js';
+import { type GangFault, newShardLife, nextShard, type ShardChange, type ShardLife, type ShardNext, isTrouble, stateName } from './shard-machine.js';
 import { DEFAULT_STARTUP_TIMEOUT_MS, type DetachReason, detachMessage, judgeSettleStart, judgeSettleWake, type SettleOptions } from './shard-settle.js';
 import type { ShardSnapshot } from './shard-snapshot.js';
 import { snapshotShard } from './snapshot-shard.js';
@@ -167,7 +167,7 @@ export class ShardRunner {
     if (to === from) return next;
     if (from === S.STARTING) this.leftStarting.abort();
     const fields = { shard: this.shardId, replica: this.replicaId, pid: this.pid, from: stateName(from), to: stateName(to), why: next.why };
-    if (to === S.FAILED || to === S.UNHEALTHY) this.ctx.log.warn(fields, 'shard state changed');
+    if (isTrouble(to)) this.ctx.log.warn(fields, 'shard state changed');
     else this.ctx.log.info(fields, 'shard state changed');
     try {
       this.ctx.onTransition({ shard: this.snapshot(), from, to, why: next.why });

@@ -1,6 +1,6 @@
 import { ShardState } from '../../../gen/llmgw/v1/agent_pb.js';
 import { failure } from '../../../lib/errors.js';
-import { isServing } from '../../../lib/shard-states.js';
+import { isServing, isStopAsked } from '../../../lib/shard-states.js';
 
 /*
  * The judgements of a readiness wait (ShardRunner.settle): may it begin, and
@@ -41,7 +41,7 @@ export function judgeSettleStart(shardId: string, state: ShardState): 'wait' | '
  */
 export function judgeSettleWake(shardId: string, state: ShardState, detached: DetachReason | undefined): 'starting' | 'failed' {
   // stop() detaches too once the group is gone: that is a stop, not the agent going away.
-  if (state === S.STOPPING || state === S.STOPPED) throw failure(detachMessage(shardId, 'stopped'));
+  if (isStopAsked(state)) throw failure(detachMessage(shardId, 'stopped'));
   if (detached) throw failure(detachMessage(shardId, detached));
   return state === S.STARTING ? 'starting' : 'failed';
 }

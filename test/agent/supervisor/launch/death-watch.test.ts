@@ -4,7 +4,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { DeathInfo } from '../../../../src/lib/engine-death.js';
 import { watchDeath } from '../../../../src/agent/supervisor/launch/death-watch.js';
 import { watchPidExit } from '../../../../src/lib/process/pidfd.js';
-import { readProcessIdentity } from '../../../../src/lib/process/process-identity.js';
+import { readProcessIdentity } from '../../../helpers/read-process-identity.js';
 import { until } from '../../../helpers/engine-processes.js';
 
 const pids: number[] = [];

@@ -1,8 +1,6 @@
-import type { DeathInfo } from '../../../../src/lib/engine-death.js';
 import {
   isServing,
   isTransitionAllowed,
-  judgeDeath,
   newShardLife,
   nextShard,
   registerState,
@@ -11,7 +9,6 @@ import {
   type ShardLife,
   type ShardNext,
 } from '../../../../src/agent/supervisor/shard/shard-machine.js';
-import { judgeSettleStart, judgeSettleWake } from '../../../../src/agent/supervisor/shard/shard-settle.js';
 import { ShardState as S } from '../../../../src/gen/llmgw/v1/agent_pb.js';
 import { isTerminal, REPORTED_SHARD_STATES, stateName } from '../../../../src/lib/shard-states.js';
 import { describe, expect, it } from 'vitest';
@@ -51,82 +48,6 @@ describe('shard transitions', () => {
   it('calls only STOPPED, FAILED and EXITED terminal', () => {
     const terminal = Object.values(S).filter((v): v is S => typeof v === 'number' && isTerminal(v));
     expect(terminal.sort()).toEqual([S.STOPPED, S.FAILED, S.EXITED].sort());
-  });
-});
-
-describe('judgeSettleStart', () => {
-  it('waits from STARTING', () => {
-    expect(judgeSettleStart('s1', S.STARTING)).toBe('wait');
-  });
-
-  it.each([S.READY, S.UNHEALTHY, S.DRAINING])('has nothing to wait for when %s', (state) => {
-    expect(judgeSettleStart('s1', state)).toBe('serving');
-  });
-
-  it.each([S.FAILED, S.EXITED, S.STOPPED])('says a %s shard cannot become ready', (state) => {
-    expect(judgeSettleStart('s1', state)).toBe('failed');
-  });
-
-  it('refuses a shard being stopped as a stop, not an engine failure', () => {
-    expect(() => judgeSettleStart('s1', S.STOPPING)).toThrow('shard s1 is being stopped');
-  });
-});
-
-describe('judgeSettleWake', () => {
-  it('lets the readiness outcome decide while still STARTING', () => {
-    expect(judgeSettleWake('s1', S.STARTING, undefined)).toBe('starting');
-  });
-
-  it('says FAILED when the shard failed while waiting (its engine died)', () => {
-    expect(judgeSettleWake('s1', S.FAILED, undefined)).toBe('failed');
-  });
-
-  it.each([S.STOPPING, S.STOPPED])('calls a shard %s while waiting stopped, even though stop() detached it too', (state) => {
-    expect(() => judgeSettleWake('s1', state, 'stopped')).toThrow('shard s1 was stopped while starting');
-  });
-
-  it('says the supervisor closed when the agent detached the runner while STARTING', () => {
-    expect(() => judgeSettleWake('s1', S.STARTING, 'agent-closing')).toThrow('the supervisor is closed');
-  });
-
-  it('says the shard was started again when a relaunch replaced the runner while STARTING', () => {
-    expect(() => judgeSettleWake('s1', S.STARTING, 'replaced')).toThrow('shard s1 was started again; this run is no longer watched');
-  });
-
-  it('says the shard was stopped when a stop detached it while STARTING', () => {
-    expect(() => judgeSettleWake('s1', S.STARTING, 'stopped')).toThrow('shard s1 was stopped while starting');
-  });
-});
-
-const clean: DeathInfo = { known: true, code: 0, signal: null };
-const crashed: DeathInfo = { known: true, code: 3, signal: null };
-const killed: DeathInfo = { known: true, code: null, signal: 'SIGKILL' };
-const unknown: DeathInfo = { known: false, reason: 'pid 42 names another process' };
-
-describe('judgeDeath', () => {
-  it('fails a STARTING shard whose engine dies, even cleanly: it never served', () => {
-    expect(judgeDeath(S.STARTING, clean)).toEqual({ reap: true, error: 'engine exited with code 0 while starting', to: S.FAILED, record: true });
-    expect(judgeDeath(S.STARTING, killed)).toMatchObject({ error: 'engine was killed by SIGKILL while starting', to: S.FAILED });
-  });
-
-  it.each([S.READY, S.UNHEALTHY, S.DRAINING])('reports a clean exit of a %s shard as EXITED with no failure record', (state) => {
-    expect(judgeDeath(state, clean)).toEqual({ reap: true, error: 'engine exited with code 0', to: S.EXITED, record: false });
-  });
-
-  it.each([S.READY, S.UNHEALTHY, S.DRAINING])('reports a crash of a %s shard as FAILED, with a failure record', (state) => {
-    expect(judgeDeath(state, crashed)).toEqual({ reap: true, error: 'engine exited with code 3', to: S.FAILED, record: true });
-  });
-
-  it('fails a serving shard whose engine is gone with its status unknown (adopted): gone is not a clean exit', () => {
-    expect(judgeDeath(S.READY, unknown)).toMatchObject({ to: S.FAILED, record: true });
-  });
-
-  it('changes nothing and reaps nothing for a STOPPING shard: stop() reports it', () => {
-    expect(judgeDeath(S.STOPPING, killed)).toEqual({ reap: false, record: false });
-  });
-
-  it.each([S.STOPPED, S.FAILED, S.EXITED])('changes nothing for a %s shard: its end was reported already', (state) => {
-    expect(judgeDeath(state, crashed)).toEqual({ reap: false, record: false });
   });
 });
 

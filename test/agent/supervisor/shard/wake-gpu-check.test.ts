@@ -1,11 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { create } from '@bufbuild/protobuf';
 import { afterEach, describe, expect, it } from 'vitest';
-import { GpuProcessSchema, GpuSchema, InventorySchema, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { readProcStat } from '../../src/lib/process/proc-stat.js';
-import { isRunningStat } from '../../src/lib/process/process-identity.js';
-import { gpusTakenBy } from '../../src/agent/wake-gpu-check.js';
-import type { ShardSnapshot } from '../../src/agent/supervisor/shard/shard-snapshot.js';
+import { GpuProcessSchema, GpuSchema, InventorySchema, ShardState } from '../../../../src/gen/llmgw/v1/agent_pb.js';
+import { readProcStat } from '../../../../src/lib/process/proc-stat.js';
+import { isRunningStat } from '../../../../src/lib/process/process-identity.js';
+import { gpusTakenBy } from '../../../../src/agent/supervisor/shard/wake-gpu-check.js';
+import type { ShardSnapshot } from '../../../../src/agent/supervisor/shard/shard-snapshot.js';
 
 /* Issue 47 item 5 (review engine-fidelity-3 E14): a wake onto GPUs a process no shard owns now holds, with real processes for the pids. */
 

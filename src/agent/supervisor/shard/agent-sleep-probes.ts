@@ -1,20 +1,21 @@
-import type { Inventory } from '../gen/llmgw/v1/agent_pb.js';
-import type { AgentConfig } from './config/agent-config.js';
-import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
-import { type GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from './health/gpu-memory-sampler.js';
-import type { NodeModels } from './models/node-models.js';
-import type { WarmthLedger } from './models/warmth-ledger.js';
-import { type SleepProbes, shardGpuMib } from './supervisor/shard/shard-sleep.js';
-import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
-import { HostRamLedger } from './supervisor/shard/host-ram-ledger.js';
-import { wakeDeadline } from './supervisor/shard/wake-deadline.js';
+import type { CachedModel, Inventory } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { MeasuredRate } from '../../../models/modelled-warmth.js';
+import type { AgentConfig } from '../../config/agent-config.js';
+import type { NvmlLibrary } from '../../discovery/nvml/nvml-library.js';
+import { type GpuMemorySampler, MIN_GPU_MEMORY_INTERVAL_MS } from '../../health/gpu-memory-sampler.js';
+import { type SleepProbes, shardGpuMib } from './shard-sleep.js';
+import type { ShardSnapshot } from './shard-snapshot.js';
+import { HostRamLedger } from './host-ram-ledger.js';
+import { wakeDeadline } from './wake-deadline.js';
 import { wakeGpuCheck } from './wake-gpu-check.js';
 
 export interface AgentSleepProbesOptions {
   config: AgentConfig;
   sampler: GpuMemorySampler;
-  warmth: WarmthLedger;
-  models: NodeModels;
+  /** The node's measured disk rate (the agent's WarmthLedger): a level-2 wake reads the weights again. */
+  warmth: { diskRate(): MeasuredRate | undefined };
+  /** The node's model store (the agent's NodeModels): the model's bytes, what that read is. */
+  models: { current(): { cachedModels: readonly CachedModel[] } };
   inventory: () => Inventory;
   shards: () => ShardSnapshot[];
   /** The NVML the agent keeps open, when it does: a wake's process listing is then in-process. */

@@ -1,16 +1,38 @@
-import type { AdminServer } from './admin/admin-server.js';
-import type { Agent } from './agent.js';
-import type { AgentMetricsSources } from './metrics/agent-metrics.js';
-import type { Supervisor } from './supervisor/supervisor.js';
-import type { GpuMetricsView } from './metrics/gpu-metrics.js';
-import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../lib/foreign-memory-problem.js';
+import type { Inventory } from '../../gen/llmgw/v1/agent_pb.js';
+import type { ConnectionStatus } from '../connection/connection-state.js';
+import type { AgentMetricsSources } from './agent-metrics.js';
+import type { Supervisor } from '../supervisor/supervisor.js';
+import type { GpuMetricsView } from './gpu-metrics.js';
+import type { NodeConditionView } from './node-condition-metrics.js';
+import { DEFAULT_FOREIGN_MEMORY_SHARE, foreignMemoryProblem } from '../../lib/foreign-memory-problem.js';
+
+/*
+ * What the metrics read of the rooms above them, declared here as the
+ * connection declares its metrics (connection-metrics.ts): the agent and
+ * the admin socket are composed above metrics/, which must not import them.
+ */
+
+/** What the metrics read of the running agent (agent.ts's Agent is one). */
+export interface MetricsAgentView {
+  connectionStatus(): ConnectionStatus;
+  readonly conditions: { list(): readonly NodeConditionView[] };
+  currentInventory(): Inventory;
+  /** Each GPU's latest reading and the health watch's verdict (admin-backend.ts's GpuHealthView). */
+  gpuHealth(): readonly Pick<GpuMetricsView, 'index' | 'memoryUsedMb' | 'healthy' | 'fault'>[];
+}
+
+/** What the metrics read of the admin socket (admin-server.ts's AdminServer is one). */
+export interface MetricsAdminView {
+  readonly openConnections: number;
+  readonly refusedConnectionCount: number;
+}
 
 /**
  * The running agent's parts as the metrics read them at each scrape: the
  * supervisor's shard list, the inventory with each GPU's latest memory
  * reading and fault, the stream's status, the admin socket's connections.
  */
-export function agentMetricsSources(o: { agent: Agent; supervisor: Supervisor; admin: AdminServer; node: string; version: string; foreignMemoryShare?: number }): AgentMetricsSources {
+export function agentMetricsSources(o: { agent: MetricsAgentView; supervisor: Supervisor; admin: MetricsAdminView; node: string; version: string; foreignMemoryShare?: number }): AgentMetricsSources {
   const { agent, supervisor, admin } = o;
   return {
     node: o.node,

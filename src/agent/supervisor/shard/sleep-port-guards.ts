@@ -1,13 +1,13 @@
-import type { StartShard } from '../gen/llmgw/v1/agent_pb.js';
-import { errorMessage, failure } from '../lib/errors.js';
-import type { Logger } from '../lib/logger.js';
-import { isEngineName } from '../lib/engine-names.js';
-import { isTerminal } from '../lib/shard-states.js';
-import type { AgentConfig } from './config/agent-config.js';
-import { ENGINE_CATALOG } from './engines/engine-catalog.js';
-import type { LaunchPlan } from './engines/launch-plan.js';
-import { servesHttp } from './engines/shard-launch.js';
-import type { ShardSnapshot, ShardTransition } from './supervisor/shard/shard-snapshot.js';
+import type { StartShard } from '../../../gen/llmgw/v1/agent_pb.js';
+import { errorMessage, failure } from '../../../lib/errors.js';
+import type { Logger } from '../../../lib/logger.js';
+import { isEngineName } from '../../../lib/engine-names.js';
+import { isTerminal } from '../../../lib/shard-states.js';
+import type { AgentConfig } from '../../config/agent-config.js';
+import { ENGINE_CATALOG } from '../../engines/engine-catalog.js';
+import type { LaunchPlan } from '../../engines/launch-plan.js';
+import { servesHttp } from '../../engines/shard-launch.js';
+import type { ShardSnapshot, ShardTransition } from './shard-snapshot.js';
 
 /*
  * The engine's dev endpoints the agent's alone (security review 4, S6;

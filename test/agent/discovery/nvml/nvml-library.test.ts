@@ -2,9 +2,9 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
-import { isUnsupported, NVML_ERROR_GPU_IS_LOST, NvmlLibrary } from '../../../src/agent/discovery/nvml/nvml-library.js';
-import { probeGpusNvml } from '../../../src/agent/discovery/nvml/probe-gpus-nvml.js';
-import { buildFakeNvml, type FakeNvmlVariant, fakeNvmlUnavailable } from './fake-nvml.js';
+import { isUnsupported, NVML_ERROR_GPU_IS_LOST, NvmlLibrary } from '../../../../src/agent/discovery/nvml/nvml-library.js';
+import { probeGpusNvml } from '../../../../src/agent/discovery/nvml/probe-gpus-nvml.js';
+import { buildFakeNvml, type FakeNvmlVariant, fakeNvmlUnavailable } from '../fake-nvml.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-nvml-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));

@@ -2,13 +2,13 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, constants, mkdirSync, openSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { RecoverEngines } from '../../../src/agent/recover-engines.js';
-import type { ShardStatus } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { silentLogger } from '../../../src/lib/logger.js';
-import { readProcStat } from '../../../src/lib/process/proc-stat.js';
-import { isRunning, until } from '../../helpers/engine-processes.js';
-import { useSupervisors } from '../../helpers/use-supervisors.js';
+import { RecoverEngines } from '../../src/agent/recover-engines.js';
+import type { ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { silentLogger } from '../../src/lib/logger.js';
+import { readProcStat } from '../../src/lib/process/proc-stat.js';
+import { isRunning, until } from '../helpers/engine-processes.js';
+import { useSupervisors } from '../helpers/use-supervisors.js';
 
 const harness = useSupervisors();
 

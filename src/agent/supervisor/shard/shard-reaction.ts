@@ -1,4 +1,4 @@
-import type { ShardTransition } from './shard/shard-snapshot.js';
+import type { ShardTransition } from './shard-snapshot.js';
 
 /**
  * One thing the agent does when a shard changes state, by name, as Nomad's

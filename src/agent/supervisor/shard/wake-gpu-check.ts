@@ -1,12 +1,12 @@
 import { create } from '@bufbuild/protobuf';
-import { type GpuProcess, GpuProcessSchema, type Inventory } from '../gen/llmgw/v1/agent_pb.js';
-import type { NvmlLibrary } from './discovery/nvml/nvml-library.js';
-import { readProcStat } from '../lib/process/proc-stat.js';
-import { isRunningStat } from '../lib/process/process-identity.js';
-import { isTerminal } from '../lib/shard-states.js';
-import { COMPUTE_APPS_FIELDS, parseComputeApps } from './discovery/parse-compute-apps.js';
-import { runNvidiaSmi } from './discovery/run-nvidia-smi.js';
-import type { ShardSnapshot } from './supervisor/shard/shard-snapshot.js';
+import { type GpuProcess, GpuProcessSchema, type Inventory } from '../../../gen/llmgw/v1/agent_pb.js';
+import type { NvmlLibrary } from '../../discovery/nvml/nvml-library.js';
+import { readProcStat } from '../../../lib/process/proc-stat.js';
+import { isRunningStat } from '../../../lib/process/process-identity.js';
+import { isTerminal } from '../../../lib/shard-states.js';
+import { COMPUTE_APPS_FIELDS, parseComputeApps } from '../../discovery/parse-compute-apps.js';
+import { runNvidiaSmi } from '../../discovery/run-nvidia-smi.js';
+import type { ShardSnapshot } from './shard-snapshot.js';
 
 /*
  * A wake onto GPUs another process now holds (issue 47 item 5; review

@@ -8,7 +8,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, DurationJson, Timestamp, TimestampJson } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { GpuEvent, GpuEventJson, Inventory, InventoryJson, ShardState, ShardStateJson } from "./agent_pb.js";
+import type { AdapterSpec, AdapterSpecJson, AdapterStatus, AdapterStatusJson, GpuEvent, GpuEventJson, Inventory, InventoryJson, ShardState, ShardStateJson } from "./agent_pb.js";
 import { file_llmgw_v1_agent } from "./agent_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLdAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudBIUCgxlbmRlZF9oaWRkZW4YCiABKAUicwoNRW5naW5lQWNjb3VudBIOCgZlbmdpbmUYASABKAkSDAoEdXNlchgCIAEoCRILCgN1aWQYAyABKAUSEgoKY29uZmlndXJlZBgEIAEoCBISCgphbGxvd19yb290GAUgASgIEg8KB3JlZnVzZWQYBiABKAgifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IpsCChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJEiYKA3RscxgIIAEoCzIZLmxsbWd3LnYxLkNvbnRyb2xQbGFuZVRscyLrAQoPQ29udHJvbFBsYW5lVGxzEhEKCWNlcnRfcGF0aBgBIAEoCRIUCgxjZXJ0X3N1YmplY3QYAiABKAkSMwoPY2VydF9ub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jZXJ0X25vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHwoXY2VydF9maW5nZXJwcmludF9zaGEyNTYYBSABKAkSCgoCY2EYBiABKAkSGQoRY2VydF9leHBpcmVzX3Nvb24YByABKAgivwMKCVNoYXJkSW5mbxIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEg4KBmVuZ2luZRgDIAEoCRINCgVtb2RlbBgEIAEoCRIjCgVzdGF0ZRgFIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSCwoDcGlkGAYgASgFEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtncHVfaW5kaWNlcxgIIAMoBRIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhZG9wdGVkGAogASgIEg0KBWVycm9yGAsgASgJEhEKCWV4aXRfY29kZRgMIAEoBRIMCgRyYW5rGA0gASgFEg4KBm5ub2RlcxgOIAEoBRIQCghsb2dfcGF0aBgPIAEoCRIQCghsYXVuY2hlchgQIAEoCRIMCgR1bml0GBEgASgJEgwKBG5vdGUYEiABKAkSEQoJaW5fZmxpZ2h0GBMgASgFEhkKEXRva2Vuc19wZXJfc2Vjb25kGBQgASgBEgwKBGdhbmcYFSABKAkSFgoOZW5naW5lX3ZlcnNpb24YFiABKAkiowEKC0xvZ3NSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEg0KBWxpbmVzGAIgASgFEg4KBmZvbGxvdxgDIAEoCBIQCghwcmV2aW91cxgEIAEoCBIpCgVzaW5jZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKdGltZXN0YW1wcxgGIAEoCBISCgpyZXBsaWNhX2lkGAcgASgJIh0KDExvZ3NSZXNwb25zZRINCgVsaW5lcxgBIAMoCSIOCgxBZG9wdFJlcXVlc3QiZQoLQWRvcHRSZXN1bHQSEAoIc2hhcmRfaWQYASABKAkSJwoHb3V0Y29tZRgCIAEoDjIWLmxsbWd3LnYxLkFkb3B0T3V0Y29tZRILCgNwaWQYAyABKAUSDgoGcmVhc29uGAQgASgJIjcKDUFkb3B0UmVzcG9uc2USJgoHcmVzdWx0cxgBIAMoCzIVLmxsbWd3LnYxLkFkb3B0UmVzdWx0IncKDERyYWluUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRILCgNhbGwYAiABKAgSDAoEd2FpdBgDIAEoCBIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmNhbmNlbBgFIAEoCCJsCg1EcmFpblByb2dyZXNzEhAKCHNoYXJkX2lkGAEgASgJEiMKBXN0YXRlGAIgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRIRCglpbl9mbGlnaHQYAyABKAUSEQoJY291bnRhYmxlGAQgASgIIlwKDURyYWluUmVzcG9uc2USJwoGc2hhcmRzGAEgAygLMhcubGxtZ3cudjEuRHJhaW5Qcm9ncmVzcxIPCgdkcmFpbmVkGAIgASgIEhEKCXRpbWVkX291dBgDIAEoCCIvCg1Db3Jkb25SZXF1ZXN0Eg4KBmNvcmRvbhgBIAEoCBIOCgZyZWFzb24YAiABKAkilwEKDkNvcmRvblJlc3BvbnNlEhAKCGNvcmRvbmVkGAEgASgIEg4KBnJlYXNvbhgCIAEoCRIpCgVzaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGYnlfdWlkGAQgASgFEg8KB2NoYW5nZWQYBSABKAgSFwoPcmVwbGFjZWRfcmVhc29uGAYgASgJIl0KDUV2ZW50c1JlcXVlc3QSDgoGZm9sbG93GAEgASgIEikKBXNpbmNlGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglhZnRlcl9zZXEYAyABKAQiNgoORXZlbnRzUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGxtZ3cudjEuQWdlbnRFdmVudCLtAQoKQWdlbnRFdmVudBILCgNzZXEYASABKAQSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSEAoIc2hhcmRfaWQYBCABKAkSEAoDZ3B1GAUgASgFSACIAQESDwoHbWVzc2FnZRgGIAEoCRIwCgZmaWVsZHMYByADKAsyIC5sbG1ndy52MS5BZ2VudEV2ZW50LkZpZWxkc0VudHJ5Gi0KC0ZpZWxkc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBgoEX2dwdSI5ChRDbGVhckdwdUZhdWx0UmVxdWVzdBIRCglncHVfaW5kZXgYASABKAUSDgoGcmVhc29uGAIgASgJIksKFUNsZWFyR3B1RmF1bHRSZXNwb25zZRIPCgdjbGVhcmVkGAEgAygJEiEKBWV2ZW50GAIgASgLMhIubGxtZ3cudjEuR3B1RXZlbnQiLwoMU2xlZXBSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEg0KBWxldmVsGAIgASgFIh8KC1dha2VSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJIjMKDVNsZWVwUmVzcG9uc2USIgoFc2hhcmQYASABKAsyEy5sbG1ndy52MS5TaGFyZEluZm8iMgoMV2FrZVJlc3BvbnNlEiIKBXNoYXJkGAEgASgLMhMubGxtZ3cudjEuU2hhcmRJbmZvKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMrkECgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwARI7CgZDb3Jkb24SFy5sbG1ndy52MS5Db3Jkb25SZXF1ZXN0GhgubGxtZ3cudjEuQ29yZG9uUmVzcG9uc2USUAoNQ2xlYXJHcHVGYXVsdBIeLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRSZXF1ZXN0Gh8ubGxtZ3cudjEuQ2xlYXJHcHVGYXVsdFJlc3BvbnNlEj0KBkV2ZW50cxIXLmxsbWd3LnYxLkV2ZW50c1JlcXVlc3QaGC5sbG1ndy52MS5FdmVudHNSZXNwb25zZTABEjgKBVNsZWVwEhYubGxtZ3cudjEuU2xlZXBSZXF1ZXN0GhcubGxtZ3cudjEuU2xlZXBSZXNwb25zZRI1CgRXYWtlEhUubGxtZ3cudjEuV2FrZVJlcXVlc3QaFi5sbG1ndy52MS5XYWtlUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLdAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudBIUCgxlbmRlZF9oaWRkZW4YCiABKAUicwoNRW5naW5lQWNjb3VudBIOCgZlbmdpbmUYASABKAkSDAoEdXNlchgCIAEoCRILCgN1aWQYAyABKAUSEgoKY29uZmlndXJlZBgEIAEoCBISCgphbGxvd19yb290GAUgASgIEg8KB3JlZnVzZWQYBiABKAgifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IpsCChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJEiYKA3RscxgIIAEoCzIZLmxsbWd3LnYxLkNvbnRyb2xQbGFuZVRscyLrAQoPQ29udHJvbFBsYW5lVGxzEhEKCWNlcnRfcGF0aBgBIAEoCRIUCgxjZXJ0X3N1YmplY3QYAiABKAkSMwoPY2VydF9ub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jZXJ0X25vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHwoXY2VydF9maW5nZXJwcmludF9zaGEyNTYYBSABKAkSCgoCY2EYBiABKAkSGQoRY2VydF9leHBpcmVzX3Nvb24YByABKAgivwMKCVNoYXJkSW5mbxIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEg4KBmVuZ2luZRgDIAEoCRINCgVtb2RlbBgEIAEoCRIjCgVzdGF0ZRgFIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSCwoDcGlkGAYgASgFEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtncHVfaW5kaWNlcxgIIAMoBRIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhZG9wdGVkGAogASgIEg0KBWVycm9yGAsgASgJEhEKCWV4aXRfY29kZRgMIAEoBRIMCgRyYW5rGA0gASgFEg4KBm5ub2RlcxgOIAEoBRIQCghsb2dfcGF0aBgPIAEoCRIQCghsYXVuY2hlchgQIAEoCRIMCgR1bml0GBEgASgJEgwKBG5vdGUYEiABKAkSEQoJaW5fZmxpZ2h0GBMgASgFEhkKEXRva2Vuc19wZXJfc2Vjb25kGBQgASgBEgwKBGdhbmcYFSABKAkSFgoOZW5naW5lX3ZlcnNpb24YFiABKAkiowEKC0xvZ3NSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEg0KBWxpbmVzGAIgASgFEg4KBmZvbGxvdxgDIAEoCBIQCghwcmV2aW91cxgEIAEoCBIpCgVzaW5jZRgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEgoKdGltZXN0YW1wcxgGIAEoCBISCgpyZXBsaWNhX2lkGAcgASgJIh0KDExvZ3NSZXNwb25zZRINCgVsaW5lcxgBIAMoCSIOCgxBZG9wdFJlcXVlc3QiZQoLQWRvcHRSZXN1bHQSEAoIc2hhcmRfaWQYASABKAkSJwoHb3V0Y29tZRgCIAEoDjIWLmxsbWd3LnYxLkFkb3B0T3V0Y29tZRILCgNwaWQYAyABKAUSDgoGcmVhc29uGAQgASgJIjcKDUFkb3B0UmVzcG9uc2USJgoHcmVzdWx0cxgBIAMoCzIVLmxsbWd3LnYxLkFkb3B0UmVzdWx0IncKDERyYWluUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRILCgNhbGwYAiABKAgSDAoEd2FpdBgDIAEoCBIqCgd0aW1lb3V0GAQgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uEg4KBmNhbmNlbBgFIAEoCCJsCg1EcmFpblByb2dyZXNzEhAKCHNoYXJkX2lkGAEgASgJEiMKBXN0YXRlGAIgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRIRCglpbl9mbGlnaHQYAyABKAUSEQoJY291bnRhYmxlGAQgASgIIlwKDURyYWluUmVzcG9uc2USJwoGc2hhcmRzGAEgAygLMhcubGxtZ3cudjEuRHJhaW5Qcm9ncmVzcxIPCgdkcmFpbmVkGAIgASgIEhEKCXRpbWVkX291dBgDIAEoCCIvCg1Db3Jkb25SZXF1ZXN0Eg4KBmNvcmRvbhgBIAEoCBIOCgZyZWFzb24YAiABKAkilwEKDkNvcmRvblJlc3BvbnNlEhAKCGNvcmRvbmVkGAEgASgIEg4KBnJlYXNvbhgCIAEoCRIpCgVzaW5jZRgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGYnlfdWlkGAQgASgFEg8KB2NoYW5nZWQYBSABKAgSFwoPcmVwbGFjZWRfcmVhc29uGAYgASgJIl0KDUV2ZW50c1JlcXVlc3QSDgoGZm9sbG93GAEgASgIEikKBXNpbmNlGAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIRCglhZnRlcl9zZXEYAyABKAQiNgoORXZlbnRzUmVzcG9uc2USJAoGZXZlbnRzGAEgAygLMhQubGxtZ3cudjEuQWdlbnRFdmVudCLtAQoKQWdlbnRFdmVudBILCgNzZXEYASABKAQSJgoCYXQYAiABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEgwKBGtpbmQYAyABKAkSEAoIc2hhcmRfaWQYBCABKAkSEAoDZ3B1GAUgASgFSACIAQESDwoHbWVzc2FnZRgGIAEoCRIwCgZmaWVsZHMYByADKAsyIC5sbG1ndy52MS5BZ2VudEV2ZW50LkZpZWxkc0VudHJ5Gi0KC0ZpZWxkc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAFCBgoEX2dwdSI5ChRDbGVhckdwdUZhdWx0UmVxdWVzdBIRCglncHVfaW5kZXgYASABKAUSDgoGcmVhc29uGAIgASgJIksKFUNsZWFyR3B1RmF1bHRSZXNwb25zZRIPCgdjbGVhcmVkGAEgAygJEiEKBWV2ZW50GAIgASgLMhIubGxtZ3cudjEuR3B1RXZlbnQiLwoMU2xlZXBSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEg0KBWxldmVsGAIgASgFIh8KC1dha2VSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJIjMKDVNsZWVwUmVzcG9uc2USIgoFc2hhcmQYASABKAsyEy5sbG1ndy52MS5TaGFyZEluZm8iMgoMV2FrZVJlc3BvbnNlEiIKBXNoYXJkGAEgASgLMhMubGxtZ3cudjEuU2hhcmRJbmZvIlgKD0FkYXB0ZXJzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRIjCgRsb2FkGAIgASgLMhUubGxtZ3cudjEuQWRhcHRlclNwZWMSDgoGdW5sb2FkGAMgASgJIqcBChBBZGFwdGVyc1Jlc3BvbnNlEhAKCHNoYXJkX2lkGAEgASgJEikKCGFkYXB0ZXJzGAIgAygLMhcubGxtZ3cudjEuQWRhcHRlclN0YXR1cxImCgdkZXNpcmVkGAMgAygLMhUubGxtZ3cudjEuQWRhcHRlclNwZWMSFAoMbWF4X2FkYXB0ZXJzGAQgASgNEhgKEG1heF9hZGFwdGVyX3JhbmsYBSABKA0q0AEKD0Nvbm5lY3Rpb25TdGF0ZRIgChxDT05ORUNUSU9OX1NUQVRFX1VOU1BFQ0lGSUVEEAASHwobQ09OTkVDVElPTl9TVEFURV9DT05ORUNUSU5HEAESHgoaQ09OTkVDVElPTl9TVEFURV9DT05ORUNURUQQAhIdChlDT05ORUNUSU9OX1NUQVRFX1JFVFJZSU5HEAMSHAoYQ09OTkVDVElPTl9TVEFURV9TVE9QUEVEEAQSHQoZQ09OTkVDVElPTl9TVEFURV9TVEFSVElORxAFKrwBCgxBZG9wdE91dGNvbWUSHQoZQURPUFRfT1VUQ09NRV9VTlNQRUNJRklFRBAAEhkKFUFET1BUX09VVENPTUVfQURPUFRFRBABEhgKFEFET1BUX09VVENPTUVfS0lMTEVEEAISGQoVQURPUFRfT1VUQ09NRV9DTEVBTkVEEAMSJAogQURPUFRfT1VUQ09NRV9BTFJFQURZX1NVUEVSVklTRUQQBBIXChNBRE9QVF9PVVRDT01FX0VSUk9SEAUy/AQKDEFkbWluU2VydmljZRI7CgZTdGF0dXMSFy5sbG1ndy52MS5TdGF0dXNSZXF1ZXN0GhgubGxtZ3cudjEuU3RhdHVzUmVzcG9uc2USNwoETG9ncxIVLmxsbWd3LnYxLkxvZ3NSZXF1ZXN0GhYubGxtZ3cudjEuTG9nc1Jlc3BvbnNlMAESOAoFQWRvcHQSFi5sbG1ndy52MS5BZG9wdFJlcXVlc3QaFy5sbG1ndy52MS5BZG9wdFJlc3BvbnNlEjoKBURyYWluEhYubGxtZ3cudjEuRHJhaW5SZXF1ZXN0GhcubGxtZ3cudjEuRHJhaW5SZXNwb25zZTABEjsKBkNvcmRvbhIXLmxsbWd3LnYxLkNvcmRvblJlcXVlc3QaGC5sbG1ndy52MS5Db3Jkb25SZXNwb25zZRJQCg1DbGVhckdwdUZhdWx0Eh4ubGxtZ3cudjEuQ2xlYXJHcHVGYXVsdFJlcXVlc3QaHy5sbG1ndy52MS5DbGVhckdwdUZhdWx0UmVzcG9uc2USPQoGRXZlbnRzEhcubGxtZ3cudjEuRXZlbnRzUmVxdWVzdBoYLmxsbWd3LnYxLkV2ZW50c1Jlc3BvbnNlMAESOAoFU2xlZXASFi5sbG1ndy52MS5TbGVlcFJlcXVlc3QaFy5sbG1ndy52MS5TbGVlcFJlc3BvbnNlEjUKBFdha2USFS5sbG1ndy52MS5XYWtlUmVxdWVzdBoWLmxsbWd3LnYxLldha2VSZXNwb25zZRJBCghBZGFwdGVycxIZLmxsbWd3LnYxLkFkYXB0ZXJzUmVxdWVzdBoaLmxsbWd3LnYxLkFkYXB0ZXJzUmVzcG9uc2ViBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -1943,6 +1943,140 @@ export const WakeResponseSchema: GenMessage<WakeResponse, {jsonType: WakeRespons
   messageDesc(file_llmgw_v1_admin, 25);
 
 /**
+ * @generated from message llmgw.v1.AdaptersRequest
+ */
+export type AdaptersRequest = Message<"llmgw.v1.AdaptersRequest"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * Add this adapter to the desired set (replacing one of the same name).
+   *
+   * @generated from field: llmgw.v1.AdapterSpec load = 2;
+   */
+  load?: AdapterSpec | undefined;
+
+  /**
+   * Remove the adapter of this name from the desired set.
+   *
+   * @generated from field: string unload = 3;
+   */
+  unload: string;
+};
+
+/**
+ * @generated from message llmgw.v1.AdaptersRequest
+ */
+export type AdaptersRequestJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * Add this adapter to the desired set (replacing one of the same name).
+   *
+   * @generated from field: llmgw.v1.AdapterSpec load = 2;
+   */
+  load?: AdapterSpecJson;
+
+  /**
+   * Remove the adapter of this name from the desired set.
+   *
+   * @generated from field: string unload = 3;
+   */
+  unload?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.AdaptersRequest.
+ * Use `create(AdaptersRequestSchema)` to create a new message.
+ */
+export const AdaptersRequestSchema: GenMessage<AdaptersRequest, {jsonType: AdaptersRequestJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 26);
+
+/**
+ * @generated from message llmgw.v1.AdaptersResponse
+ */
+export type AdaptersResponse = Message<"llmgw.v1.AdaptersResponse"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * Each adapter as ShardStatus.adapters reports it, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 2;
+   */
+  adapters: AdapterStatus[];
+
+  /**
+   * The desired set, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterSpec desired = 3;
+   */
+  desired: AdapterSpec[];
+
+  /**
+   * The limits the shard's engine was started with (0: no adapters).
+   *
+   * @generated from field: uint32 max_adapters = 4;
+   */
+  maxAdapters: number;
+
+  /**
+   * @generated from field: uint32 max_adapter_rank = 5;
+   */
+  maxAdapterRank: number;
+};
+
+/**
+ * @generated from message llmgw.v1.AdaptersResponse
+ */
+export type AdaptersResponseJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * Each adapter as ShardStatus.adapters reports it, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 2;
+   */
+  adapters?: AdapterStatusJson[];
+
+  /**
+   * The desired set, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterSpec desired = 3;
+   */
+  desired?: AdapterSpecJson[];
+
+  /**
+   * The limits the shard's engine was started with (0: no adapters).
+   *
+   * @generated from field: uint32 max_adapters = 4;
+   */
+  maxAdapters?: number;
+
+  /**
+   * @generated from field: uint32 max_adapter_rank = 5;
+   */
+  maxAdapterRank?: number;
+};
+
+/**
+ * Describes the message llmgw.v1.AdaptersResponse.
+ * Use `create(AdaptersResponseSchema)` to create a new message.
+ */
+export const AdaptersResponseSchema: GenMessage<AdaptersResponse, {jsonType: AdaptersResponseJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 27);
+
+/**
  * @generated from enum llmgw.v1.ConnectionState
  */
 export enum ConnectionState {
@@ -2148,6 +2282,19 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof WakeRequestSchema;
     output: typeof WakeResponseSchema;
+  },
+  /**
+   * Adapters shows a shard's LoRA adapters (issue 53); with load or unload
+   * it changes the shard's desired set by one adapter as a SetAdapters from
+   * the control plane would (a write: the admin socket's write rights,
+   * audited with the caller's uid), and answers once the set is reconciled.
+   *
+   * @generated from rpc llmgw.v1.AdminService.Adapters
+   */
+  adapters: {
+    methodKind: "unary";
+    input: typeof AdaptersRequestSchema;
+    output: typeof AdaptersResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_admin, 0);

@@ -60,6 +60,15 @@ export class AdapterLedger {
     return this.save();
   }
 
+  /** `shard`'s engine is gone: every name it held is let go. */
+  releaseShard(shard: string): Promise<void> {
+    for (const [name, h] of this.#held) {
+      h.shards = h.shards.filter((s) => s !== shard);
+      if (h.shards.length === 0) this.#held.delete(name);
+    }
+    return this.save();
+  }
+
   /** The digest held under `name`, if any shard has it loaded. */
   digestOf(name: string): string | undefined {
     return this.#held.get(name)?.digest;

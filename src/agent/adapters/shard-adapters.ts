@@ -69,9 +69,24 @@ export class ShardAdapters {
 
   /** Replaces the desired set (already judged whole: adapterSetProblem) and reconciles; resolves once a pass that saw it has ended. A FAILED adapter is tried again. */
   set(adapters: readonly AdapterSpec[]): Promise<void> {
+    this.want(adapters);
+    return this.reconcile();
+  }
+
+  /** Replaces the desired set without a pass (the engine is not serving yet: its READY reconciles). */
+  want(adapters: readonly AdapterSpec[]): void {
     this.#desired = [...adapters];
     for (const e of this.#entries.values()) if (e.state === AdapterState.FAILED && this.#desired.some((d) => d.name === e.spec.name)) e.state = AdapterState.UNSPECIFIED;
-    return this.reconcile();
+  }
+
+  /** Every loaded adapter is proven again at the next pass: the engine came back (a wake, a recovery) and may have lost or mixed them. */
+  unprove(): void {
+    for (const e of this.#entries.values()) e.proven = false;
+  }
+
+  /** The repos loaded for this shard: unpinned when its engine is gone. */
+  loadedRepos(): { name: string; repo: string }[] {
+    return [...this.#entries.values()].filter((e) => e.resolved).map((e) => ({ name: e.spec.name, repo: e.resolved?.repo ?? '' }));
   }
 
   /** Runs a pass now, or after the one running (which then runs again). */

@@ -4,6 +4,7 @@ import { dirname } from 'node:path';
 import { isNotFound } from '../lib/errno.js';
 import { writeFileAtomic } from '../lib/write-file-atomic.js';
 import type { StoreLayout } from './store-layout.js';
+import type { AdapterMeta } from './adapters/adapter-files.js';
 
 /** One file of a snapshot, as the hub described it. */
 export interface ManifestFile {
@@ -29,6 +30,8 @@ export interface ManifestSnapshot {
   repoFiles?: string[];
   /** Every file verified and linked. False while a pull runs, and after one that failed. */
   complete: boolean;
+  /** Set when this revision is a LoRA adapter (adapters/adapter-files.ts): its adapter_config.json's base and rank. */
+  adapter?: AdapterMeta;
 }
 
 /**
@@ -44,6 +47,10 @@ export interface ModelManifest {
   snapshots: Record<string, ManifestSnapshot>;
   /** Last pull or pin, for LRU eviction. */
   lastUsedMs: number;
+  /** 'adapter' when the last pull found a LoRA adapter (adapter_config.json); absent for a model. */
+  kind?: 'adapter';
+  /** The last pulled adapter revision's base and rank, what `models list` shows. */
+  adapter?: AdapterMeta;
 }
 
 export async function readManifest(layout: StoreLayout, repo: string): Promise<ModelManifest | undefined> {

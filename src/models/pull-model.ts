@@ -23,6 +23,8 @@ import { removeModel } from './remove-model.js';
 import { checkRepoId, checkRevision } from './repo-id.js';
 import { scanStore } from './scan-store.js';
 import type { StoreLayout } from './store-layout.js';
+import type { AdapterMeta } from './adapters/adapter-files.js';
+import { planAdapterPull, readAdapterMeta } from './adapters/adapter-pull.js';
 
 export interface PullRequest {
   repo: string;
@@ -72,6 +74,8 @@ export interface PullResult {
   evicted: string[];
   /** What an engine is given as the model (the snapshot folder). */
   snapshotPath: string;
+  /** Set when the repo is a LoRA adapter (adapters/adapter-files.ts): its base model and rank. */
+  adapter?: AdapterMeta;
 }
 
 interface PlannedBlob {
@@ -104,8 +108,15 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     if (files.length === 0) {
       throw usageError(`no file of ${repo}@${revision} matches --include ${req.include.join(' ')}; the repo has ${rev.files.length} files`);
     }
+    // An adapter missing what the LoRA loaders read is refused on the listing, before a byte is written.
+    const adapter = planAdapterPull(repo, revision, rev.files, files);
     const blobs = new Map<string, PlannedBlob>();
     for (const file of files) blobs.set(file.sha256 ?? file.blobId, { file, etag: file.sha256 ?? file.blobId });
+    const bytes = [...blobs.values()].reduce((s, b) => s + b.file.size, 0);
+    // Sizes from the hub's listing: what can never fit is refused before the store is touched (no eviction, no byte).
+    if (bytes > ctx.budget) {
+      throw failure(`${repo}@${revision} is ${formatBytes(bytes)}${adapter ? ' (a LoRA adapter)' : ''}, more than all of models.budget (${formatBytes(ctx.budget)}): it can never fit, nothing was fetched or evicted; raise models.budget`);
+    }
 
     const missing: PlannedBlob[] = [];
     for (const b of blobs.values()) {
@@ -113,7 +124,6 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     }
     let needBytes = 0;
     for (const b of missing) needBytes += Math.max(0, b.file.size - (await sizeOrZero(layout.incompletePath(repo, b.etag))));
-    const bytes = [...blobs.values()].reduce((s, b) => s + b.file.size, 0);
     ctx.onEvent?.({ kind: 'plan', commit: rev.commit, files: files.length, bytes, fetchFiles: missing.length, fetchBytes: missing.reduce((s, b) => s + b.file.size, 0) });
 
     // One pull at a time plans and fills the budget (security review 3, S10): three pulls at once each found
@@ -129,11 +139,23 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     const include = before?.complete && (before.include.length === 0 || req.include.length === 0) ? [] : [...new Set([...(before?.complete ? before.include : []), ...req.include])];
     const snapshotFiles = [...kept, ...manifestFiles].sort((a, b) => a.path.localeCompare(b.path));
     manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: false, repoFiles: rev.files.map((f) => f.path) };
+    if (adapter) manifest.kind = 'adapter';
+    else delete manifest.kind;
     await writeManifest(layout, manifest);
 
     await makeStoreDir(layout, dirname(layout.blobPath(repo, 'x')));
     await makeStoreDir(layout, partialDir(layout));
-    const outcome = await downloadAll(ctx, repo, rev.commit, missing);
+    // An adapter's config first: one the engines would refuse stops the pull before its weights are fetched.
+    const configEtag = adapter && (adapter.config.sha256 ?? adapter.config.blobId);
+    const early = configEtag ? await downloadAll(ctx, repo, rev.commit, missing.filter((b) => b.etag === configEtag)) : { fetchedBytes: 0, resumedBytes: 0, mismatches: 0, unsynced: [] };
+    const meta = configEtag ? await readAdapterMeta(layout, repo, revision, configEtag) : undefined;
+    const rest = await downloadAll(ctx, repo, rev.commit, missing.filter((b) => b.etag !== configEtag));
+    const outcome = {
+      fetchedBytes: early.fetchedBytes + rest.fetchedBytes,
+      resumedBytes: early.resumedBytes + rest.resumedBytes,
+      mismatches: early.mismatches + rest.mismatches,
+      unsynced: [...early.unsynced, ...rest.unsynced],
+    };
     // One pass for the small blobs, which were renamed unsynced, before the manifest calls the model complete.
     await syncAll(outcome.unsynced);
 
@@ -144,7 +166,9 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
       await writeFileAtomic(ref, rev.commit, 0o644);
     }
     manifest.refs[revision] = rev.commit;
-    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true, repoFiles: rev.files.map((f) => f.path) };
+    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true, repoFiles: rev.files.map((f) => f.path), ...(meta ? { adapter: meta } : {}) };
+    if (meta) manifest.adapter = meta;
+    else delete manifest.adapter;
     manifest.lastUsedMs = Date.now();
     await writeManifest(layout, manifest);
     return {
@@ -158,6 +182,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
       mismatches: outcome.mismatches,
       evicted,
       snapshotPath: layout.snapshotDir(repo, rev.commit),
+      ...(meta ? { adapter: meta } : {}),
     };
   } finally {
     releaseTurn?.();

@@ -6,10 +6,16 @@ import { modelPins } from './model-pins.js';
 import { tryLockModel } from './model-lock.js';
 import { COMMIT_HASH, checkRevision, repoFromFolderName } from './repo-id.js';
 import type { StoreLayout } from './store-layout.js';
+import { checkedAdapterMeta } from './adapters/adapter-files.js';
 
 /** One model of the store as `models list` shows it and eviction judges it. */
 export interface StoredModel {
   repo: string;
+  /** 'adapter' for a LoRA adapter (adapters/adapter-files.ts): stored, budgeted, pinned and evicted like a model. A scan always sets it; absent means a model. */
+  kind?: 'model' | 'adapter';
+  /** An adapter's base model (base_model_name_or_path) and rank (r), of its last pull; absent for a model, or before its config was read. */
+  baseModel?: string;
+  rank?: number;
   /** Revision → commit, as pulled. */
   refs: Record<string, string>;
   /** Commits whose every file is verified and linked. */
@@ -91,8 +97,11 @@ export async function describeModel(layout: StoreLayout, repo: string): Promise<
   // the pinner rewriting the manifest a pull may be writing at the same moment.
   const pinMtime = (await stat(layout.pinDir(repo)).catch(() => undefined))?.mtimeMs ?? 0;
   const snapshots = Object.keys(manifest?.snapshots ?? {});
+  const adapter = manifest?.kind === 'adapter' ? checkedAdapterMeta(manifest.adapter) : undefined;
   return {
     repo,
+    kind: manifest?.kind === 'adapter' ? 'adapter' : 'model',
+    ...(adapter ? { baseModel: adapter.baseModel, rank: adapter.rank } : {}),
     refs: boundedRefs(manifest?.refs ?? {}),
     completeCommits,
     complete: snapshots.length > 0 && completeCommits.length === snapshots.length && partialBytes === 0,

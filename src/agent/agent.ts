@@ -34,6 +34,7 @@ import { type PortGuard, SleepPortGuards } from './sleep-port-guards.js';
 import { NftPortGuard } from '../lib/net/nft-port-guard.js';
 import { StatusReporter } from './connection/status-reporter.js';
 import type { Supervisor } from './supervisor/supervisor.js';
+import { AgentAdapters } from './agent-adapters.js';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -90,6 +91,8 @@ export class Agent {
   readonly warmth: WarmthLedger;
   /** DiskPressure and Cordoned: in every Inventory, and what refuses a new start while one holds. */
   readonly conditions: NodeConditions;
+  /** Each shard's LoRA adapters (issue 53): SetAdapters, ShardStatus.adapters, `ctl adapters`. */
+  readonly adapters: AgentAdapters;
   /** Opens once the first Register is out: hardware reads wait for it. */
   private hardwareGate: HardwareStartGate | undefined;
   private health: GpuHealthWatch | undefined;
@@ -103,7 +106,7 @@ export class Agent {
     const c = opts.config;
     this.node = describeNode(c, opts.version, opts.gangEndpoint);
     this.conditions = new NodeConditions(c.supervisor, this.log);
-    this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics, logger: this.log });
+    this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics, logger: this.log, decorate: (s) => this.adapters?.decorate(s) ?? s });
     this.inventoryWatcher = new InventoryWatcher({
       discover: opts.discover,
       stateDir: c.supervisor.stateDir,
@@ -122,7 +125,7 @@ export class Agent {
       metrics: opts.metrics,
       onPhase: (from, status) => this.events.record(connectionEvent(from, status)),
       session: {
-        register: () => buildRegister(this.node, this.reportedInventory, opts.supervisor.list(), this.conditions.cordoned()),
+        register: () => this.adapters.withRunningAdapters(buildRegister(this.node, this.reportedInventory, opts.supervisor.list(), this.conditions.cordoned())),
         heartbeat: () => this.heartbeat(),
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
         onEstablished: () => {
@@ -154,6 +157,7 @@ export class Agent {
     this.conditions.cordon.on('change', (state, uid) => this.events.record(cordonEvent(state, uid)));
     this.conditions.disk.on('change', (state) => this.events.record(diskPressureEvent(state.active, state.reason)));
     const report = (status: ShardStatus) => this.reporter.report(status);
+    this.adapters = new AgentAdapters({ nodeId: c.nodeId, stateDir: c.supervisor.stateDir, supervisor: opts.supervisor, models: this.models, report, log: this.log });
     const admission = new StartAdmission({
       supervisor: opts.supervisor,
       engines: opts.engines,
@@ -164,6 +168,7 @@ export class Agent {
       models: this.models,
       processGone: (pid) => this.inventoryWatcher.processes.gone(pid),
       beforeLaunch: (spec, plan) => sleepPorts.beforeLaunch(spec, plan),
+      adapters: this.adapters,
       logger: this.log,
     });
     this.commands = new ShardCommands({
@@ -194,6 +199,7 @@ export class Agent {
       events: this.events, logger: this.log,
       cordon: this.conditions.cordon,
       models: this.models,
+      adapters: this.adapters.admin(),
     });
   }
 
@@ -265,6 +271,7 @@ export class Agent {
       this.inventoryWatcher.stop();
       this.conditions.close();
       this.models.close();
+      this.adapters.close();
       this.opts.sampler.close();
       // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for.
       this.healthClosed ??= this.health?.close();
@@ -386,6 +393,9 @@ export class Agent {
         return;
       case 'wake':
         void this.commands.wakeCommand(m.msg.value);
+        return;
+      case 'setAdapters':
+        void this.adapters.set(m.msg.value);
         return;
       case 'ack':
         if (!m.msg.value.ok) {

@@ -41,10 +41,11 @@ export interface StartAdmissionOptions {
   processGone?: (pid: number) => boolean;
   /** Last before the launch, after the plan: what must hold before the engine binds its port (a sleep-mode port's guard); throws the refusal. */
   beforeLaunch?: (spec: CheckedStartShard, plan: LaunchPlan) => Promise<void>;
-  /** Why the shard's LoRA adapters or their limits may not be (NodeAdapters.startProblem); undefined when they may. */
-  adapterProblem?: (spec: CheckedStartShard) => string | undefined;
-  /** The flags and environment the shard's adapters need at launch (its wing's adapters.launch); none: it serves none. */
-  adapterLaunch?: (spec: CheckedStartShard) => { args: string[]; env: Record<string, string> } | undefined;
+  /** The shard's LoRA adapters (agent-adapters.ts): why its set or limits may not be, and the flags and environment they need at launch. */
+  adapters?: {
+    startProblem(spec: CheckedStartShard): string | undefined;
+    launch(spec: CheckedStartShard): { args: string[]; env: Record<string, string> } | undefined;
+  };
   logger: Logger;
 }
 
@@ -78,7 +79,7 @@ export class StartAdmission {
     const refusal = this.opts.nodeRefusal?.();
     if (refusal !== undefined) throw failure(refusal);
     // The spec alone, before any GPU or pull: a bad adapter set is refused whole, nothing launched.
-    const adapters = this.opts.adapterProblem?.(given);
+    const adapters = this.opts.adapters?.startProblem(given);
     if (adapters !== undefined) throw failure(`shard ${given.shardId}: ${adapters}`);
     this.refuseUnfitGpus(given);
     await this.waitForModelPull(given);
@@ -142,7 +143,7 @@ export class StartAdmission {
     try {
       await engine.validate(spec, this.validationContext(spec));
       const plan = engine.command(spec);
-      const lora = this.opts.adapterLaunch?.(spec);
+      const lora = this.opts.adapters?.launch(spec);
       if (lora) {
         plan.argv.push(...lora.args);
         Object.assign(plan.env, lora.env);

@@ -1,4 +1,5 @@
 import { create } from '@bufbuild/protobuf';
+import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { type AdapterSpec, AdapterState, type AdapterStatus, AdapterStatusSchema, ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../../lib/errors.js';
@@ -78,6 +79,11 @@ export class NodeAdapters {
   readonly #closed = new AbortController();
 
   constructor(private readonly opts: NodeAdaptersOptions) {
+    try {
+      mkdirSync(adapterStateDir(opts.stateDir), { recursive: true, mode: 0o700 });
+    } catch (err) {
+      opts.log.warn({ err: errorMessage(err) }, 'the adapter state folder could not be made; adapter names and answers are held in memory only');
+    }
     this.#ledger = new AdapterLedger(join(adapterStateDir(opts.stateDir), 'ledger.json'));
     opts.shards.react({ name: 'adapters reconciled', on: (t) => this.onTransition(t) });
     this.#timer = setInterval(() => this.recheck(), opts.recheckMs ?? ADAPTER_RECHECK_MS);

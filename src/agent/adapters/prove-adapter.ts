@@ -26,6 +26,8 @@ export interface ProofTarget {
   baseModel: string;
   ask?: AskOptions;
   signal: AbortSignal;
+  /** The model a request names to reach adapter `name` (SGLang: `<base>:<name>`, EngineAdapterApi.requestModel); the name itself by default. */
+  adapterModel?: (name: string) => string;
 }
 
 export interface ProofPolicy {
@@ -60,7 +62,7 @@ export async function proveAdapter(t: ProofTarget, name: string, key: ProofKey, 
   else if (!sameAnswer(baseline.text, base.text)) {
     return { kind: 'failed', reason: `after loading ${name} the base model answers ${q(base.text)} to ${q(KNOWN_PROMPT)}, where it answered ${q(baseline.text)} before; restart the shard` };
   }
-  const own = await askUntil(t, name, policy);
+  const own = await askUntil(t, t.adapterModel?.(name) ?? name, policy);
   if (!own.ok) {
     if (/ answered 404/.test(own.reason)) return { kind: 'failed', reason: `the engine said it loaded ${name} but does not serve it (${own.reason}); load it again` };
     return { kind: 'unproven', reason: `unproven: ${name} did not answer (${own.reason}); asked again later` };

@@ -24,6 +24,8 @@ export interface SchedRequest {
   readonly priority?: number;
   /** Asked for as a stream (SGLang labels its token counters with it). */
   readonly streaming?: boolean;
+  /** The LoRA adapter it is answered by: its name, and the engine's id of the copy it uses (fake-lora.ts). */
+  readonly lora?: { readonly name: string; readonly slot: string };
   /** Called for each generated token, in order. */
   onToken?(index: number): void;
   /** Called once, when the last token (or the embedding) is done. */
@@ -54,6 +56,13 @@ export interface SchedulerOptions {
    * only moves ahead of those waiting, never of those running.
    */
   policy?: 'fcfs' | 'priority';
+  /**
+   * Whether a waiting request may join the batch beside those running; one
+   * that may not is skipped and the next one looked at, as vLLM's scheduler
+   * skips a request whose adapter would exceed max_loras
+   * (V:vllm/v1/core/sched/scheduler.py:790-803 at 017e9f44). None: any may.
+   */
+  admits?: (req: SchedRequest, running: readonly SchedRequest[]) => boolean;
 }
 
 interface Entry {
@@ -165,8 +174,14 @@ export class FakeBatchScheduler {
   }
 
   #admit(): void {
-    while (!this.#paused && this.#busy === undefined && this.#running.size < this.#opts.maxRunning && this.#waiting.length > 0) {
-      const entry = this.#waiting.shift() as Entry;
+    const admits = this.#opts.admits;
+    for (let i = 0; !this.#paused && this.#busy === undefined && this.#running.size < this.#opts.maxRunning && i < this.#waiting.length; ) {
+      const entry = this.#waiting[i] as Entry;
+      if (admits && !admits(entry.req, [...this.#running].map((e) => e.req))) {
+        i++;
+        continue;
+      }
+      this.#waiting.splice(i, 1);
       this.#running.add(entry);
       void this.#run(entry);
     }

@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { FinishReason, SchedRequest } from './fake-batch-scheduler.js';
+import { type LoraAnswer, type LoraRoutes, adapterToken } from './fake-lora.js';
 import { readBody, sendJson } from './sim-http.js';
 import { type CompletionKind, completionBody, completionChunk, completionLogprobs, countPromptTokens, errorBody, GARBAGE_TOKEN_ID, type SimToken, simToken, simTokenId } from './openai-responses.js';
 
@@ -36,6 +37,8 @@ export interface RouteContext {
    * (SGLang's full waiting queue, vLLM's DP rank out of range); undefined: it queues.
    */
   refuse?: (req: IncomingMessage, body: Record<string, unknown>) => { status: number; message: string; type: string } | undefined;
+  /** LoRA adapters (fake-lora.ts): which adapter, if any, a request's body names; none: the engine serves none. */
+  lora?: LoraRoutes;
 }
 
 /** What an engine without its weights generates (see RouteContext.weightsLost). */
@@ -81,7 +84,16 @@ function abortResponse(res: ServerResponse, streaming: boolean, why: string): vo
 /** POST /v1/completions and /v1/chat/completions; resolves when the answer is over. */
 export async function serveGeneration(req: IncomingMessage, res: ServerResponse, kind: CompletionKind, ctx: RouteContext): Promise<void> {
   const body = await jsonObject(req, res);
-  if (!body || !knownModel(body, ctx, res)) return;
+  if (!body) return;
+  const pick = (await ctx.lora?.pick(body)) ?? { kind: 'base' };
+  if (pick.kind === 'refuse') {
+    sendJson(res, pick.status, errorBody(pick.message, pick.type, pick.status));
+    return;
+  }
+  const adapter: LoraAnswer | undefined = pick.kind === 'adapter' ? pick : undefined;
+  res.on('close', () => adapter?.release());
+  const asBase = pick.kind === 'base' ? pick.model : undefined;
+  if (!adapter && asBase === undefined && !knownModel(body, ctx, res)) return;
   const refused = ctx.refuse?.(req, body);
   if (refused) {
     sendJson(res, refused.status, errorBody(refused.message, refused.type, refused.status));
@@ -93,7 +105,7 @@ export async function serveGeneration(req: IncomingMessage, res: ServerResponse,
   // A request cut off by its max_tokens ends with "length"; one left to
   // the model ends with "stop", as a model that emits its end token does.
   const reason: FinishReason = given ? 'length' : 'stop';
-  const model = ctx.servedNames[0] as string;
+  const model = adapter?.model ?? asBase ?? (ctx.servedNames[0] as string);
   const id = `${kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replaceAll('-', '')}`;
   const promptTokens = countPromptTokens(body);
   const streaming = body.stream === true;
@@ -108,13 +120,16 @@ export async function serveGeneration(req: IncomingMessage, res: ServerResponse,
       pooling: false,
       priority: typeof body.priority === 'number' ? body.priority : undefined,
       streaming,
+      ...(adapter ? { lora: { name: adapter.name, slot: adapter.slot } } : {}),
       onToken: (i) => {
         const lost = ctx.weightsLost?.() === true;
         const off = ctx.tokenOffset?.() ?? 0;
-        const token = lost ? GARBAGE_TOKEN : simToken(i, off);
+        let tok: SimToken = lost ? { text: GARBAGE_TOKEN, id: GARBAGE_TOKEN_ID } : { text: simToken(i, off), id: simTokenId(i, off) };
+        if (adapter && !lost) tok = adapterToken(i, tok, adapter.digest);
+        const token = tok.text;
         if (!streaming) {
           text += token;
-          made.push({ text: token, id: lost ? GARBAGE_TOKEN_ID : simTokenId(i, off) });
+          made.push(tok);
           return;
         }
         res.write(`data: ${JSON.stringify(completionChunk(kind, id, model, token, i === 0, i === n - 1 ? reason : null))}\n\n`);

@@ -4,6 +4,7 @@
  * options they make. Knobs SGLang does not have start with --sim- (sim-knobs.ts).
  */
 import { ARGPARSE_EXIT, type ArgSpec, ArgparseError, parseArgv, printArgparseError } from './engine-argv.js';
+import type { SglangLoraOptions } from './fake-sglang-lora.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs } from './sim-knobs.js';
 
 export const DEFAULT_SGLANG_VERSION = '0.5.18';
@@ -45,10 +46,22 @@ export interface FakeSglangOptions {
   watchdogTimeoutS: number;
   /** --max-queued-requests (S:python/sglang/srt/server_args.py:782-786): more waiting are refused 503. */
   maxQueuedRequests?: number;
+  /** LoRA (fake-sglang-lora.ts). */
+  lora: SglangLoraOptions;
+  /** An AssertionError ServerArgs raises before anything starts (check_lora_server_args); it exits 1. */
+  startError?: string;
   knobs: SimKnobs;
 }
 
 const SPECS: readonly ArgSpec[] = [
+  // S:python/sglang/srt/server_args.py:2761-2810 (the LoRA group).
+  { names: ['--enable-lora'], kind: 'flag' },
+  { names: ['--max-lora-rank'], kind: 'int' },
+  { names: ['--lora-target-modules'], kind: 'strings' },
+  { names: ['--lora-paths'], kind: 'strings' },
+  { names: ['--max-loaded-loras'], kind: 'int' },
+  { names: ['--max-loras-per-batch'], kind: 'int' },
+  { names: ['--lora-eviction-policy'], kind: 'string', choices: ['lru', 'fifo'] },
   // S:python/sglang/srt/server_args.py:492-499 (required), 1277-1278, 1369-1373.
   { names: ['--model-path', '--model'], kind: 'string' },
   // S:python/sglang/srt/server_args.py: --revision, the hub revision the weights are read at.
@@ -90,8 +103,11 @@ export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions 
   const model = p.values.get('--model-path') as string | undefined;
   if (!model) throw new ArgparseError('the following arguments are required: --model-path/--model');
   const int = (name: string, dflt: number) => (p.values.get(name) as number | undefined) ?? dflt;
+  const { lora, startError } = loraOptions(p.values);
   return {
     model,
+    lora,
+    ...(startError ? { startError } : {}),
     servedName: (p.values.get('--served-model-name') as string | undefined) ?? model,
     host: (p.values.get('--host') as string | undefined) ?? DEFAULT_HOST,
     port: int('--port', DEFAULT_PORT),
@@ -114,6 +130,33 @@ export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions 
     maxQueuedRequests: p.values.get('--max-queued-requests') as number | undefined,
     knobs,
   };
+}
+
+/**
+ * --enable-lora and its limits, checked as check_lora_server_args does
+ * (S:python/sglang/srt/server_args.py:8908-9032): --lora-paths turns LoRA on
+ * (:8911-8917); without them --max-lora-rank and --lora-target-modules are
+ * both needed (:9018-9021); --max-loaded-loras at least --max-loras-per-batch
+ * and the paths given (:9023-9032).
+ */
+function loraOptions(v: Map<string, unknown>): { lora: SglangLoraOptions; startError?: string } {
+  const given = (v.get('--lora-paths') as string[] | undefined) ?? [];
+  const paths = given.map((g, i) => (g.includes('=') ? { name: g.slice(0, g.indexOf('=')), path: g.slice(g.indexOf('=') + 1) } : { name: g || `lora${i}`, path: g }));
+  const enabled = v.get('--enable-lora') === true || paths.length > 0;
+  const perBatch = (v.get('--max-loras-per-batch') as number | undefined) ?? 8;
+  const maxLoaded = v.get('--max-loaded-loras') as number | undefined;
+  const maxRank = v.get('--max-lora-rank') as number | undefined;
+  const lora: SglangLoraOptions = { enabled, perBatch, paths, ...(maxLoaded !== undefined ? { maxLoaded } : {}), ...(maxRank !== undefined ? { maxRank } : {}) };
+  let startError: string | undefined;
+  if (perBatch <= 0) startError = 'AssertionError: max_loras_per_batch must be positive';
+  else if (enabled && paths.length === 0 && !(maxRank && v.has('--lora-target-modules'))) {
+    startError = 'AssertionError: When no initial --lora-paths is provided, you need to specify both --max-lora-rank and --lora-target-modules for LoRA initialization.';
+  } else if (enabled && maxLoaded !== undefined && maxLoaded < perBatch) {
+    startError = `AssertionError: max_loaded_loras should be greater than or equal to max_loras_per_batch. max_loaded_loras=${maxLoaded}, max_loras_per_batch=${perBatch}`;
+  } else if (enabled && maxLoaded !== undefined && paths.length > maxLoaded) {
+    startError = `AssertionError: The number of LoRA paths should not exceed max_loaded_loras. max_loaded_loras=${maxLoaded}, lora_paths=${paths.length}`;
+  }
+  return { lora, ...(startError ? { startError } : {}) };
 }
 
 /** The decode log interval given; SGLang divides by it, so 0 or less is refused here (the double's check, not argparse's). */

@@ -12,6 +12,7 @@ import type { SchedRequest } from './fake-batch-scheduler.js';
 import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
 import { promptWords } from './fake-radix-cache.js';
 import { DEFAULT_SGLANG_VERSION, type FakeSglangOptions } from './fake-sglang-args.js';
+import type { FakeSglangLora } from './fake-sglang-lora.js';
 import type { FakeSglangMemorySaver } from './fake-sglang-memory-saver.js';
 import type { FakeSglangMetrics } from './fake-sglang-metrics.js';
 import type { FakeSglangPause } from './fake-sglang-pause.js';
@@ -38,6 +39,8 @@ const ADMIN_OPTIONAL = new Set([
   '/weights_checker',
   '/pause_generation',
   '/continue_generation',
+  '/load_lora_adapter',
+  '/unload_lora_adapter',
 ]);
 
 /**
@@ -78,6 +81,8 @@ export interface SglangRouteDeps {
   metrics: FakeSglangMetrics;
   /** The OpenAI routes' context; its submit goes through the tokenizer (FakeSglangPause.submit). */
   ctx: RouteContext;
+  /** LoRA adapters: their routes and cards (fake-sglang-lora.ts). */
+  lora: FakeSglangLora;
   /** Marks a request with its prompt as it is submitted: its prefix cache hit, and what its prefill inserts. */
   prompt: (r: SchedRequest, words: string[]) => void;
 }
@@ -147,6 +152,7 @@ export function sglangHandler(d: SglangRouteDeps): (req: IncomingMessage, res: S
       return;
     }
     if (memory.handle(req, res, path, method)) return;
+    if (d.lora.handle(req, res, path, method)) return;
     if (method === 'POST' && (path === '/pause_generation' || path === '/continue_generation')) {
       void pause.route(req, res, path === '/pause_generation');
       return;
@@ -161,7 +167,7 @@ export function sglangHandler(d: SglangRouteDeps): (req: IncomingMessage, res: S
     // generation, so a paused or released server answers them too (N3).
     if (method === 'GET' && path === '/v1/models') {
       // id and root = the tokenizer's served_model_name (S:python/sglang/srt/entrypoints/http_server.py:1843-1872).
-      sendJson(res, 200, { object: 'list', data: [{ id: st.servedName, object: 'model', created: startedS, owned_by: 'sglang', root: st.servedName, max_model_len: 4096 }] });
+      sendJson(res, 200, { object: 'list', data: [{ id: st.servedName, object: 'model', created: startedS, owned_by: 'sglang', root: st.servedName, max_model_len: 4096 }, ...d.lora.cards()] });
       return;
     }
     if (method === 'GET' && path === '/model_info') {
@@ -222,6 +228,7 @@ export function sglangHandler(d: SglangRouteDeps): (req: IncomingMessage, res: S
       defaultMaxTokens: ctx.defaultMaxTokens,
       weightsLost: ctx.weightsLost,
       refuse: ctx.refuse,
+      lora: ctx.lora,
       submit: (r) => {
         d.prompt(r, words);
         return ctx.submit(r);

@@ -23,6 +23,7 @@ import { FakeBatchScheduler, type SchedRequest } from './fake-batch-scheduler.js
 import type { RouteContext } from './fake-openai-routes.js';
 import { FakeRadixCache } from './fake-radix-cache.js';
 import { DEFAULT_SGLANG_VERSION, type FakeSglangOptions, sglangCommandLine } from './fake-sglang-args.js';
+import { FakeSglangLora } from './fake-sglang-lora.js';
 import { FakeSglangMemorySaver } from './fake-sglang-memory-saver.js';
 import { FakeSglangMetrics, IDLE_METRICS_MS } from './fake-sglang-metrics.js';
 import { FakeSglangPause } from './fake-sglang-pause.js';
@@ -31,7 +32,7 @@ import { SGLANG_NEXT, type SglangPhase, type SglangState } from './fake-sglang-s
 import { sglangCompile } from './fake-compile-cache.js';
 import { weightsTokenOffset } from './openai-responses.js';
 
-/** The double's scheduler loop, which talks to the gang's peers each time round (sim-rendezvous.ts `loopMs`). */
+/** The scheduler loop, talking to the gang's peers each time round (sim-rendezvous.ts `loopMs`). */
 const SCHEDULER_LOOP_MS = 20;
 
 /** SubprocessWatchdog's period (S:python/sglang/srt/utils/watchdog.py:166-222). */
@@ -90,6 +91,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       },
     );
     const metrics = new FakeSglangMetrics(o, scheduler);
+    const lora = new FakeSglangLora(o.lora, () => st.servedName, scheduler);
 
     /** Ends the server; `killSelf`: by SIGKILL to this process, as kill_process_tree(include_parent=True) does, not by an exit code. */
     const exit = async (code: number, why: string, killSelf = false) => {
@@ -216,8 +218,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       process.on('SIGTERM', (s) => void onTerm(s));
     };
 
-    // New requests wait in the tokenizer while generation is paused or the weights update.
-    // The weights read (--sim-read-weights) decide the answers: another checkpoint, another answer (issue 51).
+    // New requests wait in the tokenizer while paused or updating weights; the weights read decide the answers (issue 51).
     let weightsOffset = 0;
     const pause: FakeSglangPause = new FakeSglangPause({ scheduler, memory, killTree, installSigterm, continueBusyMs: k.wakeQueueDelayMs });
     const submit = (req: SchedRequest) => pause.submit(req);
@@ -228,6 +229,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
         return st.servedName === o.servedName ? [o.servedName] : [o.servedName, st.servedName];
       },
       submit,
+      lora,
       defaultMaxTokens: k.maxTokens,
       weightsLost: () => memory.weightsLost,
       tokenOffset: () => weightsOffset,
@@ -240,6 +242,8 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     };
 
     sglangLog('INFO', `server_args=ServerArgs(model_path='${o.model}', host='${o.host}', port=${o.port}, tp_size=${o.tp}, pp_size=${o.pp}, nnodes=${o.nnodes}, node_rank=${o.nodeRank}) (llmgw fake-sglang ${DEFAULT_SGLANG_VERSION}, pid ${process.pid})`);
+    // ServerArgs' LoRA assertions end the launch before anything starts (fake-sglang-args.ts loraOptions).
+    if (o.startError) return void exit(1, o.startError);
 
     if (k.failAfterMs !== undefined) {
       // A scheduler that raises sends SIGQUIT to its parent (S:python/sglang/srt/managers/scheduler.py:5066-5069).
@@ -307,6 +311,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       pause,
       metrics,
       ctx,
+      lora,
       prompt: (r, words) => {
         cacheHits.set(r, radix.match(words));
         prompts.set(r, words);
@@ -345,7 +350,9 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
             },
           )),
     );
-    void compiled.then((loaded) => loaded && later(k.loadTimeMs, () => {
+    // --lora-paths are loaded with the model; one that cannot be fails the scheduler (fake-sglang-lora.ts).
+    const loraUp = async () => { const err = await lora.start(); if (err) killTree(`Scheduler hit an exception: ValueError: ${err}`); return !err; };
+    void compiled.then(async (loaded) => loaded && (await loraUp()) && later(k.loadTimeMs, () => {
       if (st.phase !== 'loading') return;
       sglangLog('INFO', 'Load weight end.');
       memory.loaded();

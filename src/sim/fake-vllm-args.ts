@@ -6,6 +6,7 @@
  */
 import { networkInterfaces } from 'node:os';
 import { type ArgSpec, ArgparseError, parseArgv } from './engine-argv.js';
+import type { VllmLoraOptions } from './fake-vllm-lora.js';
 import { LOAD_FORMATS } from './fake-vllm-sleep-faults.js';
 import { SIM_KNOB_SPECS, type SimKnobs, simKnobs, versionBefore } from './sim-knobs.js';
 
@@ -65,6 +66,8 @@ export interface FakeVllmOptions {
   maxModelLen?: string;
   /** --speculative-config given: a draft model proposes tokens (fake-vllm-sleep-faults.ts FakeSpecDecode). */
   speculative: boolean;
+  /** --enable-lora and its limits (fake-vllm-lora.ts). */
+  lora: VllmLoraOptions;
 }
 
 function specs(version: string): ArgSpec[] {
@@ -111,6 +114,13 @@ function specs(version: string): ArgSpec[] {
     { names: ['--load-format'], kind: 'string', choices: LOAD_FORMATS },
     // A JSON object; the double only notes that a draft is configured.
     { names: ['--speculative-config', '-sc'], kind: 'string' },
+    // V:vllm/engine/arg_utils.py:609-614; --max-lora-rank's choices are MaxLoRARanks (V:vllm/config/lora.py:27).
+    { names: ['--enable-lora'], kind: 'flag' },
+    { names: ['--max-loras'], kind: 'int' },
+    { names: ['--max-lora-rank'], kind: 'int', choices: ['1', '8', '16', '32', '64', '128', '256', '320', '512'] },
+    { names: ['--max-cpu-loras'], kind: 'int' },
+    { names: ['--sim-lora-wrong-adapter'], kind: 'flag' },
+    { names: ['--sim-lora-load-crash-busy'], kind: 'flag' },
     ...SIM_KNOB_SPECS,
   ];
   // V:vllm/engine/arg_utils.py:1694-1699 (type=int, default 0); absent before
@@ -143,6 +153,23 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     externalLb: p.values.get('--data-parallel-external-lb') === true || p.values.get('--data-parallel-rank') !== undefined,
     hybridLb: p.values.get('--data-parallel-hybrid-lb') === true || p.values.get('--data-parallel-start-rank') !== undefined,
   });
+  const maxLoras = int('--max-loras', 1);
+  const maxCpuLoras = p.values.get('--max-cpu-loras') as number | undefined;
+  const lora: VllmLoraOptions = {
+    enabled: p.values.get('--enable-lora') === true,
+    maxLoras,
+    maxRank: int('--max-lora-rank', 16),
+    maxCpuLoras: maxCpuLoras ?? maxLoras,
+    wrongAdapter: p.values.get('--sim-lora-wrong-adapter') === true,
+    loadCrashBusy: p.values.get('--sim-lora-load-crash-busy') === true,
+  };
+  // LoRAConfig's validators (V:vllm/config/lora.py:37, 116-124), raised before anything starts.
+  const loraError =
+    lora.enabled && maxLoras < 1
+      ? `ValueError: max_loras: Input should be greater than or equal to 1 [input_value=${maxLoras}]`
+      : lora.enabled && maxCpuLoras !== undefined && maxCpuLoras < maxLoras
+        ? `ValueError: max_cpu_loras (${maxCpuLoras}) must be >= max_loras (${maxLoras}).`
+        : undefined;
   return {
     model,
     revision: (p.values.get('--revision') as string | undefined) ?? 'main',
@@ -174,6 +201,8 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     loadFormat: (p.values.get('--load-format') as string | undefined) ?? 'auto',
     ...(p.values.has('--max-model-len') ? { maxModelLen: String(p.values.get('--max-model-len')) } : {}),
     speculative: p.values.has('--speculative-config'),
+    lora,
+    ...(loraError && !api.startError ? { startError: loraError } : {}),
   };
 }
 

@@ -6,6 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { type RouteContext, bearerOk, serveEmbedding, serveGeneration } from './fake-openai-routes.js';
 import type { FakeVllmOptions } from './fake-vllm-args.js';
+import type { FakeVllmLora } from './fake-vllm-lora.js';
 import type { FakeVllmMetrics } from './fake-vllm-metrics.js';
 import type { FakeVllmSleep } from './fake-vllm-sleep.js';
 import type { VllmState } from './fake-vllm-state.js';
@@ -22,11 +23,13 @@ export interface VllmRouteDeps {
   metrics: FakeVllmMetrics;
   sleepMode: FakeVllmSleep | undefined;
   ctx: RouteContext;
+  /** LoRA adapters: their routes, cards and metric (fake-vllm-lora.ts). */
+  lora: FakeVllmLora;
 }
 
 /** The request handler of the API server. */
 export function vllmHandler(d: VllmRouteDeps): (req: IncomingMessage, res: ServerResponse) => void {
-  const { o, st, startedS, servedName, metrics, sleepMode, ctx } = d;
+  const { o, st, startedS, servedName, metrics, sleepMode, ctx, lora } = d;
   let httpInFlight = 0;
 
   return (req: IncomingMessage, res: ServerResponse) => {
@@ -45,7 +48,7 @@ export function vllmHandler(d: VllmRouteDeps): (req: IncomingMessage, res: Serve
       return;
     }
     if (method === 'GET' && path === '/metrics') {
-      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metrics.text(sleepMode));
+      res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metrics.text(sleepMode) + lora.metricsText(o.logStats));
       return;
     }
     if (method === 'GET' && path === '/version') {
@@ -57,9 +60,10 @@ export function vllmHandler(d: VllmRouteDeps): (req: IncomingMessage, res: Serve
       return;
     }
     if (sleepMode?.handle(req, res, path, method)) return;
+    if (st.phase === 'serving' && lora.handle(req, res, path, method)) return;
     if (method === 'GET' && path === '/v1/models') {
       const list = modelList(servedName, startedS);
-      list.data = o.servedNames.map((n) => ({ ...list.data[0]!, id: n, root: o.model }));
+      list.data = [...o.servedNames.map((n) => ({ ...list.data[0]!, id: n, root: o.model })), ...(lora.cards(servedName, startedS) as (typeof list.data)[number][])];
       sendJson(res, 200, list);
       return;
     }

@@ -22,6 +22,7 @@ import { FakeBatchScheduler } from './fake-batch-scheduler.js';
 import type { RouteContext } from './fake-openai-routes.js';
 import { type FakeVllmOptions, hostIp, localWorkers, parseFakeVllmArgv } from './fake-vllm-args.js';
 import { startVllmGang } from './fake-vllm-gang.js';
+import { FakeVllmLora } from './fake-vllm-lora.js';
 import { FakeVllmMetrics } from './fake-vllm-metrics.js';
 import { vllmHandler } from './fake-vllm-routes.js';
 import { FakeVllmSleep } from './fake-vllm-sleep.js';
@@ -64,8 +65,9 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       st.phase = next;
     };
 
-    const scheduler = new FakeBatchScheduler(
-      { maxRunning: k.maxRunning, tokenLatencyMs: k.tokenLatencyMs, embedLatencyMs: k.embedLatencyMs, policy: o.schedulingPolicy },
+    const scheduler: FakeBatchScheduler = new FakeBatchScheduler(
+      // At most --max-loras adapters in a batch (fake-vllm-lora.ts); `lora` exists before any request does.
+      { maxRunning: k.maxRunning, tokenLatencyMs: k.tokenLatencyMs, embedLatencyMs: k.embedLatencyMs, policy: o.schedulingPolicy, admits: (r, running): boolean => lora.admits(r, running) },
       // When each counts, with its citation, is FakeVllmMetrics'.
       {
         prefill: (r) => metrics.prefill(r),
@@ -273,9 +275,11 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       vllmLog('INFO', 'fake-vllm', 'Sleep mode enabled: weights and KV cache are allocated through the CuMemAllocator pool');
     }
 
+    const lora: FakeVllmLora = new FakeVllmLora(o.lora, env, scheduler, (why) => failEngine(why));
     // The weights read (--sim-read-weights) decide the answers: another checkpoint, another answer (issue 51).
     let weightsOffset = 0;
     const ctx: RouteContext = {
+      lora,
       servedNames: o.servedNames,
       submit: (r) => scheduler.submit(r),
       defaultMaxTokens: k.maxTokens,
@@ -284,7 +288,7 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
       tokenIdsField: true,
       refuse: (req) => dpRankRefusal(req, o.dp),
     };
-    const handle = vllmHandler({ o, st, startedS, servedName, metrics, sleepMode, ctx });
+    const handle = vllmHandler({ o, st, startedS, servedName, metrics, sleepMode, ctx, lora });
 
     vllmLog('INFO', 'gpu_model_runner.py:1', `Starting to load model ${o.model}...`);
     // The port is bound but not listening while the engine loads, so connects are refused

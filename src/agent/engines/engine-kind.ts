@@ -1,4 +1,5 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
+import type { AdapterLimits, EngineAdapterApi } from '../../lib/engine-adapter-api.js';
 import type { EngineSleepApi } from '../../lib/engine-sleep-api.js';
 import type { EngineConfig } from '../config/agent-config.js';
 import type { Engine } from './engine.js';
@@ -22,6 +23,21 @@ export interface LegacyWatchFacts {
   adminApiKey?: (args: readonly string[]) => string;
   /** The sleep API its API rank was launched with; none: it has none to sleep through. */
   sleepApi?: EngineSleepApi;
+}
+
+/** How an engine kind serves LoRA adapters (EngineKind.adapters). */
+export interface EngineAdapters {
+  api: EngineAdapterApi;
+  /**
+   * The flags and environment a start with adapters needs, from the
+   * profile's limits (vLLM: --enable-lora --max-loras N --max-lora-rank R,
+   * env VLLM_ALLOW_RUNTIME_LORA_UPDATING=True; SGLang: --enable-lora
+   * --max-loaded-loras N --max-lora-rank R ...), each with its source line
+   * in the wing.
+   */
+  launch(limits: AdapterLimits): { args: string[]; env: Record<string, string> };
+  /** The limits read off a profile's own engine args when the profile sets them (e.g. --max-loras 4). */
+  limitsFromArgs(args: readonly string[]): Partial<AdapterLimits>;
 }
 
 /** What the agent's config gives every kind's constructor beside engines.<name>. */
@@ -87,4 +103,6 @@ export interface EngineKind {
    * survival depends on its version, and an adopted engine's may be unread.
    */
   sleepSurvivalReadsVersion?: boolean;
+  /** none: this kind serves no adapters (the sim); a shard asking for adapters on it is refused in one line */
+  adapters?: EngineAdapters;
 }

@@ -1,5 +1,6 @@
 import { engineAdminApiKey } from '../engine-api-key.js';
 import type { EngineKind } from '../engine-kind.js';
+import { SGLANG_ADAPTERS } from './sglang-adapters.js';
 import { SGLANG_METRICS, SGLANG_PROBE_TIMEOUT_MS, SglangEngine } from './sglang-engine.js';
 import { sglangKnownAnswerAsk } from './sglang-known-answer.js';
 import { SGLANG_SLEEP_API } from './sglang-sleep.js';
@@ -25,4 +26,5 @@ export const SGLANG_KIND: EngineKind = {
   knownAnswerAsk: sglangKnownAnswerAsk,
   // /health_generate: its /health answers before the model does.
   legacy: { healthPath: '/health_generate', probeTimeoutMs: SGLANG_PROBE_TIMEOUT_MS, metrics: SGLANG_METRICS, adminApiKey: engineAdminApiKey, sleepApi: SGLANG_SLEEP_API },
+  adapters: SGLANG_ADAPTERS,
 };

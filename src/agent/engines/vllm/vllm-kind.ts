@@ -1,4 +1,5 @@
 import type { EngineKind } from '../engine-kind.js';
+import { VLLM_ADAPTERS } from './vllm-adapters.js';
 import { VLLM_METRICS, VllmEngine } from './vllm-engine.js';
 import { VLLM_AGENT_FLAG_HINTS } from './vllm-exit.js';
 import { vllmKnownAnswerAsk } from './vllm-known-answer.js';
@@ -24,4 +25,5 @@ export const VLLM_KIND: EngineKind = {
   knownAnswerAsk: vllmKnownAnswerAsk,
   legacy: { healthPath: '/health', probeTimeoutMs: 0, metrics: VLLM_METRICS, apiKeyEnv: 'VLLM_API_KEY', sleepApi: VLLM_SLEEP_API },
   sleepSurvivalReadsVersion: true,
+  adapters: VLLM_ADAPTERS,
 };

@@ -183,7 +183,7 @@ export class NodeAdapters {
       baseModels: f.modelNames,
       prove: access.prove,
       onChange: () => this.opts.report(id),
-      afterUnload: (name) => void this.watchStall(id, name, access.stall, signal),
+      onUnload: (name) => void this.watchStall(id, name, access.stall, signal),
       log: this.opts.log,
       signal,
     });

@@ -13,6 +13,13 @@ import type { Proof } from './prove-adapter.js';
 export const UNLOAD_DRAIN_MS = 30_000;
 /** How often the engine's per-adapter requests are read while an unload waits. */
 export const UNLOAD_DRAIN_POLL_MS = 100;
+/**
+ * Longest the engine may take over one load or unload call. SGLang's unload
+ * waits for the adapter's requests itself, and after `n > 1` traffic waits
+ * for ever (SGLang #36894): the reconciler must not wait with it (the stall
+ * watch, started with the call, says why).
+ */
+export const ADAPTER_CALL_LIMIT_MS = 120_000;
 
 export interface ShardAdaptersOptions {
   shardId: string;
@@ -25,13 +32,15 @@ export interface ShardAdaptersOptions {
   prove: (name: string, adapter: ResolvedAdapter, signal: AbortSignal) => Promise<Proof>;
   /** What a status says changed: report it. */
   onChange: () => void;
-  /** An adapter was unloaded: watch the engine for a stall (post-unload-stall-watch.ts). */
-  afterUnload?: (name: string) => void;
+  /** An adapter's unload is being asked: watch the engine for a stall (post-unload-stall-watch.ts). */
+  onUnload?: (name: string) => void;
   log: Logger;
   /** Ends every pass: the shard stopped or the agent is going away (engines keep their adapters). */
   signal: AbortSignal;
   drainMs?: number;
   drainPollMs?: number;
+  /** ADAPTER_CALL_LIMIT_MS by default. */
+  callLimitMs?: number;
 }
 
 interface Entry {
@@ -219,7 +228,7 @@ export class ShardAdapters {
       await store.pin(resolved.repo, shardId).catch(() => {});
       const t0 = performance.now();
       try {
-        await engine.load(spec.name, resolved.dir, { pinned: spec.pinned, signal });
+        await engine.load(spec.name, resolved.dir, { pinned: spec.pinned, signal: this.callSignal() });
       } catch (err) {
         if (signal.aborted) return;
         await store.unpin(resolved.repo, shardId).catch(() => {});
@@ -297,20 +306,25 @@ export class ShardAdapters {
         return false;
       }
     }
+    this.opts.onUnload?.(name);
     try {
-      await engine.unload(name, { signal });
+      await engine.unload(name, { signal: this.callSignal() });
       if ((await engine.list({ signal })).includes(name)) {
         this.set_(e, AdapterState.FAILED, `the engine answered the unload of ${name} but still lists it; its slot may still be taken (vLLM #54839)`);
         return false;
       }
     } catch (err) {
-      if (!signal.aborted) this.set_(e, AdapterState.FAILED, `the engine refused the unload: ${engineReasonOf(err)}`);
+      if (!signal.aborted) this.set_(e, AdapterState.FAILED, `the engine refused or did not finish the unload: ${engineReasonOf(err)}`);
       return false;
     }
     await this.forget(name, e);
     this.opts.onChange();
-    this.opts.afterUnload?.(name);
     return true;
+  }
+
+  /** The shard's life, bounded by ADAPTER_CALL_LIMIT_MS: one engine call. */
+  private callSignal(): AbortSignal {
+    return AbortSignal.any([this.opts.signal, AbortSignal.timeout(this.opts.callLimitMs ?? ADAPTER_CALL_LIMIT_MS)]);
   }
 
   /** The adapter is gone from the engine: its name, pin and entry let go. */

@@ -72,7 +72,7 @@ function fakeStore(adapters: Record<string, Partial<ResolvedAdapter>>, pullable:
   return { store, pins, calls };
 }
 
-function reconciler(engine: AdapterEngineCalls, store: AdapterStoreCalls, opts: { prove?: (name: string) => Proof; ledger?: AdapterLedger; shardId?: string; maxLoaded?: number; afterUnload?: (n: string) => void; drainMs?: number } = {}) {
+function reconciler(engine: AdapterEngineCalls, store: AdapterStoreCalls, opts: { prove?: (name: string) => Proof; ledger?: AdapterLedger; shardId?: string; maxLoaded?: number; onUnload?: (n: string) => void; drainMs?: number } = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'llmgw-adapters-'));
   dirs.push(dir);
   let changes = 0;
@@ -85,7 +85,7 @@ function reconciler(engine: AdapterEngineCalls, store: AdapterStoreCalls, opts: 
     baseModels: ['org/base'],
     prove: async (name) => opts.prove?.(name) ?? { kind: 'proven', how: 'answers "x"', answer: 'x' },
     onChange: () => changes++,
-    afterUnload: opts.afterUnload,
+    onUnload: opts.onUnload,
     log: silentLogger,
     signal: new AbortController().signal,
     drainMs: opts.drainMs ?? 2000,
@@ -188,7 +188,7 @@ describe('ShardAdapters', () => {
     const e = fakeEngine();
     const s = fakeStore({ 'org/a': {}, 'org/b': {} });
     const unloaded: string[] = [];
-    const { r } = reconciler(e.engine, s.store, { afterUnload: (n) => unloaded.push(n) });
+    const { r } = reconciler(e.engine, s.store, { onUnload: (n) => unloaded.push(n) });
     await r.set([spec('a'), spec('b')]);
     e.inFlight.set('a', { running: 2, waiting: 1 });
     const done = r.set([spec('b')]);

@@ -28,7 +28,7 @@ audited with your uid. --json prints the AdaptersResponse as proto JSON.`;
   static override flags = {
     ...ctlFlags,
     load: Flags.string({ summary: 'Add an adapter: name=org/repo or name=org/repo@revision.', exclusive: ['unload'] }),
-    pinned: Flags.boolean({ summary: 'With --load: the engine never evicts it for another (SGLang).', dependsOn: ['load'], default: false }),
+    pinned: Flags.boolean({ summary: 'With --load: the engine never evicts it for another (SGLang).', dependsOn: ['load'] }),
     unload: Flags.string({ summary: 'Remove the adapter of this name from the desired set.', exclusive: ['load'] }),
     timeout: durationFlag({ summary: 'How long to wait for the set to be reconciled [default: 5m].' }),
   };
@@ -37,7 +37,7 @@ audited with your uid. --json prints the AdaptersResponse as proto JSON.`;
     const { args, flags } = await this.parse(CtlAdapters);
     const { resolveCtlPaths } = await import('../../ctl/resolve-ctl-paths.js');
     const { ctlAdapters, parseLoadFlag, renderAdapters, DEFAULT_ADAPTERS_TIMEOUT_MS } = await import('../../ctl/ctl-adapters.js');
-    const load = flags.load === undefined ? undefined : parseLoadFlag(flags.load, flags.pinned);
+    const load = flags.load === undefined ? undefined : parseLoadFlag(flags.load, flags.pinned === true);
     const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config, stored: storedCtlPaths(this.preferences) });
     const response = await ctlAdapters(socket, args.shard, { load, unload: flags.unload }, flags.timeout ?? DEFAULT_ADAPTERS_TIMEOUT_MS);
     this.log(renderAdapters(response));

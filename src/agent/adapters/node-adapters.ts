@@ -131,7 +131,8 @@ export class NodeAdapters {
   statuses(shardId: string): AdapterStatus[] {
     const list = this.#shards.get(shardId)?.adapters.statuses() ?? [];
     const stall = this.#stalls.get(shardId);
-    return stall && !list.some((a) => a.name === stall.name) ? [...list, stall] : list;
+    // The stall is what is true of the adapter whose unload it followed, whatever its unload still waits for.
+    return stall ? [...list.filter((a) => a.name !== stall.name), create(AdapterStatusSchema, { ...(list.find((a) => a.name === stall.name) ?? {}), ...stall })].sort((a, b) => a.name.localeCompare(b.name)) : list;
   }
 
   /** The shard's desired set: as last set, or kept, or its StartShard's. */
@@ -196,9 +197,9 @@ export class NodeAdapters {
     if (!target) return;
     const reason = await watchAfterUnload(target, { signal });
     if (reason === undefined || signal.aborted) return;
-    const why = `the engine ${reason} since adapter ${name} was unloaded (SGLang #36894's deadlock); restart the shard`;
+    const why = `the engine ${reason} since adapter ${name}'s unload was asked (SGLang #36894's deadlock); restart the shard`;
     this.opts.log.error({ shard: shardId, adapter: name, err: why }, 'engine stalled after an adapter unload');
-    this.#stalls.set(shardId, create(AdapterStatusSchema, { name, state: AdapterState.FAILED, reason: why }));
+    this.#stalls.set(shardId, create(AdapterStatusSchema, { name, state: AdapterState.FAILED, reason: why, proven: false }));
     this.opts.report(shardId);
   }
 

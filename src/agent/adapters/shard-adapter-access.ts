@@ -86,6 +86,6 @@ export function shardAdapterAccess(shard: ShardSnapshot, stateDir: string, book:
         book,
         baseline,
       ),
-    stall: { baseUrl, inFlightGauges: watch.inFlightGauges, progressCounters: watch.progressCounters },
+    stall: { baseUrl, apiKey: watch.apiKey, model: served, inFlightGauges: watch.inFlightGauges, progressCounters: watch.progressCounters },
   };
 }

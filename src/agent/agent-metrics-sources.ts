@@ -22,6 +22,7 @@ export function agentMetricsSources(o: { agent: Agent; supervisor: Supervisor; a
     adminConnections: () => ({ open: admin.openConnections, refused: admin.refusedConnectionCount }),
     conditions: () => agent.conditions.list(),
     warmth: () => agent.currentInventory().warmth,
+    adapters: () => agent.adapters.node.all(),
     gpus: () => {
       const byIndex = new Map(agent.gpuHealth().map((h) => [h.index, h]));
       const inventory = agent.currentInventory();

@@ -17,7 +17,7 @@ export const DEFAULT_MAX_ADAPTER_RANK = 16;
  * without LoRA, which costs GPU memory for nothing otherwise.
  */
 export function adapterLimitsOf(spec: Pick<StartShard, 'adapters' | 'maxAdapters' | 'maxAdapterRank'>, fromArgs: Partial<AdapterLimits> = {}): AdapterLimits {
-  const maxLoaded = spec.maxAdapters || fromArgs.maxLoaded || (spec.adapters.length > 0 ? spec.adapters.length : 0);
+  const maxLoaded = spec.maxAdapters || fromArgs.maxLoaded || spec.adapters.length;
   const maxRank = spec.maxAdapterRank || fromArgs.maxRank || DEFAULT_MAX_ADAPTER_RANK;
   return { maxLoaded, maxRank };
 }

@@ -17,7 +17,7 @@ export function parseLoadFlag(text: string, pinned: boolean): { name: string; re
 
 /** Reads a shard's adapters, or changes its desired set by one (load or unload) and answers once reconciled. */
 export function ctlAdapters(socket: string, shardId: string, change: { load?: ReturnType<typeof parseLoadFlag>; unload?: string }, timeoutMs = DEFAULT_ADAPTERS_TIMEOUT_MS): Promise<AdaptersResponseJson> {
-  return callUnaryJson<AdaptersResponseJson>(socket, 'Adapters', { shardId, ...(change.load ? { load: change.load } : {}), ...(change.unload ? { unload: change.unload } : {}) }, { timeoutMs });
+  return callUnaryJson<AdaptersResponseJson>(socket, change.load || change.unload ? 'ChangeAdapters' : 'Adapters', { shardId, ...(change.load ? { load: change.load } : {}), ...(change.unload ? { unload: change.unload } : {}) }, { timeoutMs });
 }
 
 /** The human form: one row per adapter, then the limits. */

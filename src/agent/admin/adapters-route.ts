@@ -4,20 +4,18 @@ import { type AdaptersRequest, type AdaptersResponse, AdaptersResponseSchema } f
 import { AdapterSpecSchema } from '../../gen/llmgw/v1/agent_pb.js';
 import { isValidShardId, SHARD_ID_PATTERN } from '../../lib/shard-id.js';
 import type { AdminBackend } from './admin-backend.js';
-import { ADMIN_PEER } from './admin-peer.js';
-import { ADMIN_ROLE } from './admin-role.js';
 import { auditAct } from './operator-audit.js';
 import { unknownShardError } from './unknown-shard-error.js';
 
 /**
- * `ctl adapters` (issue 53): a shard's adapters; with load or unload, its
- * desired set changed by one adapter and reconciled as a SetAdapters from
- * the control plane would (the same checks, the same report on the
- * stream), answered once reconciled. Reading is for the read tier too (the
- * method is in READ_METHODS); a change is a write, refused to it here with
- * the write gate's words, and audited with the caller's uid.
+ * `ctl adapters` (issue 53): a shard's adapters (Adapters, a read: in
+ * READ_METHODS); with load or unload (ChangeAdapters, a write the gate
+ * refuses to the read tier), its desired set changed by one adapter and
+ * reconciled as a SetAdapters from the control plane would (the same
+ * checks, the same report on the stream), audited with the caller's uid,
+ * answered once reconciled.
  */
-export async function adaptersRoute(backend: AdminBackend, req: AdaptersRequest, ctx: HandlerContext): Promise<AdaptersResponse> {
+export async function adaptersRoute(backend: AdminBackend, req: AdaptersRequest, ctx: HandlerContext, change: boolean): Promise<AdaptersResponse> {
   const adapters = backend.adapters;
   if (!adapters) throw new ConnectError('this agent serves no LoRA adapters', Code.Unimplemented);
   const id = req.shardId;
@@ -25,10 +23,9 @@ export async function adaptersRoute(backend: AdminBackend, req: AdaptersRequest,
   if (!backend.shard(id)) throw unknownShardError(id, backend.nodeId, backend.shards());
   const load = req.load;
   if (load && req.unload !== '') throw new ConnectError('load and unload one adapter at a time', Code.InvalidArgument);
-  if (load || req.unload !== '') {
-    if (ctx.values.get(ADMIN_ROLE) !== 'admin') {
-      throw new ConnectError(`uid ${ctx.values.get(ADMIN_PEER)?.uid} may read but not change the node: Adapters --${load ? 'load' : 'unload'} refused; ask to be added to the admin group`, Code.PermissionDenied);
-    }
+  if (!change && (load || req.unload !== '')) throw new ConnectError('Adapters only reads; ChangeAdapters loads and unloads', Code.InvalidArgument);
+  if (change && !load && req.unload === '') throw new ConnectError('ChangeAdapters needs load or unload', Code.InvalidArgument);
+  if (change) {
     const desired = adapters.desired(id);
     let next = desired;
     if (load) {

@@ -85,7 +85,8 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
 
       sleep: (req, ctx) => sleepRoute(backend, req, ctx),
       wake: (req, ctx) => wakeRoute(backend, req, ctx),
-      adapters: (req, ctx) => adaptersRoute(backend, req, ctx),
+      adapters: (req, ctx) => adaptersRoute(backend, req, ctx, false),
+      changeAdapters: (req, ctx) => adaptersRoute(backend, req, ctx, true),
 
       events: (req, ctx) => endedWithClient(streamEvents(req, ctx), ctx.signal),
     });

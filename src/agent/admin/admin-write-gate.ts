@@ -5,8 +5,7 @@ import { ADMIN_ROLE, type AdminAccess } from './admin-role.js';
 /**
  * The AdminService methods that change nothing. Every other method, and any
  * added later, is a write: refused to admin.read_group members by default.
- * Adapters reads unless it loads or unloads, which its route refuses to
- * the read tier itself (adapters-route.ts).
+ * Adapters only reads a shard's LoRA adapters; ChangeAdapters is the write.
  */
 export const READ_METHODS: ReadonlySet<string> = new Set(['Status', 'Logs', 'Events', 'Adapters']);
 

@@ -94,7 +94,10 @@ describe('adapters under churn (issue 53 acceptance)', () => {
     for (const i of current) routable.add(`t${i}`);
     const workers = [0, 1, 2, 3].map(worker);
     const t0 = performance.now();
+    const cycleMs: number[] = [];
+    const loadMs: number[] = [];
     for (let c = 0; c < CYCLES; c++) {
+      const tc = performance.now();
       const out = current[0] as number;
       const next = [...current.slice(1), (out + 4) % 8];
       routable.delete(`t${out}`);
@@ -103,12 +106,16 @@ describe('adapters under churn (issue 53 acceptance)', () => {
       const s = (await done).msg.value as ShardStatus;
       const incoming = `t${next[3]}`;
       expect(adapterOf(s, incoming)?.proven).toBe(true);
+      cycleMs.push(performance.now() - tc);
+      loadMs.push(adapterOf(s, incoming)?.loadMs ?? 0);
       routable.add(incoming);
       current = next;
     }
     const ms = performance.now() - t0;
     stop = true;
     await Promise.all(workers);
+    const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? 0;
+    console.log(`set to proven: median ${Math.round(median(cycleMs))} ms a cycle (SetAdapters sent to every adapter LOADED and proven, the outgoing one drained and unloaded), the engine's own load call median ${median(loadMs)} ms`);
     console.log(`${CYCLES} cycles in ${Math.round(ms)} ms (${Math.round(ms / CYCLES)} ms a cycle: unload drained, load, proof); ${tally.requests} requests (${tally.n2} with n=2), ${tally.wrong.length} wrong, ${tally.failed.length} failed`);
     expect(tally.requests).toBeGreaterThan(CYCLES);
     expect(tally.wrong).toEqual([]);

@@ -23,7 +23,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sglangLog } from './engine-log.js';
-import type { FakeBatchScheduler } from './fake-batch-scheduler.js';
+import type { FakeBatchScheduler, SchedRequest } from './fake-batch-scheduler.js';
 import { type AdapterFiles, type LoraPick, type LoraRoutes, once, readAdapterFiles } from './fake-lora.js';
 import { readBody, sendJson } from './sim-http.js';
 
@@ -79,6 +79,36 @@ export class FakeSglangLora implements LoraRoutes {
       if (!r.success) return r.error_message ?? 'failed';
     }
     return undefined;
+  }
+
+  /**
+   * The scheduler's rule: the running batch's adapters with this one, the
+   * base counting as one (None), at most --max-loras-per-batch; one already
+   * running always joins (S:python/sglang/srt/managers/scheduler.py:3355-3381;
+   * S:python/sglang/srt/lora/lora_manager.py:361-366).
+   */
+  admits = (req: SchedRequest, running: readonly SchedRequest[]): boolean => {
+    if (!this.#o.enabled) return true;
+    const ids = new Set(running.map((r) => r.lora?.slot ?? ''));
+    if (ids.has(req.lora?.slot ?? '')) return true;
+    return ids.size + 1 <= this.#o.perBatch;
+  };
+
+  /**
+   * With --enable-metrics: the LoRA pool's gauges, slots used = the distinct
+   * adapters in the running batch, total = --max-loras-per-batch
+   * (S:python/sglang/srt/observability/metrics_collector.py:606-626, 1353-1357;
+   * scheduler_components/metrics_reporter.py:1041-1055). No series per adapter.
+   */
+  metricsText(labels: string): string {
+    if (!this.#o.enabled) return '';
+    const used = new Set(this.#scheduler.snapshot().running.flatMap((r) => (r.lora ? [r.lora.slot] : []))).size;
+    const g = (name: string, help: string, v: number) => `# HELP ${name} ${help}\n# TYPE ${name} gauge\n${name}{${labels}} ${v.toFixed(1)}\n`;
+    return (
+      g('sglang:lora_pool_slots_used', 'Number of LoRA adapter slots currently occupied in GPU memory.', used) +
+      g('sglang:lora_pool_slots_total', 'Total number of LoRA adapter slots available (max_loras_per_batch).', this.#o.perBatch) +
+      g('sglang:lora_pool_utilization', 'LoRA pool utilization ratio (used/total). 1.0 means pool is full.', used / this.#o.perBatch)
+    );
   }
 
   /** The cards /v1/models adds (S:python/sglang/srt/entrypoints/http_server.py:1839-1850). */

@@ -160,7 +160,7 @@ export function sglangHandler(d: SglangRouteDeps): (req: IncomingMessage, res: S
     if (method === 'GET' && path === '/metrics') {
       // Mounted only with --enable-metrics (http_server.py:285-287).
       if (!o.metrics) sendJson(res, 404, { detail: 'Not Found' });
-      else res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metrics.text());
+      else res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8' }).end(metrics.text() + d.lora.metricsText(`model_name="${o.servedName}",engine_type="unified",tp_rank="0",pp_rank="0",moe_ep_rank="0"`));
       return;
     }
     // The information routes answer from the tokenizer's own state, without a

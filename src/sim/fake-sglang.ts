@@ -73,8 +73,8 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     };
 
     // The scheduler's metrics hooks, with their citations, are FakeSglangMetrics'.
-    const scheduler = new FakeBatchScheduler(
-      { maxRunning: k.maxRunning, tokenLatencyMs: k.tokenLatencyMs, embedLatencyMs: k.embedLatencyMs },
+    const scheduler: FakeBatchScheduler = new FakeBatchScheduler(
+      { maxRunning: k.maxRunning, tokenLatencyMs: k.tokenLatencyMs, embedLatencyMs: k.embedLatencyMs, admits: (r, running): boolean => lora.admits(r, running) },
       {
         prefill: (r) => {
           st.lastOutputAt = Date.now();
@@ -91,7 +91,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
       },
     );
     const metrics = new FakeSglangMetrics(o, scheduler);
-    const lora = new FakeSglangLora(o.lora, () => st.servedName, scheduler);
+    const lora: FakeSglangLora = new FakeSglangLora(o.lora, () => st.servedName, scheduler);
 
     /** Ends the server; `killSelf`: by SIGKILL to this process, as kill_process_tree(include_parent=True) does, not by an exit code. */
     const exit = async (code: number, why: string, killSelf = false) => {

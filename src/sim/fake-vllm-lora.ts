@@ -64,6 +64,8 @@ export class FakeVllmLora implements LoraRoutes {
   /** vllm:lora_requests_info's series: label text → the time it was last set. */
   readonly #series = new Map<string, number>();
   #lastSet = 0;
+  /** lora_resolver_lock: one load or unload of a name at a time (V:vllm/entrypoints/openai/models/serving.py:118, 172-173, 226-227). */
+  readonly #nameLocks = new Map<string, Promise<unknown>>();
 
   constructor(o: VllmLoraOptions, env: NodeJS.ProcessEnv, scheduler: FakeBatchScheduler, fatal: (why: string) => void) {
     this.#o = o;
@@ -94,10 +96,20 @@ export class FakeVllmLora implements LoraRoutes {
       return true;
     }
     if (!this.#runtime || method !== 'POST') return false;
-    if (path === '/v1/load_lora_adapter') void this.#load(req, res);
-    else if (path === '/v1/unload_lora_adapter') void this.#unload(req, res);
+    if (path === '/v1/load_lora_adapter') void this.#body(req, res).then((b) => b && this.#byName(b, () => this.#load(b, res)));
+    else if (path === '/v1/unload_lora_adapter') void this.#body(req, res).then((b) => b && this.#byName(b, () => this.#unload(b, res)));
     else return false;
     return true;
+  }
+
+  /** Runs `fn` once the calls before it for the same lora_name are done. */
+  #byName(body: Record<string, unknown>, fn: () => Promise<void>): Promise<void> {
+    const name = typeof body.lora_name === 'string' ? body.lora_name : '';
+    const run = (this.#nameLocks.get(name) ?? Promise.resolve()).then(fn);
+    const tail = run.catch(() => {});
+    this.#nameLocks.set(name, tail);
+    void tail.then(() => this.#nameLocks.get(name) === tail && this.#nameLocks.delete(name));
+    return run;
   }
 
   async #body(req: IncomingMessage, res: ServerResponse): Promise<Record<string, unknown> | undefined> {
@@ -112,9 +124,7 @@ export class FakeVllmLora implements LoraRoutes {
   }
 
   /** V:vllm/entrypoints/openai/models/serving.py:167-219, 237-259. */
-  async #load(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await this.#body(req, res);
-    if (!body) return;
+  async #load(body: Record<string, unknown>, res: ServerResponse): Promise<void> {
     const name = typeof body.lora_name === 'string' ? body.lora_name : '';
     const path = typeof body.lora_path === 'string' ? body.lora_path : '';
     const inplace = body.load_inplace === true;
@@ -173,9 +183,7 @@ export class FakeVllmLora implements LoraRoutes {
   }
 
   /** V:vllm/entrypoints/openai/models/serving.py:221-235, 261-280: the name is forgotten, the worker's copy stays. */
-  async #unload(req: IncomingMessage, res: ServerResponse): Promise<void> {
-    const body = await this.#body(req, res);
-    if (!body) return;
+  async #unload(body: Record<string, unknown>, res: ServerResponse): Promise<void> {
     const name = typeof body.lora_name === 'string' ? body.lora_name : '';
     if (!name) return sendJson(res, 400, errorBody("'lora_name' needs to be provided to unload a LoRA adapter.", 'InvalidUserInput', 400));
     if (!this.#registry.has(name)) return sendJson(res, 404, errorBody(`The lora adapter '${name}' cannot be found.`, 'NotFoundError', 404));

@@ -6,15 +6,18 @@
  * timeout: an engine whose unload never returns (SGLang #36894) must not
  * hold the reconciler for ever.
  */
+import { deadlineSignal } from '../../lib/deadline.js';
 import type { EngineAdapterApi } from '../../lib/engine-adapter-api.js';
 
 export interface AdapterTarget {
   baseUrl: string;
   apiKey?: string;
   api: EngineAdapterApi;
+  /** The safety limit of each call, whatever the caller's signal (default ADAPTER_CALL_TIMEOUT_MS). Added beside the contract's fields. */
+  callTimeoutMs?: number;
 }
 
-/** The safety timeout of a call made without a signal. */
+/** The safety limit of a call: an engine load reads the adapter from disk, an SGLang unload waits for its requests. */
 export const ADAPTER_CALL_TIMEOUT_MS = 120_000;
 
 /** A call the engine refused or never answered: its HTTP status (undefined: no answer) and its own words. */
@@ -60,23 +63,23 @@ export function engineReasonOf(text: string): string {
   return reason.replace(/\s+/g, ' ').trim().slice(0, 500);
 }
 
-function signalOf(opts: CallOptions | undefined): AbortSignal {
-  const timeout = AbortSignal.timeout(ADAPTER_CALL_TIMEOUT_MS);
-  return opts?.signal ? AbortSignal.any([opts.signal, timeout]) : timeout;
-}
-
 async function call(t: AdapterTarget, method: 'GET' | 'POST', path: string, what: string, body: unknown, opts: CallOptions | undefined): Promise<{ status: number; text: string }> {
   const headers: Record<string, string> = {};
   if (body !== undefined) headers['content-type'] = 'application/json';
   if (t.apiKey) headers.authorization = `Bearer ${t.apiKey}`;
   const url = `${t.baseUrl.replace(/\/+$/, '')}${path}`;
+  const limitMs = t.callTimeoutMs ?? ADAPTER_CALL_TIMEOUT_MS;
+  // A deadline that is certain to fire, not AbortSignal.any with AbortSignal.timeout (src/lib/deadline.ts).
+  const deadline = deadlineSignal(limitMs, opts?.signal);
   try {
-    const res = await fetch(url, { method, headers, signal: signalOf(opts), ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
+    const res = await fetch(url, { method, headers, signal: deadline.signal, ...(body !== undefined ? { body: JSON.stringify(body) } : {}) });
     return { status: res.status, text: await res.text() };
   } catch (err) {
     const e = err as Error & { cause?: { code?: string; message?: string } };
-    const why = e.name === 'TimeoutError' ? `no answer within ${ADAPTER_CALL_TIMEOUT_MS / 1000}s` : e.name === 'AbortError' ? 'the call was cancelled' : (e.cause?.code ?? e.cause?.message ?? e.message);
+    const why = deadline.expired ? `no answer within ${limitMs / 1000}s` : opts?.signal?.aborted ? 'the call was cancelled' : (e.cause?.code ?? e.cause?.message ?? e.message);
     throw new AdapterCallError(`${what}: ${method} ${path} got no answer (${why})`, undefined, why);
+  } finally {
+    deadline.clear();
   }
 }
 

@@ -78,7 +78,10 @@ describe('adapter-client against bin/fake-vllm', () => {
 
   it('gives up on an engine that does not answer, by the caller signal, as a call with no status', async () => {
     const t = await vllm(['--enable-lora', '--sim-hang-after', '0s']);
-    await expect(loadAdapter(t, 'a', dirs.make('vhang'), { signal: AbortSignal.timeout(300) })).rejects.toMatchObject({ status: undefined });
+    await expect(loadAdapter(t, 'a', dirs.make('vhang'), { signal: AbortSignal.timeout(300) })).rejects.toMatchObject({ status: undefined, engineReason: 'the call was cancelled' });
+    // Without a signal the target's own limit ends it.
+    await expect(unloadAdapter({ ...t, callTimeoutMs: 300 }, 'a')).rejects.toMatchObject({ status: undefined, engineReason: 'no answer within 0.3s' });
+    await expect(listLoadedAdapters({ ...t, baseUrl: `http://127.0.0.1:${await freePort()}` })).rejects.toMatchObject({ status: undefined, engineReason: 'ECONNREFUSED' });
   });
 });
 

@@ -17,14 +17,15 @@ export const SGLANG_ADAPTER_API: EngineAdapterApi = {
   unload: { path: '/unload_lora_adapter', nameField: 'lora_name' },
   // Adapters are cards with id=lora_name, root=lora_path, parent=the served name (http_server.py:1839-1850).
   list: { path: '/v1/models' },
-  // No per-adapter series in its metrics collector (S:python/sglang/srt/metrics/collector.py has no LoRA label).
+  // No inFlightMetric: its metrics say only how many pool slots the running batch's adapters take
+  // (sglang:lora_pool_slots_used, S:python/sglang/srt/observability/metrics_collector.py:606-626), never which.
   // The unload removes the adapter from the memory pool (S:python/sglang/srt/lora/lora_manager.py:346-352),
   // after the requests using it have ended (tokenizer_control_mixin.py:573-583; lora_registry.py:186-203).
   unloadFreesSlot: true,
   // Beyond --max-loaded-loras a load unloads the least recently used unpinned adapter (lookups count as use:
   // lora_registry.py:86-90, 132-143, 221-234; tokenizer_control_mixin.py:628-656).
   evictsLeastRecentlyUsed: true,
-  // pinned: never evicted (lora_registry.py:230-232); at most --max-loras-per-batch - 2 of them (lora_manager.py:307-313).
+  // pinned: never evicted (lora_registry.py:230-232); at most --max-loras-per-batch - 1 of them (lora_manager.py:307-313).
   supportsPinned: true,
   // `model: "<base>:<adapter>"` names the adapter; a bare name is taken as the (unchecked) model, the base answers
   // (S:python/sglang/srt/entrypoints/openai/serving_base.py:40-71; serving_completions.py:58-64, 108-119).

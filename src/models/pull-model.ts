@@ -74,8 +74,8 @@ export interface PullResult {
   evicted: string[];
   /** What an engine is given as the model (the snapshot folder). */
   snapshotPath: string;
-  /** Set when the repo is a LoRA adapter (adapters/adapter-files.ts): its base model and rank. */
-  adapter?: AdapterMeta;
+  /** Set when the repo is a LoRA adapter (adapters/adapter-files.ts): its base model and rank; `models pull` adds its content digest. */
+  adapter?: AdapterMeta & { digest?: string };
 }
 
 interface PlannedBlob {

@@ -7,7 +7,8 @@ import type { StoredModel } from './scan-store.js';
 /**
  * `llmgw models list`'s table. IN MEMORY: the model's bytes in the page
  * cache now (fincore), what a start reads at memory speed (issue 41); '-'
- * where it could not be read.
+ * where it could not be read. KIND, BASE and RANK: a LoRA adapter's base
+ * model and rank (issue 53), '?' while its config is not read yet.
  */
 export function renderModelsList(models: readonly StoredModel[], budget: number, compileBytes = 0, nowMs = Date.now(), resident: ReadonlyMap<string, number> = new Map()): string {
   const used = models.reduce((s, m) => s + m.bytes, 0) + compileBytes;
@@ -23,8 +24,12 @@ export function renderModelsList(models: readonly StoredModel[], budget: number,
     inMemory(resident.get(m.repo), m.bytes),
     m.lastUsedMs > 0 ? formatAge(nowMs - m.lastUsedMs) : '-',
     printable(m.pins.join(',')) || '-',
+    // A LoRA adapter: the model it was trained on and its rank, what an engine's --max-lora-rank must allow.
+    m.kind ?? 'model',
+    m.kind === 'adapter' ? printable(m.baseModel ?? '?') : '-',
+    m.kind === 'adapter' ? String(m.rank ?? '?') : '-',
   ]);
-  return `${renderTable(['MODEL', 'REVISIONS', 'STATE', 'SIZE', 'IN MEMORY', 'LAST USED', 'PINNED BY'], rows)}\n${footer}`;
+  return `${renderTable(['MODEL', 'REVISIONS', 'STATE', 'SIZE', 'IN MEMORY', 'LAST USED', 'PINNED BY', 'KIND', 'BASE', 'RANK'], rows)}\n${footer}`;
 }
 
 function inMemory(resident: number | undefined, bytes: number): string {

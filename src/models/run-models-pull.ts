@@ -1,9 +1,11 @@
 import { Listr } from 'listr2';
 import { progressListrOptions } from '../lib/listr-options.js';
 import { formatBytes } from '../lib/format-bytes.js';
+import { printable } from '../lib/printable.js';
 import type { ModelStore } from './model-store-options.js';
 import { type PullEvent, type PullRequest, type PullResult, pullModel } from './pull-model.js';
 import { PullProgress } from './pull-progress.js';
+import { resolveStoreAdapter } from './adapters/resolve-adapter.js';
 
 export interface RunModelsPullOptions {
   store: ModelStore;
@@ -56,7 +58,9 @@ export async function runModelsPull(o: RunModelsPullOptions): Promise<{ result: 
       },
     });
   }
-  const r = result as PullResult;
+  let r = result as PullResult;
+  // An adapter's identity is its content digest, what the agent's adapter set names it by (issue 53).
+  if (r.adapter) r = { ...r, adapter: { ...r.adapter, digest: (await resolveStoreAdapter(o.store.layout, r.repo, r.revision)).digest } };
   return { result: r, text: `${summary(r)}\n${r.snapshotPath}` };
 }
 
@@ -65,7 +69,8 @@ function summary(r: PullResult): string {
   if (r.resumedBytes > 0) parts.push(`${formatBytes(r.resumedBytes)} resumed`);
   if (r.mismatches > 0) parts.push(`${r.mismatches} corrupt download(s) refused and fetched again`);
   if (r.evicted.length > 0) parts.push(`evicted ${r.evicted.join(', ')}`);
-  return `pulled ${r.repo}@${r.revision} (${r.commit.slice(0, 12)}): ${parts.join(', ')}`;
+  const adapter = r.adapter ? `; a LoRA adapter of ${printable(r.adapter.baseModel)}, rank ${r.adapter.rank}${r.adapter.digest ? `, ${r.adapter.digest}` : ''}` : '';
+  return `pulled ${r.adapter ? 'adapter ' : ''}${r.repo}@${r.revision} (${r.commit.slice(0, 12)}): ${parts.join(', ')}${adapter}`;
 }
 
 /** One line per step for a log or a pipe; progress ticks are left to the terminal display. */

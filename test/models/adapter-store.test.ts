@@ -25,6 +25,7 @@ hub.repos.set('acme/lora-bin', fakeAdapterRepo('acme/lora-bin', { weightsName: '
 hub.repos.set('acme/lora-noweights', fakeAdapterRepo('acme/lora-noweights', { weightsName: null, more: [{ path: 'lora.safetensors', content: bytes(10_000, 3), lfs: true }] }));
 hub.repos.set('acme/lora-norank', fakeAdapterRepo('acme/lora-norank', { config: adapterConfigText('acme/base', undefined) }));
 hub.repos.set('acme/lora-nobase', fakeAdapterRepo('acme/lora-nobase', { config: adapterConfigText(undefined, 8) }));
+hub.repos.set('acme/lora-2m', fakeAdapterRepo('acme/lora-2m', { weights: bytes(2 * 1024 * 1024, 6), weightsName: 'adapter_model.bin' }));
 hub.repos.set('acme/lora-big', fakeAdapterRepo('acme/lora-big', { weights: bytes(400_000, 5) }));
 hub.repos.set('acme/model', fakeRepo('acme/model', [
   { path: 'config.json', content: Buffer.from('{"architectures":["LlamaForCausalLM"]}\n'), lfs: false },
@@ -53,6 +54,8 @@ beforeEach(() => {
   dir = mkdtempSync(join(tmpdir(), 'llmgw-adapters-'));
   layout = new StoreLayout(dir);
   hub.requests.length = 0;
+  hub.trickle.clear();
+  hub.corrupt.clear();
 });
 afterEach(() => rmSync(dir, { recursive: true, force: true }));
 
@@ -122,6 +125,33 @@ describe('an adapter pulled into the store', () => {
   });
 });
 
+describe('an adapter pull, like a model pull', () => {
+  it('resumes after it was stopped mid-file and refuses a corrupt download, fetching it again; the digest is the same', async () => {
+    // One stream (under RANGED_MIN_BYTES) of 16 KiB a tick: at least 2.5 s for the file, 64 KiB of it seen long before.
+    hub.trickle.set('adapter_model.bin', 16 * 1024);
+    const stop = new AbortController();
+    const incomplete = layout.incompletePath('acme/lora-2m', sha256(hub.repos.get('acme/lora-2m')?.files[1]?.content as Buffer));
+    const first = pullModel({ repo: 'acme/lora-2m', revision: 'main', include: [] }, { ...ctx(), signal: stop.signal });
+    const end = Date.now() + 20_000;
+    while (!(existsSync(incomplete) && statSync(incomplete).size >= 64 * 1024)) {
+      if (Date.now() > end) throw new Error('no part of adapter_model.bin on disk within 20 s');
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    stop.abort();
+    await expect(first).rejects.toThrow();
+    await expect(resolveStoreAdapter(layout, 'acme/lora-2m', 'main')).rejects.toThrow(/^the LoRA adapter acme\/lora-2m@main is not in the model store \(a pull of acme\/lora-2m did not finish\); pull it first /);
+    hub.trickle.clear();
+    hub.corrupt.set('adapter_model.bin', 1);
+    const r = await pull('acme/lora-2m');
+    expect(r.resumedBytes).toBeGreaterThan(0);
+    expect(r.mismatches).toBe(1);
+    const a = await resolveStoreAdapter(layout, 'acme/lora-2m', 'main');
+    rmSync(dir, { recursive: true, force: true });
+    await pull('acme/lora-2m');
+    expect((await resolveStoreAdapter(layout, 'acme/lora-2m', 'main')).digest).toBe(a.digest);
+  });
+});
+
 describe('resolveStoreAdapter refuses', () => {
   it('an adapter not in the store, and a revision of it not pulled, in one line', async () => {
     await expect(resolveStoreAdapter(layout, 'acme/lora-a', 'main')).rejects.toThrow(/^the LoRA adapter acme\/lora-a@main is not in the model store; pull it first \(llmgw models pull acme\/lora-a --revision main\)$/);
@@ -169,7 +199,12 @@ describe('resolveStoreAdapter refuses', () => {
     const m = JSON.parse(readFileSync(path, 'utf8')) as { refs: Record<string, string> };
     writeFileSync(path, JSON.stringify({ ...m, refs: { main: '../../../../tmp' } }));
     await expect(resolveStoreAdapter(layout, 'acme/lora-a', 'main')).rejects.toThrow(/is not in the model store/);
+    // One naming a blob by a path rather than a digest.
+    const files = (m as unknown as { snapshots: Record<string, { files: { path: string; etag: string }[] }> }).snapshots[r.commit]?.files ?? [];
+    writeFileSync(path, JSON.stringify({ ...m, snapshots: { [r.commit]: { ...(m as unknown as { snapshots: Record<string, object> }).snapshots[r.commit], files: files.map((f) => ({ ...f, etag: f.path === 'adapter_model.safetensors' ? '../../../../../etc/passwd' : f.etag })) } } }));
+    await expect(resolveStoreAdapter(layout, 'acme/lora-a', 'main')).rejects.toThrow(/names adapter_model\.safetensors's blob "\.\.\/.*", not a digest; refused/);
     writeFileSync(path, JSON.stringify(m));
+    await expect(resolveStoreAdapter(layout, 'acme/lora-a', 'main')).resolves.toMatchObject({ commit: r.commit });
     // The snapshot folder replaced by a link to a folder someone else filled.
     const snap = layout.snapshotDir('acme/lora-a', r.commit);
     const elsewhere = mkdtempSync(join(tmpdir(), 'llmgw-elsewhere-'));

@@ -2,7 +2,7 @@ import { Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 
 export default class ModelsList extends BaseCommand {
-  static override summary = 'List the models in the node-local store: revisions, complete or partial, size, last use, pins.';
+  static override summary = 'List the models and LoRA adapters in the node-local store: revisions, complete or partial, size, last use, pins, an adapter\'s base and rank.';
 
   static override description = `Reads models.cache_dir. A model is complete when every file its pulls
 listed was verified and linked; partial while a pull runs or after one that
@@ -10,7 +10,8 @@ stopped (pull again to resume); one an engine fetched by itself has no
 record and shows as partial. IN MEMORY is how much of it the page cache
 holds now (fincore): a start reads that at memory speed (llmgw models warm
 fills it). PINNED BY names the shards using it, which eviction and rm never
-touch.`;
+touch. KIND is model or adapter; a LoRA adapter's BASE is the model it was
+trained on (adapter_config.json base_model_name_or_path) and RANK its r.`;
 
   static override examples = ['<%= config.bin %> models list', '<%= config.bin %> models list --json | jq ".models[] | select(.complete)"'];
 

@@ -2,12 +2,12 @@ import { Args, Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 
 export default class ModelsRm extends BaseCommand {
-  static override summary = 'Remove a model from the node-local store, unless a shard pins it or a pull is in progress.';
+  static override summary = 'Remove a model or LoRA adapter from the node-local store, unless a shard pins it or a pull is in progress.';
 
   static override examples = ['<%= config.bin %> models rm Qwen/Qwen2.5-0.5B-Instruct'];
 
   static override args = {
-    repo: Args.string({ description: 'Hub model id, org/name, as models list shows it.', required: true }),
+    repo: Args.string({ description: 'Hub model or adapter id, org/name, as models list shows it.', required: true }),
   };
 
   static override flags = {

@@ -9,6 +9,9 @@ import { verifyBlobsForStart } from '../verified-blobs.js';
 import { ADAPTER_CONFIG, adapterFilesRead, incompleteAdapterError, isAdapterListing } from './adapter-files.js';
 import { readAdapterMeta } from './adapter-pull.js';
 
+/** A blob's name: a git blob sha1 or an LFS sha256. */
+const ETAG = /^(?:[0-9a-f]{40}|[0-9a-f]{64})$/;
+
 /** One LoRA adapter of the store, ready to be given to an engine (the contract of issue 53 between the store and the agent). */
 export interface StoreAdapter {
   repo: string;
@@ -51,7 +54,9 @@ export async function resolveStoreAdapter(layout: StoreLayout, repo: string, rev
   const commit = commitOf(manifest, revision);
   const snap = commit !== undefined && COMMIT_HASH.test(commit) ? manifest?.snapshots[commit] : undefined;
   if (commit === undefined || snap === undefined || !Array.isArray(snap.files)) {
-    throw usageError(`the LoRA adapter ${repo}@${revision} is not in the model store; pull it first (${pullAgain})`);
+    // A pull records the revision's ref only once it completed: one stopped half-way left a snapshot and no ref.
+    const unfinished = manifest !== undefined && typeof manifest.snapshots === 'object' && Object.values(manifest.snapshots).some((x) => x?.complete === false);
+    throw usageError(`the LoRA adapter ${repo}@${revision} is not in the model store${unfinished ? ` (a pull of ${repo} did not finish)` : ''}; pull it first (${pullAgain})`);
   }
   const listing = Array.isArray(snap.repoFiles) && snap.repoFiles.every((p) => typeof p === 'string') ? snap.repoFiles : snap.files.map((f) => f.path);
   if (!isAdapterListing(listing)) {
@@ -64,6 +69,8 @@ export async function resolveStoreAdapter(layout: StoreLayout, repo: string, rev
   for (const path of reads) {
     const f = byPath.get(path);
     if (f === undefined) throw incompleteAdapterError(repo, revision, [path], `the store's copy (pulled with --include ${snap.include.join(' ')})`);
+    // A blob is named by its digest; a record naming anything else would send the engine out of the store.
+    if (typeof f.etag !== 'string' || !ETAG.test(f.etag) || !Number.isSafeInteger(f.size)) throw failure(`the store's record of ${repo}@${revision} names ${path}'s blob ${JSON.stringify(f.etag).slice(0, 80)}, not a digest; refused: remove the adapter (llmgw models rm ${repo}) and pull it again`);
     present.push(f);
   }
   if (!snap.complete) throw usageError(`the LoRA adapter ${repo}@${revision} is incomplete in the model store: its pull did not finish; pull it again (${pullAgain})`);

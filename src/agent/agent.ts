@@ -34,6 +34,7 @@ import { type PortGuard, SleepPortGuards } from './supervisor/shard/sleep-port-g
 import { NftPortGuard } from '../lib/net/nft-port-guard.js';
 import { StatusReporter } from './connection/status-reporter.js';
 import type { Supervisor } from './supervisor/supervisor.js';
+import { AgentAdapters } from './agent-adapters.js';
 
 export interface AgentOptions {
   config: AgentConfig;
@@ -90,6 +91,8 @@ export class Agent {
   readonly warmth: WarmthLedger;
   /** DiskPressure and Cordoned: in every Inventory, and what refuses a new start while one holds. */
   readonly conditions: NodeConditions;
+  /** Each shard's LoRA adapters (issue 53): SetAdapters, ShardStatus.adapters, `ctl adapters`. */
+  readonly adapters: AgentAdapters;
   /** Opens once the first Register is out: hardware reads wait for it. */
   private hardwareGate: HardwareStartGate | undefined;
   private health: GpuHealthWatch | undefined;
@@ -103,7 +106,7 @@ export class Agent {
     const c = opts.config;
     this.node = describeNode(c, opts.version, opts.gangEndpoint);
     this.conditions = new NodeConditions(c.supervisor, this.log);
-    this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics, logger: this.log });
+    this.reporter = new StatusReporter({ nodeId: c.nodeId, metrics: opts.metrics, logger: this.log, decorate: (s) => this.adapters?.decorate(s) ?? s });
     this.inventoryWatcher = new InventoryWatcher({
       discover: opts.discover,
       stateDir: c.supervisor.stateDir,
@@ -122,7 +125,7 @@ export class Agent {
       metrics: opts.metrics,
       onPhase: (from, status) => this.events.record(connectionEvent(from, status)),
       session: {
-        register: () => buildRegister(this.node, this.reportedInventory, opts.supervisor.list(), this.conditions.cordoned()),
+        register: () => this.adapters.withRunningAdapters(buildRegister(this.node, this.reportedInventory, opts.supervisor.list(), this.conditions.cordoned())),
         heartbeat: () => this.heartbeat(),
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
         onEstablished: () => {
@@ -154,6 +157,7 @@ export class Agent {
     this.conditions.cordon.on('change', (state, uid) => this.events.record(cordonEvent(state, uid)));
     this.conditions.disk.on('change', (state) => this.events.record(diskPressureEvent(state.active, state.reason)));
     const report = (status: ShardStatus) => this.reporter.report(status);
+    this.adapters = new AgentAdapters({ nodeId: c.nodeId, stateDir: c.supervisor.stateDir, supervisor: opts.supervisor, models: this.models, report, log: this.log });
     const admission = new StartAdmission({
       supervisor: opts.supervisor,
       engines: opts.engines,
@@ -164,6 +168,7 @@ export class Agent {
       models: this.models,
       processGone: (pid) => this.inventoryWatcher.processes.gone(pid),
       beforeLaunch: (spec, plan) => sleepPorts.beforeLaunch(spec, plan),
+      adapters: this.adapters,
       logger: this.log,
     });
     this.commands = new ShardCommands({
@@ -194,6 +199,7 @@ export class Agent {
       events: this.events, logger: this.log,
       cordon: this.conditions.cordon,
       models: this.models,
+      adapters: this.adapters.admin(),
     });
   }
 
@@ -211,9 +217,7 @@ export class Agent {
   }
 
   /** The account each registered engine runs as under this agent, and whether that refuses its starts. */
-  engineAccounts(): EngineAccount[] {
-    return this.opts.engines.accounts(process.getuid?.() ?? -1);
-  }
+  engineAccounts(): EngineAccount[] { return this.opts.engines.accounts(process.getuid?.() ?? -1); }
 
   /** Each GPU of the inventory: its latest memory reading, unresolved fault and last events (none before the watch starts). */
   gpuHealth(): GpuHealthView[] {
@@ -254,8 +258,7 @@ export class Agent {
    * are left running.
    */
   async run(signal: AbortSignal, hooks: { onFirstAttempt?: () => void } = {}): Promise<void> {
-    // Recovery first and without waiting on hardware discovery: adopted
-    // engines settle in the background and must not wait for nvidia-smi.
+    // Recovery first, not after hardware discovery: adopted engines settle in the background, not after nvidia-smi.
     this.recordAdoptions(await this.recovery.recover());
     // Pins become those of the shards the agent has: a crash's leftovers go, adopted shards keep theirs.
     await this.models.reconcile(this.opts.supervisor.list().map((s) => s.spec));
@@ -265,6 +268,7 @@ export class Agent {
       this.inventoryWatcher.stop();
       this.conditions.close();
       this.models.close();
+      this.adapters.close();
       this.opts.sampler.close();
       // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for.
       this.healthClosed ??= this.health?.close();
@@ -278,8 +282,7 @@ export class Agent {
       if (!signal.aborted) await this.startGpuHealth();
       await this.connection.run(signal, { onFirstAttempt: hooks.onFirstAttempt, onStopping: stopWatching });
     } finally {
-      // Also when the connection could not start (an unreadable certificate):
-      // a timer or an nvidia-smi loop left behind would keep the process alive.
+      // Also when the connection could not start (a bad certificate): a timer left behind keeps the process alive.
       stopWatching();
       // The caller closes NVML next: no event wait may still be running on its worker thread then.
       await this.healthClosed;
@@ -339,11 +342,8 @@ export class Agent {
    */
   private get inventory(): Inventory {
     const scanned = this.inventoryWatcher.current();
-    // The scan itself is never written: the conditions and warnings are
-    // replaced, and the health watch writes only each GPU's healthy and
-    // error, so the GPUs are copied one level and the rest is shared. A deep
-    // clone of the whole scan here, twice for each StartShard's admission,
-    // was a third of the agent's CPU under a flood of refused starts.
+    // The scan is never written (conditions and warnings are replaced, the watch writes each GPU's health), so the
+    // GPUs are copied one level: a deep clone, twice per admission, was a third of the CPU under refused starts.
     const marked = { ...scanned, gpus: this.health ? scanned.gpus.map((g) => ({ ...g })) : scanned.gpus };
     this.health?.markInventory(marked.gpus);
     marked.conditions = this.conditions.list();
@@ -356,8 +356,7 @@ export class Agent {
   }
 
   private heartbeat() {
-    // Not the fault-marked clone: only memory readings are read, and cloning
-    // every heartbeat was a fifth of an idle agent's JS time (bench 5b).
+    // Not the fault-marked clone, a fifth of an idle agent's JS time (bench 5b): only memory readings are read.
     // GPU memory metrics are read when scraped (gpuHealth), not set here.
     return buildHeartbeat(this.nodeId, this.opts.sampler.latest(), this.inventoryWatcher.current());
   }
@@ -366,8 +365,7 @@ export class Agent {
     this.opts.metrics?.messagesReceived.inc({ type: m.msg.case ?? 'unknown' });
     switch (m.msg.case) {
       case 'start':
-        // In the background: loading takes minutes, and the stream must keep
-        // carrying heartbeats and other commands meanwhile.
+        // In the background: loading takes minutes, and the stream carries heartbeats and commands meanwhile.
         void this.commands.start(m.msg.value);
         return;
       case 'stop':
@@ -386,6 +384,9 @@ export class Agent {
         return;
       case 'wake':
         void this.commands.wakeCommand(m.msg.value);
+        return;
+      case 'setAdapters': // In the background, like a start: pulls, loads and proofs take seconds.
+        void this.adapters.set(m.msg.value);
         return;
       case 'ack':
         if (!m.msg.value.ok) {

@@ -41,6 +41,11 @@ export interface StartAdmissionOptions {
   processGone?: (pid: number) => boolean;
   /** Last before the launch, after the plan: what must hold before the engine binds its port (a sleep-mode port's guard); throws the refusal. */
   beforeLaunch?: (spec: CheckedStartShard, plan: LaunchPlan) => Promise<void>;
+  /** The shard's LoRA adapters (agent-adapters.ts): why its set or limits may not be, and the flags and environment they need at launch. */
+  adapters?: {
+    startProblem(spec: CheckedStartShard): string | undefined;
+    launch(spec: CheckedStartShard): { args: string[]; env: Record<string, string> } | undefined;
+  };
   logger: Logger;
 }
 
@@ -73,6 +78,9 @@ export class StartAdmission {
     // and naming a GPU would send the operator to the wrong place.
     const refusal = this.opts.nodeRefusal?.();
     if (refusal !== undefined) throw failure(refusal);
+    // The spec alone, before any GPU or pull: a bad adapter set is refused whole, nothing launched.
+    const adapters = this.opts.adapters?.startProblem(given);
+    if (adapters !== undefined) throw failure(`shard ${given.shardId}: ${adapters}`);
     this.refuseUnfitGpus(given);
     await this.waitForModelPull(given);
     const spec = await this.withWorkerPort(given);
@@ -135,6 +143,11 @@ export class StartAdmission {
     try {
       await engine.validate(spec, this.validationContext(spec));
       const plan = engine.command(spec);
+      const lora = this.opts.adapters?.launch(spec);
+      if (lora) {
+        plan.argv.push(...lora.args);
+        Object.assign(plan.env, lora.env);
+      }
       refuseWithoutHub(spec, engine.storeShortfall?.(spec), plan.env);
       await this.opts.beforeLaunch?.(spec, plan);
       // ctl status's note: how it runs online, and where a multi-node rank is placed (rank-placement.ts).

@@ -62,6 +62,9 @@ describe.skipIf(!asRoot || !hasSetpriv)('admin.read_group and the uid of every c
     expect(status.status).toBe(0);
     expect(status.stdout).toContain('read-node');
     expect(ctlAs(READER, ['events']).status).toBe(0);
+    // Reading a shard's adapters is a read: the shard is unknown, not the right.
+    expect(ctlAs(READER, ['adapters', 'no-such-shard']).stderr).toContain('no-such-shard');
+    expect(ctlAs(READER, ['adapters', 'no-such-shard']).status).not.toBe(77);
     // ...and changes nothing, each refusal one line naming the group to join.
     for (const [args, method] of [
       [['adopt'], 'Adopt'],
@@ -70,6 +73,7 @@ describe.skipIf(!asRoot || !hasSetpriv)('admin.read_group and the uid of every c
       [['drain', '--all'], 'Drain'],
       [['sleep', 'no-such-shard'], 'Sleep'],
       [['wake', 'no-such-shard'], 'Wake'],
+      [['adapters', 'no-such-shard', '--unload', 'x'], 'ChangeAdapters'],
     ] as const) {
       const r = ctlAs(READER, [...args]);
       expect(r.stderr, args.join(' ')).toBe(`error: uid 65534 is in admin.read_group (staff), which may read but not change the node: ${method} refused; ask to be added to users`);

@@ -1,4 +1,4 @@
-import type { GpuEvent, Inventory } from '../../gen/llmgw/v1/agent_pb.js';
+import type { AdapterSpec, AdapterStatus, GpuEvent, Inventory } from '../../gen/llmgw/v1/agent_pb.js';
 import type { ShardId } from '../../lib/shard-id.js';
 import type { ConnectionStatus } from '../connection/connection-state.js';
 import type { EngineAccount } from '../engines/engine-account.js';
@@ -12,6 +12,14 @@ import type { Logger } from '../../lib/logger.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../supervisor/supervisor.js';
 
+/** A shard's adapters as `ctl adapters` reads and changes them (NodeAdapters). */
+export interface AdminAdapters {
+  statuses(id: ShardId): AdapterStatus[];
+  desired(id: ShardId): AdapterSpec[];
+  limits(id: ShardId): { maxLoaded: number; maxRank: number };
+  set(id: ShardId, adapters: readonly AdapterSpec[]): Promise<{ ok: true } | { refused: string }>;
+}
+
 /** What `ctl gpu clear` did: the faults' messages, and the event sent (none when nothing was held). */
 export interface GpuFaultClearing {
   cleared: string[];
@@ -20,7 +28,7 @@ export interface GpuFaultClearing {
 
 /** A change asked over the admin socket, with the caller's uid as the kernel gave it (SO_PEERCRED). */
 export interface OperatorAct {
-  act: 'sleep' | 'wake' | 'drain' | 'drain --cancel' | 'adopt' | 'gpu clear';
+  act: 'sleep' | 'wake' | 'drain' | 'drain --cancel' | 'adopt' | 'gpu clear' | 'adapters --load' | 'adapters --unload';
   uid: number | undefined;
   shardId?: string;
   gpu?: number;
@@ -83,6 +91,8 @@ export interface AdminBackend {
   cancelDrainShard(id: ShardId): Promise<ShardSnapshot>;
   /** `ctl sleep` / `ctl wake`: as the control plane's SleepShard and WakeShard (the same refusals, reported the same way); absent where there are none. */
   sleepShard?(id: ShardId, level: number): Promise<SleepOutcome>;
+  /** `ctl adapters`: a shard's LoRA adapters, and a change of its desired set as a SetAdapters makes it (issue 53); absent where there are none. */
+  adapters?: AdminAdapters;
   wakeShard?(id: ShardId): Promise<SleepOutcome>;
   /** `ctl events`: the kept events after seq `afterSeq` and at or after `sinceMs`, oldest first. */
   events(afterSeq: number, sinceMs: number): AgentEventView[];
@@ -109,10 +119,11 @@ export interface AdminBackendParts {
   logger?: Logger;
   cordon?: Pick<NodeCordon, 'set' | 'current'>;
   models?: Pick<NodeModels, 'waitingStarts'>;
+  adapters?: AdminAdapters;
 }
 
 /** The admin socket's view of an agent, from the parts that answer each call. */
-export function adminBackend({ node, view, supervisor: sup, commands, recovery, events, logger, cordon, models }: AdminBackendParts): AdminBackend {
+export function adminBackend({ node, view, supervisor: sup, commands, recovery, events, logger, cordon, models, adapters }: AdminBackendParts): AdminBackend {
   return {
     nodeId: node.nodeId,
     version: node.version,
@@ -143,6 +154,7 @@ export function adminBackend({ node, view, supervisor: sup, commands, recovery, 
     events: (afterSeq, sinceMs) => events.list(afterSeq, sinceMs),
     followEvents: (listener) => events.subscribe(listener),
     cordon,
+    adapters,
     waitingStarts: models && (() => models.waitingStarts()),
     audit: (a) => {
       const target = a.shardId ?? (a.gpu !== undefined ? `GPU ${a.gpu}` : undefined);

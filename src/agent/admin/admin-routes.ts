@@ -27,6 +27,7 @@ import { clearGpuFault } from './clear-gpu-fault.js';
 import { cordonRoute } from './cordon-route.js';
 import { auditAct } from './operator-audit.js';
 import { sleepRoute, wakeRoute } from './sleep-route.js';
+import { adaptersRoute } from './adapters-route.js';
 import { eventsRoute } from './events-route.js';
 import { type Claimed, LogCallAdmission, type LogSlotKind } from './log-call-admission.js';
 import { DEFAULT_DRAIN_TIMEOUT_MS, streamDrainProgress } from './stream-drain-progress.js';
@@ -84,6 +85,8 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
 
       sleep: (req, ctx) => sleepRoute(backend, req, ctx),
       wake: (req, ctx) => wakeRoute(backend, req, ctx),
+      adapters: (req, ctx) => adaptersRoute(backend, req, ctx, false),
+      changeAdapters: (req, ctx) => adaptersRoute(backend, req, ctx, true),
 
       events: (req, ctx) => endedWithClient(streamEvents(req, ctx), ctx.signal),
     });

@@ -27,6 +27,8 @@ export interface StatusReporterOptions {
   /** Default MAX_KEPT_GPU_EVENTS. */
   maxKeptGpuEvents?: number;
   logger?: Logger;
+  /** What every shard status carries beside the runner's (its LoRA adapters, issue 53); none: as it is. */
+  decorate?: (status: ShardStatus) => ShardStatus;
 }
 
 /** A GPU event on its way: kept until a stream known to work has taken it. */
@@ -178,7 +180,7 @@ export class StatusReporter {
   }
 
   report(reported: ShardStatus): void {
-    const status = boundedStatus(reported);
+    const status = boundedStatus(this.opts.decorate?.(reported) ?? reported);
     if (this.outbox) this.send({ case: 'shard', value: status });
     if (!this.outbox || !this.established) this.unsent.set(status.shardId, status);
   }

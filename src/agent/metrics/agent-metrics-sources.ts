@@ -19,6 +19,8 @@ export interface MetricsAgentView {
   currentInventory(): Inventory;
   /** Each GPU's latest reading and the health watch's verdict (admin-backend.ts's GpuHealthView). */
   gpuHealth(): readonly Pick<GpuMetricsView, 'index' | 'memoryUsedMb' | 'healthy' | 'fault'>[];
+  /** Each shard's LoRA adapters (agent-adapters.ts's AgentAdapters), for llmgw_adapter_*. */
+  readonly adapters: { readonly node: { all(): ReturnType<NonNullable<AgentMetricsSources['adapters']>> } };
 }
 
 /** What the metrics read of the admin socket (admin-server.ts's AdminServer is one). */
@@ -44,6 +46,7 @@ export function agentMetricsSources(o: { agent: MetricsAgentView; supervisor: Su
     adminConnections: () => ({ open: admin.openConnections, refused: admin.refusedConnectionCount }),
     conditions: () => agent.conditions.list(),
     warmth: () => agent.currentInventory().warmth,
+    adapters: () => agent.adapters.node.all(),
     gpus: () => {
       const byIndex = new Map(agent.gpuHealth().map((h) => [h.index, h]));
       const inventory = agent.currentInventory();

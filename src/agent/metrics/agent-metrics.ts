@@ -1,13 +1,14 @@
 import { stateName } from '../../lib/shard-states.js';
 import type { Server } from 'node:http';
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from 'prom-client';
-import type { GpuEvent, ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
+import type { AdapterStatus, GpuEvent, ModelWarmth } from '../../gen/llmgw/v1/agent_pb.js';
 import type { ConnectionPhase, ConnectionStatus } from '../connection/connection-state.js';
 import type { Outbox } from '../connection/outbox.js';
 import { GpuMetrics, type GpuMetricsView } from './gpu-metrics.js';
 import { serveMetrics } from './metrics-server.js';
 import { type NodeConditionView, registerNodeConditionMetrics } from './node-condition-metrics.js';
 import { registerWarmthMetrics } from './warmth-metrics.js';
+import { registerAdapterMetrics } from './adapter-metrics.js';
 import { ShardMetrics, type ShardMetricsSources } from './shard-metrics.js';
 
 /** Every phase of the control-plane stream, the values of llmgw_agent_stream_state's `state` label. */
@@ -25,6 +26,8 @@ export interface AgentMetricsSources extends ShardMetricsSources {
   conditions?(): readonly NodeConditionView[];
   /** Inventory.warmth, for llmgw_model_time_to_ready_seconds; none when absent. */
   warmth?(): readonly ModelWarmth[];
+  /** Each shard's LoRA adapters, for llmgw_adapter_*; none when absent. */
+  adapters?(): readonly { shardId: string; adapters: readonly AdapterStatus[] }[];
 }
 
 /**
@@ -145,6 +148,7 @@ export class AgentMetrics {
     });
     registerNodeConditionMetrics(this.registry, () => src.conditions?.() ?? []);
     registerWarmthMetrics(this.registry, () => src.warmth?.() ?? []);
+    registerAdapterMetrics(this.registry, () => src.adapters?.() ?? []);
   }
 
   /** The current session's outbox (undefined between sessions), whose depth llmgw_agent_outbox_messages reads. */

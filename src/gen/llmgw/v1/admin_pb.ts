@@ -8,7 +8,7 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Duration, DurationJson, Timestamp, TimestampJson } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_duration, file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { GpuEvent, GpuEventJson, Inventory, InventoryJson, ShardState, ShardStateJson } from "./agent_pb.js";
+import type { AdapterSpec, AdapterSpecJson, AdapterStatus, AdapterStatusJson, GpuEvent, GpuEventJson, Inventory, InventoryJson, ShardState, ShardStateJson } from "./agent_pb.js";
 import { file_llmgw_v1_agent } from "./agent_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLdAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudBIUCgxlbmRlZF9oaWRkZW4YCiABKAUicwoNRW5naW5lQWNjb3VudBIOCgZlbmdpbmUYASABKAkSDAoEdXNlchgCIAEoCRILCgN1aWQYAyABKAUSEgoKY29uZmlndXJlZBgEIAEoCBISCgphbGxvd19yb290GAUgASgIEg8KB3JlZnVzZWQYBiABKAgifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IpsCChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJEiYKA3RscxgIIAEoCzIZLmxsbWd3LnYxLkNvbnRyb2xQbGFuZVRscyLrAQoPQ29udHJvbFBsYW5lVGxzEhEKCWNlcnRfcGF0aBgBIAEoCRIUCgxjZXJ0X3N1YmplY3QYAiABKAkSMwoPY2VydF9ub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jZXJ0X25vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHwoXY2VydF9maW5nZXJwcmludF9zaGEyNTYYBSABKAkSCgoCY2EYBiABKAkSGQoRY2VydF9leHBpcmVzX3Nvb24YByABKAgi1QMKCVNoYXJkSW5mbxIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEg4KBmVuZ2luZRgDIAEoCRINCgVtb2RlbBgEIAEoCRIjCgVzdGF0ZRgFIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSCwoDcGlkGAYgASgFEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtncHVfaW5kaWNlcxgIIAMoBRIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhZG9wdGVkGAogASgIEg0KBWVycm9yGAsgASgJEhEKCWV4aXRfY29kZRgMIAEoBRIMCgRyYW5rGA0gASgFEg4KBm5ub2RlcxgOIAEoBRIQCghsb2dfcGF0aBgPIAEoCRIQCghsYXVuY2hlchgQIAEoCRIMCgR1bml0GBEgASgJEgwKBG5vdGUYEiABKAkSEQoJaW5fZmxpZ2h0GBMgASgFEhkKEXRva2Vuc19wZXJfc2Vjb25kGBQgASgBEgwKBGdhbmcYFSABKAkSFgoOZW5naW5lX3ZlcnNpb24YFiABKAkSFAoMbW9kZWxfZGlnZXN0GBcgASgJIqMBCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnRpbWVzdGFtcHMYBiABKAgSEgoKcmVwbGljYV9pZBgHIAEoCSIdCgxMb2dzUmVzcG9uc2USDQoFbGluZXMYASADKAkiDgoMQWRvcHRSZXF1ZXN0ImUKC0Fkb3B0UmVzdWx0EhAKCHNoYXJkX2lkGAEgASgJEicKB291dGNvbWUYAiABKA4yFi5sbG1ndy52MS5BZG9wdE91dGNvbWUSCwoDcGlkGAMgASgFEg4KBnJlYXNvbhgEIAEoCSI3Cg1BZG9wdFJlc3BvbnNlEiYKB3Jlc3VsdHMYASADKAsyFS5sbG1ndy52MS5BZG9wdFJlc3VsdCJ3CgxEcmFpblJlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSCwoDYWxsGAIgASgIEgwKBHdhaXQYAyABKAgSKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZjYW5jZWwYBSABKAgibAoNRHJhaW5Qcm9ncmVzcxIQCghzaGFyZF9pZBgBIAEoCRIjCgVzdGF0ZRgCIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSEQoJaW5fZmxpZ2h0GAMgASgFEhEKCWNvdW50YWJsZRgEIAEoCCJcCg1EcmFpblJlc3BvbnNlEicKBnNoYXJkcxgBIAMoCzIXLmxsbWd3LnYxLkRyYWluUHJvZ3Jlc3MSDwoHZHJhaW5lZBgCIAEoCBIRCgl0aW1lZF9vdXQYAyABKAgiLwoNQ29yZG9uUmVxdWVzdBIOCgZjb3Jkb24YASABKAgSDgoGcmVhc29uGAIgASgJIpcBCg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIEhcKD3JlcGxhY2VkX3JlYXNvbhgGIAEoCSJdCg1FdmVudHNSZXF1ZXN0Eg4KBmZvbGxvdxgBIAEoCBIpCgVzaW5jZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYWZ0ZXJfc2VxGAMgASgEIjYKDkV2ZW50c1Jlc3BvbnNlEiQKBmV2ZW50cxgBIAMoCzIULmxsbWd3LnYxLkFnZW50RXZlbnQi7QEKCkFnZW50RXZlbnQSCwoDc2VxGAEgASgEEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRraW5kGAMgASgJEhAKCHNoYXJkX2lkGAQgASgJEhAKA2dwdRgFIAEoBUgAiAEBEg8KB21lc3NhZ2UYBiABKAkSMAoGZmllbGRzGAcgAygLMiAubGxtZ3cudjEuQWdlbnRFdmVudC5GaWVsZHNFbnRyeRotCgtGaWVsZHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBF9ncHUiOQoUQ2xlYXJHcHVGYXVsdFJlcXVlc3QSEQoJZ3B1X2luZGV4GAEgASgFEg4KBnJlYXNvbhgCIAEoCSJLChVDbGVhckdwdUZhdWx0UmVzcG9uc2USDwoHY2xlYXJlZBgBIAMoCRIhCgVldmVudBgCIAEoCzISLmxsbWd3LnYxLkdwdUV2ZW50Ii8KDFNsZWVwUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsZXZlbBgCIAEoBSIfCgtXYWtlUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCSIzCg1TbGVlcFJlc3BvbnNlEiIKBXNoYXJkGAEgASgLMhMubGxtZ3cudjEuU2hhcmRJbmZvIjIKDFdha2VSZXNwb25zZRIiCgVzaGFyZBgBIAEoCzITLmxsbWd3LnYxLlNoYXJkSW5mbyrQAQoPQ29ubmVjdGlvblN0YXRlEiAKHENPTk5FQ1RJT05fU1RBVEVfVU5TUEVDSUZJRUQQABIfChtDT05ORUNUSU9OX1NUQVRFX0NPTk5FQ1RJTkcQARIeChpDT05ORUNUSU9OX1NUQVRFX0NPTk5FQ1RFRBACEh0KGUNPTk5FQ1RJT05fU1RBVEVfUkVUUllJTkcQAxIcChhDT05ORUNUSU9OX1NUQVRFX1NUT1BQRUQQBBIdChlDT05ORUNUSU9OX1NUQVRFX1NUQVJUSU5HEAUqvAEKDEFkb3B0T3V0Y29tZRIdChlBRE9QVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASGQoVQURPUFRfT1VUQ09NRV9BRE9QVEVEEAESGAoUQURPUFRfT1VUQ09NRV9LSUxMRUQQAhIZChVBRE9QVF9PVVRDT01FX0NMRUFORUQQAxIkCiBBRE9QVF9PVVRDT01FX0FMUkVBRFlfU1VQRVJWSVNFRBAEEhcKE0FET1BUX09VVENPTUVfRVJST1IQBTK5BAoMQWRtaW5TZXJ2aWNlEjsKBlN0YXR1cxIXLmxsbWd3LnYxLlN0YXR1c1JlcXVlc3QaGC5sbG1ndy52MS5TdGF0dXNSZXNwb25zZRI3CgRMb2dzEhUubGxtZ3cudjEuTG9nc1JlcXVlc3QaFi5sbG1ndy52MS5Mb2dzUmVzcG9uc2UwARI4CgVBZG9wdBIWLmxsbWd3LnYxLkFkb3B0UmVxdWVzdBoXLmxsbWd3LnYxLkFkb3B0UmVzcG9uc2USOgoFRHJhaW4SFi5sbG1ndy52MS5EcmFpblJlcXVlc3QaFy5sbG1ndy52MS5EcmFpblJlc3BvbnNlMAESOwoGQ29yZG9uEhcubGxtZ3cudjEuQ29yZG9uUmVxdWVzdBoYLmxsbWd3LnYxLkNvcmRvblJlc3BvbnNlElAKDUNsZWFyR3B1RmF1bHQSHi5sbG1ndy52MS5DbGVhckdwdUZhdWx0UmVxdWVzdBofLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRSZXNwb25zZRI9CgZFdmVudHMSFy5sbG1ndy52MS5FdmVudHNSZXF1ZXN0GhgubGxtZ3cudjEuRXZlbnRzUmVzcG9uc2UwARI4CgVTbGVlcBIWLmxsbWd3LnYxLlNsZWVwUmVxdWVzdBoXLmxsbWd3LnYxLlNsZWVwUmVzcG9uc2USNQoEV2FrZRIVLmxsbWd3LnYxLldha2VSZXF1ZXN0GhYubGxtZ3cudjEuV2FrZVJlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLdAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudBIUCgxlbmRlZF9oaWRkZW4YCiABKAUicwoNRW5naW5lQWNjb3VudBIOCgZlbmdpbmUYASABKAkSDAoEdXNlchgCIAEoCRILCgN1aWQYAyABKAUSEgoKY29uZmlndXJlZBgEIAEoCBISCgphbGxvd19yb290GAUgASgIEg8KB3JlZnVzZWQYBiABKAgifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IpsCChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJEiYKA3RscxgIIAEoCzIZLmxsbWd3LnYxLkNvbnRyb2xQbGFuZVRscyLrAQoPQ29udHJvbFBsYW5lVGxzEhEKCWNlcnRfcGF0aBgBIAEoCRIUCgxjZXJ0X3N1YmplY3QYAiABKAkSMwoPY2VydF9ub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jZXJ0X25vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHwoXY2VydF9maW5nZXJwcmludF9zaGEyNTYYBSABKAkSCgoCY2EYBiABKAkSGQoRY2VydF9leHBpcmVzX3Nvb24YByABKAgi1QMKCVNoYXJkSW5mbxIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEg4KBmVuZ2luZRgDIAEoCRINCgVtb2RlbBgEIAEoCRIjCgVzdGF0ZRgFIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSCwoDcGlkGAYgASgFEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtncHVfaW5kaWNlcxgIIAMoBRIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhZG9wdGVkGAogASgIEg0KBWVycm9yGAsgASgJEhEKCWV4aXRfY29kZRgMIAEoBRIMCgRyYW5rGA0gASgFEg4KBm5ub2RlcxgOIAEoBRIQCghsb2dfcGF0aBgPIAEoCRIQCghsYXVuY2hlchgQIAEoCRIMCgR1bml0GBEgASgJEgwKBG5vdGUYEiABKAkSEQoJaW5fZmxpZ2h0GBMgASgFEhkKEXRva2Vuc19wZXJfc2Vjb25kGBQgASgBEgwKBGdhbmcYFSABKAkSFgoOZW5naW5lX3ZlcnNpb24YFiABKAkSFAoMbW9kZWxfZGlnZXN0GBcgASgJIqMBCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnRpbWVzdGFtcHMYBiABKAgSEgoKcmVwbGljYV9pZBgHIAEoCSIdCgxMb2dzUmVzcG9uc2USDQoFbGluZXMYASADKAkiDgoMQWRvcHRSZXF1ZXN0ImUKC0Fkb3B0UmVzdWx0EhAKCHNoYXJkX2lkGAEgASgJEicKB291dGNvbWUYAiABKA4yFi5sbG1ndy52MS5BZG9wdE91dGNvbWUSCwoDcGlkGAMgASgFEg4KBnJlYXNvbhgEIAEoCSI3Cg1BZG9wdFJlc3BvbnNlEiYKB3Jlc3VsdHMYASADKAsyFS5sbG1ndy52MS5BZG9wdFJlc3VsdCJ3CgxEcmFpblJlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSCwoDYWxsGAIgASgIEgwKBHdhaXQYAyABKAgSKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZjYW5jZWwYBSABKAgibAoNRHJhaW5Qcm9ncmVzcxIQCghzaGFyZF9pZBgBIAEoCRIjCgVzdGF0ZRgCIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSEQoJaW5fZmxpZ2h0GAMgASgFEhEKCWNvdW50YWJsZRgEIAEoCCJcCg1EcmFpblJlc3BvbnNlEicKBnNoYXJkcxgBIAMoCzIXLmxsbWd3LnYxLkRyYWluUHJvZ3Jlc3MSDwoHZHJhaW5lZBgCIAEoCBIRCgl0aW1lZF9vdXQYAyABKAgiLwoNQ29yZG9uUmVxdWVzdBIOCgZjb3Jkb24YASABKAgSDgoGcmVhc29uGAIgASgJIpcBCg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIEhcKD3JlcGxhY2VkX3JlYXNvbhgGIAEoCSJdCg1FdmVudHNSZXF1ZXN0Eg4KBmZvbGxvdxgBIAEoCBIpCgVzaW5jZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYWZ0ZXJfc2VxGAMgASgEIjYKDkV2ZW50c1Jlc3BvbnNlEiQKBmV2ZW50cxgBIAMoCzIULmxsbWd3LnYxLkFnZW50RXZlbnQi7QEKCkFnZW50RXZlbnQSCwoDc2VxGAEgASgEEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRraW5kGAMgASgJEhAKCHNoYXJkX2lkGAQgASgJEhAKA2dwdRgFIAEoBUgAiAEBEg8KB21lc3NhZ2UYBiABKAkSMAoGZmllbGRzGAcgAygLMiAubGxtZ3cudjEuQWdlbnRFdmVudC5GaWVsZHNFbnRyeRotCgtGaWVsZHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBF9ncHUiOQoUQ2xlYXJHcHVGYXVsdFJlcXVlc3QSEQoJZ3B1X2luZGV4GAEgASgFEg4KBnJlYXNvbhgCIAEoCSJLChVDbGVhckdwdUZhdWx0UmVzcG9uc2USDwoHY2xlYXJlZBgBIAMoCRIhCgVldmVudBgCIAEoCzISLmxsbWd3LnYxLkdwdUV2ZW50Ii8KDFNsZWVwUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsZXZlbBgCIAEoBSIfCgtXYWtlUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCSIzCg1TbGVlcFJlc3BvbnNlEiIKBXNoYXJkGAEgASgLMhMubGxtZ3cudjEuU2hhcmRJbmZvIjIKDFdha2VSZXNwb25zZRIiCgVzaGFyZBgBIAEoCzITLmxsbWd3LnYxLlNoYXJkSW5mbyJYCg9BZGFwdGVyc1JlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSIwoEbG9hZBgCIAEoCzIVLmxsbWd3LnYxLkFkYXB0ZXJTcGVjEg4KBnVubG9hZBgDIAEoCSKnAQoQQWRhcHRlcnNSZXNwb25zZRIQCghzaGFyZF9pZBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLmxsbWd3LnYxLkFkYXB0ZXJTdGF0dXMSJgoHZGVzaXJlZBgDIAMoCzIVLmxsbWd3LnYxLkFkYXB0ZXJTcGVjEhQKDG1heF9hZGFwdGVycxgEIAEoDRIYChBtYXhfYWRhcHRlcl9yYW5rGAUgASgNKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMsUFCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwARI7CgZDb3Jkb24SFy5sbG1ndy52MS5Db3Jkb25SZXF1ZXN0GhgubGxtZ3cudjEuQ29yZG9uUmVzcG9uc2USUAoNQ2xlYXJHcHVGYXVsdBIeLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRSZXF1ZXN0Gh8ubGxtZ3cudjEuQ2xlYXJHcHVGYXVsdFJlc3BvbnNlEj0KBkV2ZW50cxIXLmxsbWd3LnYxLkV2ZW50c1JlcXVlc3QaGC5sbG1ndy52MS5FdmVudHNSZXNwb25zZTABEjgKBVNsZWVwEhYubGxtZ3cudjEuU2xlZXBSZXF1ZXN0GhcubGxtZ3cudjEuU2xlZXBSZXNwb25zZRI1CgRXYWtlEhUubGxtZ3cudjEuV2FrZVJlcXVlc3QaFi5sbG1ndy52MS5XYWtlUmVzcG9uc2USQQoIQWRhcHRlcnMSGS5sbG1ndy52MS5BZGFwdGVyc1JlcXVlc3QaGi5sbG1ndy52MS5BZGFwdGVyc1Jlc3BvbnNlEkcKDkNoYW5nZUFkYXB0ZXJzEhkubGxtZ3cudjEuQWRhcHRlcnNSZXF1ZXN0GhoubGxtZ3cudjEuQWRhcHRlcnNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -1967,6 +1967,140 @@ export const WakeResponseSchema: GenMessage<WakeResponse, {jsonType: WakeRespons
   messageDesc(file_llmgw_v1_admin, 25);
 
 /**
+ * @generated from message llmgw.v1.AdaptersRequest
+ */
+export type AdaptersRequest = Message<"llmgw.v1.AdaptersRequest"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * ChangeAdapters: add this adapter to the desired set (replacing one of the same name).
+   *
+   * @generated from field: llmgw.v1.AdapterSpec load = 2;
+   */
+  load?: AdapterSpec | undefined;
+
+  /**
+   * ChangeAdapters: remove the adapter of this name from the desired set.
+   *
+   * @generated from field: string unload = 3;
+   */
+  unload: string;
+};
+
+/**
+ * @generated from message llmgw.v1.AdaptersRequest
+ */
+export type AdaptersRequestJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * ChangeAdapters: add this adapter to the desired set (replacing one of the same name).
+   *
+   * @generated from field: llmgw.v1.AdapterSpec load = 2;
+   */
+  load?: AdapterSpecJson;
+
+  /**
+   * ChangeAdapters: remove the adapter of this name from the desired set.
+   *
+   * @generated from field: string unload = 3;
+   */
+  unload?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.AdaptersRequest.
+ * Use `create(AdaptersRequestSchema)` to create a new message.
+ */
+export const AdaptersRequestSchema: GenMessage<AdaptersRequest, {jsonType: AdaptersRequestJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 26);
+
+/**
+ * @generated from message llmgw.v1.AdaptersResponse
+ */
+export type AdaptersResponse = Message<"llmgw.v1.AdaptersResponse"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * Each adapter as ShardStatus.adapters reports it, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 2;
+   */
+  adapters: AdapterStatus[];
+
+  /**
+   * The desired set, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterSpec desired = 3;
+   */
+  desired: AdapterSpec[];
+
+  /**
+   * The limits the shard's engine was started with (0: no adapters).
+   *
+   * @generated from field: uint32 max_adapters = 4;
+   */
+  maxAdapters: number;
+
+  /**
+   * @generated from field: uint32 max_adapter_rank = 5;
+   */
+  maxAdapterRank: number;
+};
+
+/**
+ * @generated from message llmgw.v1.AdaptersResponse
+ */
+export type AdaptersResponseJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * Each adapter as ShardStatus.adapters reports it, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 2;
+   */
+  adapters?: AdapterStatusJson[];
+
+  /**
+   * The desired set, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterSpec desired = 3;
+   */
+  desired?: AdapterSpecJson[];
+
+  /**
+   * The limits the shard's engine was started with (0: no adapters).
+   *
+   * @generated from field: uint32 max_adapters = 4;
+   */
+  maxAdapters?: number;
+
+  /**
+   * @generated from field: uint32 max_adapter_rank = 5;
+   */
+  maxAdapterRank?: number;
+};
+
+/**
+ * Describes the message llmgw.v1.AdaptersResponse.
+ * Use `create(AdaptersResponseSchema)` to create a new message.
+ */
+export const AdaptersResponseSchema: GenMessage<AdaptersResponse, {jsonType: AdaptersResponseJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 27);
+
+/**
  * @generated from enum llmgw.v1.ConnectionState
  */
 export enum ConnectionState {
@@ -2172,6 +2306,30 @@ export const AdminService: GenService<{
     methodKind: "unary";
     input: typeof WakeRequestSchema;
     output: typeof WakeResponseSchema;
+  },
+  /**
+   * Adapters shows a shard's LoRA adapters (issue 53): a read, open to
+   * admin.read_group; load and unload are refused here.
+   *
+   * @generated from rpc llmgw.v1.AdminService.Adapters
+   */
+  adapters: {
+    methodKind: "unary";
+    input: typeof AdaptersRequestSchema;
+    output: typeof AdaptersResponseSchema;
+  },
+  /**
+   * ChangeAdapters changes the shard's desired set by one adapter (load or
+   * unload) as a SetAdapters from the control plane would: a write (the
+   * admin group's), audited with the caller's uid, answered once the set is
+   * reconciled.
+   *
+   * @generated from rpc llmgw.v1.AdminService.ChangeAdapters
+   */
+  changeAdapters: {
+    methodKind: "unary";
+    input: typeof AdaptersRequestSchema;
+    output: typeof AdaptersResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_admin, 0);

@@ -19,7 +19,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/agent.proto.
  */
 export const file_llmgw_v1_agent: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSK1AgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAQgUKA21zZyLeAgoIUmVnaXN0ZXISDwoHbm9kZV9pZBgBIAEoCRIQCghob3N0bmFtZRgCIAEoCRIRCgltZ210X2FkZHIYAyABKAkSDwoHdmVyc2lvbhgEIAEoCRIuCgZsYWJlbHMYBSADKAsyHi5sbG1ndy52MS5SZWdpc3Rlci5MYWJlbHNFbnRyeRImCglpbnZlbnRvcnkYBiABKAsyEy5sbG1ndy52MS5JbnZlbnRvcnkSKwoHZmFicmljcxgHIAMoCzIaLmxsbWd3LnYxLkZhYnJpY0F0dGFjaG1lbnQSLgoOcnVubmluZ19zaGFyZHMYCCADKAsyFi5sbG1ndy52MS5SdW5uaW5nU2hhcmQSEAoIY29yZG9uZWQYCSABKAgSFQoNZ2FuZ19lbmRwb2ludBgKIAEoCRotCgtMYWJlbHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBItwDCglJbnZlbnRvcnkSGwoEZ3B1cxgBIAMoCzINLmxsbWd3LnYxLkdwdRIgCgVsaW5rcxgCIAMoCzIRLmxsbWd3LnYxLkdwdUxpbmsSGwoEaGNhcxgDIAMoCzINLmxsbWd3LnYxLkhjYRIqCgppbnRlcmZhY2VzGAQgAygLMhYubGxtZ3cudjEuTmV0SW50ZXJmYWNlEhYKDmRyaXZlcl92ZXJzaW9uGAUgASgJEhQKDGN1ZGFfdmVyc2lvbhgGIAEoCRIQCgh3YXJuaW5ncxgHIAMoCRIQCghob3N0bmFtZRgIIAEoCRInCglwcm9jZXNzZXMYCSADKAsyFC5sbG1ndy52MS5HcHVQcm9jZXNzEisKCmNvbmRpdGlvbnMYCiADKAsyFy5sbG1ndy52MS5Ob2RlQ29uZGl0aW9uEiwKDWNhY2hlZF9tb2RlbHMYDCADKAsyFS5sbG1ndy52MS5DYWNoZWRNb2RlbBIeChZtb2RlbF9jYWNoZV9mcmVlX2J5dGVzGA0gASgEEiUKBndhcm10aBgOIAMoCzIVLmxsbWd3LnYxLk1vZGVsV2FybXRoEioKBXJhdGVzGA8gASgLMhsubGxtZ3cudjEuTm9kZVRyYW5zZmVyUmF0ZXMilQEKEU5vZGVUcmFuc2ZlclJhdGVzEioKCmRpc2tfd3JpdGUYASABKAsyFi5sbG1ndy52MS5UcmFuc2ZlclJhdGUSKQoJZGlza19yZWFkGAIgASgLMhYubGxtZ3cudjEuVHJhbnNmZXJSYXRlEikKCWxhc3RfcHVsbBgDIAEoCzIWLmxsbWd3LnYxLlRyYW5zZmVyUmF0ZSJ4CgxUcmFuc2ZlclJhdGUSGAoQYnl0ZXNfcGVyX3NlY29uZBgBIAEoARINCgVieXRlcxgCIAEoBBIvCgttZWFzdXJlZF9hdBgDIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAQgASgJIrYBCgtNb2RlbFdhcm10aBINCgVtb2RlbBgBIAEoCRIOCgZlbmdpbmUYAiABKAkSDwoHcHJvZmlsZRgDIAEoCRIMCgRydW5nGAQgASgJEiYKB2xlYXJuZWQYBSADKAsyFS5sbG1ndy52MS5UaW1lVG9SZWFkeRIfChdncHVfbWVtb3J5X2F0X3JlYWR5X21pYhgGIAEoDRIgChhncHVfbWVtb3J5X2F0X3JlYWR5X2dwdXMYByABKA0ifQoLVGltZVRvUmVhZHkSDAoEZnJvbRgBIAEoCRIWCg5tZWRpYW5fc2Vjb25kcxgCIAEoARIPCgdzYW1wbGVzGAMgASgNEg0KBWJhc2lzGAQgASgJEhMKC3A1MF9zZWNvbmRzGAUgASgBEhMKC3A5MF9zZWNvbmRzGAYgASgBImgKDU5vZGVDb25kaXRpb24SDAoEdHlwZRgBIAEoCRIOCgZhY3RpdmUYAiABKAgSDgoGcmVhc29uGAMgASgJEikKBXNpbmNlGAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcCKWAgoDR3B1Eg0KBWluZGV4GAEgASgFEgwKBHV1aWQYAiABKAkSDAoEbmFtZRgDIAEoCRIaChJjb21wdXRlX2NhcGFiaWxpdHkYBCABKAkSFwoPbWVtb3J5X3RvdGFsX21iGAUgASgFEhYKDm1lbW9yeV91c2VkX21iGAYgASgFEhIKCnBjaV9idXNfaWQYByABKAkSEQoJbnVtYV9ub2RlGAggASgFEg8KB2hlYWx0aHkYCSABKAgSDQoFZXJyb3IYCiABKAkSEAoIbWlnX21vZGUYCyABKAkSKAoLbWlnX2RldmljZXMYDCADKAsyEy5sbG1ndy52MS5NaWdEZXZpY2USFAoMY3B1X2FmZmluaXR5GA0gASgJIjkKCU1pZ0RldmljZRINCgVpbmRleBgBIAEoBRIMCgR1dWlkGAIgASgJEg8KB3Byb2ZpbGUYAyABKAkiawoKR3B1UHJvY2VzcxILCgNwaWQYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSFgoOdXNlZF9tZW1vcnlfbWIYAyABKAUSFAoMcHJvY2Vzc19uYW1lGAQgASgJEhAKCHNoYXJkX2lkGAUgASgJIkQKB0dwdUxpbmsSCQoBYRgBIAEoCRIJCgFiGAIgASgJEhIKCmNvbm5lY3Rpb24YAyABKAkSDwoHbnZsaW5rcxgEIAEoBSKeAQoDSGNhEgwKBG5hbWUYASABKAkSDAoEcG9ydBgCIAEoBRINCgVzdGF0ZRgDIAEoCRISCgpwaHlzX3N0YXRlGAQgASgJEhEKCXJhdGVfZ2JwcxgFIAEoARISCgpsaW5rX2xheWVyGAYgASgJEhEKCW51bWFfbm9kZRgHIAEoBRIOCgZmYWJyaWMYCCABKAkSDgoGbmV0ZGV2GAkgASgJIlUKDE5ldEludGVyZmFjZRIMCgRuYW1lGAEgASgJEhEKCWFkZHJlc3NlcxgCIAMoCRILCgNtYWMYAyABKAkSCgoCdXAYBCABKAgSCwoDbXR1GAUgASgFIi8KEEZhYnJpY0F0dGFjaG1lbnQSCwoDaGNhGAEgASgJEg4KBmZhYnJpYxgCIAEoCSI4CglIZWFydGJlYXQSDwoHbm9kZV9pZBgBIAEoCRIaChJncHVfbWVtb3J5X3VzZWRfbWIYAiADKAUijQIKC1NoYXJkU3RhdHVzEg8KB25vZGVfaWQYASABKAkSEgoKcmVwbGljYV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIjCgVzdGF0ZRgEIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSDQoFZXJyb3IYBSABKAkSEQoJZXhpdF9jb2RlGAYgASgFEhMKC2xhc3Rfb3V0cHV0GAcgAygJEgsKA3BpZBgIIAEoBRIOCgZzaWduYWwYCSABKAkSDwoHYWRvcHRlZBgKIAEoCBInCgpnYW5nX2JyZWFrGAsgASgLMhMubGxtZ3cudjEuR2FuZ0JyZWFrEhQKDG1vZGVsX2RpZ2VzdBgMIAEoCSKdAQoJR2FuZ0JyZWFrEgwKBHJhbmsYASABKAUSDwoHbm9kZV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIOCgZyZWFzb24YBCABKAkSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB3N0YWxsZWQYBiABKAgSEwoLZmlyc3RfdG9fZ28YByABKAgiPgoER2FuZxIPCgdnYW5nX2lkGAEgASgJEiUKB21lbWJlcnMYAiADKAsyFC5sbG1ndy52MS5HYW5nTWVtYmVyImgKCkdhbmdNZW1iZXISDAoEcmFuaxgBIAEoBRIPCgdub2RlX2lkGAIgASgJEhAKCHNoYXJkX2lkGAMgASgJEhYKDmFnZW50X2VuZHBvaW50GAQgASgJEhEKCWh0dHBfcG9ydBgFIAEoBSLxAgoMUnVubmluZ1NoYXJkEhIKCnJlcGxpY2FfaWQYASABKAkSEAoIc2hhcmRfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSIwoFc3RhdGUYCCABKA4yFC5sbG1ndy52MS5TaGFyZFN0YXRlEg0KBW1vZGVsGAkgASgJEg8KB3Byb2ZpbGUYCiABKAkSDAoEcG9vbBgLIAEoCRIOCgZmYWJyaWMYDCABKAkSEwoLbGVhZGVyX2FkZHIYDSABKAkSEwoLbGVhZGVyX3BvcnQYDiABKAUSCwoDcGlkGA8gASgFEg4KBmVuZ2luZRgQIAEoCRInCgpnYW5nX2JyZWFrGBEgASgLMhMubGxtZ3cudjEuR2FuZ0JyZWFrEhQKDG1vZGVsX2RpZ2VzdBgSIAEoCSKQAgoKU3RhcnRTaGFyZBIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEhMKC2xlYWRlcl9hZGRyGAggASgJEhMKC2xlYWRlcl9wb3J0GAkgASgFEgwKBHBvb2wYCiABKAkSDgoGZmFicmljGAsgASgJEiIKB3Byb2ZpbGUYDCABKAsyES5sbG1ndy52MS5Qcm9maWxlEhwKBGdhbmcYDSABKAsyDi5sbG1ndy52MS5HYW5nItoCCgdQcm9maWxlEgwKBG5hbWUYASABKAkSDgoGZW5naW5lGAIgASgJEg0KBW1vZGVsGAMgASgJEhkKEXNlcnZlZF9tb2RlbF9uYW1lGAQgASgJEhwKFHRlbnNvcl9wYXJhbGxlbF9zaXplGAUgASgFEh4KFnBpcGVsaW5lX3BhcmFsbGVsX3NpemUYBiABKAUSDAoEYXJncxgHIAMoCRInCgNlbnYYCCADKAsyGi5sbG1ndy52MS5Qcm9maWxlLkVudkVudHJ5EjIKD3N0YXJ0dXBfdGltZW91dBgJIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIeChZtaW5fY29tcHV0ZV9jYXBhYmlsaXR5GAogASgJEhIKCnNsZWVwX21vZGUYCyABKAgaKgoIRW52RW50cnkSCwoDa2V5GAEgASgJEg0KBXZhbHVlGAIgASgJOgI4ASJHCglTdG9wU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSKAoFZ3JhY2UYAiABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24iHgoKRHJhaW5TaGFyZBIQCghzaGFyZF9pZBgBIAEoCSI0CgNBY2sSEgoKbWVzc2FnZV9pZBgBIAEoBBIKCgJvaxgCIAEoCBINCgVlcnJvchgDIAEoCSJUCg1QcmVmZXRjaE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDwoHaW5jbHVkZRgDIAMoCRISCgpwYWdlX2NhY2hlGAQgASgIIowBCglNb2RlbFB1bGwSDAoEcmVwbxgBIAEoCRIQCghyZXZpc2lvbhgCIAEoCRInCgVzdGF0ZRgDIAEoDjIYLmxsbWd3LnYxLk1vZGVsUHVsbFN0YXRlEhIKCmJ5dGVzX2RvbmUYBCABKAQSEwoLYnl0ZXNfdG90YWwYBSABKAQSDQoFZXJyb3IYBiABKAkiwQEKC0NhY2hlZE1vZGVsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSDQoFYnl0ZXMYAyABKAQSEAoIY29tcGxldGUYBCABKAgSLQoJbGFzdF91c2VkGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5yZXNpZGVudF9ieXRlcxgGIAEoBBISCgpsb2FkX2J5dGVzGAcgASgEEhYKDmNvbnRlbnRfZGlnZXN0GAggASgJIi0KClNsZWVwU2hhcmQSEAoIc2hhcmRfaWQYASABKAkSDQoFbGV2ZWwYAiABKA0iHQoJV2FrZVNoYXJkEhAKCHNoYXJkX2lkGAEgASgJKtACCgxHcHVFdmVudEtpbmQSHgoaR1BVX0VWRU5UX0tJTkRfVU5TUEVDSUZJRUQQABIWChJHUFVfRVZFTlRfS0lORF9YSUQQARIhCh1HUFVfRVZFTlRfS0lORF9FQ0NfRE9VQkxFX0JJVBACEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9QRU5ESU5HEAMSJAogR1BVX0VWRU5UX0tJTkRfUk9XX1JFTUFQX0ZBSUxVUkUQBBIbChdHUFVfRVZFTlRfS0lORF9HUFVfTE9TVBAFEh4KGkdQVV9FVkVOVF9LSU5EX05WTElOS19ET1dOEAYSGgoWR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRBAHEhgKFEdQVV9FVkVOVF9LSU5EX1JFU0VUEAgSJgoiR1BVX0VWRU5UX0tJTkRfQ0xFQVJFRF9CWV9PUEVSQVRPUhAJKowCCgpTaGFyZFN0YXRlEhsKF1NIQVJEX1NUQVRFX1VOU1BFQ0lGSUVEEAASGAoUU0hBUkRfU1RBVEVfU1RBUlRJTkcQARIVChFTSEFSRF9TVEFURV9SRUFEWRACEhkKFVNIQVJEX1NUQVRFX1VOSEVBTFRIWRADEhgKFFNIQVJEX1NUQVRFX0RSQUlOSU5HEAQSGAoUU0hBUkRfU1RBVEVfU1RPUFBJTkcQBRIXChNTSEFSRF9TVEFURV9TVE9QUEVEEAYSFgoSU0hBUkRfU1RBVEVfRkFJTEVEEAcSFgoSU0hBUkRfU1RBVEVfRVhJVEVEEAgSGAoUU0hBUkRfU1RBVEVfU0xFRVBJTkcQCSrEAQoOTW9kZWxQdWxsU3RhdGUSIAocTU9ERUxfUFVMTF9TVEFURV9VTlNQRUNJRklFRBAAEhwKGE1PREVMX1BVTExfU1RBVEVfU1RBUlRFRBABEh0KGU1PREVMX1BVTExfU1RBVEVfUFJPR1JFU1MQAhIZChVNT0RFTF9QVUxMX1NUQVRFX0RPTkUQAxIbChdNT0RFTF9QVUxMX1NUQVRFX0ZBSUxFRBAEEhsKF01PREVMX1BVTExfU1RBVEVfV0FSTUVEEAUyTwoMQWdlbnRTZXJ2aWNlEj8KB0Nvbm5lY3QSFi5sbG1ndy52MS5BZ2VudE1lc3NhZ2UaGC5sbG1ndy52MS5Db250cm9sTWVzc2FnZSgBMAFiBnByb3RvMw", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
+  fileDesc("ChRsbG1ndy92MS9hZ2VudC5wcm90bxIIbGxtZ3cudjEioQIKDEFnZW50TWVzc2FnZRISCgptZXNzYWdlX2lkGAEgASgEEiYKCHJlZ2lzdGVyGAIgASgLMhIubGxtZ3cudjEuUmVnaXN0ZXJIABIoCgloZWFydGJlYXQYAyABKAsyEy5sbG1ndy52MS5IZWFydGJlYXRIABImCgVzaGFyZBgEIAEoCzIVLmxsbWd3LnYxLlNoYXJkU3RhdHVzSAASKAoJaW52ZW50b3J5GAUgASgLMhMubGxtZ3cudjEuSW52ZW50b3J5SAASJwoJZ3B1X2V2ZW50GAYgASgLMhIubGxtZ3cudjEuR3B1RXZlbnRIABIpCgptb2RlbF9wdWxsGAcgASgLMhMubGxtZ3cudjEuTW9kZWxQdWxsSABCBQoDbXNnIr4BCghHcHVFdmVudBIRCglncHVfaW5kZXgYASABKAUSEAoIZ3B1X3V1aWQYAiABKAkSJAoEa2luZBgDIAEoDjIWLmxsbWd3LnYxLkdwdUV2ZW50S2luZBILCgN4aWQYBCABKA0SDwoHbWVzc2FnZRgFIAEoCRImCgJhdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASDgoGc291cmNlGAcgASgJEhEKCXNoYXJkX2lkcxgIIAMoCSLkAgoOQ29udHJvbE1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoBBIlCgVzdGFydBgCIAEoCzIULmxsbWd3LnYxLlN0YXJ0U2hhcmRIABIjCgRzdG9wGAMgASgLMhMubGxtZ3cudjEuU3RvcFNoYXJkSAASJQoFZHJhaW4YBCABKAsyFC5sbG1ndy52MS5EcmFpblNoYXJkSAASHAoDYWNrGAUgASgLMg0ubGxtZ3cudjEuQWNrSAASKwoIcHJlZmV0Y2gYBiABKAsyFy5sbG1ndy52MS5QcmVmZXRjaE1vZGVsSAASJQoFc2xlZXAYByABKAsyFC5sbG1ndy52MS5TbGVlcFNoYXJkSAASIwoEd2FrZRgIIAEoCzITLmxsbWd3LnYxLldha2VTaGFyZEgAEi0KDHNldF9hZGFwdGVycxgJIAEoCzIVLmxsbWd3LnYxLlNldEFkYXB0ZXJzSABCBQoDbXNnIt4CCghSZWdpc3RlchIPCgdub2RlX2lkGAEgASgJEhAKCGhvc3RuYW1lGAIgASgJEhEKCW1nbXRfYWRkchgDIAEoCRIPCgd2ZXJzaW9uGAQgASgJEi4KBmxhYmVscxgFIAMoCzIeLmxsbWd3LnYxLlJlZ2lzdGVyLkxhYmVsc0VudHJ5EiYKCWludmVudG9yeRgGIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIrCgdmYWJyaWNzGAcgAygLMhoubGxtZ3cudjEuRmFicmljQXR0YWNobWVudBIuCg5ydW5uaW5nX3NoYXJkcxgIIAMoCzIWLmxsbWd3LnYxLlJ1bm5pbmdTaGFyZBIQCghjb3Jkb25lZBgJIAEoCBIVCg1nYW5nX2VuZHBvaW50GAogASgJGi0KC0xhYmVsc0VudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEi3AMKCUludmVudG9yeRIbCgRncHVzGAEgAygLMg0ubGxtZ3cudjEuR3B1EiAKBWxpbmtzGAIgAygLMhEubGxtZ3cudjEuR3B1TGluaxIbCgRoY2FzGAMgAygLMg0ubGxtZ3cudjEuSGNhEioKCmludGVyZmFjZXMYBCADKAsyFi5sbG1ndy52MS5OZXRJbnRlcmZhY2USFgoOZHJpdmVyX3ZlcnNpb24YBSABKAkSFAoMY3VkYV92ZXJzaW9uGAYgASgJEhAKCHdhcm5pbmdzGAcgAygJEhAKCGhvc3RuYW1lGAggASgJEicKCXByb2Nlc3NlcxgJIAMoCzIULmxsbWd3LnYxLkdwdVByb2Nlc3MSKwoKY29uZGl0aW9ucxgKIAMoCzIXLmxsbWd3LnYxLk5vZGVDb25kaXRpb24SLAoNY2FjaGVkX21vZGVscxgMIAMoCzIVLmxsbWd3LnYxLkNhY2hlZE1vZGVsEh4KFm1vZGVsX2NhY2hlX2ZyZWVfYnl0ZXMYDSABKAQSJQoGd2FybXRoGA4gAygLMhUubGxtZ3cudjEuTW9kZWxXYXJtdGgSKgoFcmF0ZXMYDyABKAsyGy5sbG1ndy52MS5Ob2RlVHJhbnNmZXJSYXRlcyKVAQoRTm9kZVRyYW5zZmVyUmF0ZXMSKgoKZGlza193cml0ZRgBIAEoCzIWLmxsbWd3LnYxLlRyYW5zZmVyUmF0ZRIpCglkaXNrX3JlYWQYAiABKAsyFi5sbG1ndy52MS5UcmFuc2ZlclJhdGUSKQoJbGFzdF9wdWxsGAMgASgLMhYubGxtZ3cudjEuVHJhbnNmZXJSYXRlIngKDFRyYW5zZmVyUmF0ZRIYChBieXRlc19wZXJfc2Vjb25kGAEgASgBEg0KBWJ5dGVzGAIgASgEEi8KC21lYXN1cmVkX2F0GAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIOCgZzb3VyY2UYBCABKAkitgEKC01vZGVsV2FybXRoEg0KBW1vZGVsGAEgASgJEg4KBmVuZ2luZRgCIAEoCRIPCgdwcm9maWxlGAMgASgJEgwKBHJ1bmcYBCABKAkSJgoHbGVhcm5lZBgFIAMoCzIVLmxsbWd3LnYxLlRpbWVUb1JlYWR5Eh8KF2dwdV9tZW1vcnlfYXRfcmVhZHlfbWliGAYgASgNEiAKGGdwdV9tZW1vcnlfYXRfcmVhZHlfZ3B1cxgHIAEoDSJ9CgtUaW1lVG9SZWFkeRIMCgRmcm9tGAEgASgJEhYKDm1lZGlhbl9zZWNvbmRzGAIgASgBEg8KB3NhbXBsZXMYAyABKA0SDQoFYmFzaXMYBCABKAkSEwoLcDUwX3NlY29uZHMYBSABKAESEwoLcDkwX3NlY29uZHMYBiABKAEiaAoNTm9kZUNvbmRpdGlvbhIMCgR0eXBlGAEgASgJEg4KBmFjdGl2ZRgCIAEoCBIOCgZyZWFzb24YAyABKAkSKQoFc2luY2UYBCABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpYCCgNHcHUSDQoFaW5kZXgYASABKAUSDAoEdXVpZBgCIAEoCRIMCgRuYW1lGAMgASgJEhoKEmNvbXB1dGVfY2FwYWJpbGl0eRgEIAEoCRIXCg9tZW1vcnlfdG90YWxfbWIYBSABKAUSFgoObWVtb3J5X3VzZWRfbWIYBiABKAUSEgoKcGNpX2J1c19pZBgHIAEoCRIRCgludW1hX25vZGUYCCABKAUSDwoHaGVhbHRoeRgJIAEoCBINCgVlcnJvchgKIAEoCRIQCghtaWdfbW9kZRgLIAEoCRIoCgttaWdfZGV2aWNlcxgMIAMoCzITLmxsbWd3LnYxLk1pZ0RldmljZRIUCgxjcHVfYWZmaW5pdHkYDSABKAkiOQoJTWlnRGV2aWNlEg0KBWluZGV4GAEgASgFEgwKBHV1aWQYAiABKAkSDwoHcHJvZmlsZRgDIAEoCSJrCgpHcHVQcm9jZXNzEgsKA3BpZBgBIAEoBRIQCghncHVfdXVpZBgCIAEoCRIWCg51c2VkX21lbW9yeV9tYhgDIAEoBRIUCgxwcm9jZXNzX25hbWUYBCABKAkSEAoIc2hhcmRfaWQYBSABKAkiRAoHR3B1TGluaxIJCgFhGAEgASgJEgkKAWIYAiABKAkSEgoKY29ubmVjdGlvbhgDIAEoCRIPCgdudmxpbmtzGAQgASgFIp4BCgNIY2ESDAoEbmFtZRgBIAEoCRIMCgRwb3J0GAIgASgFEg0KBXN0YXRlGAMgASgJEhIKCnBoeXNfc3RhdGUYBCABKAkSEQoJcmF0ZV9nYnBzGAUgASgBEhIKCmxpbmtfbGF5ZXIYBiABKAkSEQoJbnVtYV9ub2RlGAcgASgFEg4KBmZhYnJpYxgIIAEoCRIOCgZuZXRkZXYYCSABKAkiVQoMTmV0SW50ZXJmYWNlEgwKBG5hbWUYASABKAkSEQoJYWRkcmVzc2VzGAIgAygJEgsKA21hYxgDIAEoCRIKCgJ1cBgEIAEoCBILCgNtdHUYBSABKAUiLwoQRmFicmljQXR0YWNobWVudBILCgNoY2EYASABKAkSDgoGZmFicmljGAIgASgJIjgKCUhlYXJ0YmVhdBIPCgdub2RlX2lkGAEgASgJEhoKEmdwdV9tZW1vcnlfdXNlZF9tYhgCIAMoBSK4AgoLU2hhcmRTdGF0dXMSDwoHbm9kZV9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEhAKCHNoYXJkX2lkGAMgASgJEiMKBXN0YXRlGAQgASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVlcnJvchgFIAEoCRIRCglleGl0X2NvZGUYBiABKAUSEwoLbGFzdF9vdXRwdXQYByADKAkSCwoDcGlkGAggASgFEg4KBnNpZ25hbBgJIAEoCRIPCgdhZG9wdGVkGAogASgIEicKCmdhbmdfYnJlYWsYCyABKAsyEy5sbG1ndy52MS5HYW5nQnJlYWsSFAoMbW9kZWxfZGlnZXN0GAwgASgJEikKCGFkYXB0ZXJzGA0gAygLMhcubGxtZ3cudjEuQWRhcHRlclN0YXR1cyJLCgtBZGFwdGVyU3BlYxIMCgRuYW1lGAEgASgJEgwKBHJlcG8YAiABKAkSEAoIcmV2aXNpb24YAyABKAkSDgoGcGlubmVkGAQgASgIIkgKC1NldEFkYXB0ZXJzEhAKCHNoYXJkX2lkGAEgASgJEicKCGFkYXB0ZXJzGAIgAygLMhUubGxtZ3cudjEuQWRhcHRlclNwZWMiwwEKDUFkYXB0ZXJTdGF0dXMSDAoEbmFtZRgBIAEoCRIMCgRyZXBvGAIgASgJEg4KBmRpZ2VzdBgDIAEoCRIlCgVzdGF0ZRgEIAEoDjIWLmxsbWd3LnYxLkFkYXB0ZXJTdGF0ZRIOCgZyZWFzb24YBSABKAkSEAoIcmV2aXNpb24YBiABKAkSDgoGY29tbWl0GAcgASgJEgwKBHJhbmsYCCABKA0SDwoHbG9hZF9tcxgJIAEoDRIOCgZwcm92ZW4YCiABKAginQEKCUdhbmdCcmVhaxIMCgRyYW5rGAEgASgFEg8KB25vZGVfaWQYAiABKAkSEAoIc2hhcmRfaWQYAyABKAkSDgoGcmVhc29uGAQgASgJEikKBXNpbmNlGAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdzdGFsbGVkGAYgASgIEhMKC2ZpcnN0X3RvX2dvGAcgASgIIj4KBEdhbmcSDwoHZ2FuZ19pZBgBIAEoCRIlCgdtZW1iZXJzGAIgAygLMhQubGxtZ3cudjEuR2FuZ01lbWJlciJoCgpHYW5nTWVtYmVyEgwKBHJhbmsYASABKAUSDwoHbm9kZV9pZBgCIAEoCRIQCghzaGFyZF9pZBgDIAEoCRIWCg5hZ2VudF9lbmRwb2ludBgEIAEoCRIRCglodHRwX3BvcnQYBSABKAUinAMKDFJ1bm5pbmdTaGFyZBISCgpyZXBsaWNhX2lkGAEgASgJEhAKCHNoYXJkX2lkGAIgASgJEgwKBHJhbmsYAyABKAUSDgoGbm5vZGVzGAQgASgFEhMKC2dwdV9pbmRpY2VzGAUgAygFEgwKBGhjYXMYBiADKAkSEQoJaHR0cF9wb3J0GAcgASgFEiMKBXN0YXRlGAggASgOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZRINCgVtb2RlbBgJIAEoCRIPCgdwcm9maWxlGAogASgJEgwKBHBvb2wYCyABKAkSDgoGZmFicmljGAwgASgJEhMKC2xlYWRlcl9hZGRyGA0gASgJEhMKC2xlYWRlcl9wb3J0GA4gASgFEgsKA3BpZBgPIAEoBRIOCgZlbmdpbmUYECABKAkSJwoKZ2FuZ19icmVhaxgRIAEoCzITLmxsbWd3LnYxLkdhbmdCcmVhaxIUCgxtb2RlbF9kaWdlc3QYEiABKAkSKQoIYWRhcHRlcnMYEyADKAsyFy5sbG1ndy52MS5BZGFwdGVyU3RhdHVzIukCCgpTdGFydFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEhIKCnJlcGxpY2FfaWQYAiABKAkSDAoEcmFuaxgDIAEoBRIOCgZubm9kZXMYBCABKAUSEwoLZ3B1X2luZGljZXMYBSADKAUSDAoEaGNhcxgGIAMoCRIRCglodHRwX3BvcnQYByABKAUSEwoLbGVhZGVyX2FkZHIYCCABKAkSEwoLbGVhZGVyX3BvcnQYCSABKAUSDAoEcG9vbBgKIAEoCRIOCgZmYWJyaWMYCyABKAkSIgoHcHJvZmlsZRgMIAEoCzIRLmxsbWd3LnYxLlByb2ZpbGUSHAoEZ2FuZxgNIAEoCzIOLmxsbWd3LnYxLkdhbmcSJwoIYWRhcHRlcnMYDiADKAsyFS5sbG1ndy52MS5BZGFwdGVyU3BlYxIUCgxtYXhfYWRhcHRlcnMYDyABKA0SGAoQbWF4X2FkYXB0ZXJfcmFuaxgQIAEoDSLaAgoHUHJvZmlsZRIMCgRuYW1lGAEgASgJEg4KBmVuZ2luZRgCIAEoCRINCgVtb2RlbBgDIAEoCRIZChFzZXJ2ZWRfbW9kZWxfbmFtZRgEIAEoCRIcChR0ZW5zb3JfcGFyYWxsZWxfc2l6ZRgFIAEoBRIeChZwaXBlbGluZV9wYXJhbGxlbF9zaXplGAYgASgFEgwKBGFyZ3MYByADKAkSJwoDZW52GAggAygLMhoubGxtZ3cudjEuUHJvZmlsZS5FbnZFbnRyeRIyCg9zdGFydHVwX3RpbWVvdXQYCSABKAsyGS5nb29nbGUucHJvdG9idWYuRHVyYXRpb24SHgoWbWluX2NvbXB1dGVfY2FwYWJpbGl0eRgKIAEoCRISCgpzbGVlcF9tb2RlGAsgASgIGioKCEVudkVudHJ5EgsKA2tleRgBIAEoCRINCgV2YWx1ZRgCIAEoCToCOAEiRwoJU3RvcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEigKBWdyYWNlGAIgASgLMhkuZ29vZ2xlLnByb3RvYnVmLkR1cmF0aW9uIh4KCkRyYWluU2hhcmQSEAoIc2hhcmRfaWQYASABKAkiNAoDQWNrEhIKCm1lc3NhZ2VfaWQYASABKAQSCgoCb2sYAiABKAgSDQoFZXJyb3IYAyABKAkiVAoNUHJlZmV0Y2hNb2RlbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEg8KB2luY2x1ZGUYAyADKAkSEgoKcGFnZV9jYWNoZRgEIAEoCCKMAQoJTW9kZWxQdWxsEgwKBHJlcG8YASABKAkSEAoIcmV2aXNpb24YAiABKAkSJwoFc3RhdGUYAyABKA4yGC5sbG1ndy52MS5Nb2RlbFB1bGxTdGF0ZRISCgpieXRlc19kb25lGAQgASgEEhMKC2J5dGVzX3RvdGFsGAUgASgEEg0KBWVycm9yGAYgASgJIsEBCgtDYWNoZWRNb2RlbBIMCgRyZXBvGAEgASgJEhAKCHJldmlzaW9uGAIgASgJEg0KBWJ5dGVzGAMgASgEEhAKCGNvbXBsZXRlGAQgASgIEi0KCWxhc3RfdXNlZBgFIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASFgoOcmVzaWRlbnRfYnl0ZXMYBiABKAQSEgoKbG9hZF9ieXRlcxgHIAEoBBIWCg5jb250ZW50X2RpZ2VzdBgIIAEoCSItCgpTbGVlcFNoYXJkEhAKCHNoYXJkX2lkGAEgASgJEg0KBWxldmVsGAIgASgNIh0KCVdha2VTaGFyZBIQCghzaGFyZF9pZBgBIAEoCSrQAgoMR3B1RXZlbnRLaW5kEh4KGkdQVV9FVkVOVF9LSU5EX1VOU1BFQ0lGSUVEEAASFgoSR1BVX0VWRU5UX0tJTkRfWElEEAESIQodR1BVX0VWRU5UX0tJTkRfRUNDX0RPVUJMRV9CSVQQAhIkCiBHUFVfRVZFTlRfS0lORF9ST1dfUkVNQVBfUEVORElORxADEiQKIEdQVV9FVkVOVF9LSU5EX1JPV19SRU1BUF9GQUlMVVJFEAQSGwoXR1BVX0VWRU5UX0tJTkRfR1BVX0xPU1QQBRIeChpHUFVfRVZFTlRfS0lORF9OVkxJTktfRE9XThAGEhoKFkdQVV9FVkVOVF9LSU5EX0NMRUFSRUQQBxIYChRHUFVfRVZFTlRfS0lORF9SRVNFVBAIEiYKIkdQVV9FVkVOVF9LSU5EX0NMRUFSRURfQllfT1BFUkFUT1IQCSqMAgoKU2hhcmRTdGF0ZRIbChdTSEFSRF9TVEFURV9VTlNQRUNJRklFRBAAEhgKFFNIQVJEX1NUQVRFX1NUQVJUSU5HEAESFQoRU0hBUkRfU1RBVEVfUkVBRFkQAhIZChVTSEFSRF9TVEFURV9VTkhFQUxUSFkQAxIYChRTSEFSRF9TVEFURV9EUkFJTklORxAEEhgKFFNIQVJEX1NUQVRFX1NUT1BQSU5HEAUSFwoTU0hBUkRfU1RBVEVfU1RPUFBFRBAGEhYKElNIQVJEX1NUQVRFX0ZBSUxFRBAHEhYKElNIQVJEX1NUQVRFX0VYSVRFRBAIEhgKFFNIQVJEX1NUQVRFX1NMRUVQSU5HEAkqtAEKDEFkYXB0ZXJTdGF0ZRIdChlBREFQVEVSX1NUQVRFX1VOU1BFQ0lGSUVEEAASGQoVQURBUFRFUl9TVEFURV9QVUxMSU5HEAESGQoVQURBUFRFUl9TVEFURV9MT0FESU5HEAISGAoUQURBUFRFUl9TVEFURV9MT0FERUQQAxIbChdBREFQVEVSX1NUQVRFX1VOTE9BRElORxAEEhgKFEFEQVBURVJfU1RBVEVfRkFJTEVEEAUqxAEKDk1vZGVsUHVsbFN0YXRlEiAKHE1PREVMX1BVTExfU1RBVEVfVU5TUEVDSUZJRUQQABIcChhNT0RFTF9QVUxMX1NUQVRFX1NUQVJURUQQARIdChlNT0RFTF9QVUxMX1NUQVRFX1BST0dSRVNTEAISGQoVTU9ERUxfUFVMTF9TVEFURV9ET05FEAMSGwoXTU9ERUxfUFVMTF9TVEFURV9GQUlMRUQQBBIbChdNT0RFTF9QVUxMX1NUQVRFX1dBUk1FRBAFMk8KDEFnZW50U2VydmljZRI/CgdDb25uZWN0EhYubGxtZ3cudjEuQWdlbnRNZXNzYWdlGhgubGxtZ3cudjEuQ29udHJvbE1lc3NhZ2UoATABYgZwcm90bzM", [file_google_protobuf_duration, file_google_protobuf_timestamp]);
 
 /**
  * @generated from message llmgw.v1.AgentMessage
@@ -324,6 +324,17 @@ export type ControlMessage = Message<"llmgw.v1.ControlMessage"> & {
      */
     value: WakeShard;
     case: "wake";
+  } | {
+    /**
+     * Replace a shard's desired LoRA adapter set (issue 53). The agent
+     * reconciles the engine to it and reports each adapter in
+     * ShardStatus.adapters; a bad set is refused whole, in one line in the
+     * shard's status, and the engine is left untouched.
+     *
+     * @generated from field: llmgw.v1.SetAdapters set_adapters = 9;
+     */
+    value: SetAdapters;
+    case: "setAdapters";
   } | { case: undefined; value?: undefined };
 };
 
@@ -380,6 +391,16 @@ export type ControlMessageJson = {
    * @generated from field: llmgw.v1.WakeShard wake = 8;
    */
   wake?: WakeShardJson;
+
+  /**
+   * Replace a shard's desired LoRA adapter set (issue 53). The agent
+   * reconciles the engine to it and reports each adapter in
+   * ShardStatus.adapters; a bad set is refused whole, in one line in the
+   * shard's status, and the engine is left untouched.
+   *
+   * @generated from field: llmgw.v1.SetAdapters set_adapters = 9;
+   */
+  setAdapters?: SetAdaptersJson;
 };
 
 /**
@@ -1928,6 +1949,15 @@ export type ShardStatus = Message<"llmgw.v1.ShardStatus"> & {
    * @generated from field: string model_digest = 12;
    */
   modelDigest: string;
+
+  /**
+   * Each adapter of the shard's desired set, and each the engine still
+   * serves that is no longer desired (UNLOADING until it is gone), by name
+   * (issue 53). Empty for a shard without adapters.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 13;
+   */
+  adapters: AdapterStatus[];
 };
 
 /**
@@ -2004,6 +2034,15 @@ export type ShardStatusJson = {
    * @generated from field: string model_digest = 12;
    */
   modelDigest?: string;
+
+  /**
+   * Each adapter of the shard's desired set, and each the engine still
+   * serves that is no longer desired (UNLOADING until it is gone), by name
+   * (issue 53). Empty for a shard without adapters.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 13;
+   */
+  adapters?: AdapterStatusJson[];
 };
 
 /**
@@ -2012,6 +2051,295 @@ export type ShardStatusJson = {
  */
 export const ShardStatusSchema: GenMessage<ShardStatus, {jsonType: ShardStatusJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_agent, 18);
+
+/**
+ * One LoRA adapter a shard should serve (issue 53): the engine answers
+ * requests whose model is `name` with the base model and this adapter.
+ *
+ * @generated from message llmgw.v1.AdapterSpec
+ */
+export type AdapterSpec = Message<"llmgw.v1.AdapterSpec"> & {
+  /**
+   * What clients name as the request's model: 1 to 64 characters of
+   * [A-Za-z0-9._-], beginning with a letter or digit, and not the shard's
+   * served model name. Unique within a shard.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * The adapter's hub repo id (org/name), checked as a PrefetchModel's repo;
+   * pulled into the node's store (models.cache_dir) when missing there.
+   *
+   * @generated from field: string repo = 2;
+   */
+  repo: string;
+
+  /**
+   * A branch, tag or commit of repo, checked as a PrefetchModel's revision;
+   * main when empty.
+   *
+   * @generated from field: string revision = 3;
+   */
+  revision: string;
+
+  /**
+   * Ask the engine never to evict it for another (SGLang's pinned; engines
+   * without pinning ignore it: vLLM evicts nothing it was told to load).
+   *
+   * @generated from field: bool pinned = 4;
+   */
+  pinned: boolean;
+};
+
+/**
+ * One LoRA adapter a shard should serve (issue 53): the engine answers
+ * requests whose model is `name` with the base model and this adapter.
+ *
+ * @generated from message llmgw.v1.AdapterSpec
+ */
+export type AdapterSpecJson = {
+  /**
+   * What clients name as the request's model: 1 to 64 characters of
+   * [A-Za-z0-9._-], beginning with a letter or digit, and not the shard's
+   * served model name. Unique within a shard.
+   *
+   * @generated from field: string name = 1;
+   */
+  name?: string;
+
+  /**
+   * The adapter's hub repo id (org/name), checked as a PrefetchModel's repo;
+   * pulled into the node's store (models.cache_dir) when missing there.
+   *
+   * @generated from field: string repo = 2;
+   */
+  repo?: string;
+
+  /**
+   * A branch, tag or commit of repo, checked as a PrefetchModel's revision;
+   * main when empty.
+   *
+   * @generated from field: string revision = 3;
+   */
+  revision?: string;
+
+  /**
+   * Ask the engine never to evict it for another (SGLang's pinned; engines
+   * without pinning ignore it: vLLM evicts nothing it was told to load).
+   *
+   * @generated from field: bool pinned = 4;
+   */
+  pinned?: boolean;
+};
+
+/**
+ * Describes the message llmgw.v1.AdapterSpec.
+ * Use `create(AdapterSpecSchema)` to create a new message.
+ */
+export const AdapterSpecSchema: GenMessage<AdapterSpec, {jsonType: AdapterSpecJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 19);
+
+/**
+ * SetAdapters: the shard's whole desired adapter set, replacing the one its
+ * StartShard or an earlier SetAdapters gave. An empty list unloads them all.
+ *
+ * @generated from message llmgw.v1.SetAdapters
+ */
+export type SetAdapters = Message<"llmgw.v1.SetAdapters"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * @generated from field: repeated llmgw.v1.AdapterSpec adapters = 2;
+   */
+  adapters: AdapterSpec[];
+};
+
+/**
+ * SetAdapters: the shard's whole desired adapter set, replacing the one its
+ * StartShard or an earlier SetAdapters gave. An empty list unloads them all.
+ *
+ * @generated from message llmgw.v1.SetAdapters
+ */
+export type SetAdaptersJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * @generated from field: repeated llmgw.v1.AdapterSpec adapters = 2;
+   */
+  adapters?: AdapterSpecJson[];
+};
+
+/**
+ * Describes the message llmgw.v1.SetAdapters.
+ * Use `create(SetAdaptersSchema)` to create a new message.
+ */
+export const SetAdaptersSchema: GenMessage<SetAdapters, {jsonType: SetAdaptersJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 20);
+
+/**
+ * What the agent knows of one adapter on one shard.
+ *
+ * @generated from message llmgw.v1.AdapterStatus
+ */
+export type AdapterStatus = Message<"llmgw.v1.AdapterStatus"> & {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name: string;
+
+  /**
+   * @generated from field: string repo = 2;
+   */
+  repo: string;
+
+  /**
+   * The store's content digest of the adapter's files ("sha256:<hex>", as
+   * CachedModel.content_digest): its identity. Empty until resolved.
+   *
+   * @generated from field: string digest = 3;
+   */
+  digest: string;
+
+  /**
+   * @generated from field: llmgw.v1.AdapterState state = 4;
+   */
+  state: AdapterState;
+
+  /**
+   * One line: for FAILED what is wrong and what to do (the engine's own
+   * reason when it refused, or both answers when its proof failed); for
+   * LOADED how it was proven, or that it is "unproven" (the engine did not
+   * answer the check: busy, a timeout) and will be asked again.
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason: string;
+
+  /**
+   * The revision as the spec gave it, and the commit it resolved to.
+   *
+   * @generated from field: string revision = 6;
+   */
+  revision: string;
+
+  /**
+   * @generated from field: string commit = 7;
+   */
+  commit: string;
+
+  /**
+   * adapter_config.json's r, once resolved; 0 before.
+   *
+   * @generated from field: uint32 rank = 8;
+   */
+  rank: number;
+
+  /**
+   * Milliseconds of the engine's own load call for the last load; 0 before.
+   *
+   * @generated from field: uint32 load_ms = 9;
+   */
+  loadMs: number;
+
+  /**
+   * Whether the adapter's own answer was checked since its last load (the
+   * engine answered it, differently from the base model, and as recorded
+   * at the first load of this adapter's bytes on this base).
+   *
+   * @generated from field: bool proven = 10;
+   */
+  proven: boolean;
+};
+
+/**
+ * What the agent knows of one adapter on one shard.
+ *
+ * @generated from message llmgw.v1.AdapterStatus
+ */
+export type AdapterStatusJson = {
+  /**
+   * @generated from field: string name = 1;
+   */
+  name?: string;
+
+  /**
+   * @generated from field: string repo = 2;
+   */
+  repo?: string;
+
+  /**
+   * The store's content digest of the adapter's files ("sha256:<hex>", as
+   * CachedModel.content_digest): its identity. Empty until resolved.
+   *
+   * @generated from field: string digest = 3;
+   */
+  digest?: string;
+
+  /**
+   * @generated from field: llmgw.v1.AdapterState state = 4;
+   */
+  state?: AdapterStateJson;
+
+  /**
+   * One line: for FAILED what is wrong and what to do (the engine's own
+   * reason when it refused, or both answers when its proof failed); for
+   * LOADED how it was proven, or that it is "unproven" (the engine did not
+   * answer the check: busy, a timeout) and will be asked again.
+   *
+   * @generated from field: string reason = 5;
+   */
+  reason?: string;
+
+  /**
+   * The revision as the spec gave it, and the commit it resolved to.
+   *
+   * @generated from field: string revision = 6;
+   */
+  revision?: string;
+
+  /**
+   * @generated from field: string commit = 7;
+   */
+  commit?: string;
+
+  /**
+   * adapter_config.json's r, once resolved; 0 before.
+   *
+   * @generated from field: uint32 rank = 8;
+   */
+  rank?: number;
+
+  /**
+   * Milliseconds of the engine's own load call for the last load; 0 before.
+   *
+   * @generated from field: uint32 load_ms = 9;
+   */
+  loadMs?: number;
+
+  /**
+   * Whether the adapter's own answer was checked since its last load (the
+   * engine answered it, differently from the base model, and as recorded
+   * at the first load of this adapter's bytes on this base).
+   *
+   * @generated from field: bool proven = 10;
+   */
+  proven?: boolean;
+};
+
+/**
+ * Describes the message llmgw.v1.AdapterStatus.
+ * Use `create(AdapterStatusSchema)` to create a new message.
+ */
+export const AdapterStatusSchema: GenMessage<AdapterStatus, {jsonType: AdapterStatusJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_agent, 21);
 
 /**
  * What a rank saw of its gang's other ranks: the first peer found gone,
@@ -2130,7 +2458,7 @@ export type GangBreakJson = {
  * Use `create(GangBreakSchema)` to create a new message.
  */
 export const GangBreakSchema: GenMessage<GangBreak, {jsonType: GangBreakJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 19);
+  messageDesc(file_llmgw_v1_agent, 22);
 
 /**
  * A multi-node replica's ranks as one gang (issue 40): what a rank needs to
@@ -2181,7 +2509,7 @@ export type GangJson = {
  * Use `create(GangSchema)` to create a new message.
  */
 export const GangSchema: GenMessage<Gang, {jsonType: GangJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 20);
+  messageDesc(file_llmgw_v1_agent, 23);
 
 /**
  * @generated from message llmgw.v1.GangMember
@@ -2264,7 +2592,7 @@ export type GangMemberJson = {
  * Use `create(GangMemberSchema)` to create a new message.
  */
 export const GangMemberSchema: GenMessage<GangMember, {jsonType: GangMemberJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 21);
+  messageDesc(file_llmgw_v1_agent, 24);
 
 /**
  * @generated from message llmgw.v1.RunningShard
@@ -2364,6 +2692,14 @@ export type RunningShard = Message<"llmgw.v1.RunningShard"> & {
    * @generated from field: string model_digest = 18;
    */
   modelDigest: string;
+
+  /**
+   * As ShardStatus.adapters: a restarted control plane learns each shard's
+   * adapters from Register alone (issue 53).
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 19;
+   */
+  adapters: AdapterStatus[];
 };
 
 /**
@@ -2464,6 +2800,14 @@ export type RunningShardJson = {
    * @generated from field: string model_digest = 18;
    */
   modelDigest?: string;
+
+  /**
+   * As ShardStatus.adapters: a restarted control plane learns each shard's
+   * adapters from Register alone (issue 53).
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 19;
+   */
+  adapters?: AdapterStatusJson[];
 };
 
 /**
@@ -2471,7 +2815,7 @@ export type RunningShardJson = {
  * Use `create(RunningShardSchema)` to create a new message.
  */
 export const RunningShardSchema: GenMessage<RunningShard, {jsonType: RunningShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 22);
+  messageDesc(file_llmgw_v1_agent, 25);
 
 /**
  * @generated from message llmgw.v1.StartShard
@@ -2545,6 +2889,35 @@ export type StartShard = Message<"llmgw.v1.StartShard"> & {
    * @generated from field: llmgw.v1.Gang gang = 13;
    */
   gang?: Gang | undefined;
+
+  /**
+   * The LoRA adapters the shard serves from its READY on (issue 53); a
+   * SetAdapters replaces the set later. A set on an engine kind with no
+   * adapter API (the sim) is refused, as is one over max_adapters, a name
+   * twice, or a bad name, repo or revision.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterSpec adapters = 14;
+   */
+  adapters: AdapterSpec[];
+
+  /**
+   * Most adapters loaded at once: what the engine is started with (vLLM
+   * --max-loras, SGLang --max-loaded-loras). 0: the profile's own args
+   * say it, else no adapters are served unless adapters is set (then its
+   * count, at least 1). At most 64.
+   *
+   * @generated from field: uint32 max_adapters = 15;
+   */
+  maxAdapters: number;
+
+  /**
+   * Highest LoRA rank an adapter may have (vLLM and SGLang --max-lora-rank).
+   * 0: the profile's args say it, else 16. An adapter of a higher rank is
+   * FAILED once its rank is read from the store. At most 512.
+   *
+   * @generated from field: uint32 max_adapter_rank = 16;
+   */
+  maxAdapterRank: number;
 };
 
 /**
@@ -2619,6 +2992,35 @@ export type StartShardJson = {
    * @generated from field: llmgw.v1.Gang gang = 13;
    */
   gang?: GangJson;
+
+  /**
+   * The LoRA adapters the shard serves from its READY on (issue 53); a
+   * SetAdapters replaces the set later. A set on an engine kind with no
+   * adapter API (the sim) is refused, as is one over max_adapters, a name
+   * twice, or a bad name, repo or revision.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterSpec adapters = 14;
+   */
+  adapters?: AdapterSpecJson[];
+
+  /**
+   * Most adapters loaded at once: what the engine is started with (vLLM
+   * --max-loras, SGLang --max-loaded-loras). 0: the profile's own args
+   * say it, else no adapters are served unless adapters is set (then its
+   * count, at least 1). At most 64.
+   *
+   * @generated from field: uint32 max_adapters = 15;
+   */
+  maxAdapters?: number;
+
+  /**
+   * Highest LoRA rank an adapter may have (vLLM and SGLang --max-lora-rank).
+   * 0: the profile's args say it, else 16. An adapter of a higher rank is
+   * FAILED once its rank is read from the store. At most 512.
+   *
+   * @generated from field: uint32 max_adapter_rank = 16;
+   */
+  maxAdapterRank?: number;
 };
 
 /**
@@ -2626,7 +3028,7 @@ export type StartShardJson = {
  * Use `create(StartShardSchema)` to create a new message.
  */
 export const StartShardSchema: GenMessage<StartShard, {jsonType: StartShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 23);
+  messageDesc(file_llmgw_v1_agent, 26);
 
 /**
  * @generated from message llmgw.v1.Profile
@@ -2771,7 +3173,7 @@ export type ProfileJson = {
  * Use `create(ProfileSchema)` to create a new message.
  */
 export const ProfileSchema: GenMessage<Profile, {jsonType: ProfileJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 24);
+  messageDesc(file_llmgw_v1_agent, 27);
 
 /**
  * @generated from message llmgw.v1.StopShard
@@ -2814,7 +3216,7 @@ export type StopShardJson = {
  * Use `create(StopShardSchema)` to create a new message.
  */
 export const StopShardSchema: GenMessage<StopShard, {jsonType: StopShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 25);
+  messageDesc(file_llmgw_v1_agent, 28);
 
 /**
  * @generated from message llmgw.v1.DrainShard
@@ -2841,7 +3243,7 @@ export type DrainShardJson = {
  * Use `create(DrainShardSchema)` to create a new message.
  */
 export const DrainShardSchema: GenMessage<DrainShard, {jsonType: DrainShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 26);
+  messageDesc(file_llmgw_v1_agent, 29);
 
 /**
  * @generated from message llmgw.v1.Ack
@@ -2892,7 +3294,7 @@ export type AckJson = {
  * Use `create(AckSchema)` to create a new message.
  */
 export const AckSchema: GenMessage<Ack, {jsonType: AckJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 27);
+  messageDesc(file_llmgw_v1_agent, 30);
 
 /**
  * A PrefetchModel: what `llmgw models pull` takes. repo is a hub model id
@@ -2969,7 +3371,7 @@ export type PrefetchModelJson = {
  * Use `create(PrefetchModelSchema)` to create a new message.
  */
 export const PrefetchModelSchema: GenMessage<PrefetchModel, {jsonType: PrefetchModelJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 28);
+  messageDesc(file_llmgw_v1_agent, 31);
 
 /**
  * One step of a pull of the node's store (issue 30), keyed by repo and
@@ -3056,7 +3458,7 @@ export type ModelPullJson = {
  * Use `create(ModelPullSchema)` to create a new message.
  */
 export const ModelPullSchema: GenMessage<ModelPull, {jsonType: ModelPullJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 29);
+  messageDesc(file_llmgw_v1_agent, 32);
 
 /**
  * A model in the node's store. complete: every file of a pulled revision is
@@ -3195,7 +3597,7 @@ export type CachedModelJson = {
  * Use `create(CachedModelSchema)` to create a new message.
  */
 export const CachedModelSchema: GenMessage<CachedModel, {jsonType: CachedModelJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 30);
+  messageDesc(file_llmgw_v1_agent, 33);
 
 /**
  * SleepShard: level 1 offloads the weights to host RAM and drops the KV
@@ -3244,7 +3646,7 @@ export type SleepShardJson = {
  * Use `create(SleepShardSchema)` to create a new message.
  */
 export const SleepShardSchema: GenMessage<SleepShard, {jsonType: SleepShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 31);
+  messageDesc(file_llmgw_v1_agent, 34);
 
 /**
  * @generated from message llmgw.v1.WakeShard
@@ -3271,7 +3673,7 @@ export type WakeShardJson = {
  * Use `create(WakeShardSchema)` to create a new message.
  */
 export const WakeShardSchema: GenMessage<WakeShard, {jsonType: WakeShardJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_agent, 32);
+  messageDesc(file_llmgw_v1_agent, 35);
 
 /**
  * @generated from enum llmgw.v1.GpuEventKind
@@ -3423,6 +3825,70 @@ export const ShardStateSchema: GenEnum<ShardState, ShardStateJson> = /*@__PURE__
   enumDesc(file_llmgw_v1_agent, 1);
 
 /**
+ * An adapter's state on a shard. An adapter is LOADED only once the engine
+ * lists it and its answer was checked or could not be obtained (reason says
+ * "unproven"): a wrong or silently absent adapter is FAILED, never LOADED.
+ *
+ * @generated from enum llmgw.v1.AdapterState
+ */
+export enum AdapterState {
+  /**
+   * @generated from enum value: ADAPTER_STATE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Not in the node's store yet: being pulled from the hub.
+   *
+   * @generated from enum value: ADAPTER_STATE_PULLING = 1;
+   */
+  PULLING = 1,
+
+  /**
+   * Asked of the engine, or loaded and being proven.
+   *
+   * @generated from enum value: ADAPTER_STATE_LOADING = 2;
+   */
+  LOADING = 2,
+
+  /**
+   * @generated from enum value: ADAPTER_STATE_LOADED = 3;
+   */
+  LOADED = 3,
+
+  /**
+   * No longer desired: waiting for the engine's requests naming it to end,
+   * then unloaded and checked gone.
+   *
+   * @generated from enum value: ADAPTER_STATE_UNLOADING = 4;
+   */
+  UNLOADING = 4,
+
+  /**
+   * Refused by the engine, unresolvable in the store, or failed its proof;
+   * reason says which. Retried when the desired set is set again.
+   *
+   * @generated from enum value: ADAPTER_STATE_FAILED = 5;
+   */
+  FAILED = 5,
+}
+
+/**
+ * An adapter's state on a shard. An adapter is LOADED only once the engine
+ * lists it and its answer was checked or could not be obtained (reason says
+ * "unproven"): a wrong or silently absent adapter is FAILED, never LOADED.
+ *
+ * @generated from enum llmgw.v1.AdapterState
+ */
+export type AdapterStateJson = "ADAPTER_STATE_UNSPECIFIED" | "ADAPTER_STATE_PULLING" | "ADAPTER_STATE_LOADING" | "ADAPTER_STATE_LOADED" | "ADAPTER_STATE_UNLOADING" | "ADAPTER_STATE_FAILED";
+
+/**
+ * Describes the enum llmgw.v1.AdapterState.
+ */
+export const AdapterStateSchema: GenEnum<AdapterState, AdapterStateJson> = /*@__PURE__*/
+  enumDesc(file_llmgw_v1_agent, 2);
+
+/**
  * @generated from enum llmgw.v1.ModelPullState
  */
 export enum ModelPullState {
@@ -3476,7 +3942,7 @@ export type ModelPullStateJson = "MODEL_PULL_STATE_UNSPECIFIED" | "MODEL_PULL_ST
  * Describes the enum llmgw.v1.ModelPullState.
  */
 export const ModelPullStateSchema: GenEnum<ModelPullState, ModelPullStateJson> = /*@__PURE__*/
-  enumDesc(file_llmgw_v1_agent, 2);
+  enumDesc(file_llmgw_v1_agent, 3);
 
 /**
  * AgentService is served by the control plane; every node agent holds one

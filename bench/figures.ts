@@ -19,6 +19,7 @@ import { warmthFigure } from './warmth-figure.js';
 import { warmPageCacheFigure } from './warm-page-cache-figure.js';
 import { gangFenceFigure } from './gang-fence-figure.js';
 import { bigNodeFigure } from './big-node-figure.js';
+import { adapterSetFigure } from './adapter-set-figure.js';
 
 export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean): Record<string, () => Promise<void>> {
   const FIGURES: Record<string, () => Promise<void>> = {
@@ -47,5 +48,7 @@ export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean):
   FIGURES['14e'] = () => warmPageCacheFigure(rows, notes, quick);
   FIGURES['15'] = () => gangFenceFigure(rows, notes, quick);
   FIGURES['16'] = () => bigNodeFigure(rows, notes, quick);
+  // A desired set of LoRA adapters to every one proven, beside the engine's own load calls (issue 53).
+  FIGURES['17'] = () => adapterSetFigure(rows, notes, quick);
   return FIGURES;
 }

@@ -30,7 +30,7 @@ describe('the walkthrough of adding an engine kind', () => {
       expect(exists(`src/agent/engines/${name}/${name}-kind.ts`), `${name}-kind.ts`).toBe(true);
     }
     for (const name of ['vllm', 'sglang']) {
-      for (const file of ['args', 'sleep', 'known-answer']) expect(exists(`src/agent/engines/${name}/${name}-${file}.ts`), `${name}-${file}.ts`).toBe(true);
+      for (const file of ['args', 'sleep', 'known-answer', 'adapters']) expect(exists(`src/agent/engines/${name}/${name}-${file}.ts`), `${name}-${file}.ts`).toBe(true);
     }
   });
 

@@ -1,7 +1,7 @@
 import { create } from '@bufbuild/protobuf';
 import { Code, ConnectError, type HandlerContext } from '@connectrpc/connect';
-import { type AdaptersRequest, type AdaptersResponse, AdaptersResponseSchema } from '../../gen/llmgw/v1/admin_pb.js';
-import { AdapterSpecSchema } from '../../gen/llmgw/v1/agent_pb.js';
+import type { AdaptersResponse } from '../../gen/llmgw/v1/admin_pb.js';
+import { type AdapterSpec, AdapterSpecSchema } from '../../gen/llmgw/v1/agent_pb.js';
 import { isValidShardId, SHARD_ID_PATTERN } from '../../lib/shard-id.js';
 import type { AdminBackend } from './admin-backend.js';
 import { auditAct } from './operator-audit.js';
@@ -15,16 +15,19 @@ import { unknownShardError } from './unknown-shard-error.js';
  * checks, the same report on the stream), audited with the caller's uid,
  * answered once reconciled.
  */
-export async function adaptersRoute(backend: AdminBackend, req: AdaptersRequest, ctx: HandlerContext, change: boolean): Promise<AdaptersResponse> {
+/** What Adapters and ChangeAdapters both answer (AdaptersResponse's fields; ChangeAdaptersResponse has the same). */
+export type AdaptersAnswer = Omit<AdaptersResponse, '$typeName' | '$unknown'>;
+
+export async function adaptersRoute(backend: AdminBackend, req: { shardId: string; load?: AdapterSpec; unload?: string }, ctx: HandlerContext, change: boolean): Promise<AdaptersAnswer> {
   const adapters = backend.adapters;
   if (!adapters) throw new ConnectError('this agent serves no LoRA adapters', Code.Unimplemented);
   const id = req.shardId;
   if (!isValidShardId(id)) throw new ConnectError(`invalid shard id ${JSON.stringify(String(id).slice(0, 40))}: it must match ${SHARD_ID_PATTERN.source}`, Code.InvalidArgument);
   if (!backend.shard(id)) throw unknownShardError(id, backend.nodeId, backend.shards());
   const load = req.load;
-  if (load && req.unload !== '') throw new ConnectError('load and unload one adapter at a time', Code.InvalidArgument);
-  if (!change && (load || req.unload !== '')) throw new ConnectError('Adapters only reads; ChangeAdapters loads and unloads', Code.InvalidArgument);
-  if (change && !load && req.unload === '') throw new ConnectError('ChangeAdapters needs load or unload', Code.InvalidArgument);
+  const unload = req.unload ?? '';
+  if (load && unload !== '') throw new ConnectError('load and unload one adapter at a time', Code.InvalidArgument);
+  if (change && !load && unload === '') throw new ConnectError('ChangeAdapters needs load or unload', Code.InvalidArgument);
   if (change) {
     const desired = adapters.desired(id);
     let next = desired;
@@ -32,15 +35,15 @@ export async function adaptersRoute(backend: AdminBackend, req: AdaptersRequest,
       auditAct(backend, ctx, { act: 'adapters --load', shardId: id, detail: `${load.name}=${load.repo}@${load.revision || 'main'}` });
       next = [...desired.filter((a) => a.name !== load.name), create(AdapterSpecSchema, load)];
     } else {
-      auditAct(backend, ctx, { act: 'adapters --unload', shardId: id, detail: req.unload });
-      if (!desired.some((a) => a.name === req.unload)) {
-        throw new ConnectError(`shard ${id} has no adapter ${JSON.stringify(req.unload.slice(0, 64))} in its desired set (${desired.map((a) => a.name).join(', ') || 'none'})`, Code.NotFound);
+      auditAct(backend, ctx, { act: 'adapters --unload', shardId: id, detail: unload });
+      if (!desired.some((a) => a.name === unload)) {
+        throw new ConnectError(`shard ${id} has no adapter ${JSON.stringify(unload.slice(0, 64))} in its desired set (${desired.map((a) => a.name).join(', ') || 'none'})`, Code.NotFound);
       }
-      next = desired.filter((a) => a.name !== req.unload);
+      next = desired.filter((a) => a.name !== unload);
     }
     const out = await adapters.set(id, next);
     if ('refused' in out) throw new ConnectError(out.refused, Code.FailedPrecondition);
   }
   const limits = adapters.limits(id);
-  return create(AdaptersResponseSchema, { shardId: id, adapters: adapters.statuses(id), desired: adapters.desired(id), maxAdapters: limits.maxLoaded, maxAdapterRank: limits.maxRank });
+  return { shardId: id, adapters: adapters.statuses(id), desired: adapters.desired(id), maxAdapters: limits.maxLoaded, maxAdapterRank: limits.maxRank };
 }

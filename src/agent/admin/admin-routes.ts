@@ -3,8 +3,10 @@ import { create } from '@bufbuild/protobuf';
 import { durationMs } from '@bufbuild/protobuf/wkt';
 import { Code, ConnectError, type ConnectRouter, type HandlerContext } from '@connectrpc/connect';
 import {
+  AdaptersResponseSchema,
   AdminService,
   AdoptOutcome,
+  ChangeAdaptersResponseSchema,
   AdoptResponseSchema,
   AdoptResultSchema,
   type DrainRequest,
@@ -85,8 +87,8 @@ export function adminRoutes(backend: AdminBackend, opts: AdminRoutesOptions = {}
 
       sleep: (req, ctx) => sleepRoute(backend, req, ctx),
       wake: (req, ctx) => wakeRoute(backend, req, ctx),
-      adapters: (req, ctx) => adaptersRoute(backend, req, ctx, false),
-      changeAdapters: (req, ctx) => adaptersRoute(backend, req, ctx, true),
+      adapters: async (req, ctx) => create(AdaptersResponseSchema, await adaptersRoute(backend, req, ctx, false)),
+      changeAdapters: async (req, ctx) => create(ChangeAdaptersResponseSchema, await adaptersRoute(backend, req, ctx, true)),
 
       events: (req, ctx) => endedWithClient(streamEvents(req, ctx), ctx.signal),
     });

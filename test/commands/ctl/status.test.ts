@@ -105,6 +105,8 @@ describe('llmgw ctl status', () => {
         // The sim answers no /version: unknown, '' (sleep-survival.ts refuses what needs it).
         engineVersion: '',
         model: 'sim/m',
+        // The store's verified digest of what it serves (issue 51): none for a sim model outside the store.
+        modelDigest: '',
         state: 'SHARD_STATE_READY',
         pid: shard.pid,
         httpPort: shard.port,

@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file llmgw/v1/admin.proto.
  */
 export const file_llmgw_v1_admin: GenFile = /*@__PURE__*/
-  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLdAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudBIUCgxlbmRlZF9oaWRkZW4YCiABKAUicwoNRW5naW5lQWNjb3VudBIOCgZlbmdpbmUYASABKAkSDAoEdXNlchgCIAEoCRILCgN1aWQYAyABKAUSEgoKY29uZmlndXJlZBgEIAEoCBISCgphbGxvd19yb290GAUgASgIEg8KB3JlZnVzZWQYBiABKAgifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IpsCChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJEiYKA3RscxgIIAEoCzIZLmxsbWd3LnYxLkNvbnRyb2xQbGFuZVRscyLrAQoPQ29udHJvbFBsYW5lVGxzEhEKCWNlcnRfcGF0aBgBIAEoCRIUCgxjZXJ0X3N1YmplY3QYAiABKAkSMwoPY2VydF9ub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jZXJ0X25vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHwoXY2VydF9maW5nZXJwcmludF9zaGEyNTYYBSABKAkSCgoCY2EYBiABKAkSGQoRY2VydF9leHBpcmVzX3Nvb24YByABKAgi1QMKCVNoYXJkSW5mbxIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEg4KBmVuZ2luZRgDIAEoCRINCgVtb2RlbBgEIAEoCRIjCgVzdGF0ZRgFIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSCwoDcGlkGAYgASgFEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtncHVfaW5kaWNlcxgIIAMoBRIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhZG9wdGVkGAogASgIEg0KBWVycm9yGAsgASgJEhEKCWV4aXRfY29kZRgMIAEoBRIMCgRyYW5rGA0gASgFEg4KBm5ub2RlcxgOIAEoBRIQCghsb2dfcGF0aBgPIAEoCRIQCghsYXVuY2hlchgQIAEoCRIMCgR1bml0GBEgASgJEgwKBG5vdGUYEiABKAkSEQoJaW5fZmxpZ2h0GBMgASgFEhkKEXRva2Vuc19wZXJfc2Vjb25kGBQgASgBEgwKBGdhbmcYFSABKAkSFgoOZW5naW5lX3ZlcnNpb24YFiABKAkSFAoMbW9kZWxfZGlnZXN0GBcgASgJIqMBCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnRpbWVzdGFtcHMYBiABKAgSEgoKcmVwbGljYV9pZBgHIAEoCSIdCgxMb2dzUmVzcG9uc2USDQoFbGluZXMYASADKAkiDgoMQWRvcHRSZXF1ZXN0ImUKC0Fkb3B0UmVzdWx0EhAKCHNoYXJkX2lkGAEgASgJEicKB291dGNvbWUYAiABKA4yFi5sbG1ndy52MS5BZG9wdE91dGNvbWUSCwoDcGlkGAMgASgFEg4KBnJlYXNvbhgEIAEoCSI3Cg1BZG9wdFJlc3BvbnNlEiYKB3Jlc3VsdHMYASADKAsyFS5sbG1ndy52MS5BZG9wdFJlc3VsdCJ3CgxEcmFpblJlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSCwoDYWxsGAIgASgIEgwKBHdhaXQYAyABKAgSKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZjYW5jZWwYBSABKAgibAoNRHJhaW5Qcm9ncmVzcxIQCghzaGFyZF9pZBgBIAEoCRIjCgVzdGF0ZRgCIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSEQoJaW5fZmxpZ2h0GAMgASgFEhEKCWNvdW50YWJsZRgEIAEoCCJcCg1EcmFpblJlc3BvbnNlEicKBnNoYXJkcxgBIAMoCzIXLmxsbWd3LnYxLkRyYWluUHJvZ3Jlc3MSDwoHZHJhaW5lZBgCIAEoCBIRCgl0aW1lZF9vdXQYAyABKAgiLwoNQ29yZG9uUmVxdWVzdBIOCgZjb3Jkb24YASABKAgSDgoGcmVhc29uGAIgASgJIpcBCg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIEhcKD3JlcGxhY2VkX3JlYXNvbhgGIAEoCSJdCg1FdmVudHNSZXF1ZXN0Eg4KBmZvbGxvdxgBIAEoCBIpCgVzaW5jZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYWZ0ZXJfc2VxGAMgASgEIjYKDkV2ZW50c1Jlc3BvbnNlEiQKBmV2ZW50cxgBIAMoCzIULmxsbWd3LnYxLkFnZW50RXZlbnQi7QEKCkFnZW50RXZlbnQSCwoDc2VxGAEgASgEEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRraW5kGAMgASgJEhAKCHNoYXJkX2lkGAQgASgJEhAKA2dwdRgFIAEoBUgAiAEBEg8KB21lc3NhZ2UYBiABKAkSMAoGZmllbGRzGAcgAygLMiAubGxtZ3cudjEuQWdlbnRFdmVudC5GaWVsZHNFbnRyeRotCgtGaWVsZHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBF9ncHUiOQoUQ2xlYXJHcHVGYXVsdFJlcXVlc3QSEQoJZ3B1X2luZGV4GAEgASgFEg4KBnJlYXNvbhgCIAEoCSJLChVDbGVhckdwdUZhdWx0UmVzcG9uc2USDwoHY2xlYXJlZBgBIAMoCRIhCgVldmVudBgCIAEoCzISLmxsbWd3LnYxLkdwdUV2ZW50Ii8KDFNsZWVwUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsZXZlbBgCIAEoBSIfCgtXYWtlUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCSIzCg1TbGVlcFJlc3BvbnNlEiIKBXNoYXJkGAEgASgLMhMubGxtZ3cudjEuU2hhcmRJbmZvIjIKDFdha2VSZXNwb25zZRIiCgVzaGFyZBgBIAEoCzITLmxsbWd3LnYxLlNoYXJkSW5mbyJYCg9BZGFwdGVyc1JlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSIwoEbG9hZBgCIAEoCzIVLmxsbWd3LnYxLkFkYXB0ZXJTcGVjEg4KBnVubG9hZBgDIAEoCSKnAQoQQWRhcHRlcnNSZXNwb25zZRIQCghzaGFyZF9pZBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLmxsbWd3LnYxLkFkYXB0ZXJTdGF0dXMSJgoHZGVzaXJlZBgDIAMoCzIVLmxsbWd3LnYxLkFkYXB0ZXJTcGVjEhQKDG1heF9hZGFwdGVycxgEIAEoDRIYChBtYXhfYWRhcHRlcl9yYW5rGAUgASgNKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMsUFCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwARI7CgZDb3Jkb24SFy5sbG1ndy52MS5Db3Jkb25SZXF1ZXN0GhgubGxtZ3cudjEuQ29yZG9uUmVzcG9uc2USUAoNQ2xlYXJHcHVGYXVsdBIeLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRSZXF1ZXN0Gh8ubGxtZ3cudjEuQ2xlYXJHcHVGYXVsdFJlc3BvbnNlEj0KBkV2ZW50cxIXLmxsbWd3LnYxLkV2ZW50c1JlcXVlc3QaGC5sbG1ndy52MS5FdmVudHNSZXNwb25zZTABEjgKBVNsZWVwEhYubGxtZ3cudjEuU2xlZXBSZXF1ZXN0GhcubGxtZ3cudjEuU2xlZXBSZXNwb25zZRI1CgRXYWtlEhUubGxtZ3cudjEuV2FrZVJlcXVlc3QaFi5sbG1ndy52MS5XYWtlUmVzcG9uc2USQQoIQWRhcHRlcnMSGS5sbG1ndy52MS5BZGFwdGVyc1JlcXVlc3QaGi5sbG1ndy52MS5BZGFwdGVyc1Jlc3BvbnNlEkcKDkNoYW5nZUFkYXB0ZXJzEhkubGxtZ3cudjEuQWRhcHRlcnNSZXF1ZXN0GhoubGxtZ3cudjEuQWRhcHRlcnNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
+  fileDesc("ChRsbG1ndy92MS9hZG1pbi5wcm90bxIIbGxtZ3cudjEiQgoNU3RhdHVzUmVxdWVzdBILCgNhbGwYASABKAgSJAoGc3RhdGVzGAIgAygOMhQubGxtZ3cudjEuU2hhcmRTdGF0ZSLdAgoOU3RhdHVzUmVzcG9uc2USDwoHbm9kZV9pZBgBIAEoCRIPCgd2ZXJzaW9uGAIgASgJEjQKCmNvbm5lY3Rpb24YAyABKAsyIC5sbG1ndy52MS5Db250cm9sUGxhbmVDb25uZWN0aW9uEiYKCWludmVudG9yeRgEIAEoCzITLmxsbWd3LnYxLkludmVudG9yeRIjCgZzaGFyZHMYBSADKAsyEy5sbG1ndy52MS5TaGFyZEluZm8SLgoKc3RhcnRlZF9hdBgGIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASCwoDcGlkGAcgASgFEiEKBGdwdXMYCCADKAsyEy5sbG1ndy52MS5HcHVTdGF0dXMSMAoPZW5naW5lX2FjY291bnRzGAkgAygLMhcubGxtZ3cudjEuRW5naW5lQWNjb3VudBIUCgxlbmRlZF9oaWRkZW4YCiABKAUicwoNRW5naW5lQWNjb3VudBIOCgZlbmdpbmUYASABKAkSDAoEdXNlchgCIAEoCRILCgN1aWQYAyABKAUSEgoKY29uZmlndXJlZBgEIAEoCBISCgphbGxvd19yb290GAUgASgIEg8KB3JlZnVzZWQYBiABKAgifQoJR3B1U3RhdHVzEg0KBWluZGV4GAEgASgFEhYKDm1lbW9yeV91c2VkX21iGAIgASgFEg8KB2hlYWx0aHkYAyABKAgSDQoFZmF1bHQYBCABKAkSKQoNcmVjZW50X2V2ZW50cxgFIAMoCzISLmxsbWd3LnYxLkdwdUV2ZW50IpsCChZDb250cm9sUGxhbmVDb25uZWN0aW9uEg4KBnNlcnZlchgBIAEoCRIoCgVzdGF0ZRgCIAEoDjIZLmxsbWd3LnYxLkNvbm5lY3Rpb25TdGF0ZRIzCg9jb25uZWN0ZWRfc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg8KB2F0dGVtcHQYBCABKAUSMwoPbmV4dF9hdHRlbXB0X2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBISCgpsYXN0X2Vycm9yGAYgASgJEhAKCHByb3RvY29sGAcgASgJEiYKA3RscxgIIAEoCzIZLmxsbWd3LnYxLkNvbnRyb2xQbGFuZVRscyLrAQoPQ29udHJvbFBsYW5lVGxzEhEKCWNlcnRfcGF0aBgBIAEoCRIUCgxjZXJ0X3N1YmplY3QYAiABKAkSMwoPY2VydF9ub3RfYmVmb3JlGAMgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIyCg5jZXJ0X25vdF9hZnRlchgEIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASHwoXY2VydF9maW5nZXJwcmludF9zaGEyNTYYBSABKAkSCgoCY2EYBiABKAkSGQoRY2VydF9leHBpcmVzX3Nvb24YByABKAgi1QMKCVNoYXJkSW5mbxIQCghzaGFyZF9pZBgBIAEoCRISCgpyZXBsaWNhX2lkGAIgASgJEg4KBmVuZ2luZRgDIAEoCRINCgVtb2RlbBgEIAEoCRIjCgVzdGF0ZRgFIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSCwoDcGlkGAYgASgFEhEKCWh0dHBfcG9ydBgHIAEoBRITCgtncHVfaW5kaWNlcxgIIAMoBRIuCgpzdGFydGVkX2F0GAkgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdhZG9wdGVkGAogASgIEg0KBWVycm9yGAsgASgJEhEKCWV4aXRfY29kZRgMIAEoBRIMCgRyYW5rGA0gASgFEg4KBm5ub2RlcxgOIAEoBRIQCghsb2dfcGF0aBgPIAEoCRIQCghsYXVuY2hlchgQIAEoCRIMCgR1bml0GBEgASgJEgwKBG5vdGUYEiABKAkSEQoJaW5fZmxpZ2h0GBMgASgFEhkKEXRva2Vuc19wZXJfc2Vjb25kGBQgASgBEgwKBGdhbmcYFSABKAkSFgoOZW5naW5lX3ZlcnNpb24YFiABKAkSFAoMbW9kZWxfZGlnZXN0GBcgASgJIqMBCgtMb2dzUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsaW5lcxgCIAEoBRIOCgZmb2xsb3cYAyABKAgSEAoIcHJldmlvdXMYBCABKAgSKQoFc2luY2UYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhIKCnRpbWVzdGFtcHMYBiABKAgSEgoKcmVwbGljYV9pZBgHIAEoCSIdCgxMb2dzUmVzcG9uc2USDQoFbGluZXMYASADKAkiDgoMQWRvcHRSZXF1ZXN0ImUKC0Fkb3B0UmVzdWx0EhAKCHNoYXJkX2lkGAEgASgJEicKB291dGNvbWUYAiABKA4yFi5sbG1ndy52MS5BZG9wdE91dGNvbWUSCwoDcGlkGAMgASgFEg4KBnJlYXNvbhgEIAEoCSI3Cg1BZG9wdFJlc3BvbnNlEiYKB3Jlc3VsdHMYASADKAsyFS5sbG1ndy52MS5BZG9wdFJlc3VsdCJ3CgxEcmFpblJlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkSCwoDYWxsGAIgASgIEgwKBHdhaXQYAyABKAgSKgoHdGltZW91dBgEIAEoCzIZLmdvb2dsZS5wcm90b2J1Zi5EdXJhdGlvbhIOCgZjYW5jZWwYBSABKAgibAoNRHJhaW5Qcm9ncmVzcxIQCghzaGFyZF9pZBgBIAEoCRIjCgVzdGF0ZRgCIAEoDjIULmxsbWd3LnYxLlNoYXJkU3RhdGUSEQoJaW5fZmxpZ2h0GAMgASgFEhEKCWNvdW50YWJsZRgEIAEoCCJcCg1EcmFpblJlc3BvbnNlEicKBnNoYXJkcxgBIAMoCzIXLmxsbWd3LnYxLkRyYWluUHJvZ3Jlc3MSDwoHZHJhaW5lZBgCIAEoCBIRCgl0aW1lZF9vdXQYAyABKAgiLwoNQ29yZG9uUmVxdWVzdBIOCgZjb3Jkb24YASABKAgSDgoGcmVhc29uGAIgASgJIpcBCg5Db3Jkb25SZXNwb25zZRIQCghjb3Jkb25lZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSKQoFc2luY2UYAyABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEg4KBmJ5X3VpZBgEIAEoBRIPCgdjaGFuZ2VkGAUgASgIEhcKD3JlcGxhY2VkX3JlYXNvbhgGIAEoCSJdCg1FdmVudHNSZXF1ZXN0Eg4KBmZvbGxvdxgBIAEoCBIpCgVzaW5jZRgCIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASEQoJYWZ0ZXJfc2VxGAMgASgEIjYKDkV2ZW50c1Jlc3BvbnNlEiQKBmV2ZW50cxgBIAMoCzIULmxsbWd3LnYxLkFnZW50RXZlbnQi7QEKCkFnZW50RXZlbnQSCwoDc2VxGAEgASgEEiYKAmF0GAIgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIMCgRraW5kGAMgASgJEhAKCHNoYXJkX2lkGAQgASgJEhAKA2dwdRgFIAEoBUgAiAEBEg8KB21lc3NhZ2UYBiABKAkSMAoGZmllbGRzGAcgAygLMiAubGxtZ3cudjEuQWdlbnRFdmVudC5GaWVsZHNFbnRyeRotCgtGaWVsZHNFbnRyeRILCgNrZXkYASABKAkSDQoFdmFsdWUYAiABKAk6AjgBQgYKBF9ncHUiOQoUQ2xlYXJHcHVGYXVsdFJlcXVlc3QSEQoJZ3B1X2luZGV4GAEgASgFEg4KBnJlYXNvbhgCIAEoCSJLChVDbGVhckdwdUZhdWx0UmVzcG9uc2USDwoHY2xlYXJlZBgBIAMoCRIhCgVldmVudBgCIAEoCzISLmxsbWd3LnYxLkdwdUV2ZW50Ii8KDFNsZWVwUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCRINCgVsZXZlbBgCIAEoBSIfCgtXYWtlUmVxdWVzdBIQCghzaGFyZF9pZBgBIAEoCSIzCg1TbGVlcFJlc3BvbnNlEiIKBXNoYXJkGAEgASgLMhMubGxtZ3cudjEuU2hhcmRJbmZvIjIKDFdha2VSZXNwb25zZRIiCgVzaGFyZBgBIAEoCzITLmxsbWd3LnYxLlNoYXJkSW5mbyIjCg9BZGFwdGVyc1JlcXVlc3QSEAoIc2hhcmRfaWQYASABKAkiXgoVQ2hhbmdlQWRhcHRlcnNSZXF1ZXN0EhAKCHNoYXJkX2lkGAEgASgJEiMKBGxvYWQYAiABKAsyFS5sbG1ndy52MS5BZGFwdGVyU3BlYxIOCgZ1bmxvYWQYAyABKAkipwEKEEFkYXB0ZXJzUmVzcG9uc2USEAoIc2hhcmRfaWQYASABKAkSKQoIYWRhcHRlcnMYAiADKAsyFy5sbG1ndy52MS5BZGFwdGVyU3RhdHVzEiYKB2Rlc2lyZWQYAyADKAsyFS5sbG1ndy52MS5BZGFwdGVyU3BlYxIUCgxtYXhfYWRhcHRlcnMYBCABKA0SGAoQbWF4X2FkYXB0ZXJfcmFuaxgFIAEoDSKtAQoWQ2hhbmdlQWRhcHRlcnNSZXNwb25zZRIQCghzaGFyZF9pZBgBIAEoCRIpCghhZGFwdGVycxgCIAMoCzIXLmxsbWd3LnYxLkFkYXB0ZXJTdGF0dXMSJgoHZGVzaXJlZBgDIAMoCzIVLmxsbWd3LnYxLkFkYXB0ZXJTcGVjEhQKDG1heF9hZGFwdGVycxgEIAEoDRIYChBtYXhfYWRhcHRlcl9yYW5rGAUgASgNKtABCg9Db25uZWN0aW9uU3RhdGUSIAocQ09OTkVDVElPTl9TVEFURV9VTlNQRUNJRklFRBAAEh8KG0NPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVElORxABEh4KGkNPTk5FQ1RJT05fU1RBVEVfQ09OTkVDVEVEEAISHQoZQ09OTkVDVElPTl9TVEFURV9SRVRSWUlORxADEhwKGENPTk5FQ1RJT05fU1RBVEVfU1RPUFBFRBAEEh0KGUNPTk5FQ1RJT05fU1RBVEVfU1RBUlRJTkcQBSq8AQoMQWRvcHRPdXRjb21lEh0KGUFET1BUX09VVENPTUVfVU5TUEVDSUZJRUQQABIZChVBRE9QVF9PVVRDT01FX0FET1BURUQQARIYChRBRE9QVF9PVVRDT01FX0tJTExFRBACEhkKFUFET1BUX09VVENPTUVfQ0xFQU5FRBADEiQKIEFET1BUX09VVENPTUVfQUxSRUFEWV9TVVBFUlZJU0VEEAQSFwoTQURPUFRfT1VUQ09NRV9FUlJPUhAFMtEFCgxBZG1pblNlcnZpY2USOwoGU3RhdHVzEhcubGxtZ3cudjEuU3RhdHVzUmVxdWVzdBoYLmxsbWd3LnYxLlN0YXR1c1Jlc3BvbnNlEjcKBExvZ3MSFS5sbG1ndy52MS5Mb2dzUmVxdWVzdBoWLmxsbWd3LnYxLkxvZ3NSZXNwb25zZTABEjgKBUFkb3B0EhYubGxtZ3cudjEuQWRvcHRSZXF1ZXN0GhcubGxtZ3cudjEuQWRvcHRSZXNwb25zZRI6CgVEcmFpbhIWLmxsbWd3LnYxLkRyYWluUmVxdWVzdBoXLmxsbWd3LnYxLkRyYWluUmVzcG9uc2UwARI7CgZDb3Jkb24SFy5sbG1ndy52MS5Db3Jkb25SZXF1ZXN0GhgubGxtZ3cudjEuQ29yZG9uUmVzcG9uc2USUAoNQ2xlYXJHcHVGYXVsdBIeLmxsbWd3LnYxLkNsZWFyR3B1RmF1bHRSZXF1ZXN0Gh8ubGxtZ3cudjEuQ2xlYXJHcHVGYXVsdFJlc3BvbnNlEj0KBkV2ZW50cxIXLmxsbWd3LnYxLkV2ZW50c1JlcXVlc3QaGC5sbG1ndy52MS5FdmVudHNSZXNwb25zZTABEjgKBVNsZWVwEhYubGxtZ3cudjEuU2xlZXBSZXF1ZXN0GhcubGxtZ3cudjEuU2xlZXBSZXNwb25zZRI1CgRXYWtlEhUubGxtZ3cudjEuV2FrZVJlcXVlc3QaFi5sbG1ndy52MS5XYWtlUmVzcG9uc2USQQoIQWRhcHRlcnMSGS5sbG1ndy52MS5BZGFwdGVyc1JlcXVlc3QaGi5sbG1ndy52MS5BZGFwdGVyc1Jlc3BvbnNlElMKDkNoYW5nZUFkYXB0ZXJzEh8ubGxtZ3cudjEuQ2hhbmdlQWRhcHRlcnNSZXF1ZXN0GiAubGxtZ3cudjEuQ2hhbmdlQWRhcHRlcnNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_duration, file_google_protobuf_timestamp, file_llmgw_v1_agent]);
 
 /**
  * @generated from message llmgw.v1.StatusRequest
@@ -1974,20 +1974,6 @@ export type AdaptersRequest = Message<"llmgw.v1.AdaptersRequest"> & {
    * @generated from field: string shard_id = 1;
    */
   shardId: string;
-
-  /**
-   * ChangeAdapters: add this adapter to the desired set (replacing one of the same name).
-   *
-   * @generated from field: llmgw.v1.AdapterSpec load = 2;
-   */
-  load?: AdapterSpec | undefined;
-
-  /**
-   * ChangeAdapters: remove the adapter of this name from the desired set.
-   *
-   * @generated from field: string unload = 3;
-   */
-  unload: string;
 };
 
 /**
@@ -1998,20 +1984,6 @@ export type AdaptersRequestJson = {
    * @generated from field: string shard_id = 1;
    */
   shardId?: string;
-
-  /**
-   * ChangeAdapters: add this adapter to the desired set (replacing one of the same name).
-   *
-   * @generated from field: llmgw.v1.AdapterSpec load = 2;
-   */
-  load?: AdapterSpecJson;
-
-  /**
-   * ChangeAdapters: remove the adapter of this name from the desired set.
-   *
-   * @generated from field: string unload = 3;
-   */
-  unload?: string;
 };
 
 /**
@@ -2020,6 +1992,65 @@ export type AdaptersRequestJson = {
  */
 export const AdaptersRequestSchema: GenMessage<AdaptersRequest, {jsonType: AdaptersRequestJson}> = /*@__PURE__*/
   messageDesc(file_llmgw_v1_admin, 26);
+
+/**
+ * One adapter loaded or unloaded: exactly one of load and unload.
+ *
+ * @generated from message llmgw.v1.ChangeAdaptersRequest
+ */
+export type ChangeAdaptersRequest = Message<"llmgw.v1.ChangeAdaptersRequest"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * Add this adapter to the desired set (replacing one of the same name).
+   *
+   * @generated from field: llmgw.v1.AdapterSpec load = 2;
+   */
+  load?: AdapterSpec | undefined;
+
+  /**
+   * Remove the adapter of this name from the desired set.
+   *
+   * @generated from field: string unload = 3;
+   */
+  unload: string;
+};
+
+/**
+ * One adapter loaded or unloaded: exactly one of load and unload.
+ *
+ * @generated from message llmgw.v1.ChangeAdaptersRequest
+ */
+export type ChangeAdaptersRequestJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * Add this adapter to the desired set (replacing one of the same name).
+   *
+   * @generated from field: llmgw.v1.AdapterSpec load = 2;
+   */
+  load?: AdapterSpecJson;
+
+  /**
+   * Remove the adapter of this name from the desired set.
+   *
+   * @generated from field: string unload = 3;
+   */
+  unload?: string;
+};
+
+/**
+ * Describes the message llmgw.v1.ChangeAdaptersRequest.
+ * Use `create(ChangeAdaptersRequestSchema)` to create a new message.
+ */
+export const ChangeAdaptersRequestSchema: GenMessage<ChangeAdaptersRequest, {jsonType: ChangeAdaptersRequestJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 27);
 
 /**
  * @generated from message llmgw.v1.AdaptersResponse
@@ -2098,7 +2129,90 @@ export type AdaptersResponseJson = {
  * Use `create(AdaptersResponseSchema)` to create a new message.
  */
 export const AdaptersResponseSchema: GenMessage<AdaptersResponse, {jsonType: AdaptersResponseJson}> = /*@__PURE__*/
-  messageDesc(file_llmgw_v1_admin, 27);
+  messageDesc(file_llmgw_v1_admin, 28);
+
+/**
+ * ChangeAdapters's answer, once the changed set is reconciled: the fields of AdaptersResponse.
+ *
+ * @generated from message llmgw.v1.ChangeAdaptersResponse
+ */
+export type ChangeAdaptersResponse = Message<"llmgw.v1.ChangeAdaptersResponse"> & {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId: string;
+
+  /**
+   * Each adapter as ShardStatus.adapters reports it, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 2;
+   */
+  adapters: AdapterStatus[];
+
+  /**
+   * The desired set, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterSpec desired = 3;
+   */
+  desired: AdapterSpec[];
+
+  /**
+   * The limits the shard's engine was started with (0: no adapters).
+   *
+   * @generated from field: uint32 max_adapters = 4;
+   */
+  maxAdapters: number;
+
+  /**
+   * @generated from field: uint32 max_adapter_rank = 5;
+   */
+  maxAdapterRank: number;
+};
+
+/**
+ * ChangeAdapters's answer, once the changed set is reconciled: the fields of AdaptersResponse.
+ *
+ * @generated from message llmgw.v1.ChangeAdaptersResponse
+ */
+export type ChangeAdaptersResponseJson = {
+  /**
+   * @generated from field: string shard_id = 1;
+   */
+  shardId?: string;
+
+  /**
+   * Each adapter as ShardStatus.adapters reports it, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterStatus adapters = 2;
+   */
+  adapters?: AdapterStatusJson[];
+
+  /**
+   * The desired set, after the change.
+   *
+   * @generated from field: repeated llmgw.v1.AdapterSpec desired = 3;
+   */
+  desired?: AdapterSpecJson[];
+
+  /**
+   * The limits the shard's engine was started with (0: no adapters).
+   *
+   * @generated from field: uint32 max_adapters = 4;
+   */
+  maxAdapters?: number;
+
+  /**
+   * @generated from field: uint32 max_adapter_rank = 5;
+   */
+  maxAdapterRank?: number;
+};
+
+/**
+ * Describes the message llmgw.v1.ChangeAdaptersResponse.
+ * Use `create(ChangeAdaptersResponseSchema)` to create a new message.
+ */
+export const ChangeAdaptersResponseSchema: GenMessage<ChangeAdaptersResponse, {jsonType: ChangeAdaptersResponseJson}> = /*@__PURE__*/
+  messageDesc(file_llmgw_v1_admin, 29);
 
 /**
  * @generated from enum llmgw.v1.ConnectionState
@@ -2328,8 +2442,8 @@ export const AdminService: GenService<{
    */
   changeAdapters: {
     methodKind: "unary";
-    input: typeof AdaptersRequestSchema;
-    output: typeof AdaptersResponseSchema;
+    input: typeof ChangeAdaptersRequestSchema;
+    output: typeof ChangeAdaptersResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_llmgw_v1_admin, 0);

@@ -18,7 +18,7 @@ describe("oclif's own messages", () => {
   it('print with real line breaks, not \\x0a', async () => {
     const missing = await runCli(['models', 'rm']);
     expect(missing.exitCode).toBe(2);
-    expect(missing.stderr).toBe('error: Missing 1 required arg:\nrepo  Hub model id, org/name, as models list shows it.\nSee more help with --help');
+    expect(missing.stderr).toBe('error: Missing 1 required arg:\nrepo  Hub model or adapter id, org/name, as models list shows it.\nSee more help with --help');
     const flag = await runCli(['ctl', 'logs', 'x', '--json']);
     expect(flag.exitCode).toBe(2);
     expect(flag.stderr).toBe('error: Nonexistent flag: --json\nSee more help with --help');

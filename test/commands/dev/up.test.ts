@@ -98,7 +98,9 @@ describe('llmgw dev up', () => {
     run.child.kill('SIGINT');
     const result = await run.child;
     expect(result.exitCode).toBe(0);
-    expect(result.stderr).toContain('stopped tiny-0-g1-r0');
+    // Its first generation, or a later one: another dev up of the suite may take the first port between dev up's
+    // probe of it and the engine's bind, and the control plane then places it again (seen beside test/docs).
+    expect(result.stderr).toMatch(/^stopped tiny-0-g\d+-r0$/m);
     expect(started.filter(isRunning)).toEqual([]);
     expect(processesWritingUnder(run.parent)).toEqual([]);
     expect(readdirSync(run.parent)).toEqual([]);
@@ -156,7 +158,7 @@ describe('llmgw dev up', () => {
     const result = await run.child;
     expect(result.exitCode).toBe(1);
     expect(result.stderr).toMatch(/error: the agent exited on its own \(signal SIGKILL\); its log: .*agent\.log/);
-    expect(result.stderr).toContain('killed 1 engine process(es) the agent left: tiny-0-g1-r0');
+    expect(result.stderr).toMatch(/killed 1 engine process\(es\) the agent left: tiny-0-g\d+-r0/);
     expect(engines.filter(isRunning)).toEqual([]);
     expect(processesWritingUnder(run.parent)).toEqual([]);
     const [kept] = readdirSync(run.parent);
@@ -179,12 +181,12 @@ describe('llmgw dev up', () => {
     }
     // Pulled from dev up's own hub into the node's store before the start, which read it from there.
     const list = await sh(await line(/^ {2}(.* models list --config .*)$/m));
-    expect(list.stdout).toMatch(/^dev\/tiny-chat +main=[0-9a-f]{12} +complete +32 MiB .* tiny-0-g1-r0$/m);
+    expect(list.stdout).toMatch(/^dev\/tiny-chat +main=[0-9a-f]{12} +complete +32 MiB .* tiny-0-g\d+-r0 +model +- +-$/m);
     expect(run.stderr()).toMatch(/model hub http:\/\/127\.0\.0\.1:\d+ serving dev\/tiny-chat/);
-    const slept = await sh(await line(/^ {2}(.* ctl sleep tiny-0-g1-r0 --level 1 .*)$/m));
-    expect(slept.stdout, slept.stderr).toMatch(/^shard tiny-0-g1-r0 is SLEEPING after /);
-    const woke = await sh(await line(/^ {2}(.* ctl wake tiny-0-g1-r0 .*)$/m));
-    expect(woke.stdout, woke.stderr).toMatch(/^shard tiny-0-g1-r0 is READY after .*: it answers again with its known answer$/);
+    const slept = await sh(await line(/^ {2}(.* ctl sleep tiny-0-g\d+-r0 --level 1 .*)$/m));
+    expect(slept.stdout, slept.stderr).toMatch(/^shard tiny-0-g\d+-r0 is SLEEPING after /);
+    const woke = await sh(await line(/^ {2}(.* ctl wake tiny-0-g\d+-r0 .*)$/m));
+    expect(woke.stdout, woke.stderr).toMatch(/^shard tiny-0-g\d+-r0 is READY after .*: it answers again with its known answer$/);
     const [curl] = await run.waitFor(/^ {2}curl -s .*$/m, 5_000);
     const answer = JSON.parse((await sh(curl)).stdout) as { model: string };
     expect(answer.model).toBe('tiny-chat');

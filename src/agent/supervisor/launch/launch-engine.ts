@@ -1,3 +1,4 @@
+import { setTimeout as setTimeoutPromise } from 'node:timers/promises';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { closeSync, constants, openSync } from 'node:fs';
 import { once } from 'node:events';
@@ -53,6 +54,27 @@ function identityOf(pid: number): { pgid: number; identity: ProcessIdentity } {
   if (!stat) throw failure(`engine process ${pid} vanished before it could be identified; see its log`);
   return { pgid: stat.pgrp, identity: { startTime: stat.startTime, bootId: readBootId() } };
 }
+
+/**
+ * A unit's main process, once it leads its own group: systemd-run returns
+ * once systemd has forked it, and the child calls setsid() on its way to
+ * exec (exec_child), so a read before that sees systemd's group, 1. Recorded
+ * in the state file, that pgid made the next agent refuse the file (seen
+ * under load in test/systemd/engine-units.test.ts). Bounded: a process that
+ * never leads its group is no engine this agent launched.
+ */
+async function unitIdentityOf(pid: number, signal: AbortSignal | undefined): Promise<{ pgid: number; identity: ProcessIdentity }> {
+  const deadline = Date.now() + UNIT_SETSID_WAIT_MS;
+  for (;;) {
+    const read = identityOf(pid);
+    if (read.pgid === pid) return read;
+    if (Date.now() > deadline) throw failure(`the main process ${pid} of its unit does not lead its own process group (group ${read.pgid}) after ${UNIT_SETSID_WAIT_MS / 1000} s`);
+    await setTimeoutPromise(5, undefined, { signal });
+  }
+}
+
+/** How long a unit's main process may take to lead its own group after systemd-run returns. */
+const UNIT_SETSID_WAIT_MS = 10_000;
 
 /**
  * Starts the engine as our child in its own session and process group, stdin
@@ -189,7 +211,7 @@ export async function launchSystemdRun(
     if (!Number.isInteger(pid) || pid <= 1) {
       throw failure(`systemd unit ${unit} has no main process (MainPID ${pid}); see journalctl -u ${unit}`);
     }
-    return { pid, ...identityOf(pid), unit: started.unit };
+    return { pid, ...(await unitIdentityOf(pid, signal)), unit: started.unit };
   } catch (err) {
     // Not cancelled with the launch: the unit must go whatever stopped the launch.
     const stopped = await stopFailedLaunch(unit, invocationId).then(

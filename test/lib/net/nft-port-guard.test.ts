@@ -1,4 +1,7 @@
 import { execFileSync } from 'node:child_process';
+import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -83,9 +86,22 @@ describe('NftPortGuard', () => {
   });
 
   it('rejects when nft refuses (another uid has no CAP_NET_ADMIN): a script that cannot apply is an error, not a silent pass', async () => {
-    // nft run as the other user: what an agent not run as root gets.
-    const script = `import('${new URL('../../../dist/lib/net/nft-port-guard.js', import.meta.url).pathname}').then((m) => new m.NftPortGuard({ table: '${TABLE}' }).guard(40001, [0])).then(() => console.log('guarded'), (e) => console.log(e.message))`;
-    const out = execFileSync('setpriv', [`--reuid=${OTHER_UID}`, `--regid=${OTHER_UID}`, '--clear-groups', process.execPath, '-e', script], { cwd: '/', encoding: 'utf8' }).trim();
-    expect(out).toMatch(/^nft -f -: .*(Operation not permitted|not permitted)/);
+    // nft run as the other user: what an agent not run as root gets. The module and the three it imports are
+    // copied where that user can read them, wherever the checkout lives (a clone under /root is not).
+    const copy = mkdtempSync(join(tmpdir(), 'llmgw-nft-guard-'));
+    try {
+      chmodSync(copy, 0o755);
+      for (const f of ['lib/net/nft-port-guard.js', 'lib/errors.js', 'lib/errno.js', 'lib/process/spawn-turn.js']) {
+        mkdirSync(join(copy, dirname(f)), { recursive: true, mode: 0o755 });
+        copyFileSync(new URL(`../../../dist/${f}`, import.meta.url), join(copy, f));
+        chmodSync(join(copy, f), 0o644);
+      }
+      writeFileSync(join(copy, 'package.json'), '{"type":"module"}\n', { mode: 0o644 });
+      const script = `import('${join(copy, 'lib/net/nft-port-guard.js')}').then((m) => new m.NftPortGuard({ table: '${TABLE}' }).guard(40001, [0])).then(() => console.log('guarded'), (e) => console.log(e.message))`;
+      const out = execFileSync('setpriv', [`--reuid=${OTHER_UID}`, `--regid=${OTHER_UID}`, '--clear-groups', process.execPath, '-e', script], { cwd: '/', encoding: 'utf8' }).trim();
+      expect(out).toMatch(/^nft -f -: .*(Operation not permitted|not permitted)/);
+    } finally {
+      rmSync(copy, { recursive: true, force: true });
+    }
   });
 });

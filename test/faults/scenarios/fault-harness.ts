@@ -360,11 +360,13 @@ export async function runScenario(
   scenario: Scenario,
 ): Promise<{ outcome: ScenarioOutcome; leaked: number }> {
   const h = new FaultHarness(scenario.name);
+  let failed = false;
   try {
     const outcome = await scenario.run(h);
     const leaked = await h.assertInvariants();
     return { outcome, leaked };
   } catch (err) {
+    failed = true;
     if (err instanceof Error) Object.assign(err, { leaked: h.leakedProcesses().length });
     // What the agent said last is usually the explanation.
     const tail = (h.agent?.logs() ?? [])
@@ -374,7 +376,10 @@ export async function runScenario(
     if (err instanceof Error && tail.length > 0) err.message += `\nagent log (last lines):\n${tail.join('\n')}`;
     throw err;
   } finally {
-    await h.close();
+    // A cleanup that fails after the scenario failed must not hide why the scenario failed.
+    await h.close().catch((err: unknown) => {
+      if (!failed) throw err;
+    });
   }
 }
 

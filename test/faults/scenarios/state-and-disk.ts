@@ -39,6 +39,22 @@ function mountTmpfs(h: FaultHarness, dir: string, size: string): void {
   });
 }
 
+/**
+ * Makes the bind mount at `dir` read-only. The kernel refuses (EBUSY) while a file is open for writing
+ * through that mount, and the running agent may be writing a state file at that moment: it is asked again.
+ */
+async function remountReadOnly(dir: string): Promise<void> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      execFileSync('mount', ['-o', 'remount,ro,bind', dir], { stdio: ['ignore', 'ignore', 'pipe'] });
+      return;
+    } catch (err) {
+      if (attempt >= 100) throw err;
+      await sleep(50);
+    }
+  }
+}
+
 /** Fills the file system holding `dir` until it refuses with ENOSPC; returns the filler's path. */
 function fill(dir: string): string {
   const filler = join(dir, 'filler');
@@ -168,8 +184,8 @@ export const readOnlyStateDir: Scenario = {
     const { pid } = await startReady(h, 'before', 0);
     // Root ignores file modes, so read-only has to come from the mount.
     execFileSync('mount', ['--bind', h.dirs.stateDir, h.dirs.stateDir]);
-    execFileSync('mount', ['-o', 'remount,ro,bind', h.dirs.stateDir]);
     h.defer(() => execFileSync('umount', ['-l', h.dirs.stateDir]));
+    await remountReadOnly(h.dirs.stateDir);
 
     const refused = h.waitShard('after', [S.FAILED, S.STARTING, S.READY]);
     h.expectFailed.add('after');

@@ -16,7 +16,8 @@ import { engineGangDeployment, gangDeployment } from '../helpers/gang-deployment
  *   death (src/sim/fake-sglang.ts; S:python/sglang/srt/managers/scheduler.py:5066-5069),
  *   usually before the 1 s gang poll. Rank 0's agent must name rank 1, whose
  *   engine was SIGKILLed, as the first to go, not report its own engine's end
- *   alone. At 10e6215 it reports FAILED "killed by SIGKILL" with no gang_break.
+ *   alone. Rank 1's node has lost its control-plane link (held quiet), so no
+ *   fence overtakes rank 0's own report: that is when the naming matters. At 10e6215 it reports FAILED "killed by SIGKILL" with no gang_break.
  */
 
 const SAFETY_NET_MS = 30_000;
@@ -41,16 +42,25 @@ describe('the gang watch on a silent node and on the peer that died first', () =
   });
 
   it("an SGLang rank 1 engine SIGKILLed: rank 0's agent names rank 1 as the first to go", { timeout: 150_000 }, async () => {
-    const c = await startGangCluster({ deployment: engineGangDeployment('sglang-tp', ['--skip-server-warmup']), gangAddr: true, doubles: true });
+    const c = await startGangCluster({ deployment: engineGangDeployment('sglang-tp', ['--skip-server-warmup']), gangAddr: true, doubles: true, heldLink: 'node-b' });
     const r0 = RANK_SHARD['node-a'];
-    // Rank 0's first report after READY: its engine ends on its own within a second, before any fence can
-    // reach it, so a STOPPING (the control plane's fence overtaking the agent's report) is a failure too.
+    // Rank 0's first report after READY. Node-b's link to the control plane is held (quiet, not closed), so
+    // the control plane hears of rank 1's end only from rank 0's agent and cannot fence rank 0 first: a
+    // fence arriving within the second rank 0's engine takes to follow is a stop (STOPPING), correctly, and
+    // says nothing of this judgement. Rank 0's agent still reaches rank 1's agent directly; so a STOPPING
+    // here is a failure.
     const after = [ShardState.FAILED, ShardState.UNHEALTHY, ShardState.EXITED, ShardState.STOPPING, ShardState.STOPPED];
     const ended = c.cp.cp.waitFor('node-a', (m) => shardOf(m)?.shardId === r0 && after.includes(shardOf(m)?.state ?? ShardState.UNSPECIFIED), SAFETY_NET_MS);
+    c.link?.hold();
     process.kill(c.pids['node-b'], 'SIGKILL');
     // Rank 0's engine goes too, as SGLang's does when its gloo peer closes.
     await until(() => !isRunning(c.pids['node-a']), "rank 0's engine to end", SAFETY_NET_MS);
     const first = shardOf(await ended.catch((e: Error) => Promise.reject(new Error(`${e.message}; node-a said: ${shardHistory(c, 'node-a')}`))));
+    // The relay held: the control plane had nothing from rank 1's agent about its end when rank 0's report came.
+    expect(c.cp.cp.messages('node-b').filter((m) => shardOf(m)?.shardId === RANK_SHARD['node-b'] && shardOf(m)?.state === ShardState.FAILED)).toEqual([]);
+    c.link?.release();
+    // And, released, what it held arrives: the link was node-b's path to the control plane, quiet, not lost.
+    await c.cp.cp.waitFor('node-b', (m) => shardOf(m)?.shardId === RANK_SHARD['node-b'] && shardOf(m)?.state === ShardState.FAILED, SAFETY_NET_MS);
     expect(first?.gangBreak, `rank 0 reported ${first ? ShardState[first.state] : '?'} "${first?.error}" without naming its peer`).toMatchObject({ rank: 1, nodeId: 'node-b', shardId: RANK_SHARD['node-b'], firstToGo: true });
     expect(first?.gangBreak?.reason).toMatch(/^rank 1 on node-b /);
     // What the control plane and `ctl status` show as the shard's error (the shard is soon fenced and gone from the node).

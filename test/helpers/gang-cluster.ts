@@ -8,6 +8,7 @@ import { type AgentMessage, ShardState } from '../../src/gen/llmgw/v1/agent_pb.j
 import { type AgentDirs, type AgentProcess, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from './agent-process.js';
 import { DOUBLE_ENGINES_YAML } from './double-shards.js';
 import { until } from './engine-processes.js';
+import { type HoldableRelay, startHoldableRelay } from './holdable-relay.js';
 import { fillListenQueue as fillQueue } from './listen-queue.js';
 import { type StartedControlPlane, startControlPlane } from './start-control-plane.js';
 
@@ -30,6 +31,8 @@ export interface GangCluster {
   pids: Record<GangNode, number>;
   /** Starts that node's agent again with the same configuration (after the test stopped it): an agent restart. */
   startAgent(node: GangNode): AgentProcess;
+  /** The relay between GangClusterOptions.heldLink's agent and the control plane. */
+  link?: HoldableRelay;
 }
 
 export interface GangClusterOptions {
@@ -42,6 +45,8 @@ export interface GangClusterOptions {
   readyTimeoutMs?: number;
   /** Each node's gang endpoint on this fixed port of 127.0.0.1 (one a restarted agent binds again), not a free one. */
   gangPorts?: Record<GangNode, number>;
+  /** This node's agent reaches the control plane through a relay the test can hold (GangCluster.link); its peers reach it directly. */
+  heldLink?: GangNode;
 }
 
 export const shardOf = (m: AgentMessage) => (m.msg.case === 'shard' ? m.msg.value : undefined);
@@ -60,9 +65,11 @@ export async function startGangCluster(o: GangClusterOptions): Promise<GangClust
     'node-b': cp.cp.waitFor('node-b', isState(RANK_SHARD['node-b'], ShardState.READY), waitMs),
   };
   const extraYaml = (nodeId: GangNode) => `${o.doubles ? DOUBLE_ENGINES_YAML : ''}${o.gangAddr ? `gang_addr: 127.0.0.1:${o.gangPorts?.[nodeId] ?? 0}\n` : ''}`;
-  const agent = (nodeId: GangNode) => startAgentProcess({ server: cp.url, dirs: dirs[nodeId], nodeId, heartbeat: '500ms', extraYaml: extraYaml(nodeId), supervisor: o.supervisor });
+  const link = o.heldLink ? await startHoldableRelay(cp.port) : undefined;
+  const server = (nodeId: GangNode) => (link && nodeId === o.heldLink ? cp.url.replace(`:${cp.port}`, `:${link.port}`) : cp.url);
+  const agent = (nodeId: GangNode) => startAgentProcess({ server: server(nodeId), dirs: dirs[nodeId], nodeId, heartbeat: '500ms', extraYaml: extraYaml(nodeId), supervisor: o.supervisor });
   const agents = { 'node-a': agent('node-a'), 'node-b': agent('node-b') };
-  const c: GangCluster = { cp, agents, dirs, pids: { 'node-a': 0, 'node-b': 0 }, startAgent: agent };
+  const c: GangCluster = { cp, agents, dirs, pids: { 'node-a': 0, 'node-b': 0 }, startAgent: agent, ...(link ? { link } : {}) };
   // A gang that breaks while starting fails the start at once, saying how, rather than at the timeout.
   let starting = true;
   const broke = (async () => {

@@ -7,6 +7,7 @@
  * fake-sglang-lora.ts.
  */
 import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { SimToken } from './openai-responses.js';
@@ -20,6 +21,15 @@ export interface AdapterFiles {
   baseModel: string;
   /** sha256 (hex) of adapter_model.safetensors: what the adapter's answers derive from. */
   digest: string;
+  /**
+   * What its answers are made from (adapterToken): the digest, or '' for
+   * weights that are all zero bytes, an adapter whose update is zero (PEFT
+   * initialises lora_B to zeros, so an untrained adapter adds nothing:
+   * peft/tuners/lora/layer.py reset_lora_parameters, nn.init.zeros_(lora_B)),
+   * which answers exactly as its base does. A healthy adapter that happens
+   * to agree with its base on a prompt, for the agent's proof.
+   */
+  answerDigest: string;
 }
 
 /** The folder is not an adapter: its config or weights are missing or unreadable. */
@@ -34,27 +44,51 @@ export class AdapterFilesError extends Error {
 
 /** Reads adapter `dir` (a local folder: the doubles never download). */
 export async function readAdapterFiles(dir: string): Promise<AdapterFiles> {
+  const got = async (name: string): Promise<Buffer | NodeJS.ErrnoException> => readFile(join(dir, name)).catch((err: NodeJS.ErrnoException) => err);
+  const config = await got('adapter_config.json');
+  const weights = config instanceof Buffer ? await got('adapter_model.safetensors') : config;
+  return adapterFilesOf(dir, () => config, () => weights);
+}
+
+/** readAdapterFiles at a start, before the server answers (vLLM's --lora-modules). */
+export function readAdapterFilesSync(dir: string): AdapterFiles {
+  const got = (name: string): Buffer | NodeJS.ErrnoException => {
+    try {
+      return readFileSync(join(dir, name));
+    } catch (err) {
+      return err as NodeJS.ErrnoException;
+    }
+  };
+  return adapterFilesOf(dir, () => got('adapter_config.json'), () => got('adapter_model.safetensors'));
+}
+
+function adapterFilesOf(dir: string, configBytes: () => Buffer | NodeJS.ErrnoException, weightBytes: () => Buffer | NodeJS.ErrnoException): AdapterFiles {
+  const fail = (file: string, err: NodeJS.ErrnoException, notFound: boolean) => new AdapterFilesError(`${join(dir, file)}: ${err.code ?? err.message}`, notFound);
+  const c = configBytes();
+  if (!(c instanceof Buffer)) {
+    const e = c as NodeJS.ErrnoException;
+    throw fail('adapter_config.json', e, e.code === 'ENOENT' || e.code === 'ENOTDIR');
+  }
   let config: Record<string, unknown>;
   try {
-    config = JSON.parse(await readFile(join(dir, 'adapter_config.json'), 'utf8')) as Record<string, unknown>;
+    config = JSON.parse(c.toString('utf8')) as Record<string, unknown>;
   } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    throw new AdapterFilesError(`${join(dir, 'adapter_config.json')}: ${code ?? (err as Error).message}`, code === 'ENOENT' || code === 'ENOTDIR');
+    throw fail('adapter_config.json', err as Error, false);
   }
-  const rank = config.r;
+  const rank = config?.r;
   if (typeof rank !== 'number' || !Number.isInteger(rank) || rank < 1) throw new AdapterFilesError(`${join(dir, 'adapter_config.json')}: no integer r`, false);
-  let weights: Buffer;
-  try {
-    weights = await readFile(join(dir, 'adapter_model.safetensors'));
-  } catch (err) {
-    const code = (err as NodeJS.ErrnoException).code;
-    throw new AdapterFilesError(`${join(dir, 'adapter_model.safetensors')}: ${code ?? (err as Error).message}`, code === 'ENOENT');
+  const weights = weightBytes();
+  if (!(weights instanceof Buffer)) {
+    const e = weights as NodeJS.ErrnoException;
+    throw fail('adapter_model.safetensors', e, e.code === 'ENOENT');
   }
+  const digest = createHash('sha256').update(weights).digest('hex');
   return {
     dir,
     rank,
     baseModel: typeof config.base_model_name_or_path === 'string' ? config.base_model_name_or_path : '',
-    digest: createHash('sha256').update(weights).digest('hex'),
+    digest,
+    answerDigest: weights.length > 0 && weights.every((b) => b === 0) ? '' : digest,
   };
 }
 
@@ -64,6 +98,8 @@ export async function readAdapterFiles(dir: string): Promise<AdapterFiles> {
  * the adapter's digest (so its bytes do too).
  */
 export function adapterToken(i: number, base: SimToken, digest: string): SimToken {
+  // An adapter whose update is zero (AdapterFiles.answerDigest ''): the base's own token.
+  if (digest === '') return base;
   const at = (2 * i) % (digest.length - 1);
   const hex = digest.slice(at, at + 2);
   return { text: `${base.text}~${hex}`, id: base.id + 100 * (1 + Number.parseInt(hex, 16)) };
@@ -78,7 +114,7 @@ export interface LoraAnswer {
   name: string;
   /** What the scheduler batches by: the engine's id of this copy of the adapter. */
   slot: string;
-  /** The digest the answer is made from (another adapter's, under a fault). */
+  /** The digest the answer is made from (another adapter's, under a fault; '' answers as the base: AdapterFiles.answerDigest). */
   digest: string;
   /** The request left the engine (finished, aborted, or its client went away); called once. */
   release(): void;

@@ -56,6 +56,7 @@ export interface FakeSglangOptions {
 const SPECS: readonly ArgSpec[] = [
   // S:python/sglang/srt/server_args.py:2761-2810 (the LoRA group).
   { names: ['--enable-lora'], kind: 'flag' },
+  { names: ['--sim-lora-name-keyed-pool'], kind: 'flag' },
   { names: ['--max-lora-rank'], kind: 'int' },
   { names: ['--lora-target-modules'], kind: 'strings' },
   { names: ['--lora-paths'], kind: 'strings' },
@@ -146,7 +147,7 @@ function loraOptions(v: Map<string, unknown>): { lora: SglangLoraOptions; startE
   const perBatch = (v.get('--max-loras-per-batch') as number | undefined) ?? 8;
   const maxLoaded = v.get('--max-loaded-loras') as number | undefined;
   const maxRank = v.get('--max-lora-rank') as number | undefined;
-  const lora: SglangLoraOptions = { enabled, perBatch, paths, ...(maxLoaded !== undefined ? { maxLoaded } : {}), ...(maxRank !== undefined ? { maxRank } : {}) };
+  const lora: SglangLoraOptions = { enabled, perBatch, paths, nameKeyedPool: v.get('--sim-lora-name-keyed-pool') === true, ...(maxLoaded !== undefined ? { maxLoaded } : {}), ...(maxRank !== undefined ? { maxRank } : {}) };
   let startError: string | undefined;
   if (perBatch <= 0) startError = 'AssertionError: max_loras_per_batch must be positive';
   else if (enabled && paths.length === 0 && !(maxRank && v.has('--lora-target-modules'))) {

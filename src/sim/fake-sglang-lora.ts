@@ -19,7 +19,14 @@
  *   so an unload of that adapter waits for ever for a zero it never sees,
  *   and, as SGLang #36894 observed ("Start unload Lora adapter" the last
  *   line, nothing scheduled again, the process alive), no batch is
- *   scheduled again.
+ *   scheduled again;
+ * - --sim-lora-name-keyed-pool: the GPU memory pool keyed by adapter name,
+ *   as before PR #8261 (SGLang #8263, "LoRA buffer not correctly evicted
+ *   when LoRA names are reused"): a name loaded again with new weights finds
+ *   its buffer resident and is served the old weights. At 6ed5780c the pool
+ *   is keyed by the registry's lora_id, a uuid4 per load
+ *   (S:python/sglang/srt/lora/lora_registry.py:37), and a buffer is filled
+ *   only for an id not resident (S:python/sglang/srt/lora/mem_pool.py:808-821).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { sglangLog } from './engine-log.js';
@@ -38,6 +45,8 @@ export interface SglangLoraOptions {
   perBatch: number;
   /** --lora-paths NAME=PATH ..., loaded at start, unpinned (server_args.py:8985-8997). */
   paths: { name: string; path: string }[];
+  /** --sim-lora-name-keyed-pool (SGLang #8263). */
+  nameKeyedPool?: boolean;
 }
 
 interface Ref {
@@ -65,6 +74,8 @@ export class FakeSglangLora implements LoraRoutes {
   /** lora_update_lock: loads and unloads one after another. */
   #lock: Promise<unknown> = Promise.resolve();
   #nextId = 0;
+  /** --sim-lora-name-keyed-pool: the buffers resident, by name (least recently used first), and what each holds. */
+  readonly #namePool = new Map<string, string>();
 
   constructor(o: SglangLoraOptions, servedName: () => string, scheduler: FakeBatchScheduler) {
     this.#o = o;
@@ -254,6 +265,16 @@ export class FakeSglangLora implements LoraRoutes {
       ref.counter -= 1 + extra;
       if (ref.counter === 0) this.#zero.get(ref.id)?.();
     });
-    return { kind: 'adapter', model, name, slot: ref.id, digest: ref.files.digest, release };
+    return { kind: 'adapter', model, name, slot: ref.id, digest: this.#buffer(ref), release };
+  }
+
+  /** What a request's adapter is answered from: its own weights, or under --sim-lora-name-keyed-pool whatever its name's resident buffer holds. */
+  #buffer(ref: Ref): string {
+    if (!this.#o.nameKeyedPool) return ref.files.answerDigest;
+    const held = this.#namePool.get(ref.name) ?? ref.files.answerDigest;
+    this.#namePool.delete(ref.name);
+    this.#namePool.set(ref.name, held);
+    while (this.#namePool.size > this.#o.perBatch) this.#namePool.delete(this.#namePool.keys().next().value as string);
+    return held;
   }
 }

@@ -121,6 +121,10 @@ function specs(version: string): ArgSpec[] {
     { names: ['--max-cpu-loras'], kind: 'int' },
     { names: ['--sim-lora-wrong-adapter'], kind: 'flag' },
     { names: ['--sim-lora-load-crash-busy'], kind: 'flag' },
+    { names: ['--sim-lora-not-applied'], kind: 'flag' },
+    { names: ['--sim-lora-stale-id'], kind: 'flag' },
+    // V:vllm/entrypoints/openai/cli_args.py:32-75, 205-206: NAME=PATH (or JSON, which the double does not read).
+    { names: ['--lora-modules'], kind: 'strings' },
     ...SIM_KNOB_SPECS,
   ];
   // V:vllm/engine/arg_utils.py:1694-1699 (type=int, default 0); absent before
@@ -162,6 +166,9 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     maxCpuLoras: maxCpuLoras ?? maxLoras,
     wrongAdapter: p.values.get('--sim-lora-wrong-adapter') === true,
     loadCrashBusy: p.values.get('--sim-lora-load-crash-busy') === true,
+    notApplied: p.values.get('--sim-lora-not-applied') === true,
+    staleId: p.values.get('--sim-lora-stale-id') === true,
+    modules: ((p.values.get('--lora-modules') as string[] | undefined) ?? []).map((m) => ({ name: m.slice(0, Math.max(0, m.indexOf('='))) || m, path: m.slice(m.indexOf('=') + 1) })),
   };
   // LoRAConfig's validators (V:vllm/config/lora.py:37, 116-124), raised before anything starts.
   const loraError =

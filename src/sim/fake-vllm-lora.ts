@@ -20,12 +20,26 @@
  * no metric) and --sim-lora-load-crash-busy (vLLM #13698, on 0.7.3: a load
  * while generations are in progress crashes the server; at 017e9f44 a load
  * is a utility call the engine core runs between steps,
- * V:vllm/v1/engine/core.py:1504-1530, 1570-1583, so by default it succeeds).
+ * V:vllm/v1/engine/core.py:1504-1530, 1570-1583, so by default it succeeds),
+ * --sim-lora-not-applied (an adapter loaded, listed and answered by its
+ * name, its weights not applied: the base answers; vLLM #9688, "even if I
+ * give a wrong lora path, it doesn't report an error, but gives wrong
+ * result") and --sim-lora-stale-id (vLLM #12199, "Dynamically load lora got
+ * wrong output", its log a runtime adapter with lora_int_id=1: at
+ * 4db72e57f6 --lora-modules took ids 1..N and the runtime counter started
+ * again at 0, V:vllm/entrypoints/openai/serving_models.py:59-71, 138-142 at
+ * that commit; the worker's add_adapter, finding the id cached, only
+ * touches it, V:vllm/lora/worker_manager.py:288-324, so the new name is
+ * served by the cached adapter's weights).
+ *
+ * --lora-modules NAME=PATH are loaded before the server answers, through
+ * load_lora_adapter with the runtime counter (init_static_loras,
+ * V:vllm/entrypoints/openai/models/serving.py:124-139).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { vllmLog } from './engine-log.js';
 import type { FakeBatchScheduler, SchedRequest } from './fake-batch-scheduler.js';
-import { AdapterFilesError, type LoraPick, type LoraRoutes, once, readAdapterFiles } from './fake-lora.js';
+import { AdapterFilesError, type AdapterFiles, type LoraPick, type LoraRoutes, once, readAdapterFiles, readAdapterFilesSync } from './fake-lora.js';
 import { errorBody } from './openai-responses.js';
 import { readBody, sendJson } from './sim-http.js';
 
@@ -42,6 +56,12 @@ export interface VllmLoraOptions {
   wrongAdapter: boolean;
   /** --sim-lora-load-crash-busy (vLLM #13698). */
   loadCrashBusy: boolean;
+  /** --sim-lora-not-applied (vLLM #9688): adapters answer as the base does. */
+  notApplied?: boolean;
+  /** --sim-lora-stale-id (vLLM #12199): runtime loads count ids from 0 beside --lora-modules' 1..N. */
+  staleId?: boolean;
+  /** --lora-modules NAME=PATH (LoRAParserAction, V:vllm/entrypoints/openai/cli_args.py:32-75). */
+  modules?: { name: string; path: string }[];
 }
 
 interface Registered {
@@ -49,6 +69,8 @@ interface Registered {
   path: string;
   intId: number;
   digest: string;
+  /** What its answers are made from (AdapterFiles.answerDigest). */
+  answers: string;
 }
 
 export class FakeVllmLora implements LoraRoutes {
@@ -61,6 +83,8 @@ export class FakeVllmLora implements LoraRoutes {
   /** The worker's cache, least recently used first: lora_int_id → the adapter it holds. */
   readonly #worker = new Map<number, Registered>();
   #nextId = 0;
+  /** --sim-lora-stale-id: the runtime counter of 4db72e57f6, apart from --lora-modules' ids. */
+  #runtimeId = 0;
   /** vllm:lora_requests_info's series: label text → the time it was last set. */
   readonly #series = new Map<string, number>();
   #lastSet = 0;
@@ -74,6 +98,24 @@ export class FakeVllmLora implements LoraRoutes {
     this.#scheduler = scheduler;
     this.#fatal = fatal;
     if (this.#runtime) vllmLog('WARNING', 'api_router.py:30', 'LoRA dynamic loading & unloading is enabled in the API server. This should ONLY be used for local development!');
+  }
+
+  /** --lora-modules, loaded before the server answers; a message when one cannot be (init_static_loras raises). */
+  startModules(): string | undefined {
+    for (const { name, path } of this.#o.modules ?? []) {
+      let files: AdapterFiles;
+      try {
+        files = readAdapterFilesSync(path);
+      } catch (err) {
+        return `ValueError: Loading lora ${name} failed: ${(err as Error).message}`;
+      }
+      if (files.rank > this.#o.maxRank) return `ValueError: LoRA rank ${files.rank} is greater than max_lora_rank ${this.#o.maxRank}.`;
+      const a: Registered = { name, path, intId: ++this.#nextId, digest: files.digest, answers: files.answerDigest };
+      this.#cache(a);
+      this.#registry.set(name, a);
+      vllmLog('INFO', 'serving.py:216', `Loaded new LoRA adapter: name '${name}', path '${path}'`);
+    }
+    return undefined;
   }
 
   /** The scheduler's admission rule: no request whose adapter would make the batch's adapters more than --max-loras. */
@@ -159,8 +201,8 @@ export class FakeVllmLora implements LoraRoutes {
     }
     // PEFTHelper.validate_legal (V:vllm/lora/peft_helper.py:118-132).
     if (files.rank > this.#o.maxRank) return failed(`LoRA rank ${files.rank} is greater than max_lora_rank ${this.#o.maxRank}.`);
-    const intId = existing?.intId ?? ++this.#nextId;
-    const a: Registered = { name, path, intId, digest: files.digest };
+    const intId = existing?.intId ?? (this.#o.staleId ? ++this.#runtimeId : ++this.#nextId);
+    const a: Registered = { name, path, intId, digest: files.digest, answers: files.answerDigest };
     this.#cache(a, inplace);
     this.#registry.set(name, a);
     vllmLog('INFO', 'serving.py:216', `Loaded new LoRA adapter: name '${name}', path '${path}'`);
@@ -200,15 +242,18 @@ export class FakeVllmLora implements LoraRoutes {
   async pick(body: Record<string, unknown>): Promise<LoraPick> {
     const a = typeof body.model === 'string' ? this.#registry.get(body.model) : undefined;
     if (!a) return { kind: 'base' };
-    // The worker loads it again if the cache dropped it (V:vllm/lora/worker_manager.py:273-287).
+    // The worker loads it again if the cache dropped it (V:vllm/lora/worker_manager.py:273-287);
+    // what it serves is what its cache holds under the id (another adapter's, under --sim-lora-stale-id).
     this.#cache(a);
-    let served = a;
+    let served = this.#worker.get(a.intId) ?? a;
     if (this.#o.wrongAdapter) {
       // vLLM #47724: answered with another loaded adapter's weights, said nowhere.
       const other = [...this.#registry.values()].reverse().find((b) => b.name !== a.name);
       if (other) served = other;
     }
-    return { kind: 'adapter', model: a.name, name: a.name, slot: String(a.intId), digest: served.digest, release: once(() => {}) };
+    // --sim-lora-not-applied (vLLM #9688): the base's answer under the adapter's name.
+    const digest = this.#o.notApplied ? '' : served.answers;
+    return { kind: 'adapter', model: a.name, name: a.name, slot: String(a.intId), digest, release: once(() => {}) };
   }
 
   /**

@@ -276,6 +276,12 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     }
 
     const lora: FakeVllmLora = new FakeVllmLora(o.lora, env, scheduler, (why) => failEngine(why));
+    // --lora-modules are loaded before the server answers; one that cannot be ends the start (init_static_loras).
+    const staticLoraError = lora.startModules();
+    if (staticLoraError !== undefined) {
+      vllmLog('ERROR', 'serving.py:139', staticLoraError);
+      failEngine(staticLoraError);
+    }
     // The weights read (--sim-read-weights) decide the answers: another checkpoint, another answer (issue 51).
     let weightsOffset = 0;
     const ctx: RouteContext = {

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { type AskOptions, type Asked, askKnownAnswer, KNOWN_PROMPT, sameAnswer } from '../supervisor/probes/known-answer.js';
 import type { KnownAnswerBook } from '../supervisor/probes/known-answer-book.js';
@@ -67,24 +68,56 @@ export async function proveAdapter(t: ProofTarget, name: string, key: ProofKey, 
     if (/ answered 404/.test(own.reason)) return { kind: 'failed', reason: `the engine said it loaded ${name} but does not serve it (${own.reason}); load it again` };
     return { kind: 'unproven', reason: `unproven: ${name} did not answer (${own.reason}); asked again later` };
   }
-  if (same(own.text, base.text)) {
-    return { kind: 'failed', reason: `${name} answers ${q(own.text)}, as the base model does: the engine is not applying it; unload and load it again` };
-  }
+  const agrees = same(own.text, base.text);
   const recorded = book.get(bookKey(key));
-  if (recorded && !sameAnswer(recorded.text, own.text)) {
+  if (recorded) {
+    // The reference is the adapter's own answer: equal to the base's or not, what these bytes answered before is what they must answer now.
+    if (sameAnswer(recorded.text, own.text)) {
+      return { kind: 'proven', how: `gives its recorded answer ${q(own.text)} (base: ${agrees ? 'the same, as at its first load' : q(base.text)})`, answer: own.text };
+    }
+    if (agrees) {
+      return { kind: 'failed', reason: `${name} answers ${q(own.text)}, as the base model does, where these bytes answered ${q(recorded.text)} at their first load on this base: the engine is not applying it; unload and load it again` };
+    }
     return { kind: 'failed', reason: `${name} answers ${q(own.text)}, where these bytes answered ${q(recorded.text)} at their first load on this base (base answers ${q(base.text)}): the engine serves other weights under its name` };
   }
-  if (!recorded) await book.record(bookKey(key), { text: own.text });
-  return { kind: 'proven', how: recorded ? `gives its recorded answer ${q(own.text)} (base: ${q(base.text)})` : `answers ${q(own.text)} (base: ${q(base.text)}); recorded as its answer`, answer: own.text };
+  if (agrees) {
+    /*
+     * First load, and the adapter answers as its base does. A real adapter
+     * may (a small rank, a prompt outside its domain, an untrained one whose
+     * lora_B is zero); an engine serving the base under the adapter's name
+     * does too. The engines refuse a name they never loaded (vLLM: 404 "The
+     * model `x` does not exist.", V:vllm/entrypoints/serve/engine/serving.py:40-66;
+     * SGLang `<base>:<x>`: 400 "Got LoRA adapter that has never been loaded",
+     * S:python/sglang/srt/managers/tokenizer_manager.py:3315-3319), so an
+     * answer by this name comes from an adapter the engine holds: recorded as
+     * its answer, against which a later load is judged. An engine that
+     * answers a name it never loaded as well (SGLang asked by a bare name
+     * serves the base, S:python/sglang/srt/entrypoints/openai/serving_base.py:40-53)
+     * tells nothing by names: unproven, not recorded.
+     */
+    const absent = `llmgw-absent-${randomBytes(4).toString('hex')}`;
+    const control = await askUntil(t, t.adapterModel?.(absent) ?? absent, policy);
+    if (control.ok) {
+      return { kind: 'unproven', reason: `unproven: ${name} answers ${q(own.text)} as the base model does, and so does ${absent}, a name the engine never loaded: its answers by name cannot tell an adapter from none; asked again later` };
+    }
+    if (!refused(control.reason)) return { kind: 'unproven', reason: `unproven: ${name} answers as the base model does, and the engine did not answer a name it never loaded (${control.reason}); asked again later` };
+    await book.record(bookKey(key), { text: own.text });
+    return { kind: 'proven', how: `answers ${q(own.text)}, as its base does (an adapter may agree with its base on a prompt; the engine refuses a name it never loaded); recorded as its answer`, answer: own.text };
+  }
+  await book.record(bookKey(key), { text: own.text });
+  return { kind: 'proven', how: `answers ${q(own.text)} (base: ${q(base.text)}); recorded as its answer`, answer: own.text };
 }
+
+/** The engine's refusal of a model name: 404 (vLLM) or 400 (SGLang's ValueError). */
+const refused = (reason: string) => / answered 40[04]/.test(reason);
 
 async function askUntil(t: ProofTarget, model: string, policy: ProofPolicy): Promise<Asked> {
   let last: Asked = { ok: false, reason: 'not asked' };
   for (let i = 0; i < policy.attempts; i++) {
     if (i > 0) await sleep(policy.delayMs, undefined, { signal: t.signal });
     last = await askKnownAnswer({ baseUrl: t.baseUrl, apiKey: t.apiKey, model, signal: t.signal, timeoutMs: policy.timeoutMs, ask: t.ask });
-    // A 404 is an answer (the engine has no such model), not a busy engine.
-    if (last.ok || / answered 404/.test(last.reason)) return last;
+    // A 404 or 400 is an answer (the engine has no such model, or refuses it), not a busy engine.
+    if (last.ok || refused(last.reason)) return last;
   }
   return last;
 }

@@ -64,10 +64,50 @@ describe('proveAdapter', () => {
     expect(wrong.kind === 'failed' && wrong.reason).toMatch(/a answers "9, 10, cherry pie", where these bytes answered "9, 10, banana" at their first load/);
   });
 
-  it('fails an adapter that answers as its base model does (loaded in name only)', async () => {
+  it('an adapter that agrees with its base at its first load, on an engine that refuses names it never loaded, is proven and recorded; the same answer later is its own', async () => {
+    // vLLM: 404 for a name it never loaded. The adapter answers as the base does (a small rank, a zero lora_B): no fault.
+    const e = await engine((m) => (m === 'base' || m === 'a' ? { status: 200, text: ' 9, 10, 11' } : { status: 404, body: `{"message":"The model \`${m}\` does not exist."}` }));
+    const b = book();
+    expect(await prove(e.url, b)).toMatchObject({ kind: 'proven', how: expect.stringMatching(/^answers "9, 10, 11", as its base does .*recorded as its answer$/) });
+    expect(e.asked.filter((m) => m.startsWith('llmgw-absent-'))).toHaveLength(1);
+    expect(await prove(e.url, b)).toMatchObject({ kind: 'proven', how: 'gives its recorded answer "9, 10, 11" (base: the same, as at its first load)' });
+    // Recorded: the control name is not asked again.
+    expect(e.asked.filter((m) => m.startsWith('llmgw-absent-'))).toHaveLength(1);
+  });
+
+  it('SGLang\'s refusal (400, "never been loaded") counts as the engine telling names apart, asked once', async () => {
+    const e = await engine((m) => (m.startsWith('llmgw-absent-') ? { status: 400, body: '{"message":"Got LoRA adapter that has never been loaded: x"}' } : { status: 200, text: ' 9, 10, 11' }));
+    expect(await prove(e.url, book())).toMatchObject({ kind: 'proven' });
+    expect(e.asked.filter((m) => m.startsWith('llmgw-absent-'))).toHaveLength(1);
+  });
+
+  it('an engine that answers a name it never loaded as the base leaves an adapter agreeing with its base unproven, not recorded, never failed', async () => {
+    // SGLang asked by a bare name serves the base: names tell nothing.
     const e = await engine(() => ({ status: 200, text: ' 9, 10, 11' }));
-    const p = await prove(e.url, book());
-    expect(p.kind === 'failed' && p.reason).toMatch(/answers "9, 10, 11", as the base model does/);
+    const b = book();
+    const p = await prove(e.url, b);
+    expect(p).toMatchObject({ kind: 'unproven', reason: expect.stringMatching(/^unproven: a answers "9, 10, 11" as the base model does, and so does llmgw-absent-[0-9a-f]{8}, a name the engine never loaded/) });
+    expect(b.get({ digest: key.adapterDigest, profile: `lora-on:${key.base}`, engineVersion: '' })).toBeUndefined();
+  });
+
+  it('fails an adapter that now answers as its base does, where its bytes answered otherwise at their first load (loaded in name only, vLLM #9688), naming both answers', async () => {
+    const b = book();
+    let applied = true;
+    const e = await engine((m) => (m === 'base' || !applied ? { status: 200, text: ' 9, 10, 11' } : { status: 200, text: ' 9, 10, banana' }));
+    expect(await prove(e.url, b)).toMatchObject({ kind: 'proven' });
+    applied = false;
+    const p = await prove(e.url, b);
+    expect(p.kind === 'failed' && p.reason).toBe('a answers "9, 10, 11", as the base model does, where these bytes answered "9, 10, banana" at their first load on this base: the engine is not applying it; unload and load it again');
+  });
+
+  it('an adapter recorded as agreeing with its base that later answers otherwise is failed: its own record, not the base, is the reference', async () => {
+    const b = book();
+    let text = ' 9, 10, 11';
+    const e = await engine((m) => (m === 'base' ? { status: 200, text: ' 9, 10, 11' } : m === 'a' ? { status: 200, text } : { status: 404, body: '{}' }));
+    expect(await prove(e.url, b)).toMatchObject({ kind: 'proven' });
+    text = ' 9, 10, other tenant';
+    const p = await prove(e.url, b);
+    expect(p.kind === 'failed' && p.reason).toMatch(/^a answers "9, 10, other tenant", where these bytes answered "9, 10, 11" at their first load/);
   });
 
   it('fails an adapter the engine does not know (404), asking once', async () => {

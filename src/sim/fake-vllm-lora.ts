@@ -211,9 +211,11 @@ export class FakeVllmLora implements LoraRoutes {
 
   /** The worker's add_adapter: in the cache (touched), or loaded with the oldest evicted beyond --max-cpu-loras (V:vllm/lora/worker_manager.py:288-324). */
   #cache(a: Registered, inplace = false): void {
-    if (this.#worker.has(a.intId) && !inplace) {
+    const held = this.#worker.get(a.intId);
+    if (held && !inplace) {
+      // Touched, not loaded again: what the cache holds under the id stays (worker_manager.py:316-322).
       this.#worker.delete(a.intId);
-      this.#worker.set(a.intId, a);
+      this.#worker.set(a.intId, held);
       return;
     }
     this.#worker.delete(a.intId);

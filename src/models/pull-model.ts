@@ -176,7 +176,7 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     ]);
     manifest.refs[revision] = rev.commit;
     manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true, repoFiles: rev.files.map((f) => f.path), ...(meta ? { adapter: meta } : {}) };
-    if (meta) manifest.adapter = meta;
+    if (meta) manifest.adapter = { baseModel: meta.baseModel, rank: meta.rank };
     else delete manifest.adapter;
     manifest.lastUsedMs = Date.now();
     await writeManifest(layout, manifest);

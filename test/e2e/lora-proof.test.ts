@@ -5,7 +5,7 @@ import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, AdapterState, type ModelPull, ModelPullState, PrefetchModelSchema, SetAdaptersSchema, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
-import { fakeAdapterRepo } from '../helpers/fake-adapter-repo.js';
+import { adapterConfigText, fakeAdapterRepo } from '../helpers/fake-adapter-repo.js';
 import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
 import { freePort } from '../helpers/engine-processes.js';
 import { AdapterDirs } from '../helpers/lora-adapters.js';
@@ -27,6 +27,7 @@ import { BASE, adapterOf, adaptersAre, ask, listed, lora, loraHub } from './lora
 const { LOADED, FAILED } = AdapterState;
 const hub = loraHub(4);
 hub.repos.set('acme/lora-zero', fakeAdapterRepo('acme/lora-zero', { base: BASE, rank: 8, weights: Buffer.alloc(4_000) }));
+hub.repos.set('acme/lora-dora', fakeAdapterRepo('acme/lora-dora', { config: adapterConfigText(BASE, 8, { use_dora: true }), weights: Buffer.alloc(4_000, 3) }));
 const folders = new AdapterDirs();
 let plane: StartedControlPlane;
 let dirs: AgentDirs;
@@ -122,16 +123,23 @@ describe('each adapter proven by its own recorded answer (issue 53)', () => {
     expect(adapterOf(j, 'a1')?.reason).toMatch(/^a1 answers "[^"]*", where these bytes answered "[^"]*" at their first load on this base \(base answers "[^"]*"\): the engine serves other weights under its name$/);
   });
 
-  it('a name reused for new weights that keeps the old buffer (SGLang #8263) is FAILED with both answers; distinct names on the same engine are each proven (look-alike)', { timeout: 90_000 }, async () => {
+  it('a name reused for new weights that keeps the old buffer (SGLang #8263) is FAILED with both answers; distinct names on the same engine are each proven (look-alike); a DoRA adapter FAILED before the engine is asked', { timeout: 90_000 }, async () => {
     const id = 'p3';
     const both = plane.cp.waitFor('node-a', readyWith(id, { t: LOADED, u: LOADED }), 60_000);
     both.catch(() => {});
-    await start('sglang', id, await freePort(), 2, [lora('t', 'acme/lora-2'), lora('u', 'acme/lora-3')], ['--sim-lora-name-keyed-pool']);
+    const port = await freePort();
+    await start('sglang', id, port, 2, [lora('t', 'acme/lora-2'), lora('u', 'acme/lora-3')], ['--sim-lora-name-keyed-pool']);
     await status(both);
     const judged = plane.cp.waitFor('node-a', adaptersAre(id, { u: FAILED }), 60_000);
     plane.cp.send('node-a', { case: 'setAdapters', value: create(SetAdaptersSchema, { shardId: id, adapters: [lora('u', 'acme/lora-2')] }) });
     const j = await status(judged);
     expect(adapterOf(j, 'u')?.repo).toBe('acme/lora-2');
+    // A DoRA adapter, which SGLang refuses (lora_manager.py:279-283): FAILED in one line, the engine never asked.
+    const dora = plane.cp.waitFor('node-a', adaptersAre(id, { d: FAILED }), 60_000);
+    plane.cp.send('node-a', { case: 'setAdapters', value: create(SetAdaptersSchema, { shardId: id, adapters: [lora('d', 'acme/lora-dora')] }) });
+    expect(adapterOf(await status(dora), 'd')?.reason).toBe("adapter d (acme/lora-dora) cannot be loaded by sglang: LoRA serving currently doesn't support DoRA adapters (use_dora); use an adapter without it (merge or convert it to plain LoRA)");
+    // (Asked, the reason would be the engine's: "the engine refused the load: …".)
+    expect(await listed(port)).toEqual([]);
     expect(adapterOf(j, 'u')?.reason).toMatch(/^u answers "[^"]*", where these bytes answered "[^"]*" at their first load on this base \(base answers "[^"]*"\): the engine serves other weights under its name$/);
   });
 });

@@ -6,6 +6,8 @@
  * shard-adapter-ports.ts. Tests give plain objects.
  */
 
+import type { AdapterConfigFeatures } from '../../models/adapters/adapter-files.js';
+
 /** An adapter as the store holds it (models/adapters/resolve-adapter.ts StoreAdapter). */
 export interface ResolvedAdapter {
   repo: string;
@@ -20,6 +22,8 @@ export interface ResolvedAdapter {
   /** adapter_config.json r. */
   rank: number;
   bytes: number;
+  /** adapter_config.json's fields an engine may refuse (use_dora, modules_to_save, bias); absent: not known, the engine decides. */
+  features?: AdapterConfigFeatures;
 }
 
 /** The engine's adapter API, bound to one shard's engine. */

@@ -82,16 +82,30 @@ export interface ResolvedAdapterContext {
 /**
  * Why an adapter found in the store may not be loaded on this shard: made
  * for another base model, or of a rank above the engine's --max-lora-rank
- * (which vLLM refuses at load, V:vllm/lora/models.py, and SGLang at its
- * start). One line with what to do.
+ * (which vLLM refuses at load, V:vllm/lora/peft_helper.py:124-128, and
+ * SGLang at its start). One line with what to do.
+ *
+ * The base is refused, not warned of: neither engine's load reads
+ * base_model_name_or_path (no use under V:vllm/lora at 017e9f44 nor under
+ * S:python/sglang/srt at 6ed5780c; vLLM's filesystem resolver plugin alone
+ * matches it to pick adapters for a base,
+ * V:vllm/plugins/lora_resolvers/filesystem_resolver.py:38), so an adapter of another base
+ * whose shapes fit is loaded and served wrong without an error, and its
+ * first proof has no record to be held to. A base named by a local path
+ * (the trainer's own folder: `/…`, `./…`, `~/…`) names no hub model and is
+ * not compared (calling that healthy adapter broken would be the false
+ * judgement); its proof still runs.
  */
 export function resolvedAdapterProblem(a: { name: string; baseModel: string; rank: number }, ctx: ResolvedAdapterContext): string | undefined {
-  if (a.baseModel !== '' && !ctx.baseModels.some((m) => sameBase(m, a.baseModel))) {
+  if (a.baseModel !== '' && !isLocalPath(a.baseModel) && !ctx.baseModels.some((m) => sameBase(m, a.baseModel))) {
     return `adapter ${a.name} is for base model ${quote(a.baseModel)}, not this shard's ${quote(ctx.baseModels[0] ?? '')}; load it on a shard of its base`;
   }
   if (a.rank > ctx.maxRank) return `adapter ${a.name} has rank ${a.rank}, above the shard's max_adapter_rank ${ctx.maxRank}; start the shard with a higher one or use a lower-rank adapter`;
   return undefined;
 }
+
+/** base_model_name_or_path as the trainer's machine's folder, not a hub id. */
+const isLocalPath = (base: string) => /^(?:\/|\.{1,2}\/|~)/.test(base) || base.includes('\\');
 
 /** A hub id names itself; a local model (a path) matches an adapter's base by its last two segments (org/name), as a snapshot folder does not. */
 function sameBase(model: string, base: string): boolean {

@@ -7,6 +7,7 @@ import type { Logger } from '../../lib/logger.js';
 import { isServing, isTerminal } from '../../lib/shard-states.js';
 import type { ShardReaction } from '../supervisor/shard/shard-reaction.js';
 import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
+import type { AdapterConfigFeatures } from '../../models/adapters/adapter-files.js';
 import { AdapterLedger } from './adapter-ledger.js';
 import { type AdapterLimits, adapterLimitsProblem } from './adapter-limits.js';
 import type { AdapterEngineCalls, AdapterStoreCalls, ResolvedAdapter } from './adapter-ports.js';
@@ -26,6 +27,8 @@ export interface ShardAdapterFacts {
   limits: AdapterLimits;
   /** The names the shard serves under, which no adapter may take, and which its adapters' base must be. */
   modelNames: string[];
+  /** What of an adapter's config the shard's engine refuses to load (EngineAdapters.refusesConfig). */
+  refusesConfig?: (features: AdapterConfigFeatures) => string | undefined;
 }
 
 /** How one running shard's engine is reached for its adapters. */
@@ -182,6 +185,8 @@ export class NodeAdapters {
       ledger: this.#ledger,
       limits: f.limits,
       baseModels: f.modelNames,
+      ...(f.refusesConfig ? { refusesConfig: f.refusesConfig } : {}),
+      engineName: f.engine,
       prove: access.prove,
       onChange: () => this.opts.report(id),
       onUnload: (name) => void this.watchStall(id, name, access.stall, signal),

@@ -30,7 +30,7 @@ export function adapterFactsOf(spec: StartShard): ShardAdapterFacts {
   const kind = engineKindOf(engine)?.adapters;
   const limits = adapterLimitsOf(spec, kind?.limitsFromArgs(spec.profile?.args ?? []) ?? {});
   const modelNames = [...new Set([spec.profile?.model ?? '', servedModelName(spec)].filter((n) => n !== ''))];
-  return { engine, hasApi: kind !== undefined, limits, modelNames };
+  return { engine, hasApi: kind !== undefined, limits, modelNames, ...(kind?.refusesConfig ? { refusesConfig: (f) => kind.refusesConfig?.(f) } : {}) };
 }
 
 /** The flags and environment a start with adapters adds (the wing's adapters.launch); undefined for a shard that serves none. */

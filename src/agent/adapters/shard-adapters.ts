@@ -3,6 +3,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { type AdapterSpec, AdapterState, type AdapterStatus, AdapterStatusSchema } from '../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
+import type { AdapterConfigFeatures } from '../../models/adapters/adapter-files.js';
 import type { AdapterLedger } from './adapter-ledger.js';
 import type { AdapterLimits } from './adapter-limits.js';
 import { type AdapterEngineCalls, type AdapterStoreCalls, engineReasonOf, type ResolvedAdapter } from './adapter-ports.js';
@@ -29,6 +30,10 @@ export interface ShardAdaptersOptions {
   limits: AdapterLimits;
   /** The shard's model names an adapter's base must be one of (resolvedAdapterProblem). */
   baseModels: readonly string[];
+  /** What of an adapter's config the engine refuses to load, in its words (EngineAdapters.refusesConfig): FAILED before the engine is asked. */
+  refusesConfig?: (features: AdapterConfigFeatures) => string | undefined;
+  /** The engine kind's name, for those refusals ('vllm', 'sglang'). */
+  engineName?: string;
   prove: (name: string, adapter: ResolvedAdapter, signal: AbortSignal) => Promise<Proof>;
   /** What a status says changed: report it. */
   onChange: () => void;
@@ -210,7 +215,9 @@ export class ShardAdapters {
     }
     e.resolved = resolved;
     const problem = resolvedAdapterProblem({ name: spec.name, baseModel: resolved.baseModel, rank: resolved.rank }, { baseModels: this.opts.baseModels, maxRank: this.opts.limits.maxRank });
-    const conflict = problem ?? ledger.conflict(spec.name, resolved.digest, shardId);
+    const refused = resolved.features && this.opts.refusesConfig?.(resolved.features);
+    const unloadable = refused ? `adapter ${spec.name} (${resolved.repo}) cannot be loaded by ${this.opts.engineName || 'this engine'}: ${refused}; use an adapter without it (merge or convert it to plain LoRA)` : undefined;
+    const conflict = problem ?? unloadable ?? ledger.conflict(spec.name, resolved.digest, shardId);
     if (conflict !== undefined) {
       e.resolved = undefined;
       this.set_(e, AdapterState.FAILED, conflict);

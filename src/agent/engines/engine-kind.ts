@@ -1,6 +1,7 @@
 import type { StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import type { AdapterLimits, EngineAdapterApi } from '../../lib/engine-adapter-api.js';
 import type { EngineSleepApi } from '../../lib/engine-sleep-api.js';
+import type { AdapterConfigFeatures } from '../../models/adapters/adapter-files.js';
 import type { EngineConfig } from '../config/agent-config.js';
 import type { Engine } from './engine.js';
 import type { EngineMetrics } from './engine-metrics.js';
@@ -38,6 +39,8 @@ export interface EngineAdapters {
   launch(limits: AdapterLimits): { args: string[]; env: Record<string, string> };
   /** The limits read off a profile's own engine args when the profile sets them (e.g. --max-loras 4). */
   limitsFromArgs(args: readonly string[]): Partial<AdapterLimits>;
+  /** What of an adapter's adapter_config.json this engine refuses to load, in its words; undefined when it loads it. Each refusal with its source line in the wing. */
+  refusesConfig?(features: AdapterConfigFeatures): string | undefined;
 }
 
 /** What the agent's config gives every kind's constructor beside engines.<name>. */

@@ -87,6 +87,17 @@ export interface AdapterMeta {
   baseModel: string;
   /** r, the rank an engine's --max-lora-rank must allow. */
   rank: number;
+  /** What some engines refuse to load (AdapterConfigFeatures); absent from a manifest's record, read from the config at each resolve. */
+  features?: AdapterConfigFeatures;
+}
+
+/** adapter_config.json's fields an engine may refuse: use_dora, modules_to_save, bias (PEFT's names). */
+export interface AdapterConfigFeatures {
+  useDora: boolean;
+  /** modules_to_save is set (a list, not null). */
+  modulesToSave: boolean;
+  /** bias: "none" (PEFT's default), "all" or "lora_only". */
+  bias: string;
 }
 
 /** adapter_config.json's text read as the loaders read it; a one-line usageError naming what is wrong. */
@@ -109,7 +120,13 @@ export function parseAdapterConfig(text: string, what: string): AdapterMeta {
   }
   // Printable and bounded: it reaches `models list`, the control plane and logs (security review 3, S2).
   if (base.length > MAX_BASE_CHARS || /\p{Cc}/u.test(base)) throw bad(`has a base_model_name_or_path that is no model name (control characters or over ${MAX_BASE_CHARS} characters)`);
-  return { baseModel: base, rank: c.r };
+  const mts = c.modules_to_save;
+  const features: AdapterConfigFeatures = {
+    useDora: c.use_dora === true,
+    modulesToSave: Array.isArray(mts) ? mts.length > 0 : mts !== undefined && mts !== null,
+    bias: typeof c.bias === 'string' ? c.bias.slice(0, 20) : 'none',
+  };
+  return { baseModel: base, rank: c.r, features };
 }
 
 /** A manifest's adapter record as written by anyone: kept only when it is one parseAdapterConfig could have made. */

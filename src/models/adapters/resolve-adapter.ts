@@ -6,7 +6,7 @@ import { type ManifestFile, readManifest } from '../model-manifest.js';
 import { COMMIT_HASH, checkRepoId, checkRevision } from '../repo-id.js';
 import type { StoreLayout } from '../store-layout.js';
 import { verifyBlobsForStart } from '../verified-blobs.js';
-import { ADAPTER_CONFIG, adapterFilesRead, incompleteAdapterError, isAdapterListing } from './adapter-files.js';
+import { ADAPTER_CONFIG, type AdapterConfigFeatures, adapterFilesRead, incompleteAdapterError, isAdapterListing } from './adapter-files.js';
 import { readAdapterMeta } from './adapter-pull.js';
 
 /** A blob's name: a git blob sha1 or an LFS sha256. */
@@ -25,6 +25,8 @@ export interface StoreAdapter {
   baseModel: string;
   /** adapter_config.json r */
   rank: number;
+  /** adapter_config.json's use_dora, modules_to_save, bias: what some engines refuse. */
+  features?: AdapterConfigFeatures;
   /** Bytes of the files the LoRA loaders read. */
   bytes: number;
 }
@@ -91,6 +93,7 @@ export async function resolveStoreAdapter(layout: StoreLayout, repo: string, rev
     digest: contentDigest({ present }),
     baseModel: meta.baseModel,
     rank: meta.rank,
+    ...(meta.features ? { features: meta.features } : {}),
     bytes: present.reduce((s, f) => s + f.size, 0),
   };
 }

@@ -3,6 +3,9 @@ import { describe, expect, it } from 'vitest';
 import { AdapterSpecSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { adapterLimitsOf, adapterLimitsProblem } from '../../../src/agent/adapters/adapter-limits.js';
 import { type AdapterSetContext, adapterSetProblem, resolvedAdapterProblem } from '../../../src/agent/adapters/adapter-set-problem.js';
+import { sglangRefusesConfig } from '../../../src/agent/engines/sglang/sglang-adapters.js';
+import { vllmRefusesConfig } from '../../../src/agent/engines/vllm/vllm-adapters.js';
+import { parseAdapterConfig } from '../../../src/models/adapters/adapter-files.js';
 
 const a = (name: string, repo = 'org/lora', revision = '') => create(AdapterSpecSchema, { name, repo, revision });
 const ctx: AdapterSetContext = { reservedNames: ['chat', 'org/base'], limits: { maxLoaded: 2, maxRank: 16 }, engine: 'vllm', hasAdapterApi: true };
@@ -51,6 +54,35 @@ describe('resolvedAdapterProblem', () => {
   });
   it('refuses a rank over the limit', () => {
     expect(resolvedAdapterProblem({ name: 't', baseModel: 'org/base', rank: 32 }, c)).toContain('rank 32, above the shard\'s max_adapter_rank 16');
+  });
+  it('does not compare a base named by the trainer\'s local folder (no hub model: refusing it would call a healthy adapter broken); a hub id of another base still refused', () => {
+    for (const base of ['/workspace/llama-3-8b', './base', '../models/x', '~/ckpt/base', 'C:\\models\\base']) {
+      expect([base, resolvedAdapterProblem({ name: 't', baseModel: base, rank: 8 }, c)]).toEqual([base, undefined]);
+    }
+    expect(resolvedAdapterProblem({ name: 't', baseModel: 'workspace/llama-3-8b', rank: 8 }, c)).toMatch(/^adapter t is for base model "workspace\/llama-3-8b"/);
+    // The rank is still checked when the base is not.
+    expect(resolvedAdapterProblem({ name: 't', baseModel: '/workspace/x', rank: 32 }, c)).toContain('rank 32');
+  });
+});
+
+describe('adapter configs the engines refuse (before any engine call)', () => {
+  const plain = { useDora: false, modulesToSave: false, bias: 'none' };
+  it('vLLM refuses DoRA, modules_to_save and a bias, in PEFTHelper\'s words; takes a plain LoRA (look-alike)', () => {
+    expect(vllmRefusesConfig(plain)).toBeUndefined();
+    expect(vllmRefusesConfig({ ...plain, useDora: true })).toBe('vLLM does not yet support DoRA (use_dora)');
+    expect(vllmRefusesConfig({ ...plain, modulesToSave: true })).toBe('vLLM only supports modules_to_save being None');
+    expect(vllmRefusesConfig({ ...plain, bias: 'lora_only' })).toBe('Adapter bias is not supported (bias "lora_only")');
+  });
+  it('SGLang refuses DoRA only; modules_to_save and a bias are left to it (look-alikes)', () => {
+    expect(sglangRefusesConfig({ ...plain, useDora: true })).toMatch(/doesn't support DoRA adapters/);
+    expect(sglangRefusesConfig({ useDora: false, modulesToSave: true, bias: 'all' })).toBeUndefined();
+  });
+  it('reads the features from adapter_config.json as PEFT writes them: an empty or null modules_to_save is none, bias "none" by default', () => {
+    const cfg = (extra: Record<string, unknown>) => parseAdapterConfig(JSON.stringify({ r: 8, lora_alpha: 16, target_modules: ['q_proj'], base_model_name_or_path: 'org/base', ...extra }), 'x');
+    expect(cfg({}).features).toEqual(plain);
+    expect(cfg({ modules_to_save: [] }).features).toEqual(plain);
+    expect(cfg({ modules_to_save: null, bias: 'none', use_dora: false }).features).toEqual(plain);
+    expect(cfg({ modules_to_save: ['lm_head'], bias: 'all', use_dora: true }).features).toEqual({ useDora: true, modulesToSave: true, bias: 'all' });
   });
 });
 

@@ -4,6 +4,7 @@
  * bytedance-iaas fork's head, S:path:line), as read for issue 53.
  */
 import type { AdapterLimits, EngineAdapterApi } from '../../../lib/engine-adapter-api.js';
+import type { AdapterConfigFeatures } from '../../../models/adapters/adapter-files.js';
 import type { EngineAdapters } from '../engine-kind.js';
 import { findFlags } from '../find-flags.js';
 
@@ -50,8 +51,18 @@ export function sglangLimitsFromArgs(args: readonly string[]): Partial<AdapterLi
   return out;
 }
 
+/**
+ * What LoRAManager.validate_new_adapter refuses, in its words: DoRA
+ * (S:python/sglang/srt/lora/lora_manager.py:279-283). modules_to_save and
+ * bias are not checked there, so they are left to the engine.
+ */
+export function sglangRefusesConfig(f: AdapterConfigFeatures): string | undefined {
+  return f.useDora ? "LoRA serving currently doesn't support DoRA adapters (use_dora)" : undefined;
+}
+
 export const SGLANG_ADAPTERS: EngineAdapters = {
   api: SGLANG_ADAPTER_API,
+  refusesConfig: sglangRefusesConfig,
   launch: (limits) => ({
     args: [
       // S:python/sglang/srt/server_args.py:2761-2803 (the LoRA group).

@@ -4,6 +4,7 @@
  * (V:path:line), as read for issue 53.
  */
 import type { AdapterLimits, EngineAdapterApi } from '../../../lib/engine-adapter-api.js';
+import type { AdapterConfigFeatures } from '../../../models/adapters/adapter-files.js';
 import type { EngineAdapters } from '../engine-kind.js';
 import { findFlags } from '../find-flags.js';
 
@@ -57,8 +58,21 @@ export function vllmLimitsFromArgs(args: readonly string[]): Partial<AdapterLimi
   return out;
 }
 
+/**
+ * What PEFTHelper refuses at a load, in its words (V:vllm/lora/peft_helper.py:42-51:
+ * modules_to_save, use_dora; :129-130: bias other than "none"), raised as
+ * the load's ValueError (validate_legal, :118-132).
+ */
+export function vllmRefusesConfig(f: AdapterConfigFeatures): string | undefined {
+  if (f.useDora) return 'vLLM does not yet support DoRA (use_dora)';
+  if (f.modulesToSave) return 'vLLM only supports modules_to_save being None';
+  if (f.bias !== 'none') return `Adapter bias is not supported (bias ${JSON.stringify(f.bias)})`;
+  return undefined;
+}
+
 export const VLLM_ADAPTERS: EngineAdapters = {
   api: VLLM_ADAPTER_API,
+  refusesConfig: vllmRefusesConfig,
   launch: (limits) => ({
     args: [
       // V:vllm/engine/arg_utils.py:609-614: enable_lora, max_loras (GPU slots, adapters in one batch: V:vllm/config/lora.py:37-38;

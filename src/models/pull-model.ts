@@ -175,8 +175,10 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
       })(),
     ]);
     manifest.refs[revision] = rev.commit;
-    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true, repoFiles: rev.files.map((f) => f.path), ...(meta ? { adapter: meta } : {}) };
-    if (meta) manifest.adapter = { baseModel: meta.baseModel, rank: meta.rank };
+    // The manifest records base and rank; the config's other fields are read again at each resolve.
+    const recorded = meta ? { baseModel: meta.baseModel, rank: meta.rank } : undefined;
+    manifest.snapshots[rev.commit] = { files: snapshotFiles, include, complete: true, repoFiles: rev.files.map((f) => f.path), ...(recorded ? { adapter: recorded } : {}) };
+    if (recorded) manifest.adapter = recorded;
     else delete manifest.adapter;
     manifest.lastUsedMs = Date.now();
     await writeManifest(layout, manifest);

@@ -38,7 +38,7 @@ describe('adapterFilesRead: what vLLM and SGLang load of an adapter folder', () 
 describe('parseAdapterConfig', () => {
   const what = 'acme/x@main';
   it('reads base and rank from a PEFT config', () => {
-    expect(parseAdapterConfig(adapterConfigText('meta-llama/Llama-3.1-8B-Instruct', 64).toString(), what)).toEqual({ baseModel: 'meta-llama/Llama-3.1-8B-Instruct', rank: 64 });
+    expect(parseAdapterConfig(adapterConfigText('meta-llama/Llama-3.1-8B-Instruct', 64).toString(), what)).toEqual({ baseModel: 'meta-llama/Llama-3.1-8B-Instruct', rank: 64, features: { useDora: false, modulesToSave: false, bias: 'none' } });
     // A trainer's local path is a base too: it is what the config says, compared by the agent.
     expect(parseAdapterConfig(adapterConfigText('/home/u/llama', 8).toString(), what).baseModel).toBe('/home/u/llama');
   });

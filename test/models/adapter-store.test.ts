@@ -62,7 +62,7 @@ afterEach(() => rmSync(dir, { recursive: true, force: true }));
 describe('an adapter pulled into the store', () => {
   it('is pulled verified like a model, recorded as an adapter with its base and rank, and resolves to the store snapshot with its content digest', async () => {
     const r = await pull('acme/lora-a');
-    expect(r.adapter).toEqual({ baseModel: 'acme/base', rank: 16 });
+    expect(r.adapter).toEqual({ baseModel: 'acme/base', rank: 16, features: { useDora: false, modulesToSave: false, bias: 'none' } });
     const m = await readManifest(layout, 'acme/lora-a');
     expect([m?.kind, m?.adapter, m?.snapshots[r.commit]?.adapter, m?.snapshots[r.commit]?.complete]).toEqual(['adapter', { baseModel: 'acme/base', rank: 16 }, { baseModel: 'acme/base', rank: 16 }, true]);
     const a = await resolveStoreAdapter(layout, 'acme/lora-a', 'main');
@@ -77,6 +77,7 @@ describe('an adapter pulled into the store', () => {
       digest: `sha256:${createHash('sha256').update(lines).digest('hex')}`,
       baseModel: 'acme/base',
       rank: 16,
+      features: { useDora: false, modulesToSave: false, bias: 'none' },
       bytes: config.length + WEIGHTS.length,
     });
     expect(a.dir).toBe(join(dir, 'hub', 'models--acme--lora-a', 'snapshots', r.commit));

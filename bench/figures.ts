@@ -16,6 +16,7 @@ import { shardChurnFigure } from './shard-churn-figure.js';
 import { steadyStateFigure } from './steady-state-figure.js';
 import { warmStartFigures } from './warm-start-figures.js';
 import { warmthFigure } from './warmth-figure.js';
+import { warmthSpreadFigure } from './warmth-spread-figure.js';
 import { warmPageCacheFigure } from './warm-page-cache-figure.js';
 import { gangFenceFigure } from './gang-fence-figure.js';
 import { bigNodeFigure } from './big-node-figure.js';
@@ -43,6 +44,8 @@ export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean):
   FIGURES['13'] = () => readyAfterAnswerFigure(rows, notes, quick);
   FIGURES['14'] = () => warmStartFigures(rows, notes, quick, 'starts');
   FIGURES['14d'] = () => warmthFigure(rows, notes);
+  // Whether each rung's published P90 holds for the next starts (issue 51).
+  FIGURES['14d-spread'] = () => warmthSpreadFigure(rows, notes, quick);
   // The pull beside curl, and the warm beside cat (issue 52, items 1 and 2).
   FIGURES['14b'] = () => warmStartFigures(rows, notes, quick, 'pull');
   FIGURES['14e'] = () => warmPageCacheFigure(rows, notes, quick);

@@ -209,8 +209,9 @@ export class StartAdmission {
  * rather than started: offline, the engine fails at the first file its
  * empty per-engine cache lacks, after minutes of loading (issue 51).
  */
-function refuseWithoutHub(spec: CheckedStartShard, shortfall: string | undefined, env: Record<string, string>): void {
+function refuseWithoutHub(spec: CheckedStartShard, shortfall: { reason: string; repos: string[] } | undefined, env: Record<string, string>): void {
   if (shortfall === undefined || !isHubOffline(env)) return;
-  const model = spec.profile?.model ?? '';
-  throw failure(`shard ${spec.shardId}: the node has no hub (HF_HUB_OFFLINE=${env.HF_HUB_OFFLINE} in the engine's environment) and ${shortfall}; pull what is missing (llmgw models pull ${model}) and start it again`);
+  // Every repo short, a tokenizer or draft repo too: the operator pulls them all before the one retry.
+  const pulls = shortfall.repos.map((r) => `llmgw models pull ${r}`).join('; ');
+  throw failure(`shard ${spec.shardId}: the node has no hub (HF_HUB_OFFLINE=${env.HF_HUB_OFFLINE} in the engine's environment) and ${shortfall.reason}; pull what is missing (${pulls}) and start it again`);
 }

@@ -15,7 +15,16 @@ export interface HubRepoRef {
 }
 
 /** Whether a shard's engine may start with HF_HUB_OFFLINE=1, and if not, why (for ctl status and the log). */
-export type OfflineStart = { offline: true } | { offline: false; reason: string; /** A hub repo it reads is partial or absent in the store: online it would fetch from the hub. */ storeShort?: true };
+export type OfflineStart =
+  | { offline: true }
+  | {
+      offline: false;
+      reason: string;
+      /** A hub repo it reads is partial or absent in the store: online it would fetch from the hub. */
+      storeShort?: true;
+      /** Those repos, the model first: what a node without a hub must pull before the start can run. */
+      shortRepos?: string[];
+    };
 
 /**
  * Whether a shard's engine may start offline: its model (profile.model, at
@@ -26,21 +35,34 @@ export type OfflineStart = { offline: true } | { offline: false; reason: string;
  * missing: with HF_HUB_OFFLINE=1 the first missing file fails the start
  * (engine-fidelity review 2, N4). A model that is not a hub id (a local
  * path) is never in the store, so its engine starts online as before; a
- * local path among `others` needs nothing from the hub.
+ * local path among `others` needs nothing from the hub. Every repo short of
+ * what the engine reads is named, not only the first: a node without a hub
+ * is told everything it must pull at once.
  */
 export async function judgeOfflineStart(cacheDir: string, model: string, args: readonly string[], others: readonly HubRepoRef[] = [], engine = 'vllm'): Promise<OfflineStart> {
   if (repoIdProblem(model) !== undefined) return { offline: false, reason: `the model ${JSON.stringify(model)} is not a hub repo id, so the store does not hold it` };
   const layout = new StoreLayout(cacheDir);
   const loadFormat = loadFormatOf(args);
   const rule: LoaderRule = loadFormat === undefined ? { engine } : { engine, loadFormat };
+  const problems: string[] = [];
+  const shortRepos: string[] = [];
   const problem = await offlineProblem(layout, model, revisionOf(args), rule);
-  if (problem !== undefined) return { offline: false, reason: problem, storeShort: true };
-  for (const o of others) {
-    if (isAbsolute(o.value) || repoIdProblem(o.value) !== undefined) continue;
-    const p = await offlineProblem(layout, o.value, o.revision, { engine });
-    if (p !== undefined) return { offline: false, reason: `${o.namedBy} ${p}`, storeShort: true };
+  if (problem !== undefined) {
+    problems.push(problem);
+    shortRepos.push(model);
   }
-  return { offline: true };
+  for (const o of storeRepos(others)) {
+    const p = await offlineProblem(layout, o.value, o.revision, { engine });
+    if (p === undefined) continue;
+    problems.push(`${o.namedBy} ${p}`);
+    if (!shortRepos.includes(o.value)) shortRepos.push(o.value);
+  }
+  return problems.length === 0 ? { offline: true } : { offline: false, reason: problems.join('; '), storeShort: true, shortRepos };
+}
+
+/** The repos among `others` the store could hold: hub repo ids, not local paths. */
+export function storeRepos(others: readonly HubRepoRef[]): HubRepoRef[] {
+  return others.filter((o) => !isAbsolute(o.value) && repoIdProblem(o.value) === undefined);
 }
 
 /** The value of --revision in an engine's args (`--revision x` or `--revision=x`); main when absent. */

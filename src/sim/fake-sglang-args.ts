@@ -40,6 +40,10 @@ export interface FakeSglangOptions {
   decodeLogInterval: number;
   /** --revision: the hub revision of the weights; main when absent. */
   revision: string;
+  /** --tokenizer-path, at --revision: its files fetched online and required offline with --sim-read-weights. */
+  tokenizer?: { repo: string; revision: string };
+  /** --speculative-draft-model-path at --speculative-draft-model-revision: its weights read with --sim-read-weights. */
+  draft?: { repo: string; revision: string };
   /** --dist-init-addr host:port: rank 0's rendezvous, where the other nodes join; absent on one node. */
   distInitAddr?: string;
   /** --watchdog-timeout: seconds a forward step may hang before the scheduler crashes the server (default 300). */
@@ -67,6 +71,12 @@ const SPECS: readonly ArgSpec[] = [
   { names: ['--model-path', '--model'], kind: 'string' },
   // S:python/sglang/srt/server_args.py: --revision, the hub revision the weights are read at.
   { names: ['--revision'], kind: 'string' },
+  // S:python/sglang/srt/server_args.py:500 (tokenizer_path, read at --revision: 4348-4352) and 2079, 2087
+  // (the draft, at --speculative-draft-model-revision, else main: 4354-4357): read with --sim-read-weights.
+  { names: ['--tokenizer-path'], kind: 'string' },
+  { names: ['--speculative-draft-model-path', '--speculative-draft-model'], kind: 'string' },
+  { names: ['--speculative-draft-model-revision'], kind: 'string' },
+  { names: ['--speculative-algorithm'], kind: 'string' },
   { names: ['--host'], kind: 'string' },
   { names: ['--port'], kind: 'int' },
   { names: ['--served-model-name'], kind: 'string' },
@@ -127,6 +137,8 @@ export function parseFakeSglangArgv(argv: readonly string[]): FakeSglangOptions 
     decodeLogInterval: decodeLogInterval(p.values.get('--decode-log-interval')),
     distInitAddr: p.values.get('--dist-init-addr') as string | undefined,
     revision: (p.values.get('--revision') as string | undefined) ?? 'main',
+    ...(p.values.has('--tokenizer-path') ? { tokenizer: { repo: String(p.values.get('--tokenizer-path')), revision: (p.values.get('--revision') as string | undefined) ?? 'main' } } : {}),
+    ...(p.values.has('--speculative-draft-model-path') ? { draft: { repo: String(p.values.get('--speculative-draft-model-path')), revision: (p.values.get('--speculative-draft-model-revision') as string | undefined) ?? 'main' } } : {}),
     watchdogTimeoutS: (p.values.get('--watchdog-timeout') as number | undefined) ?? 300,
     maxQueuedRequests: p.values.get('--max-queued-requests') as number | undefined,
     knobs,

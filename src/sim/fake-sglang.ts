@@ -325,7 +325,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     // download_weights_from_hf, at 005cbe0e): from disk or the page cache as the node has them, and a start with
     // none there offline is a scheduler that raises, so the server dies (S:python/sglang/srt/managers/scheduler.py:5066-5069).
     const weights: Promise<boolean> = k.readWeights
-      ? readWeights(o.model, o.revision, env, () => st.phase !== 'loading', { engine: 'sglang' }).then(
+      ? readWeights(o.model, o.revision, env, () => st.phase !== 'loading', { engine: 'sglang', ...(o.tokenizer ? { tokenizer: o.tokenizer } : {}), ...(o.draft ? { draft: o.draft } : {}) }).then(
           (read) => {
             sglangLog('INFO', `Load weight end. read ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
             weightsOffset = weightsTokenOffset(read.digest);

@@ -66,6 +66,10 @@ export interface FakeVllmOptions {
   maxModelLen?: string;
   /** --speculative-config given: a draft model proposes tokens (fake-vllm-sleep-faults.ts FakeSpecDecode). */
   speculative: boolean;
+  /** --tokenizer and --tokenizer-revision (None: main) (V:vllm/engine/arg_utils.py:848, 823-825): read with --sim-read-weights. */
+  tokenizer?: { repo: string; revision: string };
+  /** The draft of --speculative-config's "model" at its "revision" (None: main) (V:vllm/config/speculative.py:94, 132, 903-917): its weights read with --sim-read-weights. */
+  draft?: { repo: string; revision: string };
   /** --enable-lora and its limits (fake-vllm-lora.ts). */
   lora: VllmLoraOptions;
 }
@@ -112,8 +116,10 @@ function specs(version: string): ArgSpec[] {
     { names: ['--enable-sleep-mode'], kind: 'flag' },
     { names: ['--scheduling-policy'], kind: 'string', choices: ['fcfs', 'priority'] },
     { names: ['--load-format'], kind: 'string', choices: LOAD_FORMATS },
-    // A JSON object; the double only notes that a draft is configured.
+    // A JSON object; its "model" is the draft, read as a model of its own with --sim-read-weights.
     { names: ['--speculative-config', '-sc'], kind: 'string' },
+    { names: ['--tokenizer'], kind: 'string' },
+    { names: ['--tokenizer-revision'], kind: 'string' },
     // V:vllm/engine/arg_utils.py:609-614; --max-lora-rank's choices are MaxLoRARanks (V:vllm/config/lora.py:27).
     { names: ['--enable-lora'], kind: 'flag' },
     { names: ['--max-loras'], kind: 'int' },
@@ -131,6 +137,17 @@ function specs(version: string): ArgSpec[] {
   // PR #36666, so an older vLLM calls it unrecognized and exits 2.
   if (!versionBefore(version, SHUTDOWN_TIMEOUT_SINCE)) s.push({ names: ['--shutdown-timeout'], kind: 'int' });
   return s;
+}
+
+/** The draft model a --speculative-config JSON names ("model", at "revision"); none for a method without one (ngram) or a value that is not JSON. */
+function draftOf(config: string | undefined): { draft?: { repo: string; revision: string } } {
+  if (config === undefined) return {};
+  try {
+    const c = JSON.parse(config) as { model?: unknown; revision?: unknown };
+    return typeof c.model === 'string' && c.model !== '' ? { draft: { repo: c.model, revision: typeof c.revision === 'string' ? c.revision : 'main' } } : {};
+  } catch {
+    return {};
+  }
 }
 
 /** vLLM's options from `serve …` argv (without the `serve`); throws ArgparseError as vLLM's parser would refuse it. */
@@ -208,6 +225,8 @@ export function parseFakeVllmArgv(argv: readonly string[], env: NodeJS.ProcessEn
     loadFormat: (p.values.get('--load-format') as string | undefined) ?? 'auto',
     ...(p.values.has('--max-model-len') ? { maxModelLen: String(p.values.get('--max-model-len')) } : {}),
     speculative: p.values.has('--speculative-config'),
+    ...(p.values.has('--tokenizer') ? { tokenizer: { repo: String(p.values.get('--tokenizer')), revision: (p.values.get('--tokenizer-revision') as string | undefined) ?? 'main' } } : {}),
+    ...draftOf(p.values.get('--speculative-config') as string | undefined),
     lora,
     ...(loraError && !api.startError ? { startError: loraError } : {}),
   };

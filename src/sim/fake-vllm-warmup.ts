@@ -28,7 +28,7 @@ export async function warmUp(o: FakeVllmOptions, env: NodeJS.ProcessEnv, stopped
   }
   if (k.readWeights) {
     const t0 = performance.now();
-    const read = await readWeights(o.model, o.revision, env, stopped, { engine: 'vllm', loadFormat: o.loadFormat });
+    const read = await readWeights(o.model, o.revision, env, stopped, { engine: 'vllm', loadFormat: o.loadFormat, ...(o.tokenizer ? { tokenizer: o.tokenizer } : {}), ...(o.draft ? { draft: o.draft } : {}) });
     if (stopped()) return undefined;
     revision = read.commit;
     digest = read.digest;

@@ -324,7 +324,7 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
     // SIGUSR2 (--sim-read-weights only): the weights read again, and answered by, with the process kept, as
     // when a weight daemon starts serving another checkpoint of the same layout under the engine (issue 51).
     const reloadWeights = () => {
-      readWeights(o.model, o.revision, env, () => false, { engine: 'vllm', loadFormat: o.loadFormat }).then((read) => {
+      readWeights(o.model, o.revision, env, () => false, { engine: 'vllm', loadFormat: o.loadFormat, ...(o.tokenizer ? { tokenizer: o.tokenizer } : {}), ...(o.draft ? { draft: o.draft } : {}) }).then((read) => {
         weightsOffset = weightsTokenOffset(read.digest);
         vllmLog('INFO', 'sim', `weights read again (SIGUSR2): ${read.files} files, ${read.bytes} bytes from ${read.snapshotDir}`);
       }, (err: unknown) => vllmLog('ERROR', 'sim', `weights not read again (SIGUSR2): ${err instanceof Error ? err.message : String(err)}`));

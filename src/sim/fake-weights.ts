@@ -16,8 +16,12 @@
  * tokenizer_config.json is optional), in the --tokenizer repo's snapshot when one is given
  * (which must itself be cached: V:vllm/engine/arg_utils.py:809-832,
  * V:vllm/transformers_utils/repo_utils.py:279-297), else in the model's
- * (readWeights' `tokenizer` option: bin/fake-vllm does not take --tokenizer
- * yet, so a profile with one cannot run on the double).
+ * (readWeights' `tokenizer` option, from the doubles' --tokenizer and
+ * --tokenizer-path). Online it fetches the tokenizer repo's files the cache
+ * lacks, and a draft model's (--speculative-config's "model", SGLang's
+ * --speculative-draft-model-path) as its model's: each engine resolves
+ * those repos through the same hub cache (src/models/feed-start-repos.ts
+ * cites the lines).
  *
  * With --sim-compile-time it compiles as fake-compile-cache.ts says.
  */
@@ -31,6 +35,9 @@ import { filesLoaderReads, holdsTokenizer, MISTRAL_INDEX, SAFE_WEIGHTS_INDEX, we
 
 /** Bytes read at a time: large reads, as safetensors loading does with mmap. */
 const READ_CHUNK_BYTES = 8 * 1024 * 1024;
+
+/** Weight files, which a tokenizer's load never asks for. */
+const WEIGHTS = /\.(safetensors|bin|pt|pth|gguf)$/;
 
 /** A commit named as the revision is the snapshot's folder itself. */
 const COMMIT = /^[0-9a-f]{40}$/;
@@ -108,10 +115,16 @@ export async function readWeights(
   revision: string,
   env: NodeJS.ProcessEnv,
   cancelled: () => boolean = () => false,
-  opts: { tokenizer?: { repo: string; revision: string }; engine?: string; loadFormat?: string } = {},
+  opts: { tokenizer?: { repo: string; revision: string }; draft?: { repo: string; revision: string }; engine?: string; loadFormat?: string } = {},
 ): Promise<WeightsRead> {
   // Online, vLLM asks the hub for the revision's files and fetches those its loader reads that the cache lacks; the double does too, from HF_ENDPOINT.
-  if (!hubOffline(env) && env.HF_ENDPOINT) await fetchMissing(repo, revision, env, env.HF_ENDPOINT, { engine: opts.engine ?? 'vllm', ...(opts.loadFormat ? { loadFormat: opts.loadFormat } : {}) });
+  if (!hubOffline(env) && env.HF_ENDPOINT) {
+    await fetchMissing(repo, revision, env, env.HF_ENDPOINT, { engine: opts.engine ?? 'vllm', ...(opts.loadFormat ? { loadFormat: opts.loadFormat } : {}) });
+    // transformers' AutoTokenizer asks for the tokenizer's files only, never weights.
+    if (opts.tokenizer) await fetchMissing(opts.tokenizer.repo, opts.tokenizer.revision, env, env.HF_ENDPOINT, { engine: opts.engine ?? 'vllm' }, { tokenizerOnly: true });
+  }
+  // The draft is a model of its own (fetched and read as one); its bytes are read, its digest is not the served answer's.
+  const draft = opts.draft ? await readWeights(opts.draft.repo, opts.draft.revision, env, cancelled, { engine: opts.engine ?? 'vllm' }) : undefined;
   const { dir, commit } = await findSnapshot(repo, revision, env);
   // Only what the engine's loader reads (src/models/loader-files.ts, with its source lines): indexed
   // safetensors, never original/ nor a .bin twin (review engine-fidelity-3 E11/E12).
@@ -152,7 +165,7 @@ export async function readWeights(
       await fh.close();
     }
   }
-  return { snapshotDir: dir, commit, files: files.length, bytes, digest: hash.digest('hex') };
+  return { snapshotDir: dir, commit, files: files.length + (draft?.files ?? 0), bytes: bytes + (draft?.bytes ?? 0), digest: hash.digest('hex') };
 }
 
 /**
@@ -193,7 +206,7 @@ export { type CompileKey, compileMarkerPath, vllmCacheRoot } from './fake-compil
  * failure is the engine's (MissingWeightsError), as a download error fails
  * vLLM's start.
  */
-async function fetchMissing(repo: string, revision: string, env: NodeJS.ProcessEnv, endpoint: string, rule: { engine: string; loadFormat?: string }): Promise<void> {
+async function fetchMissing(repo: string, revision: string, env: NodeJS.ProcessEnv, endpoint: string, rule: { engine: string; loadFormat?: string }, opts: { tokenizerOnly?: boolean } = {}): Promise<void> {
   const base = endpoint.replace(/\/+$/, '');
   const headers: Record<string, string> = env.HF_TOKEN ? { authorization: `Bearer ${env.HF_TOKEN}` } : {};
   const info = await fetch(`${base}/api/models/${repo}/revision/${encodeURIComponent(revision)}`, { headers });
@@ -214,7 +227,11 @@ async function fetchMissing(repo: string, revision: string, env: NodeJS.ProcessE
     await rm(path, { force: true });
     await writeFile(path, Buffer.from(await res.arrayBuffer()));
   };
-  for (const index of [SAFE_WEIGHTS_INDEX, MISTRAL_INDEX]) if (names.includes(index)) await get(index);
+  if (opts.tokenizerOnly) {
+    for (const name of names) if (!name.includes('/') && !WEIGHTS.test(name)) await get(name);
+  } else {
+    for (const index of [SAFE_WEIGHTS_INDEX, MISTRAL_INDEX]) if (names.includes(index)) await get(index);
+  }
   const readIndex = (name: string) => {
     try {
       return weightMapFiles(readFileSync(join(snap, name), 'utf8'));
@@ -222,7 +239,7 @@ async function fetchMissing(repo: string, revision: string, env: NodeJS.ProcessE
       return undefined;
     }
   };
-  for (const name of filesLoaderReads(names, readIndex, rule)) if (names.includes(name)) await get(name);
+  if (!opts.tokenizerOnly) for (const name of filesLoaderReads(names, readIndex, rule)) if (names.includes(name)) await get(name);
   if (!COMMIT.test(revision)) {
     await mkdir(join(repoDir, 'refs'), { recursive: true });
     await writeFile(join(repoDir, 'refs', ...revision.split('/')), sha);

@@ -91,7 +91,7 @@ describe('offlineProblem: whether a pulled model holds everything an engine read
 describe('judgeOfflineStart: the model and every other hub repo the profile names', () => {
   it('starts online while a --tokenizer repo is not in the store, offline once it is; a local path needs nothing', async () => {
     const others = hubReposIn(['--tokenizer', 'acme/tok'], VLLM_CODE_LOADING_ARGS);
-    expect(await judgeOfflineStart(dir, 'acme/full', [], others)).toEqual({ offline: false, reason: "--tokenizer acme/tok@main is not complete in the node's model store", storeShort: true });
+    expect(await judgeOfflineStart(dir, 'acme/full', [], others)).toEqual({ offline: false, reason: "--tokenizer acme/tok@main is not complete in the node's model store", storeShort: true, shortRepos: ['acme/tok'] });
     await pull('acme/tok');
     expect(await judgeOfflineStart(dir, 'acme/full', [], others)).toEqual({ offline: true });
     expect(await judgeOfflineStart(dir, 'acme/full', [], hubReposIn(['--tokenizer=/models/tok'], VLLM_CODE_LOADING_ARGS))).toEqual({ offline: true });

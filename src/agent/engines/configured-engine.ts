@@ -22,7 +22,7 @@ import { type ValidateShardOptions, validateShard } from './validate-shard.js';
 import { engineCacheEnv, prepareEngineCache } from '../../models/engine-cache-env.js';
 import { StoreLayout } from '../../models/store-layout.js';
 import { type OfflineStart, judgeOfflineStart, revisionOf } from '../../models/judge-offline-start.js';
-import { feedEngineHub } from '../../models/feed-engine-hub.js';
+import { feedStartRepos } from '../../models/feed-start-repos.js';
 import { loadFormatOf } from '../../models/loader-files.js';
 
 /**
@@ -121,19 +121,20 @@ export abstract class ConfiguredEngine implements Engine {
       const engineCacheDir = new StoreLayout(this.#modelsCacheDir).engineCacheDir(account?.uid ?? ctx.agentUid, this.name, spec.profile?.model ?? '');
       await prepareEngineCache(engineCacheDir, account);
       this.#engineCacheDirs.set(spec, engineCacheDir);
-      // Online with part of the model in the store: the engine's hub cache gets what the store holds, so it fetches only the rest (feed-engine-hub.ts).
+      // Online with part of what it reads in the store: the engine's hub cache gets what the store holds of the model and of
+      // each other repo its args name (a tokenizer, a draft), so it fetches only the rest (feed-start-repos.ts).
       const judged = this.#offline.get(spec);
       if (judged && !judged.offline && judged.storeShort && this.loadsModel()) {
         const loadFormat = loadFormatOf(args);
-        const fed = await feedEngineHub({
+        const fed = await feedStartRepos({
           layout: new StoreLayout(this.#modelsCacheDir),
-          repo: spec.profile?.model ?? '',
-          revision: revisionOf(args),
-          rule: loadFormat === undefined ? { engine: this.name } : { engine: this.name, loadFormat },
+          model: { repo: spec.profile?.model ?? '', revision: revisionOf(args), rule: loadFormat === undefined ? { engine: this.name } : { engine: this.name, loadFormat } },
+          others,
+          engine: this.name,
           engineHubDir: join(engineCacheDir, 'hub'),
           ...(account && ctx.agentUid === 0 && account.uid !== 0 ? { account } : {}),
         });
-        if (fed) this.#fed.set(spec, fed.error ? `the store's files could not be linked into its hub cache (${fed.error}): it fetches them too` : `${fed.linked.length} file${fed.linked.length === 1 ? '' : 's'} of ${spec.profile?.model ?? ''} linked from the store into its hub cache, the rest fetched`);
+        if (fed) this.#fed.set(spec, fed);
       }
     }
   }
@@ -144,9 +145,9 @@ export abstract class ConfiguredEngine implements Engine {
     return judged && !judged.offline ? `${judged.reason}${fed ? `; ${fed}` : ''}` : undefined;
   }
 
-  storeShortfall(spec: StartShard): string | undefined {
+  storeShortfall(spec: StartShard): { reason: string; repos: string[] } | undefined {
     const judged = this.#offline.get(spec);
-    return judged && !judged.offline && judged.storeShort ? judged.reason : undefined;
+    return judged && !judged.offline && judged.storeShort ? { reason: judged.reason, repos: judged.shortRepos ?? [spec.profile?.model ?? ''] } : undefined;
   }
 
   /**

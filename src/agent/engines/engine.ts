@@ -36,8 +36,12 @@ export interface Engine {
    * online; undefined when it runs offline, or there is no store.
    */
   onlineReason?(spec: StartShard): string | undefined;
-  /** Of onlineReason, only what the node's store lacks of a hub repo the engine reads (what a node without a hub cannot start); undefined otherwise. */
-  storeShortfall?(spec: StartShard): string | undefined;
+  /**
+   * Of onlineReason, only what the node's store lacks of the hub repos the
+   * engine reads (what a node without a hub cannot start), with those repos;
+   * undefined otherwise.
+   */
+  storeShortfall?(spec: StartShard): { reason: string; repos: string[] } | undefined;
   /** Who this engine's processes run as under an agent running as `agentUid`, and whether that refuses its starts. */
   account(agentUid: number): EngineAccount;
   /** Its argv[0] (engines.<name>.command's, or the default) and the file that resolves to on this PATH; undefined when none does. */

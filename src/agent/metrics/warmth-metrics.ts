@@ -24,7 +24,7 @@ export function registerWarmthMetrics(registry: Registry, warmth: () => readonly
   });
   new Gauge({
     name: 'llmgw_model_time_to_ready_percentile_seconds',
-    help: 'P50 and P90 (nearest rank) of the seconds to READY measured on this node from each rung, over the same samples as llmgw_model_time_to_ready_seconds.',
+    help: 'P50 (nearest rank) and P90 of the seconds to READY measured on this node from each rung, over its last 20 samples; the P90 is a bound the next start is meant to stay under 9 times in 10 (rung-spread.ts).',
     labelNames: ['model', 'engine', 'profile', 'from', 'percentile'],
     registers: [registry],
     collect() {

@@ -6,6 +6,7 @@ import { MIN_RATE_BYTES, modelledTimes, type NodeRates } from '../../models/mode
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
 import { isLeaving, isWarmedUp } from '../../lib/shard-states.js';
+import { nextP90Margin, rungSpread } from './rung-spread.js';
 import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
 
 /*
@@ -28,9 +29,8 @@ export type WarmthFrom = 'sleeping-l1' | 'sleeping-l2' | 'page-cache+compile' | 
 export const PAGE_CACHE_SHARE = 0.9;
 
 /**
- * Samples kept per rung, for its spread (P50, P90): with 8, P90 by nearest
- * rank was the window's maximum, and 12.5 % of the next starts went over it
- * (bench 14d, target at most 10 %); 20 make it the 18th of 20.
+ * Samples kept per rung, for its spread (P50, P90; rung-spread.ts): with 20
+ * the P90 rests on the 19th of them, one a single slow start does not become.
  */
 export const WARMTH_SAMPLES = 20;
 /** Of those, the last few the median is taken over: it follows a node that changed (a new disk, a new driver). */
@@ -45,6 +45,8 @@ interface Entry {
   updatedAtMs: number;
   /** Milliseconds to READY, oldest first, per rung. */
   samples: Partial<Record<WarmthFrom, number[]>>;
+  /** Per rung, the P90's margin (rung-spread.ts), moved by each start scored against the P90 published before it; absent: 0. */
+  p90Margin?: Partial<Record<WarmthFrom, number>>;
   /** MiB in use on the shard's GPUs at READY, oldest first (the last WARMTH_MEDIAN_SAMPLES); absent in files of older agents. */
   gpuMib?: number[];
   /** The GPUs the last of those was summed over. */
@@ -166,7 +168,9 @@ export class WarmthLedger {
   #learned(e: Entry, cached: readonly CachedModel[]): TimeToReady[] {
     const measured = FROM.flatMap((from) => {
       const s = e.samples[from];
-      return s && s.length > 0 ? [create(TimeToReadySchema, { from, medianSeconds: median(s.slice(-WARMTH_MEDIAN_SAMPLES)) / 1000, samples: s.length, p50Seconds: percentile(s, 50) / 1000, p90Seconds: percentile(s, 90) / 1000 })] : [];
+      if (!s || s.length === 0) return [];
+      const spread = rungSpread(s, e.p90Margin?.[from] ?? 0);
+      return [create(TimeToReadySchema, { from, medianSeconds: median(s.slice(-WARMTH_MEDIAN_SAMPLES)) / 1000, samples: s.length, p50Seconds: spread.p50Ms / 1000, p90Seconds: spread.p90Ms / 1000 })];
     });
     const bytes = Number(cached.find((c) => c.repo === e.model && c.complete)?.bytes ?? 0n);
     return [...measured, ...modelledTimes(measured, bytes, this.#rates)];
@@ -204,13 +208,21 @@ export class WarmthLedger {
     const k = keyOf(shard);
     const id = idOf(k);
     const e = this.#entries.get(id) ?? { ...k, updatedAtMs: 0, samples: {} };
-    const samples = [...(e.samples[from] ?? []), Math.max(0, Math.round(ms))].slice(-WARMTH_SAMPLES);
+    const before = e.samples[from] ?? [];
+    const took = Math.max(0, Math.round(ms));
+    // Scored against the P90 Inventory carried before it: the margin learns how often that promise held.
+    const p90Before = before.length > 0 ? rungSpread(before, e.p90Margin?.[from] ?? 0).p90Ms : undefined;
+    if (p90Before !== undefined) e.p90Margin = { ...e.p90Margin, [from]: nextP90Margin(e.p90Margin?.[from] ?? 0, took > p90Before) };
+    const samples = [...before, took].slice(-WARMTH_SAMPLES);
     e.samples[from] = samples;
     e.updatedAtMs = Date.now();
     this.#entries.delete(id);
     this.#entries.set(id, e);
     while (this.#entries.size > WARMTH_MODELS) this.#entries.delete(this.#entries.keys().next().value as string);
-    this.#opts.logger.info({ shard: shard.shardId, model: k.model, engine: k.engine, profile: k.profile, from, ms: Math.round(ms), median: median(samples.slice(-WARMTH_MEDIAN_SAMPLES)) }, 'time to READY measured');
+    this.#opts.logger.info(
+      { shard: shard.shardId, model: k.model, engine: k.engine, profile: k.profile, from, ms: took, median: median(samples.slice(-WARMTH_MEDIAN_SAMPLES)), ...(p90Before !== undefined ? { p90Before, overP90: took > p90Before } : {}) },
+      'time to READY measured',
+    );
     this.#save();
     this.#opts.onLearned?.();
   }
@@ -258,7 +270,12 @@ export class WarmthLedger {
         }
         const gpuMib = Array.isArray(e.gpuMib) ? e.gpuMib.filter((n) => Number.isFinite(n) && n >= 0).slice(-WARMTH_MEDIAN_SAMPLES) : undefined;
         const gpus = Number.isInteger(e.gpus) && (e.gpus as number) > 0 ? e.gpus : undefined;
-        this.#entries.set(idOf(e), { model: e.model, engine: e.engine, profile: e.profile, updatedAtMs: Number(e.updatedAtMs) || 0, samples, ...(gpuMib && gpus ? { gpuMib, gpus } : {}) });
+        const p90Margin: Entry['p90Margin'] = {};
+        for (const from of FROM) {
+          const m = e.p90Margin?.[from];
+          if (typeof m === 'number' && Number.isFinite(m) && m >= 0) p90Margin[from] = m;
+        }
+        this.#entries.set(idOf(e), { model: e.model, engine: e.engine, profile: e.profile, updatedAtMs: Number(e.updatedAtMs) || 0, samples, p90Margin, ...(gpuMib && gpus ? { gpuMib, gpus } : {}) });
       }
     } catch (err) {
       this.#opts.logger.warn({ file: this.#opts.path, err: errorMessage(err) }, 'ignoring the warmth file: times to READY are measured anew');
@@ -286,16 +303,6 @@ function inPageCache(model: string, cached: readonly CachedModel[]): boolean {
     const of = c.loadBytes > 0n ? c.loadBytes : c.bytes;
     return c.repo === model && c.complete && of > 0n && Number(c.residentBytes) >= PAGE_CACHE_SHARE * Number(of);
   });
-}
-
-/**
- * The nearest-rank percentile of `xs` (issue 51: a rung's spread, the
- * autoscalers' cold-start horizon): the smallest sample at or above p% of
- * them, so P90 of 8 samples is the 8th, never a value no start took.
- */
-export function percentile(xs: readonly number[], p: number): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.max(0, Math.ceil((p / 100) * s.length) - 1)] as number;
 }
 
 function median(xs: readonly number[]): number {

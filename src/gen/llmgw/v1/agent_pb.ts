@@ -1089,8 +1089,11 @@ export type TimeToReady = Message<"llmgw.v1.TimeToReady"> & {
   basis: string;
 
   /**
-   * The spread of the measured samples (issue 51): their 50th and 90th
-   * percentile (nearest rank); 0 for a modelled figure.
+   * The spread of the measured samples (issue 51), 0 for a modelled figure:
+   * p50 is their median (nearest rank); p90 a bound the next start is meant
+   * to stay under 9 times in 10: the ceil(0.9(n+1))-th of the last 20 (the
+   * slowest under 9 samples), widened by a margin that each start over the
+   * p90 published before it raises and each one under it lowers.
    *
    * @generated from field: double p50_seconds = 5;
    */
@@ -1142,8 +1145,11 @@ export type TimeToReadyJson = {
   basis?: string;
 
   /**
-   * The spread of the measured samples (issue 51): their 50th and 90th
-   * percentile (nearest rank); 0 for a modelled figure.
+   * The spread of the measured samples (issue 51), 0 for a modelled figure:
+   * p50 is their median (nearest rank); p90 a bound the next start is meant
+   * to stay under 9 times in 10: the ceil(0.9(n+1))-th of the last 20 (the
+   * slowest under 9 samples), widened by a margin that each start over the
+   * p90 published before it raises and each one under it lowers.
    *
    * @generated from field: double p50_seconds = 5;
    */

@@ -1,16 +1,17 @@
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, AdapterState, type Register, type ModelPull, ModelPullState, PrefetchModelSchema, SetAdaptersSchema, ShardState, type ShardStatus, type StartShard } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, AdapterState, type Register, ModelPullState, SetAdaptersSchema, ShardState, type ShardStatus, type StartShard } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
+import { doubleStart } from '../helpers/double-shards.js';
 import { freePort } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+import type { StartedControlPlane } from '../helpers/start-control-plane.js';
 import { BASE, adapterOf, adaptersAre, ask, listed, lora, loraHub } from './lora-adapters-helpers.js';
+import { prefetch, startStoreAgent } from '../helpers/store-agent.js';
 
 /*
  * Issue 53 on the real agent with the vLLM double: adapters set by the
@@ -44,15 +45,8 @@ async function startShard(id: string, gpu: number, adapters: ReturnType<typeof l
 
 beforeAll(async () => {
   await hub.start();
-  plane = await startControlPlane();
-  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-lora-e2e-')));
-  yaml = `models:\n  cache_dir: ${join(dirs.root, 'models')}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n${DOUBLE_ENGINES_YAML}`;
-  const registered = plane.cp.waitFor('node-a', isRegister, 30_000);
-  agent = startAgentProcess({ server: plane.url, dirs, extraYaml: yaml });
-  await registered;
-  const pulled = plane.cp.waitFor('node-a', (m) => m.msg.case === 'modelPull' && m.msg.value.repo === BASE && m.msg.value.state >= ModelPullState.DONE, 30_000);
-  plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: BASE }) });
-  expect(((await pulled).msg.value as ModelPull).state).toBe(ModelPullState.DONE);
+  ({ plane, dirs, agent, yaml } = await startStoreAgent(hub, agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-lora-e2e-')))));
+  expect((await prefetch(plane, BASE)).state).toBe(ModelPullState.DONE);
 }, 90_000);
 
 afterAll(async () => {

@@ -3,13 +3,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, AdapterState, type ModelPull, ModelPullState, PrefetchModelSchema, SetAdaptersSchema, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
+import { type AgentMessage, AdapterState, ModelPullState, SetAdaptersSchema, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture } from '../helpers/agent-process.js';
+import { doubleStart } from '../helpers/double-shards.js';
 import { freePort } from '../helpers/engine-processes.js';
-import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+import { shardIs } from '../helpers/sim-shards.js';
+import type { StartedControlPlane } from '../helpers/start-control-plane.js';
 import { BASE, adapterOf, adaptersAre, ask, lora, loraHub } from './lora-adapters-helpers.js';
+import { prefetch, startStoreAgent } from '../helpers/store-agent.js';
 
 /*
  * Issue 53's acceptance on the real agent with the doubles: load/unload
@@ -43,15 +44,8 @@ async function start(engine: 'vllm' | 'sglang', id: string, gpu: number, maxAdap
 
 beforeAll(async () => {
   await hub.start();
-  plane = await startControlPlane();
-  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-lora-churn-')));
-  const yaml = `models:\n  cache_dir: ${join(dirs.root, 'models')}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n${DOUBLE_ENGINES_YAML}`;
-  const registered = plane.cp.waitFor('node-a', isRegister, 30_000);
-  agent = startAgentProcess({ server: plane.url, dirs, extraYaml: yaml });
-  await registered;
-  const pulled = plane.cp.waitFor('node-a', (m) => m.msg.case === 'modelPull' && m.msg.value.repo === BASE && m.msg.value.state >= ModelPullState.DONE, 30_000);
-  plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: BASE }) });
-  expect(((await pulled).msg.value as ModelPull).state).toBe(ModelPullState.DONE);
+  ({ plane, dirs, agent } = await startStoreAgent(hub, agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-lora-churn-')))));
+  expect((await prefetch(plane, BASE)).state).toBe(ModelPullState.DONE);
 }, 90_000);
 
 afterAll(async () => {

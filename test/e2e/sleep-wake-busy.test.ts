@@ -1,14 +1,14 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, SleepShardSchema, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
+import { type AgentDirs, type AgentProcess, endAgentFixture } from '../helpers/agent-process.js';
+import { doubleStart } from '../helpers/double-shards.js';
 import { freePort, isRunning, until } from '../helpers/engine-processes.js';
-import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+import { shardIs } from '../helpers/sim-shards.js';
+import type { StartedControlPlane } from '../helpers/start-control-plane.js';
+import { fakeGpuUsage, gpuUsageDir, startDoubleAgent } from '../helpers/double-agent.js';
 
 /*
  * Issue 47 item 4, review engine-fidelity-3 E2: a woken engine runs what it
@@ -30,12 +30,8 @@ let dirs: AgentDirs;
 let usageDir: string;
 
 beforeAll(async () => {
-  cp = await startControlPlane();
-  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-busy-')));
-  usageDir = join(dirs.root, 'gpu-usage');
-  const registered = cp.cp.waitFor(NODE, isRegister, 30_000);
-  agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
-  await registered;
+  ({ cp, agent, dirs } = await startDoubleAgent(NODE, 'llmgw-busy-', [], fakeGpuUsage));
+  usageDir = gpuUsageDir(dirs);
 });
 
 afterAll(() => endAgentFixture({ agent, cp, dirs }));

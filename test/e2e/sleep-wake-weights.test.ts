@@ -1,15 +1,15 @@
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, type RunningShard, ShardState, type ShardStatus, SleepShardSchema, type StartShard, StopShardSchema, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
-import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
+import { type AgentDirs, type AgentProcess, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
 import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
 import { freePort, isRunning, until } from '../helpers/engine-processes.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+import type { StartedControlPlane } from '../helpers/start-control-plane.js';
+import { fakeGpuUsage, gpuUsageDir, startDoubleAgent } from '../helpers/double-agent.js';
 
 /*
  * Issue 36: READY after a wake means the weights are back. Against the
@@ -32,12 +32,8 @@ let usageDir: string;
 const startAgent = () => startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
 
 beforeAll(async () => {
-  cp = await startControlPlane();
-  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-weights-')));
-  usageDir = join(dirs.root, 'gpu-usage');
-  const registered = cp.cp.waitFor(NODE, isRegister, 30_000);
-  agent = startAgent();
-  await registered;
+  ({ cp, agent, dirs } = await startDoubleAgent(NODE, 'llmgw-weights-', [], fakeGpuUsage));
+  usageDir = gpuUsageDir(dirs);
 });
 
 afterAll(() => endAgentFixture({ agent, cp, dirs }));

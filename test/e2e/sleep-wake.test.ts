@@ -1,18 +1,18 @@
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, type RunningShard, ShardState, type ShardStatus, SleepShardSchema, type StartShard, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
-import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
+import { type AgentDirs, type AgentProcess, endAgentFixture, startAgentProcess } from '../helpers/agent-process.js';
 import { DOUBLE_ENGINES_YAML, doubleStart, streamChat } from '../helpers/double-shards.js';
 import { freePort, isRunning, until } from '../helpers/engine-processes.js';
 import { consumeStream } from '../helpers/fake-engines.js';
 import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
+import type { StartedControlPlane } from '../helpers/start-control-plane.js';
+import { fakeGpuUsage, gpuUsageDir, startDoubleAgent } from '../helpers/double-agent.js';
 
 /*
  * SleepShard / WakeShard through the real agent and the vLLM and SGLang
@@ -30,12 +30,8 @@ let dirs: AgentDirs;
 let usageDir: string;
 
 beforeAll(async () => {
-  cp = await startControlPlane();
-  dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-sleep-')));
-  usageDir = join(dirs.root, 'gpu-usage');
-  const registered = cp.cp.waitFor(NODE, isRegister, 30_000);
-  agent = startAgentProcess({ server: cp.url, dirs, nodeId: NODE, extraYaml: DOUBLE_ENGINES_YAML, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
-  await registered;
+  ({ cp, agent, dirs } = await startDoubleAgent(NODE, 'llmgw-sleep-', [], fakeGpuUsage));
+  usageDir = gpuUsageDir(dirs);
 });
 
 afterAll(() => endAgentFixture({ agent, cp, dirs }));

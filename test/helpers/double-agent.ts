@@ -14,13 +14,29 @@ export interface DoubleAgent {
   dirs: AgentDirs;
 }
 
-/** Starts a DoubleAgent for a file's tests (beforeAll); `supervisor`: more supervisor keys (`stall_timeout: 5s`). */
-export async function startDoubleAgent(nodeId: string, dirPrefix: string, supervisor: string[] = []): Promise<DoubleAgent> {
+/** Where the doubles of an agent on `dirs` write the GPU memory they hold, which the fake nvidia-smi adds to its readings (fake-gpu-usage.ts). */
+export const gpuUsageDir = (dirs: AgentDirs): string => join(dirs.root, 'gpu-usage');
+
+/** The agent's environment for doubles that hold GPU memory: the fake nvidia-smi reads it from gpuUsageDir. */
+export const fakeGpuUsage = (dirs: AgentDirs): Record<string, string> => ({ LLMGW_FAKE_GPU_USAGE_DIR: gpuUsageDir(dirs) });
+
+/**
+ * Starts a DoubleAgent for a file's tests (beforeAll); `supervisor`: more
+ * supervisor keys (`stall_timeout: 5s`); `env`: the agent's environment,
+ * from its directories (fakeGpuUsage).
+ */
+export async function startDoubleAgent(nodeId: string, dirPrefix: string, supervisor: string[] = [], env?: (dirs: AgentDirs) => Record<string, string>): Promise<DoubleAgent> {
   const cp = await startControlPlane();
   const dirs = agentDirs(mkdtempSync(join(tmpdir(), dirPrefix)));
   const registered = cp.cp.waitFor(nodeId, isRegister, 30_000);
-  const agent = startAgentProcess({ server: cp.url, dirs, nodeId, extraYaml: DOUBLE_ENGINES_YAML, supervisor });
-  await registered;
+  const agent = startAgentProcess({ server: cp.url, dirs, nodeId, extraYaml: DOUBLE_ENGINES_YAML, supervisor, ...(env ? { env: env(dirs) } : {}) });
+  try {
+    await registered;
+  } catch (err) {
+    // Not yet returned, so the file's afterAll cannot stop them: an agent left running would outlive the file.
+    await stopDoubleAgent({ cp, agent, dirs });
+    throw err;
+  }
   return { cp, agent, dirs };
 }
 

@@ -1,20 +1,19 @@
 import { readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { create } from '@bufbuild/protobuf';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, type StartShard } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { describe, expect, it } from 'vitest';
+import { ModelPullState, ShardState, type ShardStatus, type StartShard } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readManifest } from '../../src/models/model-manifest.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { readWeights } from '../../src/sim/fake-weights.js';
 import { weightsTokenOffset } from '../../src/sim/openai-responses.js';
 import { shardLogPath, shardStatePath } from '../../src/lib/shard-layout.js';
 import { type AgentDirs, startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
+import { doubleStart } from '../helpers/double-shards.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { startControlPlane } from '../helpers/start-control-plane.js';
-import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
+import { bytes } from './fake-hub.js';
+import { llamaFiles, prefetch, startStoreAgent, useHub } from '../helpers/store-agent.js';
 
 /*
  * Issue 51 item 4 at adoption: an agent restarted while a vLLM double serves
@@ -24,22 +23,7 @@ import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
  * (fake-vllm.ts), as a weight daemon serving another checkpoint would.
  */
 
-const json = (s: string) => ({ content: Buffer.from(s), lfs: false });
-const hub = new FakeHub();
-hub.repos.set(
-  'acme/llama',
-  fakeRepo('acme/llama', [
-    { path: 'config.json', ...json('{"architectures":["LlamaForCausalLM"]}') },
-    { path: 'model-00001-of-00002.safetensors', content: bytes(120_000, 31), lfs: true },
-    { path: 'model-00002-of-00002.safetensors', content: bytes(80_000, 32), lfs: true },
-    { path: 'model.safetensors.index.json', ...json('{"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}') },
-    { path: 'tokenizer.json', ...json('{"t":1}') },
-    { path: 'tokenizer_config.json', ...json('{}') },
-  ]),
-);
-
-beforeAll(() => hub.start());
-afterAll(() => hub.stop());
+const hub = useHub({ 'acme/llama': llamaFiles({ shardBytes: [120_000, 80_000], seeds: [31, 32] }) });
 
 interface ShardJson {
   shardId: string;
@@ -48,20 +32,13 @@ interface ShardJson {
   pid?: number;
 }
 
-const pullEnds = (m: AgentMessage) => m.msg.case === 'modelPull' && (m.msg.value.state === ModelPullState.DONE || m.msg.value.state === ModelPullState.FAILED);
-
 describe('the known answer at adoption (issue 51)', () => {
   it('an adopted engine answering as before is READY; one serving another checkpoint is FAILED naming both answers', { timeout: 180_000 }, async () => {
-    const plane = await startControlPlane();
     const dirs: AgentDirs = tempAgentDirs('llmgw-adopt-answer-');
-    const cacheDir = join(dirs.root, 'models');
-    const yaml = `models:\n  cache_dir: ${cacheDir}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n${DOUBLE_ENGINES_YAML}`;
-    let registered = plane.cp.waitFor('node-a', isRegister, 20_000);
-    let agent = startAgentProcess({ server: plane.url, dirs, extraYaml: yaml });
-    await registered;
-    const pulled = plane.cp.waitFor('node-a', pullEnds, 20_000);
-    plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/llama' }) });
-    expect(((await pulled).msg.value as ModelPull).state).toBe(ModelPullState.DONE);
+    const started = await startStoreAgent(hub, dirs);
+    const { plane, cacheDir, yaml } = started;
+    let agent = started.agent;
+    expect((await prefetch(plane, 'acme/llama')).state).toBe(ModelPullState.DONE);
 
     const s: StartShard = doubleStart('vllm', 'a1', 0, { model: 'acme/llama', args: ['--sim-read-weights'] });
     (s.profile as NonNullable<StartShard['profile']>).name = 'adopted';
@@ -77,7 +54,7 @@ describe('the known answer at adoption (issue 51)', () => {
     /** The agent killed (its engines keep running) and started again; the adopted shard as `ctl status` shows it once judged. */
     const restart = async (): Promise<ShardJson> => {
       await agent.stop();
-      registered = plane.cp.waitFor('node-a', isRegister, 20_000);
+      const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
       agent = startAgentProcess({ server: plane.url, dirs, extraYaml: yaml });
       await registered;
       // Adopted before it registers, the verdict may ride in Register: read it from the agent.

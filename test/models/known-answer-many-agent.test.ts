@@ -1,19 +1,18 @@
-import { mkdirSync, readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { readFileSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, SleepShardSchema, type StartShard, StopShardSchema, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { describe, expect, it } from 'vitest';
+import { ModelPullState, ShardState, type ShardStatus, SleepShardSchema, type StartShard, StopShardSchema, WakeShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readManifest } from '../../src/models/model-manifest.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { shardLogPath } from '../../src/lib/shard-layout.js';
 import { readWeights } from '../../src/sim/fake-weights.js';
 import { weightsTokenOffset } from '../../src/sim/openai-responses.js';
-import { type AgentProcess, startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
+import { tempAgentDirs } from '../helpers/agent-process.js';
+import { doubleStart } from '../helpers/double-shards.js';
 import { freePort, until } from '../helpers/engine-processes.js';
-import { isRegister } from '../helpers/sim-shards.js';
-import { startControlPlane } from '../helpers/start-control-plane.js';
-import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
+import { bytes } from './fake-hub.js';
+import { jsonFile, prefetch, startStoreAgent, useHub } from '../helpers/store-agent.js';
 
 /*
  * Issue 51 acceptance: 0 false FAILED over 200 healthy starts and wakes with
@@ -27,18 +26,9 @@ import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
  * answers.
  */
 
-const json = (s: string) => ({ content: Buffer.from(s), lfs: false });
-const hub = new FakeHub();
-hub.repos.set(
-  'acme/many',
-  fakeRepo('acme/many', [
-    { path: 'config.json', ...json('{"architectures":["LlamaForCausalLM"]}') },
-    { path: 'model.safetensors', content: bytes(100_000, 51), lfs: true },
-    { path: 'tokenizer.json', ...json('{"t":1}') },
-  ]),
-);
-beforeAll(() => hub.start());
-afterAll(() => hub.stop());
+const hub = useHub({
+  'acme/many': [jsonFile('config.json', '{"architectures":["LlamaForCausalLM"]}'), { path: 'model.safetensors', content: bytes(100_000, 51), lfs: true }, jsonFile('tokenizer.json', '{"t":1}')],
+});
 
 /** Shards run side by side, each on its own GPU of the fake box (GPUs 3 and 4 hold foreign memory). */
 const GPUS = [0, 1, 2, 5, 6, 7];
@@ -49,17 +39,10 @@ const S = ShardState;
 
 describe('the known answer over many healthy starts and wakes (issue 51)', () => {
   it('says FAILED for none of 200 healthy starts and wakes, each checked; another checkpoint under the same name is FAILED at its wake with both answers', { timeout: 300_000 }, async () => {
-    const plane = await startControlPlane();
     const dirs = tempAgentDirs('llmgw-answers-many-');
-    const cacheDir = join(dirs.root, 'models');
     const usageDir = join(dirs.root, 'gpu-usage');
-    mkdirSync(cacheDir);
-    const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
-    const agent: AgentProcess = startAgentProcess({ server: plane.url, dirs, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir }, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n${DOUBLE_ENGINES_YAML}` });
-    await registered;
-    const pulled = plane.cp.waitFor('node-a', (m: AgentMessage) => m.msg.case === 'modelPull' && (m.msg.value.state === ModelPullState.DONE || m.msg.value.state === ModelPullState.FAILED), 20_000);
-    plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/many' }) });
-    expect(((await pulled).msg.value as ModelPull).state).toBe(ModelPullState.DONE);
+    const { plane, cacheDir, agent } = await startStoreAgent(hub, dirs, { env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
+    expect((await prefetch(plane, 'acme/many')).state).toBe(ModelPullState.DONE);
 
     const failed: ShardStatus[] = [];
     /** Sends `msg` and waits for the shard's next status in `states`, or any FAILED (kept), or an error (a refused sleep or wake). */

@@ -1,17 +1,17 @@
-import { lstatSync, mkdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { lstatSync, readFileSync, readlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { describe, expect, it } from 'vitest';
+import { ModelPullState, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { readManifest } from '../../src/models/model-manifest.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
-import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
-import { freePort, until } from '../helpers/engine-processes.js';
+import { tempAgentDirs } from '../helpers/agent-process.js';
+import { doubleStart } from '../helpers/double-shards.js';
+import { freePort } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
-import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { startControlPlane } from '../helpers/start-control-plane.js';
-import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
+import { shardIs } from '../helpers/sim-shards.js';
+import { bytes } from './fake-hub.js';
+import { jsonFile, llamaFiles, prefetch, startStoreAgent, useHub } from '../helpers/store-agent.js';
 
 /*
  * Issue 51 on the real agent with the store and the vLLM double, which
@@ -27,42 +27,31 @@ import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
  *   partial.
  */
 
-const json = (s: string) => ({ content: Buffer.from(s), lfs: false });
-const llamaFiles = [
-  { path: 'config.json', ...json('{"architectures":["LlamaForCausalLM"]}') },
-  { path: 'model-00001-of-00002.safetensors', content: bytes(150_000, 41), lfs: true },
-  { path: 'model-00002-of-00002.safetensors', content: bytes(100_000, 42), lfs: true },
-  { path: 'model.safetensors.index.json', ...json('{"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}') },
-  { path: 'pytorch_model.bin', content: bytes(250_000, 43), lfs: true },
-  { path: 'original/consolidated.00.pth', content: bytes(250_000, 44), lfs: true },
-  { path: 'tokenizer.json', ...json('{"t":1}') },
-];
-const hub = new FakeHub();
-hub.repos.set('acme/fed', fakeRepo('acme/fed', [...llamaFiles, { path: 'tokenizer_config.json', ...json('{}') }]));
-// The same layout without tokenizer_config.json, which transformers does without.
-hub.repos.set('acme/notc', fakeRepo('acme/notc', llamaFiles));
-hub.repos.set('acme/tc', fakeRepo('acme/tc', [...llamaFiles, { path: 'tokenizer_config.json', ...json('{}') }]));
-beforeAll(() => hub.start());
-afterAll(() => hub.stop());
+const llama = llamaFiles({
+  shardBytes: [150_000, 100_000],
+  seeds: [41, 42],
+  extra: [
+    { path: 'pytorch_model.bin', content: bytes(250_000, 43), lfs: true },
+    { path: 'original/consolidated.00.pth', content: bytes(250_000, 44), lfs: true },
+  ],
+  tokenizerConfig: false,
+});
+const tokenizerConfig = jsonFile('tokenizer_config.json', '{}');
+const hub = useHub({
+  'acme/fed': [...llama, tokenizerConfig],
+  // The same layout without tokenizer_config.json, which transformers does without.
+  'acme/notc': llama,
+  'acme/tc': [...llama, tokenizerConfig],
+});
 
-const ALL_PATHS = [...llamaFiles.map((f) => f.path), 'tokenizer_config.json'];
+const ALL_PATHS = [...llama.map((f) => f.path), 'tokenizer_config.json'];
 
 describe('an online start fed from the store, and one rule for a complete store (issue 51)', () => {
   it('fetches exactly the files the store lacks; a repo without tokenizer_config.json is complete and starts offline, one that lists it is not without it', { timeout: 240_000 }, async () => {
-    const plane = await startControlPlane();
-    const dirs = tempAgentDirs('llmgw-online-fed-');
-    const cacheDir = join(dirs.root, 'models');
-    mkdirSync(cacheDir);
-    const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
-    startAgentProcess({ server: plane.url, dirs, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n${DOUBLE_ENGINES_YAML}` });
-    await registered;
+    const { plane, dirs, cacheDir } = await startStoreAgent(hub, tempAgentDirs('llmgw-online-fed-'));
     const layout = new StoreLayout(cacheDir);
-    const pullEnds = (repo: string) => (m: AgentMessage) => m.msg.case === 'modelPull' && m.msg.value.repo === repo && (m.msg.value.state === ModelPullState.DONE || m.msg.value.state === ModelPullState.FAILED);
     const pull = async (repo: string, include: string[]) => {
-      const before = plane.cp.messages('node-a').filter(pullEnds(repo)).length;
-      plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo, include }) });
-      await until(() => plane.cp.messages('node-a').filter(pullEnds(repo)).length > before, `the pull of ${repo}`, 20_000);
-      expect((plane.cp.messages('node-a').filter(pullEnds(repo)).at(-1) as AgentMessage).msg.value as ModelPull).toMatchObject({ state: ModelPullState.DONE });
+      expect(await prefetch(plane, repo, include)).toMatchObject({ state: ModelPullState.DONE });
     };
     const cached = async (repo: string) => {
       const inv = JSON.parse((await runCli(['ctl', 'status', '--socket', dirs.socket, '--json'])).stdout).inventory as { cachedModels?: { repo: string; complete?: boolean }[] };

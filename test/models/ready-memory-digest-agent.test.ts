@@ -1,15 +1,14 @@
-import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
+import { describe, expect, it } from 'vitest';
+import { ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { tempAgentDirs } from '../helpers/agent-process.js';
+import { doubleStart } from '../helpers/double-shards.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
-import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { startControlPlane } from '../helpers/start-control-plane.js';
-import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
+import { shardIs } from '../helpers/sim-shards.js';
+import { bytes } from './fake-hub.js';
+import { jsonFile, prefetch, startStoreAgent, useHub } from '../helpers/store-agent.js';
 
 /*
  * Issue 51 items "GPU memory at READY" and "the content digest a shard
@@ -20,19 +19,14 @@ import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
  * shows the store's verified digest in ctl status; one that ran online none.
  */
 
-const json = (s: string) => ({ content: Buffer.from(s), lfs: false });
-const hub = new FakeHub();
-hub.repos.set(
-  'acme/mem',
-  fakeRepo('acme/mem', [
-    { path: 'config.json', ...json('{"architectures":["LlamaForCausalLM"]}') },
+const hub = useHub({
+  'acme/mem': [
+    jsonFile('config.json', '{"architectures":["LlamaForCausalLM"]}'),
     { path: 'model.safetensors', content: bytes(120_000, 31), lfs: true },
-    { path: 'tokenizer.json', ...json('{"t":1}') },
-    { path: 'tokenizer_config.json', ...json('{}') },
-  ]),
-);
-beforeAll(() => hub.start());
-afterAll(() => hub.stop());
+    jsonFile('tokenizer.json', '{"t":1}'),
+    jsonFile('tokenizer_config.json', '{}'),
+  ],
+});
 
 interface ShardJson {
   shardId: string;
@@ -48,26 +42,13 @@ interface StatusJson {
 
 describe('GPU memory at READY and the content digest a shard serves (issue 51)', () => {
   it('learns the memory its shard holds at READY per profile, and shows the store digest of a shard started from the store, none for one that ran online', { timeout: 180_000 }, async () => {
-    const plane = await startControlPlane();
     const dirs = tempAgentDirs('llmgw-ready-memory-');
-    const cacheDir = join(dirs.root, 'models');
     const usageDir = join(dirs.root, 'gpu-usage');
-    mkdirSync(cacheDir);
     const metricsPort = await freePort();
-    const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
-    startAgentProcess({
-      server: plane.url,
-      dirs,
-      env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir },
-      extraYaml: `metrics_addr: 127.0.0.1:${metricsPort}\nmodels:\n  cache_dir: ${cacheDir}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n${DOUBLE_ENGINES_YAML}`,
-    });
-    await registered;
+    const { plane } = await startStoreAgent(hub, dirs, { env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir }, yamlBefore: `metrics_addr: 127.0.0.1:${metricsPort}\n` });
     const status = async (): Promise<StatusJson> => JSON.parse((await runCli(['ctl', 'status', '--socket', dirs.socket, '--json'])).stdout) as StatusJson;
-    const pullEnds = (m: AgentMessage) => m.msg.case === 'modelPull' && (m.msg.value.state === ModelPullState.DONE || m.msg.value.state === ModelPullState.FAILED);
     const pull = async (include: string[]) => {
-      const before = plane.cp.messages('node-a').filter(pullEnds).length;
-      plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/mem', include }) });
-      await until(() => plane.cp.messages('node-a').filter(pullEnds).length > before, 'the pull', 20_000);
+      await prefetch(plane, 'acme/mem', include);
     };
     const start = async (id: string, profile: string, gpus: number[], mib: number): Promise<ShardStatus> => {
       const s: StartShard = doubleStart('vllm', id, await freePort(), { model: 'acme/mem', gpus, args: ['--sim-read-weights', '--sim-gpu-memory', String(mib), '--sim-gpu-usage-dir', usageDir] });

@@ -1,19 +1,20 @@
-import { mkdirSync, readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type AgentMessage, type Inventory, type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { describe, expect, it } from 'vitest';
+import { type Inventory, ModelPullState, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { readManifest } from '../../src/models/model-manifest.js';
 import { readWeights } from '../../src/sim/fake-weights.js';
 import { weightsTokenOffset } from '../../src/sim/openai-responses.js';
-import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
+import { tempAgentDirs } from '../helpers/agent-process.js';
 import { DOUBLE_ENGINES_YAML, doubleStart } from '../helpers/double-shards.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
-import { isRegister, shardIs } from '../helpers/sim-shards.js';
-import { startControlPlane } from '../helpers/start-control-plane.js';
-import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
+import { shardIs } from '../helpers/sim-shards.js';
+import type { StartedControlPlane } from '../helpers/start-control-plane.js';
+import { bytes } from './fake-hub.js';
+import { llamaFiles, prefetch, startStoreAgent, useHub } from '../helpers/store-agent.js';
 
 /*
  * Issue 51 on the real agent, with the store and the engine doubles, which
@@ -21,38 +22,24 @@ import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
  * (fake-weights.ts, fake-compile-cache.ts): every rung earned.
  */
 
-const json = (s: string) => ({ content: Buffer.from(s), lfs: false });
-const hub = new FakeHub();
-hub.repos.set(
-  'acme/llama',
-  fakeRepo('acme/llama', [
-    { path: 'config.json', ...json('{"architectures":["LlamaForCausalLM"]}') },
-    { path: 'model-00001-of-00002.safetensors', content: bytes(150_000, 21), lfs: true },
-    { path: 'model-00002-of-00002.safetensors', content: bytes(100_000, 22), lfs: true },
-    { path: 'model.safetensors.index.json', ...json('{"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}}') },
-    { path: 'pytorch_model.bin', content: bytes(250_000, 23), lfs: true },
-    { path: 'original/consolidated.00.pth', content: bytes(250_000, 24), lfs: true },
-    { path: 'tokenizer.json', ...json('{"t":1}') },
-    { path: 'tokenizer_config.json', ...json('{}') },
-  ]),
-);
+const hub = useHub({
+  'acme/llama': llamaFiles({
+    shardBytes: [150_000, 100_000],
+    seeds: [21, 22],
+    extra: [
+      { path: 'pytorch_model.bin', content: bytes(250_000, 23), lfs: true },
+      { path: 'original/consolidated.00.pth', content: bytes(250_000, 24), lfs: true },
+    ],
+  }),
+});
 
-beforeAll(() => hub.start());
-afterAll(() => hub.stop());
-
-type Plane = Awaited<ReturnType<typeof startControlPlane>>;
-let plane: Plane;
+let plane: StartedControlPlane;
 let socket: string;
 let cacheDir: string;
 let agentLogs: () => Record<string, unknown>[];
 
-const pullEnds = (m: AgentMessage) => m.msg.case === 'modelPull' && m.msg.value.repo === 'acme/llama' && (m.msg.value.state === ModelPullState.DONE || m.msg.value.state === ModelPullState.FAILED);
-
 async function pulled(include: string[]): Promise<void> {
-  const before = plane.cp.messages('node-a').filter(pullEnds).length;
-  plane.cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: 'acme/llama', include }) });
-  await until(() => plane.cp.messages('node-a').filter(pullEnds).length > before, `the pull with --include ${include.join(' ')}`, 20_000);
-  expect((plane.cp.messages('node-a').filter(pullEnds).at(-1) as AgentMessage).msg.value as ModelPull).toMatchObject({ state: ModelPullState.DONE });
+  expect(await prefetch(plane, 'acme/llama', include)).toMatchObject({ state: ModelPullState.DONE });
 }
 
 interface WarmthJson {
@@ -100,17 +87,12 @@ function start(engine: 'vllm' | 'sglang', id: string, profile: string, args: str
 
 /** A control plane and a real agent with a store and the doubles; inside a test (the helpers clean up when it ends). */
 async function setup(): Promise<void> {
-  plane = await startControlPlane();
-  const dirs = tempAgentDirs('llmgw-store-truth-');
-  cacheDir = join(dirs.root, 'models');
-  mkdirSync(cacheDir);
-  socket = dirs.socket;
-  const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
   // A profile may turn vLLM's compile cache off once the operator allows the variable by name (env-allowlist.ts).
   const engines = DOUBLE_ENGINES_YAML.replace('    allow_sleep_mode: true\n', '    allow_sleep_mode: true\n    allowed_env: [VLLM_DISABLE_COMPILE_CACHE]\n');
-  const agent = startAgentProcess({ server: plane.url, dirs, extraYaml: `models:\n  cache_dir: ${cacheDir}\n  budget: 64MiB\n  hub:\n    endpoint: ${hub.url}\n${engines}` });
-  agentLogs = () => agent.logs();
-  await registered;
+  const started = await startStoreAgent(hub, tempAgentDirs('llmgw-store-truth-'), { engines });
+  ({ plane, cacheDir } = started);
+  socket = started.dirs.socket;
+  agentLogs = () => started.agent.logs();
 }
 
 describe('every rung earned (issue 51)', () => {

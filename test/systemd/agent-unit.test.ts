@@ -10,6 +10,7 @@ import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 import { AGENT_UNIT, installAgentUnit, bootLab, labUnavailableReason, labLeftovers, stopAllLabs, type SystemdLab } from '../helpers/systemd-lab.js';
+import { watchHealth } from '../helpers/watch-health.js';
 
 /*
  * The packaged unit (written by `llmgw agent install-unit`, as docs/install.md's production steps do) under
@@ -90,33 +91,6 @@ async function unitFixture(opts: { config?: (dirs: AgentDirs) => string } = {}):
   };
   const mainPid = async () => Number(await lab.show(UNIT, 'MainPID'));
   return { lab, cp, dirs, configPath, systemctl, mainPid };
-}
-
-/** /health of an engine every 50 ms until stop(); every answer that was not 200 is a failure a router saw. */
-function watchHealth(port: number): { stop(): Promise<{ ok: number; bad: string[] }> } {
-  let running = true;
-  let ok = 0;
-  const bad: string[] = [];
-  const loop = (async () => {
-    while (running) {
-      try {
-        // 5 s: a loaded 2-core runner may be slow to answer; no answer at all is what this catches.
-        const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(5000) });
-        if (res.status === 200) ok++;
-        else bad.push(`HTTP ${res.status}`);
-      } catch (err) {
-        bad.push(err instanceof Error ? err.message : String(err));
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
-  return {
-    async stop() {
-      running = false;
-      await loop;
-      return { ok, bad };
-    },
-  };
 }
 
 /** Starts the unit and one sim shard on it; resolves once the shard is READY. */

@@ -11,6 +11,7 @@ import { REPO_ROOT } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 import { AGENT_UNIT, agentLogDropIn, bootLab, labUnavailableReason, type SystemdLab } from '../helpers/systemd-lab.js';
+import { watchHealth } from '../helpers/watch-health.js';
 
 /*
  * The .deb's whole life under a real systemd (the lab's, test/helpers/systemd-lab-boot.sh), as
@@ -91,32 +92,6 @@ async function readyPids(reg: Register, waits: Map<string, Promise<unknown>>): P
     out[id] = (await ctlShards()).find((s) => s.shardId === id)?.pid ?? 0;
   }
   return out;
-}
-
-/** GET /health every 50 ms until stop(); each answer that was not 200 is one a router saw fail. */
-function watchHealth(port: number): { stop(): Promise<{ ok: number; bad: string[] }> } {
-  let running = true;
-  let ok = 0;
-  const bad: string[] = [];
-  const loop = (async () => {
-    while (running) {
-      try {
-        const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(5000) });
-        if (res.status === 200) ok++;
-        else bad.push(`HTTP ${res.status}`);
-      } catch (err) {
-        bad.push(err instanceof Error ? err.message : String(err));
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
-  return {
-    async stop() {
-      running = false;
-      await loop;
-      return { ok, bad };
-    },
-  };
 }
 
 describe.skipIf(unavailable !== undefined)(

@@ -13,6 +13,7 @@ import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 import { AGENT_UNIT, agentLogDropIn, bootLab, installAgentUnit, labUnavailableReason, type SystemdLab } from '../helpers/systemd-lab.js';
+import { watchHealth } from '../helpers/watch-health.js';
 
 /*
  * docs/install.md's upgrade path under a real systemd (the lab's, test/helpers/systemd-lab-boot.sh), with
@@ -106,32 +107,6 @@ async function untilTrue(check: () => Promise<boolean> | boolean, what: string, 
     if (Date.now() > deadline) throw new Error(`${what}: not within ${timeoutMs} ms`);
     await new Promise((r) => setTimeout(r, 50));
   }
-}
-
-/** /health of an engine every 50 ms until stop(); every answer that was not 200 is a failure a router saw. */
-function watchHealth(port: number): { stop(): Promise<{ ok: number; bad: string[] }> } {
-  let running = true;
-  let ok = 0;
-  const bad: string[] = [];
-  const loop = (async () => {
-    while (running) {
-      try {
-        const res = await fetch(`http://127.0.0.1:${port}/health`, { signal: AbortSignal.timeout(5000) });
-        if (res.status === 200) ok++;
-        else bad.push(`HTTP ${res.status}`);
-      } catch (err) {
-        bad.push(err instanceof Error ? err.message : String(err));
-      }
-      await new Promise((r) => setTimeout(r, 50));
-    }
-  })();
-  return {
-    async stop() {
-      running = false;
-      await loop;
-      return { ok, bad };
-    },
-  };
 }
 
 /** Restarts the agent's unit; resolves with the new agent's Register. */

@@ -1,4 +1,3 @@
-import { create } from '@bufbuild/protobuf';
 import { connect, type Socket } from 'node:net';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { askPeer } from '../../../src/agent/gang/ask-peer.js';
@@ -6,11 +5,11 @@ import { MAX_CONNECTIONS, PER_SOURCE_CONNECTIONS } from '../../../src/agent/gang
 import { serveGangEndpoint } from '../../../src/agent/gang/gang-endpoint.js';
 import { readGangTls } from '../../../src/agent/gang/gang-tls.js';
 import { GangWatch } from '../../../src/agent/gang/gang-watch.js';
-import { GangMemberSchema, GangSchema, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
 import { until } from '../../helpers/engine-processes.js';
 import { makeLeafCert, makeTestCerts } from '../../helpers/make-test-certs.js';
 import { shardSnapshot } from '../../helpers/shard-snapshot.js';
+import { twoRankSpec as spec, twoRankWorker } from '../../helpers/two-rank-gang.js';
 
 /*
  * Security review 4, F1: hosts that hold connections to a gang endpoint without
@@ -19,18 +18,7 @@ import { shardSnapshot } from '../../helpers/shard-snapshot.js';
  * 127.0.0.2 and 127.0.0.3 are other source addresses (the client binds them).
  */
 
-const members = [0, 1].map((rank) => create(GangMemberSchema, { rank, nodeId: `node-${rank}`, shardId: `g-0-g1-r${rank}`, agentEndpoint: '' }));
-const spec = (rank: number, endpoint = '') =>
-  create(StartShardSchema, {
-    shardId: `g-0-g1-r${rank}`,
-    replicaId: 'g-0',
-    rank,
-    nnodes: 2,
-    leaderAddr: '127.0.0.1',
-    leaderPort: 29500,
-    gang: create(GangSchema, { gangId: 'g-0-g1', members: members.map((m) => ({ ...m, agentEndpoint: m.rank === 1 ? endpoint : '' })) }),
-  });
-const worker = shardSnapshot('g-0-g1-r1', { replicaId: 'g-0', spec: spec(1), pid: 1, logPath: '' });
+const worker = twoRankWorker();
 
 type Endpoint = Awaited<ReturnType<typeof serveGangEndpoint>>;
 

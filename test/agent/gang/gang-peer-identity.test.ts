@@ -1,4 +1,3 @@
-import { create } from '@bufbuild/protobuf';
 import { X509Certificate } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -8,12 +7,13 @@ import { serveGangEndpoint } from '../../../src/agent/gang/gang-endpoint.js';
 import { type GangTls, readGangTls } from '../../../src/agent/gang/gang-tls.js';
 import { GangWatch } from '../../../src/agent/gang/gang-watch.js';
 import { loadAgentConfig } from '../../../src/agent/config/load-agent-config.js';
-import { GangMemberSchema, GangSchema, ShardState, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { ShardState } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { certNamesNode, peerNameProblem } from '../../../src/lib/cert-names-node.js';
 import { LlmgwError } from '../../../src/lib/errors.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
 import { makeLeafCert, makeTestCerts, type TestCerts } from '../../helpers/make-test-certs.js';
 import { shardSnapshot } from '../../helpers/shard-snapshot.js';
+import { twoRankSpec as spec } from '../../helpers/two-rank-gang.js';
 
 /*
  * Security review 4, F5 and issue 48 item 3: a gang peer is authenticated as
@@ -49,17 +49,6 @@ function tlsOf(f: { cert: string; key: string }, peerName?: string): GangTls {
   return r.tls;
 }
 
-const members = [0, 1].map((rank) => create(GangMemberSchema, { rank, nodeId: `node-${rank}`, shardId: `g-0-g1-r${rank}`, agentEndpoint: '' }));
-const spec = (rank: number, endpoint = '') =>
-  create(StartShardSchema, {
-    shardId: `g-0-g1-r${rank}`,
-    replicaId: 'g-0',
-    rank,
-    nnodes: 2,
-    leaderAddr: '127.0.0.1',
-    leaderPort: 29500,
-    gang: create(GangSchema, { gangId: 'g-0-g1', members: members.map((m) => ({ ...m, agentEndpoint: m.rank === 1 ? endpoint : '' })) }),
-  });
 
 /** An endpoint for node `nodeId` with `tls`, running rank 1 of the gang in `state`. */
 async function endpoint(nodeId: string, tls: GangTls, state = ShardState.READY) {

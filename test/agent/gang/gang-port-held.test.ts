@@ -1,4 +1,3 @@
-import { create } from '@bufbuild/protobuf';
 import { spawn, spawnSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { connect, createServer } from 'node:net';
@@ -8,11 +7,11 @@ import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
 import { askPeer } from '../../../src/agent/gang/ask-peer.js';
 import { serveGangEndpoint } from '../../../src/agent/gang/gang-endpoint.js';
 import { GangWatch } from '../../../src/agent/gang/gang-watch.js';
-import { GangMemberSchema, GangSchema, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { listenFdNamed, takeListenFds } from '../../../src/lib/systemd/listen-fds.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
 import { freePort, until } from '../../helpers/engine-processes.js';
 import { shardSnapshot } from '../../helpers/shard-snapshot.js';
+import { twoRankSpec as spec, twoRankWorker } from '../../helpers/two-rank-gang.js';
 import { killSquatters, NOBODY, startSquatter } from '../../helpers/squatter.js';
 
 /*
@@ -27,18 +26,7 @@ import { killSquatters, NOBODY, startSquatter } from '../../helpers/squatter.js'
 
 afterEach(killSquatters);
 
-const members = [0, 1].map((rank) => create(GangMemberSchema, { rank, nodeId: `node-${rank}`, shardId: `g-0-g1-r${rank}`, agentEndpoint: '' }));
-const spec = (rank: number, endpoint = '') =>
-  create(StartShardSchema, {
-    shardId: `g-0-g1-r${rank}`,
-    replicaId: 'g-0',
-    rank,
-    nnodes: 2,
-    leaderAddr: '127.0.0.1',
-    leaderPort: 29500,
-    gang: create(GangSchema, { gangId: 'g-0-g1', members: members.map((m) => ({ ...m, agentEndpoint: m.rank === 1 ? endpoint : '' })) }),
-  });
-const worker = shardSnapshot('g-0-g1-r1', { replicaId: 'g-0', spec: spec(1), pid: 1, logPath: '' });
+const worker = twoRankWorker();
 
 /** A squatter as nobody on 127.0.0.1:`port`, answering rank 1 of the gang FAILED as node-1 would. */
 function squat(port: number) {

@@ -120,7 +120,7 @@ describe('LoRA adapters on the real agent (issue 53)', () => {
     expect((await status(refused)).error).toBe('shard v3: max_adapters 65 is above 64; ask for fewer adapters at once');
   });
 
-  it('fails an adapter the engine answers with another\'s weights (vLLM #47724), naming both answers, never LOADED', { timeout: 60_000 }, async () => {
+  it('fails an adapter the engine answers with another\'s weights (vLLM #47724), naming both answers, never LOADED', { timeout: 180_000 }, async () => {
     // acme/lora-4's own answer was recorded on v1; this engine serves another loaded adapter under its name.
     const first = plane.cp.waitFor('node-a', adaptersAre('w1', { w0: LOADED }), 60_000);
     await startShard('w1', 2, [lora('w0', 'acme/lora-6')], ['--sim-lora-wrong-adapter']);

@@ -154,12 +154,27 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
 
     const onAbort = () => fail(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
-    /** (Re)arms the idle limit while the connection is expected to bring bytes; not while the pull holds it paused. */
-    const touch = () => {
+    /** When the connection last brought bytes (or was resumed by the pull). */
+    let lastByteMs = performance.now();
+    /**
+     * Arms the idle limit while the connection is expected to bring bytes; not while the pull holds it paused.
+     * One timer that looks at the last byte's time when it fires: re-armed at every read, its clearTimeout and
+     * setTimeout were a tenth of the pull's main thread (issue 52, item 1).
+     */
+    const armIdle = (afterMs = idleMs) => {
       clearTimeout(idleTimer);
+      idleTimer = undefined;
       if (paused || ended || failed !== undefined) return;
-      idleTimer = setTimeout(() => fail(new Error(`no byte from ${url.host} for ${idleMs / 1000}s`)), idleMs);
+      idleTimer = setTimeout(() => {
+        idleTimer = undefined;
+        const quietMs = performance.now() - lastByteMs;
+        if (quietMs >= idleMs) fail(new Error(`no byte from ${url.host} for ${idleMs / 1000}s`));
+        else armIdle(idleMs - quietMs);
+      }, afterMs);
       idleTimer.unref();
+    };
+    const touch = () => {
+      lastByteMs = performance.now();
     };
     const cleanup = () => {
       signal.removeEventListener('abort', onAbort);
@@ -187,12 +202,11 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
         paused = false;
         socket.resume();
         touch();
+        armIdle();
       }
     };
     /** Hands over what the block holds past `from`; the socket goes on filling the same block after it. */
     const deliverFilled = () => {
-      clearTimeout(flushTimer);
-      flushTimer = undefined;
       if (filled <= from) return;
       const chunk = block.subarray(from, filled);
       from = filled;
@@ -251,17 +265,23 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
         filled = 0;
         from = 0;
       } else if (filled > from && flushTimer === undefined) {
-        flushTimer = setTimeout(deliverFilled, FLUSH_AFTER_MS);
+        // Left running when a full block goes first (one timer per FLUSH_AFTER_MS, not one per block): what it then
+        // hands over is what came since, sooner than FLUSH_AFTER_MS, a smaller write and nothing else.
+        flushTimer = setTimeout(() => {
+          flushTimer = undefined;
+          deliverFilled();
+        }, FLUSH_AFTER_MS);
       }
       if (held >= MAX_BLOCKS_HELD) {
         paused = true;
         clearTimeout(idleTimer);
+        idleTimer = undefined;
         return false;
       }
       return true;
     };
 
-    touch();
+    armIdle();
     socket.on('error', (err) => fail(connectionError(err)));
     // 'close', not 'end': a socket reading through onread need not emit 'end'.
     socket.on('close', () => {

@@ -6,6 +6,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
 import type { BlobToFetch, DownloadContext } from '../../src/models/blob-to-fetch.js';
 import { downloadBlob } from '../../src/models/download-blob.js';
+import { pooledBlocks } from '../../src/models/hub-stream.js';
 import { FakeHub, bytes, fakeRepo, sha256 } from './fake-hub.js';
 
 /*
@@ -67,6 +68,9 @@ describe('downloadBlob', () => {
     expect(new Set(rangesAsked())).toEqual(new Set(Array.from({ length: parts }, (_, i) => `bytes=${i * PART}-${Math.min(BIG.length, (i + 1) * PART) - 1}`)));
     expect(existsSync(join(dir, 'w.prefix'))).toBe(false);
     expect(existsSync(join(dir, 'w.incomplete'))).toBe(false);
+    // Its connections' blocks are kept for the next ones (at most 64), and the next download's bytes are whole.
+    expect(pooledBlocks()).toBeGreaterThan(0);
+    expect(pooledBlocks()).toBeLessThanOrEqual(64);
   });
 
   it('hashes in order when the parts after the first arrive before it (each read back once the hash reaches it)', async () => {

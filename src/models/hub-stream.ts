@@ -244,13 +244,23 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
       if (!head) rejectHead(err);
       else bodyDone?.reject(err);
     };
-    const releaseOf = (b: Buffer) => () => {
+    const releaseOf = (b: Buffer) => {
+      let released = false;
+      return () => {
+        // Once: a block given to the pool twice would be read into by two connections.
+        if (released) return;
+        released = true;
+        release(b);
+      };
+    };
+    const release = (b: Buffer) => {
       held--;
       const left = (outOf.get(b) ?? 1) - 1;
       if (left > 0) outOf.set(b, left);
       else {
         outOf.delete(b);
-        if (b !== block) giveBlock(b);
+        // The block the socket reads into is kept, unless the connection is over (cleanup left it to this release).
+        if (b !== block || ended || failed !== undefined) giveBlock(b);
       }
       if (paused && held < MAX_BLOCKS_HELD && failed === undefined && !ended) {
         paused = false;

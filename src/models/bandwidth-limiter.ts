@@ -13,6 +13,11 @@ export class BandwidthLimiter {
     this.tokens = bytesPerSecond ?? 0;
   }
 
+  /** Whether a rate is set: without one, a download need not ask (take resolves at once). */
+  get limited(): boolean {
+    return this.bytesPerSecond !== undefined;
+  }
+
   /** Resolves once `bytes` may be written. */
   async take(bytes: number, signal: AbortSignal): Promise<void> {
     const rate = this.bytesPerSecond;

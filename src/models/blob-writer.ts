@@ -1,3 +1,4 @@
+import { writev } from 'node:fs';
 import { type FileHandle, writeFile } from 'node:fs/promises';
 import { WRITE_TRUNCATE } from './store-files.js';
 import { failure } from '../lib/errors.js';
@@ -7,6 +8,8 @@ import type { HubStream } from './hub-stream.js';
 
 /** A large blob is synced in the background every this many bytes, so the sync before its rename waits for the tail only. */
 const SYNC_EVERY_BYTES = 32 * 1024 * 1024;
+/** The hash is told the file is whole this much further at a time (and the rest at the end). */
+const HASH_STEP_BYTES = 4 * 1024 * 1024;
 /** Steps in which written bytes are taken from models.bandwidth's bucket. */
 const LIMITER_STEP_BYTES = 64 * 1024;
 
@@ -33,6 +36,8 @@ export class BlobWriter {
   private recordedAt: number;
   private recording: Promise<void> = Promise.resolve();
   private readonly base: number;
+  /** How far the hash was told the file is whole. */
+  private toldHash: number;
 
   /** `hash` is told of `have`, the bytes already in the file, by its caller: it reads them too. */
   constructor(
@@ -45,49 +50,80 @@ export class BlobWriter {
     this.base = have;
     this.contiguous = have;
     this.recordedAt = have;
+    this.toldHash = have;
   }
 
-  /** Reads `s`'s body into bytes [start, end) of the file; throws if it brings more or fewer. */
+  /**
+   * Reads `s`'s body into bytes [start, end) of the file; throws if it
+   * brings more or fewer. The blocks that come while a write is in flight
+   * go to the file together in one writev when it returns: under load each
+   * write is a round trip to libuv's pool and back, and one per block (4,096
+   * a GiB) held a connection's four blocks waiting on the scheduler (issue 52, item 1).
+   */
   async stream(s: HubStream, start: number, end: number): Promise<void> {
     let pos = start;
-    let chain: Promise<void> = Promise.resolve();
+    let writeAt = start;
+    const queue: Buffer[] = [];
+    const releases: (() => void)[] = [];
+    let pumping: Promise<void> | undefined;
     let broken: unknown;
     const stop = (err: unknown) => {
       broken ??= err;
       s.cancel(err);
     };
+    const pump = async () => {
+      while (queue.length > 0) {
+        const batch = queue.splice(0);
+        const done = releases.splice(0);
+        const at = writeAt;
+        let length = 0;
+        for (const b of batch) length += b.length;
+        writeAt += length;
+        try {
+          if (broken === undefined) await this.put(at, batch, length);
+        } catch (err) {
+          stop(err);
+        } finally {
+          for (const release of done) release();
+        }
+      }
+      pumping = undefined;
+    };
     try {
       await s.body((chunk, release) => {
-        const at = pos;
         pos += chunk.length;
         if (pos > end) {
           release();
           return stop(failure(`${this.blob.path}: the hub sent more than the ${this.blob.size} bytes it listed`));
         }
-        chain = chain.then(async () => {
-          try {
-            if (broken === undefined) await this.put(at, chunk);
-          } catch (err) {
-            stop(err);
-          } finally {
-            release();
-          }
-        });
+        queue.push(chunk);
+        releases.push(release);
+        pumping ??= pump();
       });
     } catch (err) {
       broken ??= err;
     } finally {
-      await chain;
+      await pumping;
     }
     if (broken !== undefined) throw broken;
     if (pos !== end) throw failure(`${this.blob.path}: the hub sent ${pos} of ${this.blob.size} bytes; pull again to resume`);
   }
 
-  private async put(at: number, chunk: Buffer): Promise<void> {
-    // The limiter in steps of a socket read's size: a megabyte at once would overdraw its bucket and end the pull early.
-    for (let off = 0; off < chunk.length; off += LIMITER_STEP_BYTES) await this.ctx.limiter.take(Math.min(LIMITER_STEP_BYTES, chunk.length - off), this.ctx.signal);
-    await this.fh.write(chunk, 0, chunk.length, at);
-    this.written(at, at + chunk.length);
+  /** Writes `chunks` (`length` bytes in all) at `at`, in one writev and on after a short write. */
+  private async put(at: number, chunks: Buffer[], length: number): Promise<void> {
+    if (this.ctx.limiter.limited) {
+      // The limiter in steps of a socket read's size: a megabyte at once would overdraw its bucket and end the pull early.
+      for (let off = 0; off < length; off += LIMITER_STEP_BYTES) await this.ctx.limiter.take(Math.min(LIMITER_STEP_BYTES, length - off), this.ctx.signal);
+    }
+    let left = chunks;
+    let done = 0;
+    while (done < length) {
+      const n = await writevAt(this.fh.fd, left, at + done);
+      if (n <= 0) throw new Error(`wrote nothing at byte ${at + done}`);
+      done += n;
+      left = skipBytes(left, n);
+    }
+    this.written(at, at + length);
   }
 
   private written(start: number, end: number): void {
@@ -98,8 +134,12 @@ export class BlobWriter {
       this.ahead.delete(this.contiguous);
       this.contiguous = next;
     }
-    // Written (the write has returned), so the thread's read of the file finds the bytes.
-    if (this.contiguous > was) this.hash.advance(this.contiguous);
+    // Written (the write has returned), so the thread's read of the file finds the bytes. Told in steps: a
+    // message a block woke the hash thread 4,096 times a GiB; digest() tells it the rest.
+    if (this.contiguous > was && this.contiguous - this.toldHash >= HASH_STEP_BYTES) {
+      this.toldHash = this.contiguous;
+      this.hash.advance(this.contiguous);
+    }
     this.ctx.onProgress?.({ bytes: this.base + this.fetched });
     if (this.ranged && this.contiguous - this.recordedAt >= (this.ctx.partBytes ?? PART_BYTES)) void this.recordPrefix();
     if (this.fetched - this.syncedAt >= SYNC_EVERY_BYTES && this.syncing === undefined) {
@@ -146,4 +186,24 @@ export class BlobWriter {
     await this.syncing;
     if (this.ranged) await this.recordPrefix();
   }
+}
+
+/** fs.writev at a position, as a promise (FileHandle's adds a reference count and a promise object per call). */
+function writevAt(fd: number, chunks: Buffer[], at: number): Promise<number> {
+  return new Promise((resolve, reject) => writev(fd, chunks, at, (err, n) => (err ? reject(err) : resolve(n))));
+}
+
+/** `chunks` without their first `n` bytes. */
+function skipBytes(chunks: Buffer[], n: number): Buffer[] {
+  const out: Buffer[] = [];
+  let skip = n;
+  for (const c of chunks) {
+    if (skip >= c.length) {
+      skip -= c.length;
+      continue;
+    }
+    out.push(skip > 0 ? c.subarray(skip) : c);
+    skip = 0;
+  }
+  return out;
 }

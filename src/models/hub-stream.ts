@@ -44,6 +44,48 @@ export const MAX_REDIRECTS = 10;
 /** A connection that brings no byte for this long (while the pull is ready for more) has failed: a hub that sends headers and nothing more held a pull for ever. */
 export const IDLE_TIMEOUT_MS = 60_000;
 
+/**
+ * Blocks given back, shared by every connection of the process: a ranged
+ * pull opens a connection per 16 MiB part, and blocks of its own for each
+ * (a fresh mapping, its pages faulted in by the socket's copy, unmapped
+ * after) were a tenth of the pull's main thread in perf (issue 52, item 1).
+ * At most POOL_BLOCKS are kept, and none once no connection has taken one
+ * for POOL_IDLE_MS: an agent between pulls holds no such memory.
+ */
+const pool: Buffer[] = [];
+const POOL_BLOCKS = 64;
+const POOL_IDLE_MS = 10_000;
+let lastTakenMs = 0;
+let poolTimer: NodeJS.Timeout | undefined;
+
+function takeBlock(): Buffer {
+  lastTakenMs = performance.now();
+  return pool.pop() ?? Buffer.allocUnsafe(BLOCK_BYTES);
+}
+
+function giveBlock(b: Buffer): void {
+  if (pool.length >= POOL_BLOCKS) return;
+  pool.push(b);
+  if (poolTimer !== undefined) return;
+  const look = () => {
+    const idleMs = performance.now() - lastTakenMs;
+    if (idleMs >= POOL_IDLE_MS) {
+      pool.length = 0;
+      poolTimer = undefined;
+      return;
+    }
+    poolTimer = setTimeout(look, POOL_IDLE_MS - idleMs);
+    poolTimer.unref();
+  };
+  poolTimer = setTimeout(look, POOL_IDLE_MS);
+  poolTimer.unref();
+}
+
+/** Blocks kept for reuse now (a test's view). */
+export function pooledBlocks(): number {
+  return pool.length;
+}
+
 export interface HubStreamOptions {
   headers: Record<string, string>;
   signal: AbortSignal;
@@ -62,6 +104,11 @@ export interface HubStream {
   url: string;
   /** Content-Length, when given. */
   contentLength: number | undefined;
+  /**
+   * The TCP connect's time (after the name's lookup): about one round trip
+   * to the server that answered, the time of its event included.
+   */
+  connectMs: number | undefined;
   /** Transfer-Encoding: chunked: the body must be read another way (cancel this one). */
   chunked: boolean;
   /**
@@ -118,7 +165,7 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
   }
   return new Promise((resolveHead, rejectHead) => {
     // The socket reads into `block` from `filled` on; what lies between `from` and `filled` is not handed over yet.
-    let block: Buffer = Buffer.allocUnsafe(BLOCK_BYTES);
+    let block: Buffer = takeBlock();
     let filled = 0;
     let from = 0;
     let head: HubStream | undefined;
@@ -130,9 +177,6 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
     let flushTimer: NodeJS.Timeout | undefined;
     let idleTimer: NodeJS.Timeout | undefined;
     const queued: [Buffer, () => void][] = [];
-    // Blocks handed back whole, filled again rather than new ones made: a block each, their garbage was
-    // the largest part of the pull's collections (issue 52, item 1). At most MAX_BLOCKS_HELD + 1 per connection.
-    const spare: Buffer[] = [];
     /** Chunks of each block handed over and not given back. */
     const outOf = new Map<Buffer, number>();
     let deliver: ((chunk: Buffer, release: () => void) => void) | undefined;
@@ -142,11 +186,19 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
     const host = url.hostname.replace(/^\[|\]$/g, '');
     // After each read net asks for the buffer of the next: the rest of the block, or a new block once it was handed over.
     const onread = { buffer: () => block.subarray(filled), callback: (n: number) => onRead(n) };
+    let connectFrom = performance.now();
+    let connectMs: number | undefined;
     const socket: Socket =
       url.protocol === 'https:'
         ? // tls takes onread as net does (lib/_tls_wrap.js passes it to its socket); its types omit it.
           tlsConnect({ host, port, servername: isIp(host) ? undefined : host, ALPNProtocols: ['http/1.1'], onread, lookup } as ConnectionOptions)
         : netConnect({ host, port, onread, lookup });
+    socket.once('lookup', () => {
+      connectFrom = performance.now();
+    });
+    socket.once('connect', () => {
+      connectMs = performance.now() - connectFrom;
+    });
     const lines = [`GET ${url.pathname}${url.search} HTTP/1.1`, `Host: ${url.host}`, 'Connection: close', 'Accept-Encoding: identity'];
     for (const [k, v] of Object.entries(headers)) if (k.toLowerCase() !== 'accept-encoding' && k.toLowerCase() !== 'host') lines.push(`${k}: ${v}`);
     // Written at once: net and tls hold it until the connection (and handshake) is made.
@@ -154,12 +206,27 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
 
     const onAbort = () => fail(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });
-    /** (Re)arms the idle limit while the connection is expected to bring bytes; not while the pull holds it paused. */
-    const touch = () => {
+    /** When the connection last brought bytes (or was resumed by the pull). */
+    let lastByteMs = performance.now();
+    /**
+     * Arms the idle limit while the connection is expected to bring bytes; not while the pull holds it paused.
+     * One timer that looks at the last byte's time when it fires: re-armed at every read, its clearTimeout and
+     * setTimeout were a tenth of the pull's main thread (issue 52, item 1).
+     */
+    const armIdle = (afterMs = idleMs) => {
       clearTimeout(idleTimer);
+      idleTimer = undefined;
       if (paused || ended || failed !== undefined) return;
-      idleTimer = setTimeout(() => fail(new Error(`no byte from ${url.host} for ${idleMs / 1000}s`)), idleMs);
+      idleTimer = setTimeout(() => {
+        idleTimer = undefined;
+        const quietMs = performance.now() - lastByteMs;
+        if (quietMs >= idleMs) fail(new Error(`no byte from ${url.host} for ${idleMs / 1000}s`));
+        else armIdle(idleMs - quietMs);
+      }, afterMs);
       idleTimer.unref();
+    };
+    const touch = () => {
+      lastByteMs = performance.now();
     };
     const cleanup = () => {
       signal.removeEventListener('abort', onAbort);
@@ -167,6 +234,8 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
       flushTimer = undefined;
       clearTimeout(idleTimer);
       socket.destroy();
+      // No read comes into it after the destroy; one handed over comes back with its last release.
+      if (!outOf.has(block)) giveBlock(block);
     };
     const fail = (err: unknown) => {
       if (failed !== undefined || ended) return;
@@ -175,24 +244,33 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
       if (!head) rejectHead(err);
       else bodyDone?.reject(err);
     };
-    const releaseOf = (b: Buffer) => () => {
+    const releaseOf = (b: Buffer) => {
+      let released = false;
+      return () => {
+        // Once: a block given to the pool twice would be read into by two connections.
+        if (released) return;
+        released = true;
+        release(b);
+      };
+    };
+    const release = (b: Buffer) => {
       held--;
       const left = (outOf.get(b) ?? 1) - 1;
       if (left > 0) outOf.set(b, left);
       else {
         outOf.delete(b);
-        if (b !== block) spare.push(b);
+        // The block the socket reads into is kept, unless the connection is over (cleanup left it to this release).
+        if (b !== block || ended || failed !== undefined) giveBlock(b);
       }
       if (paused && held < MAX_BLOCKS_HELD && failed === undefined && !ended) {
         paused = false;
         socket.resume();
         touch();
+        armIdle();
       }
     };
     /** Hands over what the block holds past `from`; the socket goes on filling the same block after it. */
     const deliverFilled = () => {
-      clearTimeout(flushTimer);
-      flushTimer = undefined;
       if (filled <= from) return;
       const chunk = block.subarray(from, filled);
       from = filled;
@@ -246,22 +324,28 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
       if (BLOCK_BYTES - filled < MIN_READ_BYTES) {
         deliverFilled();
         const full = block;
-        block = spare.pop() ?? Buffer.allocUnsafe(BLOCK_BYTES);
-        if (!outOf.has(full)) spare.push(full);
+        block = takeBlock();
+        if (!outOf.has(full)) giveBlock(full);
         filled = 0;
         from = 0;
       } else if (filled > from && flushTimer === undefined) {
-        flushTimer = setTimeout(deliverFilled, FLUSH_AFTER_MS);
+        // Left running when a full block goes first (one timer per FLUSH_AFTER_MS, not one per block): what it then
+        // hands over is what came since, sooner than FLUSH_AFTER_MS, a smaller write and nothing else.
+        flushTimer = setTimeout(() => {
+          flushTimer = undefined;
+          deliverFilled();
+        }, FLUSH_AFTER_MS);
       }
       if (held >= MAX_BLOCKS_HELD) {
         paused = true;
         clearTimeout(idleTimer);
+        idleTimer = undefined;
         return false;
       }
       return true;
     };
 
-    touch();
+    armIdle();
     socket.on('error', (err) => fail(connectionError(err)));
     // 'close', not 'end': a socket reading through onread need not emit 'end'.
     socket.on('close', () => {
@@ -290,6 +374,7 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
       const chunked = /chunked/i.test(map.get('transfer-encoding') ?? '');
       return {
         status: Number(m[1]),
+        connectMs,
         headers: map,
         url: url.href,
         contentLength: chunked ? undefined : contentLength,

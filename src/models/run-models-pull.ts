@@ -7,6 +7,9 @@ import { type PullEvent, type PullRequest, type PullResult, pullModel } from './
 import { PullProgress } from './pull-progress.js';
 import { resolveStoreAdapter } from './adapters/resolve-adapter.js';
 
+/** The terminal's progress display is redrawn from progress events at most this often. */
+const PROGRESS_DRAW_MS = 100;
+
 export interface RunModelsPullOptions {
   store: ModelStore;
   request: PullRequest;
@@ -25,12 +28,19 @@ export async function runModelsPull(o: RunModelsPullOptions): Promise<{ result: 
           title: `pull ${o.request.repo}@${o.request.revision}`,
           task: async (_ctx, task) => {
             const shown = new Map<string, string>();
+            let drawnAtMs = Number.NEGATIVE_INFINITY;
             const progress = new PullProgress();
             result = await pullModel(o.request, {
               ...o.store,
               signal: o.signal,
               onEvent: (e) => {
                 progress.observe(e);
+                // A progress event comes with every write (thousands a GiB): the display is redrawn from them at most every PROGRESS_DRAW_MS.
+                if (e.kind === 'file-progress') {
+                  const now = performance.now();
+                  if (now - drawnAtMs < PROGRESS_DRAW_MS) return;
+                  drawnAtMs = now;
+                }
                 const line = describeEvent(e);
                 if (e.kind === 'file-progress') shown.set(e.path, `${e.path} ${formatBytes(e.bytes)} / ${formatBytes(e.size)}`);
                 else if (e.kind === 'file-done') shown.delete(e.path);

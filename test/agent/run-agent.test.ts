@@ -76,8 +76,16 @@ describe.each(['connect', 'grpc'] as const)('llmgw agent run over %s', (protocol
   });
 });
 
-describe('llmgw agent run', () => {
-  it('is found again after kill -9: listed in Register, READY soon after start, same pid, one engine', async () => {
+/**
+ * Safety net for one test here: two agent boots, a sim to READY and up to four
+ * waits of 20-30 s each. The 30 s default was shorter than the waits it
+ * holds: under load one boot took 7 s before it logged a line, and the test
+ * timed out in the middle of a wait that would have passed.
+ */
+const AGENT_RESTART_TEST_TIMEOUT_MS = 150_000;
+
+describe('llmgw agent run', { timeout: AGENT_RESTART_TEST_TIMEOUT_MS }, () => {
+  it('is found again after kill -9: listed in Register, READY at its first probe, same pid, one engine', async () => {
     const { cp, url, dirs, port, agent: first, pid } = await agentWithReadyShard();
 
     first.kill('SIGKILL');
@@ -92,10 +100,18 @@ describe('llmgw agent run', () => {
     if (reg.runningShards[0]?.state !== ShardState.READY) {
       await cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
     }
-    const readyAt = Date.now();
-    const sinceStart = readyAt - second.startedAtMs;
-    console.info(`adopted shard READY ${sinceStart} ms after the agent process started`);
-    expect(sinceStart).toBeLessThan(10_000);
+    // "Soon" as the agent's own account, not a wall clock that counts Node's boot (7 s of 7.2 under load):
+    // adopted and proven READY with nothing between, so it neither relaunched s1 nor waited out a load.
+    const s1Changes = () => second.logs().filter((r) => r.msg === 'shard state changed' && r.shard === 's1');
+    // Its log reaches this process through a pipe, maybe after the status did through the control plane.
+    await until(() => s1Changes().some((r) => r.to === 'READY'), "the second agent's log of s1 READY");
+    const changes = s1Changes();
+    expect(changes.map((r) => [r.to, r.why])).toEqual([
+      ['STARTING', 'adopted from a previous agent'],
+      ['READY', 'answers /health and lists "m"'],
+    ]);
+    const adoptedToReadyMs = Date.parse(String(changes[1]?.time)) - Date.parse(String(changes[0]?.time));
+    console.info(`adopted shard READY ${adoptedToReadyMs} ms after its adoption, ${Date.now() - second.startedAtMs} ms after the agent process started`);
     expect(await health(port)).toBe(200);
     expect(processesWritingUnder(dirs.logDir)).toEqual([pid]);
   });

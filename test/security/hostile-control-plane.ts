@@ -54,6 +54,16 @@ interface Stream {
   stalled: boolean;
 }
 
+/**
+ * The longest run of flood writes without giving this process's event loop
+ * a turn. A write the stream buffers resolves in a microtask, so a flood
+ * otherwise ran as one chain: under stress-ng on 2 cores it held the loop
+ * 2.6-3.4 s, this server answered no HTTP/2 ping meanwhile, and the agent
+ * rightly gave it up ("PING timed out", 1 s in the test config) after 1 645
+ * of 50 000 StopShards. A real control plane answers pings while it sends.
+ */
+const FLOOD_SLICE_MS = 20;
+
 export async function startHostileControlPlane(opts: HostileControlPlaneOptions = {}): Promise<HostileControlPlane> {
   const keep = opts.keep ?? (() => true);
   const received: AgentMessage[] = [];
@@ -176,8 +186,14 @@ export async function startHostileControlPlane(opts: HostileControlPlaneOptions 
       void s.closed.then(() => {
         closed = true;
       });
+      let sliceStartedMs = performance.now();
       for (let i = 0; i < n; i++) {
         if (closed) return i;
+        if (performance.now() - sliceStartedMs > FLOOD_SLICE_MS) {
+          // A macrotask: the loop then reads this server's sockets and answers the agent's HTTP/2 pings.
+          await new Promise<void>((resolve) => setImmediate(resolve));
+          sliceStartedMs = performance.now();
+        }
         // A write pending when the stream closes never settles: the close ends the wait instead.
         const took = await Promise.race([s.out.write(message(make(i))).then(() => true, () => false), s.closed.then(() => false)]);
         if (!took) return i;

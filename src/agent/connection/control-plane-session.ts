@@ -27,6 +27,17 @@ export const STALLED_OUTBOX_FLOOR_MS = 10_000;
  * to the rate it reads, instead of growing the agent's memory.
  */
 export const OUTBOX_HIGH_WATER = 256;
+/**
+ * The longest run of control messages handled without giving the event loop
+ * a turn. One 64 KiB read holds thousands of small commands and the stream
+ * hands them over in microtasks: handled in one go, they held the loop past
+ * the HTTP/2 ping's timeout on a loaded 2-core machine, its timer fired
+ * before the poll phase could read the control plane's answer, and the agent
+ * dropped a control plane that was answering ("PING timed out" under 50k
+ * repeated StopShards, test/security/control-plane-flood). Heartbeats,
+ * health probes and the admin socket wait the same way.
+ */
+export const CONTROL_SLICE_MS = 20;
 
 export interface SessionCallbacks {
   /** Built fresh for every session: it must list what runs now. */
@@ -138,10 +149,16 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
       registered.then(establish, () => {});
     }
 
+    let sliceStartedMs = performance.now();
     for await (const message of responses) {
       establish();
       // Backpressure: answers the control plane is not reading stop its commands being read.
       while (outbox.pending > OUTBOX_HIGH_WATER && !abort.signal.aborted) await delay(50);
+      if (performance.now() - sliceStartedMs > CONTROL_SLICE_MS) {
+        // A macrotask, not a microtask: the loop then polls its sockets (a ping's answer) and runs its due timers.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+        sliceStartedMs = performance.now();
+      }
       try {
         callbacks.onControlMessage(message, outbox);
       } catch (err) {

@@ -122,7 +122,14 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
     // Failures after ready: the lines that reported them named logs in the temp dir, which must outlive dev up.
     const crashLooped = new Set<string>();
     const failedShards = new Set<string>();
-    let unwatch = () => {};
+    const watch = watchReplicas(cluster.controlPlane, {
+      logDir: dirs.logDir,
+      say: opts.onUpdate ?? opts.onProgress,
+      onFailure: (f) => {
+        failedShards.add(f.shardId);
+        if (f.crashLooping) crashLooped.add(f.replicaId);
+      },
+    });
     try {
       await startTasks(cluster, deployment, gpus, dirs, opts, signal);
       cluster.markReady();
@@ -137,22 +144,14 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
         ...(fromHub ? { warm: { modelsDir: dirs.modelsDir, model: DEV_HUB_MODEL } } : {}),
       });
       opts.onReady(summary);
-      unwatch = watchReplicas(cluster.controlPlane, {
-        printed: cluster.controlPlane.replicas(),
-        logDir: dirs.logDir,
-        say: opts.onUpdate ?? opts.onProgress,
-        onFailure: (f) => {
-          failedShards.add(f.shardId);
-          if (f.crashLooping) crashLooped.add(f.replicaId);
-        },
-      });
+      watch.printed(cluster.controlPlane.replicas());
       const agentExit = await untilAbortedOrExit(signal, cluster);
       if (agentExit) failed = new Error(`the agent exited on its own (${agentExit}); its log: ${dirs.agentLog}`);
     } catch (err) {
       // Ctrl-C while starting is a stop like any other, not a failure.
       if (!signal.aborted) failed = err;
     } finally {
-      unwatch();
+      watch.stop();
     }
     const stop = await cluster.stop(opts.onProgress);
     // Removed only after a clean run that got to ready: stopped while

@@ -4,7 +4,6 @@ import { errnoCode } from '../../lib/errors.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import type { NvmlLibrary } from '../discovery/nvml/nvml-library.js';
 import { parseMib } from '../discovery/parse-nvidia-csv.js';
-import { ReportWaits } from './report-waits.js';
 
 export interface GpuMemorySamplerOptions {
   nvidiaSmi: string;
@@ -80,8 +79,6 @@ export class GpuMemorySampler {
   #asked: Promise<number[]> | undefined;
   /** readNow()'s nvidia-smi, until it has exited (even after its answer was given up on). */
   #askChild: ChildProcess | undefined;
-  /** readingsAfterNow()'s waits for the loop's reports. */
-  readonly #waits = new ReportWaits();
 
   constructor(opts: GpuMemorySamplerOptions) {
     this.#opts = opts;
@@ -125,20 +122,6 @@ export class GpuMemorySampler {
     });
     this.#asked = asked;
     return asked;
-  }
-
-  /**
-   * The readings once the loop has reported each of `gpus` twice since this
-   * call (the first may have sat in the pipe since before it), for the warmth
-   * ledger's memory at READY: readNow() forked the agent once per READY, and
-   * with 64 engines answering 100 ms apart the forks held the event loop the
-   * next READYs waited on (bench figure 16). NVML, or no report in two
-   * intervals and the timeout (the loop failing): readNow().
-   */
-  async readingsAfterNow(gpus: readonly number[]): Promise<number[]> {
-    if (this.#closed || this.#opts.nvml?.has('nvmlDeviceGetMemoryInfo_v2') || gpus.length === 0) return this.readNow();
-    const reported = await this.#waits.wait(gpus, 2, 2 * this.#opts.intervalMs + this.#opts.timeoutMs);
-    return reported ? this.latest() : this.readNow();
   }
 
   /** One `nvidia-smi --query-gpu`, its readings applied unless the loop has a newer one. */
@@ -220,8 +203,6 @@ export class GpuMemorySampler {
     this.#child = undefined;
     if (child) killGroup(child);
     if (this.#askChild) killGroup(this.#askChild);
-    // Their readNow() refuses: closed.
-    this.#waits.close();
   }
 
   #spawn(): void {
@@ -294,7 +275,6 @@ export class GpuMemorySampler {
     for (let i = this.#latest.length; i < index; i++) this.#latest[i] = 0;
     this.#latest[index] = mb ?? this.#latest[index] ?? 0;
     this.#lastReadingAtMs = Date.now();
-    this.#waits.reported(index);
     this.#readingsThisRun++;
     this.#silentLoopsInARow = 0;
     this.#failuresInARow = 0;

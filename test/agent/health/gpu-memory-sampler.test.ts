@@ -219,52 +219,6 @@ describe('GpuMemorySampler.readNow (issue 36 item 8)', () => {
   });
 });
 
-describe('GpuMemorySampler.readingsAfterNow (GPU memory at READY, bench figure 16)', () => {
-  /** A wrapper that notes each start of nvidia-smi in `log`, one line each, then runs the fake. */
-  function countingNvidiaSmi(): { path: string; starts: () => string[] } {
-    const path = join(mkdtempSync(join(tmp, 'count-')), 'nvidia-smi');
-    const log = `${path}.starts`;
-    writeFileSync(log, '');
-    writeFileSync(path, `#!/bin/sh\necho "$*" >> ${log}\nexec ${FAKE_NVIDIA_SMI} "$@"\n`);
-    chmodSync(path, 0o755);
-    return { path, starts: () => readFileSync(log, 'utf8').split('\n').filter((l) => l !== '') };
-  }
-
-  it('answers with the running loop\'s reports from after the ask, starting no nvidia-smi of its own', async () => {
-    const smi = countingNvidiaSmi();
-    const { sampler, setUsed } = setup({ nvidiaSmi: smi.path });
-    sampler.start();
-    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
-    // Changed just before the ask: a report from before it would miss this.
-    setUsed([11, 12, 13, 14]);
-    const answers = await Promise.all([sampler.readingsAfterNow([2, 3]), sampler.readingsAfterNow([0])]);
-    expect(answers).toEqual([[11, 12, 13, 14], [11, 12, 13, 14]]);
-    expect(smi.starts()).toEqual(['--query-gpu=index,memory.used --format=csv,noheader,nounits --loop-ms=100']);
-  });
-
-  it('reads at once, with an nvidia-smi of its own, for a GPU the loop never reports or a loop not running', async () => {
-    const smi = countingNvidiaSmi();
-    const { sampler, setUsed } = setup({ nvidiaSmi: smi.path, timeoutMs: 300 });
-    setUsed([1, 2, 3, 4]);
-    // No loop: nothing reports; after two intervals and the timeout, a read of its own.
-    expect(await sampler.readingsAfterNow([1])).toEqual([1, 2, 3, 4]);
-    expect(smi.starts()).toEqual(['--query-gpu=index,memory.used --format=csv,noheader,nounits']);
-    sampler.start();
-    await vi.waitFor(() => expect(smi.starts()).toHaveLength(2), WAIT);
-    // GPU 9 is not in the box: the loop's reports never end the wait.
-    expect(await sampler.readingsAfterNow([0, 9])).toEqual([1, 2, 3, 4]);
-    expect(smi.starts()).toHaveLength(3);
-  });
-
-  it('refuses once the sampler is closed, a wait under way included', async () => {
-    const { sampler } = setup({ intervalMs: 60_000 });
-    const waiting = sampler.readingsAfterNow([0]);
-    sampler.close();
-    await expect(waiting).rejects.toThrow('the GPU memory sampler is closed');
-    await expect(sampler.readingsAfterNow([0])).rejects.toThrow('the GPU memory sampler is closed');
-  });
-});
-
 describe.skipIf(fakeNvmlUnavailable() !== undefined)('GpuMemorySampler through NVML', () => {
   it('reads every GPU in-process, runs no nvidia-smi, and follows the data set', async () => {
     // An nvidia-smi that does not exist: any process start would fail and be logged.

@@ -51,10 +51,9 @@ export function agentSleepProbes(o: AgentSleepProbesOptions): SleepProbes {
 
 /**
  * The GPU memory a READY shard holds, for the warmth ledger (issue 51): its
- * GPUs' readings taken after READY (NVML in-process, else the sampler's
- * loop; readingsAfterNow), else the sampler's last, summed over them;
- * undefined when a GPU has no reading.
+ * GPUs' readings taken now (NVML in-process, else one nvidia-smi), else the
+ * sampler's last, summed over them; undefined when a GPU has no reading.
  */
-export function readShardGpuMib(sampler: Pick<GpuMemorySampler, 'readingsAfterNow' | 'latest'>): (gpus: readonly number[]) => Promise<number | undefined> {
-  return async (gpus) => shardGpuMib(await sampler.readingsAfterNow(gpus).catch(() => sampler.latest()), gpus);
+export function readShardGpuMib(sampler: Pick<GpuMemorySampler, 'readNow' | 'latest'>): (gpus: readonly number[]) => Promise<number | undefined> {
+  return async (gpus) => shardGpuMib(await sampler.readNow().catch(() => sampler.latest()), gpus);
 }

@@ -160,7 +160,8 @@ export function spawnFloor(server: string, nodeId: string, stateDir: string): Be
 export function spawnSteadyFloor(server: string, nodeId: string, dirs: AgentDirs, ports: readonly number[], nvidiaSmi: string, fakeGpus = 'hgx-h100x8'): BenchAgent {
   const spawnedAtMs = Date.now();
   const script = fileURLToPath(new URL('./steady-floor.mjs', import.meta.url));
-  const child = execa(process.execPath, ['--no-opt', script, server, nodeId, nvidiaSmi, dirs.stateDir, dirs.logDir, ...ports.map(String)], {
+  // Profiled with the agents (--cpu-prof), so the two profiles can be set side by side.
+  const child = execa(process.execPath, ['--no-opt', ...agentNodeArgs, script, server, nodeId, nvidiaSmi, dirs.stateDir, dirs.logDir, ...ports.map(String)], {
     reject: false,
     stdin: 'ignore',
     stdout: 'ignore',

@@ -24,6 +24,18 @@ import type { BenchRow } from './fleet-figure.js';
 
 export const BIG_NODE_COUNTS = [8, 32, 64] as const;
 
+/** The shard counts to measure: LLMGW_BENCH_SHARDS=64 (or 8,64) for one profiled count, all three otherwise. */
+function countsToMeasure(): readonly number[] {
+  const only = process.env.LLMGW_BENCH_SHARDS;
+  return only ? only.split(',').map(Number) : BIG_NODE_COUNTS;
+}
+
+/** LLMGW_BENCH_STEADY_S: the steady window in seconds (a longer one for a profile), the run's own otherwise. */
+function steadySeconds(quick: boolean): number {
+  const s = Number(process.env.LLMGW_BENCH_STEADY_S);
+  return Number.isFinite(s) && s > 0 ? s : quick ? 20 : 60;
+}
+
 /** What the sim writes once its server listens (src/sim/sim-engine.ts), as vLLM's uvicorn does. */
 const STARTUP_LINE = 'Uvicorn running on';
 /** What the sim writes once its process has started and read its flags, before its load time runs. */
@@ -106,6 +118,11 @@ function plainGet(port: number, path: string): Promise<void> {
   });
 }
 
+/** A moment on stderr in CLOCK_MONOTONIC microseconds, the clock of a .cpuprofile's timestamps: to cut a profile to a phase. */
+function mark(what: string): void {
+  process.stderr.write(`  ${what} at ${process.hrtime.bigint() / 1000n} us (monotonic)\n`);
+}
+
 interface CountFigures {
   n: number;
   agentCpuPct: number;
@@ -166,6 +183,7 @@ async function measureCount(n: number, seconds: number): Promise<CountFigures> {
   cp.on('message', onMessage);
   const ready = ids.map((id) => cp.waitFor('node-a', shardIs(id, ShardState.READY, ShardState.FAILED), 400_000));
   const sentAt = performance.now();
+  mark(`${n} shards: StartShard sent`);
   // Every engine loads until all have started (64 Node processes starting on 2
   // loaded cores took 27 s), then they answer one after another, LOAD_SPREAD_MS
   // apart: the lag is the agent's with N readiness waits under way, not the
@@ -173,6 +191,7 @@ async function measureCount(n: number, seconds: number): Promise<CountFigures> {
   const loadMs = (i: number) => LOAD_BASE_MS + LOAD_PER_SHARD_MS * n + LOAD_SPREAD_MS * i;
   for (const [i, id] of ids.entries()) cp.send('node-a', { case: 'start', value: simStart(id, ports[i] as number, { gpu: i, args: ['--load-time', `${loadMs(i)}ms`] }) });
   const ends = await Promise.all(ready);
+  mark(`${n} shards: all READY`);
   cp.off('message', onMessage);
   watcher.close();
   const failed = ends.find((m) => m.msg.case === 'shard' && m.msg.value.state !== ShardState.READY);
@@ -189,6 +208,7 @@ async function measureCount(n: number, seconds: number): Promise<CountFigures> {
   const floor = spawnSteadyFloor(url, 'steady-floor', dirs, ports, FAKE_NVIDIA_SMI, box);
   await floorRegistered;
   await sleep(3000);
+  mark(`${n} shards: steady window starts`);
   const cpu0 = cpuSeconds(agent.pid);
   const floorCpu0 = cpuSeconds(floor.pid);
   let rssMaxMb = 0;
@@ -196,6 +216,7 @@ async function measureCount(n: number, seconds: number): Promise<CountFigures> {
     await sleep(1000);
     rssMaxMb = Math.max(rssMaxMb, rssMb(agent.pid));
   }
+  mark(`${n} shards: steady window ends`);
   const agentCpuPct = ((cpuSeconds(agent.pid) - cpu0) / seconds) * 100;
   const floorCpuPct = ((cpuSeconds(floor.pid) - floorCpu0) / seconds) * 100;
   return { n, agentCpuPct, floorCpuPct, rssMaxMb, readyLagMs, quietLagMs, quietMs, engineStartMs, benchProbeMs, load: readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ') };
@@ -208,9 +229,9 @@ function quietNote(f: CountFigures): string {
 }
 
 export async function bigNodeFigure(rows: BenchRow[], notes: string[], quick: boolean): Promise<void> {
-  const seconds = quick ? 20 : 60;
+  const seconds = steadySeconds(quick);
   const all: CountFigures[] = [];
-  for (const n of BIG_NODE_COUNTS) {
+  for (const n of countsToMeasure()) {
     // One count at a time, each with its own agent, control plane and shards;
     // a count that fails is a row of its own, the others still measured.
     try {

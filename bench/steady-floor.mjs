@@ -68,6 +68,8 @@ loop.stdout.setEncoding('utf8').on('data', (chunk) => {
     if (m) memory[Number(m[1])] = Number(m[2]);
   }
 });
+// A clean exit on the bench's SIGTERM, so a --cpu-prof run writes the floor's profile too.
+process.on('SIGTERM', () => process.exit(0));
 process.on('exit', () => {
   try {
     process.kill(-loop.pid, 'SIGKILL');

@@ -27,6 +27,7 @@ import { compileClaimsFor, engineUid } from './models/compile-claims-for.js';
 import { NodeConditions } from './node-conditions.js';
 import { type AdoptResultView, RecoverEngines } from './recover-engines.js';
 import { buildHeartbeat, buildRegister, describeNode, type NodeDescription } from './connection/register-message.js';
+import { wireInventory } from './connection/inventory-wire.js';
 import { ShardCommands } from './shard-commands.js';
 import { shardReactions } from './shard-reactions.js';
 import { StartAdmission } from './start-admission.js';
@@ -125,7 +126,7 @@ export class Agent {
       metrics: opts.metrics,
       onPhase: (from, status) => this.events.record(connectionEvent(from, status)),
       session: {
-        register: () => this.adapters.withRunningAdapters(buildRegister(this.node, this.reportedInventory, opts.supervisor.list(), this.conditions.cordoned())),
+        register: () => this.adapters.withRunningAdapters(buildRegister(this.node, wireInventory(this.reportedInventory), opts.supervisor.list(), this.conditions.cordoned())),
         heartbeat: () => this.heartbeat(),
         onOpen: (outbox) => this.reporter.onSessionOpen(outbox),
         onEstablished: () => {
@@ -209,7 +210,7 @@ export class Agent {
 
   currentInventory(): Inventory { return this.reportedInventory; }
 
-  private sendInventory(): void { this.reporter.send({ case: 'inventory', value: this.reportedInventory }); }
+  private sendInventory(): void { this.reporter.send({ case: 'inventory', value: wireInventory(this.reportedInventory) }); }
 
   /** The inventory as it goes out (Register, Inventory, ctl, metrics): with the warmth, which admission's reads need not build. */
   private get reportedInventory(): Inventory {

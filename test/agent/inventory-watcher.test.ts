@@ -5,7 +5,7 @@ import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { inventoryCachePath, writeInventoryCache } from '../../src/agent/inventory-cache.js';
 import { InventoryWatcher } from '../../src/agent/inventory-watcher.js';
-import { GpuSchema, type Inventory, InventorySchema } from '../../src/gen/llmgw/v1/agent_pb.js';
+import { GpuLinkSchema, GpuSchema, type Inventory, InventorySchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { captureLogger } from '../helpers/capture-logger.js';
 import { until } from '../helpers/engine-processes.js';
 
@@ -108,6 +108,24 @@ describe('InventoryWatcher', () => {
     expect(changes).toEqual([]);
     // The readings are still taken: heartbeats fall back on them.
     expect(w.current().gpus[0]?.memoryUsedMb).toBe(5000);
+  });
+
+  it('keeps the links list of an unchanged topology, so its encoding for the stream is kept too; a changed one is a change', async () => {
+    const dir = stateDir();
+    const linked = (connection: string) => ({ ...box(2), links: [create(GpuLinkSchema, { a: 'GPU0', b: 'GPU1', connection, nvlinks: 18 }), create(GpuLinkSchema, { a: 'GPU1', b: 'GPU0', connection, nvlinks: 18 })] });
+    const hw = hardware(linked('NV18'));
+    const { w, changes } = watcher(hw, dir);
+    await w.start(new AbortController().signal);
+    const first = w.current().links;
+    // A fresh scan: equal links in new objects.
+    hw.become(linked('NV18'));
+    await w.rescan(new AbortController().signal);
+    expect(w.current().links).toBe(first);
+    expect(changes).toHaveLength(1);
+    hw.become(linked('NV12'));
+    await w.rescan(new AbortController().signal);
+    expect(changes).toHaveLength(2);
+    expect(w.current().links.map((l) => l.connection)).toEqual(['NV12', 'NV12']);
   });
 
   it('runs one scan at a time: timers firing during a hung scan join it instead of starting more', async () => {

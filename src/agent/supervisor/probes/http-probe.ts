@@ -1,4 +1,5 @@
-import { request } from 'node:http';
+import { type RequestOptions, request } from 'node:http';
+import { urlToHttpOptions } from 'node:url';
 import { errnoCode, errorMessage } from '../../../lib/errors.js';
 
 /** Limit for one probe request; a hung engine must not stall the probe loop. */
@@ -20,6 +21,26 @@ export function bodyCapFor(url: string): number {
   const end = url.search(/[?#]/);
   const path = end === -1 ? url : url.slice(0, end);
   return path.endsWith('/metrics') ? METRICS_BODY_MAX_BYTES : PROBE_BODY_MAX_BYTES;
+}
+
+/** Parsed request targets, by URL: a shard's few URLs are asked every health interval for its life. */
+const targets = new Map<string, RequestOptions>();
+/** More URLs than any node asks (a few per shard): past this the map starts again rather than grow. */
+const MAX_TARGETS = 1024;
+
+/**
+ * `url` as http.request's options, parsed once: a URL parse and its
+ * conversion on every probe were a twentieth of the probes' CPU at 64 shards
+ * beside the floor's plain options (bench figure 16).
+ */
+function targetOf(url: string): RequestOptions {
+  let t = targets.get(url);
+  if (t === undefined) {
+    if (targets.size >= MAX_TARGETS) targets.clear();
+    t = urlToHttpOptions(new URL(url));
+    targets.set(url, t);
+  }
+  return t;
 }
 
 export interface HttpResult {
@@ -73,7 +94,7 @@ export function httpGet(
     // A POST (opts.post) is the known-answer check's generation: the same limits, a JSON body.
     const method = opts.post ? 'POST' : 'GET';
     const headers = opts.post ? { ...opts.headers, 'content-type': 'application/json' } : opts.headers;
-    const req = request(url, { method, agent: false, headers }, (res) => {
+    const req = request({ ...targetOf(url), method, agent: false, headers }, (res) => {
       const chunks: Buffer[] = [];
       let bytes = 0;
       const declared = Number(res.headers['content-length']);

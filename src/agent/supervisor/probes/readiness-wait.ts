@@ -94,7 +94,10 @@ export async function waitUntilServing(opts: {
         backoffMs = Math.min(backoffMs * 2, READY_POLL_MAX_MS);
       }
     }
-    await sleep(Math.min(delayMs, Math.max(0, deadline - Date.now())), undefined, { signal }).catch(() => {});
+    const pauseMs = Math.min(delayMs, Math.max(0, deadline - Date.now()));
+    // While nothing listens, the pause ends early once the port is listed (one shared poll, LISTEN_POLL_MS).
+    if (owner?.owner === 'nobody' && opts.portOwner?.untilListed) await opts.portOwner.untilListed(pauseMs, signal);
+    else await sleep(pauseMs, undefined, { signal }).catch(() => {});
   }
   return { ready: false, reason: lastReason };
 }

@@ -2,7 +2,7 @@ import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { type Server, createServer } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';
-import { LISTENING_PORTS_TTL_MS, portOwnerCheck } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
+import { LISTEN_POLL_MS, LISTENING_PORTS_TTL_MS, portOwnerCheck, untilPortListed } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
 import { freePort, until } from '../../../helpers/engine-processes.js';
 
 const servers: Server[] = [];
@@ -149,6 +149,40 @@ describe('portOwnerCheck', () => {
       await new Promise<void>((r) => squatter.listen(port, '127.0.0.1', r));
       await pastTtl();
       expect(await portOwnerCheck({ port, pid: engine.pid, pgid: engine.pid })({ loading: true })).toMatchObject({ owner: 'other', pid: process.pid });
+    });
+
+    it('ends a wait for the port soon after it is bound, not at the wait\'s own limit; ends it at the limit or on abort otherwise', async () => {
+      const port = await freePort();
+      const other = await freePort();
+      const ac = new AbortController();
+      // Bound while the waits wait: the port's ends within polls, the other port's at its limit.
+      const server = createServer();
+      servers.push(server);
+      const t0 = performance.now();
+      const bound = new Promise<number>((r) => setTimeout(() => server.listen(port, '127.0.0.1', () => r(performance.now())), 200));
+      const ended = untilPortListed(port, 20_000, ac.signal).then(() => performance.now());
+      const otherEnded = untilPortListed(other, 1_000, ac.signal).then(() => performance.now());
+      const [boundAt, endedAt] = await Promise.all([bound, ended]);
+      expect(endedAt).toBeGreaterThanOrEqual(boundAt);
+      // A safety net far from both the poll (20 ms) and the 20 s limit.
+      expect(endedAt - boundAt).toBeLessThan(10_000);
+      expect((await otherEnded) - t0).toBeGreaterThanOrEqual(990);
+      const aborted = untilPortListed(other, 20_000, ac.signal).then(() => performance.now());
+      const abortAt = performance.now();
+      ac.abort();
+      expect((await aborted) - abortAt).toBeLessThan(10_000);
+      expect(LISTEN_POLL_MS).toBeLessThan(50);
+    });
+
+    it('gives each check its port\'s wait (a readiness wait pauses on it while nothing listens)', async () => {
+      const port = await freePort();
+      const engine = await engineGroup(port);
+      const check = portOwnerCheck({ port, pid: engine.pid, pgid: engine.pid });
+      const ac = new AbortController();
+      const waited = check.untilListed?.(20_000, ac.signal);
+      await engine.listen();
+      await waited;
+      expect(await check({ loading: true })).toEqual({ owner: 'engine' });
     });
 
     it('says nobody, as the connect did, when the only listener is on an address the probes do not dial', async () => {

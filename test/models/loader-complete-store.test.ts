@@ -73,7 +73,7 @@ describe('a store judged by what the loader reads', () => {
     expect((await scanStore(layout))[0]?.completeCommits).toHaveLength(1);
     expect(await view()).toMatchObject({ complete: false, digest: '' });
     const judged = await judgeOfflineStart(dir, 'acme/llama', []);
-    expect(judged).toEqual({ offline: false, reason: 'acme/llama@main was pulled with --include *.json, which left out model-00001-of-00002.safetensors, model-00002-of-00002.safetensors', storeShort: true });
+    expect(judged).toEqual({ offline: false, reason: 'acme/llama@main was pulled with --include *.json, which left out model-00001-of-00002.safetensors, model-00002-of-00002.safetensors', storeShort: true, shortRepos: ['acme/llama'] });
   });
 
   it('starts offline from a pull that left out original/ and the .bin twin, on both engines', async () => {

@@ -205,9 +205,7 @@ export class Agent {
   }
 
   get nodeId(): string { return this.opts.config.nodeId; }
-
   connectionStatus(): ConnectionStatus { return this.connection.status(); }
-
   currentInventory(): Inventory { return this.reportedInventory; }
 
   private sendInventory(): void { this.reporter.send({ case: 'inventory', value: wireInventory(this.reportedInventory) }); }

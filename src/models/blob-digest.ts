@@ -3,7 +3,7 @@ import { createReadStream } from 'node:fs';
 import type { FileHandle } from 'node:fs/promises';
 import { type BlobToFetch, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { ThreadHash } from './hash-thread.js';
-import { BLOCK_BYTES } from './hub-stream.js';
+import { BLOCK_BYTES } from './block-pool.js';
 import { READ_STREAM } from './store-files.js';
 
 /*

@@ -1,7 +1,9 @@
 import { type Socket, connect as netConnect } from 'node:net';
 import { type ConnectionOptions, connect as tlsConnect } from 'node:tls';
 import { hostIdentity } from './address-class.js';
+import { BLOCK_BYTES, giveBlock, takeBlock } from './block-pool.js';
 import { redirectLookup, redirectRefusal } from './redirect-policy.js';
+
 
 export { isInternalHost, redirectRefusal } from './redirect-policy.js';
 
@@ -21,16 +23,6 @@ export { isInternalHost, redirectRefusal } from './redirect-policy.js';
  * (`chunked`), and the caller reads it another way.
  */
 
-/**
- * A block: what one write to the file takes. 256 KiB, not a megabyte: the
- * socket's copy into a block and the write's copy out of it then stay in
- * the core's cache. With blocks of a megabyte (four held per connection,
- * eight connections) the bytes went out to memory between the two, and
- * perf showed the write's copy into the page cache at 235 ms of CPU per
- * 128 MiB where curl's took 97 ms; with 256 KiB, 15 ms, and the pull's
- * system time fell from 330 to 210 ms (issue 52, item 1).
- */
-export const BLOCK_BYTES = 256 * 1024;
 /** A block with less room than this is handed over rather than read into: reads stay large. */
 const MIN_READ_BYTES = 64 * 1024;
 /** A block partly filled is handed over after this long, so a slow link still writes (and shows progress) as it goes. */
@@ -43,48 +35,6 @@ const MAX_HEAD_BYTES = 64 * 1024;
 export const MAX_REDIRECTS = 10;
 /** A connection that brings no byte for this long (while the pull is ready for more) has failed: a hub that sends headers and nothing more held a pull for ever. */
 export const IDLE_TIMEOUT_MS = 60_000;
-
-/**
- * Blocks given back, shared by every connection of the process: a ranged
- * pull opens a connection per 16 MiB part, and blocks of its own for each
- * (a fresh mapping, its pages faulted in by the socket's copy, unmapped
- * after) were a tenth of the pull's main thread in perf (issue 52, item 1).
- * At most POOL_BLOCKS are kept, and none once no connection has taken one
- * for POOL_IDLE_MS: an agent between pulls holds no such memory.
- */
-const pool: Buffer[] = [];
-const POOL_BLOCKS = 64;
-const POOL_IDLE_MS = 10_000;
-let lastTakenMs = 0;
-let poolTimer: NodeJS.Timeout | undefined;
-
-function takeBlock(): Buffer {
-  lastTakenMs = performance.now();
-  return pool.pop() ?? Buffer.allocUnsafe(BLOCK_BYTES);
-}
-
-function giveBlock(b: Buffer): void {
-  if (pool.length >= POOL_BLOCKS) return;
-  pool.push(b);
-  if (poolTimer !== undefined) return;
-  const look = () => {
-    const idleMs = performance.now() - lastTakenMs;
-    if (idleMs >= POOL_IDLE_MS) {
-      pool.length = 0;
-      poolTimer = undefined;
-      return;
-    }
-    poolTimer = setTimeout(look, POOL_IDLE_MS - idleMs);
-    poolTimer.unref();
-  };
-  poolTimer = setTimeout(look, POOL_IDLE_MS);
-  poolTimer.unref();
-}
-
-/** Blocks kept for reuse now (a test's view). */
-export function pooledBlocks(): number {
-  return pool.length;
-}
 
 export interface HubStreamOptions {
   headers: Record<string, string>;

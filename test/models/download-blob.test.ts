@@ -6,7 +6,7 @@ import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from
 import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
 import type { BlobToFetch, DownloadContext } from '../../src/models/blob-to-fetch.js';
 import { downloadBlob } from '../../src/models/download-blob.js';
-import { pooledBlocks } from '../../src/models/hub-stream.js';
+import { pooledBlocks } from '../../src/models/block-pool.js';
 import { FakeHub, bytes, fakeRepo, sha256 } from './fake-hub.js';
 
 /*

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { type AdapterSpec, AdapterState, type AdapterStatus, AdapterStatusSchema, ShardState, type StartShard } from '../../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
-import { isServing, isTerminal } from '../../lib/shard-states.js';
+import { isServing, isTerminal, isTrouble } from '../../lib/shard-states.js';
 import type { ShardReaction } from '../supervisor/shard/shard-reaction.js';
 import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
 import type { AdapterConfigFeatures } from '../../models/adapters/adapter-files.js';
@@ -233,7 +233,8 @@ export class NodeAdapters {
   private recheck(): void {
     for (const [id, { adapters }] of this.#shards) {
       const shard = this.opts.shards.get(id);
-      if (!shard || !isServing(shard.state) || shard.state === ShardState.UNHEALTHY) continue;
+      // Serving and not in trouble (UNHEALTHY): a READY or DRAINING engine can be asked.
+      if (!shard || !isServing(shard.state) || isTrouble(shard.state)) continue;
       if (adapters.desired().length === 0 && adapters.statuses().length === 0) continue;
       void adapters.reconcile().catch(() => {});
     }

@@ -17,6 +17,7 @@ import { steadyStateFigure } from './steady-state-figure.js';
 import { warmStartFigures } from './warm-start-figures.js';
 import { warmthFigure } from './warmth-figure.js';
 import { warmthSpreadFigure } from './warmth-spread-figure.js';
+import { warmthSpreadCompileFigure, warmthSpreadSleepFigure } from './warmth-spread-rungs.js';
 import { warmPageCacheFigure } from './warm-page-cache-figure.js';
 import { gangFenceFigure } from './gang-fence-figure.js';
 import { bigNodeFigure } from './big-node-figure.js';
@@ -46,6 +47,9 @@ export function benchFigures(rows: BenchRow[], notes: string[], quick: boolean):
   FIGURES['14d'] = () => warmthFigure(rows, notes);
   // Whether each rung's published P90 holds for the next starts (issue 51).
   FIGURES['14d-spread'] = () => warmthSpreadFigure(rows, notes, quick);
+  // The same for the wake rungs (sleeping-l1, sleeping-l2) and the +compile ones.
+  FIGURES['14d-spread-sleep'] = () => warmthSpreadSleepFigure(rows, notes, quick);
+  FIGURES['14d-spread-compile'] = () => warmthSpreadCompileFigure(rows, notes, quick);
   // The pull beside curl, and the warm beside cat (issue 52, items 1 and 2).
   FIGURES['14b'] = () => warmStartFigures(rows, notes, quick, 'pull');
   FIGURES['14e'] = () => warmPageCacheFigure(rows, notes, quick);

@@ -25,8 +25,8 @@ import type { BenchRow } from './fleet-figure.js';
 import { REPO, startHub, startToReady, stopShard } from './warm-start-model.js';
 
 /** Starts per rung; the first SCORED_FROM only fill the window (under 9 samples no P90 can cover 90 %). */
-const STARTS = 50;
-const SCORED_FROM = 10;
+export const STARTS = 50;
+export const SCORED_FROM = 10;
 const OVER_AT_MOST = 0.1;
 const P50_WITHIN = 0.2;
 
@@ -39,7 +39,7 @@ export const RECORDED: Readonly<Record<string, readonly number[]>> = {
   ],
 };
 
-interface Scored {
+export interface Scored {
   over: number;
   scored: number;
   /** P90 / P50 as published before each scored start. */
@@ -54,7 +54,7 @@ interface Scored {
 const mean = (xs: readonly number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
 
 /** Each start against the spread published before it, from SCORED_FROM on; `published(i)` is what was published before start i. */
-function score(times: readonly number[], published: (i: number) => { p50Ms: number; p90Ms: number } | undefined): Scored {
+export function score(times: readonly number[], published: (i: number) => { p50Ms: number; p90Ms: number } | undefined): Scored {
   let over = 0;
   let scored = 0;
   const width: number[] = [];
@@ -85,9 +85,9 @@ function replayed(times: readonly number[]): (i: number) => { p50Ms: number; p90
   return (i) => out[i] as { p50Ms: number; p90Ms: number };
 }
 
-const pct = (s: Scored) => `${s.over} of ${s.scored} (${((100 * s.over) / Math.max(1, s.scored)).toFixed(1)} %)`;
+export const pct = (s: Scored) => `${s.over} of ${s.scored} (${((100 * s.over) / Math.max(1, s.scored)).toFixed(1)} %)`;
 
-function row(figure: string, s: Scored, reference: string): BenchRow {
+export function row(figure: string, s: Scored, reference: string): BenchRow {
   const p50Ratio = s.p50AtFill / s.medianAfter;
   const overOk = s.over <= OVER_AT_MOST * s.scored;
   // Both: the P50 published before each start against that start (rolling), and the one published after the first starts against all that follow.

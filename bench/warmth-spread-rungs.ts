@@ -121,7 +121,7 @@ function report(rows: BenchRow[], notes: string[], series: Series, min: number, 
     const s = score(times, (i) => seen[i]);
     const nearest = score(times, (i) => ({ p50Ms: 0, p90Ms: percentile(times.slice(Math.max(0, i - 20), i), 90) }));
     rows.push(row(`14d rung spread, ${from} rung: ${times.length} ${what}, each beside the P50/P90 Inventory carried before it (load ${load})`, s, `the same against a nearest-rank P90 of the last 20: ${pct(nearest)}`));
-    notes.push(`14d-spread ${from} per ${what.split(' ')[0]} (ms, the agent's sample): ${times.join(', ')}; published P90 before each from the ${SCORED_FROM + 1}th: ${seen.slice(SCORED_FROM).map((p) => p?.p90Ms ?? '-').join(', ')}; 1-min/5-min/15-min load at the end ${load}`);
+    notes.push(`14d-spread ${from} per ${what.split(' ')[0].replace(/s$/, '')} (ms, the agent's sample): ${times.join(', ')}; published P90 before each from the ${SCORED_FROM + 1}th: ${seen.slice(SCORED_FROM).map((p) => p?.p90Ms ?? '-').join(', ')}; 1-min/5-min/15-min load at the end ${load}`);
   }
 }
 
@@ -170,7 +170,7 @@ async function sleepSeries(rows: BenchRow[], notes: string[], b: Bench, n: numbe
   series.delete('store');
   report(rows, notes, series, SCORED_FROM + 1, `wakes of one vLLM double with sleep mode (reading 128 MiB, ${SLEEP_MIB} MiB on its GPU), SleepShard at the level then WakeShard → READY through the real agent`);
   notes.push(
-    `14d-spread-sleep: before each wake a SleepShard at the rung's level, SLEEPING and the double's GPU memory seen below ${SLEEP_MIB} MiB; the WakeShard sent again every 100 ms while the agent refuses it as busy (its sleep not yet seen done), the agent's sample timed from the one taken. The double's /wake_up takes its --sim-wake-time default (100 ms); a level-2 wake then has the agent call reload_weights. Scored as 14d-spread: each wake against the P50/P90 in the Inventory before it, the first ${SCORED_FROM} only fill the window`,
+    `14d-spread-sleep: before each wake a SleepShard at the rung's level, SLEEPING and the double's GPU memory seen below ${SLEEP_MIB} MiB; the WakeShard sent again every 100 ms while the agent refuses it as busy (its sleep not yet seen done), the agent's sample timed from the one taken. The double's /wake_up takes its --sim-wake-time default (100 ms); a level-2 wake then has the agent call reload_weights, which the double serves in another 100 ms (no --sim-disk-rate: a timer, not a read of the 128 MiB), so the sleeping-l2 spread here is the agent's wake path, not a disk's. Scored as 14d-spread: each wake against the P50/P90 in the Inventory before it, the first ${SCORED_FROM} only fill the window`,
   );
 }
 

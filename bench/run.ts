@@ -8,7 +8,8 @@
  * --quick shortens the long figures (5: 15 s instead of 60 s, 10,000 instead
  * of 100,000 heartbeats; 16: 20 s instead of 60 s at each shard count; 8: 96 instead of 500 shards; 12 and 13: 2 stops and
  * 3 starts per engine instead of 5 and 10; 14: 3 pull rounds instead of 7,
- * 2 wakes instead of 3) for a trial run.
+ * 2 wakes instead of 3; 14d-spread, -sleep, -compile: 20 starts or wakes a rung instead of 50)
+ * for a trial run.
  * --cpu-prof runs every agent under `node --cpu-prof`, writing .cpuprofile
  * files to DIR (open them in Chrome DevTools); such a run's figures are
  * printed but not written to RESULTS.md, as profiling slows the agent.

@@ -5,8 +5,9 @@ import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, type AgentProcess, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { freePort, isRunning, until } from '../helpers/engine-processes.js';
-import { gangDeployment } from '../helpers/gang-deployment.js';
+import { ctlShard } from '../helpers/gang-cluster.js';
 import { runCli } from '../helpers/run-cli.js';
+import { gangDeployment } from '../helpers/gang-deployment.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 
 /*
@@ -48,14 +49,6 @@ async function startCluster(opts: { deploymentArgs?: string[]; supervisor?: stri
   const agents = { 'node-a': agent('node-a'), 'node-b': agent('node-b') };
   const pids = { 'node-a': (shard(await ready['node-a']) as { pid: number }).pid, 'node-b': (shard(await ready['node-b']) as { pid: number }).pid };
   return { cp, agents, dirs, pids };
-}
-
-/** The shard as `llmgw ctl status --json` on that node's socket shows it. */
-async function ctlShard(dirs: AgentDirs, shardId: string): Promise<{ state?: string; error?: string; gang?: string; note?: string } | undefined> {
-  const r = await runCli(['ctl', 'status', '--json', '--socket', dirs.socket]);
-  if (r.exitCode !== 0) return undefined;
-  const shards = (JSON.parse(r.stdout) as { shards?: { shardId: string; state: string; error?: string; gang?: string; note?: string }[] }).shards ?? [];
-  return shards.find((s) => s.shardId === shardId);
 }
 
 describe('a multi-node replica is one gang', () => {
@@ -126,7 +119,10 @@ describe('a multi-node replica is one gang', () => {
     const c = await startCluster();
     await c.cp.close();
     process.kill(c.pids['node-b'], 'SIGKILL');
-    await until(async () => (await ctlShard(c.dirs['node-a'], 'gang-0-g1-r0'))?.state === 'SHARD_STATE_UNHEALTHY', 'the leader to be UNHEALTHY on its node', WAIT_MS);
+    // UNHEALTHY as soon as the worker's engine is gone ("… engine ended …; its agent is still telling how"), then
+    // named by its state at the next round once the worker's agent has told its death, as in the test above.
+    const told = (s?: { state?: string; error?: string }) => s?.state === 'SHARD_STATE_UNHEALTHY' && /is FAILED/.test(s.error ?? '');
+    await until(async () => told(await ctlShard(c.dirs['node-a'], 'gang-0-g1-r0')), 'the leader to be UNHEALTHY on its node, naming the worker FAILED', WAIT_MS);
     expect((await ctlShard(c.dirs['node-a'], 'gang-0-g1-r0'))?.error).toMatch(/^gang broken: rank 1 on node-b is FAILED: engine was killed by SIGKILL/);
     expect(isRunning(c.pids['node-a'])).toBe(true);
   });

@@ -7,6 +7,7 @@ import type { Deployment } from '../../src/control/deployment.js';
 import { type AgentMessage, ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { type AgentDirs, type AgentProcess, agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from './agent-process.js';
 import { DOUBLE_ENGINES_YAML } from './double-shards.js';
+import { runCli } from './run-cli.js';
 import { until } from './engine-processes.js';
 import { type HoldableRelay, startHoldableRelay } from './holdable-relay.js';
 import { fillListenQueue as fillQueue } from './listen-queue.js';
@@ -155,4 +156,12 @@ export function shardHistory(c: GangCluster, node: GangNode): string {
     .filter((s) => s !== undefined)
     .map((s) => `${s.shardId} ${ShardState[s.state]}${s.error ? ` "${s.error}"` : ''}`)
     .join(' / ');
+}
+
+/** The shard as `llmgw ctl status --json` on that node's socket shows it. */
+export async function ctlShard(dirs: AgentDirs, shardId: string): Promise<{ state?: string; error?: string; gang?: string; note?: string } | undefined> {
+  const r = await runCli(['ctl', 'status', '--json', '--socket', dirs.socket]);
+  if (r.exitCode !== 0) return undefined;
+  const shards = (JSON.parse(r.stdout) as { shards?: { shardId: string; state: string; error?: string; gang?: string; note?: string }[] }).shards ?? [];
+  return shards.find((s) => s.shardId === shardId);
 }

@@ -9,19 +9,20 @@
  * agent's estimate (the median it reports in Inventory.warmth) is set beside
  * the third start's StartShard → READY; the target is within 20 %.
  */
-import { mkdirSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { ControlPlane } from '../src/control/control-plane.js';
-import { type AgentMessage, type ModelPull, ModelPullState, PrefetchModelSchema, ShardState, type ShardStatus, SleepShardSchema, WakeShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
+import { type AgentMessage, ShardState, type ShardStatus, SleepShardSchema, WakeShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
 import { readGpuUsage } from '../src/sim/fake-gpu-usage.js';
 import { until } from '../test/helpers/engine-processes.js';
 import { StoreLayout } from '../src/models/store-layout.js';
 import { warmFiles } from '../src/models/page-cache.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../test/helpers/double-shards.js';
+import { doubleStart } from '../test/helpers/double-shards.js';
 import { dropFromPageCache } from '../test/helpers/drop-page-cache.js';
-import { isRegister, shardIs } from '../test/helpers/sim-shards.js';
-import { controlPlane, freePort, newRoot, spawnAgent } from './bench-support.js';
+import { shardIs } from '../test/helpers/sim-shards.js';
+import { agentWithModel } from './model-agent.js';
+import { controlPlane, freePort, newRoot } from './bench-support.js';
 import { ms } from './command-timing.js';
 import type { BenchRow } from './fleet-figure.js';
 import { MiB, REPO, modelBytes, startHub, startToReady, stopShard } from './warm-start-model.js';
@@ -51,14 +52,7 @@ export async function warmthFigure(rows: BenchRow[], notes: string[]): Promise<v
     mkdirSync(cacheDir, { recursive: true });
     // Where the double says what its GPU holds, for the fake nvidia-smi: a sleep is seen to free it.
     const usageDir = join(dirs.root, 'gpu-usage');
-    spawnAgent(url, dirs, { extraYaml: `${DOUBLE_ENGINES_YAML}models:\n  cache_dir: ${cacheDir}\n  budget: 2GiB\n  hub:\n    endpoint: ${hub.url}\n`, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
-    await cp.waitFor('node-a', isRegister, 30_000);
-    const pulled = cp.waitFor('node-a', (m) => m.msg.case === 'modelPull' && m.msg.value.repo === REPO && [ModelPullState.DONE, ModelPullState.FAILED].includes(m.msg.value.state), 180_000);
-    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: REPO, revision: 'main' }) });
-    const pull = (await pulled).msg.value as ModelPull;
-    if (pull.state !== ModelPullState.DONE) throw new Error(`the pull failed: ${pull.error}`);
-    const blobs = join(new StoreLayout(cacheDir).repoDir(REPO), 'blobs');
-    const files = readdirSync(blobs).map((n) => ({ path: join(blobs, n), bytes: 0 }));
+    const files = (await agentWithModel(cp, url, dirs, { cacheDir, hubUrl: hub.url, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } })).map((path) => ({ path, bytes: 0 }));
     const drop = () => dropFromPageCache(files.map((f) => f.path));
     const warm = () => warmFiles(files, Number.POSITIVE_INFINITY);
     // The double's compiled graph for the model, where vLLM keeps it (VLLM_CACHE_ROOT/torch_compile_cache under the agent's engine cache).

@@ -9,18 +9,16 @@
  * And the same rule replayed on the starts recorded by earlier runs
  * (RECORDED), beside the nearest-rank P90 they were published with.
  */
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { create } from '@bufbuild/protobuf';
-import { ModelPullState, type ModelPull, PrefetchModelSchema, type TimeToReady } from '../src/gen/llmgw/v1/agent_pb.js';
+import type { TimeToReady } from '../src/gen/llmgw/v1/agent_pb.js';
 import { warmFiles } from '../src/models/page-cache.js';
-import { StoreLayout } from '../src/models/store-layout.js';
 import { nextP90Margin, percentile, rungSpread } from '../src/agent/models/rung-spread.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../test/helpers/double-shards.js';
+import { doubleStart } from '../test/helpers/double-shards.js';
 import { dropFromPageCache } from '../test/helpers/drop-page-cache.js';
 import { until } from '../test/helpers/engine-processes.js';
-import { isRegister } from '../test/helpers/sim-shards.js';
-import { controlPlane, freePort, newRoot, spawnAgent } from './bench-support.js';
+import { agentWithModel } from './model-agent.js';
+import { controlPlane, freePort, newRoot } from './bench-support.js';
 import type { BenchRow } from './fleet-figure.js';
 import { REPO, startHub, startToReady, stopShard } from './warm-start-model.js';
 
@@ -112,14 +110,7 @@ export async function warmthSpreadFigure(rows: BenchRow[], notes: string[], quic
     const { cp, url } = await controlPlane();
     const dirs = newRoot('f14ds');
     const cacheDir = join(dirs.root, 'models');
-    spawnAgent(url, dirs, { extraYaml: `${DOUBLE_ENGINES_YAML}models:\n  cache_dir: ${cacheDir}\n  budget: 2GiB\n  hub:\n    endpoint: ${hub.url}\n` });
-    await cp.waitFor('node-a', isRegister, 30_000);
-    const pulled = cp.waitFor('node-a', (m) => m.msg.case === 'modelPull' && m.msg.value.repo === REPO && [ModelPullState.DONE, ModelPullState.FAILED].includes(m.msg.value.state), 180_000);
-    cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: REPO, revision: 'main' }) });
-    const pull = (await pulled).msg.value as ModelPull;
-    if (pull.state !== ModelPullState.DONE) throw new Error(`the pull failed: ${pull.error}`);
-    const blobs = join(new StoreLayout(cacheDir).repoDir(REPO), 'blobs');
-    const files = readdirSync(blobs).map((n) => ({ path: join(blobs, n), bytes: 0 }));
+    const files = (await agentWithModel(cp, url, dirs, { cacheDir, hubUrl: hub.url })).map((path) => ({ path, bytes: 0 }));
     const ledgerFile = join(dirs.stateDir, 'warmth.json');
     /** The agent's samples per rung for the model, as its warmth file holds them. */
     const samples = (): Record<string, number[]> => {

@@ -14,20 +14,19 @@
  *   (--sim-compile-time), its first start writing the compiled graph the
  *   agent then sees used; the page cache filled (or dropped) before each.
  */
-import { readFileSync, readdirSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import type { ControlPlane } from '../src/control/control-plane.js';
-import { ModelPullState, type ModelPull, PrefetchModelSchema, ShardState, type ShardStatus, SleepShardSchema, type TimeToReady, WakeShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
+import { ShardState, type ShardStatus, SleepShardSchema, type TimeToReady, WakeShardSchema } from '../src/gen/llmgw/v1/agent_pb.js';
 import { warmFiles } from '../src/models/page-cache.js';
-import { StoreLayout } from '../src/models/store-layout.js';
 import { percentile } from '../src/agent/models/rung-spread.js';
 import { readGpuUsage } from '../src/sim/fake-gpu-usage.js';
-import { DOUBLE_ENGINES_YAML, doubleStart } from '../test/helpers/double-shards.js';
+import { doubleStart } from '../test/helpers/double-shards.js';
 import { dropFromPageCache } from '../test/helpers/drop-page-cache.js';
 import { until } from '../test/helpers/engine-processes.js';
-import { isRegister } from '../test/helpers/sim-shards.js';
-import { controlPlane, freePort, newRoot, sleep, spawnAgent } from './bench-support.js';
+import { agentWithModel } from './model-agent.js';
+import { controlPlane, freePort, newRoot, sleep } from './bench-support.js';
 import type { BenchRow } from './fleet-figure.js';
 import { REPO, startHub, startToReady, stopShard } from './warm-start-model.js';
 import { pct, row, SCORED_FROM, STARTS, score } from './warmth-spread-figure.js';
@@ -58,19 +57,13 @@ async function setUp(tag: string): Promise<Bench> {
   const cacheDir = join(dirs.root, 'models');
   const usageDir = join(dirs.root, 'gpu-usage');
   const hub = await startHub();
-  spawnAgent(url, dirs, { extraYaml: `${DOUBLE_ENGINES_YAML}models:\n  cache_dir: ${cacheDir}\n  budget: 2GiB\n  hub:\n    endpoint: ${hub.url}\n`, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
-  await cp.waitFor('node-a', isRegister, 30_000);
-  const pulled = cp.waitFor('node-a', (m) => m.msg.case === 'modelPull' && m.msg.value.repo === REPO && [ModelPullState.DONE, ModelPullState.FAILED].includes(m.msg.value.state), 180_000);
-  cp.send('node-a', { case: 'prefetch', value: create(PrefetchModelSchema, { repo: REPO, revision: 'main' }) });
-  const pull = (await pulled).msg.value as ModelPull;
-  if (pull.state !== ModelPullState.DONE) throw new Error(`the pull failed: ${pull.error}`);
-  const blobs = join(new StoreLayout(cacheDir).repoDir(REPO), 'blobs');
+  const blobs = await agentWithModel(cp, url, dirs, { cacheDir, hubUrl: hub.url, env: { LLMGW_FAKE_GPU_USAGE_DIR: usageDir } });
   const ledgerFile = join(dirs.stateDir, 'warmth.json');
   return {
     cp,
     stopHub: () => hub.stop(),
     usageDir,
-    files: readdirSync(blobs).map((n) => ({ path: join(blobs, n), bytes: 0 })),
+    files: blobs.map((path) => ({ path, bytes: 0 })),
     samples: (profile) => {
       try {
         const f = JSON.parse(readFileSync(ledgerFile, 'utf8')) as { entries: { model: string; profile: string; samples: Record<string, number[]> }[] };

@@ -15,8 +15,18 @@ import type { StartedControlPlane } from '../helpers/start-control-plane.js';
  * (S:python/sglang/srt/observability/metrics_collector.py:1740-1757 at
  * v0.5.18), so one long stream left it flat for its whole length; the agent
  * reads sglang:realtime_tokens_total, which grows every decode step. Its own
- * file, so the minute it takes runs beside the other files.
+ * file, so the time it takes runs beside the other files.
+ *
+ * Scaled down by 5/2, the ratio the judgement rests on kept: the healthy
+ * stream lasts 12 stall timeouts (24 s at stall_timeout 2s, as 60 s at 5s
+ * did), long past the 2 s in which a flat generation_tokens_total would
+ * have called it stalled. 2 s is still 4 health reads (health_interval
+ * 500ms) and 40 tokens of the double (50 ms each), so a loaded machine that
+ * delays a token or a read does not make the stream look flat.
  */
+const STALL_TIMEOUT_S = 2;
+/** 12 stall timeouts of tokens at 50 ms each. */
+const LONG_TOKENS = (12 * STALL_TIMEOUT_S * 1000) / 50;
 
 const NODE = 'node-long';
 const S = ShardState;
@@ -25,7 +35,7 @@ let agent: AgentProcess;
 let dirs: AgentDirs;
 
 beforeAll(async () => {
-  ({ cp, agent, dirs } = await startDoubleAgent(NODE, 'llmgw-long-', ['stall_timeout: 5s']));
+  ({ cp, agent, dirs } = await startDoubleAgent(NODE, 'llmgw-long-', [`stall_timeout: ${STALL_TIMEOUT_S}s`]));
 });
 
 afterAll(() => stopDoubleAgent({ cp, agent, dirs }));
@@ -43,8 +53,8 @@ async function ready(id: string, port: number, args: string[], gpu: number): Pro
   expect(s.state, s.error).toBe(S.READY);
 }
 
-describe('SGLang stall detection with stall_timeout 5s', () => {
-  it('never calls a 60 s generation UNHEALTHY, and calls a hung one stalled', { timeout: 150_000 }, async () => {
+describe(`SGLang stall detection with stall_timeout ${STALL_TIMEOUT_S}s`, () => {
+  it(`never calls a generation of 12 stall timeouts (${12 * STALL_TIMEOUT_S} s) UNHEALTHY, and calls a hung one stalled`, { timeout: 150_000 }, async () => {
     const [longPort, hungPort] = [await freePort(), await freePort()];
     await ready('g-60s', longPort, ['--sim-token-latency', '50ms'], 0);
     await ready('g-hung', hungPort, ['--sim-token-latency', '50ms', '--sim-stall-after', '3s'], 1);
@@ -53,9 +63,9 @@ describe('SGLang stall detection with stall_timeout 5s', () => {
       .catch(() => undefined);
     const stalled = cp.cp.waitFor(NODE, shardIs('g-hung', S.UNHEALTHY), 90_000);
     const started = Date.now();
-    const got = await consumeStream(await streamChat(longPort, 1200));
-    expect(Date.now() - started).toBeGreaterThanOrEqual(60_000);
-    expect(got).toEqual({ tokens: 1200, done: true });
+    const got = await consumeStream(await streamChat(longPort, LONG_TOKENS));
+    expect(Date.now() - started).toBeGreaterThanOrEqual(12 * STALL_TIMEOUT_S * 1000);
+    expect(got).toEqual({ tokens: LONG_TOKENS, done: true });
     expect(statesOf('g-60s').map((s) => S[s.state])).toEqual(['STARTING', 'READY']);
     expect(((await stalled).msg.value as ShardStatus).error).toMatch(/^stalled: 1 request running, no token generated for \d+ s$/);
   });

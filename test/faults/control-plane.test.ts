@@ -31,7 +31,7 @@ describe('a control plane that dies, hangs or talks nonsense', () => {
     for (const s of misbehavingControlPlanes) {
       it(s.title, async () => {
         try {
-          expectNoDataLost(s.name, await misbehaveOnce(h, booted, s.kind, s.check));
+          expectNoDataLost(s.name, await misbehaveOnce(h, booted, s));
           await h.assertInvariants();
         } catch (err) {
           // What the agent said last is usually the explanation.

@@ -36,6 +36,7 @@ export function simEngineOptions(argv: string[]): SimEngineOptions | undefined {
         host: { type: 'string', multiple: true },
         model: { type: 'string' },
         rendezvous: { type: 'string' },
+        'load-until-file': { type: 'string' },
         ...Object.fromEntries([...DURATIONS, ...INTEGERS].map((n) => [n, { type: 'string' as const }])),
         ...Object.fromEntries(BOOLEANS.map((n) => [n, { type: 'boolean' as const }])),
       },
@@ -83,6 +84,7 @@ export function simEngineOptions(argv: string[]): SimEngineOptions | undefined {
   if (ms['stall-after'] !== undefined) opts.stallAfterMs = ms['stall-after'];
   if (int['log-rate'] !== undefined) opts.logRate = int['log-rate'];
   if (values.rendezvous !== undefined) opts.rendezvous = values.rendezvous as string;
+  if (values['load-until-file'] !== undefined) opts.loadUntilFile = values['load-until-file'] as string;
   return opts;
 }
 

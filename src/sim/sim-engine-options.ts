@@ -6,6 +6,12 @@ export interface SimEngineOptions {
   model: string;
   /** The port stays closed this long, as vLLM's does while loading weights. */
   loadTimeMs: number;
+  /**
+   * Loading lasts until this file exists, then loadTimeMs more: a test that
+   * needs the port closed while it does something ends the load when it is
+   * done, instead of guessing a load time long enough at any load.
+   */
+  loadUntilFile?: string;
   /** Time per generated token, so tests can hold requests in flight. */
   tokenLatencyMs: number;
   /** Tokens generated when a request does not say. */

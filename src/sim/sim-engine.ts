@@ -1,6 +1,7 @@
 import { startSimRendezvous } from './sim-rendezvous.js';
 import { type ChildProcess, spawn } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { type IncomingMessage, type Server, type ServerResponse, createServer } from 'node:http';
 import { setTimeout as sleep } from 'node:timers/promises';
 import {
@@ -263,7 +264,7 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
     vllmLog('INFO', 'model_runner.py:1000', `Starting to load model ${opts.model}...`);
     if (opts.neverReady) return; // loading forever: the port never opens
 
-    later(opts.loadTimeMs, () => {
+    const loaded = () => later(opts.loadTimeMs, () => {
       vllmLog('INFO', 'model_runner.py:1012', `Loading model weights took ${(opts.loadTimeMs / 1000).toFixed(2)} seconds`);
       server = createServer(handle);
       server.on('error', (err) => {
@@ -277,6 +278,13 @@ export function runSimEngine(opts: SimEngineOptions): Promise<number> {
         vllmLog('INFO', 'server.py:83', `Uvicorn running on http://${opts.host}:${port} (Press CTRL+C to quit)`);
       });
     });
+    const until = opts.loadUntilFile;
+    if (until === undefined) loaded();
+    else {
+      // Looked for every 50 ms: the test that writes it waits for what follows, never for this.
+      const look = () => (existsSync(until) ? loaded() : later(50, look));
+      look();
+    }
   });
 }
 

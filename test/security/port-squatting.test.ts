@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -53,10 +53,13 @@ describe.skipIf(process.geteuid?.() !== 0)('a local user squatting a loading sha
     await cp.waitFor((m) => m.msg.case === 'register');
     const port = await freePort();
 
-    // The sim opens its port after 15 s, as vLLM does once its weights are
-    // loaded; the squatter binds it long before and leaves before then
-    // (a taken port makes the sim exit, as uvicorn does).
-    cp.send({ case: 'start', value: simStart('squatted', port, { args: ['--load-time', '15s'] }) });
+    // The sim opens its port once its load ends, as vLLM does once its
+    // weights are loaded; the squatter binds it before and leaves before
+    // then (a taken port makes the sim exit, as uvicorn does). The load
+    // ends when the test writes `loadedFile`, after the squatter is gone (a
+    // fixed 15 s load did, which the steps below needed only part of).
+    const loadedFile = join(root, 'squatted-loaded');
+    cp.send({ case: 'start', value: simStart('squatted', port, { args: ['--load-until-file', loadedFile] }) });
     await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.state === ShardState.STARTING);
     const squatter = startSquatter(port, 'm');
     await squatter.up;
@@ -85,6 +88,8 @@ describe.skipIf(process.geteuid?.() !== 0)('a local user squatting a loading sha
     // Once the squatter is gone, the stream hears the reason cleared (STARTING, no error), then READY.
     const after = (m: AgentMessage) => cp.received.indexOf(m) > cp.received.indexOf(told);
     await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.state === ShardState.STARTING && m.msg.value.error === '' && after(m), 60_000);
+    // Only now does the engine bind its port: READY comes from it, with the port free.
+    writeFileSync(loadedFile, '');
     const ready = await cp.waitFor((m) => m.msg.case === 'shard' && m.msg.value.shardId === 'squatted' && m.msg.value.state !== ShardState.STARTING, 60_000);
     expect(ready.msg.case === 'shard' && [ShardState[ready.msg.value.state], ready.msg.value.error]).toEqual(['READY', '']);
     expect((await shardInfo())?.error).toBe('');

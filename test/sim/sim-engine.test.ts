@@ -84,6 +84,23 @@ describe('llmgw sim engine', () => {
     expect((await fetch(`${sim.url}/health`)).status).toBe(200);
   });
 
+  it('with --load-until-file keeps its port closed until the file exists, then opens it', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-sim-until-'));
+    try {
+      const file = join(dir, 'loaded');
+      const sim = await startSim(['--model', 'm', '--load-until-file', file], /Starting to load model/);
+      // Several of its 50 ms looks: still loading, the port closed.
+      await sleep(300);
+      await expect(fetch(`${sim.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
+      expect(sim.output()).not.toMatch(/Uvicorn running/);
+      closeSync(openSync(file, 'w'));
+      await until(() => /Uvicorn running/.test(sim.output()), 'loaded once the file exists');
+      expect((await fetch(`${sim.url}/health`)).status).toBe(200);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   it('answers chat and text completions in the OpenAI shape', async () => {
     const sim = await startSim(['--model', 'm', '--max-tokens', '4']);
     const chat = await (await post(`${sim.url}/v1/chat/completions`, { model: 'm', messages: [{ role: 'user', content: 'hi you' }] })).json();

@@ -42,7 +42,12 @@ export interface DevClusterOptions {
   logger: Logger;
   /** --engine vllm: the vLLM double's command and dev up's hub (devAgentConfigYaml). */
   vllmDouble?: { command: string; hubUrl: string };
+  /** The wait before a failed replica is placed again, doubling while it keeps failing; DEV_RETRY_BACKOFF_MS when unset. */
+  retryBackoffMs?: number;
 }
+
+/** dev up's first wait before placing a failed replica again: short, so a newcomer sees it recover. */
+export const DEV_RETRY_BACKOFF_MS = 2_000;
 
 export interface DevStopReport {
   /** Shards the agent reported stopped. */
@@ -77,7 +82,7 @@ export class DevCluster {
     this.#log = opts.logger;
     // One node: nothing to wait for before placing, and a replica that
     // failed is retried soon, so a newcomer sees it recover.
-    this.#cp = new ControlPlane({ deployment: opts.deployment, placementDelayMs: 0, retryBackoffMs: 2_000, portRange: opts.shardPorts, logger: opts.logger });
+    this.#cp = new ControlPlane({ deployment: opts.deployment, placementDelayMs: 0, retryBackoffMs: opts.retryBackoffMs ?? DEV_RETRY_BACKOFF_MS, portRange: opts.shardPorts, logger: opts.logger });
   }
 
   get phase(): DevClusterPhase {

@@ -53,6 +53,8 @@ export interface RunDevUpOptions {
   onUpdate?: (line: string) => void;
   /** nvidia-smi to look for real GPUs with (tests point it at something that fails). */
   nvidiaSmi?: string;
+  /** --retry-backoff: the first wait before a failed replica is placed again (DevClusterOptions). */
+  retryBackoffMs?: number;
 }
 
 export interface DevUpOutcome {
@@ -116,7 +118,7 @@ export async function runDevUp(opts: RunDevUpOptions): Promise<DevUpOutcome> {
       await hub.start();
       opts.onProgress(`model hub ${hub.url} serving ${DEV_HUB_MODEL}; the agent's model store is ${dirs.modelsDir}`);
     }
-    cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, shardPorts, logLevel: opts.logLevel, logger, ...(hub ? { vllmDouble: { command: FAKE_VLLM_BIN, hubUrl: hub.url } } : {}) });
+    cluster = new DevCluster({ deployment, gpus, dirs, port: opts.port, shardPorts, logLevel: opts.logLevel, logger, ...(opts.retryBackoffMs !== undefined ? { retryBackoffMs: opts.retryBackoffMs } : {}), ...(hub ? { vllmDouble: { command: FAKE_VLLM_BIN, hubUrl: hub.url } } : {}) });
 
     let failed: unknown;
     // Failures after ready: the lines that reported them named logs in the temp dir, which must outlive dev up.

@@ -1,8 +1,11 @@
 import { Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
+import { durationFlag } from '../../cli/duration-flags.js';
+import { DEV_RETRY_BACKOFF_MS } from '../../dev/dev-cluster.js';
 import { DEV_ENGINES } from '../../dev/dev-deployment-yaml.js';
 import { renderDevUpSummary } from '../../dev/render-dev-up-summary.js';
 import { type DevUpRenderer, runDevUp } from '../../dev/run-dev-up.js';
+import { formatDuration } from '../../lib/duration.js';
 import { usageError } from '../../lib/errors.js';
 
 export default class DevUp extends BaseCommand {
@@ -63,6 +66,9 @@ a separate service that speaks the same contract.`;
     deployment: Flags.string({ char: 'd', summary: 'Deployment YAML to run instead of the generated one (replicas of one node only).' }),
     port: Flags.integer({ summary: 'Control-plane port on 127.0.0.1 [default: a free one].', min: 0, max: 65535, default: 0 }),
     keep: Flags.boolean({ summary: 'Keep the temporary directory (state, logs, configuration) after stopping.' }),
+    'retry-backoff': durationFlag({
+      summary: `Wait before placing a failed replica again, doubling while it keeps failing [default: ${formatDuration(DEV_RETRY_BACKOFF_MS)}].`,
+    }),
   };
 
   async run(): Promise<void> {
@@ -78,6 +84,7 @@ a separate service that speaks the same contract.`;
       deploymentFile: flags.deployment,
       port: flags.port,
       keep: flags.keep,
+      ...(flags['retry-backoff'] !== undefined ? { retryBackoffMs: flags['retry-backoff'] } : {}),
       logLevel: flags['log-level'] ?? 'info',
       renderer,
       onReady: (summary) => (json ? this.logJson(summary) : this.log(renderDevUpSummary(summary))),

@@ -267,7 +267,7 @@ describe('llmgw dev up', () => {
   }, CLUSTER_TEST_TIMEOUT_MS);
 
   it('after ready, prints the new URL and curl line of an engine placed again on another port, and that line answers', async () => {
-    const run = devUp(['--replicas', '1']);
+    const run = devUp(['--replicas', '1', '--retry-backoff', '200ms']);
     const [, url] = await run.waitFor(/^ {2}tiny-0 +(http:\/\/127\.0\.0\.1:\d+) /m, FIRST_ANSWER_BOUND_MS);
     const [, tempDir] = await run.waitFor(/temp dir (\S+)\.$/m, 5_000);
     const state = JSON.parse(readFileSync(join(tempDir as string, 'state/shards/tiny-0-g1-r0.json'), 'utf8')) as { pid: number };
@@ -290,7 +290,8 @@ describe('llmgw dev up', () => {
     const deployment = writeDeployment(
       'profiles:\n  flaky:\n    engine: sim\n    model: sim/flaky\n    served_model_name: flaky\n    args: [--load-time, 100ms, --fail-after, 1s, --exit-code, "3"]\nreplicas:\n  - name: flaky\n    profile: flaky\n',
     );
-    const run = devUp(['--deployment', deployment]);
+    // Placed again 200 ms after its first failure, 400 ms after its second: the loop, not the 2 s and 4 s waits of the default.
+    const run = devUp(['--deployment', deployment, '--retry-backoff', '200ms']);
     await run.waitFor(/^1 replica\(s\) ready/m, FIRST_ANSWER_BOUND_MS);
     await run.waitFor(/^flaky-0 is crash-looping: 3 failures in a row, the last with exit status 3; its log: \S+\/flaky-0-g\d+-r0\.log$/m, 90_000);
     expect(run.stdout()).toMatch(/^flaky-0: shard flaky-0-g\d+-r0 (FAILED|EXITED) \(exit status 3\)/m);
@@ -305,6 +306,12 @@ describe('llmgw dev up', () => {
     const stderr = String(result.stderr);
     const [, kept] = /^kept (\S+) \(flaky-0 crash-looped\): engine logs in /m.exec(stderr) ?? [];
     expect(kept, stderr).toBeDefined();
+    // --retry-backoff reached the control plane: its first two waits were 200 ms and 400 ms.
+    const waits = readFileSync(join(kept as string, 'control-plane.log'), 'utf8')
+      .split('\n')
+      .filter((l) => l.includes('placing it again after the backoff'))
+      .map((l) => (JSON.parse(l) as { retryInMs: number }).retryInMs);
+    expect(waits.slice(0, 2)).toEqual([200, 400]);
     const [, loopLog] = /is crash-looping: .*; its log: (\S+)$/m.exec(run.stdout()) ?? [];
     expect(existsSync(loopLog as string)).toBe(true);
   }, CLUSTER_TEST_TIMEOUT_MS);

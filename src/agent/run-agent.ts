@@ -156,7 +156,7 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
       servers.push(gang.server);
       gangEndpoint = gang.endpoint;
     }
-    gangWatch = new GangWatch({ nodeId: c.nodeId, shards: () => supervisor.listGangRanks(), mark: (id, f) => supervisor.gangChanged(id, f), log: logger, tls: () => readGangTls(c.tls) });
+    gangWatch = new GangWatch({ nodeId: c.nodeId, shards: () => supervisor.listGangRanks(), mark: (id, f) => supervisor.gangChanged(id, f), log: logger, tls: () => readGangTls(c.tls), agentGraceMs: c.gangAgentGraceMs });
     gangWatch.start();
     if (metrics) {
       metrics.observe(agentMetricsSources({ agent, supervisor, admin, node: c.nodeId, version, foreignMemoryShare: c.discovery.foreignMemoryShare }));

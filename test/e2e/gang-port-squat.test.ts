@@ -20,8 +20,14 @@ import { killSquatters, NOBODY, startSquatter } from '../helpers/squatter.js';
 
 afterEach(killSquatters);
 
-/** Past the agent grace (GANG_AGENT_GRACE_MS, 10 s) and five watch rounds: what would have broken the gang before had time to. */
-const HOLD_MS = 13_000;
+/**
+ * The agents' gang_agent_grace: 5 s, not the 10 s default, still more than
+ * twice the refusals an agent restart makes here (its port closed until the
+ * squatter binds it, or until the agent takes it back, within 2 s).
+ */
+const AGENT_GRACE_MS = 5_000;
+/** Past the agent grace and three watch rounds: what would have broken the gang before had time to. */
+const HOLD_MS = AGENT_GRACE_MS + 3_000;
 
 /** Every gang_break either node sent, and every report that is not READY after the rank's first READY, and any later placement. */
 function breaks(c: GangCluster): string[] {
@@ -46,7 +52,7 @@ const msgs = (recs: Record<string, unknown>[]) => recs.map((r) => String(r.msg))
 describe('a gang under a stranger on its port (issue 48 item 3 acceptance)', () => {
   it('1,000 idle connections from another uid, then a squat of the port while the agent restarts: the gang stays READY, and the agents say what they saw', { timeout: 180_000 }, async () => {
     const gangPorts = { 'node-a': await freePort(), 'node-b': await freePort() };
-    const c = await startGangCluster({ deployment: gangDeployment(), gangAddr: true, gangPorts });
+    const c = await startGangCluster({ deployment: gangDeployment(), gangAddr: true, gangPorts, agentGrace: `${AGENT_GRACE_MS / 1000}s` });
     const portB = gangPorts['node-b'];
 
     // 1. uid 65534 holds 1,000 connections to node-b's gang endpoint, sending nothing, opening again each one closed.

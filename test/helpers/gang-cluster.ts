@@ -48,6 +48,8 @@ export interface GangClusterOptions {
   gangPorts?: Record<GangNode, number>;
   /** This node's agent reaches the control plane through a relay the test can hold (GangCluster.link); its peers reach it directly. */
   heldLink?: GangNode;
+  /** Both agents' gang_agent_grace (10s when unset). */
+  agentGrace?: string;
 }
 
 export const shardOf = (m: AgentMessage) => (m.msg.case === 'shard' ? m.msg.value : undefined);
@@ -65,7 +67,8 @@ export async function startGangCluster(o: GangClusterOptions): Promise<GangClust
     'node-a': cp.cp.waitFor('node-a', isState(RANK_SHARD['node-a'], ShardState.READY), waitMs),
     'node-b': cp.cp.waitFor('node-b', isState(RANK_SHARD['node-b'], ShardState.READY), waitMs),
   };
-  const extraYaml = (nodeId: GangNode) => `${o.doubles ? DOUBLE_ENGINES_YAML : ''}${o.gangAddr ? `gang_addr: 127.0.0.1:${o.gangPorts?.[nodeId] ?? 0}\n` : ''}`;
+  const extraYaml = (nodeId: GangNode) =>
+    `${o.doubles ? DOUBLE_ENGINES_YAML : ''}${o.gangAddr ? `gang_addr: 127.0.0.1:${o.gangPorts?.[nodeId] ?? 0}\n` : ''}${o.agentGrace ? `gang_agent_grace: ${o.agentGrace}\n` : ''}`;
   const link = o.heldLink ? await startHoldableRelay(cp.port) : undefined;
   const server = (nodeId: GangNode) => (link && nodeId === o.heldLink ? cp.url.replace(`:${cp.port}`, `:${link.port}`) : cp.url);
   const agent = (nodeId: GangNode) => startAgentProcess({ server: server(nodeId), dirs: dirs[nodeId], nodeId, heartbeat: '500ms', extraYaml: extraYaml(nodeId), supervisor: o.supervisor });

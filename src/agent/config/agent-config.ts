@@ -187,6 +187,8 @@ export interface AgentConfig {
   models: ModelsConfig;
   /** host:port of the gang endpoint (issue 40); '' when off. */
   gangAddr: string;
+  /** gang_agent_grace: how long a peer's agent may refuse, with nothing else to judge its rank by, before the gang is broken (GangWatch). */
+  gangAgentGraceMs: number;
   metricsAddr: string;
   logLevel: string;
 }

@@ -25,7 +25,7 @@ export { GANG_UNREACHABLE_ROUNDS } from './judge-peer.js';
  * How long a peer whose agent refuses connections (a restart: ECONNREFUSED),
  * and that nothing else shows alive or dead, may stay so before the gang is
  * broken: an agent restart (an upgrade takes under a second) is not a
- * break; a node gone is one.
+ * break; a node gone is one. The default of gang_agent_grace.
  */
 export const GANG_AGENT_GRACE_MS = 10_000;
 
@@ -44,6 +44,7 @@ export interface GangWatchParts {
   probeHealth?: typeof probeHealth;
   intervalMs?: number;
   timeoutMs?: number;
+  /** gang_agent_grace; GANG_AGENT_GRACE_MS when unset. */
   agentGraceMs?: number;
   now?: () => number;
 }

@@ -133,6 +133,13 @@ describe('loadAgentConfig', () => {
     expect(() => loadAgentConfig({ configPath: noCa, env: {} })).toThrow(/gang_addr is set and tls\.ca is not: the gang endpoint serves and asks its peers by mutual TLS/);
   });
 
+  it('takes gang_agent_grace as a duration, 10 s by default, and refuses 0s (an agent restart would break every gang)', () => {
+    expect(loadAgentConfig({ configPath: file(MINIMAL), env: {} }).config.gangAgentGraceMs).toBe(10_000);
+    expect(loadAgentConfig({ configPath: file(`${MINIMAL}gang_agent_grace: 30s\n`), env: {} }).config.gangAgentGraceMs).toBe(30_000);
+    const zero = file(`${MINIMAL}gang_agent_grace: 0s\n`);
+    expect(configErrorOf(() => loadAgentConfig({ configPath: zero, env: {} })).message).toMatch(/^gang_agent_grace must be greater than 0 /);
+  });
+
   it('defaults register_timeout to off and tls.expiry_warning to 7 days', () => {
     const { config } = loadAgentConfig({ configPath: file(MINIMAL), env: {} });
     expect(config.registerTimeoutMs).toBe(0);

@@ -157,6 +157,14 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
       gangEndpoint = gang.endpoint;
     }
     gangWatch = new GangWatch({ nodeId: c.nodeId, shards: () => supervisor.listGangRanks(), mark: (id, f) => supervisor.gangChanged(id, f), log: logger, tls: () => readGangTls(c.tls), agentGraceMs: c.gangAgentGraceMs });
+    // Parked while no multi-node rank runs here; woken by any change of one.
+    const watch = gangWatch;
+    supervisor.react({
+      name: 'gang watch woken',
+      on: (t) => {
+        if (t.shard.spec.nnodes > 1) watch.poke();
+      },
+    });
     gangWatch.start();
     if (metrics) {
       metrics.observe(agentMetricsSources({ agent, supervisor, admin, node: c.nodeId, version, foreignMemoryShare: c.discovery.foreignMemoryShare }));

@@ -78,7 +78,8 @@ export class NodeAdapters {
   readonly #shards = new Map<string, { adapters: ShardAdapters; life: AbortController }>();
   readonly #stalls = new Map<string, AdapterStatus>();
   readonly #ledger: AdapterLedger;
-  readonly #timer: NodeJS.Timeout;
+  /** The recheck every ADAPTER_RECHECK_MS, running only while some shard has adapters (#recheckWhileAny). */
+  #timer: NodeJS.Timeout | undefined;
   readonly #closed = new AbortController();
 
   constructor(private readonly opts: NodeAdaptersOptions) {
@@ -89,8 +90,26 @@ export class NodeAdapters {
     }
     this.#ledger = new AdapterLedger(join(adapterStateDir(opts.stateDir), 'ledger.json'));
     opts.shards.react({ name: 'adapters reconciled', on: (t) => this.onTransition(t) });
-    this.#timer = setInterval(() => this.recheck(), opts.recheckMs ?? ADAPTER_RECHECK_MS);
-    this.#timer.unref();
+  }
+
+  /**
+   * Starts the recheck when the first shard has adapters and stops it when
+   * the last is gone: with none, a timer a second woke the agent for nothing
+   * on every node (bench figures 5b and 16).
+   */
+  #recheckWhileAny(): void {
+    if (this.#shards.size > 0 && this.#timer === undefined && !this.#closed.signal.aborted) {
+      this.#timer = setInterval(() => this.recheck(), this.opts.recheckMs ?? ADAPTER_RECHECK_MS);
+      this.#timer.unref();
+    } else if (this.#shards.size === 0 && this.#timer !== undefined) {
+      clearInterval(this.#timer);
+      this.#timer = undefined;
+    }
+  }
+
+  /** Whether the recheck timer runs (tests: it runs only while some shard has adapters). */
+  get rechecking(): boolean {
+    return this.#timer !== undefined;
   }
 
   /** Why a StartShard's adapters or limits may not be, in one line; undefined when they may. Judged before anything is launched. */
@@ -161,6 +180,7 @@ export class NodeAdapters {
   close(): void {
     this.#closed.abort();
     clearInterval(this.#timer);
+    this.#timer = undefined;
     for (const s of this.#shards.values()) s.life.abort();
   }
 
@@ -195,6 +215,7 @@ export class NodeAdapters {
     });
     adapters.want(this.keptOrStarted(shard));
     this.#shards.set(id, { adapters, life });
+    this.#recheckWhileAny();
     return adapters;
   }
 
@@ -213,6 +234,7 @@ export class NodeAdapters {
     if (isTerminal(t.to)) {
       const known = this.#shards.get(id);
       this.#shards.delete(id);
+      this.#recheckWhileAny();
       this.#stalls.delete(id);
       known?.life.abort();
       for (const { repo } of known?.adapters.loadedRepos() ?? []) void this.opts.store?.unpin(repo, id).catch(() => {});

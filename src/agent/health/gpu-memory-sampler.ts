@@ -187,7 +187,7 @@ export class GpuMemorySampler {
       this.#nvmlTimer = setInterval(() => this.#readNvml(), this.#opts.intervalMs).unref();
       return;
     }
-    this.#watchdog ??= setInterval(() => this.#checkSilence(), this.#opts.intervalMs).unref();
+    if (!this.#watchdog) this.#armWatchdog(this.#opts.intervalMs);
     this.#spawn();
   }
 
@@ -196,7 +196,7 @@ export class GpuMemorySampler {
     this.#closed = true;
     clearInterval(this.#nvmlTimer);
     this.#nvmlTimer = undefined;
-    clearInterval(this.#watchdog);
+    clearTimeout(this.#watchdog);
     clearTimeout(this.#restartTimer);
     this.#watchdog = this.#restartTimer = undefined;
     const child = this.#child;
@@ -305,14 +305,33 @@ export class GpuMemorySampler {
     this.#failing = failure !== undefined;
   }
 
-  #checkSilence(): void {
+  /**
+   * The silence check, on the grid of an every-interval check, at the first
+   * point of it where silence could be found: with readings coming, that is
+   * once a limit (interval + timeout), not once an interval, which woke the
+   * agent every second for nothing (bench figures 5b and 16). A loop that
+   * goes silent is killed at the same check an every-interval watchdog
+   * would have killed it at.
+   */
+  #armWatchdog(delayMs: number): void {
+    this.#watchdog = setTimeout(() => {
+      if (this.#closed) return;
+      this.#armWatchdog(this.#checkSilence());
+    }, delayMs).unref();
+  }
+
+  /** Kills a loop silent past the limit; returns when (a whole number of intervals from now) to check next. */
+  #checkSilence(): number {
+    const interval = this.#opts.intervalMs;
     const child = this.#child;
-    if (!child || this.#killReason) return;
+    if (!child || this.#killReason) return interval;
     const since = Math.max(this.#startedAtMs, this.#lastReadingAtMs);
-    const limitMs = this.#opts.intervalMs + this.#opts.timeoutMs;
-    if (Date.now() - since <= limitMs) return;
+    const limitMs = interval + this.#opts.timeoutMs;
+    const silentMs = Date.now() - since;
+    if (silentMs <= limitMs) return nextSilenceCheckMs(silentMs, limitMs, interval);
     this.#killReason = `nvidia-smi gave no reading for ${formatDuration(limitMs)}`;
     killGroup(child);
+    return interval;
   }
 
   /** A one-shot nvidia-smi answered: the next one runs an interval later. */
@@ -354,6 +373,15 @@ export class GpuMemorySampler {
       if (!this.#closed) this.#spawn();
     }, delayMs).unref();
   }
+}
+
+/**
+ * How long after a check that found `silentMs` of silence (at most
+ * `limitMs`) the next is due: the first whole number of `intervalMs` after
+ * which the silence, should no reading come, would be over the limit.
+ */
+export function nextSilenceCheckMs(silentMs: number, limitMs: number, intervalMs: number): number {
+  return (Math.floor((limitMs - silentMs) / intervalMs) + 1) * intervalMs;
 }
 
 function killGroup(child: ChildProcess): void {

@@ -26,6 +26,24 @@ async function createTemp(tmp: string): Promise<FileHandle> {
 }
 
 /**
+ * Whether `logPath` may be over `maxBytes` (or is not a plain file), by one
+ * stat of the path: false for a regular file under the cap, the common case,
+ * or no file. It runs every LOG_CHECK_INTERVAL_MS for every shard: opening,
+ * fstat-ing and closing a FileHandle was three thread-pool round trips
+ * (bench figure 5b). Only the decision comes from the path; anything else
+ * (over the cap, a symlink to a large file, a FIFO) goes through
+ * rotateLogIfNeeded's fd, which refuses them. Throws what stat throws but
+ * ENOENT.
+ */
+export async function logMayNeedRotation(logPath: string, maxBytes: number): Promise<boolean> {
+  const seen = await stat(logPath).catch((err: unknown) => {
+    if (isNotFound(err)) return undefined;
+    throw err;
+  });
+  return !(seen === undefined || (seen.isFile() && seen.size <= maxBytes));
+}
+
+/**
  * Caps a log the engine is writing, keeping one older generation in
  * `<log>.1`. Copy, then truncate in place: the engine holds the file open
  * with O_APPEND, so after the truncation its next write lands at the new end
@@ -45,16 +63,7 @@ async function createTemp(tmp: string): Promise<FileHandle> {
  * Returns true when it rotated.
  */
 export async function rotateLogIfNeeded(logPath: string, maxBytes: number): Promise<boolean> {
-  // The common case, a regular file under the cap, in one stat: it runs every
-  // LOG_CHECK_INTERVAL_MS for every shard, and opening, fstat-ing and closing
-  // a FileHandle was three thread-pool round trips (bench figure 5b). Only
-  // the decision comes from the path; anything else (over the cap, a symlink
-  // to a large file, a FIFO) goes through the fd below, which refuses them.
-  const seen = await stat(logPath).catch((err: unknown) => {
-    if (isNotFound(err)) return undefined;
-    throw err;
-  });
-  if (seen === undefined || (seen.isFile() && seen.size <= maxBytes)) return false;
+  if (!(await logMayNeedRotation(logPath, maxBytes))) return false;
   let src: FileHandle;
   try {
     src = await openRegularFile(logPath, constants.O_RDWR);

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
 import { afterAll, afterEach, describe, expect, it, onTestFinished, vi } from 'vitest';
-import { GpuMemorySampler } from '../../../src/agent/health/gpu-memory-sampler.js';
+import { GpuMemorySampler, nextSilenceCheckMs } from '../../../src/agent/health/gpu-memory-sampler.js';
 import { NvmlLibrary } from '../../../src/agent/discovery/nvml/nvml-library.js';
 import { isRunning } from '../../helpers/engine-processes.js';
 import { FAKE_NVIDIA_SMI, GPU_FIXTURES } from '../../helpers/fake-gpus.js';
@@ -103,6 +103,23 @@ describe('GpuMemorySampler', () => {
     vi.stubEnv('LLMGW_FAKE_GPUS', join(GPU_FIXTURES, 'pcie-l40sx4'));
     await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
     expect(sampler.pid).not.toBe(hung);
+  });
+
+  it('kills a loop that reported and then went silent (stopped), as the one silent from its start', async () => {
+    // The watchdog sleeps until silence could pass the limit (nextSilenceCheckMs),
+    // re-armed as readings come: one that stops after many readings is still caught.
+    const { sampler, lines, setUsed } = setup({ timeoutMs: 300 });
+    sampler.start();
+    const loop = sampler.pid as number;
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
+    setUsed([1, 2, 3, 4]);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([1, 2, 3, 4]), WAIT);
+    process.kill(-loop, 'SIGSTOP');
+    await vi.waitFor(() => expect(lines.find((l) => l.msg.startsWith('GPU memory readings stopped'))?.err).toBe('nvidia-smi gave no reading for 400ms'), WAIT);
+    await vi.waitFor(() => expect(isRunning(loop)).toBe(false), WAIT);
+    setUsed([5, 6, 7, 8]);
+    await vi.waitFor(() => expect(sampler.latest()).toEqual([5, 6, 7, 8]), WAIT);
+    expect(sampler.pid).not.toBe(loop);
   });
 
   it('runs nvidia-smi once per interval when its loop never reports, and says so', async () => {
@@ -216,6 +233,29 @@ describe('GpuMemorySampler.readNow (issue 36 item 8)', () => {
     const { sampler } = setup({ timeoutMs: 200 });
     vi.stubEnv('LLMGW_FAKE_NVIDIA_SMI_SLEEP', '30');
     await expect(sampler.readNow()).rejects.toThrow('nvidia-smi gave no reading in 200ms');
+  });
+});
+
+describe('nextSilenceCheckMs', () => {
+  it('is the first check of an every-interval watchdog at which the silence would be over the limit', () => {
+    for (const [interval, limit] of [
+      [1000, 11_000],
+      [100, 400],
+      [1000, 1000],
+    ] as const) {
+      for (let silent = 0; silent <= limit; silent += interval / 4) {
+        const next = nextSilenceCheckMs(silent, limit, interval);
+        // On the grid of the old setInterval: a whole number of intervals on.
+        expect(next % interval).toBe(0);
+        expect(next).toBeGreaterThan(0);
+        // Over the limit then, and not one interval sooner: the same check that killed before.
+        expect(silent + next).toBeGreaterThan(limit);
+        expect(silent + next - interval).toBeLessThanOrEqual(limit);
+      }
+    }
+    // With readings a second apart and a 10 s timeout, the agent wakes every 11 s, not every second.
+    expect(nextSilenceCheckMs(0, 11_000, 1000)).toBe(12_000);
+    expect(nextSilenceCheckMs(800, 11_000, 1000)).toBe(11_000);
   });
 });
 

@@ -178,6 +178,8 @@ export interface AgentConfig {
   reconnectMaxMs: number;
   /** 0: a silent stream is never given up on. */
   registerTimeoutMs: number;
+  /** stream_stall_timeout: a stream that took nothing this long is dropped; 0 or absent derives it from the heartbeat (stalledOutboxLimitMs). */
+  streamStallTimeoutMs?: number;
   adoptReadyTimeoutMs: number;
   tls: TlsConfig;
   /** Accept an http:// server that is not loopback: the stream, and every command on it, unauthenticated. */

@@ -50,6 +50,7 @@ export const CONFIG_KEYS: readonly KeySpec[] = [
   { key: 'reconnect_base', type: 'duration', default: '1s', doc: 'First reconnect delay; doubles per failed attempt, with jitter.' },
   { key: 'reconnect_max', type: 'duration', default: '30s', doc: 'Longest reconnect delay.' },
   { key: 'register_timeout', type: 'duration', default: '0s', doc: 'How long a new stream may carry no message at all from the control plane before it is dropped and retried: a control plane that accepted the stream but is stuck or is not one. 0s (the default) waits for ever: nothing obliges a control plane to send anything after Register, and HTTP/2 pings already find a dead peer.' },
+  { key: 'stream_stall_timeout', type: 'duration', default: '0s', doc: 'How long the stream may take nothing the agent sends (a control plane that stopped reading it; HTTP/2 pings are still answered) before it is dropped and redialled, its backlog bounded meanwhile. 0s (the default) derives it: 5 heartbeat_intervals, at least 10s. Checked at each heartbeat.' },
   { key: 'adopt_ready_timeout', type: 'duration', default: '60s', doc: 'How long an engine adopted after an agent restart gets to answer its health check. It is reported, never killed, when it does not.' },
   { key: 'tls.cert', type: 'string', default: '', doc: 'Client certificate (PEM) for mutual TLS; needs tls.key and an https:// server.' },
   { key: 'tls.key', type: 'string', default: '', doc: 'Private key (PEM) of tls.cert.' },

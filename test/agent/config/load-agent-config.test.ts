@@ -151,6 +151,14 @@ describe('loadAgentConfig', () => {
     for (const m of [refusal('0s'), refusal('-5s'), refusal('soon')]) expect(m).not.toContain('\n');
   });
 
+  it('takes stream_stall_timeout as a duration, 0s (derived from the heartbeat) by default, and refuses a non-duration in one line', () => {
+    expect(loadAgentConfig({ configPath: file(MINIMAL), env: {} }).config.streamStallTimeoutMs).toBe(0);
+    expect(loadAgentConfig({ configPath: file(`${MINIMAL}stream_stall_timeout: 45s\n`), env: {} }).config.streamStallTimeoutMs).toBe(45_000);
+    const bad = configErrorOf(() => loadAgentConfig({ configPath: file(`${MINIMAL}stream_stall_timeout: -3s\n`), env: {} })).message;
+    expect(bad).toMatch(/^stream_stall_timeout: "-3s" is not a duration; write it like 500ms, 5s, 2m or 1h/);
+    expect(bad).not.toContain('\n');
+  });
+
   it('defaults register_timeout to off and tls.expiry_warning to 7 days', () => {
     const { config } = loadAgentConfig({ configPath: file(MINIMAL), env: {} });
     expect(config.registerTimeoutMs).toBe(0);

@@ -26,6 +26,7 @@ export const STALLED_OUTBOX_FLOOR_MS = 10_000;
 export function stalledOutboxLimitMs(heartbeatIntervalMs: number, configuredMs = 0): number {
   return configuredMs > 0 ? configuredMs : Math.max(STALLED_OUTBOX_FLOOR_MS, STALLED_OUTBOX_HEARTBEATS * heartbeatIntervalMs);
 }
+
 /**
  * Control messages are not read while this many messages wait to be sent: a
  * control plane that floods commands without reading the answers is slowed

@@ -25,8 +25,9 @@ export const MAX_TIMEOUT_FACTOR = 20;
  * The retry policy of asks whose first waits `firstTimeoutMs`
  * (supervisor.known_answer_timeout): every limit scales with it, so a node
  * that raises it for a big model on a busy engine keeps the same number of
- * asks before the longest; the pauses between asks do not, being about the
- * engine recovering, not the answer's length.
+ * asks before the longest. The pauses between asks do not: they say how
+ * soon an engine that refused (a 503) is asked again, which has nothing to
+ * do with how long its answer may take.
  */
 export function knownAnswerRetry(firstTimeoutMs: number): RetryPolicy {
   return { firstDelayMs: 1000, maxDelayMs: 30_000, firstTimeoutMs, maxTimeoutMs: firstTimeoutMs * MAX_TIMEOUT_FACTOR };

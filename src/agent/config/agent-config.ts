@@ -121,6 +121,8 @@ export interface SupervisorConfig {
   stallTimeoutMs: number;
   /** supervisor.known_answer_interval: a READY engine is asked its known answer this often (known-answer.ts); 0 or absent is off. */
   knownAnswerIntervalMs?: number;
+  /** supervisor.known_answer_timeout: the limit of the first known-answer ask (KNOWN_ANSWER_TIMEOUT_MS when absent); later asks scale from it (known-answer-retry.ts). */
+  knownAnswerTimeoutMs?: number;
   /** supervisor.wake_timeout: a wake's deadline; 0 or absent derives it (wake-deadline.ts). */
   wakeTimeoutMs?: number;
   logMaxBytes: number;
@@ -176,6 +178,8 @@ export interface AgentConfig {
   reconnectMaxMs: number;
   /** 0: a silent stream is never given up on. */
   registerTimeoutMs: number;
+  /** stream_stall_timeout: a stream that took nothing this long is dropped; 0 or absent derives it from the heartbeat (stalledOutboxLimitMs). */
+  streamStallTimeoutMs?: number;
   adoptReadyTimeoutMs: number;
   tls: TlsConfig;
   /** Accept an http:// server that is not loopback: the stream, and every command on it, unauthenticated. */

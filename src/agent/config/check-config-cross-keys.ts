@@ -83,7 +83,7 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
   if (c.reconnectMaxMs < c.reconnectBaseMs) {
     throw configError(`reconnect_max must not be less than reconnect_base (${where('reconnect_max')})`);
   }
-  for (const key of ['heartbeat_interval', 'reconnect_base', 'adopt_ready_timeout', 'discovery.interval', 'discovery.timeout', 'supervisor.health_interval', 'gang_agent_grace'] as const) {
+  for (const key of ['heartbeat_interval', 'reconnect_base', 'adopt_ready_timeout', 'discovery.interval', 'discovery.timeout', 'supervisor.health_interval', 'supervisor.known_answer_timeout', 'gang_agent_grace'] as const) {
     const spec = SPEC_BY_KEY.get(key) as KeySpec;
     const path = camelPath(spec);
     let v: unknown = c;

@@ -28,7 +28,7 @@ export interface SessionHandlers extends Pick<SessionCallbacks, 'register' | 'he
 }
 
 export interface ControlPlaneConnectionOptions {
-  config: Pick<AgentConfig, 'server' | 'protocol' | 'tls' | 'heartbeatIntervalMs' | 'registerTimeoutMs' | 'reconnectBaseMs' | 'reconnectMaxMs'>;
+  config: Pick<AgentConfig, 'server' | 'protocol' | 'tls' | 'heartbeatIntervalMs' | 'registerTimeoutMs' | 'streamStallTimeoutMs' | 'reconnectBaseMs' | 'reconnectMaxMs'>;
   logger: Logger;
   metrics?: ConnectionMetrics;
   session: SessionHandlers;
@@ -117,6 +117,7 @@ export class ControlPlaneConnection {
         transport,
         heartbeatIntervalMs: c.heartbeatIntervalMs,
         registerTimeoutMs: c.registerTimeoutMs,
+        streamStallTimeoutMs: c.streamStallTimeoutMs,
         nextMessageId: () => ++this.messageId,
         signal,
         logger: this.log,

@@ -21,6 +21,12 @@ import { setTimeout as delay } from 'node:timers/promises';
 export const STALLED_OUTBOX_HEARTBEATS = 5;
 /** The least time a stalled outbox is waited out, whatever the heartbeat. */
 export const STALLED_OUTBOX_FLOOR_MS = 10_000;
+
+/** How long the outbox may take nothing before the stream is dropped: stream_stall_timeout when set (more than 0), else derived from the heartbeat. */
+export function stalledOutboxLimitMs(heartbeatIntervalMs: number, configuredMs = 0): number {
+  return configuredMs > 0 ? configuredMs : Math.max(STALLED_OUTBOX_FLOOR_MS, STALLED_OUTBOX_HEARTBEATS * heartbeatIntervalMs);
+}
+
 /**
  * Control messages are not read while this many messages wait to be sent: a
  * control plane that floods commands without reading the answers is slowed
@@ -71,6 +77,8 @@ export interface SessionOptions {
    * for a control plane that sends nothing until it has a command.
    */
   registerTimeoutMs: number;
+  /** stream_stall_timeout: how long the outbox may take nothing before the stream is dropped; 0 or absent derives it (stalledOutboxLimitMs). */
+  streamStallTimeoutMs?: number;
   nextMessageId: () => bigint;
   callbacks: SessionCallbacks;
   /** The agent's shutdown scope. Aborting it ends the stream and nothing else. */
@@ -127,7 +135,7 @@ export async function runSession(opts: SessionOptions): Promise<SessionResult> {
     // Failures of individual writes surface as the stream's own error below.
     registered.catch(() => {});
     callbacks.onOpen(outbox);
-    const stalledLimitMs = Math.max(STALLED_OUTBOX_FLOOR_MS, STALLED_OUTBOX_HEARTBEATS * opts.heartbeatIntervalMs);
+    const stalledLimitMs = stalledOutboxLimitMs(opts.heartbeatIntervalMs, opts.streamStallTimeoutMs);
     heartbeats = setInterval(() => {
       const stalledMs = outbox.stalledForMs();
       if (stalledMs > stalledLimitMs) {

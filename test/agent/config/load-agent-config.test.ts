@@ -47,6 +47,7 @@ describe('loadAgentConfig', () => {
       logDir: '/var/log/llmgw',
       stopGraceMs: 30_000,
       knownAnswerIntervalMs: 0,
+      knownAnswerTimeoutMs: 30_000,
       wakeTimeoutMs: 0,
       workerSettleMs: 10_000,
       healthIntervalMs: 10_000,
@@ -138,6 +139,24 @@ describe('loadAgentConfig', () => {
     expect(loadAgentConfig({ configPath: file(`${MINIMAL}gang_agent_grace: 30s\n`), env: {} }).config.gangAgentGraceMs).toBe(30_000);
     const zero = file(`${MINIMAL}gang_agent_grace: 0s\n`);
     expect(configErrorOf(() => loadAgentConfig({ configPath: zero, env: {} })).message).toMatch(/^gang_agent_grace must be greater than 0 /);
+  });
+
+  it('takes supervisor.known_answer_timeout as a duration, 30 s by default, and refuses 0s, a negative and a non-duration in one line', () => {
+    expect(loadAgentConfig({ configPath: file(MINIMAL), env: {} }).config.supervisor.knownAnswerTimeoutMs).toBe(30_000);
+    expect(loadAgentConfig({ configPath: file(`${MINIMAL}supervisor:\n  known_answer_timeout: 2m\n`), env: {} }).config.supervisor.knownAnswerTimeoutMs).toBe(120_000);
+    const refusal = (value: string) => configErrorOf(() => loadAgentConfig({ configPath: file(`${MINIMAL}supervisor:\n  known_answer_timeout: ${value}\n`), env: {} })).message;
+    expect(refusal('0s')).toMatch(/^supervisor\.known_answer_timeout must be greater than 0 /);
+    expect(refusal('-5s')).toMatch(/^supervisor\.known_answer_timeout: "-5s" is not a duration; write it like 500ms, 5s, 2m or 1h/);
+    expect(refusal('soon')).toMatch(/^supervisor\.known_answer_timeout: "soon" is not a duration/);
+    for (const m of [refusal('0s'), refusal('-5s'), refusal('soon')]) expect(m).not.toContain('\n');
+  });
+
+  it('takes stream_stall_timeout as a duration, 0s (derived from the heartbeat) by default, and refuses a non-duration in one line', () => {
+    expect(loadAgentConfig({ configPath: file(MINIMAL), env: {} }).config.streamStallTimeoutMs).toBe(0);
+    expect(loadAgentConfig({ configPath: file(`${MINIMAL}stream_stall_timeout: 45s\n`), env: {} }).config.streamStallTimeoutMs).toBe(45_000);
+    const bad = configErrorOf(() => loadAgentConfig({ configPath: file(`${MINIMAL}stream_stall_timeout: -3s\n`), env: {} })).message;
+    expect(bad).toMatch(/^stream_stall_timeout: "-3s" is not a duration; write it like 500ms, 5s, 2m or 1h/);
+    expect(bad).not.toContain('\n');
   });
 
   it('defaults register_timeout to off and tls.expiry_warning to 7 days', () => {

@@ -18,7 +18,22 @@ export interface RetryPolicy {
   maxTimeoutMs: number;
 }
 
-export const KNOWN_ANSWER_RETRY: RetryPolicy = { firstDelayMs: 1000, maxDelayMs: 30_000, firstTimeoutMs: KNOWN_ANSWER_TIMEOUT_MS, maxTimeoutMs: 600_000 };
+/** How far an ask's own limit may grow over the first's: 30 s grows to 10 min by default. */
+export const MAX_TIMEOUT_FACTOR = 20;
+
+/**
+ * The retry policy of asks whose first waits `firstTimeoutMs`
+ * (supervisor.known_answer_timeout): every limit scales with it, so a node
+ * that raises it for a big model on a busy engine keeps the same number of
+ * asks before the longest. The pauses between asks do not: they say how
+ * soon an engine that refused (a 503) is asked again, which has nothing to
+ * do with how long its answer may take.
+ */
+export function knownAnswerRetry(firstTimeoutMs: number): RetryPolicy {
+  return { firstDelayMs: 1000, maxDelayMs: 30_000, firstTimeoutMs, maxTimeoutMs: firstTimeoutMs * MAX_TIMEOUT_FACTOR };
+}
+
+export const KNOWN_ANSWER_RETRY: RetryPolicy = knownAnswerRetry(KNOWN_ANSWER_TIMEOUT_MS);
 
 /** One failed ask: why, which one it was (1 = the first), and when the next one goes. */
 export interface NotObtained {
@@ -30,13 +45,14 @@ export interface NotObtained {
 /**
  * Checks the known answer until the engine gives one (checkKnownAnswer),
  * calling `notObtained` for each failed ask. Throws when `t.signal` aborts
- * (the shard stopped, a newer wake took over).
+ * (the shard stopped, a newer wake took over). Without a policy the first
+ * ask waits the target's own limit (the configured one), later ones longer.
  */
 export async function checkUntilAnswered(
   t: KnownAnswerTarget,
   recorded: KnownAnswer | undefined,
   notObtained: (n: NotObtained) => void,
-  policy: RetryPolicy = KNOWN_ANSWER_RETRY,
+  policy: RetryPolicy = knownAnswerRetry(t.timeoutMs ?? KNOWN_ANSWER_TIMEOUT_MS),
 ): Promise<Answered> {
   for (let attempt = 1; ; attempt++) {
     const grow = 2 ** Math.min(attempt - 1, 20);

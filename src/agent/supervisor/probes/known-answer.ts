@@ -62,7 +62,7 @@ export const COMPARED_WORDS = 3;
 export const KNOWN_ANSWER_MAX_CHARS = 512;
 /** Longest first token recorded ("token_id:151643", or a token's text). */
 export const KNOWN_TOKEN_MAX_CHARS = 64;
-/** Limit of one ask; a later one waits longer (known-answer-retry.ts). */
+/** Limit of one ask, the default of supervisor.known_answer_timeout; a later one waits longer (known-answer-retry.ts). */
 export const KNOWN_ANSWER_TIMEOUT_MS = 30_000;
 /** Alternatives asked at each position: the OpenAI API's most, and under vLLM's default --max-logprobs (20). */
 export const TOP_LOGPROBS = 5;

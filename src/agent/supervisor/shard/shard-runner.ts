@@ -14,6 +14,7 @@ import { readInFlight } from '../probes/read-gauge.js';
 import { onEngineDeath } from './shard-death.js';
 import type { RunnerEngine } from '../launch/runner-engine.js';
 import { knownAnswerAsk } from '../probes/known-answer-ask.js';
+import { KNOWN_ANSWER_TIMEOUT_MS } from '../probes/known-answer.js';
 import { checkStartAnswer, contentAnswer } from './shard-start-answer.js';
 import { ShardAnswers } from './shard-answers.js';
 import type { ShardHands } from './shard-hands.js';
@@ -99,7 +100,7 @@ export class ShardRunner {
       life: () => this.life,
       apply: (c) => this.apply(c),
       told: () => this.ctx.onStatus(this.snapshot()),
-      target: (signal) => ({ baseUrl: this.baseUrl ?? '', model: servedModelName(r.spec), apiKey: r.watch.apiKey, signal, ask: knownAnswerAsk(r.spec) }),
+      target: (signal) => ({ baseUrl: this.baseUrl ?? '', model: servedModelName(r.spec), apiKey: r.watch.apiKey, signal, ask: knownAnswerAsk(r.spec), timeoutMs: ctx.config.knownAnswerTimeoutMs ?? KNOWN_ANSWER_TIMEOUT_MS }),
       inFlight: () => this.inFlight(),
       readiness: (signal, timeoutMs) => this.readiness(signal, timeoutMs, 0),
       stopServing: () => this.serving.abort(),

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import { afterEach, describe, expect, it } from 'vitest';
 import { askKnownAnswer, checkKnownAnswer, isDegenerate, KNOWN_PROMPT, type KnownAnswerTarget, sameAnswer } from '../../../../src/agent/supervisor/probes/known-answer.js';
-import { checkUntilAnswered, type NotObtained } from '../../../../src/agent/supervisor/probes/known-answer-retry.js';
+import { checkUntilAnswered, KNOWN_ANSWER_RETRY, knownAnswerRetry, type NotObtained } from '../../../../src/agent/supervisor/probes/known-answer-retry.js';
 import { freePort } from '../../../helpers/engine-processes.js';
 
 const servers: Server[] = [];
@@ -180,6 +180,21 @@ describe('a failed ask is no answer (E2)', () => {
     ]);
     expect(seen[0]?.reason).toMatch(/no answer in 200 ms/);
     expect(seen[1]?.reason).toMatch(/answered 503/);
+  });
+
+  it('without a policy the first ask waits the target\'s own limit (supervisor.known_answer_timeout), not 30 s', async () => {
+    const e = await engine((_b, n) => (n === 0 ? 'hold' : completion(' 9, 10, 11, 12', 'token_id:24')));
+    const seen: NotObtained[] = [];
+    // Were the limit 30 s, the held ask would outlast the test's own timeout.
+    const v = await checkUntilAnswered(target(e.baseUrl, { timeoutMs: 150 }), RECORDED, (n) => seen.push(n));
+    expect(v.kind).toBe('same');
+    expect(seen).toEqual([{ attempt: 1, nextInMs: 1000, reason: expect.stringMatching(/no answer in 150 ms$/) }]);
+  }, 10_000);
+
+  it('every limit of the retry policy scales with the first, the pauses do not; 30 s is the default as before', () => {
+    expect(KNOWN_ANSWER_RETRY).toEqual({ firstDelayMs: 1000, maxDelayMs: 30_000, firstTimeoutMs: 30_000, maxTimeoutMs: 600_000 });
+    expect(knownAnswerRetry(5000)).toEqual({ firstDelayMs: 1000, maxDelayMs: 30_000, firstTimeoutMs: 5000, maxTimeoutMs: 100_000 });
+    expect(knownAnswerRetry(120_000)).toEqual({ firstDelayMs: 1000, maxDelayMs: 30_000, firstTimeoutMs: 120_000, maxTimeoutMs: 2_400_000 });
   });
 
   it('true positive after failed asks: when the answer finally comes and differs, it differs', async () => {

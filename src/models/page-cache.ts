@@ -4,19 +4,29 @@ import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { errorMessage, failure } from '../lib/errors.js';
+import { FILE_CALLS_AT_ONCE, mapConcurrent } from '../lib/map-concurrent.js';
+import { mincoreResidency, mincoreUnsupported } from './mincore-residency.js';
 import type { StoreLayout } from './store-layout.js';
 
 /*
  * How much of a model is in the page cache, and putting it there (issue 41).
  * A start whose weights are in memory reads them at memory speed: 88 s
  * instead of 695 s for SGLang on 8×B200 in the issue's figures. Residency is
- * measured with fincore (util-linux: mincore(2) on each file), never assumed.
+ * measured with mincore(2) on each file, never assumed: in this process
+ * (mincore-residency.ts), or by fincore (util-linux, the same call) where
+ * this process has no FFI.
  */
 
 /** fincore takes this many files per call: one call per model in practice, bounded for one with thousands of shards. */
 const FILES_PER_CALL = 256;
-/** A warm reads this much at a time. */
-const READ_CHUNK = 4 * 1024 * 1024;
+/**
+ * A warm reads this much at a time. 4 MiB reads took 1.3-1.5x as long as
+ * 1 MiB ones from the same cold files here (issue 52, item 2): each copy
+ * went to a buffer larger than the core's cache, and a read waited for all
+ * of its 4 MiB before the next was asked; the kernel's read-ahead, not the
+ * size of a read, keeps the disk's queue full.
+ */
+export const WARM_READ_BYTES = 1024 * 1024;
 /**
  * Reads of a warm asked at once. Two keep the disk busy while an answer
  * comes back; more took no less time here and would hold all four of
@@ -30,30 +40,28 @@ export async function modelBlobFiles(layout: StoreLayout, repo: string): Promise
   const blobs = join(layout.repoDir(repo), 'blobs');
   let names: string[];
   try {
-    names = await readdir(blobs);
+    names = (await readdir(blobs)).filter((name) => !name.endsWith('.incomplete')).sort();
   } catch {
     return [];
   }
-  const out: { path: string; bytes: number }[] = [];
-  for (const name of names.sort()) {
-    if (name.endsWith('.incomplete')) continue;
-    const path = join(blobs, name);
-    const s = await lstat(path).catch(() => undefined);
-    if (s?.isFile()) out.push({ path, bytes: s.size });
-  }
-  return out;
+  const paths = names.map((name) => join(blobs, name));
+  const stats = await mapConcurrent(paths, FILE_CALLS_AT_ONCE, (path) => lstat(path).catch(() => undefined));
+  return paths.flatMap((path, i) => {
+    const s = stats[i];
+    return s?.isFile() ? [{ path, bytes: s.size }] : [];
+  });
 }
 
-/**
- * node:child_process rather than execa: a warm asks fincore twice (before
- * and after), and execa's own work per call was a third of the cost of
- * each on a loaded machine (issue 52, item 2: the warm's fixed cost beside
- * cat's).
- */
+/** node:child_process rather than execa: execa's own work per call was a third of the cost of each on a loaded machine. */
 const execFileAsync = promisify(execFile);
 
-/** Bytes of `files` in the page cache now, and their size; throws a one-line failure when fincore cannot say. */
-export async function pageCacheResidency(files: readonly string[], signal?: AbortSignal): Promise<{ residentBytes: number; bytes: number }> {
+/** Bytes of `files` in the page cache now, and their size; throws a one-line failure when they cannot be read. */
+export function pageCacheResidency(files: readonly string[], signal?: AbortSignal): Promise<{ residentBytes: number; bytes: number }> {
+  return mincoreUnsupported() === undefined ? mincoreResidency(files, signal) : fincoreResidency(files, signal);
+}
+
+/** pageCacheResidency through fincore, a process per FILES_PER_CALL files; throws a one-line failure when fincore cannot say. */
+export async function fincoreResidency(files: readonly string[], signal?: AbortSignal): Promise<{ residentBytes: number; bytes: number }> {
   let residentBytes = 0;
   let bytes = 0;
   for (let i = 0; i < files.length; i += FILES_PER_CALL) {
@@ -93,7 +101,7 @@ export async function warmFiles(
   budgetBytes: number,
   opts: { signal?: AbortSignal; onBytes?: (read: number) => void } = {},
 ): Promise<number> {
-  const buf = Buffer.allocUnsafe(READ_CHUNK);
+  const buf = Buffer.allocUnsafe(WARM_READ_BYTES);
   let claimed = 0;
   let read = 0;
   for (const f of files) {
@@ -106,7 +114,7 @@ export async function warmFiles(
       const lane = async () => {
         for (;;) {
           opts.signal?.throwIfAborted();
-          const want = Math.min(READ_CHUNK, budgetBytes - claimed);
+          const want = Math.min(WARM_READ_BYTES, budgetBytes - claimed);
           if (eof || want <= 0) return;
           const from = at;
           at += want;

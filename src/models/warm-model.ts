@@ -39,7 +39,12 @@ export interface WarmOptions {
   onBytes?: (read: number, of: number) => void;
   /** Told once when another process's warm holds the node's turn (warm-gate.ts). */
   onWait?: (holderPid: number | undefined) => void;
+  /** Told as each step of the warm ends, for a timeline of where its time goes (bench 14e). */
+  onPhase?: (phase: WarmPhase) => void;
 }
+
+/** The steps of a warm, in order: the model found complete and its files listed, the node's turn taken, the budget and residency before known, the reads done, residency after. */
+export type WarmPhase = 'planned' | 'turn' | 'before' | 'read' | 'after';
 
 /** Warms in progress in this process, by model and budget: another ask of the same joins it (security review 4, F9). */
 const inProgress = new Map<string, Promise<WarmResult>>();
@@ -60,30 +65,50 @@ export function warmModel(layout: StoreLayout, repo: string, opts: WarmOptions =
 }
 
 async function warmAlone(layout: StoreLayout, repo: string, opts: WarmOptions): Promise<WarmResult> {
-  const model = await describeModel(layout, repo);
-  if (!model.complete) {
-    throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);
-  }
-  const release = await takeWarmTurn(layout, opts.signal ?? new AbortController().signal, opts.onWait);
+  let files = await planWarm(layout, repo);
+  opts.onPhase?.('planned');
+  const turn = await takeWarmTurn(layout, opts.signal ?? new AbortController().signal, opts.onWait);
   try {
-    return await warmHoldingTurn(layout, repo, opts);
+    // Another warm held the turn, for minutes maybe: a pull or an eviction may have changed the model meanwhile.
+    if (turn.waited) files = await planWarm(layout, repo);
+    opts.onPhase?.('turn');
+    return await warmHoldingTurn(repo, files, opts);
   } finally {
-    release();
+    turn.release();
   }
 }
 
-/** The warm itself, the node's turn held: its budget is read now, after any warm before it. */
-async function warmHoldingTurn(layout: StoreLayout, repo: string, opts: WarmOptions): Promise<WarmResult> {
-  const files = await loaderFilesFirst(layout, repo, await modelBlobFiles(layout, repo));
+/**
+ * The model found complete, and its files in the order a warm reads them.
+ * Asked side by side, as neither needs the other: each is a chain of small
+ * file reads and stats, and one after the other they were a tenth of the
+ * warm of a 128 MiB model from a fast disk (issue 52, item 2).
+ */
+async function planWarm(layout: StoreLayout, repo: string): Promise<{ path: string; bytes: number }[]> {
+  const [model, files] = await Promise.all([describeModel(layout, repo), modelBlobFiles(layout, repo).then((f) => loaderFilesFirst(layout, repo, f))]);
+  if (!model.complete) {
+    throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);
+  }
+  return files;
+}
+
+/**
+ * The warm itself, the node's turn held: its budget is read now, after any
+ * warm before it, beside the residency before (neither changes the other).
+ */
+async function warmHoldingTurn(repo: string, files: readonly { path: string; bytes: number }[], opts: WarmOptions): Promise<WarmResult> {
+  const paths = files.map((f) => f.path);
   const bytes = files.reduce((s, f) => s + f.bytes, 0);
-  const available = await memAvailableBytes(opts.meminfoPath);
+  const [available, before] = await Promise.all([memAvailableBytes(opts.meminfoPath), pageCacheResidency(paths, opts.signal)]);
   if (opts.budgetBytes !== undefined && opts.budgetBytes > available) {
     throw usageError(`--budget ${formatBytes(opts.budgetBytes)} is more than the host's MemAvailable (${formatBytes(available)}): a warm would push out what running engines use; give at most that`);
   }
   const budgetBytes = Math.min(bytes, opts.budgetBytes ?? Math.floor(available / 2));
-  const before = await pageCacheResidency(files.map((f) => f.path), opts.signal);
+  opts.onPhase?.('before');
   const readBytes = await warmFiles(files, budgetBytes, { signal: opts.signal, onBytes: (n) => opts.onBytes?.(n, budgetBytes) });
-  const after = await pageCacheResidency(files.map((f) => f.path), opts.signal);
+  opts.onPhase?.('read');
+  const after = await pageCacheResidency(paths, opts.signal);
+  opts.onPhase?.('after');
   return { repo, bytes, budgetBytes, readBytes, residentBefore: before.residentBytes, residentAfter: after.residentBytes, memAvailableBytes: available };
 }
 

@@ -1,14 +1,17 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { pageCacheResidency, warmFiles } from '../../src/models/page-cache.js';
+import { mincoreResidency, mincoreUnsupported, residentCount } from '../../src/models/mincore-residency.js';
+import { WARM_READ_BYTES, fincoreResidency, pageCacheResidency, warmFiles } from '../../src/models/page-cache.js';
 import { dropFromPageCache } from '../helpers/drop-page-cache.js';
 import { bytes } from './fake-hub.js';
 
 /*
- * Page-cache residency as fincore reads it, and a warm that reads a model's
+ * Page-cache residency as mincore(2) reads it, in this process and through
+ * fincore, and a warm that reads a model's
  * files into the cache within its budget (issue 41). The files are dropped
  * from the cache first: synced, then posix_fadvise(DONTNEED) through
  * `dd iflag=nocache`, which this ext4 honours for clean pages.
@@ -36,6 +39,8 @@ describe('page-cache residency and warming', () => {
     const read = await warmFiles(files, Number.POSITIVE_INFINITY, { onBytes: (n) => progress.push(n) });
     expect(read).toBe(12 * MiB);
     expect(progress.at(-1)).toBe(12 * MiB);
+    // One progress report a read: WARM_READ_BYTES each.
+    expect(progress).toHaveLength((12 * MiB) / WARM_READ_BYTES);
     expect((await pageCacheResidency(paths)).residentBytes).toBe(12 * MiB);
   });
 
@@ -65,5 +70,65 @@ describe('page-cache residency and warming', () => {
     const link = join(dir, 'link');
     await execa('ln', ['-sf', '/etc/hostname', link]);
     await expect(warmFiles([{ path: link, bytes: 1 }], 10)).rejects.toThrow(/ELOOP/);
+  });
+
+  it('reads residency in this process as fincore does: none, part of a file read, and a last page counted to the end', async () => {
+    expect(mincoreUnsupported()).toBeUndefined();
+    const odd = join(dir, 'odd.json');
+    // 3 pages and 100 bytes: its last page, once read, counts 100 bytes, as fincore's RES and SIZE are summed.
+    writeFileSync(odd, Buffer.alloc(3 * 4096 + 100, 7));
+    await dropFromPageCache([odd]);
+    const both = async (p: string[]) => [await mincoreResidency(p), await fincoreResidency(p)];
+    for (const r of await both([...paths, odd])) expect(r).toEqual({ residentBytes: expect.any(Number), bytes: 12 * MiB + 3 * 4096 + 100 });
+    // 1 MiB from the middle of the first file (read-ahead may add a little: measured, not assumed, by both the same).
+    const fh = await open(paths[0] as string);
+    await fh.read(Buffer.alloc(MiB), 0, MiB, 2 * MiB);
+    await fh.close();
+    readFileSync(odd);
+    // The kernel's read-ahead may still be adding pages: fincore's answer lies between the two taken around it.
+    const first = await mincoreResidency([paths[0] as string, odd]);
+    const fincore = await fincoreResidency([paths[0] as string, odd]);
+    const inProcess = await mincoreResidency([paths[0] as string, odd]);
+    expect(fincore.bytes).toBe(inProcess.bytes);
+    expect(fincore.residentBytes).toBeGreaterThanOrEqual(first.residentBytes);
+    expect(fincore.residentBytes).toBeLessThanOrEqual(inProcess.residentBytes);
+    expect(first.residentBytes).toBeGreaterThanOrEqual(MiB + 3 * 4096 + 100);
+    // Not the first 2 MiB, before what was read.
+    expect(inProcess.residentBytes).toBeLessThan(4 * MiB);
+    // The other files were not touched: reading residency maps them and reads nothing in.
+    expect(await mincoreResidency([paths[1] as string, paths[2] as string])).toEqual({ residentBytes: expect.any(Number), bytes: 8 * MiB });
+    expect((await mincoreResidency([paths[1] as string, paths[2] as string])).residentBytes).toBeLessThan(MiB);
+    // Through the entry point the warm uses, the same answer.
+    expect((await pageCacheResidency([paths[0] as string, odd])).residentBytes).toBeGreaterThanOrEqual(inProcess.residentBytes);
+  });
+
+  it('counts an empty file as none of none, and refuses a link, a missing file and a FIFO with one line each, never hanging', async () => {
+    const empty = join(dir, 'empty');
+    writeFileSync(empty, '');
+    expect(await mincoreResidency([empty])).toEqual({ residentBytes: 0, bytes: 0 });
+    const link = join(dir, 'link-to-shard');
+    await execa('ln', ['-sf', paths[0] as string, link]);
+    await expect(mincoreResidency([link])).rejects.toThrow(/^cannot read the page-cache residency of .*link-to-shard: .*ELOOP/);
+    await expect(mincoreResidency([join(dir, 'gone')])).rejects.toThrow(/ENOENT/);
+    const fifo = join(dir, 'fifo');
+    await execa('mkfifo', ['-m', '600', fifo]);
+    await expect(mincoreResidency([fifo])).rejects.toThrow(/fifo: not a regular file/);
+  });
+
+  it('counts a page resident by the low bit of its byte alone, four at a time and in the tail, from any offset', () => {
+    // mincore's vector: bit 0 resident, the other bits reserved (a kernel may set them): 0xfe is not resident, 0x03 is.
+    const bytes = [1, 0, 0xfe, 3, 1, 1, 0, 0xff, 0x80, 1, 0];
+    const expected = bytes.filter((b) => b & 1).length;
+    for (const offset of [0, 1, 2, 3, 4]) {
+      const backing = Buffer.alloc(64, 0xff);
+      const vec = backing.subarray(offset, offset + bytes.length);
+      vec.set(bytes);
+      expect(residentCount(vec, bytes.length)).toBe(expected);
+      // Only the first `pages` bytes count, whatever follows them.
+      expect(residentCount(vec, 4)).toBe(2);
+      expect(residentCount(vec, 0)).toBe(0);
+    }
+    expect(residentCount(Buffer.alloc(4096, 1), 4096)).toBe(4096);
+    expect(residentCount(Buffer.alloc(4096, 0xfe), 4096)).toBe(0);
   });
 });

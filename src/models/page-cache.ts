@@ -1,5 +1,5 @@
 import { constants } from 'node:fs';
-import { lstat, open, readdir } from 'node:fs/promises';
+import { type FileHandle, lstat, open, readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
@@ -93,8 +93,14 @@ export async function fincoreResidency(files: readonly string[], signal?: AbortS
  * buffer whose bytes nobody looks at: one read at a time left the disk idle
  * while each answer came back and the next was asked (issue 52, item 2:
  * `models warm` at the disk's speed, beside `cat` of the same cold files).
- * Each read is claimed from the budget before it is asked, so the reads in
- * flight never take more than it together.
+ * The reads run on from one file into the next, which is opened as its
+ * first read is claimed and closed once its last has come back: waiting at
+ * each file's end for its last read and its close, and then for the next
+ * one's open, was three round trips a file, most of the time of a model's
+ * small files. Each read is claimed from the budget before it is asked, so
+ * the reads in flight never take more than it together; a file is read up
+ * to the size listed, and one shorter than listed gives back to the budget
+ * what it did not hold.
  */
 export async function warmFiles(
   files: readonly { path: string; bytes: number }[],
@@ -102,35 +108,81 @@ export async function warmFiles(
   opts: { signal?: AbortSignal; onBytes?: (read: number) => void } = {},
 ): Promise<number> {
   const buf = Buffer.allocUnsafe(WARM_READ_BYTES);
+  const state = files.map(() => ({ fh: undefined as Promise<FileHandle> | undefined, inFlight: 0, short: false, closed: false }));
+  const closing: Promise<void>[] = [];
+  let current = 0;
+  let at = 0;
   let claimed = 0;
   let read = 0;
-  for (const f of files) {
-    if (claimed >= budgetBytes) break;
-    // O_NOFOLLOW: a blob the store lists is a file, never a link someone put in its place.
-    const fh = await open(f.path, constants.O_RDONLY | constants.O_NOFOLLOW);
-    try {
-      let at = 0;
-      let eof = false;
-      const lane = async () => {
-        for (;;) {
-          opts.signal?.throwIfAborted();
-          const want = Math.min(WARM_READ_BYTES, budgetBytes - claimed);
-          if (eof || want <= 0) return;
-          const from = at;
-          at += want;
-          claimed += want;
-          const { bytesRead } = await fh.read(buf, 0, want, from);
-          // Past the end (the file shorter than listed): what was claimed and not read goes back to the budget.
-          claimed -= want - bytesRead;
-          if (bytesRead < want) eof = true;
-          read += bytesRead;
-          if (bytesRead > 0) opts.onBytes?.(read);
-        }
-      };
-      await Promise.all(Array.from({ length: WARM_READS_IN_FLIGHT }, lane));
-    } finally {
-      await fh.close();
+  let failed = false;
+  let firstError: unknown;
+  let closeError: unknown;
+  const close = (i: number) => {
+    const s = state[i];
+    if (s?.fh === undefined || s.closed || s.inFlight > 0) return;
+    s.closed = true;
+    // Handled at once: a failed open was told by the read that waited for it, a failed close is told at the end.
+    closing.push(
+      s.fh.then(
+        (fh) => fh.close().catch((err: unknown) => void (closeError ??= err)),
+        () => undefined,
+      ),
+    );
+  };
+  /** The next read: its file, offset and length, claimed from the budget; undefined when the budget or the files are done. */
+  const claim = () => {
+    while (current < files.length && claimed < budgetBytes) {
+      const f = files[current] as { path: string; bytes: number };
+      const s = state[current] as (typeof state)[number];
+      if (s.short || at >= f.bytes) {
+        current++;
+        at = 0;
+        close(current - 1);
+        continue;
+      }
+      const want = Math.min(WARM_READ_BYTES, budgetBytes - claimed, f.bytes - at);
+      // O_NOFOLLOW: a blob the store lists is a file, never a link someone put in its place; O_NONBLOCK: a FIFO there never hangs the open.
+      s.fh ??= open(f.path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+      s.inFlight++;
+      claimed += want;
+      const c = { i: current, from: at, want };
+      at += want;
+      return c;
     }
-  }
+    return undefined;
+  };
+  const lane = async () => {
+    for (;;) {
+      if (failed) return;
+      opts.signal?.throwIfAborted();
+      const c = claim();
+      if (c === undefined) return;
+      const s = state[c.i] as (typeof state)[number];
+      try {
+        const fh = await (s.fh as Promise<FileHandle>);
+        const { bytesRead } = await fh.read(buf, 0, c.want, c.from);
+        // Past the end (the file shorter than listed): what was claimed and not read goes back to the budget.
+        claimed -= c.want - bytesRead;
+        if (bytesRead < c.want) s.short = true;
+        read += bytesRead;
+        if (bytesRead > 0) opts.onBytes?.(read);
+      } finally {
+        s.inFlight--;
+        if (c.i < current || failed) close(c.i);
+      }
+    }
+  };
+  // The first error stops every lane; the handles are closed once none reads any more.
+  const lanes = Array.from({ length: WARM_READS_IN_FLIGHT }, () =>
+    lane().catch((err: unknown) => {
+      if (!failed) firstError = err;
+      failed = true;
+    }),
+  );
+  await Promise.all(lanes);
+  for (let i = 0; i < state.length; i++) close(i);
+  await Promise.all(closing);
+  if (failed) throw firstError;
+  if (closeError !== undefined) throw closeError;
   return read;
 }

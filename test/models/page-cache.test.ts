@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { open } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -130,5 +130,28 @@ describe('page-cache residency and warming', () => {
     }
     expect(residentCount(Buffer.alloc(4096, 1), 4096)).toBe(4096);
     expect(residentCount(Buffer.alloc(4096, 0xfe), 4096)).toBe(0);
+  });
+
+  it('reads many small files one into the next, each closed once read: no descriptor left open, done or failed', async () => {
+    const fds = () => readdirSync('/proc/self/fd').length;
+    const small = Array.from({ length: 40 }, (_, i) => ({ path: join(dir, `small-${i}.json`), bytes: 1000 + i }));
+    for (const f of small) writeFileSync(f.path, Buffer.alloc(f.bytes, 1));
+    const before = fds();
+    expect(await warmFiles([...small, ...files], Number.POSITIVE_INFINITY)).toBe(small.reduce((n, f) => n + f.bytes, 0) + 12 * MiB);
+    expect(fds()).toBe(before);
+    // One missing among them: the warm fails with its error, and closes what it had opened.
+    const missing = { path: join(dir, 'missing.json'), bytes: 100 };
+    await expect(warmFiles([...small.slice(0, 20), missing, ...small.slice(20)], Number.POSITIVE_INFINITY)).rejects.toThrow(/ENOENT.*missing\.json/);
+    expect(fds()).toBe(before);
+    // Stopped by its budget inside a file: that file is closed too.
+    expect(await warmFiles(files, 5 * MiB + 3)).toBe(5 * MiB + 3);
+    expect(fds()).toBe(before);
+  });
+
+  it('reads a file up to the size listed, not past it: the budget it was planned with is what is read', async () => {
+    // Listed at 1 MiB (as the store saw it), 4 MiB on disk: the next file follows after its first MiB.
+    const read = await warmFiles([{ path: paths[0] as string, bytes: MiB }, files[1] as { path: string; bytes: number }], Number.POSITIVE_INFINITY);
+    expect(read).toBe(5 * MiB);
+    expect((await pageCacheResidency([paths[1] as string])).residentBytes).toBe(4 * MiB);
   });
 });

@@ -124,7 +124,10 @@ export async function warmFiles(
     // Handled at once: a failed open was told by the read that waited for it, a failed close is told at the end.
     closing.push(
       s.fh.then(
-        (fh) => fh.close().catch((err: unknown) => void (closeError ??= err)),
+        (fh) =>
+          fh.close().catch((err: unknown) => {
+            closeError ??= err;
+          }),
         () => undefined,
       ),
     );

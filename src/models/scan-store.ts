@@ -78,6 +78,27 @@ export async function isSnapshotComplete(layout: StoreLayout, manifest: ModelMan
   return whole.every(Boolean);
 }
 
+/** StoredModel's complete: a snapshot at least, every one whole, and no partial download. */
+function completeOf(snapshots: number, wholeSnapshots: number, partialBytes: number): boolean {
+  return snapshots > 0 && wholeSnapshots === snapshots && partialBytes === 0;
+}
+
+/**
+ * Whether the model of `manifest` is complete as describeModel says, from
+ * the manifest and the blobs alone: what a warm asks before it reads,
+ * without the pins, times of use and pull's lock a listing adds, whose
+ * file calls were a third of a warm's set-up (issue 52, item 2).
+ */
+export async function isModelWhole(layout: StoreLayout, manifest: ModelManifest | undefined): Promise<boolean> {
+  if (!manifest) return false;
+  const snapshots = Object.keys(manifest.snapshots);
+  const [{ partialBytes }, whole] = await Promise.all([
+    blobBytes(layout.repoDir(manifest.repo)),
+    Promise.all(snapshots.map((commit) => isSnapshotComplete(layout, manifest, commit))),
+  ]);
+  return completeOf(snapshots.length, whole.filter(Boolean).length, partialBytes);
+}
+
 /** Whether `repo` at `revision` (a branch, tag or commit) is complete in the store, for the files its pull chose; an offline start asks more (offlineProblem). */
 export async function isModelComplete(layout: StoreLayout, repo: string, revision: string): Promise<boolean> {
   const manifest = await readManifest(layout, repo);
@@ -112,7 +133,7 @@ export async function describeModel(layout: StoreLayout, repo: string): Promise<
     ...(adapter ? { baseModel: adapter.baseModel, rank: adapter.rank } : {}),
     refs: boundedRefs(manifest?.refs ?? {}),
     completeCommits,
-    complete: snapshots.length > 0 && completeCommits.length === snapshots.length && partialBytes === 0,
+    complete: completeOf(snapshots.length, completeCommits.length, partialBytes),
     subset: snapshots.some((c) => (manifest?.snapshots[c]?.include.length ?? 0) > 0),
     bytes,
     partialBytes,

@@ -2,8 +2,8 @@ import { readFile } from 'node:fs/promises';
 import { failure, usageError } from '../lib/errors.js';
 import { formatBytes } from '../lib/format-bytes.js';
 import { modelBlobFiles, pageCacheResidency, warmFiles } from './page-cache.js';
-import { describeModel } from './scan-store.js';
-import { readManifest } from './model-manifest.js';
+import { isModelWhole } from './scan-store.js';
+import { type ModelManifest, readManifest } from './model-manifest.js';
 import { loaderSnapshot } from './loader-snapshot.js';
 import type { StoreLayout } from './store-layout.js';
 import { takeWarmTurn } from './warm-gate.js';
@@ -80,13 +80,15 @@ async function warmAlone(layout: StoreLayout, repo: string, opts: WarmOptions): 
 
 /**
  * The model found complete, and its files in the order a warm reads them.
- * Asked side by side, as neither needs the other: each is a chain of small
- * file reads and stats, and one after the other they were a tenth of the
- * warm of a 128 MiB model from a fast disk (issue 52, item 2).
+ * Its manifest read once and the checks side by side, as none needs
+ * another's answer: one after the other, and each read again by
+ * describeModel and the loader's listing, they were a tenth of the warm
+ * of a 128 MiB model from a fast disk (issue 52, item 2).
  */
 async function planWarm(layout: StoreLayout, repo: string): Promise<{ path: string; bytes: number }[]> {
-  const [model, files] = await Promise.all([describeModel(layout, repo), modelBlobFiles(layout, repo).then((f) => loaderFilesFirst(layout, repo, f))]);
-  if (!model.complete) {
+  const [manifest, blobs] = await Promise.all([readManifest(layout, repo), modelBlobFiles(layout, repo)]);
+  const [whole, files] = await Promise.all([isModelWhole(layout, manifest), loaderFilesFirst(layout, repo, blobs, manifest)]);
+  if (!whole) {
     throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);
   }
   return files;
@@ -116,14 +118,16 @@ async function warmHoldingTurn(repo: string, files: readonly { path: string; byt
  * The model's blobs with those the engines' loaders read at each pulled
  * revision first (loader-files.ts; review engine-fidelity-3 E11): a budget
  * smaller than the model is spent on the indexed safetensors, not on .bin
- * twins or original/ that vLLM and SGLang skip.
+ * twins or original/ that vLLM and SGLang skip. `manifest` is the model's,
+ * as its caller read it.
  */
-export async function loaderFilesFirst<F extends { path: string }>(layout: StoreLayout, repo: string, files: readonly F[]): Promise<F[]> {
-  const manifest = await readManifest(layout, repo);
+export async function loaderFilesFirst<F extends { path: string }>(layout: StoreLayout, repo: string, files: readonly F[], manifest: ModelManifest | undefined): Promise<F[]> {
   const first = new Set<string>();
-  for (const commit of new Set(Object.values(manifest?.refs ?? {}))) {
-    if (!manifest) break;
-    for (const f of (await loaderSnapshot(layout, manifest, commit, 'any')).present) first.add(layout.blobPath(repo, f.etag));
+  if (manifest) {
+    const commits = [...new Set(Object.values(manifest.refs))];
+    for (const s of await Promise.all(commits.map((commit) => loaderSnapshot(layout, manifest, commit, 'any')))) {
+      for (const f of s.present) first.add(layout.blobPath(repo, f.etag));
+    }
   }
   return [...files.filter((f) => first.has(f.path)), ...files.filter((f) => !first.has(f.path))];
 }

@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, unlinkSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -7,6 +7,7 @@ import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
 import { ConcurrencyLimit } from '../../src/models/concurrency-limit.js';
 import { modelBlobFiles, WARM_READ_BYTES } from '../../src/models/page-cache.js';
 import { pullModel } from '../../src/models/pull-model.js';
+import { describeModel } from '../../src/models/scan-store.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { type WarmPhase, warmModel } from '../../src/models/warm-model.js';
 import { until } from '../helpers/engine-processes.js';
@@ -127,6 +128,20 @@ describe('page-cache warms', () => {
       warmModel(layout, 'acme/b', { onPhase: (p) => phases.b?.push(p) }),
     ]);
     expect(phases).toEqual({ a: ['planned', 'turn', 'before', 'read', 'after'], b: ['planned', 'turn', 'before', 'read', 'after'] });
+  });
+  it('refuses a model with a partial download beside its blobs as models list calls it incomplete; an empty one is no partial download', async () => {
+    const partial = join(layout.repoDir('acme/b'), 'blobs', `${'e'.repeat(64)}.incomplete`);
+    try {
+      writeFileSync(partial, 'x'.repeat(10));
+      expect((await describeModel(layout, 'acme/b')).complete).toBe(false);
+      await expect(warmModel(layout, 'acme/b')).rejects.toThrow(/acme\/b is not complete in the store/);
+      // A pull that created its file and was stopped before a byte: nothing partial, as models list says.
+      writeFileSync(partial, '');
+      expect((await describeModel(layout, 'acme/b')).complete).toBe(true);
+      expect((await warmModel(layout, 'acme/b')).readBytes).toBe(MODEL_BYTES);
+    } finally {
+      rmSync(partial, { force: true });
+    }
   });
 });
 

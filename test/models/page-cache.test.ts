@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { mincoreResidency, mincoreUnsupported, residentCount } from '../../src/models/mincore-residency.js';
-import { WARM_READ_BYTES, fincoreResidency, pageCacheResidency, warmFiles } from '../../src/models/page-cache.js';
+import { WARM_PART_BYTES, WARM_READ_BYTES, WARM_STREAMS, fincoreResidency, pageCacheResidency, warmFiles } from '../../src/models/page-cache.js';
 import { dropFromPageCache } from '../helpers/drop-page-cache.js';
 import { bytes } from './fake-hub.js';
 
@@ -153,5 +153,24 @@ describe('page-cache residency and warming', () => {
     const read = await warmFiles([{ path: paths[0] as string, bytes: MiB }, files[1] as { path: string; bytes: number }], Number.POSITIVE_INFINITY);
     expect(read).toBe(5 * MiB);
     expect((await pageCacheResidency([paths[1] as string])).residentBytes).toBe(4 * MiB);
+  });
+
+  it('reads a large file as parts at once, and exactly its budget when the file ends inside a part, parts past its end given back', async () => {
+    // Listed as WARM_STREAMS + 1 parts, holding one and a half: the streams claim the first parts at once, one
+    // reads half of its part, another none of one past the end; what they did not read goes to the files after.
+    const big = join(dir, 'big.safetensors');
+    const held = WARM_PART_BYTES + WARM_PART_BYTES / 2;
+    const listed = { path: big, bytes: (WARM_STREAMS + 1) * WARM_PART_BYTES };
+    writeFileSync(big, Buffer.alloc(held, 5));
+    await dropFromPageCache([big]);
+    expect(await warmFiles([listed, ...files], Number.POSITIVE_INFINITY)).toBe(held + 12 * MiB);
+    expect((await pageCacheResidency([big, ...paths])).residentBytes).toBe(held + 12 * MiB);
+    // With a budget that ends in the next file: the bytes the big one did not hold are spent there, not a byte more.
+    await dropFromPageCache([big, ...paths]);
+    const budget = held + 3 * MiB + 17;
+    expect(await warmFiles([listed, ...files], budget)).toBe(budget);
+    expect((await pageCacheResidency([big])).residentBytes).toBe(held);
+    expect((await pageCacheResidency([paths[0] as string])).residentBytes).toBeGreaterThanOrEqual(3 * MiB + 17);
+    expect((await pageCacheResidency([paths[2] as string])).residentBytes).toBeLessThan(MiB);
   });
 });

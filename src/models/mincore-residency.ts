@@ -62,6 +62,13 @@ const load = libcBinding<Calls>((libc) => {
  * compiled the loop, and a warm measures once before and once after.
  */
 export function residentCount(vec: Buffer, pages: number): number {
+  // A warm's usual answers, none or all of a file, found by a compare in C: the loop below, before V8 had
+  // compiled it, was 2 ms of the warm's residency reads on a loaded machine.
+  if (pages <= WINDOW_PAGES) {
+    const shown = vec.subarray(0, pages);
+    if (shown.equals(uniform(0).subarray(0, pages))) return 0;
+    if (shown.equals(uniform(1).subarray(0, pages))) return pages;
+  }
   // Bytes up to the first 4-byte boundary (where a Uint32Array view must start), then words, then the tail.
   const head = (4 - (vec.byteOffset % 4)) % 4;
   if (pages < head + 4) return lowBits(vec, 0, pages);
@@ -73,6 +80,18 @@ export function residentCount(vec: Buffer, pages: number): number {
     resident += Math.imul((view[i] as number) & 0x01010101, 0x01010101) >>> 24;
   }
   return resident;
+}
+
+const uniforms = new Map<number, Buffer>();
+
+/** WINDOW_PAGES bytes of `byte`, made once. */
+function uniform(byte: number): Buffer {
+  let b = uniforms.get(byte);
+  if (b === undefined) {
+    b = Buffer.alloc(WINDOW_PAGES, byte);
+    uniforms.set(byte, b);
+  }
+  return b;
 }
 
 function lowBits(vec: Buffer, from: number, to: number): number {

@@ -130,6 +130,16 @@ describe('page-cache residency and warming', () => {
     }
     expect(residentCount(Buffer.alloc(4096, 1), 4096)).toBe(4096);
     expect(residentCount(Buffer.alloc(4096, 0xfe), 4096)).toBe(0);
+    // None or all resident, as a warm's reads before and after mostly find: one page apart from either is still seen.
+    const allButOne = Buffer.alloc(16384, 1);
+    allButOne[9000] = 0;
+    expect(residentCount(allButOne, 16384)).toBe(16383);
+    allButOne[9000] = 0xfe;
+    expect(residentCount(allButOne, 16384)).toBe(16383);
+    const noneButOne = Buffer.alloc(16384, 0);
+    noneButOne[16383] = 3;
+    expect(residentCount(noneButOne, 16384)).toBe(1);
+    expect(residentCount(noneButOne, 16383)).toBe(0);
   });
 
   it('reads many small files one into the next, each closed once read: no descriptor left open, done or failed', async () => {

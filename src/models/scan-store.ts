@@ -1,6 +1,7 @@
 import { lstat, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isNotFound } from '../lib/errno.js';
+import { FILE_CALLS_AT_ONCE, mapConcurrent } from '../lib/map-concurrent.js';
 import { type ModelManifest, readManifest } from './model-manifest.js';
 import { modelPins } from './model-pins.js';
 import { tryLockModel } from './model-lock.js';
@@ -49,11 +50,12 @@ async function blobBytes(repoDir: string): Promise<{ bytes: number; partialBytes
   let bytes = 0;
   let partialBytes = 0;
   const blobs = join(repoDir, 'blobs');
-  for (const name of await dirEntries(blobs)) {
-    const s = await lstat(join(blobs, name)).catch(() => undefined);
+  const names = await dirEntries(blobs);
+  const stats = await mapConcurrent(names, FILE_CALLS_AT_ONCE, (name) => lstat(join(blobs, name)).catch(() => undefined));
+  for (const [i, s] of stats.entries()) {
     if (!s?.isFile()) continue;
     bytes += s.size;
-    if (name.endsWith('.incomplete')) partialBytes += s.size;
+    if ((names[i] as string).endsWith('.incomplete')) partialBytes += s.size;
   }
   return { bytes, partialBytes };
 }
@@ -66,13 +68,35 @@ async function blobBytes(repoDir: string): Promise<{ bytes: number; partialBytes
 export async function isSnapshotComplete(layout: StoreLayout, manifest: ModelManifest | undefined, commit: string): Promise<boolean> {
   const snap = manifest?.snapshots[commit];
   if (!manifest || !snap?.complete) return false;
-  for (const f of snap.files) {
-    const blob = await stat(layout.blobPath(manifest.repo, f.etag)).catch(() => undefined);
-    if (!blob?.isFile() || blob.size !== f.size) return false;
-    const link = await lstat(layout.pointerPath(manifest.repo, commit, f.path)).catch(() => undefined);
-    if (!link?.isSymbolicLink()) return false;
-  }
-  return true;
+  const whole = await mapConcurrent(snap.files, FILE_CALLS_AT_ONCE, async (f) => {
+    const [blob, link] = await Promise.all([
+      stat(layout.blobPath(manifest.repo, f.etag)).catch(() => undefined),
+      lstat(layout.pointerPath(manifest.repo, commit, f.path)).catch(() => undefined),
+    ]);
+    return blob?.isFile() === true && blob.size === f.size && link?.isSymbolicLink() === true;
+  });
+  return whole.every(Boolean);
+}
+
+/** StoredModel's complete: a snapshot at least, every one whole, and no partial download. */
+function completeOf(snapshots: number, wholeSnapshots: number, partialBytes: number): boolean {
+  return snapshots > 0 && wholeSnapshots === snapshots && partialBytes === 0;
+}
+
+/**
+ * Whether the model of `manifest` is complete as describeModel says, from
+ * the manifest and the blobs alone: what a warm asks before it reads,
+ * without the pins, times of use and pull's lock a listing adds, whose
+ * file calls were a third of a warm's set-up (issue 52, item 2).
+ */
+export async function isModelWhole(layout: StoreLayout, manifest: ModelManifest | undefined): Promise<boolean> {
+  if (!manifest) return false;
+  const snapshots = Object.keys(manifest.snapshots);
+  const [{ partialBytes }, whole] = await Promise.all([
+    blobBytes(layout.repoDir(manifest.repo)),
+    Promise.all(snapshots.map((commit) => isSnapshotComplete(layout, manifest, commit))),
+  ]);
+  return completeOf(snapshots.length, whole.filter(Boolean).length, partialBytes);
 }
 
 /** Whether `repo` at `revision` (a branch, tag or commit) is complete in the store, for the files its pull chose; an offline start asks more (offlineProblem). */
@@ -84,19 +108,24 @@ export async function isModelComplete(layout: StoreLayout, repo: string, revisio
 
 export async function describeModel(layout: StoreLayout, repo: string): Promise<StoredModel> {
   const repoDir = layout.repoDir(repo);
-  const manifest = await readManifest(layout, repo);
-  const { bytes, partialBytes } = await blobBytes(repoDir);
-  const completeCommits: string[] = [];
-  for (const commit of Object.keys(manifest?.snapshots ?? {})) {
-    if (await isSnapshotComplete(layout, manifest, commit)) completeCommits.push(commit);
-  }
-  const lock = await tryLockModel(layout, repo);
-  lock?.release();
-  const dirMtime = (await stat(repoDir).catch(() => undefined))?.mtimeMs ?? 0;
-  // A pin or unpin changes the pin folder's mtime: a shard's start and stop count as use, without
-  // the pinner rewriting the manifest a pull may be writing at the same moment.
-  const pinMtime = (await stat(layout.pinDir(repo)).catch(() => undefined))?.mtimeMs ?? 0;
+  // Side by side: none of these needs another's answer, and one after the other their round trips were
+  // most of a warm's set-up (issue 52, item 2).
+  const [manifest, { bytes, partialBytes }, pulling, dirMtime, pinMtime, pins] = await Promise.all([
+    readManifest(layout, repo),
+    blobBytes(repoDir),
+    tryLockModel(layout, repo).then((lock) => {
+      lock?.release();
+      return lock === undefined;
+    }),
+    stat(repoDir).then((s) => s.mtimeMs, () => 0),
+    // A pin or unpin changes the pin folder's mtime: a shard's start and stop count as use, without
+    // the pinner rewriting the manifest a pull may be writing at the same moment.
+    stat(layout.pinDir(repo)).then((s) => s.mtimeMs, () => 0),
+    modelPins(layout, repo),
+  ]);
   const snapshots = Object.keys(manifest?.snapshots ?? {});
+  const whole = await Promise.all(snapshots.map((commit) => isSnapshotComplete(layout, manifest, commit)));
+  const completeCommits = snapshots.filter((_, i) => whole[i]);
   const adapter = manifest?.kind === 'adapter' ? checkedAdapterMeta(manifest.adapter) : undefined;
   return {
     repo,
@@ -104,13 +133,13 @@ export async function describeModel(layout: StoreLayout, repo: string): Promise<
     ...(adapter ? { baseModel: adapter.baseModel, rank: adapter.rank } : {}),
     refs: boundedRefs(manifest?.refs ?? {}),
     completeCommits,
-    complete: snapshots.length > 0 && completeCommits.length === snapshots.length && partialBytes === 0,
+    complete: completeOf(snapshots.length, completeCommits.length, partialBytes),
     subset: snapshots.some((c) => (manifest?.snapshots[c]?.include.length ?? 0) > 0),
     bytes,
     partialBytes,
     lastUsedMs: Math.max(manifest?.lastUsedMs ?? dirMtime, pinMtime),
-    pins: await modelPins(layout, repo),
-    pulling: lock === undefined,
+    pins,
+    pulling,
   };
 }
 

@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs';
 import { mkdir } from 'node:fs/promises';
 import { dirname } from 'node:path';
 import { abortableSleep } from '../lib/abortable-sleep.js';
@@ -24,45 +25,54 @@ export const WARM_LOCK_POLL_MS = 200;
 
 const turns = new TurnQueue();
 
+/** The node's warm turn, held until `release`. */
+export interface WarmTurn {
+  release: () => void;
+  /** Whether another warm held the turn when asked (in this process or another): what was judged before may be stale. */
+  waited: boolean;
+}
+
 /**
- * Waits for the node's warm turn and returns its release. `onWait` is told
- * once when another process holds it. Where no lock can be taken (a user
+ * Waits for the node's warm turn. `onWait` is told once when another
+ * process holds it. Where no lock can be taken (a user
  * other than root, who cannot write the store's lock folder), the warm runs
  * with this process's queue alone: such a user can read the files anyway;
  * the bound is on what the root agent reads for the control plane.
  */
-export async function takeWarmTurn(layout: StoreLayout, signal: AbortSignal, onWait?: (holderPid: number | undefined) => void): Promise<() => void> {
+export async function takeWarmTurn(layout: StoreLayout, signal: AbortSignal, onWait?: (holderPid: number | undefined) => void): Promise<WarmTurn> {
   const path = layout.warmLockPath();
+  let waited = turns.busy(path);
   const endLocal = await turns.take(path, signal);
   try {
-    await mkdir(dirname(path), { recursive: true }).catch((err: unknown) => {
-      if (process.geteuid?.() === 0) throw err;
-    });
+    // Made once; tryLockFile below opens the lock file synchronously in it anyway, and an mkdir
+    // through libuv's threads each time was a round trip on every warm's way to its reads.
+    if (!existsSync(dirname(path))) {
+      await mkdir(dirname(path), { recursive: true }).catch((err: unknown) => {
+        if (process.geteuid?.() === 0) throw err;
+      });
+    }
     let told = false;
     for (;;) {
       signal.throwIfAborted();
       const lock = tryLockFile(path);
       if (lock.kind === 'held') {
-        return () => {
+        const release = () => {
           lock.release();
           endLocal();
         };
+        return { release, waited };
       }
       if (lock.kind === 'unsupported') {
         if (process.geteuid?.() === 0) throw failure(`cannot lock ${path}: ${lock.reason}`);
-        return endLocal;
+        return { release: endLocal, waited };
       }
       if (!told) onWait?.(lock.holderPid);
       told = true;
+      waited = true;
       await abortableSleep(WARM_LOCK_POLL_MS, signal);
     }
   } catch (err) {
     endLocal();
     throw err;
   }
-}
-
-/** Whether a warm of this process holds or waits for the node's turn (tests, metrics). */
-export function warmTurnBusy(layout: StoreLayout): boolean {
-  return turns.busy(layout.warmLockPath());
 }

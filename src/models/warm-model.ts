@@ -2,8 +2,8 @@ import { readFile } from 'node:fs/promises';
 import { failure, usageError } from '../lib/errors.js';
 import { formatBytes } from '../lib/format-bytes.js';
 import { modelBlobFiles, pageCacheResidency, warmFiles } from './page-cache.js';
-import { describeModel } from './scan-store.js';
-import { readManifest } from './model-manifest.js';
+import { isModelWhole } from './scan-store.js';
+import { type ModelManifest, readManifest } from './model-manifest.js';
 import { loaderSnapshot } from './loader-snapshot.js';
 import type { StoreLayout } from './store-layout.js';
 import { takeWarmTurn } from './warm-gate.js';
@@ -39,7 +39,12 @@ export interface WarmOptions {
   onBytes?: (read: number, of: number) => void;
   /** Told once when another process's warm holds the node's turn (warm-gate.ts). */
   onWait?: (holderPid: number | undefined) => void;
+  /** Told as each step of the warm ends, for a timeline of where its time goes (bench 14e). */
+  onPhase?: (phase: WarmPhase) => void;
 }
+
+/** The steps of a warm, in order: the model found complete and its files listed, the node's turn taken, the budget and residency before known, the reads done, residency after. */
+export type WarmPhase = 'planned' | 'turn' | 'before' | 'read' | 'after';
 
 /** Warms in progress in this process, by model and budget: another ask of the same joins it (security review 4, F9). */
 const inProgress = new Map<string, Promise<WarmResult>>();
@@ -60,30 +65,52 @@ export function warmModel(layout: StoreLayout, repo: string, opts: WarmOptions =
 }
 
 async function warmAlone(layout: StoreLayout, repo: string, opts: WarmOptions): Promise<WarmResult> {
-  const model = await describeModel(layout, repo);
-  if (!model.complete) {
-    throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);
-  }
-  const release = await takeWarmTurn(layout, opts.signal ?? new AbortController().signal, opts.onWait);
+  let files = await planWarm(layout, repo);
+  opts.onPhase?.('planned');
+  const turn = await takeWarmTurn(layout, opts.signal ?? new AbortController().signal, opts.onWait);
   try {
-    return await warmHoldingTurn(layout, repo, opts);
+    // Another warm held the turn, for minutes maybe: a pull or an eviction may have changed the model meanwhile.
+    if (turn.waited) files = await planWarm(layout, repo);
+    opts.onPhase?.('turn');
+    return await warmHoldingTurn(repo, files, opts);
   } finally {
-    release();
+    turn.release();
   }
 }
 
-/** The warm itself, the node's turn held: its budget is read now, after any warm before it. */
-async function warmHoldingTurn(layout: StoreLayout, repo: string, opts: WarmOptions): Promise<WarmResult> {
-  const files = await loaderFilesFirst(layout, repo, await modelBlobFiles(layout, repo));
+/**
+ * The model found complete, and its files in the order a warm reads them.
+ * Its manifest read once and the checks side by side, as none needs
+ * another's answer: one after the other, and each read again by
+ * describeModel and the loader's listing, they were a tenth of the warm
+ * of a 128 MiB model from a fast disk (issue 52, item 2).
+ */
+async function planWarm(layout: StoreLayout, repo: string): Promise<{ path: string; bytes: number }[]> {
+  const [manifest, blobs] = await Promise.all([readManifest(layout, repo), modelBlobFiles(layout, repo)]);
+  const [whole, files] = await Promise.all([isModelWhole(layout, manifest), loaderFilesFirst(layout, repo, blobs, manifest)]);
+  if (!whole) {
+    throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);
+  }
+  return files;
+}
+
+/**
+ * The warm itself, the node's turn held: its budget is read now, after any
+ * warm before it, beside the residency before (neither changes the other).
+ */
+async function warmHoldingTurn(repo: string, files: readonly { path: string; bytes: number }[], opts: WarmOptions): Promise<WarmResult> {
+  const paths = files.map((f) => f.path);
   const bytes = files.reduce((s, f) => s + f.bytes, 0);
-  const available = await memAvailableBytes(opts.meminfoPath);
+  const [available, before] = await Promise.all([memAvailableBytes(opts.meminfoPath), pageCacheResidency(paths, opts.signal)]);
   if (opts.budgetBytes !== undefined && opts.budgetBytes > available) {
     throw usageError(`--budget ${formatBytes(opts.budgetBytes)} is more than the host's MemAvailable (${formatBytes(available)}): a warm would push out what running engines use; give at most that`);
   }
   const budgetBytes = Math.min(bytes, opts.budgetBytes ?? Math.floor(available / 2));
-  const before = await pageCacheResidency(files.map((f) => f.path), opts.signal);
+  opts.onPhase?.('before');
   const readBytes = await warmFiles(files, budgetBytes, { signal: opts.signal, onBytes: (n) => opts.onBytes?.(n, budgetBytes) });
-  const after = await pageCacheResidency(files.map((f) => f.path), opts.signal);
+  opts.onPhase?.('read');
+  const after = await pageCacheResidency(paths, opts.signal);
+  opts.onPhase?.('after');
   return { repo, bytes, budgetBytes, readBytes, residentBefore: before.residentBytes, residentAfter: after.residentBytes, memAvailableBytes: available };
 }
 
@@ -91,14 +118,16 @@ async function warmHoldingTurn(layout: StoreLayout, repo: string, opts: WarmOpti
  * The model's blobs with those the engines' loaders read at each pulled
  * revision first (loader-files.ts; review engine-fidelity-3 E11): a budget
  * smaller than the model is spent on the indexed safetensors, not on .bin
- * twins or original/ that vLLM and SGLang skip.
+ * twins or original/ that vLLM and SGLang skip. `manifest` is the model's,
+ * as its caller read it.
  */
-export async function loaderFilesFirst<F extends { path: string }>(layout: StoreLayout, repo: string, files: readonly F[]): Promise<F[]> {
-  const manifest = await readManifest(layout, repo);
+export async function loaderFilesFirst<F extends { path: string }>(layout: StoreLayout, repo: string, files: readonly F[], manifest: ModelManifest | undefined): Promise<F[]> {
   const first = new Set<string>();
-  for (const commit of new Set(Object.values(manifest?.refs ?? {}))) {
-    if (!manifest) break;
-    for (const f of (await loaderSnapshot(layout, manifest, commit, 'any')).present) first.add(layout.blobPath(repo, f.etag));
+  if (manifest) {
+    const commits = [...new Set(Object.values(manifest.refs))];
+    for (const s of await Promise.all(commits.map((commit) => loaderSnapshot(layout, manifest, commit, 'any')))) {
+      for (const f of s.present) first.add(layout.blobPath(repo, f.etag));
+    }
   }
   return [...files.filter((f) => first.has(f.path)), ...files.filter((f) => !first.has(f.path))];
 }

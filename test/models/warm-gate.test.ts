@@ -1,13 +1,15 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { BandwidthLimiter } from '../../src/models/bandwidth-limiter.js';
 import { ConcurrencyLimit } from '../../src/models/concurrency-limit.js';
+import { modelBlobFiles, WARM_READ_BYTES } from '../../src/models/page-cache.js';
 import { pullModel } from '../../src/models/pull-model.js';
+import { describeModel } from '../../src/models/scan-store.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
-import { warmModel } from '../../src/models/warm-model.js';
+import { type WarmPhase, warmModel } from '../../src/models/warm-model.js';
 import { until } from '../helpers/engine-processes.js';
 import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
 
@@ -19,16 +21,22 @@ import { FakeHub, bytes, fakeRepo } from './fake-hub.js';
  */
 
 const MODEL_BYTES = 16 * 1024 * 1024;
+/** One warm's reads of a model: one progress report each. */
+const READS = MODEL_BYTES / WARM_READ_BYTES;
 const hub = new FakeHub();
 hub.repos.set('acme/a', fakeRepo('acme/a', [{ path: 'w.bin', content: bytes(MODEL_BYTES, 1), lfs: true }]));
 hub.repos.set('acme/b', fakeRepo('acme/b', [{ path: 'w.bin', content: bytes(MODEL_BYTES, 2), lfs: true }]));
+hub.repos.set('acme/c', fakeRepo('acme/c', [
+  { path: 'w-1.bin', content: bytes(MODEL_BYTES / 2, 3), lfs: true },
+  { path: 'w-2.bin', content: bytes(MODEL_BYTES / 2, 4), lfs: true },
+]));
 const dir = mkdtempSync(join(tmpdir(), 'llmgw-warm-gate-'));
 const layout = new StoreLayout(dir);
 const children: ChildProcess[] = [];
 
 beforeAll(async () => {
   await hub.start();
-  for (const repo of ['acme/a', 'acme/b']) {
+  for (const repo of ['acme/a', 'acme/b', 'acme/c']) {
     await pullModel(
       { repo, revision: 'main', include: [] },
       { layout, hub: { endpoint: hub.url, tokenFile: '' }, budget: 1e9, concurrency: new ConcurrencyLimit(2), limiter: new BandwidthLimiter(undefined), signal: AbortSignal.timeout(60_000) },
@@ -51,8 +59,8 @@ describe('page-cache warms', () => {
     const [a, b] = await Promise.all([first, second]);
     expect(b).toBe(a);
     expect(a.readBytes).toBe(MODEL_BYTES);
-    // 16 MiB in 4 MiB reads: one warm's reads, not two.
-    expect(reads).toBe(4);
+    // One warm's reads, not two.
+    expect(reads).toBe(READS);
   });
 
   it('still runs a warm of another model, after the first, never reading both at once', async () => {
@@ -64,7 +72,7 @@ describe('page-cache warms', () => {
     expect(a.readBytes).toBe(MODEL_BYTES);
     expect(b.readBytes).toBe(MODEL_BYTES);
     // One after the other, whichever took the turn first (each first checks its model is complete).
-    expect(order.join('')).toMatch(/^(a{4}b{4}|b{4}a{4})$/);
+    expect(order.join('')).toMatch(new RegExp(`^(a{${READS}}b{${READS}}|b{${READS}}a{${READS}})$`));
     // Done, not held: a warm after them runs again.
     expect((await warmModel(layout, 'acme/a')).readBytes).toBe(MODEL_BYTES);
   });
@@ -89,7 +97,51 @@ describe('page-cache warms', () => {
     killGroup(holder);
     const r = await warm;
     expect(r.readBytes).toBe(MODEL_BYTES);
-    expect(reads).toBe(4);
+    expect(reads).toBe(READS);
+  });
+
+  it('judges the model again once a turn waited for is its own: one made incomplete meanwhile is refused, not read in part', async () => {
+    const lock = layout.warmLockPath();
+    mkdirSync(dirname(lock), { recursive: true });
+    const holder = spawn('flock', [lock, 'sleep', '60'], { stdio: 'ignore', detached: true });
+    children.push(holder);
+    await until(() => spawnSyncFlockBusy(lock), 'flock(1) holding the warm lock', 20_000);
+    let waited = false;
+    let reads = 0;
+    const warm = warmModel(layout, 'acme/c', { onWait: () => (waited = true), onBytes: () => reads++ });
+    const refused = expect(warm).rejects.toThrow(/acme\/c is not complete in the store/);
+    // Complete when asked: it waits for the turn rather than being refused at once.
+    await until(() => waited, 'the warm waiting', 20_000);
+    // Meanwhile one of its two blobs goes (an eviction, a hand): the other alone would have been read before.
+    const blobs = await modelBlobFiles(layout, 'acme/c');
+    expect(blobs).toHaveLength(2);
+    unlinkSync((blobs[0] as { path: string }).path);
+    killGroup(holder);
+    await refused;
+    expect(reads).toBe(0);
+  });
+
+  it('tells its steps in order, a warm queued behind another in this process too', async () => {
+    const phases: Record<string, WarmPhase[]> = { a: [], b: [] };
+    await Promise.all([
+      warmModel(layout, 'acme/a', { onPhase: (p) => phases.a?.push(p) }),
+      warmModel(layout, 'acme/b', { onPhase: (p) => phases.b?.push(p) }),
+    ]);
+    expect(phases).toEqual({ a: ['planned', 'turn', 'before', 'read', 'after'], b: ['planned', 'turn', 'before', 'read', 'after'] });
+  });
+  it('refuses a model with a partial download beside its blobs as models list calls it incomplete; an empty one is no partial download', async () => {
+    const partial = join(layout.repoDir('acme/b'), 'blobs', `${'e'.repeat(64)}.incomplete`);
+    try {
+      writeFileSync(partial, 'x'.repeat(10));
+      expect((await describeModel(layout, 'acme/b')).complete).toBe(false);
+      await expect(warmModel(layout, 'acme/b')).rejects.toThrow(/acme\/b is not complete in the store/);
+      // A pull that created its file and was stopped before a byte: nothing partial, as models list says.
+      writeFileSync(partial, '');
+      expect((await describeModel(layout, 'acme/b')).complete).toBe(true);
+      expect((await warmModel(layout, 'acme/b')).readBytes).toBe(MODEL_BYTES);
+    } finally {
+      rmSync(partial, { force: true });
+    }
   });
 });
 

@@ -64,7 +64,7 @@ export class NodeModels {
   private viewKey = '';
   private refreshing: Promise<void> | undefined;
   private refreshAgain = false;
-  /** fincore could not say once: said in the log, not again. */
+  /** Residency could not be read once (page-cache.ts): said in the log, not again. */
   private residencyUnknown = false;
   private timer: NodeJS.Timeout | undefined;
   /** The engines' caches, surveyed at each rescan (bounded, no link followed); reports read the last survey. */
@@ -248,11 +248,11 @@ export class NodeModels {
   }
 
   /**
-   * Bytes of each complete revision in the page cache (fincore), counted
+   * Bytes of each complete revision in the page cache (mincore), counted
    * over the files the loaders read at that revision (revision-views.ts;
    * review engine-fidelity-3 E11: a repo shipping .bin twins never reached
    * the rung), in whole percents of them so that a page or two coming and
-   * going does not make a new Inventory; none when fincore cannot say (said once).
+   * going does not make a new Inventory; none when it cannot be read (said once).
    */
   private async residency(revisions: readonly (readonly [string, RevisionView])[]): Promise<Map<string, number>> {
     const out = new Map<string, number>();

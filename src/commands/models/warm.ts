@@ -8,7 +8,7 @@ export default class ModelsWarm extends BaseCommand {
 instead of from disk. The model must be complete in the store. By default
 the warm reads at most half of the host's MemAvailable; --budget sets it, up
 to all of MemAvailable, so that what running engines use is not pushed out.
-Prints how much of the model is in the page cache before and after (fincore).`;
+Prints how much of the model is in the page cache before and after (mincore(2), as fincore reads it).`;
 
   static override examples = [
     '<%= config.bin %> models warm Qwen/Qwen2.5-7B-Instruct',

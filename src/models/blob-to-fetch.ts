@@ -17,11 +17,13 @@ export const RANGED_MIN_BYTES = 2 * PART_BYTES;
 /**
  * A server whose TCP connect took less than this is near: one stream fills
  * what the pull can write (a window of 6 MiB, Linux's default tcp_rmem
- * most, over 5 ms is 1.2 GB/s), and after its first part a file comes in
- * one more stream instead of parts. Parts fetched at once end together,
- * and the hash, which must take the bytes in order, then had three parts
- * of each file left to read after the last byte came: 180-390 ms of a
- * 1.1 s pull of 128 MiB on this machine's loopback (issue 52, item 1).
+ * most, over 5 ms is 1.2 GB/s), and a file comes from it in one stream,
+ * asked for once the connect is timed (hub-stream.ts headersAt). Parts
+ * fetched at once end together, and the hash, which must take the bytes
+ * in order, then had three parts of each file left to read after the last
+ * byte came: 180-390 ms of a 1.1 s pull of 128 MiB on this machine's
+ * loopback; a first part and then the rest in a second stream still held
+ * two connections per file where one does (bench 14b, issue 52, item 1).
  */
 export const NEAR_RTT_MS = 5;
 /** Parts of one file fetched at once (models.max_concurrent files at once, each with this many connections). */

@@ -3,7 +3,7 @@ import { CREATE_TRUNCATE, READ, READ_WRITE, chmodStoreFile, openStoreFile, store
 import { isNotFound } from '../lib/errno.js';
 import { failure } from '../lib/errors.js';
 import { type FileHash, expectedDigest, fileHash, hashFile, newHash } from './blob-digest.js';
-import { type BlobToFetch, type DownloadContext, PART_BYTES, RANGED_MIN_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
+import { type BlobToFetch, type DownloadContext, NEAR_RTT_MS, PART_BYTES, RANGED_MIN_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { BlobWriter } from './blob-writer.js';
 import { contentRangeIs } from './content-range.js';
 import { fetchParts } from './fetch-parts.js';
@@ -106,18 +106,28 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
   }
 
   const partBytes = ctx.partBytes ?? PART_BYTES;
-  const ranged = blob.prefixPath !== undefined && blob.size - have >= (RANGED_MIN_BYTES / PART_BYTES) * partBytes;
-  const firstEnd = ranged ? Math.min(blob.size, have + partBytes) : blob.size;
+  const mayRange = blob.prefixPath !== undefined && blob.size - have >= (RANGED_MIN_BYTES / PART_BYTES) * partBytes;
+  const firstEnd = Math.min(blob.size, have + partBytes);
   const headers: Record<string, string> = { ...ctx.headers, 'accept-encoding': 'identity' };
-  if (ranged) headers.range = `bytes=${have}-${firstEnd - 1}`;
-  else if (have > 0) headers.range = `bytes=${have}-`;
+  if (!mayRange && have > 0) headers.range = `bytes=${have}-`;
+  // Parts only from a far server, judged by the connect of the host that answers (NEAR_RTT_MS): a near one sends
+  // the rest in one stream, in order, which the hash follows as it comes and the writer keeps a plain prefix of.
+  const choice = { ranged: false };
+  const headersAt = mayRange
+    ? (connectMs: number | undefined): Record<string, string> => {
+        choice.ranged = !(connectMs !== undefined && connectMs < (ctx.nearRttMs ?? NEAR_RTT_MS));
+        if (choice.ranged) return { range: `bytes=${have}-${firstEnd - 1}` };
+        return have > 0 ? { range: `bytes=${have}-` } : {};
+      }
+    : undefined;
   let first: HubStream;
   try {
-    first = await openHubStream(blob.url, { headers, signal: ctx.signal, redirectHosts: ctx.redirectHosts });
+    first = await openHubStream(blob.url, { headers, signal: ctx.signal, redirectHosts: ctx.redirectHosts, headersAt });
   } catch (err) {
     ctx.signal.throwIfAborted();
     throw failure(`${blob.path}: cannot download from ${new URL(blob.url).origin}: ${describeFetchError(err)}`, { cause: err });
   }
+  const ranged = choice.ranged;
   if (first.status === 206 && !contentRangeIs(first.headers.get('content-range'), have, ranged ? firstEnd : undefined, blob.size)) {
     first.cancel();
     throw failure(`${blob.path}: the hub answered a request for bytes ${have}- with ${first.headers.get('content-range')}; try again`);

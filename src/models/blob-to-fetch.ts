@@ -74,4 +74,10 @@ export interface DownloadContext {
   nearRttMs?: number;
   /** models.hub.redirect_hosts: the private hosts a redirect may reach (redirect-policy.ts). */
   redirectHosts?: readonly string[];
+  /**
+   * Resolved once the store may take this download's bytes (the pull's
+   * record written incomplete, its folders made); rejected when it may not.
+   * Awaited before anything of the file is written, truncated or created.
+   */
+  storeReady?: Promise<void>;
 }

@@ -96,6 +96,9 @@ async function readPrefix(path: string): Promise<number | undefined> {
 }
 
 async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ digest: string; resumedFrom: number; fetched: number }> {
+  // A partial file may be cut back (resumePoint) or synced: only once the store may be written. A fresh file waits
+  // below, after the request's head, so that its connect goes beside what the pull writes first.
+  if ((await sizeOf(blob.incompletePath)) > 0) await ctx.storeReady;
   let have = await resumePoint(blob);
   const resumedFrom = have;
   if (have === blob.size) {
@@ -139,6 +142,12 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
   } else if (first.status !== 200 && first.status !== 206) {
     first.cancel();
     throw failure(`${blob.path}: the hub answered HTTP ${first.status}${first.status === 401 || first.status === 403 ? '; set models.hub.token_file to a token that may read it' : ''}`);
+  }
+  try {
+    await ctx.storeReady;
+  } catch (err) {
+    first.cancel();
+    throw err;
   }
   if (first.chunked) {
     // Not a file server's answer for a file; read the slow way rather than not at all.

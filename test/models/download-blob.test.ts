@@ -192,6 +192,45 @@ describe('downloadBlob', () => {
     expect(rangesAsked()).toEqual([`bytes=${3 * PART}-`, undefined]);
   });
 
+  it('connects and reads the head before the store is ready, but writes nothing to it until then; a store never ready fails it with nothing written', async () => {
+    let ready: () => void = () => {};
+    const storeReady = new Promise<void>((r) => {
+      ready = r;
+    });
+    const pending = downloadBlob(blob(), { ...ctx(undefined, true), storeReady });
+    await waitUntil(() => rangesAsked().length === 1);
+    // Its look-alike below shows the file would be there by now: the pull's record comes first.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(existsSync(join(dir, 'w.incomplete'))).toBe(false);
+    ready();
+    await expect(pending).resolves.toMatchObject({ fetched: BIG.length });
+    expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
+
+    rmSync(join(dir, 'w'));
+    const refused = Promise.reject(new Error('the record could not be written'));
+    refused.catch(() => {});
+    await expect(downloadBlob(blob(), { ...ctx(undefined, true), storeReady: refused })).rejects.toThrow('the record could not be written');
+    expect(existsSync(join(dir, 'w.incomplete'))).toBe(false);
+    expect(existsSync(join(dir, 'w'))).toBe(false);
+  });
+
+  it('cuts a kept partial file back only once the store is ready', async () => {
+    const partial = Buffer.concat([BIG.subarray(0, 2 * PART), Buffer.alloc(PART)]);
+    writeFileSync(join(dir, 'w.incomplete'), partial);
+    writeFileSync(join(dir, 'w.prefix'), String(2 * PART));
+    let ready: () => void = () => {};
+    const storeReady = new Promise<void>((r) => {
+      ready = r;
+    });
+    const pending = downloadBlob(blob(), { ...ctx(), storeReady });
+    await new Promise((r) => setTimeout(r, 100));
+    expect(statSync(join(dir, 'w.incomplete')).size).toBe(3 * PART);
+    expect(rangesAsked()).toEqual([]);
+    ready();
+    await expect(pending).resolves.toMatchObject({ resumedFrom: 2 * PART });
+    expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
+  });
+
   it('starts over from a prefix record it cannot read, rather than trust a file that may have holes', async () => {
     writeFileSync(join(dir, 'w.incomplete'), Buffer.alloc(3 * PART));
     writeFileSync(join(dir, 'w.prefix'), 'garbage');

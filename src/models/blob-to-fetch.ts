@@ -70,7 +70,7 @@ export interface DownloadContext {
   onProgress?: (p: DownloadProgress) => void;
   /** Part size of a ranged download; PART_BYTES unless a test wants many parts of a small file. */
   partBytes?: number;
-  /** NEAR_RTT_MS unless a test wants parts from its server on loopback (0: parts whatever the connect took). */
+  /** NEAR_RTT_MS unless a test wants parts from its server on loopback (0: parts whatever the connect took and wherever the server is). */
   nearRttMs?: number;
   /** models.hub.redirect_hosts: the private hosts a redirect may reach (redirect-policy.ts). */
   redirectHosts?: readonly string[];

@@ -50,7 +50,7 @@ export interface HubStreamOptions {
    * A download asks a near server for the whole file and a far one for a
    * first part (download-blob.ts).
    */
-  headersAt?: (connectMs: number | undefined) => Record<string, string>;
+  headersAt?: (connectMs: number | undefined, remoteAddress: string | undefined) => Record<string, string>;
 }
 
 /** One answer, its head read; the body is read with `body()` or dropped with `cancel()`. */
@@ -171,7 +171,7 @@ function getOnce(
       if (headersAt === undefined || failed !== undefined) return;
       let chosen: Record<string, string>;
       try {
-        chosen = headersAt(connectMs);
+        chosen = headersAt(connectMs, socket.remoteAddress);
         for (const [k, v] of Object.entries(chosen)) if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) throw new Error(`header ${k} holds a line break`);
       } catch (err) {
         return fail(err);

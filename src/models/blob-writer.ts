@@ -14,6 +14,8 @@ import type { HubStream } from './hub-stream.js';
  * 14b's 64 MiB files; every 8 MiB, 5-15 ms (issue 52, item 1).
  */
 const SYNC_EVERY_BYTES = 8 * 1024 * 1024;
+/** Batches fed to the hash from memory and not yet read by it, at most (feedHash). */
+const MAX_FEEDS_AHEAD = 1;
 /** The hash is told the file is whole this much further at a time (and the rest at the end). */
 const HASH_STEP_BYTES = 4 * 1024 * 1024;
 /** Steps in which written bytes are taken from models.bandwidth's bucket. */
@@ -42,6 +44,8 @@ export class BlobWriter {
   private recordedAt: number;
   private recording: Promise<void> = Promise.resolve();
   private readonly base: number;
+  /** Batches fed to the hash and not yet read by it. */
+  private feeding = 0;
   /** How far the hash was given the bytes: fed from memory, or told the file is whole. */
   private toldHash: number;
 
@@ -122,13 +126,20 @@ export class BlobWriter {
    * Hands the batch to the hash from memory, beside its write, when it
    * follows what the hash was given without a gap (one stream's bytes, in
    * order; a ranged part written ahead is read from the file once the
-   * parts before it are in). Resolves when the blocks may be reused.
+   * parts before it are in) and the hash has read the batch fed before:
+   * a hash thread that falls behind (on a busy machine) must not hold the
+   * socket, whose blocks are not reused before it has read them; the bytes
+   * that come meanwhile are written, given back, and read from the file.
+   * Resolves when the blocks may be reused.
    */
   private feedHash(at: number, chunks: Buffer[], length: number): Promise<void> | undefined {
-    if (this.hash.feed === undefined || at !== this.toldHash) return undefined;
+    if (this.hash.feed === undefined || at !== this.toldHash || this.feeding >= MAX_FEEDS_AHEAD) return undefined;
     for (const c of chunks) if (!(c.buffer instanceof SharedArrayBuffer)) return undefined;
     this.toldHash = at + length;
-    return this.hash.feed(at, chunks);
+    this.feeding++;
+    return this.hash.feed(at, chunks).finally(() => {
+      this.feeding--;
+    });
   }
 
   /** Writes `chunks` (`length` bytes in all) at `at`, in one writev and on after a short write. */

@@ -27,8 +27,11 @@ export { isInternalHost, redirectRefusal } from './redirect-policy.js';
 const MIN_READ_BYTES = 64 * 1024;
 /** A block partly filled is handed over after this long, so a slow link still writes (and shows progress) as it goes. */
 const FLUSH_AFTER_MS = 100;
-/** Blocks handed over and not given back before the socket stops reading: the memory one connection may hold. */
-const MAX_BLOCKS_HELD = 4;
+/**
+ * Blocks handed over and not given back before the socket stops reading: the memory one connection may hold.
+ * Eight: those being written and those the hash reads in place (blob-writer.ts feedHash), four of each.
+ */
+const MAX_BLOCKS_HELD = 8;
 /** A response head larger than this is no file download's. */
 const MAX_HEAD_BYTES = 64 * 1024;
 /** Redirects followed (the hub sends one, to its CDN). */

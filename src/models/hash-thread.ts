@@ -163,26 +163,6 @@ function pickThread(): HashThread {
   return threads.reduce((a, b) => (b.jobs < a.jobs ? b : a));
 }
 
-/**
- * Starts a hash thread now if none is running, left idle (it ends after
- * HASH_THREAD_IDLE_MS without a blob). A pull calls it as soon as it knows it
- * will fetch a large blob: the thread's start (some 50 ms of one core to load
- * its modules) then runs beside the pull's set-up, where the second core
- * waits, instead of beside its first downloads, which need both cores
- * (issue 52, item 1).
- */
-export function prestartHashThread(): void {
-  if (threads.length > 0) return;
-  const t = startThread();
-  t.worker.unref();
-  armIdleEnd(t);
-}
-
-/** Hash threads running now (a test's view). */
-export function runningHashThreads(): number {
-  return threads.length;
-}
-
 /** Ends `t` once it has had no blob for HASH_THREAD_IDLE_MS. */
 function armIdleEnd(t: HashThread): void {
   clearTimeout(t.idleTimer);

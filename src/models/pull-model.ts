@@ -14,7 +14,6 @@ import { engineCachesOverBound, surveyEngineCaches } from './engine-cache-survey
 import type { ConcurrencyLimit } from './concurrency-limit.js';
 import { SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { downloadBlob } from './download-blob.js';
-import { prestartHashThread } from './hash-thread.js';
 import { type HubFile, type HubOptions, fetchRevision, hubHeaders, resolveUrl } from './hub-client.js';
 import { includeMatcher } from './match-include.js';
 import { filterYielding } from './filter-yielding.js';
@@ -127,8 +126,6 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
     for (const b of blobs.values()) {
       if (!(await blobPresent(layout, repo, b, req.verify === true))) missing.push(b);
     }
-    // The hash thread's start beside the set-up that follows, not beside the first downloads (hash-thread.ts).
-    if (missing.some((b) => b.file.size >= SMALL_BLOB_BYTES)) prestartHashThread();
     let needBytes = 0;
     for (const b of missing) needBytes += Math.max(0, b.file.size - (await sizeOrZero(layout.incompletePath(repo, b.etag))));
     ctx.onEvent?.({ kind: 'plan', commit: rev.commit, files: files.length, bytes, fetchFiles: missing.length, fetchBytes: missing.reduce((s, b) => s + b.file.size, 0) });

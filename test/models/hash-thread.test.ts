@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { fileHash } from '../../src/models/blob-digest.js';
 import { SMALL_BLOB_BYTES } from '../../src/models/blob-to-fetch.js';
-import { ThreadHash, prestartHashThread, runningHashThreads } from '../../src/models/hash-thread.js';
+import { ThreadHash } from '../../src/models/hash-thread.js';
 import { bytes } from './fake-hub.js';
 
 /*
@@ -80,23 +80,6 @@ describe('ThreadHash', () => {
       const late = d.feed(0, [fed.subarray(0, 10)]);
       await d.drop();
       await expect(late).resolves.toBeUndefined();
-    } finally {
-      await fh.close();
-    }
-  });
-
-  it('starts one thread ahead of a pull, which the next blob hashes on; none more when one runs', async () => {
-    const before = runningHashThreads();
-    prestartHashThread();
-    const after = runningHashThreads();
-    expect(after).toBe(Math.max(1, before));
-    prestartHashThread();
-    expect(runningHashThreads()).toBe(after);
-    const fh = await open(join(dir, 'p'), 'w+');
-    try {
-      await fh.write(content, 0, content.length, 0);
-      await expect(ThreadHash.open('sha256', '', fh.fd).digest(content.length)).resolves.toBe(sha256(content));
-      expect(runningHashThreads()).toBe(after);
     } finally {
       await fh.close();
     }

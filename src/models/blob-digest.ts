@@ -24,6 +24,8 @@ export function newHash(blob: BlobToFetch): Hash {
 /** A blob's hash from the bytes in its file: told how far the file is written without a gap, asked for the digest at the end, or dropped. */
 export interface FileHash {
   advance(end: number): void;
+  /** Hashes these bytes from `at` on from memory, where it can (a thread's hash; the promise says when they may be reused); undefined where it cannot. */
+  feed?(at: number, chunks: readonly Buffer[]): Promise<void>;
   digest(end: number): Promise<string>;
   drop(): Promise<void>;
 }

@@ -17,11 +17,13 @@ export const RANGED_MIN_BYTES = 2 * PART_BYTES;
 /**
  * A server whose TCP connect took less than this is near: one stream fills
  * what the pull can write (a window of 6 MiB, Linux's default tcp_rmem
- * most, over 5 ms is 1.2 GB/s), and after its first part a file comes in
- * one more stream instead of parts. Parts fetched at once end together,
- * and the hash, which must take the bytes in order, then had three parts
- * of each file left to read after the last byte came: 180-390 ms of a
- * 1.1 s pull of 128 MiB on this machine's loopback (issue 52, item 1).
+ * most, over 5 ms is 1.2 GB/s), and a file comes from it in one stream,
+ * asked for once the connect is timed (hub-stream.ts headersAt). Parts
+ * fetched at once end together, and the hash, which must take the bytes
+ * in order, then had three parts of each file left to read after the last
+ * byte came: 180-390 ms of a 1.1 s pull of 128 MiB on this machine's
+ * loopback; a first part and then the rest in a second stream still held
+ * two connections per file where one does (bench 14b, issue 52, item 1).
  */
 export const NEAR_RTT_MS = 5;
 /** Parts of one file fetched at once (models.max_concurrent files at once, each with this many connections). */
@@ -68,8 +70,14 @@ export interface DownloadContext {
   onProgress?: (p: DownloadProgress) => void;
   /** Part size of a ranged download; PART_BYTES unless a test wants many parts of a small file. */
   partBytes?: number;
-  /** NEAR_RTT_MS unless a test wants parts from its server on loopback (0: parts whatever the connect took). */
+  /** NEAR_RTT_MS unless a test wants parts from its server on loopback (0: parts whatever the connect took and wherever the server is). */
   nearRttMs?: number;
   /** models.hub.redirect_hosts: the private hosts a redirect may reach (redirect-policy.ts). */
   redirectHosts?: readonly string[];
+  /**
+   * Resolved once the store may take this download's bytes (the pull's
+   * record written incomplete, its folders made); rejected when it may not.
+   * Awaited before anything of the file is written, truncated or created.
+   */
+  storeReady?: Promise<void>;
 }

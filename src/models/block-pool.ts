@@ -22,9 +22,14 @@ const POOL_IDLE_MS = 10_000;
 let lastTakenMs = 0;
 let poolTimer: NodeJS.Timeout | undefined;
 
+/**
+ * A block of shared memory: the hash thread reads the bytes a connection
+ * brought in it, in place, while the write copies them to the file
+ * (hash-thread.ts feed), and the thread no longer reads them back.
+ */
 export function takeBlock(): Buffer {
   lastTakenMs = performance.now();
-  return pool.pop() ?? Buffer.allocUnsafe(BLOCK_BYTES);
+  return pool.pop() ?? Buffer.from(new SharedArrayBuffer(BLOCK_BYTES));
 }
 
 export function giveBlock(b: Buffer): void {

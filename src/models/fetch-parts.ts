@@ -1,5 +1,5 @@
 import { failure } from '../lib/errors.js';
-import { type BlobToFetch, CONNECTIONS_PER_FILE, type DownloadContext, NEAR_RTT_MS, PART_BYTES } from './blob-to-fetch.js';
+import { type BlobToFetch, CONNECTIONS_PER_FILE, type DownloadContext, PART_BYTES } from './blob-to-fetch.js';
 import type { BlobWriter } from './blob-writer.js';
 import { contentRangeIs } from './content-range.js';
 import { type HubStream, openHubStream } from './hub-stream.js';
@@ -7,18 +7,13 @@ import { type HubStream, openHubStream } from './hub-stream.js';
 /**
  * The parts of [have, size) after the first (already answered, bytes
  * have..firstEnd), CONNECTIONS_PER_FILE at a time, each a Range request
- * written at its offset; the first failure ends the others. From a near
- * server (its connect under NEAR_RTT_MS) the rest is one part.
+ * written at its offset; the first failure ends the others. Only from a far
+ * server: a near one sends the file in one stream (download-blob.ts).
  */
 export async function fetchParts(blob: BlobToFetch, ctx: DownloadContext, writer: BlobWriter, first: HubStream, have: number, firstEnd: number): Promise<void> {
   const parts: [number, number][] = [];
   const partBytes = ctx.partBytes ?? PART_BYTES;
-  if (first.connectMs !== undefined && first.connectMs < (ctx.nearRttMs ?? NEAR_RTT_MS)) {
-    // A near server: the rest in one stream, which the hash follows as it comes (see NEAR_RTT_MS).
-    parts.push([firstEnd, blob.size]);
-  } else {
-    for (let at = firstEnd; at < blob.size; at += partBytes) parts.push([at, Math.min(blob.size, at + partBytes)]);
-  }
+  for (let at = firstEnd; at < blob.size; at += partBytes) parts.push([at, Math.min(blob.size, at + partBytes)]);
   const local = new AbortController();
   const signal = AbortSignal.any([ctx.signal, local.signal]);
   let next = 0;

@@ -2,7 +2,7 @@ import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 
 /*
- * A blob's digest computed on a worker thread, from the bytes in its file.
+ * A blob's digest computed on a worker thread, from the blocks its bytes came in or from its file.
  *
  * On the main thread the sha256 of every byte (80 ms per 128 MiB here, one
  * core's 1.6 GB/s) and the read back of the parts a ranged download wrote
@@ -10,11 +10,13 @@ import { Worker } from 'node:worker_threads';
  * the other with the socket reads and the garbage of their buffers: the
  * pull's CPU profile showed hashing and read-back as 40 % of its main
  * thread, and the pull moved 0.22–0.35x of what curl moved (issue 52, item
- * 1). Here the thread hashes what the file holds from its start as far as
- * the writer says it is written without a gap, while the main thread goes
- * on reading sockets: the verification is the same (the bytes that will be
- * renamed into place, read from the file itself), off the path of the
- * transfer.
+ * 1). Here the thread hashes the bytes in order while the main thread goes
+ * on reading sockets: those that follow what it hashed without a gap from
+ * the shared blocks they came in (feed), beside their write to the file,
+ * and the rest (a kept prefix, parts written ahead) from the file as far as
+ * the writer says it is written without a gap. The blocks fed are the ones
+ * written: the digest compared before the rename is that of the bytes
+ * written. Reading every byte back was a third of the thread's work.
  *
  * The thread reads through the writer's own descriptor (threads share the
  * process's descriptors): the file is opened once, O_NOFOLLOW, by the
@@ -26,14 +28,19 @@ import { Worker } from 'node:worker_threads';
 /**
  * The thread's code, run with `eval`: the agent is bundled into one file,
  * beside which a worker script would not be found. Its modules are taken
- * with import(), which works whether the eval runs as CommonJS or, under a
- * parent started with --input-type=module, as an ES module (where require
- * is not defined); the port keeps the messages that come before.
+ * with process.getBuiltinModule, which works whether the eval runs as
+ * CommonJS or, under a parent started with --input-type=module, as an ES
+ * module (where require is not defined), and does not start the thread's
+ * ES module loader as import() did: a sixth of the thread's start, which
+ * runs beside the pull's first downloads (issue 52, item 1). import() where
+ * Node has no getBuiltinModule (before 20.16); the port keeps the messages
+ * that come before.
  */
 const WORKER_SOURCE = `(async () => {
-const { parentPort } = await import('node:worker_threads');
-const { createHash } = await import('node:crypto');
-const { readSync } = await import('node:fs');
+const builtin = (name) => (typeof process.getBuiltinModule === 'function' ? process.getBuiltinModule(name) : import(name));
+const { parentPort } = await builtin('node:worker_threads');
+const { createHash } = await builtin('node:crypto');
+const { readSync } = await builtin('node:fs');
 const buf = Buffer.allocUnsafe(${4 * 1024 * 1024});
 const jobs = new Map();
 parentPort.on('message', (m) => {
@@ -44,18 +51,41 @@ parentPort.on('message', (m) => {
     return;
   }
   const j = jobs.get(m.id);
+  const readTo = (end) => {
+    while (j.at < end) {
+      const n = readSync(j.fd, buf, 0, Math.min(buf.length, end - j.at), j.at);
+      if (n === 0) throw new Error('the file ends at byte ' + j.at + ', before ' + end);
+      j.hash.update(buf.subarray(0, n));
+      j.at += n;
+    }
+  };
   if (m.op === 'to') {
     if (!j || j.error !== undefined) return;
     try {
-      while (j.at < m.end) {
-        const n = readSync(j.fd, buf, 0, Math.min(buf.length, m.end - j.at), j.at);
-        if (n === 0) throw new Error('the file ends at byte ' + j.at + ', before ' + m.end);
-        j.hash.update(buf.subarray(0, n));
-        j.at += n;
-      }
+      readTo(m.end);
     } catch (err) {
       j.error = err instanceof Error ? err.message : String(err);
     }
+    return;
+  }
+  if (m.op === 'mem') {
+    // The bytes from m.at on, in the blocks they came in (shared memory); what lies before m.at is in the file.
+    if (j && j.error === undefined) {
+      try {
+        readTo(m.at);
+        let pos = m.at;
+        for (const v of m.views) {
+          const end = pos + v.length;
+          if (end > j.at) j.hash.update(j.at > pos ? v.subarray(j.at - pos) : v);
+          if (end > j.at) j.at = end;
+          pos = end;
+        }
+      } catch (err) {
+        j.error = err instanceof Error ? err.message : String(err);
+      }
+    }
+    // Always answered, for a job dropped too: the blocks go back to the pool only then.
+    parentPort.postMessage({ fed: m.seq });
     return;
   }
   jobs.delete(m.id);
@@ -78,13 +108,15 @@ export const MAX_HASH_THREADS = Math.max(1, Math.min(4, availableParallelism() -
 /** A thread left without work this long ends: an agent between pulls keeps no thread and its memory. */
 export const HASH_THREAD_IDLE_MS = 10_000;
 
-type Reply = { id: number; digest?: string; at?: number; error?: string };
+type Reply = { id: number; digest?: string; at?: number; error?: string; fed?: number };
 
 interface HashThread {
   worker: Worker;
   /** Blobs being hashed on it. */
   jobs: number;
   waiting: Map<number, { resolve: (r: Reply) => void; reject: (e: unknown) => void }>;
+  /** Blocks handed to it (ThreadHash.feed) and not yet hashed: called once it has. */
+  feeding: Map<number, () => void>;
   idleTimer: NodeJS.Timeout | undefined;
   /** Ended by an error or exit: no answer will come. */
   lost: unknown;
@@ -92,10 +124,16 @@ interface HashThread {
 
 const threads: HashThread[] = [];
 let nextId = 1;
+let nextFeed = 1;
 
 function startThread(): HashThread {
-  const t: HashThread = { worker: new Worker(WORKER_SOURCE, { eval: true }), jobs: 0, waiting: new Map(), idleTimer: undefined, lost: undefined };
+  const t: HashThread = { worker: new Worker(WORKER_SOURCE, { eval: true }), jobs: 0, waiting: new Map(), feeding: new Map(), idleTimer: undefined, lost: undefined };
   t.worker.on('message', (r: Reply) => {
+    if (r.fed !== undefined) {
+      const done = t.feeding.get(r.fed);
+      t.feeding.delete(r.fed);
+      return done?.();
+    }
     const w = t.waiting.get(r.id);
     t.waiting.delete(r.id);
     w?.resolve(r);
@@ -107,6 +145,9 @@ function startThread(): HashThread {
     clearTimeout(t.idleTimer);
     for (const w of t.waiting.values()) w.reject(err);
     t.waiting.clear();
+    // No thread reads them any more; the digest, asked for, fails.
+    for (const done of t.feeding.values()) done();
+    t.feeding.clear();
   };
   t.worker.on('error', lost);
   t.worker.on('exit', (code) => lost(new Error(`the hash thread exited with code ${code}`)));
@@ -120,6 +161,18 @@ function pickThread(): HashThread {
   if (idle) return idle;
   if (threads.length < MAX_HASH_THREADS) return startThread();
   return threads.reduce((a, b) => (b.jobs < a.jobs ? b : a));
+}
+
+/** Ends `t` once it has had no blob for HASH_THREAD_IDLE_MS. */
+function armIdleEnd(t: HashThread): void {
+  clearTimeout(t.idleTimer);
+  t.idleTimer = setTimeout(() => {
+    if (t.jobs > 0) return;
+    const i = threads.indexOf(t);
+    if (i >= 0) threads.splice(i, 1);
+    void t.worker.terminate();
+  }, HASH_THREAD_IDLE_MS);
+  t.idleTimer.unref();
 }
 
 /** One blob's hash on a thread: told how far the file is written, asked for the digest at the end, or dropped. */
@@ -154,6 +207,24 @@ export class ThreadHash {
     this.thread.worker.postMessage({ op: 'to', id: this.id, end });
   }
 
+  /**
+   * Hashes `chunks`, the bytes from `at` on, from memory rather than from the
+   * file: blocks of shared memory (block-pool.ts), which must not be reused
+   * before the promise resolves. The bytes before `at` must be in the file
+   * (they are read from it first). The read back of every byte was a third
+   * of the thread's work (issue 52, item 1).
+   */
+  feed(at: number, chunks: readonly Buffer[]): Promise<void> {
+    const t = this.thread;
+    if (this.ending !== undefined || t.lost !== undefined) return Promise.resolve();
+    const seq = nextFeed++;
+    const views = chunks.map((c) => new Uint8Array(c.buffer, c.byteOffset, c.length));
+    return new Promise<void>((resolve) => {
+      t.feeding.set(seq, resolve);
+      t.worker.postMessage({ op: 'mem', id: this.id, seq, at, views });
+    });
+  }
+
   /** The digest of the bytes [0, end), once the thread has read them; rejects when it could not. */
   async digest(end: number): Promise<string> {
     this.advance(end);
@@ -178,13 +249,7 @@ export class ThreadHash {
     }).finally(() => {
       if (--t.jobs > 0 || !threads.includes(t)) return;
       t.worker.unref();
-      t.idleTimer = setTimeout(() => {
-        if (t.jobs > 0) return;
-        const i = threads.indexOf(t);
-        if (i >= 0) threads.splice(i, 1);
-        void t.worker.terminate();
-      }, HASH_THREAD_IDLE_MS);
-      t.idleTimer.unref();
+      armIdleEnd(t);
     });
     return this.ending;
   }

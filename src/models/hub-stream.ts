@@ -27,8 +27,11 @@ export { isInternalHost, redirectRefusal } from './redirect-policy.js';
 const MIN_READ_BYTES = 64 * 1024;
 /** A block partly filled is handed over after this long, so a slow link still writes (and shows progress) as it goes. */
 const FLUSH_AFTER_MS = 100;
-/** Blocks handed over and not given back before the socket stops reading: the memory one connection may hold. */
-const MAX_BLOCKS_HELD = 4;
+/**
+ * Blocks handed over and not given back before the socket stops reading: the memory one connection may hold.
+ * Eight: those being written and those the hash reads in place (blob-writer.ts feedHash), four of each.
+ */
+const MAX_BLOCKS_HELD = 8;
 /** A response head larger than this is no file download's. */
 const MAX_HEAD_BYTES = 64 * 1024;
 /** Redirects followed (the hub sends one, to its CDN). */
@@ -43,6 +46,14 @@ export interface HubStreamOptions {
   idleTimeoutMs?: number;
   /** models.hub.redirect_hosts: the private hosts a redirect may reach (redirect-policy.ts). */
   redirectHosts?: readonly string[];
+  /**
+   * Headers chosen once the TCP connection to the host (each host a
+   * redirect leads to) is made, from its connect time: the request is
+   * written then, not before (it could not go before the connect anyway).
+   * A download asks a near server for the whole file and a far one for a
+   * first part (download-blob.ts).
+   */
+  headersAt?: (connectMs: number | undefined, remoteAddress: string | undefined) => Record<string, string>;
 }
 
 /** One answer, its head read; the body is read with `body()` or dropped with `cancel()`. */
@@ -82,7 +93,7 @@ export async function openHubStream(url: string, opts: HubStreamOptions): Promis
   for (let hops = 0; ; hops++) {
     const judged = from !== undefined && hostIdentity(current.hostname).cls === 'name' && hostIdentity(current.hostname).key !== hostIdentity(from.hostname).key;
     const lookup = judged && from ? redirectLookup(from, current.hostname, redirectHosts) : undefined;
-    const res = await getOnce(current, headers, opts.signal, opts.idleTimeoutMs ?? IDLE_TIMEOUT_MS, lookup);
+    const res = await getOnce(current, headers, opts.signal, opts.idleTimeoutMs ?? IDLE_TIMEOUT_MS, lookup, opts.headersAt);
     const location = res.headers.get('location');
     if (![301, 302, 303, 307, 308].includes(res.status) || location === undefined) return res;
     res.cancel();
@@ -108,7 +119,14 @@ function connectionError(err: unknown): Error {
   return new Error(err instanceof Error ? err.message : String(err), { cause: err });
 }
 
-function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal, idleMs: number, lookup?: ReturnType<typeof redirectLookup>): Promise<HubStream> {
+function getOnce(
+  url: URL,
+  headers: Record<string, string>,
+  signal: AbortSignal,
+  idleMs: number,
+  lookup?: ReturnType<typeof redirectLookup>,
+  headersAt?: HubStreamOptions['headersAt'],
+): Promise<HubStream> {
   signal.throwIfAborted();
   for (const [k, v] of Object.entries(headers)) {
     if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) return Promise.reject(new Error(`header ${k} holds a line break`));
@@ -146,13 +164,26 @@ function getOnce(url: URL, headers: Record<string, string>, signal: AbortSignal,
     socket.once('lookup', () => {
       connectFrom = performance.now();
     });
+    const request = (all: Record<string, string>) => {
+      const lines = [`GET ${url.pathname}${url.search} HTTP/1.1`, `Host: ${url.host}`, 'Connection: close', 'Accept-Encoding: identity'];
+      for (const [k, v] of Object.entries(all)) if (k.toLowerCase() !== 'accept-encoding' && k.toLowerCase() !== 'host') lines.push(`${k}: ${v}`);
+      return `${lines.join('\r\n')}\r\n\r\n`;
+    };
     socket.once('connect', () => {
       connectMs = performance.now() - connectFrom;
+      if (headersAt === undefined || failed !== undefined) return;
+      let chosen: Record<string, string>;
+      try {
+        chosen = headersAt(connectMs, socket.remoteAddress);
+        for (const [k, v] of Object.entries(chosen)) if (/[\r\n]/.test(k) || /[\r\n]/.test(v)) throw new Error(`header ${k} holds a line break`);
+      } catch (err) {
+        return fail(err);
+      }
+      // tls holds it until the handshake is made.
+      socket.write(request({ ...headers, ...chosen }));
     });
-    const lines = [`GET ${url.pathname}${url.search} HTTP/1.1`, `Host: ${url.host}`, 'Connection: close', 'Accept-Encoding: identity'];
-    for (const [k, v] of Object.entries(headers)) if (k.toLowerCase() !== 'accept-encoding' && k.toLowerCase() !== 'host') lines.push(`${k}: ${v}`);
     // Written at once: net and tls hold it until the connection (and handshake) is made.
-    socket.write(`${lines.join('\r\n')}\r\n\r\n`);
+    if (headersAt === undefined) socket.write(request(headers));
 
     const onAbort = () => fail(signal.reason);
     signal.addEventListener('abort', onAbort, { once: true });

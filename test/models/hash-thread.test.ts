@@ -37,6 +37,54 @@ describe('ThreadHash', () => {
     }
   });
 
+  it('hashes fed blocks from memory, the bytes before them read from the file, and resolves each feed once read', async () => {
+    const fh = await open(join(dir, 'm'), 'w+');
+    try {
+      const h = ThreadHash.open('sha256', '', fh.fd);
+      const third = Math.floor(content.length / 3);
+      // A resumed prefix, in the file only; then the rest fed in shared blocks, in two feeds.
+      await fh.write(content, 0, third, 0);
+      h.advance(third);
+      const shared = (b: Buffer) => {
+        const s = Buffer.from(new SharedArrayBuffer(b.length));
+        b.copy(s);
+        return s;
+      };
+      const rest = shared(content.subarray(third));
+      await h.feed(third, [rest.subarray(0, 1000), rest.subarray(1000, third)]);
+      await h.feed(2 * third, [rest.subarray(third)]);
+      // Never written to the file: what was fed is what was hashed.
+      await expect(h.digest(content.length)).resolves.toBe(sha256(content));
+    } finally {
+      await fh.close();
+    }
+  });
+
+  it('hashes what was fed, not what the file holds: a flipped byte in memory changes the digest (the writer writes the same blocks)', async () => {
+    const fh = await open(join(dir, 'n'), 'w+');
+    try {
+      await fh.write(content, 0, content.length, 0);
+      const h = ThreadHash.open('sha256', '', fh.fd);
+      const fed = Buffer.from(new SharedArrayBuffer(content.length));
+      content.copy(fed);
+      fed[12345] ^= 1;
+      await h.feed(0, [fed]);
+      await expect(h.digest(content.length)).resolves.not.toBe(sha256(content));
+      // Look-alike: the same blocks unflipped hash to the file's digest.
+      fed[12345] ^= 1;
+      const g = ThreadHash.open('sha256', '', fh.fd);
+      await g.feed(0, [fed]);
+      await expect(g.digest(content.length)).resolves.toBe(sha256(content));
+      // A feed after a drop is still answered, so its blocks go back to the pool.
+      const d = ThreadHash.open('sha256', '', fh.fd);
+      const late = d.feed(0, [fed.subarray(0, 10)]);
+      await d.drop();
+      await expect(late).resolves.toBeUndefined();
+    } finally {
+      await fh.close();
+    }
+  });
+
   it("computes a small file's git blob id with its header, as the hub names it", async () => {
     const small = Buffer.from('{"a": 1}\n');
     const fh = await open(join(dir, 'b'), 'w+');

@@ -375,11 +375,7 @@ export class GpuMemorySampler {
   }
 }
 
-/**
- * How long after a check that found `silentMs` of silence (at most
- * `limitMs`) the next is due: the first whole number of `intervalMs` after
- * which the silence, should no reading come, would be over the limit.
- */
+/** When the check after one that found `silentMs` (at most `limitMs`) is due: the first whole number of intervals after which silence would pass the limit. */
 export function nextSilenceCheckMs(silentMs: number, limitMs: number, intervalMs: number): number {
   return (Math.floor((limitMs - silentMs) / intervalMs) + 1) * intervalMs;
 }

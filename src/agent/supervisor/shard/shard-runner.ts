@@ -321,8 +321,7 @@ export class ShardRunner {
     // Gone either way: terminated, or its pid names another process now.
     this.apply({ kind: 'exited', atMs: Date.now(), ...(stopped.exit ? { exit: stopped.exit } : {}) });
     this.detach('stopped');
-    // Gone from disk before STOPPED is announced: whoever hears STOPPED may
-    // rely on nothing of the shard being left, here or after a restart.
+    // Gone from disk before STOPPED is announced: nothing of the shard is left, here or after a restart.
     await this.stateFile.remove();
     this.apply({ kind: 'stopped', why: stopped.why });
     return this.snapshot();

@@ -74,6 +74,11 @@ export class AdapterLedger {
     return this.#held.get(name)?.digest;
   }
 
+  /** Resolves once every write asked so far has ended: whoever removes the state dir waits for it. */
+  settled(): Promise<void> {
+    return this.#writing;
+  }
+
   private save(): Promise<void> {
     const text = `${JSON.stringify({ version: 1, names: Object.fromEntries(this.#held) })}\n`;
     this.#writing = this.#writing

@@ -177,6 +177,11 @@ export class NodeAdapters {
     return [...this.#shards.keys()].map((shardId) => ({ shardId, adapters: this.statuses(shardId) }));
   }
 
+  /** Resolves once the ledger's writes asked so far have ended (after close(), nothing more is written). */
+  settled(): Promise<void> {
+    return this.#ledger.settled();
+  }
+
   close(): void {
     this.#closed.abort();
     clearInterval(this.#timer);

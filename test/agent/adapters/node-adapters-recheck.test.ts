@@ -21,8 +21,14 @@ import { shardSnapshot } from '../../helpers/shard-snapshot.js';
 const RECHECK_MS = 50;
 const WAIT = { timeout: 10_000, interval: 10 };
 const dirs: string[] = [];
-afterEach(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+const made: NodeAdapters[] = [];
+afterEach(async () => {
+  // A stop's ledger write may still be in flight: the dir is removed once it has ended, not beside it.
+  for (const a of made.splice(0)) {
+    a.close();
+    await a.settled();
+  }
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
 });
 
 function node(opts: { maxLoaded: number }) {
@@ -53,6 +59,7 @@ function node(opts: { maxLoaded: number }) {
     log: silentLogger,
     recheckMs: RECHECK_MS,
   });
+  made.push(adapters);
   const transition = (s: ShardSnapshot, to: ShardState) => {
     const from = s.state;
     s.state = to;

@@ -17,7 +17,7 @@ import { silentLogger } from '../../../src/lib/logger.js';
 
 const dirs: string[] = [];
 afterEach(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
 });
 
 const spec = (name: string, repo = `org/${name}`, revision = 'main') => create(AdapterSpecSchema, { name, repo, revision });

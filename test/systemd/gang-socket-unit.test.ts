@@ -92,9 +92,11 @@ describe.skipIf(unavailable !== undefined)(`the packaged ${SOCKET} (${unavailabl
     expect(squatted).toBe(false);
     expect(squatter.lines).toEqual(['EADDRINUSE']);
     // Never refused (the one failure a peer reads as this node's agent gone): an ask made during the restart waits in
-    // the socket's queue for the new agent. One the old agent had accepted may be reset as it exits: "unknown" to a peer.
-    expect(answers.filter((a) => !a.startsWith('200') && a !== 'error ECONNRESET')).toEqual([]);
-    expect(answers.filter((a) => a === 'error ECONNRESET').length).toBeLessThanOrEqual(2);
+    // the socket's queue for the new agent. One the old agent had accepted may be reset (ECONNRESET) or closed (fetch's
+    // UND_ERR_SOCKET, "other side closed", on a kept-alive connection) as it exits: "unknown" to a peer (peer-failure.ts).
+    const closedByOld = (a: string) => a === 'error ECONNRESET' || a === 'error UND_ERR_SOCKET';
+    expect(answers.filter((a) => !a.startsWith('200') && !closedByOld(a))).toEqual([]);
+    expect(answers.filter(closedByOld).length).toBeLessThanOrEqual(2);
     expect(answers.length).toBeGreaterThan(0);
   });
 });

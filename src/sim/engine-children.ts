@@ -31,6 +31,8 @@ export interface ChildExit {
   child: ChildProcess;
   code: number | null;
   signal: NodeJS.Signals | null;
+  /** The engine was ending its children itself when this one exited (not a failure to watch for). */
+  expected: boolean;
 }
 
 export class EngineChildren {
@@ -50,9 +52,9 @@ export class EngineChildren {
       const child = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'inherit', 'inherit'] });
       child.on('error', () => {});
       child.on('exit', (code, signal) => {
-        const exit = { child, code, signal };
+        const exit = { child, code, signal, expected: this.#expected };
         this.#exits.push(exit);
-        if (!this.#expected) onExit(exit);
+        if (!exit.expected) onExit(exit);
       });
       this.#children.push(child);
     }

@@ -162,7 +162,7 @@ export function runFakeSglang(o: FakeSglangOptions, env: NodeJS.ProcessEnv = pro
     // SubprocessWatchdog: every second, a child that exited non-zero or by a signal ends everything.
     timers.push(
       setInterval(() => {
-        // Not the children its own drain ended (their SIGTERM stands in for ShutdownReq, after which the real ones exit 0).
+        // Not the children its own drain ends: the real drain's kill_process_tree ends them and itself in one call (below), unwatched.
         const dead = children.exits.find((e) => e.code !== 0 && !e.expected);
         if (dead && st.phase !== 'exiting') {
           killTree(`Subprocess pid ${dead.child.pid} exited unexpectedly (code=${dead.code}, signal=${dead.signal}); killing the process tree`);

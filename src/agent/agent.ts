@@ -266,12 +266,11 @@ export class Agent {
     // The store's disk rate, a minute on (Inventory.rates): what a pull's rate is a fraction of.
     measureDiskWriteLater({ cacheDir: this.opts.config.models.cacheDir, signal, logger: this.log, onRate: (bytes, ms) => this.warmth.learnRate('diskWrite', bytes, ms) });
     const stopWatching = () => {
-      this.inventoryWatcher.stop();
       this.conditions.close();
       this.models.close();
       this.opts.sampler.close();
-      // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for. And no state file (ledgers, claims, answers) is written after.
-      this.allClosed ??= Promise.all([this.health?.close(), this.adapters.close(), this.warmth.close(), this.compileClaims?.close()]);
+      // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for. And no state file (inventory cache, ledgers, claims, answers) is written after.
+      this.allClosed ??= Promise.all([this.health?.close(), this.inventoryWatcher.stop(), this.adapters.close(), this.warmth.close(), this.compileClaims?.close()]);
     };
     try {
       this.hardwareGate = new HardwareStartGate(signal);

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { SerialWrites } from '../../../src/lib/files/serial-writes.js';
+import { deferred } from '../../helpers/deferred.js';
 
 /*
  * The queue every state file's owner writes through (ledgers, claims,
@@ -9,16 +10,26 @@ import { SerialWrites } from '../../../src/lib/files/serial-writes.js';
 
 /** A write that ends when the test says so, recording when it starts and ends. */
 function heldWrite(log: string[], name: string) {
-  let end!: () => void;
-  const ended = new Promise<void>((resolve) => (end = resolve));
+  const ended = deferred<void>();
   return {
     write: async () => {
       log.push(`start ${name}`);
-      await ended;
+      await ended.promise;
       log.push(`end ${name}`);
     },
-    end: () => end(),
+    end: () => ended.resolve(),
   };
+}
+
+/** Whether a write asked once `before` has resolved runs. */
+async function runsAfter(before: (w: SerialWrites) => Promise<void>): Promise<boolean> {
+  const w = new SerialWrites();
+  await before(w);
+  let ran = false;
+  await w.queue(async () => {
+    ran = true;
+  });
+  return ran;
 }
 
 describe('SerialWrites', () => {
@@ -67,22 +78,10 @@ describe('SerialWrites', () => {
   });
 
   it('starts no write asked after close(), and says so by resolving at once', async () => {
-    const w = new SerialWrites();
-    await w.close();
-    let ran = false;
-    await w.queue(async () => {
-      ran = true;
-    });
-    expect(ran).toBe(false);
+    expect(await runsAfter((w) => w.close())).toBe(false);
   });
 
   it('settled() waits like close() but lets later writes run: it is not a close', async () => {
-    const w = new SerialWrites();
-    await w.settled();
-    let ran = false;
-    await w.queue(async () => {
-      ran = true;
-    });
-    expect(ran).toBe(true);
+    expect(await runsAfter((w) => w.settled())).toBe(true);
   });
 });

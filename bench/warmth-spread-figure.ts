@@ -11,6 +11,7 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { ControlPlane } from '../src/control/control-plane.js';
 import type { TimeToReady } from '../src/gen/llmgw/v1/agent_pb.js';
 import { warmFiles } from '../src/models/page-cache.js';
 import { nextP90Margin, percentile, rungSpread } from '../src/agent/models/rung-spread.js';
@@ -85,6 +86,39 @@ function replayed(times: readonly number[]): (i: number) => { p50Ms: number; p90
 
 export const pct = (s: Scored) => `${s.over} of ${s.scored} (${((100 * s.over) / Math.max(1, s.scored)).toFixed(1)} %)`;
 
+/** The agent's samples per rung of the model (of its `profile`, if given), as its warmth file holds them. */
+export function warmthSamples(ledgerFile: string, profile?: string): Record<string, number[]> {
+  try {
+    const f = JSON.parse(readFileSync(ledgerFile, 'utf8')) as { entries: { model: string; profile: string; samples: Record<string, number[]> }[] };
+    return f.entries.find((e) => e.model === REPO && (profile === undefined || e.profile === profile))?.samples ?? {};
+  } catch {
+    return {};
+  }
+}
+
+/** What the last Inventory said of the model's rungs (of its `profile`, if given). */
+export function publishedRungs(cp: ControlPlane, profile?: string): TimeToReady[] {
+  const inv = cp.messages('node-a').filter((m) => m.msg.case === 'inventory').at(-1);
+  return inv?.msg.case === 'inventory' ? (inv.msg.value.warmth.find((w) => w.model === REPO && (profile === undefined || w.profile === profile))?.learned ?? []) : [];
+}
+
+/** The sample the agent took of a start or wake just made: the rung whose samples changed since `had`, its last. */
+export async function nextSample(samples: () => Record<string, number[]>, had: Record<string, number[]>): Promise<{ from: string; ms: number }> {
+  let from = '';
+  await until(() => {
+    const now = samples();
+    from = Object.keys(now).find((k) => JSON.stringify(now[k]) !== JSON.stringify(had[k])) ?? '';
+    return from !== '';
+  }, "the agent to keep the time's sample", 30_000);
+  return { from, ms: samples()[from]?.at(-1) as number };
+}
+
+/** The P50 and P90 `shown` (an Inventory's learned times) carried for rung `from`; undefined when it had none. */
+export function spreadShown(shown: readonly TimeToReady[], from: string): { p50Ms: number; p90Ms: number } | undefined {
+  const t = shown.find((x) => x.from === from && x.samples > 0);
+  return t ? { p50Ms: Math.round(t.p50Seconds * 1000), p90Ms: Math.round(t.p90Seconds * 1000) } : undefined;
+}
+
 export function row(figure: string, s: Scored, reference: string): BenchRow {
   const p50Ratio = s.p50AtFill / s.medianAfter;
   const overOk = s.over <= OVER_AT_MOST * s.scored;
@@ -112,20 +146,7 @@ export async function warmthSpreadFigure(rows: BenchRow[], notes: string[], quic
     const cacheDir = join(dirs.root, 'models');
     const files = (await agentWithModel(cp, url, dirs, { cacheDir, hubUrl: hub.url })).map((path) => ({ path, bytes: 0 }));
     const ledgerFile = join(dirs.stateDir, 'warmth.json');
-    /** The agent's samples per rung for the model, as its warmth file holds them. */
-    const samples = (): Record<string, number[]> => {
-      try {
-        const f = JSON.parse(readFileSync(ledgerFile, 'utf8')) as { entries: { model: string; samples: Record<string, number[]> }[] };
-        return f.entries.find((e) => e.model === REPO)?.samples ?? {};
-      } catch {
-        return {};
-      }
-    };
-    /** What the last Inventory said of the model's rungs. */
-    const published = (): TimeToReady[] => {
-      const inv = cp.messages('node-a').filter((m) => m.msg.case === 'inventory').at(-1);
-      return inv?.msg.case === 'inventory' ? (inv.msg.value.warmth.find((w) => w.model === REPO)?.learned ?? []) : [];
-    };
+    const samples = () => warmthSamples(ledgerFile);
     const args = ['--sim-read-weights', '--sim-load-time', '300ms'];
     let n = 0;
     const loads: number[] = [];
@@ -137,20 +158,13 @@ export async function warmthSpreadFigure(rows: BenchRow[], notes: string[], quic
       for (let i = 0; i < starts; i++) {
         await before();
         const had = samples();
-        const shown = published();
+        const shown = publishedRungs(cp);
         const id = `s${n++}`;
         await startToReady(cp, doubleStart('vllm', id, await freePort(), { model: REPO, args }));
-        // The sample the agent took of this start: the rung whose samples changed, its last.
-        let from = '';
-        await until(() => {
-          const now = samples();
-          from = Object.keys(now).find((k) => JSON.stringify(now[k]) !== JSON.stringify(had[k])) ?? '';
-          return from !== '';
-        }, 'the agent to keep the start\'s time', 30_000);
+        const { from, ms } = await nextSample(samples, had);
         froms.add(from);
-        times.push(samples()[from]?.at(-1) as number);
-        const t = shown.find((x) => x.from === from && x.samples > 0);
-        seen.push(t ? { p50Ms: Math.round(t.p50Seconds * 1000), p90Ms: Math.round(t.p90Seconds * 1000) } : undefined);
+        times.push(ms);
+        seen.push(spreadShown(shown, from));
         await stopShard(cp, id);
       }
       loads.push(Number(readFileSync('/proc/loadavg', 'utf8').split(' ')[0]));

@@ -29,7 +29,7 @@ import { agentWithModel } from './model-agent.js';
 import { controlPlane, freePort, newRoot, sleep } from './bench-support.js';
 import type { BenchRow } from './fleet-figure.js';
 import { REPO, startHub, startToReady, stopShard } from './warm-start-model.js';
-import { pct, row, SCORED_FROM, STARTS, score } from './warmth-spread-figure.js';
+import { nextSample, pct, publishedRungs, row, SCORED_FROM, STARTS, score, spreadShown, warmthSamples } from './warmth-spread-figure.js';
 
 type Spread = { p50Ms: number; p90Ms: number };
 /** Per rung the agent said a start or wake came from: its times and what was published before each. */
@@ -64,18 +64,8 @@ async function setUp(tag: string): Promise<Bench> {
     stopHub: () => hub.stop(),
     usageDir,
     files: blobs.map((path) => ({ path, bytes: 0 })),
-    samples: (profile) => {
-      try {
-        const f = JSON.parse(readFileSync(ledgerFile, 'utf8')) as { entries: { model: string; profile: string; samples: Record<string, number[]> }[] };
-        return f.entries.find((e) => e.model === REPO && e.profile === profile)?.samples ?? {};
-      } catch {
-        return {};
-      }
-    },
-    published: (profile) => {
-      const inv = cp.messages('node-a').filter((m) => m.msg.case === 'inventory').at(-1);
-      return inv?.msg.case === 'inventory' ? (inv.msg.value.warmth.find((w) => w.model === REPO && w.profile === profile)?.learned ?? []) : [];
-    },
+    samples: (profile) => warmthSamples(ledgerFile, profile),
+    published: (profile) => publishedRungs(cp, profile),
   };
 }
 
@@ -88,16 +78,10 @@ async function measure(b: Bench, profile: string, n: number, before: () => Promi
     await until(() => Object.entries(had).every(([k, s]) => b.published(profile).some((t) => t.from === k && t.samples === s.length)), 'Inventory to carry the last sample', 30_000);
     const shown = b.published(profile);
     await act(i);
-    let from = '';
-    await until(() => {
-      const now = b.samples(profile);
-      from = Object.keys(now).find((k) => JSON.stringify(now[k]) !== JSON.stringify(had[k])) ?? '';
-      return from !== '';
-    }, "the agent to keep the time's sample", 30_000);
-    const t = shown.find((x) => x.from === from && x.samples > 0);
+    const { from, ms } = await nextSample(() => b.samples(profile), had);
     const s = into.get(from) ?? { times: [], seen: [] };
-    s.times.push(b.samples(profile)[from]?.at(-1) as number);
-    s.seen.push(t ? { p50Ms: Math.round(t.p50Seconds * 1000), p90Ms: Math.round(t.p90Seconds * 1000) } : undefined);
+    s.times.push(ms);
+    s.seen.push(spreadShown(shown, from));
     into.set(from, s);
   }
   return into;
@@ -118,15 +102,19 @@ function report(rows: BenchRow[], notes: string[], series: Series, min: number, 
   }
 }
 
-/** sleeping-l1, then sleeping-l2: one shard with sleep mode, put to sleep at the level before each wake. */
-export async function warmthSpreadSleepFigure(rows: BenchRow[], notes: string[], quick: boolean): Promise<void> {
-  const n = quick ? 20 : STARTS;
-  const b = await setUp('f14dss');
+/** `series` of `STARTS` (20 with --quick) on a fresh agent and hub, the hub stopped after. */
+async function onFreshAgent(tag: string, quick: boolean, series: (b: Bench, n: number) => Promise<void>): Promise<void> {
+  const b = await setUp(tag);
   try {
-    await sleepSeries(rows, notes, b, n);
+    await series(b, quick ? 20 : STARTS);
   } finally {
     await b.stopHub();
   }
+}
+
+/** sleeping-l1, then sleeping-l2: one shard with sleep mode, put to sleep at the level before each wake. */
+export function warmthSpreadSleepFigure(rows: BenchRow[], notes: string[], quick: boolean): Promise<void> {
+  return onFreshAgent('f14dss', quick, (b, n) => sleepSeries(rows, notes, b, n));
 }
 
 async function sleepSeries(rows: BenchRow[], notes: string[], b: Bench, n: number): Promise<void> {
@@ -168,14 +156,8 @@ async function sleepSeries(rows: BenchRow[], notes: string[], b: Bench, n: numbe
 }
 
 /** page-cache+compile, then store+compile: a profile whose compiled graph its first start wrote. */
-export async function warmthSpreadCompileFigure(rows: BenchRow[], notes: string[], quick: boolean): Promise<void> {
-  const n = quick ? 20 : STARTS;
-  const b = await setUp('f14dsc');
-  try {
-    await compileSeries(rows, notes, b, n);
-  } finally {
-    await b.stopHub();
-  }
+export function warmthSpreadCompileFigure(rows: BenchRow[], notes: string[], quick: boolean): Promise<void> {
+  return onFreshAgent('f14dsc', quick, (b, n) => compileSeries(rows, notes, b, n));
 }
 
 async function compileSeries(rows: BenchRow[], notes: string[], b: Bench, n: number): Promise<void> {

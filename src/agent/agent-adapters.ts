@@ -34,10 +34,12 @@ export interface AgentAdaptersOptions {
 export class AgentAdapters {
   readonly node: NodeAdapters;
   private readonly refusals: RateLimitedLog;
+  private readonly answers: KnownAnswerBook;
 
   constructor(private readonly opts: AgentAdaptersOptions) {
     this.refusals = new RateLimitedLog(opts.log);
     const answers = new KnownAnswerBook(join(adapterStateDir(opts.stateDir), 'answers.json'));
+    this.answers = answers;
     this.node = new NodeAdapters({
       stateDir: opts.stateDir,
       shards: opts.supervisor,
@@ -103,7 +105,8 @@ export class AgentAdapters {
     };
   }
 
-  close(): void {
-    this.node.close();
+  /** Resolves once the last write of the ledger and of the answers has ended; none starts after this. */
+  async close(): Promise<void> {
+    await Promise.all([this.node.close(), this.answers.close()]);
   }
 }

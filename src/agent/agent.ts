@@ -97,7 +97,8 @@ export class Agent {
   /** Opens once the first Register is out: hardware reads wait for it. */
   private hardwareGate: HardwareStartGate | undefined;
   private health: GpuHealthWatch | undefined;
-  private healthClosed: Promise<void> | undefined;
+  private allClosed: Promise<unknown> | undefined;
+  private readonly compileClaims: ReturnType<typeof compileClaimsFor>;
   /** Per GPU, the fault the last Inventory sent carried: a new Inventory goes out when it changes. */
   private readonly sentFaults = new Map<number, string | undefined>();
 
@@ -148,6 +149,7 @@ export class Agent {
       onRate: (kind, bytes, ms) => this.warmth.learnRate(kind, bytes, ms),
     });
     const claims = compileClaimsFor(this.models, join(c.supervisor.stateDir, 'compile-claims.json'), (engine) => engineUid(this.engineAccounts(), engine), this.log, () => this.sendInventory());
+    this.compileClaims = claims;
     this.warmth = new WarmthLedger({ path: join(c.supervisor.stateDir, 'warmth.json'), hasStore: c.models.cacheDir !== '', logger: this.log, onLearned: () => this.sendInventory(), cached: () => this.models.current().cachedModels, compiled: claims && ((model, engine, profile) => claims.claimed(model, engine, profile)), gpuMemoryMib: readShardGpuMib(opts.sampler) });
     const sleepPorts = new SleepPortGuards({ engines: c.engines, agentUid: process.getuid?.() ?? 0, guard: opts.portGuard ?? new NftPortGuard(), shards: () => opts.supervisor.list(), log: this.log });
     const reactions = shardReactions({ events: this.events, models: this.models, warmth: this.warmth, compileClaims: claims, health: () => this.health, logDir: c.supervisor.logDir, log: this.log, engineEnded: (pgrp) => this.inventoryWatcher.processes.engineEnded(pgrp), sleepPortEnded: sleepPorts.follow });
@@ -264,13 +266,11 @@ export class Agent {
     // The store's disk rate, a minute on (Inventory.rates): what a pull's rate is a fraction of.
     measureDiskWriteLater({ cacheDir: this.opts.config.models.cacheDir, signal, logger: this.log, onRate: (bytes, ms) => this.warmth.learnRate('diskWrite', bytes, ms) });
     const stopWatching = () => {
-      this.inventoryWatcher.stop();
       this.conditions.close();
       this.models.close();
-      this.adapters.close();
       this.opts.sampler.close();
-      // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for.
-      this.healthClosed ??= this.health?.close();
+      // At once, not after the stream: a pending NVML event wait is what SIGTERM waits for. And no state file (inventory cache, ledgers, claims, answers) is written after.
+      this.allClosed ??= Promise.all([this.health?.close(), this.inventoryWatcher.stop(), this.adapters.close(), this.warmth.close(), this.compileClaims?.close()]);
     };
     try {
       this.hardwareGate = new HardwareStartGate(signal);
@@ -283,8 +283,8 @@ export class Agent {
     } finally {
       // Also when the connection could not start (a bad certificate): a timer left behind keeps the process alive.
       stopWatching();
-      // The caller closes NVML next: no event wait may still be running on its worker thread then.
-      await this.healthClosed;
+      // The caller closes NVML next: no event wait may still be running on its worker thread then; nor may a write be cut off by the exit.
+      await this.allClosed;
     }
   }
 
@@ -355,8 +355,7 @@ export class Agent {
   }
 
   private heartbeat() {
-    // Not the fault-marked clone, a fifth of an idle agent's JS time (bench 5b): only memory readings are read.
-    // GPU memory metrics are read when scraped (gpuHealth), not set here.
+    // Not the fault-marked clone, a fifth of an idle agent's JS time (bench 5b); GPU memory metrics are read when scraped (gpuHealth).
     return buildHeartbeat(this.nodeId, this.opts.sampler.latest(), this.inventoryWatcher.current());
   }
 

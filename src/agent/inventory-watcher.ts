@@ -2,6 +2,7 @@ import { create, equals } from '@bufbuild/protobuf';
 import { abortableSleep } from '../lib/abortable-sleep.js';
 import { type Inventory, InventorySchema } from '../gen/llmgw/v1/agent_pb.js';
 import { errorMessage } from '../lib/errors.js';
+import { SerialWrites } from '../lib/files/serial-writes.js';
 import type { Logger } from '../lib/logger.js';
 import { sameLinks } from './connection/inventory-wire.js';
 import { GpuProcessSightings } from './gpu-process-sightings.js';
@@ -45,8 +46,11 @@ export class InventoryWatcher {
   private cacheCurrent = false;
   /** The scanned compute processes as they were when listed: which of them are gone since. */
   readonly processes = new GpuProcessSightings();
+  private readonly cacheWrites: SerialWrites;
 
-  constructor(private readonly opts: InventoryWatcherOptions) {}
+  constructor(private readonly opts: InventoryWatcherOptions) {
+    this.cacheWrites = new SerialWrites((err) => opts.logger.debug({ err: errorMessage(err) }, 'cannot cache the inventory; the next start scans in full'));
+  }
 
   current(): Inventory {
     return this.inventory;
@@ -105,9 +109,11 @@ export class InventoryWatcher {
     this.timer = setInterval(() => void this.rescan(signal), this.opts.intervalMs);
   }
 
-  stop(): void {
+  /** Ends the rescans; resolves once the cache write under way has ended (none starts after): the agent exits next. */
+  stop(): Promise<void> {
     clearInterval(this.timer);
     this.timer = undefined;
+    return this.cacheWrites.close();
   }
 
   /**
@@ -124,12 +130,10 @@ export class InventoryWatcher {
 
   /** Every scan's hardware is cached, not only a changed one: a write that failed once is retried. */
   private cache(inventory: Inventory): void {
-    writeInventoryCache(this.opts.stateDir, inventory).then(
-      () => {
-        this.cacheCurrent = true;
-      },
-      (err: unknown) => this.opts.logger.debug({ err: errorMessage(err) }, 'cannot cache the inventory; the next start scans in full'),
-    );
+    void this.cacheWrites.queue(async () => {
+      await writeInventoryCache(this.opts.stateDir, inventory);
+      this.cacheCurrent = true;
+    });
   }
 
   private async scan(signal: AbortSignal): Promise<void> {

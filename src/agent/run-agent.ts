@@ -180,13 +180,15 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   } finally {
     stopWatchdog();
     gangWatch?.close();
-    // The agent's scope only: timers and probes stop, engines are not touched.
-    supervisor.close();
+    // The agent's scope only: timers and probes stop, engines are not touched. Its last state file writes end below.
+    const supervisorClosed = supervisor.close();
     for (const s of servers) s.close();
     // After agent.run: the health watch has no NVML wait pending by then.
     nvml?.close();
     // Bounded (CLOSE_GRACE_MS): SIGTERM must still end the agent within a second.
     await admin?.close();
+    // The process exits right after: a state file write still in flight would be cut off.
+    await supervisorClosed;
     unlock();
     shutdown.dispose();
     void sdNotify('STOPPING=1').catch((err: unknown) => logger.debug({ err: errorMessage(err) }, 'sd_notify'));

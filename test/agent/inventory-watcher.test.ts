@@ -83,6 +83,14 @@ describe('InventoryWatcher', () => {
     expect(JSON.parse(readFileSync(inventoryCachePath(dir), 'utf8')).gpus).toHaveLength(8);
   });
 
+  it('stop() resolves once the cache write of the last scan has ended: the agent exits next, and the next start reads it', async () => {
+    const dir = stateDir();
+    const { w } = watcher(hardware(box(8)), dir);
+    await w.start(new AbortController().signal);
+    await w.stop();
+    expect(JSON.parse(readFileSync(inventoryCachePath(dir), 'utf8')).gpus).toHaveLength(8);
+  });
+
   it('with a cache, is ready at once with it, and sends the fresh scan when the hardware changed meanwhile', async () => {
     const dir = stateDir();
     await writeInventoryCache(dir, box(7));

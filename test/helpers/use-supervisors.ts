@@ -24,7 +24,8 @@ export function useSupervisors() {
         process.kill(pid, 'SIGCONT');
       } catch {}
     }
-    for (const s of supervisors.splice(0)) s.close();
+    // Each one's last state file write ends before the directories go.
+    for (const s of supervisors.splice(0)) await s.close();
     if (!dirs) return;
     await killEverything(dirs.root, extraGroups.splice(0));
     removeDir(dirs.root);

@@ -1,16 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { mapConcurrent } from '../../src/lib/map-concurrent.js';
-
-/** A promise with its resolve and reject outside, so a test says when each call ends. */
-function deferred<T>(): { promise: Promise<T>; resolve: (v: T) => void; reject: (e: unknown) => void } {
-  let resolve!: (v: T) => void;
-  let reject!: (e: unknown) => void;
-  const promise = new Promise<T>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-}
+import { deferred } from '../helpers/deferred.js';
 
 const turn = () => new Promise((r) => setImmediate(r));
 

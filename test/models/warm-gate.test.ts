@@ -78,13 +78,7 @@ describe('page-cache warms', () => {
   });
 
   it("waits while another process's warm holds the node's turn, and reads once it ends", async () => {
-    const lock = layout.warmLockPath();
-    mkdirSync(dirname(lock), { recursive: true });
-    // Its own process group: flock(1) forks the command, and the child holds the lock too.
-    const holder = spawn('flock', [lock, 'sleep', '60'], { stdio: 'ignore', detached: true });
-    children.push(holder);
-    // flock(1) holds it once it has run its command: wait for that by trying the lock ourselves through flock -n.
-    await until(() => spawnSyncFlockBusy(lock), 'flock(1) holding the warm lock', 20_000);
+    const holder = await anotherProcessHoldsTheTurn();
     let waited = false;
     let reads = 0;
     let settled = false;
@@ -101,11 +95,7 @@ describe('page-cache warms', () => {
   });
 
   it('judges the model again once a turn waited for is its own: one made incomplete meanwhile is refused, not read in part', async () => {
-    const lock = layout.warmLockPath();
-    mkdirSync(dirname(lock), { recursive: true });
-    const holder = spawn('flock', [lock, 'sleep', '60'], { stdio: 'ignore', detached: true });
-    children.push(holder);
-    await until(() => spawnSyncFlockBusy(lock), 'flock(1) holding the warm lock', 20_000);
+    const holder = await anotherProcessHoldsTheTurn();
     let waited = false;
     let reads = 0;
     const warm = warmModel(layout, 'acme/c', { onWait: () => (waited = true), onBytes: () => reads++ });
@@ -144,6 +134,18 @@ describe('page-cache warms', () => {
     }
   });
 });
+
+/** Another process holding the node's warm turn: flock(1) on the warm lock, killed by killGroup (or after the test). */
+async function anotherProcessHoldsTheTurn(): Promise<ChildProcess> {
+  const lock = layout.warmLockPath();
+  mkdirSync(dirname(lock), { recursive: true });
+  // Its own process group: flock(1) forks the command, and the child holds the lock too.
+  const holder = spawn('flock', [lock, 'sleep', '60'], { stdio: 'ignore', detached: true });
+  children.push(holder);
+  // flock(1) holds it once it has run its command: wait for that by trying the lock ourselves through flock -n.
+  await until(() => spawnSyncFlockBusy(lock), 'flock(1) holding the warm lock', 20_000);
+  return holder;
+}
 
 function killGroup(c: ChildProcess): void {
   try {

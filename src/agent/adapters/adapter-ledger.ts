@@ -1,5 +1,6 @@
 import { mkdirSync, readFileSync } from 'node:fs';
 import { dirname } from 'node:path';
+import { SerialWrites } from '../../lib/files/serial-writes.js';
 import { writeFileAtomic } from '../../lib/write-file-atomic.js';
 
 /*
@@ -19,7 +20,8 @@ interface Held {
 
 export class AdapterLedger {
   readonly #held = new Map<string, Held>();
-  #writing: Promise<void> = Promise.resolve();
+  // A failed write: memory holds it; a restarted agent learns names again as it proves what engines list.
+  readonly #writes = new SerialWrites();
 
   constructor(private readonly path: string) {
     try {
@@ -54,7 +56,7 @@ export class AdapterLedger {
   /** `shard` no longer has `name` loaded. */
   release(name: string, shard: string): Promise<void> {
     const h = this.#held.get(name);
-    if (!h) return this.#writing;
+    if (!h) return this.#writes.settled();
     h.shards = h.shards.filter((s) => s !== shard);
     if (h.shards.length === 0) this.#held.delete(name);
     return this.save();
@@ -74,22 +76,17 @@ export class AdapterLedger {
     return this.#held.get(name)?.digest;
   }
 
-  /** Resolves once every write asked so far has ended: whoever removes the state dir waits for it. */
-  settled(): Promise<void> {
-    return this.#writing;
+  /** No write starts after this (the agent is going away: names are held in memory only); resolves once the last one asked has ended. */
+  close(): Promise<void> {
+    return this.#writes.close();
   }
 
   private save(): Promise<void> {
     const text = `${JSON.stringify({ version: 1, names: Object.fromEntries(this.#held) })}\n`;
-    this.#writing = this.#writing
-      .then(async () => {
-        mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
-        await writeFileAtomic(this.path, text);
-      })
-      .catch(() => {
-        // Memory holds it; a restarted agent learns names again as it proves what engines list.
-      });
-    return this.#writing;
+    return this.#writes.queue(async () => {
+      mkdirSync(dirname(this.path), { recursive: true, mode: 0o700 });
+      await writeFileAtomic(this.path, text);
+    });
   }
 }
 

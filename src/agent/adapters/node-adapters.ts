@@ -126,6 +126,8 @@ export class NodeAdapters {
    * shard not serving yet: its READY reconciles).
    */
   async set(shardId: string, adapters: readonly AdapterSpec[]): Promise<SetAdaptersOutcome> {
+    // After close(): the set would be kept on disk after the agent said it had done with its files.
+    if (this.#closed.signal.aborted) return { refused: 'the agent is stopping; set the adapters again once it is back' };
     const shard = this.opts.shards.get(shardId);
     if (!shard || isTerminal(shard.state)) return { refused: `no running shard ${JSON.stringify(shardId)} on this node` };
     const f = this.opts.facts(shard.spec);
@@ -177,16 +179,18 @@ export class NodeAdapters {
     return [...this.#shards.keys()].map((shardId) => ({ shardId, adapters: this.statuses(shardId) }));
   }
 
-  /** Resolves once the ledger's writes asked so far have ended (after close(), nothing more is written). */
-  settled(): Promise<void> {
-    return this.#ledger.settled();
-  }
-
-  close(): void {
+  /**
+   * The agent going away: the recheck and every reconcile end, and no ledger
+   * write starts after this. Resolves once the last one asked has ended, so
+   * that the agent exiting (or a test removing the state dir) next never
+   * cuts one off halfway.
+   */
+  close(): Promise<void> {
     this.#closed.abort();
     clearInterval(this.#timer);
     this.#timer = undefined;
     for (const s of this.#shards.values()) s.life.abort();
+    return this.#ledger.close();
   }
 
   private keptOrStarted(shard: ShardSnapshot): AdapterSpec[] {

@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { open, rename, writeFile } from 'node:fs/promises';
 import { relative, sep } from 'node:path';
 import { errorMessage } from '../../lib/errors.js';
+import { SerialWrites } from '../../lib/files/serial-writes.js';
 import type { Logger } from '../../lib/logger.js';
 import { engineKindOf } from '../engines/engine-catalog.js';
 import type { EngineCacheWatch } from '../../models/engine-cache-watch.js';
@@ -75,9 +76,10 @@ const idOf = (c: Pick<Claim, 'model' | 'engine' | 'profile'>) => JSON.stringify(
 
 export class CompileClaims {
   readonly #claims = new Map<string, Claim>();
-  #writing: Promise<void> = Promise.resolve();
+  readonly #writes: SerialWrites;
 
   constructor(private readonly opts: CompileClaimsOptions) {
+    this.#writes = new SerialWrites((err) => opts.logger.warn({ file: opts.path, err: errorMessage(err) }, 'could not keep the compile-cache claims on disk'));
     this.#load();
   }
 
@@ -129,7 +131,12 @@ export class CompileClaims {
 
   /** Resolves once every claim so far is on disk. */
   flushed(): Promise<void> {
-    return this.#writing;
+    return this.#writes.settled();
+  }
+
+  /** No write starts after this (the agent is going away: a claim made next stays in memory); resolves once the last one asked has ended. */
+  close(): Promise<void> {
+    return this.#writes.close();
   }
 
   #forget(s: SeenStart): void {
@@ -153,10 +160,10 @@ export class CompileClaims {
   #save(): void {
     const text = `${JSON.stringify({ version: 1, claims: [...this.#claims.values()] })}\n`;
     const tmp = `${this.opts.path}.tmp`;
-    this.#writing = this.#writing
-      .then(() => writeFile(tmp, text, { mode: 0o600 }))
-      .then(() => rename(tmp, this.opts.path))
-      .catch((err: unknown) => this.opts.logger.warn({ file: this.opts.path, err: errorMessage(err) }, 'could not keep the compile-cache claims on disk'));
+    void this.#writes.queue(async () => {
+      await writeFile(tmp, text, { mode: 0o600 });
+      await rename(tmp, this.opts.path);
+    });
   }
 }
 

@@ -5,6 +5,7 @@ import { type CachedModel, type ModelWarmth, ModelWarmthSchema, ShardState, type
 import { MIN_RATE_BYTES, modelledTimes, type NodeRates } from '../../models/modelled-warmth.js';
 import { errorMessage } from '../../lib/errors.js';
 import type { Logger } from '../../lib/logger.js';
+import { SerialWrites } from '../../lib/files/serial-writes.js';
 import { isLeaving, isWarmedUp } from '../../lib/shard-states.js';
 import { nextP90Margin, rungSpread } from './rung-spread.js';
 import type { ShardSnapshot, ShardTransition } from '../supervisor/shard/shard-snapshot.js';
@@ -94,10 +95,11 @@ export class WarmthLedger {
   /** Per shard, a start or wake under way: where it came from and when. */
   readonly #pending = new Map<string, { from: WarmthFrom; atMs: number }>();
   #rates: NodeRates = {};
-  #writing: Promise<void> = Promise.resolve();
+  readonly #writes: SerialWrites;
 
   constructor(opts: WarmthLedgerOptions) {
     this.#opts = opts;
+    this.#writes = new SerialWrites((err) => opts.logger.warn({ file: opts.path, err: errorMessage(err) }, 'could not keep the times to READY on disk'));
     this.#load();
   }
 
@@ -178,7 +180,12 @@ export class WarmthLedger {
 
   /** Resolves once every measurement so far is on disk. */
   flushed(): Promise<void> {
-    return this.#writing;
+    return this.#writes.settled();
+  }
+
+  /** No write starts after this (the agent is going away: what is measured next stays in memory); resolves once the last one asked has ended. */
+  close(): Promise<void> {
+    return this.#writes.close();
   }
 
   #startFrom(s: ShardSnapshot): WarmthFrom {
@@ -286,10 +293,10 @@ export class WarmthLedger {
   #save(): void {
     const f: WarmthFile = { version: 1, entries: [...this.#entries.values()], rates: this.#rates };
     const tmp = `${this.#opts.path}.tmp`;
-    this.#writing = this.#writing
-      .then(() => writeFile(tmp, `${JSON.stringify(f)}\n`, { mode: 0o600 }))
-      .then(() => rename(tmp, this.#opts.path))
-      .catch((err: unknown) => this.#opts.logger.warn({ file: this.#opts.path, err: errorMessage(err) }, 'could not keep the times to READY on disk'));
+    void this.#writes.queue(async () => {
+      await writeFile(tmp, `${JSON.stringify(f)}\n`, { mode: 0o600 });
+      await rename(tmp, this.#opts.path);
+    });
   }
 }
 

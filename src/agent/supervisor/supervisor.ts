@@ -386,13 +386,13 @@ export class Supervisor extends EventEmitter<{ transition: [ShardTransition]; st
     return true;
   }
 
-  /** Agent shutdown: stops timers, probes, waits and followers. Never signals an engine. */
-  close(): void {
+  /** Agent shutdown: stops timers, probes, waits and followers. Never signals an engine. Resolves once no state file is being written. */
+  async close(): Promise<void> {
     if (this.closing.signal.aborted) return;
     this.closing.abort(failure('the supervisor is closed'));
     this.logs.close();
     this.gc.close();
     this.admission.wakeAll();
-    for (const r of this.runners.values()) r.detach('agent-closing');
+    await Promise.all([...[...this.runners.values()].map((r) => r.detach('agent-closing')), this.ctx.knownAnswers?.close()]);
   }
 }

@@ -1,5 +1,5 @@
 import { create } from '@bufbuild/protobuf';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it, vi } from 'vitest';
@@ -23,12 +23,9 @@ const WAIT = { timeout: 10_000, interval: 10 };
 const dirs: string[] = [];
 const made: NodeAdapters[] = [];
 afterEach(async () => {
-  // A stop's ledger write may still be in flight: the dir is removed once it has ended, not beside it.
-  for (const a of made.splice(0)) {
-    a.close();
-    await a.settled();
-  }
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
+  // close() ends once a stop's ledger write has: the dir is removed after it, never beside it.
+  for (const a of made.splice(0)) await a.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
 function node(opts: { maxLoaded: number }) {
@@ -66,8 +63,14 @@ function node(opts: { maxLoaded: number }) {
     shards.set(s.shardId, s);
     for (const r of reactions) r.on({ shard: s, from, to });
   };
-  return { adapters, loaded, transition };
+  return { adapters, loaded, transition, stateDir };
 }
+
+const withAdapter = (id: string) => {
+  const spec = shardSnapshot(id, { state: ShardState.STARTING }).spec;
+  spec.adapters = [create(AdapterSpecSchema, { name: 'a', repo: 'org/a', revision: 'main' })];
+  return shardSnapshot(id, { state: ShardState.STARTING, spec });
+};
 
 describe('NodeAdapters recheck', () => {
   it('runs no timer while no shard has adapters, as on a node whose engines serve no LoRA', () => {
@@ -80,9 +83,7 @@ describe('NodeAdapters recheck', () => {
 
   it('rechecks a shard with adapters while it lives (a dropped adapter comes back), and stops once it has ended', async () => {
     const { adapters, loaded, transition } = node({ maxLoaded: 4 });
-    const spec = shardSnapshot('s1', { state: ShardState.STARTING }).spec;
-    spec.adapters = [create(AdapterSpecSchema, { name: 'a', repo: 'org/a', revision: 'main' })];
-    const s = shardSnapshot('s1', { state: ShardState.STARTING, spec });
+    const s = withAdapter('s1');
     transition(s, ShardState.READY);
     expect(adapters.rechecking).toBe(true);
     await vi.waitFor(() => expect([...loaded]).toEqual(['a']), WAIT);
@@ -100,5 +101,39 @@ describe('NodeAdapters recheck', () => {
     expect(adapters.rechecking).toBe(true);
     adapters.close();
     expect(adapters.rechecking).toBe(false);
+  });
+});
+
+describe('NodeAdapters close', () => {
+  const ledgerIn = (stateDir: string) => {
+    const dir = join(stateDir, 'adapters');
+    return { names: JSON.parse(readFileSync(join(dir, 'ledger.json'), 'utf8')).names, files: readdirSync(dir).sort() };
+  };
+
+  it('resolves once the ledger write a stop asked has ended: the file says it, no temp file is left', async () => {
+    const { adapters, loaded, transition, stateDir } = node({ maxLoaded: 4 });
+    const s = withAdapter('s1');
+    transition(s, ShardState.READY);
+    await vi.waitFor(() => expect(ledgerIn(stateDir).names).toEqual({ a: { digest: 'sha256:org/a', shards: ['s1'] } }), WAIT);
+    expect([...loaded]).toEqual(['a']);
+    // The stop lets the name go (a ledger write), and the agent closes at once.
+    transition(s, ShardState.STOPPED);
+    await adapters.close();
+    expect(ledgerIn(stateDir)).toEqual({ names: {}, files: ['ledger.json'] });
+  });
+
+  it('writes nothing a stop asks after close, and refuses a set then', async () => {
+    const { adapters, transition, stateDir } = node({ maxLoaded: 4 });
+    const s = withAdapter('s1');
+    transition(s, ShardState.READY);
+    await vi.waitFor(() => expect(ledgerIn(stateDir).names).toHaveProperty('a'), WAIT);
+    await adapters.close();
+    // The shard still serves: the agent going away is the one reason.
+    expect(await adapters.set('s1', [])).toEqual({ refused: 'the agent is stopping; set the adapters again once it is back' });
+    const before = readFileSync(join(stateDir, 'adapters', 'ledger.json'), 'utf8');
+    transition(s, ShardState.STOPPED);
+    // close() again resolves once every write asked has ended: none was started.
+    await adapters.close();
+    expect(readFileSync(join(stateDir, 'adapters', 'ledger.json'), 'utf8')).toBe(before);
   });
 });

@@ -16,9 +16,18 @@ import { silentLogger } from '../../../src/lib/logger.js';
  */
 
 const dirs: string[] = [];
-afterEach(() => {
-  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true, maxRetries: 10, retryDelay: 50 });
+const ledgers: AdapterLedger[] = [];
+afterEach(async () => {
+  // Each ledger's last write ends before its dir is removed, never beside it.
+  for (const l of ledgers.splice(0)) await l.close();
+  for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
+
+const ledgerIn = (dir: string) => {
+  const l = new AdapterLedger(join(dir, 'ledger.json'));
+  ledgers.push(l);
+  return l;
+};
 
 const spec = (name: string, repo = `org/${name}`, revision = 'main') => create(AdapterSpecSchema, { name, repo, revision });
 
@@ -80,7 +89,7 @@ function reconciler(engine: AdapterEngineCalls, store: AdapterStoreCalls, opts: 
     shardId: opts.shardId ?? 's1',
     engine,
     store,
-    ledger: opts.ledger ?? new AdapterLedger(join(dir, 'ledger.json')),
+    ledger: opts.ledger ?? ledgerIn(dir),
     limits: { maxLoaded: opts.maxLoaded ?? 4, maxRank: 16 },
     baseModels: ['org/base'],
     prove: async (name) => opts.prove?.(name) ?? { kind: 'proven', how: 'answers "x"', answer: 'x' },
@@ -135,7 +144,7 @@ describe('ShardAdapters', () => {
   it('refuses a name another shard holds with other bytes; the same bytes under the same name are fine', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'llmgw-ledger-'));
     dirs.push(dir);
-    const ledger = new AdapterLedger(join(dir, 'ledger.json'));
+    const ledger = ledgerIn(dir);
     const one = reconciler(fakeEngine().engine, fakeStore({ 'org/a': {} }).store, { ledger, shardId: 's1' }).r;
     await one.set([spec('a')]);
     const e2 = fakeEngine();

@@ -42,6 +42,18 @@ function launchedAndReady(l: WarmthLedger, s: ShardSnapshot): void {
 }
 
 describe('WarmthLedger', () => {
+  it('close() resolves once the last measurement is on disk; one measured after stays in memory only', async () => {
+    const path = fresh();
+    const l = ledger({ path, hasStore: true, logger: captureLogger().logger });
+    l.learnRate('disk', 64 * 1024 * 1024, 100);
+    await l.close();
+    expect(JSON.parse(readFileSync(path, 'utf8')).rates.disk).toMatchObject({ bytes: 64 * 1024 * 1024, ms: 100 });
+    l.learnRate('hub', 64 * 1024 * 1024, 400);
+    await l.flushed();
+    expect(JSON.parse(readFileSync(path, 'utf8')).rates.hub).toBeUndefined();
+    expect(l.rates().hub).toMatchObject({ ms: 400 });
+  });
+
   it('measures launch to READY by where the start came from, and reports the median with the count', () => {
     const learned: number[] = [];
     const l = ledger({ path: fresh(), hasStore: true, logger: captureLogger().logger, onLearned: () => learned.push(1) });

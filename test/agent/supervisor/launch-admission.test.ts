@@ -9,6 +9,7 @@ import {
   RepeatedStartError,
 } from '../../../src/agent/supervisor/launch-admission.js';
 import type { ShardRunner } from '../../../src/agent/supervisor/shard/shard-runner.js';
+import { deferred } from '../../helpers/deferred.js';
 import { sglangDpAttention, shardBoundPorts } from '../../../src/agent/engines/shard-bound-ports.js';
 
 function spec(shardId: string, gpuIndices: number[], httpPort = 0): StartShard {
@@ -31,19 +32,11 @@ function admission(runners: ShardRunner[] = [], opts: { max?: number; pending?: 
 }
 
 /** A launch that stays in progress until the test settles it. */
-function deferred() {
-  let resolve!: (r: ShardRunner) => void;
-  let reject!: (e: unknown) => void;
-  const promise = new Promise<ShardRunner>((res, rej) => {
-    resolve = res;
-    reject = rej;
-  });
-  return { promise, resolve, reject };
-}
+const pendingLaunch = () => deferred<ShardRunner>();
 
 function claimErr(a: LaunchAdmission, s: StartShard): LlmgwError {
   try {
-    a.claim(s, () => deferred().promise);
+    a.claim(s, () => pendingLaunch().promise);
   } catch (err) {
     expect(err).toBeInstanceOf(LlmgwError);
     return err as LlmgwError;
@@ -79,7 +72,7 @@ describe('LaunchAdmission.claim', () => {
     const a = admission([runner(spec('gone', [0], 18000), ShardState.EXITED, false)]);
     expect(a.reservations().gpus.size).toBe(0);
     expect(a.reservations().ports.size).toBe(0);
-    expect(() => a.claim(spec('new', [0], 18000), () => deferred().promise)).not.toThrow();
+    expect(() => a.claim(spec('new', [0], 18000), () => pendingLaunch().promise)).not.toThrow();
     expect(a.isClaimed('new')).toBe(true);
   });
 
@@ -90,7 +83,7 @@ describe('LaunchAdmission.claim', () => {
 
   it('refuses a GPU another launch in progress has claimed, before that launch has a runner', () => {
     const a = admission();
-    a.claim(spec('first', [4]), () => deferred().promise);
+    a.claim(spec('first', [4]), () => pendingLaunch().promise);
     expect(claimErr(a, spec('second', [4])).message).toBe('GPU 4 is held by shard first; stop it first or place this shard elsewhere');
   });
 
@@ -103,24 +96,24 @@ describe('LaunchAdmission.claim', () => {
   it('does not treat port 0 (no HTTP) as a port held', () => {
     const a = admission([runner(spec('worker', [0], 0), ShardState.READY, true)]);
     expect(a.reservations().ports.size).toBe(0);
-    expect(() => a.claim(spec('worker2', [1], 0), () => deferred().promise)).not.toThrow();
+    expect(() => a.claim(spec('worker2', [1], 0), () => pendingLaunch().promise)).not.toThrow();
   });
 
   it('does not count the shard against itself (a restart of the same id)', () => {
     const s = spec('same', [0], 18000);
     const a = admission([runner(s, ShardState.READY, true)]);
-    expect(() => a.claim(spec('same', [0], 18000), () => deferred().promise)).not.toThrow();
+    expect(() => a.claim(spec('same', [0], 18000), () => pendingLaunch().promise)).not.toThrow();
   });
 
   it('refuses beyond maxPendingLaunches, saying how many are in progress', () => {
     const a = admission([], { pending: 2 });
-    a.claim(spec('a', [0]), () => deferred().promise);
-    a.claim(spec('b', [1]), () => deferred().promise);
+    a.claim(spec('a', [0]), () => pendingLaunch().promise);
+    a.claim(spec('b', [1]), () => pendingLaunch().promise);
     let called = false;
     try {
       a.claim(spec('c', [2]), () => {
         called = true;
-        return deferred().promise;
+        return pendingLaunch().promise;
       });
       expect.unreachable('a third start was admitted');
     } catch (err) {
@@ -132,7 +125,7 @@ describe('LaunchAdmission.claim', () => {
 
   it('starts the launch, and settled resolves to its runner, or undefined when it was refused', async () => {
     const a = admission();
-    const ok = deferred();
+    const ok = pendingLaunch();
     const s = spec('ok', [0]);
     const r = runner(s, ShardState.STARTING, true);
     const okClaim = a.claim(s, () => ok.promise);
@@ -141,7 +134,7 @@ describe('LaunchAdmission.claim', () => {
     await expect(okClaim.launch).resolves.toBe(r);
     await expect(okClaim.settled).resolves.toBe(r);
 
-    const bad = deferred();
+    const bad = pendingLaunch();
     const badClaim = a.claim(spec('bad', [1]), () => bad.promise);
     bad.reject(new Error('no such executable'));
     await expect(badClaim.launch).rejects.toThrow('no such executable');
@@ -152,18 +145,18 @@ describe('LaunchAdmission.claim', () => {
 describe('LaunchAdmission.release', () => {
   it('ends the matching claim, freeing its GPUs and port', () => {
     const a = admission();
-    const { settled } = a.claim(spec('s1', [0], 18000), () => deferred().promise);
+    const { settled } = a.claim(spec('s1', [0], 18000), () => pendingLaunch().promise);
     a.release('s1', settled);
     expect(a.isClaimed('s1')).toBe(false);
     expect(a.pending('s1')).toBeUndefined();
     expect(a.reservations().gpus.size).toBe(0);
-    expect(() => a.claim(spec('s2', [0], 18000), () => deferred().promise)).not.toThrow();
+    expect(() => a.claim(spec('s2', [0], 18000), () => pendingLaunch().promise)).not.toThrow();
   });
 
   it('leaves a newer claim of the same id alone when an older launch releases', () => {
     const a = admission();
-    const older = a.claim(spec('s1', [0]), () => deferred().promise);
-    const newer = a.claim(spec('s1', [1]), () => deferred().promise);
+    const older = a.claim(spec('s1', [0]), () => pendingLaunch().promise);
+    const newer = a.claim(spec('s1', [1]), () => pendingLaunch().promise);
     a.release('s1', older.settled);
     expect(a.isClaimed('s1')).toBe(true);
     expect(a.pending('s1')).toBe(newer.settled);
@@ -174,7 +167,7 @@ describe('LaunchAdmission.release', () => {
 
   it('does nothing for an id never claimed', () => {
     const a = admission();
-    a.claim(spec('s1', [0]), () => deferred().promise);
+    a.claim(spec('s1', [0]), () => pendingLaunch().promise);
     a.release('other', Promise.resolve(undefined));
     expect(a.isClaimed('s1')).toBe(true);
   });
@@ -183,7 +176,7 @@ describe('LaunchAdmission.release', () => {
 describe('LaunchAdmission.reservations', () => {
   it('maps each GPU and port to its holder, runners and claims alike', () => {
     const a = admission([runner(spec('run', [0, 1], 18000), ShardState.READY, true)]);
-    a.claim(spec('claim', [2], 18001), () => deferred().promise);
+    a.claim(spec('claim', [2], 18001), () => pendingLaunch().promise);
     const r = a.reservations();
     expect([...r.gpus.entries()].sort()).toEqual([
       [0, 'run'],
@@ -198,7 +191,7 @@ describe('LaunchAdmission.reservations', () => {
 
   it('excludes the given id, both its runner and its claim', () => {
     const a = admission([runner(spec('run', [0], 18000), ShardState.READY, true)]);
-    a.claim(spec('claim', [2], 18001), () => deferred().promise);
+    a.claim(spec('claim', [2], 18001), () => pendingLaunch().promise);
     expect([...a.reservations('run').gpus.keys()]).toEqual([2]);
     expect([...a.reservations('run').ports.keys()]).toEqual([18001]);
     expect([...a.reservations('claim').gpus.keys()]).toEqual([0]);
@@ -342,9 +335,9 @@ describe('LaunchAdmission with the ports an engine derives (SGLang DP attention)
 
   it('takes two gangs whose ports are far apart, and two without DP attention however close (as before)', () => {
     const far = withPorts([runner(gang('g1', 29500, 8001), ShardState.READY, true)]);
-    expect(() => far.claim(gang('g2', 29520, 8002), () => deferred().promise)).not.toThrow();
+    expect(() => far.claim(gang('g2', 29520, 8002), () => pendingLaunch().promise)).not.toThrow();
     const plain = withPorts([runner(gang('g1', 29500, 8001, ['--dp-size', '2']), ShardState.READY, true)]);
-    expect(() => plain.claim(gang('g2', 29501, 8002, ['--dp-size', '2']), () => deferred().promise)).not.toThrow();
+    expect(() => plain.claim(gang('g2', 29501, 8002, ['--dp-size', '2']), () => pendingLaunch().promise)).not.toThrow();
   });
 
   it('on one node, derives the block from http_port + 233: two shards on adjacent http ports collide', () => {

@@ -16,6 +16,7 @@ import {
   until,
 } from '../../helpers/engine-processes.js';
 import { parseShardId } from '../../../src/lib/shard-id.js';
+import { readStateFile } from '../../../src/lib/files/state-file.js';
 
 const harness = useSupervisors();
 const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
@@ -154,6 +155,17 @@ describe('Supervisor.close and remove', () => {
     expect(isRunning(shard.pid)).toBe(true);
     expect((await fetch(`${baseUrl}/health`)).status).toBe(200);
     expect(existsSync(join(harness.dirs.stateDir, 'shards', 'keeps.json'))).toBe(true);
+  });
+
+  it('close() resolves once a state file change in flight has ended: the agent exits next, and its successor must find the drain', async () => {
+    const sup = newSupervisor();
+    await readySim(sup, 'drained', []);
+    const statePath = join(harness.dirs.stateDir, 'shards', 'drained.json');
+    const drained = sup.drain(parseShardId('drained'));
+    await sup.close();
+    const read = await readStateFile(statePath, 'drained');
+    expect(read.ok && read.file.drainRequested).toBe(true);
+    expect((await drained).state).toBe(ShardState.DRAINING);
   });
 
   it('remove() forgets a terminal shard and deletes its state file, and refuses a running one', async () => {

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { rename, writeFile } from 'node:fs/promises';
+import { SerialWrites } from '../../../lib/files/serial-writes.js';
 import type { KnownAnswer } from './known-answer.js';
 
 /*
@@ -25,7 +26,8 @@ const idOf = (k: AnswerKey) => JSON.stringify([k.digest, k.profile, k.engineVers
 
 export class KnownAnswerBook {
   readonly #answers = new Map<string, KnownAnswer>();
-  #writing: Promise<void> = Promise.resolve();
+  // A failed write: this agent holds the answer; a restarted one records it anew at the next READY.
+  readonly #writes = new SerialWrites();
 
   constructor(private readonly path: string) {
     try {
@@ -49,7 +51,14 @@ export class KnownAnswerBook {
     while (this.#answers.size > KNOWN_ANSWER_BOOK_MAX) this.#answers.delete(this.#answers.keys().next().value as string);
     const text = `${JSON.stringify({ version: 1, answers: [...this.#answers] })}\n`;
     const tmp = `${this.path}.tmp`;
-    this.#writing = this.#writing.then(() => writeFile(tmp, text, { mode: 0o600 })).then(() => rename(tmp, this.path)).catch(() => {});
-    return this.#writing;
+    return this.#writes.queue(async () => {
+      await writeFile(tmp, text, { mode: 0o600 });
+      await rename(tmp, this.path);
+    });
+  }
+
+  /** No write starts after this (the agent is going away); resolves once the last one asked has ended. */
+  close(): Promise<void> {
+    return this.#writes.close();
   }
 }

@@ -386,15 +386,14 @@ export class ShardRunner {
   }
 
   /**
-   * Every watch and wait of this runner ends; no process is touched. `why`
-   * says whose act it is, so that a readiness wait cut short tells its
-   * caller the truth: the agent going away, this runner replaced by a
-   * relaunch under the same id, or the shard stopped (its group is gone).
-   * The first reason holds.
+   * Every watch and wait of this runner ends; no process is touched. `why` says whose act it is, so that a readiness
+   * wait cut short tells its caller the truth: the agent going away (then no state file change starts after, and this
+   * resolves once the last one has ended), this runner replaced by a relaunch under the same id, or the shard stopped
+   * (its group is gone). The first reason holds.
    */
-  detach(why: DetachReason): void {
-    if (this.lifeScope.signal.aborted) return;
-    this.detachedBy = why;
-    this.lifeScope.abort(failure(detachMessage(this.shardId, why)));
+  detach(why: DetachReason): Promise<void> {
+    this.detachedBy ??= why;
+    if (!this.lifeScope.signal.aborted) this.lifeScope.abort(failure(detachMessage(this.shardId, why)));
+    return why === 'agent-closing' ? this.stateFile.close() : Promise.resolve();
   }
 }

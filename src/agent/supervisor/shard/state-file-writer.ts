@@ -1,4 +1,5 @@
 import { errorMessage } from '../../../lib/errors.js';
+import { SerialWrites } from '../../../lib/files/serial-writes.js';
 import { removeStateFile, updateStateFile } from '../../../lib/files/state-file.js';
 import type { Logger } from '../../../lib/logger.js';
 import type { ShardId } from '../../../lib/shard-id.js';
@@ -6,10 +7,10 @@ import type { ShardId } from '../../../lib/shard-id.js';
 /**
  * The changes a runner makes to its shard's state file, one at a time, so
  * the last request is the one on disk. Failures are logged, never thrown
- * (each method says why).
+ * (each method says why). After close() (the agent going away) none starts.
  */
 export class StateFileWriter {
-  private persisting: Promise<void> = Promise.resolve();
+  private readonly writes = new SerialWrites();
 
   constructor(
     private readonly statePath: string,
@@ -23,7 +24,7 @@ export class StateFileWriter {
    * an operator is taking away); only an agent restart would forget it.
    */
   recordDrain(drainRequested: boolean): Promise<void> {
-    this.persisting = this.persisting.then(async () => {
+    return this.writes.queue(async () => {
       try {
         await updateStateFile(this.statePath, this.shardId, { drainRequested });
       } catch (err) {
@@ -35,7 +36,6 @@ export class StateFileWriter {
         );
       }
     });
-    return this.persisting;
   }
 
   /**
@@ -44,7 +44,7 @@ export class StateFileWriter {
    * restart would then adopt it in the wrong state.
    */
   recordSleep(level: number, awakeMib = 0): Promise<void> {
-    this.persisting = this.persisting.then(async () => {
+    return this.writes.queue(async () => {
       try {
         await updateStateFile(this.statePath, this.shardId, { sleepLevel: level, sleepAwakeMib: level > 0 && awakeMib > 0 ? awakeMib : undefined });
       } catch (err) {
@@ -56,7 +56,6 @@ export class StateFileWriter {
         );
       }
     });
-    return this.persisting;
   }
 
   /**
@@ -65,14 +64,13 @@ export class StateFileWriter {
    * the shard checked against garbage alone.
    */
   recordKnownAnswer(knownAnswer: string, knownAnswerToken?: string): Promise<void> {
-    this.persisting = this.persisting.then(async () => {
+    return this.writes.queue(async () => {
       try {
         await updateStateFile(this.statePath, this.shardId, { knownAnswer, knownAnswerToken });
       } catch (err) {
         this.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err) }, 'the known answer could not be recorded; a restarted agent would check a wake against garbage alone');
       }
     });
-    return this.persisting;
   }
 
   /**
@@ -82,14 +80,13 @@ export class StateFileWriter {
    * ask for room for a copy the engine already holds.
    */
   recordFacts(facts: { engineVersion?: string; hostCopyMib?: number }): Promise<void> {
-    this.persisting = this.persisting.then(async () => {
+    return this.writes.queue(async () => {
       try {
         await updateStateFile(this.statePath, this.shardId, facts);
       } catch (err) {
         this.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err), ...facts }, 'what was read of the engine could not be recorded; a restarted agent reads it again');
       }
     });
-    return this.persisting;
   }
 
   /**
@@ -100,13 +97,24 @@ export class StateFileWriter {
    * successful stop on a read-only state directory into "stop failed" after
    * STOPPED had been reported (found by the fault campaign).
    */
-  async remove(): Promise<void> {
-    // A drain being recorded would otherwise write the file back after it is gone.
-    await this.persisting;
-    try {
-      await removeStateFile(this.statePath);
-    } catch (err) {
-      this.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err) }, 'engine is gone but its state file could not be removed');
-    }
+  remove(): Promise<void> {
+    // Queued: a drain being recorded would otherwise write the file back after it is gone.
+    return this.writes.queue(async () => {
+      try {
+        await removeStateFile(this.statePath);
+      } catch (err) {
+        this.log.warn({ shard: this.shardId, file: this.statePath, err: errorMessage(err) }, 'engine is gone but its state file could not be removed');
+      }
+    });
+  }
+
+  /**
+   * The agent going away: no change starts after this (this agent's memory
+   * holds it; the next agent reads the file as it was, or judges a file left
+   * by a gone engine dead and cleans it). Resolves once the last one asked
+   * has ended, so that the agent's exit does not cut one off halfway.
+   */
+  close(): Promise<void> {
+    return this.writes.close();
   }
 }

@@ -86,4 +86,16 @@ describe('StateFileWriter', () => {
     await w.remove();
     expect(records).toHaveLength(5);
   });
+
+  it('close() resolves once the change in flight has ended, and no change asked after it writes, not even a removal', async () => {
+    const { w, read, path } = await writer();
+    void w.recordDrain(true);
+    await w.close();
+    expect((await read()).drainRequested).toBe(true);
+    // The agent is going away: this one's memory holds it; the file is as it was at close.
+    await w.recordSleep(2);
+    await w.remove();
+    expect(existsSync(path)).toBe(true);
+    expect((await read()).sleepLevel ?? 0).toBe(0);
+  });
 });

@@ -29,7 +29,8 @@ const LIMITER_STEP_BYTES = 64 * 1024;
  * that from the file, once the parts before it are in. The file is synced in the background every SYNC_EVERY_BYTES, so the
  * sync before the rename waits only for the tail, and the bytes contiguous
  * from the start are recorded (a ranged download's prefixPath) for a resume
- * after a crash.
+ * after a crash. One stream's body read in place (streamInPlace) is hashed
+ * and written from the buffer it came in, on this thread.
  */
 export class BlobWriter {
   /** Bytes written by this download. */

@@ -9,7 +9,9 @@ export { isInternalHost, redirectRefusal } from './redirect-policy.js';
 
 /*
  * A GET of one file from the hub over HTTP/1.1, its body read straight into
- * blocks of 256 KiB that the caller writes and hands back.
+ * blocks of 256 KiB that the caller writes and hands back (body), or into
+ * one buffer that every read reuses, each read consumed before the next
+ * (bodyInPlace: a near server's one stream, download-blob.ts).
  *
  * Not fetch(), nor node:http: both give the body as a new buffer of at most
  * 64 KiB per socket read, and on this machine draining 128 MiB that way took

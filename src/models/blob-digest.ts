@@ -26,8 +26,57 @@ export interface FileHash {
   advance(end: number): void;
   /** Hashes these bytes from `at` on from memory, where it can (a thread's hash; the promise says when they may be reused); undefined where it cannot. */
   feed?(at: number, chunks: readonly Buffer[]): Promise<void>;
+  /** Hashes `chunk`, the bytes from `at` on, here and now (an inline hash): the caller may reuse it once this returns. */
+  take?(at: number, chunk: Buffer): void;
   digest(end: number): Promise<string>;
   drop(): Promise<void>;
+}
+
+/**
+ * A blob's hash on the thread that reads its one stream, from each block
+ * as it comes, before its write.
+ */
+export class InlineHash implements FileHash {
+  private readonly hash: Hash;
+  private at = 0;
+
+  constructor(
+    blob: BlobToFetch,
+    private readonly fh: FileHandle,
+  ) {
+    this.hash = newHash(blob);
+  }
+
+  /** The bytes [at, end) read back from the file: a kept prefix, or anything a stream brought out of order. */
+  private async readTo(end: number): Promise<void> {
+    const buf = Buffer.allocUnsafe(Math.min(BLOCK_BYTES * 4, Math.max(1, end - this.at)));
+    while (this.at < end) {
+      const { bytesRead } = await this.fh.read(buf, 0, Math.min(buf.length, end - this.at), this.at);
+      if (bytesRead === 0) throw new Error(`hashing the file: it ends at byte ${this.at}, before ${end}`);
+      this.hash.update(buf.subarray(0, bytesRead));
+      this.at += bytesRead;
+    }
+  }
+
+  /** The file's first `end` bytes, before the stream's. */
+  prefix(end: number): Promise<void> {
+    return this.readTo(end);
+  }
+
+  advance(): void {}
+
+  take(at: number, chunk: Buffer): void {
+    if (at !== this.at) return;
+    this.hash.update(chunk);
+    this.at += chunk.length;
+  }
+
+  async digest(end: number): Promise<string> {
+    await this.readTo(end);
+    return this.hash.digest('hex');
+  }
+
+  async drop(): Promise<void> {}
 }
 
 /**

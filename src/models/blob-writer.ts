@@ -1,4 +1,4 @@
-import { writev } from 'node:fs';
+import { writeSync, writev } from 'node:fs';
 import { type FileHandle, writeFile } from 'node:fs/promises';
 import { WRITE_TRUNCATE } from './store-files.js';
 import { failure } from '../lib/errors.js';
@@ -29,7 +29,8 @@ const LIMITER_STEP_BYTES = 64 * 1024;
  * that from the file, once the parts before it are in. The file is synced in the background every SYNC_EVERY_BYTES, so the
  * sync before the rename waits only for the tail, and the bytes contiguous
  * from the start are recorded (a ranged download's prefixPath) for a resume
- * after a crash.
+ * after a crash. One stream's body read in place (streamInPlace) is hashed
+ * and written from the buffer it came in, on this thread.
  */
 export class BlobWriter {
   /** Bytes written by this download. */
@@ -109,6 +110,7 @@ export class BlobWriter {
           release();
           return stop(failure(`${this.blob.path}: the hub sent more than the ${this.blob.size} bytes it listed`));
         }
+        this.hash.take?.(pos - chunk.length, chunk);
         queue.push(chunk);
         releases.push(release);
         pumping ??= pump();
@@ -119,6 +121,35 @@ export class BlobWriter {
       await pumping;
     }
     if (broken !== undefined) throw broken;
+    if (pos !== end) throw failure(`${this.blob.path}: the hub sent ${pos} of ${this.blob.size} bytes; pull again to resume`);
+  }
+
+  /**
+   * Reads one stream's body into bytes [start, end) of the file in place
+   * (HubStream.bodyInPlace): each socket read hashed (an inline hash, in
+   * order) and written from the buffer it came in, before the next read.
+   * Not through block hand-overs, libuv's pool and a hash thread: on this
+   * host's two cores that machinery cost more CPU than the transfer itself
+   * (the pull's threads 2-3x curl's CPU for the same bytes; bench 14b,
+   * issue 52, item 1). The write is synchronous: the file's own
+   * background syncs every SYNC_EVERY_BYTES keep its dirty pages far below
+   * the kernel's limits, so it copies into the page cache and does not wait
+   * for the disk. Throws if the body brings more or fewer bytes.
+   */
+  async streamInPlace(s: HubStream, start: number, end: number): Promise<void> {
+    let pos = start;
+    const fd = this.fh.fd;
+    await s.bodyInPlace((chunk) => {
+      if (pos + chunk.length > end) throw failure(`${this.blob.path}: the hub sent more than the ${this.blob.size} bytes it listed`);
+      this.hash.take?.(pos, chunk);
+      for (let done = 0; done < chunk.length; ) {
+        const n = writeSync(fd, chunk, done, chunk.length - done, pos + done);
+        if (n <= 0) throw new Error(`wrote nothing at byte ${pos + done}`);
+        done += n;
+      }
+      this.written(pos, pos + chunk.length);
+      pos += chunk.length;
+    });
     if (pos !== end) throw failure(`${this.blob.path}: the hub sent ${pos} of ${this.blob.size} bytes; pull again to resume`);
   }
 

@@ -2,7 +2,7 @@ import { readFile, rename, unlink } from 'node:fs/promises';
 import { CREATE_TRUNCATE, READ, READ_WRITE, chmodStoreFile, openStoreFile, storeFileSize, truncateStoreFile } from './store-files.js';
 import { isNotFound } from '../lib/errno.js';
 import { failure } from '../lib/errors.js';
-import { type FileHash, expectedDigest, fileHash, hashFile, newHash } from './blob-digest.js';
+import { type FileHash, InlineHash, expectedDigest, fileHash, hashFile, newHash } from './blob-digest.js';
 import { type BlobToFetch, type DownloadContext, NEAR_RTT_MS, PART_BYTES, RANGED_MIN_BYTES, SMALL_BLOB_BYTES } from './blob-to-fetch.js';
 import { BlobWriter } from './blob-writer.js';
 import { hostIdentity } from './address-class.js';
@@ -162,12 +162,20 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
   const fh = await openStoreFile(blob.incompletePath, have > 0 ? READ_WRITE : CREATE_TRUNCATE, 0o600);
   let hash: FileHash;
   try {
-    hash = fileHash(blob, fh);
+    // One stream brings the bytes in order: hashed as they come, on this thread (InlineHash); ranged parts come
+    // out of order, and a hash thread reads what they wrote from the file.
+    if (first.status === 206 && ranged) hash = fileHash(blob, fh);
+    else {
+      const inline = new InlineHash(blob, fh);
+      await inline.prefix(have);
+      hash = inline;
+    }
   } catch (err) {
+    first.cancel();
     await fh.close();
     throw err;
   }
-  // The kept prefix is hashed from the file with the rest.
+  // The kept prefix is hashed from the file with the rest (a thread's hash; an inline one has read it).
   hash.advance(have);
   const writer = new BlobWriter(blob, fh, hash, have, ctx);
   let digest: string;
@@ -178,7 +186,9 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
     } else {
       // One stream: the file stays a plain prefix, whatever a ranged attempt recorded before.
       if (blob.prefixPath !== undefined) await unlink(blob.prefixPath).catch(() => {});
-      await writer.stream(first, have, blob.size);
+      // In place unless models.bandwidth is set: its limiter is waited for between writes, which a read in place does not.
+      if (ctx.limiter.limited) await writer.stream(first, have, blob.size);
+      else await writer.streamInPlace(first, have, blob.size);
     }
     digest = await writer.finish();
   } catch (err) {

@@ -9,7 +9,9 @@ export { isInternalHost, redirectRefusal } from './redirect-policy.js';
 
 /*
  * A GET of one file from the hub over HTTP/1.1, its body read straight into
- * blocks of 256 KiB that the caller writes and hands back.
+ * blocks of 256 KiB that the caller writes and hands back (body), or into
+ * one buffer that every read reuses, each read consumed before the next
+ * (bodyInPlace: a near server's one stream, download-blob.ts).
  *
  * Not fetch(), nor node:http: both give the body as a new buffer of at most
  * 64 KiB per socket read, and on this machine draining 128 MiB that way took
@@ -23,6 +25,14 @@ export { isInternalHost, redirectRefusal } from './redirect-policy.js';
  * (`chunked`), and the caller reads it another way.
  */
 
+/**
+ * The one buffer a body read in place (bodyInPlace) reads into: the kernel
+ * hands a loopback or LAN socket's reads of a megabyte when it has them (64
+ * of 67 reads of a 64 MiB file here), a quarter of the calls of a 256 KiB
+ * block; 4 MiB, out of the core's caches between the read and the hash, was
+ * slower (issue 52, item 1).
+ */
+export const IN_PLACE_READ_BYTES = 1024 * 1024;
 /** A block with less room than this is handed over rather than read into: reads stay large. */
 const MIN_READ_BYTES = 64 * 1024;
 /** A block partly filled is handed over after this long, so a slow link still writes (and shows progress) as it goes. */
@@ -79,6 +89,15 @@ export interface HubStream {
    * before Content-Length, or on the signal.
    */
   body(onBlock: (chunk: Buffer, release: () => void) => void): Promise<number>;
+  /**
+   * Reads the body to its end into one buffer of IN_PLACE_READ_BYTES that
+   * every socket read reuses, handing each read's bytes to `onBytes`, which
+   * must be done with them when it returns (hash them, write them): no
+   * block is handed over, none waits for a write, nothing crosses a thread.
+   * Resolves and rejects as body() does; `onBytes` throwing ends the read
+   * with its error.
+   */
+  bodyInPlace(onBytes: (chunk: Buffer) => void): Promise<number>;
   /** Closes the connection; a body being read rejects with `reason`. */
   cancel(reason?: unknown): void;
 }
@@ -148,6 +167,10 @@ function getOnce(
     /** Chunks of each block handed over and not given back. */
     const outOf = new Map<Buffer, number>();
     let deliver: ((chunk: Buffer, release: () => void) => void) | undefined;
+    /** Set by bodyInPlace: each read's bytes go to it at once, and the socket reads into `block` from its start again. */
+    let inPlace: ((chunk: Buffer) => void) | undefined;
+    /** `block` is an in-place read's own buffer, not the pool's. */
+    let ownBlock = false;
     let bodyDone: { resolve: (n: number) => void; reject: (e: unknown) => void } | undefined;
 
     const port = Number(url.port) || (url.protocol === 'https:' ? 443 : 80);
@@ -215,8 +238,9 @@ function getOnce(
       flushTimer = undefined;
       clearTimeout(idleTimer);
       socket.destroy();
-      // No read comes into it after the destroy; one handed over comes back with its last release.
-      if (!outOf.has(block)) giveBlock(block);
+      // No read comes into it after the destroy; one handed over comes back with its last release. An in-place
+      // read's buffer is its own, not the pool's.
+      if (!ownBlock && !outOf.has(block)) giveBlock(block);
     };
     const fail = (err: unknown) => {
       if (failed !== undefined || ended) return;
@@ -269,6 +293,32 @@ function getOnce(
       bodyDone?.resolve(received);
     };
 
+    /** bodyInPlace's read: what the buffer holds goes to `consume` now, and the next read fills it from its start. */
+    const readInPlace = (consume: (chunk: Buffer) => void, limit: number | undefined): boolean => {
+      if (filled > from) {
+        try {
+          consume(block.subarray(from, filled));
+        } catch (err) {
+          fail(err);
+          return false;
+        }
+      }
+      if (!ownBlock) {
+        // The first read in place came into the last pool block: from now on the socket reads into a buffer of its
+        // own, asked for when this returns (onread's buffer()).
+        if (!outOf.has(block)) giveBlock(block);
+        block = Buffer.allocUnsafeSlow(IN_PLACE_READ_BYTES);
+        ownBlock = true;
+      }
+      filled = 0;
+      from = 0;
+      if (limit !== undefined && received >= limit) {
+        finish();
+        return false;
+      }
+      return failed === undefined;
+    };
+
     const onRead = (n: number): boolean => {
       if (failed !== undefined || ended) return false;
       touch();
@@ -298,6 +348,7 @@ function getOnce(
         filled = bodyFrom + fresh;
       }
       received += fresh;
+      if (inPlace !== undefined) return readInPlace(inPlace, limit);
       if (limit !== undefined && received >= limit) {
         finish();
         return false;
@@ -368,6 +419,46 @@ function getOnce(
             if (ended) return resolve(received);
             bodyDone = { resolve, reject };
             if (head?.contentLength === 0) finish();
+          }),
+        bodyInPlace: (onBytes) =>
+          new Promise<number>((resolve, reject) => {
+            if (failed !== undefined) return reject(failed);
+            if (deliver !== undefined || inPlace !== undefined) return reject(new Error('the body is read once'));
+            // What came with the head or before this call, in the blocks it was read into: handed over first.
+            for (const [chunk, release] of queued.splice(0)) {
+              try {
+                onBytes(chunk);
+              } catch (err) {
+                release();
+                fail(err);
+                return reject(err);
+              }
+              release();
+            }
+            // The block being read into still holds what came since its last hand-over.
+            if (!ended && filled > from) {
+              try {
+                onBytes(block.subarray(from, filled));
+              } catch (err) {
+                fail(err);
+                return reject(err);
+              }
+              from = filled;
+            }
+            // The consumer may have ended it (a signal aborted in it).
+            if (failed !== undefined) return reject(failed);
+            if (ended) return resolve(received);
+            // The socket's next read still goes into this block, after `filled` (net asked for its buffer after the
+            // last read): readInPlace hands it over, and only then gives the socket a buffer of its own.
+            inPlace = onBytes;
+            bodyDone = { resolve, reject };
+            if (head?.contentLength === 0 || (head?.contentLength !== undefined && received >= head.contentLength)) finish();
+            else if (paused) {
+              paused = false;
+              socket.resume();
+              touch();
+              armIdle();
+            }
           }),
         cancel: (reason?: unknown) => {
           if (ended || failed !== undefined) return;

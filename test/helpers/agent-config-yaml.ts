@@ -31,7 +31,14 @@ export interface AgentProcessOptions {
   extraYaml?: string;
   env?: Record<string, string>;
   heartbeat?: string;
-  /** register_timeout; 2s by default. */
+  /**
+   * register_timeout; 0s (the product's default: a stream is kept however long the control plane is silent) unless
+   * a test is about a silent control plane. At 2s, every test agent dropped its stream whenever the control plane
+   * in the loaded vitest worker took over 2 s to ack Register, and re-registered: the test had its Register from the
+   * first stream and sent its next command there, to be lost (a prefetch never pulled, 30 s later a timeout); and the
+   * security tests' hostile control plane, which acks nothing, had its stream dropped every 2 s, a command sent in
+   * the gap to the next one lost likewise.
+   */
   registerTimeout?: string;
   /** discovery.interval; long by default so tests see one inventory. */
   discoveryInterval?: string;
@@ -97,7 +104,7 @@ function agentConfigLines(o: AgentProcessOptions): string {
     `heartbeat_interval: ${o.heartbeat ?? '200ms'}`,
     'reconnect_base: 100ms',
     'reconnect_max: 1s',
-    `register_timeout: ${o.registerTimeout ?? '2s'}`,
+    `register_timeout: ${o.registerTimeout ?? '0s'}`,
     'adopt_ready_timeout: 20s',
     'mgmt_interface: lo',
     'discovery:',

@@ -83,6 +83,11 @@ export async function startGangCluster(o: GangClusterOptions): Promise<GangClust
   try {
     const [a, b] = await Promise.race([Promise.all([ready['node-a'], ready['node-b']]), broke.then(() => [] as never)]);
     c.pids = { 'node-a': (shardOf(a) as { pid: number }).pid, 'node-b': (shardOf(b) as { pid: number }).pid };
+  } catch (err) {
+    // A start that timed out says what each node had reached and what its engine last wrote, not only which wait ran out.
+    const tail = (node: GangNode) => rankLog(c, node).split('\n').slice(-8).join('\n    ');
+    const seen = (node: GangNode) => `${node}: ${shardHistory(c, node) || 'no shard report'}\n    ${tail(node)}`;
+    throw new Error(`${(err as Error).message}\n${seen('node-a')}\n${seen('node-b')}`);
   } finally {
     starting = false;
   }

@@ -62,7 +62,8 @@ async function startReady(spec: StartShard, node = NODE, c = cp): Promise<ShardS
 }
 
 describe('a sleep-mode shard\'s port (security review 4, S6)', () => {
-  it('refuses another local user /sleep and /collective_rpc, while the agent sleeps and wakes it and a host on the network reaches /v1 directly; the guard goes with the shard', async () => {
+  // Its waits (start, sleep, wake, stop: 30-60 s each) are safety nets; the test's own limit must not undercut them.
+  it('refuses another local user /sleep and /collective_rpc, while the agent sleeps and wakes it and a host on the network reaches /v1 directly; the guard goes with the shard', { timeout: 180_000 }, async () => {
     const port = await freePort();
     await startReady(start('guarded', port, 5, true));
     expect((await nft.guarded()).get(port)?.sort()).toEqual([0]);
@@ -98,7 +99,7 @@ describe('a sleep-mode shard\'s port (security review 4, S6)', () => {
     expect(await requestAs(`http://127.0.0.1:${port}/v1/models`)).toBe('status 200');
   });
 
-  it('refuses the start in one line when the guard cannot be set (no nft on the agent\'s PATH), never running the engine open', async () => {
+  it('refuses the start in one line when the guard cannot be set (no nft on the agent\'s PATH), never running the engine open', { timeout: 90_000 }, async () => {
     const node = 'node-sleep-port-guard-no-nft';
     const c = await startControlPlane();
     const d = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-sleep-port-guard-nonft-')));

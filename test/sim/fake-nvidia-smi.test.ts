@@ -1,12 +1,22 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, describe, expect, it } from 'vitest';
+import { isRunning, until } from '../helpers/engine-processes.js';
 import { FAKE_NVIDIA_SMI, gpuFixture } from '../helpers/fake-gpus.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-fake-smi-'));
 afterAll(() => rmSync(tmp, { recursive: true, force: true }));
+
+/** A process's command line, its arguments joined by spaces; '' once it is gone. */
+function cmdline(pid: number): string {
+  try {
+    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').filter((a) => a !== '').join(' ');
+  } catch {
+    return '';
+  }
+}
 
 const smi = (args: string[], env: Record<string, string> = {}) =>
   execa(FAKE_NVIDIA_SMI, args, { reject: false, timeout: 20_000, stripFinalNewline: false, env: { LLMGW_FAKE_GPUS: '', ...env } });
@@ -74,13 +84,18 @@ describe('bin/fake-nvidia-smi', () => {
 
   it('stops with its sleep when told to, leaving no process behind', async () => {
     const sub = execa(FAKE_NVIDIA_SMI, ['-L'], { reject: false, timeout: 20_000, env: { LLMGW_FAKE_NVIDIA_SMI_SLEEP: '3600' } });
-    await new Promise((r) => setTimeout(r, 300));
-    const children = () => execa('pgrep', ['-P', String(sub.pid)], { reject: false });
-    expect((await children()).stdout).not.toBe('');
+    // The script's own sleep, once it has exec'd: told to stop before that, there is no sleep to end and the test proves nothing.
+    let sleeper: number | undefined;
+    await until(async () => {
+      const children = (await execa('pgrep', ['-P', String(sub.pid)], { reject: false })).stdout.split('\n').filter((l) => l !== '').map(Number);
+      sleeper = children.find((pid) => cmdline(pid) === 'sleep 3600');
+      return sleeper !== undefined;
+    }, 'the script to start its sleep');
     sub.kill('SIGTERM');
     const r = await sub;
     expect(r.exitCode).toBe(143);
-    expect((await execa('pgrep', ['-f', '^sleep 3600$'], { reject: false })).stdout).toBe('');
+    // That sleep, not any 'sleep 3600' on the machine (another test's may be running); a zombie is gone.
+    await until(() => !isRunning(sleeper as number), 'the sleep to end', 5_000);
   });
 
   it('refuses compute_cap on the old driver the way nvidia-smi does', async () => {

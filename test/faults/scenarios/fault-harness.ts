@@ -118,7 +118,8 @@ export class FaultHarness {
   startAgent(o: { server?: string; extraYaml?: string; heartbeat?: string; dirs?: AgentDirs; supervisor?: string[] } = {}): AgentHandle {
     const dirs = o.dirs ?? this.dirs;
     const configPath = join(this.root, `${NODE}.yaml`);
-    writeFileSync(configPath, agentConfigYaml({ server: o.server ?? this.url, dirs, extraYaml: o.extraYaml, heartbeat: o.heartbeat, supervisor: o.supervisor }));
+    // register_timeout 2s: the silent-stream scenario is an agent giving up on a stream that never says anything.
+    writeFileSync(configPath, agentConfigYaml({ server: o.server ?? this.url, dirs, extraYaml: o.extraYaml, heartbeat: o.heartbeat, supervisor: o.supervisor, registerTimeout: '2s' }));
     const { child, records } = spawnAgentProcess(configPath);
     const exited = child.then((r) => ({ exitCode: r.exitCode, signal: r.signal }));
     this.defer(async () => {

@@ -62,7 +62,8 @@ export class FreshGpuReads {
     if (this.#closed) return Promise.reject(new Error('the GPU memory sampler is closed'));
     if (this.#child && !this.#current) return Promise.reject(new Error('the last nvidia-smi asked for a reading has not exited'));
     return new Promise((resolve, reject) => {
-      (this.#next ??= []).push({ resolve, reject });
+      this.#next ??= [];
+      this.#next.push({ resolve, reject });
       this.#schedule();
     });
   }

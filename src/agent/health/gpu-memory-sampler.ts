@@ -4,6 +4,7 @@ import { errnoCode } from '../../lib/errors.js';
 import { type Logger, silentLogger } from '../../lib/logger.js';
 import type { NvmlLibrary } from '../discovery/nvml/nvml-library.js';
 import { parseMib } from '../discovery/parse-nvidia-csv.js';
+import { FreshGpuReads, type GpuReadings, killGroup } from './fresh-gpu-reads.js';
 
 export interface GpuMemorySamplerOptions {
   nvidiaSmi: string;
@@ -75,14 +76,13 @@ export class GpuMemorySampler {
   /** One `--query-gpu` per interval instead of a loop: see SILENT_LOOPS_BEFORE_ONE_SHOT. */
   #oneShot = false;
   #nvmlTimer: NodeJS.Timeout | undefined;
-  /** The read readNow() is waiting on, shared by every ask meanwhile. */
-  #asked: Promise<number[]> | undefined;
-  /** readNow()'s nvidia-smi, until it has exited (even after its answer was given up on). */
-  #askChild: ChildProcess | undefined;
+  /** readNow()'s reads through nvidia-smi, one at a time. */
+  readonly #fresh: FreshGpuReads;
 
   constructor(opts: GpuMemorySamplerOptions) {
     this.#opts = opts;
     this.#log = opts.logger ?? silentLogger;
+    this.#fresh = new FreshGpuReads({ nvidiaSmi: opts.nvidiaSmi, timeoutMs: opts.timeoutMs, onReadings: (r, at) => this.#applyFresh(r, at) });
   }
 
   /** MB used per GPU, indexed by nvidia-smi's GPU index, from the last report; [] before the first. */
@@ -96,13 +96,15 @@ export class GpuMemorySampler {
   }
 
   /**
-   * A reading of every GPU taken now, for a sleep or wake waiting to see
-   * memory change (issue 36 item 8: a wake whose engine call took 100 ms was
-   * reported READY after 875 ms, waiting for this sampler's next tick). NVML:
-   * read in-process at once. Otherwise one `nvidia-smi --query-gpu` beside the
-   * loop. Asks that come while a read is under way share it, so waiters
-   * polling together start one nvidia-smi, not one each. Also updates
-   * latest() and readAtMs, so heartbeats carry the fresher figure.
+   * A reading of every GPU taken after this call, for a sleep or wake
+   * waiting to see memory change (issue 36 item 8: a wake whose engine call
+   * took 100 ms was reported READY after 875 ms, waiting for this sampler's
+   * next tick) and a shard's memory at READY (issue 51). NVML: read
+   * in-process at once. Otherwise one `nvidia-smi --query-gpu` beside the
+   * loop, begun on the loop's next turn and shared by every ask made before
+   * it began; asks made while it runs share the next (FreshGpuReads). What
+   * it read, by GPU index, a GPU without a number in it left out; it also
+   * updates latest() and readAtMs, so heartbeats carry the fresher figure.
    *
    * Rejects when no reading could be taken (nvidia-smi missing, failing, or
    * silent past `timeoutMs`, when it is killed); callers then fall back to
@@ -115,62 +117,19 @@ export class GpuMemorySampler {
       this.#readNvml();
       return Promise.resolve(this.latest());
     }
-    if (this.#asked) return this.#asked;
-    if (this.#askChild) return Promise.reject(new Error('the last nvidia-smi asked for a reading has not exited'));
-    const asked = this.#queryOnce().finally(() => {
-      if (this.#asked === asked) this.#asked = undefined;
-    });
-    this.#asked = asked;
-    return asked;
+    return this.#fresh.ask();
   }
 
-  /** One `nvidia-smi --query-gpu`, its readings applied unless the loop has a newer one. */
-  #queryOnce(): Promise<number[]> {
-    const askedAtMs = Date.now();
-    return new Promise((resolve, reject) => {
-      const child = spawn(this.#opts.nvidiaSmi, ['--query-gpu=index,memory.used', '--format=csv,noheader,nounits'], {
-        stdio: ['ignore', 'pipe', 'ignore'],
-        detached: true,
-        env: { ...process.env, LC_ALL: 'C' },
-      });
-      this.#askChild = child;
-      let out = '';
-      let settled = false;
-      const give = (err: Error | undefined) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        if (err) reject(err);
-        else resolve(this.latest());
-      };
-      // Killed when silent past the loop's own limit; a driver that hangs nvidia-smi hangs the loop too.
-      const timer = setTimeout(() => {
-        killGroup(child);
-        give(new Error(`nvidia-smi gave no reading in ${formatDuration(this.#opts.timeoutMs)}`));
-      }, this.#opts.timeoutMs);
-      child.stdout?.setEncoding('utf8').on('data', (chunk: string) => {
-        out += chunk;
-      });
-      child.on('error', (err) => {
-        if (this.#askChild === child) this.#askChild = undefined;
-        give(err);
-      });
-      child.on('close', (code) => {
-        if (this.#askChild === child) this.#askChild = undefined;
-        const readings = code === 0 ? parseReadings(out) : [];
-        if (readings.length === 0) return give(new Error(`nvidia-smi ${code === 0 ? 'printed no reading' : `exited with code ${code}`}`));
-        // A loop report that came while this one ran is as fresh and stays.
-        if (this.#lastReadingAtMs <= askedAtMs && !this.#closed) {
-          for (const [index, mb] of readings) {
-            for (let i = this.#latest.length; i < index; i++) this.#latest[i] = 0;
-            this.#latest[index] = mb ?? this.#latest[index] ?? 0;
-          }
-          // When it was asked for, not when it came: a sleep waits for a reading taken after its request.
-          this.#lastReadingAtMs = Math.max(this.#lastReadingAtMs, askedAtMs);
-        }
-        give(undefined);
-      });
-    });
+  /** A fresh read's readings, applied unless the loop has reported since it began. */
+  #applyFresh(readings: GpuReadings, begunAtMs: number): void {
+    // A loop report that came while this one ran is as fresh and stays.
+    if (this.#lastReadingAtMs > begunAtMs) return;
+    for (const [index, mb] of readings) {
+      for (let i = this.#latest.length; i < index; i++) this.#latest[i] = 0;
+      this.#latest[index] = mb ?? this.#latest[index] ?? 0;
+    }
+    // When it began, not when it came: a sleep waits for a reading taken after its request.
+    this.#lastReadingAtMs = begunAtMs;
   }
 
   /** The pid of the running nvidia-smi, if one runs. */
@@ -202,7 +161,7 @@ export class GpuMemorySampler {
     const child = this.#child;
     this.#child = undefined;
     if (child) killGroup(child);
-    if (this.#askChild) killGroup(this.#askChild);
+    this.#fresh.close();
   }
 
   #spawn(): void {
@@ -378,23 +337,4 @@ export class GpuMemorySampler {
 /** When the check after one that found `silentMs` (at most `limitMs`) is due: the first whole number of intervals after which silence would pass the limit. */
 export function nextSilenceCheckMs(silentMs: number, limitMs: number, intervalMs: number): number {
   return (Math.floor((limitMs - silentMs) / intervalMs) + 1) * intervalMs;
-}
-
-function killGroup(child: ChildProcess): void {
-  if (child.pid === undefined) return;
-  try {
-    process.kill(-child.pid, 'SIGKILL');
-  } catch {
-    // ESRCH: the group is already gone.
-  }
-}
-
-/** `index, MiB` lines of a `--query-gpu` report; a fault marker in a cell is undefined (the slot keeps its value). */
-function parseReadings(out: string): [number, number | undefined][] {
-  const readings: [number, number | undefined][] = [];
-  for (const line of out.split('\n')) {
-    const m = /^(\d+)\s*,\s*(.*)$/.exec(line.trim());
-    if (m) readings.push([Number(m[1]), parseMib(m[2] as string)]);
-  }
-  return readings;
 }

@@ -1,4 +1,3 @@
-import { Agent } from 'node:http';
 import { errorMessage } from '../../../lib/errors.js';
 import { PROBE_TIMEOUT_MS, type ProbeResult, httpGet, probeHealth } from './http-probe.js';
 import type { PortOwnerCheck } from './port-owner-check.js';
@@ -6,6 +5,7 @@ import { type EngineLoad, LoadMeter, UNKNOWN_LOAD } from './load-meter.js';
 import { readCounter, readCounters } from './read-gauge.js';
 import { readGauge, readGauges } from './read-gauge.js';
 import { StallDetector, type StallVerdict } from './stall-detector.js';
+import { TickConnection } from './tick-connection.js';
 
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
 export const UNHEALTHY_AFTER_FAILURES = 3;
@@ -122,23 +122,19 @@ export function watchHealth(opts: {
   let load: EngineLoad = UNKNOWN_LOAD;
 
   /**
-   * One connection a tick: /metrics is read on the connection /health was
-   * just answered on, not a new one. Its connect and the engine's accept
-   * were a third of a tick's sockets (bench figure 16: the agent's probes
-   * cost 1.4-1.5x the floor's at 64 shards, connects the largest item).
-   * Never kept across ticks: each tick's /health is a fresh connection, as a
-   * new client's (an engine that stopped accepting is seen as before), and a
-   * connection to an engine replaced on its port meanwhile is never asked
-   * for the new one. Engines close idle connections after their keep-alive
-   * timeout anyway (vLLM's VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default),
-   * which a 10 s interval outlasts.
+   * One connection a tick (tick-connection.ts): the port-owner check's,
+   * then /health and /metrics on it. Never kept across ticks; engines close
+   * idle connections after their keep-alive timeout anyway (vLLM's
+   * VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default), which a 10 s interval
+   * outlasts.
    */
-  const connection = new Agent({ keepAlive: true, maxSockets: 1 });
+  const connection = new TickConnection();
   /** Whether the last probe reached the engine's own socket: only then may its /metrics be read. */
   let reachedEngine = false;
   const probe = async (): Promise<ProbeResult> => {
     reachedEngine = false;
-    const owner = await portOwner?.();
+    const owner = await portOwner?.({ keepConnection: true });
+    if (owner?.owner === 'engine' && owner.connection) connection.handOver(owner.connection);
     // Nothing listening is what a refused connection says, learnt without one.
     if (owner?.owner === 'nobody') return { ok: false, loading: false, reason: 'nothing listens on the port' };
     if (owner?.owner === 'other') return { ok: false, loading: false, reason: owner.reason };
@@ -230,7 +226,7 @@ export function watchHealth(opts: {
     metricsText = undefined;
     const v = await judge();
     // The tick's connection ends with it (see connection).
-    connection.destroy();
+    connection.end();
     // Not held until the next tick: an engine's /metrics (hundreds of KiB
     // for vLLM) kept for a health interval outlives the young generation and
     // is copied into the old one, a major collection's work, every tick.
@@ -249,7 +245,7 @@ export function watchHealth(opts: {
     'abort',
     () => {
       clearTimeout(timer);
-      connection.destroy();
+      connection.end();
     },
     { once: true },
   );

@@ -51,6 +51,9 @@ export interface HttpResult {
 /** The errors of a request written to a connection the server had already closed: nothing of it was read. */
 const CLOSED_BY_PEER = new Set(['ECONNRESET', 'EPIPE']);
 
+/** Connections opened before the request that goes on them (tick-connection.ts), retried as kept-alive ones are. */
+export const openedBeforeRequest = new WeakSet<object>();
+
 /**
  * GET with a hard limit, on a fresh connection unless the caller gives a
  * keep-alive `agent` (the health watch's, for the /metrics read that follows
@@ -59,7 +62,8 @@ const CLOSED_BY_PEER = new Set(['ECONNRESET', 'EPIPE']);
  *
  * A GET sent on a kept-alive connection that the server closed meanwhile
  * (an engine's keep-alive timeout, its FIN not yet read by the agent when
- * the request was written) fails with ECONNRESET or EPIPE before any answer:
+ * the request was written), or on one opened before it (openedBeforeRequest),
+ * fails with ECONNRESET or EPIPE before any answer:
  * that is not the engine failing, and it is sent once more on a fresh
  * connection, within the same limit. An error after the answer began, or on
  * a fresh connection, is the engine's, as before.
@@ -139,7 +143,8 @@ export function httpGet(
         });
       });
       sent.on('error', (err) => {
-        if (!settled && agent !== false && method === 'GET' && sent.reusedSocket && !answered && CLOSED_BY_PEER.has(errnoCode(err) ?? '')) {
+        const early = sent.reusedSocket || (sent.socket !== null && openedBeforeRequest.has(sent.socket));
+        if (!settled && agent !== false && method === 'GET' && early && !answered && CLOSED_BY_PEER.has(errnoCode(err) ?? '')) {
           send(false);
           return;
         }

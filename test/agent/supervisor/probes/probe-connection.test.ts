@@ -3,6 +3,8 @@ import { type AddressInfo, type Server, type Socket, createServer } from 'node:n
 import { afterEach, describe, expect, it } from 'vitest';
 import { type HealthVerdict, UNHEALTHY_AFTER_FAILURES, watchHealth } from '../../../../src/agent/supervisor/probes/health-watch.js';
 import { httpGet, probeHealth } from '../../../../src/agent/supervisor/probes/http-probe.js';
+import { portOwnerCheck } from '../../../../src/agent/supervisor/probes/port-owner-check.js';
+import { TickConnection } from '../../../../src/agent/supervisor/probes/tick-connection.js';
 import { until } from '../../../helpers/engine-processes.js';
 
 /**
@@ -139,12 +141,65 @@ describe('httpGet on a kept-alive connection', () => {
   });
 });
 
-function watch(baseUrl: string) {
+/** This process is the engine: its own listener is the one on the port (port-owner-check.ts judges by the leader's fds). */
+const ownPort = (baseUrl: string) => {
+  const port = Number(new URL(baseUrl).port);
+  return portOwnerCheck({ port, pid: process.pid, pgid: process.pid });
+};
+
+describe('the port-owner check\'s connection', () => {
+  it('is handed over open with an engine verdict, carries the GETs of the tick, and is closed by its end', async () => {
+    const e = await engine((_conn, _nth, path) => ({ status: 200, body: path === '/metrics' ? METRICS : '' }));
+    const owner = await ownPort(e.baseUrl)({ keepConnection: true });
+    expect(owner.owner).toBe('engine');
+    const socket = owner.owner === 'engine' ? owner.connection : undefined;
+    expect(socket?.destroyed).toBe(false);
+    const tick = new TickConnection();
+    agents.push(tick);
+    tick.handOver(socket as NonNullable<typeof socket>);
+    expect((await httpGet(`${e.baseUrl}/health`, { timeoutMs: 5000, agent: tick })).status).toBe(200);
+    expect((await httpGet(`${e.baseUrl}/metrics`, { timeoutMs: 5000, agent: tick })).body).toBe(METRICS);
+    expect(e.requests).toEqual([
+      [1, 1, '/health'],
+      [1, 2, '/metrics'],
+    ]);
+    tick.end();
+    await until(() => socket?.destroyed === true, 'the tick\'s connection closed');
+  });
+
+  it('is closed, never handed over, when the caller did not ask for it or the verdict is not the engine', async () => {
+    const e = await engine(() => ({ status: 200 }));
+    expect(await ownPort(e.baseUrl)()).toEqual({ owner: 'engine' });
+    // Someone else's port (pid 1 is never the test's listener): a squatter's connection is not kept.
+    const port = Number(new URL(e.baseUrl).port);
+    const other = await portOwnerCheck({ port, pid: 1, pgid: 1 })({ keepConnection: true });
+    expect(other.owner).toBe('other');
+    expect('connection' in other).toBe(false);
+    await until(() => sockets.filter((s) => !s.destroyed && !s.readableEnded).length === 0, 'every check connection closed by the agent');
+    expect(e.requests).toEqual([]);
+  });
+
+  it('sends /health once more on a fresh connection when the engine closed the handed one first, and takes that answer', async () => {
+    const e = await engine((conn) => (conn === 1 ? 'reset' : { status: 200 }));
+    const owner = await ownPort(e.baseUrl)({ keepConnection: true });
+    const tick = new TickConnection();
+    agents.push(tick);
+    if (owner.owner === 'engine' && owner.connection) tick.handOver(owner.connection);
+    expect(await probeHealth(e.baseUrl, { timeoutMs: 5000, agent: tick })).toEqual({ ok: true });
+    expect(e.requests).toEqual([
+      [1, 1, '/health'],
+      [2, 1, '/health'],
+    ]);
+  });
+});
+
+function watch(baseUrl: string, owned = false) {
   const ac = new AbortController();
   aborts.push(ac);
   const verdicts: HealthVerdict[] = [];
   watchHealth({
     baseUrl,
+    portOwner: owned ? ownPort(baseUrl) : undefined,
     intervalMs: 100,
     signal: ac.signal,
     stall: { runningGauges: ['vllm:num_requests_running'], progressCounters: ['vllm:generation_tokens_total'], stallTimeoutMs: 60_000 },
@@ -154,9 +209,9 @@ function watch(baseUrl: string) {
 }
 
 describe('watchHealth connections', () => {
-  it('asks /health on a fresh connection every tick and /metrics on the one /health was answered on', async () => {
+  it.each([false, true])('asks /health on a fresh connection every tick and /metrics on the one /health was answered on (port-owner check: %s)', async (owned) => {
     const e = await engine((_conn, _nth, path) => ({ status: 200, body: path === '/metrics' ? METRICS : '' }));
-    const w = watch(e.baseUrl);
+    const w = watch(e.baseUrl, owned);
     await until(() => w.verdicts.length >= 4, 'four verdicts');
     const ticks = e.requests.filter(([, , path]) => path === '/health');
     // Every /health opened its own connection; every /metrics came second on it.
@@ -164,6 +219,8 @@ describe('watchHealth connections', () => {
     expect(new Set(ticks.map(([conn]) => conn)).size).toBe(ticks.length);
     for (const [conn, nth, path] of e.requests) if (path === '/metrics') expect([nth, e.requests.some(([c, n, p]) => c === conn && n === 1 && p === '/health')]).toEqual([2, true]);
     expect(w.verdicts.every((v) => v.healthy)).toBe(true);
+    // One connection a tick: the check's own is the one /health goes on.
+    expect(e.connections()).toBeLessThanOrEqual(ticks.length + 1);
   });
 
   it('asks the engine that replaced another on its port, never the old one on a connection it kept open', async () => {

@@ -15,7 +15,7 @@
  *   npx tsx bench/steady-ab.ts <A bin/run.js> <B bin/run.js> [shards=64] [window s=40] [turns=6]
  */
 import { join } from 'node:path';
-import { writeFileSync } from 'node:fs';
+import { readFileSync, readdirSync, writeFileSync } from 'node:fs';
 import { execa, type ResultPromise } from 'execa';
 import { type AgentMessage, ShardState } from '../src/gen/llmgw/v1/agent_pb.js';
 import { FAKE_NVIDIA_SMI, agentConfigYaml } from '../test/helpers/agent-config-yaml.js';
@@ -58,6 +58,20 @@ function startAgent(bin: string): ResultPromise {
   });
 }
 
+/** CPU seconds by thread name (summed over threads of one name). */
+function threadCpu(pid: number): Map<string, number> {
+  const out = new Map<string, number>();
+  for (const tid of readdirSync(`/proc/${pid}/task`)) {
+    try {
+      const stat = readFileSync(`/proc/${pid}/task/${tid}/stat`, 'utf8');
+      const comm = stat.slice(stat.indexOf('(') + 1, stat.lastIndexOf(')'));
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      out.set(comm, (out.get(comm) ?? 0) + (Number(f[11]) + Number(f[12])) / 100);
+    } catch {}
+  }
+  return out;
+}
+
 const ids = Array.from({ length: n }, (_, i) => `s${i}`);
 const ports: number[] = [];
 for (let i = 0; i < n; i++) ports.push(await freePort());
@@ -91,19 +105,34 @@ try {
       cp.off('message', onMessage);
       if (ready.size < n) process.stderr.write(`turn ${t}: only ${ready.size} of ${n} shards READY again\n`);
     }
-    await sleep(12_000);
+    await sleep(Number(process.env.LLMGW_AB_SETTLE_S ?? 12) * 1000);
     const pid = agent?.pid as number;
+    // LLMGW_AB_PERF_DIR: `perf record` of the agent over the window, one file a turn (perf report -i).
+    const perfDir = process.env.LLMGW_AB_PERF_DIR;
+    const perf = perfDir ? execa('perf', ['record', '-F', '499', '-g', '-p', String(pid), '-o', join(perfDir, `turn${t}-${which}.data`), '--', 'sleep', String(windowS)], { reject: false, stdio: 'ignore' }) : undefined;
+    const t0 = threadCpu(pid);
     const a0 = cpuSeconds(pid);
     const f0 = cpuSeconds(floor.pid);
     let rss = 0;
-    for (let s = 0; s < windowS; s++) {
+    // Every 10 s of the window, agent / floor CPU: a transient (the minutes after READY) shows as a trend.
+    let [sa, sf] = [a0, f0];
+    const slices: string[] = [];
+    for (let s = 1; s <= windowS; s++) {
       await sleep(1000);
       rss = Math.max(rss, rssMb(pid));
+      if (s % 10 !== 0) continue;
+      const [na, nf] = [cpuSeconds(pid), cpuSeconds(floor.pid)];
+      slices.push(`${((na - sa) * 1000).toFixed(0)}/${((nf - sf) * 1000).toFixed(0)}`);
+      [sa, sf] = [na, nf];
     }
     const a = cpuSeconds(pid) - a0;
+    await perf;
+    const t1 = threadCpu(pid);
+    const threads = [...t1].map(([k, v]) => `${k} ${((v - (t0.get(k) ?? 0)) * 1000).toFixed(0)}`).join(', ');
+    process.stderr.write(`  threads (ms): ${threads}\n`);
     const f = cpuSeconds(floor.pid) - f0;
     const load = (await import('node:fs')).readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
-    const row = `${which} ${n} shards ${windowS} s: agent ${(a * 1000).toFixed(0)} ms, floor ${(f * 1000).toFixed(0)} ms, ${(a / f).toFixed(2)}x, rss max ${rss.toFixed(1)} MB, load ${load}`;
+    const row = `${which} ${n} shards ${windowS} s: agent ${(a * 1000).toFixed(0)} ms, floor ${(f * 1000).toFixed(0)} ms, ${(a / f).toFixed(2)}x, rss max ${rss.toFixed(1)} MB, load ${load}; per 10 s agent/floor ms: ${slices.join(' ')}`;
     rows.push(row);
     process.stderr.write(`${row}\n`);
   }

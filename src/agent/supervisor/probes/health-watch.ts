@@ -5,6 +5,7 @@ import { type EngineLoad, LoadMeter, UNKNOWN_LOAD } from './load-meter.js';
 import { readCounter, readCounters } from './read-gauge.js';
 import { readGauge, readGauges } from './read-gauge.js';
 import { StallDetector, type StallVerdict } from './stall-detector.js';
+import { TickConnection } from './tick-connection.js';
 
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
 export const UNHEALTHY_AFTER_FAILURES = 3;
@@ -120,16 +121,25 @@ export function watchHealth(opts: {
   /** What this tick's /metrics read said of the load; UNKNOWN_LOAD until one is made. */
   let load: EngineLoad = UNKNOWN_LOAD;
 
+  /**
+   * One connection a tick (tick-connection.ts): the port-owner check's,
+   * then /health and /metrics on it. Never kept across ticks; engines close
+   * idle connections after their keep-alive timeout anyway (vLLM's
+   * VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s by default), which a 10 s interval
+   * outlasts.
+   */
+  const connection = new TickConnection();
   /** Whether the last probe reached the engine's own socket: only then may its /metrics be read. */
   let reachedEngine = false;
   const probe = async (): Promise<ProbeResult> => {
     reachedEngine = false;
-    const owner = await portOwner?.();
+    const owner = await portOwner?.({ keepConnection: true });
+    if (owner?.owner === 'engine' && owner.connection) connection.handOver(owner.connection);
     // Nothing listening is what a refused connection says, learnt without one.
     if (owner?.owner === 'nobody') return { ok: false, loading: false, reason: 'nothing listens on the port' };
     if (owner?.owner === 'other') return { ok: false, loading: false, reason: owner.reason };
     reachedEngine = true;
-    return probeHealth(baseUrl, { timeoutMs, signal, healthPath });
+    return probeHealth(baseUrl, { timeoutMs, signal, healthPath, agent: connection });
   };
 
   /** This tick's /metrics text: read once, by the sleep check or the stall detector; null when the read failed. */
@@ -137,7 +147,7 @@ export function watchHealth(opts: {
   const readMetrics = async (): Promise<string | undefined> => {
     if (metricsText === undefined) {
       try {
-        const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs, signal });
+        const r = await httpGet(`${baseUrl}/metrics`, { timeoutMs, signal, agent: connection });
         metricsText = r.status === 200 ? r.body : null;
       } catch {
         metricsText = null;
@@ -215,6 +225,8 @@ export function watchHealth(opts: {
     load = UNKNOWN_LOAD;
     metricsText = undefined;
     const v = await judge();
+    // The tick's connection ends with it (see connection).
+    connection.end();
     // Not held until the next tick: an engine's /metrics (hundreds of KiB
     // for vLLM) kept for a health interval outlives the young generation and
     // is copied into the old one, a major collection's work, every tick.
@@ -229,5 +241,12 @@ export function watchHealth(opts: {
   };
   timer = setTimeout(tick, intervalMs);
   timer.unref();
-  signal.addEventListener('abort', () => clearTimeout(timer), { once: true });
+  signal.addEventListener(
+    'abort',
+    () => {
+      clearTimeout(timer);
+      connection.end();
+    },
+    { once: true },
+  );
 }

@@ -1,4 +1,4 @@
-import { type RequestOptions, request } from 'node:http';
+import { type Agent, type ClientRequest, type RequestOptions, request } from 'node:http';
 import { urlToHttpOptions } from 'node:url';
 import { errnoCode, errorMessage } from '../../../lib/errors.js';
 
@@ -48,9 +48,25 @@ export interface HttpResult {
   body: string;
 }
 
+/** The errors of a request written to a connection the server had already closed: nothing of it was read. */
+const CLOSED_BY_PEER = new Set(['ECONNRESET', 'EPIPE']);
+
+/** Connections opened before the request that goes on them (tick-connection.ts), retried as kept-alive ones are. */
+export const openedBeforeRequest = new WeakSet<object>();
+
 /**
- * GET with a hard limit and no connection reuse: a probe must see the engine
- * as a new client would, and a pooled socket to a hung engine would hide it.
+ * GET with a hard limit, on a fresh connection unless the caller gives a
+ * keep-alive `agent` (the health watch's, for the /metrics read that follows
+ * its /health within one tick, health-watch.ts): a probe must see the engine
+ * as a new client would.
+ *
+ * A GET sent on a kept-alive connection that the server closed meanwhile
+ * (an engine's keep-alive timeout, its FIN not yet read by the agent when
+ * the request was written), or on one opened before it (openedBeforeRequest),
+ * fails with ECONNRESET or EPIPE before any answer:
+ * that is not the engine failing, and it is sent once more on a fresh
+ * connection, within the same limit. An error after the answer began, or on
+ * a fresh connection, is the engine's, as before.
  *
  * The limit is a plain referenced setTimeout that destroys the request, held
  * by this closure until it fires or the answer is read, not
@@ -66,7 +82,7 @@ export interface HttpResult {
  */
 export function httpGet(
   url: string,
-  opts: { timeoutMs: number; signal?: AbortSignal; maxBytes?: number; headers?: Record<string, string>; post?: { json: string } },
+  opts: { timeoutMs: number; signal?: AbortSignal; maxBytes?: number; headers?: Record<string, string>; post?: { json: string }; agent?: Agent },
 ): Promise<HttpResult> {
   const maxBytes = opts.maxBytes ?? bodyCapFor(url);
   const parent = opts.signal;
@@ -91,37 +107,52 @@ export function httpGet(
       settle();
       reject(err);
     };
-    // A POST (opts.post) is the known-answer check's generation: the same limits, a JSON body.
+    // A POST (opts.post) is the known-answer check's generation: the same limits, a JSON body, never sent twice.
     const method = opts.post ? 'POST' : 'GET';
     const headers = opts.post ? { ...opts.headers, 'content-type': 'application/json' } : opts.headers;
-    const req = request({ ...targetOf(url), method, agent: false, headers }, (res) => {
-      const chunks: Buffer[] = [];
-      let bytes = 0;
-      const declared = Number(res.headers['content-length']);
-      if (Number.isFinite(declared) && declared > maxBytes) {
-        fail(tooLarge(`${declared} bytes`, maxBytes));
-        req.destroy();
-        return;
-      }
-      res.on('data', (c: Buffer) => {
-        bytes += c.length;
-        // Past the cap the rest is never read: destroying the request stops the transfer.
-        if (bytes > maxBytes) {
-          chunks.length = 0;
-          fail(tooLarge(`over ${maxBytes} bytes`, maxBytes));
-          req.destroy();
+    let req: ClientRequest;
+    const send = (agent: Agent | false) => {
+      let answered = false;
+      const sent = request({ ...targetOf(url), method, agent, headers }, (res) => {
+        answered = true;
+        const chunks: Buffer[] = [];
+        let bytes = 0;
+        const declared = Number(res.headers['content-length']);
+        if (Number.isFinite(declared) && declared > maxBytes) {
+          fail(tooLarge(`${declared} bytes`, maxBytes));
+          sent.destroy();
           return;
         }
-        chunks.push(c);
+        res.on('data', (c: Buffer) => {
+          bytes += c.length;
+          // Past the cap the rest is never read: destroying the request stops the transfer.
+          if (bytes > maxBytes) {
+            chunks.length = 0;
+            fail(tooLarge(`over ${maxBytes} bytes`, maxBytes));
+            sent.destroy();
+            return;
+          }
+          chunks.push(c);
+        });
+        res.on('end', () => ok({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
+        res.on('error', fail);
+        // A response cut off mid-body (engine stopped, probe timed out) may end
+        // with 'close' alone; without this the probe would wait forever.
+        res.on('close', () => {
+          if (!res.complete) fail(new Error('response closed before it was complete'));
+        });
       });
-      res.on('end', () => ok({ status: res.statusCode ?? 0, body: Buffer.concat(chunks).toString('utf8') }));
-      res.on('error', fail);
-      // A response cut off mid-body (engine stopped, probe timed out) may end
-      // with 'close' alone; without this the probe would wait forever.
-      res.on('close', () => {
-        if (!res.complete) fail(new Error('response closed before it was complete'));
+      sent.on('error', (err) => {
+        const early = sent.reusedSocket || (sent.socket !== null && openedBeforeRequest.has(sent.socket));
+        if (!settled && agent !== false && method === 'GET' && early && !answered && CLOSED_BY_PEER.has(errnoCode(err) ?? '')) {
+          send(false);
+          return;
+        }
+        fail(err);
       });
-    });
+      req = sent;
+      sent.end(opts.post?.json);
+    };
     // Referenced, as deadlines are (src/lib/deadline.ts): whoever awaits the probe hears its end or its limit.
     const timer = setTimeout(() => {
       fail(new ProbeTimeoutError(opts.timeoutMs));
@@ -132,8 +163,7 @@ export function httpGet(
       req.destroy();
     };
     parent?.addEventListener('abort', onAbort, { once: true });
-    req.on('error', fail);
-    req.end(opts.post?.json);
+    send(opts.agent ?? false);
   });
 }
 
@@ -188,6 +218,8 @@ function probeFailure(what: string, err: unknown): ProbeResult {
 export interface ProbeOptions {
   timeoutMs: number;
   signal?: AbortSignal;
+  /** A keep-alive agent whose connection later GETs of the same tick reuse (httpGet); a fresh connection when absent. */
+  agent?: Agent;
   /** The engine's health path; /health when not said (SGLang's API rank: /health_generate). */
   healthPath?: string;
 }

@@ -1,4 +1,4 @@
-import { connect } from 'node:net';
+import { type Socket, connect } from 'node:net';
 import { errnoCode } from '../../../lib/errno.js';
 import { cgroupMembers } from '../../../lib/process/cgroup-members.js';
 import { type ListeningSocket, listeningSocketOwners, readListeningSockets, socketInodesOf } from '../../../lib/process/listening-socket-owners.js';
@@ -13,7 +13,8 @@ import { effectiveUid, listProcessGroup } from '../../../lib/process/process-tab
  */
 export type PortOwner =
   | { owner: 'nobody' }
-  | { owner: 'engine' }
+  /** `connection`: the check's own connection to the engine, open, when the caller asked to keep it (keepConnection). */
+  | { owner: 'engine'; connection?: Socket }
   | { owner: 'other'; pid: number | undefined; uid: number; reason: string }
   | { owner: 'unknown'; why: string };
 
@@ -35,7 +36,18 @@ export interface PortOwnerTarget {
  * then read from a dump of every listening port shared by all such waits
  * (LISTENING_PORTS_TTL_MS), not from a connect of its own.
  */
-export type PortOwnerCheck = ((opts?: { loading?: boolean }) => Promise<PortOwner>) & {
+export interface PortOwnerAsk {
+  loading?: boolean;
+  /**
+   * The connection that found something accepting is handed to the caller,
+   * open, with an 'engine' verdict (PortOwner.connection), the caller then
+   * to end it; closed as before with any other verdict. The health watch
+   * sends its /health on it (tick-connection.ts).
+   */
+  keepConnection?: boolean;
+}
+
+export type PortOwnerCheck = ((opts?: PortOwnerAsk) => Promise<PortOwner>) & {
   /** Resolves once a dump of the listening ports lists the port, after `maxMs`, or on `signal` (untilPortListed). */
   untilListed?: (maxMs: number, signal: AbortSignal) => Promise<void>;
 };
@@ -155,17 +167,29 @@ const ACCEPT_CHECK_TIMEOUT_MS = 1000;
  * with more memory) even when it lists nothing. Anything but a refusal
  * (accepted, timed out, another error) is "maybe": the tables decide.
  */
-function somethingAccepts(port: number): Promise<boolean> {
+function somethingAccepts(port: number, hold?: { socket?: Socket }): Promise<boolean> {
   return new Promise((resolve) => {
     const socket = connect({ host: '127.0.0.1', port });
     const done = (accepts: boolean) => {
       clearTimeout(timer);
+      socket.off('error', onError);
       socket.destroy();
       resolve(accepts);
     };
+    const onError = (err: Error) => done(errnoCode(err) !== 'ECONNREFUSED');
     const timer = setTimeout(() => done(true), ACCEPT_CHECK_TIMEOUT_MS);
-    socket.once('connect', () => done(true));
-    socket.once('error', (err) => done(errnoCode(err) !== 'ECONNREFUSED'));
+    socket.once('connect', () => {
+      if (!hold) return done(true);
+      // Kept for the caller (PortOwnerAsk.keepConnection). An error before a
+      // request is on it (the engine reset it) must not be an uncaught one:
+      // the request on it, or the fresh one instead (tick-connection.ts), says.
+      clearTimeout(timer);
+      socket.off('error', onError);
+      socket.on('error', () => undefined);
+      hold.socket = socket;
+      resolve(true);
+    });
+    socket.once('error', onError);
   });
 }
 
@@ -218,7 +242,7 @@ function listeningNow(): Promise<ListeningSocket[]> {
  */
 export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
   let known: { key: string; verdict: PortOwner; atMs: number } | undefined;
-  const check: PortOwnerCheck = async (opts) => {
+  const decide = async (opts: PortOwnerAsk | undefined, hold: { socket?: Socket } | undefined): Promise<PortOwner> => {
     if (known?.verdict.owner !== 'other') {
       // No listener on the port at any address: a connect would be refused,
       // which the shared dump says without one. A port listed goes on to the
@@ -228,7 +252,7 @@ export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
         return { owner: 'nobody' };
       }
       // A squatter only on [::1]:P is not reached either: whatever the probes would talk to, nothing is there.
-      if (!(await somethingAccepts(target.port))) {
+      if (!(await somethingAccepts(target.port, hold))) {
         // The sockets the verdict was about are gone: whoever binds next is judged afresh.
         known = undefined;
         return { owner: 'nobody' };
@@ -257,6 +281,21 @@ export function portOwnerCheck(target: PortOwnerTarget): PortOwnerCheck {
     }
     const verdict = await judge(target, sockets);
     known = { key, verdict, atMs: performance.now() };
+    return verdict;
+  };
+  const check: PortOwnerCheck = async (opts) => {
+    const hold = opts?.keepConnection ? ({} as { socket?: Socket }) : undefined;
+    let verdict: PortOwner;
+    try {
+      verdict = await decide(opts, hold);
+    } catch (err) {
+      hold?.socket?.destroy();
+      throw err;
+    }
+    if (hold?.socket === undefined) return verdict;
+    // A fresh object: the verdict kept in `known` never carries a connection.
+    if (verdict.owner === 'engine') return { owner: 'engine', connection: hold.socket };
+    hold.socket.destroy();
     return verdict;
   };
   check.untilListed = (maxMs, signal) => untilPortListed(target.port, maxMs, signal);

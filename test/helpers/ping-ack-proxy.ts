@@ -12,7 +12,9 @@ export interface PingAckProxy {
   connections(): number;
   /** PING acks from the control plane, with when each reached the proxy (held or swallowed as the mode says). */
   acks(): { connection: number; atMs: number }[];
-  /** When each connection closed, by its number (1 for the first). */
+  /** When each connection was accepted, by its number (1 for the first). */
+  acceptedAtMs(connection: number): number | undefined;
+  /** When each connection closed, by its number. */
   closedAtMs(connection: number): number | undefined;
 }
 
@@ -27,10 +29,12 @@ export interface PingAckProxy {
 export async function startPingAckProxy(upstreamPort: number, mode: { kind: 'late'; delayMs: number } | { kind: 'never' }): Promise<PingAckProxy> {
   let connections = 0;
   const acks: { connection: number; atMs: number }[] = [];
+  const accepted = new Map<number, number>();
   const closed = new Map<number, number>();
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     const n = ++connections;
+    accepted.set(n, Date.now());
     const upstream = net.connect(upstreamPort, '127.0.0.1');
     for (const s of [client, upstream]) {
       sockets.add(s);
@@ -77,6 +81,7 @@ export async function startPingAckProxy(upstreamPort: number, mode: { kind: 'lat
     port: (server.address() as net.AddressInfo).port,
     connections: () => connections,
     acks: () => [...acks],
+    acceptedAtMs: (connection) => accepted.get(connection),
     closedAtMs: (connection) => closed.get(connection),
   };
 }

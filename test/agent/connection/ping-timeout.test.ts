@@ -81,11 +81,11 @@ describe('the HTTP/2 ping to the control plane', () => {
     // Interval + timeout is 6 s; the wait is a safety net.
     await until(() => proxy.connections() >= 2, 'a second connection', 45_000);
     await until(() => c.pingTimedOut(), '"PING timed out" logged');
-    const firstSwallowed = proxy.acks().find((a) => a.connection === 1);
-    const closedAt = proxy.closedAtMs(1);
-    expect(firstSwallowed).toBeDefined();
-    expect(closedAt).toBeDefined();
-    // The unanswered ping was waited on for the whole timeout (the ping went out just before its answer was swallowed).
-    expect((closedAt ?? 0) - (firstSwallowed?.atMs ?? 0)).toBeGreaterThanOrEqual(PING_TIMEOUT_FLOOR_MS - 100);
+    expect(proxy.acks().some((a) => a.connection === 1)).toBe(true);
+    const acceptedAt = proxy.acceptedAtMs(1) ?? Number.NaN;
+    const closedAt = proxy.closedAtMs(1) ?? Number.NaN;
+    // The unanswered ping was waited on for the whole timeout: it went out after the connection opened (a bound that
+    // holds however loaded the machine; the first ping comes a ping interval after, 1 s of slack). At 1 s it lived ~2 s.
+    expect(closedAt - acceptedAt).toBeGreaterThanOrEqual(PING_TIMEOUT_FLOOR_MS);
   });
 });

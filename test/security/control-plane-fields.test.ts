@@ -54,9 +54,10 @@ async function outcome(spec: StartShard): Promise<{ state: string; error: string
 
 describe('bounded control-plane fields (security review 2, finding N6)', () => {
   it('refuses a 12 MiB pool and NCCL selector syntax in hcas, keeps nothing of them, and the next Register stays small', { timeout: 120_000 }, async () => {
-    // The product's heartbeat (5 s), so its HTTP/2 ping timeout (twice the heartbeat, 1 s at least) is 10 s: at the
-    // tests' 200 ms it is 1 s, and the agent's loop, busy taking in the 12 MiB message on a loaded machine, ran its ping
-    // timer before the ack waiting in its socket, dropped the connection and the message with it (no outcome in 60 s).
+    // The product's heartbeat (5 s), so its HTTP/2 ping timeout (twice the heartbeat, 5 s at least) is 10 s: at the
+    // tests' 200 ms it was 1 s then (5 s since, PING_TIMEOUT_FLOOR_MS), and the agent's loop, busy taking in the 12 MiB
+    // message on a loaded machine, ran its ping timer before the ack waiting in its socket, dropped the connection and
+    // the message with it (no outcome in 60 s).
     const first = await bootAgentAgainst(cp, { dirs, nodeId: 'fields-node', heartbeat: '5s' });
     const big = await outcome(start('bigpool', { pool: 'p'.repeat(12 * 1024 * 1024) }, freeFakeGpu(0), await freePort()));
     expect(big).toEqual({ state: 'FAILED', error: 'shard bigpool: pool is 12582912 bytes; at most 256 are accepted' });

@@ -59,7 +59,8 @@ interface Stream {
  * a turn. A write the stream buffers resolves in a microtask, so a flood
  * otherwise ran as one chain: under stress-ng on 2 cores it held the loop
  * 2.6-3.4 s, this server answered no HTTP/2 ping meanwhile, and the agent
- * rightly gave it up ("PING timed out", 1 s in the test config) after 1 645
+ * rightly gave it up ("PING timed out", 1 s in the test config then, 5 s
+ * since: PING_TIMEOUT_FLOOR_MS) after 1 645
  * of 50 000 StopShards. A real control plane answers pings while it sends.
  */
 const FLOOD_SLICE_MS = 20;

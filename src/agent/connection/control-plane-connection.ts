@@ -12,8 +12,29 @@ import { certificateDateProblem, createControlPlaneTransport, type LoadedTls } f
 import { explainConnectFailure } from './explain-connect-failure.js';
 import { cleanCloseDelayMs, jitterSource, reconnectDelayMs } from './reconnect-delay.js';
 
-/** The shortest HTTP/2 ping period and timeout, whatever the heartbeat. */
-export const PING_FLOOR_MS = 1000;
+/** The shortest HTTP/2 ping period, whatever the heartbeat. */
+export const PING_INTERVAL_FLOOR_MS = 1000;
+/**
+ * The shortest wait for a ping's answer, whatever the heartbeat. A busy
+ * event loop is the innocent look-alike of a dead peer: the answer waits in
+ * the socket while the loop is held, and the ping's timer runs before the
+ * poll phase reads it. Loop stalls of 2.6-3.4 s were measured on a loaded
+ * 2-core machine (test/security/hostile-control-plane.ts); a node also
+ * stalls on GC or a big message to decode. At 1 s (the floor it shared with
+ * the interval) a short heartbeat made such a stall drop a healthy stream,
+ * and what the control plane had just sent on it with it. 5 s is above
+ * those stalls and still finds a dead peer within 6 s (interval + timeout)
+ * at the shortest heartbeat; the default heartbeat (5 s) gives 10 s anyway.
+ */
+export const PING_TIMEOUT_FLOOR_MS = 5000;
+
+/** The HTTP/2 ping's period and timeout for a heartbeat: twice the heartbeat, each at least its floor. */
+export function pingTimingMs(heartbeatIntervalMs: number): { pingIntervalMs: number; pingTimeoutMs: number } {
+  return {
+    pingIntervalMs: Math.max(PING_INTERVAL_FLOOR_MS, 2 * heartbeatIntervalMs),
+    pingTimeoutMs: Math.max(PING_TIMEOUT_FLOOR_MS, 2 * heartbeatIntervalMs),
+  };
+}
 /** A session answered and open this long was a working one: its end starts the backoff afresh. */
 export const STABLE_SESSION_MS = 5000;
 /** While a TLS file is not written yet, the wait is logged once, then again at most this often (the retries are silent in between). */
@@ -84,8 +105,7 @@ export class ControlPlaneConnection {
       server: c.server,
       protocol: c.protocol,
       tls: c.tls,
-      pingIntervalMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
-      pingTimeoutMs: Math.max(PING_FLOOR_MS, 2 * c.heartbeatIntervalMs),
+      ...pingTimingMs(c.heartbeatIntervalMs),
       logger: this.log,
       onTlsLoaded: (loaded) => {
         this.tls = loaded;

@@ -6,6 +6,7 @@ import { readCounter, readCounters } from './read-gauge.js';
 import { readGauge, readGauges } from './read-gauge.js';
 import { StallDetector, type StallVerdict } from './stall-detector.js';
 import { TickConnection } from './tick-connection.js';
+import { msToNextSlot } from './tick-grid.js';
 
 /** Consecutive failed /health probes after READY that make a shard UNHEALTHY. One miss is noise; three is a hang. */
 export const UNHEALTHY_AFTER_FAILURES = 3;
@@ -218,7 +219,7 @@ export function watchHealth(opts: {
     if (opts.paused?.()) {
       load = UNKNOWN_LOAD;
       opts.onLoad?.(load);
-      timer = setTimeout(tick, intervalMs);
+      timer = setTimeout(tick, msToNextSlot(intervalMs, performance.now()));
       timer.unref();
       return;
     }
@@ -236,10 +237,11 @@ export function watchHealth(opts: {
     opts.onLoad?.(load);
     opts.onVerdict(v);
     if (signal.aborted) return;
-    timer = setTimeout(tick, v.cause === 'probes' ? Math.min(intervalMs, UNHEALTHY_PROBE_INTERVAL_MS) : intervalMs);
+    // At the interval, on the slots every shard's ticks share (tick-grid.ts); an unhealthy shard's quick probes off the grid.
+    timer = setTimeout(tick, v.cause === 'probes' ? Math.min(intervalMs, UNHEALTHY_PROBE_INTERVAL_MS) : msToNextSlot(intervalMs, performance.now()));
     timer.unref();
   };
-  timer = setTimeout(tick, intervalMs);
+  timer = setTimeout(tick, msToNextSlot(intervalMs, performance.now()));
   timer.unref();
   signal.addEventListener(
     'abort',

@@ -1,24 +1,18 @@
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:http';
 import { createServer as createTlsServer } from 'node:https';
-import { readFileSync } from 'node:fs';
 import type { AddressInfo } from 'node:net';
-import { create } from '@bufbuild/protobuf';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
-import { ControlPlaneConnection } from '../../../src/agent/connection/control-plane-connection.js';
-import { buildHeartbeat, buildRegister, describeNode } from '../../../src/agent/connection/register-message.js';
-import { InventorySchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { captureLogger } from '../../helpers/capture-logger.js';
 import { until } from '../../helpers/engine-processes.js';
 import { makeTestCerts, type TestCerts } from '../../helpers/make-test-certs.js';
 import { startControlPlane } from '../../helpers/start-control-plane.js';
+import { runTestConnection } from '../../helpers/test-connection.js';
 
 /*
  * Walkthrough 2, item 8: the line an operator reads when the agent cannot
  * connect must point at the setting to fix. Each case is a real server.
  */
 
-const NODE = describeNode({ nodeId: 'node-a', hostname: 'h', mgmtAddr: '127.0.0.1', mgmtInterface: 'lo', labels: {}, fabrics: [] }, 'test');
-const INVENTORY = create(InventorySchema, {});
 
 let certs: TestCerts;
 beforeAll(async () => {
@@ -28,24 +22,7 @@ afterAll(() => certs?.cleanup());
 
 /** A connection to `server` until the test ends; the first retry's error, as the log and `ctl status` say it. */
 async function firstError(server: string, tls = { cert: '', key: '', ca: '' }): Promise<string> {
-  const { logger, records } = captureLogger();
-  const connection = new ControlPlaneConnection({
-    config: { server, protocol: 'connect', tls: { ...tls, expiryWarningMs: 0 }, heartbeatIntervalMs: 200, registerTimeoutMs: 5_000, reconnectBaseMs: 100, reconnectMaxMs: 400 },
-    logger,
-    session: {
-      register: () => buildRegister(NODE, INVENTORY, []),
-      heartbeat: () => buildHeartbeat(NODE.nodeId, [], INVENTORY),
-      onOpen: () => {},
-      onClosed: () => {},
-      onControlMessage: () => {},
-    },
-  });
-  const shutdown = new AbortController();
-  const running = connection.run(shutdown.signal);
-  onTestFinished(async () => {
-    shutdown.abort();
-    await running;
-  });
+  const { connection, records } = runTestConnection('node-a', { server, tls: { ...tls, expiryWarningMs: 0 }, registerTimeoutMs: 5_000, reconnectBaseMs: 100 });
   await until(() => records.some((r) => r.msg === 'cannot reach the control plane; retrying'), 'a failed attempt', 20_000);
   const logged = String(records.find((r) => r.msg === 'cannot reach the control plane; retrying')?.err);
   expect(connection.status().lastError ?? logged).toBe(logged);

@@ -1,12 +1,9 @@
-import { create } from '@bufbuild/protobuf';
-import { describe, expect, it, onTestFinished } from 'vitest';
-import { ControlPlaneConnection, PING_INTERVAL_FLOOR_MS, PING_TIMEOUT_FLOOR_MS, pingTimingMs } from '../../../src/agent/connection/control-plane-connection.js';
-import { buildHeartbeat, buildRegister, describeNode } from '../../../src/agent/connection/register-message.js';
-import { InventorySchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { captureLogger } from '../../helpers/capture-logger.js';
+import { describe, expect, it } from 'vitest';
+import { PING_INTERVAL_FLOOR_MS, PING_TIMEOUT_FLOOR_MS, pingTimingMs } from '../../../src/agent/connection/control-plane-connection.js';
 import { until } from '../../helpers/engine-processes.js';
 import { startPingAckProxy } from '../../helpers/ping-ack-proxy.js';
 import { startControlPlane } from '../../helpers/start-control-plane.js';
+import { runTestConnection } from '../../helpers/test-connection.js';
 
 /*
  * The agent's HTTP/2 ping tells a dead control plane from a live one. A
@@ -16,38 +13,11 @@ import { startControlPlane } from '../../helpers/start-control-plane.js';
  * healthy streams and what had just been sent on them.
  */
 
-const NODE = describeNode({ nodeId: 'node-ping', hostname: 'h', mgmtAddr: '127.0.0.1', mgmtInterface: 'lo', labels: {}, fabrics: [] }, 'test');
-const INVENTORY = create(InventorySchema, {});
 /** The tests' heartbeat: short, so the ping's figures are their floors. */
 const HEARTBEAT_MS = 200;
 
 function connect(server: string) {
-  const { logger, records } = captureLogger();
-  const connection = new ControlPlaneConnection({
-    config: {
-      server,
-      protocol: 'connect',
-      tls: { cert: '', key: '', ca: '', expiryWarningMs: 0 },
-      heartbeatIntervalMs: HEARTBEAT_MS,
-      registerTimeoutMs: 0,
-      reconnectBaseMs: 50,
-      reconnectMaxMs: 400,
-    },
-    logger,
-    session: {
-      register: () => buildRegister(NODE, INVENTORY, []),
-      heartbeat: () => buildHeartbeat(NODE.nodeId, [], INVENTORY),
-      onOpen: () => {},
-      onClosed: () => {},
-      onControlMessage: () => {},
-    },
-  });
-  const shutdown = new AbortController();
-  const running = connection.run(shutdown.signal);
-  onTestFinished(async () => {
-    shutdown.abort();
-    await running;
-  });
+  const { connection, records } = runTestConnection('node-ping', { server, heartbeatIntervalMs: HEARTBEAT_MS });
   const pingTimedOut = () => records.some((r) => String(r.err ?? r.error ?? '').includes('PING timed out') || String(r.msg).includes('PING timed out'));
   return { connection, records, pingTimedOut };
 }

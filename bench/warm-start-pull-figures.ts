@@ -100,6 +100,60 @@ await Promise.all(urls.map(async (u, i) => {
 console.log('took ' + (performance.now() - t0).toFixed(1));`;
 }
 
+/**
+ * The durable floor: the same URLs, all at once, each read from its socket
+ * into one buffer of a megabyte (net's onread), written with writeSync,
+ * datasynced in the background every 8 MiB (one sync at a time per file)
+ * and once more at its end, as the pull writes a blob; with `hash`, each
+ * read also sha256-hashed before its write, as the pull's one stream is.
+ * No revision look-up, lock, record or rename: what a download as durable
+ * as the pull's costs on this host's disk, timed from its first connect.
+ */
+function floorScript(urls: string[], dir: string, hash: boolean): string {
+  return `import { connect } from 'node:net';
+import { createHash } from 'node:crypto';
+import { closeSync, fdatasync, mkdirSync, openSync, writeSync } from 'node:fs';
+mkdirSync(${JSON.stringify(dir)}, { recursive: true });
+const datasync = (fd) => new Promise((resolve, reject) => fdatasync(fd, (err) => (err ? reject(err) : resolve())));
+const get = (u, i) => new Promise((resolve, reject) => {
+  const url = new URL(u);
+  const buf = Buffer.allocUnsafeSlow(1024 * 1024);
+  const fd = openSync(${JSON.stringify(dir)} + '/f' + i, 'w');
+  const sha = ${hash} ? createHash('sha256') : undefined;
+  let head = true, length = 0, at = 0, syncedAt = 0, syncing;
+  const socket = connect({ host: url.hostname, port: Number(url.port), onread: { buffer: buf, callback: (n) => {
+    let from = 0;
+    if (head) {
+      const end = buf.subarray(0, n).indexOf('\\r\\n\\r\\n');
+      const text = buf.subarray(0, end).toString('latin1');
+      if (!/^HTTP\\/1\\.1 200/.test(text)) return reject(new Error(u + ': ' + text.split('\\r\\n')[0]));
+      length = Number(/content-length: *(\\d+)/i.exec(text)[1]);
+      from = end + 4;
+      head = false;
+    }
+    const chunk = buf.subarray(from, n);
+    sha?.update(chunk);
+    for (let done = 0; done < chunk.length; ) done += writeSync(fd, chunk, done, chunk.length - done, at + done);
+    at += chunk.length;
+    if (at - syncedAt >= 8 * 1024 * 1024 && syncing === undefined) {
+      syncedAt = at;
+      syncing = datasync(fd).finally(() => { syncing = undefined; });
+    }
+    if (at < length) return true;
+    socket.destroy();
+    sha?.digest('hex');
+    Promise.all([syncing, datasync(fd)]).then(() => { closeSync(fd); resolve(); }, reject);
+    return false;
+  } } });
+  socket.on('error', reject);
+  socket.write('GET ' + url.pathname + ' HTTP/1.1\\r\\nhost: ' + url.host + '\\r\\n\\r\\n');
+});
+const urls = ${JSON.stringify(urls)};
+const t0 = performance.now();
+await Promise.all(urls.map(get));
+console.log('took ' + (performance.now() - t0).toFixed(1));`;
+}
+
 /** curl of the same URLs, one after another in one process (curl reuses the connection), timed from outside. */
 async function curlMs(urls: string[], dir: string): Promise<number | undefined> {
   if (spawnSync('curl', ['--version']).status !== 0) return undefined;
@@ -145,11 +199,15 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
   const curls: number[] = [];
   const curlSyncs: number[] = [];
   const curlShas: number[] = [];
+  const floors: number[] = [];
+  const hashedFloors: number[] = [];
   const dir = join(root, 'copy');
   const kinds = [
     async () => pulls.push(await timedChild(pullScript(hub.url, dir), setups)),
     async () => plains.push(await timedChild(plainScript(urls, dir, false))),
     async () => synced.push(await timedChild(plainScript(urls, dir, true))),
+    async () => floors.push(await timedChild(floorScript(urls, dir, false))),
+    async () => hashedFloors.push(await timedChild(floorScript(urls, dir, true))),
   ];
   for (let r = 0; r < rounds; r++) {
     // In a rotating order, and every copy removed and synced before the next, so none pays another's writeback.
@@ -176,6 +234,8 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
   const curl = curls.length > 0 ? mbps(total, median(curls)) : undefined;
   const curlSync = curlSyncs.length > 0 ? mbps(total, median(curlSyncs)) : undefined;
   const curlSha = curlShas.length > 0 ? mbps(total, median(curlShas)) : undefined;
+  const floor = mbps(total, median(floors));
+  const hashedFloor = mbps(total, median(hashedFloors));
   // What the verification costs by itself: the same bytes hashed in this process.
   const content = repo.files.map((f) => f.content);
   const hashTimes: number[] = [];
@@ -193,6 +253,16 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
     target: `>= ${PULL_BOUND}x curl`,
     met: curl !== undefined && pull / curl >= PULL_BOUND,
   });
+  rows.push({
+    figure: `14b the durable floor: the same ${(total / MiB).toFixed(0)} MiB read from the same hub into a buffer of a megabyte, written and datasynced every 8 MiB and at the end, all files at once, as the pull writes a blob, but without its revision look-up, lock, record, rename or hash; timed from the first connect, ${rounds} rounds beside the pull's`,
+    measured: `${floor.toFixed(0)} MB/s (${curl === undefined ? '' : `${(floor / curl).toFixed(2)}x curl; `}the pull ${(pull / floor).toFixed(2)}x this floor); with each read sha256-hashed in line as the pull does: ${hashedFloor.toFixed(0)} MB/s (${curl === undefined ? '' : `${(hashedFloor / curl).toFixed(2)}x curl; `}the pull ${(pull / hashedFloor).toFixed(2)}x it)`,
+    reference: `curl to files, not synced: ${curl?.toFixed(0) ?? '-'} MB/s`,
+    target: `what bounds 14b here: a pull as durable as the store's cannot move faster than this floor`,
+    met: undefined,
+  });
+  notes.push(
+    `14b durable floor per round (ms): ${floors.map((x) => x.toFixed(0)).join(', ')}; with sha256 in line: ${hashedFloors.map((x) => x.toFixed(0)).join(', ')}`,
+  );
   notes.push(
     `14b MB/s are MiB per second of the median round. Per round (ms): pull ${pulls.map((x) => x.toFixed(0)).join(', ')}; plain ${plains.map((x) => x.toFixed(0)).join(', ')}; plain with each file fsynced after (as the pull syncs each blob) ${synced.map((x) => x.toFixed(0)).join(', ')} (${mbps(total, median(synced)).toFixed(0)} MB/s)${curls.length ? `; curl, the files one after another in one process, timed from outside (its start included): ${curls.map((x) => x.toFixed(0)).join(', ')}; with a sync after: ${curlSyncs.map((x) => x.toFixed(0)).join(', ')}` : ''}${curlShas.length ? `; curl | sha256sum per file: ${curlShas.map((x) => x.toFixed(0)).join(', ')}` : ''}; load average at the end ${loadavg().map((x) => x.toFixed(1)).join(' ')}. Before its first download the pull takes ${ms(median(setups))} (median; the revision look-up, the model's lock, the store scanned for room; its first record is written beside the first downloads' connects): from its first download on it moves ${mbps(total, median(pulls) - median(setups)).toFixed(0)} MB/s, ${((mbps(total, median(pulls) - median(setups)) / plain)).toFixed(2)}x the plain fetch, a fixed cost that a model of gigabytes amortises. Verifying costs the sha256 of every byte: ${ms(hashMs)} for the ${(total / MiB).toFixed(0)} MiB in one thread here (${mbps(total, hashMs).toFixed(0)} MB/s), done on a hash thread, from the blocks as they come (from the file for what comes while it has not read the batch before); the hub runs in the bench's process, each client in its own`,
   );

@@ -88,12 +88,15 @@ describe.skipIf(unavailable)('a ctl change while the agent stops', () => {
 
     await stopHeld(a, first);
     const status = await a.ctl('status', '--json');
+    const logs = await a.ctl('logs', 'kept', '-n', '5');
     const drain = await a.ctl('drain', 'late');
     const cordon = await a.ctl('cordon', '--reason', 'asked while stopping');
     const adopt = await a.ctl('adopt');
     // Reads are answered as long as the socket is open (here: the whole held stop).
     expect(status.exitCode, status.stderr).toBe(0);
     expect((JSON.parse(status.stdout) as { shards: { shardId: string }[] }).shards.map((s) => s.shardId).sort()).toEqual(['kept', 'late']);
+    expect(logs.exitCode, logs.stderr).toBe(0);
+    expect(logs.stdout).not.toBe('');
     // Every change is refused before it is acted on: one line, exit 69 (the agent is going away; retry once it is back).
     for (const [r, method] of [[drain, 'Drain'], [cordon, 'Cordon'], [adopt, 'Adopt']] as const) {
       expect(r.exitCode, r.stderr).toBe(69);
@@ -104,6 +107,10 @@ describe.skipIf(unavailable)('a ctl change while the agent stops', () => {
     writeFileSync(a.control, '');
     expect(await first.exited).toBe(0);
     expect(first.records.some((r) => r.msg === 'agent stopped')).toBe(true);
+    // Once it is gone, a read fails cleanly: one line, exit 69.
+    const gone = await a.ctl('status');
+    expect(gone.exitCode).toBe(69);
+    expect(gone.stderr.trim().split('\n')).toHaveLength(1);
     // Engines outlive the agent.
     expect([isRunning(keptPid), isRunning(latePid)]).toEqual([true, true]);
 
@@ -116,5 +123,5 @@ describe.skipIf(unavailable)('a ctl change while the agent stops', () => {
     expect([drainRecorded(a, 'kept'), drainRecorded(a, 'late')]).toEqual([true, false]);
     expect(existsSync(join(a.dirs.stateDir, 'cordon.json'))).toBe(false);
     expect(second.register.runningShards.map((s) => [s.shardId, s.pid]).sort()).toEqual([['kept', keptPid], ['late', latePid]]);
-  });
+  }, 120_000); // two agents, two engines and seven ctl runs: a safety net for a loaded machine, not a speed bound
 });

@@ -1,4 +1,5 @@
 import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
@@ -12,6 +13,7 @@ import { LlmgwError } from '../../../src/lib/errors.js';
 import { type AgentDirs, agentDirs } from '../../helpers/agent-process.js';
 import { captureLogger } from '../../helpers/capture-logger.js';
 import { createInProcessAgent } from '../../helpers/in-process-agent.js';
+import { until } from '../../helpers/engine-processes.js';
 
 /*
  * The admin socket while the agent stops (admin-stopping-gate.ts): every
@@ -34,6 +36,19 @@ function newDirs(): AgentDirs {
   const root = mkdtempSync(join(tmpdir(), 'llmgw-admin-stopping-'));
   onTestFinished(() => rmSync(root, { recursive: true, force: true }));
   return agentDirs(root);
+}
+
+/** What came back on a connection after `request` was written: the bytes until it closed, or the error that cut it. */
+function exchangeOn(socket: ReturnType<typeof connect>, request: string): Promise<string> {
+  return new Promise((resolve) => {
+    let got = '';
+    socket.on('data', (b) => {
+      got += b.toString();
+    });
+    socket.once('close', () => resolve(got));
+    socket.once('error', (err) => resolve(`cut: ${err.message}`));
+    socket.write(request);
+  });
 }
 
 async function stoppableAdmin() {
@@ -103,5 +118,24 @@ describe('the admin socket while the agent stops', () => {
     await callUnaryJson(a.dirs.socket, 'Cordon', { cordon: true, reason: 'while running' });
     expect(existsSync(join(a.dirs.stateDir, 'cordon.json'))).toBe(true);
     expect(a.records.filter((r) => r.msg === 'refused an admin write: the agent is stopping')).toEqual([]);
+  });
+
+  it('serves no write that reaches a connection accepted before close(), when no stop signal was given', async () => {
+    // Between the supervisor's close and the socket's, a connection the server had accepted but not yet read was
+    // served after close(): a cordon or drain done there was answered, and lost. close() alone now refuses it.
+    const dirs = newDirs();
+    const { agent, close } = createInProcessAgent(dirs);
+    onTestFinished(close);
+    const admin = await AdminServer.listen({ socketPath: dirs.socket, group: '', backend: agent.admin, logger: captureLogger().logger });
+    const socket = connect(dirs.socket);
+    onTestFinished(() => void socket.destroy());
+    await until(() => admin.openConnections === 1, 'the server to accept the connection');
+    const closed = admin.close();
+    const body = JSON.stringify({ cordon: true, reason: 'after close' });
+    const answer = await exchangeOn(socket, `POST /llmgw.v1.AdminService/Cordon HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    await closed;
+    // Refused in words, or cut by the close's grace: either way not done, and not said to be.
+    if (!answer.startsWith('cut') && answer !== '') expect(answer).toMatch(/^HTTP\/1\.1 503[\s\S]*the agent is stopping: Cordon refused, nothing was changed/);
+    expect(existsSync(join(dirs.stateDir, 'cordon.json'))).toBe(false);
   });
 });

@@ -133,7 +133,9 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
     // same engines. Listening before the first connection attempt also makes
     // READY=1 mean "ctl works".
     unlock = await lockStateDirectory(c.supervisor.stateDir, logger);
-    admin = await AdminServer.listen({ socketPath: c.admin.socket, group: c.admin.group, readGroup: c.admin.readGroup, backend: agent.admin, logger });
+    // From SIGTERM on, the socket refuses every change (one line, exit 69) and still answers reads: what the
+    // agent's writers would take after they close is held in memory only, and lost at the restart.
+    admin = await AdminServer.listen({ socketPath: c.admin.socket, group: c.admin.group, readGroup: c.admin.readGroup, backend: agent.admin, logger, stopping: shutdown.signal });
     // Said once this agent is the one that runs (a second agent refused above
     // says only why), and at start, not at the first launch an operator may
     // look for hours later.
@@ -180,13 +182,16 @@ export async function runAgent({ config: c, version, logger }: RunAgentOptions):
   } finally {
     stopWatchdog();
     gangWatch?.close();
+    // Before the supervisor closes, not after: no admin call may be answered once the shards' state files take no
+    // more writes. A `ctl drain` that came in between was told DRAINING and lost at the restart. Bounded
+    // (CLOSE_GRACE_MS): SIGTERM must still end the agent within a second. Also when agent.run failed without a
+    // SIGTERM: close() refuses writes as the stop signal does.
+    await admin?.close();
     // The agent's scope only: timers and probes stop, engines are not touched. Its last state file writes end below.
     const supervisorClosed = supervisor.close();
     for (const s of servers) s.close();
     // After agent.run: the health watch has no NVML wait pending by then.
     nvml?.close();
-    // Bounded (CLOSE_GRACE_MS): SIGTERM must still end the agent within a second.
-    await admin?.close();
     // The process exits right after: a state file write still in flight would be cut off.
     await supervisorClosed;
     unlock();

@@ -1,3 +1,4 @@
+import { AGENT_STOPPING_PREFIX } from '../lib/agent-stopping-refusal.js';
 import { ExitCode, LlmgwError, failure, usageError } from '../lib/errors.js';
 
 /** `systemctl status llmgw-agent`: what an operator runs next when the agent does not answer. */
@@ -32,6 +33,9 @@ export function operatorError(err: AdminCallError, socket: string): LlmgwError {
     case 'invalid_argument':
       return usageError(err.message);
     case 'unavailable':
+      // Refused before anything was done, and saying so: as it is (exit 69, as for an agent not running), with
+      // no "went away", which would leave the operator guessing whether the change was made.
+      if (err.message.startsWith(AGENT_STOPPING_PREFIX)) return new LlmgwError('unreachable', err.message);
       return new LlmgwError('unreachable', `the agent on ${socket} went away: ${err.message}; check \`${AGENT_UNIT_HINT}\``);
     case 'deadline_exceeded':
       return new LlmgwError('unreachable', `the agent on ${socket} did not answer in time (${err.message}); check \`${AGENT_UNIT_HINT}\``);

@@ -12,6 +12,7 @@ import type { AdminBackend } from './admin-backend.js';
 import { adminCallValues } from './admin-peer.js';
 import { type AdminAccess, notAMember, roleOf } from './admin-role.js';
 import { writeGate } from './admin-write-gate.js';
+import { stoppingGate } from './admin-stopping-gate.js';
 import { adminRoutes } from './admin-routes.js';
 import { claimSocketPath } from './claim-socket-path.js';
 import { closeWhenIdle } from './close-when-idle.js';
@@ -79,6 +80,12 @@ export interface AdminServerOptions {
   readGroup?: string;
   /** For tests; default /proc: where the peers' groups are read. */
   procRoot?: string;
+  /**
+   * Aborts when the agent begins to stop (its SIGTERM): from then on every
+   * write is refused in one line (admin-stopping-gate.ts) and reads are
+   * answered until close(). close() refuses writes too; absent, only it does.
+   */
+  stopping?: AbortSignal;
 }
 
 /**
@@ -143,8 +150,8 @@ export class AdminServer {
       shutdownSignal: this.shutdown.signal,
       // Who called, for the handlers' own per-user caps (Logs), and their tier.
       contextValues: (req) => adminCallValues(req, access),
-      // A reader's write is refused before its handler runs (admin.read_group).
-      interceptors: [writeGate(access)],
+      // A reader's write is refused before its handler runs (admin.read_group); so is anyone's once the agent stops.
+      interceptors: [writeGate(access), stoppingGate(opts.stopping ? AbortSignal.any([opts.stopping, this.shutdown.signal]) : this.shutdown.signal, this.warnRefused)],
     });
     this.h2 = http2.createServer(
       {

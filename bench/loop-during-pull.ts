@@ -10,6 +10,7 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { loadavg, tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { create } from '@bufbuild/protobuf';
 import { ControlPlane } from '../src/control/control-plane.js';
 import { type ModelPull, ModelPullState, PrefetchModelSchema, ShardState } from '../src/gen/llmgw/v1/agent_pb.js';
@@ -20,7 +21,7 @@ import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
 import { freePort, killEverything } from '../test/helpers/engine-processes.js';
 import { startHubProcess } from '../test/helpers/hub-process.js';
 
-const LOOPMON = process.env.LOOPMON_PRELOAD ?? '/tmp/loop8-loopmon.mjs';
+const LOOPMON = fileURLToPath(new URL('./loop-delay-preload.mjs', import.meta.url));
 const SHARDS = 4;
 const BASELINE_MS = 8000;
 

@@ -80,4 +80,6 @@ export interface DownloadContext {
    * Awaited before anything of the file is written, truncated or created.
    */
   storeReady?: Promise<void>;
+  /** The pull shares its event loop (PullContext.sharedLoop): no read in place. */
+  sharedLoop?: boolean;
 }

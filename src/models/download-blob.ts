@@ -186,8 +186,13 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
     } else {
       // One stream: the file stays a plain prefix, whatever a ranged attempt recorded before.
       if (blob.prefixPath !== undefined) await unlink(blob.prefixPath).catch(() => {});
-      // In place unless models.bandwidth is set: its limiter is waited for between writes, which a read in place does not.
-      if (ctx.limiter.limited) await writer.stream(first, have, blob.size);
+      // In place unless models.bandwidth is set (its limiter is waited for between writes, which a read in place does
+      // not) or the loop is shared: libuv reads a readable socket up to 32 times in one poll, and each read in place
+      // is a megabyte's sha256 and synchronous write, so the agent's loop was held for a whole turn of up to 32 MiB:
+      // over a second at load 10-20 on two cores, heartbeats 5 s apart instead of 1 s, `ctl status` 3.5 s (bench
+      // loop-during-pull.ts, loop8). Through the pool's blocks a turn reads at most MAX_BLOCKS_HELD of them (2 MiB)
+      // before the socket waits for their writes, which libuv's pool does off the loop's thread.
+      if (ctx.limiter.limited || ctx.sharedLoop === true) await writer.stream(first, have, blob.size);
       else await writer.streamInPlace(first, have, blob.size);
     }
     digest = await writer.finish();

@@ -47,6 +47,15 @@ export interface PullContext {
   limiter: BandwidthLimiter;
   signal: AbortSignal;
   onEvent?: (e: PullEvent) => void;
+  /**
+   * The pull shares its event loop with work that must answer on time: the
+   * agent's, with its health probes, heartbeats and admin socket. Its one
+   * stream from a near hub is then read in the pool's blocks and written
+   * through libuv's pool (BlobWriter.stream), never hashed and written in
+   * place (streamInPlace), which holds the loop for a whole poll's reads.
+   * False for `llmgw models pull`, which owns its process.
+   */
+  sharedLoop?: boolean;
 }
 
 export type PullEvent =
@@ -327,6 +336,7 @@ async function downloadAll(
               signal,
               redirectHosts: ctx.hub.redirectHosts,
               storeReady,
+              sharedLoop: ctx.sharedLoop,
               onProgress: (p) => ctx.onEvent?.({ kind: 'file-progress', path: b.file.path, bytes: p.bytes, size: b.file.size }),
             },
           );

@@ -52,8 +52,8 @@ function blob(): BlobToFetch {
  * This loopback hub judged far (nearRttMs 0: parts whatever its connect took) or, with `near`, near (any connect
  * under a minute): the judgement is the test's, not a loaded machine's connect time against NEAR_RTT_MS.
  */
-function ctx(signal = AbortSignal.timeout(20_000), near = false): DownloadContext {
-  return { headers: {}, limiter: new BandwidthLimiter(undefined), signal, partBytes: PART, nearRttMs: near ? 60_000 : 0 };
+function ctx(signal = AbortSignal.timeout(20_000), near = false, sharedLoop = false): DownloadContext {
+  return { headers: {}, limiter: new BandwidthLimiter(undefined), signal, partBytes: PART, nearRttMs: near ? 60_000 : 0, sharedLoop };
 }
 
 const rangesAsked = () => hub.downloads('w.safetensors').map((r) => r.range);
@@ -155,49 +155,53 @@ describe('downloadBlob', () => {
     expect(rangesAsked()).toEqual([undefined]);
   });
 
-  it('refuses a flipped byte in a near stream, hashed from the blocks it came in, deletes the file and fetches it again', async () => {
-    hub.corrupt.set('w.safetensors', 1);
-    const r = await downloadBlob(blob(), ctx(undefined, true));
-    expect(r).toMatchObject({ fetched: 2 * BIG.length, mismatches: 1 });
-    expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
-    // Flipped both times: refused, and nothing is left under its name or as a partial file to resume from.
-    rmSync(join(dir, 'w'));
-    hub.corrupt.set('w.safetensors', 2);
-    await expect(downloadBlob(blob(), ctx(undefined, true))).rejects.toThrow(/hash to .* 2 times; the file was deleted/);
-    expect(existsSync(join(dir, 'w'))).toBe(false);
-    expect(existsSync(join(dir, 'w.incomplete'))).toBe(false);
-    expect(rangesAsked()).toEqual([undefined, undefined, undefined, undefined]);
-  });
+  // Read in place (`llmgw models pull`), and through the pool's blocks as the agent's pulls are (PullContext.sharedLoop).
+  for (const sharedLoop of [false, true]) {
+    const how = sharedLoop ? ' (a pull sharing its loop: the pool\'s blocks)' : ' (read in place)';
+    it(`refuses a flipped byte in a near stream, hashed from the blocks it came in, deletes the file and fetches it again${how}`, async () => {
+      hub.corrupt.set('w.safetensors', 1);
+      const r = await downloadBlob(blob(), ctx(undefined, true, sharedLoop));
+      expect(r).toMatchObject({ fetched: 2 * BIG.length, mismatches: 1 });
+      expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
+      // Flipped both times: refused, and nothing is left under its name or as a partial file to resume from.
+      rmSync(join(dir, 'w'));
+      hub.corrupt.set('w.safetensors', 2);
+      await expect(downloadBlob(blob(), ctx(undefined, true, sharedLoop))).rejects.toThrow(/hash to .* 2 times; the file was deleted/);
+      expect(existsSync(join(dir, 'w'))).toBe(false);
+      expect(existsSync(join(dir, 'w.incomplete'))).toBe(false);
+      expect(rangesAsked()).toEqual([undefined, undefined, undefined, undefined]);
+    });
 
-  it('goes on after a break from what a near stream wrote, a plain prefix with no record, the prefix hashed from the file', async () => {
-    hub.trickle.set('w.safetensors', 16 * 1024);
-    const stop = new AbortController();
-    const first = downloadBlob(blob(), ctx(stop.signal, true));
-    await waitUntil(() => existsSync(join(dir, 'w.incomplete')) && statSync(join(dir, 'w.incomplete')).size >= 2 * PART);
-    stop.abort();
-    await expect(first).rejects.toThrow();
-    expect(existsSync(join(dir, 'w.prefix'))).toBe(false);
-    const kept = statSync(join(dir, 'w.incomplete')).size;
-    expect(readFileSync(join(dir, 'w.incomplete')).equals(BIG.subarray(0, kept))).toBe(true);
+    it(`goes on after a break from what a near stream wrote, a plain prefix with no record, the prefix hashed from the file${how}`, async () => {
+      hub.trickle.set('w.safetensors', 16 * 1024);
+      const stop = new AbortController();
+      const first = downloadBlob(blob(), ctx(stop.signal, true, sharedLoop));
+      await waitUntil(() => existsSync(join(dir, 'w.incomplete')) && statSync(join(dir, 'w.incomplete')).size >= 2 * PART);
+      stop.abort();
+      await expect(first).rejects.toThrow();
+      expect(existsSync(join(dir, 'w.prefix'))).toBe(false);
+      const kept = statSync(join(dir, 'w.incomplete')).size;
+      expect(readFileSync(join(dir, 'w.incomplete')).equals(BIG.subarray(0, kept))).toBe(true);
 
-    hub.trickle.clear();
-    hub.requests.length = 0;
-    const r = await downloadBlob(blob(), ctx(undefined, true));
-    expect(r).toMatchObject({ resumedFrom: kept, fetched: BIG.length - kept, mismatches: 0 });
-    expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
-    expect(rangesAsked()).toEqual([`bytes=${kept}-`]);
-  });
+      hub.trickle.clear();
+      hub.requests.length = 0;
+      const r = await downloadBlob(blob(), ctx(undefined, true, sharedLoop));
+      expect(r).toMatchObject({ resumedFrom: kept, fetched: BIG.length - kept, mismatches: 0 });
+      expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
+      expect(rangesAsked()).toEqual([`bytes=${kept}-`]);
+    });
 
-  it('goes on from a kept prefix whose bytes on disk were flipped: refused by the digest, never served', async () => {
-    // The prefix is hashed from the file, the rest from memory: a byte rotten in the kept part is still caught.
-    const rotten = Buffer.from(BIG.subarray(0, 3 * PART));
-    rotten[PART + 5] ^= 1;
-    writeFileSync(join(dir, 'w.incomplete'), rotten);
-    const r = await downloadBlob(blob(), ctx(undefined, true));
-    expect(r).toMatchObject({ resumedFrom: 3 * PART, mismatches: 1 });
-    expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
-    expect(rangesAsked()).toEqual([`bytes=${3 * PART}-`, undefined]);
-  });
+    it(`goes on from a kept prefix whose bytes on disk were flipped: refused by the digest, never served${how}`, async () => {
+      // The prefix is hashed from the file, the rest from memory: a byte rotten in the kept part is still caught.
+      const rotten = Buffer.from(BIG.subarray(0, 3 * PART));
+      rotten[PART + 5] ^= 1;
+      writeFileSync(join(dir, 'w.incomplete'), rotten);
+      const r = await downloadBlob(blob(), ctx(undefined, true, sharedLoop));
+      expect(r).toMatchObject({ resumedFrom: 3 * PART, mismatches: 1 });
+      expect(readFileSync(join(dir, 'w')).equals(BIG)).toBe(true);
+      expect(rangesAsked()).toEqual([`bytes=${3 * PART}-`, undefined]);
+    });
+  }
 
   it('connects and reads the head before the store is ready, but writes nothing to it until then; a store never ready fails it with nothing written', async () => {
     let ready: () => void = () => {};

@@ -106,6 +106,8 @@ export class ModelPrefetch {
         {
           ...store,
           signal: this.opts.signal,
+          // The agent's loop answers probes, heartbeats and ctl: no pull may hold it for a poll's worth of reads.
+          sharedLoop: true,
           onEvent: (e) => {
             if (e.kind === 'plan') total = e.fetchBytes;
             else if (e.kind === 'file-progress' || e.kind === 'file-done') fileBytes.set(e.path, e.kind === 'file-done' ? e.size : e.bytes);

@@ -25,7 +25,7 @@ let shard: { pid: number; port: number; gpu: number };
 beforeAll(async () => {
   fx = await startCtlFixture({ heartbeat: `${HEARTBEAT_MS}ms`, env: { LLMGW_ADMIN_GROUP: ADMIN_GROUP } });
   shard = await fx.startShard('s1');
-}, 60_000);
+}, 120_000);
 afterAll(() => fx?.close());
 
 /**

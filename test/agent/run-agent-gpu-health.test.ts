@@ -1,4 +1,4 @@
-import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -21,6 +21,12 @@ import { buildFakeNvml, fakeNvmlUnavailable } from './discovery/fake-nvml.js';
  */
 
 const unavailable = fakeNvmlUnavailable();
+/**
+ * A test's safety net: above the sum of its own waits (an agent's Register 20 s, a READY 30 s, a fault
+ * 20 s, a refusal 20 s, CLI runs), which vitest's default 30 s was not: at load 20 the first two tests
+ * took 22 and 29 s, passing.
+ */
+const TEST_TIMEOUT_MS = 180_000;
 const NOT_HERE = '/nonexistent/nvidia-smi';
 
 interface GpuAgentOptions {
@@ -81,6 +87,12 @@ async function gpuAgent(o: GpuAgentOptions = {}, onEnd: OnEnd = (fn) => onTestFi
 
 type Started = Awaited<ReturnType<typeof gpuAgent>>;
 
+/** Replaces a data-set file whole (a rename): its readers (NVML, the scan) read it at any moment, and a writeFileSync leaves it empty between its truncate and its write. */
+function replaceFile(path: string, text: string): void {
+  writeFileSync(`${path}.new`, text);
+  renameSync(`${path}.new`, path);
+}
+
 /** Starts sim shard `id` on `gpu` and waits for READY; the engine's pid and port. */
 async function readyShard(a: Started, id: string, gpu: number) {
   const port = await freePort();
@@ -133,7 +145,7 @@ async function expectFaultReported(a: Started, inject: () => void, gpu: number, 
   return latencyMs;
 }
 
-describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read through NVML', () => {
+describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read through NVML', { timeout: TEST_TIMEOUT_MS }, () => {
   it('registers the inventory NVML gives, and its heartbeats follow the GPUs memory with no nvidia-smi at all', async () => {
     const a = await gpuAgent({ nvidiaSmi: NOT_HERE });
     expect(a.register.inventory?.gpus.map((g) => g.memoryUsedMb)).toEqual([0, 1, 52, 71480, 71480, 3, 0, 17]);
@@ -142,7 +154,7 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
 
     const csv = join(a.dataset, 'query-gpu.csv');
     const changed = a.cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat' && (m.msg.value as Heartbeat).gpuMemoryUsedMb[0] === 12345, 20_000);
-    writeFileSync(csv, readFileSync(csv, 'utf8').replace(/(\n0, [^\n]*?81559 MiB, )0 MiB/, '$112345 MiB'));
+    replaceFile(csv, readFileSync(csv, 'utf8').replace(/(\n0, [^\n]*?81559 MiB, )0 MiB/, '$112345 MiB'));
     const hb = (await changed).msg.value as Heartbeat;
     expect(hb.gpuMemoryUsedMb.slice(1)).toEqual([1, 52, 71480, 71480, 3, 0, 17]);
   });
@@ -268,7 +280,7 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
  * of a lost GPU keeps an agent of its own: on this one it once went
  * unreported for 20 s at load 19, a case not yet understood.)
  */
-describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read through NVML, polled every 500 ms', () => {
+describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read through NVML, polled every 500 ms', { timeout: TEST_TIMEOUT_MS }, () => {
   const ends: Array<() => unknown> = [];
   let a: Started;
   beforeAll(async () => {
@@ -327,7 +339,7 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
   });
 });
 
-describe('llmgw agent run watching the kernel log', () => {
+describe('llmgw agent run watching the kernel log', { timeout: TEST_TIMEOUT_MS }, () => {
   it('reports an NVRM Xid 79 line from the kernel log alone like the same Xid from NVML', async () => {
     // No NVML here: the library name is the default, absent on this machine, so the kernel log is the only source.
     const a = await gpuAgent({ nvml: false });
@@ -345,10 +357,10 @@ describe('llmgw agent run watching the kernel log', () => {
     const row2 = sound.split('\n').find((l) => l.startsWith('2, ')) as string;
     const [index, uuid, name, pci] = row2.split(', ');
     const faulty = sound.replace(row2, [index, uuid, name, pci, '[GPU requires reset]', '[GPU requires reset]', '550.54.15', '9.0', '[GPU requires reset]', '[GPU requires reset]', '[GPU requires reset]'].join(', '));
-    await expectFaultReported(a, () => writeFileSync(csv, faulty), 2, /GPU requires reset/, GpuEventKind.GPU_LOST);
+    await expectFaultReported(a, () => replaceFile(csv, faulty), 2, /GPU requires reset/, GpuEventKind.GPU_LOST);
     const cleared = a.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.CLEARED), 20_000);
     const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
-    writeFileSync(csv, sound);
+    replaceFile(csv, sound);
     await cleared;
     expect(((await ready).msg.value as ShardStatus).error).toBe('');
   });
@@ -398,7 +410,7 @@ describe('llmgw agent run watching the kernel log', () => {
   });
 });
 
-describe('llmgw agent run: a failure record and the GPU events before it', () => {
+describe('llmgw agent run: a failure record and the GPU events before it', { timeout: TEST_TIMEOUT_MS }, () => {
   it("writes the shard's GPU events of the minute before its crash into its failure record", async () => {
     const a = await gpuAgent({ nvml: false });
     const { pid } = await readyShard(a, 's1', 2);

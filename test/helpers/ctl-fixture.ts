@@ -34,7 +34,8 @@ export async function startCtlFixture(opts: { heartbeat?: string; env?: Record<s
   const root = mkdtempSync(join(tmpdir(), 'llmgw-ctl-'));
   chmodSync(root, 0o755);
   const dirs = agentDirs(root);
-  const registered = started.cp.waitFor(NODE_ID, isRegister, 20_000);
+  // A safety net: at load 25 on 2 cores an agent took longer than 20 s to register.
+  const registered = started.cp.waitFor(NODE_ID, isRegister, 60_000);
   const agent = startAgentProcess({ server: started.url, dirs, nodeId: NODE_ID, heartbeat: opts.heartbeat, env: opts.env });
   const close = async () => {
     await agent.stop();

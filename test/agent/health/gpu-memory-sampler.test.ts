@@ -1,4 +1,4 @@
-import { chmodSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -17,6 +17,17 @@ afterEach(() => {
 
 const INTERVAL_MS = 100;
 const WAIT = { timeout: 15_000, interval: 20 };
+
+/**
+ * Replaces the data set's query-gpu.csv whole (a rename): the loop reads it
+ * every interval, and one that opened it between a writeFileSync's truncate
+ * and its write read no header, exited 2 and was logged "stopped" with that
+ * reason (seen on a loaded machine).
+ */
+function setCsv(dir: string, csv: string): void {
+  writeFileSync(join(dir, 'query-gpu.csv.new'), csv);
+  renameSync(join(dir, 'query-gpu.csv.new'), join(dir, 'query-gpu.csv'));
+}
 
 /** A data set this test may rewrite, a sampler on it (closed after the test), and a logger whose lines it can read. */
 function setup(opts: { timeoutMs?: number; intervalMs?: number; nvidiaSmi?: string; nvmlLibrary?: string } = {}) {
@@ -40,8 +51,7 @@ function setup(opts: { timeoutMs?: number; intervalMs?: number; nvidiaSmi?: stri
     logger,
   });
   onTestFinished(() => sampler.close());
-  const setUsed = (mb: number[]) =>
-    writeFileSync(join(dir, 'query-gpu.csv'), `index, memory.used [MiB]\n${mb.map((m, i) => `${i}, ${m} MiB`).join('\n')}\n`);
+  const setUsed = (mb: number[]) => setCsv(dir, `index, memory.used [MiB]\n${mb.map((m, i) => `${i}, ${m} MiB`).join('\n')}\n`);
   const messages = () => lines.map((l) => l.msg);
   return { sampler, lines, messages, setUsed, dir };
 }
@@ -110,11 +120,17 @@ describe('GpuMemorySampler', () => {
     // re-armed as readings come: one that stops after many readings is still caught.
     const { sampler, lines, setUsed } = setup({ timeoutMs: 300 });
     sampler.start();
-    const loop = sampler.pid as number;
     await vi.waitFor(() => expect(sampler.latest()).toEqual([0, 412, 0, 0]), WAIT);
     setUsed([1, 2, 3, 4]);
     await vi.waitFor(() => expect(sampler.latest()).toEqual([1, 2, 3, 4]), WAIT);
-    process.kill(-loop, 'SIGSTOP');
+    // The loop running now, its pid read as it is stopped: on a loaded machine the first loop can be
+    // past the 400 ms limit already, killed and replaced, and its pid then gone (ESRCH).
+    const loop = await vi.waitFor(() => {
+      const pid = sampler.pid as number;
+      expect(pid).toBeGreaterThan(0);
+      process.kill(-pid, 'SIGSTOP');
+      return pid;
+    }, WAIT);
     await vi.waitFor(() => expect(lines.find((l) => l.msg.startsWith('GPU memory readings stopped'))?.err).toBe('nvidia-smi gave no reading for 400ms'), WAIT);
     await vi.waitFor(() => expect(isRunning(loop)).toBe(false), WAIT);
     setUsed([5, 6, 7, 8]);
@@ -157,7 +173,7 @@ describe('GpuMemorySampler', () => {
     setUsed([5, 6]);
     sampler.start();
     await vi.waitFor(() => expect(sampler.latest()).toEqual([5, 6]), WAIT);
-    writeFileSync(join(dir, 'query-gpu.csv'), 'index, memory.used [MiB]\n0, 7 MiB\n1, [GPU requires reset]\n');
+    setCsv(dir, 'index, memory.used [MiB]\n0, 7 MiB\n1, [GPU requires reset]\n');
     await vi.waitFor(() => expect(sampler.latest()).toEqual([7, 6]), WAIT);
   });
 

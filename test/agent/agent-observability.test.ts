@@ -1,11 +1,12 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, readFileSync, writeFileSync } from 'node:fs';
+import { cpSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import type { Inventory } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { listenNotifySocket } from '../helpers/notify-socket.js';
+import { replaceDataSetFile } from '../helpers/fake-gpus.js';
 import { REPO_ROOT } from '../helpers/run-cli.js';
 import { isRegister } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
@@ -54,7 +55,7 @@ describe('llmgw agent run, as systemd and Prometheus see it', () => {
     const [header = '', ...rows] = readFileSync(csv, 'utf8').trimEnd().split('\n');
     const col = header.split(', ').indexOf('memory.used [MiB]');
     const changed = rows.map((r, i) => r.split(', ').map((cell, c) => (c === col ? `${1000 + i} MiB` : cell)).join(', '));
-    writeFileSync(csv, `${[header, ...changed].join('\n')}\n`);
+    replaceDataSetFile(csv, `${[header, ...changed].join('\n')}\n`);
     const want = rows.map((_, i) => 1000 + i);
     await cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat' && m.msg.value.gpuMemoryUsedMb.join() === want.join(), 20_000);
 
@@ -72,7 +73,7 @@ describe('llmgw agent run, as systemd and Prometheus see it', () => {
     const csv = join(box, 'query-gpu.csv');
     const full = readFileSync(csv, 'utf8');
     const lines = full.trimEnd().split('\n');
-    writeFileSync(csv, `${lines.slice(0, -1).join('\n')}\n`);
+    replaceDataSetFile(csv, `${lines.slice(0, -1).join('\n')}\n`);
 
     const registered = cp.waitFor('node-a', isRegister, 20_000);
     startAgentProcess({
@@ -85,7 +86,7 @@ describe('llmgw agent run, as systemd and Prometheus see it', () => {
     expect(reg.inventory.gpus).toHaveLength(7);
 
     const update = cp.waitFor('node-a', (m) => m.msg.case === 'inventory', 20_000);
-    writeFileSync(csv, full);
+    replaceDataSetFile(csv, full);
     const inv = (await update).msg.value as Inventory;
     expect(inv.gpus.map((g) => g.index)).toEqual([0, 1, 2, 3, 4, 5, 6, 7]);
   });

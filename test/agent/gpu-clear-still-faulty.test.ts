@@ -1,11 +1,11 @@
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, type GpuEvent, GpuEventKind, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
 import { freePort } from '../helpers/engine-processes.js';
-import { GPU_FIXTURES } from '../helpers/fake-gpus.js';
+import { GPU_FIXTURES, replaceDataSetFile } from '../helpers/fake-gpus.js';
 import { runCli } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { startControlPlane } from '../helpers/start-control-plane.js';
@@ -49,7 +49,7 @@ async function agentOnFaultDataset() {
   cpSync(join(GPU_FIXTURES, 'fault'), dataset, { recursive: true });
   const csv = join(dataset, 'query-gpu.csv');
   const faulty = readFileSync(csv, 'utf8');
-  writeFileSync(csv, withRow(faulty, 2, 'sound'));
+  replaceDataSetFile(csv, withRow(faulty, 2, 'sound'));
   const metricsPort = await freePort();
   const registered = plane.cp.waitFor('node-a', isRegister, 20_000);
   startAgentProcess({ server: plane.url, dirs, discoveryInterval: '1s', extraYaml: `metrics_addr: 127.0.0.1:${metricsPort}\n`, env: { LLMGW_FAKE_GPUS: dataset } });
@@ -60,7 +60,7 @@ async function agentOnFaultDataset() {
   // The fault, as the data set has it: the next scan reads GPU 2 as "requires reset".
   const fault = plane.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.GPU_LOST), 20_000);
   const unhealthy = plane.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
-  writeFileSync(csv, faulty);
+  replaceDataSetFile(csv, faulty);
   expect(((await fault).msg.value as GpuEvent).message).toBe('GPU requires reset');
   await unhealthy;
   return { cp: plane.cp, csv, faulty, socket: dirs.socket, metricsPort };
@@ -93,7 +93,7 @@ describe('ctl gpu clear on a GPU nvidia-smi still reads as faulty (walkthrough 4
     const a = await agentOnFaultDataset();
     const sound = withRow(a.faulty, 2, 'sound');
     const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
-    writeFileSync(a.csv, sound);
+    replaceDataSetFile(a.csv, sound);
     // The scan may clear it before the operator does ("no fault was held" then): either way, it is sound.
     const out = await runCli(['ctl', 'gpu', 'clear', '2', '--reason', 'reset with nvidia-smi -r -i 2', '--socket', a.socket]);
     expect(out.exitCode).toBe(0);
@@ -101,7 +101,7 @@ describe('ctl gpu clear on a GPU nvidia-smi still reads as faulty (walkthrough 4
     const seenSince = a.cp.messages('node-a').length;
     // A scan that started after the clear: it reads GPU 0 faulty, and GPU 2 as it is now.
     const marker = a.cp.waitFor('node-a', isGpuEvent(0, GpuEventKind.GPU_LOST), 20_000);
-    writeFileSync(a.csv, withRow(sound, 0, 'faulty'));
+    replaceDataSetFile(a.csv, withRow(sound, 0, 'faulty'));
     await marker;
     const since = a.cp.messages('node-a').slice(seenSince);
     expect(since.filter(isGpuEvent(2, GpuEventKind.GPU_LOST))).toEqual([]);

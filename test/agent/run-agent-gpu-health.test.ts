@@ -1,4 +1,4 @@
-import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
@@ -6,7 +6,7 @@ import { type AgentMessage, type GpuEvent, GpuEventKind, type Heartbeat, type In
 import { agentConfigYaml, agentDirs } from '../helpers/agent-process.js';
 import { freePort, isRunning, killEverything, until } from '../helpers/engine-processes.js';
 import { runCli } from '../helpers/run-cli.js';
-import { GPU_FIXTURES } from '../helpers/fake-gpus.js';
+import { GPU_FIXTURES, replaceDataSetFile } from '../helpers/fake-gpus.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { spawnAgentProcess } from '../helpers/spawn-agent-process.js';
 import { shardFailurePath } from '../../src/lib/shard-layout.js';
@@ -87,12 +87,6 @@ async function gpuAgent(o: GpuAgentOptions = {}, onEnd: OnEnd = (fn) => onTestFi
 
 type Started = Awaited<ReturnType<typeof gpuAgent>>;
 
-/** Replaces a data-set file whole (a rename): its readers (NVML, the scan) read it at any moment, and a writeFileSync leaves it empty between its truncate and its write. */
-function replaceFile(path: string, text: string): void {
-  writeFileSync(`${path}.new`, text);
-  renameSync(`${path}.new`, path);
-}
-
 /** Starts sim shard `id` on `gpu` and waits for READY; the engine's pid and port. */
 async function readyShard(a: Started, id: string, gpu: number) {
   const port = await freePort();
@@ -154,7 +148,7 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
 
     const csv = join(a.dataset, 'query-gpu.csv');
     const changed = a.cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat' && (m.msg.value as Heartbeat).gpuMemoryUsedMb[0] === 12345, 20_000);
-    replaceFile(csv, readFileSync(csv, 'utf8').replace(/(\n0, [^\n]*?81559 MiB, )0 MiB/, '$112345 MiB'));
+    replaceDataSetFile(csv, readFileSync(csv, 'utf8').replace(/(\n0, [^\n]*?81559 MiB, )0 MiB/, '$112345 MiB'));
     const hb = (await changed).msg.value as Heartbeat;
     expect(hb.gpuMemoryUsedMb.slice(1)).toEqual([1, 52, 71480, 71480, 3, 0, 17]);
   });
@@ -357,10 +351,10 @@ describe('llmgw agent run watching the kernel log', { timeout: TEST_TIMEOUT_MS }
     const row2 = sound.split('\n').find((l) => l.startsWith('2, ')) as string;
     const [index, uuid, name, pci] = row2.split(', ');
     const faulty = sound.replace(row2, [index, uuid, name, pci, '[GPU requires reset]', '[GPU requires reset]', '550.54.15', '9.0', '[GPU requires reset]', '[GPU requires reset]', '[GPU requires reset]'].join(', '));
-    await expectFaultReported(a, () => replaceFile(csv, faulty), 2, /GPU requires reset/, GpuEventKind.GPU_LOST);
+    await expectFaultReported(a, () => replaceDataSetFile(csv, faulty), 2, /GPU requires reset/, GpuEventKind.GPU_LOST);
     const cleared = a.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.CLEARED), 20_000);
     const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
-    replaceFile(csv, sound);
+    replaceDataSetFile(csv, sound);
     await cleared;
     expect(((await ready).msg.value as ShardStatus).error).toBe('');
   });

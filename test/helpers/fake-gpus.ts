@@ -1,4 +1,4 @@
-import { readdirSync, readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from './run-cli.js';
 
@@ -45,4 +45,16 @@ export const FREE_FAKE_GPUS: readonly number[] = [0, 1, 2, 5, 6, 7];
 /** The n-th free GPU of the fake box, wrapping round. */
 export function freeFakeGpu(n: number): number {
   return FREE_FAKE_GPUS[n % FREE_FAKE_GPUS.length] as number;
+}
+
+/**
+ * Replaces a fake GPU data-set file whole (a rename): its readers (the fake
+ * nvidia-smi's loop, the fake NVML, the scan) read it at any moment, and one
+ * that opened it between a writeFileSync's truncate and its write read no
+ * header (the loop exited 2 and was logged "stopped" with that reason, seen
+ * on a loaded machine).
+ */
+export function replaceDataSetFile(path: string, text: string): void {
+  writeFileSync(`${path}.new`, text);
+  renameSync(`${path}.new`, path);
 }

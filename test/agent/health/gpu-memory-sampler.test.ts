@@ -1,4 +1,4 @@
-import { chmodSync, cpSync, mkdtempSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { pino } from 'pino';
@@ -6,7 +6,7 @@ import { afterAll, afterEach, describe, expect, it, onTestFinished, vi } from 'v
 import { GpuMemorySampler, nextSilenceCheckMs } from '../../../src/agent/health/gpu-memory-sampler.js';
 import { NvmlLibrary } from '../../../src/agent/discovery/nvml/nvml-library.js';
 import { isRunning } from '../../helpers/engine-processes.js';
-import { FAKE_NVIDIA_SMI, GPU_FIXTURES } from '../../helpers/fake-gpus.js';
+import { FAKE_NVIDIA_SMI, GPU_FIXTURES, replaceDataSetFile } from '../../helpers/fake-gpus.js';
 import { buildFakeNvml, fakeNvmlUnavailable } from '../discovery/fake-nvml.js';
 
 const tmp = mkdtempSync(join(tmpdir(), 'llmgw-sampler-'));
@@ -18,16 +18,8 @@ afterEach(() => {
 const INTERVAL_MS = 100;
 const WAIT = { timeout: 15_000, interval: 20 };
 
-/**
- * Replaces the data set's query-gpu.csv whole (a rename): the loop reads it
- * every interval, and one that opened it between a writeFileSync's truncate
- * and its write read no header, exited 2 and was logged "stopped" with that
- * reason (seen on a loaded machine).
- */
-function setCsv(dir: string, csv: string): void {
-  writeFileSync(join(dir, 'query-gpu.csv.new'), csv);
-  renameSync(join(dir, 'query-gpu.csv.new'), join(dir, 'query-gpu.csv'));
-}
+/** Replaces the data set's query-gpu.csv whole (replaceDataSetFile): the loop reads it every interval. */
+const setCsv = (dir: string, csv: string) => replaceDataSetFile(join(dir, 'query-gpu.csv'), csv);
 
 /** A data set this test may rewrite, a sampler on it (closed after the test), and a logger whose lines it can read. */
 function setup(opts: { timeoutMs?: number; intervalMs?: number; nvidiaSmi?: string; nvmlLibrary?: string } = {}) {

@@ -7,10 +7,11 @@ export interface MessageSink {
 }
 
 /**
- * Messages waiting at most. Statuses coalesce per shard and heartbeats to
- * one, inventories to one between two other messages, so only distinct
- * shards and GPU events count toward it; a node has a handful of each. A flood of 400k refused commands
- * once queued 400k statuses (585 MB held, review finding 6).
+ * Messages waiting at most. Statuses coalesce per shard, heartbeats to one,
+ * inventories to one between two other messages, so only distinct shards
+ * and GPU events count toward it; a node has a handful of each. A flood of
+ * 400k refused commands once queued 400k statuses (585 MB held, review
+ * finding 6).
  */
 export const MAX_PENDING_MESSAGES = 1024;
 
@@ -87,9 +88,10 @@ const INVENTORY = 'inventory';
  *
  * The Inventory is the node's whole state (64 GPUs and their 4,032 links
  * are more than one HTTP/2 flow-control window), written in 60-216 ms on a
- * loaded host, and a burst of engines becoming READY asked for two each (the
- * warmth ledger's time and GPU memory learned): READY statuses queued behind
- * them waited p95 650 ms (bench 16, 64 shards, branch ready7). So, while it
+ * loaded host, and a burst of engines becoming READY asks for one or two
+ * each (the warmth ledger's time and GPU memory learned): READY statuses
+ * queued behind them waited p95 650 ms (bench 16, 64 shards, branch
+ * ready7). So, while it
  * waits (not once the stream is writing it), and for at most
  * MAX_INVENTORY_DEFER_MS:
  * - a newer Inventory replaces it and takes the newer one's place in the

@@ -98,6 +98,15 @@ export interface SpawnAgentOptions {
   stopGrace?: string;
 }
 
+/**
+ * The agent's bin/run.js: this checkout's, or LLMGW_BENCH_BIN's, another
+ * build's copy (bin, dist, package.json, oclif.manifest.json beside a
+ * node_modules link), to measure two builds in turns in one session.
+ */
+function agentBin(): string {
+  return process.env.LLMGW_BENCH_BIN || BIN;
+}
+
 export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOptions = {}): BenchAgent {
   mkdirSync(dirs.root, { recursive: true });
   const config = join(dirs.root, 'agent.yaml');
@@ -113,7 +122,7 @@ export function spawnAgent(server: string, dirs: AgentDirs, opts: SpawnAgentOpti
   if (opts.reconnect) yaml = yaml.replace(/^reconnect_base: .*$/m, `reconnect_base: ${opts.reconnect.base}`).replace(/^reconnect_max: .*$/m, `reconnect_max: ${opts.reconnect.max}`);
   writeFileSync(config, yaml);
   const spawnedAtMs = Date.now();
-  const argv = [...(opts.prefix ?? []), process.execPath, ...agentNodeArgs, BIN, 'agent', 'run', '--config', config];
+  const argv = [...(opts.prefix ?? []), process.execPath, ...agentNodeArgs, agentBin(), 'agent', 'run', '--config', config];
   const child = execa(argv[0] as string, argv.slice(1), {
     reject: false,
     stdin: 'ignore',

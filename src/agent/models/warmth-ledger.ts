@@ -61,6 +61,16 @@ interface WarmthFile {
   rates?: NodeRates;
 }
 
+/**
+ * How long the time to READY waits to be told for the GPU memory read
+ * after it. Told one after the other, each READY asked for two Inventories
+ * of the whole node, a burst of 64 engines 82-128, and READY statuses
+ * queued behind them (bench 16, branch ready7). The read answers in
+ * milliseconds to a few hundred on a loaded host; one that hangs (nvidia-smi
+ * is killed after discovery.timeout, 10 s) delays the time no longer than this.
+ */
+export const MEMORY_TELL_WAIT_MS = 1000;
+
 const FROM: readonly WarmthFrom[] = ['sleeping-l1', 'sleeping-l2', 'page-cache+compile', 'page-cache', 'store+compile', 'store', 'hub', 'unmanaged'];
 
 const keyOf = (s: { spec: ShardSnapshot['spec'] }) => {
@@ -75,7 +85,12 @@ export interface WarmthLedgerOptions {
   /** Whether the agent has a model store (models.cache_dir): a start is then from the store or the hub. */
   hasStore: boolean;
   logger: Logger;
-  /** Told after each measurement, so the next Inventory carries it. */
+  /**
+   * Told after each measurement, so the next Inventory carries it: at READY
+   * once, when the GPU memory read after the time has answered (or failed),
+   * or MEMORY_TELL_WAIT_MS after the time if it has not; again when a read
+   * that slow learns the memory.
+   */
   onLearned?: () => void;
   /** The store's models as its last scan saw them (Inventory.cached_models): what a start is from, and the rung now. */
   cached?: () => readonly CachedModel[];
@@ -115,8 +130,9 @@ export class WarmthLedger {
     const pending = this.#pending.get(id);
     if (pending && isWarmedUp(t.from, t.to)) {
       this.#pending.delete(id);
-      this.#record(t.shard, pending.from, Date.now() - pending.atMs);
-      void this.#learnMemory(t.shard);
+      const readsMemory = this.#opts.gpuMemoryMib !== undefined && t.shard.spec.gpuIndices.length > 0;
+      this.#record(t.shard, pending.from, Date.now() - pending.atMs, !readsMemory);
+      if (readsMemory) void this.#learnMemory(t.shard);
       return;
     }
     if (isLeaving(t.to)) this.#pending.delete(id);
@@ -211,7 +227,8 @@ export class WarmthLedger {
     return inStore.length > 0 ? 'partial' : 'absent';
   }
 
-  #record(shard: ShardSnapshot, from: WarmthFrom, ms: number): void {
+  /** Records a time to READY; `tell`: onLearned now (not when a memory read follows, which tells for both). */
+  #record(shard: ShardSnapshot, from: WarmthFrom, ms: number, tell = true): void {
     const k = keyOf(shard);
     const id = idOf(k);
     const e = this.#entries.get(id) ?? { ...k, updatedAtMs: 0, samples: {} };
@@ -231,21 +248,35 @@ export class WarmthLedger {
       'time to READY measured',
     );
     this.#save();
-    this.#opts.onLearned?.();
+    if (tell) this.#opts.onLearned?.();
   }
 
   /**
    * The GPU memory the shard holds now it is READY, beside its time: read
-   * after the time is recorded, so a slow nvidia-smi never delays or skews
-   * the time, and the next Inventory carries it. A reading that fails
-   * (nvidia-smi gone, no GPU of the shard in it) learns nothing.
+   * after the time is recorded, so a slow nvidia-smi never skews the time,
+   * and the next Inventory carries both (MEMORY_TELL_WAIT_MS). A reading
+   * that fails (nvidia-smi gone, no GPU of the shard in it) learns nothing.
    */
   async #learnMemory(shard: ShardSnapshot): Promise<void> {
     const gpus = shard.spec.gpuIndices;
-    if (!this.#opts.gpuMemoryMib || gpus.length === 0) return;
-    const mib = await this.#opts.gpuMemoryMib(gpus).catch(() => undefined);
+    const read = this.#opts.gpuMemoryMib as NonNullable<WarmthLedgerOptions['gpuMemoryMib']>;
+    // The time is told with the memory, or alone once the read is late.
+    let told = false;
+    const tellTime = () => {
+      if (told) return;
+      told = true;
+      this.#opts.onLearned?.();
+    };
+    const late = setTimeout(tellTime, MEMORY_TELL_WAIT_MS);
+    late.unref?.();
+    const mib = await read(gpus)
+      .catch(() => undefined)
+      .finally(() => clearTimeout(late));
     const e = this.#entries.get(idOf(keyOf(shard)));
-    if (mib === undefined || !Number.isFinite(mib) || mib < 0 || !e) return;
+    if (mib === undefined || !Number.isFinite(mib) || mib < 0 || !e) {
+      tellTime();
+      return;
+    }
     e.gpuMib = [...(e.gpuMib ?? []), Math.round(mib)].slice(-WARMTH_MEDIAN_SAMPLES);
     e.gpus = gpus.length;
     this.#opts.logger.info({ shard: shard.shardId, model: e.model, engine: e.engine, profile: e.profile, gpus: gpus.length, mib: Math.round(mib) }, 'GPU memory at READY measured');

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { create } from '@bufbuild/protobuf';
-import { HeartbeatSchema, ShardStatusSchema, type AgentMessage } from '../../../src/gen/llmgw/v1/agent_pb.js';
-import { Outbox, OutboxFullError } from '../../../src/agent/connection/outbox.js';
+import { GpuEventSchema, HeartbeatSchema, InventorySchema, ShardState, ShardStatusSchema, type AgentMessage } from '../../../src/gen/llmgw/v1/agent_pb.js';
+import { MAX_INVENTORY_DEFER_MS, Outbox, OutboxFullError } from '../../../src/agent/connection/outbox.js';
 
 const tick = () => new Promise((r) => setTimeout(r, 0));
 
@@ -147,5 +147,104 @@ describe('Outbox under a flood', () => {
     await sink.release();
     await a;
     expect(sink.taken).toHaveLength(1);
+  });
+});
+
+describe('Outbox: Inventories behind the one being written', () => {
+  const status = (shardId: string, state = ShardState.READY) => ({ case: 'shard' as const, value: create(ShardStatusSchema, { shardId, state }) });
+  /** An Inventory told apart by its driver version. */
+  const inventory = (v: string) => ({ case: 'inventory' as const, value: create(InventorySchema, { driverVersion: v }) });
+  const gpuEvent = (message: string) => ({ case: 'gpuEvent' as const, value: create(GpuEventSchema, { message }) });
+  const said = (m: AgentMessage) => {
+    switch (m.msg.case) {
+      case 'inventory':
+        return `I ${m.msg.value.driverVersion}`;
+      case 'shard':
+        return `S ${m.msg.value.shardId} ${ShardState[m.msg.value.state]}`;
+      case 'gpuEvent':
+        return `G ${m.msg.value.message}`;
+      default:
+        return m.msg.case;
+    }
+  };
+
+  /** An outbox whose first Inventory ('a') the stream is writing (taken, not done) when it returns. */
+  async function writingInventory(opts: { nowMs?: () => number } = {}) {
+    const sink = gatedSink();
+    let id = 0n;
+    const outbox = new Outbox(sink, () => ++id, opts);
+    const sends = [outbox.send(inventory('a'))];
+    for (let i = 0; i < 100 && sink.waiting === 0; i++) await tick();
+    expect(sink.waiting).toBe(1);
+    /** Lets the stream take everything, then what it took, in order. */
+    const drain = async () => {
+      for (let i = 0; i < 1000 && outbox.pending > 0; i++) await sink.release();
+      await Promise.all(sends);
+      expect(sink.taken.map((m) => m.messageId)).toEqual(sink.taken.map((_, i) => BigInt(i + 1)));
+      return sink.taken.map(said);
+    };
+    const send = (msg: AgentMessage['msg']) => sends.push(outbox.send(msg));
+    return { outbox, send, drain };
+  }
+
+  it('sends a burst of READYs before the Inventory waiting behind the one being written, and only the newest of those asked meanwhile', async () => {
+    const { send, drain } = await writingInventory();
+    // Each engine's READY, then the two Inventories its warmth asks for (time to READY, then its GPU memory).
+    for (const shard of ['s0', 's1', 's2']) {
+      send(status(shard));
+      send(inventory(`${shard} time`));
+      send(inventory(`${shard} memory`));
+    }
+    expect(await drain()).toEqual(['I a', 'S s0 READY', 'S s1 READY', 'S s2 READY', 'I s2 memory']);
+  });
+
+  it('keeps one shard\'s statuses one message, its latest, and the statuses of several in the order they were queued', async () => {
+    const { send, drain } = await writingInventory();
+    send(status('x', ShardState.STARTING));
+    send(inventory('b'));
+    send(status('y', ShardState.READY));
+    send(status('x', ShardState.READY));
+    send(status('x', ShardState.FAILED));
+    expect(await drain()).toEqual(['I a', 'S x FAILED', 'S y READY', 'I b']);
+  });
+
+  it('sends an Inventory asked for after a status after it, with what it said last (the look-alike of one superseded)', async () => {
+    const sink = gatedSink();
+    let id = 0n;
+    const outbox = new Outbox(sink, () => ++id);
+    const sends = [outbox.send(status('s0')), outbox.send(inventory('after s0'))];
+    await sink.release();
+    await sink.release();
+    await Promise.all(sends);
+    expect(sink.taken.map(said)).toEqual(['S s0 READY', 'I after s0']);
+  });
+
+  it('lets no newer Inventory and no status pass a GPU event or a heartbeat queued behind a waiting Inventory', async () => {
+    const { send, drain } = await writingInventory();
+    send(inventory('b'));
+    send(status('s0'));
+    send(gpuEvent('Xid 79'));
+    send(status('s1', ShardState.UNHEALTHY));
+    // The Inventory that marks the GPU: after the event that says why, never in the place of 'b'.
+    send(inventory('c'));
+    send({ case: 'heartbeat', value: create(HeartbeatSchema, {}) });
+    send(status('s2'));
+    send(inventory('d'));
+    expect(await drain()).toEqual(['I a', 'S s0 READY', 'I b', 'G Xid 79', 'S s1 UNHEALTHY', 'I c', 'heartbeat', 'S s2 READY', 'I d']);
+  });
+
+  it(`keeps an Inventory's place once it has waited ${MAX_INVENTORY_DEFER_MS} ms: statuses wait for it and a newer one queues behind it`, async () => {
+    let now = 0;
+    const { send, drain } = await writingInventory({ nowMs: () => now });
+    send(inventory('b'));
+    now = MAX_INVENTORY_DEFER_MS - 1;
+    send(status('s0'));
+    send(inventory('c'));
+    now = MAX_INVENTORY_DEFER_MS;
+    send(status('s1'));
+    send(inventory('d'));
+    send(status('s2'));
+    // 'c' replaced 'b' behind s0, keeping b's age: overdue, s1 waits for it and 'd' queues behind it, its own age (s2 passes it).
+    expect(await drain()).toEqual(['I a', 'S s0 READY', 'I c', 'S s1 READY', 'S s2 READY', 'I d']);
   });
 });

@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { afterAll, describe, expect, it, vi } from 'vitest';
-import { WARMTH_MODELS, WARMTH_SAMPLES, WarmthLedger } from '../../../src/agent/models/warmth-ledger.js';
+import { MEMORY_TELL_WAIT_MS, WARMTH_MODELS, WARMTH_SAMPLES, WarmthLedger } from '../../../src/agent/models/warmth-ledger.js';
 import type { ShardSnapshot } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import { CachedModelSchema, ShardState as S, StartShardSchema } from '../../../src/gen/llmgw/v1/agent_pb.js';
 import { compileDirsByEngine } from '../../../src/agent/engines/engine-catalog.js';
@@ -247,8 +247,9 @@ describe('WarmthLedger: GPU memory at READY (issue 51)', () => {
     for (const [i, id] of ['a', 'b', 'c', 'd'].entries()) {
       const before = learned.length;
       launchedAndReady(l, shard(id, now - 100));
-      // Told twice, the time and then the memory read after it; once for the reading that failed, once it was asked.
-      await until(() => learned.length === before + (i < 3 ? 2 : 1) && asked.length === i + 1, `READY ${id} learned`);
+      // Told once, time and memory together once the read has answered; the time alone for the reading that failed.
+      await until(() => learned.length === before + 1 && asked.length === i + 1, `READY ${id} learned`);
+      expect(l.report([], [])[0]?.gpuMemoryAtReadyGpus).toBe(1);
     }
     expect(asked).toEqual([[0], [0], [0], [0]]);
     const [w] = l.report([], []);
@@ -260,5 +261,56 @@ describe('WarmthLedger: GPU memory at READY (issue 51)', () => {
     const blind = ledger({ path: fresh(), hasStore: false, logger: captureLogger().logger });
     launchedAndReady(blind, shard('e', now - 100));
     expect(blind.report([], [])[0]).toMatchObject({ gpuMemoryAtReadyMib: 0, gpuMemoryAtReadyGpus: 0 });
+  });
+});
+
+describe('WarmthLedger: one Inventory for a READY (bench 16: two each held READY statuses behind them)', () => {
+  /** A ledger whose GPU memory reads answer when the test says. */
+  function gatedReads() {
+    const answers: ((mib: number | undefined) => void)[] = [];
+    const learned: string[] = [];
+    const l = ledger({
+      path: fresh(),
+      hasStore: false,
+      logger: captureLogger().logger,
+      onLearned: () => learned.push(`gpus ${l.report([], [])[0]?.gpuMemoryAtReadyGpus}`),
+      gpuMemoryMib: () => new Promise((resolve) => answers.push(resolve)),
+    });
+    return { l, learned, answers };
+  }
+
+  it('tells the time with the memory once the read answers, not before', async () => {
+    const { l, learned, answers } = gatedReads();
+    launchedAndReady(l, shard('a', Date.now() - 100));
+    await until(() => answers.length === 1, 'the memory read asked');
+    expect(learned).toEqual([]);
+    answers[0]?.(70_000);
+    await until(() => learned.length > 0, 'told');
+    expect(learned).toEqual(['gpus 1']);
+  });
+
+  it(`tells the time alone when the read has not answered in ${MEMORY_TELL_WAIT_MS} ms, then again with the memory`, async () => {
+    const { l, learned, answers } = gatedReads();
+    const readyAtMs = Date.now();
+    launchedAndReady(l, shard('a', readyAtMs - 100));
+    await until(() => learned.length === 1, 'the time told alone', 20_000);
+    expect(Date.now() - readyAtMs).toBeGreaterThanOrEqual(MEMORY_TELL_WAIT_MS - 5);
+    expect(learned).toEqual(['gpus 0']);
+    answers[0]?.(70_000);
+    await until(() => learned.length === 2, 'the memory told');
+    expect(learned).toEqual(['gpus 0', 'gpus 1']);
+  });
+
+  it('tells a READY with no memory to read (no GPU, or no reader) at once, and one whose read fails once', async () => {
+    const { l, learned, answers } = gatedReads();
+    const noGpu = shardSnapshot('cpu', { spec: create(StartShardSchema, { shardId: 'cpu', replicaId: 'r', gpuIndices: [], profile: { name: 'p', engine: 'vllm', model: 'acme/cpu' } }), startedAtMs: Date.now() - 100 });
+    launchedAndReady(l, noGpu);
+    expect(learned).toHaveLength(1);
+    launchedAndReady(l, shard('a', Date.now() - 100));
+    await until(() => answers.length === 1, 'the memory read asked');
+    answers[0]?.(undefined);
+    await until(() => learned.length === 2, 'told');
+    await new Promise((r) => setTimeout(r, MEMORY_TELL_WAIT_MS + 200));
+    expect(learned).toHaveLength(2);
   });
 });

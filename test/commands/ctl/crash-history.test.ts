@@ -79,38 +79,43 @@ describe('crash history', () => {
     expect(new Set(failed.map((f) => f.shardId)).size).toBe(CRASHES);
     const socket = ['--socket', dirs.socket];
 
-    // The first generation is long forgotten by the agent; its log is kept and read by id.
     const first = failed[0] as { shardId: string; pid: number };
-    const byId = await runCli(['ctl', 'logs', first.shardId, '-n', '20', ...socket]);
+    const [, second, third] = failed as { shardId: string; pid: number }[];
+    // Every ctl call at once: the replica keeps crashing meanwhile (each answer is judged alone), and each
+    // second spent on them one after another was another engine started, crashed and placed again.
+    const [byId, prev, byReplica, live, all, onlyFailed, table] = await Promise.all([
+      runCli(['ctl', 'logs', first.shardId, '-n', '20', ...socket]),
+      runCli(['ctl', 'logs', (third as { shardId: string }).shardId, '--previous', ...socket]),
+      runCli(['ctl', 'logs', '--previous', '--replica', 'crashy-0', '--timestamps', ...socket]),
+      runCli(['ctl', 'status', '--json', ...socket]),
+      runCli(['ctl', 'status', '--all', '--json', ...socket]),
+      runCli(['ctl', 'status', '--state', 'failed', '--json', ...socket]),
+      runCli(['ctl', 'status', ...socket]),
+    ]);
+
+    // The first generation is long forgotten by the agent; its log is kept and read by id.
     expect(byId.exitCode, byId.stderr).toBe(0);
     expect(byId.stdout).toContain(`pid ${first.pid}`);
     expect(byId.stdout).toMatch(/exiting with 3/);
 
     // --previous of a generation: the same replica's run before it, under another shard id.
-    const [, second, third] = failed as { shardId: string; pid: number }[];
-    const prev = await runCli(['ctl', 'logs', (third as { shardId: string }).shardId, '--previous', ...socket]);
     expect(prev.exitCode, prev.stderr).toBe(0);
     expect(prev.stdout).toContain(`pid ${second?.pid}`);
     expect(prev.stdout).not.toContain(`pid ${third?.pid}`);
     // And by replica: the run before its newest one has crashed, whichever generation that is.
-    const byReplica = await runCli(['ctl', 'logs', '--previous', '--replica', 'crashy-0', '--timestamps', ...socket]);
     expect(byReplica.exitCode, byReplica.stderr).toBe(0);
     expect(byReplica.stdout).toMatch(/exiting with 3/);
     expect(byReplica.stdout).toMatch(/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z INFO /m);
 
     // ctl status: no ended shard whose engine is gone unless --all; --all shows at most KEEP of them.
-    const live = await runCli(['ctl', 'status', '--json', ...socket]);
     expect(live.exitCode, live.stderr).toBe(0);
-    const all = await runCli(['ctl', 'status', '--all', '--json', ...socket]);
     const ended = shardsOf(all.stdout).filter((s) => ['SHARD_STATE_FAILED', 'SHARD_STATE_EXITED', 'SHARD_STATE_STOPPED'].includes(s.state));
     expect(ended.length).toBeGreaterThan(0);
     expect(ended.length).toBeLessThanOrEqual(KEEP);
-    // The loop goes on between the two calls, so each answer is judged alone: these engines all exited.
+    // These engines all exited.
     expect(shardsOf(live.stdout).filter((s) => ['SHARD_STATE_FAILED', 'SHARD_STATE_EXITED', 'SHARD_STATE_STOPPED'].includes(s.state))).toEqual([]);
-    const onlyFailed = await runCli(['ctl', 'status', '--state', 'failed', '--json', ...socket]);
     expect(shardsOf(onlyFailed.stdout).every((s) => s.state === 'SHARD_STATE_FAILED')).toBe(true);
     expect(shardsOf(onlyFailed.stdout).length).toBeGreaterThan(0);
-    const table = await runCli(['ctl', 'status', ...socket]);
     expect(table.stdout).toContain('not listed: ctl status --all');
     expect(table.stdout).not.toContain(first.shardId);
 

@@ -1,6 +1,9 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { spawn } from 'node:child_process';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it, onTestFinished } from 'vitest';
 import { type ChildExit, EngineChildren } from '../../src/sim/engine-children.js';
-import { until } from '../helpers/engine-processes.js';
+import { isRunning, until } from '../helpers/engine-processes.js';
+import { REPO_ROOT } from '../helpers/run-cli.js';
 
 /*
  * The doubles' child processes. SGLang's SubprocessWatchdog (fake-sglang.ts) kills the tree on a child's
@@ -46,5 +49,42 @@ describe('an engine double\'s children', () => {
     // Ended afterwards by the engine: only the second is expected.
     await c.terminate(10_000);
     expect(c.exits.map((e) => e.expected)).toEqual([false, true]);
+  });
+
+  it('with the SIGTERM disposition asked for: exit 0 (vLLM\'s workers), or killed by it (SGLang\'s schedulers)', async () => {
+    const c = new EngineChildren(
+      [
+        { readyLine: "worker {pid} ready, 'quoted' $HOME", onSigterm: 'exit' },
+        { readyLine: 'scheduler {pid} ready', onSigterm: 'default' },
+      ],
+      () => {},
+    );
+    started.push(c);
+    await c.terminate(10_000);
+    expect(c.exits.map((e) => [e.code, e.signal])).toEqual([
+      [0, null],
+      [null, 'SIGTERM'],
+    ]);
+  });
+
+  it('end as soon as their engine is SIGKILLed (the death pipe), and not while it lives', async () => {
+    // A double's process of its own, as the doubles run them: the built module, its ready lines on stdout.
+    const script = `import(${JSON.stringify(join(REPO_ROOT, 'dist/sim/engine-children.js'))}).then((m) => new m.EngineChildren([{ readyLine: 'child {pid} ready, \\'as is\\' $$', onSigterm: 'exit' }, { readyLine: 'child {pid} ready, \\'as is\\' $$', onSigterm: 'default' }], () => {}))`;
+    const engine = spawn(process.execPath, ['-e', script], { detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
+    let out = '';
+    engine.stdout.on('data', (chunk: Buffer) => {
+      out += chunk.toString();
+    });
+    const ready = () => [...out.matchAll(/^child (\d+) ready, 'as is' \$\$$/gm)].map((m) => Number(m[1]));
+    onTestFinished(() => {
+      for (const pid of [engine.pid as number, ...ready()]) if (isRunning(pid)) process.kill(pid, 'SIGKILL');
+    });
+    await until(() => ready().length === 2, 'both children ready', 20_000);
+    const children = ready();
+    // Alive with their engine: the pipe's other end is open.
+    await new Promise((r) => setTimeout(r, 300));
+    expect(children.filter(isRunning)).toEqual(children);
+    process.kill(engine.pid as number, 'SIGKILL');
+    await until(() => children.every((pid) => !isRunning(pid)), 'the children to end with their engine', 20_000);
   });
 });

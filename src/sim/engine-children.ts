@@ -27,6 +27,19 @@ function childScript(spec: ChildSpec): string {
   return `${sigterm}printf '%s\\n' ${line} 2>/dev/null; read -r _; kill -KILL $$`;
 }
 
+/**
+ * The Node child the doubles had before (see `nodeChildren`): it prints the
+ * same line, and polls every 200 ms for its parent's death instead of a pipe.
+ */
+function nodeChildScript(spec: ChildSpec): string {
+  const sigterm = spec.onSigterm === 'exit' ? "process.on('SIGTERM',()=>process.exit(0));" : '';
+  return (
+    `${sigterm}const parent=process.ppid;` +
+    "setInterval(()=>{if(process.ppid!==parent)process.kill(process.pid,'SIGKILL')},200);" +
+    `try{require('fs').writeSync(1,${JSON.stringify(spec.readyLine)}.replace('{pid}',String(process.pid))+'\\n')}catch{}`
+  );
+}
+
 /** How long ending the children waits before SIGKILL. */
 const CHILD_STOP_MS = 5000;
 
@@ -53,10 +66,18 @@ export class EngineChildren {
   readonly #exits: ChildExit[] = [];
   #expected = false;
 
-  /** Starts `count` children; `onExit` hears of each one's exit unless the engine is ending them itself. */
-  constructor(specs: readonly ChildSpec[], onExit: (exit: ChildExit) => void) {
+  /**
+   * Starts `count` children; `onExit` hears of each one's exit unless the engine is ending them itself.
+   * `nodeChildren`: Node processes, as before the shell ones (the vLLM double, for now: three tests of
+   * test/sim/fake-vllm.test.ts wait for its workers' ready lines alone and then use its port, which a
+   * Node worker's slow start always left time to open, and a shell's does not; the real workers are
+   * ready long before the port, so those tests are the ones to change).
+   */
+  constructor(specs: readonly ChildSpec[], onExit: (exit: ChildExit) => void, opts: { nodeChildren?: boolean } = {}) {
     for (const spec of specs) {
-      const child = spawn('/bin/sh', ['-c', childScript(spec)], { stdio: ['pipe', 'inherit', 'inherit'] });
+      const child = opts.nodeChildren
+        ? spawn(process.execPath, ['-e', nodeChildScript(spec)], { stdio: ['ignore', 'inherit', 'inherit'] })
+        : spawn('/bin/sh', ['-c', childScript(spec)], { stdio: ['pipe', 'inherit', 'inherit'] });
       child.on('error', () => {});
       child.stdin?.on('error', () => {});
       child.on('exit', (code, signal) => {

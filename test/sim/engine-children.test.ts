@@ -51,40 +51,52 @@ describe('an engine double\'s children', () => {
     expect(c.exits.map((e) => e.expected)).toEqual([false, true]);
   });
 
-  it('with the SIGTERM disposition asked for: exit 0 (vLLM\'s workers), or killed by it (SGLang\'s schedulers)', async () => {
-    const c = new EngineChildren(
-      [
-        { readyLine: "worker {pid} ready, 'quoted' $HOME", onSigterm: 'exit' },
-        { readyLine: 'scheduler {pid} ready', onSigterm: 'default' },
-      ],
-      () => {},
+  it.each([
+    ['shell', false],
+    ['Node', true],
+  ])('%s children have the SIGTERM disposition asked for: exit 0 (vLLM\'s workers), or killed by it (SGLang\'s schedulers)', async (_kind, nodeChildren) => {
+    // In an engine process of its own, whose stdout the children share: their ready lines (printed once the disposition is
+    // set) are seen before the engine is asked (SIGUSR2) to end them, and it prints how each ended, in the order they were made.
+    const engine = childrenInAnEngine(
+      `[{ readyLine: 'worker {pid} ready', onSigterm: 'exit' }, { readyLine: 'scheduler {pid} ready', onSigterm: 'default' }], () => {}, { nodeChildren: ${nodeChildren} }`,
+      "process.on('SIGUSR2', () => c.terminate(10_000).then(() => console.log('exits ' + JSON.stringify(c.exits.map((e) => [c.pids.indexOf(e.child.pid), e.code, e.signal]).sort((x, y) => x[0] - y[0])))))",
     );
-    started.push(c);
-    await c.terminate(10_000);
-    expect(c.exits.map((e) => [e.code, e.signal])).toEqual([
-      [0, null],
-      [null, 'SIGTERM'],
+    await until(() => /^worker \d+ ready$/m.test(engine.out()) && /^scheduler \d+ ready$/m.test(engine.out()), 'both children ready', 20_000);
+    process.kill(engine.pid, 'SIGUSR2');
+    await until(() => /^exits /m.test(engine.out()), 'the children ended', 20_000);
+    expect(JSON.parse(/^exits (.*)$/m.exec(engine.out())?.[1] as string)).toEqual([
+      [0, 0, null],
+      [1, null, 'SIGTERM'],
     ]);
   });
 
   it('end as soon as their engine is SIGKILLed (the death pipe), and not while it lives', async () => {
     // A double's process of its own, as the doubles run them: the built module, its ready lines on stdout.
-    const script = `import(${JSON.stringify(join(REPO_ROOT, 'dist/sim/engine-children.js'))}).then((m) => new m.EngineChildren([{ readyLine: 'child {pid} ready, \\'as is\\' $$', onSigterm: 'exit' }, { readyLine: 'child {pid} ready, \\'as is\\' $$', onSigterm: 'default' }], () => {}))`;
-    const engine = spawn(process.execPath, ['-e', script], { detached: true, stdio: ['ignore', 'pipe', 'inherit'] });
-    let out = '';
-    engine.stdout.on('data', (chunk: Buffer) => {
-      out += chunk.toString();
-    });
-    const ready = () => [...out.matchAll(/^child (\d+) ready, 'as is' \$\$$/gm)].map((m) => Number(m[1]));
+    const engine = childrenInAnEngine("[{ readyLine: 'child {pid} ready, \\'as is\\' $$', onSigterm: 'exit' }, { readyLine: 'child {pid} ready, \\'as is\\' $$', onSigterm: 'default' }], () => {}");
+    const ready = () => [...engine.out().matchAll(/^child (\d+) ready, 'as is' \$\$$/gm)].map((m) => Number(m[1]));
     onTestFinished(() => {
-      for (const pid of [engine.pid as number, ...ready()]) if (isRunning(pid)) process.kill(pid, 'SIGKILL');
+      for (const pid of ready()) if (isRunning(pid)) process.kill(pid, 'SIGKILL');
     });
     await until(() => ready().length === 2, 'both children ready', 20_000);
     const children = ready();
     // Alive with their engine: the pipe's other end is open.
     await new Promise((r) => setTimeout(r, 300));
     expect(children.filter(isRunning)).toEqual(children);
-    process.kill(engine.pid as number, 'SIGKILL');
+    process.kill(engine.pid, 'SIGKILL');
     await until(() => children.every((pid) => !isRunning(pid)), 'the children to end with their engine', 20_000);
   });
 });
+
+/** A Node process that runs `then` (before any child exists), then makes `c = new EngineChildren(<args>)` from the built module; killed when the test ends. */
+function childrenInAnEngine(args: string, then = ''): { pid: number; out: () => string } {
+  const script = `import(${JSON.stringify(join(REPO_ROOT, 'dist/sim/engine-children.js'))}).then((m) => { let c; ${then}; c = new m.EngineChildren(${args}); })`;
+  const engine = spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+  let out = '';
+  engine.stdout.on('data', (chunk: Buffer) => {
+    out += chunk.toString();
+  });
+  onTestFinished(() => {
+    if (isRunning(engine.pid as number)) process.kill(engine.pid as number, 'SIGKILL');
+  });
+  return { pid: engine.pid as number, out: () => out };
+}

@@ -141,6 +141,8 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
                 void exit(1, 'a worker died');
               } else failEngine('a worker died');
             },
+            // Node workers until test/sim/fake-vllm.test.ts waits for the port (engine-children.ts says why).
+            { nodeChildren: true },
           )
         : undefined;
 

@@ -153,22 +153,6 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     expect(hb.gpuMemoryUsedMb.slice(1)).toEqual([1, 52, 71480, 71480, 3, 0, 17]);
   });
 
-  it('reports an Xid 79 from NVML as a GpuEvent and the READY shard on that GPU UNHEALTHY, engine untouched, and refuses new starts there', async () => {
-    const a = await gpuAgent();
-    const ms = await expectFaultReported(a, () => appendFileSync(a.control, 'xid 2 79\n'), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
-    console.info(`Xid 79 through NVML: shard UNHEALTHY on the stream ${ms} ms after the injection`);
-
-    const json = await runCli(['ctl', 'status', '--socket', a.socket, '--json']);
-    expect(json.exitCode).toBe(0);
-    const status = JSON.parse(json.stdout) as { gpus: { index: number; healthy: boolean; fault: string; recentEvents: { message: string; source: string }[] }[] };
-    expect(status.gpus[2]).toMatchObject({ index: 2, healthy: false, fault: 'Xid 79: GPU has fallen off the bus' });
-    expect(status.gpus[2]?.recentEvents.at(-1)).toMatchObject({ message: 'Xid 79: GPU has fallen off the bus', source: 'nvml' });
-    expect(status.gpus.filter((g) => g.healthy).map((g) => g.index)).toEqual([0, 1, 3, 4, 5, 6, 7]);
-    const text = (await runCli(['ctl', 'status', '--socket', a.socket])).stdout;
-    expect(text).toMatch(/^2 +NVIDIA H100 80GB HBM3 +\d+ \/ 81559 MiB +UNHEALTHY +Xid 79: GPU has fallen off the bus \(nvml, /m);
-    expect(text).toContain('GPU 2: Xid 79: GPU has fallen off the bus');
-  });
-
   it('after a restart, registers a GPU lost meanwhile as unhealthy and reports the adopted shard on it UNHEALTHY, same engine', async () => {
     const a = await gpuAgent();
     const { pid } = await readyShard(a, 's1', 1);
@@ -200,43 +184,6 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     await healthy;
   });
 
-  it('`ctl gpu clear` clears an Xid fault for an operator: logged with the uid, CLEARED_BY_OPERATOR to the control plane, the shard READY', async () => {
-    const a = await gpuAgent();
-    await readyShard(a, 's1', 1);
-    const unhealthy = a.cp.waitFor('node-a', shardIs('s1', ShardState.UNHEALTHY), 20_000);
-    appendFileSync(a.control, 'xid 1 94\n');
-    await unhealthy;
-    // Bad input is refused naming what is wrong, and changes nothing.
-    const notANumber = await runCli(['ctl', 'gpu', 'clear', 'one', '--socket', a.socket]);
-    expect([notANumber.exitCode, notANumber.stderr.trim()]).toEqual([2, expect.stringMatching(/GPU index must be a number such as 2, got "one"/)]);
-    const noSuch = await runCli(['ctl', 'gpu', 'clear', '42', '--socket', a.socket]);
-    expect(noSuch.exitCode).toBe(2);
-    expect(noSuch.stderr).toMatch(/no GPU 42 on this node \(GPUs: 0, 1, 2, 3, 4, 5, 6, 7\)/);
-    const badReason = await runCli(['ctl', 'gpu', 'clear', '1', '--reason', 'a\nforged line', '--socket', a.socket]);
-    expect(badReason.exitCode).toBe(2);
-
-    const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED_BY_OPERATOR), 20_000);
-    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 20_000);
-    const out = await runCli(['ctl', 'gpu', 'clear', '1', '--reason', 'reset with nvidia-smi -r', '--socket', a.socket]);
-    expect(out.exitCode).toBe(0);
-    expect(out.stdout.trim()).toBe('GPU 1: cleared Xid 94: contained ECC error; new shards may use it, and the control plane is told');
-    const uid = process.getuid?.() ?? -1;
-    expect(((await cleared).msg.value as GpuEvent).message).toBe(`cleared by uid ${uid}: reset with nvidia-smi -r; cleared: Xid 94: contained ECC error`);
-    expect(((await ready).msg.value as ShardStatus).error).toBe('');
-    expect(a.records.find((r) => r.msg === 'GPU faults cleared by an operator')).toMatchObject({ gpu: 1, uid, reason: 'reset with nvidia-smi -r' });
-    const again = await runCli(['ctl', 'gpu', 'clear', '1', '--socket', a.socket, '--json']);
-    const json = JSON.parse(again.stdout) as { cleared?: string[]; event?: unknown };
-    expect([json.cleared ?? [], json.event]).toEqual([[], undefined]);
-    // Five CLI processes on a busy two-core machine: a safety net, not a limit.
-  }, 120_000);
-
-  it('refuses a StartShard on GPU 3, whose 71480 MiB in use belong to no process, with the numbers', async () => {
-    const a = await gpuAgent();
-    const refusal = await refusalOn(a, 'on-3', 3);
-    expect(refusal).toContain('GPU 3: 71480 of 81559 MiB used and no process listed on it');
-    expect(refusal).toContain('more than the 5% allowed');
-  });
-
   it("runs on an old driver's NVML without its optional entry points, and still finds a lost GPU by the poll", async () => {
     const a = await gpuAgent({ variant: 'old', interval: '500ms' });
     expect(a.register.inventory?.gpus).toHaveLength(8);
@@ -264,6 +211,75 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
     expect(exit.exitCode).toBe(0);
     expect(exit.atMs - sentAt).toBeLessThan(10_000);
   });
+});
+
+/*
+ * Faults on one agent with NVML at its default poll, each test on a GPU of
+ * its own (2, 1, 3) with shards of its own: a fault, and what the agent says
+ * of it, concern only its GPU and the shard on it, as in the 500 ms group
+ * below, so the tests share the agent's start (an agent and a control plane
+ * each, some 1.5 s of CPU) and not their findings. The Xid test comes first:
+ * its `ctl status` lists every GPU's health, all sound but its own.
+ */
+describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read through NVML, one agent for faults on distinct GPUs', { timeout: TEST_TIMEOUT_MS }, () => {
+  const ends: Array<() => unknown> = [];
+  let a: Started;
+  beforeAll(async () => {
+    a = await gpuAgent({}, (fn) => ends.push(fn));
+  }, 60_000);
+  afterAll(async () => {
+    for (const fn of ends.reverse()) await fn();
+  }, 60_000);
+
+    it('reports an Xid 79 from NVML as a GpuEvent and the READY shard on that GPU UNHEALTHY, engine untouched, and refuses new starts there', async () => {
+      const ms = await expectFaultReported(a, () => appendFileSync(a.control, 'xid 2 79\n'), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
+      console.info(`Xid 79 through NVML: shard UNHEALTHY on the stream ${ms} ms after the injection`);
+
+      const json = await runCli(['ctl', 'status', '--socket', a.socket, '--json']);
+      expect(json.exitCode).toBe(0);
+      const status = JSON.parse(json.stdout) as { gpus: { index: number; healthy: boolean; fault: string; recentEvents: { message: string; source: string }[] }[] };
+      expect(status.gpus[2]).toMatchObject({ index: 2, healthy: false, fault: 'Xid 79: GPU has fallen off the bus' });
+      expect(status.gpus[2]?.recentEvents.at(-1)).toMatchObject({ message: 'Xid 79: GPU has fallen off the bus', source: 'nvml' });
+      expect(status.gpus.filter((g) => g.healthy).map((g) => g.index)).toEqual([0, 1, 3, 4, 5, 6, 7]);
+      const text = (await runCli(['ctl', 'status', '--socket', a.socket])).stdout;
+      expect(text).toMatch(/^2 +NVIDIA H100 80GB HBM3 +\d+ \/ 81559 MiB +UNHEALTHY +Xid 79: GPU has fallen off the bus \(nvml, /m);
+      expect(text).toContain('GPU 2: Xid 79: GPU has fallen off the bus');
+    });
+
+    it('`ctl gpu clear` clears an Xid fault for an operator: logged with the uid, CLEARED_BY_OPERATOR to the control plane, the shard READY', async () => {
+      await readyShard(a, 'clear-1', 1);
+      const unhealthy = a.cp.waitFor('node-a', shardIs('clear-1', ShardState.UNHEALTHY), 20_000);
+      appendFileSync(a.control, 'xid 1 94\n');
+      await unhealthy;
+      // Bad input is refused naming what is wrong, and changes nothing.
+      const notANumber = await runCli(['ctl', 'gpu', 'clear', 'one', '--socket', a.socket]);
+      expect([notANumber.exitCode, notANumber.stderr.trim()]).toEqual([2, expect.stringMatching(/GPU index must be a number such as 2, got "one"/)]);
+      const noSuch = await runCli(['ctl', 'gpu', 'clear', '42', '--socket', a.socket]);
+      expect(noSuch.exitCode).toBe(2);
+      expect(noSuch.stderr).toMatch(/no GPU 42 on this node \(GPUs: 0, 1, 2, 3, 4, 5, 6, 7\)/);
+      const badReason = await runCli(['ctl', 'gpu', 'clear', '1', '--reason', 'a\nforged line', '--socket', a.socket]);
+      expect(badReason.exitCode).toBe(2);
+
+      const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED_BY_OPERATOR), 20_000);
+      const ready = a.cp.waitFor('node-a', shardIs('clear-1', ShardState.READY), 20_000);
+      const out = await runCli(['ctl', 'gpu', 'clear', '1', '--reason', 'reset with nvidia-smi -r', '--socket', a.socket]);
+      expect(out.exitCode).toBe(0);
+      expect(out.stdout.trim()).toBe('GPU 1: cleared Xid 94: contained ECC error; new shards may use it, and the control plane is told');
+      const uid = process.getuid?.() ?? -1;
+      expect(((await cleared).msg.value as GpuEvent).message).toBe(`cleared by uid ${uid}: reset with nvidia-smi -r; cleared: Xid 94: contained ECC error`);
+      expect(((await ready).msg.value as ShardStatus).error).toBe('');
+      expect(a.records.find((r) => r.msg === 'GPU faults cleared by an operator')).toMatchObject({ gpu: 1, uid, reason: 'reset with nvidia-smi -r' });
+      const again = await runCli(['ctl', 'gpu', 'clear', '1', '--socket', a.socket, '--json']);
+      const json = JSON.parse(again.stdout) as { cleared?: string[]; event?: unknown };
+      expect([json.cleared ?? [], json.event]).toEqual([[], undefined]);
+      // Five CLI processes on a busy two-core machine: a safety net, not a limit.
+    }, 120_000);
+
+    it('refuses a StartShard on GPU 3, whose 71480 MiB in use belong to no process, with the numbers', async () => {
+      const refusal = await refusalOn(a, 'on-3', 3);
+      expect(refusal).toContain('GPU 3: 71480 of 81559 MiB used and no process listed on it');
+      expect(refusal).toContain('more than the 5% allowed');
+    });
 });
 
 /*
@@ -333,16 +349,48 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
   });
 });
 
-describe('llmgw agent run watching the kernel log', { timeout: TEST_TIMEOUT_MS }, () => {
-  it('reports an NVRM Xid 79 line from the kernel log alone like the same Xid from NVML', async () => {
+/*
+ * The kernel log as the only source, on one agent for two tests on GPUs of
+ * their own (2 and 6), as above: an Xid 79 on GPU 2, and on GPU 6 the
+ * failure record of a shard that crashed after an Xid 13 there, which holds
+ * the events of its own GPUs only.
+ */
+describe('llmgw agent run watching the kernel log, one agent for faults on distinct GPUs', { timeout: TEST_TIMEOUT_MS }, () => {
+  const ends: Array<() => unknown> = [];
+  let a: Started;
+  beforeAll(async () => {
     // No NVML here: the library name is the default, absent on this machine, so the kernel log is the only source.
-    const a = await gpuAgent({ nvml: false });
-    expect(a.records.some((r) => /GPUs read through nvidia-smi/.test(String(r.msg)))).toBe(true);
-    const line = `3,1234,${Math.floor(uptimeSeconds() * 1e6) + 1_000_000},-;NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n`;
-    const ms = await expectFaultReported(a, () => appendFileSync(a.kmsg, line), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
-    console.info(`Xid 79 through the kernel log: shard UNHEALTHY on the stream ${ms} ms after the line was written`);
-  });
+    a = await gpuAgent({ nvml: false }, (fn) => ends.push(fn));
+  }, 60_000);
+  afterAll(async () => {
+    for (const fn of ends.reverse()) await fn();
+  }, 60_000);
 
+    it('reports an NVRM Xid 79 line from the kernel log alone like the same Xid from NVML', async () => {
+      expect(a.records.some((r) => /GPUs read through nvidia-smi/.test(String(r.msg)))).toBe(true);
+      const line = `3,1234,${Math.floor(uptimeSeconds() * 1e6) + 1_000_000},-;NVRM: Xid (PCI:0000:3a:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.\n`;
+      const ms = await expectFaultReported(a, () => appendFileSync(a.kmsg, line), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
+      console.info(`Xid 79 through the kernel log: shard UNHEALTHY on the stream ${ms} ms after the line was written`);
+    });
+
+    it("writes the shard's GPU events of the minute before its crash into its failure record", async () => {
+      const { pid } = await readyShard(a, 'crash-6', 6);
+      const event = a.cp.waitFor('node-a', isGpuEvent(6, GpuEventKind.XID), 20_000);
+      // Xid 13, the application's fault: said, not held against the GPU; the engine then dies.
+      appendFileSync(a.kmsg, `3,1235,${Math.floor(uptimeSeconds() * 1e6) + 1_000_000},-;NVRM: Xid (PCI:0000:ba:00): 13, pid=${pid}, name=python, Graphics Exception\n`);
+      await event;
+      const failed = a.cp.waitFor('node-a', shardIs('crash-6', ShardState.FAILED), 20_000);
+      process.kill(pid, 'SIGKILL');
+      await failed;
+      const path = shardFailurePath(a.logDir, 'crash-6');
+      await until(() => /"gpuEvents"/.test(readFileSync(path, 'utf8')), 'the GPU events in the failure record', 20_000);
+      const record = JSON.parse(readFileSync(path, 'utf8')) as { exitCode: number; gpuEvents: { gpu: number; kind: string; xid: number; source: string }[] };
+      expect(record.exitCode).toBe(137);
+      expect(record.gpuEvents).toEqual([expect.objectContaining({ gpu: 6, kind: 'XID', xid: 13, source: 'kmsg' })]);
+    });
+});
+
+describe('llmgw agent run watching the kernel log', { timeout: TEST_TIMEOUT_MS }, () => {
   it('reports a fault nvidia-smi reads ("GPU requires reset") as it does NVML\'s: a GpuEvent, the shard on it UNHEALTHY, and READY again once the scan reads it sound (walkthrough 3, item 4)', async () => {
     // No NVML: the scan (the fake nvidia-smi on a copy of the data set) is the only word on GPU health.
     const a = await gpuAgent({ nvml: false, interval: '1s' });
@@ -401,25 +449,6 @@ describe('llmgw agent run watching the kernel log', { timeout: TEST_TIMEOUT_MS }
     expect(seen.indexOf(event)).toBeGreaterThan(register);
     // The Register before it carries the GPU's fault, as the Inventory the event explains.
     expect(((seen[register] as AgentMessage).msg.value as Register).inventory?.gpus[2]).toMatchObject({ healthy: false, error: 'Xid 79: GPU has fallen off the bus' });
-  });
-});
-
-describe('llmgw agent run: a failure record and the GPU events before it', { timeout: TEST_TIMEOUT_MS }, () => {
-  it("writes the shard's GPU events of the minute before its crash into its failure record", async () => {
-    const a = await gpuAgent({ nvml: false });
-    const { pid } = await readyShard(a, 's1', 2);
-    const event = a.cp.waitFor('node-a', isGpuEvent(2, GpuEventKind.XID), 20_000);
-    // Xid 13, the application's fault: said, not held against the GPU; the engine then dies.
-    appendFileSync(a.kmsg, `3,1235,${Math.floor(uptimeSeconds() * 1e6) + 1_000_000},-;NVRM: Xid (PCI:0000:3a:00): 13, pid=${pid}, name=python, Graphics Exception\n`);
-    await event;
-    const failed = a.cp.waitFor('node-a', shardIs('s1', ShardState.FAILED), 20_000);
-    process.kill(pid, 'SIGKILL');
-    await failed;
-    const path = shardFailurePath(a.logDir, 's1');
-    await until(() => /"gpuEvents"/.test(readFileSync(path, 'utf8')), 'the GPU events in the failure record', 20_000);
-    const record = JSON.parse(readFileSync(path, 'utf8')) as { exitCode: number; gpuEvents: { gpu: number; kind: string; xid: number; source: string }[] };
-    expect(record.exitCode).toBe(137);
-    expect(record.gpuEvents).toEqual([expect.objectContaining({ gpu: 2, kind: 'XID', xid: 13, source: 'kmsg' })]);
   });
 });
 

@@ -1,9 +1,10 @@
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { basename, join } from 'node:path';
 import { execa } from 'execa';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO_ROOT } from '../helpers/run-cli.js';
+import { suiteDeb } from '../helpers/suite-deb.js';
 
 /*
  * `npm run package` (issue 39, item 5): one .deb that installs the agent on a
@@ -21,11 +22,12 @@ let deb = '';
 
 beforeAll(async () => {
   // Under umask 000, the worst a builder's shell may have: the package's modes must not follow it (security review 4, F10).
-  const built = await execa('sh', ['-c', 'umask 000 && exec node "$0" --out "$1" --compress none', join(REPO_ROOT, 'scripts/package-deb.mjs'), scratch], { reject: false, stdin: 'ignore' });
-  expect(built.exitCode, String(built.stderr)).toBe(0);
-  deb = String(built.stdout).trim();
+  // Built once for the run's files that need a .deb (test/helpers/suite-deb.ts says how).
+  const built = await suiteDeb();
+  expect(built.exitCode, built.stderr).toBe(0);
+  deb = built.deb as string;
   await execa('dpkg-deb', ['-x', deb, root]);
-}, 180_000);
+}, 360_000);
 
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
@@ -43,7 +45,7 @@ function installed(args: string[]) {
 describe('npm run package: the .deb', () => {
   it('is named by package, version and architecture, and says what it is', async () => {
     const arch = String((await execa('dpkg', ['--print-architecture'])).stdout).trim();
-    expect(deb).toBe(join(scratch, `llmgw_${manifest.version}_${arch}.deb`));
+    expect(basename(deb)).toBe(`llmgw_${manifest.version}_${arch}.deb`);
     expect(manifest.scripts.package).toBe('npm run build && node scripts/package-deb.mjs');
     const fields = String((await execa('dpkg-deb', ['-f', deb])).stdout);
     expect(fields).toMatch(new RegExp(`^Package: llmgw$[\\s\\S]*^Version: ${manifest.version.replaceAll('.', '\\.')}$[\\s\\S]*^Architecture: ${arch}$`, 'm'));

@@ -6,8 +6,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ShardInfoJson, StatusResponseJson } from '../../src/gen/llmgw/v1/admin_pb.js';
 import { type Register, ShardState, type ShardStatus } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { endLabFile } from '../helpers/end-lab-file.js';
+import { suiteDeb } from '../helpers/suite-deb.js';
 import { freePort } from '../helpers/engine-processes.js';
-import { REPO_ROOT } from '../helpers/run-cli.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
 import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 import { AGENT_UNIT, agentLogDropIn, bootLab, labUnavailableReason, type SystemdLab } from '../helpers/systemd-lab.js';
@@ -99,18 +99,16 @@ describe.skipIf(unavailable !== undefined)(
   { timeout: 240_000 },
   () => {
     beforeAll(async () => {
+      // Built once for the run's files that need a .deb (test/helpers/suite-deb.ts), before this file's folder exists.
+      const built = await suiteDeb();
+      if (built.exitCode !== 0) throw new Error(`npm run package's script failed: ${built.stderr}`);
       const root = mkdtempSync(join(tmpdir(), 'llmgw-sddeb-'));
-      const built = await execa(process.execPath, [join(REPO_ROOT, 'scripts/package-deb.mjs'), '--out', root, '--compress', 'none'], { reject: false, stdin: 'ignore' });
-      if (built.exitCode !== 0) {
-        rmSync(root, { recursive: true, force: true });
-        throw new Error(`npm run package's script failed: ${String(built.stderr)}`);
-      }
       const lab = await bootLab({ logFile: join(root, 'systemd-lab-boot.log') }).catch((err: unknown) => {
         rmSync(root, { recursive: true, force: true });
         throw err;
       });
       const cp = await startControlPlane();
-      f = { lab, cp, root, deb: String(built.stdout).trim() };
+      f = { lab, cp, root, deb: built.deb as string };
       // The lab's own /etc and /usr (overlays on the host's), the host's dpkg database copied into
       // its private /var/lib, and the log and state folders as separate mounts.
       await execa('cp', ['-a', '/var/lib/dpkg', labPath('/var/lib/')]);
@@ -129,7 +127,7 @@ describe.skipIf(unavailable !== undefined)(
         ].join('\n'),
       );
       expect(prepared.exitCode, prepared.stderr).toBe(0);
-    }, 240_000);
+    }, 360_000);
 
     afterAll(() => endLabFile(f));
 

@@ -7,19 +7,19 @@
  * a hub double in a process of its own (test/helpers/hub-process.ts).
  *   npx tsx bench/loop-during-pull.ts [rounds]
  */
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { loadavg, tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
+import { loadavg } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { create } from '@bufbuild/protobuf';
-import { ControlPlane } from '../src/control/control-plane.js';
 import { type ModelPull, ModelPullState, PrefetchModelSchema, ShardState } from '../src/gen/llmgw/v1/agent_pb.js';
 import { openAdminClient } from '../src/ctl/open-admin-client.js';
-import { agentConfigYaml, agentDirs } from '../test/helpers/agent-config-yaml.js';
+import { agentConfigYaml } from '../test/helpers/agent-config-yaml.js';
 import { spawnAgentProcess } from '../test/helpers/spawn-agent-process.js';
 import { isRegister, shardIs, simStart } from '../test/helpers/sim-shards.js';
-import { freePort, killEverything } from '../test/helpers/engine-processes.js';
+import { freePort } from '../test/helpers/engine-processes.js';
 import { startHubProcess } from '../test/helpers/hub-process.js';
+import { cleanup, controlPlane, newRoot } from './bench-support.js';
 
 const LOOPMON = fileURLToPath(new URL('./loop-delay-preload.mjs', import.meta.url));
 const SHARDS = 4;
@@ -33,12 +33,13 @@ function pct(xs: number[], p: number): number {
 const fmt = (xs: number[]) => `p50 ${pct(xs, 50).toFixed(1)} p99 ${pct(xs, 99).toFixed(1)} max ${Math.max(...xs).toFixed(1)} (n ${xs.length})`;
 
 async function main(): Promise<void> {
-  const root = mkdtempSync(join(tmpdir(), 'llmgw-looppull-'));
+  // The agent's directories, control plane and engines go with bench-support's cleanup(), also on Ctrl-C or
+  // SIGTERM (below): a run stopped early left its sim engines running, as engines outlive their agent.
+  const dirs = newRoot('looppull');
+  const root = dirs.root;
   const hub = await startHubProcess({ files: 2, mib: 256 });
   const hubUrl = hub.url;
-  const cp = new ControlPlane({ placementDelayMs: 0 });
-  const { url } = await cp.listen({ host: '127.0.0.1', port: 0 });
-  const dirs = agentDirs(root);
+  const { cp, url } = await controlPlane();
   const loopFile = join(root, 'loop.txt');
   const cfg = join(root, 'agent.yaml');
   writeFileSync(
@@ -106,11 +107,10 @@ async function main(): Promise<void> {
   } finally {
     agent.child.kill('SIGKILL');
     await agent.child.catch(() => {});
-    await killEverything(dirs.logDir);
     await hub.stop();
-    await cp.close();
-    rmSync(root, { recursive: true, force: true });
+    await cleanup();
   }
 }
 
+for (const signal of ['SIGINT', 'SIGTERM'] as const) process.on(signal, () => void cleanup().then(() => process.exit(130)));
 await main();

@@ -87,6 +87,24 @@ export interface EngineSleepApi {
    * (V:vllm/v1/metrics/loggers.py:535-559, 1261-1278).
    */
   awakeGauge?: string;
+  /**
+   * A GET on the engine's API port answering `{"is_sleeping": bool}` from
+   * the engine itself, asked when a restarted agent adopts the engine: its
+   * state file may say otherwise when the agent stopped while a sleep or
+   * wake was still under way (adopted-sleep.ts). vLLM: `/is_sleeping`, its
+   * scheduler paused or any executor tag asleep
+   * (V:vllm/entrypoints/serve/dev/sleep/api_router.py:45-48; V:vllm/v1/engine/core.py:923-925).
+   * Undefined: the engine says nothing of it, and the record is trusted.
+   */
+  asleepQuery?: string;
+  /**
+   * The /metrics series that are 1 while the engine sleeps at level 1 and at
+   * level 2: the level of an engine found asleep that its record says is
+   * awake. vLLM: engine_sleep_state's `weights_offloaded` and `discard_all`
+   * (V:vllm/v1/metrics/loggers.py:1261-1278), set by the API server once the
+   * sleep has returned (V:vllm/v1/engine/async_llm.py:971-983).
+   */
+  levelGauges?: Readonly<Record<1 | 2, string>>;
 }
 
 const isRecord = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -121,6 +139,13 @@ export function parseEngineSleepApi(raw: unknown): EngineSleepApi | undefined {
   const flags = ['hostCopyKept', 'mustBeIdle', 'wakeOnlyAsleep', 'healthNeedsModel'] as const;
   if (!flags.every((f) => typeof raw[f] === 'boolean')) return undefined;
   if (raw.awakeGauge !== undefined && typeof raw.awakeGauge !== 'string') return undefined;
+  if (raw.asleepQuery !== undefined && (typeof raw.asleepQuery !== 'string' || !raw.asleepQuery.startsWith('/'))) return undefined;
+  let levelGauges: EngineSleepApi['levelGauges'];
+  if (raw.levelGauges !== undefined) {
+    const g = raw.levelGauges;
+    if (!isRecord(g) || typeof g[1] !== 'string' || typeof g[2] !== 'string') return undefined;
+    levelGauges = { 1: g[1], 2: g[2] };
+  }
   let hold: EngineSleepApi['hold'];
   if (raw.hold !== undefined) {
     const pause = isRecord(raw.hold) ? parseCall(raw.hold.pause) : undefined;
@@ -136,5 +161,7 @@ export function parseEngineSleepApi(raw: unknown): EngineSleepApi | undefined {
     healthNeedsModel: raw.healthNeedsModel as boolean,
     ...(hold ? { hold } : {}),
     ...(typeof raw.awakeGauge === 'string' ? { awakeGauge: raw.awakeGauge } : {}),
+    ...(typeof raw.asleepQuery === 'string' ? { asleepQuery: raw.asleepQuery } : {}),
+    ...(levelGauges ? { levelGauges } : {}),
   };
 }

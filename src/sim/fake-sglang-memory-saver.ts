@@ -47,6 +47,7 @@
  *   keep it there to reduce re-alloc time", core.cpp resume): host RAM the
  *   size of the weights for the engine's life.
  */
+import { awaitHold } from './sim-hold.js';
 import { createHash, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import type { IncomingMessage, ServerResponse } from 'node:http';
@@ -262,6 +263,9 @@ export class FakeSglangMemorySaver {
       return;
     }
     const chosen = tags === null || tags.length === 0 ? [...GPU_MEMORY_ALL_TYPES] : tags;
+    // A test's hold (sim-hold.ts): the scheduler does the step once the tokenizer has sent it, its HTTP client gone or not
+    // (scheduler_components/weight_updater.py:202-213 takes no notice of it).
+    await awaitHold(this.o.knobs.holdFile, release ? 'release_memory_occupation' : 'resume_memory_occupation');
     if (release) {
       // weight_updater.py:203-205.
       if (!this.o.isIdle()) return this.o.crash('Scheduler hit an exception: AssertionError: release_memory_occupation should be called only when server is idle.');

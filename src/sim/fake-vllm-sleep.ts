@@ -38,6 +38,7 @@ import type { FakeBatchScheduler } from './fake-batch-scheduler.js';
 import { clearGpuUsage, writeGpuUsage } from './fake-gpu-usage.js';
 import { DP_DUMMY_BATCH_MS, type FakeSpecDecode, ILLEGAL_ACCESS, reloadMs, reloadRefusal, resumesOnPartialWake } from './fake-vllm-sleep-faults.js';
 import { errorBody } from './openai-responses.js';
+import { awaitHold } from './sim-hold.js';
 import { readBody, sendJson } from './sim-http.js';
 import type { SimKnobs } from './sim-knobs.js';
 
@@ -149,17 +150,19 @@ export class FakeVllmSleep {
     if (!this.o.devMode) return false;
     const query = new URL(req.url ?? '/', 'http://x').searchParams;
     if (method === 'GET' && path === '/is_sleeping') {
-      sendJson(res, 200, { is_sleeping: this.sleeping });
+      // A utility call like sleep and wake_up: the EngineCore answers it between them, in order
+      // (core.py:923-925, 1417-1446, 1534-1547), so it comes late behind a wake still running.
+      this.#serially('is_sleeping', async () => sendJson(res, 200, { is_sleeping: this.sleeping }));
       return true;
     }
     if (method === 'POST' && path === '/sleep') {
-      this.#serially(() => this.#sleep(res, query.get('level') ?? '1', query.get('mode') ?? 'abort'));
+      this.#serially('sleep', () => this.#sleep(res, query.get('level') ?? '1', query.get('mode') ?? 'abort'));
       return true;
     }
     if (method === 'POST' && path === '/wake_up') {
       // getlist("tags"); [] means every tag (api_router.py:34-37).
       const tags = query.getAll('tags');
-      this.#serially(() => this.#wake(res, tags.length === 0 ? undefined : tags));
+      this.#serially('wake_up', () => this.#wake(res, tags.length === 0 ? undefined : tags));
       return true;
     }
     if (method === 'POST' && path === '/collective_rpc') {
@@ -169,8 +172,13 @@ export class FakeVllmSleep {
     return false;
   }
 
-  #serially(step: () => Promise<void>): void {
-    this.#chain = this.#chain.then(step, step);
+  /** Runs `step` after every utility call before it; a test's --sim-hold-file may hold it first (sim-hold.ts), whoever asked it gone meanwhile. */
+  #serially(name: string, step: () => Promise<void>): void {
+    const run = async () => {
+      await awaitHold(this.o.knobs.holdFile, name);
+      await step();
+    };
+    this.#chain = this.#chain.then(run, run);
   }
 
   async #sleep(res: ServerResponse, levelText: string, mode: string): Promise<void> {
@@ -279,7 +287,7 @@ export class FakeVllmSleep {
       sendJson(res, 500, errorBody(`AttributeError: the double's worker has no method ${JSON.stringify(body.method)} (it models reload_weights only)`, 'InternalServerError', 500));
       return;
     }
-    this.#serially(async () => {
+    this.#serially('collective_rpc', async () => {
       // The loader is asked for get_all_weights before anything is loaded: FastAPI's 500, the engine unharmed (gpu_model_runner.py:5671-5676).
       const refusal = reloadRefusal(this.o.loadFormat);
       if (refusal) {

@@ -89,6 +89,11 @@ export interface SimKnobs {
    * typically tens of seconds. Default: at once.
    */
   storeBindAfterMs?: number;
+  /**
+   * --sim-hold-file PATH: a sleep or wake step named on a line of PATH waits
+   * before it runs until the line is gone (sim-hold.ts); unset: none waits.
+   */
+  holdFile?: string;
 }
 
 export const SIM_KNOB_DEFAULTS = {
@@ -129,6 +134,7 @@ export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
   { names: ['--sim-disk-rate'], kind: 'int' },
   { names: ['--sim-mem-available'], kind: 'int' },
   { names: ['--sim-gpu-total'], kind: 'int' },
+  { names: ['--sim-hold-file'], kind: 'string' },
 ];
 
 function duration(parsed: ParsedArgv, name: (typeof DURATION_KNOBS)[number]): number | undefined {
@@ -176,6 +182,7 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     memAvailableMib: positiveInt(parsed, '--sim-mem-available'),
     gpuTotalMib: positiveInt(parsed, '--sim-gpu-total') ?? 81559,
     storeBindAfterMs: duration(parsed, '--sim-store-bind-after'),
+    holdFile: parsed.values.has('--sim-hold-file') ? String(parsed.values.get('--sim-hold-file')) : undefined,
   };
 }
 

@@ -32,4 +32,6 @@ export const VLLM_SLEEP_API: EngineSleepApi = {
   wakeOnlyAsleep: false,
   healthNeedsModel: false,
   awakeGauge: 'vllm:engine_sleep_state{sleep_state="awake"}',
+  asleepQuery: '/is_sleeping',
+  levelGauges: { 1: 'vllm:engine_sleep_state{sleep_state="weights_offloaded"}', 2: 'vllm:engine_sleep_state{sleep_state="discard_all"}' },
 };

@@ -49,7 +49,11 @@ export function legacyWatch(f: Pick<ShardStateFile, 'servesHttp' | 'inFlightMetr
  * every sleep. A worker rank opens no API to sleep through.
  */
 export function withLegacySleepApi(watch: EngineWatch, f: Pick<ShardStateFile, 'servesHttp'> & { spec: StartShard }): EngineWatch {
-  if (watch.sleepApi !== undefined || !f.servesHttp) return watch;
+  if (!f.servesHttp) return watch;
   const api = engineKindOf(f.spec.profile?.engine ?? '')?.legacy.sleepApi;
-  return api ? { ...watch, sleepApi: api } : watch;
+  if (watch.sleepApi === undefined) return api ? { ...watch, sleepApi: api } : watch;
+  // Recorded before the engine's own answer was asked at adoption (adopted-sleep.ts): a read that changes nothing,
+  // taken from its wing today, so that an engine launched by the agent before an upgrade is judged as one launched after.
+  if (watch.sleepApi.asleepQuery !== undefined || api?.asleepQuery === undefined) return watch;
+  return { ...watch, sleepApi: { ...watch.sleepApi, asleepQuery: api.asleepQuery, ...(api.levelGauges ? { levelGauges: api.levelGauges } : {}) } };
 }

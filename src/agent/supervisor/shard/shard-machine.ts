@@ -142,6 +142,10 @@ export type ShardChange =
   | { kind: 'begin'; why: string }
   /** A process not the engine's holds the port while it starts (undefined: it is gone). */
   | { kind: 'squatted'; squatter: string | undefined }
+  /** An adopted engine says it sleeps though its state file recorded it awake (adopted-sleep.ts): asleep from here. */
+  | { kind: 'found-asleep'; level: 1 | 2; why: string }
+  /** An adopted engine says it is awake though its state file recorded it asleep: awake from here. */
+  | { kind: 'found-awake'; why: string }
   /** The engine answers as at a start: READY, or what a drain or sleep from before the restart says. */
   | { kind: 'answered'; why: string }
   /** The health watch began: a GPU fault raised while the engine loaded counts now. */
@@ -242,6 +246,13 @@ function decide(l: ShardLife, c: ShardChange): ShardNext {
       // Dead: the death's reason names the squatter itself.
       if (l.state !== S.STARTING || l.dead) return same('not starting');
       return set(c.squatter ?? 'port free', { squatter: c.squatter, error: c.squatter ?? '' });
+    case 'found-asleep':
+      // Only while an adoption settles: after it, sleeps are the agent's own and the health watch judges the rest.
+      if (l.state !== S.STARTING) return same('no longer starting');
+      return set(c.why, { sleep: { level: c.level, awakeMib: l.sleep?.awakeMib ?? 0, memory: 'released' } });
+    case 'found-awake':
+      if (l.state !== S.STARTING || !l.sleep) return same('not starting asleep');
+      return set(c.why, { sleep: undefined });
     case 'answered':
       // The runner asks only of a shard it saw STARTING, without an await between.
       if (l.state !== S.STARTING) throw new Error(`an answer while ${stateName(l.state)} is not a readiness outcome`);

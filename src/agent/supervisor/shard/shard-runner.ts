@@ -17,6 +17,7 @@ import { knownAnswerAsk } from '../probes/known-answer-ask.js';
 import { KNOWN_ANSWER_TIMEOUT_MS } from '../probes/known-answer.js';
 import { checkStartAnswer, contentAnswer } from './shard-start-answer.js';
 import { ShardAnswers } from './shard-answers.js';
+import { adoptedSleep, unseenWakeAnswer } from './adopted-sleep-steps.js';
 import type { ShardHands } from './shard-hands.js';
 import { shardFailedError } from './shard-failed-error.js';
 import { readLastOutput } from './shard-failure.js';
@@ -193,6 +194,9 @@ export class ShardRunner {
     if (start === 'serving') return;
     if (start === 'failed') throw shardFailedError(this.shardId, this.life);
     const wake = AbortSignal.any([this.lifeScope.signal, this.leftStarting.signal, ...(opts.signal ? [opts.signal] : [])]);
+    // An adoption asks the engine whether it sleeps, its record may be wrong either way; found awake though recorded
+    // asleep, its known answer decides READY, not its bytes' (adopted-sleep-steps.ts).
+    const wokeUnseen = this.adopted && this.life.state === S.STARTING && this.record.watch.readiness === 'model-listed' ? await adoptedSleep(this.hands, wake) : false;
     // Recorded asleep (an adoption): asked without running the model, which a paused engine holds.
     const asleep = this.life.sleep !== undefined && this.record.watch.readiness === 'model-listed';
     const outcome = await this.readiness(wake, opts.timeoutMs ?? DEFAULT_STARTUP_TIMEOUT_MS, opts.settleMs ?? this.ctx.config.workerSettleMs, asleep);
@@ -200,12 +204,14 @@ export class ShardRunner {
     if (judgeSettleWake(this.shardId, this.life.state, this.detachedBy) === 'failed') throw shardFailedError(this.shardId, this.life);
     if (outcome.ready) {
       // Answering is not answering as these bytes did before (issue 51): checked before READY is said.
-      const wrong = await this.startAnswer(wake);
-      if (wrong !== undefined) {
-        this.apply({ kind: 'not-ready', error: wrong, lastOutput: await readLastOutput(this.logPath) });
+      const wrong: { error?: string; note?: string } = wokeUnseen ? await unseenWakeAnswer(this.hands, wake) : { error: await this.startAnswer(wake) };
+      if (wrong.error !== undefined) {
+        this.apply({ kind: 'not-ready', error: wrong.error, lastOutput: await readLastOutput(this.logPath) });
         throw shardFailedError(this.shardId, this.life);
       }
-      this.apply({ kind: 'answered', why: outcome.why });
+      if (wokeUnseen) await this.stateFile.recordSleep(0);
+      if (judgeSettleWake(this.shardId, this.life.state, this.detachedBy) === 'failed') throw shardFailedError(this.shardId, this.life);
+      this.apply({ kind: 'answered', why: `${outcome.why}${wrong.note ?? ''}` });
       if (this.life.state === S.READY) void this.answers.of(this.serving.signal);
       if (this.life.state === S.READY && this.servesHttp) void this.hands.facts.read(this.serving.signal);
       this.watchHealth();
@@ -301,9 +307,7 @@ export class ShardRunner {
 
   /** Terminates the whole process group (SIGTERM, `graceMs`, SIGKILL); concurrent calls share one stop. */
   stop(opts: { graceMs?: number; signal?: AbortSignal } = {}): Promise<ShardSnapshot> {
-    this.stopping ??= this.doStop(opts).finally(() => {
-      this.stopping = undefined;
-    });
+    this.stopping ??= this.doStop(opts).finally(() => (this.stopping = undefined));
     return this.stopping;
   }
 
@@ -372,11 +376,7 @@ export class ShardRunner {
   private async oneSleepCall(what: 'sleep' | 'wake', run: (hands: SleepHands) => Promise<void>): Promise<void> {
     if (!this.baseUrl || this.sleepBusy) throw failure(`${what} refused: shard ${this.shardId} is already being put to sleep or woken`);
     this.sleepBusy = true;
-    try {
-      await run({ ...this.hands, answers: this.answers });
-    } finally {
-      this.sleepBusy = false;
-    }
+    await run({ ...this.hands, answers: this.answers }).finally(() => (this.sleepBusy = false));
   }
 
   /** Requests the engine holds, running and waiting, from the engine's own gauges; undefined when it cannot tell. */

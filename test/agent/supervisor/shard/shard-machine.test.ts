@@ -99,6 +99,8 @@ const EXAMPLES = {
   'woke-without-weights': { kind: 'woke-without-weights', error: 'woke without its weights: it answers "!!!!"', lastOutput: [] },
   stop: { kind: 'stop', why: 'stop requested (grace 30s)' },
   stopped: { kind: 'stopped', why: 'terminated' },
+  'found-asleep': { kind: 'found-asleep', level: 1, why: 'the engine sleeps (level 1) though its state file recorded it awake' },
+  'found-awake': { kind: 'found-awake', why: 'the engine is awake though its state file recorded it asleep at level 2' },
 } as const satisfies { [K in ShardChangeKind]: Extract<ShardChange, { kind: K }> };
 
 type Outcome = string; // a state's name (a transition), '=' (its state stays), 'refused', or 'bug' (throws)
@@ -154,6 +156,9 @@ const TABLE: { [K in ShardChangeKind]: [Outcome, Partial<Record<string, Outcome>
   'woke-without-weights': ['refused', { SLEEPING: 'FAILED' }],
   stop: ['=', { UNSPECIFIED: 'bug', STARTING: 'STOPPING', READY: 'STOPPING', UNHEALTHY: 'STOPPING', DRAINING: 'STOPPING', SLEEPING: 'STOPPING' }],
   stopped: ['=', { STOPPING: 'STOPPED' }],
+  // Facts only, and only while an adoption settles: what the engine itself says of its sleep (adopted-sleep.ts).
+  'found-asleep': ['=', {}],
+  'found-awake': ['=', {}],
 };
 
 const ALL_STATES = [S.UNSPECIFIED, ...REPORTED_SHARD_STATES];
@@ -168,6 +173,22 @@ describe('the shard machine: every state × every change', () => {
 });
 
 describe('the facts each change sets', () => {
+  it('takes what an adopted engine says of its sleep over its record while it settles, and settles it SLEEPING or READY by it; never after', () => {
+    const recordedAwake = newShardLife({ state: S.STARTING });
+    const foundAsleep = applied(recordedAwake, { kind: 'found-asleep', level: 1, why: 'asleep' });
+    expect(foundAsleep.sleep).toEqual({ level: 1, awakeMib: 0, memory: 'released' });
+    expect(applied(foundAsleep, EXAMPLES.answered).state).toBe(S.SLEEPING);
+    const recordedAsleep = newShardLife({ state: S.STARTING, sleepLevel: 2, awakeMib: 70000 });
+    const foundAwake = applied(recordedAsleep, { kind: 'found-awake', why: 'awake' });
+    expect(foundAwake.sleep).toBeUndefined();
+    expect(applied(foundAwake, EXAMPLES.answered).state).toBe(S.READY);
+    // Recorded asleep and asleep: the record's level and memory figure stand.
+    expect(applied(recordedAsleep, { kind: 'found-asleep', level: 1, why: 'asleep' }).sleep).toEqual({ level: 1, awakeMib: 70000, memory: 'released' });
+    // A READY or SLEEPING shard's sleep is the agent's own: the finding changes nothing there.
+    expect(applied(lifeIn(S.READY), { kind: 'found-asleep', level: 2, why: 'asleep' }).sleep).toBeUndefined();
+    expect(applied(lifeIn(S.SLEEPING), { kind: 'found-awake', why: 'awake' }).sleep).toBeDefined();
+  });
+
   it('holds a rank whose gang broke UNHEALTHY, whatever its own probe says, until the gang is whole again; a stall of a starting gang only notes it', () => {
     const broken = applied(lifeIn(S.READY), EXAMPLES['gang-fault']);
     expect(broken).toMatchObject({ state: S.UNHEALTHY, error: 'gang broken: rank 0 on node-a is FAILED: engine killed by SIGKILL' });

@@ -54,6 +54,18 @@ describe('the sleep API as data', () => {
     expect(withLegacySleepApi(WATCH, { spec: spec('sim'), servesHttp: true }).sleepApi).toBeUndefined();
   });
 
+  it("gives a record from before the adoption's question the query and gauges of its wing, its own calls kept", () => {
+    const { asleepQuery: _q, levelGauges: _g, ...older } = VLLM_SLEEP_API;
+    const launchedWith = { ...older, levels: { ...older.levels, 1: { ...older.levels[1], sleep: { method: 'POST' as const, path: '/sleep?level=1&mode=wait' } } } };
+    const adopted = withLegacySleepApi({ ...WATCH, sleepApi: launchedWith }, { spec: spec('vllm'), servesHttp: true }).sleepApi;
+    expect(adopted).toEqual({ ...launchedWith, asleepQuery: '/is_sleeping', levelGauges: VLLM_SLEEP_API.levelGauges });
+    // SGLang's wing has none to give.
+    expect(withLegacySleepApi({ ...WATCH, sleepApi: SGLANG_SLEEP_API }, { spec: spec('sglang'), servesHttp: true }).sleepApi).toEqual(SGLANG_SLEEP_API);
+    // A query that is not a path is no API.
+    expect(parseEngineSleepApi({ ...JSON.parse(JSON.stringify(VLLM_SLEEP_API)), asleepQuery: 'http://elsewhere/is_sleeping' })).toBeUndefined();
+    expect(parseEngineSleepApi({ ...JSON.parse(JSON.stringify(VLLM_SLEEP_API)), levelGauges: { 1: 'x' } })).toBeUndefined();
+  });
+
   it('reads back every call and flag, and refuses a record that is not an API (the file is refused, naming the field)', async () => {
     for (const api of [VLLM_SLEEP_API, SGLANG_SLEEP_API]) expect(parseEngineSleepApi(JSON.parse(JSON.stringify(api)))).toEqual(api);
     const broken = JSON.parse(JSON.stringify(VLLM_SLEEP_API));

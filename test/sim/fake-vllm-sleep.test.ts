@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -232,5 +232,32 @@ describe('bin/fake-vllm sleeps it cannot survive', () => {
     expect((await post(`${e.url}/collective_rpc`, { method: 'reload_weights' })).status).toBe(200);
     expect(performance.now() - t0).toBeGreaterThanOrEqual(2900);
     expect(e.output()).toMatch(/Reloading and processing weights took 3\.00 seconds/);
+  });
+});
+
+describe('bin/fake-vllm --sim-hold-file (src/sim/sim-hold.ts)', () => {
+  it('holds a named step before it runs, answers /is_sleeping only after it (utility calls in order, V:vllm/v1/engine/core.py:1417-1446), and runs it though its client went away', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'llmgw-vllm-hold-'));
+    roots.push(dir);
+    const hold = join(dir, 'hold');
+    writeFileSync(hold, 'wake_up\n');
+    const e = await vllm(['--enable-sleep-mode', '--sim-hold-file', hold]);
+    expect(await e.call('/sleep?level=1')).toBe(200);
+    const asker = new AbortController();
+    const wake = fetch(`${e.url}/wake_up`, { method: 'POST', signal: asker.signal }).catch(() => 'gone');
+    await until(() => existsSync(`${hold}.holding`), 'the double to hold wake_up');
+    expect(readFileSync(`${hold}.holding`, 'utf8')).toBe('wake_up\n');
+    // Whoever asked the wake goes away (an agent stopped), and a question comes behind it.
+    asker.abort();
+    expect(await wake).toBe('gone');
+    const order: string[] = [];
+    const asked = e.sleeping().then((v) => order.push(`is_sleeping ${v}`));
+    // Not a wait for time: the question is in the chain, behind the held step, and only this line lets it go.
+    expect(order).toEqual([]);
+    writeFileSync(hold, '');
+    await asked;
+    expect(order).toEqual(['is_sleeping false']);
+    expect(existsSync(`${hold}.holding`)).toBe(false);
+    expect(e.memory()).toBe(MIB);
   });
 });

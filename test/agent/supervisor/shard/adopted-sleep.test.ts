@@ -28,14 +28,15 @@ function gauges(awake: number, offloaded: number, discarded: number): string {
 
 /** An engine answering /is_sleeping with `body` (after `delayMs`; never when `hang`) and /metrics with `metrics`; resolves with its base URL. */
 async function engine(o: { status?: number; body: string; metrics?: string; delayMs?: number; hang?: boolean }): Promise<string> {
-  server = createServer((req, res) => {
+  const s = createServer((req, res) => {
     if (req.url === '/metrics') return void res.end(o.metrics ?? '');
     if (req.url !== '/is_sleeping') return void res.writeHead(404).end('{"detail":"Not Found"}');
     if (o.hang) return;
     setTimeout(() => res.writeHead(o.status ?? 200, { 'content-type': 'application/json' }).end(o.body), o.delayMs ?? 0);
   });
-  await new Promise<void>((r) => server?.listen(0, '127.0.0.1', r));
-  return `http://127.0.0.1:${(server?.address() as AddressInfo).port}`;
+  server = s;
+  await new Promise<void>((r) => s.listen(0, '127.0.0.1', r));
+  return `http://127.0.0.1:${(s.address() as AddressInfo).port}`;
 }
 
 const ask = (baseUrl: string, timeoutMs?: number) => askAsleep({ baseUrl, api: VLLM_SLEEP_API, apiKey: '', signal: new AbortController().signal, ...(timeoutMs ? { timeoutMs } : {}) });

@@ -23,6 +23,11 @@ export function agentUnreachable(socket: string, why: string): LlmgwError {
   return new LlmgwError('unreachable', `the agent is not running: ${why} on ${socket}; check \`${AGENT_UNIT_HINT}\` (or pass --socket / LLMGW_SOCKET if it listens elsewhere)`);
 }
 
+/** The agent stopped after it took `method` and before it answered: the change may or may not have been made. */
+export function wentAway(socket: string, method: string): LlmgwError {
+  return new LlmgwError('unreachable', `the agent on ${socket} went away before it answered ${method}: it may or may not have been done; see \`llmgw ctl status\` once the agent is back (\`${AGENT_UNIT_HINT}\`)`);
+}
+
 /**
  * What an operator is told for an error the agent answered with. The
  * agent's messages already say what failed (an unknown shard lists the known

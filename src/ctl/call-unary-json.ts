@@ -1,5 +1,5 @@
 import type { Socket } from 'node:net';
-import { AdminCallError, agentUnreachable, operatorError } from './admin-call-error.js';
+import { AdminCallError, agentUnreachable, isUnreachable, operatorError, wentAway } from './admin-call-error.js';
 import { dialAdminSocket } from './dial-admin-socket.js';
 import { parseHttp1Response } from './parse-http1-response.js';
 import { unaryAnswer } from './unary-answer.js';
@@ -38,7 +38,15 @@ export async function callUnaryJson<Res>(socketPath: string, method: string, req
     } catch (err) {
       if (!(err instanceof NotHttp1)) throw err;
       const { callUnaryJsonHttp2 } = await import('./call-unary-json-http2.js');
-      return await callUnaryJsonHttp2<Res>(socketPath, method, request, timeoutMs);
+      try {
+        return await callUnaryJsonHttp2<Res>(socketPath, method, request, timeoutMs);
+      } catch (h2err) {
+        // Closed without a byte, and then gone: an agent that stopped while it held the call (a `ctl wake` waiting
+        // on its engine past the stop's grace), not one that was never there, which the first dial would have said.
+        // Whether it was done is not known: "not running" read as "nothing happened" (stop9).
+        if (isUnreachable(h2err)) throw wentAway(socketPath, method);
+        throw h2err;
+      }
     }
   } catch (err) {
     throw err instanceof AdminCallError ? operatorError(err, socketPath) : err;

@@ -68,3 +68,31 @@ describe('callUnaryJson', () => {
     expect((err as LlmgwError).message).toMatch(/larger than 16 MiB/);
   });
 });
+
+describe('callUnaryJson against an agent that stops while it holds the call', () => {
+  it('says the agent went away and that the change may or may not be done (exit 69), never that it is not running', async () => {
+    const path = socketPath();
+    const held: net.Socket[] = [];
+    const server = net.createServer((s) => {
+      s.on('error', () => {});
+      // The call is taken and held (a wake waiting on its engine), then the agent stops: socket gone, connection closed.
+      s.once('data', () => {
+        held.push(s);
+        server.close();
+        for (const c of held) c.destroy();
+      });
+    });
+    await new Promise<void>((resolve) => server.listen(path, resolve));
+    const err = await callUnaryJson(path, 'Wake', { shardId: 's' }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(LlmgwError);
+    expect((err as LlmgwError).exitCode).toBe(69);
+    expect((err as LlmgwError).message).toMatch(/went away before it answered Wake: it may or may not have been done/);
+    expect((err as LlmgwError).message).not.toMatch(/not running/);
+  });
+
+  it('still says "not running" when there was never an agent to take the call (the look-alike)', async () => {
+    const err = await callUnaryJson(socketPath(), 'Wake', { shardId: 's' }).catch((e: unknown) => e);
+    expect((err as LlmgwError).exitCode).toBe(69);
+    expect((err as LlmgwError).message).toMatch(/the agent is not running: no socket/);
+  });
+});

@@ -22,7 +22,8 @@ export async function adoptedSleep(h: AdoptedSleepHands, signal: AbortSignal): P
   h.log.info({ ...h.fields, recordedLevel: h.life().sleep?.level ?? 0 }, 'asking the adopted engine whether it sleeps');
   const verdict = judgeAdoptedSleep(h.life().sleep?.level, await askAsleep({ baseUrl: h.baseUrl, api, apiKey: h.adminKey, signal }));
   if (verdict.kind === 'as-recorded') {
-    if (verdict.why) h.log.warn({ ...h.fields, why: verdict.why }, 'adopted engine: sleep taken from its state file');
+    // Info: an engine still loading (adopted before its first READY) refuses the question, and nothing is wrong.
+    if (verdict.why) h.log.info({ ...h.fields, why: verdict.why }, 'adopted engine: sleep taken from its state file');
     return false;
   }
   h.log.warn({ ...h.fields, why: verdict.why }, 'adopted engine: its state file was wrong about its sleep');

@@ -135,9 +135,10 @@ async function keepAscii(file) {
 // `inject`: every use of the global Headers in the bundle (connect-es makes
 // one for each call) gets src/lib/web-headers.ts instead. The global's first
 // use loads all of undici, which nothing else in the steady agent needs: 8
-// shards, 1 s heartbeats, 60 s: 69.7 -> 64.1 MB RSS, of which 3.8 MB the
-// node binary's pages (bench figure 5a; RESULTS.md, 2026-12-07). fetch()
-// still loads undici where a pull or an adapter call makes one.
+// shards, 1 s heartbeats: 69.8 -> 64.3 MB RSS, of which 3.8 MB the node
+// binary's pages (bench figure 5a; 16 at 8/32/64 shards 69.7/79.6/78.5 ->
+// 64.6/76.1/73.9 MB; RESULTS.md, 2026-12-07, rss9). fetch() still loads
+// undici where a pull or an adapter call makes one.
 await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'prom-client', 'pino-pretty'], { minifyWhitespace: true, inject: ['lib/web-headers.js'] });
 // `ctl status`'s path without oclif too: its 20 modules cost about 10 ms of
 // a cold start that is 1.5x `node -e 0` (bench figure 1b). yaml is needed

@@ -4,8 +4,8 @@
  * uses it in place of the global (scripts/bundle-agent-run.mjs injects it):
  * connect-es builds a Headers for every call, and the global's first use
  * loads all of undici (fetch, its bodies, web streams, WebSocket), which the
- * steady agent never uses otherwise: ~6 MB of its RSS with 8 shards (bench
- * figure 5a). fetch() still loads undici where it is called (model pulls,
+ * steady agent never uses otherwise: 5.5 MB of its RSS with 8 shards (bench
+ * figure 5a: 69.8 -> 64.3 MB). fetch() still loads undici where it is called (model pulls,
  * adapter calls), and accepts this class as its init like any iterable.
  *
  * The same answers as undici's for the same calls (test/lib/web-headers.test.ts

@@ -69,11 +69,11 @@ describe("the agent-run bundle's Headers", () => {
   // connect-es makes a Headers for every call; the global one loads all of
   // undici on first use, ~6 MB of the steady agent's RSS (bench figure 5a).
   // The bundle carries src/lib/web-headers.ts in its place.
-  it('leaves undici unloaded through Register, a shard to READY, heartbeats, ctl status and a clean stop', async () => {
+  it.each(['connect', 'grpc'] as const)('leaves undici unloaded through Register, a shard to READY, heartbeats, ctl status and a clean stop (%s)', async (protocol) => {
     const { cp, url } = await startControlPlane();
     const dirs = tempAgentDirs('llmgw-no-undici-');
     const out = tripwireDir();
-    const agent = startAgentProcess({ server: url, dirs, heartbeat: '100ms', env: { NODE_OPTIONS: `--require ${TRIPWIRE}`, LLMGW_TRIPWIRE_DIR: out } });
+    const agent = startAgentProcess({ server: url, dirs, protocol, heartbeat: '100ms', env: { NODE_OPTIONS: `--require ${TRIPWIRE}`, LLMGW_TRIPWIRE_DIR: out } });
     await cp.waitFor('node-a', isRegister, 30_000);
     const ready = cp.waitFor('node-a', shardIs('s0', ShardState.READY), 30_000);
     cp.send('node-a', { case: 'start', value: simStart('s0', await freePort()) });

@@ -80,7 +80,7 @@ const processGlobalPlugin = {
  * plugin above); only where nothing imports names from it (execa, in the
  * agent's bundle, does).
  */
-const bundle = async (name, entry, external, { cjs = true, minifyWhitespace = false, processGlobal = false } = {}) => {
+const bundle = async (name, entry, external, { cjs = true, minifyWhitespace = false, processGlobal = false, inject = [] } = {}) => {
   await build({
     entryPoints: { [name]: `${outdir}/${entry}` },
     outdir,
@@ -90,6 +90,7 @@ const bundle = async (name, entry, external, { cjs = true, minifyWhitespace = fa
     target: 'node20',
     external,
     minifyWhitespace,
+    inject: inject.map((file) => `${outdir}/${file}`),
     // CommonJS dependencies (pino, yaml) call require() for Node's own modules.
     banner: cjs ? { js: "import { createRequire as __llmgwCreateRequire } from 'node:module'; const require = __llmgwCreateRequire(import.meta.url);" } : {},
     logLevel: 'warning',
@@ -131,7 +132,14 @@ async function keepAscii(file) {
 // Without whitespace: V8 keeps the agent's source for as long as it runs, and
 // an index of its line ends once a stack trace is formatted; 1.2 MB and 32,000
 // lines were 1.4 MB of the agent's heap (bench figure 5a, heap snapshot).
-await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'prom-client', 'pino-pretty'], { minifyWhitespace: true });
+// `inject`: every use of the global Headers in the bundle (connect-es makes
+// one for each call) gets src/lib/web-headers.ts instead. The global's first
+// use loads all of undici, which nothing else in the steady agent needs: 8
+// shards, 1 s heartbeats: 69.8 -> 64.3 MB RSS, of which 3.8 MB the node
+// binary's pages (bench figure 5a; 16 at 8/32/64 shards 69.7/79.6/78.5 ->
+// 64.6/76.1/73.9 MB; RESULTS.md, 2026-12-07, rss9). fetch() still loads
+// undici where a pull or an adapter call makes one.
+await bundle('agent-run.bundle', 'cli/fast-agent-run.js', ['koffi', 'prom-client', 'pino-pretty'], { minifyWhitespace: true, inject: ['lib/web-headers.js'] });
 // `ctl status`'s path without oclif too: its 20 modules cost about 10 ms of
 // a cold start that is 1.5x `node -e 0` (bench figure 1b). yaml is needed
 // only with a --config: left out of what every start parses. (Not chalk: an

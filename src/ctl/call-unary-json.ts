@@ -1,4 +1,5 @@
 import type { Socket } from 'node:net';
+import { READ_METHODS } from '../lib/admin-read-methods.js';
 import { AdminCallError, agentUnreachable, isUnreachable, operatorError, wentAway } from './admin-call-error.js';
 import { dialAdminSocket } from './dial-admin-socket.js';
 import { parseHttp1Response } from './parse-http1-response.js';
@@ -13,8 +14,20 @@ export interface UnaryCallOptions {
   timeoutMs?: number;
 }
 
-/** The agent's socket did not answer in HTTP/1.1: an agent older than HTTP/1.1 on its admin socket. */
-class NotHttp1 extends Error {}
+/**
+ * The agent's socket did not answer in HTTP/1.1. With bytes (an HTTP/2
+ * server's SETTINGS and GOAWAY), proof of an agent older than HTTP/1.1 on its
+ * admin socket, which never took the request. Closed without a byte, it may
+ * also be an agent that took the call and stopped before it answered.
+ */
+class NotHttp1 extends Error {
+  constructor(readonly bytes: number) {
+    super('not HTTP/1.1');
+  }
+}
+
+/** The read asked to tell an HTTP/2-only agent from one that went away; it changes nothing. */
+const PROBE_METHOD = 'Status';
 
 /**
  * One unary AdminService call in the Connect protocol's JSON form: a POST
@@ -25,8 +38,11 @@ class NotHttp1 extends Error {}
  * than Node takes to start, node:http2 (or node:http) a tenth of its cold
  * start more (bench/RESULTS.md, figure 1b). One request per connection
  * (Connection: close). An agent that answers in HTTP/2 only (started before
- * an upgrade) is asked again over HTTP/2. Streaming calls (logs, drain) use
- * the Connect client instead.
+ * an upgrade) is asked again over HTTP/2; a write only once that agent is
+ * proven not to speak HTTP/1.1 (hence never ran the first request), never
+ * because the socket closed without a byte, which is also how an agent that
+ * stopped while it held the call looks (ensureNeverRan). Streaming calls
+ * (logs, drain) use the Connect client instead.
  */
 export async function callUnaryJson<Res>(socketPath: string, method: string, request: object, opts: UnaryCallOptions = {}): Promise<Res> {
   const timeoutMs = opts.timeoutMs ?? UNARY_TIMEOUT_MS;
@@ -37,6 +53,7 @@ export async function callUnaryJson<Res>(socketPath: string, method: string, req
       return unaryAnswer<Res>(method, status, body);
     } catch (err) {
       if (!(err instanceof NotHttp1)) throw err;
+      if (!READ_METHODS.has(method) && err.bytes === 0) await ensureNeverRan(socketPath, method, timeoutMs);
       const { callUnaryJsonHttp2 } = await import('./call-unary-json-http2.js');
       try {
         return await callUnaryJsonHttp2<Res>(socketPath, method, request, timeoutMs);
@@ -51,6 +68,23 @@ export async function callUnaryJson<Res>(socketPath: string, method: string, req
   } catch (err) {
     throw err instanceof AdminCallError ? operatorError(err, socketPath) : err;
   }
+}
+
+/**
+ * A write whose connection closed without a byte is sent again (over HTTP/2)
+ * only if the agent on the socket now does not speak HTTP/1.1 either: an
+ * agent that answers a read in HTTP/1.1 could have run the write (the one
+ * that took it was stopped, and a restarted one listens), and ctl must not
+ * run a change twice that the operator asked for once. Throws wentAway then,
+ * and when nothing answers at all.
+ */
+async function ensureNeverRan(socketPath: string, method: string, timeoutMs: number): Promise<void> {
+  try {
+    await exchange(await dialAdminSocket(socketPath), socketPath, PROBE_METHOD, '{}', timeoutMs);
+  } catch (err) {
+    if (err instanceof NotHttp1) return;
+  }
+  throw wentAway(socketPath, method);
 }
 
 /** Writes the request and reads its whole response; the socket is destroyed when it settles. */
@@ -71,7 +105,7 @@ function exchange(socket: Socket, socketPath: string, method: string, body: stri
       // What an HTTP/2-only server sends to an HTTP/1.1 request: its SETTINGS and a GOAWAY, or nothing.
       const n = Math.min(HTTP1_START.length, data.length);
       if (!data.subarray(0, n).equals(HTTP1_START.subarray(0, n)) || (ended && data.length === 0)) {
-        done(() => reject(new NotHttp1()));
+        done(() => reject(new NotHttp1(data.length)));
         return;
       }
       let res: ReturnType<typeof parseHttp1Response>;
@@ -106,7 +140,7 @@ function exchange(socket: Socket, socketPath: string, method: string, body: stri
     socket.removeAllListeners('error');
     socket.once('error', (err) =>
       // An HTTP/2-only agent may close before the request is written (EPIPE, ECONNRESET): HTTP/2 then says what is wrong.
-      done(() => reject(size === 0 ? new NotHttp1() : agentUnreachable(socketPath, `the call failed (${err.message})`))),
+      done(() => reject(size === 0 ? new NotHttp1(0) : agentUnreachable(socketPath, `the call failed (${err.message})`))),
     );
     const payload = Buffer.from(body, 'utf8');
     socket.write(

@@ -1,8 +1,8 @@
 import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
+import { READ_METHODS } from '../../lib/admin-read-methods.js';
 import { agentStoppingRefusal } from '../../lib/agent-stopping-refusal.js';
 import type { RateLimitedLog } from '../../lib/rate-limited-log.js';
 import { ADMIN_PEER } from './admin-peer.js';
-import { READ_METHODS } from './admin-write-gate.js';
 
 /**
  * Refuses every write once the agent has begun to stop (`stopping` aborts at

@@ -1,13 +1,7 @@
 import { Code, ConnectError, type Interceptor } from '@connectrpc/connect';
+import { READ_METHODS } from '../../lib/admin-read-methods.js';
 import { ADMIN_PEER } from './admin-peer.js';
 import { ADMIN_ROLE, type AdminAccess } from './admin-role.js';
-
-/**
- * The AdminService methods that change nothing. Every other method, and any
- * added later, is a write: refused to admin.read_group members by default.
- * Adapters only reads a shard's LoRA adapters; ChangeAdapters is the write.
- */
-export const READ_METHODS: ReadonlySet<string> = new Set(['Status', 'Logs', 'Events', 'Adapters']);
 
 /**
  * Refuses every write of a caller of the read tier with one line (ctl exits

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { AdminServer } from '../../../src/agent/admin/admin-server.js';
-import { READ_METHODS } from '../../../src/agent/admin/admin-write-gate.js';
+import { READ_METHODS } from '../../../src/lib/admin-read-methods.js';
 import { AdminService } from '../../../src/gen/llmgw/v1/admin_pb.js';
 import { callUnaryJson } from '../../../src/ctl/call-unary-json.js';
 import { ctlStatus } from '../../../src/ctl/ctl-status.js';

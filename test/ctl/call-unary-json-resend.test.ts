@@ -36,7 +36,8 @@ type Seen = string[];
  * HTTP/1.1 connection is closed without a byte (what an HTTP/2 server may do
  * before its SETTINGS are out) instead of being answered by SETTINGS and GOAWAY.
  */
-async function http2OnlyAgent(path: string, seen: Seen, silent: boolean): Promise<void> {
+async function http2OnlyAgent(path: string, seen: Seen, silent: boolean): Promise<{ connections: () => number }> {
+  let connections = 0;
   const h2 = http2.createServer((req, res) => {
     seen.push(`${req.httpVersion} ${req.url.split('/').pop()}`);
     req.resume();
@@ -46,6 +47,7 @@ async function http2OnlyAgent(path: string, seen: Seen, silent: boolean): Promis
     });
   });
   h2.on('sessionError', () => {});
+  h2.on('connection', () => connections++);
   let server: net.Server | http2.Http2Server = h2;
   if (silent) {
     // HTTP/2 (its preface) goes through to the HTTP/2 server on a second socket; anything else is closed unanswered.
@@ -72,6 +74,7 @@ async function http2OnlyAgent(path: string, seen: Seen, silent: boolean): Promis
   }
   onTestFinished(() => closeServer(server));
   await new Promise<void>((resolve) => server.listen(path, resolve));
+  return { connections: () => connections };
 }
 
 describe('a write whose connection closed without a byte', () => {
@@ -112,9 +115,11 @@ describe('a write whose connection closed without a byte', () => {
   it('is sent once over HTTP/2 to an agent that serves only HTTP/2, and answered', async () => {
     const path = join(newRoot(), 'agent.sock');
     const seen: Seen = [];
-    await http2OnlyAgent(path, seen, false);
+    const agent = await http2OnlyAgent(path, seen, false);
     expect(await callUnaryJson(path, 'Cordon', { cordon: true, reason: 'r' })).toEqual({ cordoned: true });
     expect(seen).toEqual(['2.0 Cordon']);
+    // Its SETTINGS and GOAWAY to the HTTP/1.1 request were proof enough: no probe between (two connections, not three).
+    expect(agent.connections()).toBe(2);
   });
 
   it('is sent over HTTP/2 after a read also closed without a byte: an HTTP/2-only agent, which ran neither', async () => {

@@ -235,14 +235,13 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
       const ms = await expectFaultReported(a, () => appendFileSync(a.control, 'xid 2 79\n'), 2, /Xid 79: GPU has fallen off the bus/, GpuEventKind.XID);
       console.info(`Xid 79 through NVML: shard UNHEALTHY on the stream ${ms} ms after the injection`);
 
-      // Two reads of the same state, run together.
-      const [json, plain] = await Promise.all([runCli(['ctl', 'status', '--socket', a.socket, '--json']), runCli(['ctl', 'status', '--socket', a.socket])]);
+      const json = await runCli(['ctl', 'status', '--socket', a.socket, '--json']);
       expect(json.exitCode).toBe(0);
       const status = JSON.parse(json.stdout) as { gpus: { index: number; healthy: boolean; fault: string; recentEvents: { message: string; source: string }[] }[] };
       expect(status.gpus[2]).toMatchObject({ index: 2, healthy: false, fault: 'Xid 79: GPU has fallen off the bus' });
       expect(status.gpus[2]?.recentEvents.at(-1)).toMatchObject({ message: 'Xid 79: GPU has fallen off the bus', source: 'nvml' });
       expect(status.gpus.filter((g) => g.healthy).map((g) => g.index)).toEqual([0, 1, 3, 4, 5, 6, 7]);
-      const text = plain.stdout;
+      const text = (await runCli(['ctl', 'status', '--socket', a.socket])).stdout;
       expect(text).toMatch(/^2 +NVIDIA H100 80GB HBM3 +\d+ \/ 81559 MiB +UNHEALTHY +Xid 79: GPU has fallen off the bus \(nvml, /m);
       expect(text).toContain('GPU 2: Xid 79: GPU has fallen off the bus');
     });
@@ -252,15 +251,13 @@ describe.skipIf(unavailable !== undefined)('llmgw agent run with GPUs read throu
       const unhealthy = a.cp.waitFor('node-a', shardIs('clear-1', ShardState.UNHEALTHY), 20_000);
       appendFileSync(a.control, 'xid 1 94\n');
       await unhealthy;
-      // Bad input is refused naming what is wrong, and changes nothing (so the three run together).
-      const [notANumber, noSuch, badReason] = await Promise.all([
-        runCli(['ctl', 'gpu', 'clear', 'one', '--socket', a.socket]),
-        runCli(['ctl', 'gpu', 'clear', '42', '--socket', a.socket]),
-        runCli(['ctl', 'gpu', 'clear', '1', '--reason', 'a\nforged line', '--socket', a.socket]),
-      ]);
+      // Bad input is refused naming what is wrong, and changes nothing.
+      const notANumber = await runCli(['ctl', 'gpu', 'clear', 'one', '--socket', a.socket]);
       expect([notANumber.exitCode, notANumber.stderr.trim()]).toEqual([2, expect.stringMatching(/GPU index must be a number such as 2, got "one"/)]);
+      const noSuch = await runCli(['ctl', 'gpu', 'clear', '42', '--socket', a.socket]);
       expect(noSuch.exitCode).toBe(2);
       expect(noSuch.stderr).toMatch(/no GPU 42 on this node \(GPUs: 0, 1, 2, 3, 4, 5, 6, 7\)/);
+      const badReason = await runCli(['ctl', 'gpu', 'clear', '1', '--reason', 'a\nforged line', '--socket', a.socket]);
       expect(badReason.exitCode).toBe(2);
 
       const cleared = a.cp.waitFor('node-a', isGpuEvent(1, GpuEventKind.CLEARED_BY_OPERATOR), 20_000);

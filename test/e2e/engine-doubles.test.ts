@@ -112,18 +112,17 @@ describe('probes that fit each engine', () => {
   it('makes keyed vLLM and SGLang profiles READY, and the key never reaches the agent log (§0 #8)', async () => {
     const [p1, p2, p3] = [await freePort(), await freePort(), await freePort()];
     const secret = 'sk-llmgw-test-4b1d';
-    // Three shards on GPUs of their own, started together: each start's probes and log are its own.
-    const [byArg, byEnv, sglang] = await Promise.all([
-      startAndWait(doubleStart('vllm', 'v-key', p1, { gpus: [6], args: ['--api-key', secret] })),
-      startAndWait(doubleStart('vllm', 'v-envkey', p2, { gpus: [0], env: { VLLM_API_KEY: secret } })),
-      startAndWait(doubleStart('sglang', 'g-key', p3, { gpus: [7], args: [`--api-key=${secret}`] })),
-    ]);
+    const byArg = await startAndWait(doubleStart('vllm', 'v-key', p1, { gpus: [6], args: ['--api-key', secret] }));
     expect(byArg.state, byArg.error).toBe(S.READY);
     // The engine guards /v1: without the key it says 401, so the probe really sent it.
     expect((await fetch(`http://127.0.0.1:${p1}/v1/models`)).status).toBe(401);
+    await stop('v-key');
+    const byEnv = await startAndWait(doubleStart('vllm', 'v-envkey', p2, { gpus: [6], env: { VLLM_API_KEY: secret } }));
     expect(byEnv.state, byEnv.error).toBe(S.READY);
+    await stop('v-envkey');
+    const sglang = await startAndWait(doubleStart('sglang', 'g-key', p3, { gpus: [7], args: [`--api-key=${secret}`] }));
     expect(sglang.state, sglang.error).toBe(S.READY);
-    await Promise.all([stop('v-key'), stop('v-envkey'), stop('g-key')]);
+    await stop('g-key');
     expect(JSON.stringify(agent.logs())).not.toContain(secret);
   });
 });

@@ -1,37 +1,53 @@
 import { execFileSync } from 'node:child_process';
-import { cpSync, readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Inventory } from '../../src/gen/llmgw/v1/agent_pb.js';
-import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
+import { type AgentDirs, type AgentProcess, agentDirs, endAgentFixture, startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { listenNotifySocket } from '../helpers/notify-socket.js';
 import { replaceDataSetFile } from '../helpers/fake-gpus.js';
 import { REPO_ROOT } from '../helpers/run-cli.js';
 import { isRegister } from '../helpers/sim-shards.js';
-import { startControlPlane } from '../helpers/start-control-plane.js';
+import { type StartedControlPlane, startControlPlane } from '../helpers/start-control-plane.js';
 
 function newDirs() {
   return tempAgentDirs('llmgw-obs-');
 }
 
 describe('llmgw agent run, as systemd and Prometheus see it', () => {
+  /*
+   * One agent for the first two tests, which only read what it says: to
+   * systemd's notify socket, and on its metrics_addr. Each was an agent of
+   * its own with the one setting, some 2 s of start-up each on this machine.
+   */
+  const f: { cp?: StartedControlPlane; agent?: AgentProcess; dirs?: AgentDirs; sock?: ReturnType<typeof listenNotifySocket>; metricsPort?: number } = {};
+  let endSock: () => Promise<void> = async () => {};
+  beforeAll(async () => {
+    f.cp = await startControlPlane();
+    f.dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-obs-')));
+    f.sock = listenNotifySocket(f.dirs.root, (fn) => {
+      endSock = fn;
+    });
+    await f.sock.ready;
+    f.metricsPort = await freePort();
+    f.agent = startAgentProcess({ server: f.cp.url, dirs: f.dirs, env: { NOTIFY_SOCKET: f.sock.path }, extraYaml: `metrics_addr: 127.0.0.1:${f.metricsPort}\n` });
+  }, 60_000);
+  afterAll(async () => {
+    await endSock();
+    await endAgentFixture(f);
+  }, 60_000);
+
   it('tells systemd READY=1 once it is up', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const sock = listenNotifySocket(dirs.root);
-    await sock.ready;
-    startAgentProcess({ server: url, dirs, env: { NOTIFY_SOCKET: sock.path } });
-    await cp.waitFor('node-a', isRegister, 20_000);
+    const { cp, sock } = f as Required<typeof f>;
+    await cp.cp.waitFor('node-a', isRegister, 20_000);
     await until(() => sock.received().some((d) => d.split('\n').includes('READY=1')), 'READY=1 from the agent');
   });
 
   it('serves its metrics when metrics_addr is set', async () => {
-    const { cp, url } = await startControlPlane();
-    const dirs = newDirs();
-    const port = await freePort();
-    startAgentProcess({ server: url, dirs, extraYaml: `metrics_addr: 127.0.0.1:${port}\n` });
-    await cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat', 20_000);
+    const { cp, metricsPort: port } = f as Required<typeof f>;
+    await cp.cp.waitFor('node-a', (m) => m.msg.case === 'heartbeat', 20_000);
     let text = '';
     await until(async () => {
       text = await (await fetch(`http://127.0.0.1:${port}/metrics`)).text();

@@ -68,10 +68,9 @@ describe('llmgw agent run with and without oclif', () => {
     rmSync(root, { recursive: true, force: true });
   });
 
-  const both = async (args: string[], env: Record<string, string | undefined> = {}): Promise<[CliResult, CliResult]> => [
-    await runCli(['agent', 'run', ...args], { env }),
-    await runCli(['agent', 'run', ...args, ...VIA_OCLIF], { env }),
-  ];
+  /** The same command line by the fast path and through oclif, run together: each refusal changes nothing. */
+  const both = (args: string[], env: Record<string, string | undefined> = {}): Promise<[CliResult, CliResult]> =>
+    Promise.all([runCli(['agent', 'run', ...args], { env }), runCli(['agent', 'run', ...args, ...VIA_OCLIF], { env })]);
 
   it.each([
     ['a value that is not a duration', 'node_id: a\nserver: http://127.0.0.1:1\nheartbeat_interval: fast\n', []],
@@ -109,7 +108,8 @@ describe('llmgw agent run with and without oclif', () => {
       ].join('\n'),
     );
     const { cp, url } = await startControlPlane();
-    for (const [i, extra] of [[], VIA_OCLIF].entries()) {
+    // The two agents (own node ids, directories and configs) run together.
+    const run = async (i: number, extra: string[]) => {
       const dirs = agentDirs(join(root, `run-${i}`));
       const config = join(root, `run-${i}.yaml`);
       writeFileSync(config, agentConfigYaml({ server: url, dirs, nodeId: `fast-${i}` }));
@@ -131,6 +131,9 @@ describe('llmgw agent run with and without oclif', () => {
       } finally {
         child.kill('SIGKILL');
       }
-    }
+    };
+    // Both settled before the test ends, so neither agent outlives it whichever fails.
+    const results = await Promise.allSettled([run(0, []), run(1, VIA_OCLIF)]);
+    for (const r of results) if (r.status === 'rejected') throw r.reason;
   });
 });

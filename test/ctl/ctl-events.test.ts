@@ -1,6 +1,6 @@
 import { appendFileSync } from 'node:fs';
 import { execa } from 'execa';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { create } from '@bufbuild/protobuf';
 import { ShardState, SleepShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort, until } from '../helpers/engine-processes.js';
@@ -34,9 +34,26 @@ function follow(socket: string) {
   return { child, exited, lines };
 }
 
+/*
+ * One agent for the tests that need one, each with a shard and a GPU of its
+ * own (s1 on GPU 0 and the fault on GPU 2, s2 on GPU 1, s3 on GPU 5): each
+ * looks for its own shard's events and its own kinds (the first for the
+ * connection's, which the backlog holds whatever came after them; the last
+ * for the node's, which only its cordons make), so they share the agent's
+ * start (an agent and a control plane, some 2 s on this machine) and not
+ * their findings. The first test runs first, while s1 is the only shard.
+ */
 describe('llmgw ctl events', () => {
+  const ends: Array<() => unknown> = [];
+  let a: Awaited<ReturnType<typeof kmsgAgent>>;
+  beforeAll(async () => {
+    a = await kmsgAgent('llmgw-events-', (fn) => ends.push(fn));
+  }, 60_000);
+  afterAll(async () => {
+    for (const fn of ends.reverse()) await fn();
+  }, 60_000);
+
   it('follows the agent: a shard transition prints within a second of its log line, then a GPU fault; Ctrl-C ends it with exit 0', async () => {
-    const a = await kmsgAgent('llmgw-events-');
     const f = follow(a.socket);
     // The backlog: the stream's phases since the agent started.
     await until(() => f.lines.some((l) => /connection .*connecting → connected/.test(l.text)), 'the connection events of the backlog');
@@ -70,11 +87,10 @@ describe('llmgw ctl events', () => {
   }, 120_000);
 
   it('prints one AgentEvent per line with --json, and --since keeps only what happened from then on', async () => {
-    const a = await kmsgAgent('llmgw-events-json-');
     // Registered is not yet connected: the control plane's first answer makes the stream "connected".
     await until(() => a.records.some((r) => r.msg === 'control-plane connection' && r.to === 'connected'), 'the stream connected');
-    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    a.cp.send('node-a', { case: 'start', value: simStart('s1', await freePort()) });
+    const ready = a.cp.waitFor('node-a', shardIs('s2', ShardState.READY), 30_000);
+    a.cp.send('node-a', { case: 'start', value: simStart('s2', await freePort(), { gpu: 1 }) });
     await ready;
 
     const all = await runCli(['ctl', 'events', '--json', '--socket', a.socket]);
@@ -83,8 +99,8 @@ describe('llmgw ctl events', () => {
     const seqs = events.map((e) => Number(e.seq));
     expect(seqs).toEqual(seqs.map((_, i) => (seqs[0] as number) + i));
     expect(events.find((e) => e.kind === 'connection' && e.fields.to === 'connected')).toBeDefined();
-    expect(events.find((e) => e.kind === 'shard' && e.shardId === 's1' && e.fields.to === 'READY')).toMatchObject({
-      fields: { from: 'STARTING', to: 'READY', replica: 'r-s1' },
+    expect(events.find((e) => e.kind === 'shard' && e.shardId === 's2' && e.fields.to === 'READY')).toMatchObject({
+      fields: { from: 'STARTING', to: 'READY', replica: 'r-s2' },
       message: expect.stringMatching(/^STARTING → READY: /),
       at: expect.stringMatching(/^\d{4}-\d\d-\d\dT/),
     });
@@ -94,7 +110,12 @@ describe('llmgw ctl events', () => {
     // its log line), or in the same millisecond, and --since rightly kept it.
     const connected = events.find((e) => e.kind === 'connection' && e.fields.to === 'connected');
     const before = new Date(Date.parse(connected.at) + 1).toISOString();
-    const since = await runCli(['ctl', 'events', '--json', '--since', before, '--socket', a.socket]);
+    // Three reads that change nothing, run together.
+    const [since, recent, bad] = await Promise.all([
+      runCli(['ctl', 'events', '--json', '--since', before, '--socket', a.socket]),
+      runCli(['ctl', 'events', '--since', '10m', '--socket', a.socket]),
+      runCli(['ctl', 'events', '--since', 'yesterday', '--socket', a.socket]),
+    ]);
     expect(since.exitCode).toBe(0);
     const kept = since.stdout.trim().split('\n').map((l) => JSON.parse(l));
     expect(kept.map((e) => e.kind)).toContain('shard');
@@ -102,28 +123,25 @@ describe('llmgw ctl events', () => {
     expect(kept.map((e) => e.seq)).not.toContain(connected.seq);
     expect(kept.every((e) => Date.parse(e.at) >= Date.parse(before))).toBe(true);
 
-    const recent = await runCli(['ctl', 'events', '--since', '10m', '--socket', a.socket]);
     expect(recent.stdout).toMatch(/connection .*connecting → connected/);
-    expect(recent.stdout).toMatch(/s1 +STARTING → READY/);
+    expect(recent.stdout).toMatch(/s2 +STARTING → READY/);
 
-    const bad = await runCli(['ctl', 'events', '--since', 'yesterday', '--socket', a.socket]);
     expect(bad.exitCode).toBe(2);
     expect(bad.stderr).toMatch(/--since "yesterday" is neither a duration nor an RFC 3339 time/);
   }, 120_000);
 
   it('lists what happens to the node itself: a cordon and an uncordon with who and why, and a refused sleep (walkthrough 3, item 7)', async () => {
-    const a = await kmsgAgent('llmgw-events-node-');
     expect((await runCli(['ctl', 'cordon', '--reason', 'swap PSU, OPS-7', '--socket', a.socket])).exitCode).toBe(0);
     // A second operator's cordon replaces the reason, and says so (walkthrough 3: it was silent).
     const again = await runCli(['ctl', 'cordon', '--reason', 'firmware, OPS-8', '--socket', a.socket]);
     expect(again.stdout).toMatch(/^node's cordon reason replaced \(was: swap PSU, OPS-7\) since .* \(firmware, OPS-8\)/);
     expect((await runCli(['ctl', 'uncordon', '--socket', a.socket])).exitCode).toBe(0);
-    const ready = a.cp.waitFor('node-a', shardIs('s1', ShardState.READY), 30_000);
-    a.cp.send('node-a', { case: 'start', value: simStart('s1', await freePort()) });
+    const ready = a.cp.waitFor('node-a', shardIs('s3', ShardState.READY), 30_000);
+    a.cp.send('node-a', { case: 'start', value: simStart('s3', await freePort(), { gpu: 5 }) });
     await ready;
     // The sim shard has no sleep mode: refused, and the refusal is an event as a refused start is.
-    const refused = a.cp.waitFor('node-a', (m) => m.msg.case === 'shard' && m.msg.value.shardId === 's1' && m.msg.value.error.startsWith('sleep refused'), 30_000);
-    a.cp.send('node-a', { case: 'sleep', value: create(SleepShardSchema, { shardId: 's1', level: 1 }) });
+    const refused = a.cp.waitFor('node-a', (m) => m.msg.case === 'shard' && m.msg.value.shardId === 's3' && m.msg.value.error.startsWith('sleep refused'), 30_000);
+    a.cp.send('node-a', { case: 'sleep', value: create(SleepShardSchema, { shardId: 's3', level: 1 }) });
     await refused;
     const uid = String(process.geteuid?.() ?? 0);
     let events: { kind: string; message: string; fields: Record<string, string> }[] = [];

@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process';
 import { appendFileSync } from 'node:fs';
-import { describe, expect, it, onTestFinished } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort, until } from '../helpers/engine-processes.js';
 import { kmsgAgent, xid79Line } from '../helpers/kmsg-agent.js';
@@ -51,9 +51,23 @@ async function untilScreen(t: ReturnType<typeof tmuxServer>, re: RegExp, what: s
   return last;
 }
 
+/*
+ * One agent for the three tests: the first makes the only shard (s1) and the
+ * only fault (GPU 2), and runs first, as it counts them (SHARDS 1/1); the
+ * others only read a first frame and a snapshot, whatever the agent runs.
+ * They share its start (an agent and a control plane, some 2 s here).
+ */
 describe('llmgw ctl top in a terminal', () => {
+  const ends: Array<() => unknown> = [];
+  let a: Awaited<ReturnType<typeof kmsgAgent>>;
+  beforeAll(async () => {
+    a = await kmsgAgent('llmgw-top-', (fn) => ends.push(fn));
+  }, 60_000);
+  afterAll(async () => {
+    for (const fn of ends.reverse()) await fn();
+  }, 60_000);
+
   it('shows a shard going STARTING → READY and a GPU fault as they happen; q quits and gives the shell its screen, cursor and line editing back', async () => {
-    const a = await kmsgAgent('llmgw-top-');
     const t = tmuxServer();
     await untilScreen(t, /top-test\$/, 'the shell prompt');
     t.keys(`${process.execPath} ${BIN} ctl top --socket ${a.socket}`, 'Enter');
@@ -112,7 +126,6 @@ describe('llmgw ctl top in a terminal', () => {
   }, 120_000);
 
   it('gives the terminal back when it is sent SIGTERM', async () => {
-    const a = await kmsgAgent('llmgw-top-term-');
     const t = tmuxServer();
     await untilScreen(t, /top-test\$/, 'the shell prompt');
     t.keys(`${process.execPath} ${BIN} ctl top --socket ${a.socket}; echo "exit=$?"`, 'Enter');
@@ -126,7 +139,6 @@ describe('llmgw ctl top in a terminal', () => {
   }, 120_000);
 
   it('prints a plain snapshot when stdout is not a terminal, and with --once', async () => {
-    const a = await kmsgAgent('llmgw-top-once-');
     const r = await runCli(['ctl', 'top', '--once', '--socket', a.socket]);
     expect(r.exitCode).toBe(0);
     expect(r.stdout).toMatch(/^llmgw top {2}node node-a/);

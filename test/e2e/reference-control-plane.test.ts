@@ -209,12 +209,15 @@ describe('the reference control plane with real agents', () => {
       const placementDelayMs = 1_000;
       const { logger, records } = captureLogger();
       const second = await startControlPlane({ deployment: ONE_NODE, portRange: ports, port: first.port, placementDelayMs, logger });
+      // It listens by now, and placement runs placementDelayMs after it listens (reconciler.ts): by this time + the delay.
+      const placedBy = Date.now() + placementDelayMs;
       const registered = second.cp.waitFor('node-a', isRegister, 30_000);
       const reg = await reReportedReady(second.cp, 'node-a', shardId, registered);
       expect(reg.runningShards.map((s) => [s.shardId, s.pid])).toEqual([[shardId, pid]]);
       await until(() => allReady(second.cp), 'the adopted replica to be READY', 30_000);
-      // Past the settle delay: placement has run and found nothing to do.
-      await sleep(placementDelayMs + 500);
+      // Past the settle delay: placement has run and found nothing to do. (It was a full delay + 500 ms after
+      // READY, which comes a second or more after the listen the delay counts from.)
+      await sleep(Math.max(0, placedBy + 500 - Date.now()));
 
       expect(replica(second.cp)).toMatchObject({ phase: 'ready', url, shards: [{ shardId, adopted: true }] });
       expect(sentCommands(records, 'start')).toEqual([]);

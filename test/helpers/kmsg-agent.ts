@@ -1,19 +1,37 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { onTestFinished } from 'vitest';
-import { agentConfigYaml, tempAgentDirs } from './agent-process.js';
+import { agentConfigYaml, agentDirs, tempAgentDirs } from './agent-process.js';
+import { killEverything, removeDir } from './engine-processes.js';
 import { isRegister } from './sim-shards.js';
 import { spawnAgentProcess } from './spawn-agent-process.js';
 import { startControlPlane } from './start-control-plane.js';
 
+/** Runs `fn` at the end of what the agent serves, the last registered first (as hooks run): for a describe whose tests share it, in its afterAll. */
+export type OnEnd = (fn: () => unknown) => void;
+
 /**
  * A reference control plane and a real `llmgw agent run` on the fake 8-GPU
  * box, with a kernel-log file the test writes Xid lines to; registered
- * before it returns. The agent is killed when the test finishes.
+ * before it returns. The agent is killed when the test finishes; or, given
+ * `onEnd` (an agent started in beforeAll for the tests of a describe), its
+ * agent, then its control plane, engines and directories end through it.
  */
-export async function kmsgAgent(prefix: string) {
-  const { cp, url } = await startControlPlane();
-  const dirs = tempAgentDirs(prefix);
+export async function kmsgAgent(prefix: string, onEnd?: OnEnd) {
+  const plane = await startControlPlane();
+  const { cp, url } = plane;
+  let dirs: ReturnType<typeof agentDirs>;
+  if (onEnd) {
+    dirs = agentDirs(mkdtempSync(join(tmpdir(), prefix)));
+    onEnd(async () => {
+      await plane.close();
+      await killEverything(dirs.logDir);
+      removeDir(dirs.root);
+    });
+  } else {
+    dirs = tempAgentDirs(prefix);
+  }
   const kmsg = join(dirs.root, 'kmsg');
   writeFileSync(kmsg, '');
   const configPath = join(dirs.root, 'agent.yaml');
@@ -21,10 +39,12 @@ export async function kmsgAgent(prefix: string) {
   const registered = cp.waitFor('node-a', isRegister, 20_000);
   const { child, records } = spawnAgentProcess(configPath);
   const exited = child.then(() => undefined);
-  onTestFinished(async () => {
+  const stop = async () => {
     child.kill('SIGKILL');
     await exited;
-  });
+  };
+  if (onEnd) onEnd(stop);
+  else onTestFinished(stop);
   await registered;
   return { cp, kmsg, socket: dirs.socket, records };
 }

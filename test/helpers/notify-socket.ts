@@ -5,9 +5,10 @@ import { onTestFinished } from 'vitest';
 /**
  * A datagram socket standing in for systemd's NOTIFY_SOCKET. Node has no
  * Unix datagram sockets, so python3 receives and prints each datagram as one
- * JSON line.
+ * JSON line. It ends with the test, or through `onEnd` when given (one made
+ * in beforeAll, ended in afterAll).
  */
-export function listenNotifySocket(dir: string): { path: string; received: () => string[]; ready: Promise<void> } {
+export function listenNotifySocket(dir: string, onEnd: (fn: () => Promise<void>) => void = onTestFinished): { path: string; received: () => string[]; ready: Promise<void> } {
   const path = join(dir, 'notify.sock');
   const script = [
     'import socket, json, sys',
@@ -29,7 +30,7 @@ export function listenNotifySocket(dir: string): { path: string; received: () =>
       else lines.push(JSON.parse(line) as string);
     }
   });
-  onTestFinished(async () => {
+  onEnd(async () => {
     proc.kill('SIGKILL');
     await proc;
   });

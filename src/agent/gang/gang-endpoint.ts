@@ -39,6 +39,8 @@ export interface GangEndpointOptions {
   /** The port was found held by another process, and later taken: the agent's events (listenGang). */
   onPortHeld?: GangListenOptions['onHeld'];
   onPortTaken?: GangListenOptions['onTaken'];
+  /** How often a held port is tried again (GANG_PORT_RETRY_MS when unset); for tests only, which shorten it. */
+  portRetryMs?: number;
 }
 
 export interface GangEndpoint {
@@ -125,7 +127,7 @@ export async function serveGangEndpoint(o: GangEndpointOptions): Promise<GangEnd
   // The inner server never listens: the front hands it the connections it keeps.
   const server = admittingServer((socket) => inner.emit('connection', socket), { log: o.log, ...(o.connectionDeadlineMs ? { deadlineMs: o.connectionDeadlineMs } : {}) });
   server.on('close', stopReread);
-  await listenGang({ server, addr: o.addr, host: where.host, port, log: o.log, listenFd: o.listenFd, onHeld: o.onPortHeld, onTaken: o.onPortTaken });
+  await listenGang({ server, addr: o.addr, host: where.host, port, log: o.log, listenFd: o.listenFd, onHeld: o.onPortHeld, onTaken: o.onPortTaken, retryMs: o.portRetryMs });
   // Held by another process: announced as configured (a fixed port), and taken once free (listenGang).
   const bound = server.listening ? (server.address() as AddressInfo).port : port;
   const host = where.host.includes(':') ? `[${where.host}]` : where.host;

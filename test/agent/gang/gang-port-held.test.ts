@@ -26,6 +26,9 @@ import { killSquatters, NOBODY, startSquatter } from '../../helpers/squatter.js'
 
 afterEach(killSquatters);
 
+/** The endpoints' retry of a held port here: 250 ms, not the agent's 2 s (GANG_PORT_RETRY_MS), so a port freed is taken within a quarter second. */
+const RETRY_MS = 250;
+
 const worker = twoRankWorker();
 
 /** A squatter as nobody on 127.0.0.1:`port`, answering rank 1 of the gang FAILED as node-1 would. */
@@ -50,6 +53,7 @@ describe('a gang port held by another process (security review 4, F5)', () => {
       log: log.logger,
       onPortHeld: (m, by) => held.push([m, by]),
       onPortTaken: (m) => taken.push(m),
+      portRetryMs: RETRY_MS,
     });
     onTestFinished(() => void g.server.close());
     expect(g.endpoint).toBe(`127.0.0.1:${port}`);
@@ -69,6 +73,8 @@ describe('a gang port held by another process (security review 4, F5)', () => {
     s.child.kill('SIGKILL');
     await until(() => g.server.listening, 'the endpoint to take the port once the squatter is gone');
     expect(taken).toEqual([expect.stringMatching(new RegExp(`^gang endpoint listening on 127\\.0\\.0\\.1:${port} after the port was held for \\d+ s$`))]);
+    // Said once, though tried again every RETRY_MS all along.
+    expect(held).toHaveLength(1);
     expect(await askPeer(g.endpoint, 'g-0-g1', 5_000, undefined, 'node-1')).toMatchObject({ ok: true, answer: { node: 'node-1', ranks: [{ state: 'READY' }] } });
   });
 
@@ -76,7 +82,7 @@ describe('a gang port held by another process (security review 4, F5)', () => {
     const port = await freePort();
     const other = await serveGangEndpoint({ addr: `127.0.0.1:${port}`, nodeId: 'node-1', shards: () => [worker], tls: () => ({ tls: undefined }), log: captureLogger('info').logger });
     const held: string[] = [];
-    const g = await serveGangEndpoint({ addr: `127.0.0.1:${port}`, nodeId: 'node-1', shards: () => [worker], tls: () => ({ tls: undefined }), log: captureLogger('info').logger, onPortHeld: (m) => held.push(m) });
+    const g = await serveGangEndpoint({ addr: `127.0.0.1:${port}`, nodeId: 'node-1', shards: () => [worker], tls: () => ({ tls: undefined }), log: captureLogger('info').logger, onPortHeld: (m) => held.push(m), portRetryMs: RETRY_MS });
     onTestFinished(() => {
       other.server.close();
       g.server.close();
@@ -91,12 +97,12 @@ describe('a gang port held by another process (security review 4, F5)', () => {
     const port = await freePort();
     const s = squat(port);
     await s.up;
-    const g = await serveGangEndpoint({ addr: `127.0.0.1:${port}`, nodeId: 'node-1', shards: () => [worker], tls: () => ({ tls: undefined }), log: captureLogger('info').logger });
+    const g = await serveGangEndpoint({ addr: `127.0.0.1:${port}`, nodeId: 'node-1', shards: () => [worker], tls: () => ({ tls: undefined }), log: captureLogger('info').logger, portRetryMs: RETRY_MS });
     g.server.close();
     s.child.kill('SIGKILL');
     await new Promise((r) => s.child.once('exit', r));
-    // Longer than two retries (GANG_PORT_RETRY_MS, 2 s): the port is free to anyone.
-    await new Promise((r) => setTimeout(r, 4_500));
+    // Longer than four retries (RETRY_MS): the port is free to anyone.
+    await new Promise((r) => setTimeout(r, 5 * RETRY_MS));
     expect(g.server.listening).toBe(false);
     const probe = createServer();
     await new Promise<void>((resolve, reject) => probe.once('error', reject).listen(port, '127.0.0.1', resolve));

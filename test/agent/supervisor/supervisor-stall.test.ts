@@ -53,7 +53,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 describe('stall detection of a READY shard', () => {
   it('reports a sim that stalls under load UNHEALTHY with the stall as its error, keeps its pid, and READY again once idle', async () => {
     const healthIntervalMs = 500;
-    const stallTimeoutMs = 3000;
+    const stallTimeoutMs = 2000;
     const sup = harness.newSupervisor({ healthIntervalMs, stallTimeoutMs } satisfies Partial<SupervisorConfig>);
     const seen = recordTransitions(sup);
     const { shard, baseUrl } = await readySim(sup, 'stalls', ['--stall-after', '2s', '--token-latency', '20ms']);
@@ -64,7 +64,7 @@ describe('stall detection of a READY shard', () => {
     console.info(`stall reported as "${unhealthy?.error}" (sim: ${stalledAt?.slice(0, 23)}; reported ${new Date().toISOString()})`);
     // The detector's own clock, from the last sample that saw tokens move:
     // it fires at the first tick past stall_timeout, so within stall_timeout
-    // + 2 health intervals (3.0 s..4.0 s here, printed in whole seconds).
+    // + 2 health intervals (2.0 s..3.0 s here, printed in whole seconds).
     const limitS = Math.floor((stallTimeoutMs + 2 * healthIntervalMs) / 1000);
     const m = /^stalled: 3 requests running, no token generated for (\d+) s$/.exec(unhealthy?.error ?? '');
     expect(m, unhealthy?.error).not.toBeNull();
@@ -92,14 +92,17 @@ describe('stall detection of a READY shard', () => {
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
   });
 
-  it('raises no alarm on a slow engine that makes a token every 2.5 s', async () => {
-    const sup = harness.newSupervisor({ healthIntervalMs: 250, stallTimeoutMs: 5000 });
+  // Scaled from a token every 2.5 s under a 5 s stall_timeout, watched 10 s, by 3/5: the ratios the judgement
+  // rests on kept (a flat stretch of half the timeout, watched twice the timeout, 24 health reads), and 1.5 s
+  // of margin left for a loaded machine to delay a token or a read before a stretch looks as long as the timeout.
+  it('raises no alarm on a slow engine that makes a token every 1.5 s, half its stall_timeout', async () => {
+    const sup = harness.newSupervisor({ healthIntervalMs: 250, stallTimeoutMs: 3000 });
     const seen = recordTransitions(sup);
-    const { baseUrl } = await readySim(sup, 'slow', ['--token-latency', '2500ms']);
+    const { baseUrl } = await readySim(sup, 'slow', ['--token-latency', '1500ms']);
     chatLoad(baseUrl, 2);
     await until(async () => (await sup.inFlight(parseShardId('slow'))) === 2, 'two requests running');
-    // Past stall_timeout twice over: a flat stretch of 2.5 s is slow, not stalled.
-    await sleep(10_000);
+    // Past stall_timeout twice over: a flat stretch of 1.5 s is slow, not stalled.
+    await sleep(6_000);
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
   });
 

@@ -69,7 +69,8 @@ describe("the vLLM double's ranks across nodes", () => {
     const [p0, master] = [await freePort(), await freePort()];
     const common = ['--tensor-parallel-size', '2', '--nnodes', '2', '--master-addr', '127.0.0.1', '--master-port', String(master), '--sim-load-time', '100ms'];
     const env = { CUDA_VISIBLE_DEVICES: '0', VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: '2' };
-    const leader = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--port', String(p0), '--node-rank', '0', ...common], env);
+    // The launcher's watchdog exits after the death (5 s in vLLM): shortened, as nothing is checked in that window but /health 503 or the exit.
+    const leader = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--port', String(p0), '--node-rank', '0', '--sim-engine-watchdog', '200ms', ...common], env);
     const worker = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--node-rank', '1', '--headless', ...common], env);
     await outputMatches(leader, /rendezvous: rank joined/);
     await outputMatches(leader, /Application startup complete/);

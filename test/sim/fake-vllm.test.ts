@@ -7,13 +7,6 @@ afterEach(killFakeEngines);
 const post = (url: string, body: unknown, headers: Record<string, string> = {}) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
 
-/**
- * The double's API-server watchdog looks every 5 s, as vLLM's does, and only then exits after an engine
- * death: tests that wait for that exit and check nothing in between shorten it (--sim-engine-watchdog).
- * Tests that check the window between the death and the exit (/health 503) keep vLLM's 5 s.
- */
-const QUICK_WATCHDOG = ['--sim-engine-watchdog', '200ms'];
-
 async function vllm(args: string[], env: Record<string, string> = {}, waitFor = /Application startup complete/) {
   const port = await freePort();
   const e = startFakeEngine(FAKE_VLLM, ['serve', 'org/model', '--port', String(port), ...args], env);
@@ -99,7 +92,7 @@ describe('bin/fake-vllm', () => {
   });
 
   it('with TP=2 runs two workers in its own group; a group SIGTERM kills them and cuts a draining stream before [DONE]', async () => {
-    const e = await vllm(['--tensor-parallel-size', '2', '--shutdown-timeout', '10', '--sim-token-latency', '50ms', ...QUICK_WATCHDOG], {}, /Worker proc \d+ ready[\s\S]*Worker proc \d+ ready/);
+    const e = await vllm(['--tensor-parallel-size', '2', '--shutdown-timeout', '10', '--sim-token-latency', '50ms'], {}, /Worker proc \d+ ready[\s\S]*Worker proc \d+ ready/);
     const workers = workerPids(e.output());
     expect(workers).toHaveLength(2);
     expect(groupMembers(e.pid).sort()).toEqual([e.pid, ...workers].sort());

@@ -36,9 +36,6 @@ import { MissingWeightsError, readWeights } from './fake-weights.js';
 const USAGE = 'vllm serve [model_tag] [options]';
 const PROG = 'vllm serve';
 
-/** The API server's engine watchdog looks every 5 s (V:vllm/entrypoints/launchers/launcher.py:180-202). */
-const ENGINE_WATCHDOG_MS = 5000;
-
 /** How long an exit waits for finished answers to leave before closing the sockets. */
 const FLUSH_MS = 500;
 
@@ -115,8 +112,10 @@ export function runFakeVllm(o: FakeVllmOptions, env: NodeJS.ProcessEnv = process
         void exit(1, 'the engine failed while loading');
         return;
       }
-      const sinceTick = (Date.now() - servingSinceMs) % ENGINE_WATCHDOG_MS;
-      later(ENGINE_WATCHDOG_MS - sinceTick, () => {
+      // The API server's engine watchdog looks every 5 s (V:vllm/entrypoints/launchers/launcher.py:180-202); --sim-engine-watchdog in tests.
+      const watchdogMs = Math.max(1, k.engineWatchdogMs);
+      const sinceTick = (Date.now() - servingSinceMs) % watchdogMs;
+      later(watchdogMs - sinceTick, () => {
         vllmLog('ERROR', 'launcher.py:195', 'AsyncLLM output_handler failed; engine is dead. Shutting down.');
         void exit(1, 'the engine is dead');
       });

@@ -94,6 +94,13 @@ export interface SimKnobs {
    * before it runs until the line is gone (sim-hold.ts); unset: none waits.
    */
   holdFile?: string;
+  /**
+   * vLLM double only, for tests: how often the API server's watchdog looks
+   * for a dead engine, so how long after its death the process exits.
+   * Default 5 s, vLLM's own (fake-vllm.ts failEngine); at least 1 ms. Tests that
+   * wait for that exit and are not about its timing shorten it.
+   */
+  engineWatchdogMs: number;
 }
 
 export const SIM_KNOB_DEFAULTS = {
@@ -106,6 +113,8 @@ export const SIM_KNOB_DEFAULTS = {
   drainPollMs: 5000,
   wakeTimeMs: 100,
   compileTimeMs: 0,
+  // V:vllm/entrypoints/launchers/launcher.py:180-202 (the watchdog loop sleeps 5 s between looks).
+  engineWatchdogMs: 5000,
 } as const;
 
 const DURATION_KNOBS = [
@@ -120,6 +129,7 @@ const DURATION_KNOBS = [
   '--sim-compile-time',
   '--sim-wake-queue-delay',
   '--sim-store-bind-after',
+  '--sim-engine-watchdog',
 ] as const;
 
 export const SIM_KNOB_SPECS: readonly ArgSpec[] = [
@@ -183,6 +193,7 @@ export function simKnobs(parsed: ParsedArgv): SimKnobs {
     gpuTotalMib: positiveInt(parsed, '--sim-gpu-total') ?? 81559,
     storeBindAfterMs: duration(parsed, '--sim-store-bind-after'),
     holdFile: parsed.values.has('--sim-hold-file') ? String(parsed.values.get('--sim-hold-file')) : undefined,
+    engineWatchdogMs: duration(parsed, '--sim-engine-watchdog') ?? SIM_KNOB_DEFAULTS.engineWatchdogMs,
   };
 }
 

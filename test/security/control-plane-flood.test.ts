@@ -189,7 +189,7 @@ describe('a flooding control plane cannot grow the agent or its log', () => {
     try {
       const taken = await cp.flood(FLOOD_READ, floodMessage);
       expect(taken).toBe(FLOOD_READ);
-      await expect.poll(() => answered.size, { timeout: 120_000, interval: 500 }).toBe(FLOOD_READ);
+      await expect.poll(() => answered.size, { timeout: 120_000, interval: 50 }).toBe(FLOOD_READ);
       // One stream throughout: a control plane that reads is never dropped, however much it sends.
       expect(cp.streams).toBe(1);
       await provesNormalSession(cp, 'after-read-flood');

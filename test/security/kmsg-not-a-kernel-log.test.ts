@@ -1,10 +1,12 @@
-import { readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { describe, expect, it, onTestFinished } from 'vitest';
-import { agentConfigYaml, tempAgentDirs } from '../helpers/agent-process.js';
+import { describe, it } from 'vitest';
+import { ControlPlane } from '../../src/control/control-plane.js';
+import { agentConfigYaml, agentDirs } from '../helpers/agent-process.js';
+import { killEverything, removeDir } from '../helpers/engine-processes.js';
 import { isRegister } from '../helpers/sim-shards.js';
 import { spawnAgentProcess } from '../helpers/spawn-agent-process.js';
-import { startControlPlane } from '../helpers/start-control-plane.js';
 import { MAX_AGENT_RSS_BYTES } from './agent-unharmed.js';
 
 /*
@@ -23,14 +25,26 @@ function peakRssBytes(pid: number): number {
   return Number(/^VmHWM:\s+(\d+) kB/m.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1]) * 1024;
 }
 
+/*
+ * The three cases run side by side, each its own control plane, agent and folder: most of a case is
+ * its agent living ALIVE_MS, which they can wait out together. Concurrent tests get their cleanup and
+ * expect from their own context (vitest tracks no concurrent test in the global hooks), so the
+ * control plane and folder are made here, as test/helpers/start-control-plane.ts and tempAgentDirs do.
+ */
 describe('the agent with a discovery.kmsg that is not a kernel log', () => {
-  it.each([
+  it.concurrent.for([
     ['/dev/null, where containers map /dev/kmsg', () => '/dev/null', /^kernel log not read: discovery\.kmsg \/dev\/null is the character device 1:3 \(\/dev\/null\)/],
     ['a directory', (root: string) => root, /^kernel log not read: discovery\.kmsg \S+ is a directory/],
     ['a missing path', (root: string) => join(root, 'no-such-kmsg'), /^kernel log unreadable: /],
-  ])('registers, stays up and warns once, naming the path and the fix, when it is %s', async (_name, kmsgOf, warning) => {
-    const plane = await startControlPlane();
-    const dirs = tempAgentDirs('llmgw-kmsg-');
+  ] as const)('registers, stays up and warns once, naming the path and the fix, when it is %s', async ([_name, kmsgOf, warning], { expect, onTestFinished }) => {
+    const cp = new ControlPlane({ placementDelayMs: 0 });
+    onTestFinished(() => cp.close());
+    const plane = { cp, ...(await cp.listen({ host: '127.0.0.1', port: 0 })) };
+    const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-kmsg-')));
+    onTestFinished(async () => {
+      await killEverything(dirs.logDir);
+      removeDir(dirs.root);
+    });
     const kmsg = kmsgOf(dirs.root);
     const configPath = join(dirs.root, 'agent.yaml');
     writeFileSync(configPath, agentConfigYaml({ server: plane.url, dirs }).replace(/^discovery:$/m, `discovery:\n  kmsg: ${kmsg}`));

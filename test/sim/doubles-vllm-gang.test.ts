@@ -1,9 +1,30 @@
 import { connect } from 'node:net';
-import { afterEach, describe, expect, it } from 'vitest';
-import { freePort, isRunning, until } from '../helpers/engine-processes.js';
-import { FAKE_VLLM, killFakeEngines, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
+import { describe, it, type TestContext } from 'vitest';
+import { freePort, groupMembers, isRunning, until } from '../helpers/engine-processes.js';
+import { FAKE_VLLM, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
 
-afterEach(killFakeEngines);
+/*
+ * The three tests run side by side (it.concurrent): most of each is waiting out the double's
+ * timers (a 1 s look, a 3 s store bind, a 2 s execute timeout and 3 s looks past it). Each kills
+ * only the doubles it started when it ends, where afterEach(killFakeEngines) would kill the
+ * others' too, and takes expect from its context (vitest tracks no concurrent test in the globals).
+ */
+function doubles({ onTestFinished }: TestContext) {
+  const mine: number[] = [];
+  onTestFinished(async () => {
+    for (const pid of mine.splice(0)) {
+      try {
+        process.kill(-pid, 'SIGKILL');
+      } catch {}
+      await until(() => groupMembers(pid).length === 0, 'the double and its children to be gone', 10_000);
+    }
+  });
+  return (...args: Parameters<typeof startFakeEngine>) => {
+    const e = startFakeEngine(...args);
+    mine.push(e.pid);
+    return e;
+  };
+}
 
 /*
  * Issue 47 item 8 (review engine-fidelity-3 §3 D4, D6, E1): what the vLLM
@@ -30,7 +51,9 @@ async function healthStatus(port: number): Promise<number | undefined> {
 }
 
 describe("the vLLM double's ranks across nodes", () => {
-  it('DP: rank 0 binds --data-parallel-rpc-port at start, serves only once the headless rank said READY, and closes the port then', async () => {
+  it.concurrent('DP: rank 0 binds --data-parallel-rpc-port at start, serves only once the headless rank said READY, and closes the port then', async (ctx) => {
+    const { expect } = ctx;
+    const startFakeEngine = doubles(ctx);
     const [p0, rpc] = [await freePort(), await freePort()];
     const common = ['--data-parallel-size', '2', '--data-parallel-size-local', '1', '--data-parallel-address', '127.0.0.1', '--data-parallel-rpc-port', String(rpc), '--sim-load-time', '300ms'];
     const leader = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--port', String(p0), '--api-server-count', '1', ...common], { CUDA_VISIBLE_DEVICES: '0' });
@@ -50,7 +73,9 @@ describe("the vLLM double's ranks across nodes", () => {
     expect([isRunning(leader.pid), isRunning(headless.pid)]).toEqual([true, true]);
   });
 
-  it('TP across nodes: with --sim-store-bind-after rank 0 refuses on --master-port until then, and serves only after it', async () => {
+  it.concurrent('TP across nodes: with --sim-store-bind-after rank 0 refuses on --master-port until then, and serves only after it', async (ctx) => {
+    const { expect } = ctx;
+    const startFakeEngine = doubles(ctx);
     const [p0, master] = [await freePort(), await freePort()];
     const common = ['--tensor-parallel-size', '2', '--nnodes', '2', '--master-addr', '127.0.0.1', '--master-port', String(master), '--sim-load-time', '100ms'];
     const started = Date.now();
@@ -65,11 +90,14 @@ describe("the vLLM double's ranks across nodes", () => {
     expect(leader.output().indexOf('rendezvous listening')).toBeLessThan(leader.output().indexOf('Application startup complete'));
   });
 
-  it('TP across nodes: rank 0 whose peer is gone dies VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS after a step is issued (503, then exit 1); idle, it waits; the headless rank never exits', async () => {
+  it.concurrent('TP across nodes: rank 0 whose peer is gone dies VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS after a step is issued (503, then exit 1); idle, it waits; the headless rank never exits', async (ctx) => {
+    const { expect } = ctx;
+    const startFakeEngine = doubles(ctx);
     const [p0, master] = [await freePort(), await freePort()];
     const common = ['--tensor-parallel-size', '2', '--nnodes', '2', '--master-addr', '127.0.0.1', '--master-port', String(master), '--sim-load-time', '100ms'];
     const env = { CUDA_VISIBLE_DEVICES: '0', VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS: '2' };
-    const leader = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--port', String(p0), '--node-rank', '0', ...common], env);
+    // The launcher's watchdog exits after the death (5 s in vLLM): shortened, as nothing is checked in that window but /health 503 or the exit.
+    const leader = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--port', String(p0), '--node-rank', '0', '--sim-engine-watchdog', '200ms', ...common], env);
     const worker = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--node-rank', '1', '--headless', ...common], env);
     await outputMatches(leader, /rendezvous: rank joined/);
     await outputMatches(leader, /Application startup complete/);

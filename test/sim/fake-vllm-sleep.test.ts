@@ -21,6 +21,13 @@ afterAll(() => {
   for (const r of roots) rmSync(r, { recursive: true, force: true });
 });
 
+/**
+ * The double's API-server watchdog looks every 5 s, as vLLM's does, and only then exits after an engine
+ * death: tests that wait for that exit and check nothing in between shorten it (--sim-engine-watchdog).
+ * Tests that check the window between the death and the exit (/health 503) keep vLLM's 5 s.
+ */
+const QUICK_WATCHDOG = ['--sim-engine-watchdog', '200ms'];
+
 const GPU = 3;
 const MIB = 10_000;
 
@@ -157,7 +164,7 @@ describe('bin/fake-vllm sleeps it cannot survive', () => {
   };
 
   it('before #44483 (--sim-version 0.22.0) resumes its scheduler at wake_up?tags=weights and a request queued while asleep crashes it', async () => {
-    const e = await vllm(['--enable-sleep-mode', '--sim-version', '0.22.0']);
+    const e = await vllm(['--enable-sleep-mode', '--sim-version', '0.22.0', ...QUICK_WATCHDOG]);
     expect(await e.call('/sleep?level=2')).toBe(200);
     const held = e.answer().catch((err: unknown) => err);
     await until(async () => (await (await fetch(`${e.url}/metrics`)).text()).includes('vllm:num_requests_waiting{engine="0",model_name="org/model"} 1.0'), 'the request queued');
@@ -182,7 +189,7 @@ describe('bin/fake-vllm sleeps it cannot survive', () => {
   });
 
   it('before #44483 a DP rank asleep runs a dummy batch on its released memory and dies; a fixed version sleeps under DP', async () => {
-    const old = await vllm(['--enable-sleep-mode', '--sim-version', '0.23.0', '--data-parallel-size', '2', '--api-server-count', '1']);
+    const old = await vllm(['--enable-sleep-mode', '--sim-version', '0.23.0', '--data-parallel-size', '2', '--api-server-count', '1', ...QUICK_WATCHDOG]);
     expect(await old.call('/sleep?level=1')).toBe(200);
     expect(await old.exited).toEqual({ code: 1, signal: null });
     expect(old.output()).toMatch(/illegal memory access was encountered \(DP dummy batch while asleep\)/);

@@ -27,9 +27,10 @@ const S = ShardState;
 /**
  * Short timers for a test, in a drop-in as an operator would add one, so the shipped unit keeps
  * its production values. WatchdogSec 4s: pings every 2 s, slack for a loaded machine, short enough
- * for a quick test. TimeoutAbortSec bounds the watchdog's SIGABRT of a stopped process.
+ * for a quick test. TimeoutAbortSec bounds the watchdog's SIGABRT of a stopped process: a SIGSTOPped
+ * agent acts on no signal but SIGKILL, so the whole of it is waited out, whatever its length (1 s here).
  */
-const TEST_DROP_IN = ['[Service]', 'WatchdogSec=4s', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', 'TimeoutAbortSec=3s', ''].join('\n');
+const TEST_DROP_IN = ['[Service]', 'WatchdogSec=4s', 'RestartSec=500ms', 'TimeoutStartSec=30s', 'TimeoutStopSec=5s', 'TimeoutAbortSec=1s', ''].join('\n');
 
 const unavailable = await labUnavailableReason();
 const TMP_MARKER = join(tmpdir(), `llmgw-systemd-suite-marker-${process.pid}`);

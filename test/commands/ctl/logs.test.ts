@@ -14,8 +14,8 @@ let fx: CtlFixture;
 beforeAll(async () => {
   fx = await startCtlFixture();
   await fx.startShard('quiet');
-  // Ten numbered lines a second: "... line 42".
-  await fx.startShard('chatty', ['--load-time', '200ms', '--log-rate', '10']);
+  // Fifty numbered lines a second ("... line 42"): the follows below wait for a few new lines, 20 ms apart.
+  await fx.startShard('chatty', ['--load-time', '200ms', '--log-rate', '50']);
 }, 60_000);
 afterAll(() => fx?.close());
 

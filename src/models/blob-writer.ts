@@ -126,15 +126,16 @@ export class BlobWriter {
 
   /**
    * Reads one stream's body into bytes [start, end) of the file in place
-   * (HubStream.bodyInPlace): each socket read hashed (an inline hash, in
-   * order) and written from the buffer it came in, before the next read.
-   * Not through block hand-overs, libuv's pool and a hash thread: on this
-   * host's two cores that machinery cost more CPU than the transfer itself
-   * (the pull's threads 2-3x curl's CPU for the same bytes; bench 14b,
-   * issue 52, item 1). The write is synchronous: the file's own
-   * background syncs every SYNC_EVERY_BYTES keep its dirty pages far below
-   * the kernel's limits, so it copies into the page cache and does not wait
-   * for the disk. Throws if the body brings more or fewer bytes.
+   * (HubStream.bodyInPlace): each socket read written from the buffer it
+   * came in, before the next read, and the hash (a thread's, reading the
+   * file back as written, or an inline one) told. Not through block
+   * hand-overs and libuv's pool: on this host's two cores that machinery
+   * cost more CPU than the transfer itself (the pull's threads 2-3x curl's
+   * CPU for the same bytes; bench 14b, issue 52, item 1). The write is
+   * synchronous: the file's own background syncs every SYNC_EVERY_BYTES
+   * keep its dirty pages far below the kernel's limits, so it copies into
+   * the page cache and does not wait for the disk. Throws if the body
+   * brings more or fewer bytes.
    */
   async streamInPlace(s: HubStream, start: number, end: number): Promise<void> {
     let pos = start;

@@ -158,13 +158,18 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
     return fetchStream(blob, ctx, have, hash, resumedFrom, first.url);
   }
 
+  // In place unless models.bandwidth is set or the loop is shared (below).
+  const inPlace = !(ctx.limiter.limited || ctx.sharedLoop === true);
   // w+, not w: the hash reads the file back through this descriptor.
   const fh = await openStoreFile(blob.incompletePath, have > 0 ? READ_WRITE : CREATE_TRUNCATE, 0o600);
   let hash: FileHash;
   try {
-    // One stream brings the bytes in order: hashed as they come, on this thread (InlineHash); ranged parts come
-    // out of order, and a hash thread reads what they wrote from the file.
-    if (first.status === 206 && ranged) hash = fileHash(blob, fh);
+    // Ranged parts come out of order, and a hash thread reads what they wrote from the file. So does one stream
+    // read in place: on the thread that reads every socket the sha256 was a third of its CPU, and that thread
+    // is what bounds a pull from a near server (bench 14b's main thread 270-290 ms of CPU per 128 MiB with
+    // the hash, 160-230 without it, the hash thread reading back from the page cache on another core; issue
+    // 52, item 1). One stream read in blocks (a shared loop, a bandwidth limit) is hashed as it comes, here.
+    if ((first.status === 206 && ranged) || (inPlace && blob.size >= SMALL_BLOB_BYTES)) hash = fileHash(blob, fh);
     else {
       const inline = new InlineHash(blob, fh);
       await inline.prefix(have);
@@ -188,12 +193,12 @@ async function downloadOnce(blob: BlobToFetch, ctx: DownloadContext): Promise<{ 
       if (blob.prefixPath !== undefined) await unlink(blob.prefixPath).catch(() => {});
       // In place unless models.bandwidth is set (its limiter is waited for between writes, which a read in place does
       // not) or the loop is shared: libuv reads a readable socket up to 32 times in one poll, and each read in place
-      // is a megabyte's sha256 and synchronous write, so the agent's loop was held for a whole turn of up to 32 MiB:
+      // is a megabyte's synchronous write (and its sha256, then), so the agent's loop was held for a whole turn of up to 32 MiB:
       // over a second at load 10-20 on two cores, heartbeats 5 s apart instead of 1 s, `ctl status` 3.5 s (bench
       // loop-during-pull.ts, loop8). Through the pool's blocks a turn reads at most MAX_BLOCKS_HELD of them (2 MiB)
       // before the socket waits for their writes, which libuv's pool does off the loop's thread.
-      if (ctx.limiter.limited || ctx.sharedLoop === true) await writer.stream(first, have, blob.size);
-      else await writer.streamInPlace(first, have, blob.size);
+      if (inPlace) await writer.streamInPlace(first, have, blob.size);
+      else await writer.stream(first, have, blob.size);
     }
     digest = await writer.finish();
   } catch (err) {

@@ -175,6 +175,21 @@ function armIdleEnd(t: HashThread): void {
   t.idleTimer.unref();
 }
 
+/**
+ * Starts a hash thread now if none runs, for the blobs a pull is about to
+ * fetch: a thread's start is 30-50 ms of CPU (a Node environment of its
+ * own), which on another core runs beside the pull's set-up (its revision
+ * look-up, lock and store scan) rather than after its first large blob's
+ * first megabytes (issue 52, item 1). Ended as any idle thread is, after
+ * HASH_THREAD_IDLE_MS without a blob.
+ */
+export function startHashThreadEarly(): void {
+  if (threads.length > 0) return;
+  const t = startThread();
+  t.worker.unref();
+  armIdleEnd(t);
+}
+
 /** One blob's hash on a thread: told how far the file is written, asked for the digest at the end, or dropped. */
 export class ThreadHash {
   /** The digest or drop asked for: the thread's last word on this file. */

@@ -19,6 +19,7 @@ import { includeMatcher } from './match-include.js';
 import { filterYielding } from './filter-yielding.js';
 import { type ManifestFile, type ModelManifest, readManifest, writeManifest } from './model-manifest.js';
 import { lockModel } from './model-lock.js';
+import { startHashThreadEarly } from './hash-thread.js';
 import { removeModel } from './remove-model.js';
 import { checkRepoId, checkRevision } from './repo-id.js';
 import { scanStore } from './scan-store.js';
@@ -105,6 +106,8 @@ export async function pullModel(req: PullRequest, ctx: PullContext): Promise<Pul
   const revision = checkRevision(req.revision);
   const matches = includeMatcher(req.include);
   const { layout, signal } = ctx;
+  // A pull that owns its loop reads one stream in place and hashes it on a thread (download-blob.ts): started now.
+  if (ctx.sharedLoop !== true && !ctx.limiter.limited) startHashThreadEarly();
   // The store's whole entries are judged where it is opened (the agent's start, loadModelStore); its path, and each
   // folder a pull writes in, here at every pull: a store removed and made again by a local user is refused (F3).
   await makeStoreDir(layout, layout.hubDir);

@@ -158,7 +158,7 @@ describe('downloadBlob', () => {
   // Read in place (`llmgw models pull`), and through the pool's blocks as the agent's pulls are (PullContext.sharedLoop).
   for (const sharedLoop of [false, true]) {
     const how = sharedLoop ? ' (a pull sharing its loop: the pool\'s blocks)' : ' (read in place)';
-    it(`refuses a flipped byte in a near stream, hashed from the blocks it came in, deletes the file and fetches it again${how}`, async () => {
+    it(`refuses a flipped byte in a near stream, hashed as it is written, deletes the file and fetches it again${how}`, async () => {
       hub.corrupt.set('w.safetensors', 1);
       const r = await downloadBlob(blob(), ctx(undefined, true, sharedLoop));
       expect(r).toMatchObject({ fetched: 2 * BIG.length, mismatches: 1 });
@@ -192,7 +192,7 @@ describe('downloadBlob', () => {
     });
 
     it(`goes on from a kept prefix whose bytes on disk were flipped: refused by the digest, never served${how}`, async () => {
-      // The prefix is hashed from the file, the rest from memory: a byte rotten in the kept part is still caught.
+      // The prefix is hashed from the file, the rest as it comes: a byte rotten in the kept part is still caught.
       const rotten = Buffer.from(BIG.subarray(0, 3 * PART));
       rotten[PART + 5] ^= 1;
       writeFileSync(join(dir, 'w.incomplete'), rotten);

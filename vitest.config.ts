@@ -10,6 +10,10 @@ export default defineConfig({
     // suite in 390 s against 503 s, 74% busy, every test passing. That was
     // after the fake nvidia-smi became a shell script; before it, 3 workers
     // were barely faster and timing-sensitive systemd-lab tests failed.
+    // 4 workers, tried from a fresh clone (2026-12-07): 626 s against 681 s
+    // with 3, but the CPUs 92% busy and the tests' summed time 2437 s against
+    // 1992 s; 8% is not worth running every timing-sensitive test that close
+    // to a saturated machine.
     maxWorkers: 3,
     // Each file still gets its own module instances and hooks, but in a
     // worker reused from the file before, not a freshly forked one: starting

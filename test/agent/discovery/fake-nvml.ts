@@ -1,9 +1,8 @@
 import { execFileSync } from 'node:child_process';
-import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, renameSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, renameSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { inject } from 'vitest';
 
 const SOURCE = fileURLToPath(new URL('../../../fixtures/nvml/fake-nvml.c', import.meta.url));
 const GPU_DATASETS = fileURLToPath(new URL('../../../fixtures/gpu', import.meta.url));
@@ -22,15 +21,15 @@ export function fakeNvmlUnavailable(): string | undefined {
 }
 
 /**
- * Builds fixtures/nvml/fake-nvml.c into a shared library once per source
- * version and variant (the name carries a hash of both), and returns its
- * path. Test files run in parallel workers: each writes its own temporary
- * file and renames it into place, so no worker loads a half-written library.
+ * Builds fixtures/nvml/fake-nvml.c into a shared library once per run and
+ * variant, in the run's own folder (test/global-setup.ts makes it and
+ * removes it at the end: kept in /tmp by a hash of its source and checkout,
+ * one was left behind by every run from a new clone), and returns its path.
+ * Test files run in parallel workers: each writes its own temporary file
+ * and renames it into place, so no worker loads a half-written library.
  */
 export function buildFakeNvml(variant: FakeNvmlVariant = 'current'): string {
-  const source = readFileSync(SOURCE);
-  const hash = createHash('sha256').update(source).update(variant).update(GPU_DATASETS).digest('hex').slice(0, 16);
-  const out = join(tmpdir(), `llmgw-fake-nvml-${variant}-${hash}.so`);
+  const out = join(inject('suiteBuildDir'), `fake-nvml-${variant}.so`);
   if (existsSync(out)) return out;
   const tmp = `${out}.${process.pid}.tmp`;
   const defines = [`-DLLMGW_FIXTURES_GPU_DIR="${GPU_DATASETS}"`];

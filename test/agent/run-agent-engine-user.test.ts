@@ -1,11 +1,10 @@
-import { mkdtempSync, readFileSync, rmSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { create } from '@bufbuild/protobuf';
 import { describe, expect, it, onTestFinished } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { shardLogPath } from '../../src/lib/shard-layout.js';
-import { agentDirs, cleanUpEnginesAfterTest, startAgentProcess } from '../helpers/agent-process.js';
+import { startAgentProcess, tempAgentDirs } from '../helpers/agent-process.js';
 import { copyCliForNobody } from '../helpers/copy-cli-for-nobody.js';
 import { freePort, isRunning, processesWritingUnder, until } from '../helpers/engine-processes.js';
 import { isRegister, shardIs, simStart } from '../helpers/sim-shards.js';
@@ -27,8 +26,7 @@ const environOf = (pid: number) => readFileSync(`/proc/${pid}/environ`, 'utf8').
 describe.skipIf(process.geteuid?.() !== 0)('engines.<name>.user (run as root)', () => {
   it('runs the engine as nobody with no supplementary group and its HOME, logs it, adopts it after kill -9 and stops it', async () => {
     const { cp, url } = await startControlPlane();
-    const dirs = agentDirs(mkdtempSync(join(tmpdir(), 'llmgw-user-')));
-    cleanUpEnginesAfterTest(dirs);
+    const dirs = tempAgentDirs('llmgw-user-');
     const cli = copyCliForNobody();
     onTestFinished(() => rmSync(cli, { recursive: true, force: true }));
     // The engine runs the copy; the agent still runs from the checkout, as root.

@@ -73,7 +73,11 @@ async function busyWake(id: string, gpu: number, extra: string[] = []): Promise<
 
   const endP = cp.cp.waitFor(NODE, shardIs(id, S.READY, S.FAILED), 150_000);
   cp.cp.send(NODE, { case: 'wake', value: create(WakeShardSchema, { shardId: id }) });
-  return { ready, end: statusOf(await endP) };
+  const end = statusOf(await endP);
+  // The status comes on the stream, its log line through the agent's stdout: the tests read both, so both are
+  // waited for (read before its line came, the log's last transition was still the sleep's, 1 run in 4 from a clone).
+  await until(() => afterSleepOf(id).some((r) => r.to === S[end.state]), `${id}'s ${S[end.state]} in the agent's log`, 30_000);
+  return { ready, end };
 }
 
 /** The statuses saying, SLEEPING, why the answer is still awaited. */

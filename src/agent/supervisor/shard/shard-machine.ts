@@ -142,7 +142,7 @@ export type ShardChange =
   | { kind: 'begin'; why: string }
   /** A process not the engine's holds the port while it starts (undefined: it is gone). */
   | { kind: 'squatted'; squatter: string | undefined }
-  /** An adopted engine says it sleeps though its state file recorded it awake (adopted-sleep.ts): asleep from here. */
+  /** An adopted engine says it sleeps though its state file recorded it awake (adopted-sleep.ts): asleep from here, while the adoption settles only (after it, sleeps are the agent's own and the health watch judges the rest). */
   | { kind: 'found-asleep'; level: 1 | 2; why: string }
   /** An adopted engine says it is awake though its state file recorded it asleep: awake from here. */
   | { kind: 'found-awake'; why: string }
@@ -247,7 +247,6 @@ function decide(l: ShardLife, c: ShardChange): ShardNext {
       if (l.state !== S.STARTING || l.dead) return same('not starting');
       return set(c.squatter ?? 'port free', { squatter: c.squatter, error: c.squatter ?? '' });
     case 'found-asleep':
-      // Only while an adoption settles: after it, sleeps are the agent's own and the health watch judges the rest.
       if (l.state !== S.STARTING) return same('no longer starting');
       return set(c.why, { sleep: { level: c.level, awakeMib: l.sleep?.awakeMib ?? 0, memory: 'released' } });
     case 'found-awake':

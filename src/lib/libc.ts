@@ -1,4 +1,6 @@
+import { readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
 
 type Koffi = typeof import('koffi');
 
@@ -27,13 +29,39 @@ function loadLibc(): Libc | { unsupported: string } {
     return loaded;
   }
   try {
-    const koffi = createRequire(import.meta.url)('koffi') as Koffi;
+    const koffi = loadKoffi();
     const libc = koffi.load('libc.so.6');
     loaded = { koffi, func: (prototype) => libc.func(prototype), errno: () => koffi.errno() };
   } catch (err) {
     loaded = { unsupported: `cannot load libc through koffi: ${err instanceof Error ? err.message : String(err)}` };
   }
   return loaded;
+}
+
+/**
+ * koffi's native module, loaded straight from its prebuilt for glibc x64
+ * when that is the one installed beside koffi at koffi's own version: about
+ * 1.5 ms here against 7-12 ms for `require('koffi')`, whose entry reads
+ * node's ELF header to tell glibc from musl, compiles 11 kB of loader and
+ * only then loads the same file (koffi 3.3.4, src/koffi/index.cjs: detectPlatform,
+ * loadDynamic, wrapNative). A `models warm` or `pull` pays it before its first
+ * byte (issue 52, 14b and 14e). The wrapper adds nothing used here (deprecated
+ * aliases), and its version check is kept. Anything else (another platform,
+ * a musl libc, a missing or mismatched prebuilt) goes through koffi's own loader.
+ */
+function loadKoffi(): Koffi {
+  const require = createRequire(import.meta.url);
+  if (process.arch === 'x64') {
+    try {
+      const entry = require.resolve('koffi');
+      const version = (JSON.parse(readFileSync(join(dirname(entry), 'package.json'), 'utf8')) as { version?: string }).version;
+      const native = createRequire(entry)('@koromix/koffi-linux-x64/linux_x64/koffi.node') as Koffi;
+      if (native.version === version) return native;
+    } catch {
+      // koffi's loader below says what is wrong, if anything is.
+    }
+  }
+  return require('koffi') as Koffi;
 }
 
 /**

@@ -8,13 +8,14 @@
 import { spawn, spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { mkdirSync, rmSync } from 'node:fs';
-import { loadavg } from 'node:os';
+import { availableParallelism, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../test/helpers/run-cli.js';
 import type { FakeHub } from '../test/models/fake-hub.js';
 import { median } from './bench-support.js';
 import { ms } from './command-timing.js';
 import type { BenchRow } from './fleet-figure.js';
+import { CHILD_CPU_END, CHILD_CPU_START, type RoundCpu, childCpu, cpuNote, shellChildrenCpu, withHubCpu } from './pull-cpu.js';
 import { MiB, REPO, modelBytes, throttledLink } from './warm-start-model.js';
 
 /** 14b: the pull moves at least this share of what curl moves for the same files on the same link (issue 36, item 8). */
@@ -47,9 +48,11 @@ function run(argv: string[]): Promise<{ code: number | null; stdout: string; std
   });
 }
 
-/** A child node process that times its own transfer, so that both sides of 14b pay the same process start outside the figure; `setups` gets what it printed as its set-up time. */
-async function timedChild(script: string, setups?: number[]): Promise<number> {
-  const r = await run([process.execPath, '--input-type=module', '-e', script]);
+/** A child node process that times its own transfer, so that both sides of 14b pay the same process start outside the figure; `setups` gets what it printed as its set-up time, `cpus` its CPU and the hub's. */
+async function timedChild(script: string, setups?: number[], cpus?: RoundCpu[]): Promise<number> {
+  const r = await withHubCpu(() => run([process.execPath, '--input-type=module', '-e', script]));
+  const cpu = childCpu(r.stdout);
+  if (cpus && cpu) cpus.push({ ...cpu, hub: r.hub });
   if (r.code !== 0) throw new Error(`14b child exited ${r.code}: ${r.stderr.trim().split('\n').find((l) => /Error/.test(l)) ?? r.stderr.slice(-300)}`);
   const m = /^took (\d+(?:\.\d+)?)$/m.exec(r.stdout);
   if (!m) throw new Error(`14b child printed no time: ${r.stdout}`);
@@ -65,6 +68,7 @@ function pullScript(hubUrl: string, dir: string): string {
 import { StoreLayout } from ${dist('store-layout.js')};
 import { ConcurrencyLimit } from ${dist('concurrency-limit.js')};
 import { BandwidthLimiter } from ${dist('bandwidth-limiter.js')};
+${CHILD_CPU_START}
 const t0 = performance.now();
 let firstFile = 0;
 const r = await pullModel({ repo: ${JSON.stringify(REPO)}, revision: 'main', include: [] }, {
@@ -74,7 +78,8 @@ const r = await pullModel({ repo: ${JSON.stringify(REPO)}, revision: 'main', inc
 const took = performance.now() - t0;
 if (r.fetchedBytes !== ${modelBytes()}) throw new Error('fetched ' + r.fetchedBytes);
 console.log('took ' + took.toFixed(1));
-console.log('setup ' + (firstFile - t0).toFixed(1));`;
+console.log('setup ' + (firstFile - t0).toFixed(1));
+${CHILD_CPU_END}`;
 }
 
 /**
@@ -167,6 +172,18 @@ async function curlMs(urls: string[], dir: string): Promise<number | undefined> 
 }
 
 /**
+ * curl's CPU for the same URLs, user + system (the shell's `times` of its
+ * children), in a run of its own so that curlMs's timing has no shell.
+ */
+async function curlCpu(urls: string[], dir: string): Promise<RoundCpu | undefined> {
+  const script = `curl -sf ${urls.map((u, i) => `${JSON.stringify(u)} -o ${JSON.stringify(join(dir, `c${i}`))}`).join(' ')} || exit 1\ntimes`;
+  const r = await withHubCpu(() => run(['sh', '-ec', script]));
+  if (r.code !== 0) throw new Error(`curl exited ${r.code}: ${r.stderr}`);
+  const client = shellChildrenCpu(r.stdout);
+  return client === undefined ? undefined : { client, hub: r.hub };
+}
+
+/**
  * curl of the same URLs piped into sha256sum, one after another: the same
  * work as the pull's (the bytes fetched and hashed), timed from outside.
  */
@@ -201,9 +218,11 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
   const curlShas: number[] = [];
   const floors: number[] = [];
   const hashedFloors: number[] = [];
+  const pullCpus: RoundCpu[] = [];
+  const curlCpus: RoundCpu[] = [];
   const dir = join(root, 'copy');
   const kinds = [
-    async () => pulls.push(await timedChild(pullScript(hub.url, dir), setups)),
+    async () => pulls.push(await timedChild(pullScript(hub.url, dir), setups, pullCpus)),
     async () => plains.push(await timedChild(plainScript(urls, dir, false))),
     async () => synced.push(await timedChild(plainScript(urls, dir, true))),
     async () => floors.push(await timedChild(floorScript(urls, dir, false))),
@@ -225,6 +244,13 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
     }
     rmSync(curlDir, { recursive: true, force: true });
     spawnSync('sync');
+    if (c !== undefined) {
+      mkdirSync(curlDir, { recursive: true });
+      const cpu = await curlCpu(urls, curlDir);
+      if (cpu) curlCpus.push(cpu);
+      rmSync(curlDir, { recursive: true, force: true });
+      spawnSync('sync');
+    }
     const cs = await curlShaMs(urls);
     if (cs !== undefined) curlShas.push(cs);
   }
@@ -260,6 +286,7 @@ export async function pullThroughput(rows: BenchRow[], notes: string[], hub: Fak
     target: `what bounds 14b here: a pull as durable as the store's cannot move faster than this floor`,
     met: undefined,
   });
+  if (pullCpus.length > 0 && curlCpus.length > 0) notes.push(cpuNote(pullCpus, curlCpus, availableParallelism()));
   notes.push(
     `14b durable floor per round (ms): ${floors.map((x) => x.toFixed(0)).join(', ')}; with sha256 in line: ${hashedFloors.map((x) => x.toFixed(0)).join(', ')}`,
   );

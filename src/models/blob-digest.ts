@@ -28,6 +28,12 @@ export interface FileHash {
   feed?(at: number, chunks: readonly Buffer[]): Promise<void>;
   /** Hashes `chunk`, the bytes from `at` on, here and now (an inline hash): the caller may reuse it once this returns. */
   take?(at: number, chunk: Buffer): void;
+  /**
+   * With `written` bytes in the file: a promise when the hash has fallen so
+   * far behind that the writer should wait for it (resolved once it has
+   * caught up enough), else undefined (a thread's hash; hash-thread.ts).
+   */
+  behind?(written: number): Promise<void> | undefined;
   digest(end: number): Promise<string>;
   drop(): Promise<void>;
 }

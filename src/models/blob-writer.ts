@@ -150,6 +150,8 @@ export class BlobWriter {
       }
       this.written(pos, pos + chunk.length);
       pos += chunk.length;
+      // A hash thread fallen far behind holds the socket until it catches up (ThreadHash.behind says why).
+      return this.hash.behind?.(pos);
     });
     if (pos !== end) throw failure(`${this.blob.path}: the hub sent ${pos} of ${this.blob.size} bytes; pull again to resume`);
   }

@@ -60,12 +60,16 @@ parentPort.on('message', (m) => {
     }
   };
   if (m.op === 'to') {
-    if (!j || j.error !== undefined) return;
-    try {
-      readTo(m.end);
-    } catch (err) {
-      j.error = err instanceof Error ? err.message : String(err);
+    if (!j) return;
+    if (j.error === undefined) {
+      try {
+        readTo(m.end);
+      } catch (err) {
+        j.error = err instanceof Error ? err.message : String(err);
+      }
     }
+    // How far it has hashed, for a writer that waits for it (ThreadHash.behind); -1 once it cannot go on.
+    parentPort.postMessage({ hashed: m.id, at: j.error === undefined ? j.at : -1 });
     return;
   }
   if (m.op === 'mem') {
@@ -108,7 +112,14 @@ export const MAX_HASH_THREADS = Math.max(1, Math.min(4, availableParallelism() -
 /** A thread left without work this long ends: an agent between pulls keeps no thread and its memory. */
 export const HASH_THREAD_IDLE_MS = 10_000;
 
-type Reply = { id: number; digest?: string; at?: number; error?: string; fed?: number };
+type Reply = { id: number; digest?: string; at?: number; error?: string; fed?: number; hashed?: number };
+
+/**
+ * A writer whose hash thread has fallen this far behind the bytes it wrote
+ * waits (ThreadHash.behind) until the thread is within RESUME_HASH_LAG_BYTES.
+ */
+export const MAX_HASH_LAG_BYTES = 16 * 1024 * 1024;
+export const RESUME_HASH_LAG_BYTES = 8 * 1024 * 1024;
 
 interface HashThread {
   worker: Worker;
@@ -117,6 +128,8 @@ interface HashThread {
   waiting: Map<number, { resolve: (r: Reply) => void; reject: (e: unknown) => void }>;
   /** Blocks handed to it (ThreadHash.feed) and not yet hashed: called once it has. */
   feeding: Map<number, () => void>;
+  /** Each open hash's listener for how far the thread has hashed it (-1: it cannot go on). */
+  progress: Map<number, (at: number) => void>;
   idleTimer: NodeJS.Timeout | undefined;
   /** Ended by an error or exit: no answer will come. */
   lost: unknown;
@@ -127,13 +140,14 @@ let nextId = 1;
 let nextFeed = 1;
 
 function startThread(): HashThread {
-  const t: HashThread = { worker: new Worker(WORKER_SOURCE, { eval: true }), jobs: 0, waiting: new Map(), feeding: new Map(), idleTimer: undefined, lost: undefined };
+  const t: HashThread = { worker: new Worker(WORKER_SOURCE, { eval: true }), jobs: 0, waiting: new Map(), feeding: new Map(), progress: new Map(), idleTimer: undefined, lost: undefined };
   t.worker.on('message', (r: Reply) => {
     if (r.fed !== undefined) {
       const done = t.feeding.get(r.fed);
       t.feeding.delete(r.fed);
       return done?.();
     }
+    if (r.hashed !== undefined) return t.progress.get(r.hashed)?.(r.at ?? -1);
     const w = t.waiting.get(r.id);
     t.waiting.delete(r.id);
     w?.resolve(r);
@@ -148,6 +162,8 @@ function startThread(): HashThread {
     // No thread reads them any more; the digest, asked for, fails.
     for (const done of t.feeding.values()) done();
     t.feeding.clear();
+    for (const hashed of t.progress.values()) hashed(-1);
+    t.progress.clear();
   };
   t.worker.on('error', lost);
   t.worker.on('exit', (code) => lost(new Error(`the hash thread exited with code ${code}`)));
@@ -195,6 +211,10 @@ export class ThreadHash {
   /** The digest or drop asked for: the thread's last word on this file. */
   private ending: Promise<Reply> | undefined;
   private told = 0;
+  /** How far the thread has hashed, as it last said (-1: it cannot go on, nothing is to be waited for). */
+  private hashedAt = 0;
+  /** A writer waiting in behind(): woken once hashedAt reaches resumeAt, or the hash ends. */
+  private waiting: { resumeAt: number; wake: () => void; promise: Promise<void> } | undefined;
 
   private constructor(
     private readonly thread: HashThread,
@@ -212,7 +232,42 @@ export class ThreadHash {
     if (t.jobs++ === 0) t.worker.ref();
     const id = nextId++;
     t.worker.postMessage({ op: 'open', id, algo, prefix, fd });
-    return new ThreadHash(t, id);
+    const h = new ThreadHash(t, id);
+    t.progress.set(id, (at) => h.hashed(at));
+    return h;
+  }
+
+  /**
+   * A promise when the thread has hashed less than `written` minus
+   * MAX_HASH_LAG_BYTES: the writer of one stream read in place waits for
+   * it before the socket's next read (HubStream.bodyInPlace), so the thread
+   * keeps its share of the cores while the bytes come, rather than hashing
+   * most of them alone after the last one, while the other core idles. On
+   * this host's two cores the hub, the reads and the thread shared them,
+   * and the thread's digest came 50-110 ms after a blob's last byte
+   * (bench 14b, issue 52, item 1). Undefined when no wait is needed.
+   */
+  behind(written: number): Promise<void> | undefined {
+    if (this.ending !== undefined || this.hashedAt < 0 || written - this.hashedAt <= MAX_HASH_LAG_BYTES) return undefined;
+    if (this.waiting === undefined) {
+      let wake = () => {};
+      const promise = new Promise<void>((resolve) => {
+        wake = resolve;
+      });
+      this.waiting = { resumeAt: written - RESUME_HASH_LAG_BYTES, wake, promise };
+    }
+    return this.waiting.promise;
+  }
+
+  private hashed(at: number): void {
+    this.hashedAt = at;
+    if (this.waiting !== undefined && (at < 0 || at >= this.waiting.resumeAt)) this.wakeWriter();
+  }
+
+  private wakeWriter(): void {
+    const w = this.waiting;
+    this.waiting = undefined;
+    w?.wake();
   }
 
   /** Bytes [0, end) of the file are written: the thread hashes up to there. */
@@ -257,11 +312,13 @@ export class ThreadHash {
   private finish(op: 'digest' | 'drop'): Promise<Reply> {
     if (this.ending !== undefined) throw new Error('a hash asked for its end twice');
     const t = this.thread;
+    this.wakeWriter();
     this.ending = new Promise<Reply>((resolve, reject) => {
       if (t.lost !== undefined) return reject(t.lost);
       t.waiting.set(this.id, { resolve, reject });
       t.worker.postMessage({ op, id: this.id });
     }).finally(() => {
+      t.progress.delete(this.id);
       if (--t.jobs > 0 || !threads.includes(t)) return;
       t.worker.unref();
       armIdleEnd(t);

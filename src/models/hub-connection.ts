@@ -57,9 +57,11 @@ export interface HubStream extends HttpHead {
    * must be done with them when it returns (hash them, write them): no
    * block is handed over, none waits for a write, nothing crosses a thread.
    * Resolves and rejects as body() does; `onBytes` throwing ends the read
-   * with its error.
+   * with its error. When it returns a promise the socket reads no more
+   * until that settles (a rejection ends the read with its error): the
+   * consumer's backpressure, as a hash thread fallen behind (blob-writer.ts).
    */
-  bodyInPlace(onBytes: (chunk: Buffer) => void): Promise<number>;
+  bodyInPlace(onBytes: (chunk: Buffer) => void | Promise<void>): Promise<number>;
   /** Closes the connection; a body being read rejects with `reason`. */
   cancel(reason?: unknown): void;
 }
@@ -159,6 +161,13 @@ export function getOnce(
     const touch = () => {
       lastByteMs = performance.now();
     };
+    /** Reading again after a pause (blocks given back, a consumer's wait over): the idle limit counts from now. */
+    const resumeReading = () => {
+      paused = false;
+      socket.resume();
+      touch();
+      armIdle();
+    };
     const cleanup = () => {
       signal.removeEventListener('abort', onAbort);
       clearTimeout(flushTimer);
@@ -194,12 +203,7 @@ export function getOnce(
         // The block the socket reads into is kept, unless the connection is over (cleanup left it to this release).
         if (b !== block || ended || failed !== undefined) giveBlock(b);
       }
-      if (paused && held < MAX_BLOCKS_HELD && failed === undefined && !ended) {
-        paused = false;
-        socket.resume();
-        touch();
-        armIdle();
-      }
+      if (paused && held < MAX_BLOCKS_HELD && failed === undefined && !ended) resumeReading();
     };
     /** Hands over what the block holds past `from`; the socket goes on filling the same block after it. */
     const deliverFilled = () => {
@@ -221,10 +225,11 @@ export function getOnce(
     };
 
     /** bodyInPlace's read: what the buffer holds goes to `consume` now, and the next read fills it from its start. */
-    const readInPlace = (consume: (chunk: Buffer) => void, limit: number | undefined): boolean => {
+    const readInPlace = (consume: (chunk: Buffer) => void | Promise<void>, limit: number | undefined): boolean => {
+      let wait: Promise<void> | undefined;
       if (filled > from) {
         try {
-          consume(block.subarray(from, filled));
+          wait = consume(block.subarray(from, filled)) ?? undefined;
         } catch (err) {
           fail(err);
           return false;
@@ -243,7 +248,20 @@ export function getOnce(
         finish();
         return false;
       }
+      if (wait !== undefined && failed === undefined) {
+        pauseUntil(wait);
+        return false;
+      }
       return failed === undefined;
+    };
+    /** The socket paused (the idle limit with it) until the in-place consumer's promise settles. */
+    const pauseUntil = (wait: Promise<void>) => {
+      paused = true;
+      clearTimeout(idleTimer);
+      idleTimer = undefined;
+      wait.then(() => {
+        if (paused && !ended && failed === undefined) resumeReading();
+      }, fail);
     };
 
     const onRead = (n: number): boolean => {
@@ -335,9 +353,11 @@ export function getOnce(
             if (failed !== undefined) return reject(failed);
             if (deliver !== undefined || inPlace !== undefined) return reject(new Error('the body is read once'));
             // What came with the head or before this call, in the blocks it was read into: handed over first.
+            const waits: Promise<void>[] = [];
+            const waitToo = (w: void | Promise<void>) => w && waits.push(w);
             for (const [chunk, release] of queued.splice(0)) {
               try {
-                onBytes(chunk);
+                waitToo(onBytes(chunk));
               } catch (err) {
                 release();
                 fail(err);
@@ -348,7 +368,7 @@ export function getOnce(
             // The block being read into still holds what came since its last hand-over.
             if (!ended && filled > from) {
               try {
-                onBytes(block.subarray(from, filled));
+                waitToo(onBytes(block.subarray(from, filled)));
               } catch (err) {
                 fail(err);
                 return reject(err);
@@ -363,12 +383,10 @@ export function getOnce(
             inPlace = onBytes;
             bodyDone = { resolve, reject };
             if (head?.contentLength === 0 || (head?.contentLength !== undefined && received >= head.contentLength)) finish();
-            else if (paused) {
-              paused = false;
-              socket.resume();
-              touch();
-              armIdle();
-            }
+            else if (waits.length > 0) {
+              socket.pause();
+              pauseUntil(Promise.all(waits).then(() => {}));
+            } else if (paused) resumeReading();
           }),
         cancel: (reason?: unknown) => {
           if (ended || failed !== undefined) return;

@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { fileHash } from '../../src/models/blob-digest.js';
 import { SMALL_BLOB_BYTES } from '../../src/models/blob-to-fetch.js';
-import { ThreadHash } from '../../src/models/hash-thread.js';
+import { MAX_HASH_LAG_BYTES, RESUME_HASH_LAG_BYTES, ThreadHash } from '../../src/models/hash-thread.js';
 import { bytes } from './fake-hub.js';
 
 /*
@@ -131,6 +131,65 @@ describe('ThreadHash', () => {
       await expect(large.digest(SMALL_BLOB_BYTES)).resolves.toBe(sha256(content.subarray(0, SMALL_BLOB_BYTES)));
     } finally {
       await fh.close();
+    }
+  });
+});
+
+describe('ThreadHash.behind: a writer waits for a thread fallen far behind', () => {
+  const big = bytes(MAX_HASH_LAG_BYTES + 4 * 1024 * 1024 + 123, 11);
+
+  it('asks no wait within MAX_HASH_LAG_BYTES; past it, a wait that ends once the thread has hashed to within RESUME_HASH_LAG_BYTES', async () => {
+    const fh = await open(join(dir, 'lag'), 'w+');
+    try {
+      const h = ThreadHash.open('sha256', '', fh.fd);
+      expect(h.behind(MAX_HASH_LAG_BYTES)).toBeUndefined();
+      await fh.write(big, 0, big.length, 0);
+      // Nothing told yet: the thread has hashed nothing, and the writer is past the lag.
+      const wait = h.behind(big.length);
+      expect(wait).toBeInstanceOf(Promise);
+      // One wait at a time: asked again before it ends, the same one.
+      expect(h.behind(big.length)).toBe(wait);
+      let woke = false;
+      void wait?.then(() => {
+        woke = true;
+      });
+      // The thread is told how far the file is whole, hashes to there and says so: the writer goes on.
+      h.advance(big.length - RESUME_HASH_LAG_BYTES);
+      await wait;
+      expect(woke).toBe(true);
+      expect(h.behind(big.length)).toBeUndefined();
+      await expect(h.digest(big.length)).resolves.toBe(sha256(big));
+    } finally {
+      await fh.close();
+    }
+  });
+
+  it('never leaves a writer waiting on a thread that cannot go on (the file ends before what it was told) or a hash ended', async () => {
+    const fh = await open(join(dir, 'short'), 'w+');
+    try {
+      const h = ThreadHash.open('sha256', '', fh.fd);
+      await fh.write(big, 0, 1024, 0);
+      const wait = h.behind(big.length);
+      expect(wait).toBeInstanceOf(Promise);
+      // Told more than the file holds: the thread fails to read it, says -1, and the wait ends.
+      h.advance(big.length);
+      await wait;
+      expect(h.behind(big.length)).toBeUndefined();
+      await expect(h.digest(big.length)).rejects.toThrow(/ends at byte 1024/);
+    } finally {
+      await fh.close();
+    }
+    const fh2 = await open(join(dir, 'dropped'), 'w+');
+    try {
+      const h = ThreadHash.open('sha256', '', fh2.fd);
+      const wait = h.behind(big.length);
+      expect(wait).toBeInstanceOf(Promise);
+      // Never told anything: only the drop ends the wait.
+      await h.drop();
+      await wait;
+      expect(h.behind(big.length)).toBeUndefined();
+    } finally {
+      await fh2.close();
     }
   });
 });

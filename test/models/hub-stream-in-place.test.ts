@@ -57,6 +57,8 @@ async function readAll(s: Awaited<ReturnType<typeof open>>): Promise<{ bytes: Bu
   return { bytes: Buffer.concat(parts), n, reads, buffers };
 }
 
+const sha256 = (b: Buffer) => createHash('sha256').update(b).digest('hex');
+
 function content(n: number): Buffer {
   const b = Buffer.allocUnsafe(n);
   for (let i = 0; i < n; i++) b[i] = (i * 7 + (i >> 11)) & 0xff;
@@ -171,6 +173,51 @@ describe('a body read in place', () => {
     const s = await openHubStream(url(), { headers: {}, signal: ctl.signal });
     const done = s.bodyInPlace(() => ctl.abort(new Error('SIGINT')));
     await expect(done).rejects.toThrow('SIGINT');
+  });
+
+  it("reads no more while the consumer's promise is pending (a hash thread fallen behind), then every byte in order", async () => {
+    const body = content(4 * 1024 * 1024 + 99);
+    let server: Socket | undefined;
+    answer = (sock) => {
+      server = sock;
+      sock.write(`HTTP/1.1 200 OK\r\nContent-Length: ${body.length}\r\n\r\n`);
+    };
+    const s = await open();
+    const parts: Buffer[] = [];
+    let calls = 0;
+    let release = () => {};
+    const held = new Promise<void>((r) => {
+      release = r;
+    });
+    const done = s.bodyInPlace((chunk) => {
+      calls++;
+      parts.push(Buffer.from(chunk));
+      return calls === 1 ? held : undefined;
+    });
+    // The whole body, sent once the read in place has begun (not all of it can leave: this side stops reading).
+    (server as Socket).end(body);
+    await expect.poll(() => calls, { timeout: 10_000 }).toBe(1);
+    // More of the body waits in the kernel while this process turns its loop: a socket still reading would bring it.
+    await new Promise((r) => setTimeout(r, 100));
+    expect(calls).toBe(1);
+    expect(Buffer.concat(parts).length).toBeLessThan(body.length);
+    release();
+    await expect(done).resolves.toBe(body.length);
+    expect(sha256(Buffer.concat(parts))).toBe(sha256(body));
+  });
+
+  it("ends with the error of a consumer's promise that rejects, and closes the connection", async () => {
+    let closed = false;
+    answer = (sock) => {
+      sock.on('close', () => {
+        closed = true;
+      });
+      sock.write(`HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n${'z'.repeat(5000)}`);
+    };
+    const s = await open();
+    const done = s.bodyInPlace(() => Promise.reject(new Error('the hash thread exited')));
+    await expect(done).rejects.toThrow('the hash thread exited');
+    await expect.poll(() => closed, { timeout: 10_000 }).toBe(true);
   });
 
   it('is read once: a second read in place is refused', async () => {

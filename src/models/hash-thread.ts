@@ -213,6 +213,8 @@ export class ThreadHash {
   private told = 0;
   /** How far the thread has hashed, as it last said (-1: it cannot go on, nothing is to be waited for). */
   private hashedAt = 0;
+  /** The thread has said how far it hashed at least once. */
+  private running = false;
   /** A writer waiting in behind(): woken once hashedAt reaches resumeAt, or the hash ends. */
   private waiting: { resumeAt: number; wake: () => void; promise: Promise<void> } | undefined;
 
@@ -248,7 +250,8 @@ export class ThreadHash {
    * (bench 14b, issue 52, item 1). Undefined when no wait is needed.
    */
   behind(written: number): Promise<void> | undefined {
-    if (this.ending !== undefined || this.hashedAt < 0 || written - this.hashedAt <= MAX_HASH_LAG_BYTES) return undefined;
+    // Not before the thread has said it runs: its start (a Node environment of its own) would be waited for alone.
+    if (!this.running || this.ending !== undefined || this.hashedAt < 0 || written - this.hashedAt <= MAX_HASH_LAG_BYTES) return undefined;
     if (this.waiting === undefined) {
       let wake = () => {};
       const promise = new Promise<void>((resolve) => {
@@ -260,6 +263,7 @@ export class ThreadHash {
   }
 
   private hashed(at: number): void {
+    this.running = true;
     this.hashedAt = at;
     if (this.waiting !== undefined && (at < 0 || at >= this.waiting.resumeAt)) this.wakeWriter();
   }

@@ -137,18 +137,28 @@ describe('ThreadHash', () => {
 
 describe('ThreadHash.behind: a writer waits for a thread fallen far behind', () => {
   const big = bytes(MAX_HASH_LAG_BYTES + 4 * 1024 * 1024 + 123, 11);
+  /** The wait asked of a writer `written` bytes on, once the thread has said it runs (its first answer to advance). */
+  async function runningAndBehind(h: ThreadHash, written: number): Promise<{ wait: Promise<void> }> {
+    // (expect.poll would await a promise the callback returns: asked whether there is one.)
+    await expect.poll(() => h.behind(written) !== undefined, { timeout: 10_000 }).toBe(true);
+    // One wait at a time: asked again before it ends, the same one.
+    const wait = h.behind(written) as Promise<void>;
+    expect(h.behind(written)).toBe(wait);
+    // In an object: an async function's promise would adopt the wait and end only with it.
+    return { wait };
+  }
 
   it('asks no wait within MAX_HASH_LAG_BYTES; past it, a wait that ends once the thread has hashed to within RESUME_HASH_LAG_BYTES', async () => {
     const fh = await open(join(dir, 'lag'), 'w+');
     try {
       const h = ThreadHash.open('sha256', '', fh.fd);
-      expect(h.behind(MAX_HASH_LAG_BYTES)).toBeUndefined();
       await fh.write(big, 0, big.length, 0);
-      // Nothing told yet: the thread has hashed nothing, and the writer is past the lag.
-      const wait = h.behind(big.length);
-      expect(wait).toBeInstanceOf(Promise);
-      // One wait at a time: asked again before it ends, the same one.
-      expect(h.behind(big.length)).toBe(wait);
+      // Before the thread has said it runs, its start is never waited for, however far behind.
+      expect(h.behind(big.length)).toBeUndefined();
+      h.advance(1024);
+      const { wait } = await runningAndBehind(h, big.length);
+      // Within MAX_HASH_LAG_BYTES of what the thread has hashed (1024 bytes): no wait.
+      expect(h.behind(1024 + MAX_HASH_LAG_BYTES)).toBeUndefined();
       let woke = false;
       void wait?.then(() => {
         woke = true;
@@ -169,8 +179,8 @@ describe('ThreadHash.behind: a writer waits for a thread fallen far behind', () 
     try {
       const h = ThreadHash.open('sha256', '', fh.fd);
       await fh.write(big, 0, 1024, 0);
-      const wait = h.behind(big.length);
-      expect(wait).toBeInstanceOf(Promise);
+      h.advance(512);
+      const { wait } = await runningAndBehind(h, big.length);
       // Told more than the file holds: the thread fails to read it, says -1, and the wait ends.
       h.advance(big.length);
       await wait;
@@ -182,9 +192,10 @@ describe('ThreadHash.behind: a writer waits for a thread fallen far behind', () 
     const fh2 = await open(join(dir, 'dropped'), 'w+');
     try {
       const h = ThreadHash.open('sha256', '', fh2.fd);
-      const wait = h.behind(big.length);
-      expect(wait).toBeInstanceOf(Promise);
-      // Never told anything: only the drop ends the wait.
+      await fh2.write(big, 0, 1024, 0);
+      h.advance(1024);
+      const { wait } = await runningAndBehind(h, big.length);
+      // Told nothing more: only the drop ends the wait.
       await h.drop();
       await wait;
       expect(h.behind(big.length)).toBeUndefined();

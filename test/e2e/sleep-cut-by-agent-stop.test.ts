@@ -31,7 +31,12 @@ import type { StartedControlPlane } from '../helpers/start-control-plane.js';
  * answer is given, a level-2 wake cut before its reload still asleep (its
  * weights not back: never READY), one asleep though its file says awake
  * SLEEPING, one busy finishing a wake answered when it is done, and one
- * that dies while it is asked FAILED.
+ * that dies while it is asked FAILED. Its Register goes out before the
+ * engines have answered, with each state file's word; the control plane is
+ * told the engine's as soon as it differs (STARTING for one found awake,
+ * SLEEPING for one found asleep), and nothing more where the two agree.
+ * SGLang answers nothing that says whether its memory is released: its
+ * record is its state, and the log and Status's note say so.
  */
 
 const NODE = 'node-cut';
@@ -73,10 +78,10 @@ async function isSleeping(id: string): Promise<boolean> {
 }
 
 /** The shards as `ctl status --json` gives them. */
-async function ctlStates(): Promise<Record<string, { state: string; pid: number; error: string }>> {
+async function ctlStates(): Promise<Record<string, { state: string; pid: number; error: string; note: string }>> {
   const r = await ctl('status', '--json');
   expect(r.exitCode, r.stderr).toBe(0);
-  const view = JSON.parse(r.stdout) as { shards: { shardId: string; state: string; pid: number; error: string }[] };
+  const view = JSON.parse(r.stdout) as { shards: { shardId: string; state: string; pid: number; error: string; note: string }[] };
   return Object.fromEntries(view.shards.map((s) => [s.shardId, s]));
 }
 
@@ -92,6 +97,21 @@ function heard(id: string): ShardStatus[] {
 /** What the control plane knows of `id` now: its last status from the second agent, else what its Register said. */
 function planeState(id: string): ShardState | undefined {
   return heard(id).at(-1)?.state ?? register.runningShards.find((r) => r.shardId === id)?.state;
+}
+
+/** What the second agent's Register said of `id`: its state file's word, the engines not yet asked. */
+const registered = (id: string) => register.runningShards.find((r) => r.shardId === id)?.state;
+
+/**
+ * What the control plane believed of `id` from the second agent, in order,
+ * each change once: its Register's word, then each status. Register goes
+ * out while the adoptions settle: with the state file's word for an engine
+ * not yet answered (f's answer is held until Register has come), or with
+ * the engine's for one that answered first.
+ */
+function planeSaw(id: string): ShardState[] {
+  const seq = [registered(id), ...heard(id).map((s) => s.state)].filter((st) => st !== undefined);
+  return seq.filter((st, i) => i === 0 || st !== seq[i - 1]);
 }
 
 /** States the second agent moved `id` to, from its log. */
@@ -213,7 +233,9 @@ describe('an agent stopped while a ctl sleep or wake waited on its engine, then 
 
   it('a sleep cut by the stop: SLEEPING, never READY, and its wake brings it back', async () => {
     expect(movedTo('a')).not.toContain('READY');
-    expect((await ctlStates()).a?.state).toBe('SHARD_STATE_SLEEPING');
+    // The engine's word is the file's: nothing to correct, never STARTING on the wire.
+    expect(planeSaw('a')).toEqual([S.SLEEPING]);
+    expect((await ctlStates()).a).toMatchObject({ state: 'SHARD_STATE_SLEEPING', note: '' });
     expect(planeState('a')).toBe(S.SLEEPING);
     expect(stateFile('a').sleepLevel).toBe(1);
     expect(await isSleeping('a')).toBe(true);
@@ -224,6 +246,8 @@ describe('an agent stopped while a ctl sleep or wake waited on its engine, then 
 
   it('a level-1 wake that finished after the stop: READY with its known answer, recorded awake, never SLEEPING after the adoption', async () => {
     expect(movedTo('b').slice(0, 2)).toEqual(['STARTING', 'READY']);
+    // SLEEPING by its file until the engine said awake, then STARTING told before its known answer made it READY.
+    expect([[S.SLEEPING, S.STARTING, S.READY], [S.STARTING, S.READY]]).toContainEqual(planeSaw('b'));
     const st = (await ctlStates()).b;
     expect(st?.state, st?.error).toBe('SHARD_STATE_READY');
     expect(planeState('b')).toBe(S.READY);
@@ -234,6 +258,7 @@ describe('an agent stopped while a ctl sleep or wake waited on its engine, then 
 
   it('a level-2 wake cut before its reload: still SLEEPING (its weights are not back), and its wake reloads them', async () => {
     expect(movedTo('c')).not.toContain('READY');
+    expect(planeSaw('c')).toEqual([S.SLEEPING]);
     expect((await ctlStates()).c?.state).toBe('SHARD_STATE_SLEEPING');
     expect(planeState('c')).toBe(S.SLEEPING);
     expect(stateFile('c').sleepLevel).toBe(2);
@@ -249,6 +274,8 @@ describe('an agent stopped while a ctl sleep or wake waited on its engine, then 
     expect(planeState('d')).toBe(S.SLEEPING);
     expect(stateFile('d').sleepLevel).toBe(1);
     expect(heard('d').map((s) => s.state)).not.toContain(S.READY);
+    // STARTING by its file until the engine said asleep, then SLEEPING, and nothing else after.
+    expect([[S.STARTING, S.SLEEPING], [S.SLEEPING]]).toContainEqual(planeSaw('d'));
     const r = await ctl('wake', 'd');
     expect(r.exitCode, r.stderr).toBe(0);
     expect(await isSleeping('d')).toBe(false);
@@ -257,18 +284,29 @@ describe('an agent stopped while a ctl sleep or wake waited on its engine, then 
   it('an engine still busy waking when asked: not judged dead, READY once its wake is done', async () => {
     expect(movedTo('f').slice(0, 2)).toEqual(['STARTING', 'READY']);
     expect(agent.logs().some((r) => r.msg === 'asking the adopted engine whether it sleeps' && r.shard === 'f')).toBe(true);
+    // Its late answer came after Register: SLEEPING (the file's word) until it came, then STARTING told at once, then READY.
+    expect(planeSaw('f')).toEqual([S.SLEEPING, S.STARTING, S.READY]);
     expect((await ctlStates()).f?.state).toBe('SHARD_STATE_READY');
     expect(planeState('f')).toBe(S.READY);
     expect(stateFile('f').sleepLevel).toBeUndefined();
   });
 
   it('SGLang, whose state the agent reads from its record: a cut release and a cut resume are SLEEPING, and each wakes READY on the same engine', async () => {
+    const states = await ctlStates();
     for (const id of ['g', 'h']) {
       expect(movedTo(id).slice(0, 2), id).toEqual(['STARTING', 'SLEEPING']);
+      // Not asked (it has nothing to answer): the file's word on the wire, in the log and in Status's note.
+      expect(planeSaw(id), id).toEqual([S.SLEEPING]);
+      expect(agent.logs().some((r) => r.msg === 'asking the adopted engine whether it sleeps' && r.shard === id), id).toBe(false);
+      const why = agent.logs().find((r) => r.msg === 'adopted engine: sleep taken from its state file' && r.shard === id)?.why;
+      expect(why, id).toBe('sglang answers nothing that says whether its memory is released');
+      expect(states[id]?.note, id).toBe('asleep at level 1 by its state file only: sglang answers nothing that says whether its memory is released');
       const r = await ctl('wake', id);
       expect(r.exitCode, `${id}: ${r.stderr}`).toBe(0);
       expect(isRunning(shards.get(id)?.pid as number), id).toBe(true);
       expect(await consumeStream(await streamChat(shards.get(id)?.port as number, 2)), id).toEqual({ tokens: 2, done: true });
+      // Woken by this agent: its state is the agent's own word again.
+      expect((await ctlStates())[id]?.note, id).toBe('');
     }
   });
 });

@@ -358,6 +358,18 @@ describe('bin/fake-sglang', () => {
       expect(await consumeStream(res)).toEqual({ tokens: 3, done: true });
     });
 
+    it('released, says so nowhere, as SGLang (docs/engines.md): no /is_sleeping, and /server_info as it was awake', async () => {
+      const e = await saver(['--enable-memory-saver']);
+      const info = async () => (await fetch(`${e.url}/server_info`)).json();
+      const awake = await info();
+      expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
+      expect(e.used()).toBeLessThan(500);
+      const asked = await fetch(`${e.url}/is_sleeping`);
+      expect(asked.status).toBe(404);
+      expect(await asked.json()).toEqual({ detail: 'Not Found' });
+      expect(await info()).toEqual(awake);
+    });
+
     /** A non-streamed completion's text (the double's tokens, or '!' for each when its weights are lost). */
     const complete = async (url: string) => ((await (await post(`${url}/v1/completions`, { prompt: 'x', max_tokens: 4 })).json()) as { choices: { text: string }[] }).choices[0]?.text;
     const checksum = async (url: string) => ((await (await post(`${url}/weights_checker`, { action: 'checksum' })).json()) as { per_engine_checksum: string }).per_engine_checksum;

@@ -12,15 +12,21 @@ import {
   type StartShard,
 } from '../../gen/llmgw/v1/agent_pb.js';
 import { shardFieldProblems, textFieldProblem } from '../../lib/shard-field-problems.js';
+import { registerState } from '../supervisor/shard/shard-machine.js';
 import type { ShardSnapshot } from '../supervisor/shard/shard-snapshot.js';
 
-/** The ShardStatus message that reports a snapshot. */
+/**
+ * The ShardStatus message that reports a snapshot, in the state Register
+ * says of it (registerState): an adopted shard still settling is told as its
+ * state file has it, drained or asleep, until the engine says otherwise
+ * (adopted-sleep-steps.ts tells that at once).
+ */
 export function statusFromSnapshot(nodeId: string, s: ShardSnapshot): ShardStatus {
   return create(ShardStatusSchema, {
     nodeId,
     replicaId: s.replicaId,
     shardId: s.shardId,
-    state: s.state,
+    state: registerState(s),
     error: s.error,
     exitCode: s.exitCode ?? 0,
     lastOutput: s.lastOutput,

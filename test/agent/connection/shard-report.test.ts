@@ -44,6 +44,17 @@ describe('statusFromSnapshot', () => {
     expect(st.adopted).toBe(true);
   });
 
+  it('says of an adopted shard still settling what Register says: its file\'s drain or sleep, until the engine has answered; else its state', () => {
+    // Register went out with SLEEPING (registerState): a status before the engine answered must not say otherwise.
+    expect(statusFromSnapshot('n', snapshot({ state: ShardState.STARTING, sleepLevel: 1 })).state).toBe(ShardState.SLEEPING);
+    expect(statusFromSnapshot('n', snapshot({ state: ShardState.STARTING, drainRequested: true })).state).toBe(ShardState.DRAINING);
+    // Found awake (its sleep cleared), or a fresh start: STARTING, the correction of a SLEEPING Register.
+    expect(statusFromSnapshot('n', snapshot({ state: ShardState.STARTING, sleepLevel: 0 })).state).toBe(ShardState.STARTING);
+    // Settled: the state itself, whatever the facts beside it.
+    expect(statusFromSnapshot('n', snapshot({ state: ShardState.READY, sleepLevel: 1 })).state).toBe(ShardState.READY);
+    expect(statusFromSnapshot('n', snapshot({ state: ShardState.FAILED, sleepLevel: 2 })).state).toBe(ShardState.FAILED);
+  });
+
   it('sends an unknown exit code as 0 and an unknown signal as empty', () => {
     const st = statusFromSnapshot('n', snapshot({ exitCode: null, signal: null }));
     expect(st.exitCode).toBe(0);

@@ -28,6 +28,12 @@ const SGLANG_LEVEL: SleepLevel = {
  * `POST /pause_generation {"mode":"abort"}` and `/continue_generation {}`:
  * abort, since at 71de97b a retracted request waits in the queue and the
  * release's idle assertion would fail (scheduler.py:4083-4105, 4584-4650).
+ * No asleepQuery: nothing SGLang serves says whether its memory is released
+ * (the release's and resume's outputs are empty, managers/io_struct.py:1950-1951,
+ * 1960-1961; offload_tags is never exported, weight_updater.py:85, 213, 255;
+ * the memory figures of /server_info, /v1/loads and /metrics are the load's,
+ * scheduler.py:4281-4297, 559), so an adopted shard's sleep is its state
+ * file's word, and said to be (adopted-sleep-steps.ts; docs/engines.md).
  */
 export const SGLANG_SLEEP_API: EngineSleepApi = {
   levels: { 1: SGLANG_LEVEL, 2: SGLANG_LEVEL },

@@ -1,5 +1,6 @@
 import type { Logger } from '../../../lib/logger.js';
 import { readEngineVersion } from '../probes/engine-version.js';
+import type { SleepFacts } from './shard-machine.js';
 import type { StateFileWriter } from './state-file-writer.js';
 
 /**
@@ -12,6 +13,8 @@ export class ShardEngineFacts {
   #version: string | undefined;
   #hostCopyMib: number | undefined;
   #reading: Promise<string | undefined> | undefined;
+  /** The sleep an adoption took from the state file alone, and why the engine did not confirm it (adopted-sleep-steps.ts). */
+  #unconfirmed: { sleep: SleepFacts; why: string } | undefined;
 
   constructor(
     private readonly o: { engine: string; baseUrl: string; apiKey: string; stateFile: StateFileWriter; log: Logger; fields: Record<string, string>; pid: number },
@@ -67,5 +70,20 @@ export class ShardEngineFacts {
     if (this.#hostCopyMib !== undefined) return;
     this.#hostCopyMib = mib;
     await this.o.stateFile.recordFacts({ hostCopyMib: mib });
+  }
+
+  /** The adopted shard's `sleep` is its state file's word alone: `why` the engine did not say. */
+  sleepFromRecord(sleep: SleepFacts, why: string): void {
+    this.#unconfirmed = { sleep, why };
+  }
+
+  /**
+   * What Status's note says of the shard's `sleep`: that it is the state
+   * file's word, while it is that very sleep (a sleep or wake of this agent
+   * makes a new one, and its own word stands); '' otherwise.
+   */
+  sleepNote(sleep: SleepFacts | undefined): string {
+    const u = this.#unconfirmed;
+    return sleep !== undefined && sleep === u?.sleep ? `asleep at level ${sleep.level} by its state file only: ${u.why}` : '';
   }
 }

@@ -151,7 +151,7 @@ export class ShardRunner {
   }
 
   snapshot(): ShardSnapshot {
-    return snapshotShard(this.record, this.life, this.launched, this.engine.unit?.name ?? '', this.load, this.hands.facts.version);
+    return snapshotShard(this.record, this.life, this.launched, this.engine.unit?.name ?? '', this.load, this.hands.facts.version, this.hands.facts.sleepNote(this.life.sleep));
   }
 
   /**

@@ -8,10 +8,12 @@ import type { ShardSnapshot } from './shard-snapshot.js';
 /**
  * A runner's shard as a copy (ShardRunner.snapshot): its record, its life,
  * how it was launched or adopted, its unit's name, the load last read and
- * the engine version found. Positional, not an options object: it runs for
- * every status, ctl and scrape, and allocates only the snapshot.
+ * the engine version found, and what is to be said of a sleep the engine did
+ * not confirm (ShardEngineFacts.sleepNote). Positional, not an options
+ * object: it runs for every status, ctl and scrape, and allocates only the
+ * snapshot.
  */
-export function snapshotShard(r: EngineRecord, l: ShardLife, launched: RunnerEngine, unit: string, load: EngineLoad, engineVersion: string | undefined): ShardSnapshot {
+export function snapshotShard(r: EngineRecord, l: ShardLife, launched: RunnerEngine, unit: string, load: EngineLoad, engineVersion: string | undefined, sleepNote = ''): ShardSnapshot {
   // One literal, not a spread of parts: under --no-opt (bin/run.js) each
   // spread was a temporary object and the result a dictionary, about 9 KB
   // a snapshot, and snapshots are taken for every status, ctl and scrape
@@ -35,7 +37,7 @@ export function snapshotShard(r: EngineRecord, l: ShardLife, launched: RunnerEng
     adopted: launched.adopted,
     launcher: r.launcher,
     unit,
-    note: launched.note ?? '',
+    note: sleepNote === '' ? (launched.note ?? '') : launched.note ? `${launched.note}; ${sleepNote}` : sleepNote,
     load: { ...load },
     engineVersion,
   };

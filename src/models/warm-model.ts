@@ -1,4 +1,4 @@
-import { readFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { failure, usageError } from '../lib/errors.js';
 import { formatBytes } from '../lib/format-bytes.js';
 import { blobFilesOf, pageCacheResidency, warmFiles } from './page-cache.js';
@@ -25,9 +25,15 @@ export interface WarmResult {
   memAvailableBytes: number;
 }
 
-/** MemAvailable of /proc/meminfo, in bytes. */
-export async function memAvailableBytes(path = '/proc/meminfo'): Promise<number> {
-  const m = /^MemAvailable:\s+(\d+)\s+kB$/m.exec(await readFile(path, 'utf8'));
+/**
+ * MemAvailable of /proc/meminfo, in bytes. Read synchronously: the kernel
+ * writes the file from its counters, never from a disk, in microseconds,
+ * and its open, stat, reads and close through libuv's threads were four
+ * round trips on a warm's way to its first read, 2-25 ms on a loaded host
+ * (issue 52, item 2).
+ */
+export function memAvailableBytes(path = '/proc/meminfo'): number {
+  const m = /^MemAvailable:\s+(\d+)\s+kB$/m.exec(readFileSync(path, 'utf8'));
   if (!m) throw failure(`${path} has no MemAvailable line: cannot tell how much host RAM a warm may take`);
   return Number(m[1]) * 1024;
 }
@@ -97,16 +103,17 @@ async function planWarm(layout: StoreLayout, repo: string): Promise<{ path: stri
 
 /**
  * The warm itself, the node's turn held: its budget is read now, after any
- * warm before it, beside the residency before (neither changes the other).
+ * warm before it, then the residency before.
  */
 async function warmHoldingTurn(repo: string, files: readonly { path: string; bytes: number }[], opts: WarmOptions): Promise<WarmResult> {
   const paths = files.map((f) => f.path);
   const bytes = files.reduce((s, f) => s + f.bytes, 0);
-  const [available, before] = await Promise.all([memAvailableBytes(opts.meminfoPath), pageCacheResidency(paths, opts.signal)]);
+  const available = memAvailableBytes(opts.meminfoPath);
   if (opts.budgetBytes !== undefined && opts.budgetBytes > available) {
     throw usageError(`--budget ${formatBytes(opts.budgetBytes)} is more than the host's MemAvailable (${formatBytes(available)}): a warm would push out what running engines use; give at most that`);
   }
   const budgetBytes = Math.min(bytes, opts.budgetBytes ?? Math.floor(available / 2));
+  const before = await pageCacheResidency(paths, opts.signal);
   opts.onPhase?.('before');
   const readBytes = await warmFiles(files, budgetBytes, { signal: opts.signal, onBytes: (n) => opts.onBytes?.(n, budgetBytes) });
   opts.onPhase?.('read');

@@ -3,7 +3,7 @@ import { failure, usageError } from '../lib/errors.js';
 import { formatBytes } from '../lib/format-bytes.js';
 import { blobFilesOf, pageCacheResidency, warmFiles } from './page-cache.js';
 import { isModelWhole, listBlobs } from './scan-store.js';
-import { type ModelManifest, readManifest } from './model-manifest.js';
+import { type ModelManifest, readManifestSync } from './model-manifest.js';
 import { loaderReads } from './loader-snapshot.js';
 import type { StoreLayout } from './store-layout.js';
 import { takeWarmTurn } from './warm-gate.js';
@@ -86,14 +86,19 @@ async function warmAlone(layout: StoreLayout, repo: string, opts: WarmOptions): 
 
 /**
  * The model found complete, and its files in the order a warm reads them.
- * Its manifest read once and its blobs listed once (a readdir and an lstat
- * each), from which the completeness, the files and their sizes are all
- * judged, the checks side by side, as none needs another's answer: each
+ * Its manifest read once (synchronously: readManifestSync) and its blobs
+ * listed once (a readdir and an lstat each), from which the completeness,
+ * the files and their sizes are all judged, the checks side by side, as
+ * none needs another's answer: each
  * listing the folder and stat-ing every blob and link again, they were 10
  * of a warm's 70 ms for a 128 MiB model from a fast disk (issue 52, item 2).
  */
 async function planWarm(layout: StoreLayout, repo: string): Promise<{ path: string; bytes: number }[]> {
-  const [manifest, listing] = await Promise.all([readManifest(layout, repo), listBlobs(layout.repoDir(repo))]);
+  // The listing's calls go to libuv's threads first; the manifest is read meanwhile (its refusal leaves the listing's unheard).
+  const listed = listBlobs(layout.repoDir(repo));
+  listed.catch(() => undefined);
+  const manifest = readManifestSync(layout, repo);
+  const listing = await listed;
   const [whole, files] = await Promise.all([isModelWhole(layout, manifest, listing), loaderFilesFirst(layout, repo, blobFilesOf(listing), manifest)]);
   if (!whole) {
     throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);

@@ -134,6 +134,22 @@ describe('page-cache warms', () => {
     expect((await describeModel(layout, 'acme/a')).complete).toBe(true);
     expect((await warmModel(layout, 'acme/a')).readBytes).toBe(MODEL_BYTES);
   });
+  it('refuses a model whose manifest is torn or a FIFO in its place, never hanging on the read, and warms it with its manifest back', async () => {
+    // The plan reads the manifest synchronously: a FIFO there with no writer must read as nothing, not block the process.
+    const manifest = layout.manifestPath('acme/b');
+    const kept = readFileSync(manifest);
+    try {
+      writeFileSync(manifest, kept.subarray(0, kept.length >> 1));
+      await expect(warmModel(layout, 'acme/b')).rejects.toThrow(/^acme\/b is not complete in the store/);
+      unlinkSync(manifest);
+      expect(spawnSync('mkfifo', ['-m', '600', manifest]).status).toBe(0);
+      await expect(warmModel(layout, 'acme/b')).rejects.toThrow(/^acme\/b is not complete in the store/);
+    } finally {
+      rmSync(manifest, { force: true });
+      writeFileSync(manifest, kept);
+    }
+    expect((await warmModel(layout, 'acme/b')).readBytes).toBe(MODEL_BYTES);
+  });
   it('refuses a model with a partial download beside its blobs as models list calls it incomplete; an empty one is no partial download', async () => {
     const partial = join(layout.repoDir('acme/b'), 'blobs', `${'e'.repeat(64)}.incomplete`);
     try {

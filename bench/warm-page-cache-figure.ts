@@ -25,6 +25,24 @@ import { MiB, REPO, modelBytes, startHub } from './warm-start-model.js';
 /** The warm reads at least this share of what cat reads from the same cold files. */
 const WARM_BOUND = 0.9;
 
+/**
+ * Bytes of the model a warm's count after its read may lack without the
+ * figure failing: the pages the host took back in between. This VM's
+ * kernel runs DAMON proactive reclaim (kdamond.0: a "pageout" scheme on
+ * physical memory for unmapped file pages of regions accessed at most once
+ * in 5 s for a minute; /sys/kernel/mm/damon/admin/kdamonds/0), which
+ * evicts the page-cache pages of the physical regions it judges cold (its
+ * sampling looks at a page a region), a just-read one too when it lands
+ * in such a region (mm/damon/paddr.c, damon_pa_pageout, hands them to
+ * reclaim_pages), with no memory pressure (20 GiB free, pgscan and pgsteal 0,
+ * workingset_refault_file rising): a 64 MiB file read once and touched by
+ * nothing lost 764 KiB (191 pages) in three minutes here, and 14e's warm was seen
+ * short by 4-20 KiB (1-5 pages in a row), its read whole. The warm's count
+ * is true (mincore, as fincore); the figure assumed nothing else evicts.
+ * A megabyte, as dropCache allows the other way.
+ */
+const RECLAIM_ALLOWANCE = MiB;
+
 function run(argv: string[]): Promise<{ code: number | null; stdout: string; stderr: string }> {
   return new Promise((resolve, reject) => {
     const child = spawn(argv[0] as string, argv.slice(1), { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] });
@@ -89,10 +107,13 @@ console.log(JSON.stringify({ ms: performance.now() - t0, phases, readBytes: r.re
     const timelines: string[] = [];
     const cats: number[] = [];
     const clis: number[] = [];
+    const reclaimed: number[] = [];
     const kinds = [
       async () => {
         const w = JSON.parse(await node(warmScript())) as { ms: number; phases: Record<string, number>; readBytes: number; before: number; after: number };
-        if (w.readBytes !== modelBytes() || w.before > MiB || w.after < modelBytes()) throw new Error(`the warm read ${w.readBytes} bytes with ${w.before} resident before, ${w.after} after`);
+        // The host may take back a few pages between the read and the count after it (RECLAIM_ALLOWANCE): noted, not failed.
+        if (w.readBytes !== modelBytes() || w.before > MiB || w.after < modelBytes() - RECLAIM_ALLOWANCE) throw new Error(`the warm read ${w.readBytes} bytes with ${w.before} resident before, ${w.after} after`);
+        if (w.after < modelBytes()) reclaimed.push(modelBytes() - w.after);
         warms.push(w.ms);
         timelines.push(Object.entries(w.phases).map(([p, at]) => `${p} ${at.toFixed(1)}`).join(', '));
       },
@@ -140,7 +161,7 @@ console.log(performance.now() - t0);`)));
       met: warm / cat >= WARM_BOUND && b.readBytes === budget,
     });
     notes.push(
-      `14e per round (ms): warm ${warms.map((x) => x.toFixed(0)).join(', ')}; cat ${cats.map((x) => x.toFixed(0)).join(', ')}; llmgw models warm from outside ${clis.map((x) => x.toFixed(0)).join(', ')} (cat timed from outside, its spawn through sh included; the warm from the call in its process, its modules imported before, its FFI load (koffi: the warm lock's flock, mincore) and its residency reads before and after included; the FFI's load alone in a fresh process ${ffi.map((x) => x.toFixed(1)).join(', ')}). With the budget: ${b.readBytes} bytes read, ${b.after} resident after (whole pages). Load average at the end ${loadavg().map((x) => x.toFixed(1)).join(' ')}`,
+      `14e per round (ms): warm ${warms.map((x) => x.toFixed(0)).join(', ')}; cat ${cats.map((x) => x.toFixed(0)).join(', ')}; llmgw models warm from outside ${clis.map((x) => x.toFixed(0)).join(', ')} (cat timed from outside, its spawn through sh included; the warm from the call in its process, its modules imported before, its FFI load (koffi: the warm lock's flock, mincore) and its residency reads before and after included; the FFI's load alone in a fresh process ${ffi.map((x) => x.toFixed(1)).join(', ')}). With the budget: ${b.readBytes} bytes read, ${b.after} resident after (whole pages). Warms whose count after the read lacked pages the host took back (RECLAIM_ALLOWANCE): ${reclaimed.length === 0 ? 'none' : `${reclaimed.length} of ${warms.length}, ${reclaimed.join(', ')} bytes`}. Load average at the end ${loadavg().map((x) => x.toFixed(1)).join(' ')}`,
       `14e the warm's timeline per round (ms from the call, each step's end: planned = model found complete and its files listed, turn = the node's warm lock held, before = budget and residency before known, read, after = residency after): ${timelines.map((t, i) => `[${i + 1}] ${t}`).join('; ')}`,
     );
   } finally {

@@ -92,8 +92,14 @@ export type IndexReader = (indexPath: string) => readonly string[] | undefined;
 const KNOWN_FORMATS = new Set(['auto', 'hf', 'safetensors', 'fastsafetensors', 'mistral', 'pt', 'npcache']);
 
 const topLevel = (p: string) => !p.includes('/');
+/** Each glob's expression, made once: the patterns are the few above, and one made per file and pattern was a millisecond of a warm's plan. */
+const globs = new Map<string, RegExp>();
 const globMatch = (pattern: string, p: string) => {
-  const re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replaceAll('*', '[^/]*')}$`);
+  let re = globs.get(pattern);
+  if (re === undefined) {
+    re = new RegExp(`^${pattern.replace(/[.+^${}()|[\]\\]/g, '\\$&').replaceAll('*', '[^/]*')}$`);
+    globs.set(pattern, re);
+  }
   return re.test(p);
 };
 

@@ -37,8 +37,21 @@ export function commitOf(manifest: ModelManifest | undefined, revision: string):
  */
 export async function loaderSnapshot(layout: StoreLayout, manifest: ModelManifest, commit: string, rule: LoaderRule | 'any'): Promise<LoaderSnapshot> {
   const snap = manifest.snapshots[commit];
-  const pulledComplete = await isSnapshotComplete(layout, manifest, commit);
-  if (!snap) return { repo: manifest.repo, commit, present: [], missing: undefined, pulledComplete: false, include: [] };
+  // Side by side: the pull's completeness and the loader's choice (its index read) need nothing of each other.
+  const [pulledComplete, reads] = await Promise.all([isSnapshotComplete(layout, manifest, commit), loaderReads(layout, manifest, commit, rule)]);
+  if (!snap || !reads) return { repo: manifest.repo, commit, present: [], missing: undefined, pulledComplete: false, include: [] };
+  return { repo: manifest.repo, commit, ...reads, pulledComplete, include: snap.include };
+}
+
+/**
+ * What `rule`'s loader reads of `repo` at `commit`, held and lacking, as
+ * loaderSnapshot says, without the pull's completeness (a stat of every
+ * blob and link): what a warm orders its reads by, having judged the
+ * model whole itself. Undefined when the manifest has no such snapshot.
+ */
+export async function loaderReads(layout: StoreLayout, manifest: ModelManifest, commit: string, rule: LoaderRule | 'any'): Promise<Pick<LoaderSnapshot, 'present' | 'missing'> | undefined> {
+  const snap = manifest.snapshots[commit];
+  if (!snap) return undefined;
   const listing = snap.include.length === 0 ? snap.files.map((f) => f.path) : snap.repoFiles;
   const byPath = new Map(snap.files.map((f) => [f.path, f]));
   const indexes = new Map<string, string[]>();
@@ -53,7 +66,7 @@ export async function loaderSnapshot(layout: StoreLayout, manifest: ModelManifes
   const wanted = reads(listing ?? snap.files.map((f) => f.path));
   const present = wanted.flatMap((p) => byPath.get(p) ?? []);
   const missing = listing === undefined ? undefined : wanted.filter((p) => !byPath.has(p));
-  return { repo: manifest.repo, commit, present, missing, pulledComplete, include: snap.include };
+  return { present, missing };
 }
 
 /** loaderSnapshot of `repo` at `revision`, or undefined when the store has no such revision. */

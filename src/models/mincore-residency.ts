@@ -1,9 +1,7 @@
-import { constants } from 'node:fs';
-import { open } from 'node:fs/promises';
+import { closeSync, constants, fstatSync, openSync } from 'node:fs';
 import { setImmediate as nextTurn } from 'node:timers/promises';
 import { errorMessage, failure } from '../lib/errors.js';
 import { libcBinding } from '../lib/libc.js';
-import { FILE_CALLS_AT_ONCE, mapConcurrent } from '../lib/map-concurrent.js';
 
 /*
  * Page-cache residency read in this process: mincore(2) on a read-only
@@ -106,41 +104,67 @@ export function mincoreUnsupported(): string | undefined {
   return 'unsupported' in calls ? calls.unsupported : undefined;
 }
 
+/** At most this long between two yields to the event loop while residency is read. */
+const YIELD_AFTER_MS = 2;
+
 /**
  * Bytes of `files` in the page cache now, and their size, as fincore counts
  * them: a file's last page counts up to its end. Throws a one-line failure
  * when a file cannot be opened or mapped, as fincore exits non-zero then.
- * Yields to the event loop between 1 GiB windows: an agent measuring a
- * model of hundreds of gigabytes keeps answering meanwhile.
+ *
+ * Each file is opened, measured and closed with synchronous calls, one file
+ * after the other: the open, fstat and close of a blob whose inode a warm
+ * has just stat-ed take microseconds, and each through libuv's threads was
+ * a round trip through the event loop, a third of the residency read of
+ * the bench's model (issue 52, item 2). Yields to the event loop whenever
+ * YIELD_AFTER_MS have passed since the last yield (so between 1 GiB
+ * windows, each longer than that): an agent measuring a model of hundreds
+ * of gigabytes or of thousands of files keeps answering meanwhile.
  */
 export async function mincoreResidency(files: readonly string[], signal?: AbortSignal): Promise<{ residentBytes: number; bytes: number }> {
   const calls = load();
   if ('unsupported' in calls) throw failure(`page-cache residency cannot be read in this process: ${calls.unsupported}`);
-  const each = await mapConcurrent(files, FILE_CALLS_AT_ONCE, (path) => fileResidency(calls, path, signal));
-  return { residentBytes: each.reduce((s, r) => s + r.residentBytes, 0), bytes: each.reduce((s, r) => s + r.bytes, 0) };
+  let residentBytes = 0;
+  let bytes = 0;
+  let since = performance.now();
+  const breathe = async () => {
+    if (performance.now() - since < YIELD_AFTER_MS) return;
+    await nextTurn();
+    since = performance.now();
+  };
+  for (const path of files) {
+    signal?.throwIfAborted();
+    const r = await fileResidency(calls, path, breathe, signal);
+    residentBytes += r.residentBytes;
+    bytes += r.bytes;
+    await breathe();
+  }
+  return { residentBytes, bytes };
 }
 
-async function fileResidency(calls: Calls, path: string, signal?: AbortSignal): Promise<{ residentBytes: number; bytes: number }> {
-  signal?.throwIfAborted();
-  // O_NOFOLLOW: a link put in a blob's place is not measured as the blob; O_NONBLOCK: nor does a FIFO hang the open.
-  const fh = await open(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK).catch((err: unknown) => {
-    throw failure(`cannot read the page-cache residency of ${path}: ${errorMessage(err)}`);
-  });
+async function fileResidency(calls: Calls, path: string, breathe: () => Promise<void>, signal?: AbortSignal): Promise<{ residentBytes: number; bytes: number }> {
+  let fd: number;
   try {
-    const st = await fh.stat();
+    // O_NOFOLLOW: a link put in a blob's place is not measured as the blob; O_NONBLOCK: nor does a FIFO hang the open.
+    fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
+  } catch (err) {
+    throw failure(`cannot read the page-cache residency of ${path}: ${errorMessage(err)}`);
+  }
+  try {
+    const st = fstatSync(fd);
     if (!st.isFile()) throw failure(`cannot read the page-cache residency of ${path}: not a regular file`);
     const windowBytes = WINDOW_PAGES * calls.pageBytes;
     const vec = Buffer.allocUnsafe(Math.min(WINDOW_PAGES, Math.ceil(st.size / calls.pageBytes)));
     let pages = 0;
     for (let offset = 0; offset < st.size; offset += windowBytes) {
-      if (offset > 0) await nextTurn();
+      if (offset > 0) await breathe();
       signal?.throwIfAborted();
-      const r = calls.residentPages(fh.fd, offset, Math.min(windowBytes, st.size - offset), vec);
+      const r = calls.residentPages(fd, offset, Math.min(windowBytes, st.size - offset), vec);
       if (typeof r !== 'number') throw failure(`cannot read the page-cache residency of ${path}: ${r.call} failed with errno ${r.errno}`);
       pages += r;
     }
     return { residentBytes: Math.min(pages * calls.pageBytes, st.size), bytes: st.size };
   } finally {
-    await fh.close();
+    closeSync(fd);
   }
 }

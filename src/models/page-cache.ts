@@ -1,11 +1,10 @@
-import { constants } from 'node:fs';
-import { lstat, open, readdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { type Stats, constants } from 'node:fs';
+import { open } from 'node:fs/promises';
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
 import { errorMessage, failure } from '../lib/errors.js';
-import { FILE_CALLS_AT_ONCE, mapConcurrent } from '../lib/map-concurrent.js';
 import { mincoreResidency, mincoreUnsupported } from './mincore-residency.js';
+import { type BlobListing, listBlobs } from './scan-store.js';
 import type { StoreLayout } from './store-layout.js';
 
 /*
@@ -41,19 +40,16 @@ export const WARM_PART_BYTES = 32 * 1024 * 1024;
 
 /** The model's blob files in the store (its weights and the rest), partial downloads left out; links are not followed. */
 export async function modelBlobFiles(layout: StoreLayout, repo: string): Promise<{ path: string; bytes: number }[]> {
-  const blobs = join(layout.repoDir(repo), 'blobs');
-  let names: string[];
-  try {
-    names = (await readdir(blobs)).filter((name) => !name.endsWith('.incomplete')).sort();
-  } catch {
-    return [];
-  }
-  const paths = names.map((name) => join(blobs, name));
-  const stats = await mapConcurrent(paths, FILE_CALLS_AT_ONCE, (path) => lstat(path).catch(() => undefined));
-  return paths.flatMap((path, i) => {
-    const s = stats[i];
-    return s?.isFile() ? [{ path, bytes: s.size }] : [];
-  });
+  // A folder that cannot be listed holds no blob a warm or a residency could read.
+  return blobFilesOf(await listBlobs(layout.repoDir(repo)).catch((): BlobListing => ({ dir: '', entries: [] })));
+}
+
+/** modelBlobFiles of a listing already made, in the order of their names. */
+export function blobFilesOf(listing: BlobListing): { path: string; bytes: number }[] {
+  return listing.entries
+    .filter((e) => !e.name.endsWith('.incomplete') && e.stats?.isFile() === true)
+    .sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0))
+    .map((e) => ({ path: e.path, bytes: (e.stats as Stats).size }));
 }
 
 /** node:child_process rather than execa: execa's own work per call was a third of the cost of each on a loaded machine. */

@@ -1,3 +1,4 @@
+import type { Stats } from 'node:fs';
 import { lstat, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isNotFound } from '../lib/errno.js';
@@ -45,19 +46,36 @@ async function dirEntries(dir: string): Promise<string[]> {
   }
 }
 
-/** Bytes of a model folder's blobs: the whole and the partial ones. */
-async function blobBytes(repoDir: string): Promise<{ bytes: number; partialBytes: number }> {
+/** A model folder's blobs as one readdir and an lstat each found them (links not followed; absent when gone meanwhile). */
+export interface BlobListing {
+  dir: string;
+  entries: { name: string; path: string; stats: Stats | undefined }[];
+}
+
+/** The blobs of a model folder, listed once: what blobBytes, a warm's files and its completeness are all judged from. */
+export async function listBlobs(repoDir: string): Promise<BlobListing> {
+  const dir = join(repoDir, 'blobs');
+  const names = await dirEntries(dir);
+  const paths = names.map((name) => join(dir, name));
+  const stats = await mapConcurrent(paths, FILE_CALLS_AT_ONCE, (path) => lstat(path).catch(() => undefined));
+  return { dir, entries: names.map((name, i) => ({ name, path: paths[i] as string, stats: stats[i] })) };
+}
+
+/** Bytes of a listing's blobs: the whole and the partial ones. */
+function bytesOf(listing: BlobListing): { bytes: number; partialBytes: number } {
   let bytes = 0;
   let partialBytes = 0;
-  const blobs = join(repoDir, 'blobs');
-  const names = await dirEntries(blobs);
-  const stats = await mapConcurrent(names, FILE_CALLS_AT_ONCE, (name) => lstat(join(blobs, name)).catch(() => undefined));
-  for (const [i, s] of stats.entries()) {
-    if (!s?.isFile()) continue;
-    bytes += s.size;
-    if ((names[i] as string).endsWith('.incomplete')) partialBytes += s.size;
+  for (const { name, stats } of listing.entries) {
+    if (!stats?.isFile()) continue;
+    bytes += stats.size;
+    if (name.endsWith('.incomplete')) partialBytes += stats.size;
   }
   return { bytes, partialBytes };
+}
+
+/** Bytes of a model folder's blobs: the whole and the partial ones. */
+async function blobBytes(repoDir: string): Promise<{ bytes: number; partialBytes: number }> {
+  return bytesOf(await listBlobs(repoDir));
 }
 
 /**
@@ -65,12 +83,15 @@ async function blobBytes(repoDir: string): Promise<{ bytes: number; partialBytes
  * is on disk at its listed size with its link in place (a blob deleted by
  * hand, or one a crash left short, makes it incomplete again).
  */
-export async function isSnapshotComplete(layout: StoreLayout, manifest: ModelManifest | undefined, commit: string): Promise<boolean> {
+export async function isSnapshotComplete(layout: StoreLayout, manifest: ModelManifest | undefined, commit: string, listing?: BlobListing): Promise<boolean> {
   const snap = manifest?.snapshots[commit];
   if (!manifest || !snap?.complete) return false;
+  // A blob the listing found a regular file needs no stat of its own: the stat that follows links would say the same.
+  const listed = new Map(listing?.entries.flatMap((e) => (e.stats?.isFile() ? [[e.path, e.stats] as const] : [])));
   const whole = await mapConcurrent(snap.files, FILE_CALLS_AT_ONCE, async (f) => {
+    const path = layout.blobPath(manifest.repo, f.etag);
     const [blob, link] = await Promise.all([
-      stat(layout.blobPath(manifest.repo, f.etag)).catch(() => undefined),
+      listed.get(path) ?? stat(path).catch(() => undefined),
       lstat(layout.pointerPath(manifest.repo, commit, f.path)).catch(() => undefined),
     ]);
     return blob?.isFile() === true && blob.size === f.size && link?.isSymbolicLink() === true;
@@ -87,16 +108,14 @@ function completeOf(snapshots: number, wholeSnapshots: number, partialBytes: num
  * Whether the model of `manifest` is complete as describeModel says, from
  * the manifest and the blobs alone: what a warm asks before it reads,
  * without the pins, times of use and pull's lock a listing adds, whose
- * file calls were a third of a warm's set-up (issue 52, item 2).
+ * file calls were a third of a warm's set-up (issue 52, item 2). `listing`
+ * is the folder's (listBlobs), read once for this and the warm's files.
  */
-export async function isModelWhole(layout: StoreLayout, manifest: ModelManifest | undefined): Promise<boolean> {
+export async function isModelWhole(layout: StoreLayout, manifest: ModelManifest | undefined, listing: BlobListing): Promise<boolean> {
   if (!manifest) return false;
   const snapshots = Object.keys(manifest.snapshots);
-  const [{ partialBytes }, whole] = await Promise.all([
-    blobBytes(layout.repoDir(manifest.repo)),
-    Promise.all(snapshots.map((commit) => isSnapshotComplete(layout, manifest, commit))),
-  ]);
-  return completeOf(snapshots.length, whole.filter(Boolean).length, partialBytes);
+  const whole = await Promise.all(snapshots.map((commit) => isSnapshotComplete(layout, manifest, commit, listing)));
+  return completeOf(snapshots.length, whole.filter(Boolean).length, bytesOf(listing).partialBytes);
 }
 
 /** Whether `repo` at `revision` (a branch, tag or commit) is complete in the store, for the files its pull chose; an offline start asks more (offlineProblem). */

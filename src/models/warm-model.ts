@@ -1,10 +1,10 @@
-import { readFile } from 'node:fs/promises';
+import { readFileSync } from 'node:fs';
 import { failure, usageError } from '../lib/errors.js';
 import { formatBytes } from '../lib/format-bytes.js';
-import { modelBlobFiles, pageCacheResidency, warmFiles } from './page-cache.js';
-import { isModelWhole } from './scan-store.js';
-import { type ModelManifest, readManifest } from './model-manifest.js';
-import { loaderSnapshot } from './loader-snapshot.js';
+import { blobFilesOf, pageCacheResidency, warmFiles } from './page-cache.js';
+import { isModelWhole, listBlobs } from './scan-store.js';
+import { type ModelManifest, readManifestSync } from './model-manifest.js';
+import { loaderReads } from './loader-snapshot.js';
 import type { StoreLayout } from './store-layout.js';
 import { takeWarmTurn } from './warm-gate.js';
 
@@ -25,9 +25,15 @@ export interface WarmResult {
   memAvailableBytes: number;
 }
 
-/** MemAvailable of /proc/meminfo, in bytes. */
-export async function memAvailableBytes(path = '/proc/meminfo'): Promise<number> {
-  const m = /^MemAvailable:\s+(\d+)\s+kB$/m.exec(await readFile(path, 'utf8'));
+/**
+ * MemAvailable of /proc/meminfo, in bytes. Read synchronously: the kernel
+ * writes the file from its counters, never from a disk, in microseconds,
+ * and its open, stat, reads and close through libuv's threads were four
+ * round trips on a warm's way to its first read, 2-25 ms on a loaded host
+ * (issue 52, item 2).
+ */
+export function memAvailableBytes(path = '/proc/meminfo'): number {
+  const m = /^MemAvailable:\s+(\d+)\s+kB$/m.exec(readFileSync(path, 'utf8'));
   if (!m) throw failure(`${path} has no MemAvailable line: cannot tell how much host RAM a warm may take`);
   return Number(m[1]) * 1024;
 }
@@ -80,14 +86,20 @@ async function warmAlone(layout: StoreLayout, repo: string, opts: WarmOptions): 
 
 /**
  * The model found complete, and its files in the order a warm reads them.
- * Its manifest read once and the checks side by side, as none needs
- * another's answer: one after the other, and each read again by
- * describeModel and the loader's listing, they were a tenth of the warm
- * of a 128 MiB model from a fast disk (issue 52, item 2).
+ * Its manifest read once (synchronously: readManifestSync) and its blobs
+ * listed once (a readdir and an lstat each), from which the completeness,
+ * the files and their sizes are all judged, the checks side by side, as
+ * none needs another's answer: each
+ * listing the folder and stat-ing every blob and link again, they were 10
+ * of a warm's 70 ms for a 128 MiB model from a fast disk (issue 52, item 2).
  */
 async function planWarm(layout: StoreLayout, repo: string): Promise<{ path: string; bytes: number }[]> {
-  const [manifest, blobs] = await Promise.all([readManifest(layout, repo), modelBlobFiles(layout, repo)]);
-  const [whole, files] = await Promise.all([isModelWhole(layout, manifest), loaderFilesFirst(layout, repo, blobs, manifest)]);
+  // The listing's calls go to libuv's threads first; the manifest is read meanwhile (its refusal leaves the listing's unheard).
+  const listed = listBlobs(layout.repoDir(repo));
+  listed.catch(() => undefined);
+  const manifest = readManifestSync(layout, repo);
+  const listing = await listed;
+  const [whole, files] = await Promise.all([isModelWhole(layout, manifest, listing), loaderFilesFirst(layout, repo, blobFilesOf(listing), manifest)]);
   if (!whole) {
     throw failure(`${repo} is not complete in the store (llmgw models list): pull it first with llmgw models pull ${repo}`);
   }
@@ -96,16 +108,17 @@ async function planWarm(layout: StoreLayout, repo: string): Promise<{ path: stri
 
 /**
  * The warm itself, the node's turn held: its budget is read now, after any
- * warm before it, beside the residency before (neither changes the other).
+ * warm before it, then the residency before.
  */
 async function warmHoldingTurn(repo: string, files: readonly { path: string; bytes: number }[], opts: WarmOptions): Promise<WarmResult> {
   const paths = files.map((f) => f.path);
   const bytes = files.reduce((s, f) => s + f.bytes, 0);
-  const [available, before] = await Promise.all([memAvailableBytes(opts.meminfoPath), pageCacheResidency(paths, opts.signal)]);
+  const available = memAvailableBytes(opts.meminfoPath);
   if (opts.budgetBytes !== undefined && opts.budgetBytes > available) {
     throw usageError(`--budget ${formatBytes(opts.budgetBytes)} is more than the host's MemAvailable (${formatBytes(available)}): a warm would push out what running engines use; give at most that`);
   }
   const budgetBytes = Math.min(bytes, opts.budgetBytes ?? Math.floor(available / 2));
+  const before = await pageCacheResidency(paths, opts.signal);
   opts.onPhase?.('before');
   const readBytes = await warmFiles(files, budgetBytes, { signal: opts.signal, onBytes: (n) => opts.onBytes?.(n, budgetBytes) });
   opts.onPhase?.('read');
@@ -125,8 +138,8 @@ export async function loaderFilesFirst<F extends { path: string }>(layout: Store
   const first = new Set<string>();
   if (manifest) {
     const commits = [...new Set(Object.values(manifest.refs))];
-    for (const s of await Promise.all(commits.map((commit) => loaderSnapshot(layout, manifest, commit, 'any')))) {
-      for (const f of s.present) first.add(layout.blobPath(repo, f.etag));
+    for (const s of await Promise.all(commits.map((commit) => loaderReads(layout, manifest, commit, 'any')))) {
+      for (const f of s?.present ?? []) first.add(layout.blobPath(repo, f.etag));
     }
   }
   return [...files.filter((f) => first.has(f.path)), ...files.filter((f) => !first.has(f.path))];

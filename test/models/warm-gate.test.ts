@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { mkdirSync, mkdtempSync, rmSync, unlinkSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, truncateSync, unlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -118,6 +118,37 @@ describe('page-cache warms', () => {
       warmModel(layout, 'acme/b', { onPhase: (p) => phases.b?.push(p) }),
     ]);
     expect(phases).toEqual({ a: ['planned', 'turn', 'before', 'read', 'after'], b: ['planned', 'turn', 'before', 'read', 'after'] });
+  });
+  it('refuses a model whose blob is a byte short of its manifest, as models list does, and reads it once whole again', async () => {
+    // The warm judges sizes from its one listing of the blobs (no stat of its own): a short blob must still show.
+    const [blob] = await modelBlobFiles(layout, 'acme/a');
+    const path = (blob as { path: string }).path;
+    const whole = readFileSync(path);
+    try {
+      truncateSync(path, MODEL_BYTES - 1);
+      expect((await describeModel(layout, 'acme/a')).complete).toBe(false);
+      await expect(warmModel(layout, 'acme/a')).rejects.toThrow(/acme\/a is not complete in the store/);
+    } finally {
+      writeFileSync(path, whole);
+    }
+    expect((await describeModel(layout, 'acme/a')).complete).toBe(true);
+    expect((await warmModel(layout, 'acme/a')).readBytes).toBe(MODEL_BYTES);
+  });
+  it('refuses a model whose manifest is torn or a FIFO in its place, never hanging on the read, and warms it with its manifest back', async () => {
+    // The plan reads the manifest synchronously: a FIFO there with no writer must read as nothing, not block the process.
+    const manifest = layout.manifestPath('acme/b');
+    const kept = readFileSync(manifest);
+    try {
+      writeFileSync(manifest, kept.subarray(0, kept.length >> 1));
+      await expect(warmModel(layout, 'acme/b')).rejects.toThrow(/^acme\/b is not complete in the store/);
+      unlinkSync(manifest);
+      expect(spawnSync('mkfifo', ['-m', '600', manifest]).status).toBe(0);
+      await expect(warmModel(layout, 'acme/b')).rejects.toThrow(/^acme\/b is not complete in the store/);
+    } finally {
+      rmSync(manifest, { force: true });
+      writeFileSync(manifest, kept);
+    }
+    expect((await warmModel(layout, 'acme/b')).readBytes).toBe(MODEL_BYTES);
   });
   it('refuses a model with a partial download beside its blobs as models list calls it incomplete; an empty one is no partial download', async () => {
     const partial = join(layout.repoDir('acme/b'), 'blobs', `${'e'.repeat(64)}.incomplete`);

@@ -63,7 +63,7 @@ describe('llmgw ctl events', () => {
     await ready;
     await until(() => f.lines.some((l) => /s1 .*STARTING → READY/.test(l.text)), 'the READY transition printed');
     const printed = f.lines.find((l) => /s1 .*STARTING → READY/.test(l.text));
-    // The log line comes through the agent's stdout, the event through its socket and ctl: either may arrive first.
+    // The log line comes through the agent's stderr, the event through its socket and ctl: either may arrive first.
     const isReadyLine = (r: (typeof a.records)[number]) => r.msg === 'shard state changed' && r.shard === 's1' && r.to === 'READY';
     await until(() => a.records.some(isReadyLine), "the agent's log line of s1 READY");
     const logged = a.records.find(isReadyLine);

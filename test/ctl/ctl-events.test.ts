@@ -63,7 +63,10 @@ describe('llmgw ctl events', () => {
     await ready;
     await until(() => f.lines.some((l) => /s1 .*STARTING → READY/.test(l.text)), 'the READY transition printed');
     const printed = f.lines.find((l) => /s1 .*STARTING → READY/.test(l.text));
-    const logged = a.records.find((r) => r.msg === 'shard state changed' && r.shard === 's1' && r.to === 'READY');
+    // The log line comes through the agent's stderr, the event through its socket and ctl: either may arrive first.
+    const isReadyLine = (r: (typeof a.records)[number]) => r.msg === 'shard state changed' && r.shard === 's1' && r.to === 'READY';
+    await until(() => a.records.some(isReadyLine), "the agent's log line of s1 READY");
+    const logged = a.records.find(isReadyLine);
     expect(printed?.text).toMatch(/^\S+Z {2}shard +s1 +STARTING → READY: /);
     expect(logged).toBeDefined();
     const latencyMs = (printed?.atMs ?? 0) - Date.parse(String(logged?.time));
@@ -74,6 +77,7 @@ describe('llmgw ctl events', () => {
     appendFileSync(a.kmsg, xid79Line());
     const isFault = (text: string) => /gpu +gpu 2 +GPU 2: Xid 79: GPU has fallen off the bus/.test(text);
     await until(() => f.lines.some((l) => isFault(l.text)), 'the GPU fault printed');
+    await until(() => a.records.some((r) => r.msg === 'GPU fault' && r.gpu === 2), "the agent's log line of the GPU fault");
     const faultLogged = a.records.find((r) => r.msg === 'GPU fault' && r.gpu === 2);
     const faultPrinted = f.lines.find((l) => isFault(l.text));
     console.info(

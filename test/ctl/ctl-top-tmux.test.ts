@@ -1,5 +1,7 @@
 import { execFileSync } from 'node:child_process';
-import { appendFileSync } from 'node:fs';
+import { appendFileSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { freePort, until } from '../helpers/engine-processes.js';
@@ -8,7 +10,7 @@ import { BIN, runCli } from '../helpers/run-cli.js';
 import { shardIs, simStart } from '../helpers/sim-shards.js';
 
 /*
- * `llmgw ctl top` in a real terminal: a tmux server of its own (-L), a
+ * `llmgw ctl top` in a real terminal: a tmux server of its own (-S, its socket in a temp folder), a
  * 160×48 pane running a plain shell, keys sent as an operator types them,
  * the screen read back with capture-pane.
  */
@@ -16,16 +18,18 @@ import { shardIs, simStart } from '../helpers/sim-shards.js';
 const PROMPT = 'top-test$ ';
 
 function tmuxServer() {
-  const name = `llmgw-top-${process.pid}-${Math.random().toString(36).slice(2, 8)}`;
-  const tmux = (...args: string[]) => execFileSync('tmux', ['-L', name, ...args], { encoding: 'utf8' });
-  tmux('new-session', '-d', '-x', '160', '-y', '48', '-s', 't', 'env', '-i', `PATH=${process.env.PATH}`, 'TERM=xterm-256color', 'NO_COLOR=1', `PS1=${PROMPT}`, 'bash', '--norc', '--noprofile');
+  // tmux 3.3a leaves its socket file behind after kill-server: the socket goes in a folder of the test's, removed with it.
+  const dir = mkdtempSync(join(tmpdir(), 'llmgw-top-tmux-'));
+  const tmux = (...args: string[]) => execFileSync('tmux', ['-S', join(dir, 'socket'), ...args], { encoding: 'utf8' });
   onTestFinished(() => {
     try {
       tmux('kill-server');
     } catch {
-      // Already gone.
+      // Never started, or already gone.
     }
+    rmSync(dir, { recursive: true, force: true });
   });
+  tmux('new-session', '-d', '-x', '160', '-y', '48', '-s', 't', 'env', '-i', `PATH=${process.env.PATH}`, 'TERM=xterm-256color', 'NO_COLOR=1', `PS1=${PROMPT}`, 'bash', '--norc', '--noprofile');
   return {
     tmux,
     screen: () => tmux('capture-pane', '-p', '-t', 't'),

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type AgentMessage, ShardState, type ShardStatus, type StartShard, StopShardSchema } from '../../src/gen/llmgw/v1/agent_pb.js';
 import type { AgentDirs, AgentProcess } from '../helpers/agent-process.js';
 import { doubleStart, streamChat } from '../helpers/double-shards.js';
-import { freePort, groupMembers } from '../helpers/engine-processes.js';
+import { freePort, groupMembers, until } from '../helpers/engine-processes.js';
 import { consumeStream } from '../helpers/fake-engines.js';
 import { shardIs } from '../helpers/sim-shards.js';
 import type { StartedControlPlane } from '../helpers/start-control-plane.js';
@@ -138,7 +138,10 @@ describe('worker ranks (§0 #3) and the node address (§0 #4)', () => {
     const chosen = Number(/Dummy health server for node rank 1 on http:\/\/127\.0\.0\.1:(\d+)/.exec(readFileSync(join(dirs.logDir, 'shards', 'g-w2.log'), 'utf8'))?.[1]);
     expect(chosen).toBeGreaterThan(30000);
     expect(chosen).not.toBe(given);
-    const readyWhy = agent.logs().filter((r) => r.shard === 'g-w2' && r.to === 'READY').map((r) => r.why);
+    // READY came on the stream; its log line comes through the agent's stderr, a pipe with no order to the stream.
+    const readyLines = () => agent.logs().filter((r) => r.shard === 'g-w2' && r.to === 'READY');
+    await until(() => readyLines().length > 0, "g-w2's READY in the agent's log", 30_000);
+    const readyWhy = readyLines().map((r) => r.why);
     expect(readyWhy).toEqual(['worker rank answers /health']);
     await stop('g-w1');
     await stop('g-w2');

@@ -66,12 +66,17 @@ describe("docs/local-cluster.md's multi-agent recipe", () => {
     }
 
     // 3. Both replicas ready, each answering a chat completion at the URL the control plane published.
+    // Only whole lines: a pipe read can end inside one (a node-registered line carries the whole inventory).
     const events = () =>
       out
+        .slice(0, out.lastIndexOf('\n') + 1)
         .split('\n')
         .filter((l) => l.startsWith('{'))
         .map((l) => JSON.parse(l) as { event: string; nodeId?: string; register?: { inventory?: { gpus?: unknown[] } }; replica?: { id: string; url: string } });
-    await until(() => new Set(events().filter((e) => e.event === 'replica-ready').map((e) => e.replica?.id)).size === 2 || cp.exitCode !== null, 'both replicas to be ready', 90_000);
+    const count = (event: string, key: (e: ReturnType<typeof events>[number]) => unknown) => new Set(events().filter((e) => e.event === event).map(key)).size;
+    // Both nodes registered too: placement waits 3 s for nodes, then fills the fullest that fits, so two replicas
+    // can both be READY on gpu-node-01 before a slow-starting gpu-node-02 registers (seen under load).
+    await until(() => (count('replica-ready', (e) => e.replica?.id) === 2 && count('node-registered', (e) => e.nodeId) === 2) || cp.exitCode !== null, 'both replicas ready and both nodes registered', 90_000);
     const registered = events().filter((e) => e.event === 'node-registered');
     expect(new Set(registered.map((e) => e.nodeId))).toEqual(new Set(['gpu-node-01', 'gpu-node-02']));
     for (const e of registered) expect(e.register?.inventory?.gpus).toHaveLength(8);

@@ -53,7 +53,7 @@ describe('llmgw ctl events', () => {
     for (const fn of ends.reverse()) await fn();
   }, 60_000);
 
-  it('follows the agent: a shard transition prints within a second of its log line, then a GPU fault; Ctrl-C ends it with exit 0', async () => {
+  it('follows the agent: a shard transition prints as it is logged, then a GPU fault; Ctrl-C ends it with exit 0', async () => {
     const f = follow(a.socket);
     // The backlog: the stream's phases since the agent started.
     await until(() => f.lines.some((l) => /connection .*connecting → connected/.test(l.text)), 'the connection events of the backlog');
@@ -70,8 +70,10 @@ describe('llmgw ctl events', () => {
     expect(printed?.text).toMatch(/^\S+Z {2}shard +s1 +STARTING → READY: /);
     expect(logged).toBeDefined();
     const latencyMs = (printed?.atMs ?? 0) - Date.parse(String(logged?.time));
+    // How soon is a measurement, printed and not asserted (the brief: no wall-clock limits in tests; `until`'s
+    // timeout is the safety net). That it comes at all without a poll is what the test proves: nothing in
+    // ctl-events.ts polls, and the agent's own state changes are pushed down the stream.
     console.info(`ctl events -f printed STARTING → READY ${latencyMs} ms after the agent's log line (its time, ms resolution)`);
-    expect(latencyMs).toBeLessThan(1000);
 
     const injectedAt = Date.now();
     appendFileSync(a.kmsg, xid79Line());

@@ -107,7 +107,7 @@ describe('llmgw ctl top in a terminal', () => {
     const shownMs = Date.now() - injectedAt;
     console.info(`ctl top showed the Xid 79 on GPU 2 ${shownMs} ms after the kernel-log line was written (capture-pane polled every 50 ms)`);
     expect(faulted).toMatch(/gpu +gpu 2 +GPU 2: Xid 79/);
-    expect(shownMs).toBeLessThan(2000);
+    // How soon is a measurement (printed above), not a limit: untilScreen's 10 s is the safety net.
     console.info(`--- ctl top, capture-pane ---\n${faulted}`);
 
     // s cycles the sort; / filters by text.

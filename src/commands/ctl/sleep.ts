@@ -2,7 +2,7 @@ import { Args, Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
-import { durationFlag } from '../../cli/duration-flags.js';
+import { positiveDurationFlag } from '../../cli/duration-flags.js';
 
 export default class CtlSleep extends BaseCommand {
   static override summary = "Put a READY shard to sleep: its engine frees its GPU memory and stays up, for a fast wake.";
@@ -27,7 +27,7 @@ SleepResponse as proto JSON.`;
   static override flags = {
     ...ctlFlags,
     level: Flags.integer({ summary: '1: weights to host RAM (fast wake); 2: weights dropped (reloaded at wake).', min: 1, max: 2, default: 1 }),
-    timeout: durationFlag({ summary: 'How long to wait for the engine to be asleep [default: 5m].' }),
+    timeout: positiveDurationFlag({ summary: 'How long to wait for the engine to be asleep [default: 5m].' }),
   };
 
   async run(): Promise<unknown> {

@@ -2,7 +2,7 @@ import { Args } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
-import { durationFlag } from '../../cli/duration-flags.js';
+import { positiveDurationFlag } from '../../cli/duration-flags.js';
 
 export default class CtlWake extends BaseCommand {
   static override summary = 'Wake a SLEEPING shard: READY once its engine has its memory back and gives its known answer again.';
@@ -20,7 +20,7 @@ prints the WakeResponse as proto JSON.`;
 
   static override flags = {
     ...ctlFlags,
-    timeout: durationFlag({ summary: 'How long to wait for the engine to be READY [default: 5m].' }),
+    timeout: positiveDurationFlag({ summary: 'How long to wait for the engine to be READY [default: 5m].' }),
   };
 
   async run(): Promise<unknown> {

@@ -94,7 +94,7 @@ const TIMER_KEYS = [
 ] as const;
 
 /** The parsed value of `key` in the config. */
-function valueOf(c: AgentConfig, key: string): unknown {
+function keyValue(c: AgentConfig, key: string): unknown {
   let v: unknown = c;
   for (const p of camelPath(SPEC_BY_KEY.get(key) as KeySpec)) v = (v as Record<string, unknown>)[p];
   return v;
@@ -112,10 +112,10 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
     throw configError(`reconnect_max must not be less than reconnect_base (${where('reconnect_max')})`);
   }
   for (const key of ['heartbeat_interval', 'reconnect_base', 'adopt_ready_timeout', 'discovery.interval', 'discovery.timeout', 'supervisor.health_interval', 'supervisor.known_answer_timeout', 'gang_agent_grace'] as const) {
-    if (valueOf(c, key) === 0) throw configError(`${key} must be greater than 0 (${where(key)})`);
+    if (keyValue(c, key) === 0) throw configError(`${key} must be greater than 0 (${where(key)})`);
   }
   for (const key of TIMER_KEYS) {
-    const v = valueOf(c, key);
+    const v = keyValue(c, key);
     // setTimeout takes a longer delay as 1 ms: heartbeat_interval: 1000h would send a heartbeat every millisecond.
     if (typeof v === 'number' && v > MAX_TIMER_MS) throw configError(`${key} ${formatDuration(v)} is longer than a timer can wait; set it to at most 596h (${where(key)})`);
   }

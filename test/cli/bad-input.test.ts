@@ -1,9 +1,12 @@
+import { execa } from 'execa';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { type Server, type Socket, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { PassThrough } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { runCli } from '../helpers/run-cli.js';
+import { noteWhileWaiting } from '../../src/ctl/note-while-waiting.js';
+import { BIN, runCli } from '../helpers/run-cli.js';
 
 /*
  * An operator's bad input, through the real binary: each is one line on
@@ -146,5 +149,55 @@ describe('a socket that is not the agent', () => {
     const r = await runCli(['ctl', 'status', '--json', '--socket', webServer]);
     expect(r.exitCode).toBe(69);
     expect(JSON.parse(r.stdout).error).toMatchObject({ kind: 'unreachable', exitCode: 69 });
+  });
+});
+
+describe('ctl sleep and wake say what they wait for', () => {
+  it('writes one note on stderr while the agent holds the answer, and the answer alone on stdout', async () => {
+    // An agent that holds Sleep's answer until the test has seen the note: no clock decides the outcome.
+    let release: (() => void) | undefined;
+    const { path, server } = await fakeSocket('slow.sock', (c) => {
+      c.on('error', () => {});
+      c.once('data', () => {
+        release = () => {
+          const body = JSON.stringify({ shard: { shardId: 'tiny-0-g1-r0', state: 'SHARD_STATE_SLEEPING' } });
+          c.end(`HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\nConnection: close\r\n\r\n${body}`);
+        };
+      });
+    });
+    const child = execa(process.execPath, [BIN, 'ctl', 'sleep', 'tiny-0-g1-r0', '--json', '--socket', path], { reject: false, env: { NO_COLOR: '1' }, timeout: 60_000 });
+    try {
+      let stderr = '';
+      await new Promise<void>((resolve) => {
+        // Also on exit: without a note, the assertions below say so instead of the wait lasting until the timeout.
+        child.once('exit', () => resolve());
+        child.stderr?.on('data', (chunk: Buffer) => {
+          stderr += chunk.toString();
+          if (stderr.includes('\n') && release) {
+            release();
+            resolve();
+          }
+        });
+      });
+      const r = await child;
+      expect(r.exitCode).toBe(0);
+      expect(stderr).toBe('waiting for shard tiny-0-g1-r0 to free its GPU memory (at most 5m, --timeout)…\n');
+      expect(JSON.parse(String(r.stdout))).toMatchObject({ shard: { state: 'SHARD_STATE_SLEEPING' } });
+    } finally {
+      release?.();
+      child.kill();
+      await child;
+      await new Promise((resolve) => server.close(resolve));
+    }
+  });
+
+  it('writes nothing for an answer already there', async () => {
+    const out = new PassThrough();
+    let written = '';
+    out.on('data', (c: Buffer) => {
+      written += c.toString();
+    });
+    expect(await noteWhileWaiting(Promise.resolve(7), 'waiting', out, 1000)).toBe(7);
+    expect(written).toBe('');
   });
 });

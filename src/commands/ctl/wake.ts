@@ -3,6 +3,7 @@ import { BaseCommand } from '../../cli/base-command.js';
 import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
 import { positiveDurationFlag } from '../../cli/duration-flags.js';
+import { formatDuration } from '../../lib/duration.js';
 
 export default class CtlWake extends BaseCommand {
   static override summary = 'Wake a SLEEPING shard: READY once its engine has its memory back and gives its known answer again.';
@@ -29,7 +30,10 @@ prints the WakeResponse as proto JSON.`;
     const { ctlWake, describeSleep, DEFAULT_SLEEP_TIMEOUT_MS } = await import('../../ctl/ctl-sleep.js');
     const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config, stored: storedCtlPaths(this.preferences) });
     const t0 = performance.now();
-    const response = await ctlWake(socket, args.shard, flags.timeout ?? DEFAULT_SLEEP_TIMEOUT_MS);
+    const { noteWhileWaiting } = await import('../../ctl/note-while-waiting.js');
+    const timeoutMs = flags.timeout ?? DEFAULT_SLEEP_TIMEOUT_MS;
+    const call = ctlWake(socket, args.shard, timeoutMs);
+    const response = await noteWhileWaiting(call, `waiting for shard ${args.shard} to be READY with its known answer (at most ${formatDuration(timeoutMs)}, --timeout)…`);
     this.log(describeSleep('wake', response.shard, performance.now() - t0));
     return response;
   }

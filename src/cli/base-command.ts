@@ -57,7 +57,7 @@ export abstract class BaseCommand extends Command {
     const unwrapped = withoutParsingWrapper(report.message);
     // A flag parser's message is ours and may quote another party; oclif's own is the CLI's text.
     const ownText = fromOclif && unwrapped === report.message;
-    report.message = unwrapped;
+    report.message = ownText ? oneLineUsage(unwrapped, this.config.bin, this.id) : unwrapped;
     if (this.jsonEnabled()) this.logJson({ error: report });
     process.stderr.write(errorLine(report, process.env, { ownText }));
     return this.exit(report.exitCode);
@@ -75,6 +75,25 @@ function withoutParsingWrapper(message: string): string {
   const [, flag, inner] = m as unknown as [string, string, string];
   // oclif's own integer checks ("Expected an integer … but received: 0") do not say which flag.
   return inner.includes(flag) ? inner : `${flag}: ${inner}`;
+}
+
+/**
+ * oclif's own usage messages on one line, as every llmgw error is: "Missing 1
+ * required arg:\nshard  The shard …\nSee more help with --help" was three
+ * lines, "Nonexistent flag: --x\nSee more help with --help" two, and a
+ * script's `2>&1 | tail -1` or a log line kept only the last, which named
+ * nothing. The help line becomes the command's own `--help`.
+ */
+export function oneLineUsage(message: string, bin: string, id: string | undefined): string {
+  // An argument's line is "name  Description.": "name, description".
+  const lines = message.split('\n').map((l) => l.trim().replace(/^(\S+)\s{2,}(\S)(.*?)\.?$/, (_m, name: string, first: string, tail: string) => `${name}, ${first.toLowerCase()}${tail}`));
+  const help = lines.at(-1) === 'See more help with --help';
+  const body = (help ? lines.slice(0, -1) : lines).filter((l) => l !== '' && l !== 'The following error occurred:');
+  if (body.length === 0) return message;
+  const [head, ...rest] = body as [string, ...string[]];
+  const text = rest.length === 0 ? head : `${head}${head.endsWith(':') ? ' ' : '; '}${rest.join('; ')}`;
+  const command = id ? `${bin} ${id.replaceAll(':', ' ')}` : bin;
+  return help ? `${text}; see \`${command} --help\`` : text;
 }
 
 export type InferredFlags<T extends typeof Command> = Interfaces.InferredFlags<T['flags'] & T['baseFlags']>;

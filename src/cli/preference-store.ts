@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import { configError, errorMessage } from '../lib/errors.js';
 import { type PreferenceKey, type PreferenceValue, preferencesDir } from './cli-preferences.js';
 
@@ -13,7 +14,8 @@ async function openStore(env: NodeJS.ProcessEnv) {
   try {
     return new Conf<Record<string, unknown>>({ projectName: 'llmgw', cwd: preferencesDir(env), configName: 'config' });
   } catch (err) {
-    throw configError(`cannot open the CLI preferences in ${preferencesDir(env)}: ${errorMessage(err)}`);
+    // As reading it says (cli-preferences.ts): which file, and that fixing or removing it is the way out.
+    throw configError(`cannot open the CLI preferences in ${preferencesDir(env)}: ${errorMessage(err)}; fix or remove ${join(preferencesDir(env), 'config.json')}`);
   }
 }
 

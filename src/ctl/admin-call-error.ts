@@ -23,6 +23,19 @@ export function agentUnreachable(socket: string, why: string): LlmgwError {
   return new LlmgwError('unreachable', `the agent is not running: ${why} on ${socket}; check \`${AGENT_UNIT_HINT}\` (or pass --socket / LLMGW_SOCKET if it listens elsewhere)`);
 }
 
+/**
+ * What answered on `socket` is not an llmgw agent that knows `method`: another
+ * program's socket (a web server's 404 page, HTTP/1.1 where the streams need
+ * HTTP/2), or an agent older than this llmgw. Exit 69 as for a path that is not
+ * a socket: the agent was not reached, and nothing was done.
+ */
+export function notTheAgent(socket: string, method: string, what: string): LlmgwError {
+  return new LlmgwError(
+    'unreachable',
+    `what answers on ${socket} is not an llmgw agent that knows ${method} (${what}): pass the agent's admin socket with --socket / LLMGW_SOCKET or check admin.socket in the agent config; after an upgrade, restart the agent (\`${AGENT_UNIT_HINT}\`)`,
+  );
+}
+
 /** The agent stopped after it took `method` and before it answered: the change may or may not have been made. */
 export function wentAway(socket: string, method: string): LlmgwError {
   return new LlmgwError('unreachable', `the agent on ${socket} went away before it answered ${method}: it may or may not have been done; see \`llmgw ctl status\` once the agent is back (\`${AGENT_UNIT_HINT}\`)`);

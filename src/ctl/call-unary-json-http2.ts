@@ -40,7 +40,7 @@ export async function callUnaryJsonHttp2<Res>(socketPath: string, method: string
       req.once('end', () =>
         settle(() => {
           try {
-            resolve(unaryAnswer<Res>(method, status, Buffer.concat(chunks)));
+            resolve(unaryAnswer<Res>(socketPath, method, status, Buffer.concat(chunks)));
           } catch (err) {
             reject(err);
           }

@@ -50,7 +50,7 @@ export async function callUnaryJson<Res>(socketPath: string, method: string, req
     const socket = await dialAdminSocket(socketPath);
     try {
       const { status, body } = await exchange(socket, socketPath, method, JSON.stringify(request), timeoutMs);
-      return unaryAnswer<Res>(method, status, body);
+      return unaryAnswer<Res>(socketPath, method, status, body);
     } catch (err) {
       if (!(err instanceof NotHttp1)) throw err;
       if (!READ_METHODS.has(method) && err.bytes === 0) await ensureNeverRan(socketPath, method, timeoutMs);

@@ -1,6 +1,7 @@
 import type { AdaptersResponseJson } from '../gen/llmgw/v1/admin_pb.js';
 import { usageError } from '../lib/errors.js';
 import { printable } from '../lib/printable.js';
+import { parseShardId } from '../lib/shard-id.js';
 import { renderTable } from '../lib/table.js';
 import { callUnaryJson } from './call-unary-json.js';
 import { enumLabel } from './enum-label.js';
@@ -17,6 +18,7 @@ export function parseLoadFlag(text: string, pinned: boolean): { name: string; re
 
 /** Reads a shard's adapters, or changes its desired set by one (load or unload) and answers once reconciled. */
 export function ctlAdapters(socket: string, shardId: string, change: { load?: ReturnType<typeof parseLoadFlag>; unload?: string }, timeoutMs = DEFAULT_ADAPTERS_TIMEOUT_MS): Promise<AdaptersResponseJson> {
+  parseShardId(shardId);
   return callUnaryJson<AdaptersResponseJson>(socket, change.load || change.unload ? 'ChangeAdapters' : 'Adapters', { shardId, ...(change.load ? { load: change.load } : {}), ...(change.unload ? { unload: change.unload } : {}) }, { timeoutMs });
 }
 

@@ -1,5 +1,6 @@
 import type { ShardInfoJson, SleepResponseJson, WakeResponseJson } from '../gen/llmgw/v1/admin_pb.js';
 import { formatDuration } from '../lib/duration.js';
+import { parseShardId } from '../lib/shard-id.js';
 import { callUnaryJson } from './call-unary-json.js';
 import { enumLabel } from './enum-label.js';
 
@@ -8,11 +9,14 @@ export const DEFAULT_SLEEP_TIMEOUT_MS = 5 * 60_000;
 
 /** Puts a READY shard to sleep at `level`; the answer comes once its GPU memory is released, or is the refusal. */
 export function ctlSleep(socket: string, shardId: string, level: 1 | 2, timeoutMs = DEFAULT_SLEEP_TIMEOUT_MS): Promise<SleepResponseJson> {
+  // Checked here, as ctl drain and ctl logs check theirs: "a/b" is a usage error (exit 2) with or without an agent.
+  parseShardId(shardId);
   return callUnaryJson<SleepResponseJson>(socket, 'Sleep', { shardId, level }, { timeoutMs });
 }
 
 /** Wakes a SLEEPING shard; the answer comes once it is READY with its known answer, or is the refusal. */
 export function ctlWake(socket: string, shardId: string, timeoutMs = DEFAULT_SLEEP_TIMEOUT_MS): Promise<WakeResponseJson> {
+  parseShardId(shardId);
   return callUnaryJson<WakeResponseJson>(socket, 'Wake', { shardId }, { timeoutMs });
 }
 

@@ -3,8 +3,12 @@ import { type Client, Code, ConnectError, createClient } from '@connectrpc/conne
 import { Http2SessionManager, createConnectTransport } from '@connectrpc/connect-node';
 import { codeToString } from '@connectrpc/connect/protocol-connect';
 import { AdminService } from '../gen/llmgw/v1/admin_pb.js';
-import { AdminCallError, operatorError } from './admin-call-error.js';
+import { LlmgwError } from '../lib/errors.js';
+import { AGENT_UNIT_HINT, AdminCallError, notTheAgent, operatorError } from './admin-call-error.js';
 import { dialAdminSocket } from './dial-admin-socket.js';
+
+/** Node's codes for bytes on an HTTP/2 session that are not HTTP/2 frames. */
+const HTTP2_PROTOCOL_ERROR = /^ERR_HTTP2_(ERROR|SESSION_ERROR)$/;
 
 export interface AdminClient {
   client: Client<typeof AdminService>;
@@ -31,6 +35,16 @@ export async function openAdminClient(socketPath: string): Promise<AdminClient> 
     client: createClient(AdminService, transport),
     explain: (err) => {
       if (!(err instanceof ConnectError)) return err;
+      // Node's HTTP/2 client on a socket that answers in HTTP/1.1 (another program's, a web server's): its bare
+      // "Protocol error" named neither the socket nor what to do.
+      if (HTTP2_PROTOCOL_ERROR.test(String((err.cause as { code?: unknown } | undefined)?.code))) {
+        return notTheAgent(socketPath, 'the streaming calls', `it does not speak HTTP/2: ${err.rawMessage}`);
+      }
+      // A socket that closes every connection unread (or an agent gone mid-stream): "http/2 stream closed with error
+      // code CANCEL" alone said neither where nor what to do.
+      if (err.code === Code.Canceled && /^http\/2 stream closed/.test(err.rawMessage)) {
+        return new LlmgwError('unreachable', `the connection on ${socketPath} closed without an answer (${err.rawMessage}): if the agent runs (\`${AGENT_UNIT_HINT}\`), check that this is its admin socket (--socket / LLMGW_SOCKET, admin.socket in the agent config)`);
+      }
       // The agent stopping mid-stream, or its connection dropping, reads as Unavailable or Aborted.
       if (err.code === Code.Aborted) return operatorError(new AdminCallError('unavailable', err.rawMessage), socketPath);
       return operatorError(new AdminCallError(codeToString(err.code), err.rawMessage), socketPath);

@@ -38,9 +38,11 @@ export interface ResolveCtlPathsOptions {
  * naming the file). The stored ctl.config is checked only when it is read
  * (--socket and a stored ctl.socket make it unneeded). The default file may
  * be absent. Only the two keys ctl
- * needs are read, and a file that does not parse is the agent's problem, not
- * the operator's: its keys are skipped. YAML is loaded only when a file is
- * read, which keeps `ctl status --socket` lean.
+ * needs are read. A default file that does not parse is the agent's problem,
+ * not the operator's: its keys are skipped. A named one that does not parse is
+ * an error (78, naming its line): skipping it talked to the default socket, and
+ * "the agent is not running … on /run/llmgw/agent.sock" hid the file's mistake.
+ * YAML is loaded only when a file is read, which keeps `ctl status --socket` lean.
  */
 export async function resolveCtlPaths(opts: ResolveCtlPathsOptions): Promise<CtlPaths> {
   const stored = opts.stored ?? {};
@@ -54,7 +56,7 @@ export async function resolveCtlPaths(opts: ResolveCtlPathsOptions): Promise<Ctl
   const fileNeeded = opts.configPath ? wantSocket || wantLogDir : (wantSocket && !stored.socket) || wantLogDir;
   if (!opts.configPath && stored.configPath && fileNeeded) requireReadable(stored.configPath, STORED_CONFIG_FIX);
   const configPath = opts.configPath || stored.configPath || DEFAULT_CONFIG_PATH;
-  const fromFile = fileNeeded ? await readCtlKeys(configPath) : {};
+  const fromFile = fileNeeded ? await readCtlKeys(configPath, Boolean(opts.configPath || stored.configPath)) : {};
   const [socket, socketSource] = opts.socket
     ? [opts.socket, '--socket / LLMGW_SOCKET']
     : opts.configPath && fromFile.socket
@@ -89,7 +91,7 @@ export function requireReadable(path: string, fix: string = NAMED_FIX): void {
   }
 }
 
-async function readCtlKeys(path: string): Promise<{ socket?: string; logDir?: string; adminGroup?: string }> {
+async function readCtlKeys(path: string, named: boolean): Promise<{ socket?: string; logDir?: string; adminGroup?: string }> {
   let text: string;
   try {
     text = readFileSync(path, 'utf8');
@@ -102,7 +104,10 @@ async function readCtlKeys(path: string): Promise<{ socket?: string; logDir?: st
     const str = (v: unknown) => (typeof v === 'string' && v !== '' ? v : undefined);
     const keys = { socket: str(doc?.admin?.socket), logDir: str(doc?.supervisor?.log_dir), adminGroup: str(doc?.admin?.group) };
     return Object.fromEntries(Object.entries(keys).filter(([, v]) => v !== undefined));
-  } catch {
-    return {};
+  } catch (err) {
+    if (!named) return {};
+    const at = (err as { linePos?: { line: number }[] }).linePos?.[0]?.line;
+    const what = (err as Error).message.split('\n')[0]?.replace(/ at line \d+, column \d+:?$/, '');
+    throw configError(`cannot parse the agent config ${path}${at ? `:${at}` : ''}: ${what}; fix it, or pass --socket`);
   }
 }

@@ -31,6 +31,13 @@ export function parseDuration(text: string): number | undefined {
 export const DURATION_EXAMPLES = 'write it like 500ms, 5s or 2m';
 
 /**
+ * The longest wait a Node timer keeps: setTimeout takes a longer delay as
+ * 1 ms (with a TimeoutOverflowWarning), so `--timeout 1000h` would time out
+ * at once. 2^31-1 ms is 596h31m23.647s.
+ */
+export const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
  * A duration given on the command line as `name` (e.g. "--timeout"), or a
  * usage error in the one wording every command uses: what was given, and how
  * to write it. With `positive`, zero is refused as well: a timeout of 0s is a
@@ -40,6 +47,8 @@ export function parseDurationArg(name: string, text: string, opts: { positive?: 
   const ms = parseDuration(text);
   if (ms === undefined) throw usageError(`${name} ${JSON.stringify(text)} is not a duration; ${DURATION_EXAMPLES}`);
   if (opts.positive && ms <= 0) throw usageError(`${name} must be more than 0, got ${JSON.stringify(text)}`);
+  // Every duration flag is a timer's delay; a longer one would fire at once (MAX_TIMER_MS).
+  if (ms > MAX_TIMER_MS) throw usageError(`${name} ${JSON.stringify(text)} is longer than a timer can wait; give at most 596h`);
   return ms;
 }
 

@@ -15,13 +15,19 @@ describe('errorLine', () => {
 });
 
 describe("oclif's own messages", () => {
-  it('print with real line breaks, not \\x0a', async () => {
+  it('print on one line, naming the command whose --help to read', async () => {
     const missing = await runCli(['models', 'rm']);
     expect(missing.exitCode).toBe(2);
-    expect(missing.stderr).toBe('error: Missing 1 required arg:\nrepo  Hub model or adapter id, org/name, as models list shows it.\nSee more help with --help');
+    expect(missing.stderr).toBe('error: Missing 1 required arg: repo, hub model or adapter id, org/name, as models list shows it; see `llmgw models rm --help`');
     const flag = await runCli(['ctl', 'logs', 'x', '--json']);
     expect(flag.exitCode).toBe(2);
-    expect(flag.stderr).toBe('error: Nonexistent flag: --json\nSee more help with --help');
+    expect(flag.stderr).toBe('error: Nonexistent flag: --json; see `llmgw ctl logs --help`');
+  });
+
+  it('escape what was typed, never the line breaks they no longer have', async () => {
+    const r = await runCli(['ctl', 'logs', 'x', '--\u001b[2J']);
+    expect(r.exitCode).toBe(2);
+    expect(r.stderr).toBe('error: Nonexistent flag: --\\x1b[2J; see `llmgw ctl logs --help`');
   });
 
   it("name the flag in oclif's integer checks", async () => {

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import { REPO_ROOT, runCli } from '../helpers/run-cli.js';
 
 const manifest = JSON.parse(readFileSync(join(REPO_ROOT, 'oclif.manifest.json'), 'utf8')) as {
-  commands: Record<string, { summary?: string; examples?: unknown[] }>;
+  commands: Record<string, { summary?: string; description?: string; examples?: unknown[] }>;
 };
 const ids = Object.keys(manifest.commands);
 
@@ -76,6 +76,11 @@ describe('help', () => {
       // run() throws where the binary would exit non-zero.
       expect(await oclifStdout([...id.split(':'), '--help'])).toContain('EXAMPLES');
     }
+  });
+
+  it.each(ids)('%s has a description beside its summary', (id) => {
+    // The summary is one line; the description says what an operator needs beyond it (where values come from, what is refused).
+    expect(manifest.commands[id]?.description, `${id} has no description`).toBeTruthy();
   });
 
   it('runs every fast path named here: a command bin/run.js answers itself is one of them', () => {

@@ -35,6 +35,23 @@ describe('resolveCtlPaths', () => {
     expect((await resolveCtlPaths({ stored: { configPath: path } })).socket).toBe('/srv/three.sock');
   });
 
+  it('refuses a named config file that does not parse with exit 78, naming its line, where it talked to the default socket', async () => {
+    const broken = config('broken.yaml', 'node_id: n\nadmin: [unclosed\n');
+    for (const opts of [{ configPath: broken }, { stored: { configPath: broken } }]) {
+      await expect(resolveCtlPaths(opts)).rejects.toMatchObject({
+        exitCode: 78,
+        message: expect.stringMatching(new RegExp(`^cannot parse the agent config ${broken}:3: .+; fix it, or pass --socket$`)),
+      });
+    }
+  });
+
+  it('does not read a broken named file that --socket makes unneeded, and takes the default socket from a good one without admin.socket', async () => {
+    const broken = config('broken2.yaml', 'admin: [unclosed\n');
+    expect((await resolveCtlPaths({ socket: '/x.sock', configPath: broken })).socket).toBe('/x.sock');
+    const plain = config('plain.yaml', 'node_id: n\n');
+    expect(await resolveCtlPaths({ configPath: plain })).toMatchObject({ socket: '/run/llmgw/agent.sock', socketSource: 'default' });
+  });
+
   it('refuses a named config file that does not exist with exit 78, naming it', async () => {
     const missing = join(dir, 'missing.yaml');
     for (const opts of [{ configPath: missing }, { stored: { configPath: missing } }, { socket: '/x', configPath: missing }]) {
@@ -61,9 +78,9 @@ describe('resolveCtlPaths', () => {
     await expect(resolveCtlPaths({ configPath: path })).rejects.toMatchObject({ exitCode: 77 });
   });
 
-  it('falls back to the defaults for an unparsable or incomplete config', async () => {
+  it('falls back to the defaults for an empty or incomplete config (an unparsable named one is refused, above)', async () => {
     const defaults = { socket: '/run/llmgw/agent.sock', logDir: '/var/log/llmgw', socketSource: 'default' };
-    expect(await resolveCtlPaths({ configPath: config('bad.yaml', 'admin: [\n'), needLogDir: true })).toEqual(defaults);
     expect(await resolveCtlPaths({ configPath: config('empty.yaml', ''), needLogDir: true })).toEqual(defaults);
+    expect(await resolveCtlPaths({ configPath: config('other.yaml', 'node_id: n\nserver: http://127.0.0.1:1\n'), needLogDir: true })).toEqual(defaults);
   });
 });

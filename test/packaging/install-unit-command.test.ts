@@ -88,4 +88,12 @@ describe('llmgw agent example-config', () => {
     expect(forced.exitCode, forced.stderr).toBe(0);
     expect(JSON.parse(forced.stdout)).toMatchObject({ path: out });
   });
+
+  it('says to create the directory an --output lacks, and creates nothing', async () => {
+    const missing = join(dir, 'no-such-dir');
+    const r = await runCli(['agent', 'example-config', '--output', join(missing, 'agent.yaml')]);
+    expect(r.exitCode).toBe(1);
+    expect(r.stderr).toBe(`error: cannot write ${missing}/agent.yaml: no such file (create its directory first: install -d -m 0755 ${missing})`);
+    expect(() => statSync(missing)).toThrow(/ENOENT/);
+  });
 });

@@ -3,7 +3,7 @@ import { isIP } from 'node:net';
 import { describeErrno, errnoCode } from '../../lib/errno.js';
 import { keyPairProblem } from '../../lib/check-key-pair.js';
 import { configError } from '../../lib/errors.js';
-import { formatDuration } from '../../lib/duration.js';
+import { MAX_TIMER_MS, formatDuration } from '../../lib/duration.js';
 import { checkUnitProperties } from '../../lib/systemd/allowed-unit-properties.js';
 import { SPEC_BY_KEY, type KeySpec } from './config-keys.js';
 import { tlsEnabled, type AgentConfig } from './agent-config.js';
@@ -72,6 +72,34 @@ function checkGangAddr(c: AgentConfig, where: (key: string) => string): void {
   }
 }
 
+/** Duration keys the agent waits with a timer (the retentions and tls.expiry_warning are ages, which may be longer). */
+const TIMER_KEYS = [
+  'heartbeat_interval',
+  'reconnect_base',
+  'reconnect_max',
+  'register_timeout',
+  'stream_stall_timeout',
+  'adopt_ready_timeout',
+  'discovery.interval',
+  'discovery.timeout',
+  'supervisor.stop_grace',
+  'supervisor.worker_settle',
+  'supervisor.health_interval',
+  'supervisor.stall_timeout',
+  'supervisor.known_answer_interval',
+  'supervisor.known_answer_timeout',
+  'supervisor.wake_timeout',
+  'supervisor.disk_pressure.interval',
+  'gang_agent_grace',
+] as const;
+
+/** The parsed value of `key` in the config. */
+function keyValue(c: AgentConfig, key: string): unknown {
+  let v: unknown = c;
+  for (const p of camelPath(SPEC_BY_KEY.get(key) as KeySpec)) v = (v as Record<string, unknown>)[p];
+  return v;
+}
+
 /**
  * Rules that span keys. The TLS ones follow the Go agent: a scheme that says
  * plaintext while certificates are configured would leave a cluster believing
@@ -84,11 +112,12 @@ export function checkConfigCrossKeys(c: AgentConfig, where: (key: string) => str
     throw configError(`reconnect_max must not be less than reconnect_base (${where('reconnect_max')})`);
   }
   for (const key of ['heartbeat_interval', 'reconnect_base', 'adopt_ready_timeout', 'discovery.interval', 'discovery.timeout', 'supervisor.health_interval', 'supervisor.known_answer_timeout', 'gang_agent_grace'] as const) {
-    const spec = SPEC_BY_KEY.get(key) as KeySpec;
-    const path = camelPath(spec);
-    let v: unknown = c;
-    for (const p of path) v = (v as Record<string, unknown>)[p];
-    if (v === 0) throw configError(`${key} must be greater than 0 (${where(key)})`);
+    if (keyValue(c, key) === 0) throw configError(`${key} must be greater than 0 (${where(key)})`);
+  }
+  for (const key of TIMER_KEYS) {
+    const v = keyValue(c, key);
+    // setTimeout takes a longer delay as 1 ms: heartbeat_interval: 1000h would send a heartbeat every millisecond.
+    if (typeof v === 'number' && v > MAX_TIMER_MS) throw configError(`${key} ${formatDuration(v)} is longer than a timer can wait; set it to at most 596h (${where(key)})`);
   }
   // Below it vLLM's --shutdown-timeout would be 0, its default, which aborts
   // in-flight requests instead of draining them.

@@ -1,6 +1,6 @@
 import { constants } from 'node:fs';
 import { open, readFile } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 import { describeErrno, errnoCode } from '../../lib/errno.js';
 import { failure } from '../../lib/errors.js';
 import { EXAMPLE_AGENT_CONFIG } from './package-files.js';
@@ -36,7 +36,7 @@ export async function exampleAgentConfig(opts: { output?: string; force?: boolea
     fh = await open(path, flags, CONFIG_FILE_MODE);
   } catch (err) {
     if (errnoCode(err) === 'EEXIST') throw failure(`${path} already exists and is kept: edit it, or pass --force to replace it with the example`);
-    throw failure(`cannot write ${path}: ${describeErrno(err)}`);
+    throw failure(`cannot write ${path}: ${describeErrno(err)}${writeFix(errnoCode(err), path)}`);
   }
   try {
     await fh.writeFile(text);
@@ -44,4 +44,11 @@ export async function exampleAgentConfig(opts: { output?: string; force?: boolea
     await fh.close();
   }
   return { source: EXAMPLE_AGENT_CONFIG, path, text };
+}
+
+/** What to do about a failed create of `path`: the directory it needs, or the right to write there. */
+function writeFix(code: string | undefined, path: string): string {
+  if (code === 'ENOENT') return ` (create its directory first: install -d -m 0755 ${dirname(path)})`;
+  if (code === 'EACCES' || code === 'EPERM') return ' (run as root, or pass --output FILE where you may write)';
+  return '';
 }

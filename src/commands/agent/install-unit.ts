@@ -13,7 +13,8 @@ export default class AgentInstallUnit extends BaseCommand {
 
   static override examples = [
     '<%= config.bin %> agent install-unit && systemctl daemon-reload && systemctl enable --now llmgw-agent',
-    '<%= config.bin %> agent install-unit --config /etc/llmgw/agent.yaml --output - | systemd-analyze verify /dev/stdin',
+    // systemd-analyze verify needs a file named like a unit: /dev/stdin is refused ("Failed to prepare filename").
+    '<%= config.bin %> agent install-unit --config /etc/llmgw/agent.yaml --output /tmp/llmgw-agent.service && systemd-analyze verify /tmp/llmgw-agent.service',
     '<%= config.bin %> agent install-unit --root /mnt/image --json',
   ];
 

@@ -18,7 +18,8 @@ start. Exits 78 on a configuration error (systemd: RestartPreventExitStatus=78).
     '<%= config.bin %> agent run --config examples/agent.yaml --print-config',
     '# on a new node: what is set, and which required keys are missing',
     '<%= config.bin %> agent run --print-config',
-    'LLMGW_SERVER=http://cp:8443 <%= config.bin %> agent run --node-id gpu-node-01 --print-config --json',
+    // Loopback: a plaintext server elsewhere is refused without insecure_plaintext, and https:// wants tls.* set.
+    'LLMGW_SERVER=http://127.0.0.1:8443 <%= config.bin %> agent run --node-id gpu-node-01 --print-config --json',
   ];
 
   // Run by systemd: an operator's `llmgw config` (output.json, color) must not change it.

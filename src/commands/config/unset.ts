@@ -5,6 +5,10 @@ import { preferenceSpec } from '../../cli/cli-preferences.js';
 export default class ConfigUnset extends BaseCommand {
   static override summary = 'Remove a stored CLI preference; its default (or the environment) applies again.';
 
+  static override description = `Removes the key from the preferences file ($XDG_CONFIG_HOME/llmgw); unsetting
+a key that is not set is no error. It works on a file with a bad value in it,
+which is how such a file is repaired. --json prints {key, removed}.`;
+
   static override examples = ['<%= config.bin %> config unset ctl.socket'];
 
   // Must work on a preferences file with a bad value in it: it is how that file is repaired.

@@ -2,7 +2,7 @@ import { Args, Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
-import { durationFlag } from '../../cli/duration-flags.js';
+import { positiveDurationFlag } from '../../cli/duration-flags.js';
 
 export default class CtlAdapters extends BaseCommand {
   static override summary = "Show a shard's LoRA adapters, or load or unload one as the control plane would.";
@@ -30,7 +30,7 @@ audited with your uid. --json prints the AdaptersResponse as proto JSON.`;
     load: Flags.string({ summary: 'Add an adapter: name=org/repo or name=org/repo@revision.', exclusive: ['unload'] }),
     pinned: Flags.boolean({ summary: 'With --load: the engine never evicts it for another (SGLang).', dependsOn: ['load'] }),
     unload: Flags.string({ summary: 'Remove the adapter of this name from the desired set.', exclusive: ['load'] }),
-    timeout: durationFlag({ summary: 'How long to wait for the set to be reconciled [default: 5m].' }),
+    timeout: positiveDurationFlag({ summary: 'How long to wait for the set to be reconciled [default: 5m].' }),
   };
 
   async run(): Promise<unknown> {

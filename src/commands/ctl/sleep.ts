@@ -2,7 +2,8 @@ import { Args, Flags } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
-import { durationFlag } from '../../cli/duration-flags.js';
+import { positiveDurationFlag } from '../../cli/duration-flags.js';
+import { formatDuration } from '../../lib/duration.js';
 
 export default class CtlSleep extends BaseCommand {
   static override summary = "Put a READY shard to sleep: its engine frees its GPU memory and stays up, for a fast wake.";
@@ -27,7 +28,7 @@ SleepResponse as proto JSON.`;
   static override flags = {
     ...ctlFlags,
     level: Flags.integer({ summary: '1: weights to host RAM (fast wake); 2: weights dropped (reloaded at wake).', min: 1, max: 2, default: 1 }),
-    timeout: durationFlag({ summary: 'How long to wait for the engine to be asleep [default: 5m].' }),
+    timeout: positiveDurationFlag({ summary: 'How long to wait for the engine to be asleep [default: 5m].' }),
   };
 
   async run(): Promise<unknown> {
@@ -36,7 +37,10 @@ SleepResponse as proto JSON.`;
     const { ctlSleep, describeSleep, DEFAULT_SLEEP_TIMEOUT_MS } = await import('../../ctl/ctl-sleep.js');
     const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config, stored: storedCtlPaths(this.preferences) });
     const t0 = performance.now();
-    const response = await ctlSleep(socket, args.shard, flags.level === 2 ? 2 : 1, flags.timeout ?? DEFAULT_SLEEP_TIMEOUT_MS);
+    const { noteWhileWaiting } = await import('../../ctl/note-while-waiting.js');
+    const timeoutMs = flags.timeout ?? DEFAULT_SLEEP_TIMEOUT_MS;
+    const call = ctlSleep(socket, args.shard, flags.level === 2 ? 2 : 1, timeoutMs);
+    const response = await noteWhileWaiting(call, `waiting for shard ${args.shard} to free its GPU memory (at most ${formatDuration(timeoutMs)}, --timeout)…`);
     this.log(describeSleep('sleep', response.shard, performance.now() - t0));
     return response;
   }

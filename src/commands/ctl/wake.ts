@@ -2,7 +2,8 @@ import { Args } from '@oclif/core';
 import { BaseCommand } from '../../cli/base-command.js';
 import { storedCtlPaths } from '../../cli/cli-preferences.js';
 import { ctlFlags } from '../../cli/ctl-flags.js';
-import { durationFlag } from '../../cli/duration-flags.js';
+import { positiveDurationFlag } from '../../cli/duration-flags.js';
+import { formatDuration } from '../../lib/duration.js';
 
 export default class CtlWake extends BaseCommand {
   static override summary = 'Wake a SLEEPING shard: READY once its engine has its memory back and gives its known answer again.';
@@ -20,7 +21,7 @@ prints the WakeResponse as proto JSON.`;
 
   static override flags = {
     ...ctlFlags,
-    timeout: durationFlag({ summary: 'How long to wait for the engine to be READY [default: 5m].' }),
+    timeout: positiveDurationFlag({ summary: 'How long to wait for the engine to be READY [default: 5m].' }),
   };
 
   async run(): Promise<unknown> {
@@ -29,7 +30,10 @@ prints the WakeResponse as proto JSON.`;
     const { ctlWake, describeSleep, DEFAULT_SLEEP_TIMEOUT_MS } = await import('../../ctl/ctl-sleep.js');
     const { socket } = await resolveCtlPaths({ socket: flags.socket, configPath: flags.config, stored: storedCtlPaths(this.preferences) });
     const t0 = performance.now();
-    const response = await ctlWake(socket, args.shard, flags.timeout ?? DEFAULT_SLEEP_TIMEOUT_MS);
+    const { noteWhileWaiting } = await import('../../ctl/note-while-waiting.js');
+    const timeoutMs = flags.timeout ?? DEFAULT_SLEEP_TIMEOUT_MS;
+    const call = ctlWake(socket, args.shard, timeoutMs);
+    const response = await noteWhileWaiting(call, `waiting for shard ${args.shard} to be READY with its known answer (at most ${formatDuration(timeoutMs)}, --timeout)…`);
     this.log(describeSleep('wake', response.shard, performance.now() - t0));
     return response;
   }

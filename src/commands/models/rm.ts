@@ -4,6 +4,11 @@ import { BaseCommand } from '../../cli/base-command.js';
 export default class ModelsRm extends BaseCommand {
   static override summary = 'Remove a model or LoRA adapter from the node-local store, unless a shard pins it or a pull is in progress.';
 
+  static override description = `Deletes the model's folder from the hub cache under models.cache_dir, every
+revision of it, and the engines' compile caches of it. A model a shard pins,
+or one a pull is writing, is refused with the reason and kept. Nothing else
+of the store is touched; \`llmgw models list\` shows what is there.`;
+
   static override examples = ['<%= config.bin %> models rm Qwen/Qwen2.5-0.5B-Instruct'];
 
   static override args = {

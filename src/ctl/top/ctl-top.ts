@@ -43,12 +43,16 @@ export async function ctlTop(o: CtlTopOptions): Promise<void> {
   }
 }
 
-async function readStatus(admin: AdminClient, model: TopModel, signal: AbortSignal): Promise<void> {
+/** Reads Status into the model; what went wrong, as an operator's error, when it failed. */
+async function readStatus(admin: AdminClient, model: TopModel, signal: AbortSignal): Promise<unknown> {
   try {
     model.applyStatus(await admin.client.status({}, { signal, timeoutMs: STATUS_TIMEOUT_MS }), Date.now());
+    return undefined;
   } catch (err) {
-    if (signal.aborted) return;
-    model.statusError = (admin.explain(err) as Error).message ?? String(err);
+    if (signal.aborted) return undefined;
+    const explained = admin.explain(err);
+    model.statusError = (explained as Error).message ?? String(err);
+    return explained;
   }
 }
 
@@ -57,9 +61,10 @@ async function snapshots(admin: AdminClient, o: CtlTopOptions): Promise<void> {
   const model = new TopModel();
   const write = (lines: string[]) => o.out.write(`${lines.join('\n')}\n`);
   for (;;) {
-    await readStatus(admin, model, o.signal);
+    const failed = await readStatus(admin, model, o.signal);
     if (o.signal.aborted) return;
-    if (!model.status) throw admin.explain(new Error(model.statusError));
+    // The explained error itself, not a new Error of its message: its exit status (69 for a socket that is not the agent's) is kept.
+    if (!model.status) throw failed ?? new Error(model.statusError);
     model.events.length = 0;
     try {
       for await (const res of admin.client.events({ since: timestampFromMs(Date.now() - TOP_EVENTS_BACKLOG_MS) }, { signal: o.signal })) {

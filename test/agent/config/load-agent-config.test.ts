@@ -96,6 +96,17 @@ describe('loadAgentConfig', () => {
     expect(config.admin.socket).toBe('/tmp/s.sock');
   });
 
+  it('refuses a timer key longer than a Node timer waits (which fires such a delay at once), and keeps ages that may be longer', () => {
+    const path = file(`${MINIMAL}heartbeat_interval: 1000h\n`);
+    expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(`heartbeat_interval 1000h is longer than a timer can wait; set it to at most 596h (${path}:3)`);
+    const nested = file(`${MINIMAL}supervisor:\n  disk_pressure:\n    interval: 700h\n`);
+    expect(configErrorOf(() => loadAgentConfig({ configPath: nested, env: {} })).message).toMatch(/^supervisor\.disk_pressure\.interval 700h is longer than a timer can wait/);
+    const longest = loadAgentConfig({ configPath: file(`${MINIMAL}heartbeat_interval: 596h\n`), env: {} });
+    expect(longest.config.heartbeatIntervalMs).toBe(596 * 3_600_000);
+    const ages = loadAgentConfig({ configPath: file(`${MINIMAL}tls:\n  expiry_warning: 2000h\nsupervisor:\n  log_retention: 2000h\n`), env: {} });
+    expect(ages.config.supervisor.logRetentionMs).toBe(2000 * 3_600_000);
+  });
+
   it('refuses a server without a scheme, saying to write http:// or https://', () => {
     const path = file('node_id: a\nserver: cp:8443\n');
     expect(configErrorOf(() => loadAgentConfig({ configPath: path, env: {} })).message).toBe(

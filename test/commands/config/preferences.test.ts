@@ -172,7 +172,7 @@ describe('llmgw config', () => {
     writeFileSync(file, '{broken');
     const set = await cli(['config', 'set', 'color', 'never']);
     expect(set.exitCode).toBe(78);
-    expect(set.stderr).toContain(`cannot open the CLI preferences in ${join(home, 'llmgw')}`);
+    expect(set.stderr).toMatch(new RegExp(`^error: cannot open the CLI preferences in ${join(home, 'llmgw')}: .+; fix or remove ${file}$`));
     expect(readFileSync(file, 'utf8')).toBe('{broken');
   });
 });

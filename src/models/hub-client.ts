@@ -94,7 +94,7 @@ async function fetchRevisionWithin(options: HubOptions, url: string, headers: Re
       res = await getSmall(at, headers, signal);
     } catch (err) {
       if (outer?.aborted || signal.aborted) throw err;
-      throw failure(`cannot reach the hub at ${options.endpoint}: ${describeFetchError(err)}`, { cause: err });
+      throw failure(`cannot reach the hub at ${options.endpoint}: ${describeFetchError(err)}; check models.hub.endpoint and this node's network (DNS, proxy, firewall), then pull again`, { cause: err });
     }
     const location = res.location;
     if (res.status < 300 || res.status > 399 || location === undefined) break;

@@ -16,6 +16,7 @@ import { renderModelsList } from '../../src/models/render-models-list.js';
 import { isModelComplete, scanStore } from '../../src/models/scan-store.js';
 import { StoreLayout } from '../../src/models/store-layout.js';
 import { FakeHub, bytes, fakeRepo, gitBlobId, sha256 } from './fake-hub.js';
+import { freePort } from '../helpers/engine-processes.js';
 
 const hub = new FakeHub();
 const WEIGHTS = bytes(300_000, 1);
@@ -262,5 +263,17 @@ describe('pullModel', () => {
     await pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, ctx());
     const env = engineCacheEnv({ cacheDir: dir, modelComplete: await isModelComplete(layout, 'acme/tiny', 'main'), engineCacheDir });
     expect(env).toMatchObject({ HF_HUB_CACHE: join(dir, 'hub'), HF_HUB_OFFLINE: '1' });
+  });
+});
+
+describe('pullModel against a hub it cannot reach', () => {
+  it('says which hub, why, and what to check, and writes nothing to the store', async () => {
+    // A port nothing listens on: the connect is refused at once.
+    const port = await freePort();
+    const c = { ...ctx(), hub: { endpoint: `http://127.0.0.1:${port}`, tokenFile: '' } };
+    await expect(pullModel({ repo: 'acme/tiny', revision: 'main', include: [] }, c)).rejects.toThrow(
+      new RegExp(`^cannot reach the hub at http://127\\.0\\.0\\.1:${port}: .*ECONNREFUSED.*; check models\\.hub\\.endpoint and this node's network`),
+    );
+    expect((await scanStore(layout)).length).toBe(0);
   });
 });

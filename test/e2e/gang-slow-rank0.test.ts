@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest';
+import { describe, it } from 'vitest';
 import { ShardState } from '../../src/gen/llmgw/v1/agent_pb.js';
 import { isRunning } from '../helpers/engine-processes.js';
 import { accepts, gangTrouble, holdWhileWhole, rankLogMatch, shardOf, startGangCluster } from '../helpers/gang-cluster.js';
@@ -18,6 +18,13 @@ import { engineGangDeployment } from '../helpers/gang-deployment.js';
  *   still starting. Here the settle is 1 s (the tests' worker_settle), so a
  *   store bound 12 s after launch leaves rank 1 READY for 10 rounds of the
  *   gang watch before it; the agent at 10e6215 broke it in under 3.
+ *
+ * The two run side by side (it.concurrent), each on a cluster of its own
+ * (its own control plane, agents, doubles and port range): most of each is
+ * waiting (the 6 s stop, the 12 s bind, the holds), which they now wait out
+ * together. Each cluster ends with its own test (its context's
+ * onTestFinished), and each takes expect from its context: vitest tracks no
+ * concurrent test in its globals.
  */
 
 const AFTER_MS = 8_000;
@@ -25,8 +32,8 @@ const AFTER_MS = 8_000;
 const STORE_BIND_MS = 12_000;
 
 describe('a slow rank 0 is not a broken gang (E1)', () => {
-  it("vLLM DP, gang_addr set: rank 0's agent stopped for 6 s does not break the gang", { timeout: 150_000 }, async () => {
-    const c = await startGangCluster({ deployment: engineGangDeployment('vllm-dp'), gangAddr: true, doubles: true });
+  it.concurrent("vLLM DP, gang_addr set: rank 0's agent stopped for 6 s does not break the gang", { timeout: 150_000 }, async ({ expect, onTestFinished }) => {
+    const c = await startGangCluster({ deployment: engineGangDeployment('vllm-dp'), gangAddr: true, doubles: true, onEnd: onTestFinished });
     const closed = await rankLogMatch(c, 'node-a', /handshake socket on port (\d+) closed/);
     expect(await accepts(Number(closed[1]))).toBe(false);
     const agentA = c.agents['node-a'];
@@ -43,9 +50,9 @@ describe('a slow rank 0 is not a broken gang (E1)', () => {
     expect([isRunning(c.pids['node-a']), isRunning(c.pids['node-b'])]).toEqual([true, true]);
   });
 
-  it('vLLM TP, gang_addr unset: a rank 0 that binds its store 12 s after launch starts without a break', { timeout: 150_000 }, async () => {
+  it.concurrent('vLLM TP, gang_addr unset: a rank 0 that binds its store 12 s after launch starts without a break', { timeout: 150_000 }, async ({ expect, onTestFinished }) => {
     const started = Date.now();
-    const c = await startGangCluster({ deployment: engineGangDeployment('vllm-tp', ['--sim-store-bind-after', `${STORE_BIND_MS / 1000}s`]), gangAddr: false, doubles: true, readyTimeoutMs: 90_000 });
+    const c = await startGangCluster({ deployment: engineGangDeployment('vllm-tp', ['--sim-store-bind-after', `${STORE_BIND_MS / 1000}s`]), gangAddr: false, doubles: true, readyTimeoutMs: 90_000, onEnd: onTestFinished });
     // The store came late, and rank 1 was READY (its settle) before it: the window the watch must not judge in.
     await rankLogMatch(c, 'node-a', /rendezvous listening on port/);
     expect(Date.now() - started).toBeGreaterThanOrEqual(STORE_BIND_MS);

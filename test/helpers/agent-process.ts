@@ -3,6 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { spawnAgentProcess } from './spawn-agent-process.js';
 import { onTestFinished } from 'vitest';
+import type { OnTestEnd } from './start-control-plane.js';
 import { killEverything, removeDir } from './engine-processes.js';
 import { NftPortGuard } from '../../src/lib/net/nft-port-guard.js';
 import { type AgentDirs, type AgentProcessOptions, agentConfigYaml, agentDirs } from './agent-config-yaml.js';
@@ -25,9 +26,10 @@ export interface AgentProcess {
 /**
  * Starts the real `llmgw agent run` as systemd would, with JSON logs on
  * stderr. Inside a test, the agent is killed when the test finishes, pass or
- * fail; in beforeAll, call stop() in afterAll.
+ * fail (`onEnd`: a concurrent test passes its context's onTestFinished); in
+ * beforeAll, call stop() in afterAll.
  */
-export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
+export function startAgentProcess(o: AgentProcessOptions, onEnd: OnTestEnd = onTestFinished): AgentProcess {
   mkdirSync(o.dirs.root, { recursive: true });
   const configPath = join(o.dirs.root, `${o.nodeId ?? 'node-a'}.yaml`);
   writeFileSync(configPath, agentConfigYaml(o));
@@ -40,7 +42,7 @@ export function startAgentProcess(o: AgentProcessOptions): AgentProcess {
     await releaseSleepPorts(records);
   };
   try {
-    onTestFinished(stop);
+    onEnd(stop);
   } catch {
     // Started in beforeAll: the caller stops it in afterAll.
   }
@@ -71,9 +73,9 @@ export async function endAgentFixture(f: { agent?: AgentProcess; cp?: { close():
   }
 }
 
-/** Registers cleanup of every engine started under `dirs`, whatever the test's outcome. */
-export function cleanUpEnginesAfterTest(dirs: AgentDirs): void {
-  onTestFinished(() => killEverything(dirs.logDir));
+/** Registers cleanup of every engine started under `dirs`, whatever the test's outcome (`onEnd`: a concurrent test's own). */
+export function cleanUpEnginesAfterTest(dirs: AgentDirs, onEnd: OnTestEnd = onTestFinished): void {
+  onEnd(() => killEverything(dirs.logDir));
 }
 
 /**

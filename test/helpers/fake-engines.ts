@@ -1,6 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { join } from 'node:path';
+import type { TestContext } from 'vitest';
 import { groupMembers, until } from './engine-processes.js';
 import { REPO_ROOT } from './run-cli.js';
 
@@ -37,12 +38,34 @@ export function startFakeEngine(bin: string, args: string[], env: Record<string,
 const started: ChildProcess[] = [];
 
 export async function killFakeEngines(): Promise<void> {
-  for (const child of started.splice(0)) {
+  await killGroups(started.splice(0));
+}
+
+async function killGroups(children: ChildProcess[]): Promise<void> {
+  for (const child of children) {
     try {
       process.kill(-(child.pid as number), 'SIGKILL');
     } catch {}
     await until(() => groupMembers(child.pid as number).length === 0, 'the double and its children to be gone', 10_000);
   }
+}
+
+/**
+ * startFakeEngine for a test that runs beside others (it.concurrent): the
+ * doubles it starts, and only those, are killed when that test finishes,
+ * where afterEach(killFakeEngines) would kill the other tests' too. Takes
+ * the test's own context: vitest tracks no concurrent test in its globals.
+ */
+export function fakeEnginesOf({ onTestFinished }: Pick<TestContext, 'onTestFinished'>): typeof startFakeEngine {
+  const mine: ChildProcess[] = [];
+  onTestFinished(() => killGroups(mine.splice(0)));
+  return (bin, args, env) => {
+    const e = startFakeEngine(bin, args, env);
+    // Not left for killFakeEngines: another file's afterEach in this worker must not find it.
+    started.splice(started.indexOf(e.child), 1);
+    mine.push(e.child);
+    return e;
+  };
 }
 
 /** Waits until the double's output matches. */

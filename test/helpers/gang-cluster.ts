@@ -11,7 +11,7 @@ import { runCli } from './run-cli.js';
 import { until } from './engine-processes.js';
 import { type HoldableRelay, startHoldableRelay } from './holdable-relay.js';
 import { fillListenQueue as fillQueue } from './listen-queue.js';
-import { type StartedControlPlane, startControlPlane } from './start-control-plane.js';
+import { type OnTestEnd, type StartedControlPlane, startControlPlane } from './start-control-plane.js';
 
 /*
  * Two real agents on this machine (own node ids, state dirs, sockets) and
@@ -50,6 +50,8 @@ export interface GangClusterOptions {
   heldLink?: GangNode;
   /** Both agents' gang_agent_grace (10s when unset). */
   agentGrace?: string;
+  /** Where the cluster's end goes: onTestFinished by default; a concurrent test's context's own (vitest tracks no concurrent test in its globals). */
+  onEnd?: OnTestEnd;
 }
 
 export const shardOf = (m: AgentMessage) => (m.msg.case === 'shard' ? m.msg.value : undefined);
@@ -57,11 +59,12 @@ export const isState = (id: string, state: ShardState) => (m: AgentMessage) => s
 
 export async function startGangCluster(o: GangClusterOptions): Promise<GangCluster> {
   const first = 24_000 + Math.floor(Math.random() * 300) * 20;
-  const cp = await startControlPlane({ deployment: o.deployment, retryBackoffMs: 1_000, maxRetryBackoffMs: 2_000, portRange: [first, first + 19] });
+  const onEnd = o.onEnd ?? onTestFinished;
+  const cp = await startControlPlane({ deployment: o.deployment, retryBackoffMs: 1_000, maxRetryBackoffMs: 2_000, portRange: [first, first + 19], onEnd });
   const root = mkdtempSync(join(tmpdir(), 'llmgw-gang-'));
-  onTestFinished(() => rmSync(root, { recursive: true, force: true }));
+  onEnd(() => rmSync(root, { recursive: true, force: true }));
   const dirs = { 'node-a': agentDirs(join(root, 'a')), 'node-b': agentDirs(join(root, 'b')) };
-  for (const d of Object.values(dirs)) cleanUpEnginesAfterTest(d);
+  for (const d of Object.values(dirs)) cleanUpEnginesAfterTest(d, onEnd);
   const waitMs = o.readyTimeoutMs ?? 60_000;
   const ready = {
     'node-a': cp.cp.waitFor('node-a', isState(RANK_SHARD['node-a'], ShardState.READY), waitMs),
@@ -69,9 +72,9 @@ export async function startGangCluster(o: GangClusterOptions): Promise<GangClust
   };
   const extraYaml = (nodeId: GangNode) =>
     `${o.doubles ? DOUBLE_ENGINES_YAML : ''}${o.gangAddr ? `gang_addr: 127.0.0.1:${o.gangPorts?.[nodeId] ?? 0}\n` : ''}${o.agentGrace ? `gang_agent_grace: ${o.agentGrace}\n` : ''}`;
-  const link = o.heldLink ? await startHoldableRelay(cp.port) : undefined;
+  const link = o.heldLink ? await startHoldableRelay(cp.port, onEnd) : undefined;
   const server = (nodeId: GangNode) => (link && nodeId === o.heldLink ? cp.url.replace(`:${cp.port}`, `:${link.port}`) : cp.url);
-  const agent = (nodeId: GangNode) => startAgentProcess({ server: server(nodeId), dirs: dirs[nodeId], nodeId, heartbeat: '500ms', extraYaml: extraYaml(nodeId), supervisor: o.supervisor });
+  const agent = (nodeId: GangNode) => startAgentProcess({ server: server(nodeId), dirs: dirs[nodeId], nodeId, heartbeat: '500ms', extraYaml: extraYaml(nodeId), supervisor: o.supervisor }, onEnd);
   const agents = { 'node-a': agent('node-a'), 'node-b': agent('node-b') };
   const c: GangCluster = { cp, agents, dirs, pids: { 'node-a': 0, 'node-b': 0 }, startAgent: agent, ...(link ? { link } : {}) };
   // A gang that breaks while starting fails the start at once, saying how, rather than at the timeout.

@@ -1,5 +1,6 @@
 import { type Server, type Socket, connect, createServer } from 'node:net';
 import { onTestFinished } from 'vitest';
+import type { OnTestEnd } from './start-control-plane.js';
 
 /**
  * A TCP relay on 127.0.0.1 in front of `targetPort` that a test can hold: a
@@ -20,7 +21,7 @@ interface Leg {
   queued: Buffer[];
 }
 
-export async function startHoldableRelay(targetPort: number): Promise<HoldableRelay> {
+export async function startHoldableRelay(targetPort: number, onEnd: OnTestEnd = onTestFinished): Promise<HoldableRelay> {
   let held = false;
   const legs = new Set<Leg>();
   const sockets = new Set<Socket>();
@@ -68,7 +69,7 @@ export async function startHoldableRelay(targetPort: number): Promise<HoldableRe
     },
   };
   try {
-    onTestFinished(() => relay.close());
+    onEnd(() => relay.close());
   } catch {
     // Not inside a test: the caller owns close().
   }

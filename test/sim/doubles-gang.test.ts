@@ -1,9 +1,6 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, it } from 'vitest';
 import { freePort, isRunning, until } from '../helpers/engine-processes.js';
-import { FAKE_SGLANG, FAKE_VLLM, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
-import { killFakeEngines } from '../helpers/fake-engines.js';
-
-afterEach(killFakeEngines);
+import { FAKE_SGLANG, FAKE_VLLM, fakeEnginesOf, outputMatches } from '../helpers/fake-engines.js';
 
 /*
  * Issue 40, item 6: the vLLM and SGLang doubles' ranks of a multi-node
@@ -11,6 +8,10 @@ afterEach(killFakeEngines);
  * and NCCL's connections, and block (never exit) when a peer goes. So a
  * broken gang stays broken until something ends it: the agents and the
  * control plane (test/e2e/gang-break.test.ts).
+ *
+ * The tests run side by side (describe.concurrent): most of each is waiting on the doubles' timers.
+ * Each kills only the doubles it started when it ends (fakeEnginesOf), and takes expect from its
+ * context: vitest tracks no concurrent test in its globals.
  */
 
 /** A completion that answers within `ms`, or undefined: a stalled engine holds it. */
@@ -29,12 +30,13 @@ async function completes(port: number, model: string, ms: number): Promise<numbe
   }
 }
 
-describe("the engine doubles' gangs", () => {
-  it('vLLM: a headless rank lost leaves rank 0 answering /health and no completion; rank 0 lost leaves the headless rank running', async () => {
+describe.concurrent("the engine doubles' gangs", () => {
+  it('vLLM: a headless rank lost leaves rank 0 answering /health and no completion; rank 0 lost leaves the headless rank running', async (ctx) => {
+    const { expect } = ctx;
     const [p0, master] = [await freePort(), await freePort()];
     const common = ['--tensor-parallel-size', '2', '--nnodes', '2', '--master-addr', '127.0.0.1', '--master-port', String(master), '--sim-load-time', '100ms'];
-    const leader = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--port', String(p0), '--node-rank', '0', ...common], { CUDA_VISIBLE_DEVICES: '0' });
-    const worker = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--node-rank', '1', '--headless', ...common], { CUDA_VISIBLE_DEVICES: '0' });
+    const leader = fakeEnginesOf(ctx)(FAKE_VLLM, ['serve', 'org/m', '--port', String(p0), '--node-rank', '0', ...common], { CUDA_VISIBLE_DEVICES: '0' });
+    const worker = fakeEnginesOf(ctx)(FAKE_VLLM, ['serve', 'org/m', '--node-rank', '1', '--headless', ...common], { CUDA_VISIBLE_DEVICES: '0' });
     await outputMatches(leader, /rendezvous: rank joined/);
     await outputMatches(leader, /Application startup complete/);
     expect(await completes(p0, 'org/m', 10_000)).toBe(200);
@@ -47,8 +49,8 @@ describe("the engine doubles' gangs", () => {
     // The other way: a headless rank whose leader dies stays.
     const [q0, master2] = [await freePort(), await freePort()];
     const common2 = common.map((a) => (a === String(master) ? String(master2) : a));
-    const leader2 = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--port', String(q0), '--node-rank', '0', ...common2], { CUDA_VISIBLE_DEVICES: '0' });
-    const worker2 = startFakeEngine(FAKE_VLLM, ['serve', 'org/m', '--node-rank', '1', '--headless', ...common2], { CUDA_VISIBLE_DEVICES: '0' });
+    const leader2 = fakeEnginesOf(ctx)(FAKE_VLLM, ['serve', 'org/m', '--port', String(q0), '--node-rank', '0', ...common2], { CUDA_VISIBLE_DEVICES: '0' });
+    const worker2 = fakeEnginesOf(ctx)(FAKE_VLLM, ['serve', 'org/m', '--node-rank', '1', '--headless', ...common2], { CUDA_VISIBLE_DEVICES: '0' });
     await outputMatches(worker2, /rendezvous: joined rank 0/);
     process.kill(-leader2.pid, 'SIGKILL');
     await outputMatches(worker2, /rank 0 is gone; waiting in the collective/);
@@ -56,13 +58,14 @@ describe("the engine doubles' gangs", () => {
     expect(isRunning(worker2.pid)).toBe(true);
   });
 
-  it('SGLang: a rank SIGKILLed ends the other at once (its gloo broadcast raises), rank 0 and rank 1 alike', async () => {
+  it('SGLang: a rank SIGKILLed ends the other at once (its gloo broadcast raises), rank 0 and rank 1 alike', async (ctx) => {
+    const { expect } = ctx;
     for (const victim of [1, 0]) {
       const [p0, p1, init] = [await freePort(), await freePort(), await freePort()];
       const common = ['--model-path', 'org/m', '--tp-size', '2', '--nnodes', '2', '--dist-init-addr', `127.0.0.1:${init}`, '--skip-server-warmup', '--sim-load-time', '100ms'];
       const ranks = [
-        startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(p0), '--node-rank', '0', ...common], { CUDA_VISIBLE_DEVICES: '0' }),
-        startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(p1), '--node-rank', '1', ...common], { CUDA_VISIBLE_DEVICES: '0' }),
+        fakeEnginesOf(ctx)(FAKE_SGLANG, ['serve', '--port', String(p0), '--node-rank', '0', ...common], { CUDA_VISIBLE_DEVICES: '0' }),
+        fakeEnginesOf(ctx)(FAKE_SGLANG, ['serve', '--port', String(p1), '--node-rank', '1', ...common], { CUDA_VISIBLE_DEVICES: '0' }),
       ] as const;
       await outputMatches(ranks[0], /rendezvous: rank joined/);
       await outputMatches(ranks[0], /Uvicorn running/);
@@ -75,11 +78,12 @@ describe("the engine doubles' gangs", () => {
     }
   });
 
-  it('SGLang: a silent rank (SIGSTOP, no FIN) blocks rank 0, which goes on when it talks again, and crashes at --watchdog-timeout with a request in a step', async () => {
+  it('SGLang: a silent rank (SIGSTOP, no FIN) blocks rank 0, which goes on when it talks again, and crashes at --watchdog-timeout with a request in a step', async (ctx) => {
+    const { expect } = ctx;
     const [p0, p1, init] = [await freePort(), await freePort(), await freePort()];
     const common = ['--model-path', 'org/m', '--tp-size', '2', '--nnodes', '2', '--dist-init-addr', `127.0.0.1:${init}`, '--skip-server-warmup', '--watchdog-timeout', '3', '--sim-load-time', '100ms'];
-    const leader = startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(p0), '--node-rank', '0', ...common], { CUDA_VISIBLE_DEVICES: '0' });
-    const worker = startFakeEngine(FAKE_SGLANG, ['serve', '--port', String(p1), '--node-rank', '1', ...common], { CUDA_VISIBLE_DEVICES: '0' });
+    const leader = fakeEnginesOf(ctx)(FAKE_SGLANG, ['serve', '--port', String(p0), '--node-rank', '0', ...common], { CUDA_VISIBLE_DEVICES: '0' });
+    const worker = fakeEnginesOf(ctx)(FAKE_SGLANG, ['serve', '--port', String(p1), '--node-rank', '1', ...common], { CUDA_VISIBLE_DEVICES: '0' });
     await outputMatches(leader, /rendezvous: rank joined/);
     await outputMatches(leader, /Uvicorn running/);
     expect(await completes(p0, 'org/m', 10_000)).toBe(200);

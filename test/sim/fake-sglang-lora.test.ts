@@ -1,17 +1,21 @@
-import { afterAll, afterEach, describe, expect, it } from 'vitest';
+import { afterAll, describe, it, type TestContext } from 'vitest';
 import { freePort, until } from '../helpers/engine-processes.js';
-import { FAKE_SGLANG, killFakeEngines, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
+import { FAKE_SGLANG, fakeEnginesOf, outputMatches } from '../helpers/fake-engines.js';
 import { AdapterDirs, answer, postJson } from '../helpers/lora-adapters.js';
 
-afterEach(killFakeEngines);
+/*
+ * The tests run side by side (describe.concurrent): most of each is waiting on the doubles' timers.
+ * Each kills only the doubles it started when it ends (fakeEnginesOf), and takes expect from its
+ * context: vitest tracks no concurrent test in its globals.
+ */
 const dirs = new AdapterDirs();
 afterAll(() => dirs.cleanup());
 
 const LORA = ['--enable-lora', '--max-lora-rank', '16', '--lora-target-modules', 'all'];
 
-async function sglang(args: string[]) {
+async function sglang(ctx: TestContext, args: string[]) {
   const port = await freePort();
-  const e = startFakeEngine(FAKE_SGLANG, ['--model-path', 'org/model', '--port', String(port), '--skip-server-warmup', ...args]);
+  const e = fakeEnginesOf(ctx)(FAKE_SGLANG, ['--model-path', 'org/model', '--port', String(port), '--skip-server-warmup', ...args]);
   await outputMatches(e, /phase loading -> up/);
   const url = `http://127.0.0.1:${port}`;
   const call = async (path: string, body: unknown) => {
@@ -24,26 +28,29 @@ async function sglang(args: string[]) {
   return { ...e, url, load, unload, listed };
 }
 
-describe('bin/fake-sglang LoRA adapters', () => {
-  it('refuses at start what ServerArgs asserts (exit 1) and starts when the limits fit (look-alike)', async () => {
-    const noRank = startFakeEngine(FAKE_SGLANG, ['--model-path', 'm', '--enable-lora']);
+describe.concurrent('bin/fake-sglang LoRA adapters', () => {
+  it('refuses at start what ServerArgs asserts (exit 1) and starts when the limits fit (look-alike)', async (ctx) => {
+    const { expect } = ctx;
+    const noRank = fakeEnginesOf(ctx)(FAKE_SGLANG, ['--model-path', 'm', '--enable-lora']);
     expect((await noRank.exited).code).toBe(1);
     expect(noRank.output()).toMatch(/you need to specify both --max-lora-rank and --lora-target-modules/);
-    const below = startFakeEngine(FAKE_SGLANG, ['--model-path', 'm', ...LORA, '--max-loaded-loras', '2']);
+    const below = fakeEnginesOf(ctx)(FAKE_SGLANG, ['--model-path', 'm', ...LORA, '--max-loaded-loras', '2']);
     expect((await below.exited).code).toBe(1);
     expect(below.output()).toMatch(/max_loaded_loras=2, max_loras_per_batch=8/);
-    const fits = await sglang([...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '2']);
+    const fits = await sglang(ctx, [...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '2']);
     expect(await fits.listed()).toEqual([]);
   });
 
-  it('--lora-paths turns LoRA on and loads them at start', async () => {
-    const e = await sglang(['--lora-paths', `a=${dirs.make('paths-a')}`]);
+  it('--lora-paths turns LoRA on and loads them at start', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--lora-paths', `a=${dirs.make('paths-a')}`]);
     expect(await e.listed()).toEqual(['a']);
     expect((await answer(e.url, 'org/model:a')).status).toBe(200);
   });
 
-  it('names an adapter by base:adapter; a bare name is the base answer; a never-loaded one is 400', async () => {
-    const e = await sglang(LORA);
+  it('names an adapter by base:adapter; a bare name is the base answer; a never-loaded one is 400', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, LORA);
     await e.load('a', dirs.make('name-a'));
     const base = await answer(e.url, 'org/model');
     const viaA = await answer(e.url, 'org/model:a');
@@ -56,8 +63,9 @@ describe('bin/fake-sglang LoRA adapters', () => {
     expect([never.status, never.body.message]).toEqual([400, "Got LoRA adapter that has never been loaded: zz\nAll loaded adapters: dict_keys(['a'])."]);
   });
 
-  it('evicts the least recently used beyond --max-loaded-loras, a request counting as use; a request loads an evicted one again', async () => {
-    const e = await sglang([...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '2']);
+  it('evicts the least recently used beyond --max-loaded-loras, a request counting as use; a request loads an evicted one again', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, [...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '2']);
     await e.load('a', dirs.make('lru-a'));
     await e.load('b', dirs.make('lru-b'));
     await answer(e.url, 'org/model:a');
@@ -70,8 +78,9 @@ describe('bin/fake-sglang LoRA adapters', () => {
     expect(e.output()).toMatch(/Reloading evicted adapter: b/);
   });
 
-  it('never evicts a pinned adapter, though least recently used; pins at most --max-loras-per-batch - 1', async () => {
-    const e = await sglang([...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '2']);
+  it('never evicts a pinned adapter, though least recently used; pins at most --max-loras-per-batch - 1', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, [...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '2']);
     expect((await e.load('p', dirs.make('pin-p'), true)).status).toBe(200);
     const second = await e.load('p2', dirs.make('pin-p2'), true);
     expect([second.status, second.body.error_message]).toEqual([400, expect.stringMatching(/It is not allowed to pin all slots/)]);
@@ -80,13 +89,14 @@ describe('bin/fake-sglang LoRA adapters', () => {
     expect((await e.listed()).sort()).toEqual(['p', 'v']);
     await e.load('w', dirs.make('pin-w'));
     expect((await e.listed()).sort()).toEqual(['p', 'w']);
-    const wide = await sglang([...LORA, '--max-loaded-loras', '4', '--max-loras-per-batch', '4']);
+    const wide = await sglang(ctx, [...LORA, '--max-loaded-loras', '4', '--max-loras-per-batch', '4']);
     for (const n of ['q1', 'q2', 'q3']) expect((await wide.load(n, dirs.make(`pin-${n}`), true)).status).toBe(200);
     expect((await wide.load('q4', dirs.make('pin-q4'), true)).status).toBe(400);
   });
 
-  it('batches at most --max-loras-per-batch adapters, the base counting as one: an adapter waits behind a base request, the same adapter joins (look-alike)', async () => {
-    const e = await sglang([...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '1', '--sim-token-latency', '60ms', '--enable-metrics']);
+  it('batches at most --max-loras-per-batch adapters, the base counting as one: an adapter waits behind a base request, the same adapter joins (look-alike)', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, [...LORA, '--max-loaded-loras', '2', '--max-loras-per-batch', '1', '--sim-token-latency', '60ms', '--enable-metrics']);
     await e.load('a', dirs.make('batch-a'));
     const gauge = async (name: string) => Number((await (await fetch(`${e.url}/metrics`)).text()).split('\n').find((l) => l.startsWith(`${name}{`))?.split(' ')[1]);
     const done: string[] = [];
@@ -100,8 +110,9 @@ describe('bin/fake-sglang LoRA adapters', () => {
     expect(done).toEqual(['a2', 'a1', 'base']);
   });
 
-  it('an unload waits for the adapter requests to end, then frees it (n = 1: no deadlock)', async () => {
-    const e = await sglang([...LORA, '--sim-token-latency', '50ms', '--enable-metrics']);
+  it('an unload waits for the adapter requests to end, then frees it (n = 1: no deadlock)', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, [...LORA, '--sim-token-latency', '50ms', '--enable-metrics']);
     await e.load('a', dirs.make('drain-a'));
     const inFlight = answer(e.url, 'org/model:a', { max_tokens: 60 });
     await until(async () => ((await (await fetch(`${e.url}/sim/loras`)).json()) as { registry: { counter: number }[] }).registry[0]?.counter === 1, 'a in use');
@@ -114,8 +125,9 @@ describe('bin/fake-sglang LoRA adapters', () => {
     expect((await answer(e.url, 'org/model', { n: 2 })).status).toBe(200);
   });
 
-  it('after n > 1 traffic on an adapter its unload never returns and nothing is scheduled again (#36894); n > 1 elsewhere does not (look-alikes)', async () => {
-    const e = await sglang([...LORA, '--max-loaded-loras', '3', '--max-loras-per-batch', '3']);
+  it('after n > 1 traffic on an adapter its unload never returns and nothing is scheduled again (#36894); n > 1 elsewhere does not (look-alikes)', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, [...LORA, '--max-loaded-loras', '3', '--max-loras-per-batch', '3']);
     await e.load('a', dirs.make('dead-a'));
     await e.load('b', dirs.make('dead-b'));
     await e.load('c', dirs.make('dead-c'));
@@ -143,12 +155,13 @@ describe('bin/fake-sglang LoRA adapters', () => {
     expect(e.output().slice(after)).not.toMatch(/LoRA adapter unloading completes/);
   });
 
-  it('refuses a rank over --max-lora-rank 400 in its words; takes one equal (look-alike); guards the routes with the admin key', async () => {
-    const e = await sglang(LORA);
+  it('refuses a rank over --max-lora-rank 400 in its words; takes one equal (look-alike); guards the routes with the admin key', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, LORA);
     const over = await e.load('big', dirs.make('rank-32', 32));
     expect([over.status, over.body.success, over.body.error_message]).toEqual([400, false, expect.stringMatching(/^LoRA adapter big with rank 32 is incompatible/)]);
     expect((await e.load('eq', dirs.make('rank-16', 16))).status).toBe(200);
-    const keyed = await sglang([...LORA, '--api-key', 'k', '--admin-api-key', 'adm']);
+    const keyed = await sglang(ctx, [...LORA, '--api-key', 'k', '--admin-api-key', 'adm']);
     const dir = dirs.make('keyed');
     const withKey = (key: string) => fetch(`${keyed.url}/load_lora_adapter`, { method: 'POST', headers: { 'content-type': 'application/json', authorization: `Bearer ${key}` }, body: JSON.stringify({ lora_name: 'a', lora_path: dir }) });
     expect((await withKey('k')).status).toBe(401);

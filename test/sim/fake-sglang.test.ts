@@ -4,19 +4,24 @@ import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, it, type TestContext } from 'vitest';
 import { freePort, groupMembers, isRunning, until } from '../helpers/engine-processes.js';
 import { readGpuUsage } from '../../src/sim/fake-gpu-usage.js';
-import { FAKE_SGLANG, consumeStream, killFakeEngines, outputMatches, startFakeEngine } from '../helpers/fake-engines.js';
+import { FAKE_SGLANG, consumeStream, fakeEnginesOf, outputMatches } from '../helpers/fake-engines.js';
 
-afterEach(killFakeEngines);
+/*
+ * The tests run side by side (describe.concurrent): each starts doubles of its own and waits mostly on
+ * their timers (a load, /health's 1 s generation, a stall past SGLANG_HEALTH_CHECK_TIMEOUT, token latency),
+ * which they now wait out together. Each kills only the doubles it started when it ends (fakeEnginesOf),
+ * and takes expect from its context: vitest tracks no concurrent test in its globals.
+ */
 
 const post = (url: string, body: unknown, headers: Record<string, string> = {}) =>
   fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body) });
 
-async function sglang(args: string[], env: Record<string, string> = {}, waitFor = /fired up and ready to roll/) {
+async function sglang(ctx: TestContext, args: string[], env: Record<string, string> = {}, waitFor = /fired up and ready to roll/) {
   const port = await freePort();
-  const e = startFakeEngine(FAKE_SGLANG, ['serve', '--model-path', 'org/model', '--port', String(port), ...args], env);
+  const e = fakeEnginesOf(ctx)(FAKE_SGLANG, ['serve', '--model-path', 'org/model', '--port', String(port), ...args], env);
   await outputMatches(e, waitFor);
   return { ...e, port, url: `http://127.0.0.1:${port}` };
 }
@@ -32,21 +37,23 @@ async function metric(url: string, name: string, extra = ''): Promise<number> {
 
 const schedulerPids = (out: string) => [...out.matchAll(/Scheduler proc (\d+) ready/g)].map((m) => Number(m[1]));
 
-describe('bin/fake-sglang', () => {
-  it('refuses an unknown flag as argparse does, in both command forms', async () => {
-    const cli = startFakeEngine(FAKE_SGLANG, ['serve', '--model-path', 'm', '--x']);
+describe.concurrent('bin/fake-sglang', () => {
+  it('refuses an unknown flag as argparse does, in both command forms', async (ctx) => {
+    const { expect } = ctx;
+    const cli = fakeEnginesOf(ctx)(FAKE_SGLANG, ['serve', '--model-path', 'm', '--x']);
     expect(await cli.exited).toEqual({ code: 2, signal: null });
     expect(cli.output()).toMatch(/^usage: sglang serve .*\nsglang serve: error: unrecognized arguments: --x\n$/);
-    const legacy = startFakeEngine(FAKE_SGLANG, ['--port', '1']);
+    const legacy = fakeEnginesOf(ctx)(FAKE_SGLANG, ['--port', '1']);
     expect(await legacy.exited).toEqual({ code: 2, signal: null });
     expect(legacy.output()).toMatch(/launch_server.py: error: the following arguments are required: --model-path\/--model/);
   });
 
-  it('opens no port while loading; then /health takes at least 1 s, /ping is instant, /v1/models lists the served name', async () => {
+  it('opens no port while loading; then /health takes at least 1 s, /ping is instant, /v1/models lists the served name', async (ctx) => {
+    const { expect } = ctx;
     // A load far longer than the test: the closed port is seen while it surely loads, whatever the machine's load.
-    const loading = await sglang(['--sim-load-time', '600s'], {}, /Load weight begin/);
+    const loading = await sglang(ctx, ['--sim-load-time', '600s'], {}, /Load weight begin/);
     await expect(fetch(`${loading.url}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
-    const e = await sglang(['--served-model-name', 'served', '--sim-load-time', '200ms'], {}, /Load weight begin/);
+    const e = await sglang(ctx, ['--served-model-name', 'served', '--sim-load-time', '200ms'], {}, /Load weight begin/);
     await outputMatches(e, /fired up and ready to roll/);
     const t0 = Date.now();
     expect((await fetch(`${e.url}/health`)).status).toBe(200);
@@ -59,8 +66,9 @@ describe('bin/fake-sglang', () => {
     expect(await (await fetch(`${e.url}/v1/models`)).json()).toMatchObject({ data: [{ id: 'served', owned_by: 'sglang' }] });
   });
 
-  it('answers /health at once with SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0, but /health_generate still generates', async () => {
-    const e = await sglang([], { SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: '0' });
+  it('answers /health at once with SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0, but /health_generate still generates', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, [], { SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: '0' });
     // At once: /health, asked just after a /health_generate, answers before it, which waits 1 s for its generation
     // (a /health that generated too would answer after it). By the order, not the wall clock: a first fetch took
     // 4.7 s at load 18, past the 500 ms bound this had; the /ping first pays the connection's first costs.
@@ -79,15 +87,17 @@ describe('bin/fake-sglang', () => {
     expect(answered).toEqual(['/health', '/health_generate']);
   });
 
-  it('after a stall, /health answers 503 once SGLANG_HEALTH_CHECK_TIMEOUT passes without output', async () => {
+  it('after a stall, /health answers 503 once SGLANG_HEALTH_CHECK_TIMEOUT passes without output', async (ctx) => {
+    const { expect } = ctx;
     // The stall comes after the warmup (which must end for "fired up"): at 100 ms it raced the start on a loaded machine.
-    const e = await sglang(['--sim-stall-after', '1500ms'], { SGLANG_HEALTH_CHECK_TIMEOUT: '2' });
+    const e = await sglang(ctx, ['--sim-stall-after', '1500ms'], { SGLANG_HEALTH_CHECK_TIMEOUT: '2' });
     await outputMatches(e, /no token produced/);
     expect((await fetch(`${e.url}/health`)).status).toBe(503);
   });
 
-  it('with --api-key guards all but /health* and /metrics: /ping too (auth.py:100)', async () => {
-    const e = await sglang(['--api-key', 'k1', '--enable-metrics'], { SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: 'false' });
+  it('with --api-key guards all but /health* and /metrics: /ping too (auth.py:100)', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--api-key', 'k1', '--enable-metrics'], { SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION: 'false' });
     const denied = await fetch(`${e.url}/v1/models`);
     expect([denied.status, await denied.json()]).toEqual([401, { error: 'Unauthorized' }]);
     expect((await fetch(`${e.url}/v1/models`, { headers: { authorization: 'Bearer k1' } })).status).toBe(200);
@@ -103,8 +113,9 @@ describe('bin/fake-sglang', () => {
     const cont = (url: string, h: Record<string, string> = {}) => post(`${url}/continue_generation`, {}, h).then((r) => r.status);
     const models = (url: string, h: Record<string, string> = {}) => fetch(`${url}/v1/models`, { headers: h }).then((r) => r.status);
 
-    it('only --admin-api-key: the admin routes take that key alone, /v1 is open', async () => {
-      const e = await sglang(['--admin-api-key', 'adm']);
+    it('only --admin-api-key: the admin routes take that key alone, /v1 is open', async (ctx) => {
+      const { expect } = ctx;
+      const e = await sglang(ctx, ['--admin-api-key', 'adm']);
       expect(await pause(e.url)).toBe(401);
       expect(await pause(e.url, bearer('other'))).toBe(401);
       expect(await pause(e.url, bearer('adm'))).toBe(200);
@@ -112,8 +123,9 @@ describe('bin/fake-sglang', () => {
       expect(await models(e.url)).toBe(200);
     });
 
-    it('both keys: the admin routes refuse the API key and take the admin key; /v1 takes the API key only', async () => {
-      const e = await sglang(['--api-key', 'api', '--admin-api-key', 'adm']);
+    it('both keys: the admin routes refuse the API key and take the admin key; /v1 takes the API key only', async (ctx) => {
+      const { expect } = ctx;
+      const e = await sglang(ctx, ['--api-key', 'api', '--admin-api-key', 'adm']);
       expect(await pause(e.url, bearer('api'))).toBe(401);
       expect(await post(`${e.url}/release_memory_occupation`, {}, bearer('api')).then((r) => r.status)).toBe(401);
       expect(await pause(e.url, bearer('adm'))).toBe(200);
@@ -122,21 +134,24 @@ describe('bin/fake-sglang', () => {
       expect(await models(e.url, bearer('adm'))).toBe(401);
     });
 
-    it('only --api-key: the admin routes take the API key', async () => {
-      const e = await sglang(['--api-key', 'api']);
+    it('only --api-key: the admin routes take the API key', async (ctx) => {
+      const { expect } = ctx;
+      const e = await sglang(ctx, ['--api-key', 'api']);
       expect(await pause(e.url)).toBe(401);
       expect(await pause(e.url, bearer('api'))).toBe(200);
       expect(await cont(e.url, bearer('api'))).toBe(200);
     });
   });
 
-  it('has /metrics only with --enable-metrics', async () => {
-    const e = await sglang([]);
+  it('has /metrics only with --enable-metrics', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, []);
     expect((await fetch(`${e.url}/metrics`)).status).toBe(404);
   });
 
-  it('keeps generation_tokens_total flat during a long stream while realtime_tokens_total rises, then adds the whole count', async () => {
-    const e = await sglang(['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '20ms', '--decode-log-interval', '5']);
+  it('keeps generation_tokens_total flat during a long stream while realtime_tokens_total rises, then adds the whole count', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '20ms', '--decode-log-interval', '5']);
     const res = await post(`${e.url}/v1/completions`, { prompt: 'a b c', max_tokens: 40, stream: true });
     let seen = 0;
     const stream = consumeStream(res, (n) => {
@@ -155,9 +170,10 @@ describe('bin/fake-sglang', () => {
     expect(await metric(e.url, 'sglang:num_requests_total')).toBe(1);
   });
 
-  it('counts requests beyond --sim-max-running in num_queue_reqs and /v1/loads; with priority scheduling writes the total and each priority', async () => {
+  it('counts requests beyond --sim-max-running in num_queue_reqs and /v1/loads; with priority scheduling writes the total and each priority', async (ctx) => {
+    const { expect } = ctx;
     // Gauges refreshed at every decode step, so they show the batch once its first step is done.
-    const e = await sglang(['--served-model-name', 'served', '--enable-metrics', '--enable-priority-scheduling', '--sim-max-running', '1', '--sim-token-latency', '30ms', '--decode-log-interval', '1']);
+    const e = await sglang(ctx, ['--served-model-name', 'served', '--enable-metrics', '--enable-priority-scheduling', '--sim-max-running', '1', '--sim-token-latency', '30ms', '--decode-log-interval', '1']);
     const a = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 20, priority: 1 }).then((r) => r.json());
     const b = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 2, priority: 2 }).then((r) => r.json());
     await until(async () => ((await (await fetch(`${e.url}/v1/loads`)).json()) as { loads: Record<string, number>[] }).loads[0]?.num_waiting_reqs === 1, 'one waiting');
@@ -170,8 +186,9 @@ describe('bin/fake-sglang', () => {
     await Promise.all([a, b]);
   });
 
-  it('runs tp×pp schedulers and a detokenizer in its group; a group SIGTERM kills them, the watchdog kills the tree and cuts the stream', async () => {
-    const e = await sglang(['--tp-size', '2', '--sim-token-latency', '50ms'], {}, /Detokenizer proc \d+ ready[\s\S]*fired up|fired up[\s\S]*Detokenizer proc \d+ ready/);
+  it('runs tp×pp schedulers and a detokenizer in its group; a group SIGTERM kills them, the watchdog kills the tree and cuts the stream', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--tp-size', '2', '--sim-token-latency', '50ms'], {}, /Detokenizer proc \d+ ready[\s\S]*fired up|fired up[\s\S]*Detokenizer proc \d+ ready/);
     await until(() => schedulerPids(e.output()).length === 2, 'two schedulers');
     expect(groupMembers(e.pid)).toHaveLength(4);
     const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 200, stream: true });
@@ -186,8 +203,9 @@ describe('bin/fake-sglang', () => {
     expect(e.output()).toMatch(/Received sigquit from a child process/);
   });
 
-  it('on a SIGTERM to the main process only drains: /health 503, every token arrives, schedulers ended, then it SIGKILLs itself as kill_process_tree does', async () => {
-    const e = await sglang(['--tp-size', '2', '--sim-drain-poll', '200ms', '--sim-token-latency', '20ms']);
+  it('on a SIGTERM to the main process only drains: /health 503, every token arrives, schedulers ended, then it SIGKILLs itself as kill_process_tree does', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--tp-size', '2', '--sim-drain-poll', '200ms', '--sim-token-latency', '20ms']);
     await until(() => schedulerPids(e.output()).length === 2, 'two schedulers');
     const schedulers = schedulerPids(e.output());
     const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 40, stream: true });
@@ -200,8 +218,9 @@ describe('bin/fake-sglang', () => {
     expect(schedulers.filter(isRunning)).toEqual([]);
   });
 
-  it('with SGL_FORCE_SHUTDOWN exits at once on SIGTERM, in-flight requests cut', async () => {
-    const e = await sglang(['--sim-token-latency', '50ms'], { SGL_FORCE_SHUTDOWN: '1' });
+  it('with SGL_FORCE_SHUTDOWN exits at once on SIGTERM, in-flight requests cut', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--sim-token-latency', '50ms'], { SGL_FORCE_SHUTDOWN: '1' });
     const res = await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 100, stream: true });
     const stream = consumeStream(res);
     process.kill(e.pid, 'SIGTERM');
@@ -209,8 +228,9 @@ describe('bin/fake-sglang', () => {
     expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
   });
 
-  it('publishes num_running_reqs at a prefill and every --decode-log-interval decode steps, not live: a request alone shorter than the interval never shows', async () => {
-    const e = await sglang(['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '10ms']);
+  it('publishes num_running_reqs at a prefill and every --decode-log-interval decode steps, not live: a request alone shorter than the interval never shows', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '10ms']);
     const reads: number[] = [];
     const pending: Promise<void>[] = [];
     // 30 tokens: 29 decode steps, fewer than the default 40.
@@ -224,7 +244,7 @@ describe('bin/fake-sglang', () => {
     expect(new Set(reads)).toEqual(new Set([0]));
 
     // With --decode-log-interval 5 the same request shows from its 5th decode step, and 0 once the scheduler idles.
-    const f = await sglang(['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '10ms', '--decode-log-interval', '5']);
+    const f = await sglang(ctx, ['--served-model-name', 'served', '--enable-metrics', '--sim-token-latency', '10ms', '--decode-log-interval', '5']);
     let seen = 0;
     const stream = consumeStream(await post(`${f.url}/v1/completions`, { prompt: 'x', max_tokens: 200, stream: true }), (n) => {
       seen = n;
@@ -235,8 +255,9 @@ describe('bin/fake-sglang', () => {
     await until(async () => (await metric(f.url, 'sglang:num_running_reqs')) === 0, 'the idle scheduler to publish 0');
   });
 
-  it('counts a repeated prompt as prefill_cache, all but its last token, and has no series for a mode never counted', async () => {
-    const e = await sglang(['--served-model-name', 'served', '--enable-metrics']);
+  it('counts a repeated prompt as prefill_cache, all but its last token, and has no series for a mode never counted', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--served-model-name', 'served', '--enable-metrics']);
     expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="prefill_cache"')).toBeNaN();
     expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="decode"')).toBeNaN();
     const prompt = 'one two three four five six';
@@ -250,8 +271,9 @@ describe('bin/fake-sglang', () => {
     expect(await metric(e.url, 'sglang:realtime_tokens_total', ',mode="decode"')).toBe(4);
   });
 
-  it('while paused answers /v1/models, /model_info and /server_info without running the model, and holds /health_generate', async () => {
-    const e = await sglang(['--served-model-name', 'served']);
+  it('while paused answers /v1/models, /model_info and /server_info without running the model, and holds /health_generate', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--served-model-name', 'served']);
     expect((await post(`${e.url}/pause_generation`, { mode: 'abort' })).status).toBe(200);
     let healthSettled = false;
     const health = fetch(`${e.url}/health_generate`).finally(() => {
@@ -266,8 +288,9 @@ describe('bin/fake-sglang', () => {
     expect((await health).status).toBe(200);
   });
 
-  it('while paused never finishes its SIGTERM drain: the request it holds counts (rid_to_state), until the supervisor kills it', async () => {
-    const e = await sglang(['--sim-drain-poll', '100ms']);
+  it('while paused never finishes its SIGTERM drain: the request it holds counts (rid_to_state), until the supervisor kills it', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--sim-drain-poll', '100ms']);
     expect((await post(`${e.url}/pause_generation`, { mode: 'abort' })).status).toBe(200);
     let answered = false;
     const held = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3 }).then(
@@ -286,8 +309,9 @@ describe('bin/fake-sglang', () => {
     expect(answered).toBe(false);
   });
 
-  it('a /health_generate held by a pause sets UnHealthy at its own timeout though its client left; the next SIGTERM skips the drain', async () => {
-    const e = await sglang(['--sim-drain-poll', '100ms'], { SGLANG_HEALTH_CHECK_TIMEOUT: '2' });
+  it('a /health_generate held by a pause sets UnHealthy at its own timeout though its client left; the next SIGTERM skips the drain', async (ctx) => {
+    const { expect } = ctx;
+    const e = await sglang(ctx, ['--sim-drain-poll', '100ms'], { SGLANG_HEALTH_CHECK_TIMEOUT: '2' });
     expect((await post(`${e.url}/pause_generation`, { mode: 'abort' })).status).toBe(200);
     // Cut before its headers went out, or after: either way not done.
     const held = post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3, stream: true }).then(consumeStream, () => ({ tokens: 0, done: false }));
@@ -300,16 +324,17 @@ describe('bin/fake-sglang', () => {
     expect((await held).done).toBe(false);
   });
 
-  it('as node rank 1 serves no API but a dummy /health on its port once loaded, and keeps running when that port is taken', async () => {
+  it('as node rank 1 serves no API but a dummy /health on its port once loaded, and keeps running when that port is taken', async (ctx) => {
+    const { expect } = ctx;
     const port = await freePort();
     const args = ['--model-path', 'm', '--host', '127.0.0.1', '--port', String(port), '--tp-size', '2', '--nnodes', '2', '--node-rank', '1', '--dist-init-addr', '10.0.0.1:25000'];
     const loadingPort = await freePort();
     const loadingArgs = args.map((a) => (a === String(port) ? String(loadingPort) : a));
     // A load far longer than the test: the closed port is seen while it surely loads, whatever the machine's load.
-    const loading = startFakeEngine(FAKE_SGLANG, [...loadingArgs, '--sim-load-time', '600s']);
+    const loading = fakeEnginesOf(ctx)(FAKE_SGLANG, [...loadingArgs, '--sim-load-time', '600s']);
     await outputMatches(loading, /Load weight begin/);
     await expect(fetch(`http://127.0.0.1:${loadingPort}/health`)).rejects.toMatchObject({ cause: { code: 'ECONNREFUSED' } });
-    const w = startFakeEngine(FAKE_SGLANG, [...args, '--sim-load-time', '200ms']);
+    const w = fakeEnginesOf(ctx)(FAKE_SGLANG, [...args, '--sim-load-time', '200ms']);
     await outputMatches(w, /Dummy health server/);
     expect((await fetch(`http://127.0.0.1:${port}/health`)).status).toBe(200);
     expect((await fetch(`http://127.0.0.1:${port}/v1/models`)).status).toBe(404);
@@ -320,7 +345,7 @@ describe('bin/fake-sglang', () => {
     // Bound before the engine starts, not on a later turn of this loop.
     await once(holder, 'listening');
     try {
-      const w2 = startFakeEngine(FAKE_SGLANG, ['--model-path', 'm', '--port', String(taken), '--nnodes', '2', '--node-rank', '1', '--dist-init-addr', '10.0.0.1:25000']);
+      const w2 = fakeEnginesOf(ctx)(FAKE_SGLANG, ['--model-path', 'm', '--port', String(taken), '--nnodes', '2', '--node-rank', '1', '--dist-init-addr', '10.0.0.1:25000']);
       await outputMatches(w2, /Failed to start the dummy health server/);
       await new Promise((r) => setTimeout(r, 300));
       expect(isRunning(w2.pid)).toBe(true);
@@ -329,19 +354,17 @@ describe('bin/fake-sglang', () => {
     }
   });
   describe('memory saver (release_memory_occupation / resume_memory_occupation)', () => {
-    const dirs: string[] = [];
-    afterEach(() => {
-      for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
-    });
-    const saver = async (extra: string[]) => {
+    const saver = async (ctx: TestContext, extra: string[]) => {
       const dir = mkdtempSync(join(tmpdir(), 'fake-sglang-usage-'));
-      dirs.push(dir);
-      const e = await sglang(['--sim-gpu-memory', '10000', '--sim-gpu-usage-dir', dir, '--sim-wake-time', '300ms', '--sim-token-latency', '30ms', ...extra], { CUDA_VISIBLE_DEVICES: '3' });
+      // Registered before the double's kill, so it runs after it (a test's end hooks run as a stack).
+      ctx.onTestFinished(() => rmSync(dir, { recursive: true, force: true }));
+      const e = await sglang(ctx, ['--sim-gpu-memory', '10000', '--sim-gpu-usage-dir', dir, '--sim-wake-time', '300ms', '--sim-token-latency', '30ms', ...extra], { CUDA_VISIBLE_DEVICES: '3' });
       return { ...e, dir, used: () => readGpuUsage(dir).get(3) };
     };
 
-    it('with --enable-memory-saver: release frees the GPU memory and answers null, resume takes it back after the wake time', async () => {
-      const e = await saver(['--enable-memory-saver']);
+    it('with --enable-memory-saver: release frees the GPU memory and answers null, resume takes it back after the wake time', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver']);
       expect(e.used()).toBe(10000);
       const released = await post(`${e.url}/release_memory_occupation`, {});
       expect(released.status).toBe(200);
@@ -374,8 +397,9 @@ describe('bin/fake-sglang', () => {
     const complete = async (url: string) => ((await (await post(`${url}/v1/completions`, { prompt: 'x', max_tokens: 4 })).json()) as { choices: { text: string }[] }).choices[0]?.text;
     const checksum = async (url: string) => ((await (await post(`${url}/weights_checker`, { action: 'checksum' })).json()) as { per_engine_checksum: string }).per_engine_checksum;
 
-    it('without --enable-weights-cpu-backup a release of the weights loses them: after the resume health, /v1/models and memory are fine, every token is garbage', async () => {
-      const e = await saver(['--enable-memory-saver', '--served-model-name', 'served']);
+    it('without --enable-weights-cpu-backup a release of the weights loses them: after the resume health, /v1/models and memory are fine, every token is garbage', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver', '--served-model-name', 'served']);
       const good = await complete(e.url);
       expect(good).not.toMatch(/^!+$/);
       const before = await checksum(e.url);
@@ -391,8 +415,9 @@ describe('bin/fake-sglang', () => {
       expect([...stream.matchAll(/"content":"([^"]*)"/g)].map((m) => m[1])).toEqual(['!', '!']);
     });
 
-    it('POST /update_weights_from_disk brings the weights back (success answer), and the server then names itself by that model_path', async () => {
-      const e = await saver(['--enable-memory-saver', '--served-model-name', 'served']);
+    it('POST /update_weights_from_disk brings the weights back (success answer), and the server then names itself by that model_path', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver', '--served-model-name', 'served']);
       const good = await complete(e.url);
       const before = await checksum(e.url);
       await post(`${e.url}/release_memory_occupation`, {});
@@ -409,8 +434,9 @@ describe('bin/fake-sglang', () => {
       expect(await (await fetch(`${e.url}/model_info`)).json()).toMatchObject({ model_path: 'org/model', served_model_name: 'org/model' });
     });
 
-    it('while paused and released, /update_weights_from_disk into the released weights kills the engine', async () => {
-      const e = await saver(['--enable-memory-saver']);
+    it('while paused and released, /update_weights_from_disk into the released weights kills the engine', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver']);
       await post(`${e.url}/pause_generation`, { mode: 'abort' });
       await post(`${e.url}/release_memory_occupation`, {});
       await expect(post(`${e.url}/update_weights_from_disk`, { model_path: 'org/model' })).rejects.toThrow();
@@ -418,8 +444,9 @@ describe('bin/fake-sglang', () => {
       expect(e.output()).toMatch(/illegal memory access/);
     });
 
-    it('with --enable-weights-cpu-backup the resume restores working weights (a pinned host copy kept)', async () => {
-      const e = await saver(['--enable-memory-saver', '--enable-weights-cpu-backup']);
+    it('with --enable-weights-cpu-backup the resume restores working weights (a pinned host copy kept)', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver', '--enable-weights-cpu-backup']);
       const good = await complete(e.url);
       const before = await checksum(e.url);
       await post(`${e.url}/release_memory_occupation`, {});
@@ -433,15 +460,17 @@ describe('bin/fake-sglang', () => {
 
     // Issue 47 item 8 (review engine-fidelity-3 §3 D7): torch_memory_saver's pause pins the backup with
     // cudaMallocHost and its resume maps with cu_mem_create, each under a check that exit(1)s (csrc/core.cpp, csrc/utils.h at 1a565eb).
-    it('dies on the first release with a backup when the pinned copy does not fit MemAvailable (--sim-mem-available), at either "level"', async () => {
-      const e = await saver(['--enable-memory-saver', '--enable-weights-cpu-backup', '--sim-mem-available', '4499']);
+    it('dies on the first release with a backup when the pinned copy does not fit MemAvailable (--sim-mem-available), at either "level"', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver', '--enable-weights-cpu-backup', '--sim-mem-available', '4499']);
       await expect(post(`${e.url}/release_memory_occupation`, {})).rejects.toThrow();
       expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
       expect(e.output()).toMatch(/\[torch_memory_saver\.cpp\] cudaError error: 2 \(out of memory\) \(cudaMallocHost of 4500 MiB of cpu backup, 4499 MiB available\)/);
     });
 
-    it('pins a copy that fits, and asks no room again at its next release (the buffer is kept)', async () => {
-      const e = await saver(['--enable-memory-saver', '--enable-weights-cpu-backup', '--sim-mem-available', '4500']);
+    it('pins a copy that fits, and asks no room again at its next release (the buffer is kept)', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver', '--enable-weights-cpu-backup', '--sim-mem-available', '4500']);
       for (let i = 0; i < 2; i++) {
         expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
         expect((await post(`${e.url}/resume_memory_occupation`, {})).status).toBe(200);
@@ -450,8 +479,9 @@ describe('bin/fake-sglang', () => {
       expect(e.used()).toBe(10000);
     });
 
-    it('dies on a resume when another process now holds its GPU (the fake nvidia-smi figures), and resumes beside a small one', async () => {
-      const e = await saver(['--enable-memory-saver', '--enable-weights-cpu-backup']);
+    it('dies on a resume when another process now holds its GPU (the fake nvidia-smi figures), and resumes beside a small one', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver', '--enable-weights-cpu-backup']);
       expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
       // Another process on GPU 3 and one on GPU 2: only the first is in the way (81559 MiB per GPU).
       writeFileSync(join(e.dir, '1.csv'), '3,1000\n2,80000\n');
@@ -463,8 +493,9 @@ describe('bin/fake-sglang', () => {
       expect(e.output()).toMatch(/\[torch_memory_saver\.cpp\] CUresult error: 2 \(out of memory\) \(cu_mem_create on GPU 3: 72000 MiB held by other processes of 81559 MiB\)/);
     });
 
-    it('answers 400 to a release without a JSON object body, and frees nothing', async () => {
-      const e = await saver(['--enable-memory-saver']);
+    it('answers 400 to a release without a JSON object body, and frees nothing', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver']);
       const none = await fetch(`${e.url}/release_memory_occupation`, { method: 'POST' });
       expect(none.status).toBe(400);
       expect(await none.json()).toMatchObject({ object: 'error', code: 400 });
@@ -472,23 +503,26 @@ describe('bin/fake-sglang', () => {
       expect(e.used()).toBe(10000);
     });
 
-    it('without --enable-memory-saver answers 200 and frees nothing', async () => {
-      const e = await saver([]);
+    it('without --enable-memory-saver answers 200 and frees nothing', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, []);
       expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
       expect(e.used()).toBe(10000);
       expect((await post(`${e.url}/resume_memory_occupation`, {})).status).toBe(200);
       expect((await fetch(`${e.url}/health`)).status).toBe(200);
     });
 
-    it('dies on a resume of memory never released (KeyError in the scheduler), even without the flag', async () => {
-      const e = await saver([]);
+    it('dies on a resume of memory never released (KeyError in the scheduler), even without the flag', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, []);
       await expect(post(`${e.url}/resume_memory_occupation`, {})).rejects.toThrow();
       expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
       expect(e.output()).toMatch(/KeyError: 'kv_cache'/);
     });
 
-    it('dies on a release while a request is in flight (the scheduler asserts it is idle)', async () => {
-      const e = await saver(['--enable-memory-saver']);
+    it('dies on a release while a request is in flight (the scheduler asserts it is idle)', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver']);
       const stream = consumeStream(await post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 200, stream: true }));
       await expect(post(`${e.url}/release_memory_occupation`, {})).rejects.toThrow();
       expect((await stream).done).toBe(false);
@@ -496,16 +530,18 @@ describe('bin/fake-sglang', () => {
       expect(e.output()).toMatch(/should be called only when server is idle/);
     });
 
-    it('dies on a request that reaches the scheduler while released', async () => {
-      const e = await saver(['--enable-memory-saver']);
+    it('dies on a request that reaches the scheduler while released', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver']);
       expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);
       await expect(post(`${e.url}/v1/completions`, { prompt: 'x', max_tokens: 3 })).rejects.toThrow();
       expect(await e.exited).toEqual({ code: null, signal: 'SIGKILL' });
       expect(e.output()).toMatch(/illegal memory access/);
     });
 
-    it('with /pause_generation holds a request sent while released and runs it after resume and /continue_generation', async () => {
-      const e = await saver(['--enable-memory-saver']);
+    it('with /pause_generation holds a request sent while released and runs it after resume and /continue_generation', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver']);
       const paused = await post(`${e.url}/pause_generation`, { mode: 'abort' });
       expect(await paused.json()).toEqual({ message: 'Generation paused successfully.', status: 'ok' });
       expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);

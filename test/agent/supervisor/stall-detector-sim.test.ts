@@ -1,6 +1,6 @@
-import { type ChildProcess, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { setTimeout as sleep } from 'node:timers/promises';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, it, type TestContext } from 'vitest';
 import { SimEngine } from '../../../src/agent/engines/sim/sim-engine.js';
 import { readCounters } from '../../../src/agent/supervisor/probes/read-gauge.js';
 import { readGauges } from '../../../src/agent/supervisor/probes/read-gauge.js';
@@ -12,29 +12,26 @@ import { BIN } from '../../helpers/run-cli.js';
  * The rule against a real engine process: the sim's /metrics sampled the way
  * the shard runner will (every health interval), through the series names the
  * engine class declares. Only the wiring into the shard runner is not here.
+ *
+ * The tests run side by side (describe.concurrent): each is mostly a watch
+ * of a few seconds, which they now watch together. Each ends only its own
+ * sim and requests (its context's onTestFinished), and takes expect from its
+ * context: vitest tracks no concurrent test in its globals.
  */
 
 const { metrics } = new SimEngine(undefined, 'lo');
-const children: ChildProcess[] = [];
-const loads: AbortController[] = [];
-
-afterEach(async () => {
-  for (const a of loads.splice(0)) a.abort();
-  for (const child of children.splice(0)) {
-    try {
-      process.kill(-(child.pid as number), 'SIGKILL');
-    } catch {}
-    await until(() => groupMembers(child.pid as number).length === 0, 'the sim to be gone', 10_000);
-  }
-});
-
-async function startSim(args: string[]): Promise<string> {
+async function startSim(ctx: TestContext, args: string[]): Promise<string> {
   const port = await freePort();
   const child = spawn(process.execPath, [BIN, 'sim', 'engine', '--port', String(port), '--model', 'm', ...args], {
     detached: true,
     stdio: ['ignore', 'pipe', 'ignore'],
   });
-  children.push(child);
+  ctx.onTestFinished(async () => {
+    try {
+      process.kill(-(child.pid as number), 'SIGKILL');
+    } catch {}
+    await until(() => groupMembers(child.pid as number).length === 0, 'the sim to be gone', 10_000);
+  });
   let out = '';
   child.stdout?.on('data', (c) => {
     out += c;
@@ -44,10 +41,10 @@ async function startSim(args: string[]): Promise<string> {
 }
 
 /** Keeps `n` streaming requests in flight until the test ends. */
-function load(url: string, n: number): void {
+function load(ctx: TestContext, url: string, n: number): void {
   for (let i = 0; i < n; i++) {
     const a = new AbortController();
-    loads.push(a);
+    ctx.onTestFinished(() => a.abort());
     const body = JSON.stringify({ prompt: 'x', max_tokens: 100_000, stream: true });
     void fetch(`${url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: a.signal })
       .then((r) => r.text())
@@ -73,10 +70,11 @@ async function watch(url: string, d: StallDetector, intervalMs: number, forMs: n
   return verdicts;
 }
 
-describe('stall detection against the sim engine', () => {
-  it('calls a sim under load that stalls after 2s stalled, with the requests running in the reason', async () => {
-    const url = await startSim(['--stall-after', '2s', '--token-latency', '20ms']);
-    load(url, 3);
+describe.concurrent('stall detection against the sim engine', () => {
+  it('calls a sim under load that stalls after 2s stalled, with the requests running in the reason', async (ctx) => {
+    const { expect } = ctx;
+    const url = await startSim(ctx, ['--stall-after', '2s', '--token-latency', '20ms']);
+    load(ctx, url, 3);
     const verdicts = await watch(url, new StallDetector({ stallTimeoutMs: 2000 }), 250, 30_000);
     expect(verdicts.some((v) => v.state === 'flowing' && v.reason.endsWith('tokens generated'))).toBe(true);
     expect(verdicts.at(-1)?.state).toBe('stalled');
@@ -84,16 +82,18 @@ describe('stall detection against the sim engine', () => {
     expect((await fetch(`${url}/health`)).status).toBe(200);
   });
 
-  it('never alarms on an idle sim', async () => {
-    const url = await startSim([]);
+  it('never alarms on an idle sim', async (ctx) => {
+    const { expect } = ctx;
+    const url = await startSim(ctx, []);
     const verdicts = await watch(url, new StallDetector({ stallTimeoutMs: 1000 }), 250, 4000);
     expect(verdicts.length).toBeGreaterThan(4);
     expect(new Set(verdicts.map((v) => v.state))).toEqual(new Set(['idle']));
   });
 
-  it('never alarms on a slow sim that makes a token every 1.5 s', async () => {
-    const url = await startSim(['--token-latency', '1500ms']);
-    load(url, 2);
+  it('never alarms on a slow sim that makes a token every 1.5 s', async (ctx) => {
+    const { expect } = ctx;
+    const url = await startSim(ctx, ['--token-latency', '1500ms']);
+    load(ctx, url, 2);
     const verdicts = await watch(url, new StallDetector({ stallTimeoutMs: 4000 }), 250, 7000);
     expect(verdicts.filter((v) => v.state === 'flowing').length).toBeGreaterThan(4);
     expect(verdicts.filter((v) => v.state === 'stalled')).toEqual([]);

@@ -1,6 +1,5 @@
-import { describe, expect, it } from 'vitest';
-import { useSupervisors } from '../../helpers/use-supervisors.js';
-import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
+import { describe, it } from 'vitest';
+import { supervisorsOf } from '../../helpers/use-supervisors.js';
 import { ShardFailedError } from '../../../src/agent/supervisor/shard/shard-failed-error.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
@@ -14,8 +13,13 @@ import {
 } from '../../helpers/engine-processes.js';
 import { parseShardId } from '../../../src/lib/shard-id.js';
 
-const harness = useSupervisors();
-const newSupervisor = (over: Partial<SupervisorConfig> = {}) => harness.newSupervisor(over);
+/*
+ * The tests run side by side (describe.concurrent): most of each waits on a
+ * sim's timers (a load, a failure, a hang, the probes after it). Each has
+ * supervisors and directories of its own, ended with it (supervisorsOf), and
+ * takes expect from its context: vitest tracks no concurrent test in its
+ * globals.
+ */
 
 /** A sim asked to serve 'm-a' (the spec's served model), that really serves `simModel`. */
 async function startSim(sup: Supervisor, id: string, args: string[], simModel = 'm-a') {
@@ -42,16 +46,20 @@ function recordTransitions(sup: Supervisor): ShardTransition[] {
   return seen;
 }
 
-describe('Supervisor.settle of a rank that serves HTTP', () => {
-  it('becomes READY once /health is 200 and /v1/models lists the served model', async () => {
-    const sup = newSupervisor();
+describe.concurrent('Supervisor.settle of a rank that serves HTTP', () => {
+  it('becomes READY once /health is 200 and /v1/models lists the served model', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor();
     await startSim(sup, 'ready', ['--load-time', '500ms']);
     await sup.settle(parseShardId('ready'), { timeoutMs: 30_000 });
     expect(sup.get(parseShardId('ready'))?.state).toBe(ShardState.READY);
   });
 
-  it('does not call an engine ready that serves another model', async () => {
-    const sup = newSupervisor();
+  it('does not call an engine ready that serves another model', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor();
     const { port } = await startSim(sup, 'wrong', [], 'other-model');
     // The deadline must only be spent on the model check: on a loaded CI machine the sim took
     // more than 5 s to answer /health at all, and the test then saw the wrong reason.
@@ -65,8 +73,10 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
     expect(isRunning(shard?.pid ?? 0)).toBe(true);
   });
 
-  it("fails at an engine's exit while loading, not at its load timeout, with its exit code and last log lines", async () => {
-    const sup = newSupervisor();
+  it("fails at an engine's exit while loading, not at its load timeout, with its exit code and last log lines", async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor();
     const { shard } = await startSim(sup, 'dies', ['--load-time', '60s', '--fail-after', '1500ms', '--exit-code', '3']);
     let exitSeenAt = 0;
     const watcher = until(() => !isRunning(shard.pid), 'the engine to exit', 30_000).then(() => {
@@ -93,8 +103,10 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
     expect(snap?.lastOutput.length).toBeGreaterThan(0);
   });
 
-  it('reports a signal as 128+n and the signal name', async () => {
-    const sup = newSupervisor();
+  it('reports a signal as 128+n and the signal name', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor();
     const { shard } = await startSim(sup, 'killed', ['--never-ready']);
     const waiting = sup.settle(parseShardId('killed'), { timeoutMs: 600_000 }).catch((e) => e);
     await until(() => sup.tailLog(parseShardId('killed'), 5).then((l) => l.some((x) => x.includes('Starting to load'))), 'the engine to log');
@@ -104,8 +116,10 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
     expect(err.message).toMatch(/was killed by SIGKILL while starting/);
   });
 
-  it('is aborted by its signal without deciding the shard failed', async () => {
-    const sup = newSupervisor();
+  it('is aborted by its signal without deciding the shard failed', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor();
     await startSim(sup, 'abort', ['--never-ready']);
     const ac = new AbortController();
     const waiting = sup.settle(parseShardId('abort'), { timeoutMs: 600_000, signal: ac.signal });
@@ -115,16 +129,20 @@ describe('Supervisor.settle of a rank that serves HTTP', () => {
   });
 });
 
-describe('Supervisor.settle of a worker rank', () => {
-  it('makes a worker rank READY after it stays alive for the settle time', async () => {
-    const sup = newSupervisor();
+describe.concurrent('Supervisor.settle of a worker rank', () => {
+  it('makes a worker rank READY after it stays alive for the settle time', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor();
     await sup.start(shardSpec('w'), { plan: simPlan(['--worker']), servesHttp: false });
     await sup.settle(parseShardId('w'), { settleMs: 300 });
     expect(sup.get(parseShardId('w'))?.state).toBe(ShardState.READY);
   });
 
-  it('fails a worker that dies while settling, at once', async () => {
-    const sup = newSupervisor();
+  it('fails a worker that dies while settling, at once', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor();
     await sup.start(shardSpec('w2'), { plan: simPlan(['--worker', '--fail-after', '200ms', '--exit-code', '7']), servesHttp: false });
     const err = (await sup.settle(parseShardId('w2'), { settleMs: 600_000 }).catch((e) => e)) as ShardFailedError;
     expect(err).toBeInstanceOf(ShardFailedError);
@@ -133,9 +151,11 @@ describe('Supervisor.settle of a worker rank', () => {
   });
 });
 
-describe('after READY', () => {
-  it('reports EXITED when the engine exits 0 by itself, and FAILED with 137 when it is killed', async () => {
-    const sup = newSupervisor();
+describe.concurrent('after READY', () => {
+  it('reports EXITED when the engine exits 0 by itself, and FAILED with 137 when it is killed', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor();
     const a = await startSim(sup, 'clean', []);
     const b = await startSim(sup, 'crash', []);
     await sup.settle(parseShardId('clean'), { timeoutMs: 30_000 });
@@ -151,8 +171,10 @@ describe('after READY', () => {
     expect(sup.list().map((s) => s.shardId).sort()).toEqual(['clean', 'crash']);
   });
 
-  it('goes UNHEALTHY when /health stops answering, stays so while it hangs, and is not killed', async () => {
-    const sup = newSupervisor({ healthIntervalMs: 200 });
+  it('goes UNHEALTHY when /health stops answering, stays so while it hangs, and is not killed', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor({ healthIntervalMs: 200 });
     const seen = recordTransitions(sup);
     const { shard } = await startSim(sup, 'hang', ['--hang-after', '2s']);
     await sup.settle(parseShardId('hang'), { timeoutMs: 30_000 });
@@ -170,8 +192,10 @@ describe('after READY', () => {
     expect(sup.get(parseShardId('hang'))?.error).toMatch(/^\d+ health probes failed in a row: GET \/health/);
   });
 
-  it('goes back to READY when an UNHEALTHY engine answers again', async () => {
-    const sup = newSupervisor({ healthIntervalMs: 200 });
+  it('goes back to READY when an UNHEALTHY engine answers again', async (ctx) => {
+    const { expect } = ctx;
+    const harness = supervisorsOf(ctx);
+    const sup = harness.newSupervisor({ healthIntervalMs: 200 });
     const { shard } = await startSim(sup, 'stall', []);
     await sup.settle(parseShardId('stall'), { timeoutMs: 30_000 });
     // A stopped process keeps its port open and answers nothing: a hang, made with a real signal.

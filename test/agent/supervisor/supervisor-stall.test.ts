@@ -1,5 +1,5 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { useSupervisors } from '../../helpers/use-supervisors.js';
+import { describe, it, type TestContext } from 'vitest';
+import { supervisorsOf } from '../../helpers/use-supervisors.js';
 import type { SupervisorConfig } from '../../../src/agent/config/agent-config.js';
 import type { ShardTransition } from '../../../src/agent/supervisor/shard/shard-snapshot.js';
 import type { Supervisor } from '../../../src/agent/supervisor/supervisor.js';
@@ -11,13 +11,13 @@ import { parseShardId } from '../../../src/lib/shard-id.js';
  * Issue 16's acceptance for stall detection, through the real path: a sim
  * engine launched by the supervisor, its /metrics read by the shard
  * runner's health watch by the names the sim engine class declares.
+ *
+ * The tests run side by side (describe.concurrent): most of each is a wait
+ * (for a stall, or watching that none is called), which they now wait out
+ * together. Each ends only its own supervisors, engines and requests
+ * (supervisorsOf), and takes expect from its context: vitest tracks no
+ * concurrent test in its globals.
  */
-
-const harness = useSupervisors();
-const loads: AbortController[] = [];
-afterEach(() => {
-  for (const a of loads.splice(0)) a.abort();
-});
 
 async function readySim(sup: Supervisor, id: string, args: string[]) {
   const port = await freePort();
@@ -31,8 +31,8 @@ async function readySim(sup: Supervisor, id: string, args: string[]) {
 }
 
 /** `n` concurrent streaming chat requests that run until the test ends (or `ac` aborts). */
-function chatLoad(baseUrl: string, n: number, ac = new AbortController()): AbortController {
-  loads.push(ac);
+function chatLoad(ctx: TestContext, baseUrl: string, n: number, ac = new AbortController()): AbortController {
+  ctx.onTestFinished(() => ac.abort());
   const body = JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'hi' }], max_tokens: 100_000, stream: true });
   for (let i = 0; i < n; i++) {
     void fetch(`${baseUrl}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body, signal: ac.signal })
@@ -50,14 +50,15 @@ function recordTransitions(sup: Supervisor): ShardTransition[] {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-describe('stall detection of a READY shard', () => {
-  it('reports a sim that stalls under load UNHEALTHY with the stall as its error, keeps its pid, and READY again once idle', async () => {
+describe.concurrent('stall detection of a READY shard', () => {
+  it('reports a sim that stalls under load UNHEALTHY with the stall as its error, keeps its pid, and READY again once idle', async (ctx) => {
+    const { expect } = ctx;
     const healthIntervalMs = 500;
     const stallTimeoutMs = 2000;
-    const sup = harness.newSupervisor({ healthIntervalMs, stallTimeoutMs } satisfies Partial<SupervisorConfig>);
+    const sup = supervisorsOf(ctx).newSupervisor({ healthIntervalMs, stallTimeoutMs } satisfies Partial<SupervisorConfig>);
     const seen = recordTransitions(sup);
     const { shard, baseUrl } = await readySim(sup, 'stalls', ['--stall-after', '2s', '--token-latency', '20ms']);
-    const load = chatLoad(baseUrl, 3);
+    const load = chatLoad(ctx, baseUrl, 3);
     await until(() => sup.get(parseShardId('stalls'))?.state === ShardState.UNHEALTHY, 'the stall to be reported', 60_000);
     const unhealthy = sup.get(parseShardId('stalls'));
     const stalledAt = (await sup.tailLog(parseShardId('stalls'), 200)).find((l) => /made no progress/.test(l));
@@ -84,8 +85,9 @@ describe('stall detection of a READY shard', () => {
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY', 'UNHEALTHY', 'READY']);
   });
 
-  it('raises no alarm on an idle engine, however long its token counter is flat', async () => {
-    const sup = harness.newSupervisor({ healthIntervalMs: 200, stallTimeoutMs: 1000 });
+  it('raises no alarm on an idle engine, however long its token counter is flat', async (ctx) => {
+    const { expect } = ctx;
+    const sup = supervisorsOf(ctx).newSupervisor({ healthIntervalMs: 200, stallTimeoutMs: 1000 });
     const seen = recordTransitions(sup);
     await readySim(sup, 'idle', []);
     await sleep(4000);
@@ -95,22 +97,24 @@ describe('stall detection of a READY shard', () => {
   // Scaled from a token every 2.5 s under a 5 s stall_timeout, watched 10 s, by 3/5: the ratios the judgement
   // rests on kept (a flat stretch of half the timeout, watched twice the timeout, 24 health reads), and 1.5 s
   // of margin left for a loaded machine to delay a token or a read before a stretch looks as long as the timeout.
-  it('raises no alarm on a slow engine that makes a token every 1.5 s, half its stall_timeout', async () => {
-    const sup = harness.newSupervisor({ healthIntervalMs: 250, stallTimeoutMs: 3000 });
+  it('raises no alarm on a slow engine that makes a token every 1.5 s, half its stall_timeout', async (ctx) => {
+    const { expect } = ctx;
+    const sup = supervisorsOf(ctx).newSupervisor({ healthIntervalMs: 250, stallTimeoutMs: 3000 });
     const seen = recordTransitions(sup);
     const { baseUrl } = await readySim(sup, 'slow', ['--token-latency', '1500ms']);
-    chatLoad(baseUrl, 2);
+    chatLoad(ctx, baseUrl, 2);
     await until(async () => (await sup.inFlight(parseShardId('slow'))) === 2, 'two requests running');
     // Past stall_timeout twice over: a flat stretch of 1.5 s is slow, not stalled.
     await sleep(6_000);
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);
   });
 
-  it('never judges stalls with stall_timeout 0s', async () => {
-    const sup = harness.newSupervisor({ healthIntervalMs: 200, stallTimeoutMs: 0 });
+  it('never judges stalls with stall_timeout 0s', async (ctx) => {
+    const { expect } = ctx;
+    const sup = supervisorsOf(ctx).newSupervisor({ healthIntervalMs: 200, stallTimeoutMs: 0 });
     const seen = recordTransitions(sup);
     const { baseUrl } = await readySim(sup, 'off', ['--stall-after', '0s']);
-    chatLoad(baseUrl, 2);
+    chatLoad(ctx, baseUrl, 2);
     await until(async () => (await sup.inFlight(parseShardId('off'))) === 2, 'two requests running');
     await sleep(2000);
     expect(seen.map((t) => ShardState[t.to])).toEqual(['STARTING', 'READY']);

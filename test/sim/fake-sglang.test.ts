@@ -381,8 +381,9 @@ describe.concurrent('bin/fake-sglang', () => {
       expect(await consumeStream(res)).toEqual({ tokens: 3, done: true });
     });
 
-    it('released, says so nowhere, as SGLang (docs/engines.md): no /is_sleeping, and /server_info as it was awake', async () => {
-      const e = await saver(['--enable-memory-saver']);
+    it('released, says so nowhere, as SGLang (docs/engines.md): no /is_sleeping, and /server_info as it was awake', async (ctx) => {
+      const { expect } = ctx;
+      const e = await saver(ctx, ['--enable-memory-saver']);
       const info = async () => (await fetch(`${e.url}/server_info`)).json();
       const awake = await info();
       expect((await post(`${e.url}/release_memory_occupation`, {})).status).toBe(200);

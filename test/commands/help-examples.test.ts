@@ -30,7 +30,8 @@ afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
 /** Runs `line` in bash with `llmgw` as this repo's binary, /tmp/ as a directory of the test's own, and an empty home. */
 async function runExample(line: string, env: Record<string, string> = {}) {
-  const script = line.replaceAll('<%= config.bin %>', `${process.execPath} ${BIN}`).replaceAll('/tmp/', `${dir}/`);
+  // /tmp/ first: the repo itself may be under /tmp (a fresh clone), and its binary's path must stay as it is.
+  const script = line.replaceAll('/tmp/', `${dir}/`).replaceAll('<%= config.bin %>', `${process.execPath} ${BIN}`);
   const r = await execa('bash', ['-o', 'pipefail', '-c', script], { reject: false, cwd: REPO_ROOT, env: { HOME: dir, XDG_CONFIG_HOME: join(dir, 'config'), NO_COLOR: '1', ...env }, timeout: 60_000 });
   return { exitCode: r.exitCode ?? -1, stdout: String(r.stdout), stderr: String(r.stderr) };
 }

@@ -1,5 +1,5 @@
 import { execFileSync, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -52,10 +52,13 @@ async function listening(): Promise<number> {
 
 describe('the suite teardown of the agent nft table', () => {
   it('removes a table absent when the run began, with the guards a killed agent left in it', async () => {
-    const release = claimAgentNftTable({ table: TABLE, runsDir: runsDir() });
+    const dir = runsDir();
+    const release = claimAgentNftTable({ table: TABLE, runsDir: dir });
     await new NftPortGuard({ table: TABLE }).guard(await closedPort(), [0]);
     expect(release()).toMatch(/made by this test run, removed \(1 guarded ports left in it\)$/);
     expect(exists()).toBe(false);
+    // The last run's entry gone, its folder goes too: nothing of the suite's is left in /tmp.
+    expect(existsSync(dir)).toBe(false);
   });
 
   it('leaves a table that was there before the run (look-alike: the same table, not made by it)', async () => {
@@ -88,6 +91,8 @@ describe('the suite teardown of the agent nft table', () => {
     await new NftPortGuard({ table: TABLE }).guard(await closedPort(), [0]);
     expect(claimAgentNftTable({ table: TABLE, runsDir: dir })()).toBe(`nft table inet ${TABLE} left to the test runs still going`);
     expect(exists()).toBe(true);
+    // The other run's entry is still in the folder: it stays.
+    expect(existsSync(join(dir, `${pid}.json`))).toBe(true);
     const release = claimAgentNftTable({ table: TABLE, runsDir: dir });
     other.kill('SIGKILL');
     await new Promise((r) => other.once('exit', r));

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readdirSync, readFileSync, rmSync, rmdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { ensureDebianPackage } from './debian-package.js';
@@ -105,10 +105,25 @@ export function claimAgentNftTable({ table = AGENT_NFT_TABLE, runsDir = TEST_RUN
   const others = otherRuns(runsDir);
   const absent = others.length > 0 ? others.some((e) => e.tableAbsentAtStart) : guardedPorts(table) === undefined;
   const entry = join(runsDir, `${process.pid}.json`);
-  mkdirSync(runsDir, { recursive: true });
-  writeFileSync(entry, JSON.stringify({ pid: process.pid, start: startTicks(process.pid) ?? '', tableAbsentAtStart: absent } satisfies RunEntry));
+  const register = () => {
+    mkdirSync(runsDir, { recursive: true });
+    writeFileSync(entry, JSON.stringify({ pid: process.pid, start: startTicks(process.pid) ?? '', tableAbsentAtStart: absent } satisfies RunEntry));
+  };
+  try {
+    register();
+  } catch (err) {
+    // The folder removed by a run that ended between its mkdir and this write (below): made again.
+    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    register();
+  }
   return () => {
     rmSync(entry, { force: true });
+    // The folder goes with the last run's entry (rmdir refuses while another run's is in it): nothing left in /tmp.
+    try {
+      rmdirSync(runsDir);
+    } catch {
+      // Another run's entry is there.
+    }
     if (!absent) return `nft table inet ${table} was there before this test run: left alone`;
     if (otherRuns(runsDir).length > 0) return `nft table inet ${table} left to the test runs still going`;
     const ports = guardedPorts(table);

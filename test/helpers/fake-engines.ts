@@ -31,7 +31,16 @@ export function startFakeEngine(bin: string, args: string[], env: Record<string,
   child.stderr?.on('data', (c) => {
     out += c;
   });
-  const exited = once(child, 'exit').then(([code, signal]) => ({ code, signal }));
+  // Resolved once its output is all read too: 'exit' can come before the pipes' last bytes (a double that prints
+  // its refusal and exits at once; seen in a fresh-clone run with its tests side by side). A process of its group
+  // that outlives it holds the pipes open: then 2 s after its exit, with what came so far.
+  const drained = Promise.all([child.stdout, child.stderr].map((s) => (s && !s.readableEnded ? once(s, 'close').catch(() => undefined) : undefined)));
+  const exited = once(child, 'exit').then(async ([code, signal]) => {
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([drained, new Promise((r) => (timer = setTimeout(r, 2_000)))]);
+    clearTimeout(timer);
+    return { code, signal };
+  });
   return { child, pid: child.pid as number, output: () => out, exited };
 }
 
